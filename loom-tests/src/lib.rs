@@ -1,0 +1,1 @@
+//! Empty: the loom models live in `tests/`.

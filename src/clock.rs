@@ -1,0 +1,78 @@
+//! Clocks: monotonic nanoseconds since each clock's own origin.
+//!
+//! | clock | source | when |
+//! |---|---|---|
+//! | [`ManualClock`] | a shared counter you move | tests, simulations, loom models; always compiled |
+//! | [`QuantaClock`] | `quanta` (TSC where reliable) | the default (`quanta` feature) |
+//! | [`StdClock`] | `std::time::Instant` | `std` without `quanta`, or to avoid the TSC |
+
+mod manual;
+pub use manual::ManualClock;
+
+#[cfg(feature = "std")]
+mod std_clock;
+#[cfg(feature = "std")]
+pub use std_clock::StdClock;
+
+#[cfg(feature = "quanta")]
+mod quanta_clock;
+#[cfg(feature = "quanta")]
+pub use quanta_clock::QuantaClock;
+
+use core::time::Duration;
+
+/// A monotonic source of time in nanoseconds since the clock's own origin.
+///
+/// A reading may occasionally be earlier than one a bucket already acted on (TSCs are not always
+/// in step across cores): the bucket tolerates it by refusing more, never by admitting more.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Clock, ManualClock};
+/// let clock = ManualClock::new();
+/// clock.sleep(Duration::from_millis(3)); // a manual clock advances itself instead of sleeping
+/// assert_eq!(clock.now(), 3_000_000);
+/// ```
+pub trait Clock {
+    /// Nanoseconds since the clock's origin.
+    fn now(&self) -> u64;
+
+    /// Waits for `duration` on this clock. The default spins until [`Clock::now`] has moved that
+    /// far (it works everywhere, `no_std` included); the std clocks sleep the thread and
+    /// [`ManualClock`] advances itself and returns at once.
+    fn sleep(&self, duration: Duration) {
+        let ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let until = self.now().saturating_add(ns);
+        while self.now() < until {
+            crate::sync::spin_loop();
+        }
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    fn now(&self) -> u64 {
+        (**self).now()
+    }
+    fn sleep(&self, duration: Duration) {
+        (**self).sleep(duration)
+    }
+}
+
+/// The clock `Bucket::new` and friends use: [`QuantaClock`] with the `quanta` feature (default),
+/// else [`StdClock`] with `std`, else [`ManualClock`].
+#[cfg(feature = "quanta")]
+pub type DefaultClock = QuantaClock;
+/// The clock `Bucket::new` and friends use: [`QuantaClock`] with the `quanta` feature (default),
+/// else [`StdClock`] with `std`, else [`ManualClock`].
+#[cfg(all(feature = "std", not(feature = "quanta")))]
+pub type DefaultClock = StdClock;
+/// The clock `Bucket::new` and friends use: [`QuantaClock`] with the `quanta` feature (default),
+/// else [`StdClock`] with `std`, else [`ManualClock`].
+#[cfg(not(feature = "std"))]
+pub type DefaultClock = ManualClock;
+
+/// Converts a duration to whole nanoseconds, saturating at `u64::MAX`.
+#[inline]
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

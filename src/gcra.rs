@@ -1,0 +1,226 @@
+//! The pure decision function: `(state, now, quota, cost) -> (state', verdict)`. No atomics.
+//!
+//! The bucket, the keyed and sharded limiters, the lock-strategy harness, the loom models and the
+//! fuzzer all apply these functions; only the way they store the state differs.
+//!
+//! # The state
+//!
+//! A state is a `u64` (at most 2^63 − 1): the **theoretical arrival time** `z` of the continuous
+//! token bucket, counted in *units* of `1 / quota.scale()` of a token since the clock's origin and
+//! shifted by one burst:
+//!
+//! ```text
+//! balance(now) = min(burst, earned(now) + burst − state)        (in units)
+//! earned(now)  = now_ns × rate × scale                          (a 128-bit multiply)
+//! ```
+//!
+//! * `0` is a full bucket at any time (it is "never used"), and so is every `state <= earned(now)`:
+//!   idle time never accumulates more than `burst`.
+//! * Admitting `cost` tokens adds `cost × scale` to `max(state, earned(now))` — the `max` is the
+//!   cap at `burst` — and nothing else: no rounding happens on a debit.
+//! * A state above `earned(now) + burst × scale` is a debt (reservations taken ahead).
+//! * A clock reading earlier than one already acted on only makes `earned(now)` smaller, so it
+//!   can refuse where the later reading would admit, never the other way round, and the
+//!   tokens come back once the clock passes its earlier reading.
+//!
+//! ```
+//! use tollgate::{gcra, Quota};
+//! let q = Quota::per_second(2).unwrap();
+//! let s = gcra::FULL;
+//! let s = gcra::try_acquire(s, 0, &q, 2).unwrap().unwrap();   // admitted, new state
+//! assert_eq!(gcra::available(s, 0, &q), 0);
+//! assert!(gcra::try_acquire(s, 0, &q, 1).is_err());             // refused, state unchanged
+//! assert_eq!(gcra::available(s, 500_000_000, &q), 1);
+//! ```
+
+use crate::error::Denied;
+use crate::quota::{Quota, MAX_UNITS};
+use core::time::Duration;
+
+/// The state of a full bucket, valid for every quota and every clock reading.
+pub const FULL: u64 = 0;
+
+#[inline]
+fn duration_ns(ns: u128) -> Duration {
+    u64::try_from(ns).map_or(Duration::MAX, Duration::from_nanos)
+}
+
+/// The wait until `earned` reaches `need` units. Past the horizon the clock is read as stopped,
+/// so nothing more refills: the wait is `Duration::MAX`.
+#[inline]
+fn retry_after(quota: &Quota, need: u128, now: u64) -> Duration {
+    let at = quota.instant_of(need);
+    if at <= u128::from(now) || at > u128::from(crate::quota::HORIZON_NS) {
+        return Duration::MAX;
+    }
+    duration_ns(at - u128::from(now))
+}
+
+/// The state of a bucket that holds `tokens` at `now`. Errors if `tokens > burst`.
+///
+/// ```
+/// use tollgate::{gcra, Quota};
+/// let q = Quota::per_second(10).unwrap();
+/// let s = gcra::with_tokens(0, &q, 3).unwrap();
+/// assert_eq!(gcra::available(s, 0, &q), 3);
+/// ```
+pub fn with_tokens(now: u64, quota: &Quota, tokens: u64) -> Result<u64, crate::ConfigError> {
+    if tokens > quota.burst() {
+        return Err(crate::ConfigError::InitialAboveBurst);
+    }
+    if tokens == quota.burst() {
+        return Ok(FULL);
+    }
+    // Rounded toward fewer tokens when `now` is off the unit grid (inexact quotas only).
+    Ok(quota.earned_ceil(now) + (quota.burst() - tokens) * quota.scale())
+}
+
+/// Decides whether `cost` tokens are admitted at `now`.
+///
+/// * `Ok(Some(state'))`: admitted; store `state'` (with a CAS, if the state is shared).
+/// * `Ok(None)`: admitted with nothing to write (`cost == 0`).
+/// * `Err(Denied::RetryAfter(d))`: refused; `d` is the smallest whole number of nanoseconds after
+///   which the same request is admitted. Nothing to write.
+/// * `Err(Denied::ExceedsBurst)`: `cost > burst`. Nothing to write.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{gcra, Denied, Quota};
+/// let q = Quota::per_second(1).unwrap();
+/// let s = gcra::try_acquire(gcra::FULL, 0, &q, 1).unwrap().unwrap();
+/// assert_eq!(gcra::try_acquire(s, 0, &q, 1), Err(Denied::RetryAfter(Duration::from_secs(1))));
+/// ```
+#[inline]
+pub fn try_acquire(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<Option<u64>, Denied> {
+    if cost == 0 {
+        return Ok(None);
+    }
+    if cost > quota.burst() {
+        return Err(Denied::ExceedsBurst);
+    }
+    let scale = quota.scale();
+    // Both products are at most MAX_UNITS by the quota's construction.
+    let cost_units = cost * scale;
+    let burst_units = quota.burst() * scale;
+    let earned = quota.earned_floor(now);
+    // Admit iff balance >= cost, i.e. state + cost <= earned + burst (in units; 128-bit so that
+    // even a state that no quota produced cannot overflow).
+    let want = u128::from(state) + u128::from(cost_units);
+    if want <= u128::from(earned) + u128::from(burst_units) {
+        // `want <= MAX_UNITS + ...` fits: state <= earned + burst - cost here.
+        Ok(Some(state.max(quota.earned_ceil(now)) + cost_units))
+    } else {
+        Err(Denied::RetryAfter(retry_after(
+            quota,
+            want - u128::from(burst_units),
+            now,
+        )))
+    }
+}
+
+/// Whole tokens available at `now` (0 while in debt).
+///
+/// ```
+/// use tollgate::{gcra, Quota};
+/// let q = Quota::per_second(4).unwrap();
+/// assert_eq!(gcra::available(gcra::FULL, 123, &q), 4);
+/// ```
+#[inline]
+pub fn available(state: u64, now: u64, quota: &Quota) -> u64 {
+    let scale = quota.scale();
+    let burst_units = quota.burst() * scale;
+    let balance = (quota.earned_floor(now) + burst_units).saturating_sub(state);
+    balance.min(burst_units) / scale
+}
+
+/// Takes `cost` tokens now, possibly ahead of the refill (a debt that later callers queue
+/// behind). Returns the new state and the instant (ns since origin) at which the tokens are due:
+/// `now` or earlier means "due already".
+///
+/// Errors: `ExceedsBurst` when `cost > burst`; `RetryAfter` only if the backlog would exceed the
+/// state's range (a queue of decades).
+///
+/// ```
+/// use tollgate::{gcra, Quota};
+/// let q = Quota::per_second(10).unwrap().with_burst(2).unwrap();
+/// let (s, due) = gcra::reserve(gcra::FULL, 0, &q, 2).unwrap();
+/// assert_eq!(due, 0);
+/// let (_, due) = gcra::reserve(s, 0, &q, 2).unwrap();
+/// assert_eq!(due, 200_000_000);
+/// ```
+#[inline]
+pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u64), Denied> {
+    if cost > quota.burst() {
+        return Err(Denied::ExceedsBurst);
+    }
+    let scale = quota.scale();
+    let burst_units = quota.burst() * scale;
+    let base = state.max(quota.earned_ceil(now));
+    let next = u128::from(base) + u128::from(cost * scale);
+    if next > u128::from(MAX_UNITS) {
+        let need = u128::from(base).saturating_sub(u128::from(burst_units));
+        return Err(Denied::RetryAfter(retry_after(quota, need.max(1), now)));
+    }
+    let next = next as u64;
+    let due = if next <= quota.earned_floor(now) + burst_units {
+        now
+    } else {
+        let at = quota.instant_of(u128::from(next - burst_units));
+        u64::try_from(at).unwrap_or(u64::MAX)
+    };
+    Ok((if cost == 0 { state } else { next }, due))
+}
+
+/// Gives back the tokens of a reservation made by [`reserve`], following Go's
+/// `x/time/rate` `Reservation.CancelAt`: restores `cost − (tokens reserved after it)`, nothing if
+/// that is not positive or if the reservation came due before `now`, and never more than the
+/// bucket holds (`burst`).
+///
+/// `after` is the state [`reserve`] returned; `due` its due instant. Returns the new state, or
+/// `None` when there is nothing to write.
+///
+/// ```
+/// use tollgate::{gcra, Quota};
+/// let q = Quota::per_second(10).unwrap().with_burst(2).unwrap();
+/// let (s1, _) = gcra::reserve(gcra::FULL, 0, &q, 2).unwrap();
+/// let (s2, due) = gcra::reserve(s1, 0, &q, 2).unwrap();
+/// let s3 = gcra::cancel(s2, 0, &q, s2, due, 2).unwrap();
+/// assert_eq!(s3, s1);
+/// ```
+#[inline]
+pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u64) -> Option<u64> {
+    if due < now || cost == 0 {
+        return None;
+    }
+    let cost_units = u128::from(cost) * u128::from(quota.scale());
+    // Units reserved after this reservation (negative if others were cancelled meanwhile).
+    let later = i128::from(state) - i128::from(after);
+    let restore = (cost_units as i128 - later).min(cost_units as i128);
+    if restore <= 0 {
+        return None;
+    }
+    let next = (i128::from(state) - restore)
+        .max(i128::from(quota.earned_ceil(now)))
+        .max(0) as u64;
+    (next < state).then_some(next)
+}
+
+/// Converts a state from quota `old` to quota `new` at `now`: the balance (debt included) carries
+/// over, capped at the new burst. Rounds toward fewer tokens when the units differ.
+///
+/// ```
+/// use tollgate::{gcra, Quota};
+/// let old = Quota::per_second(10).unwrap();
+/// let new = Quota::per_second(100).unwrap();
+/// let s = gcra::try_acquire(gcra::FULL, 0, &old, 4).unwrap().unwrap();
+/// assert_eq!(gcra::available(gcra::rescale(s, 0, &old, &new), 0, &new), 6);
+/// ```
+pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
+    let (s1, s2) = (i128::from(old.scale()), i128::from(new.scale()));
+    // Balance in old units (negative: debt), capped at the old burst.
+    let b1 = (i128::from(old.earned_floor(now)) + i128::from(old.burst()) * s1 - i128::from(state))
+        .min(i128::from(old.burst()) * s1);
+    let b2 = (b1 * s2).div_euclid(s1).min(i128::from(new.burst()) * s2);
+    let next = i128::from(new.earned_ceil(now)) + i128::from(new.burst()) * s2 - b2;
+    next.clamp(0, i128::from(MAX_UNITS)) as u64
+}

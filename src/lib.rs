@@ -1,0 +1,50 @@
+//! # tollgate
+//!
+//! Exact, lock-free rate limiting for the hot path of high-QPS servers.
+//!
+//! * [`Bucket`] — a token bucket whose whole state is one `AtomicU64`, updated by a
+//!   compare-and-swap loop: refill and debit can never race. No lock, no allocation, no
+//!   background thread.
+//! * [`Quota`] — a validated rate and burst; [`ConfigError`] when it is not.
+//! * [`Denied`] — a refusal: retry after an exact wait, or the cost exceeds the burst.
+//! * [`Clock`] — [`ManualClock`] for tests, [`QuantaClock`] (default) and [`StdClock`].
+//! * [`gcra`] — the pure decision function the bucket applies, for your own storage.
+//!
+//! **Exact**: every decision equals the continuous token bucket computed with exact rational
+//! arithmetic at the clock's integer-nanosecond reading (see [`Quota::is_exact`] for the one
+//! bounded rounding some rates need to fit 100 years in 64 bits). No floats, no drift.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Bucket, Denied, ManualClock, Quota};
+//!
+//! let clock = ManualClock::new();
+//! let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), clock.clone());
+//! assert_eq!(bucket.try_acquire(10), Ok(()));
+//! assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(100))));
+//! clock.advance(Duration::from_millis(100));
+//! assert_eq!(bucket.try_acquire(1), Ok(()));
+//! ```
+#![no_std]
+#![forbid(unsafe_code)]
+#![doc(test(attr(deny(warnings))))]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+mod bucket;
+mod clock;
+mod error;
+pub mod gcra;
+mod quota;
+mod sync;
+
+pub use bucket::Bucket;
+#[cfg(feature = "quanta")]
+pub use clock::QuantaClock;
+#[cfg(feature = "std")]
+pub use clock::StdClock;
+pub use clock::{Clock, DefaultClock, ManualClock};
+pub use error::{ConfigError, Denied};
+pub use quota::{Quota, HORIZON};

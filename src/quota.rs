@@ -1,0 +1,273 @@
+//! [`Quota`]: a validated rate and burst, and the fixed-point scale the state word uses.
+//!
+//! All validation lives here, once. A `Quota` that exists can be applied for at least
+//! [`HORIZON`] of clock time without any overflow or wrap.
+
+use crate::error::ConfigError;
+use core::fmt;
+use core::time::Duration;
+
+/// How long a quota is guaranteed to work: 100 Julian years of clock time since the clock's
+/// origin. Past it the clock is read as if it had stopped there (the bucket stays correct but
+/// refills no more), which is why [`Quota::new`] refuses a rate and burst that do not fit it.
+pub const HORIZON: Duration = Duration::from_secs(3_155_760_000);
+pub(crate) const HORIZON_NS: u64 = 3_155_760_000_000_000_000;
+/// The largest state value: the bucket keeps one bit of its word for the quota epoch.
+pub(crate) const MAX_UNITS: u64 = (1 << 63) - 1;
+
+/// A rate (`tokens` per `per`) and a capacity (`burst`), validated.
+///
+/// Internally the quota also fixes the unit of the state word: `scale` units per token, chosen
+/// as the largest divisor of the reduced period that lets `rate × 100 years + burst` fit in
+/// 63 bits. When `scale` equals the reduced period ([`Quota::is_exact`]), every decision equals
+/// the continuous token bucket at every nanosecond. Otherwise the only rounding happens when
+/// the bucket overflows (is capped at `burst`) at an instant that is not a multiple of the
+/// unit, and it always rounds toward refusing (by less than `1/scale` of a token).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Quota;
+/// let q = Quota::new(2, Duration::from_secs(1), 3).unwrap();
+/// assert_eq!((q.tokens(), q.per(), q.burst()), (2, Duration::from_secs(1), 3));
+/// assert_eq!(Quota::per_second(10).unwrap().burst(), 10);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    tokens: u64,
+    per_ns: u64,
+    burst: u64,
+    /// State units per token.
+    scale: u64,
+    /// Units earned per nanosecond = `mul / div` (a reduced fraction).
+    mul: u64,
+    div: u64,
+}
+
+impl fmt::Debug for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Quota")
+            .field("tokens", &self.tokens)
+            .field("per", &self.per())
+            .field("burst", &self.burst)
+            .field("exact", &self.is_exact())
+            .finish()
+    }
+}
+
+const fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        let t = a % b;
+        a = b;
+        b = t;
+    }
+    a
+}
+
+/// The largest divisor of `p` that is at most `s_max` (searched for a bounded number of steps),
+/// or `s_max` itself if none is found quickly. A divisor keeps more instants exact.
+fn best_scale(p: u64, s_max: u64) -> u64 {
+    if p <= s_max {
+        return p;
+    }
+    let d0 = p.div_ceil(s_max);
+    let mut d = d0;
+    while d < d0.saturating_add(4096) {
+        if p % d == 0 {
+            return p / d;
+        }
+        d += 1;
+    }
+    s_max
+}
+
+impl Quota {
+    /// `tokens` per `per`, holding at most `burst` tokens.
+    ///
+    /// Errors: zero tokens, zero period, zero burst, a period over `u64::MAX` ns, or a rate
+    /// and burst too large for 100 years of clock time ([`ConfigError::BeyondRange`]; rates up
+    /// to 1e9 tokens/s with bursts up to 2^62 fit).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ConfigError, Quota};
+    /// assert!(Quota::new(1_000_000_000, Duration::from_secs(1), 1 << 62).is_ok());
+    /// assert_eq!(Quota::new(1, Duration::ZERO, 1), Err(ConfigError::ZeroPeriod));
+    /// assert_eq!(Quota::new(u64::MAX, Duration::from_nanos(1), 1), Err(ConfigError::BeyondRange));
+    /// ```
+    pub fn new(tokens: u64, per: Duration, burst: u64) -> Result<Quota, ConfigError> {
+        if tokens == 0 {
+            return Err(ConfigError::ZeroTokens);
+        }
+        if per.is_zero() {
+            return Err(ConfigError::ZeroPeriod);
+        }
+        let per_ns = u64::try_from(per.as_nanos()).map_err(|_| ConfigError::PeriodTooLong)?;
+        if burst == 0 {
+            return Err(ConfigError::ZeroBurst);
+        }
+        let g = gcd(u128::from(tokens), u128::from(per_ns)) as u64;
+        let (t, p) = (tokens / g, per_ns / g);
+        // Whole tokens earned over the horizon, rounded up, plus the burst.
+        let earned = (u128::from(HORIZON_NS) * u128::from(t)).div_ceil(u128::from(p));
+        let need = earned + u128::from(burst);
+        if need > u128::from(MAX_UNITS) {
+            return Err(ConfigError::BeyondRange);
+        }
+        let mut scale = best_scale(p, (u128::from(MAX_UNITS) / need) as u64);
+        loop {
+            let g2 = gcd(u128::from(scale), u128::from(p));
+            let mul = u128::from(t) * (u128::from(scale) / g2);
+            if let Ok(mul) = u64::try_from(mul) {
+                let div = (u128::from(p) / g2) as u64;
+                return Ok(Quota {
+                    tokens,
+                    per_ns,
+                    burst,
+                    scale,
+                    mul,
+                    div,
+                });
+            }
+            // Only reachable for periods of centuries; a coarser unit still fits.
+            scale = (scale / 2).max(1);
+        }
+    }
+
+    /// `tokens` per second with a burst of `tokens`.
+    ///
+    /// ```
+    /// let q = tollgate::Quota::per_second(100).unwrap();
+    /// assert_eq!((q.tokens(), q.burst()), (100, 100));
+    /// ```
+    pub fn per_second(tokens: u64) -> Result<Quota, ConfigError> {
+        Quota::new(tokens, Duration::from_secs(1), tokens)
+    }
+
+    /// The same rate with another burst.
+    ///
+    /// ```
+    /// let q = tollgate::Quota::per_second(100).unwrap().with_burst(5).unwrap();
+    /// assert_eq!((q.tokens(), q.burst()), (100, 5));
+    /// ```
+    pub fn with_burst(self, burst: u64) -> Result<Quota, ConfigError> {
+        Quota::new(self.tokens, self.per(), burst)
+    }
+
+    /// Tokens earned per [`per`](Quota::per).
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Quota::per_second(7).unwrap().tokens(), 7);
+    /// ```
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// The period over which [`tokens`](Quota::tokens) are earned.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// assert_eq!(tollgate::Quota::per_second(7).unwrap().per(), Duration::from_secs(1));
+    /// ```
+    pub fn per(&self) -> Duration {
+        Duration::from_nanos(self.per_ns)
+    }
+
+    /// The capacity: the most tokens the bucket holds, and the largest admissible cost.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Quota::per_second(7).unwrap().burst(), 7);
+    /// ```
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// Whether every decision equals the continuous token bucket at every nanosecond.
+    /// True when the reduced rate's numerator is small enough for 100 years at full precision
+    /// (for example any rate of `n` per second with `n` dividing 10^9, such as 1, 10, 1000 or
+    /// 10^9). Otherwise rounding happens only when the bucket overflows at an instant off the
+    /// unit grid, always toward refusing, by less than one unit (see the type's docs).
+    ///
+    /// ```
+    /// use tollgate::Quota;
+    /// assert!(Quota::per_second(1000).unwrap().is_exact());
+    /// assert!(!Quota::per_second(999_999_937).unwrap().is_exact());
+    /// ```
+    pub fn is_exact(&self) -> bool {
+        self.div == 1
+    }
+
+    /// How long refilling `tokens` takes at this rate, rounded up to whole nanoseconds
+    /// (saturating at `Duration::MAX`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let q = tollgate::Quota::per_second(3).unwrap();
+    /// assert_eq!(q.refill_time(3), Duration::from_secs(1));
+    /// assert_eq!(q.refill_time(1), Duration::from_nanos(333_333_334));
+    /// ```
+    pub fn refill_time(&self, tokens: u64) -> Duration {
+        let ns = (u128::from(tokens) * u128::from(self.per_ns)).div_ceil(u128::from(self.tokens));
+        u64::try_from(ns).map_or(Duration::MAX, Duration::from_nanos)
+    }
+
+    // ---- the fixed-point unit, used by `gcra` ----
+
+    /// State units per token.
+    #[inline]
+    pub(crate) fn scale(&self) -> u64 {
+        self.scale
+    }
+
+    /// Units earned from the origin to `now`, rounded down.
+    #[inline]
+    pub(crate) fn earned_floor(&self, now: u64) -> u64 {
+        let now = now.min(HORIZON_NS);
+        if self.div == 1 {
+            // `now * mul <= MAX_UNITS` by construction: no overflow, no division.
+            now * self.mul
+        } else {
+            ((u128::from(now) * u128::from(self.mul)) / u128::from(self.div)) as u64
+        }
+    }
+
+    /// Units earned from the origin to `now`, rounded up.
+    #[inline]
+    pub(crate) fn earned_ceil(&self, now: u64) -> u64 {
+        let now = now.min(HORIZON_NS);
+        if self.div == 1 {
+            now * self.mul
+        } else {
+            (u128::from(now) * u128::from(self.mul)).div_ceil(u128::from(self.div)) as u64
+        }
+    }
+
+    /// The first instant (ns since origin) at which `earned_floor` reaches `units`.
+    #[inline]
+    pub(crate) fn instant_of(&self, units: u128) -> u128 {
+        (units * u128::from(self.div)).div_ceil(u128::from(self.mul))
+    }
+
+    /// The raw fields, for the bucket's atomic quota slots.
+    pub(crate) fn to_raw(self) -> [u64; 6] {
+        [
+            self.tokens,
+            self.per_ns,
+            self.burst,
+            self.scale,
+            self.mul,
+            self.div,
+        ]
+    }
+
+    /// Inverse of [`Quota::to_raw`]; only ever given values that came from `to_raw`.
+    pub(crate) fn from_raw(r: [u64; 6]) -> Quota {
+        Quota {
+            tokens: r[0],
+            per_ns: r[1],
+            burst: r[2],
+            scale: r[3],
+            mul: r[4],
+            div: r[5],
+        }
+    }
+}
