@@ -142,7 +142,7 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(bucket.try_acquire(10), Ok(()));
     /// assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(100))));
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
         let now = self.clock.now();
         self.update(
@@ -249,7 +249,7 @@ impl<C: Clock> Bucket<C> {
 
     /// The quota selected by word `w`, or `None` if its slot is being rewritten (only possible
     /// when two reconfigurations completed since `w` was read; the caller reloads).
-    #[inline]
+    #[inline(always)]
     fn quota_of(&self, w: u64) -> Option<Quota> {
         let i = (w & 1) as usize;
         let seq = self.seqs[i].load(Ordering::Acquire);
@@ -263,7 +263,7 @@ impl<C: Clock> Bucket<C> {
 
     /// The CAS loop. `f(state, quota)` returns the state to write (`None`: write nothing) and
     /// the result; it may run several times, so it must not have side effects.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn update<R>(&self, mut f: impl FnMut(u64, &Quota) -> (Option<u64>, R)) -> R {
         let mut w = self.state.load(Ordering::Acquire);
         loop {

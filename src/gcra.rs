@@ -40,20 +40,15 @@ use core::time::Duration;
 /// The state of a full bucket, valid for every quota and every clock reading.
 pub const FULL: u64 = 0;
 
-#[inline]
-fn duration_ns(ns: u128) -> Duration {
-    u64::try_from(ns).map_or(Duration::MAX, Duration::from_nanos)
-}
-
 /// The wait until `earned` reaches `need` units. Past the horizon the clock is read as stopped,
 /// so nothing more refills: the wait is `Duration::MAX`.
 #[inline]
-fn retry_after(quota: &Quota, need: u128, now: u64) -> Duration {
+fn retry_after(quota: &Quota, need: u64, now: u64) -> Duration {
     let at = quota.instant_of(need);
-    if at <= u128::from(now) || at > u128::from(crate::quota::HORIZON_NS) {
+    if at <= now || at > crate::quota::HORIZON_NS {
         return Duration::MAX;
     }
-    duration_ns(at - u128::from(now))
+    Duration::from_nanos(at - now)
 }
 
 /// The state of a bucket that holds `tokens` at `now`. Errors if `tokens > burst`.
@@ -103,18 +98,20 @@ pub fn try_acquire(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<Opt
     let cost_units = cost * scale;
     let burst_units = quota.burst() * scale;
     let earned = quota.earned_floor(now);
-    // Admit iff balance >= cost, i.e. state + cost <= earned + burst (in units; 128-bit so that
-    // even a state that no quota produced cannot overflow).
-    let want = u128::from(state) + u128::from(cost_units);
-    if want <= u128::from(earned) + u128::from(burst_units) {
-        // `want <= MAX_UNITS + ...` fits: state <= earned + burst - cost here.
-        Ok(Some(state.max(quota.earned_ceil(now)) + cost_units))
-    } else {
-        Err(Denied::RetryAfter(retry_after(
+    // Admit iff balance >= cost, i.e. state + cost <= earned + burst (in units). The right side
+    // cannot overflow (the quota guarantees earned + burst <= 2^63 - 1); the left side only
+    // could for a state no quota produces, which is then refused.
+    let earned_plus_burst = earned + burst_units;
+    match state.checked_add(cost_units) {
+        Some(want) if want <= earned_plus_burst => {
+            Ok(Some(state.max(quota.earned_ceil(now)) + cost_units))
+        }
+        Some(want) => Err(Denied::RetryAfter(retry_after(
             quota,
-            want - u128::from(burst_units),
+            want - burst_units,
             now,
-        )))
+        ))),
+        None => Err(Denied::RetryAfter(Duration::MAX)),
     }
 }
 
@@ -158,15 +155,14 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
     let base = state.max(quota.earned_ceil(now));
     let next = u128::from(base) + u128::from(cost * scale);
     if next > u128::from(MAX_UNITS) {
-        let need = u128::from(base).saturating_sub(u128::from(burst_units));
+        let need = base.saturating_sub(burst_units);
         return Err(Denied::RetryAfter(retry_after(quota, need.max(1), now)));
     }
     let next = next as u64;
     let due = if next <= quota.earned_floor(now) + burst_units {
         now
     } else {
-        let at = quota.instant_of(u128::from(next - burst_units));
-        u64::try_from(at).unwrap_or(u64::MAX)
+        quota.instant_of(next - burst_units)
     };
     Ok((if cost == 0 { state } else { next }, due))
 }

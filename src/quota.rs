@@ -241,10 +241,21 @@ impl Quota {
         }
     }
 
-    /// The first instant (ns since origin) at which `earned_floor` reaches `units`.
+    /// The first instant (ns since origin) at which `earned_floor` reaches `units`, saturating
+    /// at `u64::MAX`.
     #[inline]
-    pub(crate) fn instant_of(&self, units: u128) -> u128 {
-        (units * u128::from(self.div)).div_ceil(u128::from(self.mul))
+    pub(crate) fn instant_of(&self, units: u64) -> u64 {
+        if self.div == 1 {
+            // Exact quotas: no 128-bit division (and none at all for one unit per ns).
+            if self.mul == 1 {
+                units
+            } else {
+                units.div_ceil(self.mul)
+            }
+        } else {
+            let at = (u128::from(units) * u128::from(self.div)).div_ceil(u128::from(self.mul));
+            u64::try_from(at).unwrap_or(u64::MAX)
+        }
     }
 
     /// The raw fields, for the bucket's atomic quota slots.

@@ -1,32 +1,41 @@
 use crate::clock::Clock;
 use core::time::Duration;
+use std::sync::OnceLock;
 
-/// `quanta`'s calibrated TSC clock (falls back to the OS monotonic clock where the TSC is not
-/// reliable), measured from the moment the clock was created. Eight bytes.
+/// The process-wide calibrated `quanta` clock and its raw reading at first use (the origin).
+/// Immutable once initialized; shared so that a `QuantaClock` costs no bytes in a bucket.
+static SOURCE: OnceLock<(quanta::Clock, u64)> = OnceLock::new();
+
+fn source() -> &'static (quanta::Clock, u64) {
+    SOURCE.get_or_init(|| {
+        let clock = quanta::Clock::new();
+        let origin = clock.raw();
+        (clock, origin)
+    })
+}
+
+/// `quanta`'s calibrated TSC clock (it falls back to the OS monotonic clock where the TSC is not
+/// reliable). Its origin is the first use of any `QuantaClock` in the process, so all of them
+/// agree, and it is one pointer to that process-wide calibrated source.
 ///
-/// TSCs are not always in step across cores, so a reading can be slightly earlier than one
-/// another core took: buckets tolerate that (see [`Clock`]).
+/// TSCs are not always in step across cores: a reading below the origin reads as 0, and one
+/// slightly earlier than another core's is tolerated by the buckets (see [`Clock`]).
 ///
 /// ```
 /// use tollgate::{Clock, QuantaClock};
 /// let c = QuantaClock::new();
-/// assert!(c.now() < 60_000_000_000);
+/// assert!(c.now() < 60_000_000_000_000);
 /// ```
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct QuantaClock {
-    origin: quanta::Instant,
+    source: &'static (quanta::Clock, u64),
 }
 
-impl QuantaClock {
-    /// A clock whose origin is now.
-    ///
-    /// ```
-    /// let _ = tollgate::QuantaClock::new();
-    /// ```
-    pub fn new() -> QuantaClock {
-        QuantaClock {
-            origin: quanta::Instant::now(),
-        }
+impl core::fmt::Debug for QuantaClock {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("QuantaClock")
+            .field("now", &self.now())
+            .finish()
     }
 }
 
@@ -36,10 +45,22 @@ impl Default for QuantaClock {
     }
 }
 
+impl QuantaClock {
+    /// A handle to the process-wide clock (calibrated on first use, which can take a few ms).
+    ///
+    /// ```
+    /// let _ = tollgate::QuantaClock::new();
+    /// ```
+    pub fn new() -> QuantaClock {
+        QuantaClock { source: source() }
+    }
+}
+
 impl Clock for QuantaClock {
     #[inline]
     fn now(&self) -> u64 {
-        crate::clock::nanos(quanta::Instant::now().saturating_duration_since(self.origin))
+        let (clock, origin) = self.source;
+        clock.delta_as_nanos(*origin, clock.raw())
     }
 
     fn sleep(&self, duration: Duration) {
