@@ -32,12 +32,18 @@ fuzz_target!(|data: &[u8]| {
     let mut b = Bytes(data);
     let mode = b.u64();
     // Keep the model's i128 products in range: tokens < 2^34, period < 2^40 ns, burst < 2^20.
-    let (mut tokens, per, burst) = (b.u64() % (1 << 34) + 1, b.u64() % (1 << 40) + 1, b.u64() % (1 << 20) + 1);
+    let (mut tokens, per, burst) = (
+        b.u64() % (1 << 34) + 1,
+        b.u64() % (1 << 40) + 1,
+        b.u64() % (1 << 20) + 1,
+    );
     if mode & 1 == 0 {
         // Steer half the inputs to exact quotas (reduced numerator 1 or 2).
         tokens = if mode & 2 == 0 { 1 } else { 2 };
     }
-    let Ok(quota) = tollgate::Quota::new(tokens, Duration::from_nanos(per), burst) else { return };
+    let Ok(quota) = tollgate::Quota::new(tokens, Duration::from_nanos(per), burst) else {
+        return;
+    };
     let step = per / tokens + 1;
     let mut ops = Vec::new();
     while let Some(kind) = b.u8() {
