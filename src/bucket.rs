@@ -286,6 +286,35 @@ impl<C: Clock> Bucket<C> {
         }
     }
 
+    /// [`Bucket::update`] for callers that must notice a reconfiguration later (reservations):
+    /// `f(state, epoch, quota)` also receives the word's quota-epoch bit (0 or 1). The same
+    /// rule holds: `f` may run several times and must not have side effects.
+    #[inline]
+    pub(crate) fn update_with_epoch<R>(
+        &self,
+        mut f: impl FnMut(u64, u64, &Quota) -> (Option<u64>, R),
+    ) -> R {
+        let mut w = self.state.load(Ordering::Acquire);
+        loop {
+            let Some(quota) = self.quota_of(w) else {
+                spin_loop();
+                w = self.state.load(Ordering::Acquire);
+                continue;
+            };
+            let (next, result) = f(w >> 1, w & 1, &quota);
+            let Some(next) = next else { return result };
+            match self.state.compare_exchange_weak(
+                w,
+                (next << 1) | (w & 1),
+                Ordering::Relaxed,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return result,
+                Err(actual) => w = actual,
+            }
+        }
+    }
+
     /// The quota slot index and raw state, for reservations (which must notice a
     /// reconfiguration between reserve and cancel).
     #[allow(dead_code)]
