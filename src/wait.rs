@@ -525,9 +525,7 @@ impl<C: Clock> fmt::Debug for UntilReady<'_, C> {
             Stage::Start => d.field("stage", &"start"),
             Stage::Waiting {
                 reservation, until, ..
-            } => d
-                .field("reservation", reservation)
-                .field("until_ns", until),
+            } => d.field("reservation", reservation).field("until_ns", until),
             Stage::Done => d.field("stage", &"done"),
         };
         d.finish()

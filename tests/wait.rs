@@ -71,7 +71,11 @@ impl Go {
     fn reserve(&self, t: u64, n: u64, act: u64) -> tollgate::Reservation<'_, ManualClock> {
         self.clock.set(ms(t * D));
         let r = self.bucket.reserve(n).unwrap();
-        assert_eq!(r.delay(), ms(act.saturating_sub(t) * D), "reserve({n}) at t{t}");
+        assert_eq!(
+            r.delay(),
+            ms(act.saturating_sub(t) * D),
+            "reserve({n}) at t{t}"
+        );
         r
     }
 
@@ -174,9 +178,9 @@ fn go_cancel_multi() {
 fn go_reserve_jump_back() {
     let g = Go::new(quota(10, 2));
     g.reserve(1, 2, 1); // start at t1
-    // Go answers t1 here and t3 below, admitting beyond the quota after its clock stepped back
-    // (its own comment: "should violate Limit,Burst"). A reading earlier than one already acted
-    // on earns nothing here, so the exact answers are t2 and t4.
+                        // Go answers t1 here and t3 below, admitting beyond the quota after its clock stepped back
+                        // (its own comment: "should violate Limit,Burst"). A reading earlier than one already acted
+                        // on earns nothing here, so the exact answers are t2 and t4.
     g.reserve(0, 1, 2);
     g.reserve(2, 2, 4);
 }
@@ -188,8 +192,8 @@ fn go_reserve_jump_back_cancel() {
     let r = g.reserve(1, 2, 3);
     g.reserve(1, 1, 4);
     g.cancel_at(r, 0); // cancel at t0: one token back
-    // Go answers t4 (re-earning from its jumped-back clock); exactly, 6 tokens from a full
-    // bucket at t1 are due at t5.
+                       // Go answers t4 (re-earning from its jumped-back clock); exactly, 6 tokens from a full
+                       // bucket at t1 are due at t5.
     g.reserve(1, 2, 5);
 }
 
@@ -347,7 +351,10 @@ fn cost_zero_is_free_even_in_debt() {
     bucket.reserve(2).unwrap();
     bucket.reserve(2).unwrap(); // balance −2
     assert_eq!(bucket.acquire(0), Ok(Duration::ZERO));
-    assert_eq!(bucket.try_acquire_for(0, Duration::ZERO), Ok(Duration::ZERO));
+    assert_eq!(
+        bucket.try_acquire_for(0, Duration::ZERO),
+        Ok(Duration::ZERO)
+    );
     let r = bucket.reserve(0).unwrap();
     assert_eq!(r.delay(), Duration::ZERO);
     r.cancel();
@@ -391,7 +398,10 @@ fn reservation_delay_and_debug() {
     clock.advance(ms(500));
     assert_eq!(r.delay(), Duration::ZERO);
     let text = format!("{r:?}");
-    assert!(text.contains("Reservation") && text.contains("cost: 1"), "{text}");
+    assert!(
+        text.contains("Reservation") && text.contains("cost: 1"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -420,7 +430,11 @@ fn set_quota_caps_at_the_new_burst_and_does_not_fill() {
     bucket.set_quota(quota(10, 2));
     assert_eq!(bucket.available(), 2);
     bucket.set_quota(quota(10, 10));
-    assert_eq!(bucket.available(), 2, "raising the burst does not fill the bucket");
+    assert_eq!(
+        bucket.available(),
+        2,
+        "raising the burst does not fill the bucket"
+    );
     clock.advance(ms(800));
     assert_eq!(bucket.available(), 10);
 }
@@ -671,7 +685,11 @@ fn threads_blocking_on_the_real_clock_respect_the_quota() {
     let total = (N * M) as u64;
     // The whole run took at least (N·M − burst) / rate.
     let min_ns = (total - BURST) * 1_000_000_000 / RATE;
-    assert!(*at.last().unwrap() >= min_ns, "{} < {min_ns}", at.last().unwrap());
+    assert!(
+        *at.last().unwrap() >= min_ns,
+        "{} < {min_ns}",
+        at.last().unwrap()
+    );
     // At no instant had more than burst + rate × elapsed been admitted (a thread records its
     // admission after its tokens were due, so this holds whatever the OS's sleep slack).
     for (k, &t) in at.iter().enumerate() {
