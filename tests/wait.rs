@@ -407,7 +407,9 @@ fn reservation_delay_and_debug() {
 #[test]
 fn dropping_a_reservation_keeps_it() {
     let (_, bucket) = manual(quota(10, 2));
-    drop(bucket.reserve(2).unwrap());
+    {
+        let _kept = bucket.reserve(2).unwrap();
+    } // dropped here
     assert_eq!(bucket.available(), 0);
 }
 
@@ -520,6 +522,13 @@ impl Clock for Frozen {
         self.0.now()
     }
     fn wake_after(&self, _: Duration, _: &Waker) {}
+}
+
+#[test]
+fn futures_and_reservations_can_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<tollgate::UntilReady<'static, StdClock>>();
+    send_sync::<tollgate::Reservation<'static, ManualClock>>();
 }
 
 #[test]

@@ -47,19 +47,19 @@ fn serial_outcomes() -> Vec<Outcome> {
                 for t_b2 in [t_b1, STEP] {
                     let mut s = gcra::FULL;
                     let mut q = q1;
-                    let mut v = [Ok(()), Ok(())];
+                    let mut v = Vec::new();
+                    let b_ops = [(2, t_b1), (1, t_b2)];
                     for step in 0..3 {
                         if step == switch_pos {
                             s = gcra::rescale(s, t_switch, &q1, &q2);
                             q = q2;
                         }
-                        if step < 2 {
-                            let (cost, t) = if step == 0 { (2, t_b1) } else { (1, t_b2) };
+                        if let Some(&(cost, t)) = b_ops.get(step) {
                             let r = gcra::try_acquire(s, t, &q, cost);
                             if let Ok(Some(n)) = r {
                                 s = n;
                             }
-                            v[step] = verdict(r);
+                            v.push(verdict(r));
                         }
                     }
                     let probe = verdict(gcra::try_acquire(s, STEP, &q, 2));
