@@ -658,12 +658,19 @@ fn jitter_is_deterministic_bounded_and_admission_neutral() {
 fn until_ready_on_the_real_timer() {
     // The shared timer thread wakes the future: the second token of a 50/s, burst-1 bucket
     // cannot come before 20 ms.
-    let bucket = Bucket::with_clock(quota(50, 1), StdClock::new());
+    let clock = StdClock::new();
+    let bucket = Bucket::with_clock(quota(50, 1), clock);
+    let before_first = clock.now();
     assert_eq!(block_on(bucket.until_ready(1)), Ok(Duration::ZERO));
-    let start = std::time::Instant::now();
     let waited = block_on(bucket.until_ready(1)).unwrap();
-    assert!(waited > ms(15) && waited <= ms(20), "{waited:?}");
-    assert!(start.elapsed() >= waited);
+    let done = clock.now();
+    assert!(waited <= ms(20), "{waited:?}");
+    // The second token was due 20 ms after the first was taken (no earlier than `before_first`),
+    // and the future resolved no earlier than that.
+    assert!(
+        done >= before_first + 20_000_000,
+        "{done} < {before_first} + 20 ms"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
