@@ -265,6 +265,17 @@ impl<C: Clock> Bucket<C> {
     /// the result; it may run several times, so it must not have side effects.
     #[inline(always)]
     pub(crate) fn update<R>(&self, mut f: impl FnMut(u64, &Quota) -> (Option<u64>, R)) -> R {
+        self.update_with_epoch(|state, _, quota| f(state, quota))
+    }
+
+    /// [`Bucket::update`] for callers that must notice a reconfiguration later (reservations):
+    /// `f(state, epoch, quota)` also receives the word's quota-epoch bit (0 or 1). The same
+    /// rule holds: `f` may run several times and must not have side effects.
+    #[inline(always)]
+    pub(crate) fn update_with_epoch<R>(
+        &self,
+        mut f: impl FnMut(u64, u64, &Quota) -> (Option<u64>, R),
+    ) -> R {
         let mut w = self.state.load(Ordering::Acquire);
         loop {
             let Some(quota) = self.quota_of(w) else {
@@ -272,7 +283,7 @@ impl<C: Clock> Bucket<C> {
                 w = self.state.load(Ordering::Acquire);
                 continue;
             };
-            let (next, result) = f(w >> 1, &quota);
+            let (next, result) = f(w >> 1, w & 1, &quota);
             let Some(next) = next else { return result };
             match self.state.compare_exchange_weak(
                 w,
@@ -286,10 +297,4 @@ impl<C: Clock> Bucket<C> {
         }
     }
 
-    /// The quota slot index and raw state, for reservations (which must notice a
-    /// reconfiguration between reserve and cancel).
-    #[allow(dead_code)]
-    pub(crate) fn epoch_word(&self) -> u64 {
-        self.state.load(Ordering::Acquire)
-    }
 }

@@ -19,6 +19,7 @@ mod quanta_clock;
 #[cfg(feature = "quanta")]
 pub use quanta_clock::QuantaClock;
 
+use core::task::Waker;
 use core::time::Duration;
 
 /// A monotonic source of time in nanoseconds since the clock's own origin.
@@ -47,6 +48,44 @@ pub trait Clock {
             crate::sync::spin_loop();
         }
     }
+
+    /// Arranges for `waker` to be woken once `duration` has passed on this clock, without
+    /// blocking: the hook behind [`Bucket::until_ready`](crate::Bucket::until_ready). A wake-up
+    /// that comes early is harmless (the future checks the clock again and re-arms).
+    ///
+    /// The default, with the `std` feature, hands the waker to tollgate's one shared timer
+    /// thread (started on first use; it measures `std::time::Instant`, which the std clocks
+    /// follow); without `std` it wakes at once, so the executor polls again (a busy wait, like
+    /// the default [`Clock::sleep`]). [`ManualClock`] advances itself by `duration`, then wakes.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use std::task::{Wake, Waker};
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock};
+    ///
+    /// struct Flag(AtomicBool);
+    /// impl Wake for Flag {
+    ///     fn wake(self: Arc<Self>) {
+    ///         self.0.store(true, Ordering::SeqCst);
+    ///     }
+    /// }
+    /// let flag = Arc::new(Flag(AtomicBool::new(false)));
+    /// let clock = ManualClock::new();
+    /// clock.wake_after(Duration::from_millis(5), &Waker::from(flag.clone()));
+    /// assert_eq!(clock.now(), 5_000_000);
+    /// assert!(flag.0.load(Ordering::SeqCst));
+    /// ```
+    fn wake_after(&self, duration: Duration, waker: &Waker) {
+        #[cfg(feature = "std")]
+        crate::wait::timer::wake_after(duration, waker);
+        #[cfg(not(feature = "std"))]
+        {
+            let _ = duration;
+            waker.wake_by_ref();
+        }
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
@@ -55,6 +94,9 @@ impl<C: Clock + ?Sized> Clock for &C {
     }
     fn sleep(&self, duration: Duration) {
         (**self).sleep(duration)
+    }
+    fn wake_after(&self, duration: Duration, waker: &Waker) {
+        (**self).wake_after(duration, waker)
     }
 }
 

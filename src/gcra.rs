@@ -159,10 +159,14 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
         return Err(Denied::RetryAfter(retry_after(quota, need.max(1), now)));
     }
     let next = next as u64;
-    let due = if next <= quota.earned_floor(now) + burst_units {
+    // Due when `try_acquire` would admit the same request: from `state + cost`, not from
+    // `next`, which differs only when the bucket is capped (`state < earned_ceil(now)`) at an
+    // instant off the unit grid, and then the tokens are there now.
+    let want = state + cost * scale;
+    let due = if want <= quota.earned_floor(now) + burst_units {
         now
     } else {
-        quota.instant_of(next - burst_units)
+        quota.instant_of(want - burst_units)
     };
     Ok((if cost == 0 { state } else { next }, due))
 }

@@ -9,6 +9,8 @@
 //! * [`Denied`] — a refusal: retry after an exact wait, or the cost exceeds the burst.
 //! * [`Clock`] — [`ManualClock`] for tests, [`QuantaClock`] (default) and [`StdClock`].
 //! * [`gcra`] — the pure decision function the bucket applies, for your own storage.
+//! * Waiting: [`Bucket::acquire`], [`Bucket::try_acquire_for`], [`Bucket::reserve`] →
+//!   [`Reservation`], and the async [`Bucket::until_ready`] → [`UntilReady`].
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
 //! arithmetic at the clock's integer-nanosecond reading (see [`Quota::is_exact`] for the one
@@ -39,6 +41,7 @@ mod error;
 pub mod gcra;
 mod quota;
 mod sync;
+mod wait;
 
 pub use bucket::Bucket;
 #[cfg(feature = "quanta")]
@@ -48,3 +51,4 @@ pub use clock::StdClock;
 pub use clock::{Clock, DefaultClock, ManualClock};
 pub use error::{ConfigError, Denied};
 pub use quota::{Quota, HORIZON};
+pub use wait::{Reservation, UntilReady};

@@ -1,6 +1,7 @@
 use crate::clock::{nanos, Clock};
 use crate::sync::{AtomicU64, Ordering};
 use alloc::sync::Arc;
+use core::task::Waker;
 use core::time::Duration;
 
 /// A clock that moves only when told to. Clones share one time, so a test can hand a clone to
@@ -83,5 +84,12 @@ impl Clock for ManualClock {
 
     fn sleep(&self, duration: Duration) {
         self.advance(duration);
+    }
+
+    /// Advances the clock by `duration`, then wakes `waker`: async waits are as deterministic
+    /// as blocking ones.
+    fn wake_after(&self, duration: Duration, waker: &Waker) {
+        self.advance(duration);
+        waker.wake_by_ref();
     }
 }

@@ -1,0 +1,533 @@
+//! Waiting: blocking and async acquire, and reservations that can be cancelled.
+//!
+//! Everything here is built on one primitive, [`gcra::reserve`]: take the tokens now, possibly
+//! ahead of the refill, and learn the instant at which they are due. The reservation pushes the
+//! bucket's theoretical arrival time forward, so the next caller queues behind it — callers are
+//! served in the order their compare-and-swap succeeded, each at the earliest instant the quota
+//! allows.
+//!
+//! | call | waits? | consumes when refused? |
+//! |---|---|---|
+//! | [`Bucket::try_acquire`] | never | nothing |
+//! | [`Bucket::try_acquire_for`] | only if the wait is at most the timeout | nothing |
+//! | [`Bucket::acquire`] | until admitted (through [`Clock::sleep`]) | — (never refused unless `cost > burst`) |
+//! | [`Bucket::reserve`] | never; returns a [`Reservation`] with its delay | — |
+//! | [`Bucket::until_ready`] | asynchronously (through [`Clock::wake_after`]) | — |
+//!
+//! Sleeping always goes through the bucket's clock, outside any critical section: the decision
+//! is one CAS, then the thread sleeps. [`ManualClock`](crate::ManualClock) advances itself by the
+//! requested time instead of sleeping, so every waiting path is deterministic in tests.
+//!
+//! # The leaky bucket as a queue
+//!
+//! A token bucket with burst 1 whose callers all use the blocking [`Bucket::acquire`] is the
+//! *queue* form of the leaky bucket: every caller is let through exactly one emission interval
+//! (`1 / rate`) after the previous one, so the output rate is constant whatever the arrival
+//! pattern. (GCRA was designed as the virtual-scheduling form of that leaky bucket; the
+//! theoretical arrival time *is* the queue's tail.)
+//!
+//! ```
+//! use tollgate::{Bucket, Clock, ManualClock, Quota};
+//! let clock = ManualClock::new();
+//! let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(1).unwrap(), clock.clone());
+//! let mut emitted = Vec::new();
+//! for _ in 0..4 {
+//!     bucket.acquire(1).unwrap();
+//!     emitted.push(clock.now() / 1_000_000); // ms
+//! }
+//! assert_eq!(emitted, [0, 100, 200, 300]); // one every 100 ms: constant output rate
+//! ```
+//!
+//! Trade-offs against the token bucket (burst > 1, or refusing with `try_acquire`):
+//!
+//! * **Smoothness vs latency.** The queue never emits two requests closer than `1 / rate`: the
+//!   downstream sees a perfectly even load, but an idle client that sends a small batch pays
+//!   `n / rate` for it. A larger burst lets the batch through at once and keeps the long-run
+//!   rate, at the price of short spikes downstream.
+//! * **Unbounded queueing.** Waiting callers hold a place in line; under sustained overload the
+//!   queue (the debt) grows and so does every caller's latency. Bound it with
+//!   [`Bucket::try_acquire_for`] (refuse when the wait would exceed a timeout) — the same role
+//!   the finite queue plays in a leaky bucket that drops overflow.
+//! * **Work-conserving fairness.** The order is first-come-first-served by CAS; a caller that
+//!   gives up ([`Reservation::cancel`], or dropping an [`UntilReady`]) returns its place only if
+//!   nobody queued behind it (Go's `x/time/rate` rule), so cancellation never lets later callers
+//!   exceed the quota.
+//!
+//! # Reservations and reconfiguration
+//!
+//! A [`Reservation`] remembers the state right after it, its due instant, its cost and the quota
+//! (and the word's quota epoch) it was made under. [`Bucket::set_quota`] changes the unit in
+//! which states are counted, so after a reconfiguration a cancellation would subtract tokens of
+//! one quota from a state of another: [`Reservation::cancel`] then does nothing (the tokens stay
+//! consumed, which can only refuse more, never admit more).
+
+use crate::bucket::Bucket;
+use crate::clock::{nanos, Clock};
+use crate::error::Denied;
+use crate::gcra;
+use crate::quota::Quota;
+use core::fmt;
+use core::future::Future;
+use core::mem;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use core::time::Duration;
+
+#[cfg(feature = "std")]
+pub(crate) mod timer;
+
+/// What a reservation needs to remember, decided inside the CAS closure (which may rerun, so it
+/// only returns this value and has no side effects).
+#[derive(Clone, Copy)]
+struct Ticket {
+    /// The state right after this reservation (what [`gcra::cancel`] calls `after`).
+    after: u64,
+    /// The instant (clock nanoseconds) at which the tokens are due.
+    due: u64,
+    /// The word's quota-epoch bit when the reservation was made.
+    epoch: u64,
+    /// The quota in force when the reservation was made.
+    quota: Quota,
+}
+
+impl<C: Clock> Bucket<C> {
+    /// Waits until `cost` tokens are admitted, then takes them. Returns the time it waited:
+    /// the delay it was scheduled for when it joined the queue (zero if the tokens were there;
+    /// a real clock's sleep may overshoot it by the OS's timer slack).
+    ///
+    /// The tokens are reserved first (one CAS, [`Bucket::reserve`]), then the thread sleeps
+    /// through [`Clock::sleep`] until they are due, outside any critical section; a
+    /// [`ManualClock`](crate::ManualClock) advances itself instead, so tests are deterministic.
+    ///
+    /// Errors: [`Denied::ExceedsBurst`] when `cost > burst` (no wait would ever admit it), and
+    /// nothing is consumed. (`RetryAfter` only if the queue of reservations already reaches
+    /// decades ahead, past the state's range.) Cost 0 returns `Ok(0)` at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, Clock, Denied, ManualClock, Quota};
+    /// let clock = ManualClock::new();
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(2).unwrap(), clock.clone());
+    /// assert_eq!(bucket.acquire(2), Ok(Duration::ZERO));
+    /// assert_eq!(bucket.acquire(2), Ok(Duration::from_millis(200)));
+    /// assert_eq!(clock.now(), 200_000_000); // the manual clock slept
+    /// assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(100))));
+    /// assert_eq!(bucket.acquire(3), Err(Denied::ExceedsBurst));
+    /// ```
+    pub fn acquire(&self, cost: u64) -> Result<Duration, Denied> {
+        self.try_acquire_for(cost, Duration::MAX)
+    }
+
+    /// Like [`Bucket::acquire`], but only if the wait is at most `timeout`; otherwise
+    /// `Err(RetryAfter(wait))` and **nothing is consumed**. The decision — reserve if due within
+    /// `timeout` — is taken inside one CAS, so a concurrent caller can never make this one
+    /// consume and then give up.
+    ///
+    /// `timeout` zero behaves like [`Bucket::try_acquire`] (same verdict, same `RetryAfter`);
+    /// `Duration::MAX` like [`Bucket::acquire`]. Cost 0 returns `Ok(0)` at once; `cost > burst`
+    /// is [`Denied::ExceedsBurst`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, Clock, Denied, ManualClock, Quota};
+    /// let ms = Duration::from_millis;
+    /// let clock = ManualClock::new();
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(2).unwrap(), clock.clone());
+    /// assert_eq!(bucket.try_acquire_for(2, ms(100)), Ok(Duration::ZERO));
+    /// assert_eq!(bucket.try_acquire_for(2, ms(100)), Err(Denied::RetryAfter(ms(200))));
+    /// assert_eq!(bucket.try_acquire_for(1, ms(100)), Ok(ms(100)));
+    /// assert_eq!(clock.now(), 100_000_000);
+    /// ```
+    pub fn try_acquire_for(&self, cost: u64, timeout: Duration) -> Result<Duration, Denied> {
+        if cost == 0 {
+            return Ok(Duration::ZERO);
+        }
+        let now = self.clock().now();
+        let limit = nanos(timeout);
+        let due = self.update(
+            |state, quota| match gcra::reserve(state, now, quota, cost) {
+                Ok((next, due)) => {
+                    let wait = due.saturating_sub(now);
+                    if wait <= limit {
+                        (Some(next), Ok(due))
+                    } else {
+                        (None, Err(Denied::RetryAfter(Duration::from_nanos(wait))))
+                    }
+                }
+                Err(denied) => (None, Err(denied)),
+            },
+        )?;
+        Ok(self.sleep_until(now, due))
+    }
+
+    /// Takes `cost` tokens now, possibly ahead of the refill, and never blocks: the returned
+    /// [`Reservation`] says how long to wait ([`Reservation::delay`]) before acting, and can
+    /// give the tokens back ([`Reservation::cancel`]). Later callers queue behind it.
+    /// Dropping the reservation keeps the tokens taken.
+    ///
+    /// Errors: [`Denied::ExceedsBurst`] when `cost > burst`. (`RetryAfter` only if the queue of
+    /// reservations already reaches decades ahead, past the state's range.) Cost 0 gives a
+    /// reservation that is due at once and takes nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, ManualClock, Quota};
+    /// let clock = ManualClock::new();
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(2).unwrap(), clock.clone());
+    /// assert_eq!(bucket.reserve(2).unwrap().delay(), Duration::ZERO);
+    /// assert_eq!(bucket.reserve(2).unwrap().delay(), Duration::from_millis(200));
+    /// clock.advance(Duration::from_millis(300));
+    /// assert_eq!(bucket.reserve(2).unwrap().delay(), Duration::from_millis(100));
+    /// ```
+    pub fn reserve(&self, cost: u64) -> Result<Reservation<'_, C>, Denied> {
+        let now = self.clock().now();
+        self.reserve_at(now, cost)
+    }
+
+    fn reserve_at(&self, now: u64, cost: u64) -> Result<Reservation<'_, C>, Denied> {
+        let ticket = self.update_with_epoch(|state, epoch, quota| {
+            let quota = *quota;
+            if cost == 0 {
+                let ticket = Ticket {
+                    after: state,
+                    due: now,
+                    epoch,
+                    quota,
+                };
+                return (None, Ok(ticket));
+            }
+            match gcra::reserve(state, now, &quota, cost) {
+                Ok((after, due)) => (
+                    Some(after),
+                    Ok(Ticket {
+                        after,
+                        due,
+                        epoch,
+                        quota,
+                    }),
+                ),
+                Err(denied) => (None, Err(denied)),
+            }
+        })?;
+        Ok(Reservation {
+            bucket: self,
+            cost,
+            ticket,
+        })
+    }
+
+    /// Sleeps on the bucket's clock until `due`; returns the scheduled wait `due − now`.
+    /// Loops because a clock's `sleep` may follow another time source than its `now`.
+    fn sleep_until(&self, now: u64, due: u64) -> Duration {
+        let mut t = now;
+        while t < due {
+            self.clock().sleep(Duration::from_nanos(due - t));
+            t = self.clock().now();
+        }
+        Duration::from_nanos(due.saturating_sub(now))
+    }
+
+    /// The async counterpart of [`Bucket::acquire`]: a future that reserves `cost` tokens when
+    /// first polled and resolves to `Ok(time waited)` once they are due, or at once to
+    /// `Err(ExceedsBurst)` when `cost > burst`.
+    ///
+    /// It works on any executor: the wake-up comes from the clock's
+    /// [`Clock::wake_after`] hook — for the std clocks, one shared timer thread that tollgate
+    /// starts on first use; no runtime feature to choose. It is **cancel-safe**: dropping it
+    /// before it completes cancels its reservation ([`Reservation::cancel`]'s rule), so a
+    /// `select!` or timeout that abandons it does not waste the quota. A future that was never
+    /// polled has reserved nothing.
+    ///
+    /// With a [`ManualClock`](crate::ManualClock) it completes on its first poll, the clock
+    /// advanced by the wait:
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::sync::Arc;
+    /// use std::task::{Context, Poll, Wake, Waker};
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, Clock, ManualClock, Quota};
+    ///
+    /// struct Nop;
+    /// impl Wake for Nop {
+    ///     fn wake(self: Arc<Self>) {}
+    /// }
+    /// let waker = Waker::from(Arc::new(Nop));
+    /// let mut cx = Context::from_waker(&waker);
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(2).unwrap(), clock.clone());
+    /// bucket.try_acquire(2).unwrap();
+    /// let mut fut = pin!(bucket.until_ready(1));
+    /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::from_millis(100))));
+    /// assert_eq!(clock.now(), 100_000_000);
+    /// ```
+    pub fn until_ready(&self, cost: u64) -> UntilReady<'_, C> {
+        UntilReady {
+            bucket: self,
+            cost,
+            jitter: 0,
+            stage: Stage::Start,
+        }
+    }
+
+    /// [`Bucket::until_ready`] that, once the tokens are due, waits a further pseudo-random
+    /// `0 ..= max_jitter`, derived deterministically from `seed` (SplitMix64; no RNG, no
+    /// global state). Pass something that differs between callers — a request id, a
+    /// connection's port — to spread a herd of callers that became ready at the same instant
+    /// (for example a full burst admitted at once after an idle period) over `max_jitter`.
+    ///
+    /// The jitter only delays the caller: the tokens are taken when the future is first polled,
+    /// exactly as without jitter, so it never changes what the bucket admits. The future
+    /// resolves to the whole wait, jitter included.
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::sync::Arc;
+    /// use std::task::{Context, Poll, Wake, Waker};
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, ManualClock, Quota};
+    ///
+    /// struct Nop;
+    /// impl Wake for Nop {
+    ///     fn wake(self: Arc<Self>) {}
+    /// }
+    /// let waker = Waker::from(Arc::new(Nop));
+    /// let mut cx = Context::from_waker(&waker);
+    ///
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+    /// let max = Duration::from_millis(50);
+    /// let mut fut = pin!(bucket.until_ready_with_jitter(1, max, 7));
+    /// let Poll::Ready(Ok(waited)) = fut.as_mut().poll(&mut cx) else { panic!() };
+    /// assert!(waited <= max); // the bucket had the token: only the jitter was waited
+    /// ```
+    pub fn until_ready_with_jitter(
+        &self,
+        cost: u64,
+        max_jitter: Duration,
+        seed: u64,
+    ) -> UntilReady<'_, C> {
+        let max = nanos(max_jitter);
+        let r = splitmix64(seed);
+        let jitter = match max.checked_add(1) {
+            Some(m) => r % m,
+            None => r,
+        };
+        UntilReady {
+            bucket: self,
+            cost,
+            jitter,
+            stage: Stage::Start,
+        }
+    }
+}
+
+/// SplitMix64's output function: a bijective, well-mixed hash of the seed.
+fn splitmix64(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Tokens taken ahead by [`Bucket::reserve`]: wait [`delay`](Reservation::delay) before acting,
+/// or give them back with [`cancel`](Reservation::cancel). Dropping it keeps the tokens taken.
+///
+/// It remembers the bucket state right after it, its due instant, its cost, and the quota (with
+/// the word's quota epoch) it was made under.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Bucket, ManualClock, Quota};
+/// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(2).unwrap(), ManualClock::new());
+/// bucket.reserve(2).unwrap(); // dropped: the tokens stay taken
+/// let r = bucket.reserve(2).unwrap();
+/// assert_eq!(r.delay(), Duration::from_millis(200));
+/// r.cancel();
+/// assert_eq!(bucket.reserve(2).unwrap().delay(), Duration::from_millis(200));
+/// ```
+pub struct Reservation<'a, C> {
+    bucket: &'a Bucket<C>,
+    cost: u64,
+    ticket: Ticket,
+}
+
+impl<C: Clock> Reservation<'_, C> {
+    /// The time until the reserved tokens are due, on the bucket's clock; zero once due.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, ManualClock, Quota};
+    /// let clock = ManualClock::new();
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(1).unwrap(), clock.clone());
+    /// bucket.reserve(1).unwrap();
+    /// let r = bucket.reserve(1).unwrap();
+    /// assert_eq!(r.delay(), Duration::from_millis(100));
+    /// clock.advance(Duration::from_millis(60));
+    /// assert_eq!(r.delay(), Duration::from_millis(40));
+    /// clock.advance(Duration::from_millis(60));
+    /// assert_eq!(r.delay(), Duration::ZERO);
+    /// ```
+    pub fn delay(&self) -> Duration {
+        Duration::from_nanos(self.ticket.due.saturating_sub(self.bucket.clock().now()))
+    }
+
+    /// Gives the reserved tokens back, except those that later reservations depend on — the
+    /// rule of Go's `x/time/rate` `Reservation.CancelAt` ([`gcra::cancel`]): it restores
+    /// `cost − (tokens reserved after this one)`, nothing when that is not positive, nothing
+    /// when the reservation came due before now, and never more than the burst.
+    ///
+    /// **If the quota changed since the reservation** ([`Bucket::set_quota`] with a different
+    /// quota), the state is counted in another unit and the reservation can no longer be
+    /// matched against it: `cancel` then does nothing (the tokens stay consumed — it can refuse
+    /// more, never admit more). A reconfiguration there-and-back to the identical quota is not
+    /// detected; the rule above is then applied to the converted state, still capped at the
+    /// reservation's cost and at the burst.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, ManualClock, Quota};
+    /// let clock = ManualClock::new();
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(2).unwrap(), clock.clone());
+    /// bucket.reserve(2).unwrap();
+    /// let r = bucket.reserve(2).unwrap(); // due at 200 ms
+    /// clock.advance(Duration::from_millis(100));
+    /// r.cancel(); // nobody queued behind it: both tokens come back
+    /// assert_eq!(bucket.reserve(2).unwrap().delay(), Duration::from_millis(100));
+    /// ```
+    pub fn cancel(self) {
+        if self.cost == 0 {
+            return;
+        }
+        let now = self.bucket.clock().now();
+        let t = self.ticket;
+        let cost = self.cost;
+        self.bucket.update_with_epoch(|state, epoch, quota| {
+            if epoch != t.epoch || *quota != t.quota {
+                return (None, ());
+            }
+            (gcra::cancel(state, now, quota, t.after, t.due, cost), ())
+        });
+    }
+}
+
+impl<C> fmt::Debug for Reservation<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("cost", &self.cost)
+            .field("due_ns", &self.ticket.due)
+            .field("after", &self.ticket.after)
+            .field("quota", &self.ticket.quota)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Stage<'a, C> {
+    /// Not polled yet: nothing reserved.
+    Start,
+    /// Reserved; ready at `until` (the due instant plus the jitter).
+    Waiting {
+        reservation: Reservation<'a, C>,
+        until: u64,
+        waited: Duration,
+    },
+    /// Resolved (or abandoned).
+    Done,
+}
+
+/// The future returned by [`Bucket::until_ready`]: resolves to `Ok(time waited)` once the
+/// reserved tokens are due, or `Err(Denied::ExceedsBurst)` when `cost > burst`. Dropping it
+/// before it resolves cancels its reservation. Polling it again after it resolved gives
+/// `Ok(Duration::ZERO)` and takes nothing.
+///
+/// ```
+/// use std::future::Future;
+/// use std::pin::pin;
+/// use std::sync::Arc;
+/// use std::task::{Context, Poll, Wake, Waker};
+/// use tollgate::{Bucket, Denied, ManualClock, Quota};
+///
+/// struct Nop;
+/// impl Wake for Nop {
+///     fn wake(self: Arc<Self>) {}
+/// }
+/// let waker = Waker::from(Arc::new(Nop));
+/// let mut cx = Context::from_waker(&waker);
+/// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+/// let mut fut = pin!(bucket.until_ready(11));
+/// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Err(Denied::ExceedsBurst)));
+/// ```
+pub struct UntilReady<'a, C: Clock> {
+    bucket: &'a Bucket<C>,
+    cost: u64,
+    /// Extra nanoseconds to wait after the tokens are due.
+    jitter: u64,
+    stage: Stage<'a, C>,
+}
+
+impl<C: Clock> Future for UntilReady<'_, C> {
+    type Output = Result<Duration, Denied>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let clock = this.bucket.clock();
+        if let Stage::Start = this.stage {
+            let now = clock.now();
+            match this.bucket.reserve_at(now, this.cost) {
+                Err(denied) => {
+                    this.stage = Stage::Done;
+                    return Poll::Ready(Err(denied));
+                }
+                Ok(reservation) => {
+                    let until = reservation.ticket.due.max(now).saturating_add(this.jitter);
+                    this.stage = Stage::Waiting {
+                        reservation,
+                        until,
+                        waited: Duration::from_nanos(until - now),
+                    };
+                }
+            }
+        }
+        let (until, waited) = match &this.stage {
+            Stage::Waiting { until, waited, .. } => (*until, *waited),
+            _ => return Poll::Ready(Ok(Duration::ZERO)),
+        };
+        loop {
+            let now = clock.now();
+            if now >= until {
+                // Resolved: the reservation is kept (dropping it keeps its tokens).
+                this.stage = Stage::Done;
+                return Poll::Ready(Ok(waited));
+            }
+            clock.wake_after(Duration::from_nanos(until - now), cx.waker());
+            if clock.now() < until {
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+impl<C: Clock> Drop for UntilReady<'_, C> {
+    fn drop(&mut self) {
+        if let Stage::Waiting { reservation, .. } = mem::replace(&mut self.stage, Stage::Done) {
+            reservation.cancel();
+        }
+    }
+}
+
+impl<C: Clock> fmt::Debug for UntilReady<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("UntilReady");
+        d.field("cost", &self.cost).field("jitter_ns", &self.jitter);
+        match &self.stage {
+            Stage::Start => d.field("stage", &"start"),
+            Stage::Waiting {
+                reservation, until, ..
+            } => d.field("reservation", reservation).field("until_ns", until),
+            Stage::Done => d.field("stage", &"done"),
+        };
+        d.finish()
+    }
+}
