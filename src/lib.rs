@@ -8,6 +8,7 @@
 //! * [`Quota`] — a validated rate and burst; [`ConfigError`] when it is not.
 //! * [`Denied`] — a refusal: retry after an exact wait, or the cost exceeds the burst.
 //! * [`Clock`] — [`ManualClock`] for tests, [`QuantaClock`] (default) and [`StdClock`].
+//! * [`Smooth`] — Guava's `SmoothRateLimiter` (bursty and warming up), to the microsecond.
 //! * [`gcra`] — the pure decision function the bucket applies, for your own storage.
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
@@ -38,6 +39,7 @@ mod clock;
 mod error;
 pub mod gcra;
 mod quota;
+mod smooth;
 mod sync;
 
 pub use bucket::Bucket;
@@ -48,3 +50,4 @@ pub use clock::StdClock;
 pub use clock::{Clock, DefaultClock, ManualClock};
 pub use error::{ConfigError, Denied};
 pub use quota::{Quota, HORIZON};
+pub use smooth::Smooth;
