@@ -1,68 +1,5 @@
 //! [`Smooth`]: Guava's `SmoothRateLimiter` (`SmoothBursty` and `SmoothWarmingUp`), reproduced to
 //! the microsecond, with its whole state in one 128-bit word updated by compare-and-swap.
-//!
-//! # The model (Guava's)
-//!
-//! The limiter remembers the time the **next** request may go (`next`, in microseconds since
-//! the limiter was created) and a number of **stored permits** earned while it was idle. A
-//! request is served from the stored permits first, then from fresh ones; it never waits for
-//! its own permits, it only waits until `next`, and pushes `next` forward by what its permits
-//! cost ("pay later": the next caller pays).
-//!
-//! * fresh permits cost the stable interval `1 s / rate` each;
-//! * stored permits cost nothing (bursty), or the integral of the warm-up trapezoid over the
-//!   permits taken (warming up): stable interval below `threshold = 0.5·warmup / stable`,
-//!   growing linearly to `cold = cold_factor · stable` at
-//!   `max = threshold + 2·warmup / (stable + cold)`;
-//! * idle time converts to stored permits at one per "cool-down interval" (the stable interval
-//!   when bursty, `warmup / max` when warming up), up to `max` (`max_burst × rate` when bursty).
-//!
-//! # Arithmetic and rounding
-//!
-//! Every decision is computed exactly as Guava computes it: in `f64`, the same operations in the
-//! same order, with Java's `(long)` casts (truncation toward zero, saturating, NaN → 0) where
-//! Guava has them, and the clock read as whole microseconds since creation (Guava's stopwatch).
-//! Only the *stored* state is integral:
-//!
-//! * `next` is a whole number of microseconds, as Guava's `nextFreeTicketMicros` is;
-//! * the stored permits are a 74-bit fixed-point number whose unit, `2^-F` permit, follows the
-//!   rate: the largest `F` with `max · 2^F < 2^74`. Every `f64` from `max / 2^21` up to `max`
-//!   is then a whole number of units and is stored **exactly**; a smaller value is rounded to
-//!   the nearest unit, an error of at most `max · 2^-74` permit.
-//!
-//! What that means for compatibility:
-//!
-//! * **Bit-exact in practice when the maximum burst or the warm-up is at most 2^21 µs
-//!   (2.097 s)**, which includes Guava's default (`create(rate)` has a 1 s burst). Idle time
-//!   earns `gap / cool-down = max · gap / duration` permits, so with `duration ≤ 2^21 µs` even a
-//!   1 µs gap earns at least `max / 2^21`; sums and leftovers of such values stay on the grid.
-//!   The one exception in theory is `set_rate` rescaling a leftover of rounding noise (a few
-//!   `f64` ulps of a permit). The tests compare 12 million random operations with a plain-`f64`
-//!   transcription of Guava (itself checked against Guava's algorithm on the JVM): no
-//!   difference.
-//! * Longer bursts or warm-ups: an idle gap shorter than `duration / 2^21` earns a value finer
-//!   than the unit; its rounding can move a later wait by **one microsecond**. Measured: 16 such
-//!   cases in 12 million random operations (a fifth of the limiters with 3.5 s – 123 s
-//!   durations), never more than 1 µs.
-//! * `F` is capped at 1022, so a maximum below about 2^-948 permit (a rate below ~10^-280 per
-//!   second) stores nothing at all.
-//!
-//! Storing Guava's `f64` bit pattern instead would be bit-exact everywhere; the fixed point keeps
-//! the state an exact integer quantity, as the rest of the crate does.
-//!
-//! # Deviations from Guava (beyond the rounding above; all at inputs Guava rejects or mishandles)
-//!
-//! * A rate that is zero, negative, NaN **or infinite** is a [`ConfigError::InvalidRate`]
-//!   (Guava accepts `+∞` as "no limit"); so is a rate whose maximum stored permits
-//!   (`max_burst × rate`, or the warm-up trapezoid) overflow `f64`.
-//! * `permits == 0` is admitted at once and changes nothing (Guava throws).
-//! * A warm-up below one microsecond makes `max = 0`: Guava then divides 0 by 0 and, after the
-//!   first idle moment, stops limiting (its stored permits become NaN); here the limiter simply
-//!   stores nothing and serves every permit at the stable rate.
-//! * The next free time saturates at 2^53 − 1 µs (285 years after creation) instead of
-//!   `i64::MAX` µs, and the clock is read as if it stopped there; sums of waits saturate where
-//!   Java's `long` addition would wrap.
-//! * `permits` is a `u64`, converted to `f64` (exact up to 2^53); Guava takes an `int`.
 
 use crate::clock::{Clock, DefaultClock};
 use crate::error::ConfigError;
@@ -87,7 +24,10 @@ enum Mode {
     /// `SmoothBursty`: stored permits are free; up to `max_burst_seconds × rate` of them.
     Bursty { max_burst_seconds: f64 },
     /// `SmoothWarmingUp`: stored permits above the threshold cost the trapezoid's integral.
-    WarmingUp { warmup_micros: f64, cold_factor: f64 },
+    WarmingUp {
+        warmup_micros: f64,
+        cold_factor: f64,
+    },
 }
 
 /// What `setRate` derives from the rate: Guava's fields, plus the fixed-point exponent of the
@@ -185,9 +125,9 @@ impl Params {
     }
 
     /// `f64` permits → fixed point, rounded to nearest (ties up); NaN and negatives → 0.
-    fn to_fixed(&self, permits: f64) -> u128 {
+    fn units_of(&self, permits: f64) -> u128 {
         let v = permits * pow2(self.frac_bits);
-        if !(v > 0.0) {
+        if v.is_nan() || v <= 0.0 {
             return 0;
         }
         // `v` is below 2^74 (the field holds `max`); at or above 2^52 it is already whole.
@@ -197,7 +137,7 @@ impl Params {
     }
 
     /// Fixed point → `f64`, exactly (see the module docs).
-    fn from_fixed(&self, units: u128) -> f64 {
+    fn permits_of(&self, units: u128) -> f64 {
         units as f64 * pow2(-self.frac_bits)
     }
 
@@ -266,9 +206,7 @@ impl State {
             Mode::Bursty { .. } => 0,
             Mode::WarmingUp { .. } => p.stored_permits_to_wait_time(self.stored, from_stored),
         };
-        let wait = stored_cost
-            .saturating_add((fresh * p.stable) as i64)
-            .max(0);
+        let wait = stored_cost.saturating_add((fresh * p.stable) as i64).max(0);
         self.next = self.next.saturating_add(wait as u64).min(MAX_MICROS);
         self.stored -= from_stored;
         moment.saturating_sub(now)
@@ -282,7 +220,7 @@ impl State {
 /// for, then pushes the next free time forward by the cost of its permits. Idle time is stored
 /// as permits (up to a maximum) that later requests spend for free (bursty) or at a cost that
 /// falls from `cold_factor ×` the stable interval to the stable interval as the limiter warms
-/// up. See the [module docs](self) for the exact model, the rounding, and the few deviations.
+/// up.
 ///
 /// Guava's warm-up example (2 permits/s, 4 s warm-up, cold factor 3):
 ///
@@ -294,6 +232,69 @@ impl State {
 /// let waits: Vec<u128> = (0..8).map(|_| limiter.acquire(1).as_millis()).collect();
 /// assert_eq!(waits, [0, 1375, 1125, 875, 625, 500, 500, 500]);
 /// ```
+///
+/// # The model (Guava's)
+///
+/// The limiter remembers the time the **next** request may go (`next`, in microseconds since
+/// the limiter was created) and a number of **stored permits** earned while it was idle. A
+/// request is served from the stored permits first, then from fresh ones; it never waits for
+/// its own permits, it only waits until `next`, and pushes `next` forward by what its permits
+/// cost ("pay later": the next caller pays).
+///
+/// * fresh permits cost the stable interval `1 s / rate` each;
+/// * stored permits cost nothing (bursty), or the integral of the warm-up trapezoid over the
+///   permits taken (warming up): stable interval below `threshold = 0.5·warmup / stable`,
+///   growing linearly to `cold = cold_factor · stable` at
+///   `max = threshold + 2·warmup / (stable + cold)`;
+/// * idle time converts to stored permits at one per "cool-down interval" (the stable interval
+///   when bursty, `warmup / max` when warming up), up to `max` (`max_burst × rate` when bursty).
+///
+/// # Arithmetic and rounding
+///
+/// Every decision is computed exactly as Guava computes it: in `f64`, the same operations in the
+/// same order, with Java's `(long)` casts (truncation toward zero, saturating, NaN → 0) where
+/// Guava has them, and the clock read as whole microseconds since creation (Guava's stopwatch).
+/// Only the *stored* state is integral:
+///
+/// * `next` is a whole number of microseconds, as Guava's `nextFreeTicketMicros` is;
+/// * the stored permits are a 74-bit fixed-point number whose unit, `2^-F` permit, follows the
+///   rate: the largest `F` with `max · 2^F < 2^74`. Every `f64` from `max / 2^21` up to `max`
+///   is then a whole number of units and is stored **exactly**; a smaller value is rounded to
+///   the nearest unit, an error of at most `max · 2^-74` permit.
+///
+/// What that means for compatibility:
+///
+/// * **Bit-exact in practice when the maximum burst or the warm-up is at most 2^21 µs
+///   (2.097 s)**, which includes Guava's default (`create(rate)` has a 1 s burst). Idle time
+///   earns `gap / cool-down = max · gap / duration` permits, so with `duration ≤ 2^21 µs` even a
+///   1 µs gap earns at least `max / 2^21`; sums and leftovers of such values stay on the grid.
+///   The one exception in theory is `set_rate` rescaling a leftover of rounding noise (a few
+///   `f64` ulps of a permit). The tests compare 12 million random operations with a plain-`f64`
+///   transcription of Guava (itself checked against Guava's algorithm on the JVM): no
+///   difference.
+/// * Longer bursts or warm-ups: an idle gap shorter than `duration / 2^21` earns a value finer
+///   than the unit; its rounding can move a later wait by **one microsecond**. Measured: 16 such
+///   cases in 12 million random operations (a fifth of the limiters with 3.5 s – 123 s
+///   durations), never more than 1 µs.
+/// * `F` is capped at 1022, so a maximum below about 2^-948 permit (a rate below ~10^-280 per
+///   second) stores nothing at all.
+///
+/// Storing Guava's `f64` bit pattern instead would be bit-exact everywhere; the fixed point keeps
+/// the state an exact integer quantity, as the rest of the crate does.
+///
+/// # Deviations from Guava (beyond the rounding above; all at inputs Guava rejects or mishandles)
+///
+/// * A rate that is zero, negative, NaN **or infinite** is a [`ConfigError::InvalidRate`]
+///   (Guava accepts `+∞` as "no limit"); so is a rate whose maximum stored permits
+///   (`max_burst × rate`, or the warm-up trapezoid) overflow `f64`.
+/// * `permits == 0` is admitted at once and changes nothing (Guava throws).
+/// * A warm-up below one microsecond makes `max = 0`: Guava then divides 0 by 0 and, after the
+///   first idle moment, stops limiting (its stored permits become NaN); here the limiter simply
+///   stores nothing and serves every permit at the stable rate.
+/// * The next free time saturates at 2^53 − 1 µs (285 years after creation) instead of
+///   `i64::MAX` µs, and the clock is read as if it stopped there; sums of waits saturate where
+///   Java's `long` addition would wrap.
+/// * `permits` is a `u64`, converted to `f64` (exact up to 2^53); Guava takes an `int`.
 ///
 /// The state is one `AtomicU128` (`portable-atomic`'s: lock-free on x86_64 with `cmpxchg16b`,
 /// AArch64 and other targets with a native 128-bit CAS; a short lock elsewhere).
@@ -441,7 +442,7 @@ impl<C: Clock> Smooth<C> {
     /// let limiter =
     ///     Smooth::warming_up_with_clock(5.0, Duration::from_secs(4), 10.0, ManualClock::new()).unwrap();
     /// assert_eq!(limiter.acquire(1), Duration::ZERO);
-    /// assert_eq!(limiter.acquire(1), Duration::from_micros(1_750_000)); // cold: 1.75 s
+    /// assert_eq!(limiter.acquire(1), Duration::from_micros(1_752_500)); // cold: 1.7525 s
     /// let bad = Smooth::warming_up_with_clock(5.0, Duration::from_secs(4), 0.5, ManualClock::new());
     /// assert_eq!(bad.unwrap_err(), ConfigError::InvalidFactor);
     /// ```
@@ -455,8 +456,8 @@ impl<C: Clock> Smooth<C> {
         if !(cold_factor >= 1.0 && cold_factor.is_finite()) {
             return Err(ConfigError::InvalidFactor);
         }
-        let warmup_micros = i64::try_from(warmup.as_micros())
-            .map_err(|_| ConfigError::InvalidDuration)? as f64;
+        let warmup_micros =
+            i64::try_from(warmup.as_micros()).map_err(|_| ConfigError::InvalidDuration)? as f64;
         let mode = Mode::WarmingUp {
             warmup_micros,
             cold_factor,
@@ -467,7 +468,7 @@ impl<C: Clock> Smooth<C> {
     }
 
     fn from_parts(mode: Mode, params: Params, stored: f64, clock: C) -> Smooth<C> {
-        let word = params.to_fixed(stored) << 1;
+        let word = params.units_of(stored) << 1;
         let raw = params.to_raw();
         Smooth {
             state: AtomicU128::new(word),
@@ -551,7 +552,10 @@ impl<C: Clock> Smooth<C> {
     /// factor and maximum burst duration stay as configured.
     ///
     /// A concurrent caller sees the old rate with the old state or the new rate with the new
-    /// state, never a mix. [`ConfigError::InvalidRate`] (nothing changes) for a rate that is not
+    /// state, never a mix: the derived parameters are written to the idle slot first, then one
+    /// CAS converts the state and flips the word's epoch bit, and a decision's CAS only succeeds
+    /// on the exact word (epoch bit included) it decided on. Decisions never wait for
+    /// `set_rate`; concurrent `set_rate` calls take turns. [`ConfigError::InvalidRate`] (nothing changes) for a rate that is not
     /// finite and positive, or whose maximum stored permits overflow `f64`.
     ///
     /// ```
@@ -707,12 +711,12 @@ const STORED_MASK: u128 = MAX_FIXED << 1;
 fn decode(w: u128, p: &Params) -> State {
     State {
         next: (w >> NEXT_SHIFT) as u64,
-        stored: p.from_fixed((w & STORED_MASK) >> 1),
+        stored: p.permits_of((w & STORED_MASK) >> 1),
     }
 }
 
 fn encode(s: State, p: &Params, epoch: u128) -> u128 {
-    (u128::from(s.next.min(MAX_MICROS)) << NEXT_SHIFT) | (p.to_fixed(s.stored) << 1) | epoch
+    (u128::from(s.next.min(MAX_MICROS)) << NEXT_SHIFT) | (p.units_of(s.stored) << 1) | epoch
 }
 
 #[cfg(test)]
@@ -730,18 +734,18 @@ mod tests {
                 cool_down: 1.0,
                 frac_bits: frac_bits_for(max),
             };
-            assert_eq!(p.from_fixed(p.to_fixed(max)), max, "max {max:e}");
-            assert!(p.to_fixed(max) <= MAX_FIXED);
+            assert_eq!(p.permits_of(p.units_of(max)), max, "max {max:e}");
+            assert!(p.units_of(max) <= MAX_FIXED);
             let mut x = max;
             for _ in 0..40 {
-                x = x * 0.7731;
+                x *= 0.7731;
                 if x < max / 2097152.0 {
                     break;
                 }
-                assert_eq!(p.from_fixed(p.to_fixed(x)), x, "max {max:e} x {x:e}");
+                assert_eq!(p.permits_of(p.units_of(x)), x, "max {max:e} x {x:e}");
             }
             let tiny = max / 1e6;
-            let err = (p.from_fixed(p.to_fixed(tiny)) - tiny).abs();
+            let err = (p.permits_of(p.units_of(tiny)) - tiny).abs();
             assert!(err <= max * pow2(-74), "max {max:e} err {err:e}");
         }
     }

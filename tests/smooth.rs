@@ -23,14 +23,24 @@ struct Rec {
 impl Rec {
     fn bursty(rate: f64) -> Rec {
         let clock = ManualClock::new();
-        let limiter = Smooth::bursty_with_clock(rate, Duration::from_secs(1), clock.clone()).unwrap();
-        Rec { clock, limiter, events: vec![] }
+        let limiter =
+            Smooth::bursty_with_clock(rate, Duration::from_secs(1), clock.clone()).unwrap();
+        Rec {
+            clock,
+            limiter,
+            events: vec![],
+        }
     }
 
     fn warming(rate: f64, warmup: Duration, cold_factor: f64) -> Rec {
         let clock = ManualClock::new();
-        let limiter = Smooth::warming_up_with_clock(rate, warmup, cold_factor, clock.clone()).unwrap();
-        Rec { clock, limiter, events: vec![] }
+        let limiter =
+            Smooth::warming_up_with_clock(rate, warmup, cold_factor, clock.clone()).unwrap();
+        Rec {
+            clock,
+            limiter,
+            events: vec![],
+        }
     }
 
     fn acquire(&mut self, permits: u64) -> Duration {
@@ -99,7 +109,8 @@ fn cat(parts: &[&[(char, u64)]]) -> Vec<(char, u64)> {
 #[test]
 fn issue_example_warming_up() {
     let clock = ManualClock::new();
-    let limiter = Smooth::warming_up_with_clock(2.0, Duration::from_secs(4), 3.0, clock.clone()).unwrap();
+    let limiter =
+        Smooth::warming_up_with_clock(2.0, Duration::from_secs(4), 3.0, clock.clone()).unwrap();
     let waits: Vec<Duration> = (0..8).map(|_| limiter.acquire(1)).collect();
     let expected: Vec<Duration> = [0, 1375, 1125, 875, 625, 500, 500, 500].map(MS).to_vec();
     assert_eq!(waits, expected);
@@ -137,7 +148,11 @@ fn simple_rate_update() {
     t.limiter.set_rate(10.0).unwrap();
     assert_eq!(t.limiter.rate(), 10.0);
     for bad in [0.0, -10.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0] {
-        assert_eq!(t.limiter.set_rate(bad), Err(ConfigError::InvalidRate), "{bad}");
+        assert_eq!(
+            t.limiter.set_rate(bad),
+            Err(ConfigError::InvalidRate),
+            "{bad}"
+        );
     }
     assert_eq!(t.limiter.rate(), 10.0);
 }
@@ -214,7 +229,10 @@ fn create_warmup_parameter_validation() {
     assert!(Smooth::warming_up_with_clock(1.0, Duration::ZERO, 3.0, c()).is_ok());
     let err = |rate, warmup, cf| Smooth::warming_up_with_clock(rate, warmup, cf, c()).unwrap_err();
     let s = Duration::from_secs(1);
-    assert_eq!(err(0.0, Duration::from_nanos(1), 3.0), ConfigError::InvalidRate);
+    assert_eq!(
+        err(0.0, Duration::from_nanos(1), 3.0),
+        ConfigError::InvalidRate
+    );
     for rate in [-1.0, f64::NAN, f64::INFINITY] {
         assert_eq!(err(rate, s, 3.0), ConfigError::InvalidRate);
     }
@@ -224,9 +242,15 @@ fn create_warmup_parameter_validation() {
     // Java has no Duration this long; its `long` microseconds stop at i64::MAX.
     assert_eq!(err(1.0, Duration::MAX, 3.0), ConfigError::InvalidDuration);
     // The trapezoid overflows f64 at this rate.
-    assert_eq!(err(1e300, Duration::from_secs(1 << 40), 3.0), ConfigError::InvalidDuration);
+    assert_eq!(
+        err(1e300, Duration::from_secs(1 << 40), 3.0),
+        ConfigError::InvalidDuration
+    );
     let bursty_err = |rate, burst| Smooth::bursty_with_clock(rate, burst, c()).unwrap_err();
-    assert_eq!(bursty_err(1e300, Duration::MAX), ConfigError::InvalidDuration);
+    assert_eq!(
+        bursty_err(1e300, Duration::MAX),
+        ConfigError::InvalidDuration
+    );
     assert_eq!(bursty_err(0.0, s), ConfigError::InvalidRate);
     assert_eq!(bursty_err(f64::NAN, s), ConfigError::InvalidRate);
     // ... and set_rate to a rate whose maximum overflows is refused, changing nothing.
@@ -244,7 +268,11 @@ fn zero_warmup_stores_nothing() {
     t.sleep_millis(10_000);
     t.acquire_n(3);
     t.expect(
-        &cat(&[&r(&[0, 200_000, 200_000]), &[u(10_000)], &r(&[0, 200_000, 200_000])]),
+        &cat(&[
+            &r(&[0, 200_000, 200_000]),
+            &[u(10_000)],
+            &r(&[0, 200_000, 200_000]),
+        ]),
         "R0.00, R0.20, R0.20, U10.00, R0.00, R0.20, R0.20",
     );
 }
@@ -252,19 +280,29 @@ fn zero_warmup_stores_nothing() {
 #[test]
 fn warm_up() {
     let mut t = Rec::warming(2.0, MS(4000), 3.0);
-    let cold = [0, 1_375_000, 1_125_000, 875_000, 625_000, 500_000, 500_000, 500_000];
+    let cold = [
+        0, 1_375_000, 1_125_000, 875_000, 625_000, 500_000, 500_000, 500_000,
+    ];
     let cold_s = "R0.00, R1.38, R1.13, R0.88, R0.63, R0.50, R0.50, R0.50";
     t.acquire_n(8);
     t.expect(&r(&cold), cold_s);
     t.sleep_millis(500); // repays the last acquire
     t.sleep_millis(4000); // cold again
     t.acquire_n(8);
-    t.expect(&cat(&[&[u(500), u(4000)], &r(&cold)]), &format!("U0.50, U4.00, {cold_s}"));
+    t.expect(
+        &cat(&[&[u(500), u(4000)], &r(&cold)]),
+        &format!("U0.50, U4.00, {cold_s}"),
+    );
     t.sleep_millis(500);
     t.sleep_millis(2000); // not cold yet: it would take 2 more seconds
     t.acquire_n(8);
     t.expect(
-        &cat(&[&[u(500), u(2000)], &r(&[0, 500_000, 500_000, 500_000, 500_000, 500_000, 500_000, 500_000])]),
+        &cat(&[
+            &[u(500), u(2000)],
+            &r(&[
+                0, 500_000, 500_000, 500_000, 500_000, 500_000, 500_000, 500_000,
+            ]),
+        ]),
         "U0.50, U2.00, R0.00, R0.50, R0.50, R0.50, R0.50, R0.50, R0.50, R0.50",
     );
 }
@@ -272,19 +310,29 @@ fn warm_up() {
 #[test]
 fn warm_up_with_cold_factor() {
     let mut t = Rec::warming(5.0, MS(4000), 10.0);
-    let cold = [0, 1_752_500, 1_257_500, 762_500, 300_227, 200_000, 200_000, 200_000];
+    let cold = [
+        0, 1_752_500, 1_257_500, 762_500, 300_227, 200_000, 200_000, 200_000,
+    ];
     let cold_s = "R0.00, R1.75, R1.26, R0.76, R0.30, R0.20, R0.20, R0.20";
     t.acquire_n(8);
     t.expect(&r(&cold), cold_s);
     t.sleep_millis(200);
     t.sleep_millis(4000);
     t.acquire_n(8);
-    t.expect(&cat(&[&[u(200), u(4000)], &r(&cold)]), &format!("U0.20, U4.00, {cold_s}"));
+    t.expect(
+        &cat(&[&[u(200), u(4000)], &r(&cold)]),
+        &format!("U0.20, U4.00, {cold_s}"),
+    );
     t.sleep_millis(200);
     t.sleep_millis(1000); // still warm: 3 more seconds to go cold
     t.acquire_n(8);
     t.expect(
-        &cat(&[&[u(200), u(1000)], &r(&[0, 200_000, 200_000, 200_000, 200_000, 200_000, 200_000, 200_000])]),
+        &cat(&[
+            &[u(200), u(1000)],
+            &r(&[
+                0, 200_000, 200_000, 200_000, 200_000, 200_000, 200_000, 200_000,
+            ]),
+        ]),
         "U0.20, U1.00, R0.00, R0.20, R0.20, R0.20, R0.20, R0.20, R0.20, R0.20",
     );
 }
@@ -292,7 +340,9 @@ fn warm_up_with_cold_factor() {
 #[test]
 fn warm_up_with_cold_factor_1() {
     let mut t = Rec::warming(5.0, MS(4000), 1.0);
-    let flat = [0, 200_000, 200_000, 200_000, 200_000, 200_000, 200_000, 200_000];
+    let flat = [
+        0, 200_000, 200_000, 200_000, 200_000, 200_000, 200_000, 200_000,
+    ];
     let flat_s = "R0.00, R0.20, R0.20, R0.20, R0.20, R0.20, R0.20, R0.20";
     t.acquire_n(8);
     t.expect(&r(&flat), flat_s);
@@ -306,7 +356,9 @@ fn warm_up_and_update() {
     let mut t = Rec::warming(2.0, MS(4000), 3.0);
     t.acquire_n(8);
     t.expect(
-        &r(&[0, 1_375_000, 1_125_000, 875_000, 625_000, 500_000, 500_000, 500_000]),
+        &r(&[
+            0, 1_375_000, 1_125_000, 875_000, 625_000, 500_000, 500_000, 500_000,
+        ]),
         "R0.00, R1.38, R1.13, R0.88, R0.63, R0.50, R0.50, R0.50",
     );
     t.sleep_millis(4500); // cold again (warm-up + repaying the last acquire)
@@ -317,7 +369,9 @@ fn warm_up_and_update() {
     t.expect(
         &cat(&[
             &[u(4500)],
-            &r(&[0, 1_375_000, 1_125_000, 875_000, 343_750, 281_250, 250_000, 250_000]),
+            &r(&[
+                0, 1_375_000, 1_125_000, 875_000, 343_750, 281_250, 250_000, 250_000,
+            ]),
         ]),
         "U4.50, R0.00, R1.38, R1.13, R0.88, R0.34, R0.28, R0.25, R0.25",
     );
@@ -340,7 +394,9 @@ fn warm_up_and_update_with_cold_factor() {
     let mut t = Rec::warming(5.0, MS(4000), 10.0);
     t.acquire_n(8);
     t.expect(
-        &r(&[0, 1_752_500, 1_257_500, 762_500, 300_227, 200_000, 200_000, 200_000]),
+        &r(&[
+            0, 1_752_500, 1_257_500, 762_500, 300_227, 200_000, 200_000, 200_000,
+        ]),
         "R0.00, R1.75, R1.26, R0.76, R0.30, R0.20, R0.20, R0.20",
     );
     t.sleep_millis(4200);
@@ -351,7 +407,9 @@ fn warm_up_and_update_with_cold_factor() {
     t.expect(
         &cat(&[
             &[u(4200)],
-            &r(&[0, 1_752_500, 1_257_500, 762_500, 195_625, 104_602, 100_000, 100_000]),
+            &r(&[
+                0, 1_752_500, 1_257_500, 762_500, 195_625, 104_602, 100_000, 100_000,
+            ]),
         ]),
         "U4.20, R0.00, R1.75, R1.26, R0.76, R0.20, R0.10, R0.10, R0.10",
     );
@@ -443,7 +501,10 @@ fn try_acquire_negative_timeouts_are_zero() {
     assert!(!t.try_acquire(1, Duration::ZERO));
     t.sleep_millis(100);
     assert!(t.try_acquire(1, Duration::ZERO));
-    t.expect(&[('R', 0), u(900), u(100), ('R', 0)], "R0.00, U0.90, U0.10, R0.00");
+    t.expect(
+        &[('R', 0), u(900), u(100), ('R', 0)],
+        "R0.00, U0.90, U0.10, R0.00",
+    );
 }
 
 #[test]
@@ -461,7 +522,10 @@ fn infinite_rates_are_rejected() {
     // limiter is never switched to it.
     let c = ManualClock::new;
     let inf = f64::INFINITY;
-    assert_eq!(Smooth::bursty_with_clock(inf, MS(1000), c()).unwrap_err(), ConfigError::InvalidRate);
+    assert_eq!(
+        Smooth::bursty_with_clock(inf, MS(1000), c()).unwrap_err(),
+        ConfigError::InvalidRate
+    );
     assert_eq!(
         Smooth::warming_up_with_clock(inf, MS(10_000), 3.0, c()).unwrap_err(),
         ConfigError::InvalidRate
@@ -559,9 +623,15 @@ fn we_never_get_a_burst_more_than_one_sec() {
         t.sleep_millis(rate as u64 * 1000);
         t.limiter.set_rate(rate as f64).unwrap();
         // One second of work may go in a burst ...
-        assert!(measure_total_time_millis(&mut t, rate, &mut rng) <= 1000, "rate {rate}");
+        assert!(
+            measure_total_time_millis(&mut t, rate, &mut rng) <= 1000,
+            "rate {rate}"
+        );
         // ... but work beyond that takes at least one second.
-        assert!(measure_total_time_millis(&mut t, rate, &mut rng) >= 1000, "rate {rate}");
+        assert!(
+            measure_total_time_millis(&mut t, rate, &mut rng) >= 1000,
+            "rate {rate}"
+        );
     }
 }
 
@@ -632,10 +702,18 @@ impl Reference {
             self.threshold = 0.5 * w / self.stable;
             self.max = self.threshold + 2.0 * w / (self.stable + cold);
             self.slope = (cold - self.stable) / (self.max - self.threshold);
-            self.stored = if old == 0.0 { self.max } else { self.stored * self.max / old };
+            self.stored = if old == 0.0 {
+                self.max
+            } else {
+                self.stored * self.max / old
+            };
         } else {
             self.max = self.max_burst_seconds * rate;
-            self.stored = if old == 0.0 { 0.0 } else { self.stored * self.max / old };
+            self.stored = if old == 0.0 {
+                0.0
+            } else {
+                self.stored * self.max / old
+            };
         }
     }
 
@@ -663,7 +741,8 @@ impl Reference {
         let mut micros = 0i64;
         if above > 0.0 {
             let t = java_min(above, take);
-            let length = (self.stable + above * self.slope) + (self.stable + (above - t) * self.slope);
+            let length =
+                (self.stable + above * self.slope) + (self.stable + (above - t) * self.slope);
             micros = (t * length / 2.0) as i64;
             take -= t;
         }
@@ -676,7 +755,9 @@ impl Reference {
         let req = permits as f64;
         let from_stored = java_min(req, self.stored);
         let fresh = req - from_stored;
-        let wait = self.stored_to_wait(self.stored, from_stored).wrapping_add((fresh * self.stable) as i64);
+        let wait = self
+            .stored_to_wait(self.stored, from_stored)
+            .wrapping_add((fresh * self.stable) as i64);
         self.next = self.next.saturating_add(wait);
         self.stored -= from_stored;
         (moment - now).max(0)
@@ -745,26 +826,40 @@ fn differential(seed: u64, cases: u32, steps: u32, long: bool) -> (u64, Vec<Mism
                 Reference::bursty(rate, MS(burst_ms).as_secs_f64()),
             )
         } else {
-            let warmup_us = if long { [4_000_000, 123_456_789] } else { [2_000_000, 1 << 21] }
-                [rng.below(2) as usize];
+            let warmup_us = if long {
+                [4_000_000, 123_456_789]
+            } else {
+                [2_000_000, 1 << 21]
+            }[rng.below(2) as usize];
             let warmup_us = [1, 2, 999, 500_000, warmup_us][rng.below(5) as usize];
             let cold_factor = [1.0, 1.5, 3.0, 10.0, 1.0 + rng.unit() * 20.0][rng.below(5) as usize];
             (
-                Smooth::warming_up_with_clock(rate, Duration::from_micros(warmup_us), cold_factor, clock.clone())
-                    .unwrap(),
+                Smooth::warming_up_with_clock(
+                    rate,
+                    Duration::from_micros(warmup_us),
+                    cold_factor,
+                    clock.clone(),
+                )
+                .unwrap(),
                 Reference::warming(rate, warmup_us as i64, cold_factor),
             )
         };
         let mut prev = String::new();
         for step in 0..steps {
             let now_us = ((clock.now() - origin) / 1000) as i64;
-            let before = format!("case {case} step {step} now {now_us} {reference:?} stored_bits {:x}", reference.stored.to_bits());
+            let before = format!(
+                "case {case} step {step} now {now_us} {reference:?} stored_bits {:x}",
+                reference.stored.to_bits()
+            );
             let (got, want) = match rng.below(10) {
                 0..=3 => {
                     let big = rng.below(8) == 0;
                     let permits = 1 + rng.below(if big { 1000 } else { 4 });
                     let want = reference.reserve(permits, now_us);
-                    (Some(limiter.acquire(permits).as_micros() as i64), Some(want))
+                    (
+                        Some(limiter.acquire(permits).as_micros() as i64),
+                        Some(want),
+                    )
                 }
                 4..=5 => {
                     let permits = 1 + rng.below(3);
@@ -777,11 +872,17 @@ fn differential(seed: u64, cases: u32, steps: u32, long: bool) -> (u64, Vec<Mism
                 6..=8 => {
                     // Idle time: sub-microsecond parts exercise the truncation to micros.
                     let scale = (reference.stable as u64).clamp(1, 50_000_000);
-                    clock.advance(Duration::from_nanos(rng.below(scale * 3000) + rng.below(1000)));
+                    clock.advance(Duration::from_nanos(
+                        rng.below(scale * 3000) + rng.below(1000),
+                    ));
                     (None, None)
                 }
                 _ => {
-                    let new_rate = if rng.below(2) == 0 { rate * (0.25 + rng.unit() * 4.0) } else { rng.rate() };
+                    let new_rate = if rng.below(2) == 0 {
+                        rate * (0.25 + rng.unit() * 4.0)
+                    } else {
+                        rng.rate()
+                    };
                     limiter.set_rate(new_rate).unwrap();
                     reference.set_rate(new_rate, now_us);
                     (None, None)
@@ -829,7 +930,11 @@ fn long_warmups_differ_by_at_most_one_microsecond_rarely() {
         eprintln!("{}", m.context);
         assert!(matches!(m.micros, None | Some(-1 | 1)), "{}", m.context);
     }
-    assert!(mismatches.len() as u64 <= ops / 20_000, "{} mismatches", mismatches.len());
+    assert!(
+        mismatches.len() as u64 <= ops / 20_000,
+        "{} mismatches",
+        mismatches.len()
+    );
 }
 
 /// Replays runs whose results were computed by Guava's algorithm on the JVM (same
@@ -838,21 +943,59 @@ fn long_warmups_differ_by_at_most_one_microsecond_rarely() {
 #[test]
 fn matches_jvm_checksums() {
     // (seed, bursty?, rate, burst seconds or warm-up micros, cold factor, hash, probes)
-    let runs: [(u64, bool, f64, f64, f64, i64, [u64; 3]); 6] = [
+    type Run = (u64, bool, f64, f64, f64, i64, [u64; 3]);
+    let runs: [Run; 6] = [
         (12345, true, 5.0, 1.0, 0.0, 4845020308479359943, [0, 0, 0]),
-        (12346, false, 2.0, 4_000_000.0, 3.0, 1113953448773396441, [431965, 215982, 215981]),
+        (
+            12346,
+            false,
+            2.0,
+            4_000_000.0,
+            3.0,
+            1113953448773396441,
+            [431965, 215982, 215981],
+        ),
         (12347, true, 0.3, 3.5, 0.0, 8218528281018217803, [0, 0, 0]),
-        (12348, false, 7.0, 1_234_567.0, 10.0, -6083411893860895545, [0, 309811, 265645]),
-        (12349, true, 1234.5, 0.25, 0.0, -9207990814305044040, [3278688, 1639344, 1639344]),
-        (12350, false, 0.5, 10_000_000.0, 1.5, 6565947199207368870, [174566, 86945, 86720]),
+        (
+            12348,
+            false,
+            7.0,
+            1_234_567.0,
+            10.0,
+            -6083411893860895545,
+            [0, 309811, 265645],
+        ),
+        (
+            12349,
+            true,
+            1234.5,
+            0.25,
+            0.0,
+            -9207990814305044040,
+            [3278688, 1639344, 1639344],
+        ),
+        (
+            12350,
+            false,
+            0.5,
+            10_000_000.0,
+            1.5,
+            6565947199207368870,
+            [174566, 86945, 86720],
+        ),
     ];
     for (seed, bursty, rate, dur, cold_factor, hash, probes) in runs {
         let clock = ManualClock::new();
         let limiter = if bursty {
             Smooth::bursty_with_clock(rate, Duration::from_secs_f64(dur), clock.clone()).unwrap()
         } else {
-            Smooth::warming_up_with_clock(rate, Duration::from_micros(dur as u64), cold_factor, clock.clone())
-                .unwrap()
+            Smooth::warming_up_with_clock(
+                rate,
+                Duration::from_micros(dur as u64),
+                cold_factor,
+                clock.clone(),
+            )
+            .unwrap()
         };
         let mut rnd = JavaRandom::new(seed);
         let mut h: i64 = 17;
@@ -872,7 +1015,9 @@ fn matches_jvm_checksums() {
                 let ok = limiter.try_acquire(permits, Duration::from_micros(timeout));
                 h = h.wrapping_mul(31).wrapping_add(ok as i64);
             } else {
-                limiter.set_rate(0.25 + rnd.next_int(4000) as f64 / 100.0).unwrap();
+                limiter
+                    .set_rate(0.25 + rnd.next_int(4000) as f64 / 100.0)
+                    .unwrap();
             }
         }
         assert_eq!(h, hash, "seed {seed}");
@@ -904,14 +1049,33 @@ fn creation_time_is_the_origin() {
 #[test]
 fn never_panics_on_extreme_inputs() {
     let clock = ManualClock::new();
-    let rates = [f64::from_bits(1), f64::MIN_POSITIVE, 1e-300, 1e-9, 1.0, 1e9, 1e300, f64::MAX];
+    let rates = [
+        f64::from_bits(1),
+        f64::MIN_POSITIVE,
+        1e-300,
+        1e-9,
+        1.0,
+        1e9,
+        1e300,
+        f64::MAX,
+    ];
     for &rate in &rates {
-        for burst in [Duration::ZERO, Duration::from_nanos(1), MS(1000), Duration::MAX] {
+        for burst in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            MS(1000),
+            Duration::MAX,
+        ] {
             if let Ok(l) = Smooth::bursty_with_clock(rate, burst, clock.clone()) {
                 exercise(&l, &clock, &rates);
             }
         }
-        for warmup in [Duration::ZERO, Duration::from_nanos(1), MS(1000), Duration::from_secs(1 << 40)] {
+        for warmup in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            MS(1000),
+            Duration::from_secs(1 << 40),
+        ] {
             for cf in [1.0, 3.0, 1e300] {
                 if let Ok(l) = Smooth::warming_up_with_clock(rate, warmup, cf, clock.clone()) {
                     exercise(&l, &clock, &rates);
