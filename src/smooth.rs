@@ -270,7 +270,7 @@ impl State {
 ///   1 µs gap earns at least `max / 2^21`; sums and leftovers of such values stay on the grid.
 ///   The one exception in theory is `set_rate` rescaling a leftover of rounding noise (a few
 ///   `f64` ulps of a permit). The tests compare 12 million random operations with a plain-`f64`
-///   transcription of Guava (itself checked against Guava's algorithm on the JVM): no
+///   transcription of Guava (itself checked against a Java transcription run on the JVM): no
 ///   difference.
 /// * Longer bursts or warm-ups: an idle gap shorter than `duration / 2^21` earns a value finer
 ///   than the unit; its rounding can move a later wait by **one microsecond**. Measured: 16 such

@@ -5,7 +5,9 @@
 //!   it (`R1.38`, Java's `%3.2f`, half-up) and compared with Guava's own expected strings.
 //! * Differential runs: a plain-`f64` transcription of Guava (`Reference`, below) against
 //!   `Smooth` over many random operations; and six fixed runs driven by a port of
-//!   `java.util.Random` whose checksums were produced by Guava's algorithm on the JVM.
+//!   `java.util.Random` whose checksums were computed on the JVM by a line-for-line Java
+//!   transcription of Guava's `SmoothRateLimiter`/`RateLimiter` decision code (the same
+//!   transcription reproduces every expected string of Guava's `RateLimiterTest`).
 
 use std::time::Duration;
 use tollgate::{Clock, ConfigError, ManualClock, Smooth};
@@ -937,9 +939,9 @@ fn long_warmups_differ_by_at_most_one_microsecond_rarely() {
     );
 }
 
-/// Replays runs whose results were computed by Guava's algorithm on the JVM (same
-/// `java.util.Random` seeds and operations): the checksum of every wait and refusal, and three
-/// final probes.
+/// Replays runs whose results were computed on the JVM by a Java transcription of Guava's
+/// decision code (same `java.util.Random` seeds and operations): the checksum of every wait and
+/// refusal, and three final probes.
 #[test]
 fn matches_jvm_checksums() {
     // (seed, bursty?, rate, burst seconds or warm-up micros, cold factor, hash, probes)
