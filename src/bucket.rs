@@ -296,5 +296,4 @@ impl<C: Clock> Bucket<C> {
             }
         }
     }
-
 }

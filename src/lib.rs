@@ -8,6 +8,7 @@
 //! * [`Quota`] — a validated rate and burst; [`ConfigError`] when it is not.
 //! * [`Denied`] — a refusal: retry after an exact wait, or the cost exceeds the burst.
 //! * [`Clock`] — [`ManualClock`] for tests, [`QuantaClock`] (default) and [`StdClock`].
+//! * [`Smooth`] — Guava's `SmoothRateLimiter` (bursty and warming up), to the microsecond.
 //! * [`gcra`] — the pure decision function the bucket applies, for your own storage.
 //! * Waiting: [`Bucket::acquire`], [`Bucket::try_acquire_for`], [`Bucket::reserve`] →
 //!   [`Reservation`], and the async [`Bucket::until_ready`] → [`UntilReady`].
@@ -40,6 +41,7 @@ mod clock;
 mod error;
 pub mod gcra;
 mod quota;
+mod smooth;
 mod sync;
 mod wait;
 
@@ -51,4 +53,5 @@ pub use clock::StdClock;
 pub use clock::{Clock, DefaultClock, ManualClock};
 pub use error::{ConfigError, Denied};
 pub use quota::{Quota, HORIZON};
+pub use smooth::Smooth;
 pub use wait::{Reservation, UntilReady};

@@ -8,6 +8,14 @@
 //! | `--cfg tollgate_loom` | `loom`'s, so the model checker can explore every interleaving | n/a |
 //! | target with native 64-bit atomics | `core::sync::atomic` | yes |
 //! | target without (e.g. `thumbv7m-none-eabi`) | `portable-atomic`'s fallback | **no**: a 64-bit CAS is emulated with a short critical section |
+//!
+//! [`Smooth`](crate::Smooth) needs one 128-bit word, `AtomicU128`:
+//!
+//! | build | `AtomicU128` | lock-free? |
+//! |---|---|---|
+//! | `--cfg tollgate_loom` | [`loom_u128::AtomicU128`]: a `loom::sync::Mutex<u128>` (loom has no 128-bit atomic); every operation is one model-checked step, so loom explores every interleaving of the CAS loop, but models the word as sequentially consistent | n/a |
+//! | x86_64, AArch64, riscv64, s390x, … | `portable-atomic`'s native one (`cmpxchg16b` on x86_64, chosen at run time unless the target enables it at compile time) | yes |
+//! | other targets, or an x86_64 CPU without `cmpxchg16b` | `portable-atomic`'s fallback | **no**: a short critical section |
 
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -20,6 +28,50 @@ pub(crate) use {
     core::sync::atomic::{fence, AtomicU32, Ordering},
     portable_atomic::AtomicU64,
 };
+
+#[cfg(not(tollgate_loom))]
+pub(crate) use portable_atomic::AtomicU128;
+
+#[cfg(tollgate_loom)]
+pub(crate) use loom_u128::AtomicU128;
+
+/// loom has no 128-bit atomic: this stand-in keeps the API of `AtomicU128` (the operations
+/// `Smooth` uses) over a loom mutex, so each operation is one atomic, model-checked step.
+#[cfg(tollgate_loom)]
+pub(crate) mod loom_u128 {
+    use super::Ordering;
+
+    /// A `u128` behind a loom mutex; the orderings are accepted and ignored (a mutex is
+    /// stronger than any of them).
+    #[derive(Debug)]
+    pub(crate) struct AtomicU128(loom::sync::Mutex<u128>);
+
+    impl AtomicU128 {
+        pub(crate) fn new(v: u128) -> AtomicU128 {
+            AtomicU128(loom::sync::Mutex::new(v))
+        }
+
+        pub(crate) fn load(&self, _: Ordering) -> u128 {
+            *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+
+        pub(crate) fn compare_exchange_weak(
+            &self,
+            current: u128,
+            new: u128,
+            _: Ordering,
+            _: Ordering,
+        ) -> Result<u128, u128> {
+            let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if *v == current {
+                *v = new;
+                Ok(current)
+            } else {
+                Err(*v)
+            }
+        }
+    }
+}
 
 /// A hint inside a retry loop. Under loom it yields, so a model never spins forever.
 #[inline]
