@@ -4,7 +4,8 @@ use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
 use crate::quota::Quota;
-use crate::sync::{fence, spin_loop, AtomicU32, AtomicU64, Ordering};
+use crate::slots::EpochSlots;
+use crate::sync::{spin_loop, AtomicU64, Ordering};
 use core::fmt;
 
 /// An exact, lock-free token bucket: the whole state is one `AtomicU64`.
@@ -52,13 +53,10 @@ pub struct Bucket<C = DefaultClock> {
     /// but the word itself (single-location coherence orders all decisions), and the release
     /// sequence of the last reconfiguration runs through it.
     state: AtomicU64,
-    /// Seqlock counters of the two quota slots (odd while a slot is written).
-    seqs: [AtomicU32; 2],
     /// Two quota slots (`Quota::to_raw`); the word's parity selects the active one. A
-    /// reconfiguration writes the idle slot, then flips the parity with one CAS.
-    slots: [[AtomicU64; 6]; 2],
-    /// Serializes reconfigurations (1 while one runs). Never touched by decisions.
-    writer: AtomicU32,
+    /// reconfiguration writes the idle slot, then flips the parity with one CAS (see
+    /// `src/slots.rs`).
+    slots: EpochSlots,
     clock: C,
 }
 
@@ -71,10 +69,6 @@ impl<C: fmt::Debug> fmt::Debug for Bucket<C> {
             .field("clock", &self.clock)
             .finish()
     }
-}
-
-fn raw_slot(q: Quota) -> [AtomicU64; 6] {
-    q.to_raw().map(AtomicU64::new)
 }
 
 impl Bucket<DefaultClock> {
@@ -122,9 +116,7 @@ impl<C: Clock> Bucket<C> {
     fn from_state(quota: Quota, state: u64, clock: C) -> Bucket<C> {
         Bucket {
             state: AtomicU64::new(state << 1),
-            seqs: [AtomicU32::new(0), AtomicU32::new(0)],
-            slots: [raw_slot(quota), raw_slot(quota)],
-            writer: AtomicU32::new(0),
+            slots: EpochSlots::new(quota.to_raw()),
             clock,
         }
     }
@@ -206,59 +198,34 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(bucket.available(), 2);
     /// ```
     pub fn set_quota(&self, quota: Quota) {
-        while self
-            .writer
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spin_loop();
-        }
+        let writer = self.slots.lock();
         let mut cur = self.state.load(Ordering::Acquire);
-        let active = (cur & 1) as usize;
-        // Only writers change slots, and we are the only writer: a plain read is consistent.
-        let old = Quota::from_raw(
-            self.slots[active]
-                .each_ref()
-                .map(|a| a.load(Ordering::Relaxed)),
-        );
-        if old != quota {
-            let idle = 1 - active;
-            let seq = self.seqs[idle].load(Ordering::Relaxed);
-            self.seqs[idle].store(seq.wrapping_add(1), Ordering::Relaxed);
-            fence(Ordering::Release);
-            for (slot, value) in self.slots[idle].iter().zip(quota.to_raw()) {
-                slot.store(value, Ordering::Relaxed);
-            }
-            self.seqs[idle].store(seq.wrapping_add(2), Ordering::Release);
-            let now = self.clock.now();
-            loop {
-                let next = gcra::rescale(cur >> 1, now, &old, &quota);
-                match self.state.compare_exchange_weak(
-                    cur,
-                    (next << 1) | idle as u64,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => break,
-                    Err(actual) => cur = actual,
-                }
+        let old = Quota::from_raw(writer.get(cur & 1));
+        if old == quota {
+            return;
+        }
+        let idle = (cur & 1) ^ 1;
+        writer.set(idle, quota.to_raw());
+        let now = self.clock.now();
+        loop {
+            let next = gcra::rescale(cur >> 1, now, &old, &quota);
+            match self.state.compare_exchange_weak(
+                cur,
+                (next << 1) | idle,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(actual) => cur = actual,
             }
         }
-        self.writer.store(0, Ordering::Release);
     }
 
     /// The quota selected by word `w`, or `None` if its slot is being rewritten (only possible
     /// when two reconfigurations completed since `w` was read; the caller reloads).
     #[inline(always)]
     fn quota_of(&self, w: u64) -> Option<Quota> {
-        let i = (w & 1) as usize;
-        let seq = self.seqs[i].load(Ordering::Acquire);
-        if seq & 1 != 0 {
-            return None;
-        }
-        let raw = self.slots[i].each_ref().map(|a| a.load(Ordering::Relaxed));
-        fence(Ordering::Acquire);
-        (self.seqs[i].load(Ordering::Relaxed) == seq).then(|| Quota::from_raw(raw))
+        self.slots.read(w & 1).map(Quota::from_raw)
     }
 
     /// The CAS loop. `f(state, quota)` returns the state to write (`None`: write nothing) and

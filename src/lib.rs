@@ -41,6 +41,7 @@ mod clock;
 mod error;
 pub mod gcra;
 mod quota;
+mod slots;
 mod smooth;
 mod sync;
 mod wait;

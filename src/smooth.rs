@@ -3,7 +3,8 @@
 
 use crate::clock::{Clock, DefaultClock};
 use crate::error::ConfigError;
-use crate::sync::{fence, spin_loop, AtomicU128, AtomicU32, AtomicU64, Ordering};
+use crate::slots::EpochSlots;
+use crate::sync::{spin_loop, AtomicU128, Ordering};
 use core::fmt;
 use core::time::Duration;
 
@@ -318,13 +319,10 @@ pub struct Smooth<C = DefaultClock> {
     /// parameter slot written before it. A successful decision CAS is `Relaxed`: it publishes
     /// nothing but the word itself.
     state: AtomicU128,
-    /// Seqlock counters of the two parameter slots (odd while a slot is written).
-    seqs: [AtomicU32; 2],
     /// Two parameter slots (`Params::to_raw`); the word's parity selects the active one.
-    /// `set_rate` writes the idle slot, then converts the state and flips the parity in one CAS.
-    slots: [[AtomicU64; 6]; 2],
-    /// Serializes `set_rate` calls (1 while one runs). Never touched by decisions.
-    writer: AtomicU32,
+    /// `set_rate` writes the idle slot, then converts the state and flips the parity in one CAS
+    /// (see `src/slots.rs`).
+    slots: EpochSlots,
     mode: Mode,
     /// `clock.now()` when the limiter was created: Guava's stopwatch starts there too.
     origin: u64,
@@ -472,9 +470,7 @@ impl<C: Clock> Smooth<C> {
         let raw = params.to_raw();
         Smooth {
             state: AtomicU128::new(word),
-            seqs: [AtomicU32::new(0), AtomicU32::new(0)],
-            slots: [raw.map(AtomicU64::new), raw.map(AtomicU64::new)],
-            writer: AtomicU32::new(0),
+            slots: EpochSlots::new(raw),
             mode,
             origin: clock.now(),
             clock,
@@ -571,29 +567,11 @@ impl<C: Clock> Smooth<C> {
     pub fn set_rate(&self, permits_per_second: f64) -> Result<(), ConfigError> {
         check_rate(permits_per_second)?;
         let new = Params::new(self.mode, permits_per_second).ok_or(ConfigError::InvalidRate)?;
-        while self
-            .writer
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spin_loop();
-        }
+        let writer = self.slots.lock();
         let mut cur = self.state.load(Ordering::Acquire);
-        let active = (cur & 1) as usize;
-        // Only writers change slots, and we are the only writer: a plain read is consistent.
-        let old = Params::from_raw(
-            self.slots[active]
-                .each_ref()
-                .map(|a| a.load(Ordering::Relaxed)),
-        );
-        let idle = 1 - active;
-        let seq = self.seqs[idle].load(Ordering::Relaxed);
-        self.seqs[idle].store(seq.wrapping_add(1), Ordering::Relaxed);
-        fence(Ordering::Release);
-        for (slot, value) in self.slots[idle].iter().zip(new.to_raw()) {
-            slot.store(value, Ordering::Relaxed);
-        }
-        self.seqs[idle].store(seq.wrapping_add(2), Ordering::Release);
+        let old = Params::from_raw(writer.get((cur & 1) as u64));
+        let idle = ((cur & 1) ^ 1) as u64;
+        writer.set(idle, new.to_raw());
         let now = self.now_micros();
         loop {
             let mut s = decode(cur, &old);
@@ -607,7 +585,7 @@ impl<C: Clock> Smooth<C> {
             };
             match self.state.compare_exchange_weak(
                 cur,
-                encode(s, &new, idle as u128),
+                encode(s, &new, u128::from(idle)),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
@@ -615,7 +593,6 @@ impl<C: Clock> Smooth<C> {
                 Err(actual) => cur = actual,
             }
         }
-        self.writer.store(0, Ordering::Release);
         Ok(())
     }
 
@@ -665,14 +642,7 @@ impl<C: Clock> Smooth<C> {
     /// caller reloads the word).
     #[inline]
     fn params_of(&self, w: u128) -> Option<Params> {
-        let i = (w & 1) as usize;
-        let seq = self.seqs[i].load(Ordering::Acquire);
-        if seq & 1 != 0 {
-            return None;
-        }
-        let raw = self.slots[i].each_ref().map(|a| a.load(Ordering::Relaxed));
-        fence(Ordering::Acquire);
-        (self.seqs[i].load(Ordering::Relaxed) == seq).then(|| Params::from_raw(raw))
+        self.slots.read((w & 1) as u64).map(Params::from_raw)
     }
 
     /// The CAS loop. `f(state, params)` returns the state to write (`None`: write nothing) and
