@@ -311,9 +311,10 @@ impl Report {
             .map(|c| c.ops_per_sec / 1e6)
             .filter(|v| v.is_finite())
             .fold(1.0f64, f64::max)
-            * 1.1;
+            // Head room: the legend sits in the top part of the plot, above the lines.
+            * 1.6;
         let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
-        let root = SVGBackend::new(path, (720, 420)).into_drawing_area();
+        let root = SVGBackend::new(path, (760, 480)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(&e))?;
         let mut chart = ChartBuilder::on(&root)
             .caption(

@@ -278,20 +278,29 @@ fn drive(
     }
 }
 
-fn worker(
-    limiter: &dyn RateLimiter,
-    spec: &CellSpec,
+/// What every thread of a cell shares.
+#[derive(Clone, Copy)]
+struct Shared<'a> {
+    limiter: &'a dyn RateLimiter,
+    cost: u64,
     keys: u64,
-    clock: &DefaultClock,
-    go: &AtomicBool,
-    stop: &AtomicBool,
-    mut out: ThreadOut,
-    mut rng: u64,
-) -> ThreadOut {
+    clock: &'a DefaultClock,
+    go: &'a AtomicBool,
+    stop: &'a AtomicBool,
+}
+
+fn worker(sh: Shared<'_>, mut out: ThreadOut, mut rng: u64) -> ThreadOut {
+    let Shared {
+        limiter,
+        cost,
+        keys,
+        clock,
+        go,
+        stop,
+    } = sh;
     while !go.load(Ordering::Acquire) {
         std::thread::yield_now();
     }
-    let cost = spec.cost;
     let (ops, admitted) = if limiter.is_keyed() {
         let touched = &mut out.touched;
         drive(stop, clock, &mut out.hist, || {
@@ -392,12 +401,17 @@ pub fn run_cell(strategy: &Strategy, spec: &CellSpec) -> Result<CellResult, Stri
         for (i, out) in outs.into_iter().enumerate() {
             let mut rng = spec.seed ^ (i as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
             splitmix(&mut rng);
-            let (go, stop, clock) = (&go, &*stop, &clock);
+            let shared = Shared {
+                limiter,
+                cost: spec.cost,
+                keys,
+                clock: &clock,
+                go: &go,
+                stop: &stop,
+            };
             let spawned = std::thread::Builder::new()
                 .name(format!("bench-{i}"))
-                .spawn_scoped(scope, move || {
-                    worker(limiter, spec, keys, clock, go, stop, out, rng)
-                });
+                .spawn_scoped(scope, move || worker(shared, out, rng));
             match spawned {
                 Ok(h) => handles.push(h),
                 Err(e) => {

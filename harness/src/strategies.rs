@@ -338,6 +338,7 @@ pub fn always_admit() -> Strategy {
 /// assert_eq!(&names[..5], ["std-mutex", "parking-lot-mutex", "spin", "cas", "cas-backoff"]);
 /// ```
 pub fn builtins() -> Vec<Strategy> {
+    #[allow(unused_mut)] // extended only with the optional features
     let mut all = vec![
         Strategy::new("std-mutex", Kind::Tollgate, |s: &Setup| {
             Ok(Box::new(StdMutex::new(s.quota, s.clock)) as Box<dyn RateLimiter>)
