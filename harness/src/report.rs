@@ -45,9 +45,10 @@ fn si(x: f64) -> String {
     } else {
         return format!("{x:.0}");
     };
-    if v >= 100.0 {
+    // Thresholds just below 100 and 10 so that rounding never prints "10.00M".
+    if v >= 99.95 {
         format!("{v:.0}{s}")
-    } else if v >= 10.0 {
+    } else if v >= 9.995 {
         format!("{v:.1}{s}")
     } else {
         format!("{v:.2}{s}")
@@ -388,5 +389,7 @@ mod tests {
         assert_eq!(si(1234.0), "1.23k");
         assert_eq!(si(12_345_678.0), "12.3M");
         assert_eq!(si(1_000_000_000.0), "1.00G");
+        assert_eq!(si(9_996_000.0), "10.0M");
+        assert_eq!(si(99_960.0), "100k");
     }
 }
