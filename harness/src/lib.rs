@@ -1,0 +1,34 @@
+//! # tollgate-bench
+//!
+//! A lock-strategy harness: the same exact rate-limit decision ([`tollgate::gcra::try_acquire`]
+//! on a `u64` state) under every synchronization strategy — mutexes, a spin lock, CAS loops,
+//! sharding — and against the peers you would otherwise pick, measured side by side, with the
+//! correctness of every strategy checked in every cell.
+//!
+//! * [`RateLimiter`] — the trait every strategy implements; implement it to compare your own.
+//! * [`Strategy`] — a named factory of limiters; [`strategies::builtins`] lists the built-ins.
+//! * [`run_cell`], [`compare`], [`Plan`] — run cells (strategy × threads × [`Regime`]).
+//! * [`Report`] — the table, CSV, JSON and SVG outputs; [`Report::violations`] are the cells
+//!   where a strategy admitted more than `burst + rate × elapsed`.
+//! * [`cli`] — the `tollgate-bench compare` command line, reusable with your own strategies.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate_bench::{compare, strategies, Plan, Regime};
+//! let plan = Plan::new(vec![1, 2], vec![Regime::Mixed], Duration::from_millis(5));
+//! let report = compare(&strategies::builtins(), &plan, |_, _, _| {}).unwrap();
+//! assert!(report.violations().is_empty());
+//! println!("{}", report.to_table());
+//! ```
+#![forbid(unsafe_code)]
+#![doc(test(attr(deny(warnings))))]
+
+pub mod cli;
+mod limiter;
+pub mod report;
+pub mod run;
+pub mod strategies;
+
+pub use limiter::{Kind, RateLimiter, Setup, Strategy};
+pub use report::Report;
+pub use run::{compare, run_cell, CellResult, CellSpec, Plan, Regime};

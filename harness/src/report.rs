@@ -1,0 +1,395 @@
+//! The outputs of a comparison: the table, the CSV, the JSON and the SVG charts.
+
+use crate::limiter::Kind;
+use crate::run::{CellResult, Regime};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The exact CSV header `--format csv` prints.
+pub const CSV_HEADER: &str = "strategy,threads,regime,keys,ops,seconds,ops_per_sec,ns_per_op,p50_ns,p99_ns,p999_ns,admitted,bound,fairness";
+
+/// Every cell of a comparison, in run order (regime, threads, strategy).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_bench::{compare, report::CSV_HEADER, strategies, Plan, Regime};
+/// let plan = Plan::new(vec![1], vec![Regime::Deny], Duration::from_millis(5));
+/// let report = compare(&[strategies::by_name("spin").unwrap()], &plan, |_, _, _| {}).unwrap();
+/// let csv = report.to_csv();
+/// assert_eq!(csv.lines().next(), Some(CSV_HEADER));
+/// assert!(csv.lines().nth(1).unwrap().starts_with("spin,1,deny,1,"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// The measurements.
+    pub cells: Vec<CellResult>,
+    /// Per-cell duration.
+    pub duration: Duration,
+    /// Tokens per operation.
+    pub cost: u64,
+    /// Seed of the key generators.
+    pub seed: u64,
+}
+
+/// Numbers with an SI suffix, three significant digits: 1234567 → "1.23M".
+fn si(x: f64) -> String {
+    let (v, s) = if x >= 1e12 {
+        (x / 1e12, "T")
+    } else if x >= 1e9 {
+        (x / 1e9, "G")
+    } else if x >= 1e6 {
+        (x / 1e6, "M")
+    } else if x >= 1e3 {
+        (x / 1e3, "k")
+    } else {
+        return format!("{x:.0}");
+    };
+    // Thresholds just below 100 and 10 so that rounding never prints "10.00M".
+    if v >= 99.95 {
+        format!("{v:.0}{s}")
+    } else if v >= 9.995 {
+        format!("{v:.1}{s}")
+    } else {
+        format!("{v:.2}{s}")
+    }
+}
+
+fn label(c: &CellResult) -> String {
+    match c.kind {
+        Kind::Peer => format!("{} (peer)", c.strategy),
+        _ => c.strategy.clone(),
+    }
+}
+
+impl Report {
+    /// Cells whose strategy admitted more than the bound.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_bench::{compare, strategies, Plan, Regime};
+    /// let plan = Plan::new(vec![1], vec![Regime::Deny], Duration::from_millis(5));
+    /// let report = compare(&[strategies::always_admit()], &plan, |_, _, _| {}).unwrap();
+    /// assert_eq!(report.violations().len(), 1);
+    /// ```
+    pub fn violations(&self) -> Vec<&CellResult> {
+        self.cells.iter().filter(|c| c.over_bound()).collect()
+    }
+
+    /// One line per violation, saying what was admitted against what bound.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_bench::{compare, strategies, Plan, Regime};
+    /// let plan = Plan::new(vec![1], vec![Regime::Deny], Duration::from_millis(5));
+    /// let report = compare(&[strategies::always_admit()], &plan, |_, _, _| {}).unwrap();
+    /// assert!(report.violation_messages()[0].contains("broken-always-admit admitted"));
+    /// ```
+    pub fn violation_messages(&self) -> Vec<String> {
+        self.violations()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} admitted {} tokens, more than the bound {} (burst + rate x elapsed{}) at {} thread(s), regime {}",
+                    c.strategy,
+                    c.admitted,
+                    c.bound,
+                    if c.keys > 1 { ", per key touched" } else { "" },
+                    c.threads,
+                    c.regime.name()
+                )
+            })
+            .collect()
+    }
+
+    /// The human-readable table: one row per strategy × threads × regime.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_bench::{compare, strategies, Plan, Regime};
+    /// let plan = Plan::new(vec![1], vec![Regime::Allow], Duration::from_millis(5));
+    /// let report = compare(&[strategies::by_name("std-mutex").unwrap()], &plan, |_, _, _| {}).unwrap();
+    /// let table = report.to_table();
+    /// assert!(table.starts_with("strategy"));
+    /// assert!(table.contains("1.00x"));
+    /// ```
+    pub fn to_table(&self) -> String {
+        let header = [
+            "strategy",
+            "threads",
+            "regime",
+            "Mops/s",
+            "ns/op",
+            "p50",
+            "p99",
+            "p999",
+            "fairness",
+            "admitted",
+            "bound",
+            "vs std-mutex",
+        ];
+        let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+        for c in &self.cells {
+            rows.push(vec![
+                label(c),
+                c.threads.to_string(),
+                c.regime.name().to_owned(),
+                format!("{:.2}", c.ops_per_sec / 1e6),
+                format!("{:.1}", c.ns_per_op),
+                c.p50_ns.to_string(),
+                c.p99_ns.to_string(),
+                c.p999_ns.to_string(),
+                format!("{:.2}", c.fairness),
+                si(c.admitted as f64),
+                format!(
+                    "{}{}",
+                    si(c.bound as f64),
+                    if c.over_bound() { " EXCEEDED" } else { "" }
+                ),
+                c.vs_std_mutex
+                    .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x")),
+            ]);
+        }
+        let widths: Vec<usize> = (0..header.len())
+            .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+            .collect();
+        let mut out = String::new();
+        let mut last_regime = None;
+        for (n, row) in rows.iter().enumerate() {
+            if n > 0 {
+                let regime = self.cells[n - 1].regime;
+                if last_regime.is_some_and(|r| r != regime) {
+                    out.push('\n');
+                }
+                last_regime = Some(regime);
+            }
+            let mut line = String::new();
+            for (i, cell) in row.iter().enumerate() {
+                let pad = widths[i] - cell.chars().count();
+                if i == 0 || i == 2 {
+                    let _ = write!(line, "{cell}{}  ", " ".repeat(pad));
+                } else {
+                    let _ = write!(line, "{}{cell}  ", " ".repeat(pad));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+            if n == 0 {
+                let total: usize = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
+                out.push_str(&"-".repeat(total));
+                out.push('\n');
+            }
+        }
+        let _ = writeln!(
+            out,
+            "\nlatencies in ns (every 64th op sampled); admitted and bound in tokens; fairness = min/max ops per thread"
+        );
+        out
+    }
+
+    /// The CSV: [`CSV_HEADER`], then one line per cell.
+    ///
+    /// ```
+    /// use tollgate_bench::{report::{Report, CSV_HEADER}};
+    /// let empty = Report { cells: vec![], duration: Default::default(), cost: 1, seed: 0 };
+    /// assert_eq!(empty.to_csv(), format!("{CSV_HEADER}\n"));
+    /// ```
+    pub fn to_csv(&self) -> String {
+        let mut out = String::with_capacity(128 * (self.cells.len() + 1));
+        out.push_str(CSV_HEADER);
+        out.push('\n');
+        for c in &self.cells {
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{},{:.6},{:.0},{:.2},{},{},{},{},{},{:.4}",
+                c.strategy,
+                c.threads,
+                c.regime.name(),
+                c.keys,
+                c.ops,
+                c.seconds,
+                c.ops_per_sec,
+                c.ns_per_op,
+                c.p50_ns,
+                c.p99_ns,
+                c.p999_ns,
+                c.admitted,
+                c.bound,
+                c.fairness
+            );
+        }
+        out
+    }
+
+    /// The JSON: `{"tool", "version", "duration_ms", "cost", "seed", "cells": [...]}` where each
+    /// cell carries every CSV column plus `kind` and `vs_std_mutex`.
+    ///
+    /// ```
+    /// use tollgate_bench::report::Report;
+    /// let empty = Report { cells: vec![], duration: Default::default(), cost: 1, seed: 0 };
+    /// assert!(empty.to_json().contains("\"cells\": []"));
+    /// ```
+    pub fn to_json(&self) -> String {
+        #[derive(serde::Serialize)]
+        struct Json<'a> {
+            tool: &'static str,
+            version: &'static str,
+            duration_ms: f64,
+            cost: u64,
+            seed: u64,
+            cells: &'a [CellResult],
+        }
+        let json = Json {
+            tool: "tollgate-bench compare",
+            version: env!("CARGO_PKG_VERSION"),
+            duration_ms: self.duration.as_secs_f64() * 1e3,
+            cost: self.cost,
+            seed: self.seed,
+            cells: &self.cells,
+        };
+        // Non-finite floats (a cell with no operation) become null rather than an error.
+        serde_json::to_string_pretty(&json).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// Writes `compare.csv`, `compare.json` and one `compare-<regime>.svg` per regime into
+    /// `dir` (created if missing); returns the paths written.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_bench::{compare, strategies, Plan, Regime};
+    /// let plan = Plan::new(vec![1, 2], vec![Regime::Allow], Duration::from_millis(5));
+    /// let report = compare(&[strategies::by_name("cas").unwrap()], &plan, |_, _, _| {}).unwrap();
+    /// let dir = std::env::temp_dir().join(format!("tollgate-bench-doc-{}", std::process::id()));
+    /// let written = report.write_dir(&dir).unwrap();
+    /// assert_eq!(written.len(), 3);
+    /// assert!(std::fs::read_to_string(dir.join("compare-allow.svg")).unwrap().contains("<svg"));
+    /// std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    pub fn write_dir(&self, dir: &Path) -> Result<Vec<PathBuf>, String> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let mut written = Vec::new();
+        for (name, body) in [
+            ("compare.csv", self.to_csv()),
+            ("compare.json", self.to_json()),
+        ] {
+            let path = dir.join(name);
+            std::fs::write(&path, body)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            written.push(path);
+        }
+        for regime in Regime::ALL {
+            if self.cells.iter().any(|c| c.regime == regime) {
+                let path = dir.join(format!("compare-{}.svg", regime.name()));
+                self.write_svg(regime, &path)?;
+                written.push(path);
+            }
+        }
+        Ok(written)
+    }
+
+    /// Draws throughput (Mops/s) against threads for `regime`, one line per strategy, as SVG.
+    ///
+    /// ```
+    /// use tollgate_bench::{report::Report, Regime};
+    /// let empty = Report { cells: vec![], duration: Default::default(), cost: 1, seed: 0 };
+    /// let path = std::env::temp_dir().join(format!("tollgate-bench-empty-{}.svg", std::process::id()));
+    /// empty.write_svg(Regime::Mixed, &path).unwrap();
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
+    pub fn write_svg(&self, regime: Regime, path: &Path) -> Result<(), String> {
+        use plotters::prelude::*;
+        let cells: Vec<&CellResult> = self.cells.iter().filter(|c| c.regime == regime).collect();
+        let mut names: Vec<(String, Kind)> = Vec::new();
+        for c in &cells {
+            if !names.iter().any(|(n, _)| *n == c.strategy) {
+                names.push((c.strategy.clone(), c.kind));
+            }
+        }
+        let max_threads = cells.iter().map(|c| c.threads).max().unwrap_or(1).max(2);
+        let max_mops = cells
+            .iter()
+            .map(|c| c.ops_per_sec / 1e6)
+            .filter(|v| v.is_finite())
+            .fold(1.0f64, f64::max)
+            // Head room: the legend sits in the top part of the plot, above the lines.
+            * 1.6;
+        let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+        let root = SVGBackend::new(path, (760, 480)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("tollgate-bench compare: {} regime", regime.name()),
+                ("sans-serif", 20),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(1f64..max_threads as f64, 0f64..max_mops)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("threads")
+            .y_desc("Mops/s (all threads)")
+            .x_labels(max_threads.min(16))
+            .x_label_formatter(&|x| {
+                if x.fract() == 0.0 {
+                    format!("{x:.0}")
+                } else {
+                    String::new()
+                }
+            })
+            .max_light_lines(0)
+            .draw()
+            .map_err(|e| err(&e))?;
+        for (i, (name, kind)) in names.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            let mut points: Vec<(f64, f64)> = cells
+                .iter()
+                .filter(|c| c.strategy == *name)
+                .map(|c| (c.threads as f64, c.ops_per_sec / 1e6))
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let legend = if *kind == Kind::Peer {
+                format!("{name} (peer)")
+            } else {
+                name.clone()
+            };
+            let width = if *kind == Kind::Peer { 1 } else { 2 };
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(width)))
+                .map_err(|e| err(&e))?
+                .label(legend)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(width))
+                });
+            chart
+                .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| err(&e))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::si;
+
+    #[test]
+    fn si_suffixes() {
+        assert_eq!(si(999.0), "999");
+        assert_eq!(si(1234.0), "1.23k");
+        assert_eq!(si(12_345_678.0), "12.3M");
+        assert_eq!(si(1_000_000_000.0), "1.00G");
+        assert_eq!(si(9_996_000.0), "10.0M");
+        assert_eq!(si(99_960.0), "100k");
+    }
+}

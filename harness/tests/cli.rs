@@ -1,0 +1,347 @@
+//! The `tollgate-bench` binary, run as a user runs it.
+
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tollgate-bench");
+const HEADER: &str = "strategy,threads,regime,keys,ops,seconds,ops_per_sec,ns_per_op,p50_ns,p99_ns,p999_ns,admitted,bound,fairness";
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("TOLLGATE_BENCH_TEST_STRATEGIES")
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The strategies the binary offers, from `tollgate-bench list`.
+fn strategy_names() -> Vec<String> {
+    let out = run(&["list"]);
+    assert!(out.status.success());
+    text(&out.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn bad_options_are_rejected_clearly_without_panicking() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["compare", "--threads", "0"], "out of range"),
+        (&["compare", "--threads", "1,x"], "not a thread count"),
+        (&["compare", "--threads", "99999"], "out of range"),
+        (&["compare", "--duration", "10"], "no unit"),
+        (&["compare", "--duration", "0s"], "out of range"),
+        (&["compare", "--duration", "5parsecs"], "unknown unit"),
+        (&["compare", "--duration", "2h"], "unknown unit"),
+        (
+            &["compare", "--strategies", "nope"],
+            "unknown strategy `nope`",
+        ),
+        (
+            &["compare", "--strategies", "broken-always-admit"],
+            "unknown strategy",
+        ),
+        (&["compare", "--regime", "sometimes"], "invalid value"),
+        (&["compare", "--keys", "0"], "invalid value"),
+        (&["compare", "--cost", "0"], "invalid value"),
+        (&["compare", "--rate", "0"], "invalid value"),
+        (&["compare", "--burst", "0"], "invalid value"),
+        (&["compare", "--burst", "-5"], "unexpected argument"),
+        (&["compare", "--format", "xml"], "invalid value"),
+        (&["compare", "--seed", "abc"], "invalid value"),
+        (&["compare", "--frobnicate"], "unexpected argument"),
+        (
+            &["compare", "--regime", "deny", "--cost", "5000"],
+            "exceeds the burst",
+        ),
+        (
+            &["compare", "--rate", "18446744073709551615"],
+            "does not fit",
+        ),
+        (&["compare", "--out", "/proc/version/x"], "--out"),
+        (&[], "Usage"),
+        (&["frobnicate"], "unrecognized subcommand"),
+    ];
+    let mut cases = cases.to_vec();
+    if cfg!(feature = "peers") {
+        // A configuration a peer cannot express is refused before anything runs.
+        cases.push((
+            &[
+                "compare",
+                "--burst",
+                "5000000000",
+                "--strategies",
+                "governor",
+            ],
+            "governor cannot hold a burst",
+        ));
+    }
+    for (args, needle) in &cases {
+        let out = run(args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(needle),
+            "{args:?}: expected {needle:?} in {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} printed results");
+    }
+}
+
+#[test]
+fn help_lists_every_option_and_list_every_strategy() {
+    let out = run(&["compare", "--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for opt in [
+        "--threads",
+        "--duration",
+        "--strategies",
+        "--regime",
+        "--keys",
+        "--cost",
+        "--rate",
+        "--burst",
+        "--format",
+        "--out",
+        "--seed",
+    ] {
+        assert!(help.contains(opt), "{opt} missing from --help");
+    }
+    let names = strategy_names();
+    for s in [
+        "std-mutex",
+        "parking-lot-mutex",
+        "spin",
+        "cas",
+        "cas-backoff",
+    ] {
+        assert!(
+            names.iter().any(|n| n == s),
+            "{s} missing from list: {names:?}"
+        );
+    }
+    #[cfg(feature = "peers")]
+    {
+        let list = text(&run(&["list"]).stdout);
+        assert!(
+            list.contains("governor ") && list.contains("peer"),
+            "{list}"
+        );
+        assert!(names.iter().any(|n| n == "governor-keyed"));
+    }
+}
+
+/// One parsed CSV line.
+struct Row {
+    strategy: String,
+    threads: usize,
+    regime: String,
+    keys: u64,
+    ops: u64,
+    admitted: u64,
+    bound: u64,
+    fairness: f64,
+}
+
+fn parse_csv(csv: &str) -> Vec<Row> {
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some(HEADER));
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), 14, "{l}");
+            for (i, v) in f.iter().enumerate().skip(4) {
+                assert!(
+                    v.parse::<f64>().is_ok(),
+                    "column {i} of {l} is not a number"
+                );
+            }
+            Row {
+                strategy: f[0].to_owned(),
+                threads: f[1].parse().unwrap(),
+                regime: f[2].to_owned(),
+                keys: f[3].parse().unwrap(),
+                ops: f[4].parse().unwrap(),
+                admitted: f[11].parse().unwrap(),
+                bound: f[12].parse().unwrap(),
+                fairness: f[13].parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_short_run_of_every_strategy_prints_one_csv_line_per_cell_within_bounds() {
+    let out = run(&[
+        "compare",
+        "--duration",
+        "50ms",
+        "--threads",
+        "1,2",
+        "--format",
+        "csv",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}\n{stdout}");
+    let rows = parse_csv(&stdout);
+    let names = strategy_names();
+    let mut expected = BTreeSet::new();
+    for s in &names {
+        for t in [1, 2] {
+            for r in ["allow", "deny", "mixed"] {
+                expected.insert((s.clone(), t, r.to_owned()));
+            }
+        }
+    }
+    let got: BTreeSet<_> = rows
+        .iter()
+        .map(|r| (r.strategy.clone(), r.threads, r.regime.clone()))
+        .collect();
+    assert_eq!(rows.len(), expected.len(), "one line per cell");
+    assert_eq!(got, expected);
+    for r in &rows {
+        assert!(r.ops > 0, "{} did nothing", r.strategy);
+        assert!(
+            r.admitted <= r.bound,
+            "{} admitted {} > {}",
+            r.strategy,
+            r.admitted,
+            r.bound
+        );
+        assert!((0.0..=1.0).contains(&r.fairness));
+        let keyed = r.strategy.ends_with("keyed");
+        assert_eq!(r.keys, if keyed { 1000 } else { 1 }, "{}", r.strategy);
+        match r.regime.as_str() {
+            // Allow: everything admitted (the bound is far away).
+            "allow" => assert_eq!(r.admitted, r.ops, "{}", r.strategy),
+            // Deny: the drained burst (per key) and a trickle, while ops are refused.
+            // Deny: the drain took every key's burst; 1 token/s refills next to nothing, so
+            // (with at least 64 operations per thread) most operations are refused.
+            "deny" => {
+                assert!(r.admitted >= r.keys * 1000, "{}", r.strategy);
+                assert!(r.admitted - r.keys * 1000 < r.ops / 2, "{}", r.strategy);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_strategy_over_its_bound_fails_the_run() {
+    let out = Command::new(BIN)
+        .args([
+            "compare",
+            "--strategies",
+            "cas,broken-always-admit",
+            "--duration",
+            "20ms",
+            "--threads",
+            "1",
+            "--regime",
+            "deny",
+            "--format",
+            "csv",
+            // 1 token/s, burst 10: the >= 64 operations every thread runs exceed the bound of
+            // 10 + ceil(elapsed in s) however loaded the machine is.
+            "--rate",
+            "1",
+            "--burst",
+            "10",
+        ])
+        .env("TOLLGATE_BENCH_TEST_STRATEGIES", "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("CORRECTNESS: broken-always-admit admitted"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("CORRECTNESS: cas "), "{stderr}");
+    // The results still come out, so the reader sees what happened.
+    let rows = parse_csv(&stdout);
+    assert_eq!(rows.len(), 2);
+    let broken = rows
+        .iter()
+        .find(|r| r.strategy == "broken-always-admit")
+        .unwrap();
+    assert!(broken.admitted > broken.bound);
+}
+
+#[test]
+fn out_dir_gets_csv_json_and_one_chart_per_regime() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-out");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = run(&[
+        "compare",
+        "--strategies",
+        "std-mutex,cas",
+        "--duration",
+        "10ms",
+        "--threads",
+        "1,2",
+        "--regime",
+        "allow",
+        "--regime",
+        "mixed",
+        "--format",
+        "json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    let cells = json["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2 * 2 * 2);
+    assert_eq!(cells[0]["strategy"], "std-mutex");
+    assert_eq!(cells[0]["vs_std_mutex"], 1.0);
+    let csv = std::fs::read_to_string(dir.join("compare.csv")).unwrap();
+    assert_eq!(parse_csv(&csv).len(), 8);
+    let file_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("compare.json")).unwrap()).unwrap();
+    assert_eq!(file_json["cells"].as_array().unwrap().len(), 8);
+    for regime in ["allow", "mixed"] {
+        let svg = std::fs::read_to_string(dir.join(format!("compare-{regime}.svg"))).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("std-mutex") && svg.contains("cas"));
+    }
+    assert!(!dir.join("compare-deny.svg").exists());
+}
+
+#[test]
+fn table_has_one_row_per_cell_and_the_ratio_to_std_mutex() {
+    let out = run(&[
+        "compare",
+        "--strategies",
+        "cas,std-mutex",
+        "--duration",
+        "10ms",
+        "--threads",
+        "1,3",
+        "--regime",
+        "deny",
+        "--keys",
+        "7",
+        "--cost",
+        "2",
+        "--rate",
+        "500",
+        "--burst",
+        "10",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let rows: Vec<&str> = table.lines().filter(|l| l.contains(" deny ")).collect();
+    assert_eq!(rows.len(), 4, "{table}");
+    assert!(rows
+        .iter()
+        .filter(|r| r.starts_with("std-mutex"))
+        .all(|r| r.ends_with("1.00x")));
+    assert!(table.starts_with("strategy") && table.contains("vs std-mutex"));
+}

@@ -1,0 +1,139 @@
+//! Every built-in tollgate strategy applies exactly the core decision function: deterministic
+//! checks on a ManualClock, single-threaded against the pure function and multi-threaded on a
+//! frozen clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+use tollgate::{gcra, Bucket, Clock, ManualClock, Quota};
+use tollgate_bench::strategies::{Cas, CasBackoff, ParkingLotMutex, SpinLock, StdMutex};
+use tollgate_bench::{compare, strategies, Kind, Plan, RateLimiter, Regime, Strategy};
+
+fn all(quota: Quota, clock: &ManualClock) -> Vec<Arc<dyn RateLimiter>> {
+    vec![
+        Arc::new(StdMutex::new(quota, clock.clone())),
+        Arc::new(ParkingLotMutex::new(quota, clock.clone())),
+        Arc::new(SpinLock::new(quota, clock.clone())),
+        Arc::new(Cas::new(Bucket::with_clock(quota, clock.clone()))),
+        Arc::new(CasBackoff::new(quota, clock.clone())),
+    ]
+}
+
+#[test]
+fn every_strategy_gives_the_pure_functions_verdicts() {
+    let quota = Quota::new(7, Duration::from_millis(3), 5).unwrap();
+    let clock = ManualClock::new();
+    let limiters = all(quota, &clock);
+    let mut reference = gcra::FULL;
+    let mut x = 0x1234_5678_9abc_def0u64;
+    for _ in 0..5_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        clock.advance(Duration::from_nanos(x % 700_000));
+        let cost = x >> 40 & 7; // 0..=7: includes 0 and costs above the burst
+        let now = clock.now();
+        let expected = match gcra::try_acquire(reference, now, &quota, cost) {
+            Ok(next) => {
+                reference = next.unwrap_or(reference);
+                Ok(())
+            }
+            Err(d) => Err(d),
+        };
+        for l in &limiters {
+            assert_eq!(
+                l.try_acquire(cost),
+                expected,
+                "{} at {now} cost {cost}",
+                l.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn on_a_frozen_clock_threads_get_exactly_the_burst() {
+    let quota = Quota::new(1000, Duration::from_secs(1), 10_000).unwrap();
+    let clock = ManualClock::new();
+    for limiter in all(quota, &clock) {
+        let admitted: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    let l = &limiter;
+                    s.spawn(move || (0..5_000).filter(|_| l.try_acquire(1).is_ok()).count() as u64)
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(admitted, 10_000, "{}", limiter.name());
+    }
+}
+
+#[test]
+fn names_are_the_documented_ones() {
+    let clock = ManualClock::new();
+    let names: Vec<String> = all(Quota::per_second(1).unwrap(), &clock)
+        .iter()
+        .map(|l| l.name().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "std-mutex",
+            "parking-lot-mutex",
+            "spin",
+            "cas",
+            "cas-backoff"
+        ]
+    );
+    let builtins = strategies::builtins();
+    for b in &builtins {
+        let expected = if b.name().starts_with("governor") {
+            Kind::Peer
+        } else {
+            Kind::Tollgate
+        };
+        assert_eq!(b.kind(), expected, "{}", b.name());
+    }
+}
+
+#[test]
+fn a_custom_strategy_over_its_bound_is_caught_through_the_library() {
+    /// Consults a real bucket but admits even what it refuses.
+    struct IgnoresRefusals(Bucket);
+    impl RateLimiter for IgnoresRefusals {
+        fn try_acquire(&self, cost: u64) -> Result<(), tollgate::Denied> {
+            let _ = self.0.try_acquire(cost);
+            Ok(())
+        }
+        fn name(&self) -> &str {
+            "ignores-refusals"
+        }
+    }
+    let broken = Strategy::new("ignores-refusals", Kind::Custom, |s| {
+        Ok(Box::new(IgnoresRefusals(Bucket::with_clock(s.quota, s.clock))) as Box<dyn RateLimiter>)
+    });
+    // 1 token/s, burst 10: the bound is 10 + ceil(elapsed in s); every thread runs at least one
+    // batch of 64 operations, so the broken strategy exceeds it however slow the machine is.
+    let mut plan = Plan::new(vec![1, 2], Regime::ALL.to_vec(), Duration::from_millis(5));
+    plan.rate = Some(1);
+    plan.burst = Some(10);
+    let report = compare(
+        &[strategies::by_name("cas").unwrap(), broken],
+        &plan,
+        |_, _, _| {},
+    )
+    .unwrap();
+    let bad: Vec<_> = report
+        .violations()
+        .iter()
+        .map(|c| (c.strategy.clone(), c.threads, c.regime))
+        .collect();
+    let mut expected = Vec::new();
+    for regime in Regime::ALL {
+        for threads in [1, 2] {
+            expected.push(("ignores-refusals".to_owned(), threads, regime));
+        }
+    }
+    assert_eq!(bad, expected);
+    assert!(report.violation_messages()[0].starts_with("ignores-refusals admitted"));
+}
