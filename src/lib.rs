@@ -37,7 +37,11 @@ mod bucket;
 mod clock;
 mod error;
 pub mod gcra;
+#[cfg(feature = "std")]
+mod keyed;
 mod quota;
+#[cfg(feature = "std")]
+mod sharded;
 mod sync;
 
 pub use bucket::Bucket;
@@ -47,4 +51,8 @@ pub use clock::QuantaClock;
 pub use clock::StdClock;
 pub use clock::{Clock, DefaultClock, ManualClock};
 pub use error::{ConfigError, Denied};
+#[cfg(feature = "std")]
+pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder};
 pub use quota::{Quota, HORIZON};
+#[cfg(feature = "std")]
+pub use sharded::ShardedBucket;
