@@ -80,24 +80,27 @@ impl<C: fmt::Debug> fmt::Debug for ShardedBucket<C> {
 /// unit for all (a period times `n` beyond `u64` nanoseconds, or a rate so close to the 63-bit
 /// range that the two shard bursts get different units).
 fn split(quota: &Quota, n: usize) -> Option<Vec<Quota>> {
+    if n <= 1 {
+        return Some(alloc::vec![*quota]);
+    }
     let n64 = n as u64;
     let per_ns = u64::try_from(quota.per().as_nanos()).ok()?;
     let period = Duration::from_nanos(per_ns.checked_mul(n64)?);
     let (lo, rem) = (quota.burst() / n64, quota.burst() % n64);
-    let hi = Quota::new(quota.tokens(), period, lo + 1).ok()?;
-    let low = if lo > 0 {
-        Some(Quota::new(quota.tokens(), period, lo).ok()?)
-    } else {
-        None
-    };
-    if let Some(low) = low {
-        if low.scale() != hi.scale() {
+    if lo == 0 {
+        return None;
+    }
+    let low = Quota::new(quota.tokens(), period, lo).ok()?;
+    let hi = if rem > 0 {
+        let hi = Quota::new(quota.tokens(), period, lo + 1).ok()?;
+        if hi.scale() != low.scale() {
             return None;
         }
-    }
-    (0..n64)
-        .map(|i| if i < rem { Some(hi) } else { low })
-        .collect()
+        hi
+    } else {
+        low
+    };
+    Some((0..n64).map(|i| if i < rem { hi } else { low }).collect())
 }
 
 impl ShardedBucket<DefaultClock> {
@@ -136,7 +139,7 @@ impl<C: Clock> ShardedBucket<C> {
                 break q;
             }
             // n = 1 always splits: the shard quota is the global quota itself.
-            n = (n / 2).max(1);
+            n /= 2;
         };
         let shards = quotas
             .into_iter()
