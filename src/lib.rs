@@ -9,6 +9,9 @@
 //! * [`Denied`] — a refusal: retry after an exact wait, or the cost exceeds the burst.
 //! * [`Clock`] — [`ManualClock`] for tests, [`QuantaClock`] (default) and [`StdClock`].
 //! * [`gcra`] — the pure decision function the bucket applies, for your own storage.
+//! * `KeyedLimiter` — one exact bucket per key (tenant, API key, IP) in a table of bounded size
+//!   that evicts only full buckets; `ShardedBucket` — one global limit split over per-core
+//!   cache-padded shards (both with `std`).
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
 //! arithmetic at the clock's integer-nanosecond reading (see [`Quota::is_exact`] for the one
