@@ -14,7 +14,6 @@ use core::fmt;
 use core::hash::Hash;
 use crossbeam_utils::CachePadded;
 use index::{Index, Mutex, DEAD};
-use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 
 /// The most counter shards, whatever the core count.
@@ -105,7 +104,7 @@ enum Insert {
 /// assert_eq!(limiter.len(), 2);
 /// ```
 pub struct KeyedLimiter<K, C = DefaultClock> {
-    index: Index<K, RandomState>,
+    index: Index<K, foldhash::fast::RandomState>,
     quota: Quota,
     overrides: HashMap<K, Quota>,
     max_keys: u64,
@@ -276,7 +275,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shards = cores.saturating_mul(4).next_power_of_two().min(MAX_SHARDS);
         KeyedLimiter {
-            index: Index::new(RandomState::new()),
+            index: Index::new(foldhash::fast::RandomState::default()),
             quota,
             overrides,
             max_keys: u64::try_from(max_keys).unwrap_or(u64::MAX),
