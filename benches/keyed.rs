@@ -5,6 +5,7 @@
 //!   inserted beforehand and the quota admits everything: this is the lookup-and-admit path.
 //! * Before criterion runs, memory per key at 1M keys is printed for both (a counting global
 //!   allocator: bytes live after inserting 1M keys, divided by 1M).
+#![allow(missing_docs)] // criterion's macros generate undocumented functions
 
 use criterion::{black_box, criterion_group, BenchmarkId, Criterion};
 use std::alloc::{GlobalAlloc, Layout, System};

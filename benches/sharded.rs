@@ -1,5 +1,6 @@
 //! ShardedBucket vs a single Bucket on the allow path, 1 and 2 threads (`iter_custom` across
 //! threads, the slowest thread reported). The quota admits everything, so every call writes.
+#![allow(missing_docs)] // criterion's macros generate undocumented functions
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
 use std::sync::Barrier;

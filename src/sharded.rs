@@ -45,16 +45,20 @@ struct Shard {
 ///   alone still gets the whole burst and the whole rate, and on a frozen clock exactly `burst`
 ///   tokens come out in total, whatever the number of threads.
 /// * Threads map to shards through a thread-local index assigned round-robin: no syscall per call.
+/// * **Refill to full.** When the shard count does not divide the burst, the shards with one token
+///   less fill up first and then stop earning, so an emptied bucket is full again after
+///   `⌈burst/n⌉·n / rate` instead of `burst / rate` (at most `n / burst` longer). The window bound
+///   and the long-run rate are unaffected.
 ///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::{Denied, ManualClock, Quota, ShardedBucket};
 /// let clock = ManualClock::new();
-/// let bucket = ShardedBucket::with_clock(Quota::per_second(10).unwrap(), 4, clock.clone());
-/// assert_eq!(bucket.try_acquire(10), Ok(())); // the whole burst, borrowed across the 4 shards
-/// assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(100))));
+/// let bucket = ShardedBucket::with_clock(Quota::per_second(8).unwrap(), 4, clock.clone());
+/// assert_eq!(bucket.try_acquire(8), Ok(())); // the whole burst, borrowed across the 4 shards
+/// assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(125))));
 /// clock.advance(Duration::from_secs(1));
-/// assert_eq!(bucket.available(), 10);
+/// assert_eq!(bucket.available(), 8);
 /// ```
 ///
 /// Borrowing is the slow path: it reads every shard's line and may write several. A bucket whose

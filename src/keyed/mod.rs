@@ -365,8 +365,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
     /// let q = Quota::per_second(5).unwrap();
-    /// let limiter = KeyedLimiter::with_clock(q, 10, ManualClock::new());
-    /// assert_eq!(limiter.quota_for(&1u8), q);
+    /// let limiter = KeyedLimiter::<u8, _>::with_clock(q, 10, ManualClock::new());
+    /// assert_eq!(limiter.quota_for(&1), q);
     /// ```
     #[inline]
     pub fn quota_for<Q>(&self, key: &Q) -> Quota
