@@ -224,3 +224,81 @@ pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
     let next = i128::from(new.earned_ceil(now)) + i128::from(new.burst()) * s2 - b2;
     next.clamp(0, i128::from(MAX_UNITS)) as u64
 }
+
+// ---- helpers for the keyed and sharded limiters (crate-internal) ----
+
+/// Whether `state` is full at `now` (`available == burst`, no debt): such a state behaves exactly
+/// like [`FULL`] at `now` and at every later reading, so a keyed table may forget it.
+#[cfg_attr(not(feature = "keyed"), allow(dead_code))]
+#[inline]
+pub(crate) fn is_full(state: u64, now: u64, quota: &Quota) -> bool {
+    state <= quota.earned_floor(now)
+}
+
+/// The first clock reading at which `state` is full (`u64::MAX`: never within the horizon).
+#[cfg_attr(not(feature = "keyed"), allow(dead_code))]
+#[inline]
+pub(crate) fn full_at(state: u64, quota: &Quota) -> u64 {
+    let at = quota.instant_of(state);
+    if at > crate::quota::HORIZON_NS {
+        u64::MAX
+    } else {
+        at
+    }
+}
+
+/// Units (`1 / quota.scale()` of a token) available at `now`: the exact balance, capped at the
+/// burst, 0 while in debt.
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
+#[inline]
+pub(crate) fn available_units(state: u64, now: u64, quota: &Quota) -> u64 {
+    let burst_units = quota.burst() * quota.scale();
+    (quota.earned_floor(now) + burst_units)
+        .saturating_sub(state)
+        .min(burst_units)
+}
+
+/// Takes up to `max_units` units (a partial take, for a sharded bucket pooling its shards).
+/// Returns `(state', base, taken)`: `state' = base + taken`, where `base` is the state the take
+/// was added to (the state with the refill cap applied). `None` when nothing is available.
+///
+/// Like [`try_acquire`], the debit is added to `max(state, earned_ceil(now))`, so it never leaves
+/// more than the burst in the bucket.
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
+#[inline]
+pub(crate) fn take_units(
+    state: u64,
+    now: u64,
+    quota: &Quota,
+    max_units: u64,
+) -> Option<(u64, u64, u64)> {
+    let taken = available_units(state, now, quota).min(max_units);
+    if taken == 0 {
+        return None;
+    }
+    let base = state.max(quota.earned_ceil(now));
+    // base + taken <= earned_ceil + burst_units <= MAX_UNITS + 1 < 2^64 by the quota's range.
+    Some((base + taken, base, taken))
+}
+
+/// Gives back `units` taken by [`take_units`] on top of `base`, without ever creating a token.
+///
+/// Other decisions may have run on the word since the take. Subtracting the units is exact as long
+/// as none of them applied the refill cap on the trajectory *without* our take, which requires the
+/// clock to have earned past `base`. The refill earned past `base` bounds (telescopically) what
+/// those caps can have absorbed, so restoring `units − (earned_ceil(now) − base)⁺` never gives back
+/// more than the take left in the bucket; on a frozen clock, or within the same instant, it gives
+/// back exactly `units`. Returns the new state, or `None` when there is nothing to restore.
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
+#[inline]
+pub(crate) fn give_back_units(
+    state: u64,
+    now: u64,
+    quota: &Quota,
+    base: u64,
+    units: u64,
+) -> Option<u64> {
+    let refilled = quota.earned_ceil(now).saturating_sub(base);
+    let restore = units.saturating_sub(refilled);
+    (restore > 0).then(|| state.saturating_sub(restore))
+}

@@ -12,6 +12,9 @@
 //! * [`gcra`] — the pure decision function the bucket applies, for your own storage.
 //! * Waiting: [`Bucket::acquire`], [`Bucket::try_acquire_for`], [`Bucket::reserve`] →
 //!   [`Reservation`], and the async [`Bucket::until_ready`] → [`UntilReady`].
+//! * `KeyedLimiter` — one exact bucket per key (tenant, API key, IP) in a table of bounded size
+//!   that evicts only full buckets (feature `keyed`); `ShardedBucket` — one global limit split
+//!   over per-core cache-padded shards (`std`).
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
 //! arithmetic at the clock's integer-nanosecond reading (see [`Quota::is_exact`] for the one
@@ -40,7 +43,11 @@ mod bucket;
 mod clock;
 mod error;
 pub mod gcra;
+#[cfg(feature = "keyed")]
+mod keyed;
 mod quota;
+#[cfg(feature = "std")]
+mod sharded;
 mod slots;
 mod smooth;
 mod sync;
@@ -53,6 +60,10 @@ pub use clock::QuantaClock;
 pub use clock::StdClock;
 pub use clock::{Clock, DefaultClock, ManualClock};
 pub use error::{ConfigError, Denied};
+#[cfg(feature = "keyed")]
+pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder};
 pub use quota::{Quota, HORIZON};
+#[cfg(feature = "std")]
+pub use sharded::ShardedBucket;
 pub use smooth::Smooth;
 pub use wait::{Reservation, UntilReady};

@@ -8,8 +8,8 @@
 //! | `spin` | tollgate | test-and-test-and-set spin lock with exponential backoff ([`SpinLock`]) |
 //! | `cas` | tollgate | [`tollgate::Bucket`]: one CAS loop on one `AtomicU64` ([`Cas`]) |
 //! | `cas-backoff` | tollgate | a CAS loop with [`crossbeam_utils::Backoff`] after a failed CAS ([`CasBackoff`]) |
-//! | `sharded` | tollgate | `tollgate::ShardedBucket` (feature `multi-tenant`) |
-//! | `keyed` | tollgate | `tollgate::KeyedLimiter<u64>`, keys drawn from `--keys` (feature `multi-tenant`) |
+//! | `sharded` | tollgate | `tollgate::ShardedBucket` |
+//! | `keyed` | tollgate | `tollgate::KeyedLimiter<u64>`, keys drawn from `--keys` |
 //! | `governor` | peer | `governor::DefaultDirectRateLimiter` (feature `peers`) |
 //! | `governor-keyed` | peer | `governor::DefaultKeyedRateLimiter<u64>` (DashMap), keys from `--keys` (feature `peers`) |
 //!
@@ -361,7 +361,6 @@ pub fn builtins() -> Vec<Strategy> {
         })
         .with_description("CAS loop with crossbeam_utils::Backoff after a failed CAS"),
     ];
-    #[cfg(feature = "multi-tenant")]
     all.extend(multi_tenant::strategies());
     #[cfg(feature = "peers")]
     all.extend(peers::strategies());
@@ -378,13 +377,8 @@ pub fn by_name(name: &str) -> Option<Strategy> {
     builtins().into_iter().find(|s| s.name() == name)
 }
 
-// ---------------------------------------------------------------------------------------------
-// MULTI-TENANT STRATEGIES (`keyed`, `sharded`). They need `tollgate::KeyedLimiter` and
-// `tollgate::ShardedBucket` from the multi-tenant issue; once that has landed, make the
-// `multi-tenant` feature default in harness/Cargo.toml (or drop the cfg). Nothing else changes:
-// the runner, the bound check (per key for `is_keyed()`), the outputs and the tests pick them up.
-// ---------------------------------------------------------------------------------------------
-#[cfg(feature = "multi-tenant")]
+// The multi-tenant strategies (`keyed`, `sharded`): `tollgate::KeyedLimiter` and
+// `tollgate::ShardedBucket`. The runner checks keyed strategies' bounds per key (`is_keyed()`).
 mod multi_tenant {
     use super::*;
     use tollgate::{KeyedLimiter, ShardedBucket};
