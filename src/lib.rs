@@ -67,3 +67,8 @@ pub use quota::{Quota, HORIZON};
 pub use sharded::ShardedBucket;
 pub use smooth::Smooth;
 pub use wait::{Reservation, UntilReady};
+
+/// The README's Rust examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
