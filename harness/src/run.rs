@@ -22,9 +22,9 @@
 //!   clock (which adds one clock read, ~10–25 ns, to each sample) into an HDR histogram
 //!   (3 significant digits).
 //! * `admitted`: tokens admitted (admitted ops × cost, plus the drain of the deny regime).
-//! * `bound`: `burst + ⌈rate × elapsed⌉` where `elapsed` is the cell clock's reading after every
-//!   thread has joined — the clock was created just before the limiter, so its origin is the
-//!   start of the limiter's life. Keyed strategies: that bound per key, times the keys touched.
+//! * `bound`: `burst + ⌈rate × elapsed⌉` where `elapsed` runs from the cell clock's reading just
+//!   before the limiter is built (its life cannot start earlier) to its reading after every
+//!   thread has joined. Keyed strategies: that bound per key, times the keys touched.
 //!   `admitted > bound` is a correctness failure.
 //! * `fairness`: min/max operations per thread (1 = every thread did the same work).
 //!
@@ -350,6 +350,9 @@ pub fn run_cell(strategy: &Strategy, spec: &CellSpec) -> Result<CellResult, Stri
     }
     let key_slots = usize::try_from(spec.keys).map_err(|_| "too many keys".to_owned())?;
     let clock = DefaultClock::default();
+    // Clocks may share an origin (tollgate's `QuantaClock` is process-wide): the limiter's life
+    // starts now, before it is built, so measuring from here keeps the bound an upper bound.
+    let start_ns = clock.now();
     let setup = Setup {
         quota,
         keys: spec.keys,
@@ -460,7 +463,8 @@ pub fn run_cell(strategy: &Strategy, spec: &CellSpec) -> Result<CellResult, Stri
         touched[0] = true;
     }
     let touched_keys = touched.iter().filter(|&&t| t).count() as u128;
-    let refill = (u128::from(spec.rate) * u128::from(end_ns)).div_ceil(1_000_000_000);
+    let elapsed_ns = end_ns.saturating_sub(start_ns);
+    let refill = (u128::from(spec.rate) * u128::from(elapsed_ns)).div_ceil(1_000_000_000);
     let bound = touched_keys * (u128::from(spec.burst) + refill);
     let threads = outs.len().max(1);
     Ok(CellResult {
