@@ -7,8 +7,10 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::{Barrier, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
+use std::time::Duration;
+mod common;
+use common::across_threads;
 use tollgate::{gcra, Bucket, Clock, Denied, QuantaClock, Quota};
 
 /// The baseline: a `Mutex<u64>` around the same pure decision function.
@@ -84,31 +86,6 @@ fn single_thread(c: &mut Criterion) {
     g.finish();
 }
 
-/// Runs `f` `iters` times on each of `threads` threads started together; returns the slowest
-/// thread's time (so a strategy cannot look fast by starving one thread).
-fn contended(threads: usize, iters: u64, f: impl Fn() + Sync) -> Duration {
-    let barrier = Barrier::new(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    barrier.wait();
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        f();
-                    }
-                    start.elapsed()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .max()
-            .unwrap()
-    })
-}
-
 fn two_threads(c: &mut Criterion) {
     let mut g = c.benchmark_group("two_threads_allow");
     let tollgate = Bucket::with_clock(allow_quota(), QuantaClock::new());
@@ -116,21 +93,21 @@ fn two_threads(c: &mut Criterion) {
     let gov = governor(1_000_000_000, 1_000_000_000);
     g.bench_function("tollgate", |b| {
         b.iter_custom(|n| {
-            contended(2, n, || {
+            across_threads(2, n, |_, _| {
                 black_box(tollgate.try_acquire(1)).ok();
             })
         })
     });
     g.bench_function("mutex", |b| {
         b.iter_custom(|n| {
-            contended(2, n, || {
+            across_threads(2, n, |_, _| {
                 black_box(mutex.try_acquire(1)).ok();
             })
         })
     });
     g.bench_function("governor", |b| {
         b.iter_custom(|n| {
-            contended(2, n, || {
+            across_threads(2, n, |_, _| {
                 black_box(gov.check()).ok();
             })
         })

@@ -11,9 +11,11 @@ use criterion::{black_box, criterion_group, BenchmarkId, Criterion};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tollgate::{KeyedLimiter, Quota};
+
+mod common;
+use common::across_threads;
 
 struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -56,31 +58,6 @@ fn governor_quota() -> governor::Quota {
         .allow_burst(NonZeroU32::new(u32::MAX).unwrap())
 }
 
-/// Runs `f(thread, i)` `iters` times on each of `threads` threads; returns the slowest thread.
-fn across_threads(threads: usize, iters: u64, f: &(dyn Fn(usize, u64) + Sync)) -> Duration {
-    let barrier = Barrier::new(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    barrier.wait();
-                    let start = Instant::now();
-                    for i in 0..iters {
-                        f(t, i);
-                    }
-                    start.elapsed()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .max()
-            .unwrap()
-    })
-}
-
 fn bench_keyed(c: &mut Criterion) {
     for (name, keys) in [("uniform10k", 10_000u64), ("hot16", 16)] {
         let mut group = c.benchmark_group(format!("keyed/{name}"));
@@ -96,7 +73,7 @@ fn bench_keyed(c: &mut Criterion) {
         for threads in [1usize, 2] {
             group.bench_function(BenchmarkId::new("tollgate", threads), |b| {
                 b.iter_custom(|iters| {
-                    across_threads(threads, iters, &|t, i| {
+                    across_threads(threads, iters, |t, i| {
                         let k = &streams[t][(i & 0xFFFF) as usize];
                         black_box(ours.try_acquire(k, 1)).ok();
                     })
@@ -104,7 +81,7 @@ fn bench_keyed(c: &mut Criterion) {
             });
             group.bench_function(BenchmarkId::new("governor", threads), |b| {
                 b.iter_custom(|iters| {
-                    across_threads(threads, iters, &|t, i| {
+                    across_threads(threads, iters, |t, i| {
                         let k = &streams[t][(i & 0xFFFF) as usize];
                         black_box(theirs.check_key(k)).ok();
                     })

@@ -3,33 +3,11 @@
 #![allow(missing_docs)] // criterion's macros generate undocumented functions
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tollgate::{Bucket, Quota, ShardedBucket};
 
-fn across_threads(threads: usize, iters: u64, f: &(dyn Fn() + Sync)) -> Duration {
-    let barrier = Barrier::new(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    barrier.wait();
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        f();
-                    }
-                    start.elapsed()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .max()
-            .unwrap()
-    })
-}
+mod common;
+use common::across_threads;
 
 fn bench_sharded(c: &mut Criterion) {
     let quota = Quota::new(1_000_000_000, Duration::from_secs(1), 1 << 50).unwrap();
@@ -38,7 +16,7 @@ fn bench_sharded(c: &mut Criterion) {
         let sharded = ShardedBucket::new(quota);
         group.bench_function(BenchmarkId::new("sharded", threads), |b| {
             b.iter_custom(|iters| {
-                across_threads(threads, iters, &|| {
+                across_threads(threads, iters, |_, _| {
                     black_box(sharded.try_acquire(1)).ok();
                 })
             })
@@ -46,7 +24,7 @@ fn bench_sharded(c: &mut Criterion) {
         let single = Bucket::new(quota);
         group.bench_function(BenchmarkId::new("bucket", threads), |b| {
             b.iter_custom(|iters| {
-                across_threads(threads, iters, &|| {
+                across_threads(threads, iters, |_, _| {
                     black_box(single.try_acquire(1)).ok();
                 })
             })

@@ -10,44 +10,33 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use std::hint::black_box;
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tollgate::{DefaultClock, Quota};
 use tollgate_bench::{strategies, RateLimiter, Regime, Setup};
 
-/// Every thread runs `iters` operations; returns the slowest thread's time.
+#[path = "../../benches/common/mod.rs"]
+mod common;
+
+/// Every thread runs `iters` operations; returns the slowest thread's time. Keyed strategies
+/// draw a key per operation from 1000 keys (a hash of thread and iteration).
 fn contended(limiter: &dyn RateLimiter, threads: usize, iters: u64) -> Duration {
-    let barrier = Barrier::new(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    let keyed = limiter.is_keyed();
-                    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64 + 1);
-                    barrier.wait();
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        let r = if keyed {
-                            x ^= x << 13;
-                            x ^= x >> 7;
-                            x ^= x << 17;
-                            limiter.try_acquire_key(x % 1000, 1)
-                        } else {
-                            limiter.try_acquire(1)
-                        };
-                        black_box(r.is_ok());
-                    }
-                    start.elapsed()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("bench thread"))
-            .max()
-            .unwrap_or_default()
+    let keyed = limiter.is_keyed();
+    common::across_threads(threads, iters, |t, i| {
+        let r = if keyed {
+            limiter.try_acquire_key(splitmix(i ^ ((t as u64) << 48)) % 1000, 1)
+        } else {
+            limiter.try_acquire(1)
+        };
+        black_box(r.is_ok());
     })
+}
+
+/// SplitMix64's finalizer: a cheap, well-mixed key from a counter.
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 fn compare(c: &mut Criterion) {
