@@ -1,142 +1,275 @@
-//! The keyed limiter's index: key → its one state word.
+//! The keyed limiter's index: a flat, open-addressed table of 16-byte slots that we own.
 //!
-//! Normally a [`papaya`] map: lookups are lock-free and write nothing shared (the epoch guard is
-//! the thread's own), and an entry never moves while it is reachable, so a thread holding a
-//! reference to a word can CAS it safely. Under `--cfg tollgate_loom` (papaya has no loom
-//! support) it is a loom `Mutex` around a `HashMap` of `Arc`ed words: the map is then modelled
-//! as a linearizable black box, while the per-key word protocol (CAS decisions, the dead bit,
-//! eviction, the length budget) is the same code and is explored by the models.
+//! # Layout
+//!
+//! One `Box<[AtomicU128]>` of `capacity = max(8, next_power_of_two(2 × max_keys))` slots, linear
+//! probing from `fingerprint & (capacity − 1)`. A slot is one 128-bit word `fingerprint << 64 |
+//! state`: the key's 64-bit fingerprint (a seeded hash; `0` = empty, `1` = tombstone, real
+//! hashes 0 and 1 are remapped to 2 and 3) and its [`gcra`](crate::gcra) state. **Keys are not
+//! stored**: two keys with equal fingerprints share one bucket (see [`KeyedLimiter`]'s docs for
+//! that trade). 16 bytes per slot at a load factor of at most ½ is at most 32 bytes per key
+//! (`max_keys` a power of two), allocated once, never resized.
+//!
+//! # Protocol
+//!
+//! * **Lookup** (lock-free, the hot path): probe from the home slot with plain 128-bit loads
+//!   until the fingerprint matches or a slot is empty. On a match the decision is a CAS of the
+//!   *whole* slot from `(fp, state)` to `(fp, state')`, so it succeeds only while the slot still
+//!   holds this key: no ABA through eviction, slot reuse or rebuild is possible, and a lookup
+//!   writes nothing but the key's own slot.
+//! * **Insert, evict, sweep, rebuild** happen under one mutex. An insertion re-probes under it
+//!   (so a key is never inserted twice) and writes its slot with one store (into the first
+//!   tombstone of the chain, else the empty slot ending it). Eviction is a CAS from a *full*
+//!   `(fp, state)` to a tombstone: a racing admission either lands first (the eviction's CAS
+//!   fails and the bucket is no longer full) or fails its own CAS, re-probes, misses and takes
+//!   the insert path, which waits on the mutex.
+//! * **Rebuild**: when tombstones exceed a quarter of the slots, the table is rebuilt in place
+//!   under the mutex: every live slot is taken out with a CAS to empty (capturing its state, so
+//!   no admission is lost: one that lands first is in the captured value, one that lands later
+//!   fails), every slot is cleared, and the captured entries are put back. Lookups that miss
+//!   meanwhile take the insert path and wait for the mutex; the insert path's re-probe under the
+//!   mutex is the only thing that ever concludes "absent".
+//! * Probing always ends: live ≤ `max_keys` ≤ capacity / 2 and tombstones ≤ capacity / 4 whenever
+//!   the mutex is free, so at least a quarter of the slots are empty; lock-free probes are also
+//!   capped at `capacity` steps (a miss then takes the insert path).
+//!
+//! Under `--cfg tollgate_loom` the same code runs on loom's mutex and `crate::sync`'s loom
+//! `AtomicU128` (a loom mutex per word: every 128-bit load, store and CAS is one model-checked
+//! step), so the loom models explore this protocol itself.
 
-use crate::sync::AtomicU64;
-use core::borrow::Borrow;
-use core::hash::{BuildHasher, Hash};
-
-/// Bit 63 of a word: the entry has been evicted. Decisions never CAS a dead word; whoever sees
-/// one removes the entry and retries. States never reach bit 63 (they are at most 2^63 − 1).
-pub(crate) const DEAD: u64 = 1 << 63;
+use crate::sync::{AtomicU128, Ordering};
+use alloc::boxed::Box;
+use alloc::vec::Vec;
 
 #[cfg(not(tollgate_loom))]
-pub(crate) use std::sync::Mutex;
+pub(crate) use std::sync::{Mutex, MutexGuard};
 
 #[cfg(tollgate_loom)]
-pub(crate) use loom::sync::Mutex;
+pub(crate) use loom::sync::{Mutex, MutexGuard};
 
-#[cfg(not(tollgate_loom))]
-pub(crate) struct Index<K, S> {
-    map: papaya::HashMap<K, AtomicU64, S>,
+/// Fingerprint of a never-used slot.
+const EMPTY: u64 = 0;
+/// Fingerprint of a slot whose entry was evicted.
+const TOMBSTONE: u64 = 1;
+
+/// Maps a 64-bit hash to a fingerprint (never [`EMPTY`] or [`TOMBSTONE`]).
+#[inline]
+pub(crate) fn fingerprint(hash: u64) -> u64 {
+    if hash < 2 {
+        hash + 2
+    } else {
+        hash
+    }
 }
 
-#[cfg(not(tollgate_loom))]
-impl<K: Hash + Eq, S: BuildHasher> Index<K, S> {
-    pub(crate) fn new(hasher: S) -> Self {
+#[inline]
+fn pack(fp: u64, state: u64) -> u128 {
+    (u128::from(fp) << 64) | u128::from(state)
+}
+
+#[inline]
+fn fp_of(word: u128) -> u64 {
+    (word >> 64) as u64
+}
+
+#[inline]
+fn state_of(word: u128) -> u64 {
+    word as u64
+}
+
+/// The table. Not generic: it sees only fingerprints.
+pub(crate) struct Index {
+    slots: Box<[AtomicU128]>,
+    mask: usize,
+    /// Serializes every change of a fingerprint; holds the tombstone count.
+    lock: Mutex<usize>,
+}
+
+impl Index {
+    /// A table for at most `max_keys` live entries.
+    pub(crate) fn new(max_keys: usize) -> Self {
+        let cap = max_keys
+            .saturating_mul(2)
+            .checked_next_power_of_two()
+            .unwrap_or(1 << (usize::BITS - 1))
+            .max(8);
         Index {
-            map: papaya::HashMap::with_hasher(hasher),
+            slots: (0..cap).map(|_| AtomicU128::new(0)).collect(),
+            mask: cap - 1,
+            lock: Mutex::new(0),
         }
     }
 
-    /// Calls `f` with the word of `key`, if present (dead or alive).
+    /// The number of slots.
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The slot holding `fp` and its word, if a lock-free probe finds it.
     #[inline]
-    pub(crate) fn with<Q, R>(&self, key: &Q, f: impl FnOnce(Option<&AtomicU64>) -> R) -> R
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let guard = self.map.guard();
-        f(self.map.get(key, &guard))
-    }
-
-    /// Inserts `key` with `word` unless present; `Err(dead)` says whether the present word is dead.
-    pub(crate) fn try_insert(&self, key: K, word: u64) -> Result<(), bool> {
-        let guard = self.map.guard();
-        match self.map.try_insert(key, AtomicU64::new(word), &guard) {
-            Ok(_) => Ok(()),
-            Err(e) => Err(e.current.load(crate::sync::Ordering::Relaxed) & DEAD != 0),
+    fn find(&self, fp: u64) -> Option<(&AtomicU128, u128)> {
+        let mut i = fp as usize & self.mask;
+        for _ in 0..=self.mask {
+            let slot = &self.slots[i];
+            let w = slot.load(Ordering::Acquire);
+            let f = fp_of(w);
+            if f == fp {
+                return Some((slot, w));
+            }
+            if f == EMPTY {
+                return None;
+            }
+            i = (i + 1) & self.mask;
         }
+        None
     }
 
-    /// Removes `key` if its word is dead.
-    pub(crate) fn remove_dead<Q>(&self, key: &Q)
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let guard = self.map.guard();
-        let _ = self.map.remove_if(
-            key,
-            |_, w| w.load(crate::sync::Ordering::Relaxed) & DEAD != 0,
-            &guard,
-        );
+    /// The state of `fp`, if tracked (lock-free).
+    pub(crate) fn load(&self, fp: u64) -> Option<u64> {
+        self.find(fp).map(|(_, w)| state_of(w))
     }
 
-    /// Visits every entry (concurrent inserts and removals may or may not be seen).
-    pub(crate) fn for_each(&self, mut f: impl FnMut(&K, &AtomicU64)) {
-        let guard = self.map.guard();
-        for (k, w) in self.map.iter(&guard) {
-            f(k, w);
-        }
-    }
-}
-
-#[cfg(tollgate_loom)]
-pub(crate) struct Index<K, S> {
-    map: Mutex<std::collections::HashMap<K, loom::sync::Arc<AtomicU64>, S>>,
-}
-
-#[cfg(tollgate_loom)]
-impl<K: Hash + Eq + Clone, S: BuildHasher> Index<K, S> {
-    pub(crate) fn new(hasher: S) -> Self {
-        Index {
-            map: Mutex::new(std::collections::HashMap::with_hasher(hasher)),
-        }
-    }
-
-    fn lock(
+    /// Decides on `fp`'s state with `f` (lock-free): `None` if `fp` is not found (take the insert
+    /// path), else `f`'s verdict, its new state written with a CAS of the whole slot.
+    #[inline]
+    pub(crate) fn apply<E>(
         &self,
-    ) -> loom::sync::MutexGuard<'_, std::collections::HashMap<K, loom::sync::Arc<AtomicU64>, S>>
-    {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn with<Q, R>(&self, key: &Q, f: impl FnOnce(Option<&AtomicU64>) -> R) -> R
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let word = self.lock().get(key).cloned();
-        f(word.as_deref())
-    }
-
-    pub(crate) fn try_insert(&self, key: K, word: u64) -> Result<(), bool> {
-        let mut map = self.lock();
-        if let Some(w) = map.get(&key) {
-            return Err(w.load(crate::sync::Ordering::Relaxed) & DEAD != 0);
-        }
-        map.insert(key, loom::sync::Arc::new(AtomicU64::new(word)));
-        Ok(())
-    }
-
-    pub(crate) fn remove_dead<Q>(&self, key: &Q)
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let mut map = self.lock();
-        if map
-            .get(key)
-            .is_some_and(|w| w.load(crate::sync::Ordering::Relaxed) & DEAD != 0)
-        {
-            map.remove(key);
+        fp: u64,
+        mut f: impl FnMut(u64) -> Result<Option<u64>, E>,
+    ) -> Option<Result<(), E>> {
+        let (slot, mut w) = self.find(fp)?;
+        loop {
+            if fp_of(w) != fp {
+                // Evicted or moved by a rebuild: the insert path decides under the mutex.
+                return None;
+            }
+            match f(state_of(w)) {
+                Ok(Some(next)) => match slot.compare_exchange_weak(
+                    w,
+                    pack(fp, next),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Some(Ok(())),
+                    Err(actual) => w = actual,
+                },
+                Ok(None) => return Some(Ok(())),
+                Err(e) => return Some(Err(e)),
+            }
         }
     }
 
-    pub(crate) fn for_each(&self, mut f: impl FnMut(&K, &AtomicU64)) {
-        let snapshot: std::vec::Vec<_> = self
-            .lock()
-            .iter()
-            .map(|(k, w)| (k.clone(), w.clone()))
-            .collect();
-        for (k, w) in &snapshot {
-            f(k, w);
+    /// Takes the mutex: the only way to insert or remove.
+    pub(crate) fn lock(&self) -> Locked<'_> {
+        Locked {
+            index: self,
+            tombstones: self.lock.lock().unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+}
+
+/// The index with its mutex held.
+pub(crate) struct Locked<'a> {
+    index: &'a Index,
+    tombstones: MutexGuard<'a, usize>,
+}
+
+impl Locked<'_> {
+    /// Whether `fp` is tracked. Exact: only the mutex holder changes fingerprints.
+    pub(crate) fn contains(&self, fp: u64) -> bool {
+        self.index.find(fp).is_some()
+    }
+
+    /// Inserts `fp` (not tracked: checked with [`contains`](Locked::contains) under this same
+    /// lock) with `state`.
+    pub(crate) fn insert(&mut self, fp: u64, state: u64) {
+        let ix = self.index;
+        let mut i = fp as usize & ix.mask;
+        let mut tomb = None;
+        // At least a quarter of the slots are empty (module docs), so this ends.
+        loop {
+            let f = fp_of(ix.slots[i].load(Ordering::Acquire));
+            if f == EMPTY {
+                break;
+            }
+            if f == TOMBSTONE && tomb.is_none() {
+                tomb = Some(i);
+            }
+            debug_assert_ne!(f, fp, "inserted twice");
+            i = (i + 1) & ix.mask;
+        }
+        if let Some(t) = tomb {
+            i = t;
+            *self.tombstones -= 1;
+        }
+        ix.slots[i].store(pack(fp, state), Ordering::Release);
+    }
+
+    /// Evicts every entry full at `now` (`quota_of` gives an entry's quota from its
+    /// fingerprint), rebuilding the table if tombstones pile up. Returns how many were evicted
+    /// and the earliest instant at which a remaining entry is full (`u64::MAX` if none).
+    pub(crate) fn sweep(
+        &mut self,
+        mut is_full: impl FnMut(u64, u64) -> Result<(), u64>,
+    ) -> (u64, u64) {
+        let ix = self.index;
+        let mut evicted = 0;
+        let mut next = u64::MAX;
+        for slot in ix.slots.iter() {
+            let mut w = slot.load(Ordering::Acquire);
+            while fp_of(w) > TOMBSTONE {
+                if let Err(at) = is_full(fp_of(w), state_of(w)) {
+                    next = next.min(at);
+                    break;
+                }
+                // A racing admission either lands first (this CAS fails and the bucket is no
+                // longer full) or fails its own CAS and re-probes into the insert path.
+                match slot.compare_exchange_weak(
+                    w,
+                    pack(TOMBSTONE, 0),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        evicted += 1;
+                        *self.tombstones += 1;
+                        break;
+                    }
+                    Err(actual) => w = actual,
+                }
+            }
+        }
+        if *self.tombstones > ix.capacity() / 4 {
+            self.rebuild();
+        }
+        (evicted, next)
+    }
+
+    /// Rebuilds the table in place without tombstones.
+    fn rebuild(&mut self) {
+        let ix = self.index;
+        let mut live = Vec::new();
+        for slot in ix.slots.iter() {
+            let mut w = slot.load(Ordering::Acquire);
+            loop {
+                if fp_of(w) <= TOMBSTONE {
+                    slot.store(0, Ordering::Release);
+                    break;
+                }
+                // Captures the latest state: admissions after this CAS fail theirs and wait on
+                // the mutex in the insert path.
+                match slot.compare_exchange_weak(w, 0, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        live.push(w);
+                        break;
+                    }
+                    Err(actual) => w = actual,
+                }
+            }
+        }
+        *self.tombstones = 0;
+        for w in live {
+            self.insert(fp_of(w), state_of(w));
         }
     }
 }
