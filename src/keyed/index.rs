@@ -37,7 +37,7 @@
 //! `AtomicU128` (a loom mutex per word: every 128-bit load, store and CAS is one model-checked
 //! step), so the loom models explore this protocol itself.
 
-use crate::sync::{AtomicU128, Ordering};
+use crate::sync::{AtomicU128, AtomicU64, Ordering};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
@@ -77,12 +77,23 @@ fn state_of(word: u128) -> u64 {
     word as u64
 }
 
+/// The smallest active region, in slots (or the whole table, if smaller).
+const MIN_ACTIVE: usize = 64;
+
 /// The table. Not generic: it sees only fingerprints.
 pub(crate) struct Index {
     slots: Box<[AtomicU128]>,
-    mask: usize,
-    /// Serializes every change of a fingerprint; holds the tombstone count.
-    lock: Mutex<usize>,
+    /// `active − 1`: entries live in the first `active` slots (a power of two). Written only by
+    /// a rebuild, under the mutex.
+    mask: AtomicU64,
+    /// Serializes every change of a fingerprint or of `mask`.
+    lock: Mutex<Meta>,
+}
+
+/// The counts the mutex guards.
+struct Meta {
+    live: usize,
+    tombstones: usize,
 }
 
 impl Index {
@@ -95,21 +106,29 @@ impl Index {
             .max(8);
         Index {
             slots: (0..cap).map(|_| AtomicU128::new(0)).collect(),
-            mask: cap - 1,
-            lock: Mutex::new(0),
+            mask: AtomicU64::new((MIN_ACTIVE.min(cap) - 1) as u64),
+            lock: Mutex::new(Meta {
+                live: 0,
+                tombstones: 0,
+            }),
         }
     }
 
-    /// The number of slots.
-    pub(crate) fn capacity(&self) -> usize {
-        self.slots.len()
+    /// The mask of the active region.
+    #[inline]
+    fn mask(&self) -> usize {
+        // Never above `slots.len() - 1`, which fits a usize.
+        self.mask.load(Ordering::Acquire) as usize
     }
 
-    /// The slot holding `fp` and its word, if a lock-free probe finds it.
+    /// The slot holding `fp` and its word, if a lock-free probe finds it. A probe racing a
+    /// rebuild may miss a present key (the caller then asks again under the mutex), never find
+    /// a wrong one: the fingerprint is in the word it returns.
     #[inline]
     fn find(&self, fp: u64) -> Option<(&AtomicU128, u128)> {
-        let mut i = fp as usize & self.mask;
-        for _ in 0..=self.mask {
+        let mask = self.mask();
+        let mut i = fp as usize & mask;
+        for _ in 0..=mask {
             let slot = &self.slots[i];
             let w = slot.load(Ordering::Acquire);
             let f = fp_of(w);
@@ -119,7 +138,7 @@ impl Index {
             if f == EMPTY {
                 return None;
             }
-            i = (i + 1) & self.mask;
+            i = (i + 1) & mask;
         }
         None
     }
@@ -163,7 +182,7 @@ impl Index {
     pub(crate) fn lock(&self) -> Locked<'_> {
         Locked {
             index: self,
-            tombstones: self.lock.lock().unwrap_or_else(|e| e.into_inner()),
+            meta: self.lock.lock().unwrap_or_else(|e| e.into_inner()),
         }
     }
 }
@@ -171,7 +190,7 @@ impl Index {
 /// The index with its mutex held.
 pub(crate) struct Locked<'a> {
     index: &'a Index,
-    tombstones: MutexGuard<'a, usize>,
+    meta: MutexGuard<'a, Meta>,
 }
 
 impl Locked<'_> {
@@ -184,7 +203,20 @@ impl Locked<'_> {
     /// lock) with `state`.
     pub(crate) fn insert(&mut self, fp: u64, state: u64) {
         let ix = self.index;
-        let mut i = fp as usize & ix.mask;
+        let active = ix.mask() + 1;
+        // Below the full size, keep live entries and tombstones to at most half the region.
+        if active < ix.slots.len() && (self.meta.live + self.meta.tombstones + 1) * 2 > active {
+            self.rebuild(self.meta.live + 1);
+        }
+        self.put(fp, state);
+        self.meta.live += 1;
+    }
+
+    /// Writes `fp` into its chain (the first tombstone, else the empty slot ending it).
+    fn put(&mut self, fp: u64, state: u64) {
+        let ix = self.index;
+        let mask = ix.mask();
+        let mut i = fp as usize & mask;
         let mut tomb = None;
         // At least a quarter of the slots are empty (module docs), so this ends.
         loop {
@@ -196,11 +228,11 @@ impl Locked<'_> {
                 tomb = Some(i);
             }
             debug_assert_ne!(f, fp, "inserted twice");
-            i = (i + 1) & ix.mask;
+            i = (i + 1) & mask;
         }
         if let Some(t) = tomb {
             i = t;
-            *self.tombstones -= 1;
+            self.meta.tombstones -= 1;
         }
         ix.slots[i].store(pack(fp, state), Ordering::Release);
     }
@@ -215,7 +247,7 @@ impl Locked<'_> {
         let ix = self.index;
         let mut evicted = 0;
         let mut next = u64::MAX;
-        for slot in ix.slots.iter() {
+        for slot in ix.slots[..=ix.mask()].iter() {
             let mut w = slot.load(Ordering::Acquire);
             while fp_of(w) > TOMBSTONE {
                 if let Err(at) = is_full(fp_of(w), state_of(w)) {
@@ -232,24 +264,26 @@ impl Locked<'_> {
                 ) {
                     Ok(_) => {
                         evicted += 1;
-                        *self.tombstones += 1;
+                        self.meta.live -= 1;
+                        self.meta.tombstones += 1;
                         break;
                     }
                     Err(actual) => w = actual,
                 }
             }
         }
-        if *self.tombstones > ix.capacity() / 4 {
-            self.rebuild();
+        if self.meta.tombstones > (ix.mask() + 1) / 4 {
+            self.rebuild(self.meta.live);
         }
         (evicted, next)
     }
 
-    /// Rebuilds the table in place without tombstones.
-    fn rebuild(&mut self) {
+    /// Rebuilds the table in place without tombstones, its active region sized for `want` live
+    /// entries at a load of at most ¼ (so the next rebuild is at least as many inserts away).
+    fn rebuild(&mut self, want: usize) {
         let ix = self.index;
-        let mut live = Vec::new();
-        for slot in ix.slots.iter() {
+        let mut live = Vec::with_capacity(self.meta.live);
+        for slot in ix.slots[..=ix.mask()].iter() {
             let mut w = slot.load(Ordering::Acquire);
             loop {
                 if fp_of(w) <= TOMBSTONE {
@@ -267,9 +301,16 @@ impl Locked<'_> {
                 }
             }
         }
-        *self.tombstones = 0;
+        self.meta.tombstones = 0;
+        let active = want
+            .saturating_mul(4)
+            .checked_next_power_of_two()
+            .unwrap_or(usize::MAX)
+            .max(MIN_ACTIVE)
+            .min(ix.slots.len());
+        ix.mask.store((active - 1) as u64, Ordering::Release);
         for w in live {
-            self.insert(fp_of(w), state_of(w));
+            self.put(fp_of(w), state_of(w));
         }
     }
 }
