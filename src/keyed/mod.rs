@@ -121,7 +121,7 @@ enum Insert {
 /// ```
 pub struct KeyedLimiter<K, C = DefaultClock> {
     index: Index,
-    hasher: foldhash::quality::RandomState,
+    hasher: foldhash::quality::SeedableRandomState,
     quota: Quota,
     /// Override quotas by fingerprint.
     overrides: HashMap<u64, Quota>,
@@ -292,7 +292,11 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shards = cores.saturating_mul(4).next_power_of_two().min(MAX_SHARDS);
         let max_keys = max_keys.min(MAX_KEYS);
-        let hasher = foldhash::quality::RandomState::default();
+        // Random per limiter; fixed under loom, whose models must replay the same slots.
+        #[cfg(not(tollgate_loom))]
+        let hasher = foldhash::quality::SeedableRandomState::random();
+        #[cfg(tollgate_loom)]
+        let hasher = foldhash::quality::SeedableRandomState::fixed();
         let overrides = overrides
             .into_iter()
             .map(|(k, q)| (fingerprint(hasher.hash_one(&k)), q))
@@ -580,9 +584,11 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             Err(denied) => return Insert::Refused(denied),
         };
         // O(1) refusal under a flood, without the mutex: the table is full and no bucket can be
-        // full before `next_full_at`.
-        if self.table.len.load(Ordering::SeqCst) >= self.max_keys
-            && self.table.next_full_at.load(Ordering::SeqCst) > now
+        // full before `next_full_at`. `next_full_at` is read first: a sweep decrements `len`
+        // before it stores a later `next_full_at`, so seeing the later bound implies seeing the
+        // room the sweep made (the other order could pair a stale `len` with a fresh bound).
+        if self.table.next_full_at.load(Ordering::SeqCst) > now
+            && self.table.len.load(Ordering::SeqCst) >= self.max_keys
         {
             return Insert::TableFull(self.table_full_wait(now));
         }
