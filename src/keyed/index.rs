@@ -2,13 +2,16 @@
 //!
 //! # Layout
 //!
-//! One `Box<[AtomicU128]>` of `capacity = max(8, next_power_of_two(2 × max_keys))` slots, linear
-//! probing from `fingerprint & (capacity − 1)`. A slot is one 128-bit word `fingerprint << 64 |
+//! One `Box<[AtomicU128]>` of `capacity = max(8, next_power_of_two(2 × max_keys))` slots,
+//! allocated once, never resized. Entries live in the first `active` slots (a power of two, at
+//! least 64 or the whole table), linear probing from `fingerprint & (active − 1)`; `active` grows
+//! (by an in-place rebuild) as keys arrive, so a table sized for a million keys that tracks ten
+//! thousand touches only a few hundred KiB: its lookups stay in cache and in the TLB. A slot is one 128-bit word `fingerprint << 64 |
 //! state`: the key's 64-bit fingerprint (a seeded hash; `0` = empty, `1` = tombstone, real
 //! hashes 0 and 1 are remapped to 2 and 3) and its [`gcra`](crate::gcra) state. **Keys are not
-//! stored**: two keys with equal fingerprints share one bucket (see [`KeyedLimiter`]'s docs for
-//! that trade). 16 bytes per slot at a load factor of at most ½ is at most 32 bytes per key
-//! (`max_keys` a power of two), allocated once, never resized.
+//! stored**: two keys with equal fingerprints share one bucket (see
+//! [`KeyedLimiter`](super::KeyedLimiter)'s docs for that trade). 16 bytes per slot at a load
+//! factor of at most ½: 32 to 64 bytes per unit of `max_keys` (33.6 at `max_keys` = 1,000,000).
 //!
 //! # Protocol
 //!
@@ -23,15 +26,18 @@
 //!   `(fp, state)` to a tombstone: a racing admission either lands first (the eviction's CAS
 //!   fails and the bucket is no longer full) or fails its own CAS, re-probes, misses and takes
 //!   the insert path, which waits on the mutex.
-//! * **Rebuild**: when tombstones exceed a quarter of the slots, the table is rebuilt in place
-//!   under the mutex: every live slot is taken out with a CAS to empty (capturing its state, so
+//! * **Rebuild**: when tombstones exceed a quarter of the active slots, or when live entries and
+//!   tombstones would pass half of an active region smaller than the table, the table is rebuilt
+//!   in place under the mutex, its active region sized to `4 × live` (at least 64 slots, at most
+//!   the table): every live slot is taken out with a CAS to empty (capturing its state, so
 //!   no admission is lost: one that lands first is in the captured value, one that lands later
 //!   fails), every slot is cleared, and the captured entries are put back. Lookups that miss
 //!   meanwhile take the insert path and wait for the mutex; the insert path's re-probe under the
 //!   mutex is the only thing that ever concludes "absent".
-//! * Probing always ends: live ≤ `max_keys` ≤ capacity / 2 and tombstones ≤ capacity / 4 whenever
-//!   the mutex is free, so at least a quarter of the slots are empty; lock-free probes are also
-//!   capped at `capacity` steps (a miss then takes the insert path).
+//! * Probing always ends: whenever the mutex is free, either `active` < capacity and live +
+//!   tombstones ≤ `active` / 2, or `active` = capacity, live ≤ `max_keys` ≤ capacity / 2 and
+//!   tombstones ≤ capacity / 4; either way a quarter of the active slots are empty. Lock-free
+//!   probes are also capped at `active` steps (a miss then takes the insert path).
 //!
 //! Under `--cfg tollgate_loom` the same code runs on loom's mutex and `crate::sync`'s loom
 //! `AtomicU128` (a loom mutex per word: every 128-bit load, store and CAS is one model-checked
@@ -312,5 +318,100 @@ impl Locked<'_> {
         for w in live {
             self.put(fp_of(w), state_of(w));
         }
+    }
+}
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use super::*;
+
+    /// Fingerprints spread over the table (a cheap mixer; the limiter uses a seeded hash).
+    fn fp(i: u64) -> u64 {
+        fingerprint(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555)
+    }
+
+    /// Evicts the keys `evict` says, via a sweep; returns how many.
+    fn sweep(ix: &Index, evict: impl Fn(u64) -> bool) -> u64 {
+        ix.lock()
+            .sweep(|f, _| if evict(f) { Ok(()) } else { Err(7) })
+            .0
+    }
+
+    #[test]
+    fn markers_are_never_fingerprints() {
+        assert_eq!(fingerprint(0), 2);
+        assert_eq!(fingerprint(1), 3);
+        assert_eq!(fingerprint(2), 2);
+        assert_eq!(fingerprint(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn capacity_is_twice_max_keys_rounded_up() {
+        assert_eq!(Index::new(0).slots.len(), 8);
+        assert_eq!(Index::new(5).slots.len(), 16);
+        assert_eq!(Index::new(1 << 20).slots.len(), 1 << 21);
+        assert_eq!(Index::new(1_000_000).slots.len(), 1 << 21);
+        assert_eq!(Index::new(1_000_000).mask() + 1, MIN_ACTIVE);
+    }
+
+    #[test]
+    fn grows_keeps_every_state_and_decides_in_place() {
+        let ix = Index::new(1000);
+        for i in 0..1000 {
+            assert!(!ix.lock().contains(fp(i)));
+            ix.lock().insert(fp(i), i + 10);
+        }
+        assert_eq!(ix.mask() + 1, 2048, "grew to the whole table");
+        for i in 0..1000 {
+            assert_eq!(ix.load(fp(i)), Some(i + 10));
+        }
+        assert_eq!(ix.load(fp(5000)), None);
+        // A decision writes the new state; a refusal writes nothing; a missing key is `None`.
+        assert_eq!(ix.apply(fp(3), |s| Ok::<_, ()>(Some(s + 1))), Some(Ok(())));
+        assert_eq!(ix.load(fp(3)), Some(14));
+        assert_eq!(
+            ix.apply(fp(3), |_| Err::<Option<u64>, _>("no")),
+            Some(Err("no"))
+        );
+        assert_eq!(ix.load(fp(3)), Some(14));
+        assert_eq!(ix.apply(fp(5000), |s| Ok::<_, ()>(Some(s))), None);
+    }
+
+    #[test]
+    fn tombstones_are_reused_and_rebuilds_keep_the_survivors() {
+        let ix = Index::new(64); // 128 slots
+        for i in 0..64 {
+            ix.lock().insert(fp(i), i + 1);
+        }
+        assert_eq!(ix.mask() + 1, 128);
+        // 30 tombstones: not yet a quarter of 128.
+        assert_eq!(sweep(&ix, |f| (0..30).any(|i| fp(i) == f)), 30);
+        assert_eq!(ix.lock().meta.tombstones, 30);
+        for i in 0..30 {
+            assert_eq!(ix.load(fp(i)), None);
+        }
+        // Re-inserting through the chains reuses tombstones (never more slots than keys + 30).
+        for i in 100..130 {
+            ix.lock().insert(fp(i), i);
+        }
+        let meta = ix.lock();
+        assert!(meta.meta.tombstones < 30, "some tombstones reused");
+        assert_eq!(meta.meta.live, 64);
+        drop(meta);
+        // 40 more evictions: tombstones pass a quarter of the slots, so the table is rebuilt.
+        assert_eq!(sweep(&ix, |f| (30..64).any(|i| fp(i) == f)), 34);
+        assert_eq!(ix.lock().meta.tombstones, 0, "rebuilt");
+        for i in 100..130 {
+            assert_eq!(ix.load(fp(i)), Some(i));
+        }
+        for i in 30..64 {
+            assert_eq!(ix.load(fp(i)), None);
+        }
+        let used = ix
+            .slots
+            .iter()
+            .filter(|s| s.load(Ordering::Relaxed) != 0)
+            .count();
+        assert_eq!(used, 30, "no tombstones left behind");
     }
 }

@@ -101,9 +101,10 @@ enum Insert {
 ///
 /// The table stores no keys: each slot is 16 bytes, a 64-bit *fingerprint* of the key (foldhash's
 /// quality hasher, seeded at random per limiter) and the bucket's state, allocated up front for
-/// `max_keys` (at most 32 bytes per key; `max_keys` above 2^26 is clamped to 2^26). This is what
-/// makes the table small and its lookups cheap — and its one trade: **two distinct keys with
-/// equal fingerprints share one bucket**. A shared bucket is stricter for both keys, never looser
+/// `max_keys` at a load factor of at most ½ (32 to 64 bytes per unit of `max_keys`, 33.6 bytes
+/// at 1,000,000; `max_keys` above 2^26 is clamped to 2^26). This is what makes the table small
+/// and its lookups cheap — and its one trade: **two distinct keys with equal fingerprints share
+/// one bucket**. A shared bucket is stricter for both keys, never looser
 /// (together they get one key's budget). With `n` tracked keys the chance that any two collide
 /// is about `n² / 2^65`: about 3 × 10⁻⁸ at a million keys. The seed is secret and per limiter,
 /// so collisions cannot be aimed at a key from outside. Override quotas
@@ -251,7 +252,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
 }
 
 impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
-    /// A limiter on `clock` tracking at most `max_keys` keys, each with `quota`.
+    /// A limiter on `clock` tracking at most `max_keys` keys, each with `quota`. The table is
+    /// allocated here, for `max_keys` (clamped to 2^26): 16 bytes × the next power of two of
+    /// 2 × `max_keys`.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -454,7 +457,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         self.len() == 0
     }
 
-    /// The bound on [`len`](KeyedLimiter::len).
+    /// The bound on [`len`](KeyedLimiter::len): `max_keys` as given (clamped to 2^26).
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
