@@ -28,8 +28,8 @@
 //!   the insert path, which waits on the mutex.
 //! * **Rebuild**: when tombstones exceed a quarter of the active slots, or when live entries and
 //!   tombstones would pass half of an active region smaller than the table, the table is rebuilt
-//!   in place under the mutex, its active region sized to `4 × live` (at least 64 slots, at most
-//!   the table): every live slot is taken out with a CAS to empty (capturing its state, so
+//!   in place under the mutex, its active region sized to the next power of two of `3 × live`
+//!   (at least 64 slots, at most the table): every live slot is taken out with a CAS to empty (capturing its state, so
 //!   no admission is lost: one that lands first is in the captured value, one that lands later
 //!   fails), every slot is cleared, and the captured entries are put back. Lookups that miss
 //!   meanwhile take the insert path and wait for the mutex; the insert path's re-probe under the
@@ -285,7 +285,8 @@ impl Locked<'_> {
     }
 
     /// Rebuilds the table in place without tombstones, its active region sized for `want` live
-    /// entries at a load of at most ¼ (so the next rebuild is at least as many inserts away).
+    /// entries at a load of at most ⅓ (so the next rebuild is at least `active / 6` inserts
+    /// away: growth costs O(1) amortized per insert).
     fn rebuild(&mut self, want: usize) {
         let ix = self.index;
         let mut live = Vec::with_capacity(self.meta.live);
@@ -309,7 +310,7 @@ impl Locked<'_> {
         }
         self.meta.tombstones = 0;
         let active = want
-            .saturating_mul(4)
+            .saturating_mul(3)
             .checked_next_power_of_two()
             .unwrap_or(usize::MAX)
             .max(MIN_ACTIVE)
