@@ -321,7 +321,10 @@ fn hot_keys_stay_exact_while_the_table_grows() {
                         }
                     }
                     // New keys on the same threads too, so inserts race the admissions.
-                    assert_eq!(limiter.try_acquire(&(1_000_000 + t * 10_000 + i), 1), Ok(()));
+                    assert_eq!(
+                        limiter.try_acquire(&(1_000_000 + t * 10_000 + i), 1),
+                        Ok(())
+                    );
                 }
                 let mut all = admitted.lock().unwrap();
                 for (k, n) in mine {
@@ -333,7 +336,10 @@ fn hot_keys_stay_exact_while_the_table_grows() {
             let limiter = &limiter;
             s.spawn(move || {
                 for i in 0..2_000u64 {
-                    assert_eq!(limiter.try_acquire(&(2_000_000 + t * 10_000 + i), 1), Ok(()));
+                    assert_eq!(
+                        limiter.try_acquire(&(2_000_000 + t * 10_000 + i), 1),
+                        Ok(())
+                    );
                 }
             });
         }
