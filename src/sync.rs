@@ -55,6 +55,10 @@ pub(crate) mod loom_u128 {
             *self.0.lock().unwrap_or_else(|e| e.into_inner())
         }
 
+        pub(crate) fn store(&self, v: u128, _: Ordering) {
+            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = v;
+        }
+
         pub(crate) fn compare_exchange_weak(
             &self,
             current: u128,

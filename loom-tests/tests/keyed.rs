@@ -1,10 +1,11 @@
-//! loom models of the keyed limiter's per-key word protocol: concurrent insertion of one new key,
-//! and eviction racing an admission.
+//! loom models of the keyed limiter's table protocol: concurrent insertion of one new key,
+//! eviction racing an admission, and a rebuild racing an admission.
 //!
-//! Under `--cfg tollgate_loom` the index is a loom `Mutex` around a `HashMap` (papaya has no loom
-//! support), so the map is modelled as a linearizable black box; everything around it — the CAS
-//! decisions on the word, the dead bit, the length budget, `next_full_at`, the sweep — is the
-//! production code, explored here.
+//! Under `--cfg tollgate_loom` the index is the production table (`src/keyed/index.rs`) on loom's
+//! mutex and `crate::sync`'s loom `AtomicU128`, with a fixed hash seed so every explored execution
+//! probes the same slots: the lock-free probe, the whole-slot CAS, the re-probe under the mutex,
+//! eviction to a tombstone, the in-place rebuild, the length budget and `next_full_at` are all the
+//! code explored here.
 #![cfg(tollgate_loom)]
 
 use loom::thread;
@@ -42,7 +43,7 @@ fn eviction_races_an_admission() {
         limiter.try_acquire(&1u8, 1).unwrap();
         clock.advance(Duration::from_secs(1)); // key 1 is full: evictable
         let other = limiter.clone();
-        // Takes key 1's whole burst: correct only if it lands on the live word, or on a fresh one.
+        // Takes key 1's whole burst: correct only if it lands on the live slot, or on a fresh one.
         let t = thread::spawn(move || other.try_acquire(&1u8, 2).is_ok());
         // Needs room: evicts key 1 unless the admission landed first.
         let new_key = limiter.try_acquire(&2u8, 1).is_ok();
@@ -61,5 +62,36 @@ fn eviction_races_an_admission() {
         let c = limiter.counters();
         assert_eq!(c.admitted, 2);
         assert_eq!(c.refused_table_full + c.refused, 2);
+    });
+}
+
+/// Needs at least 3 preemptions to reach a lost update in a faulty rebuild (checked by mutating
+/// the rebuild's capture into a load and a store), so the bound is raised to 3 if set lower.
+#[test]
+fn rebuild_races_an_admission() {
+    let mut builder = loom::model::Builder::new();
+    if let Some(p) = builder.preemption_bound {
+        builder.preemption_bound = Some(p.max(3));
+    }
+    builder.check(|| {
+        let clock = ManualClock::new();
+        let quota = Quota::new(1, Duration::from_secs(1), 2).unwrap();
+        // 4 keys: an 8-slot table, rebuilt in place once more than 2 slots are tombstones.
+        let limiter = loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 4, clock.clone()));
+        for k in 1u8..=4 {
+            limiter.try_acquire(&k, 1).unwrap();
+        }
+        clock.advance(Duration::from_secs(1)); // keys 1..=4 are full
+        limiter.try_acquire(&4u8, 1).unwrap(); // key 4 is not: it survives the sweep, moved
+        let other = limiter.clone();
+        // Key 4's last token: must land on its slot before the move, or on the moved slot.
+        let t = thread::spawn(move || other.try_acquire(&4u8, 1).is_ok());
+        // Evicts keys 1..=3: three tombstones, so the table is rebuilt.
+        let evicted = limiter.sweep();
+        assert!(t.join().unwrap(), "key 4 held one token");
+        assert_eq!(evicted, 3);
+        assert_eq!(limiter.len(), 1);
+        assert_eq!(limiter.available(&4u8), 0, "both debits of key 4 are kept");
+        assert!(limiter.try_acquire(&4u8, 1).is_err());
     });
 }

@@ -11,13 +11,17 @@ use alloc::borrow::ToOwned;
 use alloc::boxed::Box;
 use core::borrow::Borrow;
 use core::fmt;
-use core::hash::Hash;
+use core::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
-use index::{Index, Mutex, DEAD};
+use index::{fingerprint, Index};
 use std::collections::HashMap;
 
 /// The most counter shards, whatever the core count.
 const MAX_SHARDS: usize = 1024;
+
+/// The largest `max_keys` honoured (larger values are clamped): the table is allocated up front,
+/// 16 bytes × the next power of two of 2 × `max_keys`, so this caps it at 2 GiB.
+const MAX_KEYS: usize = 1 << 26;
 
 /// A snapshot of a [`KeyedLimiter`]'s counters (sums over its shards).
 ///
@@ -58,15 +62,14 @@ struct Counters {
     evicted: AtomicU64,
 }
 
-/// The table-wide words, touched only when a key is inserted or evicted, never on a lookup.
+/// The table-wide words, written only under the index's mutex (when a key is inserted or
+/// evicted), never on a lookup; read without it for the O(1) refusal under a flood.
 struct Table {
-    /// Live entries plus insertions in progress; never above `max_keys`.
+    /// Live entries; never above `max_keys`.
     len: AtomicU64,
     /// A lower bound on the first instant at which any tracked bucket is full. Admissions only
     /// push a bucket's instant later, so the bound stays valid without being touched by them.
     next_full_at: AtomicU64,
-    /// The minimum over insertions made while a sweep runs, folded in when it ends.
-    pending_full_at: AtomicU64,
 }
 
 /// How an insertion attempt ended.
@@ -91,7 +94,21 @@ enum Insert {
 ///   tracked bucket will be full), or — with [`KeyedLimiterBuilder::fail_open`] — admitted
 ///   untracked. Such refusals cost O(1): they read one word.
 /// * **Lock-free lookups.** Deciding for a tracked key reads the index without locks and writes
-///   only that key's word (plus a counter on the calling thread's own cache-padded shard).
+///   only that key's slot (plus a counter on the calling thread's own cache-padded shard).
+///   Inserting and evicting take one mutex.
+///
+/// # Keys are identified by a 64-bit fingerprint
+///
+/// The table stores no keys: each slot is 16 bytes, a 64-bit *fingerprint* of the key (foldhash's
+/// quality hasher, seeded at random per limiter) and the bucket's state, allocated up front for
+/// `max_keys` at a load factor of at most ½ (32 to 64 bytes per unit of `max_keys`, 33.6 bytes
+/// at 1,000,000; `max_keys` above 2^26 is clamped to 2^26). This is what makes the table small
+/// and its lookups cheap — and its one trade: **two distinct keys with equal fingerprints share
+/// one bucket**. A shared bucket is stricter for both keys, never looser
+/// (together they get one key's budget). With `n` tracked keys the chance that any two collide
+/// is about `n² / 2^65`: about 3 × 10⁻⁸ at a million keys. The seed is secret and per limiter,
+/// so collisions cannot be aimed at a key from outside. Override quotas
+/// ([`KeyedLimiterBuilder::quota_for`]) are also found by fingerprint.
 ///
 /// ```
 /// use std::time::Duration;
@@ -104,16 +121,17 @@ enum Insert {
 /// assert_eq!(limiter.len(), 2);
 /// ```
 pub struct KeyedLimiter<K, C = DefaultClock> {
-    index: Index<K, foldhash::fast::RandomState>,
+    index: Index,
+    hasher: foldhash::quality::SeedableRandomState,
     quota: Quota,
-    overrides: HashMap<K, Quota>,
+    /// Override quotas by fingerprint.
+    overrides: HashMap<u64, Quota>,
     max_keys: u64,
     fail_open: bool,
     table: CachePadded<Table>,
-    /// Serializes sweeps; never taken by a lookup.
-    sweep_lock: Mutex<()>,
     shards: Box<[CachePadded<Counters>]>,
     clock: C,
+    _keys: core::marker::PhantomData<fn(&K)>,
 }
 
 impl<K, C: fmt::Debug> fmt::Debug for KeyedLimiter<K, C> {
@@ -234,7 +252,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
 }
 
 impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
-    /// A limiter on `clock` tracking at most `max_keys` keys, each with `quota`.
+    /// A limiter on `clock` tracking at most `max_keys` keys, each with `quota`. The table is
+    /// allocated here, for `max_keys` (clamped to 2^26): 16 bytes × the next power of two of
+    /// 2 × `max_keys`.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -274,8 +294,19 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     ) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shards = cores.saturating_mul(4).next_power_of_two().min(MAX_SHARDS);
+        let max_keys = max_keys.min(MAX_KEYS);
+        // Random per limiter; fixed under loom, whose models must replay the same slots.
+        #[cfg(not(tollgate_loom))]
+        let hasher = foldhash::quality::SeedableRandomState::random();
+        #[cfg(tollgate_loom)]
+        let hasher = foldhash::quality::SeedableRandomState::fixed();
+        let overrides = overrides
+            .into_iter()
+            .map(|(k, q)| (fingerprint(hasher.hash_one(&k)), q))
+            .collect();
         KeyedLimiter {
-            index: Index::new(foldhash::fast::RandomState::default()),
+            index: Index::new(max_keys),
+            hasher,
             quota,
             overrides,
             max_keys: u64::try_from(max_keys).unwrap_or(u64::MAX),
@@ -283,11 +314,10 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             table: CachePadded::new(Table {
                 len: AtomicU64::new(0),
                 next_full_at: AtomicU64::new(u64::MAX),
-                pending_full_at: AtomicU64::new(u64::MAX),
             }),
-            sweep_lock: Mutex::new(()),
             shards: (0..shards).map(|_| CachePadded::default()).collect(),
             clock,
+            _keys: core::marker::PhantomData,
         }
     }
 
@@ -312,7 +342,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// ```
     #[inline]
     pub fn try_acquire(&self, key: &K, cost: u64) -> Result<(), Denied> {
-        self.acquire(key, cost, || key.clone())
+        self.acquire(key, cost)
     }
 
     /// [`try_acquire`](KeyedLimiter::try_acquire) with a borrowed form of the key (`&str` for
@@ -331,7 +361,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.acquire(key, cost, || key.to_owned())
+        self.acquire(key, cost)
     }
 
     /// Whole tokens `key`'s bucket holds now (its burst if the key is not tracked).
@@ -348,16 +378,10 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let quota = self.quota_for(key);
+        let fp = self.fingerprint(key);
+        let quota = self.quota_of(fp);
         let now = self.clock.now();
-        self.index.with(key, |w| {
-            let s = w.map_or(gcra::FULL, |w| w.load(Ordering::Relaxed));
-            if s & DEAD != 0 {
-                quota.burst()
-            } else {
-                gcra::available(s, now, &quota)
-            }
-        })
+        gcra::available(self.index.load(fp).unwrap_or(gcra::FULL), now, &quota)
     }
 
     /// The quota of `key`: its override, or the default.
@@ -377,8 +401,24 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         if self.overrides.is_empty() {
             self.quota
         } else {
-            self.overrides.get(key).copied().unwrap_or(self.quota)
+            self.quota_of(self.fingerprint(key))
         }
+    }
+
+    /// The quota of the key with fingerprint `fp`.
+    #[inline]
+    fn quota_of(&self, fp: u64) -> Quota {
+        if self.overrides.is_empty() {
+            self.quota
+        } else {
+            self.overrides.get(&fp).copied().unwrap_or(self.quota)
+        }
+    }
+
+    /// The key's fingerprint: its seeded 64-bit hash (never 0 or 1, the index's markers).
+    #[inline]
+    fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        fingerprint(self.hasher.hash_one(key))
     }
 
     /// The default quota.
@@ -417,7 +457,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         self.len() == 0
     }
 
-    /// The bound on [`len`](KeyedLimiter::len).
+    /// The bound on [`len`](KeyedLimiter::len): `max_keys` as given (clamped to 2^26).
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -474,8 +514,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// assert!(limiter.is_empty());
     /// ```
     pub fn sweep(&self) -> usize {
-        let _guard = self.sweep_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.sweep_locked(self.clock.now())
+        let mut locked = self.index.lock();
+        let evicted = self.sweep_locked(&mut locked, self.clock.now());
+        usize::try_from(evicted).unwrap_or(usize::MAX)
     }
 
     #[inline]
@@ -484,18 +525,20 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     }
 
     #[inline]
-    fn acquire<Q>(&self, key: &Q, cost: u64, owned: impl Fn() -> K) -> Result<(), Denied>
+    fn acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), Denied>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let quota = self.quota_for(key);
+        // The key itself is only hashed: the table stores fingerprints (see the type's docs).
+        let fp = self.fingerprint(key);
+        let quota = self.quota_of(fp);
         let result = if cost > quota.burst() {
             Err(Denied::ExceedsBurst)
         } else if cost == 0 {
             Ok(())
         } else {
-            self.decide(key, cost, &quota, &owned)
+            self.decide(fp, cost, &quota)
         };
         let counters = self.counters_here();
         match result {
@@ -505,27 +548,18 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         result
     }
 
-    fn decide<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-        quota: &Quota,
-        owned: &impl Fn() -> K,
-    ) -> Result<(), Denied>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
+    #[inline]
+    fn decide(&self, fp: u64, cost: u64, quota: &Quota) -> Result<(), Denied> {
         let now = self.clock.now();
         loop {
-            // The hit path: a lock-free lookup and CASes on the key's own word.
+            // The hit path: a lock-free probe and CASes on the key's own slot.
             if let Some(result) = self
                 .index
-                .with(key, |w| w.and_then(|w| apply(w, now, quota, cost)))
+                .apply(fp, |s| gcra::try_acquire(s, now, quota, cost))
             {
                 return result;
             }
-            match self.insert(key, owned, now, quota, cost) {
+            match self.insert(fp, now, quota, cost) {
                 Insert::Done => return Ok(()),
                 Insert::Retry => continue,
                 Insert::Refused(denied) => return Err(denied),
@@ -543,76 +577,43 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         }
     }
 
-    /// Inserts a new key already debited by `cost`, if the length budget allows.
+    /// Inserts a new key already debited by `cost`, if there is room (evicting full buckets to
+    /// make it).
     #[cold]
-    fn insert<Q>(
-        &self,
-        key: &Q,
-        owned: &impl Fn() -> K,
-        now: u64,
-        quota: &Quota,
-        cost: u64,
-    ) -> Insert
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
+    fn insert(&self, fp: u64, now: u64, quota: &Quota, cost: u64) -> Insert {
         let state = match gcra::try_acquire(gcra::FULL, now, quota, cost) {
             Ok(Some(state)) => state,
             Ok(None) => return Insert::Done,
             Err(denied) => return Insert::Refused(denied),
         };
-        if !self.reserve(now) {
+        // O(1) refusal under a flood, without the mutex: the table is full and no bucket can be
+        // full before `next_full_at`. `next_full_at` is read first: a sweep decrements `len`
+        // before it stores a later `next_full_at`, so seeing the later bound implies seeing the
+        // room the sweep made (the other order could pair a stale `len` with a fresh bound).
+        if self.table.next_full_at.load(Ordering::SeqCst) > now
+            && self.table.len.load(Ordering::SeqCst) >= self.max_keys
+        {
             return Insert::TableFull(self.table_full_wait(now));
         }
-        match self.index.try_insert(owned(), state) {
-            Ok(()) => {
-                let at = gcra::full_at(state, quota);
-                // Pending first: a sweep that overwrites `next_full_at` folds it in afterwards.
-                self.table.pending_full_at.fetch_min(at, Ordering::SeqCst);
-                self.table.next_full_at.fetch_min(at, Ordering::SeqCst);
-                Insert::Done
-            }
-            Err(dead) => {
-                // Someone else inserted it (retry on its word), or a dead entry awaits removal.
-                self.table.len.fetch_sub(1, Ordering::Relaxed);
-                if dead {
-                    self.index.remove_dead(key);
-                }
-                Insert::Retry
-            }
+        let mut locked = self.index.lock();
+        if locked.contains(fp) {
+            // Inserted by another thread meanwhile (or moved by a rebuild): decide on its slot.
+            return Insert::Retry;
         }
-    }
-
-    /// Takes one unit of the length budget, sweeping full buckets out if that makes room.
-    fn reserve(&self, now: u64) -> bool {
-        for _ in 0..4 {
-            if self.try_reserve() {
-                return true;
-            }
-            // O(1) refusal under a flood: no bucket can be full before this instant.
-            if self.table.next_full_at.load(Ordering::SeqCst) > now {
-                return false;
-            }
-            let _guard = self.sweep_lock.lock().unwrap_or_else(|e| e.into_inner());
-            if self.try_reserve() {
-                return true;
-            }
+        if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
             if self.table.next_full_at.load(Ordering::SeqCst) <= now {
-                self.sweep_locked(now);
+                self.sweep_locked(&mut locked, now);
+            }
+            if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
+                return Insert::TableFull(self.table_full_wait(now));
             }
         }
-        self.try_reserve()
-    }
-
-    fn try_reserve(&self) -> bool {
-        let max = self.max_keys;
+        locked.insert(fp, state);
+        self.table.len.fetch_add(1, Ordering::SeqCst);
         self.table
-            .len
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .is_ok()
+            .next_full_at
+            .fetch_min(gcra::full_at(state, quota), Ordering::SeqCst);
+        Insert::Done
     }
 
     /// The wait until a tracked bucket is full, within `[1 ns, refill time of one burst]`.
@@ -622,61 +623,23 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         core::time::Duration::from_nanos(at.saturating_sub(now).max(1)).min(cap)
     }
 
-    /// Evicts the full buckets and recomputes `next_full_at`. Called with `sweep_lock` held.
-    fn sweep_locked(&self, now: u64) -> usize {
-        self.table.pending_full_at.store(u64::MAX, Ordering::SeqCst);
-        let mut next = u64::MAX;
-        let mut evicted = 0;
-        self.index.for_each(|key, word| {
-            let quota = self.quota_for(key);
-            let mut s = word.load(Ordering::Relaxed);
-            while s & DEAD == 0 {
-                if !gcra::is_full(s, now, &quota) {
-                    next = next.min(gcra::full_at(s, &quota));
-                    break;
-                }
-                // A racing admission either lands first (the CAS fails and the bucket is no
-                // longer full) or sees the dead bit and re-inserts the key as new.
-                match word.compare_exchange(s, DEAD, Ordering::Relaxed, Ordering::Relaxed) {
-                    Ok(_) => {
-                        evicted += 1;
-                        self.table.len.fetch_sub(1, Ordering::Relaxed);
-                        self.index.remove_dead(key);
-                        break;
-                    }
-                    Err(actual) => s = actual,
-                }
+    /// Evicts the full buckets and recomputes `next_full_at`, with the index's mutex held.
+    fn sweep_locked(&self, locked: &mut index::Locked<'_>, now: u64) -> u64 {
+        let (evicted, next) = locked.sweep(|fp, s| {
+            let quota = self.quota_of(fp);
+            if gcra::is_full(s, now, &quota) {
+                Ok(())
+            } else {
+                Err(gcra::full_at(s, &quota))
             }
         });
+        self.table.len.fetch_sub(evicted, Ordering::SeqCst);
         self.table.next_full_at.store(next, Ordering::SeqCst);
-        let pending = self.table.pending_full_at.swap(u64::MAX, Ordering::SeqCst);
-        self.table.next_full_at.fetch_min(pending, Ordering::SeqCst);
         if evicted > 0 {
             self.counters_here()
                 .evicted
                 .fetch_add(evicted, Ordering::Relaxed);
         }
-        usize::try_from(evicted).unwrap_or(usize::MAX)
-    }
-}
-
-/// Decides on a live word with CASes; `None` if the word is dead (evicted: re-insert the key).
-#[inline]
-fn apply(word: &AtomicU64, now: u64, quota: &Quota, cost: u64) -> Option<Result<(), Denied>> {
-    let mut s = word.load(Ordering::Relaxed);
-    loop {
-        if s & DEAD != 0 {
-            return None;
-        }
-        match gcra::try_acquire(s, now, quota, cost) {
-            Ok(Some(next)) => {
-                match word.compare_exchange_weak(s, next, Ordering::Relaxed, Ordering::Relaxed) {
-                    Ok(_) => return Some(Ok(())),
-                    Err(actual) => s = actual,
-                }
-            }
-            Ok(None) => return Some(Ok(())),
-            Err(denied) => return Some(Err(denied)),
-        }
+        evicted
     }
 }
