@@ -6,19 +6,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tollgate::{Bucket, Clock, Denied, KeyedLimiter, ManualClock, Quota};
 
-/// xorshift64*: a fixed-seed generator, so every run sees the same traffic.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+#[path = "support/rng.rs"]
+mod rng;
+use rng::Rng;
 
 #[test]
 fn flood_of_unique_keys_stays_bounded() {
