@@ -281,24 +281,19 @@ pub(crate) fn take_units(
     Some((base + taken, base, taken))
 }
 
-/// Gives back `units` taken by [`take_units`] on top of `base`, without ever creating a token.
+/// Gives back `units` taken by [`take_units`], whose CAS left the word at `after`, without ever
+/// creating a token, whatever other threads' clocks read.
 ///
-/// Other decisions may have run on the word since the take. Subtracting the units is exact as long
-/// as none of them applied the refill cap on the trajectory *without* our take, which requires the
-/// clock to have earned past `base`. The refill earned past `base` bounds (telescopically) what
-/// those caps can have absorbed, so restoring `units − (earned_ceil(now) − base)⁺` never gives back
-/// more than the take left in the bucket; on a frozen clock, or within the same instant, it gives
-/// back exactly `units`. Returns the new state, or `None` when there is nothing to restore.
+/// Other decisions may have run on the word since the take: debits, and refill caps (a decision
+/// whose clock reads later than ours may have raised the word to its `earned_ceil`, absorbing our
+/// take). The word cannot tell the two apart, so everything it gained since `after` is counted
+/// against the give-back: `restore = units − (state − after)⁺`. With no other decision in between
+/// (or on a frozen clock with no other debit) it gives back exactly `units`; otherwise it may leave
+/// some tokens unused, never admit extra ones. Returns the new state, or `None` when there is
+/// nothing to restore.
 #[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
-pub(crate) fn give_back_units(
-    state: u64,
-    now: u64,
-    quota: &Quota,
-    base: u64,
-    units: u64,
-) -> Option<u64> {
-    let refilled = quota.earned_ceil(now).saturating_sub(base);
-    let restore = units.saturating_sub(refilled);
+pub(crate) fn give_back_units(state: u64, after: u64, units: u64) -> Option<u64> {
+    let restore = units.saturating_sub(state.saturating_sub(after));
     (restore > 0).then(|| state.saturating_sub(restore))
 }

@@ -299,7 +299,7 @@ impl<C: Clock> ShardedBucket<C> {
             let shard = &self.shards[j];
             let mut state = shard.state.load(Ordering::Relaxed);
             let max = u64::try_from(left).unwrap_or(u64::MAX);
-            while let Some((next, base, taken)) = gcra::take_units(state, now, &shard.quota, max) {
+            while let Some((next, _, taken)) = gcra::take_units(state, now, &shard.quota, max) {
                 match shard.state.compare_exchange_weak(
                     state,
                     next,
@@ -309,7 +309,7 @@ impl<C: Clock> ShardedBucket<C> {
                     Ok(_) => {
                         takes.push(Take {
                             shard: j,
-                            base,
+                            after: next,
                             units: taken,
                         });
                         left -= u128::from(taken);
@@ -326,8 +326,7 @@ impl<C: Clock> ShardedBucket<C> {
         takes.for_each(|t| {
             let shard = &self.shards[t.shard];
             let mut state = shard.state.load(Ordering::Relaxed);
-            while let Some(next) = gcra::give_back_units(state, now, &shard.quota, t.base, t.units)
-            {
+            while let Some(next) = gcra::give_back_units(state, t.after, t.units) {
                 match shard.state.compare_exchange_weak(
                     state,
                     next,
@@ -383,7 +382,8 @@ impl<C: Clock> ShardedBucket<C> {
 #[derive(Clone, Copy, Default)]
 struct Take {
     shard: usize,
-    base: u64,
+    /// The shard's word right after the take.
+    after: u64,
     units: u64,
 }
 

@@ -26,8 +26,9 @@ fn borrowing_while_the_owner_admits() {
     });
 }
 
-/// The same race with the clock moving by half a token meanwhile: a failed borrow gives back no
-/// more than it took, so the total never exceeds burst + what the clock earned.
+/// The same race with the clock moving by half a second meanwhile (both shards start full, so
+/// the borrow of 2 can fail after taking one shard's token and must give it back): a failed borrow
+/// gives back no more than it took, so the total never exceeds burst + what the clock can earn.
 #[test]
 fn giving_back_while_the_clock_moves_creates_nothing() {
     loom::model(|| {
@@ -37,14 +38,14 @@ fn giving_back_while_the_clock_moves_creates_nothing() {
             2,
             clock.clone(),
         ));
-        bucket.try_acquire(1).unwrap(); // one shard empty, one full
         let other = bucket.clone();
         let t = thread::spawn(move || if other.try_acquire(2).is_ok() { 2 } else { 0 });
         let b2 = bucket.clone();
         let u = thread::spawn(move || if b2.try_acquire(1).is_ok() { 1 } else { 0 });
         clock.advance(Duration::from_millis(500)); // each shard earns half a token
         let admitted = t.join().unwrap() + u.join().unwrap();
-        // At most the remaining token plus the one token earned since.
-        assert!(admitted + bucket.available() <= 2, "admitted {admitted}");
+        // At most the burst (2) plus what 500 ms at 2 tokens/s can refill (1).
+        assert!(admitted + bucket.available() <= 3, "admitted {admitted}");
+        assert!(admitted >= 1, "a full bucket refused everything");
     });
 }
