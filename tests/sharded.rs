@@ -182,3 +182,24 @@ fn bad_input_is_refused_not_panicking() {
     assert_eq!(bucket.try_acquire(4), Ok(()));
     assert!(bucket.try_acquire(1).is_err());
 }
+
+/// The wait is exact even when most shards are full (and so earn nothing): at `now + d - 1` the
+/// same request is still refused, at `now + d` admitted.
+#[test]
+fn retry_after_is_exact_when_only_some_shards_refill() {
+    let clock = ManualClock::new();
+    let bucket = ShardedBucket::with_clock(Quota::per_second(1024).unwrap(), 1024, clock.clone());
+    assert_eq!(bucket.shards(), 1024);
+    // Empty one shard only (thread's home shard), then ask for the whole burst.
+    bucket.try_acquire(1).unwrap();
+    let Err(Denied::RetryAfter(d)) = bucket.try_acquire(1024) else {
+        panic!("admitted more than the burst")
+    };
+    // One shard earns 1 token per 1024 s / 1024 = 1 s.
+    assert_eq!(d, Duration::from_secs(1));
+    let d = d.as_nanos() as u64;
+    clock.set(Duration::from_nanos(d - 1));
+    assert!(bucket.try_acquire(1024).is_err());
+    clock.set(Duration::from_nanos(d));
+    assert_eq!(bucket.try_acquire(1024), Ok(()));
+}
