@@ -92,6 +92,9 @@ pub(crate) struct Index {
     /// `active − 1`: entries live in the first `active` slots (a power of two). Written only by
     /// a rebuild, under the mutex.
     mask: AtomicU64,
+    /// Odd while a rebuild runs (it is incremented before the slots are cleared and after they
+    /// are refilled): a lock-free miss is only trusted if this did not change around it.
+    rebuilds: AtomicU64,
     /// Serializes every change of a fingerprint or of `mask`.
     lock: Mutex<Meta>,
 }
@@ -113,11 +116,19 @@ impl Index {
         Index {
             slots: (0..cap).map(|_| AtomicU128::new(0)).collect(),
             mask: AtomicU64::new((MIN_ACTIVE.min(cap) - 1) as u64),
+            rebuilds: AtomicU64::new(0),
             lock: Mutex::new(Meta {
                 live: 0,
                 tombstones: 0,
             }),
         }
+    }
+
+    /// The rebuild epoch: read it before a lock-free probe and compare after; odd or changed
+    /// means the probe may have missed a present key while the table was being rebuilt.
+    #[inline]
+    pub(crate) fn rebuild_epoch(&self) -> u64 {
+        self.rebuilds.load(Ordering::SeqCst)
     }
 
     /// The mask of the active region.
@@ -289,6 +300,7 @@ impl Locked<'_> {
     /// away: growth costs O(1) amortized per insert).
     fn rebuild(&mut self, want: usize) {
         let ix = self.index;
+        ix.rebuilds.fetch_add(1, Ordering::SeqCst);
         let mut live = Vec::with_capacity(self.meta.live);
         for slot in ix.slots[..=ix.mask()].iter() {
             let mut w = slot.load(Ordering::Acquire);
@@ -319,6 +331,7 @@ impl Locked<'_> {
         for w in live {
             self.put(fp_of(w), state_of(w));
         }
+        ix.rebuilds.fetch_add(1, Ordering::SeqCst);
     }
 }
 

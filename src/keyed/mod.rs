@@ -552,6 +552,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     fn decide(&self, fp: u64, cost: u64, quota: &Quota) -> Result<(), Denied> {
         let now = self.clock.now();
         loop {
+            let epoch = self.index.rebuild_epoch();
             // The hit path: a lock-free probe and CASes on the key's own slot.
             if let Some(result) = self
                 .index
@@ -559,7 +560,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             {
                 return result;
             }
-            match self.insert(fp, now, quota, cost) {
+            match self.insert(fp, now, quota, cost, epoch) {
                 Insert::Done => return Ok(()),
                 Insert::Retry => continue,
                 Insert::Refused(denied) => return Err(denied),
@@ -580,7 +581,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// Inserts a new key already debited by `cost`, if there is room (evicting full buckets to
     /// make it).
     #[cold]
-    fn insert(&self, fp: u64, now: u64, quota: &Quota, cost: u64) -> Insert {
+    fn insert(&self, fp: u64, now: u64, quota: &Quota, cost: u64, epoch: u64) -> Insert {
         let state = match gcra::try_acquire(gcra::FULL, now, quota, cost) {
             Ok(Some(state)) => state,
             Ok(None) => return Insert::Done,
@@ -590,8 +591,12 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         // full before `next_full_at`. `next_full_at` is read first: a sweep decrements `len`
         // before it stores a later `next_full_at`, so seeing the later bound implies seeing the
         // room the sweep made (the other order could pair a stale `len` with a fresh bound).
+        // The miss that brought us here is only trusted if no rebuild ran around it (`epoch`
+        // even and unchanged); otherwise the key may be tracked: ask under the mutex.
         if self.table.next_full_at.load(Ordering::SeqCst) > now
             && self.table.len.load(Ordering::SeqCst) >= self.max_keys
+            && epoch % 2 == 0
+            && self.index.rebuild_epoch() == epoch
         {
             return Insert::TableFull(self.table_full_wait(now));
         }
