@@ -259,8 +259,7 @@ pub(crate) fn available_units(state: u64, now: u64, quota: &Quota) -> u64 {
 }
 
 /// Takes up to `max_units` units (a partial take, for a sharded bucket pooling its shards).
-/// Returns `(state', base, taken)`: `state' = base + taken`, where `base` is the state the take
-/// was added to (the state with the refill cap applied). `None` when nothing is available.
+/// Returns `(state', taken)`. `None` when nothing is available.
 ///
 /// Like [`try_acquire`], the debit is added to `max(state, earned_ceil(now))`, so it never leaves
 /// more than the burst in the bucket.
@@ -271,14 +270,14 @@ pub(crate) fn take_units(
     now: u64,
     quota: &Quota,
     max_units: u64,
-) -> Option<(u64, u64, u64)> {
+) -> Option<(u64, u64)> {
     let taken = available_units(state, now, quota).min(max_units);
     if taken == 0 {
         return None;
     }
     let base = state.max(quota.earned_ceil(now));
     // base + taken <= earned_ceil + burst_units <= MAX_UNITS + 1 < 2^64 by the quota's range.
-    Some((base + taken, base, taken))
+    Some((base + taken, taken))
 }
 
 /// Gives back `units` taken by [`take_units`], whose CAS left the word at `after`, without ever

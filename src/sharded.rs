@@ -299,7 +299,7 @@ impl<C: Clock> ShardedBucket<C> {
             let shard = &self.shards[j];
             let mut state = shard.state.load(Ordering::Relaxed);
             let max = u64::try_from(left).unwrap_or(u64::MAX);
-            while let Some((next, _, taken)) = gcra::take_units(state, now, &shard.quota, max) {
+            while let Some((next, taken)) = gcra::take_units(state, now, &shard.quota, max) {
                 match shard.state.compare_exchange_weak(
                     state,
                     next,

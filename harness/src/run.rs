@@ -175,6 +175,40 @@ impl CellSpec {
     pub fn quota(&self) -> Result<Quota, tollgate::ConfigError> {
         Quota::new(self.rate, Duration::from_secs(1), self.burst)
     }
+
+    /// The cell's quota, once the spec is known to be runnable: a valid quota, a cost within
+    /// the burst, at least one thread and one key. The error says which option to change.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_bench::{CellSpec, Regime};
+    /// let mut spec = CellSpec::new(1, Regime::Deny, Duration::from_millis(5));
+    /// assert!(spec.checked_quota().is_ok());
+    /// spec.cost = spec.burst + 1;
+    /// assert!(spec.checked_quota().unwrap_err().contains("exceeds the burst"));
+    /// ```
+    pub fn checked_quota(&self) -> Result<Quota, String> {
+        let quota = self.quota().map_err(|e| {
+            format!(
+                "regime {}: rate {} /s with burst {}: {e}",
+                self.regime.name(),
+                self.rate,
+                self.burst
+            )
+        })?;
+        if self.cost > self.burst {
+            return Err(format!(
+                "regime {}: --cost {} exceeds the burst {}; every request would be refused (raise --burst or lower --cost)",
+                self.regime.name(),
+                self.cost,
+                self.burst
+            ));
+        }
+        if self.threads == 0 || self.keys == 0 {
+            return Err("threads and keys must be at least 1".to_owned());
+        }
+        Ok(quota)
+    }
 }
 
 /// The measurements of one cell (see the [module docs](self) for each field's definition).
@@ -334,20 +368,7 @@ fn worker(sh: Shared<'_>, mut out: ThreadOut, mut rng: u64) -> ThreadOut {
 /// assert!(r.ops > 0 && r.admitted <= r.bound);
 /// ```
 pub fn run_cell(strategy: &Strategy, spec: &CellSpec) -> Result<CellResult, String> {
-    let quota = spec
-        .quota()
-        .map_err(|e| format!("regime {}: invalid quota: {e}", spec.regime.name()))?;
-    if spec.cost > spec.burst {
-        return Err(format!(
-            "regime {}: the cost {} exceeds the burst {}: every request would be refused",
-            spec.regime.name(),
-            spec.cost,
-            spec.burst
-        ));
-    }
-    if spec.threads == 0 || spec.keys == 0 {
-        return Err("threads and keys must be at least 1".to_owned());
-    }
+    let quota = spec.checked_quota()?;
     let key_slots = usize::try_from(spec.keys).map_err(|_| "too many keys".to_owned())?;
     let clock = DefaultClock::default();
     // Clocks may share an origin (tollgate's `QuantaClock` is process-wide): the limiter's life
@@ -602,22 +623,7 @@ impl Plan {
             return Err("nothing to run: no threads, regimes or strategies".to_owned());
         }
         for spec in self.cells().iter().filter(|c| c.threads == self.threads[0]) {
-            let quota = spec.quota().map_err(|e| {
-                format!(
-                    "regime {}: rate {} /s with burst {}: {e}",
-                    spec.regime.name(),
-                    spec.rate,
-                    spec.burst
-                )
-            })?;
-            if spec.cost > spec.burst {
-                return Err(format!(
-                    "regime {}: --cost {} exceeds the burst {}; every request would be refused (raise --burst or lower --cost)",
-                    spec.regime.name(),
-                    spec.cost,
-                    spec.burst
-                ));
-            }
+            let quota = spec.checked_quota()?;
             let setup = Setup {
                 quota,
                 keys: spec.keys,
