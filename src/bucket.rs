@@ -5,6 +5,7 @@ use crate::error::{ConfigError, Denied};
 use crate::gcra;
 use crate::quota::Quota;
 use crate::slots::EpochSlots;
+use crate::snapshot::Snapshot;
 use crate::sync::{spin_loop, AtomicU64, Ordering};
 use core::fmt;
 
@@ -141,6 +142,33 @@ impl<C: Clock> Bucket<C> {
             |state, quota| match gcra::try_acquire(state, now, quota, cost) {
                 Ok(next) => (next, Ok(())),
                 Err(denied) => (None, Err(denied)),
+            },
+        )
+    }
+
+    /// [`try_acquire`](Bucket::try_acquire), also returning the bucket as this decision left
+    /// it: the tokens remaining and the time until full, from the same clock reading and the
+    /// same state word (for `RateLimit` response headers).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, Denied, ManualClock, Quota, Snapshot};
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+    /// assert_eq!(bucket.try_acquire_snapshot(10), (Ok(()), Snapshot::new(0, Duration::from_secs(1))));
+    /// assert_eq!(
+    ///     bucket.try_acquire_snapshot(1),
+    ///     (Err(Denied::RetryAfter(Duration::from_millis(100))), Snapshot::new(0, Duration::from_secs(1)))
+    /// );
+    /// ```
+    pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
+        let now = self.clock.now();
+        self.update(
+            |state, quota| match gcra::try_acquire(state, now, quota, cost) {
+                Ok(next) => (
+                    next,
+                    (Ok(()), gcra::snapshot(next.unwrap_or(state), now, quota)),
+                ),
+                Err(denied) => (None, (Err(denied), gcra::snapshot(state, now, quota))),
             },
         )
     }

@@ -35,6 +35,7 @@
 
 use crate::error::Denied;
 use crate::quota::{Quota, MAX_UNITS};
+use crate::snapshot::Snapshot;
 use core::time::Duration;
 
 /// The state of a full bucket, valid for every quota and every clock reading.
@@ -128,6 +129,29 @@ pub fn available(state: u64, now: u64, quota: &Quota) -> u64 {
     let burst_units = quota.burst() * scale;
     let balance = (quota.earned_floor(now) + burst_units).saturating_sub(state);
     balance.min(burst_units) / scale
+}
+
+/// The bucket in `state` as seen at `now`: whole tokens available and the time until it is full.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{gcra, Quota, Snapshot};
+/// let q = Quota::per_second(4).unwrap();
+/// let s = gcra::try_acquire(gcra::FULL, 0, &q, 3).unwrap().unwrap();
+/// assert_eq!(gcra::snapshot(s, 0, &q), Snapshot::new(1, Duration::from_millis(750)));
+/// assert_eq!(gcra::snapshot(s, 750_000_000, &q), Snapshot::new(4, Duration::ZERO));
+/// ```
+#[inline]
+pub fn snapshot(state: u64, now: u64, quota: &Quota) -> Snapshot {
+    let until_full = if is_full(state, now, quota) {
+        Duration::ZERO
+    } else {
+        match full_at(state, quota) {
+            u64::MAX => Duration::MAX,
+            at => Duration::from_nanos(at.saturating_sub(now)),
+        }
+    };
+    Snapshot::new(available(state, now, quota), until_full)
 }
 
 /// Takes `cost` tokens now, possibly ahead of the refill (a debt that later callers queue
@@ -229,14 +253,12 @@ pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
 
 /// Whether `state` is full at `now` (`available == burst`, no debt): such a state behaves exactly
 /// like [`FULL`] at `now` and at every later reading, so a keyed table may forget it.
-#[cfg_attr(not(feature = "keyed"), allow(dead_code))]
 #[inline]
 pub(crate) fn is_full(state: u64, now: u64, quota: &Quota) -> bool {
     state <= quota.earned_floor(now)
 }
 
 /// The first clock reading at which `state` is full (`u64::MAX`: never within the horizon).
-#[cfg_attr(not(feature = "keyed"), allow(dead_code))]
 #[inline]
 pub(crate) fn full_at(state: u64, quota: &Quota) -> u64 {
     let at = quota.instant_of(state);

@@ -10,6 +10,8 @@
 //! * [`Clock`] — [`ManualClock`] for tests, [`QuantaClock`] (default) and [`StdClock`].
 //! * [`Smooth`] — Guava's `SmoothRateLimiter` (bursty and warming up), to the microsecond.
 //! * [`gcra`] — the pure decision function the bucket applies, for your own storage.
+//! * [`Snapshot`] — the tokens left and the time until full, from the same decision
+//!   (`try_acquire_snapshot` on every limiter): for `RateLimit` headers.
 //! * Waiting: [`Bucket::acquire`], [`Bucket::try_acquire_for`], [`Bucket::reserve`] →
 //!   [`Reservation`], and the async [`Bucket::until_ready`] → [`UntilReady`].
 //! * `KeyedLimiter` — one exact bucket per key (tenant, API key, IP) in a table of bounded size
@@ -50,6 +52,7 @@ mod quota;
 mod sharded;
 mod slots;
 mod smooth;
+mod snapshot;
 mod sync;
 mod wait;
 
@@ -66,6 +69,7 @@ pub use quota::{Quota, HORIZON};
 #[cfg(feature = "std")]
 pub use sharded::ShardedBucket;
 pub use smooth::Smooth;
+pub use snapshot::Snapshot;
 pub use wait::{Reservation, UntilReady};
 
 /// The README's Rust examples, compiled and run as doc tests.

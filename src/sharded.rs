@@ -4,6 +4,7 @@ use crate::clock::{Clock, DefaultClock};
 use crate::error::Denied;
 use crate::gcra;
 use crate::quota::{Quota, HORIZON_NS};
+use crate::snapshot::Snapshot;
 use crate::sync::{thread_slot, AtomicU64, Ordering};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -219,7 +220,56 @@ impl<C: Clock> ShardedBucket<C> {
         if cost > self.quota.burst() {
             return Err(Denied::ExceedsBurst);
         }
+        self.acquire_at(self.clock.now(), cost)
+    }
+
+    /// [`try_acquire`](ShardedBucket::try_acquire), also returning the pooled bucket at the
+    /// decision's clock reading: the whole tokens the shards hold together after it, and the
+    /// time until every shard is full. The shards are read once more after the decision (at the
+    /// same reading, no second clock read), so under concurrency the snapshot may already
+    /// include other threads' decisions.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota, ShardedBucket, Snapshot};
+    /// let bucket = ShardedBucket::with_clock(Quota::per_second(8).unwrap(), 2, ManualClock::new());
+    /// assert_eq!(bucket.try_acquire_snapshot(2), (Ok(()), Snapshot::new(6, Duration::from_millis(500))));
+    /// ```
+    pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
         let now = self.clock.now();
+        let verdict = if cost == 0 {
+            Ok(())
+        } else if cost > self.quota.burst() {
+            Err(Denied::ExceedsBurst)
+        } else {
+            self.acquire_at(now, cost)
+        };
+        (verdict, self.snapshot_at(now))
+    }
+
+    /// The pooled bucket at `now` (read-only).
+    fn snapshot_at(&self, now: u64) -> Snapshot {
+        let mut units = 0u128;
+        let mut full_at = now;
+        for s in self.shards.iter() {
+            let state = s.state.load(Ordering::Relaxed);
+            units += u128::from(gcra::available_units(state, now, &s.quota));
+            if !gcra::is_full(state, now, &s.quota) {
+                full_at = full_at.max(gcra::full_at(state, &s.quota));
+            }
+        }
+        let remaining =
+            u64::try_from(units / u128::from(self.shards[0].quota.scale())).unwrap_or(u64::MAX);
+        let until_full = match full_at {
+            u64::MAX => Duration::MAX,
+            at => Duration::from_nanos(at - now),
+        };
+        Snapshot::new(remaining, until_full)
+    }
+
+    /// The decision at `now` for `0 < cost <= burst`.
+    #[inline]
+    fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
         let home = self.home();
         let shard = &self.shards[home];
         if cost <= shard.quota.burst() {

@@ -6,6 +6,7 @@ use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
 use crate::quota::Quota;
+use crate::snapshot::Snapshot;
 use crate::sync::{thread_slot, AtomicU64, Ordering};
 use alloc::borrow::ToOwned;
 use alloc::boxed::Box;
@@ -364,6 +365,37 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         self.acquire(key, cost)
     }
 
+    /// [`try_acquire_by`](KeyedLimiter::try_acquire_by), also returning the key's bucket at the
+    /// decision's clock reading: the whole tokens it holds after the decision and the time until
+    /// it is full (for `RateLimit` response headers). The key's slot is read once more after the
+    /// decision, at the same reading (no second clock read), so under concurrency the snapshot
+    /// may include other threads' decisions on the same key. A new key refused because the table
+    /// is full reports 0 tokens, full after the refusal's wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota, Snapshot};
+    /// let limiter: KeyedLimiter<&str, _> =
+    ///     KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 10, ManualClock::new());
+    /// assert_eq!(limiter.try_acquire_snapshot(&"k", 4), (Ok(()), Snapshot::new(6, Duration::from_millis(400))));
+    /// ```
+    pub fn try_acquire_snapshot<Q>(&self, key: &Q, cost: u64) -> (Result<(), Denied>, Snapshot)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let fp = self.fingerprint(key);
+        let quota = self.quota_of(fp);
+        let now = self.clock.now();
+        let verdict = self.acquire_fp(fp, &quota, cost, || now);
+        let snapshot = match (self.index.load(fp), verdict) {
+            (Some(state), _) => gcra::snapshot(state, now, &quota),
+            (None, Err(Denied::RetryAfter(wait))) => Snapshot::new(0, wait),
+            (None, _) => gcra::snapshot(gcra::FULL, now, &quota),
+        };
+        (verdict, snapshot)
+    }
+
     /// Whole tokens `key`'s bucket holds now (its burst if the key is not tracked).
     ///
     /// ```
@@ -533,12 +565,24 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         // The key itself is only hashed: the table stores fingerprints (see the type's docs).
         let fp = self.fingerprint(key);
         let quota = self.quota_of(fp);
+        self.acquire_fp(fp, &quota, cost, || self.clock.now())
+    }
+
+    /// The decision for fingerprint `fp`, reading the clock (`now()`) only if it must.
+    #[inline]
+    fn acquire_fp(
+        &self,
+        fp: u64,
+        quota: &Quota,
+        cost: u64,
+        now: impl FnOnce() -> u64,
+    ) -> Result<(), Denied> {
         let result = if cost > quota.burst() {
             Err(Denied::ExceedsBurst)
         } else if cost == 0 {
             Ok(())
         } else {
-            self.decide(fp, cost, &quota)
+            self.decide(fp, cost, quota, now())
         };
         let counters = self.counters_here();
         match result {
@@ -549,8 +593,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     }
 
     #[inline]
-    fn decide(&self, fp: u64, cost: u64, quota: &Quota) -> Result<(), Denied> {
-        let now = self.clock.now();
+    fn decide(&self, fp: u64, cost: u64, quota: &Quota, now: u64) -> Result<(), Denied> {
         loop {
             let epoch = self.index.rebuild_epoch();
             // The hit path: a lock-free probe and CASes on the key's own slot.

@@ -1,0 +1,132 @@
+//! `try_acquire_snapshot` on every limiter: the verdict equals `try_acquire`'s, and the snapshot
+//! equals `gcra::snapshot` of the state the decision left, at the decision's own reading.
+#![cfg(feature = "keyed")]
+
+use std::time::Duration;
+use tollgate::{gcra, Bucket, Denied, KeyedLimiter, ManualClock, Quota, ShardedBucket, Snapshot};
+
+#[path = "support/rng.rs"]
+mod rng;
+use rng::Rng;
+
+/// Random costs and clock steps (backwards too) on a Bucket, mirrored on a plain state.
+#[test]
+fn bucket_snapshot_matches_the_pure_model() {
+    let mut rng = Rng(0x5EED_5A4A);
+    for _ in 0..200 {
+        let quota = Quota::new(
+            1 + rng.below(1_000),
+            Duration::from_millis(1 + rng.below(5_000)),
+            1 + rng.below(50),
+        )
+        .unwrap();
+        let clock = ManualClock::new();
+        let bucket = Bucket::with_clock(quota, clock.clone());
+        let mut state = gcra::FULL;
+        let mut now = 0u64;
+        for _ in 0..200 {
+            now = match rng.below(4) {
+                0 => now.saturating_sub(rng.below(50_000_000)),
+                _ => now + rng.below(200_000_000),
+            };
+            clock.set(Duration::from_nanos(now));
+            let cost = rng.below(quota.burst() + 2);
+            let (verdict, snap) = bucket.try_acquire_snapshot(cost);
+            let expected = gcra::try_acquire(state, now, &quota, cost);
+            assert_eq!(verdict, expected.map(|_| ()));
+            if let Ok(Some(next)) = expected {
+                state = next;
+            }
+            assert_eq!(snap, gcra::snapshot(state, now, &quota));
+            assert!(snap.remaining() <= quota.burst());
+            if let Err(Denied::RetryAfter(d)) = verdict {
+                // The wait for `cost` never exceeds the wait until full.
+                assert!(d <= snap.until_full(), "{d:?} > {:?}", snap.until_full());
+            }
+            assert_eq!(
+                snap.until_full() == Duration::ZERO,
+                snap.remaining() == quota.burst()
+            );
+        }
+    }
+}
+
+#[test]
+fn snapshot_edges() {
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(10).unwrap();
+    let bucket = Bucket::with_clock(quota, clock.clone());
+    // Cost 0 and ExceedsBurst write nothing and report the bucket as it is.
+    assert_eq!(
+        bucket.try_acquire_snapshot(0),
+        (Ok(()), Snapshot::new(10, Duration::ZERO))
+    );
+    assert_eq!(
+        bucket.try_acquire_snapshot(u64::MAX),
+        (Err(Denied::ExceedsBurst), Snapshot::new(10, Duration::ZERO))
+    );
+    assert_eq!(
+        bucket.try_acquire_snapshot(10),
+        (Ok(()), Snapshot::new(0, Duration::from_secs(1)))
+    );
+    // A debt from a reservation: 0 remaining, full only after the debt is repaid.
+    std::mem::forget(bucket.reserve(10).unwrap());
+    assert_eq!(
+        bucket.try_acquire_snapshot(1),
+        (
+            Err(Denied::RetryAfter(Duration::from_millis(1_100))),
+            Snapshot::new(0, Duration::from_secs(2))
+        )
+    );
+    // Past the horizon nothing refills: a bucket that is not full never will be.
+    clock.set(tollgate::HORIZON + Duration::from_secs(1));
+    let late = Bucket::with_initial_tokens(quota, 0, clock.clone()).unwrap();
+    assert_eq!(
+        late.try_acquire_snapshot(1).1,
+        Snapshot::new(0, Duration::MAX)
+    );
+}
+
+#[test]
+fn sharded_snapshot_pools_the_shards() {
+    let clock = ManualClock::new();
+    let bucket = ShardedBucket::with_clock(Quota::per_second(8).unwrap(), 4, clock.clone());
+    assert_eq!(
+        bucket.try_acquire_snapshot(0),
+        (Ok(()), Snapshot::new(8, Duration::ZERO))
+    );
+    let (verdict, snap) = bucket.try_acquire_snapshot(8);
+    assert_eq!(verdict, Ok(()));
+    assert_eq!(snap, Snapshot::new(0, Duration::from_secs(1)));
+    clock.advance(Duration::from_millis(500));
+    let (verdict, snap) = bucket.try_acquire_snapshot(5);
+    assert!(matches!(verdict, Err(Denied::RetryAfter(_))));
+    assert_eq!(snap, Snapshot::new(4, Duration::from_millis(500)));
+    assert_eq!(snap.remaining(), bucket.available());
+}
+
+#[test]
+fn keyed_snapshot_per_key_and_table_full() {
+    let clock = ManualClock::new();
+    let limiter: KeyedLimiter<String, _> =
+        KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 1, clock.clone());
+    assert_eq!(
+        limiter.try_acquire_snapshot("a", 4),
+        (Ok(()), Snapshot::new(6, Duration::from_millis(400)))
+    );
+    assert_eq!(
+        limiter.try_acquire_snapshot("a", 7),
+        (
+            Err(Denied::RetryAfter(Duration::from_millis(100))),
+            Snapshot::new(6, Duration::from_millis(400))
+        )
+    );
+    // The table (one key) is full and "a" is not full: a new key is refused untracked.
+    let (verdict, snap) = limiter.try_acquire_snapshot("b", 1);
+    let Err(Denied::RetryAfter(wait)) = verdict else {
+        panic!("{verdict:?}")
+    };
+    assert_eq!(snap, Snapshot::new(0, wait));
+    // An untracked key reads as full.
+    assert_eq!(limiter.try_acquire_snapshot("c", 0).1.remaining(), 10);
+}
