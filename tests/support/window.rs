@@ -74,13 +74,13 @@ impl WindowChecker {
         let mut worst: Option<(i128, Violation)> = None;
         for &(t, n) in &ev {
             let v = rate * i128::from(t) - per * prefix;
-            if best.is_none_or(|b| v > b.0) {
+            if best.map_or(true, |b| v > b.0) {
                 best = Some((v, t, prefix));
             }
             prefix += i128::from(n);
             let (bv, from, p0) = best.unwrap();
             let excess = per * prefix - rate * i128::from(t) + bv - per * burst;
-            if excess > 0 && worst.as_ref().is_none_or(|w| excess > w.0) {
+            if excess > 0 && worst.as_ref().map_or(true, |w| excess > w.0) {
                 let bound = burst * per + rate * (i128::from(t) - i128::from(from));
                 worst = Some((
                     excess,
