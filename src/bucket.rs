@@ -137,13 +137,16 @@ impl<C: Clock> Bucket<C> {
     /// ```
     #[inline(always)]
     pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+        // The word is loaded before the clock is read, so the load overlaps the clock read; a
+        // word older than the reading is fine (the CAS or the validation catches any change).
+        let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
-        self.update(
-            |state, quota| match gcra::try_acquire(state, now, quota, cost) {
+        self.update_from(w, |state, _, quota| {
+            match gcra::try_acquire(state, now, quota, cost) {
                 Ok(next) => (next, Ok(())),
                 Err(denied) => (None, Err(denied)),
-            },
-        )
+            }
+        })
     }
 
     /// [`try_acquire`](Bucket::try_acquire), also returning the bucket as this decision left
@@ -161,16 +164,17 @@ impl<C: Clock> Bucket<C> {
     /// );
     /// ```
     pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
+        let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
-        self.update(
-            |state, quota| match gcra::try_acquire(state, now, quota, cost) {
+        self.update_from(w, |state, _, quota| {
+            match gcra::try_acquire(state, now, quota, cost) {
                 Ok(next) => (
                     next,
                     (Ok(()), gcra::snapshot(next.unwrap_or(state), now, quota)),
                 ),
                 Err(denied) => (None, (Err(denied), gcra::snapshot(state, now, quota))),
-            },
-        )
+            }
+        })
     }
 
     /// Whole tokens available now.
@@ -182,8 +186,11 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(bucket.available(), 7);
     /// ```
     pub fn available(&self) -> u64 {
+        let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
-        self.update(|state, quota| (None, gcra::available(state, now, quota)))
+        self.update_from(w, |state, _, quota| {
+            (None, gcra::available(state, now, quota))
+        })
     }
 
     /// The quota in force.
@@ -249,13 +256,6 @@ impl<C: Clock> Bucket<C> {
         }
     }
 
-    /// The quota selected by word `w`, or `None` if its slot is being rewritten (only possible
-    /// when two reconfigurations completed since `w` was read; the caller reloads).
-    #[inline(always)]
-    fn quota_of(&self, w: u64) -> Option<Quota> {
-        self.slots.read(w & 1).map(Quota::from_raw)
-    }
-
     /// The CAS loop. `f(state, quota)` returns the state to write (`None`: write nothing) and
     /// the result; it may run several times, so it must not have side effects.
     #[inline(always)]
@@ -269,17 +269,58 @@ impl<C: Clock> Bucket<C> {
     #[inline(always)]
     pub(crate) fn update_with_epoch<R>(
         &self,
+        f: impl FnMut(u64, u64, &Quota) -> (Option<u64>, R),
+    ) -> R {
+        self.update_from(self.state.load(Ordering::Acquire), f)
+    }
+
+    /// [`Bucket::update_with_epoch`] starting from the word `w`, loaded by the caller with
+    /// `Acquire` (possibly before its clock reading).
+    ///
+    /// Every result is validated against the word, never against the slot alone: a write by
+    /// the CAS on the exact word `w`; a read-only result (a refusal, `available`, `quota`) by
+    /// loading the word again after the slot was read and checking that the word is still `w`
+    /// and the slot still holds the version read (`EpochSlots::unchanged`), retrying otherwise.
+    /// Between the first load and the slot read, two reconfigurations may complete (the first
+    /// flips the epoch away, the second rewrites the slot `w` names and flips back): the slot
+    /// then holds a quota that `w`'s state was never under, and the seqlock cannot tell, since
+    /// that slot was written completely. The version check also covers the word coming back to
+    /// the identical value after further reconfigurations.
+    ///
+    /// A write checks the slot version just before its CAS. What remains: a thread preempted
+    /// between that check and its CAS while at least two reconfigurations complete and the
+    /// word comes back to the identical 64-bit value (in practice only on a frozen clock cycling
+    /// through quotas); one epoch bit cannot rule it out.
+    #[inline(always)]
+    fn update_from<R>(
+        &self,
+        mut w: u64,
         mut f: impl FnMut(u64, u64, &Quota) -> (Option<u64>, R),
     ) -> R {
-        let mut w = self.state.load(Ordering::Acquire);
         loop {
-            let Some(quota) = self.quota_of(w) else {
+            let Some((raw, version)) = self.slots.read_versioned(w & 1) else {
                 spin_loop();
                 w = self.state.load(Ordering::Acquire);
                 continue;
             };
+            let quota = Quota::from_raw(raw);
             let (next, result) = f(w >> 1, w & 1, &quota);
-            let Some(next) = next else { return result };
+            let Some(next) = next else {
+                // Ordered after the slot read by the seqlock's acquire fence: if the slot read
+                // saw a rewrite, this load sees the word that rewrite's writer left, or later.
+                let again = self.state.load(Ordering::Acquire);
+                if again == w && self.slots.unchanged(w & 1, version) {
+                    return result;
+                }
+                w = again;
+                continue;
+            };
+            // The CAS checks the word; this checks the slot, narrowing the window in which the
+            // word could come back to `w` under another quota to the next instruction.
+            if !self.slots.unchanged(w & 1, version) {
+                w = self.state.load(Ordering::Acquire);
+                continue;
+            }
             match self.state.compare_exchange_weak(
                 w,
                 (next << 1) | (w & 1),

@@ -37,6 +37,13 @@ impl EpochSlots {
     /// possible when two reconfigurations completed since the caller read its word: reload it).
     #[inline(always)]
     pub(crate) fn read(&self, epoch: u64) -> Option<[u64; WORDS]> {
+        self.read_versioned(epoch).map(|(raw, _)| raw)
+    }
+
+    /// [`EpochSlots::read`], also returning the slot's version (its seqlock counter) for
+    /// [`EpochSlots::unchanged`].
+    #[inline(always)]
+    pub(crate) fn read_versioned(&self, epoch: u64) -> Option<([u64; WORDS], u32)> {
         let i = (epoch & 1) as usize;
         let seq = self.seqs[i].load(Ordering::Acquire);
         if seq & 1 != 0 {
@@ -44,7 +51,23 @@ impl EpochSlots {
         }
         let raw = self.slots[i].each_ref().map(|a| a.load(Ordering::Relaxed));
         fence(Ordering::Acquire);
-        (self.seqs[i].load(Ordering::Relaxed) == seq).then_some(raw)
+        (self.seqs[i].load(Ordering::Relaxed) == seq).then_some((raw, seq))
+    }
+
+    /// Whether the slot of `epoch` still holds the version `seq` that
+    /// [`EpochSlots::read_versioned`] returned.
+    ///
+    /// How a read-only result is validated: the caller reads its word `w`, the slot, then loads
+    /// its word again with `Acquire`, and calls this after that load. If the word is still `w`
+    /// and the slot unchanged, the slot held this version while the word was `w` (at the second
+    /// load), so the result combines a state with its own parameters. The word alone is not
+    /// enough: two or more reconfigurations can bring the word back to the bit-identical value
+    /// `w` with another version in the slot (on a frozen clock a cycle of quotas does). Every
+    /// word change is a read-modify-write, so the second load synchronizes with the flip of
+    /// every writer before it, and this load sees that writer's counter (or a later one).
+    #[inline(always)]
+    pub(crate) fn unchanged(&self, epoch: u64, seq: u32) -> bool {
+        self.seqs[(epoch & 1) as usize].load(Ordering::Relaxed) == seq
     }
 
     /// Takes the writer flag (spinning while another reconfiguration runs).
