@@ -3,7 +3,7 @@
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
-use crate::quota::Quota;
+use crate::quota::{Quota, Rate, RATE_WORDS};
 use crate::slots::EpochSlots;
 use crate::snapshot::Snapshot;
 use crate::sync::{spin_loop, AtomicU64, Ordering};
@@ -141,12 +141,13 @@ impl<C: Clock> Bucket<C> {
         // word older than the reading is fine (the CAS or the validation catches any change).
         let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
-        self.update_from(w, |state, _, quota| {
-            match gcra::try_acquire(state, now, quota, cost) {
-                Ok(next) => (next, Ok(())),
-                Err(denied) => (None, Err(denied)),
+        if let Some((rate, version)) = self.hot_rate(w) {
+            let (next, result) = acquire(w >> 1, now, &rate, cost);
+            if self.commit(w, version, next) {
+                return result;
             }
-        })
+        }
+        self.retry(|state, rate| acquire(state, now, rate, cost))
     }
 
     /// [`try_acquire`](Bucket::try_acquire), also returning the bucket as this decision left
@@ -166,15 +167,18 @@ impl<C: Clock> Bucket<C> {
     pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
         let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
-        self.update_from(w, |state, _, quota| {
-            match gcra::try_acquire(state, now, quota, cost) {
-                Ok(next) => (
-                    next,
-                    (Ok(()), gcra::snapshot(next.unwrap_or(state), now, quota)),
-                ),
-                Err(denied) => (None, (Err(denied), gcra::snapshot(state, now, quota))),
+        let decide = |state, rate: &Rate| {
+            let (next, verdict) = acquire(state, now, rate, cost);
+            let snapshot = gcra::snapshot_in(next.unwrap_or(state), now, rate);
+            (next, (verdict, snapshot))
+        };
+        if let Some((rate, version)) = self.hot_rate(w) {
+            let (next, result) = decide(w >> 1, &rate);
+            if self.commit(w, version, next) {
+                return result;
             }
-        })
+        }
+        self.retry(decide)
     }
 
     /// Whole tokens available now.
@@ -188,9 +192,13 @@ impl<C: Clock> Bucket<C> {
     pub fn available(&self) -> u64 {
         let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
-        self.update_from(w, |state, _, quota| {
-            (None, gcra::available(state, now, quota))
-        })
+        if let Some((rate, version)) = self.hot_rate(w) {
+            let result = gcra::available_in(w >> 1, now, &rate);
+            if self.commit(w, version, None) {
+                return result;
+            }
+        }
+        self.retry(|state, rate| (None, gcra::available_in(state, now, rate)))
     }
 
     /// The quota in force.
@@ -254,6 +262,47 @@ impl<C: Clock> Bucket<C> {
                 Err(actual) => cur = actual,
             }
         }
+    }
+
+    /// The hot words of the quota slot that word `w` names, and the slot's version: the first
+    /// read of the decision path (see `EpochSlots::read_prefix`). `None` while the slot is being
+    /// rewritten.
+    #[inline(always)]
+    fn hot_rate(&self, w: u64) -> Option<(Rate, u32)> {
+        let (raw, version) = self.slots.read_prefix::<RATE_WORDS>(w)?;
+        Some((Rate::from_raw(raw), version))
+    }
+
+    /// The end of the decision path's straight-line first attempt on word `w` (loaded with
+    /// `Acquire`) and slot `version`: one CAS to `next`, or, for a read-only result (`None`),
+    /// one validation (the word and the slot version unchanged, see [`Bucket::update_from`]).
+    /// `false` when the attempt lost a race: the caller then runs [`Bucket::retry`], kept out
+    /// of line so that this path stays short.
+    #[inline(always)]
+    fn commit(&self, w: u64, version: u32, next: Option<u64>) -> bool {
+        match next {
+            None => self.state.load(Ordering::Acquire) == w && self.slots.unchanged(w, version),
+            Some(next) => {
+                self.slots.unchanged(w, version)
+                    && self
+                        .state
+                        .compare_exchange_weak(
+                            w,
+                            (next << 1) | (w & 1),
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+            }
+        }
+    }
+
+    /// The full CAS loop after a lost first attempt (contention or a reconfiguration), with the
+    /// same decision `f(state, rate)` and the same clock reading.
+    #[cold]
+    #[inline(never)]
+    fn retry<R>(&self, mut f: impl FnMut(u64, &Rate) -> (Option<u64>, R)) -> R {
+        self.update(|state, quota| f(state, quota.rate()))
     }
 
     /// The CAS loop. `f(state, quota)` returns the state to write (`None`: write nothing) and
@@ -331,5 +380,14 @@ impl<C: Clock> Bucket<C> {
                 Err(actual) => w = actual,
             }
         }
+    }
+}
+
+/// One `try_acquire` decision in the form the CAS paths take: the state to write and the verdict.
+#[inline(always)]
+fn acquire(state: u64, now: u64, rate: &Rate, cost: u64) -> (Option<u64>, Result<(), Denied>) {
+    match gcra::try_acquire_in(state, now, rate, cost) {
+        Ok(next) => (next, Ok(())),
+        Err(denied) => (None, Err(denied)),
     }
 }

@@ -54,8 +54,33 @@ impl EpochSlots {
         (self.seqs[i].load(Ordering::Relaxed) == seq).then_some((raw, seq))
     }
 
+    /// The first `N` words of the slot of `epoch` and its version, or `None` while it is being
+    /// rewritten: the decision path's read. The slot is chosen by a branch on the epoch bit, not
+    /// by indexing with it, so the CPU predicts the branch and issues these loads before the
+    /// word that holds the bit has arrived (an index would make their addresses wait for it).
+    #[inline(always)]
+    pub(crate) fn read_prefix<const N: usize>(&self, epoch: u64) -> Option<([u64; N], u32)> {
+        if epoch & 1 == 0 {
+            self.read_prefix_of::<N>(0)
+        } else {
+            self.read_prefix_of::<N>(1)
+        }
+    }
+
+    #[inline(always)]
+    fn read_prefix_of<const N: usize>(&self, i: usize) -> Option<([u64; N], u32)> {
+        let seq = self.seqs[i].load(Ordering::Acquire);
+        if seq & 1 != 0 {
+            return None;
+        }
+        let slot = &self.slots[i];
+        let raw: [u64; N] = core::array::from_fn(|k| slot[k].load(Ordering::Relaxed));
+        fence(Ordering::Acquire);
+        (self.seqs[i].load(Ordering::Relaxed) == seq).then_some((raw, seq))
+    }
+
     /// Whether the slot of `epoch` still holds the version `seq` that
-    /// [`EpochSlots::read_versioned`] returned.
+    /// [`EpochSlots::read_versioned`] or [`EpochSlots::read_prefix`] returned.
     ///
     /// How a read-only result is validated: the caller reads its word `w`, the slot, then loads
     /// its word again with `Acquire`, and calls this after that load. If the word is still `w`
