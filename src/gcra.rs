@@ -121,19 +121,31 @@ pub(crate) fn try_acquire_in(
     // Both products are at most MAX_UNITS by the quota's construction.
     let cost_units = cost * scale;
     let burst_units = rate.burst() * scale;
-    let (floor, ceil) = rate.earned(now);
-    // Admit iff balance >= cost, i.e. state + cost <= earned + burst (in units). The right side
-    // cannot overflow: the quota guarantees earned + burst <= 2^63 - 1.
+    // Admit iff balance >= cost, i.e. state + cost <= earned_floor + burst (in units).
     let want = state + cost_units;
-    if want <= floor + burst_units {
-        Ok(Some(state.max(ceil) + cost_units))
+    if let Some(earned) = rate.exact_earned(now) {
+        // The right side cannot overflow: the quota guarantees earned + burst <= 2^63 - 1.
+        if want <= earned + burst_units {
+            return Ok(Some(state.max(earned) + cost_units));
+        }
     } else {
-        Err(Denied::RetryAfter(retry_after_in(
-            rate,
-            want - burst_units,
-            now,
-        )))
+        // Inexact: compare products instead of dividing (`x <= ⌊n/d⌋ ⇔ x·d <= n`), and divide
+        // only when the bucket is capped (`state < ⌈n/d⌉ ⇔ state·d < n`).
+        let (n, div) = rate.earned_scaled(now);
+        if want <= burst_units || u128::from(want - burst_units) * div <= n {
+            let base = if u128::from(state) * div >= n {
+                state
+            } else {
+                rate.earned_ceil(now)
+            };
+            return Ok(Some(base + cost_units));
+        }
     }
+    Err(Denied::RetryAfter(retry_after_in(
+        rate,
+        want - burst_units,
+        now,
+    )))
 }
 
 /// Whole tokens available at `now` (0 while in debt).
@@ -355,4 +367,73 @@ pub(crate) fn take_units(
 pub(crate) fn give_back_units(state: u64, after: u64, units: u64) -> Option<u64> {
     let restore = units.saturating_sub(state.saturating_sub(after));
     (restore > 0).then(|| state.saturating_sub(restore))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The inexact quotas' product compares (no division unless capped) decide exactly as the
+    /// divisions they replace: admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost
+    /// to `max(state, ⌈earned⌉)`; the wait from `instant_of`. States around the boundary, and
+    /// at the edges of the range.
+    #[test]
+    fn product_compares_decide_as_divisions() {
+        let quotas = [
+            Quota::per_second(3).unwrap(),
+            Quota::per_second(7).unwrap().with_burst(5).unwrap(),
+            Quota::per_second(999_999_937).unwrap(),
+            Quota::new(999_999_999_989, Duration::from_secs(1000), 7).unwrap(),
+            Quota::new(3, Duration::from_secs(1), 1 << 30).unwrap(),
+        ];
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for q in quotas {
+            assert!(!q.is_exact());
+            let horizon = crate::quota::HORIZON_NS;
+            let mut nows = alloc::vec![0, 1, horizon - 1, horizon, u64::MAX];
+            for _ in 0..300 {
+                nows.push(next() % (horizon + 2));
+            }
+            for now in nows {
+                let floor = q.earned_floor(now);
+                let ceil = q.earned_ceil(now);
+                let burst_units = q.burst() * q.scale();
+                for cost in [1, q.burst()] {
+                    let cost_units = cost * q.scale();
+                    let edge = (floor + burst_units).saturating_sub(cost_units);
+                    let mut states = alloc::vec![0, floor, ceil, edge, edge + 1, MAX_UNITS];
+                    states.extend([edge.saturating_sub(1), ceil.saturating_sub(1)]);
+                    states.push(next() % MAX_UNITS);
+                    for state in states {
+                        let want = if state + cost_units <= floor + burst_units {
+                            Ok(Some(state.max(ceil) + cost_units))
+                        } else {
+                            Err(Denied::RetryAfter(retry_after(
+                                &q,
+                                state + cost_units - burst_units,
+                                now,
+                            )))
+                        };
+                        assert_eq!(
+                            try_acquire(state, now, &q, cost),
+                            want,
+                            "{q:?} state {state} now {now} cost {cost}"
+                        );
+                    }
+                }
+            }
+        }
+        // A state no quota produces is refused, never wrapped.
+        let q = Quota::per_second(3).unwrap();
+        assert_eq!(
+            try_acquire(u64::MAX, 0, &q, 1),
+            Err(Denied::RetryAfter(Duration::MAX))
+        );
+    }
 }

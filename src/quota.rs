@@ -92,6 +92,24 @@ impl Rate {
         }
     }
 
+    /// Units earned from the origin to `now` for an exact quota (`None` for an inexact one):
+    /// one multiply, no division.
+    #[inline(always)]
+    pub(crate) fn exact_earned(&self, now: u64) -> Option<u64> {
+        // `now * mul <= MAX_UNITS` by construction: no overflow.
+        (self.div == 1).then(|| now.min(HORIZON_NS) * self.mul)
+    }
+
+    /// `(n, div)` with `n / div` the units earned from the origin to `now` (exactly, as a
+    /// fraction): for product compares on inexact quotas.
+    #[inline(always)]
+    pub(crate) fn earned_scaled(&self, now: u64) -> (u128, u128) {
+        (
+            u128::from(now.min(HORIZON_NS)) * u128::from(self.mul),
+            u128::from(self.div),
+        )
+    }
+
     /// Units earned from the origin to `now`, rounded down.
     #[inline(always)]
     pub(crate) fn earned_floor(&self, now: u64) -> u64 {
