@@ -1,7 +1,8 @@
 //! Single bucket, side by side in one run: tollgate's CAS bucket vs a `Mutex` with the same exact
 //! arithmetic vs governor 0.10 (`RateLimiter::direct(..).check()` on its default quanta clock):
 //! the allow path, the deny path, the inexact quotas 3/s, 7/s and 999,999,937/s (allow and deny),
-//! two threads on one bucket (allow path, slowest thread), and tollgate on its coarse clock.
+//! two threads on one bucket (allow path, slowest thread), tollgate on its coarse clock, and
+//! the clock reads alone.
 //!
 //! * `cargo bench --bench bucket` — criterion; quote ratios from one run (the machines are noisy).
 //! * `ci/callgrind.sh` — instructions per call of every scenario under callgrind, repeatable even
@@ -184,6 +185,22 @@ fn inexact_quotas(c: &mut Criterion) {
     g.finish();
 }
 
+/// The clock reads alone: tollgate's `QuantaClock` (cached scale factor), governor's default
+/// clock (`quanta::Clock::now` behind governor's `QuantaClock`), and the coarse clock.
+fn clocks(c: &mut Criterion) {
+    use governor::clock::Clock as _;
+    let mut g = c.benchmark_group("clock");
+    let (t, gov, co) = (
+        QuantaClock::new(),
+        governor::clock::QuantaClock::default(),
+        coarse_clock(),
+    );
+    g.bench_function("tollgate_quanta", |b| b.iter(|| black_box(t.now())));
+    g.bench_function("governor_quanta", |b| b.iter(|| black_box(gov.now())));
+    g.bench_function("tollgate_coarse", |b| b.iter(|| black_box(co.now())));
+    g.finish();
+}
+
 fn two_threads(c: &mut Criterion) {
     let clock = coarse_clock();
     let mut g = c.benchmark_group("two_threads_allow");
@@ -317,6 +334,7 @@ fn main() {
             single_thread(&mut c);
             inexact_quotas(&mut c);
             two_threads(&mut c);
+            clocks(&mut c);
             c.final_summary();
         }
     }

@@ -51,13 +51,17 @@ pub(crate) struct Rate {
     div: u64,
 }
 
-/// `now × mul / div` rounded down and up, for `div > 1`: one 128-bit division, and the ceiling by
-/// a product compare. Out of line, so that the exact quotas' path (no division) keeps its
+/// `now × mul / div` rounded down and up, for `div > 1`: one division (64-bit when the product
+/// fits), and the ceiling by a product compare. Out of line, so that the exact quotas' path (no division) keeps its
 /// registers.
 #[inline(never)]
 fn earned_inexact(now: u64, mul: u64, div: u64) -> (u64, u64) {
     let n = u128::from(now) * u128::from(mul);
-    let floor = (n / u128::from(div)) as u64;
+    let floor = match u64::try_from(n) {
+        // The common case (small `mul`, or early readings): a 64-bit division.
+        Ok(n) => n / div,
+        Err(_) => (n / u128::from(div)) as u64,
+    };
     let exact = u128::from(floor) * u128::from(div) == n;
     (floor, floor + u64::from(!exact))
 }
@@ -139,8 +143,12 @@ impl Rate {
                 units.div_ceil(self.mul)
             }
         } else {
-            let at = (u128::from(units) * u128::from(self.div)).div_ceil(u128::from(self.mul));
-            u64::try_from(at).unwrap_or(u64::MAX)
+            let x = u128::from(units) * u128::from(self.div);
+            match u64::try_from(x) {
+                // The common case (small `div`): one 64-bit division, not a 128-bit one.
+                Ok(x) => x.div_ceil(self.mul),
+                Err(_) => u64::try_from(x.div_ceil(u128::from(self.mul))).unwrap_or(u64::MAX),
+            }
         }
     }
 
