@@ -257,6 +257,31 @@ fn callgrind(name: &str, n: u64) -> Result<(), String> {
     let (limiter, config) = name
         .split_once('/')
         .ok_or_else(|| format!("{name}: expected LIMITER/CONFIG"))?;
+    fn run<R>(n: u64, f: impl Fn() -> R) {
+        for _ in 0..1000 {
+            black_box(f());
+        }
+        callgrind_loop(n, f);
+    }
+    if limiter == "clock" {
+        use governor::clock::Clock as _;
+        match config {
+            "tollgate_quanta" => {
+                let c = QuantaClock::new();
+                run(n, || c.now());
+            }
+            "governor_quanta" => {
+                let c = governor::clock::QuantaClock::default();
+                run(n, || c.now());
+            }
+            "tollgate_coarse" => {
+                let c = coarse_clock();
+                run(n, || c.now());
+            }
+            other => return Err(format!("{other}: no such clock")),
+        }
+        return Ok(());
+    }
     let cfg = match config {
         "allow" => ALLOW,
         "deny" => DENY,
@@ -266,12 +291,6 @@ fn callgrind(name: &str, n: u64) -> Result<(), String> {
             .map(|(_, c)| c)
             .ok_or_else(|| format!("{other}: no such configuration"))?,
     };
-    fn run<R>(n: u64, f: impl Fn() -> R) {
-        for _ in 0..1000 {
-            black_box(f());
-        }
-        callgrind_loop(n, f);
-    }
     match limiter {
         "tollgate" => {
             let t = cfg.tollgate();
@@ -306,6 +325,9 @@ fn scenarios() -> Vec<String> {
         for l in ["tollgate", "governor"] {
             v.push(format!("{l}/{c}"));
         }
+    }
+    for c in ["tollgate_quanta", "governor_quanta", "tollgate_coarse"] {
+        v.push(format!("clock/{c}"));
     }
     v
 }

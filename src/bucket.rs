@@ -48,11 +48,14 @@ pub struct Bucket<C = DefaultClock> {
     /// | 63..1 | the [`gcra`] state: theoretical arrival time, shifted by one burst | `1 / quota.scale()` token since the clock's origin | 0 ..= 2^63 − 1; `0` = full ("never used") |
     /// | 0 | quota epoch parity: which of `slots` holds the quota for this state | — | 0, 1 |
     ///
-    /// Orderings: loads and failed CASes are `Acquire`, pairing with the `AcqRel` CAS in
-    /// [`Bucket::set_quota`] that flips the parity, so a thread that sees a parity also sees the
-    /// quota slot written before it. A successful decision CAS is `Relaxed`: it publishes nothing
-    /// but the word itself (single-location coherence orders all decisions), and the release
-    /// sequence of the last reconfiguration runs through it.
+    /// Orderings: loads and the retry loop's failed CASes are `Acquire`, pairing with the
+    /// `AcqRel` CAS in [`Bucket::set_quota`] that flips the parity, so a thread that sees a
+    /// parity also sees the quota slot written before it (the first attempt's failed CAS is
+    /// `Relaxed`: its value is not used, the retry loop loads the word again). A successful
+    /// decision CAS is `Relaxed`: it publishes nothing but the word itself (single-location
+    /// coherence orders all decisions), and the release sequence of the last reconfiguration
+    /// runs through it. A read-only result is validated by loading the word again after the
+    /// slot read (see `Bucket::update_from`).
     state: AtomicU64,
     /// Two quota slots (`Quota::to_raw`); the word's parity selects the active one. A
     /// reconfiguration writes the idle slot, then flips the parity with one CAS (see
