@@ -10,7 +10,7 @@
 //! ones with the new state, never a mix. Decisions never wait for a writer; the seqlock only
 //! matters if two reconfigurations complete while a decision is between its reads.
 
-use crate::sync::{fence, spin_loop, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU32, AtomicU64, Backoff, Ordering};
 
 /// Number of `u64` parameters per slot.
 pub(crate) const WORDS: usize = 6;
@@ -21,6 +21,8 @@ pub(crate) struct EpochSlots {
     slots: [[AtomicU64; WORDS]; 2],
     /// Serializes writers (1 while one runs). Never touched by decisions.
     writer: AtomicU32,
+    /// The clock reading the last writer converted its state at (owned by the writer flag).
+    last_now: AtomicU64,
 }
 
 impl EpochSlots {
@@ -30,6 +32,7 @@ impl EpochSlots {
             seqs: [AtomicU32::new(0), AtomicU32::new(0)],
             slots: [raw.map(AtomicU64::new), raw.map(AtomicU64::new)],
             writer: AtomicU32::new(0),
+            last_now: AtomicU64::new(0),
         }
     }
 
@@ -47,25 +50,47 @@ impl EpochSlots {
         (self.seqs[i].load(Ordering::Relaxed) == seq).then_some(raw)
     }
 
-    /// Takes the writer flag (spinning while another reconfiguration runs).
-    pub(crate) fn lock(&self) -> Writer<'_> {
+    /// Takes the writer flag, waiting with back-off (spin, then yield the thread) while another
+    /// reconfiguration runs. `now` is the caller's clock reading, taken **before** calling:
+    /// the user's clock is never called while the flag is held, so a slow or re-entrant clock
+    /// cannot stall (or deadlock) other writers.
+    ///
+    /// Why the early reading is still correct: a reconfiguration converts the state at a
+    /// reading, and the decision path already tolerates readings older than the state it acts
+    /// on (it refuses more, never admits more). What reading outside the flag could add is a
+    /// reading older than the *previous writer's*: converting back to before a conversion that
+    /// already happened would apply the newer rate retroactively. So the writer uses
+    /// `max(now, previous writer's reading)` ([`Writer::now`]): writers' readings are monotone in
+    /// the order they hold the flag, exactly as if each had read the clock while holding it.
+    pub(crate) fn lock(&self, now: u64) -> Writer<'_> {
+        let mut backoff = Backoff::default();
         while self
             .writer
             .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            spin_loop();
+            backoff.snooze();
         }
-        Writer { slots: self }
+        // Owned by the flag (Acquire above, Release on drop): no other writer touches it.
+        let now = now.max(self.last_now.load(Ordering::Relaxed));
+        self.last_now.store(now, Ordering::Relaxed);
+        Writer { slots: self, now }
     }
 }
 
 /// The writer flag, held; released on drop.
 pub(crate) struct Writer<'a> {
     slots: &'a EpochSlots,
+    now: u64,
 }
 
 impl Writer<'_> {
+    /// The clock reading to convert the state at: the caller's, raised to the previous
+    /// writer's if that was later (see [`EpochSlots::lock`]).
+    pub(crate) fn now(&self) -> u64 {
+        self.now
+    }
+
     /// The parameters of `epoch`: consistent, since only the writer changes slots.
     pub(crate) fn get(&self, epoch: u64) -> [u64; WORDS] {
         self.slots.slots[(epoch & 1) as usize]
