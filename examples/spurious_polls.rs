@@ -48,15 +48,24 @@ fn main() {
             assert!(fut.as_mut().poll(&mut cx) == Poll::Pending);
         }
         let polled = rss_kib();
-        println!("RSS before: {before} KiB; after {POLLS} polls: {polled} KiB (+{} KiB)", polled.saturating_sub(before));
+        println!(
+            "RSS before: {before} KiB; after {POLLS} polls: {polled} KiB (+{} KiB)",
+            polled.saturating_sub(before)
+        );
         println!("timer queue after the polls: {}", tollgate_probe());
     }
     let dropped = rss_kib();
-    println!("RSS after the drop: {dropped} KiB (+{} KiB over the start)", dropped.saturating_sub(before));
+    println!(
+        "RSS after the drop: {dropped} KiB (+{} KiB over the start)",
+        dropped.saturating_sub(before)
+    );
     println!("timer queue after the drop: {}", tollgate_probe());
-    println!("wakes delivered so far: {}", count.0.load(Ordering::Relaxed));
+    println!(
+        "wakes delivered so far: {}",
+        count.0.load(Ordering::Relaxed)
+    );
 }
 
-fn tollgate_probe() -> String {
-    "n/a".into()
+fn tollgate_probe() -> usize {
+    tollgate::WakeRegistration::timer_queue_len()
 }

@@ -528,13 +528,14 @@ impl<C: Clock> Future for UntilReady<'_, C> {
             // Tokio's `Sleep` rule: keep the registration unless the task to wake changed or
             // the wake-up already came (early: the clock's hook and `now` may disagree). The
             // deadline `until` never changes, so it needs no check.
-            let keep = armed.as_ref().is_some_and(|a| {
-                a.waker.will_wake(cx.waker()) && !a.registration.is_fired()
-            });
+            let keep = armed
+                .as_ref()
+                .is_some_and(|a| a.waker.will_wake(cx.waker()) && !a.registration.is_fired());
             if !keep {
                 // Drop the old registration first: at most one per future, ever.
                 *armed = None;
-                let registration = clock.register_wake(Duration::from_nanos(until - now), cx.waker());
+                let registration =
+                    clock.register_wake(Duration::from_nanos(until - now), cx.waker());
                 *armed = Some(Armed {
                     waker: cx.waker().clone(),
                     registration,

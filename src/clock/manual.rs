@@ -309,7 +309,8 @@ impl Clock for ManualClock {
             let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
             let until = self.now().saturating_add(nanos(duration));
             while self.now() < until {
-                let registration = self.register_wake(Duration::from_nanos(until - self.now()), &waker);
+                let registration =
+                    self.register_wake(Duration::from_nanos(until - self.now()), &waker);
                 if !registration.is_fired() {
                     std::thread::park();
                 }

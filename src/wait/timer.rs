@@ -42,7 +42,10 @@ enum Thread {
     Running,
     /// The last spawn failed; the next attempt is not before `retry_at`, and the one after
     /// that fails waits `backoff` longer.
-    Failed { retry_at: Instant, backoff: Duration },
+    Failed {
+        retry_at: Instant,
+        backoff: Duration,
+    },
 }
 
 struct State {
@@ -76,7 +79,8 @@ pub(crate) struct Handle {
 impl Handle {
     /// Whether the entry has been woken (it is no longer queued).
     pub(crate) fn is_fired(&self) -> bool {
-        self.key.map_or(true, |key| !self.timer.lock().queue.contains(&key))
+        self.key
+            .map_or(true, |key| !self.timer.lock().queue.contains(&key))
     }
 
     /// Leaves the entry queued: it wakes its waker at its deadline.
@@ -232,6 +236,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::task::Wake;
+    use std::vec::Vec;
 
     struct Count(AtomicUsize);
     impl Wake for Count {
