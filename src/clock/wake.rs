@@ -154,6 +154,7 @@ impl WakeRegistration {
 
     /// Lets the wake-up come even though the registration is dropped: the fire-and-forget
     /// behaviour of [`Clock::wake_after`](crate::Clock::wake_after).
+    #[cfg(feature = "std")]
     pub(crate) fn detach(self) {
         match self.kind {
             Kind::Fired | Kind::Forwarded(_) => {}
