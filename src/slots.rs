@@ -19,11 +19,15 @@ pub(crate) struct EpochSlots {
     /// Seqlock counters of the two slots (odd while a slot is written).
     seqs: [AtomicU32; 2],
     slots: [[AtomicU64; WORDS]; 2],
-    /// Serializes writers (1 while one runs). Never touched by decisions.
-    writer: AtomicU32,
-    /// The clock reading the last writer converted its state at (owned by the writer flag).
-    last_now: AtomicU64,
+    /// Serializes writers, and remembers the last writer's clock reading: bit 0 is the flag (1
+    /// while a writer runs), bits 1..64 the reading the last writer converted its state at
+    /// (capped at 2^63 − 1 ns, about 292 years; the cap only ever lowers it). One word, so the
+    /// bucket stays within two cache lines. Never touched by decisions.
+    writer: AtomicU64,
 }
+
+/// The largest reading the writer word keeps.
+const MAX_WRITER_NOW: u64 = u64::MAX >> 1;
 
 impl EpochSlots {
     /// Both slots hold `raw`; either epoch is valid.
@@ -31,8 +35,7 @@ impl EpochSlots {
         EpochSlots {
             seqs: [AtomicU32::new(0), AtomicU32::new(0)],
             slots: [raw.map(AtomicU64::new), raw.map(AtomicU64::new)],
-            writer: AtomicU32::new(0),
-            last_now: AtomicU64::new(0),
+            writer: AtomicU64::new(0),
         }
     }
 
@@ -64,17 +67,27 @@ impl EpochSlots {
     /// the order they hold the flag, exactly as if each had read the clock while holding it.
     pub(crate) fn lock(&self, now: u64) -> Writer<'_> {
         let mut backoff = Backoff::default();
-        while self
-            .writer
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            backoff.snooze();
+        let mut word = self.writer.load(Ordering::Relaxed);
+        loop {
+            if word & 1 != 0 {
+                backoff.snooze();
+                word = self.writer.load(Ordering::Relaxed);
+                continue;
+            }
+            match self.writer.compare_exchange_weak(
+                word,
+                word | 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => word = actual,
+            }
         }
-        // Owned by the flag (Acquire above, Release on drop): no other writer touches it.
-        let now = now.max(self.last_now.load(Ordering::Relaxed));
-        self.last_now.store(now, Ordering::Relaxed);
-        Writer { slots: self, now }
+        Writer {
+            slots: self,
+            now: now.max(word >> 1),
+        }
     }
 }
 
@@ -116,6 +129,9 @@ impl Writer<'_> {
 
 impl Drop for Writer<'_> {
     fn drop(&mut self) {
-        self.slots.writer.store(0, Ordering::Release);
+        // Releases the flag and leaves this writer's reading for the next one.
+        self.slots
+            .writer
+            .store(self.now.min(MAX_WRITER_NOW) << 1, Ordering::Release);
     }
 }

@@ -276,3 +276,24 @@ fn the_shared_timer_holds_one_entry_per_live_future() {
     assert!(waited <= ms(20), "{waited:?}");
     assert_eq!(WakeRegistration::timer_queue_len(), 0);
 }
+
+/// A waker that owns another registration on the same clock (as a task owns its futures).
+#[allow(dead_code)] // held only for its drop
+struct Owner(std::sync::Mutex<Option<WakeRegistration>>);
+impl std::task::Wake for Owner {
+    fn wake(self: Arc<Self>) {}
+}
+
+#[test]
+fn dropping_the_last_waker_inside_a_cancel_does_not_deadlock() {
+    let clock = ManualClock::new_frozen();
+    let (_, plain) = Count::waker();
+    let inner = clock.register_wake(ms(10), &plain);
+    let owner = Waker::from(Arc::new(Owner(std::sync::Mutex::new(Some(inner)))));
+    let outer = clock.register_wake(ms(10), &owner);
+    drop(owner); // the queue now holds the last reference to the owner
+    assert_eq!(clock.pending_wakes(), 2);
+    // Cancelling `outer` drops the owner, which cancels `inner`: both locks taken in turn.
+    drop(outer);
+    assert_eq!(clock.pending_wakes(), 0);
+}

@@ -62,7 +62,13 @@ use {
 /// through [`ManualClock::advance`] and [`ManualClock::set`], which wake the waiters they pass.
 #[derive(Clone)]
 pub struct ManualClock {
-    nanos: Arc<AtomicU64>,
+    /// One pointer, so a bucket on a manual clock stays within two cache lines.
+    shared: Arc<Shared>,
+}
+
+/// What clones of one clock share.
+struct Shared {
+    nanos: AtomicU64,
     /// Frozen clocks only: the waiters, woken by `advance` and `set`.
     #[cfg(feature = "std")]
     waiters: Option<Arc<Waiters>>,
@@ -103,7 +109,8 @@ impl Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
-            self.waiters.lock().remove(&key);
+            let waker = self.waiters.lock().remove(&key);
+            drop(waker); // outside the lock
         }
     }
 }
@@ -117,9 +124,11 @@ impl ManualClock {
     /// ```
     pub fn new() -> ManualClock {
         ManualClock {
-            nanos: Arc::new(AtomicU64::new(0)),
-            #[cfg(feature = "std")]
-            waiters: None,
+            shared: Arc::new(Shared {
+                nanos: AtomicU64::new(0),
+                #[cfg(feature = "std")]
+                waiters: None,
+            }),
         }
     }
 
@@ -165,8 +174,10 @@ impl ManualClock {
     #[cfg(feature = "std")]
     pub fn new_frozen() -> ManualClock {
         ManualClock {
-            nanos: Arc::new(AtomicU64::new(0)),
-            waiters: Some(Arc::new(Waiters(Mutex::new(WakeQueue::new())))),
+            shared: Arc::new(Shared {
+                nanos: AtomicU64::new(0),
+                waiters: Some(Arc::new(Waiters(Mutex::new(WakeQueue::new())))),
+            }),
         }
     }
 
@@ -179,7 +190,7 @@ impl ManualClock {
     /// ```
     pub fn is_frozen(&self) -> bool {
         #[cfg(feature = "std")]
-        return self.waiters.is_some();
+        return self.shared.waiters.is_some();
         #[cfg(not(feature = "std"))]
         false
     }
@@ -205,7 +216,7 @@ impl ManualClock {
     /// ```
     pub fn pending_wakes(&self) -> usize {
         #[cfg(feature = "std")]
-        return self.waiters.as_ref().map_or(0, |w| w.lock().len());
+        return self.shared.waiters.as_ref().map_or(0, |w| w.lock().len());
         #[cfg(not(feature = "std"))]
         0
     }
@@ -224,6 +235,7 @@ impl ManualClock {
         let by = nanos(by);
         // `fetch_update` with a closure that always returns `Some` cannot fail.
         let _ = self
+            .shared
             .nanos
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
                 Some(t.saturating_add(by))
@@ -242,7 +254,9 @@ impl ManualClock {
     /// assert_eq!(c.now(), 5_000_000);
     /// ```
     pub fn set(&self, since_origin: Duration) {
-        self.nanos.store(nanos(since_origin), Ordering::Release);
+        self.shared
+            .nanos
+            .store(nanos(since_origin), Ordering::Release);
         self.wake_due();
     }
 
@@ -251,7 +265,7 @@ impl ManualClock {
     /// woken here or sees the new time when it registers: no wake-up is lost.
     fn wake_due(&self) {
         #[cfg(feature = "std")]
-        if let Some(waiters) = &self.waiters {
+        if let Some(waiters) = &self.shared.waiters {
             let mut queue = waiters.lock();
             let due = queue.take_due(self.now());
             drop(queue);
@@ -263,7 +277,7 @@ impl ManualClock {
     /// not in the future. `None` on a clock that advances itself.
     #[cfg(feature = "std")]
     fn queue_wake(&self, duration: Duration, waker: &Waker) -> Option<WakeRegistration> {
-        let waiters = self.waiters.as_ref()?;
+        let waiters = self.shared.waiters.as_ref()?;
         let mut queue = waiters.lock();
         let now = self.now();
         let at = now.saturating_add(nanos(duration));
@@ -298,7 +312,7 @@ impl fmt::Debug for ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> u64 {
-        self.nanos.load(Ordering::Acquire)
+        self.shared.nanos.load(Ordering::Acquire)
     }
 
     /// Advances the clock by `duration` and returns at once; a frozen clock instead blocks the

@@ -238,9 +238,12 @@ impl<K: Ord + Copy> WakeQueue<K> {
         key
     }
 
-    /// Removes an entry (if it was not woken yet).
-    pub(crate) fn remove(&mut self, key: &Key<K>) {
-        self.entries.remove(key);
+    /// Removes an entry (if it was not woken yet) and returns its waker: drop that after
+    /// releasing the lock, since dropping a waker may drop a task, and with it other
+    /// registrations that take the same lock.
+    #[must_use = "drop the waker outside the lock"]
+    pub(crate) fn remove(&mut self, key: &Key<K>) -> Option<Waker> {
+        self.entries.remove(key)
     }
 
     /// Whether the entry is still queued (not woken, not removed).

@@ -92,7 +92,8 @@ impl Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
-            self.timer.lock().queue.remove(&key);
+            let waker = self.timer.lock().queue.remove(&key);
+            drop(waker); // outside the lock
         }
     }
 }
