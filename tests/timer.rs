@@ -4,26 +4,29 @@
 
 use std::future::Future;
 use std::pin::pin;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::Duration;
-use tollgate::{Bucket, Clock, ManualClock, Quota, StdClock, WakeRegistration};
+use tollgate::{Bucket, Clock, ManualClock, Quota, StdClock, UntilReady, WakeRegistration};
 
+#[path = "support/quotas.rs"]
+mod quotas;
+use quotas::{ms, quota};
 #[path = "support/wakers.rs"]
 mod wakers;
 use wakers::{block_on, Count};
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn quota(per_second: u64, burst: u64) -> Quota {
-    Quota::per_second(per_second)
-        .unwrap()
-        .with_burst(burst)
-        .unwrap()
+/// A future waiting for one token of `bucket`, polled once (pending).
+fn waiting<'a, C: Clock>(bucket: &'a Bucket<C>, waker: &Waker) -> Pin<Box<UntilReady<'a, C>>> {
+    let mut fut = Box::pin(bucket.until_ready(1));
+    assert_eq!(
+        fut.as_mut().poll(&mut Context::from_waker(waker)),
+        Poll::Pending
+    );
+    fut
 }
 
 /// An empty bucket on a frozen clock: the next token is due at 100 ms.
@@ -70,8 +73,7 @@ fn the_wake_arrives_at_the_deadline_and_only_then() {
     let (clock, bucket) = frozen_empty();
     let (count, waker) = Count::waker();
     let mut cx = Context::from_waker(&waker);
-    let mut fut = pin!(bucket.until_ready(1));
-    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    let mut fut = waiting(&bucket, &waker);
     assert_eq!(clock.now(), 0, "a frozen clock does not advance itself");
     clock.advance(ms(99));
     assert_eq!(count.get(), 0);
@@ -88,11 +90,7 @@ fn a_different_waker_re_arms_and_the_old_one_is_not_woken() {
     let (clock, bucket) = frozen_empty();
     let (old, old_waker) = Count::waker();
     let (new, new_waker) = Count::waker();
-    let mut fut = pin!(bucket.until_ready(1));
-    assert_eq!(
-        fut.as_mut().poll(&mut Context::from_waker(&old_waker)),
-        Poll::Pending
-    );
+    let mut fut = waiting(&bucket, &old_waker);
     // The task moved (another executor, another task): re-armed for the new waker only.
     assert_eq!(
         fut.as_mut().poll(&mut Context::from_waker(&new_waker)),
@@ -110,8 +108,7 @@ fn an_early_wake_re_arms() {
     let (clock, bucket) = frozen_empty();
     let (count, waker) = Count::waker();
     let mut cx = Context::from_waker(&waker);
-    let mut fut = pin!(bucket.until_ready(1));
-    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    let mut fut = waiting(&bucket, &waker);
     clock.advance(ms(100));
     assert_eq!(count.get(), 1);
     clock.set(ms(50));
@@ -180,11 +177,7 @@ fn an_advancing_manual_clock_moves_time_for_every_bucket_sharing_it() {
     a.try_acquire(1).unwrap();
     b.try_acquire(1).unwrap();
     let (_, waker) = Count::waker();
-    let mut fut = pin!(a.until_ready(1));
-    assert_eq!(
-        fut.as_mut().poll(&mut Context::from_waker(&waker)),
-        Poll::Pending
-    );
+    let _fut = waiting(&a, &waker);
     assert_eq!(clock.now(), 0);
     assert!(b.try_acquire(1).is_err());
 }

@@ -10,20 +10,12 @@ use std::thread;
 use std::time::Duration;
 use tollgate::{Bucket, Clock, Denied, ManualClock, Quota, StdClock};
 
+#[path = "support/quotas.rs"]
+mod quotas;
+use quotas::{ms, quota};
 #[path = "support/wakers.rs"]
 mod wakers;
 use wakers::{block_on, Count};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn quota(per_second: u64, burst: u64) -> Quota {
-    Quota::per_second(per_second)
-        .unwrap()
-        .with_burst(burst)
-        .unwrap()
-}
 
 fn manual(q: Quota) -> (ManualClock, Bucket<ManualClock>) {
     let clock = ManualClock::new();

@@ -7,14 +7,11 @@ use std::sync::mpsc;
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread;
 use std::time::Duration;
-use tollgate::{Bucket, Clock, ManualClock, Quota, Smooth};
+use tollgate::{Bucket, Clock, ManualClock, Smooth};
 
-fn quota(per_second: u64, burst: u64) -> Quota {
-    Quota::per_second(per_second)
-        .unwrap()
-        .with_burst(burst)
-        .unwrap()
-}
+#[path = "support/quotas.rs"]
+mod quotas;
+use quotas::quota;
 
 /// A clock that, on its first reading after being armed, reconfigures its own bucket. If the
 /// bucket read the clock while holding the writer lock, the nested `set_quota` would wait for
