@@ -106,7 +106,11 @@ impl Backoff {
     #[inline]
     pub(crate) fn snooze(&mut self) {
         #[cfg(tollgate_loom)]
-        spin_loop();
+        {
+            // One hint (a loom yield) per step, whatever the step.
+            spin_loop();
+            self.step = (self.step + 1).min(Self::SPIN_LIMIT);
+        }
         #[cfg(not(tollgate_loom))]
         {
             if self.step <= Self::SPIN_LIMIT {
