@@ -116,9 +116,23 @@ impl ShardedBucket<DefaultClock> {
     /// assert_eq!(bucket.try_acquire(100), Ok(()));
     /// ```
     pub fn new(quota: Quota) -> ShardedBucket<DefaultClock> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        ShardedBucket::with_clock(quota, cores, DefaultClock::default())
+        ShardedBucket::with_clock(quota, default_shards(), DefaultClock::default())
     }
+
+    /// The shard count [`ShardedBucket::new`] asks for: one per core
+    /// (`std::thread::available_parallelism`, 1 when unknown).
+    ///
+    /// ```
+    /// assert!(tollgate::ShardedBucket::default_shards() >= 1);
+    /// ```
+    pub fn default_shards() -> usize {
+        default_shards()
+    }
+}
+
+/// One shard per core: the crate's one default for how many ways to split shared state.
+pub(crate) fn default_shards() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl<C: Clock> ShardedBucket<C> {

@@ -292,8 +292,11 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         overrides: HashMap<K, Quota>,
         fail_open: bool,
     ) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let shards = cores.saturating_mul(4).next_power_of_two().min(MAX_SHARDS);
+        // Four lock stripes per default shard (per core), a power of two.
+        let shards = crate::sharded::default_shards()
+            .saturating_mul(4)
+            .next_power_of_two()
+            .min(MAX_SHARDS);
         let max_keys = max_keys.min(MAX_KEYS);
         // Random per limiter; fixed under loom, whose models must replay the same slots.
         #[cfg(not(tollgate_loom))]
