@@ -34,6 +34,10 @@ pub enum ConfigError {
     InvalidFactor,
     /// A capacity (such as the keyed limiter's `max_keys`) was zero.
     ZeroCapacity,
+    /// A [`Smooth`](crate::Smooth) rate above 1,000,000 permits per second: Guava's arithmetic
+    /// works in whole microseconds, so a single permit would cost 0 µs and nothing would be
+    /// limited. Use a [`Bucket`](crate::Bucket) (nanosecond-exact) for such rates.
+    RateTooHigh,
 }
 
 impl fmt::Display for ConfigError {
@@ -53,6 +57,9 @@ impl fmt::Display for ConfigError {
             ConfigError::InvalidDuration => "a duration parameter is zero or too large",
             ConfigError::InvalidFactor => "the factor must be a finite number of at least 1",
             ConfigError::ZeroCapacity => "the capacity must be at least 1",
+            ConfigError::RateTooHigh => {
+                "a Smooth rate above 1,000,000 permits/s is not limited (Guava counts whole microseconds); use a Bucket"
+            }
         })
     }
 }
