@@ -11,10 +11,11 @@
 //! task is harmless); deadlines are capped at [`MAX_PARK`] and the future re-arms after it, so no
 //! `Instant` arithmetic overflows.
 
+use crate::sync::ignore_poison;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 use std::vec::Vec;
@@ -71,7 +72,7 @@ static TIMER: Timer = Timer {
 
 fn lock() -> MutexGuard<'static, Queue> {
     // Nothing panics while the lock is held (wakers run outside it), but never propagate poison.
-    TIMER.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    ignore_poison(TIMER.queue.lock())
 }
 
 /// Wakes `waker` once `duration` has passed (measured on `Instant`), from the timer thread.
@@ -129,17 +130,8 @@ fn run() {
             continue;
         }
         q = match q.heap.peek().map(|top| top.at - now) {
-            Some(wait) => {
-                TIMER
-                    .changed
-                    .wait_timeout(q, wait)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0
-            }
-            None => TIMER
-                .changed
-                .wait(q)
-                .unwrap_or_else(PoisonError::into_inner),
+            Some(wait) => ignore_poison(TIMER.changed.wait_timeout(q, wait)).0,
+            None => ignore_poison(TIMER.changed.wait(q)),
         };
     }
 }
