@@ -68,7 +68,7 @@ pub use sharded::ShardedBucket;
 pub use smooth::Smooth;
 pub use wait::{Reservation, UntilReady};
 
-/// The README's Rust examples, compiled and run as doc tests.
-#[cfg(doctest)]
+/// The README's Rust examples, compiled and run as doc tests (they assume the default features).
+#[cfg(all(doctest, feature = "std", feature = "quanta", feature = "keyed"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -4,11 +4,13 @@
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::Duration;
-use tollgate::{Bucket, Clock, Denied, ManualClock, Quota, StdClock};
+#[cfg(feature = "std")]
+use tollgate::StdClock;
+use tollgate::{Bucket, Clock, Denied, ManualClock, Quota};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -527,6 +529,8 @@ impl Clock for Frozen {
 #[test]
 fn futures_and_reservations_can_cross_threads() {
     fn send_sync<T: Send + Sync>() {}
+    send_sync::<tollgate::UntilReady<'static, ManualClock>>();
+    #[cfg(feature = "std")]
     send_sync::<tollgate::UntilReady<'static, StdClock>>();
     send_sync::<tollgate::Reservation<'static, ManualClock>>();
 }
@@ -655,6 +659,7 @@ fn jitter_is_deterministic_bounded_and_admission_neutral() {
 }
 
 #[test]
+#[cfg(feature = "std")]
 fn until_ready_on_the_real_timer() {
     // The shared timer thread wakes the future: the second token of a 50/s, burst-1 bucket
     // cannot come before 20 ms.
@@ -677,6 +682,7 @@ fn until_ready_on_the_real_timer() {
 // Real threads, real clock.
 
 #[test]
+#[cfg(feature = "std")]
 fn threads_blocking_on_the_real_clock_respect_the_quota() {
     const N: usize = 4;
     const M: usize = 25;
@@ -684,7 +690,7 @@ fn threads_blocking_on_the_real_clock_respect_the_quota() {
     const BURST: u64 = 4;
     let clock = StdClock::new();
     let bucket = Bucket::with_clock(quota(RATE, BURST), clock);
-    let admitted = Mutex::new(Vec::with_capacity(N * M));
+    let admitted = std::sync::Mutex::new(Vec::with_capacity(N * M));
     thread::scope(|s| {
         for _ in 0..N {
             s.spawn(|| {
