@@ -75,6 +75,7 @@ impl<C: fmt::Debug> fmt::Debug for Bucket<C> {
 /// which never moves on its own, so a bucket built on it would never refill. Without `std`,
 /// pass your platform's clock to [`Bucket::with_clock`].
 #[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl Bucket<DefaultClock> {
     /// A full bucket on the [`DefaultClock`] (feature `std`).
     ///

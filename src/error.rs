@@ -65,6 +65,7 @@ impl fmt::Display for ConfigError {
 }
 
 #[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl std::error::Error for ConfigError {}
 
 /// A refused request. A refusal is a value, never a panic, and it changes nothing.
@@ -122,4 +123,5 @@ impl fmt::Display for Denied {
 }
 
 #[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl std::error::Error for Denied {}

@@ -37,6 +37,7 @@ const MAX_KEYS: usize = 1 << 26;
 /// ```
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub struct KeyedCounters {
     /// Requests admitted (tracked or not).
     pub admitted: u64,
@@ -120,6 +121,7 @@ enum Insert {
 /// assert_eq!(limiter.try_acquire(&"bob", 1), Ok(()));
 /// assert_eq!(limiter.len(), 2);
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub struct KeyedLimiter<K, C = DefaultClock> {
     index: Index,
     hasher: foldhash::quality::SeedableRandomState,
@@ -159,6 +161,7 @@ impl<K, C: fmt::Debug> fmt::Debug for KeyedLimiter<K, C> {
 /// assert_eq!(limiter.try_acquire_by("premium", 500), Ok(()));
 /// assert!(limiter.try_acquire_by("basic", 500).is_err());
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub struct KeyedLimiterBuilder<K, C = DefaultClock> {
     quota: Quota,
     max_keys: usize,

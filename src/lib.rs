@@ -32,6 +32,7 @@
 //! assert_eq!(bucket.try_acquire(1), Ok(()));
 //! ```
 #![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 

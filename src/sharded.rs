@@ -64,6 +64,7 @@ struct Shard {
 /// Borrowing is the slow path: it reads every shard's line and may write several. A bucket whose
 /// threads keep their own shards supplied (many threads, or costs well below `burst / shards`)
 /// rarely borrows; one hot thread on a drained bucket borrows on every call.
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 pub struct ShardedBucket<C = DefaultClock> {
     shards: Box<[CachePadded<Shard>]>,
     quota: Quota,

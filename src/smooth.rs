@@ -149,6 +149,7 @@ impl<C: fmt::Debug> fmt::Debug for Smooth<C> {
 /// Only with a real clock (feature `std`), as [`Bucket::new`](crate::Bucket::new): without it
 /// [`DefaultClock`] is a [`ManualClock`](crate::ManualClock) that never moves on its own.
 #[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl Smooth<DefaultClock> {
     /// Guava's `RateLimiter.create(permitsPerSecond)`: bursty, at most one second of permits
     /// stored, on the [`DefaultClock`].
