@@ -18,7 +18,7 @@ fn bucket(tokens: u64, per: Duration, burst: u64) -> (Bucket<ManualClock>, Manua
 }
 
 #[test]
-fn the_issue_timeline_holds_exactly() {
+fn two_per_second_burst_three_timeline_of_admissions_and_exact_waits() {
     let (b, clock) = bucket(2, Duration::from_secs(1), 3);
     let rows: &[(u64, u64, Result<(), Denied>, u64)] = &[
         (0, 2, Ok(()), 1),

@@ -128,7 +128,7 @@ fn guava_warm_up_example_waits_to_the_millisecond() {
 }
 
 #[test]
-fn simple() {
+fn bursty_five_per_second_spaces_permits_200ms_apart() {
     let mut t = Rec::bursty(5.0);
     t.acquire_n(3);
     t.expect(&r(&[0, 200_000, 200_000]), "R0.00, R0.20, R0.20");

@@ -30,10 +30,10 @@ fn manual(q: Quota) -> (ManualClock, Bucket<ManualClock>) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The issue's examples, exactly.
+// Blocking acquire and reservations at 10/s, burst 2.
 
 #[test]
-fn issue_example_blocking() {
+fn blocking_acquire_sleeps_until_its_tokens_are_due() {
     let (clock, bucket) = manual(quota(10, 2));
     assert_eq!(bucket.acquire(2), Ok(Duration::ZERO));
     assert_eq!(bucket.acquire(2), Ok(ms(200)));
@@ -42,7 +42,7 @@ fn issue_example_blocking() {
 }
 
 #[test]
-fn issue_example_reservations() {
+fn reservations_are_due_in_order_and_idle_time_shortens_the_delay() {
     let (clock, bucket) = manual(quota(10, 2));
     assert_eq!(bucket.reserve(2).unwrap().delay(), Duration::ZERO);
     assert_eq!(bucket.reserve(2).unwrap().delay(), ms(200));
