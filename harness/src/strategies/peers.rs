@@ -27,35 +27,41 @@ fn quota(q: &Quota) -> Result<governor::Quota, String> {
         .allow_burst(burst))
 }
 
-fn n(cost: u64) -> Option<NonZeroU32> {
-    u32::try_from(cost).ok().and_then(NonZeroU32::new)
-}
+type NotUntil = governor::NotUntil<<GovClock as governor::clock::Clock>::Instant>;
 
-/// governor reports the earliest instant; a caller answering `Retry-After` needs the wait,
-/// which costs one more clock read on a refusal.
-fn denied(
-    nu: &governor::NotUntil<<GovClock as governor::clock::Clock>::Instant>,
+/// governor's verdict on `cost` tokens, as a [`Denied`]: `one` (its `check`) for a cost of 1,
+/// `many` (its `check_n`) otherwise; 0 is free, and a cost above `u32::MAX` exceeds any burst
+/// governor holds. governor reports the earliest instant; a caller answering `Retry-After`
+/// needs the wait, which costs one more clock read on a refusal.
+fn verdict<E>(
+    cost: u64,
     clock: &GovClock,
-) -> Denied {
-    Denied::RetryAfter(nu.wait_time_from(clock.now()))
+    one: impl FnOnce() -> Result<(), NotUntil>,
+    many: impl FnOnce(NonZeroU32) -> Result<Result<(), NotUntil>, E>,
+) -> Result<(), Denied> {
+    let r = match cost {
+        0 => return Ok(()),
+        1 => one(),
+        _ => {
+            let n = u32::try_from(cost)
+                .ok()
+                .and_then(NonZeroU32::new)
+                .ok_or(Denied::ExceedsBurst)?;
+            many(n).map_err(|_| Denied::ExceedsBurst)?
+        }
+    };
+    r.map_err(|nu| Denied::RetryAfter(nu.wait_time_from(clock.now())))
 }
 
 struct Direct(governor::DefaultDirectRateLimiter);
 impl RateLimiter for Direct {
     fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
-        let r = if cost == 1 {
-            self.0.check()
-        } else {
-            let Some(n) = n(cost) else {
-                return if cost == 0 {
-                    Ok(())
-                } else {
-                    Err(Denied::ExceedsBurst)
-                };
-            };
-            self.0.check_n(n).map_err(|_| Denied::ExceedsBurst)?
-        };
-        r.map_err(|nu| denied(&nu, self.0.clock()))
+        verdict(
+            cost,
+            self.0.clock(),
+            || self.0.check(),
+            |n| self.0.check_n(n),
+        )
     }
     fn name(&self) -> &str {
         "governor"
@@ -68,21 +74,12 @@ impl RateLimiter for Keyed {
         self.try_acquire_key(0, cost)
     }
     fn try_acquire_key(&self, key: u64, cost: u64) -> Result<(), Denied> {
-        let r = if cost == 1 {
-            self.0.check_key(&key)
-        } else {
-            let Some(n) = n(cost) else {
-                return if cost == 0 {
-                    Ok(())
-                } else {
-                    Err(Denied::ExceedsBurst)
-                };
-            };
-            self.0
-                .check_key_n(&key, n)
-                .map_err(|_| Denied::ExceedsBurst)?
-        };
-        r.map_err(|nu| denied(&nu, self.0.clock()))
+        verdict(
+            cost,
+            self.0.clock(),
+            || self.0.check_key(&key),
+            |n| self.0.check_key_n(&key, n),
+        )
     }
     fn is_keyed(&self) -> bool {
         true
