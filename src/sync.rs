@@ -34,14 +34,15 @@ pub(crate) use {
 #[cfg(not(tollgate_loom))]
 pub(crate) use portable_atomic::AtomicU128;
 
-#[cfg(any(feature = "std", tollgate_loom))]
+#[cfg(any(feature = "keyed", tollgate_loom))]
 pub(crate) use self::mutex::{Mutex, MutexGuard};
 
-/// The crate's one mutex: std's, or loom's under `--cfg tollgate_loom`, and it ignores poison.
+/// The crate's one mutex (for the keyed index, and loom's `AtomicU128` stand-in): std's, or
+/// loom's under `--cfg tollgate_loom`, and it ignores poison.
 /// Every critical section in the crate leaves its data valid even if a panic unwinds through it
 /// (decisions do not panic; wakers run outside locks), so a poisoned lock is still usable and
 /// propagating the poison would only turn one panic into many.
-#[cfg(any(feature = "std", tollgate_loom))]
+#[cfg(any(feature = "keyed", tollgate_loom))]
 mod mutex {
     #[cfg(not(tollgate_loom))]
     use std::sync as imp;
