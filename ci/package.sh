@@ -12,3 +12,6 @@ if cargo package -p tollgate --list | grep -E '^(ci|\.ci|docs|fuzz|loom-tests|ha
   exit 1
 fi
 cargo publish --dry-run -p tollgate
+# docs.rs builds with nightly, every feature and `--cfg docsrs` (the `doc(cfg)` labels).
+RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo +nightly doc -p tollgate --all-features --no-deps \
+  --target-dir target/docsrs
