@@ -287,7 +287,7 @@ impl Plan {
     }
 
     /// Checks, without running or building anything, that there is something to run, that
-    /// every cell's quota is valid and that the cost fits the burst. [`crate::compare`] also
+    /// every cell's quota is valid and that the cost fits the burst. [`crate::compare()`] also
     /// builds every strategy once per regime before running ([`crate::compare::check`]).
     ///
     /// ```
