@@ -6,6 +6,7 @@ use std::pin::pin;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+#[cfg(feature = "std")]
 use std::thread;
 use std::time::Duration;
 #[cfg(feature = "std")]
