@@ -1,15 +1,20 @@
-//! ShardedBucket vs a single Bucket on the allow path, 1 and 2 threads (`iter_custom` across
-//! threads, the slowest thread reported). The quota admits everything, so every call writes.
+//! ShardedBucket vs a single Bucket:
+//! * `sharded/allow`: the allow path, 1 and 2 threads (`iter_custom` across threads, the slowest
+//!   thread reported); the quota admits everything, so every call writes.
+//! * `sharded/refuse`: the refusal of one token on a drained pool, one thread, at 2, 64 and
+//!   1,024 shards (issue 9: within 2× of 2 shards) and on a single `Bucket`.
+//! * Then, outside criterion, the share of the rate one greedy thread gets on the real clock at
+//!   5 M tokens/s and 64 shards (issue 9: at least 99 %), printed.
 #![allow(missing_docs)] // criterion's macros generate undocumented functions
 
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
-use std::time::Duration;
+use criterion::{black_box, criterion_group, BenchmarkId, Criterion};
+use std::time::{Duration, Instant};
 use tollgate::{Bucket, Quota, ShardedBucket};
 
 mod common;
 use common::across_threads;
 
-fn bench_sharded(c: &mut Criterion) {
+fn bench_allow(c: &mut Criterion) {
     let quota = Quota::new(1_000_000_000, Duration::from_secs(1), 1 << 50).unwrap();
     let mut group = c.benchmark_group("sharded/allow");
     for threads in [1usize, 2] {
@@ -33,5 +38,69 @@ fn bench_sharded(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_sharded);
-criterion_main!(benches);
+fn bench_refuse(c: &mut Criterion) {
+    // 1,024 tokens per hour: drained, every shard stays below one token for the whole run.
+    let quota = Quota::new(1024, Duration::from_secs(3600), 1024).unwrap();
+    let mut group = c.benchmark_group("sharded/refuse");
+    for shards in [2usize, 64, 1024] {
+        let sharded = ShardedBucket::with_clock(quota, shards, tollgate::DefaultClock::default());
+        assert_eq!(sharded.shards(), shards);
+        sharded.try_acquire(1024).unwrap();
+        assert!(sharded.try_acquire(1).is_err());
+        group.bench_function(BenchmarkId::new("sharded", shards), |b| {
+            b.iter(|| black_box(sharded.try_acquire(black_box(1))).is_err())
+        });
+    }
+    let single = Bucket::new(quota);
+    single.try_acquire(1024).unwrap();
+    group.bench_function("bucket", |b| {
+        b.iter(|| black_box(single.try_acquire(black_box(1))).is_err())
+    });
+    group.finish();
+}
+
+/// One thread asks for one token at a time as fast as it can for `run` on a drained bucket:
+/// the tokens it got over what the rate allowed in that time.
+fn greedy_share(shards: usize, rate: u64, run: Duration) -> f64 {
+    let bucket = ShardedBucket::with_clock(
+        Quota::per_second(rate).unwrap(),
+        shards,
+        tollgate::DefaultClock::default(),
+    );
+    bucket.try_acquire(rate).unwrap();
+    let start = Instant::now();
+    let mut got = 0u64;
+    while start.elapsed() < run {
+        for _ in 0..256 {
+            if bucket.try_acquire(1).is_ok() {
+                got += 1;
+            }
+        }
+    }
+    got as f64 / (rate as f64 * start.elapsed().as_secs_f64())
+}
+
+criterion_group!(benches, bench_allow, bench_refuse);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    // `cargo bench -- <filter>` runs only the criterion benchmarks it names.
+    if std::env::args().skip(1).any(|a| !a.starts_with('-')) {
+        return;
+    }
+    for shards in [2usize, 64, 1024] {
+        let shares: Vec<String> = (0..3)
+            .map(|_| {
+                format!(
+                    "{:.2} %",
+                    100.0 * greedy_share(shards, 5_000_000, Duration::from_millis(300))
+                )
+            })
+            .collect();
+        println!(
+            "greedy thread, 5 M/s, {shards} shards, real clock: {} of the rate (3 runs of 300 ms)",
+            shares.join(", ")
+        );
+    }
+}

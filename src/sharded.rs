@@ -1,4 +1,65 @@
 //! [`ShardedBucket`]: one global quota spread over cache-padded per-core sub-buckets.
+//!
+//! # Design
+//!
+//! * **Admission**: one CAS on the calling thread's own shard (its own cache line).
+//! * **Refusal, common case**: the own shard cannot pay, and the pool's hint says the shards
+//!   together hold less than one token before instant `dry_until`: refused with the wait
+//!   `dry_until − now`, after reading one more line (the hint, read-mostly: written only when
+//!   its value changes, so it stays cached on every core between changes). No scan, no search.
+//! * **Borrowing**: otherwise the thread takes what its own shard has, then partial amounts from
+//!   the other shards — starting where its shard's last borrow stopped — until the cost is met,
+//!   and stops there. No read-only pre-scan: a borrow reads only as many shards as it needs.
+//! * **A failed borrow** (the shards could not pay) gives each take back with one CAS **only if
+//!   the shard's word is still exactly what the take left**, and otherwise leaves the units
+//!   taken (see *Give-backs* below). Then it reads every shard once, computes in closed form
+//!   ([`pool`]) the first instant at which the pool holds one token and the first at which it
+//!   holds `cost`, publishes the first as the new hint and refuses with the second.
+//!
+//! # Waits
+//!
+//! `RetryAfter` is exact for the shard states it was computed from: at that wait the pool holds
+//! `cost` if nothing else consumes, one nanosecond earlier it does not. A hint computed at any
+//! reading is exact for every reading before it: no shard can admit anything at a reading
+//! before `dry_until` (the pool is dry there), so only decisions whose clock reads later than
+//! the hint — or a borrow still in flight when the hint was computed — can have changed the
+//! states since. A refusal of `cost > 1` while the pool is dry reads every shard to compute its
+//! exact wait (O(shards)); only cost-1 refusals are answered by the hint alone.
+//!
+//! # Give-backs (issue 8, defect 6)
+//!
+//! Restoring `units − (word − after)⁺` — what the word seems to owe — is unsound: a decision at
+//! a later reading may find the shard exactly full (`word == earned(now)`), admit `d` on top of
+//! the borrowed units, and the give-back then restores `units − d`: the shard holds more than
+//! its burst at that reading. The word cannot tell a debit from a refill cap. The rule here:
+//! give back only with `compare_exchange(after, after − units)`. Every other write to a shard
+//! only increases its word, and each successful give-back removes exactly the take it follows;
+//! so, by induction over give-backs, a word equal to `after` means that nothing since the take
+//! is still in it (each later increase was itself a take already given back), and `after −
+//! units` is the word the take started from, capped at its reading — a state some decision at
+//! that reading could have left. When the word moved, the units stay taken: capacity lost,
+//! never a token created. [`ShardedBucket::stranded_tokens`] counts them.
+//!
+//! A borrow fails only when the shards together cannot pay at its reading: almost always a
+//! race between borrowers for the last fraction of a token (the hint keeps a lone thread from
+//! trying while the pool is dry). A take is stranded only if another thread wrote the same
+//! shard between the take and the give-back — a few hundred nanoseconds.
+//!
+//! # On 64 cores
+//!
+//! With one shard per core ([`ShardedBucket::new`]), admissions on different cores touch
+//! different lines; a refusal reads the own line and the shared hint line. The hint line is
+//! written once per *dry period* (each time the drained pool refills one token), which costs
+//! every core one cache miss on its next refusal. When a dry period ends, every core that calls
+//! at that moment may borrow: up to 64 borrows, each reading the shards until it is served
+//! (about `64 / tokens in the pool` lines when the pool has backlog, all 64 when a single token
+//! is spread over them); one is served and the others fail, rescan and publish. So at a low rate
+//! (a dry period of a millisecond or more) refusals cost what a single bucket's do; at a rate
+//! near one token per core per microsecond under overload, most calls near the end of a dry
+//! period read every shard. This is derived from the algorithm, not measured: the machine it
+//! was written on has 2 cores.
+
+mod pool;
 
 use crate::clock::{Clock, DefaultClock};
 use crate::error::Denied;
@@ -11,6 +72,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 use crossbeam_utils::CachePadded;
+use pool::Curve;
 
 /// The most shards a [`ShardedBucket`] uses, whatever is asked for.
 const MAX_SHARDS: usize = 1024;
@@ -29,6 +91,32 @@ struct Shard {
     state: AtomicU64,
     /// This shard's quota: rate `tokens / (n × per)`, burst `⌊burst / n⌋` or one more.
     quota: Quota,
+    /// Where the next borrow by a thread of this shard starts among the other shards: the last
+    /// shard that lent to one (it may have more), so that borrows drain the shards in turn
+    /// instead of always the same ones first. Only a starting point: any value is correct.
+    /// `Relaxed`, written only by borrowers from this shard (its own line).
+    cursor: AtomicU64,
+}
+
+/// What the shards know together, on its own cache line: read by every refusal, written only
+/// when a value changes.
+struct Pool {
+    /// The refusal hint.
+    ///
+    /// | bits | meaning | unit | range |
+    /// |---|---|---|---|
+    /// | 63..0 | an instant before which the shards together hold less than one token | ns since the clock's origin | `0` = no hint; `u64::MAX` = not within the horizon |
+    ///
+    /// Computed from a read of every shard (by a refusal that found the pool short); true for
+    /// every reading before it whatever happens later, because no shard can admit anything at
+    /// such a reading and failed borrows republish after giving back. `Relaxed`: it is a value,
+    /// it publishes no other memory. Replaced with a CAS from the value read before the shards
+    /// were read, so a hint computed before another thread's give-back never overwrites the one
+    /// computed after it.
+    dry_until: AtomicU64,
+    /// Units taken by failed borrows that could not be given back (the shard's word had moved):
+    /// capacity lost to races, for [`ShardedBucket::stranded_tokens`]. `Relaxed`, saturating.
+    stranded: AtomicU64,
 }
 
 /// A token bucket for one global limit hit by many cores at once: the quota is split exactly over
@@ -39,12 +127,16 @@ struct Shard {
 ///   global rate exactly) and the burst `⌊burst/n⌋`, the first `burst mod n` shards one more (the
 ///   shard bursts sum to the global burst exactly). Each shard is an exact [`gcra`] bucket, so in
 ///   any window Δ the total admitted never exceeds `burst + rate·Δ`.
-/// * **No stranded tokens.** A thread debits its own shard (one CAS). When that shard cannot pay,
-///   the thread *borrows*: it sums the balances of all shards (read-only), and if they cover the
-///   cost it takes partial amounts — fractions of a token included — from as many shards as
-///   needed, or gives everything back if a race left too little (all or nothing). So one thread
-///   alone still gets the whole burst and the whole rate, and on a frozen clock exactly `burst`
-///   tokens come out in total, whatever the number of threads.
+/// * **Pooled.** A thread debits its own shard (one CAS). When that shard cannot pay, the thread
+///   *borrows*: it takes partial amounts — fractions of a token included — from as many shards
+///   as needed, and stops once served; if the shards together cannot pay, it gives its takes
+///   back (all or nothing; a take whose shard another thread wrote meanwhile stays taken, see
+///   [`stranded_tokens`](ShardedBucket::stranded_tokens)). So one thread alone gets the whole
+///   burst and the whole rate, and on a frozen clock exactly `burst` tokens come out in total,
+///   whatever the number of threads.
+/// * **Cheap refusals.** A refusal that read every shard publishes when the pool will next
+///   hold a token; until then a refusal of one token reads only the own shard and that hint
+///   (see the module's source docs for the design, the waits and 64 cores).
 /// * Threads map to shards through a thread-local index assigned round-robin: no syscall per call.
 /// * **Refill to full.** When the shard count does not divide the burst, the shards with one token
 ///   less fill up first and then stop earning, so an emptied bucket is full again after
@@ -62,11 +154,14 @@ struct Shard {
 /// assert_eq!(bucket.available(), 8);
 /// ```
 ///
-/// Borrowing is the slow path: it reads every shard's line and may write several. A bucket whose
-/// threads keep their own shards supplied (many threads, or costs well below `burst / shards`)
-/// rarely borrows; one hot thread on a drained bucket borrows on every call.
+/// Borrowing is the slow path: it reads shards until served and writes those it takes from. A
+/// bucket whose threads keep their own shards supplied (many threads, or costs well below
+/// `burst / shards`) rarely borrows; one hot thread on a drained bucket borrows once per token
+/// (collecting it from every shard when it is spread over all of them) and is refused from the
+/// hint in between.
 pub struct ShardedBucket<C = DefaultClock> {
     shards: Box<[CachePadded<Shard>]>,
+    pool: CachePadded<Pool>,
     quota: Quota,
     clock: C,
 }
@@ -152,11 +247,16 @@ impl<C: Clock> ShardedBucket<C> {
                 CachePadded::new(Shard {
                     state: AtomicU64::new(gcra::FULL),
                     quota,
+                    cursor: AtomicU64::new(0),
                 })
             })
             .collect();
         ShardedBucket {
             shards,
+            pool: CachePadded::new(Pool {
+                dry_until: AtomicU64::new(0),
+                stranded: AtomicU64::new(0),
+            }),
             quota,
             clock,
         }
@@ -201,7 +301,9 @@ impl<C: Clock> ShardedBucket<C> {
     /// borrowed from the others (see the type's docs), all or nothing. `Err(RetryAfter(d))`: `d`
     /// is the smallest wait after which the shards together hold `cost` if nothing else consumes
     /// (for quotas that are not [exact](Quota::is_exact) it may be rounded up by one unit's
-    /// time). `Err(ExceedsBurst)`: `cost` is above the global burst. Cost 0 is always admitted.
+    /// time), computed from the shards as the last refusal that read them all found them: a
+    /// thread whose clock reads later may have consumed since. `Err(ExceedsBurst)`: `cost` is
+    /// above the global burst. Cost 0 is always admitted.
     ///
     /// ```
     /// use std::time::Duration;
@@ -274,7 +376,7 @@ impl<C: Clock> ShardedBucket<C> {
         let shard = &self.shards[home];
         if cost <= shard.quota.burst() {
             let mut state = shard.state.load(Ordering::Relaxed);
-            while let Ok(Some(next)) = gcra::try_acquire(state, now, &shard.quota, cost) {
+            while let Some(next) = gcra::debit(state, now, &shard.quota, cost) {
                 match shard.state.compare_exchange_weak(
                     state,
                     next,
@@ -286,7 +388,12 @@ impl<C: Clock> ShardedBucket<C> {
                 }
             }
         }
-        self.borrow(home, now, cost)
+        // The own shard cannot pay. While the pool is dry, a cost-1 refusal reads nothing else.
+        let dry = self.pool.dry_until.load(Ordering::Relaxed);
+        if now < dry && cost == 1 {
+            return Err(Denied::RetryAfter(wait(now, dry)));
+        }
+        self.borrow(home, now, cost, dry)
     }
 
     /// Whole tokens the shards hold together now (fractions pooled across shards).
@@ -333,19 +440,63 @@ impl<C: Clock> ShardedBucket<C> {
             .sum()
     }
 
-    /// The slow path: pool the shards, starting with `home`'s own remainder.
+    /// Capacity lost so far to failed borrows that could not give back what they took, in
+    /// tokens (fractions included). A borrow that cannot be completed returns each partial take
+    /// only if no other decision touched that shard in between (anything else could create a
+    /// token, see the module's docs); otherwise those units stay taken. Zero for a bucket used
+    /// by one thread; under contention, a diagnostic of how much of the rate races cost.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, ShardedBucket};
+    /// let bucket = ShardedBucket::with_clock(Quota::per_second(8).unwrap(), 4, ManualClock::new());
+    /// assert!(bucket.try_acquire(8).is_ok());
+    /// assert!(bucket.try_acquire(8).is_err());
+    /// assert_eq!(bucket.stranded_tokens(), 0.0);
+    /// ```
+    pub fn stranded_tokens(&self) -> f64 {
+        let units = self.pool.stranded.load(Ordering::Relaxed);
+        units as f64 / self.shards[0].quota.scale() as f64
+    }
+
+    /// The slow path, when the own shard cannot pay: pool the shards (unless the hint says they
+    /// are dry), else refuse with the exact wait.
     #[cold]
-    fn borrow(&self, home: usize, now: u64, cost: u64) -> Result<(), Denied> {
+    fn borrow(&self, home: usize, now: u64, cost: u64, mut dry: u64) -> Result<(), Denied> {
         // All shards share one unit (`split` guarantees it).
         let need = u128::from(cost) * u128::from(self.shards[0].quota.scale());
-        if self.units_at(now) < need {
-            return Err(Denied::RetryAfter(self.wait(now, need)));
+        // A second round only if the shards, read after a failed borrow, could pay after all
+        // (another borrow gave back meanwhile, or the hint was older than a give-back).
+        for _ in 0..2 {
+            if now >= dry && self.take_pooled(home, now, need) {
+                return Ok(());
+            }
+            let ready;
+            (ready, dry) = self.read_pool(need);
+            if ready > now {
+                return Err(Denied::RetryAfter(wait(now, ready)));
+            }
         }
+        Err(Denied::RetryAfter(Duration::from_nanos(1)))
+    }
+
+    /// Takes `need` units from the shards, own shard first, then from the shard where this
+    /// shard's last borrow stopped, until served. All or nothing: on failure every take is
+    /// given back where that is sound, and `false` is returned.
+    fn take_pooled(&self, home: usize, now: u64, need: u128) -> bool {
         let n = self.shards.len();
+        let cursor = &self.shards[home].cursor;
+        let start = (cursor.load(Ordering::Relaxed) as usize) % n;
         let mut takes = Takes::default();
         let mut left = need;
-        for k in 0..n {
-            let j = (home + k) % n;
+        for k in 0..=n {
+            // The own shard, then the others from `start` on.
+            let j = match k {
+                0 => home,
+                _ => (start + k - 1) % n,
+            };
+            if k > 0 && j == home {
+                continue;
+            }
             let shard = &self.shards[j];
             let mut state = shard.state.load(Ordering::Relaxed);
             let max = u64::try_from(left).unwrap_or(u64::MAX);
@@ -369,49 +520,90 @@ impl<C: Clock> ShardedBucket<C> {
                 }
             }
             if left == 0 {
-                return Ok(());
+                if j != home {
+                    cursor.store(j as u64, Ordering::Relaxed);
+                }
+                return true;
             }
         }
-        // A race left too little: give everything back (all or nothing).
-        takes.for_each(|t| {
-            let shard = &self.shards[t.shard];
-            let mut state = shard.state.load(Ordering::Relaxed);
-            while let Some(next) = gcra::give_back_units(state, t.after, t.units) {
-                match shard.state.compare_exchange_weak(
-                    state,
-                    next,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => break,
-                    Err(actual) => state = actual,
-                }
-            }
-        });
-        Err(Denied::RetryAfter(self.wait(now, need)))
+        self.give_back(&takes);
+        false
     }
 
-    /// The smallest wait after which the shards together hold `need` units, if nothing else
-    /// consumes: `units_at` never decreases as time passes, so a binary search between `now` and
-    /// the horizon finds the first instant it reaches `need` exactly (about 62 probes, each
-    /// reading every shard once; this is the refusal path of a pooled borrow). Full shards earn
-    /// nothing, which is why no closed form over the shard count works.
-    fn wait(&self, now: u64, need: u128) -> Duration {
-        let end = HORIZON_NS.max(now);
-        if self.units_at(end) < need {
-            return Duration::MAX;
-        }
-        // Invariant: units_at(hi) >= need; units_at(lo) < need, or lo == now.
-        let (mut lo, mut hi) = (now, end);
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if self.units_at(mid) >= need {
-                hi = mid;
-            } else {
-                lo = mid;
+    /// Undoes the takes of a failed borrow where that is sound: one CAS from the word the take
+    /// left to the word it started from (see the module's docs). A shard whose word has moved
+    /// keeps the units.
+    fn give_back(&self, takes: &Takes) {
+        let mut lost = 0u64;
+        takes.for_each(|t| {
+            let shard = &self.shards[t.shard];
+            let restored = shard.state.compare_exchange(
+                t.after,
+                t.after - t.units,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            if restored.is_err() {
+                lost = lost.saturating_add(t.units);
             }
+        });
+        if lost > 0 {
+            let _ = self
+                .pool
+                .stranded
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                    Some(s.saturating_add(lost))
+                });
         }
-        Duration::from_nanos((hi - now).max(1))
+    }
+
+    /// Reads every shard once and returns `(ready, dry)`: the first instant at which the shards
+    /// together hold `need` units, and the first at which they hold one token (published as the
+    /// hint). `u64::MAX`: not within the horizon.
+    fn read_pool(&self, need: u128) -> (u64, u64) {
+        let scale = u128::from(self.shards[0].quota.scale());
+        loop {
+            let seen = self.pool.dry_until.load(Ordering::Relaxed);
+            let curve = Curve::new(self.shards.iter().map(|s| {
+                let q = &s.quota;
+                (s.state.load(Ordering::Relaxed), q.burst() * q.scale())
+            }));
+            let dry = self.instant(curve.first_reaching(scale));
+            let ready = if need == scale {
+                dry
+            } else {
+                self.instant(curve.first_reaching(need))
+            };
+            if dry == seen
+                || self
+                    .pool
+                    .dry_until
+                    .compare_exchange(seen, dry, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return (ready, dry);
+            }
+            // Another thread published meanwhile, perhaps from states read after a give-back
+            // that ours missed: read again.
+        }
+    }
+
+    /// The first clock reading at which the shards have earned `units` (`u64::MAX`: never
+    /// within the horizon, or never at all).
+    fn instant(&self, units: Option<u64>) -> u64 {
+        match units.map(|u| self.shards[0].quota.instant_of(u)) {
+            Some(at) if at <= HORIZON_NS => at,
+            _ => u64::MAX,
+        }
+    }
+}
+
+/// The wait from `now` until `at` (`u64::MAX`: never), at least one nanosecond.
+#[inline]
+fn wait(now: u64, at: u64) -> Duration {
+    match at {
+        u64::MAX => Duration::MAX,
+        at => Duration::from_nanos(at.saturating_sub(now).max(1)),
     }
 }
 
