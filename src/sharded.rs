@@ -74,7 +74,6 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 use crossbeam_utils::CachePadded;
-use pool::Curve;
 
 /// The most shards a [`ShardedBucket`] uses, whatever is asked for.
 const MAX_SHARDS: usize = 1024;
@@ -485,7 +484,13 @@ impl<C: Clock> ShardedBucket<C> {
             let mut gave_back = false;
             if take {
                 match self.take_pooled(home, now, need) {
-                    Ok(()) => return Ok(()),
+                    Ok(false) => return Ok(()),
+                    Ok(true) => {
+                        // Served with the last of every shard: tell the next callers when the
+                        // pool holds a token again, so that they need not find out by failing.
+                        self.read_pool(u128::from(self.shards[0].quota.scale()), false);
+                        return Ok(());
+                    }
                     Err(restored) => gave_back = restored,
                 }
             }
@@ -498,54 +503,69 @@ impl<C: Clock> ShardedBucket<C> {
         Err(Denied::RetryAfter(Duration::from_nanos(1)))
     }
 
-    /// Takes `need` units from the shards, own shard first, then from the shard where this
-    /// shard's last borrow stopped, until served. All or nothing: on failure every take is
-    /// given back where that is sound; `Err(true)` if anything was given back.
-    fn take_pooled(&self, home: usize, now: u64, need: u128) -> Result<(), bool> {
+    /// Takes `need` units from the shards — the others first, from the shard where this
+    /// shard's last borrow stopped (the own shard's fraction is left to grow into a whole
+    /// token), the own shard last — and stops once served: `Ok(drained)`, `drained` if it
+    /// emptied every shard but left less than a token in the last (the pool may be dry now).
+    /// All or nothing: on failure every take is given back where that is sound; `Err(true)` if
+    /// anything was given back.
+    fn take_pooled(&self, home: usize, now: u64, need: u128) -> Result<bool, bool> {
         let n = self.shards.len();
+        let token = self.shards[0].quota.scale();
         let cursor = &self.shards[home].cursor;
-        let start = (cursor.load(Ordering::Relaxed) as usize) % n;
+        let first = cursor.load(Ordering::Relaxed) as usize;
+        let mut j = if first < n { first } else { 0 };
         let mut takes = Takes::default();
         let mut left = need;
-        for k in 0..=n {
-            // The own shard, then the others from `start` on.
-            let j = match k {
-                0 => home,
-                _ => (start + k - 1) % n,
-            };
-            if k > 0 && j == home {
-                continue;
+        for visited in 1..n {
+            if j == home {
+                j = if j + 1 == n { 0 } else { j + 1 };
             }
-            let shard = &self.shards[j];
-            let mut state = shard.state.load(Ordering::Relaxed);
-            let max = u64::try_from(left).unwrap_or(u64::MAX);
-            while let Some((next, taken)) = gcra::take_units(state, now, &shard.quota, max) {
-                match shard.state.compare_exchange_weak(
-                    state,
-                    next,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        takes.push(Take {
-                            shard: j,
-                            after: next,
-                            units: taken,
-                        });
-                        left -= u128::from(taken);
-                        break;
-                    }
-                    Err(actual) => state = actual,
-                }
-            }
-            if left == 0 {
-                if j != home {
+            if let Some(rest) = self.take_from(j, now, &mut left, &mut takes) {
+                if j != first {
                     cursor.store(j as u64, Ordering::Relaxed);
                 }
-                return Ok(());
+                return Ok(visited + 1 == n && rest < token);
+            }
+            j = if j + 1 == n { 0 } else { j + 1 };
+        }
+        match self.take_from(home, now, &mut left, &mut takes) {
+            Some(rest) => Ok(rest < token),
+            None => Err(self.give_back(&takes)),
+        }
+    }
+
+    /// Takes up to `left` units from shard `j` (one CAS, retried while the word moves but the
+    /// shard still holds something). Once `left` reaches 0: `Some(units the shard still
+    /// holds)`; before, the take is recorded in `takes`.
+    #[inline]
+    fn take_from(&self, j: usize, now: u64, left: &mut u128, takes: &mut Takes) -> Option<u64> {
+        let shard = &self.shards[j];
+        let mut state = shard.state.load(Ordering::Relaxed);
+        let max = u64::try_from(*left).unwrap_or(u64::MAX);
+        while let Some((next, taken)) = gcra::take_units(state, now, &shard.quota, max) {
+            match shard.state.compare_exchange_weak(
+                state,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    *left -= u128::from(taken);
+                    if *left == 0 {
+                        return Some(gcra::available_units(next, now, &shard.quota));
+                    }
+                    takes.push(Take {
+                        shard: j,
+                        after: next,
+                        units: taken,
+                    });
+                    return None;
+                }
+                Err(actual) => state = actual,
             }
         }
-        Err(self.give_back(&takes))
+        None
     }
 
     /// Undoes the takes of a failed borrow where that is sound: one CAS from the word the take
@@ -584,17 +604,30 @@ impl<C: Clock> ShardedBucket<C> {
     /// thread that read the hint before this publication, fails its CAS and reads again.
     fn read_pool(&self, need: u128, gave_back: bool) -> u64 {
         let scale = u128::from(self.shards[0].quota.scale());
+        let n = self.shards.len();
+        // Breakpoint buffers: on the stack up to 16 shards.
+        let (mut inline_starts, mut inline_ends) = ([0i64; 16], [0i64; 16]);
+        let (mut heap_starts, mut heap_ends) = (Vec::new(), Vec::new());
+        let (starts, ends) = if n <= 16 {
+            (&mut inline_starts[..n], &mut inline_ends[..n])
+        } else {
+            heap_starts.resize(n, 0);
+            heap_ends.resize(n, 0);
+            (&mut heap_starts[..], &mut heap_ends[..])
+        };
         loop {
             let seen = self.pool.dry_until.load(Ordering::Relaxed);
-            let curve = Curve::new(self.shards.iter().map(|s| {
+            let shards = self.shards.iter().map(|s| {
                 let q = &s.quota;
                 (s.state.load(Ordering::Relaxed), q.burst() * q.scale())
-            }));
-            let dry = self.instant(curve.first_reaching(scale));
+            });
+            pool::breakpoints(shards, starts, ends);
+            let dry = self.instant(pool::first_reaching(starts, ends, scale));
+            // The sort is kept: a second search on the same breakpoints is a walk.
             let ready = if need == scale {
                 dry
             } else {
-                self.instant(curve.first_reaching(need))
+                self.instant(pool::first_reaching(starts, ends, need))
             };
             let next = seen.wrapping_add(VERSION) & !INSTANT | dry.min(INSTANT);
             if (seen & INSTANT == dry.min(INSTANT) && !gave_back)
@@ -645,10 +678,10 @@ struct Take {
     units: u64,
 }
 
-/// The takes of one borrow: inline for up to 8 shards, spilled to the heap beyond.
+/// The takes of one borrow: inline for up to 4 shards, spilled to the heap beyond.
 #[derive(Default)]
 struct Takes {
-    inline: [Take; 8],
+    inline: [Take; 4],
     len: usize,
     spill: Vec<Take>,
 }
