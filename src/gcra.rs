@@ -294,7 +294,8 @@ pub(crate) fn debit(state: u64, now: u64, quota: &Quota, cost: u64) -> Option<u6
 }
 
 /// Takes up to `max_units` units (a partial take, for a sharded bucket pooling its shards).
-/// Returns `(state', taken)`. `None` when nothing is available.
+/// Returns `(state', taken, left)`: the new state, the units taken and the units the bucket
+/// still holds after the take. `None` when nothing is available.
 ///
 /// Like [`try_acquire`], the debit is added to `max(state, earned_ceil(now))`, so it never leaves
 /// more than the burst in the bucket.
@@ -305,12 +306,13 @@ pub(crate) fn take_units(
     now: u64,
     quota: &Quota,
     max_units: u64,
-) -> Option<(u64, u64)> {
-    let taken = available_units(state, now, quota).min(max_units);
+) -> Option<(u64, u64, u64)> {
+    let available = available_units(state, now, quota);
+    let taken = available.min(max_units);
     if taken == 0 {
         return None;
     }
     let base = state.max(quota.earned_ceil(now));
     // base + taken <= earned_ceil + burst_units <= MAX_UNITS + 1 < 2^64 by the quota's range.
-    Some((base + taken, taken))
+    Some((base + taken, taken, available - taken))
 }

@@ -543,7 +543,7 @@ impl<C: Clock> ShardedBucket<C> {
         let shard = &self.shards[j];
         let mut state = shard.state.load(Ordering::Relaxed);
         let max = u64::try_from(*left).unwrap_or(u64::MAX);
-        while let Some((next, taken)) = gcra::take_units(state, now, &shard.quota, max) {
+        while let Some((next, taken, rest)) = gcra::take_units(state, now, &shard.quota, max) {
             match shard.state.compare_exchange_weak(
                 state,
                 next,
@@ -553,7 +553,7 @@ impl<C: Clock> ShardedBucket<C> {
                 Ok(_) => {
                     *left -= u128::from(taken);
                     if *left == 0 {
-                        return Some(gcra::available_units(next, now, &shard.quota));
+                        return Some(rest);
                     }
                     takes.push(Take {
                         shard: j,
@@ -605,29 +605,35 @@ impl<C: Clock> ShardedBucket<C> {
     fn read_pool(&self, need: u128, gave_back: bool) -> u64 {
         let scale = u128::from(self.shards[0].quota.scale());
         let n = self.shards.len();
-        // Breakpoint buffers: on the stack up to 16 shards.
-        let (mut inline_starts, mut inline_ends) = ([0i64; 16], [0i64; 16]);
-        let (mut heap_starts, mut heap_ends) = (Vec::new(), Vec::new());
-        let (starts, ends) = if n <= 16 {
-            (&mut inline_starts[..n], &mut inline_ends[..n])
-        } else {
-            heap_starts.resize(n, 0);
-            heap_ends.resize(n, 0);
-            (&mut heap_starts[..], &mut heap_ends[..])
-        };
         loop {
             let seen = self.pool.dry_until.load(Ordering::Relaxed);
-            let shards = self.shards.iter().map(|s| {
-                let q = &s.quota;
-                (s.state.load(Ordering::Relaxed), q.burst() * q.scale())
-            });
-            pool::breakpoints(shards, starts, ends);
-            let dry = self.instant(pool::first_reaching(starts, ends, scale));
-            // The sort is kept: a second search on the same breakpoints is a walk.
+            let shards = || {
+                self.shards.iter().map(|s| {
+                    let q = &s.quota;
+                    (s.state.load(Ordering::Relaxed), q.burst() * q.scale())
+                })
+            };
+            // The one-pass form (a drained pool) first, the general one where it does not apply
+            // (its breakpoints on the stack up to 16 shards).
+            let first = |need: u128| {
+                pool::first_reaching_linear(shards(), need).or_else(|| {
+                    if n <= 16 {
+                        let (mut starts, mut ends) = ([0i64; 16], [0i64; 16]);
+                        let (starts, ends) = (&mut starts[..n], &mut ends[..n]);
+                        pool::breakpoints(shards(), starts, ends);
+                        pool::first_reaching(starts, ends, need)
+                    } else {
+                        let (mut starts, mut ends) = (alloc::vec![0; n], alloc::vec![0; n]);
+                        pool::breakpoints(shards(), &mut starts, &mut ends);
+                        pool::first_reaching(&mut starts, &mut ends, need)
+                    }
+                })
+            };
+            let dry = self.instant(first(scale));
             let ready = if need == scale {
                 dry
             } else {
-                self.instant(pool::first_reaching(starts, ends, need))
+                self.instant(first(need))
             };
             let next = seen.wrapping_add(VERSION) & !INSTANT | dry.min(INSTANT);
             if (seen & INSTANT == dry.min(INSTANT) && !gave_back)

@@ -17,38 +17,96 @@
 /// two breakpoints need not stay paired: the pool's slope only counts how many shards have
 /// started and not yet ended).
 pub(super) fn first_reaching(starts: &mut [i64], ends: &mut [i64], need: u128) -> Option<u64> {
-    starts.sort_unstable();
-    ends.sort_unstable();
-    let need = i128::try_from(need).ok()?;
-    let (mut pool, mut slope, mut at) = (0i128, 0i128, i128::from(i64::MIN));
+    sort(starts);
+    sort(ends);
+    // Positions relative to the first start (every breakpoint is at or after it, and two
+    // `i64`s differ by less than 2^64), so the walk multiplies `u64`s.
+    let lo = *starts.first()?;
+    let rel = |p: i64| p.wrapping_sub(lo) as u64;
+    let (mut pool, mut slope, mut at) = (0u128, 0u64, 0u64);
     let (mut i, mut k) = (0, 0);
     while k < ends.len() {
         // The next breakpoint: a start, or an end (at a tie either order gives the same pool).
-        let (next, change) = match starts.get(i) {
+        let next = match starts.get(i) {
             Some(&s) if s <= ends[k] => {
                 i += 1;
-                (s, 1)
+                rel(s)
             }
             _ => {
                 k += 1;
-                (ends[k - 1], -1)
+                rel(ends[k - 1])
             }
         };
-        let next = i128::from(next);
         if slope > 0 {
-            let reach = pool + slope * (next - at);
+            let reach = pool + u128::from(slope) * u128::from(next - at);
             if reach >= need {
                 // The pool crosses `need` on this segment: the first whole unit of `e`.
-                let e = at + (need - pool + slope - 1) / slope;
+                let short = need - pool;
+                let step = match u64::try_from(short) {
+                    Ok(short) => u128::from(short.div_ceil(slope)),
+                    Err(_) => short.div_ceil(u128::from(slope)),
+                };
+                let e = i128::from(lo) + i128::from(at) + step as i128;
                 return Some(u64::try_from(e.max(0)).unwrap_or(u64::MAX));
             }
             pool = reach;
         }
         at = next;
-        slope += change;
+        // Shards started and not yet full (the k-th end is never before the k-th start).
+        slope = (i - k) as u64;
     }
     // Past the last breakpoint every shard is full; `pool` is the sum of the bursts.
-    (need <= pool).then(|| u64::try_from(at.max(0)).unwrap_or(u64::MAX))
+    (need <= pool).then(|| u64::try_from(i128::from(lo) + i128::from(at)).unwrap_or(u64::MAX))
+}
+
+/// [`first_reaching`] in one pass without sorting, for the common case of a drained pool: if
+/// once every shard has started to hold units (at `M`, the last start) none is full yet and
+/// the pool, growing by one unit per shard per unit earned, reaches `need` before the first
+/// shard is full (`m`, the first end), the answer is `M + ⌈(need − pool(M)) / n⌉`. `None`
+/// when that does not hold: use [`first_reaching`].
+pub(super) fn first_reaching_linear(
+    shards: impl Iterator<Item = (u64, u64)>,
+    need: u128,
+) -> Option<u64> {
+    // States and bursts are at most 2^63 − 1, so a start `state − burst` fits an `i64`.
+    let (mut n, mut last_start, mut first_end, mut sum) = (0u64, i64::MIN, i64::MAX, 0i128);
+    for (state, burst) in shards {
+        let state = i64::try_from(state).ok()?;
+        let start = state - i64::try_from(burst).ok()?;
+        n += 1;
+        last_start = last_start.max(start);
+        first_end = first_end.min(state);
+        sum += i128::from(start);
+    }
+    let at_last_start = u128::try_from(i128::from(n) * i128::from(last_start) - sum).ok()?;
+    if n == 0 || at_last_start >= need {
+        return None;
+    }
+    let short = need - at_last_start;
+    let step = match u64::try_from(short) {
+        Ok(short) => u128::from(short.div_ceil(n)),
+        Err(_) => short.div_ceil(u128::from(n)),
+    };
+    let e = i128::from(last_start) + i128::try_from(step).ok()?;
+    (e <= i128::from(first_end)).then(|| u64::try_from(e.max(0)).unwrap_or(u64::MAX))
+}
+
+/// Sorts `v`: by insertion for the few breakpoints of a small bucket (cheaper than the general
+/// sort's setup there), else `sort_unstable`.
+fn sort(v: &mut [i64]) {
+    if v.len() > 16 {
+        v.sort_unstable();
+        return;
+    }
+    for i in 1..v.len() {
+        let x = v[i];
+        let mut j = i;
+        while j > 0 && v[j - 1] > x {
+            v[j] = v[j - 1];
+            j -= 1;
+        }
+        v[j] = x;
+    }
 }
 
 /// The breakpoints of shards given as `(state, burst in units)` (at most 2^63 − 1 each, the
@@ -67,13 +125,18 @@ pub(super) fn breakpoints(
 
 #[cfg(test)]
 mod tests {
-    use super::{breakpoints, first_reaching};
+    use super::{breakpoints, first_reaching, first_reaching_linear};
     use alloc::vec::Vec;
 
     fn first(shards: &[(u64, u64)], need: u128) -> Option<u64> {
         let (mut starts, mut ends) = (alloc::vec![0; shards.len()], alloc::vec![0; shards.len()]);
         breakpoints(shards.iter().copied(), &mut starts, &mut ends);
-        first_reaching(&mut starts, &mut ends, need)
+        let general = first_reaching(&mut starts, &mut ends, need);
+        // The one-pass form, where it applies, agrees.
+        if let Some(e) = first_reaching_linear(shards.iter().copied(), need) {
+            assert_eq!(Some(e), general, "{shards:?} need {need}");
+        }
+        general
     }
 
     /// A tiny deterministic generator (xorshift), enough for random shard states.
