@@ -6,8 +6,9 @@
 //!   before instant `dry_until`, and the reading is earlier: a one-token request is refused
 //!   with the wait `dry_until − now` after reading that one line — read-mostly, written only
 //!   when its value changes, so it stays cached on every core in between. No scan, no search,
-//!   not even the own shard: as many instructions as a single [`Bucket`](crate::Bucket)'s
-//!   refusal (61 per call on a `ManualClock` at 2, 64 and 1,024 shards, callgrind).
+//!   not even the own shard: fewer instructions than a single [`Bucket`](crate::Bucket)'s
+//!   refusal (callgrind, `ManualClock`, `examples/sharded_callgrind.rs`: 91 per call at 2, 64
+//!   and 1,024 shards alike, 133 for a `Bucket` in the same loop).
 //! * **Admission**: otherwise one CAS on the calling thread's own shard (its own cache line).
 //! * **Borrowing**: otherwise the thread takes partial amounts — fractions of a token included
 //!   — from the other shards, starting with the one that last lent to its shard, then what its
@@ -69,8 +70,8 @@
 //! (dry periods of microseconds or more against calls every few nanoseconds) refusals cost
 //! what a single bucket's do. Near saturation — the rate about equal to what the callers ask —
 //! every token is collected from every shard: 64 CASes on 64 lines and a rescan per token,
-//! about 13,000 instructions at 64 shards against 630 at 2 (callgrind, one thread exactly at
-//! the rate; `examples/sharded_tight.rs`). A thread in that state falls behind the rate, the
+//! about 12,300 instructions at 64 shards against 630 at 2 and 130 for a `Bucket` (callgrind,
+//! one thread exactly at the rate; `examples/sharded_callgrind.rs`). A thread in that state falls behind the rate, the
 //! pool builds a backlog, and borrows become one CAS on one shard again, so a greedy thread
 //! still gets the rate; but near saturation the bucket costs more per call than a single
 //! [`Bucket`](crate::Bucket). That is the price of pooling the shards exactly; callers well

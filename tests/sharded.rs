@@ -273,6 +273,7 @@ fn a_greedy_thread_gets_the_rate_at_64_shards_and_5m_per_s() {
     assert!(want > 90_000, "{want}");
     assert!(got <= want, "{got} > {want}");
     assert!(got * 100 >= want * 99, "{got} of {want}");
+    println!("greedy, 64 shards, 5 M/s: {got} of {want} tokens");
     assert_eq!(bucket.stranded_tokens(), 0.0);
 }
 
