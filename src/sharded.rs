@@ -55,7 +55,7 @@
 //! the same shard between the take and the give-back (a few hundred nanoseconds): never with
 //! one thread, never on a frozen clock (a borrow only fails after emptying each shard it took
 //! from, and an empty shard refuses everyone at the same reading). Measured with random stalls
-//! on the real clock (4 threads, costs 1 to 24, `tests/sharded.rs`): 0 to 0.1 % of the admitted
+//! on the real clock (4 threads, costs 1 to 24, `tests/sharded.rs`): 0 to 1 % of the admitted
 //! tokens.
 //!
 //! # On 64 cores
