@@ -128,12 +128,17 @@ struct Pool {
     ///
     /// Computed from a read of every shard (by a refusal that found the pool short); true for
     /// every reading before it whatever happens later, because no shard can admit anything at
-    /// such a reading and failed borrows republish after giving back. `Relaxed`: it is a value,
-    /// it publishes no other memory. Replaced with a CAS from the word read before the shards
-    /// were read, so a hint computed before another thread's give-back does not overwrite the
-    /// one that thread publishes after it (unless exactly a multiple of 4 publications happened
-    /// while it read the shards: then the hint can be late by what that give-back restored,
-    /// until a later refusal republishes — fewer admissions, never more).
+    /// such a reading and failed borrows republish after giving back. Replaced with a CAS from
+    /// the word read before the shards were read, so a hint computed before another thread's
+    /// give-back does not overwrite the one that thread publishes after it. Orderings: a
+    /// refusal's load is `Relaxed` (it only needs the value); a publisher loads it `Acquire`
+    /// and publishes `Release`, so a publisher that reads another's publication also reads the
+    /// shard words that one read, its give-backs included (with `Relaxed` it could read the
+    /// new word and an old shard and republish the pool as dry: found by the loom model
+    /// `borrowing_while_the_owner_admits`). One caveat: if exactly a multiple of 4
+    /// publications happened while a publisher read the shards, its CAS cannot tell, and the
+    /// hint can be late by what a give-back restored until a later refusal republishes — fewer
+    /// admissions, never more.
     dry_until: AtomicU64,
     /// Units taken by failed borrows that could not be given back (the shard's word had moved):
     /// capacity lost to races, for [`ShardedBucket::stranded_tokens`]. `Relaxed`, saturating.
@@ -623,7 +628,9 @@ impl<C: Clock> ShardedBucket<C> {
         let scale = u128::from(self.shards[0].quota.scale());
         let n = self.shards.len();
         loop {
-            let seen = self.pool.dry_until.load(Ordering::Relaxed);
+            // Acquire: if `seen` is another thread's publication, the shard words read below are
+            // at least those it read — its own give-backs included.
+            let seen = self.pool.dry_until.load(Ordering::Acquire);
             let shards = || {
                 self.shards.iter().map(|s| {
                     let q = &s.quota;
@@ -657,7 +664,7 @@ impl<C: Clock> ShardedBucket<C> {
                 || self
                     .pool
                     .dry_until
-                    .compare_exchange(seen, next, Ordering::Relaxed, Ordering::Relaxed)
+                    .compare_exchange(seen, next, Ordering::Release, Ordering::Relaxed)
                     .is_ok()
             {
                 return ready;
