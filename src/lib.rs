@@ -35,6 +35,7 @@
 //! assert_eq!(bucket.try_acquire(1), Ok(()));
 //! ```
 #![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
@@ -64,7 +65,7 @@ pub use clock::CoarseClock;
 pub use clock::QuantaClock;
 #[cfg(feature = "std")]
 pub use clock::StdClock;
-pub use clock::{Clock, DefaultClock, ManualClock};
+pub use clock::{Clock, DefaultClock, ManualClock, WakeRegistration};
 pub use error::{ConfigError, Denied};
 #[cfg(feature = "keyed")]
 pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder};
@@ -75,7 +76,7 @@ pub use smooth::Smooth;
 pub use snapshot::Snapshot;
 pub use wait::{Reservation, UntilReady};
 
-/// The README's Rust examples, compiled and run as doc tests.
-#[cfg(doctest)]
+/// The README's Rust examples, compiled and run as doc tests (they assume the default features).
+#[cfg(all(doctest, feature = "std", feature = "quanta", feature = "keyed"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
