@@ -297,12 +297,14 @@ pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
 
 /// Whether `state` is full at `now` (`available == burst`, no debt): such a state behaves exactly
 /// like [`FULL`] at `now` and at every later reading, so a keyed table may forget it.
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn is_full(state: u64, now: u64, quota: &Quota) -> bool {
     state <= quota.earned_floor(now)
 }
 
 /// The first clock reading at which `state` is full (`u64::MAX`: never within the horizon).
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn full_at(state: u64, quota: &Quota) -> u64 {
     full_at_in(state, quota.rate())
@@ -370,6 +372,7 @@ pub(crate) fn take_units(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{inexact_quotas, Xorshift};
 
     /// The inexact quotas' product compares (no division unless capped) decide exactly as the
     /// divisions they replace: admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost
@@ -377,21 +380,9 @@ mod tests {
     /// at the edges of the range.
     #[test]
     fn product_compares_decide_as_divisions() {
-        let quotas = [
-            Quota::per_second(3).unwrap(),
-            Quota::per_second(7).unwrap().with_burst(5).unwrap(),
-            Quota::per_second(999_999_937).unwrap(),
-            Quota::new(999_999_999_989, Duration::from_secs(1000), 7).unwrap(),
-            Quota::new(3, Duration::from_secs(1), 1 << 30).unwrap(),
-        ];
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        for q in quotas {
+        let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15);
+        let mut next = || rng.next();
+        for q in inexact_quotas() {
             assert!(!q.is_exact());
             let horizon = crate::quota::HORIZON_NS;
             let mut nows = alloc::vec![0, 1, horizon - 1, horizon, u64::MAX];

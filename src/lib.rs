@@ -56,6 +56,8 @@ mod slots;
 mod smooth;
 mod snapshot;
 mod sync;
+#[cfg(test)]
+mod test_support;
 mod wait;
 
 pub use bucket::Bucket;

@@ -391,24 +391,21 @@ impl Quota {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{inexact_quotas, Xorshift};
     use alloc::vec;
 
     /// `Rate::earned` (floor and ceiling under one test, the ceiling by a product compare)
     /// against plain 128-bit arithmetic, at the edges of the range and on a seeded sweep.
     #[test]
     fn earned_floor_and_ceil_are_exact() {
-        let quotas = [
-            Quota::per_second(3).unwrap(),
-            Quota::per_second(7).unwrap(),
-            Quota::per_second(999_999_937).unwrap(),
+        let others = [
             Quota::per_second(1_000_000_000).unwrap(),
             Quota::per_second(1000).unwrap(),
             Quota::new(1, Duration::from_secs(3600), 1).unwrap(),
             Quota::new(u64::MAX / 4, Duration::from_nanos(u64::MAX), 1 << 62).unwrap(),
-            Quota::new(999_999_999_989, Duration::from_secs(1000), 7).unwrap(),
         ];
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        for q in quotas {
+        let mut rng = Xorshift(0x2545_F491_4F6C_DD1D);
+        for q in inexact_quotas().into_iter().chain(others) {
             let r = q.rate();
             let mut nows = vec![
                 0,
@@ -422,10 +419,7 @@ mod tests {
             nows.extend((0..20).map(|k| r.div.saturating_mul(k)));
             nows.extend((0..20).map(|k| r.div.saturating_mul(k).saturating_sub(1)));
             for _ in 0..5000 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                nows.push(x % (HORIZON_NS + 2));
+                nows.push(rng.next() % (HORIZON_NS + 2));
             }
             for now in nows {
                 let n = u128::from(now.min(HORIZON_NS)) * u128::from(r.mul);

@@ -125,12 +125,9 @@ mod tests {
         let factor = s
             .factor
             .expect("this machine's quanta conversion is a multiply-shift");
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rng = crate::test_support::Xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..100_000 {
-            // xorshift: deltas of every magnitude.
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next();
             let d = x >> (x % 64);
             assert_eq!(scaled(d, factor), s.clock.delta_as_nanos(0, d), "delta {d}");
         }
