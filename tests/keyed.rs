@@ -8,7 +8,15 @@ use tollgate::{Bucket, Clock, Denied, KeyedLimiter, ManualClock, Quota};
 
 #[path = "support/rng.rs"]
 mod rng;
+#[path = "support/stall.rs"]
+mod stall;
+#[path = "support/window.rs"]
+mod window;
 use rng::Rng;
+use stall::{arm, Gate, Stall, StallClock};
+use window::WindowChecker;
+
+const MS: u64 = 1_000_000;
 
 #[test]
 fn flood_of_unique_keys_stays_bounded() {
@@ -342,4 +350,131 @@ fn hot_keys_stay_exact_while_the_table_grows() {
         assert_eq!(limiter.available(&key), 0);
     }
     assert_eq!(limiter.counters().evicted, 0);
+}
+
+// ---- Defect 3 (issue 8): an eviction at a later reading must not hand a fresh burst to a
+// decision at an earlier reading. ----
+
+/// The issue's reproduction, on one thread: keys 1 and 2 take their burst at 0, key 3 evicts them
+/// at 1 s (both full then), and a decision for key 1 at the stale reading 0.5 s re-inserts it.
+/// A fresh full bucket would admit 10 more (20 in 0.5 s, bound 15); key 1's own bucket holds 5.
+#[test]
+fn eviction_at_a_later_reading_gives_no_fresh_burst_to_a_stale_one() {
+    let clock = StallClock::new(ManualClock::new());
+    let quota = Quota::per_second(10).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 2, clock.clone());
+    let key1 = WindowChecker::new();
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    key1.admit(0, 10);
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
+    clock.inner().set(Duration::from_secs(1));
+    assert_eq!(limiter.try_acquire(&3u8, 1), Ok(()));
+    assert_eq!(limiter.counters().evicted, 2);
+    // The stale reading sees key 1 as its own bucket would at 0.5 s: 5 tokens, not 10.
+    arm([Stall::Reading(500 * MS)]);
+    assert_eq!(
+        limiter.try_acquire(&1u8, 10),
+        Err(Denied::RetryAfter(Duration::from_millis(500)))
+    );
+    arm([Stall::Reading(500 * MS)]);
+    assert_eq!(limiter.available(&1u8), 5);
+    arm([Stall::Reading(500 * MS)]);
+    assert_eq!(limiter.try_acquire(&1u8, 5), Ok(()));
+    key1.admit(500 * MS, 5);
+    arm([Stall::Reading(500 * MS)]);
+    assert!(limiter.try_acquire(&1u8, 1).is_err());
+    assert_eq!(key1.check(&quota), Ok(()));
+    // At or after the latest eviction reading a re-inserted key is exactly full (a monotone
+    // clock sees no change): at 1.5 s key 1 is full again and evicted for key 2.
+    clock.inner().set(Duration::from_millis(1_500));
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
+    assert_eq!(
+        limiter.counters().evicted,
+        4,
+        "keys 1 and 3 are full at 1.5 s"
+    );
+}
+
+/// The same race with real threads: the decision for key 1 takes its reading (0.5 s), stalls,
+/// the eviction runs at 1 s, then the stalled decision goes on.
+#[test]
+fn a_stalled_decision_after_an_eviction_respects_the_window() {
+    let clock = StallClock::new(ManualClock::new());
+    let quota = Quota::per_second(10).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 2, clock.clone());
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
+    clock.inner().set(Duration::from_millis(500));
+    let gate = Gate::new();
+    std::thread::scope(|s| {
+        let g = gate.clone();
+        let limiter = &limiter;
+        let stalled = s.spawn(move || {
+            arm([Stall::Gate(g)]);
+            limiter.try_acquire(&1u8, 10)
+        });
+        gate.wait_reached();
+        clock.inner().set(Duration::from_secs(1));
+        assert_eq!(limiter.try_acquire(&3u8, 1), Ok(()));
+        assert_eq!(limiter.counters().evicted, 2);
+        gate.open();
+        // 10 at 0 s and 10 at 0.5 s would be 20 tokens in 0.5 s (bound 15).
+        assert!(stalled.join().unwrap().is_err());
+    });
+}
+
+/// Per-key quotas: a re-inserted key starts from its own quota's state at the eviction reading.
+#[test]
+fn stale_reinsert_uses_the_keys_own_quota() {
+    let clock = StallClock::new(ManualClock::new());
+    let basic = Quota::per_second(10).unwrap();
+    let premium = Quota::new(100, Duration::from_secs(1), 100).unwrap();
+    let limiter = KeyedLimiter::builder(basic, 2, clock.clone())
+        .quota_for(1u8, premium)
+        .build()
+        .unwrap();
+    assert_eq!(limiter.try_acquire(&1u8, 100), Ok(()));
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
+    clock.inner().set(Duration::from_secs(1));
+    assert_eq!(limiter.sweep(), 2);
+    arm([Stall::Reading(250 * MS)]);
+    assert_eq!(limiter.available(&1u8), 25);
+    arm([Stall::Reading(250 * MS)]);
+    assert_eq!(limiter.available(&2u8), 2);
+    arm([Stall::Reading(250 * MS)]);
+    assert!(limiter.try_acquire(&1u8, 26).is_err());
+    arm([Stall::Reading(250 * MS)]);
+    assert_eq!(limiter.try_acquire(&1u8, 25), Ok(()));
+    // A key never seen is treated the same way: the table cannot tell it from an evicted one.
+    arm([Stall::Reading(0)]);
+    assert_eq!(
+        limiter.try_acquire(&9u8, 1),
+        Err(Denied::RetryAfter(Duration::from_millis(100)))
+    );
+}
+
+/// A clock stepped far back after evictions: new keys wait until the clock catches up with the
+/// latest eviction reading (less one burst), exactly as one bucket that saw that reading would.
+#[test]
+fn a_clock_stepped_back_after_evictions_is_never_more_lenient() {
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(10).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 1, clock.clone());
+    let w = WindowChecker::new();
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    w.admit(0, 10);
+    clock.set(Duration::from_secs(5));
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(())); // evicts key 1 at 5 s
+    clock.set(Duration::from_secs(1));
+    assert_eq!(limiter.sweep(), 0, "key 2 is not full at 1 s");
+    assert_eq!(limiter.available(&1u8), 0);
+    clock.set(Duration::from_millis(4_500));
+    assert_eq!(limiter.available(&1u8), 5);
+    for t in [0, 1_000, 4_000, 4_500, 5_000] {
+        clock.set(Duration::from_millis(t));
+        if limiter.try_acquire(&1u8, 5).is_ok() {
+            w.admit(t * MS, 5);
+        }
+    }
+    assert_eq!(w.check(&quota), Ok(()));
 }

@@ -71,6 +71,12 @@ struct Table {
     /// A lower bound on the first instant at which any tracked bucket is full. Admissions only
     /// push a bucket's instant later, so the bound stays valid without being touched by them.
     next_full_at: AtomicU64,
+    /// The latest clock reading at which a bucket was evicted (0: none yet); only grows. An
+    /// evicted state `s` was full at its eviction reading, `s <= earned_floor(evicted_at)`, so a
+    /// key inserted from `earned_floor(evicted_at)` (its own quota's) starts from a state no more
+    /// lenient than any bucket the table forgot: the key's state never decreases, whatever
+    /// reading the inserting decision holds (see [`KeyedLimiter::start_state`]).
+    evicted_at: AtomicU64,
 }
 
 /// How an insertion attempt ended.
@@ -315,6 +321,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             table: CachePadded::new(Table {
                 len: AtomicU64::new(0),
                 next_full_at: AtomicU64::new(u64::MAX),
+                evicted_at: AtomicU64::new(0),
             }),
             shards: (0..shards).map(|_| CachePadded::default()).collect(),
             clock,
@@ -391,7 +398,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let snapshot = match (self.index.load(fp), verdict) {
             (Some(state), _) => gcra::snapshot(state, now, &quota),
             (None, Err(Denied::RetryAfter(wait))) => Snapshot::new(0, wait),
-            (None, _) => gcra::snapshot(gcra::FULL, now, &quota),
+            (None, _) => gcra::snapshot(self.start_state(&quota), now, &quota),
         };
         (verdict, snapshot)
     }
@@ -413,7 +420,21 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let fp = self.fingerprint(key);
         let quota = self.quota_of(fp);
         let now = self.clock.now();
-        gcra::available(self.index.load(fp).unwrap_or(gcra::FULL), now, &quota)
+        let state = match self.index.load(fp) {
+            Some(state) => state,
+            None => self.start_state(&quota),
+        };
+        gcra::available(state, now, &quota)
+    }
+
+    /// The state a key not in the table starts from: full as of the latest eviction reading
+    /// (`FULL` if nothing was ever evicted). For a reading at or after it this is exactly a full
+    /// bucket; for an earlier (stale or stepped-back) reading it holds what a bucket full at the
+    /// eviction reading holds then, so forgetting a bucket never hands a stale reading a
+    /// fresher burst than the forgotten bucket had.
+    #[inline]
+    fn start_state(&self, quota: &Quota) -> u64 {
+        quota.earned_floor(self.table.evicted_at.load(Ordering::SeqCst))
     }
 
     /// The quota of `key`: its override, or the default.
@@ -625,11 +646,6 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// make it).
     #[cold]
     fn insert(&self, fp: u64, now: u64, quota: &Quota, cost: u64, epoch: u64) -> Insert {
-        let state = match gcra::try_acquire(gcra::FULL, now, quota, cost) {
-            Ok(Some(state)) => state,
-            Ok(None) => return Insert::Done,
-            Err(denied) => return Insert::Refused(denied),
-        };
         // O(1) refusal under a flood, without the mutex: the table is full and no bucket can be
         // full before `next_full_at`. `next_full_at` is read first: a sweep decrements `len`
         // before it stores a later `next_full_at`, so seeing the later bound implies seeing the
@@ -656,6 +672,13 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
                 return Insert::TableFull(self.table_full_wait(now));
             }
         }
+        // The start state is read under the mutex, after any eviction that made this key miss
+        // (evictions raise `evicted_at` under the same mutex, before their CAS).
+        let state = match gcra::try_acquire(self.start_state(quota), now, quota, cost) {
+            Ok(Some(state)) => state,
+            Ok(None) => return Insert::Done,
+            Err(denied) => return Insert::Refused(denied),
+        };
         locked.insert(fp, state);
         self.table.len.fetch_add(1, Ordering::SeqCst);
         self.table
@@ -676,6 +699,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let (evicted, next) = locked.sweep(|fp, s| {
             let quota = self.quota_of(fp);
             if gcra::is_full(s, now, &quota) {
+                // Raised before the eviction's CAS: whoever misses this key afterwards starts
+                // it from a state at least as strict as `s` (see `Table::evicted_at`).
+                self.table.evicted_at.fetch_max(now, Ordering::SeqCst);
                 Ok(())
             } else {
                 Err(gcra::full_at(s, &quota))
