@@ -1,5 +1,6 @@
 //! loom models of the keyed limiter's table protocol: concurrent insertion of one new key,
-//! eviction racing an admission, and a rebuild racing an admission.
+//! eviction racing an admission, a rebuild racing an admission, and an eviction at a later
+//! reading racing a decision at an earlier one (issue 8, defect 3).
 //!
 //! Under `--cfg tollgate_loom` the index is the production table (`src/keyed/index.rs`) on loom's
 //! mutex and `crate::sync`'s loom `AtomicU128`, with a fixed hash seed so every explored execution
@@ -9,8 +10,27 @@
 #![cfg(tollgate_loom)]
 
 use loom::thread;
+use std::cell::Cell;
 use std::time::Duration;
-use tollgate::{KeyedLimiter, ManualClock, Quota};
+use tollgate::{Clock, KeyedLimiter, ManualClock, Quota};
+
+loom::thread_local! {
+    /// The calling thread's latest reading of a [`Recording`] clock.
+    static LAST: Cell<u64> = Cell::new(u64::MAX);
+}
+
+/// A `ManualClock` that remembers, per thread, the reading it last returned: the model then
+/// knows at which reading each decision was taken.
+#[derive(Clone, Debug)]
+struct Recording(ManualClock);
+
+impl Clock for Recording {
+    fn now(&self) -> u64 {
+        let t = self.0.now();
+        LAST.with(|c| c.set(t));
+        t
+    }
+}
 
 #[test]
 fn two_threads_insert_and_admit_the_same_new_key() {
@@ -93,5 +113,46 @@ fn rebuild_races_an_admission() {
         assert_eq!(limiter.len(), 1);
         assert_eq!(limiter.available(&4u8), 0, "both debits of key 4 are kept");
         assert!(limiter.try_acquire(&4u8, 1).is_err());
+    });
+}
+
+/// Issue 8, defect 3: keys 1 and 9 spent their bursts at 0 and fill the table; a decision for
+/// key 1 reads the clock at 0.5 s while another thread moves the clock to 1 s and inserts key 2,
+/// which evicts both (full at 1 s) to make room, leaving room for key 1 to come back. Whatever the interleaving — the decision's reading before or after the
+/// move, its probe before or after the eviction, its CAS failing on the tombstone — key 1's
+/// admissions stay within `burst + rate·Δ`: 10 more tokens need a reading of at least 1 s.
+#[test]
+fn eviction_at_a_later_reading_races_a_decision_at_an_earlier_one() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let quota = Quota::per_second(10).unwrap();
+        let limiter =
+            loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 2, Recording(clock.clone())));
+        limiter.try_acquire(&1u8, 10).unwrap();
+        limiter.try_acquire(&9u8, 10).unwrap(); // the table is full
+
+        clock.set(Duration::from_millis(500));
+        let other = limiter.clone();
+        let t = thread::spawn(move || {
+            let verdict = other.try_acquire(&1u8, 10);
+            (verdict, LAST.with(Cell::get))
+        });
+        clock.set(Duration::from_secs(1));
+        let new_key = limiter.try_acquire(&2u8, 1);
+        let (old_key, reading) = t.join().unwrap();
+        if old_key.is_ok() {
+            // 20 tokens in [0, reading] against a bound of 10 + 10·reading.
+            assert!(
+                reading >= 1_000_000_000,
+                "key 1 re-admitted its burst at the stale reading {reading}"
+            );
+        }
+        assert!(limiter.len() <= 2);
+        // Key 2 got a slot only by evicting full buckets.
+        assert!(new_key.is_err() || limiter.counters().evicted >= 1);
+        if old_key.is_ok() {
+            // Its 10 tokens were taken at 1 s: none left at 1 s.
+            assert_eq!(limiter.available(&1u8), 0);
+        }
     });
 }
