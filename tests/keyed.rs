@@ -1,10 +1,12 @@
 //! KeyedLimiter: the flood bound, differential tests against one exact `Bucket` per key, and
 //! threads on hot keys. Deterministic: ManualClock and fixed seeds.
 
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
-use tollgate::{Bucket, Clock, Denied, KeyedLimiter, ManualClock, Quota};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tollgate::{Bucket, Clock, Denied, KeyedLimiter, ManualClock, Quota, StdClock};
 
 #[path = "support/rng.rs"]
 mod rng;
@@ -477,4 +479,123 @@ fn a_clock_stepped_back_after_evictions_is_never_more_lenient() {
         }
     }
     assert_eq!(w.check(&quota), Ok(()));
+}
+
+// ---- Stress: real threads, real clocks, constant eviction. ----
+
+thread_local! {
+    /// The calling thread's latest reading of a [`Recording`] clock.
+    static LAST: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Remembers, per thread, the reading it returned: the reading the limiter's decision used.
+#[derive(Clone, Debug)]
+struct Recording<C>(C);
+
+impl<C: Clock> Clock for Recording<C> {
+    fn now(&self) -> u64 {
+        let t = self.0.now();
+        LAST.with(|c| c.set(t));
+        t
+    }
+}
+
+/// A real clock that now and then reads up to `max_back` earlier than it should (unsynchronised
+/// TSCs, a stepped clock): one reading in `1 / p`, chosen by a seeded shared counter.
+#[derive(Clone, Debug)]
+struct SteppingBack<C> {
+    inner: C,
+    draws: Arc<AtomicU64>,
+    one_in: u64,
+    max_back: u64,
+}
+
+impl<C: Clock> Clock for SteppingBack<C> {
+    fn now(&self) -> u64 {
+        let t = self.inner.now();
+        let mut r = Rng(self.draws.fetch_add(1, Ordering::Relaxed) | 1);
+        let z = r.next();
+        if z % self.one_in == 0 {
+            t.saturating_sub((z >> 32) % self.max_back)
+        } else {
+            t
+        }
+    }
+}
+
+/// The stress shape, bounded and sharpened: 20k/s with burst 10, `max_keys` 256, 16 hot
+/// keys taking 1 to 10 tokens and 40 % unique keys (so hot buckets are spent, refill and are
+/// evicted all the time), on 4 threads for `run` at most, readings stalled at random. Every hot key's admissions, each at the reading its decision used,
+/// must stay within `burst + rate·Δ` in every window; that is a bound, so it holds in every
+/// interleaving (the test cannot be flaky).
+fn stress_hot_keys_under_eviction<C: Clock + Clone + Send + Sync>(clock: C, seed: u64) {
+    const HOT: u64 = 16;
+    let quota = Quota::new(20_000, Duration::from_secs(1), 10).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 256, Recording(clock));
+    let run = Duration::from_millis(700);
+    let logs = Mutex::new(vec![Vec::<(u64, u64)>::new(); HOT as usize]);
+    let next_unique = AtomicU64::new(1 << 32);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (limiter, logs, next_unique) = (&limiter, &logs, &next_unique);
+            s.spawn(move || {
+                let mut rng = Rng(seed.wrapping_mul(31).wrapping_add(t) | 1);
+                let mut mine = vec![Vec::<(u64, u64)>::new(); HOT as usize];
+                let start = Instant::now();
+                for i in 0..2_000_000u64 {
+                    if i % 256 == 0 && start.elapsed() > run {
+                        break;
+                    }
+                    if rng.below(10) < 4 {
+                        let key = next_unique.fetch_add(1, Ordering::Relaxed);
+                        let _ = limiter.try_acquire(&key, 1);
+                    } else {
+                        let key = rng.below(HOT);
+                        let cost = 1 + rng.below(10);
+                        if limiter.try_acquire(&key, cost).is_ok() {
+                            mine[key as usize].push((LAST.with(Cell::get), cost));
+                        }
+                    }
+                }
+                let mut all = logs.lock().unwrap();
+                for (k, events) in mine.into_iter().enumerate() {
+                    all[k].extend(events);
+                }
+            });
+        }
+    });
+    assert!(limiter.len() <= 256);
+    let c = limiter.counters();
+    assert!(
+        c.evicted > 0,
+        "the stream of unique keys must force evictions"
+    );
+    for (key, events) in logs.into_inner().unwrap().into_iter().enumerate() {
+        let w = WindowChecker::new();
+        for (at, tokens) in events {
+            w.admit(at, tokens);
+        }
+        assert_eq!(
+            w.check(&quota),
+            Ok(()),
+            "hot key {key} over its bound ({c:?})"
+        );
+    }
+}
+
+#[test]
+fn stress_eviction_with_stalled_readings() {
+    let clock = StallClock::random(StdClock::default(), 0.01, Duration::from_micros(500), 5);
+    stress_hot_keys_under_eviction(clock, 5);
+}
+
+#[test]
+fn stress_eviction_with_a_clock_stepping_back() {
+    let clock = SteppingBack {
+        inner: StallClock::random(StdClock::default(), 0.01, Duration::from_micros(500), 6),
+        draws: Arc::new(AtomicU64::new(0x5EED)),
+        one_in: 500,
+        max_back: 2_000_000,
+    };
+    stress_hot_keys_under_eviction(clock, 6);
 }
