@@ -93,16 +93,49 @@ enum Insert {
 /// * **Exact.** Each key's state is one `u64` word driven by [`crate::gcra`], so its verdicts
 ///   equal those of one [`Bucket`](crate::Bucket) per key.
 /// * **Bounded.** [`len`](KeyedLimiter::len) never exceeds `max_keys`, however many distinct keys
-///   arrive. Only *full* buckets are evicted — a full bucket is indistinguishable from a key never
-///   seen, so eviction never changes a verdict — lazily, by the insertion that needs room, with
-///   no background thread ([`sweep`](KeyedLimiter::sweep) runs one by hand).
+///   arrive. Only *full* buckets are evicted — at the evicting reading and after it, a full
+///   bucket is indistinguishable from a key never seen, so eviction changes no verdict — lazily,
+///   by the insertions that need room, with no background thread
+///   ([`sweep`](KeyedLimiter::sweep) runs one by hand).
 /// * **Under a flood.** When the table is full and no bucket is full, a new key is refused with
 ///   `RetryAfter(d)`, `0 < d ≤` the time one whole burst takes to refill (the first instant a
 ///   tracked bucket will be full), or — with [`KeyedLimiterBuilder::fail_open`] — admitted
 ///   untracked. Such refusals cost O(1): they read one word.
 /// * **Lock-free lookups.** Deciding for a tracked key reads the index without locks and writes
 ///   only that key's slot (plus a counter on the calling thread's own cache-padded shard).
-///   Inserting and evicting take one mutex.
+///   Inserting and evicting take one mutex, for a bounded amount of work (below).
+///
+/// # Guarantees, by clock
+///
+/// * **Monotone readings** (one thread, or threads whose readings follow their decisions'
+///   order): every verdict, `RetryAfter` and [`available`](KeyedLimiter::available) of a
+///   tracked or never-refused key equals that of one exact [`Bucket`](crate::Bucket) per key.
+/// * **Stale readings and clocks that step back** (a thread preempted between its clock reading
+///   and its decision; unsynchronised TSCs): no interleaving over-admits. Each key's admissions,
+///   each at the reading its decision used, stay within `burst + rate·Δ` in every window `Δ`,
+///   through evictions, re-insertions, sweeps and table growth. A key's state never moves back:
+///   a key the table does not track starts *full as of the latest eviction reading* (its own
+///   quota's), which is exactly full for any reading at or after it, and for an older reading
+///   holds what a bucket full at that eviction reading holds then — the table cannot tell an
+///   evicted key from a new one, so a new key seen at such a reading is treated as strictly.
+///   After a clock steps far back, new keys are therefore refused until the clock is within
+///   one burst's refill time of the latest eviction reading, as one bucket that saw that
+///   reading would refuse.
+/// * **`fail_open`** is opt-in leniency: requests admitted untracked because the table was full
+///   are outside every bound (any number of them, for any key, while the table stays full).
+///
+/// # Cost of an insertion
+///
+/// A new key takes the mutex and does bounded work: a re-probe, at most one sweep step when the
+/// table is full (at most 1,024 slots examined or entries moved and at most 16 evictions of full
+/// buckets, each shifting the rest of its chain back, expected O(1)), and rarely a growth of
+/// the active region, which moves at most 2,048 entries (regions grow in place only up to 4,096
+/// slots, then take the whole table at once). Nothing is ever O(`max_keys`) under the mutex.
+/// The trade: the sweep is incremental, so when the table is full a new key can be refused
+/// (`RetryAfter` of at least 1 ns) while a full bucket the current pass has not reached yet
+/// exists: for at most `⌈active slots / 1024⌉` consecutive refusals (`active slots ≤ 4 ×
+/// max_keys`), each of which moves the pass on by 1,024 slots. Tables of up to 512 keys examine
+/// every slot at each insertion that evicts nothing, so they refuse only when no bucket is full.
 ///
 /// # Keys are identified by a 64-bit fingerprint
 ///
@@ -553,7 +586,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     }
 
     /// Evicts every bucket that is full now and returns how many. Never needed for the bound
-    /// (insertions evict lazily); it only returns memory early, e.g. from a periodic task.
+    /// (insertions evict lazily); it only returns memory early, e.g. from a periodic task. It
+    /// walks one whole pass over the active slots in bounded steps, releasing the mutex between
+    /// them, so concurrent insertions wait for one step at most.
     ///
     /// ```
     /// use std::time::Duration;
@@ -567,8 +602,19 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// assert!(limiter.is_empty());
     /// ```
     pub fn sweep(&self) -> usize {
-        let mut locked = self.index.lock();
-        let evicted = self.sweep_locked(&mut locked, self.clock.now());
+        let now = self.clock.now();
+        let (mut evicted, mut examined) = (0u64, 0usize);
+        // One bounded step per lock, so insertions wait for one step at most, never a pass.
+        loop {
+            let mut locked = self.index.lock();
+            let step = self.sweep_step(&mut locked, now);
+            evicted += step.evicted;
+            examined += step.examined;
+            // A whole pass's worth of slots: every entry was examined at this reading.
+            if examined >= locked.active() {
+                break;
+            }
+        }
         usize::try_from(evicted).unwrap_or(usize::MAX)
     }
 
@@ -666,7 +712,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         }
         if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
             if self.table.next_full_at.load(Ordering::SeqCst) <= now {
-                self.sweep_locked(&mut locked, now);
+                // One bounded step of the sweep (the whole pass on tables of at most
+                // `STEP_WORK` active slots); the pass goes on at the next insertion.
+                self.sweep_step(&mut locked, now);
             }
             if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
                 return Insert::TableFull(self.table_full_wait(now));
@@ -679,11 +727,10 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             Ok(None) => return Insert::Done,
             Err(denied) => return Insert::Refused(denied),
         };
-        locked.insert(fp, state);
+        let full_at = gcra::full_at(state, quota);
+        locked.insert(fp, state, full_at);
         self.table.len.fetch_add(1, Ordering::SeqCst);
-        self.table
-            .next_full_at
-            .fetch_min(gcra::full_at(state, quota), Ordering::SeqCst);
+        self.table.next_full_at.fetch_min(full_at, Ordering::SeqCst);
         Insert::Done
     }
 
@@ -694,26 +741,29 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         core::time::Duration::from_nanos(at.saturating_sub(now).max(1)).min(cap)
     }
 
-    /// Evicts the full buckets and recomputes `next_full_at`, with the index's mutex held.
-    fn sweep_locked(&self, locked: &mut index::Locked<'_>, now: u64) -> u64 {
-        let (evicted, next) = locked.sweep(|fp, s| {
-            let quota = self.quota_of(fp);
-            if gcra::is_full(s, now, &quota) {
-                // Raised before the eviction's CAS: whoever misses this key afterwards starts
-                // it from a state at least as strict as `s` (see `Table::evicted_at`).
-                self.table.evicted_at.fetch_max(now, Ordering::SeqCst);
-                Ok(())
-            } else {
-                Err(gcra::full_at(s, &quota))
-            }
-        });
-        self.table.len.fetch_sub(evicted, Ordering::SeqCst);
-        self.table.next_full_at.store(next, Ordering::SeqCst);
-        if evicted > 0 {
+    /// One bounded sweep step at reading `now`, with the index's mutex held: evicts the full
+    /// buckets it meets; when it ends a pass, stores the pass's bound in `next_full_at`.
+    fn sweep_step(&self, locked: &mut index::Locked<'_>, now: u64) -> index::Step {
+        let evicted_at = &self.table.evicted_at;
+        let step = locked.sweep_step(
+            now,
+            |fp, s| gcra::full_at(s, &self.quota_of(fp)),
+            // Raised before the eviction's CAS: whoever misses the key afterwards starts it
+            // from a state at least as strict as the evicted one (see `Table::evicted_at`).
+            || {
+                evicted_at.fetch_max(now, Ordering::SeqCst);
+            },
+        );
+        // `len` first, then the bound: see the lock-free refusal in `insert`.
+        self.table.len.fetch_sub(step.evicted, Ordering::SeqCst);
+        if let Some(next) = step.pass_done {
+            self.table.next_full_at.store(next, Ordering::SeqCst);
+        }
+        if step.evicted > 0 {
             self.counters_here()
                 .evicted
-                .fetch_add(evicted, Ordering::Relaxed);
+                .fetch_add(step.evicted, Ordering::Relaxed);
         }
-        evicted
+        step
     }
 }
