@@ -599,3 +599,47 @@ fn stress_eviction_with_a_clock_stepping_back() {
     };
     stress_hot_keys_under_eviction(clock, 6);
 }
+
+/// A table larger than one sweep step (5,000 keys: 16,384 slots, 16 steps per pass) with exactly
+/// one full bucket: a flood of new keys finds it within one pass (each refusal moves the pass on
+/// by 1,024 slots), and once a pass has ended with no full bucket left, refusals are O(1) with
+/// the exact wait.
+#[test]
+fn incremental_sweep_finds_the_one_full_bucket_within_a_pass() {
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(1).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 5_000, clock.clone());
+    assert_eq!(limiter.try_acquire(&0u64, 1), Ok(())); // full again at 1 s
+    clock.set(Duration::from_millis(500));
+    for key in 1..5_000u64 {
+        assert_eq!(limiter.try_acquire(&key, 1), Ok(())); // full again at 1.5 s
+    }
+    clock.set(Duration::from_secs(1));
+    let mut refused_first = 0;
+    let mut key = 1_000_000u64;
+    while limiter.try_acquire(&key, 1).is_err() {
+        refused_first += 1;
+        key += 1;
+        assert!(refused_first <= 16, "a pass is 16 steps");
+    }
+    assert_eq!(limiter.counters().evicted, 1);
+    assert_eq!(limiter.available(&0u64), 1, "key 0 was full when evicted");
+    // No bucket is full now: within one more pass the wait becomes exact and stays so.
+    let mut waits = Vec::new();
+    for k in 2_000_000..2_000_040u64 {
+        match limiter.try_acquire(&k, 1) {
+            Err(Denied::RetryAfter(d)) => waits.push(d),
+            other => panic!("{other:?}"),
+        }
+        assert!(limiter.len() <= 5_000);
+    }
+    let exact = waits
+        .iter()
+        .position(|&d| d == Duration::from_millis(500))
+        .expect("a pass ends");
+    assert!(exact <= 17, "{exact}");
+    assert!(waits[exact..]
+        .iter()
+        .all(|&d| d == Duration::from_millis(500)));
+    assert_eq!(limiter.counters().evicted, 1);
+}
