@@ -644,3 +644,80 @@ fn incremental_sweep_finds_the_one_full_bucket_within_a_pass() {
         .all(|&d| d == Duration::from_millis(500)));
     assert_eq!(limiter.counters().evicted, 1);
 }
+
+// ---- until_key_ready ----
+
+#[path = "support/wakers.rs"]
+mod wakers;
+
+#[test]
+fn until_key_ready_waits_for_its_key_with_one_registration() {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll};
+    let (count, waker) = wakers::Count::waker();
+    let mut cx = Context::from_waker(&waker);
+    let clock = ManualClock::new_frozen();
+    let quota = Quota::per_second(10).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 2, clock.clone());
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    let mut fut = pin!(limiter.until_key_ready(&1u8, 3));
+    for _ in 0..1_000 {
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    }
+    assert_eq!(
+        clock.pending_wakes(),
+        1,
+        "spurious polls add no registration"
+    );
+    // Another key is not held up.
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
+    clock.advance(Duration::from_millis(299));
+    assert_eq!(count.get(), 0);
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(count.get(), 1, "woken at the instant the key admits 3");
+    assert_eq!(
+        fut.as_mut().poll(&mut cx),
+        Poll::Ready(Ok(Duration::from_millis(300)))
+    );
+    assert_eq!(limiter.available(&1u8), 0);
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::ZERO)));
+    assert_eq!(clock.pending_wakes(), 0);
+
+    // Someone else takes the tokens first: the waiter re-arms for the new instant.
+    let mut fut = pin!(limiter.until_key_ready(&1u8, 2));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(Duration::from_millis(200));
+    assert_eq!(limiter.try_acquire(&1u8, 2), Ok(()));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    assert_eq!(clock.pending_wakes(), 1);
+    clock.advance(Duration::from_millis(200));
+    assert_eq!(
+        fut.as_mut().poll(&mut cx),
+        Poll::Ready(Ok(Duration::from_millis(400)))
+    );
+
+    // A new key with the table full waits until a bucket can be evicted; dropping a waiting
+    // future cancels its wake-up.
+    clock.set(Duration::from_secs(2)); // both keys full again
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
+    {
+        let mut fut = pin!(limiter.until_key_ready(&3u8, 1));
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+        assert_eq!(clock.pending_wakes(), 1);
+    }
+    assert_eq!(clock.pending_wakes(), 0);
+    let mut fut = pin!(limiter.until_key_ready(&3u8, 1));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        fut.as_mut().poll(&mut cx),
+        Poll::Ready(Ok(Duration::from_secs(1)))
+    );
+    assert_eq!(
+        pin!(limiter.until_key_ready(&1u8, 11)).poll(&mut cx),
+        Poll::Ready(Err(Denied::ExceedsBurst))
+    );
+}
