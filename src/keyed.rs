@@ -849,7 +849,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
 ///     fn wake(self: Arc<Self>) {}
 /// }
 /// let waker = Waker::from(Arc::new(Nop));
-/// let limiter = KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 10, ManualClock::new());
+/// let limiter: KeyedLimiter<u32, _> =
+///     KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 10, ManualClock::new());
 /// let mut fut = pin!(limiter.until_key_ready(&7u32, 11));
 /// let poll = fut.as_mut().poll(&mut Context::from_waker(&waker));
 /// assert_eq!(poll, Poll::Ready(Err(Denied::ExceedsBurst)));
