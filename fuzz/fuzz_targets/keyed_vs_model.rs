@@ -14,34 +14,19 @@ use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
 use tollgate::{Denied, KeyedLimiter, ManualClock, Quota};
 
+#[path = "common/bytes.rs"]
+mod bytes;
 #[path = "../../tests/support/model.rs"]
 mod model;
 #[path = "../../tests/support/window.rs"]
 mod window;
 
+use bytes::Bytes;
 use model::Model;
 use window::WindowChecker;
 
 /// Keys in play.
 const KEYS: u8 = 8;
-
-/// A little-endian reader over the fuzzer's bytes; missing bytes read as zero.
-struct Bytes<'a>(&'a [u8]);
-
-impl Bytes<'_> {
-    fn u64(&mut self) -> u64 {
-        let mut b = [0u8; 8];
-        let n = self.0.len().min(8);
-        b[..n].copy_from_slice(&self.0[..n]);
-        self.0 = &self.0[n..];
-        u64::from_le_bytes(b)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        let (&first, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(first)
-    }
-}
 
 /// A quota from the input, half of them steered to exact ones; `None` if invalid.
 fn quota(b: &mut Bytes<'_>) -> Option<Quota> {
@@ -129,7 +114,11 @@ fuzz_target!(|data: &[u8]| {
                     windows[key as usize].admit(t, cost);
                 } else if monotone && exact && !table_full && !untracked {
                     let mut probe = model.clone();
-                    assert_eq!(got, probe.try_acquire(t, cost), "key {key} cost {cost} at {t}");
+                    assert_eq!(
+                        got,
+                        probe.try_acquire(t, cost),
+                        "key {key} cost {cost} at {t}"
+                    );
                 }
                 if untracked {
                     assert!(fail_open && got.is_ok());
