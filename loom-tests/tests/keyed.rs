@@ -1,6 +1,6 @@
 //! loom models of the keyed limiter's table protocol: concurrent insertion of one new key,
 //! eviction racing an admission, a sweep (evictions shifting chains back) racing an admission,
-//! the table growing under an admission, and an eviction at a later reading racing a decision
+//! the table growing under an admission and under a read, and an eviction at a later reading racing a decision
 //! at an earlier one (issue 8, defect 3).
 //!
 //! Under `--cfg tollgate_loom` the index is the production table (`src/keyed/index.rs`) on loom's
@@ -182,5 +182,22 @@ fn eviction_at_a_later_reading_races_a_decision_at_an_earlier_one() {
             // Its 10 tokens were taken at 1 s: none left at 1 s.
             assert_eq!(limiter.available(&1u8), 0);
         }
+    });
+}
+
+/// A read racing a growth: `available` for a tracked key that is being moved must not report
+/// it untracked (full); it re-checks a miss under the mutex while entries move.
+#[test]
+fn a_read_racing_a_growth_sees_the_tracked_state() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let quota = Quota::new(1, Duration::from_secs(1), 2).unwrap();
+        let limiter = loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 4, clock));
+        limiter.try_acquire(&1u8, 1).unwrap();
+        limiter.try_acquire(&2u8, 1).unwrap();
+        let other = limiter.clone();
+        let t = thread::spawn(move || other.available(&1u8));
+        limiter.try_acquire(&3u8, 1).unwrap(); // grows the active region
+        assert_eq!(t.join().unwrap(), 1);
     });
 }
