@@ -1,7 +1,7 @@
 //! loom models of the keyed limiter's table protocol: concurrent insertion of one new key,
 //! eviction racing an admission, a sweep (evictions shifting chains back) racing an admission,
-//! the table growing under an admission and under a read, and an eviction at a later reading racing a decision
-//! at an earlier one (issue 8, defect 3).
+//! the table growing under an admission and under a read, and an eviction at a later reading
+//! racing a decision at an earlier one (issue 8, defect 3).
 //!
 //! Under `--cfg tollgate_loom` the index is the production table (`src/keyed/index.rs`) on loom's
 //! mutex and `crate::sync`'s loom `AtomicU128`, with a fixed hash seed so every explored execution
