@@ -432,18 +432,67 @@ enum Stage<'a, C> {
         reservation: Reservation<'a, C>,
         until: u64,
         waited: Duration,
-        /// The one wake-up this future holds with the clock (`None` before the first).
-        armed: Option<Armed>,
+        /// The one wake-up this future holds with the clock.
+        alarm: Alarm,
     },
     /// Resolved (or abandoned).
     Done,
 }
 
-/// The wake-up a waiting [`UntilReady`] holds: for `until` (fixed for the future's life), on
-/// behalf of `waker`. Dropping it cancels the wake-up (where the clock can).
+/// The one wake-up a waiting future holds with its clock ([`UntilReady`],
+/// [`KeyedLimiter::until_key_ready`](crate::KeyedLimiter::until_key_ready)): set for a deadline
+/// on behalf of a task, replaced only when the deadline or the task changes or the wake-up has
+/// fired (tokio's `Sleep` rule), so spurious polls add nothing. Dropping it cancels the wake-up
+/// (where the clock can).
+#[derive(Default)]
+pub(crate) struct Alarm(Option<Armed>);
+
+/// A registered wake-up: for reading `until`, on behalf of `waker`.
 struct Armed {
+    until: u64,
     waker: Waker,
     registration: WakeRegistration,
+}
+
+impl Alarm {
+    /// Makes sure the task of `cx` is woken once `clock` reads `until` (`now` is a reading
+    /// before `until`): keeps the current wake-up if it is for the same deadline and task and
+    /// has not fired, else drops it and registers one.
+    pub(crate) fn set<C: Clock + ?Sized>(
+        &mut self,
+        clock: &C,
+        until: u64,
+        now: u64,
+        cx: &Context<'_>,
+    ) {
+        let keep = self.0.as_ref().is_some_and(|a| {
+            a.until == until && a.waker.will_wake(cx.waker()) && !a.registration.is_fired()
+        });
+        if !keep {
+            // Drop the old registration first: at most one per future, ever.
+            self.0 = None;
+            let registration =
+                clock.register_wake(Duration::from_nanos(until.saturating_sub(now)), cx.waker());
+            self.0 = Some(Armed {
+                until,
+                waker: cx.waker().clone(),
+                registration,
+            });
+        }
+    }
+}
+
+impl fmt::Debug for Alarm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(a) => f
+                .debug_struct("Alarm")
+                .field("until_ns", &a.until)
+                .field("wake", &a.registration)
+                .finish(),
+            None => f.write_str("Alarm(unset)"),
+        }
+    }
 }
 
 /// The future returned by [`Bucket::until_ready`]: resolves to `Ok(time waited)` once the
@@ -502,7 +551,7 @@ impl<C: Clock> Future for UntilReady<'_, C> {
                         reservation,
                         until,
                         waited: Duration::from_nanos(until - now),
-                        armed: None,
+                        alarm: Alarm::default(),
                     };
                 }
             }
@@ -510,7 +559,7 @@ impl<C: Clock> Future for UntilReady<'_, C> {
         let Stage::Waiting {
             until,
             waited,
-            armed,
+            alarm,
             ..
         } = &mut this.stage
         else {
@@ -525,22 +574,7 @@ impl<C: Clock> Future for UntilReady<'_, C> {
                 this.stage = Stage::Done;
                 return Poll::Ready(Ok(waited));
             }
-            // Tokio's `Sleep` rule: keep the registration unless the task to wake changed or
-            // the wake-up already came (early: the clock's hook and `now` may disagree). The
-            // deadline `until` never changes, so it needs no check.
-            let keep = armed
-                .as_ref()
-                .is_some_and(|a| a.waker.will_wake(cx.waker()) && !a.registration.is_fired());
-            if !keep {
-                // Drop the old registration first: at most one per future, ever.
-                *armed = None;
-                let registration =
-                    clock.register_wake(Duration::from_nanos(until - now), cx.waker());
-                *armed = Some(Armed {
-                    waker: cx.waker().clone(),
-                    registration,
-                });
-            }
+            alarm.set(clock, until, now, cx);
             if clock.now() < until {
                 return Poll::Pending;
             }
@@ -565,12 +599,12 @@ impl<C: Clock> fmt::Debug for UntilReady<'_, C> {
             Stage::Waiting {
                 reservation,
                 until,
-                armed,
+                alarm,
                 ..
             } => d
                 .field("reservation", reservation)
                 .field("until_ns", until)
-                .field("wake", &armed.as_ref().map(|a| &a.registration)),
+                .field("wake", alarm),
             Stage::Done => d.field("stage", &"done"),
         };
         d.finish()

@@ -5,28 +5,13 @@
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
 
+#[path = "common/bytes.rs"]
+mod bytes;
 #[path = "../../tests/support/model.rs"]
 mod model;
 
+use bytes::Bytes;
 use model::{check, Op};
-
-/// A little-endian reader over the fuzzer's bytes; missing bytes read as zero.
-struct Bytes<'a>(&'a [u8]);
-
-impl Bytes<'_> {
-    fn u64(&mut self) -> u64 {
-        let mut b = [0u8; 8];
-        let n = self.0.len().min(8);
-        b[..n].copy_from_slice(&self.0[..n]);
-        self.0 = &self.0[n..];
-        u64::from_le_bytes(b)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        let (&first, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(first)
-    }
-}
 
 fuzz_target!(|data: &[u8]| {
     let mut b = Bytes(data);
