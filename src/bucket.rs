@@ -4,7 +4,7 @@ use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
 use crate::quota::Quota;
-use crate::slots::EpochSlots;
+use crate::slots::{EpochSlots, Writer};
 use crate::snapshot::Snapshot;
 use crate::sync::{spin_loop, AtomicU64, Ordering};
 use core::fmt;
@@ -247,6 +247,20 @@ impl<C: Clock> Bucket<C> {
                 Err(actual) => cur = actual,
             }
         }
+    }
+
+    /// The generation of quota slot `epoch` (see `EpochSlots::generation`), for reservations
+    /// that must notice any reconfiguration since they were made. Read it inside an
+    /// [`update_with_epoch`](Bucket::update_with_epoch) closure, after the word was loaded.
+    pub(crate) fn quota_generation(&self, epoch: u64) -> u32 {
+        self.slots.generation(epoch)
+    }
+
+    /// Excludes reconfigurations ([`Bucket::set_quota`]) until the guard is dropped: a
+    /// cancellation checks "no reconfiguration since the reservation" and writes under it, so
+    /// none can slip in between its check and its CAS. Never read the clock while holding it.
+    pub(crate) fn exclude_reconfiguration(&self) -> Writer<'_> {
+        self.slots.lock()
     }
 
     /// The quota selected by word `w`, or `None` if its slot is being rewritten (only possible

@@ -195,38 +195,47 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
     Ok((if cost == 0 { state } else { next }, due))
 }
 
-/// Gives back the tokens of a reservation made by [`reserve`], following Go's
-/// `x/time/rate` `Reservation.CancelAt`: restores `cost − (tokens reserved after it)`, nothing if
-/// that is not positive or if the reservation came due before `now`, and never more than the
-/// bucket holds (`burst`).
+/// Gives back the tokens of a reservation made by [`reserve`] — all of them, but only if nothing
+/// was admitted since: the state must still be exactly `after`, the state that reservation left.
+/// Returns the new state (`after − cost`, never below the state before the reservation), or
+/// `None` when there is nothing to write: `cost == 0`, the reservation came due before `now`
+/// (Go's rule, kept), or `state != after` (anything admitted since).
 ///
-/// `after` is the state [`reserve`] returned; `due` its due instant. Returns the new state, or
-/// `None` when there is nothing to write.
+/// `after` is the state [`reserve`] returned, `due` its due instant. `now` only serves Go's "due
+/// already" rule: whatever it reads — stale, stepped back — the result never lets any window
+/// admit more than `burst + rate·Δ`. The caller must also make sure the quota was not changed
+/// ([`rescale`]) since the reservation: the state is then counted in other units.
+///
+/// **Why all or nothing (a deviation from Go's `Reservation.CancelAt`, which restores
+/// `cost − tokens reserved after it`).** A decision at a later clock reading first raises the
+/// state to `earned(now)` (the refill cap), then adds its cost; the state cannot tell that cap
+/// from a debit, and when the bucket was exactly full at that reading the cap is invisible. So
+/// after *any* admission since the reservation, the history "a 1-token decision at the reading
+/// where the bucket, reservation included, was just full" matches the state, and in it the
+/// reservation's tokens were already refilled: restoring any of them would admit them twice.
+/// With nothing admitted since, the state is exactly `after` (admissions only raise it, and a
+/// reservation taken later and cancelled puts it back no lower than it found it), and restoring
+/// the whole cost undoes this reservation exactly. Nested
+/// reservations cancelled in reverse order therefore all come back; in any other order, those
+/// cancelled while a later one is still held stay consumed.
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
 /// let q = Quota::per_second(10).unwrap().with_burst(2).unwrap();
 /// let (s1, _) = gcra::reserve(gcra::FULL, 0, &q, 2).unwrap();
 /// let (s2, due) = gcra::reserve(s1, 0, &q, 2).unwrap();
-/// let s3 = gcra::cancel(s2, 0, &q, s2, due, 2).unwrap();
-/// assert_eq!(s3, s1);
+/// assert_eq!(gcra::cancel(s2, 0, &q, s2, due, 2), Some(s1)); // nothing since: all back
+/// let (s3, _) = gcra::reserve(s2, 0, &q, 1).unwrap();
+/// assert_eq!(gcra::cancel(s3, 0, &q, s2, due, 2), None); // a later reservation holds
 /// ```
 #[inline]
 pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u64) -> Option<u64> {
-    if due < now || cost == 0 {
+    if due < now || cost == 0 || state != after {
         return None;
     }
-    let cost_units = u128::from(cost) * u128::from(quota.scale());
-    // Units reserved after this reservation (negative if others were cancelled meanwhile).
-    let later = i128::from(state) - i128::from(after);
-    let restore = (cost_units as i128 - later).min(cost_units as i128);
-    if restore <= 0 {
-        return None;
-    }
-    let next = (i128::from(state) - restore)
-        .max(i128::from(quota.earned_ceil(now)))
-        .max(0) as u64;
-    (next < state).then_some(next)
+    // `after = max(before, earned_ceil) + cost·scale`, so this never underflows and is at least
+    // the state before the reservation.
+    after.checked_sub(cost.checked_mul(quota.scale())?)
 }
 
 /// Converts a state from quota `old` to quota `new` at `now`: the balance (debt included) carries

@@ -11,9 +11,11 @@
 //! * [`Stall::Sleep`]: the next reading is taken, then the thread sleeps (real clocks).
 //!
 //! [`StallClock::random`] stalls readings at random instead (stress tests on real clocks).
+//! [`last_reading`] returns the reading the calling thread's last `now()` returned: the exact
+//! instant an operation decided at, for the window checker.
 #![allow(dead_code, unreachable_pub)]
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::Waker;
@@ -33,6 +35,14 @@ pub enum Stall {
 
 thread_local! {
     static ARMED: RefCell<Vec<Stall>> = const { RefCell::new(Vec::new()) };
+    static LAST: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The reading the calling thread's last `StallClock::now()` returned (stall applied): the
+/// instant the operation just called on this thread decided at. Panics if it read no clock.
+pub fn last_reading() -> u64 {
+    LAST.with(|l| l.get())
+        .expect("this thread read no StallClock")
 }
 
 /// Arms the calling thread: its next readings (of any `StallClock`) follow `stalls`, in order.
@@ -162,6 +172,7 @@ impl<C: Clock> Clock for StallClock<C> {
             None => self.inner.now(),
         };
         self.random_sleep();
+        LAST.with(|l| l.set(Some(reading)));
         reading
     }
 
