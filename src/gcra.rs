@@ -238,8 +238,22 @@ pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u
     after.checked_sub(cost.checked_mul(quota.scale())?)
 }
 
-/// Converts a state from quota `old` to quota `new` at `now`: the balance (debt included) carries
-/// over, capped at the new burst. Rounds toward fewer tokens when the units differ.
+/// Converts a state from quota `old` to quota `new` at `now`. The new balance is the smaller of
+///
+/// * the balance at `now` (debt included), capped at the old and the new burst — tokens carry
+///   over; and
+/// * what the new rate earns from the instant the old bucket was last empty (uncapped; in debt,
+///   the instant it will be empty) — that instant carries over; for a bucket never empty since
+///   the clock's origin, the old balance at the origin plus what the new rate earns since.
+///
+/// Both round toward fewer tokens. The second only bites when the rate goes down with tokens
+/// earned recently, or goes up while in debt, and it is what keeps a reconfiguration from
+/// admitting more than either quota allows: a debt (reservations queued ahead) is repaid at the
+/// instant it was due, so a faster rate cannot put new tokens at the instants queued ones are
+/// due; and a decision whose clock reading is older than `now` (stale, or stepped back) never
+/// finds more tokens under the new quota than the old one held at that reading, which carrying
+/// tokens alone gives it when the rate goes down. A bucket full since well before the switch
+/// keeps `min(old burst, new burst)` tokens.
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -247,15 +261,30 @@ pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u
 /// let new = Quota::per_second(100).unwrap();
 /// let s = gcra::try_acquire(gcra::FULL, 0, &old, 4).unwrap().unwrap();
 /// assert_eq!(gcra::available(gcra::rescale(s, 0, &old, &new), 0, &new), 6);
+/// // Down to 5/s 600 ms after the bucket was emptied: what 5/s earns in 600 ms.
+/// let s = gcra::try_acquire(gcra::FULL, 1_000_000_000, &old, 10).unwrap().unwrap();
+/// let slow = Quota::per_second(5).unwrap();
+/// let t = 1_600_000_000;
+/// assert_eq!(gcra::available(gcra::rescale(s, t, &old, &slow), t, &slow), 3);
 /// ```
 pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
     let (s1, s2) = (i128::from(old.scale()), i128::from(new.scale()));
-    // Balance in old units (negative: debt), capped at the old burst.
-    let b1 = (i128::from(old.earned_floor(now)) + i128::from(old.burst()) * s1 - i128::from(state))
-        .min(i128::from(old.burst()) * s1);
-    let b2 = (b1 * s2).div_euclid(s1).min(i128::from(new.burst()) * s2);
-    let next = i128::from(new.earned_ceil(now)) + i128::from(new.burst()) * s2 - b2;
-    next.clamp(0, i128::from(MAX_UNITS)) as u64
+    let (burst1, burst2) = (i128::from(old.burst()) * s1, i128::from(new.burst()) * s2);
+    // Tokens carried: the balance in old units (negative: debt), capped at the old burst,
+    // converted and capped at the new burst.
+    let b1 = (i128::from(old.earned_floor(now)) + burst1 - i128::from(state)).min(burst1);
+    let by_tokens =
+        i128::from(new.earned_ceil(now)) + burst2 - (b1 * s2).div_euclid(s1).min(burst2);
+    // The instant carried: the old bucket is empty at `instant_of(state − burst)`.
+    let by_time = match state.checked_sub(old.burst() * old.scale()) {
+        Some(empty) => match old.instant_of(empty) {
+            at if at > crate::quota::HORIZON_NS => i128::from(MAX_UNITS),
+            at => i128::from(new.earned_ceil(at)) + burst2,
+        },
+        // Never empty since the origin: the balance at the origin carries as tokens.
+        None => burst2 - ((burst1 - i128::from(state)) * s2).div_euclid(s1),
+    };
+    by_tokens.max(by_time).clamp(0, i128::from(MAX_UNITS)) as u64
 }
 
 // ---- helpers for the keyed and sharded limiters (crate-internal) ----

@@ -241,12 +241,21 @@ fn set_quota_carries_the_balance_and_debt_over() {
     );
     clock.advance(ms(10)); // +1 at the new rate
     assert_eq!(b.available(), 4);
-    // Capped at a smaller new burst.
+    // Down to 1/s: the 4 tokens were earned over the last 40 ms, in which 1/s earns 0.04, so
+    // none carries over (carrying 2 would let a decision whose reading is 40 ms old find tokens
+    // neither quota held then).
     b.set_quota(Quota::new(1, Duration::from_secs(1), 2).unwrap());
-    assert_eq!(b.available(), 2);
+    assert_eq!(b.available(), 0);
     // Setting the same quota is a no-op.
     b.set_quota(b.quota());
+    assert_eq!(b.available(), 0);
+    // A bucket full for a while keeps the smaller burst.
+    clock.advance(ms(10_000));
+    b.set_quota(Quota::new(100, Duration::from_secs(1), 5).unwrap());
     assert_eq!(b.available(), 2);
+    clock.advance(ms(1_000));
+    b.set_quota(Quota::new(10, Duration::from_secs(1), 3).unwrap());
+    assert_eq!(b.available(), 3);
 }
 
 #[test]

@@ -215,7 +215,11 @@ fn go_reserve_set_limit() {
     g.clock.set(ms(2 * D));
     g.bucket
         .set_quota(Quota::new(10, Duration::from_secs(1), 2).unwrap());
-    g.reserve(2, 1, 4);
+    // Go answers t4: with the reservation of 2 due at t4 that is 3 tokens at one instant,
+    // burst 2 under either quota. Here the debt keeps its time (it is repaid at t4, when the
+    // queued reservation is due, not earlier at the faster rate; see `gcra::rescale`), so the
+    // new token comes one 10/s period later.
+    g.reserve(2, 1, 5);
 }
 
 #[test]
@@ -240,10 +244,10 @@ fn go_reserve_set_limit_cancel() {
     g.bucket
         .set_quota(Quota::new(10, Duration::from_secs(1), 2).unwrap());
     // Go gives both tokens back (and answers t3 below). Here a reservation made under another
-    // quota cancels nothing (documented on `Reservation::cancel`): the balance stays −1, so
-    // 2 more tokens at 10/s are due at t5.
+    // quota cancels nothing (documented on `Reservation::cancel`), and the debt keeps its time
+    // (repaid at t4, see go_reserve_set_limit), so 2 more tokens at 10/s are due at t6.
     g.cancel_at(r, 2);
-    g.reserve(2, 2, 5);
+    g.reserve(2, 2, 6);
 }
 
 #[test]
@@ -432,8 +436,8 @@ fn set_quota_carries_debt() {
     bucket.reserve(2).unwrap();
     bucket.reserve(2).unwrap(); // balance −2 at t = 0
     bucket.set_quota(quota(20, 4));
-    // −2 carried: 1 more token needs 3 at 20/s.
-    assert_eq!(bucket.reserve(1).unwrap().delay(), ms(150));
+    // The debt keeps its time: −2 at 10/s is 200 ms, −4 at 20/s; 1 more token needs 5.
+    assert_eq!(bucket.reserve(1).unwrap().delay(), ms(250));
 }
 
 #[test]
