@@ -209,9 +209,11 @@ impl<C: Clock> Bucket<C> {
     }
 
     /// Replaces the quota atomically. The balance at the switch, debt included, carries over,
-    /// capped at the new burst — or, if smaller, what the new rate earns over the time the old
-    /// bucket took to earn it (a debt keeps its due instant; see [`gcra::rescale`]), so that no
-    /// window admits more than the looser quota allows, even for readings older than the switch. A concurrent caller sees either the old quota with the old state
+    /// capped at the new burst — or, if smaller, what the new rate earns since the bucket was
+    /// last empty (a debt keeps its due instant; see [`gcra::rescale`]), so that no window
+    /// admits more than the looser quota allows, even for decisions whose readings are older
+    /// than the switch's (the switch's own reading must not be older than those of the
+    /// decisions before it; see `docs/guarantees.md`). A concurrent caller sees either the old quota with the old state
     /// or the new quota with the new state, never a mix: the new quota is written to the idle
     /// slot first, then one CAS converts the state and flips the word's epoch bit, and a decision
     /// CAS only succeeds on the exact word (epoch bit included) it decided on.

@@ -248,12 +248,18 @@ pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u
 ///
 /// Both round toward fewer tokens. The second only bites when the rate goes down with tokens
 /// earned recently, or goes up while in debt, and it is what keeps a reconfiguration from
-/// admitting more than either quota allows: a debt (reservations queued ahead) is repaid at the
-/// instant it was due, so a faster rate cannot put new tokens at the instants queued ones are
-/// due; and a decision whose clock reading is older than `now` (stale, or stepped back) never
-/// finds more tokens under the new quota than the old one held at that reading, which carrying
-/// tokens alone gives it when the rate goes down. A bucket full since well before the switch
-/// keeps `min(old burst, new burst)` tokens.
+/// admitting more than the looser quota allows: a debt (reservations queued ahead) is repaid at
+/// the instant it was due, so a faster rate cannot put new tokens at the instants queued ones
+/// are due; and a decision whose clock reading is older than `now` (stale, or stepped back)
+/// never finds more tokens under the new quota than the old one held at that reading, which
+/// carrying tokens alone gives it when the rate goes down. A bucket full since well before the
+/// switch keeps `min(old burst, new burst)` tokens.
+///
+/// What it cannot see: `now` itself being older than readings the old state was already
+/// decided at. A faster rate then applies from `now`, retroactively, and a window spanning the
+/// switch may exceed the looser quota by up to `(new rate − old rate) × that staleness`; each
+/// quota's own decisions still hold their own bound. Read the clock fresh for a
+/// reconfiguration.
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
