@@ -72,6 +72,6 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Err(e) = check(tokens, per, burst, &ops, quota.is_exact()) {
-        panic!("{quota:?}: {e}");
+        panic!("{quota:?}: {e}\nops: {ops:?}");
     }
 });

@@ -16,6 +16,9 @@ use std::time::Duration;
 use tollgate::{Bucket, Clock, Denied, ManualClock, Quota, Reservation};
 use window::WindowChecker;
 
+/// The bucket's horizon (`quota::HORIZON_NS`): 100 Julian years of nanoseconds.
+const HORIZON_NS: i128 = 3_155_760_000_000_000_000;
+
 /// The continuous token bucket: balance = min(burst, balance + rate * dt), admit iff
 /// balance >= cost. The state is the theoretical arrival time `z` (in tokens since the origin)
 /// kept as `z * per` so that everything is an integer: earned(t) * per = t * tokens.
@@ -66,6 +69,10 @@ impl Model {
             // Smallest integer t' with t' * tokens - zp >= cost * per.
             let need = cost * self.per + self.zp;
             let at = (need + self.tokens - 1).div_euclid(self.tokens);
+            // Past the horizon (100 years) the bucket reads the clock as stopped: never.
+            if at > HORIZON_NS {
+                return Err(Denied::RetryAfter(Duration::MAX));
+            }
             Err(Denied::RetryAfter(Duration::from_nanos(
                 (at - i128::from(t)) as u64,
             )))
@@ -209,8 +216,18 @@ pub fn check(tokens: u64, per: u64, burst: u64, ops: &[Op], exact: bool) -> Resu
             }
             Op::Reserve(cost) => {
                 let got = bucket.reserve(cost);
+                let before = model.clone();
                 let want = model.reserve(t, cost);
                 match (got, want) {
+                    // A backlog reaching past the horizon may exceed the state's range: the
+                    // bucket refuses it (`gcra::reserve`), the model has no such limit.
+                    (Err(Denied::RetryAfter(_)), Ok((_, due)))
+                        if i128::from(due) > HORIZON_NS || !exact =>
+                    {
+                        // (Or, once the model only checks "never more lenient", a bucket that
+                        // is stricter after rounding.)
+                        model = before;
+                    }
                     (Ok(r), Ok((after, due))) => {
                         let got_due = r.delay_from(0).as_nanos() as u64;
                         if exact && got_due != due {
@@ -252,6 +269,7 @@ pub fn check(tokens: u64, per: u64, burst: u64, ops: &[Op], exact: bool) -> Resu
             Op::AcquireFor(cost, timeout) => {
                 let got = bucket.try_acquire_for(cost, Duration::from_nanos(timeout));
                 // The model: reserve if due within the timeout.
+                let before_for = model.clone();
                 let mut m = model.clone();
                 let want = match m.reserve(t, cost) {
                     Ok((_, due)) if due - t <= timeout => {
@@ -262,6 +280,20 @@ pub fn check(tokens: u64, per: u64, burst: u64, ops: &[Op], exact: bool) -> Resu
                     Err(e) => Err(e),
                 };
                 let want = if cost == 0 { Ok(Duration::ZERO) } else { want };
+                // Past the horizon the bucket may refuse a backlog the model takes (see above).
+                let beyond = |w: &Result<Duration, Denied>| match w {
+                    Ok(d) | Err(Denied::RetryAfter(d)) => {
+                        i128::from(t) + d.as_nanos() as i128 > HORIZON_NS
+                    }
+                    Err(_) => false,
+                };
+                let want = match (&got, &want) {
+                    (Err(Denied::RetryAfter(_)), w) if beyond(w) => {
+                        model = before_for;
+                        got
+                    }
+                    _ => want,
+                };
                 if exact && got != want {
                     return Err(format!(
                         "acquire_for {cost} {timeout} at t={t}: bucket {got:?}, model {want:?}"
@@ -318,7 +350,10 @@ fn resync(bucket: &Bucket<ManualClock>, mut model: Model, t: u64) -> Model {
     model.zp = if until_full.is_zero() {
         model.zp.min(full_now)
     } else if until_full == Duration::MAX {
-        model.zp
+        // Not full within the horizon: full at the horizon is at least as lenient.
+        model
+            .zp
+            .min(HORIZON_NS * model.tokens - model.burst * model.per)
     } else {
         let full_at = i128::from(t) + until_full.as_nanos() as i128 - 1;
         full_at * model.tokens - model.burst * model.per
