@@ -8,7 +8,7 @@ mod stall;
 #[path = "support/window.rs"]
 mod window;
 
-use stall::{arm, armed, last_reading, Gate, Stall, StallClock};
+use stall::{arm, armed, gated, last_reading, Stall, StallClock};
 use std::thread;
 use std::time::Duration;
 use tollgate::{Bucket, Clock, ManualClock, Quota, Reservation, StdClock};
@@ -28,6 +28,21 @@ fn stall_bucket(q: Quota) -> (StallClock<ManualClock>, Bucket<StallClock<ManualC
     let clock = StallClock::new(ManualClock::new());
     let bucket = Bucket::with_clock(q, clock.clone());
     (clock, bucket)
+}
+
+/// A bucket on a `StallClock` emptied at 0 by one `try_acquire(burst)`, recorded.
+fn emptied(
+    q: Quota,
+) -> (
+    StallClock<ManualClock>,
+    Bucket<StallClock<ManualClock>>,
+    WindowChecker,
+) {
+    let (clock, bucket) = stall_bucket(q);
+    let w = WindowChecker::new();
+    bucket.try_acquire(q.burst()).unwrap();
+    w.admit(0, q.burst());
+    (clock, bucket, w)
 }
 
 /// The due instant of a reservation, recorded as its admission.
@@ -51,10 +66,7 @@ fn drain<C: Clock>(bucket: &Bucket<StallClock<C>>, w: &WindowChecker) -> u64 {
 #[test]
 fn defect_1_a_stale_canceller_restores_nothing_a_later_decision_absorbed() {
     let q = quota(10, 10);
-    let (clock, bucket) = stall_bucket(q);
-    let w = WindowChecker::new();
-    bucket.try_acquire(10).unwrap();
-    w.admit(0, 10);
+    let (clock, bucket, w) = emptied(q);
     let r = bucket.reserve(10).unwrap();
     assert_eq!(due(&r), S);
     clock.inner().set(Duration::from_secs(2));
@@ -92,25 +104,16 @@ fn defect_1_a_gated_canceller_on_real_threads() {
     // The canceller takes its reading at 0, then blocks between the reading and its CAS while the
     // main thread decides at 2 s.
     let q = quota(10, 10);
-    let (clock, bucket) = stall_bucket(q);
-    let w = WindowChecker::new();
-    bucket.try_acquire(10).unwrap();
-    w.admit(0, 10);
+    let (clock, bucket, w) = emptied(q);
     let r = bucket.reserve(10).unwrap();
-    let gate = Gate::new();
-    thread::scope(|s| {
-        let g = gate.clone();
-        let canceller = s.spawn(move || {
-            arm([Stall::Gate(g)]);
-            r.cancel();
-        });
-        gate.wait_reached();
-        clock.inner().set(Duration::from_secs(2));
-        bucket.try_acquire(5).unwrap();
-        w.admit(2 * S, 5);
-        gate.open();
-        canceller.join().unwrap();
-    });
+    gated(
+        || r.cancel(),
+        || {
+            clock.inner().set(Duration::from_secs(2));
+            bucket.try_acquire(5).unwrap();
+            w.admit(2 * S, 5);
+        },
+    );
     assert_eq!(drain(&bucket, &w), 5);
     assert_eq!(w.check(&q), Ok(()));
 }
@@ -225,31 +228,23 @@ fn a_stale_decision_after_a_cancel_is_refused() {
     // A thread reads 0 and blocks; meanwhile a reservation is taken and cancelled at 2 s, and
     // the bucket is drained at 2 s. The stale decision then must not find the cancelled tokens.
     let q = quota(10, 10);
-    let (clock, bucket) = stall_bucket(q);
-    let w = WindowChecker::new();
-    bucket.try_acquire(10).unwrap();
-    w.admit(0, 10);
-    let gate = Gate::new();
-    thread::scope(|s| {
-        let g = gate.clone();
-        let bucket = &bucket;
-        let w = &w;
-        let stale = s.spawn(move || {
-            arm([Stall::Gate(g)]);
+    let (clock, bucket, w) = emptied(q);
+    let stale = gated(
+        || {
             let got = bucket.try_acquire(3);
             if got.is_ok() {
                 w.admit(last_reading(), 3);
             }
             got
-        });
-        gate.wait_reached();
-        clock.inner().set(Duration::from_secs(2));
-        let r = bucket.reserve(4).unwrap();
-        r.cancel(); // nothing since: all 4 back
-        assert_eq!(drain(bucket, w), 10);
-        gate.open();
-        assert!(stale.join().unwrap().is_err());
-    });
+        },
+        || {
+            clock.inner().set(Duration::from_secs(2));
+            let r = bucket.reserve(4).unwrap();
+            r.cancel(); // nothing since: all 4 back
+            assert_eq!(drain(&bucket, &w), 10);
+        },
+    );
+    assert!(stale.is_err());
     assert_eq!(w.check(&q), Ok(()));
 }
 
@@ -305,29 +300,23 @@ fn cancel_racing_try_acquire_on_threads_never_over_admits() {
         } else {
             t + (5 - bucket.available()) * 100 * MS
         };
-        let gate = Gate::new();
-        thread::scope(|s| {
-            let g = gate.clone();
-            let canceller = s.spawn(move || {
-                arm([Stall::Gate(g)]);
-                r.cancel();
-            });
-            gate.wait_reached();
-            // Others move on: to the full instant or 100 ms either side, or by 0..=300 ms; a
-            // decision of 1..=3.
-            t = match round % 4 {
-                0 => full_at,
-                1 => full_at + 100 * MS,
-                2 => full_at.saturating_sub(100 * MS).max(t),
-                _ => t + (round * 37 % 4) * 100 * MS,
-            };
-            clock.inner().set(Duration::from_nanos(t));
-            if round % 5 != 4 && bucket.try_acquire(1 + round % 3).is_ok() {
-                w.admit(t, 1 + round % 3);
-            }
-            gate.open();
-            canceller.join().unwrap();
-        });
+        gated(
+            || r.cancel(),
+            || {
+                // Others move on: to the full instant or 100 ms either side, or by 0..=300 ms;
+                // a decision of 1..=3.
+                t = match round % 4 {
+                    0 => full_at,
+                    1 => full_at + 100 * MS,
+                    2 => full_at.saturating_sub(100 * MS).max(t),
+                    _ => t + (round * 37 % 4) * 100 * MS,
+                };
+                clock.inner().set(Duration::from_nanos(t));
+                if round % 5 != 4 && bucket.try_acquire(1 + round % 3).is_ok() {
+                    w.admit(t, 1 + round % 3);
+                }
+            },
+        );
         // The cancelled reservation is not recorded; the drain shows whatever it restored.
         drain(&bucket, &w);
     }
@@ -358,19 +347,13 @@ fn cancel_racing_set_quota_there_and_back() {
     let (_, bucket) = stall_bucket(q);
     bucket.reserve(2).unwrap();
     let r = bucket.reserve(2).unwrap();
-    let gate = Gate::new();
-    thread::scope(|s| {
-        let g = gate.clone();
-        let canceller = s.spawn(move || {
-            arm([Stall::Gate(g)]);
-            r.cancel();
-        });
-        gate.wait_reached();
-        bucket.set_quota(quota(10, 3));
-        bucket.set_quota(q);
-        gate.open();
-        canceller.join().unwrap();
-    });
+    gated(
+        || r.cancel(),
+        || {
+            bucket.set_quota(quota(10, 3));
+            bucket.set_quota(q);
+        },
+    );
     assert_eq!(
         bucket.reserve(1).unwrap().delay(),
         Duration::from_millis(300)

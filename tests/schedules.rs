@@ -58,6 +58,20 @@ struct Held<'a> {
     cost: u64,
 }
 
+impl Held<'_> {
+    /// Keeps the reservation (returns its era, due instant and cost, to record) or cancels it
+    /// with the given reading.
+    fn resolve(self, keep: bool, reading: u64) -> Option<(usize, u64, u64)> {
+        if keep {
+            Some((self.era, self.r.delay_from(0).as_nanos() as u64, self.cost))
+        } else {
+            arm([Stall::Reading(reading)]);
+            self.r.cancel();
+            None
+        }
+    }
+}
+
 /// Runs one schedule of `ops` operations on one thread; returns the number of admissions.
 fn one_thread(seed: u64, ops: usize, fresh_reconfig: bool) -> usize {
     let mut rng = Rng(seed);
@@ -108,16 +122,8 @@ fn one_thread(seed: u64, ops: usize, fresh_reconfig: bool) -> usize {
             10 | 11 if !held.is_empty() => {
                 // Resolve a random held reservation: cancel it (any order), or keep it.
                 let h = held.swap_remove(rng.below(held.len() as u64) as usize);
-                if rng.below(3) == 0 {
-                    record(
-                        &mut eras,
-                        h.era,
-                        h.r.delay_from(0).as_nanos() as u64,
-                        h.cost,
-                    );
-                } else {
-                    arm([Stall::Reading(reading)]);
-                    h.r.cancel();
+                if let Some((era, at, n)) = h.resolve(rng.below(3) == 0, reading) {
+                    record(&mut eras, era, at, n);
                 }
             }
             12 => {
@@ -153,15 +159,9 @@ fn one_thread(seed: u64, ops: usize, fresh_reconfig: bool) -> usize {
     // The rest: kept or cancelled, in random order.
     while !held.is_empty() {
         let h = held.swap_remove(rng.below(held.len() as u64) as usize);
-        if rng.below(2) == 0 {
-            record(
-                &mut eras,
-                h.era,
-                h.r.delay_from(0).as_nanos() as u64,
-                h.cost,
-            );
-        } else {
-            h.r.cancel();
+        let now = clock.inner().now();
+        if let Some((era, at, n)) = h.resolve(rng.below(2) == 0, now) {
+            record(&mut eras, era, at, n);
         }
     }
     for (i, (q, w)) in eras.iter().enumerate() {

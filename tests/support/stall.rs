@@ -97,6 +97,24 @@ impl Gate {
     }
 }
 
+/// Runs `op` on a new thread whose first clock reading is gated: once `op` has taken that
+/// reading, `meanwhile` runs on the calling thread (other decisions at later readings), then the
+/// gate opens and `op` finishes on its old reading. Returns `op`'s result.
+pub fn gated<R: Send>(op: impl FnOnce() -> R + Send, meanwhile: impl FnOnce()) -> R {
+    let gate = Gate::new();
+    std::thread::scope(|s| {
+        let g = gate.clone();
+        let stalled = s.spawn(move || {
+            arm([Stall::Gate(g)]);
+            op()
+        });
+        gate.wait_reached();
+        meanwhile();
+        gate.open();
+        stalled.join().unwrap()
+    })
+}
+
 /// A clock that applies the calling thread's armed stalls (and optional random ones) to `C`.
 #[derive(Clone, Debug)]
 pub struct StallClock<C> {
