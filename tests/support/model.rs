@@ -110,26 +110,19 @@ impl Model {
         }
     }
 
-    /// Switches to `tokens / per_ns` with `burst` at `t`: the smaller of the balance carried
-    /// (capped at both bursts) and what the new rate earns since the bucket was last empty
-    /// (for a bucket never empty since the origin: its balance at the origin plus what the new
-    /// rate earns since). Rounds toward fewer tokens on the model's own grid (`1 / per`).
+    /// Switches to `tokens / per_ns` with `burst` at `t`: the balance carries over, capped at
+    /// both bursts; in debt, at least until the instant the old bucket is empty again (a debt
+    /// keeps its due instant). Rounds toward fewer tokens on the model's own grid (`1 / per`).
     pub fn rescale(&mut self, t: u64, tokens: u64, per_ns: u64, burst: u64) {
         let (t2, p2, b2) = (i128::from(tokens), i128::from(per_ns), i128::from(burst));
         let t = i128::from(t);
         let (t1, p1, b1) = (self.tokens, self.per, self.burst);
         let unc = t * t1 - self.zp; // balance * p1, uncapped
-        let by_tokens = (unc.min(b1 * p1) * p2).div_euclid(p1).min(b2 * p2);
-        // The old bucket is empty at zp / t1 (uncapped balance 0); the new one earns t2 / p2.
-        let empty_p = self.zp; // the old empty instant * t1
-        let by_time = if empty_p >= 0 {
-            // (t - empty) * t2, with empty = empty_p / t1, floored.
-            (t * t2 * t1 - empty_p * t2).div_euclid(t1)
-        } else {
-            // -empty_p / p1 tokens at the origin, plus t2 * t / p2.
-            (-empty_p * p2).div_euclid(p1) + t * t2
-        };
-        let b = by_tokens.min(by_time);
+        let mut b = (unc.min(b1 * p1) * p2).div_euclid(p1).min(b2 * p2);
+        if unc < 0 {
+            // Empty again at zp / t1 > t; the new rate's balance * p2 is (t − that) * t2.
+            b = b.min((t * t2 * t1 - self.zp * t2).div_euclid(t1));
+        }
         *self = Model {
             tokens: t2,
             per: p2,
