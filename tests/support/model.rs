@@ -118,10 +118,11 @@ impl Model {
         let t = i128::from(t);
         let (t1, p1, b1) = (self.tokens, self.per, self.burst);
         let unc = t * t1 - self.zp; // balance * p1, uncapped
-        let mut b = (unc.min(b1 * p1) * p2).div_euclid(p1).min(b2 * p2);
+        let mut b = mul_div_floor(unc.min(b1 * p1), p2, p1).min(b2 * p2);
         if unc < 0 {
-            // Empty again at zp / t1 > t; the new rate's balance * p2 is (t − that) * t2.
-            b = b.min((t * t2 * t1 - self.zp * t2).div_euclid(t1));
+            // Empty again at zp / t1 > t; the new rate's balance * p2 is (t − that) * t2, that
+            // is unc * t2 / t1.
+            b = b.min(mul_div_floor(unc, t2, t1));
         }
         *self = Model {
             tokens: t2,
@@ -130,6 +131,19 @@ impl Model {
             zp: t * t2 - b,
         };
     }
+}
+
+/// Records an admission at `at`, unless `at` is past the horizon: the bucket reads its clock as
+/// stopped there, so tokens due later never come due.
+fn admit(w: &WindowChecker, at: u64, tokens: u64) {
+    if i128::from(at) <= HORIZON_NS {
+        w.admit(at, tokens);
+    }
+}
+
+/// `floor(a · m / d)` for `d > 0` without forming `a · m` (which may not fit an i128).
+fn mul_div_floor(a: i128, m: i128, d: i128) -> i128 {
+    a.div_euclid(d) * m + (a.rem_euclid(d) * m).div_euclid(d)
 }
 
 /// One step of a schedule.
@@ -182,6 +196,10 @@ pub fn check(tokens: u64, per: u64, burst: u64, ops: &[Op], exact: bool) -> Resu
     let mut eras = vec![(quota, WindowChecker::new())];
     let mut held: Vec<Held<'_>> = Vec::new();
     for op in ops {
+        if i128::from(t) > HORIZON_NS {
+            // Past the horizon the bucket reads its clock as stopped; the model does not.
+            break;
+        }
         let era = eras.len() - 1;
         let q = eras[era].0;
         clock.set(Duration::from_nanos(t));
@@ -198,7 +216,7 @@ pub fn check(tokens: u64, per: u64, burst: u64, ops: &[Op], exact: bool) -> Resu
                     return Err(format!("over-admitted cost {cost} at t={t}"));
                 }
                 if got.is_ok() {
-                    eras[era].1.admit(t, cost);
+                    admit(&eras[era].1, t, cost);
                 }
             }
             Op::Available => {
@@ -248,9 +266,7 @@ pub fn check(tokens: u64, per: u64, burst: u64, ops: &[Op], exact: bool) -> Resu
             Op::Resolve(i, keep) if !held.is_empty() => {
                 let h = held.swap_remove(i % held.len());
                 if keep {
-                    eras[h.era]
-                        .1
-                        .admit(h.r.delay_from(0).as_nanos() as u64, h.cost);
+                    admit(&eras[h.era].1, h.r.delay_from(0).as_nanos() as u64, h.cost);
                 } else {
                     h.r.cancel();
                     if h.era == era {
@@ -296,7 +312,7 @@ pub fn check(tokens: u64, per: u64, burst: u64, ops: &[Op], exact: bool) -> Resu
                     if !exact && want.is_err() {
                         return Err(format!("over-admitted acquire_for {cost} at t={t}"));
                     }
-                    eras[era].1.admit(t + wait.as_nanos() as u64, cost);
+                    admit(&eras[era].1, t.saturating_add(wait.as_nanos() as u64), cost);
                     // The manual clock slept until the tokens were due.
                     t = clock.now();
                 }
@@ -320,9 +336,7 @@ pub fn check(tokens: u64, per: u64, burst: u64, ops: &[Op], exact: bool) -> Resu
         }
     }
     for h in held.drain(..) {
-        eras[h.era]
-            .1
-            .admit(h.r.delay_from(0).as_nanos() as u64, h.cost);
+        admit(&eras[h.era].1, h.r.delay_from(0).as_nanos() as u64, h.cost);
     }
     for (i, (q, w)) in eras.iter().enumerate() {
         w.check_within(q, 1)
