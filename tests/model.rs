@@ -49,9 +49,10 @@ proptest! {
         check(tokens, per, burst, &ops, true).map_err(TestCaseError::fail)?;
     }
 
+    /// Any quota, with up to three reconfigurations (to any quota) anywhere in the schedule.
     #[test]
-    fn reconfigurations_are_never_more_lenient_than_the_model(
-        tokens in 1u64..=1_000,
+    fn any_quota_is_never_more_lenient_than_the_model(
+        tokens in 1u64..=1_000_000_000,
         per in 1u64..=10_000_000_000,
         burst in 1u64..=64,
         ops in ops(64, 10_000_000),
@@ -63,17 +64,6 @@ proptest! {
             let at = at.min(ops.len());
             ops.insert(at, Op::SetQuota(t, p, b));
         }
-        check(tokens, per, burst, &ops, false).map_err(TestCaseError::fail)?;
-    }
-
-    #[test]
-    fn any_quota_is_never_more_lenient_than_the_model(
-        tokens in 1u64..=1_000_000_000,
-        per in 1u64..=10_000_000_000,
-        burst in 1u64..=64,
-        ops in ops(64, 10_000_000),
-    ) {
-        prop_assume!(Quota::new(tokens, Duration::from_nanos(per), burst).is_ok());
         check(tokens, per, burst, &ops, false).map_err(TestCaseError::fail)?;
     }
 }
