@@ -241,6 +241,14 @@ impl<C: Clock> Bucket<C> {
     ///
     /// Decisions never wait for a reconfiguration; concurrent reconfigurations take turns.
     ///
+    /// One known gap: a decision's CAS checks the word, and just before it the quota slot's
+    /// version. A thread preempted between that check and its CAS while at least two
+    /// reconfigurations complete, and the word comes back to the bit-identical value, commits a
+    /// decision made under the previous quota. That needs the state to repeat exactly — in
+    /// practice a frozen clock cycling through quotas (seen in a stress test on a loaded 2-core
+    /// machine); one epoch bit in the word cannot rule it out. Read-only results have no gap
+    /// (they check the version after reloading the word).
+    ///
     /// ```
     /// use tollgate::{Bucket, ManualClock, Quota};
     /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
