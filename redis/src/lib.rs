@@ -43,6 +43,21 @@ mod script;
 pub mod test_support;
 
 pub use error::Error;
+pub use script::ORIGIN_UNIX_US;
+
+/// Whether the Redis script holds `quota` exactly: `Ok` for every quota that
+/// [`build`](RedisLimiterBuilder::build) accepts, [`Error::Config`] (saying why) otherwise.
+///
+/// ```
+/// use tollgate::Quota;
+/// assert!(tollgate_redis::check_quota(Quota::per_second(1000).unwrap()).is_ok());
+/// // One per second with a burst of 2^40: refilling it takes 35,000 years.
+/// let huge = Quota::per_second(1).unwrap().with_burst(1 << 40).unwrap();
+/// assert!(tollgate_redis::check_quota(huge).is_err());
+/// ```
+pub fn check_quota(quota: tollgate::Quota) -> Result<(), Error> {
+    script::Params::new(quota).map(|_| ())
+}
 pub use lease::Leases;
 pub use limiter::{
     Counters, OnUnavailable, RedisLimiter, RedisLimiterBuilder, FAIL_CLOSED_RETRY,

@@ -387,7 +387,10 @@ impl RedisLimiter {
     /// Takes `cost` tokens from `key`'s bucket, applying the [`OnUnavailable`] policy when Redis
     /// cannot decide. Returns within the timeout.
     pub async fn try_acquire(&self, key: &str, cost: u64) -> Result<(), tollgate::Denied> {
-        self.try_acquire_snapshot(key, cost).await.0
+        match self.decide(key, cost, false).await {
+            Ok((v, _)) => v,
+            Err(_) => self.apply_policy(key, cost).0,
+        }
     }
 
     /// [`try_acquire`](Self::try_acquire) with the bucket's [`Snapshot`] after the decision;

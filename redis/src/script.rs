@@ -27,8 +27,11 @@ use crate::Error;
 use std::time::Duration;
 use tollgate::{gcra, Denied, Quota, Snapshot};
 
-/// The model's clock origin, in Unix microseconds: 2020-01-01T00:00:00Z.
-pub(crate) const ORIGIN_US: u64 = 1_577_836_800_000_000;
+/// The origin of the model's clock, in Unix microseconds (2020-01-01T00:00:00Z): a decision at
+/// server time `T` µs is `tollgate::gcra` at `now_ns = (T − ORIGIN_UNIX_US) × 1000`. Valid until
+/// tollgate's [`HORIZON`](tollgate::HORIZON) (100 years, i.e. until 2119).
+pub const ORIGIN_UNIX_US: u64 = 1_577_836_800_000_000;
+const ORIGIN_US: u64 = ORIGIN_UNIX_US;
 /// 2^53: Lua doubles hold every integer below it.
 const EXACT: u128 = 1 << 53;
 
