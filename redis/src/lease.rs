@@ -154,7 +154,12 @@ impl Table {
 
     /// The key's slot, created if the table has room (after dropping expired slots).
     pub(crate) fn slot(&self, key: &str) -> Option<Arc<Slot>> {
-        if let Some(s) = self.slots.read().unwrap_or_else(|e| e.into_inner()).get(key) {
+        if let Some(s) = self
+            .slots
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+        {
             return Some(s.clone());
         }
         let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
@@ -165,9 +170,8 @@ impl Table {
             let now = self.now();
             // Only slots nobody else holds and whose tokens expired (dropping them loses
             // nothing that may still be spent).
-            slots.retain(|_, s| {
-                Arc::strong_count(s) > 1 || s.expires.load(Ordering::Acquire) > now
-            });
+            slots
+                .retain(|_, s| Arc::strong_count(s) > 1 || s.expires.load(Ordering::Acquire) > now);
             if slots.len() >= self.cfg.max_keys {
                 return None;
             }

@@ -254,7 +254,9 @@ impl RedisLimiterBuilder {
                 for (k, q) in &self.per_key {
                     b = b.quota_for(k.clone(), share(*q)?);
                 }
-                Policy::Local(b.build().map_err(|e| Error::Config(e.to_string()))?)
+                Policy::Local(Box::new(
+                    b.build().map_err(|e| Error::Config(e.to_string()))?,
+                ))
             }
         };
         if let Some(l) = &self.leases {
@@ -322,7 +324,7 @@ fn local_share(q: Quota, fraction: f64) -> Result<Quota, Error> {
 enum Policy {
     FailClosed,
     FailOpen,
-    Local(KeyedLimiter<String>),
+    Local(Box<KeyedLimiter<String>>),
 }
 
 struct Inner {
@@ -512,7 +514,11 @@ impl RedisLimiter {
         if cost == 0 || cost > p.quota.burst() {
             // A snapshot for an edge case: read the state (cost 0 writes nothing).
             let d = self.call(key, p, 0, Mode::Acquire, None).await?;
-            let v = if cost == 0 { Ok(()) } else { Err(Denied::ExceedsBurst) };
+            let v = if cost == 0 {
+                Ok(())
+            } else {
+                Err(Denied::ExceedsBurst)
+            };
             return Ok((v, Some(d.snapshot)));
         }
         let Some(table) = &self.inner.leases else {
@@ -630,7 +636,11 @@ impl RedisLimiter {
         argv.extend(nums.iter().map(String::as_str));
         self.inner
             .conn
-            .eval(&self.inner.script, &format!("{}echo", self.inner.prefix), &argv)
+            .eval(
+                &self.inner.script,
+                &format!("{}echo", self.inner.prefix),
+                &argv,
+            )
             .await
             .map_err(Error::from_redis)
     }

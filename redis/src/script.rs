@@ -128,7 +128,9 @@ impl Params {
         let now = t
             .checked_mul(1000)
             .filter(|ns| Duration::from_nanos(*ns) < tollgate::HORIZON)
-            .ok_or_else(|| Error::Reply(format!("server time {t} us is past tollgate's horizon")))?;
+            .ok_or_else(|| {
+                Error::Reply(format!("server time {t} us is past tollgate's horizon"))
+            })?;
         let before = self.state_of(prev)?;
         let disagree = || {
             Error::Reply(format!(
@@ -224,6 +226,8 @@ mod tests {
         let s = format!("{} 3 7", p.tag);
         assert_eq!(p.state_of(&s).unwrap(), 3 * p.a + 7);
         assert!(p.state_of(&format!("{} x 7", p.tag)).is_err());
-        assert!(p.state_of(&format!("{} 99999999999999999 7", p.tag)).is_err());
+        assert!(p
+            .state_of(&format!("{} 99999999999999999 7", p.tag))
+            .is_err());
     }
 }

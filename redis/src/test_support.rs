@@ -252,7 +252,10 @@ impl RedisCluster {
             .iter()
             .all(|n| command(n.port, "CLUSTER INFO").is_ok_and(|r| r.contains("cluster_state:ok")))
         {
-            assert!(t0.elapsed() < Duration::from_secs(20), "cluster never became ok");
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "cluster never became ok"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Some(RedisCluster { nodes })

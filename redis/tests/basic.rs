@@ -17,7 +17,10 @@ async fn burst_then_refusal_with_exact_wait() {
     };
     // One token per hour: nothing refills during the test.
     let quota = q(1, Duration::from_secs(3600), 5);
-    let l = RedisLimiter::builder(&server.url(), quota).build().await.unwrap();
+    let l = RedisLimiter::builder(&server.url(), quota)
+        .build()
+        .await
+        .unwrap();
     for i in 0..5 {
         let (v, s) = l.check_snapshot("k", 1).await.unwrap();
         assert_eq!(v, Ok(()));
@@ -26,7 +29,10 @@ async fn burst_then_refusal_with_exact_wait() {
     match l.check("k", 1).await.unwrap() {
         // The wait is one emission interval minus the microseconds since the first admission.
         Err(Denied::RetryAfter(d)) => {
-            assert!(d <= Duration::from_secs(3600) && d > Duration::from_secs(3590), "{d:?}")
+            assert!(
+                d <= Duration::from_secs(3600) && d > Duration::from_secs(3590),
+                "{d:?}"
+            )
         }
         v => panic!("expected a refusal, got {v:?}"),
     }
@@ -61,13 +67,20 @@ async fn key_expires_when_full_again() {
     let (v, s) = l.check_snapshot("ttl", 3).await.unwrap();
     assert_eq!(v, Ok(()));
     assert_eq!(s.until_full(), Duration::from_millis(300));
-    let pttl: i64 = server.cli(&["PTTL", "tollgate:ttl"]).trim().parse().unwrap();
+    let pttl: i64 = server
+        .cli(&["PTTL", "tollgate:ttl"])
+        .trim()
+        .parse()
+        .unwrap();
     // (redis-cli takes a few ms to start: the TTL is read a little later.)
     assert!((150..=303).contains(&pttl), "PTTL {pttl}");
     // Gone once full: an idle key costs nothing.
     let t0 = Instant::now();
     while server.cli(&["EXISTS", "tollgate:ttl"]).trim() == "1" {
-        assert!(t0.elapsed() < Duration::from_secs(2), "the key never expired");
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "the key never expired"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (_, s) = l.check_snapshot("ttl", 0).await.unwrap();
@@ -121,7 +134,14 @@ async fn big_numbers_round_trip() {
         .build()
         .await
         .unwrap();
-    let nums = [0, 1, 100_000_000, (1 << 53) - 1, 1 << 52, 999_999_999_999_999];
+    let nums = [
+        0,
+        1,
+        100_000_000,
+        (1 << 53) - 1,
+        1 << 52,
+        999_999_999_999_999,
+    ];
     let back = l.echo(&nums).await.unwrap();
     let want: Vec<String> = nums.iter().map(u64::to_string).collect();
     assert_eq!(back, want);
@@ -155,7 +175,10 @@ async fn build_errors_are_clear() {
     assert!(e.to_string().contains("exact range"), "{e}");
     // A bad URL, and a refused connection (port 1 on loopback), within the connect timeout.
     let quota = Quota::per_second(1).unwrap();
-    let e = RedisLimiter::builder("nonsense", quota).build().await.unwrap_err();
+    let e = RedisLimiter::builder("nonsense", quota)
+        .build()
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::Url(_)), "{e}");
     let t0 = Instant::now();
     let e = RedisLimiter::builder("redis://127.0.0.1:1", quota)

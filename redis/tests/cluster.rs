@@ -51,7 +51,9 @@ async fn cluster_spreads_keys_and_follows_moved() {
         .nodes()
         .iter()
         .position(|n| {
-            n.cli(&["CLUSTER", "COUNTKEYSINSLOT", &s.to_string()]).trim() == "0"
+            n.cli(&["CLUSTER", "COUNTKEYSINSLOT", &s.to_string()])
+                .trim()
+                == "0"
                 && n.cli(&["CLUSTER", "NODES"])
                     .lines()
                     .any(|l| l.contains("myself") && owns(l, s))
@@ -75,8 +77,12 @@ async fn cluster_spreads_keys_and_follows_moved() {
 
 /// Whether a `CLUSTER NODES` line lists slot `s` among its ranges.
 fn owns(line: &str, s: u16) -> bool {
-    line.split_whitespace().skip(8).any(|r| match r.split_once('-') {
-        Some((a, b)) => a.parse::<u16>().is_ok_and(|a| a <= s) && b.parse::<u16>().is_ok_and(|b| s <= b),
-        None => r.parse::<u16>() == Ok(s),
-    })
+    line.split_whitespace()
+        .skip(8)
+        .any(|r| match r.split_once('-') {
+            Some((a, b)) => {
+                a.parse::<u16>().is_ok_and(|a| a <= s) && b.parse::<u16>().is_ok_and(|b| s <= b)
+            }
+            None => r.parse::<u16>() == Ok(s),
+        })
 }

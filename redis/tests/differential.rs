@@ -34,8 +34,14 @@ fn quota(rng: &mut Rng) -> Quota {
             _ => log_uniform(rng, 1_000_000_000),
         };
         let per = match rng.below(4) {
-            0 => [1, 1_000, 1_000_000, 1_000_000_000, 60_000_000_000, 3_600_000_000_000]
-                [rng.below(6) as usize],
+            0 => [
+                1,
+                1_000,
+                1_000_000,
+                1_000_000_000,
+                60_000_000_000,
+                3_600_000_000_000,
+            ][rng.below(6) as usize],
             _ => log_uniform(rng, 100_000_000_000_000),
         };
         let burst = log_uniform(rng, 10_000_000);
@@ -59,7 +65,11 @@ fn step(rng: &mut Rng, t: u64, q: &Quota) -> u64 {
         4 => log_uniform(rng, 1 << 40),
         5 => interval_us,
         // The clock steps back (a failover to a host whose clock is behind).
-        6 => return t.saturating_sub(rng.below(interval_us.max(2) * 3)).max(ORIGIN_UNIX_US),
+        6 => {
+            return t
+                .saturating_sub(rng.below(interval_us.max(2) * 3))
+                .max(ORIGIN_UNIX_US)
+        }
         _ => rng.below(1000),
     };
     t + dt
@@ -157,7 +167,11 @@ async fn script_equals_gcra_on_10000_random_quotas() {
                             case.quota,
                             case.schedule
                         );
-                        if v.is_ok() { a += 1 } else { r += 1 }
+                        if v.is_ok() {
+                            a += 1
+                        } else {
+                            r += 1
+                        }
                     }
                 }
                 (a, r)
@@ -172,6 +186,12 @@ async fn script_equals_gcra_on_10000_random_quotas() {
     // The schedules exercise both outcomes and inexact quotas substantially.
     let total = (CASES * STEPS) as u64;
     assert_eq!(admitted + refused, total);
-    assert!(admitted > total / 5 && refused > total / 10, "{admitted} / {refused}");
-    assert!(inexact > (CASES / 10) as u64, "only {inexact} inexact quotas");
+    assert!(
+        admitted > total / 5 && refused > total / 10,
+        "{admitted} / {refused}"
+    );
+    assert!(
+        inexact > (CASES / 10) as u64,
+        "only {inexact} inexact quotas"
+    );
 }

@@ -29,7 +29,10 @@ async fn script_flush_under_load_surfaces_no_error() {
         tasks.spawn(async move {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) && i < 20_000 {
-                l.check(&format!("k{}", (t * 7 + i) % 50), 1).await.unwrap().unwrap();
+                l.check(&format!("k{}", (t * 7 + i) % 50), 1)
+                    .await
+                    .unwrap()
+                    .unwrap();
                 decisions.fetch_add(1, Ordering::Relaxed);
                 i += 1;
             }
@@ -116,7 +119,10 @@ async fn frozen_server_every_policy_answers_within_the_timeout() {
     let resume = scopeguard(&server);
     for (l, name) in [(&closed, "closed"), (&open, "open"), (&local, "local")] {
         let (verdicts, slowest) = burst_of_decisions(l, 8, 200).await;
-        assert!(slowest <= timeout + SLACK, "{name}: slowest decision {slowest:?}");
+        assert!(
+            slowest <= timeout + SLACK,
+            "{name}: slowest decision {slowest:?}"
+        );
         let c = l.counters();
         match name {
             "closed" => {

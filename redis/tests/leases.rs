@@ -62,7 +62,10 @@ async fn leases_never_exceed_the_window_bound() {
                 j += 1;
             }
             let n = (i - j + 1) as f64;
-            assert!(n <= bound, "{n} admissions within {window:?} (bound {bound})");
+            assert!(
+                n <= bound,
+                "{n} admissions within {window:?} (bound {bound})"
+            );
         }
     }
 }
