@@ -226,7 +226,8 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(bucket.available(), 2);
     /// ```
     pub fn set_quota(&self, quota: Quota) {
-        let writer = self.slots.lock();
+        // Read before taking the writer flag: see `EpochSlots::lock`.
+        let writer = self.slots.lock(self.clock.now());
         let mut cur = self.state.load(Ordering::Acquire);
         let old = Quota::from_raw(writer.get(cur & 1));
         if old == quota {
@@ -234,7 +235,7 @@ impl<C: Clock> Bucket<C> {
         }
         let idle = (cur & 1) ^ 1;
         writer.set(idle, quota.to_raw());
-        let now = self.clock.now();
+        let now = writer.now();
         loop {
             let next = gcra::rescale(cur >> 1, now, &old, &quota);
             match self.state.compare_exchange_weak(

@@ -85,17 +85,22 @@ impl Denied {
     /// should carry (never `0`, which clients read as "retry now"). `None` for
     /// [`Denied::ExceedsBurst`].
     ///
+    /// The rounding saturates: a wait that does not fit `u64` seconds once rounded up — in
+    /// particular `Duration::MAX`, which the crate reports for a request that no wait within its
+    /// horizon admits — gives `u64::MAX` (about 584 billion years), never a wrapped small value.
+    ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate::Denied;
     /// assert_eq!(Denied::RetryAfter(Duration::from_millis(1)).retry_after_secs(), Some(1));
     /// assert_eq!(Denied::RetryAfter(Duration::from_millis(1001)).retry_after_secs(), Some(2));
+    /// assert_eq!(Denied::RetryAfter(Duration::MAX).retry_after_secs(), Some(u64::MAX));
     /// assert_eq!(Denied::ExceedsBurst.retry_after_secs(), None);
     /// ```
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             Denied::RetryAfter(d) => {
-                let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+                let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
                 Some(secs.max(1))
             }
             Denied::ExceedsBurst => None,

@@ -61,7 +61,7 @@ pub use bucket::Bucket;
 pub use clock::QuantaClock;
 #[cfg(feature = "std")]
 pub use clock::StdClock;
-pub use clock::{Clock, DefaultClock, ManualClock};
+pub use clock::{Clock, DefaultClock, ManualClock, WakeRegistration};
 pub use error::{ConfigError, Denied};
 #[cfg(feature = "keyed")]
 pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder};

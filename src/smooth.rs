@@ -567,12 +567,13 @@ impl<C: Clock> Smooth<C> {
     pub fn set_rate(&self, permits_per_second: f64) -> Result<(), ConfigError> {
         check_rate(permits_per_second)?;
         let new = Params::new(self.mode, permits_per_second).ok_or(ConfigError::InvalidRate)?;
-        let writer = self.slots.lock();
+        // Read before taking the writer flag: see `EpochSlots::lock`.
+        let writer = self.slots.lock(self.clock.now());
         let mut cur = self.state.load(Ordering::Acquire);
         let old = Params::from_raw(writer.get((cur & 1) as u64));
         let idle = ((cur & 1) ^ 1) as u64;
         writer.set(idle, new.to_raw());
-        let now = self.now_micros();
+        let now = self.micros_at(writer.now());
         loop {
             let mut s = decode(cur, &old);
             s.resync(now, &old);
@@ -627,7 +628,12 @@ impl<C: Clock> Smooth<C> {
     /// clock reading before the origin counts as the origin.
     #[inline]
     fn now_micros(&self) -> u64 {
-        (self.clock.now().saturating_sub(self.origin) / 1000).min(MAX_MICROS)
+        self.micros_at(self.clock.now())
+    }
+
+    /// A clock reading in microseconds since the limiter's origin.
+    fn micros_at(&self, now: u64) -> u64 {
+        (now.saturating_sub(self.origin) / 1000).min(MAX_MICROS)
     }
 
     fn pay(&self, wait_micros: u64) -> Duration {

@@ -86,6 +86,51 @@ pub(crate) fn spin_loop() {
     core::hint::spin_loop();
 }
 
+/// Exponential back-off for a thread waiting on a flag another thread holds (the reconfiguration
+/// writer lock): spin 1, 2, 4, … 64 hints, then yield the thread to the OS at every step, so a
+/// waiter never burns a core while the holder is preempted. Under loom every step is one
+/// `spin_loop` (a loom yield), so a model explores the wait without multiplying its states.
+///
+/// Not `crossbeam_utils::Backoff`: built without its `std` feature (the core must stay
+/// `no_std`-capable) it never yields, and its hints would bypass the loom switch above.
+#[derive(Debug, Default)]
+pub(crate) struct Backoff {
+    step: u32,
+}
+
+impl Backoff {
+    /// The last step that spins (2^6 = 64 hints); later steps yield.
+    const SPIN_LIMIT: u32 = 6;
+
+    /// Waits a little, longer at each call.
+    #[inline]
+    pub(crate) fn snooze(&mut self) {
+        #[cfg(tollgate_loom)]
+        {
+            // One hint (a loom yield) per step, whatever the step.
+            spin_loop();
+            self.step = (self.step + 1).min(Self::SPIN_LIMIT);
+        }
+        #[cfg(not(tollgate_loom))]
+        {
+            if self.step <= Self::SPIN_LIMIT {
+                for _ in 0..1u32 << self.step {
+                    spin_loop();
+                }
+                self.step += 1;
+            } else {
+                #[cfg(feature = "std")]
+                std::thread::yield_now();
+                // Without an OS there is nothing to yield to: keep spinning at the longest step.
+                #[cfg(not(feature = "std"))]
+                for _ in 0..1u32 << Self::SPIN_LIMIT {
+                    spin_loop();
+                }
+            }
+        }
+    }
+}
+
 /// A small number for the calling thread, assigned round-robin (0, 1, 2, ...) on the thread's
 /// first call and read from a thread-local afterwards: no syscall, no shared write. The keyed and
 /// sharded limiters map it onto their cache-padded shards.

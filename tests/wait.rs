@@ -3,23 +3,19 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, Thread};
+use std::task::{Context, Poll, Waker};
+use std::thread;
 use std::time::Duration;
 use tollgate::{Bucket, Clock, Denied, ManualClock, Quota, StdClock};
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn quota(per_second: u64, burst: u64) -> Quota {
-    Quota::per_second(per_second)
-        .unwrap()
-        .with_burst(burst)
-        .unwrap()
-}
+#[path = "support/quotas.rs"]
+mod quotas;
+use quotas::{ms, quota};
+#[path = "support/wakers.rs"]
+mod wakers;
+use wakers::{block_on, Count};
 
 fn manual(q: Quota) -> (ManualClock, Bucket<ManualClock>) {
     let clock = ManualClock::new();
@@ -486,32 +482,6 @@ fn cancel_after_a_double_switch_to_another_quota_does_nothing() {
 
 // ---------------------------------------------------------------------------------------------
 // Async: a tiny executor, cancel on drop, jitter.
-
-struct ThreadWaker(Thread);
-impl Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-fn block_on<F: Future>(fut: F) -> F::Output {
-    let mut fut = pin!(fut);
-    let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-        thread::park();
-    }
-}
-
-struct Count(AtomicUsize);
-impl Wake for Count {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
 
 /// A manual clock whose async wake-ups never come: futures on it stay pending until the test
 /// moves the clock and polls again.

@@ -1,4 +1,5 @@
-use crate::clock::Clock;
+use crate::clock::{Clock, WakeRegistration};
+use core::task::Waker;
 use core::time::Duration;
 use std::sync::OnceLock;
 
@@ -65,5 +66,10 @@ impl Clock for QuantaClock {
 
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
+    }
+
+    /// The shared timer thread, cancellable ([`WakeRegistration::timer`]).
+    fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
+        WakeRegistration::timer(duration, waker)
     }
 }

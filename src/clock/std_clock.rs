@@ -1,4 +1,5 @@
-use crate::clock::Clock;
+use crate::clock::{Clock, WakeRegistration};
+use core::task::Waker;
 use core::time::Duration;
 use std::time::Instant;
 
@@ -40,5 +41,10 @@ impl Clock for StdClock {
 
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
+    }
+
+    /// The shared timer thread, cancellable ([`WakeRegistration::timer`]).
+    fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
+        WakeRegistration::timer(duration, waker)
     }
 }
