@@ -11,6 +11,7 @@
 //! * [`Report`] — the table, CSV, JSON and SVG outputs; [`Report::violations`] are the cells
 //!   where a strategy admitted more than `burst + rate × elapsed`.
 //! * [`cli`] — the `tollgate-bench compare` command line, reusable with your own strategies.
+//! * [`redis_strategies`] — `redis`, `redis-lease` and the plain Lua baseline (`--redis URL`).
 //!
 //! ```
 //! use std::time::Duration;
@@ -25,6 +26,7 @@
 
 pub mod cli;
 mod limiter;
+pub mod redis_strategies;
 pub mod report;
 pub mod run;
 pub mod strategies;

@@ -55,10 +55,13 @@ impl Error {
     }
 
     pub(crate) fn from_redis(e: redis::RedisError) -> Error {
-        if e.is_connection_refusal() || e.is_connection_dropped() || e.is_io_error() {
+        // The client's own (connection-level) timeouts count as connection failures.
+        if e.is_connection_refusal()
+            || e.is_connection_dropped()
+            || e.is_io_error()
+            || e.is_timeout()
+        {
             Error::Connect(Box::new(e))
-        } else if e.is_timeout() {
-            Error::Timeout(Duration::ZERO)
         } else {
             Error::Server(Box::new(e))
         }

@@ -170,6 +170,17 @@ impl fmt::Debug for RedisLimiterBuilder {
 impl RedisLimiterBuilder {
     /// The prefix of every Redis key (default `"tollgate:"`). It must not contain `{` or `}`, so
     /// that a hash tag in the user's key (`"user:{42}"`) decides the cluster slot.
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Leases, OnUnavailable, RedisLimiter};
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .prefix("myapp:rl:")
+    ///     .build()
+    ///     .await?;
+    /// # let _ = limiter; Ok(()) }
+    /// ```
     pub fn prefix(mut self, prefix: &str) -> Self {
         prefix.clone_into(&mut self.prefix);
         self
@@ -177,18 +188,51 @@ impl RedisLimiterBuilder {
 
     /// The most one decision may take, round trip included (default 25 ms). Past it the
     /// decision fails with [`Error::Timeout`] (and `try_acquire` applies the policy).
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Leases, OnUnavailable, RedisLimiter};
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .timeout(Duration::from_millis(10))
+    ///     .build()
+    ///     .await?;
+    /// # let _ = limiter; Ok(()) }
+    /// ```
     pub fn timeout(mut self, t: std::time::Duration) -> Self {
         self.timeout = t;
         self
     }
 
     /// The policy when Redis cannot decide (default [`OnUnavailable::FailClosed`]).
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Leases, OnUnavailable, RedisLimiter};
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .on_unavailable(OnUnavailable::LocalFallback { fraction: 0.25, max_keys: 10_000 })
+    ///     .build()
+    ///     .await?;
+    /// # let _ = limiter; Ok(()) }
+    /// ```
     pub fn on_unavailable(mut self, p: OnUnavailable) -> Self {
         self.on_unavailable = p;
         self
     }
 
     /// How long [`build`](Self::build) may take to connect (default 2 s).
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Leases, OnUnavailable, RedisLimiter};
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .connect_timeout(Duration::from_millis(500))
+    ///     .build()
+    ///     .await?;
+    /// # let _ = limiter; Ok(()) }
+    /// ```
     pub fn connect_timeout(mut self, t: Duration) -> Self {
         self.connect_timeout = t;
         self
@@ -197,6 +241,17 @@ impl RedisLimiterBuilder {
     /// A quota for one key instead of the default (checked at `build`). A key's stored state
     /// is tagged with its quota: after a quota change the key starts full (at most one extra
     /// burst).
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Leases, OnUnavailable, RedisLimiter};
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .quota_for("tenant:{vip}", Quota::per_second(1000).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// # let _ = limiter; Ok(()) }
+    /// ```
     pub fn quota_for(mut self, key: &str, quota: Quota) -> Self {
         self.per_key.push((key.to_owned(), quota));
         self
@@ -204,6 +259,17 @@ impl RedisLimiterBuilder {
 
     /// Serve decisions from tokens leased ahead of time (see [`Leases`] for the bound and the
     /// cost). Off by default.
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Leases, OnUnavailable, RedisLimiter};
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .leases(Leases::new(64).lifetime(Duration::from_millis(50)))
+    ///     .build()
+    ///     .await?;
+    /// # let _ = limiter; Ok(()) }
+    /// ```
     pub fn leases(mut self, leases: Leases) -> Self {
         self.leases = Some(leases);
         self
@@ -211,12 +277,34 @@ impl RedisLimiterBuilder {
 
     /// The most decisions waiting for Redis at once (default 4096); more fail at once with
     /// [`Error::Overloaded`].
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Leases, OnUnavailable, RedisLimiter};
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .max_in_flight(1024)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = limiter; Ok(()) }
+    /// ```
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n;
         self
     }
 
     /// After a failure, how often one probe decision is sent to Redis (default 100 ms).
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Leases, OnUnavailable, RedisLimiter};
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .probe_interval(Duration::from_millis(250))
+    ///     .build()
+    ///     .await?;
+    /// # let _ = limiter; Ok(()) }
+    /// ```
     pub fn probe_interval(mut self, t: Duration) -> Self {
         self.probe_interval = t;
         self
@@ -228,6 +316,16 @@ impl RedisLimiterBuilder {
     /// Errors: [`Error::Config`] for a quota outside the script's exact range (see the crate
     /// docs), a bad prefix, fraction or lease setting; [`Error::Url`], [`Error::Connect`],
     /// [`Error::Timeout`] or [`Error::Server`] when the server cannot be used.
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Leases, OnUnavailable, RedisLimiter};
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// # let _ = limiter; Ok(()) }
+    /// ```
     pub async fn build(self) -> Result<RedisLimiter, Error> {
         if self.prefix.contains(['{', '}']) {
             return Err(Error::Config(format!(
@@ -371,6 +469,16 @@ enum Mode {
 impl RedisLimiter {
     /// A builder for `quota` per key on the server at `url` (`redis://host:port`, or
     /// `redis+cluster://host1:port1,host2:port2` for a cluster).
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(limiter.quota_for("any").tokens(), 100);
+    /// # Ok(()) }
+    /// ```
     pub fn builder(url: &str, quota: tollgate::Quota) -> RedisLimiterBuilder {
         RedisLimiterBuilder {
             url: url.to_owned(),
@@ -388,6 +496,18 @@ impl RedisLimiter {
 
     /// Takes `cost` tokens from `key`'s bucket, applying the [`OnUnavailable`] policy when Redis
     /// cannot decide. Returns within the timeout.
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// if let Err(denied) = limiter.try_acquire("tenant:42", 1).await {
+    ///     let _retry_after_secs = denied.retry_after_secs();
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn try_acquire(&self, key: &str, cost: u64) -> Result<(), tollgate::Denied> {
         match self.decide(key, cost, false).await {
             Ok((v, _)) => v,
@@ -398,6 +518,17 @@ impl RedisLimiter {
     /// [`try_acquire`](Self::try_acquire) with the bucket's [`Snapshot`] after the decision;
     /// `None` when no limiter answered (fail open or closed). A snapshot served from a lease
     /// is approximate (see [`check_snapshot`](Self::check_snapshot)).
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// let (verdict, snapshot) = limiter.try_acquire_snapshot("tenant:42", 1).await;
+    /// # let _ = (verdict, snapshot.map(|s| s.remaining()));
+    /// # Ok(()) }
+    /// ```
     pub async fn try_acquire_snapshot(
         &self,
         key: &str,
@@ -412,6 +543,19 @@ impl RedisLimiter {
     /// Takes `cost` tokens from `key`'s bucket; backend errors surface (no policy applied).
     /// `cost == 0` is admitted without a round trip, `cost > burst` refused with
     /// `Denied::ExceedsBurst` without one.
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// match limiter.check("tenant:42", 1).await? {
+    ///     Ok(()) => {}
+    ///     Err(denied) => println!("{denied}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn check(
         &self,
         key: &str,
@@ -425,6 +569,17 @@ impl RedisLimiter {
     /// `cost == 0` and `cost > burst`). When served from a lease, `remaining` is the lease's
     /// tokens plus what Redis held at the last refill and `until_full` the Redis bucket's as of
     /// that refill (an estimate: other processes may have spent since).
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// let (verdict, s) = limiter.check_snapshot("tenant:42", 1).await?;
+    /// println!("{verdict:?}: {} left, full in {:?}", s.remaining(), s.until_full());
+    /// # Ok(()) }
+    /// ```
     pub async fn check_snapshot(
         &self,
         key: &str,
@@ -438,6 +593,17 @@ impl RedisLimiter {
     }
 
     /// The decision counters.
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// let c = limiter.counters();
+    /// println!("{} decided by Redis, {} errors", c.redis, c.errors);
+    /// # Ok(()) }
+    /// ```
     pub fn counters(&self) -> Counters {
         let s = &self.inner.stats;
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -453,6 +619,16 @@ impl RedisLimiter {
     }
 
     /// The quota that applies to `key`.
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(limiter.quota_for("tenant:42").burst(), 100);
+    /// # Ok(()) }
+    /// ```
     pub fn quota_for(&self, key: &str) -> Quota {
         self.params(key).quota
     }
