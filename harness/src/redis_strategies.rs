@@ -139,7 +139,7 @@ fn baseline(url: &str, setup: &Setup) -> Result<Box<dyn RateLimiter>, String> {
         key: format!("{}hot", prefix()),
         capacity: q.burst().to_string(),
         rate: format!("{rate:e}"),
-        clock: setup.clock.clone(),
+        clock: setup.clock,
     }))
 }
 
