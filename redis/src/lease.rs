@@ -125,6 +125,12 @@ pub(crate) struct Slot {
     taken_at: AtomicU64,
     /// The next take size (adaptive, 1 ..= L).
     take: AtomicU64,
+    /// After a refused refill: refuse costs `>= denied_cost` locally until `denied_until` (same
+    /// scale as `expires`; 0 = none). Tokens only come back by refilling, so this never refuses
+    /// what Redis would admit for those costs — except when another quota or a restart resets
+    /// the key, which it notices one wait later.
+    denied_until: AtomicU64,
+    denied_cost: AtomicU64,
     /// One refill at a time per key and process.
     pub(crate) refill: tokio::sync::Mutex<()>,
     /// The Redis snapshot of the last refill, and when it was taken.
@@ -186,6 +192,8 @@ impl Table {
             expires: AtomicU64::new(0),
             taken_at: AtomicU64::new(0),
             take: AtomicU64::new(self.cfg.max_tokens.div_ceil(4).max(1)),
+            denied_until: AtomicU64::new(0),
+            denied_cost: AtomicU64::new(u64::MAX),
             refill: tokio::sync::Mutex::new(()),
             last: std::sync::Mutex::new(None),
         });
@@ -196,6 +204,23 @@ impl Table {
     /// Serves `cost` from the key's lease if it is valid and holds enough.
     pub(crate) fn take_local(&self, slot: &Slot, cost: u64) -> bool {
         slot.expires.load(Ordering::Acquire) > self.now() && slot.bucket.try_acquire(cost).is_ok()
+    }
+
+    /// The rest of a recent refusal's wait if it covers `cost` (see `Slot::denied_until`).
+    pub(crate) fn denied(&self, slot: &Slot, cost: u64) -> Option<Duration> {
+        let until = slot.denied_until.load(Ordering::Acquire);
+        let now = self.now();
+        (until > now && cost >= slot.denied_cost.load(Ordering::Acquire))
+            .then(|| Duration::from_nanos(until - now))
+    }
+
+    /// Remembers a refusal of `cost` with `wait`. Call with the refill lock held.
+    pub(crate) fn deny(&self, slot: &Slot, cost: u64, wait: Duration) {
+        let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        slot.denied_until.store(0, Ordering::Release);
+        slot.denied_cost.store(cost, Ordering::Release);
+        slot.denied_until
+            .store(self.now().saturating_add(wait), Ordering::Release);
     }
 
     /// Tokens left in the key's valid lease.
@@ -233,6 +258,7 @@ impl Table {
     pub(crate) fn deposit(&self, slot: &Slot, tokens: u64, snapshot: tollgate::Snapshot) {
         // Mark expired first so that no taker trusts the bucket while it is refilled.
         slot.expires.store(0, Ordering::Release);
+        slot.denied_until.store(0, Ordering::Release);
         loop {
             let left = slot.bucket.available();
             if left == 0 || slot.bucket.try_acquire(left).is_ok() {

@@ -45,8 +45,8 @@ pub enum OnUnavailable {
 
 /// How many decisions took each path (since the limiter was built; shared by clones).
 ///
-/// `redis + leased` decisions were made by the Redis bucket (directly, or from tokens leased
-/// from it); `fail_open + fail_closed + local_fallback` decisions applied the policy after an
+/// `redis + leased + lease_denied` decisions were made by the Redis bucket (directly, or from
+/// what a lease refill learned); `fail_open + fail_closed + local_fallback` decisions applied the policy after an
 /// error (`errors` counts every error, including those [`RedisLimiter::check`] returned).
 ///
 /// ```
@@ -60,6 +60,9 @@ pub struct Counters {
     pub redis: u64,
     /// Admissions served from a local lease.
     pub leased: u64,
+    /// Refusals decided locally in lease mode: a refill of this key was refused with a wait that
+    /// has not passed yet, for the same or a smaller cost.
+    pub lease_denied: u64,
     /// Admitted by [`OnUnavailable::FailOpen`].
     pub fail_open: u64,
     /// Refused by [`OnUnavailable::FailClosed`].
@@ -76,6 +79,7 @@ pub struct Counters {
 struct Stats {
     redis: AtomicU64,
     leased: AtomicU64,
+    lease_denied: AtomicU64,
     fail_open: AtomicU64,
     fail_closed: AtomicU64,
     local_fallback: AtomicU64,
@@ -610,6 +614,7 @@ impl RedisLimiter {
         Counters {
             redis: l(&s.redis),
             leased: l(&s.leased),
+            lease_denied: l(&s.lease_denied),
             fail_open: l(&s.fail_open),
             fail_closed: l(&s.fail_closed),
             local_fallback: l(&s.local_fallback),
@@ -707,24 +712,48 @@ impl RedisLimiter {
             bump(&self.inner.stats.redis);
             return Ok((d.verdict, Some(d.snapshot)));
         };
-        if table.take_local(&slot, cost) {
-            bump(&self.inner.stats.leased);
-            return Ok((Ok(()), Some(self.lease_snapshot(table, &slot, p))));
+        if let Some(r) = self.local(table, &slot, p, cost) {
+            return Ok(r);
         }
         let _refill = slot.refill.lock().await;
-        // Another task may have refilled while this one waited.
-        if table.take_local(&slot, cost) {
-            bump(&self.inner.stats.leased);
-            return Ok((Ok(()), Some(self.lease_snapshot(table, &slot, p))));
+        // Another task may have refilled (or been refused) while this one waited.
+        if let Some(r) = self.local(table, &slot, p, cost) {
+            return Ok(r);
         }
         let take = table.next_take(&slot, cost);
         let d = self.call(key, p, cost, Mode::Lease(take), None).await?;
         bump(&self.inner.stats.redis);
-        if d.verdict.is_ok() {
-            table.deposit(&slot, d.taken - cost, d.snapshot);
-            return Ok((Ok(()), Some(self.lease_snapshot(table, &slot, p))));
+        match d.verdict {
+            Ok(()) => {
+                table.deposit(&slot, d.taken - cost, d.snapshot);
+                Ok((Ok(()), Some(self.lease_snapshot(table, &slot, p))))
+            }
+            Err(Denied::RetryAfter(wait)) => {
+                table.deny(&slot, cost, wait);
+                Ok((d.verdict, Some(d.snapshot)))
+            }
+            Err(_) => Ok((d.verdict, Some(d.snapshot))),
         }
-        Ok((d.verdict, Some(d.snapshot)))
+    }
+
+    /// A decision from the key's lease alone: its tokens, or a recent refusal's wait.
+    fn local(
+        &self,
+        table: &Table,
+        slot: &crate::lease::Slot,
+        p: &Params,
+        cost: u64,
+    ) -> Option<(Result<(), Denied>, Option<Snapshot>)> {
+        if table.take_local(slot, cost) {
+            bump(&self.inner.stats.leased);
+            return Some((Ok(()), Some(self.lease_snapshot(table, slot, p))));
+        }
+        let wait = table.denied(slot, cost)?;
+        bump(&self.inner.stats.lease_denied);
+        Some((
+            Err(Denied::RetryAfter(wait)),
+            Some(self.lease_snapshot(table, slot, p)),
+        ))
     }
 
     fn lease_snapshot(&self, table: &Table, slot: &crate::lease::Slot, p: &Params) -> Snapshot {

@@ -106,3 +106,50 @@ async fn leases_cut_redis_calls_tenfold_on_a_hot_key() {
     assert!(plain >= 0.99, "{plain}");
     assert!(plain / leased >= 10.0, "plain {plain} vs leased {leased}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_on_a_drained_key_refuse_locally() {
+    let Some(server) = RedisServer::start("leases::leases_on_a_drained_key_refuse_locally") else {
+        return;
+    };
+    // One token per hour, burst 5: two leasing limiters admit exactly 5 in total.
+    let quota = Quota::new(1, Duration::from_secs(3600), 5).unwrap();
+    let admitted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut limiters = Vec::new();
+    for _ in 0..2 {
+        let l = RedisLimiter::builder(&server.url(), quota)
+            .timeout(Duration::from_secs(2))
+            .leases(Leases::new(4))
+            .build()
+            .await
+            .unwrap();
+        limiters.push(l.clone());
+        for _ in 0..16 {
+            let (l, admitted) = (l.clone(), admitted.clone());
+            tasks.spawn(async move {
+                for _ in 0..50 {
+                    match l.try_acquire("drained", 1).await {
+                        Ok(()) => {
+                            admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Err(tollgate::Denied::RetryAfter(d)) => {
+                            assert!(d > Duration::from_secs(3000) && d <= Duration::from_secs(3600))
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+        }
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    assert!(admitted.load(std::sync::atomic::Ordering::Relaxed) <= 5);
+    for l in &limiters {
+        let c = l.counters();
+        // 800 decisions per limiter; after the first refused refill, refusals stay local.
+        assert_eq!(c.redis + c.leased + c.lease_denied, 800, "{c:?}");
+        assert!(c.redis_calls <= 10, "{c:?}");
+    }
+}
