@@ -62,9 +62,9 @@ impl Drop for Tollgate {
             eprintln!(
                 "{}: {} decisions, {} Redis calls ({} from leases, {} errors)",
                 self.name,
-                c.redis + c.leased,
+                c.redis + c.leased + c.lease_denied,
                 c.redis_calls,
-                c.leased,
+                c.leased + c.lease_denied,
                 c.errors
             );
         }
