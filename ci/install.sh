@@ -10,6 +10,12 @@ rustup component add rustfmt clippy >/dev/null
 rustup target add thumbv7m-none-eabi >/dev/null
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+command -v cargo-hack >/dev/null 2>&1 || cargo install cargo-hack --locked
+# The MSRV toolchains ci/msrv.sh builds with (`rust-version` of the core and the harness).
+for manifest in Cargo.toml harness/Cargo.toml; do
+  msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$(dirname "$0")/../$manifest" | head -n1)
+  rustup toolchain list | grep -q "^$msrv" || rustup toolchain install "$msrv" --profile minimal
+done
 # tollgate-redis's tests start their own redis-server (Debian package); under CI=true a missing
 # server fails them, so install it here when we may (root or CI).
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then

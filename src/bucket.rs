@@ -72,8 +72,13 @@ impl<C: fmt::Debug> fmt::Debug for Bucket<C> {
     }
 }
 
+/// Only with a real clock (feature `std`): without it [`DefaultClock`] is [`ManualClock`](crate::ManualClock),
+/// which never moves on its own, so a bucket built on it would never refill. Without `std`,
+/// pass your platform's clock to [`Bucket::with_clock`].
+#[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl Bucket<DefaultClock> {
-    /// A full bucket on the [`DefaultClock`].
+    /// A full bucket on the [`DefaultClock`] (feature `std`).
     ///
     /// ```
     /// let bucket = tollgate::Bucket::new(tollgate::Quota::per_second(100).unwrap());

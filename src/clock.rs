@@ -150,8 +150,11 @@ pub type DefaultClock = QuantaClock;
 /// else [`StdClock`] with `std`, else [`ManualClock`].
 #[cfg(all(feature = "std", not(feature = "quanta")))]
 pub type DefaultClock = StdClock;
-/// The clock `Bucket::new` and friends use: [`QuantaClock`] with the `quanta` feature (default),
-/// else [`StdClock`] with `std`, else [`ManualClock`].
+/// Without `std` there is no real clock to default to: `DefaultClock` is [`ManualClock`], but
+/// only as the default type parameter of `Bucket<C = DefaultClock>` and friends. The
+/// constructors that would read it (`Bucket::new`, `Smooth::bursty`, ...) are not compiled
+/// without `std`, because a bucket on a clock that never moves never refills: pass your
+/// platform's clock (an implementation of [`Clock`]) to `Bucket::with_clock` instead.
 #[cfg(not(feature = "std"))]
 pub type DefaultClock = ManualClock;
 

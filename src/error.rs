@@ -34,6 +34,10 @@ pub enum ConfigError {
     InvalidFactor,
     /// A capacity (such as the keyed limiter's `max_keys`) was zero.
     ZeroCapacity,
+    /// A [`Smooth`](crate::Smooth) rate above 1,000,000 permits per second: Guava's arithmetic
+    /// works in whole microseconds, so a single permit would cost 0 µs and nothing would be
+    /// limited. Use a [`Bucket`](crate::Bucket) (nanosecond-exact) for such rates.
+    RateTooHigh,
 }
 
 impl fmt::Display for ConfigError {
@@ -53,11 +57,15 @@ impl fmt::Display for ConfigError {
             ConfigError::InvalidDuration => "a duration parameter is zero or too large",
             ConfigError::InvalidFactor => "the factor must be a finite number of at least 1",
             ConfigError::ZeroCapacity => "the capacity must be at least 1",
+            ConfigError::RateTooHigh => {
+                "a Smooth rate above 1,000,000 permits/s is not limited (Guava counts whole microseconds); use a Bucket"
+            }
         })
     }
 }
 
 #[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl std::error::Error for ConfigError {}
 
 /// A refused request. A refusal is a value, never a panic, and it changes nothing.
@@ -120,4 +128,5 @@ impl fmt::Display for Denied {
 }
 
 #[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl std::error::Error for Denied {}

@@ -1,6 +1,7 @@
 //! Async wake-ups: one registration per waiting future, released when it is dropped; the
 //! frozen `ManualClock`; the shared timer thread's queue. Deterministic (`ManualClock`) except
 //! the one test at the end that uses the process-wide timer thread.
+#![cfg(feature = "std")]
 
 use std::future::Future;
 use std::pin::pin;

@@ -12,9 +12,9 @@
 //! than its bound (the results are printed first, then one `error:` line per violation), or an
 //! output file could not be written; 2 for bad options.
 
-use crate::limiter::Strategy;
-use crate::run::{compare, Plan, Regime};
+use crate::compare::{check, compare};
 use crate::strategies;
+use crate::{Plan, Regime, Strategy};
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
@@ -211,7 +211,7 @@ where
 
 fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
     if let Some(url) = &args.redis {
-        registry.extend(crate::redis_strategies::strategies(url));
+        registry.extend(strategies::redis::strategies(url));
     }
     // Strategies: in registry order, unknown names rejected with the list of known ones.
     let selected: Vec<Strategy> = if args.strategies.is_empty() {
@@ -263,7 +263,7 @@ fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
         duration,
         seed: args.seed,
     };
-    if let Err(e) = plan.validate(&selected) {
+    if let Err(e) = check(&selected, &plan) {
         return usage_error(e);
     }
     if let Some(dir) = &args.out {

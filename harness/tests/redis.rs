@@ -1,7 +1,7 @@
 //! The Redis strategies on a throwaway server: every cell within its bound, all three measured.
 
 use std::time::Duration;
-use tollgate_bench::{compare, redis_strategies, Plan, Regime};
+use tollgate_bench::{compare, strategies, Plan, Regime};
 use tollgate_redis::test_support::RedisServer;
 
 #[test]
@@ -9,7 +9,7 @@ fn redis_strategies_stay_within_the_bound() {
     let Some(server) = RedisServer::start("tollgate-bench redis::redis_strategies") else {
         return;
     };
-    let strategies = redis_strategies::strategies(&server.url());
+    let strategies = strategies::redis::strategies(&server.url());
     let plan = Plan::new(
         vec![1, 4],
         vec![Regime::Mixed, Regime::Deny],

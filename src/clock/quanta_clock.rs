@@ -28,6 +28,7 @@ fn source() -> &'static (quanta::Clock, u64) {
 /// assert!(c.now() < 60_000_000_000_000);
 /// ```
 #[derive(Clone, Copy)]
+#[cfg_attr(docsrs, doc(cfg(feature = "quanta")))]
 pub struct QuantaClock {
     source: &'static (quanta::Clock, u64),
 }

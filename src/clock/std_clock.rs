@@ -11,6 +11,7 @@ use std::time::Instant;
 /// assert!(c.now() < 60_000_000_000);
 /// ```
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 pub struct StdClock {
     origin: Instant,
 }

@@ -22,7 +22,8 @@
 
 use crate::clock::wake::{wake_all, Key, WakeQueue};
 use crate::clock::WakeRegistration;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use crate::sync::ignore_poison;
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -116,7 +117,7 @@ impl Timer {
     fn lock(&self) -> MutexGuard<'_, State> {
         // Nothing panics while the lock is held (wakers run outside it), but never propagate
         // poison.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        ignore_poison(self.state.lock())
     }
 
     /// Queues `waker` to be woken once `duration` has passed (measured on `Instant`).
@@ -210,16 +211,8 @@ impl Timer {
                 continue;
             }
             state = match state.queue.next() {
-                Some(at) => {
-                    self.changed
-                        .wait_timeout(state, at - now)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-                None => self
-                    .changed
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner),
+                Some(at) => ignore_poison(self.changed.wait_timeout(state, at - now)).0,
+                None => ignore_poison(self.changed.wait(state)),
             };
         }
     }

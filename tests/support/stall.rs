@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::Waker;
 use std::time::Duration;
-use tollgate::Clock;
+use tollgate::{Clock, WakeRegistration};
 
 /// What the calling thread's next reading does.
 #[derive(Clone, Debug)]
@@ -171,5 +171,9 @@ impl<C: Clock> Clock for StallClock<C> {
 
     fn wake_after(&self, duration: Duration, waker: &Waker) {
         self.inner.wake_after(duration, waker)
+    }
+
+    fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
+        self.inner.register_wake(duration, waker)
     }
 }

@@ -1,4 +1,5 @@
-//! Redis strategies (offered when `tollgate-bench compare` gets `--redis URL`):
+//! Redis strategies (offered when `tollgate-bench compare` gets `--redis URL`; not among the
+//! [`builtins`](super::builtins), which need no server):
 //!
 //! | name | what |
 //! |---|---|
@@ -11,7 +12,8 @@
 //! The per-decision timeout is 1 s (a benchmark measures latency; it does not shed load), and a
 //! decision that fails counts as a refusal.
 
-use crate::limiter::{Kind, RateLimiter, Setup, Strategy};
+use super::{Kind, RateLimiter, Setup, Strategy};
+use crate::BuildError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,13 +30,13 @@ fn prefix() -> String {
     )
 }
 
-fn runtime() -> Result<Arc<tokio::runtime::Runtime>, String> {
+fn runtime() -> Result<Arc<tokio::runtime::Runtime>, BuildError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map(Arc::new)
-        .map_err(|e| e.to_string())
+        .map_err(Into::into)
 }
 
 /// `RedisLimiter` (optionally leasing) behind the harness's synchronous trait.
@@ -74,8 +76,8 @@ impl Drop for Tollgate {
 /// The baseline script through a plain connection.
 struct Baseline {
     rt: Arc<tokio::runtime::Runtime>,
-    conn: redis::aio::ConnectionManager,
-    script: redis::Script,
+    conn: ::redis::aio::ConnectionManager,
+    script: ::redis::Script,
     key: String,
     capacity: String,
     rate: String,
@@ -86,7 +88,7 @@ impl RateLimiter for Baseline {
     fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
         let now = self.clock.now();
         let mut conn = self.conn.clone();
-        let r: redis::RedisResult<i64> = self.rt.block_on(
+        let r: ::redis::RedisResult<i64> = self.rt.block_on(
             self.script
                 .key(&self.key)
                 .arg(&self.capacity)
@@ -107,7 +109,7 @@ impl RateLimiter for Baseline {
     }
 }
 
-fn tollgate(url: &str, setup: &Setup, leases: bool) -> Result<Box<dyn RateLimiter>, String> {
+fn tollgate(url: &str, setup: &Setup, leases: bool) -> Result<Box<dyn RateLimiter>, BuildError> {
     let rt = runtime()?;
     let mut b = RedisLimiter::builder(url, setup.quota)
         .prefix(&prefix())
@@ -115,7 +117,7 @@ fn tollgate(url: &str, setup: &Setup, leases: bool) -> Result<Box<dyn RateLimite
     if leases {
         b = b.leases(Leases::new(64));
     }
-    let limiter = rt.block_on(b.build()).map_err(|e| e.to_string())?;
+    let limiter = rt.block_on(b.build())?;
     Ok(Box::new(Tollgate {
         name: if leases { "redis-lease" } else { "redis" },
         rt,
@@ -123,19 +125,17 @@ fn tollgate(url: &str, setup: &Setup, leases: bool) -> Result<Box<dyn RateLimite
     }))
 }
 
-fn baseline(url: &str, setup: &Setup) -> Result<Box<dyn RateLimiter>, String> {
+fn baseline(url: &str, setup: &Setup) -> Result<Box<dyn RateLimiter>, BuildError> {
     let rt = runtime()?;
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    let conn = rt
-        .block_on(redis::aio::ConnectionManager::new(client))
-        .map_err(|e| e.to_string())?;
+    let client = ::redis::Client::open(url)?;
+    let conn = rt.block_on(::redis::aio::ConnectionManager::new(client))?;
     let q = setup.quota;
     // Tokens per second as a float, as the recipe takes it.
     let rate = q.tokens() as f64 / q.per().as_secs_f64();
     Ok(Box::new(Baseline {
         rt,
         conn,
-        script: redis::Script::new(include_str!("redis_baseline.lua")),
+        script: ::redis::Script::new(include_str!("redis_baseline.lua")),
         key: format!("{}hot", prefix()),
         capacity: q.burst().to_string(),
         rate: format!("{rate:e}"),
@@ -146,7 +146,7 @@ fn baseline(url: &str, setup: &Setup) -> Result<Box<dyn RateLimiter>, String> {
 /// The Redis strategies for the server at `url` (see the module docs).
 ///
 /// ```
-/// let s = tollgate_bench::redis_strategies::strategies("redis://127.0.0.1:6379");
+/// let s = tollgate_bench::strategies::redis::strategies("redis://127.0.0.1:6379");
 /// let names: Vec<&str> = s.iter().map(|s| s.name()).collect();
 /// assert_eq!(names, ["redis", "redis-lease", "redis-lua-baseline"]);
 /// ```
