@@ -42,9 +42,9 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether the error means the server could not be used (connection, timeout, busy): the
-    /// cases where [`try_acquire`](crate::RedisLimiter::try_acquire) applies the
-    /// [`OnUnavailable`](crate::OnUnavailable) policy.
+    /// Whether the error came from the backend at decision time (everything but a bad URL or
+    /// configuration): the cases where [`try_acquire`](crate::RedisLimiter::try_acquire) applies
+    /// the [`OnUnavailable`](crate::OnUnavailable) policy.
     ///
     /// ```
     /// assert!(tollgate_redis::Error::Unavailable.is_unavailable());

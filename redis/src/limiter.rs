@@ -131,6 +131,13 @@ impl Breaker {
         None
     }
 
+    /// Gives a pass back unused (the state is unchanged).
+    fn release(&self, pass: Pass) {
+        if let Pass::Probe = pass {
+            self.probing.store(false, Ordering::Release);
+        }
+    }
+
     fn done(&self, pass: Pass, unavailable: bool) {
         if unavailable {
             if !self.down.swap(true, Ordering::AcqRel) {
@@ -780,7 +787,8 @@ impl RedisLimiter {
         let inner = &*self.inner;
         let pass = inner.breaker.pass().ok_or(Error::Unavailable)?;
         let Ok(_permit) = inner.in_flight.try_acquire() else {
-            inner.breaker.done(pass, false);
+            // Nothing was learned about the server.
+            inner.breaker.release(pass);
             return Err(Error::Overloaded);
         };
         let (mode_s, lease_max) = match mode {
