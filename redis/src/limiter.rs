@@ -881,3 +881,57 @@ impl Drop for BreakerGuard<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_share_scales_rate_and_burst() {
+        let q = Quota::per_second(100).unwrap();
+        let s = local_share(q, 0.25).unwrap();
+        assert_eq!(
+            (s.tokens(), s.per(), s.burst()),
+            (100, Duration::from_secs(4), 25)
+        );
+        let one = local_share(Quota::per_second(3).unwrap(), 0.1).unwrap();
+        assert_eq!(one.burst(), 1, "the burst never rounds to zero");
+        for bad in [0.0, -1.0, 1.5, f64::NAN, f64::INFINITY] {
+            assert!(
+                matches!(local_share(q, bad), Err(Error::Config(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    fn breaker(interval: Duration) -> Breaker {
+        Breaker {
+            start: Instant::now(),
+            down: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
+            last_probe: AtomicU64::new(0),
+            interval,
+        }
+    }
+
+    #[test]
+    fn breaker_lets_one_probe_through_per_interval() {
+        let b = breaker(Duration::ZERO);
+        assert!(matches!(b.pass(), Some(Pass::Normal)));
+        b.done(Pass::Normal, true);
+        let probe = b.pass().expect("a probe is due");
+        assert!(matches!(probe, Pass::Probe));
+        assert!(b.pass().is_none(), "one probe at a time");
+        b.release(probe);
+        let probe = b.pass().expect("a released probe is due again");
+        b.done(probe, false);
+        assert!(
+            matches!(b.pass(), Some(Pass::Normal)),
+            "a successful probe closes it"
+        );
+
+        let slow = breaker(Duration::from_secs(3600));
+        slow.done(Pass::Normal, true);
+        assert!(slow.pass().is_none(), "no probe before the interval");
+    }
+}
