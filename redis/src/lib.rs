@@ -19,6 +19,9 @@
 //!   [`tollgate::Bucket`]: far fewer round trips, bounded under-admission.
 //! * Feature `test-support`: throwaway `redis-server`s for tests (`test_support`).
 //!
+//! Decisions run on tokio and need its time driver (`#[tokio::main]` or a runtime built with
+//! `enable_all`/`enable_time`): the per-decision timeout is a tokio timer.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), tollgate_redis::Error> {
 //! use tollgate::Quota;
@@ -65,3 +68,14 @@ pub use limiter::{Counters, OnUnavailable, RedisLimiter, RedisLimiterBuilder, FA
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn limiter_is_send_sync_clone() {
+        fn check<T: Send + Sync + Clone + 'static>() {}
+        check::<crate::RedisLimiter>();
+        fn check_error<T: std::error::Error + Send + Sync + 'static>() {}
+        check_error::<crate::Error>();
+    }
+}
