@@ -841,6 +841,29 @@ impl RedisLimiter {
         Ok((d.verdict, d.snapshot, d.now_ns))
     }
 
+    /// The lease script ("take at most `max` tokens, at least `cost`") at a given server time:
+    /// for the differential test only. Returns the verdict for `cost`, the tokens taken and
+    /// the snapshot after the take.
+    #[cfg(feature = "test-support")]
+    pub async fn lease_at(
+        &self,
+        key: &str,
+        cost: u64,
+        max: u64,
+        now_us: u64,
+    ) -> Result<(Result<(), Denied>, u64, Snapshot), Error> {
+        let p = self.params(key);
+        if cost == 0 || cost > p.quota.burst() || max < cost {
+            return Err(Error::Config(
+                "lease_at needs 1 <= cost <= burst, max".into(),
+            ));
+        }
+        let d = self
+            .call(key, p, cost, Mode::Lease(max), Some(now_us))
+            .await?;
+        Ok((d.verdict, d.taken, d.snapshot))
+    }
+
     /// Sends `numbers` through the script and back (test support: the number path).
     #[cfg(feature = "test-support")]
     pub async fn echo(&self, numbers: &[u64]) -> Result<Vec<String>, Error> {

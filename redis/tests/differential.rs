@@ -1,7 +1,8 @@
 //! Differential test: the script, run at a given server time (the test-only time argument),
 //! against `tollgate::gcra` on at least 10,000 random quotas, each with a random schedule of
 //! costs and clock readings (forward, across period boundaries, idle gaps, steps back):
-//! identical verdicts, waits, remaining tokens and times until full.
+//! identical verdicts, waits, remaining tokens and times until full. A quarter of the steps
+//! are lease takes ("at most L, at least the cost"): the same, plus the tokens taken.
 
 #[path = "../../tests/support/rng.rs"]
 mod rng;
@@ -90,8 +91,8 @@ fn cost(rng: &mut Rng, q: &Quota) -> u64 {
 struct Case {
     key: String,
     quota: Quota,
-    /// (server time in Unix µs, cost)
-    schedule: Vec<(u64, u64)>,
+    /// (server time in Unix µs, cost, lease maximum: 0 = a plain decision)
+    schedule: Vec<(u64, u64, u64)>,
 }
 
 fn cases(seed: u64) -> Vec<Case> {
@@ -104,7 +105,14 @@ fn cases(seed: u64) -> Vec<Case> {
             let schedule = (0..STEPS)
                 .map(|_| {
                     t = step(&mut rng, t, &q);
-                    (t, cost(&mut rng, &q))
+                    let c = cost(&mut rng, &q);
+                    // One step in four is a lease take ("at most L, at least the cost").
+                    let lease = if (1..=q.burst()).contains(&c) && rng.below(4) == 0 {
+                        c + log_uniform(&mut rng, q.burst())
+                    } else {
+                        0
+                    };
+                    (t, c, lease)
                 })
                 .collect();
             Case {
@@ -116,20 +124,28 @@ fn cases(seed: u64) -> Vec<Case> {
         .collect()
 }
 
-/// The model: `(verdict, snapshot)` per step, applying `tollgate::gcra` to its own state.
-fn model(case: &Case) -> Vec<(Result<(), Denied>, Snapshot, u64)> {
+/// The model: `(verdict, snapshot, now, tokens taken)` per step, applying `tollgate::gcra` to
+/// its own state. A lease takes `clamp(available, cost, max)` tokens when `cost` fits.
+fn model(case: &Case) -> Vec<(Result<(), Denied>, Snapshot, u64, u64)> {
     let q = &case.quota;
     let mut state = gcra::FULL;
     case.schedule
         .iter()
-        .map(|&(t, c)| {
+        .map(|&(t, c, lease)| {
             let now = (t - ORIGIN_UNIX_US) * 1000;
-            match gcra::try_acquire(state, now, q, c) {
+            let take = if lease > 0 {
+                gcra::available(state, now, q).min(lease).max(c)
+            } else {
+                c
+            };
+            match gcra::try_acquire(state, now, q, c)
+                .and_then(|_| gcra::try_acquire(state, now, q, take))
+            {
                 Ok(next) => {
                     state = next.unwrap_or(state);
-                    (Ok(()), gcra::snapshot(state, now, q), now)
+                    (Ok(()), gcra::snapshot(state, now, q), now, take)
                 }
-                Err(d) => (Err(d), gcra::snapshot(state, now, q), now),
+                Err(d) => (Err(d), gcra::snapshot(state, now, q), now, 0),
             }
         })
         .collect()
@@ -158,14 +174,20 @@ async fn script_equals_gcra_on_10000_random_quotas() {
                 let (mut a, mut r) = (0u64, 0u64);
                 for case in &chunk {
                     let want = model(case);
-                    for (i, (&(t, c), w)) in case.schedule.iter().zip(&want).enumerate() {
-                        let (v, s, now) = limiter.check_at(&case.key, c, t).await.unwrap();
+                    for (i, (&(t, c, lease), w)) in case.schedule.iter().zip(&want).enumerate() {
+                        let got = if lease > 0 {
+                            let (v, taken, s) =
+                                limiter.lease_at(&case.key, c, lease, t).await.unwrap();
+                            (v, s, w.2, taken)
+                        } else {
+                            let (v, s, now) = limiter.check_at(&case.key, c, t).await.unwrap();
+                            (v, s, now, if v.is_ok() { c } else { 0 })
+                        };
+                        let v = got.0;
                         assert_eq!(
-                            (v, s, now),
-                            *w,
+                            got, *w,
                             "{:?} step {i} (t = {t} us, cost {c}) of {:?}",
-                            case.quota,
-                            case.schedule
+                            case.quota, case.schedule
                         );
                         if v.is_ok() {
                             a += 1
