@@ -346,10 +346,31 @@ impl Quota {
         &self.rate
     }
 
-    /// State units per token.
+    /// State units per token: the unit of every [`gcra`](crate::gcra) state is `1 / scale` of a
+    /// token. For stores that keep the state outside this crate (e.g. `tollgate-redis`, whose
+    /// server-side script must reproduce `gcra` exactly).
+    ///
+    /// ```
+    /// let q = tollgate::Quota::per_second(1000).unwrap();
+    /// assert_eq!(q.scale(), 1_000_000); // exact quota: one unit per nanosecond of refill
+    /// ```
     #[inline]
-    pub(crate) fn scale(&self) -> u64 {
+    pub fn scale(&self) -> u64 {
         self.rate.scale
+    }
+
+    /// State units earned per nanosecond, as a reduced fraction `(mul, div)`: the bucket earns
+    /// `floor(now_ns × mul / div)` units from the clock's origin to `now_ns`. `div == 1` exactly
+    /// when [`is_exact`](Quota::is_exact). With [`scale`](Quota::scale), everything an external
+    /// store needs to apply [`gcra`](crate::gcra) itself.
+    ///
+    /// ```
+    /// let q = tollgate::Quota::per_second(1000).unwrap();
+    /// assert_eq!(q.units_per_ns(), (1, 1));
+    /// ```
+    #[inline]
+    pub fn units_per_ns(&self) -> (u64, u64) {
+        (self.rate.mul, self.rate.div)
     }
 
     /// Units earned from the origin to `now`, rounded down.

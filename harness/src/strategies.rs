@@ -29,6 +29,7 @@ mod limiter;
 mod locks;
 #[cfg(feature = "peers")]
 mod peers;
+pub mod redis;
 mod tollgate_types;
 
 pub use coarse::CasCoarse;
