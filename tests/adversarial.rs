@@ -20,8 +20,10 @@ fn edges_at_u64_max_never_panic() {
     let q = Quota::per_second(10).unwrap().with_burst(1).unwrap();
     let b = Bucket::with_clock(q, clock.clone());
     assert!(b.try_acquire(1).is_ok());
+    // Past the horizon nothing refills: the wait is "never", and so is its header value.
     let d = b.try_acquire(1).unwrap_err();
-    let _ = d.retry_after_secs();
+    assert_eq!(d, tollgate::Denied::RetryAfter(Duration::MAX));
+    assert_eq!(d.retry_after_secs(), Some(u64::MAX));
     let _ = b.try_acquire_for(1, Duration::MAX);
     let _ = b.try_acquire_for(1, Duration::ZERO);
     let r = b.reserve(1);
@@ -49,6 +51,7 @@ fn edges_at_u64_max_never_panic() {
         let _ = f.as_mut().poll(&mut cx);
     }
     let s = ShardedBucket::with_clock(Quota::per_second(8).unwrap(), 4, clock.clone());
+    assert_eq!(s.try_acquire(8), Ok(()));
     for c in 1..=9 {
         let _ = s.try_acquire(c);
         let _ = s.try_acquire_snapshot(c);
@@ -77,4 +80,43 @@ fn two_reconfigurations_can_bring_the_word_back_bit_for_bit() {
     let stale = gcra::try_acquire(gcra::FULL, 0, &q0, 10).unwrap().unwrap();
     // 10 tokens of q0 read as 1 token of q2: 8 more at the same reading.
     assert_eq!(gcra::available(stale, 0, &q2), 8);
+}
+
+/// A keyed bucket that is never full again (past the 100-year horizon the clock is read as
+/// stopped) must not be evicted: at the reading `u64::MAX` the sweep compared `full_at`'s
+/// "never" sentinel (`u64::MAX`) with the reading, found it "at or before now", evicted the
+/// bucket, and the key came back with a fresh burst — every time.
+#[test]
+fn keyed_at_the_last_reading_never_evicts_a_bucket_that_never_refills() {
+    let clock = ManualClock::new_frozen();
+    clock.set(Duration::from_nanos(u64::MAX));
+    let q = Quota::per_second(10).unwrap().with_burst(1).unwrap();
+    let k: KeyedLimiter<u32, _> = KeyedLimiter::with_clock(q, 1, clock);
+    let mut admitted = 0;
+    for _ in 0..3 {
+        for key in [1, 2] {
+            if k.try_acquire(&key, 1).is_ok() {
+                admitted += 1;
+            }
+        }
+    }
+    assert_eq!(admitted, 1, "one reading, burst 1, a table of one key");
+    assert_eq!(k.counters().evicted, 0);
+}
+
+/// Past the horizon nothing refills, so a sharded refusal is "never" (`Duration::MAX`), as a
+/// `Bucket`'s is, not "retry in 1 ns" (which a retry loop turns into a busy loop).
+#[test]
+fn sharded_refusal_at_the_last_reading_is_never_not_one_nanosecond() {
+    let clock = ManualClock::new_frozen();
+    clock.set(Duration::from_nanos(u64::MAX));
+    let s = ShardedBucket::with_clock(Quota::per_second(8).unwrap(), 4, clock);
+    assert_eq!(s.try_acquire(8), Ok(()));
+    for cost in 1..=8 {
+        assert_eq!(
+            s.try_acquire(cost),
+            Err(tollgate::Denied::RetryAfter(Duration::MAX)),
+            "cost {cost}"
+        );
+    }
 }
