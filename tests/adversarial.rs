@@ -120,3 +120,26 @@ fn sharded_refusal_at_the_last_reading_is_never_not_one_nanosecond() {
         );
     }
 }
+
+/// `until_key_ready` at the reading `u64::MAX` for a new key while the table is full: the
+/// table-full wait came back as 1 ns, the deadline saturated to the reading itself, and `poll`
+/// looped forever without returning. No tracked bucket is ever full again there: the refusal is
+/// "never", and the future resolves to it.
+#[test]
+fn until_key_ready_at_the_last_reading_resolves() {
+    let clock = ManualClock::new_frozen();
+    clock.set(Duration::from_nanos(u64::MAX));
+    let q = Quota::per_second(10).unwrap().with_burst(1).unwrap();
+    let k: KeyedLimiter<u32, _> = KeyedLimiter::with_clock(q, 1, clock);
+    assert_eq!(k.try_acquire(&1, 1), Ok(()));
+    assert_eq!(
+        k.try_acquire(&2, 1),
+        Err(tollgate::Denied::RetryAfter(Duration::MAX))
+    );
+    let waker = Waker::from(Arc::new(Nop));
+    let mut fut = pin!(k.until_key_ready(&2, 1));
+    assert_eq!(
+        fut.as_mut().poll(&mut Context::from_waker(&waker)),
+        std::task::Poll::Ready(Err(tollgate::Denied::RetryAfter(Duration::MAX)))
+    );
+}
