@@ -143,3 +143,30 @@ fn until_key_ready_at_the_last_reading_resolves() {
         std::task::Poll::Ready(Err(tollgate::Denied::RetryAfter(Duration::MAX)))
     );
 }
+
+/// Past the 100-year horizon the bucket reads its clock as stopped: `try_acquire` refuses
+/// ("never"), so a reservation due past the horizon never comes due either. It was compared with
+/// the raw reading instead, found "due already", and `acquire`, `try_acquire_for`, `reserve`
+/// and `until_ready` admitted at once — 10 tokens at one reading with burst 1 here, and then one
+/// per second forever, while `try_acquire` refused them all.
+#[test]
+fn past_the_horizon_waiting_admits_nothing_that_never_comes_due() {
+    let clock = ManualClock::new();
+    clock.set(tollgate::HORIZON + Duration::from_secs(10));
+    let q = Quota::per_second(1).unwrap();
+    let b = Bucket::with_clock(q, clock.clone());
+    assert_eq!(b.try_acquire(1), Ok(()));
+    let never = tollgate::Denied::RetryAfter(Duration::MAX);
+    assert_eq!(b.try_acquire(1), Err(never));
+    let never = Err(never);
+    assert_eq!(b.acquire(1), never);
+    assert_eq!(b.try_acquire_for(1, Duration::MAX), never);
+    assert_eq!(b.reserve(1).map(|r| r.delay()), never);
+    let waker = Waker::from(Arc::new(Nop));
+    let mut fut = pin!(b.until_ready(1));
+    assert_eq!(
+        fut.as_mut().poll(&mut Context::from_waker(&waker)),
+        std::task::Poll::Ready(never)
+    );
+    assert_eq!(clock.now(), 3_155_760_010_000_000_000, "nothing slept");
+}
