@@ -82,16 +82,21 @@ fn two_reconfigurations_can_bring_the_word_back_bit_for_bit() {
     assert_eq!(gcra::available(stale, 0, &q2), 8);
 }
 
+/// A table of one key, burst 1, on a frozen clock at the last reading (`u64::MAX`).
+fn one_key_table_at_the_last_reading() -> KeyedLimiter<u32, ManualClock> {
+    let clock = ManualClock::new_frozen();
+    clock.set(Duration::from_nanos(u64::MAX));
+    let q = Quota::per_second(10).unwrap().with_burst(1).unwrap();
+    KeyedLimiter::with_clock(q, 1, clock)
+}
+
 /// A keyed bucket that is never full again (past the 100-year horizon the clock is read as
 /// stopped) must not be evicted: at the reading `u64::MAX` the sweep compared `full_at`'s
 /// "never" sentinel (`u64::MAX`) with the reading, found it "at or before now", evicted the
 /// bucket, and the key came back with a fresh burst — every time.
 #[test]
 fn keyed_at_the_last_reading_never_evicts_a_bucket_that_never_refills() {
-    let clock = ManualClock::new_frozen();
-    clock.set(Duration::from_nanos(u64::MAX));
-    let q = Quota::per_second(10).unwrap().with_burst(1).unwrap();
-    let k: KeyedLimiter<u32, _> = KeyedLimiter::with_clock(q, 1, clock);
+    let k = one_key_table_at_the_last_reading();
     let mut admitted = 0;
     for _ in 0..3 {
         for key in [1, 2] {
@@ -127,10 +132,7 @@ fn sharded_refusal_at_the_last_reading_is_never_not_one_nanosecond() {
 /// "never", and the future resolves to it.
 #[test]
 fn until_key_ready_at_the_last_reading_resolves() {
-    let clock = ManualClock::new_frozen();
-    clock.set(Duration::from_nanos(u64::MAX));
-    let q = Quota::per_second(10).unwrap().with_burst(1).unwrap();
-    let k: KeyedLimiter<u32, _> = KeyedLimiter::with_clock(q, 1, clock);
+    let k = one_key_table_at_the_last_reading();
     assert_eq!(k.try_acquire(&1, 1), Ok(()));
     assert_eq!(
         k.try_acquire(&2, 1),
