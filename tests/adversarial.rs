@@ -80,6 +80,14 @@ fn two_reconfigurations_can_bring_the_word_back_bit_for_bit() {
     let stale = gcra::try_acquire(gcra::FULL, 0, &q0, 10).unwrap().unwrap();
     // 10 tokens of q0 read as 1 token of q2: 8 more at the same reading.
     assert_eq!(gcra::available(stale, 0, &q2), 8);
+    // Not only at reading 0 or on a frozen clock: with exact quotas a unit is a nanosecond of
+    // the theoretical arrival time, so a full bucket converted at any reading `t` holds `t`.
+    // Concurrent `set_quota` callers whose readings are not later than the first one's all
+    // convert at that reading (`Writer::now`), and the word comes back after each pair.
+    let t = 123_456_789_012;
+    let s0 = gcra::rescale(gcra::FULL, t, &q1, &q0);
+    let s2 = gcra::rescale(gcra::rescale(s0, t, &q0, &q1), t, &q1, &q2);
+    assert_eq!((s0, s2), (t, t));
 }
 
 /// A table of one key, burst 1, on a frozen clock at the last reading (`u64::MAX`).
