@@ -203,7 +203,8 @@ pub(crate) fn snapshot_in(state: u64, now: u64, rate: &Rate) -> Snapshot {
 /// `now` or earlier means "due already".
 ///
 /// Errors: `ExceedsBurst` when `cost > burst`; `RetryAfter` only if the backlog would exceed the
-/// state's range (a queue of decades).
+/// state's range (a queue of decades), or `RetryAfter(Duration::MAX)` if the tokens would be due
+/// only past the 100-year horizon, where the clock is read as stopped (they never come due).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -234,7 +235,12 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
     let due = if want <= quota.earned_floor(now) + burst_units {
         now
     } else {
-        quota.instant_of(want - burst_units)
+        match quota.instant_of(want - burst_units) {
+            // Past the horizon the clock is read as stopped: such tokens never come due (and a
+            // reading past the horizon must not find them "due already").
+            at if at > crate::quota::HORIZON_NS => return Err(Denied::RetryAfter(Duration::MAX)),
+            at => at,
+        }
     };
     Ok((if cost == 0 { state } else { next }, due))
 }
