@@ -482,8 +482,28 @@ mod tests {
         // already treated as passed.
         let (t, s) = deposit_at(2_999_999_500);
         assert_eq!(t.local_available(&s, &q), 0);
-        let (t, s) = deposit_at(2_990_000_000);
+        let (t, s) = deposit_at(2_900_000_000);
         assert_eq!(t.local_available(&s, &q), 1);
+    }
+
+    #[test]
+    fn concurrent_spenders_share_the_lease_exactly() {
+        let q = Quota::per_second(1).unwrap();
+        let (t, s) = table_with_lease(1000, &q);
+        let spent = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for _ in 0..8 {
+                sc.spawn(|| {
+                    for _ in 0..500 {
+                        if t.take_local(&s, &q, 1) {
+                            spent.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(spent.load(Ordering::Relaxed), 1000);
+        assert_eq!(t.local_available(&s, &q), 0);
     }
 
     #[test]
