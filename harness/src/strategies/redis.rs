@@ -4,7 +4,7 @@
 //! | name | what |
 //! |---|---|
 //! | `redis` | `tollgate_redis::RedisLimiter`: one script call per decision, exact |
-//! | `redis-lease` | the same with `Leases::new(64)` (100 ms lifetime): most decisions local |
+//! | `redis-lease` | the same with leases of a quarter burst (at least 64 tokens): most decisions local |
 //! | `redis-lua-baseline` | **baseline**: the seeds' plain float Lua token bucket (one call per decision) |
 //!
 //! Each cell uses a fresh key prefix (state never carries over between cells). The harness's
@@ -115,7 +115,9 @@ fn tollgate(url: &str, setup: &Setup, leases: bool) -> Result<Box<dyn RateLimite
         .prefix(&prefix())
         .timeout(Duration::from_secs(1));
     if leases {
-        b = b.leases(Leases::new(64));
+        // Sized by the lease rule (redis/README.md): a lease from a full bucket expires at the
+        // quota's rate, so it must span a useful stretch of server time — a quarter burst here.
+        b = b.leases(Leases::new((setup.quota.burst() / 4).max(64)));
     }
     let limiter = rt.block_on(b.build())?;
     Ok(Box::new(Tollgate {
