@@ -379,3 +379,43 @@
 //! 64-bit atomics such as `thumbv7m-none-eabi`, where the state word comes from
 //! `portable-atomic`'s fallback and the bucket is **not lock-free**. Without `std`, an async
 //! wait re-polls at once instead of sleeping (there is no timer thread).
+//!
+//! [`Bucket::acquire`]: crate::Bucket::acquire
+//! [`Bucket::reserve`]: crate::Bucket::reserve
+//! [`Bucket::set_quota`]: crate::Bucket::set_quota
+//! [`Bucket::try_acquire_for`]: crate::Bucket::try_acquire_for
+//! [`Bucket::try_acquire`]: crate::Bucket::try_acquire
+//! [`Bucket::until_ready_with_jitter`]: crate::Bucket::until_ready_with_jitter
+//! [`Bucket::until_ready`]: crate::Bucket::until_ready
+//! [`Bucket::with_clock`]: crate::Bucket::with_clock
+//! [`Bucket`]: crate::Bucket
+//! [`Clock::now`]: crate::Clock::now
+//! [`Clock::register_wake`]: crate::Clock::register_wake
+//! [`Clock::sleep`]: crate::Clock::sleep
+//! [`Clock::wake_after`]: crate::Clock::wake_after
+//! [`Clock`]: crate::Clock
+//! [`ConfigError`]: crate::ConfigError
+//! [`DefaultClock`]: crate::DefaultClock
+//! [`Denied::RetryAfter`]: crate::Denied::RetryAfter
+//! [`Denied::retry_after_secs`]: crate::Denied::retry_after_secs
+//! [`ManualClock::advance`]: crate::ManualClock::advance
+//! [`ManualClock::new_frozen`]: crate::ManualClock::new_frozen
+//! [`ManualClock::new`]: crate::ManualClock::new
+//! [`ManualClock::set`]: crate::ManualClock::set
+//! [`ManualClock`]: crate::ManualClock
+//! [`Quota`]: crate::Quota
+//! [`Reservation::cancel`]: crate::Reservation::cancel
+//! [`Reservation`]: crate::Reservation
+//! [`Smooth::bursty`]: crate::Smooth::bursty
+//! [`Smooth::set_rate`]: crate::Smooth::set_rate
+//! [`Smooth::warming_up`]: crate::Smooth::warming_up
+//! [`Smooth`]: crate::Smooth
+//! [`Snapshot`]: crate::Snapshot
+//! [`gcra::FULL`]: crate::gcra::FULL
+//! [`gcra::available`]: crate::gcra::available
+//! [`gcra::cancel`]: crate::gcra::cancel
+//! [`gcra::rescale`]: crate::gcra::rescale
+//! [`gcra::reserve`]: crate::gcra::reserve
+//! [`gcra::snapshot`]: crate::gcra::snapshot
+//! [`gcra::try_acquire`]: crate::gcra::try_acquire
+//! [`gcra`]: crate::gcra
