@@ -280,8 +280,22 @@ pub(crate) fn available_units(state: u64, now: u64, quota: &Quota) -> u64 {
         .min(burst_units)
 }
 
+/// Admits `cost` tokens at `now` if the bucket holds them: the new state, or `None` (refused,
+/// nothing to write). [`try_acquire`]'s admission without computing a wait, for a caller that
+/// decides elsewhere what a refusal answers (the sharded bucket). Requires `cost <= burst`.
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
+#[inline]
+pub(crate) fn debit(state: u64, now: u64, quota: &Quota, cost: u64) -> Option<u64> {
+    let scale = quota.scale();
+    let cost_units = cost * scale;
+    let want = state.checked_add(cost_units)?;
+    (want <= quota.earned_floor(now) + quota.burst() * scale)
+        .then(|| state.max(quota.earned_ceil(now)) + cost_units)
+}
+
 /// Takes up to `max_units` units (a partial take, for a sharded bucket pooling its shards).
-/// Returns `(state', taken)`. `None` when nothing is available.
+/// Returns `(state', taken, left)`: the new state, the units taken and the units the bucket
+/// still holds after the take. `None` when nothing is available.
 ///
 /// Like [`try_acquire`], the debit is added to `max(state, earned_ceil(now))`, so it never leaves
 /// more than the burst in the bucket.
@@ -292,29 +306,13 @@ pub(crate) fn take_units(
     now: u64,
     quota: &Quota,
     max_units: u64,
-) -> Option<(u64, u64)> {
-    let taken = available_units(state, now, quota).min(max_units);
+) -> Option<(u64, u64, u64)> {
+    let available = available_units(state, now, quota);
+    let taken = available.min(max_units);
     if taken == 0 {
         return None;
     }
     let base = state.max(quota.earned_ceil(now));
     // base + taken <= earned_ceil + burst_units <= MAX_UNITS + 1 < 2^64 by the quota's range.
-    Some((base + taken, taken))
-}
-
-/// Gives back `units` taken by [`take_units`], whose CAS left the word at `after`, without ever
-/// creating a token, whatever other threads' clocks read.
-///
-/// Other decisions may have run on the word since the take: debits, and refill caps (a decision
-/// whose clock reads later than ours may have raised the word to its `earned_ceil`, absorbing our
-/// take). The word cannot tell the two apart, so everything it gained since `after` is counted
-/// against the give-back: `restore = units − (state − after)⁺`. With no other decision in between
-/// (or on a frozen clock with no other debit) it gives back exactly `units`; otherwise it may leave
-/// some tokens unused, never admit extra ones. Returns the new state, or `None` when there is
-/// nothing to restore.
-#[cfg_attr(not(feature = "std"), allow(dead_code))]
-#[inline]
-pub(crate) fn give_back_units(state: u64, after: u64, units: u64) -> Option<u64> {
-    let restore = units.saturating_sub(state.saturating_sub(after));
-    (restore > 0).then(|| state.saturating_sub(restore))
+    Some((base + taken, taken, available - taken))
 }
