@@ -244,9 +244,10 @@
 //! A single [`Bucket`] is one cache line that every admission on every core writes. For one
 //! global limit hit by many cores, `ShardedBucket` (feature `std`) splits the quota exactly over
 //! cache-padded per-core sub-buckets; a thread whose shard runs dry borrows from the others, so
-//! no token is stranded. When it pays off (a limit with headroom, spread over many threads) and
-//! when a single `Bucket` is better (one thread saturating it) is on `ShardedBucket`'s module
-//! docs.
+//! one thread alone still gets the whole burst and rate. It pays off for a limit with headroom
+//! spread over many threads; near saturation a single `Bucket` costs less per call (the
+//! numbers are in the `ShardedBucket` docs and the notes of
+//! [`src/sharded.rs`](https://github.com/tollgate-rs/tollgate/blob/main/src/sharded.rs)).
 //!
 #![cfg_attr(feature = "std", doc = "```")]
 #![cfg_attr(not(feature = "std"), doc = "```ignore")]
