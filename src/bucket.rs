@@ -4,7 +4,7 @@ use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
 use crate::quota::Quota;
-use crate::slots::EpochSlots;
+use crate::slots::{EpochSlots, Writer};
 use crate::snapshot::Snapshot;
 use crate::sync::{spin_loop, AtomicU64, Ordering};
 use core::fmt;
@@ -214,8 +214,10 @@ impl<C: Clock> Bucket<C> {
     }
 
     /// Replaces the quota atomically. The balance at the switch, debt included, carries over,
-    /// capped at the new burst. A concurrent caller sees either the old quota with the old state
-    /// or the new quota with the new state, never a mix: the new quota is written to the idle
+    /// capped at the new burst, and a debt keeps its due instant (see [`gcra::rescale`]: a
+    /// faster rate does not repay queued reservations early). A concurrent caller sees either
+    /// the old quota with the old state or the new quota with the new state, never a mix: the
+    /// new quota is written to the idle
     /// slot first, then one CAS converts the state and flips the word's epoch bit, and a decision
     /// CAS only succeeds on the exact word (epoch bit included) it decided on.
     ///
@@ -253,6 +255,22 @@ impl<C: Clock> Bucket<C> {
                 Err(actual) => cur = actual,
             }
         }
+    }
+
+    /// The generation of quota slot `epoch` (see `EpochSlots::generation`), for reservations
+    /// that must notice any reconfiguration since they were made. Read it inside an
+    /// [`update_with_epoch`](Bucket::update_with_epoch) closure, after the word was loaded.
+    pub(crate) fn quota_generation(&self, epoch: u64) -> u32 {
+        self.slots.generation(epoch)
+    }
+
+    /// Excludes reconfigurations ([`Bucket::set_quota`]) until the guard is dropped: a
+    /// cancellation checks "no reconfiguration since the reservation" and writes under it, so
+    /// none can slip in between its check and its CAS. Never read the clock while holding it.
+    pub(crate) fn exclude_reconfiguration(&self) -> Writer<'_> {
+        // Reading 0: the guard converts nothing, and leaves the last reconfiguration's reading
+        // (which the writer word keeps for the next one) as it was.
+        self.slots.lock(0)
     }
 
     /// The quota selected by word `w`, or `None` if its slot is being rewritten (only possible

@@ -195,42 +195,63 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
     Ok((if cost == 0 { state } else { next }, due))
 }
 
-/// Gives back the tokens of a reservation made by [`reserve`], following Go's
-/// `x/time/rate` `Reservation.CancelAt`: restores `cost − (tokens reserved after it)`, nothing if
-/// that is not positive or if the reservation came due before `now`, and never more than the
-/// bucket holds (`burst`).
+/// Gives back the tokens of a reservation made by [`reserve`] — all of them, but only if nothing
+/// was admitted since: the state must still be exactly `after`, the state that reservation left.
+/// Returns the new state (`after − cost`, never below the state before the reservation), or
+/// `None` when there is nothing to write: `cost == 0`, the reservation came due before `now`
+/// (Go's rule, kept), or `state != after` (anything admitted since).
 ///
-/// `after` is the state [`reserve`] returned; `due` its due instant. Returns the new state, or
-/// `None` when there is nothing to write.
+/// `after` is the state [`reserve`] returned, `due` its due instant. `now` only serves Go's "due
+/// already" rule: whatever it reads — stale, stepped back — the result never lets any window
+/// admit more than `burst + rate·Δ`. The caller must also make sure the quota was not changed
+/// ([`rescale`]) since the reservation: the state is then counted in other units.
+///
+/// **Why all or nothing (a deviation from Go's `Reservation.CancelAt`, which restores
+/// `cost − tokens reserved after it`).** A decision at a later clock reading first raises the
+/// state to `earned(now)` (the refill cap), then adds its cost; the state cannot tell that cap
+/// from a debit, and when the bucket was exactly full at that reading the cap is invisible. So
+/// after *any* admission since the reservation, the history "a 1-token decision at the reading
+/// where the bucket, reservation included, was just full" matches the state, and in it the
+/// reservation's tokens were already refilled: restoring any of them would admit them twice.
+/// With nothing admitted since, the state is exactly `after` (admissions only raise it, and a
+/// reservation taken later and cancelled puts it back no lower than it found it), and restoring
+/// the whole cost undoes this reservation exactly. Nested
+/// reservations cancelled in reverse order therefore all come back; in any other order, those
+/// cancelled while a later one is still held stay consumed.
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
 /// let q = Quota::per_second(10).unwrap().with_burst(2).unwrap();
 /// let (s1, _) = gcra::reserve(gcra::FULL, 0, &q, 2).unwrap();
 /// let (s2, due) = gcra::reserve(s1, 0, &q, 2).unwrap();
-/// let s3 = gcra::cancel(s2, 0, &q, s2, due, 2).unwrap();
-/// assert_eq!(s3, s1);
+/// assert_eq!(gcra::cancel(s2, 0, &q, s2, due, 2), Some(s1)); // nothing since: all back
+/// let (s3, _) = gcra::reserve(s2, 0, &q, 1).unwrap();
+/// assert_eq!(gcra::cancel(s3, 0, &q, s2, due, 2), None); // a later reservation holds
 /// ```
 #[inline]
 pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u64) -> Option<u64> {
-    if due < now || cost == 0 {
+    if due < now || cost == 0 || state != after {
         return None;
     }
-    let cost_units = u128::from(cost) * u128::from(quota.scale());
-    // Units reserved after this reservation (negative if others were cancelled meanwhile).
-    let later = i128::from(state) - i128::from(after);
-    let restore = (cost_units as i128 - later).min(cost_units as i128);
-    if restore <= 0 {
-        return None;
-    }
-    let next = (i128::from(state) - restore)
-        .max(i128::from(quota.earned_ceil(now)))
-        .max(0) as u64;
-    (next < state).then_some(next)
+    // `after = max(before, earned_ceil) + cost·scale`, so this never underflows and is at least
+    // the state before the reservation.
+    after.checked_sub(cost.checked_mul(quota.scale())?)
 }
 
-/// Converts a state from quota `old` to quota `new` at `now`: the balance (debt included) carries
-/// over, capped at the new burst. Rounds toward fewer tokens when the units differ.
+/// Converts a state from quota `old` to quota `new` at `now`: the balance at `now` carries over,
+/// capped at the old and the new burst (raising the burst does not fill the bucket), rounded
+/// toward fewer tokens — and a **debt keeps its due instant**: in debt, the state is at least
+/// the one that is empty again at the same instant as the old one, so a faster rate cannot repay
+/// the debt early and put new tokens at the instants reservations queued at the old rate are due
+/// (carrying the debt as tokens, as Go's `x/time/rate` does, admits 3 tokens at one instant
+/// with burst 2 in its own `TestReserveSetLimit`).
+///
+/// Clock readings that straddle the switch are the one thing a single state cannot follow: a
+/// decision whose reading is `x` older than `now` sees the new rate extrapolated back over `x`,
+/// so with a slower new rate it may find up to `(old rate − new rate) · x` more than the old
+/// quota held at that reading; and if `now` itself is `x` older than readings the old state was
+/// decided at, a faster new rate applies retroactively over `x`. Each quota's own decisions
+/// always hold their own bound.
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -238,15 +259,33 @@ pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u
 /// let new = Quota::per_second(100).unwrap();
 /// let s = gcra::try_acquire(gcra::FULL, 0, &old, 4).unwrap().unwrap();
 /// assert_eq!(gcra::available(gcra::rescale(s, 0, &old, &new), 0, &new), 6);
+/// // In debt: 2 tokens owed at 10/s are due in 200 ms, and still are at 20/s (4 owed).
+/// let q = Quota::per_second(10).unwrap().with_burst(2).unwrap();
+/// let (s, _) = gcra::reserve(gcra::FULL, 0, &q, 2).unwrap();
+/// let (s, _) = gcra::reserve(s, 0, &q, 2).unwrap();
+/// let fast = Quota::per_second(20).unwrap().with_burst(4).unwrap();
+/// let s = gcra::rescale(s, 0, &q, &fast);
+/// assert_eq!(gcra::available(s, 200_000_000, &fast), 0);
+/// assert_eq!(gcra::available(s, 250_000_000, &fast), 1);
 /// ```
 pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
     let (s1, s2) = (i128::from(old.scale()), i128::from(new.scale()));
-    // Balance in old units (negative: debt), capped at the old burst.
-    let b1 = (i128::from(old.earned_floor(now)) + i128::from(old.burst()) * s1 - i128::from(state))
-        .min(i128::from(old.burst()) * s1);
-    let b2 = (b1 * s2).div_euclid(s1).min(i128::from(new.burst()) * s2);
-    let next = i128::from(new.earned_ceil(now)) + i128::from(new.burst()) * s2 - b2;
-    next.clamp(0, i128::from(MAX_UNITS)) as u64
+    let (burst1, burst2) = (i128::from(old.burst()) * s1, i128::from(new.burst()) * s2);
+    // Balance in old units (negative: debt), capped at the old burst; converted, capped at the
+    // new burst.
+    let b1 = (i128::from(old.earned_floor(now)) + burst1 - i128::from(state)).min(burst1);
+    let by_tokens =
+        i128::from(new.earned_ceil(now)) + burst2 - (b1 * s2).div_euclid(s1).min(burst2);
+    // In debt, the old bucket is empty again at `instant_of(state − burst) > now`.
+    let by_time = if b1 < 0 {
+        match old.instant_of(state - old.burst() * old.scale()) {
+            at if at > crate::quota::HORIZON_NS => i128::from(MAX_UNITS),
+            at => i128::from(new.earned_ceil(at)) + burst2,
+        }
+    } else {
+        0
+    };
+    by_tokens.max(by_time).clamp(0, i128::from(MAX_UNITS)) as u64
 }
 
 // ---- helpers for the keyed and sharded limiters (crate-internal) ----

@@ -69,8 +69,11 @@
 //!
 //! [`Bucket::reserve`] takes the tokens now, possibly ahead of the refill, and says when they
 //! are due; the next caller queues behind it. Dropping a [`Reservation`] keeps it;
-//! [`Reservation::cancel`] gives the tokens back by the rule of Go's `x/time/rate`
-//! (`CancelAt`): only what nobody queued behind it depends on.
+//! [`Reservation::cancel`] gives **all** its tokens back if the bucket admitted nothing since
+//! (nested reservations cancelled in reverse order all come back), and nothing otherwise, once
+//! due, or after a `set_quota`. That is stricter than Go's `x/time/rate`, whose partial refunds
+//! can admit a token twice; why, and the proof, are in
+//! [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md).
 //!
 //! ```
 //! use std::time::Duration;
@@ -81,7 +84,7 @@
 //! assert_eq!(bucket.reserve(2)?.delay(), Duration::ZERO);
 //! let r = bucket.reserve(2)?;
 //! assert_eq!(r.delay(), Duration::from_millis(200));
-//! r.cancel(); // nobody queued behind it: both tokens come back
+//! r.cancel(); // nothing admitted since: both tokens come back
 //! clock.advance(Duration::from_millis(300));
 //! assert_eq!(bucket.reserve(2)?.delay(), Duration::ZERO);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -112,10 +115,11 @@
 //!
 //! # Changing the quota at run time
 //!
-//! [`Bucket::set_quota`] replaces the quota atomically: the balance at the switch, debt
-//! included, carries over, capped at the new burst (raising the burst does not fill the bucket),
-//! and a concurrent caller sees either the old quota with the old state or the new one with the
-//! new state. A reservation made under the old quota can no longer be cancelled.
+//! [`Bucket::set_quota`] replaces the quota atomically: a concurrent caller sees either the old
+//! quota with the old state or the new one with the new state. The balance at the switch
+//! carries over, capped at the new burst (raising the burst does not fill the bucket), and a
+//! debt keeps its due instant: a faster rate does not repay reservations queued at the old rate
+//! early. A reservation made before a reconfiguration can no longer be cancelled.
 //!
 //! ```
 //! use std::time::Duration;
@@ -123,10 +127,9 @@
 //!
 //! let bucket = Bucket::with_clock(Quota::per_second(10)?.with_burst(2)?, ManualClock::new());
 //! bucket.reserve(2)?;
-//! bucket.reserve(2)?; // balance −2
-//! bucket.set_quota(Quota::per_second(20)?.with_burst(4)?);
-//! // The −2 carried over: 3 tokens to earn at 20/s.
-//! assert_eq!(bucket.reserve(1)?.delay(), Duration::from_millis(150));
+//! bucket.reserve(2)?; // balance −2: due in 200 ms
+//! bucket.set_quota(Quota::per_second(20)?.with_burst(4)?); // still due in 200 ms: −4 at 20/s
+//! assert_eq!(bucket.reserve(1)?.delay(), Duration::from_millis(250));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -236,8 +239,10 @@
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
 //!
-//! Eviction is lazy (the insertion that needs room sweeps; no background thread), and a flood of
-//! new keys against a full table is refused in O(1) without a lock.
+//! Eviction is lazy (insertions that need room sweep, a bounded step each; no background
+//! thread), and a flood of new keys against a full table is refused in O(1) without a lock.
+//! `until_key_ready(&key, cost).await` waits for one key (governor's `until_key_ready`); unlike
+//! [`Bucket::until_ready`] it reserves nothing, so waiting callers of one key are not queued.
 //!
 //! # One limit on many cores: `ShardedBucket`
 //!

@@ -15,7 +15,8 @@
 //! * Waiting: [`Bucket::acquire`], [`Bucket::try_acquire_for`], [`Bucket::reserve`] →
 //!   [`Reservation`], and the async [`Bucket::until_ready`] → [`UntilReady`].
 //! * `KeyedLimiter` — one exact bucket per key (tenant, API key, IP) in a table of bounded size
-//!   that evicts only full buckets (feature `keyed`); `ShardedBucket` — one global limit split
+//!   that evicts only full buckets, with an async `until_key_ready` (feature `keyed`);
+//!   `ShardedBucket` — one global limit split
 //!   over per-core cache-padded shards (`std`).
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
@@ -68,7 +69,7 @@ pub use clock::StdClock;
 pub use clock::{Clock, DefaultClock, ManualClock, WakeRegistration};
 pub use error::{ConfigError, Denied};
 #[cfg(feature = "keyed")]
-pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder};
+pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder, UntilKeyReady};
 pub use quota::{Quota, HORIZON};
 #[cfg(feature = "std")]
 pub use sharded::ShardedBucket;

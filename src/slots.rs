@@ -53,6 +53,17 @@ impl EpochSlots {
         (self.seqs[i].load(Ordering::Relaxed) == seq).then_some(raw)
     }
 
+    /// The generation of `epoch`'s slot: its seqlock counter, which every rewrite of the slot
+    /// changes (odd while it is written). A reconfiguration rewrites the idle slot and flips the
+    /// epoch, so between two observations of the same epoch bit *any* reconfiguration changed
+    /// either the bit or this counter (up to a wrap after 2^31 rewrites of one slot).
+    ///
+    /// Read it after loading the owner's word (`Acquire`): every reconfiguration whose flip that
+    /// load observed is then counted.
+    pub(crate) fn generation(&self, epoch: u64) -> u32 {
+        self.seqs[(epoch & 1) as usize].load(Ordering::Acquire)
+    }
+
     /// Takes the writer flag, waiting with back-off (spin, then yield the thread) while another
     /// reconfiguration runs. `now` is the caller's clock reading, taken **before** calling:
     /// the user's clock is never called while the flag is held, so a slow or re-entrant clock
