@@ -1,7 +1,7 @@
 //! The guide: how to use each limiter, beyond the README's quick start.
 //!
-//! This module holds no code, only this page. Every example on it is a doc test run on a
-//! [`ManualClock`], so the times it shows are exact. The API pages hold the details; the design
+//! This module holds no code, only this page. Every example on it is a doc test on simulated
+//! time (mostly a [`ManualClock`]), so the times it shows are exact. The API pages hold the details; the design
 //! notes (the state word, the keyed table, sharding on many cores) are on the modules and types
 //! they describe.
 //!
