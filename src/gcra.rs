@@ -34,7 +34,7 @@
 //! ```
 
 use crate::error::Denied;
-use crate::quota::{Quota, MAX_UNITS};
+use crate::quota::{Quota, Rate, MAX_UNITS};
 use crate::snapshot::Snapshot;
 use core::time::Duration;
 
@@ -45,7 +45,13 @@ pub const FULL: u64 = 0;
 /// so nothing more refills: the wait is `Duration::MAX`.
 #[inline]
 fn retry_after(quota: &Quota, need: u64, now: u64) -> Duration {
-    let at = quota.instant_of(need);
+    retry_after_in(quota.rate(), need, now)
+}
+
+/// [`retry_after`] on the decision words alone.
+#[inline]
+fn retry_after_in(rate: &Rate, need: u64, now: u64) -> Duration {
+    let at = rate.instant_of(need);
     if at <= now || at > crate::quota::HORIZON_NS {
         return Duration::MAX;
     }
@@ -88,32 +94,58 @@ pub fn with_tokens(now: u64, quota: &Quota, tokens: u64) -> Result<u64, crate::C
 /// ```
 #[inline]
 pub fn try_acquire(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<Option<u64>, Denied> {
+    try_acquire_in(state, now, quota.rate(), cost)
+}
+
+/// [`try_acquire`] on the decision words alone (the bucket's hot path).
+#[inline(always)]
+pub(crate) fn try_acquire_in(
+    state: u64,
+    now: u64,
+    rate: &Rate,
+    cost: u64,
+) -> Result<Option<u64>, Denied> {
     if cost == 0 {
         return Ok(None);
     }
-    if cost > quota.burst() {
+    if cost > rate.burst() {
         return Err(Denied::ExceedsBurst);
     }
-    let scale = quota.scale();
+    // A guard instead of a checked add: no quota produces a state above MAX_UNITS (a bucket's
+    // state is its word shifted right by one, so inlined there this test disappears), and below
+    // it `state + cost_units` fits in 64 bits. A state no quota produces is refused.
+    if state > MAX_UNITS {
+        return Err(Denied::RetryAfter(Duration::MAX));
+    }
+    let scale = rate.scale();
     // Both products are at most MAX_UNITS by the quota's construction.
     let cost_units = cost * scale;
-    let burst_units = quota.burst() * scale;
-    let earned = quota.earned_floor(now);
-    // Admit iff balance >= cost, i.e. state + cost <= earned + burst (in units). The right side
-    // cannot overflow (the quota guarantees earned + burst <= 2^63 - 1); the left side only
-    // could for a state no quota produces, which is then refused.
-    let earned_plus_burst = earned + burst_units;
-    match state.checked_add(cost_units) {
-        Some(want) if want <= earned_plus_burst => {
-            Ok(Some(state.max(quota.earned_ceil(now)) + cost_units))
+    let burst_units = rate.burst() * scale;
+    // Admit iff balance >= cost, i.e. state + cost <= earned_floor + burst (in units).
+    let want = state + cost_units;
+    if let Some(earned) = rate.exact_earned(now) {
+        // The right side cannot overflow: the quota guarantees earned + burst <= 2^63 - 1.
+        if want <= earned + burst_units {
+            return Ok(Some(state.max(earned) + cost_units));
         }
-        Some(want) => Err(Denied::RetryAfter(retry_after(
-            quota,
-            want - burst_units,
-            now,
-        ))),
-        None => Err(Denied::RetryAfter(Duration::MAX)),
+    } else {
+        // Inexact: compare products instead of dividing (`x <= ⌊n/d⌋ ⇔ x·d <= n`), and divide
+        // only when the bucket is capped (`state < ⌈n/d⌉ ⇔ state·d < n`).
+        let (n, div) = rate.earned_scaled(now);
+        if want <= burst_units || u128::from(want - burst_units) * div <= n {
+            let base = if u128::from(state) * div >= n {
+                state
+            } else {
+                rate.earned_ceil(now)
+            };
+            return Ok(Some(base + cost_units));
+        }
     }
+    Err(Denied::RetryAfter(retry_after_in(
+        rate,
+        want - burst_units,
+        now,
+    )))
 }
 
 /// Whole tokens available at `now` (0 while in debt).
@@ -125,9 +157,15 @@ pub fn try_acquire(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<Opt
 /// ```
 #[inline]
 pub fn available(state: u64, now: u64, quota: &Quota) -> u64 {
-    let scale = quota.scale();
-    let burst_units = quota.burst() * scale;
-    let balance = (quota.earned_floor(now) + burst_units).saturating_sub(state);
+    available_in(state, now, quota.rate())
+}
+
+/// [`available`] on the decision words alone.
+#[inline(always)]
+pub(crate) fn available_in(state: u64, now: u64, rate: &Rate) -> u64 {
+    let scale = rate.scale();
+    let burst_units = rate.burst() * scale;
+    let balance = (rate.earned_floor(now) + burst_units).saturating_sub(state);
     balance.min(burst_units) / scale
 }
 
@@ -143,15 +181,21 @@ pub fn available(state: u64, now: u64, quota: &Quota) -> u64 {
 /// ```
 #[inline]
 pub fn snapshot(state: u64, now: u64, quota: &Quota) -> Snapshot {
-    let until_full = if is_full(state, now, quota) {
+    snapshot_in(state, now, quota.rate())
+}
+
+/// [`snapshot`] on the decision words alone.
+#[inline]
+pub(crate) fn snapshot_in(state: u64, now: u64, rate: &Rate) -> Snapshot {
+    let until_full = if state <= rate.earned_floor(now) {
         Duration::ZERO
     } else {
-        match full_at(state, quota) {
+        match full_at_in(state, rate) {
             u64::MAX => Duration::MAX,
             at => Duration::from_nanos(at.saturating_sub(now)),
         }
     };
-    Snapshot::new(available(state, now, quota), until_full)
+    Snapshot::new(available_in(state, now, rate), until_full)
 }
 
 /// Takes `cost` tokens now, possibly ahead of the refill (a debt that later callers queue
@@ -159,7 +203,8 @@ pub fn snapshot(state: u64, now: u64, quota: &Quota) -> Snapshot {
 /// `now` or earlier means "due already".
 ///
 /// Errors: `ExceedsBurst` when `cost > burst`; `RetryAfter` only if the backlog would exceed the
-/// state's range (a queue of decades).
+/// state's range (a queue of decades), or `RetryAfter(Duration::MAX)` if the tokens would be due
+/// only past the 100-year horizon, where the clock is read as stopped (they never come due).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -190,7 +235,12 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
     let due = if want <= quota.earned_floor(now) + burst_units {
         now
     } else {
-        quota.instant_of(want - burst_units)
+        match quota.instant_of(want - burst_units) {
+            // Past the horizon the clock is read as stopped: such tokens never come due (and a
+            // reading past the horizon must not find them "due already").
+            at if at > crate::quota::HORIZON_NS => return Err(Denied::RetryAfter(Duration::MAX)),
+            at => at,
+        }
     };
     Ok((if cost == 0 { state } else { next }, due))
 }
@@ -292,15 +342,23 @@ pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
 
 /// Whether `state` is full at `now` (`available == burst`, no debt): such a state behaves exactly
 /// like [`FULL`] at `now` and at every later reading, so a keyed table may forget it.
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn is_full(state: u64, now: u64, quota: &Quota) -> bool {
     state <= quota.earned_floor(now)
 }
 
 /// The first clock reading at which `state` is full (`u64::MAX`: never within the horizon).
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn full_at(state: u64, quota: &Quota) -> u64 {
-    let at = quota.instant_of(state);
+    full_at_in(state, quota.rate())
+}
+
+/// [`full_at`] on the decision words alone.
+#[inline]
+fn full_at_in(state: u64, rate: &Rate) -> u64 {
+    let at = rate.instant_of(state);
     if at > crate::quota::HORIZON_NS {
         u64::MAX
     } else {
@@ -354,4 +412,62 @@ pub(crate) fn take_units(
     let base = state.max(quota.earned_ceil(now));
     // base + taken <= earned_ceil + burst_units <= MAX_UNITS + 1 < 2^64 by the quota's range.
     Some((base + taken, taken, available - taken))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{inexact_quotas, Xorshift};
+
+    /// The inexact quotas' product compares (no division unless capped) decide exactly as the
+    /// divisions they replace: admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost
+    /// to `max(state, ⌈earned⌉)`; the wait from `instant_of`. States around the boundary, and
+    /// at the edges of the range.
+    #[test]
+    fn product_compares_decide_as_divisions() {
+        let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15);
+        let mut next = || rng.next();
+        for q in inexact_quotas() {
+            assert!(!q.is_exact());
+            let horizon = crate::quota::HORIZON_NS;
+            let mut nows = alloc::vec![0, 1, horizon - 1, horizon, u64::MAX];
+            for _ in 0..300 {
+                nows.push(next() % (horizon + 2));
+            }
+            for now in nows {
+                let floor = q.earned_floor(now);
+                let ceil = q.earned_ceil(now);
+                let burst_units = q.burst() * q.scale();
+                for cost in [1, q.burst()] {
+                    let cost_units = cost * q.scale();
+                    let edge = (floor + burst_units).saturating_sub(cost_units);
+                    let mut states = alloc::vec![0, floor, ceil, edge, edge + 1, MAX_UNITS];
+                    states.extend([edge.saturating_sub(1), ceil.saturating_sub(1)]);
+                    states.push(next() % MAX_UNITS);
+                    for state in states {
+                        let want = if state + cost_units <= floor + burst_units {
+                            Ok(Some(state.max(ceil) + cost_units))
+                        } else {
+                            Err(Denied::RetryAfter(retry_after(
+                                &q,
+                                state + cost_units - burst_units,
+                                now,
+                            )))
+                        };
+                        assert_eq!(
+                            try_acquire(state, now, &q, cost),
+                            want,
+                            "{q:?} state {state} now {now} cost {cost}"
+                        );
+                    }
+                }
+            }
+        }
+        // A state no quota produces is refused, never wrapped.
+        let q = Quota::per_second(3).unwrap();
+        assert_eq!(
+            try_acquire(u64::MAX, 0, &q, 1),
+            Err(Denied::RetryAfter(Duration::MAX))
+        );
+    }
 }

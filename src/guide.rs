@@ -311,6 +311,10 @@
 //!   calibrated TSC, several times cheaper to read than `Instant::now()`.
 //! * [`StdClock`](crate::StdClock) (feature `std`): `std::time::Instant`, the default without
 //!   `quanta`.
+//! * [`CoarseClock`](crate::CoarseClock) (feature `std`, opt-in): another clock's reading cached
+//!   and refreshed by an upkeep thread (every millisecond, say), so a decision reads one word
+//!   instead of the TSC. Decisions stay exact for the (stale) reading, which only refuses more;
+//!   tokens that refill within a refresh arrive at the next one.
 //! * [`ManualClock`]: a shared counter you move, always compiled; clones share one time. Two
 //!   modes:
 //!   * [`ManualClock::new`] **advances itself** when a limiter waits on it: `acquire` and
@@ -374,7 +378,7 @@
 //!
 //! | feature | default | adds |
 //! |---|---|---|
-//! | `std` | yes | blocking waits that sleep, [`StdClock`](crate::StdClock), the shared timer thread behind `until_ready`, `ShardedBucket`, `std::error::Error` impls, [`ManualClock::new_frozen`], and the constructors on the default clock (`Bucket::new`, `Smooth::bursty`, …) |
+//! | `std` | yes | blocking waits that sleep, [`StdClock`](crate::StdClock), [`CoarseClock`](crate::CoarseClock), the shared timer thread behind `until_ready`, `ShardedBucket`, `std::error::Error` impls, [`ManualClock::new_frozen`], and the constructors on the default clock (`Bucket::new`, `Smooth::bursty`, …) |
 //! | `quanta` | yes | [`QuantaClock`](crate::QuantaClock), then the [`DefaultClock`] (implies `std`) |
 //! | `keyed` | yes | `KeyedLimiter` (implies `std`; adds `foldhash`) |
 //!

@@ -105,8 +105,9 @@ enum Insert {
 ///   ([`sweep`](KeyedLimiter::sweep) runs one by hand).
 /// * **Under a flood.** When the table is full and no bucket is full, a new key is refused with
 ///   `RetryAfter(d)`, `0 < d ≤` the time one whole burst takes to refill (the first instant a
-///   tracked bucket will be full), or — with [`KeyedLimiterBuilder::fail_open`] — admitted
-///   untracked. Such refusals cost O(1): they read one word.
+///   tracked bucket will be full; `Duration::MAX` if none will be within the 100-year
+///   horizon), or — with [`KeyedLimiterBuilder::fail_open`] — admitted untracked. Such
+///   refusals cost O(1): they read one word.
 /// * **Lock-free lookups.** Deciding for a tracked key reads the index without locks and writes
 ///   only that key's slot (plus a counter on the calling thread's own cache-padded shard).
 ///   Inserting and evicting take one mutex, for a bounded amount of work (below).
@@ -377,7 +378,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     ///
     /// `Err(RetryAfter(d))`: the key's bucket is short (`d` exactly as for a
     /// [`Bucket`](crate::Bucket)), or the key is new and the table is full with no full bucket
-    /// (`0 < d ≤` one burst's refill time; see [`KeyedLimiterBuilder::fail_open`]).
+    /// (`0 < d ≤` one burst's refill time, `Duration::MAX` if no tracked bucket is full again
+    /// within the horizon; see [`KeyedLimiterBuilder::fail_open`]).
     /// `Err(ExceedsBurst)`: `cost` is above the key's burst. A new key is tracked only once it is
     /// admitted; cost 0 is always admitted and tracks nothing.
     ///
@@ -798,16 +800,26 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         Insert::Done
     }
 
-    /// The wait until a tracked bucket is full, within `[1 ns, refill time of one burst]`.
+    /// The wait until a tracked bucket is full, within `[1 ns, refill time of one burst]`, or
+    /// `Duration::MAX` when none ever will be (every tracked bucket is full only past the
+    /// horizon, where the clock is read as stopped).
     fn table_full_wait(&self, now: u64) -> core::time::Duration {
         let cap = self.quota.refill_time(self.quota.burst());
         let at = self.table.next_full_at.load(Ordering::SeqCst);
+        // (An empty table, `max_keys` 0, keeps the one-burst answer.)
+        if at == u64::MAX && self.table.len.load(Ordering::SeqCst) > 0 {
+            return core::time::Duration::MAX;
+        }
         core::time::Duration::from_nanos(at.saturating_sub(now).max(1)).min(cap)
     }
 
     /// One bounded sweep step at reading `now`, with the index's mutex held: evicts the full
     /// buckets it meets; when it ends a pass, stores the pass's bound in `next_full_at`.
     fn sweep_step(&self, locked: &mut index::Locked<'_>, now: u64) -> index::Step {
+        // Past the horizon the clock is read as stopped there, and `full_at` says `u64::MAX`
+        // for "never full": compared with a reading of `u64::MAX` itself, that sentinel would
+        // read as "full now" and evict a bucket that never refills (a fresh burst each time).
+        let now = now.min(crate::quota::HORIZON_NS);
         let evicted_at = &self.table.evicted_at;
         let step = locked.sweep_step(
             now,

@@ -7,7 +7,8 @@
 //!   background thread.
 //! * [`Quota`] — a validated rate and burst; [`ConfigError`] when it is not.
 //! * [`Denied`] — a refusal: retry after an exact wait, or the cost exceeds the burst.
-//! * [`Clock`] — [`ManualClock`] for tests, [`QuantaClock`] (default) and [`StdClock`].
+//! * [`Clock`] — [`ManualClock`] for tests, [`QuantaClock`] (default), [`StdClock`], and the
+//!   opt-in [`CoarseClock`] (a cached reading, one load per decision).
 //! * [`Smooth`] — Guava's `SmoothRateLimiter` (bursty and warming up), to the microsecond.
 //! * [`gcra`] — the pure decision function the bucket applies, for your own storage.
 //! * [`Snapshot`] — the tokens left and the time until full, from the same decision
@@ -59,9 +60,13 @@ mod slots;
 mod smooth;
 mod snapshot;
 mod sync;
+#[cfg(test)]
+mod test_support;
 mod wait;
 
 pub use bucket::Bucket;
+#[cfg(all(feature = "std", not(tollgate_loom)))]
+pub use clock::CoarseClock;
 #[cfg(feature = "quanta")]
 pub use clock::QuantaClock;
 #[cfg(feature = "std")]

@@ -532,7 +532,8 @@ impl<C: Clock> ShardedBucket<C> {
                 }
             }
             let ready = self.read_pool(need, gave_back);
-            if ready > now {
+            // `u64::MAX`: never within the horizon, even for a reading at or past it.
+            if ready > now || ready == u64::MAX {
                 return Err(Denied::RetryAfter(wait(now, ready)));
             }
             take = true;

@@ -106,7 +106,7 @@ impl<C: Clock> Bucket<C> {
     ///
     /// Errors: [`Denied::ExceedsBurst`] when `cost > burst` (no wait would ever admit it), and
     /// nothing is consumed. (`RetryAfter` only if the queue of reservations already reaches
-    /// decades ahead, past the state's range.) Cost 0 returns `Ok(0)` at once.
+    /// decades ahead, past the state's range, or past the 100-year horizon.) Cost 0 returns `Ok(0)` at once.
     ///
     /// ```
     /// use std::time::Duration;
@@ -171,7 +171,7 @@ impl<C: Clock> Bucket<C> {
     /// Dropping the reservation keeps the tokens taken.
     ///
     /// Errors: [`Denied::ExceedsBurst`] when `cost > burst`. (`RetryAfter` only if the queue of
-    /// reservations already reaches decades ahead, past the state's range.) Cost 0 gives a
+    /// reservations already reaches decades ahead, past the state's range, or past the horizon.) Cost 0 gives a
     /// reservation that is due at once and takes nothing.
     ///
     /// ```
