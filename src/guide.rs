@@ -45,9 +45,9 @@
 //! | [`Bucket::reserve`] | never: returns a [`Reservation`] with its delay | only `Err(ExceedsBurst)` |
 //! | [`Bucket::until_ready`] | asynchronously, on any executor | only `Err(ExceedsBurst)` |
 //!
-//! Sleeping goes through the bucket's clock, after the one compare-and-swap that takes the
-//! tokens, never inside it. A [`ManualClock`] advances itself by the requested time instead, so
-//! every waiting path is deterministic in tests:
+//! Waits sleep through the bucket's clock, after the one compare-and-swap that takes the tokens.
+//! A [`ManualClock`] advances itself by the requested time instead, so every waiting path is
+//! deterministic in tests:
 //!
 //! ```
 //! use std::time::Duration;
