@@ -22,7 +22,6 @@ use crate::quota::Quota;
 use crate::snapshot::Snapshot;
 use crate::sync::{thread_slot, AtomicU64, Ordering};
 use crate::wait::Alarm;
-use alloc::borrow::ToOwned;
 use alloc::boxed::Box;
 use core::borrow::Borrow;
 use core::fmt;
@@ -414,7 +413,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     }
 
     /// [`try_acquire`](KeyedLimiter::try_acquire) with a borrowed form of the key (`&str` for
-    /// `String` keys, `&[u8]` for `Vec<u8>`): no allocation unless the key is new.
+    /// `String` keys, `&[u8]` for `Vec<u8>`): never an allocation (the table stores the key's
+    /// fingerprint, not the key).
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -427,7 +427,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     pub fn try_acquire_by<Q>(&self, key: &Q, cost: u64) -> Result<(), Denied>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: Hash + Eq + ?Sized,
     {
         self.acquire(key, cost)
     }

@@ -1,28 +1,64 @@
 //! Leases: tokens taken from the Redis bucket ahead of time, in one "take at most L" call, and
-//! served from a local lock-free [`tollgate::Bucket`] until they run out or expire.
+//! spent locally, lock-free, while the server's clock has not passed them.
 //!
-//! # Correctness
+//! # What a lease is
 //!
-//! Every token is debited in Redis *before* it is spent, so the tokens spent across all
-//! processes never exceed what the Redis bucket admitted. A token is spent at most
-//! [`Leases::lifetime`] `T` after its debit (plus scheduling jitter), so in any window of length
-//! `Δ` all processes together admit at most `burst + rate·(Δ + T)`: the plain bucket's
-//! `burst + rate·Δ`, plus what refills during one lease lifetime. The cost is under-admission:
-//! tokens that expire unspent are lost, at most `L` per process per lease lifetime (`processes ×
-//! L` in all).
+//! The Redis bucket is a GCRA: its state is a theoretical arrival time `z` on the server's time
+//! axis, in `tollgate::gcra` units (a token is `T = scale` units, the time one token takes to
+//! refill). A take of `L` tokens at server time `t0` moves the state from `z0 = max(z, t0)` to
+//! `z1 = z0 + L·T`; the leased tokens are exactly the *slices* `[z0 + k·T, z0 + (k+1)·T)`. A
+//! leased slice may be spent at server time `t` only while it starts at or after `t`; it
+//! *expires* once the server's clock passes its start. The local state is one more GCRA over
+//! the server's time axis, in one `AtomicU64`: `next`, the start of the first unspent slice;
+//! spending `c` tokens at (estimated) server time `t` moves `next` to `max(next, t) + c·T` if
+//! that is at most `z1`, and is refused otherwise ([`spend`]).
+//!
+//! # The bound: burst + rate·Δ, exactly
+//!
+//! A direct admission at server time `t` (the script, or a lease's take for its own cost) takes
+//! units starting at or after `t` and ending at or before `t + burst·T`. A leased slice spent at
+//! `t` starts at or after `t` by the rule above, and ends at or before `z1 ≤ t0 + burst·T ≤ t +
+//! burst·T` (its take was admitted at `t0 ≤ t`). Redis never hands out a unit twice (its state
+//! only grows, and a key that expires is full: every slice it handed out then starts in the
+//! past), and a process never spends a slice twice (`next` only grows). So every token admitted
+//! at a server time in `[t1, t2]`, by any number of processes, directly or from leases, is a
+//! distinct slice of width `T` starting in `[t1, t2 + (burst − 1)·T]`: at most `burst +
+//! rate·(t2 − t1)` of them. This holds for any `L`, any number of processes and any lifetime.
+//!
+//! # The server's time, locally
+//!
+//! A process never reads the server's clock directly: each take returns the server's `TIME`
+//! reading `t0` (microseconds), and the process records its own monotonic clock `s` just before
+//! sending the call. The script ran after `s`, so at local time `u` the server's clock reads at
+//! most `t0 + 1 µs + (u − s)`; the process uses that upper bound scaled for clock-rate drift,
+//! `t0 + 1 µs + (u − s)·(1 + 10⁻⁴)`, so slices expire early, never late. **The one assumption:**
+//! the server's clock and the process's monotonic clock run at rates within 100 ppm of each
+//! other (NTP keeps both far closer) and the server's clock does not step forward by more than
+//! that; a server clock stepped *back* only makes leases expire sooner.
+//!
+//! # The cost: under-admission
+//!
+//! Slices that expire unspent are lost: the bucket had counted them as spent. At most `L` per
+//! take, so `processes × L` per round of takes. A lease taken from a full bucket starts at the
+//! server's present, so its slices expire one per `T` as time passes, and a process spending at
+//! `r` tokens per second uses about `L·r/rate` of them (all of them when `r ≥ rate`); a lease
+//! taken from a bucket that is running behind (the hot, limited case) lies in the future and is
+//! spent whole. A lease is also dropped after [`Leases::lifetime`], and when a take replaces it.
 //!
 //! # Choosing L
 //!
-//! `L ≈ per-process request rate × lifetime` serves nearly every request locally; keep
-//! `processes × L` well below the burst, or the processes starve each other (the first to lease
-//! holds tokens the others wait for). The take size adapts within `1 ..= L`: it doubles when a
-//! lease runs dry before half its lifetime and halves when one expires with tokens left.
+//! For about `k` local decisions per Redis call at a process's request rate `r` on a bucket
+//! with refill rate `rate`, choose `L ≈ k·rate/r` (at least `k`): `Leases::new(256)` on a
+//! 10⁶/s key serves a process doing 10⁵ requests/s about 25 decisions per call. Keep `processes
+//! × L` well below the burst, or a process's unspent lease delays the others (under-admission
+//! while the rate is the limit, never over-admission). Each take asks for `L` tokens (at least
+//! the request's cost) and gets what the bucket holds, up to that.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-use tollgate::{Bucket, ManualClock, Quota};
+use tollgate::Quota;
 
 /// Lease settings (opt-in): see [`RedisLimiterBuilder::leases`](crate::RedisLimiterBuilder::leases).
 ///
@@ -39,8 +75,9 @@ pub struct Leases {
 }
 
 impl Leases {
-    /// Take at most `max_tokens` per Redis call (at least the request's cost). Defaults: a
-    /// lifetime of 100 ms and at most 10,000 keys leased at once.
+    /// Take at most `max_tokens` per Redis call (at least the request's cost; see the module
+    /// docs for choosing it). Defaults: a lifetime cap of 100 ms and at most 10,000 keys leased
+    /// at once.
     ///
     /// ```
     /// assert_eq!(tollgate_redis::Leases::new(16).max_tokens(), 16);
@@ -53,7 +90,8 @@ impl Leases {
         }
     }
 
-    /// How long leased tokens may be spent after their debit (the `T` in the window bound).
+    /// The longest a lease is kept after its take (an upper cap: its slices usually expire
+    /// sooner, as the server's clock passes them). It plays no part in the window bound.
     ///
     /// ```
     /// use std::time::Duration;
@@ -113,18 +151,56 @@ impl Leases {
     }
 }
 
-/// One key's lease: a local bucket that never refills by itself. Its clock (1 token per
-/// nanosecond of clock) is advanced by `n` ns to deposit `n` tokens.
+/// The local lease decision (pure): with the first unspent slice at `next`, the lease ending at
+/// `end` and the server's clock at most at `now` (all in `tollgate::gcra` units), spending
+/// `cost_units` moves `next` to the returned value, or is refused (`None`). Slices that start
+/// before `now` have expired.
+pub(crate) fn spend(next: u64, now: u64, cost_units: u64, end: u64) -> Option<u64> {
+    let after = next.max(now).checked_add(cost_units)?;
+    (after <= end).then_some(after)
+}
+
+/// `ceil(ns × mul / div)`: the units earned by `ns`, rounded up (an upper bound of the server's
+/// position on the state axis), saturating.
+fn units_ceil(quota: &Quota, ns: u64) -> u64 {
+    let (mul, div) = quota.units_per_ns();
+    let u = (u128::from(ns) * u128::from(mul)).div_ceil(u128::from(div.max(1)));
+    u64::try_from(u).unwrap_or(u64::MAX)
+}
+
+/// Server time upper bound (ns) at local time `local` (ns since the table's start), given the
+/// map word `c` (see `Slot::map`): `c + local·(1 + 10⁻⁴)`, rounded up.
+fn server_upper(c: i64, local: u64) -> u64 {
+    let v = i128::from(c) + i128::from(local) + i128::from(local.div_ceil(DRIFT));
+    u64::try_from(v.max(0)).unwrap_or(u64::MAX)
+}
+
+/// Clock-rate drift covered: 1 part in `DRIFT` (100 ppm).
+const DRIFT: u64 = 10_000;
+
+/// No mapping yet (`Slot::map`).
+const NO_MAP: i64 = i64::MAX;
+
+/// One key's lease: the slices `[next, end)` on the server's time axis (`tollgate::gcra` units).
+///
+/// | field  | meaning                                                      | writers            |
+/// |--------|--------------------------------------------------------------|--------------------|
+/// | `next` | start of the first unspent slice                             | CAS by spenders; a take stores |
+/// | `end`  | end of the lease (`0` while a take replaces it, or none)     | a take only        |
+/// | `map`  | `c` with server ns ≤ `c + local·(1 + 10⁻⁴)` (`i64::MAX` none) | a take only        |
+///
+/// All `SeqCst`. A take stores `end = 0`, then `next`, then `end`. A spender loads `next`, then
+/// `end`, and CASes `next`: a CAS that succeeds against a replaced lease is still safe, because
+/// takes are installed in state order (under the refill lock), so a lease installed later
+/// starts at or after every earlier lease's `end` and a stale `end` refuses. (A Redis restart or
+/// quota change that resets the state breaks that order; see the crate README on failover.)
 #[derive(Debug)]
 pub(crate) struct Slot {
-    bucket: Bucket<ManualClock>,
-    clock: ManualClock,
-    /// Nanoseconds (since the table's start) after which the tokens may not be spent.
+    next: AtomicU64,
+    end: AtomicU64,
+    map: AtomicI64,
+    /// Local ns (table scale) after which the lease is dropped ([`Leases::lifetime`]).
     expires: AtomicU64,
-    /// When the current lease was taken (same scale).
-    taken_at: AtomicU64,
-    /// The next take size (adaptive, 1 ..= L).
-    take: AtomicU64,
     /// After a refused refill: refuse costs `>= denied_cost` locally until `denied_until` (same
     /// scale as `expires`; 0 = none). Tokens only come back by refilling, so this never refuses
     /// what Redis would admit for those costs — except when another quota or a restart resets
@@ -145,6 +221,19 @@ pub(crate) struct Table {
     slots: RwLock<HashMap<Box<str>, Arc<Slot>>>,
 }
 
+/// What a take returned, for [`Table::deposit`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Take {
+    /// The bucket's absolute state after the take (the lease's `end`).
+    pub(crate) state: u64,
+    /// Tokens leased beyond the request's own cost.
+    pub(crate) tokens: u64,
+    /// The server's `TIME` when the script ran (ns since the origin).
+    pub(crate) server_ns: u64,
+    /// [`Table::now`] just before the call was sent.
+    pub(crate) sent: u64,
+}
+
 impl Table {
     pub(crate) fn new(cfg: Leases) -> Table {
         Table {
@@ -154,6 +243,7 @@ impl Table {
         }
     }
 
+    /// Local monotonic ns since the table's start.
     pub(crate) fn now(&self) -> u64 {
         u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
@@ -174,7 +264,7 @@ impl Table {
         }
         if slots.len() >= self.cfg.max_keys {
             let now = self.now();
-            // Only slots nobody else holds and whose tokens expired (dropping them loses
+            // Only slots nobody else holds and whose lease was dropped (dropping them loses
             // nothing that may still be spent).
             slots
                 .retain(|_, s| Arc::strong_count(s) > 1 || s.expires.load(Ordering::Acquire) > now);
@@ -182,16 +272,11 @@ impl Table {
                 return None;
             }
         }
-        // 1 token per ns, burst L: depositing n tokens = advancing the clock by n ns.
-        let quota = Quota::new(1, Duration::from_nanos(1), self.cfg.max_tokens).ok()?;
-        let clock = ManualClock::new();
-        let bucket = Bucket::with_initial_tokens(quota, 0, clock.clone()).ok()?;
         let slot = Arc::new(Slot {
-            bucket,
-            clock,
+            next: AtomicU64::new(0),
+            end: AtomicU64::new(0),
+            map: AtomicI64::new(NO_MAP),
             expires: AtomicU64::new(0),
-            taken_at: AtomicU64::new(0),
-            take: AtomicU64::new(self.cfg.max_tokens.div_ceil(4).max(1)),
             denied_until: AtomicU64::new(0),
             denied_cost: AtomicU64::new(u64::MAX),
             refill: tokio::sync::Mutex::new(()),
@@ -201,9 +286,38 @@ impl Table {
         Some(slot)
     }
 
-    /// Serves `cost` from the key's lease if it is valid and holds enough.
-    pub(crate) fn take_local(&self, slot: &Slot, cost: u64) -> bool {
-        slot.expires.load(Ordering::Acquire) > self.now() && slot.bucket.try_acquire(cost).is_ok()
+    /// The upper bound of the server's position on the state axis now, if the lease is live.
+    fn server_units(&self, slot: &Slot, quota: &Quota) -> Option<u64> {
+        let local = self.now();
+        if slot.expires.load(Ordering::SeqCst) <= local {
+            return None;
+        }
+        let c = slot.map.load(Ordering::SeqCst);
+        (c != NO_MAP).then(|| units_ceil(quota, server_upper(c, local)))
+    }
+
+    /// Serves `cost` from the key's lease if it holds enough slices that have not expired.
+    pub(crate) fn take_local(&self, slot: &Slot, quota: &Quota, cost: u64) -> bool {
+        let Some(cost_units) = cost.checked_mul(quota.scale()) else {
+            return false;
+        };
+        let Some(now) = self.server_units(slot, quota) else {
+            return false;
+        };
+        let mut next = slot.next.load(Ordering::SeqCst);
+        loop {
+            let end = slot.end.load(Ordering::SeqCst);
+            let Some(after) = spend(next, now, cost_units, end) else {
+                return false;
+            };
+            match slot
+                .next
+                .compare_exchange_weak(next, after, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return true,
+                Err(cur) => next = cur,
+            }
+        }
     }
 
     /// The rest of a recent refusal's wait if it covers `cost` (see `Slot::denied_until`).
@@ -223,54 +337,50 @@ impl Table {
             .store(self.now().saturating_add(wait), Ordering::Release);
     }
 
-    /// Tokens left in the key's valid lease.
-    pub(crate) fn local_available(&self, slot: &Slot) -> u64 {
-        if slot.expires.load(Ordering::Acquire) > self.now() {
-            slot.bucket.available()
-        } else {
-            0
-        }
+    /// Whole tokens left in the key's lease that have not expired.
+    pub(crate) fn local_available(&self, slot: &Slot, quota: &Quota) -> u64 {
+        let Some(now) = self.server_units(slot, quota) else {
+            return 0;
+        };
+        let next = slot.next.load(Ordering::SeqCst).max(now);
+        slot.end.load(Ordering::SeqCst).saturating_sub(next) / quota.scale().max(1)
     }
 
-    /// How many tokens the next refill should take (at least `cost`), adapting the take size.
-    /// Call with the refill lock held.
-    pub(crate) fn next_take(&self, slot: &Slot, cost: u64) -> u64 {
-        let now = self.now();
-        let l = self.cfg.max_tokens;
-        let mut take = slot.take.load(Ordering::Relaxed);
-        let taken_at = slot.taken_at.load(Ordering::Relaxed);
-        if taken_at != 0 {
-            let left = self.local_available(slot);
-            let lifetime = u64::try_from(self.cfg.lifetime.as_nanos()).unwrap_or(u64::MAX);
-            if slot.expires.load(Ordering::Acquire) <= now && left > 0 {
-                take = (take / 2).max(1);
-            } else if now.saturating_sub(taken_at) < lifetime / 2 {
-                take = take.saturating_mul(2).min(l);
-            }
-            slot.take.store(take, Ordering::Relaxed);
-        }
-        take.max(cost)
+    /// How many tokens the next take asks for: `L`, at least `cost`.
+    pub(crate) fn next_take(&self, cost: u64) -> u64 {
+        self.cfg.max_tokens.max(cost)
     }
 
-    /// Replaces the key's lease with `tokens` (already debited in Redis). Call with the refill
-    /// lock held. Leftover tokens of the previous lease are dropped (under-admission, never
-    /// over-admission).
-    pub(crate) fn deposit(&self, slot: &Slot, tokens: u64, snapshot: tollgate::Snapshot) {
-        // Mark expired first so that no taker trusts the bucket while it is refilled.
-        slot.expires.store(0, Ordering::Release);
+    /// Replaces the key's lease with the slices of `take` beyond the request's own cost (already
+    /// debited in Redis). Call with the refill lock held. The previous lease's unspent slices are
+    /// dropped (under-admission, never over-admission).
+    pub(crate) fn deposit(
+        &self,
+        slot: &Slot,
+        quota: &Quota,
+        take: Take,
+        snapshot: tollgate::Snapshot,
+    ) {
         slot.denied_until.store(0, Ordering::Release);
-        loop {
-            let left = slot.bucket.available();
-            if left == 0 || slot.bucket.try_acquire(left).is_ok() {
-                break;
-            }
+        // server ≤ t0 + 1 µs + (u − sent)·(1 + 1/DRIFT) = c + u·(1 + 1/DRIFT), with
+        // c = t0 + 1 µs − sent − sent/DRIFT (rounded down, so the bound only grows).
+        let c = i128::from(take.server_ns) + 1000
+            - i128::from(take.sent)
+            - i128::from(take.sent / DRIFT);
+        let c = i64::try_from(c).unwrap_or(NO_MAP - 1);
+        let start = take
+            .tokens
+            .checked_mul(quota.scale())
+            .and_then(|u| take.state.checked_sub(u));
+        slot.end.store(0, Ordering::SeqCst);
+        if let Some(start) = start {
+            slot.map.store(c, Ordering::SeqCst);
+            slot.next.store(start, Ordering::SeqCst);
+            slot.end.store(take.state, Ordering::SeqCst);
         }
-        slot.clock.advance(Duration::from_nanos(tokens));
-        let now = self.now();
-        slot.taken_at.store(now.max(1), Ordering::Relaxed);
         let lifetime = u64::try_from(self.cfg.lifetime.as_nanos()).unwrap_or(u64::MAX);
         slot.expires
-            .store(now.saturating_add(lifetime), Ordering::Release);
+            .store(take.sent.saturating_add(lifetime), Ordering::SeqCst);
         *slot.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((snapshot, Instant::now()));
     }
 }
@@ -280,19 +390,137 @@ mod tests {
     use super::*;
 
     #[test]
-    fn deposit_take_expire() {
-        let t = Table::new(Leases::new(10).lifetime(Duration::from_millis(200)));
+    fn spend_is_a_gcra_over_server_time() {
+        // Lease [100, 160), T = 10.
+        assert_eq!(spend(100, 0, 10, 160), Some(110));
+        assert_eq!(spend(110, 95, 50, 160), Some(160));
+        assert_eq!(spend(160, 0, 10, 160), None, "all spent");
+        // Time passed the first slices: they expired.
+        assert_eq!(spend(100, 135, 10, 160), Some(145));
+        assert_eq!(spend(100, 135, 30, 160), None, "only 2.5 slices left");
+        assert_eq!(spend(100, 150, 10, 160), Some(160));
+        assert_eq!(spend(100, 151, 10, 160), None, "the last slice started");
+        // Edges: zero cost, huge values never wrap.
+        assert_eq!(spend(100, 0, 0, 160), Some(100));
+        assert_eq!(spend(u64::MAX - 1, 0, 10, u64::MAX), None);
+        assert_eq!(spend(0, u64::MAX, 1, u64::MAX), None);
+    }
+
+    #[test]
+    fn server_time_bound_rounds_up_and_covers_drift() {
+        // c = 5000 ns; at local 10^6 ns the bound is 5000 + 10^6 + 100.
+        assert_eq!(server_upper(5000, 1_000_000), 1_005_100);
+        assert_eq!(server_upper(5000, 1), 5002);
+        assert_eq!(server_upper(-10, 0), 0, "clamped at the origin");
+        assert_eq!(server_upper(i64::MAX - 1, u64::MAX), u64::MAX);
+        let q = Quota::new(3, Duration::from_nanos(7), 10).unwrap();
+        let (mul, div) = q.units_per_ns();
+        assert_eq!(units_ceil(&q, 1), mul.div_ceil(div));
+        assert_eq!(units_ceil(&q, 0), 0);
+    }
+
+    fn table_with_lease(tokens: u64, quota: &Quota) -> (Table, Arc<Slot>) {
+        let t = Table::new(Leases::new(10).lifetime(Duration::from_secs(3600)));
         let s = t.slot("k").unwrap();
-        assert!(!t.take_local(&s, 1), "no lease yet");
-        t.deposit(&s, 3, tollgate::Snapshot::new(0, Duration::ZERO));
-        assert_eq!(t.local_available(&s), 3);
-        assert!(t.take_local(&s, 2));
-        assert!(!t.take_local(&s, 2));
-        assert!(t.take_local(&s, 1));
-        assert!(!t.take_local(&s, 1));
-        // A new deposit drops leftovers and never exceeds L.
-        t.deposit(&s, 25, tollgate::Snapshot::new(0, Duration::ZERO));
-        assert_eq!(t.local_available(&s), 10);
+        // A lease far in the server's future: the local clock cannot reach it in the test.
+        let take = Take {
+            state: units_ceil(quota, 3_600_000_000_000),
+            tokens,
+            server_ns: 0,
+            sent: t.now(),
+        };
+        t.deposit(&s, quota, take, tollgate::Snapshot::new(0, Duration::ZERO));
+        (t, s)
+    }
+
+    #[test]
+    fn deposit_take_and_replace() {
+        let q = Quota::per_second(1).unwrap();
+        let t = Table::new(Leases::new(10));
+        let s = t.slot("k").unwrap();
+        assert!(!t.take_local(&s, &q, 1), "no lease yet");
+        let (t, s) = table_with_lease(3, &q);
+        assert_eq!(t.local_available(&s, &q), 3);
+        assert!(t.take_local(&s, &q, 2));
+        assert!(!t.take_local(&s, &q, 2));
+        assert!(t.take_local(&s, &q, 1));
+        assert!(!t.take_local(&s, &q, 1));
+        assert!(t.take_local(&s, &q, 0), "cost 0 needs no slice");
+        assert!(
+            !t.take_local(&s, &q, u64::MAX),
+            "a huge cost is refused, not wrapped"
+        );
+    }
+
+    #[test]
+    fn slices_expire_as_the_server_clock_passes_them() {
+        // 1 token per second; the lease holds the slices starting at 1 s, 2 s and 3 s.
+        let q = Quota::per_second(1).unwrap();
+        let deposit_at = |server_ns: u64| {
+            let t = Table::new(Leases::new(10).lifetime(Duration::from_secs(3600)));
+            let s = t.slot("k").unwrap();
+            let take = Take {
+                state: units_ceil(&q, 4_000_000_000),
+                tokens: 3,
+                server_ns,
+                sent: t.now(),
+            };
+            t.deposit(&s, &q, take, tollgate::Snapshot::new(0, Duration::ZERO));
+            (t, s)
+        };
+        let (t, s) = deposit_at(0);
+        assert_eq!(t.local_available(&s, &q), 3, "all slices lie ahead");
+        let (t, s) = deposit_at(2_500_000_000);
+        assert_eq!(
+            t.local_available(&s, &q),
+            1,
+            "the slices at 1 s and 2 s expired"
+        );
+        assert!(t.take_local(&s, &q, 1));
+        assert!(!t.take_local(&s, &q, 1));
+        // The reading is rounded down to a microsecond: half a microsecond before a slice starts, it is
+        // already treated as passed.
+        let (t, s) = deposit_at(2_999_999_500);
+        assert_eq!(t.local_available(&s, &q), 0);
+        let (t, s) = deposit_at(2_900_000_000);
+        assert_eq!(t.local_available(&s, &q), 1);
+    }
+
+    #[test]
+    fn concurrent_spenders_share_the_lease_exactly() {
+        let q = Quota::per_second(1).unwrap();
+        let (t, s) = table_with_lease(1000, &q);
+        let spent = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for _ in 0..8 {
+                sc.spawn(|| {
+                    for _ in 0..500 {
+                        if t.take_local(&s, &q, 1) {
+                            spent.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(spent.load(Ordering::Relaxed), 1000);
+        assert_eq!(t.local_available(&s, &q), 0);
+    }
+
+    #[test]
+    fn a_lifetime_drops_the_lease() {
+        let q = Quota::per_second(1).unwrap();
+        let t = Table::new(Leases::new(10).lifetime(Duration::from_nanos(1)));
+        let s = t.slot("k").unwrap();
+        let take = Take {
+            state: units_ceil(&q, 4_000_000_000),
+            tokens: 3,
+            server_ns: 0,
+            sent: t.now(),
+        };
+        t.deposit(&s, &q, take, tollgate::Snapshot::new(0, Duration::ZERO));
+        std::thread::sleep(Duration::from_millis(1));
+        assert_eq!(t.local_available(&s, &q), 0);
+        assert!(!t.take_local(&s, &q, 1));
     }
 
     #[test]
@@ -302,6 +530,9 @@ mod tests {
         let _b = t.slot("b").unwrap();
         assert!(t.slot("c").is_none(), "held slots are not evicted");
         drop(a);
-        assert!(t.slot("c").is_some(), "an expired, unheld slot makes room");
+        assert!(
+            t.slot("c").is_some(),
+            "an unheld slot without a lease makes room"
+        );
     }
 }

@@ -727,12 +727,19 @@ impl RedisLimiter {
         if let Some(r) = self.local(table, &slot, p, cost) {
             return Ok(r);
         }
-        let take = table.next_take(&slot, cost);
+        let take = table.next_take(cost);
+        let sent = table.now();
         let d = self.call(key, p, cost, Mode::Lease(take), None).await?;
         bump(&self.inner.stats.redis);
         match d.verdict {
             Ok(()) => {
-                table.deposit(&slot, d.taken - cost, d.snapshot);
+                let take = crate::lease::Take {
+                    state: d.state,
+                    tokens: d.taken - cost,
+                    server_ns: d.now_ns,
+                    sent,
+                };
+                table.deposit(&slot, &p.quota, take, d.snapshot);
                 Ok((Ok(()), Some(self.lease_snapshot(table, &slot, p))))
             }
             Err(Denied::RetryAfter(wait)) => {
@@ -751,7 +758,7 @@ impl RedisLimiter {
         p: &Params,
         cost: u64,
     ) -> Option<(Result<(), Denied>, Option<Snapshot>)> {
-        if table.take_local(slot, cost) {
+        if table.take_local(slot, &p.quota, cost) {
             bump(&self.inner.stats.leased);
             return Some((Ok(()), Some(self.lease_snapshot(table, slot, p))));
         }
@@ -764,7 +771,7 @@ impl RedisLimiter {
     }
 
     fn lease_snapshot(&self, table: &Table, slot: &crate::lease::Slot, p: &Params) -> Snapshot {
-        let local = table.local_available(slot);
+        let local = table.local_available(slot, &p.quota);
         let last = *slot.last.lock().unwrap_or_else(|e| e.into_inner());
         match last {
             Some((s, at)) => Snapshot::new(

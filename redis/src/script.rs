@@ -157,6 +157,7 @@ impl Params {
                     verdict: Ok(()),
                     taken,
                     snapshot: gcra::snapshot(after, now, &self.quota),
+                    state: after,
                     now_ns: now,
                 })
             }
@@ -165,6 +166,7 @@ impl Params {
                     verdict: Err(denied),
                     taken: 0,
                     snapshot: gcra::snapshot(before, now, &self.quota),
+                    state: before,
                     now_ns: now,
                 }),
                 Ok(_) => Err(disagree()),
@@ -182,8 +184,10 @@ pub(crate) struct Decision {
     pub(crate) taken: u64,
     /// The bucket right after the decision, in Redis.
     pub(crate) snapshot: Snapshot,
-    /// The model's clock reading (ns since the origin).
-    #[cfg_attr(not(feature = "test-support"), allow(dead_code))]
+    /// The bucket's absolute `tollgate::gcra` state right after the decision (its theoretical
+    /// arrival time in units): a lease's tokens are the `taken × scale` units just below it.
+    pub(crate) state: u64,
+    /// The model's clock reading (ns since the origin): the server's `TIME` when the script ran.
     pub(crate) now_ns: u64,
 }
 
