@@ -1,4 +1,15 @@
 //! [`Bucket`]: one `AtomicU64` and the compare-and-swap loop that applies [`crate::gcra`].
+//!
+//! # Contention on many cores
+//!
+//! One word is one cache line, and every admission on any core writes it: each CAS first pulls
+//! the line exclusive into its core (tens of nanoseconds on one socket, 100–300 ns across
+//! sockets), and a CAS that lost a race retries. A single hot `Bucket` therefore tops out at the
+//! rate one cache line can move between cores — tens of millions of admissions per second on a
+//! socket, fewer across sockets — and more cores do not raise it. Refusals only read the word,
+//! so a flood that is mostly refused scales with the cores. One global limit on many cores is
+//! what `ShardedBucket` is for (`src/sharded.rs`); per-tenant limits on `KeyedLimiter` contend
+//! only per key.
 
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};

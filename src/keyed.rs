@@ -1,4 +1,17 @@
 //! [`KeyedLimiter`]: one exact bucket per key in a table of bounded size.
+//!
+//! # On many cores
+//!
+//! A lookup reads the flat table (its lines stay shared in every core's cache) and writes only
+//! the key's 16-byte slot, so decisions for distinct keys scale with the cores (up to false
+//! sharing between the four slots of one 64-byte line); only threads hitting the *same* key
+//! contend, on that key's word — the one write any exact per-key limit must make. Each decision
+//! also counts with one relaxed `fetch_add` on a cache-padded counter shard — the next power of
+//! two of 4 × cores of them (256 on 64 cores, at most 1,024), picked by the calling thread's
+//! round-robin slot — so threads count on lines of their own. Insertions take the
+//! index's mutex, so a burst of *new* keys is serialized, each for bounded work (see "Cost of
+//! an insertion" on [`KeyedLimiter`]); a flood of refused new keys reads only the `len` and
+//! `next_full_at` words of `Table`, without the mutex, so it scales.
 
 mod index;
 
@@ -149,7 +162,8 @@ enum Insert {
 /// quality hasher, seeded at random per limiter) and the bucket's state, allocated up front for
 /// `max_keys` at a load factor of at most ½ (32 to 64 bytes per unit of `max_keys`, 33.6 bytes
 /// at 1,000,000; `max_keys` above 2^26 is clamped to 2^26). This is what makes the table small
-/// and its lookups cheap — and its one trade: **two distinct keys with equal fingerprints share
+/// and its lookups cheap — no per-key allocation, no key copies, no epoch-based reclamation —
+/// and its one trade: **two distinct keys with equal fingerprints share
 /// one bucket**. A shared bucket is stricter for both keys, never looser
 /// (together they get one key's budget). With `n` tracked keys the chance that any two collide
 /// is about `n² / 2^65`: about 3 × 10⁻⁸ at a million keys. The seed is secret and per limiter,

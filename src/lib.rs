@@ -24,6 +24,8 @@
 //! arithmetic at the clock's integer-nanosecond reading (see [`Quota::is_exact`] for the one
 //! bounded rounding some rates need to fit 100 years in 64 bits). No floats, no drift.
 //!
+//! New here? The [`guide`] walks through every limiter with examples.
+//!
 //! ```
 //! use std::time::Duration;
 //! use tollgate::{Bucket, Denied, ManualClock, Quota};
@@ -48,6 +50,7 @@ mod bucket;
 mod clock;
 mod error;
 pub mod gcra;
+pub mod guide;
 #[cfg(feature = "keyed")]
 mod keyed;
 mod quota;

@@ -6,17 +6,10 @@
 //! served in the order their compare-and-swap succeeded, each at the earliest instant the quota
 //! allows.
 //!
-//! | call | waits? | consumes when refused? |
-//! |---|---|---|
-//! | [`Bucket::try_acquire`] | never | nothing |
-//! | [`Bucket::try_acquire_for`] | only if the wait is at most the timeout | nothing |
-//! | [`Bucket::acquire`] | until admitted (through [`Clock::sleep`]) | — (never refused unless `cost > burst`) |
-//! | [`Bucket::reserve`] | never; returns a [`Reservation`] with its delay | — |
-//! | [`Bucket::until_ready`] | asynchronously (through [`Clock::wake_after`]) | — |
-//!
-//! Sleeping always goes through the bucket's clock, outside any critical section: the decision
-//! is one CAS, then the thread sleeps. [`ManualClock`](crate::ManualClock) advances itself by the
-//! requested time instead of sleeping, so every waiting path is deterministic in tests.
+//! The calls, what each waits for and what a refusal consumes, are tabled in the
+//! [guide](crate::guide#refuse-wait-or-reserve). Sleeping always goes through the bucket's clock
+//! ([`Clock::sleep`], [`Clock::register_wake`]), outside any critical section: the decision is
+//! one CAS, then the thread sleeps.
 //!
 //! # The leaky bucket as a queue
 //!
