@@ -1,0 +1,140 @@
+//! [`Backend`]: the one small trait between the layer and a limiter, and its impls for every
+//! tollgate limiter.
+
+use core::future::{Future, Ready};
+use core::hash::Hash;
+
+use tollgate::{Bucket, Clock, Denied, KeyedLimiter, Quota, ShardedBucket, Snapshot};
+
+/// One rate-limit decision and what the response headers need to know about it, all from the
+/// same decision (no second clock read).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Quota, Snapshot};
+/// use tollgate_tower::Decision;
+/// let d = Decision::new(Ok(()), Some(Snapshot::new(4, Duration::from_secs(1))), Quota::per_second(5).ok());
+/// assert!(d.verdict.is_ok());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Admitted, or why not.
+    pub verdict: Result<(), Denied>,
+    /// The bucket right after the decision (`None` when the backend cannot tell, e.g. a Redis
+    /// limiter that failed open or closed without an answer): feeds `RateLimit` / `X-RateLimit-*`.
+    pub snapshot: Option<Snapshot>,
+    /// The quota the decision was made under (`None` if unknown): feeds `RateLimit-Policy`.
+    pub quota: Option<Quota>,
+}
+
+impl Decision {
+    /// A decision from its parts.
+    ///
+    /// ```
+    /// use tollgate::Denied;
+    /// use tollgate_tower::Decision;
+    /// let d = Decision::new(Err(Denied::ExceedsBurst), None, None);
+    /// assert_eq!(d.snapshot, None);
+    /// ```
+    pub const fn new(
+        verdict: Result<(), Denied>,
+        snapshot: Option<Snapshot>,
+        quota: Option<Quota>,
+    ) -> Decision {
+        Decision {
+            verdict,
+            snapshot,
+            quota,
+        }
+    }
+}
+
+/// A decision now (in-process limiters), or a future that yields it (a remote limiter).
+///
+/// The layer calls the inner service straight from `call` for [`Check::Ready`]; only
+/// [`Check::Pending`] holds the request (and a clone of the inner service) until the decision.
+#[derive(Debug)]
+pub enum Check<F> {
+    /// The decision is made.
+    Ready(Decision),
+    /// The decision comes from this future.
+    Pending(F),
+}
+
+/// A limiter the layer can ask: "may a request with key `key` and cost `cost` pass?".
+///
+/// Implemented for [`Bucket`] and [`ShardedBucket`] (one global limit: any key type, the key is
+/// ignored), [`KeyedLimiter<K>`](KeyedLimiter) (one limit per key of type `K`), and, with the
+/// `redis` feature, `tollgate_redis::RedisLimiter` (keys that implement `Display`). Implement it
+/// to plug in your own limiter.
+///
+/// ```
+/// use std::future::Ready;
+/// use tollgate::{Bucket, ManualClock, Quota};
+/// use tollgate_tower::{Backend, Check, Decision};
+///
+/// /// Admits everything, reports nothing.
+/// struct Open;
+/// impl<K> Backend<K> for Open {
+///     type Future = Ready<Decision>;
+///     fn check(&self, _key: K, _cost: u64) -> Check<Self::Future> {
+///         Check::Ready(Decision::new(Ok(()), None, None))
+///     }
+/// }
+///
+/// let bucket = Bucket::with_clock(Quota::per_second(1).unwrap(), ManualClock::new());
+/// assert!(matches!(Backend::<()>::check(&bucket, (), 1), Check::Ready(d) if d.verdict.is_ok()));
+/// assert!(matches!(Backend::<()>::check(&bucket, (), 1), Check::Ready(d) if d.verdict.is_err()));
+/// assert!(matches!(Open.check("any", 1), Check::Ready(d) if d.verdict.is_ok()));
+/// ```
+pub trait Backend<K> {
+    /// The future of an asynchronous decision (`Ready<Decision>` for in-process limiters, which
+    /// never return [`Check::Pending`]).
+    type Future: Future<Output = Decision>;
+
+    /// Decides for one request. Must not block.
+    fn check(&self, key: K, cost: u64) -> Check<Self::Future>;
+}
+
+impl<K, C: Clock> Backend<K> for Bucket<C> {
+    type Future = Ready<Decision>;
+
+    #[inline]
+    fn check(&self, _key: K, cost: u64) -> Check<Self::Future> {
+        let (verdict, snapshot) = self.try_acquire_snapshot(cost);
+        Check::Ready(Decision::new(verdict, Some(snapshot), Some(self.quota())))
+    }
+}
+
+impl<K, C: Clock> Backend<K> for ShardedBucket<C> {
+    type Future = Ready<Decision>;
+
+    #[inline]
+    fn check(&self, _key: K, cost: u64) -> Check<Self::Future> {
+        let (verdict, snapshot) = self.try_acquire_snapshot(cost);
+        Check::Ready(Decision::new(verdict, Some(snapshot), Some(self.quota())))
+    }
+}
+
+impl<K: Hash + Eq + Clone, C: Clock + Clone> Backend<K> for KeyedLimiter<K, C> {
+    type Future = Ready<Decision>;
+
+    #[inline]
+    fn check(&self, key: K, cost: u64) -> Check<Self::Future> {
+        let (verdict, snapshot) = self.try_acquire_snapshot(&key, cost);
+        Check::Ready(Decision::new(
+            verdict,
+            Some(snapshot),
+            Some(self.quota_for(&key)),
+        ))
+    }
+}
+
+impl<K, B: Backend<K> + ?Sized> Backend<K> for std::sync::Arc<B> {
+    type Future = B::Future;
+
+    #[inline]
+    fn check(&self, key: K, cost: u64) -> Check<Self::Future> {
+        (**self).check(key, cost)
+    }
+}
