@@ -10,4 +10,10 @@ rustup component add rustfmt clippy >/dev/null
 rustup target add thumbv7m-none-eabi >/dev/null
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+# wrk: the HTTP load generator of tower/bench/http.sh (ci/http.sh).
+if ! command -v wrk >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq wrk >/dev/null
+fi
 echo "install: ok ($(rustc --version))"

@@ -50,35 +50,66 @@ pub(crate) fn client_ip(
     header: ProxyHeader,
     trusted: &[IpNet],
 ) -> IpAddr {
-    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(&canonical(*ip)));
-    let mut current = peer;
-    if !is_trusted(&current) {
-        return current;
+    let mut walk = Walk {
+        current: peer,
+        trusted,
+    };
+    if !walk.is_trusted() {
+        return peer;
     }
     let mut elements: Vec<&str> = Vec::new();
-    // Header lines in order, each split into its elements: later lines are further right.
-    for line in headers.get_all(header.name()) {
-        match line.to_str() {
-            Ok(text) => split_list(text, &mut elements),
-            Err(_) => elements.push(""), // not visible ASCII: unparseable, stops the walk
-        }
-    }
-    for element in elements.iter().rev() {
-        let hop = match header {
-            ProxyHeader::XForwardedFor => parse_node(element),
-            ProxyHeader::Forwarded => forwarded_for(element).and_then(|node| parse_node(&node)),
+    // Header lines from the last (rightmost) to the first, each from its last element.
+    for line in headers.get_all(header.name()).iter().rev() {
+        let Ok(text) = line.to_str() else {
+            return walk.current; // not visible ASCII: unparseable, stops the walk
         };
-        match hop {
-            Some(ip) => {
-                current = ip;
-                if !is_trusted(&current) {
-                    return current;
+        match header {
+            ProxyHeader::XForwardedFor => {
+                // No quoting in X-Forwarded-For: split from the right without allocating.
+                for element in text.rsplit(',') {
+                    if let Some(client) = walk.step(parse_node(element)) {
+                        return client;
+                    }
                 }
             }
-            None => return current,
+            ProxyHeader::Forwarded => {
+                elements.clear();
+                split_list(text, &mut elements);
+                for element in elements.iter().rev() {
+                    let hop = forwarded_for(element).and_then(|node| parse_node(&node));
+                    if let Some(client) = walk.step(hop) {
+                        return client;
+                    }
+                }
+            }
         }
     }
-    current
+    walk.current
+}
+
+/// The walk from the peer leftwards: `current` is the nearest hop so far, always trusted.
+struct Walk<'a> {
+    current: IpAddr,
+    trusted: &'a [IpNet],
+}
+
+impl Walk<'_> {
+    fn is_trusted(&self) -> bool {
+        let ip = canonical(self.current);
+        self.trusted.iter().any(|net| net.contains(&ip))
+    }
+
+    /// One hop to the left: `Some(client)` ends the walk (an untrusted address, or an
+    /// unparseable entry, which leaves the last trusted hop as the client).
+    fn step(&mut self, hop: Option<IpAddr>) -> Option<IpAddr> {
+        match hop {
+            Some(ip) => {
+                self.current = ip;
+                (!self.is_trusted()).then_some(ip)
+            }
+            None => Some(self.current),
+        }
+    }
 }
 
 /// IPv4-mapped IPv6 addresses (`::ffff:192.0.2.1`) as the IPv4 address they carry.

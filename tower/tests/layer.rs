@@ -246,7 +246,23 @@ async fn custom_rejection_and_grpc() {
     );
     assert_eq!(refused.headers()["content-type"], "application/grpc");
     assert_eq!(refused.headers()["grpc-status"], "8");
+    let status = tonic::Status::from_header_map(refused.headers()).expect("a gRPC status");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(status.message(), "rate limited");
     assert_eq!(body_text(refused).await, "");
+
+    // A tonic client sees a missing key as INTERNAL (the server lacks ConnectInfo).
+    let bucket = Bucket::with_clock(quota(1, Duration::from_secs(1), 1), clock.clone());
+    let svc = RateLimitLayer::new(bucket)
+        .key(PeerIp::new())
+        .rejection(Rejection::grpc())
+        .layer(ok_service());
+    let response = svc.clone().oneshot(req()).await.unwrap();
+    let status = tonic::Status::from_header_map(response.headers()).expect("a gRPC status");
+    assert_eq!(status.code(), tonic::Code::Internal);
+    assert!(status
+        .message()
+        .contains("into_make_service_with_connect_info"));
 }
 
 #[tokio::test]
