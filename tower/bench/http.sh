@@ -14,8 +14,9 @@
 #   governor global        tower_governor, GlobalKeyExtractor, admits everything
 #   governor per-IP 10k    tower_governor, SmartIpKeyExtractor, the same 10,000 addresses
 # Then the correctness run: --key global --rate 1000/s --burst 100 for CORRECT_SECS (10 s;
-# 2 s in smoke mode) must answer at most 100 + 1000·t responses 200 and at least 99 % of that,
-# t being wrk's own measured duration. The script exits 1 if that bound fails.
+# 2 s in smoke mode) must answer at most 100 + 1000·t responses 200 (t: wrk's measured
+# duration) and at least 99 % of 100 + 1000·d (d: the nominal duration, d <= t). The script
+# exits 1 if either bound fails.
 #
 # Environment: DURATION (s per case), ROUNDS, CONNECTIONS (wrk -c, default 64), THREADS (wrk
 # -t, default 1), SMOKE=1.
@@ -111,7 +112,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 echo
-echo "| case | requests/s | vs unlimited | p50 | p99 | non-2xx |"
+echo "| case | requests/s | vs baseline | p50 | p99 | non-2xx |"
 echo "|---|---:|---:|---:|---:|---:|"
 for c in "${cases[@]}"; do
   grep -F "$c|" "$work/results" | awk -F'|' -v name="$c" '$1 == name { print $2 }' >"$work/case"
@@ -119,13 +120,13 @@ for c in "${cases[@]}"; do
   rps=$(med 1); p50=$(med 2); p99=$(med 3); non=$(med 4)
   [[ "$c" == "unlimited" ]] && base=$rps
   [[ "$c" == "unlimited + xff" ]] && base_xff=$rps
-  ref=${base}; [[ "$c" == *"10k"* || "$c" == *"xff"* ]] && ref=${base_xff:-$base}
+  ref=${base}; [[ "$c" == *"10k"* ]] && ref=${base_xff:-$base}
   awk -v c="$c" -v r="$rps" -v b="$ref" -v p50="$p50" -v p99="$p99" -v n="$non" 'BEGIN {
     printf "| %s | %.0f | %+.1f %% | %.0f µs | %.0f µs | %d |\n", c, r, (r / b - 1) * 100, p50, p99, n
   }'
 done
 echo
-echo "(per-IP rows are compared with 'unlimited + xff', which pays the same wrk script)"
+echo "(baseline: 'unlimited'; for the per-IP rows 'unlimited + xff', which pays the same wrk script)"
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # The correctness run: the limiter under overload admits exactly its quota, no more.
@@ -135,10 +136,14 @@ load "$CORRECT_SECS" >"$work/line"
 read -r _ _ _ non total secs <"$work/line"
 stop
 ok200=$((total - non))
-awk -v ok="$ok200" -v t="$secs" -v total="$total" 'BEGIN {
-  bound = 100 + 1000 * t
-  printf "correctness: --rate 1000/s --burst 100 for %.2f s: %d responses, %d of them 200; bound 100 + 1000*t = %.0f, 99 %% = %.0f\n", t, total, ok, bound, 0.99 * bound
-  if (ok > bound) { print "correctness: FAILED (over-admission)"; exit 1 }
-  if (ok < 0.99 * bound) { print "correctness: FAILED (under-admission)"; exit 1 }
+# Upper bound over wrk's measured window t (it contains every request the server saw); lower
+# bound over the nominal load period d <= t (wrk's t also counts connection set-up and the last
+# responses in flight, which on a busy 2-core machine is tens of ms).
+awk -v ok="$ok200" -v t="$secs" -v d="$CORRECT_SECS" -v total="$total" 'BEGIN {
+  upper = 100 + 1000 * t
+  lower = 0.99 * (100 + 1000 * (d < t ? d : t))
+  printf "correctness: --rate 1000/s --burst 100, wrk -d%ss (measured %.2f s): %d responses, %d of them 200; at most 100 + 1000*%.2f = %.0f, at least 99 %% of 100 + 1000*%s = %.0f\n", d, t, total, ok, t, upper, d, lower
+  if (ok > upper) { print "correctness: FAILED (over-admission)"; exit 1 }
+  if (ok < lower) { print "correctness: FAILED (under-admission)"; exit 1 }
   print "correctness: ok"
 }'
