@@ -204,131 +204,84 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
-    fn nets(list: &[&str]) -> Vec<IpNet> {
-        list.iter().map(|s| s.parse().unwrap()).collect()
-    }
+    const XFF: ProxyHeader = ProxyHeader::XForwardedFor;
+    const FWD: ProxyHeader = ProxyHeader::Forwarded;
 
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
-    fn headers(name: &str, lines: &[&str]) -> HeaderMap {
+    /// The client seen through `lines` of `name` from `peer`, trusting `trusted`.
+    fn walk(mode: ProxyHeader, trusted: &[&str], peer: &str, name: &str, lines: &[&str]) -> IpAddr {
+        let trusted: Vec<IpNet> = trusted.iter().map(|s| s.parse().unwrap()).collect();
         let mut map = HeaderMap::new();
         for line in lines {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(line).unwrap(),
-            );
+            let name = HeaderName::from_bytes(name.as_bytes()).unwrap();
+            map.append(name, HeaderValue::from_str(line).unwrap());
         }
-        map
+        client_ip(peer.parse().unwrap(), &map, mode, &trusted)
     }
 
     #[test]
-    fn untrusted_peer_is_the_client_whatever_the_header_says() {
-        let h = headers("x-forwarded-for", &["1.1.1.1"]);
-        let t = nets(&["10.0.0.0/8"]);
-        assert_eq!(
-            client_ip(ip("9.9.9.9"), &h, ProxyHeader::XForwardedFor, &t),
-            ip("9.9.9.9")
-        );
-    }
-
-    #[test]
-    fn walks_from_the_right_past_trusted_hops() {
-        // spoofed leftmost entry, then the real client, then two of our proxies
-        let h = headers("x-forwarded-for", &["6.6.6.6, 203.0.113.7", "10.0.0.2"]);
-        let t = nets(&["10.0.0.0/8"]);
-        assert_eq!(
-            client_ip(ip("10.0.0.1"), &h, ProxyHeader::XForwardedFor, &t),
-            ip("203.0.113.7")
-        );
-    }
-
-    #[test]
-    fn all_trusted_gives_the_leftmost_and_garbage_stops_at_the_last_trusted_hop() {
-        let t = nets(&["10.0.0.0/8"]);
-        let h = headers("x-forwarded-for", &["10.1.1.1, 10.2.2.2"]);
-        assert_eq!(
-            client_ip(ip("10.0.0.1"), &h, ProxyHeader::XForwardedFor, &t),
-            ip("10.1.1.1")
-        );
-        let h = headers("x-forwarded-for", &["6.6.6.6, unknown, 10.2.2.2"]);
-        assert_eq!(
-            client_ip(ip("10.0.0.1"), &h, ProxyHeader::XForwardedFor, &t),
-            ip("10.2.2.2")
-        );
-        let h = HeaderMap::new();
-        assert_eq!(
-            client_ip(ip("10.0.0.1"), &h, ProxyHeader::XForwardedFor, &t),
-            ip("10.0.0.1")
-        );
-    }
-
-    #[test]
-    fn ports_brackets_and_mapped_addresses() {
-        let t = nets(&["127.0.0.1/32", "::1/128"]);
-        let h = headers("x-forwarded-for", &["[2001:db8::5]:443"]);
-        assert_eq!(
-            client_ip(ip("::1"), &h, ProxyHeader::XForwardedFor, &t),
-            ip("2001:db8::5")
-        );
-        let h = headers("x-forwarded-for", &["192.0.2.9:8080"]);
-        assert_eq!(
-            client_ip(ip("::ffff:127.0.0.1"), &h, ProxyHeader::XForwardedFor, &t),
-            ip("192.0.2.9")
-        );
+    fn x_forwarded_for_walks_from_the_right() {
+        let ten = &["10.0.0.0/8"][..];
+        let loopback = &["127.0.0.1/32", "::1/128"][..];
+        #[rustfmt::skip]
+        let cases: &[(&[&str], &str, &[&str], &str)] = &[
+            // an untrusted peer is the client, whatever the header says
+            (ten, "9.9.9.9", &["1.1.1.1"], "9.9.9.9"),
+            // spoofed leftmost entry, the real client, then two of our proxies (two lines)
+            (ten, "10.0.0.1", &["6.6.6.6, 203.0.113.7", "10.0.0.2"], "203.0.113.7"),
+            // every hop trusted: the leftmost
+            (ten, "10.0.0.1", &["10.1.1.1, 10.2.2.2"], "10.1.1.1"),
+            // garbage stops the walk at the last trusted hop
+            (ten, "10.0.0.1", &["6.6.6.6, unknown, 10.2.2.2"], "10.2.2.2"),
+            (ten, "10.0.0.1", &["6.6.6.6,, 10.2.2.2"], "10.2.2.2"),
+            // no header: the proxy itself
+            (ten, "10.0.0.1", &[], "10.0.0.1"),
+            // ports, brackets, IPv4-mapped peers
+            (loopback, "::1", &["[2001:db8::5]:443"], "2001:db8::5"),
+            (loopback, "::ffff:127.0.0.1", &["192.0.2.9:8080"], "192.0.2.9"),
+            (loopback, "::1", &[" 2001:db8::6 "], "2001:db8::6"),
+        ];
+        for (trusted, peer, lines, client) in cases {
+            let got = walk(XFF, trusted, peer, "x-forwarded-for", lines);
+            assert_eq!(got, client.parse::<IpAddr>().unwrap(), "{peer} {lines:?}");
+        }
     }
 
     #[test]
     fn forwarded_rfc7239() {
-        let t = nets(&["10.0.0.0/8"]);
-        let h = headers(
-            "forwarded",
-            &[
-                r#"for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https;by="a,b""#,
-                "For=10.0.0.9;proto=http",
-            ],
-        );
-        assert_eq!(
-            client_ip(ip("10.0.0.1"), &h, ProxyHeader::Forwarded, &t),
-            ip("2001:db8:cafe::17")
-        );
-        // An X-Forwarded-For the proxies do not write is ignored in Forwarded mode.
-        let h = headers("x-forwarded-for", &["6.6.6.6"]);
-        assert_eq!(
-            client_ip(ip("10.0.0.1"), &h, ProxyHeader::Forwarded, &t),
-            ip("10.0.0.1")
-        );
-        // Obfuscated and unknown nodes stop the walk at the trusted hop.
-        let h = headers("forwarded", &["for=6.6.6.6, for=_hidden, for=10.0.0.5"]);
-        assert_eq!(
-            client_ip(ip("10.0.0.1"), &h, ProxyHeader::Forwarded, &t),
-            ip("10.0.0.5")
-        );
-        let h = headers("forwarded", &["proto=http"]);
-        assert_eq!(
-            client_ip(ip("10.0.0.1"), &h, ProxyHeader::Forwarded, &t),
-            ip("10.0.0.1")
-        );
-        let h = headers("forwarded", &[r#"for="[2001:db8::1"#]);
-        assert_eq!(
-            client_ip(ip("10.0.0.1"), &h, ProxyHeader::Forwarded, &t),
-            ip("10.0.0.1")
-        );
+        let ten = &["10.0.0.0/8"][..];
+        let lines = [
+            r#"for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https;by="a,b""#,
+            "For=10.0.0.9;proto=http",
+        ];
+        #[rustfmt::skip]
+        let cases: &[(&str, &[&str], &str)] = &[
+            ("forwarded", &lines, "2001:db8:cafe::17"),
+            // an X-Forwarded-For the proxies do not write is ignored in Forwarded mode
+            ("x-forwarded-for", &["6.6.6.6"], "10.0.0.1"),
+            // obfuscated and unknown nodes, elements without for=, broken quoting: stop
+            ("forwarded", &["for=6.6.6.6, for=_hidden, for=10.0.0.5"], "10.0.0.5"),
+            ("forwarded", &["proto=http"], "10.0.0.1"),
+            ("forwarded", &[r#"for="[2001:db8::1"#], "10.0.0.1"),
+        ];
+        for (name, lines, client) in cases {
+            let got = walk(FWD, ten, "10.0.0.1", name, lines);
+            assert_eq!(got, client.parse::<IpAddr>().unwrap(), "{lines:?}");
+        }
     }
 
     #[test]
     fn non_ascii_header_line_stops_the_walk() {
-        let t = nets(&["10.0.0.0/8"]);
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
         let mut h = HeaderMap::new();
         h.append(
             "x-forwarded-for",
             HeaderValue::from_bytes(b"6.6.6.6, \xff").unwrap(),
         );
         h.append("x-forwarded-for", HeaderValue::from_static("10.0.0.3"));
+        let peer = IpAddr::from([10, 0, 0, 1]);
         assert_eq!(
-            client_ip(ip("10.0.0.1"), &h, ProxyHeader::XForwardedFor, &t),
-            ip("10.0.0.3")
+            client_ip(peer, &h, XFF, &trusted),
+            IpAddr::from([10, 0, 0, 3])
         );
     }
 }
