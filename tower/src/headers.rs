@@ -1,18 +1,7 @@
 //! [`RateLimitHeaders`]: which rate-limit headers go out, and their values, all computed from
 //! one [`Decision`].
 //!
-//! * `Retry-After` (RFC 9110 §10.2.3, delay-seconds) on a refusal: the exact wait rounded **up**
-//!   to whole seconds, at least 1 — never `0`, which clients read as "retry now".
-//! * `RateLimit-Policy: "name";q=Q;w=W` and `RateLimit: "name";r=R;t=T` as defined by
-//!   draft-ietf-httpapi-ratelimit-headers-10 (Structured Fields lists). For a token bucket:
-//!   `q` = the burst, `w` = the seconds an empty bucket takes to fill up again (rounded up, at
-//!   least 1), so a client that sends at most `q` requests per `w` seconds is never refused;
-//!   `r` = whole tokens left after this request; `t` = seconds until the bucket is full again
-//!   (rounded up), capped on a refusal at `Retry-After` so the two never disagree.
-//! * `X-RateLimit-Limit` / `-Remaining` / `-Reset` (legacy, opt-in): `q`, `r`, `t` as above
-//!   (`Reset` is a delay in seconds, not a timestamp).
-//!
-//! Integers are capped at 999,999,999,999,999, the largest Structured Fields integer.
+//! The values are documented on [`RateLimitHeaders`].
 
 use std::time::Duration;
 
@@ -31,7 +20,20 @@ static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-/// Which rate-limit headers the layer sends (see the [module docs](self) for their values).
+/// Which rate-limit headers the layer sends, and their values:
+///
+/// * `Retry-After` (RFC 9110 §10.2.3, delay-seconds) on a refusal: the exact wait rounded **up**
+///   to whole seconds, at least 1 — never `0`, which clients read as "retry now".
+/// * `RateLimit-Policy: "name";q=Q;w=W` and `RateLimit: "name";r=R;t=T` as defined by
+///   draft-ietf-httpapi-ratelimit-headers-10 (Structured Fields lists). For a token bucket:
+///   `q` = the burst, `w` = the seconds an empty bucket takes to fill up again (rounded up, at
+///   least 1), so a client that sends at most `q` requests per `w` seconds is never refused;
+///   `r` = whole tokens left after this request; `t` = seconds until the bucket is full again
+///   (rounded up), capped on a refusal at `Retry-After` so the two never disagree.
+/// * `X-RateLimit-Limit` / `-Remaining` / `-Reset` (legacy, opt-in): `q`, `r`, `t` as above
+///   (`Reset` is a delay in seconds, not a timestamp).
+///
+/// Integers are capped at 999,999,999,999,999, the largest Structured Fields integer.
 ///
 /// Default: `Retry-After` and the IETF `RateLimit` / `RateLimit-Policy` fields on refusals;
 /// nothing extra on admitted responses; no legacy `X-RateLimit-*`; policy name `"default"`.
