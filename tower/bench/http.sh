@@ -3,7 +3,8 @@
 # the numbers depend on the machine and on what else runs on it.
 #
 #   bash tower/bench/http.sh            # full run: ROUNDS=3 rounds of DURATION=10 s per case
-#   SMOKE=1 bash tower/bench/http.sh    # CI smoke: 1 round of 2 s per case, checks it all works
+#   SMOKE=1 bash tower/bench/http.sh    # CI smoke: 1 round of 2 s per case on debug binaries,
+#                                       # checks that it all works (the numbers mean nothing)
 #
 # Cases, side by side in each round (same app, same wrk settings, interleaved so that drifting
 # background load hits every case alike; the table shows the median over rounds):
@@ -19,14 +20,17 @@
 # exits 1 if either bound fails.
 #
 # Environment: DURATION (s per case), ROUNDS, CONNECTIONS (wrk -c, default 64), THREADS (wrk
-# -t, default 1), SMOKE=1.
+# -t, default 1), PROFILE (release, or debug), SMOKE=1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 if [[ "${SMOKE:-0}" == 1 ]]; then
+  # Debug binaries: CI's `cargo test --workspace` has built them already (no release build).
   DURATION=${DURATION:-2}; ROUNDS=${ROUNDS:-1}; CORRECT_SECS=${CORRECT_SECS:-2}; WARMUP=0
+  PROFILE=${PROFILE:-debug}
 else
   DURATION=${DURATION:-10}; ROUNDS=${ROUNDS:-3}; CORRECT_SECS=${CORRECT_SECS:-10}; WARMUP=1
+  PROFILE=${PROFILE:-release}
 fi
 CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-1}
@@ -34,8 +38,12 @@ LUA=tower/bench/xff.lua
 HIGH=1000000000/s # admits everything: the runs measure the layer, not refusals
 
 command -v wrk >/dev/null || { echo "http.sh: wrk is not installed (Debian package wrk)" >&2; exit 2; }
-cargo build --release -q -p tollgate-tower --example server --example governor
-BIN=target/release/examples
+if [[ "$PROFILE" == release ]]; then
+  cargo build --release -q -p tollgate-tower --example server --example governor
+else
+  cargo build -q -p tollgate-tower --example server --example governor
+fi
+BIN=target/$PROFILE/examples
 
 work=$(mktemp -d)
 server_pid=""
@@ -100,7 +108,7 @@ run_case() {
 
 echo "# tollgate-tower load test: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs"
 echo "# $(lscpu | sed -n 's/^Model name: *//p'); load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s --latency, $ROUNDS round(s), median shown"
+echo "# $PROFILE build; wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s --latency, $ROUNDS round(s), median shown"
 : >"$work/results"
 for round in $(seq 1 "$ROUNDS"); do
   for c in "${cases[@]}"; do
