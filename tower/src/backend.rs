@@ -68,6 +68,13 @@ pub enum Check<F> {
 /// `redis` feature, `tollgate_redis::RedisLimiter` (keys that implement `Display`). Implement it
 /// to plug in your own limiter.
 ///
+/// `report` says whether an *admitted* request's [`Decision`] must carry the snapshot and quota
+/// (the layer sends headers on admitted responses). A refused request's decision always carries
+/// them when the backend can tell. The in-process limiters use this for a fast path: without
+/// `report` they first try a plain `try_acquire`; if that refuses (a refusal writes nothing),
+/// the decision of record is made again with `try_acquire_snapshot`, and its verdict and
+/// headers come from that one decision and that one clock reading.
+///
 /// ```
 /// use std::future::Ready;
 /// use tollgate::{Bucket, ManualClock, Quota};
@@ -77,15 +84,18 @@ pub enum Check<F> {
 /// struct Open;
 /// impl<K> Backend<K> for Open {
 ///     type Future = Ready<Decision>;
-///     fn check(&self, _key: K, _cost: u64) -> Check<Self::Future> {
+///     fn check(&self, _key: K, _cost: u64, _report: bool) -> Check<Self::Future> {
 ///         Check::Ready(Decision::new(Ok(()), None, None))
 ///     }
 /// }
 ///
 /// let bucket = Bucket::with_clock(Quota::per_second(1).unwrap(), ManualClock::new());
-/// assert!(matches!(Backend::<()>::check(&bucket, (), 1), Check::Ready(d) if d.verdict.is_ok()));
-/// assert!(matches!(Backend::<()>::check(&bucket, (), 1), Check::Ready(d) if d.verdict.is_err()));
-/// assert!(matches!(Open.check("any", 1), Check::Ready(d) if d.verdict.is_ok()));
+/// let Check::Ready(first) = Backend::<()>::check(&bucket, (), 1, false) else { unreachable!() };
+/// assert_eq!((first.verdict, first.snapshot), (Ok(()), None)); // fast path: nothing to report
+/// let Check::Ready(second) = Backend::<()>::check(&bucket, (), 1, false) else { unreachable!() };
+/// assert!(second.verdict.is_err());
+/// assert_eq!(second.snapshot.map(|s| s.remaining()), Some(0)); // refusals always report
+/// assert!(matches!(Open.check("any", 1, true), Check::Ready(d) if d.verdict.is_ok()));
 /// ```
 pub trait Backend<K> {
     /// The future of an asynchronous decision (`Ready<Decision>` for in-process limiters, which
@@ -93,14 +103,17 @@ pub trait Backend<K> {
     type Future: Future<Output = Decision>;
 
     /// Decides for one request. Must not block.
-    fn check(&self, key: K, cost: u64) -> Check<Self::Future>;
+    fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future>;
 }
 
 impl<K, C: Clock> Backend<K> for Bucket<C> {
     type Future = Ready<Decision>;
 
     #[inline]
-    fn check(&self, _key: K, cost: u64) -> Check<Self::Future> {
+    fn check(&self, _key: K, cost: u64, report: bool) -> Check<Self::Future> {
+        if !report && self.try_acquire(cost).is_ok() {
+            return Check::Ready(Decision::new(Ok(()), None, None));
+        }
         let (verdict, snapshot) = self.try_acquire_snapshot(cost);
         Check::Ready(Decision::new(verdict, Some(snapshot), Some(self.quota())))
     }
@@ -110,7 +123,10 @@ impl<K, C: Clock> Backend<K> for ShardedBucket<C> {
     type Future = Ready<Decision>;
 
     #[inline]
-    fn check(&self, _key: K, cost: u64) -> Check<Self::Future> {
+    fn check(&self, _key: K, cost: u64, report: bool) -> Check<Self::Future> {
+        if !report && self.try_acquire(cost).is_ok() {
+            return Check::Ready(Decision::new(Ok(()), None, None));
+        }
         let (verdict, snapshot) = self.try_acquire_snapshot(cost);
         Check::Ready(Decision::new(verdict, Some(snapshot), Some(self.quota())))
     }
@@ -120,13 +136,13 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> Backend<K> for KeyedLimiter<K, C> {
     type Future = Ready<Decision>;
 
     #[inline]
-    fn check(&self, key: K, cost: u64) -> Check<Self::Future> {
+    fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future> {
+        if !report && self.try_acquire(&key, cost).is_ok() {
+            return Check::Ready(Decision::new(Ok(()), None, None));
+        }
         let (verdict, snapshot) = self.try_acquire_snapshot(&key, cost);
-        Check::Ready(Decision::new(
-            verdict,
-            Some(snapshot),
-            Some(self.quota_for(&key)),
-        ))
+        let quota = self.quota_for(&key);
+        Check::Ready(Decision::new(verdict, Some(snapshot), Some(quota)))
     }
 }
 
@@ -134,7 +150,7 @@ impl<K, B: Backend<K> + ?Sized> Backend<K> for std::sync::Arc<B> {
     type Future = B::Future;
 
     #[inline]
-    fn check(&self, key: K, cost: u64) -> Check<Self::Future> {
-        (**self).check(key, cost)
+    fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future> {
+        (**self).check(key, cost, report)
     }
 }

@@ -273,7 +273,8 @@ where
             },
         };
         let cost = shared.cost.cost(&req);
-        match shared.backend.check(key, cost) {
+        let report = shared.respond.headers.on_admitted();
+        match shared.backend.check(key, cost, report) {
             Check::Ready(decision) => match decision.verdict {
                 Ok(()) => {
                     let extra = shared.respond.headers.admitted(&decision);

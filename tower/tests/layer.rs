@@ -525,8 +525,8 @@ struct Slow(Bucket<ManualClock>);
 impl<K> Backend<K> for Slow {
     type Future = Pin<Box<dyn Future<Output = Decision> + Send>>;
 
-    fn check(&self, key: K, cost: u64) -> Check<Self::Future> {
-        let Check::Ready(decision) = Backend::<K>::check(&self.0, key, cost) else {
+    fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future> {
+        let Check::Ready(decision) = Backend::<K>::check(&self.0, key, cost, report) else {
             unreachable!("a bucket decides at once")
         };
         Check::Pending(Box::pin(async move {
