@@ -11,14 +11,16 @@ cargo build --release -q -p tollgate-tower --example layer_cost
 bin=target/release/examples/layer_cost
 # Instructions of a run with ITER requests.
 count() {
-  valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 >/dev/null |
+  # Only inside `run` (set-up such as quanta's timing-dependent calibration is not counted).
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect='layer_cost::run*' \
+    "$bin" "$1" "$2" 2>&1 >/dev/null |
     sed -n 's/.*Collected : *\([0-9]*\).*/\1/p'
 }
 echo "| case | instructions per request | layer (minus inner) |"
 echo "|---|---:|---:|"
 base=""
 for c in inner tollgate-global tollgate-ip governor-global governor-ip; do
-  # Two run lengths: the difference cancels start-up (runtime, tables, 10,000 header values).
+  # Two run lengths: the difference cancels the first round of 10,000 new keys.
   small=$(count "$c" "$((n / 2))"); big=$(count "$c" "$n")
   per=$(( (big - small) / (n - n / 2) ))
   [[ -z "$base" ]] && base=$per

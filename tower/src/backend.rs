@@ -68,12 +68,10 @@ pub enum Check<F> {
 /// `redis` feature, `tollgate_redis::RedisLimiter` (keys that implement `Display`). Implement it
 /// to plug in your own limiter.
 ///
-/// `report` says whether an *admitted* request's [`Decision`] must carry the snapshot and quota
-/// (the layer sends headers on admitted responses). A refused request's decision always carries
-/// them when the backend can tell. The in-process limiters use this for a fast path: without
-/// `report` they first try a plain `try_acquire`; if that refuses (a refusal writes nothing),
-/// the decision of record is made again with `try_acquire_snapshot`, and its verdict and
-/// headers come from that one decision and that one clock reading.
+/// `report` says whether an *admitted* request's [`Decision`] must carry the quota (the layer
+/// sends headers on admitted responses); a refusal always carries what the backend knows. The
+/// verdict and the snapshot always come from one decision (one clock reading): the in-process
+/// limiters use `try_acquire_snapshot` and read the quota only when it is needed.
 ///
 /// ```
 /// use std::future::Ready;
@@ -91,10 +89,11 @@ pub enum Check<F> {
 ///
 /// let bucket = Bucket::with_clock(Quota::per_second(1).unwrap(), ManualClock::new());
 /// let Check::Ready(first) = Backend::<()>::check(&bucket, (), 1, false) else { unreachable!() };
-/// assert_eq!((first.verdict, first.snapshot), (Ok(()), None)); // fast path: nothing to report
+/// assert_eq!((first.verdict, first.quota), (Ok(()), None)); // no headers wanted: no quota read
 /// let Check::Ready(second) = Backend::<()>::check(&bucket, (), 1, false) else { unreachable!() };
 /// assert!(second.verdict.is_err());
-/// assert_eq!(second.snapshot.map(|s| s.remaining()), Some(0)); // refusals always report
+/// assert_eq!(second.snapshot.map(|s| s.remaining()), Some(0)); // from the same decision
+/// assert_eq!(second.quota, Some(Quota::per_second(1).unwrap())); // refusals always report
 /// assert!(matches!(Open.check("any", 1, true), Check::Ready(d) if d.verdict.is_ok()));
 /// ```
 pub trait Backend<K> {
@@ -111,11 +110,9 @@ impl<K, C: Clock> Backend<K> for Bucket<C> {
 
     #[inline]
     fn check(&self, _key: K, cost: u64, report: bool) -> Check<Self::Future> {
-        if !report && self.try_acquire(cost).is_ok() {
-            return Check::Ready(Decision::new(Ok(()), None, None));
-        }
         let (verdict, snapshot) = self.try_acquire_snapshot(cost);
-        Check::Ready(Decision::new(verdict, Some(snapshot), Some(self.quota())))
+        let quota = (report || verdict.is_err()).then(|| self.quota());
+        Check::Ready(Decision::new(verdict, Some(snapshot), quota))
     }
 }
 
@@ -124,11 +121,9 @@ impl<K, C: Clock> Backend<K> for ShardedBucket<C> {
 
     #[inline]
     fn check(&self, _key: K, cost: u64, report: bool) -> Check<Self::Future> {
-        if !report && self.try_acquire(cost).is_ok() {
-            return Check::Ready(Decision::new(Ok(()), None, None));
-        }
         let (verdict, snapshot) = self.try_acquire_snapshot(cost);
-        Check::Ready(Decision::new(verdict, Some(snapshot), Some(self.quota())))
+        let quota = (report || verdict.is_err()).then(|| self.quota());
+        Check::Ready(Decision::new(verdict, Some(snapshot), quota))
     }
 }
 
@@ -137,12 +132,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> Backend<K> for KeyedLimiter<K, C> {
 
     #[inline]
     fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future> {
-        if !report && self.try_acquire(&key, cost).is_ok() {
-            return Check::Ready(Decision::new(Ok(()), None, None));
-        }
         let (verdict, snapshot) = self.try_acquire_snapshot(&key, cost);
-        let quota = self.quota_for(&key);
-        Check::Ready(Decision::new(verdict, Some(snapshot), Some(quota)))
+        let quota = (report || verdict.is_err()).then(|| self.quota_for(&key));
+        Check::Ready(Decision::new(verdict, Some(snapshot), quota))
     }
 }
 

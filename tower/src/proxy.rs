@@ -7,7 +7,7 @@
 //! the rightmost address that is *not* one of our trusted proxies: start at the peer, and while
 //! the current hop is trusted, step one entry to the left.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use http::header::{HeaderMap, HeaderName, FORWARDED};
 use ipnet::IpNet;
@@ -213,6 +213,9 @@ fn split_params(element: &str) -> impl Iterator<Item = &str> {
 /// `[2001:db8::1]`, `[2001:db8::1]:80`. `None` for anything else (`unknown`, `_hidden`).
 fn parse_node(node: &str) -> Option<IpAddr> {
     let node = node.trim();
+    if let Some(v4) = dotted_quad(node.as_bytes()) {
+        return Some(IpAddr::V4(v4));
+    }
     if let Ok(ip) = node.parse::<IpAddr>() {
         return Some(ip);
     }
@@ -221,6 +224,37 @@ fn parse_node(node: &str) -> Option<IpAddr> {
     }
     let inner = node.strip_prefix('[')?.strip_suffix(']')?;
     inner.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6)
+}
+
+/// A plain dotted-quad IPv4 address (`192.0.2.1`; no leading zeros, as `std` requires): the
+/// common case of every proxy header, parsed in a few dozen instructions instead of `std`'s
+/// general address parser's few hundred. `None` for anything else (which `std` then tries).
+fn dotted_quad(text: &[u8]) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut at = 0;
+    for (i, octet) in octets.iter_mut().enumerate() {
+        if i > 0 {
+            if text.get(at) != Some(&b'.') {
+                return None;
+            }
+            at += 1;
+        }
+        let start = at;
+        let mut value: u16 = 0;
+        while let Some(&d @ b'0'..=b'9') = text.get(at) {
+            if at - start == 3 {
+                return None;
+            }
+            value = value * 10 + u16::from(d - b'0');
+            at += 1;
+        }
+        let digits = at - start;
+        if digits == 0 || (digits > 1 && text[start] == b'0') {
+            return None;
+        }
+        *octet = u8::try_from(value).ok()?;
+    }
+    (at == text.len()).then_some(Ipv4Addr::from(octets))
 }
 
 #[cfg(test)]
@@ -290,6 +324,73 @@ mod tests {
         for (name, lines, client) in cases {
             let got = walk(FWD, ten, "10.0.0.1", name, lines);
             assert_eq!(got, client.parse::<IpAddr>().unwrap(), "{lines:?}");
+        }
+    }
+
+    #[test]
+    fn dotted_quad_agrees_with_std() {
+        let mut inputs: Vec<String> = [
+            "0.0.0.0",
+            "255.255.255.255",
+            "256.1.1.1",
+            "1.2.3",
+            "1.2.3.4.",
+            "1.2.3.4.5",
+            "01.2.3.4",
+            "1.2.3.04",
+            "1..2.3",
+            ".1.2.3",
+            "1.2.3.4 ",
+            "1000.1.1.1",
+            "1.2.3.-4",
+            "+1.2.3.4",
+            "1.2.3.4:80",
+            "",
+            "a.b.c.d",
+            "192.168.001.1",
+            "0.0.0.00",
+            "9.99.199.255",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // Fixed pseudo-random candidates (xorshift, seed 1): 3 to 5 parts of 0 to 4 digits.
+        let mut x: u64 = 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let parts = 3 + next() % 3;
+            let part = |r: u64| {
+                let digits = (r % 5) as usize;
+                let mut n = (r >> 8) % 10u64.pow(digits as u32);
+                if r & 0x80 == 0 {
+                    n %= 256; // mostly octets in range
+                }
+                if digits == 0 {
+                    String::new()
+                } else {
+                    format!("{n:0digits$}")
+                }
+            };
+            let s: Vec<String> = (0..parts).map(|_| part(next())).collect();
+            inputs.push(s.join("."));
+        }
+        let valid = inputs
+            .iter()
+            .filter(|s| s.parse::<Ipv4Addr>().is_ok())
+            .count();
+        assert!(
+            valid > 200,
+            "the walk must reach valid addresses too ({valid})"
+        );
+        for input in &inputs {
+            let ours = dotted_quad(input.as_bytes());
+            let std = input.parse::<Ipv4Addr>().ok();
+            assert_eq!(ours, std, "{input:?}");
         }
     }
 
