@@ -10,6 +10,12 @@ rustup component add rustfmt clippy >/dev/null
 rustup target add thumbv7m-none-eabi >/dev/null
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+command -v cargo-hack >/dev/null 2>&1 || cargo install cargo-hack --locked
+# The MSRV toolchains ci/msrv.sh builds with (`rust-version` of the core and the harness).
+for manifest in Cargo.toml harness/Cargo.toml; do
+  msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$(dirname "$0")/../$manifest" | head -n1)
+  rustup toolchain list | grep -q "^$msrv" || rustup toolchain install "$msrv" --profile minimal
+done
 # wrk: the HTTP load generator of tower/bench/http.sh (ci/http.sh).
 if ! command -v wrk >/dev/null 2>&1; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo

@@ -72,8 +72,13 @@ impl<C: fmt::Debug> fmt::Debug for Bucket<C> {
     }
 }
 
+/// Only with a real clock (feature `std`): without it [`DefaultClock`] is [`ManualClock`](crate::ManualClock),
+/// which never moves on its own, so a bucket built on it would never refill. Without `std`,
+/// pass your platform's clock to [`Bucket::with_clock`].
+#[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl Bucket<DefaultClock> {
-    /// A full bucket on the [`DefaultClock`].
+    /// A full bucket on the [`DefaultClock`] (feature `std`).
     ///
     /// ```
     /// let bucket = tollgate::Bucket::new(tollgate::Quota::per_second(100).unwrap());
@@ -226,7 +231,8 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(bucket.available(), 2);
     /// ```
     pub fn set_quota(&self, quota: Quota) {
-        let writer = self.slots.lock();
+        // Read before taking the writer flag: see `EpochSlots::lock`.
+        let writer = self.slots.lock(self.clock.now());
         let mut cur = self.state.load(Ordering::Acquire);
         let old = Quota::from_raw(writer.get(cur & 1));
         if old == quota {
@@ -234,7 +240,7 @@ impl<C: Clock> Bucket<C> {
         }
         let idle = (cur & 1) ^ 1;
         writer.set(idle, quota.to_raw());
-        let now = self.clock.now();
+        let now = writer.now();
         loop {
             let next = gcra::rescale(cur >> 1, now, &old, &quota);
             match self.state.compare_exchange_weak(

@@ -9,6 +9,9 @@
 mod manual;
 pub use manual::ManualClock;
 
+pub(crate) mod wake;
+pub use wake::WakeRegistration;
+
 #[cfg(feature = "std")]
 mod std_clock;
 #[cfg(feature = "std")]
@@ -50,13 +53,17 @@ pub trait Clock {
     }
 
     /// Arranges for `waker` to be woken once `duration` has passed on this clock, without
-    /// blocking: the hook behind [`Bucket::until_ready`](crate::Bucket::until_ready). A wake-up
-    /// that comes early is harmless (the future checks the clock again and re-arms).
+    /// blocking: the fire-and-forget hook behind [`Bucket::until_ready`](crate::Bucket::until_ready)
+    /// (through the default [`Clock::register_wake`]). A wake-up that comes early is harmless
+    /// (the future checks the clock again and registers again).
     ///
     /// The default, with the `std` feature, hands the waker to tollgate's one shared timer
     /// thread (started on first use; it measures `std::time::Instant`, which the std clocks
     /// follow); without `std` it wakes at once, so the executor polls again (a busy wait, like
-    /// the default [`Clock::sleep`]). [`ManualClock`] advances itself by `duration`, then wakes.
+    /// the default [`Clock::sleep`]). [`ManualClock`] advances itself by `duration`, then wakes
+    /// — **which moves the time of every bucket sharing that clock**; a
+    /// [`ManualClock::new_frozen`] clock instead keeps the waker until a test moves the time
+    /// past the deadline.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,6 +93,38 @@ pub trait Clock {
             waker.wake_by_ref();
         }
     }
+
+    /// Like [`Clock::wake_after`], but returns the registration, which cancels the wake-up when
+    /// dropped (where the clock can) and says whether it has fired. This is what
+    /// [`Bucket::until_ready`](crate::Bucket::until_ready) calls: a waiting future holds one
+    /// registration and replaces it only when its waker changes or it has fired, so its memory
+    /// in the clock's queue is bounded by the number of live futures, not by their polls.
+    ///
+    /// The default forwards to [`Clock::wake_after`] ([`WakeRegistration::forward`]), so a
+    /// clock that plugs in its own timer by overriding `wake_after` keeps working: its wake-ups
+    /// cannot be cancelled, but each future registers once per wait. The std clocks override
+    /// it with the cancellable [`WakeRegistration::timer`]; a clock that follows
+    /// `std::time::Instant` should do the same. [`ManualClock`] advances itself and returns
+    /// [`WakeRegistration::fired`], or, frozen, queues a cancellable entry.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::task::{Wake, Waker};
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock};
+    ///
+    /// struct Nop;
+    /// impl Wake for Nop {
+    ///     fn wake(self: Arc<Self>) {}
+    /// }
+    /// let clock = ManualClock::new();
+    /// let registration = clock.register_wake(Duration::from_millis(5), &Waker::from(Arc::new(Nop)));
+    /// assert!(registration.is_fired()); // an auto-advancing manual clock wakes at once
+    /// assert_eq!(clock.now(), 5_000_000);
+    /// ```
+    fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
+        WakeRegistration::forward(waker, |w| self.wake_after(duration, w))
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
@@ -98,6 +137,9 @@ impl<C: Clock + ?Sized> Clock for &C {
     fn wake_after(&self, duration: Duration, waker: &Waker) {
         (**self).wake_after(duration, waker)
     }
+    fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
+        (**self).register_wake(duration, waker)
+    }
 }
 
 /// The clock `Bucket::new` and friends use: [`QuantaClock`] with the `quanta` feature (default),
@@ -108,8 +150,11 @@ pub type DefaultClock = QuantaClock;
 /// else [`StdClock`] with `std`, else [`ManualClock`].
 #[cfg(all(feature = "std", not(feature = "quanta")))]
 pub type DefaultClock = StdClock;
-/// The clock `Bucket::new` and friends use: [`QuantaClock`] with the `quanta` feature (default),
-/// else [`StdClock`] with `std`, else [`ManualClock`].
+/// Without `std` there is no real clock to default to: `DefaultClock` is [`ManualClock`], but
+/// only as the default type parameter of `Bucket<C = DefaultClock>` and friends. The
+/// constructors that would read it (`Bucket::new`, `Smooth::bursty`, ...) are not compiled
+/// without `std`, because a bucket on a clock that never moves never refills: pass your
+/// platform's clock (an implementation of [`Clock`]) to `Bucket::with_clock` instead.
 #[cfg(not(feature = "std"))]
 pub type DefaultClock = ManualClock;
 

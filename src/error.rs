@@ -34,6 +34,10 @@ pub enum ConfigError {
     InvalidFactor,
     /// A capacity (such as the keyed limiter's `max_keys`) was zero.
     ZeroCapacity,
+    /// A [`Smooth`](crate::Smooth) rate above 1,000,000 permits per second: Guava's arithmetic
+    /// works in whole microseconds, so a single permit would cost 0 µs and nothing would be
+    /// limited. Use a [`Bucket`](crate::Bucket) (nanosecond-exact) for such rates.
+    RateTooHigh,
 }
 
 impl fmt::Display for ConfigError {
@@ -53,11 +57,15 @@ impl fmt::Display for ConfigError {
             ConfigError::InvalidDuration => "a duration parameter is zero or too large",
             ConfigError::InvalidFactor => "the factor must be a finite number of at least 1",
             ConfigError::ZeroCapacity => "the capacity must be at least 1",
+            ConfigError::RateTooHigh => {
+                "a Smooth rate above 1,000,000 permits/s is not limited (Guava counts whole microseconds); use a Bucket"
+            }
         })
     }
 }
 
 #[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl std::error::Error for ConfigError {}
 
 /// A refused request. A refusal is a value, never a panic, and it changes nothing.
@@ -85,17 +93,22 @@ impl Denied {
     /// should carry (never `0`, which clients read as "retry now"). `None` for
     /// [`Denied::ExceedsBurst`].
     ///
+    /// The rounding saturates: a wait that does not fit `u64` seconds once rounded up — in
+    /// particular `Duration::MAX`, which the crate reports for a request that no wait within its
+    /// horizon admits — gives `u64::MAX` (about 584 billion years), never a wrapped small value.
+    ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate::Denied;
     /// assert_eq!(Denied::RetryAfter(Duration::from_millis(1)).retry_after_secs(), Some(1));
     /// assert_eq!(Denied::RetryAfter(Duration::from_millis(1001)).retry_after_secs(), Some(2));
+    /// assert_eq!(Denied::RetryAfter(Duration::MAX).retry_after_secs(), Some(u64::MAX));
     /// assert_eq!(Denied::ExceedsBurst.retry_after_secs(), None);
     /// ```
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             Denied::RetryAfter(d) => {
-                let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+                let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
                 Some(secs.max(1))
             }
             Denied::ExceedsBurst => None,
@@ -115,4 +128,5 @@ impl fmt::Display for Denied {
 }
 
 #[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl std::error::Error for Denied {}

@@ -34,6 +34,7 @@
 //! assert_eq!(bucket.try_acquire(1), Ok(()));
 //! ```
 #![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
@@ -61,7 +62,7 @@ pub use bucket::Bucket;
 pub use clock::QuantaClock;
 #[cfg(feature = "std")]
 pub use clock::StdClock;
-pub use clock::{Clock, DefaultClock, ManualClock};
+pub use clock::{Clock, DefaultClock, ManualClock, WakeRegistration};
 pub use error::{ConfigError, Denied};
 #[cfg(feature = "keyed")]
 pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder};
@@ -72,7 +73,7 @@ pub use smooth::Smooth;
 pub use snapshot::Snapshot;
 pub use wait::{Reservation, UntilReady};
 
-/// The README's Rust examples, compiled and run as doc tests.
-#[cfg(doctest)]
+/// The README's Rust examples, compiled and run as doc tests (they assume the default features).
+#[cfg(all(doctest, feature = "std", feature = "quanta", feature = "keyed"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -65,6 +65,7 @@ struct Shard {
 /// Borrowing is the slow path: it reads every shard's line and may write several. A bucket whose
 /// threads keep their own shards supplied (many threads, or costs well below `burst / shards`)
 /// rarely borrows; one hot thread on a drained bucket borrows on every call.
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 pub struct ShardedBucket<C = DefaultClock> {
     shards: Box<[CachePadded<Shard>]>,
     quota: Quota,
@@ -117,9 +118,23 @@ impl ShardedBucket<DefaultClock> {
     /// assert_eq!(bucket.try_acquire(100), Ok(()));
     /// ```
     pub fn new(quota: Quota) -> ShardedBucket<DefaultClock> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        ShardedBucket::with_clock(quota, cores, DefaultClock::default())
+        ShardedBucket::with_clock(quota, default_shards(), DefaultClock::default())
     }
+
+    /// The shard count [`ShardedBucket::new`] asks for: one per core
+    /// (`std::thread::available_parallelism`, 1 when unknown).
+    ///
+    /// ```
+    /// assert!(tollgate::ShardedBucket::default_shards() >= 1);
+    /// ```
+    pub fn default_shards() -> usize {
+        default_shards()
+    }
+}
+
+/// One shard per core: the crate's one default for how many ways to split shared state.
+pub(crate) fn default_shards() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl<C: Clock> ShardedBucket<C> {

@@ -10,7 +10,7 @@
 //! ones with the new state, never a mix. Decisions never wait for a writer; the seqlock only
 //! matters if two reconfigurations complete while a decision is between its reads.
 
-use crate::sync::{fence, spin_loop, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU32, AtomicU64, Backoff, Ordering};
 
 /// Number of `u64` parameters per slot.
 pub(crate) const WORDS: usize = 6;
@@ -19,9 +19,15 @@ pub(crate) struct EpochSlots {
     /// Seqlock counters of the two slots (odd while a slot is written).
     seqs: [AtomicU32; 2],
     slots: [[AtomicU64; WORDS]; 2],
-    /// Serializes writers (1 while one runs). Never touched by decisions.
-    writer: AtomicU32,
+    /// Serializes writers, and remembers the last writer's clock reading: bit 0 is the flag (1
+    /// while a writer runs), bits 1..64 the reading the last writer converted its state at
+    /// (capped at 2^63 − 1 ns, about 292 years; the cap only ever lowers it). One word, so the
+    /// bucket stays within two cache lines. Never touched by decisions.
+    writer: AtomicU64,
 }
+
+/// The largest reading the writer word keeps.
+const MAX_WRITER_NOW: u64 = u64::MAX >> 1;
 
 impl EpochSlots {
     /// Both slots hold `raw`; either epoch is valid.
@@ -29,7 +35,7 @@ impl EpochSlots {
         EpochSlots {
             seqs: [AtomicU32::new(0), AtomicU32::new(0)],
             slots: [raw.map(AtomicU64::new), raw.map(AtomicU64::new)],
-            writer: AtomicU32::new(0),
+            writer: AtomicU64::new(0),
         }
     }
 
@@ -47,25 +53,57 @@ impl EpochSlots {
         (self.seqs[i].load(Ordering::Relaxed) == seq).then_some(raw)
     }
 
-    /// Takes the writer flag (spinning while another reconfiguration runs).
-    pub(crate) fn lock(&self) -> Writer<'_> {
-        while self
-            .writer
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spin_loop();
+    /// Takes the writer flag, waiting with back-off (spin, then yield the thread) while another
+    /// reconfiguration runs. `now` is the caller's clock reading, taken **before** calling:
+    /// the user's clock is never called while the flag is held, so a slow or re-entrant clock
+    /// cannot stall (or deadlock) other writers.
+    ///
+    /// Why the early reading is still correct: a reconfiguration converts the state at a
+    /// reading, and the decision path already tolerates readings older than the state it acts
+    /// on (it refuses more, never admits more). What reading outside the flag could add is a
+    /// reading older than the *previous writer's*: converting back to before a conversion that
+    /// already happened would apply the newer rate retroactively. So the writer uses
+    /// `max(now, previous writer's reading)` ([`Writer::now`]): writers' readings are monotone in
+    /// the order they hold the flag, exactly as if each had read the clock while holding it.
+    pub(crate) fn lock(&self, now: u64) -> Writer<'_> {
+        let mut backoff = Backoff::default();
+        let mut word = self.writer.load(Ordering::Relaxed);
+        loop {
+            if word & 1 != 0 {
+                backoff.snooze();
+                word = self.writer.load(Ordering::Relaxed);
+                continue;
+            }
+            match self.writer.compare_exchange_weak(
+                word,
+                word | 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => word = actual,
+            }
         }
-        Writer { slots: self }
+        Writer {
+            slots: self,
+            now: now.max(word >> 1),
+        }
     }
 }
 
 /// The writer flag, held; released on drop.
 pub(crate) struct Writer<'a> {
     slots: &'a EpochSlots,
+    now: u64,
 }
 
 impl Writer<'_> {
+    /// The clock reading to convert the state at: the caller's, raised to the previous
+    /// writer's if that was later (see [`EpochSlots::lock`]).
+    pub(crate) fn now(&self) -> u64 {
+        self.now
+    }
+
     /// The parameters of `epoch`: consistent, since only the writer changes slots.
     pub(crate) fn get(&self, epoch: u64) -> [u64; WORDS] {
         self.slots.slots[(epoch & 1) as usize]
@@ -91,6 +129,9 @@ impl Writer<'_> {
 
 impl Drop for Writer<'_> {
     fn drop(&mut self) {
-        self.slots.writer.store(0, Ordering::Release);
+        // Releases the flag and leaves this writer's reading for the next one.
+        self.slots
+            .writer
+            .store(self.now.min(MAX_WRITER_NOW) << 1, Ordering::Release);
     }
 }

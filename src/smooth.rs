@@ -1,218 +1,20 @@
 //! [`Smooth`]: Guava's `SmoothRateLimiter` (`SmoothBursty` and `SmoothWarmingUp`), reproduced to
 //! the microsecond, with its whole state in one 128-bit word updated by compare-and-swap.
+//!
+//! Split as the bucket is: [`guava`] is the pure port (Guava's `f64` formulas, no atomics),
+//! [`word`] the 128-bit word codec, and this module the atomic type and its CAS loops.
 
+mod guava;
+mod word;
+
+use self::guava::{check_rate, Mode, Params, State, MICROS_PER_SECOND};
+use self::word::{decode, encode, MAX_MICROS, NEXT_SHIFT, STORED_MASK};
 use crate::clock::{Clock, DefaultClock};
 use crate::error::ConfigError;
 use crate::slots::EpochSlots;
 use crate::sync::{spin_loop, AtomicU128, Ordering};
 use core::fmt;
 use core::time::Duration;
-
-const MICROS_PER_SECOND: f64 = 1_000_000.0;
-/// Guava's `nextFreeTicketMicros` saturates at `Long.MAX_VALUE`.
-/// Width of the next-free-time field: 2^53 µs is 285 years after creation.
-const MICROS_BITS: u32 = 53;
-/// The largest next free time (and the largest clock reading, in µs since creation).
-const MAX_MICROS: u64 = (1 << MICROS_BITS) - 1;
-/// Width of the stored-permits field.
-const FIXED_BITS: i32 = 74;
-/// The largest stored-permits value, in units.
-const MAX_FIXED: u128 = (1 << FIXED_BITS) - 1;
-
-/// Which of Guava's two smooth limiters, and the constants `setRate` keeps.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Mode {
-    /// `SmoothBursty`: stored permits are free; up to `max_burst_seconds × rate` of them.
-    Bursty { max_burst_seconds: f64 },
-    /// `SmoothWarmingUp`: stored permits above the threshold cost the trapezoid's integral.
-    WarmingUp {
-        warmup_micros: f64,
-        cold_factor: f64,
-    },
-}
-
-/// What `setRate` derives from the rate: Guava's fields, plus the fixed-point exponent of the
-/// stored permits.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Params {
-    /// `stableIntervalMicros`.
-    stable: f64,
-    /// `maxPermits`.
-    max: f64,
-    /// `thresholdPermits` (0 when bursty).
-    threshold: f64,
-    /// `slope` of the trapezoid (0 when bursty).
-    slope: f64,
-    /// `coolDownIntervalMicros()`.
-    cool_down: f64,
-    /// `F`: the stored permits are kept in units of `2^-F` permit.
-    frac_bits: i32,
-}
-
-/// `2^e` for `e` in `-1022..=1023`, exactly.
-fn pow2(e: i32) -> f64 {
-    f64::from_bits(((1023 + e) as u64) << 52)
-}
-
-/// The largest `F` (within `-950..=1022`) such that `max · 2^F < 2^74`.
-fn frac_bits_for(max: f64) -> i32 {
-    if max.is_nan() || max <= 0.0 {
-        return 0;
-    }
-    let biased = ((max.to_bits() >> 52) & 0x7ff) as i32;
-    // `max < 2^b`: for a normal number b = exponent + 1; subnormals are below 2^-1022.
-    let b = if biased == 0 { -1022 } else { biased - 1022 };
-    (FIXED_BITS - b).clamp(-950, 1022)
-}
-
-impl Params {
-    /// Guava's `doSetRate` without the stored-permits rescaling; `None` when the derived
-    /// permit counts are not finite.
-    fn new(mode: Mode, rate: f64) -> Option<Params> {
-        let stable = MICROS_PER_SECOND / rate;
-        let p = match mode {
-            Mode::Bursty { max_burst_seconds } => {
-                let max = max_burst_seconds * rate;
-                Params {
-                    stable,
-                    max,
-                    threshold: 0.0,
-                    slope: 0.0,
-                    cool_down: stable,
-                    frac_bits: frac_bits_for(max),
-                }
-            }
-            Mode::WarmingUp {
-                warmup_micros,
-                cold_factor,
-            } => {
-                let cold = stable * cold_factor;
-                let threshold = 0.5 * warmup_micros / stable;
-                let max = threshold + 2.0 * warmup_micros / (stable + cold);
-                Params {
-                    stable,
-                    max,
-                    threshold,
-                    slope: (cold - stable) / (max - threshold),
-                    cool_down: warmup_micros / max,
-                    frac_bits: frac_bits_for(max),
-                }
-            }
-        };
-        (p.max.is_finite() && p.max >= 0.0 && stable > 0.0).then_some(p)
-    }
-
-    fn to_raw(self) -> [u64; 6] {
-        [
-            self.stable.to_bits(),
-            self.max.to_bits(),
-            self.threshold.to_bits(),
-            self.slope.to_bits(),
-            self.cool_down.to_bits(),
-            self.frac_bits as i64 as u64,
-        ]
-    }
-
-    fn from_raw(raw: [u64; 6]) -> Params {
-        Params {
-            stable: f64::from_bits(raw[0]),
-            max: f64::from_bits(raw[1]),
-            threshold: f64::from_bits(raw[2]),
-            slope: f64::from_bits(raw[3]),
-            cool_down: f64::from_bits(raw[4]),
-            // Only ever written from an `i32` in -961..=1000.
-            frac_bits: raw[5] as i64 as i32,
-        }
-    }
-
-    /// `f64` permits → fixed point, rounded to nearest (ties up); NaN and negatives → 0.
-    fn units_of(&self, permits: f64) -> u128 {
-        let v = permits * pow2(self.frac_bits);
-        if v.is_nan() || v <= 0.0 {
-            return 0;
-        }
-        // `v` is below 2^74 (the field holds `max`); at or above 2^52 it is already whole.
-        let whole = v as u128;
-        let up = u128::from(v - whole as f64 >= 0.5);
-        whole.saturating_add(up).min(MAX_FIXED)
-    }
-
-    /// Fixed point → `f64`, exactly (see the module docs).
-    fn permits_of(&self, units: u128) -> f64 {
-        units as f64 * pow2(-self.frac_bits)
-    }
-
-    /// Guava's `storedPermitsToWaitTime`, in the same operations.
-    /// (Warming up; bursty stored permits cost nothing.)
-    fn stored_permits_to_wait_time(&self, stored: f64, mut to_take: f64) -> i64 {
-        let above = stored - self.threshold;
-        let mut micros: i64 = 0;
-        if above > 0.0 {
-            let take = java_min(above, to_take);
-            let length = self.permits_to_time(above) + self.permits_to_time(above - take);
-            micros = (take * length / 2.0) as i64;
-            to_take -= take;
-        }
-        micros.saturating_add((self.stable * to_take) as i64)
-    }
-
-    fn permits_to_time(&self, permits: f64) -> f64 {
-        self.stable + permits * self.slope
-    }
-}
-
-/// Java's `Math.min` for doubles (NaN-propagating).
-fn java_min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else if a <= b {
-        a
-    } else {
-        b
-    }
-}
-
-/// The decoded state: Guava's `nextFreeTicketMicros` and `storedPermits`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct State {
-    next: u64,
-    stored: f64,
-}
-
-impl State {
-    /// Guava's `resync`: idle time since `next` becomes stored permits.
-    fn resync(&mut self, now: u64, p: &Params) {
-        if now > self.next {
-            if p.max > 0.0 {
-                let new_permits = (now - self.next) as f64 / p.cool_down;
-                let sum = self.stored + new_permits;
-                // Java's `min(maxPermits, sum)`; NaN cannot arise once `max > 0`.
-                self.stored = if sum < p.max { sum } else { p.max };
-            } else {
-                // Guava computes min(0, x / (0/0)) = NaN here; nothing can be stored.
-                self.stored = 0.0;
-            }
-            self.next = now;
-        }
-    }
-
-    /// Guava's `reserveEarliestAvailable` followed by `max(moment − now, 0)`: takes `permits`
-    /// and returns the microseconds the caller must wait.
-    fn reserve(&mut self, permits: f64, now: u64, p: &Params, mode: Mode) -> u64 {
-        self.resync(now, p);
-        let moment = self.next;
-        let from_stored = java_min(permits, self.stored);
-        let fresh = permits - from_stored;
-        let stored_cost = match mode {
-            Mode::Bursty { .. } => 0,
-            Mode::WarmingUp { .. } => p.stored_permits_to_wait_time(self.stored, from_stored),
-        };
-        let wait = stored_cost.saturating_add((fresh * p.stable) as i64).max(0);
-        self.next = self.next.saturating_add(wait as u64).min(MAX_MICROS);
-        self.stored -= from_stored;
-        moment.saturating_sub(now)
-    }
-}
 
 /// Guava's `SmoothRateLimiter` to the microsecond, lock-free: `SmoothBursty`
 /// ([`Smooth::bursty_with_clock`]) or `SmoothWarmingUp` ([`Smooth::warming_up_with_clock`]).
@@ -286,8 +88,10 @@ impl State {
 /// # Deviations from Guava (beyond the rounding above; all at inputs Guava rejects or mishandles)
 ///
 /// * A rate that is zero, negative, NaN **or infinite** is a [`ConfigError::InvalidRate`]
-///   (Guava accepts `+∞` as "no limit"); so is a rate whose maximum stored permits
-///   (`max_burst × rate`, or the warm-up trapezoid) overflow `f64`.
+///   (Guava accepts `+∞` as "no limit").
+/// * A rate above 1,000,000 permits per second is a [`ConfigError::RateTooHigh`]: its stable
+///   interval is below one microsecond, and Guava's whole-microsecond truncation charges a
+///   single permit nothing, so Guava does not limit single permits at all at such rates.
 /// * `permits == 0` is admitted at once and changes nothing (Guava throws).
 /// * A warm-up below one microsecond makes `max = 0`: Guava then divides 0 by 0 and, after the
 ///   first idle moment, stops limiting (its stored permits become NaN); here the limiter simply
@@ -342,14 +146,10 @@ impl<C: fmt::Debug> fmt::Debug for Smooth<C> {
     }
 }
 
-fn check_rate(rate: f64) -> Result<(), ConfigError> {
-    if rate > 0.0 && rate.is_finite() {
-        Ok(())
-    } else {
-        Err(ConfigError::InvalidRate)
-    }
-}
-
+/// Only with a real clock (feature `std`), as [`Bucket::new`](crate::Bucket::new): without it
+/// [`DefaultClock`] is a [`ManualClock`](crate::ManualClock) that never moves on its own.
+#[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl Smooth<DefaultClock> {
     /// Guava's `RateLimiter.create(permitsPerSecond)`: bursty, at most one second of permits
     /// stored, on the [`DefaultClock`].
@@ -392,8 +192,8 @@ impl<C: Clock> Smooth<C> {
     /// stored while idle and then served without waiting. It starts empty.
     ///
     /// Errors: [`ConfigError::InvalidRate`] for a rate that is not finite and positive;
-    /// [`ConfigError::InvalidDuration`] when `max_burst × rate` overflows `f64`. A zero
-    /// `max_burst` is allowed (nothing is ever stored).
+    /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s. A zero `max_burst` is allowed
+    /// (nothing is ever stored); any `max_burst` fits (`max_burst × rate` stays finite).
     ///
     /// ```
     /// use std::time::Duration;
@@ -429,9 +229,9 @@ impl<C: Clock> Smooth<C> {
     /// stable interval. Idle for `warmup`, it is cold again.
     ///
     /// Errors: [`ConfigError::InvalidRate`] for a rate that is not finite and positive;
+    /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s;
     /// [`ConfigError::InvalidFactor`] for a cold factor below 1, NaN or infinite;
-    /// [`ConfigError::InvalidDuration`] for a warm-up above `i64::MAX` µs, or one whose
-    /// trapezoid overflows `f64` at this rate. The warm-up is truncated to whole microseconds
+    /// [`ConfigError::InvalidDuration`] for a warm-up above `i64::MAX` µs. The warm-up is truncated to whole microseconds
     /// (as Guava's `toMicros` does); a zero warm-up stores nothing (see the module docs).
     ///
     /// ```
@@ -552,7 +352,8 @@ impl<C: Clock> Smooth<C> {
     /// CAS converts the state and flips the word's epoch bit, and a decision's CAS only succeeds
     /// on the exact word (epoch bit included) it decided on. Decisions never wait for
     /// `set_rate`; concurrent `set_rate` calls take turns. [`ConfigError::InvalidRate`] (nothing changes) for a rate that is not
-    /// finite and positive, or whose maximum stored permits overflow `f64`.
+    /// finite and positive;
+    /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s.
     ///
     /// ```
     /// use std::time::Duration;
@@ -567,12 +368,13 @@ impl<C: Clock> Smooth<C> {
     pub fn set_rate(&self, permits_per_second: f64) -> Result<(), ConfigError> {
         check_rate(permits_per_second)?;
         let new = Params::new(self.mode, permits_per_second).ok_or(ConfigError::InvalidRate)?;
-        let writer = self.slots.lock();
+        // Read before taking the writer flag: see `EpochSlots::lock`.
+        let writer = self.slots.lock(self.clock.now());
         let mut cur = self.state.load(Ordering::Acquire);
         let old = Params::from_raw(writer.get((cur & 1) as u64));
         let idle = ((cur & 1) ^ 1) as u64;
         writer.set(idle, new.to_raw());
-        let now = self.now_micros();
+        let now = self.micros_at(writer.now());
         loop {
             let mut s = decode(cur, &old);
             s.resync(now, &old);
@@ -627,7 +429,12 @@ impl<C: Clock> Smooth<C> {
     /// clock reading before the origin counts as the origin.
     #[inline]
     fn now_micros(&self) -> u64 {
-        (self.clock.now().saturating_sub(self.origin) / 1000).min(MAX_MICROS)
+        self.micros_at(self.clock.now())
+    }
+
+    /// A clock reading in microseconds since the limiter's origin.
+    fn micros_at(&self, now: u64) -> u64 {
+        (now.saturating_sub(self.origin) / 1000).min(MAX_MICROS)
     }
 
     fn pay(&self, wait_micros: u64) -> Duration {
@@ -670,61 +477,5 @@ impl<C: Clock> Smooth<C> {
                 Err(actual) => w = actual,
             }
         }
-    }
-}
-
-/// The next free time sits above the stored permits and the epoch bit.
-const NEXT_SHIFT: u32 = FIXED_BITS as u32 + 1;
-/// The stored-permits field, in place (bits 74..1).
-const STORED_MASK: u128 = MAX_FIXED << 1;
-
-fn decode(w: u128, p: &Params) -> State {
-    State {
-        next: (w >> NEXT_SHIFT) as u64,
-        stored: p.permits_of((w & STORED_MASK) >> 1),
-    }
-}
-
-fn encode(s: State, p: &Params, epoch: u128) -> u128 {
-    (u128::from(s.next.min(MAX_MICROS)) << NEXT_SHIFT) | (p.units_of(s.stored) << 1) | epoch
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fixed_point_round_trips_every_f64_near_max() {
-        for max in [1.0, 5.0, 7.25, 1e-9, 3e12, 1.7e300, 1e-280] {
-            let p = Params {
-                stable: 1.0,
-                max,
-                threshold: 0.0,
-                slope: 0.0,
-                cool_down: 1.0,
-                frac_bits: frac_bits_for(max),
-            };
-            assert_eq!(p.permits_of(p.units_of(max)), max, "max {max:e}");
-            assert!(p.units_of(max) <= MAX_FIXED);
-            let mut x = max;
-            for _ in 0..40 {
-                x *= 0.7731;
-                if x < max / 2097152.0 {
-                    break;
-                }
-                assert_eq!(p.permits_of(p.units_of(x)), x, "max {max:e} x {x:e}");
-            }
-            let tiny = max / 1e6;
-            let err = (p.permits_of(p.units_of(tiny)) - tiny).abs();
-            assert!(err <= max * pow2(-74), "max {max:e} err {err:e}");
-        }
-    }
-
-    #[test]
-    fn pow2_is_exact() {
-        assert_eq!(pow2(0), 1.0);
-        assert_eq!(pow2(10), 1024.0);
-        assert_eq!(pow2(-1), 0.5);
-        assert_eq!(pow2(1000) * pow2(-1000), 1.0);
     }
 }

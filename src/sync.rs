@@ -9,6 +9,8 @@
 //! | target with native 64-bit atomics | `core::sync::atomic` | yes |
 //! | target without (e.g. `thumbv7m-none-eabi`) | `portable-atomic`'s fallback | **no**: a 64-bit CAS is emulated with a short critical section |
 //!
+//! It also holds the crate's one mutex, [`Mutex`] (std's or loom's, poison ignored).
+//!
 //! [`Smooth`](crate::Smooth) needs one 128-bit word, `AtomicU128`:
 //!
 //! | build | `AtomicU128` | lock-free? |
@@ -32,6 +34,56 @@ pub(crate) use {
 #[cfg(not(tollgate_loom))]
 pub(crate) use portable_atomic::AtomicU128;
 
+#[cfg(any(feature = "keyed", tollgate_loom))]
+pub(crate) use self::mutex::{Mutex, MutexGuard};
+
+/// The crate's one mutex (for the keyed index, and loom's `AtomicU128` stand-in): std's, or
+/// loom's under `--cfg tollgate_loom`, and it ignores poison.
+/// Every critical section in the crate leaves its data valid even if a panic unwinds through it
+/// (decisions do not panic; wakers run outside locks), so a poisoned lock is still usable and
+/// propagating the poison would only turn one panic into many.
+#[cfg(any(feature = "keyed", tollgate_loom))]
+mod mutex {
+    #[cfg(not(tollgate_loom))]
+    use std::sync as imp;
+
+    #[cfg(tollgate_loom)]
+    use loom::sync as imp;
+
+    pub(crate) use imp::MutexGuard;
+
+    /// A mutex whose [`lock`](Mutex::lock) ignores poisoning.
+    #[derive(Debug, Default)]
+    pub(crate) struct Mutex<T>(imp::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        /// An unlocked mutex holding `value` (`const` outside loom).
+        #[cfg(not(tollgate_loom))]
+        pub(crate) const fn new(value: T) -> Mutex<T> {
+            Mutex(imp::Mutex::new(value))
+        }
+
+        /// An unlocked mutex holding `value`.
+        #[cfg(tollgate_loom)]
+        pub(crate) fn new(value: T) -> Mutex<T> {
+            Mutex(imp::Mutex::new(value))
+        }
+
+        /// Takes the lock, whether or not a panic poisoned it.
+        #[inline]
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+    }
+}
+
+/// The value of a std lock or condition-variable result, poisoned or not (see [`Mutex`]); for
+/// the one process-wide lock that stays std's under loom (the timer thread's queue, a `static`).
+#[cfg(feature = "std")]
+pub(crate) fn ignore_poison<G>(result: std::sync::LockResult<G>) -> G {
+    result.unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[cfg(tollgate_loom)]
 pub(crate) use loom_u128::AtomicU128;
 
@@ -39,24 +91,24 @@ pub(crate) use loom_u128::AtomicU128;
 /// `Smooth` uses) over a loom mutex, so each operation is one atomic, model-checked step.
 #[cfg(tollgate_loom)]
 pub(crate) mod loom_u128 {
-    use super::Ordering;
+    use super::{Mutex, Ordering};
 
     /// A `u128` behind a loom mutex; the orderings are accepted and ignored (a mutex is
     /// stronger than any of them).
     #[derive(Debug)]
-    pub(crate) struct AtomicU128(loom::sync::Mutex<u128>);
+    pub(crate) struct AtomicU128(Mutex<u128>);
 
     impl AtomicU128 {
         pub(crate) fn new(v: u128) -> AtomicU128 {
-            AtomicU128(loom::sync::Mutex::new(v))
+            AtomicU128(Mutex::new(v))
         }
 
         pub(crate) fn load(&self, _: Ordering) -> u128 {
-            *self.0.lock().unwrap_or_else(|e| e.into_inner())
+            *self.0.lock()
         }
 
         pub(crate) fn store(&self, v: u128, _: Ordering) {
-            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = v;
+            *self.0.lock() = v;
         }
 
         pub(crate) fn compare_exchange_weak(
@@ -66,7 +118,7 @@ pub(crate) mod loom_u128 {
             _: Ordering,
             _: Ordering,
         ) -> Result<u128, u128> {
-            let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let mut v = self.0.lock();
             if *v == current {
                 *v = new;
                 Ok(current)
@@ -84,6 +136,51 @@ pub(crate) fn spin_loop() {
     loom::hint::spin_loop();
     #[cfg(not(tollgate_loom))]
     core::hint::spin_loop();
+}
+
+/// Exponential back-off for a thread waiting on a flag another thread holds (the reconfiguration
+/// writer lock): spin 1, 2, 4, … 64 hints, then yield the thread to the OS at every step, so a
+/// waiter never burns a core while the holder is preempted. Under loom every step is one
+/// `spin_loop` (a loom yield), so a model explores the wait without multiplying its states.
+///
+/// Not `crossbeam_utils::Backoff`: built without its `std` feature (the core must stay
+/// `no_std`-capable) it never yields, and its hints would bypass the loom switch above.
+#[derive(Debug, Default)]
+pub(crate) struct Backoff {
+    step: u32,
+}
+
+impl Backoff {
+    /// The last step that spins (2^6 = 64 hints); later steps yield.
+    const SPIN_LIMIT: u32 = 6;
+
+    /// Waits a little, longer at each call.
+    #[inline]
+    pub(crate) fn snooze(&mut self) {
+        #[cfg(tollgate_loom)]
+        {
+            // One hint (a loom yield) per step, whatever the step.
+            spin_loop();
+            self.step = (self.step + 1).min(Self::SPIN_LIMIT);
+        }
+        #[cfg(not(tollgate_loom))]
+        {
+            if self.step <= Self::SPIN_LIMIT {
+                for _ in 0..1u32 << self.step {
+                    spin_loop();
+                }
+                self.step += 1;
+            } else {
+                #[cfg(feature = "std")]
+                std::thread::yield_now();
+                // Without an OS there is nothing to yield to: keep spinning at the longest step.
+                #[cfg(not(feature = "std"))]
+                for _ in 0..1u32 << Self::SPIN_LIMIT {
+                    spin_loop();
+                }
+            }
+        }
+    }
 }
 
 /// A small number for the calling thread, assigned round-robin (0, 1, 2, ...) on the thread's

@@ -62,7 +62,7 @@
 //! consumed, which can only refuse more, never admit more).
 
 use crate::bucket::Bucket;
-use crate::clock::{nanos, Clock};
+use crate::clock::{nanos, Clock, WakeRegistration};
 use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
@@ -70,7 +70,7 @@ use core::fmt;
 use core::future::Future;
 use core::mem;
 use core::pin::Pin;
-use core::task::{Context, Poll};
+use core::task::{Context, Poll, Waker};
 use core::time::Duration;
 
 #[cfg(feature = "std")]
@@ -432,9 +432,18 @@ enum Stage<'a, C> {
         reservation: Reservation<'a, C>,
         until: u64,
         waited: Duration,
+        /// The one wake-up this future holds with the clock (`None` before the first).
+        armed: Option<Armed>,
     },
     /// Resolved (or abandoned).
     Done,
+}
+
+/// The wake-up a waiting [`UntilReady`] holds: for `until` (fixed for the future's life), on
+/// behalf of `waker`. Dropping it cancels the wake-up (where the clock can).
+struct Armed {
+    waker: Waker,
+    registration: WakeRegistration,
 }
 
 /// The future returned by [`Bucket::until_ready`]: resolves to `Ok(time waited)` once the
@@ -459,6 +468,13 @@ enum Stage<'a, C> {
 /// let mut fut = pin!(bucket.until_ready(11));
 /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Err(Denied::ExceedsBurst)));
 /// ```
+///
+/// **One registration per future.** While it waits it holds exactly one wake-up with the clock
+/// ([`Clock::register_wake`]), replaced only when it is polled with a waker that would not wake
+/// the same task ([`Waker::will_wake`]) or after that wake-up has fired; spurious polls add
+/// nothing. Dropping the future drops (cancels) it, so nothing stays queued for a future that no
+/// longer exists.
+#[must_use = "futures do nothing unless polled; an unpolled `UntilReady` reserves nothing"]
 pub struct UntilReady<'a, C: Clock> {
     bucket: &'a Bucket<C>,
     cost: u64,
@@ -486,22 +502,45 @@ impl<C: Clock> Future for UntilReady<'_, C> {
                         reservation,
                         until,
                         waited: Duration::from_nanos(until - now),
+                        armed: None,
                     };
                 }
             }
         }
-        let (until, waited) = match &this.stage {
-            Stage::Waiting { until, waited, .. } => (*until, *waited),
-            _ => return Poll::Ready(Ok(Duration::ZERO)),
+        let Stage::Waiting {
+            until,
+            waited,
+            armed,
+            ..
+        } = &mut this.stage
+        else {
+            return Poll::Ready(Ok(Duration::ZERO));
         };
+        let (until, waited) = (*until, *waited);
         loop {
             let now = clock.now();
             if now >= until {
-                // Resolved: the reservation is kept (dropping it keeps its tokens).
+                // Resolved: the reservation is kept (dropping it keeps its tokens); the
+                // wake-up, if still pending, is cancelled with the stage.
                 this.stage = Stage::Done;
                 return Poll::Ready(Ok(waited));
             }
-            clock.wake_after(Duration::from_nanos(until - now), cx.waker());
+            // Tokio's `Sleep` rule: keep the registration unless the task to wake changed or
+            // the wake-up already came (early: the clock's hook and `now` may disagree). The
+            // deadline `until` never changes, so it needs no check.
+            let keep = armed
+                .as_ref()
+                .is_some_and(|a| a.waker.will_wake(cx.waker()) && !a.registration.is_fired());
+            if !keep {
+                // Drop the old registration first: at most one per future, ever.
+                *armed = None;
+                let registration =
+                    clock.register_wake(Duration::from_nanos(until - now), cx.waker());
+                *armed = Some(Armed {
+                    waker: cx.waker().clone(),
+                    registration,
+                });
+            }
             if clock.now() < until {
                 return Poll::Pending;
             }
@@ -524,8 +563,14 @@ impl<C: Clock> fmt::Debug for UntilReady<'_, C> {
         match &self.stage {
             Stage::Start => d.field("stage", &"start"),
             Stage::Waiting {
-                reservation, until, ..
-            } => d.field("reservation", reservation).field("until_ns", until),
+                reservation,
+                until,
+                armed,
+                ..
+            } => d
+                .field("reservation", reservation)
+                .field("until_ns", until)
+                .field("wake", &armed.as_ref().map(|a| &a.registration)),
             Stage::Done => d.field("stage", &"done"),
         };
         d.finish()

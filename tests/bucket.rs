@@ -18,7 +18,7 @@ fn bucket(tokens: u64, per: Duration, burst: u64) -> (Bucket<ManualClock>, Manua
 }
 
 #[test]
-fn the_issue_timeline_holds_exactly() {
+fn two_per_second_burst_three_timeline_of_admissions_and_exact_waits() {
     let (b, clock) = bucket(2, Duration::from_secs(1), 3);
     let rows: &[(u64, u64, Result<(), Denied>, u64)] = &[
         (0, 2, Ok(()), 1),
@@ -219,6 +219,8 @@ fn ten_years_admit_exactly_burst_plus_rate_times_t() {
 }
 
 #[test]
+// On the default clock (quanta's, 8 bytes); `Bucket<StdClock>` (a 16-byte `Instant`) is 136.
+#[cfg(feature = "quanta")]
 fn bucket_is_at_most_two_cache_lines() {
     assert!(
         std::mem::size_of::<Bucket>() <= 128,
@@ -258,7 +260,10 @@ fn errors_display_and_retry_after_secs() {
     assert_eq!(Denied::RetryAfter(ms(999)).retry_after_secs(), Some(1));
     assert_eq!(Denied::RetryAfter(ms(2000)).retry_after_secs(), Some(2));
     assert!(Denied::ExceedsBurst.to_string().contains("burst"));
-    let e: Box<dyn std::error::Error> = Box::new(Denied::ExceedsBurst);
-    assert!(!e.to_string().is_empty());
+    #[cfg(feature = "std")]
+    {
+        let e: Box<dyn std::error::Error> = Box::new(Denied::ExceedsBurst);
+        assert!(!e.to_string().is_empty());
+    }
     let _ = MS;
 }

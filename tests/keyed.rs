@@ -1,5 +1,6 @@
 //! KeyedLimiter: the flood bound, differential tests against one exact `Bucket` per key, and
 //! threads on hot keys. Deterministic: ManualClock and fixed seeds.
+#![cfg(feature = "keyed")]
 
 use std::collections::HashMap;
 use std::sync::Mutex;

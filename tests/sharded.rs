@@ -1,5 +1,6 @@
 //! ShardedBucket: exactly the burst on a frozen clock across shard counts and threads, one thread
 //! gets the whole burst and rate, the window bound, exact waits. ManualClock and fixed seeds.
+#![cfg(feature = "std")]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

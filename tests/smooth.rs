@@ -3,7 +3,7 @@
 //! * The `RateLimiterTest` sequences, ported: every wait is asserted to the microsecond (the
 //!   values come from running Guava's algorithm), and also printed the way Guava's test prints
 //!   it (`R1.38`, Java's `%3.2f`, half-up) and compared with Guava's own expected strings.
-//! * Differential runs: a plain-`f64` transcription of Guava (`Reference`, below) against
+//! * Differential runs: a plain-`f64` transcription of Guava (`Reference`, in `tests/support/guava.rs`) against
 //!   `Smooth` over many random operations; and six fixed runs driven by a port of
 //!   `java.util.Random` whose checksums were computed on the JVM by a line-for-line Java
 //!   transcription of Guava's `SmoothRateLimiter`/`RateLimiter` decision code (the same
@@ -11,6 +11,14 @@
 
 use std::time::Duration;
 use tollgate::{Clock, ConfigError, ManualClock, Smooth};
+
+#[path = "support/guava.rs"]
+mod guava;
+#[path = "support/rng.rs"]
+mod rng;
+
+use guava::Reference;
+use rng::Rng;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
@@ -109,7 +117,7 @@ fn cat(parts: &[&[(char, u64)]]) -> Vec<(char, u64)> {
 }
 
 #[test]
-fn issue_example_warming_up() {
+fn guava_warm_up_example_waits_to_the_millisecond() {
     let clock = ManualClock::new();
     let limiter =
         Smooth::warming_up_with_clock(2.0, Duration::from_secs(4), 3.0, clock.clone()).unwrap();
@@ -120,7 +128,7 @@ fn issue_example_warming_up() {
 }
 
 #[test]
-fn simple() {
+fn bursty_five_per_second_spaces_permits_200ms_apart() {
     let mut t = Rec::bursty(5.0);
     t.acquire_n(3);
     t.expect(&r(&[0, 200_000, 200_000]), "R0.00, R0.20, R0.20");
@@ -243,21 +251,24 @@ fn create_warmup_parameter_validation() {
     }
     // Java has no Duration this long; its `long` microseconds stop at i64::MAX.
     assert_eq!(err(1.0, Duration::MAX, 3.0), ConfigError::InvalidDuration);
-    // The trapezoid overflows f64 at this rate.
+    // Rates whose trapezoid (or burst) would overflow f64 are far above the highest rate.
     assert_eq!(
         err(1e300, Duration::from_secs(1 << 40), 3.0),
-        ConfigError::InvalidDuration
+        ConfigError::RateTooHigh
     );
     let bursty_err = |rate, burst| Smooth::bursty_with_clock(rate, burst, c()).unwrap_err();
-    assert_eq!(
-        bursty_err(1e300, Duration::MAX),
-        ConfigError::InvalidDuration
+    assert_eq!(bursty_err(1e300, Duration::MAX), ConfigError::RateTooHigh);
+    // At the highest rate the longest warm-up and burst still fit.
+    assert!(
+        Smooth::warming_up_with_clock(1e6, Duration::from_micros(i64::MAX as u64), 3.0, c())
+            .is_ok()
     );
+    assert!(Smooth::bursty_with_clock(1e6, Duration::MAX, c()).is_ok());
     assert_eq!(bursty_err(0.0, s), ConfigError::InvalidRate);
     assert_eq!(bursty_err(f64::NAN, s), ConfigError::InvalidRate);
-    // ... and set_rate to a rate whose maximum overflows is refused, changing nothing.
+    // ... and set_rate to a rate too high is refused, changing nothing.
     let big = Smooth::bursty_with_clock(1.0, Duration::MAX, c()).unwrap();
-    assert_eq!(big.set_rate(1e300), Err(ConfigError::InvalidRate));
+    assert_eq!(big.set_rate(1e300), Err(ConfigError::RateTooHigh));
     assert_eq!(big.rate(), 1.0);
 }
 
@@ -539,11 +550,11 @@ fn infinite_rates_are_rejected() {
 }
 
 #[test]
-fn very_high_finite_rate_then_slow() {
-    // The finite analogue of Guava's testInfinity_BustyTimeElapsed: a huge rate, time passes,
-    // then 2 permits/s: first the saved-up 1 s burst (2 permits), then the free request, then
-    // 0.5 s each.
-    let mut t = Rec::bursty(1e12);
+fn highest_rate_then_slow() {
+    // The finite analogue of Guava's testInfinity_BustyTimeElapsed: the highest rate, time
+    // passes, then 2 permits/s: first the saved-up 1 s burst (2 permits), then the free
+    // request, then 0.5 s each.
+    let mut t = Rec::bursty(1e6);
     t.sleep_millis(1000);
     t.limiter.set_rate(2.0).unwrap();
     t.acquire_n(5);
@@ -551,6 +562,36 @@ fn very_high_finite_rate_then_slow() {
         &cat(&[&[u(1000)], &r(&[0, 0, 0, 500_000, 500_000])]),
         "U1.00, R0.00, R0.00, R0.00, R0.50, R0.50",
     );
+}
+
+#[test]
+fn rates_above_one_per_microsecond_are_rejected() {
+    // Above 1e6 permits/s the stable interval is under 1 µs and Guava's whole-microsecond
+    // truncation charges a single permit 0 µs: nothing would be limited.
+    let c = ManualClock::new;
+    for rate in [1_000_000.5, 2e6, 1e9, 1e300, f64::MAX] {
+        assert_eq!(
+            Smooth::bursty_with_clock(rate, MS(1000), c()).unwrap_err(),
+            ConfigError::RateTooHigh,
+            "{rate}"
+        );
+        assert_eq!(
+            Smooth::warming_up_with_clock(rate, MS(1000), 3.0, c()).unwrap_err(),
+            ConfigError::RateTooHigh,
+            "{rate}"
+        );
+    }
+    assert!(ConfigError::RateTooHigh.to_string().contains("1,000,000"));
+    // 1e6 itself is limited: one permit per microsecond.
+    let clock = c();
+    let limiter = Smooth::bursty_with_clock(1e6, Duration::ZERO, clock.clone()).unwrap();
+    assert!(limiter.try_acquire(1, Duration::ZERO));
+    assert!(!limiter.try_acquire(1, Duration::ZERO));
+    clock.advance(Duration::from_micros(1));
+    assert!(limiter.try_acquire(1, Duration::ZERO));
+    // set_rate refuses too, and changes nothing.
+    assert_eq!(limiter.set_rate(1e7), Err(ConfigError::RateTooHigh));
+    assert_eq!(limiter.rate(), 1e6);
 }
 
 /// java.util.Random, for weights and for replaying the JVM-checked runs.
@@ -637,167 +678,13 @@ fn we_never_get_a_burst_more_than_one_sec() {
     }
 }
 
-/// Guava's `SmoothRateLimiter` transcribed with `f64` stored permits and `i64` micros: the
-/// reference `Smooth` must match wait for wait.
-#[derive(Debug)]
-struct Reference {
-    warming: bool,
-    stored: f64,
-    max: f64,
-    stable: f64,
-    next: i64,
-    max_burst_seconds: f64,
-    warmup_micros: i64,
-    cold_factor: f64,
-    slope: f64,
-    threshold: f64,
-}
-
-fn java_min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else if a <= b {
-        a
+/// A rate spread over many orders of magnitude.
+fn random_rate(rng: &mut Rng) -> f64 {
+    let r = 10f64.powf(rng.unit() * 8.0 - 3.0); // 0.001 ..= 100 000 per second
+    if rng.below(4) == 0 {
+        r.round().max(1.0) // whole rates are common in practice
     } else {
-        b
-    }
-}
-
-impl Reference {
-    fn bursty(rate: f64, max_burst_seconds: f64) -> Reference {
-        let mut r = Reference::empty(false);
-        r.max_burst_seconds = max_burst_seconds;
-        r.set_rate(rate, 0);
         r
-    }
-
-    fn warming(rate: f64, warmup_micros: i64, cold_factor: f64) -> Reference {
-        let mut r = Reference::empty(true);
-        r.warmup_micros = warmup_micros;
-        r.cold_factor = cold_factor;
-        r.set_rate(rate, 0);
-        r
-    }
-
-    fn empty(warming: bool) -> Reference {
-        Reference {
-            warming,
-            stored: 0.0,
-            max: 0.0,
-            stable: 0.0,
-            next: 0,
-            max_burst_seconds: 0.0,
-            warmup_micros: 0,
-            cold_factor: 0.0,
-            slope: 0.0,
-            threshold: 0.0,
-        }
-    }
-
-    fn set_rate(&mut self, rate: f64, now: i64) {
-        self.resync(now);
-        self.stable = 1_000_000.0 / rate;
-        let old = self.max;
-        if self.warming {
-            let w = self.warmup_micros as f64;
-            let cold = self.stable * self.cold_factor;
-            self.threshold = 0.5 * w / self.stable;
-            self.max = self.threshold + 2.0 * w / (self.stable + cold);
-            self.slope = (cold - self.stable) / (self.max - self.threshold);
-            self.stored = if old == 0.0 {
-                self.max
-            } else {
-                self.stored * self.max / old
-            };
-        } else {
-            self.max = self.max_burst_seconds * rate;
-            self.stored = if old == 0.0 {
-                0.0
-            } else {
-                self.stored * self.max / old
-            };
-        }
-    }
-
-    fn cool_down(&self) -> f64 {
-        if self.warming {
-            self.warmup_micros as f64 / self.max
-        } else {
-            self.stable
-        }
-    }
-
-    fn resync(&mut self, now: i64) {
-        if now > self.next {
-            let new_permits = (now - self.next) as f64 / self.cool_down();
-            self.stored = java_min(self.max, self.stored + new_permits);
-            self.next = now;
-        }
-    }
-
-    fn stored_to_wait(&self, stored: f64, mut take: f64) -> i64 {
-        if !self.warming {
-            return 0;
-        }
-        let above = stored - self.threshold;
-        let mut micros = 0i64;
-        if above > 0.0 {
-            let t = java_min(above, take);
-            let length =
-                (self.stable + above * self.slope) + (self.stable + (above - t) * self.slope);
-            micros = (t * length / 2.0) as i64;
-            take -= t;
-        }
-        micros.wrapping_add((self.stable * take) as i64)
-    }
-
-    fn reserve(&mut self, permits: u64, now: i64) -> i64 {
-        self.resync(now);
-        let moment = self.next;
-        let req = permits as f64;
-        let from_stored = java_min(req, self.stored);
-        let fresh = req - from_stored;
-        let wait = self
-            .stored_to_wait(self.stored, from_stored)
-            .wrapping_add((fresh * self.stable) as i64);
-        self.next = self.next.saturating_add(wait);
-        self.stored -= from_stored;
-        (moment - now).max(0)
-    }
-
-    fn try_acquire(&mut self, permits: u64, timeout: i64, now: i64) -> Option<i64> {
-        (self.next - timeout <= now).then(|| self.reserve(permits, now))
-    }
-}
-
-/// A small deterministic generator (SplitMix64).
-struct Mix(u64);
-
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// A rate spread over many orders of magnitude.
-    fn rate(&mut self) -> f64 {
-        let r = 10f64.powf(self.unit() * 8.0 - 3.0); // 0.001 ..= 100 000 per second
-        if self.below(4) == 0 {
-            r.round().max(1.0) // whole rates are common in practice
-        } else {
-            r
-        }
     }
 }
 
@@ -812,14 +699,14 @@ struct Mismatch {
 /// `Reference`; returns the operations compared and the mismatches (a case stops at its first).
 /// `long`: maximum bursts and warm-ups beyond 2^21 µs (up to 123 s).
 fn differential(seed: u64, cases: u32, steps: u32, long: bool) -> (u64, Vec<Mismatch>) {
-    let mut rng = Mix(seed);
+    let mut rng = Rng(seed);
     let mut ops = 0;
     let mut mismatches = vec![];
     for case in 0..cases {
         let origin = rng.below(5_000_000_000);
         let clock = ManualClock::new();
         clock.set(Duration::from_nanos(origin));
-        let rate = rng.rate();
+        let rate = random_rate(&mut rng);
         let (limiter, mut reference) = if case % 2 == 0 {
             let burst_ms = if long { [3500, 60_000] } else { [1000, 2097] }[rng.below(2) as usize];
             let burst_ms = [0, 1, 250, 1000, burst_ms][rng.below(5) as usize];
@@ -883,7 +770,7 @@ fn differential(seed: u64, cases: u32, steps: u32, long: bool) -> (u64, Vec<Mism
                     let new_rate = if rng.below(2) == 0 {
                         rate * (0.25 + rng.unit() * 4.0)
                     } else {
-                        rng.rate()
+                        random_rate(&mut rng)
                     };
                     limiter.set_rate(new_rate).unwrap();
                     reference.set_rate(new_rate, now_us);
@@ -1057,6 +944,7 @@ fn never_panics_on_extreme_inputs() {
         1e-300,
         1e-9,
         1.0,
+        1e6,
         1e9,
         1e300,
         f64::MAX,

@@ -3,23 +3,22 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, Thread};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+#[cfg(feature = "std")]
+use std::thread;
 use std::time::Duration;
-use tollgate::{Bucket, Clock, Denied, ManualClock, Quota, StdClock};
+#[cfg(feature = "std")]
+use tollgate::StdClock;
+use tollgate::{Bucket, Clock, Denied, ManualClock, Quota};
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn quota(per_second: u64, burst: u64) -> Quota {
-    Quota::per_second(per_second)
-        .unwrap()
-        .with_burst(burst)
-        .unwrap()
-}
+#[path = "support/quotas.rs"]
+mod quotas;
+use quotas::{ms, quota};
+#[path = "support/wakers.rs"]
+mod wakers;
+use wakers::{block_on, Count};
 
 fn manual(q: Quota) -> (ManualClock, Bucket<ManualClock>) {
     let clock = ManualClock::new();
@@ -28,10 +27,10 @@ fn manual(q: Quota) -> (ManualClock, Bucket<ManualClock>) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The issue's examples, exactly.
+// Blocking acquire and reservations at 10/s, burst 2.
 
 #[test]
-fn issue_example_blocking() {
+fn blocking_acquire_sleeps_until_its_tokens_are_due() {
     let (clock, bucket) = manual(quota(10, 2));
     assert_eq!(bucket.acquire(2), Ok(Duration::ZERO));
     assert_eq!(bucket.acquire(2), Ok(ms(200)));
@@ -40,7 +39,7 @@ fn issue_example_blocking() {
 }
 
 #[test]
-fn issue_example_reservations() {
+fn reservations_are_due_in_order_and_idle_time_shortens_the_delay() {
     let (clock, bucket) = manual(quota(10, 2));
     assert_eq!(bucket.reserve(2).unwrap().delay(), Duration::ZERO);
     assert_eq!(bucket.reserve(2).unwrap().delay(), ms(200));
@@ -487,32 +486,6 @@ fn cancel_after_a_double_switch_to_another_quota_does_nothing() {
 // ---------------------------------------------------------------------------------------------
 // Async: a tiny executor, cancel on drop, jitter.
 
-struct ThreadWaker(Thread);
-impl Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-fn block_on<F: Future>(fut: F) -> F::Output {
-    let mut fut = pin!(fut);
-    let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-        thread::park();
-    }
-}
-
-struct Count(AtomicUsize);
-impl Wake for Count {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
 /// A manual clock whose async wake-ups never come: futures on it stay pending until the test
 /// moves the clock and polls again.
 #[derive(Clone, Debug)]
@@ -527,6 +500,8 @@ impl Clock for Frozen {
 #[test]
 fn futures_and_reservations_can_cross_threads() {
     fn send_sync<T: Send + Sync>() {}
+    send_sync::<tollgate::UntilReady<'static, ManualClock>>();
+    #[cfg(feature = "std")]
     send_sync::<tollgate::UntilReady<'static, StdClock>>();
     send_sync::<tollgate::Reservation<'static, ManualClock>>();
 }
@@ -655,6 +630,7 @@ fn jitter_is_deterministic_bounded_and_admission_neutral() {
 }
 
 #[test]
+#[cfg(feature = "std")]
 fn until_ready_on_the_real_timer() {
     // The shared timer thread wakes the future: the second token of a 50/s, burst-1 bucket
     // cannot come before 20 ms.
@@ -677,6 +653,7 @@ fn until_ready_on_the_real_timer() {
 // Real threads, real clock.
 
 #[test]
+#[cfg(feature = "std")]
 fn threads_blocking_on_the_real_clock_respect_the_quota() {
     const N: usize = 4;
     const M: usize = 25;
@@ -684,7 +661,7 @@ fn threads_blocking_on_the_real_clock_respect_the_quota() {
     const BURST: u64 = 4;
     let clock = StdClock::new();
     let bucket = Bucket::with_clock(quota(RATE, BURST), clock);
-    let admitted = Mutex::new(Vec::with_capacity(N * M));
+    let admitted = std::sync::Mutex::new(Vec::with_capacity(N * M));
     thread::scope(|s| {
         for _ in 0..N {
             s.spawn(|| {

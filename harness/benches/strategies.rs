@@ -1,6 +1,6 @@
 //! The `tollgate-bench compare` comparison under criterion, for its statistics and HTML report
 //! (`target/criterion/report/index.html`): every built-in strategy at 1 and 2 threads on the
-//! allow, deny and mixed regimes (same quotas as the CLI; see `tollgate_bench::run`).
+//! allow, deny and mixed regimes (same quotas as the CLI; see `tollgate_bench::plan`).
 //!
 //! Contended cells use `iter_custom`: every thread runs `iters` operations and the sample is
 //! the slowest thread's time, so a figure is the time per operation of one thread under
@@ -12,6 +12,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use std::hint::black_box;
 use std::time::Duration;
 use tollgate::{DefaultClock, Quota};
+use tollgate_bench::rng::SplitMix64;
 use tollgate_bench::{strategies, RateLimiter, Regime, Setup};
 
 #[path = "../../benches/common/mod.rs"]
@@ -23,20 +24,12 @@ fn contended(limiter: &dyn RateLimiter, threads: usize, iters: u64) -> Duration 
     let keyed = limiter.is_keyed();
     common::across_threads(threads, iters, |t, i| {
         let r = if keyed {
-            limiter.try_acquire_key(splitmix(i ^ ((t as u64) << 48)) % 1000, 1)
+            limiter.try_acquire_key(SplitMix64(i ^ ((t as u64) << 48)).next() % 1000, 1)
         } else {
             limiter.try_acquire(1)
         };
         black_box(r.is_ok());
     })
-}
-
-/// SplitMix64's finalizer: a cheap, well-mixed key from a counter.
-fn splitmix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 fn compare(c: &mut Criterion) {

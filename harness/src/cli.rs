@@ -11,9 +11,9 @@
 //! than its bound (the results are printed first, then one `error:` line per violation), or an
 //! output file could not be written; 2 for bad options.
 
-use crate::limiter::Strategy;
-use crate::run::{compare, Plan, Regime};
+use crate::compare::{check, compare};
 use crate::strategies;
+use crate::{Plan, Regime, Strategy};
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
@@ -255,7 +255,7 @@ fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
         duration,
         seed: args.seed,
     };
-    if let Err(e) = plan.validate(&selected) {
+    if let Err(e) = check(&selected, &plan) {
         return usage_error(e);
     }
     if let Some(dir) = &args.out {

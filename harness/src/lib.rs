@@ -7,7 +7,10 @@
 //!
 //! * [`RateLimiter`] — the trait every strategy implements; implement it to compare your own.
 //! * [`Strategy`] — a named factory of limiters; [`strategies::builtins`] lists the built-ins.
-//! * [`run_cell`], [`compare`], [`Plan`] — run cells (strategy × threads × [`Regime`]).
+//! * [`Plan`] — what a comparison runs: cells (strategy × threads × [`Regime`]), validated
+//!   before anything runs ([`plan`], pure data).
+//! * [`run_cell`] runs one cell ([`run`]); [`compare()`] runs a plan ([`compare`](mod@compare)).
+//! * [`Error`] — why a plan, a strategy, a cell or an output failed.
 //! * [`Report`] — the table, CSV, JSON and SVG outputs; [`Report::violations`] are the cells
 //!   where a strategy admitted more than `burst + rate × elapsed`.
 //! * [`cli`] — the `tollgate-bench compare` command line, reusable with your own strategies.
@@ -23,12 +26,20 @@
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
+pub mod cell;
 pub mod cli;
-mod limiter;
+pub mod compare;
+mod error;
+pub mod plan;
 pub mod report;
+pub mod rng;
 pub mod run;
 pub mod strategies;
 
-pub use limiter::{Kind, RateLimiter, Setup, Strategy};
+pub use cell::CellResult;
+pub use compare::compare;
+pub use error::{BuildError, Error};
+pub use plan::{CellSpec, Plan, Regime};
 pub use report::Report;
-pub use run::{compare, run_cell, CellResult, CellSpec, Plan, Regime};
+pub use run::run_cell;
+pub use strategies::{Kind, RateLimiter, Setup, Strategy};

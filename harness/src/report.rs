@@ -1,7 +1,7 @@
 //! The outputs of a comparison: the table, the CSV, the JSON and the SVG charts.
 
-use crate::limiter::Kind;
-use crate::run::{CellResult, Regime};
+use crate::strategies::BASELINE;
+use crate::{CellResult, Error, Kind, Regime};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -63,6 +63,26 @@ fn label(c: &CellResult) -> String {
 }
 
 impl Report {
+    /// `cell`'s throughput relative to the baseline strategy ([`BASELINE`], `std-mutex`) at the
+    /// same threads and regime, when the baseline ran: the table's `vs std-mutex` column and
+    /// the JSON's `vs_std_mutex`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_bench::{compare, strategies, Plan, Regime};
+    /// let plan = Plan::new(vec![1], vec![Regime::Deny], Duration::from_millis(5));
+    /// let only_cas = compare(&[strategies::by_name("cas").unwrap()], &plan, |_, _, _| {}).unwrap();
+    /// assert_eq!(only_cas.vs_std_mutex(&only_cas.cells[0]), None); // no baseline ran
+    /// ```
+    pub fn vs_std_mutex(&self, cell: &CellResult) -> Option<f64> {
+        self.cells
+            .iter()
+            .find(|b| {
+                b.strategy == BASELINE && b.threads == cell.threads && b.regime == cell.regime
+            })
+            .map(|b| cell.ops_per_sec / b.ops_per_sec)
+    }
+
     /// Cells whose strategy admitted more than the bound.
     ///
     /// ```
@@ -146,7 +166,7 @@ impl Report {
                     si(c.bound as f64),
                     if c.over_bound() { " EXCEEDED" } else { "" }
                 ),
-                c.vs_std_mutex
+                self.vs_std_mutex(c)
                     .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x")),
             ]);
         }
@@ -231,13 +251,19 @@ impl Report {
     /// ```
     pub fn to_json(&self) -> String {
         #[derive(serde::Serialize)]
+        struct Cell<'a> {
+            #[serde(flatten)]
+            cell: &'a CellResult,
+            vs_std_mutex: Option<f64>,
+        }
+        #[derive(serde::Serialize)]
         struct Json<'a> {
             tool: &'static str,
             version: &'static str,
             duration_ms: f64,
             cost: u64,
             seed: u64,
-            cells: &'a [CellResult],
+            cells: Vec<Cell<'a>>,
         }
         let json = Json {
             tool: "tollgate-bench compare",
@@ -245,7 +271,14 @@ impl Report {
             duration_ms: self.duration.as_secs_f64() * 1e3,
             cost: self.cost,
             seed: self.seed,
-            cells: &self.cells,
+            cells: self
+                .cells
+                .iter()
+                .map(|cell| Cell {
+                    cell,
+                    vs_std_mutex: self.vs_std_mutex(cell),
+                })
+                .collect(),
         };
         // Non-finite floats (a cell with no operation) become null rather than an error.
         serde_json::to_string_pretty(&json).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
@@ -265,17 +298,21 @@ impl Report {
     /// assert!(std::fs::read_to_string(dir.join("compare-allow.svg")).unwrap().contains("<svg"));
     /// std::fs::remove_dir_all(&dir).unwrap();
     /// ```
-    pub fn write_dir(&self, dir: &Path) -> Result<Vec<PathBuf>, String> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    pub fn write_dir(&self, dir: &Path) -> Result<Vec<PathBuf>, Error> {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
         let mut written = Vec::new();
         for (name, body) in [
             ("compare.csv", self.to_csv()),
             ("compare.json", self.to_json()),
         ] {
             let path = dir.join(name);
-            std::fs::write(&path, body)
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            std::fs::write(&path, body).map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
             written.push(path);
         }
         for regime in Regime::ALL {
@@ -297,7 +334,7 @@ impl Report {
     /// empty.write_svg(Regime::Mixed, &path).unwrap();
     /// std::fs::remove_file(&path).unwrap();
     /// ```
-    pub fn write_svg(&self, regime: Regime, path: &Path) -> Result<(), String> {
+    pub fn write_svg(&self, regime: Regime, path: &Path) -> Result<(), Error> {
         use plotters::prelude::*;
         let cells: Vec<&CellResult> = self.cells.iter().filter(|c| c.regime == regime).collect();
         let mut names: Vec<(String, Kind)> = Vec::new();
@@ -314,7 +351,10 @@ impl Report {
             .fold(1.0f64, f64::max)
             // Head room: the legend sits in the top part of the plot, above the lines.
             * 1.6;
-        let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+        let err = |e: &dyn std::fmt::Display| Error::Chart {
+            path: path.to_owned(),
+            message: e.to_string(),
+        };
         let root = SVGBackend::new(path, (760, 480)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(&e))?;
         let mut chart = ChartBuilder::on(&root)

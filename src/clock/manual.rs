@@ -1,8 +1,14 @@
-use crate::clock::{nanos, Clock};
+use crate::clock::{nanos, Clock, WakeRegistration};
 use crate::sync::{AtomicU64, Ordering};
 use alloc::sync::Arc;
+use core::fmt;
 use core::task::Waker;
 use core::time::Duration;
+#[cfg(feature = "std")]
+use {
+    crate::clock::wake::{wake_all, Key, WakeQueue},
+    std::sync::{Mutex, MutexGuard, PoisonError},
+};
 
 /// A clock that moves only when told to. Clones share one time, so a test can hand a clone to
 /// a bucket and move it from outside. Arithmetic saturates: it never wraps or panics.
@@ -20,9 +26,93 @@ use core::time::Duration;
 /// clock.set(Duration::from_secs(1)); // may move backwards
 /// assert_eq!(other.now(), 1_000_000_000);
 /// ```
-#[derive(Clone, Debug)]
+///
+/// # Waiting
+///
+/// **A waiting call moves the shared time.** On a clock made by [`ManualClock::new`], a
+/// blocking wait ([`Clock::sleep`], behind [`Bucket::acquire`](crate::Bucket::acquire)) and an
+/// async one ([`Clock::wake_after`], behind [`Bucket::until_ready`](crate::Bucket::until_ready))
+/// both *advance the clock* by the wait and return (or wake) at once. Every clone sees the
+/// move: an `until_ready` on one bucket moves time for every other bucket, limiter and test
+/// assertion that shares the clock.
+///
+/// ```
+/// use std::future::Future;
+/// use std::pin::pin;
+/// use std::sync::Arc;
+/// use std::task::{Context, Wake, Waker};
+/// use tollgate::{Bucket, Clock, ManualClock, Quota};
+///
+/// struct Nop;
+/// impl Wake for Nop {
+///     fn wake(self: Arc<Self>) {}
+/// }
+/// let clock = ManualClock::new();
+/// let a = Bucket::with_clock(Quota::per_second(1).unwrap(), clock.clone());
+/// let b = Bucket::with_clock(Quota::per_second(1).unwrap(), clock.clone());
+/// a.try_acquire(1).unwrap();
+/// b.try_acquire(1).unwrap();
+/// let waker = Waker::from(Arc::new(Nop));
+/// assert!(pin!(a.until_ready(1)).poll(&mut Context::from_waker(&waker)).is_ready());
+/// assert_eq!(clock.now(), 1_000_000_000); // a's wait moved the shared clock...
+/// assert_eq!(b.try_acquire(1), Ok(())); // ...so b refilled too
+/// ```
+///
+/// To keep time under the test's control, use [`ManualClock::new_frozen`]: time then moves only
+/// through [`ManualClock::advance`] and [`ManualClock::set`], which wake the waiters they pass.
+#[derive(Clone)]
 pub struct ManualClock {
-    nanos: Arc<AtomicU64>,
+    /// One pointer, so a bucket on a manual clock stays within two cache lines.
+    shared: Arc<Shared>,
+}
+
+/// What clones of one clock share.
+struct Shared {
+    nanos: AtomicU64,
+    /// Frozen clocks only: the waiters, woken by `advance` and `set`.
+    #[cfg(feature = "std")]
+    waiters: Option<Arc<Waiters>>,
+}
+
+/// A frozen clock's queue of wakers, by deadline in clock nanoseconds.
+#[cfg(feature = "std")]
+pub(crate) struct Waiters(Mutex<WakeQueue<u64>>);
+
+#[cfg(feature = "std")]
+impl Waiters {
+    fn lock(&self) -> MutexGuard<'_, WakeQueue<u64>> {
+        // Wakers run outside the lock; never propagate poison.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A frozen clock's registration: dropping it removes the waker.
+#[cfg(feature = "std")]
+pub(crate) struct Handle {
+    waiters: Arc<Waiters>,
+    key: Option<Key<u64>>,
+}
+
+#[cfg(feature = "std")]
+impl Handle {
+    pub(crate) fn is_fired(&self) -> bool {
+        self.key
+            .map_or(true, |key| !self.waiters.lock().contains(&key))
+    }
+
+    pub(crate) fn detach(mut self) {
+        self.key = None;
+    }
+}
+
+#[cfg(feature = "std")]
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            let waker = self.waiters.lock().remove(&key);
+            drop(waker); // outside the lock
+        }
+    }
 }
 
 impl ManualClock {
@@ -34,11 +124,105 @@ impl ManualClock {
     /// ```
     pub fn new() -> ManualClock {
         ManualClock {
-            nanos: Arc::new(AtomicU64::new(0)),
+            shared: Arc::new(Shared {
+                nanos: AtomicU64::new(0),
+                #[cfg(feature = "std")]
+                waiters: None,
+            }),
         }
     }
 
-    /// Moves the clock forward by `by` (saturating at `u64::MAX` ns).
+    /// A clock at time 0 that **never moves by itself**: only [`ManualClock::advance`] and
+    /// [`ManualClock::set`] move it. A wait does not advance it: [`Clock::wake_after`] and
+    /// [`Clock::register_wake`] queue the waker until a call to `advance` or `set` reaches the
+    /// deadline (and wake it then), and [`Clock::sleep`] blocks the thread until another thread
+    /// moves the clock that far. Clones share the time and the waiters. A dropped
+    /// [`WakeRegistration`] leaves the queue at once ([`ManualClock::pending_wakes`]).
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// use std::task::{Context, Poll, Wake, Waker};
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, Clock, ManualClock, Quota};
+    ///
+    /// struct Count(AtomicUsize);
+    /// impl Wake for Count {
+    ///     fn wake(self: Arc<Self>) {
+    ///         self.0.fetch_add(1, Ordering::SeqCst);
+    ///     }
+    /// }
+    /// let count = Arc::new(Count(AtomicUsize::new(0)));
+    /// let waker = Waker::from(count.clone());
+    /// let mut cx = Context::from_waker(&waker);
+    ///
+    /// let clock = ManualClock::new_frozen();
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), clock.clone());
+    /// bucket.try_acquire(10).unwrap();
+    /// let mut fut = pin!(bucket.until_ready(1));
+    /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    /// assert_eq!(clock.now(), 0); // waiting did not move the time
+    /// assert_eq!(clock.pending_wakes(), 1);
+    /// clock.advance(Duration::from_millis(99));
+    /// assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    /// clock.advance(Duration::from_millis(1)); // reaches the deadline: the waker is woken
+    /// assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::from_millis(100))));
+    /// ```
+    #[cfg(feature = "std")]
+    pub fn new_frozen() -> ManualClock {
+        ManualClock {
+            shared: Arc::new(Shared {
+                nanos: AtomicU64::new(0),
+                waiters: Some(Arc::new(Waiters(Mutex::new(WakeQueue::new())))),
+            }),
+        }
+    }
+
+    /// Whether this clock was made by [`ManualClock::new_frozen`].
+    ///
+    /// ```
+    /// use tollgate::ManualClock;
+    /// assert!(!ManualClock::new().is_frozen());
+    /// assert!(ManualClock::new_frozen().is_frozen());
+    /// ```
+    pub fn is_frozen(&self) -> bool {
+        #[cfg(feature = "std")]
+        return self.shared.waiters.is_some();
+        #[cfg(not(feature = "std"))]
+        false
+    }
+
+    /// The wakers a frozen clock holds (registered, not yet woken, not cancelled); always 0
+    /// for a clock that advances itself.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::task::{Wake, Waker};
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock};
+    ///
+    /// struct Nop;
+    /// impl Wake for Nop {
+    ///     fn wake(self: Arc<Self>) {}
+    /// }
+    /// let clock = ManualClock::new_frozen();
+    /// clock.wake_after(Duration::from_secs(1), &Waker::from(Arc::new(Nop)));
+    /// assert_eq!(clock.pending_wakes(), 1);
+    /// clock.set(Duration::from_secs(1));
+    /// assert_eq!(clock.pending_wakes(), 0);
+    /// ```
+    pub fn pending_wakes(&self) -> usize {
+        #[cfg(feature = "std")]
+        return self.shared.waiters.as_ref().map_or(0, |w| w.lock().len());
+        #[cfg(not(feature = "std"))]
+        0
+    }
+
+    /// Moves the clock forward by `by` (saturating at `u64::MAX` ns). On a frozen clock, wakes
+    /// the waiters whose deadline it reaches.
     ///
     /// ```
     /// use std::time::Duration;
@@ -51,13 +235,16 @@ impl ManualClock {
         let by = nanos(by);
         // `fetch_update` with a closure that always returns `Some` cannot fail.
         let _ = self
+            .shared
             .nanos
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
                 Some(t.saturating_add(by))
             });
+        self.wake_due();
     }
 
-    /// Sets the time since the origin; it may move backwards (saturating at `u64::MAX` ns).
+    /// Sets the time since the origin; it may move backwards (saturating at `u64::MAX` ns). On
+    /// a frozen clock, wakes the waiters whose deadline it reaches.
     ///
     /// ```
     /// use std::time::Duration;
@@ -67,7 +254,43 @@ impl ManualClock {
     /// assert_eq!(c.now(), 5_000_000);
     /// ```
     pub fn set(&self, since_origin: Duration) {
-        self.nanos.store(nanos(since_origin), Ordering::Release);
+        self.shared
+            .nanos
+            .store(nanos(since_origin), Ordering::Release);
+        self.wake_due();
+    }
+
+    /// Frozen clocks: wakes the waiters due at the current time. The time is read under the
+    /// waiters' lock, and a registration reads it under the same lock, so a waiter is either
+    /// woken here or sees the new time when it registers: no wake-up is lost.
+    fn wake_due(&self) {
+        #[cfg(feature = "std")]
+        if let Some(waiters) = &self.shared.waiters {
+            let mut queue = waiters.lock();
+            let due = queue.take_due(self.now());
+            drop(queue);
+            wake_all(due);
+        }
+    }
+
+    /// Frozen clocks: queues `waker` for `duration` from now, or wakes it at once if that is
+    /// not in the future. `None` on a clock that advances itself.
+    #[cfg(feature = "std")]
+    fn queue_wake(&self, duration: Duration, waker: &Waker) -> Option<WakeRegistration> {
+        let waiters = self.shared.waiters.as_ref()?;
+        let mut queue = waiters.lock();
+        let now = self.now();
+        let at = now.saturating_add(nanos(duration));
+        if at <= now {
+            drop(queue);
+            waker.wake_by_ref();
+            return Some(WakeRegistration::fired());
+        }
+        let key = queue.insert(at, waker);
+        Some(WakeRegistration::from_manual(Handle {
+            waiters: waiters.clone(),
+            key: Some(key),
+        }))
     }
 }
 
@@ -77,19 +300,74 @@ impl Default for ManualClock {
     }
 }
 
+impl fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManualClock")
+            .field("now", &self.now())
+            .field("frozen", &self.is_frozen())
+            .field("pending_wakes", &self.pending_wakes())
+            .finish()
+    }
+}
+
 impl Clock for ManualClock {
     fn now(&self) -> u64 {
-        self.nanos.load(Ordering::Acquire)
+        self.shared.nanos.load(Ordering::Acquire)
     }
 
+    /// Advances the clock by `duration` and returns at once; a frozen clock instead blocks the
+    /// thread until another thread moves the clock that far.
     fn sleep(&self, duration: Duration) {
+        #[cfg(feature = "std")]
+        if self.is_frozen() {
+            let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+            let until = self.now().saturating_add(nanos(duration));
+            while self.now() < until {
+                let registration =
+                    self.register_wake(Duration::from_nanos(until - self.now()), &waker);
+                if !registration.is_fired() {
+                    std::thread::park();
+                }
+            }
+            return;
+        }
         self.advance(duration);
     }
 
     /// Advances the clock by `duration`, then wakes `waker`: async waits are as deterministic
-    /// as blocking ones.
+    /// as blocking ones (and move the time of everything sharing the clock — see
+    /// [`ManualClock#waiting`]). A frozen clock queues the waker until `advance` or `set`
+    /// reaches the deadline.
     fn wake_after(&self, duration: Duration, waker: &Waker) {
+        #[cfg(feature = "std")]
+        if let Some(registration) = self.queue_wake(duration, waker) {
+            registration.detach();
+            return;
+        }
         self.advance(duration);
         waker.wake_by_ref();
+    }
+
+    /// [`Clock::wake_after`] with a registration: fired at once on an advancing clock,
+    /// cancellable on a frozen one.
+    fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
+        #[cfg(feature = "std")]
+        if let Some(registration) = self.queue_wake(duration, waker) {
+            return registration;
+        }
+        self.advance(duration);
+        waker.wake_by_ref();
+        WakeRegistration::fired()
+    }
+}
+
+/// Unparks a thread blocked in a frozen clock's `sleep`.
+#[cfg(feature = "std")]
+struct Unpark(std::thread::Thread);
+
+#[cfg(feature = "std")]
+impl alloc::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
     }
 }

@@ -1,4 +1,5 @@
-use crate::clock::Clock;
+use crate::clock::{Clock, WakeRegistration};
+use core::task::Waker;
 use core::time::Duration;
 use std::sync::OnceLock;
 
@@ -27,6 +28,7 @@ fn source() -> &'static (quanta::Clock, u64) {
 /// assert!(c.now() < 60_000_000_000_000);
 /// ```
 #[derive(Clone, Copy)]
+#[cfg_attr(docsrs, doc(cfg(feature = "quanta")))]
 pub struct QuantaClock {
     source: &'static (quanta::Clock, u64),
 }
@@ -65,5 +67,10 @@ impl Clock for QuantaClock {
 
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
+    }
+
+    /// The shared timer thread, cancellable ([`WakeRegistration::timer`]).
+    fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
+        WakeRegistration::timer(duration, waker)
     }
 }

@@ -1,4 +1,5 @@
-use crate::clock::Clock;
+use crate::clock::{Clock, WakeRegistration};
+use core::task::Waker;
 use core::time::Duration;
 use std::time::Instant;
 
@@ -10,6 +11,7 @@ use std::time::Instant;
 /// assert!(c.now() < 60_000_000_000);
 /// ```
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 pub struct StdClock {
     origin: Instant,
 }
@@ -40,5 +42,10 @@ impl Clock for StdClock {
 
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
+    }
+
+    /// The shared timer thread, cancellable ([`WakeRegistration::timer`]).
+    fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
+        WakeRegistration::timer(duration, waker)
     }
 }

@@ -43,15 +43,9 @@
 //! `AtomicU128` (a loom mutex per word: every 128-bit load, store and CAS is one model-checked
 //! step), so the loom models explore this protocol itself.
 
-use crate::sync::{AtomicU128, AtomicU64, Ordering};
+use crate::sync::{AtomicU128, AtomicU64, Mutex, MutexGuard, Ordering};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-
-#[cfg(not(tollgate_loom))]
-pub(crate) use std::sync::{Mutex, MutexGuard};
-
-#[cfg(tollgate_loom)]
-pub(crate) use loom::sync::{Mutex, MutexGuard};
 
 /// Fingerprint of a never-used slot.
 const EMPTY: u64 = 0;
@@ -199,7 +193,7 @@ impl Index {
     pub(crate) fn lock(&self) -> Locked<'_> {
         Locked {
             index: self,
-            meta: self.lock.lock().unwrap_or_else(|e| e.into_inner()),
+            meta: self.lock.lock(),
         }
     }
 }

@@ -1,145 +1,341 @@
-//! The one timer thread behind the std clocks' [`Clock::wake_after`](crate::Clock::wake_after).
+//! The one timer thread behind the std clocks' wake-ups ([`WakeRegistration::timer`] and the
+//! default [`Clock::wake_after`](crate::Clock::wake_after)).
 //!
 //! Why not a runtime's timer: [`Bucket::until_ready`](crate::Bucket::until_ready) must work on
 //! any executor (tokio, async-std, smol, a hand-written `block_on`) without a feature per
 //! runtime, and without the dependency a timer crate would bring. A waiting future needs only one
-//! thing — its waker called at a deadline — so a min-heap of `(deadline, waker)` behind a mutex
+//! thing — its waker called at a deadline — so a deadline-ordered map of wakers behind a mutex
 //! and one thread parked on a condition variable is enough. The thread starts on first use and
 //! then sleeps until the earliest deadline; idle, it costs nothing but its stack.
 //!
-//! Entries of futures dropped before their deadline stay until that deadline (waking a finished
-//! task is harmless); deadlines are capped at [`MAX_PARK`] and the future re-arms after it, so no
-//! `Instant` arithmetic overflows.
+//! **Bounded memory.** Each entry has a key its [`Handle`] owns; dropping the handle removes
+//! the entry at once, so the queue holds one entry per *live* registration. A future keeps one
+//! registration and replaces it only when its deadline or waker changes (or it fired), so its
+//! spurious polls add nothing. Only the fire-and-forget `wake_after` leaves entries that outlive
+//! their caller, until their deadline. Deadlines are capped at [`MAX_PARK`] (the registration
+//! then fires early and its future registers again), so no `Instant` arithmetic overflows.
+//!
+//! **Spawn failure.** If the thread cannot be started (a memory or thread limit), the spawn is
+//! retried with exponential back-off ([`RETRY_FIRST`] doubling to [`RETRY_MAX`]); meanwhile a
+//! registration sleeps the caller for at most [`FALLBACK_TICK`] and wakes its waker, so a
+//! waiting task re-polls at a bounded rate and no core spins.
 
-use std::cmp::Ordering as CmpOrdering;
-use std::collections::BinaryHeap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use crate::clock::wake::{wake_all, Key, WakeQueue};
+use crate::clock::WakeRegistration;
+use crate::sync::ignore_poison;
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
-use std::vec::Vec;
 
 /// The longest single park: a future waiting longer re-arms after it.
 const MAX_PARK: Duration = Duration::from_secs(3600);
+/// Without a timer thread, the longest a registration sleeps its caller before waking it.
+const FALLBACK_TICK: Duration = Duration::from_millis(10);
+/// The first delay before retrying a failed spawn.
+const RETRY_FIRST: Duration = Duration::from_millis(10);
+/// The longest delay between spawn attempts.
+const RETRY_MAX: Duration = Duration::from_secs(1);
 
-struct Entry {
-    at: Instant,
-    seq: u64,
-    waker: Waker,
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Entry) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Entry) -> Option<CmpOrdering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Entry {
-    /// Reversed, so that `BinaryHeap` (a max-heap) pops the earliest deadline first.
-    fn cmp(&self, other: &Entry) -> CmpOrdering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
+/// The timer thread's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Thread {
+    NotStarted,
+    Running,
+    /// The last spawn failed; the next attempt is not before `retry_at`, and the one after
+    /// that fails waits `backoff` longer.
+    Failed {
+        retry_at: Instant,
+        backoff: Duration,
+    },
 }
 
-struct Queue {
-    heap: BinaryHeap<Entry>,
-    seq: u64,
-    /// The thread is running (or could not be spawned: then `failed`).
-    started: bool,
-    failed: bool,
+struct State {
+    queue: WakeQueue<Instant>,
+    thread: Thread,
+    /// Spawns still to fail on purpose (tests of the fallback).
+    #[cfg(test)]
+    fail_spawns: u32,
+    /// Spawn attempts made (tests of the back-off).
+    #[cfg(test)]
+    spawn_attempts: u32,
 }
 
-struct Timer {
-    queue: Mutex<Queue>,
+/// A queue of wakers and the thread that wakes them. The crate uses one, [`TIMER`]; tests make
+/// their own (leaked, so that handles and the thread can borrow it for `'static`).
+pub(crate) struct Timer {
+    state: Mutex<State>,
     changed: Condvar,
 }
 
-static TIMER: Timer = Timer {
-    queue: Mutex::new(Queue {
-        heap: BinaryHeap::new(),
-        seq: 0,
-        started: false,
-        failed: false,
-    }),
-    changed: Condvar::new(),
-};
+/// The process-wide timer.
+pub(crate) static TIMER: Timer = Timer::new();
 
-fn lock() -> MutexGuard<'static, Queue> {
-    // Nothing panics while the lock is held (wakers run outside it), but never propagate poison.
-    TIMER.queue.lock().unwrap_or_else(PoisonError::into_inner)
+/// One registration in a [`Timer`]: dropping it removes the entry.
+pub(crate) struct Handle {
+    timer: &'static Timer,
+    /// `None`: woken at once (no timer thread, or a deadline beyond `Instant`'s range).
+    key: Option<Key<Instant>>,
 }
 
-/// Wakes `waker` once `duration` has passed (measured on `Instant`), from the timer thread.
-pub(crate) fn wake_after(duration: Duration, waker: &Waker) {
-    let Some(at) = Instant::now().checked_add(duration.min(MAX_PARK)) else {
-        waker.wake_by_ref();
-        return;
-    };
-    let mut q = lock();
-    if !q.started {
-        q.started = true;
-        let spawned = std::thread::Builder::new()
-            .name("tollgate-timer".into())
-            .spawn(run);
-        q.failed = spawned.is_err();
+impl Handle {
+    /// Whether the entry has been woken (it is no longer queued).
+    pub(crate) fn is_fired(&self) -> bool {
+        self.key
+            .map_or(true, |key| !self.timer.lock().queue.contains(&key))
     }
-    if q.failed {
-        // No timer thread (spawning failed): fall back to polling again at once.
-        drop(q);
-        waker.wake_by_ref();
-        return;
-    }
-    let seq = q.seq;
-    q.seq = seq.wrapping_add(1);
-    let earliest = q.heap.peek().map_or(true, |top| at < top.at);
-    q.heap.push(Entry {
-        at,
-        seq,
-        waker: waker.clone(),
-    });
-    drop(q);
-    if earliest {
-        TIMER.changed.notify_one();
+
+    /// Leaves the entry queued: it wakes its waker at its deadline.
+    pub(crate) fn detach(mut self) {
+        self.key = None;
     }
 }
 
-/// The timer thread: wake everything due, then park until the earliest deadline.
-fn run() {
-    let mut q = lock();
-    loop {
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            let waker = self.timer.lock().queue.remove(&key);
+            drop(waker); // outside the lock
+        }
+    }
+}
+
+impl Timer {
+    pub(crate) const fn new() -> Timer {
+        Timer {
+            state: Mutex::new(State {
+                queue: WakeQueue::new(),
+                thread: Thread::NotStarted,
+                #[cfg(test)]
+                fail_spawns: 0,
+                #[cfg(test)]
+                spawn_attempts: 0,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while the lock is held (wakers run outside it), but never propagate
+        // poison.
+        ignore_poison(self.state.lock())
+    }
+
+    /// Queues `waker` to be woken once `duration` has passed (measured on `Instant`).
+    pub(crate) fn register(&'static self, duration: Duration, waker: &Waker) -> Handle {
         let now = Instant::now();
-        let mut due = Vec::new();
-        while q.heap.peek().is_some_and(|top| top.at <= now) {
-            if let Some(entry) = q.heap.pop() {
-                due.push(entry.waker);
-            }
-        }
-        if !due.is_empty() {
-            drop(q);
-            for waker in due {
-                // A panicking waker must not take the timer (and every other waiter) down.
-                let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
-            }
-            q = lock();
-            continue;
-        }
-        q = match q.heap.peek().map(|top| top.at - now) {
-            Some(wait) => {
-                TIMER
-                    .changed
-                    .wait_timeout(q, wait)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0
-            }
-            None => TIMER
-                .changed
-                .wait(q)
-                .unwrap_or_else(PoisonError::into_inner),
+        let Some(at) = now.checked_add(duration.min(MAX_PARK)) else {
+            waker.wake_by_ref();
+            return Handle {
+                timer: self,
+                key: None,
+            };
         };
+        let mut state = self.lock();
+        if !self.ensure_thread(&mut state, now) {
+            drop(state);
+            // No timer thread: a coarse sleep on the caller, then a wake, so the task re-polls
+            // at most about once per tick rather than spinning.
+            std::thread::sleep(duration.min(FALLBACK_TICK));
+            waker.wake_by_ref();
+            return Handle {
+                timer: self,
+                key: None,
+            };
+        }
+        let earliest = state.queue.next().map_or(true, |next| at < next);
+        let key = state.queue.insert(at, waker);
+        drop(state);
+        if earliest {
+            self.changed.notify_one();
+        }
+        Handle {
+            timer: self,
+            key: Some(key),
+        }
+    }
+
+    /// Whether the thread runs, starting it if it never ran or if the back-off after a failed
+    /// spawn has elapsed.
+    fn ensure_thread(&'static self, state: &mut State, now: Instant) -> bool {
+        let backoff = match state.thread {
+            Thread::Running => return true,
+            Thread::Failed { retry_at, .. } if now < retry_at => return false,
+            Thread::Failed { backoff, .. } => backoff,
+            Thread::NotStarted => RETRY_FIRST,
+        };
+        if self.spawn(state) {
+            state.thread = Thread::Running;
+            true
+        } else {
+            state.thread = Thread::Failed {
+                retry_at: now + backoff,
+                backoff: (backoff * 2).min(RETRY_MAX),
+            };
+            false
+        }
+    }
+
+    fn spawn(&'static self, state: &mut State) -> bool {
+        #[cfg(test)]
+        {
+            state.spawn_attempts += 1;
+            if state.fail_spawns > 0 {
+                state.fail_spawns -= 1;
+                return false;
+            }
+        }
+        #[cfg(not(test))]
+        let _ = state;
+        std::thread::Builder::new()
+            .name("tollgate-timer".into())
+            .spawn(move || self.run())
+            .is_ok()
+    }
+
+    /// Entries queued (live registrations and detached wake-ups not yet due).
+    pub(crate) fn len(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    /// The timer thread: wake everything due, then park until the earliest deadline.
+    fn run(&self) {
+        let mut state = self.lock();
+        loop {
+            let now = Instant::now();
+            let due = state.queue.take_due(now);
+            if !due.is_empty() {
+                drop(state);
+                // A panicking waker must not take the timer (and every other waiter) down.
+                wake_all(due);
+                state = self.lock();
+                continue;
+            }
+            state = match state.queue.next() {
+                Some(at) => ignore_poison(self.changed.wait_timeout(state, at - now)).0,
+                None => ignore_poison(self.changed.wait(state)),
+            };
+        }
+    }
+}
+
+/// The default [`Clock::wake_after`](crate::Clock::wake_after): fire and forget.
+pub(crate) fn wake_after(duration: Duration, waker: &Waker) {
+    WakeRegistration::timer(duration, waker).detach();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::boxed::Box;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Wake;
+    use std::vec::Vec;
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counter() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        (count, waker)
+    }
+
+    /// A private timer, so that tests do not share (or count) the process-wide one.
+    fn timer(fail_spawns: u32) -> &'static Timer {
+        let timer: &'static Timer = Box::leak(Box::new(Timer::new()));
+        timer.lock().fail_spawns = fail_spawns;
+        timer
+    }
+
+    #[test]
+    fn dropping_a_handle_removes_its_entry() {
+        let t = timer(0);
+        let (count, waker) = counter();
+        let handles: Vec<Handle> = (0..1000)
+            .map(|_| t.register(Duration::from_secs(600), &waker))
+            .collect();
+        assert_eq!(t.len(), 1000);
+        assert!(handles.iter().all(|h| !h.is_fired()));
+        drop(handles);
+        assert_eq!(t.len(), 0);
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_due_entry_is_woken_once_and_reports_fired() {
+        let t = timer(0);
+        let (count, waker) = counter();
+        let handle = t.register(Duration::from_millis(1), &waker);
+        let start = Instant::now();
+        while !handle.is_fired() {
+            assert!(start.elapsed() < Duration::from_secs(30), "never woken");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(t.len(), 0);
+        drop(handle); // nothing left to remove
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_detached_entry_stays_until_its_deadline() {
+        let t = timer(0);
+        let (_, waker) = counter();
+        t.register(Duration::from_secs(600), &waker).detach();
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn a_failed_spawn_is_retried_with_back_off_and_never_spins() {
+        let t = timer(2);
+        let (count, waker) = counter();
+        // First attempt fails: the caller sleeps one tick (never spins) and is woken at once.
+        let start = Instant::now();
+        let h = t.register(Duration::from_secs(1), &waker);
+        assert!(start.elapsed() >= FALLBACK_TICK);
+        assert!(h.is_fired(), "nothing queued without a thread");
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(t.len(), 0);
+        assert_eq!(t.lock().spawn_attempts, 1);
+        // Within the back-off no new attempt is made; a short wait sleeps only that long.
+        let _ = t.register(Duration::from_nanos(1), &waker);
+        let attempts = t.lock().spawn_attempts;
+        let Thread::Failed { retry_at, backoff } = t.lock().thread else {
+            panic!("expected a failed thread state");
+        };
+        assert!(attempts <= 2, "{attempts}");
+        assert!(backoff > RETRY_FIRST && backoff <= RETRY_MAX);
+        // A busy poller for 300 ms: each registration sleeps up to a tick, so it cannot poll
+        // more than ~300 ms / tick times (+ attempts made during back-off).
+        let busy = Instant::now();
+        let mut polls = 0u32;
+        while busy.elapsed() < Duration::from_millis(300) {
+            drop(t.register(Duration::from_secs(1), &waker));
+            polls += 1;
+            if t.lock().thread == Thread::Running {
+                break;
+            }
+        }
+        assert!(polls <= 31, "{polls} polls in 300 ms");
+        // Past the back-off the spawn is retried; the second retry succeeds (two injected
+        // failures), and from then on entries queue and wake normally.
+        while Instant::now() < retry_at + RETRY_MAX * 2 && t.lock().thread != Thread::Running {
+            drop(t.register(Duration::from_millis(1), &waker));
+        }
+        assert_eq!(t.lock().thread, Thread::Running);
+        assert_eq!(t.lock().spawn_attempts, 3);
+        let woken = count.0.load(Ordering::SeqCst);
+        let h = t.register(Duration::from_millis(1), &waker);
+        let start = Instant::now();
+        while !h.is_fired() {
+            assert!(start.elapsed() < Duration::from_secs(30), "never woken");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(count.0.load(Ordering::SeqCst), woken + 1);
     }
 }

@@ -38,6 +38,7 @@ const MAX_KEYS: usize = 1 << 26;
 /// ```
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub struct KeyedCounters {
     /// Requests admitted (tracked or not).
     pub admitted: u64,
@@ -121,6 +122,7 @@ enum Insert {
 /// assert_eq!(limiter.try_acquire(&"bob", 1), Ok(()));
 /// assert_eq!(limiter.len(), 2);
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub struct KeyedLimiter<K, C = DefaultClock> {
     index: Index,
     hasher: foldhash::quality::SeedableRandomState,
@@ -160,6 +162,7 @@ impl<K, C: fmt::Debug> fmt::Debug for KeyedLimiter<K, C> {
 /// assert_eq!(limiter.try_acquire_by("premium", 500), Ok(()));
 /// assert!(limiter.try_acquire_by("basic", 500).is_err());
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub struct KeyedLimiterBuilder<K, C = DefaultClock> {
     quota: Quota,
     max_keys: usize,
@@ -293,8 +296,11 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         overrides: HashMap<K, Quota>,
         fail_open: bool,
     ) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let shards = cores.saturating_mul(4).next_power_of_two().min(MAX_SHARDS);
+        // Four lock stripes per default shard (per core), a power of two.
+        let shards = crate::sharded::default_shards()
+            .saturating_mul(4)
+            .next_power_of_two()
+            .min(MAX_SHARDS);
         let max_keys = max_keys.min(MAX_KEYS);
         // Random per limiter; fixed under loom, whose models must replay the same slots.
         #[cfg(not(tollgate_loom))]

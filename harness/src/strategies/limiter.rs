@@ -1,13 +1,14 @@
 //! The [`RateLimiter`] trait every strategy implements, and the [`Strategy`] factory the runner
 //! builds a fresh limiter from for every cell.
 
+use crate::BuildError;
 use std::fmt;
 use tollgate::{DefaultClock, Denied, Quota};
 
 /// One synchronization strategy around a rate-limit decision: what the harness measures.
 ///
 /// Implement it for your own limiter, wrap it in a [`Strategy`] and hand it to
-/// [`crate::cli::main_with`] or [`crate::run::compare`] to compare it with the built-ins.
+/// [`crate::cli::main_with`] or [`crate::compare()`] to compare it with the built-ins.
 ///
 /// Keyed limiters override [`try_acquire_key`](RateLimiter::try_acquire_key) and
 /// [`is_keyed`](RateLimiter::is_keyed); the runner then draws a key per operation from
@@ -94,7 +95,7 @@ pub struct Setup {
     pub clock: DefaultClock,
 }
 
-type Build = dyn Fn(&Setup) -> Result<Box<dyn RateLimiter>, String> + Send + Sync;
+type Build = dyn Fn(&Setup) -> Result<Box<dyn RateLimiter>, BuildError> + Send + Sync;
 
 /// A named factory of [`RateLimiter`]s: the runner builds a fresh limiter for every cell.
 ///
@@ -135,7 +136,8 @@ impl fmt::Debug for Strategy {
 
 impl Strategy {
     /// A strategy called `name` whose limiters `build` makes. `build` reports a configuration
-    /// it cannot express (e.g. a burst too large for a peer) as an `Err` message.
+    /// it cannot express (e.g. a burst too large for a peer) as an `Err` ([`BuildError`]: any
+    /// error, or a message, converts with `?` or `.into()`).
     ///
     /// ```
     /// use tollgate::Bucket;
@@ -148,7 +150,7 @@ impl Strategy {
     pub fn new(
         name: impl Into<String>,
         kind: Kind,
-        build: impl Fn(&Setup) -> Result<Box<dyn RateLimiter>, String> + Send + Sync + 'static,
+        build: impl Fn(&Setup) -> Result<Box<dyn RateLimiter>, BuildError> + Send + Sync + 'static,
     ) -> Strategy {
         Strategy {
             name: name.into(),
@@ -208,7 +210,7 @@ impl Strategy {
     /// assert!(limiter.try_acquire(1).is_ok());
     /// assert!(limiter.try_acquire(1).is_err());
     /// ```
-    pub fn build(&self, setup: &Setup) -> Result<Box<dyn RateLimiter>, String> {
+    pub fn build(&self, setup: &Setup) -> Result<Box<dyn RateLimiter>, BuildError> {
         (self.build)(setup)
     }
 }

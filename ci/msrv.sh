@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The declared MSRVs (`rust-version`) build: the core library (Cargo.toml) with every feature and
+# with none, and the harness (harness/Cargo.toml: its locked dependencies need a newer Rust).
+# Tests and benches use newer dev-dependencies and run on stable only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+msrv_of() { sed -n 's/^rust-version = "\(.*\)"/\1/p' "$1" | head -n1; }
+toolchain() { rustup toolchain list | grep -q "^$1" || rustup toolchain install "$1" --profile minimal; }
+msrv=$(msrv_of Cargo.toml)
+toolchain "$msrv"
+cargo "+$msrv" check -p tollgate --all-features --target-dir target/msrv
+cargo "+$msrv" check -p tollgate --no-default-features --target-dir target/msrv
+cargo "+$msrv" check -p tollgate --no-default-features --features std --target-dir target/msrv
+harness_msrv=$(msrv_of harness/Cargo.toml)
+toolchain "$harness_msrv"
+cargo "+$harness_msrv" check -p tollgate-bench --target-dir target/msrv
+echo "msrv: tollgate $msrv, tollgate-bench $harness_msrv build"

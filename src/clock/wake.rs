@@ -1,0 +1,282 @@
+//! Wake-up registrations: what [`Clock::register_wake`](crate::Clock::register_wake) returns,
+//! and the deadline-ordered queue of wakers behind the cancellable ones (the shared timer
+//! thread and a frozen [`ManualClock`](crate::ManualClock)).
+
+use crate::sync::{AtomicU32, Ordering};
+use alloc::sync::Arc;
+use alloc::task::Wake;
+use core::fmt;
+use core::task::Waker;
+#[cfg(feature = "std")]
+use {alloc::collections::BTreeMap, alloc::vec::Vec, core::time::Duration};
+
+/// One pending wake-up, registered with [`Clock::register_wake`](crate::Clock::register_wake):
+/// the clock wakes the waker once, when the requested time has passed. **Dropping the
+/// registration cancels the wake-up** where the clock supports it (the shared timer thread of
+/// the std clocks, a [`ManualClock::new_frozen`](crate::ManualClock::new_frozen) clock), so
+/// the clock keeps nothing for a future that no longer exists.
+///
+/// A future keeps its registration while it waits and registers again only when the deadline
+/// or the waker changed, or when [`WakeRegistration::is_fired`] says the wake-up has come:
+/// spurious polls cost nothing and add nothing to any queue.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::task::{Wake, Waker};
+/// use std::time::Duration;
+/// use tollgate::{Clock, ManualClock};
+///
+/// struct Nop;
+/// impl Wake for Nop {
+///     fn wake(self: Arc<Self>) {}
+/// }
+/// let clock = ManualClock::new_frozen();
+/// let registration = clock.register_wake(Duration::from_millis(5), &Waker::from(Arc::new(Nop)));
+/// assert_eq!(clock.pending_wakes(), 1);
+/// assert!(!registration.is_fired());
+/// drop(registration); // cancelled: the clock forgets the waker
+/// assert_eq!(clock.pending_wakes(), 0);
+/// ```
+#[must_use = "dropping a registration cancels its wake-up"]
+pub struct WakeRegistration {
+    kind: Kind,
+}
+
+enum Kind {
+    /// The waker was woken already (or there is nothing left to wait for).
+    Fired,
+    /// Handed to a fire-and-forget hook through a waker that records its firing.
+    Forwarded(Arc<Flagged>),
+    /// An entry in the shared timer thread's queue.
+    #[cfg(feature = "std")]
+    Timer(crate::wait::timer::Handle),
+    /// An entry in a frozen manual clock's queue.
+    #[cfg(feature = "std")]
+    Manual(crate::clock::manual::Handle),
+}
+
+impl WakeRegistration {
+    /// A registration whose wake-up has already been delivered: what a clock returns when it
+    /// woke the waker at once (as an auto-advancing [`ManualClock`](crate::ManualClock) does).
+    ///
+    /// ```
+    /// assert!(tollgate::WakeRegistration::fired().is_fired());
+    /// ```
+    pub fn fired() -> WakeRegistration {
+        WakeRegistration { kind: Kind::Fired }
+    }
+
+    /// Registers through a fire-and-forget hook such as [`Clock::wake_after`](crate::Clock::wake_after):
+    /// `hook` receives a waker that wakes `waker` and records that it did, so
+    /// [`WakeRegistration::is_fired`] is exact. Dropping such a registration cannot cancel
+    /// the hook's wake-up (it comes, and wakes a task that may have moved on — harmless); the
+    /// hook keeps only a small flag and a clone of `waker` until then.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::task::{Wake, Waker};
+    /// use tollgate::WakeRegistration;
+    ///
+    /// struct Nop;
+    /// impl Wake for Nop {
+    ///     fn wake(self: Arc<Self>) {}
+    /// }
+    /// let mut kept = None;
+    /// let registration = WakeRegistration::forward(&Waker::from(Arc::new(Nop)), |w| kept = Some(w.clone()));
+    /// assert!(!registration.is_fired());
+    /// kept.unwrap().wake();
+    /// assert!(registration.is_fired());
+    /// ```
+    pub fn forward(waker: &Waker, hook: impl FnOnce(&Waker)) -> WakeRegistration {
+        let flagged = Arc::new(Flagged {
+            fired: AtomicU32::new(0),
+            waker: waker.clone(),
+        });
+        hook(&Waker::from(flagged.clone()));
+        WakeRegistration {
+            kind: Kind::Forwarded(flagged),
+        }
+    }
+
+    /// Registers with tollgate's shared timer thread (measured on `std::time::Instant`; started
+    /// on first use): what the std clocks return. Cancellable: dropping the registration
+    /// removes its entry from the timer's queue at once.
+    ///
+    /// If the timer thread cannot be started (for example under a memory limit), the spawn is
+    /// retried with back-off, and meanwhile the call sleeps the calling thread for a coarse
+    /// tick (at most 10 ms, never longer than `duration`) and then wakes the waker: the task
+    /// re-polls at a bounded rate instead of spinning a core.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::task::{Wake, Waker};
+    /// use std::time::Duration;
+    /// use tollgate::WakeRegistration;
+    ///
+    /// struct Nop;
+    /// impl Wake for Nop {
+    ///     fn wake(self: Arc<Self>) {}
+    /// }
+    /// let registration = WakeRegistration::timer(Duration::from_secs(60), &Waker::from(Arc::new(Nop)));
+    /// assert!(!registration.is_fired());
+    /// drop(registration); // the timer forgets it
+    /// ```
+    #[cfg(feature = "std")]
+    pub fn timer(duration: Duration, waker: &Waker) -> WakeRegistration {
+        WakeRegistration {
+            kind: Kind::Timer(crate::wait::timer::TIMER.register(duration, waker)),
+        }
+    }
+
+    #[cfg(feature = "std")]
+    pub(crate) fn from_manual(handle: crate::clock::manual::Handle) -> WakeRegistration {
+        WakeRegistration {
+            kind: Kind::Manual(handle),
+        }
+    }
+
+    /// Whether the wake-up has been delivered (or can no longer come). A waiting future that is
+    /// polled again after that, and is still not ready, must register again.
+    ///
+    /// ```
+    /// assert!(tollgate::WakeRegistration::fired().is_fired());
+    /// ```
+    pub fn is_fired(&self) -> bool {
+        match &self.kind {
+            Kind::Fired => true,
+            Kind::Forwarded(flagged) => flagged.fired.load(Ordering::Acquire) != 0,
+            #[cfg(feature = "std")]
+            Kind::Timer(handle) => handle.is_fired(),
+            #[cfg(feature = "std")]
+            Kind::Manual(handle) => handle.is_fired(),
+        }
+    }
+
+    /// Lets the wake-up come even though the registration is dropped: the fire-and-forget
+    /// behaviour of [`Clock::wake_after`](crate::Clock::wake_after).
+    #[cfg(feature = "std")]
+    pub(crate) fn detach(self) {
+        match self.kind {
+            Kind::Fired | Kind::Forwarded(_) => {}
+            #[cfg(feature = "std")]
+            Kind::Timer(handle) => handle.detach(),
+            #[cfg(feature = "std")]
+            Kind::Manual(handle) => handle.detach(),
+        }
+    }
+
+    /// The number of wake-ups queued in tollgate's shared timer thread (live registrations and
+    /// detached `wake_after` calls not yet due): a probe for tests and measurements.
+    #[cfg(feature = "std")]
+    #[doc(hidden)]
+    pub fn timer_queue_len() -> usize {
+        crate::wait::timer::TIMER.len()
+    }
+}
+
+impl fmt::Debug for WakeRegistration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = match &self.kind {
+            Kind::Fired => "fired",
+            Kind::Forwarded(_) => "forwarded",
+            #[cfg(feature = "std")]
+            Kind::Timer(_) => "timer",
+            #[cfg(feature = "std")]
+            Kind::Manual(_) => "manual",
+        };
+        f.debug_struct("WakeRegistration")
+            .field("source", &source)
+            .field("fired", &self.is_fired())
+            .finish()
+    }
+}
+
+/// The waker a fire-and-forget hook receives from [`WakeRegistration::forward`].
+struct Flagged {
+    fired: AtomicU32,
+    waker: Waker,
+}
+
+impl Wake for Flagged {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(1, Ordering::Release);
+        self.waker.wake_by_ref();
+    }
+}
+
+/// Wakers ordered by deadline (`K`: an `Instant` or clock nanoseconds), each under a unique key
+/// so that its owner can remove it: the shared queue behind cancellable registrations. The
+/// caller provides the lock.
+#[cfg(feature = "std")]
+pub(crate) struct WakeQueue<K> {
+    entries: BTreeMap<(K, u64), Waker>,
+    seq: u64,
+}
+
+/// An entry's key in a [`WakeQueue`].
+#[cfg(feature = "std")]
+pub(crate) type Key<K> = (K, u64);
+
+#[cfg(feature = "std")]
+impl<K: Ord + Copy> WakeQueue<K> {
+    pub(crate) const fn new() -> WakeQueue<K> {
+        WakeQueue {
+            entries: BTreeMap::new(),
+            seq: 0,
+        }
+    }
+
+    /// Queues a clone of `waker` for `at`; returns its key.
+    pub(crate) fn insert(&mut self, at: K, waker: &Waker) -> Key<K> {
+        let key = (at, self.seq);
+        self.seq = self.seq.wrapping_add(1);
+        self.entries.insert(key, waker.clone());
+        key
+    }
+
+    /// Removes an entry (if it was not woken yet) and returns its waker: drop that after
+    /// releasing the lock, since dropping a waker may drop a task, and with it other
+    /// registrations that take the same lock.
+    #[must_use = "drop the waker outside the lock"]
+    pub(crate) fn remove(&mut self, key: &Key<K>) -> Option<Waker> {
+        self.entries.remove(key)
+    }
+
+    /// Whether the entry is still queued (not woken, not removed).
+    pub(crate) fn contains(&self, key: &Key<K>) -> bool {
+        self.entries.contains_key(key)
+    }
+
+    /// The earliest deadline queued.
+    pub(crate) fn next(&self) -> Option<K> {
+        self.entries.keys().next().map(|k| k.0)
+    }
+
+    /// Removes and returns the wakers due at `now`, earliest first (wake them outside the lock).
+    pub(crate) fn take_due(&mut self, now: K) -> Vec<Waker> {
+        let mut due = Vec::new();
+        while let Some(entry) = self.entries.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            due.push(entry.remove());
+        }
+        due
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// Wakes each waker; one that panics does not stop the others (nor the caller's thread).
+#[cfg(feature = "std")]
+pub(crate) fn wake_all(wakers: Vec<Waker>) {
+    for waker in wakers {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+    }
+}

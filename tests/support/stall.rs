@@ -1,0 +1,179 @@
+//! `StallClock`: a clock wrapper that makes a chosen thread's reading stale, the way preemption
+//! between a clock reading and the compare-and-swap that uses it does on a real server.
+//!
+//! Arm the calling thread, then call the operation under test on that thread:
+//!
+//! * [`Stall::Reading`]: the next reading returns a chosen instant instead of the clock's (a
+//!   deterministic stale or stepped-back reading; one thread, no blocking);
+//! * [`Stall::Gate`]: the next reading is taken, then the thread blocks until the test opens
+//!   the gate ([`Gate::wait_reached`] tells the test the reading was taken), so other threads can
+//!   act at later readings in between — a deterministic interleaving of real threads;
+//! * [`Stall::Sleep`]: the next reading is taken, then the thread sleeps (real clocks).
+//!
+//! [`StallClock::random`] stalls readings at random instead (stress tests on real clocks).
+#![allow(dead_code, unreachable_pub)]
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::Waker;
+use std::time::Duration;
+use tollgate::{Clock, WakeRegistration};
+
+/// What the calling thread's next reading does.
+#[derive(Clone, Debug)]
+pub enum Stall {
+    /// Return this reading (ns since the clock's origin) instead of the clock's.
+    Reading(u64),
+    /// Take the reading, then block until the gate opens.
+    Gate(Gate),
+    /// Take the reading, then sleep this long.
+    Sleep(Duration),
+}
+
+thread_local! {
+    static ARMED: RefCell<Vec<Stall>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Arms the calling thread: its next readings (of any `StallClock`) follow `stalls`, in order.
+pub fn arm(stalls: impl IntoIterator<Item = Stall>) {
+    ARMED.with(|a| {
+        let mut a = a.borrow_mut();
+        a.clear();
+        a.extend(stalls);
+        a.reverse();
+    });
+}
+
+/// Whether the calling thread still has armed stalls (to check an operation read the clock).
+pub fn armed() -> bool {
+    ARMED.with(|a| !a.borrow().is_empty())
+}
+
+/// A one-shot gate between a stalled thread and the test.
+#[derive(Clone, Debug, Default)]
+pub struct Gate(Arc<(Mutex<(bool, bool)>, Condvar)>);
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Gate {
+        Gate::default()
+    }
+
+    /// Blocks the test until the stalled thread has taken its reading.
+    pub fn wait_reached(&self) {
+        let (m, cv) = &*self.0;
+        let mut g = m.lock().unwrap();
+        while !g.0 {
+            g = cv.wait(g).unwrap();
+        }
+    }
+
+    /// Lets the stalled thread go on.
+    pub fn open(&self) {
+        let (m, cv) = &*self.0;
+        m.lock().unwrap().1 = true;
+        cv.notify_all();
+    }
+
+    fn reach_and_wait(&self) {
+        let (m, cv) = &*self.0;
+        let mut g = m.lock().unwrap();
+        g.0 = true;
+        cv.notify_all();
+        while !g.1 {
+            g = cv.wait(g).unwrap();
+        }
+    }
+}
+
+/// A clock that applies the calling thread's armed stalls (and optional random ones) to `C`.
+#[derive(Clone, Debug)]
+pub struct StallClock<C> {
+    inner: C,
+    /// Random stalls: (probability in 1/2^32 per reading, max sleep in ns, rng state); 0 = off.
+    random: Arc<(AtomicU64, AtomicU64, AtomicU64)>,
+}
+
+impl<C: Clock> StallClock<C> {
+    /// No stalls unless a thread is armed.
+    pub fn new(inner: C) -> StallClock<C> {
+        StallClock {
+            inner,
+            random: Arc::new((AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(1))),
+        }
+    }
+
+    /// Each reading sleeps, with probability `p`, a random time up to `max` after it is taken
+    /// (on top of any armed stall). Seeded: the sequence of draws is fixed, their assignment to
+    /// threads is up to the scheduler.
+    pub fn random(inner: C, p: f64, max: Duration, seed: u64) -> StallClock<C> {
+        let c = StallClock::new(inner);
+        c.random.0.store(
+            (p.clamp(0.0, 1.0) * 4_294_967_296.0) as u64,
+            Ordering::Relaxed,
+        );
+        c.random.1.store(max.as_nanos() as u64, Ordering::Relaxed);
+        c.random.2.store(seed | 1, Ordering::Relaxed);
+        c
+    }
+
+    /// The wrapped clock.
+    pub fn inner(&self) -> &C {
+        &self.inner
+    }
+
+    fn random_sleep(&self) {
+        let p = self.random.0.load(Ordering::Relaxed);
+        if p == 0 {
+            return;
+        }
+        // splitmix64 step on a shared counter: one draw per reading.
+        let mut z = self
+            .random
+            .2
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+            .wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        if (z & 0xFFFF_FFFF) < p {
+            let max = self.random.1.load(Ordering::Relaxed).max(1);
+            std::thread::sleep(Duration::from_nanos((z >> 32) % max));
+        }
+    }
+}
+
+impl<C: Clock> Clock for StallClock<C> {
+    fn now(&self) -> u64 {
+        let stall = ARMED.with(|a| a.borrow_mut().pop());
+        let reading = match stall {
+            Some(Stall::Reading(t)) => t,
+            Some(Stall::Gate(gate)) => {
+                let t = self.inner.now();
+                gate.reach_and_wait();
+                t
+            }
+            Some(Stall::Sleep(d)) => {
+                let t = self.inner.now();
+                std::thread::sleep(d);
+                t
+            }
+            None => self.inner.now(),
+        };
+        self.random_sleep();
+        reading
+    }
+
+    fn sleep(&self, duration: Duration) {
+        self.inner.sleep(duration)
+    }
+
+    fn wake_after(&self, duration: Duration, waker: &Waker) {
+        self.inner.wake_after(duration, waker)
+    }
+
+    fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
+        self.inner.register_wake(duration, waker)
+    }
+}

@@ -1,0 +1,99 @@
+//! `WindowChecker`: records every admission with the clock reading it was decided at (or, for a
+//! reservation, the instant it is due) and checks **every** window against the continuous
+//! token bucket's bound `admitted(window) ≤ burst + rate · Δ`, in exact integers.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Mutex;
+use tollgate::Quota;
+
+/// A window that admitted more than the bound.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// First and last instant of the window (ns).
+    pub from: u64,
+    pub to: u64,
+    /// Tokens admitted with instants in `from..=to`.
+    pub admitted: u128,
+    /// The bound `burst + rate · (to − from)` as the exact rational `bound_num / per_ns`.
+    pub bound_num: i128,
+    pub per_ns: i128,
+}
+
+/// Thread-safe log of admissions.
+#[derive(Debug, Default)]
+pub struct WindowChecker {
+    events: Mutex<Vec<(u64, u64)>>,
+}
+
+impl WindowChecker {
+    /// An empty log.
+    pub fn new() -> WindowChecker {
+        WindowChecker::default()
+    }
+
+    /// Records `tokens` admitted at instant `at` (ns since the clock's origin).
+    pub fn admit(&self, at: u64, tokens: u64) {
+        if tokens > 0 {
+            self.events.lock().unwrap().push((at, tokens));
+        }
+    }
+
+    /// Removes one earlier record of `tokens` at `at` (a reservation that was cancelled).
+    pub fn retract(&self, at: u64, tokens: u64) {
+        let mut ev = self.events.lock().unwrap();
+        let i = ev
+            .iter()
+            .rposition(|&e| e == (at, tokens))
+            .expect("retracting an admission that was never recorded");
+        ev.swap_remove(i);
+    }
+
+    /// Total tokens recorded.
+    pub fn total(&self) -> u128 {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| u128::from(e.1))
+            .sum()
+    }
+
+    /// The worst window, if any window exceeds `quota` (rate `tokens/per`, capacity `burst`).
+    /// O(n log n): with prefix sums `P`, a window `[t_i, t_j]` violates iff
+    /// `per·(P_j − P_{i−1}) − tokens·(t_j − t_i) > per·burst`; the maximum over `i ≤ j` is a
+    /// running maximum.
+    pub fn check(&self, quota: &Quota) -> Result<(), Violation> {
+        let mut ev = self.events.lock().unwrap().clone();
+        ev.sort_unstable();
+        let per = i128::try_from(quota.per().as_nanos()).unwrap();
+        let rate = i128::from(quota.tokens());
+        let burst = i128::from(quota.burst());
+        let mut prefix: i128 = 0;
+        // max over i <= j of rate·t_i − per·P_{i−1}, and where it was reached.
+        let mut best: Option<(i128, u64, i128)> = None;
+        let mut worst: Option<(i128, Violation)> = None;
+        for &(t, n) in &ev {
+            let v = rate * i128::from(t) - per * prefix;
+            if best.map_or(true, |b| v > b.0) {
+                best = Some((v, t, prefix));
+            }
+            prefix += i128::from(n);
+            let (bv, from, p0) = best.unwrap();
+            let excess = per * prefix - rate * i128::from(t) + bv - per * burst;
+            if excess > 0 && worst.as_ref().map_or(true, |w| excess > w.0) {
+                let bound = burst * per + rate * (i128::from(t) - i128::from(from));
+                worst = Some((
+                    excess,
+                    Violation {
+                        from,
+                        to: t,
+                        admitted: (prefix - p0) as u128,
+                        bound_num: bound,
+                        per_ns: per,
+                    },
+                ));
+            }
+        }
+        worst.map_or(Ok(()), |w| Err(w.1))
+    }
+}
