@@ -11,8 +11,8 @@ rustup target add thumbv7m-none-eabi >/dev/null
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 command -v cargo-hack >/dev/null 2>&1 || cargo install cargo-hack --locked
-# The MSRV toolchains ci/msrv.sh builds with (`rust-version` of the core and the harness).
-for manifest in Cargo.toml harness/Cargo.toml; do
+# The MSRV toolchains ci/msrv.sh builds with (`rust-version` of the core, the harness, the layer).
+for manifest in Cargo.toml harness/Cargo.toml tower/Cargo.toml; do
   msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$(dirname "$0")/../$manifest" | head -n1)
   rustup toolchain list | grep -q "^$msrv" || rustup toolchain install "$msrv" --profile minimal
 done
