@@ -15,8 +15,6 @@ pub enum Error {
     InvalidPrefix,
     /// The `RateLimit-Policy` name was empty or held a character outside printable ASCII.
     InvalidPolicyName,
-    /// The rejection's content type is not a valid header value.
-    InvalidContentType,
 }
 
 impl fmt::Display for Error {
@@ -28,7 +26,6 @@ impl fmt::Display for Error {
             Error::InvalidPolicyName => {
                 "the policy name must be non-empty printable ASCII (a Structured Fields string)"
             }
-            Error::InvalidContentType => "the content type is not a valid header value",
         })
     }
 }
