@@ -105,27 +105,24 @@ pub trait Backend<K> {
     fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future>;
 }
 
-impl<K, C: Clock> Backend<K> for Bucket<C> {
-    type Future = Ready<Decision>;
+/// The one-global-limit limiters: the key is ignored.
+macro_rules! global_backend {
+    ($limiter:ident) => {
+        impl<K, C: Clock> Backend<K> for $limiter<C> {
+            type Future = Ready<Decision>;
 
-    #[inline]
-    fn check(&self, _key: K, cost: u64, report: bool) -> Check<Self::Future> {
-        let (verdict, snapshot) = self.try_acquire_snapshot(cost);
-        let quota = (report || verdict.is_err()).then(|| self.quota());
-        Check::Ready(Decision::new(verdict, Some(snapshot), quota))
-    }
+            #[inline]
+            fn check(&self, _key: K, cost: u64, report: bool) -> Check<Self::Future> {
+                let (verdict, snapshot) = self.try_acquire_snapshot(cost);
+                let quota = (report || verdict.is_err()).then(|| self.quota());
+                Check::Ready(Decision::new(verdict, Some(snapshot), quota))
+            }
+        }
+    };
 }
 
-impl<K, C: Clock> Backend<K> for ShardedBucket<C> {
-    type Future = Ready<Decision>;
-
-    #[inline]
-    fn check(&self, _key: K, cost: u64, report: bool) -> Check<Self::Future> {
-        let (verdict, snapshot) = self.try_acquire_snapshot(cost);
-        let quota = (report || verdict.is_err()).then(|| self.quota());
-        Check::Ready(Decision::new(verdict, Some(snapshot), quota))
-    }
-}
+global_backend!(Bucket);
+global_backend!(ShardedBucket);
 
 impl<K: Hash + Eq + Clone, C: Clock + Clone> Backend<K> for KeyedLimiter<K, C> {
     type Future = Ready<Decision>;
