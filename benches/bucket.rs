@@ -1,19 +1,25 @@
-//! Single bucket: tollgate's CAS bucket vs a `Mutex` with the same exact arithmetic vs governor,
-//! side by side, on the allow path, the deny path, and 2 threads (allow path).
+//! Single bucket, side by side in one run: tollgate's CAS bucket vs a `Mutex` with the same exact
+//! arithmetic vs governor 0.10 (`RateLimiter::direct(..).check()` on its default quanta clock):
+//! the allow path, the deny path, the inexact quotas 3/s, 7/s and 999,999,937/s (allow and deny),
+//! two threads on one bucket (allow path, slowest thread), tollgate on its coarse clock, and
+//! the clock reads alone.
 //!
-//! `cargo bench --bench bucket`. Quote ratios from one run; the machines are noisy.
+//! * `cargo bench --bench bucket` — criterion; quote ratios from one run (the machines are noisy).
+//! * `ci/callgrind.sh` — instructions per call of every scenario under callgrind, repeatable even
+//!   on a busy machine: it runs this binary as `bucket callgrind SCENARIO N` (`bucket list`
+//!   prints the scenarios).
 #![allow(missing_docs)]
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::Duration;
 mod common;
 use common::across_threads;
-use tollgate::{gcra, Bucket, Clock, Denied, QuantaClock, Quota};
+use tollgate::{gcra, Bucket, Clock, CoarseClock, Denied, QuantaClock, Quota};
 
-/// The baseline: a `Mutex<u64>` around the same pure decision function.
+/// The baseline: a `Mutex<u64>` around the same pure decision function, on the same clock.
 struct MutexBucket {
     state: Mutex<u64>,
     quota: Quota,
@@ -40,68 +46,181 @@ impl MutexBucket {
 
 type Governor = governor::DefaultDirectRateLimiter;
 
-fn governor(per_second: u32, burst: u32) -> Governor {
-    let q = governor::Quota::per_second(NonZeroU32::new(per_second).unwrap())
-        .allow_burst(NonZeroU32::new(burst).unwrap());
-    governor::RateLimiter::direct(q)
+/// The largest burst governor takes (`u32`); no benchmark loop drains it.
+const BIG_BURST: u32 = 4_000_000_000;
+
+/// A limiter configuration: `tokens` per `per`, `burst`; drained first for the deny regime.
+#[derive(Clone, Copy)]
+struct Config {
+    tokens: u32,
+    per: Duration,
+    burst: u32,
+    deny: bool,
 }
 
-/// A rate no benchmark loop can drain: every call is admitted.
-fn allow_quota() -> Quota {
-    Quota::new(1_000_000_000, Duration::from_secs(1), 1_000_000_000).unwrap()
+impl Config {
+    fn quota(self) -> Quota {
+        Quota::new(u64::from(self.tokens), self.per, u64::from(self.burst)).unwrap()
+    }
+
+    fn governor(self) -> Governor {
+        let q = governor::Quota::with_period(self.per / self.tokens)
+            .unwrap()
+            .allow_burst(NonZeroU32::new(self.burst).unwrap());
+        governor::RateLimiter::direct(q)
+    }
+
+    fn tollgate(self) -> Bucket<QuantaClock> {
+        let b = Bucket::with_clock(self.quota(), QuantaClock::new());
+        if self.deny {
+            let _ = b.try_acquire(u64::from(self.burst));
+        }
+        b
+    }
+
+    fn coarse(self, clock: &CoarseClock) -> Bucket<CoarseClock> {
+        let b = Bucket::with_clock(self.quota(), clock.clone());
+        if self.deny {
+            let _ = b.try_acquire(u64::from(self.burst));
+        }
+        b
+    }
+
+    fn mutex(self) -> MutexBucket {
+        let m = MutexBucket::new(self.quota());
+        if self.deny {
+            let _ = m.try_acquire(u64::from(self.burst));
+        }
+        m
+    }
+
+    fn gov(self) -> Governor {
+        let g = self.governor();
+        if self.deny {
+            for _ in 0..self.burst {
+                let _ = g.check();
+            }
+        }
+        g
+    }
 }
 
-/// One token an hour, drained first: every call is refused.
-fn deny_quota() -> Quota {
-    Quota::new(1, Duration::from_secs(3600), 1).unwrap()
+/// Every call admitted: 10^9 tokens/s and a burst no loop drains.
+const ALLOW: Config = Config {
+    tokens: 1_000_000_000,
+    per: Duration::from_secs(1),
+    burst: BIG_BURST,
+    deny: false,
+};
+
+/// Every call refused: one token an hour, drained first.
+const DENY: Config = Config {
+    tokens: 1,
+    per: Duration::from_secs(3600),
+    burst: 1,
+    deny: true,
+};
+
+/// The inexact quotas (their unit does not divide a nanosecond): allow (a burst no loop drains)
+/// and deny (burst 1, drained; not for 999,999,937/s, which refills faster than any loop calls).
+fn inexact() -> Vec<(String, Config)> {
+    let mut v = Vec::new();
+    for tokens in [3, 7, 999_999_937] {
+        for deny in [false, true] {
+            if deny && tokens > 1000 {
+                continue;
+            }
+            let burst = if deny { 1 } else { BIG_BURST };
+            let regime = if deny { "deny" } else { "allow" };
+            v.push((
+                format!("{tokens}ps_{regime}"),
+                Config {
+                    tokens,
+                    per: Duration::from_secs(1),
+                    burst,
+                    deny,
+                },
+            ));
+        }
+    }
+    v
+}
+
+fn coarse_clock() -> CoarseClock {
+    CoarseClock::new(Duration::from_millis(1)).expect("coarse clock's upkeep thread")
 }
 
 fn single_thread(c: &mut Criterion) {
+    let clock = coarse_clock();
     let mut g = c.benchmark_group("single_thread");
-    for (regime, quota, gov) in [
-        (
-            "allow",
-            allow_quota(),
-            governor(1_000_000_000, 1_000_000_000),
-        ),
-        ("deny", deny_quota(), governor(1, 1)),
-    ] {
-        let tollgate = Bucket::with_clock(quota, QuantaClock::new());
-        let mutex = MutexBucket::new(quota);
-        if regime == "deny" {
-            let _ = tollgate.try_acquire(1);
-            let _ = mutex.try_acquire(1);
-            let _ = gov.check();
-        }
+    for (regime, cfg) in [("allow", ALLOW), ("deny", DENY)] {
+        let (t, m, gov, co) = (cfg.tollgate(), cfg.mutex(), cfg.gov(), cfg.coarse(&clock));
         g.bench_function(BenchmarkId::new("tollgate", regime), |b| {
-            b.iter(|| black_box(tollgate.try_acquire(black_box(1))))
+            b.iter(|| black_box(t.try_acquire(black_box(1))))
         });
         g.bench_function(BenchmarkId::new("mutex", regime), |b| {
-            b.iter(|| black_box(mutex.try_acquire(black_box(1))))
+            b.iter(|| black_box(m.try_acquire(black_box(1))))
         });
         g.bench_function(BenchmarkId::new("governor", regime), |b| {
+            b.iter(|| black_box(gov.check()))
+        });
+        g.bench_function(BenchmarkId::new("tollgate_coarse", regime), |b| {
+            b.iter(|| black_box(co.try_acquire(black_box(1))))
+        });
+    }
+    g.finish();
+}
+
+fn inexact_quotas(c: &mut Criterion) {
+    let mut g = c.benchmark_group("inexact");
+    for (name, cfg) in inexact() {
+        let (t, gov) = (cfg.tollgate(), cfg.gov());
+        g.bench_function(BenchmarkId::new("tollgate", &name), |b| {
+            b.iter(|| black_box(t.try_acquire(black_box(1))))
+        });
+        g.bench_function(BenchmarkId::new("governor", &name), |b| {
             b.iter(|| black_box(gov.check()))
         });
     }
     g.finish();
 }
 
+/// The clock reads alone: tollgate's `QuantaClock` (cached scale factor), governor's default
+/// clock (`quanta::Clock::now` behind governor's `QuantaClock`), and the coarse clock.
+fn clocks(c: &mut Criterion) {
+    use governor::clock::Clock as _;
+    let mut g = c.benchmark_group("clock");
+    let (t, gov, co) = (
+        QuantaClock::new(),
+        governor::clock::QuantaClock::default(),
+        coarse_clock(),
+    );
+    g.bench_function("tollgate_quanta", |b| b.iter(|| black_box(t.now())));
+    g.bench_function("governor_quanta", |b| b.iter(|| black_box(gov.now())));
+    g.bench_function("tollgate_coarse", |b| b.iter(|| black_box(co.now())));
+    g.finish();
+}
+
 fn two_threads(c: &mut Criterion) {
+    let clock = coarse_clock();
     let mut g = c.benchmark_group("two_threads_allow");
-    let tollgate = Bucket::with_clock(allow_quota(), QuantaClock::new());
-    let mutex = MutexBucket::new(allow_quota());
-    let gov = governor(1_000_000_000, 1_000_000_000);
+    let (t, m, gov, co) = (
+        ALLOW.tollgate(),
+        ALLOW.mutex(),
+        ALLOW.gov(),
+        ALLOW.coarse(&clock),
+    );
     g.bench_function("tollgate", |b| {
         b.iter_custom(|n| {
             across_threads(2, n, |_, _| {
-                black_box(tollgate.try_acquire(1)).ok();
+                black_box(t.try_acquire(1)).ok();
             })
         })
     });
     g.bench_function("mutex", |b| {
         b.iter_custom(|n| {
             across_threads(2, n, |_, _| {
-                black_box(mutex.try_acquire(1)).ok();
+                black_box(m.try_acquire(1)).ok();
             })
         })
     });
@@ -112,8 +231,133 @@ fn two_threads(c: &mut Criterion) {
             })
         })
     });
+    g.bench_function("tollgate_coarse", |b| {
+        b.iter_custom(|n| {
+            across_threads(2, n, |_, _| {
+                black_box(co.try_acquire(1)).ok();
+            })
+        })
+    });
     g.finish();
 }
 
-criterion_group!(benches, single_thread, two_threads);
-criterion_main!(benches);
+// ---- instruction counts (callgrind) ----
+
+/// The measured loop: `n` calls of `f`. Never inlined, so callgrind can collect exactly this
+/// function (`--toggle-collect`) and the setup is left out.
+#[inline(never)]
+fn callgrind_loop<R>(n: u64, f: impl Fn() -> R) {
+    for _ in 0..n {
+        black_box(f());
+    }
+}
+
+/// Runs scenario `name` `n` times (after a warm-up outside the measured loop).
+fn callgrind(name: &str, n: u64) -> Result<(), String> {
+    let (limiter, config) = name
+        .split_once('/')
+        .ok_or_else(|| format!("{name}: expected LIMITER/CONFIG"))?;
+    fn run<R>(n: u64, f: impl Fn() -> R) {
+        for _ in 0..1000 {
+            black_box(f());
+        }
+        callgrind_loop(n, f);
+    }
+    if limiter == "clock" {
+        use governor::clock::Clock as _;
+        match config {
+            "tollgate_quanta" => {
+                let c = QuantaClock::new();
+                run(n, || c.now());
+            }
+            "governor_quanta" => {
+                let c = governor::clock::QuantaClock::default();
+                run(n, || c.now());
+            }
+            "tollgate_coarse" => {
+                let c = coarse_clock();
+                run(n, || c.now());
+            }
+            other => return Err(format!("{other}: no such clock")),
+        }
+        return Ok(());
+    }
+    let cfg = match config {
+        "allow" => ALLOW,
+        "deny" => DENY,
+        other => inexact()
+            .into_iter()
+            .find(|(n, _)| n == other)
+            .map(|(_, c)| c)
+            .ok_or_else(|| format!("{other}: no such configuration"))?,
+    };
+    match limiter {
+        "tollgate" => {
+            let t = cfg.tollgate();
+            run(n, || t.try_acquire(black_box(1)));
+        }
+        "tollgate_coarse" => {
+            let clock = coarse_clock();
+            let t = cfg.coarse(&clock);
+            run(n, || t.try_acquire(black_box(1)));
+        }
+        "mutex" => {
+            let m = cfg.mutex();
+            run(n, || m.try_acquire(black_box(1)));
+        }
+        "governor" => {
+            let g = cfg.gov();
+            run(n, || g.check());
+        }
+        other => return Err(format!("{other}: no such limiter")),
+    }
+    Ok(())
+}
+
+fn scenarios() -> Vec<String> {
+    let mut v = Vec::new();
+    for l in ["tollgate", "mutex", "governor", "tollgate_coarse"] {
+        for c in ["allow", "deny"] {
+            v.push(format!("{l}/{c}"));
+        }
+    }
+    for (c, _) in inexact() {
+        for l in ["tollgate", "governor"] {
+            v.push(format!("{l}/{c}"));
+        }
+    }
+    for c in ["tollgate_quanta", "governor_quanta", "tollgate_coarse"] {
+        v.push(format!("clock/{c}"));
+    }
+    v
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("list") => {
+            for s in scenarios() {
+                println!("{s}");
+            }
+        }
+        Some("callgrind") => {
+            let (Some(name), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse().ok()))
+            else {
+                eprintln!("usage: bucket callgrind LIMITER/CONFIG N (see `bucket list`)");
+                std::process::exit(2);
+            };
+            if let Err(e) = callgrind(name, n) {
+                eprintln!("{e}");
+                std::process::exit(2);
+            }
+        }
+        _ => {
+            let mut c = Criterion::default().configure_from_args();
+            single_thread(&mut c);
+            inexact_quotas(&mut c);
+            two_threads(&mut c);
+            clocks(&mut c);
+            c.final_summary();
+        }
+    }
+}

@@ -11,8 +11,9 @@ rustup target add thumbv7m-none-eabi >/dev/null
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 command -v cargo-hack >/dev/null 2>&1 || cargo install cargo-hack --locked
-# The MSRV toolchains ci/msrv.sh builds with (`rust-version` of the core, the harness, the layer).
-for manifest in Cargo.toml harness/Cargo.toml tower/Cargo.toml; do
+# The MSRV toolchains ci/msrv.sh builds with (`rust-version` of the core, harness, redis and
+# tower crates).
+for manifest in Cargo.toml harness/Cargo.toml redis/Cargo.toml tower/Cargo.toml; do
   msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$(dirname "$0")/../$manifest" | head -n1)
   rustup toolchain list | grep -q "^$msrv" || rustup toolchain install "$msrv" --profile minimal
 done
@@ -22,4 +23,16 @@ if ! command -v wrk >/dev/null 2>&1; then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq wrk >/dev/null
 fi
-echo "install: ok ($(rustc --version))"
+# tollgate-redis's tests start their own redis-server (Debian package); under CI=true a missing
+# server fails them, so install it here when we may (root or CI).
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
+    sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+  else
+    echo "install: redis-server missing; tollgate-redis's server tests will be skipped" >&2
+  fi
+fi
+# The package starts a system service on 6379; the tests never use it (they start their own).
+echo "install: ok ($(rustc --version); $(redis-server --version 2>/dev/null | cut -d' ' -f3 || echo 'no redis-server'))"

@@ -15,7 +15,12 @@ cargo "+$msrv" check -p tollgate --no-default-features --features std --target-d
 harness_msrv=$(msrv_of harness/Cargo.toml)
 toolchain "$harness_msrv"
 cargo "+$harness_msrv" check -p tollgate-bench --target-dir target/msrv
+# tollgate-redis (redis/Cargo.toml: redis-rs 1.x needs 1.88), with and without its test helpers.
+redis_msrv=$(msrv_of redis/Cargo.toml)
+toolchain "$redis_msrv"
+cargo "+$redis_msrv" check -p tollgate-redis --target-dir target/msrv
+cargo "+$redis_msrv" check -p tollgate-redis --features test-support --target-dir target/msrv
 tower_msrv=$(msrv_of tower/Cargo.toml)
 toolchain "$tower_msrv"
 cargo "+$tower_msrv" check -p tollgate-tower --target-dir target/msrv
-echo "msrv: tollgate $msrv, tollgate-bench $harness_msrv, tollgate-tower $tower_msrv build"
+echo "msrv: tollgate $msrv, tollgate-bench $harness_msrv, tollgate-redis $redis_msrv, tollgate-tower $tower_msrv build"

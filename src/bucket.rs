@@ -3,8 +3,8 @@
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
-use crate::quota::Quota;
-use crate::slots::EpochSlots;
+use crate::quota::{Quota, Rate, RATE_WORDS};
+use crate::slots::{EpochSlots, Writer};
 use crate::snapshot::Snapshot;
 use crate::sync::{spin_loop, AtomicU64, Ordering};
 use core::fmt;
@@ -48,11 +48,14 @@ pub struct Bucket<C = DefaultClock> {
     /// | 63..1 | the [`gcra`] state: theoretical arrival time, shifted by one burst | `1 / quota.scale()` token since the clock's origin | 0 ..= 2^63 − 1; `0` = full ("never used") |
     /// | 0 | quota epoch parity: which of `slots` holds the quota for this state | — | 0, 1 |
     ///
-    /// Orderings: loads and failed CASes are `Acquire`, pairing with the `AcqRel` CAS in
-    /// [`Bucket::set_quota`] that flips the parity, so a thread that sees a parity also sees the
-    /// quota slot written before it. A successful decision CAS is `Relaxed`: it publishes nothing
-    /// but the word itself (single-location coherence orders all decisions), and the release
-    /// sequence of the last reconfiguration runs through it.
+    /// Orderings: loads and the retry loop's failed CASes are `Acquire`, pairing with the
+    /// `AcqRel` CAS in [`Bucket::set_quota`] that flips the parity, so a thread that sees a
+    /// parity also sees the quota slot written before it (the first attempt's failed CAS is
+    /// `Relaxed`: its value is not used, the retry loop loads the word again). A successful
+    /// decision CAS is `Relaxed`: it publishes nothing but the word itself (single-location
+    /// coherence orders all decisions), and the release sequence of the last reconfiguration
+    /// runs through it. A read-only result is validated by loading the word again after the
+    /// slot read (see `Bucket::update_from`).
     state: AtomicU64,
     /// Two quota slots (`Quota::to_raw`); the word's parity selects the active one. A
     /// reconfiguration writes the idle slot, then flips the parity with one CAS (see
@@ -142,13 +145,17 @@ impl<C: Clock> Bucket<C> {
     /// ```
     #[inline(always)]
     pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+        // The word is loaded before the clock is read, so the load overlaps the clock read; a
+        // word older than the reading is fine (the CAS or the validation catches any change).
+        let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
-        self.update(
-            |state, quota| match gcra::try_acquire(state, now, quota, cost) {
-                Ok(next) => (next, Ok(())),
-                Err(denied) => (None, Err(denied)),
-            },
-        )
+        if let Some((rate, version)) = self.hot_rate(w) {
+            let (next, result) = acquire(w >> 1, now, &rate, cost);
+            if self.commit(w, version, next) {
+                return result;
+            }
+        }
+        self.retry(|state, rate| acquire(state, now, rate, cost))
     }
 
     /// [`try_acquire`](Bucket::try_acquire), also returning the bucket as this decision left
@@ -166,16 +173,20 @@ impl<C: Clock> Bucket<C> {
     /// );
     /// ```
     pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
+        let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
-        self.update(
-            |state, quota| match gcra::try_acquire(state, now, quota, cost) {
-                Ok(next) => (
-                    next,
-                    (Ok(()), gcra::snapshot(next.unwrap_or(state), now, quota)),
-                ),
-                Err(denied) => (None, (Err(denied), gcra::snapshot(state, now, quota))),
-            },
-        )
+        let decide = |state, rate: &Rate| {
+            let (next, verdict) = acquire(state, now, rate, cost);
+            let snapshot = gcra::snapshot_in(next.unwrap_or(state), now, rate);
+            (next, (verdict, snapshot))
+        };
+        if let Some((rate, version)) = self.hot_rate(w) {
+            let (next, result) = decide(w >> 1, &rate);
+            if self.commit(w, version, next) {
+                return result;
+            }
+        }
+        self.retry(decide)
     }
 
     /// Whole tokens available now.
@@ -187,8 +198,15 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(bucket.available(), 7);
     /// ```
     pub fn available(&self) -> u64 {
+        let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
-        self.update(|state, quota| (None, gcra::available(state, now, quota)))
+        if let Some((rate, version)) = self.hot_rate(w) {
+            let result = gcra::available_in(w >> 1, now, &rate);
+            if self.commit(w, version, None) {
+                return result;
+            }
+        }
+        self.retry(|state, rate| (None, gcra::available_in(state, now, rate)))
     }
 
     /// The quota in force.
@@ -214,12 +232,22 @@ impl<C: Clock> Bucket<C> {
     }
 
     /// Replaces the quota atomically. The balance at the switch, debt included, carries over,
-    /// capped at the new burst. A concurrent caller sees either the old quota with the old state
-    /// or the new quota with the new state, never a mix: the new quota is written to the idle
+    /// capped at the new burst, and a debt keeps its due instant (see [`gcra::rescale`]: a
+    /// faster rate does not repay queued reservations early). A concurrent caller sees either
+    /// the old quota with the old state or the new quota with the new state, never a mix: the
+    /// new quota is written to the idle
     /// slot first, then one CAS converts the state and flips the word's epoch bit, and a decision
     /// CAS only succeeds on the exact word (epoch bit included) it decided on.
     ///
     /// Decisions never wait for a reconfiguration; concurrent reconfigurations take turns.
+    ///
+    /// One known gap: a decision's CAS checks the word, and just before it the quota slot's
+    /// version. A thread preempted between that check and its CAS while at least two
+    /// reconfigurations complete, and the word comes back to the bit-identical value, commits a
+    /// decision made under the previous quota. That needs the state to repeat exactly — in
+    /// practice a frozen clock cycling through quotas (seen in a stress test on a loaded 2-core
+    /// machine); one epoch bit in the word cannot rule it out. Read-only results have no gap
+    /// (they check the version after reloading the word).
     ///
     /// ```
     /// use tollgate::{Bucket, ManualClock, Quota};
@@ -255,11 +283,61 @@ impl<C: Clock> Bucket<C> {
         }
     }
 
-    /// The quota selected by word `w`, or `None` if its slot is being rewritten (only possible
-    /// when two reconfigurations completed since `w` was read; the caller reloads).
+    /// The generation of quota slot `epoch` (see `EpochSlots::generation`), for reservations
+    /// that must notice any reconfiguration since they were made. Read it inside an
+    /// [`update_with_epoch`](Bucket::update_with_epoch) closure, after the word was loaded.
+    pub(crate) fn quota_generation(&self, epoch: u64) -> u32 {
+        self.slots.generation(epoch)
+    }
+
+    /// Excludes reconfigurations ([`Bucket::set_quota`]) until the guard is dropped: a
+    /// cancellation checks "no reconfiguration since the reservation" and writes under it, so
+    /// none can slip in between its check and its CAS. Never read the clock while holding it.
+    pub(crate) fn exclude_reconfiguration(&self) -> Writer<'_> {
+        // Reading 0: the guard converts nothing, and leaves the last reconfiguration's reading
+        // (which the writer word keeps for the next one) as it was.
+        self.slots.lock(0)
+    }
+
+    /// The hot words of the quota slot that word `w` names, and the slot's version: the first
+    /// read of the decision path (see `EpochSlots::read_prefix`). `None` while the slot is being
+    /// rewritten.
     #[inline(always)]
-    fn quota_of(&self, w: u64) -> Option<Quota> {
-        self.slots.read(w & 1).map(Quota::from_raw)
+    fn hot_rate(&self, w: u64) -> Option<(Rate, u32)> {
+        let (raw, version) = self.slots.read_prefix::<RATE_WORDS>(w)?;
+        Some((Rate::from_raw(raw), version))
+    }
+
+    /// The end of the decision path's straight-line first attempt on word `w` (loaded with
+    /// `Acquire`) and slot `version`: one CAS to `next`, or, for a read-only result (`None`),
+    /// one validation (the word and the slot version unchanged, see [`Bucket::update_from`]).
+    /// `false` when the attempt lost a race: the caller then runs [`Bucket::retry`], kept out
+    /// of line so that this path stays short.
+    #[inline(always)]
+    fn commit(&self, w: u64, version: u32, next: Option<u64>) -> bool {
+        match next {
+            None => self.state.load(Ordering::Acquire) == w && self.slots.unchanged(w, version),
+            Some(next) => {
+                self.slots.unchanged(w, version)
+                    && self
+                        .state
+                        .compare_exchange_weak(
+                            w,
+                            (next << 1) | (w & 1),
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+            }
+        }
+    }
+
+    /// The full CAS loop after a lost first attempt (contention or a reconfiguration), with the
+    /// same decision `f(state, rate)` and the same clock reading.
+    #[cold]
+    #[inline(never)]
+    fn retry<R>(&self, mut f: impl FnMut(u64, &Rate) -> (Option<u64>, R)) -> R {
+        self.update(|state, quota| f(state, quota.rate()))
     }
 
     /// The CAS loop. `f(state, quota)` returns the state to write (`None`: write nothing) and
@@ -275,17 +353,58 @@ impl<C: Clock> Bucket<C> {
     #[inline(always)]
     pub(crate) fn update_with_epoch<R>(
         &self,
+        f: impl FnMut(u64, u64, &Quota) -> (Option<u64>, R),
+    ) -> R {
+        self.update_from(self.state.load(Ordering::Acquire), f)
+    }
+
+    /// [`Bucket::update_with_epoch`] starting from the word `w`, loaded by the caller with
+    /// `Acquire` (possibly before its clock reading).
+    ///
+    /// Every result is validated against the word, never against the slot alone: a write by
+    /// the CAS on the exact word `w`; a read-only result (a refusal, `available`, `quota`) by
+    /// loading the word again after the slot was read and checking that the word is still `w`
+    /// and the slot still holds the version read (`EpochSlots::unchanged`), retrying otherwise.
+    /// Between the first load and the slot read, two reconfigurations may complete (the first
+    /// flips the epoch away, the second rewrites the slot `w` names and flips back): the slot
+    /// then holds a quota that `w`'s state was never under, and the seqlock cannot tell, since
+    /// that slot was written completely. The version check also covers the word coming back to
+    /// the identical value after further reconfigurations.
+    ///
+    /// A write checks the slot version just before its CAS. What remains: a thread preempted
+    /// between that check and its CAS while at least two reconfigurations complete and the
+    /// word comes back to the identical 64-bit value (in practice only on a frozen clock cycling
+    /// through quotas); one epoch bit cannot rule it out.
+    #[inline(always)]
+    fn update_from<R>(
+        &self,
+        mut w: u64,
         mut f: impl FnMut(u64, u64, &Quota) -> (Option<u64>, R),
     ) -> R {
-        let mut w = self.state.load(Ordering::Acquire);
         loop {
-            let Some(quota) = self.quota_of(w) else {
+            let Some((raw, version)) = self.slots.read_versioned(w & 1) else {
                 spin_loop();
                 w = self.state.load(Ordering::Acquire);
                 continue;
             };
+            let quota = Quota::from_raw(raw);
             let (next, result) = f(w >> 1, w & 1, &quota);
-            let Some(next) = next else { return result };
+            let Some(next) = next else {
+                // Ordered after the slot read by the seqlock's acquire fence: if the slot read
+                // saw a rewrite, this load sees the word that rewrite's writer left, or later.
+                let again = self.state.load(Ordering::Acquire);
+                if again == w && self.slots.unchanged(w & 1, version) {
+                    return result;
+                }
+                w = again;
+                continue;
+            };
+            // The CAS checks the word; this checks the slot, narrowing the window in which the
+            // word could come back to `w` under another quota to the next instruction.
+            if !self.slots.unchanged(w & 1, version) {
+                w = self.state.load(Ordering::Acquire);
+                continue;
+            }
             match self.state.compare_exchange_weak(
                 w,
                 (next << 1) | (w & 1),
@@ -296,5 +415,14 @@ impl<C: Clock> Bucket<C> {
                 Err(actual) => w = actual,
             }
         }
+    }
+}
+
+/// One `try_acquire` decision in the form the CAS paths take: the state to write and the verdict.
+#[inline(always)]
+fn acquire(state: u64, now: u64, rate: &Rate, cost: u64) -> (Option<u64>, Result<(), Denied>) {
+    match gcra::try_acquire_in(state, now, rate, cost) {
+        Ok(next) => (next, Ok(())),
+        Err(denied) => (None, Err(denied)),
     }
 }

@@ -5,6 +5,7 @@
 //! | [`ManualClock`] | a shared counter you move | tests, simulations, loom models; always compiled |
 //! | [`QuantaClock`] | `quanta` (TSC where reliable) | the default (`quanta` feature) |
 //! | [`StdClock`] | `std::time::Instant` | `std` without `quanta`, or to avoid the TSC |
+//! | [`CoarseClock`] | a cached reading of another clock, refreshed by an upkeep thread | opt-in, when one load per decision matters more than resolution (`std`) |
 
 mod manual;
 pub use manual::ManualClock;
@@ -16,6 +17,11 @@ pub use wake::WakeRegistration;
 mod std_clock;
 #[cfg(feature = "std")]
 pub use std_clock::StdClock;
+
+#[cfg(all(feature = "std", not(tollgate_loom)))]
+mod coarse;
+#[cfg(all(feature = "std", not(tollgate_loom)))]
+pub use coarse::CoarseClock;
 
 #[cfg(feature = "quanta")]
 mod quanta_clock;

@@ -34,7 +34,7 @@
 //! ```
 
 use crate::error::Denied;
-use crate::quota::{Quota, MAX_UNITS};
+use crate::quota::{Quota, Rate, MAX_UNITS};
 use crate::snapshot::Snapshot;
 use core::time::Duration;
 
@@ -45,7 +45,13 @@ pub const FULL: u64 = 0;
 /// so nothing more refills: the wait is `Duration::MAX`.
 #[inline]
 fn retry_after(quota: &Quota, need: u64, now: u64) -> Duration {
-    let at = quota.instant_of(need);
+    retry_after_in(quota.rate(), need, now)
+}
+
+/// [`retry_after`] on the decision words alone.
+#[inline]
+fn retry_after_in(rate: &Rate, need: u64, now: u64) -> Duration {
+    let at = rate.instant_of(need);
     if at <= now || at > crate::quota::HORIZON_NS {
         return Duration::MAX;
     }
@@ -88,32 +94,58 @@ pub fn with_tokens(now: u64, quota: &Quota, tokens: u64) -> Result<u64, crate::C
 /// ```
 #[inline]
 pub fn try_acquire(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<Option<u64>, Denied> {
+    try_acquire_in(state, now, quota.rate(), cost)
+}
+
+/// [`try_acquire`] on the decision words alone (the bucket's hot path).
+#[inline(always)]
+pub(crate) fn try_acquire_in(
+    state: u64,
+    now: u64,
+    rate: &Rate,
+    cost: u64,
+) -> Result<Option<u64>, Denied> {
     if cost == 0 {
         return Ok(None);
     }
-    if cost > quota.burst() {
+    if cost > rate.burst() {
         return Err(Denied::ExceedsBurst);
     }
-    let scale = quota.scale();
+    // A guard instead of a checked add: no quota produces a state above MAX_UNITS (a bucket's
+    // state is its word shifted right by one, so inlined there this test disappears), and below
+    // it `state + cost_units` fits in 64 bits. A state no quota produces is refused.
+    if state > MAX_UNITS {
+        return Err(Denied::RetryAfter(Duration::MAX));
+    }
+    let scale = rate.scale();
     // Both products are at most MAX_UNITS by the quota's construction.
     let cost_units = cost * scale;
-    let burst_units = quota.burst() * scale;
-    let earned = quota.earned_floor(now);
-    // Admit iff balance >= cost, i.e. state + cost <= earned + burst (in units). The right side
-    // cannot overflow (the quota guarantees earned + burst <= 2^63 - 1); the left side only
-    // could for a state no quota produces, which is then refused.
-    let earned_plus_burst = earned + burst_units;
-    match state.checked_add(cost_units) {
-        Some(want) if want <= earned_plus_burst => {
-            Ok(Some(state.max(quota.earned_ceil(now)) + cost_units))
+    let burst_units = rate.burst() * scale;
+    // Admit iff balance >= cost, i.e. state + cost <= earned_floor + burst (in units).
+    let want = state + cost_units;
+    if let Some(earned) = rate.exact_earned(now) {
+        // The right side cannot overflow: the quota guarantees earned + burst <= 2^63 - 1.
+        if want <= earned + burst_units {
+            return Ok(Some(state.max(earned) + cost_units));
         }
-        Some(want) => Err(Denied::RetryAfter(retry_after(
-            quota,
-            want - burst_units,
-            now,
-        ))),
-        None => Err(Denied::RetryAfter(Duration::MAX)),
+    } else {
+        // Inexact: compare products instead of dividing (`x <= ⌊n/d⌋ ⇔ x·d <= n`), and divide
+        // only when the bucket is capped (`state < ⌈n/d⌉ ⇔ state·d < n`).
+        let (n, div) = rate.earned_scaled(now);
+        if want <= burst_units || u128::from(want - burst_units) * div <= n {
+            let base = if u128::from(state) * div >= n {
+                state
+            } else {
+                rate.earned_ceil(now)
+            };
+            return Ok(Some(base + cost_units));
+        }
     }
+    Err(Denied::RetryAfter(retry_after_in(
+        rate,
+        want - burst_units,
+        now,
+    )))
 }
 
 /// Whole tokens available at `now` (0 while in debt).
@@ -125,9 +157,15 @@ pub fn try_acquire(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<Opt
 /// ```
 #[inline]
 pub fn available(state: u64, now: u64, quota: &Quota) -> u64 {
-    let scale = quota.scale();
-    let burst_units = quota.burst() * scale;
-    let balance = (quota.earned_floor(now) + burst_units).saturating_sub(state);
+    available_in(state, now, quota.rate())
+}
+
+/// [`available`] on the decision words alone.
+#[inline(always)]
+pub(crate) fn available_in(state: u64, now: u64, rate: &Rate) -> u64 {
+    let scale = rate.scale();
+    let burst_units = rate.burst() * scale;
+    let balance = (rate.earned_floor(now) + burst_units).saturating_sub(state);
     balance.min(burst_units) / scale
 }
 
@@ -143,15 +181,21 @@ pub fn available(state: u64, now: u64, quota: &Quota) -> u64 {
 /// ```
 #[inline]
 pub fn snapshot(state: u64, now: u64, quota: &Quota) -> Snapshot {
-    let until_full = if is_full(state, now, quota) {
+    snapshot_in(state, now, quota.rate())
+}
+
+/// [`snapshot`] on the decision words alone.
+#[inline]
+pub(crate) fn snapshot_in(state: u64, now: u64, rate: &Rate) -> Snapshot {
+    let until_full = if state <= rate.earned_floor(now) {
         Duration::ZERO
     } else {
-        match full_at(state, quota) {
+        match full_at_in(state, rate) {
             u64::MAX => Duration::MAX,
             at => Duration::from_nanos(at.saturating_sub(now)),
         }
     };
-    Snapshot::new(available(state, now, quota), until_full)
+    Snapshot::new(available_in(state, now, rate), until_full)
 }
 
 /// Takes `cost` tokens now, possibly ahead of the refill (a debt that later callers queue
@@ -195,42 +239,63 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
     Ok((if cost == 0 { state } else { next }, due))
 }
 
-/// Gives back the tokens of a reservation made by [`reserve`], following Go's
-/// `x/time/rate` `Reservation.CancelAt`: restores `cost − (tokens reserved after it)`, nothing if
-/// that is not positive or if the reservation came due before `now`, and never more than the
-/// bucket holds (`burst`).
+/// Gives back the tokens of a reservation made by [`reserve`] — all of them, but only if nothing
+/// was admitted since: the state must still be exactly `after`, the state that reservation left.
+/// Returns the new state (`after − cost`, never below the state before the reservation), or
+/// `None` when there is nothing to write: `cost == 0`, the reservation came due before `now`
+/// (Go's rule, kept), or `state != after` (anything admitted since).
 ///
-/// `after` is the state [`reserve`] returned; `due` its due instant. Returns the new state, or
-/// `None` when there is nothing to write.
+/// `after` is the state [`reserve`] returned, `due` its due instant. `now` only serves Go's "due
+/// already" rule: whatever it reads — stale, stepped back — the result never lets any window
+/// admit more than `burst + rate·Δ`. The caller must also make sure the quota was not changed
+/// ([`rescale`]) since the reservation: the state is then counted in other units.
+///
+/// **Why all or nothing (a deviation from Go's `Reservation.CancelAt`, which restores
+/// `cost − tokens reserved after it`).** A decision at a later clock reading first raises the
+/// state to `earned(now)` (the refill cap), then adds its cost; the state cannot tell that cap
+/// from a debit, and when the bucket was exactly full at that reading the cap is invisible. So
+/// after *any* admission since the reservation, the history "a 1-token decision at the reading
+/// where the bucket, reservation included, was just full" matches the state, and in it the
+/// reservation's tokens were already refilled: restoring any of them would admit them twice.
+/// With nothing admitted since, the state is exactly `after` (admissions only raise it, and a
+/// reservation taken later and cancelled puts it back no lower than it found it), and restoring
+/// the whole cost undoes this reservation exactly. Nested
+/// reservations cancelled in reverse order therefore all come back; in any other order, those
+/// cancelled while a later one is still held stay consumed.
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
 /// let q = Quota::per_second(10).unwrap().with_burst(2).unwrap();
 /// let (s1, _) = gcra::reserve(gcra::FULL, 0, &q, 2).unwrap();
 /// let (s2, due) = gcra::reserve(s1, 0, &q, 2).unwrap();
-/// let s3 = gcra::cancel(s2, 0, &q, s2, due, 2).unwrap();
-/// assert_eq!(s3, s1);
+/// assert_eq!(gcra::cancel(s2, 0, &q, s2, due, 2), Some(s1)); // nothing since: all back
+/// let (s3, _) = gcra::reserve(s2, 0, &q, 1).unwrap();
+/// assert_eq!(gcra::cancel(s3, 0, &q, s2, due, 2), None); // a later reservation holds
 /// ```
 #[inline]
 pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u64) -> Option<u64> {
-    if due < now || cost == 0 {
+    if due < now || cost == 0 || state != after {
         return None;
     }
-    let cost_units = u128::from(cost) * u128::from(quota.scale());
-    // Units reserved after this reservation (negative if others were cancelled meanwhile).
-    let later = i128::from(state) - i128::from(after);
-    let restore = (cost_units as i128 - later).min(cost_units as i128);
-    if restore <= 0 {
-        return None;
-    }
-    let next = (i128::from(state) - restore)
-        .max(i128::from(quota.earned_ceil(now)))
-        .max(0) as u64;
-    (next < state).then_some(next)
+    // `after = max(before, earned_ceil) + cost·scale`, so this never underflows and is at least
+    // the state before the reservation.
+    after.checked_sub(cost.checked_mul(quota.scale())?)
 }
 
-/// Converts a state from quota `old` to quota `new` at `now`: the balance (debt included) carries
-/// over, capped at the new burst. Rounds toward fewer tokens when the units differ.
+/// Converts a state from quota `old` to quota `new` at `now`: the balance at `now` carries over,
+/// capped at the old and the new burst (raising the burst does not fill the bucket), rounded
+/// toward fewer tokens — and a **debt keeps its due instant**: in debt, the state is at least
+/// the one that is empty again at the same instant as the old one, so a faster rate cannot repay
+/// the debt early and put new tokens at the instants reservations queued at the old rate are due
+/// (carrying the debt as tokens, as Go's `x/time/rate` does, admits 3 tokens at one instant
+/// with burst 2 in its own `TestReserveSetLimit`).
+///
+/// Clock readings that straddle the switch are the one thing a single state cannot follow: a
+/// decision whose reading is `x` older than `now` sees the new rate extrapolated back over `x`,
+/// so with a slower new rate it may find up to `(old rate − new rate) · x` more than the old
+/// quota held at that reading; and if `now` itself is `x` older than readings the old state was
+/// decided at, a faster new rate applies retroactively over `x`. Each quota's own decisions
+/// always hold their own bound.
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -238,30 +303,56 @@ pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u
 /// let new = Quota::per_second(100).unwrap();
 /// let s = gcra::try_acquire(gcra::FULL, 0, &old, 4).unwrap().unwrap();
 /// assert_eq!(gcra::available(gcra::rescale(s, 0, &old, &new), 0, &new), 6);
+/// // In debt: 2 tokens owed at 10/s are due in 200 ms, and still are at 20/s (4 owed).
+/// let q = Quota::per_second(10).unwrap().with_burst(2).unwrap();
+/// let (s, _) = gcra::reserve(gcra::FULL, 0, &q, 2).unwrap();
+/// let (s, _) = gcra::reserve(s, 0, &q, 2).unwrap();
+/// let fast = Quota::per_second(20).unwrap().with_burst(4).unwrap();
+/// let s = gcra::rescale(s, 0, &q, &fast);
+/// assert_eq!(gcra::available(s, 200_000_000, &fast), 0);
+/// assert_eq!(gcra::available(s, 250_000_000, &fast), 1);
 /// ```
 pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
     let (s1, s2) = (i128::from(old.scale()), i128::from(new.scale()));
-    // Balance in old units (negative: debt), capped at the old burst.
-    let b1 = (i128::from(old.earned_floor(now)) + i128::from(old.burst()) * s1 - i128::from(state))
-        .min(i128::from(old.burst()) * s1);
-    let b2 = (b1 * s2).div_euclid(s1).min(i128::from(new.burst()) * s2);
-    let next = i128::from(new.earned_ceil(now)) + i128::from(new.burst()) * s2 - b2;
-    next.clamp(0, i128::from(MAX_UNITS)) as u64
+    let (burst1, burst2) = (i128::from(old.burst()) * s1, i128::from(new.burst()) * s2);
+    // Balance in old units (negative: debt), capped at the old burst; converted, capped at the
+    // new burst.
+    let b1 = (i128::from(old.earned_floor(now)) + burst1 - i128::from(state)).min(burst1);
+    let by_tokens =
+        i128::from(new.earned_ceil(now)) + burst2 - (b1 * s2).div_euclid(s1).min(burst2);
+    // In debt, the old bucket is empty again at `instant_of(state − burst) > now`.
+    let by_time = if b1 < 0 {
+        match old.instant_of(state - old.burst() * old.scale()) {
+            at if at > crate::quota::HORIZON_NS => i128::from(MAX_UNITS),
+            at => i128::from(new.earned_ceil(at)) + burst2,
+        }
+    } else {
+        0
+    };
+    by_tokens.max(by_time).clamp(0, i128::from(MAX_UNITS)) as u64
 }
 
 // ---- helpers for the keyed and sharded limiters (crate-internal) ----
 
 /// Whether `state` is full at `now` (`available == burst`, no debt): such a state behaves exactly
 /// like [`FULL`] at `now` and at every later reading, so a keyed table may forget it.
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn is_full(state: u64, now: u64, quota: &Quota) -> bool {
     state <= quota.earned_floor(now)
 }
 
 /// The first clock reading at which `state` is full (`u64::MAX`: never within the horizon).
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn full_at(state: u64, quota: &Quota) -> u64 {
-    let at = quota.instant_of(state);
+    full_at_in(state, quota.rate())
+}
+
+/// [`full_at`] on the decision words alone.
+#[inline]
+fn full_at_in(state: u64, rate: &Rate) -> u64 {
+    let at = rate.instant_of(state);
     if at > crate::quota::HORIZON_NS {
         u64::MAX
     } else {
@@ -280,8 +371,22 @@ pub(crate) fn available_units(state: u64, now: u64, quota: &Quota) -> u64 {
         .min(burst_units)
 }
 
+/// Admits `cost` tokens at `now` if the bucket holds them: the new state, or `None` (refused,
+/// nothing to write). [`try_acquire`]'s admission without computing a wait, for a caller that
+/// decides elsewhere what a refusal answers (the sharded bucket). Requires `cost <= burst`.
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
+#[inline]
+pub(crate) fn debit(state: u64, now: u64, quota: &Quota, cost: u64) -> Option<u64> {
+    let scale = quota.scale();
+    let cost_units = cost * scale;
+    let want = state.checked_add(cost_units)?;
+    (want <= quota.earned_floor(now) + quota.burst() * scale)
+        .then(|| state.max(quota.earned_ceil(now)) + cost_units)
+}
+
 /// Takes up to `max_units` units (a partial take, for a sharded bucket pooling its shards).
-/// Returns `(state', taken)`. `None` when nothing is available.
+/// Returns `(state', taken, left)`: the new state, the units taken and the units the bucket
+/// still holds after the take. `None` when nothing is available.
 ///
 /// Like [`try_acquire`], the debit is added to `max(state, earned_ceil(now))`, so it never leaves
 /// more than the burst in the bucket.
@@ -292,29 +397,71 @@ pub(crate) fn take_units(
     now: u64,
     quota: &Quota,
     max_units: u64,
-) -> Option<(u64, u64)> {
-    let taken = available_units(state, now, quota).min(max_units);
+) -> Option<(u64, u64, u64)> {
+    let available = available_units(state, now, quota);
+    let taken = available.min(max_units);
     if taken == 0 {
         return None;
     }
     let base = state.max(quota.earned_ceil(now));
     // base + taken <= earned_ceil + burst_units <= MAX_UNITS + 1 < 2^64 by the quota's range.
-    Some((base + taken, taken))
+    Some((base + taken, taken, available - taken))
 }
 
-/// Gives back `units` taken by [`take_units`], whose CAS left the word at `after`, without ever
-/// creating a token, whatever other threads' clocks read.
-///
-/// Other decisions may have run on the word since the take: debits, and refill caps (a decision
-/// whose clock reads later than ours may have raised the word to its `earned_ceil`, absorbing our
-/// take). The word cannot tell the two apart, so everything it gained since `after` is counted
-/// against the give-back: `restore = units − (state − after)⁺`. With no other decision in between
-/// (or on a frozen clock with no other debit) it gives back exactly `units`; otherwise it may leave
-/// some tokens unused, never admit extra ones. Returns the new state, or `None` when there is
-/// nothing to restore.
-#[cfg_attr(not(feature = "std"), allow(dead_code))]
-#[inline]
-pub(crate) fn give_back_units(state: u64, after: u64, units: u64) -> Option<u64> {
-    let restore = units.saturating_sub(state.saturating_sub(after));
-    (restore > 0).then(|| state.saturating_sub(restore))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{inexact_quotas, Xorshift};
+
+    /// The inexact quotas' product compares (no division unless capped) decide exactly as the
+    /// divisions they replace: admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost
+    /// to `max(state, ⌈earned⌉)`; the wait from `instant_of`. States around the boundary, and
+    /// at the edges of the range.
+    #[test]
+    fn product_compares_decide_as_divisions() {
+        let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15);
+        let mut next = || rng.next();
+        for q in inexact_quotas() {
+            assert!(!q.is_exact());
+            let horizon = crate::quota::HORIZON_NS;
+            let mut nows = alloc::vec![0, 1, horizon - 1, horizon, u64::MAX];
+            for _ in 0..300 {
+                nows.push(next() % (horizon + 2));
+            }
+            for now in nows {
+                let floor = q.earned_floor(now);
+                let ceil = q.earned_ceil(now);
+                let burst_units = q.burst() * q.scale();
+                for cost in [1, q.burst()] {
+                    let cost_units = cost * q.scale();
+                    let edge = (floor + burst_units).saturating_sub(cost_units);
+                    let mut states = alloc::vec![0, floor, ceil, edge, edge + 1, MAX_UNITS];
+                    states.extend([edge.saturating_sub(1), ceil.saturating_sub(1)]);
+                    states.push(next() % MAX_UNITS);
+                    for state in states {
+                        let want = if state + cost_units <= floor + burst_units {
+                            Ok(Some(state.max(ceil) + cost_units))
+                        } else {
+                            Err(Denied::RetryAfter(retry_after(
+                                &q,
+                                state + cost_units - burst_units,
+                                now,
+                            )))
+                        };
+                        assert_eq!(
+                            try_acquire(state, now, &q, cost),
+                            want,
+                            "{q:?} state {state} now {now} cost {cost}"
+                        );
+                    }
+                }
+            }
+        }
+        // A state no quota produces is refused, never wrapped.
+        let q = Quota::per_second(3).unwrap();
+        assert_eq!(
+            try_acquire(u64::MAX, 0, &q, 1),
+            Err(Denied::RetryAfter(Duration::MAX))
+        );
+    }
 }

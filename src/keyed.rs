@@ -8,11 +8,16 @@ use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
 use crate::sync::{thread_slot, AtomicU64, Ordering};
+use crate::wait::Alarm;
 use alloc::borrow::ToOwned;
 use alloc::boxed::Box;
 use core::borrow::Borrow;
 use core::fmt;
+use core::future::Future;
 use core::hash::{BuildHasher, Hash};
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use core::time::Duration;
 use crossbeam_utils::CachePadded;
 use index::{fingerprint, Index};
 use std::collections::HashMap;
@@ -72,6 +77,12 @@ struct Table {
     /// A lower bound on the first instant at which any tracked bucket is full. Admissions only
     /// push a bucket's instant later, so the bound stays valid without being touched by them.
     next_full_at: AtomicU64,
+    /// The latest clock reading at which a bucket was evicted (0: none yet); only grows. An
+    /// evicted state `s` was full at its eviction reading, `s <= earned_floor(evicted_at)`, so a
+    /// key inserted from `earned_floor(evicted_at)` (its own quota's) starts from a state no more
+    /// lenient than any bucket the table forgot: the key's state never decreases, whatever
+    /// reading the inserting decision holds (see [`KeyedLimiter::start_state`]).
+    evicted_at: AtomicU64,
 }
 
 /// How an insertion attempt ended.
@@ -88,16 +99,49 @@ enum Insert {
 /// * **Exact.** Each key's state is one `u64` word driven by [`crate::gcra`], so its verdicts
 ///   equal those of one [`Bucket`](crate::Bucket) per key.
 /// * **Bounded.** [`len`](KeyedLimiter::len) never exceeds `max_keys`, however many distinct keys
-///   arrive. Only *full* buckets are evicted — a full bucket is indistinguishable from a key never
-///   seen, so eviction never changes a verdict — lazily, by the insertion that needs room, with
-///   no background thread ([`sweep`](KeyedLimiter::sweep) runs one by hand).
+///   arrive. Only *full* buckets are evicted — at the evicting reading and after it, a full
+///   bucket is indistinguishable from a key never seen, so eviction changes no verdict — lazily,
+///   by the insertions that need room, with no background thread
+///   ([`sweep`](KeyedLimiter::sweep) runs one by hand).
 /// * **Under a flood.** When the table is full and no bucket is full, a new key is refused with
 ///   `RetryAfter(d)`, `0 < d ≤` the time one whole burst takes to refill (the first instant a
 ///   tracked bucket will be full), or — with [`KeyedLimiterBuilder::fail_open`] — admitted
 ///   untracked. Such refusals cost O(1): they read one word.
 /// * **Lock-free lookups.** Deciding for a tracked key reads the index without locks and writes
 ///   only that key's slot (plus a counter on the calling thread's own cache-padded shard).
-///   Inserting and evicting take one mutex.
+///   Inserting and evicting take one mutex, for a bounded amount of work (below).
+///
+/// # Guarantees, by clock
+///
+/// * **Monotone readings** (one thread, or threads whose readings follow their decisions'
+///   order): every verdict, `RetryAfter` and [`available`](KeyedLimiter::available) of a
+///   tracked or never-refused key equals that of one exact [`Bucket`](crate::Bucket) per key.
+/// * **Stale readings and clocks that step back** (a thread preempted between its clock reading
+///   and its decision; unsynchronised TSCs): no interleaving over-admits. Each key's admissions,
+///   each at the reading its decision used, stay within `burst + rate·Δ` in every window `Δ`,
+///   through evictions, re-insertions, sweeps and table growth. A key's state never moves back:
+///   a key the table does not track starts *full as of the latest eviction reading* (its own
+///   quota's), which is exactly full for any reading at or after it, and for an older reading
+///   holds what a bucket full at that eviction reading holds then — the table cannot tell an
+///   evicted key from a new one, so a new key seen at such a reading is treated as strictly.
+///   After a clock steps far back, new keys are therefore refused until the clock is within
+///   one burst's refill time of the latest eviction reading, as one bucket that saw that
+///   reading would refuse.
+/// * **`fail_open`** is opt-in leniency: requests admitted untracked because the table was full
+///   are outside every bound (any number of them, for any key, while the table stays full).
+///
+/// # Cost of an insertion
+///
+/// A new key takes the mutex and does bounded work: a re-probe, at most one sweep step when the
+/// table is full (at most 1,024 slots examined or entries moved and at most 16 evictions of full
+/// buckets, each shifting the rest of its chain back, expected O(1)), and rarely a growth of
+/// the active region, which moves at most 2,048 entries (regions grow in place only up to 4,096
+/// slots, then take the whole table at once). Nothing is ever O(`max_keys`) under the mutex.
+/// The trade: the sweep is incremental, so when the table is full a new key can be refused
+/// (`RetryAfter` of at least 1 ns) while a full bucket the current pass has not reached yet
+/// exists: for at most `⌈active slots / 1024⌉` consecutive refusals (`active slots ≤ 4 ×
+/// max_keys`), each of which moves the pass on by 1,024 slots. Tables of up to 512 keys examine
+/// every slot at each insertion that evicts nothing, so they refuse only when no bucket is full.
 ///
 /// # Keys are identified by a 64-bit fingerprint
 ///
@@ -321,6 +365,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             table: CachePadded::new(Table {
                 len: AtomicU64::new(0),
                 next_full_at: AtomicU64::new(u64::MAX),
+                evicted_at: AtomicU64::new(0),
             }),
             shards: (0..shards).map(|_| CachePadded::default()).collect(),
             clock,
@@ -397,9 +442,62 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let snapshot = match (self.index.load(fp), verdict) {
             (Some(state), _) => gcra::snapshot(state, now, &quota),
             (None, Err(Denied::RetryAfter(wait))) => Snapshot::new(0, wait),
-            (None, _) => gcra::snapshot(gcra::FULL, now, &quota),
+            (None, _) => gcra::snapshot(self.start_state(&quota), now, &quota),
         };
         (verdict, snapshot)
+    }
+
+    /// Waits until `key`'s bucket admits `cost` tokens, then takes them (governor's
+    /// `until_key_ready`): resolves to `Ok(time waited)` (from the first poll), or to the
+    /// refusal that no wait cures — `Err(ExceedsBurst)` when `cost` is above the key's burst,
+    /// `Err(RetryAfter(Duration::MAX))` when it would never be admitted.
+    ///
+    /// Each poll is one [`try_acquire`](KeyedLimiter::try_acquire) (counted as such); while it
+    /// is refused the future holds one wake-up with the clock for the instant the refusal names
+    /// ([`Clock::register_wake`], the same machinery as [`Bucket::until_ready`](crate::Bucket::until_ready)),
+    /// replaced only when that instant or the task changes, dropped with the future. Unlike
+    /// `Bucket::until_ready` it reserves nothing: dropping it gives nothing back, and waiting
+    /// callers of one key are not queued — whoever tries first when tokens are there gets them.
+    /// A new key refused because the table is full waits for the instant a bucket can be
+    /// evicted, like any other refusal.
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::sync::Arc;
+    /// use std::task::{Context, Poll, Wake, Waker};
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    ///
+    /// struct Nop;
+    /// impl Wake for Nop {
+    ///     fn wake(self: Arc<Self>) {}
+    /// }
+    /// let waker = Waker::from(Arc::new(Nop));
+    /// let mut cx = Context::from_waker(&waker);
+    /// let clock = ManualClock::new_frozen(); // waiting does not move it
+    /// let limiter = KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 10, clock.clone());
+    /// limiter.try_acquire(&"a", 10).unwrap();
+    /// let mut fut = pin!(limiter.until_key_ready(&"a", 5));
+    /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    /// assert_eq!(clock.pending_wakes(), 1);
+    /// clock.advance(Duration::from_millis(500));
+    /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::from_millis(500))));
+    /// assert_eq!(limiter.available(&"a"), 0);
+    /// ```
+    pub fn until_key_ready<Q>(&self, key: &Q, cost: u64) -> UntilKeyReady<'_, K, C>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        UntilKeyReady {
+            limiter: self,
+            fp: self.fingerprint(key),
+            cost,
+            first: None,
+            alarm: Alarm::default(),
+            done: false,
+        }
     }
 
     /// Whole tokens `key`'s bucket holds now (its burst if the key is not tracked).
@@ -419,7 +517,21 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let fp = self.fingerprint(key);
         let quota = self.quota_of(fp);
         let now = self.clock.now();
-        gcra::available(self.index.load(fp).unwrap_or(gcra::FULL), now, &quota)
+        let state = match self.index.load(fp) {
+            Some(state) => state,
+            None => self.start_state(&quota),
+        };
+        gcra::available(state, now, &quota)
+    }
+
+    /// The state a key not in the table starts from: full as of the latest eviction reading
+    /// (`FULL` if nothing was ever evicted). For a reading at or after it this is exactly a full
+    /// bucket; for an earlier (stale or stepped-back) reading it holds what a bucket full at the
+    /// eviction reading holds then, so forgetting a bucket never hands a stale reading a
+    /// fresher burst than the forgotten bucket had.
+    #[inline]
+    fn start_state(&self, quota: &Quota) -> u64 {
+        quota.earned_floor(self.table.evicted_at.load(Ordering::SeqCst))
     }
 
     /// The quota of `key`: its override, or the default.
@@ -538,7 +650,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     }
 
     /// Evicts every bucket that is full now and returns how many. Never needed for the bound
-    /// (insertions evict lazily); it only returns memory early, e.g. from a periodic task.
+    /// (insertions evict lazily); it only returns memory early, e.g. from a periodic task. It
+    /// walks one whole pass over the active slots in bounded steps, releasing the mutex between
+    /// them, so concurrent insertions wait for one step at most.
     ///
     /// ```
     /// use std::time::Duration;
@@ -552,8 +666,19 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// assert!(limiter.is_empty());
     /// ```
     pub fn sweep(&self) -> usize {
-        let mut locked = self.index.lock();
-        let evicted = self.sweep_locked(&mut locked, self.clock.now());
+        let now = self.clock.now();
+        let (mut evicted, mut examined) = (0u64, 0usize);
+        // One bounded step per lock, so insertions wait for one step at most, never a pass.
+        loop {
+            let mut locked = self.index.lock();
+            let step = self.sweep_step(&mut locked, now);
+            evicted += step.evicted;
+            examined += step.examined;
+            // A whole pass's worth of slots: every entry was examined at this reading.
+            if examined >= locked.active() {
+                break;
+            }
+        }
         usize::try_from(evicted).unwrap_or(usize::MAX)
     }
 
@@ -631,11 +756,6 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// make it).
     #[cold]
     fn insert(&self, fp: u64, now: u64, quota: &Quota, cost: u64, epoch: u64) -> Insert {
-        let state = match gcra::try_acquire(gcra::FULL, now, quota, cost) {
-            Ok(Some(state)) => state,
-            Ok(None) => return Insert::Done,
-            Err(denied) => return Insert::Refused(denied),
-        };
         // O(1) refusal under a flood, without the mutex: the table is full and no bucket can be
         // full before `next_full_at`. `next_full_at` is read first: a sweep decrements `len`
         // before it stores a later `next_full_at`, so seeing the later bound implies seeing the
@@ -656,17 +776,25 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         }
         if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
             if self.table.next_full_at.load(Ordering::SeqCst) <= now {
-                self.sweep_locked(&mut locked, now);
+                // One bounded step of the sweep (the whole pass on tables of at most
+                // `STEP_WORK` active slots); the pass goes on at the next insertion.
+                self.sweep_step(&mut locked, now);
             }
             if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
                 return Insert::TableFull(self.table_full_wait(now));
             }
         }
-        locked.insert(fp, state);
+        // The start state is read under the mutex, after any eviction that made this key miss
+        // (evictions raise `evicted_at` under the same mutex, before their CAS).
+        let state = match gcra::try_acquire(self.start_state(quota), now, quota, cost) {
+            Ok(Some(state)) => state,
+            Ok(None) => return Insert::Done,
+            Err(denied) => return Insert::Refused(denied),
+        };
+        let full_at = gcra::full_at(state, quota);
+        locked.insert(fp, state, full_at);
         self.table.len.fetch_add(1, Ordering::SeqCst);
-        self.table
-            .next_full_at
-            .fetch_min(gcra::full_at(state, quota), Ordering::SeqCst);
+        self.table.next_full_at.fetch_min(full_at, Ordering::SeqCst);
         Insert::Done
     }
 
@@ -677,23 +805,112 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         core::time::Duration::from_nanos(at.saturating_sub(now).max(1)).min(cap)
     }
 
-    /// Evicts the full buckets and recomputes `next_full_at`, with the index's mutex held.
-    fn sweep_locked(&self, locked: &mut index::Locked<'_>, now: u64) -> u64 {
-        let (evicted, next) = locked.sweep(|fp, s| {
-            let quota = self.quota_of(fp);
-            if gcra::is_full(s, now, &quota) {
-                Ok(())
-            } else {
-                Err(gcra::full_at(s, &quota))
-            }
-        });
-        self.table.len.fetch_sub(evicted, Ordering::SeqCst);
-        self.table.next_full_at.store(next, Ordering::SeqCst);
-        if evicted > 0 {
+    /// One bounded sweep step at reading `now`, with the index's mutex held: evicts the full
+    /// buckets it meets; when it ends a pass, stores the pass's bound in `next_full_at`.
+    fn sweep_step(&self, locked: &mut index::Locked<'_>, now: u64) -> index::Step {
+        let evicted_at = &self.table.evicted_at;
+        let step = locked.sweep_step(
+            now,
+            |fp, s| gcra::full_at(s, &self.quota_of(fp)),
+            // Raised before the eviction's CAS: whoever misses the key afterwards starts it
+            // from a state at least as strict as the evicted one (see `Table::evicted_at`).
+            || {
+                evicted_at.fetch_max(now, Ordering::SeqCst);
+            },
+        );
+        // `len` first, then the bound: see the lock-free refusal in `insert`.
+        self.table.len.fetch_sub(step.evicted, Ordering::SeqCst);
+        if let Some(next) = step.pass_done {
+            self.table.next_full_at.store(next, Ordering::SeqCst);
+        }
+        if step.evicted > 0 {
             self.counters_here()
                 .evicted
-                .fetch_add(evicted, Ordering::Relaxed);
+                .fetch_add(step.evicted, Ordering::Relaxed);
         }
-        evicted
+        step
+    }
+}
+
+/// The future returned by [`KeyedLimiter::until_key_ready`]: resolves to `Ok(time waited)` once
+/// the key's bucket admitted the tokens, or to a refusal no wait cures. Polling it again after
+/// it resolved gives `Ok(Duration::ZERO)` and takes nothing. It holds at most one wake-up with
+/// the clock at a time; dropping it cancels that wake-up.
+///
+/// ```
+/// use std::future::Future;
+/// use std::pin::pin;
+/// use std::sync::Arc;
+/// use std::task::{Context, Poll, Wake, Waker};
+/// use tollgate::{Denied, KeyedLimiter, ManualClock, Quota};
+///
+/// struct Nop;
+/// impl Wake for Nop {
+///     fn wake(self: Arc<Self>) {}
+/// }
+/// let waker = Waker::from(Arc::new(Nop));
+/// let limiter: KeyedLimiter<u32, _> =
+///     KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 10, ManualClock::new());
+/// let mut fut = pin!(limiter.until_key_ready(&7u32, 11));
+/// let poll = fut.as_mut().poll(&mut Context::from_waker(&waker));
+/// assert_eq!(poll, Poll::Ready(Err(Denied::ExceedsBurst)));
+/// ```
+#[must_use = "futures do nothing unless polled; an unpolled `UntilKeyReady` takes nothing"]
+pub struct UntilKeyReady<'a, K, C: Clock> {
+    limiter: &'a KeyedLimiter<K, C>,
+    fp: u64,
+    cost: u64,
+    /// The reading of the first poll.
+    first: Option<u64>,
+    alarm: Alarm,
+    done: bool,
+}
+
+impl<K: Hash + Eq + Clone, C: Clock + Clone> Future for UntilKeyReady<'_, K, C> {
+    type Output = Result<Duration, Denied>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(Ok(Duration::ZERO));
+        }
+        let limiter = this.limiter;
+        let clock = &limiter.clock;
+        let quota = limiter.quota_of(this.fp);
+        loop {
+            let now = clock.now();
+            let first = *this.first.get_or_insert(now);
+            let until = match limiter.acquire_fp(this.fp, &quota, this.cost, || now) {
+                Ok(()) => {
+                    this.done = true;
+                    this.alarm = Alarm::default();
+                    return Poll::Ready(Ok(Duration::from_nanos(now.saturating_sub(first))));
+                }
+                Err(Denied::RetryAfter(wait)) if wait != Duration::MAX => {
+                    now.saturating_add(crate::clock::nanos(wait))
+                }
+                Err(denied) => {
+                    this.done = true;
+                    this.alarm = Alarm::default();
+                    return Poll::Ready(Err(denied));
+                }
+            };
+            this.alarm.set(clock, until, now, cx);
+            if clock.now() < until {
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+impl<K, C: Clock> fmt::Debug for UntilKeyReady<'_, K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UntilKeyReady")
+            .field("fingerprint", &self.fp)
+            .field("cost", &self.cost)
+            .field("first_ns", &self.first)
+            .field("wake", &self.alarm)
+            .field("done", &self.done)
+            .finish()
     }
 }

@@ -7,7 +7,8 @@
 //!   background thread.
 //! * [`Quota`] — a validated rate and burst; [`ConfigError`] when it is not.
 //! * [`Denied`] — a refusal: retry after an exact wait, or the cost exceeds the burst.
-//! * [`Clock`] — [`ManualClock`] for tests, [`QuantaClock`] (default) and [`StdClock`].
+//! * [`Clock`] — [`ManualClock`] for tests, [`QuantaClock`] (default), [`StdClock`], and the
+//!   opt-in [`CoarseClock`] (a cached reading, one load per decision).
 //! * [`Smooth`] — Guava's `SmoothRateLimiter` (bursty and warming up), to the microsecond.
 //! * [`gcra`] — the pure decision function the bucket applies, for your own storage.
 //! * [`Snapshot`] — the tokens left and the time until full, from the same decision
@@ -15,7 +16,8 @@
 //! * Waiting: [`Bucket::acquire`], [`Bucket::try_acquire_for`], [`Bucket::reserve`] →
 //!   [`Reservation`], and the async [`Bucket::until_ready`] → [`UntilReady`].
 //! * `KeyedLimiter` — one exact bucket per key (tenant, API key, IP) in a table of bounded size
-//!   that evicts only full buckets (feature `keyed`); `ShardedBucket` — one global limit split
+//!   that evicts only full buckets, with an async `until_key_ready` (feature `keyed`);
+//!   `ShardedBucket` — one global limit split
 //!   over per-core cache-padded shards (`std`).
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
@@ -55,9 +57,13 @@ mod slots;
 mod smooth;
 mod snapshot;
 mod sync;
+#[cfg(test)]
+mod test_support;
 mod wait;
 
 pub use bucket::Bucket;
+#[cfg(all(feature = "std", not(tollgate_loom)))]
+pub use clock::CoarseClock;
 #[cfg(feature = "quanta")]
 pub use clock::QuantaClock;
 #[cfg(feature = "std")]
@@ -65,7 +71,7 @@ pub use clock::StdClock;
 pub use clock::{Clock, DefaultClock, ManualClock, WakeRegistration};
 pub use error::{ConfigError, Denied};
 #[cfg(feature = "keyed")]
-pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder};
+pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder, UntilKeyReady};
 pub use quota::{Quota, HORIZON};
 #[cfg(feature = "std")]
 pub use sharded::ShardedBucket;

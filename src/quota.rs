@@ -35,6 +35,14 @@ pub(crate) const MAX_UNITS: u64 = (1 << 63) - 1;
 pub struct Quota {
     tokens: u64,
     per_ns: u64,
+    /// Everything a decision needs (the "hot" words of a bucket's quota slot).
+    rate: Rate,
+}
+
+/// The part of a [`Quota`] that decisions read: the burst and the fixed-point unit. The bucket's
+/// hot path loads only these words of its quota slot.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct Rate {
     burst: u64,
     /// State units per token.
     scale: u64,
@@ -43,12 +51,130 @@ pub struct Quota {
     div: u64,
 }
 
+/// `now × mul / div` rounded down and up, for `div > 1`: one division (64-bit when the product
+/// fits), and the ceiling by a product compare. Out of line, so that the exact quotas' path (no division) keeps its
+/// registers.
+#[inline(never)]
+fn earned_inexact(now: u64, mul: u64, div: u64) -> (u64, u64) {
+    let n = u128::from(now) * u128::from(mul);
+    let floor = match u64::try_from(n) {
+        // The common case (small `mul`, or early readings): a 64-bit division.
+        Ok(n) => n / div,
+        Err(_) => (n / u128::from(div)) as u64,
+    };
+    let exact = u128::from(floor) * u128::from(div) == n;
+    (floor, floor + u64::from(!exact))
+}
+
+/// Words of [`Rate::to_raw`]: the first words of a quota slot.
+pub(crate) const RATE_WORDS: usize = 4;
+
+impl Rate {
+    /// The capacity in tokens.
+    #[inline(always)]
+    pub(crate) fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// State units per token.
+    #[inline(always)]
+    pub(crate) fn scale(&self) -> u64 {
+        self.scale
+    }
+
+    /// Units earned from the origin to `now`, rounded down and up, under one exactness test; the
+    /// ceiling by a product compare, not a second division.
+    #[inline(always)]
+    pub(crate) fn earned(&self, now: u64) -> (u64, u64) {
+        let now = now.min(HORIZON_NS);
+        if self.div == 1 {
+            // `now * mul <= MAX_UNITS` by construction: no overflow, no division.
+            let e = now * self.mul;
+            (e, e)
+        } else {
+            earned_inexact(now, self.mul, self.div)
+        }
+    }
+
+    /// Units earned from the origin to `now` for an exact quota (`None` for an inexact one):
+    /// one multiply, no division.
+    #[inline(always)]
+    pub(crate) fn exact_earned(&self, now: u64) -> Option<u64> {
+        // `now * mul <= MAX_UNITS` by construction: no overflow.
+        (self.div == 1).then(|| now.min(HORIZON_NS) * self.mul)
+    }
+
+    /// `(n, div)` with `n / div` the units earned from the origin to `now` (exactly, as a
+    /// fraction): for product compares on inexact quotas.
+    #[inline(always)]
+    pub(crate) fn earned_scaled(&self, now: u64) -> (u128, u128) {
+        (
+            u128::from(now.min(HORIZON_NS)) * u128::from(self.mul),
+            u128::from(self.div),
+        )
+    }
+
+    /// Units earned from the origin to `now`, rounded down.
+    #[inline(always)]
+    pub(crate) fn earned_floor(&self, now: u64) -> u64 {
+        let now = now.min(HORIZON_NS);
+        if self.div == 1 {
+            now * self.mul
+        } else {
+            ((u128::from(now) * u128::from(self.mul)) / u128::from(self.div)) as u64
+        }
+    }
+
+    /// Units earned from the origin to `now`, rounded up.
+    #[inline(always)]
+    pub(crate) fn earned_ceil(&self, now: u64) -> u64 {
+        self.earned(now).1
+    }
+
+    /// The first instant (ns since origin) at which `earned_floor` reaches `units`, saturating
+    /// at `u64::MAX`.
+    #[inline]
+    pub(crate) fn instant_of(&self, units: u64) -> u64 {
+        if self.div == 1 {
+            // Exact quotas: no 128-bit division (and none at all for one unit per ns).
+            if self.mul == 1 {
+                units
+            } else {
+                units.div_ceil(self.mul)
+            }
+        } else {
+            let x = u128::from(units) * u128::from(self.div);
+            match u64::try_from(x) {
+                // The common case (small `div`): one 64-bit division, not a 128-bit one.
+                Ok(x) => x.div_ceil(self.mul),
+                Err(_) => u64::try_from(x.div_ceil(u128::from(self.mul))).unwrap_or(u64::MAX),
+            }
+        }
+    }
+
+    /// The hot words, in slot order.
+    pub(crate) fn to_raw(self) -> [u64; RATE_WORDS] {
+        [self.burst, self.scale, self.mul, self.div]
+    }
+
+    /// Inverse of [`Rate::to_raw`]; only ever given values that came from `to_raw`.
+    #[inline(always)]
+    pub(crate) fn from_raw(r: [u64; RATE_WORDS]) -> Rate {
+        Rate {
+            burst: r[0],
+            scale: r[1],
+            mul: r[2],
+            div: r[3],
+        }
+    }
+}
+
 impl fmt::Debug for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Quota")
             .field("tokens", &self.tokens)
             .field("per", &self.per())
-            .field("burst", &self.burst)
+            .field("burst", &self.rate.burst)
             .field("exact", &self.is_exact())
             .finish()
     }
@@ -122,10 +248,12 @@ impl Quota {
                 return Ok(Quota {
                     tokens,
                     per_ns,
-                    burst,
-                    scale,
-                    mul,
-                    div,
+                    rate: Rate {
+                        burst,
+                        scale,
+                        mul,
+                        div,
+                    },
                 });
             }
             // Only reachable for periods of centuries; a coarser unit still fits.
@@ -178,7 +306,7 @@ impl Quota {
     /// assert_eq!(tollgate::Quota::per_second(7).unwrap().burst(), 7);
     /// ```
     pub fn burst(&self) -> u64 {
-        self.burst
+        self.rate.burst
     }
 
     /// Whether every decision equals the continuous token bucket at every nanosecond.
@@ -193,7 +321,7 @@ impl Quota {
     /// assert!(!Quota::per_second(999_999_937).unwrap().is_exact());
     /// ```
     pub fn is_exact(&self) -> bool {
-        self.div == 1
+        self.rate.div == 1
     }
 
     /// How long refilling `tokens` takes at this rate, rounded up to whole nanoseconds
@@ -212,73 +340,116 @@ impl Quota {
 
     // ---- the fixed-point unit, used by `gcra` ----
 
-    /// State units per token.
+    /// The words decisions read.
+    #[inline(always)]
+    pub(crate) fn rate(&self) -> &Rate {
+        &self.rate
+    }
+
+    /// State units per token: the unit of every [`gcra`](crate::gcra) state is `1 / scale` of a
+    /// token. For stores that keep the state outside this crate (e.g. `tollgate-redis`, whose
+    /// server-side script must reproduce `gcra` exactly).
+    ///
+    /// ```
+    /// let q = tollgate::Quota::per_second(1000).unwrap();
+    /// assert_eq!(q.scale(), 1_000_000); // exact quota: one unit per nanosecond of refill
+    /// ```
     #[inline]
-    pub(crate) fn scale(&self) -> u64 {
-        self.scale
+    pub fn scale(&self) -> u64 {
+        self.rate.scale
+    }
+
+    /// State units earned per nanosecond, as a reduced fraction `(mul, div)`: the bucket earns
+    /// `floor(now_ns × mul / div)` units from the clock's origin to `now_ns`. `div == 1` exactly
+    /// when [`is_exact`](Quota::is_exact). With [`scale`](Quota::scale), everything an external
+    /// store needs to apply [`gcra`](crate::gcra) itself.
+    ///
+    /// ```
+    /// let q = tollgate::Quota::per_second(1000).unwrap();
+    /// assert_eq!(q.units_per_ns(), (1, 1));
+    /// ```
+    #[inline]
+    pub fn units_per_ns(&self) -> (u64, u64) {
+        (self.rate.mul, self.rate.div)
     }
 
     /// Units earned from the origin to `now`, rounded down.
     #[inline]
     pub(crate) fn earned_floor(&self, now: u64) -> u64 {
-        let now = now.min(HORIZON_NS);
-        if self.div == 1 {
-            // `now * mul <= MAX_UNITS` by construction: no overflow, no division.
-            now * self.mul
-        } else {
-            ((u128::from(now) * u128::from(self.mul)) / u128::from(self.div)) as u64
-        }
+        self.rate.earned_floor(now)
     }
 
     /// Units earned from the origin to `now`, rounded up.
     #[inline]
     pub(crate) fn earned_ceil(&self, now: u64) -> u64 {
-        let now = now.min(HORIZON_NS);
-        if self.div == 1 {
-            now * self.mul
-        } else {
-            (u128::from(now) * u128::from(self.mul)).div_ceil(u128::from(self.div)) as u64
-        }
+        self.rate.earned_ceil(now)
     }
 
     /// The first instant (ns since origin) at which `earned_floor` reaches `units`, saturating
     /// at `u64::MAX`.
     #[inline]
     pub(crate) fn instant_of(&self, units: u64) -> u64 {
-        if self.div == 1 {
-            // Exact quotas: no 128-bit division (and none at all for one unit per ns).
-            if self.mul == 1 {
-                units
-            } else {
-                units.div_ceil(self.mul)
-            }
-        } else {
-            let at = (u128::from(units) * u128::from(self.div)).div_ceil(u128::from(self.mul));
-            u64::try_from(at).unwrap_or(u64::MAX)
-        }
+        self.rate.instant_of(units)
     }
 
-    /// The raw fields, for the bucket's atomic quota slots.
+    /// The raw fields, for the bucket's atomic quota slots: the [`Rate`] words first (the
+    /// decision path reads only those), then `tokens` and `per_ns`.
     pub(crate) fn to_raw(self) -> [u64; 6] {
-        [
-            self.tokens,
-            self.per_ns,
-            self.burst,
-            self.scale,
-            self.mul,
-            self.div,
-        ]
+        let r = self.rate.to_raw();
+        [r[0], r[1], r[2], r[3], self.tokens, self.per_ns]
     }
 
     /// Inverse of [`Quota::to_raw`]; only ever given values that came from `to_raw`.
     pub(crate) fn from_raw(r: [u64; 6]) -> Quota {
         Quota {
-            tokens: r[0],
-            per_ns: r[1],
-            burst: r[2],
-            scale: r[3],
-            mul: r[4],
-            div: r[5],
+            tokens: r[4],
+            per_ns: r[5],
+            rate: Rate::from_raw([r[0], r[1], r[2], r[3]]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{inexact_quotas, Xorshift};
+    use alloc::vec;
+
+    /// `Rate::earned` (floor and ceiling under one test, the ceiling by a product compare)
+    /// against plain 128-bit arithmetic, at the edges of the range and on a seeded sweep.
+    #[test]
+    fn earned_floor_and_ceil_are_exact() {
+        let others = [
+            Quota::per_second(1_000_000_000).unwrap(),
+            Quota::per_second(1000).unwrap(),
+            Quota::new(1, Duration::from_secs(3600), 1).unwrap(),
+            Quota::new(u64::MAX / 4, Duration::from_nanos(u64::MAX), 1 << 62).unwrap(),
+        ];
+        let mut rng = Xorshift(0x2545_F491_4F6C_DD1D);
+        for q in inexact_quotas().into_iter().chain(others) {
+            let r = q.rate();
+            let mut nows = vec![
+                0,
+                1,
+                2,
+                HORIZON_NS - 1,
+                HORIZON_NS,
+                HORIZON_NS + 1,
+                u64::MAX,
+            ];
+            nows.extend((0..20).map(|k| r.div.saturating_mul(k)));
+            nows.extend((0..20).map(|k| r.div.saturating_mul(k).saturating_sub(1)));
+            for _ in 0..5000 {
+                nows.push(rng.next() % (HORIZON_NS + 2));
+            }
+            for now in nows {
+                let n = u128::from(now.min(HORIZON_NS)) * u128::from(r.mul);
+                let d = u128::from(r.div);
+                let want = ((n / d) as u64, n.div_ceil(d) as u64);
+                assert_eq!(r.earned(now), want, "{q:?} at {now}");
+                assert_eq!(r.earned_floor(now), want.0, "{q:?} at {now}");
+                assert!(want.1 <= MAX_UNITS);
+            }
         }
     }
 }

@@ -1,4 +1,84 @@
 //! [`ShardedBucket`]: one global quota spread over cache-padded per-core sub-buckets.
+//!
+//! # Design
+//!
+//! * **Refusal, common case**: the pool's hint says the shards together hold less than one token
+//!   before instant `dry_until`, and the reading is earlier: a one-token request is refused
+//!   with the wait `dry_until − now` after reading that one line — read-mostly, written only
+//!   when its value changes, so it stays cached on every core in between. No scan, no search,
+//!   not even the own shard: fewer instructions than a single [`Bucket`](crate::Bucket)'s
+//!   refusal (callgrind, `ManualClock`, `examples/sharded_callgrind.rs`: 91 per call at 2, 64
+//!   and 1,024 shards alike, 133 for a `Bucket` in the same loop).
+//! * **Admission**: otherwise one CAS on the calling thread's own shard (its own cache line).
+//! * **Borrowing**: otherwise the thread takes partial amounts — fractions of a token included
+//!   — from the other shards, starting with the one that last lent to its shard, then what its
+//!   own shard has, and stops as soon as the cost is met. No read-only pre-scan: a borrow reads
+//!   only as many shards as it needs. A borrow that had to empty every shard (one token spread
+//!   over all of them, the steady state of a thread running just at the rate) then reads every
+//!   shard once more and publishes when the pool will next hold a token, so that the next
+//!   callers are refused from the hint instead of finding out by failing.
+//! * **A failed borrow** (the shards could not pay) gives each take back with one CAS **only if
+//!   the shard's word is still exactly what the take left**, and otherwise leaves the units
+//!   taken (see *Give-backs* below). Then it reads every shard once, computes in closed form
+//!   ([`pool`]) the first instant at which the pool holds one token and the first at which it
+//!   holds `cost`, publishes the first as the new hint and refuses with the second. The closed
+//!   form is one pass when every shard is below full and past empty (a drained pool), else a
+//!   sort of the shards' breakpoints and one walk — never a search.
+//!
+//! # Waits
+//!
+//! `RetryAfter` is exact for the shard states it was computed from: at that wait the pool holds
+//! `cost` if nothing else consumes, one nanosecond earlier it does not. A hint computed at any
+//! reading is exact for every reading before it: no shard can admit anything at a reading
+//! before `dry_until` (the pool is dry there), so only decisions whose clock reads later than
+//! the hint — or a borrow still in flight when the hint was computed — can have changed the
+//! states since. A refusal of `cost > 1` while the pool is dry reads every shard to compute its
+//! exact wait (O(shards)); only cost-1 refusals are answered by the hint alone.
+//!
+//! # Give-backs (issue 8, defect 6)
+//!
+//! Restoring `units − (word − after)⁺` — what the word seems to owe — is unsound: a decision at
+//! a later reading may find the shard exactly full (`word == earned(now)`), admit `d` on top of
+//! the borrowed units, and the give-back then restores `units − d`: the shard holds more than
+//! its burst at that reading. The word cannot tell a debit from a refill cap. The rule here:
+//! give back only with `compare_exchange(after, after − units)`. Every other write to a shard
+//! only increases its word, and each successful give-back removes exactly the take it follows;
+//! so, by induction over give-backs, a word equal to `after` means that nothing since the take
+//! is still in it (each later increase was itself a take already given back), and `after −
+//! units` is the word the take started from, capped at its reading — a state some decision at
+//! that reading could have left. When the word moved, the units stay taken: capacity lost,
+//! never a token created. [`ShardedBucket::stranded_tokens`] counts them.
+//!
+//! A borrow fails only when the shards together cannot pay at its reading: a race between
+//! borrowers for the last fraction of a token, a cost above what the pool holds, or a hint
+//! published before another thread consumed. A take is stranded only if another thread wrote
+//! the same shard between the take and the give-back (a few hundred nanoseconds): never with
+//! one thread, never on a frozen clock (a borrow only fails after emptying each shard it took
+//! from, and an empty shard refuses everyone at the same reading). Measured with random stalls
+//! on the real clock (4 threads, costs 1 to 24, `tests/sharded.rs`): 0 to 1 % of the admitted
+//! tokens.
+//!
+//! # On 64 cores
+//!
+//! With one shard per core ([`ShardedBucket::new`]), admissions on different cores touch
+//! different lines, and a refusal while the pool is dry reads only the shared hint line. That
+//! line is written once per *dry period* (each time the drained pool refills one token), which
+//! costs every core one cache miss on its next refusal. When a dry period ends, every core that
+//! calls at that moment may borrow: up to 64 borrows, each reading the shards until it is
+//! served — one or two lines when the pool has backlog, all 64 when a single token is spread
+//! over them; one is served, the others fail, give back, rescan and publish. So at a low rate
+//! (dry periods of microseconds or more against calls every few nanoseconds) refusals cost
+//! what a single bucket's do. Near saturation — the rate about equal to what the callers ask —
+//! every token is collected from every shard: 64 CASes on 64 lines and a rescan per token,
+//! about 12,300 instructions at 64 shards against 630 at 2 and 130 for a `Bucket` (callgrind,
+//! one thread exactly at the rate; `examples/sharded_callgrind.rs`). A thread in that state falls behind the rate, the
+//! pool builds a backlog, and borrows become one CAS on one shard again, so a greedy thread
+//! still gets the rate; but near saturation the bucket costs more per call than a single
+//! [`Bucket`](crate::Bucket). That is the price of pooling the shards exactly; callers well
+//! above or well below the rate do not pay it. These are derived from the algorithm and from
+//! instruction counts, not measured on 64 cores: the machine it was written on has 2.
+
+mod pool;
 
 use crate::clock::{Clock, DefaultClock};
 use crate::error::Denied;
@@ -29,6 +109,40 @@ struct Shard {
     state: AtomicU64,
     /// This shard's quota: rate `tokens / (n × per)`, burst `⌊burst / n⌋` or one more.
     quota: Quota,
+    /// Where the next borrow by a thread of this shard starts among the other shards: the last
+    /// shard that lent to one (it may have more), so that borrows drain the shards in turn
+    /// instead of always the same ones first. Only a starting point: any value is correct.
+    /// `Relaxed`, written only by borrowers from this shard (its own line).
+    cursor: AtomicU64,
+}
+
+/// What the shards know together, on its own cache line: read by every refusal, written only
+/// when a value changes.
+struct Pool {
+    /// The refusal hint.
+    ///
+    /// | bits | meaning | unit | range |
+    /// |---|---|---|---|
+    /// | 63..62 | publication counter (wraps), so that republishing the same instant still fails a stale publisher's CAS | — | 0 ..= 3 |
+    /// | 61..0 | an instant before which the shards together hold less than one token | ns since the clock's origin | `0` = no hint; all ones = not within the horizon |
+    ///
+    /// Computed from a read of every shard (by a refusal that found the pool short); true for
+    /// every reading before it whatever happens later, because no shard can admit anything at
+    /// such a reading and failed borrows republish after giving back. Replaced with a CAS from
+    /// the word read before the shards were read, so a hint computed before another thread's
+    /// give-back does not overwrite the one that thread publishes after it. Orderings: a
+    /// refusal's load is `Relaxed` (it only needs the value); a publisher loads it `Acquire`
+    /// and publishes `Release`, so a publisher that reads another's publication also reads the
+    /// shard words that one read, its give-backs included (with `Relaxed` it could read the
+    /// new word and an old shard and republish the pool as dry: found by the loom model
+    /// `borrowing_while_the_owner_admits`). One caveat: if exactly a multiple of 4
+    /// publications happened while a publisher read the shards, its CAS cannot tell, and the
+    /// hint can be late by what a give-back restored until a later refusal republishes — fewer
+    /// admissions, never more.
+    dry_until: AtomicU64,
+    /// Units taken by failed borrows that could not be given back (the shard's word had moved):
+    /// capacity lost to races, for [`ShardedBucket::stranded_tokens`]. `Relaxed`, saturating.
+    stranded: AtomicU64,
 }
 
 /// A token bucket for one global limit hit by many cores at once: the quota is split exactly over
@@ -39,12 +153,16 @@ struct Shard {
 ///   global rate exactly) and the burst `⌊burst/n⌋`, the first `burst mod n` shards one more (the
 ///   shard bursts sum to the global burst exactly). Each shard is an exact [`gcra`] bucket, so in
 ///   any window Δ the total admitted never exceeds `burst + rate·Δ`.
-/// * **No stranded tokens.** A thread debits its own shard (one CAS). When that shard cannot pay,
-///   the thread *borrows*: it sums the balances of all shards (read-only), and if they cover the
-///   cost it takes partial amounts — fractions of a token included — from as many shards as
-///   needed, or gives everything back if a race left too little (all or nothing). So one thread
-///   alone still gets the whole burst and the whole rate, and on a frozen clock exactly `burst`
-///   tokens come out in total, whatever the number of threads.
+/// * **Pooled.** A thread debits its own shard (one CAS). When that shard cannot pay, the thread
+///   *borrows*: it takes partial amounts — fractions of a token included — from as many shards
+///   as needed, and stops once served; if the shards together cannot pay, it gives its takes
+///   back (all or nothing; a take whose shard another thread wrote meanwhile stays taken, see
+///   [`stranded_tokens`](ShardedBucket::stranded_tokens)). So one thread alone gets the whole
+///   burst and the whole rate, and on a frozen clock exactly `burst` tokens come out in total,
+///   whatever the number of threads.
+/// * **Cheap refusals.** A refusal that read every shard publishes when the pool will next
+///   hold a token; until then a refusal of one token reads only the own shard and that hint
+///   (see the module's source docs for the design, the waits and 64 cores).
 /// * Threads map to shards through a thread-local index assigned round-robin: no syscall per call.
 /// * **Refill to full.** When the shard count does not divide the burst, the shards with one token
 ///   less fill up first and then stop earning, so an emptied bucket is full again after
@@ -62,12 +180,15 @@ struct Shard {
 /// assert_eq!(bucket.available(), 8);
 /// ```
 ///
-/// Borrowing is the slow path: it reads every shard's line and may write several. A bucket whose
-/// threads keep their own shards supplied (many threads, or costs well below `burst / shards`)
-/// rarely borrows; one hot thread on a drained bucket borrows on every call.
+/// Borrowing is the slow path: it reads shards until served and writes those it takes from. A
+/// bucket whose threads keep their own shards supplied (many threads, or costs well below
+/// `burst / shards`) rarely borrows; one hot thread on a drained bucket borrows once per token
+/// (collecting it from every shard when it is spread over all of them) and is refused from the
+/// hint in between.
 #[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 pub struct ShardedBucket<C = DefaultClock> {
     shards: Box<[CachePadded<Shard>]>,
+    pool: CachePadded<Pool>,
     quota: Quota,
     clock: C,
 }
@@ -167,11 +288,16 @@ impl<C: Clock> ShardedBucket<C> {
                 CachePadded::new(Shard {
                     state: AtomicU64::new(gcra::FULL),
                     quota,
+                    cursor: AtomicU64::new(0),
                 })
             })
             .collect();
         ShardedBucket {
             shards,
+            pool: CachePadded::new(Pool {
+                dry_until: AtomicU64::new(0),
+                stranded: AtomicU64::new(0),
+            }),
             quota,
             clock,
         }
@@ -216,7 +342,9 @@ impl<C: Clock> ShardedBucket<C> {
     /// borrowed from the others (see the type's docs), all or nothing. `Err(RetryAfter(d))`: `d`
     /// is the smallest wait after which the shards together hold `cost` if nothing else consumes
     /// (for quotas that are not [exact](Quota::is_exact) it may be rounded up by one unit's
-    /// time). `Err(ExceedsBurst)`: `cost` is above the global burst. Cost 0 is always admitted.
+    /// time), computed from the shards as the last refusal that read them all found them: a
+    /// thread whose clock reads later may have consumed since. `Err(ExceedsBurst)`: `cost` is
+    /// above the global burst. Cost 0 is always admitted.
     ///
     /// ```
     /// use std::time::Duration;
@@ -285,11 +413,20 @@ impl<C: Clock> ShardedBucket<C> {
     /// The decision at `now` for `0 < cost <= burst`.
     #[inline]
     fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
+        // While the shards together hold less than one token, a refusal reads nothing else.
+        let dry = self.pool.dry_until.load(Ordering::Relaxed) & INSTANT;
+        if now < dry {
+            return if cost == 1 {
+                Err(Denied::RetryAfter(wait(now, dry)))
+            } else {
+                self.refuse_dry(now, cost)
+            };
+        }
         let home = self.home();
         let shard = &self.shards[home];
         if cost <= shard.quota.burst() {
             let mut state = shard.state.load(Ordering::Relaxed);
-            while let Ok(Some(next)) = gcra::try_acquire(state, now, &shard.quota, cost) {
+            while let Some(next) = gcra::debit(state, now, &shard.quota, cost) {
                 match shard.state.compare_exchange_weak(
                     state,
                     next,
@@ -301,7 +438,7 @@ impl<C: Clock> ShardedBucket<C> {
                 }
             }
         }
-        self.borrow(home, now, cost)
+        self.borrow(home, now, cost, true)
     }
 
     /// Whole tokens the shards hold together now (fractions pooled across shards).
@@ -348,85 +485,232 @@ impl<C: Clock> ShardedBucket<C> {
             .sum()
     }
 
-    /// The slow path: pool the shards, starting with `home`'s own remainder.
-    #[cold]
-    fn borrow(&self, home: usize, now: u64, cost: u64) -> Result<(), Denied> {
-        // All shards share one unit (`split` guarantees it).
-        let need = u128::from(cost) * u128::from(self.shards[0].quota.scale());
-        if self.units_at(now) < need {
-            return Err(Denied::RetryAfter(self.wait(now, need)));
-        }
-        let n = self.shards.len();
-        let mut takes = Takes::default();
-        let mut left = need;
-        for k in 0..n {
-            let j = (home + k) % n;
-            let shard = &self.shards[j];
-            let mut state = shard.state.load(Ordering::Relaxed);
-            let max = u64::try_from(left).unwrap_or(u64::MAX);
-            while let Some((next, taken)) = gcra::take_units(state, now, &shard.quota, max) {
-                match shard.state.compare_exchange_weak(
-                    state,
-                    next,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        takes.push(Take {
-                            shard: j,
-                            after: next,
-                            units: taken,
-                        });
-                        left -= u128::from(taken);
-                        break;
-                    }
-                    Err(actual) => state = actual,
-                }
-            }
-            if left == 0 {
-                return Ok(());
-            }
-        }
-        // A race left too little: give everything back (all or nothing).
-        takes.for_each(|t| {
-            let shard = &self.shards[t.shard];
-            let mut state = shard.state.load(Ordering::Relaxed);
-            while let Some(next) = gcra::give_back_units(state, t.after, t.units) {
-                match shard.state.compare_exchange_weak(
-                    state,
-                    next,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => break,
-                    Err(actual) => state = actual,
-                }
-            }
-        });
-        Err(Denied::RetryAfter(self.wait(now, need)))
+    /// Capacity lost so far to failed borrows that could not give back what they took, in
+    /// tokens (fractions included). A borrow that cannot be completed returns each partial take
+    /// only if no other decision touched that shard in between (anything else could create a
+    /// token, see the module's docs); otherwise those units stay taken. Zero for a bucket used
+    /// by one thread; under contention, a diagnostic of how much of the rate races cost.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, ShardedBucket};
+    /// let bucket = ShardedBucket::with_clock(Quota::per_second(8).unwrap(), 4, ManualClock::new());
+    /// assert!(bucket.try_acquire(8).is_ok());
+    /// assert!(bucket.try_acquire(8).is_err());
+    /// assert_eq!(bucket.stranded_tokens(), 0.0);
+    /// ```
+    pub fn stranded_tokens(&self) -> f64 {
+        let units = self.pool.stranded.load(Ordering::Relaxed);
+        units as f64 / self.shards[0].quota.scale() as f64
     }
 
-    /// The smallest wait after which the shards together hold `need` units, if nothing else
-    /// consumes: `units_at` never decreases as time passes, so a binary search between `now` and
-    /// the horizon finds the first instant it reaches `need` exactly (about 62 probes, each
-    /// reading every shard once; this is the refusal path of a pooled borrow). Full shards earn
-    /// nothing, which is why no closed form over the shard count works.
-    fn wait(&self, now: u64, need: u128) -> Duration {
-        let end = HORIZON_NS.max(now);
-        if self.units_at(end) < need {
-            return Duration::MAX;
+    /// A refusal of `cost > 1` while the pool is dry: the exact wait needs every shard.
+    #[cold]
+    fn refuse_dry(&self, now: u64, cost: u64) -> Result<(), Denied> {
+        self.borrow(self.home(), now, cost, false)
+    }
+
+    /// The slow path, when the own shard cannot pay: pool the shards (`take`: the pool is not
+    /// known to be dry), else refuse with the exact wait.
+    #[cold]
+    fn borrow(&self, home: usize, now: u64, cost: u64, mut take: bool) -> Result<(), Denied> {
+        // All shards share one unit (`split` guarantees it).
+        let need = u128::from(cost) * u128::from(self.shards[0].quota.scale());
+        // A second round only if the shards, read after a failed borrow, could pay after all
+        // (another borrow gave back meanwhile, or the hint was older than a give-back).
+        for _ in 0..2 {
+            let mut gave_back = false;
+            if take {
+                match self.take_pooled(home, now, need) {
+                    Ok(false) => return Ok(()),
+                    Ok(true) => {
+                        // Served with the last of every shard: tell the next callers when the
+                        // pool holds a token again, so that they need not find out by failing.
+                        self.read_pool(u128::from(self.shards[0].quota.scale()), false);
+                        return Ok(());
+                    }
+                    Err(restored) => gave_back = restored,
+                }
+            }
+            let ready = self.read_pool(need, gave_back);
+            if ready > now {
+                return Err(Denied::RetryAfter(wait(now, ready)));
+            }
+            take = true;
         }
-        // Invariant: units_at(hi) >= need; units_at(lo) < need, or lo == now.
-        let (mut lo, mut hi) = (now, end);
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if self.units_at(mid) >= need {
-                hi = mid;
-            } else {
-                lo = mid;
+        Err(Denied::RetryAfter(Duration::from_nanos(1)))
+    }
+
+    /// Takes `need` units from the shards — the others first, from the shard where this
+    /// shard's last borrow stopped (the own shard's fraction is left to grow into a whole
+    /// token), the own shard last — and stops once served: `Ok(drained)`, `drained` if it
+    /// emptied every shard but left less than a token in the last (the pool may be dry now).
+    /// All or nothing: on failure every take is given back where that is sound; `Err(true)` if
+    /// anything was given back.
+    fn take_pooled(&self, home: usize, now: u64, need: u128) -> Result<bool, bool> {
+        let n = self.shards.len();
+        let token = self.shards[0].quota.scale();
+        let cursor = &self.shards[home].cursor;
+        let first = cursor.load(Ordering::Relaxed) as usize;
+        let mut j = if first < n { first } else { 0 };
+        let mut takes = Takes::default();
+        let mut left = need;
+        for visited in 1..n {
+            if j == home {
+                j = if j + 1 == n { 0 } else { j + 1 };
+            }
+            if let Some(rest) = self.take_from(j, now, &mut left, &mut takes) {
+                if j != first {
+                    cursor.store(j as u64, Ordering::Relaxed);
+                }
+                return Ok(visited + 1 == n && rest < token);
+            }
+            j = if j + 1 == n { 0 } else { j + 1 };
+        }
+        match self.take_from(home, now, &mut left, &mut takes) {
+            Some(rest) => Ok(rest < token),
+            None => Err(self.give_back(&takes)),
+        }
+    }
+
+    /// Takes up to `left` units from shard `j` (one CAS, retried while the word moves but the
+    /// shard still holds something). Once `left` reaches 0: `Some(units the shard still
+    /// holds)`; before, the take is recorded in `takes`.
+    #[inline]
+    fn take_from(&self, j: usize, now: u64, left: &mut u128, takes: &mut Takes) -> Option<u64> {
+        let shard = &self.shards[j];
+        let mut state = shard.state.load(Ordering::Relaxed);
+        let max = u64::try_from(*left).unwrap_or(u64::MAX);
+        while let Some((next, taken, rest)) = gcra::take_units(state, now, &shard.quota, max) {
+            match shard.state.compare_exchange_weak(
+                state,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    *left -= u128::from(taken);
+                    if *left == 0 {
+                        return Some(rest);
+                    }
+                    takes.push(Take {
+                        shard: j,
+                        after: next,
+                        units: taken,
+                    });
+                    return None;
+                }
+                Err(actual) => state = actual,
             }
         }
-        Duration::from_nanos((hi - now).max(1))
+        None
+    }
+
+    /// Undoes the takes of a failed borrow where that is sound: one CAS from the word the take
+    /// left to the word it started from (see the module's docs). A shard whose word has moved
+    /// keeps the units. Returns whether anything was given back.
+    fn give_back(&self, takes: &Takes) -> bool {
+        let (mut lost, mut restored_any) = (0u64, false);
+        takes.for_each(|t| {
+            let shard = &self.shards[t.shard];
+            let restored = shard.state.compare_exchange(
+                t.after,
+                t.after - t.units,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            match restored {
+                Ok(_) => restored_any = true,
+                Err(_) => lost = lost.saturating_add(t.units),
+            }
+        });
+        if lost > 0 {
+            let _ = self
+                .pool
+                .stranded
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                    Some(s.saturating_add(lost))
+                });
+        }
+        restored_any
+    }
+
+    /// Reads every shard once and returns the first instant at which the shards together hold
+    /// `need` units (`u64::MAX`: not within the horizon), and publishes the first instant at
+    /// which they hold one token as the hint: if it changed, or always after a give-back
+    /// (`gave_back`), so that a hint computed from shards read before the give-back, by a
+    /// thread that read the hint before this publication, fails its CAS and reads again.
+    fn read_pool(&self, need: u128, gave_back: bool) -> u64 {
+        let scale = u128::from(self.shards[0].quota.scale());
+        let n = self.shards.len();
+        loop {
+            // Acquire: if `seen` is another thread's publication, the shard words read below are
+            // at least those it read — its own give-backs included.
+            let seen = self.pool.dry_until.load(Ordering::Acquire);
+            let shards = || {
+                self.shards.iter().map(|s| {
+                    let q = &s.quota;
+                    (s.state.load(Ordering::Relaxed), q.burst() * q.scale())
+                })
+            };
+            // The one-pass form (a drained pool) first, the general one where it does not apply
+            // (its breakpoints on the stack up to 16 shards).
+            let first = |need: u128| {
+                pool::first_reaching_linear(shards(), need).or_else(|| {
+                    if n <= 16 {
+                        let (mut starts, mut ends) = ([0i64; 16], [0i64; 16]);
+                        let (starts, ends) = (&mut starts[..n], &mut ends[..n]);
+                        pool::breakpoints(shards(), starts, ends);
+                        pool::first_reaching(starts, ends, need)
+                    } else {
+                        let (mut starts, mut ends) = (alloc::vec![0; n], alloc::vec![0; n]);
+                        pool::breakpoints(shards(), &mut starts, &mut ends);
+                        pool::first_reaching(&mut starts, &mut ends, need)
+                    }
+                })
+            };
+            let dry = self.instant(first(scale));
+            let ready = if need == scale {
+                dry
+            } else {
+                self.instant(first(need))
+            };
+            let next = seen.wrapping_add(VERSION) & !INSTANT | dry.min(INSTANT);
+            if (seen & INSTANT == dry.min(INSTANT) && !gave_back)
+                || self
+                    .pool
+                    .dry_until
+                    .compare_exchange(seen, next, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return ready;
+            }
+            // Another thread published meanwhile, perhaps from states read after a give-back
+            // that ours missed: read again.
+        }
+    }
+
+    /// The first clock reading at which the shards have earned `units` (`u64::MAX`: never
+    /// within the horizon, or never at all).
+    fn instant(&self, units: Option<u64>) -> u64 {
+        match units.map(|u| self.shards[0].quota.instant_of(u)) {
+            Some(at) if at <= HORIZON_NS => at,
+            _ => u64::MAX,
+        }
+    }
+}
+
+/// The hint's instant bits (62: every instant within the horizon fits); all ones = never.
+const INSTANT: u64 = (1 << 62) - 1;
+/// One step of the hint's 2-bit publication counter, in the bits above the instant.
+const VERSION: u64 = 1 << 62;
+
+/// The wait from `now` until `at` (`INSTANT` or more: never), at least one nanosecond.
+#[inline]
+fn wait(now: u64, at: u64) -> Duration {
+    if at >= INSTANT {
+        Duration::MAX
+    } else {
+        Duration::from_nanos(at.saturating_sub(now).max(1))
     }
 }
 
@@ -439,10 +723,10 @@ struct Take {
     units: u64,
 }
 
-/// The takes of one borrow: inline for up to 8 shards, spilled to the heap beyond.
+/// The takes of one borrow: inline for up to 4 shards, spilled to the heap beyond.
 #[derive(Default)]
 struct Takes {
-    inline: [Take; 8],
+    inline: [Take; 4],
     len: usize,
     spill: Vec<Take>,
 }

@@ -43,6 +43,13 @@ impl EpochSlots {
     /// possible when two reconfigurations completed since the caller read its word: reload it).
     #[inline(always)]
     pub(crate) fn read(&self, epoch: u64) -> Option<[u64; WORDS]> {
+        self.read_versioned(epoch).map(|(raw, _)| raw)
+    }
+
+    /// [`EpochSlots::read`], also returning the slot's version (its seqlock counter) for
+    /// [`EpochSlots::unchanged`].
+    #[inline(always)]
+    pub(crate) fn read_versioned(&self, epoch: u64) -> Option<([u64; WORDS], u32)> {
         let i = (epoch & 1) as usize;
         let seq = self.seqs[i].load(Ordering::Acquire);
         if seq & 1 != 0 {
@@ -50,7 +57,59 @@ impl EpochSlots {
         }
         let raw = self.slots[i].each_ref().map(|a| a.load(Ordering::Relaxed));
         fence(Ordering::Acquire);
-        (self.seqs[i].load(Ordering::Relaxed) == seq).then_some(raw)
+        (self.seqs[i].load(Ordering::Relaxed) == seq).then_some((raw, seq))
+    }
+
+    /// The first `N` words of the slot of `epoch` and its version, or `None` while it is being
+    /// rewritten: the decision path's read. The slot is chosen by a branch on the epoch bit, not
+    /// by indexing with it, so the CPU predicts the branch and issues these loads before the
+    /// word that holds the bit has arrived (an index would make their addresses wait for it).
+    #[inline(always)]
+    pub(crate) fn read_prefix<const N: usize>(&self, epoch: u64) -> Option<([u64; N], u32)> {
+        if epoch & 1 == 0 {
+            self.read_prefix_of::<N>(0)
+        } else {
+            self.read_prefix_of::<N>(1)
+        }
+    }
+
+    #[inline(always)]
+    fn read_prefix_of<const N: usize>(&self, i: usize) -> Option<([u64; N], u32)> {
+        let seq = self.seqs[i].load(Ordering::Acquire);
+        if seq & 1 != 0 {
+            return None;
+        }
+        let slot = &self.slots[i];
+        let raw: [u64; N] = core::array::from_fn(|k| slot[k].load(Ordering::Relaxed));
+        fence(Ordering::Acquire);
+        (self.seqs[i].load(Ordering::Relaxed) == seq).then_some((raw, seq))
+    }
+
+    /// Whether the slot of `epoch` still holds the version `seq` that
+    /// [`EpochSlots::read_versioned`] or [`EpochSlots::read_prefix`] returned.
+    ///
+    /// How a read-only result is validated: the caller reads its word `w`, the slot, then loads
+    /// its word again with `Acquire`, and calls this after that load. If the word is still `w`
+    /// and the slot unchanged, the slot held this version while the word was `w` (at the second
+    /// load), so the result combines a state with its own parameters. The word alone is not
+    /// enough: two or more reconfigurations can bring the word back to the bit-identical value
+    /// `w` with another version in the slot (on a frozen clock a cycle of quotas does). Every
+    /// word change is a read-modify-write, so the second load synchronizes with the flip of
+    /// every writer before it, and this load sees that writer's counter (or a later one).
+    #[inline(always)]
+    pub(crate) fn unchanged(&self, epoch: u64, seq: u32) -> bool {
+        self.seqs[(epoch & 1) as usize].load(Ordering::Relaxed) == seq
+    }
+
+    /// The generation of `epoch`'s slot: its seqlock counter, which every rewrite of the slot
+    /// changes (odd while it is written). A reconfiguration rewrites the idle slot and flips the
+    /// epoch, so between two observations of the same epoch bit *any* reconfiguration changed
+    /// either the bit or this counter (up to a wrap after 2^31 rewrites of one slot).
+    ///
+    /// Read it after loading the owner's word (`Acquire`): every reconfiguration whose flip that
+    /// load observed is then counted.
+    pub(crate) fn generation(&self, epoch: u64) -> u32 {
+        self.seqs[(epoch & 1) as usize].load(Ordering::Acquire)
     }
 
     /// Takes the writer flag, waiting with back-off (spin, then yield the thread) while another

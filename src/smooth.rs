@@ -454,6 +454,12 @@ impl<C: Clock> Smooth<C> {
 
     /// The CAS loop. `f(state, params)` returns the state to write (`None`: write nothing) and
     /// the result; it may run several times, so it must not have side effects.
+    ///
+    /// A result that writes nothing (a refusal, `rate()`, a state that did not change) is
+    /// validated like a write: the word is loaded again after the parameter slot was read, and
+    /// the result stands only if the word is still `w` — otherwise two reconfigurations may
+    /// have rewritten the slot `w` names since `w` was loaded, and the parameters read would not
+    /// be `w`'s.
     #[inline]
     fn update<R>(&self, mut f: impl FnMut(State, &Params) -> (Option<State>, R)) -> R {
         let mut w = self.state.load(Ordering::Acquire);
@@ -464,10 +470,14 @@ impl<C: Clock> Smooth<C> {
                 continue;
             };
             let (next, result) = f(decode(w, &params), &params);
-            let Some(next) = next else { return result };
-            let new = encode(next, &params, w & 1);
+            let new = next.map_or(w, |next| encode(next, &params, w & 1));
             if new == w {
-                return result;
+                let again = self.state.load(Ordering::Acquire);
+                if again == w {
+                    return result;
+                }
+                w = again;
+                continue;
             }
             match self
                 .state

@@ -49,17 +49,19 @@
 //!   [`Bucket::try_acquire_for`] (refuse when the wait would exceed a timeout) — the same role
 //!   the finite queue plays in a leaky bucket that drops overflow.
 //! * **Work-conserving fairness.** The order is first-come-first-served by CAS; a caller that
-//!   gives up ([`Reservation::cancel`], or dropping an [`UntilReady`]) returns its place only if
-//!   nobody queued behind it (Go's `x/time/rate` rule), so cancellation never lets later callers
-//!   exceed the quota.
+//!   gives up ([`Reservation::cancel`], or dropping an [`UntilReady`]) gets its tokens back only
+//!   if the bucket admitted nothing since its reservation (stricter than Go's `x/time/rate`,
+//!   which also gives back part of it), so cancellation never lets any window exceed the quota,
+//!   whatever the clock readings.
 //!
 //! # Reservations and reconfiguration
 //!
 //! A [`Reservation`] remembers the state right after it, its due instant, its cost and the quota
-//! (and the word's quota epoch) it was made under. [`Bucket::set_quota`] changes the unit in
-//! which states are counted, so after a reconfiguration a cancellation would subtract tokens of
-//! one quota from a state of another: [`Reservation::cancel`] then does nothing (the tokens stay
-//! consumed, which can only refuse more, never admit more).
+//! (with the word's quota epoch and that quota slot's generation) it was made under.
+//! [`Bucket::set_quota`] changes the unit in which states are counted, so after any
+//! reconfiguration — even one that later switches back to the same quota — a cancellation would
+//! subtract tokens of one quota from a state of another: [`Reservation::cancel`] then does
+//! nothing (the tokens stay consumed, which can only refuse more, never admit more).
 
 use crate::bucket::Bucket;
 use crate::clock::{nanos, Clock, WakeRegistration};
@@ -86,6 +88,9 @@ struct Ticket {
     due: u64,
     /// The word's quota-epoch bit when the reservation was made.
     epoch: u64,
+    /// That epoch's slot generation, read after the word: any reconfiguration since changes
+    /// the epoch bit or this.
+    generation: u32,
     /// The quota in force when the reservation was made.
     quota: Quota,
 }
@@ -187,11 +192,13 @@ impl<C: Clock> Bucket<C> {
     fn reserve_at(&self, now: u64, cost: u64) -> Result<Reservation<'_, C>, Denied> {
         let ticket = self.update_with_epoch(|state, epoch, quota| {
             let quota = *quota;
+            let generation = self.quota_generation(epoch);
             if cost == 0 {
                 let ticket = Ticket {
                     after: state,
                     due: now,
                     epoch,
+                    generation,
                     quota,
                 };
                 return (None, Ok(ticket));
@@ -203,6 +210,7 @@ impl<C: Clock> Bucket<C> {
                         after,
                         due,
                         epoch,
+                        generation,
                         quota,
                     }),
                 ),
@@ -371,20 +379,44 @@ impl<C: Clock> Reservation<'_, C> {
     /// assert_eq!(r.delay(), Duration::ZERO);
     /// ```
     pub fn delay(&self) -> Duration {
-        Duration::from_nanos(self.ticket.due.saturating_sub(self.bucket.clock().now()))
+        self.delay_from(self.bucket.clock().now())
     }
 
-    /// Gives the reserved tokens back, except those that later reservations depend on — the
-    /// rule of Go's `x/time/rate` `Reservation.CancelAt` ([`gcra::cancel`]): it restores
-    /// `cost − (tokens reserved after this one)`, nothing when that is not positive, nothing
-    /// when the reservation came due before now, and never more than the burst.
+    /// The time from the clock reading `now` (nanoseconds since the clock's origin) until the
+    /// reserved tokens are due; zero if they are due at or before `now` (Go's `DelayFrom`).
+    /// `delay_from(0)` is the due instant itself.
     ///
-    /// **If the quota changed since the reservation** ([`Bucket::set_quota`] with a different
-    /// quota), the state is counted in another unit and the reservation can no longer be
-    /// matched against it: `cancel` then does nothing (the tokens stay consumed — it can refuse
-    /// more, never admit more). A reconfiguration there-and-back to the identical quota is not
-    /// detected; the rule above is then applied to the converted state, still capped at the
-    /// reservation's cost and at the burst.
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, ManualClock, Quota};
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(1).unwrap(), ManualClock::new());
+    /// bucket.reserve(1).unwrap();
+    /// let r = bucket.reserve(1).unwrap(); // due at 100 ms
+    /// assert_eq!(r.delay_from(0), Duration::from_millis(100));
+    /// assert_eq!(r.delay_from(30_000_000), Duration::from_millis(70));
+    /// assert_eq!(r.delay_from(200_000_000), Duration::ZERO);
+    /// ```
+    pub fn delay_from(&self, now: u64) -> Duration {
+        Duration::from_nanos(self.ticket.due.saturating_sub(now))
+    }
+
+    /// Gives the reserved tokens back — all of them, but only if nothing was admitted by the
+    /// bucket since this reservation ([`gcra::cancel`]). Otherwise, or when the reservation came
+    /// due before now (Go's rule), or when the quota was changed since, it gives back nothing:
+    /// the tokens stay consumed, which can refuse more, never admit more.
+    ///
+    /// This is what makes cancellation safe whatever the clock readings: with a stale reading
+    /// (a canceller preempted between reading the clock and acting), a clock that stepped back,
+    /// and in any cancel order, no window ever admits more than `burst + rate·Δ`. Nested
+    /// reservations cancelled in reverse order (last taken, first cancelled) all come back;
+    /// one cancelled while a later reservation or decision still holds stays consumed.
+    ///
+    /// **Deviation from Go's `x/time/rate` `Reservation.CancelAt`**, which restores
+    /// `cost − (tokens reserved after it)`: after any later admission the bucket cannot tell a
+    /// later decision's debit from the refill that already replaced this reservation's tokens
+    /// (see [`gcra::cancel`] for the proof), so a partial refund could admit tokens twice. For
+    /// the same reason any reconfiguration since the reservation ([`Bucket::set_quota`] with a
+    /// different quota, even one that later switches back) makes `cancel` give back nothing.
     ///
     /// ```
     /// use std::time::Duration;
@@ -394,8 +426,13 @@ impl<C: Clock> Reservation<'_, C> {
     /// bucket.reserve(2).unwrap();
     /// let r = bucket.reserve(2).unwrap(); // due at 200 ms
     /// clock.advance(Duration::from_millis(100));
-    /// r.cancel(); // nobody queued behind it: both tokens come back
+    /// r.cancel(); // nothing admitted since: both tokens come back
     /// assert_eq!(bucket.reserve(2).unwrap().delay(), Duration::from_millis(100));
+    ///
+    /// let r = bucket.reserve(1).unwrap();
+    /// bucket.reserve(1).unwrap(); // kept
+    /// r.cancel(); // a later reservation holds: nothing comes back
+    /// assert_eq!(bucket.reserve(1).unwrap().delay(), Duration::from_millis(400));
     /// ```
     pub fn cancel(self) {
         if self.cost == 0 {
@@ -404,8 +441,16 @@ impl<C: Clock> Reservation<'_, C> {
         let now = self.bucket.clock().now();
         let t = self.ticket;
         let cost = self.cost;
-        self.bucket.update_with_epoch(|state, epoch, quota| {
-            if epoch != t.epoch || *quota != t.quota {
+        let bucket = self.bucket;
+        // No reconfiguration can run between the check below and the CAS.
+        let _reconfiguration = bucket.exclude_reconfiguration();
+        bucket.update_with_epoch(|state, epoch, quota| {
+            // Any reconfiguration since the reservation changed the epoch bit or the slot's
+            // generation (the quota comparison only guards a generation wrap).
+            if epoch != t.epoch
+                || bucket.quota_generation(epoch) != t.generation
+                || *quota != t.quota
+            {
                 return (None, ());
             }
             (gcra::cancel(state, now, quota, t.after, t.due, cost), ())
@@ -432,18 +477,67 @@ enum Stage<'a, C> {
         reservation: Reservation<'a, C>,
         until: u64,
         waited: Duration,
-        /// The one wake-up this future holds with the clock (`None` before the first).
-        armed: Option<Armed>,
+        /// The one wake-up this future holds with the clock.
+        alarm: Alarm,
     },
     /// Resolved (or abandoned).
     Done,
 }
 
-/// The wake-up a waiting [`UntilReady`] holds: for `until` (fixed for the future's life), on
-/// behalf of `waker`. Dropping it cancels the wake-up (where the clock can).
+/// The one wake-up a waiting future holds with its clock ([`UntilReady`],
+/// [`KeyedLimiter::until_key_ready`](crate::KeyedLimiter::until_key_ready)): set for a deadline
+/// on behalf of a task, replaced only when the deadline or the task changes or the wake-up has
+/// fired (tokio's `Sleep` rule), so spurious polls add nothing. Dropping it cancels the wake-up
+/// (where the clock can).
+#[derive(Default)]
+pub(crate) struct Alarm(Option<Armed>);
+
+/// A registered wake-up: for reading `until`, on behalf of `waker`.
 struct Armed {
+    until: u64,
     waker: Waker,
     registration: WakeRegistration,
+}
+
+impl Alarm {
+    /// Makes sure the task of `cx` is woken once `clock` reads `until` (`now` is a reading
+    /// before `until`): keeps the current wake-up if it is for the same deadline and task and
+    /// has not fired, else drops it and registers one.
+    pub(crate) fn set<C: Clock + ?Sized>(
+        &mut self,
+        clock: &C,
+        until: u64,
+        now: u64,
+        cx: &Context<'_>,
+    ) {
+        let keep = self.0.as_ref().is_some_and(|a| {
+            a.until == until && a.waker.will_wake(cx.waker()) && !a.registration.is_fired()
+        });
+        if !keep {
+            // Drop the old registration first: at most one per future, ever.
+            self.0 = None;
+            let registration =
+                clock.register_wake(Duration::from_nanos(until.saturating_sub(now)), cx.waker());
+            self.0 = Some(Armed {
+                until,
+                waker: cx.waker().clone(),
+                registration,
+            });
+        }
+    }
+}
+
+impl fmt::Debug for Alarm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(a) => f
+                .debug_struct("Alarm")
+                .field("until_ns", &a.until)
+                .field("wake", &a.registration)
+                .finish(),
+            None => f.write_str("Alarm(unset)"),
+        }
+    }
 }
 
 /// The future returned by [`Bucket::until_ready`]: resolves to `Ok(time waited)` once the
@@ -502,7 +596,7 @@ impl<C: Clock> Future for UntilReady<'_, C> {
                         reservation,
                         until,
                         waited: Duration::from_nanos(until - now),
-                        armed: None,
+                        alarm: Alarm::default(),
                     };
                 }
             }
@@ -510,7 +604,7 @@ impl<C: Clock> Future for UntilReady<'_, C> {
         let Stage::Waiting {
             until,
             waited,
-            armed,
+            alarm,
             ..
         } = &mut this.stage
         else {
@@ -525,22 +619,7 @@ impl<C: Clock> Future for UntilReady<'_, C> {
                 this.stage = Stage::Done;
                 return Poll::Ready(Ok(waited));
             }
-            // Tokio's `Sleep` rule: keep the registration unless the task to wake changed or
-            // the wake-up already came (early: the clock's hook and `now` may disagree). The
-            // deadline `until` never changes, so it needs no check.
-            let keep = armed
-                .as_ref()
-                .is_some_and(|a| a.waker.will_wake(cx.waker()) && !a.registration.is_fired());
-            if !keep {
-                // Drop the old registration first: at most one per future, ever.
-                *armed = None;
-                let registration =
-                    clock.register_wake(Duration::from_nanos(until - now), cx.waker());
-                *armed = Some(Armed {
-                    waker: cx.waker().clone(),
-                    registration,
-                });
-            }
+            alarm.set(clock, until, now, cx);
             if clock.now() < until {
                 return Poll::Pending;
             }
@@ -565,12 +644,12 @@ impl<C: Clock> fmt::Debug for UntilReady<'_, C> {
             Stage::Waiting {
                 reservation,
                 until,
-                armed,
+                alarm,
                 ..
             } => d
                 .field("reservation", reservation)
                 .field("until_ns", until)
-                .field("wake", &armed.as_ref().map(|a| &a.registration)),
+                .field("wake", alarm),
             Stage::Done => d.field("stage", &"done"),
         };
         d.finish()

@@ -249,6 +249,13 @@ fn set_quota_carries_the_balance_and_debt_over() {
     // Setting the same quota is a no-op.
     b.set_quota(b.quota());
     assert_eq!(b.available(), 2);
+    // A bucket full for a while keeps the smaller burst.
+    clock.advance(ms(10_000));
+    b.set_quota(Quota::new(100, Duration::from_secs(1), 5).unwrap());
+    assert_eq!(b.available(), 2);
+    clock.advance(ms(1_000));
+    b.set_quota(Quota::new(10, Duration::from_secs(1), 3).unwrap());
+    assert_eq!(b.available(), 3);
 }
 
 #[test]

@@ -2,14 +2,24 @@
 //! threads on hot keys. Deterministic: ManualClock and fixed seeds.
 #![cfg(feature = "keyed")]
 
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
-use tollgate::{Bucket, Clock, Denied, KeyedLimiter, ManualClock, Quota};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tollgate::{Bucket, Clock, Denied, KeyedLimiter, ManualClock, Quota, StdClock};
 
 #[path = "support/rng.rs"]
 mod rng;
+#[path = "support/stall.rs"]
+mod stall;
+#[path = "support/window.rs"]
+mod window;
 use rng::Rng;
+use stall::{arm, Gate, Stall, StallClock};
+use window::WindowChecker;
+
+const MS: u64 = 1_000_000;
 
 #[test]
 fn flood_of_unique_keys_stays_bounded() {
@@ -343,4 +353,371 @@ fn hot_keys_stay_exact_while_the_table_grows() {
         assert_eq!(limiter.available(&key), 0);
     }
     assert_eq!(limiter.counters().evicted, 0);
+}
+
+// ---- Defect 3 (issue 8): an eviction at a later reading must not hand a fresh burst to a
+// decision at an earlier reading. ----
+
+/// The issue's reproduction, on one thread: keys 1 and 2 take their burst at 0, key 3 evicts them
+/// at 1 s (both full then), and a decision for key 1 at the stale reading 0.5 s re-inserts it.
+/// A fresh full bucket would admit 10 more (20 in 0.5 s, bound 15); key 1's own bucket holds 5.
+#[test]
+fn eviction_at_a_later_reading_gives_no_fresh_burst_to_a_stale_one() {
+    let clock = StallClock::new(ManualClock::new());
+    let quota = Quota::per_second(10).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 2, clock.clone());
+    let key1 = WindowChecker::new();
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    key1.admit(0, 10);
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
+    clock.inner().set(Duration::from_secs(1));
+    assert_eq!(limiter.try_acquire(&3u8, 1), Ok(()));
+    assert_eq!(limiter.counters().evicted, 2);
+    // The stale reading sees key 1 as its own bucket would at 0.5 s: 5 tokens, not 10.
+    arm([Stall::Reading(500 * MS)]);
+    assert_eq!(
+        limiter.try_acquire(&1u8, 10),
+        Err(Denied::RetryAfter(Duration::from_millis(500)))
+    );
+    arm([Stall::Reading(500 * MS)]);
+    assert_eq!(limiter.available(&1u8), 5);
+    arm([Stall::Reading(500 * MS)]);
+    assert_eq!(limiter.try_acquire(&1u8, 5), Ok(()));
+    key1.admit(500 * MS, 5);
+    arm([Stall::Reading(500 * MS)]);
+    assert!(limiter.try_acquire(&1u8, 1).is_err());
+    assert_eq!(key1.check(&quota), Ok(()));
+    // At or after the latest eviction reading a re-inserted key is exactly full (a monotone
+    // clock sees no change): at 1.5 s key 1 is full again and evicted for key 2.
+    clock.inner().set(Duration::from_millis(1_500));
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
+    assert_eq!(
+        limiter.counters().evicted,
+        4,
+        "keys 1 and 3 are full at 1.5 s"
+    );
+}
+
+/// The same race with real threads: the decision for key 1 takes its reading (0.5 s), stalls,
+/// the eviction runs at 1 s, then the stalled decision goes on.
+#[test]
+fn a_stalled_decision_after_an_eviction_respects_the_window() {
+    let clock = StallClock::new(ManualClock::new());
+    let quota = Quota::per_second(10).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 2, clock.clone());
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
+    clock.inner().set(Duration::from_millis(500));
+    let gate = Gate::new();
+    std::thread::scope(|s| {
+        let g = gate.clone();
+        let limiter = &limiter;
+        let stalled = s.spawn(move || {
+            arm([Stall::Gate(g)]);
+            limiter.try_acquire(&1u8, 10)
+        });
+        gate.wait_reached();
+        clock.inner().set(Duration::from_secs(1));
+        assert_eq!(limiter.try_acquire(&3u8, 1), Ok(()));
+        assert_eq!(limiter.counters().evicted, 2);
+        gate.open();
+        // 10 at 0 s and 10 at 0.5 s would be 20 tokens in 0.5 s (bound 15).
+        assert!(stalled.join().unwrap().is_err());
+    });
+}
+
+/// Per-key quotas: a re-inserted key starts from its own quota's state at the eviction reading.
+#[test]
+fn stale_reinsert_uses_the_keys_own_quota() {
+    let clock = StallClock::new(ManualClock::new());
+    let basic = Quota::per_second(10).unwrap();
+    let premium = Quota::new(100, Duration::from_secs(1), 100).unwrap();
+    let limiter = KeyedLimiter::builder(basic, 2, clock.clone())
+        .quota_for(1u8, premium)
+        .build()
+        .unwrap();
+    assert_eq!(limiter.try_acquire(&1u8, 100), Ok(()));
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
+    clock.inner().set(Duration::from_secs(1));
+    assert_eq!(limiter.sweep(), 2);
+    arm([Stall::Reading(250 * MS)]);
+    assert_eq!(limiter.available(&1u8), 25);
+    arm([Stall::Reading(250 * MS)]);
+    assert_eq!(limiter.available(&2u8), 2);
+    arm([Stall::Reading(250 * MS)]);
+    assert!(limiter.try_acquire(&1u8, 26).is_err());
+    arm([Stall::Reading(250 * MS)]);
+    assert_eq!(limiter.try_acquire(&1u8, 25), Ok(()));
+    // A key never seen is treated the same way: the table cannot tell it from an evicted one.
+    arm([Stall::Reading(0)]);
+    assert_eq!(
+        limiter.try_acquire(&9u8, 1),
+        Err(Denied::RetryAfter(Duration::from_millis(100)))
+    );
+}
+
+/// A clock stepped far back after evictions: new keys wait until the clock catches up with the
+/// latest eviction reading (less one burst), exactly as one bucket that saw that reading would.
+#[test]
+fn a_clock_stepped_back_after_evictions_is_never_more_lenient() {
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(10).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 1, clock.clone());
+    let w = WindowChecker::new();
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    w.admit(0, 10);
+    clock.set(Duration::from_secs(5));
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(())); // evicts key 1 at 5 s
+    clock.set(Duration::from_secs(1));
+    assert_eq!(limiter.sweep(), 0, "key 2 is not full at 1 s");
+    assert_eq!(limiter.available(&1u8), 0);
+    clock.set(Duration::from_millis(4_500));
+    assert_eq!(limiter.available(&1u8), 5);
+    for t in [0, 1_000, 4_000, 4_500, 5_000] {
+        clock.set(Duration::from_millis(t));
+        if limiter.try_acquire(&1u8, 5).is_ok() {
+            w.admit(t * MS, 5);
+        }
+    }
+    assert_eq!(w.check(&quota), Ok(()));
+}
+
+// ---- Stress: real threads, real clocks, constant eviction. ----
+
+thread_local! {
+    /// The calling thread's latest reading of a [`Recording`] clock.
+    static LAST: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Remembers, per thread, the reading it returned: the reading the limiter's decision used.
+#[derive(Clone, Debug)]
+struct Recording<C>(C);
+
+impl<C: Clock> Clock for Recording<C> {
+    fn now(&self) -> u64 {
+        let t = self.0.now();
+        LAST.with(|c| c.set(t));
+        t
+    }
+}
+
+/// A real clock that now and then reads up to `max_back` earlier than it should (unsynchronised
+/// TSCs, a stepped clock): one reading in `1 / p`, chosen by a seeded shared counter.
+#[derive(Clone, Debug)]
+struct SteppingBack<C> {
+    inner: C,
+    draws: Arc<AtomicU64>,
+    one_in: u64,
+    max_back: u64,
+}
+
+impl<C: Clock> Clock for SteppingBack<C> {
+    fn now(&self) -> u64 {
+        let t = self.inner.now();
+        let mut r = Rng(self.draws.fetch_add(1, Ordering::Relaxed) | 1);
+        let z = r.next();
+        if z % self.one_in == 0 {
+            t.saturating_sub((z >> 32) % self.max_back)
+        } else {
+            t
+        }
+    }
+}
+
+/// The issue's stress shape, bounded and sharpened: 20k/s with burst 10, `max_keys` 256, 16 hot
+/// keys taking 1 to 10 tokens and 40 % unique keys (so hot buckets are spent, refill and are
+/// evicted all the time), on 4 threads for `run` at most, readings stalled at random. Every hot key's admissions, each at the reading its decision used,
+/// must stay within `burst + rate·Δ` in every window; that is a bound, so it holds in every
+/// interleaving (the test cannot be flaky).
+fn stress_hot_keys_under_eviction<C: Clock + Clone + Send + Sync>(clock: C, seed: u64) {
+    const HOT: u64 = 16;
+    let quota = Quota::new(20_000, Duration::from_secs(1), 10).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 256, Recording(clock));
+    let run = Duration::from_millis(700);
+    let logs = Mutex::new(vec![Vec::<(u64, u64)>::new(); HOT as usize]);
+    let next_unique = AtomicU64::new(1 << 32);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (limiter, logs, next_unique) = (&limiter, &logs, &next_unique);
+            s.spawn(move || {
+                let mut rng = Rng(seed.wrapping_mul(31).wrapping_add(t) | 1);
+                let mut mine = vec![Vec::<(u64, u64)>::new(); HOT as usize];
+                let start = Instant::now();
+                for i in 0..2_000_000u64 {
+                    if i % 256 == 0 && start.elapsed() > run {
+                        break;
+                    }
+                    if rng.below(10) < 4 {
+                        let key = next_unique.fetch_add(1, Ordering::Relaxed);
+                        let _ = limiter.try_acquire(&key, 1);
+                    } else {
+                        let key = rng.below(HOT);
+                        let cost = 1 + rng.below(10);
+                        if limiter.try_acquire(&key, cost).is_ok() {
+                            mine[key as usize].push((LAST.with(Cell::get), cost));
+                        }
+                    }
+                }
+                let mut all = logs.lock().unwrap();
+                for (k, events) in mine.into_iter().enumerate() {
+                    all[k].extend(events);
+                }
+            });
+        }
+    });
+    assert!(limiter.len() <= 256);
+    let c = limiter.counters();
+    assert!(
+        c.evicted > 0,
+        "the stream of unique keys must force evictions"
+    );
+    for (key, events) in logs.into_inner().unwrap().into_iter().enumerate() {
+        let w = WindowChecker::new();
+        for (at, tokens) in events {
+            w.admit(at, tokens);
+        }
+        assert_eq!(
+            w.check(&quota),
+            Ok(()),
+            "hot key {key} over its bound ({c:?})"
+        );
+    }
+}
+
+#[test]
+fn stress_eviction_with_stalled_readings() {
+    let clock = StallClock::random(StdClock::default(), 0.01, Duration::from_micros(500), 5);
+    stress_hot_keys_under_eviction(clock, 5);
+}
+
+#[test]
+fn stress_eviction_with_a_clock_stepping_back() {
+    let clock = SteppingBack {
+        inner: StallClock::random(StdClock::default(), 0.01, Duration::from_micros(500), 6),
+        draws: Arc::new(AtomicU64::new(0x5EED)),
+        one_in: 500,
+        max_back: 2_000_000,
+    };
+    stress_hot_keys_under_eviction(clock, 6);
+}
+
+/// A table larger than one sweep step (5,000 keys: 16,384 slots, 16 steps per pass) with exactly
+/// one full bucket: a flood of new keys finds it within one pass (each refusal moves the pass on
+/// by 1,024 slots), and once a pass has ended with no full bucket left, refusals are O(1) with
+/// the exact wait.
+#[test]
+fn incremental_sweep_finds_the_one_full_bucket_within_a_pass() {
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(1).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 5_000, clock.clone());
+    assert_eq!(limiter.try_acquire(&0u64, 1), Ok(())); // full again at 1 s
+    clock.set(Duration::from_millis(500));
+    for key in 1..5_000u64 {
+        assert_eq!(limiter.try_acquire(&key, 1), Ok(())); // full again at 1.5 s
+    }
+    clock.set(Duration::from_secs(1));
+    let mut refused_first = 0;
+    let mut key = 1_000_000u64;
+    while limiter.try_acquire(&key, 1).is_err() {
+        refused_first += 1;
+        key += 1;
+        assert!(refused_first <= 16, "a pass is 16 steps");
+    }
+    assert_eq!(limiter.counters().evicted, 1);
+    assert_eq!(limiter.available(&0u64), 1, "key 0 was full when evicted");
+    // No bucket is full now: within one more pass the wait becomes exact and stays so.
+    let mut waits = Vec::new();
+    for k in 2_000_000..2_000_040u64 {
+        match limiter.try_acquire(&k, 1) {
+            Err(Denied::RetryAfter(d)) => waits.push(d),
+            other => panic!("{other:?}"),
+        }
+        assert!(limiter.len() <= 5_000);
+    }
+    let exact = waits
+        .iter()
+        .position(|&d| d == Duration::from_millis(500))
+        .expect("a pass ends");
+    assert!(exact <= 17, "{exact}");
+    assert!(waits[exact..]
+        .iter()
+        .all(|&d| d == Duration::from_millis(500)));
+    assert_eq!(limiter.counters().evicted, 1);
+}
+
+// ---- until_key_ready ----
+
+#[path = "support/wakers.rs"]
+mod wakers;
+
+#[test]
+fn until_key_ready_waits_for_its_key_with_one_registration() {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll};
+    let (count, waker) = wakers::Count::waker();
+    let mut cx = Context::from_waker(&waker);
+    let clock = ManualClock::new_frozen();
+    let quota = Quota::per_second(10).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 2, clock.clone());
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    let mut fut = pin!(limiter.until_key_ready(&1u8, 3));
+    for _ in 0..1_000 {
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    }
+    assert_eq!(
+        clock.pending_wakes(),
+        1,
+        "spurious polls add no registration"
+    );
+    // Another key is not held up.
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
+    clock.advance(Duration::from_millis(299));
+    assert_eq!(count.get(), 0);
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(count.get(), 1, "woken at the instant the key admits 3");
+    assert_eq!(
+        fut.as_mut().poll(&mut cx),
+        Poll::Ready(Ok(Duration::from_millis(300)))
+    );
+    assert_eq!(limiter.available(&1u8), 0);
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::ZERO)));
+    assert_eq!(clock.pending_wakes(), 0);
+
+    // Someone else takes the tokens first: the waiter re-arms for the new instant.
+    let mut fut = pin!(limiter.until_key_ready(&1u8, 2));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(Duration::from_millis(200));
+    assert_eq!(limiter.try_acquire(&1u8, 2), Ok(()));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    assert_eq!(clock.pending_wakes(), 1);
+    clock.advance(Duration::from_millis(200));
+    assert_eq!(
+        fut.as_mut().poll(&mut cx),
+        Poll::Ready(Ok(Duration::from_millis(400)))
+    );
+
+    // A new key with the table full waits until a bucket can be evicted; dropping a waiting
+    // future cancels its wake-up.
+    clock.set(Duration::from_secs(2)); // both keys full again
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
+    {
+        let mut fut = pin!(limiter.until_key_ready(&3u8, 1));
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+        assert_eq!(clock.pending_wakes(), 1);
+    }
+    assert_eq!(clock.pending_wakes(), 0);
+    let mut fut = pin!(limiter.until_key_ready(&3u8, 1));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        fut.as_mut().poll(&mut cx),
+        Poll::Ready(Ok(Duration::from_secs(1)))
+    );
+    assert_eq!(
+        pin!(limiter.until_key_ready(&1u8, 11)).poll(&mut cx),
+        Poll::Ready(Err(Denied::ExceedsBurst))
+    );
 }

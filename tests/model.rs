@@ -17,6 +17,9 @@ fn ops(burst: u64, period: u64) -> impl Strategy<Value = Vec<Op>> {
             1 => (0..=step * 20).prop_map(Op::Set),
             6 => (0..=burst + 1).prop_map(Op::Acquire),
             2 => Just(Op::Available),
+            2 => (0..=burst + 1).prop_map(Op::Reserve),
+            2 => (0..8usize, any::<bool>()).prop_map(|(i, keep)| Op::Resolve(i, keep)),
+            1 => (0..=burst + 1, 0..=step * 4).prop_map(|(c, d)| Op::AcquireFor(c, d)),
         ],
         1..200,
     )
@@ -46,14 +49,21 @@ proptest! {
         check(tokens, per, burst, &ops, true).map_err(TestCaseError::fail)?;
     }
 
+    /// Any quota, with up to three reconfigurations (to any quota) anywhere in the schedule.
     #[test]
     fn any_quota_is_never_more_lenient_than_the_model(
         tokens in 1u64..=1_000_000_000,
         per in 1u64..=10_000_000_000,
         burst in 1u64..=64,
         ops in ops(64, 10_000_000),
+        switches in prop::collection::vec((0usize..200, 1u64..=1_000, 1u64..=10_000_000_000, 1u64..=64), 0..4),
     ) {
         prop_assume!(Quota::new(tokens, Duration::from_nanos(per), burst).is_ok());
+        let mut ops = ops;
+        for (at, t, p, b) in switches {
+            let at = at.min(ops.len());
+            ops.insert(at, Op::SetQuota(t, p, b));
+        }
         check(tokens, per, burst, &ops, false).map_err(TestCaseError::fail)?;
     }
 }

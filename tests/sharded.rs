@@ -2,13 +2,41 @@
 //! gets the whole burst and rate, the window bound, exact waits. ManualClock and fixed seeds.
 #![cfg(feature = "std")]
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tollgate::{Bucket, Clock, Denied, ManualClock, Quota, ShardedBucket};
+use tollgate::{Bucket, Clock, Denied, ManualClock, Quota, ShardedBucket, StdClock};
 
 #[path = "support/rng.rs"]
 mod rng;
+#[path = "support/stall.rs"]
+mod stall;
+#[path = "support/window.rs"]
+mod window;
 use rng::Rng;
+use stall::{arm, Stall, StallClock};
+use window::WindowChecker;
+
+std::thread_local! {
+    static LAST_READING: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Remembers the calling thread's last reading, so a test can record each admission with the
+/// reading its decision used (the bucket reads its clock once per decision).
+#[derive(Clone, Debug)]
+struct Recorded<C>(C);
+
+impl<C: Clock> Clock for Recorded<C> {
+    fn now(&self) -> u64 {
+        let t = self.0.now();
+        LAST_READING.with(|l| l.set(t));
+        t
+    }
+}
+
+fn last_reading() -> u64 {
+    LAST_READING.with(|l| l.get())
+}
 
 #[test]
 fn frozen_clock_gives_exactly_the_burst_across_shard_counts() {
@@ -203,4 +231,157 @@ fn retry_after_is_exact_when_only_some_shards_refill() {
     assert!(bucket.try_acquire(1024).is_err());
     clock.set(Duration::from_nanos(d));
     assert_eq!(bucket.try_acquire(1024), Ok(()));
+}
+
+/// Issue 9: one greedy thread on a drained 64-shard bucket at 5 M tokens/s gets the whole rate
+/// (a single `Bucket` on the same clock is the reference): refusals answered by the pool's hint
+/// strand nothing, and a borrow collects fractions from every shard.
+#[test]
+fn a_greedy_thread_gets_the_rate_at_64_shards_and_5m_per_s() {
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(5_000_000).unwrap();
+    let bucket = ShardedBucket::with_clock(quota, 64, clock.clone());
+    let reference = Bucket::with_clock(quota, clock.clone());
+    assert_eq!(bucket.shards(), 64);
+    assert_eq!(bucket.try_acquire(5_000_000), Ok(()));
+    assert_eq!(reference.try_acquire(5_000_000), Ok(()));
+    let (mut got, mut want, mut refused) = (0u64, 0u64, 0u64);
+    let mut rng = Rng(7);
+    // 20 ms in random steps of 0..=700 ns, asking for 1 token until refused.
+    while clock.now() < 20_000_000 {
+        clock.advance(Duration::from_nanos(rng.below(701)));
+        loop {
+            match bucket.try_acquire(1) {
+                Ok(()) => got += 1,
+                Err(Denied::RetryAfter(d)) => {
+                    refused += 1;
+                    // The wait is exact: one nanosecond earlier is still refused.
+                    if d > Duration::from_nanos(1) && refused % 97 == 0 {
+                        let t = clock.now();
+                        clock.advance(d - Duration::from_nanos(1));
+                        assert!(bucket.try_acquire(1).is_err());
+                        clock.set(Duration::from_nanos(t));
+                    }
+                    break;
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        while reference.try_acquire(1).is_ok() {
+            want += 1;
+        }
+    }
+    assert!(want > 90_000, "{want}");
+    assert!(got <= want, "{got} > {want}");
+    assert!(got * 100 >= want * 99, "{got} of {want}");
+    println!("greedy, 64 shards, 5 M/s: {got} of {want} tokens");
+    assert_eq!(bucket.stranded_tokens(), 0.0);
+}
+
+/// A cost-1 refusal while the pool is dry is answered from the hint, and the answer is the
+/// exact wait for every reading before it, stale ones included (`Stall::Reading`).
+#[test]
+fn hint_refusals_are_exact_for_stale_readings_too() {
+    for shards in [2usize, 64, 1024] {
+        let clock = StallClock::new(ManualClock::new());
+        let quota = Quota::per_second(1024).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, shards, clock.clone());
+        clock.inner().set(Duration::from_secs(10));
+        assert_eq!(bucket.try_acquire(1024), Ok(()));
+        // A refusal at 10 s reads every shard and publishes "dry until 10 s + 1/1024 s".
+        let first = bucket.try_acquire(1);
+        let tick = 1_000_000_000u64.div_ceil(1024);
+        assert_eq!(first, Err(Denied::RetryAfter(Duration::from_nanos(tick))));
+        // Readings before it, later and earlier (stale), get the wait to the same instant.
+        for t in [10_000_000_000 + tick - 1, 10_000_000_000 + 5, 9_999_000_000] {
+            arm([Stall::Reading(t)]);
+            assert_eq!(
+                bucket.try_acquire(1),
+                Err(Denied::RetryAfter(Duration::from_nanos(
+                    10_000_000_000 + tick - t
+                ))),
+                "{shards} shards, reading {t}"
+            );
+        }
+        clock
+            .inner()
+            .set(Duration::from_nanos(10_000_000_000 + tick));
+        assert_eq!(bucket.try_acquire(1), Ok(()), "{shards} shards");
+        assert!(bucket.try_acquire(1).is_err());
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    }
+}
+
+/// A borrow that fails alone gives everything back, even at a stale reading: the tokens it
+/// took from the shards that could pay are all there afterwards.
+#[test]
+fn a_lone_failed_borrow_gives_back_everything() {
+    let clock = StallClock::new(ManualClock::new());
+    let quota = Quota::per_second(8).unwrap();
+    let bucket = ShardedBucket::with_clock(quota, 4, clock.clone());
+    clock.inner().set(Duration::from_secs(5));
+    assert_eq!(bucket.try_acquire(5), Ok(()));
+    assert_eq!(bucket.available(), 3);
+    // At 5 s the pool holds 3 (one shard full, one with 1 of 2, two empty); ask for 4: takes
+    // 3, fails, gives back. The full shard earns nothing, the other three 2/s each: 1/6 s.
+    assert_eq!(
+        bucket.try_acquire(4),
+        Err(Denied::RetryAfter(Duration::from_nanos(166_666_667)))
+    );
+    assert_eq!(bucket.available(), 3);
+    // The same at a stale reading (4.9 s): the shards were full then, but the words hold the
+    // takes of 5 s, so less is there; what a failed borrow takes, it gives back.
+    arm([Stall::Reading(4_900_000_000)]);
+    assert!(bucket.try_acquire(4).is_err());
+    assert_eq!(bucket.available(), 3);
+    assert_eq!(bucket.try_acquire(3), Ok(()));
+    assert_eq!(bucket.stranded_tokens(), 0.0);
+}
+
+/// Issue 8: real threads, random stalls between the clock reading and the compare-and-swap
+/// (`StallClock::random` on the real clock), costs from 1 to beyond a shard's burst so that
+/// borrows, failed borrows and give-backs race; every admission is recorded with the reading
+/// its decision used and every window is checked against burst + rate·Δ. Also reports how much
+/// failed borrows stranded (capacity lost, never extra).
+#[test]
+fn random_stalls_never_break_any_window() {
+    for (shards, seed) in [(2usize, 1u64), (8, 2), (64, 3)] {
+        let quota = Quota::new(200_000, Duration::from_secs(1), 64).unwrap();
+        let clock = Recorded(StallClock::random(
+            StdClock::new(),
+            0.01,
+            Duration::from_micros(200),
+            seed,
+        ));
+        let bucket = ShardedBucket::with_clock(quota, shards, clock);
+        let checker = WindowChecker::new();
+        let calls = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (bucket, checker, calls) = (&bucket, &checker, &calls);
+                s.spawn(move || {
+                    let mut rng = Rng(seed * 16 + t + 1);
+                    for _ in 0..20_000 {
+                        let cost = if rng.below(8) == 0 {
+                            1 + rng.below(24)
+                        } else {
+                            1
+                        };
+                        if bucket.try_acquire(cost).is_ok() {
+                            checker.admit(last_reading(), cost);
+                        }
+                        calls.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        assert_eq!(checker.check(&quota), Ok(()), "{shards} shards");
+        let admitted = checker.total() as f64;
+        let stranded = bucket.stranded_tokens();
+        println!(
+            "{shards} shards: {} calls, {admitted} tokens admitted, {stranded:.3} stranded",
+            calls.into_inner()
+        );
+        assert!(admitted > 0.0);
+    }
 }

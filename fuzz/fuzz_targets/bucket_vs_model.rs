@@ -1,32 +1,19 @@
-//! Random quotas and schedules (advance/set the clock, try_acquire, available) against the exact
-//! reference model in `tests/support/model.rs`.
+//! Random quotas and schedules against the exact reference model in `tests/support/model.rs`:
+//! advance or set the clock (readings may step back), try_acquire, available, reserve, cancel or
+//! keep a held reservation (any order), try_acquire_for, set_quota. Every window of every quota
+//! era is checked against `burst + rate·Δ`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
 
+#[path = "common/bytes.rs"]
+mod bytes;
 #[path = "../../tests/support/model.rs"]
 mod model;
 
+use bytes::Bytes;
 use model::{check, Op};
-
-/// A little-endian reader over the fuzzer's bytes; missing bytes read as zero.
-struct Bytes<'a>(&'a [u8]);
-
-impl Bytes<'_> {
-    fn u64(&mut self) -> u64 {
-        let mut b = [0u8; 8];
-        let n = self.0.len().min(8);
-        b[..n].copy_from_slice(&self.0[..n]);
-        self.0 = &self.0[n..];
-        u64::from_le_bytes(b)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        let (&first, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(first)
-    }
-}
 
 fuzz_target!(|data: &[u8]| {
     let mut b = Bytes(data);
@@ -48,17 +35,28 @@ fuzz_target!(|data: &[u8]| {
     let mut ops = Vec::new();
     while let Some(kind) = b.u8() {
         let x = b.u64();
-        ops.push(match kind % 4 {
+        ops.push(match kind % 10 {
             0 => Op::Advance(x % (step * 4)),
             1 => Op::Set(x % (step * 64)),
-            2 => Op::Acquire(x % (burst + 2)),
-            _ => Op::Available,
+            2 | 3 => Op::Acquire(x % (burst + 2)),
+            4 => Op::Available,
+            5 => Op::Reserve(x % (burst + 2)),
+            6 => Op::Resolve((x >> 1) as usize % 16, x & 1 == 1),
+            7 => Op::AcquireFor(x % (burst + 2), (x >> 32) % (step * 8)),
+            8 => Op::SetQuota(
+                // Within the model's ranges (see above), near the first quota so that eras
+                // stay comparable: rate and burst within a factor of 4 either way.
+                (tokens * (1 + (x & 15)) / 4).max(1),
+                per,
+                (burst * (1 + ((x >> 4) & 15)) / 4).max(1),
+            ),
+            _ => Op::Resolve((x >> 1) as usize % 16, x & 1 == 1),
         });
         if ops.len() > 256 {
             break;
         }
     }
     if let Err(e) = check(tokens, per, burst, &ops, quota.is_exact()) {
-        panic!("{quota:?}: {e}");
+        panic!("{quota:?}: {e}\nops: {ops:?}");
     }
 });

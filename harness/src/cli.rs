@@ -4,6 +4,7 @@
 //! tollgate-bench compare [--threads 1,2,4] [--duration 500ms] [--strategies a,b]
 //!                        [--regime allow|deny|mixed]... [--keys N] [--cost N]
 //!                        [--rate N] [--burst N] [--format table|csv|json] [--out DIR] [--seed N]
+//!                        [--redis URL]
 //! tollgate-bench list
 //! ```
 //!
@@ -79,6 +80,10 @@ struct CompareArgs {
     /// Seed of the per-thread key generators
     #[arg(long, default_value_t = 0x5EED)]
     seed: u64,
+    /// A Redis server (`redis://host:port`): adds the strategies `redis`, `redis-lease` and
+    /// `redis-lua-baseline` (a fresh key prefix per cell)
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -205,6 +210,9 @@ where
 }
 
 fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
+    if let Some(url) = &args.redis {
+        registry.extend(strategies::redis::strategies(url));
+    }
     // Strategies: in registry order, unknown names rejected with the list of known ones.
     let selected: Vec<Strategy> = if args.strategies.is_empty() {
         registry

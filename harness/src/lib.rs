@@ -14,6 +14,7 @@
 //! * [`Report`] — the table, CSV, JSON and SVG outputs; [`Report::violations`] are the cells
 //!   where a strategy admitted more than `burst + rate × elapsed`.
 //! * [`cli`] — the `tollgate-bench compare` command line, reusable with your own strategies.
+//! * [`strategies::redis`] — `redis`, `redis-lease` and the plain Lua baseline (`--redis URL`).
 //!
 //! ```
 //! use std::time::Duration;

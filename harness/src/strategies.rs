@@ -8,6 +8,7 @@
 //! | `spin` | tollgate | test-and-test-and-set spin lock with exponential backoff ([`SpinLock`]) |
 //! | `cas` | tollgate | [`tollgate::Bucket`]: one CAS loop on one `AtomicU64` ([`Cas`]) |
 //! | `cas-backoff` | tollgate | a CAS loop with [`crossbeam_utils::Backoff`] after a failed CAS ([`CasBackoff`]) |
+//! | `cas-coarse` | tollgate | [`tollgate::Bucket`] on a [`tollgate::CoarseClock`] (a cached reading of the cell's clock, refreshed every millisecond) ([`CasCoarse`]) |
 //! | `sharded` | tollgate | `tollgate::ShardedBucket` |
 //! | `keyed` | tollgate | `tollgate::KeyedLimiter<u64>`, keys drawn from `--keys` |
 //! | `governor` | peer | `governor::DefaultDirectRateLimiter` (feature `peers`) |
@@ -23,12 +24,15 @@
 //! `pub(super) fn my_strategy() -> Strategy`, its `mod` line below, and one line in
 //! [`builtins`]. Outside this crate, pass a [`Strategy`] to [`crate::cli::main_with`] instead.
 
+mod coarse;
 mod limiter;
 mod locks;
 #[cfg(feature = "peers")]
 mod peers;
+pub mod redis;
 mod tollgate_types;
 
+pub use coarse::CasCoarse;
 pub use limiter::{Kind, RateLimiter, Setup, Strategy};
 pub use locks::{CasBackoff, ParkingLotMutex, SpinLock, StdMutex};
 pub use tollgate_types::Cas;
@@ -79,6 +83,7 @@ pub fn builtins() -> Vec<Strategy> {
         locks::spin(),
         tollgate_types::cas(),
         locks::cas_backoff(),
+        coarse::cas_coarse(),
         tollgate_types::sharded(),
         tollgate_types::keyed(),
         #[cfg(feature = "peers")]

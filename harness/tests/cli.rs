@@ -121,6 +121,7 @@ fn help_lists_every_option_and_list_every_strategy() {
         "spin",
         "cas",
         "cas-backoff",
+        "cas-coarse",
     ] {
         assert!(
             names.iter().any(|n| n == s),

@@ -1,16 +1,37 @@
 //! loom models of the keyed limiter's table protocol: concurrent insertion of one new key,
-//! eviction racing an admission, and a rebuild racing an admission.
+//! eviction racing an admission, a sweep (evictions shifting chains back) racing an admission,
+//! the table growing under an admission and under a read, and an eviction at a later reading
+//! racing a decision at an earlier one (issue 8, defect 3).
 //!
 //! Under `--cfg tollgate_loom` the index is the production table (`src/keyed/index.rs`) on loom's
 //! mutex and `crate::sync`'s loom `AtomicU128`, with a fixed hash seed so every explored execution
 //! probes the same slots: the lock-free probe, the whole-slot CAS, the re-probe under the mutex,
-//! eviction to a tombstone, the in-place rebuild, the length budget and `next_full_at` are all the
-//! code explored here.
+//! eviction and the backward shift that closes its gap, the growth rebuild, the incremental
+//! sweep, the length budget and `next_full_at` are all the code explored here.
 #![cfg(tollgate_loom)]
 
 use loom::thread;
+use std::cell::Cell;
 use std::time::Duration;
-use tollgate::{KeyedLimiter, ManualClock, Quota};
+use tollgate::{Clock, KeyedLimiter, ManualClock, Quota};
+
+loom::thread_local! {
+    /// The calling thread's latest reading of a [`Recording`] clock.
+    static LAST: Cell<u64> = Cell::new(u64::MAX);
+}
+
+/// A `ManualClock` that remembers, per thread, the reading it last returned: the model then
+/// knows at which reading each decision was taken.
+#[derive(Clone, Debug)]
+struct Recording(ManualClock);
+
+impl Clock for Recording {
+    fn now(&self) -> u64 {
+        let t = self.0.now();
+        LAST.with(|c| c.set(t));
+        t
+    }
+}
 
 #[test]
 fn two_threads_insert_and_admit_the_same_new_key() {
@@ -65,10 +86,12 @@ fn eviction_races_an_admission() {
     });
 }
 
-/// Needs at least 3 preemptions to reach a lost update in a faulty rebuild (checked by mutating
-/// the rebuild's capture into a load and a store), so the bound is raised to 3 if set lower.
+/// A sweep racing an admission: evicting keys 1..=3 shifts the rest of their chains back, so key
+/// 4 may move (taken out with a CAS, stored in the gap) while its last token is being taken.
+/// Run at no fewer than 3 preemptions (a faulty move, a load then a store instead of the CAS,
+/// needs 3 to lose an update).
 #[test]
-fn rebuild_races_an_admission() {
+fn sweep_races_an_admission() {
     let mut builder = loom::model::Builder::new();
     if let Some(p) = builder.preemption_bound {
         builder.preemption_bound = Some(p.max(3));
@@ -76,22 +99,105 @@ fn rebuild_races_an_admission() {
     builder.check(|| {
         let clock = ManualClock::new();
         let quota = Quota::new(1, Duration::from_secs(1), 2).unwrap();
-        // 4 keys: an 8-slot table, rebuilt in place once more than 2 slots are tombstones.
         let limiter = loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 4, clock.clone()));
         for k in 1u8..=4 {
             limiter.try_acquire(&k, 1).unwrap();
         }
         clock.advance(Duration::from_secs(1)); // keys 1..=4 are full
-        limiter.try_acquire(&4u8, 1).unwrap(); // key 4 is not: it survives the sweep, moved
+        limiter.try_acquire(&4u8, 1).unwrap(); // key 4 is not: it survives the sweep
         let other = limiter.clone();
-        // Key 4's last token: must land on its slot before the move, or on the moved slot.
+        // Key 4's last token: must land on its slot before a move, or on the moved slot.
         let t = thread::spawn(move || other.try_acquire(&4u8, 1).is_ok());
-        // Evicts keys 1..=3: three tombstones, so the table is rebuilt.
         let evicted = limiter.sweep();
         assert!(t.join().unwrap(), "key 4 held one token");
         assert_eq!(evicted, 3);
         assert_eq!(limiter.len(), 1);
         assert_eq!(limiter.available(&4u8), 0, "both debits of key 4 are kept");
         assert!(limiter.try_acquire(&4u8, 1).is_err());
+    });
+}
+
+/// The table growing (every live entry taken out with a CAS and put back) while another thread
+/// takes a tracked key's last token and reads it: no debit is lost, and `available` never
+/// reports the moving key as untracked (full).
+#[test]
+fn growth_races_an_admission() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let quota = Quota::new(1, Duration::from_secs(1), 2).unwrap();
+        // 4 keys: 8 slots, 4 active under loom; the third key grows the region to 8.
+        let limiter = loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 4, clock));
+        limiter.try_acquire(&1u8, 1).unwrap();
+        limiter.try_acquire(&2u8, 1).unwrap();
+        let other = limiter.clone();
+        let t = thread::spawn(move || {
+            let got = other.try_acquire(&1u8, 1).is_ok();
+            (got, other.available(&1u8))
+        });
+        limiter.try_acquire(&3u8, 1).unwrap(); // grows the active region
+        let (got, seen) = t.join().unwrap();
+        assert!(got, "key 1 held one token");
+        assert_eq!(seen, 0, "a key being moved is not reported untracked");
+        assert_eq!(limiter.available(&1u8), 0);
+        assert_eq!(limiter.available(&2u8), 1);
+        assert_eq!(limiter.len(), 3);
+    });
+}
+
+/// Issue 8, defect 3: keys 1 and 9 spent their bursts at 0 and fill the table; a decision for
+/// key 1 reads the clock at 0.5 s while another thread moves the clock to 1 s and inserts key 2,
+/// which evicts both (full at 1 s) to make room, leaving room for key 1 to come back. Whatever the interleaving — the decision's reading before or after the
+/// move, its probe before or after the eviction, its CAS failing on the empty slot — key 1's
+/// admissions stay within `burst + rate·Δ`: 10 more tokens need a reading of at least 1 s.
+#[test]
+fn eviction_at_a_later_reading_races_a_decision_at_an_earlier_one() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let quota = Quota::per_second(10).unwrap();
+        let limiter =
+            loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 2, Recording(clock.clone())));
+        limiter.try_acquire(&1u8, 10).unwrap();
+        limiter.try_acquire(&9u8, 10).unwrap(); // the table is full
+
+        clock.set(Duration::from_millis(500));
+        let other = limiter.clone();
+        let t = thread::spawn(move || {
+            let verdict = other.try_acquire(&1u8, 10);
+            (verdict, LAST.with(Cell::get))
+        });
+        clock.set(Duration::from_secs(1));
+        let new_key = limiter.try_acquire(&2u8, 1);
+        let (old_key, reading) = t.join().unwrap();
+        if old_key.is_ok() {
+            // 20 tokens in [0, reading] against a bound of 10 + 10·reading.
+            assert!(
+                reading >= 1_000_000_000,
+                "key 1 re-admitted its burst at the stale reading {reading}"
+            );
+        }
+        assert!(limiter.len() <= 2);
+        // Key 2 got a slot only by evicting full buckets.
+        assert!(new_key.is_err() || limiter.counters().evicted >= 1);
+        if old_key.is_ok() {
+            // Its 10 tokens were taken at 1 s: none left at 1 s.
+            assert_eq!(limiter.available(&1u8), 0);
+        }
+    });
+}
+
+/// A read racing a growth: `available` for a tracked key that is being moved must not report
+/// it untracked (full); it re-checks a miss under the mutex while entries move.
+#[test]
+fn a_read_racing_a_growth_sees_the_tracked_state() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let quota = Quota::new(1, Duration::from_secs(1), 2).unwrap();
+        let limiter = loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 4, clock));
+        limiter.try_acquire(&1u8, 1).unwrap();
+        limiter.try_acquire(&2u8, 1).unwrap();
+        let other = limiter.clone();
+        let t = thread::spawn(move || other.available(&1u8));
+        limiter.try_acquire(&3u8, 1).unwrap(); // grows the active region
+        assert_eq!(t.join().unwrap(), 1);
     });
 }

@@ -1,4 +1,5 @@
-//! loom model: `set_quota` racing `try_acquire`, while another thread moves the clock.
+//! loom models: `set_quota` racing `try_acquire` while another thread moves the clock, and a
+//! reader (`available`, a refusal) racing two reconfigurations.
 //!
 //! A concurrent caller must see the old quota with the old state or the new quota with the new
 //! state, never a mix: every interleaving must end in an outcome that a serial order explains —
@@ -105,4 +106,78 @@ fn set_quota_races_try_acquire() {
             "{outcome:?} is not explained by any serial order; allowed: {allowed:?}"
         );
     });
+}
+
+// ---- a reader racing two reconfigurations (issue 8, defect 4) ----
+
+/// 1 token/s, burst 1000: a token is 10^9 units.
+fn slow() -> Quota {
+    Quota::new(1, Duration::from_secs(1), 1000).unwrap()
+}
+
+/// 10 tokens/s, burst 1000: the balance carries over unchanged.
+fn middle() -> Quota {
+    Quota::new(10, Duration::from_secs(1), 1000).unwrap()
+}
+
+/// 1000 tokens/s, burst 10: `slow`'s state holding 500 tokens, read under it, is ~500 s of debt.
+fn fast() -> Quota {
+    Quota::new(1000, Duration::from_secs(1), 10).unwrap()
+}
+
+/// A bucket at 1 s on a frozen clock, under `slow` with 500 tokens, while thread A reconfigures
+/// twice (`slow → middle → fast`) and thread B reads. B's results must come from one quota with
+/// its own state: before the switches 500 tokens, after them 10 (capped at `fast`'s burst).
+fn reader_racing_two_reconfigurations<R: Send + 'static>(
+    read: fn(&Bucket<ManualClock>) -> R,
+    check: fn(R, &Bucket<ManualClock>),
+) {
+    loom::model(move || {
+        let clock = ManualClock::new();
+        clock.set(Duration::from_secs(1));
+        let bucket = Arc::new(Bucket::with_clock(slow(), clock));
+        bucket.try_acquire(500).unwrap();
+        let a = {
+            let bucket = bucket.clone();
+            thread::spawn(move || {
+                bucket.set_quota(middle());
+                bucket.set_quota(fast());
+            })
+        };
+        // The reader on a spawned thread too: loom explores no preemption of the main thread
+        // before its first spawned thread has run.
+        let b = {
+            let bucket = bucket.clone();
+            thread::spawn(move || read(&bucket))
+        };
+        a.join().unwrap();
+        let r = b.join().unwrap();
+        assert_eq!(bucket.quota(), fast());
+        check(r, &bucket);
+    });
+}
+
+#[test]
+fn available_racing_two_reconfigurations() {
+    reader_racing_two_reconfigurations(
+        |b| b.available(),
+        |got, b| {
+            assert!(got == 500 || got == 10, "available() = {got}: a mix");
+            assert_eq!(b.available(), 10);
+        },
+    );
+}
+
+#[test]
+fn refusal_racing_two_reconfigurations() {
+    // 10 tokens are there in every serial order; a mix of `slow`'s state with `fast` refuses.
+    reader_racing_two_reconfigurations(
+        |b| b.try_acquire(10),
+        |got, b| {
+            assert_eq!(got, Ok(()));
+            // Taken before the switches: 490 left, capped at 10; after them: 0 left.
+            let left = b.available();
+            assert!(left == 10 || left == 0, "{left} left");
+        },
+    );
 }

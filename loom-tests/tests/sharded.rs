@@ -23,6 +23,11 @@ fn borrowing_while_the_owner_admits() {
         let admitted = t.join().unwrap() + u.join().unwrap();
         assert!(admitted == 1 || admitted == 2, "admitted {admitted}");
         assert_eq!(admitted + bucket.available(), 2);
+        // Whatever the refusals published as the pool's "dry until" hint, it never refuses a
+        // token that is there once the races are over.
+        if admitted == 1 {
+            assert_eq!(bucket.try_acquire(1), Ok(()));
+        }
     });
 }
 
@@ -47,5 +52,72 @@ fn giving_back_while_the_clock_moves_creates_nothing() {
         // At most the burst (2) plus what 500 ms at 2 tokens/s can refill (1).
         assert!(admitted + bucket.available() <= 3, "admitted {admitted}");
         assert!(admitted >= 1, "a full bucket refused everything");
+    });
+}
+
+/// A clock whose reading is chosen per model thread (a stale reading, as preemption between a
+/// clock read and the CAS that uses it produces): each thread sets its own before acting.
+#[derive(Clone, Copy, Debug, Default)]
+struct ThreadClock;
+
+loom::thread_local! {
+    static READING: std::cell::Cell<u64> = std::cell::Cell::new(2_000_000_000);
+}
+
+impl tollgate::Clock for ThreadClock {
+    fn now(&self) -> u64 {
+        READING.with(|r| r.get())
+    }
+}
+
+/// Issue 8, defect 6: a failed borrow's give-back racing a decision at a later reading.
+///
+/// Quota 2/s, burst 4: two shards of 1 token/s, burst 2 each, both full. `B` reads 0 (stale) and
+/// asks for 3: it takes both tokens of one shard, then can fail on the other (drained by `O`
+/// meanwhile) and give its take back. `O` reads 2 s, when a shard emptied at 0 is exactly full
+/// again: it takes 2, then 1. If `O`'s second take lands on the shard `B` emptied, between `B`'s
+/// take and its give-back, the word cannot tell `O`'s debit from a refill cap; a give-back that
+/// restores anything then leaves more than the burst at 2 s. In every interleaving the tokens
+/// admitted at the instant 2 s plus those still available then stay within the burst, and
+/// everything admitted within [0, 2 s] within burst + 2 s of rate.
+#[test]
+fn give_back_after_a_later_reading_decision_creates_nothing() {
+    loom::model(|| {
+        let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(
+            Quota::new(2, Duration::from_secs(1), 4).unwrap(),
+            2,
+            ThreadClock,
+        ));
+        assert_eq!(bucket.shards(), 2);
+        let b = bucket.clone();
+        let stale = thread::spawn(move || {
+            READING.with(|r| r.set(0));
+            if b.try_acquire(3).is_ok() {
+                3
+            } else {
+                0
+            }
+        });
+        let o = bucket.clone();
+        let fresh = thread::spawn(move || {
+            let mut got = 0;
+            for cost in [2, 1] {
+                if o.try_acquire(cost).is_ok() {
+                    got += cost;
+                }
+            }
+            got
+        });
+        let at_zero = stale.join().unwrap();
+        let at_two = fresh.join().unwrap();
+        let left = bucket.available(); // at 2 s
+        assert!(
+            at_two + left <= 4,
+            "{at_two} admitted at 2 s and {left} left: burst 4"
+        );
+        assert!(
+            at_zero + at_two + left <= 8,
+            "{at_zero} + {at_two} + {left} in 2 s"
+        );
     });
 }

@@ -11,9 +11,11 @@
 //! * [`Stall::Sleep`]: the next reading is taken, then the thread sleeps (real clocks).
 //!
 //! [`StallClock::random`] stalls readings at random instead (stress tests on real clocks).
+//! [`last_reading`] returns the reading the calling thread's last `now()` returned: the exact
+//! instant an operation decided at, for the window checker.
 #![allow(dead_code, unreachable_pub)]
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::Waker;
@@ -33,6 +35,14 @@ pub enum Stall {
 
 thread_local! {
     static ARMED: RefCell<Vec<Stall>> = const { RefCell::new(Vec::new()) };
+    static LAST: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The reading the calling thread's last `StallClock::now()` returned (stall applied): the
+/// instant the operation just called on this thread decided at. Panics if it read no clock.
+pub fn last_reading() -> u64 {
+    LAST.with(|l| l.get())
+        .expect("this thread read no StallClock")
 }
 
 /// Arms the calling thread: its next readings (of any `StallClock`) follow `stalls`, in order.
@@ -85,6 +95,24 @@ impl Gate {
             g = cv.wait(g).unwrap();
         }
     }
+}
+
+/// Runs `op` on a new thread whose first clock reading is gated: once `op` has taken that
+/// reading, `meanwhile` runs on the calling thread (other decisions at later readings), then the
+/// gate opens and `op` finishes on its old reading. Returns `op`'s result.
+pub fn gated<R: Send>(op: impl FnOnce() -> R + Send, meanwhile: impl FnOnce()) -> R {
+    let gate = Gate::new();
+    std::thread::scope(|s| {
+        let g = gate.clone();
+        let stalled = s.spawn(move || {
+            arm([Stall::Gate(g)]);
+            op()
+        });
+        gate.wait_reached();
+        meanwhile();
+        gate.open();
+        stalled.join().unwrap()
+    })
 }
 
 /// A clock that applies the calling thread's armed stalls (and optional random ones) to `C`.
@@ -162,6 +190,7 @@ impl<C: Clock> Clock for StallClock<C> {
             None => self.inner.now(),
         };
         self.random_sleep();
+        LAST.with(|l| l.set(Some(reading)));
         reading
     }
 

@@ -63,6 +63,19 @@ impl WindowChecker {
     /// `per·(P_j − P_{i−1}) − tokens·(t_j − t_i) > per·burst`; the maximum over `i ≤ j` is a
     /// running maximum.
     pub fn check(&self, quota: &Quota) -> Result<(), Violation> {
+        self.check_within(quota, 0)
+    }
+
+    /// [`check`](WindowChecker::check) against `burst + rate · (Δ + slack_ns)`: for records
+    /// whose instant may be up to `slack_ns` later than the exact one. A reservation's due
+    /// instant (and so `acquire`'s and `try_acquire_for`'s) is the first *whole* nanosecond at
+    /// which its tokens are there; when the quota's token period is not a whole number of
+    /// nanoseconds the exact instant lies up to 1 ns earlier, and two due instants rounded
+    /// differently can be 1 ns closer than the refill between them: use `slack_ns = 1` there.
+    /// (The slack adds `rate × 1 ns` to the bound, far below one token for any quota whose
+    /// period is above 1 ns, so it can never hide a whole extra admission unless the bound is
+    /// that close below a whole number.)
+    pub fn check_within(&self, quota: &Quota, slack_ns: u64) -> Result<(), Violation> {
         let mut ev = self.events.lock().unwrap().clone();
         ev.sort_unstable();
         let per = i128::try_from(quota.per().as_nanos()).unwrap();
@@ -79,9 +92,12 @@ impl WindowChecker {
             }
             prefix += i128::from(n);
             let (bv, from, p0) = best.unwrap();
-            let excess = per * prefix - rate * i128::from(t) + bv - per * burst;
+            let excess = per * prefix - rate * i128::from(t) + bv
+                - per * burst
+                - rate * i128::from(slack_ns);
             if excess > 0 && worst.as_ref().map_or(true, |w| excess > w.0) {
-                let bound = burst * per + rate * (i128::from(t) - i128::from(from));
+                let bound =
+                    burst * per + rate * (i128::from(t) - i128::from(from) + i128::from(slack_ns));
                 worst = Some((
                     excess,
                     Violation {

@@ -212,12 +212,19 @@ async fn shutdown() {
     let _ = interrupt.await;
 }
 
-/// The Redis backend (not yet available in this build).
-async fn redis_layer(
-    _app: Router,
-    _url: &str,
-    _quota: Quota,
-    _cli: &Cli,
-) -> Result<Router, String> {
-    usage("--redis: this build has no Redis backend yet".into())
+/// The Redis backend: one limit per key shared by every server on the same Redis.
+async fn redis_layer(app: Router, url: &str, quota: Quota, cli: &Cli) -> Result<Router, String> {
+    let limiter = tollgate_redis::RedisLimiter::builder(url, quota)
+        .build()
+        .await
+        .map_err(|e| format!("cannot use Redis at {url}: {e}"))?;
+    let layer = RateLimitLayer::new(limiter);
+    Ok(match (&cli.key, &cli.trusted_proxies) {
+        (KeyKind::Global, _) => app.layer(layer),
+        (KeyKind::Ip, None) => app.layer(layer.key(PeerIp::new())),
+        (KeyKind::Ip, Some(Trusted(trusted))) => {
+            app.layer(layer.key(ClientIp::new(trusted.iter().copied())))
+        }
+        (KeyKind::Header(name), _) => app.layer(layer.key(HeaderKey::new(name.clone()))),
+    })
 }

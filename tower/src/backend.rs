@@ -143,3 +143,26 @@ impl<K, B: Backend<K> + ?Sized> Backend<K> for std::sync::Arc<B> {
         (**self).check(key, cost, report)
     }
 }
+
+/// `tollgate_redis::RedisLimiter` (feature `redis`): one limit per key shared by every server
+/// on the same Redis. Keys are formatted with `Display` (`IpAddr`, `String`, [`Global`]
+/// displays as `global`). The decision is asynchronous: the layer holds the request until Redis
+/// (or the limiter's unavailability policy) answers. No snapshot when no limiter answered. The
+/// feature needs Rust 1.88 (redis-rs).
+///
+/// [`Global`]: crate::Global
+#[cfg(feature = "redis")]
+impl<K: core::fmt::Display> Backend<K> for tollgate_redis::RedisLimiter {
+    type Future = core::pin::Pin<Box<dyn Future<Output = Decision> + Send>>;
+
+    fn check(&self, key: K, cost: u64, _report: bool) -> Check<Self::Future> {
+        // One round trip either way: always ask for the snapshot.
+        let limiter = self.clone();
+        let key = key.to_string();
+        Check::Pending(Box::pin(async move {
+            let quota = limiter.quota_for(&key);
+            let (verdict, snapshot) = limiter.try_acquire_snapshot(&key, cost).await;
+            Decision::new(verdict, snapshot, Some(quota))
+        }))
+    }
+}

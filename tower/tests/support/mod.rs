@@ -16,8 +16,9 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 
-/// The example server's binary: built by `cargo test` with the examples; built here (once per
-/// test binary) if a filtered run (`cargo test --test server`) did not.
+/// The example server's binary, brought up to date once per test binary (a filtered run such as
+/// `cargo test --test server` does not build examples, and a stale binary would test old code;
+/// after a full `cargo test` this is a no-op).
 pub(crate) fn server_binary() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(find_or_build).clone()
@@ -33,15 +34,14 @@ fn find_or_build() -> PathBuf {
     let binary = profile_dir
         .join("examples")
         .join(format!("server{}", std::env::consts::EXE_SUFFIX));
-    if !binary.exists() {
-        let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "-p", "tollgate-tower", "--example", "server"]);
-        if profile_dir.ends_with("release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("cargo build --example server");
-        assert!(status.success(), "building the example server failed");
+    let mut build = Command::new(env!("CARGO"));
+    build.args(["build", "-q", "-p", "tollgate-tower", "--example", "server"]);
+    if profile_dir.ends_with("release") {
+        build.arg("--release");
     }
+    let status = build.status().expect("cargo build --example server");
+    assert!(status.success(), "building the example server failed");
+    assert!(binary.exists(), "no example server at {}", binary.display());
     binary
 }
 

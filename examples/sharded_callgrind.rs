@@ -1,0 +1,51 @@
+//! Drives a `ShardedBucket` (or, with SHARDS = 0, a single `Bucket`) on a `ManualClock` for
+//! counting instructions per call with callgrind: run with N = 0 and N = 1,000,000 and
+//! subtract. Two modes:
+//!
+//! * `refuse`: one-token requests on a drained bucket whose pool stays dry (1,024 tokens per
+//!   hour): the refusal path.
+//! * `tight`: 10 M tokens/s, the clock advancing by one token's time before each one-token
+//!   request, so every token is spread over all the shards and each admission borrows.
+//!
+//! ```text
+//! cargo build --release --example sharded_callgrind
+//! valgrind --tool=callgrind target/release/examples/sharded_callgrind refuse 64 1000000
+//! ```
+use std::time::Duration;
+use tollgate::{Bucket, ManualClock, Quota, ShardedBucket};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_else(|| "refuse".to_owned());
+    let mut nums = args.map(|a| a.parse::<usize>().expect("a number"));
+    let shards = nums.next().unwrap_or(64);
+    let n = nums.next().unwrap_or(1_000_000);
+    let (quota, step, admits) = match mode.as_str() {
+        "refuse" => (
+            Quota::new(1024, Duration::from_secs(3600), 1024).unwrap(),
+            Duration::ZERO,
+            false,
+        ),
+        "tight" => (
+            Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap(),
+            Duration::from_nanos(100),
+            true,
+        ),
+        other => panic!("mode {other}: refuse or tight"),
+    };
+    let clock = ManualClock::new();
+    let sharded = (shards > 0).then(|| ShardedBucket::with_clock(quota, shards, clock.clone()));
+    let single = Bucket::with_clock(quota, clock.clone());
+    let acquire = |cost| match &sharded {
+        Some(b) => std::hint::black_box(b).try_acquire(cost).is_ok(),
+        None => std::hint::black_box(&single).try_acquire(cost).is_ok(),
+    };
+    assert!(acquire(quota.burst()));
+    let mut admitted = 0usize;
+    for _ in 0..n {
+        clock.advance(step);
+        admitted += usize::from(acquire(1));
+    }
+    assert_eq!(admitted, if admits { n } else { 0 });
+    println!("{mode}, {shards} shards: {admitted} of {n} admitted");
+}

@@ -1,0 +1,140 @@
+//! A `KeyedLimiter` with a tiny table (1 to 4 keys, up to 8 keys in play, per-key quotas,
+//! optionally fail-open) driven through inserts, evictions, sweeps and clock readings that step
+//! back, against one exact reference bucket per key (`tests/support/model.rs`).
+//!
+//! Checked after every step: `len() <= max_keys`; a tracked admission is one the key's reference
+//! (which saw exactly the key's tracked admissions, at their readings) admits too — never more
+//! lenient, whatever the reading order; while the readings have been monotone, every verdict,
+//! `RetryAfter` and `available()` equals the reference's, except a new key refused because the
+//! table is full (exact quotas). At the end: every key's tracked admissions, at their readings,
+//! stay within `burst + rate·Δ` in every window (`tests/support/window.rs`).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use std::time::Duration;
+use tollgate::{Denied, KeyedLimiter, ManualClock, Quota};
+
+#[path = "common/bytes.rs"]
+mod bytes;
+#[path = "../../tests/support/model.rs"]
+mod model;
+#[path = "../../tests/support/window.rs"]
+mod window;
+
+use bytes::Bytes;
+use model::Model;
+use window::WindowChecker;
+
+/// Keys in play.
+const KEYS: u8 = 8;
+
+/// A quota from the input, half of them steered to exact ones; `None` if invalid.
+fn quota(b: &mut Bytes<'_>) -> Option<Quota> {
+    let mode = b.u64();
+    // Keep the model's i128 products in range: tokens < 2^34, period < 2^40 ns, burst < 2^12.
+    let (mut tokens, per, burst) = (
+        b.u64() % (1 << 34) + 1,
+        b.u64() % (1 << 40) + 1,
+        b.u64() % (1 << 12) + 1,
+    );
+    if mode & 1 == 0 {
+        tokens = if mode & 2 == 0 { 1 } else { 2 };
+    }
+    Quota::new(tokens, Duration::from_nanos(per), burst).ok()
+}
+
+fn model_of(q: &Quota) -> Model {
+    Model::new(q.tokens(), q.per().as_nanos() as u64, q.burst())
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut b = Bytes(data);
+    let flags = b.u64();
+    let max_keys = (flags % 4 + 1) as usize;
+    let fail_open = flags & 4 != 0;
+    let Some(default) = quota(&mut b) else { return };
+    let clock = ManualClock::new();
+    let mut builder = KeyedLimiter::builder(default, max_keys, clock.clone()).fail_open(fail_open);
+    // Up to two keys with their own quota.
+    for k in 0..(flags >> 3) % 3 {
+        let Some(q) = quota(&mut b) else { return };
+        builder = builder.quota_for(k as u8, q);
+    }
+    let limiter = builder.build().unwrap();
+    let quotas: Vec<Quota> = (0..KEYS).map(|k| limiter.quota_for(&k)).collect();
+    let mut models: Vec<Model> = quotas.iter().map(model_of).collect();
+    let windows: Vec<WindowChecker> = (0..KEYS).map(|_| WindowChecker::new()).collect();
+    // The step of the slowest refill, to keep clock moves on the quotas' scale.
+    let step = quotas
+        .iter()
+        .map(|q| q.per().as_nanos() as u64 / q.tokens() + 1)
+        .max()
+        .unwrap();
+    let (mut t, mut latest, mut monotone) = (0u64, 0u64, true);
+    let mut n = 0;
+    while let Some(kind) = b.u8() {
+        n += 1;
+        if n > 512 {
+            break;
+        }
+        let x = b.u64();
+        let key = (x >> 56) as u8 % KEYS;
+        let (q, exact) = (quotas[key as usize], quotas[key as usize].is_exact());
+        match kind % 6 {
+            0 => t = t.saturating_add(x % (step * 4)).min(1 << 50),
+            1 => t = t.saturating_sub(x % (step * 4)), // a stale or stepped-back reading
+            2 => {
+                // Evicts the full buckets at this reading.
+                clock.set(Duration::from_nanos(t));
+                limiter.sweep();
+            }
+            3 => {
+                clock.set(Duration::from_nanos(t));
+                if monotone && exact {
+                    let want = models[key as usize].available(t);
+                    assert_eq!(limiter.available(&key), want, "available({key}) at {t}");
+                }
+            }
+            _ => {
+                clock.set(Duration::from_nanos(t));
+                let cost = x % (q.burst() + 2);
+                let before = limiter.counters();
+                let got = limiter.try_acquire(&key, cost);
+                let after = limiter.counters();
+                let untracked = after.admitted_untracked > before.admitted_untracked;
+                let table_full = after.refused_table_full > before.refused_table_full;
+                let model = &mut models[key as usize];
+                if got.is_ok() && !untracked {
+                    // Never more lenient than the key's exact bucket.
+                    assert_eq!(
+                        model.try_acquire(t, cost),
+                        Ok(()),
+                        "key {key} admitted {cost} at {t} beyond its bucket ({q:?})"
+                    );
+                    windows[key as usize].admit(t, cost);
+                } else if monotone && exact && !table_full && !untracked {
+                    let mut probe = model.clone();
+                    assert_eq!(
+                        got,
+                        probe.try_acquire(t, cost),
+                        "key {key} cost {cost} at {t}"
+                    );
+                }
+                if untracked {
+                    assert!(fail_open && got.is_ok());
+                }
+                if table_full {
+                    assert!(matches!(got, Err(Denied::RetryAfter(d)) if d > Duration::ZERO));
+                }
+            }
+        }
+        monotone &= t >= latest;
+        latest = latest.max(t);
+        assert!(limiter.len() <= max_keys);
+    }
+    for (key, w) in windows.iter().enumerate() {
+        if let Err(v) = w.check(&quotas[key]) {
+            panic!("key {key} over its bound: {v:?} ({:?})", quotas[key]);
+        }
+    }
+});

@@ -1,0 +1,167 @@
+//! Redis strategies (offered when `tollgate-bench compare` gets `--redis URL`; not among the
+//! [`builtins`](super::builtins), which need no server):
+//!
+//! | name | what |
+//! |---|---|
+//! | `redis` | `tollgate_redis::RedisLimiter`: one script call per decision, exact |
+//! | `redis-lease` | the same with `Leases::new(64)` (100 ms lifetime): most decisions local |
+//! | `redis-lua-baseline` | **baseline**: the seeds' plain float Lua token bucket (one call per decision) |
+//!
+//! Each cell uses a fresh key prefix (state never carries over between cells). The harness's
+//! threads call the async limiters through one shared tokio runtime (`block_on` per decision).
+//! The per-decision timeout is 1 s (a benchmark measures latency; it does not shed load), and a
+//! decision that fails counts as a refusal.
+
+use super::{Kind, RateLimiter, Setup, Strategy};
+use crate::BuildError;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tollgate::{Clock, DefaultClock, Denied};
+use tollgate_redis::{Leases, RedisLimiter};
+
+static CELL: AtomicU64 = AtomicU64::new(0);
+
+fn prefix() -> String {
+    format!(
+        "tollgate-bench:{}:{}:",
+        std::process::id(),
+        CELL.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn runtime() -> Result<Arc<tokio::runtime::Runtime>, BuildError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map(Arc::new)
+        .map_err(Into::into)
+}
+
+/// `RedisLimiter` (optionally leasing) behind the harness's synchronous trait.
+struct Tollgate {
+    name: &'static str,
+    rt: Arc<tokio::runtime::Runtime>,
+    limiter: RedisLimiter,
+}
+
+impl RateLimiter for Tollgate {
+    fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+        self.rt.block_on(self.limiter.try_acquire("hot", cost))
+    }
+
+    fn name(&self) -> &str {
+        self.name
+    }
+}
+
+impl Drop for Tollgate {
+    fn drop(&mut self) {
+        // Round trips per decision: what leases save.
+        let c = self.limiter.counters();
+        if c.redis_calls > 0 {
+            eprintln!(
+                "{}: {} decisions, {} Redis calls ({} from leases, {} errors)",
+                self.name,
+                c.redis + c.leased + c.lease_denied,
+                c.redis_calls,
+                c.leased + c.lease_denied,
+                c.errors
+            );
+        }
+    }
+}
+
+/// The baseline script through a plain connection.
+struct Baseline {
+    rt: Arc<tokio::runtime::Runtime>,
+    conn: ::redis::aio::ConnectionManager,
+    script: ::redis::Script,
+    key: String,
+    capacity: String,
+    rate: String,
+    clock: DefaultClock,
+}
+
+impl RateLimiter for Baseline {
+    fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+        let now = self.clock.now();
+        let mut conn = self.conn.clone();
+        let r: ::redis::RedisResult<i64> = self.rt.block_on(
+            self.script
+                .key(&self.key)
+                .arg(&self.capacity)
+                .arg(&self.rate)
+                .arg(now)
+                .arg(cost)
+                .invoke_async(&mut conn),
+        );
+        match r {
+            Ok(1) => Ok(()),
+            // The recipe reports no wait; a refusal (or an error) is a refusal.
+            _ => Err(Denied::RetryAfter(Duration::ZERO)),
+        }
+    }
+
+    fn name(&self) -> &str {
+        "redis-lua-baseline"
+    }
+}
+
+fn tollgate(url: &str, setup: &Setup, leases: bool) -> Result<Box<dyn RateLimiter>, BuildError> {
+    let rt = runtime()?;
+    let mut b = RedisLimiter::builder(url, setup.quota)
+        .prefix(&prefix())
+        .timeout(Duration::from_secs(1));
+    if leases {
+        b = b.leases(Leases::new(64));
+    }
+    let limiter = rt.block_on(b.build())?;
+    Ok(Box::new(Tollgate {
+        name: if leases { "redis-lease" } else { "redis" },
+        rt,
+        limiter,
+    }))
+}
+
+fn baseline(url: &str, setup: &Setup) -> Result<Box<dyn RateLimiter>, BuildError> {
+    let rt = runtime()?;
+    let client = ::redis::Client::open(url)?;
+    let conn = rt.block_on(::redis::aio::ConnectionManager::new(client))?;
+    let q = setup.quota;
+    // Tokens per second as a float, as the recipe takes it.
+    let rate = q.tokens() as f64 / q.per().as_secs_f64();
+    Ok(Box::new(Baseline {
+        rt,
+        conn,
+        script: ::redis::Script::new(include_str!("redis_baseline.lua")),
+        key: format!("{}hot", prefix()),
+        capacity: q.burst().to_string(),
+        rate: format!("{rate:e}"),
+        clock: setup.clock,
+    }))
+}
+
+/// The Redis strategies for the server at `url` (see the module docs).
+///
+/// ```
+/// let s = tollgate_bench::strategies::redis::strategies("redis://127.0.0.1:6379");
+/// let names: Vec<&str> = s.iter().map(|s| s.name()).collect();
+/// assert_eq!(names, ["redis", "redis-lease", "redis-lua-baseline"]);
+/// ```
+pub fn strategies(url: &str) -> Vec<Strategy> {
+    let (u1, u2, u3) = (url.to_owned(), url.to_owned(), url.to_owned());
+    vec![
+        Strategy::new("redis", Kind::Tollgate, move |s| tollgate(&u1, s, false))
+            .with_description("tollgate-redis: the exact GCRA script, one round trip per decision"),
+        Strategy::new("redis-lease", Kind::Tollgate, move |s| {
+            tollgate(&u2, s, true)
+        })
+        .with_description("tollgate-redis with leases of up to 64 tokens (100 ms lifetime)"),
+        Strategy::new("redis-lua-baseline", Kind::Peer, move |s| baseline(&u3, s))
+            .with_description(
+                "the seeds' plain float Lua token bucket (client clock, HMSET, EXPIRE 60)",
+            ),
+    ]
+}

@@ -1,0 +1,81 @@
+//! # tollgate-redis
+//!
+//! tollgate's exact GCRA token bucket with the state in Redis, so that every process sharing the
+//! server shares each key's limit.
+//!
+//! * [`RedisLimiter`] — one round trip per decision: a Lua script (EVALSHA, reloaded after a
+//!   restart, failover or `SCRIPT FLUSH`), atomic on the server, one key per call (works
+//!   unchanged on Redis Cluster; hash tags in keys are respected).
+//! * Time is the server's (`TIME`, microseconds): no clock skew between application hosts.
+//! * **Exact**: every verdict, `RetryAfter` and [`tollgate::Snapshot`] equals `tollgate::gcra`
+//!   evaluated at the server's microsecond reading (as nanoseconds since 2020-01-01 UTC). The
+//!   script keeps every number an exact integer below 2^53; quotas it cannot hold are refused at
+//!   [`build`](RedisLimiterBuilder::build) (range: refilling the whole burst may take up to about
+//!   26 days for rates such as `n`/s with `n` dividing 10^9; see `src/script.rs`).
+//! * Bounded memory: a key exists only while its bucket is not full (it expires when full).
+//! * [`OnUnavailable`]: fail closed (default), fail open, or a local [`tollgate::KeyedLimiter`]
+//!   with a fraction of the quota; every decision returns within the timeout; [`Counters`].
+//! * [`Leases`] (opt-in): tokens debited in Redis ahead of time and spent from a local lock-free
+//!   [`tollgate::Bucket`]: far fewer round trips, bounded under-admission.
+//! * Feature `test-support`: throwaway `redis-server`s for tests (`test_support`).
+//!
+//! Decisions run on tokio and need its time driver (`#[tokio::main]` or a runtime built with
+//! `enable_all`/`enable_time`): the per-decision timeout is a tokio timer.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), tollgate_redis::Error> {
+//! use tollgate::Quota;
+//! use tollgate_redis::{OnUnavailable, RedisLimiter};
+//! let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+//!     .on_unavailable(OnUnavailable::FailOpen)
+//!     .build()
+//!     .await?;
+//! match limiter.try_acquire("tenant:42", 1).await {
+//!     Ok(()) => { /* serve */ }
+//!     Err(denied) => { /* 429, Retry-After: denied.retry_after_secs() */ }
+//! }
+//! # Ok(()) }
+//! ```
+
+mod conn;
+mod error;
+mod lease;
+mod limiter;
+mod script;
+#[cfg(feature = "test-support")]
+pub mod test_support;
+
+pub use error::Error;
+pub use script::ORIGIN_UNIX_US;
+
+/// Whether the Redis script holds `quota` exactly: `Ok` for every quota that
+/// [`build`](RedisLimiterBuilder::build) accepts, [`Error::Config`] (saying why) otherwise.
+///
+/// ```
+/// use tollgate::Quota;
+/// assert!(tollgate_redis::check_quota(Quota::per_second(1000).unwrap()).is_ok());
+/// // One per second with a burst of 2^40: refilling it takes 35,000 years.
+/// let huge = Quota::per_second(1).unwrap().with_burst(1 << 40).unwrap();
+/// assert!(tollgate_redis::check_quota(huge).is_err());
+/// ```
+pub fn check_quota(quota: tollgate::Quota) -> Result<(), Error> {
+    script::Params::new(quota).map(|_| ())
+}
+pub use lease::Leases;
+pub use limiter::{Counters, OnUnavailable, RedisLimiter, RedisLimiterBuilder, FAIL_CLOSED_RETRY};
+
+/// The README's Rust examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn limiter_is_send_sync_clone() {
+        fn check<T: Send + Sync + Clone + 'static>() {}
+        check::<crate::RedisLimiter>();
+        fn check_error<T: std::error::Error + Send + Sync + 'static>() {}
+        check_error::<crate::Error>();
+    }
+}

@@ -1,0 +1,233 @@
+//! The server-side script (`gcra.lua`) and its exact parameters: a [`tollgate::Quota`] turned into
+//! integers that Lua's doubles hold exactly, and the decoding of the script's reply back into
+//! `tollgate::gcra` states, verdicts and snapshots.
+//!
+//! # Time and representation
+//!
+//! The model is `tollgate::gcra` with the clock reading `now_ns = (server µs − ORIGIN) × 1000`,
+//! the server's `TIME` since 2020-01-01T00:00:00Z. The quota earns `mul / div` units per
+//! nanosecond, i.e. exactly `a` units every `b` microseconds (`a / b = 1000·mul / div` reduced).
+//! The script never handles the 63-bit absolute state: it counts whole `b`-periods `n` (the
+//! *base*) and keeps the state relative to `n·a` units, which is at most `a + burst·scale` while
+//! the key exists. So every intermediate value is an integer below 2^53 when
+//!
+//! * `(a + 1) · b ≤ 2^53` (the units earned inside one period, and its division), and
+//! * `burst · scale + 2a ≤ 2^51` (the relative state plus a cost, with headroom for a sum),
+//!
+//! which [`Params::new`] checks. For a quota of `n` tokens per `per` where `n` divides `per` in
+//! nanoseconds (1000/s, 1/s, 1/min…) the second condition reads "refilling the whole burst takes
+//! at most about 26 days"; rates up to 10^9 per second fit.
+//!
+//! The script returns the state it found; this module rebuilds the absolute state in 128-bit
+//! arithmetic and runs `tollgate::gcra` on it, so the waits and snapshots *are* the model's, and a
+//! verdict or new state that disagrees with it is reported as [`Error::Reply`] instead of being
+//! trusted.
+
+use crate::Error;
+use std::time::Duration;
+use tollgate::{gcra, Denied, Quota, Snapshot};
+
+/// The origin of the model's clock, in Unix microseconds (2020-01-01T00:00:00Z): a decision at
+/// server time `T` µs is `tollgate::gcra` at `now_ns = (T − ORIGIN_UNIX_US) × 1000`. Valid until
+/// tollgate's [`HORIZON`](tollgate::HORIZON) (100 years, i.e. until 2119).
+pub const ORIGIN_UNIX_US: u64 = 1_577_836_800_000_000;
+const ORIGIN_US: u64 = ORIGIN_UNIX_US;
+/// 2^53: Lua doubles hold every integer below it.
+const EXACT: u128 = 1 << 53;
+
+/// The script's source.
+pub(crate) const SOURCE: &str = include_str!("gcra.lua");
+
+/// A quota as the script needs it, checked to fit the script's exact range.
+#[derive(Clone, Debug)]
+pub(crate) struct Params {
+    pub(crate) quota: Quota,
+    a: u64,
+    b: u64,
+    burst_units: u64,
+    /// The quota's fingerprint, stored with each state: a state written under another quota is
+    /// read as a full bucket.
+    tag: String,
+}
+
+fn gcd(mut x: u128, mut y: u128) -> u128 {
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    x
+}
+
+impl Params {
+    /// Checks that the script holds `quota` exactly (see the module docs).
+    pub(crate) fn new(quota: Quota) -> Result<Params, Error> {
+        let (mul, div) = quota.units_per_ns();
+        let scale = u128::from(quota.scale());
+        let am = 1000 * u128::from(mul);
+        let g = gcd(am, u128::from(div));
+        let (a, b) = (am / g, u128::from(div) / g);
+        let burst_units = u128::from(quota.burst()) * scale;
+        if (a + 1) * b > EXACT || burst_units + 2 * a > EXACT / 4 {
+            return Err(Error::Config(format!(
+                "{quota:?} does not fit the Redis script's exact range (burst x {} units + 2 x {a} \
+                 units per {b} us must stay below 2^51): lower the burst or use a coarser rate",
+                scale
+            )));
+        }
+        let (a, b, burst_units) = (a as u64, b as u64, burst_units as u64);
+        Ok(Params {
+            quota,
+            a,
+            b,
+            burst_units,
+            tag: format!("{a}.{b}.{}.{burst_units}", quota.scale()),
+        })
+    }
+
+    /// The script's arguments after the mode: tag, a, b, burst units, scale, cost, lease
+    /// maximum, origin, test time.
+    pub(crate) fn args(&self, cost: u64, lease_max: u64, test_now_us: Option<u64>) -> [String; 9] {
+        [
+            self.tag.clone(),
+            self.a.to_string(),
+            self.b.to_string(),
+            self.burst_units.to_string(),
+            self.quota.scale().to_string(),
+            cost.to_string(),
+            lease_max.to_string(),
+            ORIGIN_US.to_string(),
+            test_now_us.map_or_else(String::new, |t| t.to_string()),
+        ]
+    }
+
+    /// The absolute state in a stored value, or `FULL` for none / another quota's state.
+    fn state_of(&self, stored: &str) -> Result<u64, Error> {
+        if stored.is_empty() {
+            return Ok(gcra::FULL);
+        }
+        let mut it = stored.split(' ');
+        let (tag, n, z) = (it.next(), it.next(), it.next());
+        if tag != Some(self.tag.as_str()) {
+            return Ok(gcra::FULL);
+        }
+        let n: u128 = parse(n)?.into();
+        let z: u128 = parse(z)?.into();
+        let s = n * u128::from(self.a) + z;
+        u64::try_from(s)
+            .ok()
+            .filter(|s| *s < 1 << 63)
+            .ok_or_else(|| Error::Reply(format!("stored state {stored:?} is out of range")))
+    }
+
+    /// Decodes a reply into the decision (`taken` tokens for an admission, which is `cost`
+    /// unless leasing) and the snapshot, checked against `tollgate::gcra`.
+    pub(crate) fn decode(&self, reply: &[String], cost: u64) -> Result<Decision, Error> {
+        let [status, t, prev, next, taken] = reply else {
+            return Err(Error::Reply(format!("expected 5 fields, got {reply:?}")));
+        };
+        let t = parse(Some(t.as_str()))?;
+        let now = t
+            .checked_mul(1000)
+            .filter(|ns| Duration::from_nanos(*ns) < tollgate::HORIZON)
+            .ok_or_else(|| {
+                Error::Reply(format!("server time {t} us is past tollgate's horizon"))
+            })?;
+        let before = self.state_of(prev)?;
+        let disagree = || {
+            Error::Reply(format!(
+                "the script and tollgate::gcra disagree (reply {reply:?}, cost {cost}); \
+                 is another writer using this key prefix?"
+            ))
+        };
+        match status.as_str() {
+            "1" => {
+                let taken = parse(Some(taken.as_str()))?;
+                let after = match gcra::try_acquire(before, now, &self.quota, taken) {
+                    Ok(Some(after)) if taken >= cost => {
+                        let base = u128::from(t / self.b) * u128::from(self.a);
+                        if base + u128::from(parse(Some(next.as_str()))?) != u128::from(after) {
+                            return Err(disagree());
+                        }
+                        after
+                    }
+                    // A read: nothing taken, nothing written.
+                    Ok(None) if cost == 0 => before,
+                    _ => return Err(disagree()),
+                };
+                Ok(Decision {
+                    verdict: Ok(()),
+                    taken,
+                    snapshot: gcra::snapshot(after, now, &self.quota),
+                    now_ns: now,
+                })
+            }
+            "0" => match gcra::try_acquire(before, now, &self.quota, cost) {
+                Err(denied) => Ok(Decision {
+                    verdict: Err(denied),
+                    taken: 0,
+                    snapshot: gcra::snapshot(before, now, &self.quota),
+                    now_ns: now,
+                }),
+                Ok(_) => Err(disagree()),
+            },
+            _ => Err(Error::Reply(format!("unknown status in {reply:?}"))),
+        }
+    }
+}
+
+/// One decoded decision.
+#[derive(Debug)]
+pub(crate) struct Decision {
+    pub(crate) verdict: Result<(), Denied>,
+    /// Tokens debited in Redis (the cost, or a lease's whole take).
+    pub(crate) taken: u64,
+    /// The bucket right after the decision, in Redis.
+    pub(crate) snapshot: Snapshot,
+    /// The model's clock reading (ns since the origin).
+    #[cfg_attr(not(feature = "test-support"), allow(dead_code))]
+    pub(crate) now_ns: u64,
+}
+
+fn parse(s: Option<&str>) -> Result<u64, Error> {
+    let s = s.ok_or_else(|| Error::Reply("missing field".into()))?;
+    s.parse()
+        .map_err(|_| Error::Reply(format!("{s:?} is not an integer")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_is_checked_at_construction() {
+        // 1000/s: 1000 units per us, a token is 10^6 units.
+        let p = Params::new(Quota::per_second(1000).unwrap()).unwrap();
+        assert_eq!((p.a, p.b, p.burst_units), (1000, 1, 1_000_000_000));
+        // 10^9/s and an odd rate fit.
+        assert!(Params::new(Quota::per_second(1_000_000_000).unwrap()).is_ok());
+        assert!(Params::new(Quota::per_second(999_999_937).unwrap()).is_ok());
+        // One per second: bursts up to ~2.25 million fit, 2^40 does not.
+        let one = Quota::per_second(1).unwrap();
+        assert!(Params::new(one.with_burst(2_000_000).unwrap()).is_ok());
+        assert!(matches!(
+            Params::new(one.with_burst(1 << 40).unwrap()),
+            Err(Error::Config(_))
+        ));
+        // One per day: the burst refills in at most ~26 days.
+        let day = Quota::new(1, Duration::from_secs(86_400), 26).unwrap();
+        assert!(Params::new(day).is_ok());
+        assert!(Params::new(day.with_burst(27).unwrap()).is_err());
+    }
+
+    #[test]
+    fn foreign_or_missing_state_is_full() {
+        let p = Params::new(Quota::per_second(10).unwrap()).unwrap();
+        assert_eq!(p.state_of("").unwrap(), gcra::FULL);
+        assert_eq!(p.state_of("other 1 2").unwrap(), gcra::FULL);
+        let s = format!("{} 3 7", p.tag);
+        assert_eq!(p.state_of(&s).unwrap(), 3 * p.a + 7);
+        assert!(p.state_of(&format!("{} x 7", p.tag)).is_err());
+        assert!(p
+            .state_of(&format!("{} 99999999999999999 7", p.tag))
+            .is_err());
+    }
+}

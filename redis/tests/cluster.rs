@@ -1,0 +1,88 @@
+//! A 3-master Redis Cluster on loopback: keys spread over slots and nodes, hash tags keep keys
+//! together, a slot moved after connecting is followed (MOVED), never a CROSSSLOT error.
+
+use std::time::Duration;
+use tollgate::Quota;
+use tollgate_redis::test_support::RedisCluster;
+use tollgate_redis::RedisLimiter;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_spreads_keys_and_follows_moved() {
+    let Some(cluster) = RedisCluster::start("cluster::cluster_spreads_keys_and_follows_moved")
+    else {
+        return;
+    };
+    let quota = Quota::new(1, Duration::from_secs(3600), 3).unwrap();
+    let l = RedisLimiter::builder(&cluster.url(), quota)
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    // 300 keys: each admits exactly its burst.
+    for i in 0..300 {
+        let key = format!("user:{i}");
+        for _ in 0..3 {
+            assert_eq!(l.check(&key, 1).await.unwrap(), Ok(()));
+        }
+        assert!(l.check(&key, 1).await.unwrap().is_err());
+    }
+    // Every master holds some of them.
+    for n in cluster.nodes() {
+        let keys: u64 = n.cli(&["DBSIZE"]).trim().parse().unwrap();
+        assert!(keys > 30, "a node holds only {keys} keys");
+    }
+    // Hash tags: all of one tenant's keys on one slot.
+    let slot = |k: &str| cluster.nodes()[0].cli(&["CLUSTER", "KEYSLOT", k]);
+    for i in 0..10 {
+        let key = format!("api:{{tenant7}}:{i}");
+        assert_eq!(l.check(&key, 1).await.unwrap(), Ok(()));
+        assert_eq!(slot(&format!("tollgate:{key}")), slot("{tenant7}"));
+    }
+
+    // MOVED: hand an empty slot to another master after the client has its slot map.
+    let key = "moved-key";
+    let s: u16 = slot(&format!("tollgate:{key}")).trim().parse().unwrap();
+    let ids: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| n.cli(&["CLUSTER", "MYID"]).trim().to_owned())
+        .collect();
+    let owner = cluster
+        .nodes()
+        .iter()
+        .position(|n| {
+            n.cli(&["CLUSTER", "COUNTKEYSINSLOT", &s.to_string()])
+                .trim()
+                == "0"
+                && n.cli(&["CLUSTER", "NODES"])
+                    .lines()
+                    .any(|l| l.contains("myself") && owns(l, s))
+        })
+        .expect("the slot's owner");
+    let target = (owner + 1) % 3;
+    for n in cluster.nodes() {
+        n.cli(&["CLUSTER", "SETSLOT", &s.to_string(), "NODE", &ids[target]]);
+    }
+    // The old owner now answers MOVED; the client follows it.
+    let moved = cluster.nodes()[owner].cli(&["GET", &format!("tollgate:{key}")]);
+    assert!(moved.contains("MOVED"), "{moved}");
+    for _ in 0..3 {
+        assert_eq!(l.check(key, 1).await.unwrap(), Ok(()));
+    }
+    assert!(l.check(key, 1).await.unwrap().is_err());
+    let on_target = cluster.nodes()[target].cli(&["EXISTS", &format!("tollgate:{key}")]);
+    assert_eq!(on_target.trim(), "1");
+    assert_eq!(l.counters().errors, 0);
+}
+
+/// Whether a `CLUSTER NODES` line lists slot `s` among its ranges.
+fn owns(line: &str, s: u16) -> bool {
+    line.split_whitespace()
+        .skip(8)
+        .any(|r| match r.split_once('-') {
+            Some((a, b)) => {
+                a.parse::<u16>().is_ok_and(|a| a <= s) && b.parse::<u16>().is_ok_and(|b| s <= b)
+            }
+            None => r.parse::<u16>() == Ok(s),
+        })
+}

@@ -1,0 +1,145 @@
+use crate::clock::{Clock, DefaultClock};
+use crate::sync::{AtomicU64, Ordering};
+use alloc::sync::{Arc, Weak};
+use core::fmt;
+use core::time::Duration;
+use std::io;
+
+/// A clock that reads a cached time, refreshed by an upkeep thread: a reading costs one load
+/// instead of a TSC read and its scaling. Opt-in, for the hottest paths.
+///
+/// * **Source**: another clock ([`DefaultClock`] for [`CoarseClock::new`]); readings are that
+///   clock's nanoseconds since its origin.
+/// * **Resolution**: the `interval` the upkeep thread sleeps between refreshes (1 ms is a good
+///   default; 0 is refused).
+/// * **Staleness**: a reading is never ahead of the source and lags it by at most one `interval`
+///   plus the upkeep thread's wake-up latency (tens of µs on an idle Linux machine; unbounded
+///   if the thread is starved of CPU, as any thread can be). Readings never go backwards.
+/// * **Decisions stay exact for the reading**: a bucket on this clock decides exactly as the
+///   continuous token bucket at the (stale) reading. A stale reading only refuses more, never
+///   admits more: over any real-time window `Δ` a bucket admits at most
+///   `burst + rate × (Δ + staleness)`, and, measured in readings, exactly `burst + rate × Δ`.
+///   Tokens that refill within a refresh become available at the next refresh.
+/// * **Lifetime**: clones share one cached time and one thread. The thread stops within one
+///   `interval` after the last clone is dropped.
+///
+/// Not available under loom or without `std`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Bucket, Clock, CoarseClock, Quota};
+/// let clock = CoarseClock::new(Duration::from_millis(1)).unwrap();
+/// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), clock.clone());
+/// assert!(bucket.try_acquire(1).is_ok());
+/// let a = clock.now();
+/// std::thread::sleep(Duration::from_millis(20));
+/// assert!(clock.now() > a); // refreshed in the background
+/// assert!(CoarseClock::new(Duration::ZERO).is_err());
+/// ```
+#[derive(Clone)]
+pub struct CoarseClock {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// The cached reading: the source's nanoseconds since its origin, only ever raised
+    /// (`fetch_max`). Relaxed: it publishes nothing but itself.
+    now: AtomicU64,
+    interval: Duration,
+}
+
+impl fmt::Debug for CoarseClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CoarseClock")
+            .field("now", &self.now())
+            .field("interval", &self.shared.interval)
+            .finish()
+    }
+}
+
+impl CoarseClock {
+    /// A coarse clock over [`DefaultClock`], refreshed every `interval` by a new upkeep thread.
+    ///
+    /// Errors: `interval` zero (`InvalidInput`), or the thread could not be spawned.
+    ///
+    /// ```
+    /// let clock = tollgate::CoarseClock::new(std::time::Duration::from_millis(1)).unwrap();
+    /// # drop(clock);
+    /// ```
+    pub fn new(interval: Duration) -> io::Result<CoarseClock> {
+        CoarseClock::with_source(DefaultClock::default(), interval)
+    }
+
+    /// A coarse clock over `source`, refreshed every `interval` by a new upkeep thread that
+    /// owns `source`.
+    ///
+    /// Errors: `interval` zero (`InvalidInput`), or the thread could not be spawned.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, CoarseClock, ManualClock};
+    /// let source = ManualClock::new();
+    /// source.set(Duration::from_secs(5));
+    /// let clock = CoarseClock::with_source(source.clone(), Duration::from_millis(1)).unwrap();
+    /// assert_eq!(clock.now(), 5_000_000_000);
+    /// source.set(Duration::from_secs(1)); // a source stepping back
+    /// std::thread::sleep(Duration::from_millis(20));
+    /// assert_eq!(clock.now(), 5_000_000_000); // never goes backwards
+    /// ```
+    pub fn with_source<S: Clock + Send + 'static>(
+        source: S,
+        interval: Duration,
+    ) -> io::Result<CoarseClock> {
+        if interval.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "CoarseClock: the refresh interval must be positive",
+            ));
+        }
+        let shared = Arc::new(Shared {
+            now: AtomicU64::new(source.now()),
+            interval,
+        });
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("tollgate-coarse-clock".into())
+            .spawn(move || upkeep(&source, &weak, interval))?;
+        Ok(CoarseClock { shared })
+    }
+
+    /// The refresh interval: the clock's resolution.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let clock = tollgate::CoarseClock::new(Duration::from_millis(2)).unwrap();
+    /// assert_eq!(clock.interval(), Duration::from_millis(2));
+    /// ```
+    pub fn interval(&self) -> Duration {
+        self.shared.interval
+    }
+}
+
+/// The upkeep thread: refresh, sleep, until every clone is gone.
+fn upkeep<S: Clock>(source: &S, shared: &Weak<Shared>, interval: Duration) {
+    loop {
+        std::thread::sleep(interval);
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        shared.now.fetch_max(source.now(), Ordering::Relaxed);
+    }
+}
+
+impl Clock for CoarseClock {
+    /// The cached reading: one load.
+    #[inline]
+    fn now(&self) -> u64 {
+        self.shared.now.load(Ordering::Relaxed)
+    }
+
+    /// Sleeps the thread. The cached reading may still lag the wait by up to one refresh;
+    /// the bucket's waiting loops read the clock again and wait on.
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
+}

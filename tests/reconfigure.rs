@@ -1,0 +1,78 @@
+//! `set_quota` and the window bound: a debt keeps its due instant (found by the random schedules
+//! in `tests/schedules.rs`; fixed in `gcra::rescale`), and what readings that straddle a switch
+//! can see is bounded by the rate difference times their staleness (documented there).
+
+#[path = "support/stall.rs"]
+mod stall;
+#[path = "support/window.rs"]
+mod window;
+
+use stall::{arm, Stall, StallClock};
+use std::time::Duration;
+use tollgate::{Bucket, Clock, ManualClock, Quota};
+use window::WindowChecker;
+
+const MS: u64 = 1_000_000;
+
+fn quota(per_second: u64, burst: u64) -> Quota {
+    Quota::per_second(per_second)
+        .unwrap()
+        .with_burst(burst)
+        .unwrap()
+}
+
+#[test]
+fn a_faster_rate_does_not_repay_queued_debt_early() {
+    // 5/s, burst 2: 2 now, 2 reserved for 400 ms; at 200 ms the rate doubles. Carrying the debt
+    // as tokens (Go's rule) repaid it at 300 ms and put a new token at 400 ms beside the queued
+    // two: 3 at one instant, burst 2.
+    let clock = ManualClock::new();
+    let bucket = Bucket::with_clock(quota(5, 2), clock.clone());
+    let w = WindowChecker::new();
+    w.admit(0, 2);
+    bucket.try_acquire(2).unwrap();
+    let r = bucket.reserve(2).unwrap();
+    w.admit(r.delay_from(0).as_nanos() as u64, 2);
+    assert_eq!(r.delay_from(0), Duration::from_millis(400));
+    clock.set(Duration::from_millis(200));
+    bucket.set_quota(quota(10, 2));
+    let r = bucket.reserve(1).unwrap();
+    w.admit(r.delay_from(0).as_nanos() as u64, 1);
+    assert_eq!(w.check(&quota(10, 2)), Ok(()));
+    assert_eq!(r.delay_from(0), Duration::from_millis(500));
+}
+
+#[test]
+fn a_stale_reading_after_a_slower_rate_gains_at_most_the_rate_difference() {
+    // 20/s, burst 8: 7 at 0; at 191 ms the rate goes down to 13/s (4.82 tokens carried); then a
+    // decision whose reading is 10 ms, 181 ms older than the switch. The old quota held 1.2
+    // tokens at 10 ms; the new state, extrapolated back at 13/s, holds 2.47: more, by at most
+    // (20 − 13) · 0.181 = 1.27 (documented on `gcra::rescale`). Each era keeps its own bound.
+    let clock = StallClock::new(ManualClock::new());
+    let bucket = Bucket::with_clock(quota(20, 8), clock.clone());
+    let (before, after) = (WindowChecker::new(), WindowChecker::new());
+    bucket.try_acquire(7).unwrap();
+    before.admit(0, 7);
+    clock.inner().set(Duration::from_millis(191));
+    bucket.set_quota(quota(13, 8));
+    assert_eq!(bucket.available(), 4);
+    arm([Stall::Reading(10 * MS)]);
+    assert_eq!(bucket.available(), 2);
+    arm([Stall::Reading(10 * MS)]);
+    bucket.try_acquire(2).unwrap();
+    after.admit(10 * MS, 2);
+    assert_eq!(before.check(&quota(20, 8)), Ok(()));
+    assert_eq!(after.check(&quota(13, 8)), Ok(()));
+    assert_eq!(clock.now(), 191 * MS);
+}
+
+#[test]
+fn a_bucket_full_for_long_keeps_the_smaller_burst() {
+    let clock = ManualClock::new();
+    let bucket = Bucket::with_clock(quota(100, 50), clock.clone());
+    clock.set(Duration::from_secs(5));
+    bucket.set_quota(quota(1, 4));
+    assert_eq!(bucket.available(), 4);
+    bucket.set_quota(quota(1, 60));
+    assert_eq!(bucket.available(), 4, "raising the burst does not fill");
+}
