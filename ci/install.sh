@@ -11,11 +11,18 @@ rustup target add thumbv7m-none-eabi >/dev/null
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 command -v cargo-hack >/dev/null 2>&1 || cargo install cargo-hack --locked
-# The MSRV toolchains ci/msrv.sh builds with (`rust-version` of the core, harness and redis crate).
-for manifest in Cargo.toml harness/Cargo.toml redis/Cargo.toml; do
+# The MSRV toolchains ci/msrv.sh builds with (`rust-version` of the core, harness, redis and
+# tower crates).
+for manifest in Cargo.toml harness/Cargo.toml redis/Cargo.toml tower/Cargo.toml; do
   msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$(dirname "$0")/../$manifest" | head -n1)
   rustup toolchain list | grep -q "^$msrv" || rustup toolchain install "$msrv" --profile minimal
 done
+# wrk: the HTTP load generator of tower/bench/http.sh (ci/http.sh).
+if ! command -v wrk >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq wrk >/dev/null
+fi
 # tollgate-redis's tests start their own redis-server (Debian package); under CI=true a missing
 # server fails them, so install it here when we may (root or CI).
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then

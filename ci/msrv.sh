@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The declared MSRVs (`rust-version`) build: the core library (Cargo.toml) with every feature and
-# with none, and the harness (harness/Cargo.toml: its locked dependencies need a newer Rust).
+# with none, the harness (harness/Cargo.toml: its locked dependencies need a newer Rust), and the
+# tower layer (tower/Cargo.toml, likewise).
 # Tests and benches use newer dev-dependencies and run on stable only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,4 +20,7 @@ redis_msrv=$(msrv_of redis/Cargo.toml)
 toolchain "$redis_msrv"
 cargo "+$redis_msrv" check -p tollgate-redis --target-dir target/msrv
 cargo "+$redis_msrv" check -p tollgate-redis --features test-support --target-dir target/msrv
-echo "msrv: tollgate $msrv, tollgate-bench $harness_msrv, tollgate-redis $redis_msrv build"
+tower_msrv=$(msrv_of tower/Cargo.toml)
+toolchain "$tower_msrv"
+cargo "+$tower_msrv" check -p tollgate-tower --target-dir target/msrv
+echo "msrv: tollgate $msrv, tollgate-bench $harness_msrv, tollgate-redis $redis_msrv, tollgate-tower $tower_msrv build"

@@ -1,0 +1,168 @@
+//! [`Backend`]: the one small trait between the layer and a limiter, and its impls for every
+//! tollgate limiter.
+
+use core::future::{Future, Ready};
+use core::hash::Hash;
+
+use tollgate::{Bucket, Clock, Denied, KeyedLimiter, Quota, ShardedBucket, Snapshot};
+
+/// One rate-limit decision and what the response headers need to know about it, all from the
+/// same decision (no second clock read).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Quota, Snapshot};
+/// use tollgate_tower::Decision;
+/// let d = Decision::new(Ok(()), Some(Snapshot::new(4, Duration::from_secs(1))), Quota::per_second(5).ok());
+/// assert!(d.verdict.is_ok());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Admitted, or why not.
+    pub verdict: Result<(), Denied>,
+    /// The bucket right after the decision (`None` when the backend cannot tell, e.g. a Redis
+    /// limiter that failed open or closed without an answer): feeds `RateLimit` / `X-RateLimit-*`.
+    pub snapshot: Option<Snapshot>,
+    /// The quota the decision was made under (`None` if unknown): feeds `RateLimit-Policy`.
+    pub quota: Option<Quota>,
+}
+
+impl Decision {
+    /// A decision from its parts.
+    ///
+    /// ```
+    /// use tollgate::Denied;
+    /// use tollgate_tower::Decision;
+    /// let d = Decision::new(Err(Denied::ExceedsBurst), None, None);
+    /// assert_eq!(d.snapshot, None);
+    /// ```
+    pub const fn new(
+        verdict: Result<(), Denied>,
+        snapshot: Option<Snapshot>,
+        quota: Option<Quota>,
+    ) -> Decision {
+        Decision {
+            verdict,
+            snapshot,
+            quota,
+        }
+    }
+}
+
+/// A decision now (in-process limiters), or a future that yields it (a remote limiter).
+///
+/// The layer calls the inner service straight from `call` for [`Check::Ready`]; only
+/// [`Check::Pending`] holds the request (and a clone of the inner service) until the decision.
+#[derive(Debug)]
+pub enum Check<F> {
+    /// The decision is made.
+    Ready(Decision),
+    /// The decision comes from this future.
+    Pending(F),
+}
+
+/// A limiter the layer can ask: "may a request with key `key` and cost `cost` pass?".
+///
+/// Implemented for [`Bucket`] and [`ShardedBucket`] (one global limit: any key type, the key is
+/// ignored), [`KeyedLimiter<K>`](KeyedLimiter) (one limit per key of type `K`), and, with the
+/// `redis` feature, `tollgate_redis::RedisLimiter` (keys that implement `Display`). Implement it
+/// to plug in your own limiter.
+///
+/// `report` says whether an *admitted* request's [`Decision`] must carry the quota (the layer
+/// sends headers on admitted responses); a refusal always carries what the backend knows. The
+/// verdict and the snapshot always come from one decision (one clock reading): the in-process
+/// limiters use `try_acquire_snapshot` and read the quota only when it is needed.
+///
+/// ```
+/// use std::future::Ready;
+/// use tollgate::{Bucket, ManualClock, Quota};
+/// use tollgate_tower::{Backend, Check, Decision};
+///
+/// /// Admits everything, reports nothing.
+/// struct Open;
+/// impl<K> Backend<K> for Open {
+///     type Future = Ready<Decision>;
+///     fn check(&self, _key: K, _cost: u64, _report: bool) -> Check<Self::Future> {
+///         Check::Ready(Decision::new(Ok(()), None, None))
+///     }
+/// }
+///
+/// let bucket = Bucket::with_clock(Quota::per_second(1).unwrap(), ManualClock::new());
+/// let Check::Ready(first) = Backend::<()>::check(&bucket, (), 1, false) else { unreachable!() };
+/// assert_eq!((first.verdict, first.quota), (Ok(()), None)); // no headers wanted: no quota read
+/// let Check::Ready(second) = Backend::<()>::check(&bucket, (), 1, false) else { unreachable!() };
+/// assert!(second.verdict.is_err());
+/// assert_eq!(second.snapshot.map(|s| s.remaining()), Some(0)); // from the same decision
+/// assert_eq!(second.quota, Some(Quota::per_second(1).unwrap())); // refusals always report
+/// assert!(matches!(Open.check("any", 1, true), Check::Ready(d) if d.verdict.is_ok()));
+/// ```
+pub trait Backend<K> {
+    /// The future of an asynchronous decision (`Ready<Decision>` for in-process limiters, which
+    /// never return [`Check::Pending`]).
+    type Future: Future<Output = Decision>;
+
+    /// Decides for one request. Must not block.
+    fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future>;
+}
+
+/// The one-global-limit limiters: the key is ignored.
+macro_rules! global_backend {
+    ($limiter:ident) => {
+        impl<K, C: Clock> Backend<K> for $limiter<C> {
+            type Future = Ready<Decision>;
+
+            #[inline]
+            fn check(&self, _key: K, cost: u64, report: bool) -> Check<Self::Future> {
+                let (verdict, snapshot) = self.try_acquire_snapshot(cost);
+                let quota = (report || verdict.is_err()).then(|| self.quota());
+                Check::Ready(Decision::new(verdict, Some(snapshot), quota))
+            }
+        }
+    };
+}
+
+global_backend!(Bucket);
+global_backend!(ShardedBucket);
+
+impl<K: Hash + Eq + Clone, C: Clock + Clone> Backend<K> for KeyedLimiter<K, C> {
+    type Future = Ready<Decision>;
+
+    #[inline]
+    fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future> {
+        let (verdict, snapshot) = self.try_acquire_snapshot(&key, cost);
+        let quota = (report || verdict.is_err()).then(|| self.quota_for(&key));
+        Check::Ready(Decision::new(verdict, Some(snapshot), quota))
+    }
+}
+
+impl<K, B: Backend<K> + ?Sized> Backend<K> for std::sync::Arc<B> {
+    type Future = B::Future;
+
+    #[inline]
+    fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future> {
+        (**self).check(key, cost, report)
+    }
+}
+
+/// `tollgate_redis::RedisLimiter` (feature `redis`): one limit per key shared by every server
+/// on the same Redis. Keys are formatted with `Display` (`IpAddr`, `String`, [`Global`]
+/// displays as `global`). The decision is asynchronous: the layer holds the request until Redis
+/// (or the limiter's unavailability policy) answers. No snapshot when no limiter answered. The
+/// feature needs Rust 1.88 (redis-rs).
+///
+/// [`Global`]: crate::Global
+#[cfg(feature = "redis")]
+impl<K: core::fmt::Display> Backend<K> for tollgate_redis::RedisLimiter {
+    type Future = core::pin::Pin<Box<dyn Future<Output = Decision> + Send>>;
+
+    fn check(&self, key: K, cost: u64, _report: bool) -> Check<Self::Future> {
+        // One round trip either way: always ask for the snapshot.
+        let limiter = self.clone();
+        let key = key.to_string();
+        Check::Pending(Box::pin(async move {
+            let quota = limiter.quota_for(&key);
+            let (verdict, snapshot) = limiter.try_acquire_snapshot(&key, cost).await;
+            Decision::new(verdict, snapshot, Some(quota))
+        }))
+    }
+}

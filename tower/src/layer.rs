@@ -1,0 +1,431 @@
+//! [`RateLimitLayer`] and its service [`RateLimit`]: decide in `call`, answer a refusal at once.
+
+use std::fmt;
+use std::future::Future;
+use std::mem;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response};
+use http_body_util::{Either, Full};
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::backend::{Backend, Check, Decision};
+use crate::cost::{Cost, UnitCost};
+use crate::headers::RateLimitHeaders;
+use crate::key::{Global, KeyExtractor, KeyType, MissingKey};
+use crate::rejection::Rejection;
+
+/// The response body of a rate-limited service: the inner service's body, or the rejection's.
+pub type RateLimitBody<B> = Either<B, Full<Bytes>>;
+
+/// A tower [`Layer`] that rate-limits requests with a tollgate limiter.
+///
+/// Every service it makes (and every clone of those) shares the one backend, so under axum —
+/// which clones services freely — there is still exactly one limit. A refused request is
+/// answered at once from `call` with a 429 (see [`Rejection`]); `poll_ready` only forwards to
+/// the inner service, so the limiter never turns into back-pressure or a dropped connection.
+///
+/// Configure it with:
+/// * the backend: any [`Backend`] — [`tollgate::Bucket`], [`tollgate::ShardedBucket`],
+///   [`tollgate::KeyedLimiter`], `tollgate_redis::RedisLimiter` (feature `redis`), yours;
+/// * [`key`](RateLimitLayer::key): [`Global`] (default), [`PeerIp`](crate::PeerIp),
+///   [`ClientIp`](crate::ClientIp), [`HeaderKey`](crate::HeaderKey),
+///   [`key_fn`](crate::key_fn);
+/// * [`missing_key`](RateLimitLayer::missing_key): what a request without a key gets
+///   (default [`MissingKey::Reject`]);
+/// * [`cost`](RateLimitLayer::cost): tokens per request (default 1);
+/// * [`headers`](RateLimitLayer::headers) and [`rejection`](RateLimitLayer::rejection).
+///
+/// ```
+/// use http::{Request, Response, StatusCode};
+/// use tollgate::{Bucket, ManualClock, Quota};
+/// use tollgate_tower::RateLimitLayer;
+/// use tower::{service_fn, Layer, ServiceExt};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let bucket = Bucket::with_clock(Quota::per_second(1).unwrap(), ManualClock::new());
+/// let svc = RateLimitLayer::new(bucket).layer(service_fn(|_req: Request<()>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(String::from("ok")))
+/// }));
+/// let first = svc.clone().oneshot(Request::new(())).await.unwrap();
+/// let second = svc.oneshot(Request::new(())).await.unwrap();
+/// assert_eq!(first.status(), StatusCode::OK);
+/// assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+/// assert_eq!(second.headers()["retry-after"], "1");
+/// # });
+/// ```
+pub struct RateLimitLayer<Bk, X: KeyType = Global, Co = UnitCost> {
+    backend: Arc<Bk>,
+    key: X,
+    cost: Co,
+    missing: MissingKey<X::Key>,
+    respond: Arc<Respond>,
+}
+
+/// How responses are written: shared by the layer's services and their response futures.
+#[derive(Debug)]
+struct Respond {
+    headers: RateLimitHeaders,
+    rejection: Rejection,
+}
+
+impl<Bk, X: KeyType + Clone, Co: Clone> Clone for RateLimitLayer<Bk, X, Co>
+where
+    X::Key: Clone,
+{
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            backend: Arc::clone(&self.backend),
+            key: self.key.clone(),
+            cost: self.cost.clone(),
+            missing: self.missing.clone(),
+            respond: Arc::clone(&self.respond),
+        }
+    }
+}
+
+impl<Bk, X: KeyType + fmt::Debug, Co> fmt::Debug for RateLimitLayer<Bk, X, Co>
+where
+    X::Key: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("key", &self.key)
+            .field("missing", &self.missing)
+            .field("headers", &self.respond.headers)
+            .field("rejection", &self.respond.rejection)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Bk> RateLimitLayer<Bk> {
+    /// One global limit on `backend`, cost 1 per request, default headers and rejection.
+    pub fn new(backend: Bk) -> Self {
+        RateLimitLayer::shared(Arc::new(backend))
+    }
+
+    /// [`new`](RateLimitLayer::new) with a backend you keep a handle on (to read its
+    /// counters, sweep it, or share it between layers).
+    pub fn shared(backend: Arc<Bk>) -> Self {
+        RateLimitLayer {
+            backend,
+            key: Global,
+            cost: UnitCost,
+            missing: MissingKey::Reject,
+            respond: Arc::new(Respond {
+                headers: RateLimitHeaders::default(),
+                rejection: Rejection::default(),
+            }),
+        }
+    }
+}
+
+impl<Bk, X: KeyType, Co> RateLimitLayer<Bk, X, Co> {
+    /// Keys requests with `key` (the backend must be keyed by its key type). Resets the
+    /// missing-key policy to [`MissingKey::Reject`].
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use tollgate::{KeyedLimiter, Quota};
+    /// use tollgate_tower::{PeerIp, RateLimitLayer};
+    /// let per_ip: KeyedLimiter<IpAddr> = KeyedLimiter::new(Quota::per_second(10).unwrap(), 100_000);
+    /// let layer = RateLimitLayer::new(per_ip).key(PeerIp::new());
+    /// # let _ = layer;
+    /// ```
+    pub fn key<X2: KeyType>(self, key: X2) -> RateLimitLayer<Bk, X2, Co> {
+        RateLimitLayer {
+            backend: self.backend,
+            key,
+            cost: self.cost,
+            missing: MissingKey::Reject,
+            respond: self.respond,
+        }
+    }
+
+    /// What a request without a key gets (see [`MissingKey`]).
+    pub fn missing_key(self, policy: MissingKey<X::Key>) -> Self {
+        RateLimitLayer {
+            missing: policy,
+            ..self
+        }
+    }
+
+    /// The tokens each request takes (a [`Cost`]: a closure of the request).
+    ///
+    /// ```
+    /// use http::{Method, Request};
+    /// use tollgate::{Bucket, Quota};
+    /// use tollgate_tower::RateLimitLayer;
+    /// let layer = RateLimitLayer::new(Bucket::new(Quota::per_second(100).unwrap()))
+    ///     .cost(|req: &Request<axum::body::Body>| if req.method() == Method::POST { 10 } else { 1 });
+    /// # let _ = layer;
+    /// ```
+    pub fn cost<Co2>(self, cost: Co2) -> RateLimitLayer<Bk, X, Co2> {
+        RateLimitLayer {
+            backend: self.backend,
+            key: self.key,
+            cost,
+            missing: self.missing,
+            respond: self.respond,
+        }
+    }
+
+    /// Which rate-limit headers go out (see [`RateLimitHeaders`]).
+    pub fn headers(self, headers: RateLimitHeaders) -> Self {
+        let rejection = self.respond.rejection.clone();
+        RateLimitLayer {
+            respond: Arc::new(Respond { headers, rejection }),
+            ..self
+        }
+    }
+
+    /// The response to a refusal (see [`Rejection`]).
+    pub fn rejection(self, rejection: Rejection) -> Self {
+        let headers = self.respond.headers.clone();
+        RateLimitLayer {
+            respond: Arc::new(Respond { headers, rejection }),
+            ..self
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<Bk> {
+        &self.backend
+    }
+}
+
+impl<S, Bk, X: KeyType + Clone, Co: Clone> Layer<S> for RateLimitLayer<Bk, X, Co>
+where
+    X::Key: Clone,
+{
+    type Service = RateLimit<S, Bk, X, Co>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            shared: Arc::new(self.clone()),
+        }
+    }
+}
+
+/// The rate-limiting service made by [`RateLimitLayer`]. Clones share one limit.
+pub struct RateLimit<S, Bk, X: KeyType = Global, Co = UnitCost> {
+    inner: S,
+    shared: Arc<RateLimitLayer<Bk, X, Co>>,
+}
+
+impl<S: Clone, Bk, X: KeyType, Co> Clone for RateLimit<S, Bk, X, Co> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, Bk, X: KeyType + fmt::Debug, Co> fmt::Debug for RateLimit<S, Bk, X, Co>
+where
+    X::Key: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("layer", &self.shared)
+            .finish()
+    }
+}
+
+impl<S, Bk, X, Co, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, Bk, X, Co>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    Bk: Backend<X::Key>,
+    X: KeyExtractor<ReqBody>,
+    X::Key: Clone,
+    Co: Cost<ReqBody>,
+{
+    type Response = Response<RateLimitBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, Bk::Future, S, Request<ReqBody>>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let shared = &*self.shared;
+        let key = match shared.key.extract(&req) {
+            Some(key) => key,
+            None => match &shared.missing {
+                MissingKey::Reject => {
+                    let status = shared.key.missing_status();
+                    let message = shared.key.missing_message();
+                    let response = shared.respond.rejection.missing_key(status, message);
+                    return ResponseFuture::ready(response);
+                }
+                MissingKey::Shared(key) => key.clone(),
+                MissingKey::Allow => return ResponseFuture::inner(self.inner.call(req), None),
+            },
+        };
+        let cost = shared.cost.cost(&req);
+        let report = shared.respond.headers.on_admitted();
+        match shared.backend.check(key, cost, report) {
+            Check::Ready(decision) => match decision.verdict {
+                Ok(()) => {
+                    let extra = shared.respond.headers.admitted(&decision);
+                    ResponseFuture::inner(self.inner.call(req), extra)
+                }
+                Err(_) => ResponseFuture::ready(shared.respond.refused(&decision)),
+            },
+            Check::Pending(decision) => {
+                // The inner service was polled ready: keep that one for this request, leave a
+                // fresh clone (not yet polled) in its place for the next.
+                let clone = self.inner.clone();
+                let ready = mem::replace(&mut self.inner, clone);
+                ResponseFuture {
+                    state: State::Deciding {
+                        decision,
+                        service: Some(ready),
+                        request: Some(req),
+                        respond: Arc::clone(&shared.respond),
+                    },
+                }
+            }
+        }
+    }
+}
+
+impl Respond {
+    fn refused(&self, decision: &Decision) -> Response<Full<Bytes>> {
+        let mut response = self.rejection.refused();
+        self.headers.write(decision, response.headers_mut());
+        response
+    }
+}
+
+pin_project! {
+    /// The response future of [`RateLimit`].
+    pub struct ResponseFuture<F, D, S, R> {
+        #[pin]
+        state: State<F, D, S, R>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, D, S, R> {
+        // Waiting for an asynchronous decision, holding the request and a ready service.
+        Deciding {
+            #[pin]
+            decision: D,
+            service: Option<S>,
+            request: Option<R>,
+            respond: Arc<Respond>,
+        },
+        // Admitted: the inner service's future, and headers to add to its response.
+        Inner {
+            #[pin]
+            future: F,
+            extra: Option<HeaderMap>,
+        },
+        // Answered by the layer (a refusal, a missing key).
+        Ready {
+            response: Option<Response<Full<Bytes>>>,
+        },
+    }
+}
+
+impl<F, D, S, R> ResponseFuture<F, D, S, R> {
+    fn ready(response: Response<Full<Bytes>>) -> Self {
+        ResponseFuture {
+            state: State::Ready {
+                response: Some(response),
+            },
+        }
+    }
+
+    fn inner(future: F, extra: Option<HeaderMap>) -> Self {
+        ResponseFuture {
+            state: State::Inner { future, extra },
+        }
+    }
+}
+
+impl<F, D, S, R> fmt::Debug for ResponseFuture<F, D, S, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, D, S, ReqBody, ResBody, E> Future for ResponseFuture<F, D, S, Request<ReqBody>>
+where
+    F: Future<Output = Result<Response<ResBody>, E>>,
+    D: Future<Output = Decision>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>, Error = E, Future = F>,
+{
+    type Output = Result<Response<RateLimitBody<ResBody>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                StateProj::Deciding {
+                    decision,
+                    service,
+                    request,
+                    respond,
+                } => {
+                    let decision = ready!(decision.poll(cx));
+                    let next = match (decision.verdict, service.take(), request.take()) {
+                        (Ok(()), Some(mut service), Some(request)) => State::Inner {
+                            future: service.call(request),
+                            extra: respond.headers.admitted(&decision),
+                        },
+                        _ => State::Ready {
+                            response: Some(respond.refused(&decision)),
+                        },
+                    };
+                    state.set(next);
+                }
+                StateProj::Inner { future, extra } => {
+                    let response = ready!(future.poll(cx))?;
+                    let (mut parts, body) = response.into_parts();
+                    if let Some(extra) = extra.take() {
+                        append(&mut parts.headers, extra);
+                    }
+                    return Poll::Ready(Ok(Response::from_parts(parts, Either::Left(body))));
+                }
+                StateProj::Ready { response } => {
+                    return Poll::Ready(Ok(response
+                        .take()
+                        .map(|r| r.map(Either::Right))
+                        .unwrap_or_else(|| Response::new(Either::Right(Full::default())))));
+                }
+            }
+        }
+    }
+}
+
+/// Adds `extra` to `headers`: `RateLimit` / `RateLimit-Policy` lines are appended (Structured
+/// Fields lists combine), other headers replaced.
+fn append(headers: &mut HeaderMap, extra: HeaderMap) {
+    let mut name = None;
+    for (next, value) in extra {
+        if let Some(next) = next {
+            name = Some(next);
+        }
+        if let Some(name) = &name {
+            let list = name.as_str().starts_with("ratelimit");
+            if list {
+                headers.append(name.clone(), value);
+            } else {
+                headers.insert(name.clone(), value);
+            }
+        }
+    }
+}

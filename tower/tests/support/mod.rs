@@ -1,0 +1,144 @@
+//! The example server as a child process on a free loopback port, and a real HTTP client.
+//! Shared by the integration tests (one home for these helpers).
+
+#![allow(dead_code)] // each test file uses a part
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+
+/// The example server's binary, brought up to date once per test binary (a filtered run such as
+/// `cargo test --test server` does not build examples, and a stale binary would test old code;
+/// after a full `cargo test` this is a no-op).
+pub(crate) fn server_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(find_or_build).clone()
+}
+
+fn find_or_build() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // target/<profile>/deps/<test> → target/<profile>/examples/server
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>");
+    let binary = profile_dir
+        .join("examples")
+        .join(format!("server{}", std::env::consts::EXE_SUFFIX));
+    let mut build = Command::new(env!("CARGO"));
+    build.args(["build", "-q", "-p", "tollgate-tower", "--example", "server"]);
+    if profile_dir.ends_with("release") {
+        build.arg("--release");
+    }
+    let status = build.status().expect("cargo build --example server");
+    assert!(status.success(), "building the example server failed");
+    assert!(binary.exists(), "no example server at {}", binary.display());
+    binary
+}
+
+/// A running example server; stopped with SIGTERM (then SIGKILL) on drop.
+pub(crate) struct Server {
+    child: Child,
+    pub(crate) addr: SocketAddr,
+}
+
+impl Server {
+    /// Starts the example server on a free loopback port with these flags and waits for its
+    /// `listening on ADDR` line.
+    pub(crate) fn start(flags: &[&str]) -> Server {
+        let mut child = Command::new(server_binary())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(flags)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the example server starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let first = lines.next().and_then(Result::ok);
+            let _ = tx.send(first);
+            for _ in lines {} // keep the pipe drained
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Some(line)) => line,
+            other => {
+                let _ = child.kill();
+                panic!("the server printed no `listening on` line: {other:?}");
+            }
+        };
+        let addr = line
+            .strip_prefix("listening on ")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        Server { child, addr }
+    }
+
+    /// `http://ADDR/`.
+    pub(crate) fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    /// Sends SIGTERM and waits (at most 10 s) for the exit status.
+    pub(crate) fn terminate(&mut self) -> Option<ExitStatus> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            if self.terminate().is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+    }
+}
+
+/// A real HTTP/1.1 client (hyper's).
+pub(crate) fn client() -> Client<HttpConnector, Empty<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// `GET url` with these headers: status, headers and body text.
+pub(crate) async fn get(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> (Response<()>, String) {
+    let mut req = Request::get(url);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let response = client
+        .request(req.body(Empty::new()).unwrap())
+        .await
+        .expect("the request reaches the server");
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.expect("a body").to_bytes();
+    (
+        Response::from_parts(parts, ()),
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
