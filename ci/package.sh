@@ -12,6 +12,13 @@ if cargo package -p tollgate --list | grep -E '^(ci|\.ci|docs|fuzz|loom-tests|ha
   exit 1
 fi
 cargo publish --dry-run -p tollgate
+# The satellites depend on this version of tollgate, not yet on crates.io: cargo packages them
+# together with it (a local overlay for the unpublished dependency). Not verified by a rebuild
+# here: the test step already built and tested them from the same sources.
+cargo package -p tollgate -p tollgate-redis -p tollgate-tower --no-verify
+for crate in tollgate-redis tollgate-tower; do
+  cargo package -p "$crate" --no-verify --list | grep -qx README.md
+done
 # docs.rs builds with nightly, every feature and `--cfg docsrs` (the `doc(cfg)` labels).
 RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo +nightly doc -p tollgate --all-features --no-deps \
   --target-dir target/docsrs
