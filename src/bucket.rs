@@ -200,6 +200,38 @@ impl<C: Clock> Bucket<C> {
         self.retry(decide)
     }
 
+    /// [`try_acquire`](Bucket::try_acquire), with a [`Snapshot`] only on refusal: the bucket as
+    /// the refusal found it, from the same clock reading and word. An admission costs what
+    /// `try_acquire` costs (no snapshot arithmetic), for callers that report the bucket only
+    /// when they refuse (a 429 with `RateLimit` headers, none on admitted responses).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, Denied, ManualClock, Quota, Snapshot};
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+    /// assert_eq!(bucket.try_acquire_or_snapshot(10), Ok(()));
+    /// assert_eq!(
+    ///     bucket.try_acquire_or_snapshot(1),
+    ///     Err((Denied::RetryAfter(Duration::from_millis(100)), Snapshot::new(0, Duration::from_secs(1))))
+    /// );
+    /// ```
+    pub fn try_acquire_or_snapshot(&self, cost: u64) -> Result<(), (Denied, Snapshot)> {
+        let w = self.state.load(Ordering::Acquire);
+        let now = self.clock.now();
+        let decide = |state, rate: &Rate| {
+            let (next, verdict) = acquire(state, now, rate, cost);
+            let verdict = verdict.map_err(|denied| (denied, gcra::snapshot_in(state, now, rate)));
+            (next, verdict)
+        };
+        if let Some((rate, version)) = self.hot_rate(w) {
+            let (next, result) = decide(w >> 1, &rate);
+            if self.commit(w, version, next) {
+                return result;
+            }
+        }
+        self.retry(decide)
+    }
+
     /// Whole tokens available now.
     ///
     /// ```

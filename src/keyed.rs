@@ -455,12 +455,54 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let quota = self.quota_of(fp);
         let now = self.clock.now();
         let verdict = self.acquire_fp(fp, &quota, cost, || now);
-        let snapshot = match (self.index.load(fp), verdict) {
-            (Some(state), _) => gcra::snapshot(state, now, &quota),
-            (None, Err(Denied::RetryAfter(wait))) => Snapshot::new(0, wait),
-            (None, _) => gcra::snapshot(self.start_state(&quota), now, &quota),
+        let snapshot = match verdict {
+            Err(denied) => self.refusal_snapshot(fp, &quota, now, denied),
+            Ok(()) => {
+                let state = self.index.load(fp);
+                gcra::snapshot(
+                    state.unwrap_or_else(|| self.start_state(&quota)),
+                    now,
+                    &quota,
+                )
+            }
         };
         (verdict, snapshot)
+    }
+
+    /// [`try_acquire_by`](KeyedLimiter::try_acquire_by), with the key's [`Snapshot`] (as
+    /// [`try_acquire_snapshot`](KeyedLimiter::try_acquire_snapshot) reports it) only on refusal:
+    /// an admission costs what `try_acquire_by` costs.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, KeyedLimiter, ManualClock, Quota, Snapshot};
+    /// let limiter: KeyedLimiter<&str, _> =
+    ///     KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 10, ManualClock::new());
+    /// assert_eq!(limiter.try_acquire_or_snapshot(&"k", 10), Ok(()));
+    /// assert_eq!(
+    ///     limiter.try_acquire_or_snapshot(&"k", 1),
+    ///     Err((Denied::RetryAfter(Duration::from_millis(100)), Snapshot::new(0, Duration::from_secs(1))))
+    /// );
+    /// ```
+    pub fn try_acquire_or_snapshot<Q>(&self, key: &Q, cost: u64) -> Result<(), (Denied, Snapshot)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let fp = self.fingerprint(key);
+        let quota = self.quota_of(fp);
+        let now = self.clock.now();
+        self.acquire_fp(fp, &quota, cost, || now)
+            .map_err(|denied| (denied, self.refusal_snapshot(fp, &quota, now, denied)))
+    }
+
+    /// The key's bucket at `now` after a refusal (`denied`) of a decision on it.
+    fn refusal_snapshot(&self, fp: u64, quota: &Quota, now: u64, denied: Denied) -> Snapshot {
+        match (self.index.load(fp), denied) {
+            (Some(state), _) => gcra::snapshot(state, now, quota),
+            (None, Denied::RetryAfter(wait)) => Snapshot::new(0, wait),
+            (None, _) => gcra::snapshot(self.start_state(quota), now, quota),
+        }
     }
 
     /// Waits until `key`'s bucket admits `cost` tokens, then takes them (governor's

@@ -390,6 +390,28 @@ impl<C: Clock> ShardedBucket<C> {
         (verdict, self.snapshot_at(now))
     }
 
+    /// [`try_acquire`](ShardedBucket::try_acquire), with the pooled [`Snapshot`] (at the
+    /// decision's reading) only on refusal: an admission reads no other shard for it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, ManualClock, Quota, ShardedBucket, Snapshot};
+    /// let bucket = ShardedBucket::with_clock(Quota::per_second(8).unwrap(), 2, ManualClock::new());
+    /// assert_eq!(bucket.try_acquire_or_snapshot(8), Ok(()));
+    /// assert_eq!(bucket.try_acquire_or_snapshot(9), Err((Denied::ExceedsBurst, Snapshot::new(0, Duration::from_secs(1)))));
+    /// ```
+    pub fn try_acquire_or_snapshot(&self, cost: u64) -> Result<(), (Denied, Snapshot)> {
+        let now = self.clock.now();
+        let verdict = if cost == 0 {
+            Ok(())
+        } else if cost > self.quota.burst() {
+            Err(Denied::ExceedsBurst)
+        } else {
+            self.acquire_at(now, cost)
+        };
+        verdict.map_err(|denied| (denied, self.snapshot_at(now)))
+    }
+
     /// The pooled bucket at `now` (read-only).
     fn snapshot_at(&self, now: u64) -> Snapshot {
         let mut units = 0u128;

@@ -130,3 +130,49 @@ fn keyed_snapshot_per_key_and_table_full() {
     // An untracked key reads as full.
     assert_eq!(limiter.try_acquire_snapshot("c", 0).1.remaining(), 10);
 }
+
+/// `try_acquire_or_snapshot` agrees with `try_acquire_snapshot` on every limiter: the same
+/// verdicts, and on refusal the same snapshot.
+#[test]
+fn snapshot_only_on_refusal_matches_the_full_snapshot() {
+    let mut rng = Rng(0x0DD5_EED5);
+    let quota = Quota::new(7, Duration::from_secs(1), 5).unwrap();
+    let (c1, c2) = (ManualClock::new(), ManualClock::new());
+    let (a, b) = (
+        Bucket::with_clock(quota, c1.clone()),
+        Bucket::with_clock(quota, c2.clone()),
+    );
+    let (sa, sb) = (
+        ShardedBucket::with_clock(quota, 3, c1.clone()),
+        ShardedBucket::with_clock(quota, 3, c2.clone()),
+    );
+    let ka: KeyedLimiter<u8, _> = KeyedLimiter::with_clock(quota, 2, c1.clone());
+    let kb: KeyedLimiter<u8, _> = KeyedLimiter::with_clock(quota, 2, c2.clone());
+    for _ in 0..5_000 {
+        let step = Duration::from_nanos(rng.below(300_000_000));
+        c1.advance(step);
+        c2.advance(step);
+        let cost = rng.below(7);
+        let key = rng.below(4) as u8;
+        for (fast, full) in [
+            (
+                a.try_acquire_or_snapshot(cost),
+                b.try_acquire_snapshot(cost),
+            ),
+            (
+                sa.try_acquire_or_snapshot(cost),
+                sb.try_acquire_snapshot(cost),
+            ),
+            (
+                ka.try_acquire_or_snapshot(&key, cost),
+                kb.try_acquire_snapshot(&key, cost),
+            ),
+        ] {
+            match (fast, full) {
+                (Ok(()), (Ok(()), _)) => {}
+                (Err((d, s)), (Err(e), t)) => assert_eq!((d, s), (e, t)),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}

@@ -71,7 +71,8 @@ pub enum Check<F> {
 /// `report` says whether an *admitted* request's [`Decision`] must carry the quota (the layer
 /// sends headers on admitted responses); a refusal always carries what the backend knows. The
 /// verdict and the snapshot always come from one decision (one clock reading): the in-process
-/// limiters use `try_acquire_snapshot` and read the quota only when it is needed.
+/// limiters use `try_acquire_snapshot` when admitted responses carry headers, else
+/// `try_acquire_or_snapshot` (a snapshot only on refusal), and read the quota only when needed.
 ///
 /// ```
 /// use std::future::Ready;
@@ -113,9 +114,18 @@ macro_rules! global_backend {
 
             #[inline]
             fn check(&self, _key: K, cost: u64, report: bool) -> Check<Self::Future> {
-                let (verdict, snapshot) = self.try_acquire_snapshot(cost);
-                let quota = (report || verdict.is_err()).then(|| self.quota());
-                Check::Ready(Decision::new(verdict, Some(snapshot), quota))
+                Check::Ready(if report {
+                    let (verdict, snapshot) = self.try_acquire_snapshot(cost);
+                    Decision::new(verdict, Some(snapshot), Some(self.quota()))
+                } else {
+                    // No headers on admitted responses: an admission computes no snapshot.
+                    match self.try_acquire_or_snapshot(cost) {
+                        Ok(()) => Decision::new(Ok(()), None, None),
+                        Err((denied, snapshot)) => {
+                            Decision::new(Err(denied), Some(snapshot), Some(self.quota()))
+                        }
+                    }
+                })
             }
         }
     };
@@ -129,9 +139,18 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> Backend<K> for KeyedLimiter<K, C> {
 
     #[inline]
     fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future> {
-        let (verdict, snapshot) = self.try_acquire_snapshot(&key, cost);
-        let quota = (report || verdict.is_err()).then(|| self.quota_for(&key));
-        Check::Ready(Decision::new(verdict, Some(snapshot), quota))
+        Check::Ready(if report {
+            let (verdict, snapshot) = self.try_acquire_snapshot(&key, cost);
+            Decision::new(verdict, Some(snapshot), Some(self.quota_for(&key)))
+        } else {
+            // No headers on admitted responses: an admission computes no snapshot.
+            match self.try_acquire_or_snapshot(&key, cost) {
+                Ok(()) => Decision::new(Ok(()), None, None),
+                Err((denied, snapshot)) => {
+                    Decision::new(Err(denied), Some(snapshot), Some(self.quota_for(&key)))
+                }
+            }
+        })
     }
 }
 
