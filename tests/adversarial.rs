@@ -1,5 +1,6 @@
 //! Second reader of issue 8: adversarial edges (u64::MAX readings, Duration::MAX, cost = burst,
 //! burst = 1) and interleavings not covered elsewhere.
+#![cfg(feature = "keyed")]
 
 use std::future::Future;
 use std::pin::pin;

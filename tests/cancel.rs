@@ -2,6 +2,7 @@
 //! canceller's clock reading (stale, stepped back, preempted) and whatever order reservations are
 //! cancelled in (issue 8, defects 1 and 2). Every admission is recorded with the instant it was
 //! decided at (a kept reservation at its due instant) and every window is checked exactly.
+#![cfg(feature = "std")]
 
 #[path = "support/stall.rs"]
 mod stall;

@@ -1,5 +1,6 @@
 //! `CoarseClock`: a cached reading of its source, refreshed by an upkeep thread; never ahead of
 //! the source, never backwards, and a bucket on it decides exactly at its (stale) reading.
+#![cfg(feature = "std")]
 
 use std::time::{Duration, Instant};
 use tollgate::{Bucket, Clock, CoarseClock, Denied, ManualClock, Quota};
