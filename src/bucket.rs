@@ -276,21 +276,23 @@ impl<C: Clock> Bucket<C> {
 
     /// Replaces the quota atomically. The balance at the switch, debt included, carries over,
     /// capped at the new burst, and a debt keeps its due instant (see [`gcra::rescale`]: a
-    /// faster rate does not repay queued reservations early). A concurrent caller sees either
-    /// the old quota with the old state or the new quota with the new state, never a mix: the
-    /// new quota is written to the idle
-    /// slot first, then one CAS converts the state and flips the word's epoch bit, and a decision
-    /// CAS only succeeds on the exact word (epoch bit included) it decided on.
+    /// faster rate does not repay queued reservations early). The new quota is written to the
+    /// idle slot first, then one CAS converts the state and flips the word's epoch bit, and a
+    /// decision CAS only succeeds on the exact word (epoch bit included) it decided on, so a
+    /// concurrent caller sees the old quota with the old state or the new quota with the new
+    /// state — except in the one gap below.
     ///
     /// Decisions never wait for a reconfiguration; concurrent reconfigurations take turns.
     ///
     /// One known gap: a decision's CAS checks the word, and just before it the quota slot's
     /// version. A thread preempted between that check and its CAS while at least two
     /// reconfigurations complete, and the word comes back to the bit-identical value, commits a
-    /// decision made under the previous quota. That needs the state to repeat exactly — in
-    /// practice a frozen clock cycling through quotas (seen in a stress test on a loaded 2-core
-    /// machine); one epoch bit in the word cannot rule it out. Read-only results have no gap
-    /// (they check the version after reloading the word).
+    /// decision made under the previous quota's units, which can over-admit (loom
+    /// `write_aba.rs`, ignored: 18 tokens at one reading with bursts of at most 10). That needs
+    /// the state to repeat exactly, which a full bucket does when both switches read the same
+    /// clock value (exact quotas of one unit per nanosecond convert a full bucket to the reading
+    /// itself); one epoch bit in the word cannot rule it out. Read-only results have no gap
+    /// (they check the version after reloading the word). See `docs/guarantees.md`.
     ///
     /// ```
     /// use tollgate::{Bucket, ManualClock, Quota};

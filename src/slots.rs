@@ -7,8 +7,11 @@
 //! idle slot under its seqlock, then converts the state and flips the epoch bit in one CAS. A
 //! decision reads the word, then the slot its epoch names, and only commits by a CAS on the exact
 //! word it read, epoch bit included: it sees the old parameters with the old state or the new
-//! ones with the new state, never a mix. Decisions never wait for a writer; the seqlock only
-//! matters if two reconfigurations complete while a decision is between its reads.
+//! ones with the new state — unless two reconfigurations bring the word back to the
+//! bit-identical value while a decision is between its last check and its CAS, which one epoch
+//! bit cannot detect (the known gap documented on `Bucket::set_quota`). Decisions never wait for
+//! a writer; the seqlock only matters if two reconfigurations complete while a decision is
+//! between its reads.
 
 use crate::sync::{fence, AtomicU32, AtomicU64, Backoff, Ordering};
 
