@@ -146,8 +146,10 @@ fn snapshot_only_on_refusal_matches_the_full_snapshot() {
         ShardedBucket::with_clock(quota, 3, c1.clone()),
         ShardedBucket::with_clock(quota, 3, c2.clone()),
     );
-    let ka: KeyedLimiter<u8, _> = KeyedLimiter::with_clock(quota, 2, c1.clone());
-    let kb: KeyedLimiter<u8, _> = KeyedLimiter::with_clock(quota, 2, c2.clone());
+    // Room for every key: a table-full refusal's wait depends on where the incremental sweep
+    // stands, which differs between two tables (each hashes with its own random seed).
+    let ka: KeyedLimiter<u8, _> = KeyedLimiter::with_clock(quota, 8, c1.clone());
+    let kb: KeyedLimiter<u8, _> = KeyedLimiter::with_clock(quota, 8, c2.clone());
     for _ in 0..5_000 {
         let step = Duration::from_nanos(rng.below(300_000_000));
         c1.advance(step);
