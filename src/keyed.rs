@@ -457,14 +457,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let verdict = self.acquire_fp(fp, &quota, cost, || now);
         let snapshot = match verdict {
             Err(denied) => self.refusal_snapshot(fp, &quota, now, denied),
-            Ok(()) => {
-                let state = self.index.load(fp);
-                gcra::snapshot(
-                    state.unwrap_or_else(|| self.start_state(&quota)),
-                    now,
-                    &quota,
-                )
-            }
+            Ok(()) => gcra::snapshot(self.state_of(fp, &quota), now, &quota),
         };
         (verdict, snapshot)
     }
@@ -500,6 +493,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     fn refusal_snapshot(&self, fp: u64, quota: &Quota, now: u64, denied: Denied) -> Snapshot {
         match (self.index.load(fp), denied) {
             (Some(state), _) => gcra::snapshot(state, now, quota),
+            // A new key refused because the table is full: untracked, nothing until the wait.
             (None, Denied::RetryAfter(wait)) => Snapshot::new(0, wait),
             (None, _) => gcra::snapshot(self.start_state(quota), now, quota),
         }
@@ -575,11 +569,15 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let fp = self.fingerprint(key);
         let quota = self.quota_of(fp);
         let now = self.clock.now();
-        let state = match self.index.load(fp) {
-            Some(state) => state,
-            None => self.start_state(&quota),
-        };
-        gcra::available(state, now, &quota)
+        gcra::available(self.state_of(fp, &quota), now, &quota)
+    }
+
+    /// The state of the key with fingerprint `fp`: its slot's, or where an untracked key starts.
+    #[inline]
+    fn state_of(&self, fp: u64, quota: &Quota) -> u64 {
+        self.index
+            .load(fp)
+            .unwrap_or_else(|| self.start_state(quota))
     }
 
     /// The state a key not in the table starts from: full as of the latest eviction reading

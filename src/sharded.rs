@@ -379,14 +379,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// assert_eq!(bucket.try_acquire_snapshot(2), (Ok(()), Snapshot::new(6, Duration::from_millis(500))));
     /// ```
     pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
-        let now = self.clock.now();
-        let verdict = if cost == 0 {
-            Ok(())
-        } else if cost > self.quota.burst() {
-            Err(Denied::ExceedsBurst)
-        } else {
-            self.acquire_at(now, cost)
-        };
+        let (now, verdict) = self.decide_now(cost);
         (verdict, self.snapshot_at(now))
     }
 
@@ -401,14 +394,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// assert_eq!(bucket.try_acquire_or_snapshot(9), Err((Denied::ExceedsBurst, Snapshot::new(0, Duration::from_secs(1)))));
     /// ```
     pub fn try_acquire_or_snapshot(&self, cost: u64) -> Result<(), (Denied, Snapshot)> {
-        let now = self.clock.now();
-        let verdict = if cost == 0 {
-            Ok(())
-        } else if cost > self.quota.burst() {
-            Err(Denied::ExceedsBurst)
-        } else {
-            self.acquire_at(now, cost)
-        };
+        let (now, verdict) = self.decide_now(cost);
         verdict.map_err(|denied| (denied, self.snapshot_at(now)))
     }
 
@@ -430,6 +416,20 @@ impl<C: Clock> ShardedBucket<C> {
             at => Duration::from_nanos(at - now),
         };
         Snapshot::new(remaining, until_full)
+    }
+
+    /// The clock reading and the decision at it, edge costs included (for the snapshot paths,
+    /// which need the reading whatever the cost).
+    fn decide_now(&self, cost: u64) -> (u64, Result<(), Denied>) {
+        let now = self.clock.now();
+        let verdict = if cost == 0 {
+            Ok(())
+        } else if cost > self.quota.burst() {
+            Err(Denied::ExceedsBurst)
+        } else {
+            self.acquire_at(now, cost)
+        };
+        (now, verdict)
     }
 
     /// The decision at `now` for `0 < cost <= burst`.
