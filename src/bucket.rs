@@ -63,10 +63,11 @@ pub struct Bucket<C = DefaultClock> {
     /// `AcqRel` CAS in [`Bucket::set_quota`] that flips the parity, so a thread that sees a
     /// parity also sees the quota slot written before it (the first attempt's failed CAS is
     /// `Relaxed`: its value is not used, the retry loop loads the word again). A successful
-    /// decision CAS is `Relaxed`: it publishes nothing but the word itself (single-location
-    /// coherence orders all decisions), and the release sequence of the last reconfiguration
-    /// runs through it. A read-only result is validated by loading the word again after the
-    /// slot read (see `Bucket::update_from`).
+    /// decision CAS is `Acquire`: it publishes nothing but the word itself (single-location
+    /// coherence orders all decisions, and the release sequence of the last reconfiguration
+    /// runs through it), but it must see the slot version of the era it committed in, which it
+    /// checks after the CAS (see `Bucket::update_from`). A read-only result is validated by
+    /// loading the word again after the slot read.
     state: AtomicU64,
     /// Two quota slots (`Quota::to_raw`); the word's parity selects the active one. A
     /// reconfiguration writes the idle slot, then flips the parity with one CAS (see
@@ -278,21 +279,18 @@ impl<C: Clock> Bucket<C> {
     /// capped at the new burst, and a debt keeps its due instant (see [`gcra::rescale`]: a
     /// faster rate does not repay queued reservations early). The new quota is written to the
     /// idle slot first, then one CAS converts the state and flips the word's epoch bit, and a
-    /// decision CAS only succeeds on the exact word (epoch bit included) it decided on, so a
-    /// concurrent caller sees the old quota with the old state or the new quota with the new
-    /// state — except in the one gap below.
+    /// decision commits only by a CAS on the exact word (epoch bit included) it decided on, with
+    /// the slot it read still in force, so a concurrent caller sees the old quota with the old
+    /// state or the new quota with the new state.
     ///
     /// Decisions never wait for a reconfiguration; concurrent reconfigurations take turns.
     ///
-    /// One known gap: a decision's CAS checks the word, and just before it the quota slot's
-    /// version. A thread preempted between that check and its CAS while at least two
-    /// reconfigurations complete, and the word comes back to the bit-identical value, commits a
-    /// decision made under the previous quota's units, which can over-admit (loom
-    /// `write_aba.rs`, ignored: 18 tokens at one reading with bursts of at most 10). That needs
-    /// the state to repeat exactly, which a full bucket does when both switches read the same
-    /// clock value (exact quotas of one unit per nanosecond convert a full bucket to the reading
-    /// itself); one epoch bit in the word cannot rule it out. Read-only results have no gap
-    /// (they check the version after reloading the word). See `docs/guarantees.md`.
+    /// No gap remains for decisions racing reconfigurations: a decision checks the quota slot's
+    /// version *after* its CAS, so even a word that two reconfigurations brought back to the
+    /// bit-identical value (a full bucket converted twice at one reading is) cannot commit a
+    /// decision made under another quota. Such a decision is revoked and made again under the
+    /// quota in force; the state its CAS wrote stays, which only withholds tokens (see
+    /// `docs/guarantees.md`).
     ///
     /// ```
     /// use tollgate::{Bucket, ManualClock, Quota};
@@ -362,17 +360,17 @@ impl<C: Clock> Bucket<C> {
     fn commit(&self, w: u64, version: u32, next: Option<u64>) -> bool {
         match next {
             None => self.state.load(Ordering::Acquire) == w && self.slots.unchanged(w, version),
+            // The slot check comes after the CAS: see `Bucket::update_from` for why it must.
             Some(next) => {
-                self.slots.unchanged(w, version)
-                    && self
-                        .state
-                        .compare_exchange_weak(
-                            w,
-                            (next << 1) | (w & 1),
-                            Ordering::Relaxed,
-                            Ordering::Relaxed,
-                        )
-                        .is_ok()
+                self.state
+                    .compare_exchange_weak(
+                        w,
+                        (next << 1) | (w & 1),
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+                    && self.slots.unchanged(w, version)
             }
         }
     }
@@ -416,10 +414,31 @@ impl<C: Clock> Bucket<C> {
     /// that slot was written completely. The version check also covers the word coming back to
     /// the identical value after further reconfigurations.
     ///
-    /// A write checks the slot version just before its CAS. What remains: a thread preempted
-    /// between that check and its CAS while at least two reconfigurations complete and the
-    /// word comes back to the identical 64-bit value (in practice only on a frozen clock cycling
-    /// through quotas); one epoch bit cannot rule it out.
+    /// A write is validated the other way round: the CAS first, then the slot version. A check
+    /// *before* the CAS leaves a window: a thread preempted between that check and its CAS
+    /// while two reconfigurations complete and the word comes back to the bit-identical value
+    /// (a full bucket does, when both convert at the same reading: exact quotas convert it to
+    /// the reading itself) would commit a decision made in another quota's units, and no check
+    /// before a CAS can close it. After the CAS it is closed: the successful CAS is `Acquire`,
+    /// so it synchronizes with the `Release` flip of the era whose word it replaced, and the
+    /// version load after it sees that era's slot version (`v_E`) or a later one. Slot `e` is
+    /// only rewritten while the word names the other slot, so `v_E` is at least the version
+    /// the decision read (`v`), and the load returns `v` only if `v_E == v`: the CAS committed
+    /// in an era whose quota is the one the decision used.
+    ///
+    /// Otherwise the decision is **revoked**: not returned, run again on the current word.
+    /// What its CAS wrote stays. That is safe whatever the quota: a decision's state is always
+    /// above the one it replaced (`max(state, earned) + cost`), and a larger state is a later
+    /// theoretical arrival time under any quota, so it only withholds tokens (a forward jump
+    /// that later decisions absorb; the window bound holds for every trajectory with such
+    /// jumps). (The one write that lowers a state, a cancellation, holds the reconfiguration
+    /// lock, so it is never revoked.) Undoing it would not be safe: the load cannot tell an ABA before the CAS from
+    /// reconfigurations after a legitimate CAS that happened to bring the word back again. A
+    /// revoked decision therefore costs at most what its write holds back — the cost in the
+    /// old quota's units, plus any refill the old quota had earned beyond the state, read in
+    /// the new quota's units — and only in a race that needs two reconfigurations inside one
+    /// CAS window and a bit-identical word. The version is a 32-bit counter stepping by 2 per
+    /// rewrite: the argument needs fewer than 2^31 rewrites of one slot during one decision.
     #[inline(always)]
     fn update_from<R>(
         &self,
@@ -444,19 +463,17 @@ impl<C: Clock> Bucket<C> {
                 w = again;
                 continue;
             };
-            // The CAS checks the word; this checks the slot, narrowing the window in which the
-            // word could come back to `w` under another quota to the next instruction.
-            if !self.slots.unchanged(w & 1, version) {
-                w = self.state.load(Ordering::Acquire);
-                continue;
-            }
+            // The CAS checks the word, the slot version *after* it the quota: see above.
             match self.state.compare_exchange_weak(
                 w,
                 (next << 1) | (w & 1),
-                Ordering::Relaxed,
+                Ordering::Acquire,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return result,
+                Ok(_) if self.slots.unchanged(w & 1, version) => return result,
+                // Revoked: the word was the bit-identical `w` of a later era (see above).
+                // What this attempt wrote stays; the decision runs again on the new word.
+                Ok(_) => w = self.state.load(Ordering::Acquire),
                 Err(actual) => w = actual,
             }
         }

@@ -5,13 +5,15 @@
 //! The owner keeps one bit of its atomic state word as the *epoch*: the index of the slot that
 //! holds the parameters for that state. A reconfiguration (serialized by a writer flag) writes the
 //! idle slot under its seqlock, then converts the state and flips the epoch bit in one CAS. A
-//! decision reads the word, then the slot its epoch names, and only commits by a CAS on the exact
-//! word it read, epoch bit included: it sees the old parameters with the old state or the new
-//! ones with the new state — unless two reconfigurations bring the word back to the
-//! bit-identical value while a decision is between its last check and its CAS, which one epoch
-//! bit cannot detect (the known gap documented on `Bucket::set_quota`). Decisions never wait for
-//! a writer; the seqlock only matters if two reconfigurations complete while a decision is
-//! between its reads.
+//! decision reads the word, then the slot its epoch names, and commits by a CAS on the exact
+//! word it read, epoch bit included, then checks that the slot still holds the version it read
+//! ([`EpochSlots::unchanged`], after an `Acquire` CAS): it sees the old parameters with the old
+//! state or the new ones with the new state. The check must follow the CAS: two
+//! reconfigurations can bring the word back to the bit-identical value with the slot
+//! rewritten, which the CAS alone cannot see, and a check before it leaves a window (the
+//! owner's CAS loop, `Bucket::update_from`, documents the argument and what a revoked decision
+//! costs). Decisions never wait for a writer; the seqlock only matters if two reconfigurations
+//! complete while a decision is between its reads.
 
 use crate::sync::{fence, AtomicU32, AtomicU64, Backoff, Ordering};
 
@@ -90,6 +92,12 @@ impl EpochSlots {
 
     /// Whether the slot of `epoch` still holds the version `seq` that
     /// [`EpochSlots::read_versioned`] or [`EpochSlots::read_prefix`] returned.
+    ///
+    /// How a write is validated: after its CAS on the word `w` succeeded with `Acquire`
+    /// ordering. The CAS then synchronizes with the flip that opened the era it committed in,
+    /// so this load sees that era's version or a later one; the slot of `w`'s epoch is rewritten
+    /// only while the word names the other slot, so `seq` comes back only if the CAS committed
+    /// in an era whose slot held `seq` — the parameters the decision used.
     ///
     /// How a read-only result is validated: the caller reads its word `w`, the slot, then loads
     /// its word again with `Acquire`, and calls this after that load. If the word is still `w`

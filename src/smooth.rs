@@ -12,9 +12,12 @@ use self::word::{decode, encode, MAX_MICROS, NEXT_SHIFT, STORED_MASK};
 use crate::clock::{Clock, DefaultClock};
 use crate::error::ConfigError;
 use crate::slots::EpochSlots;
-use crate::sync::{spin_loop, AtomicU128, Ordering};
+use crate::sync::{spin_loop, AtomicU128, AtomicU64, Ordering};
 use core::fmt;
 use core::time::Duration;
+
+/// `Smooth::retired_next` before the first `set_rate`: no word to stay ahead of.
+const NO_ERA: u64 = u64::MAX;
 
 /// Guava's `SmoothRateLimiter` to the microsecond, lock-free: `SmoothBursty`
 /// ([`Smooth::bursty_with_clock`]) or `SmoothWarmingUp` ([`Smooth::warming_up_with_clock`]).
@@ -98,7 +101,12 @@ use core::time::Duration;
 ///   stores nothing and serves every permit at the stable rate.
 /// * The next free time saturates at 2^53 − 1 µs (285 years after creation) instead of
 ///   `i64::MAX` µs, and the clock is read as if it stopped there; sums of waits saturate where
-///   Java's `long` addition would wrap.
+///   Java's `long` addition would wrap. At that end, with the next free time there too, a
+///   request that needs a wait is never admitted — `try_acquire` refuses it and `acquire`
+///   sleeps [`Duration::MAX`] (on a real clock it never returns) — where Guava would admit it
+///   and, with a stopped clock, every later one: no limit at all.
+/// * Two `set_rate` calls with no request that moved the next free time between them move
+///   it on by 1 µs (see [`Smooth::set_rate`]); Guava leaves it.
 /// * `permits` is a `u64`, converted to `f64` (exact up to 2^53); Guava takes an `int`.
 ///
 /// The state is one `AtomicU128` (`portable-atomic`'s: lock-free on x86_64 with `cmpxchg16b`,
@@ -127,6 +135,11 @@ pub struct Smooth<C = DefaultClock> {
     /// `set_rate` writes the idle slot, then converts the state and flips the parity in one CAS
     /// (see `src/slots.rs`).
     slots: EpochSlots,
+    /// The next free time of the word the last `set_rate` replaced (µs; `NO_ERA` before the
+    /// first): the next `set_rate` makes its word's next free time later than this, so that no
+    /// word ever comes back (see [`Smooth::set_rate`]). Only read and written under the
+    /// writer flag, which orders it.
+    retired_next: AtomicU64,
     mode: Mode,
     /// `clock.now()` when the limiter was created: Guava's stopwatch starts there too.
     origin: u64,
@@ -271,6 +284,7 @@ impl<C: Clock> Smooth<C> {
         Smooth {
             state: AtomicU128::new(word),
             slots: EpochSlots::new(raw),
+            retired_next: AtomicU64::new(NO_ERA),
             mode,
             origin: clock.now(),
             clock,
@@ -296,10 +310,12 @@ impl<C: Clock> Smooth<C> {
             return Duration::ZERO;
         }
         let now = self.now_micros();
-        let wait = self.update(|mut s, p| {
-            let wait = s.reserve(permits as f64, now, p, self.mode);
-            (Some(s), wait)
-        });
+        let wait = self.update(
+            |mut s, p| match s.reserve(permits as f64, now, p, self.mode) {
+                Some(wait) => (Some(s), wait),
+                None => (None, u64::MAX),
+            },
+        );
         self.pay(wait)
     }
 
@@ -329,8 +345,10 @@ impl<C: Clock> Smooth<C> {
             if s.next.saturating_sub(timeout) > now {
                 return (None, None);
             }
-            let wait = s.reserve(permits as f64, now, p, self.mode);
-            (Some(s), Some(wait))
+            match s.reserve(permits as f64, now, p, self.mode) {
+                Some(wait) => (Some(s), Some(wait)),
+                None => (None, None),
+            }
         });
         match wait {
             Some(wait) => {
@@ -350,7 +368,14 @@ impl<C: Clock> Smooth<C> {
     /// A concurrent caller sees the old rate with the old state or the new rate with the new
     /// state, never a mix: the derived parameters are written to the idle slot first, then one
     /// CAS converts the state and flips the word's epoch bit, and a decision's CAS only succeeds
-    /// on the exact word (epoch bit included) it decided on. Decisions never wait for
+    /// on the exact word (epoch bit included) it decided on. That needs the word never to come
+    /// back to a value a stalled decision may hold: the next free time never moves back, and
+    /// each `set_rate` makes its word's next free time later than that of every word two
+    /// reconfigurations back — by moving it on 1 µs in the one case where nothing else did (two
+    /// `set_rate` calls with no request between them that moved it, Guava would leave it).
+    /// Without that, a busy bursty limiter (no stored permits, next free time ahead) comes
+    /// back bit for bit after two calls, and a decision made at the old rate would commit under
+    /// the new one. Decisions never wait for
     /// `set_rate`; concurrent `set_rate` calls take turns. [`ConfigError::InvalidRate`] (nothing changes) for a rate that is not
     /// finite and positive;
     /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s.
@@ -370,6 +395,7 @@ impl<C: Clock> Smooth<C> {
         let new = Params::new(self.mode, permits_per_second).ok_or(ConfigError::InvalidRate)?;
         // Read before taking the writer flag: see `EpochSlots::lock`.
         let writer = self.slots.lock(self.clock.now());
+        let floor = self.retired_next.load(Ordering::Relaxed);
         let mut cur = self.state.load(Ordering::Acquire);
         let old = Params::from_raw(writer.get((cur & 1) as u64));
         let idle = ((cur & 1) ^ 1) as u64;
@@ -385,6 +411,11 @@ impl<C: Clock> Smooth<C> {
                 Mode::WarmingUp { .. } if old.max == 0.0 => new.max,
                 _ => s.stored * new.max / old.max,
             };
+            // The word must differ from every word two eras back (all of whose next free times
+            // are at most `floor`, since it never moves back): see the docs above.
+            if floor != NO_ERA && s.next <= floor {
+                s.next = (floor + 1).min(MAX_MICROS);
+            }
             match self.state.compare_exchange_weak(
                 cur,
                 encode(s, &new, u128::from(idle)),
@@ -395,6 +426,8 @@ impl<C: Clock> Smooth<C> {
                 Err(actual) => cur = actual,
             }
         }
+        self.retired_next
+            .store((cur >> NEXT_SHIFT) as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -438,7 +471,11 @@ impl<C: Clock> Smooth<C> {
     }
 
     fn pay(&self, wait_micros: u64) -> Duration {
-        let wait = Duration::from_micros(wait_micros);
+        // `u64::MAX`: never admitted (see `State::reserve`).
+        let wait = match wait_micros {
+            u64::MAX => Duration::MAX,
+            _ => Duration::from_micros(wait_micros),
+        };
         if wait_micros > 0 {
             self.clock.sleep(wait);
         }

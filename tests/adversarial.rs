@@ -188,7 +188,6 @@ fn past_the_horizon_waiting_admits_nothing_that_never_comes_due() {
 /// `next == now` and goes at once: no limit at all (Guava, whose `next` keeps growing, would make
 /// each caller wait one more interval).
 #[test]
-#[ignore = "defect: Smooth admits without limit once the reading reaches its 285-year saturation point"]
 fn smooth_at_its_saturation_point_still_limits() {
     let clock = ManualClock::new();
     let s = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), clock.clone()).unwrap();

@@ -149,18 +149,36 @@ impl State {
 
     /// Guava's `reserveEarliestAvailable` followed by `max(moment − now, 0)`: takes `permits`
     /// and returns the microseconds the caller must wait.
-    pub(super) fn reserve(&mut self, permits: f64, now: u64, p: &Params, mode: Mode) -> u64 {
-        self.resync(now, p);
-        let moment = self.next;
-        let from_stored = java_min(permits, self.stored);
+    ///
+    /// `None` (nothing changed) for a request that needs a wait at the end of time: the next
+    /// free time and the reading both at [`MAX_MICROS`], where the field ends and the clock is
+    /// read as stopped. Guava would admit it at once and saturate the next free time again —
+    /// so, with the clock stopped there, every later request too: no limit at all. Here it is
+    /// never admitted. Permits stored before that (free when bursty) are still served, and a
+    /// request before the end waits as in Guava, until the end.
+    pub(super) fn reserve(
+        &mut self,
+        permits: f64,
+        now: u64,
+        p: &Params,
+        mode: Mode,
+    ) -> Option<u64> {
+        let mut s = *self;
+        s.resync(now, p);
+        let moment = s.next;
+        let from_stored = java_min(permits, s.stored);
         let fresh = permits - from_stored;
         let stored_cost = match mode {
             Mode::Bursty { .. } => 0,
-            Mode::WarmingUp { .. } => p.stored_permits_to_wait_time(self.stored, from_stored),
+            Mode::WarmingUp { .. } => p.stored_permits_to_wait_time(s.stored, from_stored),
         };
         let wait = stored_cost.saturating_add((fresh * p.stable) as i64).max(0);
-        self.next = self.next.saturating_add(wait as u64).min(MAX_MICROS);
-        self.stored -= from_stored;
-        moment.saturating_sub(now)
+        if wait > 0 && moment >= MAX_MICROS && now >= MAX_MICROS {
+            return None;
+        }
+        s.next = s.next.saturating_add(wait as u64).min(MAX_MICROS);
+        s.stored -= from_stored;
+        *self = s;
+        Some(moment.saturating_sub(now))
     }
 }
