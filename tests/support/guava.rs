@@ -1,9 +1,13 @@
 //! Guava's `SmoothRateLimiter` transcribed with `f64` stored permits and `i64` micros: the
-//! reference model `Smooth` is compared with (as `model.rs` is the bucket's).
+//! reference model `Smooth` is compared with (as `model.rs` is the bucket's), plus tollgate's one
+//! documented `set_rate` deviation (see [`Reference::set_rate`]).
 #![allow(dead_code, unreachable_pub)]
 
-/// Guava's `SmoothRateLimiter` transcribed with `f64` stored permits and `i64` micros: the
-/// reference `Smooth` must match wait for wait.
+/// tollgate's largest next free time, 2^53 − 1 µs (where the deviation's 1 µs step stops).
+pub const MAX_MICROS: i64 = (1 << 53) - 1;
+
+/// Guava's `SmoothRateLimiter` transcribed with `f64` stored permits and `i64` micros, plus
+/// tollgate's `set_rate` deviation: the reference `Smooth` must match wait for wait.
 #[derive(Debug)]
 pub struct Reference {
     pub warming: bool,
@@ -16,6 +20,9 @@ pub struct Reference {
     pub cold_factor: f64,
     pub slope: f64,
     pub threshold: f64,
+    /// The deviation's memory: the next free time of the state the last [`Reference::set_rate`]
+    /// replaced, before its resync (`None` before the first call; creation does not count).
+    pub retired_next: Option<i64>,
 }
 
 /// Java's `Math.min` for doubles (NaN-propagating).
@@ -33,7 +40,7 @@ impl Reference {
     pub fn bursty(rate: f64, max_burst_seconds: f64) -> Reference {
         let mut r = Reference::empty(false);
         r.max_burst_seconds = max_burst_seconds;
-        r.set_rate(rate, 0);
+        r.convert(rate, 0);
         r
     }
 
@@ -41,7 +48,7 @@ impl Reference {
         let mut r = Reference::empty(true);
         r.warmup_micros = warmup_micros;
         r.cold_factor = cold_factor;
-        r.set_rate(rate, 0);
+        r.convert(rate, 0);
         r
     }
 
@@ -57,10 +64,30 @@ impl Reference {
             cold_factor: 0.0,
             slope: 0.0,
             threshold: 0.0,
+            retired_next: None,
         }
     }
 
+    /// Guava's `setRate` plus tollgate's documented deviation (`Smooth::set_rate`): after
+    /// Guava's resync and rescale, a call that follows an earlier `set_rate` and finds the next
+    /// free time at or before the one that earlier call replaced moves it on to that + 1 µs;
+    /// then it remembers the next free time it replaced itself (before its resync). In effect,
+    /// two `set_rate` calls with no request between them that moved the next free time move it
+    /// on by 1 µs, where Guava leaves it.
     pub fn set_rate(&mut self, rate: f64, now: i64) {
+        let replaced = self.next;
+        self.convert(rate, now);
+        if let Some(floor) = self.retired_next {
+            if self.next <= floor {
+                self.next = (floor + 1).min(MAX_MICROS);
+            }
+        }
+        self.retired_next = Some(replaced);
+    }
+
+    /// Guava's `setRate` alone (also its constructors' first call): resync at the old rate, the
+    /// new parameters, the stored permits rescaled.
+    pub fn convert(&mut self, rate: f64, now: i64) {
         self.resync(now);
         self.stable = 1_000_000.0 / rate;
         let old = self.max;
