@@ -196,3 +196,30 @@ fn smooth_at_its_saturation_point_still_limits() {
     // Bursty, 1 s stored at most: the stored permit and the "pay later" one.
     assert!(admitted <= 2, "{admitted} of 10 admitted at one reading");
 }
+
+/// `Smooth`'s words never come back, so a decision's CAS on the exact word it read cannot land
+/// under other parameters: two `set_rate` calls with nothing between them that moved the next
+/// free time (a busy bursty limiter: nothing stored, next free time ahead) used to leave the
+/// word bit for bit as it was; now each word's next free time is later than that of the word
+/// replaced two calls back (a 1 µs step where needed). One call, or calls with a request
+/// between that moved it, change nothing (Guava's rule).
+#[test]
+fn smooth_set_rate_never_brings_a_word_back() {
+    let waits = |set_rates: &[f64]| {
+        // `acquire` sleeps through the clock: a `ManualClock` advances itself.
+        let s = Smooth::bursty_with_clock(1.0, Duration::ZERO, ManualClock::new()).unwrap();
+        assert_eq!(s.acquire(1), Duration::ZERO); // next free time: 1 s
+        for &r in set_rates {
+            s.set_rate(r).unwrap();
+        }
+        s.acquire(1)
+    };
+    assert_eq!(waits(&[2.0]), Duration::from_secs(1));
+    assert_eq!(waits(&[2.0, 1.0]), Duration::from_micros(1_000_001));
+    // The third stays ahead of the first's word without a step; the fourth needs one.
+    assert_eq!(waits(&[2.0, 1.0, 2.0]), Duration::from_micros(1_000_001));
+    assert_eq!(
+        waits(&[2.0, 1.0, 2.0, 1.0]),
+        Duration::from_micros(1_000_002)
+    );
+}
