@@ -123,11 +123,14 @@ pub(crate) fn try_acquire_in(
     let burst_units = rate.burst() * scale;
     // Admit iff balance >= cost, i.e. state + cost <= earned_floor + burst (in units).
     let want = state + cost_units;
-    if let Some(earned) = rate.exact_earned(now) {
+    // Refused: the deficit `need·div − n` (`need = want − burst`, `n = now·mul`) is positive,
+    // and the wait is its quotient by `mul`, rounded up (`Rate::wait`: no division).
+    let wait = if let Some(earned) = rate.exact_earned(now) {
         // The right side cannot overflow: the quota guarantees earned + burst <= 2^63 - 1.
         if want <= earned + burst_units {
             return Ok(Some(state.max(earned) + cost_units));
         }
+        rate.wait_exact(want - burst_units - earned, now)
     } else {
         // Inexact: compare products instead of dividing (`x <= ⌊n/d⌋ ⇔ x·d <= n`), and divide
         // only when the bucket is capped (`state < ⌈n/d⌉ ⇔ state·d < n`).
@@ -136,16 +139,15 @@ pub(crate) fn try_acquire_in(
             let base = if u128::from(state) * div >= n {
                 state
             } else {
-                rate.earned_ceil(now)
+                rate.ceil_above(state, n)
             };
             return Ok(Some(base + cost_units));
         }
-    }
-    Err(Denied::RetryAfter(retry_after_in(
-        rate,
-        want - burst_units,
-        now,
-    )))
+        rate.wait(u128::from(want - burst_units) * div - n, now)
+    };
+    Err(Denied::RetryAfter(
+        wait.map_or(Duration::MAX, Duration::from_nanos),
+    ))
 }
 
 /// Whole tokens available at `now` (0 while in debt).
@@ -419,16 +421,29 @@ mod tests {
     use super::*;
     use crate::test_support::{inexact_quotas, Xorshift};
 
-    /// The inexact quotas' product compares (no division unless capped) decide exactly as the
-    /// divisions they replace: admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost
-    /// to `max(state, ⌈earned⌉)`; the wait from `instant_of`. States around the boundary, and
-    /// at the edges of the range.
+    /// The inexact quotas' product compares (no division unless capped, and then only of the
+    /// excess over the state) and every quota's wait from the deficit by the stored reciprocal
+    /// (`Rate::wait`, `Rate::wait_exact`) decide exactly as the divisions they replace: admit
+    /// iff `state + cost <= ⌊earned⌋ + burst`, then add the cost to `max(state, ⌈earned⌉)`;
+    /// the wait from `instant_of` (`retry_after`). Inexact quotas and exact ones with one and
+    /// with several units per nanosecond; states around the boundary, and at the edges of the
+    /// range (deficits beyond 64 bits included); readings past the horizon.
     #[test]
     fn product_compares_decide_as_divisions() {
         let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15);
         let mut next = || rng.next();
-        for q in inexact_quotas() {
-            assert!(!q.is_exact());
+        let exact = [
+            Quota::per_second(1_000_000_000).unwrap(),
+            Quota::per_second(1000).unwrap(),
+            Quota::new(2, Duration::from_nanos(3), 9).unwrap(),
+            Quota::new(2, Duration::from_nanos(999_999_999), 1 << 20).unwrap(),
+            Quota::new(7_000_000_000, Duration::from_secs(7), 5).unwrap(),
+            Quota::new(1, Duration::from_secs(3600), 1).unwrap(),
+        ];
+        assert!(exact.iter().all(|q| q.is_exact()));
+        assert!(exact.iter().any(|q| q.units_per_ns().0 > 1));
+        assert!(inexact_quotas().iter().all(|q| !q.is_exact()));
+        for q in inexact_quotas().into_iter().chain(exact) {
             let horizon = crate::quota::HORIZON_NS;
             let mut nows = alloc::vec![0, 1, horizon - 1, horizon, u64::MAX];
             for _ in 0..300 {
