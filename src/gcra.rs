@@ -123,17 +123,20 @@ pub(crate) fn try_acquire_in(
     let burst_units = rate.burst() * scale;
     // Admit iff balance >= cost, i.e. state + cost <= earned_floor + burst (in units).
     let want = state + cost_units;
-    // Refused: the deficit `need·div − n` (`need = want − burst`, `n = now·mul`) is positive,
-    // and the wait is its quotient by `mul`, rounded up (`Rate::wait`: no division).
-    let wait = if let Some(earned) = rate.exact_earned(now) {
+    // Refused: `at = instant_of(need)` (`need = want − burst`) depends on the state and the
+    // quota alone, so it is computed while the clock is read, with the stored reciprocal of
+    // `mul` instead of a division. `need > earned(min(now, HORIZON))`, so
+    // `at > min(now, HORIZON)`: `at − now` is positive whenever `at` is within the horizon.
+    let at = if let Some(earned) = rate.exact_earned(now) {
         // The right side cannot overflow: the quota guarantees earned + burst <= 2^63 - 1.
         if want <= earned + burst_units {
             return Ok(Some(state.max(earned) + cost_units));
         }
-        rate.wait_exact(want - burst_units - earned, now)
+        rate.instant_of_exact(want - burst_units)
     } else {
         // Inexact: compare products instead of dividing (`x <= ⌊n/d⌋ ⇔ x·d <= n`), and divide
-        // only when the bucket is capped (`state < ⌈n/d⌉ ⇔ state·d < n`).
+        // only when the bucket is capped (`state < ⌈n/d⌉ ⇔ state·d < n`), and then only the
+        // excess over the state.
         let (n, div) = rate.earned_scaled(now);
         if want <= burst_units || u128::from(want - burst_units) * div <= n {
             let base = if u128::from(state) * div >= n {
@@ -143,11 +146,13 @@ pub(crate) fn try_acquire_in(
             };
             return Ok(Some(base + cost_units));
         }
-        rate.wait(u128::from(want - burst_units) * div - n, now)
+        rate.instant_of_scaled(u128::from(want - burst_units) * div)
     };
-    Err(Denied::RetryAfter(
-        wait.map_or(Duration::MAX, Duration::from_nanos),
-    ))
+    Err(Denied::RetryAfter(if at > crate::quota::HORIZON_NS {
+        Duration::MAX
+    } else {
+        Duration::from_nanos(at - now)
+    }))
 }
 
 /// Whole tokens available at `now` (0 while in debt).
@@ -422,12 +427,13 @@ mod tests {
     use crate::test_support::{inexact_quotas, Xorshift};
 
     /// The inexact quotas' product compares (no division unless capped, and then only of the
-    /// excess over the state) and every quota's wait from the deficit by the stored reciprocal
-    /// (`Rate::wait`, `Rate::wait_exact`) decide exactly as the divisions they replace: admit
+    /// excess over the state) and every quota's wait by the stored reciprocal of `mul`
+    /// (`Rate::instant_of_exact`, `Rate::instant_of_scaled`) decide exactly as the divisions
+    /// they replace: admit
     /// iff `state + cost <= ⌊earned⌋ + burst`, then add the cost to `max(state, ⌈earned⌉)`;
     /// the wait from `instant_of` (`retry_after`). Inexact quotas and exact ones with one and
     /// with several units per nanosecond; states around the boundary, and at the edges of the
-    /// range (deficits beyond 64 bits included); readings past the horizon.
+    /// range (`need × div` beyond 64 bits included); readings past the horizon.
     #[test]
     fn product_compares_decide_as_divisions() {
         let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15);

@@ -52,8 +52,8 @@ pub(crate) struct Rate {
     /// Units earned per nanosecond = `mul / div` (a reduced fraction).
     mul: u64,
     div: u64,
-    /// The reciprocal of `mul` ([`recip::reciprocal`]): waits ([`Rate::wait`],
-    /// [`Rate::instant_of`]) divide by `mul` with a multiplication instead of a division.
+    /// The reciprocal of `mul` ([`recip::reciprocal`]): [`Rate::instant_of`] (the end of a
+    /// refusal's wait) divides by `mul` with a multiplication instead of a division.
     rmul: u64,
 }
 
@@ -70,13 +70,6 @@ fn earned_inexact(now: u64, mul: u64, div: u64) -> (u64, u64) {
     };
     let exact = u128::from(floor) * u128::from(div) == n;
     (floor, floor + u64::from(!exact))
-}
-
-/// `Some(wait)` if `now + wait` (the instant a refusal's wait ends) is within the horizon:
-/// past it the clock is read as stopped, and the wait is endless (`None`).
-#[inline(always)]
-fn within_horizon(wait: u64, now: u64) -> Option<u64> {
-    (wait <= HORIZON_NS - now.min(HORIZON_NS)).then_some(wait)
 }
 
 /// `⌈n / d⌉` for a quotient that fits in 64 bits: a 128-bit division, out of line.
@@ -168,44 +161,35 @@ impl Rate {
 
     /// The first instant (ns since origin) at which `earned_floor` reaches `units`, i.e.
     /// `⌈units × div / mul⌉`, saturating at `u64::MAX`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn instant_of(&self, units: u64) -> u64 {
-        if self.div == 1 && self.mul == 1 {
-            // One unit per nanosecond: no arithmetic at all.
-            return units;
+        if self.div == 1 {
+            self.instant_of_exact(units)
+        } else {
+            self.instant_of_scaled(u128::from(units) * u128::from(self.div))
         }
-        let x = u128::from(units) * u128::from(self.div);
+    }
+
+    /// [`Rate::instant_of`] for an exact quota (`div == 1`): `⌈units / mul⌉`, nothing to compute
+    /// for one unit per nanosecond.
+    #[inline(always)]
+    pub(crate) fn instant_of_exact(&self, units: u64) -> u64 {
+        if self.mul == 1 {
+            units
+        } else {
+            recip::div_ceil(units, self.mul, self.rmul)
+        }
+    }
+
+    /// [`Rate::instant_of`] from `x = units × div`: `⌈x / mul⌉`, saturating at `u64::MAX`. No
+    /// division while `x` fits in 64 bits (the stored reciprocal of `mul`). Independent of the
+    /// clock reading, so a refusal computes it while the clock is read.
+    #[inline(always)]
+    pub(crate) fn instant_of_scaled(&self, x: u128) -> u64 {
         match u64::try_from(x) {
-            // The common case: the stored reciprocal, no division.
             Ok(x) => recip::div_ceil(x, self.mul, self.rmul),
             Err(_) => u64::try_from(x.div_ceil(u128::from(self.mul))).unwrap_or(u64::MAX),
         }
-    }
-
-    /// The wait of a refusal at `now`: whole nanoseconds until the units earned grow by
-    /// `deficit / div` (`deficit > 0`, in units × `div`: `need × div − now × mul`, with `now`
-    /// capped at the horizon as in [`Rate::earned`]), i.e. `instant_of(need) − now`. `None`
-    /// when that instant lies past the horizon. No division while the deficit fits in 64 bits
-    /// (waits up to `2^64 / mul` ns): the stored reciprocal of `mul`.
-    #[inline(always)]
-    pub(crate) fn wait(&self, deficit: u128, now: u64) -> Option<u64> {
-        let wait = match u64::try_from(deficit) {
-            Ok(d) => recip::div_ceil(d, self.mul, self.rmul),
-            Err(_) => u64::try_from(deficit.div_ceil(u128::from(self.mul))).unwrap_or(u64::MAX),
-        };
-        within_horizon(wait, now)
-    }
-
-    /// [`Rate::wait`] for an exact quota (`div == 1`), whose deficit is a `u64`: nothing to
-    /// compute for one unit per nanosecond.
-    #[inline(always)]
-    pub(crate) fn wait_exact(&self, deficit: u64, now: u64) -> Option<u64> {
-        let wait = if self.mul == 1 {
-            deficit
-        } else {
-            recip::div_ceil(deficit, self.mul, self.rmul)
-        };
-        within_horizon(wait, now)
     }
 
     /// The reduced rate `(t, p)`: `t` tokens per `p` ns with `gcd(t, p) = 1`. From
