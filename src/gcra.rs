@@ -429,9 +429,8 @@ mod tests {
     /// The inexact quotas' product compares (no division unless capped, and then only of the
     /// excess over the state) and every quota's wait by the stored reciprocal of `mul`
     /// (`Rate::instant_of_exact`, `Rate::instant_of_scaled`) decide exactly as the divisions
-    /// they replace: admit
-    /// iff `state + cost <= ⌊earned⌋ + burst`, then add the cost to `max(state, ⌈earned⌉)`;
-    /// the wait from `instant_of` (`retry_after`). Inexact quotas and exact ones with one and
+    /// they replace: admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost to
+    /// `max(state, ⌈earned⌉)`; the wait `⌈need × div / mul⌉ − now` by 128-bit division. Inexact quotas and exact ones with one and
     /// with several units per nanosecond; states around the boundary, and at the edges of the
     /// range (`need × div` beyond 64 bits included); readings past the horizon.
     #[test]
@@ -469,11 +468,17 @@ mod tests {
                         let want = if state + cost_units <= floor + burst_units {
                             Ok(Some(state.max(ceil) + cost_units))
                         } else {
-                            Err(Denied::RetryAfter(retry_after(
-                                &q,
-                                state + cost_units - burst_units,
-                                now,
-                            )))
+                            // The wait by plain 128-bit division, not by `instant_of`.
+                            let need = state + cost_units - burst_units;
+                            let (mul, div) = q.units_per_ns();
+                            let at = (u128::from(need) * u128::from(div)).div_ceil(u128::from(mul));
+                            Err(Denied::RetryAfter(
+                                if at <= u128::from(now) || at > u128::from(horizon) {
+                                    Duration::MAX
+                                } else {
+                                    Duration::from_nanos((at - u128::from(now)) as u64)
+                                },
+                            ))
                         };
                         assert_eq!(
                             try_acquire(state, now, &q, cost),
