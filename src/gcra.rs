@@ -123,29 +123,36 @@ pub(crate) fn try_acquire_in(
     let burst_units = rate.burst() * scale;
     // Admit iff balance >= cost, i.e. state + cost <= earned_floor + burst (in units).
     let want = state + cost_units;
-    if let Some(earned) = rate.exact_earned(now) {
+    // Refused: `at = instant_of(need)` (`need = want − burst`) depends on the state and the
+    // quota alone, so it is computed while the clock is read, with the stored reciprocal of
+    // `mul` instead of a division. `need > earned(min(now, HORIZON))`, so
+    // `at > min(now, HORIZON)`: `at − now` is positive whenever `at` is within the horizon.
+    let at = if let Some(earned) = rate.exact_earned(now) {
         // The right side cannot overflow: the quota guarantees earned + burst <= 2^63 - 1.
         if want <= earned + burst_units {
             return Ok(Some(state.max(earned) + cost_units));
         }
+        rate.instant_of_exact(want - burst_units)
     } else {
         // Inexact: compare products instead of dividing (`x <= ⌊n/d⌋ ⇔ x·d <= n`), and divide
-        // only when the bucket is capped (`state < ⌈n/d⌉ ⇔ state·d < n`).
+        // only when the bucket is capped (`state < ⌈n/d⌉ ⇔ state·d < n`), and then only the
+        // excess over the state.
         let (n, div) = rate.earned_scaled(now);
         if want <= burst_units || u128::from(want - burst_units) * div <= n {
             let base = if u128::from(state) * div >= n {
                 state
             } else {
-                rate.earned_ceil(now)
+                rate.ceil_above(state, n)
             };
             return Ok(Some(base + cost_units));
         }
-    }
-    Err(Denied::RetryAfter(retry_after_in(
-        rate,
-        want - burst_units,
-        now,
-    )))
+        rate.instant_of_scaled(u128::from(want - burst_units) * div)
+    };
+    Err(Denied::RetryAfter(if at > crate::quota::HORIZON_NS {
+        Duration::MAX
+    } else {
+        Duration::from_nanos(at - now)
+    }))
 }
 
 /// Whole tokens available at `now` (0 while in debt).
@@ -419,16 +426,29 @@ mod tests {
     use super::*;
     use crate::test_support::{inexact_quotas, Xorshift};
 
-    /// The inexact quotas' product compares (no division unless capped) decide exactly as the
-    /// divisions they replace: admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost
-    /// to `max(state, ⌈earned⌉)`; the wait from `instant_of`. States around the boundary, and
-    /// at the edges of the range.
+    /// The inexact quotas' product compares (no division unless capped, and then only of the
+    /// excess over the state) and every quota's wait by the stored reciprocal of `mul`
+    /// (`Rate::instant_of_exact`, `Rate::instant_of_scaled`) decide exactly as the divisions
+    /// they replace: admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost to
+    /// `max(state, ⌈earned⌉)`; the wait `⌈need × div / mul⌉ − now` by 128-bit division. Inexact quotas and exact ones with one and
+    /// with several units per nanosecond; states around the boundary, and at the edges of the
+    /// range (`need × div` beyond 64 bits included); readings past the horizon.
     #[test]
     fn product_compares_decide_as_divisions() {
         let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15);
         let mut next = || rng.next();
-        for q in inexact_quotas() {
-            assert!(!q.is_exact());
+        let exact = [
+            Quota::per_second(1_000_000_000).unwrap(),
+            Quota::per_second(1000).unwrap(),
+            Quota::new(2, Duration::from_nanos(3), 9).unwrap(),
+            Quota::new(2, Duration::from_nanos(999_999_999), 1 << 20).unwrap(),
+            Quota::new(7_000_000_000, Duration::from_secs(7), 5).unwrap(),
+            Quota::new(1, Duration::from_secs(3600), 1).unwrap(),
+        ];
+        assert!(exact.iter().all(|q| q.is_exact()));
+        assert!(exact.iter().any(|q| q.units_per_ns().0 > 1));
+        assert!(inexact_quotas().iter().all(|q| !q.is_exact()));
+        for q in inexact_quotas().into_iter().chain(exact) {
             let horizon = crate::quota::HORIZON_NS;
             let mut nows = alloc::vec![0, 1, horizon - 1, horizon, u64::MAX];
             for _ in 0..300 {
@@ -448,11 +468,17 @@ mod tests {
                         let want = if state + cost_units <= floor + burst_units {
                             Ok(Some(state.max(ceil) + cost_units))
                         } else {
-                            Err(Denied::RetryAfter(retry_after(
-                                &q,
-                                state + cost_units - burst_units,
-                                now,
-                            )))
+                            // The wait by plain 128-bit division, not by `instant_of`.
+                            let need = state + cost_units - burst_units;
+                            let (mul, div) = q.units_per_ns();
+                            let at = (u128::from(need) * u128::from(div)).div_ceil(u128::from(mul));
+                            Err(Denied::RetryAfter(
+                                if at <= u128::from(now) || at > u128::from(horizon) {
+                                    Duration::MAX
+                                } else {
+                                    Duration::from_nanos((at - u128::from(now)) as u64)
+                                },
+                            ))
                         };
                         assert_eq!(
                             try_acquire(state, now, &q, cost),

@@ -54,6 +54,7 @@ pub mod guide;
 #[cfg(feature = "keyed")]
 mod keyed;
 mod quota;
+mod recip;
 #[cfg(feature = "std")]
 mod sharded;
 mod slots;

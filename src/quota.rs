@@ -4,6 +4,7 @@
 //! [`HORIZON`] of clock time without any overflow or wrap.
 
 use crate::error::ConfigError;
+use crate::recip;
 use core::fmt;
 use core::time::Duration;
 
@@ -33,8 +34,10 @@ pub(crate) const MAX_UNITS: u64 = (1 << 63) - 1;
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
-    tokens: u64,
-    per_ns: u64,
+    /// `gcd(tokens, per_ns)`: with the reduced rate `t / p` that `rate` determines
+    /// ([`Rate::reduced`]), `tokens = g·t` and `per_ns = g·p`. Stored instead of `tokens` and
+    /// `per_ns`, which leaves a quota slot a word for the reciprocal `Rate::rmul`.
+    g: u64,
     /// Everything a decision needs (the "hot" words of a bucket's quota slot).
     rate: Rate,
 }
@@ -49,6 +52,9 @@ pub(crate) struct Rate {
     /// Units earned per nanosecond = `mul / div` (a reduced fraction).
     mul: u64,
     div: u64,
+    /// The reciprocal of `mul` ([`recip::reciprocal`]): [`Rate::instant_of`] (the end of a
+    /// refusal's wait) divides by `mul` with a multiplication instead of a division.
+    rmul: u64,
 }
 
 /// `now × mul / div` rounded down and up, for `div > 1`: one division (64-bit when the product
@@ -66,8 +72,15 @@ fn earned_inexact(now: u64, mul: u64, div: u64) -> (u64, u64) {
     (floor, floor + u64::from(!exact))
 }
 
+/// `⌈n / d⌉` for a quotient that fits in 64 bits: a 128-bit division, out of line.
+#[inline(never)]
+#[cold]
+fn ceil_div_wide(n: u128, d: u64) -> u64 {
+    n.div_ceil(u128::from(d)) as u64
+}
+
 /// Words of [`Rate::to_raw`]: the first words of a quota slot.
-pub(crate) const RATE_WORDS: usize = 4;
+pub(crate) const RATE_WORDS: usize = 5;
 
 impl Rate {
     /// The capacity in tokens.
@@ -114,6 +127,21 @@ impl Rate {
         )
     }
 
+    /// `⌈n / div⌉` (the units earned, rounded up) for `n` from [`Rate::earned_scaled`] and a
+    /// `state` below it (`state · div < n`: the bucket is capped). Divides only the excess
+    /// `n − state · div` (the refill beyond `state`), in 64 bits while it fits (refills of up to
+    /// `2^64 / div` units since `state`), where `n` itself needs a 128-bit division once
+    /// `now · mul` passes 2^64 (after 18 s at 999,999,937/s).
+    #[inline(always)]
+    pub(crate) fn ceil_above(&self, state: u64, n: u128) -> u64 {
+        let excess = n - u128::from(state) * u128::from(self.div);
+        match u64::try_from(excess) {
+            // `state + ⌈excess / div⌉ = ⌈n / div⌉ <= MAX_UNITS + 1`: no overflow.
+            Ok(e) => state + e.div_ceil(self.div),
+            Err(_) => ceil_div_wide(n, self.div),
+        }
+    }
+
     /// Units earned from the origin to `now`, rounded down.
     #[inline(always)]
     pub(crate) fn earned_floor(&self, now: u64) -> u64 {
@@ -131,30 +159,50 @@ impl Rate {
         self.earned(now).1
     }
 
-    /// The first instant (ns since origin) at which `earned_floor` reaches `units`, saturating
-    /// at `u64::MAX`.
-    #[inline]
+    /// The first instant (ns since origin) at which `earned_floor` reaches `units`, i.e.
+    /// `⌈units × div / mul⌉`, saturating at `u64::MAX`.
+    #[inline(always)]
     pub(crate) fn instant_of(&self, units: u64) -> u64 {
         if self.div == 1 {
-            // Exact quotas: no 128-bit division (and none at all for one unit per ns).
-            if self.mul == 1 {
-                units
-            } else {
-                units.div_ceil(self.mul)
-            }
+            self.instant_of_exact(units)
         } else {
-            let x = u128::from(units) * u128::from(self.div);
-            match u64::try_from(x) {
-                // The common case (small `div`): one 64-bit division, not a 128-bit one.
-                Ok(x) => x.div_ceil(self.mul),
-                Err(_) => u64::try_from(x.div_ceil(u128::from(self.mul))).unwrap_or(u64::MAX),
-            }
+            self.instant_of_scaled(u128::from(units) * u128::from(self.div))
         }
+    }
+
+    /// [`Rate::instant_of`] for an exact quota (`div == 1`): `⌈units / mul⌉`, nothing to compute
+    /// for one unit per nanosecond.
+    #[inline(always)]
+    pub(crate) fn instant_of_exact(&self, units: u64) -> u64 {
+        if self.mul == 1 {
+            units
+        } else {
+            recip::div_ceil(units, self.mul, self.rmul)
+        }
+    }
+
+    /// [`Rate::instant_of`] from `x = units × div`: `⌈x / mul⌉`, saturating at `u64::MAX`. No
+    /// division while `x` fits in 64 bits (the stored reciprocal of `mul`). Independent of the
+    /// clock reading, so a refusal computes it while the clock is read.
+    #[inline(always)]
+    pub(crate) fn instant_of_scaled(&self, x: u128) -> u64 {
+        match u64::try_from(x) {
+            Ok(x) => recip::div_ceil(x, self.mul, self.rmul),
+            Err(_) => u64::try_from(x.div_ceil(u128::from(self.mul))).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// The reduced rate `(t, p)`: `t` tokens per `p` ns with `gcd(t, p) = 1`. From
+    /// `mul / div = t·scale / p` (reduced): with `h = gcd(mul, scale)`, `t = mul / h` and
+    /// `p = div · scale / h` (a cold path: one gcd).
+    fn reduced(&self) -> (u64, u64) {
+        let h = gcd(u128::from(self.mul), u128::from(self.scale)) as u64;
+        (self.mul / h, self.div * (self.scale / h))
     }
 
     /// The hot words, in slot order.
     pub(crate) fn to_raw(self) -> [u64; RATE_WORDS] {
-        [self.burst, self.scale, self.mul, self.div]
+        [self.burst, self.scale, self.mul, self.div, self.rmul]
     }
 
     /// Inverse of [`Rate::to_raw`]; only ever given values that came from `to_raw`.
@@ -165,6 +213,7 @@ impl Rate {
             scale: r[1],
             mul: r[2],
             div: r[3],
+            rmul: r[4],
         }
     }
 }
@@ -172,7 +221,7 @@ impl Rate {
 impl fmt::Debug for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Quota")
-            .field("tokens", &self.tokens)
+            .field("tokens", &self.tokens())
             .field("per", &self.per())
             .field("burst", &self.rate.burst)
             .field("exact", &self.is_exact())
@@ -245,16 +294,18 @@ impl Quota {
             let mul = u128::from(t) * (u128::from(scale) / g2);
             if let Ok(mul) = u64::try_from(mul) {
                 let div = (u128::from(p) / g2) as u64;
-                return Ok(Quota {
-                    tokens,
-                    per_ns,
+                let quota = Quota {
+                    g,
                     rate: Rate {
                         burst,
                         scale,
                         mul,
                         div,
+                        rmul: recip::reciprocal(mul),
                     },
-                });
+                };
+                debug_assert_eq!((quota.tokens(), quota.per_ns()), (tokens, per_ns));
+                return Ok(quota);
             }
             // Only reachable for periods of centuries; a coarser unit still fits.
             scale = (scale / 2).max(1);
@@ -278,7 +329,7 @@ impl Quota {
     /// assert_eq!((q.tokens(), q.burst()), (100, 5));
     /// ```
     pub fn with_burst(self, burst: u64) -> Result<Quota, ConfigError> {
-        Quota::new(self.tokens, self.per(), burst)
+        Quota::new(self.tokens(), self.per(), burst)
     }
 
     /// Tokens earned per [`per`](Quota::per).
@@ -287,7 +338,7 @@ impl Quota {
     /// assert_eq!(tollgate::Quota::per_second(7).unwrap().tokens(), 7);
     /// ```
     pub fn tokens(&self) -> u64 {
-        self.tokens
+        self.g * self.rate.reduced().0
     }
 
     /// The period over which [`tokens`](Quota::tokens) are earned.
@@ -297,7 +348,12 @@ impl Quota {
     /// assert_eq!(tollgate::Quota::per_second(7).unwrap().per(), Duration::from_secs(1));
     /// ```
     pub fn per(&self) -> Duration {
-        Duration::from_nanos(self.per_ns)
+        Duration::from_nanos(self.per_ns())
+    }
+
+    /// [`per`](Quota::per) in nanoseconds.
+    fn per_ns(&self) -> u64 {
+        self.g * self.rate.reduced().1
     }
 
     /// The capacity: the most tokens the bucket holds, and the largest admissible cost.
@@ -334,7 +390,9 @@ impl Quota {
     /// assert_eq!(q.refill_time(1), Duration::from_nanos(333_333_334));
     /// ```
     pub fn refill_time(&self, tokens: u64) -> Duration {
-        let ns = (u128::from(tokens) * u128::from(self.per_ns)).div_ceil(u128::from(self.tokens));
+        // The reduced rate gives the same quotient.
+        let (t, p) = self.rate.reduced();
+        let ns = (u128::from(tokens) * u128::from(p)).div_ceil(u128::from(t));
         u64::try_from(ns).map_or(Duration::MAX, Duration::from_nanos)
     }
 
@@ -393,18 +451,17 @@ impl Quota {
     }
 
     /// The raw fields, for the bucket's atomic quota slots: the [`Rate`] words first (the
-    /// decision path reads only those), then `tokens` and `per_ns`.
+    /// decision path reads only those), then `g`.
     pub(crate) fn to_raw(self) -> [u64; 6] {
         let r = self.rate.to_raw();
-        [r[0], r[1], r[2], r[3], self.tokens, self.per_ns]
+        [r[0], r[1], r[2], r[3], r[4], self.g]
     }
 
     /// Inverse of [`Quota::to_raw`]; only ever given values that came from `to_raw`.
     pub(crate) fn from_raw(r: [u64; 6]) -> Quota {
         Quota {
-            tokens: r[4],
-            per_ns: r[5],
-            rate: Rate::from_raw([r[0], r[1], r[2], r[3]]),
+            g: r[5],
+            rate: Rate::from_raw([r[0], r[1], r[2], r[3], r[4]]),
         }
     }
 }
@@ -414,6 +471,56 @@ mod tests {
     use super::*;
     use crate::test_support::{inexact_quotas, Xorshift};
     use alloc::vec;
+
+    /// A quota keeps `gcd(tokens, per)` instead of `tokens` and `per` and rebuilds them from the
+    /// reduced rate (`Rate::reduced`): exact round trips at the edges (common factors, a prime
+    /// period whose unit is not a divisor of it, periods of centuries that halve the unit, the
+    /// largest values) and on a seeded sweep; the slot words round-trip too.
+    #[test]
+    fn tokens_and_period_round_trip() {
+        let mut cases = vec![
+            (1, 1, 1),
+            (2, 2, 1),
+            (1000, 1_000_000_000, 1000),
+            (30, 1_000_000_000, 30),
+            (999_999_937, 1_000_000_000, 4_000_000_000),
+            (u64::MAX, u64::MAX, 1),
+            (1, u64::MAX, 1),
+            (1, 18_446_744_073_709_551_557, 1), // the largest prime below 2^64
+            (6, 18_446_744_073_709_551_614, 1 << 20),
+            (1 << 40, 1 << 50, 1 << 20),
+            (u64::MAX / 4, u64::MAX, 1 << 62),
+            (3, 1 << 63, 1),
+        ];
+        let mut rng = Xorshift(0xA076_1D64_78BD_642F);
+        for _ in 0..3000 {
+            let (a, b, c) = (rng.next() % 64, rng.next() % 64, rng.next() % 64);
+            let common = (rng.next() >> (rng.next() % 64)).max(1);
+            let tokens = (rng.next() >> a).max(1);
+            let per = (rng.next() >> b).max(1);
+            cases.push((tokens, per, (rng.next() >> c).max(1)));
+            cases.push((
+                tokens.saturating_mul(common).max(1),
+                per.saturating_mul(common),
+                1,
+            ));
+        }
+        let mut built = 0;
+        for (tokens, per_ns, burst) in cases {
+            let Ok(q) = Quota::new(tokens, Duration::from_nanos(per_ns), burst) else {
+                continue;
+            };
+            built += 1;
+            assert_eq!(
+                (q.tokens(), q.per_ns(), q.burst()),
+                (tokens, per_ns, burst),
+                "{q:?}"
+            );
+            assert_eq!(Quota::from_raw(q.to_raw()), q);
+            assert_eq!(q.rate.rmul, u64::MAX / q.rate.mul);
+        }
+        assert!(built > 2000, "{built}");
+    }
 
     /// `Rate::earned` (floor and ceiling under one test, the ceiling by a product compare)
     /// against plain 128-bit arithmetic, at the edges of the range and on a seeded sweep.
