@@ -801,6 +801,7 @@ struct Take {
 }
 
 /// The takes of one borrow: inline for up to 4 shards, spilled to the heap beyond.
+#[derive(Default)]
 struct Takes {
     inline: [Take; 4],
     /// The number of takes recorded.
@@ -809,17 +810,6 @@ struct Takes {
     /// The words the borrow's successful takes left, the last one included, for
     /// [`ShardedBucket::publish_taken`].
     linear: pool::Linear,
-}
-
-impl Default for Takes {
-    fn default() -> Takes {
-        Takes {
-            inline: [Take::default(); 4],
-            len: 0,
-            spill: Vec::new(),
-            linear: pool::Linear::default(),
-        }
-    }
 }
 
 impl Takes {
