@@ -6,6 +6,9 @@
 //!   hour): the refusal path.
 //! * `tight`: 10 M tokens/s, the clock advancing by one token's time before each one-token
 //!   request, so every token is spread over all the shards and each admission borrows.
+//! * `mixed`: 10 M tokens/s, the clock advancing by 40 ns (0.4 token's time) before each
+//!   one-token request: two in five admitted, as one thread of the harness's `mixed` regime
+//!   sees it (a call every few tens of nanoseconds against a token every 100).
 //!
 //! ```text
 //! cargo build --release --example sharded_callgrind
@@ -20,18 +23,17 @@ fn main() {
     let mut nums = args.map(|a| a.parse::<usize>().expect("a number"));
     let shards = nums.next().unwrap_or(64);
     let n = nums.next().unwrap_or(1_000_000);
-    let (quota, step, admits) = match mode.as_str() {
+    let tight = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
+    // The step, and how many of `n` calls are admitted (in fifths).
+    let (quota, step, fifths) = match mode.as_str() {
         "refuse" => (
             Quota::new(1024, Duration::from_secs(3600), 1024).unwrap(),
             Duration::ZERO,
-            false,
+            0,
         ),
-        "tight" => (
-            Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap(),
-            Duration::from_nanos(100),
-            true,
-        ),
-        other => panic!("mode {other}: refuse or tight"),
+        "tight" => (tight, Duration::from_nanos(100), 5),
+        "mixed" => (tight, Duration::from_nanos(40), 2),
+        other => panic!("mode {other}: refuse, tight or mixed"),
     };
     let clock = ManualClock::new();
     let sharded = (shards > 0).then(|| ShardedBucket::with_clock(quota, shards, clock.clone()));
@@ -46,6 +48,7 @@ fn main() {
         clock.advance(step);
         admitted += usize::from(acquire(1));
     }
-    assert_eq!(admitted, if admits { n } else { 0 });
+    // Every token taken as soon as the pool holds it (one fewer when the last is just short).
+    assert!(admitted.abs_diff(n * fifths / 5) <= 1, "{admitted} of {n}");
     println!("{mode}, {shards} shards: {admitted} of {n} admitted");
 }

@@ -14,9 +14,13 @@
 //!   — from the other shards, starting with the one that last lent to its shard, then what its
 //!   own shard has, and stops as soon as the cost is met. No read-only pre-scan: a borrow reads
 //!   only as many shards as it needs. A borrow that had to empty every shard (one token spread
-//!   over all of them, the steady state of a thread running just at the rate) then reads every
-//!   shard once more and publishes when the pool will next hold a token, so that the next
-//!   callers are refused from the hint instead of finding out by failing.
+//!   over all of them, the steady state of a thread running at or above the rate) then
+//!   publishes when the pool will next hold a token, so that the next callers are refused from
+//!   the hint instead of finding out by failing. It computes that instant from the words its
+//!   own takes left (one from every shard, summed as it goes: no second read of any shard) and
+//!   publishes with one CAS, which it does not retry: losing it leaves another thread's hint,
+//!   and an early hint only sends callers to the slow path (see *Waits*). A served borrow that
+//!   did not take from every shard reads them all instead.
 //! * **A failed borrow** (the shards could not pay) gives each take back with one CAS **only if
 //!   the shard's word is still exactly what the take left**, and otherwise leaves the units
 //!   taken (see *Give-backs* below). Then it reads every shard once, computes in closed form
@@ -34,6 +38,13 @@
 //! the hint — or a borrow still in flight when the hint was computed — can have changed the
 //! states since. A refusal of `cost > 1` while the pool is dry reads every shard to compute its
 //! exact wait (O(shards)); only cost-1 refusals are answered by the hint alone.
+//!
+//! A hint computed from the words a served borrow's takes left is never later than the true
+//! one, whatever happened since: after a take's CAS, its shard's word never falls below what
+//! the take left (every other write raises it, and a give-back only undoes a take that started
+//! from that word or a later one, see *Give-backs*), and a higher word holds fewer units at
+//! every reading. So that publication needs neither the `Acquire` load nor the version check
+//! that protect hints computed from plain reads.
 //!
 //! # Give-backs (issue 8, defect 6)
 //!
@@ -69,10 +80,12 @@
 //! over them; one is served, the others fail, give back, rescan and publish. So at a low rate
 //! (dry periods of microseconds or more against calls every few nanoseconds) refusals cost
 //! what a single bucket's do. Near saturation — the rate about equal to what the callers ask —
-//! every token is collected from every shard: 64 CASes on 64 lines and a rescan per token,
-//! about 12,300 instructions at 64 shards against 630 at 2 and 130 for a `Bucket` (callgrind,
-//! one thread exactly at the rate; `examples/sharded_callgrind.rs`). A thread in that state falls behind the rate, the
-//! pool builds a backlog, and borrows become one CAS on one shard again, so a greedy thread
+//! every token is collected from every shard: 64 CASes on 64 lines per token, about 10,500
+//! instructions at 64 shards against 510 at 2 and 126 for a `Bucket` (callgrind, one thread
+//! exactly at the rate, per call of `examples/sharded_callgrind.rs tight`, its loop included;
+//! 650 and 12,300 before the borrow published from its own takes). A thread in that state
+//! falls behind the rate, the pool builds a backlog, and borrows become one CAS on one shard
+//! again, so a greedy thread
 //! still gets the rate; but near saturation the bucket costs more per call than a single
 //! [`Bucket`](crate::Bucket). That is the price of pooling the shards exactly; callers well
 //! above or well below the rate do not pay it. These are derived from the algorithm and from
@@ -545,8 +558,9 @@ impl<C: Clock> ShardedBucket<C> {
                 match self.take_pooled(home, now, need) {
                     Ok(false) => return Ok(()),
                     Ok(true) => {
-                        // Served with the last of every shard: tell the next callers when the
-                        // pool holds a token again, so that they need not find out by failing.
+                        // Served with the last of some shards but not from words of all of
+                        // them: read them all to tell the next callers when the pool holds a
+                        // token again, so that they need not find out by failing.
                         self.read_pool(u128::from(self.shards[0].quota.scale()), false);
                         return Ok(());
                     }
@@ -566,9 +580,10 @@ impl<C: Clock> ShardedBucket<C> {
     /// Takes `need` units from the shards — the others first, from the shard where this
     /// shard's last borrow stopped (the own shard's fraction is left to grow into a whole
     /// token), the own shard last — and stops once served: `Ok(drained)`, `drained` if it
-    /// emptied every shard but left less than a token in the last (the pool may be dry now).
-    /// All or nothing: on failure every take is given back where that is sound; `Err(true)` if
-    /// anything was given back.
+    /// emptied every other shard but left less than a token in the last and could not publish
+    /// the hint itself (the pool may be dry now: the caller reads every shard). All or nothing:
+    /// on failure every take is given back where that is sound; `Err(true)` if anything was
+    /// given back.
     fn take_pooled(&self, home: usize, now: u64, need: u128) -> Result<bool, bool> {
         let n = self.shards.len();
         let token = self.shards[0].quota.scale();
@@ -590,15 +605,49 @@ impl<C: Clock> ShardedBucket<C> {
             j = if j + 1 == n { 0 } else { j + 1 };
         }
         match self.take_from(home, now, &mut left, &mut takes) {
-            Some(rest) => Ok(rest < token),
+            // Every shard paid part: the words the takes left are a view of the whole pool
+            // that stays true (see `publish_taken`).
+            Some(rest) if rest < token => Ok(takes.len + 1 != n || !self.publish_taken(&takes)),
+            Some(_) => Ok(false),
             None => Err(self.give_back(&takes)),
         }
     }
 
+    /// Publishes the hint from the words a served borrow's takes left — one take from every
+    /// shard, as `takes.linear` summed them — without reading any shard again. Sound without
+    /// the version protocol of [`read_pool`](Self::read_pool): after a take's CAS, its shard's
+    /// word never falls below what the take left (every other write raises it, and a give-back
+    /// only undoes a take that started from this word or a later one), and a higher word means
+    /// fewer units at every reading; so the first instant at which these words hold a token is
+    /// never later than the one any later state of the shards gives, and a hint that is early
+    /// only sends callers to the slow path. `false` when the one-pass form does not apply (the
+    /// caller reads every shard instead).
+    fn publish_taken(&self, takes: &Takes) -> bool {
+        let token = u128::from(self.shards[0].quota.scale());
+        let Some(units) = takes.linear.first_reaching(token) else {
+            return false;
+        };
+        let dry = self.instant(Some(units)).min(INSTANT);
+        let seen = self.pool.dry_until.load(Ordering::Relaxed);
+        // A later hint already there stays (it is as true); a lost CAS leaves the other
+        // thread's hint, as true as this one.
+        if seen & INSTANT < dry {
+            let next = seen.wrapping_add(VERSION) & !INSTANT | dry;
+            // Release: a publisher that reads this hint also reads the words these takes left.
+            let _ = self.pool.dry_until.compare_exchange(
+                seen,
+                next,
+                Ordering::Release,
+                Ordering::Relaxed,
+            );
+        }
+        true
+    }
+
     /// Takes up to `left` units from shard `j` (one CAS, retried while the word moves but the
-    /// shard still holds something). Once `left` reaches 0: `Some(units the shard still
-    /// holds)`; before, the take is recorded in `takes`.
-    #[inline]
+    /// shard still holds something), and adds the word it left to `takes.linear`. Once `left`
+    /// reaches 0: `Some(units the shard still holds)`; before, the take is recorded in `takes`.
+    #[inline(always)]
     fn take_from(&self, j: usize, now: u64, left: &mut u128, takes: &mut Takes) -> Option<u64> {
         let shard = &self.shards[j];
         let mut state = shard.state.load(Ordering::Relaxed);
@@ -611,6 +660,8 @@ impl<C: Clock> ShardedBucket<C> {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
+                    let burst = shard.quota.burst() * shard.quota.scale();
+                    takes.linear.add(next, burst);
                     *left -= u128::from(taken);
                     if *left == 0 {
                         return Some(rest);
@@ -631,6 +682,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// Undoes the takes of a failed borrow where that is sound: one CAS from the word the take
     /// left to the word it started from (see the module's docs). A shard whose word has moved
     /// keeps the units. Returns whether anything was given back.
+    #[cold]
     fn give_back(&self, takes: &Takes) -> bool {
         let (mut lost, mut restored_any) = (0u64, false);
         takes.for_each(|t| {
@@ -662,6 +714,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// which they hold one token as the hint: if it changed, or always after a give-back
     /// (`gave_back`), so that a hint computed from shards read before the give-back, by a
     /// thread that read the hint before this publication, fails its CAS and reads again.
+    #[inline(never)]
     fn read_pool(&self, need: u128, gave_back: bool) -> u64 {
         let scale = u128::from(self.shards[0].quota.scale());
         let n = self.shards.len();
@@ -714,6 +767,7 @@ impl<C: Clock> ShardedBucket<C> {
 
     /// The first clock reading at which the shards have earned `units` (`u64::MAX`: never
     /// within the horizon, or never at all).
+    #[inline]
     fn instant(&self, units: Option<u64>) -> u64 {
         match units.map(|u| self.shards[0].quota.instant_of(u)) {
             Some(at) if at <= HORIZON_NS => at,
@@ -750,22 +804,28 @@ struct Take {
 #[derive(Default)]
 struct Takes {
     inline: [Take; 4],
+    /// The number of takes recorded.
     len: usize,
     spill: Vec<Take>,
+    /// The words the borrow's successful takes left, the last one included, for
+    /// [`ShardedBucket::publish_taken`].
+    linear: pool::Linear,
 }
 
 impl Takes {
     fn push(&mut self, t: Take) {
         if self.len < self.inline.len() {
             self.inline[self.len] = t;
-            self.len += 1;
         } else {
             self.spill.push(t);
         }
+        self.len += 1;
     }
 
     fn for_each(&self, mut f: impl FnMut(&Take)) {
-        self.inline[..self.len].iter().for_each(&mut f);
+        self.inline[..self.len.min(self.inline.len())]
+            .iter()
+            .for_each(&mut f);
         self.spill.iter().for_each(f);
     }
 }

@@ -68,27 +68,73 @@ pub(super) fn first_reaching_linear(
     shards: impl Iterator<Item = (u64, u64)>,
     need: u128,
 ) -> Option<u64> {
-    // States and bursts are at most 2^63 − 1, so a start `state − burst` fits an `i64`.
-    let (mut n, mut last_start, mut first_end, mut sum) = (0u64, i64::MIN, i64::MAX, 0i128);
+    let mut linear = Linear::default();
     for (state, burst) in shards {
-        let state = i64::try_from(state).ok()?;
-        let start = state - i64::try_from(burst).ok()?;
-        n += 1;
-        last_start = last_start.max(start);
-        first_end = first_end.min(state);
-        sum += i128::from(start);
+        linear.add(state, burst);
     }
-    let at_last_start = u128::try_from(i128::from(n) * i128::from(last_start) - sum).ok()?;
-    if n == 0 || at_last_start >= need {
-        return None;
+    linear.first_reaching(need)
+}
+
+/// [`first_reaching_linear`]'s pass, one shard at a time (a borrow feeds it the words its takes
+/// leave, as it goes).
+#[derive(Clone, Copy)]
+pub(super) struct Linear {
+    n: u64,
+    last_start: i64,
+    first_end: i64,
+    /// The sum of the starts.
+    sum: i128,
+    /// Every state and burst added was within the quota's range (at most 2^63 − 1).
+    in_range: bool,
+}
+
+impl Default for Linear {
+    fn default() -> Linear {
+        Linear {
+            n: 0,
+            last_start: i64::MIN,
+            first_end: i64::MAX,
+            sum: 0,
+            in_range: true,
+        }
     }
-    let short = need - at_last_start;
-    let step = match u64::try_from(short) {
-        Ok(short) => u128::from(short.div_ceil(n)),
-        Err(_) => short.div_ceil(u128::from(n)),
-    };
-    let e = i128::from(last_start) + i128::try_from(step).ok()?;
-    (e <= i128::from(first_end)).then(|| u64::try_from(e.max(0)).unwrap_or(u64::MAX))
+}
+
+impl Linear {
+    /// Adds a shard given as `(state, burst in units)`.
+    #[inline]
+    pub(super) fn add(&mut self, state: u64, burst: u64) {
+        // Within the range, a start `state − burst` fits an `i64`; outside it the pass is
+        // void (`first_reaching` answers `None`), so wrapping here is harmless.
+        self.in_range &= (state | burst) <= i64::MAX as u64;
+        let start = (state as i64).wrapping_sub(burst as i64);
+        self.n += 1;
+        self.last_start = self.last_start.max(start);
+        self.first_end = self.first_end.min(state as i64);
+        self.sum += i128::from(start);
+    }
+
+    /// The least `e >= 0` at which the shards added hold `need` units, if the one-pass form
+    /// applies (see [`first_reaching_linear`]).
+    #[inline]
+    pub(super) fn first_reaching(&self, need: u128) -> Option<u64> {
+        let (n, last_start) = (self.n, self.last_start);
+        if !self.in_range || n == 0 {
+            return None;
+        }
+        let at_last_start =
+            u128::try_from(i128::from(n) * i128::from(last_start) - self.sum).ok()?;
+        if at_last_start >= need {
+            return None;
+        }
+        let short = need - at_last_start;
+        let step = match u64::try_from(short) {
+            Ok(short) => u128::from(short.div_ceil(n)),
+            Err(_) => short.div_ceil(u128::from(n)),
+        };
+        let e = i128::from(last_start) + i128::try_from(step).ok()?;
+        (e <= i128::from(self.first_end)).then(|| u64::try_from(e.max(0)).unwrap_or(u64::MAX))
+    }
 }
 
 /// Sorts `v`: by insertion for the few breakpoints of a small bucket (cheaper than the general
