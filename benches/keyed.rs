@@ -242,28 +242,10 @@ fn memory_per_key() {
 criterion_group!(benches, bench_keyed);
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("list") => {
-            for s in scenarios() {
-                println!("{s}");
-            }
-        }
-        Some("callgrind") => {
-            let (Some(name), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse().ok()))
-            else {
-                eprintln!("usage: keyed callgrind LIMITER/REGIME N (see `keyed list`)");
-                std::process::exit(2);
-            };
-            if let Err(e) = callgrind(name, n) {
-                eprintln!("{e}");
-                std::process::exit(2);
-            }
-        }
-        _ => {
-            memory_per_key();
-            benches();
-            Criterion::default().configure_from_args().final_summary();
-        }
+    if common::callgrind_cli("keyed", scenarios, callgrind) {
+        return;
     }
+    memory_per_key();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
 }

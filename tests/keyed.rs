@@ -288,7 +288,11 @@ fn counters_are_exact_across_owned_and_shared_shards() {
     let c = limiter.counters();
     let calls = threads as u64 * 200;
     assert_eq!(c.admitted, admitted.into_inner());
-    assert_eq!(c.admitted, 16 * 100, "each of the 16 keys admits its burst, frozen clock");
+    assert_eq!(
+        c.admitted,
+        16 * 100,
+        "each of the 16 keys admits its burst, frozen clock"
+    );
     assert_eq!(c.admitted + c.refused, calls);
 }
 
