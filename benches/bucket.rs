@@ -333,31 +333,13 @@ fn scenarios() -> Vec<String> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("list") => {
-            for s in scenarios() {
-                println!("{s}");
-            }
-        }
-        Some("callgrind") => {
-            let (Some(name), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse().ok()))
-            else {
-                eprintln!("usage: bucket callgrind LIMITER/CONFIG N (see `bucket list`)");
-                std::process::exit(2);
-            };
-            if let Err(e) = callgrind(name, n) {
-                eprintln!("{e}");
-                std::process::exit(2);
-            }
-        }
-        _ => {
-            let mut c = Criterion::default().configure_from_args();
-            single_thread(&mut c);
-            inexact_quotas(&mut c);
-            two_threads(&mut c);
-            clocks(&mut c);
-            c.final_summary();
-        }
+    if common::callgrind_cli("bucket", scenarios, callgrind) {
+        return;
     }
+    let mut c = Criterion::default().configure_from_args();
+    single_thread(&mut c);
+    inexact_quotas(&mut c);
+    two_threads(&mut c);
+    clocks(&mut c);
+    c.final_summary();
 }

@@ -1,10 +1,17 @@
 //! Keyed limiter vs governor 0.10's keyed limiter (DashMap store), side by side in one run.
 //!
-//! * `keyed/uniform10k`: 10,000 keys picked uniformly at random; `keyed/hot16`: 16 hot keys.
-//!   1 and 2 threads, `iter_custom` across threads, the slowest thread reported. All keys are
-//!   inserted beforehand and the quota admits everything: this is the lookup-and-admit path.
+//! * `keyed/uniform10k`: 10,000 keys picked uniformly at random; `keyed/hot16`: 16 hot keys;
+//!   both in a table for 2^20 keys. `keyed/uniform10k-fit`: the same 10,000 keys in a table
+//!   for 16,384 (see `KEY_SETS`). All keys are inserted beforehand: this is the lookup path. The regimes are the harness's
+//!   (per key): `keyed/*` the allow path (everything admitted) at 1 and 2 threads (`iter_custom`
+//!   across threads, the slowest thread reported); `keyed-deny/*` every key drained first, so
+//!   nearly every call is refused, and `keyed-mixed/*` (10 M/s, burst 10,000) at 1 thread.
+//!   governor's refusals are timed as `check_key` returns them (no wait computed from them).
 //! * Before criterion runs, memory per key at 1M keys is printed for both (a counting global
 //!   allocator: bytes live after inserting 1M keys, divided by 1M).
+//! * `keyed callgrind LIMITER/REGIME N` runs N single-thread calls on the 10,000 keys for
+//!   `valgrind --tool=callgrind` (`keyed list` prints the scenarios; `BENCH=keyed
+//!   ci/callgrind.sh` prints instructions per call of each).
 #![allow(missing_docs)] // criterion's macros generate undocumented functions
 
 use criterion::{black_box, criterion_group, BenchmarkId, Criterion};
@@ -49,60 +56,175 @@ fn key_stream(keys: u64, seed: u64) -> Vec<u64> {
         .collect()
 }
 
-fn quota() -> Quota {
-    Quota::new(1_000_000_000, Duration::from_secs(1), 1 << 40).unwrap()
+/// The harness's regimes (`harness/README.md`), per key: `allow` admits everything, `deny`
+/// starts every key drained and refuses nearly everything, `mixed` is 10 M/s with a 1 ms burst.
+#[derive(Clone, Copy)]
+struct Regime {
+    name: &'static str,
+    tokens: u32,
+    burst: u32,
+    drained: bool,
 }
 
-fn governor_quota() -> governor::Quota {
-    governor::Quota::per_second(NonZeroU32::new(u32::MAX).unwrap())
-        .allow_burst(NonZeroU32::new(u32::MAX).unwrap())
-}
+const ALLOW: Regime = Regime {
+    name: "allow",
+    tokens: 1_000_000_000,
+    burst: 1_000_000_000,
+    drained: false,
+};
+const DENY: Regime = Regime {
+    name: "deny",
+    tokens: 1,
+    burst: 1_000,
+    drained: true,
+};
+const MIXED: Regime = Regime {
+    name: "mixed",
+    tokens: 10_000_000,
+    burst: 10_000,
+    drained: false,
+};
 
-fn bench_keyed(c: &mut Criterion) {
-    for (name, keys) in [("uniform10k", 10_000u64), ("hot16", 16)] {
-        let mut group = c.benchmark_group(format!("keyed/{name}"));
-        let streams: Vec<Vec<u64>> = (0..2).map(|t| key_stream(keys, 0x1234 + t)).collect();
-        let ours: KeyedLimiter<u64> = KeyedLimiter::new(quota(), 1 << 20);
-        let theirs = governor::DefaultKeyedRateLimiter::<u64>::keyed(governor_quota());
-        for s in &streams {
+type Governor = governor::DefaultKeyedRateLimiter<u64>;
+
+impl Regime {
+    fn quota(self) -> Quota {
+        Quota::new(
+            u64::from(self.tokens),
+            Duration::from_secs(1),
+            u64::from(self.burst),
+        )
+        .unwrap()
+    }
+
+    fn governor_quota(self) -> governor::Quota {
+        governor::Quota::per_second(NonZeroU32::new(self.tokens).unwrap())
+            .allow_burst(NonZeroU32::new(self.burst).unwrap())
+    }
+
+    /// Both limiters with every key of `streams` tracked (and drained, for `deny`), ours in a
+    /// table for `max_keys`.
+    fn limiters(self, streams: &[Vec<u64>], max_keys: usize) -> (KeyedLimiter<u64>, Governor) {
+        let ours: KeyedLimiter<u64> = KeyedLimiter::new(self.quota(), max_keys);
+        let theirs = Governor::keyed(self.governor_quota());
+        let take = if self.drained { self.burst } else { 1 };
+        for s in streams {
             for k in s {
-                ours.try_acquire(k, 1).unwrap();
-                theirs.check_key(k).unwrap();
+                let _ = ours.try_acquire(k, u64::from(take));
+                let _ = theirs.check_key_n(k, NonZeroU32::new(take).unwrap());
             }
         }
-        for threads in [1usize, 2] {
-            group.bench_function(BenchmarkId::new("tollgate", threads), |b| {
-                b.iter_custom(|iters| {
-                    across_threads(threads, iters, |t, i| {
-                        let k = &streams[t][(i & 0xFFFF) as usize];
-                        black_box(ours.try_acquire(k, 1)).ok();
-                    })
-                })
-            });
-            group.bench_function(BenchmarkId::new("governor", threads), |b| {
-                b.iter_custom(|iters| {
-                    across_threads(threads, iters, |t, i| {
-                        let k = &streams[t][(i & 0xFFFF) as usize];
-                        black_box(theirs.check_key(k)).ok();
-                    })
-                })
-            });
-        }
-        group.finish();
+        (ours, theirs)
     }
+}
+
+/// The key sets: name, keys drawn from, `max_keys` of our table, thread counts of the allow
+/// path. `uniform10k` and `hot16` track their keys in a table for 2^20 keys (32 MiB, so 10,000
+/// keys are spread over all of it: mostly cache and TLB misses); `uniform10k-fit` tracks the
+/// same keys in a table for 16,384 keys (512 KiB), as the harness sizes it (`max_keys` = keys).
+const KEY_SETS: [(&str, u64, usize, &[usize]); 3] = [
+    ("uniform10k", 10_000, 1 << 20, &[1, 2]),
+    ("uniform10k-fit", 10_000, 1 << 14, &[1]),
+    ("hot16", 16, 1 << 20, &[1, 2]),
+];
+
+fn bench_keyed(c: &mut Criterion) {
+    for (name, keys, max_keys, allow_threads) in KEY_SETS {
+        let streams: Vec<Vec<u64>> = (0..2).map(|t| key_stream(keys, 0x1234 + t)).collect();
+        for regime in [ALLOW, DENY, MIXED] {
+            // The allow path (`keyed/...`, the names of earlier runs) at 1 and 2 threads; the
+            // deny and mixed paths at 1 thread.
+            let (group_name, threads): (String, &[usize]) = if regime.name == "allow" {
+                (format!("keyed/{name}"), allow_threads)
+            } else {
+                (format!("keyed-{}/{name}", regime.name), &[1])
+            };
+            let mut group = c.benchmark_group(group_name);
+            let (ours, theirs) = regime.limiters(&streams, max_keys);
+            for &threads in threads {
+                group.bench_function(BenchmarkId::new("tollgate", threads), |b| {
+                    b.iter_custom(|iters| {
+                        across_threads(threads, iters, |t, i| {
+                            let k = &streams[t][(i & 0xFFFF) as usize];
+                            black_box(ours.try_acquire(k, 1)).ok();
+                        })
+                    })
+                });
+                group.bench_function(BenchmarkId::new("governor", threads), |b| {
+                    b.iter_custom(|iters| {
+                        across_threads(threads, iters, |t, i| {
+                            let k = &streams[t][(i & 0xFFFF) as usize];
+                            black_box(theirs.check_key(k)).ok();
+                        })
+                    })
+                });
+            }
+            group.finish();
+        }
+    }
+}
+
+// ---- instruction counts (callgrind) ----
+
+/// The measured loop: `n` calls of `f(i)`. Never inlined, so callgrind can collect exactly this
+/// function (`--toggle-collect`) and the setup is left out.
+#[inline(never)]
+fn callgrind_loop<R>(n: u64, f: impl Fn(u64) -> R) {
+    for i in 0..n {
+        black_box(f(i));
+    }
+}
+
+/// Runs scenario `name` (`LIMITER/REGIME`) `n` times on the 10,000 keys of `uniform10k` (in a
+/// table for 2^20 keys, as criterion's), one thread, after a warm-up outside the measured loop.
+fn callgrind(name: &str, n: u64) -> Result<(), String> {
+    let (limiter, regime) = name
+        .split_once('/')
+        .ok_or_else(|| format!("{name}: expected LIMITER/REGIME"))?;
+    let regime = [ALLOW, DENY, MIXED]
+        .into_iter()
+        .find(|r| r.name == regime)
+        .ok_or_else(|| format!("{regime}: no such regime"))?;
+    let streams = [key_stream(10_000, 0x1234)];
+    let (ours, theirs) = regime.limiters(&streams, 1 << 20);
+    let keys = &streams[0];
+    fn run<R>(n: u64, f: impl Fn(u64) -> R) {
+        for i in 0..1000 {
+            black_box(f(i));
+        }
+        callgrind_loop(n, f);
+    }
+    match limiter {
+        "tollgate" => run(n, |i| ours.try_acquire(&keys[(i & 0xFFFF) as usize], 1)),
+        "governor" => run(n, |i| {
+            theirs.check_key(&keys[(i & 0xFFFF) as usize]).is_ok()
+        }),
+        other => return Err(format!("{other}: no such limiter")),
+    }
+    Ok(())
+}
+
+fn scenarios() -> Vec<String> {
+    let mut v = Vec::new();
+    for l in ["tollgate", "governor"] {
+        for r in [ALLOW, DENY, MIXED] {
+            v.push(format!("{l}/{}", r.name));
+        }
+    }
+    v
 }
 
 fn memory_per_key() {
     const N: u64 = 1_000_000;
     let before = LIVE.load(Ordering::Relaxed);
-    let ours: KeyedLimiter<u64> = KeyedLimiter::new(quota(), N as usize);
+    let ours: KeyedLimiter<u64> = KeyedLimiter::new(ALLOW.quota(), N as usize);
     for k in 0..N {
         ours.try_acquire(&k.wrapping_mul(0x9E37_79B9_7F4A_7C15), 1)
             .unwrap();
     }
     let mid = LIVE.load(Ordering::Relaxed);
     assert_eq!(ours.len(), N as usize);
-    let theirs = governor::DefaultKeyedRateLimiter::<u64>::keyed(governor_quota());
+    let theirs = Governor::keyed(ALLOW.governor_quota());
     for k in 0..N {
         theirs
             .check_key(&k.wrapping_mul(0x9E37_79B9_7F4A_7C15))
@@ -120,6 +242,9 @@ fn memory_per_key() {
 criterion_group!(benches, bench_keyed);
 
 fn main() {
+    if common::callgrind_cli("keyed", scenarios, callgrind) {
+        return;
+    }
     memory_per_key();
     benches();
     Criterion::default().configure_from_args().final_summary();

@@ -6,9 +6,12 @@
 //! the key's 16-byte slot, so decisions for distinct keys scale with the cores (up to false
 //! sharing between the four slots of one 64-byte line); only threads hitting the *same* key
 //! contend, on that key's word — the one write any exact per-key limit must make. Each decision
-//! also counts with one relaxed `fetch_add` on a cache-padded counter shard — the next power of
-//! two of 4 × cores of them (256 on 64 cores, at most 1,024), picked by the calling thread's
-//! round-robin slot — so threads count on lines of their own. Insertions take the
+//! also counts on a cache-padded counter shard, so threads count on lines of their own: the
+//! first threads to use the crate (the next power of two of 4 × cores of them: 256 on 64 cores,
+//! at most 1,024) each own a shard and count with a plain load and store, no locked
+//! instruction (the crate's thread slots are unique and never reused, so such a shard has one
+//! writer); later threads share the same number of other shards, by slot, with a relaxed
+//! `fetch_add`. Insertions take the
 //! index's mutex, so a burst of *new* keys is serialized, each for bounded work (see "Cost of
 //! an insertion" on [`KeyedLimiter`]); a flood of refused new keys reads only the `len` and
 //! `next_full_at` words of `Table`, without the mutex, so it scales.
@@ -70,8 +73,9 @@ pub struct KeyedCounters {
     pub evicted: u64,
 }
 
-/// One counter shard: written only by the threads mapped to it (by default fewer than one per
-/// shard), each count a relaxed `fetch_add` on this shard's own line.
+/// One counter shard, on its own line: either owned by one thread (the only writer: a count is a
+/// relaxed load and store) or shared by the threads mapped to it (a relaxed `fetch_add`); see
+/// [`KeyedLimiter::count`].
 #[derive(Default)]
 struct Counters {
     admitted: AtomicU64,
@@ -381,7 +385,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
                 next_full_at: AtomicU64::new(u64::MAX),
                 evicted_at: AtomicU64::new(0),
             }),
-            shards: (0..shards).map(|_| CachePadded::default()).collect(),
+            // `shards` owned ones, then as many shared ones (see `count`).
+            shards: (0..2 * shards).map(|_| CachePadded::default()).collect(),
             clock,
             _keys: core::marker::PhantomData,
         }
@@ -454,10 +459,10 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let fp = self.fingerprint(key);
         let quota = self.quota_of(fp);
         let now = self.clock.now();
-        let verdict = self.acquire_fp(fp, &quota, cost, || now);
+        let verdict = self.acquire_fp(fp, quota, cost, || now);
         let snapshot = match verdict {
-            Err(denied) => self.refusal_snapshot(fp, &quota, now, denied),
-            Ok(()) => gcra::snapshot(self.state_of(fp, &quota), now, &quota),
+            Err(denied) => self.refusal_snapshot(fp, quota, now, denied),
+            Ok(()) => gcra::snapshot(self.state_of(fp, quota), now, quota),
         };
         (verdict, snapshot)
     }
@@ -485,8 +490,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let fp = self.fingerprint(key);
         let quota = self.quota_of(fp);
         let now = self.clock.now();
-        self.acquire_fp(fp, &quota, cost, || now)
-            .map_err(|denied| (denied, self.refusal_snapshot(fp, &quota, now, denied)))
+        self.acquire_fp(fp, quota, cost, || now)
+            .map_err(|denied| (denied, self.refusal_snapshot(fp, quota, now, denied)))
     }
 
     /// The key's bucket at `now` after a refusal (`denied`) of a decision on it.
@@ -569,7 +574,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let fp = self.fingerprint(key);
         let quota = self.quota_of(fp);
         let now = self.clock.now();
-        gcra::available(self.state_of(fp, &quota), now, &quota)
+        gcra::available(self.state_of(fp, quota), now, quota)
     }
 
     /// The state of the key with fingerprint `fp`: its slot's, or where an untracked key starts.
@@ -607,17 +612,18 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         if self.overrides.is_empty() {
             self.quota
         } else {
-            self.quota_of(self.fingerprint(key))
+            *self.quota_of(self.fingerprint(key))
         }
     }
 
-    /// The quota of the key with fingerprint `fp`.
+    /// The quota of the key with fingerprint `fp` (by reference: the hot path reads only its
+    /// decision words, never copies it).
     #[inline]
-    fn quota_of(&self, fp: u64) -> Quota {
+    fn quota_of(&self, fp: u64) -> &Quota {
         if self.overrides.is_empty() {
-            self.quota
+            &self.quota
         } else {
-            self.overrides.get(&fp).copied().unwrap_or(self.quota)
+            self.overrides.get(&fp).unwrap_or(&self.quota)
         }
     }
 
@@ -738,9 +744,21 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         usize::try_from(evicted).unwrap_or(usize::MAX)
     }
 
+    /// Adds `n` to the calling thread's count `which`. The first half of the shards is owned: the
+    /// thread whose slot is `i` is the only one that ever writes shard `i` (slots are unique per
+    /// thread and never reused), so it counts with a relaxed load and store, no locked
+    /// instruction. Threads with later slots share the second half, by slot, with `fetch_add`.
+    /// Either way a count is exact once the call that made it has returned.
     #[inline]
-    fn counters_here(&self) -> &Counters {
-        &self.shards[thread_slot() & (self.shards.len() - 1)]
+    fn count(&self, which: impl FnOnce(&Counters) -> &AtomicU64, n: u64) {
+        let owned = self.shards.len() / 2;
+        let slot = thread_slot();
+        if slot < owned {
+            let c = which(&self.shards[slot]);
+            c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        } else {
+            which(&self.shards[owned + (slot & (owned - 1))]).fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     #[inline]
@@ -751,8 +769,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     {
         // The key itself is only hashed: the table stores fingerprints (see the type's docs).
         let fp = self.fingerprint(key);
-        let quota = self.quota_of(fp);
-        self.acquire_fp(fp, &quota, cost, || self.clock.now())
+        self.acquire_fp(fp, self.quota_of(fp), cost, || self.clock.now())
     }
 
     /// The decision for fingerprint `fp`, reading the clock (`now()`) only if it must.
@@ -769,38 +786,76 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         } else if cost == 0 {
             Ok(())
         } else {
-            self.decide(fp, cost, quota, now())
+            self.decide(fp, cost, quota, now)
         };
-        let counters = self.counters_here();
         match result {
-            Ok(()) => counters.admitted.fetch_add(1, Ordering::Relaxed),
-            Err(_) => counters.refused.fetch_add(1, Ordering::Relaxed),
-        };
+            Ok(()) => self.count(|c| &c.admitted, 1),
+            Err(_) => self.count(|c| &c.refused, 1),
+        }
         result
     }
 
+    /// The decision for a tracked key: one lock-free probe, the clock read (`now()`) while the
+    /// slot's line arrives, and at most one CAS, in line; a miss (a new key, an entry being
+    /// moved) or a lost race goes to [`decide_slow`](KeyedLimiter::decide_slow), out of line.
     #[inline]
-    fn decide(&self, fp: u64, cost: u64, quota: &Quota, now: u64) -> Result<(), Denied> {
+    fn decide(
+        &self,
+        fp: u64,
+        cost: u64,
+        quota: &Quota,
+        now: impl FnOnce() -> u64,
+    ) -> Result<(), Denied> {
+        // Read before the probe: the insert path trusts a miss only if no entry moved around it.
+        let epoch = self.index.rebuild_epoch();
+        let hit = self.index.lookup(fp);
+        // After the slot's load is issued: a word older than the reading is fine (the CAS
+        // fails on any change, and a refusal from an older, more lenient state stands).
+        let now = now();
+        if let Some(hit) = &hit {
+            match gcra::try_acquire_in(hit.state(), now, quota.rate(), cost) {
+                Ok(Some(next)) => {
+                    if hit.commit(next) {
+                        return Ok(());
+                    }
+                }
+                Ok(None) => return Ok(()),
+                Err(denied) => return Err(denied),
+            }
+        }
+        self.decide_slow(fp, cost, quota, now, epoch)
+    }
+
+    /// [`decide`](KeyedLimiter::decide) after a miss or a lost race: CASes on the key's slot
+    /// until one lands, or the insert path (under the mutex) when the probe misses.
+    #[cold]
+    #[inline(never)]
+    fn decide_slow(
+        &self,
+        fp: u64,
+        cost: u64,
+        quota: &Quota,
+        now: u64,
+        mut epoch: u64,
+    ) -> Result<(), Denied> {
         loop {
-            let epoch = self.index.rebuild_epoch();
-            // The hit path: a lock-free probe and CASes on the key's own slot.
+            // The hit path again: a lock-free probe and CASes on the key's own slot.
             if let Some(result) = self
                 .index
-                .apply(fp, |s| gcra::try_acquire(s, now, quota, cost))
+                .apply(fp, |s| gcra::try_acquire_in(s, now, quota.rate(), cost))
             {
                 return result;
             }
             match self.insert(fp, now, quota, cost, epoch) {
                 Insert::Done => return Ok(()),
-                Insert::Retry => continue,
+                Insert::Retry => epoch = self.index.rebuild_epoch(),
                 Insert::Refused(denied) => return Err(denied),
                 Insert::TableFull(wait) => {
-                    let counters = self.counters_here();
                     return if self.fail_open {
-                        counters.admitted_untracked.fetch_add(1, Ordering::Relaxed);
+                        self.count(|c| &c.admitted_untracked, 1);
                         Ok(())
                     } else {
-                        counters.refused_table_full.fetch_add(1, Ordering::Relaxed);
+                        self.count(|c| &c.refused_table_full, 1);
                         Err(Denied::RetryAfter(wait))
                     };
                 }
@@ -877,7 +932,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let evicted_at = &self.table.evicted_at;
         let step = locked.sweep_step(
             now,
-            |fp, s| gcra::full_at(s, &self.quota_of(fp)),
+            |fp, s| gcra::full_at(s, self.quota_of(fp)),
             // Raised before the eviction's CAS: whoever misses the key afterwards starts it
             // from a state at least as strict as the evicted one (see `Table::evicted_at`).
             || {
@@ -890,9 +945,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             self.table.next_full_at.store(next, Ordering::SeqCst);
         }
         if step.evicted > 0 {
-            self.counters_here()
-                .evicted
-                .fetch_add(step.evicted, Ordering::Relaxed);
+            self.count(|c| &c.evicted, step.evicted);
         }
         step
     }
@@ -946,7 +999,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> Future for UntilKeyReady<'_, K, C> 
         loop {
             let now = clock.now();
             let first = *this.first.get_or_insert(now);
-            let until = match limiter.acquire_fp(this.fp, &quota, this.cost, || now) {
+            let until = match limiter.acquire_fp(this.fp, quota, this.cost, || now) {
                 Ok(()) => {
                     this.done = true;
                     this.alarm = Alarm::default();

@@ -259,6 +259,43 @@ fn hot_keys_on_a_frozen_clock_admit_exactly_their_burst() {
     assert_eq!(limiter.len(), 16);
 }
 
+/// The counters are exact once the calls have returned, whichever counter shard each thread
+/// counts on: more threads than there are owned shards (the next power of two of 4 × cores, at
+/// most 1,024), so some threads count on owned shards and the later ones on shared ones.
+#[test]
+fn counters_are_exact_across_owned_and_shared_shards() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let owned = (cores * 4).next_power_of_two().min(1024);
+    let threads = owned + 24;
+    let quota = Quota::per_second(100).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, 64, ManualClock::new_frozen());
+    let admitted = AtomicU64::new(0);
+    // In waves, so that the test never holds hundreds of threads at once.
+    for wave in 0..threads.div_ceil(32) {
+        std::thread::scope(|s| {
+            for t in wave * 32..((wave + 1) * 32).min(threads) {
+                let (limiter, admitted) = (&limiter, &admitted);
+                s.spawn(move || {
+                    for i in 0..200u64 {
+                        if limiter.try_acquire(&((t as u64 + i) % 16), 1).is_ok() {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+    }
+    let c = limiter.counters();
+    let calls = threads as u64 * 200;
+    assert_eq!(c.admitted, admitted.into_inner());
+    assert_eq!(
+        c.admitted,
+        16 * 100,
+        "each of the 16 keys admits its burst, frozen clock"
+    );
+    assert_eq!(c.admitted + c.refused, calls);
+}
+
 /// Many threads, new keys, a moving clock and a small table: the bound holds throughout and no key
 /// is ever admitted beyond burst + rate·elapsed.
 #[test]

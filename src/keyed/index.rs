@@ -199,6 +199,13 @@ impl Index {
         None
     }
 
+    /// The lock-free probe of the hot path: `fp`'s slot and the word read from it, if found.
+    /// A miss may be wrong while entries move (the caller then takes the insert path).
+    #[inline]
+    pub(crate) fn lookup(&self, fp: u64) -> Option<Hit<'_>> {
+        self.find(fp).map(|(slot, word)| Hit { slot, word })
+    }
+
     /// The state of `fp`, if tracked. Lock-free unless the probe missed while entries were
     /// moving; then it asks again under the mutex, so a tracked key is never reported absent.
     pub(crate) fn load(&self, fp: u64) -> Option<u64> {
@@ -249,6 +256,36 @@ impl Index {
             index: self,
             meta: self.lock.lock(),
         }
+    }
+}
+
+/// A slot found by [`Index::lookup`] and the word it held: one decision's first attempt.
+pub(crate) struct Hit<'a> {
+    slot: &'a AtomicU128,
+    word: u128,
+}
+
+impl Hit<'_> {
+    /// The key's state as the probe read it.
+    #[inline]
+    pub(crate) fn state(&self) -> u64 {
+        state_of(self.word)
+    }
+
+    /// One CAS of the whole slot from the word read to `(fp, next)`: fails if anything changed
+    /// it since (a decision, an eviction, a move) — or spuriously, as a weak CAS may — and
+    /// never writes another key's slot. The failure ordering is `Relaxed`: the caller then
+    /// probes again ([`Index::apply`]) and does not use the value.
+    #[inline]
+    pub(crate) fn commit(&self, next: u64) -> bool {
+        self.slot
+            .compare_exchange_weak(
+                self.word,
+                pack(fp_of(self.word), next),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
     }
 }
 
