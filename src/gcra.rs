@@ -41,18 +41,22 @@ use core::time::Duration;
 /// The state of a full bucket, valid for every quota and every clock reading.
 pub const FULL: u64 = 0;
 
-/// The wait until `earned` reaches `need` units. Past the horizon the clock is read as stopped,
-/// so nothing more refills: the wait is `Duration::MAX`.
+/// The wait until `earned` reaches `need` units (`Duration::MAX` if that is not after `now`).
 #[inline]
 fn retry_after(quota: &Quota, need: u64, now: u64) -> Duration {
-    retry_after_in(quota.rate(), need, now)
+    match quota.instant_of(need) {
+        at if at <= now => Duration::MAX,
+        at => wait_until(at, now),
+    }
 }
 
-/// [`retry_after`] on the decision words alone.
-#[inline]
-fn retry_after_in(rate: &Rate, need: u64, now: u64) -> Duration {
-    let at = rate.instant_of(need);
-    if at <= now || at > crate::quota::HORIZON_NS {
+/// The wait from `now` until the instant `at` at which a refused request is admitted, for
+/// `at > min(now, HORIZON)` (a refusal's: its `need` exceeds `earned(min(now, HORIZON))`). Past
+/// the horizon the clock is read as stopped, so nothing more refills: the wait is
+/// `Duration::MAX`; within it, `at > now`.
+#[inline(always)]
+fn wait_until(at: u64, now: u64) -> Duration {
+    if at > crate::quota::HORIZON_NS {
         return Duration::MAX;
     }
     Duration::from_nanos(at - now)
@@ -125,8 +129,7 @@ pub(crate) fn try_acquire_in(
     let want = state + cost_units;
     // Refused: `at = instant_of(need)` (`need = want − burst`) depends on the state and the
     // quota alone, so it is computed while the clock is read, with the stored reciprocal of
-    // `mul` instead of a division. `need > earned(min(now, HORIZON))`, so
-    // `at > min(now, HORIZON)`: `at − now` is positive whenever `at` is within the horizon.
+    // `mul` instead of a division.
     let at = if let Some(earned) = rate.exact_earned(now) {
         // The right side cannot overflow: the quota guarantees earned + burst <= 2^63 - 1.
         if want <= earned + burst_units {
@@ -148,11 +151,7 @@ pub(crate) fn try_acquire_in(
         }
         rate.instant_of_scaled(u128::from(want - burst_units) * div)
     };
-    Err(Denied::RetryAfter(if at > crate::quota::HORIZON_NS {
-        Duration::MAX
-    } else {
-        Duration::from_nanos(at - now)
-    }))
+    Err(Denied::RetryAfter(wait_until(at, now)))
 }
 
 /// Whole tokens available at `now` (0 while in debt).

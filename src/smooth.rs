@@ -102,10 +102,11 @@ const NO_ERA: u64 = u64::MAX;
 ///   stores nothing and serves every permit at the stable rate.
 /// * The next free time saturates at 2^53 − 1 µs (285 years after creation) instead of
 ///   `i64::MAX` µs, and the clock is read as if it stopped there; sums of waits saturate where
-///   Java's `long` addition would wrap. At that end, with the next free time there too, a
+///   Java's `long` addition would wrap. Once the next free time has reached that end, a
 ///   request that needs a wait is never admitted — `try_acquire` refuses it and `acquire`
 ///   sleeps [`Duration::MAX`] (on a real clock it never returns) — where Guava would admit it
-///   and, with a stopped clock, every later one: no limit at all.
+///   after waiting until the end, and at the end, with a stopped clock, every later one: no
+///   limit at all.
 /// * Two `set_rate` calls with no request that moved the next free time between them move
 ///   it on by 1 µs (see [`Smooth::set_rate`]); Guava leaves it.
 /// * `permits` is a `u64`, converted to `f64` (exact up to 2^53); Guava takes an `int`.

@@ -197,6 +197,21 @@ fn smooth_at_its_saturation_point_still_limits() {
     assert!(admitted <= 2, "{admitted} of 10 admitted at one reading");
 }
 
+/// A next free time pushed to the end of its field long before the clock gets there (a rate so
+/// low that one permit's interval exceeds 285 years): the next request would have to push it
+/// further, so it is never admitted — `acquire` sleeps `Duration::MAX` — and nothing is
+/// written, so `set_rate`, which cannot move such a word on, never meets a decision's write.
+#[test]
+fn smooth_next_free_time_at_its_end_admits_nothing_more() {
+    let clock = ManualClock::new();
+    let s = Smooth::bursty_with_clock(1e-12, Duration::from_secs(1), clock.clone()).unwrap();
+    assert_eq!(s.acquire(1), Duration::ZERO); // pays later: pushes next to the end
+    assert!(!s.try_acquire(1, Duration::MAX));
+    assert_eq!(s.acquire(1), Duration::MAX);
+    s.set_rate(1e-12).unwrap();
+    assert!(!s.try_acquire(1, Duration::MAX));
+}
+
 /// `Smooth`'s words never come back, so a decision's CAS on the exact word it read cannot land
 /// under other parameters: two `set_rate` calls with nothing between them that moved the next
 /// free time (a busy bursty limiter: nothing stored, next free time ahead) used to leave the

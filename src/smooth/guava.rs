@@ -150,12 +150,13 @@ impl State {
     /// Guava's `reserveEarliestAvailable` followed by `max(moment − now, 0)`: takes `permits`
     /// and returns the microseconds the caller must wait.
     ///
-    /// `None` (nothing changed) for a request that needs a wait at the end of time: the next
-    /// free time and the reading both at [`MAX_MICROS`], where the field ends and the clock is
-    /// read as stopped. Guava would admit it at once and saturate the next free time again —
-    /// so, with the clock stopped there, every later request too: no limit at all. Here it is
-    /// never admitted. Permits stored before that (free when bursty) are still served, and a
-    /// request before the end waits as in Guava, until the end.
+    /// `None` (nothing changed) for a request that would push a next free time already at
+    /// [`MAX_MICROS`], the end of its field, where the clock is read as stopped: it is never
+    /// admitted. Guava saturates and admits it — after a wait until the end, or at once at the
+    /// end, and then every later request too: no limit at all. So once the next free time is at
+    /// the end, no decision writes (a bursty limiter stores nothing then, and stored permits
+    /// that cost nothing are served without a write only when the next free time is earlier),
+    /// which `Smooth::set_rate` relies on: it cannot move such a word on.
     pub(super) fn reserve(
         &mut self,
         permits: f64,
@@ -173,7 +174,7 @@ impl State {
             Mode::WarmingUp { .. } => p.stored_permits_to_wait_time(s.stored, from_stored),
         };
         let wait = stored_cost.saturating_add((fresh * p.stable) as i64).max(0);
-        if wait > 0 && moment >= MAX_MICROS && now >= MAX_MICROS {
+        if wait > 0 && moment >= MAX_MICROS {
             return None;
         }
         s.next = s.next.saturating_add(wait as u64).min(MAX_MICROS);
