@@ -32,8 +32,13 @@ use std::io;
 /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), clock.clone());
 /// assert!(bucket.try_acquire(1).is_ok());
 /// let a = clock.now();
-/// std::thread::sleep(Duration::from_millis(20));
-/// assert!(clock.now() > a); // refreshed in the background
+/// // Refreshed in the background, within one interval of the upkeep thread getting the CPU.
+/// let start = std::time::Instant::now();
+/// while clock.now() == a {
+///     assert!(start.elapsed() < Duration::from_secs(60), "never refreshed");
+///     std::thread::sleep(Duration::from_millis(1));
+/// }
+/// assert!(clock.now() > a);
 /// assert!(CoarseClock::new(Duration::ZERO).is_err());
 /// ```
 #[derive(Clone)]

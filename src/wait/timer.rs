@@ -271,11 +271,15 @@ mod tests {
         let t = timer(0);
         let (count, waker) = counter();
         let handle = t.register(Duration::from_millis(1), &waker);
+        // The timer thread takes a due entry out under its lock and wakes it after releasing
+        // the lock: the entry reports fired a moment before its waker runs, so wait for both
+        // (however the scheduler interleaves them) before counting.
         let start = Instant::now();
-        while !handle.is_fired() {
+        while !handle.is_fired() || count.0.load(Ordering::SeqCst) == 0 {
             assert!(start.elapsed() < Duration::from_secs(30), "never woken");
             std::thread::sleep(Duration::from_millis(1));
         }
+        assert!(handle.is_fired());
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert_eq!(t.len(), 0);
         drop(handle); // nothing left to remove
@@ -332,7 +336,8 @@ mod tests {
         let woken = count.0.load(Ordering::SeqCst);
         let h = t.register(Duration::from_millis(1), &waker);
         let start = Instant::now();
-        while !h.is_fired() {
+        // Fired (taken out under the lock) a moment before woken (after it): wait for both.
+        while !h.is_fired() || count.0.load(Ordering::SeqCst) == woken {
             assert!(start.elapsed() < Duration::from_secs(30), "never woken");
             std::thread::sleep(Duration::from_millis(1));
         }
