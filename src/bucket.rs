@@ -14,7 +14,7 @@
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
-use crate::quota::{Quota, Rate, RATE_WORDS};
+use crate::quota::{Quota, Rate, QUOTA_WORDS, RATE_WORDS};
 use crate::slots::{EpochSlots, Writer};
 use crate::snapshot::Snapshot;
 use crate::sync::{spin_loop, AtomicU64, Ordering};
@@ -69,11 +69,15 @@ pub struct Bucket<C = DefaultClock> {
     /// checks after the CAS (see `Bucket::update_from`). A read-only result is validated by
     /// loading the word again after the slot read.
     state: AtomicU64,
+    /// Before the slots: with an 8-byte clock (the default, [`ManualClock`](crate::ManualClock)),
+    /// the word, the clock, the slot versions and the active slot's decision words lie in the
+    /// first two cache lines whichever slot is active; the third holds only the second slot's
+    /// cold word and the writer flag.
+    clock: C,
     /// Two quota slots (`Quota::to_raw`); the word's parity selects the active one. A
     /// reconfiguration writes the idle slot, then flips the parity with one CAS (see
     /// `src/slots.rs`).
-    slots: EpochSlots,
-    clock: C,
+    slots: EpochSlots<QUOTA_WORDS>,
 }
 
 impl<C: fmt::Debug> fmt::Debug for Bucket<C> {
@@ -336,7 +340,7 @@ impl<C: Clock> Bucket<C> {
     /// Excludes reconfigurations ([`Bucket::set_quota`]) until the guard is dropped: a
     /// cancellation checks "no reconfiguration since the reservation" and writes under it, so
     /// none can slip in between its check and its CAS. Never read the clock while holding it.
-    pub(crate) fn exclude_reconfiguration(&self) -> Writer<'_> {
+    pub(crate) fn exclude_reconfiguration(&self) -> Writer<'_, QUOTA_WORDS> {
         // Reading 0: the guard converts nothing, and leaves the last reconfiguration's reading
         // (which the writer word keeps for the next one) as it was.
         self.slots.lock(0)

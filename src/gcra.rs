@@ -137,19 +137,29 @@ pub(crate) fn try_acquire_in(
         }
         rate.instant_of_exact(want - burst_units)
     } else {
-        // Inexact: compare products instead of dividing (`x <= ⌊n/d⌋ ⇔ x·d <= n`), and divide
-        // only when the bucket is capped (`state < ⌈n/d⌉ ⇔ state·d < n`), and then only the
-        // excess over the state.
-        let (n, div) = rate.earned_scaled(now);
-        if want <= burst_units || u128::from(want - burst_units) * div <= n {
-            let base = if u128::from(state) * div >= n {
-                state
-            } else {
-                rate.ceil_above(state, n)
-            };
-            return Ok(Some(base + cost_units));
+        // Inexact: compare products instead of dividing (`need <= ⌊n/d⌋ ⇔ need·d <= n`), and
+        // divide only when the bucket is capped (`state < ⌈n/d⌉ ⇔ state·d < n`), and then only
+        // the excess over the state, by the stored reciprocal of `div`.
+        let need = want.saturating_sub(burst_units);
+        if let Some((n, x)) = rate.narrow(now, need) {
+            // Every product fits in 64 bits: always for a small `mul` (3/s, 7/s), for the
+            // first seconds of the clock for the others.
+            if x <= n {
+                return Ok(Some(rate.cap_narrow(state, n) + cost_units));
+            }
+            rate.instant_of_narrow(x)
+        } else {
+            let (n, div) = rate.earned_scaled(now);
+            if u128::from(need) * div <= n {
+                let base = if u128::from(state) * div >= n {
+                    state
+                } else {
+                    rate.ceil_above(state, n)
+                };
+                return Ok(Some(base + cost_units));
+            }
+            rate.instant_of_scaled(u128::from(need) * div)
         }
-        rate.instant_of_scaled(u128::from(want - burst_units) * div)
     };
     Err(Denied::RetryAfter(wait_until(at, now)))
 }
@@ -453,6 +463,19 @@ mod tests {
             for _ in 0..300 {
                 nows.push(next() % (horizon + 2));
             }
+            // Where an inexact quota's products leave 64 bits (`Rate::narrow`): readings around
+            // `now · mul = 2^64` (after 18 s at 999,999,937/s), and early readings.
+            let (mul, div) = q.units_per_ns();
+            let wide_at = u64::MAX / mul;
+            nows.extend([
+                wide_at - 1,
+                wide_at,
+                wide_at.saturating_add(1),
+                wide_at.saturating_add(2),
+            ]);
+            for _ in 0..100 {
+                nows.push(next() % (1 << 40));
+            }
             for now in nows {
                 let floor = q.earned_floor(now);
                 let ceil = q.earned_ceil(now);
@@ -462,6 +485,12 @@ mod tests {
                     let edge = (floor + burst_units).saturating_sub(cost_units);
                     let mut states = alloc::vec![0, floor, ceil, edge, edge + 1, MAX_UNITS];
                     states.extend([edge.saturating_sub(1), ceil.saturating_sub(1)]);
+                    // Around `state · div = 2^64` and `need · div = 2^64`.
+                    let state_wide = (u64::MAX / div).min(MAX_UNITS);
+                    states.extend([state_wide - 1, state_wide, state_wide.saturating_add(1)]);
+                    let need_wide = (u64::MAX / div).saturating_add(burst_units - cost_units);
+                    states.extend([need_wide - 1, need_wide, need_wide.saturating_add(1)]);
+                    states.retain(|&s| s <= MAX_UNITS);
                     states.push(next() % MAX_UNITS);
                     for state in states {
                         let want = if state + cost_units <= floor + burst_units {
@@ -469,7 +498,6 @@ mod tests {
                         } else {
                             // The wait by plain 128-bit division, not by `instant_of`.
                             let need = state + cost_units - burst_units;
-                            let (mul, div) = q.units_per_ns();
                             let at = (u128::from(need) * u128::from(div)).div_ceil(u128::from(mul));
                             Err(Denied::RetryAfter(
                                 if at <= u128::from(now) || at > u128::from(horizon) {

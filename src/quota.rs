@@ -36,7 +36,8 @@ pub(crate) const MAX_UNITS: u64 = (1 << 63) - 1;
 pub struct Quota {
     /// `gcd(tokens, per_ns)`: with the reduced rate `t / p` that `rate` determines
     /// ([`Rate::reduced`]), `tokens = g·t` and `per_ns = g·p`. Stored instead of `tokens` and
-    /// `per_ns`, which leaves a quota slot a word for the reciprocal `Rate::rmul`.
+    /// `per_ns`: a quota slot is seven words, six of them the decision's (with the reciprocals
+    /// `Rate::rmul` and `Rate::rdiv`).
     g: u64,
     /// Everything a decision needs (the "hot" words of a bucket's quota slot).
     rate: Rate,
@@ -55,6 +56,9 @@ pub(crate) struct Rate {
     /// The reciprocal of `mul` ([`recip::reciprocal`]): [`Rate::instant_of`] (the end of a
     /// refusal's wait) divides by `mul` with a multiplication instead of a division.
     rmul: u64,
+    /// The reciprocal of `div`: [`Rate::ceil_above`] (the refill cap of an inexact quota, paid
+    /// on every admission while the bucket is full) divides by `div` with a multiplication.
+    rdiv: u64,
 }
 
 /// `now × mul / div` rounded down and up, for `div > 1`: one division (64-bit when the product
@@ -80,7 +84,10 @@ fn ceil_div_wide(n: u128, d: u64) -> u64 {
 }
 
 /// Words of [`Rate::to_raw`]: the first words of a quota slot.
-pub(crate) const RATE_WORDS: usize = 5;
+pub(crate) const RATE_WORDS: usize = 6;
+
+/// Words of [`Quota::to_raw`]: a whole quota slot (the [`Rate`] words, then `g`).
+pub(crate) const QUOTA_WORDS: usize = RATE_WORDS + 1;
 
 impl Rate {
     /// The capacity in tokens.
@@ -136,10 +143,38 @@ impl Rate {
     pub(crate) fn ceil_above(&self, state: u64, n: u128) -> u64 {
         let excess = n - u128::from(state) * u128::from(self.div);
         match u64::try_from(excess) {
-            // `state + ⌈excess / div⌉ = ⌈n / div⌉ <= MAX_UNITS + 1`: no overflow.
-            Ok(e) => state + e.div_ceil(self.div),
+            // `state + ⌈excess / div⌉ = ⌈n / div⌉ <= MAX_UNITS + 1`: no overflow. By the
+            // stored reciprocal: no division instruction on the admission path.
+            Ok(e) => state + recip::div_ceil(e, self.div, self.rdiv),
             Err(_) => ceil_div_wide(n, self.div),
         }
+    }
+
+    /// For an inexact quota, `(n, x) = (now · mul, need · div)` if both products fit in 64 bits:
+    /// then `need <= ⌊n / div⌋` (earned) exactly when `x <= n`, with no 128-bit arithmetic. `None`
+    /// otherwise (use [`Rate::earned_scaled`]).
+    #[inline(always)]
+    pub(crate) fn narrow(&self, now: u64, need: u64) -> Option<(u64, u64)> {
+        let n = now.min(HORIZON_NS).checked_mul(self.mul)?;
+        Some((n, need.checked_mul(self.div)?))
+    }
+
+    /// `max(state, ⌈n / div⌉)` for `n = now · mul` from [`Rate::narrow`]: the refill cap, by the
+    /// stored reciprocal of `div` (no division instruction).
+    #[inline(always)]
+    pub(crate) fn cap_narrow(&self, state: u64, n: u64) -> u64 {
+        match state.checked_mul(self.div) {
+            // `state + ⌈(n − s) / div⌉ = ⌈n / div⌉ <= MAX_UNITS + 1`: no overflow.
+            Some(s) if s < n => state + recip::div_ceil(n - s, self.div, self.rdiv),
+            // `state · div >= n` (overflowing, it exceeds `n`): not capped.
+            _ => state,
+        }
+    }
+
+    /// [`Rate::instant_of_scaled`] for an `x = need · div` from [`Rate::narrow`]: `⌈x / mul⌉`.
+    #[inline(always)]
+    pub(crate) fn instant_of_narrow(&self, x: u64) -> u64 {
+        recip::div_ceil(x, self.mul, self.rmul)
     }
 
     /// Units earned from the origin to `now`, rounded down.
@@ -202,7 +237,9 @@ impl Rate {
 
     /// The hot words, in slot order.
     pub(crate) fn to_raw(self) -> [u64; RATE_WORDS] {
-        [self.burst, self.scale, self.mul, self.div, self.rmul]
+        [
+            self.burst, self.scale, self.mul, self.div, self.rmul, self.rdiv,
+        ]
     }
 
     /// Inverse of [`Rate::to_raw`]; only ever given values that came from `to_raw`.
@@ -214,6 +251,7 @@ impl Rate {
             mul: r[2],
             div: r[3],
             rmul: r[4],
+            rdiv: r[5],
         }
     }
 }
@@ -302,6 +340,7 @@ impl Quota {
                         mul,
                         div,
                         rmul: recip::reciprocal(mul),
+                        rdiv: recip::reciprocal(div),
                     },
                 };
                 debug_assert_eq!((quota.tokens(), quota.per_ns()), (tokens, per_ns));
@@ -452,16 +491,19 @@ impl Quota {
 
     /// The raw fields, for the bucket's atomic quota slots: the [`Rate`] words first (the
     /// decision path reads only those), then `g`.
-    pub(crate) fn to_raw(self) -> [u64; 6] {
-        let r = self.rate.to_raw();
-        [r[0], r[1], r[2], r[3], r[4], self.g]
+    pub(crate) fn to_raw(self) -> [u64; QUOTA_WORDS] {
+        let mut raw = [self.g; QUOTA_WORDS];
+        raw[..RATE_WORDS].copy_from_slice(&self.rate.to_raw());
+        raw
     }
 
     /// Inverse of [`Quota::to_raw`]; only ever given values that came from `to_raw`.
-    pub(crate) fn from_raw(r: [u64; 6]) -> Quota {
+    pub(crate) fn from_raw(r: [u64; QUOTA_WORDS]) -> Quota {
+        let mut rate = [0; RATE_WORDS];
+        rate.copy_from_slice(&r[..RATE_WORDS]);
         Quota {
-            g: r[5],
-            rate: Rate::from_raw([r[0], r[1], r[2], r[3], r[4]]),
+            g: r[RATE_WORDS],
+            rate: Rate::from_raw(rate),
         }
     }
 }
@@ -518,6 +560,7 @@ mod tests {
             );
             assert_eq!(Quota::from_raw(q.to_raw()), q);
             assert_eq!(q.rate.rmul, u64::MAX / q.rate.mul);
+            assert_eq!(q.rate.rdiv, u64::MAX / q.rate.div);
         }
         assert!(built > 2000, "{built}");
     }

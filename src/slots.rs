@@ -17,26 +17,26 @@
 
 use crate::sync::{fence, AtomicU32, AtomicU64, Backoff, Ordering};
 
-/// Number of `u64` parameters per slot.
-pub(crate) const WORDS: usize = 6;
-
-pub(crate) struct EpochSlots {
+/// Two slots of `W` parameter words each (a bucket's quota: 7; a smooth limiter's: 6).
+#[repr(C)]
+pub(crate) struct EpochSlots<const W: usize> {
     /// Seqlock counters of the two slots (odd while a slot is written).
     seqs: [AtomicU32; 2],
-    slots: [[AtomicU64; WORDS]; 2],
+    slots: [[AtomicU64; W]; 2],
     /// Serializes writers, and remembers the last writer's clock reading: bit 0 is the flag (1
     /// while a writer runs), bits 1..64 the reading the last writer converted its state at
-    /// (capped at 2^63 − 1 ns, about 292 years; the cap only ever lowers it). One word, so the
-    /// bucket stays within two cache lines. Never touched by decisions.
+    /// (capped at 2^63 − 1 ns, about 292 years; the cap only ever lowers it). One word, after
+    /// the slots, so it shares no cache line with the words decisions read. Never touched by
+    /// decisions.
     writer: AtomicU64,
 }
 
 /// The largest reading the writer word keeps.
 const MAX_WRITER_NOW: u64 = u64::MAX >> 1;
 
-impl EpochSlots {
+impl<const W: usize> EpochSlots<W> {
     /// Both slots hold `raw`; either epoch is valid.
-    pub(crate) fn new(raw: [u64; WORDS]) -> EpochSlots {
+    pub(crate) fn new(raw: [u64; W]) -> Self {
         EpochSlots {
             seqs: [AtomicU32::new(0), AtomicU32::new(0)],
             slots: [raw.map(AtomicU64::new), raw.map(AtomicU64::new)],
@@ -47,14 +47,14 @@ impl EpochSlots {
     /// The parameters of `epoch` (0 or 1), or `None` while that slot is being rewritten (only
     /// possible when two reconfigurations completed since the caller read its word: reload it).
     #[inline(always)]
-    pub(crate) fn read(&self, epoch: u64) -> Option<[u64; WORDS]> {
+    pub(crate) fn read(&self, epoch: u64) -> Option<[u64; W]> {
         self.read_versioned(epoch).map(|(raw, _)| raw)
     }
 
     /// [`EpochSlots::read`], also returning the slot's version (its seqlock counter) for
     /// [`EpochSlots::unchanged`].
     #[inline(always)]
-    pub(crate) fn read_versioned(&self, epoch: u64) -> Option<([u64; WORDS], u32)> {
+    pub(crate) fn read_versioned(&self, epoch: u64) -> Option<([u64; W], u32)> {
         let i = (epoch & 1) as usize;
         let seq = self.seqs[i].load(Ordering::Acquire);
         if seq & 1 != 0 {
@@ -135,7 +135,7 @@ impl EpochSlots {
     /// already happened would apply the newer rate retroactively. So the writer uses
     /// `max(now, previous writer's reading)` ([`Writer::now`]): writers' readings are monotone in
     /// the order they hold the flag, exactly as if each had read the clock while holding it.
-    pub(crate) fn lock(&self, now: u64) -> Writer<'_> {
+    pub(crate) fn lock(&self, now: u64) -> Writer<'_, W> {
         let mut backoff = Backoff::default();
         let mut word = self.writer.load(Ordering::Relaxed);
         loop {
@@ -162,12 +162,12 @@ impl EpochSlots {
 }
 
 /// The writer flag, held; released on drop.
-pub(crate) struct Writer<'a> {
-    slots: &'a EpochSlots,
+pub(crate) struct Writer<'a, const W: usize> {
+    slots: &'a EpochSlots<W>,
     now: u64,
 }
 
-impl Writer<'_> {
+impl<const W: usize> Writer<'_, W> {
     /// The clock reading to convert the state at: the caller's, raised to the previous
     /// writer's if that was later (see [`EpochSlots::lock`]).
     pub(crate) fn now(&self) -> u64 {
@@ -175,7 +175,7 @@ impl Writer<'_> {
     }
 
     /// The parameters of `epoch`: consistent, since only the writer changes slots.
-    pub(crate) fn get(&self, epoch: u64) -> [u64; WORDS] {
+    pub(crate) fn get(&self, epoch: u64) -> [u64; W] {
         self.slots.slots[(epoch & 1) as usize]
             .each_ref()
             .map(|a| a.load(Ordering::Relaxed))
@@ -184,7 +184,7 @@ impl Writer<'_> {
     /// Writes `raw` into the slot of `epoch`, which must be the idle one (not named by the
     /// owner's word), under its seqlock. The owner then flips its word to `epoch` by a CAS with
     /// `Release` ordering, which publishes the slot to every decision that reads that word.
-    pub(crate) fn set(&self, epoch: u64, raw: [u64; WORDS]) {
+    pub(crate) fn set(&self, epoch: u64, raw: [u64; W]) {
         let i = (epoch & 1) as usize;
         let seqs = &self.slots.seqs[i];
         let seq = seqs.load(Ordering::Relaxed);
@@ -197,7 +197,7 @@ impl Writer<'_> {
     }
 }
 
-impl Drop for Writer<'_> {
+impl<const W: usize> Drop for Writer<'_, W> {
     fn drop(&mut self) {
         // Releases the flag and leaves this writer's reading for the next one.
         self.slots

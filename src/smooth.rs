@@ -136,7 +136,7 @@ pub struct Smooth<C = DefaultClock> {
     /// Two parameter slots (`Params::to_raw`); the word's parity selects the active one.
     /// `set_rate` writes the idle slot, then converts the state and flips the parity in one CAS
     /// (see `src/slots.rs`).
-    slots: EpochSlots,
+    slots: EpochSlots<6>,
     /// The next free time of the word the last `set_rate` replaced (µs; `NO_ERA` before the
     /// first): the next `set_rate` makes its word's next free time later than this, so that no
     /// word ever comes back (see [`Smooth::set_rate`]). Only read and written under the
