@@ -61,8 +61,8 @@ pub struct Bucket<C = DefaultClock> {
     ///
     /// Orderings: loads and the retry loop's failed CASes are `Acquire`, pairing with the
     /// `AcqRel` CAS in [`Bucket::set_quota`] that flips the parity, so a thread that sees a
-    /// parity also sees the quota slot written before it (the first attempt's failed CAS is
-    /// `Relaxed`: its value is not used, the retry loop loads the word again). A successful
+    /// parity also sees the quota slot written before it (the first attempt's failed CAS too: the
+    /// retry loop starts from the word it found). A successful
     /// decision CAS is `Acquire`: it publishes nothing but the word itself (single-location
     /// coherence orders all decisions, and the release sequence of the last reconfiguration
     /// runs through it), but it must see the slot version of the era it committed in, which it
@@ -78,6 +78,35 @@ pub struct Bucket<C = DefaultClock> {
     /// reconfiguration writes the idle slot, then flips the parity with one CAS (see
     /// `src/slots.rs`).
     slots: EpochSlots<QUOTA_WORDS>,
+}
+
+/// The decision path of bucket `$b` on word `$w` (loaded with `Acquire`, possibly before the
+/// caller's clock reading), where `$body` (in `$state` and `$rate: &Rate`) is the decision: the
+/// state to write (`None`: nothing) and the result. A straight-line first attempt on the hot
+/// quota words — one CAS, or for a read-only result one validation ([`Bucket::commit`]) — and,
+/// if it lost a race, the full loop ([`Bucket::retry`], out of line) from the word that beat it.
+/// `$body` may run several times: no side effects.
+///
+/// A macro, not a function taking a closure: the first attempt must be inlined into the caller,
+/// and a closure called from both the first attempt and the loop is compiled out of line (a
+/// call and six saved registers on every decision), so the body is expanded at both places.
+macro_rules! decide {
+    ($b:expr, $w:expr, |$state:ident, $rate:ident| $body:expr) => {{
+        let (bucket, w) = ($b, $w);
+        let first = match bucket.hot_rate(w) {
+            Some((rate, version)) => {
+                let ($state, $rate) = (w >> 1, &rate);
+                let (next, result) = $body;
+                bucket.commit(w, version, next).map(|()| result)
+            }
+            // The slot is being rewritten: the loop waits it out.
+            None => Err(w),
+        };
+        match first {
+            Ok(result) => result,
+            Err(w) => bucket.retry(w, |$state, $rate: &Rate| $body),
+        }
+    }};
 }
 
 impl<C: fmt::Debug> fmt::Debug for Bucket<C> {
@@ -165,13 +194,7 @@ impl<C: Clock> Bucket<C> {
         // word older than the reading is fine (the CAS or the validation catches any change).
         let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
-        if let Some((rate, version)) = self.hot_rate(w) {
-            let (next, result) = acquire(w >> 1, now, &rate, cost);
-            if self.commit(w, version, next) {
-                return result;
-            }
-        }
-        self.retry(|state, rate| acquire(state, now, rate, cost))
+        decide!(self, w, |state, rate| acquire(state, now, rate, cost))
     }
 
     /// [`try_acquire`](Bucket::try_acquire), also returning the bucket as this decision left
@@ -196,13 +219,7 @@ impl<C: Clock> Bucket<C> {
             let snapshot = gcra::snapshot_in(next.unwrap_or(state), now, rate);
             (next, (verdict, snapshot))
         };
-        if let Some((rate, version)) = self.hot_rate(w) {
-            let (next, result) = decide(w >> 1, &rate);
-            if self.commit(w, version, next) {
-                return result;
-            }
-        }
-        self.retry(decide)
+        decide!(self, w, |state, rate| decide(state, rate))
     }
 
     /// [`try_acquire`](Bucket::try_acquire), with a [`Snapshot`] only on refusal: the bucket as
@@ -228,13 +245,7 @@ impl<C: Clock> Bucket<C> {
             let verdict = verdict.map_err(|denied| (denied, gcra::snapshot_in(state, now, rate)));
             (next, verdict)
         };
-        if let Some((rate, version)) = self.hot_rate(w) {
-            let (next, result) = decide(w >> 1, &rate);
-            if self.commit(w, version, next) {
-                return result;
-            }
-        }
-        self.retry(decide)
+        decide!(self, w, |state, rate| decide(state, rate))
     }
 
     /// Whole tokens available now.
@@ -248,13 +259,10 @@ impl<C: Clock> Bucket<C> {
     pub fn available(&self) -> u64 {
         let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
-        if let Some((rate, version)) = self.hot_rate(w) {
-            let result = gcra::available_in(w >> 1, now, &rate);
-            if self.commit(w, version, None) {
-                return result;
-            }
-        }
-        self.retry(|state, rate| (None, gcra::available_in(state, now, rate)))
+        decide!(self, w, |state, rate| (
+            None,
+            gcra::available_in(state, now, rate)
+        ))
     }
 
     /// The quota in force.
@@ -355,36 +363,39 @@ impl<C: Clock> Bucket<C> {
         Some((Rate::from_raw(raw), version))
     }
 
-    /// The end of the decision path's straight-line first attempt on word `w` (loaded with
-    /// `Acquire`) and slot `version`: one CAS to `next`, or, for a read-only result (`None`),
-    /// one validation (the word and the slot version unchanged, see [`Bucket::update_from`]).
-    /// `false` when the attempt lost a race: the caller then runs [`Bucket::retry`], kept out
-    /// of line so that this path stays short.
+    /// The end of the first attempt on word `w` and slot `version`: one CAS to `next`, or, for
+    /// a read-only result (`None`), one validation (the word and the slot version unchanged,
+    /// see [`Bucket::update_from`]). `Err(word)` when the attempt lost a race, with the word
+    /// to retry from: the one the failed CAS found (its failure ordering is `Acquire`, as a
+    /// load's, so no second load is needed under contention), or the word loaded again.
     #[inline(always)]
-    fn commit(&self, w: u64, version: u32, next: Option<u64>) -> bool {
+    fn commit(&self, w: u64, version: u32, next: Option<u64>) -> Result<(), u64> {
         match next {
-            None => self.state.load(Ordering::Acquire) == w && self.slots.unchanged(w, version),
+            None => match self.state.load(Ordering::Acquire) {
+                again if again == w && self.slots.unchanged(w, version) => Ok(()),
+                again => Err(again),
+            },
             // The slot check comes after the CAS: see `Bucket::update_from` for why it must.
-            Some(next) => {
-                self.state
-                    .compare_exchange_weak(
-                        w,
-                        (next << 1) | (w & 1),
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-                    && self.slots.unchanged(w, version)
-            }
+            Some(next) => match self.state.compare_exchange_weak(
+                w,
+                (next << 1) | (w & 1),
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) if self.slots.unchanged(w, version) => Ok(()),
+                // Revoked (see `Bucket::update_from`): what the CAS wrote stays.
+                Ok(_) => Err(self.state.load(Ordering::Acquire)),
+                Err(actual) => Err(actual),
+            },
         }
     }
 
-    /// The full CAS loop after a lost first attempt (contention or a reconfiguration), with the
-    /// same decision `f(state, rate)` and the same clock reading.
+    /// The full CAS loop after a lost first attempt (contention or a reconfiguration), from
+    /// word `w`, with the same decision `f(state, rate)` and the same clock reading.
     #[cold]
     #[inline(never)]
-    fn retry<R>(&self, mut f: impl FnMut(u64, &Rate) -> (Option<u64>, R)) -> R {
-        self.update(|state, quota| f(state, quota.rate()))
+    fn retry<R>(&self, w: u64, mut f: impl FnMut(u64, &Rate) -> (Option<u64>, R)) -> R {
+        self.update_from(w, |state, _, quota| f(state, quota.rate()))
     }
 
     /// The CAS loop. `f(state, quota)` returns the state to write (`None`: write nothing) and
