@@ -190,10 +190,10 @@ impl<C: Clock> Bucket<C> {
     /// ```
     #[inline(always)]
     pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
-        // The word is loaded before the clock is read, so the load overlaps the clock read; a
-        // word older than the reading is fine (the CAS or the validation catches any change).
-        let w = self.state.load(Ordering::Acquire);
+        // The clock is read first and the word right after: the window between the load and
+        // the CAS, in which another thread's write fails the CAS, is as short as it can be.
         let now = self.clock.now();
+        let w = self.state.load(Ordering::Acquire);
         decide!(self, w, |state, rate| acquire(state, now, rate, cost))
     }
 
