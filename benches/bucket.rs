@@ -2,7 +2,11 @@
 //! arithmetic vs governor 0.10 (`RateLimiter::direct(..).check()` on its default quanta clock):
 //! the allow path, the deny path, the inexact quotas 3/s, 7/s and 999,999,937/s (allow and deny),
 //! two threads on one bucket (allow path, slowest thread), tollgate on its coarse clock, and
-//! the clock reads alone.
+//! the clock reads alone. Every limiter is called as a user calls it for one token: tollgate's
+//! `try_acquire(1)` with the cost a constant the compiler sees (as it is in governor's
+//! `check()`, its one-token call), and 999,999,937/s also on a clock one day past its origin
+//! (`tollgate_day_old`), where its products no longer fit in 64 bits, as in a server that has
+//! run for more than 18 s.
 //!
 //! * `cargo bench --bench bucket` — criterion; quote ratios from one run (the machines are noisy).
 //! * `ci/callgrind.sh` — instructions per call of every scenario under callgrind, repeatable even
