@@ -155,7 +155,10 @@ enum Insert {
 /// active region is doubling, one migration step that moves at most 4 entries from the old
 /// region to the new one. The active region grows with the live keys (kept between about ¼ and
 /// ½ full, from 64 slots up to the whole table), so a table built for many keys but holding few
-/// stays small and in cache; it grows by such steps, never by a rebuild. Nothing is ever
+/// stays small and in cache; it grows by such steps, never by a rebuild. While it doubles,
+/// lookups of tracked keys take a slower path that probes both regions and, if the mutex is
+/// free (never waiting for it), takes one such step too, so a doubling ends within a bounded
+/// number of calls (`3/8` of the old region's slots) whether or not new keys keep arriving. Nothing is ever
 /// O(`max_keys`) under the mutex. The trade: the sweep is incremental, so when the table is
 /// full a new key can be refused (`RetryAfter` of at least 1 ns) while a full bucket the
 /// current pass has not reached yet exists: for at most `⌈active slots / 1024⌉` consecutive
@@ -860,6 +863,11 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
                 .index
                 .apply(fp, |s| gcra::try_acquire_in(s, now, quota.rate(), cost))
             {
+                if self.index.migrating() {
+                    // Every lookup during a migration comes here (`Index::lookup`): each takes
+                    // one step, so the migration ends within a bounded number of calls.
+                    self.help_migrate();
+                }
                 return result;
             }
             match self.insert(fp, now, quota, cost, epoch) {
@@ -940,6 +948,17 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             return core::time::Duration::MAX;
         }
         core::time::Duration::from_nanos(at.saturating_sub(now).max(1)).min(cap)
+    }
+
+    /// One migration step, if the index's mutex is free: lookups of keys left in the old
+    /// region drain it, so a migration ends even when no new key arrives (its lookups would
+    /// otherwise probe two regions for good). Never waits for the mutex.
+    #[cold]
+    #[inline(never)]
+    fn help_migrate(&self) {
+        if let Some(mut locked) = self.index.try_lock() {
+            locked.help_migrate(|fp, s| self.full_at(fp, s));
+        }
     }
 
     /// The first instant at which the bucket of `fp` in state `s` is full.
@@ -1056,5 +1075,37 @@ impl<K, C: Clock> fmt::Debug for UntilKeyReady<'_, K, C> {
             .field("wake", &self.alarm)
             .field("done", &self.done)
             .finish()
+    }
+}
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+
+    /// 10,000 keys in a table for 2^20 stop inserting mid-migration (the region doubles from
+    /// 16,384 to 32,768 slots at 8,192 keys, and each insertion drains 4 old slots): lookups
+    /// finish it (at most 1.5 × 16,384 / 4 = 6,144 of them), and the admissions stay exact.
+    #[test]
+    fn lookups_finish_a_migration_that_insertions_left() {
+        let clock = ManualClock::new();
+        let limiter = KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 1 << 20, clock);
+        for k in 0..10_000u64 {
+            limiter.try_acquire(&k, 1).unwrap();
+        }
+        assert!(limiter.index.migrating());
+        let mut passes = 0;
+        while limiter.index.migrating() {
+            passes += 1;
+            assert_eq!(passes, 1, "lookups drain the old region within one pass");
+            for k in 0..10_000u64 {
+                assert_eq!(limiter.available(&k), 9 - (passes - 1));
+                limiter.try_acquire(&k, 1).unwrap();
+            }
+        }
+        for k in 0..10_000u64 {
+            assert_eq!(limiter.available(&k), 9 - passes);
+        }
+        assert_eq!(limiter.len(), 10_000);
     }
 }

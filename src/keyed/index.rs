@@ -30,7 +30,8 @@
 //! * **Lookup** (lock-free, the hot path): read the layout word (the current region, and whether
 //!   a migration is in progress), probe the current region from the home slot with plain 128-bit
 //!   loads until the fingerprint matches or a slot is empty, and while migrating then the old
-//!   region the same way. On a match the decision is a CAS of the *whole* slot from `(fp,
+//!   region the same way (the hot path's first probe defers to this slower one during a
+//!   migration, below). On a match the decision is a CAS of the *whole* slot from `(fp,
 //!   state)` to `(fp, state')`, so it succeeds only while the slot still holds this key: no ABA
 //!   through eviction, slot reuse or a move is possible, and a lookup writes nothing but the
 //!   key's own slot. A key is never in two slots at once (every move takes it out before it
@@ -61,6 +62,12 @@
 //!   most `old/2` entries and visits at most `old/2 + old` slots, so it ends within `3 ×
 //!   old / 8` insertions, with at most `7/8 × old` entries in the new region of `2 × old`
 //!   slots: under half.
+//! * **Lookups help.** While a migration is in progress the hot path's first probe returns
+//!   "not found" at once (one test of the layout word's flag), and the slow path probes both
+//!   regions, decides with its CAS, and then takes one migration step of [`MIGRATE_STEP`] slots
+//!   if the mutex is free (`try_lock`: a lookup never waits for it). So a migration ends within
+//!   `3 × old / 8` calls that reach the mutex even if no key is inserted any more — otherwise a
+//!   key set that stops growing mid-migration would pay for two probes for good.
 //! * **Sweeping** is incremental: a cursor walks the current region, at most [`STEP_WORK`]
 //!   slots and moves per step (one step per insertion that finds the table full, or per lock
 //!   taken by [`KeyedLimiter::sweep`](super::KeyedLimiter::sweep)), evicting the full entries
@@ -380,10 +387,19 @@ impl Index {
     }
 
     /// The lock-free probe of the hot path: `fp`'s slot and the word read from it, if found.
-    /// A miss may be wrong while entries move (the caller then takes the insert path).
+    /// Always `None` during a migration: the caller then takes the slow path, which probes
+    /// both regions with [`apply`](Index::apply) and helps the migration along (one bounded
+    /// step if the mutex is free), so a migration ends within a bounded number of calls even
+    /// when no key is inserted any more. A miss may be wrong while entries move (the caller
+    /// then takes the insert path).
     #[inline]
     pub(crate) fn lookup(&self, fp: u64) -> Option<Hit<'_>> {
-        self.find(fp).map(|(slot, word)| Hit { slot, word })
+        let layout = self.layout();
+        if layout & MIGRATING != 0 {
+            return None;
+        }
+        self.probe(decode(layout), fp)
+            .map(|(slot, word)| Hit { slot, word })
     }
 
     /// The state of `fp`, if tracked. Lock-free unless the probe missed while entries were
@@ -436,6 +452,13 @@ impl Index {
             index: self,
             meta: self.lock.lock(),
         }
+    }
+
+    /// Takes the mutex if it is free now (a lookup helping a migration along never waits).
+    pub(crate) fn try_lock(&self) -> Option<Locked<'_>> {
+        self.lock
+            .try_lock()
+            .map(|meta| Locked { index: self, meta })
     }
 }
 
@@ -544,6 +567,13 @@ impl Locked<'_> {
         self.put(fp, state);
         self.meta.live += 1;
         self.meta.pass_min = self.meta.pass_min.min(full_at_new);
+    }
+
+    /// One migration step of [`MIGRATE_STEP`] old slots, if a migration is in progress: how
+    /// lookups of keys still in the old region help it along (so that it ends even if no key
+    /// is inserted any more). `full_at` as for [`insert`](Locked::insert).
+    pub(crate) fn help_migrate(&mut self, mut full_at: impl FnMut(u64, u64) -> u64) {
+        self.migrate(MIGRATE_STEP, usize::MAX, None, &mut full_at, &mut || ());
     }
 
     /// Makes the region of twice `old`'s length current (it is empty: module docs) and starts
@@ -1036,7 +1066,12 @@ mod tests {
         for i in 0..n {
             assert_eq!(ix.load(fp(i)), Some(i + 10));
             assert!(ix.lock().contains(fp(i)));
-            assert_eq!(ix.lookup(fp(i)).map(|h| h.state()), Some(i + 10));
+            // The hot path's probe defers to the slow path; `apply` probes both regions.
+            assert!(ix.lookup(fp(i)).is_none());
+            assert_eq!(
+                ix.apply(fp(i), |_| Err::<Option<u64>, _>(())),
+                Some(Err(()))
+            );
         }
         // A miss between steps is exact: nothing moves, so the epoch stays even.
         assert_eq!(ix.load(fp(1 << 40)), None);
@@ -1058,9 +1093,10 @@ mod tests {
                 let f = fp(next() % k);
                 assert_eq!(ix.apply(f, |s| Ok::<_, ()>(Some(s + 3))), Some(Ok(())));
                 *model.get_mut(&f).unwrap() += 3;
-                let hit = ix.lookup(f).unwrap();
-                assert!(hit.commit(hit.state() + 1));
-                *model.get_mut(&f).unwrap() += 1;
+                if let Some(hit) = ix.lookup(f) {
+                    assert!(hit.commit(hit.state() + 1));
+                    *model.get_mut(&f).unwrap() += 1;
+                }
             }
             insert(&ix, fp(k), k);
             model.insert(fp(k), k);
@@ -1071,6 +1107,38 @@ mod tests {
         }
         check_layout(&ix);
         assert_eq!(ix.lock().meta.live, model.len());
+    }
+
+    /// A migration that no insertion finishes: steps taken by lookups (`help_migrate`), at most
+    /// `MIGRATE_STEP` moves each, drain the old region within `1.5 × old / MIGRATE_STEP`
+    /// steps; then every key is on the hot path's probe again.
+    #[test]
+    fn lookups_help_a_migration_to_its_end() {
+        let ix = Index::new(1 << 12);
+        let n = mid_migration_from(&ix, 512);
+        let mut helps = 0;
+        while ix.lock().migrating() {
+            let before = ix.lock().meta.migrated;
+            ix.try_lock().unwrap().help_migrate(|_, s| s);
+            assert!(ix.lock().meta.migrated - before <= MIGRATE_STEP as u64);
+            helps += 1;
+            assert!(
+                helps <= 2 * 512,
+                "at most one and a half old regions of visits"
+            );
+        }
+        assert!(helps >= 512 / MIGRATE_STEP / 2);
+        for i in 0..n {
+            assert_eq!(ix.lookup(fp(i)).map(|h| h.state()), Some(i + 10));
+        }
+        // Outside a migration a step does nothing.
+        let before = ix.lock().meta.migrated;
+        ix.try_lock().unwrap().help_migrate(|_, s| s);
+        assert_eq!(ix.lock().meta.migrated, before);
+        let held = ix.lock();
+        assert!(ix.try_lock().is_none(), "never waits for the mutex");
+        drop(held);
+        check_layout(&ix);
     }
 
     /// Sweep steps during a migration: the old region's full entries are evicted there (each is
