@@ -370,9 +370,13 @@ impl Index {
     /// whole region).
     #[inline]
     fn probe(&self, r: Region, fp: u64) -> Option<(&AtomicU128, u128)> {
-        let mut i = fp as usize;
-        for _ in 0..=r.mask {
-            let slot = &self.slots[r.at(i)];
+        // One bounds check for the region, none per step (`home + step` masked by `len − 1`
+        // is below `len` once the loop runs).
+        let region = &self.slots[r.base..r.base + r.len()];
+        let mask = region.len() - 1;
+        let home = fp as usize;
+        for step in 0..region.len() {
+            let slot = &region[home.wrapping_add(step) & mask];
             let w = slot.load(Ordering::Acquire);
             let f = fp_of(w);
             if f == fp {
@@ -381,7 +385,6 @@ impl Index {
             if f == EMPTY {
                 return None;
             }
-            i = i.wrapping_add(1);
         }
         None
     }
