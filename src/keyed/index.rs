@@ -523,6 +523,32 @@ fn take(slot: &AtomicU128, mut w: u128) -> u128 {
     }
 }
 
+/// Evicts the entry in `slot` if it is full at `now`: `w` is the word read from it (not empty).
+/// Each attempt calls `evicting()`, then CASes the slot to empty, and is retried with the new
+/// word while admissions change the state: a racing admission either lands first (the CAS
+/// fails, and the bucket may no longer be full) or fails its own CAS and re-probes into the
+/// insert path. `Ok(())` once evicted; else `Err((word, at))`: the latest word, not full before
+/// `at > now`.
+fn evict_if_full(
+    slot: &AtomicU128,
+    mut w: u128,
+    now: u64,
+    full_at: &mut impl FnMut(u64, u64) -> u64,
+    evicting: &mut impl FnMut(),
+) -> Result<(), (u128, u64)> {
+    loop {
+        let at = full_at(fp_of(w), state_of(w));
+        if at > now {
+            return Err((w, at));
+        }
+        evicting();
+        match slot.compare_exchange_weak(w, 0, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Ok(()),
+            Err(actual) => w = actual,
+        }
+    }
+}
+
 /// The index with its mutex held.
 pub(crate) struct Locked<'a> {
     index: &'a Index,
@@ -640,22 +666,16 @@ impl Locked<'_> {
                     ix.rebuilds.fetch_add(1, Ordering::SeqCst);
                     moving = true;
                 }
-                let mut evicted = false;
-                if let Some((now, _)) = evict_at {
-                    // As in a sweep step: a racing admission either lands first (the CAS
-                    // fails and the bucket may no longer be full) or fails its own CAS.
-                    while full_at(fp_of(w), state_of(w)) <= now {
-                        evicting();
-                        match slot.compare_exchange_weak(w, 0, Ordering::AcqRel, Ordering::Acquire)
-                        {
-                            Ok(_) => {
-                                evicted = true;
-                                break;
-                            }
-                            Err(actual) => w = actual,
+                let evicted = match evict_at {
+                    Some((now, _)) => match evict_if_full(slot, w, now, full_at, evicting) {
+                        Ok(()) => true,
+                        Err((latest, _)) => {
+                            w = latest;
+                            false
                         }
-                    }
-                }
+                    },
+                    None => false,
+                };
                 if evicted {
                     // The last of its cluster: no chain passes through the slot it leaves.
                     done.evicted += 1;
@@ -750,29 +770,21 @@ impl Locked<'_> {
         while work < STEP_WORK {
             let i = visit_order(self.meta.cursor, r.mask);
             let slot = &ix.slots[r.at(i)];
-            let mut w = slot.load(Ordering::Acquire);
+            let w = slot.load(Ordering::Acquire);
             work += 1;
             let mut evicted = false;
-            while fp_of(w) != EMPTY {
-                let at = full_at(fp_of(w), state_of(w));
-                if at > now {
-                    self.meta.pass_min = self.meta.pass_min.min(at);
-                    break;
-                }
-                if !moving {
-                    // Lock-free misses are not trusted from here on (see `rebuilds`).
-                    ix.rebuilds.fetch_add(1, Ordering::SeqCst);
-                    moving = true;
-                }
-                evicting();
-                // A racing admission either lands first (this CAS fails and the bucket is no
-                // longer full) or fails its own CAS and re-probes into the insert path.
-                match slot.compare_exchange_weak(w, 0, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => {
-                        evicted = true;
-                        break;
+            if fp_of(w) != EMPTY {
+                let mut evict = || {
+                    if !moving {
+                        // Lock-free misses are not trusted from here on (see `rebuilds`).
+                        ix.rebuilds.fetch_add(1, Ordering::SeqCst);
+                        moving = true;
                     }
-                    Err(actual) => w = actual,
+                    evicting();
+                };
+                match evict_if_full(slot, w, now, &mut full_at, &mut evict) {
+                    Ok(()) => evicted = true,
+                    Err((_, at)) => self.meta.pass_min = self.meta.pass_min.min(at),
                 }
             }
             if evicted {
