@@ -74,9 +74,9 @@
 //!   it meets and keeping the earliest full instant of the others; a completed pass yields a
 //!   lower bound on every live entry's full instant. While a migration is in progress a step
 //!   first migrates (within the same budget: a slot visited or an entry moved is one unit),
-//!   evicting the full entries it meets
-//!   there instead of moving them; the cursor walks the new region only once the old one is
-//!   empty, so evictions never shift chains during a migration. A migration restarts the pass
+//!   evicting the full entries it meets there instead of moving them; the cursor walks the new
+//!   region only once the old one is empty, so evictions never shift chains during a
+//!   migration. A migration restarts the pass
 //!   over the new region, and every entry moved into it folds its full instant into the pass's
 //!   bound, as inserted and shifted entries do: when the pass ends (never during a migration),
 //!   every live entry was examined in place or folded in on arrival.
@@ -89,10 +89,12 @@
 //!   not by itself a move: between steps nothing is in flight, every entry is in the new
 //!   region or in an intact chain of the old one, and a lookup probes both. A layout read
 //!   before a migration started names the old region, which still holds every entry it held
-//!   until a step moves one (and bumps the epoch); a layout read before a migration ended
-//!   names a region that is by then empty, whose slots are reused only by later moves. So a
-//!   probe around which the epoch stayed even and unchanged saw every entry that was present
-//!   throughout it. (A probe's slot load that returns the empty word written by a move's CAS
+//!   until a step moves one (and bumps the epoch). A layout read before a migration ended names
+//!   the region that is now current, and as old region one that is empty: without a move
+//!   during the probe (which would bump the epoch) it was already empty when the probe began
+//!   (the last step, if it moved nothing, visited only empty slots); its slots are reused only
+//!   by later moves and by insertions of other keys. So a probe around which the epoch stayed
+//!   even and unchanged saw every entry that was present throughout it. (A probe's slot load that returns the empty word written by a move's CAS
 //!   synchronizes with that CAS, which follows the epoch's odd increment.)
 //! * Probing always ends: whenever the mutex is free, the current region holds at most half of
 //!   its slots in entries when no migration is in progress, and under `7/8` of half during one
