@@ -22,8 +22,12 @@
 //! [`gcra`](crate::gcra) state. **Keys are not stored**: two keys with equal fingerprints share
 //! one bucket (see [`KeyedLimiter`](super::KeyedLimiter)'s docs for that trade). 16 bytes per slot
 //! and 1.5 × `capacity` slots: 48 to 96 bytes per unit of `max_keys` (50.3 at `max_keys` =
-//! 1,000,000), allocated and zeroed up front (the core forbids `unsafe`, and no safe API hands
-//! out zeroed atomics without writing them, so every page is touched at construction).
+//! 1,000,000), allocated up front as a collection of zeroed atomics (the core forbids
+//! `unsafe`, so there is no explicitly zeroed allocation). Optimized builds turn that into a
+//! zeroed allocation (`calloc`: fresh pages the OS maps on first touch), so only the pages of
+//! the regions used so far become resident — measured on Linux, a table for 2^20 keys holding
+//! 10,000 keys adds 0.8 MB of RSS, and 1,000,000 keys 49 MB (both sides of the buffer) — but
+//! that is the optimizer's choice, not a guarantee: a debug build writes every page.
 //!
 //! # Protocol
 //!
