@@ -337,13 +337,15 @@ fn concurrent_churn_respects_every_keys_bound() {
 }
 
 /// Hot keys keep exactly their burst while other threads insert thousands of new keys, so the
-/// table grows by in-place rebuilds under the admissions (frozen clock: no refill).
+/// table's region doubles eight times (64 to 16,384 slots), each doubling a migration whose
+/// steps move entries under the admissions and the lookups' own helping steps (frozen clock:
+/// no refill).
 #[test]
 fn hot_keys_stay_exact_while_the_table_grows() {
     // 4,000 attempts per hot key against a burst of 3,900: the keys run dry only at the end,
-    // so a lost update during a rebuild would show as an admission beyond the burst. (Threads
-    // on a busy machine rarely overlap a rebuild; the loom model `rebuild_races_an_admission`
-    // is what explores that race exhaustively.)
+    // so a lost update during a move would show as an admission beyond the burst. (Threads
+    // on a busy machine rarely overlap a move; the loom models `growth_races_an_admission`
+    // and `an_admission_racing_a_migration_step_is_kept` explore that race exhaustively.)
     let quota = Quota::per_second(3_900).unwrap();
     let limiter = KeyedLimiter::with_clock(quota, 8192, ManualClock::new());
     let admitted = Mutex::new(HashMap::<u64, u64>::new());

@@ -119,8 +119,9 @@ fn sweep_races_an_admission() {
     });
 }
 
-/// The table growing (every live entry taken out with a CAS and put back) while another thread
-/// takes a tracked key's last token and reads it: no debit is lost, and `available` never
+/// The table growing while another thread takes a tracked key's last token and reads it: key 3
+/// starts the migration from the 4-slot region to the 8-slot one, whose first step takes key 1
+/// out with a CAS and puts it in the new region. No debit is lost, and `available` never
 /// reports the moving key as untracked (full).
 #[test]
 fn growth_races_an_admission() {
@@ -136,7 +137,7 @@ fn growth_races_an_admission() {
             let got = other.try_acquire(&1u8, 1).is_ok();
             (got, other.available(&1u8))
         });
-        limiter.try_acquire(&3u8, 1).unwrap(); // grows the active region
+        limiter.try_acquire(&3u8, 1).unwrap(); // starts a migration; its step moves key 1
         let (got, seen) = t.join().unwrap();
         assert!(got, "key 1 held one token");
         assert_eq!(seen, 0, "a key being moved is not reported untracked");
@@ -199,7 +200,7 @@ fn a_read_racing_a_growth_sees_the_tracked_state() {
         limiter.try_acquire(&2u8, 1).unwrap();
         let other = limiter.clone();
         let t = thread::spawn(move || other.available(&1u8));
-        limiter.try_acquire(&3u8, 1).unwrap(); // grows the active region
+        limiter.try_acquire(&3u8, 1).unwrap(); // starts a migration; its step moves key 1
         assert_eq!(t.join().unwrap(), 1);
     });
 }
