@@ -731,8 +731,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
 
     /// Evicts every bucket that is full now and returns how many. Never needed for the bound
     /// (insertions evict lazily); it only returns memory early, e.g. from a periodic task. It
-    /// walks one whole pass over the active slots in bounded steps, releasing the mutex between
-    /// them, so concurrent insertions wait for one step at most.
+    /// walks one whole pass over the active slots in bounded steps (first finishing a doubling
+    /// of the table's region in progress, evicting the full buckets it drains), releasing the
+    /// mutex between them, so concurrent insertions wait for one step at most.
     ///
     /// ```
     /// use std::time::Duration;
