@@ -41,7 +41,7 @@ use std::collections::HashMap;
 const MAX_SHARDS: usize = 1024;
 
 /// The largest `max_keys` honoured (larger values are clamped): the table is allocated up front,
-/// 16 bytes × the next power of two of 2 × `max_keys`, so this caps it at 2 GiB.
+/// 16 bytes × 1.5 × the next power of two of 2 × `max_keys`, so this caps it at 3 GiB.
 const MAX_KEYS: usize = 1 << 26;
 
 /// A snapshot of a [`KeyedLimiter`]'s counters (sums over its shards).
@@ -151,21 +151,31 @@ enum Insert {
 ///
 /// A new key takes the mutex and does bounded work: a re-probe, at most one sweep step when the
 /// table is full (at most 1,024 slots examined or entries moved and at most 16 evictions of full
-/// buckets, each shifting the rest of its chain back, expected O(1)), and rarely a growth of
-/// the active region, which moves at most 2,048 entries (regions grow in place only up to 4,096
-/// slots, then take the whole table at once). Nothing is ever O(`max_keys`) under the mutex.
-/// The trade: the sweep is incremental, so when the table is full a new key can be refused
-/// (`RetryAfter` of at least 1 ns) while a full bucket the current pass has not reached yet
-/// exists: for at most `⌈active slots / 1024⌉` consecutive refusals (`active slots ≤ 4 ×
-/// max_keys`), each of which moves the pass on by 1,024 slots. Tables of up to 512 keys examine
-/// every slot at each insertion that evicts nothing, so they refuse only when no bucket is full.
+/// buckets, each shifting the rest of its chain back, expected O(1)), and, while the table's
+/// active region is doubling, one migration step that moves at most 4 entries from the old
+/// region to the new one. The active region grows with the live keys (kept between about ¼ and
+/// ½ full, from 64 slots up to the whole table), so a table built for many keys but holding few
+/// stays small and in cache; it grows by such steps, never by a rebuild. While it doubles,
+/// lookups of tracked keys take a slower path that probes both regions and, if the mutex is
+/// free (never waiting for it), takes one such step too, so a doubling ends within a bounded
+/// number of calls (`3/8` of the old region's slots) whether or not new keys keep arriving. Nothing is ever
+/// O(`max_keys`) under the mutex. The trade: the sweep is incremental, so when the table is
+/// full a new key can be refused (`RetryAfter` of at least 1 ns) while a full bucket the
+/// current pass has not reached yet exists: for at most `⌈active slots / 1024⌉` consecutive
+/// refusals (`active slots ≤ 4 × max_keys`), each of which moves the pass on by 1,024 slots —
+/// plus, if the table filled while its region was still doubling, the steps that finish
+/// draining the old region first (at least 512 of its slots each, evicting full buckets there
+/// too). Tables of up to 512 keys examine every slot at each insertion that evicts nothing
+/// (after at most one step that finishes a doubling), so they refuse only when no bucket is
+/// full.
 ///
 /// # Keys are identified by a 64-bit fingerprint
 ///
 /// The table stores no keys: each slot is 16 bytes, a 64-bit *fingerprint* of the key (foldhash's
 /// quality hasher, seeded at random per limiter) and the bucket's state, allocated up front for
-/// `max_keys` at a load factor of at most ½ (32 to 64 bytes per unit of `max_keys`, 33.6 bytes
-/// at 1,000,000; `max_keys` above 2^26 is clamped to 2^26). This is what makes the table small
+/// `max_keys` at a load factor of at most ½, plus half as much again so that the active region
+/// can double without a rebuild (48 to 96 bytes per unit of `max_keys`, 50.3 bytes at
+/// 1,000,000; `max_keys` above 2^26 is clamped to 2^26). This is what makes the table small
 /// and its lookups cheap — no per-key allocation, no key copies, no epoch-based reclamation —
 /// and its one trade: **two distinct keys with equal fingerprints share
 /// one bucket**. A shared bucket is stricter for both keys, never looser
@@ -658,6 +668,14 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         usize::try_from(self.table.len.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
     }
 
+    /// Whether the index is migrating its entries to a region of twice the size (only for the
+    /// loom models, which check that they reach one).
+    #[cfg(tollgate_loom)]
+    #[doc(hidden)]
+    pub fn is_migrating(&self) -> bool {
+        self.index.migrating()
+    }
+
     /// Whether no key is tracked.
     ///
     /// ```
@@ -713,8 +731,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
 
     /// Evicts every bucket that is full now and returns how many. Never needed for the bound
     /// (insertions evict lazily); it only returns memory early, e.g. from a periodic task. It
-    /// walks one whole pass over the active slots in bounded steps, releasing the mutex between
-    /// them, so concurrent insertions wait for one step at most.
+    /// walks one whole pass over the active slots in bounded steps (first finishing a doubling
+    /// of the table's region in progress, evicting the full buckets it drains), releasing the
+    /// mutex between them, so concurrent insertions wait for one step at most.
     ///
     /// ```
     /// use std::time::Duration;
@@ -736,8 +755,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             let step = self.sweep_step(&mut locked, now);
             evicted += step.evicted;
             examined += step.examined;
-            // A whole pass's worth of slots: every entry was examined at this reading.
-            if examined >= locked.active() {
+            // A whole pass's worth of slots, and no old region left to drain: every entry was
+            // examined at this reading (a migration's entries as they were drained).
+            if examined >= locked.active() && !locked.migrating() {
                 break;
             }
         }
@@ -844,6 +864,11 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
                 .index
                 .apply(fp, |s| gcra::try_acquire_in(s, now, quota.rate(), cost))
             {
+                if self.index.migrating() {
+                    // Every lookup during a migration comes here (`Index::lookup`): each takes
+                    // one step, so the migration ends within a bounded number of calls.
+                    self.help_migrate();
+                }
                 return result;
             }
             match self.insert(fp, now, quota, cost, epoch) {
@@ -871,24 +896,28 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         // full before `next_full_at`. `next_full_at` is read first: a sweep decrements `len`
         // before it stores a later `next_full_at`, so seeing the later bound implies seeing the
         // room the sweep made (the other order could pair a stale `len` with a fresh bound).
-        // The miss that brought us here is only trusted if no rebuild ran around it (`epoch`
+        // The miss that brought us here is only trusted if no entry moved around it (`epoch`
         // even and unchanged); otherwise the key may be tracked: ask under the mutex.
+        // While a migration is in progress the refusal takes the mutex instead, so that its
+        // sweep step drains the old region: a table that stays full still finishes it.
         if self.table.next_full_at.load(Ordering::SeqCst) > now
             && self.table.len.load(Ordering::SeqCst) >= self.max_keys
             && epoch % 2 == 0
             && self.index.rebuild_epoch() == epoch
+            && !self.index.migrating()
         {
             return Insert::TableFull(self.table_full_wait(now));
         }
         let mut locked = self.index.lock();
         if locked.contains(fp) {
-            // Inserted by another thread meanwhile (or moved by a rebuild): decide on its slot.
+            // Inserted by another thread meanwhile (or moved): decide on its slot.
             return Insert::Retry;
         }
         if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
-            if self.table.next_full_at.load(Ordering::SeqCst) <= now {
+            if self.table.next_full_at.load(Ordering::SeqCst) <= now || locked.migrating() {
                 // One bounded step of the sweep (the whole pass on tables of at most
-                // `STEP_WORK` active slots); the pass goes on at the next insertion.
+                // `STEP_WORK` active slots), which drains the old region first during a
+                // migration; the pass goes on at the next insertion.
                 self.sweep_step(&mut locked, now);
             }
             if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
@@ -903,7 +932,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             Err(denied) => return Insert::Refused(denied),
         };
         let full_at = gcra::full_at(state, quota);
-        locked.insert(fp, state, full_at);
+        locked.insert(fp, state, full_at, |fp, s| self.full_at(fp, s));
         self.table.len.fetch_add(1, Ordering::SeqCst);
         self.table.next_full_at.fetch_min(full_at, Ordering::SeqCst);
         Insert::Done
@@ -922,6 +951,22 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         core::time::Duration::from_nanos(at.saturating_sub(now).max(1)).min(cap)
     }
 
+    /// One migration step, if the index's mutex is free: lookups of keys left in the old
+    /// region drain it, so a migration ends even when no new key arrives (its lookups would
+    /// otherwise probe two regions for good). Never waits for the mutex.
+    #[cold]
+    #[inline(never)]
+    fn help_migrate(&self) {
+        if let Some(mut locked) = self.index.try_lock() {
+            locked.help_migrate(|fp, s| self.full_at(fp, s));
+        }
+    }
+
+    /// The first instant at which the bucket of `fp` in state `s` is full.
+    fn full_at(&self, fp: u64, s: u64) -> u64 {
+        gcra::full_at(s, self.quota_of(fp))
+    }
+
     /// One bounded sweep step at reading `now`, with the index's mutex held: evicts the full
     /// buckets it meets; when it ends a pass, stores the pass's bound in `next_full_at`.
     fn sweep_step(&self, locked: &mut index::Locked<'_>, now: u64) -> index::Step {
@@ -932,7 +977,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let evicted_at = &self.table.evicted_at;
         let step = locked.sweep_step(
             now,
-            |fp, s| gcra::full_at(s, self.quota_of(fp)),
+            |fp, s| self.full_at(fp, s),
             // Raised before the eviction's CAS: whoever misses the key afterwards starts it
             // from a state at least as strict as the evicted one (see `Table::evicted_at`).
             || {
@@ -1031,5 +1076,37 @@ impl<K, C: Clock> fmt::Debug for UntilKeyReady<'_, K, C> {
             .field("wake", &self.alarm)
             .field("done", &self.done)
             .finish()
+    }
+}
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+
+    /// 10,000 keys in a table for 2^20 stop inserting mid-migration (the region doubles from
+    /// 16,384 to 32,768 slots at 8,192 keys, and each insertion drains 4 old slots): lookups
+    /// finish it (at most 1.5 × 16,384 / 4 = 6,144 of them), and the admissions stay exact.
+    #[test]
+    fn lookups_finish_a_migration_that_insertions_left() {
+        let clock = ManualClock::new();
+        let limiter = KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 1 << 20, clock);
+        for k in 0..10_000u64 {
+            limiter.try_acquire(&k, 1).unwrap();
+        }
+        assert!(limiter.index.migrating());
+        let mut passes = 0;
+        while limiter.index.migrating() {
+            passes += 1;
+            assert_eq!(passes, 1, "lookups drain the old region within one pass");
+            for k in 0..10_000u64 {
+                assert_eq!(limiter.available(&k), 9 - (passes - 1));
+                limiter.try_acquire(&k, 1).unwrap();
+            }
+        }
+        for k in 0..10_000u64 {
+            assert_eq!(limiter.available(&k), 9 - passes);
+        }
+        assert_eq!(limiter.len(), 10_000);
     }
 }

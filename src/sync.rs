@@ -74,6 +74,17 @@ mod mutex {
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
             self.0.lock().unwrap_or_else(|e| e.into_inner())
         }
+
+        /// Takes the lock if it is free now (poisoned or not); `None` if another thread holds
+        /// it.
+        #[inline]
+        pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            match self.0.try_lock() {
+                Ok(guard) => Some(guard),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            }
+        }
     }
 }
 

@@ -337,13 +337,15 @@ fn concurrent_churn_respects_every_keys_bound() {
 }
 
 /// Hot keys keep exactly their burst while other threads insert thousands of new keys, so the
-/// table grows by in-place rebuilds under the admissions (frozen clock: no refill).
+/// table's region doubles eight times (64 to 16,384 slots), each doubling a migration whose
+/// steps move entries under the admissions and the lookups' own helping steps (frozen clock:
+/// no refill).
 #[test]
 fn hot_keys_stay_exact_while_the_table_grows() {
     // 4,000 attempts per hot key against a burst of 3,900: the keys run dry only at the end,
-    // so a lost update during a rebuild would show as an admission beyond the burst. (Threads
-    // on a busy machine rarely overlap a rebuild; the loom model `rebuild_races_an_admission`
-    // is what explores that race exhaustively.)
+    // so a lost update during a move would show as an admission beyond the burst. (Threads
+    // on a busy machine rarely overlap a move; the loom models `growth_races_an_admission`
+    // and `an_admission_racing_a_migration_step_is_kept` explore that race exhaustively.)
     let quota = Quota::per_second(3_900).unwrap();
     let limiter = KeyedLimiter::with_clock(quota, 8192, ManualClock::new());
     let admitted = Mutex::new(HashMap::<u64, u64>::new());
@@ -641,7 +643,10 @@ fn stress_eviction_with_a_clock_stepping_back() {
 /// A table larger than one sweep step (5,000 keys: 16,384 slots, 16 steps per pass) with exactly
 /// one full bucket: a flood of new keys finds it within one pass (each refusal moves the pass on
 /// by 1,024 slots), and once a pass has ended with no full bucket left, refusals are O(1) with
-/// the exact wait.
+/// the exact wait. The table fills while the region still migrates from 8,192 slots to 16,384
+/// (5,000 is just over a quarter of the table, and insertions drain 4 old slots each): the
+/// refusals' sweep steps first finish draining the old region (at most 8,192 slots at 512 or
+/// more per step, evicting full buckets there too), then make the pass over the new one.
 #[test]
 fn incremental_sweep_finds_the_one_full_bucket_within_a_pass() {
     let clock = ManualClock::new();
@@ -658,7 +663,10 @@ fn incremental_sweep_finds_the_one_full_bucket_within_a_pass() {
     while limiter.try_acquire(&key, 1).is_err() {
         refused_first += 1;
         key += 1;
-        assert!(refused_first <= 16, "a pass is 16 steps");
+        assert!(
+            refused_first <= 32,
+            "a drain of 16 steps at most, a pass of 16"
+        );
     }
     assert_eq!(limiter.counters().evicted, 1);
     assert_eq!(limiter.available(&0u64), 1, "key 0 was full when evicted");
@@ -675,7 +683,7 @@ fn incremental_sweep_finds_the_one_full_bucket_within_a_pass() {
         .iter()
         .position(|&d| d == Duration::from_millis(500))
         .expect("a pass ends");
-    assert!(exact <= 17, "{exact}");
+    assert!(exact <= 33, "{exact}");
     assert!(waits[exact..]
         .iter()
         .all(|&d| d == Duration::from_millis(500)));

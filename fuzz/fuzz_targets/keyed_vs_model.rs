@@ -1,6 +1,8 @@
-//! A `KeyedLimiter` with a tiny table (1 to 4 keys, up to 8 keys in play, per-key quotas,
-//! optionally fail-open) driven through inserts, evictions, sweeps and clock readings that step
-//! back, against one exact reference bucket per key (`tests/support/model.rs`).
+//! A `KeyedLimiter` with a tiny table (1 to 4 keys, up to 8 keys in play) or a small one (33 to
+//! 96 keys, up to 96 in play: its active region doubles from 64 slots by migrations, so
+//! decisions, sweeps and evictions run during them), per-key quotas, optionally fail-open,
+//! driven through inserts, evictions, sweeps and clock readings that step back, against one
+//! exact reference bucket per key (`tests/support/model.rs`).
 //!
 //! Checked after every step: `len() <= max_keys`; a tracked admission is one the key's reference
 //! (which saw exactly the key's tracked admissions, at their readings) admits too — never more
@@ -25,8 +27,9 @@ use bytes::Bytes;
 use model::Model;
 use window::WindowChecker;
 
-/// Keys in play.
+/// Keys in play with a tiny table, and with a small one.
 const KEYS: u8 = 8;
+const KEYS_SMALL_TABLE: u8 = 96;
 
 /// A quota from the input, half of them steered to exact ones; `None` if invalid.
 fn quota(b: &mut Bytes<'_>) -> Option<Quota> {
@@ -50,7 +53,12 @@ fn model_of(q: &Quota) -> Model {
 fuzz_target!(|data: &[u8]| {
     let mut b = Bytes(data);
     let flags = b.u64();
-    let max_keys = (flags % 4 + 1) as usize;
+    let small_table = (flags >> 40) & 1 == 1;
+    let (max_keys, keys) = if small_table {
+        ((flags % 64 + 33) as usize, KEYS_SMALL_TABLE)
+    } else {
+        ((flags % 4 + 1) as usize, KEYS)
+    };
     let fail_open = flags & 4 != 0;
     let Some(default) = quota(&mut b) else { return };
     let clock = ManualClock::new();
@@ -61,9 +69,9 @@ fuzz_target!(|data: &[u8]| {
         builder = builder.quota_for(k as u8, q);
     }
     let limiter = builder.build().unwrap();
-    let quotas: Vec<Quota> = (0..KEYS).map(|k| limiter.quota_for(&k)).collect();
+    let quotas: Vec<Quota> = (0..keys).map(|k| limiter.quota_for(&k)).collect();
     let mut models: Vec<Model> = quotas.iter().map(model_of).collect();
-    let windows: Vec<WindowChecker> = (0..KEYS).map(|_| WindowChecker::new()).collect();
+    let windows: Vec<WindowChecker> = (0..keys).map(|_| WindowChecker::new()).collect();
     // The step of the slowest refill, to keep clock moves on the quotas' scale.
     let step = quotas
         .iter()
@@ -78,7 +86,7 @@ fuzz_target!(|data: &[u8]| {
             break;
         }
         let x = b.u64();
-        let key = (x >> 56) as u8 % KEYS;
+        let key = (x >> 56) as u8 % keys;
         let (q, exact) = (quotas[key as usize], quotas[key as usize].is_exact());
         match kind % 6 {
             0 => t = t.saturating_add(x % (step * 4)).min(1 << 50),

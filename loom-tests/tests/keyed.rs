@@ -1,13 +1,15 @@
 //! loom models of the keyed limiter's table protocol: concurrent insertion of one new key,
 //! eviction racing an admission, a sweep (evictions shifting chains back) racing an admission,
-//! the table growing under an admission and under a read, and an eviction at a later reading
-//! racing a decision at an earlier one (issue 8, defect 3).
+//! the table growing (a migration step moving an entry to the new region) under an admission
+//! and under a read, a new key inserted by two threads during a migration, a sweep draining the
+//! old region racing an admission, decisions helping a migration along, and an eviction at a
+//! later reading racing a decision at an earlier one (issue 8, defect 3).
 //!
 //! Under `--cfg tollgate_loom` the index is the production table (`src/keyed/index.rs`) on loom's
 //! mutex and `crate::sync`'s loom `AtomicU128`, with a fixed hash seed so every explored execution
 //! probes the same slots: the lock-free probe, the whole-slot CAS, the re-probe under the mutex,
-//! eviction and the backward shift that closes its gap, the growth rebuild, the incremental
-//! sweep, the length budget and `next_full_at` are all the code explored here.
+//! eviction and the backward shift that closes its gap, the migration between regions, the
+//! incremental sweep, the length budget and `next_full_at` are all the code explored here.
 #![cfg(tollgate_loom)]
 
 use loom::thread;
@@ -117,8 +119,9 @@ fn sweep_races_an_admission() {
     });
 }
 
-/// The table growing (every live entry taken out with a CAS and put back) while another thread
-/// takes a tracked key's last token and reads it: no debit is lost, and `available` never
+/// The table growing while another thread takes a tracked key's last token and reads it: key 3
+/// starts the migration from the 4-slot region to the 8-slot one, whose first step takes key 1
+/// out with a CAS and puts it in the new region. No debit is lost, and `available` never
 /// reports the moving key as untracked (full).
 #[test]
 fn growth_races_an_admission() {
@@ -134,7 +137,7 @@ fn growth_races_an_admission() {
             let got = other.try_acquire(&1u8, 1).is_ok();
             (got, other.available(&1u8))
         });
-        limiter.try_acquire(&3u8, 1).unwrap(); // grows the active region
+        limiter.try_acquire(&3u8, 1).unwrap(); // starts a migration; its step moves key 1
         let (got, seen) = t.join().unwrap();
         assert!(got, "key 1 held one token");
         assert_eq!(seen, 0, "a key being moved is not reported untracked");
@@ -197,7 +200,136 @@ fn a_read_racing_a_growth_sees_the_tracked_state() {
         limiter.try_acquire(&2u8, 1).unwrap();
         let other = limiter.clone();
         let t = thread::spawn(move || other.available(&1u8));
-        limiter.try_acquire(&3u8, 1).unwrap(); // grows the active region
+        limiter.try_acquire(&3u8, 1).unwrap(); // starts a migration; its step moves key 1
         assert_eq!(t.join().unwrap(), 1);
+    });
+}
+
+/// Keys 1, 2 and 3 in a table for 4: the third starts a migration from the 4-slot region to the
+/// 8-slot one, whose first step (2 slots under loom) moves key 1 and leaves key 2 in the old
+/// region (the fixed seed's homes: key 1 at 2, key 2 at 0 of the old region; keys 3 and 4 at
+/// 7 and 0 of the new). Returns the limiter with the migration in progress.
+fn mid_migration(clock: ManualClock) -> loom::sync::Arc<KeyedLimiter<u8, ManualClock>> {
+    let quota = Quota::new(1, Duration::from_secs(1), 2).unwrap();
+    let limiter = loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 4, clock));
+    for k in 1u8..=3 {
+        limiter.try_acquire(&k, 1).unwrap();
+    }
+    assert!(limiter.is_migrating(), "the model must reach a migration");
+    limiter
+}
+
+/// A lock-free admission racing a migration step: the decision for key 2 (still in the old
+/// region, so its probe reads the new region, then the old one) races the insertion of key 4,
+/// whose migration step takes key 2 out of the old region (a CAS to empty, capturing its state)
+/// and puts it in the new one, ending the migration. Whatever the interleaving — the decision's
+/// CAS before the move (captured), after it (fails, re-probes), its probe of the new region
+/// before the move and of the old one after (a miss, not trusted: the move epoch changed) — the
+/// debit is kept exactly once and no key is inserted twice.
+#[test]
+fn an_admission_racing_a_migration_step_is_kept() {
+    loom::model(|| {
+        let limiter = mid_migration(ManualClock::new());
+        let other = limiter.clone();
+        let t = thread::spawn(move || (other.try_acquire(&2u8, 1).is_ok(), other.available(&2u8)));
+        limiter.try_acquire(&4u8, 1).unwrap(); // the step moving key 2; ends the migration
+        let (got, seen) = t.join().unwrap();
+        assert!(got, "key 2 held one token");
+        assert_eq!(seen, 0, "a key being moved is not reported untracked");
+        assert!(!limiter.is_migrating());
+        assert_eq!(limiter.len(), 4, "no key inserted twice");
+        assert_eq!(limiter.available(&2u8), 0, "the debit survived the move");
+        assert!(limiter.try_acquire(&2u8, 1).is_err());
+        for k in [1u8, 3, 4] {
+            assert_eq!(limiter.available(&k), 1, "key {k}");
+        }
+        assert_eq!(limiter.counters().admitted, 5);
+    });
+}
+
+/// Two decisions during a migration and no insertion: each goes past the hot path's probe
+/// (which defers to the slow path while migrating), decides with a CAS on whichever slot holds
+/// its key, and then helps with one migration step if the mutex is free. One of the steps
+/// moves key 2 — possibly while the other thread's CAS on it is in flight — and ends the
+/// migration: both debits are kept, nothing is inserted, and no helper ever waits.
+#[test]
+fn lookups_help_a_migration_while_deciding() {
+    loom::model(|| {
+        let limiter = mid_migration(ManualClock::new());
+        let other = limiter.clone();
+        let t = thread::spawn(move || other.try_acquire(&2u8, 1).is_ok());
+        let mine = limiter.try_acquire(&1u8, 1).is_ok();
+        assert!(
+            mine && t.join().unwrap(),
+            "keys 1 and 2 held one token each"
+        );
+        assert!(
+            !limiter.is_migrating(),
+            "a helper's step drained the old region"
+        );
+        assert_eq!(limiter.len(), 3);
+        assert_eq!(limiter.available(&1u8), 0);
+        assert_eq!(limiter.available(&2u8), 0);
+        assert_eq!(limiter.available(&3u8), 1);
+    });
+}
+
+/// Two threads inserting the same new key, the insertion that starts a migration: the first to
+/// take the mutex switches the layout to the 8-slot region and takes the first step (moving key
+/// 1), while the other's lock-free probe may run on either layout and before, during or after
+/// the move. The key is inserted once, both debits land on its one bucket, and the keys of the
+/// old region are not lost. (The table does not fill here: a racing insertion of the same key
+/// that fills the table can make the other thread's earlier miss look like "table full", a
+/// spurious refusal that does not depend on migrations.)
+#[test]
+fn a_new_key_racing_the_start_of_a_migration_is_inserted_once() {
+    loom::model(|| {
+        let quota = Quota::new(1, Duration::from_secs(1), 2).unwrap();
+        let limiter = loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 4, ManualClock::new()));
+        limiter.try_acquire(&1u8, 1).unwrap();
+        limiter.try_acquire(&2u8, 1).unwrap();
+        assert!(!limiter.is_migrating());
+        let other = limiter.clone();
+        let t = thread::spawn(move || other.try_acquire(&3u8, 1));
+        let mine = limiter.try_acquire(&3u8, 1);
+        let theirs = t.join().unwrap();
+        assert!(mine.is_ok() && theirs.is_ok(), "key 3's burst is 2");
+        // (The migration may have ended: the second decision, found past the hot path's probe,
+        // helps it along with a step of its own.)
+        assert_eq!(limiter.len(), 3, "no key inserted twice");
+        assert_eq!(limiter.available(&3u8), 0);
+        for k in 1u8..=2 {
+            assert_eq!(limiter.available(&k), 1, "key {k}");
+        }
+    });
+}
+
+/// A sweep draining the old region (evicting full key 2 there, moving the others) racing an
+/// admission on key 2 that makes it not full: either the admission lands first (key 2 is moved
+/// with its debit, nothing evicted) or the eviction does (the admission then re-inserts key 2
+/// from a full state) — one debit either way, and a full key 1 in the new region is evicted
+/// once the drain is done.
+#[test]
+fn a_sweep_draining_the_old_region_races_an_admission() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let limiter = mid_migration(clock.clone());
+        clock.advance(Duration::from_secs(1)); // keys 1..=3 are full
+        limiter.try_acquire(&3u8, 1).unwrap(); // key 3 is not
+        let other = limiter.clone();
+        let t = thread::spawn(move || other.try_acquire(&2u8, 2).is_ok());
+        let evicted = limiter.sweep();
+        assert!(t.join().unwrap(), "key 2 was full: its whole burst");
+        assert!(!limiter.is_migrating());
+        assert_eq!(limiter.available(&2u8), 0, "the burst taken is kept");
+        assert_eq!(limiter.available(&3u8), 1);
+        assert_eq!(
+            limiter.available(&1u8),
+            2,
+            "full: evicted or not, it reads full"
+        );
+        assert!(evicted == 1 || evicted == 2, "{evicted}");
+        // Keys 2 and 3: key 2 moved with its debit, or evicted and inserted again.
+        assert_eq!(limiter.len(), 2);
     });
 }
