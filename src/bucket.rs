@@ -52,6 +52,19 @@ use core::fmt;
 /// `portable-atomic`'s fallback, and the bucket is then **not** lock-free.
 #[repr(C)]
 pub struct Bucket<C = DefaultClock> {
+    /// First, and the word last: with an 8-byte clock (the default,
+    /// [`ManualClock`](crate::ManualClock)) the clock, the slot versions and the first slot's
+    /// decision words lie at least 64 bytes before the word, so they never share a cache line
+    /// with it, however the bucket is aligned. The word is the one line that cores contend for;
+    /// a decision reads the clock before it has the word, and with the clock in the word's line
+    /// every decision on a contended bucket first waited for that line (measured: two threads
+    /// on one bucket). The second slot's words may share the word's line (only after an odd
+    /// number of reconfigurations).
+    clock: C,
+    /// Two quota slots (`Quota::to_raw`); the word's parity selects the active one. A
+    /// reconfiguration writes the idle slot, then flips the parity with one CAS (see
+    /// `src/slots.rs`).
+    slots: EpochSlots<QUOTA_WORDS>,
     /// The whole bucket state.
     ///
     /// | bits | meaning | unit | range |
@@ -69,15 +82,6 @@ pub struct Bucket<C = DefaultClock> {
     /// checks after the CAS (see `Bucket::update_from`). A read-only result is validated by
     /// loading the word again after the slot read.
     state: AtomicU64,
-    /// Before the slots: with an 8-byte clock (the default, [`ManualClock`](crate::ManualClock)),
-    /// the word, the clock, the slot versions and the active slot's decision words lie in the
-    /// first two cache lines whichever slot is active; the third holds only the second slot's
-    /// cold word and the writer flag.
-    clock: C,
-    /// Two quota slots (`Quota::to_raw`); the word's parity selects the active one. A
-    /// reconfiguration writes the idle slot, then flips the parity with one CAS (see
-    /// `src/slots.rs`).
-    slots: EpochSlots<QUOTA_WORDS>,
 }
 
 /// The decision path of bucket `$b` on word `$w` (loaded with `Acquire`, possibly before the

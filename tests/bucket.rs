@@ -219,10 +219,10 @@ fn ten_years_admit_exactly_burst_plus_rate_times_t() {
 }
 
 #[test]
-// On the default clock (quanta's, 8 bytes): the word, the clock, two slots of seven quota words
-// with their versions, and the writer flag. The decision reads only the first two of the three
-// cache lines (the field order in `src/bucket.rs`). `Bucket<StdClock>` (a 16-byte `Instant`)
-// is 152.
+// On the default clock (quanta's, 8 bytes): the clock, two slots of seven quota words with
+// their versions, the writer flag, and the word last, at least 64 bytes after everything a
+// decision reads before it (the field order in `src/bucket.rs`). `Bucket<StdClock>` (a 16-byte
+// `Instant`) is 152.
 #[cfg(feature = "quanta")]
 fn bucket_is_144_bytes() {
     assert_eq!(std::mem::size_of::<Bucket>(), 144);

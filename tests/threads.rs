@@ -106,5 +106,9 @@ fn set_quota_under_load_never_over_admits() {
     // decision's window are rare but happen here, about once in 15 runs.)
     let admitted = admitted.load(Ordering::Relaxed);
     assert!(admitted <= 100);
-    assert!(admitted + bucket.available() <= 100, "{admitted} + {}", bucket.available());
+    assert!(
+        admitted + bucket.available() <= 100,
+        "{admitted} + {}",
+        bucket.available()
+    );
 }
