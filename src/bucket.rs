@@ -216,8 +216,8 @@ impl<C: Clock> Bucket<C> {
     /// );
     /// ```
     pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
-        let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
+        let w = self.state.load(Ordering::Acquire);
         let decide = |state, rate: &Rate| {
             let (next, verdict) = acquire(state, now, rate, cost);
             let snapshot = gcra::snapshot_in(next.unwrap_or(state), now, rate);
@@ -242,8 +242,8 @@ impl<C: Clock> Bucket<C> {
     /// );
     /// ```
     pub fn try_acquire_or_snapshot(&self, cost: u64) -> Result<(), (Denied, Snapshot)> {
-        let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
+        let w = self.state.load(Ordering::Acquire);
         let decide = |state, rate: &Rate| {
             let (next, verdict) = acquire(state, now, rate, cost);
             let verdict = verdict.map_err(|denied| (denied, gcra::snapshot_in(state, now, rate)));
@@ -261,8 +261,8 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(bucket.available(), 7);
     /// ```
     pub fn available(&self) -> u64 {
-        let w = self.state.load(Ordering::Acquire);
         let now = self.clock.now();
+        let w = self.state.load(Ordering::Acquire);
         decide!(self, w, |state, rate| (
             None,
             gcra::available_in(state, now, rate)
