@@ -394,12 +394,27 @@ impl<C: Clock> Bucket<C> {
         }
     }
 
-    /// The full CAS loop after a lost first attempt (contention or a reconfiguration), from
-    /// word `w`, with the same decision `f(state, rate)` and the same clock reading.
+    /// The CAS loop after a lost first attempt (contention or a reconfiguration), from word
+    /// `w`, with the same decision `f(state, rate)` and the same clock reading: the first
+    /// attempt repeated on each newer word — the hot quota words read again (a few loads from a
+    /// line no decision writes) and the result validated as the first attempt's
+    /// ([`Bucket::commit`]) — so that a decision beaten by another thread's pays no more than
+    /// its first attempt did. While the slot is being rewritten, it waits, then reloads the word.
     #[cold]
     #[inline(never)]
-    fn retry<R>(&self, w: u64, mut f: impl FnMut(u64, &Rate) -> (Option<u64>, R)) -> R {
-        self.update_from(w, |state, _, quota| f(state, quota.rate()))
+    fn retry<R>(&self, mut w: u64, mut f: impl FnMut(u64, &Rate) -> (Option<u64>, R)) -> R {
+        loop {
+            let Some((rate, version)) = self.hot_rate(w) else {
+                spin_loop();
+                w = self.state.load(Ordering::Acquire);
+                continue;
+            };
+            let (next, result) = f(w >> 1, &rate);
+            match self.commit(w, version, next) {
+                Ok(()) => return result,
+                Err(actual) => w = actual,
+            }
+        }
     }
 
     /// The CAS loop. `f(state, quota)` returns the state to write (`None`: write nothing) and
