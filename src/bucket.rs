@@ -84,11 +84,12 @@ pub struct Bucket<C = DefaultClock> {
     state: AtomicU64,
 }
 
-/// The decision path of bucket `$b` on word `$w` (loaded with `Acquire`, possibly before the
-/// caller's clock reading), where `$body` (in `$state` and `$rate: &Rate`) is the decision: the
-/// state to write (`None`: nothing) and the result. A straight-line first attempt on the hot
-/// quota words — one CAS, or for a read-only result one validation ([`Bucket::commit`]) — and,
-/// if it lost a race, the full loop ([`Bucket::retry`], out of line) from the word that beat it.
+/// The decision path of bucket `$b` on word `$w` (loaded with `Acquire` after the caller's
+/// clock reading), where `$body` (in `$state` and `$rate: &Rate`) is the decision: the state to
+/// write (`None`: nothing) and the result. A straight-line first attempt on the hot quota
+/// words — one CAS, or for a read-only result one validation ([`Bucket::commit`]) — and, if it
+/// lost a race, the same attempt repeated out of line ([`Bucket::retry`]) from the word that
+/// beat it.
 /// `$body` may run several times: no side effects.
 ///
 /// A macro, not a function taking a closure: the first attempt must be inlined into the caller,
@@ -367,11 +368,12 @@ impl<C: Clock> Bucket<C> {
         Some((Rate::from_raw(raw), version))
     }
 
-    /// The end of the first attempt on word `w` and slot `version`: one CAS to `next`, or, for
-    /// a read-only result (`None`), one validation (the word and the slot version unchanged,
-    /// see [`Bucket::update_from`]). `Err(word)` when the attempt lost a race, with the word
-    /// to retry from: the one the failed CAS found (its failure ordering is `Acquire`, as a
-    /// load's, so no second load is needed under contention), or the word loaded again.
+    /// How every attempt on word `w` and slot `version` ends: one CAS to `next` followed by the
+    /// slot check, or, for a read-only result (`None`), one validation (the word and the slot
+    /// version unchanged); why in this order: [`Bucket::update_from`]. `Err(word)` when the
+    /// attempt lost a race or was revoked, with the word to retry from: the one the failed CAS
+    /// found (its failure ordering is `Acquire`, as a load's, so no second load is needed
+    /// under contention), or the word loaded again.
     #[inline(always)]
     fn commit(&self, w: u64, version: u32, next: Option<u64>) -> Result<(), u64> {
         match next {
@@ -485,29 +487,11 @@ impl<C: Clock> Bucket<C> {
                 w = self.state.load(Ordering::Acquire);
                 continue;
             };
-            let quota = Quota::from_raw(raw);
-            let (next, result) = f(w >> 1, w & 1, &quota);
-            let Some(next) = next else {
-                // Ordered after the slot read by the seqlock's acquire fence: if the slot read
-                // saw a rewrite, this load sees the word that rewrite's writer left, or later.
-                let again = self.state.load(Ordering::Acquire);
-                if again == w && self.slots.unchanged(w & 1, version) {
-                    return result;
-                }
-                w = again;
-                continue;
-            };
-            // The CAS checks the word, the slot version *after* it the quota: see above.
-            match self.state.compare_exchange_weak(
-                w,
-                (next << 1) | (w & 1),
-                Ordering::Acquire,
-                Ordering::Acquire,
-            ) {
-                Ok(_) if self.slots.unchanged(w & 1, version) => return result,
-                // Revoked: the word was the bit-identical `w` of a later era (see above).
-                // What this attempt wrote stays; the decision runs again on the new word.
-                Ok(_) => w = self.state.load(Ordering::Acquire),
+            let (next, result) = f(w >> 1, w & 1, &Quota::from_raw(raw));
+            // A read-only result: the word loaded again (ordered after the slot read by the
+            // seqlock's acquire fence) and the version; a write: the CAS, then the version.
+            match self.commit(w, version, next) {
+                Ok(()) => return result,
                 Err(actual) => w = actual,
             }
         }
