@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Formatting, clippy with warnings as errors, and rustdoc with warnings as errors.
+# Formatting, clippy with warnings as errors, and rustdoc with warnings as errors (the core also
+# with its private items).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 (cd fuzz && cargo fmt -- --check)
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+# The core's internal docs too: its design notes live on private items and link to each other.
+RUSTDOCFLAGS="-D warnings" cargo doc -p tollgate --no-deps --document-private-items

@@ -15,7 +15,7 @@
 //!
 //! | build | `AtomicU128` | lock-free? |
 //! |---|---|---|
-//! | `--cfg tollgate_loom` | [`loom_u128::AtomicU128`]: a `loom::sync::Mutex<u128>` (loom has no 128-bit atomic); every operation is one model-checked step, so loom explores every interleaving of the CAS loop, but models the word as sequentially consistent | n/a |
+//! | `--cfg tollgate_loom` | `loom_u128::AtomicU128` (this module, only in that build): a `loom::sync::Mutex<u128>` (loom has no 128-bit atomic); every operation is one model-checked step, so loom explores every interleaving of the CAS loop, but models the word as sequentially consistent | n/a |
 //! | x86_64, AArch64, riscv64, s390x, … | `portable-atomic`'s native one (`cmpxchg16b` on x86_64, chosen at run time unless the target enables it at compile time) | yes |
 //! | other targets, or an x86_64 CPU without `cmpxchg16b` | `portable-atomic`'s fallback | **no**: a short critical section |
 
