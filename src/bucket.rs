@@ -506,3 +506,21 @@ fn acquire(state: u64, now: u64, rate: &Rate, cost: u64) -> (Option<u64>, Result
         Err(denied) => (None, Err(denied)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+    use core::mem::offset_of;
+
+    /// The clock, the slot versions and the first slot's decision words end at least 64 bytes
+    /// before the state word starts, so no cache line holds both, however the bucket is
+    /// aligned (see the field docs of [`Bucket`]).
+    #[test]
+    fn the_word_shares_no_line_with_what_decisions_read() {
+        type B = Bucket<ManualClock>;
+        let first_slot_decision_end = offset_of!(B, slots) + 2 * 4 + RATE_WORDS * 8;
+        assert!(offset_of!(B, clock) < first_slot_decision_end);
+        assert!(offset_of!(B, state) >= first_slot_decision_end + 63);
+    }
+}

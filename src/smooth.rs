@@ -113,8 +113,28 @@ const NO_ERA: u64 = u64::MAX;
 ///
 /// The state is one `AtomicU128` (`portable-atomic`'s: lock-free on x86_64 with `cmpxchg16b`,
 /// AArch64 and other targets with a native 128-bit CAS; a short lock elsewhere).
+#[repr(C)]
 pub struct Smooth<C = DefaultClock> {
+    clock: C,
+    /// `clock.now()` when the limiter was created: Guava's stopwatch starts there too.
+    origin: u64,
+    mode: Mode,
+    /// Two parameter slots (`Params::to_raw`); the word's parity selects the active one.
+    /// `set_rate` writes the idle slot, then converts the state and flips the parity in one CAS
+    /// (see `src/slots.rs`).
+    slots: EpochSlots<6>,
+    /// The next free time of the word the last `set_rate` replaced (µs; `NO_ERA` before the
+    /// first): the next `set_rate` makes its word's next free time later than this, so that no
+    /// word ever comes back (see [`Smooth::set_rate`]). Only read and written under the
+    /// writer flag, which orders it.
+    retired_next: AtomicU64,
     /// The whole limiter state, updated by compare-and-swap.
+    ///
+    /// Last, as in [`Bucket`](crate::Bucket): the word is the one line that cores contend
+    /// for, and a field that every decision reads (the clock, `origin`, `mode`, the slot
+    /// versions, the first slot) would miss on that line after every other core's CAS. Only
+    /// the second slot (in use after an odd number of `set_rate`s) and `retired_next` (never
+    /// read by a decision) may share its line.
     ///
     /// | bits | meaning | unit | range |
     /// |---|---|---|---|
@@ -133,19 +153,6 @@ pub struct Smooth<C = DefaultClock> {
     /// parameter slot written before it. A successful decision CAS is `Relaxed`: it publishes
     /// nothing but the word itself.
     state: AtomicU128,
-    /// Two parameter slots (`Params::to_raw`); the word's parity selects the active one.
-    /// `set_rate` writes the idle slot, then converts the state and flips the parity in one CAS
-    /// (see `src/slots.rs`).
-    slots: EpochSlots<6>,
-    /// The next free time of the word the last `set_rate` replaced (µs; `NO_ERA` before the
-    /// first): the next `set_rate` makes its word's next free time later than this, so that no
-    /// word ever comes back (see [`Smooth::set_rate`]). Only read and written under the
-    /// writer flag, which orders it.
-    retired_next: AtomicU64,
-    mode: Mode,
-    /// `clock.now()` when the limiter was created: Guava's stopwatch starts there too.
-    origin: u64,
-    clock: C,
 }
 
 impl<C: fmt::Debug> fmt::Debug for Smooth<C> {
@@ -526,5 +533,23 @@ impl<C: Clock> Smooth<C> {
                 Err(actual) => w = actual,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+    use core::mem::offset_of;
+
+    /// Every field a decision reads ends at least 64 bytes before the state word starts (the
+    /// slot versions and the first slot included), so no cache line holds both, however the
+    /// limiter is aligned.
+    #[test]
+    fn the_word_shares_no_line_with_what_decisions_read() {
+        type S = Smooth<ManualClock>;
+        let first_slot_end = offset_of!(S, slots) + 2 * 4 + 6 * 8;
+        assert!(offset_of!(S, clock) < first_slot_end && offset_of!(S, mode) < first_slot_end);
+        assert!(offset_of!(S, state) >= first_slot_end + 63);
     }
 }
