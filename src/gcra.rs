@@ -401,8 +401,15 @@ fn full_at_in(state: u64, rate: &Rate) -> u64 {
 #[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn available_units(state: u64, now: u64, quota: &Quota) -> u64 {
-    let burst_units = quota.burst() * quota.scale();
-    (quota.earned_floor(now) + burst_units)
+    held(state, quota.earned_floor(now), quota.burst() * quota.scale())
+}
+
+/// Units a bucket of `burst_units` holds with `earned_floor` units earned: [`available_units`]
+/// from a precomputed `earned_floor`.
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
+#[inline(always)]
+fn held(state: u64, earned_floor: u64, burst_units: u64) -> u64 {
+    (earned_floor + burst_units)
         .saturating_sub(state)
         .min(burst_units)
 }
@@ -420,26 +427,28 @@ pub(crate) fn debit(state: u64, now: u64, quota: &Quota, cost: u64) -> Option<u6
         .then(|| state.max(quota.earned_ceil(now)) + cost_units)
 }
 
-/// Takes up to `max_units` units (a partial take, for a sharded bucket pooling its shards).
-/// Returns `(state', taken, left)`: the new state, the units taken and the units the bucket
-/// still holds after the take. `None` when nothing is available.
+/// Takes up to `max_units` units (a partial take, for a sharded bucket pooling its shards) from
+/// a bucket of `burst_units` units, given the units `earned` from the origin to the reading,
+/// rounded down and up (`Rate::earned`: the shards of one bucket share it, so a borrow computes
+/// it once). Returns `(state', taken, left)`: the new state, the units taken and the units the
+/// bucket still holds after the take. `None` when nothing is available.
 ///
-/// Like [`try_acquire`], the debit is added to `max(state, earned_ceil(now))`, so it never leaves
-/// more than the burst in the bucket.
+/// Like [`try_acquire`], the debit is added to `max(state, ⌈earned⌉)`, so it never leaves more
+/// than the burst in the bucket.
 #[cfg_attr(not(feature = "std"), allow(dead_code))]
-#[inline]
+#[inline(always)]
 pub(crate) fn take_units(
     state: u64,
-    now: u64,
-    quota: &Quota,
+    earned: (u64, u64),
+    burst_units: u64,
     max_units: u64,
 ) -> Option<(u64, u64, u64)> {
-    let available = available_units(state, now, quota);
+    let available = held(state, earned.0, burst_units);
     let taken = available.min(max_units);
     if taken == 0 {
         return None;
     }
-    let base = state.max(quota.earned_ceil(now));
+    let base = state.max(earned.1);
     // base + taken <= earned_ceil + burst_units <= MAX_UNITS + 1 < 2^64 by the quota's range.
     Some((base + taken, taken, available - taken))
 }

@@ -153,6 +153,21 @@ struct Pool {
     /// hint can be late by what a give-back restored until a later refusal republishes — fewer
     /// admissions, never more.
     dry_until: AtomicU64,
+    /// The hint of served borrows, published from the words their takes left
+    /// ([`ShardedBucket::publish_taken`]).
+    ///
+    /// | bits | meaning | unit | range |
+    /// |---|---|---|---|
+    /// | 63..0 | an instant before which the shards together hold less than one token | ns since the clock's origin | `0` = no hint; `INSTANT` = not within the horizon |
+    ///
+    /// Apart from `dry_until` because it needs none of its protocol: such a hint is true for
+    /// every reading before it whatever happens later, so it is written with a plain store,
+    /// not a compare-and-swap (a locked instruction less per borrow: at one thread, every
+    /// admitted token is a borrow), and nothing is published through it. Only moved forward,
+    /// except by a publisher stalled between its load and its store, which can step it back
+    /// to an earlier hint — still true, so only callers sent to the slow path early. A
+    /// refusal reads both words (one line) and refuses before the later one. `Relaxed`.
+    taken_until: AtomicU64,
     /// Units taken by failed borrows that could not be given back (the shard's word had moved):
     /// capacity lost to races, for [`ShardedBucket::stranded_tokens`]. `Relaxed`, saturating.
     stranded: AtomicU64,
@@ -309,6 +324,7 @@ impl<C: Clock> ShardedBucket<C> {
             shards,
             pool: CachePadded::new(Pool {
                 dry_until: AtomicU64::new(0),
+                taken_until: AtomicU64::new(0),
                 stranded: AtomicU64::new(0),
             }),
             quota,
@@ -449,7 +465,14 @@ impl<C: Clock> ShardedBucket<C> {
     #[inline]
     fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
         // While the shards together hold less than one token, a refusal reads nothing else.
-        let dry = self.pool.dry_until.load(Ordering::Relaxed) & INSTANT;
+        // The served borrows' hint first: at one thread on a drained pool it is the one that
+        // refuses, with one load.
+        let taken = self.pool.taken_until.load(Ordering::Relaxed);
+        let dry = if now < taken {
+            taken
+        } else {
+            self.pool.dry_until.load(Ordering::Relaxed) & INSTANT
+        };
         if now < dry {
             return if cost == 1 {
                 Err(Denied::RetryAfter(wait(now, dry)))
@@ -545,11 +568,14 @@ impl<C: Clock> ShardedBucket<C> {
     }
 
     /// The slow path, when the own shard cannot pay: pool the shards (`take`: the pool is not
-    /// known to be dry), else refuse with the exact wait.
-    #[cold]
+    /// known to be dry), else refuse with the exact wait. Out of line, but not `#[cold]`: at
+    /// one thread on a drained pool, every admission comes here.
+    #[inline(never)]
     fn borrow(&self, home: usize, now: u64, cost: u64, mut take: bool) -> Result<(), Denied> {
-        // All shards share one unit (`split` guarantees it).
-        let need = u128::from(cost) * u128::from(self.shards[0].quota.scale());
+        // All shards share one unit (`split` guarantees it); `cost <= burst`, and the burst's
+        // units fit the quota's range.
+        let token = self.shards[0].quota.scale();
+        let need = cost * token;
         // A second round only if the shards, read after a failed borrow, could pay after all
         // (another borrow gave back meanwhile, or the hint was older than a give-back).
         for _ in 0..2 {
@@ -561,13 +587,13 @@ impl<C: Clock> ShardedBucket<C> {
                         // Served with the last of some shards but not from words of all of
                         // them: read them all to tell the next callers when the pool holds a
                         // token again, so that they need not find out by failing.
-                        self.read_pool(u128::from(self.shards[0].quota.scale()), false);
+                        self.read_pool(u128::from(token), false);
                         return Ok(());
                     }
                     Err(restored) => gave_back = restored,
                 }
             }
-            let ready = self.read_pool(need, gave_back);
+            let ready = self.read_pool(u128::from(need), gave_back);
             // `u64::MAX`: never within the horizon, even for a reading at or past it.
             if ready > now || ready == u64::MAX {
                 return Err(Denied::RetryAfter(wait(now, ready)));
@@ -584,9 +610,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// the hint itself (the pool may be dry now: the caller reads every shard). All or nothing:
     /// on failure every take is given back where that is sound; `Err(true)` if anything was
     /// given back.
-    fn take_pooled(&self, home: usize, now: u64, need: u128) -> Result<bool, bool> {
+    fn take_pooled(&self, home: usize, now: u64, need: u64) -> Result<bool, bool> {
         let n = self.shards.len();
-        let token = self.shards[0].quota.scale();
+        // Every shard has the same rate and unit (`split`): the units earned are the same.
+        let rate = self.shards[0].quota.rate();
+        let (token, earned) = (rate.scale(), rate.earned(now));
         let cursor = &self.shards[home].cursor;
         let first = cursor.load(Ordering::Relaxed) as usize;
         let mut j = if first < n { first } else { 0 };
@@ -596,7 +624,7 @@ impl<C: Clock> ShardedBucket<C> {
             if j == home {
                 j = if j + 1 == n { 0 } else { j + 1 };
             }
-            if let Some(rest) = self.take_from(j, now, &mut left, &mut takes) {
+            if let Some(rest) = self.take_from(j, earned, &mut left, &mut takes) {
                 if j != first {
                     cursor.store(j as u64, Ordering::Relaxed);
                 }
@@ -604,7 +632,7 @@ impl<C: Clock> ShardedBucket<C> {
             }
             j = if j + 1 == n { 0 } else { j + 1 };
         }
-        match self.take_from(home, now, &mut left, &mut takes) {
+        match self.take_from(home, earned, &mut left, &mut takes) {
             // Every shard paid part: the words the takes left are a view of the whole pool
             // that stays true (see `publish_taken`).
             Some(rest) if rest < token => Ok(takes.len + 1 != n || !self.publish_taken(&takes)),
@@ -628,31 +656,30 @@ impl<C: Clock> ShardedBucket<C> {
             return false;
         };
         let dry = self.instant(Some(units)).min(INSTANT);
-        let seen = self.pool.dry_until.load(Ordering::Relaxed);
-        // A later hint already there stays (it is as true); a lost CAS leaves the other
-        // thread's hint, as true as this one.
-        if seen & INSTANT < dry {
-            let next = seen.wrapping_add(VERSION) & !INSTANT | dry;
-            // Release: a publisher that reads this hint also reads the words these takes left.
-            let _ = self.pool.dry_until.compare_exchange(
-                seen,
-                next,
-                Ordering::Release,
-                Ordering::Relaxed,
-            );
+        // A later hint already there stays (it is as true), and an equal one is not written
+        // again (the line stays shared in the other cores' caches).
+        if self.pool.taken_until.load(Ordering::Relaxed) < dry {
+            self.pool.taken_until.store(dry, Ordering::Relaxed);
         }
         true
     }
 
     /// Takes up to `left` units from shard `j` (one CAS, retried while the word moves but the
-    /// shard still holds something), and adds the word it left to `takes.linear`. Once `left`
-    /// reaches 0: `Some(units the shard still holds)`; before, the take is recorded in `takes`.
+    /// shard still holds something), at a reading where the shards have `earned` units
+    /// (rounded down and up), and adds the word it left to `takes.linear`. Once `left` reaches
+    /// 0: `Some(units the shard still holds)`; before, the take is recorded in `takes`.
     #[inline(always)]
-    fn take_from(&self, j: usize, now: u64, left: &mut u128, takes: &mut Takes) -> Option<u64> {
+    fn take_from(
+        &self,
+        j: usize,
+        earned: (u64, u64),
+        left: &mut u64,
+        takes: &mut Takes,
+    ) -> Option<u64> {
         let shard = &self.shards[j];
+        let burst = shard.quota.burst() * shard.quota.scale();
         let mut state = shard.state.load(Ordering::Relaxed);
-        let max = u64::try_from(*left).unwrap_or(u64::MAX);
-        while let Some((next, taken, rest)) = gcra::take_units(state, now, &shard.quota, max) {
+        while let Some((next, taken, rest)) = gcra::take_units(state, earned, burst, *left) {
             match shard.state.compare_exchange_weak(
                 state,
                 next,
@@ -660,9 +687,8 @@ impl<C: Clock> ShardedBucket<C> {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    let burst = shard.quota.burst() * shard.quota.scale();
                     takes.linear.add(next, burst);
-                    *left -= u128::from(taken);
+                    *left -= taken;
                     if *left == 0 {
                         return Some(rest);
                     }
@@ -787,7 +813,7 @@ fn wait(now: u64, at: u64) -> Duration {
     if at >= INSTANT {
         Duration::MAX
     } else {
-        Duration::from_nanos(at.saturating_sub(now).max(1))
+        gcra::nanos(at.saturating_sub(now).max(1))
     }
 }
 
@@ -813,6 +839,7 @@ struct Takes {
 }
 
 impl Takes {
+    #[inline]
     fn push(&mut self, t: Take) {
         if self.len < self.inline.len() {
             self.inline[self.len] = t;
