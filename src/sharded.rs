@@ -615,6 +615,11 @@ impl<C: Clock> ShardedBucket<C> {
         // Every shard has the same rate and unit (`split`): the units earned are the same.
         let rate = self.shards[0].quota.rate();
         let (token, earned) = (rate.scale(), rate.earned(now));
+        if n == 2 {
+            if let Some(served) = self.take_pair(home, earned, need) {
+                return served;
+            }
+        }
         let cursor = &self.shards[home].cursor;
         let first = cursor.load(Ordering::Relaxed) as usize;
         let mut j = if first < n { first } else { 0 };
@@ -635,7 +640,7 @@ impl<C: Clock> ShardedBucket<C> {
         match self.take_from(home, earned, &mut left, &mut takes) {
             // Every shard paid part: the words the takes left are a view of the whole pool
             // that stays true (see `publish_taken`).
-            Some(rest) if rest < token => Ok(takes.len + 1 != n || !self.publish_taken(&takes)),
+            Some(rest) if rest < token => Ok(takes.len + 1 != n || !self.publish_taken(&takes.linear)),
             Some(_) => Ok(false),
             None => Err(self.give_back(&takes)),
         }
@@ -650,9 +655,9 @@ impl<C: Clock> ShardedBucket<C> {
     /// never later than the one any later state of the shards gives, and a hint that is early
     /// only sends callers to the slow path. `false` when the one-pass form does not apply (the
     /// caller reads every shard instead).
-    fn publish_taken(&self, takes: &Takes) -> bool {
+    fn publish_taken(&self, linear: &pool::Linear) -> bool {
         let token = u128::from(self.shards[0].quota.scale());
-        let Some(units) = takes.linear.first_reaching(token) else {
+        let Some(units) = linear.first_reaching(token) else {
             return false;
         };
         let dry = self.instant(Some(units)).min(INSTANT);
@@ -664,10 +669,69 @@ impl<C: Clock> ShardedBucket<C> {
         true
     }
 
-    /// Takes up to `left` units from shard `j` (one CAS, retried while the word moves but the
+    /// [`take_pooled`](Self::take_pooled) for two shards, in straight-line code (the same
+    /// order: the other shard, then the own one): `None` if the other shard holds nothing (the
+    /// general loop takes over, and finds the same).
+    #[inline(always)]
+    fn take_pair(&self, home: usize, earned: (u64, u64), need: u64) -> Option<Result<bool, bool>> {
+        let token = self.shards[0].quota.scale();
+        let lender = 1 - home;
+        let (l, l_burst) = self.take_one(lender, earned, need)?;
+        if l.taken == need {
+            // Served by the other shard alone: the own shard's word is not known.
+            return Some(Ok(l.rest < token));
+        }
+        let left = need - l.taken;
+        let own = self.take_one(home, earned, left);
+        Some(match own {
+            Some((h, h_burst)) if h.taken == left => {
+                let mut linear = pool::Linear::default();
+                linear.add(l.after, l_burst);
+                linear.add(h.after, h_burst);
+                Ok(h.rest < token && !self.publish_taken(&linear))
+            }
+            own => {
+                let mut takes = Takes::default();
+                for (t, shard) in [(Some((l, l_burst)), lender), (own, home)] {
+                    if let Some((t, _)) = t {
+                        takes.push(Take {
+                            shard,
+                            after: t.after,
+                            units: t.taken,
+                        });
+                    }
+                }
+                Err(self.give_back(&takes))
+            }
+        })
+    }
+
+    /// Takes up to `max` units from shard `j` (one CAS, retried while the word moves but the
     /// shard still holds something), at a reading where the shards have `earned` units
-    /// (rounded down and up), and adds the word it left to `takes.linear`. Once `left` reaches
-    /// 0: `Some(units the shard still holds)`; before, the take is recorded in `takes`.
+    /// (rounded down and up): what it took, and the shard's burst in units; `None` if the
+    /// shard holds nothing.
+    #[inline(always)]
+    fn take_one(&self, j: usize, earned: (u64, u64), max: u64) -> Option<(Taken, u64)> {
+        let shard = &self.shards[j];
+        let burst = shard.quota.burst() * shard.quota.scale();
+        let mut state = shard.state.load(Ordering::Relaxed);
+        while let Some((after, taken, rest)) = gcra::take_units(state, earned, burst, max) {
+            match shard.state.compare_exchange_weak(
+                state,
+                after,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some((Taken { after, taken, rest }, burst)),
+                Err(actual) => state = actual,
+            }
+        }
+        None
+    }
+
+    /// Takes up to `left` units from shard `j` ([`take_one`](Self::take_one)), and adds the
+    /// word it left to `takes.linear`. Once `left` reaches 0: `Some(units the shard still
+    /// holds)`; before, the take is recorded in `takes`.
     #[inline(always)]
     fn take_from(
         &self,
@@ -676,32 +740,17 @@ impl<C: Clock> ShardedBucket<C> {
         left: &mut u64,
         takes: &mut Takes,
     ) -> Option<u64> {
-        let shard = &self.shards[j];
-        let burst = shard.quota.burst() * shard.quota.scale();
-        let mut state = shard.state.load(Ordering::Relaxed);
-        while let Some((next, taken, rest)) = gcra::take_units(state, earned, burst, *left) {
-            match shard.state.compare_exchange_weak(
-                state,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    takes.linear.add(next, burst);
-                    *left -= taken;
-                    if *left == 0 {
-                        return Some(rest);
-                    }
-                    takes.push(Take {
-                        shard: j,
-                        after: next,
-                        units: taken,
-                    });
-                    return None;
-                }
-                Err(actual) => state = actual,
-            }
+        let (t, burst) = self.take_one(j, earned, *left)?;
+        takes.linear.add(t.after, burst);
+        *left -= t.taken;
+        if *left == 0 {
+            return Some(t.rest);
         }
+        takes.push(Take {
+            shard: j,
+            after: t.after,
+            units: t.taken,
+        });
         None
     }
 
@@ -815,6 +864,14 @@ fn wait(now: u64, at: u64) -> Duration {
     } else {
         gcra::nanos(at.saturating_sub(now).max(1))
     }
+}
+
+/// One successful take: the word it left, the units it took, the units the shard still holds.
+#[derive(Clone, Copy)]
+struct Taken {
+    after: u64,
+    taken: u64,
+    rest: u64,
 }
 
 /// A partial take to give back if the whole cost cannot be met.

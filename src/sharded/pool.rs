@@ -129,11 +129,25 @@ impl Linear {
         }
         let short = need - at_last_start;
         let step = match u64::try_from(short) {
-            Ok(short) => u128::from(short.div_ceil(n)),
+            Ok(short) => u128::from(div_ceil(short, n)),
             Err(_) => short.div_ceil(u128::from(n)),
         };
         let e = i128::from(last_start) + i128::try_from(step).ok()?;
         (e <= i128::from(self.first_end)).then(|| u64::try_from(e.max(0)).unwrap_or(u64::MAX))
+    }
+}
+
+/// `⌈x / n⌉` for `n > 0`, by a shift when `n` is a power of two (every shard count
+/// [`ShardedBucket::new`](super::ShardedBucket::new) picks on common core counts): a served
+/// borrow computes it on its way out, where a division's latency would be most of the
+/// arithmetic.
+#[inline]
+fn div_ceil(x: u64, n: u64) -> u64 {
+    if n.is_power_of_two() {
+        let k = n.trailing_zeros();
+        (x >> k) + u64::from(x & (n - 1) != 0)
+    } else {
+        x.div_ceil(n)
     }
 }
 
@@ -215,6 +229,15 @@ mod tests {
             for need in 1..=total + 1 {
                 let want = (0..=60u64).find(|&e| at(e) >= need);
                 assert_eq!(first(&shards, need), want, "{shards:?} need {need}");
+            }
+        }
+    }
+
+    #[test]
+    fn div_ceil_by_a_shift_matches_the_division() {
+        for n in [1u64, 2, 3, 4, 7, 64, 1000, 1024] {
+            for x in [0u64, 1, 2, 63, 64, 65, 1023, 1024, 1025, u64::MAX - 1, u64::MAX] {
+                assert_eq!(super::div_ceil(x, n), x.div_ceil(n), "{x} / {n}");
             }
         }
     }
