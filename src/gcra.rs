@@ -401,7 +401,11 @@ fn full_at_in(state: u64, rate: &Rate) -> u64 {
 #[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn available_units(state: u64, now: u64, quota: &Quota) -> u64 {
-    held(state, quota.earned_floor(now), quota.burst() * quota.scale())
+    held(
+        state,
+        quota.earned_floor(now),
+        quota.burst() * quota.scale(),
+    )
 }
 
 /// Units a bucket of `burst_units` holds with `earned_floor` units earned: [`available_units`]

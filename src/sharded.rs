@@ -2,13 +2,16 @@
 //!
 //! # Design
 //!
-//! * **Refusal, common case**: the pool's hint says the shards together hold less than one token
-//!   before instant `dry_until`, and the reading is earlier: a one-token request is refused
-//!   with the wait `dry_until − now` after reading that one line — read-mostly, written only
-//!   when its value changes, so it stays cached on every core in between. No scan, no search,
-//!   not even the own shard: fewer instructions than a single [`Bucket`](crate::Bucket)'s
-//!   refusal (callgrind, `ManualClock`, `examples/sharded_callgrind.rs`: 91 per call at 2, 64
-//!   and 1,024 shards alike, 133 for a `Bucket` in the same loop).
+//! * **Refusal, common case**: one of the pool's two hints says the shards together hold less
+//!   than one token before an instant, and the reading is earlier: a one-token request is
+//!   refused with the wait until that instant after reading that one line — read-mostly,
+//!   written only when a value changes, so it stays cached on every core in between. The line
+//!   holds two hints: `taken_until`, published by served borrows (read first: at one thread on
+//!   a drained pool it is the one that refuses), and `dry_until`, published by refusals that
+//!   read every shard (see *Waits* for why they are apart). No scan, no search, not even the
+//!   own shard: fewer instructions than a single [`Bucket`](crate::Bucket)'s refusal
+//!   (callgrind, `ManualClock`, `examples/sharded_callgrind.rs refuse`: 112 per call at 2, 64
+//!   and 1,024 shards alike — both hints read —, 143 for a `Bucket` in the same loop).
 //! * **Admission**: otherwise one CAS on the calling thread's own shard (its own cache line).
 //! * **Borrowing**: otherwise the thread takes partial amounts — fractions of a token included
 //!   — from the other shards, starting with the one that last lent to its shard, then what its
@@ -18,9 +21,13 @@
 //!   publishes when the pool will next hold a token, so that the next callers are refused from
 //!   the hint instead of finding out by failing. It computes that instant from the words its
 //!   own takes left (one from every shard, summed as it goes: no second read of any shard) and
-//!   publishes with one CAS, which it does not retry: losing it leaves another thread's hint,
-//!   and an early hint only sends callers to the slow path (see *Waits*). A served borrow that
-//!   did not take from every shard reads them all instead.
+//!   publishes it in `taken_until` with a plain store, no CAS: at one thread every admitted
+//!   token is such a borrow, and it costs the two takes' CASes (one per shard holding a
+//!   fraction) and no third locked instruction (see *Waits* for why a store is enough). A
+//!   served borrow that did not take from every shard reads them all instead. Every shard has
+//!   the same rate, so a borrow computes the units earned at its reading once; two shards
+//!   (what [`ShardedBucket::new`] picks on a 2-core host) borrow in straight-line code, in the
+//!   same order as the general loop.
 //! * **A failed borrow** (the shards could not pay) gives each take back with one CAS **only if
 //!   the shard's word is still exactly what the take left**, and otherwise leaves the units
 //!   taken (see *Give-backs* below). Then it reads every shard once, computes in closed form
@@ -44,7 +51,22 @@
 //! the take left (every other write raises it, and a give-back only undoes a take that started
 //! from that word or a later one, see *Give-backs*), and a higher word holds fewer units at
 //! every reading. So that publication needs neither the `Acquire` load nor the version check
-//! that protect hints computed from plain reads.
+//! that protect hints computed from plain reads, and not even a CAS: any such hint, stored at
+//! any time in any order, is true for every reading before it. It goes into a word of its own,
+//! `taken_until`, with a plain store (only when it is later than the word's value, which a
+//! publisher stalled between its load and its store can step back to its own earlier, still
+//! true, hint: callers sent to the slow path early, nothing refused wrongly). A refusal reads
+//! both words and refuses before the later one. Not into `dry_until`: a plain store there
+//! could write back, bit for bit, a word that a refusal publishing from plain reads loaded
+//! before another thread's give-back (a publisher stalled since then with an older word and the
+//! same instant), so that refusal's CAS would succeed with a hint that misses the give-back —
+//! too late, refusing a token that is there. The stores only ever refuse: no hint admits
+//! anything, so neither word bears on the bound, only on exact waits. Checked by the loom
+//! models `borrowing_while_the_owner_admits` and
+//! `served_borrow_hint_stored_while_another_gives_back` (once the races are over, no hint
+//! refuses a token the pool holds) and by
+//! `served_borrow_hints_are_exact_for_stale_readings_and_stalled_borrowers` in
+//! `tests/sharded.rs` (stale readings, a borrower stalled while another drains the pool).
 //!
 //! # Give-backs (issue 8, defect 6)
 //!
@@ -72,24 +94,30 @@
 //! # On 64 cores
 //!
 //! With one shard per core ([`ShardedBucket::new`]), admissions on different cores touch
-//! different lines, and a refusal while the pool is dry reads only the shared hint line. That
-//! line is written once per *dry period* (each time the drained pool refills one token), which
-//! costs every core one cache miss on its next refusal. When a dry period ends, every core that
-//! calls at that moment may borrow: up to 64 borrows, each reading the shards until it is
-//! served — one or two lines when the pool has backlog, all 64 when a single token is spread
-//! over them; one is served, the others fail, give back, rescan and publish. So at a low rate
-//! (dry periods of microseconds or more against calls every few nanoseconds) refusals cost
-//! what a single bucket's do. Near saturation — the rate about equal to what the callers ask —
-//! every token is collected from every shard: 64 CASes on 64 lines per token, about 10,500
-//! instructions at 64 shards against 510 at 2 and 126 for a `Bucket` (callgrind, one thread
+//! different lines, and a refusal while the pool is dry reads only the shared hint line (its
+//! two words). That line is written once per *dry period* (each time the drained pool refills
+//! one token): by the borrow that drained it, with a plain store — no locked instruction, but
+//! still a write that takes the line from every other core — which costs every core one cache
+//! miss on its next refusal. Two borrowers storing at once may leave the earlier of their two
+//! hints: both true, the later one's callers find out by failing once. When a dry period ends,
+//! every core that calls at that moment may borrow: up to 64 borrows, each reading the shards
+//! until it is served — one or two lines when the pool has backlog, all 64 when a single token
+//! is spread over them; one is served, the others fail, give back, rescan and publish. So at a
+//! low rate (dry periods of microseconds or more against calls every few nanoseconds) refusals
+//! cost what a single bucket's do. Near saturation — the rate about equal to what the callers
+//! ask — every token is collected from every shard: 64 CASes on 64 lines per token, about 7,750
+//! instructions at 64 shards against 381 at 2 and 129 for a `Bucket` (callgrind, one thread
 //! exactly at the rate, per call of `examples/sharded_callgrind.rs tight`, its loop included;
-//! 650 and 12,300 before the borrow published from its own takes). A thread in that state
-//! falls behind the rate, the pool builds a backlog, and borrows become one CAS on one shard
-//! again, so a greedy thread
-//! still gets the rate; but near saturation the bucket costs more per call than a single
-//! [`Bucket`](crate::Bucket). That is the price of pooling the shards exactly; callers well
-//! above or well below the rate do not pay it. These are derived from the algorithm and from
-//! instruction counts, not measured on 64 cores: the machine it was written on has 2.
+//! 10,500 and 510 before the served borrow's hint became a plain store and the units earned
+//! were computed once per borrow, 12,300 and 650 before the borrow published from its own
+//! takes). A thread in that state falls behind the rate, the pool builds a backlog, and
+//! borrows become one CAS on one shard again, so a greedy thread still gets the rate; but near
+//! saturation the bucket costs more per call than a single [`Bucket`](crate::Bucket). That is
+//! the price of pooling the shards exactly: a token spread over `n` shards needs `n` CASes to
+//! collect, where a `Bucket` needs one — at one thread on 2 shards, two CASes per admitted
+//! token against one. Callers well above or well below the rate do not pay it. These are
+//! derived from the algorithm and from instruction counts, not measured on 64 cores: the
+//! machine it was written on has 2.
 
 mod pool;
 
@@ -640,15 +668,18 @@ impl<C: Clock> ShardedBucket<C> {
         match self.take_from(home, earned, &mut left, &mut takes) {
             // Every shard paid part: the words the takes left are a view of the whole pool
             // that stays true (see `publish_taken`).
-            Some(rest) if rest < token => Ok(takes.len + 1 != n || !self.publish_taken(&takes.linear)),
+            Some(rest) if rest < token => {
+                Ok(takes.len + 1 != n || !self.publish_taken(&takes.linear))
+            }
             Some(_) => Ok(false),
             None => Err(self.give_back(&takes)),
         }
     }
 
     /// Publishes the hint from the words a served borrow's takes left — one take from every
-    /// shard, as `takes.linear` summed them — without reading any shard again. Sound without
-    /// the version protocol of [`read_pool`](Self::read_pool): after a take's CAS, its shard's
+    /// shard, as `linear` summed them — without reading any shard again, into `taken_until`
+    /// with a plain store. Sound without the version protocol of [`read_pool`](Self::read_pool)
+    /// and without a CAS (see the module's *Waits*): after a take's CAS, its shard's
     /// word never falls below what the take left (every other write raises it, and a give-back
     /// only undoes a take that started from this word or a later one), and a higher word means
     /// fewer units at every reading; so the first instant at which these words hold a token is

@@ -14,7 +14,7 @@ mod stall;
 #[path = "support/window.rs"]
 mod window;
 use rng::Rng;
-use stall::{arm, Stall, StallClock};
+use stall::{arm, Gate, Stall, StallClock};
 use window::WindowChecker;
 
 std::thread_local! {
@@ -383,5 +383,85 @@ fn random_stalls_never_break_any_window() {
             calls.into_inner()
         );
         assert!(admitted > 0.0);
+    }
+}
+
+/// Issue 9: the hint a served borrow stores (a plain store, no CAS) is the exact wait for every
+/// reading before it, stale ones included; and a borrower stalled between its reading and its
+/// decision while another thread drains the pool at later readings is refused with the exact
+/// wait for its own reading and admits nothing the window does not allow.
+#[test]
+fn served_borrow_hints_are_exact_for_stale_readings_and_stalled_borrowers() {
+    let tick = 1_000_000_000u64.div_ceil(1024);
+    let t0 = 10_000_000_000u64;
+    for shards in [2usize, 4, 64] {
+        let clock = StallClock::new(ManualClock::new());
+        let quota = Quota::per_second(1024).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, shards, clock.clone());
+        clock.inner().set(Duration::from_nanos(t0));
+        assert_eq!(bucket.try_acquire(1024), Ok(()));
+        // One token, spread over every shard: a borrow collects it from all of them and stores
+        // when the pool next holds one.
+        clock.inner().set(Duration::from_nanos(t0 + tick));
+        assert_eq!(bucket.try_acquire(1), Ok(()), "{shards} shards");
+        let wait = |r: Result<(), Denied>| match r {
+            Err(Denied::RetryAfter(d)) => u64::try_from(d.as_nanos()).unwrap(),
+            other => panic!("{shards} shards: {other:?}"),
+        };
+        let next = t0 + tick + wait(bucket.try_acquire(1));
+        assert!(
+            next > t0 + tick && next <= t0 + 2 * tick,
+            "{shards} shards: {next}"
+        );
+        // Readings before it, later and earlier (stale) than the borrow's, get the wait to the
+        // same instant.
+        for t in [next - 1, t0 + tick, t0 + 5, t0 - 1_000_000] {
+            arm([Stall::Reading(t)]);
+            assert_eq!(
+                wait(bucket.try_acquire(1)),
+                next - t,
+                "{shards} shards, at {t}"
+            );
+        }
+        // A borrower reads `next` (one token there), stalls; meanwhile this thread takes
+        // everything there is two ticks later.
+        clock.inner().set(Duration::from_nanos(next));
+        let gate = Gate::new();
+        let mut admitted = 1024u64 + 1;
+        std::thread::scope(|s| {
+            let (g, bucket) = (gate.clone(), &bucket);
+            let stalled = s.spawn(move || {
+                arm([Stall::Gate(g)]);
+                bucket.try_acquire(1)
+            });
+            gate.wait_reached();
+            let later = next + 2 * tick;
+            clock.inner().set(Duration::from_nanos(later));
+            while bucket.try_acquire(1).is_ok() {
+                admitted += 1;
+            }
+            let ready = later + wait(bucket.try_acquire(1));
+            gate.open();
+            // The stalled borrower finds the words of later readings: refused, with the wait
+            // from its own reading to the same instant.
+            assert_eq!(
+                wait(stalled.join().unwrap()),
+                ready - next,
+                "{shards} shards"
+            );
+            clock.inner().set(Duration::from_nanos(ready - 1));
+            assert!(bucket.try_acquire(1).is_err(), "{shards} shards");
+            clock.inner().set(Duration::from_nanos(ready));
+            assert_eq!(bucket.try_acquire(1), Ok(()), "{shards} shards");
+            admitted += 1;
+            // Everything since the drain at t0, within burst + rate × window.
+            let bound = 1024 + u128::from(ready - t0) * 1024 / 1_000_000_000;
+            assert!(
+                u128::from(admitted) <= bound,
+                "{shards} shards: {admitted} > {bound}"
+            );
+            assert_eq!(admitted, 1024 + 5, "{shards} shards: the whole rate");
+        });
+        assert_eq!(bucket.stranded_tokens(), 0.0);
     }
 }

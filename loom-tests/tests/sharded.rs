@@ -121,3 +121,38 @@ fn give_back_after_a_later_reading_decision_creates_nothing() {
         );
     });
 }
+
+/// Issue 9: a served borrow publishes its hint with a plain store (`taken_until`, no CAS) while
+/// another borrow fails, gives back and republishes the versioned hint, and the clock moves.
+///
+/// Quota 2/s, burst 2: two shards of 1 token/s, burst 1 each, drained at 0. At 0.5 s each holds
+/// half a token, so a one-token request collects both halves and publishes when the pool next
+/// holds a token from the words its takes left. Two such requests, on different shards, race
+/// while the clock moves on to 0.75 s (1.5 tokens earned since the drain): at most one is
+/// admitted, nothing is created, and once the races are over a token the pool holds is refused
+/// by neither hint.
+#[test]
+fn served_borrow_hint_stored_while_another_gives_back() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(
+            Quota::per_second(2).unwrap(),
+            2,
+            clock.clone(),
+        ));
+        assert_eq!(bucket.try_acquire(2), Ok(()));
+        clock.advance(Duration::from_millis(500));
+        let spawn = |b: loom::sync::Arc<ShardedBucket<ManualClock>>| {
+            thread::spawn(move || u64::from(b.try_acquire(1).is_ok()))
+        };
+        let (t, u) = (spawn(bucket.clone()), spawn(bucket.clone()));
+        clock.advance(Duration::from_millis(250));
+        let admitted = t.join().unwrap() + u.join().unwrap();
+        let left = bucket.available(); // at 0.75 s
+        assert!(admitted <= 1, "admitted {admitted}");
+        assert!(admitted + left <= 1, "{admitted} admitted and {left} left");
+        if left >= 1 {
+            assert_eq!(bucket.try_acquire(1), Ok(()), "a hint refused a token");
+        }
+    });
+}

@@ -236,7 +236,19 @@ mod tests {
     #[test]
     fn div_ceil_by_a_shift_matches_the_division() {
         for n in [1u64, 2, 3, 4, 7, 64, 1000, 1024] {
-            for x in [0u64, 1, 2, 63, 64, 65, 1023, 1024, 1025, u64::MAX - 1, u64::MAX] {
+            for x in [
+                0u64,
+                1,
+                2,
+                63,
+                64,
+                65,
+                1023,
+                1024,
+                1025,
+                u64::MAX - 1,
+                u64::MAX,
+            ] {
                 assert_eq!(super::div_ceil(x, n), x.div_ceil(n), "{x} / {n}");
             }
         }
