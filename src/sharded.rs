@@ -686,6 +686,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// never later than the one any later state of the shards gives, and a hint that is early
     /// only sends callers to the slow path. `false` when the one-pass form does not apply (the
     /// caller reads every shard instead).
+    #[inline(always)]
     fn publish_taken(&self, linear: &pool::Linear) -> bool {
         let token = u128::from(self.shards[0].quota.scale());
         let Some(units) = linear.first_reaching(token) else {
