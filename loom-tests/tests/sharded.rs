@@ -31,6 +31,12 @@ fn borrowing_while_the_owner_admits() {
     });
 }
 
+/// Quota 2/s on `clock`, split into two shards of one token each (1 token/s), both full.
+fn two_shards_of_one(clock: &ManualClock) -> loom::sync::Arc<ShardedBucket<ManualClock>> {
+    let quota = Quota::per_second(2).unwrap();
+    loom::sync::Arc::new(ShardedBucket::with_clock(quota, 2, clock.clone()))
+}
+
 /// The same race with the clock moving by half a second meanwhile (both shards start full, so
 /// the borrow of 2 can fail after taking one shard's token and must give it back): a failed borrow
 /// gives back no more than it took, so the total never exceeds burst + what the clock can earn.
@@ -38,11 +44,7 @@ fn borrowing_while_the_owner_admits() {
 fn giving_back_while_the_clock_moves_creates_nothing() {
     loom::model(|| {
         let clock = ManualClock::new();
-        let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(
-            Quota::per_second(2).unwrap(),
-            2,
-            clock.clone(),
-        ));
+        let bucket = two_shards_of_one(&clock);
         let other = bucket.clone();
         let t = thread::spawn(move || if other.try_acquire(2).is_ok() { 2 } else { 0 });
         let b2 = bucket.clone();
@@ -135,11 +137,7 @@ fn give_back_after_a_later_reading_decision_creates_nothing() {
 fn served_borrow_hint_stored_while_another_gives_back() {
     loom::model(|| {
         let clock = ManualClock::new();
-        let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(
-            Quota::per_second(2).unwrap(),
-            2,
-            clock.clone(),
-        ));
+        let bucket = two_shards_of_one(&clock);
         assert_eq!(bucket.try_acquire(2), Ok(()));
         clock.advance(Duration::from_millis(500));
         let spawn = |b: loom::sync::Arc<ShardedBucket<ManualClock>>| {
