@@ -600,10 +600,10 @@ impl<C: Clock> ShardedBucket<C> {
     /// one thread on a drained pool, every admission comes here.
     #[inline(never)]
     fn borrow(&self, home: usize, now: u64, cost: u64, mut take: bool) -> Result<(), Denied> {
-        // All shards share one unit (`split` guarantees it); `cost <= burst`, and the burst's
-        // units fit the quota's range.
+        // All shards share one unit (`split` guarantees it). 128 bits: the global burst in the
+        // shards' unit can exceed 64 (each shard's burst fits its own range, not their sum).
         let token = self.shards[0].quota.scale();
-        let need = cost * token;
+        let need = u128::from(cost) * u128::from(token);
         // A second round only if the shards, read after a failed borrow, could pay after all
         // (another borrow gave back meanwhile, or the hint was older than a give-back).
         for _ in 0..2 {
@@ -621,7 +621,7 @@ impl<C: Clock> ShardedBucket<C> {
                     Err(restored) => gave_back = restored,
                 }
             }
-            let ready = self.read_pool(u128::from(need), gave_back);
+            let ready = self.read_pool(need, gave_back);
             // `u64::MAX`: never within the horizon, even for a reading at or past it.
             if ready > now || ready == u64::MAX {
                 return Err(Denied::RetryAfter(wait(now, ready)));
@@ -638,12 +638,12 @@ impl<C: Clock> ShardedBucket<C> {
     /// the hint itself (the pool may be dry now: the caller reads every shard). All or nothing:
     /// on failure every take is given back where that is sound; `Err(true)` if anything was
     /// given back.
-    fn take_pooled(&self, home: usize, now: u64, need: u64) -> Result<bool, bool> {
+    fn take_pooled(&self, home: usize, now: u64, need: u128) -> Result<bool, bool> {
         let n = self.shards.len();
         // Every shard has the same rate and unit (`split`): the units earned are the same.
         let rate = self.shards[0].quota.rate();
         let (token, earned) = (rate.scale(), rate.earned(now));
-        if n == 2 {
+        if let (2, Ok(need)) = (n, u64::try_from(need)) {
             if let Some(served) = self.take_pair(home, earned, need) {
                 return served;
             }
@@ -769,12 +769,13 @@ impl<C: Clock> ShardedBucket<C> {
         &self,
         j: usize,
         earned: (u64, u64),
-        left: &mut u64,
+        left: &mut u128,
         takes: &mut Takes,
     ) -> Option<u64> {
-        let (t, burst) = self.take_one(j, earned, *left)?;
+        let max = u64::try_from(*left).unwrap_or(u64::MAX);
+        let (t, burst) = self.take_one(j, earned, max)?;
         takes.linear.add(t.after, burst);
-        *left -= t.taken;
+        *left -= u128::from(t.taken);
         if *left == 0 {
             return Some(t.rest);
         }

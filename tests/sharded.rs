@@ -465,3 +465,32 @@ fn served_borrow_hints_are_exact_for_stale_readings_and_stalled_borrowers() {
         assert_eq!(bucket.stranded_tokens(), 0.0);
     }
 }
+
+/// A cost whose units exceed 64 bits in the shards' scale (a huge burst: each shard's burst
+/// fits its own range, their sum need not) is pooled exactly, never wrapped: the whole burst
+/// in one request and in two, then the exact wait, at 2 and 1,024 shards.
+#[test]
+fn costs_beyond_64_bits_of_units_pool_exactly() {
+    let cases = [
+        (Quota::new(1, Duration::from_secs(1), 1 << 40), Duration::from_secs(1)),
+        (
+            Quota::new(1_000_000_000, Duration::from_secs(1), 1 << 33),
+            Duration::from_nanos(1),
+        ),
+    ];
+    for (quota, wait) in cases {
+        let quota = quota.unwrap();
+        for shards in [2usize, 1024] {
+            for parts in [1u64, 2] {
+                let bucket = ShardedBucket::with_clock(quota, shards, ManualClock::new());
+                assert_eq!(bucket.shards(), shards);
+                for _ in 0..parts {
+                    assert_eq!(bucket.try_acquire(quota.burst() / parts), Ok(()));
+                }
+                assert_eq!(bucket.available(), 0, "{quota:?}, {shards} shards");
+                assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(wait)));
+                assert_eq!(bucket.stranded_tokens(), 0.0);
+            }
+        }
+    }
+}
