@@ -105,8 +105,8 @@
 //! is spread over them; one is served, the others fail, give back, rescan and publish. So at a
 //! low rate (dry periods of microseconds or more against calls every few nanoseconds) refusals
 //! cost what a single bucket's do. Near saturation — the rate about equal to what the callers
-//! ask — every token is collected from every shard: 64 CASes on 64 lines per token, about 7,620
-//! instructions at 64 shards against 357 at 2 and 129 for a `Bucket` (callgrind, one thread
+//! ask — every token is collected from every shard: 64 CASes on 64 lines per token, about 8,580
+//! instructions at 64 shards against 364 at 2 and 129 for a `Bucket` (callgrind, one thread
 //! exactly at the rate, per call of `examples/sharded_callgrind.rs tight`, its loop included;
 //! 10,500 and 510 before the served borrow's hint became a plain store and the units earned
 //! were computed once per borrow, 12,300 and 650 before the borrow published from its own

@@ -472,7 +472,10 @@ fn served_borrow_hints_are_exact_for_stale_readings_and_stalled_borrowers() {
 #[test]
 fn costs_beyond_64_bits_of_units_pool_exactly() {
     let cases = [
-        (Quota::new(1, Duration::from_secs(1), 1 << 40), Duration::from_secs(1)),
+        (
+            Quota::new(1, Duration::from_secs(1), 1 << 40),
+            Duration::from_secs(1),
+        ),
         (
             Quota::new(1_000_000_000, Duration::from_secs(1), 1 << 33),
             Duration::from_nanos(1),
