@@ -29,7 +29,7 @@
 //!   A round with `admitted > bound` is a correctness failure ([`CellResult::over_bound`]); every
 //!   round is checked against its own bound, so the sums never hide one round over its bound.
 
-use crate::{Error, Kind, Regime};
+use crate::{CellSpec, Error, Kind, Regime, Strategy};
 use hdrhistogram::Histogram;
 
 /// One round of a cell: the strategy ran once, on a fresh limiter, for the round's duration.
@@ -150,6 +150,8 @@ impl CellResult {
 #[derive(Debug)]
 pub(crate) struct Measured {
     pub(crate) round: Round,
+    /// Keys drawn from (1 for unkeyed strategies).
+    pub(crate) keys: u64,
     pub(crate) ns_per_op: f64,
     pub(crate) fairness: f64,
     pub(crate) hist: Histogram<u64>,
@@ -174,19 +176,13 @@ pub(crate) fn median_index(rounds: &[Measured]) -> Option<usize> {
     order.get(rounds.len().checked_sub(1)? / 2).copied()
 }
 
-/// The identity of a cell: what every round of it shares.
-#[derive(Debug, Clone)]
-pub(crate) struct CellId {
-    pub(crate) strategy: String,
-    pub(crate) kind: Kind,
-    pub(crate) threads: usize,
-    pub(crate) regime: Regime,
-    pub(crate) keys: u64,
-}
-
 impl CellResult {
-    /// Combines the rounds of one cell (see the [module docs](self)).
-    pub(crate) fn from_rounds(id: CellId, rounds: Vec<Measured>) -> Result<CellResult, Error> {
+    /// Combines the rounds of `strategy` on `spec` (see the [module docs](self)).
+    pub(crate) fn from_rounds(
+        strategy: &Strategy,
+        spec: &CellSpec,
+        rounds: Vec<Measured>,
+    ) -> Result<CellResult, Error> {
         let median = median_index(&rounds)
             .ok_or_else(|| Error::Plan("a cell needs at least one round".to_owned()))?;
         let mut hist = new_histogram()?;
@@ -204,11 +200,11 @@ impl CellResult {
         }
         let mid = &rounds[median];
         Ok(CellResult {
-            strategy: id.strategy,
-            kind: id.kind,
-            threads: id.threads,
-            regime: id.regime,
-            keys: id.keys,
+            strategy: strategy.name().to_owned(),
+            kind: strategy.kind(),
+            threads: spec.threads,
+            regime: spec.regime,
+            keys: mid.keys,
             ops,
             seconds,
             ops_per_sec: mid.round.ops_per_sec,
@@ -243,20 +239,19 @@ mod tests {
                 admitted,
                 bound,
             },
+            keys: 1,
             ns_per_op: 1e9 / ops_per_sec,
             fairness: ops_per_sec / 1e3,
             hist,
         }
     }
 
-    fn id() -> CellId {
-        CellId {
-            strategy: "s".to_owned(),
-            kind: Kind::Custom,
-            threads: 1,
-            regime: Regime::Mixed,
-            keys: 1,
-        }
+    fn strategy() -> Strategy {
+        crate::strategies::always_admit()
+    }
+
+    fn spec() -> CellSpec {
+        CellSpec::new(1, Regime::Mixed, std::time::Duration::from_millis(1))
     }
 
     #[test]
@@ -266,7 +261,7 @@ mod tests {
             .enumerate()
             .map(|(i, &t)| measured(i, t, 10, 20, 10 * (i as u64 + 1)))
             .collect();
-        let c = CellResult::from_rounds(id(), rounds).unwrap();
+        let c = CellResult::from_rounds(&strategy(), &spec(), rounds).unwrap();
         assert_eq!(c.ops_per_sec, 500.0);
         assert_eq!((c.ops_per_sec_min, c.ops_per_sec_max), (100.0, 900.0));
         // ns/op and fairness come from the same (median) round.
@@ -292,7 +287,7 @@ mod tests {
         assert_eq!(median_index(&rounds), Some(3));
         assert_eq!(median_index(&rounds[..1]), Some(0));
         assert_eq!(median_index(&[]), None);
-        assert!(CellResult::from_rounds(id(), Vec::new()).is_err());
+        assert!(CellResult::from_rounds(&strategy(), &spec(), Vec::new()).is_err());
     }
 
     #[test]
@@ -300,7 +295,7 @@ mod tests {
         let rounds = (0..5)
             .map(|i| measured(i, 100.0, if i == 2 { 12 } else { 0 }, 11, 1))
             .collect();
-        let c = CellResult::from_rounds(id(), rounds).unwrap();
+        let c = CellResult::from_rounds(&strategy(), &spec(), rounds).unwrap();
         assert!(c.admitted <= c.bound, "the sums hide it: {c:?}");
         assert!(c.over_bound());
         assert_eq!(c.first_round_over_bound().map(|r| r.index), Some(2));

@@ -2,7 +2,7 @@
 //! rounds ([`crate::run`]) and collect them into a [`Report`] ([`crate::report`]). The one module that
 //! knows both the runner and the report, so that neither imports the other.
 
-use crate::cell::{CellId, Measured};
+use crate::cell::Measured;
 use crate::plan::round_order;
 use crate::run::run_round;
 use crate::{CellResult, CellSpec, Error, Plan, Report, Setup, Strategy};
@@ -79,7 +79,6 @@ pub fn compare(
             .iter()
             .map(|_| Vec::with_capacity(plan.rounds))
             .collect();
-        let mut ids: Vec<Option<CellId>> = vec![None; strategies.len()];
         for round in 0..plan.rounds {
             for (position, i) in round_order(strategies.len(), round).into_iter().enumerate() {
                 let s = &strategies[i];
@@ -93,16 +92,12 @@ pub fn compare(
                     plan.rounds
                 );
                 progress(done, total, &label);
-                let (id, measured) = run_round(s, &round_spec, round, position)?;
-                ids[i] = Some(id);
-                rounds[i].push(measured);
+                rounds[i].push(run_round(s, &round_spec, round, position)?);
                 done += 1;
             }
         }
-        for (id, rounds) in ids.into_iter().zip(rounds) {
-            if let Some(id) = id {
-                cells.push(CellResult::from_rounds(id, rounds)?);
-            }
+        for (s, rounds) in strategies.iter().zip(rounds) {
+            cells.push(CellResult::from_rounds(s, spec, rounds)?);
         }
     }
     progress(done, total, "done");

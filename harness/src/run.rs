@@ -4,7 +4,7 @@
 //!
 //! Every operation goes through `&dyn RateLimiter` (one indirect call, the same for all).
 
-use crate::cell::{new_histogram, CellId, Measured, Round};
+use crate::cell::{new_histogram, Measured, Round};
 use crate::rng::SplitMix64;
 use crate::{CellResult, CellSpec, Error, RateLimiter, Setup, Strategy};
 use hdrhistogram::Histogram;
@@ -104,8 +104,8 @@ fn worker(sh: Shared<'_>, mut out: ThreadOut, mut rng: SplitMix64) -> ThreadOut 
 /// assert_eq!((r.rounds.len(), r.ops_per_sec_min, r.ops_per_sec_max), (1, r.ops_per_sec, r.ops_per_sec));
 /// ```
 pub fn run_cell(strategy: &Strategy, spec: &CellSpec) -> Result<CellResult, Error> {
-    let (id, measured) = run_round(strategy, spec, 0, 0)?;
-    CellResult::from_rounds(id, vec![measured])
+    let measured = run_round(strategy, spec, 0, 0)?;
+    CellResult::from_rounds(strategy, spec, vec![measured])
 }
 
 /// One round of one cell: round number `index`, the strategy's `position` in the round's order.
@@ -114,7 +114,7 @@ pub(crate) fn run_round(
     spec: &CellSpec,
     index: usize,
     position: usize,
-) -> Result<(CellId, Measured), Error> {
+) -> Result<Measured, Error> {
     let quota = spec.checked_quota()?;
     let key_slots = usize::try_from(spec.keys).map_err(|_| {
         Error::Plan(format!(
@@ -241,14 +241,7 @@ pub(crate) fn run_round(
     let refill = (u128::from(spec.rate) * u128::from(elapsed_ns)).div_ceil(1_000_000_000);
     let bound = touched_keys * (u128::from(spec.burst) + refill);
     let threads = outs.len().max(1);
-    let id = CellId {
-        strategy: strategy.name().to_owned(),
-        kind: strategy.kind(),
-        threads: spec.threads,
-        regime: spec.regime,
-        keys,
-    };
-    let measured = Measured {
+    Ok(Measured {
         round: Round {
             index,
             position,
@@ -258,6 +251,7 @@ pub(crate) fn run_round(
             admitted: u64::try_from(admitted).unwrap_or(u64::MAX),
             bound: u64::try_from(bound).unwrap_or(u64::MAX),
         },
+        keys,
         ns_per_op: if ops == 0 {
             f64::INFINITY
         } else {
@@ -269,6 +263,5 @@ pub(crate) fn run_round(
             min_ops as f64 / max_ops as f64
         },
         hist,
-    };
-    Ok((id, measured))
+    })
 }
