@@ -86,7 +86,7 @@ struct CompareArgs {
     #[arg(long, default_value_t = 0x5EED)]
     seed: u64,
     /// A Redis server (`redis://host:port`): adds the strategies `redis`, `redis-lease` and
-    /// `redis-lua-baseline` (a fresh key prefix per cell)
+    /// `redis-lua-baseline` (a fresh key prefix per round of a cell)
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
 }
