@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The exact CSV header `--format csv` prints.
-pub const CSV_HEADER: &str = "strategy,threads,regime,keys,ops,seconds,ops_per_sec,ns_per_op,p50_ns,p99_ns,p999_ns,admitted,bound,fairness";
+pub const CSV_HEADER: &str = "strategy,threads,regime,keys,ops,seconds,ops_per_sec,ns_per_op,p50_ns,p99_ns,p999_ns,admitted,bound,fairness,rounds,ops_per_sec_min,ops_per_sec_max";
 
 /// Every cell of a comparison, in run order (regime, threads, strategy).
 ///
@@ -24,8 +24,10 @@ pub const CSV_HEADER: &str = "strategy,threads,regime,keys,ops,seconds,ops_per_s
 pub struct Report {
     /// The measurements.
     pub cells: Vec<CellResult>,
-    /// Per-cell duration.
+    /// Per-cell duration, all rounds together.
     pub duration: Duration,
+    /// Rounds each cell was measured in.
+    pub rounds: usize,
     /// Tokens per operation.
     pub cost: u64,
     /// Seed of the key generators.
@@ -52,6 +54,20 @@ fn si(x: f64) -> String {
         format!("{v:.1}{s}")
     } else {
         format!("{v:.2}{s}")
+    }
+}
+
+/// The table's `spread` column: (fastest - slowest round) / median, in percent; `-` for one
+/// round.
+fn spread(c: &CellResult) -> String {
+    if c.rounds.len() < 2 {
+        return "-".to_owned();
+    }
+    let pct = (c.ops_per_sec_max - c.ops_per_sec_min) / c.ops_per_sec * 100.0;
+    if pct.is_finite() {
+        format!("{pct:.0}%")
+    } else {
+        "-".to_owned()
     }
 }
 
@@ -96,7 +112,8 @@ impl Report {
         self.cells.iter().filter(|c| c.over_bound()).collect()
     }
 
-    /// One line per violation, saying what was admitted against what bound.
+    /// One line per violating cell, saying what its first round over the bound admitted
+    /// against that round's bound.
     ///
     /// ```
     /// use std::time::Duration;
@@ -109,14 +126,19 @@ impl Report {
         self.violations()
             .iter()
             .map(|c| {
+                let (admitted, bound, round) = match c.first_round_over_bound() {
+                    Some(r) => (r.admitted, r.bound, format!(", round {} of {}", r.index + 1, c.rounds.len())),
+                    None => (c.admitted, c.bound, ", all rounds together".to_owned()),
+                };
                 format!(
-                    "{} admitted {} tokens, more than the bound {} (burst + rate x elapsed{}) at {} thread(s), regime {}",
+                    "{} admitted {} tokens, more than the bound {} (burst + rate x elapsed{}) at {} thread(s), regime {}{}",
                     c.strategy,
-                    c.admitted,
-                    c.bound,
+                    admitted,
+                    bound,
                     if c.keys > 1 { ", per key touched" } else { "" },
                     c.threads,
-                    c.regime.name()
+                    c.regime.name(),
+                    round
                 )
             })
             .collect()
@@ -139,6 +161,7 @@ impl Report {
             "threads",
             "regime",
             "Mops/s",
+            "spread",
             "ns/op",
             "p50",
             "p99",
@@ -155,6 +178,7 @@ impl Report {
                 c.threads.to_string(),
                 c.regime.name().to_owned(),
                 format!("{:.2}", c.ops_per_sec / 1e6),
+                spread(c),
                 format!("{:.1}", c.ns_per_op),
                 c.p50_ns.to_string(),
                 c.p99_ns.to_string(),
@@ -202,7 +226,10 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\nlatencies in ns (every 64th op sampled); admitted and bound in tokens; fairness = min/max ops per thread"
+            "\nMops/s, ns/op and fairness: the median of {} round(s); spread = (fastest - slowest round) / median\n\
+             latencies in ns (every 64th op sampled, all rounds); admitted and bound in tokens, summed over the rounds\n\
+             (each round checked against its own bound); fairness = min/max ops per thread",
+            self.rounds
         );
         out
     }
@@ -211,7 +238,7 @@ impl Report {
     ///
     /// ```
     /// use tollgate_bench::{report::{Report, CSV_HEADER}};
-    /// let empty = Report { cells: vec![], duration: Default::default(), cost: 1, seed: 0 };
+    /// let empty = Report { cells: vec![], duration: Default::default(), rounds: 5, cost: 1, seed: 0 };
     /// assert_eq!(empty.to_csv(), format!("{CSV_HEADER}\n"));
     /// ```
     pub fn to_csv(&self) -> String {
@@ -221,7 +248,7 @@ impl Report {
         for c in &self.cells {
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{:.6},{:.0},{:.2},{},{},{},{},{},{:.4}",
+                "{},{},{},{},{},{:.6},{:.0},{:.2},{},{},{},{},{},{:.4},{},{:.0},{:.0}",
                 c.strategy,
                 c.threads,
                 c.regime.name(),
@@ -235,18 +262,23 @@ impl Report {
                 c.p999_ns,
                 c.admitted,
                 c.bound,
-                c.fairness
+                c.fairness,
+                c.rounds.len(),
+                c.ops_per_sec_min,
+                c.ops_per_sec_max
             );
         }
         out
     }
 
-    /// The JSON: `{"tool", "version", "duration_ms", "cost", "seed", "cells": [...]}` where each
-    /// cell carries every CSV column plus `kind` and `vs_std_mutex`.
+    /// The JSON: `{"tool", "version", "duration_ms", "rounds", "cost", "seed", "cells": [...]}`
+    /// where each cell carries every CSV column (but `rounds` is the list of its rounds: `index`,
+    /// `position`, `ops`, `seconds`, `ops_per_sec`, `admitted`, `bound`) plus `kind` and
+    /// `vs_std_mutex`.
     ///
     /// ```
     /// use tollgate_bench::report::Report;
-    /// let empty = Report { cells: vec![], duration: Default::default(), cost: 1, seed: 0 };
+    /// let empty = Report { cells: vec![], duration: Default::default(), rounds: 5, cost: 1, seed: 0 };
     /// assert!(empty.to_json().contains("\"cells\": []"));
     /// ```
     pub fn to_json(&self) -> String {
@@ -261,6 +293,7 @@ impl Report {
             tool: &'static str,
             version: &'static str,
             duration_ms: f64,
+            rounds: usize,
             cost: u64,
             seed: u64,
             cells: Vec<Cell<'a>>,
@@ -269,6 +302,7 @@ impl Report {
             tool: "tollgate-bench compare",
             version: env!("CARGO_PKG_VERSION"),
             duration_ms: self.duration.as_secs_f64() * 1e3,
+            rounds: self.rounds,
             cost: self.cost,
             seed: self.seed,
             cells: self
@@ -329,7 +363,7 @@ impl Report {
     ///
     /// ```
     /// use tollgate_bench::{report::Report, Regime};
-    /// let empty = Report { cells: vec![], duration: Default::default(), cost: 1, seed: 0 };
+    /// let empty = Report { cells: vec![], duration: Default::default(), rounds: 5, cost: 1, seed: 0 };
     /// let path = std::env::temp_dir().join(format!("tollgate-bench-empty-{}.svg", std::process::id()));
     /// empty.write_svg(Regime::Mixed, &path).unwrap();
     /// std::fs::remove_file(&path).unwrap();
