@@ -80,8 +80,8 @@ fn label(c: &CellResult) -> String {
 
 impl Report {
     /// `cell`'s throughput relative to the baseline strategy ([`BASELINE`], `std-mutex`) at the
-    /// same threads and regime, when the baseline ran: the table's `vs std-mutex` column and
-    /// the JSON's `vs_std_mutex`.
+    /// same threads and regime, when the baseline ran ([`Report::ratio`]): the table's
+    /// `vs std-mutex` column and the JSON's `vs_std_mutex`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -96,7 +96,43 @@ impl Report {
             .find(|b| {
                 b.strategy == BASELINE && b.threads == cell.threads && b.regime == cell.regime
             })
-            .map(|b| cell.ops_per_sec / b.ops_per_sec)
+            .map(|b| Report::ratio(cell, b))
+    }
+
+    /// `a`'s throughput relative to `b`'s, for two cells of the same threads and regime: the
+    /// median of the per-round ratios `a.rounds[i] / b.rounds[i]` (rounds of one index ran
+    /// next to each other, so each ratio compares two runs seconds apart, and a burst of load
+    /// that slows a few rounds moves few ratios); of an even count, the mean of the middle
+    /// two. Cells with different round counts (not from one [`compare`](crate::compare) run)
+    /// compare their median rounds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_bench::{compare, strategies, Plan, Report, Regime};
+    /// let s = vec![strategies::by_name("cas").unwrap(), strategies::by_name("std-mutex").unwrap()];
+    /// let plan = Plan::new(vec![1], vec![Regime::Deny], Duration::from_millis(10));
+    /// let report = compare(&s, &plan, |_, _, _| {}).unwrap();
+    /// let (cas, mutex) = (&report.cells[0], &report.cells[1]);
+    /// assert!(Report::ratio(cas, mutex) > 0.0);
+    /// assert_eq!(Report::ratio(cas, cas), 1.0);
+    /// ```
+    pub fn ratio(a: &CellResult, b: &CellResult) -> f64 {
+        if a.rounds.len() != b.rounds.len() || a.rounds.is_empty() {
+            return a.ops_per_sec / b.ops_per_sec;
+        }
+        let mut r: Vec<f64> = a
+            .rounds
+            .iter()
+            .zip(&b.rounds)
+            .map(|(x, y)| x.ops_per_sec / y.ops_per_sec)
+            .collect();
+        r.sort_by(f64::total_cmp);
+        let n = r.len();
+        if n % 2 == 1 {
+            r[n / 2]
+        } else {
+            (r[n / 2 - 1] + r[n / 2]) / 2.0
+        }
     }
 
     /// Cells whose strategy admitted more than the bound.
@@ -226,7 +262,8 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\nMops/s, ns/op and fairness: the median of {} round(s); spread = (fastest - slowest round) / median\n\
+            "\nMops/s, ns/op and fairness: the median of {} round(s); spread = (fastest - slowest round) / median;\n\
+             vs std-mutex = the median of the per-round ratios (each round runs every strategy once, one after the other)\n\
              latencies in ns (every 64th op sampled, all rounds); admitted and bound in tokens, summed over the rounds\n\
              (each round checked against its own bound); fairness = min/max ops per thread",
             self.rounds
@@ -455,7 +492,67 @@ impl Report {
 
 #[cfg(test)]
 mod tests {
-    use super::si;
+    use super::{si, Report};
+    use crate::cell::{CellResult, Round};
+    use crate::{Kind, Regime};
+
+    fn cell(per_round: &[f64]) -> CellResult {
+        let rounds: Vec<Round> = per_round
+            .iter()
+            .enumerate()
+            .map(|(index, &ops_per_sec)| Round {
+                index,
+                position: 0,
+                ops: ops_per_sec as u64,
+                seconds: 1.0,
+                ops_per_sec,
+                admitted: 0,
+                bound: 0,
+            })
+            .collect();
+        let mut sorted = per_round.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        CellResult {
+            strategy: "s".to_owned(),
+            kind: Kind::Custom,
+            threads: 1,
+            regime: Regime::Allow,
+            keys: 1,
+            ops: 0,
+            seconds: 0.0,
+            ops_per_sec: sorted[(sorted.len() - 1) / 2],
+            ops_per_sec_min: sorted[0],
+            ops_per_sec_max: sorted[sorted.len() - 1],
+            ns_per_op: 0.0,
+            p50_ns: 0,
+            p99_ns: 0,
+            p999_ns: 0,
+            admitted: 0,
+            bound: 0,
+            fairness: 1.0,
+            rounds,
+        }
+    }
+
+    /// Rounds pair by index: round `i` of `a` is compared with round `i` of `b` (they ran next
+    /// to each other), not the median round of one with the median round of the other.
+    #[test]
+    fn ratios_are_the_median_of_paired_rounds() {
+        let (a, b) = (cell(&[4.0, 1.0, 4.0]), cell(&[2.0, 0.5, 2.0]));
+        assert_eq!(Report::ratio(&a, &b), 2.0);
+        // Paired ratios 1/3, 2, 3/2: median 3/2; the medians' ratio would be 2/2.
+        let (a, b) = (cell(&[1.0, 2.0, 3.0]), cell(&[3.0, 1.0, 2.0]));
+        assert_eq!(
+            (a.ops_per_sec / b.ops_per_sec, Report::ratio(&a, &b)),
+            (1.0, 1.5)
+        );
+        // Even counts: the mean of the middle two; other round counts: the medians.
+        assert_eq!(
+            Report::ratio(&cell(&[1.0, 2.0, 3.0, 4.0]), &cell(&[1.0; 4])),
+            2.5
+        );
+        assert_eq!(Report::ratio(&cell(&[3.0]), &cell(&[1.0, 2.0])), 3.0);
+    }
 
     #[test]
     fn si_suffixes() {
