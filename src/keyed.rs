@@ -9,9 +9,10 @@
 //! also counts on a cache-padded counter shard, so threads count on lines of their own: the
 //! first threads to use the crate (the next power of two of 4 × cores of them: 256 on 64 cores,
 //! at most 1,024) each own a shard and count with a plain load and store, no locked
-//! instruction (the crate's thread slots are unique and never reused, so such a shard has one
-//! writer); later threads share the same number of other shards, by slot, with a relaxed
-//! `fetch_add`. Insertions take the
+//! instruction (a thread's slot is its own until the thread exits, and is then handed to a later
+//! thread, so such a shard has one writer at a time and the first shards stay in use when
+//! threads come and go); threads beyond those share the same number of other shards, by slot,
+//! with a relaxed `fetch_add`. Insertions take the
 //! index's mutex, so a burst of *new* keys is serialized, each for bounded work (see "Cost of
 //! an insertion" on [`KeyedLimiter`]); a flood of refused new keys reads only the `len` and
 //! `next_full_at` words of `Table`, without the mutex, so it scales.
@@ -765,9 +766,11 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     }
 
     /// Adds `n` to the calling thread's count `which`. The first half of the shards is owned: the
-    /// thread whose slot is `i` is the only one that ever writes shard `i` (slots are unique per
-    /// thread and never reused), so it counts with a relaxed load and store, no locked
-    /// instruction. Threads with later slots share the second half, by slot, with `fetch_add`.
+    /// thread whose slot is `i` is the only one that writes shard `i` while it holds the slot (a
+    /// slot passes to another thread only after its owner exits, through a mutex that orders the
+    /// owner's last store before the next owner's first load), so it counts with a relaxed load
+    /// and store, no locked instruction. Threads with later slots share the second half, by
+    /// slot, with `fetch_add`.
     /// Either way a count is exact once the call that made it has returned.
     #[inline]
     fn count(&self, which: impl FnOnce(&Counters) -> &AtomicU64, n: u64) {

@@ -219,7 +219,9 @@ struct Pool {
 /// * **Cheap refusals.** A refusal that read every shard publishes when the pool will next
 ///   hold a token; until then a refusal of one token reads only the own shard and that hint
 ///   (see the module's source docs for the design, the waits and 64 cores).
-/// * Threads map to shards through a thread-local index assigned round-robin: no syscall per call.
+/// * Threads map to shards through a thread-local index, the smallest no live thread holds
+///   (reused once its thread exits), so as many threads alive together as there are shards
+///   start on different shards; no syscall per call.
 /// * **Refill to full.** When the shard count does not divide the burst, the shards with one token
 ///   less fill up first and then stop earning, so an emptied bucket is full again after
 ///   `⌈burst/n⌉·n / rate` instead of `burst / rate` (at most `n / burst` longer). The window bound

@@ -194,27 +194,108 @@ impl Backoff {
     }
 }
 
-/// A small number for the calling thread, assigned round-robin (0, 1, 2, ...) on the thread's
-/// first call and read from a thread-local afterwards: no syscall, no shared write. The keyed and
-/// sharded limiters map it onto their cache-padded shards.
+/// A small number for the calling thread: the smallest one no live thread holds, taken on the
+/// thread's first call and read from a thread-local afterwards (no syscall, no shared write).
+/// A thread's slot is its own until the thread exits; then its thread-local destructor returns
+/// it to the pool for a later thread. The keyed and sharded limiters map it onto their
+/// cache-padded shards.
+///
+/// Slots are reused so that a process whose threads come and go (a thread pool that retires
+/// idle threads, a benchmark that spawns threads per run) keeps its slots small: the keyed
+/// limiter's first slots own a counter shard each and count without a locked instruction
+/// (`KeyedLimiter::count`), which later slots cannot. A reused slot keeps that single-writer
+/// guarantee: the exiting thread marks itself slotless ([`SHARED_SLOT`]) before the slot goes
+/// back to the pool, and the pool's mutex orders its last counter store before the next
+/// owner's first load.
 #[cfg(all(feature = "std", not(tollgate_loom)))]
 #[inline]
 pub(crate) fn thread_slot() -> usize {
-    use core::cell::Cell;
-    use core::sync::atomic::AtomicUsize;
-    // The only process-wide atomic: touched once per thread, never on a decision.
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    std::thread_local! {
-        static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+    let s = SLOT.with(core::cell::Cell::get);
+    if s != UNASSIGNED {
+        return s;
     }
-    SLOT.with(|slot| {
-        let mut s = slot.get();
-        if s == usize::MAX {
-            s = NEXT.fetch_add(1, Ordering::Relaxed) & (usize::MAX >> 1);
-            slot.set(s);
+    slots::claim()
+}
+
+/// What [`thread_slot`] answers a thread that has no slot of its own: one whose slot was
+/// returned as it exits, or that first asks during its exit. Above every owned shard, so such a
+/// thread only ever counts on the shared shards (with `fetch_add`).
+#[cfg(all(feature = "std", not(tollgate_loom)))]
+pub(crate) const SHARED_SLOT: usize = usize::MAX >> 1;
+
+/// The calling thread's slot before its first call.
+#[cfg(all(feature = "std", not(tollgate_loom)))]
+const UNASSIGNED: usize = usize::MAX;
+
+#[cfg(all(feature = "std", not(tollgate_loom)))]
+std::thread_local! {
+    /// The calling thread's slot (`UNASSIGNED`, a claimed slot, or `SHARED_SLOT`). No
+    /// destructor, so it stays readable while the thread's other thread-locals are dropped.
+    static SLOT: core::cell::Cell<usize> = const { core::cell::Cell::new(UNASSIGNED) };
+}
+
+/// The pool of slots behind [`thread_slot`]'s first call, and the thread-local guard that
+/// returns a slot when its thread exits.
+#[cfg(all(feature = "std", not(tollgate_loom)))]
+mod slots {
+    use super::{SHARED_SLOT, SLOT};
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    use std::sync::{Mutex, PoisonError};
+
+    /// Slots ever handed out are `0..next`; `free` holds those returned, smallest first.
+    struct Pool {
+        next: usize,
+        free: BinaryHeap<Reverse<usize>>,
+    }
+
+    // Touched once when a thread first asks for a slot and once when it exits, never on a
+    // decision. Nothing panics while it is held; poison is ignored anyway.
+    static POOL: Mutex<Pool> = Mutex::new(Pool {
+        next: 0,
+        free: BinaryHeap::new(),
+    });
+
+    /// Owns the calling thread's slot; dropping it (as the thread exits) returns the slot.
+    struct Held(usize);
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            // First stop using the slot, then give it back (program order, then the mutex,
+            // orders this thread's last counter store before the next owner's first load).
+            SLOT.with(|s| s.set(SHARED_SLOT));
+            let mut pool = POOL.lock().unwrap_or_else(PoisonError::into_inner);
+            pool.free.push(Reverse(self.0));
         }
-        s
-    })
+    }
+
+    std::thread_local! {
+        static HELD: core::cell::Cell<Option<Held>> = const { core::cell::Cell::new(None) };
+    }
+
+    /// Takes the smallest free slot for the calling thread, or `SHARED_SLOT` if the thread is
+    /// already exiting (its slot could not be returned).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn claim() -> usize {
+        let claimed = HELD.try_with(|held| {
+            let mut pool = POOL.lock().unwrap_or_else(PoisonError::into_inner);
+            let slot = match pool.free.pop() {
+                Some(Reverse(slot)) => slot,
+                None if pool.next < SHARED_SLOT => {
+                    pool.next += 1;
+                    pool.next - 1
+                }
+                None => return SHARED_SLOT,
+            };
+            drop(pool);
+            held.set(Some(Held(slot)));
+            slot
+        });
+        let slot = claimed.unwrap_or(SHARED_SLOT);
+        SLOT.with(|s| s.set(slot));
+        slot
+    }
 }
 
 /// Under loom the counter and the thread-local are loom's, so each explored execution assigns the
@@ -236,4 +317,27 @@ pub(crate) fn thread_slot() -> usize {
         }
         s
     })
+}
+
+#[cfg(all(test, feature = "std", not(tollgate_loom)))]
+mod tests {
+    use super::{thread_slot, SHARED_SLOT};
+    use std::vec::Vec;
+
+    #[test]
+    fn a_thread_keeps_its_slot_and_exited_threads_slots_are_reused() {
+        let mine = thread_slot();
+        assert_eq!(thread_slot(), mine);
+        // 200 threads one after the other: each takes the smallest slot no live thread holds,
+        // so they share a few slots (other tests' threads may hold some meanwhile); without
+        // reuse they would take 200 different ones.
+        let mut seen: Vec<usize> = (0..200)
+            .map(|_| std::thread::spawn(thread_slot).join().unwrap())
+            .collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert!(seen.len() < 100, "{} distinct slots: {seen:?}", seen.len());
+        assert!(!seen.contains(&mine) && !seen.contains(&SHARED_SLOT));
+        assert_eq!(thread_slot(), mine);
+    }
 }

@@ -1,7 +1,7 @@
 //! The `tollgate-bench` command line.
 //!
 //! ```text
-//! tollgate-bench compare [--threads 1,2,4] [--duration 500ms] [--strategies a,b]
+//! tollgate-bench compare [--threads 1,2,4] [--duration 500ms] [--rounds N] [--strategies a,b]
 //!                        [--regime allow|deny|mixed]... [--keys N] [--cost N]
 //!                        [--rate N] [--burst N] [--format table|csv|json] [--out DIR] [--seed N]
 //!                        [--redis URL]
@@ -39,7 +39,7 @@ struct Cli {
 enum Command {
     /// Run every strategy × thread count × regime and print throughput, latency, fairness and
     /// the admitted-vs-bound check. Exits 1 if any strategy admits more than its bound.
-    Compare(CompareArgs),
+    Compare(Box<CompareArgs>),
     /// List the strategies this binary knows.
     List,
 }
@@ -49,10 +49,15 @@ struct CompareArgs {
     /// Thread counts, comma-separated [default: 1, 2 and 2 x available cores]
     #[arg(long, value_delimiter = ',', value_parser = parse_threads, value_name = "N,N,...")]
     threads: Vec<usize>,
-    /// Time per cell: a number and a unit (ns, us, ms, s), e.g. 500ms [default: 1 s, shortened
-    /// so all cells together measure for at most 100 s]
+    /// Time per cell, all rounds together: a number and a unit (ns, us, ms, s), e.g. 500ms
+    /// [default: 1 s, shortened so all cells together measure for at most 100 s]
     #[arg(long, value_parser = parse_duration, value_name = "TIME")]
     duration: Option<Duration>,
+    /// Rounds per cell: each round runs every strategy of one threads x regime for
+    /// duration / rounds on a fresh limiter, in an order rotated by one per round; each cell
+    /// reports its median round (every round is checked against its own bound)
+    #[arg(long, default_value_t = Plan::DEFAULT_ROUNDS, value_parser = parse_rounds, value_name = "N")]
+    rounds: usize,
     /// Strategies, comma-separated (see `tollgate-bench list`) [default: all]
     #[arg(long, value_delimiter = ',', value_name = "NAME,NAME,...")]
     strategies: Vec<String>,
@@ -81,7 +86,7 @@ struct CompareArgs {
     #[arg(long, default_value_t = 0x5EED)]
     seed: u64,
     /// A Redis server (`redis://host:port`): adds the strategies `redis`, `redis-lease` and
-    /// `redis-lua-baseline` (a fresh key prefix per cell)
+    /// `redis-lua-baseline` (a fresh key prefix per round of a cell)
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
 }
@@ -93,16 +98,25 @@ enum Format {
     Json,
 }
 
-fn parse_threads(s: &str) -> Result<usize, String> {
+/// A whole number from 1 to `max`; the errors name `what` (e.g. "thread count").
+fn parse_count(s: &str, what: &str, max: usize) -> Result<usize, String> {
     let n: usize = s
         .trim()
         .parse()
-        .map_err(|_| format!("`{s}` is not a thread count (a whole number, 1 to 4096)"))?;
-    if (1..=4096).contains(&n) {
+        .map_err(|_| format!("`{s}` is not a {what} (a whole number, 1 to {max})"))?;
+    if (1..=max).contains(&n) {
         Ok(n)
     } else {
-        Err(format!("thread count {n} is out of range (1 to 4096)"))
+        Err(format!("{what} {n} is out of range (1 to {max})"))
     }
+}
+
+fn parse_threads(s: &str) -> Result<usize, String> {
+    parse_count(s, "thread count", 4096)
+}
+
+fn parse_rounds(s: &str) -> Result<usize, String> {
+    parse_count(s, "number of rounds", 1000)
 }
 
 /// Parses `500ms`, `1s`, `2.5s`, `250us`, `100ns` (also `µs`). Between 1 µs and 1 hour.
@@ -205,7 +219,7 @@ where
             }
             ExitCode::SUCCESS
         }
-        Command::Compare(args) => run_compare(args, registry),
+        Command::Compare(args) => run_compare(*args, registry),
     }
 }
 
@@ -261,6 +275,7 @@ fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
         rate: args.rate,
         burst: args.burst,
         duration,
+        rounds: args.rounds,
         seed: args.seed,
     };
     if let Err(e) = check(&selected, &plan) {
@@ -273,11 +288,11 @@ fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
     }
 
     let bar = indicatif::ProgressBar::with_draw_target(
-        Some(cells as u64),
+        Some((cells * plan.rounds) as u64),
         indicatif::ProgressDrawTarget::stderr(),
     );
     if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{elapsed_precise} [{bar:30}] {pos}/{len} cells  eta {eta}  {msg}",
+        "{elapsed_precise} [{bar:30}] {pos}/{len} runs  eta {eta}  {msg}",
     ) {
         bar.set_style(style.progress_chars("=> "));
     }
@@ -295,12 +310,14 @@ fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
         }
     };
     eprintln!(
-        "tollgate-bench: {} cells ({} strategies x {} thread counts x {} regimes) at {:?} each, {:.1} s in all",
+        "tollgate-bench: {} cells ({} strategies x {} thread counts x {} regimes) at {:?} each in {} interleaved rounds of {:?}, {:.1} s in all",
         cells,
         selected.len(),
         plan.threads.len(),
         plan.regimes.len(),
         duration,
+        plan.rounds,
+        plan.round_duration(),
         started.elapsed().as_secs_f64()
     );
 
@@ -378,6 +395,15 @@ mod tests {
         assert_eq!(parse_threads("4"), Ok(4));
         for bad in ["0", "-1", "x", "5000", ""] {
             assert!(parse_threads(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn rounds() {
+        assert_eq!(parse_rounds("1"), Ok(1));
+        assert_eq!(parse_rounds("1000"), Ok(1000));
+        for bad in ["0", "-1", "x", "1001", "", "18446744073709551616"] {
+            assert!(parse_rounds(bad).is_err(), "{bad:?} accepted");
         }
     }
 

@@ -1,8 +1,11 @@
-//! A whole comparison: check a [`Plan`] against the strategies, run every cell
-//! ([`crate::run`]) and collect them into a [`Report`] ([`crate::report`]). The one module that
+//! A whole comparison: check a [`Plan`] against the strategies, run every cell in interleaved
+//! rounds ([`crate::run`]) and collect them into a [`Report`] ([`crate::report`]). The one module that
 //! knows both the runner and the report, so that neither imports the other.
 
-use crate::{run_cell, Error, Plan, Report, Setup, Strategy};
+use crate::cell::Measured;
+use crate::plan::round_order;
+use crate::run::run_round;
+use crate::{CellResult, CellSpec, Error, Plan, Report, Setup, Strategy};
 use tollgate::DefaultClock;
 
 /// Checks, without running anything, the plan ([`Plan::validate`]) and that every strategy
@@ -36,17 +39,24 @@ pub fn check(strategies: &[Strategy], plan: &Plan) -> Result<(), Error> {
     Ok(())
 }
 
-/// Runs every cell of `plan` for every strategy (regime, then threads, then strategy), calling
-/// `progress(done, total, label)` before each cell. The report computes the ratio to the
-/// baseline ([`Report::vs_std_mutex`]).
+/// Runs every cell of `plan` for every strategy and calls `progress(done, total, label)`
+/// before each run (`total` = cells × rounds). Regime, then threads, in the outer loops; for
+/// each threads × regime, [`Plan::rounds`] rounds, each running every strategy once for
+/// [`Plan::round_duration`] on a fresh limiter, in the order [`round_order`] gives (rotated by
+/// one per round). The rounds of a cell are combined as [`crate::cell`] describes: the median
+/// round's throughput, every round checked against its own bound, latencies merged. The report
+/// lists the cells in strategy order and computes the ratio to the baseline
+/// ([`Report::vs_std_mutex`]).
 ///
 /// ```
 /// use std::time::Duration;
 /// use tollgate_bench::{compare, strategies, Plan, Regime};
 /// let s = vec![strategies::by_name("std-mutex").unwrap(), strategies::by_name("cas").unwrap()];
-/// let plan = Plan::new(vec![1], vec![Regime::Allow], Duration::from_millis(5));
+/// let mut plan = Plan::new(vec![1], vec![Regime::Allow], Duration::from_millis(6));
+/// plan.rounds = 3;
 /// let report = compare(&s, &plan, |_, _, _| {}).unwrap();
 /// assert_eq!(report.cells.len(), 2);
+/// assert_eq!(report.cells[1].rounds.iter().map(|r| r.position).collect::<Vec<_>>(), [1, 0, 1]);
 /// assert_eq!(report.vs_std_mutex(&report.cells[0]), Some(1.0));
 /// assert!(report.violations().is_empty());
 /// ```
@@ -57,25 +67,44 @@ pub fn compare(
 ) -> Result<Report, Error> {
     check(strategies, plan)?;
     let specs = plan.cells();
-    let total = specs.len() * strategies.len();
-    let mut cells = Vec::with_capacity(total);
+    let total = specs.len() * strategies.len() * plan.rounds;
+    let mut done = 0;
+    let mut cells = Vec::with_capacity(specs.len() * strategies.len());
     for spec in &specs {
-        for s in strategies {
-            let label = format!(
-                "{} · {} thread{} · {}",
-                s.name(),
-                spec.threads,
-                if spec.threads == 1 { "" } else { "s" },
-                spec.regime.name()
-            );
-            progress(cells.len(), total, &label);
-            cells.push(run_cell(s, spec)?);
+        let round_spec = CellSpec {
+            duration: plan.round_duration(),
+            ..spec.clone()
+        };
+        let mut rounds: Vec<Vec<Measured>> = strategies
+            .iter()
+            .map(|_| Vec::with_capacity(plan.rounds))
+            .collect();
+        for round in 0..plan.rounds {
+            for (position, i) in round_order(strategies.len(), round).into_iter().enumerate() {
+                let s = &strategies[i];
+                let label = format!(
+                    "{} · {} thread{} · {} · round {}/{}",
+                    s.name(),
+                    spec.threads,
+                    if spec.threads == 1 { "" } else { "s" },
+                    spec.regime.name(),
+                    round + 1,
+                    plan.rounds
+                );
+                progress(done, total, &label);
+                rounds[i].push(run_round(s, &round_spec, round, position)?);
+                done += 1;
+            }
+        }
+        for (s, rounds) in strategies.iter().zip(rounds) {
+            cells.push(CellResult::from_rounds(s, spec, rounds)?);
         }
     }
-    progress(cells.len(), total, "done");
+    progress(done, total, "done");
     Ok(Report {
         cells,
         duration: plan.duration,
+        rounds: plan.rounds,
         cost: plan.cost,
         seed: plan.seed,
     })

@@ -9,7 +9,9 @@
 //! * [`Strategy`] — a named factory of limiters; [`strategies::builtins`] lists the built-ins.
 //! * [`Plan`] — what a comparison runs: cells (strategy × threads × [`Regime`]), validated
 //!   before anything runs ([`plan`], pure data).
-//! * [`run_cell`] runs one cell ([`run`]); [`compare()`] runs a plan ([`compare`](mod@compare)).
+//! * [`run_cell`] runs one cell once ([`run`]); [`compare()`] runs a plan
+//!   ([`compare`](mod@compare)), each cell in interleaved [`Round`]s whose median it reports
+//!   ([`cell`]).
 //! * [`Error`] — why a plan, a strategy, a cell or an output failed.
 //! * [`Report`] — the table, CSV, JSON and SVG outputs; [`Report::violations`] are the cells
 //!   where a strategy admitted more than `burst + rate × elapsed`.
@@ -37,7 +39,7 @@ pub mod rng;
 pub mod run;
 pub mod strategies;
 
-pub use cell::CellResult;
+pub use cell::{CellResult, Round};
 pub use compare::compare;
 pub use error::{BuildError, Error};
 pub use plan::{CellSpec, Plan, Regime};

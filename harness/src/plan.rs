@@ -12,6 +12,12 @@
 //!
 //! `--rate` and `--burst` replace the rate and the burst in every selected regime (the regime
 //! then only decides whether the bucket starts full or drained).
+//!
+//! # Rounds
+//! Each cell's duration is split into [`Plan::rounds`] rounds; in round `r` the strategies of
+//! one threads × regime run one after the other in the order [`round_order`] gives (rotated by
+//! one per round), each on a fresh limiter for [`Plan::round_duration`]. See [`crate::cell`]
+//! for how the rounds are combined.
 
 use crate::Error;
 use std::time::Duration;
@@ -216,18 +222,29 @@ pub struct Plan {
     pub rate: Option<u64>,
     /// Overrides every regime's burst.
     pub burst: Option<u64>,
-    /// Per cell.
+    /// Per cell, all rounds together.
     pub duration: Duration,
+    /// Rounds each cell's duration is split into ([`Plan::DEFAULT_ROUNDS`] unless set).
+    pub rounds: usize,
     /// Seed of the key generators.
     pub seed: u64,
 }
 
 impl Plan {
-    /// A plan with cost 1, 1000 keys, the regimes' default quotas and seed 0.
+    /// The rounds a cell is measured in unless told otherwise: odd, so that the median is
+    /// one round's measurement, and enough that one disturbed round is outvoted.
+    pub const DEFAULT_ROUNDS: usize = 5;
+
+    /// The shortest round [`Plan::validate`] accepts (the shortest `--duration`).
+    pub const MIN_ROUND: Duration = Duration::from_micros(1);
+
+    /// A plan with cost 1, 1000 keys, the regimes' default quotas, [`Plan::DEFAULT_ROUNDS`]
+    /// rounds and seed 0.
     ///
     /// ```
     /// let plan = tollgate_bench::Plan::new(vec![1], tollgate_bench::Regime::ALL.to_vec(), std::time::Duration::from_millis(5));
     /// assert_eq!(plan.cells().len(), 3);
+    /// assert_eq!(plan.rounds, tollgate_bench::Plan::DEFAULT_ROUNDS);
     /// ```
     pub fn new(threads: Vec<usize>, regimes: Vec<Regime>, duration: Duration) -> Plan {
         Plan {
@@ -238,13 +255,32 @@ impl Plan {
             rate: None,
             burst: None,
             duration,
+            rounds: Plan::DEFAULT_ROUNDS,
             seed: 0,
         }
     }
 
-    /// The per-cell duration when none is given: 1 s, shortened so that all `cells` together
-    /// measure for at most 100 s (so that the default run, with setup, ends within about two
-    /// minutes), and never below 10 ms.
+    /// How long each strategy runs in one round: the cell's duration divided by the rounds
+    /// (rounded down to whole nanoseconds; the whole duration when `rounds` is 0, which
+    /// [`Plan::validate`] refuses).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let mut plan = tollgate_bench::Plan::new(vec![1], vec![], Duration::from_secs(1));
+    /// plan.rounds = 4;
+    /// assert_eq!(plan.round_duration(), Duration::from_millis(250));
+    /// ```
+    pub fn round_duration(&self) -> Duration {
+        match u32::try_from(self.rounds) {
+            Ok(0) => self.duration,
+            Ok(n) => self.duration / n,
+            Err(_) => Duration::ZERO,
+        }
+    }
+
+    /// The per-cell duration (all rounds together) when none is given: 1 s, shortened so that
+    /// all `cells` together measure for at most 100 s (so that the default run, with setup, ends
+    /// within about two minutes), and never below 10 ms.
     ///
     /// ```
     /// use std::time::Duration;
@@ -287,7 +323,8 @@ impl Plan {
     }
 
     /// Checks, without running or building anything, that there is something to run, that
-    /// every cell's quota is valid and that the cost fits the burst. [`crate::compare()`] also
+    /// every cell's quota is valid, that the cost fits the burst and that a round lasts at
+    /// least [`Plan::MIN_ROUND`]. [`crate::compare()`] also
     /// builds every strategy once per regime before running ([`crate::compare::check`]).
     ///
     /// ```
@@ -297,12 +334,27 @@ impl Plan {
     /// plan.cost = 5000;
     /// let err = plan.validate().unwrap_err();
     /// assert!(err.to_string().contains("exceeds the burst"), "{err}");
+    /// plan.cost = 1;
+    /// plan.rounds = 10_000;
+    /// assert!(plan.validate().unwrap_err().to_string().contains("--rounds"));
     /// ```
     pub fn validate(&self) -> Result<(), Error> {
         if self.threads.is_empty() || self.regimes.is_empty() {
             return Err(Error::Plan(
                 "nothing to run: no threads or regimes".to_owned(),
             ));
+        }
+        if self.rounds == 0 {
+            return Err(Error::Plan("--rounds must be at least 1".to_owned()));
+        }
+        if self.round_duration() < Plan::MIN_ROUND {
+            return Err(Error::Plan(format!(
+                "--duration {:?} split into --rounds {} leaves {:?} per round, under {:?}: lengthen --duration or lower --rounds",
+                self.duration,
+                self.rounds,
+                self.round_duration(),
+                Plan::MIN_ROUND
+            )));
         }
         for spec in self.first_cells() {
             spec.checked_quota()?;
@@ -317,4 +369,21 @@ impl Plan {
             .into_iter()
             .filter(move |c| Some(c.threads) == first)
     }
+}
+
+/// The order the strategies of one threads × regime run in, in round `round` (indices into the
+/// strategy list): the list rotated left by `round`, so that across as many rounds as there are
+/// strategies each one runs first once and last once.
+///
+/// ```
+/// use tollgate_bench::plan::round_order;
+/// assert_eq!(round_order(3, 0), [0, 1, 2]);
+/// assert_eq!(round_order(3, 1), [1, 2, 0]);
+/// assert_eq!(round_order(3, 5), [2, 0, 1]);
+/// assert!(round_order(0, 4).is_empty());
+/// ```
+pub fn round_order(strategies: usize, round: usize) -> Vec<usize> {
+    (0..strategies)
+        .map(|i| (i + round % strategies.max(1)) % strategies)
+        .collect()
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The exact CSV header `--format csv` prints.
-pub const CSV_HEADER: &str = "strategy,threads,regime,keys,ops,seconds,ops_per_sec,ns_per_op,p50_ns,p99_ns,p999_ns,admitted,bound,fairness";
+pub const CSV_HEADER: &str = "strategy,threads,regime,keys,ops,seconds,ops_per_sec,ns_per_op,p50_ns,p99_ns,p999_ns,admitted,bound,fairness,rounds,ops_per_sec_min,ops_per_sec_max";
 
 /// Every cell of a comparison, in run order (regime, threads, strategy).
 ///
@@ -24,8 +24,10 @@ pub const CSV_HEADER: &str = "strategy,threads,regime,keys,ops,seconds,ops_per_s
 pub struct Report {
     /// The measurements.
     pub cells: Vec<CellResult>,
-    /// Per-cell duration.
+    /// Per-cell duration, all rounds together.
     pub duration: Duration,
+    /// Rounds each cell was measured in.
+    pub rounds: usize,
     /// Tokens per operation.
     pub cost: u64,
     /// Seed of the key generators.
@@ -55,6 +57,20 @@ fn si(x: f64) -> String {
     }
 }
 
+/// The table's `spread` column: (fastest - slowest round) / median, in percent; `-` for one
+/// round.
+fn spread(c: &CellResult) -> String {
+    if c.rounds.len() < 2 {
+        return "-".to_owned();
+    }
+    let pct = (c.ops_per_sec_max - c.ops_per_sec_min) / c.ops_per_sec * 100.0;
+    if pct.is_finite() {
+        format!("{pct:.0}%")
+    } else {
+        "-".to_owned()
+    }
+}
+
 fn label(c: &CellResult) -> String {
     match c.kind {
         Kind::Peer => format!("{} (peer)", c.strategy),
@@ -64,8 +80,8 @@ fn label(c: &CellResult) -> String {
 
 impl Report {
     /// `cell`'s throughput relative to the baseline strategy ([`BASELINE`], `std-mutex`) at the
-    /// same threads and regime, when the baseline ran: the table's `vs std-mutex` column and
-    /// the JSON's `vs_std_mutex`.
+    /// same threads and regime, when the baseline ran ([`Report::ratio`]): the table's
+    /// `vs std-mutex` column and the JSON's `vs_std_mutex`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -80,7 +96,43 @@ impl Report {
             .find(|b| {
                 b.strategy == BASELINE && b.threads == cell.threads && b.regime == cell.regime
             })
-            .map(|b| cell.ops_per_sec / b.ops_per_sec)
+            .map(|b| Report::ratio(cell, b))
+    }
+
+    /// `a`'s throughput relative to `b`'s, for two cells of the same threads and regime: the
+    /// median of the per-round ratios `a.rounds[i] / b.rounds[i]` (rounds of one index ran
+    /// next to each other, so each ratio compares two runs seconds apart, and a burst of load
+    /// that slows a few rounds moves few ratios); of an even count, the mean of the middle
+    /// two. Cells with different round counts (not from one [`compare`](crate::compare) run)
+    /// compare their median rounds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_bench::{compare, strategies, Plan, Report, Regime};
+    /// let s = vec![strategies::by_name("cas").unwrap(), strategies::by_name("std-mutex").unwrap()];
+    /// let plan = Plan::new(vec![1], vec![Regime::Deny], Duration::from_millis(10));
+    /// let report = compare(&s, &plan, |_, _, _| {}).unwrap();
+    /// let (cas, mutex) = (&report.cells[0], &report.cells[1]);
+    /// assert!(Report::ratio(cas, mutex) > 0.0);
+    /// assert_eq!(Report::ratio(cas, cas), 1.0);
+    /// ```
+    pub fn ratio(a: &CellResult, b: &CellResult) -> f64 {
+        if a.rounds.len() != b.rounds.len() || a.rounds.is_empty() {
+            return a.ops_per_sec / b.ops_per_sec;
+        }
+        let mut r: Vec<f64> = a
+            .rounds
+            .iter()
+            .zip(&b.rounds)
+            .map(|(x, y)| x.ops_per_sec / y.ops_per_sec)
+            .collect();
+        r.sort_by(f64::total_cmp);
+        let n = r.len();
+        if n % 2 == 1 {
+            r[n / 2]
+        } else {
+            (r[n / 2 - 1] + r[n / 2]) / 2.0
+        }
     }
 
     /// Cells whose strategy admitted more than the bound.
@@ -96,7 +148,8 @@ impl Report {
         self.cells.iter().filter(|c| c.over_bound()).collect()
     }
 
-    /// One line per violation, saying what was admitted against what bound.
+    /// One line per violating cell, saying what its first round over the bound admitted
+    /// against that round's bound.
     ///
     /// ```
     /// use std::time::Duration;
@@ -109,14 +162,19 @@ impl Report {
         self.violations()
             .iter()
             .map(|c| {
+                let (admitted, bound, round) = match c.first_round_over_bound() {
+                    Some(r) => (r.admitted, r.bound, format!(", round {} of {}", r.index + 1, c.rounds.len())),
+                    None => (c.admitted, c.bound, ", all rounds together".to_owned()),
+                };
                 format!(
-                    "{} admitted {} tokens, more than the bound {} (burst + rate x elapsed{}) at {} thread(s), regime {}",
+                    "{} admitted {} tokens, more than the bound {} (burst + rate x elapsed{}) at {} thread(s), regime {}{}",
                     c.strategy,
-                    c.admitted,
-                    c.bound,
+                    admitted,
+                    bound,
                     if c.keys > 1 { ", per key touched" } else { "" },
                     c.threads,
-                    c.regime.name()
+                    c.regime.name(),
+                    round
                 )
             })
             .collect()
@@ -139,6 +197,7 @@ impl Report {
             "threads",
             "regime",
             "Mops/s",
+            "spread",
             "ns/op",
             "p50",
             "p99",
@@ -155,6 +214,7 @@ impl Report {
                 c.threads.to_string(),
                 c.regime.name().to_owned(),
                 format!("{:.2}", c.ops_per_sec / 1e6),
+                spread(c),
                 format!("{:.1}", c.ns_per_op),
                 c.p50_ns.to_string(),
                 c.p99_ns.to_string(),
@@ -202,7 +262,11 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\nlatencies in ns (every 64th op sampled); admitted and bound in tokens; fairness = min/max ops per thread"
+            "\nMops/s, ns/op and fairness: the median of {} round(s); spread = (fastest - slowest round) / median;\n\
+             vs std-mutex = the median of the per-round ratios (each round runs every strategy once, one after the other)\n\
+             latencies in ns (every 64th op sampled, all rounds); admitted and bound in tokens, summed over the rounds\n\
+             (each round checked against its own bound); fairness = min/max ops per thread",
+            self.rounds
         );
         out
     }
@@ -211,7 +275,7 @@ impl Report {
     ///
     /// ```
     /// use tollgate_bench::{report::{Report, CSV_HEADER}};
-    /// let empty = Report { cells: vec![], duration: Default::default(), cost: 1, seed: 0 };
+    /// let empty = Report { cells: vec![], duration: Default::default(), rounds: 5, cost: 1, seed: 0 };
     /// assert_eq!(empty.to_csv(), format!("{CSV_HEADER}\n"));
     /// ```
     pub fn to_csv(&self) -> String {
@@ -221,7 +285,7 @@ impl Report {
         for c in &self.cells {
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{:.6},{:.0},{:.2},{},{},{},{},{},{:.4}",
+                "{},{},{},{},{},{:.6},{:.0},{:.2},{},{},{},{},{},{:.4},{},{:.0},{:.0}",
                 c.strategy,
                 c.threads,
                 c.regime.name(),
@@ -235,18 +299,23 @@ impl Report {
                 c.p999_ns,
                 c.admitted,
                 c.bound,
-                c.fairness
+                c.fairness,
+                c.rounds.len(),
+                c.ops_per_sec_min,
+                c.ops_per_sec_max
             );
         }
         out
     }
 
-    /// The JSON: `{"tool", "version", "duration_ms", "cost", "seed", "cells": [...]}` where each
-    /// cell carries every CSV column plus `kind` and `vs_std_mutex`.
+    /// The JSON: `{"tool", "version", "duration_ms", "rounds", "cost", "seed", "cells": [...]}`
+    /// where each cell carries every CSV column (but `rounds` is the list of its rounds: `index`,
+    /// `position`, `ops`, `seconds`, `ops_per_sec`, `admitted`, `bound`) plus `kind` and
+    /// `vs_std_mutex`.
     ///
     /// ```
     /// use tollgate_bench::report::Report;
-    /// let empty = Report { cells: vec![], duration: Default::default(), cost: 1, seed: 0 };
+    /// let empty = Report { cells: vec![], duration: Default::default(), rounds: 5, cost: 1, seed: 0 };
     /// assert!(empty.to_json().contains("\"cells\": []"));
     /// ```
     pub fn to_json(&self) -> String {
@@ -261,6 +330,7 @@ impl Report {
             tool: &'static str,
             version: &'static str,
             duration_ms: f64,
+            rounds: usize,
             cost: u64,
             seed: u64,
             cells: Vec<Cell<'a>>,
@@ -269,6 +339,7 @@ impl Report {
             tool: "tollgate-bench compare",
             version: env!("CARGO_PKG_VERSION"),
             duration_ms: self.duration.as_secs_f64() * 1e3,
+            rounds: self.rounds,
             cost: self.cost,
             seed: self.seed,
             cells: self
@@ -329,7 +400,7 @@ impl Report {
     ///
     /// ```
     /// use tollgate_bench::{report::Report, Regime};
-    /// let empty = Report { cells: vec![], duration: Default::default(), cost: 1, seed: 0 };
+    /// let empty = Report { cells: vec![], duration: Default::default(), rounds: 5, cost: 1, seed: 0 };
     /// let path = std::env::temp_dir().join(format!("tollgate-bench-empty-{}.svg", std::process::id()));
     /// empty.write_svg(Regime::Mixed, &path).unwrap();
     /// std::fs::remove_file(&path).unwrap();
@@ -421,7 +492,67 @@ impl Report {
 
 #[cfg(test)]
 mod tests {
-    use super::si;
+    use super::{si, Report};
+    use crate::cell::{CellResult, Round};
+    use crate::{Kind, Regime};
+
+    fn cell(per_round: &[f64]) -> CellResult {
+        let rounds: Vec<Round> = per_round
+            .iter()
+            .enumerate()
+            .map(|(index, &ops_per_sec)| Round {
+                index,
+                position: 0,
+                ops: ops_per_sec as u64,
+                seconds: 1.0,
+                ops_per_sec,
+                admitted: 0,
+                bound: 0,
+            })
+            .collect();
+        let mut sorted = per_round.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        CellResult {
+            strategy: "s".to_owned(),
+            kind: Kind::Custom,
+            threads: 1,
+            regime: Regime::Allow,
+            keys: 1,
+            ops: 0,
+            seconds: 0.0,
+            ops_per_sec: sorted[(sorted.len() - 1) / 2],
+            ops_per_sec_min: sorted[0],
+            ops_per_sec_max: sorted[sorted.len() - 1],
+            ns_per_op: 0.0,
+            p50_ns: 0,
+            p99_ns: 0,
+            p999_ns: 0,
+            admitted: 0,
+            bound: 0,
+            fairness: 1.0,
+            rounds,
+        }
+    }
+
+    /// Rounds pair by index: round `i` of `a` is compared with round `i` of `b` (they ran next
+    /// to each other), not the median round of one with the median round of the other.
+    #[test]
+    fn ratios_are_the_median_of_paired_rounds() {
+        let (a, b) = (cell(&[4.0, 1.0, 4.0]), cell(&[2.0, 0.5, 2.0]));
+        assert_eq!(Report::ratio(&a, &b), 2.0);
+        // Paired ratios 1/3, 2, 3/2: median 3/2; the medians' ratio would be 2/2.
+        let (a, b) = (cell(&[1.0, 2.0, 3.0]), cell(&[3.0, 1.0, 2.0]));
+        assert_eq!(
+            (a.ops_per_sec / b.ops_per_sec, Report::ratio(&a, &b)),
+            (1.0, 1.5)
+        );
+        // Even counts: the mean of the middle two; other round counts: the medians.
+        assert_eq!(
+            Report::ratio(&cell(&[1.0, 2.0, 3.0, 4.0]), &cell(&[1.0; 4])),
+            2.5
+        );
+        assert_eq!(Report::ratio(&cell(&[3.0]), &cell(&[1.0, 2.0])), 3.0);
+    }
 
     #[test]
     fn si_suffixes() {

@@ -1,8 +1,10 @@
-//! Running one cell: one strategy × thread count × regime, timed, sampled and checked against
-//! the bound (see [`crate::cell`] for what is measured).
+//! Running one round of a cell: one strategy × thread count × regime, timed, sampled and
+//! checked against the round's bound (see [`crate::cell`] for what is measured and how
+//! [`crate::compare()`] combines the rounds).
 //!
 //! Every operation goes through `&dyn RateLimiter` (one indirect call, the same for all).
 
+use crate::cell::{new_histogram, Measured, Round};
 use crate::rng::SplitMix64;
 use crate::{CellResult, CellSpec, Error, RateLimiter, Setup, Strategy};
 use hdrhistogram::Histogram;
@@ -85,7 +87,7 @@ fn worker(sh: Shared<'_>, mut out: ThreadOut, mut rng: SplitMix64) -> ThreadOut 
     out
 }
 
-/// Runs one cell: builds a fresh limiter on a fresh clock, drains it for the deny regime,
+/// Runs one cell in one round: builds a fresh limiter on a fresh clock, drains it for the deny regime,
 /// runs `spec.threads` threads for `spec.duration`, and measures.
 ///
 /// Errors ([`Error`]) when the quota is invalid, the cost exceeds the burst, the strategy
@@ -99,8 +101,20 @@ fn worker(sh: Shared<'_>, mut out: ThreadOut, mut rng: SplitMix64) -> ThreadOut 
 /// let r = run_cell(&strategies::by_name("std-mutex").unwrap(), &spec).unwrap();
 /// assert_eq!((r.threads, r.regime, r.keys), (2, Regime::Mixed, 1));
 /// assert!(r.ops > 0 && r.admitted <= r.bound);
+/// assert_eq!((r.rounds.len(), r.ops_per_sec_min, r.ops_per_sec_max), (1, r.ops_per_sec, r.ops_per_sec));
 /// ```
 pub fn run_cell(strategy: &Strategy, spec: &CellSpec) -> Result<CellResult, Error> {
+    let measured = run_round(strategy, spec, 0, 0)?;
+    CellResult::from_rounds(strategy, spec, vec![measured])
+}
+
+/// One round of one cell: round number `index`, the strategy's `position` in the round's order.
+pub(crate) fn run_round(
+    strategy: &Strategy,
+    spec: &CellSpec,
+    index: usize,
+    position: usize,
+) -> Result<Measured, Error> {
     let quota = spec.checked_quota()?;
     let key_slots = usize::try_from(spec.keys).map_err(|_| {
         Error::Plan(format!(
@@ -147,8 +161,7 @@ pub fn run_cell(strategy: &Strategy, spec: &CellSpec) -> Result<CellResult, Erro
         outs.push(ThreadOut {
             ops: 0,
             admitted_ops: 0,
-            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
-                .map_err(|e| Error::Histogram(e.to_string()))?,
+            hist: new_histogram()?,
             touched: if keyed {
                 vec![false; key_slots]
             } else {
@@ -207,8 +220,7 @@ pub fn run_cell(strategy: &Strategy, spec: &CellSpec) -> Result<CellResult, Erro
     })?;
     let end_ns = clock.now();
 
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
-        .map_err(|e| Error::Histogram(e.to_string()))?;
+    let mut hist = new_histogram()?;
     let (mut ops, mut min_ops, mut max_ops) = (0u64, u64::MAX, 0u64);
     for out in &outs {
         ops += out.ops;
@@ -229,29 +241,27 @@ pub fn run_cell(strategy: &Strategy, spec: &CellSpec) -> Result<CellResult, Erro
     let refill = (u128::from(spec.rate) * u128::from(elapsed_ns)).div_ceil(1_000_000_000);
     let bound = touched_keys * (u128::from(spec.burst) + refill);
     let threads = outs.len().max(1);
-    Ok(CellResult {
-        strategy: strategy.name().to_owned(),
-        kind: strategy.kind(),
-        threads: spec.threads,
-        regime: spec.regime,
+    Ok(Measured {
+        round: Round {
+            index,
+            position,
+            ops,
+            seconds,
+            ops_per_sec: ops as f64 / seconds,
+            admitted: u64::try_from(admitted).unwrap_or(u64::MAX),
+            bound: u64::try_from(bound).unwrap_or(u64::MAX),
+        },
         keys,
-        ops,
-        seconds,
-        ops_per_sec: ops as f64 / seconds,
         ns_per_op: if ops == 0 {
             f64::INFINITY
         } else {
             seconds * 1e9 * threads as f64 / ops as f64
         },
-        p50_ns: hist.value_at_quantile(0.5),
-        p99_ns: hist.value_at_quantile(0.99),
-        p999_ns: hist.value_at_quantile(0.999),
-        admitted: u64::try_from(admitted).unwrap_or(u64::MAX),
-        bound: u64::try_from(bound).unwrap_or(u64::MAX),
         fairness: if max_ops == 0 {
             1.0
         } else {
             min_ops as f64 / max_ops as f64
         },
+        hist,
     })
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate-bench");
-const HEADER: &str = "strategy,threads,regime,keys,ops,seconds,ops_per_sec,ns_per_op,p50_ns,p99_ns,p999_ns,admitted,bound,fairness";
+const HEADER: &str = "strategy,threads,regime,keys,ops,seconds,ops_per_sec,ns_per_op,p50_ns,p99_ns,p999_ns,admitted,bound,fairness,rounds,ops_per_sec_min,ops_per_sec_max";
 
 fn run(args: &[&str]) -> Output {
     Command::new(BIN)
@@ -38,6 +38,13 @@ fn bad_options_are_rejected_clearly_without_panicking() {
         (&["compare", "--duration", "0s"], "out of range"),
         (&["compare", "--duration", "5parsecs"], "unknown unit"),
         (&["compare", "--duration", "2h"], "unknown unit"),
+        (&["compare", "--rounds", "0"], "out of range"),
+        (&["compare", "--rounds", "1001"], "out of range"),
+        (&["compare", "--rounds", "x"], "not a number of rounds"),
+        (
+            &["compare", "--duration", "10us", "--rounds", "11"],
+            "lengthen --duration or lower --rounds",
+        ),
         (
             &["compare", "--strategies", "nope"],
             "unknown strategy `nope`",
@@ -102,6 +109,7 @@ fn help_lists_every_option_and_list_every_strategy() {
     for opt in [
         "--threads",
         "--duration",
+        "--rounds",
         "--strategies",
         "--regime",
         "--keys",
@@ -146,9 +154,13 @@ struct Row {
     regime: String,
     keys: u64,
     ops: u64,
+    ops_per_sec: f64,
     admitted: u64,
     bound: u64,
     fairness: f64,
+    rounds: u64,
+    ops_per_sec_min: f64,
+    ops_per_sec_max: f64,
 }
 
 fn parse_csv(csv: &str) -> Vec<Row> {
@@ -157,7 +169,7 @@ fn parse_csv(csv: &str) -> Vec<Row> {
     lines
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
-            assert_eq!(f.len(), 14, "{l}");
+            assert_eq!(f.len(), 17, "{l}");
             for (i, v) in f.iter().enumerate().skip(4) {
                 assert!(
                     v.parse::<f64>().is_ok(),
@@ -170,9 +182,13 @@ fn parse_csv(csv: &str) -> Vec<Row> {
                 regime: f[2].to_owned(),
                 keys: f[3].parse().unwrap(),
                 ops: f[4].parse().unwrap(),
+                ops_per_sec: f[6].parse().unwrap(),
                 admitted: f[11].parse().unwrap(),
                 bound: f[12].parse().unwrap(),
                 fairness: f[13].parse().unwrap(),
+                rounds: f[14].parse().unwrap(),
+                ops_per_sec_min: f[15].parse().unwrap(),
+                ops_per_sec_max: f[16].parse().unwrap(),
             }
         })
         .collect()
@@ -217,17 +233,26 @@ fn a_short_run_of_every_strategy_prints_one_csv_line_per_cell_within_bounds() {
             r.bound
         );
         assert!((0.0..=1.0).contains(&r.fairness));
+        assert_eq!(r.rounds, 5, "the default rounds");
+        assert!(
+            r.ops_per_sec_min <= r.ops_per_sec && r.ops_per_sec <= r.ops_per_sec_max,
+            "{}: median {} outside {}..{}",
+            r.strategy,
+            r.ops_per_sec,
+            r.ops_per_sec_min,
+            r.ops_per_sec_max
+        );
         let keyed = r.strategy.ends_with("keyed");
         assert_eq!(r.keys, if keyed { 1000 } else { 1 }, "{}", r.strategy);
         match r.regime.as_str() {
             // Allow: everything admitted (the bound is far away).
             "allow" => assert_eq!(r.admitted, r.ops, "{}", r.strategy),
-            // Deny: the drained burst (per key) and a trickle, while ops are refused.
-            // Deny: the drain took every key's burst; 1 token/s refills next to nothing, so
-            // (with at least 64 operations per thread) most operations are refused.
+            // Deny: every round's drain took every key's burst; 1 token/s refills next to
+            // nothing, so (with at least 64 operations per thread) most operations are refused.
             "deny" => {
-                assert!(r.admitted >= r.keys * 1000, "{}", r.strategy);
-                assert!(r.admitted - r.keys * 1000 < r.ops / 2, "{}", r.strategy);
+                let drained = r.rounds * r.keys * 1000;
+                assert!(r.admitted >= drained, "{}", r.strategy);
+                assert!(r.admitted - drained < r.ops / 2, "{}", r.strategy);
             }
             _ => {}
         }
@@ -303,6 +328,15 @@ fn out_dir_gets_csv_json_and_one_chart_per_regime() {
     assert_eq!(cells.len(), 2 * 2 * 2);
     assert_eq!(cells[0]["strategy"], "std-mutex");
     assert_eq!(cells[0]["vs_std_mutex"], 1.0);
+    assert_eq!(json["rounds"], 5);
+    let rounds = cells[1]["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 5);
+    // Two strategies: cas runs second, first, second, ... (rotated per round).
+    let positions: Vec<u64> = rounds
+        .iter()
+        .map(|r| r["position"].as_u64().unwrap())
+        .collect();
+    assert_eq!(positions, [1, 0, 1, 0, 1]);
     let csv = std::fs::read_to_string(dir.join("compare.csv")).unwrap();
     assert_eq!(parse_csv(&csv).len(), 8);
     let file_json: serde_json::Value =

@@ -2,7 +2,7 @@
 //! checks on a ManualClock, single-threaded against the pure function and multi-threaded on a
 //! frozen clock.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tollgate::{gcra, Bucket, Clock, ManualClock, Quota};
 use tollgate_bench::strategies::{Cas, CasBackoff, ParkingLotMutex, SpinLock, StdMutex};
@@ -136,4 +136,57 @@ fn a_custom_strategy_over_its_bound_is_caught_through_the_library() {
     }
     assert_eq!(bad, expected);
     assert!(report.violation_messages()[0].starts_with("ignores-refusals admitted"));
+}
+
+/// A strategy that logs its name each time it is built (a fresh limiter: one per round, and
+/// one per regime when the plan is checked) and then behaves as `cas`.
+fn logged(name: &'static str, log: &Arc<Mutex<Vec<&'static str>>>) -> Strategy {
+    let log = Arc::clone(log);
+    Strategy::new(name, Kind::Custom, move |s| {
+        log.lock().unwrap().push(name);
+        Ok(Box::new(Cas::new(Bucket::with_clock(s.quota, s.clock))) as Box<dyn RateLimiter>)
+    })
+}
+
+#[test]
+fn rounds_interleave_the_strategies_in_a_rotated_order_and_report_the_median_round() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let strategies = [logged("a", &log), logged("b", &log), logged("c", &log)];
+    let mut plan = Plan::new(vec![1], vec![Regime::Mixed], Duration::from_millis(8));
+    plan.rounds = 4;
+    let report = compare(&strategies, &plan, |_, _, _| {}).unwrap();
+    let log = log.lock().unwrap().clone();
+    // `check` builds each once, then round r runs the list rotated left by r.
+    let expected = [
+        "a", "b", "c", // check
+        "a", "b", "c", // round 1
+        "b", "c", "a", // round 2
+        "c", "a", "b", // round 3
+        "a", "b", "c", // round 4
+    ];
+    assert_eq!(log, expected);
+    // The report lists cells in strategy order, each with its rounds in run order.
+    let names: Vec<&str> = report.cells.iter().map(|c| c.strategy.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    let positions: Vec<Vec<usize>> = report
+        .cells
+        .iter()
+        .map(|c| c.rounds.iter().map(|r| r.position).collect())
+        .collect();
+    assert_eq!(positions, [[0, 2, 1, 0], [1, 0, 2, 1], [2, 1, 0, 2]]);
+    for c in &report.cells {
+        assert_eq!(
+            c.rounds.iter().map(|r| r.index).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        // The reported throughput is one round's: the lower middle of the four.
+        let mut t: Vec<f64> = c.rounds.iter().map(|r| r.ops_per_sec).collect();
+        t.sort_by(f64::total_cmp);
+        assert_eq!(c.ops_per_sec, t[1], "{c:?}");
+        assert_eq!((c.ops_per_sec_min, c.ops_per_sec_max), (t[0], t[3]));
+        assert_eq!(c.ops, c.rounds.iter().map(|r| r.ops).sum::<u64>());
+        assert_eq!(c.admitted, c.rounds.iter().map(|r| r.admitted).sum::<u64>());
+        assert!(c.rounds.iter().all(|r| r.admitted <= r.bound && r.ops > 0));
+    }
+    assert_eq!(report.rounds, 4);
 }

@@ -7,10 +7,10 @@
 //! | `redis-lease` | the same with leases of a quarter burst (at least 64 tokens): most decisions local |
 //! | `redis-lua-baseline` | **baseline**: the seeds' plain float Lua token bucket (one call per decision) |
 //!
-//! Each cell uses a fresh key prefix (state never carries over between cells). The harness's
-//! threads call the async limiters through one shared tokio runtime (`block_on` per decision).
-//! The per-decision timeout is 1 s (a benchmark measures latency; it does not shed load), and a
-//! decision that fails counts as a refusal.
+//! Each limiter built (one per round of a cell) uses a fresh key prefix (state never carries
+//! over between rounds or cells). The harness's threads call the async limiters through one
+//! shared tokio runtime (`block_on` per decision). The per-decision timeout is 1 s (a benchmark
+//! measures latency; it does not shed load), and a decision that fails counts as a refusal.
 
 use super::{Kind, RateLimiter, Setup, Strategy};
 use crate::BuildError;
