@@ -839,7 +839,7 @@ impl<C: Clock> ShardedBucket<C> {
                 })
             };
             // The one-pass form (a drained pool) first, the general one where it does not apply
-            // (its breakpoints on the stack up to 16 shards).
+            // (its breakpoints on the stack up to 16 shards, in the thread's buffers beyond).
             let first = |need: u128| {
                 pool::first_reaching_linear(shards(), need).or_else(|| {
                     if n <= 16 {
@@ -848,9 +848,10 @@ impl<C: Clock> ShardedBucket<C> {
                         pool::breakpoints(shards(), starts, ends);
                         pool::first_reaching(starts, ends, need)
                     } else {
-                        let (mut starts, mut ends) = (alloc::vec![0; n], alloc::vec![0; n]);
-                        pool::breakpoints(shards(), &mut starts, &mut ends);
-                        pool::first_reaching(&mut starts, &mut ends, need)
+                        scratch::with_breakpoints(n, |starts, ends| {
+                            pool::breakpoints(shards(), starts, ends);
+                            pool::first_reaching(starts, ends, need)
+                        })
                     }
                 })
             };
@@ -918,7 +919,49 @@ struct Take {
     units: u64,
 }
 
-/// The takes of one borrow: inline for up to 4 shards, spilled to the heap beyond.
+/// Buffers for the borrows and exact waits that need room for every shard (a borrow that
+/// takes from more than 4 shards, the waits of a pool of more than 16): one set per thread,
+/// lent to a call and returned, so that a thread allocates them once, the first time it needs
+/// that much room, not on every call (at 64 shards near saturation every borrow takes from
+/// every shard). A call made while the thread's buffers are lent (a clock that calls back into
+/// a sharded bucket) gets fresh ones.
+mod scratch {
+    use super::Take;
+    use alloc::vec::Vec;
+    use core::cell::Cell;
+
+    std::thread_local! {
+        static TAKES: Cell<Vec<Take>> = const { Cell::new(Vec::new()) };
+        static BREAKPOINTS: Cell<(Vec<i64>, Vec<i64>)> = const { Cell::new((Vec::new(), Vec::new())) };
+    }
+
+    /// The thread's take buffer, empty (a new one while it is lent, or as the thread exits).
+    pub(super) fn takes() -> Vec<Take> {
+        let mut v = TAKES.try_with(Cell::take).unwrap_or_default();
+        v.clear();
+        v
+    }
+
+    /// Returns a buffer from [`takes`].
+    pub(super) fn return_takes(v: Vec<Take>) {
+        let _ = TAKES.try_with(|c| c.set(v));
+    }
+
+    /// Runs `f` on the thread's two breakpoint buffers, `n` zeros each.
+    pub(super) fn with_breakpoints<R>(n: usize, f: impl FnOnce(&mut [i64], &mut [i64]) -> R) -> R {
+        let (mut starts, mut ends) = BREAKPOINTS.try_with(Cell::take).unwrap_or_default();
+        starts.clear();
+        starts.resize(n, 0);
+        ends.clear();
+        ends.resize(n, 0);
+        let r = f(&mut starts, &mut ends);
+        let _ = BREAKPOINTS.try_with(|c| c.set((starts, ends)));
+        r
+    }
+}
+
+/// The takes of one borrow: inline for up to 4 shards, beyond that in the thread's buffer
+/// ([`scratch`]).
 #[derive(Default)]
 struct Takes {
     inline: [Take; 4],
@@ -936,6 +979,9 @@ impl Takes {
         if self.len < self.inline.len() {
             self.inline[self.len] = t;
         } else {
+            if self.spill.capacity() == 0 {
+                self.spill = scratch::takes();
+            }
             self.spill.push(t);
         }
         self.len += 1;
@@ -946,5 +992,13 @@ impl Takes {
             .iter()
             .for_each(&mut f);
         self.spill.iter().for_each(f);
+    }
+}
+
+impl Drop for Takes {
+    fn drop(&mut self) {
+        if self.spill.capacity() > 0 {
+            scratch::return_takes(core::mem::take(&mut self.spill));
+        }
     }
 }
