@@ -103,7 +103,7 @@ impl Report {
     /// median of the per-round ratios `a.rounds[i] / b.rounds[i]` (rounds of one index ran
     /// next to each other, so each ratio compares two runs seconds apart, and a burst of load
     /// that slows a few rounds moves few ratios); of an even count, the mean of the middle
-    /// two. Cells with different round counts (not from one [`compare`](crate::compare) run)
+    /// two. Cells with different round counts (not from one [`compare`](crate::compare()) run)
     /// compare their median rounds.
     ///
     /// ```

@@ -87,7 +87,7 @@ impl WindowChecker {
         let mut worst: Option<(i128, Violation)> = None;
         for &(t, n) in &ev {
             let v = rate * i128::from(t) - per * prefix;
-            if best.map_or(true, |b| v > b.0) {
+            if !matches!(best, Some(b) if v <= b.0) {
                 best = Some((v, t, prefix));
             }
             prefix += i128::from(n);
@@ -95,7 +95,7 @@ impl WindowChecker {
             let excess = per * prefix - rate * i128::from(t) + bv
                 - per * burst
                 - rate * i128::from(slack_ns);
-            if excess > 0 && worst.as_ref().map_or(true, |w| excess > w.0) {
+            if excess > 0 && !matches!(&worst, Some(w) if excess <= w.0) {
                 let bound =
                     burst * per + rate * (i128::from(t) - i128::from(from) + i128::from(slack_ns));
                 worst = Some((
