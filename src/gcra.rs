@@ -62,10 +62,11 @@ fn wait_until(at: u64, now: u64) -> Duration {
     nanos(at - now)
 }
 
-/// `Duration::from_nanos(ns)`, with a shortcut for waits under a second (every refusal of a
-/// quota of at least one token per second): the division by 10^9 that splits seconds from
-/// nanoseconds is a multiply, a shift and a multiply-subtract (about ten cycles) on the
-/// refusal's dependency chain, where a compare that is predicted costs none.
+/// `Duration::from_nanos(ns)`, with a shortcut for waits under a second (a one-token refusal of
+/// a quota faster than one token a second, unless reservations queued a debt): the division by
+/// 10^9 that splits seconds from nanoseconds is a multiply, a shift and a multiply-subtract
+/// (about ten cycles) on the refusal's dependency chain, where a compare that is predicted
+/// costs none.
 #[inline(always)]
 pub(crate) fn nanos(ns: u64) -> Duration {
     const NANOS_PER_SEC: u64 = 1_000_000_000;
