@@ -2,16 +2,17 @@
 //!
 //! # Design
 //!
-//! * **Refusal, common case**: one of the pool's two hints says the shards together hold less
-//!   than one token before an instant, and the reading is earlier: a one-token request is
-//!   refused with the wait until that instant after reading that one line — read-mostly,
+//! * **Refusal, common case**: the pool's hints say the shards together hold less than one
+//!   token before an instant, and the reading is earlier: a one-token request is refused with
+//!   the wait until the later of the two hints after reading that one line — read-mostly,
 //!   written only when a value changes, so it stays cached on every core in between. The line
-//!   holds two hints: `taken_until`, published by served borrows (read first: at one thread on
-//!   a drained pool it is the one that refuses), and `dry_until`, published by refusals that
-//!   read every shard (see *Waits* for why they are apart). No scan, no search, not even the
-//!   own shard: fewer instructions than a single [`Bucket`](crate::Bucket)'s refusal
-//!   (callgrind, `ManualClock`, `examples/sharded_callgrind.rs refuse`: 112 per call at 2, 64
-//!   and 1,024 shards alike — both hints read —, 143 for a `Bucket` in the same loop).
+//!   holds two hints: `taken_until`, published by served borrows, and `dry_until`, published
+//!   by refusals that read every shard (see *Waits* for why they are apart); a refusal reads
+//!   both and waits for the later one (the earlier one would send a reading older than both
+//!   back too early). No scan, no search, not even the own shard: fewer instructions than a
+//!   single [`Bucket`](crate::Bucket)'s refusal (callgrind, `ManualClock`,
+//!   `examples/sharded_callgrind.rs refuse`: 112 per call at 2, 64 and 1,024 shards alike —
+//!   both hints read —, 143 for a `Bucket` in the same loop).
 //! * **Admission**: otherwise one CAS on the calling thread's own shard (its own cache line).
 //! * **Borrowing**: otherwise the thread takes partial amounts — fractions of a token included
 //!   — from the other shards, starting with the one that last lent to its shard, then what its
@@ -216,12 +217,15 @@ struct Pool {
 ///   [`stranded_tokens`](ShardedBucket::stranded_tokens)). So one thread alone gets the whole
 ///   burst and the whole rate, and on a frozen clock exactly `burst` tokens come out in total,
 ///   whatever the number of threads.
-/// * **Cheap refusals.** A refusal that read every shard publishes when the pool will next
-///   hold a token; until then a refusal of one token reads only the own shard and that hint
-///   (see the module's source docs for the design, the waits and 64 cores).
-/// * Threads map to shards through a thread-local index, the smallest no live thread holds
-///   (reused once its thread exits), so as many threads alive together as there are shards
-///   start on different shards; no syscall per call.
+/// * **Cheap refusals.** A borrow that emptied every shard, and a refusal that read every
+///   shard, publish when the pool will next hold a token; until then a refusal of one token
+///   reads only those hints (one cache line), no shard (see the module's source docs for the
+///   design, the waits and 64 cores).
+/// * Threads map to shards by their thread slot modulo the shard count: a slot is taken on a
+///   thread's first call, the smallest no live thread holds (a slot is reused once its thread
+///   exits), so threads started together in a process spread over the shards; no syscall per
+///   call. (Slots freed out of order can leave gaps: two live threads may then share a
+///   shard while another has none, which costs borrows, never correctness.)
 /// * **Refill to full.** When the shard count does not divide the burst, the shards with one token
 ///   less fill up first and then stop earning, so an emptied bucket is full again after
 ///   `⌈burst/n⌉·n / rate` instead of `burst / rate` (at most `n / burst` longer). The window bound
@@ -494,15 +498,13 @@ impl<C: Clock> ShardedBucket<C> {
     /// The decision at `now` for `0 < cost <= burst`.
     #[inline]
     fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
-        // While the shards together hold less than one token, a refusal reads nothing else.
-        // The served borrows' hint first: at one thread on a drained pool it is the one that
-        // refuses, with one load.
+        // While the shards together hold less than one token, a refusal reads nothing else:
+        // the later of the two hints (one line), both true for every reading before them. The
+        // later one, not the first that refuses: a reading older than both (a stale clock, a
+        // thread stalled since its reading) must get the wait to the later one, which is when
+        // the pool next holds a token as the last publisher found it.
         let taken = self.pool.taken_until.load(Ordering::Relaxed);
-        let dry = if now < taken {
-            taken
-        } else {
-            self.pool.dry_until.load(Ordering::Relaxed) & INSTANT
-        };
+        let dry = taken.max(self.pool.dry_until.load(Ordering::Relaxed) & INSTANT);
         if now < dry {
             return if cost == 1 {
                 Err(Denied::RetryAfter(wait(now, dry)))

@@ -51,7 +51,10 @@ fn allocations(f: impl FnOnce()) -> u64 {
 /// 64 shards, 64 tokens a second and a burst of 64: one token a shard. Draining the pool and
 /// then asking once per refill of one token (1/64 s) makes every admission a borrow that
 /// collects the token from fractions on every shard, and every refusal in between reads the
-/// pool; costs above one token read every shard for their exact wait.
+/// pool; costs above one token read every shard for their exact wait. Every 100 steps the
+/// bucket refills completely and two requests of 40 tokens follow: the second finds some
+/// shards full and others empty, whose exact wait needs the breakpoints of every shard (the
+/// general form, beyond 16 shards in the thread's buffers).
 fn sharded_workload(bucket: &ShardedBucket<ManualClock>, clock: &ManualClock, steps: u32) {
     let step = Duration::from_nanos(1_000_000_000 / 64 / 7);
     for i in 0..steps {
@@ -59,6 +62,12 @@ fn sharded_workload(bucket: &ShardedBucket<ManualClock>, clock: &ManualClock, st
         let _ = bucket.try_acquire(1);
         let _ = bucket.try_acquire(1 + u64::from(i % 3));
         let _ = bucket.available();
+        if i % 100 == 99 {
+            clock.advance(Duration::from_secs(2));
+            assert_eq!(bucket.try_acquire(40), Ok(()));
+            assert!(bucket.try_acquire(40).is_err());
+            while bucket.try_acquire(1).is_ok() {}
+        }
     }
 }
 

@@ -312,6 +312,34 @@ fn hint_refusals_are_exact_for_stale_readings_too() {
     }
 }
 
+/// With both hints published, a reading older than both gets the wait to the later one: the
+/// instant the pool next holds a token as the last publisher found it (review of issue 9: the
+/// served borrows' hint alone answered 100 ms here, where the pool held nothing for 1.1 s).
+#[test]
+fn a_stale_reading_waits_for_the_later_hint() {
+    let clock = StallClock::new(ManualClock::new());
+    let bucket = ShardedBucket::with_clock(Quota::per_second(2).unwrap(), 2, clock.clone());
+    let ms = Duration::from_millis;
+    // A borrow that empties both shards: served borrows' hint "dry until 0.5 s".
+    assert_eq!(bucket.try_acquire(2), Ok(()));
+    clock.inner().set(ms(1_000));
+    // Two tokens at 1 s; the second comes from the other shard alone, and its borrow reads
+    // both shards: "dry until 1.5 s".
+    assert_eq!(bucket.try_acquire(1), Ok(()));
+    assert_eq!(bucket.try_acquire(1), Ok(()));
+    assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(ms(500))));
+    for t in [400, 499, 500, 1_000, 1_499] {
+        arm([Stall::Reading(t * 1_000_000)]);
+        assert_eq!(
+            bucket.try_acquire(1),
+            Err(Denied::RetryAfter(ms(1_500 - t))),
+            "reading {t} ms"
+        );
+    }
+    clock.inner().set(ms(1_500));
+    assert_eq!(bucket.try_acquire(1), Ok(()));
+}
+
 /// A borrow that fails alone gives everything back, even at a stale reading: the tokens it
 /// took from the shards that could pay are all there afterwards.
 #[test]

@@ -100,9 +100,9 @@ impl Report {
     }
 
     /// `a`'s throughput relative to `b`'s, for two cells of the same threads and regime: the
-    /// median of the per-round ratios `a.rounds[i] / b.rounds[i]` (rounds of one index ran
-    /// next to each other, so each ratio compares two runs seconds apart, and a burst of load
-    /// that slows a few rounds moves few ratios); of an even count, the mean of the middle
+    /// median of the per-round ratios `a.rounds[i] / b.rounds[i]` (rounds of one index ran in
+    /// the same round, a few cells apart, so each ratio compares two runs seconds apart, and a
+    /// burst of load that slows a few rounds moves few ratios); of an even count, the mean of the middle
     /// two. Cells with different round counts (not from one [`compare`](crate::compare()) run)
     /// compare their median rounds.
     ///
