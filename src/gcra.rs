@@ -463,18 +463,11 @@ mod tests {
     use super::*;
     use crate::test_support::{inexact_quotas, Xorshift};
 
-    /// The inexact quotas' product compares (no division unless capped, and then only of the
-    /// excess over the state) and every quota's wait by the stored reciprocal of `mul`
-    /// (`Rate::instant_of_exact`, `Rate::instant_of_scaled`) decide exactly as the divisions
-    /// they replace: admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost to
-    /// `max(state, ⌈earned⌉)`; the wait `⌈need × div / mul⌉ − now` by 128-bit division. Inexact quotas and exact ones with one and
-    /// with several units per nanosecond; states around the boundary, and at the edges of the
-    /// range (`need × div` beyond 64 bits included); readings past the horizon.
     /// The sub-second shortcut of [`nanos`] builds the same `Duration` as `from_nanos`, on both
     /// sides of one second and at the ends of the range.
     #[test]
     fn nanos_matches_from_nanos() {
-        let mut rng = crate::test_support::Xorshift(0x2545_F491_4F6C_DD1D);
+        let mut rng = Xorshift(0x2545_F491_4F6C_DD1D);
         let mut xs = alloc::vec![0, 1, 999_999_999, 1_000_000_000, 1_000_000_001, u64::MAX];
         xs.extend((0..10_000).map(|_| {
             let x = rng.next();
@@ -485,6 +478,14 @@ mod tests {
         }
     }
 
+    /// The inexact quotas' product compares (no division unless capped, and then only of the
+    /// excess over the state) and every quota's wait by the stored reciprocal of `mul`
+    /// (`Rate::instant_of_exact`, `Rate::instant_of_scaled`) decide exactly as the divisions
+    /// they replace: admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost to
+    /// `max(state, ⌈earned⌉)`; the wait `⌈need × div / mul⌉ − now` by 128-bit division.
+    /// Inexact quotas and exact ones with one and with several units per nanosecond; states
+    /// around the boundary, and at the edges of the range (`need × div` beyond 64 bits
+    /// included); readings past the horizon.
     #[test]
     fn product_compares_decide_as_divisions() {
         let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15);
