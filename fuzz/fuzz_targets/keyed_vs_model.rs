@@ -55,7 +55,9 @@ fuzz_target!(|data: &[u8]| {
     let flags = b.u64();
     let small_table = (flags >> 40) & 1 == 1;
     let (max_keys, keys) = if small_table {
-        ((flags % 64 + 33) as usize, KEYS_SMALL_TABLE)
+        // Bits 16.., apart from the bits that choose fail-open (2) and the per-key quotas (3..),
+        // so that every size is fuzzed with both policies and any number of own quotas.
+        (((flags >> 16) % 64 + 33) as usize, KEYS_SMALL_TABLE)
     } else {
         ((flags % 4 + 1) as usize, KEYS)
     };

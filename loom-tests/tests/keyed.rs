@@ -304,32 +304,31 @@ fn a_new_key_racing_the_start_of_a_migration_is_inserted_once() {
     });
 }
 
-/// A sweep draining the old region (evicting full key 2 there, moving the others) racing an
-/// admission on key 2 that makes it not full: either the admission lands first (key 2 is moved
-/// with its debit, nothing evicted) or the eviction does (the admission then re-inserts key 2
-/// from a full state) — one debit either way, and a full key 1 in the new region is evicted
-/// once the drain is done.
+/// A sweep draining the old region (evicting full keys there, moving the others) racing an
+/// admission on key 2: either the admission lands first (key 2 is moved, or kept, with its
+/// debit) or the eviction does (the admission then re-inserts key 2 from a full state) — one
+/// debit either way. Nothing else touches the table before the race: a decision made during
+/// the migration would help it along and could finish it, and the sweep would then find no old
+/// region to drain (review of issue 9: the model had one, and its race never met a drain).
 #[test]
 fn a_sweep_draining_the_old_region_races_an_admission() {
     loom::model(|| {
         let clock = ManualClock::new();
         let limiter = mid_migration(clock.clone());
         clock.advance(Duration::from_secs(1)); // keys 1..=3 are full
-        limiter.try_acquire(&3u8, 1).unwrap(); // key 3 is not
+        assert!(limiter.is_migrating(), "the race starts mid-migration");
         let other = limiter.clone();
         let t = thread::spawn(move || other.try_acquire(&2u8, 2).is_ok());
         let evicted = limiter.sweep();
         assert!(t.join().unwrap(), "key 2 was full: its whole burst");
         assert!(!limiter.is_migrating());
         assert_eq!(limiter.available(&2u8), 0, "the burst taken is kept");
-        assert_eq!(limiter.available(&3u8), 1);
-        assert_eq!(
-            limiter.available(&1u8),
-            2,
-            "full: evicted or not, it reads full"
-        );
-        assert!(evicted == 1 || evicted == 2, "{evicted}");
-        // Keys 2 and 3: key 2 moved with its debit, or evicted and inserted again.
-        assert_eq!(limiter.len(), 2);
+        assert!(limiter.try_acquire(&2u8, 1).is_err(), "and kept once");
+        for k in [1u8, 3] {
+            assert_eq!(limiter.available(&k), 2, "key {k}: full, evicted or not");
+        }
+        assert!((1..=3).contains(&evicted), "{evicted}");
+        // Key 2 is tracked (moved with its debit, or inserted again); keys 1 and 3 at most.
+        assert!((1..=3).contains(&limiter.len()), "{}", limiter.len());
     });
 }
