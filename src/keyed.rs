@@ -735,7 +735,12 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// (insertions evict lazily); it only returns memory early, e.g. from a periodic task. It
     /// walks one whole pass over the active slots in bounded steps (first finishing a doubling
     /// of the table's region in progress, evicting the full buckets it drains), releasing the
-    /// mutex between them, so concurrent insertions wait for one step at most.
+    /// mutex between them, so concurrent insertions wait for one step at most. It walks
+    /// another pass when it cannot vouch for the one it walked: when an insertion between two
+    /// steps doubled the table (the pass starts over in the new region), or when an eviction,
+    /// closing its gap, moved a full bucket back into a slot the pass had examined already.
+    /// The second only follows an eviction, so a sweep goes on only while it finds full
+    /// buckets to evict.
     ///
     /// ```
     /// use std::time::Duration;
@@ -750,16 +755,14 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// ```
     pub fn sweep(&self) -> usize {
         let now = self.clock.now();
-        let (mut evicted, mut examined) = (0u64, 0usize);
+        let (mut evicted, mut sweep) = (0u64, index::Sweep::default());
         // One bounded step per lock, so insertions wait for one step at most, never a pass.
         loop {
             let mut locked = self.index.lock();
+            sweep.before(&locked);
             let step = self.sweep_step(&mut locked, now);
             evicted += step.evicted;
-            examined += step.examined;
-            // A whole pass's worth of slots, and no old region left to drain: every entry was
-            // examined at this reading (a migration's entries as they were drained).
-            if examined >= locked.active() && !locked.migrating() {
+            if sweep.after(&locked, &step) {
                 break;
             }
         }

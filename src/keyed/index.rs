@@ -250,6 +250,9 @@ struct Meta {
     pass_min: u64,
     /// The migration in progress, if any.
     migration: Option<Migration>,
+    /// Passes restarted by a migration's start (the sweep's progress through a pass no longer
+    /// counts then: see [`Locked::restarts`]).
+    restarts: u64,
     /// Entries moved from an old region to a new one, ever.
     migrated: u64,
 }
@@ -281,9 +284,49 @@ pub(crate) struct Step {
     pub(crate) examined: usize,
     /// Slots of an old region drained by the migration in progress.
     pub(crate) migrated: usize,
+    /// Entries moved back into a gap an eviction left that were full at the step's reading:
+    /// such an entry may land in a slot the pass has already examined, so a caller that must
+    /// evict every full entry examines another pass.
+    pub(crate) moved_full: u64,
     /// `Some(bound)` when the step ended a pass: the earliest instant at which a live entry can
     /// be full (`u64::MAX` if none).
     pub(crate) pass_done: Option<u64>,
+}
+
+/// A whole sweep's progress over its steps (one per lock): when it has examined every entry at
+/// its reading. [`Sweep::before`] under each step's lock before the step, [`Sweep::after`]
+/// after it.
+///
+/// Done after a whole region's worth of slots examined, no old region left to drain, and no
+/// reason to doubt the slots already examined: a migration started by an insertion between two
+/// steps restarts the pass over the new region ([`Locked::restarts`]), and an eviction closing
+/// its gap may move a full entry back into a slot the pass has examined ([`Step::moved_full`]);
+/// either makes the count start again. Each time the second happens the step evicted an entry,
+/// so a sweep only goes on while it finds full entries to evict.
+#[derive(Debug, Default)]
+pub(crate) struct Sweep {
+    examined: usize,
+    restarts: Option<u64>,
+}
+
+impl Sweep {
+    /// Before a step, under its lock.
+    pub(crate) fn before(&mut self, locked: &Locked<'_>) {
+        let now = locked.restarts();
+        if self.restarts.replace(now) != Some(now) {
+            self.examined = 0;
+        }
+    }
+
+    /// After the step, under the same lock: whether the sweep is done.
+    pub(crate) fn after(&mut self, locked: &Locked<'_>, step: &Step) -> bool {
+        self.examined = if step.moved_full > 0 {
+            0
+        } else {
+            self.examined + step.examined
+        };
+        self.examined >= locked.active() && !locked.migrating()
+    }
 }
 
 impl Index {
@@ -305,6 +348,7 @@ impl Index {
                 pass_left: first,
                 pass_min: u64::MAX,
                 migration: None,
+                restarts: 0,
                 migrated: 0,
             }),
         }
@@ -577,6 +621,13 @@ impl Locked<'_> {
         self.meta.migration.is_some()
     }
 
+    /// How many times a migration's start has restarted the sweep's pass (over the new
+    /// region, from its first slot): a caller counting the slots its steps examined starts
+    /// counting again when this changes.
+    pub(crate) fn restarts(&self) -> u64 {
+        self.meta.restarts
+    }
+
     /// Inserts `fp` (not tracked: checked with [`contains`](Locked::contains) under this same
     /// lock) with `state`, first full at `full_at_new`. Starts a migration to a region of
     /// twice the size if live entries would pass half of the current one, and takes one
@@ -627,6 +678,7 @@ impl Locked<'_> {
         self.meta.cursor = 0;
         self.meta.pass_left = new.len();
         self.meta.pass_min = u64::MAX;
+        self.meta.restarts += 1;
     }
 
     /// One step of the migration in progress: visits at most `visits` slots of the old region
@@ -794,7 +846,9 @@ impl Locked<'_> {
             if evicted {
                 step.evicted += 1;
                 self.meta.live -= 1;
-                work += self.shift_back(r, i, &mut full_at);
+                let (visited, moved_full) = self.shift_back(r, i, now, &mut full_at);
+                work += visited;
+                step.moved_full += moved_full;
                 if step.evicted >= STEP_EVICTIONS {
                     break;
                 }
@@ -825,32 +879,37 @@ impl Locked<'_> {
     /// the chain whose home does not lie between the gap and it (linear probing's deletion
     /// without tombstones). Each move takes the entry out, then writes it into the gap: the key
     /// is absent in between (a lock-free miss then waits on the mutex), never present twice.
-    /// Returns the slots visited. A moved entry may land in a slot this pass already examined,
-    /// so its full instant is folded into the pass's bound (`full_at`) here.
+    /// Returns the slots visited and how many of the entries moved were full at `now`. A moved
+    /// entry may land in a slot this pass already examined, so its full instant is folded into
+    /// the pass's bound (`full_at`) here, and one full at `now` is counted (the sweep is not
+    /// done with it).
     fn shift_back(
         &mut self,
         r: Region,
         mut hole: usize,
+        now: u64,
         full_at: &mut impl FnMut(u64, u64) -> u64,
-    ) -> usize {
+    ) -> (usize, u64) {
         let ix = self.index;
         let mask = r.mask;
         let mut j = hole;
-        let mut visited = 0;
+        let (mut visited, mut moved_full) = (0, 0);
         loop {
             j = (j + 1) & mask;
             visited += 1;
             let w = ix.slots[r.at(j)].load(Ordering::Acquire);
             let f = fp_of(w);
             if f == EMPTY {
-                return visited;
+                return (visited, moved_full);
             }
             let home = f as usize & mask;
             // The entry at `j` may fill the gap iff its probe from `home` passes `hole`.
             if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
                 let w = take(&ix.slots[r.at(j)], w);
                 ix.slots[r.at(hole)].store(w, Ordering::Release);
-                self.meta.pass_min = self.meta.pass_min.min(full_at(fp_of(w), state_of(w)));
+                let at = full_at(fp_of(w), state_of(w));
+                self.meta.pass_min = self.meta.pass_min.min(at);
+                moved_full += u64::from(at <= now);
                 hole = j;
             }
         }
@@ -889,14 +948,14 @@ mod tests {
     /// Evicts the keys `evict` says, one bounded step per lock, over one whole pass (and the
     /// migration in progress, if any); returns how many, and the last pass bound seen.
     fn sweep(ix: &Index, evict: impl Fn(u64) -> bool) -> (u64, Option<u64>) {
-        let (mut evicted, mut examined, mut bound) = (0, 0, None);
+        let (mut evicted, mut bound, mut sweep) = (0, None, Sweep::default());
         loop {
             let mut locked = ix.lock();
+            sweep.before(&locked);
             let step = locked.sweep_step(5, |f, _| if evict(f) { 0 } else { 7 }, || ());
             evicted += step.evicted;
-            examined += step.examined;
             bound = step.pass_done.or(bound);
-            if examined >= locked.active() && !locked.migrating() {
+            if sweep.after(&locked, &step) {
                 return (evicted, bound);
             }
         }
@@ -1323,6 +1382,101 @@ mod tests {
         }
         assert_eq!(used(&ix), 30);
         assert_eq!(ix.lock().meta.live, 30);
+    }
+
+    /// A sweep evicts every entry full at its reading, also one that an eviction's gap moves
+    /// back into a slot the pass has already examined (the cursor visits cache lines in a
+    /// scattered order, a chain runs left to right). Random tables with colliding homes, half
+    /// their entries full: after one sweep no full entry is left (the stopping rule before
+    /// `Step::moved_full` left one in some of these tables).
+    #[test]
+    fn a_sweep_evicts_full_entries_moved_behind_its_cursor() {
+        let mut next = rng(0x0DDB_1A5E_5EED_0001);
+        let (mut moved_full, mut tables) = (0u64, 0);
+        for _ in 0..2_000 {
+            let ix = Index::new(32); // 64 slots, all active
+                                     // Homes packed into a few lines: long chains that cross line boundaries.
+            let base = next() % 64;
+            let n = 8 + next() % 24;
+            let mut full = HashMap::new();
+            for k in 0..n {
+                let home = (base + next() % 12) & 63;
+                let f = (k << 8) | home | 0x1_0000_0000;
+                insert(&ix, f, k);
+                full.insert(f, next() % 2 == 0);
+            }
+            let mut sweep = Sweep::default();
+            loop {
+                let mut locked = ix.lock();
+                sweep.before(&locked);
+                let step = locked.sweep_step(5, |f, _| if full[&f] { 0 } else { 7 }, || ());
+                moved_full += step.moved_full;
+                if sweep.after(&locked, &step) {
+                    break;
+                }
+            }
+            for (&f, &is_full) in &full {
+                assert_eq!(ix.load(f).is_some(), !is_full, "entry {f:#x}");
+            }
+            tables += 1;
+        }
+        assert_eq!(tables, 2_000);
+        assert!(
+            moved_full > 0,
+            "no table moved a full entry back: the test tests nothing"
+        );
+    }
+
+    /// A migration started by insertions between two steps of a sweep restarts the pass over
+    /// the new region: the sweep counts its examined slots again from there, and still evicts
+    /// every full entry. Here the migration is finished by lookups (which move entries without
+    /// examining them), so every full entry waits in the new region for the sweep's new pass;
+    /// the rule that kept counting from before the restart stopped about 2,500 slots short of
+    /// a whole pass and left the full entries there.
+    #[test]
+    fn a_sweep_restarted_by_a_migration_still_evicts_every_full_entry() {
+        let ix = Index::new(1 << 12);
+        // 1,500 entries, every 50th full: a region of 4,096 slots.
+        let is_full = |i: u64| i % 50 == 0;
+        let full = |f: u64| (0..1_500).any(|i| is_full(i) && fp(i) == f);
+        for i in 0..1_500 {
+            insert(&ix, fp(i), 7);
+        }
+        assert_eq!(ix.region().len(), 4_096);
+        let mut sweep = Sweep::default();
+        let mut doubled = false;
+        loop {
+            let mut locked = ix.lock();
+            sweep.before(&locked);
+            let step = locked.sweep_step(5, |f, _| if full(f) { 0 } else { 7 }, || ());
+            let done = sweep.after(&locked, &step);
+            drop(locked);
+            if !doubled && sweep.examined >= 2_500 {
+                // Most of the way through the pass: insertions until the table doubles, and
+                // lookups that finish moving every entry.
+                assert!(!done);
+                let mut k = 10_000;
+                while !ix.lock().migrating() {
+                    insert(&ix, fp(k), 7);
+                    k += 1;
+                }
+                while ix.lock().migrating() {
+                    ix.lock().help_migrate(|_, s| s);
+                }
+                doubled = true;
+            } else if done {
+                assert!(doubled);
+                break;
+            }
+        }
+        assert_eq!(
+            ix.lock().restarts(),
+            1 + 6,
+            "six doublings from 64 slots, then ours"
+        );
+        for i in 0..1_500 {
+            assert_eq!(ix.load(fp(i)).is_some(), !is_full(i), "entry {i}");
+        }
     }
 
     /// Long colliding chains, wrapping past the end of the region: random inserts and evictions
