@@ -735,12 +735,16 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// (insertions evict lazily); it only returns memory early, e.g. from a periodic task. It
     /// walks one whole pass over the active slots in bounded steps (first finishing a doubling
     /// of the table's region in progress, evicting the full buckets it drains), releasing the
-    /// mutex between them, so concurrent insertions wait for one step at most. It walks
-    /// another pass when it cannot vouch for the one it walked: when an insertion between two
-    /// steps doubled the table (the pass starts over in the new region), or when an eviction,
-    /// closing its gap, moved a full bucket back into a slot the pass had examined already.
-    /// The second only follows an eviction, so a sweep goes on only while it finds full
-    /// buckets to evict.
+    /// mutex between them, so concurrent insertions wait for one step at most. A full bucket
+    /// that closing an eviction's gap moves back (perhaps into a slot the pass has examined) is
+    /// evicted where it lands. The pass starts over in the new region if an insertion between
+    /// two steps doubles the table, and one more is walked in the rare case that a step had to
+    /// leave such a moved bucket (past its eviction budget).
+    ///
+    /// "Now" is this sweep's clock reading. The sweep's position is shared: steps taken
+    /// meanwhile by another `sweep` call, or by an insertion into a full table (which sweeps a
+    /// step to make room), examine slots at their own readings, and a bucket that is not full
+    /// yet at an earlier one is left for the next sweep.
     ///
     /// ```
     /// use std::time::Duration;
