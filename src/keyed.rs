@@ -739,7 +739,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// that closing an eviction's gap moves back (perhaps into a slot the pass has examined) is
     /// evicted where it lands. The pass starts over in the new region if an insertion between
     /// two steps doubles the table, and one more is walked in the rare case that a step had to
-    /// leave such a moved bucket (past its eviction budget).
+    /// leave such a moved bucket (past its eviction budget, or 64 slots or more from the gap).
     ///
     /// "Now" is this sweep's clock reading. The sweep's position is shared: steps taken
     /// meanwhile by another `sweep` call, or by an insertion into a full table (which sweeps a

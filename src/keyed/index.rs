@@ -581,7 +581,8 @@ fn take(slot: &AtomicU128, mut w: u128) -> u128 {
 /// word while admissions change the state: a racing admission either lands first (the CAS
 /// fails, and the bucket may no longer be full) or fails its own CAS and re-probes into the
 /// insert path. `Ok(())` once evicted; else `Err((word, at))`: the latest word, not full before
-/// `at > now`.
+/// `at > now`. Never for an empty slot (only the mutex holder empties one, and its callers skip
+/// them): that would count an eviction of nothing; it answers `Err` with `at = u64::MAX`.
 fn evict_if_full(
     slot: &AtomicU128,
     mut w: u128,
@@ -590,6 +591,10 @@ fn evict_if_full(
     evicting: &mut impl FnMut(),
 ) -> Result<(), (u128, u64)> {
     loop {
+        if fp_of(w) == EMPTY {
+            debug_assert!(false, "evicting an empty slot");
+            return Err((w, u64::MAX));
+        }
         let at = full_at(fp_of(w), state_of(w));
         if at > now {
             return Err((w, at));
@@ -792,9 +797,10 @@ impl Locked<'_> {
     /// [`STEP_EVICTIONS`] evictions and at most one whole region, and evicts every entry it
     /// meets whose `full_at(fp, state)` is at or before `now`, calling `evicting()` before each
     /// eviction's CAS. Each eviction closes its gap by shifting the rest of its chain back (no
-    /// tombstones); an entry so moved that is full at `now` is evicted where it lands (up to
-    /// [`STEP_EVICTIONS`] more in the step: [`evict_landed`](Locked::evict_landed)), since the
-    /// cursor may have passed that slot. During a migration the step first drains the old region (within the same
+    /// tombstones); an entry so moved that is full at `now` is evicted where it lands, since
+    /// the cursor may have passed that slot ([`evict_landed`](Locked::evict_landed): up to
+    /// [`STEP_EVICTIONS`] more evictions, whose chain shifts may take the work past
+    /// [`STEP_WORK`]). During a migration the step first drains the old region (within the same
     /// budget, evicting its full entries and moving the others), and examines the current
     /// region only once that is done.
     ///
@@ -906,12 +912,18 @@ impl Locked<'_> {
         let mut work = 0;
         while landed != 0 {
             if step.evicted >= 2 * STEP_EVICTIONS {
-                step.moved_full += u64::from(landed.count_ones());
+                while landed != 0 {
+                    let d = landed.trailing_zeros();
+                    landed &= landed - 1;
+                    work += self.leave(r, from + d as usize, full_at, step);
+                }
                 break;
             }
             let d = 63 - landed.leading_zeros();
             landed &= !(1 << d);
             let at = (from + d as usize) & r.mask;
+            // Only the mutex holder empties a slot, and closing a later gap moves nothing into
+            // or out of the slots before it: the entry recorded is still there.
             let slot = &ix.slots[r.at(at)];
             let w = slot.load(Ordering::Acquire);
             work += 1;
@@ -921,9 +933,14 @@ impl Locked<'_> {
                     self.meta.live -= 1;
                     let (visited, more, far) = self.shift_back(r, at, now, full_at);
                     work += visited;
+                    step.moved_full += far;
                     // Relative to `from`; what lands 64 or more slots on is left to a pass.
-                    let beyond = more.checked_shr(64 - d).unwrap_or(0).count_ones();
-                    step.moved_full += far + u64::from(beyond);
+                    let mut beyond = more.checked_shr(64 - d).unwrap_or(0);
+                    while beyond != 0 {
+                        let b = beyond.trailing_zeros() + 64 - d;
+                        beyond &= beyond - 1;
+                        work += self.leave(r, at + b as usize, full_at, step);
+                    }
                     landed |= more << d;
                 }
                 // Admitted since (no longer full): examined at `now`, as the pass would.
@@ -933,15 +950,34 @@ impl Locked<'_> {
         work
     }
 
+    /// Leaves the full entry a gap's closing moved to slot `at` (mod `r`'s length) for another
+    /// pass: counted in `step.moved_full`, and its full instant folded into the pass's bound.
+    /// Returns the slots visited (1).
+    fn leave(
+        &mut self,
+        r: Region,
+        at: usize,
+        full_at: &mut impl FnMut(u64, u64) -> u64,
+        step: &mut Step,
+    ) -> usize {
+        let w = self.index.slots[r.at(at & r.mask)].load(Ordering::Acquire);
+        if fp_of(w) != EMPTY {
+            step.moved_full += 1;
+            let at = full_at(fp_of(w), state_of(w));
+            self.meta.pass_min = self.meta.pass_min.min(at);
+        }
+        1
+    }
+
     /// Closes the gap at `hole` (a slot of `r`, just emptied) by moving back each later entry of
     /// the chain whose home does not lie between the gap and it (linear probing's deletion
     /// without tombstones). Each move takes the entry out, then writes it into the gap: the key
     /// is absent in between (a lock-free miss then waits on the mutex), never present twice.
     /// Returns the slots visited, where the entries it moved that were full at `now` landed (bit
-    /// `d` for slot `hole + d`), and how many such entries landed 64 slots on or more. A moved
-    /// entry may land in a slot this pass already examined, so its full instant is folded into
-    /// the pass's bound (`full_at`) here, and one full at `now` is reported for
-    /// [`evict_landed`](Locked::evict_landed).
+    /// `d` for slot `hole + d`: the caller evicts them there, or leaves them to another pass and
+    /// folds them into its bound), and how many such entries landed 64 slots on or more (left
+    /// here). A moved entry may land in a slot this pass already examined, so the full instant
+    /// of one not reported is folded into the pass's bound (`full_at`) here.
     fn shift_back(
         &mut self,
         r: Region,
@@ -967,12 +1003,13 @@ impl Locked<'_> {
                 let w = take(&ix.slots[r.at(j)], w);
                 ix.slots[r.at(hole)].store(w, Ordering::Release);
                 let at = full_at(fp_of(w), state_of(w));
-                self.meta.pass_min = self.meta.pass_min.min(at);
                 let d = hole.wrapping_sub(start) & mask;
-                if at <= now {
-                    match 1u64.checked_shl(d as u32) {
-                        Some(bit) => landed |= bit,
-                        None => far += 1,
+                match 1u64.checked_shl(d as u32).filter(|_| at <= now) {
+                    // Evicted where it landed, or left and folded in, by the caller.
+                    Some(bit) => landed |= bit,
+                    None => {
+                        self.meta.pass_min = self.meta.pass_min.min(at);
+                        far += u64::from(at <= now);
                     }
                 }
                 hole = j;
@@ -1469,7 +1506,9 @@ mod tests {
             for k in 0..n {
                 let home = (base + next() % 12) & 63;
                 let f = (k << 8) | home | 0x1_0000_0000;
-                insert(&ix, f, k);
+                // Inserted full at 7 (the pass folds that in): only the sweep's `full_at`
+                // makes some of them full at 5.
+                insert(&ix, f, 7);
                 full.insert(f, next() % 3 == 0);
             }
             if full.values().filter(|&&x| x).count() as u64 >= STEP_EVICTIONS {
@@ -1479,11 +1518,56 @@ mod tests {
                 .lock()
                 .sweep_step(5, |f, _| if full[&f] { 0 } else { 7 }, || ());
             assert_eq!((step.examined, step.moved_full), (64, 0));
+            // The pass's bound is the survivors' (full at 7), not an evicted entry's.
+            assert_eq!(step.pass_done, Some(7));
             for (&f, &is_full) in &full {
                 assert_eq!(ix.load(f).is_some(), !is_full, "entry {f:#x}");
             }
             tables += 1;
         }
+    }
+
+    /// Larger tables with clusters long enough to reach both fallbacks of `evict_landed` (its
+    /// eviction budget, and landings 64 slots or more from the gap): a whole sweep still
+    /// evicts every full entry, keeps every survivor with its state, and leaves the live count
+    /// and the layout exact.
+    #[test]
+    fn sweeps_of_long_clusters_evict_every_full_entry_and_keep_the_rest() {
+        let mut next = rng(0x005E_ED0F_C1A5_7E25);
+        let mut left = 0;
+        for round in 0..300 {
+            let keys = [128u64, 500][round % 2];
+            let ix = Index::new(keys as usize);
+            let spread = 8 + next() % 100;
+            let base = next();
+            let mut full = HashMap::new();
+            for k in 0..keys {
+                let f = fingerprint(((base + next() % spread) & 0xFFFF) | (k << 16) | 1 << 40);
+                if full.contains_key(&f) || ix.lock().contains(f) {
+                    continue;
+                }
+                insert(&ix, f, 7);
+                full.insert(f, next() % 2 == 0);
+            }
+            let mut sweep = Sweep::default();
+            loop {
+                let mut locked = ix.lock();
+                sweep.before(&locked);
+                let step = locked.sweep_step(5, |f, _| if full[&f] { 0 } else { 7 }, || ());
+                left += step.moved_full;
+                if sweep.after(&locked, &step) {
+                    break;
+                }
+            }
+            for (&f, &is_full) in &full {
+                assert_eq!(ix.load(f), (!is_full).then_some(7), "round {round}, {f:#x}");
+            }
+            check_layout(&ix);
+        }
+        assert!(
+            left > 0,
+            "no step left a moved entry: the fallback is not tested"
+        );
     }
 
     /// A migration started by insertions between two steps of a sweep restarts the pass over
