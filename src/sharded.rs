@@ -25,10 +25,13 @@
 //!   publishes it in `taken_until` with a plain store, no CAS: at one thread every admitted
 //!   token is such a borrow, and it costs the two takes' CASes (one per shard holding a
 //!   fraction) and no third locked instruction (see *Waits* for why a store is enough). A
-//!   served borrow that did not take from every shard reads them all instead. Every shard has
-//!   the same rate, so a borrow computes the units earned at its reading once; two shards
-//!   (what [`ShardedBucket::new`] picks on a 2-core host) borrow in straight-line code, in the
-//!   same order as the general loop.
+//!   served borrow that emptied every other shard without taking from its own reads them all
+//!   instead — except with two shards, where it publishes nothing: there the other shard alone
+//!   paid, and reading both lines to publish cost more under two-thread overload than the
+//!   refusals it saved (the next failed borrow publishes). Every shard has the same rate, so a
+//!   borrow computes the units earned at its reading once; two shards (what
+//!   [`ShardedBucket::new`] picks on a 2-core host) borrow in straight-line code, in the same
+//!   order as the general loop.
 //! * **A failed borrow** (the shards could not pay) gives each take back with one CAS **only if
 //!   the shard's word is still exactly what the take left**, and otherwise leaves the units
 //!   taken (see *Give-backs* below). Then it reads every shard once, computes in closed form
@@ -107,7 +110,7 @@
 //! low rate (dry periods of microseconds or more against calls every few nanoseconds) refusals
 //! cost what a single bucket's do. Near saturation — the rate about equal to what the callers
 //! ask — every token is collected from every shard: 64 CASes on 64 lines per token, about 8,580
-//! instructions at 64 shards against 364 at 2 and 129 for a `Bucket` (callgrind, one thread
+//! instructions at 64 shards against 370 at 2 and 129 for a `Bucket` (callgrind, one thread
 //! exactly at the rate, per call of `examples/sharded_callgrind.rs tight`, its loop included;
 //! 10,500 and 510 before the served borrow's hint became a plain store and the units earned
 //! were computed once per borrow, 12,300 and 650 before the borrow published from its own
@@ -706,16 +709,23 @@ impl<C: Clock> ShardedBucket<C> {
     }
 
     /// [`take_pooled`](Self::take_pooled) for two shards, in straight-line code (the same
-    /// order: the other shard, then the own one): `None` if the other shard holds nothing (the
-    /// general loop takes over, and finds the same).
+    /// order: the other shard, then the own one), except that a take from the other shard
+    /// alone never asks the caller to read the pool: `None` if the other shard holds nothing
+    /// (the general loop takes over, and finds the same).
     #[inline(always)]
     fn take_pair(&self, home: usize, earned: (u64, u64), need: u64) -> Option<Result<bool, bool>> {
         let token = self.shards[0].quota.scale();
         let lender = 1 - home;
         let (l, l_burst) = self.take_one(lender, earned, need)?;
         if l.taken == need {
-            // Served by the other shard alone: the own shard's word is not known.
-            return Some(Ok(l.rest < token));
+            // Served by the other shard alone. The own shard's word is not known, and reading
+            // both to publish a hint when this take drained the other one costs more than it
+            // saves: under two-thread overload the other core's next writes to both lines (and
+            // to the hint's, when it changes) must then take them back, for a hint the next
+            // failed borrow publishes anyway (harness,
+            // mixed regime: sharded/cas 0.85 → 0.93 at two threads, median of nine paired runs;
+            // unchanged at one).
+            return Some(Ok(false));
         }
         let left = need - l.taken;
         let own = self.take_one(home, earned, left);
