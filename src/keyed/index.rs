@@ -857,9 +857,8 @@ impl Locked<'_> {
             if evicted {
                 step.evicted += 1;
                 self.meta.live -= 1;
-                let (visited, landed, far) = self.shift_back(r, i, now, &mut full_at);
+                let (visited, landed) = self.shift_back(r, i, i, now, &mut full_at, &mut step);
                 work += visited;
-                step.moved_full += far;
                 // Slot `i` itself is examined again next (the cursor stays).
                 work +=
                     self.evict_landed(r, i, landed & !1, now, &mut full_at, &mut evict, &mut step);
@@ -911,14 +910,6 @@ impl Locked<'_> {
         let ix = self.index;
         let mut work = 0;
         while landed != 0 {
-            if step.evicted >= 2 * STEP_EVICTIONS {
-                while landed != 0 {
-                    let d = landed.trailing_zeros();
-                    landed &= landed - 1;
-                    work += self.leave(r, from + d as usize, full_at, step);
-                }
-                break;
-            }
             let d = 63 - landed.leading_zeros();
             landed &= !(1 << d);
             let at = (from + d as usize) & r.mask;
@@ -927,21 +918,20 @@ impl Locked<'_> {
             let slot = &ix.slots[r.at(at)];
             let w = slot.load(Ordering::Acquire);
             work += 1;
+            if step.evicted >= 2 * STEP_EVICTIONS {
+                // Past the budget: left to another pass, folded into this one's bound.
+                step.moved_full += 1;
+                let at = full_at(fp_of(w), state_of(w));
+                self.meta.pass_min = self.meta.pass_min.min(at);
+                continue;
+            }
             match evict_if_full(slot, w, now, full_at, evict) {
                 Ok(()) => {
                     step.evicted += 1;
                     self.meta.live -= 1;
-                    let (visited, more, far) = self.shift_back(r, at, now, full_at);
+                    let (visited, more) = self.shift_back(r, at, from, now, full_at, step);
                     work += visited;
-                    step.moved_full += far;
-                    // Relative to `from`; what lands 64 or more slots on is left to a pass.
-                    let mut beyond = more.checked_shr(64 - d).unwrap_or(0);
-                    while beyond != 0 {
-                        let b = beyond.trailing_zeros() + 64 - d;
-                        beyond &= beyond - 1;
-                        work += self.leave(r, at + b as usize, full_at, step);
-                    }
-                    landed |= more << d;
+                    landed |= more;
                 }
                 // Admitted since (no longer full): examined at `now`, as the pass would.
                 Err((_, at)) => self.meta.pass_min = self.meta.pass_min.min(at),
@@ -950,52 +940,36 @@ impl Locked<'_> {
         work
     }
 
-    /// Leaves the full entry a gap's closing moved to slot `at` (mod `r`'s length) for another
-    /// pass: counted in `step.moved_full`, and its full instant folded into the pass's bound.
-    /// Returns the slots visited (1).
-    fn leave(
-        &mut self,
-        r: Region,
-        at: usize,
-        full_at: &mut impl FnMut(u64, u64) -> u64,
-        step: &mut Step,
-    ) -> usize {
-        let w = self.index.slots[r.at(at & r.mask)].load(Ordering::Acquire);
-        if fp_of(w) != EMPTY {
-            step.moved_full += 1;
-            let at = full_at(fp_of(w), state_of(w));
-            self.meta.pass_min = self.meta.pass_min.min(at);
-        }
-        1
-    }
-
     /// Closes the gap at `hole` (a slot of `r`, just emptied) by moving back each later entry of
     /// the chain whose home does not lie between the gap and it (linear probing's deletion
     /// without tombstones). Each move takes the entry out, then writes it into the gap: the key
     /// is absent in between (a lock-free miss then waits on the mutex), never present twice.
-    /// Returns the slots visited, where the entries it moved that were full at `now` landed (bit
-    /// `d` for slot `hole + d`: the caller evicts them there, or leaves them to another pass and
-    /// folds them into its bound), and how many such entries landed 64 slots on or more (left
-    /// here). A moved entry may land in a slot this pass already examined, so the full instant
-    /// of one not reported is folded into the pass's bound (`full_at`) here.
+    /// Returns the slots visited, and where the entries it moved that were full at `now` landed:
+    /// bit `d` for slot `origin + d` (the caller evicts them there, or leaves them to another
+    /// pass and folds them into its bound). One that lands 64 slots or more from `origin` is
+    /// left here, counted in `step.moved_full`. A moved entry may land in a slot this pass
+    /// already examined, so the full instant of one not reported is folded into the pass's
+    /// bound (`full_at`) here.
     fn shift_back(
         &mut self,
         r: Region,
         mut hole: usize,
+        origin: usize,
         now: u64,
         full_at: &mut impl FnMut(u64, u64) -> u64,
-    ) -> (usize, u64, u64) {
+        step: &mut Step,
+    ) -> (usize, u64) {
         let ix = self.index;
         let mask = r.mask;
-        let (start, mut j) = (hole, hole);
-        let (mut visited, mut landed, mut far) = (0, 0u64, 0u64);
+        let mut j = hole;
+        let (mut visited, mut landed) = (0, 0u64);
         loop {
             j = (j + 1) & mask;
             visited += 1;
             let w = ix.slots[r.at(j)].load(Ordering::Acquire);
             let f = fp_of(w);
             if f == EMPTY {
-                return (visited, landed, far);
+                return (visited, landed);
             }
             let home = f as usize & mask;
             // The entry at `j` may fill the gap iff its probe from `home` passes `hole`.
@@ -1003,13 +977,13 @@ impl Locked<'_> {
                 let w = take(&ix.slots[r.at(j)], w);
                 ix.slots[r.at(hole)].store(w, Ordering::Release);
                 let at = full_at(fp_of(w), state_of(w));
-                let d = hole.wrapping_sub(start) & mask;
+                let d = hole.wrapping_sub(origin) & mask;
                 match 1u64.checked_shl(d as u32).filter(|_| at <= now) {
                     // Evicted where it landed, or left and folded in, by the caller.
                     Some(bit) => landed |= bit,
                     None => {
                         self.meta.pass_min = self.meta.pass_min.min(at);
-                        far += u64::from(at <= now);
+                        step.moved_full += u64::from(at <= now);
                     }
                 }
                 hole = j;
