@@ -722,9 +722,8 @@ impl<C: Clock> ShardedBucket<C> {
             // both to publish a hint when this take drained the other one costs more than it
             // saves: under two-thread overload the other core's next writes to both lines (and
             // to the hint's, when it changes) must then take them back, for a hint the next
-            // failed borrow publishes anyway (harness,
-            // mixed regime: sharded/cas 0.85 → 0.93 at two threads, median of nine paired runs;
-            // unchanged at one).
+            // failed borrow publishes anyway (harness, mixed regime: sharded/cas 0.85 → 0.93
+            // at two threads, median of nine paired runs; unchanged at one).
             return Some(Ok(false));
         }
         let left = need - l.taken;

@@ -323,8 +323,8 @@ fn a_stale_reading_waits_for_the_later_hint() {
     // A borrow that empties both shards: served borrows' hint "dry until 0.5 s".
     assert_eq!(bucket.try_acquire(2), Ok(()));
     clock.inner().set(ms(1_000));
-    // Two tokens at 1 s; the second comes from the other shard alone, and its borrow reads
-    // both shards: "dry until 1.5 s".
+    // Two tokens at 1 s, the second from the other shard alone (a borrow that publishes
+    // nothing); the refusal after them reads both shards: "dry until 1.5 s".
     assert_eq!(bucket.try_acquire(1), Ok(()));
     assert_eq!(bucket.try_acquire(1), Ok(()));
     assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(ms(500))));
