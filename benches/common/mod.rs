@@ -2,23 +2,39 @@
 //! threads at once and report the slowest thread, as quanta's contention benchmark does, so a
 //! strategy cannot look fast by starving one thread.
 
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Runs `f(thread, i)` for `i in 0..iters` on each of `threads` threads started together behind
-/// a barrier; returns the slowest thread's time.
+/// Runs `f(thread, i)` for `i in 0..iters` on each of `threads` threads started together;
+/// returns the slowest thread's time.
+///
+/// The threads meet at a spinning start line, not a `std::sync::Barrier`: a barrier parks all
+/// but the last thread, and the tens of microseconds a parked thread takes to wake up let the
+/// last one run alone, uncontended, for the start of every sample — at criterion's smaller
+/// iteration counts, most of it. Spinning, they start within a cache-line transfer of each
+/// other, so a multi-threaded sample measures contention. (A waiting thread yields its core
+/// now and then, in case there are more threads than cores.)
 pub(crate) fn across_threads<F: Fn(usize, u64) + Sync>(
     threads: usize,
     iters: u64,
     f: F,
 ) -> Duration {
-    let barrier = Barrier::new(threads);
-    let (barrier, f) = (&barrier, &f);
+    let arrived = AtomicUsize::new(0);
+    let (arrived, f) = (&arrived, &f);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || {
-                    barrier.wait();
+                    arrived.fetch_add(1, Ordering::AcqRel);
+                    let mut spins = 0u32;
+                    while arrived.load(Ordering::Acquire) < threads {
+                        spins = spins.wrapping_add(1);
+                        if spins & 1023 == 0 {
+                            std::thread::yield_now();
+                        } else {
+                            std::hint::spin_loop();
+                        }
+                    }
                     let start = Instant::now();
                     for i in 0..iters {
                         f(t, i);
