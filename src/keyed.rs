@@ -943,7 +943,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             Err(denied) => return Insert::Refused(denied),
         };
         let full_at = gcra::full_at(state, quota);
-        locked.insert(fp, state, full_at, |fp, s| self.full_at(fp, s));
+        locked.insert(fp, state, full_at);
         self.table.len.fetch_add(1, Ordering::SeqCst);
         self.table.next_full_at.fetch_min(full_at, Ordering::SeqCst);
         Insert::Done
@@ -969,7 +969,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     #[inline(never)]
     fn help_migrate(&self) {
         if let Some(mut locked) = self.index.try_lock() {
-            locked.help_migrate(|fp, s| self.full_at(fp, s));
+            locked.help_migrate();
         }
     }
 
