@@ -139,7 +139,7 @@ pub(crate) fn try_acquire_in(
     let scale = rate.scale();
     // Both products are at most MAX_UNITS by the quota's construction.
     let cost_units = cost * scale;
-    let burst_units = rate.burst() * scale;
+    let burst_units = rate.burst_units();
     // Admit iff balance >= cost, i.e. state + cost <= earned_floor + burst (in units).
     let want = state + cost_units;
     // Refused: `at = instant_of(need)` (`need = want − burst`) depends on the state and the
@@ -195,7 +195,7 @@ pub fn available(state: u64, now: u64, quota: &Quota) -> u64 {
 #[inline(always)]
 pub(crate) fn available_in(state: u64, now: u64, rate: &Rate) -> u64 {
     let scale = rate.scale();
-    let burst_units = rate.burst() * scale;
+    let burst_units = rate.burst_units();
     let balance = (rate.earned_floor(now) + burst_units).saturating_sub(state);
     balance.min(burst_units) / scale
 }
@@ -251,7 +251,7 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
         return Err(Denied::ExceedsBurst);
     }
     let scale = quota.scale();
-    let burst_units = quota.burst() * scale;
+    let burst_units = quota.burst_units();
     let base = state.max(quota.earned_ceil(now));
     let next = u128::from(base) + u128::from(cost * scale);
     if next > u128::from(MAX_UNITS) {
@@ -359,7 +359,7 @@ pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
         i128::from(new.earned_ceil(now)) + burst2 - (b1 * s2).div_euclid(s1).min(burst2);
     // In debt, the old bucket is empty again at `instant_of(state − burst) > now`.
     let by_time = if b1 < 0 {
-        match old.instant_of(state - old.burst() * old.scale()) {
+        match old.instant_of(state - old.burst_units()) {
             at if at > crate::quota::HORIZON_NS => i128::from(MAX_UNITS),
             at => i128::from(new.earned_ceil(at)) + burst2,
         }
@@ -402,11 +402,7 @@ fn full_at_in(state: u64, rate: &Rate) -> u64 {
 #[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn available_units(state: u64, now: u64, quota: &Quota) -> u64 {
-    held(
-        state,
-        quota.earned_floor(now),
-        quota.burst() * quota.scale(),
-    )
+    held(state, quota.earned_floor(now), quota.burst_units())
 }
 
 /// Units a bucket of `burst_units` holds with `earned_floor` units earned: [`available_units`]
@@ -428,7 +424,7 @@ pub(crate) fn debit(state: u64, now: u64, quota: &Quota, cost: u64) -> Option<u6
     let scale = quota.scale();
     let cost_units = cost * scale;
     let want = state.checked_add(cost_units)?;
-    (want <= quota.earned_floor(now) + quota.burst() * scale)
+    (want <= quota.earned_floor(now) + quota.burst_units())
         .then(|| state.max(quota.earned_ceil(now)) + cost_units)
 }
 
@@ -523,7 +519,7 @@ mod tests {
             for now in nows {
                 let floor = q.earned_floor(now);
                 let ceil = q.earned_ceil(now);
-                let burst_units = q.burst() * q.scale();
+                let burst_units = q.burst_units();
                 for cost in [1, q.burst()] {
                     let cost_units = cost * q.scale();
                     let edge = (floor + burst_units).saturating_sub(cost_units);

@@ -102,6 +102,13 @@ impl Rate {
         self.scale
     }
 
+    /// The capacity in state units, `burst × scale`: at most `MAX_UNITS` by the quota's
+    /// construction, so the product never overflows.
+    #[inline(always)]
+    pub(crate) fn burst_units(&self) -> u64 {
+        self.burst * self.scale
+    }
+
     /// Units earned from the origin to `now`, rounded down and up, under one exactness test; the
     /// ceiling by a product compare, not a second division.
     #[inline(always)]
@@ -454,6 +461,12 @@ impl Quota {
     #[inline]
     pub fn scale(&self) -> u64 {
         self.rate.scale
+    }
+
+    /// The capacity in state units (`burst × scale`, which never overflows).
+    #[inline]
+    pub(crate) fn burst_units(&self) -> u64 {
+        self.rate.burst_units()
     }
 
     /// State units earned per nanosecond, as a reduced fraction `(mul, div)`: the bucket earns

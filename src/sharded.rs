@@ -758,7 +758,7 @@ impl<C: Clock> ShardedBucket<C> {
     #[inline(always)]
     fn take_one(&self, j: usize, earned: (u64, u64), max: u64) -> Option<(Taken, u64)> {
         let shard = &self.shards[j];
-        let burst = shard.quota.burst() * shard.quota.scale();
+        let burst = shard.quota.burst_units();
         let mut state = shard.state.load(Ordering::Relaxed);
         while let Some((after, taken, rest)) = gcra::take_units(state, earned, burst, max) {
             match shard.state.compare_exchange_weak(
@@ -844,10 +844,9 @@ impl<C: Clock> ShardedBucket<C> {
             // at least those it read — its own give-backs included.
             let seen = self.pool.dry_until.load(Ordering::Acquire);
             let shards = || {
-                self.shards.iter().map(|s| {
-                    let q = &s.quota;
-                    (s.state.load(Ordering::Relaxed), q.burst() * q.scale())
-                })
+                self.shards
+                    .iter()
+                    .map(|s| (s.state.load(Ordering::Relaxed), s.quota.burst_units()))
             };
             // The one-pass form (a drained pool) first, the general one where it does not apply
             // (its breakpoints on the stack up to 16 shards, in the thread's buffers beyond).
