@@ -1,6 +1,7 @@
 //! Single bucket, side by side in one run: tollgate's CAS bucket vs a `Mutex` with the same exact
 //! arithmetic vs governor 0.10 (`RateLimiter::direct(..).check()` on its default quanta clock):
-//! the allow path, the deny path, the inexact quotas 3/s, 7/s and 999,999,937/s (allow and deny),
+//! the allow path, the deny path (also against governor with the wait a refusal's caller needs,
+//! `governor_retry_after`), the inexact quotas 3/s, 7/s and 999,999,937/s (allow and deny),
 //! two threads on one bucket (allow path, slowest thread), tollgate on its coarse clock, and
 //! the clock reads alone. Every limiter is called as a user calls it for one token: tollgate's
 //! `try_acquire(1)` with the cost a constant the compiler sees (as it is in governor's
@@ -193,8 +194,24 @@ fn single_thread(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("tollgate_coarse", regime), |b| {
             b.iter(|| black_box(co.try_acquire(1)))
         });
+        if regime == "deny" {
+            // What tollgate's refusal returns, from governor: the wait (for `Retry-After`).
+            g.bench_function(BenchmarkId::new("governor_retry_after", regime), |b| {
+                b.iter(|| black_box(governor_retry_after(&gov)))
+            });
+        }
     }
     g.finish();
+}
+
+/// governor's one-token call with the wait a refusal's caller needs (a `Retry-After` header, a
+/// sleep): its `NotUntil` holds the earliest instant, and the wait from it costs a second clock
+/// read. tollgate's refusal returns that wait itself ([`Denied::RetryAfter`]).
+#[inline(always)]
+fn governor_retry_after(gov: &Governor) -> Result<(), Duration> {
+    use governor::clock::Clock as _;
+    gov.check()
+        .map_err(|not_until| not_until.wait_time_from(gov.clock().now()))
 }
 
 fn inexact_quotas(c: &mut Criterion) {
@@ -345,6 +362,10 @@ fn callgrind(name: &str, n: u64) -> Result<(), String> {
             let g = cfg.gov();
             run(n, || g.check());
         }
+        "governor_retry_after" => {
+            let g = cfg.gov();
+            run(n, || governor_retry_after(&g));
+        }
         other => return Err(format!("{other}: no such limiter")),
     }
     Ok(())
@@ -357,6 +378,7 @@ fn scenarios() -> Vec<String> {
             v.push(format!("{l}/{c}"));
         }
     }
+    v.push("governor_retry_after/deny".to_string());
     for (c, cfg) in inexact() {
         for l in ["tollgate", "governor"] {
             v.push(format!("{l}/{c}"));
