@@ -964,4 +964,26 @@ mod tests {
         slow.done(Pass::Normal, true);
         assert!(slow.pass().is_none(), "no probe before the interval");
     }
+
+    /// review: `probe_interval(Duration::MAX)` (or any interval above ~584 years) is accepted
+    /// by the builder, but `Breaker::pass` adds it to `last_probe` unchecked: once the breaker
+    /// is down, the next decision panics with an add overflow (debug) or wraps so that every
+    /// decision becomes a probe (release).
+    #[test]
+    fn review_huge_probe_interval_neither_panics_nor_probes() {
+        let b = Breaker {
+            start: Instant::now() - Duration::from_secs(1),
+            down: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
+            last_probe: AtomicU64::new(0),
+            interval: Duration::MAX,
+        };
+        b.done(Pass::Normal, true); // a failure: down, last_probe = now (> 0)
+        let r = std::panic::catch_unwind(|| b.pass().is_none());
+        assert_eq!(
+            r.ok(),
+            Some(true),
+            "pass() with an interval of Duration::MAX must neither panic nor let a probe through"
+        );
+    }
 }

@@ -1,0 +1,71 @@
+//! Adversarial review (branch review-s17): each test here demonstrates a suspected defect and
+//! FAILS on the reviewed code. See the commit messages for the analysis and suggested fixes.
+
+use std::time::Duration;
+use tollgate::Quota;
+use tollgate_redis::test_support::RedisServer;
+use tollgate_redis::RedisLimiter;
+
+fn q(tokens: u64, per: Duration, burst: u64) -> Quota {
+    Quota::new(tokens, per, burst).unwrap()
+}
+
+/// The README promises that a key whose state was written under another quota "is read as
+/// full: at most one extra burst". While two quotas are live on the same key at once (a rolling
+/// deploy that changes the limit, or `quota_for` configured on some processes only), each
+/// process reads the other's state as foreign, i.e. full, on *every* call: the limit is gone
+/// for as long as both run. One token per hour, bursts 2 and 3: alternating 20 requests admits
+/// all 20, where at most 2 + 3 may pass.
+#[tokio::test]
+async fn review_two_live_quotas_on_one_key_admit_without_bound() {
+    let Some(server) = RedisServer::start("review::two_live_quotas") else {
+        return;
+    };
+    let hour = Duration::from_secs(3600);
+    let old = RedisLimiter::builder(&server.url(), q(1, hour, 2))
+        .build()
+        .await
+        .unwrap();
+    let new = RedisLimiter::builder(&server.url(), q(1, hour, 3))
+        .build()
+        .await
+        .unwrap();
+    let mut admitted = 0;
+    for i in 0..20 {
+        let l = if i % 2 == 0 { &old } else { &new };
+        if l.check("tenant:42", 1).await.unwrap().is_ok() {
+            admitted += 1;
+        }
+    }
+    assert!(
+        admitted <= 2 + 3,
+        "{admitted} of 20 admitted on a 1/hour key with bursts 2 and 3"
+    );
+}
+
+/// `probe_interval(Duration::MAX)` is accepted by `build`, but after the first failure the
+/// breaker computes `last_probe + interval_ns` unchecked: the next decision panics (debug
+/// builds) instead of applying the unavailability policy.
+#[tokio::test]
+async fn review_huge_probe_interval_panics_on_the_decision_path() {
+    let Some(server) = RedisServer::start("review::huge_probe_interval") else {
+        return;
+    };
+    let l = RedisLimiter::builder(&server.url(), Quota::per_second(10).unwrap())
+        .probe_interval(Duration::MAX)
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(l.try_acquire("k", 1).await, Ok(()));
+    drop(server); // killed: the next decision fails and opens the breaker
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for _ in 0..3 {
+        let l = l.clone();
+        let r = tokio::spawn(async move { l.try_acquire("k", 1).await }).await;
+        assert!(
+            r.is_ok(),
+            "try_acquire panicked: {:?}",
+            r.err().map(|e| e.to_string())
+        );
+    }
+}
