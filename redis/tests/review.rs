@@ -69,3 +69,12 @@ async fn review_huge_probe_interval_panics_on_the_decision_path() {
         );
     }
 }
+
+/// `check_quota` (public) on a valid quota with a long prime period panics with a u128
+/// multiply overflow in `Params::new` instead of returning `Error::Config`.
+#[test]
+fn review_check_quota_on_a_long_prime_period_does_not_panic() {
+    let quota = q(1, Duration::from_nanos((1 << 62) + 135), 1);
+    let r = std::panic::catch_unwind(|| tollgate_redis::check_quota(quota).is_err());
+    assert_eq!(r.ok(), Some(true), "check_quota({quota:?}) panicked");
+}
