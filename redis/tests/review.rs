@@ -78,3 +78,43 @@ fn review_check_quota_on_a_long_prime_period_does_not_panic() {
     let r = std::panic::catch_unwind(|| tollgate_redis::check_quota(quota).is_err());
     assert_eq!(r.ok(), Some(true), "check_quota({quota:?}) panicked");
 }
+
+/// A refusal served from the lease table's refusal cache (`lease_denied`) reports the snapshot
+/// of the last *successful* refill (`Slot::last` is not updated when a refill is refused): after
+/// another process drained the bucket, a cost-1 request is refused with `remaining() == 8`
+/// (and the tower layer sends `429` with `RateLimit: r=8`), right after the refill refusal
+/// itself reported 0.
+#[tokio::test]
+async fn review_lease_refusal_reports_a_stale_remaining() {
+    let Some(server) = RedisServer::start("review::lease_refusal_snapshot") else {
+        return;
+    };
+    let quota = q(1, Duration::from_secs(3600), 10);
+    let a = RedisLimiter::builder(&server.url(), quota)
+        .leases(tollgate_redis::Leases::new(2).lifetime(Duration::from_secs(60)))
+        .build()
+        .await
+        .unwrap();
+    let b = RedisLimiter::builder(&server.url(), quota)
+        .build()
+        .await
+        .unwrap();
+    // A takes 2 (its request and one leased token): Redis holds 8.
+    let (v, s) = a.try_acquire_snapshot("k", 1).await;
+    assert_eq!((v, s.map(|s| s.remaining())), (Ok(()), Some(9)));
+    // B drains the bucket.
+    for _ in 0..8 {
+        assert_eq!(b.try_acquire("k", 1).await, Ok(()));
+    }
+    // A spends its leased token, then its refill is refused (by Redis: remaining 0).
+    assert_eq!(a.try_acquire("k", 1).await, Ok(()));
+    let (v, s) = a.try_acquire_snapshot("k", 1).await;
+    assert!(v.is_err());
+    assert_eq!(s.unwrap().remaining(), 0, "the refused refill itself");
+    // The next refusal comes from the refusal cache.
+    let (v, s) = a.try_acquire_snapshot("k", 1).await;
+    assert!(v.is_err(), "{v:?}");
+    assert_eq!(a.counters().lease_denied, 1);
+    let r = s.unwrap().remaining();
+    assert_eq!(r, 0, "a cost-1 request refused with {r} tokens remaining");
+}
