@@ -66,3 +66,53 @@ async fn review_local_fallback_headers_report_the_quota_that_decided() {
         h.get("ratelimit")
     );
 }
+
+/// `Forwarded` spoofing through an unbalanced quote. The client sends
+/// `Forwarded: for=6.6.6.N;x="`; a trusted proxy that appends to the existing line (RFC 7239
+/// §4 allows it; e.g. nginx's documented `$proxy_add_forwarded` pattern) makes the line
+/// `for=6.6.6.N;x=", for=203.0.113.7`. `split_list` parses left to right, so the client's open
+/// quote swallows the comma: the proxy's element is never seen, the one (rightmost) element is
+/// the client's, and its `for=6.6.6.N` becomes the key. The client picks a fresh key per
+/// request: 20 of 20 admitted on a per-client limit with burst 1.
+#[tokio::test]
+async fn review_forwarded_unbalanced_quote_lets_the_client_pick_its_key() {
+    use std::net::{IpAddr, SocketAddr};
+    use tollgate::KeyedLimiter;
+    use tollgate_tower::{ClientIp, KeyExtractor, ProxyHeader};
+
+    let key = ClientIp::new(["10.0.0.0/8".parse().unwrap()]).header(ProxyHeader::Forwarded);
+    let request = |n: u8| {
+        let line = format!("for=6.6.6.{n};x=\", for=203.0.113.7");
+        let mut req = Request::builder()
+            .header("forwarded", line)
+            .body(Body::empty())
+            .unwrap();
+        req.extensions_mut()
+            .insert(SocketAddr::from(([10, 0, 0, 1], 40000)));
+        req
+    };
+    let hour = std::time::Duration::from_secs(3600);
+    let per_client: KeyedLimiter<IpAddr> = KeyedLimiter::new(Quota::new(1, hour, 1).unwrap(), 1000);
+    let svc = RateLimitLayer::new(per_client)
+        .key(key.clone())
+        .layer(service_fn(|_req: Request<Body>| async {
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+        }));
+    let mut admitted = 0;
+    for n in 0..20 {
+        let r = svc.clone().oneshot(request(n)).await.unwrap();
+        if r.status() == StatusCode::OK {
+            admitted += 1;
+        }
+    }
+    assert_eq!(
+        KeyExtractor::<Body>::extract(&key, &request(1)),
+        Some(IpAddr::from([203, 0, 113, 7])),
+        "the key must be the address our proxy wrote (or at worst the proxy's own); \
+         {admitted} of 20 requests of one client admitted at burst 1"
+    );
+    assert!(
+        admitted <= 1,
+        "{admitted} of 20 admitted for one client, burst 1"
+    );
+}
