@@ -117,8 +117,11 @@ impl Breaker {
             return Some(Pass::Normal);
         }
         let now = self.now();
-        let due = self.last_probe.load(Ordering::Acquire)
-            + u64::try_from(self.interval.as_nanos()).unwrap_or(u64::MAX);
+        // Saturating: an interval past u64::MAX ns (`Duration::MAX`) means "never probe again".
+        let due = self
+            .last_probe
+            .load(Ordering::Acquire)
+            .saturating_add(u64::try_from(self.interval.as_nanos()).unwrap_or(u64::MAX));
         if now >= due
             && self
                 .probing
@@ -304,7 +307,9 @@ impl RedisLimiterBuilder {
         self
     }
 
-    /// After a failure, how often one probe decision is sent to Redis (default 100 ms).
+    /// After a failure, how often one probe decision is sent to Redis (default 100 ms). An
+    /// interval beyond `u64::MAX` nanoseconds (about 584 years, e.g. `Duration::MAX`) never
+    /// probes: after the first failure every decision takes the [`OnUnavailable`] policy.
     /// ```no_run
     /// # async fn f() -> Result<(), tollgate_redis::Error> {
     /// use std::time::Duration;
@@ -965,12 +970,11 @@ mod tests {
         assert!(slow.pass().is_none(), "no probe before the interval");
     }
 
-    /// review: `probe_interval(Duration::MAX)` (or any interval above ~584 years) is accepted
-    /// by the builder, but `Breaker::pass` adds it to `last_probe` unchecked: once the breaker
-    /// is down, the next decision panics with an add overflow (debug) or wraps so that every
-    /// decision becomes a probe (release).
+    /// An interval past `u64::MAX` ns (`Duration::MAX`) saturates: once down, the breaker never
+    /// lets a probe through (an unchecked add panicked in debug builds and, wrapped in release,
+    /// made every decision a probe).
     #[test]
-    fn review_huge_probe_interval_neither_panics_nor_probes() {
+    fn a_huge_probe_interval_neither_panics_nor_probes() {
         let b = Breaker {
             start: Instant::now() - Duration::from_secs(1),
             down: AtomicBool::new(false),
