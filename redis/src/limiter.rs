@@ -75,6 +75,21 @@ pub struct Counters {
     pub redis_calls: u64,
 }
 
+/// What decided a [`RedisLimiter::try_acquire_outcome`] call, and how: the verdict, the
+/// bucket's [`Snapshot`] after it, and the quota of the bucket that decided — the key's Redis
+/// quota, or the local fallback's share of it when [`OnUnavailable::LocalFallback`] decided.
+/// `snapshot` and `quota` are `None` when no bucket decided (fail open or closed).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Admitted, or why not.
+    pub verdict: Result<(), Denied>,
+    /// The bucket right after the decision (`None`: no bucket decided).
+    pub snapshot: Option<Snapshot>,
+    /// The quota of the bucket that decided (`None`: no bucket decided).
+    pub quota: Option<Quota>,
+}
+
 #[derive(Debug, Default)]
 struct Stats {
     redis: AtomicU64,
@@ -527,7 +542,7 @@ impl RedisLimiter {
     pub async fn try_acquire(&self, key: &str, cost: u64) -> Result<(), tollgate::Denied> {
         match self.decide(key, cost, false).await {
             Ok((v, _)) => v,
-            Err(_) => self.apply_policy(key, cost).0,
+            Err(_) => self.apply_policy(key, cost).verdict,
         }
     }
 
@@ -550,8 +565,32 @@ impl RedisLimiter {
         key: &str,
         cost: u64,
     ) -> (Result<(), tollgate::Denied>, Option<Snapshot>) {
+        let o = self.try_acquire_outcome(key, cost).await;
+        (o.verdict, o.snapshot)
+    }
+
+    /// [`try_acquire_snapshot`](Self::try_acquire_snapshot), also saying which quota decided
+    /// ([`Outcome::quota`]): the key's Redis quota, or the local fallback's share of it while
+    /// Redis is unavailable. What `RateLimit-Policy` headers must report, since the fallback's
+    /// bucket is smaller than the Redis one.
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// let o = limiter.try_acquire_outcome("tenant:42", 1).await;
+    /// # let _ = (o.verdict, o.snapshot, o.quota.map(|q| q.burst()));
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire_outcome(&self, key: &str, cost: u64) -> Outcome {
         match self.decide(key, cost, true).await {
-            Ok((v, s)) => (v, s),
+            Ok((verdict, snapshot)) => Outcome {
+                verdict,
+                snapshot,
+                quota: Some(self.params(key).quota),
+            },
             Err(_) => self.apply_policy(key, cost),
         }
     }
@@ -654,21 +693,33 @@ impl RedisLimiter {
         self.inner.per_key.get(key).unwrap_or(&self.inner.default)
     }
 
-    fn apply_policy(&self, key: &str, cost: u64) -> (Result<(), Denied>, Option<Snapshot>) {
+    fn apply_policy(&self, key: &str, cost: u64) -> Outcome {
         let s = &self.inner.stats;
         match &self.inner.policy {
             Policy::FailClosed => {
                 bump(&s.fail_closed);
-                (Err(Denied::RetryAfter(FAIL_CLOSED_RETRY)), None)
+                Outcome {
+                    verdict: Err(Denied::RetryAfter(FAIL_CLOSED_RETRY)),
+                    snapshot: None,
+                    quota: None,
+                }
             }
             Policy::FailOpen => {
                 bump(&s.fail_open);
-                (Ok(()), None)
+                Outcome {
+                    verdict: Ok(()),
+                    snapshot: None,
+                    quota: None,
+                }
             }
             Policy::Local(k) => {
                 bump(&s.local_fallback);
-                let (v, snap) = k.try_acquire_snapshot(key, cost);
-                (v, Some(snap))
+                let (verdict, snapshot) = k.try_acquire_snapshot(key, cost);
+                Outcome {
+                    verdict,
+                    snapshot: Some(snapshot),
+                    quota: Some(k.quota_for(key)),
+                }
             }
         }
     }
@@ -748,7 +799,7 @@ impl RedisLimiter {
                 Ok((Ok(()), Some(self.lease_snapshot(table, &slot, p))))
             }
             Err(Denied::RetryAfter(wait)) => {
-                table.deny(&slot, cost, wait);
+                table.deny(&slot, cost, wait, d.snapshot);
                 Ok((d.verdict, Some(d.snapshot)))
             }
             Err(_) => Ok((d.verdict, Some(d.snapshot))),
