@@ -26,7 +26,9 @@ pub enum Error {
     /// Connecting to the server failed (refused, unreachable, authentication).
     Connect(Source),
     /// No reply within the per-decision timeout. The script may still run on the server later:
-    /// the decision is never retried (that could count it twice).
+    /// tollgate never resends a decision (that could count it twice; in cluster mode redis-rs
+    /// itself resends after a dropped connection, which at worst counts it twice: fewer
+    /// admissions, never more).
     Timeout(Duration),
     /// The limiter recently failed to reach the server and is waiting before the next probe;
     /// no request was sent (so none can queue behind a dead connection).

@@ -209,7 +209,7 @@ pub(crate) struct Slot {
     denied_cost: AtomicU64,
     /// One refill at a time per key and process.
     pub(crate) refill: tokio::sync::Mutex<()>,
-    /// The Redis snapshot of the last refill, and when it was taken.
+    /// The Redis snapshot of the last refill (admitted or refused), and when it was taken.
     pub(crate) last: std::sync::Mutex<Option<(tollgate::Snapshot, Instant)>>,
 }
 
@@ -328,13 +328,22 @@ impl Table {
             .then(|| Duration::from_nanos(until - now))
     }
 
-    /// Remembers a refusal of `cost` with `wait`. Call with the refill lock held.
-    pub(crate) fn deny(&self, slot: &Slot, cost: u64, wait: Duration) {
+    /// Remembers a refusal of `cost` with `wait`, and the refused refill's `snapshot` (Redis's
+    /// view of the bucket then: the refusals served from this cache report it, not the last
+    /// successful refill's). Call with the refill lock held.
+    pub(crate) fn deny(
+        &self,
+        slot: &Slot,
+        cost: u64,
+        wait: Duration,
+        snapshot: tollgate::Snapshot,
+    ) {
         let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
         slot.denied_until.store(0, Ordering::Release);
         slot.denied_cost.store(cost, Ordering::Release);
         slot.denied_until
             .store(self.now().saturating_add(wait), Ordering::Release);
+        *slot.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((snapshot, Instant::now()));
     }
 
     /// Whole tokens left in the key's lease that have not expired.

@@ -62,7 +62,9 @@ pub fn check_quota(quota: tollgate::Quota) -> Result<(), Error> {
     script::Params::new(quota).map(|_| ())
 }
 pub use lease::Leases;
-pub use limiter::{Counters, OnUnavailable, RedisLimiter, RedisLimiterBuilder, FAIL_CLOSED_RETRY};
+pub use limiter::{
+    Counters, OnUnavailable, Outcome, RedisLimiter, RedisLimiterBuilder, FAIL_CLOSED_RETRY,
+};
 
 /// The README's Rust examples, compiled as doc tests.
 #[cfg(doctest)]

@@ -75,6 +75,21 @@ pub struct Counters {
     pub redis_calls: u64,
 }
 
+/// What decided a [`RedisLimiter::try_acquire_outcome`] call, and how: the verdict, the
+/// bucket's [`Snapshot`] after it, and the quota of the bucket that decided — the key's Redis
+/// quota, or the local fallback's share of it when [`OnUnavailable::LocalFallback`] decided.
+/// `snapshot` and `quota` are `None` when no bucket decided (fail open or closed).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Admitted, or why not.
+    pub verdict: Result<(), Denied>,
+    /// The bucket right after the decision (`None`: no bucket decided).
+    pub snapshot: Option<Snapshot>,
+    /// The quota of the bucket that decided (`None`: no bucket decided).
+    pub quota: Option<Quota>,
+}
+
 #[derive(Debug, Default)]
 struct Stats {
     redis: AtomicU64,
@@ -117,8 +132,11 @@ impl Breaker {
             return Some(Pass::Normal);
         }
         let now = self.now();
-        let due = self.last_probe.load(Ordering::Acquire)
-            + u64::try_from(self.interval.as_nanos()).unwrap_or(u64::MAX);
+        // Saturating: an interval past u64::MAX ns (`Duration::MAX`) means "never probe again".
+        let due = self
+            .last_probe
+            .load(Ordering::Acquire)
+            .saturating_add(u64::try_from(self.interval.as_nanos()).unwrap_or(u64::MAX));
         if now >= due
             && self
                 .probing
@@ -304,7 +322,9 @@ impl RedisLimiterBuilder {
         self
     }
 
-    /// After a failure, how often one probe decision is sent to Redis (default 100 ms).
+    /// After a failure, how often one probe decision is sent to Redis (default 100 ms). An
+    /// interval beyond `u64::MAX` nanoseconds (about 584 years, e.g. `Duration::MAX`) never
+    /// probes: after the first failure every decision takes the [`OnUnavailable`] policy.
     /// ```no_run
     /// # async fn f() -> Result<(), tollgate_redis::Error> {
     /// use std::time::Duration;
@@ -522,7 +542,7 @@ impl RedisLimiter {
     pub async fn try_acquire(&self, key: &str, cost: u64) -> Result<(), tollgate::Denied> {
         match self.decide(key, cost, false).await {
             Ok((v, _)) => v,
-            Err(_) => self.apply_policy(key, cost).0,
+            Err(_) => self.apply_policy(key, cost).verdict,
         }
     }
 
@@ -545,8 +565,32 @@ impl RedisLimiter {
         key: &str,
         cost: u64,
     ) -> (Result<(), tollgate::Denied>, Option<Snapshot>) {
+        let o = self.try_acquire_outcome(key, cost).await;
+        (o.verdict, o.snapshot)
+    }
+
+    /// [`try_acquire_snapshot`](Self::try_acquire_snapshot), also saying which quota decided
+    /// ([`Outcome::quota`]): the key's Redis quota, or the local fallback's share of it while
+    /// Redis is unavailable. What `RateLimit-Policy` headers must report, since the fallback's
+    /// bucket is smaller than the Redis one.
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// let o = limiter.try_acquire_outcome("tenant:42", 1).await;
+    /// # let _ = (o.verdict, o.snapshot, o.quota.map(|q| q.burst()));
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire_outcome(&self, key: &str, cost: u64) -> Outcome {
         match self.decide(key, cost, true).await {
-            Ok((v, s)) => (v, s),
+            Ok((verdict, snapshot)) => Outcome {
+                verdict,
+                snapshot,
+                quota: Some(self.params(key).quota),
+            },
             Err(_) => self.apply_policy(key, cost),
         }
     }
@@ -649,21 +693,33 @@ impl RedisLimiter {
         self.inner.per_key.get(key).unwrap_or(&self.inner.default)
     }
 
-    fn apply_policy(&self, key: &str, cost: u64) -> (Result<(), Denied>, Option<Snapshot>) {
+    fn apply_policy(&self, key: &str, cost: u64) -> Outcome {
         let s = &self.inner.stats;
         match &self.inner.policy {
             Policy::FailClosed => {
                 bump(&s.fail_closed);
-                (Err(Denied::RetryAfter(FAIL_CLOSED_RETRY)), None)
+                Outcome {
+                    verdict: Err(Denied::RetryAfter(FAIL_CLOSED_RETRY)),
+                    snapshot: None,
+                    quota: None,
+                }
             }
             Policy::FailOpen => {
                 bump(&s.fail_open);
-                (Ok(()), None)
+                Outcome {
+                    verdict: Ok(()),
+                    snapshot: None,
+                    quota: None,
+                }
             }
             Policy::Local(k) => {
                 bump(&s.local_fallback);
-                let (v, snap) = k.try_acquire_snapshot(key, cost);
-                (v, Some(snap))
+                let (verdict, snapshot) = k.try_acquire_snapshot(key, cost);
+                Outcome {
+                    verdict,
+                    snapshot: Some(snapshot),
+                    quota: Some(k.quota_for(key)),
+                }
             }
         }
     }
@@ -743,7 +799,7 @@ impl RedisLimiter {
                 Ok((Ok(()), Some(self.lease_snapshot(table, &slot, p))))
             }
             Err(Denied::RetryAfter(wait)) => {
-                table.deny(&slot, cost, wait);
+                table.deny(&slot, cost, wait, d.snapshot);
                 Ok((d.verdict, Some(d.snapshot)))
             }
             Err(_) => Ok((d.verdict, Some(d.snapshot))),
@@ -963,5 +1019,26 @@ mod tests {
         let slow = breaker(Duration::from_secs(3600));
         slow.done(Pass::Normal, true);
         assert!(slow.pass().is_none(), "no probe before the interval");
+    }
+
+    /// An interval past `u64::MAX` ns (`Duration::MAX`) saturates: once down, the breaker never
+    /// lets a probe through (an unchecked add panicked in debug builds and, wrapped in release,
+    /// made every decision a probe).
+    #[test]
+    fn a_huge_probe_interval_neither_panics_nor_probes() {
+        let b = Breaker {
+            start: Instant::now() - Duration::from_secs(1),
+            down: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
+            last_probe: AtomicU64::new(0),
+            interval: Duration::MAX,
+        };
+        b.done(Pass::Normal, true); // a failure: down, last_probe = now (> 0)
+        let r = std::panic::catch_unwind(|| b.pass().is_none());
+        assert_eq!(
+            r.ok(),
+            Some(true),
+            "pass() with an interval of Duration::MAX must neither panic nor let a probe through"
+        );
     }
 }

@@ -222,6 +222,25 @@ mod tests {
         assert!(Params::new(day.with_burst(27).unwrap()).is_err());
     }
 
+    /// review: `Params::new` computes `(a + 1) * b` in u128 unchecked. For a valid quota with a
+    /// long, odd period (one token per ~146 years: `per` prime and above 2^62 ns) `a ≈ 1000 ×
+    /// 2^62` and `b ≈ 2^62`, so the product is ~2^134: `check_quota` / `build` panic with a
+    /// multiply overflow (debug) or wrap and may accept the quota (release) instead of
+    /// returning `Error::Config`.
+    #[test]
+    fn review_range_check_never_overflows() {
+        // 2^62 + 135 is prime; 1 token per that many ns, burst 1, is a valid tollgate quota.
+        let per = Duration::from_nanos((1 << 62) + 135);
+        let quota = Quota::new(1, per, 1).unwrap();
+        let r = std::panic::catch_unwind(|| matches!(Params::new(quota), Err(Error::Config(_))));
+        assert_eq!(
+            r.ok(),
+            Some(true),
+            "{quota:?} {:?}: expected Error::Config, not a panic",
+            quota.units_per_ns()
+        );
+    }
+
     #[test]
     fn foreign_or_missing_state_is_full() {
         let p = Params::new(Quota::per_second(10).unwrap()).unwrap();

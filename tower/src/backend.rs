@@ -166,7 +166,9 @@ impl<K, B: Backend<K> + ?Sized> Backend<K> for std::sync::Arc<B> {
 /// `tollgate_redis::RedisLimiter` (feature `redis`): one limit per key shared by every server
 /// on the same Redis. Keys are formatted with `Display` (`IpAddr`, `String`, [`Global`]
 /// displays as `global`). The decision is asynchronous: the layer holds the request until Redis
-/// (or the limiter's unavailability policy) answers. No snapshot when no limiter answered. The
+/// (or the limiter's unavailability policy) answers. The headers report the quota of the bucket
+/// that decided (the local fallback's share while Redis is unavailable); no snapshot and no
+/// policy when no bucket decided (fail open or closed). The
 /// feature needs Rust 1.88 (redis-rs).
 ///
 /// [`Global`]: crate::Global
@@ -179,9 +181,10 @@ impl<K: core::fmt::Display> Backend<K> for tollgate_redis::RedisLimiter {
         let limiter = self.clone();
         let key = key.to_string();
         Check::Pending(Box::pin(async move {
-            let quota = limiter.quota_for(&key);
-            let (verdict, snapshot) = limiter.try_acquire_snapshot(&key, cost).await;
-            Decision::new(verdict, snapshot, Some(quota))
+            // The quota of the bucket that decided: while Redis is unavailable, the local
+            // fallback's share, whose burst is smaller than the Redis quota's.
+            let o = limiter.try_acquire_outcome(&key, cost).await;
+            Decision::new(o.verdict, o.snapshot, o.quota)
         }))
     }
 }

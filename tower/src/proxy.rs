@@ -60,7 +60,6 @@ pub(crate) fn client_ip(
     if !walk.is_trusted() {
         return peer;
     }
-    let mut elements: Vec<&str> = Vec::new();
     // Header lines from the last (rightmost) to the first, each from its last element.
     for line in headers.get_all(header.name()).iter().rev() {
         let Ok(text) = line.to_str() else {
@@ -76,9 +75,7 @@ pub(crate) fn client_ip(
                 }
             }
             ProxyHeader::Forwarded => {
-                elements.clear();
-                split_list(text, &mut elements);
-                for element in elements.iter().rev() {
+                for element in rsplit_list(text) {
                     let hop = forwarded_for(element).and_then(|node| parse_node(&node));
                     if let Some(client) = walk.step(hop) {
                         return client;
@@ -144,24 +141,44 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Appends the comma-separated elements of `text` (commas inside quoted strings do not split).
-fn split_list<'a>(text: &'a str, out: &mut Vec<&'a str>) {
-    let mut start = 0;
-    let mut quoted = false;
-    let mut escaped = false;
-    for (i, b) in text.bytes().enumerate() {
-        match b {
-            _ if escaped => escaped = false,
-            b'\\' if quoted => escaped = true,
-            b'"' => quoted = !quoted,
-            b',' if !quoted => {
-                out.push(text[start..i].trim());
-                start = i + 1;
+/// The comma-separated elements of a `Forwarded` line, last first; a comma inside a quoted
+/// string does not split.
+///
+/// Scanned from the right, as the walk reads: the elements on the right were appended by our
+/// own proxies, so they are well formed, and they are split correctly whatever the client put
+/// on the left of the line. (A left-to-right split lets the client decide: `for=6.6.6.6;x="`,
+/// to which a proxy appends `, for=203.0.113.7`, reads as one element whose quoted string
+/// swallows the proxy's comma, and the client's `for=` becomes the key.) A quote closes or
+/// opens a quoted string unless an odd number of backslashes precede it (`\"` is an escaped
+/// backslash before a real quote), which is how a left-to-right reader of a well-formed line
+/// sees it too.
+fn rsplit_list(text: &str) -> impl Iterator<Item = &str> {
+    let bytes = text.as_bytes();
+    let mut end = Some(bytes.len());
+    std::iter::from_fn(move || {
+        let stop = end?;
+        let mut start = stop;
+        let mut quoted = false;
+        while start > 0 {
+            let b = bytes[start - 1];
+            if b == b',' && !quoted {
+                break;
             }
-            _ => {}
+            if b == b'"' {
+                let backslashes = bytes[..start - 1]
+                    .iter()
+                    .rev()
+                    .take_while(|&&c| c == b'\\')
+                    .count();
+                if backslashes % 2 == 0 {
+                    quoted = !quoted;
+                }
+            }
+            start -= 1;
         }
-    }
-    out.push(text[start..].trim());
+        end = start.checked_sub(1);
+        text.get(start..stop).map(str::trim)
+    })
 }
 
 /// The `for=` node of one `Forwarded` element (`for=192.0.2.1;proto=http`), unquoted.
@@ -320,10 +337,34 @@ mod tests {
             ("forwarded", &["for=6.6.6.6, for=_hidden, for=10.0.0.5"], "10.0.0.5"),
             ("forwarded", &["proto=http"], "10.0.0.1"),
             ("forwarded", &[r#"for="[2001:db8::1"#], "10.0.0.1"),
+            // a client's unbalanced quote on the left cannot swallow what our proxies appended
+            ("forwarded", &[r#"for=6.6.6.6;x=", for=203.0.113.7"#], "203.0.113.7"),
+            ("forwarded", &[r#"for=6.6.6.6;x="\", for=203.0.113.7, for=10.0.0.3"#], "203.0.113.7"),
+            // escaped quotes and commas inside a proxy's quoted strings
+            ("forwarded", &[r#"for=6.6.6.6, for="[2001:db8::2]";by="x\",y", for=10.0.0.3"#], "2001:db8::2"),
+            ("forwarded", &[r#"for=6.6.6.6, for="[2001:db8::3]";by="a\\", for=10.0.0.3"#], "2001:db8::3"),
         ];
         for (name, lines, client) in cases {
             let got = walk(FWD, ten, "10.0.0.1", name, lines);
             assert_eq!(got, client.parse::<IpAddr>().unwrap(), "{lines:?}");
+        }
+    }
+
+    #[test]
+    fn forwarded_elements_split_from_the_right() {
+        #[rustfmt::skip]
+        let cases: &[(&str, &[&str])] = &[
+            ("a, b,c", &["c", "b", "a"]),
+            (r#"for="x,y";by=z, for=w"#, &["for=w", r#"for="x,y";by=z"#]),
+            (r#"by="q\"uote,", for=w"#, &["for=w", r#"by="q\"uote,""#]),
+            (r#"by="back\\", for=w"#, &["for=w", r#"by="back\\""#]),
+            (r#"x=", for=w"#, &["for=w", r#"x=""#]),
+            ("", &[""]),
+            (",", &["", ""]),
+        ];
+        for (line, elements) in cases {
+            let got: Vec<&str> = rsplit_list(line).collect();
+            assert_eq!(&got, elements, "{line}");
         }
     }
 
