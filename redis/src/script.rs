@@ -66,11 +66,18 @@ impl Params {
         let g = gcd(am, u128::from(div));
         let (a, b) = (am / g, u128::from(div) / g);
         let burst_units = u128::from(quota.burst()) * scale;
-        if (a + 1) * b > EXACT || burst_units + 2 * a > EXACT / 4 {
+        // Checked: a long prime period makes `a` and `b` both near 2^62 (and `a` up to 1000x
+        // more), so `(a + 1) * b` may leave even 128 bits.
+        let exact_period = (a + 1).checked_mul(b).is_some_and(|x| x <= EXACT);
+        let fits = 2u128
+            .checked_mul(a)
+            .and_then(|x| x.checked_add(burst_units))
+            .is_some_and(|x| x <= EXACT / 4);
+        if !exact_period || !fits {
             return Err(Error::Config(format!(
-                "{quota:?} does not fit the Redis script's exact range (burst x {} units + 2 x {a} \
-                 units per {b} us must stay below 2^51): lower the burst or use a coarser rate",
-                scale
+                "{quota:?} does not fit the Redis script's exact range ({a} units per {b} us \
+                 need (a + 1) x b <= 2^53, and burst x {scale} units + 2a <= 2^51): lower the \
+                 burst or use a coarser rate or a shorter period"
             )));
         }
         let (a, b, burst_units) = (a as u64, b as u64, burst_units as u64);
