@@ -106,23 +106,31 @@ impl Params {
         ]
     }
 
-    /// The absolute state in a stored value, or `FULL` for none / another quota's state.
+    /// The absolute state in the script's `prev` field: `FULL` for none, else `n·a + z` under
+    /// this quota's tag. The script converts a state written under another quota into this
+    /// quota's tag before replying (see the module docs), so a foreign tag here means the reply
+    /// is not the script's: [`Error::Reply`]. A converted debt may be up to `NEVER` = 2^63 units
+    /// above the base (a debt beyond what the script holds exactly); the sum saturates at
+    /// tollgate's largest state, 2^63 − 1, which the model refuses until past the horizon.
     fn state_of(&self, stored: &str) -> Result<u64, Error> {
+        const MAX_STATE: u128 = (1 << 63) - 1;
         if stored.is_empty() {
             return Ok(gcra::FULL);
         }
         let mut it = stored.split(' ');
         let (tag, n, z) = (it.next(), it.next(), it.next());
-        if tag != Some(self.tag.as_str()) {
-            return Ok(gcra::FULL);
+        if tag != Some(self.tag.as_str()) || it.next().is_some() {
+            return Err(Error::Reply(format!(
+                "the script returned {stored:?}, not a state under this quota's tag {:?}",
+                self.tag
+            )));
         }
-        let n: u128 = parse(n)?.into();
-        let z: u128 = parse(z)?.into();
-        let s = n * u128::from(self.a) + z;
-        u64::try_from(s)
-            .ok()
-            .filter(|s| *s < 1 << 63)
-            .ok_or_else(|| Error::Reply(format!("stored state {stored:?} is out of range")))
+        let base = u128::from(parse(n)?) * u128::from(self.a);
+        let z = u128::from(parse(z)?);
+        if base > MAX_STATE || z > MAX_STATE + 1 {
+            return Err(Error::Reply(format!("stored state {stored:?} is out of range")));
+        }
+        Ok((base + z).min(MAX_STATE) as u64)
     }
 
     /// Decodes a reply into the decision (`taken` tokens for an admission, which is `cost`
@@ -248,16 +256,26 @@ mod tests {
         );
     }
 
+    /// The client reads the script's `prev` field: none is full, this quota's tag is `n·a + z`
+    /// (a converted debt saturates at tollgate's largest state), and another quota's tag — which
+    /// the script converts before replying — is a reply error, never read as full.
     #[test]
-    fn foreign_or_missing_state_is_full() {
+    fn reply_state_is_this_quotas_or_an_error() {
         let p = Params::new(Quota::per_second(10).unwrap()).unwrap();
         assert_eq!(p.state_of("").unwrap(), gcra::FULL);
-        assert_eq!(p.state_of("other 1 2").unwrap(), gcra::FULL);
+        assert!(matches!(p.state_of("other 1 2"), Err(Error::Reply(_))));
         let s = format!("{} 3 7", p.tag);
         assert_eq!(p.state_of(&s).unwrap(), 3 * p.a + 7);
+        assert!(p.state_of(&format!("{s} 1")).is_err());
         assert!(p.state_of(&format!("{} x 7", p.tag)).is_err());
         assert!(p
             .state_of(&format!("{} 99999999999999999 7", p.tag))
+            .is_err());
+        // The script's "never" (2^63 units above the base) saturates; more is not the script's.
+        let never = format!("{} 3 9223372036854775808", p.tag);
+        assert_eq!(p.state_of(&never).unwrap(), (1 << 63) - 1);
+        assert!(p
+            .state_of(&format!("{} 3 9223372036854775809", p.tag))
             .is_err());
     }
 }
