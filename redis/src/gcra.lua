@@ -56,9 +56,18 @@ if ef * b < ra then ec = ef + 1 end
 local P51 = 2251799813685248
 local P52 = 4503599627370496
 local P53 = 9007199254740992
--- A state too far in debt to hold exactly (the clock stepped back by decades, or a conversion
--- whose debt leaves 2^52): "never". The client reads n * a + 2^63 as tollgate's largest state.
+-- A debt beyond any state (the clock stepped back by weeks): "never". The client reads n * a +
+-- 2^63 as tollgate's largest state, which the model refuses until past the horizon.
 local NEVER = 9223372036854775808
+-- An upper bound, as an integer, on a positive real X whose double v was computed from exact
+-- non-negative integers by at most three correctly rounded operations (+, *, /; no
+-- subtraction): v >= X (1 - 2^-53)^3, so the rounded v (1 + 2^-48) >= X (1 - 2^-53)^4
+-- (1 + 2^-48) > X, and its ceiling is an integer >= ceil(X), above it by at most about
+-- 2^-47 X + 1 (a debt above 2^52 units: its wait is at most 2^-47 of itself longer). Capped
+-- at NEVER. Doubles at or above 2^53 are integers, printed exactly by '%.0f'.
+local function bound_up(v)
+  return math.min(NEVER, math.ceil(v * (1 + 2 ^ -48)))
+end
 -- ceil(x / y) for exact integers x >= 0, y >= 1 with x < 2^53.
 local function cdiv(x, y)
   local q = fdiv(x, y)
@@ -85,8 +94,9 @@ local function mulfrac(x, p, q, up)
 end
 -- Converts `u` units of a bucket with scale `s1` into units of this quota (scale `scale`),
 -- rounded toward fewer tokens: down for a balance (up = false; the result is capped at `bu`),
--- up for a debt (up = true; NEVER when it would leave 2^52). 0 <= u < 2^53. Whole tokens
--- convert exactly, the fraction of a token by `mulfrac`; equal scales are exact.
+-- up for a debt (up = true; nil when the result would reach 2^52, for the caller to bound).
+-- 0 <= u < 2^53. Whole tokens convert exactly, the fraction of a token by `mulfrac`; equal
+-- scales are exact.
 local function rescale_units(u, s1, up)
   if s1 == scale then
     if not up then return math.min(u, bu) end
@@ -95,9 +105,10 @@ local function rescale_units(u, s1, up)
   local q = fdiv(u, s1)
   local rem = u - q * s1
   if not up and q >= bu / scale then return bu end
-  -- q * scale: below bu <= 2^51 for a balance; for a debt exact unless it is NEVER anyway.
+  -- q * scale: below bu <= 2^51 for a balance; for a debt exact below 2^52 (a product at or
+  -- above 2^52 rounds to a double >= 2^52).
   local whole = q * scale
-  if whole >= P52 then return NEVER end
+  if whole >= P52 then return nil end
   local v = whole + mulfrac(rem, scale, s1, up)
   if not up then return math.min(v, bu) end
   return v
@@ -156,9 +167,14 @@ local function convert(ptag, sn, sz)
   -- the first instant its earned units reach w - bu1 (relative to n1t): x = k * a1 + m units
   -- after the base, i.e. k * b1 + m * b1 / a1 us, rounded up to the whole microsecond (the
   -- server clock's resolution: tokens come back at most 1 us later than the model's).
-  local by_tokens = rescale_units(-b1units, s1, true)
-  if by_tokens >= NEVER then return NEVER end
-  by_tokens = ec + bu + by_tokens
+  local debt = -b1units
+  local by_tokens = rescale_units(debt, s1, true)
+  if by_tokens == nil then
+    -- ec + bu + debt * scale / s1 >= 2^52: bounded from above (all three integers exact).
+    by_tokens = bound_up(debt * scale / s1 + (ec + bu))
+  else
+    by_tokens = ec + bu + by_tokens
+  end
   local x = w - bu1
   local k = fdiv(x, a1)
   local kb = k * b1
@@ -170,8 +186,12 @@ local function convert(ptag, sn, sz)
   local delta = due - r1 + r
   local m = fdiv(delta, b)
   local ma = m * a
-  if ma >= P52 then return NEVER end
-  local by_time = ma + cdiv((delta - m * b) * a, b) + bu
+  local by_time = cdiv((delta - m * b) * a, b) + bu
+  if ma >= P52 then
+    by_time = bound_up(ma + by_time)
+  else
+    by_time = ma + by_time
+  end
   return math.max(by_tokens, by_time)
 end
 local prev = redis.call('GET', KEYS[1])

@@ -854,7 +854,10 @@ impl RedisLimiter {
     #[cfg(feature = "test-support")]
     pub async fn state_at(&self, key: &str, now_us: u64) -> Result<u64, Error> {
         let p = self.params(key);
-        Ok(self.call(key, p, 0, Mode::Acquire, Some(now_us)).await?.state)
+        Ok(self
+            .call(key, p, 0, Mode::Acquire, Some(now_us))
+            .await?
+            .state)
     }
 
     /// The lease script ("take at most `max` tokens, at least `cost`") at a given server time:

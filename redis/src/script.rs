@@ -128,7 +128,9 @@ impl Params {
         let base = u128::from(parse(n)?) * u128::from(self.a);
         let z = u128::from(parse(z)?);
         if base > MAX_STATE || z > MAX_STATE + 1 {
-            return Err(Error::Reply(format!("stored state {stored:?} is out of range")));
+            return Err(Error::Reply(format!(
+                "stored state {stored:?} is out of range"
+            )));
         }
         Ok((base + z).min(MAX_STATE) as u64)
     }

@@ -47,7 +47,10 @@ async fn review_two_live_quotas_on_one_key_admit_without_bound() {
     );
     // And the carried-over token is not lost: burst 2 admits one and leaves one, which the
     // burst-3 quota takes.
-    assert_eq!(admitted, 2, "the old bucket's second token was not carried over");
+    assert_eq!(
+        admitted, 2,
+        "the old bucket's second token was not carried over"
+    );
 }
 
 /// `probe_interval(Duration::MAX)` is accepted by `build`, but after the first failure the
