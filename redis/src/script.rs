@@ -22,6 +22,38 @@
 //! arithmetic and runs `tollgate::gcra` on it, so the waits and snapshots *are* the model's, and a
 //! verdict or new state that disagrees with it is reported as [`Error::Reply`] instead of being
 //! trusted.
+//!
+//! # A state written under another quota
+//!
+//! Each stored state carries its quota's tag `a.b.scale.burst_units`. A state under another tag
+//! (a deploy that changes the limit, `quota_for` on some processes only) is converted by the
+//! script as `tollgate::gcra::rescale(state, now, old, new)` does, with the old quota's
+//! parameters taken from the tag: the old balance at the server's time (refilled at the old rate
+//! since it was written), carried over in units — fractions of a token kept — and capped at the
+//! new burst; in debt (the server's clock stepped back), the later of the state that is empty
+//! again at the old due instant and the debt converted. Every step rounds toward fewer tokens,
+//! so the converted state is never below `rescale`'s (never more tokens), and at most a few
+//! units above it:
+//!
+//! * exact integers below 2^53 throughout, except: a fraction of a token carried across
+//!   different scales whose product leaves 2^53 (a double product of values ≤ 2^51 is within
+//!   one unit; one is subtracted and the result floored: at most 2 units short); a debt of 2^52
+//!   units or more (bounded from above in doubles: at most 2^-47 of itself more); the due instant,
+//!   rounded up to the server's whole microsecond; and a clock stepped back by 2^52 of the old
+//!   quota's units (17 days or more) or a due instant 2^51 µs away, read as "never" (2^63 units
+//!   above the base, which [`Params`] reads as tollgate's largest state);
+//! * equal scales and exact products: exactly `rescale`'s state.
+//!
+//! The script validates the tag and state first (`a, b, scale ≥ 1`, `(a + 1)·b ≤ 2^53`,
+//! `burst_units + 2a ≤ 2^51`, a positive whole number of tokens, `z ≤ a + burst_units`, plain
+//! decimal integers) and replies with an error otherwise. It returns the converted state, in this
+//! quota's tag and relative to the current base, in the reply's `prev` field, so the verdict is
+//! checked against `tollgate::gcra` on it like any other; a foreign tag in a reply is an
+//! [`Error::Reply`]. A refusal writes nothing; an admission writes under this quota's tag.
+//!
+//! Since every admission spends tokens the key held under the reader's quota and a conversion
+//! never adds any, a key with two live quotas admits at most the larger burst plus the larger
+//! rate over any window.
 
 use crate::Error;
 use std::time::Duration;
@@ -45,8 +77,8 @@ pub(crate) struct Params {
     a: u64,
     b: u64,
     burst_units: u64,
-    /// The quota's fingerprint, stored with each state: a state written under another quota is
-    /// read as a full bucket.
+    /// The quota's fingerprint `a.b.scale.burst_units`, stored with each state: the script
+    /// converts a state written under another quota (see the module docs).
     tag: String,
 }
 

@@ -136,12 +136,18 @@ async fn converted_state_is_rescale_rounded_toward_fewer_tokens() {
     let (mut exact, mut debt, mut capped, mut fewer, mut inexact, mut scales) = (0, 0, 0, 0, 0, 0);
     let mut huge = 0;
     for p in &all {
+        // The writes under `a`, mirrored by the model.
+        let mut model = gcra::FULL;
         for &(t, cost) in &p.writes {
-            la.check_at(&p.key, cost, t).await.unwrap();
+            let (v, _, _) = la.check_at(&p.key, cost, t).await.unwrap();
+            let m = gcra::try_acquire(model, ns(t), &p.a, cost);
+            assert_eq!(v, m.map(|_| ()));
+            model = m.ok().flatten().unwrap_or(model);
         }
         // The absolute state under `a` (its own tag: read exactly, whatever the time).
         let last = p.writes.last().unwrap().0;
         let s = la.state_at(&p.key, last).await.unwrap();
+        assert_eq!(s, model, "{:?}: {:?}", p.a, p.writes);
         inexact += u32::from(!p.a.is_exact() || !p.b.is_exact());
         for &t in &p.reads {
             let now = ns(t);
