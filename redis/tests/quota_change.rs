@@ -355,4 +355,23 @@ async fn hostile_foreign_values_are_errors() {
     assert!(matches!(r, Err(Denied::RetryAfter(_))), "{r:?}");
     let (_, s) = plain.check_snapshot("ahead", 0).await.unwrap();
     assert_eq!(s.remaining(), 0);
+    // A refusal writes nothing.
+    assert_eq!(server.cli(&["GET", "tollgate:ahead"]).trim_end(), v);
+    // A full bucket of 10/s with burst 20, written long ago, read at 10/s with burst 10: capped
+    // at the new burst; an admission writes under the reader's tag, with an expiry.
+    let wide = "1000.1.100000000.2000000000 0 0";
+    server.cli(&["SET", "tollgate:wide", wide]);
+    assert_eq!(plain.check("wide", 10).await.unwrap(), Ok(()));
+    assert!(plain.check("wide", 1).await.unwrap().is_err());
+    let stored = server.cli(&["GET", "tollgate:wide"]);
+    assert!(
+        stored.starts_with("1000.1.100000000.1000000000 "),
+        "{stored:?}"
+    );
+    let ttl: i64 = server
+        .cli(&["PTTL", "tollgate:wide"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((1..=1100).contains(&ttl), "{ttl}");
 }
