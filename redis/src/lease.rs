@@ -192,8 +192,9 @@ const NO_MAP: i64 = i64::MAX;
 /// All `SeqCst`. A take stores `end = 0`, then `next`, then `end`. A spender loads `next`, then
 /// `end`, and CASes `next`: a CAS that succeeds against a replaced lease is still safe, because
 /// takes are installed in state order (under the refill lock), so a lease installed later
-/// starts at or after every earlier lease's `end` and a stale `end` refuses. (A Redis restart or
-/// quota change that resets the state breaks that order; see the crate README on failover.)
+/// starts at or after every earlier lease's `end` and a stale `end` refuses. (A Redis restart
+/// that forgets the state, or a quota change — the state converted into another quota's units
+/// and back — can break that order; see the crate README on failover and quota changes.)
 #[derive(Debug)]
 pub(crate) struct Slot {
     next: AtomicU64,
@@ -203,8 +204,8 @@ pub(crate) struct Slot {
     expires: AtomicU64,
     /// After a refused refill: refuse costs `>= denied_cost` locally until `denied_until` (same
     /// scale as `expires`; 0 = none). Tokens only come back by refilling, so this never refuses
-    /// what Redis would admit for those costs — except when another quota or a restart resets
-    /// the key, which it notices one wait later.
+    /// what Redis would admit for those costs — except when a restart forgets the key, or a
+    /// process with another, faster quota refills it faster, which it notices one wait later.
     denied_until: AtomicU64,
     denied_cost: AtomicU64,
     /// One refill at a time per key and process.

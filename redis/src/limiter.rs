@@ -904,6 +904,18 @@ impl RedisLimiter {
         Ok((d.verdict, d.snapshot, d.now_ns))
     }
 
+    /// The key's absolute `tollgate::gcra` state as the script reads it at a given server time
+    /// (a state written under another quota converted into this key's quota), without writing
+    /// anything: for the quota-change tests only.
+    #[cfg(feature = "test-support")]
+    pub async fn state_at(&self, key: &str, now_us: u64) -> Result<u64, Error> {
+        let p = self.params(key);
+        Ok(self
+            .call(key, p, 0, Mode::Acquire, Some(now_us))
+            .await?
+            .state)
+    }
+
     /// The lease script ("take at most `max` tokens, at least `cost`") at a given server time:
     /// for the differential test only. Returns the verdict for `cost`, the tokens taken and
     /// the snapshot after the take.

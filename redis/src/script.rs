@@ -22,6 +22,38 @@
 //! arithmetic and runs `tollgate::gcra` on it, so the waits and snapshots *are* the model's, and a
 //! verdict or new state that disagrees with it is reported as [`Error::Reply`] instead of being
 //! trusted.
+//!
+//! # A state written under another quota
+//!
+//! Each stored state carries its quota's tag `a.b.scale.burst_units`. A state under another tag
+//! (a deploy that changes the limit, `quota_for` on some processes only) is converted by the
+//! script as `tollgate::gcra::rescale(state, now, old, new)` does, with the old quota's
+//! parameters taken from the tag: the old balance at the server's time (refilled at the old rate
+//! since it was written), carried over in units — fractions of a token kept — and capped at the
+//! new burst; in debt (the server's clock stepped back), the later of the state that is empty
+//! again at the old due instant and the debt converted. Every step rounds toward fewer tokens,
+//! so the converted state is never below `rescale`'s (never more tokens), and at most a few
+//! units above it:
+//!
+//! * exact integers below 2^53 throughout, except: a fraction of a token carried across
+//!   different scales whose product leaves 2^53 (a double product of values ≤ 2^51 is within
+//!   one unit; one is subtracted and the result floored: at most 2 units short); a debt of 2^52
+//!   units or more (bounded from above in doubles: at most 2^-47 of itself more); the due instant,
+//!   rounded up to the server's whole microsecond; and a clock stepped back by 2^52 of the old
+//!   quota's units (17 days or more) or a due instant 2^51 µs away, read as "never" (2^63 units
+//!   above the base, which [`Params`] reads as tollgate's largest state);
+//! * equal scales and exact products: exactly `rescale`'s state.
+//!
+//! The script validates the tag and state first (`a, b, scale ≥ 1`, `(a + 1)·b ≤ 2^53`,
+//! `burst_units + 2a ≤ 2^51`, a positive whole number of tokens, `z ≤ a + burst_units`, plain
+//! decimal integers) and replies with an error otherwise. It returns the converted state, in this
+//! quota's tag and relative to the current base, in the reply's `prev` field, so the verdict is
+//! checked against `tollgate::gcra` on it like any other; a foreign tag in a reply is an
+//! [`Error::Reply`]. A refusal writes nothing; an admission writes under this quota's tag.
+//!
+//! Since every admission spends tokens the key held under the reader's quota and a conversion
+//! never adds any, a key with two live quotas admits at most the larger burst plus the larger
+//! rate over any window.
 
 use crate::Error;
 use std::time::Duration;
@@ -45,8 +77,8 @@ pub(crate) struct Params {
     a: u64,
     b: u64,
     burst_units: u64,
-    /// The quota's fingerprint, stored with each state: a state written under another quota is
-    /// read as a full bucket.
+    /// The quota's fingerprint `a.b.scale.burst_units`, stored with each state: the script
+    /// converts a state written under another quota (see the module docs).
     tag: String,
 }
 
@@ -66,11 +98,18 @@ impl Params {
         let g = gcd(am, u128::from(div));
         let (a, b) = (am / g, u128::from(div) / g);
         let burst_units = u128::from(quota.burst()) * scale;
-        if (a + 1) * b > EXACT || burst_units + 2 * a > EXACT / 4 {
+        // Checked: a long prime period makes `a` and `b` both near 2^62 (and `a` up to 1000x
+        // more), so `(a + 1) * b` may leave even 128 bits.
+        let exact_period = (a + 1).checked_mul(b).is_some_and(|x| x <= EXACT);
+        let fits = 2u128
+            .checked_mul(a)
+            .and_then(|x| x.checked_add(burst_units))
+            .is_some_and(|x| x <= EXACT / 4);
+        if !exact_period || !fits {
             return Err(Error::Config(format!(
-                "{quota:?} does not fit the Redis script's exact range (burst x {} units + 2 x {a} \
-                 units per {b} us must stay below 2^51): lower the burst or use a coarser rate",
-                scale
+                "{quota:?} does not fit the Redis script's exact range ({a} units per {b} us \
+                 need (a + 1) x b <= 2^53, and burst x {scale} units + 2a <= 2^51): lower the \
+                 burst or use a coarser rate or a shorter period"
             )));
         }
         let (a, b, burst_units) = (a as u64, b as u64, burst_units as u64);
@@ -99,23 +138,33 @@ impl Params {
         ]
     }
 
-    /// The absolute state in a stored value, or `FULL` for none / another quota's state.
+    /// The absolute state in the script's `prev` field: `FULL` for none, else `n·a + z` under
+    /// this quota's tag. The script converts a state written under another quota into this
+    /// quota's tag before replying (see the module docs), so a foreign tag here means the reply
+    /// is not the script's: [`Error::Reply`]. A converted debt may be up to `NEVER` = 2^63 units
+    /// above the base (a debt beyond what the script holds exactly); the sum saturates at
+    /// tollgate's largest state, 2^63 − 1, which the model refuses until past the horizon.
     fn state_of(&self, stored: &str) -> Result<u64, Error> {
+        const MAX_STATE: u128 = (1 << 63) - 1;
         if stored.is_empty() {
             return Ok(gcra::FULL);
         }
         let mut it = stored.split(' ');
         let (tag, n, z) = (it.next(), it.next(), it.next());
-        if tag != Some(self.tag.as_str()) {
-            return Ok(gcra::FULL);
+        if tag != Some(self.tag.as_str()) || it.next().is_some() {
+            return Err(Error::Reply(format!(
+                "the script returned {stored:?}, not a state under this quota's tag {:?}",
+                self.tag
+            )));
         }
-        let n: u128 = parse(n)?.into();
-        let z: u128 = parse(z)?.into();
-        let s = n * u128::from(self.a) + z;
-        u64::try_from(s)
-            .ok()
-            .filter(|s| *s < 1 << 63)
-            .ok_or_else(|| Error::Reply(format!("stored state {stored:?} is out of range")))
+        let base = u128::from(parse(n)?) * u128::from(self.a);
+        let z = u128::from(parse(z)?);
+        if base > MAX_STATE || z > MAX_STATE + 1 {
+            return Err(Error::Reply(format!(
+                "stored state {stored:?} is out of range"
+            )));
+        }
+        Ok((base + z).min(MAX_STATE) as u64)
     }
 
     /// Decodes a reply into the decision (`taken` tokens for an admission, which is `cost`
@@ -241,16 +290,26 @@ mod tests {
         );
     }
 
+    /// The client reads the script's `prev` field: none is full, this quota's tag is `n·a + z`
+    /// (a converted debt saturates at tollgate's largest state), and another quota's tag — which
+    /// the script converts before replying — is a reply error, never read as full.
     #[test]
-    fn foreign_or_missing_state_is_full() {
+    fn reply_state_is_this_quotas_or_an_error() {
         let p = Params::new(Quota::per_second(10).unwrap()).unwrap();
         assert_eq!(p.state_of("").unwrap(), gcra::FULL);
-        assert_eq!(p.state_of("other 1 2").unwrap(), gcra::FULL);
+        assert!(matches!(p.state_of("other 1 2"), Err(Error::Reply(_))));
         let s = format!("{} 3 7", p.tag);
         assert_eq!(p.state_of(&s).unwrap(), 3 * p.a + 7);
+        assert!(p.state_of(&format!("{s} 1")).is_err());
         assert!(p.state_of(&format!("{} x 7", p.tag)).is_err());
         assert!(p
             .state_of(&format!("{} 99999999999999999 7", p.tag))
+            .is_err());
+        // The script's "never" (2^63 units above the base) saturates; more is not the script's.
+        let never = format!("{} 3 9223372036854775808", p.tag);
+        assert_eq!(p.state_of(&never).unwrap(), (1 << 63) - 1);
+        assert!(p
+            .state_of(&format!("{} 3 9223372036854775809", p.tag))
             .is_err());
     }
 }

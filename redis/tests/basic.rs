@@ -109,13 +109,15 @@ async fn hash_tags_prefix_and_per_key_quotas() {
     assert!(l.check("plain", 1).await.unwrap().is_err());
     assert_eq!(server.cli(&["EXISTS", "rl:vip:{7}"]).trim(), "1");
     assert_eq!(server.cli(&["EXISTS", "rl:plain"]).trim(), "1");
-    // A limiter with another quota on the same key reads the state as full (it is tagged).
+    // A limiter with another quota on the same key carries the state over (it is tagged with
+    // its quota): the drained bucket stays drained, a fresh key holds the new burst.
     let other = RedisLimiter::builder(&server.url(), q(1, hour, 3))
         .prefix("rl:")
         .build()
         .await
         .unwrap();
-    assert_eq!(other.check("plain", 3).await.unwrap(), Ok(()));
+    assert!(other.check("plain", 1).await.unwrap().is_err());
+    assert_eq!(other.check("fresh", 3).await.unwrap(), Ok(()));
     // Braces in the prefix would hijack the keys' slots.
     let e = RedisLimiter::builder(&server.url(), q(1, hour, 3))
         .prefix("{x}:")

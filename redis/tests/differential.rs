@@ -4,55 +4,23 @@
 //! identical verdicts, waits, remaining tokens and times until full. A quarter of the steps
 //! are lease takes ("at most L, at least the cost"): the same, plus the tokens taken.
 
+#[path = "support/quotas.rs"]
+mod quotas;
 #[path = "../../tests/support/rng.rs"]
 mod rng;
 
+use quotas::{log_uniform, quota};
 use rng::Rng;
 use std::time::Duration;
 use tollgate::{gcra, Denied, Quota, Snapshot};
 use tollgate_redis::test_support::RedisServer;
-use tollgate_redis::{check_quota, RedisLimiter, ORIGIN_UNIX_US};
+use tollgate_redis::{RedisLimiter, ORIGIN_UNIX_US};
 
 const CASES: usize = 10_000;
 const STEPS: usize = 6;
 /// Keys per limiter (each limiter holds its keys' quotas).
 const BATCH: usize = 500;
 const TASKS: usize = 16;
-
-/// Log-uniform in `1..=max`.
-fn log_uniform(rng: &mut Rng, max: u64) -> u64 {
-    let bits = 64 - max.leading_zeros();
-    let b = rng.below(u64::from(bits)) as u32 + 1;
-    let hi = if b >= 64 { u64::MAX } else { (1u64 << b) - 1 };
-    (rng.next() & hi).clamp(1, max)
-}
-
-/// A random quota the script holds (tries until one fits; most do).
-fn quota(rng: &mut Rng) -> Quota {
-    loop {
-        let tokens = match rng.below(4) {
-            0 => [1, 2, 3, 7, 10, 100, 1000, 999_999_937][rng.below(8) as usize],
-            _ => log_uniform(rng, 1_000_000_000),
-        };
-        let per = match rng.below(4) {
-            0 => [
-                1,
-                1_000,
-                1_000_000,
-                1_000_000_000,
-                60_000_000_000,
-                3_600_000_000_000,
-            ][rng.below(6) as usize],
-            _ => log_uniform(rng, 100_000_000_000_000),
-        };
-        let burst = log_uniform(rng, 10_000_000);
-        if let Ok(q) = Quota::new(tokens, Duration::from_nanos(per), burst) {
-            if check_quota(q).is_ok() {
-                return q;
-            }
-        }
-    }
-}
 
 /// The next clock reading in µs since the Unix epoch.
 fn step(rng: &mut Rng, t: u64, q: &Quota) -> u64 {
