@@ -271,13 +271,11 @@ mod tests {
         assert!(Params::new(day.with_burst(27).unwrap()).is_err());
     }
 
-    /// review: `Params::new` computes `(a + 1) * b` in u128 unchecked. For a valid quota with a
-    /// long, odd period (one token per ~146 years: `per` prime and above 2^62 ns) `a ≈ 1000 ×
-    /// 2^62` and `b ≈ 2^62`, so the product is ~2^134: `check_quota` / `build` panic with a
-    /// multiply overflow (debug) or wrap and may accept the quota (release) instead of
-    /// returning `Error::Config`.
+    /// A valid quota with a long, odd period (one token per ~146 years: `per` prime and above
+    /// 2^62 ns, so `a ≈ 1000 × 2^62` and `b ≈ 2^62`) is `Error::Config`: the range check's
+    /// products are checked (unchecked, `(a + 1) × b` overflowed u128 and panicked).
     #[test]
-    fn review_range_check_never_overflows() {
+    fn range_check_never_overflows() {
         // 2^62 + 135 is prime; 1 token per that many ns, burst 1, is a valid tollgate quota.
         let per = Duration::from_nanos((1 << 62) + 135);
         let quota = Quota::new(1, per, 1).unwrap();

@@ -1,5 +1,5 @@
-//! Adversarial review (branch review-s17): each test here demonstrates a suspected defect and
-//! FAILS on the reviewed code. See the commit messages for the analysis and suggested fixes.
+//! Regressions: defects an adversarial review found (2026-12-01), one test each; every test
+//! failed before its fix. Each starts its own `redis-server` on a free loopback port.
 
 use std::time::Duration;
 use tollgate::Quota;
@@ -10,15 +10,12 @@ fn q(tokens: u64, per: Duration, burst: u64) -> Quota {
     Quota::new(tokens, per, burst).unwrap()
 }
 
-/// The README promises that a key whose state was written under another quota "is read as
-/// full: at most one extra burst". While two quotas are live on the same key at once (a rolling
-/// deploy that changes the limit, or `quota_for` configured on some processes only), each
-/// process reads the other's state as foreign, i.e. full, on *every* call: the limit is gone
-/// for as long as both run. One token per hour, bursts 2 and 3: alternating 20 requests admits
-/// all 20, where at most 2 + 3 may pass.
+/// Two quotas live on one key at once (a rolling deploy that changes the limit, `quota_for` on
+/// some processes only): each converts the other's state, so the limit holds. (A foreign state
+/// was read as full on every call: 20 of 20 admitted on a 1/hour key with bursts 2 and 3.)
 #[tokio::test]
-async fn review_two_live_quotas_on_one_key_admit_without_bound() {
-    let Some(server) = RedisServer::start("review::two_live_quotas") else {
+async fn two_live_quotas_on_one_key_keep_the_limit() {
+    let Some(server) = RedisServer::start("regressions::two_live_quotas") else {
         return;
     };
     let hour = Duration::from_secs(3600);
@@ -53,12 +50,11 @@ async fn review_two_live_quotas_on_one_key_admit_without_bound() {
     );
 }
 
-/// `probe_interval(Duration::MAX)` is accepted by `build`, but after the first failure the
-/// breaker computes `last_probe + interval_ns` unchecked: the next decision panics (debug
-/// builds) instead of applying the unavailability policy.
+/// `probe_interval(Duration::MAX)`: after the first failure, decisions apply the unavailability
+/// policy. (The breaker's `last_probe + interval` overflowed: the decision panicked.)
 #[tokio::test]
-async fn review_huge_probe_interval_panics_on_the_decision_path() {
-    let Some(server) = RedisServer::start("review::huge_probe_interval") else {
+async fn a_huge_probe_interval_applies_the_policy() {
+    let Some(server) = RedisServer::start("regressions::huge_probe_interval") else {
         return;
     };
     let l = RedisLimiter::builder(&server.url(), Quota::per_second(10).unwrap())
@@ -80,23 +76,21 @@ async fn review_huge_probe_interval_panics_on_the_decision_path() {
     }
 }
 
-/// `check_quota` (public) on a valid quota with a long prime period panics with a u128
-/// multiply overflow in `Params::new` instead of returning `Error::Config`.
+/// `check_quota` on a valid quota with a long prime period (about 146 years) is an error, not a
+/// panic. (The range check's u128 product overflowed.)
 #[test]
-fn review_check_quota_on_a_long_prime_period_does_not_panic() {
+fn check_quota_on_a_long_prime_period_is_an_error() {
     let quota = q(1, Duration::from_nanos((1 << 62) + 135), 1);
     let r = std::panic::catch_unwind(|| tollgate_redis::check_quota(quota).is_err());
     assert_eq!(r.ok(), Some(true), "check_quota({quota:?}) panicked");
 }
 
-/// A refusal served from the lease table's refusal cache (`lease_denied`) reports the snapshot
-/// of the last *successful* refill (`Slot::last` is not updated when a refill is refused): after
-/// another process drained the bucket, a cost-1 request is refused with `remaining() == 8`
-/// (and the tower layer sends `429` with `RateLimit: r=8`), right after the refill refusal
-/// itself reported 0.
+/// A refusal served from the lease table's refusal cache reports Redis's bucket as the refused
+/// refill found it. (It reported the last successful refill's: `remaining() == 8`, and through
+/// the tower layer a `429` with `RateLimit: r=8`, right after the refusal itself reported 0.)
 #[tokio::test]
-async fn review_lease_refusal_reports_a_stale_remaining() {
-    let Some(server) = RedisServer::start("review::lease_refusal_snapshot") else {
+async fn lease_cache_refusals_report_the_refused_refill() {
+    let Some(server) = RedisServer::start("regressions::lease_refusal_snapshot") else {
         return;
     };
     let quota = q(1, Duration::from_secs(3600), 10);

@@ -1,5 +1,5 @@
-//! Adversarial review (branch review-s17): each test here demonstrates a suspected defect and
-//! FAILS on the reviewed code. See the commit messages for the analysis and suggested fixes.
+//! Regressions: defects an adversarial review found (2026-12-01), one test each; every test
+//! failed before its fix.
 
 use std::convert::Infallible;
 
@@ -15,13 +15,12 @@ use tower::{service_fn, Layer, ServiceExt};
 
 /// `RateLimit-Policy: q=Q;w=W` promises that "a client that sends at most `q` requests per `w`
 /// seconds is never refused". When Redis is down and `OnUnavailable::LocalFallback` decides,
-/// the Redis backend still reports the Redis quota (burst 100) while the local bucket that
-/// decides holds a quarter of it (burst 25): the 26th request in a second is refused under a
-/// policy that says 100 per second are fine, and `RateLimit: r` (from the local snapshot)
-/// disagrees with `q`.
+/// the policy is the local bucket's (burst 25), not the Redis quota's (burst 100). (It was the
+/// Redis one: the 26th request in a second was refused under a policy that said 100 per second
+/// were fine, and `RateLimit: r`, from the local snapshot, disagreed with `q`.)
 #[tokio::test]
-async fn review_local_fallback_headers_report_the_quota_that_decided() {
-    let Some(server) = RedisServer::start("review::local_fallback_headers") else {
+async fn local_fallback_headers_report_the_quota_that_decided() {
+    let Some(server) = RedisServer::start("regressions::local_fallback_headers") else {
         return;
     };
     let limiter = RedisLimiter::builder(&server.url(), Quota::per_second(100).unwrap())
@@ -70,12 +69,11 @@ async fn review_local_fallback_headers_report_the_quota_that_decided() {
 /// `Forwarded` spoofing through an unbalanced quote. The client sends
 /// `Forwarded: for=6.6.6.N;x="`; a trusted proxy that appends to the existing line (RFC 7239
 /// §4 allows it; e.g. nginx's documented `$proxy_add_forwarded` pattern) makes the line
-/// `for=6.6.6.N;x=", for=203.0.113.7`. `split_list` parses left to right, so the client's open
-/// quote swallows the comma: the proxy's element is never seen, the one (rightmost) element is
-/// the client's, and its `for=6.6.6.N` becomes the key. The client picks a fresh key per
-/// request: 20 of 20 admitted on a per-client limit with burst 1.
+/// `for=6.6.6.N;x=", for=203.0.113.7`. The key must be the proxy's `for=`. (Split left to
+/// right, the client's open quote swallowed the comma and its `for=6.6.6.N` became the key: a
+/// fresh key per request, 20 of 20 admitted on a per-client limit with burst 1.)
 #[tokio::test]
-async fn review_forwarded_unbalanced_quote_lets_the_client_pick_its_key() {
+async fn a_forwarded_unbalanced_quote_cannot_pick_the_key() {
     use std::net::{IpAddr, SocketAddr};
     use tollgate::KeyedLimiter;
     use tollgate_tower::{ClientIp, KeyExtractor, ProxyHeader};
