@@ -1,0 +1,158 @@
+//! Review of the waiting paths and the clocks (branch `rev-core`): each test here fails on the
+//! commit it was written against and shows one defect. Deterministic: time from `ManualClock`
+//! (frozen where a wake-up is checked), interleavings from `StallClock`'s gates. The one test
+//! that touches the process-wide timer thread is alone in using it in this binary.
+#![cfg(feature = "std")]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::thread;
+use std::time::{Duration, Instant};
+use tollgate::{Bucket, CoarseClock, Denied, ManualClock, Quota, UntilReady, WakeRegistration};
+
+#[path = "support/quotas.rs"]
+mod quotas;
+use quotas::{ms, quota};
+#[path = "support/wakers.rs"]
+mod wakers;
+use wakers::Count;
+#[path = "support/stall.rs"]
+mod stall;
+use stall::{arm, Gate, Stall, StallClock};
+
+/// Waits (at most 60 s) until `clock` holds `n` wakers.
+fn wait_pending(clock: &ManualClock, n: usize) {
+    let start = Instant::now();
+    while clock.pending_wakes() != n {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never registered"
+        );
+        thread::yield_now();
+    }
+}
+
+/// **Leak.** `UntilReady`'s docs: "Dropping the future drops (cancels) it, so nothing stays
+/// queued for a future that no longer exists"; `Clock::register_wake`: "a clock that follows
+/// `std::time::Instant` should" override it with the cancellable timer registration.
+/// `CoarseClock` (a std clock, over `QuantaClock` by default) does not override
+/// `register_wake`, so its futures go through the fire-and-forget `wake_after`: a dropped
+/// future leaves its entry — and a clone of its task's waker, which keeps the task alive — in
+/// the shared timer's queue until the deadline (up to an hour, `MAX_PARK`). A server that wraps
+/// `until_ready` in a timeout piles up one entry per abandoned request.
+#[test]
+fn coarse_clock_until_ready_dropped_leaves_nothing_in_the_timer() {
+    // The coarse clock never refreshes during the test (1 h interval): it reads 0 throughout.
+    let clock = CoarseClock::with_source(ManualClock::new(), Duration::from_secs(3600)).unwrap();
+    let bucket = Bucket::with_clock(
+        Quota::new(1, Duration::from_secs(3600), 1).unwrap(),
+        clock.clone(),
+    );
+    bucket.try_acquire(1).unwrap();
+    let (count, waker) = Count::waker();
+    assert_eq!(Arc::strong_count(&count), 2); // `count` and `waker`
+    {
+        let mut fut = Box::pin(bucket.until_ready(1));
+        assert_eq!(
+            fut.as_mut().poll(&mut Context::from_waker(&waker)),
+            Poll::Pending
+        );
+    }
+    // The drop cancelled the reservation (the next token is due at 1 h again, not 2 h)...
+    assert_eq!(
+        bucket.try_acquire(1),
+        Err(Denied::RetryAfter(Duration::from_secs(3600)))
+    );
+    // ...but not the wake-up: the timer still holds the task's waker.
+    assert_eq!(
+        WakeRegistration::timer_queue_len(),
+        0,
+        "a dropped future's wake-up stays queued in the shared timer"
+    );
+    assert_eq!(
+        Arc::strong_count(&count),
+        2,
+        "the timer keeps a clone of a dropped future's waker"
+    );
+}
+
+/// **Lost wake-up.** `UntilReady::poll` reads the clock, then registers its wake-up for the
+/// *relative* duration `until − reading`; the clock turns it back into a deadline from a later
+/// reading of its own. A poll preempted between the two (here: gated) while the time moves on
+/// registers a deadline later than `until` by the stall. On a frozen `ManualClock` — time only
+/// moves when the test moves it — the future is then never woken when its tokens come due,
+/// although `ManualClock`'s docs promise "no wake-up is lost". (On the std clocks the same race
+/// makes the wake-up late by the stall.)
+#[test]
+fn until_ready_polled_with_a_stale_reading_is_woken_when_due() {
+    let frozen = ManualClock::new_frozen();
+    let bucket = Bucket::with_clock(quota(10, 1), StallClock::new(frozen.clone()));
+    bucket.try_acquire(1).unwrap(); // the next token is due at 100 ms
+    let (count, waker) = Count::waker();
+    let gate = Gate::new();
+    let mut fut: Pin<Box<UntilReady<'_, _>>> = thread::scope(|s| {
+        let (g, w, b) = (gate.clone(), waker.clone(), &bucket);
+        let poller = s.spawn(move || {
+            // Reading 1 (the reservation) at 0 as the clock reads; reading 2 (before the
+            // registration) taken at 0, then stalled.
+            arm([Stall::Reading(0), Stall::Gate(g)]);
+            let mut fut = Box::pin(b.until_ready(1));
+            let poll = fut.as_mut().poll(&mut Context::from_waker(&w));
+            assert_eq!(poll, Poll::Pending);
+            fut
+        });
+        gate.wait_reached();
+        frozen.advance(ms(50)); // time moves on while the poll is stalled
+        gate.open();
+        poller.join().unwrap()
+    });
+    assert_eq!(frozen.pending_wakes(), 1);
+    frozen.advance(ms(50)); // 100 ms: the token is due
+    let woken_when_due = count.get();
+    // The future is ready if anyone polls it; nobody will, without the wake-up.
+    assert_eq!(
+        fut.as_mut().poll(&mut Context::from_waker(&waker)),
+        Poll::Ready(Ok(ms(100)))
+    );
+    assert_eq!(
+        woken_when_due, 1,
+        "the future was not woken when its tokens came due (registered for 150 ms, not 100 ms)"
+    );
+}
+
+/// **Hang / late wake (blocking).** `Bucket::try_acquire_for` (and `acquire`) reads the clock,
+/// reserves, then `sleep_until(now, due)` sleeps `due − now` from that *old* reading: a thread
+/// preempted between its reading and its CAS sleeps the whole wait again after the stall, past
+/// the due instant. On a frozen `ManualClock` it blocks until the clock reaches `due + stall`,
+/// so a test that moves the clock to the due instant waits forever; on a real clock it sleeps
+/// up to the stall too long although its tokens are due.
+#[test]
+fn acquire_after_a_stale_reading_wakes_at_the_due_instant() {
+    let frozen = ManualClock::new_frozen();
+    let bucket = Bucket::with_clock(quota(10, 1), StallClock::new(frozen.clone()));
+    bucket.try_acquire(1).unwrap(); // the next token is due at 100 ms
+    let gate = Gate::new();
+    let (woken_when_due, waited) = thread::scope(|s| {
+        let (g, b) = (gate.clone(), &bucket);
+        let waiter = s.spawn(move || {
+            arm([Stall::Gate(g)]);
+            b.acquire(1)
+        });
+        gate.wait_reached();
+        frozen.advance(ms(50)); // time moves on between the reading and the CAS
+        gate.open();
+        wait_pending(&frozen, 1); // the waiter sleeps on the frozen clock
+        frozen.advance(ms(50)); // 100 ms: the token is due, the sleeper must be woken
+        let woken_when_due = frozen.pending_wakes() == 0;
+        // Release the waiter however it registered, so that the test ends either way.
+        frozen.set(ms(150));
+        (woken_when_due, waiter.join().unwrap())
+    });
+    assert_eq!(waited, Ok(ms(100)));
+    assert!(
+        woken_when_due,
+        "acquire slept until 150 ms for a token due at 100 ms"
+    );
+}
