@@ -1,7 +1,9 @@
-//! Review: the sharded bucket's `dry_until` hint carries a 2-bit version (`VERSION = 1 << 62`),
-//! so four republications of the same instant bring the word back bit for bit, and a refusal
-//! that read the shards while another thread's take was in place (before its give-back) then
-//! publishes its stale, too-late hint with a CAS that succeeds.
+//! The sharded bucket's `dry_until` hint and its publication counter: four republications of
+//! the same instant must not bring the word back for a stale publisher. With the 2-bit counter
+//! the 64-bit hint had, they did: a refusal that read the shards while another thread's take was
+//! in place (before its give-back) then published its stale, too-late hint with a CAS that
+//! succeeded (found by an adversarial review, 2026-12-01; the hint is now 128 bits with a
+//! 64-bit counter).
 #![cfg(tollgate_loom)]
 
 use loom::thread;
