@@ -1,5 +1,5 @@
-//! Review of the waiting paths and the clocks (branch `rev-core`): each test here fails on the
-//! commit it was written against and shows one defect. Deterministic: time from `ManualClock`
+//! Regressions in the waiting paths and the clocks, found by an adversarial review
+//! (2026-12-01); every test failed before its fix. Deterministic: time from `ManualClock`
 //! (frozen where a wake-up is checked), interleavings from `StallClock`'s gates. The one test
 //! that touches the process-wide timer thread is alone in using it in this binary.
 #![cfg(feature = "std")]
@@ -37,11 +37,11 @@ fn wait_pending(clock: &ManualClock, n: usize) {
 /// **Leak.** `UntilReady`'s docs: "Dropping the future drops (cancels) it, so nothing stays
 /// queued for a future that no longer exists"; `Clock::register_wake`: "a clock that follows
 /// `std::time::Instant` should" override it with the cancellable timer registration.
-/// `CoarseClock` (a std clock, over `QuantaClock` by default) does not override
-/// `register_wake`, so its futures go through the fire-and-forget `wake_after`: a dropped
-/// future leaves its entry — and a clone of its task's waker, which keeps the task alive — in
-/// the shared timer's queue until the deadline (up to an hour, `MAX_PARK`). A server that wraps
-/// `until_ready` in a timeout piles up one entry per abandoned request.
+/// A dropped `until_ready` future on a `CoarseClock` leaves nothing in the shared timer's queue.
+/// (`CoarseClock` did not override `register_wake`, so its futures went through the
+/// fire-and-forget `wake_after`: a dropped future left its entry — and a clone of its task's
+/// waker, which keeps the task alive — queued until the deadline, up to an hour. A server that
+/// wraps `until_ready` in a timeout piled up one entry per abandoned request.)
 #[test]
 fn coarse_clock_until_ready_dropped_leaves_nothing_in_the_timer() {
     // The coarse clock never refreshes during the test (1 h interval): it reads 0 throughout.
@@ -78,13 +78,11 @@ fn coarse_clock_until_ready_dropped_leaves_nothing_in_the_timer() {
     );
 }
 
-/// **Lost wake-up.** `UntilReady::poll` reads the clock, then registers its wake-up for the
-/// *relative* duration `until − reading`; the clock turns it back into a deadline from a later
-/// reading of its own. A poll preempted between the two (here: gated) while the time moves on
-/// registers a deadline later than `until` by the stall. On a frozen `ManualClock` — time only
-/// moves when the test moves it — the future is then never woken when its tokens come due,
-/// although `ManualClock`'s docs promise "no wake-up is lost". (On the std clocks the same race
-/// makes the wake-up late by the stall.)
+/// **No lost wake-up.** A poll that stalls (here: gated) between its clock reading and its
+/// registration while the time moves on is still woken at `until`: it registers the instant
+/// (`Clock::register_wake_at`). (It registered the relative duration `until − reading`, which
+/// the clock turned back into a deadline from a later reading of its own: late by the stall,
+/// and on a frozen `ManualClock` never woken when its tokens came due.)
 #[test]
 fn until_ready_polled_with_a_stale_reading_is_woken_when_due() {
     let frozen = ManualClock::new_frozen();
@@ -122,12 +120,11 @@ fn until_ready_polled_with_a_stale_reading_is_woken_when_due() {
     );
 }
 
-/// **Hang / late wake (blocking).** `Bucket::try_acquire_for` (and `acquire`) reads the clock,
-/// reserves, then `sleep_until(now, due)` sleeps `due − now` from that *old* reading: a thread
-/// preempted between its reading and its CAS sleeps the whole wait again after the stall, past
-/// the due instant. On a frozen `ManualClock` it blocks until the clock reaches `due + stall`,
-/// so a test that moves the clock to the due instant waits forever; on a real clock it sleeps
-/// up to the stall too long although its tokens are due.
+/// **No oversleep (blocking).** `Bucket::try_acquire_for` (and `acquire`) stalled between its
+/// clock reading and its CAS wakes at the due instant. (It slept `due − now` from the *old*
+/// reading, the whole wait again after the stall: on a frozen `ManualClock` until the clock
+/// reached `due + stall`, so a test moving the clock to the due instant waited forever; on a
+/// real clock up to the stall too long.)
 #[test]
 fn acquire_after_a_stale_reading_wakes_at_the_due_instant() {
     let frozen = ManualClock::new_frozen();
