@@ -11,8 +11,8 @@
 //!   both and waits for the later one (the earlier one would send a reading older than both
 //!   back too early). No scan, no search, not even the own shard: fewer instructions than a
 //!   single [`Bucket`](crate::Bucket)'s refusal (callgrind, `ManualClock`,
-//!   `examples/sharded_callgrind.rs refuse`: 112 per call at 2, 64 and 1,024 shards alike —
-//!   both hints read —, 143 for a `Bucket` in the same loop).
+//!   `examples/sharded_callgrind.rs refuse`: 123 per call at 2, 64 and 1,024 shards alike —
+//!   both hints read, one of them a 128-bit word —, 143 for a `Bucket` in the same loop).
 //! * **Admission**: otherwise one CAS on the calling thread's own shard (its own cache line).
 //! * **Borrowing**: otherwise the thread takes partial amounts — fractions of a token included
 //!   — from the other shards, starting with the one that last lent to its shard, then what its
