@@ -131,6 +131,36 @@ pub trait Clock {
     fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
         WakeRegistration::forward(waker, |w| self.wake_after(duration, w))
     }
+
+    /// [`Clock::register_wake`] for the instant `at` on this clock (the scale of
+    /// [`Clock::now`]) instead of a duration: what a waiting future calls, since the instant is
+    /// what it knows. A duration computed from a reading the caller took earlier would be
+    /// measured by the clock from its own, later reading, so a caller that stalled in between
+    /// (preempted, or while another thread moved a [`ManualClock`]) would be woken that much
+    /// after `at` — on a frozen `ManualClock`, not at all when a test advances exactly to `at`.
+    ///
+    /// The default reads the clock right before registering the remaining duration (a stall
+    /// between the two still delays the wake-up by its length); a frozen [`ManualClock`] queues
+    /// the instant itself, exactly.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::task::{Wake, Waker};
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock};
+    ///
+    /// struct Nop;
+    /// impl Wake for Nop {
+    ///     fn wake(self: Arc<Self>) {}
+    /// }
+    /// let clock = ManualClock::new_frozen();
+    /// let registration = clock.register_wake_at(100, &Waker::from(Arc::new(Nop)));
+    /// clock.advance(Duration::from_nanos(100));
+    /// assert!(registration.is_fired());
+    /// ```
+    fn register_wake_at(&self, at: u64, waker: &Waker) -> WakeRegistration {
+        self.register_wake(Duration::from_nanos(at.saturating_sub(self.now())), waker)
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
@@ -145,6 +175,9 @@ impl<C: Clock + ?Sized> Clock for &C {
     }
     fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
         (**self).register_wake(duration, waker)
+    }
+    fn register_wake_at(&self, at: u64, waker: &Waker) -> WakeRegistration {
+        (**self).register_wake_at(at, waker)
     }
 }
 

@@ -1070,7 +1070,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> Future for UntilKeyReady<'_, K, C> 
                     return Poll::Ready(Err(denied));
                 }
             };
-            this.alarm.set(clock, until, now, cx);
+            this.alarm.set(clock, until, cx);
             if clock.now() < until {
                 return Poll::Pending;
             }

@@ -11,8 +11,8 @@
 //!   both and waits for the later one (the earlier one would send a reading older than both
 //!   back too early). No scan, no search, not even the own shard: fewer instructions than a
 //!   single [`Bucket`](crate::Bucket)'s refusal (callgrind, `ManualClock`,
-//!   `examples/sharded_callgrind.rs refuse`: 112 per call at 2, 64 and 1,024 shards alike —
-//!   both hints read —, 143 for a `Bucket` in the same loop).
+//!   `examples/sharded_callgrind.rs refuse`: 123 per call at 2, 64 and 1,024 shards alike —
+//!   both hints read, one of them a 128-bit word —, 143 for a `Bucket` in the same loop).
 //! * **Admission**: otherwise one CAS on the calling thread's own shard (its own cache line).
 //! * **Borrowing**: otherwise the thread takes partial amounts — fractions of a token included
 //!   — from the other shards, starting with the one that last lent to its shard, then what its
@@ -130,7 +130,7 @@ use crate::error::Denied;
 use crate::gcra;
 use crate::quota::{Quota, HORIZON_NS};
 use crate::snapshot::Snapshot;
-use crate::sync::{thread_slot, AtomicU64, Ordering};
+use crate::sync::{thread_slot, AtomicU128, AtomicU64, Ordering};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
@@ -168,8 +168,8 @@ struct Pool {
     ///
     /// | bits | meaning | unit | range |
     /// |---|---|---|---|
-    /// | 63..62 | publication counter (wraps), so that republishing the same instant still fails a stale publisher's CAS | — | 0 ..= 3 |
-    /// | 61..0 | an instant before which the shards together hold less than one token | ns since the clock's origin | `0` = no hint; all ones = not within the horizon |
+    /// | 127..64 | publication counter (wraps after 2^64 publications), so that republishing the same instant still fails a stale publisher's CAS | — | any |
+    /// | 63..0 | an instant before which the shards together hold less than one token | ns since the clock's origin | `0` = no hint; `INSTANT` = not within the horizon |
     ///
     /// Computed from a read of every shard (by a refusal that found the pool short); true for
     /// every reading before it whatever happens later, because no shard can admit anything at
@@ -180,11 +180,17 @@ struct Pool {
     /// and publishes `Release`, so a publisher that reads another's publication also reads the
     /// shard words that one read, its give-backs included (with `Relaxed` it could read the
     /// new word and an old shard and republish the pool as dry: found by the loom model
-    /// `borrowing_while_the_owner_admits`). One caveat: if exactly a multiple of 4
-    /// publications happened while a publisher read the shards, its CAS cannot tell, and the
-    /// hint can be late by what a give-back restored until a later refusal republishes — fewer
-    /// admissions, never more.
-    dry_until: AtomicU64,
+    /// `borrowing_while_the_owner_admits`).
+    ///
+    /// 128 bits, because the counter must not come back while a publisher reads the shards: with
+    /// the 2-bit counter this word had when it was 64 bits, four republications of the same
+    /// instant (a failed borrow gives back and republishes each time) let a publisher stalled
+    /// since before the first one succeed with a hint computed while tokens were borrowed out —
+    /// too late, and one-token refusals are answered from the hint alone, so nothing would
+    /// correct it before its instant (loom model `stale_refusal_republishes_over_four_give_backs`).
+    /// A 64-bit counter cannot come back within any stall. The refusal's load is one 128-bit
+    /// load (`portable-atomic`; on x86_64 a `vmovdqa` where AVX is present, see `crate::sync`).
+    dry_until: AtomicU128,
     /// The hint of served borrows, published from the words their takes left
     /// ([`ShardedBucket::publish_taken`]).
     ///
@@ -360,7 +366,7 @@ impl<C: Clock> ShardedBucket<C> {
         ShardedBucket {
             shards,
             pool: CachePadded::new(Pool {
-                dry_until: AtomicU64::new(0),
+                dry_until: AtomicU128::new(0),
                 taken_until: AtomicU64::new(0),
                 stranded: AtomicU64::new(0),
             }),
@@ -507,7 +513,7 @@ impl<C: Clock> ShardedBucket<C> {
         // thread stalled since its reading) must get the wait to the later one, which is when
         // the pool next holds a token as the last publisher found it.
         let taken = self.pool.taken_until.load(Ordering::Relaxed);
-        let dry = taken.max(self.pool.dry_until.load(Ordering::Relaxed) & INSTANT);
+        let dry = taken.max(self.pool.dry_until.load(Ordering::Relaxed) as u64);
         if now < dry {
             return if cost == 1 {
                 Err(Denied::RetryAfter(wait(now, dry)))
@@ -871,12 +877,14 @@ impl<C: Clock> ShardedBucket<C> {
             } else {
                 self.instant(first(need))
             };
-            let next = seen.wrapping_add(VERSION) & !INSTANT | dry.min(INSTANT);
-            if (seen & INSTANT == dry.min(INSTANT) && !gave_back)
+            let dry_bits = u128::from(dry.min(INSTANT));
+            let next = (seen >> 64).wrapping_add(1) << 64 | dry_bits;
+            // Weak: a spurious failure only reads the pool again, as a real one does.
+            if (seen as u64 == dry.min(INSTANT) && !gave_back)
                 || self
                     .pool
                     .dry_until
-                    .compare_exchange(seen, next, Ordering::Release, Ordering::Relaxed)
+                    .compare_exchange_weak(seen, next, Ordering::Release, Ordering::Relaxed)
                     .is_ok()
             {
                 return ready;
@@ -897,10 +905,8 @@ impl<C: Clock> ShardedBucket<C> {
     }
 }
 
-/// The hint's instant bits (62: every instant within the horizon fits); all ones = never.
+/// A hint's "never": above every instant within the horizon (which fit in 62 bits).
 const INSTANT: u64 = (1 << 62) - 1;
-/// One step of the hint's 2-bit publication counter, in the bits above the instant.
-const VERSION: u64 = 1 << 62;
 
 /// The wait from `now` until `at` (`INSTANT` or more: never), at least one nanosecond.
 #[inline]

@@ -220,7 +220,10 @@ impl<C: Clock> Bucket<C> {
     /// Sleeps on the bucket's clock until `due`; returns the scheduled wait `due − now`.
     /// Loops because a clock's `sleep` may follow another time source than its `now`.
     fn sleep_until(&self, now: u64, due: u64) -> Duration {
-        let mut t = now;
+        // A fresh reading, not `now`: the thread may have stalled since it read `now` (before
+        // its compare-and-swap), and sleeping `due − now` from here would oversleep by as much
+        // (and, on a frozen `ManualClock`, miss a test that advances exactly to `due`).
+        let mut t = self.clock().now();
         while t < due {
             self.clock().sleep(Duration::from_nanos(due - t));
             t = self.clock().now();
@@ -493,24 +496,19 @@ struct Armed {
 }
 
 impl Alarm {
-    /// Makes sure the task of `cx` is woken once `clock` reads `until` (`now` is a reading
-    /// before `until`): keeps the current wake-up if it is for the same deadline and task and
-    /// has not fired, else drops it and registers one.
-    pub(crate) fn set<C: Clock + ?Sized>(
-        &mut self,
-        clock: &C,
-        until: u64,
-        now: u64,
-        cx: &Context<'_>,
-    ) {
+    /// Makes sure the task of `cx` is woken once `clock` reads `until`: keeps the current
+    /// wake-up if it is for the same deadline and task and has not fired, else drops it and
+    /// registers one for the instant ([`Clock::register_wake_at`]).
+    pub(crate) fn set<C: Clock + ?Sized>(&mut self, clock: &C, until: u64, cx: &Context<'_>) {
         let keep = self.0.as_ref().is_some_and(|a| {
             a.until == until && a.waker.will_wake(cx.waker()) && !a.registration.is_fired()
         });
         if !keep {
             // Drop the old registration first: at most one per future, ever.
             self.0 = None;
-            let registration =
-                clock.register_wake(Duration::from_nanos(until.saturating_sub(now)), cx.waker());
+            // The instant, not `until − now`: the clock would measure that from its own later
+            // reading, late by however long this poll stalled since `now`.
+            let registration = clock.register_wake_at(until, cx.waker());
             self.0 = Some(Armed {
                 until,
                 waker: cx.waker().clone(),
@@ -612,7 +610,7 @@ impl<C: Clock> Future for UntilReady<'_, C> {
                 this.stage = Stage::Done;
                 return Poll::Ready(Ok(waited));
             }
-            alarm.set(clock, until, now, cx);
+            alarm.set(clock, until, cx);
             if clock.now() < until {
                 return Poll::Pending;
             }

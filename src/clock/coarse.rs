@@ -1,7 +1,8 @@
-use crate::clock::{Clock, DefaultClock};
+use crate::clock::{Clock, DefaultClock, WakeRegistration};
 use crate::sync::{AtomicU64, Ordering};
 use alloc::sync::{Arc, Weak};
 use core::fmt;
+use core::task::Waker;
 use core::time::Duration;
 use std::io;
 
@@ -146,5 +147,12 @@ impl Clock for CoarseClock {
     /// the bucket's waiting loops read the clock again and wait on.
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
+    }
+
+    /// The shared timer thread, cancellable ([`WakeRegistration::timer`]): a future dropped
+    /// before its wake-up leaves nothing queued. The cached reading may lag the wake-up by up to
+    /// one refresh; the future then finds its instant not yet reached and registers again.
+    fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
+        WakeRegistration::timer(duration, waker)
     }
 }

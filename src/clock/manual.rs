@@ -277,10 +277,22 @@ impl ManualClock {
     /// not in the future. `None` on a clock that advances itself.
     #[cfg(feature = "std")]
     fn queue_wake(&self, duration: Duration, waker: &Waker) -> Option<WakeRegistration> {
+        self.queue_wake_with(waker, |now| now.saturating_add(nanos(duration)))
+    }
+
+    /// Frozen clocks: queues `waker` for the instant `at(now)`, `now` read under the waiters'
+    /// lock (so no `advance` or `set` falls between the reading and the insertion), or wakes it
+    /// at once if that instant is not in the future. `None` on a clock that advances itself.
+    #[cfg(feature = "std")]
+    fn queue_wake_with(
+        &self,
+        waker: &Waker,
+        at: impl FnOnce(u64) -> u64,
+    ) -> Option<WakeRegistration> {
         let waiters = self.shared.waiters.as_ref()?;
         let mut queue = waiters.lock();
         let now = self.now();
-        let at = now.saturating_add(nanos(duration));
+        let at = at(now);
         if at <= now {
             drop(queue);
             waker.wake_by_ref();
@@ -323,8 +335,9 @@ impl Clock for ManualClock {
             let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
             let until = self.now().saturating_add(nanos(duration));
             while self.now() < until {
-                let registration =
-                    self.register_wake(Duration::from_nanos(until - self.now()), &waker);
+                // The instant, not the rest of the wait from a second reading: another thread
+                // may move the clock between the check and the registration.
+                let registration = self.register_wake_at(until, &waker);
                 if !registration.is_fired() {
                     std::thread::park();
                 }
@@ -356,6 +369,20 @@ impl Clock for ManualClock {
             return registration;
         }
         self.advance(duration);
+        waker.wake_by_ref();
+        WakeRegistration::fired()
+    }
+
+    /// [`Clock::register_wake_at`]: a frozen clock queues the instant `at` itself (compared
+    /// with the time under the waiters' lock), so a caller that read the clock before another
+    /// thread moved it is still woken exactly at `at`; an advancing clock advances to `at` (if
+    /// it is not past it), then wakes.
+    fn register_wake_at(&self, at: u64, waker: &Waker) -> WakeRegistration {
+        #[cfg(feature = "std")]
+        if let Some(registration) = self.queue_wake_with(waker, |_| at) {
+            return registration;
+        }
+        self.advance(Duration::from_nanos(at.saturating_sub(self.now())));
         waker.wake_by_ref();
         WakeRegistration::fired()
     }

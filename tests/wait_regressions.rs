@@ -1,0 +1,155 @@
+//! Regressions in the waiting paths and the clocks, found by an adversarial review
+//! (2026-12-01); every test failed before its fix. Deterministic: time from `ManualClock`
+//! (frozen where a wake-up is checked), interleavings from `StallClock`'s gates. The one test
+//! that touches the process-wide timer thread is alone in using it in this binary.
+#![cfg(feature = "std")]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::thread;
+use std::time::{Duration, Instant};
+use tollgate::{Bucket, CoarseClock, Denied, ManualClock, Quota, UntilReady, WakeRegistration};
+
+#[path = "support/quotas.rs"]
+mod quotas;
+use quotas::{ms, quota};
+#[path = "support/wakers.rs"]
+mod wakers;
+use wakers::Count;
+#[path = "support/stall.rs"]
+mod stall;
+use stall::{arm, Gate, Stall, StallClock};
+
+/// Waits (at most 60 s) until `clock` holds `n` wakers.
+fn wait_pending(clock: &ManualClock, n: usize) {
+    let start = Instant::now();
+    while clock.pending_wakes() != n {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never registered"
+        );
+        thread::yield_now();
+    }
+}
+
+/// **Leak.** `UntilReady`'s docs: "Dropping the future drops (cancels) it, so nothing stays
+/// queued for a future that no longer exists"; `Clock::register_wake`: "a clock that follows
+/// `std::time::Instant` should" override it with the cancellable timer registration.
+/// A dropped `until_ready` future on a `CoarseClock` leaves nothing in the shared timer's queue.
+/// (`CoarseClock` did not override `register_wake`, so its futures went through the
+/// fire-and-forget `wake_after`: a dropped future left its entry — and a clone of its task's
+/// waker, which keeps the task alive — queued until the deadline, up to an hour. A server that
+/// wraps `until_ready` in a timeout piled up one entry per abandoned request.)
+#[test]
+fn coarse_clock_until_ready_dropped_leaves_nothing_in_the_timer() {
+    // The coarse clock never refreshes during the test (1 h interval): it reads 0 throughout.
+    let clock = CoarseClock::with_source(ManualClock::new(), Duration::from_secs(3600)).unwrap();
+    let bucket = Bucket::with_clock(
+        Quota::new(1, Duration::from_secs(3600), 1).unwrap(),
+        clock.clone(),
+    );
+    bucket.try_acquire(1).unwrap();
+    let (count, waker) = Count::waker();
+    assert_eq!(Arc::strong_count(&count), 2); // `count` and `waker`
+    {
+        let mut fut = Box::pin(bucket.until_ready(1));
+        assert_eq!(
+            fut.as_mut().poll(&mut Context::from_waker(&waker)),
+            Poll::Pending
+        );
+    }
+    // The drop cancelled the reservation (the next token is due at 1 h again, not 2 h)...
+    assert_eq!(
+        bucket.try_acquire(1),
+        Err(Denied::RetryAfter(Duration::from_secs(3600)))
+    );
+    // ...but not the wake-up: the timer still holds the task's waker.
+    assert_eq!(
+        WakeRegistration::timer_queue_len(),
+        0,
+        "a dropped future's wake-up stays queued in the shared timer"
+    );
+    assert_eq!(
+        Arc::strong_count(&count),
+        2,
+        "the timer keeps a clone of a dropped future's waker"
+    );
+}
+
+/// **No lost wake-up.** A poll that stalls (here: gated) between its clock reading and its
+/// registration while the time moves on is still woken at `until`: it registers the instant
+/// (`Clock::register_wake_at`). (It registered the relative duration `until − reading`, which
+/// the clock turned back into a deadline from a later reading of its own: late by the stall,
+/// and on a frozen `ManualClock` never woken when its tokens came due.)
+#[test]
+fn until_ready_polled_with_a_stale_reading_is_woken_when_due() {
+    let frozen = ManualClock::new_frozen();
+    let bucket = Bucket::with_clock(quota(10, 1), StallClock::new(frozen.clone()));
+    bucket.try_acquire(1).unwrap(); // the next token is due at 100 ms
+    let (count, waker) = Count::waker();
+    let gate = Gate::new();
+    let mut fut: Pin<Box<UntilReady<'_, _>>> = thread::scope(|s| {
+        let (g, w, b) = (gate.clone(), waker.clone(), &bucket);
+        let poller = s.spawn(move || {
+            // Reading 1 (the reservation) at 0 as the clock reads; reading 2 (before the
+            // registration) taken at 0, then stalled.
+            arm([Stall::Reading(0), Stall::Gate(g)]);
+            let mut fut = Box::pin(b.until_ready(1));
+            let poll = fut.as_mut().poll(&mut Context::from_waker(&w));
+            assert_eq!(poll, Poll::Pending);
+            fut
+        });
+        gate.wait_reached();
+        frozen.advance(ms(50)); // time moves on while the poll is stalled
+        gate.open();
+        poller.join().unwrap()
+    });
+    assert_eq!(frozen.pending_wakes(), 1);
+    frozen.advance(ms(50)); // 100 ms: the token is due
+    let woken_when_due = count.get();
+    // The future is ready if anyone polls it; nobody will, without the wake-up.
+    assert_eq!(
+        fut.as_mut().poll(&mut Context::from_waker(&waker)),
+        Poll::Ready(Ok(ms(100)))
+    );
+    assert_eq!(
+        woken_when_due, 1,
+        "the future was not woken when its tokens came due (registered for 150 ms, not 100 ms)"
+    );
+}
+
+/// **No oversleep (blocking).** `Bucket::try_acquire_for` (and `acquire`) stalled between its
+/// clock reading and its CAS wakes at the due instant. (It slept `due − now` from the *old*
+/// reading, the whole wait again after the stall: on a frozen `ManualClock` until the clock
+/// reached `due + stall`, so a test moving the clock to the due instant waited forever; on a
+/// real clock up to the stall too long.)
+#[test]
+fn acquire_after_a_stale_reading_wakes_at_the_due_instant() {
+    let frozen = ManualClock::new_frozen();
+    let bucket = Bucket::with_clock(quota(10, 1), StallClock::new(frozen.clone()));
+    bucket.try_acquire(1).unwrap(); // the next token is due at 100 ms
+    let gate = Gate::new();
+    let (woken_when_due, waited) = thread::scope(|s| {
+        let (g, b) = (gate.clone(), &bucket);
+        let waiter = s.spawn(move || {
+            arm([Stall::Gate(g)]);
+            b.acquire(1)
+        });
+        gate.wait_reached();
+        frozen.advance(ms(50)); // time moves on between the reading and the CAS
+        gate.open();
+        wait_pending(&frozen, 1); // the waiter sleeps on the frozen clock
+        frozen.advance(ms(50)); // 100 ms: the token is due, the sleeper must be woken
+        let woken_when_due = frozen.pending_wakes() == 0;
+        // Release the waiter however it registered, so that the test ends either way.
+        frozen.set(ms(150));
+        (woken_when_due, waiter.join().unwrap())
+    });
+    assert_eq!(waited, Ok(ms(100)));
+    assert!(
+        woken_when_due,
+        "acquire slept until 150 ms for a token due at 100 ms"
+    );
+}
