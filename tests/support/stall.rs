@@ -205,4 +205,10 @@ impl<C: Clock> Clock for StallClock<C> {
     fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
         self.inner.register_wake(duration, waker)
     }
+
+    /// Forwarded, so that a registration never reads this clock: the default would call
+    /// `now`, taking a stall armed for the next decision's reading.
+    fn register_wake_at(&self, at: u64, waker: &Waker) -> WakeRegistration {
+        self.inner.register_wake_at(at, waker)
+    }
 }
