@@ -127,9 +127,9 @@
 //! load: x86_64 with AVX (a `vmovdqa`, what `portable-atomic` picks at run time) and AArch64
 //! with LSE2 (ARMv8.4 and later: Graviton3, Neoverse V1/N2, Apple M1). Elsewhere — x86_64
 //! without AVX, AArch64 v8.0–v8.3 such as Graviton2 — `portable-atomic`'s 128-bit load is a
-//! `lock cmpxchg16b` or a load/store-exclusive pair, which writes the line: every refusal then
-//! takes it from the other cores, and on many cores refusals contend as admissions on one
-//! `Bucket` do. (`dry_until` is 128 bits so that a stalled publisher can never pass an ABA
+//! `lock cmpxchg16b`, a `CASP` or a load/store-exclusive pair, which writes the line: every
+//! refusal then takes it from the other cores, and on many cores refusals contend as
+//! admissions on one `Bucket` do. (`dry_until` is 128 bits so that a stalled publisher can never pass an ABA
 //! check; see its docs.)
 
 mod pool;
