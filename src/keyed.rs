@@ -5,7 +5,11 @@
 //! A lookup reads the flat table (its lines stay shared in every core's cache) and writes only
 //! the key's 16-byte slot, so decisions for distinct keys scale with the cores (up to false
 //! sharing between the four slots of one 64-byte line); only threads hitting the *same* key
-//! contend, on that key's word — the one write any exact per-key limit must make. Each decision
+//! contend, on that key's word — the one write any exact per-key limit must make. (The slots
+//! are 128-bit atomics: their loads are plain loads on x86_64 with AVX and AArch64 with LSE2;
+//! elsewhere `portable-atomic` loads them with a `lock cmpxchg16b`, a `CASP` or a
+//! load/store-exclusive pair, which writes the line, so lookups of the keys sharing a line
+//! contend as writers do.) Each decision
 //! also counts on a cache-padded counter shard, so threads count on lines of their own: the
 //! first threads to use the crate (the next power of two of 4 × cores of them: 256 on 64 cores,
 //! at most 1,024) each own a shard and count with a plain load and store, no locked

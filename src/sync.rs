@@ -11,12 +11,12 @@
 //!
 //! It also holds the crate's one mutex, [`Mutex`] (std's or loom's, poison ignored).
 //!
-//! [`Smooth`](crate::Smooth) needs one 128-bit word, `AtomicU128`:
+//! [`Smooth`](crate::Smooth), the keyed index and the sharded bucket's refusal hint need 128-bit words, `AtomicU128`:
 //!
 //! | build | `AtomicU128` | lock-free? |
 //! |---|---|---|
 //! | `--cfg tollgate_loom` | `loom_u128::AtomicU128` (this module, only in that build): a `loom::sync::Mutex<u128>` (loom has no 128-bit atomic); every operation is one model-checked step, so loom explores every interleaving of the CAS loop, but models the word as sequentially consistent | n/a |
-//! | x86_64, AArch64, riscv64, s390x, … | `portable-atomic`'s native one (`cmpxchg16b` on x86_64, chosen at run time unless the target enables it at compile time) | yes |
+//! | x86_64, AArch64, riscv64, s390x, … | `portable-atomic`'s native one (`cmpxchg16b` on x86_64, chosen at run time unless the target enables it at compile time; a load is a plain `vmovdqa` where AVX is present, a plain `LDP` on AArch64 with LSE2, and otherwise a locked or exclusive read-modify-write that writes the cache line) | yes |
 //! | other targets, or an x86_64 CPU without `cmpxchg16b` | `portable-atomic`'s fallback | **no**: a short critical section |
 
 #[cfg(tollgate_loom)]
