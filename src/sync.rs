@@ -11,7 +11,8 @@
 //!
 //! It also holds the crate's one mutex, [`Mutex`] (std's or loom's, poison ignored).
 //!
-//! [`Smooth`](crate::Smooth), the keyed index and the sharded bucket's refusal hint need 128-bit words, `AtomicU128`:
+//! [`Smooth`](crate::Smooth), the keyed index and the sharded bucket's refusal hint need
+//! 128-bit words, `AtomicU128`:
 //!
 //! | build | `AtomicU128` | lock-free? |
 //! |---|---|---|
