@@ -129,8 +129,8 @@
 //! without AVX, AArch64 v8.0–v8.3 such as Graviton2 — `portable-atomic`'s 128-bit load is a
 //! `lock cmpxchg16b`, a `CASP` or a load/store-exclusive pair, which writes the line: every
 //! refusal then takes it from the other cores, and on many cores refusals contend as
-//! admissions on one `Bucket` do. (`dry_until` is 128 bits so that a stalled publisher can never pass an ABA
-//! check; see its docs.)
+//! admissions on one `Bucket` do. (`dry_until` is 128 bits so that a stalled publisher can
+//! never pass an ABA check; see its docs.)
 
 mod pool;
 
@@ -886,10 +886,10 @@ impl<C: Clock> ShardedBucket<C> {
             } else {
                 self.instant(first(need))
             };
-            let dry_bits = u128::from(dry.min(INSTANT));
-            let next = (seen >> 64).wrapping_add(1) << 64 | dry_bits;
+            let hint = dry.min(INSTANT);
+            let next = (seen >> 64).wrapping_add(1) << 64 | u128::from(hint);
             // Weak: a spurious failure only reads the pool again, as a real one does.
-            if (seen as u64 == dry.min(INSTANT) && !gave_back)
+            if (seen as u64 == hint && !gave_back)
                 || self
                     .pool
                     .dry_until

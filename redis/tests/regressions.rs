@@ -2,9 +2,9 @@
 //! failed before its fix. Each starts its own `redis-server` on a free loopback port.
 
 use std::time::Duration;
-use tollgate::Quota;
+use tollgate::{Denied, Quota};
 use tollgate_redis::test_support::RedisServer;
-use tollgate_redis::RedisLimiter;
+use tollgate_redis::{RedisLimiter, FAIL_CLOSED_RETRY};
 
 fn q(tokens: u64, per: Duration, burst: u64) -> Quota {
     Quota::new(tokens, per, burst).unwrap()
@@ -65,15 +65,18 @@ async fn a_huge_probe_interval_applies_the_policy() {
     assert_eq!(l.try_acquire("k", 1).await, Ok(()));
     drop(server); // killed: the next decision fails and opens the breaker
     tokio::time::sleep(Duration::from_millis(50)).await;
+    // Every decision from now on takes the default policy (fail closed), the first because the
+    // dead server fails it, the later ones because the breaker never lets a probe through.
     for _ in 0..3 {
         let l = l.clone();
         let r = tokio::spawn(async move { l.try_acquire("k", 1).await }).await;
-        assert!(
-            r.is_ok(),
-            "try_acquire panicked: {:?}",
-            r.err().map(|e| e.to_string())
+        assert_eq!(
+            r.map_err(|e| e.to_string()),
+            Ok(Err(Denied::RetryAfter(FAIL_CLOSED_RETRY))),
+            "try_acquire panicked or did not apply the fail-closed policy"
         );
     }
+    assert_eq!(l.counters().fail_closed, 3);
 }
 
 /// `check_quota` on a valid quota with a long prime period (about 146 years) is an error, not a
