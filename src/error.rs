@@ -38,6 +38,10 @@ pub enum ConfigError {
     /// works in whole microseconds, so a single permit would cost 0 µs and nothing would be
     /// limited. Use a [`Bucket`](crate::Bucket) (nanosecond-exact) for such rates.
     RateTooHigh,
+    /// A [`Limits`](crate::Limits) was given no quota. Give it at least one.
+    NoQuotas,
+    /// A [`Limits`](crate::Limits) was given more than four quotas. Merge or drop some.
+    TooManyQuotas,
 }
 
 impl fmt::Display for ConfigError {
@@ -60,6 +64,8 @@ impl fmt::Display for ConfigError {
             ConfigError::RateTooHigh => {
                 "a Smooth rate above 1,000,000 permits/s is not limited (Guava counts whole microseconds); use a Bucket"
             }
+            ConfigError::NoQuotas => "a Limits needs at least one quota",
+            ConfigError::TooManyQuotas => "a Limits holds at most four quotas",
         })
     }
 }

@@ -53,6 +53,7 @@ pub mod gcra;
 pub mod guide;
 #[cfg(feature = "keyed")]
 mod keyed;
+mod limits;
 mod quota;
 mod recip;
 #[cfg(feature = "std")]
@@ -76,6 +77,7 @@ pub use clock::{Clock, DefaultClock, ManualClock, WakeRegistration};
 pub use error::{ConfigError, Denied};
 #[cfg(feature = "keyed")]
 pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder, UntilKeyReady};
+pub use limits::Limits;
 pub use quota::{Quota, HORIZON};
 #[cfg(feature = "std")]
 pub use sharded::ShardedBucket;
