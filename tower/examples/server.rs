@@ -6,6 +6,8 @@
 //!   --listen ADDR                  default 127.0.0.1:3000 (port 0: any free port)
 //!   --rate N/s|N/min|N/h           default 100/s
 //!   --burst N                      default the tokens of one second of rate, at least 1
+//!   --limit N/s|N/min|N/h|N/d:BURST  one quota of a policy; repeatable (one to four), all must
+//!                                  hold; replaces --rate/--burst (giving both: a usage error)
 //!   --key ip|global|header:NAME    default ip
 //!   --trusted-proxies CIDR[,CIDR…] with --key ip: the client is the rightmost untrusted
 //!                                  X-Forwarded-For hop behind these proxies
@@ -25,8 +27,11 @@ use axum::Router;
 use clap::{CommandFactory, Parser};
 use http::HeaderName;
 use ipnet::IpNet;
-use tollgate::{Bucket, KeyedLimiter, Quota};
+use tollgate::{Bucket, KeyedLimiter, Limits, Quota};
 use tollgate_tower::{ClientIp, HeaderKey, PeerIp, RateLimitLayer};
+
+#[path = "server/limit.rs"]
+mod limit;
 
 /// The most keys a per-IP or per-header limiter tracks (bounded memory).
 const MAX_KEYS: usize = 1 << 20;
@@ -43,6 +48,15 @@ struct Cli {
     /// The burst (default: the tokens of one second of rate, at least 1).
     #[arg(long)]
     burst: Option<u64>,
+    /// One quota of a policy, N/s, N/min, N/h or N/d with a burst (5/s:5); repeatable, every
+    /// quota must hold. Replaces --rate and --burst.
+    #[arg(
+        long = "limit",
+        value_name = "N/UNIT:BURST",
+        value_parser = limit::parse_limit,
+        conflicts_with_all = ["rate", "burst"]
+    )]
+    limits: Vec<Quota>,
     /// The key: ip, global or header:NAME.
     #[arg(long, default_value = "ip", value_parser = parse_key)]
     key: KeyKind,
@@ -140,14 +154,23 @@ fn main() -> ExitCode {
     if cli.unlimited && cli.redis.is_some() {
         usage("--unlimited and --redis exclude each other".into());
     }
+    let limits = limit::limits(&cli.limits).unwrap_or_else(|e| usage(e));
+    if limits.is_some() && cli.redis.is_some() {
+        usage("--limit with --redis is not supported yet: use --rate/--burst".into());
+    }
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    runtime.block_on(serve(cli, quota))
+    runtime.block_on(serve(cli, quota, limits))
 }
 
-async fn serve(cli: Cli, quota: Quota) -> ExitCode {
+async fn serve(cli: Cli, quota: Quota, limits: Option<Limits>) -> ExitCode {
     let app = Router::new().route("/", get(|| async { "ok" }));
     let app = if cli.unlimited {
         app
+    } else if let Some(limits) = limits {
+        match limit::layer(app, limits, &cli.key) {
+            Ok(app) => app,
+            Err(message) => usage(message),
+        }
     } else if let Some(url) = &cli.redis {
         match redis_layer(app, url, quota, &cli).await {
             Ok(app) => app,

@@ -41,6 +41,7 @@ mod key;
 mod layer;
 mod proxy;
 mod rejection;
+mod report;
 
 pub use backend::{Backend, Check, Decision};
 pub use cost::{Cost, UnitCost};
@@ -53,3 +54,4 @@ pub use key::{
 pub use layer::{RateLimit, RateLimitBody, RateLimitLayer, ResponseFuture};
 pub use proxy::ProxyHeader;
 pub use rejection::Rejection;
+pub use report::PolicyReport;
