@@ -8,6 +8,7 @@
 //! `wait.rs` here.
 
 pub(crate) mod decide;
+mod or_snapshots;
 mod refusal;
 mod snapshots;
 mod store;

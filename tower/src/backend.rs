@@ -100,6 +100,9 @@ impl Decision {
 /// The layer calls the inner service straight from `call` for [`Check::Ready`]; only
 /// [`Check::Pending`] holds the request (and a clone of the inner service) until the decision.
 #[derive(Debug)]
+// `Ready` is the in-process hot path: boxing its decision would allocate on every request (the
+// layer matches it in place instead).
+#[allow(clippy::large_enum_variant)]
 pub enum Check<F> {
     /// The decision is made.
     Ready(Decision),

@@ -30,8 +30,9 @@ pub(crate) fn policy_decision(
 
 /// One policy for everything: the key is ignored.
 ///
-/// Every decision computes the snapshots (`try_acquire_snapshots`): a refusal needs them from
-/// its own reading, and the policy offers no cheaper refusal-only form.
+/// As for [`Bucket`](tollgate::Bucket): `try_acquire_snapshots` when admitted responses carry
+/// headers, else `try_acquire_or_snapshots` (the snapshots only on refusal, from the refusal's
+/// own reading).
 ///
 /// ```
 /// use std::time::Duration;
@@ -55,11 +56,17 @@ impl<K, C: Clock> Backend<K> for MultiBucket<C> {
 
     #[inline]
     fn check(&self, _key: K, cost: u64, report: bool) -> Check<Self::Future> {
-        let (verdict, snapshots) = self.try_acquire_snapshots(cost);
-        Check::Ready(match verdict {
-            // No headers on admitted responses: nothing to report.
-            Ok(()) if !report => Decision::new(Ok(()), None, None),
-            _ => policy_decision(self.limits(), verdict, snapshots),
+        Check::Ready(if report {
+            let (verdict, snapshots) = self.try_acquire_snapshots(cost);
+            policy_decision(self.limits(), verdict, snapshots)
+        } else {
+            // No headers on admitted responses: an admission computes no snapshot.
+            match self.try_acquire_or_snapshots(cost) {
+                Ok(()) => Decision::new(Ok(()), None, None),
+                Err((refusal, snapshots)) => {
+                    policy_decision(self.limits(), Err(refusal), snapshots)
+                }
+            }
         })
     }
 }
