@@ -26,6 +26,8 @@ impl<C: Clock> MultiBucket<C> {
     /// ]);
     /// ```
     #[inline]
+    // The refusal carries up to four snapshots by value: boxing would allocate on every refusal.
+    #[allow(clippy::result_large_err)]
     pub fn try_acquire_or_snapshots(&self, cost: u64) -> Result<(), (Refusal, Snapshots)> {
         if cost == 0 {
             return Ok(());
