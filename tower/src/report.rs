@@ -7,7 +7,9 @@ use tollgate::{Quota, Snapshot, Snapshots};
 const MAX_QUOTAS: usize = 4;
 
 /// Every quota of a policy (one to four, as `tollgate::Limits`) with its snapshot right after
-/// one decision, and the index of the quota that refused, if one did.
+/// one decision, and the index of the quota that refused, if one did. A store that reports only
+/// the tightest quota's snapshot (a Redis policy) builds it with
+/// [`tightest_only`](PolicyReport::tightest_only): the list of quotas is still complete.
 ///
 /// The layer writes one `RateLimit-Policy` item per quota and describes the
 /// [`tightest`](PolicyReport::tightest) quota in `RateLimit`. Backends over a policy
@@ -29,6 +31,7 @@ const MAX_QUOTAS: usize = 4;
 /// ]).unwrap();
 /// let report = PolicyReport::new(&[per_second, per_minute], snaps, Some(0)).unwrap();
 /// assert_eq!(report.quotas(), &[per_second, per_minute]);
+/// assert_eq!(report.snapshots(), Some(snaps.as_slice()));
 /// assert_eq!(report.refused(), Some(0)); // the per-second quota fired
 /// assert_eq!(report.tightest().0, 0);
 /// // Lengths that disagree, or a refusing index past the end: no report.
@@ -37,10 +40,14 @@ const MAX_QUOTAS: usize = 4;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PolicyReport {
-    /// `quotas[..snapshots.len()]` are the policy's; the rest repeat `quotas[0]`, so that the
-    /// derived equality compares only what a report holds.
+    /// `quotas[..len]` are the policy's; the rest repeat `quotas[0]`, so that the derived
+    /// equality compares only what a report holds.
     quotas: [Quota; MAX_QUOTAS],
-    snapshots: Snapshots,
+    len: usize,
+    /// One per quota (`len` of them), when the store reports them.
+    snapshots: Option<Snapshots>,
+    /// The tightest quota's index and snapshot.
+    tightest: (usize, Snapshot),
     refused: Option<usize>,
 }
 
@@ -53,15 +60,48 @@ impl PolicyReport {
         snapshots: Snapshots,
         refused: Option<usize>,
     ) -> Option<PolicyReport> {
-        let len = snapshots.len();
-        if quotas.len() != len || refused.is_some_and(|i| i >= len) {
+        if quotas.len() != snapshots.len() {
+            return None;
+        }
+        let mut report = PolicyReport::tightest_only(quotas, 0, snapshots.as_slice()[0], refused)?;
+        report.tightest = snapshots.tightest();
+        report.snapshots = Some(snapshots);
+        Some(report)
+    }
+
+    /// A report of `quotas` in which only the tightest quota's snapshot is known: quota
+    /// `tightest` with `snapshot` (a store that answers with the tightest quota alone, such as
+    /// a Redis policy). `None` if `quotas` is empty or holds more than four, or `tightest` or
+    /// `refused` is not an index of `quotas`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Quota, Snapshot};
+    /// use tollgate_tower::PolicyReport;
+    /// let (a, b) = (Quota::per_second(5).unwrap(), Quota::new(20, Duration::from_secs(60), 20).unwrap());
+    /// let snap = Snapshot::new(0, Duration::from_secs(3));
+    /// let report = PolicyReport::tightest_only(&[a, b], 1, snap, None).unwrap();
+    /// assert_eq!((report.tightest(), report.snapshots()), ((1, b, snap), None));
+    /// assert!(PolicyReport::tightest_only(&[a, b], 2, snap, None).is_none());
+    /// assert!(PolicyReport::tightest_only(&[], 0, snap, None).is_none());
+    /// ```
+    pub fn tightest_only(
+        quotas: &[Quota],
+        tightest: usize,
+        snapshot: Snapshot,
+        refused: Option<usize>,
+    ) -> Option<PolicyReport> {
+        let len = quotas.len();
+        if len > MAX_QUOTAS || tightest >= len || refused.is_some_and(|i| i >= len) {
             return None;
         }
         let mut all = [quotas[0]; MAX_QUOTAS];
         all[..len].copy_from_slice(quotas);
         Some(PolicyReport {
             quotas: all,
-            snapshots,
+            len,
+            snapshots: None,
+            tightest: (tightest, snapshot),
             refused,
         })
     }
@@ -77,10 +117,11 @@ impl PolicyReport {
     /// assert_eq!(PolicyReport::new(&[q], s, None).unwrap().quotas(), &[q]);
     /// ```
     pub fn quotas(&self) -> &[Quota] {
-        &self.quotas[..self.snapshots.len()]
+        &self.quotas[..self.len]
     }
 
-    /// One snapshot per quota, in the policy's order.
+    /// One snapshot per quota, in the policy's order (`None` for a
+    /// [`tightest_only`](PolicyReport::tightest_only) report).
     ///
     /// ```
     /// use std::time::Duration;
@@ -89,10 +130,10 @@ impl PolicyReport {
     /// let q = Quota::per_second(5).unwrap();
     /// let one = Snapshot::new(5, Duration::ZERO);
     /// let s = Snapshots::new(&[one]).unwrap();
-    /// assert_eq!(PolicyReport::new(&[q], s, None).unwrap().snapshots(), &[one]);
+    /// assert_eq!(PolicyReport::new(&[q], s, None).unwrap().snapshots(), Some(&[one][..]));
     /// ```
-    pub fn snapshots(&self) -> &[Snapshot] {
-        self.snapshots.as_slice()
+    pub fn snapshots(&self) -> Option<&[Snapshot]> {
+        self.snapshots.as_ref().map(Snapshots::as_slice)
     }
 
     /// How many quotas (1 to 4).
@@ -108,7 +149,7 @@ impl PolicyReport {
     /// ```
     #[allow(clippy::len_without_is_empty)] // never empty
     pub fn len(&self) -> usize {
-        self.snapshots.len()
+        self.len
     }
 
     /// The index of the quota that refused (the one that waits longest, or for
@@ -129,8 +170,9 @@ impl PolicyReport {
     }
 
     /// The tightest quota — the fewest remaining tokens, ties broken by the one full last, then
-    /// by the first index (`Snapshots::tightest`) — with its index and snapshot: the one
-    /// `RateLimit` describes.
+    /// by the first index (`Snapshots::tightest`; for a
+    /// [`tightest_only`](PolicyReport::tightest_only) report, the one given) — with its index
+    /// and snapshot: the one `RateLimit` describes.
     ///
     /// ```
     /// use std::time::Duration;
@@ -145,7 +187,7 @@ impl PolicyReport {
     /// assert_eq!(report.tightest(), (1, b, Snapshot::new(1, Duration::from_secs(30))));
     /// ```
     pub fn tightest(&self) -> (usize, Quota, Snapshot) {
-        let (i, snapshot) = self.snapshots.tightest();
+        let (i, snapshot) = self.tightest;
         (i, self.quotas[i], snapshot)
     }
 }

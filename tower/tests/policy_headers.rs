@@ -225,10 +225,12 @@ async fn the_decision_names_the_quota_that_refused() {
     assert_eq!(report.quotas(), &[quota(2, 1, 2), quota(4, 60, 4)]);
     assert_eq!(
         report.snapshots(),
-        &[
-            Snapshot::new(0, Duration::from_secs(1)),
-            Snapshot::new(2, Duration::from_secs(30)),
-        ]
+        Some(
+            &[
+                Snapshot::new(0, Duration::from_secs(1)),
+                Snapshot::new(2, Duration::from_secs(30)),
+            ][..]
+        )
     );
     assert_eq!(refused.quota, Some(quota(2, 1, 2)), "the tightest quota");
     // A cost above the smallest burst: that quota, and no wait.
