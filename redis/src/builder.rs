@@ -3,6 +3,7 @@
 use crate::breaker::Breaker;
 use crate::conn::Conn;
 use crate::counters::Stats;
+use crate::key::stored_key;
 use crate::lease::{Leases, Table};
 use crate::limiter::{Inner, RedisLimiter};
 use crate::policy::{local_share, OnUnavailable, Policy};
@@ -226,7 +227,7 @@ impl RedisLimiterBuilder {
                 let share = |q: Quota| local_share(q, fraction);
                 let mut b = KeyedLimiter::builder(share(self.quota)?, max_keys, Default::default());
                 for (k, q) in &self.per_key {
-                    b = b.quota_for(k.clone(), share(*q)?);
+                    b = b.quota_for(stored_key(k).into_owned(), share(*q)?);
                 }
                 Policy::Local(Box::new(
                     b.build().map_err(|e| Error::Config(e.to_string()))?,

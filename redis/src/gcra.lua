@@ -53,6 +53,9 @@ local ra = r * a
 local ef = fdiv(ra, b)
 local ec = ef
 if ef * b < ra then ec = ef + 1 end
+-- The farthest the server's clock may step back (a failover to a host whose clock is behind)
+-- before a stored state reads as dated beyond the quota's horizon, i.e. malformed: one day.
+local STEP_BACK = 86400000000
 local P51 = 2251799813685248
 local P52 = 4503599627370496
 local P53 = 9007199254740992
@@ -138,6 +141,8 @@ local function convert(ptag, sn, sz)
   -- the scale; the base a time below 2^53 us; z within what the script writes.
   if bu1 + 2 * a1 > P51 or bu1 < s1 or fdiv(bu1, s1) * s1 ~= bu1 then return nil end
   if n1 * b1 >= P53 or z1 > a1 + bu1 then return nil end
+  -- Dated beyond the horizon: a base later than the server's time plus a step back.
+  if n1 * b1 > t + STEP_BACK then return nil end
   -- The old quota at t: its base n1t, units earned since (floor), and the stored state w
   -- relative to n1t: z1 - (n1t - n1) * a1.
   local n1t = fdiv(t, b1)
@@ -194,22 +199,33 @@ local function convert(ptag, sn, sz)
   end
   return math.max(by_tokens, by_time)
 end
-local prev = redis.call('GET', KEYS[1])
+-- A value this script did not write is that key's fault alone: reply 'bad' (the client refuses
+-- the key and reports it), write nothing. pcall: a hash or a list under the key is WRONGTYPE.
+local prev = redis.pcall('GET', KEYS[1])
+if type(prev) == 'table' then
+  return {'bad', fmt(t), tostring(prev.err or prev.ok or 'not a string')}
+end
 local shown = prev or ''
 local z = nil
 if prev then
   local ptag, sn, sz = string.match(prev, '^(%S+) (%d+) (%d+)$')
-  local notstate = 'tollgate: the key holds a value that is not a tollgate state'
   if not ptag then
-    return redis.error_reply(notstate)
+    return {'bad', fmt(t), 'not "<tag> <base> <state>"'}
   end
   if ptag ~= tag then
     z = convert(ptag, sn, sz)
-    if z == nil then return redis.error_reply(notstate) end
+    if z == nil then
+      return {'bad', fmt(t), 'a state under tag ' .. ptag .. ' out of range'}
+    end
     shown = tag .. ' ' .. fmt(n) .. ' ' .. fmt(z)
   else
-    local d = n - tonumber(sn)
-    local pz = tonumber(sz)
+    local psn, pz = int53(sn), int53(sz)
+    -- What this script writes: a base no later than the server's time plus a step back, and a
+    -- state at most one period and a burst above it.
+    if not (psn and pz) or pz > a + bu or psn * b > t + STEP_BACK then
+      return {'bad', fmt(t), 'a state out of range or dated beyond the quota\'s horizon'}
+    end
+    local d = n - psn
     if d >= 0 then
       local da = d * a
       if da < pz then z = pz - da end

@@ -4,7 +4,9 @@
 use crate::breaker::{Breaker, BreakerGuard};
 use crate::conn::Conn;
 use crate::counters::{bump, Counters, Stats};
+use crate::key::stored_key;
 use crate::lease::Table;
+use crate::policy::MALFORMED_RETRY;
 use crate::policy::{Policy, FAIL_CLOSED_RETRY};
 use crate::script::{Decision, Params};
 use crate::Error;
@@ -13,6 +15,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tollgate::{Denied, Quota, Snapshot};
 
 /// What decided a [`RedisLimiter::try_acquire_outcome`] call, and how: the verdict, the
@@ -88,7 +91,7 @@ impl RedisLimiter {
     pub async fn try_acquire(&self, key: &str, cost: u64) -> Result<(), tollgate::Denied> {
         match self.decide(key, cost, false).await {
             Ok((v, _)) => v,
-            Err(_) => self.apply_policy(key, cost).verdict,
+            Err(e) => self.on_error(key, cost, &e).verdict,
         }
     }
 
@@ -137,7 +140,7 @@ impl RedisLimiter {
                 snapshot,
                 quota: Some(self.params(key).quota),
             },
-            Err(_) => self.apply_policy(key, cost),
+            Err(e) => self.on_error(key, cost, &e),
         }
     }
 
@@ -228,6 +231,38 @@ impl RedisLimiter {
         self.inner.per_key.get(key).unwrap_or(&self.inner.default)
     }
 
+    /// The name `key` is stored under in Redis (after the prefix), the lease table and the
+    /// local fallback: bounded bytes (see [`stored_key`]).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(limiter.redis_key("tenant:42"), "tollgate:tenant:42");
+    /// assert_eq!(limiter.redis_key(&"x".repeat(1000)).len(), "tollgate:".len() + 65);
+    /// # Ok(()) }
+    /// ```
+    pub fn redis_key(&self, key: &str) -> String {
+        format!("{}{}", self.inner.prefix, stored_key(key))
+    }
+
+    /// What `try_acquire` answers after an error: a per-key fault refuses that key alone
+    /// (the server is fine: no policy applies); anything else applies the policy.
+    fn on_error(&self, key: &str, cost: u64, e: &Error) -> Outcome {
+        if let Error::Malformed { .. } = e {
+            bump(&self.inner.stats.malformed);
+            return Outcome {
+                verdict: Err(Denied::RetryAfter(MALFORMED_RETRY)),
+                snapshot: None,
+                quota: None,
+            };
+        }
+        self.apply_policy(key, cost)
+    }
+
     fn apply_policy(&self, key: &str, cost: u64) -> Outcome {
         let s = &self.inner.stats;
         match &self.inner.policy {
@@ -249,11 +284,14 @@ impl RedisLimiter {
             }
             Policy::Local(k) => {
                 bump(&s.local_fallback);
-                let (verdict, snapshot) = k.try_acquire_snapshot(key, cost);
+                // The fallback's table holds bounded names too (its per-key quotas are keyed
+                // by them).
+                let name = stored_key(key);
+                let (verdict, snapshot) = k.try_acquire_snapshot(&*name, cost);
                 Outcome {
                     verdict,
                     snapshot: Some(snapshot),
-                    quota: Some(k.quota_for(key)),
+                    quota: Some(k.quota_for(&*name)),
                 }
             }
         }
@@ -276,23 +314,26 @@ impl RedisLimiter {
                 return Ok((Err(Denied::ExceedsBurst), None));
             }
         }
-        let r = tokio::time::timeout(self.inner.timeout, self.decide_redis(key, cost, p)).await;
-        let r = r.unwrap_or(Err(Error::Timeout(self.inner.timeout)));
+        // One deadline for the whole decision: the refill lock's wait and the script call.
+        let deadline = Instant::now() + self.inner.timeout;
+        let r = self.decide_redis(&stored_key(key), cost, p, deadline).await;
         if r.is_err() {
             bump(&self.inner.stats.errors);
         }
         r
     }
 
+    /// `name` is the key's stored name ([`stored_key`]).
     async fn decide_redis(
         &self,
-        key: &str,
+        name: &str,
         cost: u64,
         p: &Params,
+        deadline: Instant,
     ) -> Result<(Result<(), Denied>, Option<Snapshot>), Error> {
         if cost == 0 || cost > p.quota.burst() {
             // A snapshot for an edge case: read the state (cost 0 writes nothing).
-            let d = self.call(key, p, 0, Mode::Acquire, None).await?;
+            let d = self.call(name, p, 0, Mode::Acquire, None, deadline).await?;
             let v = if cost == 0 {
                 Ok(())
             } else {
@@ -301,26 +342,36 @@ impl RedisLimiter {
             return Ok((v, Some(d.snapshot)));
         }
         let Some(table) = &self.inner.leases else {
-            let d = self.call(key, p, cost, Mode::Acquire, None).await?;
+            let d = self
+                .call(name, p, cost, Mode::Acquire, None, deadline)
+                .await?;
             bump(&self.inner.stats.redis);
             return Ok((d.verdict, Some(d.snapshot)));
         };
-        let Some(slot) = table.slot(key) else {
-            let d = self.call(key, p, cost, Mode::Acquire, None).await?;
+        let Some(slot) = table.slot(name) else {
+            let d = self
+                .call(name, p, cost, Mode::Acquire, None, deadline)
+                .await?;
             bump(&self.inner.stats.redis);
             return Ok((d.verdict, Some(d.snapshot)));
         };
         if let Some(r) = self.local(table, &slot, p, cost) {
             return Ok(r);
         }
-        let _refill = slot.refill.lock().await;
+        // Waiting for another task's refill is not the server's fault: a timeout here is
+        // an error for this decision only, and the breaker learns nothing.
+        let _refill = tokio::time::timeout_at(deadline, slot.refill.lock())
+            .await
+            .map_err(|_| Error::Timeout(self.inner.timeout))?;
         // Another task may have refilled (or been refused) while this one waited.
         if let Some(r) = self.local(table, &slot, p, cost) {
             return Ok(r);
         }
         let take = table.next_take(cost);
         let sent = table.now();
-        let d = self.call(key, p, cost, Mode::Lease(take), None).await?;
+        let d = self
+            .call(name, p, cost, Mode::Lease(take), None, deadline)
+            .await?;
         bump(&self.inner.stats.redis);
         match d.verdict {
             Ok(()) => {
@@ -373,14 +424,21 @@ impl RedisLimiter {
         }
     }
 
-    /// One script call through the breaker and the in-flight cap.
+    /// One script call on the stored name `name`, through the breaker and the in-flight cap,
+    /// answered by `deadline`.
+    ///
+    /// Only the call's own evidence moves the breaker: its reply (a connection error or a
+    /// server error opens it, a reply closes it) or its deadline passing while it waits. A
+    /// call dropped by its caller reports nothing: its pass and in-flight slot are given back
+    /// unused, and other callers see no change.
     async fn call(
         &self,
-        key: &str,
+        name: &str,
         p: &Params,
         cost: u64,
         mode: Mode,
         test_now_us: Option<u64>,
+        deadline: Instant,
     ) -> Result<Decision, Error> {
         let inner = &*self.inner;
         let pass = inner.breaker.pass().ok_or(Error::Unavailable)?;
@@ -397,23 +455,23 @@ impl RedisLimiter {
         let mut argv: Vec<&str> = Vec::with_capacity(10);
         argv.push(mode_s);
         argv.extend(args.iter().map(String::as_str));
-        let full_key = format!("{}{}", inner.prefix, key);
+        let full_key = format!("{}{}", inner.prefix, name);
         bump(&inner.stats.redis_calls);
-        // The breaker must learn about a timeout too: mark it down unless the call finishes.
         let guard = BreakerGuard::new(&inner.breaker, pass);
-        let reply = inner.conn.eval(&inner.script, &full_key, &argv).await;
-        let unavailable = match &reply {
-            Ok(_) => false,
-            Err(e) => {
-                e.is_connection_refusal()
-                    || e.is_connection_dropped()
-                    || e.is_io_error()
-                    || e.is_timeout()
-                    || e.is_unrecoverable_error()
-            }
+        let eval = inner.conn.eval(&inner.script, &full_key, &argv);
+        let Ok(reply) = tokio::time::timeout_at(deadline, eval).await else {
+            // The limiter's own timeout, inside the call: evidence that the server is slow.
+            guard.finish(true);
+            return Err(Error::Timeout(inner.timeout));
         };
-        guard.finish(unavailable);
+        guard.finish(reply.is_err());
         let reply = reply.map_err(Error::from_redis)?;
+        if reply.first().is_some_and(|s| s == "bad") {
+            return Err(Error::Malformed {
+                key: full_key,
+                reason: reply.get(2).cloned().unwrap_or_default(),
+            });
+        }
         p.decode(&reply, cost)
     }
 
@@ -429,10 +487,28 @@ impl RedisLimiter {
     ) -> Result<(Result<(), Denied>, Snapshot, u64), Error> {
         let p = self.params(key);
         if cost > p.quota.burst() {
-            let d = self.call(key, p, 0, Mode::Acquire, Some(now_us)).await?;
+            let d = self
+                .call(
+                    &stored_key(key),
+                    p,
+                    0,
+                    Mode::Acquire,
+                    Some(now_us),
+                    Instant::now() + self.inner.timeout,
+                )
+                .await?;
             return Ok((Err(Denied::ExceedsBurst), d.snapshot, d.now_ns));
         }
-        let d = self.call(key, p, cost, Mode::Acquire, Some(now_us)).await?;
+        let d = self
+            .call(
+                &stored_key(key),
+                p,
+                cost,
+                Mode::Acquire,
+                Some(now_us),
+                Instant::now() + self.inner.timeout,
+            )
+            .await?;
         Ok((d.verdict, d.snapshot, d.now_ns))
     }
 
@@ -443,7 +519,14 @@ impl RedisLimiter {
     pub async fn state_at(&self, key: &str, now_us: u64) -> Result<u64, Error> {
         let p = self.params(key);
         Ok(self
-            .call(key, p, 0, Mode::Acquire, Some(now_us))
+            .call(
+                &stored_key(key),
+                p,
+                0,
+                Mode::Acquire,
+                Some(now_us),
+                Instant::now() + self.inner.timeout,
+            )
             .await?
             .state)
     }
@@ -466,7 +549,14 @@ impl RedisLimiter {
             ));
         }
         let d = self
-            .call(key, p, cost, Mode::Lease(max), Some(now_us))
+            .call(
+                &stored_key(key),
+                p,
+                cost,
+                Mode::Lease(max),
+                Some(now_us),
+                Instant::now() + self.inner.timeout,
+            )
             .await?;
         Ok((d.verdict, d.taken, d.snapshot))
     }

@@ -14,9 +14,12 @@
 //! * `(a + 1) · b ≤ 2^53` (the units earned inside one period, and its division), and
 //! * `burst · scale + 2a ≤ 2^51` (the relative state plus a cost, with headroom for a sum),
 //!
-//! which [`Params::new`] checks. For a quota of `n` tokens per `per` where `n` divides `per` in
-//! nanoseconds (1000/s, 1/s, 1/min…) the second condition reads "refilling the whole burst takes
-//! at most about 26 days"; rates up to 10^9 per second fit.
+//! which [`Params::new`] checks, in the script's unit: when `b = 1` (every exact quota) each
+//! state the model reaches at whole microseconds is a sum of multiples of `a` and `scale`, so the
+//! script counts in units of `k = gcd(a, scale)` of the quota's (`a`, `scale`, the burst and
+//! every state divided by `k`; [`Params`] multiplies back), otherwise `k = 1`. For a quota whose
+//! token refills in a whole number of microseconds the second condition then reads "refilling
+//! the whole burst takes at most 2^51 µs, about 71 years"; rates up to 10^9 per second fit.
 //!
 //! The script returns the state it found; this module rebuilds the absolute state in 128-bit
 //! arithmetic and runs `tollgate::gcra` on it, so the waits and snapshots *are* the model's, and a
@@ -74,8 +77,12 @@ pub(crate) const SOURCE: &str = include_str!("gcra.lua");
 #[derive(Clone, Debug)]
 pub(crate) struct Params {
     pub(crate) quota: Quota,
+    /// The script's unit is `k` of the quota's state units (see the module docs): `a`, `b`,
+    /// `scale`, `burst_units` and every state the script handles are in script units.
+    k: u64,
     a: u64,
     b: u64,
+    scale: u64,
     burst_units: u64,
     /// The quota's fingerprint `a.b.scale.burst_units`, stored with each state: the script
     /// converts a state written under another quota (see the module docs).
@@ -97,6 +104,13 @@ impl Params {
         let am = 1000 * u128::from(mul);
         let g = gcd(am, u128::from(div));
         let (a, b) = (am / g, u128::from(div) / g);
+        // The coarsest exact unit on the microsecond clock: when a whole number of state units
+        // is earned per microsecond (b = 1), every state the model reaches at whole
+        // microseconds is a sum of multiples of `a` (earned) and `scale` (costs), so it is a
+        // multiple of k = gcd(a, scale), and dividing every quantity by k changes no decision.
+        // Otherwise (b > 1) earned units are rounded, and k = 1.
+        let k = if b == 1 { gcd(a, scale) } else { 1 };
+        let (a, scale) = (a / k, scale / k);
         let burst_units = u128::from(quota.burst()) * scale;
         // Checked: a long prime period makes `a` and `b` both near 2^62 (and `a` up to 1000x
         // more), so `(a + 1) * b` may leave even 128 bits.
@@ -112,13 +126,21 @@ impl Params {
                  burst or use a coarser rate or a shorter period"
             )));
         }
-        let (a, b, burst_units) = (a as u64, b as u64, burst_units as u64);
+        let (k, a, b, scale, burst_units) = (
+            k as u64,
+            a as u64,
+            b as u64,
+            scale as u64,
+            burst_units as u64,
+        );
         Ok(Params {
             quota,
+            k,
             a,
             b,
+            scale,
             burst_units,
-            tag: format!("{a}.{b}.{}.{burst_units}", quota.scale()),
+            tag: format!("{a}.{b}.{scale}.{burst_units}"),
         })
     }
 
@@ -130,7 +152,7 @@ impl Params {
             self.a.to_string(),
             self.b.to_string(),
             self.burst_units.to_string(),
-            self.quota.scale().to_string(),
+            self.scale.to_string(),
             cost.to_string(),
             lease_max.to_string(),
             ORIGIN_US.to_string(),
@@ -157,14 +179,15 @@ impl Params {
                 self.tag
             )));
         }
-        let base = u128::from(parse(n)?) * u128::from(self.a);
+        // In the quota's units (script units times k), checked: n and a·k may each be large.
+        let base = u128::from(parse(n)?).saturating_mul(u128::from(self.a) * u128::from(self.k));
         let z = u128::from(parse(z)?);
         if base > MAX_STATE || z > MAX_STATE + 1 {
             return Err(Error::Reply(format!(
                 "stored state {stored:?} is out of range"
             )));
         }
-        Ok((base + z).min(MAX_STATE) as u64)
+        Ok((base + z * u128::from(self.k)).min(MAX_STATE) as u64)
     }
 
     /// Decodes a reply into the decision (`taken` tokens for an admission, which is `cost`
@@ -193,7 +216,8 @@ impl Params {
                 let after = match gcra::try_acquire(before, now, &self.quota, taken) {
                     Ok(Some(after)) if taken >= cost => {
                         let base = u128::from(t / self.b) * u128::from(self.a);
-                        if base + u128::from(parse(Some(next.as_str()))?) != u128::from(after) {
+                        let next = base + u128::from(parse(Some(next.as_str()))?);
+                        if next * u128::from(self.k) != u128::from(after) {
                             return Err(disagree());
                         }
                         after
@@ -254,7 +278,11 @@ mod tests {
     fn range_is_checked_at_construction() {
         // 1000/s: 1000 units per us, a token is 10^6 units.
         let p = Params::new(Quota::per_second(1000).unwrap()).unwrap();
-        assert_eq!((p.a, p.b, p.burst_units), (1000, 1, 1_000_000_000));
+        // In script units of k = 1000: one unit per microsecond, a token is 1000.
+        assert_eq!(
+            (p.k, p.a, p.b, p.scale, p.burst_units),
+            (1000, 1, 1, 1000, 1_000_000)
+        );
         // 10^9/s and an odd rate fit.
         assert!(Params::new(Quota::per_second(1_000_000_000).unwrap()).is_ok());
         assert!(Params::new(Quota::per_second(999_999_937).unwrap()).is_ok());
@@ -265,10 +293,11 @@ mod tests {
             Params::new(one.with_burst(1 << 40).unwrap()),
             Err(Error::Config(_))
         ));
-        // One per day: the burst refills in at most ~26 days.
-        let day = Quota::new(1, Duration::from_secs(86_400), 26).unwrap();
+        // One per day: a token is 8.64e10 units of 1 us; the burst refills in at most 2^51 us
+        // (about 71 years).
+        let day = Quota::new(1, Duration::from_secs(86_400), 26_000).unwrap();
         assert!(Params::new(day).is_ok());
-        assert!(Params::new(day.with_burst(27).unwrap()).is_err());
+        assert!(Params::new(day.with_burst(26_100).unwrap()).is_err());
     }
 
     /// A valid quota with a long, odd period (one token per ~146 years: `per` prime and above
@@ -288,7 +317,7 @@ mod tests {
         );
     }
 
-    /// The client reads the script's `prev` field: none is full, this quota's tag is `n·a + z`
+    /// The client reads the script's `prev` field: none is full, this quota's tag is `k·(n·a + z)`
     /// (a converted debt saturates at tollgate's largest state), and another quota's tag — which
     /// the script converts before replying — is a reply error, never read as full.
     #[test]
@@ -297,7 +326,7 @@ mod tests {
         assert_eq!(p.state_of("").unwrap(), gcra::FULL);
         assert!(matches!(p.state_of("other 1 2"), Err(Error::Reply(_))));
         let s = format!("{} 3 7", p.tag);
-        assert_eq!(p.state_of(&s).unwrap(), 3 * p.a + 7);
+        assert_eq!(p.state_of(&s).unwrap(), p.k * (3 * p.a + 7));
         assert!(p.state_of(&format!("{s} 1")).is_err());
         assert!(p.state_of(&format!("{} x 7", p.tag)).is_err());
         assert!(p

@@ -7,7 +7,7 @@ use std::task::{Context, Waker};
 use std::time::Duration;
 use tollgate::{Denied, Quota};
 use tollgate_redis::test_support::RedisServer;
-use tollgate_redis::{OnUnavailable, RedisLimiter};
+use tollgate_redis::{Error, OnUnavailable, RedisLimiter, MALFORMED_RETRY};
 
 fn q(tokens: u64, per: Duration, burst: u64) -> Quota {
     Quota::new(tokens, per, burst).unwrap()
@@ -60,7 +60,10 @@ async fn dropped_decisions_neither_open_the_breaker_nor_hold_slots() {
             0,
             "{policy:?}: no decision took the policy ({after:?})"
         );
-        assert!(admitted <= 5, "{policy:?}: {admitted} admitted on a burst-5 key");
+        assert!(
+            admitted <= 5,
+            "{policy:?}: {admitted} admitted on a burst-5 key"
+        );
         server.cli(&["FLUSHALL"]);
     }
 }
@@ -150,14 +153,31 @@ async fn foreign_values_are_refused_for_their_key_only() {
         server.cli(cmd);
         for _ in 0..20 {
             let v = l.try_acquire(key, 1).await;
-            assert!(
-                matches!(v, Err(Denied::RetryAfter(_))),
-                "{key}: {v:?} (a foreign value must be refused, not take the policy)"
+            assert_eq!(
+                v,
+                Err(Denied::RetryAfter(MALFORMED_RETRY)),
+                "{key}: a foreign value must be refused, not take the policy"
             );
         }
-        let e = l.check(key, 1).await.expect_err(key).to_string();
-        assert!(e.contains(key), "{key}: check's error does not name the key: {e}");
-        assert_eq!(l.counters().fail_open, 0, "{key}: {:?}", l.counters());
+        let before = l.counters().malformed;
+        let e = l.check(key, 1).await.expect_err(key);
+        assert!(
+            matches!(&e, Error::Malformed { key: k, .. } if *k == l.redis_key(key)),
+            "{key}: {e:?}"
+        );
+        assert!(!e.is_unavailable());
+        let e = e.to_string();
+        assert!(
+            e.contains(key),
+            "{key}: check's error does not name the key: {e}"
+        );
+        let c = l.counters();
+        assert_eq!(c.fail_open, 0, "{key}: {c:?}");
+        // check returns the error; it is counted as an error, not as a refusal.
+        assert_eq!(c.malformed, before, "{key}: {c:?}");
+        assert!(c.malformed >= 20 && c.errors >= c.malformed, "{key}: {c:?}");
+        // Nothing was written: the planted value is still there.
+        assert_ne!(server.cli(&["EXISTS", &l.redis_key(key)]).trim(), "0");
         // Another key is untouched: its burst of 3, decided by Redis.
         let other = format!("other-{key}");
         let before = l.counters().redis;

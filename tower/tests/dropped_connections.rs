@@ -17,8 +17,7 @@ use tollgate_redis::test_support::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_resets_do_not_change_another_clients_responses() {
-    let Some(redis) = RedisServer::start("connection_resets_do_not_change_another_clients")
-    else {
+    let Some(redis) = RedisServer::start("connection_resets_do_not_change_another_clients") else {
         return;
     };
     let url = redis.url();
@@ -41,14 +40,13 @@ async fn connection_resets_do_not_change_another_clients_responses() {
             while !stop.load(Ordering::Relaxed) {
                 let socket = TcpSocket::new_v4().unwrap();
                 if let Ok(mut s) = socket.connect(addr).await {
-                    let req = format!(
-                        "GET / HTTP/1.1\r\nhost: x\r\nx-api-key: attacker-{a}-{i}\r\n\r\n"
-                    );
+                    let req =
+                        format!("GET / HTTP/1.1\r\nhost: x\r\nx-api-key: attacker-{a}-{i}\r\n\r\n");
                     let _ = s.write_all(req.as_bytes()).await;
                     // Give the server time to read the request and start its decision.
                     tokio::time::sleep(Duration::from_micros(200)).await;
                     // Linger 0: closing sends a RST, not a FIN.
-                    let _ = s.set_linger(Some(Duration::ZERO));
+                    let _ = s.set_zero_linger();
                     drop(s);
                     resets.fetch_add(1, Ordering::Relaxed);
                 }
