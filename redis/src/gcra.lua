@@ -11,8 +11,13 @@
 --   (tag = "a.b.scale.burst_units") is converted as tollgate::gcra::rescale does (see
 --   `convert` below), and the reply's third field is then the converted state, in this
 --   quota's tag and relative to the current base.
+--   A policy of several quotas (mode 'multi') keeps one triple per quota in the key, in the
+--   policy's order, separated by spaces: "<tag1> <n1> <z1> <tag2> <n2> <z2> ...". It admits
+--   only if every quota holds the cost, and then writes every quota's new state at once.
 -- KEYS[1]: the bucket. ARGV: mode ('acquire' | 'lease' | 'echo'), tag, a, b, burst units,
 -- scale, cost (tokens), lease maximum (tokens), origin (us), test time (us, '' = TIME).
+-- Mode 'multi': ARGV = 'multi', N, cost, origin, test time, then per quota: tag, a, b, burst
+-- units, scale.
 local mode = ARGV[1]
 local function fmt(x) return string.format('%.0f', x) end
 if mode == 'echo' then
@@ -20,18 +25,29 @@ if mode == 'echo' then
   for i = 3, #ARGV do out[#out + 1] = fmt(tonumber(ARGV[i])) end
   return out
 end
-local tag = ARGV[2]
-local a = tonumber(ARGV[3])
-local b = tonumber(ARGV[4])
-local bu = tonumber(ARGV[5])
-local scale = tonumber(ARGV[6])
-local cost = tonumber(ARGV[7])
-local lmax = tonumber(ARGV[8])
-local origin = tonumber(ARGV[9])
-local fixed = ARGV[10] ~= ''
+-- The quota being decided: the one quota, or each of a policy's in turn (the functions below
+-- read these as upvalues).
+local tag, a, b, bu, scale, cost, lmax, origin, testnow
+local multi = mode == 'multi'
+if multi then
+  cost = tonumber(ARGV[3])
+  origin = tonumber(ARGV[4])
+  testnow = ARGV[5]
+else
+  tag = ARGV[2]
+  a = tonumber(ARGV[3])
+  b = tonumber(ARGV[4])
+  bu = tonumber(ARGV[5])
+  scale = tonumber(ARGV[6])
+  cost = tonumber(ARGV[7])
+  lmax = tonumber(ARGV[8])
+  origin = tonumber(ARGV[9])
+  testnow = ARGV[10]
+end
+local fixed = testnow ~= ''
 local now
 if fixed then
-  now = tonumber(ARGV[10])
+  now = tonumber(testnow)
 else
   local tm = redis.call('TIME')
   now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
@@ -47,12 +63,17 @@ local function fdiv(x, y)
   if m < 0 then q = q - 1 elseif m >= y then q = q + 1 end
   return q
 end
-local n = fdiv(t, b)
-local r = t - n * b
-local ra = r * a
-local ef = fdiv(ra, b)
-local ec = ef
-if ef * b < ra then ec = ef + 1 end
+-- The current quota's base at t (see the header): set by `base_at` for each quota.
+local n, r, ef, ec
+local function base_at()
+  n = fdiv(t, b)
+  r = t - n * b
+  local ra = r * a
+  ef = fdiv(ra, b)
+  ec = ef
+  if ef * b < ra then ec = ef + 1 end
+end
+if not multi then base_at() end
 -- The farthest the server's clock may step back (a failover to a host whose clock is behind)
 -- before a stored state reads as dated beyond the quota's horizon, i.e. malformed: one day.
 local STEP_BACK = 86400000000
@@ -199,31 +220,24 @@ local function convert(ptag, sn, sz)
   end
   return math.max(by_tokens, by_time)
 end
--- A value this script did not write is that key's fault alone: reply 'bad' (the client refuses
--- the key and reports it), write nothing. pcall: a hash or a list under the key is WRONGTYPE.
-local prev = redis.pcall('GET', KEYS[1])
-if type(prev) == 'table' then
-  return {'bad', fmt(t), tostring(prev.err or prev.ok or 'not a string')}
-end
-local shown = prev or ''
-local z = nil
-if prev then
-  local ptag, sn, sz = string.match(prev, '^(%S+) (%d+) (%d+)$')
-  if not ptag then
-    return {'bad', fmt(t), 'not "<tag> <base> <state>"'}
-  end
+-- The current quota's state from a stored triple: true, z (nil: full) and the state as the
+-- reply shows it (`raw` if given, the triple as stored under this tag, else converted); or
+-- false and why the value is malformed.
+local function load(ptag, sn, sz, raw)
+  local z, shown
   if ptag ~= tag then
     z = convert(ptag, sn, sz)
     if z == nil then
-      return {'bad', fmt(t), 'a state under tag ' .. ptag .. ' out of range'}
+      return false, 'a state under tag ' .. ptag .. ' out of range'
     end
     shown = tag .. ' ' .. fmt(n) .. ' ' .. fmt(z)
   else
+    shown = raw or (ptag .. ' ' .. sn .. ' ' .. sz)
     local psn, pz = int53(sn), int53(sz)
     -- What this script writes: a base no later than the server's time plus a step back, and a
     -- state at most one period and a burst above it.
     if not (psn and pz) or pz > a + bu or psn * b > t + STEP_BACK then
-      return {'bad', fmt(t), 'a state out of range or dated beyond the quota\'s horizon'}
+      return false, "a state out of range or dated beyond the quota's horizon"
     end
     local d = n - psn
     if d >= 0 then
@@ -235,8 +249,105 @@ if prev then
       z = pz - d * a
     end
   end
+  if z ~= nil and z <= ef then z = nil end
+  return true, z, shown
 end
-if z ~= nil and z <= ef then z = nil end
+-- The triples of a stored value (1 to 4 of them, exactly: nothing else in the string), or nil.
+local function triples(v)
+  local out = {}
+  for ptag, sn, sz in string.gmatch(v, '(%S+) (%d+) (%d+)') do
+    out[#out + 1] = {ptag, sn, sz}
+  end
+  if #out < 1 or #out > 4 then return nil end
+  local parts = {}
+  for i = 1, #out do parts[i] = table.concat(out[i], ' ') end
+  if table.concat(parts, ' ') ~= v then return nil end
+  return out
+end
+-- The stored triple for the current quota, the i-th of the policy: the i-th if it has this
+-- tag, else the first with this tag, else the i-th (converted), else none (a new quota: full).
+local function pick(stored, i)
+  if stored[i] and stored[i][1] == tag then return stored[i] end
+  for j = 1, #stored do
+    if stored[j][1] == tag then return stored[j] end
+  end
+  return stored[i]
+end
+-- A value this script did not write is that key's fault alone: reply 'bad' (the client refuses
+-- the key and reports it), write nothing. pcall: a hash or a list under the key is WRONGTYPE.
+local prev = redis.pcall('GET', KEYS[1])
+if type(prev) == 'table' then
+  return {'bad', fmt(t), tostring(prev.err or prev.ok or 'not a string')}
+end
+if multi then
+  local stored = {}
+  if prev then
+    stored = triples(prev)
+    if stored == nil then return {'bad', fmt(t), 'not "<tag> <base> <state>" triples'} end
+  end
+  local nq = tonumber(ARGV[2])
+  local admit = true
+  local quotas, shown = {}, {}
+  for i = 1, nq do
+    local o = 5 + 5 * (i - 1)
+    tag, a, b = ARGV[o + 1], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
+    bu, scale = tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5])
+    base_at()
+    local ok, z, sh = true, nil, ''
+    local tr = pick(stored, i)
+    if tr then ok, z, sh = load(tr[1], tr[2], tr[3], nil) end
+    if not ok then return {'bad', fmt(t), z} end
+    if z ~= nil and z + cost * scale > ef + bu then admit = false end
+    quotas[i] = {tag, a, b, scale, n, r, ec, z}
+    shown[i] = sh
+  end
+  local out = {'0', fmt(t)}
+  -- A cost of 0 is a read: admitted whatever the states.
+  if admit or cost == 0 then out[1] = '1' end
+  for i = 1, nq do out[2 + i] = shown[i] end
+  if cost == 0 or not admit then
+    -- A read (admitted, for a snapshot) or a refusal: nothing written.
+    for i = 1, nq do out[2 + nq + i] = '' end
+    out[3 + 2 * nq] = '0'
+    return out
+  end
+  local parts, ms = {}, 0
+  for i = 1, nq do
+    local q = quotas[i]
+    local base = q[7]
+    if q[8] ~= nil and q[8] > base then base = q[8] end
+    local nz = base + cost * q[4]
+    parts[i] = q[1] .. ' ' .. fmt(q[5]) .. ' ' .. fmt(nz)
+    out[2 + nq + i] = fmt(nz)
+    -- The key expires once every quota's bucket is full again.
+    local m = math.floor((nz * q[3] / q[2] - q[6]) / 1000) + 2
+    if m > ms then ms = m end
+  end
+  local v = table.concat(parts, ' ')
+  if fixed then
+    redis.call('SET', KEYS[1], v)
+  else
+    redis.call('SET', KEYS[1], v, 'PX', fmt(ms))
+  end
+  out[3 + 2 * nq] = fmt(cost)
+  return out
+end
+local shown = prev or ''
+local z = nil
+if prev then
+  local ptag, sn, sz = string.match(prev, '^(%S+) (%d+) (%d+)$')
+  local raw = prev
+  if not ptag then
+    -- A policy's value (several triples) read under one quota: the triple `pick` chooses.
+    local stored = triples(prev)
+    if stored == nil then return {'bad', fmt(t), 'not "<tag> <base> <state>"'} end
+    local tr = pick(stored, 1)
+    ptag, sn, sz, raw = tr[1], tr[2], tr[3], nil
+  end
+  local ok
+  ok, z, shown = load(ptag, sn, sz, raw)
+  if not ok then return {'bad', fmt(t), z} end
+end
 local take = 0
 if mode == 'acquire' then
   if z == nil or z + cost * scale <= ef + bu then take = cost end

@@ -50,8 +50,11 @@ mod error;
 mod key;
 mod lease;
 mod limiter;
+mod limits;
 mod policy;
 mod script;
+#[cfg(feature = "test-support")]
+mod test_hooks;
 #[cfg(feature = "test-support")]
 pub mod test_support;
 

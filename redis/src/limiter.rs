@@ -1,11 +1,12 @@
 //! [`RedisLimiter`]: the decision path (edge cases, the lease, or one script call), within
 //! the timeout, through the breaker and the in-flight cap.
 
-use crate::breaker::{Breaker, BreakerGuard};
+use crate::breaker::{Breaker, BreakerGuard, Pass};
 use crate::conn::Conn;
 use crate::counters::{bump, Counters, Stats};
 use crate::key::stored_key;
 use crate::lease::Table;
+use crate::limits::{LimitsDecision, LimitsParams};
 use crate::policy::MALFORMED_RETRY;
 use crate::policy::{Policy, FAIL_CLOSED_RETRY};
 use crate::script::{Decision, Params};
@@ -44,6 +45,8 @@ pub(crate) struct Inner {
     pub(crate) breaker: Breaker,
     pub(crate) in_flight: Semaphore,
     pub(crate) leases: Option<Table>,
+    /// The policy of several quotas for keys without a quota of their own.
+    pub(crate) limits: Option<LimitsParams>,
 }
 
 /// A GCRA rate limiter whose buckets live in Redis, shared by every process that uses the same
@@ -68,7 +71,7 @@ impl fmt::Debug for RedisLimiter {
 
 /// The script mode and lease maximum of one call.
 #[derive(Clone, Copy)]
-enum Mode {
+pub(crate) enum Mode {
     Acquire,
     Lease(u64),
 }
@@ -90,7 +93,7 @@ impl RedisLimiter {
     /// ```
     pub async fn try_acquire(&self, key: &str, cost: u64) -> Result<(), tollgate::Denied> {
         match self.decide(key, cost, false).await {
-            Ok((v, _)) => v,
+            Ok((v, _, _)) => v,
             Err(e) => self.on_error(key, cost, &e).verdict,
         }
     }
@@ -135,10 +138,10 @@ impl RedisLimiter {
     /// ```
     pub async fn try_acquire_outcome(&self, key: &str, cost: u64) -> Outcome {
         match self.decide(key, cost, true).await {
-            Ok((verdict, snapshot)) => Outcome {
+            Ok((verdict, snapshot, quota)) => Outcome {
                 verdict,
                 snapshot,
-                quota: Some(self.params(key).quota),
+                quota: Some(quota),
             },
             Err(e) => self.on_error(key, cost, &e),
         }
@@ -165,7 +168,7 @@ impl RedisLimiter {
         key: &str,
         cost: u64,
     ) -> Result<Result<(), tollgate::Denied>, crate::Error> {
-        self.decide(key, cost, false).await.map(|(v, _)| v)
+        self.decide(key, cost, false).await.map(|(v, _, _)| v)
     }
 
     /// [`check`](Self::check) with the bucket's [`Snapshot`] right after the decision, computed
@@ -189,7 +192,7 @@ impl RedisLimiter {
         key: &str,
         cost: u64,
     ) -> Result<(Result<(), tollgate::Denied>, tollgate::Snapshot), Error> {
-        let (v, s) = self.decide(key, cost, true).await?;
+        let (v, s, _) = self.decide(key, cost, true).await?;
         match s {
             Some(s) => Ok((v, s)),
             None => Err(Error::Reply("no snapshot".into())),
@@ -227,7 +230,27 @@ impl RedisLimiter {
         self.params(key).quota
     }
 
-    fn params(&self, key: &str) -> &Params {
+    /// The policy that applies to `key`: its [`quota_for`](crate::RedisLimiterBuilder::quota_for)
+    /// quota, else the builder's [`limits`](crate::RedisLimiterBuilder::limits), else its
+    /// quota. ([`quota_for`](Self::quota_for) returns a policy's first quota.)
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(limiter.limits_for("tenant:42").quotas().len(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn limits_for(&self, key: &str) -> tollgate::Limits {
+        match self.limits_of(key) {
+            Some(m) => m.limits.clone(),
+            None => tollgate::Limits::from(self.params(key).quota),
+        }
+    }
+
+    pub(crate) fn params(&self, key: &str) -> &Params {
         self.inner.per_key.get(key).unwrap_or(&self.inner.default)
     }
 
@@ -298,20 +321,41 @@ impl RedisLimiter {
     }
 
     /// The decision: edge cases, the lease, or one script call; all within the timeout.
+    /// Also returns the quota that decided (a policy's tightest).
     async fn decide(
         &self,
         key: &str,
         cost: u64,
         want_snapshot: bool,
-    ) -> Result<(Result<(), Denied>, Option<Snapshot>), Error> {
+    ) -> Result<(Result<(), Denied>, Option<Snapshot>, Quota), Error> {
+        if let Some(m) = self.limits_of(key) {
+            if !want_snapshot {
+                if cost == 0 {
+                    return Ok((Ok(()), None, m.limits.quotas()[0]));
+                }
+                if cost > m.min_burst() {
+                    return Ok((Err(Denied::ExceedsBurst), None, m.limits.quotas()[0]));
+                }
+            }
+            let deadline = Instant::now() + self.inner.timeout;
+            let r = self
+                .decide_limits(&stored_key(key), cost, m, None, deadline)
+                .await
+                .map(|d| (d.verdict, Some(d.snapshot), d.quota));
+            if r.is_err() {
+                bump(&self.inner.stats.errors);
+            }
+            return r;
+        }
         let p = self.params(key);
+        let quota = p.quota;
         let burst = p.quota.burst();
         if !want_snapshot {
             if cost == 0 {
-                return Ok((Ok(()), None));
+                return Ok((Ok(()), None, quota));
             }
             if cost > burst {
-                return Ok((Err(Denied::ExceedsBurst), None));
+                return Ok((Err(Denied::ExceedsBurst), None, quota));
             }
         }
         // One deadline for the whole decision: the refill lock's wait and the script call.
@@ -320,7 +364,38 @@ impl RedisLimiter {
         if r.is_err() {
             bump(&self.inner.stats.errors);
         }
-        r
+        r.map(|(v, s)| (v, s, quota))
+    }
+
+    /// The policy of several quotas that applies to `key`, if any (a key with a quota of its
+    /// own has one quota).
+    pub(crate) fn limits_of(&self, key: &str) -> Option<&LimitsParams> {
+        let m = self.inner.limits.as_ref()?;
+        (!self.inner.per_key.contains_key(key)).then_some(m)
+    }
+
+    /// One script call deciding every quota of a policy on the stored name `name` (a cost of 0
+    /// or above the smallest burst reads, for a snapshot), through the breaker and the cap.
+    pub(crate) async fn decide_limits(
+        &self,
+        name: &str,
+        cost: u64,
+        m: &LimitsParams,
+        test_now_us: Option<u64>,
+        deadline: Instant,
+    ) -> Result<LimitsDecision, Error> {
+        let send = if cost > m.min_burst() { 0 } else { cost };
+        let args = m.args(send, test_now_us);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let reply = self.eval_checked(name, &argv, deadline).await?;
+        let mut d = m.decode(&reply, send)?;
+        if cost > m.min_burst() {
+            d.verdict = Err(Denied::ExceedsBurst);
+        }
+        if test_now_us.is_none() && cost == send && cost > 0 {
+            bump(&self.inner.stats.redis);
+        }
+        Ok(d)
     }
 
     /// `name` is the key's stored name ([`stored_key`]).
@@ -431,7 +506,7 @@ impl RedisLimiter {
     /// server error opens it, a reply closes it) or its deadline passing while it waits. A
     /// call dropped by its caller reports nothing: its pass and in-flight slot are given back
     /// unused, and other callers see no change.
-    async fn call(
+    pub(crate) async fn call(
         &self,
         name: &str,
         p: &Params,
@@ -440,13 +515,6 @@ impl RedisLimiter {
         test_now_us: Option<u64>,
         deadline: Instant,
     ) -> Result<Decision, Error> {
-        let inner = &*self.inner;
-        let pass = inner.breaker.pass().ok_or(Error::Unavailable)?;
-        let Ok(_permit) = inner.in_flight.try_acquire() else {
-            // Nothing was learned about the server.
-            inner.breaker.release(pass);
-            return Err(Error::Overloaded);
-        };
         let (mode_s, lease_max) = match mode {
             Mode::Acquire => ("acquire", 0),
             Mode::Lease(l) => ("lease", l),
@@ -455,10 +523,42 @@ impl RedisLimiter {
         let mut argv: Vec<&str> = Vec::with_capacity(10);
         argv.push(mode_s);
         argv.extend(args.iter().map(String::as_str));
+        let reply = self.eval_checked(name, &argv, deadline).await?;
+        p.decode(&reply, cost)
+    }
+
+    /// One script call with `argv` on the stored name `name`: through the breaker and the
+    /// in-flight cap, answered by `deadline` (see [`call`](Self::call)); a malformed value is
+    /// [`Error::Malformed`].
+    async fn eval_checked(
+        &self,
+        name: &str,
+        argv: &[&str],
+        deadline: Instant,
+    ) -> Result<Vec<String>, Error> {
+        let inner = &*self.inner;
+        let pass = inner.breaker.pass().ok_or(Error::Unavailable)?;
+        let Ok(_permit) = inner.in_flight.try_acquire() else {
+            // Nothing was learned about the server.
+            inner.breaker.release(pass);
+            return Err(Error::Overloaded);
+        };
+        self.eval_with(name, argv, deadline, pass).await
+    }
+
+    /// The script call itself, holding `pass` (and the caller's in-flight permit).
+    async fn eval_with(
+        &self,
+        name: &str,
+        argv: &[&str],
+        deadline: Instant,
+        pass: Pass,
+    ) -> Result<Vec<String>, Error> {
+        let inner = &*self.inner;
         let full_key = format!("{}{}", inner.prefix, name);
         bump(&inner.stats.redis_calls);
         let guard = BreakerGuard::new(&inner.breaker, pass);
-        let eval = inner.conn.eval(&inner.script, &full_key, &argv);
+        let eval = inner.conn.eval(&inner.script, &full_key, argv);
         let Ok(reply) = tokio::time::timeout_at(deadline, eval).await else {
             // The limiter's own timeout, inside the call: evidence that the server is slow.
             guard.finish(true);
@@ -472,109 +572,6 @@ impl RedisLimiter {
                 reason: reply.get(2).cloned().unwrap_or_default(),
             });
         }
-        p.decode(&reply, cost)
-    }
-
-    /// The decision at a given server time (microseconds since the Unix epoch) instead of
-    /// `TIME`: for the differential test against `tollgate::gcra` only. Keys written this way
-    /// never expire.
-    #[cfg(feature = "test-support")]
-    pub async fn check_at(
-        &self,
-        key: &str,
-        cost: u64,
-        now_us: u64,
-    ) -> Result<(Result<(), Denied>, Snapshot, u64), Error> {
-        let p = self.params(key);
-        if cost > p.quota.burst() {
-            let d = self
-                .call(
-                    &stored_key(key),
-                    p,
-                    0,
-                    Mode::Acquire,
-                    Some(now_us),
-                    Instant::now() + self.inner.timeout,
-                )
-                .await?;
-            return Ok((Err(Denied::ExceedsBurst), d.snapshot, d.now_ns));
-        }
-        let d = self
-            .call(
-                &stored_key(key),
-                p,
-                cost,
-                Mode::Acquire,
-                Some(now_us),
-                Instant::now() + self.inner.timeout,
-            )
-            .await?;
-        Ok((d.verdict, d.snapshot, d.now_ns))
-    }
-
-    /// The key's absolute `tollgate::gcra` state as the script reads it at a given server time
-    /// (a state written under another quota converted into this key's quota), without writing
-    /// anything: for the quota-change tests only.
-    #[cfg(feature = "test-support")]
-    pub async fn state_at(&self, key: &str, now_us: u64) -> Result<u64, Error> {
-        let p = self.params(key);
-        Ok(self
-            .call(
-                &stored_key(key),
-                p,
-                0,
-                Mode::Acquire,
-                Some(now_us),
-                Instant::now() + self.inner.timeout,
-            )
-            .await?
-            .state)
-    }
-
-    /// The lease script ("take at most `max` tokens, at least `cost`") at a given server time:
-    /// for the differential test only. Returns the verdict for `cost`, the tokens taken and
-    /// the snapshot after the take.
-    #[cfg(feature = "test-support")]
-    pub async fn lease_at(
-        &self,
-        key: &str,
-        cost: u64,
-        max: u64,
-        now_us: u64,
-    ) -> Result<(Result<(), Denied>, u64, Snapshot), Error> {
-        let p = self.params(key);
-        if cost == 0 || cost > p.quota.burst() || max < cost {
-            return Err(Error::Config(
-                "lease_at needs 1 <= cost <= burst, max".into(),
-            ));
-        }
-        let d = self
-            .call(
-                &stored_key(key),
-                p,
-                cost,
-                Mode::Lease(max),
-                Some(now_us),
-                Instant::now() + self.inner.timeout,
-            )
-            .await?;
-        Ok((d.verdict, d.taken, d.snapshot))
-    }
-
-    /// Sends `numbers` through the script and back (test support: the number path).
-    #[cfg(feature = "test-support")]
-    pub async fn echo(&self, numbers: &[u64]) -> Result<Vec<String>, Error> {
-        let nums: Vec<String> = numbers.iter().map(u64::to_string).collect();
-        let mut argv = vec!["echo", ""];
-        argv.extend(nums.iter().map(String::as_str));
-        self.inner
-            .conn
-            .eval(
-                &self.inner.script,
-                &format!("{}echo", self.inner.prefix),
-                &argv,
-            )
-            .await
-            .map_err(Error::from_redis)
+        Ok(reply)
     }
 }

@@ -166,7 +166,7 @@ impl Params {
     /// is not the script's: [`Error::Reply`]. A converted debt may be up to `NEVER` = 2^63 units
     /// above the base (a debt beyond what the script holds exactly); the sum saturates at
     /// tollgate's largest state, 2^63 − 1, which the model refuses until past the horizon.
-    fn state_of(&self, stored: &str) -> Result<u64, Error> {
+    pub(crate) fn state_of(&self, stored: &str) -> Result<u64, Error> {
         const MAX_STATE: u128 = (1 << 63) - 1;
         if stored.is_empty() {
             return Ok(gcra::FULL);
@@ -188,6 +188,24 @@ impl Params {
             )));
         }
         Ok((base + z * u128::from(self.k)).min(MAX_STATE) as u64)
+    }
+
+    /// This quota's five arguments in a policy's call: tag, a, b, burst units, scale.
+    pub(crate) fn quota_args(&self) -> [String; 5] {
+        [
+            self.tag.clone(),
+            self.a.to_string(),
+            self.b.to_string(),
+            self.burst_units.to_string(),
+            self.scale.to_string(),
+        ]
+    }
+
+    /// The absolute state (the quota's units) that the script wrote as `next`, relative to the
+    /// base at server time `t` µs.
+    pub(crate) fn written_state(&self, t: u64, next: &str) -> Result<u128, Error> {
+        let base = u128::from(t / self.b) * u128::from(self.a);
+        Ok((base + u128::from(parse(Some(next))?)) * u128::from(self.k))
     }
 
     /// Decodes a reply into the decision (`taken` tokens for an admission, which is `cost`
@@ -264,7 +282,7 @@ pub(crate) struct Decision {
     pub(crate) now_ns: u64,
 }
 
-fn parse(s: Option<&str>) -> Result<u64, Error> {
+pub(crate) fn parse(s: Option<&str>) -> Result<u64, Error> {
     let s = s.ok_or_else(|| Error::Reply("missing field".into()))?;
     s.parse()
         .map_err(|_| Error::Reply(format!("{s:?} is not an integer")))
