@@ -125,8 +125,11 @@ async fn foreign_values_are_refused_for_their_key_only() {
         return;
     };
     let quota = q(1, HOUR, 3);
+    // A generous timeout: on a loaded machine a 25 ms timeout would open the breaker, and
+    // fail-open admissions would hide what this test checks.
     let l = RedisLimiter::builder(&server.url(), quota)
         .on_unavailable(OnUnavailable::FailOpen)
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();
@@ -217,6 +220,7 @@ async fn realistic_quotas_build() {
     };
     for (i, quota) in quotas.into_iter().enumerate() {
         let l = RedisLimiter::builder(&server.url(), quota)
+            .timeout(Duration::from_secs(2))
             .build()
             .await
             .unwrap();

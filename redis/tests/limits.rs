@@ -167,6 +167,7 @@ async fn a_policy_admits_only_what_every_quota_holds() {
     let hourly = Quota::new(3, Duration::from_secs(3600), 3).unwrap();
     let l = RedisLimiter::builder(&server.url(), fast)
         .limits(Limits::new([fast, hourly]).unwrap())
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();
@@ -192,6 +193,7 @@ async fn a_policy_admits_only_what_every_quota_holds() {
     assert_eq!(l.counters().redis, 4);
     // The hourly quota alone, on the same key: its state (spent), not the fast quota's.
     let single = RedisLimiter::builder(&server.url(), hourly)
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();

@@ -247,10 +247,12 @@ async fn alternating_quotas_neither_starve_nor_over_admit() {
     for (i, (q1, q2)) in pairs.into_iter().enumerate() {
         let key = format!("alt{i}");
         let l1 = RedisLimiter::builder(&server.url(), q1)
+            .timeout(Duration::from_secs(2))
             .build()
             .await
             .unwrap();
         let l2 = RedisLimiter::builder(&server.url(), q2)
+            .timeout(Duration::from_secs(2))
             .build()
             .await
             .unwrap();
