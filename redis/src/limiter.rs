@@ -9,7 +9,7 @@ use crate::lease::Table;
 use crate::limits::{LimitsDecision, LimitsParams};
 use crate::policy::MALFORMED_RETRY;
 use crate::policy::{Policy, FAIL_CLOSED_RETRY};
-use crate::script::{Decision, Params};
+use crate::script::{Decision, Params, ORIGIN_ARG};
 use crate::Error;
 use std::collections::HashMap;
 use std::fmt;
@@ -519,10 +519,13 @@ impl RedisLimiter {
             Mode::Acquire => ("acquire", 0),
             Mode::Lease(l) => ("lease", l),
         };
-        let args = p.args(cost, lease_max, test_now_us);
-        let mut argv: Vec<&str> = Vec::with_capacity(10);
-        argv.push(mode_s);
-        argv.extend(args.iter().map(String::as_str));
+        // The quota's arguments were formatted at build; only the call's are formatted here.
+        let [tag, a, b, bu, scale] = p.quota_strs();
+        let (cost_s, lease_s) = (cost.to_string(), lease_max.to_string());
+        let test_s = test_now_us.map_or_else(String::new, |t| t.to_string());
+        let argv = [
+            mode_s, tag, a, b, bu, scale, &cost_s, &lease_s, ORIGIN_ARG, &test_s,
+        ];
         let reply = self.eval_checked(name, &argv, deadline).await?;
         p.decode(&reply, cost)
     }

@@ -66,7 +66,8 @@ use tollgate::{gcra, Denied, Quota, Snapshot};
 /// server time `T` µs is `tollgate::gcra` at `now_ns = (T − ORIGIN_UNIX_US) × 1000`. Valid until
 /// tollgate's [`HORIZON`](tollgate::HORIZON) (100 years, i.e. until 2119).
 pub const ORIGIN_UNIX_US: u64 = 1_577_836_800_000_000;
-const ORIGIN_US: u64 = ORIGIN_UNIX_US;
+/// [`ORIGIN_UNIX_US`] as the script's argument.
+pub(crate) const ORIGIN_ARG: &str = "1577836800000000";
 /// 2^53: Lua doubles hold every integer below it.
 const EXACT: u128 = 1 << 53;
 
@@ -82,11 +83,11 @@ pub(crate) struct Params {
     k: u64,
     a: u64,
     b: u64,
-    scale: u64,
-    burst_units: u64,
     /// The quota's fingerprint `a.b.scale.burst_units`, stored with each state: the script
     /// converts a state written under another quota (see the module docs).
     tag: String,
+    /// `tag, a, b, burst_units, scale` as the script's arguments, formatted once.
+    strs: [String; 5],
 }
 
 fn gcd(mut x: u128, mut y: u128) -> u128 {
@@ -138,26 +139,20 @@ impl Params {
             k,
             a,
             b,
-            scale,
-            burst_units,
             tag: format!("{a}.{b}.{scale}.{burst_units}"),
+            strs: [
+                format!("{a}.{b}.{scale}.{burst_units}"),
+                a.to_string(),
+                b.to_string(),
+                burst_units.to_string(),
+                scale.to_string(),
+            ],
         })
     }
 
-    /// The script's arguments after the mode: tag, a, b, burst units, scale, cost, lease
-    /// maximum, origin, test time.
-    pub(crate) fn args(&self, cost: u64, lease_max: u64, test_now_us: Option<u64>) -> [String; 9] {
-        [
-            self.tag.clone(),
-            self.a.to_string(),
-            self.b.to_string(),
-            self.burst_units.to_string(),
-            self.scale.to_string(),
-            cost.to_string(),
-            lease_max.to_string(),
-            ORIGIN_US.to_string(),
-            test_now_us.map_or_else(String::new, |t| t.to_string()),
-        ]
+    /// The quota's own arguments (tag, a, b, burst units, scale), formatted once at build.
+    pub(crate) fn quota_strs(&self) -> &[String; 5] {
+        &self.strs
     }
 
     /// The absolute state in the script's `prev` field: `FULL` for none, else `n·a + z` under
@@ -192,13 +187,7 @@ impl Params {
 
     /// This quota's five arguments in a policy's call: tag, a, b, burst units, scale.
     pub(crate) fn quota_args(&self) -> [String; 5] {
-        [
-            self.tag.clone(),
-            self.a.to_string(),
-            self.b.to_string(),
-            self.burst_units.to_string(),
-            self.scale.to_string(),
-        ]
+        self.strs.clone()
     }
 
     /// The absolute state (the quota's units) that the script wrote as `next`, relative to the
@@ -293,13 +282,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_origin_argument_is_the_origin() {
+        assert_eq!(ORIGIN_ARG, ORIGIN_UNIX_US.to_string());
+    }
+
+    #[test]
     fn range_is_checked_at_construction() {
         // 1000/s: 1000 units per us, a token is 10^6 units.
         let p = Params::new(Quota::per_second(1000).unwrap()).unwrap();
         // In script units of k = 1000: one unit per microsecond, a token is 1000.
+        assert_eq!((p.k, p.a, p.b), (1000, 1, 1));
         assert_eq!(
-            (p.k, p.a, p.b, p.scale, p.burst_units),
-            (1000, 1, 1, 1000, 1_000_000)
+            p.strs,
+            ["1.1.1000.1000000", "1", "1", "1000000", "1000"].map(String::from)
         );
         // 10^9/s and an odd rate fit.
         assert!(Params::new(Quota::per_second(1_000_000_000).unwrap()).is_ok());
