@@ -155,9 +155,6 @@ fn main() -> ExitCode {
         usage("--unlimited and --redis exclude each other".into());
     }
     let limits = limit::limits(&cli.limits).unwrap_or_else(|e| usage(e));
-    if limits.is_some() && cli.redis.is_some() {
-        usage("--limit with --redis is not supported yet: use --rate/--burst".into());
-    }
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(serve(cli, quota, limits))
 }
@@ -166,18 +163,18 @@ async fn serve(cli: Cli, quota: Quota, limits: Option<Limits>) -> ExitCode {
     let app = Router::new().route("/", get(|| async { "ok" }));
     let app = if cli.unlimited {
         app
-    } else if let Some(limits) = limits {
-        match limit::layer(app, limits, &cli.key) {
-            Ok(app) => app,
-            Err(message) => usage(message),
-        }
     } else if let Some(url) = &cli.redis {
-        match redis_layer(app, url, quota, &cli).await {
+        match redis_layer(app, url, quota, limits, &cli).await {
             Ok(app) => app,
             Err(message) => {
                 eprintln!("error: {message}");
                 return ExitCode::from(1);
             }
+        }
+    } else if let Some(limits) = limits {
+        match limit::layer(app, limits, &cli.key) {
+            Ok(app) => app,
+            Err(message) => usage(message),
         }
     } else {
         match (&cli.key, &cli.trusted_proxies) {
@@ -235,9 +232,22 @@ async fn shutdown() {
     let _ = interrupt.await;
 }
 
-/// The Redis backend: one limit per key shared by every server on the same Redis.
-async fn redis_layer(app: Router, url: &str, quota: Quota, cli: &Cli) -> Result<Router, String> {
-    let limiter = tollgate_redis::RedisLimiter::builder(url, quota)
+/// The Redis backend: one limit per key shared by every server on the same Redis (with
+/// `--limit`, every quota of the policy in one script call).
+async fn redis_layer(
+    app: Router,
+    url: &str,
+    quota: Quota,
+    limits: Option<Limits>,
+    cli: &Cli,
+) -> Result<Router, String> {
+    let builder = match limits {
+        Some(limits) => {
+            tollgate_redis::RedisLimiter::builder(url, limits.quotas()[0]).limits(limits)
+        }
+        None => tollgate_redis::RedisLimiter::builder(url, quota),
+    };
+    let limiter = builder
         .build()
         .await
         .map_err(|e| format!("cannot use Redis at {url}: {e}"))?;

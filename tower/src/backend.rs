@@ -218,7 +218,10 @@ impl<K, B: Backend<K> + ?Sized> Backend<K> for std::sync::Arc<B> {
 /// displays as `global`). The decision is asynchronous: the layer holds the request until Redis
 /// (or the limiter's unavailability policy) answers. The headers report the quota of the bucket
 /// that decided (the local fallback's share while Redis is unavailable); no snapshot and no
-/// policy when no bucket decided (fail open or closed). The
+/// policy when no bucket decided (fail open or closed). A key under a policy of several quotas
+/// (`RedisLimiterBuilder::limits`) lists every quota in `RateLimit-Policy`; Redis answers with
+/// the tightest quota's snapshot alone, so the [`PolicyReport`] is
+/// [`tightest_only`](PolicyReport::tightest_only) and names no refusing quota. The
 /// feature needs Rust 1.88 (redis-rs).
 ///
 /// [`Global`]: crate::Global
@@ -234,7 +237,7 @@ impl<K: core::fmt::Display> Backend<K> for tollgate_redis::RedisLimiter {
             // The quota of the bucket that decided: while Redis is unavailable, the local
             // fallback's share, whose burst is smaller than the Redis quota's.
             let o = limiter.try_acquire_outcome(&key, cost).await;
-            Decision::new(o.verdict, o.snapshot, o.quota)
+            multi::redis_decision(&limiter, &key, o)
         }))
     }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderMap, StatusCode};
 use support::{client, get, server_binary, sf_items, sf_param, Server};
+use tollgate_redis::test_support::RedisServer;
 
 fn retry_after(h: &HeaderMap) -> u64 {
     h["retry-after"].to_str().unwrap().parse().unwrap()
@@ -116,6 +117,47 @@ async fn two_limits_admit_within_both_quotas_and_report_both() {
         "global",
     ]);
     five_per_second_and_twenty_per_minute(&server.url(), &[]).await;
+}
+
+#[tokio::test]
+async fn two_limits_over_redis_give_each_api_key_both_quotas_under_one_redis_key() {
+    let Some(redis) = RedisServer::start("two_limits_over_redis_per_api_key") else {
+        return;
+    };
+    let url = redis.url();
+    let server = Server::start(&[
+        "--redis",
+        &url,
+        "--limit",
+        "5/s:5",
+        "--limit",
+        "20/min:20",
+        "--key",
+        "header:x-api-key",
+    ]);
+    five_per_second_and_twenty_per_minute(&server.url(), &[("x-api-key", "alice")]).await;
+    // Another key has both quotas of its own.
+    let c = client();
+    let (bob, h) = until_refused(&c, &server.url(), &[("x-api-key", "bob")]).await;
+    assert!(bob >= 5, "bob's own burst: {bob}");
+    assert_eq!(tightest(&h), "5-per-1s");
+    // One Redis key per API key holds every quota (one script call decides them all).
+    let keys = redis_keys(&url);
+    assert_eq!(keys.len(), 2, "{keys:?}");
+}
+
+/// The keys the Redis server holds (`redis-cli --scan`).
+fn redis_keys(url: &str) -> Vec<String> {
+    let out = Command::new("redis-cli")
+        .args(["-u", url, "--scan"])
+        .output()
+        .expect("redis-cli runs");
+    let mut keys: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    keys.sort();
+    keys
 }
 
 #[tokio::test]

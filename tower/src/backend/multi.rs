@@ -1,4 +1,5 @@
-//! [`Backend`] for policies of several quotas: [`MultiBucket`] (one policy for everything).
+//! [`Backend`] for policies of several quotas: [`MultiBucket`] (one policy for everything), and
+//! the policy report of a Redis policy's decision.
 //!
 //! A policy decides every quota at one clock reading and debits all or none, so a request the
 //! second quota refuses spends nothing from the first (two stacked layers would spend it). The
@@ -68,5 +69,31 @@ impl<K, C: Clock> Backend<K> for MultiBucket<C> {
                 }
             }
         })
+    }
+}
+
+/// The decision of a Redis limiter's `outcome` for `key`: with a policy report when the key is
+/// under a policy of several quotas and a bucket answered (Redis says which quota is the
+/// tightest, by its quota, and nothing of the others' snapshots or of which one refused).
+#[cfg(feature = "redis")]
+pub(crate) fn redis_decision(
+    limiter: &tollgate_redis::RedisLimiter,
+    key: &str,
+    outcome: tollgate_redis::Outcome,
+) -> Decision {
+    let decision = Decision::new(outcome.verdict, outcome.snapshot, outcome.quota);
+    let (Some(snapshot), Some(quota)) = (outcome.snapshot, outcome.quota) else {
+        return decision;
+    };
+    let limits = limiter.limits_for(key);
+    let quotas = limits.quotas();
+    let report = quotas
+        .iter()
+        .position(|q| *q == quota)
+        .filter(|_| quotas.len() > 1)
+        .and_then(|tightest| PolicyReport::tightest_only(quotas, tightest, snapshot, None));
+    Decision {
+        policy: report,
+        ..decision
     }
 }
