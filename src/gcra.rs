@@ -55,7 +55,7 @@ fn retry_after(quota: &Quota, need: u64, now: u64) -> Duration {
 /// the horizon the clock is read as stopped, so nothing more refills: the wait is
 /// `Duration::MAX`; within it, `at > now`.
 #[inline(always)]
-fn wait_until(at: u64, now: u64) -> Duration {
+pub(crate) fn wait_until(at: u64, now: u64) -> Duration {
     if at > crate::quota::HORIZON_NS {
         return Duration::MAX;
     }

@@ -223,7 +223,14 @@ impl<C: Clock> MultiBucket<C> {
         }
         let now = self.clock.now();
         match &self.store {
-            Store::Pair(rates, pair) => pair.update(|states| acquire(states, now, rates, cost)),
+            Store::Pair(rates, pair) => {
+                pair.update(
+                    |states| match decide::decide_pair(states, now, rates, cost) {
+                        Ok(next) => (next, Ok(())),
+                        Err(refusal) => (None, Err(refusal)),
+                    },
+                )
+            }
             Store::Wide(rates, wide) => wide.update(|states| acquire(states, now, rates, cost)),
         }
     }

@@ -53,6 +53,12 @@ fn reserve_states<const N: usize>(
     if quotas.iter().any(|q| cost > q.burst()) {
         return (None, Err(Denied::ExceedsBurst));
     }
+    if cost == 0 {
+        // Due at once, takes nothing (as `Bucket::reserve`), even while a quota is in debt.
+        let mut after = [0; MAX_LIMITS];
+        after[..N].copy_from_slice(&states);
+        return (None, Ok(Ticket { after, due: now }));
+    }
     let mut due = now;
     for (i, &state) in states.iter().enumerate() {
         match gcra::reserve(state, now, quota_at(quotas, i), cost) {
@@ -73,8 +79,7 @@ fn reserve_states<const N: usize>(
     }
     let mut after = [0; MAX_LIMITS];
     after[..N].copy_from_slice(&next);
-    let ticket = Ticket { after, due };
-    (if cost == 0 { None } else { Some(next) }, Ok(ticket))
+    (Some(next), Ok(Ticket { after, due }))
 }
 
 /// Applies the bucket's cancellation rule to every quota in `states`, with the reservation's
