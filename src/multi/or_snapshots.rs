@@ -35,12 +35,14 @@ impl<C: Clock> MultiBucket<C> {
         let now = self.clock.now();
         let len = self.limits.quotas().len();
         match &self.store {
-            Store::Pair(rates, pair) => {
-                pair.update(|states| decide_or(states, now, rates, cost, len))
-            }
-            Store::Wide(rates, wide) => {
-                wide.update(|states| decide_or(states, now, rates, cost, len))
-            }
+            Store::Pair(rates, pair) => pair.update(|states| {
+                let verdict = decide::decide_pair(states, now, rates, cost);
+                with_snapshots(verdict, states, now, rates, len)
+            }),
+            Store::Wide(rates, wide) => wide.update(|states| {
+                let verdict = decide::decide(states, now, rates, cost);
+                with_snapshots(verdict, states, now, rates, len)
+            }),
         }
     }
 }
@@ -51,14 +53,14 @@ type Refused = (Refusal, Snapshots);
 /// One decision in the form the store's loops take; a refusal writes nothing and reports the
 /// snapshots of the states it read (the ones it was decided on).
 #[inline(always)]
-fn decide_or<const N: usize>(
+fn with_snapshots<const N: usize>(
+    verdict: Result<Option<[u64; N]>, Refusal>,
     states: [u64; N],
     now: u64,
     rates: &Rates<N>,
-    cost: u64,
     len: usize,
 ) -> (Option<[u64; N]>, Result<(), Refused>) {
-    match decide::decide(states, now, rates, cost) {
+    match verdict {
         Ok(next) => (next, Ok(())),
         Err(refusal) => {
             let snaps = decide::snapshots(states, now, rates);
@@ -72,16 +74,17 @@ mod tests {
     use crate::{Limits, ManualClock, MultiBucket, Quota};
     use core::time::Duration;
 
-    /// Equal to `try_acquire_snapshots` on refusals and in the verdict, on two policies (the
-    /// pair word and the sequence lock) driven alike.
+    /// Equal to `try_acquire_snapshots` on refusals and in the verdict, for one to four quotas
+    /// (the pair word and the sequence lock), two policies driven alike.
     #[test]
     fn agrees_with_try_acquire_snapshots() {
         let quotas = [
             Quota::per_second(3).unwrap(),
             Quota::new(5, Duration::from_secs(60), 5).unwrap(),
             Quota::new(7, Duration::from_secs(3600), 6).unwrap(),
+            Quota::new(2, Duration::from_millis(300), 2).unwrap(),
         ];
-        for n in 1..=3 {
+        for n in 1..=4 {
             let limits = Limits::new(quotas[..n].iter().copied()).unwrap();
             let (ca, cb) = (ManualClock::new(), ManualClock::new());
             let a = MultiBucket::with_clock(limits.clone(), ca.clone());
