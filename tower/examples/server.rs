@@ -7,7 +7,8 @@
 //!   --rate N/s|N/min|N/h           default 100/s
 //!   --burst N                      default the tokens of one second of rate, at least 1
 //!   --limit N/s|N/min|N/h|N/d:BURST  one quota of a policy; repeatable (one to four), all must
-//!                                  hold; replaces --rate/--burst (giving both: a usage error)
+//!                                  hold; replaces --rate/--burst (giving both: a usage error);
+//!                                  with --key global, or any --key with --redis
 //!   --key ip|global|header:NAME    default ip
 //!   --trusted-proxies CIDR[,CIDR…] with --key ip: the client is the rightmost untrusted
 //!                                  X-Forwarded-For hop behind these proxies

@@ -214,6 +214,9 @@ fn limit_flag_errors_are_usage_errors_never_panics() {
         &["--limit", "5/s:5", "--rate", "5/s"],
         &["--limit", "5/s:5", "--burst", "5"],
         &["--limit"],
+        // Per key in process: no policy store (Redis holds per-key policies).
+        &["--limit", "5/s:5"],
+        &["--limit", "5/s:5", "--key", "header:x-api-key"],
     ] {
         let out = Command::new(server_binary()).args(flags).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
