@@ -26,8 +26,7 @@ use crate::report::PolicyReport;
 /// `quota` then describe the tightest quota, so code that reads only them stays right.
 ///
 /// The struct is `#[non_exhaustive]`: build it with [`Decision::new`] or
-/// [`Decision::with_policy`], match it with `..`; fields can then be added without breaking
-/// outside code again.
+/// [`Decision::with_policy`], match it with `..`, so that later fields break no outside code.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decision {
@@ -39,8 +38,9 @@ pub struct Decision {
     /// The quota the decision was made under (`None` if unknown): feeds `RateLimit-Policy`.
     /// For a policy of several quotas, the tightest one (the one `snapshot` describes).
     pub quota: Option<Quota>,
-    /// Every quota of a policy with its snapshot, and the one that refused (`None` for a
-    /// single limit, or when the backend cannot tell): one `RateLimit-Policy` item per quota.
+    /// Every quota of a policy, their snapshots when the store reports them, and the one that
+    /// refused (`None` for a single limit, or when the backend cannot tell): one
+    /// `RateLimit-Policy` item per quota.
     pub policy: Option<PolicyReport>,
 }
 
