@@ -333,3 +333,23 @@ async fn admitted_responses_carry_the_policy_list_only_when_asked() {
     assert_eq!(h["ratelimit"], "\"5-per-1s\";r=4;t=1");
     assert!(h.get("retry-after").is_none());
 }
+
+#[tokio::test]
+async fn a_cost_above_the_smallest_burst_is_refused_without_retry_after() {
+    let clock = ManualClock::new();
+    let inner = service_fn(|_req: Request<Body>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+    });
+    let layer = RateLimitLayer::new(policy(&[quota(10, 1, 10), quota(20, 60, 3)], &clock))
+        .cost(|_req: &Request<Body>| 4);
+    let svc = tower::util::BoxCloneService::new(layer.layer(inner));
+    let (status, h) = send(&svc).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(h.get("retry-after").is_none(), "no wait admits it");
+    assert_eq!(
+        h["ratelimit-policy"],
+        "\"10-per-1s\";q=10;w=1, \"3-per-9s\";q=3;w=9"
+    );
+    // Nothing was spent: the tightest is the minute's full burst of 3.
+    assert_eq!(h["ratelimit"], "\"3-per-9s\";r=3;t=0");
+}
