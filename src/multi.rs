@@ -280,6 +280,18 @@ impl<C: Clock> MultiBucket<C> {
         }
     }
 
+    /// The verdict [`try_acquire_detailed`](MultiBucket::try_acquire_detailed) would give now,
+    /// without taking anything (crate-internal: chains report the slowest wait with it).
+    pub(crate) fn check_now(&self, cost: u64) -> Result<(), Refusal> {
+        let now = self.clock.now();
+        match &self.store {
+            Store::Pair(rates, pair) => {
+                decide::decide_pair(pair.load(), now, rates, cost).map(drop)
+            }
+            Store::Wide(rates, wide) => decide::decide(wide.load(), now, rates, cost).map(drop),
+        }
+    }
+
     /// Whole tokens that every quota holds now (the smallest per-quota count; 0 while any is in
     /// debt).
     ///

@@ -174,6 +174,17 @@ impl<C: Clock> MultiBucket<C> {
         Ok(Duration::from_nanos(due.saturating_sub(now)))
     }
 
+    /// A reservation only if every quota holds `cost` now, else the refusal
+    /// [`try_acquire`](MultiBucket::try_acquire) gives; one atomic step either way (for
+    /// [`GiveBack`](crate::GiveBack)).
+    pub(crate) fn try_reserve_now(&self, cost: u64) -> Result<MultiReservation<'_, C>, Denied> {
+        if cost > 0 {
+            // The refusal's wait and `ExceedsBurst` exactly as `try_acquire` reports them.
+            self.check_now(cost).map_err(Denied::from)?;
+        }
+        self.reserve_within(self.clock.now(), cost, 0)
+    }
+
     fn reserve_within(
         &self,
         now: u64,
