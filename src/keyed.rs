@@ -29,7 +29,7 @@ use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
 use crate::sync::{thread_slot, AtomicU64, Ordering};
-use crate::wait::Alarm;
+use crate::clock::Alarm;
 use alloc::boxed::Box;
 use core::borrow::Borrow;
 use core::fmt;

@@ -6,7 +6,7 @@ use core::task::Waker;
 use core::time::Duration;
 #[cfg(feature = "std")]
 use {
-    crate::clock::wake::{wake_all, Key, WakeQueue},
+    super::queue::{wake_all, LockedQueue, QueueHandle, WakeQueue},
     std::sync::{Mutex, MutexGuard, PoisonError},
 };
 
@@ -86,32 +86,10 @@ impl Waiters {
     }
 }
 
-/// A frozen clock's registration: dropping it removes the waker.
 #[cfg(feature = "std")]
-pub(crate) struct Handle {
-    waiters: Arc<Waiters>,
-    key: Option<Key<u64>>,
-}
-
-#[cfg(feature = "std")]
-impl Handle {
-    pub(crate) fn is_fired(&self) -> bool {
-        self.key
-            .map_or(true, |key| !self.waiters.lock().contains(&key))
-    }
-
-    pub(crate) fn detach(mut self) {
-        self.key = None;
-    }
-}
-
-#[cfg(feature = "std")]
-impl Drop for Handle {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            let waker = self.waiters.lock().remove(&key);
-            drop(waker); // outside the lock
-        }
+impl LockedQueue<u64> for Arc<Waiters> {
+    fn with_queue<R>(&self, f: impl FnOnce(&mut WakeQueue<u64>) -> R) -> R {
+        f(&mut self.lock())
     }
 }
 
@@ -299,10 +277,10 @@ impl ManualClock {
             return Some(WakeRegistration::fired());
         }
         let key = queue.insert(at, waker);
-        Some(WakeRegistration::from_manual(Handle {
-            waiters: waiters.clone(),
-            key: Some(key),
-        }))
+        Some(WakeRegistration::from_manual(QueueHandle::new(
+            waiters.clone(),
+            Some(key),
+        )))
     }
 }
 
