@@ -8,8 +8,8 @@ mod fixed;
 mod guava;
 mod word;
 
-use self::guava::{check_rate, Mode, Params, State, MICROS_PER_SECOND};
 use self::fixed::MAX_MICROS;
+use self::guava::{check_rate, Mode, Params, State, MICROS_PER_SECOND};
 use self::word::{decode, encode, NEXT_SHIFT, STORED_MASK};
 use crate::clock::{Clock, DefaultClock};
 use crate::error::ConfigError;
