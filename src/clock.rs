@@ -205,6 +205,6 @@ pub type DefaultClock = ManualClock;
 
 /// Converts a duration to whole nanoseconds, saturating at `u64::MAX`.
 #[inline]
-pub(crate) fn nanos(d: Duration) -> u64 {
+pub(crate) fn saturating_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

@@ -544,7 +544,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         // fails on any change, and a refusal from an older, more lenient state stands).
         let now = now();
         if let Some(hit) = &hit {
-            match gcra::try_acquire_in(hit.state(), now, quota.rate(), cost) {
+            match gcra::try_acquire_scaled(hit.state(), now, quota.scaled(), cost) {
                 Ok(Some(next)) => {
                     if hit.commit(next) {
                         return Ok(());
@@ -571,10 +571,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     ) -> Result<(), Denied> {
         loop {
             // The hit path again: a lock-free probe and CASes on the key's own slot.
-            if let Some(result) = self
-                .index
-                .apply(fp, |s| gcra::try_acquire_in(s, now, quota.rate(), cost))
-            {
+            if let Some(result) = self.index.apply(fp, |s| {
+                gcra::try_acquire_scaled(s, now, quota.scaled(), cost)
+            }) {
                 if self.index.migrating() {
                     // Every lookup during a migration comes here (`Index::lookup`): each takes
                     // one step, so the migration ends within a bounded number of calls.

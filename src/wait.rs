@@ -57,7 +57,7 @@
 //! nothing (the tokens stay consumed, which can only refuse more, never admit more).
 
 use crate::bucket::Bucket;
-use crate::clock::{nanos, Clock};
+use crate::clock::{saturating_nanos, Clock};
 use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
@@ -138,7 +138,7 @@ impl<C: Clock> Bucket<C> {
             return Ok(Duration::ZERO);
         }
         let now = self.clock().now();
-        let limit = nanos(timeout);
+        let limit = saturating_nanos(timeout);
         let due = self.update(
             |state, quota| match gcra::reserve(state, now, quota, cost) {
                 Ok((next, due)) => {
@@ -305,7 +305,7 @@ impl<C: Clock> Bucket<C> {
         max_jitter: Duration,
         seed: u64,
     ) -> UntilReady<'_, C> {
-        let max = nanos(max_jitter);
+        let max = saturating_nanos(max_jitter);
         let r = splitmix64(seed);
         let jitter = match max.checked_add(1) {
             Some(m) => r % m,

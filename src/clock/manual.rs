@@ -1,4 +1,4 @@
-use crate::clock::{nanos, Clock, WakeRegistration};
+use crate::clock::{saturating_nanos, Clock, WakeRegistration};
 use crate::sync::{AtomicU64, Ordering};
 use alloc::sync::Arc;
 use core::fmt;
@@ -210,7 +210,7 @@ impl ManualClock {
     /// assert_eq!(c.now(), u64::MAX);
     /// ```
     pub fn advance(&self, by: Duration) {
-        let by = nanos(by);
+        let by = saturating_nanos(by);
         // `fetch_update` with a closure that always returns `Some` cannot fail.
         let _ = self
             .shared
@@ -234,7 +234,7 @@ impl ManualClock {
     pub fn set(&self, since_origin: Duration) {
         self.shared
             .nanos
-            .store(nanos(since_origin), Ordering::Release);
+            .store(saturating_nanos(since_origin), Ordering::Release);
         self.wake_due();
     }
 
@@ -255,7 +255,7 @@ impl ManualClock {
     /// not in the future. `None` on a clock that advances itself.
     #[cfg(feature = "std")]
     fn queue_wake(&self, duration: Duration, waker: &Waker) -> Option<WakeRegistration> {
-        self.queue_wake_with(waker, |now| now.saturating_add(nanos(duration)))
+        self.queue_wake_with(waker, |now| now.saturating_add(saturating_nanos(duration)))
     }
 
     /// Frozen clocks: queues `waker` for the instant `at(now)`, `now` read under the waiters'
@@ -311,7 +311,7 @@ impl Clock for ManualClock {
         #[cfg(feature = "std")]
         if self.is_frozen() {
             let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-            let until = self.now().saturating_add(nanos(duration));
+            let until = self.now().saturating_add(saturating_nanos(duration));
             while self.now() < until {
                 // The instant, not the rest of the wait from a second reading: another thread
                 // may move the clock between the check and the registration.

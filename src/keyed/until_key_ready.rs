@@ -66,7 +66,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> Future for UntilKeyReady<'_, K, C> 
                     return Poll::Ready(Ok(Duration::from_nanos(now.saturating_sub(first))));
                 }
                 Err(Denied::RetryAfter(wait)) if wait != Duration::MAX => {
-                    now.saturating_add(crate::clock::nanos(wait))
+                    now.saturating_add(crate::clock::saturating_nanos(wait))
                 }
                 Err(denied) => {
                     this.done = true;
