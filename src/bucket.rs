@@ -85,7 +85,7 @@ pub struct Bucket<C = DefaultClock> {
 }
 
 /// The decision path of bucket `$b` on word `$w` (loaded with `Acquire` after the caller's
-/// clock reading), where `$body` (in `$state` and `$rate: &Scaled`) is the decision: the state to
+/// clock reading), where `$body` (in `$state` and `$scaled: &Scaled`) is the decision: the state to
 /// write (`None`: nothing) and the result. A straight-line first attempt on the hot quota
 /// words — one CAS, or for a read-only result one validation ([`Bucket::commit`]) — and, if it
 /// lost a race, the same attempt repeated out of line ([`Bucket::retry`]) from the word that

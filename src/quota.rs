@@ -9,7 +9,7 @@ mod scaled;
 
 use core::fmt;
 use core::time::Duration;
-use scale::gcd;
+use scaled::gcd;
 pub(crate) use scaled::{Scaled, SCALED_WORDS};
 
 /// How long a quota is guaranteed to work: 100 Julian years of clock time since the clock's

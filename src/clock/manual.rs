@@ -1,14 +1,11 @@
+#[cfg(feature = "std")]
+use super::queue::{wake_all, QueueHandle, SharedQueue};
 use crate::clock::{saturating_nanos, Clock, WakeRegistration};
 use crate::sync::{AtomicU64, Ordering};
 use alloc::sync::Arc;
 use core::fmt;
 use core::task::Waker;
 use core::time::Duration;
-#[cfg(feature = "std")]
-use {
-    super::queue::{wake_all, LockedQueue, QueueHandle, WakeQueue},
-    std::sync::{Mutex, MutexGuard, PoisonError},
-};
 
 /// A clock that moves only when told to. Clones share one time, so a test can hand a clone to
 /// a bucket and move it from outside. Arithmetic saturates: it never wraps or panics.
@@ -76,22 +73,7 @@ struct Shared {
 
 /// A frozen clock's queue of wakers, by deadline in clock nanoseconds.
 #[cfg(feature = "std")]
-pub(crate) struct Waiters(Mutex<WakeQueue<u64>>);
-
-#[cfg(feature = "std")]
-impl Waiters {
-    fn lock(&self) -> MutexGuard<'_, WakeQueue<u64>> {
-        // Wakers run outside the lock; never propagate poison.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-#[cfg(feature = "std")]
-impl LockedQueue<u64> for Arc<Waiters> {
-    fn with_queue<R>(&self, f: impl FnOnce(&mut WakeQueue<u64>) -> R) -> R {
-        f(&mut self.lock())
-    }
-}
+pub(crate) type Waiters = SharedQueue<u64>;
 
 impl ManualClock {
     /// A clock at time 0.
@@ -154,7 +136,7 @@ impl ManualClock {
         ManualClock {
             shared: Arc::new(Shared {
                 nanos: AtomicU64::new(0),
-                waiters: Some(Arc::new(Waiters(Mutex::new(WakeQueue::new())))),
+                waiters: Some(Arc::new(SharedQueue::new())),
             }),
         }
     }

@@ -3,8 +3,10 @@
 //! out: dropping a handle removes its entry, so a queue holds one entry per live registration.
 
 use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::task::Waker;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Wakers ordered by deadline (`K`: an `Instant` or clock nanoseconds), each under a unique key
 /// so that its owner can remove it: the shared queue behind cancellable registrations. The
@@ -113,5 +115,25 @@ impl<Q: LockedQueue<K>, K: Ord + Copy> Drop for QueueHandle<Q, K> {
             let waker = self.queue.with_queue(|q| q.remove(&key));
             drop(waker); // outside the lock
         }
+    }
+}
+
+/// A [`WakeQueue`] behind its own mutex, shared by the clones of a frozen manual clock.
+pub(crate) struct SharedQueue<K>(Mutex<WakeQueue<K>>);
+
+impl<K: Ord + Copy> SharedQueue<K> {
+    pub(crate) const fn new() -> Self {
+        SharedQueue(Mutex::new(WakeQueue::new()))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, WakeQueue<K>> {
+        // Wakers run outside the lock; never propagate poison.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<K: Ord + Copy> LockedQueue<K> for Arc<SharedQueue<K>> {
+    fn with_queue<R>(&self, f: impl FnOnce(&mut WakeQueue<K>) -> R) -> R {
+        f(&mut self.lock())
     }
 }

@@ -7,7 +7,9 @@ use core::fmt;
 use core::task::Waker;
 #[cfg(feature = "std")]
 use {
-    super::manual::Waiters, super::queue::QueueHandle, super::timer::Timer, core::time::Duration,
+    super::queue::{QueueHandle, SharedQueue},
+    super::timer::Timer,
+    core::time::Duration,
     std::time::Instant,
 };
 
@@ -53,7 +55,7 @@ enum Kind {
     Timer(QueueHandle<&'static Timer, Instant>),
     /// An entry in a frozen manual clock's queue.
     #[cfg(feature = "std")]
-    Manual(QueueHandle<Arc<Waiters>, u64>),
+    Manual(QueueHandle<Arc<SharedQueue<u64>>, u64>),
 }
 
 impl WakeRegistration {
@@ -130,7 +132,7 @@ impl WakeRegistration {
     }
 
     #[cfg(feature = "std")]
-    pub(crate) fn from_manual(handle: QueueHandle<Arc<Waiters>, u64>) -> WakeRegistration {
+    pub(crate) fn from_manual(handle: QueueHandle<Arc<SharedQueue<u64>>, u64>) -> WakeRegistration {
         WakeRegistration {
             kind: Kind::Manual(handle),
         }

@@ -1,4 +1,4 @@
-//! The one timer thread behind the std clocks' wake-ups ([`WakeRegistration::timer`] and the
+//! The one timer thread behind the std clocks' wake-ups ([`WakeRegistration::timer`](crate::WakeRegistration::timer) and the
 //! default [`Clock::wake_after`](crate::Clock::wake_after)).
 //!
 //! Why not a runtime's timer: [`Bucket::until_ready`](crate::Bucket::until_ready) must work on
@@ -21,7 +21,6 @@
 //! waiting task re-polls at a bounded rate and no core spins.
 
 use super::queue::{wake_all, LockedQueue, QueueHandle, WakeQueue};
-use super::WakeRegistration;
 use crate::sync::ignore_poison;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Waker;
@@ -191,7 +190,7 @@ impl Timer {
 
 /// The default [`Clock::wake_after`](crate::Clock::wake_after): fire and forget.
 pub(crate) fn wake_after(duration: Duration, waker: &Waker) {
-    WakeRegistration::timer(duration, waker).detach();
+    TIMER.register(duration, waker).detach();
 }
 
 #[cfg(test)]

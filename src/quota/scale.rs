@@ -1,6 +1,7 @@
 //! The search for a quota's fixed-point unit: the largest scale (state units per token) that
 //! lets `rate × HORIZON + burst` fit in 63 bits, preferring a divisor of the reduced period.
 
+use super::scaled::gcd;
 use super::{Scaled, HORIZON_NS, MAX_UNITS};
 use crate::error::ConfigError;
 
@@ -24,15 +25,6 @@ pub(super) fn search(t: u64, p: u64, burst: u64) -> Result<Scaled, ConfigError> 
         // Only reachable for periods of centuries; a coarser unit still fits.
         scale = (scale / 2).max(1);
     }
-}
-
-pub(super) const fn gcd(mut a: u128, mut b: u128) -> u128 {
-    while b != 0 {
-        let t = a % b;
-        a = b;
-        b = t;
-    }
-    a
 }
 
 /// The largest divisor of `p` that is at most `s_max` (searched for a bounded number of steps),

@@ -1,6 +1,5 @@
 //! [`Scaled`]: a quota in the state word's fixed-point unit, the words every decision reads.
 
-use super::scale::gcd;
 use super::HORIZON_NS;
 use crate::recip;
 
@@ -231,4 +230,14 @@ impl Scaled {
             rdiv: r[5],
         }
     }
+}
+
+/// The greatest common divisor (Euclid).
+pub(super) const fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        let t = a % b;
+        a = b;
+        b = t;
+    }
+    a
 }
