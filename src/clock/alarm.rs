@@ -4,7 +4,7 @@ use super::{Clock, WakeRegistration};
 use core::fmt;
 use core::task::{Context, Waker};
 
-/// The one wake-up a waiting future holds with its clock ([`UntilReady`],
+/// The one wake-up a waiting future holds with its clock ([`UntilReady`](crate::UntilReady),
 /// [`KeyedLimiter::until_key_ready`](crate::KeyedLimiter::until_key_ready)): set for a deadline
 /// on behalf of a task, replaced only when the deadline or the task changes or the wake-up has
 /// fired (tokio's `Sleep` rule), so spurious polls add nothing. Dropping it cancels the wake-up

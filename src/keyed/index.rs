@@ -54,7 +54,7 @@
 //! * **Growth is a migration.** When an insertion would take live entries past half of a
 //!   current region smaller than the table, the region of twice its size becomes current (one
 //!   store of the layout word; it is empty) and the old one is drained into it. New keys go to
-//!   the new region. Each insertion first examines [`MIGRATE_STEP`] (4) slots of the old region
+//!   the new region. Each insertion first examines [`MIGRATE_STEP`](migrate::MIGRATE_STEP) (4) slots of the old region
 //!   and moves every entry it meets (taken out with a CAS to empty, capturing its state, then
 //!   put in the new region), so no insertion moves more than 4 entries; a sweep step (below)
 //!   migrates too, within its own budget. The old region is walked *downwards, starting from
@@ -68,11 +68,11 @@
 //!   slots: under half.
 //! * **Lookups help.** While a migration is in progress the hot path's first probe returns
 //!   "not found" at once (one test of the layout word's flag), and the slow path probes both
-//!   regions, decides with its CAS, and then takes one migration step of [`MIGRATE_STEP`] slots
+//!   regions, decides with its CAS, and then takes one migration step of [`MIGRATE_STEP`](migrate::MIGRATE_STEP) slots
 //!   if the mutex is free (`try_lock`: a lookup never waits for it). So a migration ends within
 //!   `3 × old / 8` calls that reach the mutex even if no key is inserted any more — otherwise a
 //!   key set that stops growing mid-migration would pay for two probes for good.
-//! * **Sweeping** is incremental: a cursor walks the current region, at most [`STEP_WORK`]
+//! * **Sweeping** is incremental: a cursor walks the current region, at most [`STEP_WORK`](sweep::STEP_WORK)
 //!   slots and moves per step (one step per insertion that finds the table full, or per lock
 //!   taken by [`KeyedLimiter::sweep`](super::KeyedLimiter::sweep)), evicting the full entries
 //!   it meets and keeping the earliest full instant of the others; a completed pass yields a
@@ -145,7 +145,7 @@ pub(crate) struct Index {
 /// What the mutex guards: the live count, the incremental sweep's position and the migration.
 struct Meta {
     live: usize,
-    /// The slot (of the current region, in [`visit_order`]) the sweep examines next.
+    /// The slot (of the current region, in [`visit_order`](sweep::visit_order)) the sweep examines next.
     cursor: usize,
     /// Slots the current pass has still to examine.
     pass_left: usize,
@@ -240,7 +240,7 @@ impl Locked<'_> {
     /// Inserts `fp` (not tracked: checked with [`contains`](Locked::contains) under this same
     /// lock) with `state`, first full at `full_at_new` (folded into the sweep pass's bound).
     /// Starts a migration to a region of twice the size if live entries would pass half of the
-    /// current one, and takes one migration step of [`MIGRATE_STEP`] old slots while one is in
+    /// current one, and takes one migration step of [`MIGRATE_STEP`](migrate::MIGRATE_STEP) old slots while one is in
     /// progress.
     pub(crate) fn insert(&mut self, fp: u64, state: u64, full_at_new: u64) {
         let ix = self.index;

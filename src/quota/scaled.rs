@@ -3,7 +3,7 @@
 use super::HORIZON_NS;
 use crate::recip;
 
-/// The part of a [`Quota`] that decisions read: the burst and the fixed-point unit. The bucket's
+/// The part of a [`Quota`](crate::Quota) that decisions read: the burst and the fixed-point unit. The bucket's
 /// hot path loads only these words of its quota slot.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub(crate) struct Scaled {

@@ -51,7 +51,7 @@ enum Stage<'a, C> {
 ///
 /// **One registration per future.** While it waits it holds exactly one wake-up with the clock
 /// ([`Clock::register_wake`]), replaced only when it is polled with a waker that would not wake
-/// the same task ([`Waker::will_wake`]) or after that wake-up has fired; spurious polls add
+/// the same task ([`Waker::will_wake`](core::task::Waker::will_wake)) or after that wake-up has fired; spurious polls add
 /// nothing. Dropping the future drops (cancels) it, so nothing stays queued for a future that no
 /// longer exists.
 #[must_use = "futures do nothing unless polled; an unpolled `UntilReady` reserves nothing"]
