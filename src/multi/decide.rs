@@ -3,7 +3,7 @@
 //! words, the tests and custom storage ([`crate::gcra::try_acquire_all`]) all apply it.
 //!
 //! Every quota is decided exactly as a [`Bucket`](crate::Bucket) decides it
-//! ([`gcra`]'s `try_acquire_in`). The verdict is the conjunction: admitted iff every quota
+//! ([`gcra`]'s `try_acquire_scaled`). The verdict is the conjunction: admitted iff every quota
 //! admits, and then every quota's new state is written; otherwise nothing is. So each quota's
 //! state moves only by decisions that quota admits on its own at the same reading, and its
 //! window bound is the bucket's.
@@ -12,7 +12,7 @@ use super::refusal::Refusal;
 use crate::error::Denied;
 use crate::gcra;
 use crate::limits::{Limits, MAX_LIMITS};
-use crate::quota::Rate;
+use crate::quota::Scaled;
 use crate::snapshot::Snapshot;
 
 /// The decision words of `N` quotas and the index of the smallest burst (the first of equals).
@@ -22,7 +22,7 @@ use crate::snapshot::Snapshot;
 /// and every choice below takes the first of equal candidates, so it never names a copy.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Rates<const N: usize> {
-    pub(crate) rates: [Rate; N],
+    pub(crate) rates: [Scaled; N],
     min_burst: u64,
     min_burst_index: usize,
 }
@@ -31,7 +31,7 @@ impl<const N: usize> Rates<N> {
     /// The first `N` quotas of `limits`, padded as described above. Requires `N >= len`.
     pub(crate) fn new(limits: &Limits) -> Rates<N> {
         let quotas = limits.quotas();
-        let rates = core::array::from_fn(|i| *quotas[i.min(quotas.len() - 1)].rate());
+        let rates = core::array::from_fn(|i| *quotas[i.min(quotas.len() - 1)].scaled());
         let mut min_burst_index = 0;
         for (i, q) in quotas.iter().enumerate() {
             if q.burst() < quotas[min_burst_index].burst() {
@@ -80,7 +80,7 @@ pub(crate) fn decide<const N: usize>(
     let mut verdicts = [Ok(None); N];
     let mut refused = false;
     for i in 0..N {
-        match gcra::try_acquire_in(states[i], now, &rates.rates[i], cost) {
+        match gcra::try_acquire_scaled(states[i], now, &rates.rates[i], cost) {
             Ok(Some(s)) => next[i] = s,
             // `cost > 0`: every admission has a state to write (unreachable; kept).
             Ok(None) => {}
@@ -125,10 +125,10 @@ pub(crate) fn decide_pair(
 }
 
 /// One quota's decision for `0 < cost <= burst` on a state some quota produced
-/// (`<= MAX_UNITS`), which the caller guarantees: `gcra::try_acquire_in`'s arithmetic without
-/// its checks for the exact quotas; an inexact quota goes through `try_acquire_in` itself.
+/// (`<= MAX_UNITS`), which the caller guarantees: `gcra::try_acquire_scaled`'s arithmetic without
+/// its checks for the exact quotas; an inexact quota goes through `try_acquire_scaled` itself.
 #[inline(always)]
-fn one(state: u64, now: u64, rate: &Rate, cost: u64) -> Result<u64, Denied> {
+fn one(state: u64, now: u64, rate: &Scaled, cost: u64) -> Result<u64, Denied> {
     match rate.exact_earned(now) {
         Some(earned) => {
             // `state, cost·scale, earned + burst·scale <= MAX_UNITS` (the quota's range): no
@@ -143,7 +143,7 @@ fn one(state: u64, now: u64, rate: &Rate, cost: u64) -> Result<u64, Denied> {
                 Err(Denied::RetryAfter(gcra::wait_until(at, now)))
             }
         }
-        None => match gcra::try_acquire_in(state, now, rate, cost) {
+        None => match gcra::try_acquire_scaled(state, now, rate, cost) {
             Ok(next) => Ok(next.unwrap_or(state)),
             Err(denied) => Err(denied),
         },
@@ -179,7 +179,7 @@ fn longest(verdicts: &[Result<Option<u64>, Denied>]) -> Refusal {
 #[inline]
 pub(crate) fn available<const N: usize>(states: [u64; N], now: u64, rates: &Rates<N>) -> u64 {
     (0..N)
-        .map(|i| gcra::available_in(states[i], now, &rates.rates[i]))
+        .map(|i| gcra::available_scaled(states[i], now, &rates.rates[i]))
         .min()
         .unwrap_or(0)
 }
@@ -191,7 +191,7 @@ pub(crate) fn snapshots<const N: usize>(
     now: u64,
     rates: &Rates<N>,
 ) -> [Snapshot; N] {
-    core::array::from_fn(|i| gcra::snapshot_in(states[i], now, &rates.rates[i]))
+    core::array::from_fn(|i| gcra::snapshot_scaled(states[i], now, &rates.rates[i]))
 }
 
 /// The index of the tightest snapshot: the fewest remaining tokens, ties broken by the longest
@@ -210,7 +210,7 @@ pub(crate) fn tightest(snapshots: &[Snapshot]) -> usize {
 }
 
 /// [`decide`] on a [`Limits`], for storage outside the crate: see
-/// [`gcra::try_acquire_all`](crate::gcra::try_acquire_all).
+/// [`gcra::try_acquire_all`].
 pub(crate) fn try_acquire_all(
     states: [u64; MAX_LIMITS],
     now: u64,
