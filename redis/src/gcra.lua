@@ -19,10 +19,11 @@
 -- Mode 'multi': ARGV = 'multi', N, cost, origin, test time, then per quota: tag, a, b, burst
 -- units, scale.
 local mode = ARGV[1]
-local function fmt(x) return string.format('%.0f', x) end
+-- Integers below 2^53 formatted exactly (never tostring, whose %.14g rounds).
+local sf = string.format
 if mode == 'echo' then
   local out = {}
-  for i = 3, #ARGV do out[#out + 1] = fmt(tonumber(ARGV[i])) end
+  for i = 3, #ARGV do out[#out + 1] = sf('%.0f', tonumber(ARGV[i])) end
   return out
 end
 -- The quota being decided: the one quota, or each of a policy's in turn (the functions below
@@ -233,7 +234,7 @@ local function lib()
       if z == nil then
         return false, 'a state under tag ' .. ptag .. ' out of range'
       end
-      shown = tag .. ' ' .. fmt(n) .. ' ' .. fmt(z)
+      shown = tag .. ' ' .. sf('%.0f', n) .. ' ' .. sf('%.0f', z)
     else
       shown = raw or (ptag .. ' ' .. sn .. ' ' .. sz)
       local psn, pz = int53(sn), int53(sz)
@@ -299,14 +300,14 @@ end
 -- the key and reports it), write nothing. pcall: a hash or a list under the key is WRONGTYPE.
 local prev = redis.pcall('GET', KEYS[1])
 if type(prev) == 'table' then
-  return {'bad', fmt(t), tostring(prev.err or prev.ok or 'not a string')}
+  return {'bad', sf('%.0f', t), tostring(prev.err or prev.ok or 'not a string')}
 end
 if multi then
   local L = lib()
   local stored = {}
   if prev then
     stored = L.triples(prev)
-    if stored == nil then return {'bad', fmt(t), 'not "<tag> <base> <state>" triples'} end
+    if stored == nil then return {'bad', sf('%.0f', t), 'not "<tag> <base> <state>" triples'} end
   end
   local nq = tonumber(ARGV[2])
   local admit = true
@@ -319,12 +320,12 @@ if multi then
     local ok, z, sh = true, nil, ''
     local tr = L.pick(stored, i)
     if tr then ok, z, sh = L.load(tr[1], tr[2], tr[3], nil) end
-    if not ok then return {'bad', fmt(t), z} end
+    if not ok then return {'bad', sf('%.0f', t), z} end
     if z ~= nil and z + cost * scale > ef + bu then admit = false end
     quotas[i] = {tag, a, b, scale, n, r, ec, z}
     shown[i] = sh
   end
-  local out = {'0', fmt(t)}
+  local out = {'0', sf('%.0f', t)}
   -- A cost of 0 is a read: admitted whatever the states.
   if admit or cost == 0 then out[1] = '1' end
   for i = 1, nq do out[2 + i] = shown[i] end
@@ -340,8 +341,8 @@ if multi then
     local base = q[7]
     if q[8] ~= nil and q[8] > base then base = q[8] end
     local nz = base + cost * q[4]
-    parts[i] = q[1] .. ' ' .. fmt(q[5]) .. ' ' .. fmt(nz)
-    out[2 + nq + i] = fmt(nz)
+    parts[i] = q[1] .. ' ' .. sf('%.0f', q[5]) .. ' ' .. sf('%.0f', nz)
+    out[2 + nq + i] = sf('%.0f', nz)
     -- The key expires once every quota's bucket is full again.
     local m = math.floor((nz * q[3] / q[2] - q[6]) / 1000) + 2
     if m > ms then ms = m end
@@ -350,9 +351,9 @@ if multi then
   if fixed then
     redis.call('SET', KEYS[1], v)
   else
-    redis.call('SET', KEYS[1], v, 'PX', fmt(ms))
+    redis.call('SET', KEYS[1], v, 'PX', sf('%.0f', ms))
   end
-  out[3 + 2 * nq] = fmt(cost)
+  out[3 + 2 * nq] = sf('%.0f', cost)
   return out
 end
 local shown = prev or ''
@@ -381,13 +382,13 @@ if prev then
     if not ptag then
       -- A policy's value (several triples) read under one quota: the triple `pick` chooses.
       local stored = L.triples(prev)
-      if stored == nil then return {'bad', fmt(t), 'not "<tag> <base> <state>"'} end
+      if stored == nil then return {'bad', sf('%.0f', t), 'not "<tag> <base> <state>"'} end
       local tr = L.pick(stored, 1)
       ptag, sn, sz, raw = tr[1], tr[2], tr[3], nil
     end
     local ok
     ok, z, shown = L.load(ptag, sn, sz, raw)
-    if not ok then return {'bad', fmt(t), z} end
+    if not ok then return {'bad', sf('%.0f', t), z} end
   end
 end
 local take = 0
@@ -417,6 +418,6 @@ if fixed then
 else
   -- Expire (rounded up, plus a margin for the double division) once the bucket is full again.
   local ms = math.floor((nz * b / a - r) / 1000) + 2
-  redis.call('SET', KEYS[1], v, 'PX', fmt(ms))
+  redis.call('SET', KEYS[1], v, 'PX', sf('%.0f', ms))
 end
 return {'1', t, shown, nz, take}
