@@ -235,7 +235,7 @@ pub(crate) fn snapshot_scaled(state: u64, now: u64, scaled: &Scaled) -> Snapshot
 ///
 /// Errors: `ExceedsBurst` when `cost > burst`; `RetryAfter` only if the backlog would exceed the
 /// state's range (a queue of decades), or `RetryAfter(Duration::MAX)` if the tokens would be due
-/// only past the 100-year horizon, where the clock is read as stopped (they never come due).
+/// only past the [`HORIZON`](crate::HORIZON), where the clock is read as stopped (they never come due).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};

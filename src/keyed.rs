@@ -67,8 +67,8 @@ const MAX_KEYS: usize = 1 << 26;
 ///   ([`sweep`](KeyedLimiter::sweep) runs one by hand).
 /// * **Under a flood.** When the table is full and no bucket is full, a new key is refused with
 ///   `RetryAfter(d)`, `0 < d ≤` the time one whole burst takes to refill (the first instant a
-///   tracked bucket will be full; `Duration::MAX` if none will be within the 100-year
-///   horizon), or — with [`KeyedLimiterBuilder::fail_open`] — admitted untracked. Such
+///   tracked bucket will be full; `Duration::MAX` if none will be within the
+///   [`HORIZON`](crate::HORIZON)), or — with [`KeyedLimiterBuilder::fail_open`] — admitted untracked. Such
 ///   refusals cost O(1): they read one word.
 /// * **Lock-free lookups.** Deciding for a tracked key reads the index without locks and writes
 ///   only that key's slot (plus a counter on the calling thread's own cache-padded shard).

@@ -43,9 +43,9 @@
 //!   the finite queue plays in a leaky bucket that drops overflow.
 //! * **Work-conserving fairness.** The order is first-come-first-served by CAS; a caller that
 //!   gives up ([`Reservation::cancel`], or dropping an [`UntilReady`]) gets its tokens back only
-//!   if the bucket admitted nothing since its reservation (stricter than Go's `x/time/rate`,
-//!   which also gives back part of it), so cancellation never lets any window exceed the quota,
-//!   whatever the clock readings.
+//!   if the bucket admitted nothing since its reservation, so cancellation never lets any window
+//!   exceed the quota, whatever the clock readings (why, against Go's `x/time/rate`:
+//!   docs/guarantees.md).
 //!
 //! # Reservations and reconfiguration
 //!
@@ -96,7 +96,7 @@ impl<C: Clock> Bucket<C> {
     ///
     /// Errors: [`Denied::ExceedsBurst`] when `cost > burst` (no wait would ever admit it), and
     /// nothing is consumed. (`RetryAfter` only if the queue of reservations already reaches
-    /// decades ahead, past the state's range, or past the 100-year horizon.) Cost 0 returns `Ok(0)` at once.
+    /// decades ahead, past the state's range, or past the [`HORIZON`](crate::HORIZON).) Cost 0 returns `Ok(0)` at once.
     ///
     /// ```
     /// use std::time::Duration;

@@ -78,11 +78,10 @@ impl<C: Clock> Reservation<'_, C> {
     /// reservations cancelled in reverse order (last taken, first cancelled) all come back;
     /// one cancelled while a later reservation or decision still holds stays consumed.
     ///
-    /// **Deviation from Go's `x/time/rate` `Reservation.CancelAt`**, which restores
-    /// `cost − (tokens reserved after it)`: after any later admission the bucket cannot tell a
-    /// later decision's debit from the refill that already replaced this reservation's tokens
-    /// (see [`gcra::cancel`] for the proof), so a partial refund could admit tokens twice. For
-    /// the same reason any reconfiguration since the reservation ([`Bucket::set_quota`] with a
+    /// No partial refund (unlike Go's `x/time/rate`, see docs/guarantees.md): after any later
+    /// admission the bucket cannot tell a later decision's debit from the refill that already
+    /// replaced this reservation's tokens ([`gcra::cancel`]). For the same reason any
+    /// reconfiguration since the reservation ([`Bucket::set_quota`] with a
     /// different quota, even one that later switches back) makes `cancel` give back nothing.
     ///
     /// ```
