@@ -378,31 +378,45 @@ impl<C: Clock> ShardedBucket<C> {
     #[inline]
     fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
         let rate = self.fixed.quota.rate();
-        let earned = self.earned(now);
         let cost_units = cost * rate.scale();
         let n = self.shards.len();
         // The common cases, one attempt each: a spend from the lease; with the lease empty (or
         // one shard), one CAS on the central word that takes no lease, or a refusal.
+        let mut earned = None;
         let home = if n > 1 {
             let lease = &self.shards[self.home()];
-            let limit = earned.floor + rate.burst_units();
-            match lease.spend_fast(earned.ceil, limit, cost_units) {
-                Fast::Spent => return Ok(()),
-                Fast::Empty => {}
-                Fast::Slow => return self.acquire_slow(now, earned, cost, Some(lease)),
+            let (q, h) = lease.read();
+            if q < h {
+                let e = self.earned(now);
+                earned = Some(e);
+                let limit = e.floor + rate.burst_units();
+                match lease.spend_fast((q, h), e.ceil, limit, cost_units) {
+                    Fast::Spent => return Ok(()),
+                    Fast::Empty => {}
+                    Fast::Slow => return self.acquire_slow(now, e, cost, Some(lease)),
+                }
+            } else if q == lease::LOCKED {
+                return self.acquire_slow(now, self.earned(now), cost, Some(lease));
             }
-            Some(lease)
+            // The lease holds nothing; the central word holds less than one token before
+            // `dry`, whatever happened since: no need to read it.
+            let dry = lease.dry_until();
+            if cost == 1 && now < dry {
+                return Err(Denied::RetryAfter(central::wait_until(dry, now)));
+            }
+            Some(&**lease)
         } else {
             None
         };
+        let earned = earned.unwrap_or_else(|| self.earned(now));
         // With one shard no lease is ever taken: no room is too much.
         let room = if n > 1 { self.fixed.spread } else { u64::MAX };
         match self
             .central
-            .decide_fast(rate, now, earned, cost_units, room)
+            .decide_fast(rate, now, earned, cost_units, room, home)
         {
             Some(verdict) => verdict,
-            None => self.acquire_slow(now, earned, cost, home.map(|l| &**l)),
+            None => self.acquire_slow(now, earned, cost, home),
         }
     }
 

@@ -80,7 +80,8 @@ impl Central {
     }
 
     /// One attempt of [`decide`](Self::decide) for a shard whose lease holds nothing (or no
-    /// shard), where it takes no lease: one CAS, or a refusal. `None`: [`decide`](Self::decide).
+    /// shard), where it takes no lease: one CAS, or a refusal (recorded in the lease's
+    /// `dry_until`). `None`: [`decide`](Self::decide).
     #[inline(always)]
     pub(super) fn decide_fast(
         &self,
@@ -89,16 +90,26 @@ impl Central {
         e: Earned,
         cost_units: u64,
         lease_room: u64,
+        lease: Option<&Lease>,
     ) -> Option<Result<(), Denied>> {
         let burst_units = rate.burst_units();
         let limit = e.floor + burst_units;
         let s = self.state.load(Ordering::Relaxed);
         let want = s + cost_units;
         if want > limit {
-            return Some(Err(Denied::RetryAfter(wait(rate, want - burst_units, now))));
+            let at = rate.instant_of(want - burst_units);
+            if let Some(lease) = lease {
+                // For one token the instant just computed.
+                lease.publish_dry(if cost_units == rate.scale() {
+                    at
+                } else {
+                    dry_at(rate, s)
+                });
+            }
+            return Some(Err(Denied::RetryAfter(wait_until(at, now))));
         }
-        // Room for a lease: `decide` takes one.
-        if (limit - s).min(burst_units) - cost_units > lease_room {
+        // Perhaps room for a lease (`decide` computes it, capped at the burst).
+        if limit - want > lease_room {
             return None;
         }
         self.state
@@ -179,6 +190,9 @@ impl Central {
                     }
                     _ => {}
                 }
+                if let Some((lease, ..)) = held {
+                    lease.publish_dry(dry_at(rate, s));
+                }
                 release(locked);
                 return Outcome::Refused(Denied::RetryAfter(wait(
                     rate,
@@ -231,11 +245,25 @@ impl Central {
     }
 }
 
-/// The wait from `now` until the units earned reach `need` (above those earned at `now`):
-/// `Duration::MAX` past the horizon, where nothing refills.
+/// The first reading at which a word in state `s` holds one token: before it, this state and
+/// every later one (the word only rises) hold less.
+#[inline(always)]
+fn dry_at(rate: &Rate, s: u64) -> u64 {
+    (s + rate.scale())
+        .checked_sub(rate.burst_units())
+        .map_or(0, |need| rate.instant_of(need))
+}
+
+/// The wait from `now` until the units earned reach `need` (above those earned at `now`).
 #[inline(always)]
 fn wait(rate: &Rate, need: u64, now: u64) -> Duration {
-    let at = rate.instant_of(need);
+    wait_until(rate.instant_of(need), now)
+}
+
+/// The wait from `now` until the reading `at`, at least 1 ns: `Duration::MAX` past the horizon,
+/// where nothing refills.
+#[inline(always)]
+pub(super) fn wait_until(at: u64, now: u64) -> Duration {
     if at > HORIZON_NS {
         Duration::MAX
     } else {

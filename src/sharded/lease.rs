@@ -30,10 +30,17 @@ pub(super) const LOCKED: u64 = u64::MAX;
 /// the frontier that goes on to read `top` is `Acquire`, so it reads the `top` of the lease
 /// whose frontier it read or of a later one, and with a later one its CAS fails (the frontier
 /// rose). Checked by the loom models in `loom-tests/tests/sharded_lease.rs`.
+///
+/// `dry_until`, on the same line: an instant before which the central word holds less than one
+/// token, from the state a refusal of this shard found; true for every reading before it
+/// forever, since the word only rises. A refusal of one token at an earlier reading, with the
+/// lease empty, is answered from it without reading the central word. Written only when it
+/// moves forward (a stalled writer may step it back to its own, still true, instant). `Relaxed`.
 #[derive(Default)]
 pub(super) struct Lease {
     frontier: AtomicU64,
     top: AtomicU64,
+    dry_until: AtomicU64,
 }
 
 /// A spend that did not happen.
@@ -57,12 +64,25 @@ pub(super) enum Fast {
 }
 
 impl Lease {
-    /// One attempt of [`spend`](Self::spend), for a reading with `ceil` units earned (rounded
-    /// up) and `limit` = earned rounded down + burst: no loop, no retry.
+    /// The frontier (`Acquire`) and the top: what [`spend_fast`](Self::spend_fast) starts
+    /// from. `frontier >= top` (`LOCKED` included) holds nothing at any reading.
     #[inline(always)]
-    pub(super) fn spend_fast(&self, ceil: u64, limit: u64, cost_units: u64) -> Fast {
+    pub(super) fn read(&self) -> (u64, u64) {
         let q = self.frontier.load(Ordering::Acquire);
-        let h = self.top.load(Ordering::Relaxed);
+        (q, self.top.load(Ordering::Relaxed))
+    }
+
+    /// One attempt of [`spend`](Self::spend) from what [`read`](Self::read) returned, for a
+    /// reading with `ceil` units earned (rounded up) and `limit` = earned rounded down + burst:
+    /// no loop, no retry.
+    #[inline(always)]
+    pub(super) fn spend_fast(
+        &self,
+        (q, h): (u64, u64),
+        ceil: u64,
+        limit: u64,
+        cost_units: u64,
+    ) -> Fast {
         let base = q.max(ceil);
         // `LOCKED` saturates above every `top`; below it nothing overflows.
         if base.saturating_add(cost_units) <= h && q + cost_units <= limit {
@@ -136,6 +156,21 @@ impl Lease {
     #[inline]
     pub(super) fn unlock(&self, frontier: u64) {
         self.frontier.store(frontier, Ordering::Release);
+    }
+
+    /// The instant before which the central word holds less than one token, as this shard last
+    /// found it (0: none known).
+    #[inline(always)]
+    pub(super) fn dry_until(&self) -> u64 {
+        self.dry_until.load(Ordering::Relaxed)
+    }
+
+    /// Records that the central word holds less than one token before `at`.
+    #[inline]
+    pub(super) fn publish_dry(&self, at: u64) {
+        if self.dry_until.load(Ordering::Relaxed) < at {
+            self.dry_until.store(at, Ordering::Relaxed);
+        }
     }
 
     /// Units the lease holds at a reading with `earned` units (read-only; 0 while locked).
