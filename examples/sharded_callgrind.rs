@@ -2,10 +2,10 @@
 //! counting instructions per call with callgrind: run with N = 0 and N = 1,000,000 and
 //! subtract. Two modes:
 //!
-//! * `refuse`: one-token requests on a drained bucket whose pool stays dry (1,024 tokens per
-//!   hour): the refusal path.
+//! * `refuse`: one-token requests on a drained bucket that stays dry (1,024 tokens per hour):
+//!   the refusal path.
 //! * `tight`: 10 M tokens/s, the clock advancing by one token's time before each one-token
-//!   request, so every token is spread over all the shards and each admission borrows.
+//!   request: every call admitted, each through the central word (too little for a lease).
 //! * `mixed`: 10 M tokens/s, the clock advancing by 40 ns (0.4 token's time) before each
 //!   one-token request: two in five admitted, as one thread of the harness's `mixed` regime
 //!   sees it (a call every few tens of nanoseconds against a token every 100).
