@@ -231,7 +231,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// `Err(RetryAfter(d))`: `d` is the smallest wait after which the central word holds `cost`
     /// if nothing else consumes (for quotas that are not [exact](Quota::is_exact) it may be
     /// rounded up by one unit's time). Tokens in leases are not counted, so when some are
-    /// leased out `d` is an upper bound of the pooled wait: never too early. Near the limit no
+    /// leased out `d` is an upper bound of the pooled wait. Near the limit no
     /// tokens are leased out and `d` is exact. `Err(ExceedsBurst)`: `cost` is above the burst.
     /// Cost 0 is always admitted.
     ///
