@@ -358,7 +358,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// The units earned at `now`.
     #[inline(always)]
     fn earned(&self, now: u64) -> Earned {
-        let (floor, ceil) = self.fixed.quota.rate().earned(now);
+        let (floor, ceil) = self.fixed.quota.scaled().earned(now);
         Earned { floor, ceil }
     }
 
@@ -379,7 +379,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// The decision at `now` for `0 < cost <= burst`: the shard's lease, else the central word.
     #[inline]
     fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
-        let rate = self.fixed.quota.rate();
+        let rate = self.fixed.quota.scaled();
         let cost_units = cost * rate.scale();
         let n = self.shards.len();
         // The common cases, one attempt each: a spend from the lease; with the lease empty (or
@@ -431,7 +431,7 @@ impl<C: Clock> ShardedBucket<C> {
         cost: u64,
         home: Option<&Lease>,
     ) -> Result<(), Denied> {
-        let rate = self.fixed.quota.rate();
+        let rate = self.fixed.quota.scaled();
         loop {
             let lease = match home {
                 Some(lease) => match lease.spend(earned, rate.burst_units(), cost * rate.scale()) {

@@ -5,7 +5,7 @@
 use super::lease::{Lease, Short};
 use super::Earned;
 use crate::error::Denied;
-use crate::quota::{Rate, HORIZON_NS};
+use crate::quota::{Scaled, HORIZON_NS};
 use crate::sync::{AtomicU64, Ordering};
 use core::time::Duration;
 
@@ -53,7 +53,7 @@ pub(super) enum Outcome {
 
 /// What a central decision needs of the quota and the shard.
 pub(super) struct Ask<'a> {
-    pub(super) rate: &'a Rate,
+    pub(super) rate: &'a Scaled,
     pub(super) now: u64,
     pub(super) earned: Earned,
     pub(super) cost: u64,
@@ -85,7 +85,7 @@ impl Central {
     #[inline(always)]
     pub(super) fn decide_fast(
         &self,
-        rate: &Rate,
+        rate: &Scaled,
         now: u64,
         e: Earned,
         cost_units: u64,
@@ -248,7 +248,7 @@ impl Central {
 /// The first reading at which a word in state `s` holds one token: before it, this state and
 /// every later one (the word only rises) hold less.
 #[inline(always)]
-fn dry_at(rate: &Rate, s: u64) -> u64 {
+fn dry_at(rate: &Scaled, s: u64) -> u64 {
     (s + rate.scale())
         .checked_sub(rate.burst_units())
         .map_or(0, |need| rate.instant_of(need))
@@ -256,7 +256,7 @@ fn dry_at(rate: &Rate, s: u64) -> u64 {
 
 /// The wait from `now` until the units earned reach `need` (above those earned at `now`).
 #[inline(always)]
-fn wait(rate: &Rate, need: u64, now: u64) -> Duration {
+fn wait(rate: &Scaled, need: u64, now: u64) -> Duration {
     wait_until(rate.instant_of(need), now)
 }
 
@@ -267,7 +267,7 @@ pub(super) fn wait_until(at: u64, now: u64) -> Duration {
     if at > HORIZON_NS {
         Duration::MAX
     } else {
-        crate::gcra::nanos(at.saturating_sub(now).max(1))
+        crate::gcra::to_duration(at.saturating_sub(now).max(1))
     }
 }
 
