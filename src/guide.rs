@@ -292,12 +292,12 @@
 //! # One limit on many cores: `ShardedBucket`
 //!
 //! A single [`Bucket`] is one cache line that every admission on every core writes. For one
-//! global limit hit by many cores, `ShardedBucket` (feature `std`) splits the quota exactly over
-//! cache-padded per-core sub-buckets; a thread whose shard runs dry borrows from the others, so
-//! one thread alone still gets the whole burst and rate. It pays off for a limit with headroom
-//! spread over many threads; near saturation a single `Bucket` costs less per call (the
-//! numbers are in the `ShardedBucket` docs and the notes of
-//! [`src/sharded.rs`](https://github.com/tollgate-rs/tollgate/blob/main/src/sharded.rs)).
+//! global limit hit by many cores, `ShardedBucket` (feature `std`) keeps one exact central word
+//! and gives each cache-padded per-core shard a lease of its tokens, spent on the shard's own
+//! line; leases shrink as the word empties, and near the limit every decision is one CAS on the
+//! central word, as a `Bucket`'s. One thread alone still gets the whole burst and rate (the
+//! design, its guarantees and its costs on 64 cores:
+//! [`docs/sharded.md`](https://github.com/tollgate-rs/tollgate/blob/main/docs/sharded.md)).
 //!
 #![cfg_attr(feature = "std", doc = "```")]
 #![cfg_attr(not(feature = "std"), doc = "```ignore")]
@@ -307,7 +307,7 @@
 //! let clock = ManualClock::new();
 //! // ShardedBucket::new(quota) uses one shard per core; here 4 shards explicitly.
 //! let bucket = ShardedBucket::with_clock(Quota::per_second(8)?, 4, clock.clone());
-//! assert_eq!(bucket.try_acquire(8), Ok(())); // the whole burst, borrowed across shards
+//! assert_eq!(bucket.try_acquire(8), Ok(())); // the whole burst, from the central word
 //! assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(125))));
 //! clock.advance(Duration::from_secs(1));
 //! assert_eq!(bucket.available(), 8);

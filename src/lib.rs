@@ -21,8 +21,8 @@
 //!   [`Reservation`], and the async [`Bucket::until_ready`] → [`UntilReady`].
 //! * `KeyedLimiter` — one exact bucket per key (tenant, API key, IP) in a table of bounded size
 //!   that evicts only full buckets, with an async `until_key_ready` (feature `keyed`);
-//!   `ShardedBucket` — one global limit split
-//!   over per-core cache-padded shards (`std`).
+//!   `ShardedBucket` — one global limit on many cores: an exact central word and a lease of
+//!   its tokens per cache-padded per-core shard (`std`).
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
 //! arithmetic at the clock's integer-nanosecond reading (see [`Quota::is_exact`] for the one

@@ -13,6 +13,8 @@
 //!   microsecond clock; quotas it cannot hold are refused at
 //!   [`build`](RedisLimiterBuilder::build) (range: refilling the whole burst may take up to 2^51
 //!   µs, about 71 years, when one token refills in whole microseconds; see the README's table).
+//! * [`RedisLimiterBuilder::limits`]: a policy of up to four quotas on one key
+//!   ([`tollgate::Limits`]), all decided in the same single round trip, all or none.
 //! * Bounded key bytes: keys over [`MAX_KEY_BYTES`] are stored under their SHA-256 digest
 //!   ([`stored_key`]).
 //! * A value under the prefix that the script did not write is that key's fault
