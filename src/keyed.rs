@@ -22,6 +22,8 @@
 //! `next_full_at` words of `Table`, without the mutex, so it scales.
 
 mod index;
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+mod named;
 
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
@@ -212,6 +214,9 @@ pub struct KeyedLimiter<K, C = DefaultClock> {
     table: CachePadded<Table>,
     shards: Box<[CachePadded<Counters>]>,
     clock: C,
+    /// Metrics and tracing (see `keyed/named.rs`).
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    observe: crate::observe::KeyedObserver,
     _keys: core::marker::PhantomData<fn(&K)>,
 }
 
@@ -247,6 +252,8 @@ pub struct KeyedLimiterBuilder<K, C = DefaultClock> {
     overrides: HashMap<K, Quota>,
     fail_open: bool,
     clock: C,
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    named: named::Named,
 }
 
 impl<K, C: fmt::Debug> fmt::Debug for KeyedLimiterBuilder<K, C> {
@@ -309,13 +316,16 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroCapacity);
         }
-        Ok(KeyedLimiter::from_parts(
+        let limiter = KeyedLimiter::from_parts(
             self.quota,
             self.max_keys,
             self.clock,
             self.overrides,
             self.fail_open,
-        ))
+        );
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        let limiter = self.named.apply(limiter);
+        Ok(limiter)
     }
 }
 
@@ -364,6 +374,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             overrides: HashMap::new(),
             fail_open: false,
             clock,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            named: named::Named::default(),
         }
     }
 
@@ -404,6 +416,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             // `shards` owned ones, then as many shared ones (see `count`).
             shards: (0..2 * shards).map(|_| CachePadded::default()).collect(),
             clock,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            observe: crate::observe::KeyedObserver::new(None, max_keys as u64, false),
             _keys: core::marker::PhantomData,
         }
     }
@@ -823,6 +837,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         } else {
             self.decide(fp, cost, quota, now)
         };
+        #[cfg(feature = "metrics")]
+        let result = self.observe.decided(result);
         match result {
             Ok(()) => self.count(|c| &c.admitted, 1),
             Err(_) => self.count(|c| &c.refused, 1),
@@ -891,6 +907,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
                 Insert::Retry => epoch = self.index.rebuild_epoch(),
                 Insert::Refused(denied) => return Err(denied),
                 Insert::TableFull(wait) => {
+                    #[cfg(any(feature = "metrics", feature = "tracing"))]
+                    self.observe.table_full(self.fail_open);
                     return if self.fail_open {
                         self.count(|c| &c.admitted_untracked, 1);
                         Ok(())
@@ -949,6 +967,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let full_at = gcra::full_at(state, quota);
         locked.insert(fp, state, full_at);
         self.table.len.fetch_add(1, Ordering::SeqCst);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        self.observe.inserted(self.table.len.load(Ordering::SeqCst));
         self.table.next_full_at.fetch_min(full_at, Ordering::SeqCst);
         Insert::Done
     }
@@ -1001,6 +1021,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         );
         // `len` first, then the bound: see the lock-free refusal in `insert`.
         self.table.len.fetch_sub(step.evicted, Ordering::SeqCst);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        self.observe.swept(step.evicted, self.table.len.load(Ordering::SeqCst));
         if let Some(next) = step.pass_done {
             self.table.next_full_at.store(next, Ordering::SeqCst);
         }

@@ -54,6 +54,11 @@ pub mod guide;
 #[cfg(feature = "keyed")]
 mod keyed;
 mod limits;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+mod observe;
 mod quota;
 mod recip;
 #[cfg(feature = "std")]
