@@ -125,9 +125,7 @@ impl DecisionMetrics {
     /// The handles for the limiter named `limiter` (the `limiter` label).
     pub fn new(limiter: impl Into<SharedString>) -> DecisionMetrics {
         let limiter: SharedString = limiter.into();
-        let outcome = |o: Outcome| {
-            metrics::counter!(DECISIONS, "limiter" => limiter.clone(), "outcome" => o.as_str())
-        };
+        let outcome = |o: Outcome| metrics::counter!(DECISIONS, "limiter" => limiter.clone(), "outcome" => o.as_str());
         DecisionMetrics {
             admitted: outcome(Outcome::Admitted),
             refused: outcome(Outcome::Refused),
@@ -211,9 +209,7 @@ impl TableMetrics {
     /// The handles for `limiter`; sets the capacity gauge to `capacity` once.
     pub(crate) fn new(limiter: SharedString, capacity: u64) -> TableMetrics {
         metrics::gauge!(KEYS_CAPACITY, "limiter" => limiter.clone()).set(capacity as f64);
-        let full = |action: &'static str| {
-            metrics::counter!(TABLE_FULL, "limiter" => limiter.clone(), "action" => action)
-        };
+        let full = |action: &'static str| metrics::counter!(TABLE_FULL, "limiter" => limiter.clone(), "action" => action);
         TableMetrics {
             keys: metrics::gauge!(KEYS, "limiter" => limiter.clone()),
             evictions: metrics::counter!(EVICTIONS, "limiter" => limiter.clone()),

@@ -21,7 +21,10 @@ mod keyed {
         #[cfg(feature = "tracing")]
         name: Option<alloc::boxed::Box<str>>,
         #[cfg(feature = "metrics")]
-        metrics: Option<(crate::metrics::DecisionMetrics, crate::metrics::TableMetrics)>,
+        metrics: Option<(
+            crate::metrics::DecisionMetrics,
+            crate::metrics::TableMetrics,
+        )>,
         #[cfg(feature = "metrics")]
         shadow: bool,
         /// Whether the table is full: set by the first new key it turned away, cleared by the
@@ -79,7 +82,11 @@ mod keyed {
                     limiter = self.name.as_deref().unwrap_or(""),
                     fail_open = admitted,
                     "tollgate: keyed table full, no bucket can be evicted: new keys are {}",
-                    if admitted { "admitted untracked" } else { "refused" },
+                    if admitted {
+                        "admitted untracked"
+                    } else {
+                        "refused"
+                    },
                 );
             }
             let _ = admitted;
