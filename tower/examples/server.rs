@@ -11,6 +11,10 @@
 //!                                  X-Forwarded-For hop behind these proxies
 //!   --redis URL                    the Redis backend (one limit shared by many servers)
 //!   --unlimited                    no layer (the baseline for overhead)
+//!   --metrics                      Prometheus text at GET /metrics (not rate-limited): the
+//!                                  layer's decisions as limiter="http", a keyed table's gauges
+//!                                  as limiter="http-keys"
+//!   --shadow                       decide and record, but admit every request
 //! ```
 //!
 //! Prints `listening on ADDR` (the bound address) on stdout once it accepts connections, exits 2
@@ -25,11 +29,18 @@ use axum::Router;
 use clap::{CommandFactory, Parser};
 use http::HeaderName;
 use ipnet::IpNet;
-use tollgate::{Bucket, KeyedLimiter, Quota};
-use tollgate_tower::{ClientIp, HeaderKey, PeerIp, RateLimitLayer};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tollgate::metrics::RETRY_AFTER;
+use tollgate::{Bucket, DefaultClock, KeyedLimiter, Quota};
+use tollgate_tower::{ClientIp, HeaderKey, KeyType, PeerIp, RateLimitLayer};
 
 /// The most keys a per-IP or per-header limiter tracks (bounded memory).
 const MAX_KEYS: usize = 1 << 20;
+
+/// The `tollgate_retry_after_seconds` buckets (seconds): from a millisecond to an hour.
+const WAIT_BUCKETS: &[f64] = &[
+    0.001, 0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 60.0, 600.0, 3600.0,
+];
 
 #[derive(Parser, Debug)]
 #[command(about = "axum hello-world behind tollgate-tower's rate-limit layer")]
@@ -55,6 +66,12 @@ struct Cli {
     /// No rate limiting at all (the overhead baseline).
     #[arg(long)]
     unlimited: bool,
+    /// Serve Prometheus metrics at GET /metrics (not counted by the limiter).
+    #[arg(long)]
+    metrics: bool,
+    /// Shadow mode: decide and record every request, refuse none.
+    #[arg(long)]
+    shadow: bool,
 }
 
 /// The `--trusted-proxies` networks (one flag value, comma-separated).
@@ -140,11 +157,16 @@ fn main() -> ExitCode {
     if cli.unlimited && cli.redis.is_some() {
         usage("--unlimited and --redis exclude each other".into());
     }
+    if cli.unlimited && cli.shadow {
+        usage("--unlimited and --shadow exclude each other".into());
+    }
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(serve(cli, quota))
 }
 
 async fn serve(cli: Cli, quota: Quota) -> ExitCode {
+    // Installed before any limiter is built: their metric handles are resolved at construction.
+    let scrape = cli.metrics.then(install_recorder);
     let app = Router::new().route("/", get(|| async { "ok" }));
     let app = if cli.unlimited {
         app
@@ -158,21 +180,32 @@ async fn serve(cli: Cli, quota: Quota) -> ExitCode {
         }
     } else {
         match (&cli.key, &cli.trusted_proxies) {
-            (KeyKind::Global, _) => app.layer(RateLimitLayer::new(Bucket::new(quota))),
+            (KeyKind::Global, _) => {
+                app.layer(observed(RateLimitLayer::new(Bucket::new(quota)), &cli))
+            }
             (KeyKind::Ip, None) => {
-                let limiter = KeyedLimiter::<IpAddr>::new(quota, MAX_KEYS);
-                app.layer(RateLimitLayer::new(limiter).key(PeerIp::new()))
+                let limiter = keyed::<IpAddr>(quota, &cli);
+                app.layer(observed(
+                    RateLimitLayer::new(limiter).key(PeerIp::new()),
+                    &cli,
+                ))
             }
             (KeyKind::Ip, Some(Trusted(trusted))) => {
-                let limiter = KeyedLimiter::<IpAddr>::new(quota, MAX_KEYS);
+                let limiter = keyed::<IpAddr>(quota, &cli);
                 let key = ClientIp::new(trusted.iter().copied());
-                app.layer(RateLimitLayer::new(limiter).key(key))
+                app.layer(observed(RateLimitLayer::new(limiter).key(key), &cli))
             }
             (KeyKind::Header(name), _) => {
-                let limiter = KeyedLimiter::<String>::new(quota, MAX_KEYS);
-                app.layer(RateLimitLayer::new(limiter).key(HeaderKey::new(name.clone())))
+                let limiter = keyed::<String>(quota, &cli);
+                let key = HeaderKey::new(name.clone());
+                app.layer(observed(RateLimitLayer::new(limiter).key(key), &cli))
             }
         }
+    };
+    // Routed after the layer, so scrapes are not rate-limited (nor counted).
+    let app = match scrape {
+        Some(handle) => app.route("/metrics", get(move || async move { handle.render() })),
+        None => app,
     };
     let listener = match tokio::net::TcpListener::bind(cli.listen).await {
         Ok(listener) => listener,
@@ -194,6 +227,42 @@ async fn serve(cli: Cli, quota: Quota) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Installs the Prometheus recorder as the global one; its handle renders the scrape.
+fn install_recorder() -> PrometheusHandle {
+    // Buckets make the waits a Prometheus histogram (the default would be a summary).
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(RETRY_AFTER.into()), WAIT_BUCKETS)
+        .expect("non-empty buckets")
+        .build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).expect("the only recorder");
+    handle
+}
+
+/// `--metrics` names the layer `http`; `--shadow` turns shadow mode on.
+fn observed<Bk, X: KeyType, Co>(
+    layer: RateLimitLayer<Bk, X, Co>,
+    cli: &Cli,
+) -> RateLimitLayer<Bk, X, Co> {
+    let layer = layer.shadow(cli.shadow);
+    if cli.metrics {
+        layer.name("http")
+    } else {
+        layer
+    }
+}
+
+/// The per-key table; with `--metrics` its gauges and evictions as `http-keys`.
+fn keyed<K: std::hash::Hash + Eq + Clone>(quota: Quota, cli: &Cli) -> KeyedLimiter<K> {
+    let builder = KeyedLimiter::builder(quota, MAX_KEYS, DefaultClock::default());
+    let builder = if cli.metrics {
+        builder.name("http-keys")
+    } else {
+        builder
+    };
+    builder.build().expect("MAX_KEYS is not 0")
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -218,7 +287,7 @@ async fn redis_layer(app: Router, url: &str, quota: Quota, cli: &Cli) -> Result<
         .build()
         .await
         .map_err(|e| format!("cannot use Redis at {url}: {e}"))?;
-    let layer = RateLimitLayer::new(limiter);
+    let layer = observed(RateLimitLayer::new(limiter), cli);
     Ok(match (&cli.key, &cli.trusted_proxies) {
         (KeyKind::Global, _) => app.layer(layer),
         (KeyKind::Ip, None) => app.layer(layer.key(PeerIp::new())),
