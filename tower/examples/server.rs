@@ -215,10 +215,11 @@ async fn serve(cli: Cli, quota: Quota) -> ExitCode {
         }
     };
     let addr = listener.local_addr().unwrap_or(cli.listen);
+    let shutdown = shutdown();
     println!("listening on {addr}");
     let service = app.into_make_service_with_connect_info::<SocketAddr>();
     match axum::serve(listener, service)
-        .with_graceful_shutdown(shutdown())
+        .with_graceful_shutdown(shutdown)
         .await
     {
         Ok(()) => ExitCode::SUCCESS,
@@ -265,20 +266,25 @@ fn keyed<K: std::hash::Hash + Eq + Clone>(quota: Quota, cli: &Cli) -> KeyedLimit
     builder.build().expect("MAX_KEYS is not 0")
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Resolves on SIGINT or SIGTERM. The handlers are installed here, before `listening on` is
+/// printed: a signal sent right after that line must not find the default action (exit 143).
+fn shutdown() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler");
-        tokio::select! {
-            _ = interrupt => {}
-            _ = term.recv() => {}
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut interrupt = signal(SignalKind::interrupt()).expect("a SIGINT handler");
+        let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+        async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = term.recv() => {}
+            }
         }
     }
     #[cfg(not(unix))]
-    let _ = interrupt.await;
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// The Redis backend: one limit per key shared by every server on the same Redis.
