@@ -37,10 +37,14 @@
 //! # Ok(()) }
 //! ```
 
+mod breaker;
+mod builder;
 mod conn;
+mod counters;
 mod error;
 mod lease;
 mod limiter;
+mod policy;
 mod script;
 #[cfg(feature = "test-support")]
 pub mod test_support;
@@ -61,10 +65,11 @@ pub use script::ORIGIN_UNIX_US;
 pub fn check_quota(quota: tollgate::Quota) -> Result<(), Error> {
     script::Params::new(quota).map(|_| ())
 }
+pub use builder::RedisLimiterBuilder;
+pub use counters::Counters;
 pub use lease::Leases;
-pub use limiter::{
-    Counters, OnUnavailable, Outcome, RedisLimiter, RedisLimiterBuilder, FAIL_CLOSED_RETRY,
-};
+pub use limiter::{Outcome, RedisLimiter};
+pub use policy::{OnUnavailable, FAIL_CLOSED_RETRY};
 
 /// The README's Rust examples, compiled as doc tests.
 #[cfg(doctest)]
