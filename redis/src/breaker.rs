@@ -66,17 +66,21 @@ impl Breaker {
         }
     }
 
-    pub(crate) fn done(&self, pass: Pass, unavailable: bool) {
+    /// Ends a pass; `Some(true)` if this opened the breaker, `Some(false)` if it closed it.
+    pub(crate) fn done(&self, pass: Pass, unavailable: bool) -> Option<bool> {
+        let mut changed = None;
         if unavailable {
             if !self.down.swap(true, Ordering::AcqRel) {
                 self.last_probe.store(self.now(), Ordering::Release);
+                changed = Some(true);
             }
-        } else {
-            self.down.store(false, Ordering::Release);
+        } else if self.down.load(Ordering::Acquire) && self.down.swap(false, Ordering::AcqRel) {
+            changed = Some(false);
         }
         if let Pass::Probe = pass {
             self.probing.store(false, Ordering::Release);
         }
+        changed
     }
 }
 
@@ -85,19 +89,27 @@ impl Breaker {
 pub(crate) struct BreakerGuard<'a> {
     breaker: &'a Breaker,
     pass: Option<Pass>,
+    /// Told of the openings and closings this guard causes.
+    observe: &'a crate::observe::Observer,
 }
 
 impl<'a> BreakerGuard<'a> {
-    pub(crate) fn new(breaker: &'a Breaker, pass: Pass) -> BreakerGuard<'a> {
+    pub(crate) fn new(
+        breaker: &'a Breaker,
+        pass: Pass,
+        observe: &'a crate::observe::Observer,
+    ) -> BreakerGuard<'a> {
         BreakerGuard {
             breaker,
             pass: Some(pass),
+            observe,
         }
     }
 
     pub(crate) fn finish(mut self, unavailable: bool) {
         if let Some(p) = self.pass.take() {
-            self.breaker.done(p, unavailable);
+            let changed = self.breaker.done(p, unavailable);
+            self.observe.breaker(changed);
         }
     }
 }
@@ -105,7 +117,8 @@ impl<'a> BreakerGuard<'a> {
 impl Drop for BreakerGuard<'_> {
     fn drop(&mut self) {
         if let Some(p) = self.pass.take() {
-            self.breaker.done(p, true);
+            let changed = self.breaker.done(p, true);
+            self.observe.breaker(changed);
         }
     }
 }

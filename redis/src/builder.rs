@@ -5,6 +5,7 @@ use crate::conn::Conn;
 use crate::counters::Stats;
 use crate::lease::{Leases, Table};
 use crate::limiter::{Inner, RedisLimiter};
+use crate::observe::Observer;
 use crate::policy::{local_share, OnUnavailable, Policy};
 use crate::script::{Params, SOURCE};
 use crate::Error;
@@ -27,6 +28,8 @@ pub struct RedisLimiterBuilder {
     leases: Option<Leases>,
     max_in_flight: usize,
     probe_interval: Duration,
+    /// The name metrics and events carry (`name`, in `observe.rs`).
+    pub(crate) name: Option<String>,
 }
 
 impl fmt::Debug for RedisLimiterBuilder {
@@ -266,6 +269,7 @@ impl RedisLimiterBuilder {
                 breaker: Breaker::new(self.probe_interval),
                 in_flight: Semaphore::new(self.max_in_flight.min(Semaphore::MAX_PERMITS)),
                 leases: self.leases.map(Table::new),
+                observe: Observer::new(self.name.as_deref()),
             }),
         })
     }
@@ -296,6 +300,7 @@ impl RedisLimiter {
             leases: None,
             max_in_flight: 4096,
             probe_interval: Duration::from_millis(100),
+            name: None,
         }
     }
 }

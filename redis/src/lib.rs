@@ -44,6 +44,7 @@ mod counters;
 mod error;
 mod lease;
 mod limiter;
+mod observe;
 mod policy;
 mod script;
 #[cfg(feature = "test-support")]

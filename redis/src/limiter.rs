@@ -5,6 +5,7 @@ use crate::breaker::{Breaker, BreakerGuard};
 use crate::conn::Conn;
 use crate::counters::{bump, Counters, Stats};
 use crate::lease::Table;
+use crate::observe::{Observer, Path};
 use crate::policy::{Policy, FAIL_CLOSED_RETRY};
 use crate::script::{Decision, Params};
 use crate::Error;
@@ -41,6 +42,8 @@ pub(crate) struct Inner {
     pub(crate) breaker: Breaker,
     pub(crate) in_flight: Semaphore,
     pub(crate) leases: Option<Table>,
+    /// Metrics and tracing (`observe.rs`).
+    pub(crate) observe: Observer,
 }
 
 /// A GCRA rate limiter whose buckets live in Redis, shared by every process that uses the same
@@ -233,6 +236,7 @@ impl RedisLimiter {
         match &self.inner.policy {
             Policy::FailClosed => {
                 bump(&s.fail_closed);
+                self.inner.observe.path(Path::FailClosed);
                 Outcome {
                     verdict: Err(Denied::RetryAfter(FAIL_CLOSED_RETRY)),
                     snapshot: None,
@@ -241,6 +245,7 @@ impl RedisLimiter {
             }
             Policy::FailOpen => {
                 bump(&s.fail_open);
+                self.inner.observe.path(Path::FailOpen);
                 Outcome {
                     verdict: Ok(()),
                     snapshot: None,
@@ -249,7 +254,9 @@ impl RedisLimiter {
             }
             Policy::Local(k) => {
                 bump(&s.local_fallback);
+                self.inner.observe.path(Path::LocalFallback);
                 let (verdict, snapshot) = k.try_acquire_snapshot(key, cost);
+                self.inner.observe.decided(&verdict);
                 Outcome {
                     verdict,
                     snapshot: Some(snapshot),
@@ -259,8 +266,22 @@ impl RedisLimiter {
         }
     }
 
-    /// The decision: edge cases, the lease, or one script call; all within the timeout.
+    /// [`decide_unobserved`](RedisLimiter::decide_unobserved), its verdict recorded.
     async fn decide(
+        &self,
+        key: &str,
+        cost: u64,
+        want_snapshot: bool,
+    ) -> Result<(Result<(), Denied>, Option<Snapshot>), Error> {
+        let r = self.decide_unobserved(key, cost, want_snapshot).await;
+        if let Ok((verdict, _)) = &r {
+            self.inner.observe.decided(verdict);
+        }
+        r
+    }
+
+    /// The decision: edge cases, the lease, or one script call; all within the timeout.
+    async fn decide_unobserved(
         &self,
         key: &str,
         cost: u64,
@@ -278,8 +299,9 @@ impl RedisLimiter {
         }
         let r = tokio::time::timeout(self.inner.timeout, self.decide_redis(key, cost, p)).await;
         let r = r.unwrap_or(Err(Error::Timeout(self.inner.timeout)));
-        if r.is_err() {
+        if let Err(e) = &r {
             bump(&self.inner.stats.errors);
+            self.inner.observe.failed(matches!(e, Error::Timeout(_)));
         }
         r
     }
@@ -303,11 +325,13 @@ impl RedisLimiter {
         let Some(table) = &self.inner.leases else {
             let d = self.call(key, p, cost, Mode::Acquire, None).await?;
             bump(&self.inner.stats.redis);
+            self.inner.observe.path(Path::Redis);
             return Ok((d.verdict, Some(d.snapshot)));
         };
         let Some(slot) = table.slot(key) else {
             let d = self.call(key, p, cost, Mode::Acquire, None).await?;
             bump(&self.inner.stats.redis);
+            self.inner.observe.path(Path::Redis);
             return Ok((d.verdict, Some(d.snapshot)));
         };
         if let Some(r) = self.local(table, &slot, p, cost) {
@@ -320,8 +344,10 @@ impl RedisLimiter {
         }
         let take = table.next_take(cost);
         let sent = table.now();
+        self.inner.observe.refill();
         let d = self.call(key, p, cost, Mode::Lease(take), None).await?;
         bump(&self.inner.stats.redis);
+        self.inner.observe.path(Path::Redis);
         match d.verdict {
             Ok(()) => {
                 let take = crate::lease::Take {
@@ -351,10 +377,12 @@ impl RedisLimiter {
     ) -> Option<(Result<(), Denied>, Option<Snapshot>)> {
         if table.take_local(slot, &p.quota, cost) {
             bump(&self.inner.stats.leased);
+            self.inner.observe.path(Path::Lease);
             return Some((Ok(()), Some(self.lease_snapshot(table, slot, p))));
         }
         let wait = table.denied(slot, cost)?;
         bump(&self.inner.stats.lease_denied);
+        self.inner.observe.path(Path::LeaseDenied);
         Some((
             Err(Denied::RetryAfter(wait)),
             Some(self.lease_snapshot(table, slot, p)),
@@ -400,8 +428,10 @@ impl RedisLimiter {
         let full_key = format!("{}{}", inner.prefix, key);
         bump(&inner.stats.redis_calls);
         // The breaker must learn about a timeout too: mark it down unless the call finishes.
-        let guard = BreakerGuard::new(&inner.breaker, pass);
+        let guard = BreakerGuard::new(&inner.breaker, pass, &inner.observe);
+        let started = inner.observe.start();
         let reply = inner.conn.eval(&inner.script, &full_key, &argv).await;
+        inner.observe.round_trip(started, reply.is_ok());
         let unavailable = match &reply {
             Ok(_) => false,
             Err(e) => {

@@ -12,8 +12,9 @@
 //!   --redis URL                    the Redis backend (one limit shared by many servers)
 //!   --unlimited                    no layer (the baseline for overhead)
 //!   --metrics                      Prometheus text at GET /metrics (not rate-limited): the
-//!                                  layer's decisions as limiter="http", a keyed table's gauges
-//!                                  as limiter="http-keys"
+//!                                  layer's decisions as limiter="http", the keyed table's
+//!                                  (its own decisions, gauges) as "http-keys", the Redis
+//!                                  limiter's (paths, round trips, breaker) as "http-redis"
 //!   --shadow                       decide and record, but admit every request
 //! ```
 //!
@@ -289,7 +290,13 @@ fn shutdown() -> impl std::future::Future<Output = ()> {
 
 /// The Redis backend: one limit per key shared by every server on the same Redis.
 async fn redis_layer(app: Router, url: &str, quota: Quota, cli: &Cli) -> Result<Router, String> {
-    let limiter = tollgate_redis::RedisLimiter::builder(url, quota)
+    let builder = tollgate_redis::RedisLimiter::builder(url, quota);
+    let builder = if cli.metrics {
+        builder.name("http-redis")
+    } else {
+        builder
+    };
+    let limiter = builder
         .build()
         .await
         .map_err(|e| format!("cannot use Redis at {url}: {e}"))?;
