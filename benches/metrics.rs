@@ -6,6 +6,8 @@
 //! * `cargo bench --bench metrics --features metrics` — criterion; quote ratios from one run.
 //! * `BENCH=metrics FEATURES=metrics ci/callgrind.sh` — instructions per call of each scenario
 //!   (`metrics list` prints them).
+//! * `metrics cpu [ROUNDS] [N]` (the bench binary) — ns per call by thread CPU time, the
+//!   scenarios interleaved per round: what a loaded machine's wall-clock timings hide.
 #![allow(missing_docs)]
 
 use criterion::{black_box, Criterion};
@@ -92,7 +94,70 @@ fn callgrind_loop(n: u64, f: &dyn Fn() -> Result<(), Denied>) {
     }
 }
 
+/// This thread's CPU time in nanoseconds: the work a loop did, without the time its thread
+/// spent descheduled on a busy machine.
+#[cfg(unix)]
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant libc defines.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Elsewhere: wall-clock time (a loaded machine's descheduling included).
+#[cfg(not(unix))]
+fn thread_cpu_ns() -> u64 {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// `metrics cpu ROUNDS N`: each scenario `N` calls per round, the scenarios interleaved in
+/// every round, timed by thread CPU time; prints each scenario's median ns per call and the
+/// median of the per-round differences against its plain counterpart.
+fn cpu_time(rounds: usize, n: u64) {
+    let l = Limiters::new();
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); SCENARIOS.len()];
+    for _ in 0..rounds {
+        for (i, name) in SCENARIOS.iter().enumerate() {
+            let f = l.pick(name).expect("a scenario");
+            let t0 = thread_cpu_ns();
+            callgrind_loop(n, &f);
+            times[i].push((thread_cpu_ns() - t0) as f64 / n as f64);
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    for (i, name) in SCENARIOS.iter().enumerate() {
+        // Scenarios come in pairs: plain, then metered.
+        let extra = if i % 2 == 1 {
+            let d = times[i]
+                .iter()
+                .zip(&times[i - 1])
+                .map(|(m, p)| m - p)
+                .collect();
+            format!("  (+{:.1} ns per call, median of the rounds)", median(d))
+        } else {
+            String::new()
+        };
+        println!("{name:<26} {:6.1} ns{extra}", median(times[i].clone()));
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("cpu") {
+        let arg = |i: usize, d: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
+        cpu_time(arg(1, 11) as usize, arg(2, 2_000_000));
+        return;
+    }
     if common::callgrind_cli(
         "metrics",
         || SCENARIOS.map(String::from).to_vec(),

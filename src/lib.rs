@@ -19,6 +19,9 @@
 //!   that evicts only full buckets, with an async `until_key_ready` (feature `keyed`);
 //!   `ShardedBucket` — one global limit split
 //!   over per-core cache-padded shards (`std`).
+//! * `metrics` (feature `metrics`) — named limiters' decisions, refusal waits and keyed-table
+//!   gauges through the `metrics` facade, and shadow mode; feature `tracing` — events on state
+//!   changes.
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
 //! arithmetic at the clock's integer-nanosecond reading (see [`Quota::is_exact`] for the one

@@ -2,16 +2,7 @@
 //! events it emits (feature `tracing`). The decision path calls the one-line hooks here; with
 //! neither feature every hook is an empty inline function and [`Observer`] holds nothing.
 //!
-//! | series | kind | labels | what |
-//! |---|---|---|---|
-//! | `tollgate_decisions_total` | counter | `limiter`, `outcome` | every decision, as in the core |
-//! | `tollgate_retry_after_seconds` | histogram | `limiter` | the waits of refusals |
-//! | `tollgate_redis_decisions_total` | counter | `limiter`, `path` | what decided: `redis`, `lease`, `lease_denied`, `fail_open`, `fail_closed`, `local_fallback` |
-//! | `tollgate_redis_round_trip_seconds` | histogram | `limiter` | each script call's round trip (answered or failed) |
-//! | `tollgate_redis_timeouts_total` | counter | `limiter` | decisions that ran past the timeout |
-//! | `tollgate_redis_errors_total` | counter | `limiter` | decisions that failed (timeouts included) |
-//! | `tollgate_redis_breaker_transitions_total` | counter | `limiter`, `to` | the breaker opening (`open`) and closing (`closed`) |
-//! | `tollgate_redis_lease_refills_total` | counter | `limiter` | lease refills sent to Redis |
+//! The series are listed in the crate docs ("Observability").
 //!
 //! Tracing events (state changes only): the breaker opening and closing, the local fallback
 //! engaging (its first decision after Redis answered) and ending (Redis answering again).
