@@ -15,6 +15,7 @@
 //! | `tollgate_keys_capacity` | gauge | `limiter` | the most keys it tracks (`max_keys`) |
 //! | `tollgate_evictions_total` | counter | `limiter` | full buckets evicted |
 //! | `tollgate_table_full_total` | counter | `limiter`, `action` | new keys met a full table: `refused` or `admitted_untracked` (fail open) |
+//! | `tollgate_policy_refusals_total` | counter | `limiter`, `quota` | a policy of several quotas: the refusals each quota decided (`quota` is its index) |
 //!
 //! Labels are the names you give and fixed words: never a request's key, so a client cannot
 //! create series.
@@ -39,8 +40,10 @@ use metrics::{Counter, Gauge, Histogram, SharedString};
 use crate::Denied;
 
 mod metered;
+mod policy;
 
 pub use metered::Metered;
+pub use policy::{PolicyMetrics, POLICY_REFUSALS};
 
 /// The decisions counter: labels `limiter` and `outcome` ([`Outcome::as_str`]).
 pub const DECISIONS: &str = "tollgate_decisions_total";

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tollgate::metrics::{DecisionMetrics, Metered, Outcome};
+use tollgate::metrics::{DecisionMetrics, Metered, Outcome, PolicyMetrics};
 use tollgate::{Bucket, Denied, KeyedLimiter, ManualClock, Quota, ShardedBucket};
 
 #[path = "support/recorder.rs"]
@@ -319,5 +319,49 @@ fn decision_metrics_record_by_hand() {
     assert_eq!(
         Outcome::ALL.map(Outcome::as_str),
         ["admitted", "refused", "exceeds_burst", "shadow_refused"]
+    );
+}
+
+#[test]
+fn policy_metrics_count_refusals_by_quota() {
+    let rec = Recorder::new();
+    let m = rec.build(|| PolicyMetrics::new("tiers", 2));
+    let wait = Err(Denied::RetryAfter(Duration::from_secs(1)));
+    m.record(&Ok(()), 1); // an admission counts against no quota
+    m.record(&wait, 0);
+    m.record(&wait, 1);
+    m.record(&Err(Denied::ExceedsBurst), 1);
+    m.record(&wait, 9); // past the last quota: the last
+    assert_eq!(m.decide(true, wait, 0), Ok(()));
+    let s = rec.snapshot();
+    let by = |q: &str| {
+        s.counter(&format!(
+            "tollgate_policy_refusals_total{{limiter=tiers,quota={q}}}"
+        ))
+    };
+    assert_eq!((by("0"), by("1")), (2, 3));
+    assert!(
+        !s.0.keys().any(|k| k.contains("quota=2")),
+        "{:?}",
+        s.0.keys()
+    );
+    assert_eq!(s.decisions("tiers", "admitted"), 1);
+    assert_eq!(s.decisions("tiers", "refused"), 3);
+    assert_eq!(s.decisions("tiers", "exceeds_burst"), 1);
+    assert_eq!(s.decisions("tiers", "shadow_refused"), 1);
+    assert_eq!(s.waits("tiers").len(), 4);
+    // Clamped to one to four quotas.
+    let wide = rec.build(|| PolicyMetrics::new("wide", 9));
+    wide.record(&wait, 3);
+    let none = rec.build(|| PolicyMetrics::new("none", 0));
+    none.record(&wait, 0);
+    let s = rec.snapshot();
+    assert_eq!(
+        s.counter("tollgate_policy_refusals_total{limiter=wide,quota=3}"),
+        1
+    );
+    assert_eq!(
+        s.counter("tollgate_policy_refusals_total{limiter=none,quota=0}"),
+        1
     );
 }
