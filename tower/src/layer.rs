@@ -221,7 +221,7 @@ impl<Bk, X: KeyType, Co> RateLimitLayer<Bk, X, Co> {
 
     /// Shadow mode on or off. On, the layer decides every request exactly as it would, records
     /// the outcome (`shadow_refused` for what it would have refused, with the wait it would have
-    /// sent, when [named](RateLimitLayer::name)), and passes every request to the inner
+    /// sent, when named with `name`, feature `metrics`), and passes every request to the inner
     /// service: nothing is refused, and a refusal it would have made writes nothing in the
     /// backend, so turning shadow off later enforces from a correct state. An admitted
     /// response carries its usual headers (a would-be refusal's show 0 remaining, no
