@@ -663,7 +663,7 @@ impl<C: Clock> ShardedBucket<C> {
     fn take_pooled(&self, home: usize, now: u64, need: u128) -> Result<bool, bool> {
         let n = self.shards.len();
         // Every shard has the same rate and unit (`split`): the units earned are the same.
-        let rate = self.shards[0].quota.rate();
+        let rate = self.shards[0].quota.scaled();
         let (token, earned) = (rate.scale(), rate.earned(now));
         if let (2, Ok(need)) = (n, u64::try_from(need)) {
             if let Some(served) = self.take_pair(home, earned, need) {
@@ -923,7 +923,7 @@ fn wait(now: u64, at: u64) -> Duration {
     if at >= INSTANT {
         Duration::MAX
     } else {
-        gcra::nanos(at.saturating_sub(now).max(1))
+        gcra::to_duration(at.saturating_sub(now).max(1))
     }
 }
 
