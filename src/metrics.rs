@@ -35,7 +35,7 @@
 
 use core::time::Duration;
 
-use metrics::{Counter, Gauge, Histogram, SharedString};
+use metrics::{Counter, Histogram, SharedString};
 
 use crate::Denied;
 
@@ -200,14 +200,16 @@ fn wait_of(denied: &Denied) -> Option<Duration> {
 
 /// A keyed table's handles: its gauges and table counters, resolved once like
 /// [`DecisionMetrics`].
+#[cfg(feature = "keyed")]
 #[derive(Debug)]
 pub(crate) struct TableMetrics {
-    keys: Gauge,
+    keys: metrics::Gauge,
     evictions: Counter,
     full_refused: Counter,
     full_admitted: Counter,
 }
 
+#[cfg(feature = "keyed")]
 impl TableMetrics {
     /// The handles for `limiter`; sets the capacity gauge to `capacity` once.
     pub(crate) fn new(limiter: SharedString, capacity: u64) -> TableMetrics {
