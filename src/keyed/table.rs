@@ -178,7 +178,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         // `len` first, then the bound: see the lock-free refusal in `insert`.
         self.table.len.fetch_sub(step.evicted, Ordering::SeqCst);
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        self.observe.swept(step.evicted, self.table.len.load(Ordering::SeqCst));
+        self.observe
+            .swept(step.evicted, self.table.len.load(Ordering::SeqCst));
         if let Some(next) = step.pass_done {
             self.table.next_full_at.store(next, Ordering::SeqCst);
         }
