@@ -84,8 +84,10 @@ impl Breaker {
     }
 }
 
-/// Reports the call's outcome to the breaker; a call dropped by the decision timeout counts as
-/// unavailable.
+/// Holds a call's pass until the call reports its outcome ([`finish`](Self::finish)). Dropped
+/// without one (the caller gave up: a client disconnect, a `select!`, an outer timeout), it gives
+/// the pass back unused: a caller's impatience is not evidence about the server, so it moves
+/// nothing, and a probe pass becomes available to the next caller.
 pub(crate) struct BreakerGuard<'a> {
     breaker: &'a Breaker,
     pass: Option<Pass>,
@@ -117,8 +119,7 @@ impl<'a> BreakerGuard<'a> {
 impl Drop for BreakerGuard<'_> {
     fn drop(&mut self) {
         if let Some(p) = self.pass.take() {
-            let changed = self.breaker.done(p, true);
-            self.observe.breaker(changed);
+            self.breaker.release(p);
         }
     }
 }
@@ -135,6 +136,31 @@ mod tests {
             last_probe: AtomicU64::new(0),
             interval,
         }
+    }
+
+    /// A guard dropped before its call finished changes nothing: a closed breaker stays closed,
+    /// and an open one's probe pass is free again.
+    #[test]
+    fn a_dropped_guard_moves_nothing() {
+        let b = breaker(Duration::ZERO);
+        drop(BreakerGuard::new(
+            &b,
+            b.pass().unwrap(),
+            &crate::observe::Observer::default(),
+        ));
+        assert!(matches!(b.pass(), Some(Pass::Normal)), "still closed");
+        b.done(Pass::Normal, true);
+        drop(BreakerGuard::new(
+            &b,
+            b.pass().expect("a probe"),
+            &crate::observe::Observer::default(),
+        ));
+        let probe = b.pass().expect("the dropped probe's pass is free again");
+        BreakerGuard::new(&b, probe, &crate::observe::Observer::default()).finish(false);
+        assert!(
+            matches!(b.pass(), Some(Pass::Normal)),
+            "closed by the probe's reply"
+        );
     }
 
     #[test]

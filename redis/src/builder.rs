@@ -3,8 +3,10 @@
 use crate::breaker::Breaker;
 use crate::conn::Conn;
 use crate::counters::Stats;
+use crate::key::stored_key;
 use crate::lease::{Leases, Table};
 use crate::limiter::{Inner, RedisLimiter};
+use crate::limits::LimitsParams;
 use crate::observe::Observer;
 use crate::policy::{local_share, OnUnavailable, Policy};
 use crate::script::{Params, SOURCE};
@@ -26,6 +28,7 @@ pub struct RedisLimiterBuilder {
     on_unavailable: OnUnavailable,
     per_key: Vec<(String, Quota)>,
     leases: Option<Leases>,
+    limits: Option<tollgate::Limits>,
     max_in_flight: usize,
     probe_interval: Duration,
     /// The name metrics and events carry (`name`, in `observe.rs`).
@@ -134,6 +137,33 @@ impl RedisLimiterBuilder {
         self
     }
 
+    /// A policy of one to four quotas that must all hold, for every key without a
+    /// [`quota_for`](Self::quota_for) of its own (it replaces the builder's quota for them).
+    /// All the quotas of a key are decided in **one** round trip (one script call): admitted only
+    /// if every quota holds the cost, and then every quota's state is updated at once, or none.
+    /// A refusal waits the largest per-quota wait; the snapshot and
+    /// [`Outcome::quota`](crate::Outcome::quota) are the tightest quota's (fewest tokens left).
+    ///
+    /// [`build`](Self::build) refuses a policy of several quotas with [`Leases`] or
+    /// [`OnUnavailable::LocalFallback`] ([`Error::Config`]): both hold one quota per key.
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use std::time::Duration;
+    /// use tollgate::{Limits, Quota};
+    /// use tollgate_redis::RedisLimiter;
+    /// let per_second = Quota::per_second(10).unwrap();
+    /// let per_day = Quota::new(10_000, Duration::from_secs(86_400), 10_000).unwrap();
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", per_second)
+    ///     .limits(Limits::new([per_second, per_day]).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// # let _ = limiter; Ok(()) }
+    /// ```
+    pub fn limits(mut self, limits: tollgate::Limits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
     /// Serve decisions from tokens leased ahead of time (see [`Leases`] for the bound and the
     /// cost). Off by default.
     /// ```no_run
@@ -217,7 +247,23 @@ impl RedisLimiterBuilder {
                 "the timeout and max_in_flight must be non-zero".into(),
             ));
         }
-        let default = Params::new(self.quota)?;
+        // A policy of one quota is that quota (the one-quota script path).
+        let (quota, limits) = match self.limits {
+            Some(l) if l.quotas().len() == 1 => (l.quotas()[0], None),
+            Some(l) => (l.quotas()[0], Some(LimitsParams::new(l)?)),
+            None => (self.quota, None),
+        };
+        if limits.is_some()
+            && (self.leases.is_some()
+                || matches!(self.on_unavailable, OnUnavailable::LocalFallback { .. }))
+        {
+            return Err(Error::Config(
+                "a policy of several quotas works without leases and local fallback (both hold \
+                 one quota per key)"
+                    .into(),
+            ));
+        }
+        let default = Params::new(quota)?;
         let mut per_key = HashMap::new();
         for (k, q) in &self.per_key {
             per_key.insert(k.clone(), Params::new(*q)?);
@@ -227,9 +273,9 @@ impl RedisLimiterBuilder {
             OnUnavailable::FailOpen => Policy::FailOpen,
             OnUnavailable::LocalFallback { fraction, max_keys } => {
                 let share = |q: Quota| local_share(q, fraction);
-                let mut b = KeyedLimiter::builder(share(self.quota)?, max_keys, Default::default());
+                let mut b = KeyedLimiter::builder(share(quota)?, max_keys, Default::default());
                 for (k, q) in &self.per_key {
-                    b = b.quota_for(k.clone(), share(*q)?);
+                    b = b.quota_for(stored_key(k).into_owned(), share(*q)?);
                 }
                 Policy::Local(Box::new(
                     b.build().map_err(|e| Error::Config(e.to_string()))?,
@@ -265,6 +311,7 @@ impl RedisLimiterBuilder {
                 policy,
                 default,
                 per_key,
+                limits,
                 stats: Stats::default(),
                 breaker: Breaker::new(self.probe_interval),
                 in_flight: Semaphore::new(self.max_in_flight.min(Semaphore::MAX_PERMITS)),
@@ -298,6 +345,7 @@ impl RedisLimiter {
             on_unavailable: OnUnavailable::FailClosed,
             per_key: Vec::new(),
             leases: None,
+            limits: None,
             max_in_flight: 4096,
             probe_interval: Duration::from_millis(100),
             name: None,

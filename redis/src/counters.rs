@@ -33,6 +33,10 @@ pub struct Counters {
     pub local_fallback: u64,
     /// Decisions that failed with an [`Error`].
     pub errors: u64,
+    /// Refusals of a key whose stored value is not a state this crate wrote
+    /// ([`Error::Malformed`]; refused with [`MALFORMED_RETRY`](crate::MALFORMED_RETRY), no policy
+    /// applied). Also counted in `errors`.
+    pub malformed: u64,
     /// Script calls sent to Redis (round trips, including lease refills and probes).
     pub redis_calls: u64,
 }
@@ -46,6 +50,7 @@ pub(crate) struct Stats {
     pub(crate) fail_closed: AtomicU64,
     pub(crate) local_fallback: AtomicU64,
     pub(crate) errors: AtomicU64,
+    pub(crate) malformed: AtomicU64,
     pub(crate) redis_calls: AtomicU64,
 }
 
@@ -65,6 +70,7 @@ impl Stats {
             fail_closed: l(&self.fail_closed),
             local_fallback: l(&self.local_fallback),
             errors: l(&self.errors),
+            malformed: l(&self.malformed),
             redis_calls: l(&self.redis_calls),
         }
     }

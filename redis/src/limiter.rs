@@ -1,19 +1,23 @@
 //! [`RedisLimiter`]: the decision path (edge cases, the lease, or one script call), within
 //! the timeout, through the breaker and the in-flight cap.
 
-use crate::breaker::{Breaker, BreakerGuard};
+use crate::breaker::{Breaker, BreakerGuard, Pass};
 use crate::conn::Conn;
 use crate::counters::{bump, Counters, Stats};
+use crate::key::stored_key;
 use crate::lease::Table;
+use crate::limits::{LimitsDecision, LimitsParams};
 use crate::observe::{Observer, Path};
+use crate::policy::MALFORMED_RETRY;
 use crate::policy::{Policy, FAIL_CLOSED_RETRY};
-use crate::script::{Decision, Params};
+use crate::script::{Decision, Params, ORIGIN_ARG};
 use crate::Error;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tollgate::{Denied, Quota, Snapshot};
 
 /// What decided a [`RedisLimiter::try_acquire_outcome`] call, and how: the verdict, the
@@ -44,6 +48,8 @@ pub(crate) struct Inner {
     pub(crate) leases: Option<Table>,
     /// Metrics and tracing (`observe.rs`).
     pub(crate) observe: Observer,
+    /// The policy of several quotas for keys without a quota of their own.
+    pub(crate) limits: Option<LimitsParams>,
 }
 
 /// A GCRA rate limiter whose buckets live in Redis, shared by every process that uses the same
@@ -68,7 +74,7 @@ impl fmt::Debug for RedisLimiter {
 
 /// The script mode and lease maximum of one call.
 #[derive(Clone, Copy)]
-enum Mode {
+pub(crate) enum Mode {
     Acquire,
     Lease(u64),
 }
@@ -90,8 +96,8 @@ impl RedisLimiter {
     /// ```
     pub async fn try_acquire(&self, key: &str, cost: u64) -> Result<(), tollgate::Denied> {
         match self.decide(key, cost, false).await {
-            Ok((v, _)) => v,
-            Err(_) => self.apply_policy(key, cost).verdict,
+            Ok((v, _, _)) => v,
+            Err(e) => self.on_error(key, cost, &e).verdict,
         }
     }
 
@@ -135,12 +141,12 @@ impl RedisLimiter {
     /// ```
     pub async fn try_acquire_outcome(&self, key: &str, cost: u64) -> Outcome {
         match self.decide(key, cost, true).await {
-            Ok((verdict, snapshot)) => Outcome {
+            Ok((verdict, snapshot, quota)) => Outcome {
                 verdict,
                 snapshot,
-                quota: Some(self.params(key).quota),
+                quota: Some(quota),
             },
-            Err(_) => self.apply_policy(key, cost),
+            Err(e) => self.on_error(key, cost, &e),
         }
     }
 
@@ -165,7 +171,7 @@ impl RedisLimiter {
         key: &str,
         cost: u64,
     ) -> Result<Result<(), tollgate::Denied>, crate::Error> {
-        self.decide(key, cost, false).await.map(|(v, _)| v)
+        self.decide(key, cost, false).await.map(|(v, _, _)| v)
     }
 
     /// [`check`](Self::check) with the bucket's [`Snapshot`] right after the decision, computed
@@ -189,7 +195,7 @@ impl RedisLimiter {
         key: &str,
         cost: u64,
     ) -> Result<(Result<(), tollgate::Denied>, tollgate::Snapshot), Error> {
-        let (v, s) = self.decide(key, cost, true).await?;
+        let (v, s, _) = self.decide(key, cost, true).await?;
         match s {
             Some(s) => Ok((v, s)),
             None => Err(Error::Reply("no snapshot".into())),
@@ -227,8 +233,60 @@ impl RedisLimiter {
         self.params(key).quota
     }
 
-    fn params(&self, key: &str) -> &Params {
+    /// The policy that applies to `key`: its [`quota_for`](crate::RedisLimiterBuilder::quota_for)
+    /// quota, else the builder's [`limits`](crate::RedisLimiterBuilder::limits), else its
+    /// quota. ([`quota_for`](Self::quota_for) returns a policy's first quota.)
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(limiter.limits_for("tenant:42").quotas().len(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn limits_for(&self, key: &str) -> tollgate::Limits {
+        match self.limits_of(key) {
+            Some(m) => m.limits.clone(),
+            None => tollgate::Limits::from(self.params(key).quota),
+        }
+    }
+
+    pub(crate) fn params(&self, key: &str) -> &Params {
         self.inner.per_key.get(key).unwrap_or(&self.inner.default)
+    }
+
+    /// The name `key` is stored under in Redis (after the prefix), the lease table and the
+    /// local fallback: bounded bytes (see [`stored_key`]).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Quota;
+    /// use tollgate_redis::RedisLimiter;
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379", Quota::per_second(100).unwrap())
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(limiter.redis_key("tenant:42"), "tollgate:tenant:42");
+    /// assert_eq!(limiter.redis_key(&"x".repeat(1000)).len(), "tollgate:".len() + 65);
+    /// # Ok(()) }
+    /// ```
+    pub fn redis_key(&self, key: &str) -> String {
+        format!("{}{}", self.inner.prefix, stored_key(key))
+    }
+
+    /// What `try_acquire` answers after an error: a per-key fault refuses that key alone
+    /// (the server is fine: no policy applies); anything else applies the policy.
+    fn on_error(&self, key: &str, cost: u64, e: &Error) -> Outcome {
+        if let Error::Malformed { .. } = e {
+            bump(&self.inner.stats.malformed);
+            return Outcome {
+                verdict: Err(Denied::RetryAfter(MALFORMED_RETRY)),
+                snapshot: None,
+                quota: None,
+            };
+        }
+        self.apply_policy(key, cost)
     }
 
     fn apply_policy(&self, key: &str, cost: u64) -> Outcome {
@@ -255,66 +313,125 @@ impl RedisLimiter {
             Policy::Local(k) => {
                 bump(&s.local_fallback);
                 self.inner.observe.path(Path::LocalFallback);
-                let (verdict, snapshot) = k.try_acquire_snapshot(key, cost);
+                // The fallback's table holds bounded names too (its per-key quotas are keyed
+                // by them).
+                let name = stored_key(key);
+                let (verdict, snapshot) = k.try_acquire_snapshot(&*name, cost);
                 self.inner.observe.decided(&verdict);
                 Outcome {
                     verdict,
                     snapshot: Some(snapshot),
-                    quota: Some(k.quota_for(key)),
+                    quota: Some(k.quota_for(&*name)),
                 }
             }
         }
     }
 
-    /// [`decide_unobserved`](RedisLimiter::decide_unobserved), its verdict recorded.
+    /// The decision: edge cases, the lease, or one script call; all within the timeout.
+    /// Also returns the quota that decided (a policy's tightest).
     async fn decide(
         &self,
         key: &str,
         cost: u64,
         want_snapshot: bool,
-    ) -> Result<(Result<(), Denied>, Option<Snapshot>), Error> {
+    ) -> Result<(Result<(), Denied>, Option<Snapshot>, Quota), Error> {
         let r = self.decide_unobserved(key, cost, want_snapshot).await;
-        if let Ok((verdict, _)) = &r {
-            self.inner.observe.decided(verdict);
+        match &r {
+            Ok((verdict, _, _)) => self.inner.observe.decided(verdict),
+            Err(e) => self.inner.observe.failed(matches!(e, Error::Timeout(_))),
         }
         r
     }
 
-    /// The decision: edge cases, the lease, or one script call; all within the timeout.
+    /// [`decide`](RedisLimiter::decide) before its verdict is recorded.
     async fn decide_unobserved(
         &self,
         key: &str,
         cost: u64,
         want_snapshot: bool,
-    ) -> Result<(Result<(), Denied>, Option<Snapshot>), Error> {
+    ) -> Result<(Result<(), Denied>, Option<Snapshot>, Quota), Error> {
+        if let Some(m) = self.limits_of(key) {
+            if !want_snapshot {
+                if cost == 0 {
+                    return Ok((Ok(()), None, m.limits.quotas()[0]));
+                }
+                if cost > m.min_burst() {
+                    return Ok((Err(Denied::ExceedsBurst), None, m.limits.quotas()[0]));
+                }
+            }
+            let deadline = Instant::now() + self.inner.timeout;
+            let r = self
+                .decide_limits(&stored_key(key), cost, m, None, deadline)
+                .await
+                .map(|d| (d.verdict, Some(d.snapshot), d.quota));
+            if r.is_err() {
+                bump(&self.inner.stats.errors);
+            }
+            return r;
+        }
         let p = self.params(key);
+        let quota = p.quota;
         let burst = p.quota.burst();
         if !want_snapshot {
             if cost == 0 {
-                return Ok((Ok(()), None));
+                return Ok((Ok(()), None, quota));
             }
             if cost > burst {
-                return Ok((Err(Denied::ExceedsBurst), None));
+                return Ok((Err(Denied::ExceedsBurst), None, quota));
             }
         }
-        let r = tokio::time::timeout(self.inner.timeout, self.decide_redis(key, cost, p)).await;
-        let r = r.unwrap_or(Err(Error::Timeout(self.inner.timeout)));
-        if let Err(e) = &r {
+        // One deadline for the whole decision: the refill lock's wait and the script call.
+        let deadline = Instant::now() + self.inner.timeout;
+        let r = self.decide_redis(&stored_key(key), cost, p, deadline).await;
+        if r.is_err() {
             bump(&self.inner.stats.errors);
-            self.inner.observe.failed(matches!(e, Error::Timeout(_)));
         }
-        r
+        r.map(|(v, s)| (v, s, quota))
     }
 
+    /// The policy of several quotas that applies to `key`, if any (a key with a quota of its
+    /// own has one quota).
+    pub(crate) fn limits_of(&self, key: &str) -> Option<&LimitsParams> {
+        let m = self.inner.limits.as_ref()?;
+        (!self.inner.per_key.contains_key(key)).then_some(m)
+    }
+
+    /// One script call deciding every quota of a policy on the stored name `name` (a cost of 0
+    /// or above the smallest burst reads, for a snapshot), through the breaker and the cap.
+    pub(crate) async fn decide_limits(
+        &self,
+        name: &str,
+        cost: u64,
+        m: &LimitsParams,
+        test_now_us: Option<u64>,
+        deadline: Instant,
+    ) -> Result<LimitsDecision, Error> {
+        let send = if cost > m.min_burst() { 0 } else { cost };
+        let args = m.args(send, test_now_us);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let reply = self.eval_checked(name, &argv, deadline).await?;
+        let mut d = m.decode(&reply, send)?;
+        if cost > m.min_burst() {
+            d.verdict = Err(Denied::ExceedsBurst);
+        }
+        if test_now_us.is_none() && cost == send && cost > 0 {
+            bump(&self.inner.stats.redis);
+            self.inner.observe.path(Path::Redis);
+        }
+        Ok(d)
+    }
+
+    /// `name` is the key's stored name ([`stored_key`]).
     async fn decide_redis(
         &self,
-        key: &str,
+        name: &str,
         cost: u64,
         p: &Params,
+        deadline: Instant,
     ) -> Result<(Result<(), Denied>, Option<Snapshot>), Error> {
         if cost == 0 || cost > p.quota.burst() {
             // A snapshot for an edge case: read the state (cost 0 writes nothing).
-            let d = self.call(key, p, 0, Mode::Acquire, None).await?;
+            let d = self.call(name, p, 0, Mode::Acquire, None, deadline).await?;
             let v = if cost == 0 {
                 Ok(())
             } else {
@@ -323,13 +440,17 @@ impl RedisLimiter {
             return Ok((v, Some(d.snapshot)));
         }
         let Some(table) = &self.inner.leases else {
-            let d = self.call(key, p, cost, Mode::Acquire, None).await?;
+            let d = self
+                .call(name, p, cost, Mode::Acquire, None, deadline)
+                .await?;
             bump(&self.inner.stats.redis);
             self.inner.observe.path(Path::Redis);
             return Ok((d.verdict, Some(d.snapshot)));
         };
-        let Some(slot) = table.slot(key) else {
-            let d = self.call(key, p, cost, Mode::Acquire, None).await?;
+        let Some(slot) = table.slot(name) else {
+            let d = self
+                .call(name, p, cost, Mode::Acquire, None, deadline)
+                .await?;
             bump(&self.inner.stats.redis);
             self.inner.observe.path(Path::Redis);
             return Ok((d.verdict, Some(d.snapshot)));
@@ -337,7 +458,11 @@ impl RedisLimiter {
         if let Some(r) = self.local(table, &slot, p, cost) {
             return Ok(r);
         }
-        let _refill = slot.refill.lock().await;
+        // Waiting for another task's refill is not the server's fault: a timeout here is
+        // an error for this decision only, and the breaker learns nothing.
+        let _refill = tokio::time::timeout_at(deadline, slot.refill.lock())
+            .await
+            .map_err(|_| Error::Timeout(self.inner.timeout))?;
         // Another task may have refilled (or been refused) while this one waited.
         if let Some(r) = self.local(table, &slot, p, cost) {
             return Ok(r);
@@ -345,7 +470,9 @@ impl RedisLimiter {
         let take = table.next_take(cost);
         let sent = table.now();
         self.inner.observe.refill();
-        let d = self.call(key, p, cost, Mode::Lease(take), None).await?;
+        let d = self
+            .call(name, p, cost, Mode::Lease(take), None, deadline)
+            .await?;
         bump(&self.inner.stats.redis);
         self.inner.observe.path(Path::Redis);
         match d.verdict {
@@ -401,15 +528,46 @@ impl RedisLimiter {
         }
     }
 
-    /// One script call through the breaker and the in-flight cap.
-    async fn call(
+    /// One script call on the stored name `name`, through the breaker and the in-flight cap,
+    /// answered by `deadline`.
+    ///
+    /// Only the call's own evidence moves the breaker: its reply (a connection error or a
+    /// server error opens it, a reply closes it) or its deadline passing while it waits. A
+    /// call dropped by its caller reports nothing: its pass and in-flight slot are given back
+    /// unused, and other callers see no change.
+    pub(crate) async fn call(
         &self,
-        key: &str,
+        name: &str,
         p: &Params,
         cost: u64,
         mode: Mode,
         test_now_us: Option<u64>,
+        deadline: Instant,
     ) -> Result<Decision, Error> {
+        let (mode_s, lease_max) = match mode {
+            Mode::Acquire => ("acquire", 0),
+            Mode::Lease(l) => ("lease", l),
+        };
+        // The quota's arguments were formatted at build; only the call's are formatted here.
+        let [tag, a, b, bu, scale] = p.quota_strs();
+        let (cost_s, lease_s) = (cost.to_string(), lease_max.to_string());
+        let test_s = test_now_us.map_or_else(String::new, |t| t.to_string());
+        let argv = [
+            mode_s, tag, a, b, bu, scale, &cost_s, &lease_s, ORIGIN_ARG, &test_s,
+        ];
+        let reply = self.eval_checked(name, &argv, deadline).await?;
+        p.decode(&reply, cost)
+    }
+
+    /// One script call with `argv` on the stored name `name`: through the breaker and the
+    /// in-flight cap, answered by `deadline` (see [`call`](Self::call)); a malformed value is
+    /// [`Error::Malformed`].
+    async fn eval_checked(
+        &self,
+        name: &str,
+        argv: &[&str],
+        deadline: Instant,
+    ) -> Result<Vec<String>, Error> {
         let inner = &*self.inner;
         let pass = inner.breaker.pass().ok_or(Error::Unavailable)?;
         let Ok(_permit) = inner.in_flight.try_acquire() else {
@@ -417,104 +575,38 @@ impl RedisLimiter {
             inner.breaker.release(pass);
             return Err(Error::Overloaded);
         };
-        let (mode_s, lease_max) = match mode {
-            Mode::Acquire => ("acquire", 0),
-            Mode::Lease(l) => ("lease", l),
-        };
-        let args = p.args(cost, lease_max, test_now_us);
-        let mut argv: Vec<&str> = Vec::with_capacity(10);
-        argv.push(mode_s);
-        argv.extend(args.iter().map(String::as_str));
-        let full_key = format!("{}{}", inner.prefix, key);
+        self.eval_with(name, argv, deadline, pass).await
+    }
+
+    /// The script call itself, holding `pass` (and the caller's in-flight permit).
+    async fn eval_with(
+        &self,
+        name: &str,
+        argv: &[&str],
+        deadline: Instant,
+        pass: Pass,
+    ) -> Result<Vec<String>, Error> {
+        let inner = &*self.inner;
+        let full_key = format!("{}{}", inner.prefix, name);
         bump(&inner.stats.redis_calls);
-        // The breaker must learn about a timeout too: mark it down unless the call finishes.
         let guard = BreakerGuard::new(&inner.breaker, pass, &inner.observe);
         let started = inner.observe.start();
-        let reply = inner.conn.eval(&inner.script, &full_key, &argv).await;
-        inner.observe.round_trip(started, reply.is_ok());
-        let unavailable = match &reply {
-            Ok(_) => false,
-            Err(e) => {
-                e.is_connection_refusal()
-                    || e.is_connection_dropped()
-                    || e.is_io_error()
-                    || e.is_timeout()
-                    || e.is_unrecoverable_error()
-            }
+        let eval = inner.conn.eval(&inner.script, &full_key, argv);
+        let Ok(reply) = tokio::time::timeout_at(deadline, eval).await else {
+            // The limiter's own timeout, inside the call: evidence that the server is slow.
+            inner.observe.round_trip(started, false);
+            guard.finish(true);
+            return Err(Error::Timeout(inner.timeout));
         };
-        guard.finish(unavailable);
+        inner.observe.round_trip(started, reply.is_ok());
+        guard.finish(reply.is_err());
         let reply = reply.map_err(Error::from_redis)?;
-        p.decode(&reply, cost)
-    }
-
-    /// The decision at a given server time (microseconds since the Unix epoch) instead of
-    /// `TIME`: for the differential test against `tollgate::gcra` only. Keys written this way
-    /// never expire.
-    #[cfg(feature = "test-support")]
-    pub async fn check_at(
-        &self,
-        key: &str,
-        cost: u64,
-        now_us: u64,
-    ) -> Result<(Result<(), Denied>, Snapshot, u64), Error> {
-        let p = self.params(key);
-        if cost > p.quota.burst() {
-            let d = self.call(key, p, 0, Mode::Acquire, Some(now_us)).await?;
-            return Ok((Err(Denied::ExceedsBurst), d.snapshot, d.now_ns));
+        if reply.first().is_some_and(|s| s == "bad") {
+            return Err(Error::Malformed {
+                key: full_key,
+                reason: reply.get(2).cloned().unwrap_or_default(),
+            });
         }
-        let d = self.call(key, p, cost, Mode::Acquire, Some(now_us)).await?;
-        Ok((d.verdict, d.snapshot, d.now_ns))
-    }
-
-    /// The key's absolute `tollgate::gcra` state as the script reads it at a given server time
-    /// (a state written under another quota converted into this key's quota), without writing
-    /// anything: for the quota-change tests only.
-    #[cfg(feature = "test-support")]
-    pub async fn state_at(&self, key: &str, now_us: u64) -> Result<u64, Error> {
-        let p = self.params(key);
-        Ok(self
-            .call(key, p, 0, Mode::Acquire, Some(now_us))
-            .await?
-            .state)
-    }
-
-    /// The lease script ("take at most `max` tokens, at least `cost`") at a given server time:
-    /// for the differential test only. Returns the verdict for `cost`, the tokens taken and
-    /// the snapshot after the take.
-    #[cfg(feature = "test-support")]
-    pub async fn lease_at(
-        &self,
-        key: &str,
-        cost: u64,
-        max: u64,
-        now_us: u64,
-    ) -> Result<(Result<(), Denied>, u64, Snapshot), Error> {
-        let p = self.params(key);
-        if cost == 0 || cost > p.quota.burst() || max < cost {
-            return Err(Error::Config(
-                "lease_at needs 1 <= cost <= burst, max".into(),
-            ));
-        }
-        let d = self
-            .call(key, p, cost, Mode::Lease(max), Some(now_us))
-            .await?;
-        Ok((d.verdict, d.taken, d.snapshot))
-    }
-
-    /// Sends `numbers` through the script and back (test support: the number path).
-    #[cfg(feature = "test-support")]
-    pub async fn echo(&self, numbers: &[u64]) -> Result<Vec<String>, Error> {
-        let nums: Vec<String> = numbers.iter().map(u64::to_string).collect();
-        let mut argv = vec!["echo", ""];
-        argv.extend(nums.iter().map(String::as_str));
-        self.inner
-            .conn
-            .eval(
-                &self.inner.script,
-                &format!("{}echo", self.inner.prefix),
-                &argv,
-            )
-            .await
-            .map_err(Error::from_redis)
+        Ok(reply)
     }
 }

@@ -10,6 +10,12 @@ use tollgate::{KeyedLimiter, Quota};
 /// does (an HTTP `Retry-After` of 1 second).
 pub const FAIL_CLOSED_RETRY: Duration = Duration::from_secs(1);
 
+/// The wait [`RedisLimiter::try_acquire`] refuses a key with while the value stored under it is
+/// not a state this crate wrote ([`Error::Malformed`]): a per-key fault, not an outage, so no
+/// [`OnUnavailable`] policy applies to it. The key stays refused until an operator deletes it
+/// (`DEL`, the name in the error; see [`RedisLimiter::redis_key`]); then it starts full.
+pub const MALFORMED_RETRY: Duration = Duration::from_secs(1);
+
 /// What [`RedisLimiter::try_acquire`] does when Redis cannot decide (connection refused or
 /// broken, timeout, server busy, too many decisions in flight).
 ///
