@@ -109,7 +109,7 @@ async fn named_limiter_series_agree_with_its_counters() {
     let m = snapshot(&snapshotter);
     assert_eq!(path(&m, "leased", "lease"), c.leased);
     assert_eq!(path(&m, "leased", "redis"), c.redis);
-    assert!(c.leased > 0 && c.redis > 0, "{c:?}");
+    assert!(c.redis > 0, "{c:?}");
     assert_eq!(
         counter(&m, "tollgate_redis_lease_refills_total{limiter=leased}"),
         c.redis
