@@ -25,6 +25,8 @@ mod builder;
 mod counters;
 mod decide;
 mod index;
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+mod named;
 mod table;
 mod until_key_ready;
 
@@ -153,6 +155,9 @@ pub struct KeyedLimiter<K, C = DefaultClock> {
     table: CachePadded<Table>,
     shards: Box<[CachePadded<Counters>]>,
     clock: C,
+    /// Metrics and tracing (see `keyed/named.rs`).
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    observe: crate::observe::KeyedObserver,
     _keys: core::marker::PhantomData<fn(&K)>,
 }
 
@@ -235,6 +240,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             // `shards` owned ones, then as many shared ones (see `count`).
             shards: (0..2 * shards).map(|_| CachePadded::default()).collect(),
             clock,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            observe: crate::observe::KeyedObserver::new(None, max_keys as u64, false),
             _keys: core::marker::PhantomData,
         }
     }

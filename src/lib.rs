@@ -23,6 +23,9 @@
 //!   that evicts only full buckets, with an async `until_key_ready` (feature `keyed`);
 //!   `ShardedBucket` — one global limit on many cores: an exact central word and a lease of
 //!   its tokens per cache-padded per-core shard (`std`).
+//! * `metrics` (feature `metrics`) — named limiters' decisions, refusal waits and keyed-table
+//!   gauges through the `metrics` facade, and shadow mode; feature `tracing` — events on state
+//!   changes.
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
 //! arithmetic at the clock's integer-nanosecond reading (see [`Quota::is_exact`] for the one
@@ -59,7 +62,12 @@ pub mod guide;
 #[cfg(feature = "keyed")]
 mod keyed;
 mod limits;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 mod multi;
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+mod observe;
 mod quota;
 mod recip;
 #[cfg(feature = "std")]

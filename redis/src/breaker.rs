@@ -66,17 +66,21 @@ impl Breaker {
         }
     }
 
-    pub(crate) fn done(&self, pass: Pass, unavailable: bool) {
+    /// Ends a pass; `Some(true)` if this opened the breaker, `Some(false)` if it closed it.
+    pub(crate) fn done(&self, pass: Pass, unavailable: bool) -> Option<bool> {
+        let mut changed = None;
         if unavailable {
             if !self.down.swap(true, Ordering::AcqRel) {
                 self.last_probe.store(self.now(), Ordering::Release);
+                changed = Some(true);
             }
-        } else {
-            self.down.store(false, Ordering::Release);
+        } else if self.down.load(Ordering::Acquire) && self.down.swap(false, Ordering::AcqRel) {
+            changed = Some(false);
         }
         if let Pass::Probe = pass {
             self.probing.store(false, Ordering::Release);
         }
+        changed
     }
 }
 
@@ -87,19 +91,27 @@ impl Breaker {
 pub(crate) struct BreakerGuard<'a> {
     breaker: &'a Breaker,
     pass: Option<Pass>,
+    /// Told of the openings and closings this guard causes.
+    observe: &'a crate::observe::Observer,
 }
 
 impl<'a> BreakerGuard<'a> {
-    pub(crate) fn new(breaker: &'a Breaker, pass: Pass) -> BreakerGuard<'a> {
+    pub(crate) fn new(
+        breaker: &'a Breaker,
+        pass: Pass,
+        observe: &'a crate::observe::Observer,
+    ) -> BreakerGuard<'a> {
         BreakerGuard {
             breaker,
             pass: Some(pass),
+            observe,
         }
     }
 
     pub(crate) fn finish(mut self, unavailable: bool) {
         if let Some(p) = self.pass.take() {
-            self.breaker.done(p, unavailable);
+            let changed = self.breaker.done(p, unavailable);
+            self.observe.breaker(changed);
         }
     }
 }
@@ -131,12 +143,20 @@ mod tests {
     #[test]
     fn a_dropped_guard_moves_nothing() {
         let b = breaker(Duration::ZERO);
-        drop(BreakerGuard::new(&b, b.pass().unwrap()));
+        drop(BreakerGuard::new(
+            &b,
+            b.pass().unwrap(),
+            &crate::observe::Observer::default(),
+        ));
         assert!(matches!(b.pass(), Some(Pass::Normal)), "still closed");
         b.done(Pass::Normal, true);
-        drop(BreakerGuard::new(&b, b.pass().expect("a probe")));
+        drop(BreakerGuard::new(
+            &b,
+            b.pass().expect("a probe"),
+            &crate::observe::Observer::default(),
+        ));
         let probe = b.pass().expect("the dropped probe's pass is free again");
-        BreakerGuard::new(&b, probe).finish(false);
+        BreakerGuard::new(&b, probe, &crate::observe::Observer::default()).finish(false);
         assert!(
             matches!(b.pass(), Some(Pass::Normal)),
             "closed by the probe's reply"

@@ -7,6 +7,7 @@ use crate::key::stored_key;
 use crate::lease::{Leases, Table};
 use crate::limiter::{Inner, RedisLimiter};
 use crate::limits::LimitsParams;
+use crate::observe::Observer;
 use crate::policy::{local_share, OnUnavailable, Policy};
 use crate::script::{Params, SOURCE};
 use crate::Error;
@@ -30,6 +31,8 @@ pub struct RedisLimiterBuilder {
     limits: Option<tollgate::Limits>,
     max_in_flight: usize,
     probe_interval: Duration,
+    /// The name metrics and events carry (`name`, in `observe.rs`).
+    pub(crate) name: Option<String>,
 }
 
 impl fmt::Debug for RedisLimiterBuilder {
@@ -313,6 +316,7 @@ impl RedisLimiterBuilder {
                 breaker: Breaker::new(self.probe_interval),
                 in_flight: Semaphore::new(self.max_in_flight.min(Semaphore::MAX_PERMITS)),
                 leases: self.leases.map(Table::new),
+                observe: Observer::new(self.name.as_deref()),
             }),
         })
     }
@@ -344,6 +348,7 @@ impl RedisLimiter {
             limits: None,
             max_in_flight: 4096,
             probe_interval: Duration::from_millis(100),
+            name: None,
         }
     }
 }

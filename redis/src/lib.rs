@@ -26,6 +26,27 @@
 //!   [`tollgate::Bucket`]: far fewer round trips, bounded under-admission.
 //! * Feature `test-support`: throwaway `redis-server`s for tests (`test_support`).
 //!
+//! # Observability
+//!
+//! Feature `metrics`: a limiter named with `RedisLimiterBuilder::name` records, through the
+//! `metrics` facade (handles resolved once, at `build`, from the recorder installed then; labels
+//! never carry a request's key):
+//!
+//! | series | kind | labels | what |
+//! |---|---|---|---|
+//! | `tollgate_decisions_total` | counter | `limiter`, `outcome` | every decision, as in the core |
+//! | `tollgate_retry_after_seconds` | histogram | `limiter` | the waits of refusals |
+//! | `tollgate_redis_decisions_total` | counter | `limiter`, `path` | what decided: `redis`, `lease`, `lease_denied`, `fail_open`, `fail_closed`, `local_fallback` |
+//! | `tollgate_redis_round_trip_seconds` | histogram | `limiter` | each script call's round trip (answered or failed) |
+//! | `tollgate_redis_timeouts_total` | counter | `limiter` | decisions that ran past the timeout |
+//! | `tollgate_redis_errors_total` | counter | `limiter` | decisions that failed (timeouts included) |
+//! | `tollgate_redis_breaker_transitions_total` | counter | `limiter`, `to` | the breaker opening (`open`) and closing (`closed`) |
+//! | `tollgate_redis_lease_refills_total` | counter | `limiter` | lease refills sent to Redis |
+//!
+//! Feature `tracing`: events on state changes only — the breaker opening and closing, the local
+//! fallback engaging (its first decision after Redis answered) and ending (Redis answering
+//! again).
+//!
 //! Decisions run on tokio and need its time driver (`#[tokio::main]` or a runtime built with
 //! `enable_all`/`enable_time`): the per-decision timeout is a tokio timer.
 //!
@@ -53,6 +74,7 @@ mod key;
 mod lease;
 mod limiter;
 mod limits;
+mod observe;
 mod policy;
 mod script;
 #[cfg(feature = "test-support")]

@@ -7,6 +7,7 @@ use crate::counters::{bump, Counters, Stats};
 use crate::key::stored_key;
 use crate::lease::Table;
 use crate::limits::{LimitsDecision, LimitsParams};
+use crate::observe::{Observer, Path};
 use crate::policy::MALFORMED_RETRY;
 use crate::policy::{Policy, FAIL_CLOSED_RETRY};
 use crate::script::{Decision, Params, ORIGIN_ARG};
@@ -45,6 +46,8 @@ pub(crate) struct Inner {
     pub(crate) breaker: Breaker,
     pub(crate) in_flight: Semaphore,
     pub(crate) leases: Option<Table>,
+    /// Metrics and tracing (`observe.rs`).
+    pub(crate) observe: Observer,
     /// The policy of several quotas for keys without a quota of their own.
     pub(crate) limits: Option<LimitsParams>,
 }
@@ -291,6 +294,7 @@ impl RedisLimiter {
         match &self.inner.policy {
             Policy::FailClosed => {
                 bump(&s.fail_closed);
+                self.inner.observe.path(Path::FailClosed);
                 Outcome {
                     verdict: Err(Denied::RetryAfter(FAIL_CLOSED_RETRY)),
                     snapshot: None,
@@ -299,6 +303,7 @@ impl RedisLimiter {
             }
             Policy::FailOpen => {
                 bump(&s.fail_open);
+                self.inner.observe.path(Path::FailOpen);
                 Outcome {
                     verdict: Ok(()),
                     snapshot: None,
@@ -307,10 +312,12 @@ impl RedisLimiter {
             }
             Policy::Local(k) => {
                 bump(&s.local_fallback);
+                self.inner.observe.path(Path::LocalFallback);
                 // The fallback's table holds bounded names too (its per-key quotas are keyed
                 // by them).
                 let name = stored_key(key);
                 let (verdict, snapshot) = k.try_acquire_snapshot(&*name, cost);
+                self.inner.observe.decided(&verdict);
                 Outcome {
                     verdict,
                     snapshot: Some(snapshot),
@@ -323,6 +330,21 @@ impl RedisLimiter {
     /// The decision: edge cases, the lease, or one script call; all within the timeout.
     /// Also returns the quota that decided (a policy's tightest).
     async fn decide(
+        &self,
+        key: &str,
+        cost: u64,
+        want_snapshot: bool,
+    ) -> Result<(Result<(), Denied>, Option<Snapshot>, Quota), Error> {
+        let r = self.decide_unobserved(key, cost, want_snapshot).await;
+        match &r {
+            Ok((verdict, _, _)) => self.inner.observe.decided(verdict),
+            Err(e) => self.inner.observe.failed(matches!(e, Error::Timeout(_))),
+        }
+        r
+    }
+
+    /// [`decide`](RedisLimiter::decide) before its verdict is recorded.
+    async fn decide_unobserved(
         &self,
         key: &str,
         cost: u64,
@@ -394,6 +416,7 @@ impl RedisLimiter {
         }
         if test_now_us.is_none() && cost == send && cost > 0 {
             bump(&self.inner.stats.redis);
+            self.inner.observe.path(Path::Redis);
         }
         Ok(d)
     }
@@ -421,6 +444,7 @@ impl RedisLimiter {
                 .call(name, p, cost, Mode::Acquire, None, deadline)
                 .await?;
             bump(&self.inner.stats.redis);
+            self.inner.observe.path(Path::Redis);
             return Ok((d.verdict, Some(d.snapshot)));
         };
         let Some(slot) = table.slot(name) else {
@@ -428,6 +452,7 @@ impl RedisLimiter {
                 .call(name, p, cost, Mode::Acquire, None, deadline)
                 .await?;
             bump(&self.inner.stats.redis);
+            self.inner.observe.path(Path::Redis);
             return Ok((d.verdict, Some(d.snapshot)));
         };
         if let Some(r) = self.local(table, &slot, p, cost) {
@@ -444,10 +469,12 @@ impl RedisLimiter {
         }
         let take = table.next_take(cost);
         let sent = table.now();
+        self.inner.observe.refill();
         let d = self
             .call(name, p, cost, Mode::Lease(take), None, deadline)
             .await?;
         bump(&self.inner.stats.redis);
+        self.inner.observe.path(Path::Redis);
         match d.verdict {
             Ok(()) => {
                 let take = crate::lease::Take {
@@ -477,10 +504,12 @@ impl RedisLimiter {
     ) -> Option<(Result<(), Denied>, Option<Snapshot>)> {
         if table.take_local(slot, &p.quota, cost) {
             bump(&self.inner.stats.leased);
+            self.inner.observe.path(Path::Lease);
             return Some((Ok(()), Some(self.lease_snapshot(table, slot, p))));
         }
         let wait = table.denied(slot, cost)?;
         bump(&self.inner.stats.lease_denied);
+        self.inner.observe.path(Path::LeaseDenied);
         Some((
             Err(Denied::RetryAfter(wait)),
             Some(self.lease_snapshot(table, slot, p)),
@@ -560,13 +589,16 @@ impl RedisLimiter {
         let inner = &*self.inner;
         let full_key = format!("{}{}", inner.prefix, name);
         bump(&inner.stats.redis_calls);
-        let guard = BreakerGuard::new(&inner.breaker, pass);
+        let guard = BreakerGuard::new(&inner.breaker, pass, &inner.observe);
+        let started = inner.observe.start();
         let eval = inner.conn.eval(&inner.script, &full_key, argv);
         let Ok(reply) = tokio::time::timeout_at(deadline, eval).await else {
             // The limiter's own timeout, inside the call: evidence that the server is slow.
+            inner.observe.round_trip(started, false);
             guard.finish(true);
             return Err(Error::Timeout(inner.timeout));
         };
+        inner.observe.round_trip(started, reply.is_ok());
         guard.finish(reply.is_err());
         let reply = reply.map_err(Error::from_redis)?;
         if reply.first().is_some_and(|s| s == "bad") {

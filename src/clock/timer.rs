@@ -137,6 +137,8 @@ impl Timer {
             state.thread = Thread::Running;
             true
         } else {
+            #[cfg(feature = "tracing")]
+            crate::observe::timer_spawn_failed(backoff);
             state.thread = Thread::Failed {
                 retry_at: now + backoff,
                 backoff: (backoff * 2).min(RETRY_MAX),

@@ -27,6 +27,9 @@ pub struct KeyedLimiterBuilder<K, C = DefaultClock> {
     overrides: HashMap<K, Quota>,
     fail_open: bool,
     clock: C,
+    /// The name and shadow mode (`named.rs`).
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    pub(super) named: super::named::Named,
 }
 
 impl<K, C: fmt::Debug> fmt::Debug for KeyedLimiterBuilder<K, C> {
@@ -89,13 +92,16 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroCapacity);
         }
-        Ok(KeyedLimiter::from_parts(
+        let limiter = KeyedLimiter::from_parts(
             self.quota,
             self.max_keys,
             self.clock,
             self.overrides,
             self.fail_open,
-        ))
+        );
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        let limiter = self.named.apply(limiter);
+        Ok(limiter)
     }
 }
 
@@ -116,6 +122,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             overrides: HashMap::new(),
             fail_open: false,
             clock,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            named: Default::default(),
         }
     }
 }

@@ -37,6 +37,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         } else {
             self.decide(fp, cost, quota, now)
         };
+        #[cfg(feature = "metrics")]
+        let result = self.observe.decided(result);
         match result {
             Ok(()) => self.count(|c| &c.admitted, 1),
             Err(_) => self.count(|c| &c.refused, 1),
@@ -104,6 +106,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
                 Insert::Retry => epoch = self.index.rebuild_epoch(),
                 Insert::Refused(denied) => return Err(denied),
                 Insert::TableFull(wait) => {
+                    #[cfg(any(feature = "metrics", feature = "tracing"))]
+                    self.observe.table_full(self.fail_open);
                     return if self.fail_open {
                         self.count(|c| &c.admitted_untracked, 1);
                         Ok(())

@@ -123,6 +123,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let full_at = gcra::full_at(state, quota);
         locked.insert(fp, state, full_at);
         self.table.len.fetch_add(1, Ordering::SeqCst);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        self.observe.inserted(self.table.len.load(Ordering::SeqCst));
         self.table.next_full_at.fetch_min(full_at, Ordering::SeqCst);
         Insert::Done
     }
@@ -175,6 +177,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         );
         // `len` first, then the bound: see the lock-free refusal in `insert`.
         self.table.len.fetch_sub(step.evicted, Ordering::SeqCst);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        self.observe
+            .swept(step.evicted, self.table.len.load(Ordering::SeqCst));
         if let Some(next) = step.pass_done {
             self.table.next_full_at.store(next, Ordering::SeqCst);
         }

@@ -14,6 +14,11 @@
 //!                                  X-Forwarded-For hop behind these proxies
 //!   --redis URL                    the Redis backend (one limit shared by many servers)
 //!   --unlimited                    no layer (the baseline for overhead)
+//!   --metrics                      Prometheus text at GET /metrics (not rate-limited): the
+//!                                  layer's decisions as limiter="http", the keyed table's
+//!                                  (its own decisions, gauges) as "http-keys", the Redis
+//!                                  limiter's (paths, round trips, breaker) as "http-redis"
+//!   --shadow                       decide and record, but admit every request
 //! ```
 //!
 //! Prints `listening on ADDR` (the bound address) on stdout once it accepts connections, exits 2
@@ -28,14 +33,21 @@ use axum::Router;
 use clap::{CommandFactory, Parser};
 use http::HeaderName;
 use ipnet::IpNet;
-use tollgate::{Bucket, KeyedLimiter, Limits, Quota};
-use tollgate_tower::{ClientIp, HeaderKey, PeerIp, RateLimitLayer};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tollgate::metrics::RETRY_AFTER;
+use tollgate::{Bucket, DefaultClock, KeyedLimiter, Limits, Quota};
+use tollgate_tower::{ClientIp, HeaderKey, KeyType, PeerIp, RateLimitLayer};
 
 #[path = "server/limit.rs"]
 mod limit;
 
 /// The most keys a per-IP or per-header limiter tracks (bounded memory).
 const MAX_KEYS: usize = 1 << 20;
+
+/// The `tollgate_retry_after_seconds` buckets (seconds): from a millisecond to an hour.
+const WAIT_BUCKETS: &[f64] = &[
+    0.001, 0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 60.0, 600.0, 3600.0,
+];
 
 #[derive(Parser, Debug)]
 #[command(about = "axum hello-world behind tollgate-tower's rate-limit layer")]
@@ -70,6 +82,12 @@ struct Cli {
     /// No rate limiting at all (the overhead baseline).
     #[arg(long)]
     unlimited: bool,
+    /// Serve Prometheus metrics at GET /metrics (not counted by the limiter).
+    #[arg(long)]
+    metrics: bool,
+    /// Shadow mode: decide and record every request, refuse none.
+    #[arg(long)]
+    shadow: bool,
 }
 
 /// The `--trusted-proxies` networks (one flag value, comma-separated).
@@ -155,12 +173,17 @@ fn main() -> ExitCode {
     if cli.unlimited && cli.redis.is_some() {
         usage("--unlimited and --redis exclude each other".into());
     }
+    if cli.unlimited && cli.shadow {
+        usage("--unlimited and --shadow exclude each other".into());
+    }
     let limits = limit::limits(&cli.limits).unwrap_or_else(|e| usage(e));
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(serve(cli, quota, limits))
 }
 
 async fn serve(cli: Cli, quota: Quota, limits: Option<Limits>) -> ExitCode {
+    // Installed before any limiter is built: their metric handles are resolved at construction.
+    let scrape = cli.metrics.then(install_recorder);
     let app = Router::new().route("/", get(|| async { "ok" }));
     let app = if cli.unlimited {
         app
@@ -173,27 +196,38 @@ async fn serve(cli: Cli, quota: Quota, limits: Option<Limits>) -> ExitCode {
             }
         }
     } else if let Some(limits) = limits {
-        match limit::layer(app, limits, &cli.key) {
+        match limit::layer(app, limits, &cli.key, |layer| observed(layer, &cli)) {
             Ok(app) => app,
             Err(message) => usage(message),
         }
     } else {
         match (&cli.key, &cli.trusted_proxies) {
-            (KeyKind::Global, _) => app.layer(RateLimitLayer::new(Bucket::new(quota))),
+            (KeyKind::Global, _) => {
+                app.layer(observed(RateLimitLayer::new(Bucket::new(quota)), &cli))
+            }
             (KeyKind::Ip, None) => {
-                let limiter = KeyedLimiter::<IpAddr>::new(quota, MAX_KEYS);
-                app.layer(RateLimitLayer::new(limiter).key(PeerIp::new()))
+                let limiter = keyed::<IpAddr>(quota, &cli);
+                app.layer(observed(
+                    RateLimitLayer::new(limiter).key(PeerIp::new()),
+                    &cli,
+                ))
             }
             (KeyKind::Ip, Some(Trusted(trusted))) => {
-                let limiter = KeyedLimiter::<IpAddr>::new(quota, MAX_KEYS);
+                let limiter = keyed::<IpAddr>(quota, &cli);
                 let key = ClientIp::new(trusted.iter().copied());
-                app.layer(RateLimitLayer::new(limiter).key(key))
+                app.layer(observed(RateLimitLayer::new(limiter).key(key), &cli))
             }
             (KeyKind::Header(name), _) => {
-                let limiter = KeyedLimiter::<String>::new(quota, MAX_KEYS);
-                app.layer(RateLimitLayer::new(limiter).key(HeaderKey::new(name.clone())))
+                let limiter = keyed::<String>(quota, &cli);
+                let key = HeaderKey::new(name.clone());
+                app.layer(observed(RateLimitLayer::new(limiter).key(key), &cli))
             }
         }
+    };
+    // Routed after the layer, so scrapes are not rate-limited (nor counted).
+    let app = match scrape {
+        Some(handle) => app.route("/metrics", get(move || async move { handle.render() })),
+        None => app,
     };
     let listener = match tokio::net::TcpListener::bind(cli.listen).await {
         Ok(listener) => listener,
@@ -218,9 +252,44 @@ async fn serve(cli: Cli, quota: Quota, limits: Option<Limits>) -> ExitCode {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM. The handlers are installed by this call, not by the first
-/// poll: `serve` calls it before it prints `listening on`, so a SIGTERM sent as soon as the line
-/// appears is never lost (nor kills the process without a clean exit).
+/// Installs the Prometheus recorder as the global one; its handle renders the scrape.
+fn install_recorder() -> PrometheusHandle {
+    // Buckets make the waits a Prometheus histogram (the default would be a summary).
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(RETRY_AFTER.into()), WAIT_BUCKETS)
+        .expect("non-empty buckets")
+        .build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).expect("the only recorder");
+    handle
+}
+
+/// `--metrics` names the layer `http`; `--shadow` turns shadow mode on.
+fn observed<Bk, X: KeyType, Co>(
+    layer: RateLimitLayer<Bk, X, Co>,
+    cli: &Cli,
+) -> RateLimitLayer<Bk, X, Co> {
+    let layer = layer.shadow(cli.shadow);
+    if cli.metrics {
+        layer.name("http")
+    } else {
+        layer
+    }
+}
+
+/// The per-key table; with `--metrics` its gauges and evictions as `http-keys`.
+fn keyed<K: std::hash::Hash + Eq + Clone>(quota: Quota, cli: &Cli) -> KeyedLimiter<K> {
+    let builder = KeyedLimiter::builder(quota, MAX_KEYS, DefaultClock::default());
+    let builder = if cli.metrics {
+        builder.name("http-keys")
+    } else {
+        builder
+    };
+    builder.build().expect("MAX_KEYS is not 0")
+}
+
+/// Resolves on SIGINT or SIGTERM. The handlers are installed here, before `listening on` is
+/// printed: a signal sent right after that line must not find the default action (exit 143).
 fn shutdown() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
@@ -257,11 +326,16 @@ async fn redis_layer(
         }
         None => tollgate_redis::RedisLimiter::builder(url, quota),
     };
+    let builder = if cli.metrics {
+        builder.name("http-redis")
+    } else {
+        builder
+    };
     let limiter = builder
         .build()
         .await
         .map_err(|e| format!("cannot use Redis at {url}: {e}"))?;
-    let layer = RateLimitLayer::new(limiter);
+    let layer = observed(RateLimitLayer::new(limiter), cli);
     Ok(match (&cli.key, &cli.trusted_proxies) {
         (KeyKind::Global, _) => app.layer(layer),
         (KeyKind::Ip, None) => app.layer(layer.key(PeerIp::new())),

@@ -18,6 +18,7 @@ use crate::backend::{Backend, Check, Decision};
 use crate::cost::{Cost, UnitCost};
 use crate::headers::RateLimitHeaders;
 use crate::key::{Global, KeyExtractor, KeyType, MissingKey};
+use crate::observe::Observe;
 use crate::rejection::Rejection;
 
 /// The response body of a rate-limited service: the inner service's body, or the rejection's.
@@ -72,6 +73,7 @@ pub struct RateLimitLayer<Bk, X: KeyType = Global, Co = UnitCost> {
 struct Respond {
     headers: RateLimitHeaders,
     rejection: Rejection,
+    observe: Observe,
 }
 
 impl<Bk, X: KeyType + Clone, Co: Clone> Clone for RateLimitLayer<Bk, X, Co>
@@ -120,6 +122,7 @@ impl<Bk> RateLimitLayer<Bk> {
             respond: Arc::new(Respond {
                 headers: RateLimitHeaders::default(),
                 rejection: Rejection::default(),
+                observe: Observe::default(),
             }),
         }
     }
@@ -177,20 +180,91 @@ impl<Bk, X: KeyType, Co> RateLimitLayer<Bk, X, Co> {
 
     /// Which rate-limit headers go out (see [`RateLimitHeaders`]).
     pub fn headers(self, headers: RateLimitHeaders) -> Self {
-        let rejection = self.respond.rejection.clone();
+        let (rejection, observe) = (self.respond.rejection.clone(), self.respond.observe.clone());
         RateLimitLayer {
-            respond: Arc::new(Respond { headers, rejection }),
+            respond: Arc::new(Respond {
+                headers,
+                rejection,
+                observe,
+            }),
             ..self
         }
     }
 
     /// The response to a refusal (see [`Rejection`]).
     pub fn rejection(self, rejection: Rejection) -> Self {
-        let headers = self.respond.headers.clone();
+        let (headers, observe) = (self.respond.headers.clone(), self.respond.observe.clone());
         RateLimitLayer {
-            respond: Arc::new(Respond { headers, rejection }),
+            respond: Arc::new(Respond {
+                headers,
+                rejection,
+                observe,
+            }),
             ..self
         }
+    }
+
+    /// Changes what the layer records or enforces (see `observe.rs`).
+    fn observe(self, change: impl FnOnce(&mut Observe)) -> Self {
+        let mut observe = self.respond.observe.clone();
+        change(&mut observe);
+        let (headers, rejection) = (self.respond.headers.clone(), self.respond.rejection.clone());
+        RateLimitLayer {
+            respond: Arc::new(Respond {
+                headers,
+                rejection,
+                observe,
+            }),
+            ..self
+        }
+    }
+
+    /// Shadow mode on or off. On, the layer decides every request exactly as it would, records
+    /// the outcome (`shadow_refused` for what it would have refused, with the wait it would have
+    /// sent, when named with `name`, feature `metrics`), and passes every request to the inner
+    /// service: nothing is refused, and a refusal it would have made writes nothing in the
+    /// backend, so turning shadow off later enforces from a correct state. An admitted
+    /// response carries its usual headers (a would-be refusal's show 0 remaining, no
+    /// `Retry-After`).
+    ///
+    /// ```
+    /// use http::{Request, Response, StatusCode};
+    /// use tollgate::{Bucket, ManualClock, Quota};
+    /// use tollgate_tower::RateLimitLayer;
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let bucket = Bucket::with_clock(Quota::per_second(1).unwrap(), ManualClock::new());
+    /// let layer = RateLimitLayer::new(bucket).shadow(true);
+    /// let svc = layer.layer(service_fn(|_req: Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(Response::new(String::from("ok")))
+    /// }));
+    /// for _ in 0..3 {
+    ///     let response = svc.clone().oneshot(Request::new(())).await.unwrap();
+    ///     assert_eq!(response.status(), StatusCode::OK);
+    /// }
+    /// # });
+    /// ```
+    pub fn shadow(self, on: bool) -> Self {
+        self.observe(|o| o.shadow = on)
+    }
+
+    /// Names the layer (feature `metrics`): every decision it makes is recorded as
+    /// `tollgate_decisions_total{limiter = name, outcome}`, and each refusal's wait (the exact
+    /// wait, before `Retry-After` rounds it up) in `tollgate_retry_after_seconds{limiter = name}`
+    /// (see [`tollgate::metrics`]). Requests without a key, answered before any decision, are
+    /// not counted. The handles come from the recorder installed now: install it first.
+    ///
+    /// ```
+    /// use tollgate::{Bucket, Quota};
+    /// use tollgate_tower::RateLimitLayer;
+    /// let layer = RateLimitLayer::new(Bucket::new(Quota::per_second(100).unwrap())).name("api");
+    /// # let _ = layer;
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn name(self, name: impl Into<metrics::SharedString>) -> Self {
+        let metrics = tollgate::metrics::DecisionMetrics::new(name);
+        self.observe(|o| o.metrics = Some(metrics))
     }
 
     /// The backend.
@@ -277,13 +351,14 @@ where
         // By reference: a decision with room for a policy's report is a few hundred bytes, and
         // moving it out of the `Check` would copy them on every request.
         match shared.backend.check(key, cost, report) {
-            Check::Ready(ref decision) => match decision.verdict {
-                Ok(()) => {
-                    let extra = shared.respond.headers.admitted(decision);
+            Check::Ready(ref decision) => {
+                if shared.respond.observe.admit(&decision.verdict) {
+                    let extra = shared.respond.admitted(decision);
                     ResponseFuture::inner(self.inner.call(req), extra)
+                } else {
+                    ResponseFuture::ready(shared.respond.refused(decision))
                 }
-                Err(_) => ResponseFuture::ready(shared.respond.refused(decision)),
-            },
+            }
             Check::Pending(decision) => {
                 // The inner service was polled ready: keep that one for this request, leave a
                 // fresh clone (not yet polled) in its place for the next.
@@ -303,6 +378,18 @@ where
 }
 
 impl Respond {
+    /// The headers of an admitted response; a refusal admitted in shadow mode gets those of an
+    /// admission (its snapshot: 0 remaining), without `Retry-After`.
+    fn admitted(&self, decision: &Decision) -> Option<HeaderMap> {
+        if decision.verdict.is_ok() {
+            return self.headers.admitted(decision);
+        }
+        self.headers.admitted(&Decision {
+            verdict: Ok(()),
+            ..*decision
+        })
+    }
+
     fn refused(&self, decision: &Decision) -> Response<Full<Bytes>> {
         let mut response = self.rejection.refused();
         self.headers.write(decision, response.headers_mut());
@@ -383,10 +470,11 @@ where
                     respond,
                 } => {
                     let decision = ready!(decision.poll(cx));
-                    let next = match (decision.verdict, service.take(), request.take()) {
-                        (Ok(()), Some(mut service), Some(request)) => State::Inner {
+                    let admit = respond.observe.admit(&decision.verdict);
+                    let next = match (admit, service.take(), request.take()) {
+                        (true, Some(mut service), Some(request)) => State::Inner {
                             future: service.call(request),
-                            extra: respond.headers.admitted(&decision),
+                            extra: respond.admitted(&decision),
                         },
                         _ => State::Ready {
                             response: Some(respond.refused(&decision)),

@@ -41,6 +41,7 @@ mod error;
 mod headers;
 mod key;
 mod layer;
+mod observe;
 mod proxy;
 mod rejection;
 mod report;

@@ -46,9 +46,14 @@ pub(crate) fn limits(quotas: &[Quota]) -> Result<Option<Limits>, String> {
 /// The in-process layer over `limits`: one policy for everything (`--key global`). Per key, a
 /// policy is kept in Redis (`--redis`); in process there is no per-key policy store (a table of
 /// single buckets cannot hold several quotas per key, nor give tokens back).
-pub(crate) fn layer(app: Router, limits: Limits, key: &KeyKind) -> Result<Router, String> {
+pub(crate) fn layer(
+    app: Router,
+    limits: Limits,
+    key: &KeyKind,
+    observe: impl FnOnce(RateLimitLayer<MultiBucket>) -> RateLimitLayer<MultiBucket>,
+) -> Result<Router, String> {
     match key {
-        KeyKind::Global => Ok(app.layer(RateLimitLayer::new(MultiBucket::new(limits)))),
+        KeyKind::Global => Ok(app.layer(observe(RateLimitLayer::new(MultiBucket::new(limits))))),
         _ => Err(
             "--limit applies to --key global, or to any --key with --redis (the default --key ip \
              and header keys have no in-process per-key policy)"

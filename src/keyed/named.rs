@@ -1,0 +1,68 @@
+//! Naming a [`KeyedLimiter`] (features `metrics`, `tracing`): the builder's `name` and
+//! `shadow`, applied once at `build`.
+
+use alloc::string::String;
+
+use super::{KeyedLimiter, KeyedLimiterBuilder};
+use crate::observe::KeyedObserver;
+
+/// What the builder was told: the name and shadow mode.
+#[derive(Debug, Default)]
+pub(super) struct Named {
+    name: Option<String>,
+    shadow: bool,
+}
+
+impl Named {
+    /// Gives `limiter` its observer (its handles resolved now, from the installed recorder).
+    pub(super) fn apply<K, C>(self, mut limiter: KeyedLimiter<K, C>) -> KeyedLimiter<K, C> {
+        limiter.observe = KeyedObserver::new(self.name.as_deref(), limiter.max_keys, self.shadow);
+        limiter
+    }
+}
+
+impl<K, C> KeyedLimiterBuilder<K, C> {
+    /// Names the limiter. With the `metrics` feature it records, under the `limiter` label
+    /// `name`: every decision (`tollgate_decisions_total`, the refusals' waits in
+    /// `tollgate_retry_after_seconds`), the keys it tracks and its capacity (gauges), evictions
+    /// and the new keys that met a full table (see [`crate::metrics`]). With `tracing`, its
+    /// table-full events carry the name. The handles come from the recorder installed when
+    /// [`build`](KeyedLimiterBuilder::build) runs.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(5).unwrap(), 100, ManualClock::new())
+    ///     .name("per-tenant")
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(limiter.try_acquire(&"acme", 1), Ok(()));
+    /// ```
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.named.name = Some(name.into());
+        self
+    }
+
+    /// Shadow mode: every decision is made and recorded as usual (what would have been refused
+    /// as `shadow_refused`, with its wait), then admitted. A refusal writes nothing, so turning
+    /// shadow off later enforces from the state an enforcing limiter would have reached. Recorded
+    /// only for a [named](KeyedLimiterBuilder::name) limiter.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1).unwrap(), 100, ManualClock::new())
+    ///     .name("trial")
+    ///     .shadow(true)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(limiter.try_acquire(&"acme", 1), Ok(()));
+    /// assert_eq!(limiter.try_acquire(&"acme", 1), Ok(())); // would have been refused
+    /// assert_eq!(limiter.available(&"acme"), 0);
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.named.shadow = on;
+        self
+    }
+}

@@ -1,0 +1,243 @@
+//! Metrics through the [`metrics`] facade (feature `metrics`): what each named limiter decided,
+//! the waits it handed out, and how full a keyed table is.
+//!
+//! A limiter records only once it has a name: [`Metered`] wraps a [`Bucket`](crate::Bucket) or a
+//! [`ShardedBucket`](crate::ShardedBucket);
+//! [`KeyedLimiterBuilder::name`](crate::KeyedLimiterBuilder::name) names a
+//! [`KeyedLimiter`](crate::KeyedLimiter). tollgate-tower and tollgate-redis record the same
+//! series per layer or limiter name, through [`DecisionMetrics`].
+//!
+//! | series | kind | labels | what |
+//! |---|---|---|---|
+//! | `tollgate_decisions_total` | counter | `limiter`, `outcome` | one per decision: `admitted`, `refused`, `exceeds_burst`, `shadow_refused` |
+//! | `tollgate_retry_after_seconds` | histogram | `limiter` | the wait each `refused` (or `shadow_refused`) caller was handed |
+//! | `tollgate_keys` | gauge | `limiter` | keys a keyed table tracks now |
+//! | `tollgate_keys_capacity` | gauge | `limiter` | the most keys it tracks (`max_keys`) |
+//! | `tollgate_evictions_total` | counter | `limiter` | full buckets evicted |
+//! | `tollgate_table_full_total` | counter | `limiter`, `action` | new keys met a full table: `refused` or `admitted_untracked` (fail open) |
+//! | `tollgate_policy_refusals_total` | counter | `limiter`, `quota` | a policy of several quotas: the refusals each quota decided (`quota` is its index) |
+//!
+//! Labels are the names you give and fixed words: never a request's key, so a client cannot
+//! create series.
+//!
+//! **Cost.** Every handle is resolved once, when the limiter is named, from the recorder
+//! installed *then* (install it first: a limiter named before any recorder records nothing).
+//! A decision is then one counter increment, a virtual call into the recorder, with no registry
+//! lookup, allocation or lock; a refusal adds one histogram sample. Without the feature nothing
+//! is compiled in.
+//!
+//! **Shadow mode** ([`Metered::shadow`], [`KeyedLimiterBuilder::shadow`](crate::KeyedLimiterBuilder::shadow)):
+//! the limiter decides exactly as it would and records the outcome, but every decision returns
+//! `Ok`. What it would have refused is counted `shadow_refused` (both kinds of refusal: a wait
+//! or a cost above the burst) with its wait in the histogram. A refusal writes no state in
+//! tollgate, so turning shadow off later enforces from the state an enforcing limiter would
+//! have had: every admission was applied, no refusal was.
+
+use core::time::Duration;
+
+use metrics::{Counter, Histogram, SharedString};
+
+use crate::Denied;
+
+mod metered;
+mod policy;
+
+pub use metered::Metered;
+pub use policy::{PolicyMetrics, POLICY_REFUSALS};
+
+/// The decisions counter: labels `limiter` and `outcome` ([`Outcome::as_str`]).
+pub const DECISIONS: &str = "tollgate_decisions_total";
+/// The histogram of the waits handed to refused callers, in seconds: label `limiter`.
+pub const RETRY_AFTER: &str = "tollgate_retry_after_seconds";
+/// The keys a keyed table tracks (gauge): label `limiter`.
+pub const KEYS: &str = "tollgate_keys";
+/// The most keys a keyed table tracks (gauge): label `limiter`.
+pub const KEYS_CAPACITY: &str = "tollgate_keys_capacity";
+/// Full buckets a keyed table evicted (counter): label `limiter`.
+pub const EVICTIONS: &str = "tollgate_evictions_total";
+/// New keys that met a full keyed table (counter): labels `limiter` and `action`
+/// (`refused` or `admitted_untracked`).
+pub const TABLE_FULL: &str = "tollgate_table_full_total";
+
+/// What a decision came to: the `outcome` label of [`DECISIONS`].
+///
+/// ```
+/// use tollgate::metrics::Outcome;
+/// assert_eq!(Outcome::ShadowRefused.as_str(), "shadow_refused");
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Admitted.
+    Admitted,
+    /// Refused with a wait ([`Denied::RetryAfter`]).
+    Refused,
+    /// Refused: the cost exceeds the burst ([`Denied::ExceedsBurst`]).
+    ExceedsBurst,
+    /// Would have been refused (either kind), admitted in shadow mode.
+    ShadowRefused,
+}
+
+impl Outcome {
+    /// Every outcome, in label order.
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Admitted,
+        Outcome::Refused,
+        Outcome::ExceedsBurst,
+        Outcome::ShadowRefused,
+    ];
+
+    /// The label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Admitted => "admitted",
+            Outcome::Refused => "refused",
+            Outcome::ExceedsBurst => "exceeds_burst",
+            Outcome::ShadowRefused => "shadow_refused",
+        }
+    }
+}
+
+/// The handles one named limiter records its decisions with: a counter per [`Outcome`] and the
+/// [`RETRY_AFTER`] histogram, resolved once from the recorder installed when this is built.
+///
+/// The building block of [`Metered`], the named [`KeyedLimiter`](crate::KeyedLimiter), and the
+/// tower and Redis crates' metrics; use it to record your own limiter's decisions under the
+/// same series.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::metrics::DecisionMetrics;
+/// use tollgate::Denied;
+/// let metrics = DecisionMetrics::new("api");
+/// metrics.record(&Ok(()));
+/// metrics.record(&Err(Denied::RetryAfter(Duration::from_millis(250))));
+/// // In shadow mode a refusal is counted `shadow_refused` and admitted.
+/// assert_eq!(metrics.decide(true, Err(Denied::ExceedsBurst)), Ok(()));
+/// ```
+#[derive(Debug, Clone)]
+pub struct DecisionMetrics {
+    admitted: Counter,
+    refused: Counter,
+    exceeds_burst: Counter,
+    shadow_refused: Counter,
+    retry_after: Histogram,
+}
+
+impl DecisionMetrics {
+    /// The handles for the limiter named `limiter` (the `limiter` label).
+    pub fn new(limiter: impl Into<SharedString>) -> DecisionMetrics {
+        let limiter: SharedString = limiter.into();
+        let outcome = |o: Outcome| metrics::counter!(DECISIONS, "limiter" => limiter.clone(), "outcome" => o.as_str());
+        DecisionMetrics {
+            admitted: outcome(Outcome::Admitted),
+            refused: outcome(Outcome::Refused),
+            exceeds_burst: outcome(Outcome::ExceedsBurst),
+            shadow_refused: outcome(Outcome::ShadowRefused),
+            retry_after: metrics::histogram!(RETRY_AFTER, "limiter" => limiter),
+        }
+    }
+
+    /// Counts one decision `outcome`; for a refusal with a wait, also records `wait` (ignored
+    /// otherwise) in the histogram.
+    #[inline]
+    pub fn count(&self, outcome: Outcome, wait: Option<Duration>) {
+        let counter = match outcome {
+            Outcome::Admitted => &self.admitted,
+            Outcome::Refused => &self.refused,
+            Outcome::ExceedsBurst => &self.exceeds_burst,
+            Outcome::ShadowRefused => &self.shadow_refused,
+        };
+        counter.increment(1);
+        if let (Outcome::Refused | Outcome::ShadowRefused, Some(wait)) = (outcome, wait) {
+            self.retry_after.record(wait.as_secs_f64());
+        }
+    }
+
+    /// Records an enforced decision: `admitted`, `refused` (and its wait), or `exceeds_burst`.
+    #[inline]
+    pub fn record(&self, verdict: &Result<(), Denied>) {
+        match verdict {
+            Ok(()) => self.admitted.increment(1),
+            Err(Denied::ExceedsBurst) => self.exceeds_burst.increment(1),
+            Err(denied) => self.count(Outcome::Refused, wait_of(denied)),
+        }
+    }
+
+    /// Records a decision made in shadow mode: `admitted`, or `shadow_refused` (with the wait
+    /// it would have sent, if any).
+    #[inline]
+    pub fn record_shadow(&self, verdict: &Result<(), Denied>) {
+        match verdict {
+            Ok(()) => self.admitted.increment(1),
+            Err(denied) => self.count(Outcome::ShadowRefused, wait_of(denied)),
+        }
+    }
+
+    /// Records `verdict` ([`record`](DecisionMetrics::record), or
+    /// [`record_shadow`](DecisionMetrics::record_shadow) when `shadow`) and returns what the
+    /// caller gets: `verdict` itself, or `Ok(())` in shadow mode.
+    #[inline]
+    pub fn decide(&self, shadow: bool, verdict: Result<(), Denied>) -> Result<(), Denied> {
+        if shadow {
+            self.record_shadow(&verdict);
+            Ok(())
+        } else {
+            self.record(&verdict);
+            verdict
+        }
+    }
+}
+
+/// The wait a refusal hands out (`None` for a cost above the burst).
+#[inline]
+fn wait_of(denied: &Denied) -> Option<Duration> {
+    match denied {
+        Denied::RetryAfter(wait) => Some(*wait),
+        Denied::ExceedsBurst => None,
+    }
+}
+
+/// A keyed table's handles: its gauges and table counters, resolved once like
+/// [`DecisionMetrics`].
+#[cfg(feature = "keyed")]
+#[derive(Debug)]
+pub(crate) struct TableMetrics {
+    keys: metrics::Gauge,
+    evictions: Counter,
+    full_refused: Counter,
+    full_admitted: Counter,
+}
+
+#[cfg(feature = "keyed")]
+impl TableMetrics {
+    /// The handles for `limiter`; sets the capacity gauge to `capacity` once.
+    pub(crate) fn new(limiter: SharedString, capacity: u64) -> TableMetrics {
+        metrics::gauge!(KEYS_CAPACITY, "limiter" => limiter.clone()).set(capacity as f64);
+        let full = |action: &'static str| metrics::counter!(TABLE_FULL, "limiter" => limiter.clone(), "action" => action);
+        TableMetrics {
+            keys: metrics::gauge!(KEYS, "limiter" => limiter.clone()),
+            evictions: metrics::counter!(EVICTIONS, "limiter" => limiter.clone()),
+            full_refused: full("refused"),
+            full_admitted: full("admitted_untracked"),
+        }
+    }
+
+    /// The table tracks `len` keys now (set under the table's mutex, so the last set is the
+    /// current length).
+    pub(crate) fn len(&self, len: u64) {
+        self.keys.set(len as f64);
+    }
+
+    pub(crate) fn evicted(&self, n: u64) {
+        self.evictions.increment(n);
+    }
+
+    pub(crate) fn table_full(&self, admitted: bool) {
+        if admitted {
+            self.full_admitted.increment(1);
+        } else {
+            self.full_refused.increment(1);
+        }
+    }
+}

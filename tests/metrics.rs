@@ -1,0 +1,367 @@
+//! The `metrics` feature: what named limiters record (read back from a debugging recorder), and
+//! shadow mode deciding exactly as enforcement does. Deterministic: ManualClock, fixed seeds.
+#![cfg(all(feature = "metrics", feature = "keyed"))]
+
+use std::time::Duration;
+
+use tollgate::metrics::{DecisionMetrics, Metered, Outcome, PolicyMetrics};
+use tollgate::{Bucket, Denied, KeyedLimiter, ManualClock, Quota, ShardedBucket};
+
+#[path = "support/recorder.rs"]
+mod recorder;
+#[path = "support/rng.rs"]
+mod rng;
+use recorder::Recorder;
+use rng::Rng;
+
+fn quota(per_second: u64, burst: u64) -> Quota {
+    Quota::per_second(per_second)
+        .unwrap()
+        .with_burst(burst)
+        .unwrap()
+}
+
+#[test]
+fn bucket_decisions_and_waits_are_recorded() {
+    let rec = Recorder::new();
+    let clock = ManualClock::new();
+    let api = rec.build(|| Metered::new("api", Bucket::with_clock(quota(4, 2), clock.clone())));
+    assert_eq!(api.try_acquire(1), Ok(()));
+    assert_eq!(api.try_acquire(1), Ok(()));
+    assert_eq!(
+        api.try_acquire(1),
+        Err(Denied::RetryAfter(Duration::from_millis(250)))
+    );
+    assert_eq!(
+        api.try_acquire(2),
+        Err(Denied::RetryAfter(Duration::from_millis(500)))
+    );
+    assert_eq!(api.try_acquire(3), Err(Denied::ExceedsBurst));
+    clock.advance(Duration::from_millis(250));
+    let (verdict, snapshot) = api.try_acquire_snapshot(1);
+    assert_eq!((verdict, snapshot.remaining()), (Ok(()), 0));
+    assert_eq!(api.try_acquire(0), Ok(()));
+
+    let s = rec.snapshot();
+    assert_eq!(s.decisions("api", "admitted"), 4);
+    assert_eq!(s.decisions("api", "refused"), 2);
+    assert_eq!(s.decisions("api", "exceeds_burst"), 1);
+    assert_eq!(s.decisions("api", "shadow_refused"), 0);
+    // One sample per wait handed out, in seconds; none for admissions or exceeds_burst.
+    assert_eq!(s.waits("api"), vec![0.25, 0.5]);
+}
+
+#[test]
+fn sharded_bucket_is_metered() {
+    let rec = Recorder::new();
+    let clock = ManualClock::new();
+    let global = rec.build(|| {
+        Metered::new(
+            "global",
+            ShardedBucket::with_clock(quota(10, 10), 2, clock.clone()),
+        )
+    });
+    let mut admitted = 0;
+    let mut refused = 0;
+    for _ in 0..30 {
+        match global.try_acquire(1) {
+            Ok(()) => admitted += 1,
+            Err(Denied::RetryAfter(_)) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(admitted + refused, 30);
+    assert!(refused >= 20, "{refused}");
+    let s = rec.snapshot();
+    assert_eq!(s.decisions("global", "admitted"), admitted);
+    assert_eq!(s.decisions("global", "refused"), refused);
+    assert_eq!(s.waits("global").len() as u64, refused);
+}
+
+/// One random sequence of costs and clock steps, decided by `decide` on a fresh limiter per
+/// run; returns each call's verdict and the bucket's tokens after it.
+fn drive(
+    seed: u64,
+    clock: &ManualClock,
+    mut decide: impl FnMut(u64, u64) -> (Result<(), Denied>, u64),
+) -> Vec<(Result<(), Denied>, u64)> {
+    let mut rng = Rng(seed);
+    (0..2_000)
+        .map(|_| {
+            clock.advance(Duration::from_micros(rng.below(40_000)));
+            // Mostly small costs, sometimes one above the burst of 8.
+            let cost = if rng.below(50) == 0 { 9 } else { rng.below(4) };
+            let key = rng.below(5);
+            decide(key, cost)
+        })
+        .collect()
+}
+
+#[test]
+fn shadow_bucket_refuses_nothing_and_counts_exactly_what_enforcement_refuses() {
+    let rec = Recorder::new();
+    let enforce_clock = ManualClock::new();
+    let shadow_clock = ManualClock::new();
+    let enforce = rec.build(|| {
+        Metered::new(
+            "enforce",
+            Bucket::with_clock(quota(50, 8), enforce_clock.clone()),
+        )
+    });
+    let shadow = rec.build(|| {
+        Metered::new(
+            "shadow",
+            Bucket::with_clock(quota(50, 8), shadow_clock.clone()),
+        )
+        .shadow(true)
+    });
+    assert!(shadow.is_shadow() && !enforce.is_shadow());
+    let enforced = drive(7, &enforce_clock, |_, cost| {
+        (enforce.try_acquire(cost), enforce.get_ref().available())
+    });
+    let shadowed = drive(7, &shadow_clock, |_, cost| {
+        (shadow.try_acquire(cost), shadow.get_ref().available())
+    });
+    // Every shadow decision admitted, and after each the shadow bucket holds what the
+    // enforcing one holds: its would-be refusals wrote nothing.
+    for (i, (e, s)) in enforced.iter().zip(&shadowed).enumerate() {
+        assert_eq!(s.0, Ok(()), "call {i}");
+        assert_eq!(e.1, s.1, "tokens after call {i}");
+    }
+    let refused = enforced
+        .iter()
+        .filter(|(v, _)| matches!(v, Err(Denied::RetryAfter(_))))
+        .count() as u64;
+    let too_big = enforced
+        .iter()
+        .filter(|(v, _)| *v == Err(Denied::ExceedsBurst))
+        .count() as u64;
+    assert!(refused > 100 && too_big > 10, "{refused} {too_big}");
+
+    let s = rec.snapshot();
+    assert_eq!(s.decisions("enforce", "refused"), refused);
+    assert_eq!(s.decisions("enforce", "exceeds_burst"), too_big);
+    assert_eq!(s.decisions("shadow", "shadow_refused"), refused + too_big);
+    assert_eq!(s.decisions("shadow", "refused"), 0);
+    assert_eq!(
+        s.decisions("shadow", "admitted"),
+        s.decisions("enforce", "admitted")
+    );
+    // The waits it would have sent are the waits enforcement sent.
+    assert_eq!(s.waits("shadow"), s.waits("enforce"));
+    assert_eq!(s.waits("enforce").len() as u64, refused);
+}
+
+#[test]
+fn shadow_keyed_limiter_counts_exactly_what_enforcement_refuses() {
+    let rec = Recorder::new();
+    let (ce, cs) = (ManualClock::new(), ManualClock::new());
+    let build = |name: &str, clock: &ManualClock, shadow: bool| {
+        rec.build(|| {
+            KeyedLimiter::builder(quota(50, 8), 3, clock.clone())
+                .name(name)
+                .shadow(shadow)
+                .build()
+                .unwrap()
+        })
+    };
+    let enforce = build("enforce", &ce, false);
+    let shadow = build("shadow", &cs, true);
+    // Five keys in a table of three: table-full refusals are refusals too.
+    let enforced = drive(11, &ce, |key, cost| {
+        (enforce.try_acquire(&key, cost), enforce.available(&key))
+    });
+    let shadowed = drive(11, &cs, |key, cost| {
+        (shadow.try_acquire(&key, cost), shadow.available(&key))
+    });
+    for (i, (e, s)) in enforced.iter().zip(&shadowed).enumerate() {
+        assert_eq!(s.0, Ok(()), "call {i}");
+        assert_eq!(e.1, s.1, "tokens after call {i}");
+    }
+    let refused = enforced.iter().filter(|(v, _)| v.is_err()).count() as u64;
+    assert!(refused > 50, "{refused}");
+    let s = rec.snapshot();
+    assert!(s.counter("tollgate_table_full_total{action=refused,limiter=enforce}") > 0);
+    let enforce_refused =
+        s.decisions("enforce", "refused") + s.decisions("enforce", "exceeds_burst");
+    assert_eq!(enforce_refused, refused);
+    assert_eq!(s.decisions("shadow", "shadow_refused"), refused);
+    assert_eq!(
+        s.counter("tollgate_table_full_total{action=refused,limiter=enforce}"),
+        s.counter("tollgate_table_full_total{action=refused,limiter=shadow}"),
+    );
+    assert_eq!(s.waits("shadow"), s.waits("enforce"));
+}
+
+#[test]
+fn keyed_table_gauges_evictions_and_full_table() {
+    let rec = Recorder::new();
+    let clock = ManualClock::new();
+    let strict = rec.build(|| {
+        KeyedLimiter::builder(quota(1, 1), 2, clock.clone())
+            .name("strict")
+            .build()
+            .unwrap()
+    });
+    let lenient = rec.build(|| {
+        KeyedLimiter::builder(quota(1, 1), 1, clock.clone())
+            .name("lenient")
+            .fail_open(true)
+            .build()
+            .unwrap()
+    });
+    assert_eq!(strict.try_acquire(&1, 1), Ok(()));
+    assert_eq!(strict.try_acquire(&2, 1), Ok(()));
+    // Full, and no bucket is full again before 1 s: new keys are refused.
+    for key in 3..13 {
+        assert!(strict.try_acquire(&key, 1).is_err());
+    }
+    assert_eq!(lenient.try_acquire(&1, 1), Ok(()));
+    assert_eq!(lenient.try_acquire(&2, 1), Ok(())); // untracked
+    assert_eq!(lenient.try_acquire(&3, 1), Ok(())); // untracked
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(strict.sweep(), 2);
+    assert_eq!(strict.try_acquire(&20, 1), Ok(()));
+
+    let s = rec.snapshot();
+    assert_eq!(s.gauge("tollgate_keys_capacity{limiter=strict}"), 2.0);
+    assert_eq!(s.gauge("tollgate_keys_capacity{limiter=lenient}"), 1.0);
+    assert_eq!(s.gauge("tollgate_keys{limiter=strict}"), 1.0);
+    assert_eq!(s.gauge("tollgate_keys{limiter=lenient}"), 1.0);
+    assert_eq!(s.counter("tollgate_evictions_total{limiter=strict}"), 2);
+    assert_eq!(
+        s.counter("tollgate_table_full_total{action=refused,limiter=strict}"),
+        10
+    );
+    assert_eq!(
+        s.counter("tollgate_table_full_total{action=admitted_untracked,limiter=lenient}"),
+        2
+    );
+    assert_eq!(s.decisions("strict", "admitted"), 3);
+    assert_eq!(s.decisions("strict", "refused"), 10);
+    assert_eq!(s.decisions("lenient", "admitted"), 3);
+    assert_eq!(s.waits("strict").len(), 10);
+    // The counters the limiter keeps itself agree.
+    let c = strict.counters();
+    assert_eq!((c.refused_table_full, c.evicted), (10, 2));
+}
+
+#[test]
+fn labels_carry_names_and_fixed_words_never_keys() {
+    let rec = Recorder::new();
+    let clock = ManualClock::new();
+    let per_client = rec.build(|| {
+        KeyedLimiter::builder(quota(1, 1), 4, clock.clone())
+            .name("per-client")
+            .build()
+            .unwrap()
+    });
+    for i in 0..100u32 {
+        let _ = per_client.try_acquire(&format!("client-{i}"), 1);
+    }
+    let s = rec.snapshot();
+    let words = [
+        "per-client",
+        "admitted",
+        "refused",
+        "exceeds_burst",
+        "shadow_refused",
+        "admitted_untracked",
+    ];
+    for value in s.label_values() {
+        assert!(words.contains(&value.as_str()), "label value {value:?}");
+    }
+    // Four outcomes, one histogram, two gauges, evictions, two table-full actions.
+    assert_eq!(s.0.len(), 10, "{:?}", s.0.keys());
+}
+
+#[test]
+fn unnamed_or_named_before_the_recorder_records_nothing() {
+    let rec = Recorder::new();
+    let clock = ManualClock::new();
+    // Named outside the recorder: its handles are the no-op ones, for good.
+    let early = Metered::new("early", Bucket::with_clock(quota(1, 1), clock.clone()));
+    let unnamed = rec.build(|| KeyedLimiter::with_clock(quota(1, 1), 4, clock.clone()));
+    rec.build(|| {
+        assert_eq!(early.try_acquire(1), Ok(()));
+        assert!(early.try_acquire(1).is_err());
+        assert_eq!(unnamed.try_acquire(&1, 1), Ok(()));
+        assert!(unnamed.try_acquire(&1, 1).is_err());
+    });
+    assert!(rec.snapshot().0.is_empty());
+}
+
+#[test]
+fn decision_metrics_record_by_hand() {
+    let rec = Recorder::new();
+    let m = rec.build(|| DecisionMetrics::new("custom"));
+    m.count(Outcome::Admitted, None);
+    m.count(Outcome::Refused, Some(Duration::from_secs(2)));
+    m.count(Outcome::ShadowRefused, None);
+    assert_eq!(
+        m.decide(false, Err(Denied::ExceedsBurst)),
+        Err(Denied::ExceedsBurst)
+    );
+    assert_eq!(
+        m.decide(true, Err(Denied::RetryAfter(Duration::MAX))),
+        Ok(())
+    );
+    let s = rec.snapshot();
+    for (outcome, n) in [
+        ("admitted", 1),
+        ("refused", 1),
+        ("exceeds_burst", 1),
+        ("shadow_refused", 2),
+    ] {
+        assert_eq!(s.decisions("custom", outcome), n, "{outcome}");
+    }
+    assert_eq!(s.waits("custom"), vec![2.0, Duration::MAX.as_secs_f64()]);
+    assert_eq!(
+        Outcome::ALL.map(Outcome::as_str),
+        ["admitted", "refused", "exceeds_burst", "shadow_refused"]
+    );
+}
+
+#[test]
+fn policy_metrics_count_refusals_by_quota() {
+    let rec = Recorder::new();
+    let m = rec.build(|| PolicyMetrics::new("tiers", 2));
+    let wait = Err(Denied::RetryAfter(Duration::from_secs(1)));
+    m.record(&Ok(()), 1); // an admission counts against no quota
+    m.record(&wait, 0);
+    m.record(&wait, 1);
+    m.record(&Err(Denied::ExceedsBurst), 1);
+    m.record(&wait, 9); // past the last quota: the last
+    assert_eq!(m.decide(true, wait, 0), Ok(()));
+    let s = rec.snapshot();
+    let by = |q: &str| {
+        s.counter(&format!(
+            "tollgate_policy_refusals_total{{limiter=tiers,quota={q}}}"
+        ))
+    };
+    assert_eq!((by("0"), by("1")), (2, 3));
+    assert!(
+        !s.0.keys().any(|k| k.contains("quota=2")),
+        "{:?}",
+        s.0.keys()
+    );
+    assert_eq!(s.decisions("tiers", "admitted"), 1);
+    assert_eq!(s.decisions("tiers", "refused"), 3);
+    assert_eq!(s.decisions("tiers", "exceeds_burst"), 1);
+    assert_eq!(s.decisions("tiers", "shadow_refused"), 1);
+    assert_eq!(s.waits("tiers").len(), 4);
+    // Clamped to one to four quotas.
+    let wide = rec.build(|| PolicyMetrics::new("wide", 9));
+    wide.record(&wait, 3);
+    let none = rec.build(|| PolicyMetrics::new("none", 0));
+    none.record(&wait, 0);
+    let s = rec.snapshot();
+    assert_eq!(
+        s.counter("tollgate_policy_refusals_total{limiter=wide,quota=3}"),
+        1
+    );
+    assert_eq!(
+        s.counter("tollgate_policy_refusals_total{limiter=none,quota=0}"),
+        1
+    );
+}
