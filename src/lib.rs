@@ -54,6 +54,9 @@ pub mod guide;
 #[cfg(feature = "keyed")]
 mod keyed;
 mod limits;
+#[cfg(feature = "persist")]
+#[cfg_attr(docsrs, doc(cfg(feature = "persist")))]
+pub mod persist;
 mod quota;
 mod recip;
 #[cfg(feature = "std")]

@@ -912,6 +912,49 @@ impl<C: Clock> ShardedBucket<C> {
             _ => u64::MAX,
         }
     }
+
+    // ---- the narrow interface that saving and restoring use (`src/persist/sharded.rs`) ----
+
+    /// The units the whole bucket holds at `now` (tokens lent out count as spent), the scale of
+    /// that unit (units per token), and the most it holds (the burst, in that unit).
+    #[cfg(feature = "persist")]
+    pub(crate) fn held_units(&self, now: u64) -> (u128, u64, u128) {
+        let cap = self.shards.iter().map(|s| u128::from(s.quota.burst_units())).sum();
+        (self.units_at(now), self.shards[0].quota.scale(), cap)
+    }
+
+    /// Lowers what the whole bucket holds at `now` to at most `max` units (of
+    /// [`held_units`](ShardedBucket::held_units)): takes the excess from the shards in turn, each
+    /// with a CAS that raises its state (a take, as a borrow's), so it only ever removes tokens
+    /// and racing decisions keep their own. The pool's hints stay true: they bound when the
+    /// shards hold a token, and the shards then hold less.
+    #[cfg(feature = "persist")]
+    pub(crate) fn limit_held(&self, now: u64, max: u128) {
+        let earned = self.shards[0].quota.rate().earned(now);
+        let mut budget = max;
+        for s in self.shards.iter() {
+            let mut st = s.state.load(Ordering::Relaxed);
+            loop {
+                let held = u128::from(gcra::available_units(st, now, &s.quota));
+                let keep = held.min(budget);
+                let excess = (held - keep) as u64;
+                let next = match gcra::take_units(st, earned, s.quota.burst_units(), excess) {
+                    Some((next, _, _)) if excess > 0 => next,
+                    _ => {
+                        budget -= keep;
+                        break;
+                    }
+                };
+                match s.state.compare_exchange_weak(st, next, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => {
+                        budget -= keep;
+                        break;
+                    }
+                    Err(actual) => st = actual,
+                }
+            }
+        }
+    }
 }
 
 /// A hint's "never": above every instant within the horizon (which fit in 62 bits).

@@ -5,6 +5,8 @@
 //! [`word`] the 128-bit word codec, and this module the atomic type and its CAS loops.
 
 mod guava;
+#[cfg(feature = "persist")]
+mod persist;
 mod word;
 
 use self::guava::{check_rate, Mode, Params, State, MICROS_PER_SECOND};
