@@ -22,6 +22,8 @@
 //! `next_full_at` words of `Table`, without the mutex, so it scales.
 
 mod index;
+#[cfg(feature = "persist")]
+mod persist;
 
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
@@ -177,7 +179,7 @@ enum Insert {
 /// # Keys are identified by a 64-bit fingerprint
 ///
 /// The table stores no keys: each slot is 16 bytes, a 64-bit *fingerprint* of the key (foldhash's
-/// quality hasher, seeded at random per limiter) and the bucket's state, allocated up front for
+/// quality hasher, with a 64-bit seed drawn at random per limiter) and the bucket's state, allocated up front for
 /// `max_keys` at a load factor of at most ½, plus half as much again so that the active region
 /// can double without a rebuild (48 to 96 bytes per unit of `max_keys` above 32, 32 to 64 up
 /// to 32, where one region is all there is; 50.3 bytes at 1,000,000; `max_keys` above 2^26
@@ -204,6 +206,9 @@ enum Insert {
 pub struct KeyedLimiter<K, C = DefaultClock> {
     index: Index,
     hasher: foldhash::quality::SeedableRandomState,
+    /// The hasher's per-limiter seed (its shared seed is foldhash's fixed one), kept so that a
+    /// saved table can be found again by a restored limiter.
+    seed: u64,
     quota: Quota,
     /// Override quotas by fingerprint.
     overrides: HashMap<u64, Quota>,
@@ -309,12 +314,22 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroCapacity);
         }
+        self.build_seeded(None)
+    }
+
+    /// [`build`](KeyedLimiterBuilder::build) with the fingerprint seed given (a restore's) or
+    /// drawn at random (`None`).
+    fn build_seeded(self, seed: Option<u64>) -> Result<KeyedLimiter<K, C>, ConfigError> {
+        if self.max_keys == 0 {
+            return Err(ConfigError::ZeroCapacity);
+        }
         Ok(KeyedLimiter::from_parts(
             self.quota,
             self.max_keys,
             self.clock,
             self.overrides,
             self.fail_open,
+            seed,
         ))
     }
 }
@@ -345,7 +360,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// assert!(limiter.try_acquire(&42u64, 1).is_err());
     /// ```
     pub fn with_clock(quota: Quota, max_keys: usize, clock: C) -> Self {
-        KeyedLimiter::from_parts(quota, max_keys, clock, HashMap::new(), false)
+        KeyedLimiter::from_parts(quota, max_keys, clock, HashMap::new(), false, None)
     }
 
     /// A builder: per-key quotas ([`quota_for`](KeyedLimiterBuilder::quota_for)) and the
@@ -373,6 +388,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         clock: C,
         overrides: HashMap<K, Quota>,
         fail_open: bool,
+        seed: Option<u64>,
     ) -> Self {
         // Four lock stripes per default shard (per core), a power of two.
         let shards = crate::sharded::default_shards()
@@ -380,11 +396,16 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             .next_power_of_two()
             .min(MAX_SHARDS);
         let max_keys = max_keys.min(MAX_KEYS);
-        // Random per limiter; fixed under loom, whose models must replay the same slots.
+        // Random per limiter (64 bits from foldhash's randomly seeded state); fixed under loom,
+        // whose models must replay the same slots.
         #[cfg(not(tollgate_loom))]
-        let hasher = foldhash::quality::SeedableRandomState::random();
+        let seed = seed.unwrap_or_else(|| foldhash::quality::RandomState::default().hash_one(0u8));
         #[cfg(tollgate_loom)]
-        let hasher = foldhash::quality::SeedableRandomState::fixed();
+        let seed = seed.unwrap_or(0);
+        let hasher = foldhash::quality::SeedableRandomState::with_seed(
+            seed,
+            foldhash::SharedSeed::global_fixed(),
+        );
         let overrides = overrides
             .into_iter()
             .map(|(k, q)| (fingerprint(hasher.hash_one(&k)), q))
@@ -392,6 +413,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         KeyedLimiter {
             index: Index::new(max_keys),
             hasher,
+            seed,
             quota,
             overrides,
             max_keys: u64::try_from(max_keys).unwrap_or(u64::MAX),

@@ -132,6 +132,8 @@ pub enum RestoreError {
         /// How far ahead of the restore's wall clock the save is.
         ahead: Duration,
     },
+    /// The limiter to restore into is misconfigured (a `KeyedLimiter` builder's error).
+    Config(crate::ConfigError),
     /// A `KeyedLimiter` saved with more entries than the restoring table holds.
     TooManyKeys {
         /// The restoring limiter's `max_keys`.
@@ -167,6 +169,7 @@ impl fmt::Display for RestoreError {
                 f,
                 "the saved state is dated {ahead:?} after the wall clock (more than the tolerated step back)"
             ),
+            RestoreError::Config(e) => write!(f, "cannot build the limiter to restore: {e}"),
             RestoreError::TooManyKeys { max_keys } => {
                 write!(f, "the saved state has more keys than max_keys ({max_keys}) allows")
             }
