@@ -369,6 +369,34 @@ pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
     by_tokens.max(by_time).clamp(0, i128::from(MAX_UNITS)) as u64
 }
 
+/// Decides `cost` over every quota of a policy at one reading, all or nothing (what
+/// [`MultiBucket`](crate::MultiBucket) applies): `states[i]` is quota `i`'s state; entries past
+/// the policy's quotas are ignored and returned unchanged.
+///
+/// * `Ok(Some(states'))`: every quota holds `cost`; store all of `states'` in one atomic step.
+/// * `Ok(None)`: admitted with nothing to write (`cost == 0`).
+/// * `Err(refusal)`: nothing to write. [`Denied::ExceedsBurst`] iff `cost` exceeds the smallest
+///   burst; otherwise [`Denied::RetryAfter`] of the largest per-quota [`try_acquire`] wait, and
+///   [`Refusal::quota_index`](crate::Refusal::quota_index) names that quota.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{gcra, Denied, Limits, Quota};
+/// let limits = Limits::new([Quota::per_second(2).unwrap(), Quota::per_second(1).unwrap()]).unwrap();
+/// let s = gcra::try_acquire_all([gcra::FULL; 4], 0, &limits, 1).unwrap().unwrap();
+/// let refusal = gcra::try_acquire_all(s, 0, &limits, 1).unwrap_err();
+/// assert_eq!(refusal.denied(), Denied::RetryAfter(Duration::from_secs(1)));
+/// assert_eq!(refusal.quota_index(), 1);
+/// ```
+pub fn try_acquire_all(
+    states: [u64; 4],
+    now: u64,
+    limits: &crate::Limits,
+    cost: u64,
+) -> Result<Option<[u64; 4]>, crate::Refusal> {
+    crate::multi::decide::try_acquire_all(states, now, limits, cost)
+}
+
 // ---- helpers for the keyed and sharded limiters (crate-internal) ----
 
 /// Whether `state` is full at `now` (`available == burst`, no debt): such a state behaves exactly

@@ -11,6 +11,9 @@
 //!   opt-in [`CoarseClock`] (a cached reading, one load per decision).
 //! * [`Smooth`] — Guava's `SmoothRateLimiter` (bursty and warming up), to the microsecond.
 //! * [`gcra`] — the pure decision function the bucket applies, for your own storage.
+//! * [`MultiBucket`] — a policy of one to four quotas ([`Limits`]: "10 per second and 10,000
+//!   per day") that must all hold, decided and debited in one atomic step; [`Refusal`] names
+//!   the quota that refused.
 //! * [`Snapshot`] — the tokens left and the time until full, from the same decision
 //!   (`try_acquire_snapshot` on every limiter): for `RateLimit` headers.
 //! * Waiting: [`Bucket::acquire`], [`Bucket::try_acquire_for`], [`Bucket::reserve`] →
@@ -54,6 +57,7 @@ pub mod guide;
 #[cfg(feature = "keyed")]
 mod keyed;
 mod limits;
+mod multi;
 #[cfg(feature = "persist")]
 #[cfg_attr(docsrs, doc(cfg(feature = "persist")))]
 pub mod persist;
@@ -81,6 +85,7 @@ pub use error::{ConfigError, Denied};
 #[cfg(feature = "keyed")]
 pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder, UntilKeyReady};
 pub use limits::Limits;
+pub use multi::{MultiBucket, MultiReservation, Refusal, Snapshots};
 pub use quota::{Quota, HORIZON};
 #[cfg(feature = "std")]
 pub use sharded::ShardedBucket;
