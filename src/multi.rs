@@ -8,6 +8,8 @@
 //! `wait.rs` here.
 
 pub(crate) mod decide;
+#[cfg(feature = "persist")]
+mod persist;
 mod refusal;
 mod snapshots;
 mod store;

@@ -3,9 +3,10 @@
 //!
 //! Every in-process limiter has one pair: [`Bucket::save`](crate::Bucket::save) and
 //! [`Bucket::restore`](crate::Bucket::restore), the same on
-//! [`ShardedBucket`](crate::ShardedBucket) and [`Smooth`](crate::Smooth), and
-//! `KeyedLimiter::save` with `KeyedLimiterBuilder::restore` (the keyed table is built around
-//! the saved fingerprint seed, so it is restored into a new limiter). Each has an `_at` form
+//! [`ShardedBucket`](crate::ShardedBucket), [`Smooth`](crate::Smooth) and
+//! [`MultiBucket`](crate::MultiBucket), and `KeyedLimiter::save` with
+//! `KeyedLimiterBuilder::restore` (the keyed table is built around the saved fingerprint
+//! seed, so it is restored into a new limiter). Each has an `_at` form
 //! taking the wall-clock time explicitly (`save_at`, `restore_at`), for deterministic tests.
 //!
 //! # Clock-independent
@@ -37,6 +38,8 @@
 //! A restore into a live limiter keeps, for each bucket, the *stricter* of its current state
 //! and the saved one: it never adds tokens, so restoring twice, or restoring an old file, is
 //! harmless. Restore into a freshly built (full) limiter to take the saved state as it is.
+//! (`Smooth` is the exception: its stored permits are not a burst a fresh limiter has, so a
+//! restore takes the saved ones, and keeps the later next free time.)
 //!
 //! # When a restore fails
 //!
@@ -134,6 +137,13 @@ pub enum RestoreError {
     },
     /// The limiter to restore into is misconfigured (a `KeyedLimiter` builder's error).
     Config(crate::ConfigError),
+    /// A `MultiBucket` saved with another number of quotas than the restoring one has.
+    LimitsChanged {
+        /// Quotas saved.
+        saved: usize,
+        /// Quotas of the restoring bucket.
+        restoring: usize,
+    },
     /// A `KeyedLimiter` saved with more entries than the restoring table holds.
     TooManyKeys {
         /// The restoring limiter's `max_keys`.
@@ -168,6 +178,10 @@ impl fmt::Display for RestoreError {
             RestoreError::FromTheFuture { ahead } => write!(
                 f,
                 "the saved state is dated {ahead:?} after the wall clock (more than the tolerated step back)"
+            ),
+            RestoreError::LimitsChanged { saved, restoring } => write!(
+                f,
+                "the saved state has {saved} quotas, the restoring bucket {restoring}"
             ),
             RestoreError::Config(e) => write!(f, "cannot build the limiter to restore: {e}"),
             RestoreError::TooManyKeys { max_keys } => {
@@ -224,7 +238,7 @@ pub(crate) fn lack(state: u64, now: u64, quota: &Quota) -> u64 {
 pub(crate) fn restored_state(lack: u64, down: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
     // `earned_floor(d)` is the refill over a span of `d` (horizon-capped), rounded down.
     let lack = lack.saturating_sub(old.earned_floor(down));
-    if lack == 0 {
+    if lack == 0 && old == new {
         return gcra::FULL;
     }
     let state = old

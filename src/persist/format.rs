@@ -205,10 +205,11 @@ impl<R: Read> FrameReader<R> {
             wall_ns: 0,
         };
         let mut head = [0u8; 10];
-        fr.fill(&mut head)?;
+        fr.fill(&mut head[..8])?;
         if head[..8] != MAGIC {
             return Err(RestoreError::NotAState);
         }
+        fr.fill(&mut head[8..])?;
         let version = u16::from_le_bytes([head[8], head[9]]);
         if version != VERSION {
             return Err(RestoreError::UnsupportedVersion(version));

@@ -78,10 +78,10 @@ impl<C: Clock> Smooth<C> {
     /// arithmetic would have carried it through the downtime ([`SystemTime::now`]): the next
     /// free time moves that much closer, and idle time past it stores permits (up to the
     /// maximum). The next free time kept is the later of this limiter's and the restored one
-    /// (a queue is never shortened). Stored permits: a bursty limiter keeps the fewer; a
-    /// warming-up one takes the restored ones (it starts cold, and the saved warmth is the
-    /// state it had, cooled by the downtime). Saved at another rate or mode, the stored permits
-    /// are rescaled as [`set_rate`](Smooth::set_rate) rescales them. On error nothing changes.
+    /// (a queue is never shortened); the stored permits are the restored ones, so restore into
+    /// a limiter just built (a fresh bursty limiter stores nothing, a fresh warming-up one is
+    /// cold: neither has a burst to lose). Saved at another rate or mode, the stored permits are
+    /// rescaled as [`set_rate`](Smooth::set_rate) rescales them. On error nothing changes.
     ///
     /// ```
     /// use std::time::Duration;
@@ -168,10 +168,8 @@ impl<C: Clock> Smooth<C> {
                 };
                 s.stored = s.stored.min(p.max);
             }
+            // A queue is never shortened; the stored permits are the restored ones.
             s.next = s.next.max(cur.next);
-            if matches!(self.mode, Mode::Bursty { .. }) {
-                s.stored = s.stored.min(cur.stored);
-            }
             (Some(s), ())
         });
         Ok(())
