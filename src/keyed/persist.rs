@@ -106,38 +106,23 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             p.u64(fp).quota(q);
             fw.frame(kind::OVERRIDE, &p.0)?;
         }
-        let mut chunk = Vec::new();
-        let mut done: Vec<ScanRegion> = Vec::new();
-        let mut queue: Vec<ScanRegion> = Vec::new();
-        self.queue_regions(&mut done, &mut queue);
-        while !queue.is_empty() {
-            let r = queue.remove(0);
-            let mut walk = Walk::default();
-            while !walk.finished(r) {
-                chunk.clear();
-                {
-                    let locked = self.index.lock();
-                    walk.step(r, |i| locked.scan_slot(r, i), |fp, state| {
-                        let missing = lack(state, now, self.quota_of(fp));
-                        if missing > 0 {
-                            chunk.push((fp, missing));
-                        }
-                    });
+        self.walk(CHUNK, |chunk| {
+            let mut entries = chunk
+                .iter()
+                .map(|&(fp, state)| (fp, lack(state, now, self.quota_of(fp))))
+                .filter(|&(_, missing)| missing > 0)
+                .peekable();
+            while entries.peek().is_some() {
+                let part: Vec<_> = entries.by_ref().take(ENTRIES_PER_FRAME).collect();
+                let mut p = Payload::default();
+                p.u32(part.len() as u32);
+                for (fp, missing) in part {
+                    p.u64(fp).u64(missing);
                 }
-                for part in chunk.chunks(ENTRIES_PER_FRAME) {
-                    let mut p = Payload::default();
-                    p.u32(part.len() as u32);
-                    for &(fp, missing) in part {
-                        p.u64(fp).u64(missing);
-                    }
-                    fw.frame(kind::ENTRIES, &p.0)?;
-                }
+                fw.frame(kind::ENTRIES, &p.0)?;
             }
-            done.push(r);
-            if queue.is_empty() {
-                self.queue_regions(&mut done, &mut queue);
-            }
-        }
+            Ok::<(), io::Error>(())
+        })?;
         // After the walk: covers every eviction the walk may have missed.
         let floor = self.table.evicted_at.load(Ordering::SeqCst);
         let mut p = Payload::default();
@@ -145,6 +130,42 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             .i64(clamp_i64(i128::from(floor) - i128::from(now)));
         fw.frame(kind::FLOOR, &p.0)?;
         fw.finish().map(drop)
+    }
+
+    /// Walks every entry of the table (module docs): `on_chunk` receives the `(fingerprint,
+    /// state)` entries of each chunk of about `chunk` slots, read under the index's mutex, and
+    /// runs without it.
+    fn walk<E>(
+        &self,
+        chunk: usize,
+        mut on_chunk: impl FnMut(&[(u64, u64)]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut entries = Vec::new();
+        let mut done: Vec<ScanRegion> = Vec::new();
+        let mut queue: Vec<ScanRegion> = Vec::new();
+        self.queue_regions(&mut done, &mut queue);
+        while !queue.is_empty() {
+            let r = queue.remove(0);
+            let mut walk = Walk {
+                chunk,
+                ..Walk::default()
+            };
+            while !walk.finished(r) {
+                entries.clear();
+                {
+                    let locked = self.index.lock();
+                    walk.step(r, |i| locked.scan_slot(r, i), |fp, state| {
+                        entries.push((fp, state));
+                    });
+                }
+                on_chunk(&entries)?;
+            }
+            done.push(r);
+            if queue.is_empty() {
+                self.queue_regions(&mut done, &mut queue);
+            }
+        }
+        Ok(())
     }
 
     /// Appends to `queue` the regions holding entries now (a migration's old region first)
@@ -214,6 +235,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
 /// A walk over one region, in chunks: from the slot after an empty one, once around.
 #[derive(Default)]
 struct Walk {
+    /// Slots to read at least per chunk.
+    chunk: usize,
     /// The next slot; `None` before the first chunk found the empty slot to start after.
     pos: Option<usize>,
     /// Slots still to read.
@@ -225,7 +248,7 @@ impl Walk {
         self.pos.is_some() && self.left == 0 || r.len() == 0
     }
 
-    /// One chunk, under the mutex: at least [`CHUNK`] slots (all that are left, if fewer),
+    /// One chunk, under the mutex: at least `self.chunk` slots (all that are left, if fewer),
     /// ending after an empty slot; `slot(i)` reads slot `i`, `f` receives its entry.
     fn step(
         &mut self,
@@ -253,7 +276,7 @@ impl Walk {
             read += 1;
             match entry {
                 Some((fp, state)) => f(fp, state),
-                None if read >= CHUNK => break,
+                None if read >= self.chunk => break,
                 None => {}
             }
         }
@@ -382,5 +405,84 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
                 _ => return Err(RestoreError::Corrupt("a frame out of place")),
             }
         }
+    }
+}
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use super::*;
+    use crate::test_support::Xorshift;
+    use crate::ManualClock;
+    use core::time::Duration;
+
+    /// A walk in chunks of a few slots, with insertions (which grow the table through
+    /// migrations), sweeps (evictions that shift chains back) and admissions between every two
+    /// chunks, still reads every entry tracked when it began, unless that entry was evicted —
+    /// full — first; and each state it reads is at least the one the entry had then.
+    #[test]
+    fn a_walk_misses_no_entry_that_stays_tracked() {
+        let q = Quota::per_second(1).unwrap().with_burst(100).unwrap();
+        let (mut read, mut missed) = (0, 0);
+        for seed in 1..=40u64 {
+            let mut rng = Xorshift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let clock = ManualClock::new();
+            // Nearly half full (long clusters), with buckets that fill up during the walk.
+            let limiter = KeyedLimiter::with_clock(q, 256, clock.clone());
+            let n = 150 + rng.next() % 100;
+            for k in 0..n {
+                limiter.try_acquire(&k, 1 + rng.next() % 10).unwrap();
+            }
+            let start: Vec<(u64, u64, u64)> = (0..n)
+                .map(|k| {
+                    let fp = limiter.fingerprint(&k);
+                    (k, fp, limiter.index.load(fp).unwrap())
+                })
+                .collect();
+            let mut seen: HashMap<u64, u64> = HashMap::new();
+            let mut next_key = 1_000_000u64;
+            let chunk = 1 + (rng.next() % 4) as usize;
+            limiter
+                .walk(chunk, |entries| {
+                    for &(fp, s) in entries {
+                        let e = seen.entry(fp).or_insert(0);
+                        *e = (*e).max(s);
+                    }
+                    for _ in 0..rng.next() % 3 {
+                        match rng.next() % 4 {
+                            0 => {
+                                for _ in 0..rng.next() % 4 {
+                                    let _ = limiter.try_acquire(&next_key, 1 + rng.next() % 100);
+                                    next_key += 1;
+                                }
+                            }
+                            1 if rng.next() % 4 == 0 => {
+                                clock.advance(Duration::from_millis(rng.next() % 300));
+                                limiter.sweep();
+                            }
+                            _ => {
+                                let k = 1_000_000 + rng.next() % (next_key - 999_999);
+                                let _ = limiter.try_acquire(&k, 1);
+                            }
+                        }
+                    }
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+            let now = clock.now();
+            for (k, fp, s0) in start {
+                match seen.get(&fp) {
+                    Some(&s) => {
+                        read += 1;
+                        assert!(s >= s0, "seed {seed}: key {k}");
+                    }
+                    None => {
+                        missed += 1;
+                        assert!(gcra::full_at(s0, &q) <= now, "seed {seed}: key {k} missed");
+                    }
+                }
+            }
+        }
+        // Both cases happen: entries read, and entries evicted before the walk reached them.
+        assert!(read > 500 && missed > 50, "read {read}, missed {missed}");
     }
 }
