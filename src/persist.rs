@@ -144,11 +144,6 @@ pub enum RestoreError {
         /// Quotas of the restoring bucket.
         restoring: usize,
     },
-    /// A `KeyedLimiter` saved with more entries than the restoring table holds.
-    TooManyKeys {
-        /// The restoring limiter's `max_keys`.
-        max_keys: usize,
-    },
 }
 
 impl RestoreError {
@@ -184,9 +179,6 @@ impl fmt::Display for RestoreError {
                 "the saved state has {saved} quotas, the restoring bucket {restoring}"
             ),
             RestoreError::Config(e) => write!(f, "cannot build the limiter to restore: {e}"),
-            RestoreError::TooManyKeys { max_keys } => {
-                write!(f, "the saved state has more keys than max_keys ({max_keys}) allows")
-            }
         }
     }
 }

@@ -207,8 +207,11 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     }
 
     /// Tracks `(fp, state)` entries read from a saved table, keeping the stricter state of a
-    /// fingerprint seen twice. Errors when the table would pass `max_keys`.
-    fn restore_entries(&self, entries: &[(u64, u64)], now: u64) -> Result<(), RestoreError> {
+    /// fingerprint seen twice. An entry that finds the table full is not tracked; the floor for
+    /// untracked keys is raised to the instant it would be full instead, so that key — and
+    /// every other untracked key — starts no more lenient than the entry (a save racing
+    /// insertions may hold a few more entries than `max_keys`; a smaller table, many more).
+    fn restore_entries(&self, entries: &[(u64, u64)]) {
         let mut locked = self.index.lock();
         for &(fp, state) in entries {
             if locked.contains(fp) {
@@ -217,18 +220,16 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
                     .apply(fp, |s| Ok::<_, ()>((state > s).then_some(state)));
                 continue;
             }
-            if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
-                return Err(RestoreError::TooManyKeys {
-                    max_keys: self.max_keys(),
-                });
-            }
             let full_at = gcra::full_at(state, self.quota_of(fp));
-            debug_assert!(full_at > now);
+            if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
+                let floor = full_at.min(HORIZON_NS);
+                self.table.evicted_at.fetch_max(floor, Ordering::SeqCst);
+                continue;
+            }
             locked.insert(fp, state, full_at);
             self.table.len.fetch_add(1, Ordering::SeqCst);
             self.table.next_full_at.fetch_min(full_at, Ordering::SeqCst);
         }
-        Ok(())
     }
 }
 
@@ -298,10 +299,14 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
     /// converted as [`Bucket::set_quota`](crate::Bucket::set_quota) converts. Streams: one frame
     /// in memory at a time.
     ///
-    /// Errors: [`RestoreError`] for unreadable input, and [`RestoreError::TooManyKeys`] when
-    /// the saved entries do not fit this builder's `max_keys`. Nothing is built then; the
-    /// suggested recovery is a limiter built as configured and then
-    /// [`drain`](KeyedLimiter::drain)ed, never a full one.
+    /// Saved entries beyond this builder's `max_keys` (a smaller table, or a save that raced
+    /// insertions) are not tracked: the floor for untracked keys is raised to the instant each
+    /// such entry would be full, so no key starts more lenient than its saved state (new keys
+    /// may then be refused until that instant).
+    ///
+    /// Errors: [`RestoreError`] for unreadable input; nothing is built then. The suggested
+    /// recovery is a limiter built as configured and then [`drain`](KeyedLimiter::drain)ed,
+    /// never a full one.
     ///
     /// ```
     /// use std::time::{Duration, SystemTime};
@@ -385,7 +390,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
                             batch.push((fp, state));
                         }
                     }
-                    limiter.restore_entries(&batch, now)?;
+                    limiter.restore_entries(&batch);
                 }
                 kind::FLOOR => {
                     let (evicted, rel) = (c.u8()?, c.i64()?);
