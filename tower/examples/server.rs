@@ -11,12 +11,20 @@
 //!                                  X-Forwarded-For hop behind these proxies
 //!   --redis URL                    the Redis backend (one limit shared by many servers)
 //!   --unlimited                    no layer (the baseline for overhead)
+//!   --state FILE                   restore the limiter from FILE at start (missing or damaged:
+//!                                  start drained), save it there at shutdown and periodically
+//!   --save-every DURATION          with --state: 10s (default), 500ms, 2min, 1h
 //! ```
 //!
 //! Prints `listening on ADDR` (the bound address) on stdout once it accepts connections, exits 2
-//! with a message on bad flags, and shuts down cleanly on SIGINT or SIGTERM.
+//! with a message on bad flags, and shuts down cleanly on SIGINT or SIGTERM (saving the state
+//! last, with `--state`; `support/state.rs` says what a restart hands out).
+
+#[path = "support/state.rs"]
+mod state;
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,7 +33,7 @@ use axum::Router;
 use clap::{CommandFactory, Parser};
 use http::HeaderName;
 use ipnet::IpNet;
-use tollgate::{Bucket, KeyedLimiter, Quota};
+use tollgate::Quota;
 use tollgate_tower::{ClientIp, HeaderKey, PeerIp, RateLimitLayer};
 
 /// The most keys a per-IP or per-header limiter tracks (bounded memory).
@@ -55,6 +63,12 @@ struct Cli {
     /// No rate limiting at all (the overhead baseline).
     #[arg(long)]
     unlimited: bool,
+    /// Restore the limiter from this file at start and save it there (see support/state.rs).
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// How often to save with --state: 500ms, 10s, 2min, 1h.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    save_every: Duration,
 }
 
 /// The `--trusted-proxies` networks (one flag value, comma-separated).
@@ -91,6 +105,25 @@ fn parse_rate(s: &str) -> Result<Rate, String> {
         return Err("the rate must be at least 1".into());
     }
     Ok(Rate { tokens, per })
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("expected a duration such as 500ms, 10s, 2min or 1h, got {s:?}"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "min" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        other => return Err(format!("unknown unit {other:?}: use ms, s, min or h")),
+    };
+    if d.is_zero() {
+        return Err("the interval must be positive".into());
+    }
+    Ok(d)
 }
 
 fn parse_key(s: &str) -> Result<KeyKind, String> {
@@ -140,12 +173,16 @@ fn main() -> ExitCode {
     if cli.unlimited && cli.redis.is_some() {
         usage("--unlimited and --redis exclude each other".into());
     }
+    if cli.state.is_some() && (cli.unlimited || cli.redis.is_some()) {
+        usage("--state applies to the in-process limiters (not --unlimited or --redis)".into());
+    }
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(serve(cli, quota))
 }
 
 async fn serve(cli: Cli, quota: Quota) -> ExitCode {
     let app = Router::new().route("/", get(|| async { "ok" }));
+    let mut limiters = state::Limiters::new(cli.state.clone());
     let app = if cli.unlimited {
         app
     } else if let Some(url) = &cli.redis {
@@ -158,19 +195,19 @@ async fn serve(cli: Cli, quota: Quota) -> ExitCode {
         }
     } else {
         match (&cli.key, &cli.trusted_proxies) {
-            (KeyKind::Global, _) => app.layer(RateLimitLayer::new(Bucket::new(quota))),
+            (KeyKind::Global, _) => app.layer(RateLimitLayer::shared(limiters.bucket(quota))),
             (KeyKind::Ip, None) => {
-                let limiter = KeyedLimiter::<IpAddr>::new(quota, MAX_KEYS);
-                app.layer(RateLimitLayer::new(limiter).key(PeerIp::new()))
+                let limiter = limiters.keyed::<IpAddr>(quota, MAX_KEYS);
+                app.layer(RateLimitLayer::shared(limiter).key(PeerIp::new()))
             }
             (KeyKind::Ip, Some(Trusted(trusted))) => {
-                let limiter = KeyedLimiter::<IpAddr>::new(quota, MAX_KEYS);
+                let limiter = limiters.keyed::<IpAddr>(quota, MAX_KEYS);
                 let key = ClientIp::new(trusted.iter().copied());
-                app.layer(RateLimitLayer::new(limiter).key(key))
+                app.layer(RateLimitLayer::shared(limiter).key(key))
             }
             (KeyKind::Header(name), _) => {
-                let limiter = KeyedLimiter::<String>::new(quota, MAX_KEYS);
-                app.layer(RateLimitLayer::new(limiter).key(HeaderKey::new(name.clone())))
+                let limiter = limiters.keyed::<String>(quota, MAX_KEYS);
+                app.layer(RateLimitLayer::shared(limiter).key(HeaderKey::new(name.clone())))
             }
         }
     };
@@ -184,10 +221,18 @@ async fn serve(cli: Cli, quota: Quota) -> ExitCode {
     let addr = listener.local_addr().unwrap_or(cli.listen);
     println!("listening on {addr}");
     let service = app.into_make_service_with_connect_info::<SocketAddr>();
-    match axum::serve(listener, service)
+    let saving = limiters.save_every(cli.save_every);
+    let served = axum::serve(listener, service)
         .with_graceful_shutdown(shutdown())
-        .await
-    {
+        .await;
+    if let Some(saving) = saving {
+        saving.abort();
+    }
+    if let Err(e) = limiters.save_final() {
+        eprintln!("state: save at shutdown failed: {e}");
+        return ExitCode::from(1);
+    }
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
