@@ -208,6 +208,7 @@ pub struct KeyedLimiter<K, C = DefaultClock> {
     hasher: foldhash::quality::SeedableRandomState,
     /// The hasher's per-limiter seed (its shared seed is foldhash's fixed one), kept so that a
     /// saved table can be found again by a restored limiter.
+    #[cfg_attr(not(feature = "persist"), allow(dead_code))]
     seed: u64,
     quota: Quota,
     /// Override quotas by fingerprint.
