@@ -40,10 +40,17 @@ fn reset_peak() {
 }
 
 fn main() {
-    let keys: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let keys: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
     let q = Quota::per_second(10).unwrap();
     let clock = ManualClock::new();
-    let limiter = Arc::new(KeyedLimiter::with_clock(q, keys as usize + 1024, clock.clone()));
+    let limiter = Arc::new(KeyedLimiter::with_clock(
+        q,
+        keys as usize + 1024,
+        clock.clone(),
+    ));
     for k in 0..keys {
         limiter.try_acquire(&k, 1 + k % 10).unwrap();
     }

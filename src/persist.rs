@@ -233,10 +233,7 @@ pub(crate) fn restored_state(lack: u64, down: u64, now: u64, old: &Quota, new: &
     if lack == 0 && old == new {
         return gcra::FULL;
     }
-    let state = old
-        .earned_ceil(now)
-        .saturating_add(lack)
-        .min(MAX_UNITS);
+    let state = old.earned_ceil(now).saturating_add(lack).min(MAX_UNITS);
     if old == new {
         state
     } else {

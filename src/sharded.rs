@@ -919,7 +919,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// that unit (units per token), and the most it holds (the burst, in that unit).
     #[cfg(feature = "persist")]
     pub(crate) fn held_units(&self, now: u64) -> (u128, u64, u128) {
-        let cap = self.shards.iter().map(|s| u128::from(s.quota.burst_units())).sum();
+        let cap = self
+            .shards
+            .iter()
+            .map(|s| u128::from(s.quota.burst_units()))
+            .sum();
         (self.units_at(now), self.shards[0].quota.scale(), cap)
     }
 
@@ -945,7 +949,10 @@ impl<C: Clock> ShardedBucket<C> {
                         break;
                     }
                 };
-                match s.state.compare_exchange_weak(st, next, Ordering::Relaxed, Ordering::Relaxed) {
+                match s
+                    .state
+                    .compare_exchange_weak(st, next, Ordering::Relaxed, Ordering::Relaxed)
+                {
                     Ok(_) => {
                         budget -= keep;
                         break;

@@ -22,7 +22,11 @@ fn premium() -> Quota {
     Quota::per_second(100).unwrap().with_burst(20).unwrap()
 }
 
-fn build(q: Quota, max_keys: usize, clock: ManualClock) -> tollgate::KeyedLimiterBuilder<u64, ManualClock> {
+fn build(
+    q: Quota,
+    max_keys: usize,
+    clock: ManualClock,
+) -> tollgate::KeyedLimiterBuilder<u64, ManualClock> {
     KeyedLimiter::builder(q, max_keys, clock)
         .quota_for(7, premium())
         .quota_for(8, premium())
@@ -57,11 +61,19 @@ fn every_key_comes_back_as_the_live_limiter_has_it() {
         assert!(restored.len() <= live.len());
         for step in 0..3 {
             for k in 0..3000 {
-                assert_eq!(restored.available(&k), live.available(&k), "round {round} key {k}");
+                assert_eq!(
+                    restored.available(&k),
+                    live.available(&k),
+                    "round {round} key {k}"
+                );
             }
             for k in (0..3000).step_by(7) {
                 let cost = 1 + rng.below(3);
-                assert_eq!(restored.try_acquire(&k, cost), live.try_acquire(&k, cost), "key {k}");
+                assert_eq!(
+                    restored.try_acquire(&k, cost),
+                    live.try_acquire(&k, cost),
+                    "key {k}"
+                );
             }
             let d = Duration::from_millis(100 * step);
             clock.advance(d);
@@ -94,7 +106,9 @@ fn the_floor_travels_and_a_small_table_holds_no_key_more_leniently() {
         assert_eq!(restored.available(&k), live.available(&k), "key {k}");
     }
     // Into a table of 3 keys: the entries that do not fit raise the floor instead.
-    let small = build(q, 3, clock.clone()).restore_at(&file[..], wall(300_000_000)).unwrap();
+    let small = build(q, 3, clock.clone())
+        .restore_at(&file[..], wall(300_000_000))
+        .unwrap();
     assert!(small.len() <= 3);
     for k in 0..60 {
         assert!(small.available(&k) <= live.available(&k), "key {k}");
@@ -139,7 +153,9 @@ fn damaged_keyed_input_is_an_error() {
         let mut bad = file.clone();
         let i = rng.below(bad.len() as u64) as usize;
         bad[i] ^= 1 << rng.below(8);
-        assert!(build(q, 100, ManualClock::new()).restore_at(&bad[..], wall(0)).is_err());
+        assert!(build(q, 100, ManualClock::new())
+            .restore_at(&bad[..], wall(0))
+            .is_err());
     }
 }
 

@@ -26,7 +26,13 @@ fn saved(b: &Bucket<ManualClock>, at: SystemTime) -> Vec<u8> {
 /// A live bucket after some decisions, saved at `t0`; then, `gap` later on both clocks, the
 /// live bucket and one restored into a new process (another clock origin) make the same
 /// decisions. Exact quotas: equal, decision for decision; any quota: never more tokens.
-fn check_restore_equals_live(q: Quota, ops: &[(u64, u64)], gap: u64, origin: u64, later: &[(u64, u64)]) {
+fn check_restore_equals_live(
+    q: Quota,
+    ops: &[(u64, u64)],
+    gap: u64,
+    origin: u64,
+    later: &[(u64, u64)],
+) {
     let clock = ManualClock::new();
     let live = Bucket::with_clock(q, clock.clone());
     for &(advance, cost) in ops {
@@ -119,7 +125,10 @@ fn downtime_refills_at_most_the_burst_and_a_debt_carries_over() {
     let file = saved(&b, wall(0));
     let r = Bucket::with_clock(q, ManualClock::new());
     r.restore_at(&file[..], wall(500_000_000)).unwrap();
-    assert_eq!(r.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(600))));
+    assert_eq!(
+        r.try_acquire(1),
+        Err(Denied::RetryAfter(Duration::from_millis(600)))
+    );
 }
 
 /// A wall clock that stepped back across the restart refills nothing (within the tolerance);
@@ -131,10 +140,17 @@ fn a_wall_clock_stepped_back_refills_nothing() {
     b.try_acquire(5).unwrap();
     let t = wall(10_000_000_000_000);
     let file = saved(&b, t);
-    for back in [Duration::from_nanos(1), Duration::from_secs(1), FUTURE_TOLERANCE] {
+    for back in [
+        Duration::from_nanos(1),
+        Duration::from_secs(1),
+        FUTURE_TOLERANCE,
+    ] {
         let r = Bucket::with_clock(q, ManualClock::new());
         r.restore_at(&file[..], t - back).unwrap();
-        assert_eq!(r.try_acquire(1), Err(Denied::RetryAfter(Duration::from_secs(3600))));
+        assert_eq!(
+            r.try_acquire(1),
+            Err(Denied::RetryAfter(Duration::from_secs(3600)))
+        );
     }
     let r = Bucket::with_clock(q, ManualClock::new());
     let back = FUTURE_TOLERANCE + Duration::from_nanos(1);
@@ -144,7 +160,9 @@ fn a_wall_clock_stepped_back_refills_nothing() {
     }
     assert_eq!(r.available(), 5, "a failed restore changes nothing");
     // Before 1970 the wall clock cannot anchor a save.
-    assert!(b.save_at(Vec::new(), SystemTime::UNIX_EPOCH - Duration::from_secs(1)).is_err());
+    assert!(b
+        .save_at(Vec::new(), SystemTime::UNIX_EPOCH - Duration::from_secs(1))
+        .is_err());
 }
 
 /// A state saved under another quota is carried over as `set_quota` carries it.
@@ -216,20 +234,32 @@ fn damaged_input_is_an_error_and_changes_nothing() {
             let mut bad = file.clone();
             bad[i] ^= 1 << bit;
             let r = fresh();
-            assert!(r.restore_at(&bad[..], wall(0)).is_err(), "byte {i} bit {bit}");
+            assert!(
+                r.restore_at(&bad[..], wall(0)).is_err(),
+                "byte {i} bit {bit}"
+            );
             assert_eq!(r.available(), 10);
         }
     }
-    assert!(matches!(fresh().restore(&b"GIF89a..."[..]), Err(RestoreError::NotAState)));
+    assert!(matches!(
+        fresh().restore(&b"GIF89a..."[..]),
+        Err(RestoreError::NotAState)
+    ));
     let mut v2 = file.clone();
     v2[8] = 2;
-    assert!(matches!(fresh().restore(&v2[..]), Err(RestoreError::UnsupportedVersion(2))));
+    assert!(matches!(
+        fresh().restore(&v2[..]),
+        Err(RestoreError::UnsupportedVersion(2))
+    ));
     let sharded = ShardedBucket::with_clock(q, 2, ManualClock::new());
     let mut other = Vec::new();
     sharded.save_at(&mut other, wall(0)).unwrap();
     match fresh().restore(&other[..]) {
         Err(e @ RestoreError::WrongLimiter { .. }) => {
-            assert_eq!(e.to_string(), "the saved state is a ShardedBucket, not a Bucket")
+            assert_eq!(
+                e.to_string(),
+                "the saved state is a ShardedBucket, not a Bucket"
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -288,14 +318,20 @@ fn a_smooth_limiter_restored_later_waits_as_the_live_one() {
             let permits = rng.below(3);
             let (a, b) = (live.acquire(permits), r.acquire(permits));
             let diff = a.as_micros().abs_diff(b.as_micros());
-            assert!(diff <= 1 && b + Duration::from_micros(1) >= a, "{a:?} {b:?}");
+            assert!(
+                diff <= 1 && b + Duration::from_micros(1) >= a,
+                "{a:?} {b:?}"
+            );
             let d = Duration::from_millis(rng.below(1000));
             clock.advance(d);
             clock2.advance(d);
         }
     }
     let r = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
-    assert!(matches!(r.restore(&b"TOLLGATE\x01\x00"[..]), Err(RestoreError::Truncated)));
+    assert!(matches!(
+        r.restore(&b"TOLLGATE\x01\x00"[..]),
+        Err(RestoreError::Truncated)
+    ));
 }
 
 /// A multi-quota bucket restores every quota; another number of quotas is refused.
@@ -321,11 +357,18 @@ fn a_multi_bucket_restores_every_quota() {
     assert_eq!(r.available(), live.available());
     assert_eq!(r.available(), 1);
     let two = MultiBucket::with_clock(
-        Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(20).unwrap()]).unwrap(),
+        Limits::new([
+            Quota::per_second(10).unwrap(),
+            Quota::per_second(20).unwrap(),
+        ])
+        .unwrap(),
         ManualClock::new(),
     );
     assert!(matches!(
         two.restore_at(&file[..], wall(0)),
-        Err(RestoreError::LimitsChanged { saved: 3, restoring: 2 })
+        Err(RestoreError::LimitsChanged {
+            saved: 3,
+            restoring: 2
+        })
     ));
 }

@@ -6,7 +6,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::time::{Duration, SystemTime};
-use tollgate::{Bucket, KeyedLimiter, Limits, ManualClock, MultiBucket, Quota, ShardedBucket, Smooth};
+use tollgate::{
+    Bucket, KeyedLimiter, Limits, ManualClock, MultiBucket, Quota, ShardedBucket, Smooth,
+};
 
 #[path = "common/bytes.rs"]
 mod bytes;
@@ -22,7 +24,11 @@ fn crc32(data: &[u8]) -> u32 {
     for &b in data {
         c ^= u32::from(b);
         for _ in 0..8 {
-            c = if c & 1 != 0 { (c >> 1) ^ 0xEDB8_8320 } else { c >> 1 };
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xEDB8_8320
+            } else {
+                c >> 1
+            };
         }
     }
     !c
@@ -71,7 +77,12 @@ fuzz_target!(|data: &[u8]| {
             bucket.save_at(&mut file, wall(saved_at)).unwrap();
         }
         2 => {
-            let limiter = Smooth::bursty_with_clock(quota.tokens() as f64, Duration::from_secs(1), clock.clone()).unwrap();
+            let limiter = Smooth::bursty_with_clock(
+                quota.tokens() as f64,
+                Duration::from_secs(1),
+                clock.clone(),
+            )
+            .unwrap();
             limiter.acquire(b.u64() % 20);
             limiter.save_at(&mut file, wall(saved_at)).unwrap();
         }
@@ -133,7 +144,9 @@ fuzz_target!(|data: &[u8]| {
             let _ = r.try_acquire(1);
         }
         _ => {
-            if let Ok(r) = KeyedLimiter::<u64, _>::builder(quota, 64, clock).restore_at(&file[..], at) {
+            if let Ok(r) =
+                KeyedLimiter::<u64, _>::builder(quota, 64, clock).restore_at(&file[..], at)
+            {
                 assert!(r.len() <= 64);
                 for k in 0..80 {
                     assert!(r.available(&k) <= quota.burst());

@@ -24,7 +24,10 @@ async fn an_aof_restarted_redis_hands_out_no_fresh_burst() {
     for _ in 0..3 {
         assert_eq!(l.check("tenant", 1).await.unwrap(), Ok(()));
     }
-    assert!(matches!(l.check("tenant", 1).await.unwrap(), Err(Denied::RetryAfter(_))));
+    assert!(matches!(
+        l.check("tenant", 1).await.unwrap(),
+        Err(Denied::RetryAfter(_))
+    ));
     // `everysec` fsyncs once a second: a crash loses at most the last second of writes.
     tokio::time::sleep(Duration::from_millis(2100)).await;
     server.restart();
@@ -43,11 +46,21 @@ async fn an_aof_restarted_redis_hands_out_no_fresh_burst() {
     let Some(mut plain) = RedisServer::start("persistence::no_aof_restart") else {
         return;
     };
-    let l = RedisLimiter::builder(&plain.url(), quota).build().await.unwrap();
+    let l = RedisLimiter::builder(&plain.url(), quota)
+        .build()
+        .await
+        .unwrap();
     for _ in 0..3 {
         l.check("tenant", 1).await.unwrap().unwrap();
     }
     plain.restart();
-    let l = RedisLimiter::builder(&plain.url(), quota).build().await.unwrap();
-    assert_eq!(l.check("tenant", 1).await.unwrap(), Ok(()), "the burst again");
+    let l = RedisLimiter::builder(&plain.url(), quota)
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(
+        l.check("tenant", 1).await.unwrap(),
+        Ok(()),
+        "the burst again"
+    );
 }

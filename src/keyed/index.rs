@@ -1024,7 +1024,10 @@ impl Locked<'_> {
     /// current one.
     pub(crate) fn scan_regions(&self) -> (Option<ScanRegion>, ScanRegion) {
         let cur = self.index.region();
-        let old = self.meta.migration.map(|_| ScanRegion(self.index.old_of(cur)));
+        let old = self
+            .meta
+            .migration
+            .map(|_| ScanRegion(self.index.old_of(cur)));
         (old, ScanRegion(cur))
     }
 

@@ -47,7 +47,12 @@ use std::io::{self, Read, Write};
 use std::time::SystemTime;
 
 /// Slots a save reads per hold of the index's mutex (then on to the next empty slot).
+#[cfg(not(tollgate_loom))]
 pub(crate) const CHUNK: usize = 4096;
+/// Under loom, one: the models' tiny tables are then walked in several chunks, with moves
+/// explored between them.
+#[cfg(tollgate_loom)]
+pub(crate) const CHUNK: usize = 1;
 
 /// The most override quotas a restore accepts.
 const MAX_OVERRIDES: u64 = 1 << 24;
@@ -154,9 +159,13 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
                 entries.clear();
                 {
                     let locked = self.index.lock();
-                    walk.step(r, |i| locked.scan_slot(r, i), |fp, state| {
-                        entries.push((fp, state));
-                    });
+                    walk.step(
+                        r,
+                        |i| locked.scan_slot(r, i),
+                        |fp, state| {
+                            entries.push((fp, state));
+                        },
+                    );
                 }
                 on_chunk(&entries)?;
             }
@@ -366,7 +375,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
             saved.insert(fp, q);
         }
         let down = downtime(fr.wall_ns(), wall())?;
-        let limiter = self.build_seeded(Some(seed)).map_err(RestoreError::Config)?;
+        let limiter = self
+            .build_seeded(Some(seed))
+            .map_err(RestoreError::Config)?;
         // The wall clock (read by `downtime`), then the limiter's clock: see `Bucket::restore`.
         let now = limiter.clock.now();
         let mut batch = Vec::new();
@@ -376,7 +387,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
                 kind::ENTRIES => {
                     let n = c.u32()? as usize;
                     if c.remaining() != n * 16 {
-                        return Err(RestoreError::Corrupt("an entries frame of the wrong length"));
+                        return Err(RestoreError::Corrupt(
+                            "an entries frame of the wrong length",
+                        ));
                     }
                     batch.clear();
                     for _ in 0..n {

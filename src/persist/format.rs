@@ -251,7 +251,9 @@ impl<R: Read> FrameReader<R> {
         self.fill(&mut head)?;
         let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
         if len > MAX_FRAME {
-            return Err(RestoreError::Corrupt("a frame longer than any writer makes"));
+            return Err(RestoreError::Corrupt(
+                "a frame longer than any writer makes",
+            ));
         }
         let mut buf = core::mem::take(&mut self.buf);
         buf.clear();
@@ -275,7 +277,9 @@ impl<R: Read> FrameReader<R> {
             let file_crc = p.u32()?;
             p.end()?;
             if records != self.records || file_crc != before.finalize() {
-                return Err(RestoreError::Corrupt("frames missing, repeated or reordered"));
+                return Err(RestoreError::Corrupt(
+                    "frames missing, repeated or reordered",
+                ));
             }
             return Ok((k, Cursor(&[])));
         }

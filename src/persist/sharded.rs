@@ -118,9 +118,10 @@ impl<C: Clock> ShardedBucket<C> {
         let old_burst = u128::from(old.burst()) * target;
         let held = held.min(u128::from(old.burst()) * u128::from(scale));
         let refill = u128::from(old.earned_floor(down)) * target / u128::from(old.scale());
-        let tokens = (held.saturating_mul(target) / u128::from(scale)).saturating_add(refill)
-        .min(old_burst)
-        .min(cap);
+        let tokens = (held.saturating_mul(target) / u128::from(scale))
+            .saturating_add(refill)
+            .min(old_burst)
+            .min(cap);
         self.limit_held(now, tokens);
         Ok(())
     }

@@ -124,7 +124,12 @@ impl<C: Clock> Smooth<C> {
             for word in &mut raw {
                 *word = c.u64()?;
             }
-            let v = (tag, Params::from_raw(raw), c.i64()?, f64::from_bits(c.u64()?));
+            let v = (
+                tag,
+                Params::from_raw(raw),
+                c.i64()?,
+                f64::from_bits(c.u64()?),
+            );
             c.end()?;
             v
         };

@@ -137,7 +137,9 @@ async fn after_sigterm_a_restart_hands_out_nothing() {
     let path = dir.join("state");
     let quota = Quota::new(1, Duration::from_secs(3600), 3).unwrap();
     full_state(&path, quota);
-    let flags = ["--rate", "1/h", "--burst", "3", "--key", "global", "--state"];
+    let flags = [
+        "--rate", "1/h", "--burst", "3", "--key", "global", "--state",
+    ];
     let path_s = path.to_str().unwrap();
     let c = client();
     let mut server = Proc::start(&[&flags[..], &[path_s]].concat());
@@ -151,13 +153,23 @@ async fn after_sigterm_a_restart_hands_out_nothing() {
     let spent = Instant::now();
     server.sigterm();
     let server = Proc::start(&[&flags[..], &[path_s]].concat());
-    assert!(server.log().iter().any(|l| l.starts_with("state: restored")), "{:?}", server.log());
+    assert!(
+        server
+            .log()
+            .iter()
+            .any(|l| l.starts_with("state: restored")),
+        "{:?}",
+        server.log()
+    );
     let (s, retry) = status(&c, &server.url()).await.unwrap();
     assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
     // The token the burst's first request spent comes back an hour after it, not earlier.
     let elapsed = spent.elapsed().as_secs();
     let retry = retry.unwrap();
-    assert!(retry <= first_retry && retry + elapsed + 2 >= first_retry, "{retry} {first_retry}");
+    assert!(
+        retry <= first_retry && retry + elapsed + 2 >= first_retry,
+        "{retry} {first_retry}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -170,7 +182,15 @@ async fn ten_kill_9s_under_load_hand_out_the_burst_once() {
     full_state(&path, quota);
     let path_s = path.to_str().unwrap();
     let flags = [
-        "--rate", "1/h", "--burst", "20", "--key", "global", "--save-every", "50ms", "--state",
+        "--rate",
+        "1/h",
+        "--burst",
+        "20",
+        "--key",
+        "global",
+        "--save-every",
+        "50ms",
+        "--state",
         path_s,
     ];
     let admitted = Arc::new(AtomicU64::new(0));
@@ -178,7 +198,10 @@ async fn ten_kill_9s_under_load_hand_out_the_burst_once() {
     for run in 0..10 {
         let mut server = Proc::start(&flags);
         let url = server.url();
-        let (stop, refused) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (stop, refused) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
         let load: Vec<_> = (0..4)
             .map(|_| {
                 let (url, stop, refused, admitted) =
@@ -235,20 +258,37 @@ async fn a_missing_corrupted_or_truncated_file_starts_drained_and_says_why() {
         ("missing", None, "cannot read"),
         ("corrupted", Some(corrupted), "corrupt"),
         ("truncated", Some(truncated), "truncated"),
-        ("foreign", Some(b"{\"tokens\": 5}".to_vec()), "not a tollgate saved state"),
+        (
+            "foreign",
+            Some(b"{\"tokens\": 5}".to_vec()),
+            "not a tollgate saved state",
+        ),
     ] {
         let path = dir.join(name);
         if let Some(bytes) = bytes {
             std::fs::write(&path, bytes).unwrap();
         }
         let server = Proc::start(&[
-            "--rate", "1/h", "--burst", "5", "--key", "ip", "--state", path.to_str().unwrap(),
+            "--rate",
+            "1/h",
+            "--burst",
+            "5",
+            "--key",
+            "ip",
+            "--state",
+            path.to_str().unwrap(),
         ]);
         let (s, retry) = status(&c, &server.url()).await.unwrap();
-        assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{name}: drained, not full");
+        assert_eq!(
+            s,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{name}: drained, not full"
+        );
         assert!(retry.unwrap() > 3000, "{name}: {retry:?}");
         let log = server.log();
-        let line = log.iter().find(|l| l.starts_with("state: starting drained: "));
+        let line = log
+            .iter()
+            .find(|l| l.starts_with("state: starting drained: "));
         assert!(line.is_some_and(|l| l.contains(why)), "{name}: {log:?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
