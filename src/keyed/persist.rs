@@ -386,7 +386,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
             match k {
                 kind::ENTRIES => {
                     let n = c.u32()? as usize;
-                    if c.remaining() != n * 16 {
+                    if c.remaining() as u64 != n as u64 * 16 {
                         return Err(RestoreError::Corrupt(
                             "an entries frame of the wrong length",
                         ));
