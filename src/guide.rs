@@ -343,7 +343,7 @@
 //! it and rename it over the old one, so a crash mid-save leaves the previous state. The
 //! example server of `tollgate-tower` does exactly this (`--state FILE --save-every 10s`).
 //! A `KeyedLimiter` saves while it decides, one chunk of its table at a time; the
-//! [`persist`](crate::persist) module has the format, what a concurrent save can miss, and why
+//! [`persist`](https://docs.rs/tollgate/latest/tollgate/persist/index.html) module has the format, what a concurrent save can miss, and why
 //! that only errs toward fewer tokens.
 //!
 //! # Clocks
@@ -425,7 +425,7 @@
 //! | `std` | yes | blocking waits that sleep, [`StdClock`](crate::StdClock), [`CoarseClock`](crate::CoarseClock), the shared timer thread behind `until_ready`, `ShardedBucket`, `std::error::Error` impls, [`ManualClock::new_frozen`], and the constructors on the default clock (`Bucket::new`, `Smooth::bursty`, …) |
 //! | `quanta` | yes | [`QuantaClock`](crate::QuantaClock), then the [`DefaultClock`] (implies `std`) |
 //! | `keyed` | yes | `KeyedLimiter` (implies `std`; adds `foldhash`) |
-//! | `persist` | no | `save`/`restore` on every limiter, [`persist`](crate::persist) (implies `std`; adds `crc32fast`) |
+//! | `persist` | no | `save`/`restore` on every limiter, the [`persist`](https://docs.rs/tollgate/latest/tollgate/persist/index.html) module (implies `std`; adds `crc32fast`) |
 //!
 //! With `default-features = false` the crate is `#![no_std]` and needs `alloc` (for
 //! [`ManualClock`]). There is no default clock then — [`DefaultClock`] is a [`ManualClock`],

@@ -148,7 +148,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let mut entries = Vec::new();
         let mut done: Vec<ScanRegion> = Vec::new();
         let mut queue: Vec<ScanRegion> = Vec::new();
-        self.queue_regions(&mut done, &mut queue);
+        self.queue_regions(&done, &mut queue);
         while !queue.is_empty() {
             let r = queue.remove(0);
             let mut walk = Walk {
@@ -171,7 +171,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             }
             done.push(r);
             if queue.is_empty() {
-                self.queue_regions(&mut done, &mut queue);
+                self.queue_regions(&done, &mut queue);
             }
         }
         Ok(())
@@ -179,7 +179,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
 
     /// Appends to `queue` the regions holding entries now (a migration's old region first)
     /// that are not in `done`.
-    fn queue_regions(&self, done: &mut Vec<ScanRegion>, queue: &mut Vec<ScanRegion>) {
+    fn queue_regions(&self, done: &[ScanRegion], queue: &mut Vec<ScanRegion>) {
         let (old, cur) = self.index.lock().scan_regions();
         for r in old.into_iter().chain([cur]) {
             if !done.contains(&r) && !queue.contains(&r) {
