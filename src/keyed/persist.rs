@@ -75,7 +75,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// limiter.try_acquire(&"alice", 10).unwrap();
     /// let mut file = Vec::new();
     /// limiter.save(&mut file).unwrap();
-    /// let restored = KeyedLimiter::builder(q, 100, ManualClock::new()).restore(&file[..]).unwrap();
+    /// let restored = KeyedLimiter::<&str, _>::builder(q, 100, ManualClock::new())
+    ///     .restore(&file[..])
+    ///     .unwrap();
     /// assert!(restored.available(&"alice") <= 1); // what the (tiny) downtime refilled
     /// assert_eq!(restored.available(&"bob"), 10);
     /// ```
@@ -326,7 +328,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
     /// let mut file = Vec::new();
     /// limiter.save_at(&mut file, SystemTime::UNIX_EPOCH).unwrap();
     /// let later = SystemTime::UNIX_EPOCH + Duration::from_millis(500);
-    /// let restored = KeyedLimiter::builder(q, 100, ManualClock::new())
+    /// let restored = KeyedLimiter::<&str, _>::builder(q, 100, ManualClock::new())
     ///     .restore_at(&file[..], later)
     ///     .unwrap();
     /// assert_eq!(restored.available(&"alice"), 5);
