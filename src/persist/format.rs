@@ -28,6 +28,7 @@ pub(crate) const MAX_FRAME: usize = 1 << 20;
 
 /// Frame kinds. Each saved limiter writes `HEADER` first and `END` last; the ones between are
 /// its own (see each limiter's module).
+#[cfg_attr(not(feature = "keyed"), allow(dead_code))]
 pub(crate) mod kind {
     /// Which limiter, and the wall-clock anchor.
     pub(crate) const HEADER: u8 = 1;
@@ -53,6 +54,7 @@ pub(crate) mod kind {
 }
 
 /// Keyed entries per `ENTRIES` frame (16 bytes each: 64 KiB frames).
+#[cfg_attr(not(feature = "keyed"), allow(dead_code))]
 pub(crate) const ENTRIES_PER_FRAME: usize = 4096;
 
 /// The limiter a file holds (the header's first byte).
@@ -332,6 +334,7 @@ impl Cursor<'_> {
             .map_err(|_| RestoreError::Corrupt("an invalid quota"))
     }
     /// Bytes left unread.
+    #[cfg_attr(not(feature = "keyed"), allow(dead_code))]
     pub(crate) fn remaining(&self) -> usize {
         self.0.len()
     }
