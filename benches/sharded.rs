@@ -2,9 +2,9 @@
 //! * `sharded/allow`: the allow path, 1 and 2 threads (`iter_custom` across threads, the slowest
 //!   thread reported); the quota admits everything, so every call writes.
 //! * `sharded/refuse`: the refusal of one token on a drained pool, one thread, at 2, 64 and
-//!   1,024 shards (issue 9: within 2× of 2 shards) and on a single `Bucket`.
+//!   1,024 shards (within 2× of 2 shards) and on a single `Bucket`.
 //! * Then, outside criterion, the share of the rate one greedy thread gets on the real clock at
-//!   5 M tokens/s, on a single `Bucket` and at 2, 64 and 1,024 shards (issue 9: at least 99 %
+//!   5 M tokens/s, on a single `Bucket` and at 2, 64 and 1,024 shards (at least 99 %
 //!   at 64), printed (`cargo bench --bench sharded -- greedy` for these alone).
 #![allow(missing_docs)] // criterion's macros generate undocumented functions
 

@@ -1,5 +1,5 @@
-//! Latency of new-key inserts into a `KeyedLimiter` under a flood of unique keys (issue 8,
-//! defect 9): every call is a key never seen before, so each one inserts (growing the table's
+//! Latency of new-key inserts into a `KeyedLimiter` under a flood of unique keys:
+//! every call is a key never seen before, so each one inserts (growing the table's
 //! region by migration steps, sweeping) or is refused as "table full". Prints the distribution (HdrHistogram) of
 //! those calls' wall time and of their thread CPU time (the work each call did, which excludes
 //! time its thread spent descheduled or blocked: with one thread, it bounds the time a call holds

@@ -102,7 +102,9 @@ fn main() {
         at(0.99),
         at(0.999),
         at(1.0),
-        took.iter().filter(|d| **d > Duration::from_millis(1)).count()
+        took.iter()
+            .filter(|d| **d > Duration::from_millis(1))
+            .count()
     );
 
     drop(limiter);

@@ -14,7 +14,7 @@
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
-use crate::quota::{Quota, Rate, QUOTA_WORDS, RATE_WORDS};
+use crate::quota::{Quota, Scaled, QUOTA_WORDS, SCALED_WORDS};
 use crate::slots::{EpochSlots, Writer};
 use crate::snapshot::Snapshot;
 use crate::sync::{spin_loop, AtomicU64, Ordering};
@@ -85,7 +85,7 @@ pub struct Bucket<C = DefaultClock> {
 }
 
 /// The decision path of bucket `$b` on word `$w` (loaded with `Acquire` after the caller's
-/// clock reading), where `$body` (in `$state` and `$rate: &Rate`) is the decision: the state to
+/// clock reading), where `$body` (in `$state` and `$scaled: &Scaled`) is the decision: the state to
 /// write (`None`: nothing) and the result. A straight-line first attempt on the hot quota
 /// words — one CAS, or for a read-only result one validation ([`Bucket::commit`]) — and, if it
 /// lost a race, the same attempt repeated out of line ([`Bucket::retry`]) from the word that
@@ -96,11 +96,11 @@ pub struct Bucket<C = DefaultClock> {
 /// and a closure called from both the first attempt and the loop is compiled out of line (a
 /// call and six saved registers on every decision), so the body is expanded at both places.
 macro_rules! decide {
-    ($b:expr, $w:expr, |$state:ident, $rate:ident| $body:expr) => {{
+    ($b:expr, $w:expr, |$state:ident, $scaled:ident| $body:expr) => {{
         let (bucket, w) = ($b, $w);
-        let first = match bucket.hot_rate(w) {
-            Some((rate, version)) => {
-                let ($state, $rate) = (w >> 1, &rate);
+        let first = match bucket.hot_scaled(w) {
+            Some((scaled, version)) => {
+                let ($state, $scaled) = (w >> 1, &scaled);
                 let (next, result) = $body;
                 bucket.commit(w, version, next).map(|()| result)
             }
@@ -109,7 +109,7 @@ macro_rules! decide {
         };
         match first {
             Ok(result) => result,
-            Err(w) => bucket.retry(w, |$state, $rate: &Rate| $body),
+            Err(w) => bucket.retry(w, |$state, $scaled: &Scaled| $body),
         }
     }};
 }
@@ -199,7 +199,7 @@ impl<C: Clock> Bucket<C> {
         // the CAS, in which another thread's write fails the CAS, is as short as it can be.
         let now = self.clock.now();
         let w = self.state.load(Ordering::Acquire);
-        decide!(self, w, |state, rate| acquire(state, now, rate, cost))
+        decide!(self, w, |state, scaled| acquire(state, now, scaled, cost))
     }
 
     /// [`try_acquire`](Bucket::try_acquire), also returning the bucket as this decision left
@@ -219,12 +219,12 @@ impl<C: Clock> Bucket<C> {
     pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
         let now = self.clock.now();
         let w = self.state.load(Ordering::Acquire);
-        let decide = |state, rate: &Rate| {
-            let (next, verdict) = acquire(state, now, rate, cost);
-            let snapshot = gcra::snapshot_in(next.unwrap_or(state), now, rate);
+        let decide = |state, scaled: &Scaled| {
+            let (next, verdict) = acquire(state, now, scaled, cost);
+            let snapshot = gcra::snapshot_scaled(next.unwrap_or(state), now, scaled);
             (next, (verdict, snapshot))
         };
-        decide!(self, w, |state, rate| decide(state, rate))
+        decide!(self, w, |state, scaled| decide(state, scaled))
     }
 
     /// [`try_acquire`](Bucket::try_acquire), with a [`Snapshot`] only on refusal: the bucket as
@@ -245,12 +245,13 @@ impl<C: Clock> Bucket<C> {
     pub fn try_acquire_or_snapshot(&self, cost: u64) -> Result<(), (Denied, Snapshot)> {
         let now = self.clock.now();
         let w = self.state.load(Ordering::Acquire);
-        let decide = |state, rate: &Rate| {
-            let (next, verdict) = acquire(state, now, rate, cost);
-            let verdict = verdict.map_err(|denied| (denied, gcra::snapshot_in(state, now, rate)));
+        let decide = |state, scaled: &Scaled| {
+            let (next, verdict) = acquire(state, now, scaled, cost);
+            let verdict =
+                verdict.map_err(|denied| (denied, gcra::snapshot_scaled(state, now, scaled)));
             (next, verdict)
         };
-        decide!(self, w, |state, rate| decide(state, rate))
+        decide!(self, w, |state, scaled| decide(state, scaled))
     }
 
     /// Whole tokens available now.
@@ -264,9 +265,9 @@ impl<C: Clock> Bucket<C> {
     pub fn available(&self) -> u64 {
         let now = self.clock.now();
         let w = self.state.load(Ordering::Acquire);
-        decide!(self, w, |state, rate| (
+        decide!(self, w, |state, scaled| (
             None,
-            gcra::available_in(state, now, rate)
+            gcra::available_scaled(state, now, scaled)
         ))
     }
 
@@ -363,9 +364,9 @@ impl<C: Clock> Bucket<C> {
     /// read of the decision path (see `EpochSlots::read_prefix`). `None` while the slot is being
     /// rewritten.
     #[inline(always)]
-    fn hot_rate(&self, w: u64) -> Option<(Rate, u32)> {
-        let (raw, version) = self.slots.read_prefix::<RATE_WORDS>(w)?;
-        Some((Rate::from_raw(raw), version))
+    fn hot_scaled(&self, w: u64) -> Option<(Scaled, u32)> {
+        let (raw, version) = self.slots.read_prefix::<SCALED_WORDS>(w)?;
+        Some((Scaled::from_raw(raw), version))
     }
 
     /// How every attempt on word `w` and slot `version` ends: one CAS to `next` followed by the
@@ -404,14 +405,14 @@ impl<C: Clock> Bucket<C> {
     /// its first attempt did. While the slot is being rewritten, it waits, then reloads the word.
     #[cold]
     #[inline(never)]
-    fn retry<R>(&self, mut w: u64, mut f: impl FnMut(u64, &Rate) -> (Option<u64>, R)) -> R {
+    fn retry<R>(&self, mut w: u64, mut f: impl FnMut(u64, &Scaled) -> (Option<u64>, R)) -> R {
         loop {
-            let Some((rate, version)) = self.hot_rate(w) else {
+            let Some((scaled, version)) = self.hot_scaled(w) else {
                 spin_loop();
                 w = self.state.load(Ordering::Acquire);
                 continue;
             };
-            let (next, result) = f(w >> 1, &rate);
+            let (next, result) = f(w >> 1, &scaled);
             match self.commit(w, version, next) {
                 Ok(()) => return result,
                 Err(actual) => w = actual,
@@ -500,8 +501,8 @@ impl<C: Clock> Bucket<C> {
 
 /// One `try_acquire` decision in the form the CAS paths take: the state to write and the verdict.
 #[inline(always)]
-fn acquire(state: u64, now: u64, rate: &Rate, cost: u64) -> (Option<u64>, Result<(), Denied>) {
-    match gcra::try_acquire_in(state, now, rate, cost) {
+fn acquire(state: u64, now: u64, scaled: &Scaled, cost: u64) -> (Option<u64>, Result<(), Denied>) {
+    match gcra::try_acquire_scaled(state, now, scaled, cost) {
         Ok(next) => (next, Ok(())),
         Err(denied) => (None, Err(denied)),
     }
@@ -519,7 +520,7 @@ mod tests {
     #[test]
     fn the_word_shares_no_line_with_what_decisions_read() {
         type B = Bucket<ManualClock>;
-        let first_slot_decision_end = offset_of!(B, slots) + 2 * 4 + RATE_WORDS * 8;
+        let first_slot_decision_end = offset_of!(B, slots) + 2 * 4 + SCALED_WORDS * 8;
         assert!(offset_of!(B, clock) < first_slot_decision_end);
         assert!(offset_of!(B, state) >= first_slot_decision_end + 63);
     }

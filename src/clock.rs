@@ -10,8 +10,14 @@
 mod manual;
 pub use manual::ManualClock;
 
-pub(crate) mod wake;
-pub use wake::WakeRegistration;
+mod alarm;
+#[cfg(feature = "std")]
+mod queue;
+mod registration;
+#[cfg(feature = "std")]
+mod timer;
+pub(crate) use alarm::Alarm;
+pub use registration::WakeRegistration;
 
 #[cfg(feature = "std")]
 mod std_clock;
@@ -92,7 +98,7 @@ pub trait Clock {
     /// ```
     fn wake_after(&self, duration: Duration, waker: &Waker) {
         #[cfg(feature = "std")]
-        crate::wait::timer::wake_after(duration, waker);
+        timer::wake_after(duration, waker);
         #[cfg(not(feature = "std"))]
         {
             let _ = duration;
@@ -199,6 +205,6 @@ pub type DefaultClock = ManualClock;
 
 /// Converts a duration to whole nanoseconds, saturating at `u64::MAX`.
 #[inline]
-pub(crate) fn nanos(d: Duration) -> u64 {
+pub(crate) fn saturating_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

@@ -21,8 +21,8 @@ pub enum ConfigError {
     PeriodTooLong,
     /// `burst` was 0: no request could ever be admitted. Use a burst of at least 1.
     ZeroBurst,
-    /// The rate and burst together do not fit the 64-bit state for 100 years of clock time
-    /// (rate × 100 years + burst must stay below 2^63 tokens). Lower the rate or the burst.
+    /// The rate and burst together do not fit the 64-bit state for [`HORIZON`](crate::HORIZON)
+    /// of clock time (rate × horizon + burst must stay below 2^63 tokens). Lower the rate or the burst.
     BeyondRange,
     /// The initial token count was larger than the burst.
     InitialAboveBurst,

@@ -34,7 +34,7 @@
 //! ```
 
 use crate::error::Denied;
-use crate::quota::{Quota, Rate, MAX_UNITS};
+use crate::quota::{Quota, Scaled, MAX_UNITS};
 use crate::snapshot::Snapshot;
 use core::time::Duration;
 
@@ -59,7 +59,7 @@ fn wait_until(at: u64, now: u64) -> Duration {
     if at > crate::quota::HORIZON_NS {
         return Duration::MAX;
     }
-    nanos(at - now)
+    to_duration(at - now)
 }
 
 /// `Duration::from_nanos(ns)`, with a shortcut for waits under a second (a one-token refusal of
@@ -68,7 +68,7 @@ fn wait_until(at: u64, now: u64) -> Duration {
 /// (about ten cycles) on the refusal's dependency chain, where a compare that is predicted
 /// costs none.
 #[inline(always)]
-pub(crate) fn nanos(ns: u64) -> Duration {
+pub(crate) fn to_duration(ns: u64) -> Duration {
     const NANOS_PER_SEC: u64 = 1_000_000_000;
     if ns < NANOS_PER_SEC {
         Duration::new(0, ns as u32)
@@ -113,21 +113,21 @@ pub fn with_tokens(now: u64, quota: &Quota, tokens: u64) -> Result<u64, crate::C
 /// ```
 #[inline]
 pub fn try_acquire(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<Option<u64>, Denied> {
-    try_acquire_in(state, now, quota.rate(), cost)
+    try_acquire_scaled(state, now, quota.scaled(), cost)
 }
 
 /// [`try_acquire`] on the decision words alone (the bucket's hot path).
 #[inline(always)]
-pub(crate) fn try_acquire_in(
+pub(crate) fn try_acquire_scaled(
     state: u64,
     now: u64,
-    rate: &Rate,
+    scaled: &Scaled,
     cost: u64,
 ) -> Result<Option<u64>, Denied> {
     if cost == 0 {
         return Ok(None);
     }
-    if cost > rate.burst() {
+    if cost > scaled.burst() {
         return Err(Denied::ExceedsBurst);
     }
     // A guard instead of a checked add: no quota produces a state above MAX_UNITS (a bucket's
@@ -136,44 +136,44 @@ pub(crate) fn try_acquire_in(
     if state > MAX_UNITS {
         return Err(Denied::RetryAfter(Duration::MAX));
     }
-    let scale = rate.scale();
+    let scale = scaled.scale();
     // Both products are at most MAX_UNITS by the quota's construction.
     let cost_units = cost * scale;
-    let burst_units = rate.burst_units();
+    let burst_units = scaled.burst_units();
     // Admit iff balance >= cost, i.e. state + cost <= earned_floor + burst (in units).
     let want = state + cost_units;
     // Refused: `at = instant_of(need)` (`need = want − burst`) depends on the state and the
     // quota alone, so it is computed while the clock is read, with the stored reciprocal of
     // `mul` instead of a division.
-    let at = if let Some(earned) = rate.exact_earned(now) {
+    let at = if let Some(earned) = scaled.exact_earned(now) {
         // The right side cannot overflow: the quota guarantees earned + burst <= 2^63 - 1.
         if want <= earned + burst_units {
             return Ok(Some(state.max(earned) + cost_units));
         }
-        rate.instant_of_exact(want - burst_units)
+        scaled.instant_of_exact(want - burst_units)
     } else {
         // Inexact: compare products instead of dividing (`need <= ⌊n/d⌋ ⇔ need·d <= n`), and
         // divide only when the bucket is capped (`state < ⌈n/d⌉ ⇔ state·d < n`), and then only
         // the excess over the state, by the stored reciprocal of `div`.
         let need = want.saturating_sub(burst_units);
-        if let Some((n, x)) = rate.narrow(now, need) {
+        if let Some((n, x)) = scaled.narrow(now, need) {
             // Every product fits in 64 bits: always for a small `mul` (3/s, 7/s), for the
             // first seconds of the clock for the others.
             if x <= n {
-                return Ok(Some(rate.cap_narrow(state, n) + cost_units));
+                return Ok(Some(scaled.cap_narrow(state, n) + cost_units));
             }
-            rate.instant_of_narrow(x)
+            scaled.instant_of_narrow(x)
         } else {
-            let (n, div) = rate.earned_scaled(now);
+            let (n, div) = scaled.earned_scaled(now);
             if u128::from(need) * div <= n {
                 let base = if u128::from(state) * div >= n {
                     state
                 } else {
-                    rate.ceil_above(state, n)
+                    scaled.ceil_above(state, n)
                 };
                 return Ok(Some(base + cost_units));
             }
-            rate.instant_of_scaled(u128::from(need) * div)
+            scaled.instant_of_scaled(u128::from(need) * div)
         }
     };
     Err(Denied::RetryAfter(wait_until(at, now)))
@@ -188,15 +188,15 @@ pub(crate) fn try_acquire_in(
 /// ```
 #[inline]
 pub fn available(state: u64, now: u64, quota: &Quota) -> u64 {
-    available_in(state, now, quota.rate())
+    available_scaled(state, now, quota.scaled())
 }
 
 /// [`available`] on the decision words alone.
 #[inline(always)]
-pub(crate) fn available_in(state: u64, now: u64, rate: &Rate) -> u64 {
-    let scale = rate.scale();
-    let burst_units = rate.burst_units();
-    let balance = (rate.earned_floor(now) + burst_units).saturating_sub(state);
+pub(crate) fn available_scaled(state: u64, now: u64, scaled: &Scaled) -> u64 {
+    let scale = scaled.scale();
+    let burst_units = scaled.burst_units();
+    let balance = (scaled.earned_floor(now) + burst_units).saturating_sub(state);
     balance.min(burst_units) / scale
 }
 
@@ -212,21 +212,21 @@ pub(crate) fn available_in(state: u64, now: u64, rate: &Rate) -> u64 {
 /// ```
 #[inline]
 pub fn snapshot(state: u64, now: u64, quota: &Quota) -> Snapshot {
-    snapshot_in(state, now, quota.rate())
+    snapshot_scaled(state, now, quota.scaled())
 }
 
 /// [`snapshot`] on the decision words alone.
 #[inline]
-pub(crate) fn snapshot_in(state: u64, now: u64, rate: &Rate) -> Snapshot {
-    let until_full = if state <= rate.earned_floor(now) {
+pub(crate) fn snapshot_scaled(state: u64, now: u64, scaled: &Scaled) -> Snapshot {
+    let until_full = if state <= scaled.earned_floor(now) {
         Duration::ZERO
     } else {
-        match full_at_in(state, rate) {
+        match full_at_scaled(state, scaled) {
             u64::MAX => Duration::MAX,
             at => Duration::from_nanos(at.saturating_sub(now)),
         }
     };
-    Snapshot::new(available_in(state, now, rate), until_full)
+    Snapshot::new(available_scaled(state, now, scaled), until_full)
 }
 
 /// Takes `cost` tokens now, possibly ahead of the refill (a debt that later callers queue
@@ -235,7 +235,7 @@ pub(crate) fn snapshot_in(state: u64, now: u64, rate: &Rate) -> Snapshot {
 ///
 /// Errors: `ExceedsBurst` when `cost > burst`; `RetryAfter` only if the backlog would exceed the
 /// state's range (a queue of decades), or `RetryAfter(Duration::MAX)` if the tokens would be due
-/// only past the 100-year horizon, where the clock is read as stopped (they never come due).
+/// only past the [`HORIZON`](crate::HORIZON), where the clock is read as stopped (they never come due).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -411,13 +411,13 @@ pub(crate) fn is_full(state: u64, now: u64, quota: &Quota) -> bool {
 #[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn full_at(state: u64, quota: &Quota) -> u64 {
-    full_at_in(state, quota.rate())
+    full_at_scaled(state, quota.scaled())
 }
 
 /// [`full_at`] on the decision words alone.
 #[inline]
-fn full_at_in(state: u64, rate: &Rate) -> u64 {
-    let at = rate.instant_of(state);
+fn full_at_scaled(state: u64, scaled: &Scaled) -> u64 {
+    let at = scaled.instant_of(state);
     if at > crate::quota::HORIZON_NS {
         u64::MAX
     } else {
@@ -458,7 +458,7 @@ pub(crate) fn debit(state: u64, now: u64, quota: &Quota, cost: u64) -> Option<u6
 
 /// Takes up to `max_units` units (a partial take, for a sharded bucket pooling its shards) from
 /// a bucket of `burst_units` units, given the units `earned` from the origin to the reading,
-/// rounded down and up (`Rate::earned`: the shards of one bucket share it, so a borrow computes
+/// rounded down and up (`Scaled::earned`: the shards of one bucket share it, so a borrow computes
 /// it once). Returns `(state', taken, left)`: the new state, the units taken and the units the
 /// bucket still holds after the take. `None` when nothing is available.
 ///
@@ -487,10 +487,10 @@ mod tests {
     use super::*;
     use crate::test_support::{inexact_quotas, Xorshift};
 
-    /// The sub-second shortcut of [`nanos`] builds the same `Duration` as `from_nanos`, on both
+    /// The sub-second shortcut of [`to_duration`] builds the same `Duration` as `from_nanos`, on both
     /// sides of one second and at the ends of the range.
     #[test]
-    fn nanos_matches_from_nanos() {
+    fn to_duration_matches_from_nanos() {
         let mut rng = Xorshift(0x2545_F491_4F6C_DD1D);
         let mut xs = alloc::vec![0, 1, 999_999_999, 1_000_000_000, 1_000_000_001, u64::MAX];
         xs.extend((0..10_000).map(|_| {
@@ -498,13 +498,13 @@ mod tests {
             x >> (x % 64)
         }));
         for x in xs {
-            assert_eq!(nanos(x), Duration::from_nanos(x), "{x}");
+            assert_eq!(to_duration(x), Duration::from_nanos(x), "{x}");
         }
     }
 
     /// The inexact quotas' product compares (no division unless capped, and then only of the
     /// excess over the state) and every quota's wait by the stored reciprocal of `mul`
-    /// (`Rate::instant_of_exact`, `Rate::instant_of_scaled`) decide exactly as the divisions
+    /// (`Scaled::instant_of_exact`, `Scaled::instant_of_scaled`) decide exactly as the divisions
     /// they replace: admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost to
     /// `max(state, ⌈earned⌉)`; the wait `⌈need × div / mul⌉ − now` by 128-bit division.
     /// Inexact quotas and exact ones with one and with several units per nanosecond; states
@@ -531,7 +531,7 @@ mod tests {
             for _ in 0..300 {
                 nows.push(next() % (horizon + 2));
             }
-            // Where an inexact quota's products leave 64 bits (`Rate::narrow`): readings around
+            // Where an inexact quota's products leave 64 bits (`Scaled::narrow`): readings around
             // `now · mul = 2^64` (after 18 s at 999,999,937/s), and early readings.
             let (mul, div) = q.units_per_ns();
             let wide_at = u64::MAX / mul;

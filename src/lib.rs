@@ -25,7 +25,7 @@
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
 //! arithmetic at the clock's integer-nanosecond reading (see [`Quota::is_exact`] for the one
-//! bounded rounding some rates need to fit 100 years in 64 bits). No floats, no drift.
+//! bounded rounding some rates need to fit [`HORIZON`] in 64 bits). No floats, no drift.
 //!
 //! New here? The [`guide`] walks through every limiter with examples.
 //!

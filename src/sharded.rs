@@ -663,7 +663,7 @@ impl<C: Clock> ShardedBucket<C> {
     fn take_pooled(&self, home: usize, now: u64, need: u128) -> Result<bool, bool> {
         let n = self.shards.len();
         // Every shard has the same rate and unit (`split`): the units earned are the same.
-        let rate = self.shards[0].quota.rate();
+        let rate = self.shards[0].quota.scaled();
         let (token, earned) = (rate.scale(), rate.earned(now));
         if let (2, Ok(need)) = (n, u64::try_from(need)) {
             if let Some(served) = self.take_pair(home, earned, need) {
@@ -934,7 +934,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// shards hold a token, and the shards then hold less.
     #[cfg(feature = "persist")]
     pub(crate) fn limit_held(&self, now: u64, max: u128) {
-        let earned = self.shards[0].quota.rate().earned(now);
+        let earned = self.shards[0].quota.scaled().earned(now);
         let mut budget = max;
         for s in self.shards.iter() {
             let mut st = s.state.load(Ordering::Relaxed);
@@ -973,7 +973,7 @@ fn wait(now: u64, at: u64) -> Duration {
     if at >= INSTANT {
         Duration::MAX
     } else {
-        gcra::nanos(at.saturating_sub(now).max(1))
+        gcra::to_duration(at.saturating_sub(now).max(1))
     }
 }
 

@@ -4,13 +4,15 @@
 //! Split as the bucket is: [`guava`] is the pure port (Guava's `f64` formulas, no atomics),
 //! [`word`] the 128-bit word codec, and this module the atomic type and its CAS loops.
 
+mod fixed;
 mod guava;
 #[cfg(feature = "persist")]
 mod persist;
 mod word;
 
+use self::fixed::MAX_MICROS;
 use self::guava::{check_rate, Mode, Params, State, MICROS_PER_SECOND};
-use self::word::{decode, encode, MAX_MICROS, NEXT_SHIFT, STORED_MASK};
+use self::word::{decode, encode, NEXT_SHIFT, STORED_MASK};
 use crate::clock::{Clock, DefaultClock};
 use crate::error::ConfigError;
 use crate::slots::EpochSlots;

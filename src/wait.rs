@@ -43,9 +43,9 @@
 //!   the finite queue plays in a leaky bucket that drops overflow.
 //! * **Work-conserving fairness.** The order is first-come-first-served by CAS; a caller that
 //!   gives up ([`Reservation::cancel`], or dropping an [`UntilReady`]) gets its tokens back only
-//!   if the bucket admitted nothing since its reservation (stricter than Go's `x/time/rate`,
-//!   which also gives back part of it), so cancellation never lets any window exceed the quota,
-//!   whatever the clock readings.
+//!   if the bucket admitted nothing since its reservation, so cancellation never lets any window
+//!   exceed the quota, whatever the clock readings (why, against Go's `x/time/rate`:
+//!   docs/guarantees.md).
 //!
 //! # Reservations and reconfiguration
 //!
@@ -57,22 +57,19 @@
 //! nothing (the tokens stay consumed, which can only refuse more, never admit more).
 
 use crate::bucket::Bucket;
-use crate::clock::{nanos, Clock, WakeRegistration};
+use crate::clock::{saturating_nanos, Clock};
 use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
-use core::fmt;
-use core::future::Future;
-use core::mem;
-use core::pin::Pin;
-use core::task::{Context, Poll, Waker};
 use core::time::Duration;
-
-#[cfg(feature = "std")]
-pub(crate) mod timer;
 
 /// What a reservation needs to remember, decided inside the CAS closure (which may rerun, so it
 /// only returns this value and has no side effects).
+mod reservation;
+mod until_ready;
+pub use reservation::Reservation;
+pub use until_ready::UntilReady;
+
 #[derive(Clone, Copy)]
 struct Ticket {
     /// The state right after this reservation (what [`gcra::cancel`] calls `after`).
@@ -99,7 +96,7 @@ impl<C: Clock> Bucket<C> {
     ///
     /// Errors: [`Denied::ExceedsBurst`] when `cost > burst` (no wait would ever admit it), and
     /// nothing is consumed. (`RetryAfter` only if the queue of reservations already reaches
-    /// decades ahead, past the state's range, or past the 100-year horizon.) Cost 0 returns `Ok(0)` at once.
+    /// decades ahead, past the state's range, or past the [`HORIZON`](crate::HORIZON).) Cost 0 returns `Ok(0)` at once.
     ///
     /// ```
     /// use std::time::Duration;
@@ -141,7 +138,7 @@ impl<C: Clock> Bucket<C> {
             return Ok(Duration::ZERO);
         }
         let now = self.clock().now();
-        let limit = nanos(timeout);
+        let limit = saturating_nanos(timeout);
         let due = self.update(
             |state, quota| match gcra::reserve(state, now, quota, cost) {
                 Ok((next, due)) => {
@@ -268,12 +265,7 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(clock.now(), 100_000_000);
     /// ```
     pub fn until_ready(&self, cost: u64) -> UntilReady<'_, C> {
-        UntilReady {
-            bucket: self,
-            cost,
-            jitter: 0,
-            stage: Stage::Start,
-        }
+        UntilReady::new(self, cost, 0)
     }
 
     /// [`Bucket::until_ready`] that, once the tokens are due, waits a further pseudo-random
@@ -313,18 +305,13 @@ impl<C: Clock> Bucket<C> {
         max_jitter: Duration,
         seed: u64,
     ) -> UntilReady<'_, C> {
-        let max = nanos(max_jitter);
+        let max = saturating_nanos(max_jitter);
         let r = splitmix64(seed);
         let jitter = match max.checked_add(1) {
             Some(m) => r % m,
             None => r,
         };
-        UntilReady {
-            bucket: self,
-            cost,
-            jitter,
-            stage: Stage::Start,
-        }
+        UntilReady::new(self, cost, jitter)
     }
 }
 
@@ -334,315 +321,4 @@ fn splitmix64(seed: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
-}
-
-/// Tokens taken ahead by [`Bucket::reserve`]: wait [`delay`](Reservation::delay) before acting,
-/// or give them back with [`cancel`](Reservation::cancel). Dropping it keeps the tokens taken.
-///
-/// It remembers the bucket state right after it, its due instant, its cost, and the quota (with
-/// the word's quota epoch) it was made under.
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate::{Bucket, ManualClock, Quota};
-/// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(2).unwrap(), ManualClock::new());
-/// bucket.reserve(2).unwrap(); // dropped: the tokens stay taken
-/// let r = bucket.reserve(2).unwrap();
-/// assert_eq!(r.delay(), Duration::from_millis(200));
-/// r.cancel();
-/// assert_eq!(bucket.reserve(2).unwrap().delay(), Duration::from_millis(200));
-/// ```
-pub struct Reservation<'a, C> {
-    bucket: &'a Bucket<C>,
-    cost: u64,
-    ticket: Ticket,
-}
-
-impl<C: Clock> Reservation<'_, C> {
-    /// The time until the reserved tokens are due, on the bucket's clock; zero once due.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Bucket, ManualClock, Quota};
-    /// let clock = ManualClock::new();
-    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(1).unwrap(), clock.clone());
-    /// bucket.reserve(1).unwrap();
-    /// let r = bucket.reserve(1).unwrap();
-    /// assert_eq!(r.delay(), Duration::from_millis(100));
-    /// clock.advance(Duration::from_millis(60));
-    /// assert_eq!(r.delay(), Duration::from_millis(40));
-    /// clock.advance(Duration::from_millis(60));
-    /// assert_eq!(r.delay(), Duration::ZERO);
-    /// ```
-    pub fn delay(&self) -> Duration {
-        self.delay_from(self.bucket.clock().now())
-    }
-
-    /// The time from the clock reading `now` (nanoseconds since the clock's origin) until the
-    /// reserved tokens are due; zero if they are due at or before `now` (Go's `DelayFrom`).
-    /// `delay_from(0)` is the due instant itself.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Bucket, ManualClock, Quota};
-    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(1).unwrap(), ManualClock::new());
-    /// bucket.reserve(1).unwrap();
-    /// let r = bucket.reserve(1).unwrap(); // due at 100 ms
-    /// assert_eq!(r.delay_from(0), Duration::from_millis(100));
-    /// assert_eq!(r.delay_from(30_000_000), Duration::from_millis(70));
-    /// assert_eq!(r.delay_from(200_000_000), Duration::ZERO);
-    /// ```
-    pub fn delay_from(&self, now: u64) -> Duration {
-        Duration::from_nanos(self.ticket.due.saturating_sub(now))
-    }
-
-    /// Gives the reserved tokens back — all of them, but only if nothing was admitted by the
-    /// bucket since this reservation ([`gcra::cancel`]). Otherwise, or when the reservation came
-    /// due before now (Go's rule), or when the quota was changed since, it gives back nothing:
-    /// the tokens stay consumed, which can refuse more, never admit more.
-    ///
-    /// This is what makes cancellation safe whatever the clock readings: with a stale reading
-    /// (a canceller preempted between reading the clock and acting), a clock that stepped back,
-    /// and in any cancel order, no window ever admits more than `burst + rate·Δ`. Nested
-    /// reservations cancelled in reverse order (last taken, first cancelled) all come back;
-    /// one cancelled while a later reservation or decision still holds stays consumed.
-    ///
-    /// **Deviation from Go's `x/time/rate` `Reservation.CancelAt`**, which restores
-    /// `cost − (tokens reserved after it)`: after any later admission the bucket cannot tell a
-    /// later decision's debit from the refill that already replaced this reservation's tokens
-    /// (see [`gcra::cancel`] for the proof), so a partial refund could admit tokens twice. For
-    /// the same reason any reconfiguration since the reservation ([`Bucket::set_quota`] with a
-    /// different quota, even one that later switches back) makes `cancel` give back nothing.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Bucket, ManualClock, Quota};
-    /// let clock = ManualClock::new();
-    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(2).unwrap(), clock.clone());
-    /// bucket.reserve(2).unwrap();
-    /// let r = bucket.reserve(2).unwrap(); // due at 200 ms
-    /// clock.advance(Duration::from_millis(100));
-    /// r.cancel(); // nothing admitted since: both tokens come back
-    /// assert_eq!(bucket.reserve(2).unwrap().delay(), Duration::from_millis(100));
-    ///
-    /// let r = bucket.reserve(1).unwrap();
-    /// bucket.reserve(1).unwrap(); // kept
-    /// r.cancel(); // a later reservation holds: nothing comes back
-    /// assert_eq!(bucket.reserve(1).unwrap().delay(), Duration::from_millis(400));
-    /// ```
-    pub fn cancel(self) {
-        if self.cost == 0 {
-            return;
-        }
-        let now = self.bucket.clock().now();
-        let t = self.ticket;
-        let cost = self.cost;
-        let bucket = self.bucket;
-        // No reconfiguration can run between the check below and the CAS.
-        let _reconfiguration = bucket.exclude_reconfiguration();
-        bucket.update_with_epoch(|state, epoch, quota| {
-            // Any reconfiguration since the reservation changed the epoch bit or the slot's
-            // generation (the quota comparison only guards a generation wrap).
-            if epoch != t.epoch
-                || bucket.quota_generation(epoch) != t.generation
-                || *quota != t.quota
-            {
-                return (None, ());
-            }
-            (gcra::cancel(state, now, quota, t.after, t.due, cost), ())
-        });
-    }
-}
-
-impl<C> fmt::Debug for Reservation<'_, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Reservation")
-            .field("cost", &self.cost)
-            .field("due_ns", &self.ticket.due)
-            .field("after", &self.ticket.after)
-            .field("quota", &self.ticket.quota)
-            .finish_non_exhaustive()
-    }
-}
-
-enum Stage<'a, C> {
-    /// Not polled yet: nothing reserved.
-    Start,
-    /// Reserved; ready at `until` (the due instant plus the jitter).
-    Waiting {
-        reservation: Reservation<'a, C>,
-        until: u64,
-        waited: Duration,
-        /// The one wake-up this future holds with the clock.
-        alarm: Alarm,
-    },
-    /// Resolved (or abandoned).
-    Done,
-}
-
-/// The one wake-up a waiting future holds with its clock ([`UntilReady`],
-/// [`KeyedLimiter::until_key_ready`](crate::KeyedLimiter::until_key_ready)): set for a deadline
-/// on behalf of a task, replaced only when the deadline or the task changes or the wake-up has
-/// fired (tokio's `Sleep` rule), so spurious polls add nothing. Dropping it cancels the wake-up
-/// (where the clock can).
-#[derive(Default)]
-pub(crate) struct Alarm(Option<Armed>);
-
-/// A registered wake-up: for reading `until`, on behalf of `waker`.
-struct Armed {
-    until: u64,
-    waker: Waker,
-    registration: WakeRegistration,
-}
-
-impl Alarm {
-    /// Makes sure the task of `cx` is woken once `clock` reads `until`: keeps the current
-    /// wake-up if it is for the same deadline and task and has not fired, else drops it and
-    /// registers one for the instant ([`Clock::register_wake_at`]).
-    pub(crate) fn set<C: Clock + ?Sized>(&mut self, clock: &C, until: u64, cx: &Context<'_>) {
-        let keep = self.0.as_ref().is_some_and(|a| {
-            a.until == until && a.waker.will_wake(cx.waker()) && !a.registration.is_fired()
-        });
-        if !keep {
-            // Drop the old registration first: at most one per future, ever.
-            self.0 = None;
-            // The instant, not `until − now`: the clock would measure that from its own later
-            // reading, late by however long this poll stalled since `now`.
-            let registration = clock.register_wake_at(until, cx.waker());
-            self.0 = Some(Armed {
-                until,
-                waker: cx.waker().clone(),
-                registration,
-            });
-        }
-    }
-}
-
-impl fmt::Debug for Alarm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            Some(a) => f
-                .debug_struct("Alarm")
-                .field("until_ns", &a.until)
-                .field("wake", &a.registration)
-                .finish(),
-            None => f.write_str("Alarm(unset)"),
-        }
-    }
-}
-
-/// The future returned by [`Bucket::until_ready`]: resolves to `Ok(time waited)` once the
-/// reserved tokens are due, or `Err(Denied::ExceedsBurst)` when `cost > burst`. Dropping it
-/// before it resolves cancels its reservation. Polling it again after it resolved gives
-/// `Ok(Duration::ZERO)` and takes nothing.
-///
-/// ```
-/// use std::future::Future;
-/// use std::pin::pin;
-/// use std::sync::Arc;
-/// use std::task::{Context, Poll, Wake, Waker};
-/// use tollgate::{Bucket, Denied, ManualClock, Quota};
-///
-/// struct Nop;
-/// impl Wake for Nop {
-///     fn wake(self: Arc<Self>) {}
-/// }
-/// let waker = Waker::from(Arc::new(Nop));
-/// let mut cx = Context::from_waker(&waker);
-/// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
-/// let mut fut = pin!(bucket.until_ready(11));
-/// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Err(Denied::ExceedsBurst)));
-/// ```
-///
-/// **One registration per future.** While it waits it holds exactly one wake-up with the clock
-/// ([`Clock::register_wake`]), replaced only when it is polled with a waker that would not wake
-/// the same task ([`Waker::will_wake`]) or after that wake-up has fired; spurious polls add
-/// nothing. Dropping the future drops (cancels) it, so nothing stays queued for a future that no
-/// longer exists.
-#[must_use = "futures do nothing unless polled; an unpolled `UntilReady` reserves nothing"]
-pub struct UntilReady<'a, C: Clock> {
-    bucket: &'a Bucket<C>,
-    cost: u64,
-    /// Extra nanoseconds to wait after the tokens are due.
-    jitter: u64,
-    stage: Stage<'a, C>,
-}
-
-impl<C: Clock> Future for UntilReady<'_, C> {
-    type Output = Result<Duration, Denied>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        let clock = this.bucket.clock();
-        if let Stage::Start = this.stage {
-            let now = clock.now();
-            match this.bucket.reserve_at(now, this.cost) {
-                Err(denied) => {
-                    this.stage = Stage::Done;
-                    return Poll::Ready(Err(denied));
-                }
-                Ok(reservation) => {
-                    let until = reservation.ticket.due.max(now).saturating_add(this.jitter);
-                    this.stage = Stage::Waiting {
-                        reservation,
-                        until,
-                        waited: Duration::from_nanos(until - now),
-                        alarm: Alarm::default(),
-                    };
-                }
-            }
-        }
-        let Stage::Waiting {
-            until,
-            waited,
-            alarm,
-            ..
-        } = &mut this.stage
-        else {
-            return Poll::Ready(Ok(Duration::ZERO));
-        };
-        let (until, waited) = (*until, *waited);
-        loop {
-            let now = clock.now();
-            if now >= until {
-                // Resolved: the reservation is kept (dropping it keeps its tokens); the
-                // wake-up, if still pending, is cancelled with the stage.
-                this.stage = Stage::Done;
-                return Poll::Ready(Ok(waited));
-            }
-            alarm.set(clock, until, cx);
-            if clock.now() < until {
-                return Poll::Pending;
-            }
-        }
-    }
-}
-
-impl<C: Clock> Drop for UntilReady<'_, C> {
-    fn drop(&mut self) {
-        if let Stage::Waiting { reservation, .. } = mem::replace(&mut self.stage, Stage::Done) {
-            reservation.cancel();
-        }
-    }
-}
-
-impl<C: Clock> fmt::Debug for UntilReady<'_, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("UntilReady");
-        d.field("cost", &self.cost).field("jitter_ns", &self.jitter);
-        match &self.stage {
-            Stage::Start => d.field("stage", &"start"),
-            Stage::Waiting {
-                reservation,
-                until,
-                alarm,
-                ..
-            } => d
-                .field("reservation", reservation)
-                .field("until_ns", until)
-                .field("wake", alarm),
-            Stage::Done => d.field("stage", &"done"),
-        };
-        d.finish()
-    }
 }

@@ -1,4 +1,4 @@
-//! Second reader of issue 8: adversarial edges (u64::MAX readings, Duration::MAX, cost = burst,
+//! Adversarial edges (u64::MAX readings, Duration::MAX, cost = burst,
 //! burst = 1) and interleavings not covered elsewhere.
 #![cfg(feature = "keyed")]
 

@@ -1,4 +1,4 @@
-//! Deterministic tests of the core bucket on a ManualClock: the timeline and every edge.
+//! Deterministic tests of the core bucket on a ManualClock: a timeline of decisions and every edge.
 
 use std::time::Duration;
 use tollgate::{Bucket, Clock, ConfigError, Denied, ManualClock, Quota};

@@ -1,6 +1,6 @@
 //! `Reservation::cancel` never lets a window admit more than `burst + rate·Δ`, whatever the
 //! canceller's clock reading (stale, stepped back, preempted) and whatever order reservations are
-//! cancelled in (issue 8, defects 1 and 2). Every admission is recorded with the instant it was
+//! cancelled in. Every admission is recorded with the instant it was
 //! decided at (a kept reservation at its due instant) and every window is checked exactly.
 #![cfg(feature = "std")]
 
@@ -62,10 +62,10 @@ fn drain<C: Clock>(bucket: &Bucket<StallClock<C>>, w: &WindowChecker) -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Defect 1: a cancel with a stale reading restored tokens a later decision had absorbed.
+// A cancel with a stale reading must restore nothing a later decision absorbed.
 
 #[test]
-fn defect_1_a_stale_canceller_restores_nothing_a_later_decision_absorbed() {
+fn a_stale_canceller_restores_nothing_a_later_decision_absorbed() {
     let q = quota(10, 10);
     let (clock, bucket, w) = emptied(q);
     let r = bucket.reserve(10).unwrap();
@@ -85,7 +85,7 @@ fn defect_1_a_stale_canceller_restores_nothing_a_later_decision_absorbed() {
 }
 
 #[test]
-fn defect_1_a_clock_stepped_back_for_the_canceller() {
+fn a_clock_stepped_back_for_the_canceller() {
     // The same with a plain ManualClock moved back: the reading order is all that matters.
     let q = quota(10, 10);
     let clock = ManualClock::new();
@@ -101,7 +101,7 @@ fn defect_1_a_clock_stepped_back_for_the_canceller() {
 }
 
 #[test]
-fn defect_1_a_gated_canceller_on_real_threads() {
+fn a_gated_canceller_on_real_threads() {
     // The canceller takes its reading at 0, then blocks between the reading and its CAS while the
     // main thread decides at 2 s.
     let q = quota(10, 10);
@@ -120,7 +120,7 @@ fn defect_1_a_gated_canceller_on_real_threads() {
 }
 
 #[test]
-fn defect_1_a_canceller_preempted_for_200_ms_on_the_std_clock() {
+fn a_canceller_preempted_for_200_ms_on_the_std_clock() {
     // 100/s, burst 10: 1 token = 10 ms. The reservation of 9 is due 90 ms after the first take and
     // the bucket is exactly full again at 190 ms; the main thread decides then, while the
     // canceller, which read the clock at about 0, sleeps until about 200 ms before its CAS.
@@ -154,10 +154,10 @@ fn defect_1_a_canceller_preempted_for_200_ms_on_the_std_clock() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Defect 2: cancelling out of order gave back tokens a kept reservation depended on.
+// Cancelling out of order must give back nothing a kept reservation depends on.
 
 #[test]
-fn defect_2_cancel_order_never_over_restores() {
+fn cancel_order_never_over_restores() {
     let q = quota(10, 7);
     let (_, bucket) = stall_bucket(q);
     let w = WindowChecker::new();

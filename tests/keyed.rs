@@ -417,10 +417,10 @@ fn hot_keys_stay_exact_while_the_table_grows() {
     assert_eq!(limiter.counters().evicted, 0);
 }
 
-// ---- Defect 3 (issue 8): an eviction at a later reading must not hand a fresh burst to a
+// ---- an eviction at a later reading must not hand a fresh burst to a
 // decision at an earlier reading. ----
 
-/// The issue's reproduction, on one thread: keys 1 and 2 take their burst at 0, key 3 evicts them
+/// The reproduction, on one thread: keys 1 and 2 take their burst at 0, key 3 evicts them
 /// at 1 s (both full then), and a decision for key 1 at the stale reading 0.5 s re-inserts it.
 /// A fresh full bucket would admit 10 more (20 in 0.5 s, bound 15); key 1's own bucket holds 5.
 #[test]
@@ -586,7 +586,7 @@ impl<C: Clock> Clock for SteppingBack<C> {
     }
 }
 
-/// The issue's stress shape, bounded and sharpened: 20k/s with burst 10, `max_keys` 256, 16 hot
+/// A stress shape, bounded and sharpened: 20k/s with burst 10, `max_keys` 256, 16 hot
 /// keys taking 1 to 10 tokens and 40 % unique keys (so hot buckets are spent, refill and are
 /// evicted all the time), on 4 threads for `run` at most, readings stalled at random. Every hot key's admissions, each at the reading its decision used,
 /// must stay within `burst + rate·Δ` in every window; that is a bound, so it holds in every

@@ -1,4 +1,4 @@
-//! Readers racing `set_quota` (issue 8, defect 4): a refusal, `available()` or `quota()` must be
+//! Readers racing `set_quota`: a refusal, `available()` or `quota()` must be
 //! explained by the quota in force with the state it was in force for, never by the state of one
 //! quota read under another.
 //!

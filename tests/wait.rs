@@ -160,8 +160,8 @@ fn go_cancel_1_token() {
     g.reserve(0, 1, 3);
     // Go gives one token back (one is depended on) and answers t4 below. Here nothing comes
     // back: a later admission holds, and the bucket cannot tell its debit from a refill that
-    // already replaced r's tokens, so any refund could admit tokens twice (issue 8, defect 1;
-    // documented on `Reservation::cancel`). 2 + 2 + 1 + 2 tokens from a full bucket of 2 are
+    // already replaced r's tokens, so any refund could admit tokens twice (see
+    // `Reservation::cancel`). 2 + 2 + 1 + 2 tokens from a full bucket of 2 are
     // due at t5.
     g.cancel_at(r, 2);
     g.reserve(2, 2, 5);
@@ -176,8 +176,8 @@ fn go_cancel_multi() {
     let c = g.reserve(0, 1, 5);
     g.cancel_at(c, 1); // one token back: nothing was admitted after C
                        // Go gives two back here, as if C had never been reserved. Here nothing: the reservation
-                       // of 1 taken after A is kept, so A's tokens stay consumed (issue 8, defect 2: cancelling
-                       // out of order over-restored). 4 + 3 + 1 + 3 tokens from a full bucket of 4 are due at t7.
+                       // of 1 taken after A is kept, so A's tokens stay consumed (a refund
+                       // out of order would over-restore). 4 + 3 + 1 + 3 tokens from a full bucket of 4 are due at t7.
     g.cancel_at(a, 1);
     g.reserve(1, 3, 7);
 }

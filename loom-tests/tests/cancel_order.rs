@@ -3,7 +3,7 @@
 //!
 //! Every outcome must be one that a serial order of the same steps explains, and every window
 //! must hold `burst + rate·Δ` (a kept reservation counted at its due instant, a cancelled one
-//! not at all). The first model is the defect 2 scaled to burst 3: with Go's rule, the
+//! not at all). The first model is out-of-order cancellation scaled to burst 3: with Go's rule, the
 //! interleaving `r0 r1 | r2 | cancel r1, cancel r0 | r3` put r2 and r3 due at one instant, 4
 //! tokens with burst 3.
 //!
@@ -104,7 +104,7 @@ fn model(a: &'static [Step], b: &'static [Step]) {
     loom::model(move || {
         let clock = ManualClock::new();
         let bucket = Arc::new(Bucket::with_clock(quota(), clock.clone()));
-        // B on the spawned thread: the defect's interleaving is then within 2 preemptions.
+        // B on the spawned thread: the over-restoring interleaving is then within 2 preemptions.
         let t = {
             let bucket = bucket.clone();
             thread::spawn(move || run(&bucket, b))
@@ -139,7 +139,7 @@ fn model(a: &'static [Step], b: &'static [Step]) {
     });
 }
 
-/// The defect 2, burst 3: A reserves 3 and 3 and cancels them in order of reservation;
+/// Out-of-order cancellation, burst 3: A reserves 3 and 3 and cancels them in order of reservation;
 /// B keeps a reservation of 1 and then one of 3.
 #[test]
 fn cancels_in_order_of_reservation_racing_kept_reservations() {

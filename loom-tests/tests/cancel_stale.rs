@@ -141,7 +141,7 @@ fn model(t_cancel: u64, t_b: u64, cost_b: u64) {
     });
 }
 
-/// The defect 1 in miniature: the reservation (due 200 ms) is absorbed by the refill at
+/// A stale cancellation in miniature: the reservation (due 200 ms) is absorbed by the refill at
 /// 400 ms, where the bucket is exactly full; the canceller read 100 ms.
 #[test]
 fn stale_canceller_vs_a_decision_at_the_full_instant() {

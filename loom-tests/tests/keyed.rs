@@ -3,7 +3,7 @@
 //! the table growing (a migration step moving an entry to the new region) under an admission
 //! and under a read, a new key inserted by two threads during a migration, a sweep draining the
 //! old region racing an admission, decisions helping a migration along, and an eviction at a
-//! later reading racing a decision at an earlier one (issue 8, defect 3).
+//! later reading racing a decision at an earlier one.
 //!
 //! Under `--cfg tollgate_loom` the index is the production table (`src/keyed/index.rs`) on loom's
 //! mutex and `crate::sync`'s loom `AtomicU128`, with a fixed hash seed so every explored execution
@@ -147,7 +147,7 @@ fn growth_races_an_admission() {
     });
 }
 
-/// Issue 8, defect 3: keys 1 and 9 spent their bursts at 0 and fill the table; a decision for
+/// keys 1 and 9 spent their bursts at 0 and fill the table; a decision for
 /// key 1 reads the clock at 0.5 s while another thread moves the clock to 1 s and inserts key 2,
 /// which evicts both (full at 1 s) to make room, leaving room for key 1 to come back. Whatever the interleaving — the decision's reading before or after the
 /// move, its probe before or after the eviction, its CAS failing on the empty slot — key 1's
@@ -309,7 +309,7 @@ fn a_new_key_racing_the_start_of_a_migration_is_inserted_once() {
 /// debit) or the eviction does (the admission then re-inserts key 2 from a full state) — one
 /// debit either way. Nothing else touches the table before the race: a decision made during
 /// the migration would help it along and could finish it, and the sweep would then find no old
-/// region to drain (review of issue 9: the model had one, and its race never met a drain).
+/// region to drain (the model had one, and its race never met a drain).
 #[test]
 fn a_sweep_draining_the_old_region_races_an_admission() {
     loom::model(|| {

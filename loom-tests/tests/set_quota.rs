@@ -108,7 +108,7 @@ fn set_quota_races_try_acquire() {
     });
 }
 
-// ---- a reader racing two reconfigurations (issue 8, defect 4) ----
+// ---- a reader racing two reconfigurations ----
 
 /// 1 token/s, burst 1000: a token is 10^9 units.
 fn slow() -> Quota {

@@ -1,4 +1,4 @@
-//! loom model (second reader of issue 8): a decision preempted between reading its quota slot
+//! loom model: a decision preempted between reading its quota slot
 //! and its compare-and-swap while two reconfigurations complete. On a full bucket at one
 //! reading, `rescale` can bring the state back to the identical value, so the word comes back
 //! bit for bit (`Q0 -> Q1 -> Q2`, epoch 0 -> 1 -> 0) with slot 0 rewritten: the decision's CAS

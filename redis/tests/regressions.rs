@@ -1,4 +1,4 @@
-//! Regressions: defects an adversarial review found (2026-12-01), one test each; every test
+//! Regressions: hostile inputs and failure paths, one test each; every test
 //! failed before its fix. Each starts its own `redis-server` on a free loopback port.
 
 use std::time::Duration;

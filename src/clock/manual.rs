@@ -1,14 +1,11 @@
-use crate::clock::{nanos, Clock, WakeRegistration};
+#[cfg(feature = "std")]
+use super::queue::{wake_all, QueueHandle, SharedQueue};
+use crate::clock::{saturating_nanos, Clock, WakeRegistration};
 use crate::sync::{AtomicU64, Ordering};
 use alloc::sync::Arc;
 use core::fmt;
 use core::task::Waker;
 use core::time::Duration;
-#[cfg(feature = "std")]
-use {
-    crate::clock::wake::{wake_all, Key, WakeQueue},
-    std::sync::{Mutex, MutexGuard, PoisonError},
-};
 
 /// A clock that moves only when told to. Clones share one time, so a test can hand a clone to
 /// a bucket and move it from outside. Arithmetic saturates: it never wraps or panics.
@@ -76,44 +73,7 @@ struct Shared {
 
 /// A frozen clock's queue of wakers, by deadline in clock nanoseconds.
 #[cfg(feature = "std")]
-pub(crate) struct Waiters(Mutex<WakeQueue<u64>>);
-
-#[cfg(feature = "std")]
-impl Waiters {
-    fn lock(&self) -> MutexGuard<'_, WakeQueue<u64>> {
-        // Wakers run outside the lock; never propagate poison.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// A frozen clock's registration: dropping it removes the waker.
-#[cfg(feature = "std")]
-pub(crate) struct Handle {
-    waiters: Arc<Waiters>,
-    key: Option<Key<u64>>,
-}
-
-#[cfg(feature = "std")]
-impl Handle {
-    pub(crate) fn is_fired(&self) -> bool {
-        self.key
-            .map_or(true, |key| !self.waiters.lock().contains(&key))
-    }
-
-    pub(crate) fn detach(mut self) {
-        self.key = None;
-    }
-}
-
-#[cfg(feature = "std")]
-impl Drop for Handle {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            let waker = self.waiters.lock().remove(&key);
-            drop(waker); // outside the lock
-        }
-    }
-}
+pub(crate) type Waiters = SharedQueue<u64>;
 
 impl ManualClock {
     /// A clock at time 0.
@@ -176,7 +136,7 @@ impl ManualClock {
         ManualClock {
             shared: Arc::new(Shared {
                 nanos: AtomicU64::new(0),
-                waiters: Some(Arc::new(Waiters(Mutex::new(WakeQueue::new())))),
+                waiters: Some(Arc::new(SharedQueue::new())),
             }),
         }
     }
@@ -232,7 +192,7 @@ impl ManualClock {
     /// assert_eq!(c.now(), u64::MAX);
     /// ```
     pub fn advance(&self, by: Duration) {
-        let by = nanos(by);
+        let by = saturating_nanos(by);
         // `fetch_update` with a closure that always returns `Some` cannot fail.
         let _ = self
             .shared
@@ -256,7 +216,7 @@ impl ManualClock {
     pub fn set(&self, since_origin: Duration) {
         self.shared
             .nanos
-            .store(nanos(since_origin), Ordering::Release);
+            .store(saturating_nanos(since_origin), Ordering::Release);
         self.wake_due();
     }
 
@@ -277,7 +237,7 @@ impl ManualClock {
     /// not in the future. `None` on a clock that advances itself.
     #[cfg(feature = "std")]
     fn queue_wake(&self, duration: Duration, waker: &Waker) -> Option<WakeRegistration> {
-        self.queue_wake_with(waker, |now| now.saturating_add(nanos(duration)))
+        self.queue_wake_with(waker, |now| now.saturating_add(saturating_nanos(duration)))
     }
 
     /// Frozen clocks: queues `waker` for the instant `at(now)`, `now` read under the waiters'
@@ -299,10 +259,10 @@ impl ManualClock {
             return Some(WakeRegistration::fired());
         }
         let key = queue.insert(at, waker);
-        Some(WakeRegistration::from_manual(Handle {
-            waiters: waiters.clone(),
-            key: Some(key),
-        }))
+        Some(WakeRegistration::from_manual(QueueHandle::new(
+            waiters.clone(),
+            Some(key),
+        )))
     }
 }
 
@@ -333,7 +293,7 @@ impl Clock for ManualClock {
         #[cfg(feature = "std")]
         if self.is_frozen() {
             let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-            let until = self.now().saturating_add(nanos(duration));
+            let until = self.now().saturating_add(saturating_nanos(duration));
             while self.now() < until {
                 // The instant, not the rest of the wait from a second reading: another thread
                 // may move the clock between the check and the registration.

@@ -37,7 +37,7 @@ impl Default for StdClock {
 
 impl Clock for StdClock {
     fn now(&self) -> u64 {
-        crate::clock::nanos(Instant::now().saturating_duration_since(self.origin))
+        crate::clock::saturating_nanos(Instant::now().saturating_duration_since(self.origin))
     }
 
     fn sleep(&self, duration: Duration) {

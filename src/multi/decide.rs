@@ -12,7 +12,7 @@ use super::refusal::Refusal;
 use crate::error::Denied;
 use crate::gcra;
 use crate::limits::{Limits, MAX_LIMITS};
-use crate::quota::Rate;
+use crate::quota::Scaled;
 use crate::snapshot::Snapshot;
 
 /// The decision words of `N` quotas and the index of the smallest burst (the first of equals).
@@ -22,7 +22,7 @@ use crate::snapshot::Snapshot;
 /// and every choice below takes the first of equal candidates, so it never names a copy.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Rates<const N: usize> {
-    pub(crate) rates: [Rate; N],
+    pub(crate) rates: [Scaled; N],
     min_burst: u64,
     min_burst_index: usize,
 }
@@ -31,7 +31,7 @@ impl<const N: usize> Rates<N> {
     /// The first `N` quotas of `limits`, padded as described above. Requires `N >= len`.
     pub(crate) fn new(limits: &Limits) -> Rates<N> {
         let quotas = limits.quotas();
-        let rates = core::array::from_fn(|i| *quotas[i.min(quotas.len() - 1)].rate());
+        let rates = core::array::from_fn(|i| *quotas[i.min(quotas.len() - 1)].scaled());
         let mut min_burst_index = 0;
         for (i, q) in quotas.iter().enumerate() {
             if q.burst() < quotas[min_burst_index].burst() {
@@ -79,7 +79,7 @@ pub(crate) fn decide<const N: usize>(
     let mut next = states;
     let mut worst: Option<Refusal> = None;
     for i in 0..N {
-        match gcra::try_acquire_in(states[i], now, &rates.rates[i], cost) {
+        match gcra::try_acquire_scaled(states[i], now, &rates.rates[i], cost) {
             Ok(Some(s)) => next[i] = s,
             // `cost > 0`: every admission has a state to write.
             Ok(None) => {}
@@ -106,7 +106,7 @@ pub(crate) fn decide<const N: usize>(
 #[inline]
 pub(crate) fn available<const N: usize>(states: [u64; N], now: u64, rates: &Rates<N>) -> u64 {
     (0..N)
-        .map(|i| gcra::available_in(states[i], now, &rates.rates[i]))
+        .map(|i| gcra::available_scaled(states[i], now, &rates.rates[i]))
         .min()
         .unwrap_or(0)
 }
@@ -118,7 +118,7 @@ pub(crate) fn snapshots<const N: usize>(
     now: u64,
     rates: &Rates<N>,
 ) -> [Snapshot; N] {
-    core::array::from_fn(|i| gcra::snapshot_in(states[i], now, &rates.rates[i]))
+    core::array::from_fn(|i| gcra::snapshot_scaled(states[i], now, &rates.rates[i]))
 }
 
 /// The index of the tightest snapshot: the fewest remaining tokens, ties broken by the longest

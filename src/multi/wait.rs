@@ -9,7 +9,7 @@
 //! due, the bucket's all-or-nothing rule per quota, so every quota keeps its window bound.
 
 use super::{MultiBucket, Store};
-use crate::clock::{nanos, Clock};
+use crate::clock::{saturating_nanos, Clock};
 use crate::error::Denied;
 use crate::gcra;
 use crate::limits::MAX_LIMITS;
@@ -158,7 +158,7 @@ impl<C: Clock> MultiBucket<C> {
             return Ok(Duration::ZERO);
         }
         let now = self.clock.now();
-        let reservation = self.reserve_within(now, cost, nanos(timeout))?;
+        let reservation = self.reserve_within(now, cost, saturating_nanos(timeout))?;
         let due = reservation.ticket.due;
         // A fresh reading: this thread may have stalled since `now` (see `Bucket::acquire`).
         let mut t = self.clock.now();

@@ -2,7 +2,7 @@
 //! with Java's casts. Pure functions of `(state, now, params)`: no atomics, no clock, no
 //! encoding (the 128-bit word is [`super::word`]'s).
 
-use super::word::{frac_bits_for, MAX_MICROS};
+use super::fixed::{frac_bits_for, MAX_MICROS};
 use crate::error::ConfigError;
 
 /// Guava's `SECONDS.toMicros(1L)`, as a double.

@@ -1,8 +1,8 @@
 //! [`Smooth`]'s saved state (feature `persist`): a `SMOOTH` frame with the mode, the derived
 //! parameters, the next free time relative to the save's reading and the stored permits.
 
+use super::fixed::MAX_MICROS;
 use super::guava::{Mode, Params, State};
-use super::word::MAX_MICROS;
 use super::Smooth;
 use crate::clock::Clock;
 use crate::persist::format::{kind, FrameReader, FrameWriter, Limiter, Payload};

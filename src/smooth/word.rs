@@ -1,34 +1,9 @@
-//! The 128-bit state word of [`Smooth`](super::Smooth): the field widths, the fixed-point
-//! codec of the stored permits, and the parameter slots' raw form. See the table on
+//! The 128-bit state word of [`Smooth`](super::Smooth): the fixed-point codec of the stored
+//! permits and the parameter slots' raw form. See the table on
 //! `Smooth::state` for the layout.
 
+use super::fixed::{pow2, FIXED_BITS, MAX_FIXED, MAX_MICROS};
 use super::guava::{Params, State};
-
-/// Guava's `nextFreeTicketMicros` saturates at `Long.MAX_VALUE`.
-/// Width of the next-free-time field: 2^53 µs is 285 years after creation.
-pub(super) const MICROS_BITS: u32 = 53;
-/// The largest next free time (and the largest clock reading, in µs since creation).
-pub(super) const MAX_MICROS: u64 = (1 << MICROS_BITS) - 1;
-/// Width of the stored-permits field.
-pub(super) const FIXED_BITS: i32 = 74;
-/// The largest stored-permits value, in units.
-pub(super) const MAX_FIXED: u128 = (1 << FIXED_BITS) - 1;
-
-/// `2^e` for `e` in `-1022..=1023`, exactly.
-pub(super) fn pow2(e: i32) -> f64 {
-    f64::from_bits(((1023 + e) as u64) << 52)
-}
-
-/// The largest `F` (within `-950..=1022`) such that `max · 2^F < 2^74`.
-pub(super) fn frac_bits_for(max: f64) -> i32 {
-    if max.is_nan() || max <= 0.0 {
-        return 0;
-    }
-    let biased = ((max.to_bits() >> 52) & 0x7ff) as i32;
-    // `max < 2^b`: for a normal number b = exponent + 1; subnormals are below 2^-1022.
-    let b = if biased == 0 { -1022 } else { biased - 1022 };
-    (FIXED_BITS - b).clamp(-950, 1022)
-}
 
 impl Params {
     pub(super) fn to_raw(self) -> [u64; 6] {
@@ -90,6 +65,7 @@ pub(super) fn encode(s: State, p: &Params, epoch: u128) -> u128 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixed::frac_bits_for;
     use super::*;
 
     #[test]
@@ -117,13 +93,5 @@ mod tests {
             let err = (p.permits_of(p.units_of(tiny)) - tiny).abs();
             assert!(err <= max * pow2(-74), "max {max:e} err {err:e}");
         }
-    }
-
-    #[test]
-    fn pow2_is_exact() {
-        assert_eq!(pow2(0), 1.0);
-        assert_eq!(pow2(10), 1024.0);
-        assert_eq!(pow2(-1), 0.5);
-        assert_eq!(pow2(1000) * pow2(-1000), 1.0);
     }
 }

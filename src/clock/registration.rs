@@ -1,6 +1,4 @@
-//! Wake-up registrations: what [`Clock::register_wake`](crate::Clock::register_wake) returns,
-//! and the deadline-ordered queue of wakers behind the cancellable ones (the shared timer
-//! thread and a frozen [`ManualClock`](crate::ManualClock)).
+//! [`WakeRegistration`]: what [`Clock::register_wake`](crate::Clock::register_wake) returns.
 
 use crate::sync::{AtomicU32, Ordering};
 use alloc::sync::Arc;
@@ -8,7 +6,12 @@ use alloc::task::Wake;
 use core::fmt;
 use core::task::Waker;
 #[cfg(feature = "std")]
-use {alloc::collections::BTreeMap, alloc::vec::Vec, core::time::Duration};
+use {
+    super::queue::{QueueHandle, SharedQueue},
+    super::timer::Timer,
+    core::time::Duration,
+    std::time::Instant,
+};
 
 /// One pending wake-up, registered with [`Clock::register_wake`](crate::Clock::register_wake):
 /// the clock wakes the waker once, when the requested time has passed. **Dropping the
@@ -49,10 +52,10 @@ enum Kind {
     Forwarded(Arc<Flagged>),
     /// An entry in the shared timer thread's queue.
     #[cfg(feature = "std")]
-    Timer(crate::wait::timer::Handle),
+    Timer(QueueHandle<&'static Timer, Instant>),
     /// An entry in a frozen manual clock's queue.
     #[cfg(feature = "std")]
-    Manual(crate::clock::manual::Handle),
+    Manual(QueueHandle<Arc<SharedQueue<u64>>, u64>),
 }
 
 impl WakeRegistration {
@@ -124,12 +127,12 @@ impl WakeRegistration {
     #[cfg(feature = "std")]
     pub fn timer(duration: Duration, waker: &Waker) -> WakeRegistration {
         WakeRegistration {
-            kind: Kind::Timer(crate::wait::timer::TIMER.register(duration, waker)),
+            kind: Kind::Timer(super::timer::TIMER.register(duration, waker)),
         }
     }
 
     #[cfg(feature = "std")]
-    pub(crate) fn from_manual(handle: crate::clock::manual::Handle) -> WakeRegistration {
+    pub(crate) fn from_manual(handle: QueueHandle<Arc<SharedQueue<u64>>, u64>) -> WakeRegistration {
         WakeRegistration {
             kind: Kind::Manual(handle),
         }
@@ -170,7 +173,7 @@ impl WakeRegistration {
     #[cfg(feature = "std")]
     #[doc(hidden)]
     pub fn timer_queue_len() -> usize {
-        crate::wait::timer::TIMER.len()
+        super::timer::TIMER.len()
     }
 }
 
@@ -205,78 +208,5 @@ impl Wake for Flagged {
     fn wake_by_ref(self: &Arc<Self>) {
         self.fired.store(1, Ordering::Release);
         self.waker.wake_by_ref();
-    }
-}
-
-/// Wakers ordered by deadline (`K`: an `Instant` or clock nanoseconds), each under a unique key
-/// so that its owner can remove it: the shared queue behind cancellable registrations. The
-/// caller provides the lock.
-#[cfg(feature = "std")]
-pub(crate) struct WakeQueue<K> {
-    entries: BTreeMap<(K, u64), Waker>,
-    seq: u64,
-}
-
-/// An entry's key in a [`WakeQueue`].
-#[cfg(feature = "std")]
-pub(crate) type Key<K> = (K, u64);
-
-#[cfg(feature = "std")]
-impl<K: Ord + Copy> WakeQueue<K> {
-    pub(crate) const fn new() -> WakeQueue<K> {
-        WakeQueue {
-            entries: BTreeMap::new(),
-            seq: 0,
-        }
-    }
-
-    /// Queues a clone of `waker` for `at`; returns its key.
-    pub(crate) fn insert(&mut self, at: K, waker: &Waker) -> Key<K> {
-        let key = (at, self.seq);
-        self.seq = self.seq.wrapping_add(1);
-        self.entries.insert(key, waker.clone());
-        key
-    }
-
-    /// Removes an entry (if it was not woken yet) and returns its waker: drop that after
-    /// releasing the lock, since dropping a waker may drop a task, and with it other
-    /// registrations that take the same lock.
-    #[must_use = "drop the waker outside the lock"]
-    pub(crate) fn remove(&mut self, key: &Key<K>) -> Option<Waker> {
-        self.entries.remove(key)
-    }
-
-    /// Whether the entry is still queued (not woken, not removed).
-    pub(crate) fn contains(&self, key: &Key<K>) -> bool {
-        self.entries.contains_key(key)
-    }
-
-    /// The earliest deadline queued.
-    pub(crate) fn next(&self) -> Option<K> {
-        self.entries.keys().next().map(|k| k.0)
-    }
-
-    /// Removes and returns the wakers due at `now`, earliest first (wake them outside the lock).
-    pub(crate) fn take_due(&mut self, now: K) -> Vec<Waker> {
-        let mut due = Vec::new();
-        while let Some(entry) = self.entries.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            due.push(entry.remove());
-        }
-        due
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.entries.len()
-    }
-}
-
-/// Wakes each waker; one that panics does not stop the others (nor the caller's thread).
-#[cfg(feature = "std")]
-pub(crate) fn wake_all(wakers: Vec<Waker>) {
-    for waker in wakers {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
     }
 }

@@ -1,4 +1,4 @@
-//! The one timer thread behind the std clocks' wake-ups ([`WakeRegistration::timer`] and the
+//! The one timer thread behind the std clocks' wake-ups ([`WakeRegistration::timer`](crate::WakeRegistration::timer) and the
 //! default [`Clock::wake_after`](crate::Clock::wake_after)).
 //!
 //! Why not a runtime's timer: [`Bucket::until_ready`](crate::Bucket::until_ready) must work on
@@ -8,7 +8,7 @@
 //! and one thread parked on a condition variable is enough. The thread starts on first use and
 //! then sleeps until the earliest deadline; idle, it costs nothing but its stack.
 //!
-//! **Bounded memory.** Each entry has a key its [`Handle`] owns; dropping the handle removes
+//! **Bounded memory.** Each entry has a key its handle owns; dropping the handle removes
 //! the entry at once, so the queue holds one entry per *live* registration. A future keeps one
 //! registration and replaces it only when its deadline or waker changes (or it fired), so its
 //! spurious polls add nothing. Only the fire-and-forget `wake_after` leaves entries that outlive
@@ -20,8 +20,7 @@
 //! registration sleeps the caller for at most [`FALLBACK_TICK`] and wakes its waker, so a
 //! waiting task re-polls at a bounded rate and no core spins.
 
-use crate::clock::wake::{wake_all, Key, WakeQueue};
-use crate::clock::WakeRegistration;
+use super::queue::{wake_all, LockedQueue, QueueHandle, WakeQueue};
 use crate::sync::ignore_poison;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Waker;
@@ -71,31 +70,11 @@ pub(crate) struct Timer {
 pub(crate) static TIMER: Timer = Timer::new();
 
 /// One registration in a [`Timer`]: dropping it removes the entry.
-pub(crate) struct Handle {
-    timer: &'static Timer,
-    /// `None`: woken at once (no timer thread, or a deadline beyond `Instant`'s range).
-    key: Option<Key<Instant>>,
-}
+pub(crate) type Handle = QueueHandle<&'static Timer, Instant>;
 
-impl Handle {
-    /// Whether the entry has been woken (it is no longer queued).
-    pub(crate) fn is_fired(&self) -> bool {
-        self.key
-            .map_or(true, |key| !self.timer.lock().queue.contains(&key))
-    }
-
-    /// Leaves the entry queued: it wakes its waker at its deadline.
-    pub(crate) fn detach(mut self) {
-        self.key = None;
-    }
-}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            let waker = self.timer.lock().queue.remove(&key);
-            drop(waker); // outside the lock
-        }
+impl LockedQueue<Instant> for &'static Timer {
+    fn with_queue<R>(&self, f: impl FnOnce(&mut WakeQueue<Instant>) -> R) -> R {
+        f(&mut self.lock().queue)
     }
 }
 
@@ -125,10 +104,7 @@ impl Timer {
         let now = Instant::now();
         let Some(at) = now.checked_add(duration.min(MAX_PARK)) else {
             waker.wake_by_ref();
-            return Handle {
-                timer: self,
-                key: None,
-            };
+            return Handle::new(self, None);
         };
         let mut state = self.lock();
         if !self.ensure_thread(&mut state, now) {
@@ -137,10 +113,7 @@ impl Timer {
             // at most about once per tick rather than spinning.
             std::thread::sleep(duration.min(FALLBACK_TICK));
             waker.wake_by_ref();
-            return Handle {
-                timer: self,
-                key: None,
-            };
+            return Handle::new(self, None);
         }
         let earliest = state.queue.next().map_or(true, |next| at < next);
         let key = state.queue.insert(at, waker);
@@ -148,10 +121,7 @@ impl Timer {
         if earliest {
             self.changed.notify_one();
         }
-        Handle {
-            timer: self,
-            key: Some(key),
-        }
+        Handle::new(self, Some(key))
     }
 
     /// Whether the thread runs, starting it if it never ran or if the back-off after a failed
@@ -220,7 +190,7 @@ impl Timer {
 
 /// The default [`Clock::wake_after`](crate::Clock::wake_after): fire and forget.
 pub(crate) fn wake_after(duration: Duration, waker: &Waker) {
-    WakeRegistration::timer(duration, waker).detach();
+    TIMER.register(duration, waker).detach();
 }
 
 #[cfg(test)]

@@ -1,0 +1,88 @@
+//! [`KeyedCounters`] and the per-thread counter shards they sum.
+
+use super::KeyedLimiter;
+use crate::clock::Clock;
+use crate::sync::{thread_slot, AtomicU64, Ordering};
+use core::hash::Hash;
+
+/// A snapshot of a [`KeyedLimiter`]'s counters (sums over its shards).
+///
+/// `admitted` includes `admitted_untracked`; `refused` includes `refused_table_full`.
+///
+/// ```
+/// use tollgate::{KeyedLimiter, ManualClock, Quota};
+/// let limiter = KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), 10, ManualClock::new());
+/// limiter.try_acquire(&"a", 1).unwrap();
+/// assert!(limiter.try_acquire(&"a", 1).is_err());
+/// let c = limiter.counters();
+/// assert_eq!((c.admitted, c.refused, c.refused_table_full), (1, 1, 0));
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub struct KeyedCounters {
+    /// Requests admitted (tracked or not).
+    pub admitted: u64,
+    /// Requests refused, for any reason.
+    pub refused: u64,
+    /// Requests for a new key refused because the table was full and no bucket was full.
+    pub refused_table_full: u64,
+    /// Requests for a new key admitted without tracking because the table was full
+    /// ([`KeyedLimiterBuilder::fail_open`](crate::KeyedLimiterBuilder::fail_open)).
+    pub admitted_untracked: u64,
+    /// Buckets evicted (each was full, so forgetting it changed no verdict).
+    pub evicted: u64,
+}
+
+/// One counter shard, on its own line: either owned by one thread (the only writer: a count is a
+/// relaxed load and store) or shared by the threads mapped to it (a relaxed `fetch_add`); see
+/// [`KeyedLimiter::count`].
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) admitted: AtomicU64,
+    pub(super) refused: AtomicU64,
+    pub(super) refused_table_full: AtomicU64,
+    pub(super) admitted_untracked: AtomicU64,
+    pub(super) evicted: AtomicU64,
+}
+
+impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
+    /// The counters, summed over the shards. Each is exact once concurrent calls have returned.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    /// let limiter = KeyedLimiter::with_clock(Quota::per_second(5).unwrap(), 10, ManualClock::new());
+    /// limiter.try_acquire(&1, 1).unwrap();
+    /// assert_eq!(limiter.counters().admitted, 1);
+    /// ```
+    pub fn counters(&self) -> KeyedCounters {
+        let mut c = KeyedCounters::default();
+        for s in self.shards.iter() {
+            c.admitted += s.admitted.load(Ordering::Relaxed);
+            c.refused += s.refused.load(Ordering::Relaxed);
+            c.refused_table_full += s.refused_table_full.load(Ordering::Relaxed);
+            c.admitted_untracked += s.admitted_untracked.load(Ordering::Relaxed);
+            c.evicted += s.evicted.load(Ordering::Relaxed);
+        }
+        c
+    }
+
+    /// Adds `n` to the calling thread's count `which`. The first half of the shards is owned: the
+    /// thread whose slot is `i` is the only one that writes shard `i` while it holds the slot (a
+    /// slot passes to another thread only after its owner exits, through a mutex that orders the
+    /// owner's last store before the next owner's first load), so it counts with a relaxed load
+    /// and store, no locked instruction. Threads with later slots share the second half, by
+    /// slot, with `fetch_add`.
+    /// Either way a count is exact once the call that made it has returned.
+    #[inline]
+    pub(super) fn count(&self, which: impl FnOnce(&Counters) -> &AtomicU64, n: u64) {
+        let owned = self.shards.len() / 2;
+        let slot = thread_slot();
+        if slot < owned {
+            let c = which(&self.shards[slot]);
+            c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        } else {
+            which(&self.shards[owned + (slot & (owned - 1))]).fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! Where entries live: the regions of the buffer, the layout word that names the current one,
+//! and the table's size for `max_keys` (module docs of `index`, "Layout").
+
+/// The smallest region, in slots (or the whole table, if smaller).
+#[cfg(not(tollgate_loom))]
+pub(super) const MIN_ACTIVE: usize = 64;
+
+/// Under loom, 4: a table for 4 keys (8 slots) then migrates once, so the models reach a
+/// migration.
+#[cfg(tollgate_loom)]
+pub(super) const MIN_ACTIVE: usize = 4;
+
+/// The largest table: 2^30 slots (`max_keys` above 2^29 is clamped), so a region's offset and
+/// mask fit the layout word's 31-bit fields, and the buffer's length a 32-bit `usize`.
+pub(super) const MAX_CAPACITY: usize = 1 << 30;
+
+/// A region of the buffer: `mask + 1` slots (a power of two) from `base`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Region {
+    pub(super) base: usize,
+    pub(super) mask: usize,
+}
+
+impl Region {
+    /// The buffer index of the region's slot `i` (taken modulo its length).
+    #[inline]
+    pub(super) fn at(self, i: usize) -> usize {
+        self.base + (i & self.mask)
+    }
+
+    #[inline]
+    pub(super) fn len(self) -> usize {
+        self.mask + 1
+    }
+}
+
+/// The layout word's flag: a migration is in progress (the old region is the one of half the
+/// current region's length, on the other side of the buffer).
+pub(super) const MIGRATING: u64 = 1;
+
+/// The layout word: `base << 32 | mask << 1 | migrating`.
+#[inline]
+pub(super) fn encode(r: Region, migrating: bool) -> u64 {
+    ((r.base as u64) << 32) | ((r.mask as u64) << 1) | u64::from(migrating)
+}
+
+/// The current region named by a layout word.
+#[inline]
+pub(super) fn decode(layout: u64) -> Region {
+    Region {
+        base: (layout >> 32) as usize,
+        mask: ((layout as u32) >> 1) as usize,
+    }
+}
+
+/// The whole table's length for `max_keys`: twice it, rounded up to a power of two, within
+/// `[8, MAX_CAPACITY]`.
+pub(super) fn capacity(max_keys: usize) -> usize {
+    max_keys
+        .saturating_mul(2)
+        .checked_next_power_of_two()
+        .unwrap_or(MAX_CAPACITY)
+        .clamp(8, MAX_CAPACITY)
+}
+
+/// Where the region of `len` slots lies in a table of `cap`: at the front if `cap / len` is
+/// an even power of two, else at the back.
+pub(super) fn region_in(cap: usize, len: usize) -> Region {
+    let doublings_left = (cap / len).trailing_zeros();
+    Region {
+        base: if doublings_left % 2 == 1 { cap } else { 0 },
+        mask: len - 1,
+    }
+}
+
+/// The region a migration to `new` drains: half its length, on the other side.
+#[inline]
+pub(super) fn old_of(cap: usize, new: Region) -> Region {
+    Region {
+        base: if new.base == 0 { cap } else { 0 },
+        mask: new.mask >> 1,
+    }
+}

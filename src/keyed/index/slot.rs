@@ -1,0 +1,76 @@
+//! One slot: the 128-bit word `fingerprint << 64 | state`, and the CASes that take an entry
+//! out of it.
+
+use crate::sync::{AtomicU128, Ordering};
+
+/// Fingerprint of a free slot.
+pub(super) const EMPTY: u64 = 0;
+
+/// Maps a 64-bit hash to a fingerprint (never [`EMPTY`]; 0 and 1 become 2 and 3, so that the
+/// fingerprints of earlier layouts, which reserved 1, keep their meaning).
+#[inline]
+pub(crate) fn fingerprint(hash: u64) -> u64 {
+    if hash < 2 {
+        hash + 2
+    } else {
+        hash
+    }
+}
+
+#[inline]
+pub(super) fn pack(fp: u64, state: u64) -> u128 {
+    (u128::from(fp) << 64) | u128::from(state)
+}
+
+#[inline]
+pub(super) fn fp_of(word: u128) -> u64 {
+    (word >> 64) as u64
+}
+
+#[inline]
+pub(super) fn state_of(word: u128) -> u64 {
+    word as u64
+}
+
+/// Takes the entry out of `slot` (a CAS to empty, retried while admissions change its state):
+/// returns the word it held, so no admission is lost — one that lands first is in the word, one
+/// that lands later fails its CAS and re-probes.
+pub(super) fn take(slot: &AtomicU128, mut w: u128) -> u128 {
+    loop {
+        match slot.compare_exchange_weak(w, 0, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return w,
+            Err(actual) => w = actual,
+        }
+    }
+}
+
+/// Evicts the entry in `slot` if it is full at `now`: `w` is the word read from it (not empty).
+/// Each attempt calls `evicting()`, then CASes the slot to empty, and is retried with the new
+/// word while admissions change the state: a racing admission either lands first (the CAS
+/// fails, and the bucket may no longer be full) or fails its own CAS and re-probes into the
+/// insert path. `Ok(())` once evicted; else `Err((word, at))`: the latest word, not full before
+/// `at > now`. Never for an empty slot (only the mutex holder empties one, and its callers skip
+/// them): that would count an eviction of nothing; it answers `Err` with `at = u64::MAX`.
+pub(super) fn evict_if_full(
+    slot: &AtomicU128,
+    mut w: u128,
+    now: u64,
+    full_at: &mut impl FnMut(u64, u64) -> u64,
+    evicting: &mut impl FnMut(),
+) -> Result<(), (u128, u64)> {
+    loop {
+        if fp_of(w) == EMPTY {
+            debug_assert!(false, "evicting an empty slot");
+            return Err((w, u64::MAX));
+        }
+        let at = full_at(fp_of(w), state_of(w));
+        if at > now {
+            return Err((w, at));
+        }
+        evicting();
+        match slot.compare_exchange_weak(w, 0, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Ok(()),
+            Err(actual) => w = actual,
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! The table-wide words and policy of a [`KeyedLimiter`]: insertion of a new key, the
+//! full-table refusal, eviction of full buckets (sweeps) and help with migrations.
+
+use super::index;
+use super::KeyedLimiter;
+use crate::clock::Clock;
+use crate::error::Denied;
+use crate::gcra;
+use crate::quota::Quota;
+use crate::sync::{AtomicU64, Ordering};
+use core::hash::Hash;
+
+/// The table-wide words, written only under the index's mutex (when a key is inserted or
+/// evicted), never on a lookup; read without it for the O(1) refusal under a flood.
+pub(super) struct Table {
+    /// Live entries; never above `max_keys`.
+    pub(super) len: AtomicU64,
+    /// A lower bound on the first instant at which any tracked bucket is full. Admissions only
+    /// push a bucket's instant later, so the bound stays valid without being touched by them.
+    pub(super) next_full_at: AtomicU64,
+    /// The latest clock reading at which a bucket was evicted (0: none yet); only grows. An
+    /// evicted state `s` was full at its eviction reading, `s <= earned_floor(evicted_at)`, so a
+    /// key inserted from `earned_floor(evicted_at)` (its own quota's) starts from a state no more
+    /// lenient than any bucket the table forgot: the key's state never decreases, whatever
+    /// reading the inserting decision holds (see [`KeyedLimiter::start_state`]).
+    pub(super) evicted_at: AtomicU64,
+}
+
+/// How an insertion attempt ended.
+pub(super) enum Insert {
+    Done,
+    Retry,
+    TableFull(core::time::Duration),
+    Refused(Denied),
+}
+
+impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
+    /// Evicts every bucket that is full now and returns how many. Never needed for the bound
+    /// (insertions evict lazily); it only returns memory early, e.g. from a periodic task. It
+    /// walks one whole pass over the active slots in bounded steps (first finishing a doubling
+    /// of the table's region in progress, evicting the full buckets it drains), releasing the
+    /// mutex between them, so concurrent insertions wait for one step at most. A full bucket
+    /// that closing an eviction's gap moves back (perhaps into a slot the pass has examined) is
+    /// evicted where it lands. The pass starts over in the new region if an insertion between
+    /// two steps doubles the table, and one more is walked in the rare case that a step had to
+    /// leave such a moved bucket (past its eviction budget, or 64 slots or more from the gap).
+    ///
+    /// "Now" is this sweep's clock reading. The sweep's position is shared: steps taken
+    /// meanwhile by another `sweep` call, or by an insertion into a full table (which sweeps a
+    /// step to make room), examine slots at their own readings, and a bucket that is not full
+    /// yet at an earlier one is left for the next sweep.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    /// let clock = ManualClock::new();
+    /// let limiter = KeyedLimiter::with_clock(Quota::per_second(5).unwrap(), 10, clock.clone());
+    /// limiter.try_acquire(&1, 1).unwrap();
+    /// assert_eq!(limiter.sweep(), 0);
+    /// clock.advance(Duration::from_millis(200));
+    /// assert_eq!(limiter.sweep(), 1);
+    /// assert!(limiter.is_empty());
+    /// ```
+    pub fn sweep(&self) -> usize {
+        let now = self.clock.now();
+        let (mut evicted, mut sweep) = (0u64, index::Sweep::default());
+        // One bounded step per lock, so insertions wait for one step at most, never a pass.
+        loop {
+            let mut locked = self.index.lock();
+            sweep.before(&locked);
+            let step = self.sweep_step(&mut locked, now);
+            evicted += step.evicted;
+            if sweep.after(&locked, &step) {
+                break;
+            }
+        }
+        usize::try_from(evicted).unwrap_or(usize::MAX)
+    }
+
+    /// Inserts a new key already debited by `cost`, if there is room (evicting full buckets to
+    /// make it).
+    #[cold]
+    pub(super) fn insert(&self, fp: u64, now: u64, quota: &Quota, cost: u64, epoch: u64) -> Insert {
+        // O(1) refusal under a flood, without the mutex: the table is full and no bucket can be
+        // full before `next_full_at`. `next_full_at` is read first: a sweep decrements `len`
+        // before it stores a later `next_full_at`, so seeing the later bound implies seeing the
+        // room the sweep made (the other order could pair a stale `len` with a fresh bound).
+        // The miss that brought us here is only trusted if no entry moved around it (`epoch`
+        // even and unchanged); otherwise the key may be tracked: ask under the mutex.
+        // While a migration is in progress the refusal takes the mutex instead, so that its
+        // sweep step drains the old region: a table that stays full still finishes it.
+        if self.table.next_full_at.load(Ordering::SeqCst) > now
+            && self.table.len.load(Ordering::SeqCst) >= self.max_keys
+            && epoch % 2 == 0
+            && self.index.rebuild_epoch() == epoch
+            && !self.index.migrating()
+        {
+            return Insert::TableFull(self.table_full_wait(now));
+        }
+        let mut locked = self.index.lock();
+        if locked.contains(fp) {
+            // Inserted by another thread meanwhile (or moved): decide on its slot.
+            return Insert::Retry;
+        }
+        if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
+            if self.table.next_full_at.load(Ordering::SeqCst) <= now || locked.migrating() {
+                // One bounded step of the sweep (the whole pass on tables of at most
+                // `STEP_WORK` active slots), which drains the old region first during a
+                // migration; the pass goes on at the next insertion.
+                self.sweep_step(&mut locked, now);
+            }
+            if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
+                return Insert::TableFull(self.table_full_wait(now));
+            }
+        }
+        // The start state is read under the mutex, after any eviction that made this key miss
+        // (evictions raise `evicted_at` under the same mutex, before their CAS).
+        let state = match gcra::try_acquire(self.start_state(quota), now, quota, cost) {
+            Ok(Some(state)) => state,
+            Ok(None) => return Insert::Done,
+            Err(denied) => return Insert::Refused(denied),
+        };
+        let full_at = gcra::full_at(state, quota);
+        locked.insert(fp, state, full_at);
+        self.table.len.fetch_add(1, Ordering::SeqCst);
+        self.table.next_full_at.fetch_min(full_at, Ordering::SeqCst);
+        Insert::Done
+    }
+
+    /// The wait until a tracked bucket is full, within `[1 ns, refill time of one burst]`, or
+    /// `Duration::MAX` when none ever will be (every tracked bucket is full only past the
+    /// horizon, where the clock is read as stopped).
+    pub(super) fn table_full_wait(&self, now: u64) -> core::time::Duration {
+        let cap = self.quota.refill_time(self.quota.burst());
+        let at = self.table.next_full_at.load(Ordering::SeqCst);
+        // (An empty table, `max_keys` 0, keeps the one-burst answer.)
+        if at == u64::MAX && self.table.len.load(Ordering::SeqCst) > 0 {
+            return core::time::Duration::MAX;
+        }
+        core::time::Duration::from_nanos(at.saturating_sub(now).max(1)).min(cap)
+    }
+
+    /// One migration step, if the index's mutex is free: lookups of keys left in the old
+    /// region drain it, so a migration ends even when no new key arrives (its lookups would
+    /// otherwise probe two regions for good). Never waits for the mutex.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn help_migrate(&self) {
+        if let Some(mut locked) = self.index.try_lock() {
+            locked.help_migrate();
+        }
+    }
+
+    /// The first instant at which the bucket of `fp` in state `s` is full.
+    pub(super) fn full_at(&self, fp: u64, s: u64) -> u64 {
+        gcra::full_at(s, self.quota_of(fp))
+    }
+
+    /// One bounded sweep step at reading `now`, with the index's mutex held: evicts the full
+    /// buckets it meets; when it ends a pass, stores the pass's bound in `next_full_at`.
+    pub(super) fn sweep_step(&self, locked: &mut index::Locked<'_>, now: u64) -> index::Step {
+        // Past the horizon the clock is read as stopped there, and `full_at` says `u64::MAX`
+        // for "never full": compared with a reading of `u64::MAX` itself, that sentinel would
+        // read as "full now" and evict a bucket that never refills (a fresh burst each time).
+        let now = now.min(crate::quota::HORIZON_NS);
+        let evicted_at = &self.table.evicted_at;
+        let step = locked.sweep_step(
+            now,
+            |fp, s| self.full_at(fp, s),
+            // Raised before the eviction's CAS: whoever misses the key afterwards starts it
+            // from a state at least as strict as the evicted one (see `Table::evicted_at`).
+            || {
+                evicted_at.fetch_max(now, Ordering::SeqCst);
+            },
+        );
+        // `len` first, then the bound: see the lock-free refusal in `insert`.
+        self.table.len.fetch_sub(step.evicted, Ordering::SeqCst);
+        if let Some(next) = step.pass_done {
+            self.table.next_full_at.store(next, Ordering::SeqCst);
+        }
+        if step.evicted > 0 {
+            self.count(|c| &c.evicted, step.evicted);
+        }
+        step
+    }
+}

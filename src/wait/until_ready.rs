@@ -1,0 +1,154 @@
+//! [`UntilReady`]: the future behind [`Bucket::until_ready`].
+
+use super::Reservation;
+use crate::bucket::Bucket;
+use crate::clock::{Alarm, Clock};
+use crate::error::Denied;
+use core::fmt;
+use core::future::Future;
+use core::mem;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use core::time::Duration;
+
+enum Stage<'a, C> {
+    /// Not polled yet: nothing reserved.
+    Start,
+    /// Reserved; ready at `until` (the due instant plus the jitter).
+    Waiting {
+        reservation: Reservation<'a, C>,
+        until: u64,
+        waited: Duration,
+        /// The one wake-up this future holds with the clock.
+        alarm: Alarm,
+    },
+    /// Resolved (or abandoned).
+    Done,
+}
+
+/// The future returned by [`Bucket::until_ready`]: resolves to `Ok(time waited)` once the
+/// reserved tokens are due, or `Err(Denied::ExceedsBurst)` when `cost > burst`. Dropping it
+/// before it resolves cancels its reservation. Polling it again after it resolved gives
+/// `Ok(Duration::ZERO)` and takes nothing.
+///
+/// ```
+/// use std::future::Future;
+/// use std::pin::pin;
+/// use std::sync::Arc;
+/// use std::task::{Context, Poll, Wake, Waker};
+/// use tollgate::{Bucket, Denied, ManualClock, Quota};
+///
+/// struct Nop;
+/// impl Wake for Nop {
+///     fn wake(self: Arc<Self>) {}
+/// }
+/// let waker = Waker::from(Arc::new(Nop));
+/// let mut cx = Context::from_waker(&waker);
+/// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+/// let mut fut = pin!(bucket.until_ready(11));
+/// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Err(Denied::ExceedsBurst)));
+/// ```
+///
+/// **One registration per future.** While it waits it holds exactly one wake-up with the clock
+/// ([`Clock::register_wake`]), replaced only when it is polled with a waker that would not wake
+/// the same task ([`Waker::will_wake`](core::task::Waker::will_wake)) or after that wake-up has fired; spurious polls add
+/// nothing. Dropping the future drops (cancels) it, so nothing stays queued for a future that no
+/// longer exists.
+#[must_use = "futures do nothing unless polled; an unpolled `UntilReady` reserves nothing"]
+pub struct UntilReady<'a, C: Clock> {
+    bucket: &'a Bucket<C>,
+    cost: u64,
+    /// Extra nanoseconds to wait after the tokens are due.
+    jitter: u64,
+    stage: Stage<'a, C>,
+}
+
+impl<'a, C: Clock> UntilReady<'a, C> {
+    pub(super) fn new(bucket: &'a Bucket<C>, cost: u64, jitter: u64) -> Self {
+        UntilReady {
+            bucket,
+            cost,
+            jitter,
+            stage: Stage::Start,
+        }
+    }
+}
+
+impl<C: Clock> Future for UntilReady<'_, C> {
+    type Output = Result<Duration, Denied>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let clock = this.bucket.clock();
+        if let Stage::Start = this.stage {
+            let now = clock.now();
+            match this.bucket.reserve_at(now, this.cost) {
+                Err(denied) => {
+                    this.stage = Stage::Done;
+                    return Poll::Ready(Err(denied));
+                }
+                Ok(reservation) => {
+                    let until = reservation.ticket.due.max(now).saturating_add(this.jitter);
+                    this.stage = Stage::Waiting {
+                        reservation,
+                        until,
+                        waited: Duration::from_nanos(until - now),
+                        alarm: Alarm::default(),
+                    };
+                }
+            }
+        }
+        let Stage::Waiting {
+            until,
+            waited,
+            alarm,
+            ..
+        } = &mut this.stage
+        else {
+            return Poll::Ready(Ok(Duration::ZERO));
+        };
+        let (until, waited) = (*until, *waited);
+        loop {
+            let now = clock.now();
+            if now >= until {
+                // Resolved: the reservation is kept (dropping it keeps its tokens); the
+                // wake-up, if still pending, is cancelled with the stage.
+                this.stage = Stage::Done;
+                return Poll::Ready(Ok(waited));
+            }
+            alarm.set(clock, until, cx);
+            if clock.now() < until {
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+impl<C: Clock> Drop for UntilReady<'_, C> {
+    fn drop(&mut self) {
+        if let Stage::Waiting { reservation, .. } = mem::replace(&mut self.stage, Stage::Done) {
+            reservation.cancel();
+        }
+    }
+}
+
+impl<C: Clock> fmt::Debug for UntilReady<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("UntilReady");
+        d.field("cost", &self.cost).field("jitter_ns", &self.jitter);
+        match &self.stage {
+            Stage::Start => d.field("stage", &"start"),
+            Stage::Waiting {
+                reservation,
+                until,
+                alarm,
+                ..
+            } => d
+                .field("reservation", reservation)
+                .field("until_ns", until)
+                .field("wake", alarm),
+            Stage::Done => d.field("stage", &"done"),
+        };
+        d.finish()
+    }
+}
