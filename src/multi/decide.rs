@@ -137,7 +137,7 @@ pub(crate) fn tightest(snapshots: &[Snapshot]) -> usize {
 }
 
 /// [`decide`] on a [`Limits`], for storage outside the crate: see
-/// [`gcra::try_acquire_all`](crate::gcra::try_acquire_all).
+/// [`gcra::try_acquire_all`].
 pub(crate) fn try_acquire_all(
     states: [u64; MAX_LIMITS],
     now: u64,
