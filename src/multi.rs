@@ -224,7 +224,14 @@ impl<C: Clock> MultiBucket<C> {
         }
         let now = self.clock.now();
         match &self.store {
-            Store::Pair(rates, pair) => pair.update(|states| acquire(states, now, rates, cost)),
+            Store::Pair(rates, pair) => {
+                pair.update(
+                    |states| match decide::decide_pair(states, now, rates, cost) {
+                        Ok(next) => (next, Ok(())),
+                        Err(refusal) => (None, Err(refusal)),
+                    },
+                )
+            }
             Store::Wide(rates, wide) => wide.update(|states| acquire(states, now, rates, cost)),
         }
     }
@@ -271,6 +278,18 @@ impl<C: Clock> MultiBucket<C> {
             Store::Wide(rates, wide) => {
                 wide.update(|states| snapshot(states, now, rates, cost, len))
             }
+        }
+    }
+
+    /// The verdict [`try_acquire_detailed`](MultiBucket::try_acquire_detailed) would give now,
+    /// without taking anything (crate-internal: chains report the slowest wait with it).
+    pub(crate) fn check_now(&self, cost: u64) -> Result<(), Refusal> {
+        let now = self.clock.now();
+        match &self.store {
+            Store::Pair(rates, pair) => {
+                decide::decide_pair(pair.load(), now, rates, cost).map(drop)
+            }
+            Store::Wide(rates, wide) => decide::decide(wide.load(), now, rates, cost).map(drop),
         }
     }
 

@@ -265,4 +265,10 @@ fn reservations_queue_and_cancel_per_quota() {
     // A quota whose tokens are there at once is debited as of the due instant: the second
     // quota (1/s) holds 10 − 2 − 2 − 1 − 1 tokens plus what it earned by 400 ms, no more.
     assert_eq!(p.try_acquire_snapshots(0).1.as_slice()[1].remaining(), 4);
+    // In debt, cost 0 is still due at once and takes nothing.
+    let r = p.reserve(0).unwrap();
+    assert_eq!(r.delay(), Duration::ZERO);
+    r.cancel();
+    assert_eq!(p.try_acquire_for(0, Duration::ZERO), Ok(Duration::ZERO));
+    assert_eq!(p.reserve(1).unwrap().delay(), ms(100));
 }

@@ -3,7 +3,7 @@
 //! words, the tests and custom storage ([`crate::gcra::try_acquire_all`]) all apply it.
 //!
 //! Every quota is decided exactly as a [`Bucket`](crate::Bucket) decides it
-//! ([`gcra`]'s `try_acquire_in`). The verdict is the conjunction: admitted iff every quota
+//! ([`gcra`]'s `try_acquire_scaled`). The verdict is the conjunction: admitted iff every quota
 //! admits, and then every quota's new state is written; otherwise nothing is. So each quota's
 //! state moves only by decisions that quota admits on its own at the same reading, and its
 //! window bound is the bucket's.
@@ -77,29 +77,102 @@ pub(crate) fn decide<const N: usize>(
         return Err(Refusal::new(Denied::ExceedsBurst, rates.min_burst_index));
     }
     let mut next = states;
-    let mut worst: Option<Refusal> = None;
+    let mut verdicts = [Ok(None); N];
+    let mut refused = false;
     for i in 0..N {
         match gcra::try_acquire_scaled(states[i], now, &rates.rates[i], cost) {
             Ok(Some(s)) => next[i] = s,
-            // `cost > 0`: every admission has a state to write.
+            // `cost > 0`: every admission has a state to write (unreachable; kept).
             Ok(None) => {}
             Err(denied) => {
-                let longer = match (worst.map(|w| w.denied()), denied) {
-                    (None, _) => true,
-                    (Some(Denied::RetryAfter(w)), Denied::RetryAfter(d)) => d > w,
-                    // `cost <= min_burst`: no quota answers `ExceedsBurst`; kept if one did.
-                    (Some(_), _) => false,
-                };
-                if longer {
-                    worst = Some(Refusal::new(denied, i));
-                }
+                verdicts[i] = Err(denied);
+                refused = true;
             }
         }
     }
-    match worst {
-        None => Ok(Some(next)),
-        Some(refusal) => Err(refusal),
+    if refused {
+        return Err(longest(&verdicts));
     }
+    Ok(Some(next))
+}
+
+/// [`decide`] for two quotas, written out: both quotas decided straight-line by the bucket's
+/// arithmetic, without the checks made once for both.
+#[inline(always)]
+pub(crate) fn decide_pair(
+    states: [u64; 2],
+    now: u64,
+    rates: &Rates<2>,
+    cost: u64,
+) -> Result<Option<[u64; 2]>, Refusal> {
+    if cost == 0 {
+        return Ok(None);
+    }
+    if cost > rates.min_burst {
+        return Err(Refusal::new(Denied::ExceedsBurst, rates.min_burst_index));
+    }
+    let a = one(states[0], now, &rates.rates[0], cost);
+    let b = one(states[1], now, &rates.rates[1], cost);
+    match (a, b) {
+        (Ok(a), Ok(b)) => Ok(Some([a, b])),
+        (Err(x), Ok(_)) => Err(Refusal::new(x, 0)),
+        (Ok(_), Err(y)) => Err(Refusal::new(y, 1)),
+        (Err(x), Err(y)) => Err(match (x, y) {
+            (Denied::RetryAfter(dx), Denied::RetryAfter(dy)) if dy > dx => Refusal::new(y, 1),
+            _ => Refusal::new(x, 0),
+        }),
+    }
+}
+
+/// One quota's decision for `0 < cost <= burst` on a state some quota produced
+/// (`<= MAX_UNITS`), which the caller guarantees: `gcra::try_acquire_scaled`'s arithmetic without
+/// its checks for the exact quotas; an inexact quota goes through `try_acquire_scaled` itself.
+#[inline(always)]
+fn one(state: u64, now: u64, rate: &Scaled, cost: u64) -> Result<u64, Denied> {
+    match rate.exact_earned(now) {
+        Some(earned) => {
+            // `state, cost·scale, earned + burst·scale <= MAX_UNITS` (the quota's range): no
+            // overflow.
+            let cost_units = cost * rate.scale();
+            let want = state + cost_units;
+            let burst_units = rate.burst_units();
+            if want <= earned + burst_units {
+                Ok(state.max(earned) + cost_units)
+            } else {
+                let at = rate.instant_of_exact(want - burst_units);
+                Err(Denied::RetryAfter(gcra::wait_until(at, now)))
+            }
+        }
+        None => match gcra::try_acquire_scaled(state, now, rate, cost) {
+            Ok(next) => Ok(next.unwrap_or(state)),
+            Err(denied) => Err(denied),
+        },
+    }
+}
+
+/// The refusal of a decision some quota refused: the longest wait and its quota (the first of
+/// equals). Out of line: admissions never pay for it.
+#[cold]
+#[inline(never)]
+fn longest(verdicts: &[Result<Option<u64>, Denied>]) -> Refusal {
+    let mut worst: Option<Refusal> = None;
+    for (i, v) in verdicts.iter().enumerate() {
+        let Err(denied) = *v else { continue };
+        let longer = match (worst.map(|w| w.denied()), denied) {
+            (None, _) => true,
+            (Some(Denied::RetryAfter(w)), Denied::RetryAfter(d)) => d > w,
+            // `cost <= min_burst`: no quota answers `ExceedsBurst`; the first kept if one did.
+            (Some(_), _) => false,
+        };
+        if longer {
+            worst = Some(Refusal::new(denied, i));
+        }
+    }
+    // Called only when some verdict is an error.
+    worst.unwrap_or(Refusal::new(
+        Denied::RetryAfter(core::time::Duration::MAX),
+        0,
+    ))
 }
 
 /// Whole tokens every quota holds at `now`: the smallest per-quota [`gcra::available`].

@@ -53,6 +53,12 @@ fn reserve_states<const N: usize>(
     if quotas.iter().any(|q| cost > q.burst()) {
         return (None, Err(Denied::ExceedsBurst));
     }
+    if cost == 0 {
+        // Due at once, takes nothing (as `Bucket::reserve`), even while a quota is in debt.
+        let mut after = [0; MAX_LIMITS];
+        after[..N].copy_from_slice(&states);
+        return (None, Ok(Ticket { after, due: now }));
+    }
     let mut due = now;
     for (i, &state) in states.iter().enumerate() {
         match gcra::reserve(state, now, quota_at(quotas, i), cost) {
@@ -73,8 +79,7 @@ fn reserve_states<const N: usize>(
     }
     let mut after = [0; MAX_LIMITS];
     after[..N].copy_from_slice(&next);
-    let ticket = Ticket { after, due };
-    (if cost == 0 { None } else { Some(next) }, Ok(ticket))
+    (Some(next), Ok(Ticket { after, due }))
 }
 
 /// Applies the bucket's cancellation rule to every quota in `states`, with the reservation's
@@ -167,6 +172,17 @@ impl<C: Clock> MultiBucket<C> {
             t = self.clock.now();
         }
         Ok(Duration::from_nanos(due.saturating_sub(now)))
+    }
+
+    /// A reservation only if every quota holds `cost` now, else the refusal
+    /// [`try_acquire`](MultiBucket::try_acquire) gives; one atomic step either way (for
+    /// [`GiveBack`](crate::GiveBack)).
+    pub(crate) fn try_reserve_now(&self, cost: u64) -> Result<MultiReservation<'_, C>, Denied> {
+        if cost > 0 {
+            // The refusal's wait and `ExceedsBurst` exactly as `try_acquire` reports them.
+            self.check_now(cost).map_err(Denied::from)?;
+        }
+        self.reserve_within(self.clock.now(), cost, 0)
     }
 
     fn reserve_within(

@@ -1,7 +1,6 @@
-//! [`ShardedBucket`]'s saved state: a `SHARDED` frame with the global quota and the tokens all
-//! shards hold together at the anchor (lent-out tokens counted as spent), as a fraction
-//! `held / scale`. Only that total travels: a restored bucket may split it over its shards
-//! differently, and with another shard count.
+//! [`ShardedBucket`]'s saved state: a `SHARDED` frame with the global quota and the tokens the
+//! whole bucket holds at the anchor (tokens leased to shards counted as spent), as a fraction
+//! `held / scale`. Only that total travels, so any shard count restores it.
 
 use super::format::{kind, FrameReader, FrameWriter, Limiter, Payload};
 use super::{downtime, wall_ns, RestoreError};
@@ -14,9 +13,8 @@ use std::time::SystemTime;
 impl<C: Clock> ShardedBucket<C> {
     /// Writes the tokens the whole bucket holds (feature `persist`), anchored to the wall clock
     /// ([`SystemTime::now`]); see [`Bucket::save`](crate::Bucket::save) and
-    /// [`crate::persist`]. Tokens lent out between shards count as spent. Decisions go on
-    /// meanwhile: the shards are read one after the other, each at the save's reading or later
-    /// (holding no more than then, since nothing refills a shard but the clock).
+    /// [`crate::persist`]. Tokens leased to shards count as spent (their leases lapse with the
+    /// process). Decisions go on meanwhile: the save is one load of the central word.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
@@ -60,9 +58,10 @@ impl<C: Clock> ShardedBucket<C> {
 
     /// Restores a state written by [`save`](ShardedBucket::save) (feature `persist`): the
     /// tokens held then, plus what the downtime ([`SystemTime::now`]) refills at the saved
-    /// rate, capped at the saved burst and at this bucket's. The bucket keeps the smaller of
-    /// what it holds and that: a restore never adds tokens. On error nothing changes; the
-    /// suggested recovery is [`drain`](ShardedBucket::drain).
+    /// rate, capped at the saved burst and at this bucket's. The central word keeps the smaller
+    /// of what it holds and that: a restore never adds tokens (restore into a bucket just
+    /// built, which has leased nothing). On error nothing changes; the suggested recovery is
+    /// [`drain`](ShardedBucket::drain), or [`ShardedBucket::with_initial_tokens`] with 0.
     ///
     /// ```
     /// use tollgate::{persist::RestoreError, ManualClock, Quota, ShardedBucket};
@@ -126,9 +125,9 @@ impl<C: Clock> ShardedBucket<C> {
         Ok(())
     }
 
-    /// Empties the bucket now (feature `persist`): what a process that cannot restore its
-    /// state should do instead of starting full. The shards refill from here at the quota's
-    /// rate.
+    /// Empties the central word now (feature `persist`): what a process that cannot restore
+    /// its state should do instead of starting full (tokens already leased to shards stay
+    /// theirs). It refills from here at the quota's rate.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
