@@ -61,7 +61,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// rate, capped at the saved burst and at this bucket's. The central word keeps the smaller
     /// of what it holds and that: a restore never adds tokens (restore into a bucket just
     /// built, which has leased nothing). On error nothing changes; the suggested recovery is
-    /// [`drain`](ShardedBucket::drain), or [`ShardedBucket::with_initial_tokens`] with 0.
+    /// [`drain`](ShardedBucket::drain).
     ///
     /// ```
     /// use tollgate::{persist::RestoreError, ManualClock, Quota, ShardedBucket};
