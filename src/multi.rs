@@ -8,6 +8,7 @@
 //! `wait.rs` here.
 
 pub(crate) mod decide;
+mod or_snapshots;
 #[cfg(feature = "persist")]
 mod persist;
 mod refusal;

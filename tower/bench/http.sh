@@ -16,8 +16,9 @@
 #   governor per-IP 10k    tower_governor, SmartIpKeyExtractor, the same 10,000 addresses
 # Then the correctness run: --key global --rate 1000/s --burst 100 for CORRECT_SECS (10 s;
 # 2 s in smoke mode) must answer at most 100 + 1000·t responses 200 (t: wrk's measured
-# duration, to the microsecond from tower/bench/duration.lua, not its summary's 10 ms) and at least 99 % of 100 + 1000·d (d: the nominal duration, d <= t). The script
-# exits 1 if either bound fails.
+# duration, to the microsecond from tower/bench/duration.lua, not its summary's 10 ms) and at least 99 % of 100 + 1000·d (d: the nominal duration, d <= t); then the same for the
+# policy --limit 1000/s:100 --limit 30000/min:500 (both bounds, the tighter counts). The script
+# exits 1 if any bound fails.
 #
 # Environment: DURATION (s per case), ROUNDS, CONNECTIONS (wrk -c, default 64), THREADS (wrk
 # -t, default 1), PROFILE (release, or debug), SMOKE=1.
@@ -164,6 +165,26 @@ awk -v ok="$ok200" -v t="$secs" -v d="$CORRECT_SECS" -v total="$total" 'BEGIN {
   upper = 100 + 1000 * t
   lower = 0.99 * (100 + 1000 * (d < t ? d : t))
   printf "correctness: --rate 1000/s --burst 100, wrk -d%ss (measured %.6f s): %d responses, %d of them 200; at most 100 + 1000*%.6f = %.1f, at least 99 %% of 100 + 1000*%s = %.0f\n", d, t, total, ok, t, upper, d, lower
+  if (ok > upper) { print "correctness: FAILED (over-admission)"; exit 1 }
+  if (ok < lower) { print "correctness: FAILED (under-admission)"; exit 1 }
+  print "correctness: ok"
+}'
+
+# The same for a policy of two quotas (--limit, all or nothing): 1000/s with a burst of 100 and
+# 30,000/min (500/s) with a burst of 500 must both hold, so at most
+# min(100 + 1000·t, 500 + 500·t) responses 200, and at least 99 % of that bound over d.
+echo
+start "$BIN/server" --key global --limit 1000/s:100 --limit 30000/min:500
+load "$CORRECT_SECS" -s tower/bench/duration.lua >"$work/line"
+read -r _ _ _ non total secs <"$work/line"
+stop
+ok200=$((total - non))
+awk -v ok="$ok200" -v t="$secs" -v d="$CORRECT_SECS" -v total="$total" '
+  function bound(x) { a = 100 + 1000 * x; b = 500 + 500 * x; return a < b ? a : b }
+  BEGIN {
+  upper = bound(t)
+  lower = 0.99 * bound(d < t ? d : t)
+  printf "correctness: --limit 1000/s:100 --limit 30000/min:500, wrk -d%ss (measured %.6f s): %d responses, %d of them 200; at most %.1f, at least %.0f\n", d, t, total, ok, upper, lower
   if (ok > upper) { print "correctness: FAILED (over-admission)"; exit 1 }
   if (ok < lower) { print "correctness: FAILED (under-admission)"; exit 1 }
   print "correctness: ok"

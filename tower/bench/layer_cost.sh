@@ -19,7 +19,7 @@ count() {
 echo "| case | instructions per request | layer (minus inner) |"
 echo "|---|---:|---:|"
 base=""
-for c in inner tollgate-global tollgate-ip governor-global governor-ip; do
+for c in inner tollgate-global tollgate-policy tollgate-ip governor-global governor-ip; do
   # Two run lengths: the difference cancels the first round of 10,000 new keys.
   small=$(count "$c" "$((n / 2))"); big=$(count "$c" "$n")
   per=$(( (big - small) / (n - n / 2) ))

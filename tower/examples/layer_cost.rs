@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p tollgate-tower --example layer_cost -- CASE [ITERATIONS]
-//! CASE: inner | tollgate-global | tollgate-ip | governor-global | governor-ip
+//! CASE: inner | tollgate-global | tollgate-policy | tollgate-ip | governor-global | governor-ip
 //! ```
 //! Prints nanoseconds per request. `bash tower/bench/layer_cost.sh` runs every case under
 //! callgrind and prints instructions per request (what a shared, noisy machine cannot blur).
@@ -21,7 +21,7 @@ use std::time::Instant;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use http::{HeaderValue, Request, Response};
-use tollgate::{Bucket, KeyedLimiter, Quota};
+use tollgate::{Bucket, KeyedLimiter, Limits, MultiBucket, Quota};
 use tollgate_tower::{ClientIp, RateLimitLayer};
 use tower::{Layer, Service};
 use tower_governor::governor::GovernorConfigBuilder;
@@ -93,6 +93,13 @@ fn main() {
             n,
             &xff,
         ),
+        "tollgate-policy" => {
+            // Two quotas, all or nothing (`MultiBucket`): one 128-bit compare-and-swap.
+            let second = quota.with_burst(2_000_000_000).expect("a valid quota");
+            let limits = Limits::new([quota, second]).expect("two quotas");
+            let layer = RateLimitLayer::new(MultiBucket::new(limits));
+            run(layer.layer(inner()), n, &xff)
+        }
         "tollgate-ip" => {
             let limiter = KeyedLimiter::<IpAddr>::new(quota, 1 << 20);
             let layer = RateLimitLayer::new(limiter).key(ClientIp::new(trusted));
@@ -117,7 +124,7 @@ fn main() {
             run(GovernorLayer::new(config).layer(inner()), n, &xff)
         }
         other => {
-            eprintln!("unknown case {other:?}: inner, tollgate-global, tollgate-ip, governor-global, governor-ip");
+            eprintln!("unknown case {other:?}: inner, tollgate-global, tollgate-policy, tollgate-ip, governor-global, governor-ip");
             std::process::exit(2);
         }
     };

@@ -6,6 +6,9 @@
 //!   --listen ADDR                  default 127.0.0.1:3000 (port 0: any free port)
 //!   --rate N/s|N/min|N/h           default 100/s
 //!   --burst N                      default the tokens of one second of rate, at least 1
+//!   --limit N/s|N/min|N/h|N/d:BURST  one quota of a policy; repeatable (one to four), all must
+//!                                  hold; replaces --rate/--burst (giving both: a usage error);
+//!                                  with --key global, or any --key with --redis
 //!   --key ip|global|header:NAME    default ip
 //!   --trusted-proxies CIDR[,CIDR…] with --key ip: the client is the rightmost untrusted
 //!                                  X-Forwarded-For hop behind these proxies
@@ -33,8 +36,11 @@ use axum::Router;
 use clap::{CommandFactory, Parser};
 use http::HeaderName;
 use ipnet::IpNet;
-use tollgate::Quota;
+use tollgate::{Limits, Quota};
 use tollgate_tower::{ClientIp, HeaderKey, PeerIp, RateLimitLayer};
+
+#[path = "server/limit.rs"]
+mod limit;
 
 /// The most keys a per-IP or per-header limiter tracks (bounded memory).
 const MAX_KEYS: usize = 1 << 20;
@@ -51,6 +57,15 @@ struct Cli {
     /// The burst (default: the tokens of one second of rate, at least 1).
     #[arg(long)]
     burst: Option<u64>,
+    /// One quota of a policy, N/s, N/min, N/h or N/d with a burst (5/s:5); repeatable, every
+    /// quota must hold. Replaces --rate and --burst.
+    #[arg(
+        long = "limit",
+        value_name = "N/UNIT:BURST",
+        value_parser = limit::parse_limit,
+        conflicts_with_all = ["rate", "burst"]
+    )]
+    limits: Vec<Quota>,
     /// The key: ip, global or header:NAME.
     #[arg(long, default_value = "ip", value_parser = parse_key)]
     key: KeyKind,
@@ -173,25 +188,31 @@ fn main() -> ExitCode {
     if cli.unlimited && cli.redis.is_some() {
         usage("--unlimited and --redis exclude each other".into());
     }
-    if cli.state.is_some() && (cli.unlimited || cli.redis.is_some()) {
-        usage("--state applies to the in-process limiters (not --unlimited or --redis)".into());
+    if cli.state.is_some() && (cli.unlimited || cli.redis.is_some() || !cli.limits.is_empty()) {
+        usage("--state applies to the single-quota in-process limiters (not --unlimited, --redis or --limit)".into());
     }
+    let limits = limit::limits(&cli.limits).unwrap_or_else(|e| usage(e));
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    runtime.block_on(serve(cli, quota))
+    runtime.block_on(serve(cli, quota, limits))
 }
 
-async fn serve(cli: Cli, quota: Quota) -> ExitCode {
+async fn serve(cli: Cli, quota: Quota, limits: Option<Limits>) -> ExitCode {
     let app = Router::new().route("/", get(|| async { "ok" }));
     let mut limiters = state::Limiters::new(cli.state.clone());
     let app = if cli.unlimited {
         app
     } else if let Some(url) = &cli.redis {
-        match redis_layer(app, url, quota, &cli).await {
+        match redis_layer(app, url, quota, limits, &cli).await {
             Ok(app) => app,
             Err(message) => {
                 eprintln!("error: {message}");
                 return ExitCode::from(1);
             }
+        }
+    } else if let Some(limits) = limits {
+        match limit::layer(app, limits, &cli.key) {
+            Ok(app) => app,
+            Err(message) => usage(message),
         }
     } else {
         match (&cli.key, &cli.trusted_proxies) {
@@ -219,11 +240,12 @@ async fn serve(cli: Cli, quota: Quota) -> ExitCode {
         }
     };
     let addr = listener.local_addr().unwrap_or(cli.listen);
+    let shutdown = shutdown();
     println!("listening on {addr}");
     let service = app.into_make_service_with_connect_info::<SocketAddr>();
     let saving = limiters.save_every(cli.save_every);
     let served = axum::serve(listener, service)
-        .with_graceful_shutdown(shutdown())
+        .with_graceful_shutdown(shutdown)
         .await;
     if let Some(saving) = saving {
         saving.abort();
@@ -241,25 +263,46 @@ async fn serve(cli: Cli, quota: Quota) -> ExitCode {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Resolves on SIGINT or SIGTERM. The handlers are installed by this call, not by the first
+/// poll: `serve` calls it before it prints `listening on`, so a SIGTERM sent as soon as the line
+/// appears is never lost (nor kills the process without a clean exit).
+fn shutdown() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler");
-        tokio::select! {
-            _ = interrupt => {}
-            _ = term.recv() => {}
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut interrupt = signal(SignalKind::interrupt()).expect("a SIGINT handler");
+        let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+        async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = term.recv() => {}
+            }
         }
     }
     #[cfg(not(unix))]
-    let _ = interrupt.await;
+    {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
-/// The Redis backend: one limit per key shared by every server on the same Redis.
-async fn redis_layer(app: Router, url: &str, quota: Quota, cli: &Cli) -> Result<Router, String> {
-    let limiter = tollgate_redis::RedisLimiter::builder(url, quota)
+/// The Redis backend: one limit per key shared by every server on the same Redis (with
+/// `--limit`, every quota of the policy in one script call).
+async fn redis_layer(
+    app: Router,
+    url: &str,
+    quota: Quota,
+    limits: Option<Limits>,
+    cli: &Cli,
+) -> Result<Router, String> {
+    let builder = match limits {
+        Some(limits) => {
+            tollgate_redis::RedisLimiter::builder(url, limits.quotas()[0]).limits(limits)
+        }
+        None => tollgate_redis::RedisLimiter::builder(url, quota),
+    };
+    let limiter = builder
         .build()
         .await
         .map_err(|e| format!("cannot use Redis at {url}: {e}"))?;

@@ -1,10 +1,14 @@
 //! [`Backend`]: the one small trait between the layer and a limiter, and its impls for every
-//! tollgate limiter.
+//! tollgate limiter (the policies of several quotas in `multi.rs` here).
+
+mod multi;
 
 use core::future::{Future, Ready};
 use core::hash::Hash;
 
 use tollgate::{Bucket, Clock, Denied, KeyedLimiter, Quota, ShardedBucket, Snapshot};
+
+use crate::report::PolicyReport;
 
 /// One rate-limit decision and what the response headers need to know about it, all from the
 /// same decision (no second clock read).
@@ -16,6 +20,14 @@ use tollgate::{Bucket, Clock, Denied, KeyedLimiter, Quota, ShardedBucket, Snapsh
 /// let d = Decision::new(Ok(()), Some(Snapshot::new(4, Duration::from_secs(1))), Quota::per_second(5).ok());
 /// assert!(d.verdict.is_ok());
 /// ```
+///
+/// A decision over a policy of several quotas also carries every quota in
+/// [`policy`](Decision::policy) (build it with [`Decision::with_policy`]); `snapshot` and
+/// `quota` then describe the tightest quota, so code that reads only them stays right.
+///
+/// The struct is `#[non_exhaustive]`: build it with [`Decision::new`] or
+/// [`Decision::with_policy`], match it with `..`, so that later fields break no outside code.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decision {
     /// Admitted, or why not.
@@ -24,7 +36,12 @@ pub struct Decision {
     /// limiter that failed open or closed without an answer): feeds `RateLimit` / `X-RateLimit-*`.
     pub snapshot: Option<Snapshot>,
     /// The quota the decision was made under (`None` if unknown): feeds `RateLimit-Policy`.
+    /// For a policy of several quotas, the tightest one (the one `snapshot` describes).
     pub quota: Option<Quota>,
+    /// Every quota of a policy, their snapshots when the store reports them, and the one that
+    /// refused (`None` for a single limit, or when the backend cannot tell): one
+    /// `RateLimit-Policy` item per quota.
+    pub policy: Option<PolicyReport>,
 }
 
 impl Decision {
@@ -45,6 +62,35 @@ impl Decision {
             verdict,
             snapshot,
             quota,
+            policy: None,
+        }
+    }
+
+    /// A decision over a policy of several quotas: `snapshot` and `quota` are the
+    /// [`tightest`](PolicyReport::tightest) quota's, `policy` the whole report.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
+    /// use tollgate_tower::{Decision, PolicyReport};
+    /// let per_minute = Quota::new(20, Duration::from_secs(60), 20).unwrap();
+    /// let limits = Limits::new([Quota::per_second(5).unwrap(), per_minute]).unwrap();
+    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
+    /// let (verdict, snaps) = policy.try_acquire_snapshots(6);
+    /// let refused = verdict.err().map(|r| r.quota_index());
+    /// let report = PolicyReport::new(policy.limits().quotas(), snaps, refused).unwrap();
+    /// let d = Decision::with_policy(verdict.map_err(Denied::from), report);
+    /// assert_eq!(d.verdict, Err(Denied::ExceedsBurst));
+    /// assert_eq!(d.policy.unwrap().refused(), Some(0)); // burst 5 < 6
+    /// assert_eq!(d.quota, Some(Quota::per_second(5).unwrap())); // 5 left, the minute 20
+    /// ```
+    pub fn with_policy(verdict: Result<(), Denied>, policy: PolicyReport) -> Decision {
+        let (_, quota, snapshot) = policy.tightest();
+        Decision {
+            verdict,
+            snapshot: Some(snapshot),
+            quota: Some(quota),
+            policy: Some(policy),
         }
     }
 }
@@ -54,6 +100,9 @@ impl Decision {
 /// The layer calls the inner service straight from `call` for [`Check::Ready`]; only
 /// [`Check::Pending`] holds the request (and a clone of the inner service) until the decision.
 #[derive(Debug)]
+// `Ready` is the in-process hot path: boxing its decision would allocate on every request (the
+// layer matches it in place instead).
+#[allow(clippy::large_enum_variant)]
 pub enum Check<F> {
     /// The decision is made.
     Ready(Decision),
@@ -64,7 +113,8 @@ pub enum Check<F> {
 /// A limiter the layer can ask: "may a request with key `key` and cost `cost` pass?".
 ///
 /// Implemented for [`Bucket`] and [`ShardedBucket`] (one global limit: any key type, the key is
-/// ignored), [`KeyedLimiter<K>`](KeyedLimiter) (one limit per key of type `K`), and, with the
+/// ignored), [`KeyedLimiter<K>`](KeyedLimiter) (one limit per key of type `K`),
+/// [`MultiBucket`](tollgate::MultiBucket) (a policy of several quotas, all or nothing), and, with the
 /// `redis` feature, `tollgate_redis::RedisLimiter` (keys that implement `Display`). Implement it
 /// to plug in your own limiter.
 ///
@@ -168,7 +218,10 @@ impl<K, B: Backend<K> + ?Sized> Backend<K> for std::sync::Arc<B> {
 /// displays as `global`). The decision is asynchronous: the layer holds the request until Redis
 /// (or the limiter's unavailability policy) answers. The headers report the quota of the bucket
 /// that decided (the local fallback's share while Redis is unavailable); no snapshot and no
-/// policy when no bucket decided (fail open or closed). The
+/// policy when no bucket decided (fail open or closed). A key under a policy of several quotas
+/// (`RedisLimiterBuilder::limits`) lists every quota in `RateLimit-Policy`; Redis answers with
+/// the tightest quota's snapshot alone, so the [`PolicyReport`] is
+/// [`tightest_only`](PolicyReport::tightest_only) and names no refusing quota. The
 /// feature needs Rust 1.88 (redis-rs).
 ///
 /// [`Global`]: crate::Global
@@ -184,7 +237,7 @@ impl<K: core::fmt::Display> Backend<K> for tollgate_redis::RedisLimiter {
             // The quota of the bucket that decided: while Redis is unavailable, the local
             // fallback's share, whose burst is smaller than the Redis quota's.
             let o = limiter.try_acquire_outcome(&key, cost).await;
-            Decision::new(o.verdict, o.snapshot, o.quota)
+            multi::redis_decision(&limiter, &key, o)
         }))
     }
 }

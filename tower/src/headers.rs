@@ -1,7 +1,10 @@
 //! [`RateLimitHeaders`]: which rate-limit headers go out, and their values, all computed from
 //! one [`Decision`].
 //!
-//! The values are documented on [`RateLimitHeaders`].
+//! The values are documented on [`RateLimitHeaders`]; the lists of a policy of several quotas
+//! are written in `list.rs` here.
+
+mod list;
 
 use std::time::Duration;
 
@@ -35,6 +38,18 @@ static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 ///
 /// Integers are capped at 999,999,999,999,999, the largest Structured Fields integer.
 ///
+/// A **policy of several quotas** (a [`Decision`] with a
+/// [`policy`](crate::Decision::policy) of two or more, e.g. `tollgate::MultiBucket`):
+/// `RateLimit-Policy` lists one item per quota, in the policy's order
+/// (`"5-per-1s";q=5;w=1, "20-per-60s";q=20;w=60`); `RateLimit` describes the tightest quota
+/// (the fewest remaining tokens, ties broken by the one full last) under its name; the legacy
+/// headers describe that quota too; `Retry-After` is the policy's wait, the slowest quota's
+/// (a client that waits only for the quota that looks tightest would be refused again). Each
+/// quota is named by [`quota_names`](RateLimitHeaders::quota_names), else `"{q}-per-{w}s"`
+/// after the [`policy_name`](RateLimitHeaders::policy_name) and a `-` if one was set; a name
+/// that repeats an earlier one gets `-{position}` (from 1) appended. A policy of one quota is
+/// written as a single limit is.
+///
 /// Default: `Retry-After` and the IETF `RateLimit` / `RateLimit-Policy` fields on refusals;
 /// nothing extra on admitted responses; no legacy `X-RateLimit-*`; policy name `"default"`.
 ///
@@ -54,6 +69,11 @@ pub struct RateLimitHeaders {
     on_success: bool,
     /// The policy name as a serialized sf-string (quoted, escaped).
     name: String,
+    /// The name set by `policy_name` and a `-` (empty by default): what the derived names of a
+    /// several-quota policy start with.
+    prefix: String,
+    /// The names given by `quota_names` (validated, not yet quoted), by quota index.
+    quota_names: Vec<String>,
 }
 
 impl Default for RateLimitHeaders {
@@ -64,6 +84,8 @@ impl Default for RateLimitHeaders {
             legacy: false,
             on_success: false,
             name: "\"default\"".to_owned(),
+            prefix: String::new(),
+            quota_names: Vec::new(),
         }
     }
 }
@@ -109,21 +131,39 @@ impl RateLimitHeaders {
 
     /// The policy name in `RateLimit` and `RateLimit-Policy` (default `default`): non-empty
     /// printable ASCII, else [`Error::InvalidPolicyName`]. Give nested layers distinct names.
+    /// With a policy of several quotas, the derived quota names start with this name and a
+    /// `-` (`"per-key-5-per-1s"`).
     pub fn policy_name(self, name: &str) -> Result<Self, Error> {
-        if name.is_empty() || !name.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
-            return Err(Error::InvalidPolicyName);
-        }
-        let mut quoted = String::with_capacity(name.len() + 2);
-        quoted.push('"');
-        for c in name.chars() {
-            if c == '"' || c == '\\' {
-                quoted.push('\\');
-            }
-            quoted.push(c);
-        }
-        quoted.push('"');
+        validate(name)?;
         Ok(RateLimitHeaders {
-            name: quoted,
+            name: quote(name),
+            prefix: format!("{name}-"),
+            ..self
+        })
+    }
+
+    /// Names for the quotas of a policy of several quotas, in the policy's order (default:
+    /// `"{q}-per-{w}s"`, see above); quotas past the end of `names` keep the default, names past
+    /// the last quota are unused. Each name must be non-empty printable ASCII, else
+    /// [`Error::InvalidPolicyName`].
+    ///
+    /// ```
+    /// use tollgate_tower::RateLimitHeaders;
+    /// let h = RateLimitHeaders::default().quota_names(["per-second", "per-day"]).unwrap();
+    /// assert!(RateLimitHeaders::default().quota_names([""]).is_err());
+    /// # let _ = h;
+    /// ```
+    pub fn quota_names<I>(self, names: I) -> Result<Self, Error>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let quota_names = names
+            .into_iter()
+            .map(|n| validate(n.as_ref()).map(|()| n.as_ref().to_owned()))
+            .collect::<Result<_, _>>()?;
+        Ok(RateLimitHeaders {
+            quota_names,
             ..self
         })
     }
@@ -158,8 +198,7 @@ impl RateLimitHeaders {
             return;
         }
         let Some(quota) = decision.quota else { return };
-        let q = quota.burst().min(SF_MAX);
-        let w = secs_up(quota.refill_time(quota.burst())).clamp(1, SF_MAX);
+        let (q, w) = q_w(&quota);
         let rt = decision.snapshot.map(|snap| {
             let r = snap.remaining().min(q);
             let mut t = secs_up(snap.until_full());
@@ -168,7 +207,10 @@ impl RateLimitHeaders {
             }
             (r, t.min(SF_MAX))
         });
-        if self.ietf {
+        let several = decision.policy.filter(|p| p.len() > 1);
+        if let (true, Some(policy)) = (self.ietf, several) {
+            list::write(self, &policy, rt, map);
+        } else if self.ietf {
             map.append(
                 &RATELIMIT_POLICY,
                 value(format!("{};q={q};w={w}", self.name)),
@@ -185,6 +227,36 @@ impl RateLimitHeaders {
             }
         }
     }
+}
+
+/// `q` and `w` of a quota: the burst, and the seconds an empty bucket takes to fill (rounded
+/// up, at least 1), both capped to Structured Fields integers.
+fn q_w(quota: &tollgate::Quota) -> (u64, u64) {
+    let q = quota.burst().min(SF_MAX);
+    let w = secs_up(quota.refill_time(quota.burst())).clamp(1, SF_MAX);
+    (q, w)
+}
+
+/// A policy name: non-empty printable ASCII (what an sf-string holds).
+fn validate(name: &str) -> Result<(), Error> {
+    if name.is_empty() || !name.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+        return Err(Error::InvalidPolicyName);
+    }
+    Ok(())
+}
+
+/// `name` (validated) as a serialized sf-string: quoted, `"` and `\` escaped.
+fn quote(name: &str) -> String {
+    let mut quoted = String::with_capacity(name.len() + 2);
+    quoted.push('"');
+    for c in name.chars() {
+        if c == '"' || c == '\\' {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted.push('"');
+    quoted
 }
 
 /// A header value from text we formatted ourselves (printable ASCII by construction).

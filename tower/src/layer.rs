@@ -274,13 +274,15 @@ where
         };
         let cost = shared.cost.cost(&req);
         let report = shared.respond.headers.on_admitted();
+        // By reference: a decision with room for a policy's report is a few hundred bytes, and
+        // moving it out of the `Check` would copy them on every request.
         match shared.backend.check(key, cost, report) {
-            Check::Ready(decision) => match decision.verdict {
+            Check::Ready(ref decision) => match decision.verdict {
                 Ok(()) => {
-                    let extra = shared.respond.headers.admitted(&decision);
+                    let extra = shared.respond.headers.admitted(decision);
                     ResponseFuture::inner(self.inner.call(req), extra)
                 }
-                Err(_) => ResponseFuture::ready(shared.respond.refused(&decision)),
+                Err(_) => ResponseFuture::ready(shared.respond.refused(decision)),
             },
             Check::Pending(decision) => {
                 // The inner service was polled ready: keep that one for this request, leave a

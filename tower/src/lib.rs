@@ -6,9 +6,11 @@
 //!   answered at once with 429 from `call` (never back-pressure through `poll_ready`, never a
 //!   dropped connection); clones share one limit.
 //! * [`Backend`] — the one small trait between the layer and a limiter: [`tollgate::Bucket`],
-//!   [`tollgate::ShardedBucket`], [`tollgate::KeyedLimiter`], and (feature `redis`)
+//!   [`tollgate::ShardedBucket`], [`tollgate::KeyedLimiter`], [`tollgate::MultiBucket`] (a
+//!   policy of several quotas, all or nothing), and (feature `redis`)
 //!   `tollgate_redis::RedisLimiter`; [`Decision`] carries the verdict and the snapshot the
-//!   headers are computed from (no second clock read).
+//!   headers are computed from (no second clock read), and for a policy a [`PolicyReport`]
+//!   (every quota, which one refused).
 //! * Keys ([`KeyExtractor`]): [`Global`], [`PeerIp`], [`ClientIp`] (behind trusted proxies,
 //!   walking `X-Forwarded-For` / `Forwarded` from the right, see [`ProxyHeader`]),
 //!   [`HeaderKey`], [`key_fn`]; IPv6 grouped by [`IpGrouping`] (default /64); [`MissingKey`]
@@ -41,6 +43,7 @@ mod key;
 mod layer;
 mod proxy;
 mod rejection;
+mod report;
 
 pub use backend::{Backend, Check, Decision};
 pub use cost::{Cost, UnitCost};
@@ -53,3 +56,4 @@ pub use key::{
 pub use layer::{RateLimit, RateLimitBody, RateLimitLayer, ResponseFuture};
 pub use proxy::ProxyHeader;
 pub use rejection::Rejection;
+pub use report::PolicyReport;

@@ -116,8 +116,11 @@ impl Drop for Server {
     }
 }
 
+/// The client the helpers drive.
+pub(crate) type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
 /// A real HTTP/1.1 client (hyper's).
-pub(crate) fn client() -> Client<HttpConnector, Empty<Bytes>> {
+pub(crate) fn client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
@@ -141,4 +144,43 @@ pub(crate) async fn get(
         Response::from_parts(parts, ()),
         String::from_utf8_lossy(&bytes).into_owned(),
     )
+}
+
+/// Every member of a `RateLimit` / `RateLimit-Policy` list (all lines of the field), parsed as
+/// a client would: (policy name, [(parameter, integer)]).
+pub(crate) fn sf_items(headers: &http::HeaderMap, name: &str) -> Vec<(String, Vec<(String, i64)>)> {
+    let mut out = Vec::new();
+    for line in headers.get_all(name) {
+        let list: sfv::List = sfv::Parser::new(line.as_bytes())
+            .parse_list()
+            .unwrap_or_else(|e| panic!("{name}: not a Structured Fields list: {e}"));
+        for entry in list {
+            let sfv::ListEntry::Item(item) = entry else {
+                panic!("inner list in {name}")
+            };
+            let policy = item
+                .bare_item
+                .as_string()
+                .expect("policy names are sf-strings");
+            let params = item
+                .params
+                .iter()
+                .map(|(k, v)| {
+                    let v = v.as_integer().expect("integer parameters");
+                    (k.as_str().to_owned(), i64::from(v))
+                })
+                .collect();
+            out.push((policy.as_str().to_owned(), params));
+        }
+    }
+    out
+}
+
+/// One integer parameter of a parsed list member.
+pub(crate) fn sf_param(item: &(String, Vec<(String, i64)>), key: &str) -> i64 {
+    item.1
+        .iter()
+        .find(|(k, _)| k == key)
+        .unwrap_or_else(|| panic!("no {key} in {item:?}"))
+        .1
 }

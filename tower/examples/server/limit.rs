@@ -1,0 +1,58 @@
+//! `--limit N/s|N/min|N/h|N/d:BURST` (repeatable): a policy of one to four quotas that must all
+//! hold, and the layers over it.
+
+use std::time::Duration;
+
+use axum::Router;
+use tollgate::{Limits, MultiBucket, Quota};
+use tollgate_tower::RateLimitLayer;
+
+use crate::KeyKind;
+
+/// One `--limit` value: `N/UNIT:BURST`, every part required, `N` and `BURST` at least 1.
+pub(crate) fn parse_limit(s: &str) -> Result<Quota, String> {
+    let shape = || format!("expected N/s, N/min, N/h or N/d and a burst (5/s:10), got {s:?}");
+    let (rate, burst) = s.split_once(':').ok_or_else(shape)?;
+    let (n, unit) = rate.split_once('/').ok_or_else(shape)?;
+    let tokens: u64 = n
+        .parse()
+        .map_err(|_| format!("the limit's count {n:?} is not a whole number up to 2^64-1"))?;
+    let burst: u64 = burst
+        .parse()
+        .map_err(|_| format!("the limit's burst {burst:?} is not a whole number up to 2^64-1"))?;
+    let per = match unit {
+        "s" => Duration::from_secs(1),
+        "min" => Duration::from_secs(60),
+        "h" => Duration::from_secs(3600),
+        "d" => Duration::from_secs(86_400),
+        other => return Err(format!("unknown unit {other:?}: use s, min, h or d")),
+    };
+    if tokens == 0 || burst == 0 {
+        return Err("the count and the burst must be at least 1".into());
+    }
+    Quota::new(tokens, per, burst).map_err(|e| e.to_string())
+}
+
+/// The policy of the `--limit` flags (`None` without any).
+pub(crate) fn limits(quotas: &[Quota]) -> Result<Option<Limits>, String> {
+    if quotas.is_empty() {
+        return Ok(None);
+    }
+    Limits::new(quotas.iter().copied())
+        .map(Some)
+        .map_err(|e| format!("too many --limit flags: {e}"))
+}
+
+/// The in-process layer over `limits`: one policy for everything (`--key global`). Per key, a
+/// policy is kept in Redis (`--redis`); in process there is no per-key policy store (a table of
+/// single buckets cannot hold several quotas per key, nor give tokens back).
+pub(crate) fn layer(app: Router, limits: Limits, key: &KeyKind) -> Result<Router, String> {
+    match key {
+        KeyKind::Global => Ok(app.layer(RateLimitLayer::new(MultiBucket::new(limits)))),
+        _ => Err(
+            "--limit applies to --key global, or to any --key with --redis (the default --key ip \
+             and header keys have no in-process per-key policy)"
+                .into(),
+        ),
+    }
+}
