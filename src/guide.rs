@@ -347,6 +347,50 @@
 //! [`gcra`] module docs; a state is only meaningful with the quota it was computed under
 //! ([`gcra::rescale`] converts it to another).
 //!
+//! # Restarts: saving and restoring state (feature `persist`)
+//!
+//! A limiter that forgets everything when its process restarts hands every client a fresh
+//! burst after each deploy, and a crash loop removes the limit. Every in-process limiter saves
+//! its state to any [`std::io::Write`] and restores it from any [`std::io::Read`]: `save` and
+//! `restore` on `Bucket`, `ShardedBucket`, `Smooth` and `MultiBucket`; `KeyedLimiter::save` and
+//! `KeyedLimiterBuilder::restore` (the table is rebuilt around the saved fingerprint seed). The
+//! `_at` forms take the wall-clock time, for tests. A saved state is anchored to the wall
+//! clock, so the downtime refills at the quota's rate, at most to the burst; a wall clock that
+//! stepped back refills nothing:
+//!
+//! ```
+//! # #[cfg(feature = "persist")] {
+//! use std::time::{Duration, SystemTime};
+//! use tollgate::{Bucket, Denied, ManualClock, Quota};
+//!
+//! let quota = Quota::new(1, Duration::from_secs(3600), 3)?; // 1 per hour, burst 3
+//! let bucket = Bucket::with_clock(quota, ManualClock::new());
+//! bucket.try_acquire(3).unwrap();
+//! let stopped = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+//! let mut file = Vec::new(); // a `File`, in a real process (see below for atomic writes)
+//! bucket.save_at(&mut file, stopped).unwrap();
+//!
+//! // The next process, ten minutes later: no fresh burst.
+//! let restarted = Bucket::with_clock(quota, ManualClock::new());
+//! match restarted.restore_at(&file[..], stopped + Duration::from_secs(600)) {
+//!     Ok(()) => {}
+//!     // Missing, truncated, corrupt, foreign: start drained, never full.
+//!     Err(_) => { /* Bucket::with_initial_tokens(quota, 0, clock) */ }
+//! }
+//! assert_eq!(restarted.try_acquire(1), Err(Denied::RetryAfter(Duration::from_secs(3000))));
+//! # }
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
+//!
+//! In a server: restore at start (a failed restore: drained, with a log line saying why),
+//! save on SIGTERM after the last request, and every few seconds to bound what a `kill -9`
+//! can hand out again (what was admitted since the last save); write a temporary file, fsync
+//! it and rename it over the old one, so a crash mid-save leaves the previous state. The
+//! example server of `tollgate-tower` does exactly this (`--state FILE --save-every 10s`).
+//! A `KeyedLimiter` saves while it decides, one chunk of its table at a time; the
+//! [`persist`](https://docs.rs/tollgate/latest/tollgate/persist/index.html) module has the format, what a concurrent save can miss, and why
+//! that only errs toward fewer tokens.
+//!
 //! # Clocks
 //!
 //! A [`Clock`] returns monotonic nanoseconds since its own origin; every limiter reads it once
@@ -426,6 +470,7 @@
 //! | `std` | yes | blocking waits that sleep, [`StdClock`](crate::StdClock), [`CoarseClock`](crate::CoarseClock), the shared timer thread behind `until_ready`, `ShardedBucket`, `std::error::Error` impls, [`ManualClock::new_frozen`], and the constructors on the default clock (`Bucket::new`, `Smooth::bursty`, …) |
 //! | `quanta` | yes | [`QuantaClock`](crate::QuantaClock), then the [`DefaultClock`] (implies `std`) |
 //! | `keyed` | yes | `KeyedLimiter` (implies `std`; adds `foldhash`) |
+//! | `persist` | no | `save`/`restore` on every limiter, the [`persist`](https://docs.rs/tollgate/latest/tollgate/persist/index.html) module (implies `std`; adds `crc32fast`) |
 //!
 //! With `default-features = false` the crate is `#![no_std]` and needs `alloc` (for
 //! [`ManualClock`]). There is no default clock then — [`DefaultClock`] is a [`ManualClock`],

@@ -27,6 +27,9 @@ mod decide;
 mod index;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 mod named;
+
+#[cfg(feature = "persist")]
+mod persist;
 mod table;
 mod until_key_ready;
 
@@ -120,7 +123,7 @@ const MAX_KEYS: usize = 1 << 26;
 /// # Keys are identified by a 64-bit fingerprint
 ///
 /// The table stores no keys: each slot is 16 bytes, a 64-bit *fingerprint* of the key (foldhash's
-/// quality hasher, seeded at random per limiter) and the bucket's state, allocated up front for
+/// quality hasher, with a 64-bit seed drawn at random per limiter) and the bucket's state, allocated up front for
 /// `max_keys` at a load factor of at most ½, plus half as much again so that the active region
 /// can double without a rebuild (48 to 96 bytes per unit of `max_keys` above 32, 32 to 64 up
 /// to 32, where one region is all there is; 50.3 bytes at 1,000,000; `max_keys` above 2^26
@@ -147,6 +150,10 @@ const MAX_KEYS: usize = 1 << 26;
 pub struct KeyedLimiter<K, C = DefaultClock> {
     index: Index,
     hasher: foldhash::quality::SeedableRandomState,
+    /// The hasher's per-limiter seed (its shared seed is foldhash's fixed one), kept so that a
+    /// saved table can be found again by a restored limiter.
+    #[cfg_attr(not(feature = "persist"), allow(dead_code))]
+    seed: u64,
     quota: Quota,
     /// Override quotas by fingerprint.
     overrides: HashMap<u64, Quota>,
@@ -200,7 +207,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// assert!(limiter.try_acquire(&42u64, 1).is_err());
     /// ```
     pub fn with_clock(quota: Quota, max_keys: usize, clock: C) -> Self {
-        KeyedLimiter::from_parts(quota, max_keys, clock, HashMap::new(), false)
+        KeyedLimiter::from_parts(quota, max_keys, clock, HashMap::new(), false, None)
     }
 
     fn from_parts(
@@ -209,6 +216,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         clock: C,
         overrides: HashMap<K, Quota>,
         fail_open: bool,
+        seed: Option<u64>,
     ) -> Self {
         // Four lock stripes per default shard (per core), a power of two.
         let shards = crate::sharded::default_shards()
@@ -216,11 +224,23 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             .next_power_of_two()
             .min(MAX_SHARDS);
         let max_keys = max_keys.min(MAX_KEYS);
-        // Random per limiter; fixed under loom, whose models must replay the same slots.
+        // Random per limiter (64 bits from foldhash's randomly seeded state); fixed under loom,
+        // whose models must replay the same slots (a restored limiter there too).
         #[cfg(not(tollgate_loom))]
-        let hasher = foldhash::quality::SeedableRandomState::random();
+        let (seed, hasher) = {
+            let seed =
+                seed.unwrap_or_else(|| foldhash::quality::RandomState::default().hash_one(0u8));
+            let shared = foldhash::SharedSeed::global_fixed();
+            (
+                seed,
+                foldhash::quality::SeedableRandomState::with_seed(seed, shared),
+            )
+        };
         #[cfg(tollgate_loom)]
-        let hasher = foldhash::quality::SeedableRandomState::fixed();
+        let (seed, hasher) = {
+            let _ = seed;
+            (0, foldhash::quality::SeedableRandomState::fixed())
+        };
         let overrides = overrides
             .into_iter()
             .map(|(k, q)| (fingerprint(hasher.hash_one(&k)), q))
@@ -228,6 +248,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         KeyedLimiter {
             index: Index::new(max_keys),
             hasher,
+            seed,
             quota,
             overrides,
             max_keys: u64::try_from(max_keys).unwrap_or(u64::MAX),

@@ -68,6 +68,10 @@ pub mod metrics;
 mod multi;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 mod observe;
+
+#[cfg(feature = "persist")]
+#[cfg_attr(docsrs, doc(cfg(feature = "persist")))]
+pub mod persist;
 mod quota;
 mod recip;
 #[cfg(feature = "std")]

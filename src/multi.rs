@@ -9,6 +9,8 @@
 
 pub(crate) mod decide;
 mod or_snapshots;
+#[cfg(feature = "persist")]
+mod persist;
 mod refusal;
 mod snapshots;
 mod store;

@@ -468,6 +468,29 @@ impl<C: Clock> ShardedBucket<C> {
             slot % n
         }
     }
+
+    // ---- the narrow interface that saving and restoring use (`src/persist/sharded.rs`) ----
+
+    /// The units the whole bucket holds at `now` (the central word's: tokens leased to shards
+    /// count as spent), the scale of that unit (units per token), and the most it holds (the
+    /// burst, in that unit).
+    #[cfg(feature = "persist")]
+    pub(crate) fn held_units(&self, now: u64) -> (u128, u64, u128) {
+        let q = &self.fixed.quota;
+        let held = gcra::available_units(self.central.load(), now, q);
+        (u128::from(held), q.scale(), u128::from(q.burst_units()))
+    }
+
+    /// Lowers what the central word holds at `now` to at most `max` units (of
+    /// [`held_units`](ShardedBucket::held_units)): raises its state to the one holding `max`
+    /// then (rounded toward fewer), never lowers it, so it only ever removes tokens.
+    #[cfg(feature = "persist")]
+    pub(crate) fn limit_held(&self, now: u64, max: u128) {
+        let q = &self.fixed.quota;
+        let max = u64::try_from(max).map_or(q.burst_units(), |m| m.min(q.burst_units()));
+        self.central
+            .raise(q.earned_ceil(now) + (q.burst_units() - max));
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 
 mod fixed;
 mod guava;
+#[cfg(feature = "persist")]
+mod persist;
 mod word;
 
 use self::fixed::MAX_MICROS;

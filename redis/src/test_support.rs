@@ -86,6 +86,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     cluster: bool,
+    /// Extra `redis-server` arguments, after the defaults (so they override them).
+    args: Vec<String>,
 }
 
 impl RedisServer {
@@ -96,10 +98,21 @@ impl RedisServer {
             skip(test, "redis-server/redis-cli not found on PATH");
             return None;
         }
-        Some(Self::spawn(false))
+        Some(Self::spawn(false, &[]))
     }
 
-    fn spawn(cluster: bool) -> RedisServer {
+    /// [`start`](RedisServer::start) with extra `redis-server` arguments (persistence, say:
+    /// `["--appendonly", "yes"]`), kept for [`restart`](RedisServer::restart).
+    pub fn start_with(test: &str, args: &[&str]) -> Option<RedisServer> {
+        if !available() {
+            skip(test, "redis-server/redis-cli not found on PATH");
+            return None;
+        }
+        Some(Self::spawn(false, args))
+    }
+
+    fn spawn(cluster: bool, args: &[&str]) -> RedisServer {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
             "tollgate-redis-{}-{}",
@@ -109,24 +122,26 @@ impl RedisServer {
         std::fs::create_dir_all(&dir).expect("temp dir");
         for _ in 0..5 {
             let port = free_port();
-            if let Some(child) = Self::launch(&dir, port, cluster) {
+            if let Some(child) = Self::launch(&dir, port, cluster, &args) {
                 return RedisServer {
                     child,
                     port,
                     dir,
                     cluster,
+                    args,
                 };
             }
         }
         panic!("redis-server did not start (5 attempts)");
     }
 
-    fn launch(dir: &std::path::Path, port: u16, cluster: bool) -> Option<Child> {
+    fn launch(dir: &std::path::Path, port: u16, cluster: bool, args: &[String]) -> Option<Child> {
         let mut cmd = Command::new("redis-server");
         cmd.current_dir(dir)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(dir)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if cluster {
@@ -187,7 +202,7 @@ impl RedisServer {
         self.kill();
         let t0 = Instant::now();
         loop {
-            if let Some(child) = Self::launch(&self.dir, self.port, self.cluster) {
+            if let Some(child) = Self::launch(&self.dir, self.port, self.cluster, &self.args) {
                 self.child = child;
                 return;
             }
@@ -229,7 +244,7 @@ impl RedisCluster {
             skip(test, "redis-server/redis-cli not found on PATH");
             return None;
         }
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::spawn(true)).collect();
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::spawn(true, &[])).collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))

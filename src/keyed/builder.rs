@@ -89,6 +89,12 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
     /// assert_eq!(b.build().unwrap_err(), ConfigError::ZeroCapacity);
     /// ```
     pub fn build(self) -> Result<KeyedLimiter<K, C>, ConfigError> {
+        self.build_seeded(None)
+    }
+
+    /// [`build`](KeyedLimiterBuilder::build) with the fingerprint seed given (a restore's) or
+    /// drawn at random (`None`).
+    pub(super) fn build_seeded(self, seed: Option<u64>) -> Result<KeyedLimiter<K, C>, ConfigError> {
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroCapacity);
         }
@@ -98,6 +104,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
             self.clock,
             self.overrides,
             self.fail_open,
+            seed,
         );
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         let limiter = self.named.apply(limiter);

@@ -114,6 +114,8 @@
 mod layout;
 mod migrate;
 mod probe;
+#[cfg(feature = "persist")]
+mod scan;
 mod slot;
 mod sweep;
 #[cfg(all(test, not(tollgate_loom)))]
@@ -123,6 +125,8 @@ use crate::sync::{AtomicU128, AtomicU64, Mutex, MutexGuard};
 use alloc::boxed::Box;
 use layout::{capacity, encode, region_in, MIN_ACTIVE};
 use migrate::Migration;
+#[cfg(feature = "persist")]
+pub(crate) use scan::ScanRegion;
 pub(crate) use slot::fingerprint;
 pub(crate) use sweep::{Step, Sweep};
 

@@ -79,6 +79,13 @@ impl Central {
         self.state.load(Ordering::Relaxed)
     }
 
+    /// Raises the state to at least `floor` (a restore, a drain): it stays "only ever raised",
+    /// so the units handed out still never overlap.
+    #[cfg(feature = "persist")]
+    pub(super) fn raise(&self, floor: u64) {
+        self.state.fetch_max(floor, Ordering::Relaxed);
+    }
+
     /// One attempt of [`decide`](Self::decide) for a shard whose lease holds nothing (or no
     /// shard), where it takes no lease: one CAS, or a refusal (recorded in the lease's
     /// `dry_until`). `None`: [`decide`](Self::decide).

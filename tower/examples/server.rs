@@ -19,12 +19,20 @@
 //!                                  (its own decisions, gauges) as "http-keys", the Redis
 //!                                  limiter's (paths, round trips, breaker) as "http-redis"
 //!   --shadow                       decide and record, but admit every request
+//!   --state FILE                   restore the limiter from FILE at start (missing or damaged:
+//!                                  start drained), save it there at shutdown and periodically
+//!   --save-every DURATION          with --state: 10s (default), 500ms, 2min, 1h
 //! ```
 //!
 //! Prints `listening on ADDR` (the bound address) on stdout once it accepts connections, exits 2
-//! with a message on bad flags, and shuts down cleanly on SIGINT or SIGTERM.
+//! with a message on bad flags, and shuts down cleanly on SIGINT or SIGTERM (saving the state
+//! last, with `--state`; `support/state.rs` says what a restart hands out).
+
+#[path = "support/state.rs"]
+mod state;
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -35,7 +43,7 @@ use http::HeaderName;
 use ipnet::IpNet;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tollgate::metrics::RETRY_AFTER;
-use tollgate::{Bucket, DefaultClock, KeyedLimiter, Limits, Quota};
+use tollgate::{DefaultClock, KeyedLimiter, KeyedLimiterBuilder, Limits, Quota};
 use tollgate_tower::{ClientIp, HeaderKey, KeyType, PeerIp, RateLimitLayer};
 
 #[path = "server/limit.rs"]
@@ -88,6 +96,12 @@ struct Cli {
     /// Shadow mode: decide and record every request, refuse none.
     #[arg(long)]
     shadow: bool,
+    /// Restore the limiter from this file at start and save it there (see support/state.rs).
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// How often to save with --state: 500ms, 10s, 2min, 1h.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    save_every: Duration,
 }
 
 /// The `--trusted-proxies` networks (one flag value, comma-separated).
@@ -124,6 +138,25 @@ fn parse_rate(s: &str) -> Result<Rate, String> {
         return Err("the rate must be at least 1".into());
     }
     Ok(Rate { tokens, per })
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("expected a duration such as 500ms, 10s, 2min or 1h, got {s:?}"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "min" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        other => return Err(format!("unknown unit {other:?}: use ms, s, min or h")),
+    };
+    if d.is_zero() {
+        return Err("the interval must be positive".into());
+    }
+    Ok(d)
 }
 
 fn parse_key(s: &str) -> Result<KeyKind, String> {
@@ -176,6 +209,9 @@ fn main() -> ExitCode {
     if cli.unlimited && cli.shadow {
         usage("--unlimited and --shadow exclude each other".into());
     }
+    if cli.state.is_some() && (cli.unlimited || cli.redis.is_some() || !cli.limits.is_empty()) {
+        usage("--state applies to the single-quota in-process limiters (not --unlimited, --redis or --limit)".into());
+    }
     let limits = limit::limits(&cli.limits).unwrap_or_else(|e| usage(e));
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(serve(cli, quota, limits))
@@ -185,6 +221,7 @@ async fn serve(cli: Cli, quota: Quota, limits: Option<Limits>) -> ExitCode {
     // Installed before any limiter is built: their metric handles are resolved at construction.
     let scrape = cli.metrics.then(install_recorder);
     let app = Router::new().route("/", get(|| async { "ok" }));
+    let mut limiters = state::Limiters::new(cli.state.clone());
     let app = if cli.unlimited {
         app
     } else if let Some(url) = &cli.redis {
@@ -203,24 +240,25 @@ async fn serve(cli: Cli, quota: Quota, limits: Option<Limits>) -> ExitCode {
     } else {
         match (&cli.key, &cli.trusted_proxies) {
             (KeyKind::Global, _) => {
-                app.layer(observed(RateLimitLayer::new(Bucket::new(quota)), &cli))
+                let bucket = limiters.bucket(quota);
+                app.layer(observed(RateLimitLayer::shared(bucket), &cli))
             }
             (KeyKind::Ip, None) => {
-                let limiter = keyed::<IpAddr>(quota, &cli);
+                let limiter = limiters.keyed(|| keyed::<IpAddr>(quota, &cli));
                 app.layer(observed(
-                    RateLimitLayer::new(limiter).key(PeerIp::new()),
+                    RateLimitLayer::shared(limiter).key(PeerIp::new()),
                     &cli,
                 ))
             }
             (KeyKind::Ip, Some(Trusted(trusted))) => {
-                let limiter = keyed::<IpAddr>(quota, &cli);
+                let limiter = limiters.keyed(|| keyed::<IpAddr>(quota, &cli));
                 let key = ClientIp::new(trusted.iter().copied());
-                app.layer(observed(RateLimitLayer::new(limiter).key(key), &cli))
+                app.layer(observed(RateLimitLayer::shared(limiter).key(key), &cli))
             }
             (KeyKind::Header(name), _) => {
-                let limiter = keyed::<String>(quota, &cli);
+                let limiter = limiters.keyed(|| keyed::<String>(quota, &cli));
                 let key = HeaderKey::new(name.clone());
-                app.layer(observed(RateLimitLayer::new(limiter).key(key), &cli))
+                app.layer(observed(RateLimitLayer::shared(limiter).key(key), &cli))
             }
         }
     };
@@ -240,10 +278,18 @@ async fn serve(cli: Cli, quota: Quota, limits: Option<Limits>) -> ExitCode {
     let shutdown = shutdown();
     println!("listening on {addr}");
     let service = app.into_make_service_with_connect_info::<SocketAddr>();
-    match axum::serve(listener, service)
+    let saving = limiters.save_every(cli.save_every);
+    let served = axum::serve(listener, service)
         .with_graceful_shutdown(shutdown)
-        .await
-    {
+        .await;
+    if let Some(saving) = saving {
+        saving.abort();
+    }
+    if let Err(e) = limiters.save_final() {
+        eprintln!("state: save at shutdown failed: {e}");
+        return ExitCode::from(1);
+    }
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -277,15 +323,17 @@ fn observed<Bk, X: KeyType, Co>(
     }
 }
 
-/// The per-key table; with `--metrics` its gauges and evictions as `http-keys`.
-fn keyed<K: std::hash::Hash + Eq + Clone>(quota: Quota, cli: &Cli) -> KeyedLimiter<K> {
+/// The per-key table's builder; with `--metrics` its gauges and evictions as `http-keys`.
+fn keyed<K: std::hash::Hash + Eq + Clone>(
+    quota: Quota,
+    cli: &Cli,
+) -> KeyedLimiterBuilder<K, DefaultClock> {
     let builder = KeyedLimiter::builder(quota, MAX_KEYS, DefaultClock::default());
-    let builder = if cli.metrics {
+    if cli.metrics {
         builder.name("http-keys")
     } else {
         builder
-    };
-    builder.build().expect("MAX_KEYS is not 0")
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM. The handlers are installed here, before `listening on` is

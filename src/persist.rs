@@ -1,0 +1,242 @@
+//! Saving and restoring limiter state across restarts (feature `persist`), so that a deploy or
+//! a crash does not hand every client a fresh burst.
+//!
+//! Every in-process limiter has one pair: [`Bucket::save`](crate::Bucket::save) and
+//! [`Bucket::restore`](crate::Bucket::restore), the same on
+//! [`ShardedBucket`](crate::ShardedBucket), [`Smooth`](crate::Smooth) and
+//! [`MultiBucket`](crate::MultiBucket), and `KeyedLimiter::save` with
+//! `KeyedLimiterBuilder::restore` (the keyed table is built around the saved fingerprint
+//! seed, so it is restored into a new limiter). Each has an `_at` form
+//! taking the wall-clock time explicitly (`save_at`, `restore_at`), for deterministic tests.
+//!
+//! # Clock-independent
+//!
+//! The monotonic clocks limiters read do not survive a restart, so a save reads the limiter's
+//! clock once, then the wall clock ([`SystemTime`]), and stores each bucket's state relative to
+//! that pair: the units it lacks from full (a debt included) at that wall instant. A restore
+//! reads the wall clock, then the limiter's clock, and gives back the lack minus what the
+//! downtime refills at the quota's rate, never below zero — so at most a full burst, and, for a
+//! quota that refills exactly, exactly the bucket the old process would hold at that instant.
+//! Each reading order errs toward fewer tokens: the wall time of a save is read after the
+//! clock, so the downtime is measured from a later instant; at a restore it is read before.
+//!
+//! **The wall clock.** A restore whose wall clock reads earlier than the save's (a clock
+//! stepped back across the restart) refills nothing: never more tokens than the bucket had
+//! plus the real downtime's refill. One more than [`FUTURE_TOLERANCE`] earlier is refused as
+//! [`RestoreError::FromTheFuture`]. A wall clock that is *ahead* at the restore cannot be told
+//! from a longer downtime: it refills for the time it is ahead, at most one burst.
+//!
+//! # Another quota
+//!
+//! A state saved under another quota (a changed configuration) is carried over the way
+//! [`Bucket::set_quota`](crate::Bucket::set_quota) carries it: the balance at the restore,
+//! capped at the new burst, and a debt keeps its due instant ([`gcra::rescale`]). A `Smooth`
+//! saved at another rate rescales its stored permits as `set_rate` does.
+//!
+//! # Restoring only ever withholds
+//!
+//! A restore into a live limiter keeps, for each bucket, the *stricter* of its current state
+//! and the saved one: it never adds tokens, so restoring twice, or restoring an old file, is
+//! harmless. Restore into a freshly built (full) limiter to take the saved state as it is.
+//! (`Smooth` is the exception: its stored permits are not a burst a fresh limiter has, so a
+//! restore takes the saved ones, and keeps the later next free time.)
+//!
+//! # When a restore fails
+//!
+//! Truncated, corrupted, foreign (another format or another limiter type), future-dated and
+//! unsupported-version input is a [`RestoreError`], never a panic, and leaves the limiter as it
+//! was. What to do then is the caller's decision; the crate's suggestion is **start drained,
+//! never full**: a process that cannot tell what it handed out before it stopped should assume
+//! it handed out everything ([`Bucket::with_initial_tokens`](crate::Bucket::with_initial_tokens)
+//! with 0, `ShardedBucket::drain`, `KeyedLimiter::drain`), and log why.
+//!
+//! # The format
+//!
+//! `"TOLLGATE"`, a 16-bit version ([`VERSION`]), then frames of at most 1 MiB, each with its
+//! kind, length and CRC-32, then an end frame with the number of frames and the CRC-32 of the
+//! whole file before it. Integers are little-endian. Saving and restoring stream through
+//! [`std::io::Write`] and [`std::io::Read`], one frame in memory at a time; wrap files in a
+//! `BufWriter`/`BufReader`. A saved `KeyedLimiter` holds its fingerprint seed: keep the file as
+//! private as the process's memory (anyone holding the seed can aim fingerprint collisions).
+//!
+//! ```
+//! use std::time::{Duration, SystemTime};
+//! use tollgate::{Bucket, ManualClock, Quota};
+//! let q = Quota::per_second(10).unwrap();
+//! let bucket = Bucket::with_clock(q, ManualClock::new());
+//! bucket.try_acquire(10).unwrap();
+//! let saved_at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+//! let mut file = Vec::new();
+//! bucket.save_at(&mut file, saved_at).unwrap();
+//!
+//! // A new process, 300 ms later on the wall clock, with a clock of its own.
+//! let restarted = Bucket::with_clock(q, ManualClock::new());
+//! restarted.restore_at(&file[..], saved_at + Duration::from_millis(300)).unwrap();
+//! assert_eq!(restarted.available(), 3);
+//! ```
+
+mod bucket;
+pub(crate) mod format;
+mod sharded;
+
+use crate::gcra;
+use crate::quota::{Quota, MAX_UNITS};
+use core::fmt;
+use core::time::Duration;
+use std::io;
+use std::time::SystemTime;
+
+/// The format version this build writes, and the only one it reads.
+///
+/// ```
+/// assert_eq!(tollgate::persist::VERSION, 1);
+/// ```
+pub const VERSION: u16 = 1;
+
+/// How much earlier than the save's wall time a restore's may read and still be accepted, as a
+/// wall clock stepped back (refilling nothing); beyond it the file is refused as
+/// [`RestoreError::FromTheFuture`].
+///
+/// ```
+/// assert_eq!(tollgate::persist::FUTURE_TOLERANCE.as_secs(), 600);
+/// ```
+pub const FUTURE_TOLERANCE: Duration = Duration::from_secs(600);
+
+/// Why a saved state could not be restored. The limiter is left as it was.
+///
+/// ```
+/// use tollgate::{persist::RestoreError, Bucket, ManualClock, Quota};
+/// let bucket = Bucket::with_clock(Quota::per_second(1).unwrap(), ManualClock::new());
+/// assert!(matches!(bucket.restore(&b"not a state"[..]), Err(RestoreError::NotAState)));
+/// assert!(matches!(bucket.restore(&b"TOLL"[..]), Err(RestoreError::Truncated)));
+/// ```
+#[non_exhaustive]
+#[derive(Debug)]
+pub enum RestoreError {
+    /// Reading failed (other than by ending early).
+    Io(io::Error),
+    /// The input ended before the end frame: a truncated or partly written file.
+    Truncated,
+    /// The input does not start with tollgate's magic number: not a saved state.
+    NotAState,
+    /// Saved by a format version this build does not read.
+    UnsupportedVersion(u16),
+    /// A checksum mismatch or a malformed frame: the file is damaged.
+    Corrupt(&'static str),
+    /// The file holds another limiter type.
+    WrongLimiter {
+        /// The type saved.
+        saved: &'static str,
+        /// The type restoring.
+        restoring: &'static str,
+    },
+    /// Saved at a wall time later than the restore's by more than [`FUTURE_TOLERANCE`].
+    FromTheFuture {
+        /// How far ahead of the restore's wall clock the save is.
+        ahead: Duration,
+    },
+    /// The limiter to restore into is misconfigured (a `KeyedLimiter` builder's error).
+    Config(crate::ConfigError),
+    /// A `MultiBucket` saved with another number of quotas than the restoring one has.
+    LimitsChanged {
+        /// Quotas saved.
+        saved: usize,
+        /// Quotas of the restoring bucket.
+        restoring: usize,
+    },
+}
+
+impl RestoreError {
+    /// An `io::Error` from a read: ending early is [`RestoreError::Truncated`].
+    pub(crate) fn from_io(e: io::Error) -> RestoreError {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            RestoreError::Truncated
+        } else {
+            RestoreError::Io(e)
+        }
+    }
+}
+
+impl fmt::Display for RestoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RestoreError::Io(e) => write!(f, "reading the saved state failed: {e}"),
+            RestoreError::Truncated => f.write_str("the saved state is truncated"),
+            RestoreError::NotAState => f.write_str("not a tollgate saved state (bad magic number)"),
+            RestoreError::UnsupportedVersion(v) => {
+                write!(f, "saved state format version {v} is not supported (this build reads {VERSION})")
+            }
+            RestoreError::Corrupt(why) => write!(f, "the saved state is corrupt: {why}"),
+            RestoreError::WrongLimiter { saved, restoring } => {
+                write!(f, "the saved state is a {saved}, not a {restoring}")
+            }
+            RestoreError::FromTheFuture { ahead } => write!(
+                f,
+                "the saved state is dated {ahead:?} after the wall clock (more than the tolerated step back)"
+            ),
+            RestoreError::LimitsChanged { saved, restoring } => write!(
+                f,
+                "the saved state has {saved} quotas, the restoring bucket {restoring}"
+            ),
+            RestoreError::Config(e) => write!(f, "cannot build the limiter to restore: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RestoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RestoreError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Nanoseconds since the Unix epoch; a wall clock before 1970 cannot anchor a save.
+pub(crate) fn wall_ns(t: SystemTime) -> io::Result<u128> {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "wall clock before 1970"))
+}
+
+/// The downtime a restore at wall time `now` refills over, in nanoseconds, for a save anchored
+/// at `saved_ns`: 0 for a wall clock that stepped back (within [`FUTURE_TOLERANCE`]), saturating
+/// at `u64::MAX` (584 years: any bucket is full by then).
+pub(crate) fn downtime(saved_ns: u128, now: SystemTime) -> Result<u64, RestoreError> {
+    // A restore's clock before 1970 reads as 1970: earlier still refills nothing.
+    let now_ns = wall_ns(now).unwrap_or(0);
+    if now_ns >= saved_ns {
+        return Ok(u64::try_from(now_ns - saved_ns).unwrap_or(u64::MAX));
+    }
+    let ahead = saved_ns - now_ns;
+    if ahead > FUTURE_TOLERANCE.as_nanos() {
+        let ahead = u64::try_from(ahead).map_or(Duration::MAX, Duration::from_nanos);
+        return Err(RestoreError::FromTheFuture { ahead });
+    }
+    Ok(0)
+}
+
+/// The units a bucket in `state` lacks from full at `now` under `quota` (a debt beyond the
+/// burst included; 0 when full). Rounded toward more: `earned` is rounded down.
+pub(crate) fn lack(state: u64, now: u64, quota: &Quota) -> u64 {
+    state.saturating_sub(quota.earned_floor(now))
+}
+
+/// The state, under `new` at reading `now`, of a bucket that lacked `lack` units of quota `old`
+/// when saved, `down` nanoseconds of downtime ago: the lack minus the refill over the downtime
+/// (both in `old`'s units, the refill rounded down), then converted to `new` as
+/// [`gcra::rescale`] converts (balance carried, capped at the new burst; a debt keeps its due
+/// instant). Never lower than a full bucket, never above the largest state.
+pub(crate) fn restored_state(lack: u64, down: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
+    // `earned_floor(d)` is the refill over a span of `d` (horizon-capped), rounded down.
+    let lack = lack.saturating_sub(old.earned_floor(down));
+    if lack == 0 && old == new {
+        return gcra::FULL;
+    }
+    let state = old.earned_ceil(now).saturating_add(lack).min(MAX_UNITS);
+    if old == new {
+        state
+    } else {
+        gcra::rescale(state, now, old, new)
+    }
+}

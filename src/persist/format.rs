@@ -1,0 +1,349 @@
+//! The file format: a magic number and a version, then checksummed frames, then an end frame
+//! that checks the whole file.
+//!
+//! ```text
+//! file  = "TOLLGATE" version:u16  frame*  end
+//! frame = kind:u8  len:u32  payload[len]  crc32(kind ‖ len ‖ payload):u32
+//! end   = frame of kind END: records:u64  crc32(every byte before the end frame):u32
+//! ```
+//!
+//! Integers are little-endian. A frame's payload is at most [`MAX_FRAME`] bytes, so a reader
+//! holds one frame at a time whatever the file's size. Each frame's CRC catches corruption where
+//! it happens; the end frame's record count and file CRC catch a file cut at a frame boundary,
+//! frames dropped, repeated or reordered, and a file spliced from two.
+
+use super::RestoreError;
+use crate::quota::Quota;
+use alloc::vec::Vec;
+use core::time::Duration;
+use std::io::{self, Read, Write};
+
+/// The first eight bytes of every saved state.
+pub(crate) const MAGIC: [u8; 8] = *b"TOLLGATE";
+
+use super::VERSION;
+
+/// The largest frame payload: bounds a reader's buffer.
+pub(crate) const MAX_FRAME: usize = 1 << 20;
+
+/// Frame kinds. Each saved limiter writes `HEADER` first and `END` last; the ones between are
+/// its own (see each limiter's module).
+#[cfg_attr(not(feature = "keyed"), allow(dead_code))]
+pub(crate) mod kind {
+    /// Which limiter, and the wall-clock anchor.
+    pub(crate) const HEADER: u8 = 1;
+    /// One [`Bucket`](crate::Bucket): its quota and the units it lacks at the anchor.
+    pub(crate) const BUCKET: u8 = 2;
+    /// A [`ShardedBucket`](crate::ShardedBucket): its quota and the tokens all shards hold.
+    pub(crate) const SHARDED: u8 = 3;
+    /// A [`Smooth`](crate::Smooth): its parameters, next free time and stored permits.
+    pub(crate) const SMOOTH: u8 = 4;
+    /// A `KeyedLimiter`'s table-wide part: default quota, fingerprint seed, override count.
+    pub(crate) const KEYED: u8 = 5;
+    /// One override quota of a `KeyedLimiter`, by fingerprint.
+    pub(crate) const OVERRIDE: u8 = 6;
+    /// Up to [`ENTRIES_PER_FRAME`](super::ENTRIES_PER_FRAME) keyed entries: fingerprint and the
+    /// units the bucket lacks at the anchor.
+    pub(crate) const ENTRIES: u8 = 7;
+    /// The state a `KeyedLimiter` gives keys it does not track, read after its entries.
+    pub(crate) const FLOOR: u8 = 8;
+    /// A multi-quota bucket (all of its quotas must hold): one `BUCKET` payload per quota.
+    pub(crate) const MULTI: u8 = 9;
+    /// The end: record count and the checksum of everything before it.
+    pub(crate) const END: u8 = 0x7f;
+}
+
+/// Keyed entries per `ENTRIES` frame (16 bytes each: 64 KiB frames).
+#[cfg_attr(not(feature = "keyed"), allow(dead_code))]
+pub(crate) const ENTRIES_PER_FRAME: usize = 4096;
+
+/// The limiter a file holds (the header's first byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Limiter {
+    Bucket = 1,
+    Sharded = 2,
+    Smooth = 3,
+    Keyed = 4,
+    Multi = 5,
+}
+
+impl Limiter {
+    fn from_u8(b: u8) -> Option<Limiter> {
+        Some(match b {
+            1 => Limiter::Bucket,
+            2 => Limiter::Sharded,
+            3 => Limiter::Smooth,
+            4 => Limiter::Keyed,
+            5 => Limiter::Multi,
+            _ => return None,
+        })
+    }
+
+    /// The type's name, for errors.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Limiter::Bucket => "Bucket",
+            Limiter::Sharded => "ShardedBucket",
+            Limiter::Smooth => "Smooth",
+            Limiter::Keyed => "KeyedLimiter",
+            Limiter::Multi => "MultiBucket",
+        }
+    }
+}
+
+/// Writes frames to `W`, keeping the running file checksum.
+pub(crate) struct FrameWriter<W: Write> {
+    w: W,
+    file: crc32fast::Hasher,
+    buf: Vec<u8>,
+    records: u64,
+}
+
+impl<W: Write> FrameWriter<W> {
+    /// Writes the magic number, the version and the header frame (`limiter`, anchored at
+    /// `wall_ns` nanoseconds since the Unix epoch).
+    pub(crate) fn start(w: W, limiter: Limiter, wall_ns: u128) -> io::Result<Self> {
+        let mut fw = FrameWriter {
+            w,
+            file: crc32fast::Hasher::new(),
+            buf: Vec::with_capacity(64),
+            records: 0,
+        };
+        let mut head = [0u8; 10];
+        head[..8].copy_from_slice(&MAGIC);
+        head[8..].copy_from_slice(&VERSION.to_le_bytes());
+        fw.raw(&head)?;
+        let mut p = Payload::default();
+        p.u8(limiter as u8).u128(wall_ns);
+        fw.frame(kind::HEADER, &p.0)?;
+        Ok(fw)
+    }
+
+    fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.update(bytes);
+        self.w.write_all(bytes)
+    }
+
+    /// One frame; counted as a record (the end frame checks the count).
+    pub(crate) fn frame(&mut self, kind: u8, payload: &[u8]) -> io::Result<()> {
+        debug_assert!(payload.len() <= MAX_FRAME);
+        self.buf.clear();
+        self.buf.push(kind);
+        self.buf
+            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        self.buf.extend_from_slice(payload);
+        let crc = crc32fast::hash(&self.buf);
+        self.buf.extend_from_slice(&crc.to_le_bytes());
+        let buf = core::mem::take(&mut self.buf);
+        let r = self.raw(&buf);
+        self.buf = buf;
+        self.records += 1;
+        r
+    }
+
+    /// The end frame, then a flush. Returns the writer.
+    pub(crate) fn finish(mut self) -> io::Result<W> {
+        let mut p = Payload::default();
+        p.u64(self.records).u32(self.file.clone().finalize());
+        self.frame(kind::END, &p.0)?;
+        self.w.flush()?;
+        Ok(self.w)
+    }
+}
+
+/// A frame payload being built.
+#[derive(Default)]
+pub(crate) struct Payload(pub(crate) Vec<u8>);
+
+impl Payload {
+    pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    pub(crate) fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub(crate) fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub(crate) fn i64(&mut self, v: i64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub(crate) fn u128(&mut self, v: u128) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// A quota as `tokens`, `per` in nanoseconds and `burst`: what [`Quota::new`] takes.
+    pub(crate) fn quota(&mut self, q: &Quota) -> &mut Self {
+        // `Quota::new` refuses periods beyond u64 nanoseconds, so this never saturates.
+        let per = u64::try_from(q.per().as_nanos()).unwrap_or(u64::MAX);
+        self.u64(q.tokens()).u64(per).u64(q.burst())
+    }
+}
+
+/// Reads frames from `R`, checking each frame's checksum and, at the end, the file's.
+pub(crate) struct FrameReader<R: Read> {
+    r: R,
+    file: crc32fast::Hasher,
+    buf: Vec<u8>,
+    records: u64,
+    limiter: Limiter,
+    wall_ns: u128,
+}
+
+impl<R: Read> FrameReader<R> {
+    /// Reads the magic number, the version and the header; errors unless the file holds
+    /// `expected`.
+    pub(crate) fn open(r: R, expected: Limiter) -> Result<Self, RestoreError> {
+        let mut fr = FrameReader {
+            r,
+            file: crc32fast::Hasher::new(),
+            buf: Vec::new(),
+            records: 0,
+            limiter: expected,
+            wall_ns: 0,
+        };
+        let mut head = [0u8; 10];
+        fr.fill(&mut head[..8])?;
+        if head[..8] != MAGIC {
+            return Err(RestoreError::NotAState);
+        }
+        fr.fill(&mut head[8..])?;
+        let version = u16::from_le_bytes([head[8], head[9]]);
+        if version != VERSION {
+            return Err(RestoreError::UnsupportedVersion(version));
+        }
+        fr.file.update(&head);
+        let (k, mut p) = fr.next()?;
+        if k != kind::HEADER {
+            return Err(RestoreError::Corrupt("the first frame is not a header"));
+        }
+        let limiter = p.u8()?;
+        let wall_ns = p.u128()?;
+        p.end()?;
+        let limiter = Limiter::from_u8(limiter).ok_or(RestoreError::Corrupt("unknown limiter"))?;
+        if limiter != expected {
+            return Err(RestoreError::WrongLimiter {
+                saved: limiter.name(),
+                restoring: expected.name(),
+            });
+        }
+        fr.limiter = limiter;
+        fr.wall_ns = wall_ns;
+        Ok(fr)
+    }
+
+    /// The wall-clock anchor of the save: nanoseconds since the Unix epoch.
+    pub(crate) fn wall_ns(&self) -> u128 {
+        self.wall_ns
+    }
+
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), RestoreError> {
+        self.r.read_exact(buf).map_err(RestoreError::from_io)
+    }
+
+    /// The next frame, checksum verified. The end frame is checked here too (record count and
+    /// file checksum) and returned as `kind::END` with an empty payload.
+    pub(crate) fn next(&mut self) -> Result<(u8, Cursor<'_>), RestoreError> {
+        let before = self.file.clone();
+        let mut head = [0u8; 5];
+        self.fill(&mut head)?;
+        let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        if len > MAX_FRAME {
+            return Err(RestoreError::Corrupt(
+                "a frame longer than any writer makes",
+            ));
+        }
+        let mut buf = core::mem::take(&mut self.buf);
+        buf.clear();
+        buf.resize(len + 4, 0);
+        let read = self.fill(&mut buf);
+        self.buf = buf;
+        read?;
+        let crc = u32::from_le_bytes(self.buf[len..].try_into().unwrap_or([0; 4]));
+        let mut h = crc32fast::Hasher::new();
+        h.update(&head);
+        h.update(&self.buf[..len]);
+        if h.finalize() != crc {
+            return Err(RestoreError::Corrupt("frame checksum mismatch"));
+        }
+        self.file.update(&head);
+        self.file.update(&self.buf[..len + 4]);
+        let k = head[0];
+        if k == kind::END {
+            let mut p = Cursor(&self.buf[..len]);
+            let records = p.u64()?;
+            let file_crc = p.u32()?;
+            p.end()?;
+            if records != self.records || file_crc != before.finalize() {
+                return Err(RestoreError::Corrupt(
+                    "frames missing, repeated or reordered",
+                ));
+            }
+            return Ok((k, Cursor(&[])));
+        }
+        self.records += 1;
+        Ok((k, Cursor(&self.buf[..len])))
+    }
+
+    /// The next frame, which must be of kind `k`.
+    pub(crate) fn expect(&mut self, k: u8) -> Result<Cursor<'_>, RestoreError> {
+        match self.next()? {
+            (found, p) if found == k => Ok(p),
+            _ => Err(RestoreError::Corrupt("a frame out of place")),
+        }
+    }
+}
+
+/// Reads one frame's payload; every read past its end is [`RestoreError::Corrupt`].
+pub(crate) struct Cursor<'a>(pub(crate) &'a [u8]);
+
+impl Cursor<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], RestoreError> {
+        if self.0.len() < N {
+            return Err(RestoreError::Corrupt("a frame shorter than its contents"));
+        }
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        let mut out = [0u8; N];
+        out.copy_from_slice(head);
+        Ok(out)
+    }
+    pub(crate) fn u8(&mut self) -> Result<u8, RestoreError> {
+        Ok(self.take::<1>()?[0])
+    }
+    pub(crate) fn u32(&mut self) -> Result<u32, RestoreError> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    pub(crate) fn u64(&mut self) -> Result<u64, RestoreError> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+    pub(crate) fn i64(&mut self) -> Result<i64, RestoreError> {
+        Ok(i64::from_le_bytes(self.take()?))
+    }
+    pub(crate) fn u128(&mut self) -> Result<u128, RestoreError> {
+        Ok(u128::from_le_bytes(self.take()?))
+    }
+    /// A quota written by [`Payload::quota`], validated again by [`Quota::new`].
+    pub(crate) fn quota(&mut self) -> Result<Quota, RestoreError> {
+        let (tokens, per, burst) = (self.u64()?, self.u64()?, self.u64()?);
+        Quota::new(tokens, Duration::from_nanos(per), burst)
+            .map_err(|_| RestoreError::Corrupt("an invalid quota"))
+    }
+    /// Bytes left unread.
+    #[cfg_attr(not(feature = "keyed"), allow(dead_code))]
+    pub(crate) fn remaining(&self) -> usize {
+        self.0.len()
+    }
+    /// Errors unless the payload was read to its end.
+    pub(crate) fn end(&self) -> Result<(), RestoreError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(RestoreError::Corrupt("a frame longer than its contents"))
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! [`Smooth`]'s saved state (feature `persist`): a `SMOOTH` frame with the mode, the derived
+//! parameters, the next free time relative to the save's reading and the stored permits.
+
+use super::fixed::MAX_MICROS;
+use super::guava::{Mode, Params, State};
+use super::Smooth;
+use crate::clock::Clock;
+use crate::persist::format::{kind, FrameReader, FrameWriter, Limiter, Payload};
+use crate::persist::{downtime, wall_ns, RestoreError};
+use std::io::{self, Read, Write};
+use std::time::SystemTime;
+
+/// The mode's tag and its two parameters (`f64` bit patterns).
+fn mode_words(mode: Mode) -> (u8, u64, u64) {
+    match mode {
+        Mode::Bursty { max_burst_seconds } => (1, max_burst_seconds.to_bits(), 0),
+        Mode::WarmingUp {
+            warmup_micros,
+            cold_factor,
+        } => (2, warmup_micros.to_bits(), cold_factor.to_bits()),
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "persist")))]
+impl<C: Clock> Smooth<C> {
+    /// Writes the limiter's state (feature `persist`), anchored to the wall clock
+    /// ([`SystemTime::now`]): the next free time (how far ahead of now it is, or how long ago
+    /// it passed) and the stored permits. See [`crate::persist`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Smooth};
+    /// let limiter = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
+    /// limiter.acquire(5); // pays later: the next caller waits 5 s
+    /// let mut file = Vec::new();
+    /// limiter.save(&mut file).unwrap();
+    /// let restarted = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
+    /// restarted.restore(&file[..]).unwrap();
+    /// assert!(!restarted.try_acquire(1, Duration::from_secs(4)));
+    /// ```
+    pub fn save<W: Write>(&self, w: W) -> io::Result<()> {
+        self.save_with(w, SystemTime::now)
+    }
+
+    /// [`save`](Smooth::save) with the wall-clock time given.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use tollgate::{ManualClock, Smooth};
+    /// let limiter = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
+    /// let mut file = Vec::new();
+    /// limiter.save_at(&mut file, SystemTime::UNIX_EPOCH).unwrap();
+    /// ```
+    pub fn save_at<W: Write>(&self, w: W, wall: SystemTime) -> io::Result<()> {
+        self.save_with(w, || wall)
+    }
+
+    fn save_with<W: Write>(&self, w: W, wall: impl FnOnce() -> SystemTime) -> io::Result<()> {
+        // The clock, then the wall clock: see `Bucket::save`.
+        let now = self.now_micros();
+        let (state, params) = self.update(|s, p| (None, (s, *p)));
+        let wall = wall_ns(wall())?;
+        let (tag, a, b) = mode_words(self.mode);
+        let mut p = Payload::default();
+        p.u8(tag).u64(a).u64(b);
+        for word in params.to_raw() {
+            p.u64(word);
+        }
+        // Both below 2^53: the difference fits.
+        p.i64(state.next as i64 - now as i64)
+            .u64(state.stored.to_bits());
+        let mut fw = FrameWriter::start(w, Limiter::Smooth, wall)?;
+        fw.frame(kind::SMOOTH, &p.0)?;
+        fw.finish().map(drop)
+    }
+
+    /// Restores a state written by [`save`](Smooth::save) (feature `persist`), as Guava's own
+    /// arithmetic would have carried it through the downtime ([`SystemTime::now`]): the next
+    /// free time moves that much closer, and idle time past it stores permits (up to the
+    /// maximum). The next free time kept is the later of this limiter's and the restored one
+    /// (a queue is never shortened); the stored permits are the restored ones, so restore into
+    /// a limiter just built (a fresh bursty limiter stores nothing, a fresh warming-up one is
+    /// cold: neither has a burst to lose). Saved at another rate or mode, the stored permits are
+    /// rescaled as [`set_rate`](Smooth::set_rate) rescales them. On error nothing changes.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{persist::RestoreError, ManualClock, Smooth};
+    /// let limiter = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
+    /// assert!(matches!(limiter.restore(&[0u8; 3][..]), Err(RestoreError::Truncated)));
+    /// ```
+    pub fn restore<R: Read>(&self, r: R) -> Result<(), RestoreError> {
+        self.restore_with(r, SystemTime::now)
+    }
+
+    /// [`restore`](Smooth::restore) with the wall-clock time given.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use tollgate::{ManualClock, Smooth};
+    /// let limiter = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
+    /// limiter.acquire(5);
+    /// let mut file = Vec::new();
+    /// limiter.save_at(&mut file, SystemTime::UNIX_EPOCH).unwrap();
+    /// let restarted = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
+    /// restarted.restore_at(&file[..], SystemTime::UNIX_EPOCH + Duration::from_secs(2)).unwrap();
+    /// assert!(!restarted.try_acquire(1, Duration::from_millis(2_999)));
+    /// assert!(restarted.try_acquire(1, Duration::from_secs(3)));
+    /// ```
+    pub fn restore_at<R: Read>(&self, r: R, wall: SystemTime) -> Result<(), RestoreError> {
+        self.restore_with(r, || wall)
+    }
+
+    fn restore_with<R: Read>(
+        &self,
+        r: R,
+        wall: impl FnOnce() -> SystemTime,
+    ) -> Result<(), RestoreError> {
+        let mut fr = FrameReader::open(r, Limiter::Smooth)?;
+        let (tag, old, next_rel, stored) = {
+            let mut c = fr.expect(kind::SMOOTH)?;
+            let (tag, _, _) = (c.u8()?, c.u64()?, c.u64()?);
+            let mut raw = [0u64; 6];
+            for word in &mut raw {
+                *word = c.u64()?;
+            }
+            let v = (
+                tag,
+                Params::from_raw(raw),
+                c.i64()?,
+                f64::from_bits(c.u64()?),
+            );
+            c.end()?;
+            v
+        };
+        let sane = |x: f64| x.is_finite() && x >= 0.0;
+        if !(tag == 1 || tag == 2)
+            || !sane(old.max)
+            || !sane(stored)
+            || stored > old.max
+            || !(old.cool_down > 0.0 || old.max == 0.0)
+            || next_rel.unsigned_abs() > MAX_MICROS
+        {
+            return Err(RestoreError::Corrupt("invalid Smooth parameters"));
+        }
+        fr.expect(kind::END)?;
+        // The wall clock, then the limiter's clock: see `Bucket::restore`.
+        let down = i128::from(downtime(fr.wall_ns(), wall())? / 1000);
+        let now = self.now_micros();
+        self.update(|cur, p| {
+            // The saved next free time on this limiter's clock (before its origin if negative).
+            let next = i128::from(now) + i128::from(next_rel) - down;
+            let mut s = State {
+                next: next.clamp(0, i128::from(MAX_MICROS)) as u64,
+                stored,
+            };
+            if next < i128::from(now) && (next < 0 || old != *p) {
+                // Idle since before the origin, or about to be rescaled: brought up to `now`
+                // first, as Guava's `resync` (and `set_rate`) would at this reading.
+                s.next = now;
+                if old.max > 0.0 {
+                    let sum = stored + (i128::from(now) - next) as f64 / old.cool_down;
+                    s.stored = if sum < old.max { sum } else { old.max };
+                } else {
+                    s.stored = 0.0;
+                }
+            }
+            if old != *p {
+                s.stored = match self.mode {
+                    Mode::Bursty { .. } if old.max == 0.0 => 0.0,
+                    Mode::WarmingUp { .. } if old.max == 0.0 => p.max,
+                    _ => s.stored * p.max / old.max,
+                };
+                s.stored = s.stored.min(p.max);
+            }
+            // A queue is never shortened; the stored permits are the restored ones.
+            s.next = s.next.max(cur.next);
+            (Some(s), ())
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,374 @@
+//! Saving and restoring `Bucket`, `ShardedBucket`, `Smooth` and `MultiBucket`: a restore at any
+//! later instant equals the live bucket then (never more tokens), downtime refills at most a
+//! burst, a wall clock that stepped back refills nothing, and damaged input is an error that
+//! changes nothing.
+#![cfg(feature = "persist")]
+
+use proptest::prelude::*;
+use std::time::{Duration, SystemTime};
+use tollgate::persist::{RestoreError, FUTURE_TOLERANCE};
+use tollgate::{Bucket, Denied, Limits, ManualClock, MultiBucket, Quota, ShardedBucket, Smooth};
+
+#[path = "support/rng.rs"]
+mod rng;
+use rng::Rng;
+
+fn wall(ns: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_nanos(ns)
+}
+
+fn saved(b: &Bucket<ManualClock>, at: SystemTime) -> Vec<u8> {
+    let mut file = Vec::new();
+    b.save_at(&mut file, at).unwrap();
+    file
+}
+
+/// A live bucket after some decisions, saved at `t0`; then, `gap` later on both clocks, the
+/// live bucket and one restored into a new process (another clock origin) make the same
+/// decisions. Exact quotas: equal, decision for decision; any quota: never more tokens.
+fn check_restore_equals_live(
+    q: Quota,
+    ops: &[(u64, u64)],
+    gap: u64,
+    origin: u64,
+    later: &[(u64, u64)],
+) {
+    let clock = ManualClock::new();
+    let live = Bucket::with_clock(q, clock.clone());
+    for &(advance, cost) in ops {
+        clock.advance(Duration::from_nanos(advance));
+        let _ = live.try_acquire(cost);
+    }
+    let t0 = clock.now_ns();
+    let file = saved(&live, wall(t0));
+    clock.advance(Duration::from_nanos(gap));
+    let clock2 = ManualClock::new();
+    clock2.set(Duration::from_nanos(origin));
+    let restored = Bucket::with_clock(q, clock2.clone());
+    restored.restore_at(&file[..], wall(t0 + gap)).unwrap();
+    for &(advance, cost) in later {
+        if q.is_exact() {
+            assert_eq!(restored.available(), live.available(), "{q:?}");
+            assert_eq!(restored.try_acquire(cost), live.try_acquire(cost), "{q:?}");
+        } else {
+            // Both take the same: the restored bucket admits only what the live one admits.
+            assert!(restored.available() <= live.available(), "{q:?}");
+            if restored.try_acquire(cost).is_ok() {
+                assert_eq!(live.try_acquire(cost), Ok(()), "{q:?}");
+            }
+        }
+        clock.advance(Duration::from_nanos(advance));
+        clock2.advance(Duration::from_nanos(advance));
+    }
+}
+
+trait NowNs {
+    fn now_ns(&self) -> u64;
+}
+impl NowNs for ManualClock {
+    fn now_ns(&self) -> u64 {
+        tollgate::Clock::now(self)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Exact quotas (n per second with n dividing 10^9, n per hour): decision for decision.
+    #[test]
+    fn a_restore_at_any_later_instant_equals_the_live_bucket(
+        rate in prop::sample::select(vec![1u64, 2, 10, 1000, 1_000_000]),
+        burst in 1u64..50,
+        ops in prop::collection::vec((0u64..2_000_000_000, 0u64..60), 0..30),
+        // Up to 50 years: past the 100-year horizon the live clock reads as stopped.
+        gap in prop_oneof![0u64..10, 0u64..3_000_000_000, 0u64..1_500_000_000_000_000_000],
+        origin in 0u64..1_000_000_000_000,
+        later in prop::collection::vec((0u64..500_000_000, 0u64..60), 1..20),
+    ) {
+        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
+        check_restore_equals_live(q, &ops, gap, origin, &later);
+        let hourly = Quota::new(rate, Duration::from_secs(3600), burst).unwrap();
+        check_restore_equals_live(hourly, &ops, gap, origin, &later);
+    }
+
+    /// Inexact quotas: never more tokens than the live bucket, at any later instant.
+    #[test]
+    fn a_restore_of_an_inexact_quota_never_holds_more(
+        rate in prop::sample::select(vec![3u64, 7, 999_999_937]),
+        burst in 1u64..50,
+        ops in prop::collection::vec((0u64..2_000_000_000, 0u64..60), 0..30),
+        gap in 0u64..5_000_000_000,
+        origin in 0u64..1_000_000_000_000,
+        later in prop::collection::vec((0u64..500_000_000, 0u64..60), 1..20),
+    ) {
+        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
+        prop_assume!(!q.is_exact());
+        check_restore_equals_live(q, &ops, gap, origin, &later);
+    }
+}
+
+/// A long stop refills at most the burst; a debt taken with reservations carries over.
+#[test]
+fn downtime_refills_at_most_the_burst_and_a_debt_carries_over() {
+    let q = Quota::per_second(10).unwrap();
+    let clock = ManualClock::new();
+    let b = Bucket::with_clock(q, clock.clone());
+    b.try_acquire(10).unwrap();
+    let file = saved(&b, wall(0));
+    let r = Bucket::with_clock(q, ManualClock::new());
+    r.restore_at(&file[..], wall(3_600_000_000_000)).unwrap();
+    assert_eq!(r.available(), 10);
+    // Two bursts reserved ahead: 10 more tokens owed, due in a second.
+    let b = Bucket::with_clock(q, clock.clone());
+    b.try_acquire(10).unwrap();
+    let _kept = b.reserve(10).unwrap(); // a reservation dropped is kept
+    let file = saved(&b, wall(0));
+    let r = Bucket::with_clock(q, ManualClock::new());
+    r.restore_at(&file[..], wall(500_000_000)).unwrap();
+    assert_eq!(
+        r.try_acquire(1),
+        Err(Denied::RetryAfter(Duration::from_millis(600)))
+    );
+}
+
+/// A wall clock that stepped back across the restart refills nothing (within the tolerance);
+/// further back the file is refused.
+#[test]
+fn a_wall_clock_stepped_back_refills_nothing() {
+    let q = Quota::new(1, Duration::from_secs(3600), 5).unwrap();
+    let b = Bucket::with_clock(q, ManualClock::new());
+    b.try_acquire(5).unwrap();
+    let t = wall(10_000_000_000_000);
+    let file = saved(&b, t);
+    for back in [
+        Duration::from_nanos(1),
+        Duration::from_secs(1),
+        FUTURE_TOLERANCE,
+    ] {
+        let r = Bucket::with_clock(q, ManualClock::new());
+        r.restore_at(&file[..], t - back).unwrap();
+        assert_eq!(
+            r.try_acquire(1),
+            Err(Denied::RetryAfter(Duration::from_secs(3600)))
+        );
+    }
+    let r = Bucket::with_clock(q, ManualClock::new());
+    let back = FUTURE_TOLERANCE + Duration::from_nanos(1);
+    match r.restore_at(&file[..], t - back) {
+        Err(RestoreError::FromTheFuture { ahead }) => assert_eq!(ahead, back),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(r.available(), 5, "a failed restore changes nothing");
+    // Before 1970 the wall clock cannot anchor a save.
+    assert!(b
+        .save_at(Vec::new(), SystemTime::UNIX_EPOCH - Duration::from_secs(1))
+        .is_err());
+}
+
+/// A state saved under another quota is carried over as `set_quota` carries it.
+#[test]
+fn another_quota_is_carried_over_as_set_quota_carries_it() {
+    let old = Quota::per_second(10).unwrap();
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let news = [
+        Quota::per_second(100).unwrap(),
+        Quota::per_second(2).unwrap(),
+        Quota::per_second(3).unwrap().with_burst(40).unwrap(),
+        Quota::new(1, Duration::from_secs(3600), 1).unwrap(),
+    ];
+    for new in news {
+        for _ in 0..50 {
+            let clock = ManualClock::new();
+            let live = Bucket::with_clock(old, clock.clone());
+            for _ in 0..rng.below(5) {
+                clock.advance(Duration::from_millis(rng.below(300)));
+                let _ = live.try_acquire(rng.below(11));
+            }
+            if rng.below(2) == 0 {
+                let _ = live.reserve(rng.below(11)); // kept
+            }
+            let file = saved(&live, wall(0));
+            live.set_quota(new);
+            let r = Bucket::with_clock(new, clock.clone());
+            r.restore_at(&file[..], wall(0)).unwrap();
+            for _ in 0..5 {
+                assert_eq!(r.available(), live.available(), "{new:?}");
+                assert_eq!(r.try_acquire(1), live.try_acquire(1), "{new:?}");
+                clock.advance(Duration::from_millis(rng.below(400)));
+            }
+        }
+    }
+}
+
+/// Restoring into a live bucket keeps the stricter state: never more tokens than it had.
+#[test]
+fn a_restore_never_adds_tokens_to_a_live_bucket() {
+    let q = Quota::per_second(10).unwrap();
+    let full = Bucket::with_clock(q, ManualClock::new());
+    let file = saved(&full, wall(0));
+    let b = Bucket::with_clock(q, ManualClock::new());
+    b.try_acquire(7).unwrap();
+    b.restore_at(&file[..], wall(0)).unwrap();
+    assert_eq!(b.available(), 3);
+    b.restore_at(&file[..], wall(0)).unwrap();
+    assert_eq!(b.available(), 3);
+}
+
+/// Every truncation and every single-byte corruption of a saved state is an error that
+/// changes nothing; foreign input, another limiter's file and a future version are named.
+#[test]
+fn damaged_input_is_an_error_and_changes_nothing() {
+    let q = Quota::per_second(10).unwrap();
+    let b = Bucket::with_clock(q, ManualClock::new());
+    b.try_acquire(10).unwrap();
+    let file = saved(&b, wall(0));
+    let fresh = || Bucket::with_clock(q, ManualClock::new());
+    for len in 0..file.len() {
+        let r = fresh();
+        let err = r.restore_at(&file[..len], wall(0)).unwrap_err();
+        assert!(matches!(err, RestoreError::Truncated), "{len}: {err:?}");
+        assert_eq!(r.available(), 10);
+    }
+    for i in 0..file.len() {
+        for bit in 0..8 {
+            let mut bad = file.clone();
+            bad[i] ^= 1 << bit;
+            let r = fresh();
+            assert!(
+                r.restore_at(&bad[..], wall(0)).is_err(),
+                "byte {i} bit {bit}"
+            );
+            assert_eq!(r.available(), 10);
+        }
+    }
+    assert!(matches!(
+        fresh().restore(&b"GIF89a..."[..]),
+        Err(RestoreError::NotAState)
+    ));
+    let mut v2 = file.clone();
+    v2[8] = 2;
+    assert!(matches!(
+        fresh().restore(&v2[..]),
+        Err(RestoreError::UnsupportedVersion(2))
+    ));
+    let sharded = ShardedBucket::with_clock(q, 2, ManualClock::new());
+    let mut other = Vec::new();
+    sharded.save_at(&mut other, wall(0)).unwrap();
+    match fresh().restore(&other[..]) {
+        Err(e @ RestoreError::WrongLimiter { .. }) => {
+            assert_eq!(
+                e.to_string(),
+                "the saved state is a ShardedBucket, not a Bucket"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A sharded bucket restores the tokens all shards held plus the downtime's refill, with any
+/// shard count, never more.
+#[test]
+fn a_sharded_bucket_restores_its_total_with_any_shard_count() {
+    let q = Quota::per_second(8).unwrap();
+    for (from, to) in [(1, 4), (4, 4), (4, 2), (8, 3)] {
+        let b = ShardedBucket::with_clock(q, from, ManualClock::new());
+        b.try_acquire(8).unwrap();
+        let mut file = Vec::new();
+        b.save_at(&mut file, wall(0)).unwrap();
+        let r = ShardedBucket::with_clock(q, to, ManualClock::new());
+        r.restore_at(&file[..], wall(0)).unwrap();
+        assert_eq!(r.available(), 0, "{from} -> {to}");
+        assert!(r.try_acquire(1).is_err());
+        let r = ShardedBucket::with_clock(q, to, ManualClock::new());
+        r.restore_at(&file[..], wall(500_000_000)).unwrap();
+        assert_eq!(r.available(), 4, "{from} -> {to}");
+        assert_eq!(r.try_acquire(4), Ok(()));
+        assert!(r.try_acquire(1).is_err());
+        let r = ShardedBucket::with_clock(q, to, ManualClock::new());
+        r.restore_at(&file[..], wall(60_000_000_000)).unwrap();
+        assert_eq!(r.available(), 8);
+    }
+    let r = ShardedBucket::with_clock(q, 4, ManualClock::new());
+    r.drain();
+    assert_eq!(r.available(), 0);
+}
+
+/// A bursty `Smooth` restored later waits as the live one does (Guava's arithmetic carried
+/// through the downtime), to the microsecond.
+#[test]
+fn a_smooth_limiter_restored_later_waits_as_the_live_one() {
+    let mut rng = Rng(0x0bad_cafe_1234_5678);
+    for _ in 0..200 {
+        let rate = [0.5, 1.0, 5.0, 100.0][rng.below(4) as usize];
+        let clock = ManualClock::new();
+        let live = Smooth::bursty_with_clock(rate, Duration::from_secs(2), clock.clone()).unwrap();
+        for _ in 0..rng.below(6) {
+            clock.advance(Duration::from_millis(rng.below(3000)));
+            live.acquire(rng.below(4));
+        }
+        let t0 = clock.now_ns();
+        let mut file = Vec::new();
+        live.save_at(&mut file, wall(t0)).unwrap();
+        let gap = rng.below(5_000_000_000);
+        clock.advance(Duration::from_nanos(gap));
+        let clock2 = ManualClock::new();
+        let r = Smooth::bursty_with_clock(rate, Duration::from_secs(2), clock2.clone()).unwrap();
+        r.restore_at(&file[..], wall(t0 + gap)).unwrap();
+        for _ in 0..5 {
+            let permits = rng.below(3);
+            let (a, b) = (live.acquire(permits), r.acquire(permits));
+            let diff = a.as_micros().abs_diff(b.as_micros());
+            assert!(
+                diff <= 1 && b + Duration::from_micros(1) >= a,
+                "{a:?} {b:?}"
+            );
+            let d = Duration::from_millis(rng.below(1000));
+            clock.advance(d);
+            clock2.advance(d);
+        }
+    }
+    let r = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
+    assert!(matches!(
+        r.restore(&b"TOLLGATE\x01\x00"[..]),
+        Err(RestoreError::Truncated)
+    ));
+}
+
+/// A multi-quota bucket restores every quota; another number of quotas is refused.
+#[test]
+fn a_multi_bucket_restores_every_quota() {
+    let limits = Limits::new([
+        Quota::per_second(10).unwrap(),
+        Quota::new(20, Duration::from_secs(60), 20).unwrap(),
+        Quota::new(30, Duration::from_secs(3600), 30).unwrap(),
+    ])
+    .unwrap();
+    let clock = ManualClock::new();
+    let live = MultiBucket::with_clock(limits.clone(), clock.clone());
+    live.try_acquire(10).unwrap();
+    clock.advance(Duration::from_secs(1));
+    live.try_acquire(10).unwrap();
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    clock.advance(Duration::from_secs(3));
+    let r = MultiBucket::with_clock(limits, ManualClock::new());
+    r.restore_at(&file[..], wall(3_000_000_000)).unwrap();
+    // The minute quota binds: 1 token refilled in 3 s.
+    assert_eq!(r.available(), live.available());
+    assert_eq!(r.available(), 1);
+    let two = MultiBucket::with_clock(
+        Limits::new([
+            Quota::per_second(10).unwrap(),
+            Quota::per_second(20).unwrap(),
+        ])
+        .unwrap(),
+        ManualClock::new(),
+    );
+    assert!(matches!(
+        two.restore_at(&file[..], wall(0)),
+        Err(RestoreError::LimitsChanged {
+            saved: 3,
+            restoring: 2
+        })
+    ));
+}

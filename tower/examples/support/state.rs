@@ -1,0 +1,212 @@
+//! The example server's `--state FILE`: restore the limiter at start, save it every
+//! `--save-every` and at shutdown, atomically.
+//!
+//! * **Start.** The file is restored into the freshly built limiter. A missing, unreadable or
+//!   damaged file starts the limiter **drained** (no tokens, refilling at the quota's rate),
+//!   with a `state:` line on stderr saying why: a process that cannot tell what it handed out
+//!   before it stopped assumes it handed out everything, so a crash loop never removes the
+//!   limit.
+//! * **Saves** write `FILE.tmp`, fsync it, rename it over `FILE` and fsync the directory: a
+//!   crash at any point leaves the previous save or the new one, never a mix. Each periodic save
+//!   prints `state: saved` on stderr.
+//! * **After a clean stop** (SIGTERM, SIGINT) the last save happens after the server stopped
+//!   taking requests, so the restarted server hands out nothing that was already handed out.
+//!   **After `kill -9`** the restarted server gets the last completed save: it may hand out
+//!   again what was admitted after that save read the limiter — at most what the limit admits
+//!   in one `--save-every` interval plus one save's duration (`burst + rate × interval`), per
+//!   crash.
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, BufWriter, Write};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::{
+    persist::RestoreError, Bucket, DefaultClock, KeyedLimiter, KeyedLimiterBuilder, Quota,
+};
+
+/// A limiter the server saves.
+pub(crate) trait Saved: Send + Sync + 'static {
+    /// Writes the limiter's state.
+    fn save_to(&self, w: &mut dyn Write) -> io::Result<()>;
+}
+
+impl Saved for Bucket {
+    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
+        self.save(w)
+    }
+}
+
+impl Saved for KeyedLimiter<IpAddr> {
+    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
+        self.save(w)
+    }
+}
+
+impl Saved for KeyedLimiter<String> {
+    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
+        self.save(w)
+    }
+}
+
+/// Why the file could not be restored, for the log line.
+fn open(path: &Path) -> Result<BufReader<File>, String> {
+    File::open(path)
+        .map(BufReader::new)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+fn drained_because(path: &Path, why: &str) {
+    eprintln!("state: starting drained: {why} ({})", path.display());
+}
+
+fn restored(path: &Path) {
+    eprintln!("state: restored from {}", path.display());
+}
+
+/// The global bucket, restored from `path` or drained.
+pub(crate) fn bucket(path: &Path, quota: Quota) -> Arc<Bucket> {
+    let result = open(path).and_then(|r| {
+        let bucket = Bucket::new(quota);
+        bucket.restore(r).map_err(|e: RestoreError| e.to_string())?;
+        Ok(bucket)
+    });
+    Arc::new(match result {
+        Ok(bucket) => {
+            restored(path);
+            bucket
+        }
+        Err(why) => {
+            drained_because(path, &why);
+            Bucket::with_initial_tokens(quota, 0, DefaultClock::default())
+                .expect("0 tokens is within every burst")
+        }
+    })
+}
+
+/// A keyed limiter of at most `max_keys` keys, restored from `path` or drained.
+pub(crate) fn keyed<K>(
+    path: &Path,
+    builder: impl Fn() -> KeyedLimiterBuilder<K, DefaultClock>,
+) -> Arc<KeyedLimiter<K>>
+where
+    K: std::hash::Hash + Eq + Clone,
+{
+    let result = open(path).and_then(|r| builder().restore(r).map_err(|e| e.to_string()));
+    Arc::new(match result {
+        Ok(limiter) => {
+            restored(path);
+            limiter
+        }
+        Err(why) => {
+            drained_because(path, &why);
+            let limiter = builder().build().expect("max_keys is not 0");
+            limiter.drain();
+            limiter
+        }
+    })
+}
+
+/// Writes `limiter`'s state to `path` atomically: a temporary file beside it, fsynced, renamed
+/// over it, the directory fsynced.
+pub(crate) fn save(path: &Path, limiter: &dyn Saved) -> io::Result<()> {
+    let tmp = temporary(path);
+    let result = (|| {
+        let mut w = BufWriter::new(File::create(&tmp)?);
+        limiter.save_to(&mut w)?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, path)?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn temporary(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Saves every `interval` until the task is dropped (each on a blocking thread: a save of a
+/// large table must not hold up the runtime's workers).
+pub(crate) async fn save_every(path: PathBuf, interval: Duration, limiter: Arc<dyn Saved>) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let (path, limiter) = (path.clone(), limiter.clone());
+        let result = tokio::task::spawn_blocking(move || save(&path, &*limiter)).await;
+        match result {
+            Ok(Ok(())) => eprintln!("state: saved"),
+            Ok(Err(e)) => eprintln!("state: save failed: {e}"),
+            Err(e) => eprintln!("state: save failed: {e}"),
+        }
+    }
+}
+
+/// The server's limiters: built plain without `--state`, restored (or drained) with it, and
+/// remembered for saving.
+#[derive(Default)]
+pub(crate) struct Limiters {
+    path: Option<PathBuf>,
+    built: Option<Arc<dyn Saved>>,
+}
+
+impl Limiters {
+    /// Limiters restored from and saved to `path` (plain ones for `None`).
+    pub(crate) fn new(path: Option<PathBuf>) -> Limiters {
+        Limiters { path, built: None }
+    }
+
+    /// The global bucket.
+    pub(crate) fn bucket(&mut self, quota: Quota) -> Arc<Bucket> {
+        match self.path.clone() {
+            None => Arc::new(Bucket::new(quota)),
+            Some(path) => self.remember(bucket(&path, quota)),
+        }
+    }
+
+    /// A keyed limiter.
+    pub(crate) fn keyed<K>(
+        &mut self,
+        builder: impl Fn() -> KeyedLimiterBuilder<K, DefaultClock>,
+    ) -> Arc<KeyedLimiter<K>>
+    where
+        K: std::hash::Hash + Eq + Clone,
+        KeyedLimiter<K>: Saved,
+    {
+        match self.path.clone() {
+            None => Arc::new(builder().build().expect("max_keys is not 0")),
+            Some(path) => self.remember(keyed(&path, builder)),
+        }
+    }
+
+    fn remember<T: Saved>(&mut self, limiter: Arc<T>) -> Arc<T> {
+        self.built = Some(limiter.clone());
+        limiter
+    }
+
+    /// Starts the periodic saves (a no-op without `--state`); they stop when the returned
+    /// handle is aborted.
+    pub(crate) fn save_every(&self, interval: Duration) -> Option<tokio::task::JoinHandle<()>> {
+        let (path, limiter) = (self.path.clone()?, self.built.clone()?);
+        Some(tokio::spawn(save_every(path, interval, limiter)))
+    }
+
+    /// The save at shutdown, after the server stopped taking requests.
+    pub(crate) fn save_final(&self) -> io::Result<()> {
+        match (&self.path, &self.built) {
+            (Some(path), Some(limiter)) => save(path, &**limiter),
+            _ => Ok(()),
+        }
+    }
+}

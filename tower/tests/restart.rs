@@ -1,0 +1,295 @@
+//! The example server's `--state`: a restart after SIGTERM hands out nothing, ten `kill -9`s in
+//! a row under load hand out nothing twice, and a missing, corrupted or truncated state file
+//! starts the server drained with a log line saying why. Real processes, real files.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use support::{client, server_binary};
+use tollgate::{Bucket, Quota};
+
+/// A fresh directory for one test's state file.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tollgate-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The example server with its stderr lines collected.
+struct Proc {
+    child: Child,
+    addr: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    fn start(flags: &[&str]) -> Proc {
+        let mut child = Command::new(server_binary())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(flags)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the example server starts");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let lines = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next().and_then(Result::ok));
+            for _ in lines {}
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .ok()
+            .flatten()
+            .expect("a `listening on` line");
+        let addr = line.strip_prefix("listening on ").unwrap().parse().unwrap();
+        Proc { child, addr, log }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits for `n` more `state: saved` lines than there are now.
+    fn wait_saves(&self, n: usize) {
+        let count = || self.log().iter().filter(|l| *l == "state: saved").count();
+        let want = count() + n;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while count() < want {
+            assert!(Instant::now() < deadline, "no save: {:?}", self.log());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn sigterm(&mut self) {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status:?}");
+    }
+
+    fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET url`: the status and the `Retry-After` value, or `None` if the server went away.
+async fn status(
+    c: &hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        Empty<Bytes>,
+    >,
+    url: &str,
+) -> Option<(StatusCode, Option<u64>)> {
+    let req = Request::get(url).body(Empty::new()).unwrap();
+    let response = c.request(req).await.ok()?;
+    let retry = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let status = response.status();
+    response.into_body().collect().await.ok()?;
+    Some((status, retry))
+}
+
+/// A full bucket's state file for `quota` (the state of a server that never ran).
+fn full_state(path: &Path, quota: Quota) {
+    let mut file = Vec::new();
+    Bucket::new(quota).save(&mut file).unwrap();
+    std::fs::write(path, file).unwrap();
+}
+
+#[tokio::test]
+async fn after_sigterm_a_restart_hands_out_nothing() {
+    let dir = temp_dir("sigterm");
+    let path = dir.join("state");
+    let quota = Quota::new(1, Duration::from_secs(3600), 3).unwrap();
+    full_state(&path, quota);
+    let flags = [
+        "--rate", "1/h", "--burst", "3", "--key", "global", "--state",
+    ];
+    let path_s = path.to_str().unwrap();
+    let c = client();
+    let mut server = Proc::start(&[&flags[..], &[path_s]].concat());
+    for _ in 0..3 {
+        assert_eq!(status(&c, &server.url()).await.unwrap().0, StatusCode::OK);
+    }
+    let (s, retry) = status(&c, &server.url()).await.unwrap();
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    let first_retry = retry.unwrap();
+    assert!((3590..=3600).contains(&first_retry), "{first_retry}");
+    let spent = Instant::now();
+    server.sigterm();
+    let server = Proc::start(&[&flags[..], &[path_s]].concat());
+    assert!(
+        server
+            .log()
+            .iter()
+            .any(|l| l.starts_with("state: restored")),
+        "{:?}",
+        server.log()
+    );
+    let (s, retry) = status(&c, &server.url()).await.unwrap();
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    // The token the burst's first request spent comes back an hour after it, not earlier.
+    let elapsed = spent.elapsed().as_secs();
+    let retry = retry.unwrap();
+    assert!(
+        retry <= first_retry && retry + elapsed + 2 >= first_retry,
+        "{retry} {first_retry}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn ten_kill_9s_under_load_hand_out_the_burst_once() {
+    let dir = temp_dir("kill9");
+    let path = dir.join("state");
+    let burst = 20;
+    let quota = Quota::new(1, Duration::from_secs(3600), burst).unwrap();
+    full_state(&path, quota);
+    let path_s = path.to_str().unwrap();
+    let flags = [
+        "--rate",
+        "1/h",
+        "--burst",
+        "20",
+        "--key",
+        "global",
+        "--save-every",
+        "50ms",
+        "--state",
+        path_s,
+    ];
+    let admitted = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    for run in 0..10 {
+        let mut server = Proc::start(&flags);
+        let url = server.url();
+        let (stop, refused) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let load: Vec<_> = (0..4)
+            .map(|_| {
+                let (url, stop, refused, admitted) =
+                    (url.clone(), stop.clone(), refused.clone(), admitted.clone());
+                tokio::spawn(async move {
+                    let c = client();
+                    while !stop.load(Ordering::Relaxed) {
+                        match status(&c, &url).await {
+                            Some((StatusCode::OK, _)) => {
+                                admitted.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Some(_) => refused.store(true, Ordering::Relaxed),
+                            None => tokio::time::sleep(Duration::from_millis(1)).await,
+                        }
+                    }
+                })
+            })
+            .collect();
+        // Once a refusal shows the bucket drained, two saves later one has read it drained;
+        // then the kill, with the load still running.
+        while !refused.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let wait = tokio::task::spawn_blocking(move || {
+            server.wait_saves(2);
+            server.kill9();
+        });
+        wait.await.unwrap();
+        stop.store(true, Ordering::Relaxed);
+        for l in load {
+            l.await.unwrap();
+        }
+        let total = admitted.load(Ordering::Relaxed);
+        assert!(total <= burst, "run {run}: {total} admitted in all");
+    }
+    // At 1/h the minute this takes refills nothing: the burst, once.
+    assert!(started.elapsed() < Duration::from_secs(1800));
+    assert_eq!(admitted.load(Ordering::Relaxed), burst);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_missing_corrupted_or_truncated_file_starts_drained_and_says_why() {
+    let dir = temp_dir("damaged");
+    let quota = Quota::new(1, Duration::from_secs(3600), 5).unwrap();
+    let mut good = Vec::new();
+    Bucket::new(quota).save(&mut good).unwrap();
+    let mut corrupted = good.clone();
+    let mid = corrupted.len() / 2;
+    corrupted[mid] ^= 0x40;
+    let truncated = good[..good.len() - 3].to_vec();
+    let c = client();
+    for (name, bytes, why) in [
+        ("missing", None, "cannot read"),
+        ("corrupted", Some(corrupted), "corrupt"),
+        ("truncated", Some(truncated), "truncated"),
+        (
+            "foreign",
+            Some(b"{\"tokens\": 5}".to_vec()),
+            "not a tollgate saved state",
+        ),
+    ] {
+        let path = dir.join(name);
+        if let Some(bytes) = bytes {
+            std::fs::write(&path, bytes).unwrap();
+        }
+        let server = Proc::start(&[
+            "--rate",
+            "1/h",
+            "--burst",
+            "5",
+            "--key",
+            "ip",
+            "--state",
+            path.to_str().unwrap(),
+        ]);
+        let (s, retry) = status(&c, &server.url()).await.unwrap();
+        assert_eq!(
+            s,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{name}: drained, not full"
+        );
+        assert!(retry.unwrap() > 3000, "{name}: {retry:?}");
+        let log = server.log();
+        let line = log
+            .iter()
+            .find(|l| l.starts_with("state: starting drained: "));
+        assert!(line.is_some_and(|l| l.contains(why)), "{name}: {log:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
