@@ -62,9 +62,15 @@ fn every_quotas_window_bound_holds_under_stalls() {
                 });
             }
             let inner = clock.inner().clone();
+            let decided = || admitted.load(Ordering::Relaxed) + refused.load(Ordering::Relaxed);
             for _ in 0..4000 {
+                // Each step waits for a few decisions, so the run covers the whole schedule
+                // however the machine schedules the threads.
+                let target = decided() + 8;
+                while decided() < target {
+                    std::thread::yield_now();
+                }
                 inner.advance(Duration::from_micros(3));
-                std::thread::yield_now();
             }
             done.store(true, Ordering::Relaxed);
         });
