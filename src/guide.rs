@@ -90,9 +90,41 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! With burst 1 and blocking [`Bucket::acquire`] the bucket is the queue form of the leaky
-//! bucket: one caller every `1 / rate`, whatever the arrivals. Its trade-offs against a larger
-//! burst, and how to bound its queue, are in the design notes of [`src/wait.rs`](https://github.com/tollgate-rs/tollgate/blob/main/src/wait.rs).
+//! ## The leaky bucket as a queue
+//!
+//! A token bucket with burst 1 whose callers all use the blocking [`Bucket::acquire`](crate::Bucket::acquire) is the
+//! *queue* form of the leaky bucket: every caller is let through exactly one emission interval
+//! (`1 / rate`) after the previous one, so the output rate is constant whatever the arrival
+//! pattern. (GCRA was designed as the virtual-scheduling form of that leaky bucket; the
+//! theoretical arrival time *is* the queue's tail.)
+//!
+//! ```
+//! use tollgate::{Bucket, Clock, ManualClock, Quota};
+//! let clock = ManualClock::new();
+//! let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(1).unwrap(), clock.clone());
+//! let mut emitted = Vec::new();
+//! for _ in 0..4 {
+//!     bucket.acquire(1).unwrap();
+//!     emitted.push(clock.now() / 1_000_000); // ms
+//! }
+//! assert_eq!(emitted, [0, 100, 200, 300]); // one every 100 ms: constant output rate
+//! ```
+//!
+//! Trade-offs against the token bucket (burst > 1, or refusing with `try_acquire`):
+//!
+//! * **Smoothness vs latency.** The queue never emits two requests closer than `1 / rate`: the
+//!   downstream sees a perfectly even load, but an idle client that sends a small batch pays
+//!   `n / rate` for it. A larger burst lets the batch through at once and keeps the long-run
+//!   rate, at the price of short spikes downstream.
+//! * **Unbounded queueing.** Waiting callers hold a place in line; under sustained overload the
+//!   queue (the debt) grows and so does every caller's latency. Bound it with
+//!   [`Bucket::try_acquire_for`](crate::Bucket::try_acquire_for) (refuse when the wait would exceed a timeout) — the same role
+//!   the finite queue plays in a leaky bucket that drops overflow.
+//! * **Work-conserving fairness.** The order is first-come-first-served by CAS; a caller that
+//!   gives up ([`Reservation::cancel`](crate::Reservation::cancel), or dropping an [`UntilReady`](crate::UntilReady)) gets its tokens back only
+//!   if the bucket admitted nothing since its reservation, so cancellation never lets any window
+//!   exceed the quota, whatever the clock readings (why, against Go's `x/time/rate`:
+//!   docs/guarantees.md).
 //!
 //! # Async waiting
 //!

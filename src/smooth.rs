@@ -57,61 +57,14 @@ const NO_ERA: u64 = u64::MAX;
 /// * idle time converts to stored permits at one per "cool-down interval" (the stable interval
 ///   when bursty, `warmup / max` when warming up), up to `max` (`max_burst × rate` when bursty).
 ///
-/// # Arithmetic and rounding
+/// # Arithmetic, rounding and deviations from Guava
 ///
-/// Every decision is computed exactly as Guava computes it: in `f64`, the same operations in the
-/// same order, with Java's `(long)` casts (truncation toward zero, saturating, NaN → 0) where
-/// Guava has them, and the clock read as whole microseconds since creation (Guava's stopwatch).
-/// Only the *stored* state is integral:
-///
-/// * `next` is a whole number of microseconds, as Guava's `nextFreeTicketMicros` is;
-/// * the stored permits are a 74-bit fixed-point number whose unit, `2^-F` permit, follows the
-///   rate: the largest `F` with `max · 2^F < 2^74`. Every `f64` from `max / 2^21` up to `max`
-///   is then a whole number of units and is stored **exactly**; a smaller value is rounded to
-///   the nearest unit, an error of at most `max · 2^-74` permit.
-///
-/// What that means for compatibility:
-///
-/// * **Bit-exact in practice when the maximum burst or the warm-up is at most 2^21 µs
-///   (2.097 s)**, which includes Guava's default (`create(rate)` has a 1 s burst). Idle time
-///   earns `gap / cool-down = max · gap / duration` permits, so with `duration ≤ 2^21 µs` even a
-///   1 µs gap earns at least `max / 2^21`; sums and leftovers of such values stay on the grid.
-///   The one exception in theory is `set_rate` rescaling a leftover of rounding noise (a few
-///   `f64` ulps of a permit). The tests compare 12 million random operations with a plain-`f64`
-///   transcription of Guava plus the `set_rate` step below (both checked against the Java
-///   transcription `tests/jvm/SmoothChecksums.java` run on the JVM): no
-///   difference.
-/// * Longer bursts or warm-ups: an idle gap shorter than `duration / 2^21` earns a value finer
-///   than the unit; its rounding can move a later wait by **one microsecond**. Measured: 19 such
-///   cases in 12 million random operations (a fifth of the limiters with 3.5 s – 123 s
-///   durations), never more than 1 µs.
-/// * `F` is capped at 1022, so a maximum below about 2^-948 permit (a rate below ~10^-280 per
-///   second) stores nothing at all.
-///
-/// Storing Guava's `f64` bit pattern instead would be bit-exact everywhere; the fixed point keeps
-/// the state an exact integer quantity, as the rest of the crate does.
-///
-/// # Deviations from Guava (beyond the rounding above; all at inputs Guava rejects or mishandles)
-///
-/// * A rate that is zero, negative, NaN **or infinite** is a [`ConfigError::InvalidRate`]
-///   (Guava accepts `+∞` as "no limit").
-/// * A rate above 1,000,000 permits per second is a [`ConfigError::RateTooHigh`]: its stable
-///   interval is below one microsecond, and Guava's whole-microsecond truncation charges a
-///   single permit nothing, so Guava does not limit single permits at all at such rates.
-/// * `permits == 0` is admitted at once and changes nothing (Guava throws).
-/// * A warm-up below one microsecond makes `max = 0`: Guava then divides 0 by 0 and, after the
-///   first idle moment, stops limiting (its stored permits become NaN); here the limiter simply
-///   stores nothing and serves every permit at the stable rate.
-/// * The next free time saturates at 2^53 − 1 µs (285 years after creation) instead of
-///   `i64::MAX` µs, and the clock is read as if it stopped there; sums of waits saturate where
-///   Java's `long` addition would wrap. Once the next free time has reached that end, a
-///   request that needs a wait is never admitted — `try_acquire` refuses it and `acquire`
-///   sleeps [`Duration::MAX`] (on a real clock it never returns) — where Guava would admit it
-///   after waiting until the end, and at the end, with a stopped clock, every later one: no
-///   limit at all.
-/// * Two `set_rate` calls with no request that moved the next free time between them move
-///   it on by 1 µs (see [`Smooth::set_rate`]); Guava leaves it.
-/// * `permits` is a `u64`, converted to `f64` (exact up to 2^53); Guava takes an `int`.
+/// Every decision is Guava's `f64` arithmetic in Guava's order; only the stored state is
+/// integral (whole microseconds, and stored permits in a 74-bit fixed point). Where that can
+/// differ from Guava by one microsecond, and the inputs Guava rejects or mishandles that are
+/// refused or bounded here (infinite rates, rates above 10^6/s, zero permits, the 285-year end of
+/// the next free time, repeated `set_rate`):
+/// [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#smooth-and-guava).
 ///
 /// The state is one `AtomicU128` (`portable-atomic`'s: lock-free on x86_64 with `cmpxchg16b`,
 /// AArch64 and other targets with a native 128-bit CAS; a short lock elsewhere).

@@ -11,41 +11,8 @@
 //! ([`Clock::sleep`], [`Clock::register_wake`]), outside any critical section: the decision is
 //! one CAS, then the thread sleeps.
 //!
-//! # The leaky bucket as a queue
-//!
-//! A token bucket with burst 1 whose callers all use the blocking [`Bucket::acquire`] is the
-//! *queue* form of the leaky bucket: every caller is let through exactly one emission interval
-//! (`1 / rate`) after the previous one, so the output rate is constant whatever the arrival
-//! pattern. (GCRA was designed as the virtual-scheduling form of that leaky bucket; the
-//! theoretical arrival time *is* the queue's tail.)
-//!
-//! ```
-//! use tollgate::{Bucket, Clock, ManualClock, Quota};
-//! let clock = ManualClock::new();
-//! let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(1).unwrap(), clock.clone());
-//! let mut emitted = Vec::new();
-//! for _ in 0..4 {
-//!     bucket.acquire(1).unwrap();
-//!     emitted.push(clock.now() / 1_000_000); // ms
-//! }
-//! assert_eq!(emitted, [0, 100, 200, 300]); // one every 100 ms: constant output rate
-//! ```
-//!
-//! Trade-offs against the token bucket (burst > 1, or refusing with `try_acquire`):
-//!
-//! * **Smoothness vs latency.** The queue never emits two requests closer than `1 / rate`: the
-//!   downstream sees a perfectly even load, but an idle client that sends a small batch pays
-//!   `n / rate` for it. A larger burst lets the batch through at once and keeps the long-run
-//!   rate, at the price of short spikes downstream.
-//! * **Unbounded queueing.** Waiting callers hold a place in line; under sustained overload the
-//!   queue (the debt) grows and so does every caller's latency. Bound it with
-//!   [`Bucket::try_acquire_for`] (refuse when the wait would exceed a timeout) — the same role
-//!   the finite queue plays in a leaky bucket that drops overflow.
-//! * **Work-conserving fairness.** The order is first-come-first-served by CAS; a caller that
-//!   gives up ([`Reservation::cancel`], or dropping an [`UntilReady`]) gets its tokens back only
-//!   if the bucket admitted nothing since its reservation, so cancellation never lets any window
-//!   exceed the quota, whatever the clock readings (why, against Go's `x/time/rate`:
-//!   docs/guarantees.md).
+//! The leaky bucket as a queue, and what waiting trades against refusing: the
+//! [guide](crate::guide#the-leaky-bucket-as-a-queue).
 //!
 //! # Reservations and reconfiguration
 //!

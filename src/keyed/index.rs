@@ -31,85 +31,8 @@
 //!
 //! # Protocol
 //!
-//! * **Lookup** (lock-free, the hot path): read the layout word (the current region, and whether
-//!   a migration is in progress), probe the current region from the home slot with plain 128-bit
-//!   loads until the fingerprint matches or a slot is empty, and while migrating then the old
-//!   region the same way (the hot path's first probe defers to this slower one during a
-//!   migration, below). On a match the decision is a CAS of the *whole* slot from `(fp,
-//!   state)` to `(fp, state')`, so it succeeds only while the slot still holds this key: no ABA
-//!   through eviction, slot reuse or a move is possible, and a lookup writes nothing but the
-//!   key's own slot. A key is never in two slots at once (every move takes it out before it
-//!   puts it back), so a fingerprint found in *any* slot, even by a probe that read a layout
-//!   long gone, is the key's one live entry.
-//! * **Insert, evict, move** happen under one mutex, each in bounded work. An insertion
-//!   re-probes under it (so a key is never inserted twice) and writes the empty slot ending its
-//!   chain in the current region with one store. Eviction is a CAS from a *full* `(fp, state)`
-//!   to empty: a racing admission either lands first (the eviction's CAS fails and the bucket
-//!   is no longer full) or fails its own CAS, re-probes, misses and takes the insert path,
-//!   which waits on the mutex. The gap is then closed by shifting the rest of the chain back
-//!   (linear probing's deletion, so there are no tombstones and no rebuilds to clear them);
-//!   each move takes the entry out with a CAS to empty (capturing its state: an admission that
-//!   lands first is in the captured word, one that lands later fails) and then stores it in the
-//!   gap.
-//! * **Growth is a migration.** When an insertion would take live entries past half of a
-//!   current region smaller than the table, the region of twice its size becomes current (one
-//!   store of the layout word; it is empty) and the old one is drained into it. New keys go to
-//!   the new region. Each insertion first examines [`MIGRATE_STEP`](migrate::MIGRATE_STEP) (4) slots of the old region
-//!   and moves every entry it meets (taken out with a CAS to empty, capturing its state, then
-//!   put in the new region), so no insertion moves more than 4 entries; a sweep step (below)
-//!   migrates too, within its own budget. The old region is walked *downwards, starting from
-//!   an empty slot* (found by the first visits): every entry taken out is then the last of its
-//!   cluster — the slot after it is empty — so no other entry's probe passes through its slot,
-//!   and the old region's chains stay intact for lookups without tombstones or shifting. Once
-//!   the walk is back at the empty slot it started from, the old region is empty (all zero,
-//!   ready for reuse) and the migration ends (one store of the layout word). It starts with at
-//!   most `old/2` entries and visits at most `old/2 + old` slots, so it ends within `3 ×
-//!   old / 8` insertions, with at most `7/8 × old` entries in the new region of `2 × old`
-//!   slots: under half.
-//! * **Lookups help.** While a migration is in progress the hot path's first probe returns
-//!   "not found" at once (one test of the layout word's flag), and the slow path probes both
-//!   regions, decides with its CAS, and then takes one migration step of [`MIGRATE_STEP`](migrate::MIGRATE_STEP) slots
-//!   if the mutex is free (`try_lock`: a lookup never waits for it). So a migration ends within
-//!   `3 × old / 8` calls that reach the mutex even if no key is inserted any more — otherwise a
-//!   key set that stops growing mid-migration would pay for two probes for good.
-//! * **Sweeping** is incremental: a cursor walks the current region, at most [`STEP_WORK`](sweep::STEP_WORK)
-//!   slots and moves per step (one step per insertion that finds the table full, or per lock
-//!   taken by [`KeyedLimiter::sweep`](super::KeyedLimiter::sweep)), evicting the full entries
-//!   it meets and keeping the earliest full instant of the others; a completed pass yields a
-//!   lower bound on every live entry's full instant. While a migration is in progress a step
-//!   first migrates (within the same budget: a slot visited or an entry moved is one unit),
-//!   evicting the full entries it meets there instead of moving them; the cursor walks the new
-//!   region only once the old one is empty, so evictions never shift chains during a
-//!   migration. A migration restarts the pass over the new region, which the cursor
-//!   therefore walks only after every moved entry has arrived there; inserted entries, and
-//!   shifted ones the step does not evict where they land, fold their full instants into the
-//!   pass's bound: when the pass ends (never during a migration), every live entry was
-//!   examined in place or folded in on arrival.
-//! * **When a lock-free miss can be trusted.** A miss while entries move (a migration step, an
-//!   eviction, a shift) can be wrong: a probe of the new region may run before a key is moved
-//!   there and its probe of the old region after. Lookups that miss take the insert path and
-//!   wait for the mutex, whose re-probe is the only thing that ever concludes "absent". The
-//!   table-full refusal without the mutex trusts a miss only if the move epoch (`rebuilds`,
-//!   odd while entries move) was even and unchanged around it. A migration *in progress* is
-//!   not by itself a move: between steps nothing is in flight, every entry is in the new
-//!   region or in an intact chain of the old one, and a lookup probes both. A layout read
-//!   before a migration started names the old region, which still holds every entry it held
-//!   until a step moves one (and bumps the epoch). A layout read before a migration ended names
-//!   the region that is now current, and as old region one that is empty: without a move
-//!   during the probe (which would bump the epoch) it was already empty when the probe began
-//!   (the last step, if it moved nothing, visited only empty slots); its slots are reused only
-//!   by later moves and by insertions of other keys. So a probe around which the epoch stayed
-//!   even and unchanged saw every entry that was present throughout it. (A probe's slot load that returns the empty word written by a move's CAS
-//!   synchronizes with that CAS, which follows the epoch's odd increment.)
-//! * Probing always ends: whenever the mutex is free, the current region holds at most half of
-//!   its slots in entries when no migration is in progress, and under `7/8` of half during one
-//!   (above; `live ≤ max_keys ≤ capacity / 2` for the whole table), so every probe of it meets
-//!   an empty slot; the old region only loses entries. Lock-free probes are also capped at one
-//!   region's length (a miss then takes the insert path).
-//!
-//! Under `--cfg tollgate_loom` the same code runs on loom's mutex and `crate::sync`'s loom
-//! `AtomicU128` (a loom mutex per word: every 128-bit load, store and CAS is one model-checked
-//! step), so the loom models explore this protocol itself.
+//! The lock-free lookup, the insert and migration under the mutex, evictions and why a probe
+//! never misses a present key: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#the-keyed-index).
 
 mod layout;
 mod migrate;
