@@ -287,18 +287,10 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
 /// admit more than `burst + rate·Δ`. The caller must also make sure the quota was not changed
 /// ([`rescale`]) since the reservation: the state is then counted in other units.
 ///
-/// **Why all or nothing (a deviation from Go's `Reservation.CancelAt`, which restores
-/// `cost − tokens reserved after it`).** A decision at a later clock reading first raises the
-/// state to `earned(now)` (the refill cap), then adds its cost; the state cannot tell that cap
-/// from a debit, and when the bucket was exactly full at that reading the cap is invisible. So
-/// after *any* admission since the reservation, the history "a 1-token decision at the reading
-/// where the bucket, reservation included, was just full" matches the state, and in it the
-/// reservation's tokens were already refilled: restoring any of them would admit them twice.
-/// With nothing admitted since, the state is exactly `after` (admissions only raise it, and a
-/// reservation taken later and cancelled puts it back no lower than it found it), and restoring
-/// the whole cost undoes this reservation exactly. Nested
-/// reservations cancelled in reverse order therefore all come back; in any other order, those
-/// cancelled while a later one is still held stay consumed.
+/// All or nothing because after any admission since the reservation the state cannot tell the
+/// refill cap from a debit, so restoring any token could admit it twice; nested reservations
+/// cancelled in reverse order all come back. The proof, and the comparison with Go's
+/// `CancelAt`: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#cancellation-why-all-or-nothing).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -327,12 +319,8 @@ pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u
 /// (carrying the debt as tokens, as Go's `x/time/rate` does, admits 3 tokens at one instant
 /// with burst 2 in its own `TestReserveSetLimit`).
 ///
-/// Clock readings that straddle the switch are the one thing a single state cannot follow: a
-/// decision whose reading is `x` older than `now` sees the new rate extrapolated back over `x`,
-/// so with a slower new rate it may find up to `(old rate − new rate) · x` more than the old
-/// quota held at that reading; and if `now` itself is `x` older than readings the old state was
-/// decided at, a faster new rate applies retroactively over `x`. Each quota's own decisions
-/// always hold their own bound.
+/// Readings that straddle the switch see the new rate extrapolated over their staleness; each
+/// quota's own decisions keep their own bound: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#reconfiguration-what-carries-over).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
