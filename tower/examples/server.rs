@@ -182,10 +182,12 @@ async fn serve(cli: Cli, quota: Quota) -> ExitCode {
         }
     };
     let addr = listener.local_addr().unwrap_or(cli.listen);
+    // The SIGTERM handler is installed before the line that tells a supervisor it may signal.
+    let shutdown = shutdown();
     println!("listening on {addr}");
     let service = app.into_make_service_with_connect_info::<SocketAddr>();
     match axum::serve(listener, service)
-        .with_graceful_shutdown(shutdown())
+        .with_graceful_shutdown(shutdown)
         .await
     {
         Ok(()) => ExitCode::SUCCESS,
@@ -196,20 +198,22 @@ async fn serve(cli: Cli, quota: Quota) -> ExitCode {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Resolves on SIGINT or SIGTERM; the SIGTERM handler is registered when this is called, not
+/// when the future is first polled.
+fn shutdown() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    async move {
+        let interrupt = tokio::signal::ctrl_c();
+        #[cfg(unix)]
         tokio::select! {
             _ = interrupt => {}
             _ = term.recv() => {}
         }
+        #[cfg(not(unix))]
+        let _ = interrupt.await;
     }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
 }
 
 /// The Redis backend: one limit per key shared by every server on the same Redis.
