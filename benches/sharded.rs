@@ -1,11 +1,11 @@
 //! ShardedBucket vs a single Bucket:
 //! * `sharded/allow`: the allow path, 1 and 2 threads (`iter_custom` across threads, the slowest
 //!   thread reported); the quota admits everything, so every call writes.
-//! * `sharded/refuse`: the refusal of one token on a drained pool, one thread, at 2, 64 and
-//!   1,024 shards (within 2× of 2 shards) and on a single `Bucket`.
+//! * `sharded/refuse`: the refusal of one token on a drained bucket, one thread, at 2, 64 and
+//!   1,024 shards and on a single `Bucket`.
 //! * Then, outside criterion, the share of the rate one greedy thread gets on the real clock at
-//!   5 M tokens/s, on a single `Bucket` and at 2, 64 and 1,024 shards (at least 99 %
-//!   at 64), printed (`cargo bench --bench sharded -- greedy` for these alone).
+//!   5 M tokens/s, on a single `Bucket` and at 2, 64 and 1,024 shards, printed
+//!   (`cargo bench --bench sharded -- greedy` for these alone).
 #![allow(missing_docs)] // criterion's macros generate undocumented functions
 
 use criterion::{black_box, criterion_group, BenchmarkId, Criterion};

@@ -1,11 +1,13 @@
 //! Drives a `ShardedBucket` (or, with SHARDS = 0, a single `Bucket`) on a `ManualClock` for
 //! counting instructions per call with callgrind: run with N = 0 and N = 1,000,000 and
-//! subtract. Two modes:
+//! subtract. The modes:
 //!
-//! * `refuse`: one-token requests on a drained bucket whose pool stays dry (1,024 tokens per
-//!   hour): the refusal path.
+//! * `allow`: 10^9 tokens/s and a burst of 10^9, the clock advancing by 1 ns before each
+//!   one-token request: every call admitted, from the shard's lease (a new lease every 65,536).
+//! * `refuse`: one-token requests on a drained bucket that stays dry (1,024 tokens per hour):
+//!   the refusal path.
 //! * `tight`: 10 M tokens/s, the clock advancing by one token's time before each one-token
-//!   request, so every token is spread over all the shards and each admission borrows.
+//!   request: every call admitted, each through the central word (too little for a lease).
 //! * `mixed`: 10 M tokens/s, the clock advancing by 40 ns (0.4 token's time) before each
 //!   one-token request: two in five admitted, as one thread of the harness's `mixed` regime
 //!   sees it (a call every few tens of nanoseconds against a token every 100).
@@ -31,9 +33,14 @@ fn main() {
             Duration::ZERO,
             0,
         ),
+        "allow" => (
+            Quota::new(1_000_000_000, Duration::from_secs(1), 1_000_000_000).unwrap(),
+            Duration::from_nanos(1),
+            5,
+        ),
         "tight" => (tight, Duration::from_nanos(100), 5),
         "mixed" => (tight, Duration::from_nanos(40), 2),
-        other => panic!("mode {other}: refuse, tight or mixed"),
+        other => panic!("mode {other}: allow, refuse, tight or mixed"),
     };
     let clock = ManualClock::new();
     let sharded = (shards > 0).then(|| ShardedBucket::with_clock(quota, shards, clock.clone()));
@@ -42,7 +49,10 @@ fn main() {
         Some(b) => std::hint::black_box(b).try_acquire(cost).is_ok(),
         None => std::hint::black_box(&single).try_acquire(cost).is_ok(),
     };
-    assert!(acquire(quota.burst()));
+    // Drained first, except in `allow`.
+    if mode != "allow" {
+        assert!(acquire(quota.burst()));
+    }
     let mut admitted = 0usize;
     for _ in 0..n {
         clock.advance(step);

@@ -55,7 +55,7 @@ fn retry_after(quota: &Quota, need: u64, now: u64) -> Duration {
 /// the horizon the clock is read as stopped, so nothing more refills: the wait is
 /// `Duration::MAX`; within it, `at > now`.
 #[inline(always)]
-fn wait_until(at: u64, now: u64) -> Duration {
+pub(crate) fn wait_until(at: u64, now: u64) -> Duration {
     if at > crate::quota::HORIZON_NS {
         return Duration::MAX;
     }
@@ -357,6 +357,34 @@ pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
     by_tokens.max(by_time).clamp(0, i128::from(MAX_UNITS)) as u64
 }
 
+/// Decides `cost` over every quota of a policy at one reading, all or nothing (what
+/// [`MultiBucket`](crate::MultiBucket) applies): `states[i]` is quota `i`'s state; entries past
+/// the policy's quotas are ignored and returned unchanged.
+///
+/// * `Ok(Some(states'))`: every quota holds `cost`; store all of `states'` in one atomic step.
+/// * `Ok(None)`: admitted with nothing to write (`cost == 0`).
+/// * `Err(refusal)`: nothing to write. [`Denied::ExceedsBurst`] iff `cost` exceeds the smallest
+///   burst; otherwise [`Denied::RetryAfter`] of the largest per-quota [`try_acquire`] wait, and
+///   [`Refusal::quota_index`](crate::Refusal::quota_index) names that quota.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{gcra, Denied, Limits, Quota};
+/// let limits = Limits::new([Quota::per_second(2).unwrap(), Quota::per_second(1).unwrap()]).unwrap();
+/// let s = gcra::try_acquire_all([gcra::FULL; 4], 0, &limits, 1).unwrap().unwrap();
+/// let refusal = gcra::try_acquire_all(s, 0, &limits, 1).unwrap_err();
+/// assert_eq!(refusal.denied(), Denied::RetryAfter(Duration::from_secs(1)));
+/// assert_eq!(refusal.quota_index(), 1);
+/// ```
+pub fn try_acquire_all(
+    states: [u64; 4],
+    now: u64,
+    limits: &crate::Limits,
+    cost: u64,
+) -> Result<Option<[u64; 4]>, crate::Refusal> {
+    crate::multi::decide::try_acquire_all(states, now, limits, cost)
+}
+
 // ---- helpers for the keyed and sharded limiters (crate-internal) ----
 
 /// Whether `state` is full at `now` (`available == burst`, no debt): such a state behaves exactly
@@ -401,45 +429,6 @@ fn held(state: u64, earned_floor: u64, burst_units: u64) -> u64 {
     (earned_floor + burst_units)
         .saturating_sub(state)
         .min(burst_units)
-}
-
-/// Admits `cost` tokens at `now` if the bucket holds them: the new state, or `None` (refused,
-/// nothing to write). [`try_acquire`]'s admission without computing a wait, for a caller that
-/// decides elsewhere what a refusal answers (the sharded bucket). Requires `cost <= burst`.
-#[cfg_attr(not(feature = "std"), allow(dead_code))]
-#[inline]
-pub(crate) fn debit(state: u64, now: u64, quota: &Quota, cost: u64) -> Option<u64> {
-    let scale = quota.scale();
-    let cost_units = cost * scale;
-    let want = state.checked_add(cost_units)?;
-    (want <= quota.earned_floor(now) + quota.burst_units())
-        .then(|| state.max(quota.earned_ceil(now)) + cost_units)
-}
-
-/// Takes up to `max_units` units (a partial take, for a sharded bucket pooling its shards) from
-/// a bucket of `burst_units` units, given the units `earned` from the origin to the reading,
-/// rounded down and up (`Scaled::earned`: the shards of one bucket share it, so a borrow computes
-/// it once). Returns `(state', taken, left)`: the new state, the units taken and the units the
-/// bucket still holds after the take. `None` when nothing is available.
-///
-/// Like [`try_acquire`], the debit is added to `max(state, ⌈earned⌉)`, so it never leaves more
-/// than the burst in the bucket.
-#[cfg_attr(not(feature = "std"), allow(dead_code))]
-#[inline(always)]
-pub(crate) fn take_units(
-    state: u64,
-    earned: (u64, u64),
-    burst_units: u64,
-    max_units: u64,
-) -> Option<(u64, u64, u64)> {
-    let available = held(state, earned.0, burst_units);
-    let taken = available.min(max_units);
-    if taken == 0 {
-        return None;
-    }
-    let base = state.max(earned.1);
-    // base + taken <= earned_ceil + burst_units <= MAX_UNITS + 1 < 2^64 by the quota's range.
-    Some((base + taken, taken, available - taken))
 }
 
 #[cfg(test)]

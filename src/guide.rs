@@ -239,6 +239,51 @@
 //!   `cmpxchg16b`, AArch64, …); build with `-C target-feature=+cmpxchg16b` on x86_64 to skip
 //!   the run-time check. A short lock elsewhere.
 //!
+//! # Several limits at once: `MultiBucket` and `all_of`
+//!
+//! "10 per second **and** 10,000 per day": a [`Limits`](crate::Limits) of up to four quotas, all
+//! of which must hold. [`MultiBucket`](crate::MultiBucket) decides them at one clock reading and
+//! debits all of them in one atomic step (two quotas: one 128-bit compare-and-swap, lock-free);
+//! a refusal writes nothing, so a per-second refusal never spends the daily quota.
+//! `RetryAfter` is the slowest quota's exact wait, [`Refusal`](crate::Refusal) says which quota
+//! fired, and [`Snapshots`](crate::Snapshots) describes every quota for `RateLimit-Policy`
+//! headers (the tightest one for `RateLimit`).
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
+//!
+//! let clock = ManualClock::new();
+//! let per_second = Quota::per_second(10)?;
+//! let per_day = Quota::new(10_000, Duration::from_secs(86_400), 10_000)?;
+//! let policy = MultiBucket::with_clock(Limits::new([per_second, per_day])?, clock.clone());
+//! assert_eq!(policy.try_acquire(10), Ok(()));
+//! let refusal = policy.try_acquire_detailed(1).unwrap_err();
+//! assert_eq!(refusal.quota_index(), 0); // the per-second quota fired
+//! assert_eq!(refusal.denied(), Denied::RetryAfter(Duration::from_millis(100)));
+//! let (_, snapshots) = policy.try_acquire_snapshots(0);
+//! assert_eq!(snapshots.as_slice()[1].remaining(), 9_990); // the day was spent once
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
+//!
+//! Several *different* limiters — a tenant's and the global one — cannot share one word:
+//! [`all_of`](crate::all_of) and [`all_of2`](crate::all_of2) take them in order and give the
+//! earlier tokens back (the cancel rule above) when a later one refuses. No limiter ever admits
+//! more than its quota; under contention a give-back can find another admission and keep its
+//! tokens, so prefer one `MultiBucket` where the quotas belong to one key.
+//!
+#![cfg_attr(feature = "keyed", doc = "```")]
+#![cfg_attr(not(feature = "keyed"), doc = "```ignore")]
+//! use tollgate::{all_of, Bucket, KeyedLimiter, ManualClock, Quota};
+//!
+//! let clock = ManualClock::new();
+//! let global = Bucket::with_clock(Quota::per_second(5_000)?, clock.clone());
+//! let tenants = KeyedLimiter::with_clock(Quota::per_second(200)?, 10_000, clock.clone());
+//! let admitted = all_of(&global, 1, |cost| tenants.try_acquire(&"tenant-42", cost));
+//! assert_eq!(admitted, Ok(()));
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
+//!
 //! # One bucket per key: `KeyedLimiter`
 //!
 //! `KeyedLimiter` (feature `keyed`, on by default) keeps one exact bucket per key in a table
@@ -279,12 +324,12 @@
 //! # One limit on many cores: `ShardedBucket`
 //!
 //! A single [`Bucket`] is one cache line that every admission on every core writes. For one
-//! global limit hit by many cores, `ShardedBucket` (feature `std`) splits the quota exactly over
-//! cache-padded per-core sub-buckets; a thread whose shard runs dry borrows from the others, so
-//! one thread alone still gets the whole burst and rate. It pays off for a limit with headroom
-//! spread over many threads; near saturation a single `Bucket` costs less per call (the
-//! numbers are in the `ShardedBucket` docs and the notes of
-//! [`src/sharded.rs`](https://github.com/tollgate-rs/tollgate/blob/main/src/sharded.rs)).
+//! global limit hit by many cores, `ShardedBucket` (feature `std`) keeps one exact central word
+//! and gives each cache-padded per-core shard a lease of its tokens, spent on the shard's own
+//! line; leases shrink as the word empties, and near the limit every decision is one CAS on the
+//! central word, as a `Bucket`'s. One thread alone still gets the whole burst and rate (the
+//! design, its guarantees and its costs on 64 cores:
+//! [`docs/sharded.md`](https://github.com/tollgate-rs/tollgate/blob/main/docs/sharded.md)).
 //!
 #![cfg_attr(feature = "std", doc = "```")]
 #![cfg_attr(not(feature = "std"), doc = "```ignore")]
@@ -294,7 +339,7 @@
 //! let clock = ManualClock::new();
 //! // ShardedBucket::new(quota) uses one shard per core; here 4 shards explicitly.
 //! let bucket = ShardedBucket::with_clock(Quota::per_second(8)?, 4, clock.clone());
-//! assert_eq!(bucket.try_acquire(8), Ok(())); // the whole burst, borrowed across shards
+//! assert_eq!(bucket.try_acquire(8), Ok(())); // the whole burst, from the central word
 //! assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(125))));
 //! clock.advance(Duration::from_secs(1));
 //! assert_eq!(bucket.available(), 8);

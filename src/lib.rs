@@ -11,14 +11,18 @@
 //!   opt-in [`CoarseClock`] (a cached reading, one load per decision).
 //! * [`Smooth`] — Guava's `SmoothRateLimiter` (bursty and warming up), to the microsecond.
 //! * [`gcra`] — the pure decision function the bucket applies, for your own storage.
+//! * [`MultiBucket`] — a policy of one to four quotas ([`Limits`]: "10 per second and 10,000
+//!   per day") that must all hold, decided and debited in one atomic step; [`Refusal`] names
+//!   the quota that refused; [`all_of`] and [`all_of2`] require several *different* limiters
+//!   (a tenant's and the global one), giving earlier tokens back when a later one refuses.
 //! * [`Snapshot`] — the tokens left and the time until full, from the same decision
 //!   (`try_acquire_snapshot` on every limiter): for `RateLimit` headers.
 //! * Waiting: [`Bucket::acquire`], [`Bucket::try_acquire_for`], [`Bucket::reserve`] →
 //!   [`Reservation`], and the async [`Bucket::until_ready`] → [`UntilReady`].
 //! * `KeyedLimiter` — one exact bucket per key (tenant, API key, IP) in a table of bounded size
 //!   that evicts only full buckets, with an async `until_key_ready` (feature `keyed`);
-//!   `ShardedBucket` — one global limit split
-//!   over per-core cache-padded shards (`std`).
+//!   `ShardedBucket` — one global limit on many cores: an exact central word and a lease of
+//!   its tokens per cache-padded per-core shard (`std`).
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
 //! arithmetic at the clock's integer-nanosecond reading (see [`Quota::is_exact`] for the one
@@ -47,6 +51,7 @@ extern crate alloc;
 extern crate std;
 
 mod bucket;
+mod chain;
 mod clock;
 mod error;
 pub mod gcra;
@@ -54,6 +59,7 @@ pub mod guide;
 #[cfg(feature = "keyed")]
 mod keyed;
 mod limits;
+mod multi;
 mod quota;
 mod recip;
 #[cfg(feature = "std")]
@@ -67,6 +73,7 @@ mod test_support;
 mod wait;
 
 pub use bucket::Bucket;
+pub use chain::{all_of, all_of2, GiveBack};
 #[cfg(all(feature = "std", not(tollgate_loom)))]
 pub use clock::CoarseClock;
 #[cfg(feature = "quanta")]
@@ -78,6 +85,7 @@ pub use error::{ConfigError, Denied};
 #[cfg(feature = "keyed")]
 pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder, UntilKeyReady};
 pub use limits::Limits;
+pub use multi::{MultiBucket, MultiReservation, Refusal, Snapshots};
 pub use quota::{Quota, HORIZON};
 #[cfg(feature = "std")]
 pub use sharded::ShardedBucket;

@@ -1,5 +1,6 @@
 //! ShardedBucket: exactly the burst on a frozen clock across shard counts and threads, one thread
-//! gets the whole burst and rate, the window bound, exact waits. ManualClock and fixed seeds.
+//! gets the whole burst and rate, the window bound, exact waits near the limit. ManualClock and
+//! fixed seeds (the lease protocol's own cases: `tests/sharded_lease.rs`).
 #![cfg(feature = "std")]
 
 use std::cell::Cell;
@@ -46,7 +47,7 @@ fn frozen_clock_gives_exactly_the_burst_across_shard_counts() {
             std::thread::scope(|s| {
                 for _ in 0..threads {
                     s.spawn(|| {
-                        // A cost-1 borrow is refused only once every shard has been seen empty.
+                        // Refused only once its lease and the central word are empty.
                         while bucket.try_acquire(1).is_ok() {
                             total.fetch_add(1, Ordering::Relaxed);
                         }
@@ -63,8 +64,11 @@ fn frozen_clock_gives_exactly_the_burst_across_shard_counts() {
     }
 }
 
+/// Four threads with random costs on a frozen clock: nothing is created and nothing lost
+/// (admitted + available is the burst), and what the main thread cannot take afterwards lies in
+/// the other shards' leases, which hold at most an eighth of the burst together.
 #[test]
-fn frozen_clock_mixed_costs_never_exceed_and_strand_nothing() {
+fn frozen_clock_mixed_costs_create_and_lose_nothing() {
     for shards in [2usize, 8, 64] {
         let quota = Quota::per_second(1_000).unwrap();
         let bucket = ShardedBucket::with_clock(quota, shards, ManualClock::new());
@@ -83,17 +87,19 @@ fn frozen_clock_mixed_costs_never_exceed_and_strand_nothing() {
                 });
             }
         });
-        // Whatever was refused is still there: admitted + available is the whole burst.
-        assert_eq!(
-            total.into_inner() + bucket.available(),
-            1_000,
-            "{shards} shards"
-        );
-        let rest = bucket.available();
-        if rest > 0 {
-            assert_eq!(bucket.try_acquire(rest), Ok(()));
+        let admitted = total.into_inner();
+        assert_eq!(admitted + bucket.available(), 1_000, "{shards} shards");
+        let mut more = 0;
+        while bucket.try_acquire(1).is_ok() {
+            more += 1;
         }
-        assert_eq!(bucket.available(), 0);
+        let leased = bucket.available();
+        assert_eq!(admitted + more + leased, 1_000, "{shards} shards");
+        assert!(
+            leased <= 1_000 / 8,
+            "{shards} shards: {leased} left in leases"
+        );
+        assert_eq!(bucket.stranded_tokens(), 0.0);
     }
 }
 
@@ -209,30 +215,67 @@ fn bad_input_is_refused_not_panicking() {
     assert!(bucket.try_acquire(1).is_err());
 }
 
-/// The wait is exact even when most shards are full (and so earn nothing): at `now + d - 1` the
-/// same request is still refused, at `now + d` admitted.
+/// Near the limit nothing is leased, so a refusal's wait is exact: at `now + d - 1` the same
+/// request is still refused, at `now + d` admitted, at 1,024 shards as at 2.
 #[test]
-fn retry_after_is_exact_when_only_some_shards_refill() {
-    let clock = ManualClock::new();
-    let bucket = ShardedBucket::with_clock(Quota::per_second(1024).unwrap(), 1024, clock.clone());
-    assert_eq!(bucket.shards(), 1024);
-    // Empty one shard only (thread's home shard), then ask for the whole burst.
-    bucket.try_acquire(1).unwrap();
-    let Err(Denied::RetryAfter(d)) = bucket.try_acquire(1024) else {
-        panic!("admitted more than the burst")
-    };
-    // One shard earns 1 token per 1024 s / 1024 = 1 s.
-    assert_eq!(d, Duration::from_secs(1));
-    let d = d.as_nanos() as u64;
-    clock.set(Duration::from_nanos(d - 1));
-    assert!(bucket.try_acquire(1024).is_err());
-    clock.set(Duration::from_nanos(d));
-    assert_eq!(bucket.try_acquire(1024), Ok(()));
+fn retry_after_is_exact_near_the_limit() {
+    for shards in [2usize, 1024] {
+        let clock = ManualClock::new();
+        let bucket =
+            ShardedBucket::with_clock(Quota::per_second(1024).unwrap(), shards, clock.clone());
+        assert_eq!(bucket.shards(), shards);
+        assert_eq!(bucket.try_acquire(1024), Ok(()));
+        let Err(Denied::RetryAfter(d)) = bucket.try_acquire(3) else {
+            panic!("admitted more than the burst")
+        };
+        // 3 tokens at 1024/s: ⌈3 × 10^9 / 1024⌉ ns.
+        assert_eq!(d, Duration::from_nanos(2_929_688), "{shards} shards");
+        let d = d.as_nanos() as u64;
+        clock.set(Duration::from_nanos(d - 1));
+        assert!(bucket.try_acquire(3).is_err());
+        clock.set(Duration::from_nanos(d));
+        assert_eq!(bucket.try_acquire(3), Ok(()));
+        assert!(bucket.try_acquire(1).is_err());
+    }
 }
 
-/// Issue 9: one greedy thread on a drained 64-shard bucket at 5 M tokens/s gets the whole rate
-/// (a single `Bucket` on the same clock is the reference): refusals answered by the pool's hint
-/// strand nothing, and a borrow collects fractions from every shard.
+/// Near the limit the sharded bucket decides exactly as one `Bucket` does, waits included: one
+/// thread drains it and then asks for 1 to 3 tokens at random readings a few tokens' time apart,
+/// never leaving enough in the central word for a lease.
+#[test]
+fn near_the_limit_it_decides_as_one_bucket() {
+    for shards in [2usize, 8, 64] {
+        let clock = ManualClock::new();
+        let quota = Quota::per_second(1_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, shards, clock.clone());
+        let reference = Bucket::with_clock(quota, clock.clone());
+        assert_eq!(bucket.try_acquire(1_000), Ok(()));
+        assert_eq!(reference.try_acquire(1_000), Ok(()));
+        let mut rng = Rng(shards as u64);
+        let mut admitted = 0;
+        for _ in 0..5_000 {
+            clock.advance(Duration::from_micros(rng.below(5_000)));
+            loop {
+                let cost = 1 + rng.below(3);
+                let (got, want) = (bucket.try_acquire(cost), reference.try_acquire(cost));
+                assert_eq!(
+                    got,
+                    want,
+                    "{shards} shards at {} ns, cost {cost}",
+                    clock.now()
+                );
+                if got.is_err() {
+                    break;
+                }
+                admitted += cost;
+            }
+        }
+        assert!(admitted > 10_000, "{admitted}");
+    }
+}
+
+/// One greedy thread on a drained 64-shard bucket at 5 M tokens/s gets the whole rate (a single
+/// `Bucket` on the same clock is the reference), and every wait is exact.
 #[test]
 fn a_greedy_thread_gets_the_rate_at_64_shards_and_5m_per_s() {
     let clock = ManualClock::new();
@@ -275,17 +318,17 @@ fn a_greedy_thread_gets_the_rate_at_64_shards_and_5m_per_s() {
     assert_eq!(bucket.stranded_tokens(), 0.0);
 }
 
-/// A cost-1 refusal while the pool is dry is answered from the hint, and the answer is the
-/// exact wait for every reading before it, stale ones included (`Stall::Reading`).
+/// A refusal on a drained bucket is the exact wait for every reading before the next token,
+/// stale ones included (`Stall::Reading`).
 #[test]
-fn hint_refusals_are_exact_for_stale_readings_too() {
+fn refusals_are_exact_for_stale_readings_too() {
     for shards in [2usize, 64, 1024] {
         let clock = StallClock::new(ManualClock::new());
         let quota = Quota::per_second(1024).unwrap();
         let bucket = ShardedBucket::with_clock(quota, shards, clock.clone());
         clock.inner().set(Duration::from_secs(10));
         assert_eq!(bucket.try_acquire(1024), Ok(()));
-        // A refusal at 10 s reads every shard and publishes "dry until 10 s + 1/1024 s".
+        // The next token at 10 s + 1/1024 s.
         let first = bucket.try_acquire(1);
         let tick = 1_000_000_000u64.div_ceil(1024);
         assert_eq!(first, Err(Denied::RetryAfter(Duration::from_nanos(tick))));
@@ -309,19 +352,15 @@ fn hint_refusals_are_exact_for_stale_readings_too() {
     }
 }
 
-/// With both hints published, a reading older than both gets the wait to the later one: the
-/// instant the pool next holds a token as the last publisher found it (review of issue 9: the
-/// served borrows' hint alone answered 100 ms here, where the pool held nothing for 1.1 s).
+/// Readings older than the last decision's get the wait to the same instant, the next token as
+/// the central word holds it.
 #[test]
-fn a_stale_reading_waits_for_the_later_hint() {
+fn a_stale_reading_waits_for_the_same_instant() {
     let clock = StallClock::new(ManualClock::new());
     let bucket = ShardedBucket::with_clock(Quota::per_second(2).unwrap(), 2, clock.clone());
     let ms = Duration::from_millis;
-    // A borrow that empties both shards: served borrows' hint "dry until 0.5 s".
     assert_eq!(bucket.try_acquire(2), Ok(()));
     clock.inner().set(ms(1_000));
-    // Two tokens at 1 s, the second from the other shard alone (a borrow that publishes
-    // nothing); the refusal after them reads both shards: "dry until 1.5 s".
     assert_eq!(bucket.try_acquire(1), Ok(()));
     assert_eq!(bucket.try_acquire(1), Ok(()));
     assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(ms(500))));
@@ -337,37 +376,38 @@ fn a_stale_reading_waits_for_the_later_hint() {
     assert_eq!(bucket.try_acquire(1), Ok(()));
 }
 
-/// A borrow that fails alone gives everything back, even at a stale reading: the tokens it
-/// took from the shards that could pay are all there afterwards.
+/// One thread pools its shard's lease with the central word: after a small decision took a
+/// lease, a cost that neither holds alone is paid from both, and the rest of the burst comes out
+/// to the token; at a stale reading that pooling is refused and loses nothing.
 #[test]
-fn a_lone_failed_borrow_gives_back_everything() {
+fn one_thread_pools_its_lease_with_the_central_word() {
     let clock = StallClock::new(ManualClock::new());
-    let quota = Quota::per_second(8).unwrap();
-    let bucket = ShardedBucket::with_clock(quota, 4, clock.clone());
+    let quota = Quota::per_second(1_000).unwrap();
+    let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
     clock.inner().set(Duration::from_secs(5));
-    assert_eq!(bucket.try_acquire(5), Ok(()));
-    assert_eq!(bucket.available(), 3);
-    // At 5 s the pool holds 3 (one shard full, one with 1 of 2, two empty); ask for 4: takes
-    // 3, fails, gives back. The full shard earns nothing, the other three 2/s each: 1/6 s.
+    // Takes 1 and a lease of ⌊999 / 16⌋ = 62 tokens.
+    assert_eq!(bucket.try_acquire(1), Ok(()));
+    assert_eq!(bucket.available(), 999);
+    // A reading 1 s older than the lease: the lease's tokens lie more than a burst ahead of it.
+    arm([Stall::Reading(4_000_000_000)]);
+    assert!(bucket.try_acquire(990).is_err());
+    assert_eq!(bucket.available(), 999);
+    // 62 from the lease, 928 from the central word.
+    assert_eq!(bucket.try_acquire(990), Ok(()));
+    assert_eq!(bucket.available(), 9);
+    assert_eq!(bucket.try_acquire(9), Ok(()));
     assert_eq!(
-        bucket.try_acquire(4),
-        Err(Denied::RetryAfter(Duration::from_nanos(166_666_667)))
+        bucket.try_acquire(1),
+        Err(Denied::RetryAfter(Duration::from_millis(1)))
     );
-    assert_eq!(bucket.available(), 3);
-    // The same at a stale reading (4.9 s): the shards were full then, but the words hold the
-    // takes of 5 s, so less is there; what a failed borrow takes, it gives back.
-    arm([Stall::Reading(4_900_000_000)]);
-    assert!(bucket.try_acquire(4).is_err());
-    assert_eq!(bucket.available(), 3);
-    assert_eq!(bucket.try_acquire(3), Ok(()));
     assert_eq!(bucket.stranded_tokens(), 0.0);
 }
 
-/// Issue 8: real threads, random stalls between the clock reading and the compare-and-swap
-/// (`StallClock::random` on the real clock), costs from 1 to beyond a shard's burst so that
-/// borrows, failed borrows and give-backs race; every admission is recorded with the reading
-/// its decision used and every window is checked against burst + rate·Δ. Also reports how much
-/// failed borrows stranded (capacity lost, never extra).
+/// Real threads, random stalls between the clock reading and the compare-and-swap
+/// (`StallClock::random` on the real clock), costs from 1 to 24 so that spends, lease
+/// replacements, pooled decisions and refusals race; every admission is recorded with the
+/// reading its decision used and every window is checked against burst + rate·Δ. Also reports
+/// what replaced leases lost (capacity lost, never extra).
 #[test]
 fn random_stalls_never_break_any_window() {
     for (shards, seed) in [(2usize, 1u64), (8, 2), (64, 3)] {
@@ -411,12 +451,12 @@ fn random_stalls_never_break_any_window() {
     }
 }
 
-/// Issue 9: the hint a served borrow stores (a plain store, no CAS) is the exact wait for every
-/// reading before it, stale ones included; and a borrower stalled between its reading and its
-/// decision while another thread drains the pool at later readings is refused with the exact
-/// wait for its own reading and admits nothing the window does not allow.
+/// On a drained bucket the wait is exact for every reading before the next token, stale ones
+/// included; and a thread stalled between its reading and its decision while another drains the
+/// bucket at later readings is refused with the exact wait for its own reading and admits
+/// nothing the window does not allow.
 #[test]
-fn served_borrow_hints_are_exact_for_stale_readings_and_stalled_borrowers() {
+fn waits_are_exact_for_stale_readings_and_stalled_deciders() {
     let tick = 1_000_000_000u64.div_ceil(1024);
     let t0 = 10_000_000_000u64;
     for shards in [2usize, 4, 64] {
@@ -425,8 +465,7 @@ fn served_borrow_hints_are_exact_for_stale_readings_and_stalled_borrowers() {
         let bucket = ShardedBucket::with_clock(quota, shards, clock.clone());
         clock.inner().set(Duration::from_nanos(t0));
         assert_eq!(bucket.try_acquire(1024), Ok(()));
-        // One token, spread over every shard: a borrow collects it from all of them and stores
-        // when the pool next holds one.
+        // One token refilled, taken: the next one is a tick later.
         clock.inner().set(Duration::from_nanos(t0 + tick));
         assert_eq!(bucket.try_acquire(1), Ok(()), "{shards} shards");
         let wait = |r: Result<(), Denied>| match r {
@@ -448,7 +487,7 @@ fn served_borrow_hints_are_exact_for_stale_readings_and_stalled_borrowers() {
                 "{shards} shards, at {t}"
             );
         }
-        // A borrower reads `next` (one token there), stalls; meanwhile this thread takes
+        // A decider reads `next` (one token there), stalls; meanwhile this thread takes
         // everything there is two ticks later.
         clock.inner().set(Duration::from_nanos(next));
         let gate = Gate::new();
@@ -467,7 +506,7 @@ fn served_borrow_hints_are_exact_for_stale_readings_and_stalled_borrowers() {
             }
             let ready = later + wait(bucket.try_acquire(1));
             gate.open();
-            // The stalled borrower finds the words of later readings: refused, with the wait
+            // The stalled decider finds the word of later readings: refused, with the wait
             // from its own reading to the same instant.
             assert_eq!(
                 wait(stalled.join().unwrap()),
@@ -491,9 +530,9 @@ fn served_borrow_hints_are_exact_for_stale_readings_and_stalled_borrowers() {
     }
 }
 
-/// A cost whose units exceed 64 bits in the shards' scale (a huge burst: each shard's burst
-/// fits its own range, their sum need not) is pooled exactly, never wrapped: the whole burst
-/// in one request and in two, then the exact wait, at 2 and 1,024 shards.
+/// A huge burst (2^40 and 2^33 tokens) comes out exactly, never wrapped: the whole burst in one
+/// request and in two (the second pooling a lease with the central word), then the exact wait,
+/// at 2 and 1,024 shards.
 #[test]
 fn costs_beyond_64_bits_of_units_pool_exactly() {
     let cases = [

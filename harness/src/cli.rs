@@ -322,7 +322,7 @@ fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
     );
 
     let body = match args.format {
-        Format::Table => report.to_table(),
+        Format::Table => format!("{}{}\n", report.to_table(), crate::machine::describe()),
         Format::Csv => report.to_csv(),
         Format::Json => report.to_json() + "\n",
     };

@@ -16,6 +16,7 @@
 //! * [`Report`] — the table, CSV, JSON and SVG outputs; [`Report::violations`] are the cells
 //!   where a strategy admitted more than `burst + rate × elapsed`.
 //! * [`cli`] — the `tollgate-bench compare` command line, reusable with your own strategies.
+//! * [`machine`] — the CPU model and load printed with the table.
 //! * [`strategies::redis`] — `redis`, `redis-lease` and the plain Lua baseline (`--redis URL`).
 //!
 //! ```
@@ -33,6 +34,7 @@ pub mod cell;
 pub mod cli;
 pub mod compare;
 mod error;
+pub mod machine;
 pub mod plan;
 pub mod report;
 pub mod rng;

@@ -239,7 +239,12 @@ pub(crate) fn run_round(
     let touched_keys = touched.iter().filter(|&&t| t).count() as u128;
     let elapsed_ns = end_ns.saturating_sub(start_ns);
     let refill = (u128::from(spec.rate) * u128::from(elapsed_ns)).div_ceil(1_000_000_000);
-    let bound = touched_keys * (u128::from(spec.burst) + refill);
+    let mut bound = touched_keys * (u128::from(spec.burst) + refill);
+    // A policy's admissions hold every quota: each quota's bound holds, the tightest reported.
+    for q in limiter.extra_quotas() {
+        let refill = (u128::from(q.tokens()) * u128::from(elapsed_ns)).div_ceil(q.per().as_nanos());
+        bound = bound.min(touched_keys * (u128::from(q.burst()) + refill));
+    }
     let threads = outs.len().max(1);
     Ok(Measured {
         round: Round {

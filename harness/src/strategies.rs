@@ -11,6 +11,9 @@
 //! | `cas-coarse` | tollgate | [`tollgate::Bucket`] on a [`tollgate::CoarseClock`] (a cached reading of the cell's clock, refreshed every millisecond) ([`CasCoarse`]) |
 //! | `sharded` | tollgate | `tollgate::ShardedBucket` |
 //! | `keyed` | tollgate | `tollgate::KeyedLimiter<u64>`, keys drawn from `--keys` |
+//! | `multi` | tollgate | `tollgate::MultiBucket`: two quotas (the cell's, and half its rate with twice its burst) in one 128-bit CAS; the bound checked per quota |
+//! | `multi-chain` | tollgate | the same two quotas in two `tollgate::Bucket`s: reserve on the first, try the second, cancel the first on refusal |
+//! | `multi-mutex` | tollgate | the same two quotas' states under one `std::sync::Mutex` |
 //! | `governor` | peer | `governor::DefaultDirectRateLimiter` (feature `peers`) |
 //! | `governor-keyed` | peer | `governor::DefaultKeyedRateLimiter<u64>` (DashMap), keys from `--keys` (feature `peers`) |
 //!
@@ -27,6 +30,7 @@
 mod coarse;
 mod limiter;
 mod locks;
+mod multi;
 #[cfg(feature = "peers")]
 mod peers;
 pub mod redis;
@@ -35,6 +39,7 @@ mod tollgate_types;
 pub use coarse::CasCoarse;
 pub use limiter::{Kind, RateLimiter, Setup, Strategy};
 pub use locks::{CasBackoff, ParkingLotMutex, SpinLock, StdMutex};
+pub use multi::second_quota;
 pub use tollgate_types::Cas;
 
 use tollgate::Denied;
@@ -86,6 +91,9 @@ pub fn builtins() -> Vec<Strategy> {
         coarse::cas_coarse(),
         tollgate_types::sharded(),
         tollgate_types::keyed(),
+        multi::multi(),
+        multi::multi_chain(),
+        multi::multi_mutex(),
         #[cfg(feature = "peers")]
         peers::governor(),
         #[cfg(feature = "peers")]

@@ -379,4 +379,6 @@ fn table_has_one_row_per_cell_and_the_ratio_to_std_mutex() {
         .filter(|r| r.starts_with("std-mutex"))
         .all(|r| r.ends_with("1.00x")));
     assert!(table.starts_with("strategy") && table.contains("vs std-mutex"));
+    // The machine it ran on, with the table.
+    assert!(table.lines().any(|l| l.starts_with("machine: ")), "{table}");
 }

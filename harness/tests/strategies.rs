@@ -138,6 +138,45 @@ fn a_custom_strategy_over_its_bound_is_caught_through_the_library() {
     assert!(report.violation_messages()[0].starts_with("ignores-refusals admitted"));
 }
 
+/// A policy strategy is checked against every quota it declares: one that keeps its first
+/// quota but declares a second it ignores is caught, and the three built-in policy strategies
+/// keep both quotas' bounds in every regime.
+#[test]
+fn policy_strategies_are_checked_per_quota() {
+    /// Admits by the cell's quota alone, but declares a second quota of one token an hour.
+    struct IgnoresSecond(Bucket);
+    impl RateLimiter for IgnoresSecond {
+        fn try_acquire(&self, cost: u64) -> Result<(), tollgate::Denied> {
+            self.0.try_acquire(cost)
+        }
+        fn name(&self) -> &str {
+            "ignores-second"
+        }
+        fn extra_quotas(&self) -> Vec<Quota> {
+            vec![Quota::new(1, Duration::from_secs(3600), 1).unwrap()]
+        }
+    }
+    let broken = Strategy::new("ignores-second", Kind::Custom, |s| {
+        Ok(Box::new(IgnoresSecond(Bucket::with_clock(s.quota, s.clock))) as Box<dyn RateLimiter>)
+    });
+    let plan = Plan::new(vec![1, 2], Regime::ALL.to_vec(), Duration::from_millis(5));
+    let mut all: Vec<Strategy> = ["multi", "multi-chain", "multi-mutex"]
+        .iter()
+        .map(|n| strategies::by_name(n).unwrap())
+        .collect();
+    all.push(broken);
+    let report = compare(&all, &plan, |_, _, _| {}).unwrap();
+    let bad: Vec<_> = report
+        .violations()
+        .iter()
+        .map(|c| c.strategy.clone())
+        .collect();
+    assert!(
+        !bad.is_empty() && bad.iter().all(|s| s == "ignores-second"),
+        "{bad:?}"
+    );
+}
+
 /// A strategy that logs its name each time it is built (a fresh limiter: one per round, and
 /// one per regime when the plan is checked) and then behaves as `cas`.
 fn logged(name: &'static str, log: &Arc<Mutex<Vec<&'static str>>>) -> Strategy {

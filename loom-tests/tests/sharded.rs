@@ -1,15 +1,16 @@
-//! loom models of the sharded bucket: a shard borrowing from another while its owner admits.
+//! loom models of the sharded bucket's central word: decisions of two shards racing on it, with a
+//! clock that moves and with stale readings (the leases' own models: `sharded_lease.rs`).
 #![cfg(tollgate_loom)]
 
 use loom::thread;
 use std::time::Duration;
 use tollgate::{ManualClock, Quota, ShardedBucket};
 
-/// Two shards of one token each, a frozen clock: one thread takes 2 (its own shard cannot pay, so
-/// it borrows the other's token), the other thread takes 1 from its own shard at the same time.
-/// Nothing is created, nothing is stranded: admitted + available is exactly the burst.
+/// Quota 2/s on two shards (too small for a lease: every decision is the central word's), a
+/// frozen clock: one thread takes 2, the other 1 at the same time. Nothing is created, nothing
+/// lost: admitted + available is exactly the burst.
 #[test]
-fn borrowing_while_the_owner_admits() {
+fn two_shards_race_on_the_central_word() {
     loom::model(|| {
         let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(
             Quota::per_second(2).unwrap(),
@@ -23,25 +24,23 @@ fn borrowing_while_the_owner_admits() {
         let admitted = t.join().unwrap() + u.join().unwrap();
         assert!(admitted == 1 || admitted == 2, "admitted {admitted}");
         assert_eq!(admitted + bucket.available(), 2);
-        // Whatever the refusals published as the pool's "dry until" hint, it never refuses a
-        // token that is there once the races are over.
+        // A refusal never leaves a token refused once the races are over.
         if admitted == 1 {
             assert_eq!(bucket.try_acquire(1), Ok(()));
         }
     });
 }
 
-/// Quota 2/s on `clock`, split into two shards of one token each (1 token/s), both full.
+/// Quota 2/s on `clock`, two shards, full.
 fn two_shards_of_one(clock: &ManualClock) -> loom::sync::Arc<ShardedBucket<ManualClock>> {
     let quota = Quota::per_second(2).unwrap();
     loom::sync::Arc::new(ShardedBucket::with_clock(quota, 2, clock.clone()))
 }
 
-/// The same race with the clock moving by half a second meanwhile (both shards start full, so
-/// the borrow of 2 can fail after taking one shard's token and must give it back): a failed borrow
-/// gives back no more than it took, so the total never exceeds burst + what the clock can earn.
+/// The same race with the clock moving by half a second meanwhile: the total never exceeds
+/// burst + what the clock can earn.
 #[test]
-fn giving_back_while_the_clock_moves_creates_nothing() {
+fn the_race_while_the_clock_moves_creates_nothing() {
     loom::model(|| {
         let clock = ManualClock::new();
         let bucket = two_shards_of_one(&clock);
@@ -72,18 +71,14 @@ impl tollgate::Clock for ThreadClock {
     }
 }
 
-/// Issue 8, defect 6: a failed borrow's give-back racing a decision at a later reading.
+/// A decision at a stale reading racing decisions at a later one on the central word.
 ///
-/// Quota 2/s, burst 4: two shards of 1 token/s, burst 2 each, both full. `B` reads 0 (stale) and
-/// asks for 3: it takes both tokens of one shard, then can fail on the other (drained by `O`
-/// meanwhile) and give its take back. `O` reads 2 s, when a shard emptied at 0 is exactly full
-/// again: it takes 2, then 1. If `O`'s second take lands on the shard `B` emptied, between `B`'s
-/// take and its give-back, the word cannot tell `O`'s debit from a refill cap; a give-back that
-/// restores anything then leaves more than the burst at 2 s. In every interleaving the tokens
-/// admitted at the instant 2 s plus those still available then stay within the burst, and
-/// everything admitted within [0, 2 s] within burst + 2 s of rate.
+/// Quota 2/s, burst 4, two shards (no leases at this size), full. `B` reads 0 (stale) and asks
+/// for 3; `O` reads 2 s and takes 2, then 1. In every interleaving the tokens admitted at the
+/// instant 2 s plus those still available then stay within the burst, and everything admitted
+/// within [0, 2 s] within burst + 2 s of rate.
 #[test]
-fn give_back_after_a_later_reading_decision_creates_nothing() {
+fn a_stale_decision_racing_a_later_one_creates_nothing() {
     loom::model(|| {
         let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(
             Quota::new(2, Duration::from_secs(1), 4).unwrap(),
@@ -124,17 +119,13 @@ fn give_back_after_a_later_reading_decision_creates_nothing() {
     });
 }
 
-/// Issue 9: a served borrow publishes its hint with a plain store (`taken_until`, no CAS) while
-/// another borrow fails, gives back and republishes the versioned hint, and the clock moves.
+/// Two one-token decisions on different shards of a drained bucket while the clock moves.
 ///
-/// Quota 2/s, burst 2: two shards of 1 token/s, burst 1 each, drained at 0. At 0.5 s each holds
-/// half a token, so a one-token request collects both halves and publishes when the pool next
-/// holds a token from the words its takes left. Two such requests, on different shards, race
-/// while the clock moves on to 0.75 s (1.5 tokens earned since the drain): at most one is
-/// admitted, nothing is created, and once the races are over a token the pool holds is refused
-/// by neither hint.
+/// Quota 2/s, burst 2, drained at 0. At 0.5 s one token is there; two requests race while the
+/// clock moves on to 0.75 s (1.5 tokens earned since the drain): at most one is admitted,
+/// nothing is created, and once the races are over a token the bucket holds is not refused.
 #[test]
-fn served_borrow_hint_stored_while_another_gives_back() {
+fn two_decisions_on_a_drained_bucket_while_the_clock_moves() {
     loom::model(|| {
         let clock = ManualClock::new();
         let bucket = two_shards_of_one(&clock);
@@ -150,7 +141,7 @@ fn served_borrow_hint_stored_while_another_gives_back() {
         assert!(admitted <= 1, "admitted {admitted}");
         assert!(admitted + left <= 1, "{admitted} admitted and {left} left");
         if left >= 1 {
-            assert_eq!(bucket.try_acquire(1), Ok(()), "a hint refused a token");
+            assert_eq!(bucket.try_acquire(1), Ok(()), "a token refused");
         }
     });
 }

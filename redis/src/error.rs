@@ -38,6 +38,19 @@ pub enum Error {
     /// The server answered with an error (busy, out of memory, a script error, a key of
     /// another type under this limiter's prefix, …) or the connection broke mid-request.
     Server(Source),
+    /// The value stored under `key` (the Redis key, prefix included) is not a state this crate's
+    /// script wrote: another program's value under the prefix, a hash or a list, numbers out of
+    /// range, a state dated beyond the quota's horizon from the server's time. Nothing was
+    /// decided or written. A per-key fault, not an outage:
+    /// [`try_acquire`](crate::RedisLimiter::try_acquire) refuses that key with
+    /// [`MALFORMED_RETRY`](crate::MALFORMED_RETRY) and applies no policy; other keys are
+    /// unaffected. An operator deletes the key (`DEL key`), which gives it a full bucket.
+    Malformed {
+        /// The Redis key.
+        key: String,
+        /// What the script found.
+        reason: String,
+    },
     /// The server's reply did not have the expected shape or disagreed with `tollgate::gcra`
     /// (a bug, or a key written by something else): nothing was decided.
     Reply(String),
@@ -45,7 +58,7 @@ pub enum Error {
 
 impl Error {
     /// Whether the error came from the backend at decision time (everything but a bad URL or
-    /// configuration): the cases where [`try_acquire`](crate::RedisLimiter::try_acquire) applies
+    /// configuration, or a malformed value under one key): the cases where [`try_acquire`](crate::RedisLimiter::try_acquire) applies
     /// the [`OnUnavailable`](crate::OnUnavailable) policy.
     ///
     /// ```
@@ -53,7 +66,10 @@ impl Error {
     /// assert!(!tollgate_redis::Error::Config("x".into()).is_unavailable());
     /// ```
     pub fn is_unavailable(&self) -> bool {
-        !matches!(self, Error::Url(_) | Error::Config(_))
+        !matches!(
+            self,
+            Error::Url(_) | Error::Config(_) | Error::Malformed { .. }
+        )
     }
 
     pub(crate) fn from_redis(e: redis::RedisError) -> Error {
@@ -82,6 +98,11 @@ impl fmt::Display for Error {
             ),
             Error::Overloaded => f.write_str("too many decisions are waiting for Redis"),
             Error::Server(e) => write!(f, "Redis replied with an error: {e}"),
+            Error::Malformed { key, reason } => write!(
+                f,
+                "the Redis key {key:?} holds a value that is not a tollgate state ({reason}); \
+                 delete it (DEL) to give the key a full bucket"
+            ),
             Error::Reply(m) => write!(f, "unexpected reply from the rate-limit script: {m}"),
         }
     }

@@ -11,27 +11,44 @@
 --   (tag = "a.b.scale.burst_units") is converted as tollgate::gcra::rescale does (see
 --   `convert` below), and the reply's third field is then the converted state, in this
 --   quota's tag and relative to the current base.
+--   A policy of several quotas (mode 'multi') keeps one triple per quota in the key, in the
+--   policy's order, separated by spaces: "<tag1> <n1> <z1> <tag2> <n2> <z2> ...". It admits
+--   only if every quota holds the cost, and then writes every quota's new state at once.
 -- KEYS[1]: the bucket. ARGV: mode ('acquire' | 'lease' | 'echo'), tag, a, b, burst units,
 -- scale, cost (tokens), lease maximum (tokens), origin (us), test time (us, '' = TIME).
+-- Mode 'multi': ARGV = 'multi', N, cost, origin, test time, then per quota: tag, a, b, burst
+-- units, scale.
 local mode = ARGV[1]
-local function fmt(x) return string.format('%.0f', x) end
+-- Integers below 2^53 formatted exactly (never tostring, whose %.14g rounds).
+local sf = string.format
 if mode == 'echo' then
   local out = {}
-  for i = 3, #ARGV do out[#out + 1] = fmt(tonumber(ARGV[i])) end
+  for i = 3, #ARGV do out[#out + 1] = sf('%.0f', tonumber(ARGV[i])) end
   return out
 end
-local tag = ARGV[2]
-local a = tonumber(ARGV[3])
-local b = tonumber(ARGV[4])
-local bu = tonumber(ARGV[5])
-local scale = tonumber(ARGV[6])
-local cost = tonumber(ARGV[7])
-local lmax = tonumber(ARGV[8])
-local origin = tonumber(ARGV[9])
-local fixed = ARGV[10] ~= ''
+-- The quota being decided: the one quota, or each of a policy's in turn (the functions below
+-- read these as upvalues).
+local tag, a, b, bu, scale, cost, lmax, origin, testnow
+local multi = mode == 'multi'
+if multi then
+  cost = tonumber(ARGV[3])
+  origin = tonumber(ARGV[4])
+  testnow = ARGV[5]
+else
+  tag = ARGV[2]
+  a = tonumber(ARGV[3])
+  b = tonumber(ARGV[4])
+  bu = tonumber(ARGV[5])
+  scale = tonumber(ARGV[6])
+  cost = tonumber(ARGV[7])
+  lmax = tonumber(ARGV[8])
+  origin = tonumber(ARGV[9])
+  testnow = ARGV[10]
+end
+local fixed = testnow ~= ''
 local now
 if fixed then
-  now = tonumber(ARGV[10])
+  now = tonumber(testnow)
 else
   local tm = redis.call('TIME')
   now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
@@ -40,176 +57,328 @@ local t = now - origin
 if t < 0 or t >= 9007199254740992 then
   return redis.error_reply('tollgate: server clock outside 2020..2255')
 end
--- floor(x / y) for exact integers x, y < 2^53 (the division may round; correct it).
-local function fdiv(x, y)
-  local q = math.floor(x / y)
-  local m = x - q * y
-  if m < 0 then q = q - 1 elseif m >= y then q = q + 1 end
-  return q
-end
-local n = fdiv(t, b)
-local r = t - n * b
-local ra = r * a
-local ef = fdiv(ra, b)
-local ec = ef
-if ef * b < ra then ec = ef + 1 end
+-- The current quota's base at t (see the header). One quota's is computed inline below; a
+-- policy's, quota by quota, by `base_at`.
+local n, r, ef, ec
+-- The farthest the server's clock may step back (a failover to a host whose clock is behind)
+-- before a stored state reads as dated beyond the quota's horizon, i.e. malformed: one day.
+local STEP_BACK = 86400000000
 local P51 = 2251799813685248
 local P52 = 4503599627370496
 local P53 = 9007199254740992
 -- A debt beyond any state (the clock stepped back by weeks): "never". The client reads n * a +
 -- 2^63 as tollgate's largest state, which the model refuses until past the horizon.
 local NEVER = 9223372036854775808
--- An upper bound, as an integer, on a positive real X whose double v was computed from exact
--- non-negative integers by at most three correctly rounded operations (+, *, /; no
--- subtraction): v >= X (1 - 2^-53)^3, so the rounded v (1 + 2^-48) >= X (1 - 2^-53)^4
--- (1 + 2^-48) > X, and its ceiling is an integer >= ceil(X), above it by at most about
--- 2^-47 X + 1 (a debt above 2^52 units: its wait is at most 2^-47 of itself longer). Capped
--- at NEVER. Doubles at or above 2^53 are integers, printed exactly by '%.0f'.
-local function bound_up(v)
-  return math.min(NEVER, math.ceil(v * (1 + 2 ^ -48)))
-end
--- ceil(x / y) for exact integers x >= 0, y >= 1 with x < 2^53.
-local function cdiv(x, y)
-  local q = fdiv(x, y)
-  if q * y < x then q = q + 1 end
-  return q
-end
--- floor(x * p / q) (up = false) or ceil (up = true) for exact integers 0 <= x < q, 1 <= p, q <=
--- 2^51: the result is below p. Exact when x * p < 2^53 (then the product is exact: a product of
--- integers below 2^53 rounds to a double >= 2^53 otherwise, so the test is exact too).
--- Otherwise bounded: the real value v = x * p / q < p <= 2^51, and the double v' =
--- fl(fl(x * p) / q) = v (1 + e1)(1 + e2) with |e1|, |e2| <= 2^-53, so |v' - v| < 2^51 * 2^-52
--- (1 + 2^-54) < 1: floor(v' - 1) <= v, so it is at most floor(v) (and at least floor(v) - 2),
--- and ceil(v' + 1) >= v, so it is at least ceil(v) (and at most ceil(v) + 2). v' - 1 and
--- v' + 1 are exact: v' < 2^52, where doubles are spaced at most 1/2 apart.
-local function mulfrac(x, p, q, up)
-  local xp = x * p
-  if xp < P53 then
-    if up then return cdiv(xp, q) end
-    return fdiv(xp, q)
-  end
-  local v = xp / q
-  if up then return math.ceil(v + 1) end
-  return math.max(0, math.floor(v - 1))
-end
--- Converts `u` units of a bucket with scale `s1` into units of this quota (scale `scale`),
--- rounded toward fewer tokens: down for a balance (up = false; the result is capped at `bu`),
--- up for a debt (up = true; nil when the result would reach 2^52, for the caller to bound).
--- 0 <= u < 2^53. Whole tokens convert exactly, the fraction of a token by `mulfrac`; equal
--- scales are exact.
-local function rescale_units(u, s1, up)
-  if s1 == scale then
-    if not up then return math.min(u, bu) end
-    return u
-  end
-  local q = fdiv(u, s1)
-  local rem = u - q * s1
-  if not up and q >= bu / scale then return bu end
-  -- q * scale: below bu <= 2^51 for a balance; for a debt exact below 2^52 (a product at or
-  -- above 2^52 rounds to a double >= 2^52).
-  local whole = q * scale
-  if whole >= P52 then return nil end
-  local v = whole + mulfrac(rem, scale, s1, up)
-  if not up then return math.min(v, bu) end
-  return v
-end
--- A decimal integer below 2^53 (larger strings round to a double >= 2^53, so the test is
--- exact), or nil.
-local function int53(s)
-  local x = tonumber(s)
-  if x and x < P53 then return x end
-  return nil
-end
--- The state "<ptag> <sn> <sz>" written under another quota, as tollgate::gcra::rescale(state,
--- now, old, this quota) relative to this quota's current base n: nil if the value is not a
--- state the script can have written. Every step rounds toward fewer tokens (a larger state).
-local function convert(ptag, sn, sz)
-  local sa, sb, ss, sbu = string.match(ptag, '^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
-  if not sa then return nil end
-  local a1, b1, s1, bu1 = int53(sa), int53(sb), int53(ss), int53(sbu)
-  local n1, z1 = int53(sn), int53(sz)
-  if not (a1 and b1 and s1 and bu1 and n1 and z1) then return nil end
-  if a1 < 1 or b1 < 1 or s1 < 1 or a1 > P51 or bu1 > P51 then return nil end
-  -- (a1 + 1) * b1 <= 2^53, as a1 * b1 < 2^53 (exact by the rounding argument of `int53`) and
-  -- b1 <= 2^53 - a1 * b1 (exact).
-  local ab = a1 * b1
-  if ab >= P53 or b1 > P53 - ab then return nil end
-  -- burst_units + 2 a1 <= 2^51 (all exact: below 3 * 2^51); burst_units a positive multiple of
-  -- the scale; the base a time below 2^53 us; z within what the script writes.
-  if bu1 + 2 * a1 > P51 or bu1 < s1 or fdiv(bu1, s1) * s1 ~= bu1 then return nil end
-  if n1 * b1 >= P53 or z1 > a1 + bu1 then return nil end
-  -- The old quota at t: its base n1t, units earned since (floor), and the stored state w
-  -- relative to n1t: z1 - (n1t - n1) * a1.
-  local n1t = fdiv(t, b1)
-  local r1 = t - n1t * b1
-  local ef1 = fdiv(r1 * a1, b1)
-  local d = n1t - n1
-  local w
-  if d >= 0 then
-    -- d * a1 > z1: the state is below the base, a full bucket (the product is not needed).
-    if d > fdiv(z1, a1) then w = -1 else w = z1 - d * a1 end
+if not multi then
+  -- n = floor(t / b) and ef = floor(r a / b), ec = ceil(r a / b), exactly (see `fdiv`).
+  if b == 1 then
+    n, r, ef, ec = t, 0, 0, 0
   else
-    -- The clock stepped back past the writer's base: the state lies d periods ahead.
-    local da = -d * a1
-    if da >= P52 then return NEVER end
-    w = z1 + da
+    n = math.floor(t / b)
+    local m = t - n * b
+    if m < 0 then n = n - 1 elseif m >= b then n = n + 1 end
+    r = t - n * b
+    local ra = r * a
+    ef = math.floor(ra / b)
+    m = ra - ef * b
+    if m < 0 then ef = ef - 1 elseif m >= b then ef = ef + 1 end
+    ec = ef
+    if ef * b < ra then ec = ef + 1 end
   end
-  -- The old balance at t, in old units: ef1 + bu1 - w, capped at bu1 (a full bucket).
-  if w <= ef1 then w = ef1 end
-  local b1units = ef1 + bu1 - w
-  if b1units >= 0 then
-    -- Carried over in units (fractions of a token kept), capped at this burst, rounded down;
-    -- the state that holds them here, with earned rounded up (as gcra::rescale).
-    return ec + bu - rescale_units(b1units, s1, false)
-  end
-  -- In debt (the clock stepped back): the debt converted (rounded up), or the state that is
-  -- empty again when the old one is, whichever is later. The old bucket is empty again at
-  -- the first instant its earned units reach w - bu1 (relative to n1t): x = k * a1 + m units
-  -- after the base, i.e. k * b1 + m * b1 / a1 us, rounded up to the whole microsecond (the
-  -- server clock's resolution: tokens come back at most 1 us later than the model's).
-  local debt = -b1units
-  local by_tokens = rescale_units(debt, s1, true)
-  if by_tokens == nil then
-    -- ec + bu + debt * scale / s1 >= 2^52: bounded from above (all three integers exact).
-    by_tokens = bound_up(debt * scale / s1 + (ec + bu))
-  else
-    by_tokens = ec + bu + by_tokens
-  end
-  local x = w - bu1
-  local k = fdiv(x, a1)
-  local kb = k * b1
-  if kb >= P51 then return NEVER end
-  local due = kb + cdiv((x - k * a1) * b1, a1)
-  if due >= P51 then return NEVER end
-  -- Microseconds from this quota's base n to the due instant (below 2^51 + 2^52), and the
-  -- units this quota earns by then, rounded up: m * a + ceil(rho * a / b).
-  local delta = due - r1 + r
-  local m = fdiv(delta, b)
-  local ma = m * a
-  local by_time = cdiv((delta - m * b) * a, b) + bu
-  if ma >= P52 then
-    by_time = bound_up(ma + by_time)
-  else
-    by_time = ma + by_time
-  end
-  return math.max(by_tokens, by_time)
 end
-local prev = redis.call('GET', KEYS[1])
+-- A value this script did not write is that key's fault alone: reply 'bad' (the client refuses
+-- the key and reports it), write nothing. pcall: a hash or a list under the key is WRONGTYPE.
+local prev = redis.pcall('GET', KEYS[1])
+if type(prev) == 'table' then
+  return {'bad', sf('%.0f', t), tostring(prev.err or prev.ok or 'not a string')}
+end
+-- The hot path: one quota, `acquire`, and no state or a state under this quota's tag that
+-- passes `load`'s checks (inlined below).
+local ptag, sn, sz, psn, pz
+local hot = false
+if not multi and mode == 'acquire' then
+  if prev then
+    ptag, sn, sz = string.match(prev, '^(%S+) (%d+) (%d+)$')
+    if ptag == tag then psn, pz = tonumber(sn), tonumber(sz) end
+    hot = psn ~= nil and psn < P53 and pz < P53 and pz <= a + bu and psn * b <= t + STEP_BACK
+  else
+    hot = true
+  end
+elseif prev and not multi then
+  ptag, sn, sz = string.match(prev, '^(%S+) (%d+) (%d+)$')
+end
+-- Everything beyond the hot path, built only off it: each function a script defines is a new
+-- closure (with its upvalues) on every call.
+local L
+if not hot then
+  L = (function()
+    -- floor(x / y) for exact integers x, y < 2^53 (the division may round; correct it).
+    local function fdiv(x, y)
+      local q = math.floor(x / y)
+      local m = x - q * y
+      if m < 0 then q = q - 1 elseif m >= y then q = q + 1 end
+      return q
+    end
+    local function base_at()
+      n = fdiv(t, b)
+      r = t - n * b
+      local ra = r * a
+      ef = fdiv(ra, b)
+      ec = ef
+      if ef * b < ra then ec = ef + 1 end
+    end
+    -- An upper bound, as an integer, on a positive real X whose double v was computed from exact
+    -- non-negative integers by at most three correctly rounded operations (+, *, /; no
+    -- subtraction): v >= X (1 - 2^-53)^3, so the rounded v (1 + 2^-48) >= X (1 - 2^-53)^4
+    -- (1 + 2^-48) > X, and its ceiling is an integer >= ceil(X), above it by at most about
+    -- 2^-47 X + 1 (a debt above 2^52 units: its wait is at most 2^-47 of itself longer). Capped
+    -- at NEVER. Doubles at or above 2^53 are integers, printed exactly by '%.0f'.
+    local function bound_up(v)
+      return math.min(NEVER, math.ceil(v * (1 + 2 ^ -48)))
+    end
+    -- ceil(x / y) for exact integers x >= 0, y >= 1 with x < 2^53.
+    local function cdiv(x, y)
+      local q = fdiv(x, y)
+      if q * y < x then q = q + 1 end
+      return q
+    end
+    -- floor(x * p / q) (up = false) or ceil (up = true) for exact integers 0 <= x < q, 1 <= p, q <=
+    -- 2^51: the result is below p. Exact when x * p < 2^53 (then the product is exact: a product of
+    -- integers below 2^53 rounds to a double >= 2^53 otherwise, so the test is exact too).
+    -- Otherwise bounded: the real value v = x * p / q < p <= 2^51, and the double v' =
+    -- fl(fl(x * p) / q) = v (1 + e1)(1 + e2) with |e1|, |e2| <= 2^-53, so |v' - v| < 2^51 * 2^-52
+    -- (1 + 2^-54) < 1: floor(v' - 1) <= v, so it is at most floor(v) (and at least floor(v) - 2),
+    -- and ceil(v' + 1) >= v, so it is at least ceil(v) (and at most ceil(v) + 2). v' - 1 and
+    -- v' + 1 are exact: v' < 2^52, where doubles are spaced at most 1/2 apart.
+    local function mulfrac(x, p, q, up)
+      local xp = x * p
+      if xp < P53 then
+        if up then return cdiv(xp, q) end
+        return fdiv(xp, q)
+      end
+      local v = xp / q
+      if up then return math.ceil(v + 1) end
+      return math.max(0, math.floor(v - 1))
+    end
+    -- Converts `u` units of a bucket with scale `s1` into units of this quota (scale `scale`),
+    -- rounded toward fewer tokens: down for a balance (up = false; the result is capped at `bu`),
+    -- up for a debt (up = true; nil when the result would reach 2^52, for the caller to bound).
+    -- 0 <= u < 2^53. Whole tokens convert exactly, the fraction of a token by `mulfrac`; equal
+    -- scales are exact.
+    local function rescale_units(u, s1, up)
+      if s1 == scale then
+        if not up then return math.min(u, bu) end
+        return u
+      end
+      local q = fdiv(u, s1)
+      local rem = u - q * s1
+      if not up and q >= bu / scale then return bu end
+      -- q * scale: below bu <= 2^51 for a balance; for a debt exact below 2^52 (a product at or
+      -- above 2^52 rounds to a double >= 2^52).
+      local whole = q * scale
+      if whole >= P52 then return nil end
+      local v = whole + mulfrac(rem, scale, s1, up)
+      if not up then return math.min(v, bu) end
+      return v
+    end
+    -- A decimal integer below 2^53 (larger strings round to a double >= 2^53, so the test is
+    -- exact), or nil.
+    local function int53(s)
+      local x = tonumber(s)
+      if x and x < P53 then return x end
+      return nil
+    end
+    -- The state "<ptag> <sn> <sz>" written under another quota, as tollgate::gcra::rescale(state,
+    -- now, old, this quota) relative to this quota's current base n: nil if the value is not a
+    -- state the script can have written. Every step rounds toward fewer tokens (a larger state).
+    local function convert(ptag, sn, sz)
+      local sa, sb, ss, sbu = string.match(ptag, '^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
+      if not sa then return nil end
+      local a1, b1, s1, bu1 = int53(sa), int53(sb), int53(ss), int53(sbu)
+      local n1, z1 = int53(sn), int53(sz)
+      if not (a1 and b1 and s1 and bu1 and n1 and z1) then return nil end
+      if a1 < 1 or b1 < 1 or s1 < 1 or a1 > P51 or bu1 > P51 then return nil end
+      -- (a1 + 1) * b1 <= 2^53, as a1 * b1 < 2^53 (exact by the rounding argument of `int53`) and
+      -- b1 <= 2^53 - a1 * b1 (exact).
+      local ab = a1 * b1
+      if ab >= P53 or b1 > P53 - ab then return nil end
+      -- burst_units + 2 a1 <= 2^51 (all exact: below 3 * 2^51); burst_units a positive multiple of
+      -- the scale; the base a time below 2^53 us; z within what the script writes.
+      if bu1 + 2 * a1 > P51 or bu1 < s1 or fdiv(bu1, s1) * s1 ~= bu1 then return nil end
+      if n1 * b1 >= P53 or z1 > a1 + bu1 then return nil end
+      -- Dated beyond the horizon: a base later than the server's time plus a step back.
+      if n1 * b1 > t + STEP_BACK then return nil end
+      -- The old quota at t: its base n1t, units earned since (floor), and the stored state w
+      -- relative to n1t: z1 - (n1t - n1) * a1.
+      local n1t = fdiv(t, b1)
+      local r1 = t - n1t * b1
+      local ef1 = fdiv(r1 * a1, b1)
+      local d = n1t - n1
+      local w
+      if d >= 0 then
+        -- d * a1 > z1: the state is below the base, a full bucket (the product is not needed).
+        if d > fdiv(z1, a1) then w = -1 else w = z1 - d * a1 end
+      else
+        -- The clock stepped back past the writer's base: the state lies d periods ahead.
+        local da = -d * a1
+        if da >= P52 then return NEVER end
+        w = z1 + da
+      end
+      -- The old balance at t, in old units: ef1 + bu1 - w, capped at bu1 (a full bucket).
+      if w <= ef1 then w = ef1 end
+      local b1units = ef1 + bu1 - w
+      if b1units >= 0 then
+        -- Carried over in units (fractions of a token kept), capped at this burst, rounded down;
+        -- the state that holds them here, with earned rounded up (as gcra::rescale).
+        return ec + bu - rescale_units(b1units, s1, false)
+      end
+      -- In debt (the clock stepped back): the debt converted (rounded up), or the state that is
+      -- empty again when the old one is, whichever is later. The old bucket is empty again at
+      -- the first instant its earned units reach w - bu1 (relative to n1t): x = k * a1 + m units
+      -- after the base, i.e. k * b1 + m * b1 / a1 us, rounded up to the whole microsecond (the
+      -- server clock's resolution: tokens come back at most 1 us later than the model's).
+      local debt = -b1units
+      local by_tokens = rescale_units(debt, s1, true)
+      if by_tokens == nil then
+        -- ec + bu + debt * scale / s1 >= 2^52: bounded from above (all three integers exact).
+        by_tokens = bound_up(debt * scale / s1 + (ec + bu))
+      else
+        by_tokens = ec + bu + by_tokens
+      end
+      local x = w - bu1
+      local k = fdiv(x, a1)
+      local kb = k * b1
+      if kb >= P51 then return NEVER end
+      local due = kb + cdiv((x - k * a1) * b1, a1)
+      if due >= P51 then return NEVER end
+      -- Microseconds from this quota's base n to the due instant (below 2^51 + 2^52), and the
+      -- units this quota earns by then, rounded up: m * a + ceil(rho * a / b).
+      local delta = due - r1 + r
+      local m = fdiv(delta, b)
+      local ma = m * a
+      local by_time = cdiv((delta - m * b) * a, b) + bu
+      if ma >= P52 then
+        by_time = bound_up(ma + by_time)
+      else
+        by_time = ma + by_time
+      end
+      return math.max(by_tokens, by_time)
+    end
+    -- The current quota's state from a stored triple: true, z (nil: full) and the state as the
+    -- reply shows it (`raw` if given, the triple as stored under this tag, else converted); or
+    -- false and why the value is malformed.
+    local function load(ptag, sn, sz, raw)
+      local z, shown
+      if ptag ~= tag then
+        z = convert(ptag, sn, sz)
+        if z == nil then
+          return false, 'a state under tag ' .. ptag .. ' out of range'
+        end
+        shown = tag .. ' ' .. sf('%.0f', n) .. ' ' .. sf('%.0f', z)
+      else
+        shown = raw or (ptag .. ' ' .. sn .. ' ' .. sz)
+        local psn, pz = int53(sn), int53(sz)
+        -- What this script writes: a base no later than the server's time plus a step back, and a
+        -- state at most one period and a burst above it.
+        if not (psn and pz) or pz > a + bu or psn * b > t + STEP_BACK then
+          return false, "a state out of range or dated beyond the quota's horizon"
+        end
+        local d = n - psn
+        if d >= 0 then
+          local da = d * a
+          if da < pz then z = pz - da end
+        else
+          -- The clock stepped back past a base: the state moves up (exact while below 2^53; above,
+          -- it is far beyond ef + bu and only ever refused).
+          z = pz - d * a
+        end
+      end
+      if z ~= nil and z <= ef then z = nil end
+      return true, z, shown
+    end
+    -- The triples of a stored value (1 to 4 of them, exactly: nothing else in the string), or nil.
+    local function triples(v)
+      local out = {}
+      for ptag, sn, sz in string.gmatch(v, '(%S+) (%d+) (%d+)') do
+        out[#out + 1] = {ptag, sn, sz}
+      end
+      if #out < 1 or #out > 4 then return nil end
+      local parts = {}
+      for i = 1, #out do parts[i] = table.concat(out[i], ' ') end
+      if table.concat(parts, ' ') ~= v then return nil end
+      return out
+    end
+    -- The stored triple for the current quota, the i-th of the policy: the i-th if it has this
+    -- tag, else the first with this tag, else the i-th (converted), else none (a new quota: full).
+    local function pick(stored, i)
+      if stored[i] and stored[i][1] == tag then return stored[i] end
+      for j = 1, #stored do
+        if stored[j][1] == tag then return stored[j] end
+      end
+      return stored[i]
+    end
+    return {fdiv = fdiv, base_at = base_at, load = load, triples = triples, pick = pick}
+  end)()
+end
+if multi then
+  local stored = {}
+  if prev then
+    stored = L.triples(prev)
+    if stored == nil then return {'bad', sf('%.0f', t), 'not "<tag> <base> <state>" triples'} end
+  end
+  local nq = tonumber(ARGV[2])
+  local admit = true
+  local quotas, shown = {}, {}
+  for i = 1, nq do
+    local o = 5 + 5 * (i - 1)
+    tag, a, b = ARGV[o + 1], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
+    bu, scale = tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5])
+    L.base_at()
+    local ok, z, sh = true, nil, ''
+    local tr = L.pick(stored, i)
+    if tr then ok, z, sh = L.load(tr[1], tr[2], tr[3], nil) end
+    if not ok then return {'bad', sf('%.0f', t), z} end
+    if z ~= nil and z + cost * scale > ef + bu then admit = false end
+    quotas[i] = {tag, a, b, scale, n, r, ec, z}
+    shown[i] = sh
+  end
+  local out = {'0', sf('%.0f', t)}
+  -- A cost of 0 is a read: admitted whatever the states.
+  if admit or cost == 0 then out[1] = '1' end
+  for i = 1, nq do out[2 + i] = shown[i] end
+  if cost == 0 or not admit then
+    -- A read (admitted, for a snapshot) or a refusal: nothing written.
+    for i = 1, nq do out[2 + nq + i] = '' end
+    out[3 + 2 * nq] = '0'
+    return out
+  end
+  local parts, ms = {}, 0
+  for i = 1, nq do
+    local q = quotas[i]
+    local base = q[7]
+    if q[8] ~= nil and q[8] > base then base = q[8] end
+    local nz = base + cost * q[4]
+    parts[i] = q[1] .. ' ' .. sf('%.0f', q[5]) .. ' ' .. sf('%.0f', nz)
+    out[2 + nq + i] = sf('%.0f', nz)
+    -- The key expires once every quota's bucket is full again.
+    local m = math.floor((nz * q[3] / q[2] - q[6]) / 1000) + 2
+    if m > ms then ms = m end
+  end
+  local v = table.concat(parts, ' ')
+  if fixed then
+    redis.call('SET', KEYS[1], v)
+  else
+    redis.call('SET', KEYS[1], v, 'PX', sf('%.0f', ms))
+  end
+  out[3 + 2 * nq] = sf('%.0f', cost)
+  return out
+end
 local shown = prev or ''
 local z = nil
 if prev then
-  local ptag, sn, sz = string.match(prev, '^(%S+) (%d+) (%d+)$')
-  local notstate = 'tollgate: the key holds a value that is not a tollgate state'
-  if not ptag then
-    return redis.error_reply(notstate)
-  end
-  if ptag ~= tag then
-    z = convert(ptag, sn, sz)
-    if z == nil then return redis.error_reply(notstate) end
-    shown = tag .. ' ' .. fmt(n) .. ' ' .. fmt(z)
-  else
-    local d = n - tonumber(sn)
-    local pz = tonumber(sz)
+  if hot then
+    -- `load` inlined for a state under this quota's tag (checked above).
+    local d = n - psn
     if d >= 0 then
       local da = d * a
       if da < pz then z = pz - da end
@@ -218,9 +387,21 @@ if prev then
       -- it is far beyond ef + bu and only ever refused).
       z = pz - d * a
     end
+    if z ~= nil and z <= ef then z = nil end
+  else
+    local raw = prev
+    if not ptag then
+      -- A policy's value (several triples) read under one quota: the triple `pick` chooses.
+      local stored = L.triples(prev)
+      if stored == nil then return {'bad', sf('%.0f', t), 'not "<tag> <base> <state>"'} end
+      local tr = L.pick(stored, 1)
+      ptag, sn, sz, raw = tr[1], tr[2], tr[3], nil
+    end
+    local ok
+    ok, z, shown = L.load(ptag, sn, sz, raw)
+    if not ok then return {'bad', sf('%.0f', t), z} end
   end
 end
-if z ~= nil and z <= ef then z = nil end
 local take = 0
 if mode == 'acquire' then
   if z == nil or z + cost * scale <= ef + bu then take = cost end
@@ -228,25 +409,26 @@ else
   local avail = bu
   if z ~= nil then avail = math.min(bu, ef + bu - z) end
   local whole = -1
-  if avail >= 0 then whole = fdiv(avail, scale) end
+  if avail >= 0 then whole = L.fdiv(avail, scale) end
   if whole >= cost then take = math.max(cost, math.min(whole, lmax)) end
 end
+-- Replies carry integers below 2^53 as integer replies (exact), not formatted strings.
 if cost == 0 then
   -- A read (for a snapshot): admitted, nothing written.
-  return {'1', fmt(t), shown, '', '0'}
+  return {'1', t, shown, '', 0}
 end
 if take == 0 then
-  return {'0', fmt(t), shown, '', '0'}
+  return {'0', t, shown, '', 0}
 end
 local base = ec
 if z ~= nil and z > ec then base = z end
 local nz = base + take * scale
-local v = tag .. ' ' .. fmt(n) .. ' ' .. fmt(nz)
+local v = string.format('%s %.0f %.0f', tag, n, nz)
 if fixed then
   redis.call('SET', KEYS[1], v)
 else
   -- Expire (rounded up, plus a margin for the double division) once the bucket is full again.
   local ms = math.floor((nz * b / a - r) / 1000) + 2
-  redis.call('SET', KEYS[1], v, 'PX', fmt(ms))
+  redis.call('SET', KEYS[1], v, 'PX', sf('%.0f', ms))
 end
-return {'1', fmt(t), shown, fmt(nz), fmt(take)}
+return {'1', t, shown, nz, take}

@@ -9,9 +9,16 @@
 //! * Time is the server's (`TIME`, microseconds): no clock skew between application hosts.
 //! * **Exact**: every verdict, `RetryAfter` and [`tollgate::Snapshot`] equals `tollgate::gcra`
 //!   evaluated at the server's microsecond reading (as nanoseconds since 2020-01-01 UTC). The
-//!   script keeps every number an exact integer below 2^53; quotas it cannot hold are refused at
-//!   [`build`](RedisLimiterBuilder::build) (range: refilling the whole burst may take up to about
-//!   26 days for rates such as `n`/s with `n` dividing 10^9; see `src/script.rs`).
+//!   script keeps every number an exact integer below 2^53, in the coarsest exact unit of its
+//!   microsecond clock; quotas it cannot hold are refused at
+//!   [`build`](RedisLimiterBuilder::build) (range: refilling the whole burst may take up to 2^51
+//!   µs, about 71 years, when one token refills in whole microseconds; see the README's table).
+//! * [`RedisLimiterBuilder::limits`]: a policy of up to four quotas on one key
+//!   ([`tollgate::Limits`]), all decided in the same single round trip, all or none.
+//! * Bounded key bytes: keys over [`MAX_KEY_BYTES`] are stored under their SHA-256 digest
+//!   ([`stored_key`]).
+//! * A value under the prefix that the script did not write is that key's fault
+//!   ([`Error::Malformed`], refused with [`MALFORMED_RETRY`]), never an outage.
 //! * Bounded memory: a key exists only while its bucket is not full (it expires when full).
 //! * [`OnUnavailable`]: fail closed (default), fail open, or a local [`tollgate::KeyedLimiter`]
 //!   with a fraction of the quota; every decision returns within the timeout; [`Counters`].
@@ -38,11 +45,19 @@
 //! # Ok(()) }
 //! ```
 
+mod breaker;
+mod builder;
 mod conn;
+mod counters;
 mod error;
+mod key;
 mod lease;
 mod limiter;
+mod limits;
+mod policy;
 mod script;
+#[cfg(feature = "test-support")]
+mod test_hooks;
 
 pub use error::Error;
 pub use script::ORIGIN_UNIX_US;
@@ -60,10 +75,12 @@ pub use script::ORIGIN_UNIX_US;
 pub fn check_quota(quota: tollgate::Quota) -> Result<(), Error> {
     script::Params::new(quota).map(|_| ())
 }
+pub use builder::RedisLimiterBuilder;
+pub use counters::Counters;
+pub use key::{stored_key, MAX_KEY_BYTES};
 pub use lease::Leases;
-pub use limiter::{
-    Counters, OnUnavailable, Outcome, RedisLimiter, RedisLimiterBuilder, FAIL_CLOSED_RETRY,
-};
+pub use limiter::{Outcome, RedisLimiter};
+pub use policy::{OnUnavailable, FAIL_CLOSED_RETRY, MALFORMED_RETRY};
 
 /// The README's Rust examples, compiled as doc tests.
 #[cfg(doctest)]

@@ -14,9 +14,12 @@
 //! * `(a + 1) · b ≤ 2^53` (the units earned inside one period, and its division), and
 //! * `burst · scale + 2a ≤ 2^51` (the relative state plus a cost, with headroom for a sum),
 //!
-//! which [`Params::new`] checks. For a quota of `n` tokens per `per` where `n` divides `per` in
-//! nanoseconds (1000/s, 1/s, 1/min…) the second condition reads "refilling the whole burst takes
-//! at most about 26 days"; rates up to 10^9 per second fit.
+//! which [`Params::new`] checks, in the script's unit: when `b = 1` (every exact quota) each
+//! state the model reaches at whole microseconds is a sum of multiples of `a` and `scale`, so the
+//! script counts in units of `k = gcd(a, scale)` of the quota's (`a`, `scale`, the burst and
+//! every state divided by `k`; [`Params`] multiplies back), otherwise `k = 1`. For a quota whose
+//! token refills in a whole number of microseconds the second condition then reads "refilling
+//! the whole burst takes at most 2^51 µs, about 71 years"; rates up to 10^9 per second fit.
 //!
 //! The script returns the state it found; this module rebuilds the absolute state in 128-bit
 //! arithmetic and runs `tollgate::gcra` on it, so the waits and snapshots *are* the model's, and a
@@ -63,7 +66,8 @@ use tollgate::{gcra, Denied, Quota, Snapshot};
 /// server time `T` µs is `tollgate::gcra` at `now_ns = (T − ORIGIN_UNIX_US) × 1000`. Valid until
 /// tollgate's [`HORIZON`](tollgate::HORIZON) (100 years, i.e. until 2119).
 pub const ORIGIN_UNIX_US: u64 = 1_577_836_800_000_000;
-const ORIGIN_US: u64 = ORIGIN_UNIX_US;
+/// [`ORIGIN_UNIX_US`] as the script's argument.
+pub(crate) const ORIGIN_ARG: &str = "1577836800000000";
 /// 2^53: Lua doubles hold every integer below it.
 const EXACT: u128 = 1 << 53;
 
@@ -74,12 +78,16 @@ pub(crate) const SOURCE: &str = include_str!("gcra.lua");
 #[derive(Clone, Debug)]
 pub(crate) struct Params {
     pub(crate) quota: Quota,
+    /// The script's unit is `k` of the quota's state units (see the module docs): `a`, `b`,
+    /// `scale`, `burst_units` and every state the script handles are in script units.
+    k: u64,
     a: u64,
     b: u64,
-    burst_units: u64,
     /// The quota's fingerprint `a.b.scale.burst_units`, stored with each state: the script
     /// converts a state written under another quota (see the module docs).
     tag: String,
+    /// `tag, a, b, burst_units, scale` as the script's arguments, formatted once.
+    strs: [String; 5],
 }
 
 fn gcd(mut x: u128, mut y: u128) -> u128 {
@@ -97,6 +105,13 @@ impl Params {
         let am = 1000 * u128::from(mul);
         let g = gcd(am, u128::from(div));
         let (a, b) = (am / g, u128::from(div) / g);
+        // The coarsest exact unit on the microsecond clock: when a whole number of state units
+        // is earned per microsecond (b = 1), every state the model reaches at whole
+        // microseconds is a sum of multiples of `a` (earned) and `scale` (costs), so it is a
+        // multiple of k = gcd(a, scale), and dividing every quantity by k changes no decision.
+        // Otherwise (b > 1) earned units are rounded, and k = 1.
+        let k = if b == 1 { gcd(a, scale) } else { 1 };
+        let (a, scale) = (a / k, scale / k);
         let burst_units = u128::from(quota.burst()) * scale;
         // Checked: a long prime period makes `a` and `b` both near 2^62 (and `a` up to 1000x
         // more), so `(a + 1) * b` may leave even 128 bits.
@@ -112,30 +127,32 @@ impl Params {
                  burst or use a coarser rate or a shorter period"
             )));
         }
-        let (a, b, burst_units) = (a as u64, b as u64, burst_units as u64);
+        let (k, a, b, scale, burst_units) = (
+            k as u64,
+            a as u64,
+            b as u64,
+            scale as u64,
+            burst_units as u64,
+        );
         Ok(Params {
             quota,
+            k,
             a,
             b,
-            burst_units,
-            tag: format!("{a}.{b}.{}.{burst_units}", quota.scale()),
+            tag: format!("{a}.{b}.{scale}.{burst_units}"),
+            strs: [
+                format!("{a}.{b}.{scale}.{burst_units}"),
+                a.to_string(),
+                b.to_string(),
+                burst_units.to_string(),
+                scale.to_string(),
+            ],
         })
     }
 
-    /// The script's arguments after the mode: tag, a, b, burst units, scale, cost, lease
-    /// maximum, origin, test time.
-    pub(crate) fn args(&self, cost: u64, lease_max: u64, test_now_us: Option<u64>) -> [String; 9] {
-        [
-            self.tag.clone(),
-            self.a.to_string(),
-            self.b.to_string(),
-            self.burst_units.to_string(),
-            self.quota.scale().to_string(),
-            cost.to_string(),
-            lease_max.to_string(),
-            ORIGIN_US.to_string(),
-            test_now_us.map_or_else(String::new, |t| t.to_string()),
-        ]
+    /// The quota's own arguments (tag, a, b, burst units, scale), formatted once at build.
+    pub(crate) fn quota_strs(&self) -> &[String; 5] {
+        &self.strs
     }
 
     /// The absolute state in the script's `prev` field: `FULL` for none, else `n·a + z` under
@@ -144,7 +161,7 @@ impl Params {
     /// is not the script's: [`Error::Reply`]. A converted debt may be up to `NEVER` = 2^63 units
     /// above the base (a debt beyond what the script holds exactly); the sum saturates at
     /// tollgate's largest state, 2^63 − 1, which the model refuses until past the horizon.
-    fn state_of(&self, stored: &str) -> Result<u64, Error> {
+    pub(crate) fn state_of(&self, stored: &str) -> Result<u64, Error> {
         const MAX_STATE: u128 = (1 << 63) - 1;
         if stored.is_empty() {
             return Ok(gcra::FULL);
@@ -157,14 +174,27 @@ impl Params {
                 self.tag
             )));
         }
-        let base = u128::from(parse(n)?) * u128::from(self.a);
+        // In the quota's units (script units times k), checked: n and a·k may each be large.
+        let base = u128::from(parse(n)?).saturating_mul(u128::from(self.a) * u128::from(self.k));
         let z = u128::from(parse(z)?);
         if base > MAX_STATE || z > MAX_STATE + 1 {
             return Err(Error::Reply(format!(
                 "stored state {stored:?} is out of range"
             )));
         }
-        Ok((base + z).min(MAX_STATE) as u64)
+        Ok((base + z * u128::from(self.k)).min(MAX_STATE) as u64)
+    }
+
+    /// This quota's five arguments in a policy's call: tag, a, b, burst units, scale.
+    pub(crate) fn quota_args(&self) -> [String; 5] {
+        self.strs.clone()
+    }
+
+    /// The absolute state (the quota's units) that the script wrote as `next`, relative to the
+    /// base at server time `t` µs.
+    pub(crate) fn written_state(&self, t: u64, next: &str) -> Result<u128, Error> {
+        let base = u128::from(t / self.b) * u128::from(self.a);
+        Ok((base + u128::from(parse(Some(next))?)) * u128::from(self.k))
     }
 
     /// Decodes a reply into the decision (`taken` tokens for an admission, which is `cost`
@@ -193,7 +223,8 @@ impl Params {
                 let after = match gcra::try_acquire(before, now, &self.quota, taken) {
                     Ok(Some(after)) if taken >= cost => {
                         let base = u128::from(t / self.b) * u128::from(self.a);
-                        if base + u128::from(parse(Some(next.as_str()))?) != u128::from(after) {
+                        let next = base + u128::from(parse(Some(next.as_str()))?);
+                        if next * u128::from(self.k) != u128::from(after) {
                             return Err(disagree());
                         }
                         after
@@ -240,7 +271,7 @@ pub(crate) struct Decision {
     pub(crate) now_ns: u64,
 }
 
-fn parse(s: Option<&str>) -> Result<u64, Error> {
+pub(crate) fn parse(s: Option<&str>) -> Result<u64, Error> {
     let s = s.ok_or_else(|| Error::Reply("missing field".into()))?;
     s.parse()
         .map_err(|_| Error::Reply(format!("{s:?} is not an integer")))
@@ -251,10 +282,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_origin_argument_is_the_origin() {
+        assert_eq!(ORIGIN_ARG, ORIGIN_UNIX_US.to_string());
+    }
+
+    #[test]
     fn range_is_checked_at_construction() {
         // 1000/s: 1000 units per us, a token is 10^6 units.
         let p = Params::new(Quota::per_second(1000).unwrap()).unwrap();
-        assert_eq!((p.a, p.b, p.burst_units), (1000, 1, 1_000_000_000));
+        // In script units of k = 1000: one unit per microsecond, a token is 1000.
+        assert_eq!((p.k, p.a, p.b), (1000, 1, 1));
+        assert_eq!(
+            p.strs,
+            ["1.1.1000.1000000", "1", "1", "1000000", "1000"].map(String::from)
+        );
         // 10^9/s and an odd rate fit.
         assert!(Params::new(Quota::per_second(1_000_000_000).unwrap()).is_ok());
         assert!(Params::new(Quota::per_second(999_999_937).unwrap()).is_ok());
@@ -265,10 +306,11 @@ mod tests {
             Params::new(one.with_burst(1 << 40).unwrap()),
             Err(Error::Config(_))
         ));
-        // One per day: the burst refills in at most ~26 days.
-        let day = Quota::new(1, Duration::from_secs(86_400), 26).unwrap();
+        // One per day: a token is 8.64e10 units of 1 us; the burst refills in at most 2^51 us
+        // (about 71 years).
+        let day = Quota::new(1, Duration::from_secs(86_400), 26_000).unwrap();
         assert!(Params::new(day).is_ok());
-        assert!(Params::new(day.with_burst(27).unwrap()).is_err());
+        assert!(Params::new(day.with_burst(26_100).unwrap()).is_err());
     }
 
     /// A valid quota with a long, odd period (one token per ~146 years: `per` prime and above
@@ -288,7 +330,7 @@ mod tests {
         );
     }
 
-    /// The client reads the script's `prev` field: none is full, this quota's tag is `n·a + z`
+    /// The client reads the script's `prev` field: none is full, this quota's tag is `k·(n·a + z)`
     /// (a converted debt saturates at tollgate's largest state), and another quota's tag — which
     /// the script converts before replying — is a reply error, never read as full.
     #[test]
@@ -297,7 +339,7 @@ mod tests {
         assert_eq!(p.state_of("").unwrap(), gcra::FULL);
         assert!(matches!(p.state_of("other 1 2"), Err(Error::Reply(_))));
         let s = format!("{} 3 7", p.tag);
-        assert_eq!(p.state_of(&s).unwrap(), 3 * p.a + 7);
+        assert_eq!(p.state_of(&s).unwrap(), p.k * (3 * p.a + 7));
         assert!(p.state_of(&format!("{s} 1")).is_err());
         assert!(p.state_of(&format!("{} x 7", p.tag)).is_err());
         assert!(p

@@ -18,6 +18,7 @@ async fn burst_then_refusal_with_exact_wait() {
     // One token per hour: nothing refills during the test.
     let quota = q(1, Duration::from_secs(3600), 5);
     let l = RedisLimiter::builder(&server.url(), quota)
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();
@@ -61,6 +62,7 @@ async fn key_expires_when_full_again() {
     };
     // 10 per second: 3 tokens refill in 300 ms.
     let l = RedisLimiter::builder(&server.url(), Quota::per_second(10).unwrap())
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();
@@ -94,6 +96,7 @@ async fn hash_tags_prefix_and_per_key_quotas() {
     };
     let hour = Duration::from_secs(3600);
     let l = RedisLimiter::builder(&server.url(), q(1, hour, 2))
+        .timeout(Duration::from_secs(2))
         .prefix("rl:")
         .quota_for("vip:{7}", q(1, hour, 4))
         .build()
@@ -112,6 +115,7 @@ async fn hash_tags_prefix_and_per_key_quotas() {
     // A limiter with another quota on the same key carries the state over (it is tagged with
     // its quota): the drained bucket stays drained, a fresh key holds the new burst.
     let other = RedisLimiter::builder(&server.url(), q(1, hour, 3))
+        .timeout(Duration::from_secs(2))
         .prefix("rl:")
         .build()
         .await
@@ -120,6 +124,7 @@ async fn hash_tags_prefix_and_per_key_quotas() {
     assert_eq!(other.check("fresh", 3).await.unwrap(), Ok(()));
     // Braces in the prefix would hijack the keys' slots.
     let e = RedisLimiter::builder(&server.url(), q(1, hour, 3))
+        .timeout(Duration::from_secs(2))
         .prefix("{x}:")
         .build()
         .await
@@ -133,6 +138,7 @@ async fn big_numbers_round_trip() {
         return;
     };
     let l = RedisLimiter::builder(&server.url(), Quota::per_second(1).unwrap())
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();
@@ -154,6 +160,7 @@ async fn big_numbers_round_trip() {
         q(1, Duration::from_secs(1), 2_000_000),
     ] {
         let l = RedisLimiter::builder(&server.url(), quota)
+            .timeout(Duration::from_secs(2))
             .prefix(&format!("big{}:", quota.tokens()))
             .build()
             .await

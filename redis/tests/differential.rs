@@ -8,7 +8,7 @@
 mod quotas;
 use tollgate_testkit::rng;
 
-use quotas::{log_uniform, quota};
+use quotas::{edge_quota, log_uniform, quota};
 use rng::Rng;
 use std::time::Duration;
 use tollgate::{gcra, Denied, Quota, Snapshot};
@@ -21,8 +21,18 @@ const STEPS: usize = 6;
 const BATCH: usize = 500;
 const TASKS: usize = 16;
 
-/// The next clock reading in µs since the Unix epoch.
+/// The largest step back of the server's clock the script tolerates (one day).
+const STEP_BACK_US: u64 = 86_400 * 1_000_000;
+
+/// The last reading the schedules use: 99 years after the origin, inside tollgate's horizon.
+const LAST_US: u64 = ORIGIN_UNIX_US + 99 * 365 * 86_400 * 1_000_000;
+
+/// The next clock reading in µs since the Unix epoch (at most `LAST_US`).
 fn step(rng: &mut Rng, t: u64, q: &Quota) -> u64 {
+    step_unclamped(rng, t, q).min(LAST_US)
+}
+
+fn step_unclamped(rng: &mut Rng, t: u64, q: &Quota) -> u64 {
     let interval_us = q.refill_time(1).as_micros() as u64;
     let full_us = q.refill_time(q.burst()).as_micros() as u64;
     let dt = match rng.below(8) {
@@ -66,12 +76,22 @@ fn cases(seed: u64) -> Vec<Case> {
     let mut rng = Rng(seed);
     (0..CASES)
         .map(|i| {
-            let q = quota(&mut rng);
+            // One case in eight at an end of the range: the largest bursts the script holds.
+            let q = if rng.below(8) == 0 {
+                edge_quota(&mut rng)
+            } else {
+                quota(&mut rng)
+            };
             // Anywhere in 2020..2110.
             let mut t = ORIGIN_UNIX_US + rng.below(90 * 365 * 86_400 * 1_000_000);
+            let mut latest = t;
             let schedule = (0..STEPS)
                 .map(|_| {
-                    t = step(&mut rng, t, &q);
+                    // The clock steps back at most a day behind the latest reading: a state
+                    // dated further ahead of the server's time is malformed by design
+                    // (`tests/hostile_clients.rs`), where the model would keep it.
+                    t = step(&mut rng, t, &q).max(latest.saturating_sub(STEP_BACK_US));
+                    latest = latest.max(t);
                     let c = cost(&mut rng, &q);
                     // One step in four is a lease take ("at most L, at least the cost").
                     let lease = if (1..=q.burst()).contains(&c) && rng.below(4) == 0 {

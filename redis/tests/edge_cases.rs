@@ -20,10 +20,12 @@ async fn two_live_quotas_on_one_key_keep_the_limit() {
     };
     let hour = Duration::from_secs(3600);
     let old = RedisLimiter::builder(&server.url(), q(1, hour, 2))
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();
     let new = RedisLimiter::builder(&server.url(), q(1, hour, 3))
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();
@@ -98,11 +100,13 @@ async fn lease_cache_refusals_report_the_refused_refill() {
     };
     let quota = q(1, Duration::from_secs(3600), 10);
     let a = RedisLimiter::builder(&server.url(), quota)
+        .timeout(Duration::from_secs(2))
         .leases(tollgate_redis::Leases::new(2).lifetime(Duration::from_secs(60)))
         .build()
         .await
         .unwrap();
     let b = RedisLimiter::builder(&server.url(), quota)
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();

@@ -55,6 +55,13 @@ pub trait RateLimiter: Send + Sync {
     fn is_keyed(&self) -> bool {
         false
     }
+
+    /// Further quotas that every admission must also hold (a policy of several quotas): the
+    /// runner checks the cell's bound for each of them too, and reports the tightest. None by
+    /// default.
+    fn extra_quotas(&self) -> Vec<Quota> {
+        Vec::new()
+    }
 }
 
 /// Who wrote a strategy: tollgate's own synchronization strategies, a peer crate shown for

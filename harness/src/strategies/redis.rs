@@ -6,6 +6,7 @@
 //! | `redis` | `tollgate_redis::RedisLimiter`: one script call per decision, exact |
 //! | `redis-lease` | the same with leases of a quarter burst (at least 64 tokens): most decisions local |
 //! | `redis-lua-baseline` | **baseline**: the seeds' plain float Lua token bucket (one call per decision) |
+//! | `redis-keyed`, `redis-lease-keyed`, `redis-lua-baseline-keyed` | the same three, a key drawn per decision from `--keys` keys |
 //!
 //! Each limiter built (one per round of a cell) uses a fresh key prefix (state never carries
 //! over between rounds or cells). The harness's threads call the async limiters through one
@@ -44,11 +45,24 @@ struct Tollgate {
     name: &'static str,
     rt: Arc<tokio::runtime::Runtime>,
     limiter: RedisLimiter,
+    keyed: bool,
 }
 
 impl RateLimiter for Tollgate {
     fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
         self.rt.block_on(self.limiter.try_acquire("hot", cost))
+    }
+
+    fn try_acquire_key(&self, key: u64, cost: u64) -> Result<(), Denied> {
+        if !self.keyed {
+            return self.try_acquire(cost);
+        }
+        let key = format!("k{key}");
+        self.rt.block_on(self.limiter.try_acquire(&key, cost))
+    }
+
+    fn is_keyed(&self) -> bool {
+        self.keyed
     }
 
     fn name(&self) -> &str {
@@ -82,15 +96,16 @@ struct Baseline {
     capacity: String,
     rate: String,
     clock: DefaultClock,
+    keyed: bool,
 }
 
-impl RateLimiter for Baseline {
-    fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+impl Baseline {
+    fn decide(&self, key: &str, cost: u64) -> Result<(), Denied> {
         let now = self.clock.now();
         let mut conn = self.conn.clone();
         let r: ::redis::RedisResult<i64> = self.rt.block_on(
             self.script
-                .key(&self.key)
+                .key(key)
                 .arg(&self.capacity)
                 .arg(&self.rate)
                 .arg(now)
@@ -103,13 +118,39 @@ impl RateLimiter for Baseline {
             _ => Err(Denied::RetryAfter(Duration::ZERO)),
         }
     }
+}
+
+impl RateLimiter for Baseline {
+    fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+        self.decide(&self.key, cost)
+    }
+
+    fn try_acquire_key(&self, key: u64, cost: u64) -> Result<(), Denied> {
+        if !self.keyed {
+            return self.try_acquire(cost);
+        }
+        self.decide(&format!("{}{key}", self.key), cost)
+    }
+
+    fn is_keyed(&self) -> bool {
+        self.keyed
+    }
 
     fn name(&self) -> &str {
-        "redis-lua-baseline"
+        if self.keyed {
+            "redis-lua-baseline-keyed"
+        } else {
+            "redis-lua-baseline"
+        }
     }
 }
 
-fn tollgate(url: &str, setup: &Setup, leases: bool) -> Result<Box<dyn RateLimiter>, BuildError> {
+fn tollgate(
+    url: &str,
+    setup: &Setup,
+    leases: bool,
+    keyed: bool,
+) -> Result<Box<dyn RateLimiter>, BuildError> {
     let rt = runtime()?;
     let mut b = RedisLimiter::builder(url, setup.quota)
         .prefix(&prefix())
@@ -121,13 +162,19 @@ fn tollgate(url: &str, setup: &Setup, leases: bool) -> Result<Box<dyn RateLimite
     }
     let limiter = rt.block_on(b.build())?;
     Ok(Box::new(Tollgate {
-        name: if leases { "redis-lease" } else { "redis" },
+        name: match (leases, keyed) {
+            (false, false) => "redis",
+            (true, false) => "redis-lease",
+            (false, true) => "redis-keyed",
+            (true, true) => "redis-lease-keyed",
+        },
         rt,
         limiter,
+        keyed,
     }))
 }
 
-fn baseline(url: &str, setup: &Setup) -> Result<Box<dyn RateLimiter>, BuildError> {
+fn baseline(url: &str, setup: &Setup, keyed: bool) -> Result<Box<dyn RateLimiter>, BuildError> {
     let rt = runtime()?;
     let client = ::redis::Client::open(url)?;
     let conn = rt.block_on(::redis::aio::ConnectionManager::new(client))?;
@@ -142,6 +189,7 @@ fn baseline(url: &str, setup: &Setup) -> Result<Box<dyn RateLimiter>, BuildError
         capacity: q.burst().to_string(),
         rate: format!("{rate:e}"),
         clock: setup.clock,
+        keyed,
     }))
 }
 
@@ -150,20 +198,52 @@ fn baseline(url: &str, setup: &Setup) -> Result<Box<dyn RateLimiter>, BuildError
 /// ```
 /// let s = tollgate_bench::strategies::redis::strategies("redis://127.0.0.1:6379");
 /// let names: Vec<&str> = s.iter().map(|s| s.name()).collect();
-/// assert_eq!(names, ["redis", "redis-lease", "redis-lua-baseline"]);
+/// assert_eq!(
+///     names,
+///     [
+///         "redis",
+///         "redis-lease",
+///         "redis-lua-baseline",
+///         "redis-keyed",
+///         "redis-lease-keyed",
+///         "redis-lua-baseline-keyed"
+///     ]
+/// );
 /// ```
 pub fn strategies(url: &str) -> Vec<Strategy> {
-    let (u1, u2, u3) = (url.to_owned(), url.to_owned(), url.to_owned());
-    vec![
-        Strategy::new("redis", Kind::Tollgate, move |s| tollgate(&u1, s, false))
-            .with_description("tollgate-redis: the exact GCRA script, one round trip per decision"),
-        Strategy::new("redis-lease", Kind::Tollgate, move |s| {
-            tollgate(&u2, s, true)
-        })
-        .with_description("tollgate-redis with leases of up to 64 tokens (100 ms lifetime)"),
-        Strategy::new("redis-lua-baseline", Kind::Peer, move |s| baseline(&u3, s))
-            .with_description(
-                "the seeds' plain float Lua token bucket (client clock, HMSET, EXPIRE 60)",
-            ),
-    ]
+    let mut out = Vec::new();
+    for keyed in [false, true] {
+        let sfx = if keyed { "-keyed" } else { "" };
+        let keys = if keyed {
+            ", a key per decision from --keys"
+        } else {
+            ""
+        };
+        let (u1, u2, u3) = (url.to_owned(), url.to_owned(), url.to_owned());
+        out.push(
+            Strategy::new(format!("redis{sfx}"), Kind::Tollgate, move |s| {
+                tollgate(&u1, s, false, keyed)
+            })
+            .with_description(format!(
+                "tollgate-redis: the exact GCRA script, one round trip per decision{keys}"
+            )),
+        );
+        out.push(
+            Strategy::new(format!("redis-lease{sfx}"), Kind::Tollgate, move |s| {
+                tollgate(&u2, s, true, keyed)
+            })
+            .with_description(format!(
+                "tollgate-redis with leases of a quarter burst (100 ms lifetime){keys}"
+            )),
+        );
+        out.push(
+            Strategy::new(format!("redis-lua-baseline{sfx}"), Kind::Peer, move |s| {
+                baseline(&u3, s, keyed)
+            })
+            .with_description(format!(
+                "the seeds' plain float Lua token bucket (client clock, HMSET, EXPIRE 60){keys}"
+            )),
+        );
+    }
+    out
 }

@@ -83,7 +83,9 @@ pub(super) fn sharded() -> Strategy {
                 as Box<dyn RateLimiter>,
         )
     })
-    .with_description("tollgate::ShardedBucket: one cache-padded sub-bucket per core")
+    .with_description(
+        "tollgate::ShardedBucket: a central word and a lease per cache-padded shard, one per core",
+    )
 }
 
 /// The `keyed` strategy.

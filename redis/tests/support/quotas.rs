@@ -40,3 +40,51 @@ pub fn quota(rng: &mut Rng) -> Quota {
         }
     }
 }
+
+/// The largest burst `check_quota` accepts for `tokens` per `per` (0: none).
+pub fn max_burst(tokens: u64, per: Duration) -> u64 {
+    let ok = |b: u64| Quota::new(tokens, per, b).is_ok_and(|q| check_quota(q).is_ok());
+    if !ok(1) {
+        return 0;
+    }
+    let (mut lo, mut hi) = (1u64, 1u64 << 62);
+    while lo < hi {
+        let m = lo + (hi - lo).div_ceil(2);
+        if ok(m) {
+            lo = m
+        } else {
+            hi = m - 1
+        }
+    }
+    lo
+}
+
+/// A quota at an end of the script's range: a fast or slow rate (10^9/s, 1/year, one per
+/// hour, a prime rate) with a burst within a few tokens of the largest the script holds, or a
+/// burst of 1 on the slowest rates.
+pub fn edge_quota(rng: &mut Rng) -> Quota {
+    const YEAR: u64 = 365 * 86_400 * 1_000_000_000;
+    loop {
+        let (tokens, per) = match rng.below(6) {
+            0 => (1_000_000_000, 1_000_000_000),
+            1 => (999_999_937, 1_000_000_000),
+            2 => (1, YEAR),
+            3 => (1, 3_600_000_000_000),
+            4 => (30, 30 * 86_400_000_000_000),
+            _ => (1 + rng.below(1000), 1_000 * (1 + rng.below(YEAR / 1_000))),
+        };
+        let per = Duration::from_nanos(per);
+        let max = max_burst(tokens, per);
+        if max == 0 {
+            continue;
+        }
+        let burst = if rng.below(4) == 0 {
+            1
+        } else {
+            max - rng.below(3).min(max - 1)
+        };
+        if let Ok(q) = Quota::new(tokens, per, burst) {
+            return q;
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Test-only entry points (feature `test-support`): decisions at a given server time instead of
+//! `TIME`, for the differential tests against `tollgate::gcra`. Keys written this way never
+//! expire.
+
+use crate::key::stored_key;
+use crate::limiter::{Mode, RedisLimiter};
+use crate::Error;
+use tokio::time::Instant;
+use tollgate::{Denied, Quota, Snapshot};
+
+impl RedisLimiter {
+    /// The decision at a given server time (microseconds since the Unix epoch) instead of
+    /// `TIME`: for the differential test against `tollgate::gcra` only. Keys written this way
+    /// never expire.
+    pub async fn check_at(
+        &self,
+        key: &str,
+        cost: u64,
+        now_us: u64,
+    ) -> Result<(Result<(), Denied>, Snapshot, u64), Error> {
+        let p = self.params(key);
+        if cost > p.quota.burst() {
+            let d = self
+                .call(
+                    &stored_key(key),
+                    p,
+                    0,
+                    Mode::Acquire,
+                    Some(now_us),
+                    Instant::now() + self.inner.timeout,
+                )
+                .await?;
+            return Ok((Err(Denied::ExceedsBurst), d.snapshot, d.now_ns));
+        }
+        let d = self
+            .call(
+                &stored_key(key),
+                p,
+                cost,
+                Mode::Acquire,
+                Some(now_us),
+                Instant::now() + self.inner.timeout,
+            )
+            .await?;
+        Ok((d.verdict, d.snapshot, d.now_ns))
+    }
+
+    /// The key's absolute `tollgate::gcra` state as the script reads it at a given server time
+    /// (a state written under another quota converted into this key's quota), without writing
+    /// anything: for the quota-change tests only.
+    pub async fn state_at(&self, key: &str, now_us: u64) -> Result<u64, Error> {
+        let p = self.params(key);
+        Ok(self
+            .call(
+                &stored_key(key),
+                p,
+                0,
+                Mode::Acquire,
+                Some(now_us),
+                Instant::now() + self.inner.timeout,
+            )
+            .await?
+            .state)
+    }
+
+    /// The lease script ("take at most `max` tokens, at least `cost`") at a given server time:
+    /// for the differential test only. Returns the verdict for `cost`, the tokens taken and
+    /// the snapshot after the take.
+    pub async fn lease_at(
+        &self,
+        key: &str,
+        cost: u64,
+        max: u64,
+        now_us: u64,
+    ) -> Result<(Result<(), Denied>, u64, Snapshot), Error> {
+        let p = self.params(key);
+        if cost == 0 || cost > p.quota.burst() || max < cost {
+            return Err(Error::Config(
+                "lease_at needs 1 <= cost <= burst, max".into(),
+            ));
+        }
+        let d = self
+            .call(
+                &stored_key(key),
+                p,
+                cost,
+                Mode::Lease(max),
+                Some(now_us),
+                Instant::now() + self.inner.timeout,
+            )
+            .await?;
+        Ok((d.verdict, d.taken, d.snapshot))
+    }
+
+    /// A policy's decision at a given server time (microseconds since the Unix epoch): for the
+    /// differential test only. Returns the verdict, the tightest quota's snapshot and that
+    /// quota. A key without a policy of several quotas is [`Error::Config`].
+    pub async fn check_limits_at(
+        &self,
+        key: &str,
+        cost: u64,
+        now_us: u64,
+    ) -> Result<(Result<(), Denied>, Snapshot, Quota), Error> {
+        let m = self
+            .limits_of(key)
+            .ok_or_else(|| Error::Config(format!("{key:?} has no policy of several quotas")))?;
+        let deadline = Instant::now() + self.inner.timeout;
+        let d = self
+            .decide_limits(&stored_key(key), cost, m, Some(now_us), deadline)
+            .await?;
+        Ok((d.verdict, d.snapshot, d.quota))
+    }
+
+    /// Sends `numbers` through the script and back (test support: the number path).
+    pub async fn echo(&self, numbers: &[u64]) -> Result<Vec<String>, Error> {
+        let nums: Vec<String> = numbers.iter().map(u64::to_string).collect();
+        let mut argv = vec!["echo", ""];
+        argv.extend(nums.iter().map(String::as_str));
+        self.inner
+            .conn
+            .eval(
+                &self.inner.script,
+                &format!("{}echo", self.inner.prefix),
+                &argv,
+            )
+            .await
+            .map_err(Error::from_redis)
+    }
+}

@@ -1,0 +1,168 @@
+//! Several *different* limiters required at once — a global [`Bucket`] or [`MultiBucket`] and
+//! a per-tenant `KeyedLimiter`, say — all or nothing: [`all_of`] and [`GiveBack`].
+//!
+//! Separate limiters have separate words, so no single atomic step covers them. [`all_of`]
+//! takes them in order and, when a later one refuses, gives the earlier tokens back under the
+//! crate's all-or-nothing cancel rule ([`Reservation::cancel`](crate::Reservation::cancel)):
+//! the tokens come back only if nothing was admitted on that limiter since they were taken. So
+//! no limiter ever admits more than its quota (each only sees admissions and cancellations it
+//! would accept alone), but under contention a give-back that finds a later admission keeps
+//! its tokens consumed: the chain then **under-admits** by those tokens (see
+//! `docs/guarantees.md` for the measured loss). Where the quotas can share one word, use a
+//! [`MultiBucket`]: one atomic step, no loss.
+
+use crate::bucket::Bucket;
+use crate::clock::Clock;
+use crate::error::Denied;
+use crate::gcra;
+use crate::multi::{MultiBucket, MultiReservation};
+use crate::wait::Reservation;
+use core::time::Duration;
+
+/// A limiter whose admission can be given back: an earlier member of an [`all_of`] chain.
+///
+/// Implemented for [`Bucket`] and [`MultiBucket`]: a take is a reservation that is due now (one
+/// that is not is cancelled at once and refused), and a give-back is its cancellation.
+pub trait GiveBack {
+    /// What a take holds until it is kept or given back.
+    type Taken<'a>
+    where
+        Self: 'a;
+
+    /// Takes `cost` tokens if they are there now, or refuses with the limiter's own verdict.
+    fn take(&self, cost: u64) -> Result<Self::Taken<'_>, Denied>;
+
+    /// Gives a take back, under the bucket's all-or-nothing cancel rule.
+    fn give_back(taken: Self::Taken<'_>);
+
+    /// The verdict `try_acquire(cost)` would return now, without taking anything: for the
+    /// slowest wait of a chain that an earlier member refused.
+    fn check(&self, cost: u64) -> Result<(), Denied>;
+}
+
+impl<C: Clock> GiveBack for Bucket<C> {
+    type Taken<'a>
+        = Reservation<'a, C>
+    where
+        C: 'a;
+
+    fn take(&self, cost: u64) -> Result<Reservation<'_, C>, Denied> {
+        let taken = self.reserve(cost)?;
+        match taken.delay() {
+            Duration::ZERO => Ok(taken),
+            wait => {
+                taken.cancel();
+                Err(Denied::RetryAfter(wait))
+            }
+        }
+    }
+
+    fn give_back(taken: Reservation<'_, C>) {
+        taken.cancel();
+    }
+
+    fn check(&self, cost: u64) -> Result<(), Denied> {
+        let now = self.clock().now();
+        self.update(|state, quota| (None, gcra::try_acquire(state, now, quota, cost).map(drop)))
+    }
+}
+
+impl<C: Clock> GiveBack for MultiBucket<C> {
+    type Taken<'a>
+        = MultiReservation<'a, C>
+    where
+        C: 'a;
+
+    fn take(&self, cost: u64) -> Result<MultiReservation<'_, C>, Denied> {
+        self.try_reserve_now(cost)
+    }
+
+    fn give_back(taken: MultiReservation<'_, C>) {
+        taken.cancel();
+    }
+
+    fn check(&self, cost: u64) -> Result<(), Denied> {
+        self.check_now(cost).map_err(Denied::from)
+    }
+}
+
+/// Requires `first` and then whatever `then` decides (any limiter: a `KeyedLimiter` for the
+/// caller's key, a `ShardedBucket`, another chain) for `cost`, all or nothing: `first` takes
+/// the tokens; if `then` refuses, they are given back ([`GiveBack::give_back`]) and `then`'s
+/// refusal is returned. If `first` refuses, `then` is not called (it would consume) and the
+/// refusal is `first`'s.
+///
+/// `RetryAfter` is the slowest wait the chain knows: when `then` refuses, `first` held the
+/// tokens, so `then`'s wait is the chain's. When `first` refuses, `then`'s wait is unknown
+/// unless `then` can be checked without consuming: use [`all_of2`] for two [`GiveBack`]
+/// limiters, which reports the larger wait.
+///
+/// ```
+/// # #[cfg(feature = "keyed")] {
+/// use std::time::Duration;
+/// use tollgate::{all_of, Bucket, Denied, KeyedLimiter, ManualClock, Quota};
+/// let clock = ManualClock::new();
+/// let global = Bucket::with_clock(Quota::per_second(100).unwrap(), clock.clone());
+/// let tenants = KeyedLimiter::with_clock(Quota::per_second(2).unwrap(), 1000, clock.clone());
+/// assert_eq!(all_of(&global, 2, |c| tenants.try_acquire(&"acme", c)), Ok(()));
+/// // The tenant refuses: the global bucket gets its token back.
+/// assert_eq!(all_of(&global, 1, |c| tenants.try_acquire(&"acme", c)), Err(Denied::RetryAfter(Duration::from_millis(500))));
+/// assert_eq!(global.available(), 98);
+/// # }
+/// ```
+pub fn all_of<A: GiveBack + ?Sized>(
+    first: &A,
+    cost: u64,
+    then: impl FnOnce(u64) -> Result<(), Denied>,
+) -> Result<(), Denied> {
+    let taken = first.take(cost)?;
+    match then(cost) {
+        Ok(()) => Ok(()),
+        Err(denied) => {
+            A::give_back(taken);
+            Err(denied)
+        }
+    }
+}
+
+/// Requires two [`GiveBack`] limiters for `cost`, all or nothing, with the slowest wait:
+/// [`all_of`] with `second` checked without consuming when `first` refuses, so `RetryAfter` is
+/// the larger of the two waits (`ExceedsBurst` if either says so).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{all_of2, Bucket, Denied, ManualClock, Quota};
+/// let clock = ManualClock::new();
+/// let tenant = Bucket::with_clock(Quota::per_second(10).unwrap(), clock.clone());
+/// let global = Bucket::with_clock(Quota::per_second(1).unwrap().with_burst(5).unwrap(), clock.clone());
+/// assert_eq!(all_of2(&tenant, &global, 5), Ok(()));
+/// // The tenant waits 100 ms, the global bucket 1 s: the chain reports 1 s.
+/// tenant.try_acquire(5).unwrap();
+/// assert_eq!(all_of2(&tenant, &global, 1), Err(Denied::RetryAfter(Duration::from_secs(1))));
+/// ```
+pub fn all_of2<A: GiveBack + ?Sized, B: GiveBack + ?Sized>(
+    first: &A,
+    second: &B,
+    cost: u64,
+) -> Result<(), Denied> {
+    let taken = match first.take(cost) {
+        Ok(taken) => taken,
+        Err(denied) => return Err(slowest(denied, second.check(cost))),
+    };
+    match second.take(cost) {
+        Ok(_kept) => Ok(()),
+        Err(denied) => {
+            A::give_back(taken);
+            Err(denied)
+        }
+    }
+}
+
+/// The slower of a refusal and another limiter's verdict.
+fn slowest(denied: Denied, other: Result<(), Denied>) -> Denied {
+    match (denied, other) {
+        (Denied::RetryAfter(a), Err(Denied::RetryAfter(b))) => Denied::RetryAfter(a.max(b)),
+        (_, Err(Denied::ExceedsBurst)) => Denied::ExceedsBurst,
+        (denied, _) => denied,
+    }
+}

@@ -1,0 +1,364 @@
+//! [`MultiBucket`]: one to four quotas that must all hold, decided and debited in one atomic
+//! step.
+//!
+//! Split as the bucket is: [`decide`] is the pure decision over several quotas (gcra's per
+//! quota, combined), [`store`] the atomics (one 128-bit word for two quotas, a sequence lock for
+//! three and four), and this module the type. [`Refusal`] says which quota refused and
+//! [`Snapshots`] describes every quota after a decision; waiting and reservations are in
+//! `wait.rs` here.
+
+pub(crate) mod decide;
+mod refusal;
+mod snapshots;
+mod store;
+mod wait;
+
+pub use self::refusal::Refusal;
+pub use self::snapshots::Snapshots;
+pub use self::wait::MultiReservation;
+
+use self::decide::{pad, Rates};
+use self::store::{Pair, Wide};
+use crate::clock::{Clock, DefaultClock};
+use crate::error::{ConfigError, Denied};
+use crate::gcra;
+use crate::limits::{Limits, MAX_LIMITS};
+use crate::snapshot::Snapshot;
+use core::fmt;
+
+/// A policy of one to four [`Quota`](crate::Quota)s ("10 per second **and** 10,000 per day")
+/// enforced together: a request is admitted only if **every** quota holds its cost at one clock
+/// reading, and then every quota is debited in one atomic step. A refusal writes nothing.
+///
+/// * **Exact.** Each quota is decided by the [`Bucket`](crate::Bucket)'s arithmetic
+///   ([`crate::gcra`]), bit for bit for [`Quota::is_exact`](crate::Quota::is_exact) quotas; the
+///   policy admits iff every quota would, and [`Denied::RetryAfter`] is the exact smallest wait
+///   after which every quota holds the cost (the largest per-quota wait), to the nanosecond.
+///   [`Denied::ExceedsBurst`] iff the cost exceeds the smallest burst. Cost 0 is admitted and
+///   writes nothing.
+/// * **Every quota keeps its own window bound**: in any window Δ, the admitted cost is at most
+///   `burst_i + rate_i·Δ` for every quota `i`, under any interleaving and with stale or
+///   stepped-back clock readings, as for a `Bucket` (`docs/guarantees.md`).
+/// * **Two quotas are lock-free in one compare-and-swap**: both 64-bit states live in one
+///   `AtomicU128` (`portable-atomic`'s native `cmpxchg16b` on x86_64, `CASP` or an exclusive
+///   pair on AArch64; on targets without a native 128-bit CAS it is a short critical section,
+///   not lock-free). One quota uses the same word.
+/// * **Three and four quotas** use four words under a sequence lock: refusals read without
+///   writing, admissions take a short writer lock (four stores) and are **not lock-free** —
+///   no target has a 256-bit compare-and-swap (see the design note in `src/multi/store.rs`).
+///
+/// The limits are fixed for the policy's life (build a new one to change them).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
+/// let clock = ManualClock::new();
+/// let per_second = Quota::per_second(10).unwrap();
+/// let per_minute = Quota::new(20, Duration::from_secs(60), 20).unwrap();
+/// let policy = MultiBucket::with_clock(Limits::new([per_second, per_minute]).unwrap(), clock.clone());
+/// assert_eq!(policy.try_acquire(10), Ok(()));
+/// assert_eq!(policy.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(100))));
+/// clock.advance(Duration::from_secs(1));
+/// assert_eq!(policy.try_acquire(10), Ok(()));
+/// clock.advance(Duration::from_secs(1));
+/// // The second is full again, but the minute holds two thirds of a token: 1 s more.
+/// assert_eq!(policy.try_acquire(1), Err(Denied::RetryAfter(Duration::from_secs(1))));
+/// assert_eq!(policy.available(), 0);
+/// ```
+#[repr(C)]
+pub struct MultiBucket<C = DefaultClock> {
+    /// First: the clock and the quotas' decision words stay apart from the contended state
+    /// line (the state is cache-padded).
+    clock: C,
+    limits: Limits,
+    store: Store,
+}
+
+/// The states and the padded decision words, by the policy's size. Not boxed: a policy's
+/// variant never changes, and a box would add a pointer chase to every decision.
+#[allow(clippy::large_enum_variant)]
+enum Store {
+    /// One or two quotas: one 128-bit word.
+    Pair(Rates<2>, Pair),
+    /// Three or four quotas: four words under a sequence lock.
+    Wide(Rates<4>, Wide),
+}
+
+impl<C: fmt::Debug> fmt::Debug for MultiBucket<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let len = self.limits.quotas().len();
+        let states = match &self.store {
+            Store::Pair(_, pair) => pad::<MAX_LIMITS>(&pair.load()),
+            Store::Wide(_, wide) => wide.load(),
+        };
+        f.debug_struct("MultiBucket")
+            .field("limits", &self.limits)
+            .field("states", &&states[..len])
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+/// Only with a real clock (feature `std`), as [`Bucket::new`](crate::Bucket::new).
+#[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
+impl MultiBucket<DefaultClock> {
+    /// A policy whose quotas all start full, on the [`DefaultClock`] (feature `std`).
+    ///
+    /// ```
+    /// use tollgate::{Limits, MultiBucket, Quota};
+    /// let policy = MultiBucket::new(Limits::from(Quota::per_second(100).unwrap()));
+    /// assert!(policy.try_acquire(1).is_ok());
+    /// # let _ = tollgate::ManualClock::new();
+    /// ```
+    pub fn new(limits: Limits) -> MultiBucket<DefaultClock> {
+        MultiBucket::with_clock(limits, DefaultClock::default())
+    }
+}
+
+impl<C: Clock> MultiBucket<C> {
+    /// A policy whose quotas all start full, on `clock`.
+    ///
+    /// ```
+    /// use tollgate::{Limits, ManualClock, MultiBucket, Quota};
+    /// let limits = Limits::new([Quota::per_second(5).unwrap(), Quota::per_second(3).unwrap()]).unwrap();
+    /// assert_eq!(MultiBucket::with_clock(limits, ManualClock::new()).available(), 3);
+    /// ```
+    pub fn with_clock(limits: Limits, clock: C) -> MultiBucket<C> {
+        let full = [gcra::FULL; MAX_LIMITS];
+        MultiBucket::from_states(limits, &full, clock)
+    }
+
+    /// A policy whose quota `i` starts with `tokens[i]` tokens (0 ..= its burst), so that a
+    /// fragile downstream does not see a cold-start burst; quotas past the end of `tokens`
+    /// start full. Errors: [`ConfigError::InitialAboveBurst`] if an entry exceeds its quota's
+    /// burst, [`ConfigError::TooManyQuotas`] if `tokens` has more entries than the policy has
+    /// quotas.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ConfigError, Limits, ManualClock, MultiBucket, Quota};
+    /// let per_day = Quota::new(10_000, Duration::from_secs(86_400), 10_000).unwrap();
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), per_day]).unwrap();
+    /// let policy = MultiBucket::with_initial_tokens(limits.clone(), &[2], ManualClock::new()).unwrap();
+    /// assert_eq!(policy.available(), 2); // the second starts with 2, the day full
+    /// let too_many = MultiBucket::with_initial_tokens(limits.clone(), &[1, 1, 1], ManualClock::new());
+    /// assert_eq!(too_many.unwrap_err(), ConfigError::TooManyQuotas);
+    /// let above = MultiBucket::with_initial_tokens(limits, &[11], ManualClock::new());
+    /// assert_eq!(above.unwrap_err(), ConfigError::InitialAboveBurst);
+    /// ```
+    pub fn with_initial_tokens(
+        limits: Limits,
+        tokens: &[u64],
+        clock: C,
+    ) -> Result<MultiBucket<C>, ConfigError> {
+        let quotas = limits.quotas();
+        if tokens.len() > quotas.len() {
+            return Err(ConfigError::TooManyQuotas);
+        }
+        let now = clock.now();
+        let mut states = [gcra::FULL; MAX_LIMITS];
+        for (i, &t) in tokens.iter().enumerate() {
+            states[i] = gcra::with_tokens(now, &quotas[i], t)?;
+        }
+        Ok(MultiBucket::from_states(limits, &states, clock))
+    }
+
+    fn from_states(limits: Limits, states: &[u64; MAX_LIMITS], clock: C) -> MultiBucket<C> {
+        let states = &states[..limits.quotas().len()];
+        let store = if states.len() <= 2 {
+            Store::Pair(Rates::new(&limits), Pair::new(pad(states)))
+        } else {
+            Store::Wide(Rates::new(&limits), Wide::new(pad(states)))
+        };
+        MultiBucket {
+            clock,
+            limits,
+            store,
+        }
+    }
+
+    /// Takes `cost` tokens from every quota if every quota holds them now.
+    ///
+    /// `Err(RetryAfter(d))`: `d` is the smallest whole number of nanoseconds after which the
+    /// same request is admitted if nothing else consumes (the largest per-quota wait).
+    /// `Err(ExceedsBurst)`: `cost` exceeds the smallest burst. A refusal changes nothing; cost 0
+    /// is always admitted and changes nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(2).unwrap().with_burst(20).unwrap()]).unwrap();
+    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
+    /// assert_eq!(policy.try_acquire(10), Ok(()));
+    /// // 100 ms for the first quota, 0 for the second (10 of 20 left): 100 ms.
+    /// assert_eq!(policy.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(100))));
+    /// assert_eq!(policy.try_acquire(11), Err(Denied::ExceedsBurst));
+    /// ```
+    #[inline]
+    pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+        self.try_acquire_detailed(cost).map_err(Denied::from)
+    }
+
+    /// [`try_acquire`](MultiBucket::try_acquire), naming the quota that refused (see
+    /// [`Refusal`]): the one that waits longest, or for [`Denied::ExceedsBurst`] the one with
+    /// the smallest burst.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
+    /// let per_day = Quota::new(3, Duration::from_secs(86_400), 3).unwrap();
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), per_day]).unwrap();
+    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
+    /// assert_eq!(policy.try_acquire(3), Ok(()));
+    /// let refusal = policy.try_acquire_detailed(1).unwrap_err();
+    /// assert_eq!(refusal.quota_index(), 1); // the daily quota fired
+    /// assert_eq!(refusal.denied(), Denied::RetryAfter(Duration::from_secs(28_800)));
+    /// ```
+    #[inline]
+    pub fn try_acquire_detailed(&self, cost: u64) -> Result<(), Refusal> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        match &self.store {
+            Store::Pair(rates, pair) => {
+                pair.update(
+                    |states| match decide::decide_pair(states, now, rates, cost) {
+                        Ok(next) => (next, Ok(())),
+                        Err(refusal) => (None, Err(refusal)),
+                    },
+                )
+            }
+            Store::Wide(rates, wide) => wide.update(|states| acquire(states, now, rates, cost)),
+        }
+    }
+
+    /// [`try_acquire`](MultiBucket::try_acquire), also returning the snapshot of the tightest
+    /// quota — the fewest remaining tokens, ties broken by the one full last — as this decision
+    /// left it (the one a `RateLimit` header should describe), from the same clock reading and
+    /// states.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Limits, ManualClock, MultiBucket, Quota, Snapshot};
+    /// let per_minute = Quota::new(20, Duration::from_secs(60), 20).unwrap();
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), per_minute]).unwrap();
+    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
+    /// assert_eq!(policy.try_acquire_snapshot(10), (Ok(()), Snapshot::new(0, Duration::from_secs(1))));
+    /// assert_eq!(policy.try_acquire_snapshot(0), (Ok(()), Snapshot::new(0, Duration::from_secs(1))));
+    /// ```
+    pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
+        let (verdict, snapshots) = self.try_acquire_snapshots(cost);
+        (verdict.map_err(Denied::from), snapshots.tightest().1)
+    }
+
+    /// [`try_acquire_detailed`](MultiBucket::try_acquire_detailed), also returning every
+    /// quota's snapshot as this decision left it (see [`Snapshots`]), from the same clock
+    /// reading and states: for a `RateLimit-Policy` header that lists every quota.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Limits, ManualClock, MultiBucket, Quota, Snapshot};
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
+    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
+    /// let (verdict, snaps) = policy.try_acquire_snapshots(6);
+    /// assert_eq!(verdict.unwrap_err().quota_index(), 1);
+    /// assert_eq!(snaps.as_slice()[1], Snapshot::new(5, Duration::ZERO));
+    /// ```
+    pub fn try_acquire_snapshots(&self, cost: u64) -> (Result<(), Refusal>, Snapshots) {
+        let now = self.clock.now();
+        let len = self.limits.quotas().len();
+        match &self.store {
+            Store::Pair(rates, pair) => {
+                pair.update(|states| snapshot(states, now, rates, cost, len))
+            }
+            Store::Wide(rates, wide) => {
+                wide.update(|states| snapshot(states, now, rates, cost, len))
+            }
+        }
+    }
+
+    /// The verdict [`try_acquire_detailed`](MultiBucket::try_acquire_detailed) would give now,
+    /// without taking anything (crate-internal: chains report the slowest wait with it).
+    pub(crate) fn check_now(&self, cost: u64) -> Result<(), Refusal> {
+        let now = self.clock.now();
+        match &self.store {
+            Store::Pair(rates, pair) => {
+                decide::decide_pair(pair.load(), now, rates, cost).map(drop)
+            }
+            Store::Wide(rates, wide) => decide::decide(wide.load(), now, rates, cost).map(drop),
+        }
+    }
+
+    /// Whole tokens that every quota holds now (the smallest per-quota count; 0 while any is in
+    /// debt).
+    ///
+    /// ```
+    /// use tollgate::{Limits, ManualClock, MultiBucket, Quota};
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(4).unwrap()]).unwrap();
+    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
+    /// policy.try_acquire(3).unwrap();
+    /// assert_eq!(policy.available(), 1);
+    /// ```
+    pub fn available(&self) -> u64 {
+        let now = self.clock.now();
+        match &self.store {
+            Store::Pair(rates, pair) => decide::available(pair.load(), now, rates),
+            Store::Wide(rates, wide) => decide::available(wide.load(), now, rates),
+        }
+    }
+
+    /// The policy.
+    ///
+    /// ```
+    /// use tollgate::{Limits, ManualClock, MultiBucket, Quota};
+    /// let limits = Limits::from(Quota::per_second(10).unwrap());
+    /// assert_eq!(MultiBucket::with_clock(limits.clone(), ManualClock::new()).limits(), &limits);
+    /// ```
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The policy's clock.
+    ///
+    /// ```
+    /// use tollgate::{Clock, Limits, ManualClock, MultiBucket, Quota};
+    /// let policy = MultiBucket::with_clock(Limits::from(Quota::per_second(1).unwrap()), ManualClock::new());
+    /// assert_eq!(policy.clock().now(), 0);
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+/// One `try_acquire` decision in the form the store's loops take.
+#[inline(always)]
+fn acquire<const N: usize>(
+    states: [u64; N],
+    now: u64,
+    rates: &Rates<N>,
+    cost: u64,
+) -> (Option<[u64; N]>, Result<(), Refusal>) {
+    match decide::decide(states, now, rates, cost) {
+        Ok(next) => (next, Ok(())),
+        Err(refusal) => (None, Err(refusal)),
+    }
+}
+
+/// A verdict with every quota's snapshot.
+type Reported = (Result<(), Refusal>, Snapshots);
+
+/// One decision with every quota's snapshot, from the states it left.
+#[inline]
+fn snapshot<const N: usize>(
+    states: [u64; N],
+    now: u64,
+    rates: &Rates<N>,
+    cost: u64,
+    len: usize,
+) -> (Option<[u64; N]>, Reported) {
+    let (next, verdict) = acquire(states, now, rates, cost);
+    let snaps = decide::snapshots(next.unwrap_or(states), now, rates);
+    (next, (verdict, Snapshots::from_padded(snaps, len)))
+}

@@ -1,0 +1,229 @@
+//! The pure decision over several quotas at one clock reading: [`crate::gcra`]'s decision for
+//! each quota, combined all or nothing. No atomics: the multi-bucket's word, its seqlocked
+//! words, the tests and custom storage ([`crate::gcra::try_acquire_all`]) all apply it.
+//!
+//! Every quota is decided exactly as a [`Bucket`](crate::Bucket) decides it
+//! ([`gcra`]'s `try_acquire_scaled`). The verdict is the conjunction: admitted iff every quota
+//! admits, and then every quota's new state is written; otherwise nothing is. So each quota's
+//! state moves only by decisions that quota admits on its own at the same reading, and its
+//! window bound is the bucket's.
+
+use super::refusal::Refusal;
+use crate::error::Denied;
+use crate::gcra;
+use crate::limits::{Limits, MAX_LIMITS};
+use crate::quota::Scaled;
+use crate::snapshot::Snapshot;
+
+/// The decision words of `N` quotas and the index of the smallest burst (the first of equals).
+///
+/// A policy of fewer quotas than `N` is padded by repeating its last quota, with its state
+/// repeated too: a copy decides exactly as its original, so the padding never changes a verdict,
+/// and every choice below takes the first of equal candidates, so it never names a copy.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rates<const N: usize> {
+    pub(crate) rates: [Scaled; N],
+    min_burst: u64,
+    min_burst_index: usize,
+}
+
+impl<const N: usize> Rates<N> {
+    /// The first `N` quotas of `limits`, padded as described above. Requires `N >= len`.
+    pub(crate) fn new(limits: &Limits) -> Rates<N> {
+        let quotas = limits.quotas();
+        let rates = core::array::from_fn(|i| *quotas[i.min(quotas.len() - 1)].scaled());
+        let mut min_burst_index = 0;
+        for (i, q) in quotas.iter().enumerate() {
+            if q.burst() < quotas[min_burst_index].burst() {
+                min_burst_index = i;
+            }
+        }
+        Rates {
+            rates,
+            min_burst: quotas[min_burst_index].burst(),
+            min_burst_index,
+        }
+    }
+}
+
+/// States padded to `N` as [`Rates`] pads the quotas: entry `i` of `states` for `i < len`,
+/// the last one repeated after.
+#[inline]
+pub(crate) fn pad<const N: usize>(states: &[u64]) -> [u64; N] {
+    core::array::from_fn(|i| states[i.min(states.len() - 1)])
+}
+
+/// Decides `cost` over every quota at `now`: `Ok(Some(states'))` admitted (write all of
+/// them), `Ok(None)` admitted with nothing to write (`cost == 0`), `Err` refused (write
+/// nothing).
+///
+/// A refusal is [`Denied::ExceedsBurst`] iff `cost` exceeds the smallest burst (naming that
+/// quota); otherwise [`Denied::RetryAfter`] of the largest per-quota wait, naming the quota that
+/// waits longest (the first of equals). Each per-quota wait is the smallest whole number of
+/// nanoseconds after which that quota holds `cost`; a quota's balance only grows while nothing
+/// is admitted, so after the largest of them every quota holds it, and before it the quota
+/// that waits longest does not: the largest wait is the exact wait of the conjunction.
+#[inline(always)]
+pub(crate) fn decide<const N: usize>(
+    states: [u64; N],
+    now: u64,
+    rates: &Rates<N>,
+    cost: u64,
+) -> Result<Option<[u64; N]>, Refusal> {
+    if cost == 0 {
+        return Ok(None);
+    }
+    if cost > rates.min_burst {
+        return Err(Refusal::new(Denied::ExceedsBurst, rates.min_burst_index));
+    }
+    let mut next = states;
+    let mut verdicts = [Ok(None); N];
+    let mut refused = false;
+    for i in 0..N {
+        match gcra::try_acquire_scaled(states[i], now, &rates.rates[i], cost) {
+            Ok(Some(s)) => next[i] = s,
+            // `cost > 0`: every admission has a state to write (unreachable; kept).
+            Ok(None) => {}
+            Err(denied) => {
+                verdicts[i] = Err(denied);
+                refused = true;
+            }
+        }
+    }
+    if refused {
+        return Err(longest(&verdicts));
+    }
+    Ok(Some(next))
+}
+
+/// [`decide`] for two quotas, written out: both quotas decided straight-line by the bucket's
+/// arithmetic, without the checks made once for both.
+#[inline(always)]
+pub(crate) fn decide_pair(
+    states: [u64; 2],
+    now: u64,
+    rates: &Rates<2>,
+    cost: u64,
+) -> Result<Option<[u64; 2]>, Refusal> {
+    if cost == 0 {
+        return Ok(None);
+    }
+    if cost > rates.min_burst {
+        return Err(Refusal::new(Denied::ExceedsBurst, rates.min_burst_index));
+    }
+    let a = one(states[0], now, &rates.rates[0], cost);
+    let b = one(states[1], now, &rates.rates[1], cost);
+    match (a, b) {
+        (Ok(a), Ok(b)) => Ok(Some([a, b])),
+        (Err(x), Ok(_)) => Err(Refusal::new(x, 0)),
+        (Ok(_), Err(y)) => Err(Refusal::new(y, 1)),
+        (Err(x), Err(y)) => Err(match (x, y) {
+            (Denied::RetryAfter(dx), Denied::RetryAfter(dy)) if dy > dx => Refusal::new(y, 1),
+            _ => Refusal::new(x, 0),
+        }),
+    }
+}
+
+/// One quota's decision for `0 < cost <= burst` on a state some quota produced
+/// (`<= MAX_UNITS`), which the caller guarantees: `gcra::try_acquire_scaled`'s arithmetic without
+/// its checks for the exact quotas; an inexact quota goes through `try_acquire_scaled` itself.
+#[inline(always)]
+fn one(state: u64, now: u64, rate: &Scaled, cost: u64) -> Result<u64, Denied> {
+    match rate.exact_earned(now) {
+        Some(earned) => {
+            // `state, cost·scale, earned + burst·scale <= MAX_UNITS` (the quota's range): no
+            // overflow.
+            let cost_units = cost * rate.scale();
+            let want = state + cost_units;
+            let burst_units = rate.burst_units();
+            if want <= earned + burst_units {
+                Ok(state.max(earned) + cost_units)
+            } else {
+                let at = rate.instant_of_exact(want - burst_units);
+                Err(Denied::RetryAfter(gcra::wait_until(at, now)))
+            }
+        }
+        None => match gcra::try_acquire_scaled(state, now, rate, cost) {
+            Ok(next) => Ok(next.unwrap_or(state)),
+            Err(denied) => Err(denied),
+        },
+    }
+}
+
+/// The refusal of a decision some quota refused: the longest wait and its quota (the first of
+/// equals). Out of line: admissions never pay for it.
+#[cold]
+#[inline(never)]
+fn longest(verdicts: &[Result<Option<u64>, Denied>]) -> Refusal {
+    let mut worst: Option<Refusal> = None;
+    for (i, v) in verdicts.iter().enumerate() {
+        let Err(denied) = *v else { continue };
+        let longer = match (worst.map(|w| w.denied()), denied) {
+            (None, _) => true,
+            (Some(Denied::RetryAfter(w)), Denied::RetryAfter(d)) => d > w,
+            // `cost <= min_burst`: no quota answers `ExceedsBurst`; the first kept if one did.
+            (Some(_), _) => false,
+        };
+        if longer {
+            worst = Some(Refusal::new(denied, i));
+        }
+    }
+    // Called only when some verdict is an error.
+    worst.unwrap_or(Refusal::new(
+        Denied::RetryAfter(core::time::Duration::MAX),
+        0,
+    ))
+}
+
+/// Whole tokens every quota holds at `now`: the smallest per-quota [`gcra::available`].
+#[inline]
+pub(crate) fn available<const N: usize>(states: [u64; N], now: u64, rates: &Rates<N>) -> u64 {
+    (0..N)
+        .map(|i| gcra::available_scaled(states[i], now, &rates.rates[i]))
+        .min()
+        .unwrap_or(0)
+}
+
+/// Every quota's snapshot at `now` (the first `len` are the policy's).
+#[inline]
+pub(crate) fn snapshots<const N: usize>(
+    states: [u64; N],
+    now: u64,
+    rates: &Rates<N>,
+) -> [Snapshot; N] {
+    core::array::from_fn(|i| gcra::snapshot_scaled(states[i], now, &rates.rates[i]))
+}
+
+/// The index of the tightest snapshot: the fewest remaining tokens, ties broken by the longest
+/// time until full (the one full last), then by the first index.
+pub(crate) fn tightest(snapshots: &[Snapshot]) -> usize {
+    let mut best = 0;
+    for (i, s) in snapshots.iter().enumerate().skip(1) {
+        let b = &snapshots[best];
+        if (s.remaining(), core::cmp::Reverse(s.until_full()))
+            < (b.remaining(), core::cmp::Reverse(b.until_full()))
+        {
+            best = i;
+        }
+    }
+    best
+}
+
+/// [`decide`] on a [`Limits`], for storage outside the crate: see
+/// [`gcra::try_acquire_all`].
+pub(crate) fn try_acquire_all(
+    states: [u64; MAX_LIMITS],
+    now: u64,
+    limits: &Limits,
+    cost: u64,
+) -> Result<Option<[u64; MAX_LIMITS]>, Refusal> {
+    let len = limits.quotas().len();
+    let rates = Rates::<MAX_LIMITS>::new(limits);
+    let padded = pad::<MAX_LIMITS>(&states[..len]);
+    let next = decide(padded, now, &rates, cost)?;
+    Ok(next.map(|next| {
+        let mut out = states;
+        out[..len].copy_from_slice(&next[..len]);
+        out
+    }))
+}

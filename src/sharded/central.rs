@@ -1,0 +1,294 @@
+//! The central word: the exact [`gcra`](crate::gcra) state of the whole quota. Decisions that
+//! their shard's lease cannot pay are made here with one compare-and-swap, which also hands the
+//! shard a new lease when the word holds plenty.
+
+use super::lease::{Lease, Short};
+use super::Earned;
+use crate::error::Denied;
+use crate::quota::{Scaled, HORIZON_NS};
+use crate::sync::{AtomicU64, Ordering};
+use core::time::Duration;
+
+/// The most tokens one lease takes.
+const LEASE_MAX: u64 = 1 << 16;
+
+/// A lease takes at most `1 / (SPREAD × shards)` of what the word holds beyond the cost, so
+/// that the leases of all shards together never hold more than about `1 / SPREAD` of it.
+const SPREAD: u64 = 8;
+
+/// Tokens to lease with a decision of `cost` from a word holding `held` tokens: 0 near the
+/// limit (under `cost + SPREAD × shards` tokens), so that there every decision is the central
+/// compare-and-swap alone.
+#[inline(always)]
+pub(super) fn lease_tokens(held: u64, cost: u64, shards: u64) -> u64 {
+    (held.saturating_sub(cost) / (SPREAD * shards)).min(LEASE_MAX)
+}
+
+/// `SPREAD × shards` tokens in units (saturating): a word holding no more than that beyond a
+/// decision's cost leases nothing.
+pub(super) fn spread_units(scale: u64, shards: u64) -> u64 {
+    scale.saturating_mul(SPREAD * shards)
+}
+
+/// The word, on its own cache line.
+///
+/// | bits | meaning | unit | range |
+/// |---|---|---|---|
+/// | 63..0 | the [`gcra`](crate::gcra) state of the whole quota | `1 / quota.scale()` token since the clock's origin | 0 ..= 2^63 − 1; `0` = full |
+///
+/// Only ever raised (a debit, a debit with a lease, nothing else writes it), so the units it
+/// hands out — `[max(state, ⌈earned⌉), new state)` — never overlap. `Relaxed`: no other memory
+/// is published through it.
+pub(super) struct Central {
+    state: AtomicU64,
+}
+
+/// What the central path decided.
+pub(super) enum Outcome {
+    Admitted,
+    Refused(Denied),
+    /// The shard's lease changed under the decision: spend from it again.
+    Retry,
+}
+
+/// What a central decision needs of the quota and the shard.
+pub(super) struct Ask<'a> {
+    pub(super) rate: &'a Scaled,
+    pub(super) now: u64,
+    pub(super) earned: Earned,
+    pub(super) cost: u64,
+    /// The shard count (lease size).
+    pub(super) shards: u64,
+    /// [`spread_units`] of the quota and shard count.
+    pub(super) spread: u64,
+    /// The calling shard's lease and why it could not pay; `None` with one shard.
+    pub(super) lease: Option<(&'a Lease, Short)>,
+}
+
+impl Central {
+    /// A word in state `state`.
+    pub(super) fn new(state: u64) -> Central {
+        Central {
+            state: AtomicU64::new(state),
+        }
+    }
+
+    /// The state (read-only).
+    #[inline]
+    pub(super) fn load(&self) -> u64 {
+        self.state.load(Ordering::Relaxed)
+    }
+
+    /// One attempt of [`decide`](Self::decide) for a shard whose lease holds nothing (or no
+    /// shard), where it takes no lease: one CAS, or a refusal (recorded in the lease's
+    /// `dry_until`). `None`: [`decide`](Self::decide).
+    #[inline(always)]
+    pub(super) fn decide_fast(
+        &self,
+        rate: &Scaled,
+        now: u64,
+        e: Earned,
+        cost_units: u64,
+        lease_room: u64,
+        lease: Option<&Lease>,
+    ) -> Option<Result<(), Denied>> {
+        let burst_units = rate.burst_units();
+        let limit = e.floor + burst_units;
+        let s = self.state.load(Ordering::Relaxed);
+        let want = s + cost_units;
+        if want > limit {
+            let at = rate.instant_of(want - burst_units);
+            if let Some(lease) = lease {
+                // For one token the instant just computed.
+                lease.publish_dry(if cost_units == rate.scale() {
+                    at
+                } else {
+                    dry_at(rate, s)
+                });
+            }
+            return Some(Err(Denied::RetryAfter(wait_until(at, now))));
+        }
+        // Perhaps room for a lease (`decide` computes it, capped at the burst).
+        if limit - want > lease_room {
+            return None;
+        }
+        self.state
+            .compare_exchange_weak(
+                s,
+                s.max(e.ceil) + cost_units,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .ok()
+            .map(|_| Ok(()))
+    }
+
+    /// Debits the cost, and with it a new lease when the shard's lease holds under one token
+    /// and the word holds plenty; or, when the word alone cannot pay, what the shard's lease
+    /// holds and the rest from the word; else refuses with the wait until the word holds the
+    /// cost. Units lost with a replaced lease (under one token) are added to `stranded`.
+    #[inline(never)]
+    pub(super) fn decide(&self, ask: &Ask<'_>, stranded: &AtomicU64) -> Outcome {
+        let rate = ask.rate;
+        let (scale, burst_units) = (rate.scale(), rate.burst_units());
+        let cost_units = ask.cost * scale;
+        let e = ask.earned;
+        let limit = e.floor + burst_units;
+        let held = match ask.lease {
+            Some((
+                lease,
+                Short::Holds {
+                    frontier,
+                    top,
+                    units,
+                },
+            )) => Some((lease, frontier, top, units)),
+            _ => None,
+        };
+        // Whether this decision holds the shard's lease (`Lease::lock`): taken before the CAS
+        // that replaces or empties the lease, so that no spend races it.
+        let mut locked = false;
+        let release = |locked: bool| {
+            if let (true, Some((lease, frontier, _, _))) = (locked, held) {
+                lease.unlock(frontier);
+            }
+        };
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            // `gcra::try_acquire`'s test; `s <= 2^63 − 1`, so nothing overflows.
+            let want = s + cost_units;
+            let base = s.max(e.ceil);
+            if want > limit {
+                // The word alone cannot pay: with the lease's units `[top − units, top)` (a
+                // valid take at this reading if `top` is within one burst of it)?
+                match held {
+                    Some((lease, frontier, top, units))
+                        if units > 0 && top <= limit && want - units <= limit =>
+                    {
+                        if !locked {
+                            if !lease.lock(frontier) {
+                                return Outcome::Retry;
+                            }
+                            locked = true;
+                        }
+                        let next = base + (cost_units - units);
+                        match self.state.compare_exchange_weak(
+                            s,
+                            next,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        ) {
+                            Ok(_) => {
+                                lease.install(top, top);
+                                return Outcome::Admitted;
+                            }
+                            Err(actual) => {
+                                s = actual;
+                                continue;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                if let Some((lease, ..)) = held {
+                    lease.publish_dry(dry_at(rate, s));
+                }
+                release(locked);
+                return Outcome::Refused(Denied::RetryAfter(wait(
+                    rate,
+                    want - burst_units,
+                    ask.now,
+                )));
+            }
+            // A lease that holds less than one token is replaced (what it holds is lost).
+            let mut leased = 0;
+            if let Some((lease, frontier, _, _)) = held.filter(|h| h.3 < scale) {
+                // No lease below `cost + SPREAD × shards` tokens held (`ask.spread` units more
+                // than the cost): a compare first, the divisions only when a lease is taken.
+                let room = (limit - s).min(burst_units);
+                let tokens = if room - cost_units > ask.spread {
+                    lease_tokens(room / scale, ask.cost, ask.shards)
+                } else {
+                    0
+                };
+                // `want + tokens × scale <= limit` by the size rule; checked as a debit is.
+                if tokens > 0 && want + tokens * scale <= limit {
+                    if !locked {
+                        if !lease.lock(frontier) {
+                            return Outcome::Retry;
+                        }
+                        locked = true;
+                    }
+                    leased = tokens * scale;
+                }
+            }
+            let next = base + cost_units + leased;
+            match self
+                .state
+                .compare_exchange_weak(s, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    match held {
+                        Some((lease, _, _, lost)) if leased > 0 => {
+                            lease.install(next - leased, next);
+                            if lost > 0 {
+                                stranded.fetch_add(lost, Ordering::Relaxed);
+                            }
+                        }
+                        _ => release(locked),
+                    }
+                    return Outcome::Admitted;
+                }
+                Err(actual) => s = actual,
+            }
+        }
+    }
+}
+
+/// The first reading at which a word in state `s` holds one token: before it, this state and
+/// every later one (the word only rises) hold less.
+#[inline(always)]
+fn dry_at(rate: &Scaled, s: u64) -> u64 {
+    (s + rate.scale())
+        .checked_sub(rate.burst_units())
+        .map_or(0, |need| rate.instant_of(need))
+}
+
+/// The wait from `now` until the units earned reach `need` (above those earned at `now`).
+#[inline(always)]
+fn wait(rate: &Scaled, need: u64, now: u64) -> Duration {
+    wait_until(rate.instant_of(need), now)
+}
+
+/// The wait from `now` until the reading `at`, at least 1 ns: `Duration::MAX` past the horizon,
+/// where nothing refills.
+#[inline(always)]
+pub(super) fn wait_until(at: u64, now: u64) -> Duration {
+    if at > HORIZON_NS {
+        Duration::MAX
+    } else {
+        crate::gcra::to_duration(at.saturating_sub(now).max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{lease_tokens, LEASE_MAX, SPREAD};
+
+    #[test]
+    fn leases_shrink_to_nothing_near_the_limit() {
+        for shards in [2u64, 64, 1024] {
+            assert_eq!(lease_tokens(0, 1, shards), 0);
+            assert_eq!(lease_tokens(SPREAD * shards, 1, shards), 0);
+            assert_eq!(lease_tokens(SPREAD * shards + 1, 1, shards), 1);
+            assert_eq!(lease_tokens(u64::MAX, 1, shards), LEASE_MAX);
+            // With the cost, never more than the word holds.
+            for held in [1u64, 10, 1_000, 1 << 40] {
+                for cost in [1u64, 5, held] {
+                    let t = lease_tokens(held, cost, shards);
+                    assert!(cost > held || cost + t <= held, "{held} {cost} {shards}");
+                }
+            }
+        }
+    }
+}

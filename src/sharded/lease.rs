@@ -1,0 +1,186 @@
+//! A shard's lease: an interval of the central word's units that only this shard's threads
+//! spend, with one compare-and-swap on the shard's own cache line.
+
+use super::Earned;
+use crate::sync::{AtomicU64, Ordering};
+
+/// The frontier's value while a thread of the shard replaces the lease: spenders treat the
+/// lease as empty. Above every state (states are at most 2^63 − 1).
+pub(super) const LOCKED: u64 = u64::MAX;
+
+/// The units `[frontier, top)` taken from the central word and not yet spent here.
+///
+/// | word | meaning | unit | range |
+/// |---|---|---|---|
+/// | `frontier` | the lowest unit not yet spent; `LOCKED` while the lease is replaced | `1 / quota.scale()` token since the clock's origin, as the central word | 0 ..= 2^63 − 1, or `LOCKED` |
+/// | `top` | the end of the lease (exclusive); written only by the thread holding `LOCKED` | same | 0 ..= 2^63 − 1 |
+///
+/// Both 0 at first: an empty lease. A spend is the [`gcra`](crate::gcra) debit applied to the
+/// frontier, and allowed only if it stays within `top`: the units it takes,
+/// `[max(frontier, ⌈earned⌉), +cost)`, lie inside the lease, at or after the units earned at
+/// the spend's reading and at most one burst above them — the two conditions a debit of the
+/// central word checks. Units below the earned ones lapse: they are skipped, never spent.
+///
+/// The frontier only ever rises, but for `LOCKED`: a new lease starts above the central word
+/// as its CAS found it, so above every unit of the lease it replaces, and a thread that locked
+/// the lease and replaced nothing stores the frontier it locked. So a spend whose CAS finds the
+/// frontier it read spends from the lease that frontier belonged to.
+///
+/// Orderings: a replacement stores `top` and then the frontier with `Release`; every load of
+/// the frontier that goes on to read `top` is `Acquire`, so it reads the `top` of the lease
+/// whose frontier it read or of a later one, and with a later one its CAS fails (the frontier
+/// rose). Checked by the loom models in `loom-tests/tests/sharded_lease.rs`.
+///
+/// `dry_until`, on the same line: an instant before which the central word holds less than one
+/// token, from the state a refusal of this shard found; true for every reading before it
+/// forever, since the word only rises. A refusal of one token at an earlier reading, with the
+/// lease empty, is answered from it without reading the central word. Written only when it
+/// moves forward (a stalled writer may step it back to its own, still true, instant). `Relaxed`.
+#[derive(Default)]
+pub(super) struct Lease {
+    frontier: AtomicU64,
+    top: AtomicU64,
+    dry_until: AtomicU64,
+}
+
+/// A spend that did not happen.
+#[derive(Clone, Copy)]
+pub(super) enum Short {
+    /// The lease is being replaced by another thread of the shard.
+    Locked,
+    /// The lease cannot pay: its frontier and top as read, and the units it still holds at
+    /// the reading (below one cost).
+    Holds { frontier: u64, top: u64, units: u64 },
+}
+
+/// What [`Lease::spend_fast`] found.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fast {
+    Spent,
+    /// Not locked, and holding nothing at the reading.
+    Empty,
+    /// Anything else (holding less than the cost, locked, a lost CAS): [`Lease::spend`].
+    Slow,
+}
+
+impl Lease {
+    /// The frontier (`Acquire`) and the top: what [`spend_fast`](Self::spend_fast) starts
+    /// from. `frontier >= top` (`LOCKED` included) holds nothing at any reading.
+    #[inline(always)]
+    pub(super) fn read(&self) -> (u64, u64) {
+        let q = self.frontier.load(Ordering::Acquire);
+        (q, self.top.load(Ordering::Relaxed))
+    }
+
+    /// One attempt of [`spend`](Self::spend) from what [`read`](Self::read) returned, for a
+    /// reading with `ceil` units earned (rounded up) and `limit` = earned rounded down + burst:
+    /// no loop, no retry.
+    #[inline(always)]
+    pub(super) fn spend_fast(
+        &self,
+        (q, h): (u64, u64),
+        ceil: u64,
+        limit: u64,
+        cost_units: u64,
+    ) -> Fast {
+        let base = q.max(ceil);
+        // `LOCKED` saturates above every `top`; below it nothing overflows.
+        if base.saturating_add(cost_units) <= h && q + cost_units <= limit {
+            let next = base + cost_units;
+            return match self.frontier.compare_exchange_weak(
+                q,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => Fast::Spent,
+                Err(_) => Fast::Slow,
+            };
+        }
+        if h <= base && q != LOCKED {
+            Fast::Empty
+        } else {
+            Fast::Slow
+        }
+    }
+
+    /// Spends `cost_units` at a reading with `earned` units if the lease holds them.
+    #[inline(always)]
+    pub(super) fn spend(&self, e: Earned, burst_units: u64, cost_units: u64) -> Result<(), Short> {
+        let mut q = self.frontier.load(Ordering::Acquire);
+        loop {
+            if q == LOCKED {
+                return Err(Short::Locked);
+            }
+            let h = self.top.load(Ordering::Relaxed);
+            let base = q.max(e.ceil);
+            // `q + cost <= floor + burst`: the debit's own test (an older reading than the
+            // lease's may find its units more than one burst ahead).
+            let fits = base + cost_units <= h && q + cost_units <= e.floor + burst_units;
+            if !fits {
+                return Err(Short::Holds {
+                    frontier: q,
+                    top: h,
+                    units: h.saturating_sub(base),
+                });
+            }
+            match self.frontier.compare_exchange_weak(
+                q,
+                base + cost_units,
+                Ordering::Relaxed,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(actual) => q = actual,
+            }
+        }
+    }
+
+    /// Takes the lease for replacement if its frontier is still `frontier`.
+    #[inline]
+    pub(super) fn lock(&self, frontier: u64) -> bool {
+        self.frontier
+            .compare_exchange(frontier, LOCKED, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Ends a replacement with the lease `[from, to)`: `from` above every unit of the old one,
+    /// so that the frontier only ever rises (`to, to` empties the lease).
+    #[inline]
+    pub(super) fn install(&self, from: u64, to: u64) {
+        self.top.store(to, Ordering::Relaxed);
+        self.frontier.store(from, Ordering::Release);
+    }
+
+    /// Ends a replacement that found nothing to lease: the old lease, unchanged.
+    #[inline]
+    pub(super) fn unlock(&self, frontier: u64) {
+        self.frontier.store(frontier, Ordering::Release);
+    }
+
+    /// The instant before which the central word holds less than one token, as this shard last
+    /// found it (0: none known).
+    #[inline(always)]
+    pub(super) fn dry_until(&self) -> u64 {
+        self.dry_until.load(Ordering::Relaxed)
+    }
+
+    /// Records that the central word holds less than one token before `at`.
+    #[inline]
+    pub(super) fn publish_dry(&self, at: u64) {
+        if self.dry_until.load(Ordering::Relaxed) < at {
+            self.dry_until.store(at, Ordering::Relaxed);
+        }
+    }
+
+    /// Units the lease holds at a reading with `earned` units (read-only; 0 while locked).
+    pub(super) fn units(&self, e: Earned) -> u64 {
+        let q = self.frontier.load(Ordering::Acquire);
+        if q == LOCKED {
+            return 0;
+        }
+        self.top
+            .load(Ordering::Relaxed)
+            .saturating_sub(q.max(e.ceil))
+    }
+}

@@ -1,0 +1,219 @@
+//! ShardedBucket's leases: stale and stalled spends keep every window, pooling a lease with the
+//! central word, the bounded loss of a lease that lapses, and random stalls around lease
+//! replacement. ManualClock (or the real clock with seeded stalls) and fixed seeds.
+#![cfg(feature = "std")]
+
+use std::time::Duration;
+use tollgate::{Bucket, ManualClock, Quota, ShardedBucket, StdClock};
+
+use rng::Rng;
+use stall::{arm, gated, last_reading, Stall, StallClock};
+use tollgate_testkit::rng;
+use tollgate_testkit::stall;
+use tollgate_testkit::window;
+use window::WindowChecker;
+
+const S: u64 = 1_000_000_000;
+
+/// A lease taken at a late reading holds units near that reading's refill; a spend at a much
+/// older reading (a thread preempted since its clock read) must not take them: at that reading
+/// the whole burst was already admitted. Without the lease's "within one burst of the reading"
+/// test the window `[t0, t0]` would hold burst + 1.
+#[test]
+fn a_stale_spend_cannot_take_a_lease_of_a_later_reading() {
+    for shards in [2usize, 64] {
+        let clock = StallClock::new(ManualClock::new());
+        let quota = Quota::per_second(1_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, shards, clock.clone());
+        let checker = WindowChecker::new();
+        let take = |cost: u64| {
+            let verdict = bucket.try_acquire(cost);
+            if verdict.is_ok() {
+                checker.admit(last_reading(), cost);
+            }
+            verdict
+        };
+        clock.inner().set(Duration::from_nanos(10 * S));
+        assert_eq!(take(1_000), Ok(()));
+        clock.inner().set(Duration::from_nanos(20 * S));
+        // 1 token and a lease of ⌊999 / (8 × shards)⌋ tokens (or none at 64 shards).
+        assert_eq!(take(1), Ok(()));
+        for _ in 0..10 {
+            arm([Stall::Reading(10 * S)]);
+            assert!(
+                take(1).is_err(),
+                "{shards} shards: a token at the drained reading"
+            );
+        }
+        // At the lease's own reading its tokens are there.
+        while take(1).is_ok() {}
+        assert_eq!(checker.check(&quota), Ok(()), "{shards} shards");
+        assert_eq!(checker.total(), 2_000, "{shards} shards");
+    }
+}
+
+/// A thread takes a lease, then stalls between its next reading and its spend while the main
+/// thread drains the bucket two seconds later (its own shard's lease and the central word, or
+/// the same lease if the two threads share a shard). The stalled spend, at its old reading,
+/// takes a leased token only if it is within one burst of that reading; every window holds.
+#[test]
+fn a_stalled_spend_keeps_every_window() {
+    for shards in [2usize, 8] {
+        let clock = StallClock::new(ManualClock::new());
+        let quota = Quota::per_second(1_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, shards, clock.clone());
+        let checker = WindowChecker::new();
+        clock.inner().set(Duration::from_nanos(10 * S));
+        let (bucket, checker) = (&bucket, &checker);
+        let stalled = std::thread::scope(|s| {
+            s.spawn(|| {
+                // Takes 1 and a lease.
+                assert_eq!(bucket.try_acquire(1), Ok(()));
+                checker.admit(last_reading(), 1);
+                gated(
+                    || {
+                        let verdict = bucket.try_acquire(1);
+                        if verdict.is_ok() {
+                            checker.admit(last_reading(), 1);
+                        }
+                        verdict
+                    },
+                    || {
+                        clock.inner().set(Duration::from_nanos(12 * S));
+                        let (b, c) = (bucket, checker);
+                        // A thread of its own: the main test thread may share no shard.
+                        std::thread::scope(|s| {
+                            s.spawn(|| {
+                                while b.try_acquire(1).is_ok() {
+                                    c.admit(last_reading(), 1);
+                                }
+                            });
+                        });
+                    },
+                )
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(checker.check(&quota), Ok(()), "{shards} shards");
+        // Whatever the stalled spend did, nothing beyond burst + 2 s of rate.
+        assert!(
+            checker.total() <= 3_000,
+            "{shards} shards: {}",
+            checker.total()
+        );
+        println!("{shards} shards: stalled spend {stalled:?}");
+    }
+}
+
+/// The measured loss of leases: a thread takes a lease on a full bucket and exits; the main
+/// thread then takes everything it can every 100 µs for two seconds. A single `Bucket` seeing
+/// the same requests is the reference: the sharded bucket admits no more, and at most the
+/// abandoned lease less (`⌊99,999 / (8 × shards)⌋` tokens: 6,249 at 2 shards, 12 at 1,024, where
+/// the two threads' shards differ for certain). A lease that its own shard's threads keep
+/// spending loses nothing: the 2-shard case loses nothing when the two threads share a shard.
+#[test]
+fn an_abandoned_lease_loses_at_most_its_tokens() {
+    for (shards, lease) in [(2usize, 6_249u64), (1024, 12)] {
+        let clock = ManualClock::new();
+        let quota = Quota::per_second(100_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, shards, clock.clone());
+        let reference = Bucket::with_clock(quota, clock.clone());
+        std::thread::scope(|s| {
+            s.spawn(|| assert_eq!(bucket.try_acquire(1), Ok(())));
+        });
+        assert_eq!(reference.try_acquire(1), Ok(()));
+        let (mut got, mut want) = (1u64, 1u64);
+        for _ in 0..20_000 {
+            while bucket.try_acquire(1).is_ok() {
+                got += 1;
+            }
+            while reference.try_acquire(1).is_ok() {
+                want += 1;
+            }
+            clock.advance(Duration::from_micros(100));
+        }
+        assert!(got <= want, "{shards} shards: {got} > {want}");
+        assert!(
+            want - got <= lease,
+            "{shards} shards: lost {} of {want}",
+            want - got
+        );
+        println!("abandoned lease, {shards} shards: {got} of {want} admitted");
+    }
+}
+
+/// On a frozen clock a lease never lapses: two threads draining with costs that often exceed
+/// what their lease holds (so decisions pool a lease with the central word, and leases are
+/// replaced) take exactly the burst between them, nothing stranded.
+#[test]
+fn frozen_clock_pooling_and_replacement_take_exactly_the_burst() {
+    for shards in [2usize, 4] {
+        let quota = Quota::per_second(100_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, shards, ManualClock::new());
+        let total: u64 = std::thread::scope(|s| {
+            let spawned: Vec<_> = (0..2u64)
+                .map(|t| {
+                    let bucket = &bucket;
+                    s.spawn(move || {
+                        let mut rng = Rng(t + 7);
+                        let mut got = 0;
+                        // Large costs until refused, then single tokens until refused.
+                        loop {
+                            let cost = 1 + rng.below(5_000);
+                            match bucket.try_acquire(cost) {
+                                Ok(()) => got += cost,
+                                Err(_) => break,
+                            }
+                        }
+                        while bucket.try_acquire(1).is_ok() {
+                            got += 1;
+                        }
+                        got
+                    })
+                })
+                .collect();
+            spawned.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(total, 100_000, "{shards} shards");
+        assert_eq!(bucket.available(), 0, "{shards} shards");
+        assert_eq!(bucket.stranded_tokens(), 0.0, "{shards} shards");
+    }
+}
+
+/// Real threads and random stalls between the reading and the decision, a burst large enough
+/// for leases of thousands of tokens and costs up to twice a lease, so spends, replacements,
+/// pooled decisions and refusals race at readings out of order: every window holds.
+#[test]
+fn random_stalls_around_leases_never_break_any_window() {
+    for (shards, seed) in [(2usize, 11u64), (8, 12)] {
+        let quota = Quota::new(2_000_000, Duration::from_secs(1), 200_000).unwrap();
+        let clock = StallClock::random(StdClock::new(), 0.01, Duration::from_micros(300), seed);
+        let bucket = ShardedBucket::with_clock(quota, shards, clock);
+        let checker = WindowChecker::new();
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (bucket, checker) = (&bucket, &checker);
+                s.spawn(move || {
+                    let mut rng = Rng(seed * 16 + t + 1);
+                    for _ in 0..20_000 {
+                        let cost = if rng.below(16) == 0 {
+                            1 + rng.below(6_000)
+                        } else {
+                            1 + rng.below(4)
+                        };
+                        if bucket.try_acquire(cost).is_ok() {
+                            checker.admit(last_reading(), cost);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(checker.check(&quota), Ok(()), "{shards} shards");
+        println!(
+            "{shards} shards: {} tokens admitted, {:.3} stranded",
+            checker.total(),
+            bucket.stranded_tokens()
+        );
+    }
+}
