@@ -9,8 +9,7 @@ use tollgate::{Bucket, Denied, KeyedLimiter, ManualClock, Quota, ShardedBucket};
 
 #[path = "support/recorder.rs"]
 mod recorder;
-#[path = "support/rng.rs"]
-mod rng;
+use tollgate_testkit::rng;
 use recorder::Recorder;
 use rng::Rng;
 

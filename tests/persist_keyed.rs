@@ -10,8 +10,7 @@ use std::time::{Duration, SystemTime};
 use tollgate::persist::RestoreError;
 use tollgate::{Clock, KeyedLimiter, ManualClock, Quota};
 
-#[path = "support/rng.rs"]
-mod rng;
+use tollgate_testkit::rng;
 use rng::Rng;
 
 fn wall(ns: u64) -> SystemTime {

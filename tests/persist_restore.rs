@@ -9,8 +9,7 @@ use std::time::{Duration, SystemTime};
 use tollgate::persist::{RestoreError, FUTURE_TOLERANCE};
 use tollgate::{Bucket, Denied, Limits, ManualClock, MultiBucket, Quota, ShardedBucket, Smooth};
 
-#[path = "support/rng.rs"]
-mod rng;
+use tollgate_testkit::rng;
 use rng::Rng;
 
 fn wall(ns: u64) -> SystemTime {

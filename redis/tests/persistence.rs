@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 use tollgate::{Denied, Quota};
-use tollgate_redis::test_support::RedisServer;
+use tollgate_testkit::redis_server::RedisServer;
 use tollgate_redis::RedisLimiter;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
