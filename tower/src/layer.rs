@@ -253,7 +253,10 @@ impl<Bk, X: KeyType, Co> RateLimitLayer<Bk, X, Co> {
     /// `tollgate_decisions_total{limiter = name, outcome}`, and each refusal's wait (the exact
     /// wait, before `Retry-After` rounds it up) in `tollgate_retry_after_seconds{limiter = name}`
     /// (see [`tollgate::metrics`]). Requests without a key, answered before any decision, are
-    /// not counted. The handles come from the recorder installed now: install it first.
+    /// not counted. The handles come from the recorder installed now: install it first. A
+    /// backend deciding a policy of several quotas (`MultiBucket`, a Redis policy) also counts
+    /// each enforced refusal against the quota that refused, in
+    /// `tollgate_policy_refusals_total{limiter, quota}` (`quota` its index in the policy).
     ///
     /// ```
     /// use tollgate::{Bucket, Quota};
@@ -263,8 +266,12 @@ impl<Bk, X: KeyType, Co> RateLimitLayer<Bk, X, Co> {
     /// ```
     #[cfg(feature = "metrics")]
     pub fn name(self, name: impl Into<metrics::SharedString>) -> Self {
-        let metrics = tollgate::metrics::DecisionMetrics::new(name);
-        self.observe(|o| o.metrics = Some(metrics))
+        let name = name.into();
+        let metrics = tollgate::metrics::DecisionMetrics::new(name.clone());
+        self.observe(|o| {
+            o.metrics = Some(metrics);
+            o.by_quota = Some(crate::observe::ByQuota::new(name));
+        })
     }
 
     /// The backend.
@@ -352,7 +359,7 @@ where
         // moving it out of the `Check` would copy them on every request.
         match shared.backend.check(key, cost, report) {
             Check::Ready(ref decision) => {
-                if shared.respond.observe.admit(&decision.verdict) {
+                if shared.respond.observe.admit(decision) {
                     let extra = shared.respond.admitted(decision);
                     ResponseFuture::inner(self.inner.call(req), extra)
                 } else {
@@ -470,7 +477,7 @@ where
                     respond,
                 } => {
                     let decision = ready!(decision.poll(cx));
-                    let admit = respond.observe.admit(&decision.verdict);
+                    let admit = respond.observe.admit(&decision);
                     let next = match (admit, service.take(), request.take()) {
                         (true, Some(mut service), Some(request)) => State::Inner {
                             future: service.call(request),

@@ -1,7 +1,7 @@
 //! What the layer records about its decisions, and shadow mode: the layer's one hook
 //! ([`Observe::admit`]) decides whether a decision lets the request through.
 
-use tollgate::Denied;
+use crate::Decision;
 
 /// A layer's name (feature `metrics`) and shadow flag, shared by its services and futures.
 #[derive(Clone, Debug, Default)]
@@ -11,6 +11,45 @@ pub(crate) struct Observe {
     /// The layer's handles, resolved once when it was named.
     #[cfg(feature = "metrics")]
     pub(crate) metrics: Option<tollgate::metrics::DecisionMetrics>,
+    /// The layer's name and, resolved at the first refusal by a policy of several quotas (a
+    /// single-quota backend never registers them), the per-quota refusal counters.
+    #[cfg(feature = "metrics")]
+    pub(crate) by_quota: Option<ByQuota>,
+}
+
+/// `tollgate_policy_refusals_total{limiter, quota}`: which quota of a policy refused.
+#[cfg(feature = "metrics")]
+#[derive(Clone, Debug)]
+pub(crate) struct ByQuota {
+    name: metrics::SharedString,
+    counters: std::sync::OnceLock<[metrics::Counter; 4]>,
+}
+
+#[cfg(feature = "metrics")]
+impl ByQuota {
+    pub(crate) fn new(name: metrics::SharedString) -> ByQuota {
+        ByQuota {
+            name,
+            counters: std::sync::OnceLock::new(),
+        }
+    }
+
+    #[cold]
+    fn refused(&self, decision: &Decision) {
+        let Some(index) = decision.policy.as_ref().and_then(|report| report.refused()) else {
+            return;
+        };
+        let counters = self.counters.get_or_init(|| {
+            ["0", "1", "2", "3"].map(|quota| {
+                metrics::counter!(
+                    tollgate::metrics::POLICY_REFUSALS,
+                    "limiter" => self.name.clone(),
+                    "quota" => quota
+                )
+            })
+        });
+        counters[index.min(3)].increment(1);
+    }
 }
 
 impl Observe {
@@ -18,14 +57,19 @@ impl Observe {
     /// admission, or any refusal in shadow mode. A refusal in shadow mode wrote nothing in the
     /// backend (no tollgate limiter writes on a refusal), so turning shadow off later enforces
     /// from the state an enforcing layer would have reached.
+    /// An enforced refusal by a policy also counts against the quota that refused.
     #[inline]
-    pub(crate) fn admit(&self, verdict: &Result<(), Denied>) -> bool {
+    pub(crate) fn admit(&self, decision: &Decision) -> bool {
+        let verdict = &decision.verdict;
         #[cfg(feature = "metrics")]
         if let Some(metrics) = &self.metrics {
             if self.shadow {
                 metrics.record_shadow(verdict);
             } else {
                 metrics.record(verdict);
+                if let (Err(_), Some(by_quota)) = (verdict, &self.by_quota) {
+                    by_quota.refused(decision);
+                }
             }
         }
         verdict.is_ok() || self.shadow

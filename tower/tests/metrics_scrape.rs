@@ -99,6 +99,41 @@ async fn scraped_decisions_equal_the_responses_and_the_histogram_counts_the_429s
     assert_eq!(run.get(minute), 0.0, "{}", run.text);
 }
 
+/// A policy of two quotas: after three admissions the first (a burst of 3 per hour) is empty
+/// while the second (a burst of 5 per day) still holds two, so every refusal is the first's.
+#[tokio::test]
+async fn a_policy_counts_its_refusals_by_the_quota_that_refused() {
+    let flags = [
+        "--limit",
+        "3/h:3",
+        "--limit",
+        "100/d:5",
+        "--key",
+        "global",
+        "--metrics",
+    ];
+    let run = run(&flags, &["-"], 12).await;
+    assert_eq!((run.ok, run.too_many), (3, 9), "{}", run.text);
+    assert_eq!(run.decisions("refused"), 9.0, "{}", run.text);
+    let by = |q: &str| {
+        run.get(&format!(
+            "tollgate_policy_refusals_total{{limiter=\"http\",quota=\"{q}\"}}"
+        ))
+    };
+    assert_eq!((by("0"), by("1")), (9.0, 0.0), "{}", run.text);
+}
+
+/// A single-quota layer registers no per-quota series.
+#[tokio::test]
+async fn a_single_quota_layer_has_no_policy_series() {
+    let run = run(GLOBAL, &["-"], 12).await;
+    assert!(
+        !run.text.contains("tollgate_policy_refusals_total"),
+        "{}",
+        run.text
+    );
+}
+
 #[tokio::test]
 async fn shadow_answers_200_and_counts_what_enforcement_refused() {
     let enforced = run(GLOBAL, &["-"], 40).await;

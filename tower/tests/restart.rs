@@ -63,7 +63,17 @@ impl Proc {
             .flatten()
             .expect("a `listening on` line");
         let addr = line.strip_prefix("listening on ").unwrap().parse().unwrap();
-        Proc { child, addr, log }
+        let proc = Proc { child, addr, log };
+        // The `state:` line (restored, or starting drained) goes to stderr before `listening on`
+        // goes to stdout, but its reader thread may not have taken it yet.
+        if flags.contains(&"--state") {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !proc.log().iter().any(|l| l.starts_with("state: ")) {
+                assert!(Instant::now() < deadline, "no state line: {:?}", proc.log());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        proc
     }
 
     fn url(&self) -> String {
