@@ -66,6 +66,7 @@ mod limits;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod multi;
+mod refusal;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 mod observe;
 

@@ -2,7 +2,7 @@
 //! [`Bucket::try_acquire_or_snapshot`](crate::Bucket::try_acquire_or_snapshot) does for one
 //! quota.
 
-use super::decide::{self, Rates};
+use crate::gcra::all::{self as decide, Rates};
 use super::{MultiBucket, Refusal, Snapshots, Store};
 use crate::clock::Clock;
 

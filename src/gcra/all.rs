@@ -8,7 +8,7 @@
 //! state moves only by decisions that quota admits on its own at the same reading, and its
 //! window bound is the bucket's.
 
-use super::refusal::Refusal;
+use crate::refusal::Refusal;
 use crate::error::Denied;
 use crate::gcra;
 use crate::limits::{Limits, MAX_LIMITS};
