@@ -66,9 +66,9 @@ mod limits;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod multi;
-mod refusal;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 mod observe;
+mod refusal;
 
 #[cfg(feature = "persist")]
 #[cfg_attr(docsrs, doc(cfg(feature = "persist")))]

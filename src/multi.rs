@@ -14,15 +14,15 @@ mod snapshots;
 mod store;
 mod wait;
 
-pub use crate::refusal::Refusal;
 pub use self::snapshots::Snapshots;
 pub use self::wait::MultiReservation;
+pub use crate::refusal::Refusal;
 
-use crate::gcra::all::{self as decide, pad, Rates};
 use self::store::{Pair, Wide};
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
+use crate::gcra::all::{self as decide, pad, Rates};
 use crate::limits::{Limits, MAX_LIMITS};
 use crate::snapshot::Snapshot;
 use core::fmt;

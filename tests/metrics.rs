@@ -9,9 +9,9 @@ use tollgate::{Bucket, Denied, KeyedLimiter, ManualClock, Quota, ShardedBucket};
 
 #[path = "support/recorder.rs"]
 mod recorder;
-use tollgate_testkit::rng;
 use recorder::Recorder;
 use rng::Rng;
+use tollgate_testkit::rng;
 
 fn quota(per_second: u64, burst: u64) -> Quota {
     Quota::per_second(per_second)

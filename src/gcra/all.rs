@@ -8,11 +8,11 @@
 //! state moves only by decisions that quota admits on its own at the same reading, and its
 //! window bound is the bucket's.
 
-use crate::refusal::Refusal;
 use crate::error::Denied;
 use crate::gcra;
 use crate::limits::{Limits, MAX_LIMITS};
 use crate::quota::Scaled;
+use crate::refusal::Refusal;
 use crate::snapshot::Snapshot;
 
 /// The decision words of `N` quotas and the index of the smallest burst (the first of equals).
