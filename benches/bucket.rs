@@ -15,14 +15,14 @@
 //!   prints the scenarios).
 #![allow(missing_docs)]
 
+use common::across_threads;
 use criterion::{BenchmarkId, Criterion};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::Duration;
-mod common;
-use common::across_threads;
 use tollgate::{gcra, Bucket, Clock, CoarseClock, Denied, QuantaClock, Quota};
+use tollgate_testkit::contention as common;
 
 /// The baseline: a `Mutex<u64>` around the same pure decision function, on the same clock.
 struct MutexBucket {

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tollgate::{KeyedLimiter, Quota};
 
-mod common;
 use common::across_threads;
+use tollgate_testkit::contention as common;
 
 struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);

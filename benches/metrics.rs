@@ -14,8 +14,7 @@ use criterion::{black_box, Criterion};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use tollgate::metrics::Metered;
 use tollgate::{Bucket, DefaultClock, Denied, KeyedLimiter, Quota};
-#[allow(dead_code)] // the contention helpers are not used here
-mod common;
+use tollgate_testkit::contention as common;
 
 /// A rate and burst no benchmark loop drains: every call is admitted.
 fn open() -> Quota {

@@ -15,13 +15,13 @@
 //! one run (the machines are noisy).
 #![allow(missing_docs)]
 
+use common::across_threads;
 use criterion::{BenchmarkId, Criterion};
 use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::Duration;
-mod common;
-use common::across_threads;
 use tollgate::{gcra, Bucket, Clock, Denied, Limits, MultiBucket, QuantaClock, Quota};
+use tollgate_testkit::contention as common;
 
 /// Two quotas under one mutex, decided with the bucket's arithmetic: admitted iff both hold.
 struct MutexPair {

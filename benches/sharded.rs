@@ -12,8 +12,8 @@ use criterion::{black_box, criterion_group, BenchmarkId, Criterion};
 use std::time::{Duration, Instant};
 use tollgate::{Bucket, Quota, ShardedBucket};
 
-mod common;
 use common::across_threads;
+use tollgate_testkit::contention as common;
 
 fn bench_allow(c: &mut Criterion) {
     let quota = Quota::new(1_000_000_000, Duration::from_secs(1), 1 << 50).unwrap();

@@ -38,6 +38,9 @@ use crate::quota::{Quota, Scaled, MAX_UNITS};
 use crate::snapshot::Snapshot;
 use core::time::Duration;
 
+/// The decision over a policy of several quotas.
+pub(crate) mod all;
+
 /// The state of a full bucket, valid for every quota and every clock reading.
 pub const FULL: u64 = 0;
 
@@ -382,7 +385,7 @@ pub fn try_acquire_all(
     limits: &crate::Limits,
     cost: u64,
 ) -> Result<Option<[u64; 4]>, crate::Refusal> {
-    crate::multi::decide::try_acquire_all(states, now, limits, cost)
+    all::try_acquire_all(states, now, limits, cost)
 }
 
 // ---- helpers for the keyed and sharded limiters (crate-internal) ----

@@ -68,6 +68,7 @@ pub mod metrics;
 mod multi;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 mod observe;
+mod refusal;
 
 #[cfg(feature = "persist")]
 #[cfg_attr(docsrs, doc(cfg(feature = "persist")))]

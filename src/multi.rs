@@ -7,24 +7,22 @@
 //! [`Snapshots`] describes every quota after a decision; waiting and reservations are in
 //! `wait.rs` here.
 
-pub(crate) mod decide;
 mod or_snapshots;
 #[cfg(feature = "persist")]
 mod persist;
-mod refusal;
 mod snapshots;
 mod store;
 mod wait;
 
-pub use self::refusal::Refusal;
 pub use self::snapshots::Snapshots;
 pub use self::wait::MultiReservation;
+pub use crate::refusal::Refusal;
 
-use self::decide::{pad, Rates};
 use self::store::{Pair, Wide};
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
+use crate::gcra::all::{self as decide, pad, Rates};
 use crate::limits::{Limits, MAX_LIMITS};
 use crate::snapshot::Snapshot;
 use core::fmt;

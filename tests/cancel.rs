@@ -4,10 +4,8 @@
 //! decided at (a kept reservation at its due instant) and every window is checked exactly.
 #![cfg(feature = "std")]
 
-#[path = "support/stall.rs"]
-mod stall;
-#[path = "support/window.rs"]
-mod window;
+use tollgate_testkit::stall;
+use tollgate_testkit::window;
 
 use stall::{arm, armed, gated, last_reading, Stall, StallClock};
 use std::thread;

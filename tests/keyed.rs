@@ -9,14 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tollgate::{Bucket, Clock, Denied, KeyedLimiter, ManualClock, Quota, StdClock};
 
-#[path = "support/rng.rs"]
-mod rng;
-#[path = "support/stall.rs"]
-mod stall;
-#[path = "support/window.rs"]
-mod window;
 use rng::Rng;
 use stall::{arm, Gate, Stall, StallClock};
+use tollgate_testkit::rng;
+use tollgate_testkit::stall;
+use tollgate_testkit::window;
 use window::WindowChecker;
 
 const MS: u64 = 1_000_000;
@@ -715,8 +712,7 @@ fn incremental_sweep_finds_the_one_full_bucket_within_a_pass() {
 
 // ---- until_key_ready ----
 
-#[path = "support/wakers.rs"]
-mod wakers;
+use tollgate_testkit::wakers;
 
 #[test]
 fn until_key_ready_waits_for_its_key_with_one_registration() {

@@ -9,10 +9,9 @@ use tollgate::{Bucket, Denied, KeyedLimiter, ManualClock, Quota, ShardedBucket};
 
 #[path = "support/recorder.rs"]
 mod recorder;
-#[path = "support/rng.rs"]
-mod rng;
 use recorder::Recorder;
 use rng::Rng;
+use tollgate_testkit::rng;
 
 fn quota(per_second: u64, burst: u64) -> Quota {
     Quota::per_second(per_second)

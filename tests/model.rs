@@ -2,8 +2,7 @@
 //! with i128 rational arithmetic.
 
 use proptest::prelude::*;
-#[path = "support/model.rs"]
-mod model;
+use tollgate_testkit::model;
 
 use model::{check, Op};
 use std::time::Duration;

@@ -8,8 +8,7 @@
 //! quota's availability, the tightest snapshot's tokens.
 
 use proptest::prelude::*;
-#[path = "support/model.rs"]
-mod model;
+use tollgate_testkit::model;
 
 use model::Model;
 use std::time::Duration;

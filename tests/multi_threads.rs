@@ -1,12 +1,10 @@
 //! Real threads on one `MultiBucket`: every quota's window bound holds, checked on every
-//! window of every quota (`support/window.rs`), with threads stalled at random between their
-//! clock reading and their compare-and-swap (`support/stall.rs`) while another thread moves the
+//! window of every quota (the kit's `window`), with threads stalled at random between their
+//! clock reading and their compare-and-swap (the kit's `stall`) while another thread moves the
 //! clock; and on a frozen clock the policy admits exactly the smallest burst, no more, no less.
 
-#[path = "support/stall.rs"]
-mod stall;
-#[path = "support/window.rs"]
-mod window;
+use tollgate_testkit::stall;
+use tollgate_testkit::window;
 
 use stall::StallClock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,11 +39,13 @@ fn every_quotas_window_bound_holds_under_stalls() {
         let log = WindowChecker::new();
         let (admitted, refused) = (AtomicU64::new(0), AtomicU64::new(0));
         let done = AtomicBool::new(false);
+        let started = AtomicU64::new(0);
         std::thread::scope(|s| {
             for t in 0..4u64 {
-                let (policy, log, admitted, refused, done) =
-                    (&policy, &log, &admitted, &refused, &done);
+                let (policy, log, admitted, refused, done, started) =
+                    (&policy, &log, &admitted, &refused, &done, &started);
                 s.spawn(move || {
+                    started.fetch_add(1, Ordering::Relaxed);
                     let mut i = t;
                     while !done.load(Ordering::Relaxed) {
                         i = i
@@ -62,6 +62,11 @@ fn every_quotas_window_bound_holds_under_stalls() {
                 });
             }
             let inner = clock.inner().clone();
+            // Time moves only once every thread runs (on a loaded machine a thread can start
+            // after the loop below would have ended).
+            while started.load(Ordering::Relaxed) < 4 {
+                std::thread::yield_now();
+            }
             let decided = || admitted.load(Ordering::Relaxed) + refused.load(Ordering::Relaxed);
             for _ in 0..4000 {
                 // Each step waits for a few decisions, so the run covers the whole schedule

@@ -10,9 +10,8 @@ use std::time::{Duration, SystemTime};
 use tollgate::persist::RestoreError;
 use tollgate::{Clock, KeyedLimiter, ManualClock, Quota};
 
-#[path = "support/rng.rs"]
-mod rng;
 use rng::Rng;
+use tollgate_testkit::rng;
 
 fn wall(ns: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_nanos(ns)

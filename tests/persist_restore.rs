@@ -9,9 +9,8 @@ use std::time::{Duration, SystemTime};
 use tollgate::persist::{RestoreError, FUTURE_TOLERANCE};
 use tollgate::{Bucket, Denied, Limits, ManualClock, MultiBucket, Quota, ShardedBucket, Smooth};
 
-#[path = "support/rng.rs"]
-mod rng;
 use rng::Rng;
+use tollgate_testkit::rng;
 
 fn wall(ns: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_nanos(ns)

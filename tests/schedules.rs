@@ -17,14 +17,11 @@
 //!   between two reconfigurations may read anything). Readings that straddle a switch see the
 //!   other rate extrapolated over their staleness (`gcra::rescale` documents the bound). Before
 //!   `gcra::rescale` kept a debt's due instant, a rate going up with queued debt broke the
-//!   loosest bound even so (`tests/reconfigure.rs`).
+//!   loosest bound even so (`tests/reconfigure/window_bound.rs`).
 
-#[path = "support/rng.rs"]
-mod rng;
-#[path = "support/stall.rs"]
-mod stall;
-#[path = "support/window.rs"]
-mod window;
+use tollgate_testkit::rng;
+use tollgate_testkit::stall;
+use tollgate_testkit::window;
 
 use rng::Rng;
 use stall::{arm, Stall, StallClock};

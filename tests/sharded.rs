@@ -8,14 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tollgate::{Bucket, Clock, Denied, ManualClock, Quota, ShardedBucket, StdClock};
 
-#[path = "support/rng.rs"]
-mod rng;
-#[path = "support/stall.rs"]
-mod stall;
-#[path = "support/window.rs"]
-mod window;
 use rng::Rng;
 use stall::{arm, Gate, Stall, StallClock};
+use tollgate_testkit::rng;
+use tollgate_testkit::stall;
+use tollgate_testkit::window;
 use window::WindowChecker;
 
 std::thread_local! {

@@ -6,14 +6,11 @@
 use std::time::Duration;
 use tollgate::{Bucket, ManualClock, Quota, ShardedBucket, StdClock};
 
-#[path = "support/rng.rs"]
-mod rng;
-#[path = "support/stall.rs"]
-mod stall;
-#[path = "support/window.rs"]
-mod window;
 use rng::Rng;
 use stall::{arm, gated, last_reading, Stall, StallClock};
+use tollgate_testkit::rng;
+use tollgate_testkit::stall;
+use tollgate_testkit::window;
 use window::WindowChecker;
 
 const S: u64 = 1_000_000_000;

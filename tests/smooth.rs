@@ -4,7 +4,7 @@
 //!   values come from running Guava's algorithm), and also printed the way Guava's test prints
 //!   it (`R1.38`, Java's `%3.2f`, half-up) and compared with Guava's own expected strings.
 //! * Differential runs: a plain-`f64` transcription of Guava plus tollgate's documented
-//!   `set_rate` deviation (`Reference`, in `tests/support/guava.rs`) against `Smooth` over many
+//!   `set_rate` deviation (`Reference`, in `testkit/src/guava.rs`) against `Smooth` over many
 //!   random operations; and six fixed runs driven by a port of `java.util.Random` whose
 //!   checksums were computed on the JVM by `tests/jvm/SmoothChecksums.java`, a Java
 //!   transcription of Guava's `SmoothRateLimiter`/`RateLimiter` decision code with the same
@@ -13,10 +13,8 @@
 use std::time::Duration;
 use tollgate::{Clock, ConfigError, ManualClock, Smooth};
 
-#[path = "support/guava.rs"]
-mod guava;
-#[path = "support/rng.rs"]
-mod rng;
+use tollgate_testkit::guava;
+use tollgate_testkit::rng;
 
 use guava::Reference;
 use rng::Rng;

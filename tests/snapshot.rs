@@ -5,9 +5,8 @@
 use std::time::Duration;
 use tollgate::{gcra, Bucket, Denied, KeyedLimiter, ManualClock, Quota, ShardedBucket, Snapshot};
 
-#[path = "support/rng.rs"]
-mod rng;
 use rng::Rng;
+use tollgate_testkit::rng;
 
 /// Random costs and clock steps (backwards too) on a Bucket, mirrored on a plain state.
 #[test]

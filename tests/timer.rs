@@ -13,11 +13,9 @@ use std::thread;
 use std::time::Duration;
 use tollgate::{Bucket, Clock, ManualClock, Quota, StdClock, UntilReady, WakeRegistration};
 
-#[path = "support/quotas.rs"]
-mod quotas;
 use quotas::{ms, quota};
-#[path = "support/wakers.rs"]
-mod wakers;
+use tollgate_testkit::quotas;
+use tollgate_testkit::wakers;
 use wakers::{block_on, Count};
 
 /// A future waiting for one token of `bucket`, polled once (pending).

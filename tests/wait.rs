@@ -13,11 +13,9 @@ use std::time::Duration;
 use tollgate::StdClock;
 use tollgate::{Bucket, Clock, Denied, ManualClock, Quota};
 
-#[path = "support/quotas.rs"]
-mod quotas;
 use quotas::{ms, quota};
-#[path = "support/wakers.rs"]
-mod wakers;
+use tollgate_testkit::quotas;
+use tollgate_testkit::wakers;
 use wakers::{block_on, Count};
 
 fn manual(q: Quota) -> (ManualClock, Bucket<ManualClock>) {

@@ -1,4 +1,4 @@
-//! Random quotas and schedules against the exact reference model in `tests/support/model.rs`:
+//! Random quotas and schedules against the exact reference model in the test kit (`testkit/src/model.rs`):
 //! advance or set the clock (readings may step back), try_acquire, available, reserve, cancel or
 //! keep a held reservation (any order), try_acquire_for, set_quota. Every window of every quota
 //! era is checked against `burst + rate·Δ`.
@@ -9,8 +9,7 @@ use std::time::Duration;
 
 #[path = "common/bytes.rs"]
 mod bytes;
-#[path = "../../tests/support/model.rs"]
-mod model;
+use tollgate_testkit::model;
 
 use bytes::Bytes;
 use model::{check, Op};

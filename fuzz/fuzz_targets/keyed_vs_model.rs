@@ -2,14 +2,14 @@
 //! 96 keys, up to 96 in play: its active region doubles from 64 slots by migrations, so
 //! decisions, sweeps and evictions run during them), per-key quotas, optionally fail-open,
 //! driven through inserts, evictions, sweeps and clock readings that step back, against one
-//! exact reference bucket per key (`tests/support/model.rs`).
+//! exact reference bucket per key (`testkit/src/model.rs`).
 //!
 //! Checked after every step: `len() <= max_keys`; a tracked admission is one the key's reference
 //! (which saw exactly the key's tracked admissions, at their readings) admits too — never more
 //! lenient, whatever the reading order; while the readings have been monotone, every verdict,
 //! `RetryAfter` and `available()` equals the reference's, except a new key refused because the
 //! table is full (exact quotas). At the end: every key's tracked admissions, at their readings,
-//! stay within `burst + rate·Δ` in every window (`tests/support/window.rs`).
+//! stay within `burst + rate·Δ` in every window (`testkit/src/window.rs`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -18,10 +18,8 @@ use tollgate::{Denied, KeyedLimiter, ManualClock, Quota};
 
 #[path = "common/bytes.rs"]
 mod bytes;
-#[path = "../../tests/support/model.rs"]
-mod model;
-#[path = "../../tests/support/window.rs"]
-mod window;
+use tollgate_testkit::model;
+use tollgate_testkit::window;
 
 use bytes::Bytes;
 use model::Model;

@@ -15,8 +15,7 @@ use tollgate::{DefaultClock, Quota};
 use tollgate_bench::rng::SplitMix64;
 use tollgate_bench::{strategies, RateLimiter, Regime, Setup};
 
-#[path = "../../benches/common/mod.rs"]
-mod common;
+use tollgate_testkit::contention as common;
 
 /// Every thread runs `iters` operations; returns the slowest thread's time. Keyed strategies
 /// draw a key per operation from 1000 keys (a hash of thread and iteration).

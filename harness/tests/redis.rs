@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 use tollgate_bench::{compare, strategies, Plan, Regime};
-use tollgate_redis::test_support::RedisServer;
+use tollgate_testkit::redis_server::RedisServer;
 
 #[test]
 fn redis_strategies_stay_within_the_bound() {

@@ -5,8 +5,7 @@
 //! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p tollgate-loom-tests --release --target-dir target/loom --test multi`
 #![cfg(tollgate_loom)]
 
-#[path = "../../tests/support/window.rs"]
-mod window;
+use tollgate_testkit::window;
 
 use loom::sync::Arc;
 use loom::thread;

@@ -24,7 +24,8 @@
 //!   with a fraction of the quota; every decision returns within the timeout; [`Counters`].
 //! * [`Leases`] (opt-in): tokens debited in Redis ahead of time and spent from a local lock-free
 //!   [`tollgate::Bucket`]: far fewer round trips, bounded under-admission.
-//! * Feature `test-support`: throwaway `redis-server`s for tests (`test_support`).
+//! * Feature `test-support`: a decision method that takes the time as an argument, for the
+//!   differential tests (throwaway `redis-server`s are in the workspace test kit).
 //!
 //! # Observability
 //!
@@ -79,8 +80,6 @@ mod policy;
 mod script;
 #[cfg(feature = "test-support")]
 mod test_hooks;
-#[cfg(feature = "test-support")]
-pub mod test_support;
 
 pub use error::Error;
 pub use script::ORIGIN_UNIX_US;

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 use tollgate::{Denied, Quota, Snapshot};
-use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::{Error, RedisLimiter};
+use tollgate_testkit::redis_server::RedisServer;
 
 fn q(tokens: u64, per: Duration, burst: u64) -> Quota {
     Quota::new(tokens, per, burst).unwrap()

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 use tollgate::Quota;
-use tollgate_redis::test_support::RedisCluster;
 use tollgate_redis::RedisLimiter;
+use tollgate_testkit::redis_server::RedisCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_spreads_keys_and_follows_moved() {

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate::Quota;
-use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::RedisLimiter;
+use tollgate_testkit::redis_server::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_limiters_admit_exactly_the_burst() {

@@ -6,15 +6,14 @@
 
 #[path = "support/quotas.rs"]
 mod quotas;
-#[path = "../../tests/support/rng.rs"]
-mod rng;
+use tollgate_testkit::rng;
 
 use quotas::{edge_quota, log_uniform, quota};
 use rng::Rng;
 use std::time::Duration;
 use tollgate::{gcra, Denied, Quota, Snapshot};
-use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::{RedisLimiter, ORIGIN_UNIX_US};
+use tollgate_testkit::redis_server::RedisServer;
 
 const CASES: usize = 10_000;
 const STEPS: usize = 6;

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tollgate::{Denied, Quota};
-use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::{OnUnavailable, RedisLimiter, FAIL_CLOSED_RETRY};
+use tollgate_testkit::redis_server::RedisServer;
 
 /// Scheduling slack on a loaded 2-core CI machine, on top of the decision timeout.
 const SLACK: Duration = Duration::from_millis(100);

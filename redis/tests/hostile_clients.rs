@@ -6,8 +6,8 @@ use std::future::Future;
 use std::task::{Context, Waker};
 use std::time::Duration;
 use tollgate::{Denied, Quota};
-use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::{Error, OnUnavailable, RedisLimiter, MALFORMED_RETRY};
+use tollgate_testkit::redis_server::RedisServer;
 
 fn q(tokens: u64, per: Duration, burst: u64) -> Quota {
     Quota::new(tokens, per, burst).unwrap()

@@ -6,8 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tollgate::Quota;
-use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::{Leases, RedisLimiter};
+use tollgate_testkit::redis_server::RedisServer;
 
 /// Checks `burst + rate·Δ` in every window. Each admission is recorded as the local interval
 /// `[before, after]` around its call, which contains the instant it was decided (on the server,

@@ -6,15 +6,14 @@
 
 #[path = "support/quotas.rs"]
 mod quotas;
-#[path = "../../tests/support/rng.rs"]
-mod rng;
+use tollgate_testkit::rng;
 
 use quotas::{log_uniform, quota};
 use rng::Rng;
 use std::time::Duration;
 use tollgate::{gcra, Denied, Limits, Quota, Snapshot};
-use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::{Error, Leases, OnUnavailable, RedisLimiter, ORIGIN_UNIX_US};
+use tollgate_testkit::redis_server::RedisServer;
 
 const POLICIES: usize = 1_500;
 const STEPS: usize = 8;

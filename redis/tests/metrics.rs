@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tollgate::{Denied, Quota};
-use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::{Leases, OnUnavailable, RedisLimiter};
+use tollgate_testkit::redis_server::RedisServer;
 
 /// One snapshot (it drains counters and histograms), by `name{label=value,…}`, labels sorted.
 fn snapshot(s: &Snapshotter) -> BTreeMap<String, DebugValue> {

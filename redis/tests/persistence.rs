@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 use tollgate::{Denied, Quota};
-use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::RedisLimiter;
+use tollgate_testkit::redis_server::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_aof_restarted_redis_hands_out_no_fresh_burst() {

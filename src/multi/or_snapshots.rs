@@ -2,9 +2,9 @@
 //! [`Bucket::try_acquire_or_snapshot`](crate::Bucket::try_acquire_or_snapshot) does for one
 //! quota.
 
-use super::decide::{self, Rates};
 use super::{MultiBucket, Refusal, Snapshots, Store};
 use crate::clock::Clock;
+use crate::gcra::all::{self as decide, Rates};
 
 impl<C: Clock> MultiBucket<C> {
     /// [`try_acquire_detailed`](MultiBucket::try_acquire_detailed), with every quota's snapshot

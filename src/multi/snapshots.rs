@@ -1,6 +1,6 @@
 //! [`Snapshots`]: every quota of a policy as one decision left it.
 
-use super::decide::tightest;
+use crate::gcra::all::tightest;
 use crate::limits::MAX_LIMITS;
 use crate::snapshot::Snapshot;
 

@@ -395,14 +395,10 @@ mod tests {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        // Fixed pseudo-random candidates (xorshift, seed 1): 3 to 5 parts of 0 to 4 digits.
-        let mut x: u64 = 1;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        // Fixed pseudo-random candidates (the test kit's generator, seed 1): 3 to 5 parts of
+        // 0 to 4 digits.
+        let mut rng = tollgate_testkit::rng::Rng(1);
+        let mut next = move || rng.next();
         for _ in 0..20_000 {
             let parts = 3 + next() % 3;
             let part = |r: u64| {

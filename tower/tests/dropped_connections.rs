@@ -19,8 +19,8 @@ use support::{client, get};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpSocket;
 use tollgate::Quota;
-use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::RedisLimiter;
+use tollgate_testkit::redis_server::RedisServer;
 use tollgate_tower::{HeaderKey, RateLimitLayer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ mod support;
 
 use http::StatusCode;
 use support::{client, get, Server};
-use tollgate_redis::test_support::RedisServer;
+use tollgate_testkit::redis_server::RedisServer;
 
 #[tokio::test]
 async fn two_servers_share_one_limit_through_redis() {

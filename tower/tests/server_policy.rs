@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderMap, StatusCode};
 use support::{client, get, server_binary, sf_items, sf_param, Server};
-use tollgate_redis::test_support::RedisServer;
+use tollgate_testkit::redis_server::RedisServer;
 
 fn retry_after(h: &HeaderMap) -> u64 {
     h["retry-after"].to_str().unwrap().parse().unwrap()

@@ -4,6 +4,7 @@ use super::slot::*;
 use super::sweep::*;
 use super::*;
 use crate::sync::Ordering;
+use crate::test_support::Xorshift;
 use std::collections::BTreeMap;
 use std::vec;
 use std::vec::Vec;
@@ -13,14 +14,10 @@ fn fp(i: u64) -> u64 {
     fingerprint(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555)
 }
 
-/// A fixed-seed xorshift.
-fn rng(mut s: u64) -> impl FnMut() -> u64 {
-    move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    }
+/// A fixed-seed generator ([`Xorshift`]) as a closure.
+fn rng(s: u64) -> impl FnMut() -> u64 {
+    let mut x = Xorshift(s);
+    move || x.next()
 }
 
 /// Inserts `fp` with `state` (full at `state`: the tests' states are their full instants).

@@ -1,5 +1,5 @@
-//! Regressions: hostile inputs and failure paths, one test each; every test
-//! failed before its fix.
+//! The headers of the local fallback report the quota that decided, and an unbalanced quote in
+//! a `Forwarded` line cannot pick the client key.
 
 use std::convert::Infallible;
 
@@ -8,8 +8,8 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tollgate::Quota;
-use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::{OnUnavailable, RedisLimiter};
+use tollgate_testkit::redis_server::RedisServer;
 use tollgate_tower::{RateLimitHeaders, RateLimitLayer};
 use tower::{service_fn, Layer, ServiceExt};
 

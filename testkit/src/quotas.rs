@@ -1,5 +1,4 @@
 //! Short constructors shared by the waiting tests.
-#![allow(dead_code, unreachable_pub)]
 
 use std::time::Duration;
 use tollgate::Quota;

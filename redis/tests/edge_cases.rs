@@ -1,10 +1,10 @@
-//! Regressions: hostile inputs and failure paths, one test each; every test
-//! failed before its fix. Each starts its own `redis-server` on a free loopback port.
+//! Edge cases, one test each: two live quotas on one key, a huge probe interval, a long prime
+//! period, refusals from the lease cache. Each starts its own `redis-server` on a free loopback port.
 
 use std::time::Duration;
 use tollgate::{Denied, Quota};
-use tollgate_redis::test_support::RedisServer;
 use tollgate_redis::{RedisLimiter, FAIL_CLOSED_RETRY};
+use tollgate_testkit::redis_server::RedisServer;
 
 fn q(tokens: u64, per: Duration, burst: u64) -> Quota {
     Quota::new(tokens, per, burst).unwrap()

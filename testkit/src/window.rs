@@ -1,7 +1,6 @@
 //! `WindowChecker`: records every admission with the clock reading it was decided at (or, for a
 //! reservation, the instant it is due) and checks **every** window against the continuous
 //! token bucket's bound `admitted(window) ≤ burst + rate · Δ`, in exact integers.
-#![allow(dead_code, unreachable_pub)]
 
 use std::sync::Mutex;
 use tollgate::Quota;

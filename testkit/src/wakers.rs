@@ -1,5 +1,4 @@
 //! Wakers and a minimal executor for the async tests: no runtime needed.
-#![allow(dead_code, unreachable_pub)]
 
 use std::future::Future;
 use std::pin::pin;

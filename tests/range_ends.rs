@@ -1,5 +1,5 @@
-//! Adversarial edges (u64::MAX readings, Duration::MAX, cost = burst,
-//! burst = 1) and interleavings not covered elsewhere.
+//! The ends of the range: readings at u64::MAX, `Duration::MAX`, past the horizon, `Smooth` at
+//! its saturation point, cost = burst, burst = 1; nothing panics and nothing over-admits.
 #![cfg(feature = "keyed")]
 
 use std::future::Future;

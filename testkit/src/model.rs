@@ -7,14 +7,10 @@
 //! (the smaller of the tokens carried and what the new rate earns since the bucket was last
 //! empty). The checker records every admission with its instant (a kept reservation, and
 //! `try_acquire_for`, at the due instant) and checks every window of every quota era.
-#![allow(dead_code, unreachable_pub)]
 
-#[path = "window.rs"]
-mod window;
-
+use crate::window::WindowChecker;
 use std::time::Duration;
 use tollgate::{Bucket, Clock, Denied, ManualClock, Quota, Reservation};
-use window::WindowChecker;
 
 /// The bucket's horizon (`quota::HORIZON_NS`): 100 Julian years of nanoseconds.
 const HORIZON_NS: i128 = 3_155_760_000_000_000_000;

@@ -3,16 +3,16 @@
 //! words, the tests and custom storage ([`crate::gcra::try_acquire_all`]) all apply it.
 //!
 //! Every quota is decided exactly as a [`Bucket`](crate::Bucket) decides it
-//! ([`gcra`]'s `try_acquire_scaled`). The verdict is the conjunction: admitted iff every quota
+//! ([`crate::gcra`]'s `try_acquire_scaled`). The verdict is the conjunction: admitted iff every quota
 //! admits, and then every quota's new state is written; otherwise nothing is. So each quota's
 //! state moves only by decisions that quota admits on its own at the same reading, and its
 //! window bound is the bucket's.
 
-use super::refusal::Refusal;
 use crate::error::Denied;
 use crate::gcra;
 use crate::limits::{Limits, MAX_LIMITS};
 use crate::quota::Scaled;
+use crate::refusal::Refusal;
 use crate::snapshot::Snapshot;
 
 /// The decision words of `N` quotas and the index of the smallest burst (the first of equals).
@@ -175,7 +175,7 @@ fn longest(verdicts: &[Result<Option<u64>, Denied>]) -> Refusal {
     ))
 }
 
-/// Whole tokens every quota holds at `now`: the smallest per-quota [`gcra::available`].
+/// Whole tokens every quota holds at `now`: the smallest per-quota [`crate::gcra::available`].
 #[inline]
 pub(crate) fn available<const N: usize>(states: [u64; N], now: u64, rates: &Rates<N>) -> u64 {
     (0..N)
@@ -210,7 +210,7 @@ pub(crate) fn tightest(snapshots: &[Snapshot]) -> usize {
 }
 
 /// [`decide`] on a [`Limits`], for storage outside the crate: see
-/// [`gcra::try_acquire_all`].
+/// [`crate::gcra::try_acquire_all`].
 pub(crate) fn try_acquire_all(
     states: [u64; MAX_LIMITS],
     now: u64,

@@ -13,7 +13,6 @@
 //! [`StallClock::random`] stalls readings at random instead (stress tests on real clocks).
 //! [`last_reading`] returns the reading the calling thread's last `now()` returned: the exact
 //! instant an operation decided at, for the window checker.
-#![allow(dead_code, unreachable_pub)]
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};

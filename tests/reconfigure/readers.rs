@@ -12,9 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tollgate::{Bucket, Clock, ManualClock, Quota};
 
-#[path = "support/stall.rs"]
-mod stall;
 use stall::{arm, Gate, Stall, StallClock};
+use tollgate_testkit::stall;
 
 const SEC: Duration = Duration::from_secs(1);
 

@@ -1,7 +1,6 @@
 //! Guava's `SmoothRateLimiter` transcribed with `f64` stored permits and `i64` micros: the
 //! reference model `Smooth` is compared with (as `model.rs` is the bucket's), plus tollgate's one
 //! documented `set_rate` deviation (see [`Reference::set_rate`]).
-#![allow(dead_code, unreachable_pub)]
 
 /// tollgate's largest next free time, 2^53 − 1 µs (where the deviation's 1 µs step stops).
 pub const MAX_MICROS: i64 = (1 << 53) - 1;

@@ -4,11 +4,9 @@
 use std::time::Duration;
 use tollgate::{Bucket, Clock, ManualClock, Quota};
 
-#[path = "support/stall.rs"]
-mod stall;
-#[path = "support/window.rs"]
-mod window;
 use stall::{arm, Gate, Stall, StallClock};
+use tollgate_testkit::stall;
+use tollgate_testkit::window;
 use window::WindowChecker;
 
 #[test]

@@ -9,9 +9,8 @@ use std::thread;
 use std::time::Duration;
 use tollgate::{Bucket, Clock, ManualClock, Smooth};
 
-#[path = "support/quotas.rs"]
-mod quotas;
 use quotas::quota;
+use tollgate_testkit::quotas;
 
 /// A clock that, on its first reading after being armed, reconfigures its own bucket. If the
 /// bucket read the clock while holding the writer lock, the nested `set_quota` would wait for

@@ -14,11 +14,7 @@ use std::time::{Duration, Instant};
 /// iteration counts, most of it. Spinning, they start within a cache-line transfer of each
 /// other, so a multi-threaded sample measures contention. (A waiting thread yields its core
 /// now and then, in case there are more threads than cores.)
-pub(crate) fn across_threads<F: Fn(usize, u64) + Sync>(
-    threads: usize,
-    iters: u64,
-    f: F,
-) -> Duration {
+pub fn across_threads<F: Fn(usize, u64) + Sync>(threads: usize, iters: u64, f: F) -> Duration {
     let arrived = AtomicUsize::new(0);
     let (arrived, f) = (&arrived, &f);
     std::thread::scope(|s| {
@@ -54,8 +50,7 @@ pub(crate) fn across_threads<F: Fn(usize, u64) + Sync>(
 /// The callgrind side of a bench binary (`ci/callgrind.sh` drives it): `BIN list` prints the
 /// scenarios, `BIN callgrind SCENARIO N` runs one `N` times (exit status 2 on a bad one).
 /// Returns `false` for any other arguments: criterion's.
-#[allow(dead_code)] // not every bench that shares this module counts instructions
-pub(crate) fn callgrind_cli(
+pub fn callgrind_cli(
     bench: &str,
     scenarios: impl FnOnce() -> Vec<String>,
     run: impl FnOnce(&str, u64) -> Result<(), String>,

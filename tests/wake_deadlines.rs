@@ -1,5 +1,5 @@
-//! Regressions in the waiting paths and the clocks, found by an adversarial review
-//! (2026-12-01); every test failed before its fix. Deterministic: time from `ManualClock`
+//! Wake-ups come at the due instant even after a stale reading, and a dropped future leaves
+//! nothing queued (`CoarseClock` included). Deterministic: time from `ManualClock`
 //! (frozen where a wake-up is checked), interleavings from `StallClock`'s gates. The one test
 //! that touches the process-wide timer thread is alone in using it in this binary.
 #![cfg(feature = "std")]
@@ -12,15 +12,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 use tollgate::{Bucket, CoarseClock, Denied, ManualClock, Quota, UntilReady, WakeRegistration};
 
-#[path = "support/quotas.rs"]
-mod quotas;
 use quotas::{ms, quota};
-#[path = "support/wakers.rs"]
-mod wakers;
-use wakers::Count;
-#[path = "support/stall.rs"]
-mod stall;
 use stall::{arm, Gate, Stall, StallClock};
+use tollgate_testkit::quotas;
+use tollgate_testkit::stall;
+use tollgate_testkit::wakers;
+use wakers::Count;
 
 /// Waits (at most 60 s) until `clock` holds `n` wakers.
 fn wait_pending(clock: &ManualClock, n: usize) {

@@ -1,11 +1,11 @@
 //! A tiny seeded xorshift* generator: deterministic randomness for the integration tests.
-#![allow(dead_code, unreachable_pub)]
 
 /// xorshift64*; never seed it with 0.
 pub struct Rng(pub u64);
 
 impl Rng {
-    /// The next 64 random bits.
+    /// The next 64 random bits (named as the generators it replaces; not an `Iterator`).
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;

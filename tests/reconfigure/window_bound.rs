@@ -2,10 +2,8 @@
 //! in `tests/schedules.rs`; fixed in `gcra::rescale`), and what readings that straddle a switch
 //! can see is bounded by the rate difference times their staleness (documented there).
 
-#[path = "support/stall.rs"]
-mod stall;
-#[path = "support/window.rs"]
-mod window;
+use tollgate_testkit::stall;
+use tollgate_testkit::window;
 
 use stall::{arm, Stall, StallClock};
 use std::time::Duration;

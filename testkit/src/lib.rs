@@ -1,0 +1,26 @@
+//! The one test kit of the tollgate workspace, used by every crate's integration tests, the
+//! loom models, the fuzz targets and the benches (never by the core's own unit tests: a
+//! dev-dependency on a crate that depends on the core would link a second copy of it, so those
+//! keep the few lines of `src/test_support.rs`).
+//!
+//! | module | what |
+//! |---|---|
+//! | [`model`] | the exact reference model of the continuous token bucket, and a checker that drives a `Bucket` and the model through the same operations |
+//! | [`window`] | [`window::WindowChecker`]: every window of admissions against `burst + rate · Δ` |
+//! | [`stall`] | [`stall::StallClock`]: a chosen thread's reading made stale, as preemption between a reading and a CAS does |
+//! | [`guava`] | Guava's `SmoothRateLimiter` transcribed: the reference `Smooth` is compared with |
+//! | [`rng`] | [`rng::Rng`]: the seeded xorshift generator (the only one) |
+//! | [`wakers`] | counting and thread wakers, and [`wakers::block_on`] |
+//! | [`quotas`] | short constructors: [`quotas::ms`], [`quotas::quota`] |
+//! | [`contention`] | run a closure on several threads from a spinning start line, slowest thread's time |
+//! | [`redis_server`] | throwaway `redis-server` processes and a three-master cluster on loopback ports |
+
+pub mod contention;
+pub mod guava;
+pub mod model;
+pub mod quotas;
+pub mod redis_server;
+pub mod rng;
+pub mod stall;
+pub mod wakers;
+pub mod window;
