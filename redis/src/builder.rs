@@ -9,6 +9,7 @@ use crate::limiter::{Inner, RedisLimiter};
 use crate::limits::LimitsParams;
 use crate::observe::Observer;
 use crate::policy::{local_share, OnUnavailable, Policy};
+use crate::conn::Arg;
 use crate::script::{Params, SOURCE};
 use crate::Error;
 use std::collections::HashMap;
@@ -292,11 +293,17 @@ impl RedisLimiterBuilder {
         let big = "9007199254740991";
         let echo = tokio::time::timeout(
             self.connect_timeout,
-            conn.eval(&script, &probe, &["echo", "", big, "100000000"]),
+            conn.eval(
+                &script,
+                &probe,
+                &["echo", "", big, "100000000"].map(Arg::Str),
+            ),
         )
         .await
         .map_err(|_| Error::Timeout(self.connect_timeout))?
         .map_err(Error::from_redis)?;
+        let echo: Vec<String> = redis::FromRedisValue::from_redis_value(echo)
+            .map_err(|e| Error::Reply(format!("the number check: {e}")))?;
         if echo != [big, "100000000"] {
             return Err(Error::Reply(format!(
                 "the server's Lua does not hold 2^53 - 1 exactly: {echo:?}"

@@ -10,7 +10,7 @@ use crate::Error;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::Script;
+use redis::{ErrorKind, Script, ServerErrorKind, Value};
 use std::time::Duration;
 
 /// A cheap-to-clone handle; clones share the underlying connection(s).
@@ -87,21 +87,48 @@ impl Conn {
             .map_err(|_| Error::Timeout(connect_timeout))?
     }
 
-    /// Runs the script once (EVALSHA, loading it on NOSCRIPT) on `key` with `args`.
+    /// Runs the script once on `key` with `args`: one EVALSHA built straight into one command
+    /// buffer (the script's text is sent only when the server answers NOSCRIPT, then the same
+    /// command again).
     pub(crate) async fn eval(
         &self,
         script: &Script,
         key: &str,
-        args: &[&str],
-    ) -> redis::RedisResult<Vec<String>> {
-        let mut inv = script.key(key);
+        args: &[Arg<'_>],
+    ) -> redis::RedisResult<Value> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(1).arg(key);
         for a in args {
-            inv.arg(*a);
+            match a {
+                Arg::Str(s) => cmd.arg(*s),
+                Arg::Int(n) => cmd.arg(*n),
+            };
         }
         match self {
-            Conn::Single(c) => inv.invoke_async(&mut c.clone()).await,
-            Conn::Cluster(c) => inv.invoke_async(&mut c.clone()).await,
+            Conn::Single(c) => run(&mut c.clone(), script, &cmd).await,
+            Conn::Cluster(c) => run(&mut c.clone(), script, &cmd).await,
         }
+    }
+}
+
+/// One script argument: a string, or an integer formatted into the command buffer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Arg<'a> {
+    Str(&'a str),
+    Int(u64),
+}
+
+async fn run<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    script: &Script,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<Value> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        r => r,
     }
 }
 

@@ -15,9 +15,14 @@
 --   policy's order, separated by spaces: "<tag1> <n1> <z1> <tag2> <n2> <z2> ...". It admits
 --   only if every quota holds the cost, and then writes every quota's new state at once.
 -- KEYS[1]: the bucket. ARGV: mode ('acquire' | 'lease' | 'echo'), tag, a, b, burst units,
--- scale, cost (tokens), lease maximum (tokens), origin (us), test time (us, '' = TIME).
--- Mode 'multi': ARGV = 'multi', N, cost, origin, test time, then per quota: tag, a, b, burst
--- units, scale.
+-- scale, cost (tokens), then optionally the lease maximum (tokens; mode 'lease' only) and a test
+-- time (Unix us; absent = TIME). Mode 'multi': ARGV = 'multi', N, cost, test time ('' = TIME),
+-- then per quota: tag, a, b, burst units, scale. The origin is ORIGIN below.
+-- Numbers are read with `s + 0` (one conversion; `tonumber` converts twice). A decision on one
+-- quota replies one string, "<status> <sec> <usec> <taken> <n> <z'> <prev>": the server's time
+-- as sec * 10^6 + usec Unix us (TIME's own strings), the tokens taken, the written base and
+-- state ('-' when nothing was written) and the stored state it found in this quota's tag ('' for
+-- none); a policy replies an array (see below); a malformed value {'bad', t, reason}.
 local mode = ARGV[1]
 -- Integers below 2^53 formatted exactly (never tostring, whose %.14g rounds).
 local sf = string.format
@@ -28,32 +33,33 @@ if mode == 'echo' then
 end
 -- The quota being decided: the one quota, or each of a policy's in turn (the functions below
 -- read these as upvalues).
-local tag, a, b, bu, scale, cost, lmax, origin, testnow
+local tag, a, b, bu, scale, cost, testnow
 local multi = mode == 'multi'
 if multi then
-  cost = tonumber(ARGV[3])
-  origin = tonumber(ARGV[4])
-  testnow = ARGV[5]
+  cost = ARGV[3] + 0
+  testnow = ARGV[4]
 else
   tag = ARGV[2]
-  a = tonumber(ARGV[3])
-  b = tonumber(ARGV[4])
-  bu = tonumber(ARGV[5])
-  scale = tonumber(ARGV[6])
-  cost = tonumber(ARGV[7])
-  lmax = tonumber(ARGV[8])
-  origin = tonumber(ARGV[9])
-  testnow = ARGV[10]
+  a = ARGV[3] + 0
+  b = ARGV[4] + 0
+  bu = ARGV[5] + 0
+  scale = ARGV[6] + 0
+  cost = ARGV[7] + 0
+  testnow = ARGV[9]
 end
-local fixed = testnow ~= ''
-local now
+-- 2020-01-01T00:00:00Z in Unix microseconds: the model's clock origin (src/script.rs).
+local ORIGIN = 1577836800000000
+local fixed = testnow ~= nil and testnow ~= ''
+local now, sec, usec
 if fixed then
-  now = tonumber(testnow)
+  sec, usec = '0', testnow
+  now = testnow + 0
 else
   local tm = redis.call('TIME')
-  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+  sec, usec = tm[1], tm[2]
+  now = sec * 1000000 + usec
 end
-local t = now - origin
+local t = now - ORIGIN
 if t < 0 or t >= 9007199254740992 then
   return redis.error_reply('tollgate: server clock outside 2020..2255')
 end
@@ -99,7 +105,7 @@ local hot = false
 if not multi and mode == 'acquire' then
   if prev then
     ptag, sn, sz = string.match(prev, '^(%S+) (%d+) (%d+)$')
-    if ptag == tag then psn, pz = tonumber(sn), tonumber(sz) end
+    if ptag == tag then psn, pz = sn + 0, sz + 0 end
     hot = psn ~= nil and psn < P53 and pz < P53 and pz <= a + bu and psn * b <= t + STEP_BACK
   else
     hot = true
@@ -330,7 +336,7 @@ if multi then
   local admit = true
   local quotas, shown = {}, {}
   for i = 1, nq do
-    local o = 5 + 5 * (i - 1)
+    local o = 4 + 5 * (i - 1)
     tag, a, b = ARGV[o + 1], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
     bu, scale = tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5])
     L.base_at()
@@ -406,29 +412,35 @@ local take = 0
 if mode == 'acquire' then
   if z == nil or z + cost * scale <= ef + bu then take = cost end
 else
+  local lmax = ARGV[8] + 0
   local avail = bu
   if z ~= nil then avail = math.min(bu, ef + bu - z) end
   local whole = -1
   if avail >= 0 then whole = L.fdiv(avail, scale) end
   if whole >= cost then take = math.max(cost, math.min(whole, lmax)) end
 end
--- Replies carry integers below 2^53 as integer replies (exact), not formatted strings.
+-- The reply is one string (see the header), built by concatenation of strings the script
+-- already holds: TIME's fields, the cost's argument and the value it stores.
 if cost == 0 then
   -- A read (for a snapshot): admitted, nothing written.
-  return {'1', t, shown, '', 0}
+  return '1 ' .. sec .. ' ' .. usec .. ' 0 - - ' .. shown
 end
 if take == 0 then
-  return {'0', t, shown, '', 0}
+  return '0 ' .. sec .. ' ' .. usec .. ' 0 - - ' .. shown
 end
 local base = ec
 if z ~= nil and z > ec then base = z end
 local nz = base + take * scale
-local v = string.format('%s %.0f %.0f', tag, n, nz)
+-- '%d' formats through a C long: exact for these integers (below 2^53), and cheaper than '%.0f'.
+-- An admission leaves nz at most ef + bu + a lease, below 2^53 (see the header).
+local st = sf('%d %d', n, nz)
 if fixed then
-  redis.call('SET', KEYS[1], v)
+  redis.call('SET', KEYS[1], tag .. ' ' .. st)
 else
   -- Expire (rounded up, plus a margin for the double division) once the bucket is full again.
   local ms = math.floor((nz * b / a - r) / 1000) + 2
-  redis.call('SET', KEYS[1], v, 'PX', sf('%.0f', ms))
+  redis.call('SET', KEYS[1], tag .. ' ' .. st, 'PX', sf('%d', ms))
 end
-return {'1', t, shown, nz, take}
+local took = ARGV[7]
+if take ~= cost then took = sf('%d', take) end
+return '1 ' .. sec .. ' ' .. usec .. ' ' .. took .. ' ' .. st .. ' ' .. shown

@@ -10,7 +10,8 @@ use crate::limits::{LimitsDecision, LimitsParams};
 use crate::observe::{Observer, Path};
 use crate::policy::MALFORMED_RETRY;
 use crate::policy::{Policy, FAIL_CLOSED_RETRY};
-use crate::script::{Decision, Params, ORIGIN_ARG};
+use crate::conn::Arg;
+use crate::script::{Decision, Params};
 use crate::Error;
 use std::collections::HashMap;
 use std::fmt;
@@ -408,8 +409,10 @@ impl RedisLimiter {
     ) -> Result<LimitsDecision, Error> {
         let send = if cost > m.min_burst() { 0 } else { cost };
         let args = m.args(send, test_now_us);
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let argv: Vec<Arg<'_>> = args.iter().map(|s| Arg::Str(s)).collect();
         let reply = self.eval_checked(name, &argv, deadline).await?;
+        let reply: Vec<String> = redis::FromRedisValue::from_redis_value(reply)
+            .map_err(|e| Error::Reply(format!("a policy's reply: {e}")))?;
         let mut d = m.decode(&reply, send)?;
         if cost > m.min_burst() {
             d.verdict = Err(Denied::ExceedsBurst);
@@ -548,15 +551,37 @@ impl RedisLimiter {
             Mode::Acquire => ("acquire", 0),
             Mode::Lease(l) => ("lease", l),
         };
-        // The quota's arguments were formatted at build; only the call's are formatted here.
+        // The quota's arguments were formatted at build; the call's integers are formatted
+        // into the command buffer. The script's optional trailing arguments: the lease maximum
+        // (read in mode `lease` only) and a test time.
         let [tag, a, b, bu, scale] = p.quota_strs();
-        let (cost_s, lease_s) = (cost.to_string(), lease_max.to_string());
-        let test_s = test_now_us.map_or_else(String::new, |t| t.to_string());
-        let argv = [
-            mode_s, tag, a, b, bu, scale, &cost_s, &lease_s, ORIGIN_ARG, &test_s,
+        let mut argv = [
+            Arg::Str(mode_s),
+            Arg::Str(tag),
+            Arg::Str(a),
+            Arg::Str(b),
+            Arg::Str(bu),
+            Arg::Str(scale),
+            Arg::Int(cost),
+            Arg::Int(lease_max),
+            Arg::Int(0),
         ];
-        let reply = self.eval_checked(name, &argv, deadline).await?;
-        p.decode(&reply, cost)
+        let len = match (mode, test_now_us) {
+            (Mode::Acquire, None) => 7,
+            (Mode::Lease(_), None) => 8,
+            (_, Some(t)) => {
+                argv[8] = Arg::Int(t);
+                9
+            }
+        };
+        let reply = self.eval_checked(name, &argv[..len], deadline).await?;
+        match &reply {
+            redis::Value::BulkString(b) => match std::str::from_utf8(b) {
+                Ok(s) => p.decode(s, cost),
+                Err(_) => Err(Error::Reply(format!("a reply that is not UTF-8: {reply:?}"))),
+            },
+            _ => Err(Error::Reply(format!("expected one string, got {reply:?}"))),
+        }
     }
 
     /// One script call with `argv` on the stored name `name`: through the breaker and the
@@ -565,9 +590,9 @@ impl RedisLimiter {
     async fn eval_checked(
         &self,
         name: &str,
-        argv: &[&str],
+        argv: &[Arg<'_>],
         deadline: Instant,
-    ) -> Result<Vec<String>, Error> {
+    ) -> Result<redis::Value, Error> {
         let inner = &*self.inner;
         let pass = inner.breaker.pass().ok_or(Error::Unavailable)?;
         let Ok(_permit) = inner.in_flight.try_acquire() else {
@@ -582,10 +607,10 @@ impl RedisLimiter {
     async fn eval_with(
         &self,
         name: &str,
-        argv: &[&str],
+        argv: &[Arg<'_>],
         deadline: Instant,
         pass: Pass,
-    ) -> Result<Vec<String>, Error> {
+    ) -> Result<redis::Value, Error> {
         let inner = &*self.inner;
         let full_key = format!("{}{}", inner.prefix, name);
         bump(&inner.stats.redis_calls);
@@ -601,11 +626,18 @@ impl RedisLimiter {
         inner.observe.round_trip(started, reply.is_ok());
         guard.finish(reply.is_err());
         let reply = reply.map_err(Error::from_redis)?;
-        if reply.first().is_some_and(|s| s == "bad") {
-            return Err(Error::Malformed {
-                key: full_key,
-                reason: reply.get(2).cloned().unwrap_or_default(),
-            });
+        // A malformed value: {'bad', t, reason}.
+        if let redis::Value::Array(items) = &reply {
+            let text = |v: Option<&redis::Value>| match v {
+                Some(redis::Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            };
+            if text(items.first()).as_deref() == Some("bad") {
+                return Err(Error::Malformed {
+                    key: full_key,
+                    reason: text(items.get(2)).unwrap_or_default(),
+                });
+            }
         }
         Ok(reply)
     }

@@ -10,7 +10,7 @@
 //! reported are the tightest quota's: the fewest tokens remaining, ties to the longest time
 //! until full.
 
-use crate::script::{parse, Params, ORIGIN_UNIX_US};
+use crate::script::{parse, Params};
 use crate::Error;
 use std::time::Duration;
 use tollgate::{gcra, Denied, Limits, Quota, Snapshot};
@@ -87,13 +87,12 @@ impl LimitsParams {
             .unwrap_or(0)
     }
 
-    /// The script's arguments: `multi`, N, cost, origin, test time, then each quota's five.
+    /// The script's arguments: `multi`, N, cost, test time, then each quota's five.
     pub(crate) fn args(&self, cost: u64, test_now_us: Option<u64>) -> Vec<String> {
-        let mut v = Vec::with_capacity(5 + 5 * self.quotas.len());
+        let mut v = Vec::with_capacity(4 + 5 * self.quotas.len());
         v.push("multi".to_owned());
         v.push(self.quotas.len().to_string());
         v.push(cost.to_string());
-        v.push(ORIGIN_UNIX_US.to_string());
         v.push(test_now_us.map_or_else(String::new, |t| t.to_string()));
         for p in &self.quotas {
             v.extend(p.quota_args());

@@ -66,8 +66,6 @@ use tollgate::{gcra, Denied, Quota, Snapshot};
 /// server time `T` µs is `tollgate::gcra` at `now_ns = (T − ORIGIN_UNIX_US) × 1000`. Valid until
 /// tollgate's [`HORIZON`](tollgate::HORIZON) (100 years, i.e. until 2119).
 pub const ORIGIN_UNIX_US: u64 = 1_577_836_800_000_000;
-/// [`ORIGIN_UNIX_US`] as the script's argument.
-pub(crate) const ORIGIN_ARG: &str = "1577836800000000";
 /// 2^53: Lua doubles hold every integer below it.
 const EXACT: u128 = 1 << 53;
 
@@ -197,13 +195,23 @@ impl Params {
         Ok((base + u128::from(parse(Some(next))?)) * u128::from(self.k))
     }
 
-    /// Decodes a reply into the decision (`taken` tokens for an admission, which is `cost`
-    /// unless leasing) and the snapshot, checked against `tollgate::gcra`.
-    pub(crate) fn decode(&self, reply: &[String], cost: u64) -> Result<Decision, Error> {
-        let [status, t, prev, next, taken] = reply else {
-            return Err(Error::Reply(format!("expected 5 fields, got {reply:?}")));
+    /// Decodes a reply, `"<status> <sec> <usec> <taken> <n> <next> <prev>"` (see `gcra.lua`),
+    /// into the decision (`taken` tokens for an admission, which is `cost` unless leasing) and
+    /// the snapshot, checked against `tollgate::gcra`.
+    pub(crate) fn decode(&self, reply: &str, cost: u64) -> Result<Decision, Error> {
+        let mut it = reply.splitn(7, ' ');
+        let mut field = || {
+            it.next()
+                .ok_or_else(|| Error::Reply(format!("expected 7 fields, got {reply:?}")))
         };
-        let t = parse(Some(t.as_str()))?;
+        let (status, sec, usec, taken) = (field()?, field()?, field()?, field()?);
+        let (n, next, prev) = (field()?, field()?, field()?);
+        // The server's Unix microseconds, then the model's clock (from the origin).
+        let t = parse(Some(sec))?
+            .checked_mul(1_000_000)
+            .and_then(|s| s.checked_add(parse(Some(usec)).ok()?))
+            .and_then(|us| us.checked_sub(ORIGIN_UNIX_US))
+            .ok_or_else(|| Error::Reply(format!("server time in {reply:?} is out of range")))?;
         let now = t
             .checked_mul(1000)
             .filter(|ns| Duration::from_nanos(*ns) < tollgate::HORIZON)
@@ -217,13 +225,17 @@ impl Params {
                  is another writer using this key prefix?"
             ))
         };
-        match status.as_str() {
+        match status {
             "1" => {
-                let taken = parse(Some(taken.as_str()))?;
+                let taken = parse(Some(taken))?;
                 let after = match gcra::try_acquire(before, now, &self.quota, taken) {
                     Ok(Some(after)) if taken >= cost => {
+                        // The base the script wrote is this time's.
+                        if parse(Some(n))? != t / self.b {
+                            return Err(disagree());
+                        }
                         let base = u128::from(t / self.b) * u128::from(self.a);
-                        let next = base + u128::from(parse(Some(next.as_str()))?);
+                        let next = base + u128::from(parse(Some(next))?);
                         if next * u128::from(self.k) != u128::from(after) {
                             return Err(disagree());
                         }
@@ -282,8 +294,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_origin_argument_is_the_origin() {
-        assert_eq!(ORIGIN_ARG, ORIGIN_UNIX_US.to_string());
+    fn the_scripts_origin_is_the_origin() {
+        assert!(SOURCE.contains(&format!("local ORIGIN = {ORIGIN_UNIX_US}\n")));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! `TIME`, for the differential tests against `tollgate::gcra`. Keys written this way never
 //! expire.
 
+use crate::conn::Arg;
 use crate::key::stored_key;
 use crate::limiter::{Mode, RedisLimiter};
 use crate::Error;
@@ -114,9 +115,10 @@ impl RedisLimiter {
     /// Sends `numbers` through the script and back (test support: the number path).
     pub async fn echo(&self, numbers: &[u64]) -> Result<Vec<String>, Error> {
         let nums: Vec<String> = numbers.iter().map(u64::to_string).collect();
-        let mut argv = vec!["echo", ""];
-        argv.extend(nums.iter().map(String::as_str));
-        self.inner
+        let mut argv = vec![Arg::Str("echo"), Arg::Str("")];
+        argv.extend(nums.iter().map(|s| Arg::Str(s)));
+        let reply = self
+            .inner
             .conn
             .eval(
                 &self.inner.script,
@@ -124,6 +126,8 @@ impl RedisLimiter {
                 &argv,
             )
             .await
-            .map_err(Error::from_redis)
+            .map_err(Error::from_redis)?;
+        redis::FromRedisValue::from_redis_value(reply)
+            .map_err(|e| Error::Reply(format!("the echo: {e}")))
     }
 }
