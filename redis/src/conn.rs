@@ -96,8 +96,16 @@ impl Conn {
         key: &str,
         args: &[Arg<'_>],
     ) -> redis::RedisResult<Value> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(1).arg(key);
+        // Sized once: the name, the hash, the key count, the key and the arguments (an
+        // integer takes at most 20 bytes).
+        let bytes = args.iter().fold(7 + 40 + 1 + key.len(), |n, a| {
+            n + match a {
+                Arg::Str(s) => s.len(),
+                Arg::Int(_) => 20,
+            }
+        });
+        let mut cmd = redis::Cmd::with_capacity(4 + args.len(), bytes);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(1).arg(key);
         for a in args {
             match a {
                 Arg::Str(s) => cmd.arg(*s),

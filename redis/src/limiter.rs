@@ -612,7 +612,9 @@ impl RedisLimiter {
         pass: Pass,
     ) -> Result<redis::Value, Error> {
         let inner = &*self.inner;
-        let full_key = format!("{}{}", inner.prefix, name);
+        let mut full_key = String::with_capacity(inner.prefix.len() + name.len());
+        full_key.push_str(&inner.prefix);
+        full_key.push_str(name);
         bump(&inner.stats.redis_calls);
         let guard = BreakerGuard::new(&inner.breaker, pass, &inner.observe);
         let started = inner.observe.start();
