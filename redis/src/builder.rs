@@ -1,6 +1,7 @@
 //! [`RedisLimiterBuilder`]: the configuration, checked once at [`build`](RedisLimiterBuilder::build).
 
 use crate::breaker::Breaker;
+use crate::conn::Arg;
 use crate::conn::Conn;
 use crate::counters::Stats;
 use crate::key::stored_key;
@@ -9,7 +10,6 @@ use crate::limiter::{Inner, RedisLimiter};
 use crate::limits::LimitsParams;
 use crate::observe::Observer;
 use crate::policy::{local_share, OnUnavailable, Policy};
-use crate::conn::Arg;
 use crate::script::{Params, SOURCE};
 use crate::Error;
 use std::collections::HashMap;

@@ -98,11 +98,11 @@ local prev = redis.pcall('GET', KEYS[1])
 if type(prev) == 'table' then
   return {'bad', sf('%.0f', t), tostring(prev.err or prev.ok or 'not a string')}
 end
--- The hot path: one quota, `acquire`, and no state or a state under this quota's tag that
+-- The hot path: one quota (`acquire` or `lease`), and no state or a state under this quota's tag that
 -- passes `load`'s checks (inlined below).
 local ptag, sn, sz, psn, pz
 local hot = false
-if not multi and mode == 'acquire' then
+if not multi then
   if prev then
     ptag, sn, sz = string.match(prev, '^(%S+) (%d+) (%d+)$')
     if ptag == tag then psn, pz = sn + 0, sz + 0 end
@@ -110,8 +110,6 @@ if not multi and mode == 'acquire' then
   else
     hot = true
   end
-elseif prev and not multi then
-  ptag, sn, sz = string.match(prev, '^(%S+) (%d+) (%d+)$')
 end
 -- Everything beyond the hot path, built only off it: each function a script defines is a new
 -- closure (with its upvalues) on every call.
@@ -416,7 +414,12 @@ else
   local avail = bu
   if z ~= nil then avail = math.min(bu, ef + bu - z) end
   local whole = -1
-  if avail >= 0 then whole = L.fdiv(avail, scale) end
+  if avail >= 0 then
+    -- floor(avail / scale), exactly (as `fdiv`, inline: the hot path builds no helpers).
+    whole = math.floor(avail / scale)
+    local m = avail - whole * scale
+    if m < 0 then whole = whole - 1 elseif m >= scale then whole = whole + 1 end
+  end
   if whole >= cost then take = math.max(cost, math.min(whole, lmax)) end
 end
 -- The reply is one string (see the header), built by concatenation of strings the script
@@ -439,7 +442,7 @@ if fixed then
 else
   -- Expire (rounded up, plus a margin for the double division) once the bucket is full again.
   local ms = math.floor((nz * b / a - r) / 1000) + 2
-  redis.call('SET', KEYS[1], tag .. ' ' .. st, 'PX', sf('%d', ms))
+  redis.call('PSETEX', KEYS[1], sf('%d', ms), tag .. ' ' .. st)
 end
 local took = ARGV[7]
 if take ~= cost then took = sf('%d', take) end

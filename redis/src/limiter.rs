@@ -2,6 +2,7 @@
 //! the timeout, through the breaker and the in-flight cap.
 
 use crate::breaker::{Breaker, BreakerGuard, Pass};
+use crate::conn::Arg;
 use crate::conn::Conn;
 use crate::counters::{bump, Counters, Stats};
 use crate::key::stored_key;
@@ -10,7 +11,6 @@ use crate::limits::{LimitsDecision, LimitsParams};
 use crate::observe::{Observer, Path};
 use crate::policy::MALFORMED_RETRY;
 use crate::policy::{Policy, FAIL_CLOSED_RETRY};
-use crate::conn::Arg;
 use crate::script::{Decision, Params};
 use crate::Error;
 use std::collections::HashMap;
@@ -578,7 +578,9 @@ impl RedisLimiter {
         match &reply {
             redis::Value::BulkString(b) => match std::str::from_utf8(b) {
                 Ok(s) => p.decode(s, cost),
-                Err(_) => Err(Error::Reply(format!("a reply that is not UTF-8: {reply:?}"))),
+                Err(_) => Err(Error::Reply(format!(
+                    "a reply that is not UTF-8: {reply:?}"
+                ))),
             },
             _ => Err(Error::Reply(format!("expected one string, got {reply:?}"))),
         }

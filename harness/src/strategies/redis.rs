@@ -87,7 +87,8 @@ impl Drop for Tollgate {
     }
 }
 
-/// The baseline script through a plain connection.
+/// The baseline script through the same kind of connection as tollgate-redis's, called the way the
+/// recipe is usually called (`Script::invoke_async`, an integer reply).
 struct Baseline {
     rt: Arc<tokio::runtime::Runtime>,
     conn: ::redis::aio::ConnectionManager,
@@ -177,7 +178,16 @@ fn tollgate(
 fn baseline(url: &str, setup: &Setup, keyed: bool) -> Result<Box<dyn RateLimiter>, BuildError> {
     let rt = runtime()?;
     let client = ::redis::Client::open(url)?;
-    let conn = rt.block_on(::redis::aio::ConnectionManager::new(client))?;
+    // The connection tollgate-redis opens (redis/src/conn.rs): one multiplexed connection that
+    // pipelines every caller's requests, with the same per-request response timeout.
+    let config = ::redis::aio::ConnectionManagerConfig::new()
+        .set_response_timeout(Some(Duration::from_secs(2)))
+        .set_min_delay(Duration::from_millis(50))
+        .set_max_delay(Duration::from_millis(500))
+        .set_number_of_retries(4);
+    let conn = rt.block_on(::redis::aio::ConnectionManager::new_with_config(
+        client, config,
+    ))?;
     let q = setup.quota;
     // Tokens per second as a float, as the recipe takes it.
     let rate = q.tokens() as f64 / q.per().as_secs_f64();
