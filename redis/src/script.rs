@@ -342,6 +342,63 @@ mod tests {
         );
     }
 
+    /// The one-string reply: a fresh key's admission decodes to the model's state, a refusal to
+    /// the model's wait; short, non-numeric, overflowing, pre-origin and inconsistent replies
+    /// are `Error::Reply`, never a panic or a trusted verdict.
+    #[test]
+    fn string_replies_decode_or_fail_cleanly() {
+        let p = Params::new(Quota::per_second(10).unwrap()).unwrap();
+        let (sec, usec) = (1_796_148_287u64, 623_389u64);
+        let t = sec * 1_000_000 + usec - ORIGIN_UNIX_US;
+        let after = gcra::try_acquire(gcra::FULL, t * 1000, &p.quota, 1)
+            .unwrap()
+            .unwrap();
+        let n = t / p.b;
+        let next = u128::from(after) / u128::from(p.k) - u128::from(n) * u128::from(p.a);
+        let ok = format!("1 {sec} {usec} 1 {n} {next} ");
+        let d = p.decode(&ok, 1).unwrap();
+        assert_eq!(
+            (d.verdict, d.taken, d.state, d.now_ns),
+            (Ok(()), 1, after, t * 1000)
+        );
+        // The written state must be the model's, at this time's base.
+        assert!(matches!(
+            p.decode(&format!("1 {sec} {usec} 1 {n} {} ", next + 1), 1),
+            Err(Error::Reply(_))
+        ));
+        assert!(matches!(
+            p.decode(&format!("1 {sec} {usec} 1 {} {next} ", n + 1), 1),
+            Err(Error::Reply(_))
+        ));
+        // A refusal is checked against the model too: a full bucket admits, so "0" is wrong.
+        assert!(matches!(
+            p.decode(&format!("0 {sec} {usec} 0 - - "), 1),
+            Err(Error::Reply(_))
+        ));
+        let drained = format!(
+            "{} {} {}",
+            p.tag,
+            n,
+            next + u128::from(40 * p.quota.scale() / p.k)
+        );
+        let refused = p
+            .decode(&format!("0 {sec} {usec} 0 - - {drained}"), 1)
+            .unwrap();
+        assert!(matches!(refused.verdict, Err(Denied::RetryAfter(_))));
+        for bad in [
+            String::new(),
+            "1".to_owned(),
+            format!("1 {sec} {usec} 1 {n}"),
+            format!("1 x {usec} 1 {n} {next} "),
+            format!("1 18446744073709551615 {usec} 1 {n} {next} "),
+            format!("1 {} 0 1 0 0 ", ORIGIN_UNIX_US / 1_000_000 - 1),
+            format!("2 {sec} {usec} 1 {n} {next} "),
+            format!("1 {sec} {usec} 1 {n} {next} garbage"),
+        ] {
+            assert!(matches!(p.decode(&bad, 1), Err(Error::Reply(_))), "{bad:?}");
+        }
+    }
+
     /// The client reads the script's `prev` field: none is full, this quota's tag is `k·(n·a + z)`
     /// (a converted debt saturates at tollgate's largest state), and another quota's tag — which
     /// the script converts before replying — is a reply error, never read as full.
