@@ -9,7 +9,7 @@
 --   the key holds "<tag> <n> <z>": the gcra state is n * a + z, written relative to the base of
 --   the decision that wrote it; no key is a full bucket. A state under another quota's tag
 --   (tag = "a.b.scale.burst_units") is converted as tollgate::gcra::rescale does (see
---   `convert` below), and the reply's third field is then the converted state, in this
+--   `convert` below), and the reply's `prev` is then the converted state, in this
 --   quota's tag and relative to the current base.
 --   A policy of several quotas (mode 'multi') keeps one triple per quota in the key, in the
 --   policy's order, separated by spaces: "<tag1> <n1> <z1> <tag2> <n2> <z2> ...". It admits
