@@ -6,13 +6,9 @@
 //! served in the order their compare-and-swap succeeded, each at the earliest instant the quota
 //! allows.
 //!
-//! The calls, what each waits for and what a refusal consumes, are tabled in the
-//! [guide](crate::guide#refuse-wait-or-reserve). Sleeping always goes through the bucket's clock
-//! ([`Clock::sleep`], [`Clock::register_wake`]), outside any critical section: the decision is
-//! one CAS, then the thread sleeps.
-//!
-//! The leaky bucket as a queue, and what waiting trades against refusing: the
-//! [guide](crate::guide#the-leaky-bucket-as-a-queue).
+//! The calls, what each waits for and what a refusal consumes: the
+//! [guide](crate::guide#refuse-wait-or-reserve). Sleeping goes through the bucket's clock,
+//! outside any critical section: the decision is one CAS, then the thread sleeps.
 //!
 //! # Reservations and reconfiguration
 //!
@@ -57,13 +53,11 @@ impl<C: Clock> Bucket<C> {
     /// the delay it was scheduled for when it joined the queue (zero if the tokens were there;
     /// a real clock's sleep may overshoot it by the OS's timer slack).
     ///
-    /// The tokens are reserved first (one CAS, [`Bucket::reserve`]), then the thread sleeps
-    /// through [`Clock::sleep`] until they are due, outside any critical section; a
-    /// [`ManualClock`](crate::ManualClock) advances itself instead, so tests are deterministic.
+    /// The tokens are reserved first ([`Bucket::reserve`]), then the thread sleeps through
+    /// [`Clock::sleep`]; a [`ManualClock`](crate::ManualClock) advances itself instead.
     ///
-    /// Errors: [`Denied::ExceedsBurst`] when `cost > burst` (no wait would ever admit it), and
-    /// nothing is consumed. (`RetryAfter` only if the queue of reservations already reaches
-    /// decades ahead, past the state's range, or past the [`HORIZON`](crate::HORIZON).) Cost 0 returns `Ok(0)` at once.
+    /// Errors: [`Denied::ExceedsBurst`] when `cost > burst`, nothing consumed (`RetryAfter` only
+    /// for a queue reaching past the [`HORIZON`](crate::HORIZON)). Cost 0 returns `Ok(0)` at once.
     ///
     /// ```
     /// use std::time::Duration;
@@ -127,9 +121,8 @@ impl<C: Clock> Bucket<C> {
     /// give the tokens back ([`Reservation::cancel`]). Later callers queue behind it.
     /// Dropping the reservation keeps the tokens taken.
     ///
-    /// Errors: [`Denied::ExceedsBurst`] when `cost > burst`. (`RetryAfter` only if the queue of
-    /// reservations already reaches decades ahead, past the state's range, or past the horizon.) Cost 0 gives a
-    /// reservation that is due at once and takes nothing.
+    /// Errors: as [`Bucket::acquire`]'s. Cost 0 gives a reservation that is due at once and
+    /// takes nothing.
     ///
     /// ```
     /// use std::time::Duration;
@@ -184,9 +177,7 @@ impl<C: Clock> Bucket<C> {
     /// Sleeps on the bucket's clock until `due`; returns the scheduled wait `due − now`.
     /// Loops because a clock's `sleep` may follow another time source than its `now`.
     fn sleep_until(&self, now: u64, due: u64) -> Duration {
-        // A fresh reading, not `now`: the thread may have stalled since it read `now` (before
-        // its compare-and-swap), and sleeping `due − now` from here would oversleep by as much
-        // (and, on a frozen `ManualClock`, miss a test that advances exactly to `due`).
+        // A fresh reading, not `now`: a thread that stalled since would oversleep by as much.
         let mut t = self.clock().now();
         while t < due {
             self.clock().sleep(Duration::from_nanos(due - t));
