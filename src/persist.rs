@@ -78,6 +78,7 @@
 mod bucket;
 pub(crate) mod format;
 mod sharded;
+pub(crate) mod single;
 
 use crate::gcra;
 use crate::quota::{Quota, MAX_UNITS};

@@ -9,32 +9,12 @@ use tollgate_testkit::window;
 
 use loom::sync::Arc;
 use loom::thread;
-use std::cell::Cell;
 use std::time::Duration;
 use tollgate::{Clock, Limits, ManualClock, MultiBucket, Quota};
+use tollgate_loom_tests::{at, PerThread};
 use window::WindowChecker;
 
 const MS: u64 = 1_000_000;
-
-loom::thread_local! {
-    static NOW: Cell<u64> = Cell::new(0);
-}
-
-/// A clock that returns whatever the calling thread last set with [`at`]: a thread's reading
-/// can be older than one another thread already acted on (preempted between its reading and
-/// its CAS, or a clock stepping back).
-#[derive(Clone, Copy, Debug, Default)]
-struct PerThread;
-
-impl Clock for PerThread {
-    fn now(&self) -> u64 {
-        NOW.with(Cell::get)
-    }
-}
-
-fn at(t: u64) {
-    NOW.with(|n| n.set(t));
-}
 
 fn q(tokens: u64, per_ms: u64, burst: u64) -> Quota {
     Quota::new(tokens, Duration::from_millis(per_ms), burst).unwrap()
