@@ -15,7 +15,7 @@ use tollgate_testkit::window;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::{gcra, Bucket, Clock, Denied, Quota};
+use tollgate::{gcra, Bucket, Denied, Quota};
 use tollgate_loom_tests::{at, PerThread};
 use window::WindowChecker;
 

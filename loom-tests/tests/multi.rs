@@ -10,7 +10,7 @@ use tollgate_testkit::window;
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
-use tollgate::{Clock, Limits, ManualClock, MultiBucket, Quota};
+use tollgate::{Limits, ManualClock, MultiBucket, Quota};
 use tollgate_loom_tests::{at, PerThread};
 use window::WindowChecker;
 
