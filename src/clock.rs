@@ -65,17 +65,14 @@ pub trait Clock {
     }
 
     /// Arranges for `waker` to be woken once `duration` has passed on this clock, without
-    /// blocking: the fire-and-forget hook behind [`Bucket::until_ready`](crate::Bucket::until_ready)
-    /// (through the default [`Clock::register_wake`]). A wake-up that comes early is harmless
-    /// (the future checks the clock again and registers again).
+    /// blocking (the hook behind the default [`Clock::register_wake`]). An early wake-up is
+    /// harmless: the future checks the clock and registers again.
     ///
-    /// The default, with the `std` feature, hands the waker to tollgate's one shared timer
-    /// thread (started on first use; it measures `std::time::Instant`, which the std clocks
-    /// follow); without `std` it wakes at once, so the executor polls again (a busy wait, like
-    /// the default [`Clock::sleep`]). [`ManualClock`] advances itself by `duration`, then wakes
-    /// — **which moves the time of every bucket sharing that clock**; a
-    /// [`ManualClock::new_frozen`] clock instead keeps the waker until a test moves the time
-    /// past the deadline.
+    /// The default, with `std`, hands the waker to tollgate's one shared timer thread (on
+    /// `std::time::Instant`); without `std` it wakes at once (a busy wait, like the default
+    /// [`Clock::sleep`]). [`ManualClock`] advances itself by `duration`, then wakes — **moving
+    /// the time of every bucket sharing that clock**; a [`ManualClock::new_frozen`] clock keeps
+    /// the waker until a test moves the time past the deadline.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicBool, Ordering};

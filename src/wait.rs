@@ -10,14 +10,8 @@
 //! [guide](crate::guide#refuse-wait-or-reserve). Sleeping goes through the bucket's clock,
 //! outside any critical section: the decision is one CAS, then the thread sleeps.
 //!
-//! # Reservations and reconfiguration
-//!
-//! A [`Reservation`] remembers the state right after it, its due instant, its cost and the quota
-//! (with the word's quota epoch and that quota slot's generation) it was made under.
-//! [`Bucket::set_quota`] changes the unit in which states are counted, so after any
-//! reconfiguration — even one that later switches back to the same quota — a cancellation would
-//! subtract tokens of one quota from a state of another: [`Reservation::cancel`] then does
-//! nothing (the tokens stay consumed, which can only refuse more, never admit more).
+//! A reconfiguration since a reservation makes its cancellation give back nothing
+//! ([`Reservation::cancel`]).
 
 use crate::bucket::Bucket;
 use crate::clock::{saturating_nanos, Clock};
@@ -190,12 +184,9 @@ impl<C: Clock> Bucket<C> {
     /// first polled and resolves to `Ok(time waited)` once they are due, or at once to
     /// `Err(ExceedsBurst)` when `cost > burst`.
     ///
-    /// It works on any executor: the wake-up comes from the clock's
-    /// [`Clock::wake_after`] hook — for the std clocks, one shared timer thread that tollgate
-    /// starts on first use; no runtime feature to choose. It is **cancel-safe**: dropping it
-    /// before it completes cancels its reservation ([`Reservation::cancel`]'s rule), so a
-    /// `select!` or timeout that abandons it does not waste the quota. A future that was never
-    /// polled has reserved nothing.
+    /// Any executor: the wake-up comes from the clock ([`Clock::register_wake`]). It is
+    /// **cancel-safe**: dropping it before it completes cancels its reservation
+    /// ([`Reservation::cancel`]'s rule); a future never polled has reserved nothing.
     ///
     /// With a [`ManualClock`](crate::ManualClock) it completes on its first poll, the clock
     /// advanced by the wait:
