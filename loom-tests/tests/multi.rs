@@ -60,17 +60,7 @@ fn a_stale_reading_never_admits_what_the_fresh_one_took() {
         at(0);
         policy.try_acquire(1).unwrap();
         log.admit(0, 1);
-        let spawn = |reading: u64| {
-            let (p, log) = (policy.clone(), log.clone());
-            thread::spawn(move || {
-                at(reading);
-                let ok = p.try_acquire(1).is_ok();
-                if ok {
-                    log.admit(reading, 1);
-                }
-                ok
-            })
-        };
+        let spawn = |reading| decide_at(&policy, &log, reading);
         let fresh = spawn(10 * MS);
         let stale = spawn(0);
         let (fresh, stale) = (fresh.join().unwrap(), stale.join().unwrap());
@@ -124,17 +114,7 @@ fn three_quotas_with_a_stale_reading_under_the_sequence_lock() {
         at(0);
         policy.try_acquire(1).unwrap();
         log.admit(0, 1);
-        let spawn = |reading: u64| {
-            let (p, log) = (policy.clone(), log.clone());
-            thread::spawn(move || {
-                at(reading);
-                let ok = p.try_acquire(1).is_ok();
-                if ok {
-                    log.admit(reading, 1);
-                }
-                ok
-            })
-        };
+        let spawn = |reading| decide_at(&policy, &log, reading);
         let stale = spawn(0);
         let fresh = spawn(10 * MS);
         assert!(fresh.join().unwrap() && !stale.join().unwrap());
@@ -142,4 +122,21 @@ fn three_quotas_with_a_stale_reading_under_the_sequence_lock() {
             log.check(q).unwrap();
         }
     });
+}
+
+/// A model thread that decides one token at `reading` and logs it if admitted.
+fn decide_at(
+    policy: &Arc<MultiBucket<PerThread>>,
+    log: &Arc<WindowChecker>,
+    reading: u64,
+) -> thread::JoinHandle<bool> {
+    let (p, log) = (policy.clone(), log.clone());
+    thread::spawn(move || {
+        at(reading);
+        let ok = p.try_acquire(1).is_ok();
+        if ok {
+            log.admit(reading, 1);
+        }
+        ok
+    })
 }
