@@ -304,19 +304,37 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         let policy = self.policy_of(fp);
         let now = self.clock.now();
         let verdict = self.acquire_fp(fp, policy, cost, || now);
-        let snapshots = match (self.states_of(fp, policy), verdict) {
-            (Some(states), _) => policy.snapshots(&states[..policy.len], now),
-            // A new key refused because the table is full: untracked, nothing until the wait.
-            (None, Err(r)) if r.denied() != Denied::ExceedsBurst => {
-                let Denied::RetryAfter(wait) = r.denied() else {
-                    unreachable!("not ExceedsBurst")
-                };
-                let zero = [Snapshot::new(0, wait); MAX_LIMITS];
-                Snapshots::from_padded(zero, policy.len)
-            }
-            (None, _) => policy.snapshots(&self.start_states(policy)[..policy.len], now),
-        };
+        let snapshots = self.snapshots_after(fp, policy, now, verdict);
         (verdict, snapshots)
+    }
+
+    /// [`try_acquire_detailed`](Self::try_acquire_detailed), with every quota's snapshot (as
+    /// [`try_acquire_snapshots`](Self::try_acquire_snapshots) reports them) only on refusal:
+    /// an admission costs what `try_acquire_detailed` costs.
+    ///
+    /// ```
+    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
+    /// let limiter: KeyedMultiLimiter<&str, _> = KeyedMultiLimiter::with_clock(limits, 10, ManualClock::new());
+    /// assert_eq!(limiter.try_acquire_or_snapshots(&"k", 5), Ok(()));
+    /// let (refusal, snaps) = limiter.try_acquire_or_snapshots(&"k", 1).unwrap_err();
+    /// assert_eq!(refusal.quota_index(), 1);
+    /// assert_eq!(snaps.as_slice()[0].remaining(), 5);
+    /// ```
+    pub fn try_acquire_or_snapshots<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+    ) -> Result<(), (Refusal, Snapshots)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let fp = self.fingerprint(key);
+        let policy = self.policy_of(fp);
+        let now = self.clock.now();
+        self.acquire_fp(fp, policy, cost, || now)
+            .map_err(|refusal| (refusal, self.snapshots_after(fp, policy, now, Err(refusal))))
     }
 
     /// Whole tokens every quota of `key`'s policy holds now (the smallest burst if the key is
@@ -520,6 +538,24 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
                     };
                 }
             }
+        }
+    }
+
+    /// Every quota's snapshot of the key `fp` at `now`, after a decision that gave `verdict`.
+    fn snapshots_after(
+        &self,
+        fp: u64,
+        policy: &Policy,
+        now: u64,
+        verdict: Result<(), Refusal>,
+    ) -> Snapshots {
+        match (self.states_of(fp, policy), verdict.map_err(|r| r.denied())) {
+            (Some(states), _) => policy.snapshots(&states[..policy.len], now),
+            // A new key refused because the table is full: untracked, nothing until the wait.
+            (None, Err(Denied::RetryAfter(wait))) => {
+                Snapshots::from_padded([Snapshot::new(0, wait); MAX_LIMITS], policy.len)
+            }
+            (None, _) => policy.snapshots(&self.start_states(policy)[..policy.len], now),
         }
     }
 

@@ -28,7 +28,8 @@ fn every_quota_of_a_hot_key_holds_its_window_through_evictions() {
         let limits = Limits::new(quotas.iter().copied()).unwrap();
         let limiter = KeyedMultiLimiter::with_clock(limits, 4, clock.clone());
         let log = WindowChecker::new();
-        let (admitted, decided, done) = (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
+        let (admitted, decided, done) =
+            (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
         std::thread::scope(|s| {
             for t in 0..5u64 {
                 let (limiter, log, admitted, decided, done) =
@@ -62,7 +63,8 @@ fn every_quota_of_a_hot_key_holds_its_window_through_evictions() {
             done.store(true, Ordering::Relaxed);
         });
         for quota in &quotas {
-            log.check(quota).unwrap_or_else(|v| panic!("{quota:?}: {v:?}"));
+            log.check(quota)
+                .unwrap_or_else(|v| panic!("{quota:?}: {v:?}"));
         }
         assert!(limiter.len() <= 4);
         assert!(admitted.into_inner() > 100);

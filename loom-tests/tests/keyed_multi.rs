@@ -32,10 +32,17 @@ fn a_decision_never_debits_the_key_that_took_its_record() {
         let t = thread::spawn(move || other.try_acquire(&1u8, 1).is_ok());
         let new_key = limiter.try_acquire(&2u8, 2).is_ok();
         let old_key = t.join().unwrap();
-        assert!(old_key ^ new_key, "one record: exactly one key tracked and admitted");
+        assert!(
+            old_key ^ new_key,
+            "one record: exactly one key tracked and admitted"
+        );
         assert_eq!(limiter.len(), 1);
         if new_key {
-            assert_eq!(limiter.available(&2u8), 1, "key 2 debited by its own decision only");
+            assert_eq!(
+                limiter.available(&2u8),
+                1,
+                "key 2 debited by its own decision only"
+            );
             assert_eq!(limiter.available(&1u8), 3, "key 1 untracked: full");
         } else {
             assert_eq!(limiter.available(&1u8), 2);
@@ -68,7 +75,11 @@ fn a_sweep_never_loses_a_racing_debit() {
 #[test]
 fn two_decisions_race_for_a_keys_last_token() {
     loom::model(|| {
-        let limiter = Arc::new(KeyedMultiLimiter::with_clock(limits(), 2, ManualClock::new()));
+        let limiter = Arc::new(KeyedMultiLimiter::with_clock(
+            limits(),
+            2,
+            ManualClock::new(),
+        ));
         limiter.try_acquire(&7u8, 2).unwrap();
         let handles: Vec<_> = (0..2)
             .map(|_| {
@@ -84,6 +95,10 @@ fn two_decisions_race_for_a_keys_last_token() {
         assert_eq!(admitted, 1);
         let (_, snaps) = limiter.try_acquire_snapshots(&7u8, 0);
         assert_eq!(snaps.as_slice()[0].remaining(), 0);
-        assert_eq!(snaps.as_slice()[1].remaining(), 2, "the minute debited 2 + 1");
+        assert_eq!(
+            snaps.as_slice()[1].remaining(),
+            2,
+            "the minute debited 2 + 1"
+        );
     });
 }

@@ -3,8 +3,8 @@
 use crate::error::Denied;
 use crate::gcra::{self, all, all::Rates};
 use crate::limits::{Limits, MAX_LIMITS};
-use crate::refusal::Refusal;
 use crate::multi::Snapshots;
+use crate::refusal::Refusal;
 use crate::snapshot::Snapshot;
 
 /// A policy's decision words: two quotas (or one, repeated) decided straight-line, three or
@@ -71,8 +71,9 @@ impl Policy {
     ) -> Result<Option<[u64; MAX_LIMITS]>, Refusal> {
         let padded = all::pad::<MAX_LIMITS>(&states[..self.len]);
         let next = match &self.kind {
-            Kind::Two(r) => all::decide_pair([padded[0], padded[1]], now, r, cost)?
-                .map(|[a, b]| [a, b, b, b]),
+            Kind::Two(r) => {
+                all::decide_pair([padded[0], padded[1]], now, r, cost)?.map(|[a, b]| [a, b, b, b])
+            }
             Kind::Four(r) => all::decide(padded, now, r, cost)?,
         };
         Ok(next)

@@ -69,7 +69,11 @@ impl Records {
     /// A consistent read of record `h`: its `seq` (even), owner and first `len` states padded
     /// to `N`; `None` while a writer holds it or if one came during the read.
     #[inline(always)]
-    pub(super) fn read<const N: usize>(&self, h: usize, len: usize) -> Option<(u64, u64, [u64; N])> {
+    pub(super) fn read<const N: usize>(
+        &self,
+        h: usize,
+        len: usize,
+    ) -> Option<(u64, u64, [u64; N])> {
         let r = self.record(h);
         let seq = r[0].load(Ordering::Acquire);
         if seq & 1 != 0 {

@@ -54,7 +54,14 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
     /// Inserts the new key `fp` already debited by `cost`, if there is room (evicting full keys
     /// to make it). The same protocol as [`KeyedLimiter`](crate::KeyedLimiter)'s insert path.
     #[cold]
-    pub(super) fn insert(&self, fp: u64, now: u64, policy: &Policy, cost: u64, epoch: u64) -> Insert {
+    pub(super) fn insert(
+        &self,
+        fp: u64,
+        now: u64,
+        policy: &Policy,
+        cost: u64,
+        epoch: u64,
+    ) -> Insert {
         // O(1) refusal under a flood, without the mutex (see the keyed limiter's insert path
         // for why `next_full_at` is read first and the miss is trusted only on an even,
         // unchanged epoch).
