@@ -321,6 +321,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
     /// assert_eq!(refusal.quota_index(), 1);
     /// assert_eq!(snaps.as_slice()[0].remaining(), 5);
     /// ```
+    // The same shape as `MultiBucket::try_acquire_or_snapshots`: the snapshots are a refusal's
+    // payload, built only on that path.
+    #[allow(clippy::result_large_err)]
     pub fn try_acquire_or_snapshots<Q>(
         &self,
         key: &Q,
