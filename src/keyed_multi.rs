@@ -73,9 +73,10 @@ const MAX_KEYS: usize = 1 << 26;
 ///   keys with equal fingerprints share one record (stricter, never looser).
 /// * **Memory.** The index's 48 to 96 bytes per unit of `max_keys`, plus one record of
 ///   `8 × (2 + quotas)` bytes per unit (the most quotas of any policy it holds), all up front.
-///
-/// Locking: see the [module](self) — lock-free lookups, one CAS per admission, and writers of
-/// one key serialized.
+/// * **Locking.** Lookups are lock-free; an admission is one compare-and-swap of the key's
+///   record's sequence word, then its stores: writers of one key are serialized, and one
+///   preempted there delays only its own key (not lock-free per key; `docs/guarantees.md`,
+///   "Per-key policies: the records").
 ///
 /// ```
 /// use std::time::Duration;
