@@ -21,6 +21,7 @@
 //!   [`Reservation`], and the async [`Bucket::until_ready`] → [`UntilReady`].
 //! * `KeyedLimiter` — one exact bucket per key (tenant, API key, IP) in a table of bounded size
 //!   that evicts only full buckets, with an async `until_key_ready` (feature `keyed`);
+//!   `KeyedMultiLimiter` — a policy of one to four quotas per key in the same bounded table;
 //!   `ShardedBucket` — one global limit on many cores: an exact central word and a lease of
 //!   its tokens per cache-padded per-core shard (`std`).
 //! * `metrics` (feature `metrics`) — named limiters' decisions, refusal waits and keyed-table
