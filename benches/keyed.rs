@@ -7,6 +7,8 @@
 //!   across threads, the slowest thread reported); `keyed-deny/*` every key drained first, so
 //!   nearly every call is refused, and `keyed-mixed/*` (10 M/s, burst 10,000) at 1 thread.
 //!   governor's refusals are timed as `check_key` returns them (no wait computed from them).
+//!   `keyed_multi/1` in every group: a `KeyedMultiLimiter` of two quotas per key (the regime's
+//!   and a per-minute one at the same rate that binds nothing), the same keys, at 1 thread.
 //! * Before criterion runs, memory per key at 1M keys is printed for both (a counting global
 //!   allocator: bytes live after inserting 1M keys, divided by 1M).
 //! * `keyed callgrind LIMITER/REGIME N` runs N single-thread calls on the 10,000 keys for
@@ -19,7 +21,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use tollgate::{KeyedLimiter, Quota};
+use tollgate::{KeyedLimiter, KeyedMultiLimiter, Limits, Quota};
 
 use common::across_threads;
 use tollgate_testkit::contention as common;
@@ -102,6 +104,30 @@ impl Regime {
             .allow_burst(NonZeroU32::new(self.burst).unwrap())
     }
 
+    /// The two-quota policy of `keyed_multi`: this regime's quota and a per-minute one of the
+    /// same rate (60 bursts), which binds nothing here, so both are decided and debited.
+    fn limits(self) -> Limits {
+        let minute = Quota::new(
+            60 * u64::from(self.tokens),
+            Duration::from_secs(60),
+            60 * u64::from(self.burst),
+        )
+        .unwrap();
+        Limits::new([self.quota(), minute]).unwrap()
+    }
+
+    /// A two-quota `KeyedMultiLimiter` with every key of `streams` tracked as in `limiters`.
+    fn multi(self, streams: &[Vec<u64>], max_keys: usize) -> KeyedMultiLimiter<u64> {
+        let multi = KeyedMultiLimiter::new(self.limits(), max_keys);
+        let take = if self.drained { self.burst } else { 1 };
+        for s in streams {
+            for k in s {
+                let _ = multi.try_acquire(k, u64::from(take));
+            }
+        }
+        multi
+    }
+
     /// Both limiters with every key of `streams` tracked (and drained, for `deny`), ours in a
     /// table for `max_keys`.
     fn limiters(self, streams: &[Vec<u64>], max_keys: usize) -> (KeyedLimiter<u64>, Governor) {
@@ -141,6 +167,17 @@ fn bench_keyed(c: &mut Criterion) {
             };
             let mut group = c.benchmark_group(group_name);
             let (ours, theirs) = regime.limiters(&streams, max_keys);
+            // Per-key policies of two quotas, at 1 thread, beside the single-quota table.
+            let multi = regime.multi(&streams, max_keys);
+            group.bench_function(BenchmarkId::new("keyed_multi", 1), |b| {
+                b.iter_custom(|iters| {
+                    across_threads(1, iters, |t, i| {
+                        let k = &streams[t][(i & 0xFFFF) as usize];
+                        black_box(multi.try_acquire(k, 1)).ok();
+                    })
+                })
+            });
+            drop(multi);
             for &threads in threads {
                 group.bench_function(BenchmarkId::new("tollgate", threads), |b| {
                     b.iter_custom(|iters| {
@@ -187,6 +224,7 @@ fn callgrind(name: &str, n: u64) -> Result<(), String> {
         .ok_or_else(|| format!("{regime}: no such regime"))?;
     let streams = [key_stream(10_000, 0x1234)];
     let (ours, theirs) = regime.limiters(&streams, 1 << 20);
+    let multi = regime.multi(&streams, 1 << 20);
     let keys = &streams[0];
     fn run<R>(n: u64, f: impl Fn(u64) -> R) {
         for i in 0..1000 {
@@ -196,6 +234,7 @@ fn callgrind(name: &str, n: u64) -> Result<(), String> {
     }
     match limiter {
         "tollgate" => run(n, |i| ours.try_acquire(&keys[(i & 0xFFFF) as usize], 1)),
+        "keyed_multi" => run(n, |i| multi.try_acquire(&keys[(i & 0xFFFF) as usize], 1)),
         "governor" => run(n, |i| {
             theirs.check_key(&keys[(i & 0xFFFF) as usize]).is_ok()
         }),
@@ -206,7 +245,7 @@ fn callgrind(name: &str, n: u64) -> Result<(), String> {
 
 fn scenarios() -> Vec<String> {
     let mut v = Vec::new();
-    for l in ["tollgate", "governor"] {
+    for l in ["tollgate", "keyed_multi", "governor"] {
         for r in [ALLOW, DENY, MIXED] {
             v.push(format!("{l}/{}", r.name));
         }

@@ -284,6 +284,33 @@
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
 //!
+//! A policy *per key* ("10 per second and 10,000 per day per API key") is a
+//! [`KeyedMultiLimiter`](crate::KeyedMultiLimiter) (feature `keyed`): each key decides its
+//! `Limits` exactly as its own `MultiBucket` would, in a table bounded like `KeyedLimiter`'s
+//! (only keys whose quotas are all full are evicted), with per-key policies from its builder's
+//! `limits_for`. An admission commits the key's quotas with one compare-and-swap under the
+//! key's own sequence lock: lock-free lookups, writers of one key serialized.
+//!
+#![cfg_attr(feature = "keyed", doc = "```")]
+#![cfg_attr(not(feature = "keyed"), doc = "```ignore")]
+//! use std::time::Duration;
+//! use tollgate::{Denied, KeyedMultiLimiter, Limits, ManualClock, Quota};
+//!
+//! let clock = ManualClock::new();
+//! let per_day = |n| Quota::new(n, Duration::from_secs(86_400), n);
+//! let basic = Limits::new([Quota::per_second(10)?, per_day(10_000)?])?;
+//! let premium = Limits::new([Quota::per_second(100)?, per_day(1_000_000)?])?;
+//! let keys = KeyedMultiLimiter::builder(basic, 100_000, clock.clone())
+//!     .limits_for("key-premium", premium)
+//!     .build()?;
+//! assert_eq!(keys.try_acquire(&"key-1", 10), Ok(()));
+//! assert_eq!(keys.try_acquire(&"key-1", 1), Err(Denied::RetryAfter(Duration::from_millis(100))));
+//! assert_eq!(keys.try_acquire(&"key-premium", 100), Ok(()));
+//! let (_, snapshots) = keys.try_acquire_snapshots(&"key-1", 0);
+//! assert_eq!(snapshots.as_slice()[1].remaining(), 9_990); // key-1's day, spent once
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
+//!
 //! # One bucket per key: `KeyedLimiter`
 //!
 //! `KeyedLimiter` (feature `keyed`, on by default) keeps one exact bucket per key in a table

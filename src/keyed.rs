@@ -15,7 +15,7 @@
 mod builder;
 mod counters;
 mod decide;
-mod index;
+pub(crate) mod index;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 mod named;
 

@@ -21,6 +21,7 @@
 //!   [`Reservation`], and the async [`Bucket::until_ready`] → [`UntilReady`].
 //! * `KeyedLimiter` — one exact bucket per key (tenant, API key, IP) in a table of bounded size
 //!   that evicts only full buckets, with an async `until_key_ready` (feature `keyed`);
+//!   `KeyedMultiLimiter` — a policy of one to four quotas per key in the same bounded table;
 //!   `ShardedBucket` — one global limit on many cores: an exact central word and a lease of
 //!   its tokens per cache-padded per-core shard (`std`).
 //! * `metrics` (feature `metrics`) — named limiters' decisions, refusal waits and keyed-table
@@ -61,6 +62,8 @@ pub mod gcra;
 pub mod guide;
 #[cfg(feature = "keyed")]
 mod keyed;
+#[cfg(feature = "keyed")]
+mod keyed_multi;
 mod limits;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
@@ -97,6 +100,8 @@ pub use clock::{Clock, DefaultClock, ManualClock, WakeRegistration};
 pub use error::{ConfigError, Denied};
 #[cfg(feature = "keyed")]
 pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder, UntilKeyReady};
+#[cfg(feature = "keyed")]
+pub use keyed_multi::{KeyedMultiLimiter, KeyedMultiLimiterBuilder};
 pub use limits::Limits;
 pub use multi::{MultiBucket, MultiReservation, Refusal, Snapshots};
 pub use quota::{Quota, HORIZON};

@@ -8,7 +8,7 @@
 //!   --burst N                      default the tokens of one second of rate, at least 1
 //!   --limit N/s|N/min|N/h|N/d:BURST  one quota of a policy; repeatable (one to four), all must
 //!                                  hold; replaces --rate/--burst (giving both: a usage error);
-//!                                  with --key global, or any --key with --redis
+//!                                  with any --key (per key, each key carries every limit)
 //!   --key ip|global|header:NAME    default ip
 //!   --trusted-proxies CIDR[,CIDR…] with --key ip: the client is the rightmost untrusted
 //!                                  X-Forwarded-For hop behind these proxies
@@ -233,10 +233,7 @@ async fn serve(cli: Cli, quota: Quota, limits: Option<Limits>) -> ExitCode {
             }
         }
     } else if let Some(limits) = limits {
-        match limit::layer(app, limits, &cli.key, |layer| observed(layer, &cli)) {
-            Ok(app) => app,
-            Err(message) => usage(message),
-        }
+        limit::layer(app, limits, &cli)
     } else {
         match (&cli.key, &cli.trusted_proxies) {
             (KeyKind::Global, _) => {

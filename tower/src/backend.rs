@@ -1,6 +1,7 @@
 //! [`Backend`]: the one small trait between the layer and a limiter, and its impls for every
 //! tollgate limiter (the policies of several quotas in `multi.rs` here).
 
+mod keyed_multi;
 mod multi;
 
 use core::future::{Future, Ready};

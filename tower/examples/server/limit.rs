@@ -3,11 +3,15 @@
 
 use std::time::Duration;
 
-use axum::Router;
-use tollgate::{Limits, MultiBucket, Quota};
-use tollgate_tower::RateLimitLayer;
+use std::hash::Hash;
+use std::net::IpAddr;
+use std::sync::Arc;
 
-use crate::KeyKind;
+use axum::Router;
+use tollgate::{KeyedMultiLimiter, Limits, MultiBucket, Quota};
+use tollgate_tower::{ClientIp, HeaderKey, PeerIp, RateLimitLayer};
+
+use crate::{observed, Cli, KeyKind, Trusted, MAX_KEYS};
 
 /// One `--limit` value: `N/UNIT:BURST`, every part required, `N` and `BURST` at least 1.
 pub(crate) fn parse_limit(s: &str) -> Result<Quota, String> {
@@ -43,21 +47,34 @@ pub(crate) fn limits(quotas: &[Quota]) -> Result<Option<Limits>, String> {
         .map_err(|e| format!("too many --limit flags: {e}"))
 }
 
-/// The in-process layer over `limits`: one policy for everything (`--key global`). Per key, a
-/// policy is kept in Redis (`--redis`); in process there is no per-key policy store (a table of
-/// single buckets cannot hold several quotas per key, nor give tokens back).
-pub(crate) fn layer(
-    app: Router,
-    limits: Limits,
-    key: &KeyKind,
-    observe: impl FnOnce(RateLimitLayer<MultiBucket>) -> RateLimitLayer<MultiBucket>,
-) -> Result<Router, String> {
-    match key {
-        KeyKind::Global => Ok(app.layer(observe(RateLimitLayer::new(MultiBucket::new(limits))))),
-        _ => Err(
-            "--limit applies to --key global, or to any --key with --redis (the default --key ip \
-             and header keys have no in-process per-key policy)"
-                .into(),
-        ),
+/// The in-process layer over `limits`: one policy for everything (`--key global`), or a
+/// `KeyedMultiLimiter` in which each key (`--key ip`, with `--trusted-proxies` or not, or
+/// `--key header:NAME`) carries all the limits, in a table of at most `MAX_KEYS` keys.
+pub(crate) fn layer(app: Router, limits: Limits, cli: &Cli) -> Router {
+    fn per_key<K: Hash + Eq + Clone>(limits: Limits) -> Arc<KeyedMultiLimiter<K>> {
+        Arc::new(KeyedMultiLimiter::new(limits, MAX_KEYS))
+    }
+    match (&cli.key, &cli.trusted_proxies) {
+        (KeyKind::Global, _) => {
+            app.layer(observed(RateLimitLayer::new(MultiBucket::new(limits)), cli))
+        }
+        (KeyKind::Ip, None) => app.layer(observed(
+            RateLimitLayer::shared(per_key::<IpAddr>(limits)).key(PeerIp::new()),
+            cli,
+        )),
+        (KeyKind::Ip, Some(Trusted(trusted))) => {
+            let key = ClientIp::new(trusted.iter().copied());
+            app.layer(observed(
+                RateLimitLayer::shared(per_key::<IpAddr>(limits)).key(key),
+                cli,
+            ))
+        }
+        (KeyKind::Header(name), _) => {
+            let key = HeaderKey::new(name.clone());
+            app.layer(observed(
+                RateLimitLayer::shared(per_key::<String>(limits)).key(key),
+                cli,
+            ))
+        }
     }
 }

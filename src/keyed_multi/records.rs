@@ -1,0 +1,184 @@
+//! Each tracked key's record: its owner's fingerprint and its quotas' states under a sequence
+//! lock with serialized writers, in one flat arena allocated up front (one record per unit of
+//! `max_keys`, found through the keyed index by a handle).
+//!
+//! | word | meaning |
+//! |---|---|
+//! | `seq` | even: no writer; odd: a writer holds the record. Stepped at lock and at unlock, never back (except an unlock that wrote nothing, which restores the value it locked) |
+//! | `owner` | the fingerprint of the key the record belongs to; 0 while free (fingerprints are never 0) |
+//! | `states[i]` | quota `i`'s [`gcra`](crate::gcra) state |
+//!
+//! * **Read** (every decision first): `seq` (`Acquire`), even; `owner` and the states
+//!   (`Relaxed`); an `Acquire` fence; `seq` again, unchanged: the words one writer left.
+//! * **Commit**: CAS `seq` from the even value read to the next odd one. It succeeds only if no
+//!   writer came since the read, so the owner and the states are still the ones decided on —
+//!   in particular the record still belongs to the key the decision looked up: a record that
+//!   was evicted and handed to another key (or freed) had its `seq` stepped meanwhile. Then a
+//!   `Release` fence, the stores, and `seq` + 1 stored with `Release`.
+//!
+//! The eviction of a record takes its lock the same way (so no debit lands between the check
+//! that it is full and its release), clears `owner` and steps `seq`.
+
+use crate::limits::MAX_LIMITS;
+use crate::refusal::Refusal;
+use crate::sync::{fence, AtomicU64, Ordering};
+use alloc::boxed::Box;
+
+/// Words before the states in a record.
+const HEAD: usize = 2;
+
+/// The arena: `stride = 2 + the most quotas of any policy` words per record.
+pub(super) struct Records {
+    words: Box<[AtomicU64]>,
+    stride: usize,
+}
+
+/// What one optimistic attempt on a record found.
+pub(super) enum Attempt<R> {
+    /// Decided (and committed, if it wrote).
+    Done(R),
+    /// A writer holds the record, or came between the read and the commit: try again.
+    Busy,
+    /// The record does not belong to the key (evicted, or handed to another key): look it up
+    /// again.
+    Stale,
+}
+
+impl Records {
+    /// `count` free records of `quotas` states each.
+    pub(super) fn new(count: usize, quotas: usize) -> Records {
+        let stride = HEAD + quotas.clamp(1, MAX_LIMITS);
+        Records {
+            words: (0..count.saturating_mul(stride))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            stride,
+        }
+    }
+
+    /// How many records the arena holds.
+    pub(super) fn count(&self) -> usize {
+        self.words.len() / self.stride
+    }
+
+    #[inline(always)]
+    fn record(&self, h: usize) -> &[AtomicU64] {
+        &self.words[h * self.stride..(h + 1) * self.stride]
+    }
+
+    /// A consistent read of record `h`: its `seq` (even), owner and first `len` states padded
+    /// to `N`; `None` while a writer holds it or if one came during the read.
+    #[inline(always)]
+    pub(super) fn read<const N: usize>(
+        &self,
+        h: usize,
+        len: usize,
+    ) -> Option<(u64, u64, [u64; N])> {
+        let r = self.record(h);
+        let seq = r[0].load(Ordering::Acquire);
+        if seq & 1 != 0 {
+            return None;
+        }
+        let owner = r[1].load(Ordering::Relaxed);
+        let states: [u64; N] =
+            core::array::from_fn(|i| r[HEAD + i.min(len - 1)].load(Ordering::Relaxed));
+        fence(Ordering::Acquire);
+        (r[0].load(Ordering::Relaxed) == seq).then_some((seq, owner, states))
+    }
+
+    /// One decision attempt on record `h` for the key `fp` with `len` quotas: a consistent
+    /// read, `decide` on its states (the all-quotas decision), and for an admission one CAS of
+    /// `seq` and the stores. A refusal is decided on the consistent read alone.
+    #[inline(always)]
+    pub(super) fn try_decide<const N: usize>(
+        &self,
+        h: usize,
+        fp: u64,
+        len: usize,
+        decide: impl FnOnce([u64; N]) -> Result<Option<[u64; N]>, Refusal>,
+    ) -> Attempt<Result<(), Refusal>> {
+        let Some((seq, owner, states)) = self.read::<N>(h, len) else {
+            return Attempt::Busy;
+        };
+        if owner != fp {
+            return Attempt::Stale;
+        }
+        match decide(states) {
+            Err(refusal) => Attempt::Done(Err(refusal)),
+            Ok(None) => Attempt::Done(Ok(())),
+            Ok(Some(next)) => {
+                if self.try_lock_at(h, seq) {
+                    self.write_unlock(h, seq, &next[..len]);
+                    Attempt::Done(Ok(()))
+                } else {
+                    Attempt::Busy
+                }
+            }
+        }
+    }
+
+    /// Takes the lock of record `h` if its `seq` is still `seq` (even).
+    #[inline(always)]
+    fn try_lock_at(&self, h: usize, seq: u64) -> bool {
+        let ok = self.record(h)[0]
+            .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok();
+        if ok {
+            // Orders the odd `seq` before the stores that follow.
+            fence(Ordering::Release);
+        }
+        ok
+    }
+
+    /// Writes `states` into record `h`, locked from `seq`, and unlocks it.
+    #[inline(always)]
+    fn write_unlock(&self, h: usize, seq: u64, states: &[u64]) {
+        let r = self.record(h);
+        for (word, &s) in r[HEAD..].iter().zip(states) {
+            word.store(s, Ordering::Relaxed);
+        }
+        r[0].store(seq + 2, Ordering::Release);
+    }
+
+    /// Locks record `h` (if no writer holds it now) and returns the `seq` it locked, the owner
+    /// and the first `len` states. For the sweep, which holds it while it decides to evict.
+    pub(super) fn try_lock(&self, h: usize, len: usize) -> Option<(u64, u64, [u64; MAX_LIMITS])> {
+        let (seq, owner, states) = self.read::<MAX_LIMITS>(h, len)?;
+        self.try_lock_at(h, seq).then_some((seq, owner, states))
+    }
+
+    /// The first `out.len()` states of record `h` as they are now, without the lock (each word
+    /// is one writer's, not necessarily the same writer's).
+    pub(super) fn peek(&self, h: usize, out: &mut [u64]) {
+        for (o, word) in out.iter_mut().zip(&self.record(h)[HEAD..]) {
+            *o = word.load(Ordering::Relaxed);
+        }
+    }
+
+    /// Releases a lock taken by [`try_lock`](Records::try_lock) without writing: `seq` goes
+    /// back to the value it was locked from (the words are the ones readers saw then).
+    pub(super) fn unlock_unchanged(&self, h: usize, seq: u64) {
+        self.record(h)[0].store(seq, Ordering::Release);
+    }
+
+    /// Frees record `h`, locked from `seq` by [`try_lock`](Records::try_lock): no owner, and a
+    /// `seq` no reader or writer of its previous life can still match.
+    pub(super) fn kill(&self, h: usize, seq: u64) {
+        let r = self.record(h);
+        r[1].store(0, Ordering::Relaxed);
+        r[0].store(seq + 2, Ordering::Release);
+    }
+
+    /// Gives free record `h` to the key `fp` with `states` (under the index's mutex, the only
+    /// place records are handed out: no other writer can hold a free record, since a commit
+    /// needs the owner to match).
+    pub(super) fn claim(&self, h: usize, fp: u64, states: &[u64]) {
+        let r = self.record(h);
+        let seq = r[0].load(Ordering::Relaxed);
+        debug_assert!(seq & 1 == 0 && r[1].load(Ordering::Relaxed) == 0);
+        r[0].store(seq + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        r[1].store(fp, Ordering::Relaxed);
+        self.write_unlock(h, seq, states);
+    }
+}

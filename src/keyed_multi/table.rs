@@ -1,0 +1,230 @@
+//! The table around the index: its counts and bounds, the insert path under the index's mutex
+//! and the sweep, which locks a record before it decides to evict it.
+
+use super::policy::Policy;
+use super::KeyedMultiLimiter;
+use crate::clock::Clock;
+use crate::keyed::index::{self, Locked};
+use crate::limits::MAX_LIMITS;
+use crate::refusal::Refusal;
+use crate::sync::{AtomicU64, Mutex, Ordering};
+use alloc::vec::Vec;
+use core::cell::Cell;
+use core::hash::Hash;
+
+/// The table's words, as [`KeyedLimiter`](crate::KeyedLimiter)'s: the live count, a lower
+/// bound on the first instant a tracked key is full, the latest eviction reading.
+pub(super) struct Table {
+    pub(super) len: AtomicU64,
+    pub(super) next_full_at: AtomicU64,
+    pub(super) evicted_at: AtomicU64,
+    /// Free records: never handed out yet from `fresh` on, and freed ones. Taken only under
+    /// the index's mutex (insertions and evictions both run under it).
+    pub(super) free: Mutex<Free>,
+}
+
+pub(super) struct Free {
+    pub(super) fresh: usize,
+    pub(super) stack: Vec<usize>,
+}
+
+impl Table {
+    pub(super) fn new() -> Table {
+        Table {
+            len: AtomicU64::new(0),
+            next_full_at: AtomicU64::new(u64::MAX),
+            evicted_at: AtomicU64::new(0),
+            free: Mutex::new(Free {
+                fresh: 0,
+                stack: Vec::new(),
+            }),
+        }
+    }
+}
+
+/// How an insertion attempt ended.
+pub(super) enum Insert {
+    Done,
+    Retry,
+    TableFull(core::time::Duration),
+    Refused(Refusal),
+}
+
+impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
+    /// Inserts the new key `fp` already debited by `cost`, if there is room (evicting full keys
+    /// to make it). The same protocol as [`KeyedLimiter`](crate::KeyedLimiter)'s insert path.
+    #[cold]
+    pub(super) fn insert(
+        &self,
+        fp: u64,
+        now: u64,
+        policy: &Policy,
+        cost: u64,
+        epoch: u64,
+    ) -> Insert {
+        // O(1) refusal under a flood, without the mutex (see the keyed limiter's insert path
+        // for why `next_full_at` is read first and the miss is trusted only on an even,
+        // unchanged epoch).
+        let t = &self.table;
+        if t.next_full_at.load(Ordering::SeqCst) > now
+            && t.len.load(Ordering::SeqCst) >= self.max_keys
+            && epoch % 2 == 0
+            && self.index.rebuild_epoch() == epoch
+            && !self.index.migrating()
+        {
+            return Insert::TableFull(self.table_full_wait(now));
+        }
+        let mut locked = self.index.lock();
+        if locked.contains(fp) {
+            return Insert::Retry;
+        }
+        if t.len.load(Ordering::SeqCst) >= self.max_keys {
+            if t.next_full_at.load(Ordering::SeqCst) <= now || locked.migrating() {
+                self.sweep_step(&mut locked, now);
+            }
+            if t.len.load(Ordering::SeqCst) >= self.max_keys {
+                return Insert::TableFull(self.table_full_wait(now));
+            }
+        }
+        // Read under the mutex, after any eviction that made this key miss.
+        let start = policy.start(t.evicted_at.load(Ordering::SeqCst));
+        let next = match policy.decide(&start, now, cost) {
+            Ok(Some(next)) => next,
+            Ok(None) => return Insert::Done,
+            Err(refusal) => return Insert::Refused(refusal),
+        };
+        let h = {
+            let mut free = t.free.lock();
+            match free.stack.pop() {
+                Some(h) => h,
+                None if free.fresh < self.records.count() => {
+                    free.fresh += 1;
+                    free.fresh - 1
+                }
+                // Unreachable: live keys never exceed `max_keys` records.
+                None => return Insert::TableFull(self.table_full_wait(now)),
+            }
+        };
+        self.records.claim(h, fp, &next[..policy.len]);
+        let full_at = policy.full_at(&next[..policy.len]);
+        locked.insert(fp, h as u64, full_at);
+        t.len.fetch_add(1, Ordering::SeqCst);
+        t.next_full_at.fetch_min(full_at, Ordering::SeqCst);
+        Insert::Done
+    }
+
+    /// The wait until a tracked key is full, within `[1 ns, refill time of the default
+    /// policy's slowest quota]`, or `Duration::MAX` when none ever will be.
+    pub(super) fn table_full_wait(&self, now: u64) -> core::time::Duration {
+        let cap = self
+            .policy
+            .limits
+            .quotas()
+            .iter()
+            .map(|q| q.refill_time(q.burst()))
+            .max()
+            .unwrap_or(core::time::Duration::MAX);
+        let at = self.table.next_full_at.load(Ordering::SeqCst);
+        if at == u64::MAX && self.table.len.load(Ordering::SeqCst) > 0 {
+            return core::time::Duration::MAX;
+        }
+        core::time::Duration::from_nanos(at.saturating_sub(now).max(1)).min(cap)
+    }
+
+    /// One bounded sweep step at `now` with the index's mutex held, evicting the keys full at
+    /// `now`. The index asks `full_at(fp, handle)` of each entry and, when it answers `<= now`,
+    /// calls `evicting()` and empties the slot with nothing in between; so `full_at` *locks*
+    /// the record before it reads it, and keeps it locked when it answers "full": no debit can
+    /// land between that answer and the eviction, which frees the record under the same lock.
+    /// A record it locked for an answer the index does not act on (a bound, not an eviction)
+    /// is released at the next call or at the end of the step; a record a writer holds is
+    /// answered "not full now" (its debit lands after) with a bound no later than the truth.
+    pub(super) fn sweep_step(&self, locked: &mut Locked<'_>, now: u64) -> index::Step {
+        let now = now.min(crate::quota::HORIZON_NS);
+        let held: Cell<Option<(usize, u64)>> = Cell::new(None);
+        let release = || {
+            if let Some((h, seq)) = held.take() {
+                self.records.unlock_unchanged(h, seq);
+            }
+        };
+        let t = &self.table;
+        let step = locked.sweep_step(
+            now,
+            |fp, h| {
+                release();
+                let h = h as usize;
+                let policy = self.policy_of(fp);
+                match self.records.try_lock(h, policy.len) {
+                    Some((seq, owner, states)) => {
+                        debug_assert_eq!(owner, fp);
+                        let at = policy.full_at(&states[..policy.len]);
+                        if at <= now {
+                            held.set(Some((h, seq)));
+                        } else {
+                            self.records.unlock_unchanged(h, seq);
+                        }
+                        at
+                    }
+                    None => self.optimistic_full_at(h, policy).max(now + 1),
+                }
+            },
+            || {
+                // Before the slot is emptied: whoever misses the key afterwards starts it from
+                // a state at least as strict as the evicted one.
+                t.evicted_at.fetch_max(now, Ordering::SeqCst);
+                if let Some((h, seq)) = held.take() {
+                    self.records.kill(h, seq);
+                    t.free.lock().stack.push(h);
+                } else {
+                    debug_assert!(false, "evicting a record not locked");
+                }
+            },
+        );
+        release();
+        t.len.fetch_sub(step.evicted, Ordering::SeqCst);
+        if let Some(next) = step.pass_done {
+            t.next_full_at.store(next, Ordering::SeqCst);
+        }
+        step
+    }
+
+    /// The full instant of a record a writer holds, from words read without the lock: each
+    /// state is its value before or after the writer's store, and a debit only delays a
+    /// quota's full instant, so this is no later than the instant after the write.
+    fn optimistic_full_at(&self, h: usize, policy: &Policy) -> u64 {
+        let mut states = [0u64; MAX_LIMITS];
+        self.records.peek(h, &mut states[..policy.len]);
+        policy.full_at(&states[..policy.len])
+    }
+
+    /// Evicts every key that is full now and returns how many, in bounded steps (the
+    /// mutex released between them), as [`KeyedLimiter::sweep`](crate::KeyedLimiter::sweep).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+    /// let clock = ManualClock::new();
+    /// let limits = Limits::new([Quota::per_second(5).unwrap(), Quota::new(60, Duration::from_secs(60), 60).unwrap()]).unwrap();
+    /// let limiter = KeyedMultiLimiter::with_clock(limits, 10, clock.clone());
+    /// limiter.try_acquire(&1, 1).unwrap();
+    /// clock.advance(Duration::from_millis(200));
+    /// assert_eq!(limiter.sweep(), 0); // the per-minute quota is not full yet
+    /// clock.advance(Duration::from_millis(800));
+    /// assert_eq!(limiter.sweep(), 1);
+    /// assert!(limiter.is_empty());
+    /// ```
+    pub fn sweep(&self) -> usize {
+        let now = self.clock.now();
+        let (mut evicted, mut sweep) = (0u64, index::Sweep::default());
+        loop {
+            let mut locked = self.index.lock();
+            sweep.before(&locked);
+            let step = self.sweep_step(&mut locked, now);
+            evicted += step.evicted;
+            if sweep.after(&locked, &step) {
+                break;
+            }
+        }
+        usize::try_from(evicted).unwrap_or(usize::MAX)
+    }
+}

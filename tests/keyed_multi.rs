@@ -1,0 +1,192 @@
+//! `KeyedMultiLimiter` against an exact model: one `MultiBucket` per key (itself checked
+//! against independent reference buckets in `multi_model.rs`), on one `ManualClock`. With a
+//! monotone clock every verdict, wait, refusing quota, availability and tightest snapshot must
+//! equal the key's `MultiBucket`'s — through evictions and re-insertions in a table smaller than
+//! the key set — except a new key refused because the table is full: that refusal is a
+//! `RetryAfter` of at most one burst's refill of the default policy's slowest quota, only while
+//! the table is full, and only for a key its model holds full (untracked). Overrides (one and
+//! three quotas beside a default of two) and the edges: cost 0, `u64::MAX`, `max_keys` 0 and 1.
+
+use proptest::prelude::*;
+use std::time::Duration;
+use tollgate::{
+    ConfigError, Denied, KeyedMultiLimiter, Limits, ManualClock, MultiBucket, Quota, Refusal,
+};
+
+fn q(tokens: u64, per_ms: u64, burst: u64) -> Quota {
+    Quota::new(tokens, Duration::from_millis(per_ms), burst).unwrap()
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Advance(u64),
+    Acquire(u8, u64),
+    Snapshot(u8, u64),
+    Sweep,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0u64..3_000_000_000).prop_map(Op::Advance),
+        6 => (0u8..8, 0u64..12).prop_map(|(k, c)| Op::Acquire(k, c)),
+        2 => (0u8..8, 0u64..12).prop_map(|(k, c)| Op::Snapshot(k, c)),
+        1 => Just(Op::Sweep),
+    ]
+}
+
+/// The policy of key `k`: key 0 three quotas, key 1 one, the rest the default two.
+fn limits_of(k: u8, default: &Limits, three: &Limits, one: &Limits) -> Limits {
+    match k {
+        0 => three.clone(),
+        1 => one.clone(),
+        _ => default.clone(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_key_decides_as_its_own_multi_bucket(
+        max_keys in 1usize..5,
+        ops in proptest::collection::vec(op(), 1..120),
+        (r0, p0, b0) in (1u64..4, 1u64..2000, 1u64..10),
+        (r1, p1, b1) in (1u64..4, 1u64..20_000, 1u64..10),
+    ) {
+        let default = Limits::new([q(r0, p0, b0), q(r1, p1, b1)]).unwrap();
+        let three = Limits::new([q(r0, p0, b0), q(1, 700, 4), q(2, 5000, 9)]).unwrap();
+        let one = Limits::from(q(r1, p1, b1));
+        let clock = ManualClock::new();
+        let limiter = KeyedMultiLimiter::builder(default.clone(), max_keys, clock.clone())
+            .limits_for(0u8, three.clone())
+            .limits_for(1u8, one.clone())
+            .build()
+            .unwrap();
+        let models: Vec<_> = (0..8u8)
+            .map(|k| MultiBucket::with_clock(limits_of(k, &default, &three, &one), clock.clone()))
+            .collect();
+        let cap = default.quotas().iter().map(|q| q.refill_time(q.burst())).max().unwrap();
+        for op in ops {
+            match op {
+                Op::Advance(ns) => clock.advance(Duration::from_nanos(ns)),
+                Op::Sweep => {
+                    limiter.sweep();
+                }
+                Op::Acquire(k, cost) | Op::Snapshot(k, cost) => {
+                    let m = &models[k as usize];
+                    let full = m.available() == m.limits().quotas().iter().map(|q| q.burst()).min().unwrap()
+                        && m.try_acquire_snapshots(0).1.as_slice().iter().all(|s| s.until_full().is_zero());
+                    let len_before = limiter.len();
+                    let (got, snap) = if matches!(op, Op::Snapshot(..)) {
+                        let (v, s) = limiter.try_acquire_snapshots(&k, cost);
+                        (v, Some(s))
+                    } else {
+                        (limiter.try_acquire_detailed(&k, cost), None)
+                    };
+                    // Refused although the model, holding the key full (untracked), admits:
+                    // only as a refusal for room.
+                    let table_full = full
+                        && cost <= m.available()
+                        && matches!(got, Err(r) if r.denied() != Denied::ExceedsBurst);
+                    if table_full {
+                        let r = got.unwrap_err();
+                        prop_assert_eq!(len_before, max_keys);
+                        prop_assert!(matches!(r.denied(), Denied::RetryAfter(d) if d > Duration::ZERO && d <= cap), "{:?}", r);
+                        prop_assert_eq!(got.unwrap_err().quota_index(), 0);
+                    } else {
+                        let (expected, snaps) = m.try_acquire_snapshots(cost);
+                        prop_assert_eq!(got, expected, "key {} cost {}", k, cost);
+                        if let Some(s) = snap {
+                            prop_assert_eq!(s, snaps, "key {} snapshots", k);
+                        }
+                    }
+                }
+            }
+            prop_assert!(limiter.len() <= max_keys);
+            for (k, m) in models.iter().enumerate() {
+                prop_assert_eq!(limiter.available(&(k as u8)), m.available(), "key {}", k);
+            }
+        }
+    }
+}
+
+#[test]
+fn cost_zero_and_huge_costs() {
+    let limits = Limits::new([q(1, 1000, 5), q(10, 60_000, 3)]).unwrap();
+    let limiter = KeyedMultiLimiter::with_clock(limits, 4, ManualClock::new());
+    assert_eq!(limiter.try_acquire(&"a", 0), Ok(()));
+    assert!(limiter.is_empty(), "cost 0 tracks nothing");
+    assert_eq!(
+        limiter.try_acquire_detailed(&"a", u64::MAX),
+        Err(Refusal::new(Denied::ExceedsBurst, 1))
+    );
+    assert_eq!(limiter.try_acquire(&"a", 4), Err(Denied::ExceedsBurst));
+    assert!(limiter.is_empty(), "a refusal tracks nothing");
+    assert_eq!(limiter.try_acquire(&"a", 3), Ok(()));
+    assert_eq!(limiter.available(&"a"), 0);
+    assert_eq!(limiter.try_acquire(&"a", 0), Ok(()));
+    assert_eq!(
+        limiter.try_acquire_detailed(&"a", 1),
+        Err(Refusal::new(Denied::RetryAfter(Duration::from_secs(6)), 1))
+    );
+}
+
+#[test]
+fn max_keys_zero_and_one() {
+    let limits = Limits::from(q(1, 1000, 2));
+    assert_eq!(
+        KeyedMultiLimiter::<u8, _>::builder(limits.clone(), 0, ManualClock::new())
+            .build()
+            .unwrap_err(),
+        ConfigError::ZeroCapacity
+    );
+    // `new`/`with_clock` with 0: nothing tracked, every new key refused for room.
+    let none = KeyedMultiLimiter::with_clock(limits.clone(), 0, ManualClock::new());
+    assert_eq!(
+        none.try_acquire(&1u8, 1),
+        Err(Denied::RetryAfter(Duration::from_secs(2)))
+    );
+    assert_eq!(none.try_acquire(&1u8, 0), Ok(()));
+    assert!(none.is_empty());
+    let clock = ManualClock::new();
+    let one = KeyedMultiLimiter::with_clock(limits, 1, clock.clone());
+    assert_eq!(one.try_acquire(&1u8, 1), Ok(()));
+    assert_eq!(
+        one.try_acquire(&2u8, 1),
+        Err(Denied::RetryAfter(Duration::from_secs(1)))
+    );
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(one.try_acquire(&2u8, 2), Ok(()), "key 1 is full: evicted");
+    assert_eq!(one.len(), 1);
+    assert_eq!(one.available(&1u8), 2);
+    assert_eq!(one.max_keys(), 1);
+}
+
+#[test]
+fn fail_open_admits_untracked_when_full() {
+    let limits = Limits::from(q(1, 1000, 1));
+    let limiter = KeyedMultiLimiter::builder(limits, 1, ManualClock::new())
+        .fail_open(true)
+        .build()
+        .unwrap();
+    assert_eq!(limiter.try_acquire(&1u8, 1), Ok(()));
+    for _ in 0..3 {
+        assert_eq!(limiter.try_acquire(&2u8, 1), Ok(()));
+    }
+    assert_eq!(limiter.len(), 1);
+    assert!(limiter.try_acquire(&1u8, 1).is_err());
+}
+
+#[test]
+fn a_table_full_refusal_reports_empty_snapshots() {
+    let limits = Limits::new([q(1, 1000, 1), q(1, 10_000, 1)]).unwrap();
+    let limiter = KeyedMultiLimiter::with_clock(limits, 1, ManualClock::new());
+    limiter.try_acquire(&1u8, 1).unwrap();
+    let (verdict, snaps) = limiter.try_acquire_snapshots(&2u8, 1);
+    let wait = Duration::from_secs(10);
+    assert_eq!(verdict, Err(Refusal::new(Denied::RetryAfter(wait), 0)));
+    assert!(snaps
+        .as_slice()
+        .iter()
+        .all(|s| s.remaining() == 0 && s.until_full() == wait));
+}
