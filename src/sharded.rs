@@ -35,6 +35,11 @@ use crossbeam_utils::CachePadded;
 /// The most shards a [`ShardedBucket`] uses, whatever is asked for.
 const MAX_SHARDS: usize = 1024;
 
+/// The shortest wait a refusal records in its shard's `dry_until`. Recording writes the shard's
+/// line, which costs the shard's threads on other cores a transfer each; a shorter wait ends
+/// before they would save as much by not reading the central word (which a refusal only reads).
+const DRY_MIN_NS: u64 = 1_000;
+
 /// The units earned from the clock's origin to a reading, rounded down and up (equal for exact
 /// quotas).
 #[derive(Clone, Copy)]
@@ -439,7 +444,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// A refusal of the central word at `now` for a decision on shard `shard`: with more than
     /// one shard and while leases may hold units, another shard's lease may pay
     /// ([`reclaim`](reclaim::reclaim)); otherwise the shard records when the word holds a token.
-    #[inline]
+    #[inline(never)]
     fn refused(
         &self,
         now: u64,
@@ -456,7 +461,7 @@ impl<C: Clock> ShardedBucket<C> {
                 if reclaim::reclaim(&self.shards, shard, e, burst_units, cost_units) {
                     return Ok(());
                 }
-            } else {
+            } else if refusal.dry.saturating_sub(now) >= DRY_MIN_NS {
                 self.shards[shard].publish_dry(refusal.dry);
             }
         }
