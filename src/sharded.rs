@@ -10,8 +10,9 @@
 //!   `b` at or after the units earned at its reading and `b + cost` at most one burst above
 //!   them — from the central word or from a lease alike. So the admissions of any window `Δ`
 //!   lie in an interval of `burst + rate·Δ` and never exceed it, whatever the readings' order.
-//! * **The loss**: a lease's units below the units earned lapse unspent; a lease replaced with
-//!   less than a token in it loses that fraction. Both only ever refuse.
+//! * **The loss**: a lease's units below the units earned lapse unspent (a refusal on another
+//!   shard reclaims them first, [`reclaim`]); a lease replaced with less than a token in it
+//!   loses that fraction. Both only ever refuse.
 //!
 //! The protocol, its proofs and the behaviour on 64 cores: `docs/sharded.md`.
 
@@ -60,13 +61,15 @@ struct Earned {
 ///   eighth of the tokens.
 /// * **One word near the limit.** When the central word holds fewer than `cost + 8 × shards`
 ///   tokens, no lease is taken: a decision is one CAS on the central word, as a single
-///   [`Bucket`](crate::Bucket)'s is, and a refusal reads that word and the shard's line, writes
-///   nothing and scans no other shard.
-/// * **What leases cost.** A lease's tokens serve only its shard's threads. Tokens leased and
-///   not spent before the clock passes them lapse, and a lease replaced with less than a token
-///   in it loses that fraction ([`stranded_tokens`](ShardedBucket::stranded_tokens)): capacity
-///   lost, never a token created. On a frozen clock nothing lapses: everything admitted plus
-///   [`available`](ShardedBucket::available) is the burst.
+///   [`Bucket`](crate::Bucket)'s is, and once every lease has lapsed a refusal reads that word,
+///   the shard's line and one rarely written word, and scans no other shard.
+/// * **What leases cost.** A lease's tokens serve its shard's threads first; a decision the
+///   central word refuses while leases may hold units probes up to 4 other shards' leases and
+///   spends from one that holds the cost, so an idle shard's lease serves the others. Tokens
+///   leased and not spent before the clock passes them lapse, and a lease replaced with less
+///   than a token in it loses that fraction ([`stranded_tokens`](ShardedBucket::stranded_tokens)):
+///   capacity lost, never a token created. On a frozen clock nothing lapses: everything
+///   admitted plus [`available`](ShardedBucket::available) is the burst.
 /// * Threads map to shards by their thread slot modulo the shard count: a slot is taken on a
 ///   thread's first call, the smallest no live thread holds (a slot is reused once its thread
 ///   exits), so threads started together in a process spread over the shards; no syscall per
