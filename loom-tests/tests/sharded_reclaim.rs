@@ -6,6 +6,17 @@ use loom::sync::Arc;
 use loom::thread;
 use tollgate::{ManualClock, Quota, ShardedBucket};
 
+/// Runs `f` under loom with at least 6 preemptions: these models are small enough for that
+/// bound to run in about a second, and `ci/loom.sh`'s default (`LOOM_MAX_PREEMPTIONS`, 2)
+/// would leave interleavings with three or more preemptions unexplored. The protocol has no
+/// spin loop (a locked lease sends a decision to the central word; every retry follows another
+/// thread's successful CAS), so no model needs `yield_now` to terminate.
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(builder.preemption_bound.map_or(6, |p| p.max(6)));
+    builder.check(f);
+}
+
 /// Quota 34/s, burst 34, two shards, frozen clock: a one-token decision on the full bucket
 /// takes a lease of ⌊33 / 16⌋ = 2 tokens.
 fn bucket() -> Arc<ShardedBucket<ManualClock>> {
@@ -21,7 +32,7 @@ fn bucket() -> Arc<ShardedBucket<ManualClock>> {
 /// nothing spent twice, nothing lost.
 #[test]
 fn a_reclaim_races_the_owners_spends() {
-    loom::model(|| {
+    model(|| {
         let bucket = bucket();
         assert_eq!(bucket.try_acquire(1), Ok(()));
         assert_eq!(bucket.try_acquire(31), Ok(()));
@@ -42,7 +53,7 @@ fn a_reclaim_races_the_owners_spends() {
 /// lost: whatever the other thread did not take is still there.
 #[test]
 fn a_reclaim_races_the_owners_pooling() {
-    loom::model(|| {
+    model(|| {
         let bucket = bucket();
         assert_eq!(bucket.try_acquire(1), Ok(()));
         assert_eq!(bucket.try_acquire(31), Ok(()));
