@@ -12,8 +12,8 @@
 //!   failed once (its reading went stale) and retried: one more transfer and one more CAS.
 //! * **The protocols** are the crate's rules, on token units: GCRA on the word; a lease of
 //!   `⌊(held − 1) / (8 × cores)⌋` tokens (at most 65,536) taken with a decision while the word
-//!   holds more than `1 + 8 × cores`; `dry_until` recorded for waits of 1 µs or more; a refusal
-//!   while leases may hold units probes 4 other cores' leases.
+//!   holds more than `1 + 8 × cores`; `dry_until` recorded by a refusal once no lease holds
+//!   units; a refusal while leases may hold units probes 4 other cores' leases.
 //!
 //! ```text
 //! cargo run --release --example sharded_sim -- [CORES] [T_W_NS] [RATE_PER_S] [BURST]
@@ -26,7 +26,6 @@ use std::collections::BinaryHeap;
 const HIT_NS: u64 = 1;
 const SPREAD: u64 = 8;
 const LEASE_MAX: u64 = 1 << 16;
-const DRY_MIN_NS: u64 = 1_000;
 const PROBES: usize = 4;
 const SIM_NS: u64 = 20_000_000;
 
@@ -217,7 +216,7 @@ impl Model {
         } else {
             // The instant the word holds one token again.
             let dry = (s + UNIT - burst).div_ceil(self.rate);
-            if dry.saturating_sub(t) >= DRY_MIN_NS {
+            if dry > self.leases[core].dry_until {
                 self.leases[core].dry_until = dry;
                 now = self.shard_lines[core].cas(core, now, self.t_w, &mut self.counts, false);
             }

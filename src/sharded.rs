@@ -36,11 +36,6 @@ use crossbeam_utils::CachePadded;
 /// The most shards a [`ShardedBucket`] uses, whatever is asked for.
 const MAX_SHARDS: usize = 1024;
 
-/// The shortest wait a refusal records in its shard's `dry_until`. Recording writes the shard's
-/// line, which costs the shard's threads on other cores a transfer each; a shorter wait ends
-/// before they would save as much by not reading the central word (which a refusal only reads).
-const DRY_MIN_NS: u64 = 1_000;
-
 /// The units earned from the clock's origin to a reading, rounded down and up (equal for exact
 /// quotas).
 #[derive(Clone, Copy)]
@@ -464,7 +459,7 @@ impl<C: Clock> ShardedBucket<C> {
                 if reclaim::reclaim(&self.shards, shard, e, burst_units, cost_units) {
                     return Ok(());
                 }
-            } else if refusal.dry.saturating_sub(now) >= DRY_MIN_NS {
+            } else {
                 self.shards[shard].publish_dry(refusal.dry);
             }
         }
