@@ -182,7 +182,9 @@ impl Model {
             };
             let next = s.max(e) + UNIT + lease * UNIT;
             self.state = next;
-            let end = self.central.cas(core, now, self.t_w, &mut self.counts, true);
+            let end = self
+                .central
+                .cas(core, now, self.t_w, &mut self.counts, true);
             if lease > 0 {
                 let l = &mut self.leases[core];
                 (l.frontier, l.top) = (next - lease * UNIT, next);
@@ -255,9 +257,8 @@ fn run(sharded: bool, cores: usize, t_w: u64, rate_per_s: u64, burst: u64, load:
     let mut rng = Rng(1);
     // Mean think time so that all cores offer `load × rate` decisions per second.
     let mean = cores as f64 * 1e9 / (load * rate_per_s as f64);
-    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..cores)
-        .map(|c| Reverse((rng.exp(mean), c)))
-        .collect();
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> =
+        (0..cores).map(|c| Reverse((rng.exp(mean), c))).collect();
     let (mut decisions, mut admitted) = (0u64, 0u64);
     let mut latencies = Vec::new();
     while let Some(Reverse((t, core))) = heap.pop() {

@@ -388,7 +388,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// The decision at `now` for `0 < cost <= burst`, on the calling thread's shard.
     #[inline]
     fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
-        let home = if self.shards.len() > 1 { self.home() } else { 0 };
+        let home = if self.shards.len() > 1 {
+            self.home()
+        } else {
+            0
+        };
         self.decide_on(home, now, cost)
     }
 
@@ -442,7 +446,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// A refusal of the central word at `now` for a decision on shard `shard`: with more than
     /// one shard and while leases may hold units, another shard's lease may pay
     /// ([`reclaim`](reclaim::reclaim)); otherwise the shard records when the word holds a token.
-    #[inline(never)]
+    #[inline(always)]
     fn refused(
         &self,
         now: u64,
@@ -453,22 +457,41 @@ impl<C: Clock> ShardedBucket<C> {
     ) -> Result<(), Denied> {
         if self.shards.len() > 1 {
             if reclaim::leases_may_hold(&self.leased_until, now) {
-                // `dry_until` stays behind: refusals keep coming here, and probing, until
-                // every lease has lapsed.
-                let burst_units = self.fixed.quota.burst_units();
-                if reclaim::reclaim(&self.shards, shard, e, burst_units, cost_units) {
-                    return Ok(());
-                }
-            } else {
-                self.shards[shard].publish_dry(refusal.dry);
+                return self.reclaim(e, cost_units, shard, refusal.denied);
             }
+            self.shards[shard].publish_dry(refusal.dry);
         }
         Err(refusal.denied)
     }
 
+    /// [`refused`](Self::refused) while leases may hold units: another shard's lease, or the
+    /// refusal. `dry_until` stays behind, so refusals keep probing until every lease has lapsed.
+    #[cold]
+    #[inline(never)]
+    fn reclaim(
+        &self,
+        e: Earned,
+        cost_units: u64,
+        shard: usize,
+        denied: Denied,
+    ) -> Result<(), Denied> {
+        let burst_units = self.fixed.quota.burst_units();
+        if reclaim::reclaim(&self.shards, shard, e, burst_units, cost_units) {
+            Ok(())
+        } else {
+            Err(denied)
+        }
+    }
+
     /// [`acquire_at`](Self::acquire_at) in general: every case, retried until decided.
     #[inline(never)]
-    fn acquire_slow(&self, now: u64, earned: Earned, cost: u64, shard: usize) -> Result<(), Denied> {
+    fn acquire_slow(
+        &self,
+        now: u64,
+        earned: Earned,
+        cost: u64,
+        shard: usize,
+    ) -> Result<(), Denied> {
         let rate = self.fixed.quota.scaled();
         let home = (self.shards.len() > 1).then(|| &*self.shards[shard]);
         loop {
