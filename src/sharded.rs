@@ -422,9 +422,10 @@ impl<C: Clock> ShardedBucket<C> {
                 return self.acquire_slow(now, self.earned(now), cost, shard);
             }
             // The lease holds nothing; the central word holds less than one token before
-            // `dry`, whatever happened since: no need to read it. No other lease pays either:
-            // `dry` is recorded only once every lease has lapsed, and a lease taken since
-            // holds units above the word's, which no reading before `dry` may spend.
+            // `dry`, whatever happened since: no need to read it. Nor other leases: `dry` is
+            // recorded once every lease has lapsed or the probes have been round every other
+            // shard and found nothing, and a lease taken since holds units above the word's,
+            // which no reading before `dry` may spend.
             let dry = lease.dry_until();
             if cost == 1 && now < dry {
                 return Err(Denied::RetryAfter(central::wait_until(dry, now)));
@@ -457,7 +458,7 @@ impl<C: Clock> ShardedBucket<C> {
     ) -> Result<(), Denied> {
         if self.shards.len() > 1 {
             if reclaim::leases_may_hold(&self.leased_until, now) {
-                return self.reclaim(e, cost_units, shard, refusal.denied);
+                return self.reclaim(e, cost_units, shard, refusal);
             }
             self.shards[shard].publish_dry(refusal.dry);
         }
@@ -465,7 +466,8 @@ impl<C: Clock> ShardedBucket<C> {
     }
 
     /// [`refused`](Self::refused) while leases may hold units: another shard's lease, or the
-    /// refusal. `dry_until` stays behind, so refusals keep probing until every lease has lapsed.
+    /// refusal. `dry_until` is recorded only once the probes have been round every other shard
+    /// and found nothing, so that until then refusals keep probing.
     #[cold]
     #[inline(never)]
     fn reclaim(
@@ -473,13 +475,17 @@ impl<C: Clock> ShardedBucket<C> {
         e: Earned,
         cost_units: u64,
         shard: usize,
-        denied: Denied,
+        refusal: Refusal,
     ) -> Result<(), Denied> {
         let burst_units = self.fixed.quota.burst_units();
-        if reclaim::reclaim(&self.shards, shard, e, burst_units, cost_units) {
-            Ok(())
-        } else {
-            Err(denied)
+        match reclaim::reclaim(&self.shards, shard, e, burst_units, cost_units) {
+            reclaim::Probed::Paid => Ok(()),
+            reclaim::Probed::Unpaid { wrapped } => {
+                if wrapped {
+                    self.shards[shard].publish_dry(refusal.dry);
+                }
+                Err(refusal.denied)
+            }
         }
     }
 

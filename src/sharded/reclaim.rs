@@ -9,7 +9,10 @@
 //! * **How much.** At most [`PROBES`] other shards per refusal, from a cursor kept on the
 //!   refused shard's line that moves on past the shards it found holding nothing, so every other
 //!   shard is probed within `⌈(shards − 1) / PROBES⌉` refusals of a shard. A probe reads the
-//!   shard's line, and writes it only to spend.
+//!   shard's line, and writes it only to spend. A round that found nothing and reached the last
+//!   other shard lets the refusal record `dry_until` as usual: until then (one token period)
+//!   the shard's one-token refusals are answered from its own line and probe nothing, so a
+//!   shard probes at most `⌈(shards − 1) / PROBES⌉` rounds per token period.
 //! * **Why it is sound.** A probe is [`Lease::spend`], the debit any thread of that shard makes:
 //!   the same CAS on the same frontier, all or nothing. The lease protocol never assumed that
 //!   its spenders live on its shard, so the window bound is untouched; a lease being replaced
@@ -23,9 +26,19 @@ use crossbeam_utils::CachePadded;
 /// The most other shards one refusal probes.
 pub(super) const PROBES: usize = 4;
 
+/// What a round of probes found.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Probed {
+    /// A lease paid the cost.
+    Paid,
+    /// None of the probed leases could; `wrapped`: this round reached the last of the other
+    /// shards in the cursor's order (and the cursor starts over).
+    Unpaid { wrapped: bool },
+}
+
 /// Spends `cost_units` at a reading with `earned` units from the lease of one of at most
-/// [`PROBES`] shards other than `home`, starting at `home`'s cursor; `true` if one paid.
-/// Only for more than one shard.
+/// [`PROBES`] shards other than `home`, starting at `home`'s cursor. Only for more than one
+/// shard.
 #[inline(never)]
 pub(super) fn reclaim(
     shards: &[CachePadded<Lease>],
@@ -33,7 +46,7 @@ pub(super) fn reclaim(
     e: Earned,
     burst_units: u64,
     cost_units: u64,
-) -> bool {
+) -> Probed {
     let n = shards.len();
     debug_assert!(n > 1);
     let others = n - 1;
@@ -45,11 +58,14 @@ pub(super) fn reclaim(
         if victim.units(e) >= cost_units && victim.spend(e, burst_units, cost_units).is_ok() {
             // Start here next time: what paid once may pay again.
             shards[home].set_probe(offset as u64);
-            return true;
+            return Probed::Paid;
         }
     }
-    shards[home].set_probe((start + PROBES.min(others)) as u64);
-    false
+    let end = start + PROBES.min(others);
+    shards[home].set_probe(if end >= others { 0 } else { end as u64 });
+    Probed::Unpaid {
+        wrapped: end >= others,
+    }
 }
 
 /// Whether a refusal at `now` may find units in some lease: before the reading from which
