@@ -12,8 +12,9 @@
 //!   failed once (its reading went stale) and retried: one more transfer and one more CAS.
 //! * **The protocols** are the crate's rules, on token units: GCRA on the word; a lease of
 //!   `⌊(held − 1) / (8 × cores)⌋` tokens (at most 65,536) taken with a decision while the word
-//!   holds more than `1 + 8 × cores`; `dry_until` recorded by a refusal once no lease holds
-//!   units; a refusal while leases may hold units probes 4 other cores' leases.
+//!   holds more than `1 + 8 × cores`; a refusal while leases may hold units probes 4 other
+//!   cores' leases; `dry_until` recorded by a refusal once no lease holds units or once a round
+//!   of probes that found nothing reached the last other core.
 //!
 //! ```text
 //! cargo run --release --example sharded_sim -- [CORES] [T_W_NS] [RATE_PER_S] [BURST]
@@ -214,14 +215,17 @@ impl Model {
                     return (true, end);
                 }
             }
-            self.leases[core].probe = start + PROBES.min(others);
-        } else {
-            // The instant the word holds one token again.
-            let dry = (s + UNIT - burst).div_ceil(self.rate);
-            if dry > self.leases[core].dry_until {
-                self.leases[core].dry_until = dry;
-                now = self.shard_lines[core].cas(core, now, self.t_w, &mut self.counts, false);
+            let end = start + PROBES.min(others);
+            self.leases[core].probe = if end >= others { 0 } else { end };
+            if end < others {
+                return (false, now);
             }
+        }
+        // The instant the word holds one token again.
+        let dry = (s + UNIT - burst).div_ceil(self.rate);
+        if dry > self.leases[core].dry_until {
+            self.leases[core].dry_until = dry;
+            now = self.shard_lines[core].cas(core, now, self.t_w, &mut self.counts, false);
         }
         (false, now)
     }
