@@ -422,10 +422,11 @@ impl<C: Clock> ShardedBucket<C> {
                 return self.acquire_slow(now, self.earned(now), cost, shard);
             }
             // The lease holds nothing; the central word holds less than one token before
-            // `dry`, whatever happened since: no need to read it. Nor other leases: `dry` is
-            // recorded once every lease has lapsed or the probes have been round every other
-            // shard and found nothing, and a lease taken since holds units above the word's,
-            // which no reading before `dry` may spend.
+            // `dry`, whatever happened since: no need to read it. Nor to probe other leases:
+            // `dry` is recorded once every lease has lapsed or a round of probes that reached
+            // the last other shard found nothing, and a lease taken since holds units above
+            // the word's, which no reading before `dry` may spend (a reclaim missed is only a
+            // refusal).
             let dry = lease.dry_until();
             if cost == 1 && now < dry {
                 return Err(Denied::RetryAfter(central::wait_until(dry, now)));
