@@ -7,12 +7,23 @@ use std::time::Duration;
 use tollgate::{ManualClock, Quota, ShardedBucket};
 use tollgate_loom_tests::{at, PerThread};
 
+/// Runs `f` under loom with at least 6 preemptions: these models are small enough for that
+/// bound to run in about a second, and `ci/loom.sh`'s default (`LOOM_MAX_PREEMPTIONS`, 2)
+/// would leave interleavings with three or more preemptions unexplored. The protocol has no
+/// spin loop (a locked lease sends a decision to the central word; every retry follows another
+/// thread's successful CAS), so no model needs `yield_now` to terminate.
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(builder.preemption_bound.map_or(6, |p| p.max(6)));
+    builder.check(f);
+}
+
 /// Quota 2/s on two shards (too small for a lease: every decision is the central word's), a
 /// frozen clock: one thread takes 2, the other 1 at the same time. Nothing is created, nothing
 /// lost: admitted + available is exactly the burst.
 #[test]
 fn two_shards_race_on_the_central_word() {
-    loom::model(|| {
+    model(|| {
         at(2_000_000_000);
         let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(
             Quota::per_second(2).unwrap(),
@@ -43,7 +54,7 @@ fn two_shards_of_one(clock: &ManualClock) -> loom::sync::Arc<ShardedBucket<Manua
 /// burst + what the clock can earn.
 #[test]
 fn the_race_while_the_clock_moves_creates_nothing() {
-    loom::model(|| {
+    model(|| {
         let clock = ManualClock::new();
         let bucket = two_shards_of_one(&clock);
         let other = bucket.clone();
@@ -66,7 +77,7 @@ fn the_race_while_the_clock_moves_creates_nothing() {
 /// within [0, 2 s] within burst + 2 s of rate.
 #[test]
 fn a_stale_decision_racing_a_later_one_creates_nothing() {
-    loom::model(|| {
+    model(|| {
         at(2_000_000_000);
         let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(
             Quota::new(2, Duration::from_secs(1), 4).unwrap(),
@@ -115,7 +126,7 @@ fn a_stale_decision_racing_a_later_one_creates_nothing() {
 /// nothing is created, and once the races are over a token the bucket holds is not refused.
 #[test]
 fn two_decisions_on_a_drained_bucket_while_the_clock_moves() {
-    loom::model(|| {
+    model(|| {
         let clock = ManualClock::new();
         let bucket = two_shards_of_one(&clock);
         assert_eq!(bucket.try_acquire(2), Ok(()));

@@ -1,0 +1,327 @@
+//! A discrete-event model of one limit decided by many cores: a single word (`Bucket`, the
+//! harness's `cas`) against the sharded bucket's protocol (a central word, one lease per core),
+//! counting cache-line transfers, central compare-and-swaps and lease sizes. Deterministic:
+//! every run with the same arguments prints the same table (SplitMix64, seed 1).
+//!
+//! * **Cores** issue one-token decisions, each after an exponentially distributed think time,
+//!   so that all cores together offer `load × rate` decisions per second.
+//! * **Lines.** A line is held modified by one core or shared by several. A hit costs 1 ns; a
+//!   miss (a read of a line another core wrote, or a write of a line other cores hold) costs
+//!   `t_w`. Those from the line's writer and the writes occupy the line for `t_w`: they queue,
+//!   so it serves at most `1 / t_w` of them a second; reads of a clean shared line do not. A CAS that queued behind another core's transfer of its line is counted as
+//!   failed once (its reading went stale) and retried: one more transfer and one more CAS.
+//! * **The protocols** are the crate's rules, on token units: GCRA on the word; a lease of
+//!   `⌊(held − 1) / (8 × cores)⌋` tokens (at most 65,536) taken with a decision while the word
+//!   holds more than `1 + 8 × cores`; a refusal while leases may hold units probes 4 other
+//!   cores' leases; `dry_until` recorded by a refusal once no lease holds units or once a round
+//!   of probes that found nothing reached the last other core.
+//!
+//! ```text
+//! cargo run --release --example sharded_sim -- [CORES] [T_W_NS] [RATE_PER_S] [BURST]
+//! ```
+//! Defaults: 64 cores, 100 ns, 10,000,000/s, 10,000. Simulates 20 ms per offered load.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+const HIT_NS: u64 = 1;
+const SPREAD: u64 = 8;
+const LEASE_MAX: u64 = 1 << 16;
+const PROBES: usize = 4;
+const SIM_NS: u64 = 20_000_000;
+
+/// SplitMix64.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// An exponential think time of mean `mean` ns.
+    fn exp(&mut self, mean: f64) -> u64 {
+        let u = ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        (-u.ln() * mean) as u64
+    }
+}
+
+/// One cache line: its holders and when its last queued transfer ends.
+#[derive(Clone, Default)]
+struct Line {
+    writer: Option<usize>,
+    sharers: Vec<bool>,
+    busy_until: u64,
+}
+
+/// Transfers and CASes counted over a run.
+#[derive(Default)]
+struct Counts {
+    transfers: u64,
+    central_cas: u64,
+}
+
+impl Line {
+    fn new(cores: usize) -> Line {
+        Line {
+            writer: None,
+            sharers: vec![false; cores],
+            busy_until: 0,
+        }
+    }
+
+    /// A transfer of this line to a core at `t`: when it ends, and whether it queued.
+    fn transfer(&mut self, t: u64, t_w: u64, c: &mut Counts) -> (u64, bool) {
+        let start = t.max(self.busy_until);
+        self.busy_until = start + t_w;
+        c.transfers += 1;
+        (start + t_w, start > t)
+    }
+
+    fn read(&mut self, core: usize, t: u64, t_w: u64, c: &mut Counts) -> u64 {
+        if self.writer == Some(core) || self.sharers[core] {
+            return t + HIT_NS;
+        }
+        self.sharers[core] = true;
+        match self.writer.take() {
+            // From the core that wrote it: one transfer at a time.
+            Some(w) => {
+                self.sharers[w] = true;
+                self.transfer(t, t_w, c).0
+            }
+            // A copy of a clean line (another cache or the L3): in parallel with other reads.
+            None => {
+                c.transfers += 1;
+                t + t_w
+            }
+        }
+    }
+
+    /// A CAS by `core` at `t` (retried once if it queued): when it ends.
+    fn cas(&mut self, core: usize, t: u64, t_w: u64, c: &mut Counts, central: bool) -> u64 {
+        let others = self
+            .sharers
+            .iter()
+            .enumerate()
+            .any(|(i, &s)| s && i != core);
+        let local = self.writer == Some(core) || (self.writer.is_none() && !others);
+        self.sharers.iter_mut().for_each(|s| *s = false);
+        self.writer = Some(core);
+        c.central_cas += u64::from(central);
+        if local {
+            return t + HIT_NS;
+        }
+        let (end, queued) = self.transfer(t, t_w, c);
+        if !queued {
+            return end;
+        }
+        c.central_cas += u64::from(central);
+        self.transfer(end, t_w, c).0
+    }
+}
+
+/// A shard's lease in token units: `[frontier, top)` of the central word's units.
+#[derive(Clone, Copy, Default)]
+struct Lease {
+    frontier: u64,
+    top: u64,
+    dry_until: u64,
+    probe: usize,
+}
+
+/// The state of one simulated limiter. Units: 1 token = `1e9` units, `rate` units earned per ns.
+struct Model {
+    sharded: bool,
+    cores: usize,
+    t_w: u64,
+    rate: u64,
+    burst: u64,
+    state: u64,
+    leases: Vec<Lease>,
+    leased_until: u64,
+    central: Line,
+    shard_lines: Vec<Line>,
+    counts: Counts,
+    leases_taken: u64,
+    lease_tokens: u64,
+}
+
+const UNIT: u64 = 1_000_000_000;
+
+impl Model {
+    fn earned(&self, t: u64) -> u64 {
+        t * self.rate
+    }
+
+    /// One decision of `core` at `t`: whether admitted, and when it ends.
+    fn decide(&mut self, core: usize, t: u64) -> (bool, u64) {
+        let (e, burst) = (self.earned(t), self.burst * UNIT);
+        let limit = e + burst;
+        let mut now = t;
+        if self.sharded {
+            let l = self.leases[core];
+            now = self.shard_lines[core].read(core, now, self.t_w, &mut self.counts);
+            let base = l.frontier.max(e);
+            if base + UNIT <= l.top && l.frontier + UNIT <= limit {
+                self.leases[core].frontier = base + UNIT;
+                let end = self.shard_lines[core].cas(core, now, self.t_w, &mut self.counts, false);
+                return (true, end);
+            }
+            if t < l.dry_until {
+                return (false, now);
+            }
+        }
+        now = self.central.read(core, now, self.t_w, &mut self.counts);
+        let s = self.state;
+        if s + UNIT <= limit {
+            let held = (limit - s).min(burst) / UNIT;
+            let lease = if self.sharded && held > 1 + SPREAD * self.cores as u64 {
+                ((held - 1) / (SPREAD * self.cores as u64)).min(LEASE_MAX)
+            } else {
+                0
+            };
+            let next = s.max(e) + UNIT + lease * UNIT;
+            self.state = next;
+            let end = self
+                .central
+                .cas(core, now, self.t_w, &mut self.counts, true);
+            if lease > 0 {
+                let l = &mut self.leases[core];
+                (l.frontier, l.top) = (next - lease * UNIT, next);
+                self.leased_until = self.leased_until.max(next / self.rate);
+                self.leases_taken += 1;
+                self.lease_tokens += lease;
+                let end = self.shard_lines[core].cas(core, end, self.t_w, &mut self.counts, false);
+                return (true, end);
+            }
+            return (true, end);
+        }
+        if !self.sharded {
+            return (false, now);
+        }
+        if t < self.leased_until {
+            let others = self.cores - 1;
+            let start = self.leases[core].probe % others;
+            for i in 0..PROBES.min(others) {
+                let v = (core + 1 + (start + i) % others) % self.cores;
+                now = self.shard_lines[v].read(core, now, self.t_w, &mut self.counts);
+                let l = self.leases[v];
+                let base = l.frontier.max(e);
+                if base + UNIT <= l.top && l.frontier + UNIT <= limit {
+                    self.leases[v].frontier = base + UNIT;
+                    self.leases[core].probe = (start + i) % others;
+                    let end = self.shard_lines[v].cas(core, now, self.t_w, &mut self.counts, false);
+                    return (true, end);
+                }
+            }
+            let end = start + PROBES.min(others);
+            self.leases[core].probe = if end >= others { 0 } else { end };
+            if end < others {
+                return (false, now);
+            }
+        }
+        // The instant the word holds one token again.
+        let dry = (s + UNIT - burst).div_ceil(self.rate);
+        if dry > self.leases[core].dry_until {
+            self.leases[core].dry_until = dry;
+            now = self.shard_lines[core].cas(core, now, self.t_w, &mut self.counts, false);
+        }
+        (false, now)
+    }
+}
+
+/// What one run measured.
+struct Run {
+    decisions: u64,
+    admitted: u64,
+    transfers: u64,
+    central_cas: u64,
+    p99_ns: u64,
+    mean_lease: f64,
+}
+
+fn run(sharded: bool, cores: usize, t_w: u64, rate_per_s: u64, burst: u64, load: f64) -> Run {
+    let rate = rate_per_s; // units per ns: (tokens/s × 1e9 units) / 1e9 ns
+    let mut m = Model {
+        sharded,
+        cores,
+        t_w,
+        rate,
+        burst,
+        state: 0,
+        leases: vec![Lease::default(); cores],
+        leased_until: 0,
+        central: Line::new(cores),
+        shard_lines: vec![Line::new(cores); cores],
+        counts: Counts::default(),
+        leases_taken: 0,
+        lease_tokens: 0,
+    };
+    let mut rng = Rng(1);
+    // Mean think time so that all cores offer `load × rate` decisions per second.
+    let mean = cores as f64 * 1e9 / (load * rate_per_s as f64);
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> =
+        (0..cores).map(|c| Reverse((rng.exp(mean), c))).collect();
+    let (mut decisions, mut admitted) = (0u64, 0u64);
+    let mut latencies = Vec::new();
+    while let Some(Reverse((t, core))) = heap.pop() {
+        if t >= SIM_NS {
+            continue;
+        }
+        let (ok, end) = m.decide(core, t);
+        decisions += 1;
+        admitted += u64::from(ok);
+        latencies.push(end - t);
+        heap.push(Reverse((end + rng.exp(mean), core)));
+    }
+    latencies.sort_unstable();
+    let p99 = latencies
+        .get(latencies.len() * 99 / 100)
+        .copied()
+        .unwrap_or(0);
+    Run {
+        decisions,
+        admitted,
+        transfers: m.counts.transfers,
+        central_cas: m.counts.central_cas,
+        p99_ns: p99,
+        mean_lease: if m.leases_taken == 0 {
+            0.0
+        } else {
+            m.lease_tokens as f64 / m.leases_taken as f64
+        },
+    }
+}
+
+fn main() {
+    let mut args = std::env::args()
+        .skip(1)
+        .map(|a| a.parse::<u64>().expect("a number"));
+    let cores = args.next().unwrap_or(64) as usize;
+    let t_w = args.next().unwrap_or(100);
+    let rate = args.next().unwrap_or(10_000_000);
+    let burst = args.next().unwrap_or(10_000);
+    assert!((2..=4096).contains(&cores) && t_w > 0 && rate > 0 && burst > 0);
+    println!(
+        "{cores} cores, t_w {t_w} ns, rate {rate}/s, burst {burst}, {} ms simulated per row; \
+         load = offered decisions / rate",
+        SIM_NS / 1_000_000
+    );
+    println!("load  strategy  decisions M/s  admitted M/s  transfers/decision  central CAS/admission  p99 ns  mean lease");
+    for load in [0.5, 1.0, 2.0, 10.0] {
+        for sharded in [false, true] {
+            let r = run(sharded, cores, t_w, rate, burst, load);
+            println!(
+                "{load:>4}  {:<8}  {:>13.2}  {:>12.2}  {:>18.2}  {:>21.2}  {:>6}  {:>10.1}",
+                if sharded { "sharded" } else { "cas" },
+                r.decisions as f64 * 1e3 / SIM_NS as f64,
+                r.admitted as f64 * 1e3 / SIM_NS as f64,
+                r.transfers as f64 / r.decisions as f64,
+                r.central_cas as f64 / r.admitted.max(1) as f64,
+                r.p99_ns,
+                r.mean_lease,
+            );
+        }
+    }
+}
