@@ -194,7 +194,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         seed: Option<u64>,
     ) -> Self {
         // Four lock stripes per default shard (per core), a power of two.
-        let shards = crate::sharded::default_shards()
+        let shards = crate::sharded::shards_per_core()
             .saturating_mul(4)
             .next_power_of_two()
             .min(MAX_SHARDS);

@@ -90,11 +90,11 @@ pub struct ShardedBucket<C = DefaultClock> {
     leased_until: CachePadded<AtomicU64>,
     /// Read by every decision, written never (but `stranded`, rarely): apart from the central
     /// word's line.
-    fixed: CachePadded<Fixed<C>>,
+    read_mostly: CachePadded<ReadMostly<C>>,
 }
 
-/// The parts of a [`ShardedBucket`] that decisions only read.
-struct Fixed<C> {
+/// The parts of a [`ShardedBucket`] that decisions read and (but for `stranded`) never write.
+struct ReadMostly<C> {
     quota: Quota,
     clock: C,
     /// [`central::spread_units`]: below it beyond a decision's cost, no lease is taken.
@@ -107,9 +107,9 @@ struct Fixed<C> {
 impl<C: fmt::Debug> fmt::Debug for ShardedBucket<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShardedBucket")
-            .field("quota", &self.fixed.quota)
+            .field("quota", &self.read_mostly.quota)
             .field("shards", &self.shards.len())
-            .field("clock", &self.fixed.clock)
+            .field("clock", &self.read_mostly.clock)
             .finish()
     }
 }
@@ -123,7 +123,7 @@ impl ShardedBucket<DefaultClock> {
     /// assert_eq!(bucket.try_acquire(100), Ok(()));
     /// ```
     pub fn new(quota: Quota) -> ShardedBucket<DefaultClock> {
-        ShardedBucket::with_clock(quota, default_shards(), DefaultClock::default())
+        ShardedBucket::with_clock(quota, shards_per_core(), DefaultClock::default())
     }
 
     /// The shard count [`ShardedBucket::new`] asks for: one per core
@@ -133,12 +133,12 @@ impl ShardedBucket<DefaultClock> {
     /// assert!(tollgate::ShardedBucket::default_shards() >= 1);
     /// ```
     pub fn default_shards() -> usize {
-        default_shards()
+        shards_per_core()
     }
 }
 
 /// One shard per core: the crate's one default for how many ways to split shared state.
-pub(crate) fn default_shards() -> usize {
+pub(crate) fn shards_per_core() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
@@ -167,38 +167,13 @@ impl<C: Clock> ShardedBucket<C> {
             central: CachePadded::new(Central::new(state)),
             shards: (0..n).map(|_| CachePadded::new(Lease::default())).collect(),
             leased_until: CachePadded::new(AtomicU64::new(0)),
-            fixed: CachePadded::new(Fixed {
+            read_mostly: CachePadded::new(ReadMostly {
                 spread: central::spread_units(quota.scale(), n as u64),
                 quota,
                 clock,
                 stranded: AtomicU64::new(0),
             }),
         }
-    }
-
-    /// A sharded bucket that holds `tokens` at the reading `now`, every lease empty: the
-    /// restore half of saving a bucket ([`tokens_at`](Self::tokens_at) is the other).
-    /// [`ConfigError::InitialAboveBurst`] if `tokens` exceeds the burst.
-    // For saving and restoring a bucket; used by its tests until that lands.
-    #[allow(dead_code)]
-    pub(crate) fn with_tokens(
-        quota: Quota,
-        shards: usize,
-        clock: C,
-        now: u64,
-        tokens: u64,
-    ) -> Result<ShardedBucket<C>, ConfigError> {
-        let state = gcra::with_tokens(now, &quota, tokens)?;
-        Ok(ShardedBucket::with_state(quota, shards, clock, state))
-    }
-
-    /// Whole tokens the central word holds at the reading `now`, counting every leased-out
-    /// token as spent: what a saved bucket may promise after a restart without ever admitting
-    /// more than the bound (read-only).
-    // For saving and restoring a bucket; used by its tests until that lands.
-    #[allow(dead_code)]
-    pub(crate) fn tokens_at(&self, now: u64) -> u64 {
-        gcra::available(self.central.load(), now, &self.fixed.quota)
     }
 
     /// The number of shards.
@@ -220,7 +195,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// assert_eq!(ShardedBucket::with_clock(q, 8, ManualClock::new()).quota(), q);
     /// ```
     pub fn quota(&self) -> Quota {
-        self.fixed.quota
+        self.read_mostly.quota
     }
 
     /// The bucket's clock.
@@ -231,7 +206,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// assert_eq!(bucket.clock().now(), 0);
     /// ```
     pub fn clock(&self) -> &C {
-        &self.fixed.clock
+        &self.read_mostly.clock
     }
 
     /// Takes `cost` tokens: from the calling thread's shard's lease if it holds them, else from
@@ -258,10 +233,10 @@ impl<C: Clock> ShardedBucket<C> {
         if cost == 0 {
             return Ok(());
         }
-        if cost > self.fixed.quota.burst() {
+        if cost > self.read_mostly.quota.burst() {
             return Err(Denied::ExceedsBurst);
         }
-        self.acquire_at(self.fixed.clock.now(), cost)
+        self.acquire_at(self.read_mostly.clock.now(), cost)
     }
 
     /// [`try_acquire`](ShardedBucket::try_acquire), also returning the bucket at the decision's
@@ -310,8 +285,8 @@ impl<C: Clock> ShardedBucket<C> {
     /// assert_eq!(bucket.try_acquire(1), Ok(()));
     /// ```
     pub fn available(&self) -> u64 {
-        let now = self.fixed.clock.now();
-        self.pooled_units(now) / self.fixed.quota.scale()
+        let now = self.read_mostly.clock.now();
+        self.pooled_units(now) / self.read_mostly.quota.scale()
     }
 
     /// Capacity lost so far with replaced leases, in tokens (fractions included): a lease that
@@ -328,13 +303,13 @@ impl<C: Clock> ShardedBucket<C> {
     /// assert_eq!(bucket.stranded_tokens(), 0.0);
     /// ```
     pub fn stranded_tokens(&self) -> f64 {
-        let units = self.fixed.stranded.load(Ordering::Relaxed);
-        units as f64 / self.fixed.quota.scale() as f64
+        let units = self.read_mostly.stranded.load(Ordering::Relaxed);
+        units as f64 / self.read_mostly.quota.scale() as f64
     }
 
     /// The bucket at `now` (read-only).
     fn snapshot_at(&self, now: u64) -> Snapshot {
-        let quota = &self.fixed.quota;
+        let quota = &self.read_mostly.quota;
         let remaining = self.pooled_units(now) / quota.scale();
         let state = self.central.load();
         let until_full = if gcra::is_full(state, now, quota) {
@@ -350,7 +325,7 @@ impl<C: Clock> ShardedBucket<C> {
 
     /// Units the central word and every lease hold at `now` (read-only).
     fn pooled_units(&self, now: u64) -> u64 {
-        let quota = &self.fixed.quota;
+        let quota = &self.read_mostly.quota;
         let e = self.earned(now);
         let central = gcra::available_units(self.central.load(), now, quota);
         let leased: u64 = if self.shards.len() > 1 {
@@ -367,17 +342,17 @@ impl<C: Clock> ShardedBucket<C> {
     /// The units earned at `now`.
     #[inline(always)]
     fn earned(&self, now: u64) -> Earned {
-        let (floor, ceil) = self.fixed.quota.scaled().earned(now);
+        let (floor, ceil) = self.read_mostly.quota.scaled().earned(now);
         Earned { floor, ceil }
     }
 
     /// The clock reading and the decision at it, edge costs included (for the snapshot paths,
     /// which need the reading whatever the cost).
     fn decide_now(&self, cost: u64) -> (u64, Result<(), Denied>) {
-        let now = self.fixed.clock.now();
+        let now = self.read_mostly.clock.now();
         let verdict = if cost == 0 {
             Ok(())
-        } else if cost > self.fixed.quota.burst() {
+        } else if cost > self.read_mostly.quota.burst() {
             Err(Denied::ExceedsBurst)
         } else {
             self.acquire_at(now, cost)
@@ -400,8 +375,8 @@ impl<C: Clock> ShardedBucket<C> {
     /// central word, else (refused by the word) another shard's lease.
     #[inline(always)]
     fn decide_on(&self, shard: usize, now: u64, cost: u64) -> Result<(), Denied> {
-        let rate = self.fixed.quota.scaled();
-        let cost_units = cost * rate.scale();
+        let scaled = self.read_mostly.quota.scaled();
+        let cost_units = cost * scaled.scale();
         let n = self.shards.len();
         // The common cases, one attempt each: a spend from the lease; with the lease empty (or
         // one shard), one CAS on the central word that takes no lease, or a refusal.
@@ -412,7 +387,7 @@ impl<C: Clock> ShardedBucket<C> {
             if q < h {
                 let e = self.earned(now);
                 earned = Some(e);
-                let limit = e.floor + rate.burst_units();
+                let limit = e.floor + scaled.burst_units();
                 match lease.spend_fast((q, h), e.ceil, limit, cost_units) {
                     Fast::Spent => return Ok(()),
                     Fast::Empty => {}
@@ -434,10 +409,14 @@ impl<C: Clock> ShardedBucket<C> {
         }
         let earned = earned.unwrap_or_else(|| self.earned(now));
         // With one shard no lease is ever taken: no room is too much.
-        let room = if n > 1 { self.fixed.spread } else { u64::MAX };
+        let room = if n > 1 {
+            self.read_mostly.spread
+        } else {
+            u64::MAX
+        };
         match self
             .central
-            .decide_fast(rate, now, earned, cost_units, room)
+            .decide_fast(scaled, now, earned, cost_units, room)
         {
             Some(Ok(())) => Ok(()),
             Some(Err(refusal)) => self.refused(now, earned, cost_units, shard, refusal),
@@ -478,7 +457,7 @@ impl<C: Clock> ShardedBucket<C> {
         shard: usize,
         refusal: Refusal,
     ) -> Result<(), Denied> {
-        let burst_units = self.fixed.quota.burst_units();
+        let burst_units = self.read_mostly.quota.burst_units();
         match reclaim::reclaim(&self.shards, shard, e, burst_units, cost_units) {
             reclaim::Probed::Paid => Ok(()),
             reclaim::Probed::Unpaid { wrapped } => {
@@ -499,32 +478,34 @@ impl<C: Clock> ShardedBucket<C> {
         cost: u64,
         shard: usize,
     ) -> Result<(), Denied> {
-        let rate = self.fixed.quota.scaled();
+        let scaled = self.read_mostly.quota.scaled();
         let home = (self.shards.len() > 1).then(|| &*self.shards[shard]);
         loop {
             let lease = match home {
-                Some(lease) => match lease.spend(earned, rate.burst_units(), cost * rate.scale()) {
-                    Ok(()) => return Ok(()),
-                    Err(short) => Some((lease, short)),
-                },
+                Some(lease) => {
+                    match lease.spend(earned, scaled.burst_units(), cost * scaled.scale()) {
+                        Ok(()) => return Ok(()),
+                        Err(short) => Some((lease, short)),
+                    }
+                }
                 None => None,
             };
             let ask = Ask {
-                rate,
+                scaled,
                 now,
                 earned,
                 cost,
                 shards: self.shards.len() as u64,
-                spread: self.fixed.spread,
+                spread: self.read_mostly.spread,
                 lease,
             };
             match self
                 .central
-                .decide(&ask, &self.fixed.stranded, &self.leased_until)
+                .decide(&ask, &self.read_mostly.stranded, &self.leased_until)
             {
                 Outcome::Admitted => return Ok(()),
                 Outcome::Refused(refusal) => {
-                    return self.refused(now, earned, cost * rate.scale(), shard, refusal)
+                    return self.refused(now, earned, cost * scaled.scale(), shard, refusal)
                 }
                 Outcome::Retry => {}
             }
@@ -550,7 +531,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// burst, in that unit).
     #[cfg(feature = "persist")]
     pub(crate) fn held_units(&self, now: u64) -> (u128, u64, u128) {
-        let q = &self.fixed.quota;
+        let q = &self.read_mostly.quota;
         let held = gcra::available_units(self.central.load(), now, q);
         (u128::from(held), q.scale(), u128::from(q.burst_units()))
     }
@@ -560,41 +541,9 @@ impl<C: Clock> ShardedBucket<C> {
     /// then (rounded toward fewer), never lowers it, so it only ever removes tokens.
     #[cfg(feature = "persist")]
     pub(crate) fn limit_held(&self, now: u64, max: u128) {
-        let q = &self.fixed.quota;
+        let q = &self.read_mostly.quota;
         let max = u64::try_from(max).map_or(q.burst_units(), |m| m.min(q.burst_units()));
         self.central
             .raise(q.earned_ceil(now) + (q.burst_units() - max));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ShardedBucket;
-    use crate::{ConfigError, ManualClock, Quota};
-
-    /// What save and restore rest on: leased-out tokens count as spent, and a restored bucket
-    /// holds exactly what was saved, every lease empty.
-    #[test]
-    fn tokens_at_counts_leases_as_spent_and_with_tokens_restores_them() {
-        let clock = ManualClock::new();
-        let quota = Quota::per_second(1_000).unwrap();
-        let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
-        assert_eq!(bucket.tokens_at(0), 1_000);
-        // 1 token and a lease of ⌊999 / 16⌋ = 62.
-        assert_eq!(bucket.try_acquire(1), Ok(()));
-        assert_eq!(bucket.available(), 999);
-        assert_eq!(bucket.tokens_at(0), 937);
-        let restored = ShardedBucket::with_tokens(quota, 2, clock.clone(), 0, 937).unwrap();
-        assert_eq!(restored.available(), 937);
-        assert_eq!(restored.try_acquire(937), Ok(()));
-        assert!(restored.try_acquire(1).is_err());
-        for tokens in [0, 1, 1_000] {
-            let b = ShardedBucket::with_tokens(quota, 4, clock.clone(), 5, tokens).unwrap();
-            assert_eq!(b.tokens_at(5), tokens);
-        }
-        assert_eq!(
-            ShardedBucket::with_tokens(quota, 2, clock, 0, 1_001).err(),
-            Some(ConfigError::InitialAboveBurst)
-        );
     }
 }

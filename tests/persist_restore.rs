@@ -292,6 +292,26 @@ fn a_sharded_bucket_restores_its_total_with_any_shard_count() {
     assert_eq!(r.available(), 0);
 }
 
+/// Tokens leased out to a shard count as spent in the saved state: the restored bucket holds
+/// what the central word held, never the shard's unspent lease on top.
+#[test]
+fn a_sharded_bucket_saves_leased_tokens_as_spent() {
+    let q = Quota::per_second(1_000).unwrap();
+    let b = ShardedBucket::with_clock(q, 2, ManualClock::new());
+    b.try_acquire(1).unwrap();
+    let mut file = Vec::new();
+    b.save_at(&mut file, wall(0)).unwrap();
+    let r = ShardedBucket::with_clock(q, 2, ManualClock::new());
+    r.restore_at(&file[..], wall(0)).unwrap();
+    let held = r.available();
+    assert!(
+        held < 999,
+        "a lease was taken, so the central word holds less than 999: {held}"
+    );
+    assert_eq!(r.try_acquire(held), Ok(()));
+    assert!(r.try_acquire(1).is_err());
+}
+
 /// A bursty `Smooth` restored later waits as the live one does (Guava's arithmetic carried
 /// through the downtime), to the microsecond.
 #[test]

@@ -61,7 +61,7 @@ pub(super) enum Outcome {
 
 /// What a central decision needs of the quota and the shard.
 pub(super) struct Ask<'a> {
-    pub(super) rate: &'a Scaled,
+    pub(super) scaled: &'a Scaled,
     pub(super) now: u64,
     pub(super) earned: Earned,
     pub(super) cost: u64,
@@ -99,23 +99,23 @@ impl Central {
     #[inline(always)]
     pub(super) fn decide_fast(
         &self,
-        rate: &Scaled,
+        scaled: &Scaled,
         now: u64,
         e: Earned,
         cost_units: u64,
         lease_room: u64,
     ) -> Option<Result<(), Refusal>> {
-        let burst_units = rate.burst_units();
+        let burst_units = scaled.burst_units();
         let limit = e.floor + burst_units;
         let s = self.state.load(Ordering::Relaxed);
         let want = s + cost_units;
         if want > limit {
-            let at = rate.instant_of(want - burst_units);
+            let at = scaled.instant_of(want - burst_units);
             // For one token the instant just computed.
-            let dry = if cost_units == rate.scale() {
+            let dry = if cost_units == scaled.scale() {
                 at
             } else {
-                dry_at(rate, s)
+                dry_at(scaled, s)
             };
             return Some(Err(Refusal {
                 denied: Denied::RetryAfter(wait_until(at, now)),
@@ -149,8 +149,8 @@ impl Central {
         stranded: &AtomicU64,
         leased_until: &AtomicU64,
     ) -> Outcome {
-        let rate = ask.rate;
-        let (scale, burst_units) = (rate.scale(), rate.burst_units());
+        let scaled = ask.scaled;
+        let (scale, burst_units) = (scaled.scale(), scaled.burst_units());
         let cost_units = ask.cost * scale;
         let e = ask.earned;
         let limit = e.floor + burst_units;
@@ -212,8 +212,8 @@ impl Central {
                 }
                 release(locked);
                 return Outcome::Refused(Refusal {
-                    denied: Denied::RetryAfter(wait(rate, want - burst_units, ask.now)),
-                    dry: dry_at(rate, s),
+                    denied: Denied::RetryAfter(wait(scaled, want - burst_units, ask.now)),
+                    dry: dry_at(scaled, s),
                 });
             }
             // A lease that holds less than one token is replaced (what it holds is lost).
@@ -248,7 +248,7 @@ impl Central {
                         Some((lease, _, _, lost)) if leased > 0 => {
                             lease.install(next - leased, next);
                             // Every unit of the lease has lapsed from this reading on.
-                            let lapsed = rate.instant_of(next);
+                            let lapsed = scaled.instant_of(next);
                             if leased_until.load(Ordering::Relaxed) < lapsed {
                                 leased_until.fetch_max(lapsed, Ordering::Relaxed);
                             }
@@ -269,16 +269,16 @@ impl Central {
 /// The first reading at which a word in state `s` holds one token: before it, this state and
 /// every later one (the word only rises) hold less.
 #[inline(always)]
-fn dry_at(rate: &Scaled, s: u64) -> u64 {
-    (s + rate.scale())
-        .checked_sub(rate.burst_units())
-        .map_or(0, |need| rate.instant_of(need))
+fn dry_at(scaled: &Scaled, s: u64) -> u64 {
+    (s + scaled.scale())
+        .checked_sub(scaled.burst_units())
+        .map_or(0, |need| scaled.instant_of(need))
 }
 
 /// The wait from `now` until the units earned reach `need` (above those earned at `now`).
 #[inline(always)]
-fn wait(rate: &Scaled, need: u64, now: u64) -> Duration {
-    wait_until(rate.instant_of(need), now)
+fn wait(scaled: &Scaled, need: u64, now: u64) -> Duration {
+    wait_until(scaled.instant_of(need), now)
 }
 
 /// The wait from `now` until the reading `at`, at least 1 ns: `Duration::MAX` past the horizon,

@@ -97,7 +97,7 @@ mod tests {
     fn drain_on(bucket: &ShardedBucket<ManualClock>, shard: usize, refusals: usize) -> u64 {
         let (mut got, mut refused) = (0, 0);
         while refused < refusals {
-            let now = bucket.fixed.clock.now();
+            let now = bucket.read_mostly.clock.now();
             match bucket.decide_on(shard, now, 1) {
                 Ok(()) => {
                     got += 1;
@@ -117,7 +117,7 @@ mod tests {
         let (bucket, clock) = bucket(8);
         let now = clock.now();
         assert_eq!(bucket.decide_on(3, now, 1), Ok(()));
-        let leased = bucket.shards[3].units(bucket.earned(now)) / bucket.fixed.quota.scale();
+        let leased = bucket.shards[3].units(bucket.earned(now)) / bucket.read_mostly.quota.scale();
         assert_eq!(leased, 15);
         let got = drain_on(&bucket, 0, 7usize.div_ceil(PROBES) + 1);
         assert_eq!(1 + got, 1_000);
