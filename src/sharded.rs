@@ -23,7 +23,7 @@ mod reclaim;
 use self::central::{Ask, Central, Outcome, Refusal};
 use self::lease::{Fast, Lease};
 use crate::clock::{Clock, DefaultClock};
-use crate::error::{ConfigError, Denied};
+use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
