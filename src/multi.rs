@@ -198,7 +198,40 @@ impl<C: Clock> MultiBucket<C> {
     /// ```
     #[inline]
     pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
-        self.try_acquire_detailed(cost).map_err(Denied::from)
+        // Each store's path on its own, returning `Denied` in registers (no quota index to
+        // carry): the call inlined at the caller is a branch and a call.
+        match &self.store {
+            Store::Pair(rates, pair) => self.try_acquire_pair(rates, pair, cost),
+            Store::Wide(rates, wide) => self.try_acquire_wide(rates, wide, cost),
+        }
+    }
+
+    /// [`try_acquire`](MultiBucket::try_acquire) for one or two quotas.
+    #[inline(never)]
+    fn try_acquire_pair(&self, rates: &Rates<2>, pair: &Pair, cost: u64) -> Result<(), Denied> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        pair.update(
+            |states| match decide::decide_pair(states, now, rates, cost) {
+                Ok(next) => (next, Ok(())),
+                Err(refusal) => (None, Err(refusal.denied())),
+            },
+        )
+    }
+
+    /// [`try_acquire`](MultiBucket::try_acquire) for three or four quotas.
+    #[inline(never)]
+    fn try_acquire_wide(&self, rates: &Rates<4>, wide: &Wide, cost: u64) -> Result<(), Denied> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        wide.update(|states| {
+            let (next, verdict) = acquire(states, now, rates, cost);
+            (next, verdict.map_err(Denied::from))
+        })
     }
 
     /// [`try_acquire`](MultiBucket::try_acquire), naming the quota that refused (see
