@@ -129,7 +129,10 @@ pub(crate) fn decide_pair(
             let (e0, e1) = (t * m0, t * m1);
             let (c0, c1) = (cost * rates.rates[0].scale(), cost * rates.rates[1].scale());
             let (w0, w1) = (states[0] + c0, states[1] + c1);
-            let (ok0, ok1) = (w0 <= e0 + rates.burst_units[0], w1 <= e1 + rates.burst_units[1]);
+            let (ok0, ok1) = (
+                w0 <= e0 + rates.burst_units[0],
+                w1 <= e1 + rates.burst_units[1],
+            );
             if ok0 & ok1 {
                 return Ok(Some([states[0].max(e0) + c0, states[1].max(e1) + c1]));
             }
