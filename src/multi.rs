@@ -43,7 +43,10 @@ use core::fmt;
 /// * **Two quotas are lock-free in one compare-and-swap**: both 64-bit states live in one
 ///   `AtomicU128` (`portable-atomic`'s native `cmpxchg16b` on x86_64, `CASP` or an exclusive
 ///   pair on AArch64; on targets without a native 128-bit CAS it is a short critical section,
-///   not lock-free). One quota uses the same word.
+///   not lock-free). One quota uses the same word. On x86_64 `portable-atomic` reaches
+///   `cmpxchg16b` through a run-time CPU check; building with `RUSTFLAGS="-C
+///   target-feature=+cmpxchg16b"` (or `-C target-cpu=native`) inlines it, for a faster
+///   decision (`docs/benchmarks.md`).
 /// * **Three and four quotas** use four words under a sequence lock: refusals read without
 ///   writing, admissions take a short writer lock (four stores) and are **not lock-free** —
 ///   no target has a 256-bit compare-and-swap (see the design note in `src/multi/store.rs`).
