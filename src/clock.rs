@@ -65,17 +65,14 @@ pub trait Clock {
     }
 
     /// Arranges for `waker` to be woken once `duration` has passed on this clock, without
-    /// blocking: the fire-and-forget hook behind [`Bucket::until_ready`](crate::Bucket::until_ready)
-    /// (through the default [`Clock::register_wake`]). A wake-up that comes early is harmless
-    /// (the future checks the clock again and registers again).
+    /// blocking (the hook behind the default [`Clock::register_wake`]). An early wake-up is
+    /// harmless: the future checks the clock and registers again.
     ///
-    /// The default, with the `std` feature, hands the waker to tollgate's one shared timer
-    /// thread (started on first use; it measures `std::time::Instant`, which the std clocks
-    /// follow); without `std` it wakes at once, so the executor polls again (a busy wait, like
-    /// the default [`Clock::sleep`]). [`ManualClock`] advances itself by `duration`, then wakes
-    /// — **which moves the time of every bucket sharing that clock**; a
-    /// [`ManualClock::new_frozen`] clock instead keeps the waker until a test moves the time
-    /// past the deadline.
+    /// The default, with `std`, hands the waker to tollgate's one shared timer thread (on
+    /// `std::time::Instant`); without `std` it wakes at once (a busy wait, like the default
+    /// [`Clock::sleep`]). [`ManualClock`] advances itself by `duration`, then wakes — **moving
+    /// the time of every bucket sharing that clock**; a [`ManualClock::new_frozen`] clock keeps
+    /// the waker until a test moves the time past the deadline.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicBool, Ordering};
@@ -112,12 +109,11 @@ pub trait Clock {
     /// registration and replaces it only when its waker changes or it has fired, so its memory
     /// in the clock's queue is bounded by the number of live futures, not by their polls.
     ///
-    /// The default forwards to [`Clock::wake_after`] ([`WakeRegistration::forward`]), so a
-    /// clock that plugs in its own timer by overriding `wake_after` keeps working: its wake-ups
-    /// cannot be cancelled, but each future registers once per wait. The std clocks override
-    /// it with the cancellable [`WakeRegistration::timer`]; a clock that follows
-    /// `std::time::Instant` should do the same. [`ManualClock`] advances itself and returns
-    /// [`WakeRegistration::fired`], or, frozen, queues a cancellable entry.
+    /// The default forwards to [`Clock::wake_after`] ([`WakeRegistration::forward`]): not
+    /// cancellable, but once per wait. The std clocks return the cancellable
+    /// [`WakeRegistration::timer`] (so should any clock that follows `std::time::Instant`);
+    /// [`ManualClock`] advances itself and returns [`WakeRegistration::fired`], or, frozen,
+    /// queues a cancellable entry.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -139,15 +135,10 @@ pub trait Clock {
     }
 
     /// [`Clock::register_wake`] for the instant `at` on this clock (the scale of
-    /// [`Clock::now`]) instead of a duration: what a waiting future calls, since the instant is
-    /// what it knows. A duration computed from a reading the caller took earlier would be
-    /// measured by the clock from its own, later reading, so a caller that stalled in between
-    /// (preempted, or while another thread moved a [`ManualClock`]) would be woken that much
-    /// after `at` — on a frozen `ManualClock`, not at all when a test advances exactly to `at`.
-    ///
-    /// The default reads the clock right before registering the remaining duration (a stall
-    /// between the two still delays the wake-up by its length); a frozen [`ManualClock`] queues
-    /// the instant itself, exactly.
+    /// [`Clock::now`]): what a waiting future calls, since a duration computed from an earlier
+    /// reading would wake a caller that stalled since then that much late. The default reads
+    /// the clock right before registering the remaining duration; a frozen [`ManualClock`]
+    /// queues the instant itself, exactly.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -195,11 +186,9 @@ pub type DefaultClock = QuantaClock;
 /// else [`StdClock`] with `std`, else [`ManualClock`].
 #[cfg(all(feature = "std", not(feature = "quanta")))]
 pub type DefaultClock = StdClock;
-/// Without `std` there is no real clock to default to: `DefaultClock` is [`ManualClock`], but
-/// only as the default type parameter of `Bucket<C = DefaultClock>` and friends. The
-/// constructors that would read it (`Bucket::new`, `Smooth::bursty`, ...) are not compiled
-/// without `std`, because a bucket on a clock that never moves never refills: pass your
-/// platform's clock (an implementation of [`Clock`]) to `Bucket::with_clock` instead.
+/// Without `std`, `DefaultClock` is only the default type parameter: `Bucket::new` and the
+/// other constructors that would read it are not compiled; pass your platform's clock to
+/// `Bucket::with_clock`.
 #[cfg(not(feature = "std"))]
 pub type DefaultClock = ManualClock;
 

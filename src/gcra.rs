@@ -65,11 +65,8 @@ pub(crate) fn wait_until(at: u64, now: u64) -> Duration {
     to_duration(at - now)
 }
 
-/// `Duration::from_nanos(ns)`, with a shortcut for waits under a second (a one-token refusal of
-/// a quota faster than one token a second, unless reservations queued a debt): the division by
-/// 10^9 that splits seconds from nanoseconds is a multiply, a shift and a multiply-subtract
-/// (about ten cycles) on the refusal's dependency chain, where a compare that is predicted
-/// costs none.
+/// `Duration::from_nanos(ns)`, with a shortcut for waits under a second (the common refusal)
+/// that skips the division by 10^9 on the refusal's dependency chain.
 #[inline(always)]
 pub(crate) fn to_duration(ns: u64) -> Duration {
     const NANOS_PER_SEC: u64 = 1_000_000_000;
@@ -133,9 +130,8 @@ pub(crate) fn try_acquire_scaled(
     if cost > scaled.burst() {
         return Err(Denied::ExceedsBurst);
     }
-    // A guard instead of a checked add: no quota produces a state above MAX_UNITS (a bucket's
-    // state is its word shifted right by one, so inlined there this test disappears), and below
-    // it `state + cost_units` fits in 64 bits. A state no quota produces is refused.
+    // No quota produces a state above MAX_UNITS (inlined into a bucket this test disappears),
+    // and below it `state + cost_units` fits in 64 bits. A state no quota produces is refused.
     if state > MAX_UNITS {
         return Err(Denied::RetryAfter(Duration::MAX));
     }
@@ -145,9 +141,8 @@ pub(crate) fn try_acquire_scaled(
     let burst_units = scaled.burst_units();
     // Admit iff balance >= cost, i.e. state + cost <= earned_floor + burst (in units).
     let want = state + cost_units;
-    // Refused: `at = instant_of(need)` (`need = want − burst`) depends on the state and the
-    // quota alone, so it is computed while the clock is read, with the stored reciprocal of
-    // `mul` instead of a division.
+    // Refused: `at = instant_of(need)` depends on the state and the quota alone (the stored
+    // reciprocal of `mul`, no division).
     let at = if let Some(earned) = scaled.exact_earned(now) {
         // The right side cannot overflow: the quota guarantees earned + burst <= 2^63 - 1.
         if want <= earned + burst_units {
@@ -291,9 +286,8 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
 /// ([`rescale`]) since the reservation: the state is then counted in other units.
 ///
 /// All or nothing because after any admission since the reservation the state cannot tell the
-/// refill cap from a debit, so restoring any token could admit it twice; nested reservations
-/// cancelled in reverse order all come back. The proof, and the comparison with Go's
-/// `CancelAt`: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#cancellation-why-all-or-nothing).
+/// refill cap from a debit; nested reservations cancelled in reverse order all come back. The
+/// proof, and the comparison with Go's `CancelAt`: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#cancellation-why-all-or-nothing).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -318,9 +312,7 @@ pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u
 /// capped at the old and the new burst (raising the burst does not fill the bucket), rounded
 /// toward fewer tokens — and a **debt keeps its due instant**: in debt, the state is at least
 /// the one that is empty again at the same instant as the old one, so a faster rate cannot repay
-/// the debt early and put new tokens at the instants reservations queued at the old rate are due
-/// (carrying the debt as tokens, as Go's `x/time/rate` does, admits 3 tokens at one instant
-/// with burst 2 in its own `TestReserveSetLimit`).
+/// the debt early and put new tokens at the instants reservations queued at the old rate are due.
 ///
 /// Readings that straddle the switch see the new rate extrapolated over their staleness; each
 /// quota's own decisions keep their own bound: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#reconfiguration-what-carries-over).

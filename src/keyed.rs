@@ -3,23 +3,14 @@
 //! # On many cores
 //!
 //! A lookup reads the flat table (its lines stay shared in every core's cache) and writes only
-//! the key's 16-byte slot, so decisions for distinct keys scale with the cores (up to false
-//! sharing between the four slots of one 64-byte line); only threads hitting the *same* key
-//! contend, on that key's word — the one write any exact per-key limit must make. (The slots
-//! are 128-bit atomics: their loads are plain loads on x86_64 with AVX and AArch64 with LSE2;
-//! elsewhere `portable-atomic` loads them with a `lock cmpxchg16b`, a `CASP` or a
-//! load/store-exclusive pair, which writes the line, so lookups of the keys sharing a line
-//! contend as writers do.) Each decision
-//! also counts on a cache-padded counter shard, so threads count on lines of their own: the
-//! first threads to use the crate (the next power of two of 4 × cores of them: 256 on 64 cores,
-//! at most 1,024) each own a shard and count with a plain load and store, no locked
-//! instruction (a thread's slot is its own until the thread exits, and is then handed to a later
-//! thread, so such a shard has one writer at a time and the first shards stay in use when
-//! threads come and go); threads beyond those share the same number of other shards, by slot,
-//! with a relaxed `fetch_add`. Insertions take the
-//! index's mutex, so a burst of *new* keys is serialized, each for bounded work (see "Cost of
-//! an insertion" on [`KeyedLimiter`]); a flood of refused new keys reads only the `len` and
-//! `next_full_at` words of `Table`, without the mutex, so it scales.
+//! the key's 16-byte slot, so decisions for distinct keys scale with the cores; only threads
+//! on the *same* key contend, on its word. (Where 128-bit loads are not plain loads,
+//! `portable-atomic` loads with a CAS, so keys sharing a line contend as writers do.) Each
+//! decision counts on a cache-padded counter shard: the first threads (up to 4 × cores, at
+//! most 1,024) own one each and count with a plain load and store; later threads share others
+//! with a relaxed `fetch_add`. Insertions take the index's mutex, each for bounded work ("Cost
+//! of an insertion" on [`KeyedLimiter`]); a flood of refused new keys reads only two words of
+//! `Table`, without the mutex.
 
 mod builder;
 mod counters;
@@ -101,40 +92,24 @@ const MAX_KEYS: usize = 1 << 26;
 /// # Cost of an insertion
 ///
 /// A new key takes the mutex and does bounded work: a re-probe, at most one sweep step when the
-/// table is full (at most 1,024 slots examined or entries moved and at most 16 evictions of full
-/// buckets, each shifting the rest of its chain back, expected O(1)), and, while the table's
-/// active region is doubling, one migration step that moves at most 4 entries from the old
-/// region to the new one. The active region grows with the live keys (kept between about ¼ and
-/// ½ full, from 64 slots up to the whole table), so a table built for many keys but holding few
-/// stays small and in cache; it grows by such steps, never by a rebuild. While it doubles,
-/// lookups of tracked keys take a slower path that probes both regions and, if the mutex is
-/// free (never waiting for it), takes one such step too, so a doubling ends within a bounded
-/// number of calls (`3/8` of the old region's slots) whether or not new keys keep arriving. Nothing is ever
-/// O(`max_keys`) under the mutex. The trade: the sweep is incremental, so when the table is
-/// full a new key can be refused (`RetryAfter` of at least 1 ns) while a full bucket the
-/// current pass has not reached yet exists: for at most `⌈active slots / 1024⌉` consecutive
-/// refusals (`active slots ≤ 4 × max_keys`), each of which moves the pass on by 1,024 slots —
-/// plus, if the table filled while its region was still doubling, the steps that finish
-/// draining the old region first (at least 512 of its slots each, evicting full buckets there
-/// too). Tables of up to 512 keys examine every slot at each insertion that evicts nothing
-/// (after at most one step that finishes a doubling), so they refuse only when no bucket is
-/// full.
+/// table is full (at most 1,024 slots examined or entries moved, at most 16 evictions), and,
+/// while the table's active region is doubling, one migration step of at most 4 entries.
+/// Nothing is ever O(`max_keys`) under the mutex; the active region grows with the live keys,
+/// so a big table holding few keys stays small and in cache. The trade: the sweep is
+/// incremental, so a full table can refuse a new key while a full bucket the pass has not
+/// reached yet exists, for a bounded number of refusals
+/// ([docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#the-keyed-index)).
 ///
 /// # Keys are identified by a 64-bit fingerprint
 ///
-/// The table stores no keys: each slot is 16 bytes, a 64-bit *fingerprint* of the key (foldhash's
-/// quality hasher, with a 64-bit seed drawn at random per limiter) and the bucket's state, allocated up front for
-/// `max_keys` at a load factor of at most ½, plus half as much again so that the active region
-/// can double without a rebuild (48 to 96 bytes per unit of `max_keys` above 32, 32 to 64 up
-/// to 32, where one region is all there is; 50.3 bytes at 1,000,000; `max_keys` above 2^26
-/// is clamped to 2^26). This is what makes the table small
-/// and its lookups cheap — no per-key allocation, no key copies, no epoch-based reclamation —
-/// and its one trade: **two distinct keys with equal fingerprints share
-/// one bucket**. A shared bucket is stricter for both keys, never looser
-/// (together they get one key's budget). With `n` tracked keys the chance that any two collide
-/// is about `n² / 2^65`: about 3 × 10⁻⁸ at a million keys. The seed is secret and per limiter,
-/// so collisions cannot be aimed at a key from outside. Override quotas
-/// ([`KeyedLimiterBuilder::quota_for`]) are also found by fingerprint.
+/// The table stores no keys: each slot is 16 bytes, a 64-bit *fingerprint* of the key
+/// (foldhash's quality hasher, with a random 64-bit seed per limiter) and the bucket's state,
+/// allocated up front (48 to 96 bytes per unit of `max_keys`; `max_keys` above 2^26 is
+/// clamped). No per-key allocation, no key copies, no epoch-based reclamation — and one trade:
+/// **two distinct keys with equal fingerprints share one bucket**, stricter for both, never
+/// looser. With `n` tracked keys the chance that any two collide is about `n² / 2^65` (3 × 10⁻⁸
+/// at a million keys); the seed is secret, so collisions cannot be aimed from outside. Override
+/// quotas ([`KeyedLimiterBuilder::quota_for`]) are also found by fingerprint.
 ///
 /// ```
 /// use std::time::Duration;

@@ -11,20 +11,15 @@
 //!
 //! # Clock-independent
 //!
-//! The monotonic clocks limiters read do not survive a restart, so a save reads the limiter's
-//! clock once, then the wall clock ([`SystemTime`]), and stores each bucket's state relative to
-//! that pair: the units it lacks from full (a debt included) at that wall instant. A restore
-//! reads the wall clock, then the limiter's clock, and gives back the lack minus what the
-//! downtime refills at the quota's rate, never below zero — so at most a full burst, and, for a
-//! quota that refills exactly, exactly the bucket the old process would hold at that instant.
-//! Each reading order errs toward fewer tokens: the wall time of a save is read after the
-//! clock, so the downtime is measured from a later instant; at a restore it is read before.
+//! Monotonic clocks do not survive a restart, so a save stores each bucket's lack from full (a
+//! debt included) at a wall-clock instant ([`SystemTime`]), and a restore gives back the lack
+//! minus what the downtime refills at the quota's rate: at most a full burst, and for an exact
+//! quota exactly the bucket the old process would hold then. Both reading orders (the wall
+//! clock after the limiter's at a save, before it at a restore) err toward fewer tokens.
 //!
-//! **The wall clock.** A restore whose wall clock reads earlier than the save's (a clock
-//! stepped back across the restart) refills nothing: never more tokens than the bucket had
-//! plus the real downtime's refill. One more than [`FUTURE_TOLERANCE`] earlier is refused as
-//! [`RestoreError::FromTheFuture`]. A wall clock that is *ahead* at the restore cannot be told
-//! from a longer downtime: it refills for the time it is ahead, at most one burst.
+//! **The wall clock.** A wall clock that stepped back across the restart refills nothing; more
+//! than [`FUTURE_TOLERANCE`] back is [`RestoreError::FromTheFuture`]. One that is *ahead*
+//! cannot be told from a longer downtime: it refills for that time, at most one burst.
 //!
 //! # Another quota
 //!
@@ -35,19 +30,16 @@
 //!
 //! # Restoring only ever withholds
 //!
-//! A restore into a live limiter keeps, for each bucket, the *stricter* of its current state
-//! and the saved one: it never adds tokens, so restoring twice, or restoring an old file, is
-//! harmless. Restore into a freshly built (full) limiter to take the saved state as it is.
-//! (`Smooth` is the exception: its stored permits are not a burst a fresh limiter has, so a
-//! restore takes the saved ones, and keeps the later next free time.)
+//! A restore keeps, for each bucket, the *stricter* of its current state and the saved one:
+//! it never adds tokens, so restoring twice or an old file is harmless; restore into a freshly
+//! built limiter to take the saved state as it is. (`Smooth` takes the saved stored permits and
+//! keeps the later next free time.)
 //!
 //! # When a restore fails
 //!
-//! Truncated, corrupted, foreign (another format or another limiter type), future-dated and
-//! unsupported-version input is a [`RestoreError`], never a panic, and leaves the limiter as it
-//! was. What to do then is the caller's decision; the crate's suggestion is **start drained,
-//! never full**: a process that cannot tell what it handed out before it stopped should assume
-//! it handed out everything ([`Bucket::with_initial_tokens`](crate::Bucket::with_initial_tokens)
+//! Truncated, corrupted, foreign, future-dated and unsupported-version input is a
+//! [`RestoreError`], never a panic, and leaves the limiter as it was. The suggestion then:
+//! **start drained, never full** ([`Bucket::with_initial_tokens`](crate::Bucket::with_initial_tokens)
 //! with 0, `ShardedBucket::drain`, `KeyedLimiter::drain`), and log why.
 //!
 //! # The format
@@ -78,6 +70,7 @@
 mod bucket;
 pub(crate) mod format;
 mod sharded;
+pub(crate) mod single;
 
 use crate::gcra;
 use crate::quota::{Quota, MAX_UNITS};

@@ -8,12 +8,9 @@
 //! decision reads the word, then the slot its epoch names, and commits by a CAS on the exact
 //! word it read, epoch bit included, then checks that the slot still holds the version it read
 //! ([`EpochSlots::unchanged`], after an `Acquire` CAS): it sees the old parameters with the old
-//! state or the new ones with the new state. The check must follow the CAS: two
-//! reconfigurations can bring the word back to the bit-identical value with the slot
-//! rewritten, which the CAS alone cannot see, and a check before it leaves a window (the
-//! owner's CAS loop, `Bucket::update_from`, documents the argument and what a revoked decision
-//! costs). Decisions never wait for a writer; the seqlock only matters if two reconfigurations
-//! complete while a decision is between its reads.
+//! state or the new ones with the new state. The check must follow the CAS (why:
+//! `docs/guarantees.md`, "A decision racing two reconfigurations"). Decisions never wait for a
+//! writer.
 
 use crate::sync::{fence, AtomicU32, AtomicU64, Backoff, Ordering};
 
@@ -23,11 +20,9 @@ pub(crate) struct EpochSlots<const W: usize> {
     /// Seqlock counters of the two slots (odd while a slot is written).
     seqs: [AtomicU32; 2],
     slots: [[AtomicU64; W]; 2],
-    /// Serializes writers, and remembers the last writer's clock reading: bit 0 is the flag (1
-    /// while a writer runs), bits 1..64 the reading the last writer converted its state at
-    /// (capped at 2^63 − 1 ns, about 292 years; the cap only ever lowers it). One word, after
-    /// the slots, so it shares no cache line with the words decisions read. Never touched by
-    /// decisions.
+    /// Serializes writers: bit 0 the flag (1 while a writer runs), bits 1..64 the reading the
+    /// last writer converted at (capped at 2^63 − 1 ns). After the slots, so it shares no cache
+    /// line with the words decisions read.
     writer: AtomicU64,
 }
 
@@ -93,20 +88,9 @@ impl<const W: usize> EpochSlots<W> {
     /// Whether the slot of `epoch` still holds the version `seq` that
     /// [`EpochSlots::read_versioned`] or [`EpochSlots::read_prefix`] returned.
     ///
-    /// How a write is validated: after its CAS on the word `w` succeeded with `Acquire`
-    /// ordering. The CAS then synchronizes with the flip that opened the era it committed in,
-    /// so this load sees that era's version or a later one; the slot of `w`'s epoch is rewritten
-    /// only while the word names the other slot, so `seq` comes back only if the CAS committed
-    /// in an era whose slot held `seq` — the parameters the decision used.
-    ///
-    /// How a read-only result is validated: the caller reads its word `w`, the slot, then loads
-    /// its word again with `Acquire`, and calls this after that load. If the word is still `w`
-    /// and the slot unchanged, the slot held this version while the word was `w` (at the second
-    /// load), so the result combines a state with its own parameters. The word alone is not
-    /// enough: two or more reconfigurations can bring the word back to the bit-identical value
-    /// `w` with another version in the slot (on a frozen clock a cycle of quotas does). Every
-    /// word change is a read-modify-write, so the second load synchronizes with the flip of
-    /// every writer before it, and this load sees that writer's counter (or a later one).
+    /// Call it after the write's `Acquire` CAS on `w`, or, for a read-only result, after loading
+    /// the word again with `Acquire` and finding `w`: the load then sees the version of the era
+    /// the word was in (why: `docs/guarantees.md`, "A decision racing two reconfigurations").
     #[inline(always)]
     pub(crate) fn unchanged(&self, epoch: u64, seq: u32) -> bool {
         self.seqs[(epoch & 1) as usize].load(Ordering::Relaxed) == seq
@@ -128,13 +112,9 @@ impl<const W: usize> EpochSlots<W> {
     /// the user's clock is never called while the flag is held, so a slow or re-entrant clock
     /// cannot stall (or deadlock) other writers.
     ///
-    /// Why the early reading is still correct: a reconfiguration converts the state at a
-    /// reading, and the decision path already tolerates readings older than the state it acts
-    /// on (it refuses more, never admits more). What reading outside the flag could add is a
-    /// reading older than the *previous writer's*: converting back to before a conversion that
-    /// already happened would apply the newer rate retroactively. So the writer uses
-    /// `max(now, previous writer's reading)` ([`Writer::now`]): writers' readings are monotone in
-    /// the order they hold the flag, exactly as if each had read the clock while holding it.
+    /// The writer converts at `max(now, previous writer's reading)` ([`Writer::now`]), so
+    /// writers' readings are monotone in the order they hold the flag, as if each had read the
+    /// clock while holding it.
     pub(crate) fn lock(&self, now: u64) -> Writer<'_, W> {
         let mut backoff = Backoff::default();
         let mut word = self.writer.load(Ordering::Relaxed);

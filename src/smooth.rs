@@ -26,12 +26,6 @@ const NO_ERA: u64 = u64::MAX;
 /// Guava's `SmoothRateLimiter` to the microsecond, lock-free: `SmoothBursty`
 /// ([`Smooth::bursty_with_clock`]) or `SmoothWarmingUp` ([`Smooth::warming_up_with_clock`]).
 ///
-/// A request never waits for its own permits: it waits until the previous requests are paid
-/// for, then pushes the next free time forward by the cost of its permits. Idle time is stored
-/// as permits (up to a maximum) that later requests spend for free (bursty) or at a cost that
-/// falls from `cold_factor ×` the stable interval to the stable interval as the limiter warms
-/// up.
-///
 /// Guava's warm-up example (2 permits/s, 4 s warm-up, cold factor 3):
 ///
 /// ```
@@ -43,29 +37,12 @@ const NO_ERA: u64 = u64::MAX;
 /// assert_eq!(waits, [0, 1375, 1125, 875, 625, 500, 500, 500]);
 /// ```
 ///
-/// # The model (Guava's)
-///
-/// The limiter remembers the time the **next** request may go (`next`, in microseconds since
-/// the limiter was created) and a number of **stored permits** earned while it was idle. A
-/// request is served from the stored permits first, then from fresh ones; it never waits for
-/// its own permits, it only waits until `next`, and pushes `next` forward by what its permits
-/// cost ("pay later": the next caller pays).
-///
-/// * fresh permits cost the stable interval `1 s / rate` each;
-/// * stored permits cost nothing (bursty), or the integral of the warm-up trapezoid over the
-///   permits taken (warming up): stable interval below `threshold = 0.5·warmup / stable`,
-///   growing linearly to `cold = cold_factor · stable` at
-///   `max = threshold + 2·warmup / (stable + cold)`;
-/// * idle time converts to stored permits at one per "cool-down interval" (the stable interval
-///   when bursty, `warmup / max` when warming up), up to `max` (`max_burst × rate` when bursty).
-///
 /// # Arithmetic, rounding and deviations from Guava
 ///
 /// Every decision is Guava's `f64` arithmetic in Guava's order; only the stored state is
-/// integral (whole microseconds, and stored permits in a 74-bit fixed point). Where that can
-/// differ from Guava by one microsecond, and the inputs Guava rejects or mishandles that are
-/// refused or bounded here (infinite rates, rates above 10^6/s, zero permits, the 285-year end of
-/// the next free time, repeated `set_rate`):
+/// integral (whole microseconds; stored permits in a 74-bit fixed point). Guava's model (the
+/// next free time, stored permits, the warm-up trapezoid), where the rounding differs from
+/// Guava, and the inputs refused or bounded here:
 /// [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#smooth-and-guava).
 ///
 /// The state is one `AtomicU128` (`portable-atomic`'s: lock-free on x86_64 with `cmpxchg16b`,
@@ -76,22 +53,16 @@ pub struct Smooth<C = DefaultClock> {
     /// `clock.now()` when the limiter was created: Guava's stopwatch starts there too.
     origin: u64,
     mode: Mode,
-    /// Two parameter slots (`Params::to_raw`); the word's parity selects the active one.
-    /// `set_rate` writes the idle slot, then converts the state and flips the parity in one CAS
-    /// (see `src/slots.rs`).
+    /// Two parameter slots; the word's parity selects the active one (`src/slots.rs`).
     slots: EpochSlots<6>,
     /// The next free time of the word the last `set_rate` replaced (µs; `NO_ERA` before the
-    /// first): the next `set_rate` makes its word's next free time later than this, so that no
-    /// word ever comes back (see [`Smooth::set_rate`]). Only read and written under the
-    /// writer flag, which orders it.
+    /// first), which the next `set_rate` exceeds so that no word comes back. Only accessed under
+    /// the writer flag, which orders it.
     retired_next: AtomicU64,
     /// The whole limiter state, updated by compare-and-swap.
     ///
-    /// Last, as in [`Bucket`](crate::Bucket): the word is the one line that cores contend
-    /// for, and a field that every decision reads (the clock, `origin`, `mode`, the slot
-    /// versions, the first slot) would miss on that line after every other core's CAS. Only
-    /// the second slot (in use after an odd number of `set_rate`s) and `retired_next` (never
-    /// read by a decision) may share its line.
+    /// Last, as in [`Bucket`](crate::Bucket): no field every decision reads shares the one
+    /// contended cache line.
     ///
     /// | bits | meaning | unit | range |
     /// |---|---|---|---|
@@ -99,11 +70,8 @@ pub struct Smooth<C = DefaultClock> {
     /// | 74..1 | Guava's `storedPermits`, fixed point | `2^-F` permit, `F` from the active parameter slot | 0 ..= `max · 2^F` < 2^74; starts at 0 (bursty) or `max` (warming up: cold) |
     /// | 0 | parameter epoch parity: which of `slots` holds the rate for this state | — | 0, 1 |
     ///
-    /// Why 128 bits: the next free time needs about 53 bits to cover a long-lived server's
-    /// lifetime in microseconds, and the stored permits need more than 52 bits (Guava's `f64`
-    /// mantissa) plus headroom to reproduce Guava's decisions; no 64-bit split holds both.
-    /// Under loom, which has no 128-bit atomic, the same word lives behind a loom mutex
-    /// (`src/sync.rs`).
+    /// 128 bits: the next free time needs about 53 bits, the stored permits more than Guava's
+    /// 52-bit mantissa. Under loom the word lives behind a loom mutex (`src/sync.rs`).
     ///
     /// Orderings: loads and failed CASes are `Acquire`, pairing with the `AcqRel` CAS in
     /// [`Smooth::set_rate`] that flips the parity, so a thread that sees a parity also sees the
@@ -125,8 +93,7 @@ impl<C: fmt::Debug> fmt::Debug for Smooth<C> {
     }
 }
 
-/// Only with a real clock (feature `std`), as [`Bucket::new`](crate::Bucket::new): without it
-/// [`DefaultClock`] is a [`ManualClock`](crate::ManualClock) that never moves on its own.
+/// Only with feature `std`, as [`Bucket::new`](crate::Bucket::new).
 #[cfg(feature = "std")]
 #[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl Smooth<DefaultClock> {
@@ -210,8 +177,9 @@ impl<C: Clock> Smooth<C> {
     /// Errors: [`ConfigError::InvalidRate`] for a rate that is not finite and positive;
     /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s;
     /// [`ConfigError::InvalidFactor`] for a cold factor below 1, NaN or infinite;
-    /// [`ConfigError::InvalidDuration`] for a warm-up above `i64::MAX` µs. The warm-up is truncated to whole microseconds
-    /// (as Guava's `toMicros` does); a zero warm-up stores nothing (see the module docs).
+    /// [`ConfigError::InvalidDuration`] for a warm-up above `i64::MAX` µs. The warm-up is
+    /// truncated to whole microseconds (as Guava's `toMicros` does); a zero warm-up stores
+    /// nothing (`docs/guarantees.md`, "Deviations from Guava").
     ///
     /// ```
     /// use std::time::Duration;
@@ -332,19 +300,12 @@ impl<C: Clock> Smooth<C> {
     /// factor and maximum burst duration stay as configured.
     ///
     /// A concurrent caller sees the old rate with the old state or the new rate with the new
-    /// state, never a mix: the derived parameters are written to the idle slot first, then one
-    /// CAS converts the state and flips the word's epoch bit, and a decision's CAS only succeeds
-    /// on the exact word (epoch bit included) it decided on. That needs the word never to come
-    /// back to a value a stalled decision may hold: the next free time never moves back, and
-    /// each `set_rate` makes its word's next free time later than that of every word two
-    /// reconfigurations back — by moving it on 1 µs in the one case where nothing else did (two
-    /// `set_rate` calls with no request between them that moved it, Guava would leave it).
-    /// Without that, a busy bursty limiter (no stored permits, next free time ahead) comes
-    /// back bit for bit after two calls, and a decision made at the old rate would commit under
-    /// the new one. Decisions never wait for
-    /// `set_rate`; concurrent `set_rate` calls take turns. [`ConfigError::InvalidRate`] (nothing changes) for a rate that is not
-    /// finite and positive;
-    /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s.
+    /// state, never a mix: a decision's CAS succeeds only on the exact word it decided on, and
+    /// no word comes back, since each `set_rate` moves the next free time past that of every
+    /// word two reconfigurations back (1 µs where nothing else moved it; Guava leaves it; why:
+    /// `docs/guarantees.md`, "Reconfiguration"). Decisions never wait for `set_rate`;
+    /// concurrent calls take turns. [`ConfigError::InvalidRate`] (nothing changes) for a rate
+    /// that is not finite and positive; [`ConfigError::RateTooHigh`] above 1,000,000 permits/s.
     ///
     /// ```
     /// use std::time::Duration;
@@ -371,14 +332,12 @@ impl<C: Clock> Smooth<C> {
             let mut s = decode(cur, &old);
             s.resync(now, &old);
             s.stored = match self.mode {
-                // Guava's special cases for an old maximum of +inf cannot arise: rates and
-                // maxima are finite here.
+                // Guava's +inf cases cannot arise: rates and maxima are finite here.
                 Mode::Bursty { .. } if old.max == 0.0 => 0.0,
                 Mode::WarmingUp { .. } if old.max == 0.0 => new.max,
                 _ => s.stored * new.max / old.max,
             };
-            // The word must differ from every word two eras back (all of whose next free times
-            // are at most `floor`, since it never moves back): see the docs above.
+            // Past every word two eras back (their next free times are at most `floor`).
             if floor != NO_ERA && s.next <= floor {
                 s.next = (floor + 1).min(MAX_MICROS);
             }
@@ -458,11 +417,8 @@ impl<C: Clock> Smooth<C> {
     /// The CAS loop. `f(state, params)` returns the state to write (`None`: write nothing) and
     /// the result; it may run several times, so it must not have side effects.
     ///
-    /// A result that writes nothing (a refusal, `rate()`, a state that did not change) is
-    /// validated like a write: the word is loaded again after the parameter slot was read, and
-    /// the result stands only if the word is still `w` — otherwise two reconfigurations may
-    /// have rewritten the slot `w` names since `w` was loaded, and the parameters read would not
-    /// be `w`'s.
+    /// A result that writes nothing stands only if the word loaded again after the slot read is
+    /// still `w`: two reconfigurations may have rewritten the slot `w` names in between.
     #[inline]
     fn update<R>(&self, mut f: impl FnMut(State, &Params) -> (Option<State>, R)) -> R {
         let mut w = self.state.load(Ordering::Acquire);

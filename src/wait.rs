@@ -6,22 +6,12 @@
 //! served in the order their compare-and-swap succeeded, each at the earliest instant the quota
 //! allows.
 //!
-//! The calls, what each waits for and what a refusal consumes, are tabled in the
-//! [guide](crate::guide#refuse-wait-or-reserve). Sleeping always goes through the bucket's clock
-//! ([`Clock::sleep`], [`Clock::register_wake`]), outside any critical section: the decision is
-//! one CAS, then the thread sleeps.
+//! The calls, what each waits for and what a refusal consumes: the
+//! [guide](crate::guide#refuse-wait-or-reserve). Sleeping goes through the bucket's clock,
+//! outside any critical section: the decision is one CAS, then the thread sleeps.
 //!
-//! The leaky bucket as a queue, and what waiting trades against refusing: the
-//! [guide](crate::guide#the-leaky-bucket-as-a-queue).
-//!
-//! # Reservations and reconfiguration
-//!
-//! A [`Reservation`] remembers the state right after it, its due instant, its cost and the quota
-//! (with the word's quota epoch and that quota slot's generation) it was made under.
-//! [`Bucket::set_quota`] changes the unit in which states are counted, so after any
-//! reconfiguration — even one that later switches back to the same quota — a cancellation would
-//! subtract tokens of one quota from a state of another: [`Reservation::cancel`] then does
-//! nothing (the tokens stay consumed, which can only refuse more, never admit more).
+//! A reconfiguration since a reservation makes its cancellation give back nothing
+//! ([`Reservation::cancel`]).
 
 use crate::bucket::Bucket;
 use crate::clock::{saturating_nanos, Clock};
@@ -57,13 +47,11 @@ impl<C: Clock> Bucket<C> {
     /// the delay it was scheduled for when it joined the queue (zero if the tokens were there;
     /// a real clock's sleep may overshoot it by the OS's timer slack).
     ///
-    /// The tokens are reserved first (one CAS, [`Bucket::reserve`]), then the thread sleeps
-    /// through [`Clock::sleep`] until they are due, outside any critical section; a
-    /// [`ManualClock`](crate::ManualClock) advances itself instead, so tests are deterministic.
+    /// The tokens are reserved first ([`Bucket::reserve`]), then the thread sleeps through
+    /// [`Clock::sleep`]; a [`ManualClock`](crate::ManualClock) advances itself instead.
     ///
-    /// Errors: [`Denied::ExceedsBurst`] when `cost > burst` (no wait would ever admit it), and
-    /// nothing is consumed. (`RetryAfter` only if the queue of reservations already reaches
-    /// decades ahead, past the state's range, or past the [`HORIZON`](crate::HORIZON).) Cost 0 returns `Ok(0)` at once.
+    /// Errors: [`Denied::ExceedsBurst`] when `cost > burst`, nothing consumed (`RetryAfter` only
+    /// for a queue reaching past the [`HORIZON`](crate::HORIZON)). Cost 0 returns `Ok(0)` at once.
     ///
     /// ```
     /// use std::time::Duration;
@@ -127,9 +115,8 @@ impl<C: Clock> Bucket<C> {
     /// give the tokens back ([`Reservation::cancel`]). Later callers queue behind it.
     /// Dropping the reservation keeps the tokens taken.
     ///
-    /// Errors: [`Denied::ExceedsBurst`] when `cost > burst`. (`RetryAfter` only if the queue of
-    /// reservations already reaches decades ahead, past the state's range, or past the horizon.) Cost 0 gives a
-    /// reservation that is due at once and takes nothing.
+    /// Errors: as [`Bucket::acquire`]'s. Cost 0 gives a reservation that is due at once and
+    /// takes nothing.
     ///
     /// ```
     /// use std::time::Duration;
@@ -184,9 +171,7 @@ impl<C: Clock> Bucket<C> {
     /// Sleeps on the bucket's clock until `due`; returns the scheduled wait `due − now`.
     /// Loops because a clock's `sleep` may follow another time source than its `now`.
     fn sleep_until(&self, now: u64, due: u64) -> Duration {
-        // A fresh reading, not `now`: the thread may have stalled since it read `now` (before
-        // its compare-and-swap), and sleeping `due − now` from here would oversleep by as much
-        // (and, on a frozen `ManualClock`, miss a test that advances exactly to `due`).
+        // A fresh reading, not `now`: a thread that stalled since would oversleep by as much.
         let mut t = self.clock().now();
         while t < due {
             self.clock().sleep(Duration::from_nanos(due - t));
@@ -199,12 +184,9 @@ impl<C: Clock> Bucket<C> {
     /// first polled and resolves to `Ok(time waited)` once they are due, or at once to
     /// `Err(ExceedsBurst)` when `cost > burst`.
     ///
-    /// It works on any executor: the wake-up comes from the clock's
-    /// [`Clock::wake_after`] hook — for the std clocks, one shared timer thread that tollgate
-    /// starts on first use; no runtime feature to choose. It is **cancel-safe**: dropping it
-    /// before it completes cancels its reservation ([`Reservation::cancel`]'s rule), so a
-    /// `select!` or timeout that abandons it does not waste the quota. A future that was never
-    /// polled has reserved nothing.
+    /// Any executor: the wake-up comes from the clock ([`Clock::register_wake`]). It is
+    /// **cancel-safe**: dropping it before it completes cancels its reservation
+    /// ([`Reservation::cancel`]'s rule); a future never polled has reserved nothing.
     ///
     /// With a [`ManualClock`](crate::ManualClock) it completes on its first poll, the clock
     /// advanced by the wait:

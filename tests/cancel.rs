@@ -122,7 +122,8 @@ fn a_canceller_preempted_for_200_ms_on_the_std_clock() {
     // 100/s, burst 10: 1 token = 10 ms. The reservation of 9 is due 90 ms after the first take and
     // the bucket is exactly full again at 190 ms; the main thread decides then, while the
     // canceller, which read the clock at about 0, sleeps until about 200 ms before its CAS.
-    // Before the fix: 15 tokens within ~10 ms (bound 11).
+    // A cancellation that gave the tokens back at its stale reading would admit 15 tokens
+    // within about 10 ms (bound 11).
     for run in 0..3 {
         let q = quota(100, 10);
         let clock = StallClock::new(StdClock::new());
@@ -167,7 +168,8 @@ fn cancel_order_never_over_restores() {
     r0.cancel();
     let r3 = bucket.reserve(6).unwrap();
     w.admit(due(&r3), 6);
-    // Before the fix r2 and r3 were both due at 700 ms: 8 tokens at one instant, burst 7.
+    // Had r1 and r0 come back while r2 was kept, r2 and r3 would both be due at 700 ms: 8
+    // tokens at one instant, burst 7.
     assert_eq!(w.check(&q), Ok(()));
     assert_eq!(due(&r2), 700 * MS);
     assert_eq!(due(&r3), 1_300 * MS);

@@ -5,20 +5,11 @@
 use std::time::Duration;
 
 use tollgate::metrics::{DecisionMetrics, Metered, Outcome, PolicyMetrics};
-use tollgate::{Bucket, Denied, KeyedLimiter, ManualClock, Quota, ShardedBucket};
+use tollgate::{Bucket, Denied, KeyedLimiter, ManualClock, ShardedBucket};
 
-#[path = "support/recorder.rs"]
-mod recorder;
-use recorder::Recorder;
-use rng::Rng;
-use tollgate_testkit::rng;
-
-fn quota(per_second: u64, burst: u64) -> Quota {
-    Quota::per_second(per_second)
-        .unwrap()
-        .with_burst(burst)
-        .unwrap()
-}
+use tollgate_testkit::quotas::quota;
+use tollgate_testkit::recorder::Recorder;
+use tollgate_testkit::rng::Rng;
 
 #[test]
 fn bucket_decisions_and_waits_are_recorded() {

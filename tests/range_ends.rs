@@ -214,9 +214,9 @@ fn smooth_next_free_time_at_its_end_admits_nothing_more() {
 
 /// `Smooth`'s words never come back, so a decision's CAS on the exact word it read cannot land
 /// under other parameters: two `set_rate` calls with nothing between them that moved the next
-/// free time (a busy bursty limiter: nothing stored, next free time ahead) used to leave the
-/// word bit for bit as it was; now each word's next free time is later than that of the word
-/// replaced two calls back (a 1 µs step where needed). One call, or calls with a request
+/// free time (a busy bursty limiter: nothing stored, next free time ahead) would leave the
+/// word bit for bit as it was, so each word's next free time is made later than that of the
+/// word replaced two calls back (a 1 µs step where needed). One call, or calls with a request
 /// between that moved it, change nothing (Guava's rule).
 #[test]
 fn smooth_set_rate_never_brings_a_word_back() {

@@ -15,29 +15,11 @@ use tollgate_testkit::window;
 
 use loom::sync::Arc;
 use loom::thread;
-use std::cell::Cell;
-use tollgate::{gcra, Bucket, Clock, Denied, Quota};
+use tollgate::{gcra, Bucket, Denied, Quota};
+use tollgate_loom_tests::{at, PerThread};
 use window::WindowChecker;
 
 const MS: u64 = 1_000_000;
-
-loom::thread_local! {
-    static NOW: Cell<u64> = Cell::new(0);
-}
-
-/// A clock that returns whatever the calling thread last set with [`at`].
-#[derive(Clone, Copy, Debug, Default)]
-struct PerThread;
-
-impl Clock for PerThread {
-    fn now(&self) -> u64 {
-        NOW.with(Cell::get)
-    }
-}
-
-fn at(t: u64) {
-    NOW.with(|n| n.set(t));
-}
 
 fn quota() -> Quota {
     Quota::per_second(10).unwrap().with_burst(2).unwrap()

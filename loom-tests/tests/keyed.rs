@@ -126,12 +126,7 @@ fn sweep_races_an_admission() {
 #[test]
 fn growth_races_an_admission() {
     loom::model(|| {
-        let clock = ManualClock::new();
-        let quota = Quota::new(1, Duration::from_secs(1), 2).unwrap();
-        // 4 keys: 8 slots, 4 active under loom; the third key grows the region to 8.
-        let limiter = loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 4, clock));
-        limiter.try_acquire(&1u8, 1).unwrap();
-        limiter.try_acquire(&2u8, 1).unwrap();
+        let limiter = table_for_four(ManualClock::new(), 2);
         let other = limiter.clone();
         let t = thread::spawn(move || {
             let got = other.try_acquire(&1u8, 1).is_ok();
@@ -193,11 +188,7 @@ fn eviction_at_a_later_reading_races_a_decision_at_an_earlier_one() {
 #[test]
 fn a_read_racing_a_growth_sees_the_tracked_state() {
     loom::model(|| {
-        let clock = ManualClock::new();
-        let quota = Quota::new(1, Duration::from_secs(1), 2).unwrap();
-        let limiter = loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 4, clock));
-        limiter.try_acquire(&1u8, 1).unwrap();
-        limiter.try_acquire(&2u8, 1).unwrap();
+        let limiter = table_for_four(ManualClock::new(), 2);
         let other = limiter.clone();
         let t = thread::spawn(move || other.available(&1u8));
         limiter.try_acquire(&3u8, 1).unwrap(); // starts a migration; its step moves key 1
@@ -210,12 +201,19 @@ fn a_read_racing_a_growth_sees_the_tracked_state() {
 /// region (the fixed seed's homes: key 1 at 2, key 2 at 0 of the old region; keys 3 and 4 at
 /// 7 and 0 of the new). Returns the limiter with the migration in progress.
 fn mid_migration(clock: ManualClock) -> loom::sync::Arc<KeyedLimiter<u8, ManualClock>> {
+    let limiter = table_for_four(clock, 3);
+    assert!(limiter.is_migrating(), "the model must reach a migration");
+    limiter
+}
+
+/// A table for 4 keys (8 slots, 4 active under loom: the third key grows the region), quota
+/// 1/s with burst 2, in which keys `1..=keys` each took one token.
+fn table_for_four(clock: ManualClock, keys: u8) -> loom::sync::Arc<KeyedLimiter<u8, ManualClock>> {
     let quota = Quota::new(1, Duration::from_secs(1), 2).unwrap();
     let limiter = loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 4, clock));
-    for k in 1u8..=3 {
+    for k in 1..=keys {
         limiter.try_acquire(&k, 1).unwrap();
     }
-    assert!(limiter.is_migrating(), "the model must reach a migration");
     limiter
 }
 
@@ -284,10 +282,7 @@ fn lookups_help_a_migration_while_deciding() {
 #[test]
 fn a_new_key_racing_the_start_of_a_migration_is_inserted_once() {
     loom::model(|| {
-        let quota = Quota::new(1, Duration::from_secs(1), 2).unwrap();
-        let limiter = loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 4, ManualClock::new()));
-        limiter.try_acquire(&1u8, 1).unwrap();
-        limiter.try_acquire(&2u8, 1).unwrap();
+        let limiter = table_for_four(ManualClock::new(), 2);
         assert!(!limiter.is_migrating());
         let other = limiter.clone();
         let t = thread::spawn(move || other.try_acquire(&3u8, 1));

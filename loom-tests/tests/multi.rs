@@ -9,32 +9,12 @@ use tollgate_testkit::window;
 
 use loom::sync::Arc;
 use loom::thread;
-use std::cell::Cell;
 use std::time::Duration;
-use tollgate::{Clock, Limits, ManualClock, MultiBucket, Quota};
+use tollgate::{Limits, ManualClock, MultiBucket, Quota};
+use tollgate_loom_tests::{at, PerThread};
 use window::WindowChecker;
 
 const MS: u64 = 1_000_000;
-
-loom::thread_local! {
-    static NOW: Cell<u64> = Cell::new(0);
-}
-
-/// A clock that returns whatever the calling thread last set with [`at`]: a thread's reading
-/// can be older than one another thread already acted on (preempted between its reading and
-/// its CAS, or a clock stepping back).
-#[derive(Clone, Copy, Debug, Default)]
-struct PerThread;
-
-impl Clock for PerThread {
-    fn now(&self) -> u64 {
-        NOW.with(Cell::get)
-    }
-}
-
-fn at(t: u64) {
-    NOW.with(|n| n.set(t));
-}
 
 fn q(tokens: u64, per_ms: u64, burst: u64) -> Quota {
     Quota::new(tokens, Duration::from_millis(per_ms), burst).unwrap()
@@ -80,17 +60,7 @@ fn a_stale_reading_never_admits_what_the_fresh_one_took() {
         at(0);
         policy.try_acquire(1).unwrap();
         log.admit(0, 1);
-        let spawn = |reading: u64| {
-            let (p, log) = (policy.clone(), log.clone());
-            thread::spawn(move || {
-                at(reading);
-                let ok = p.try_acquire(1).is_ok();
-                if ok {
-                    log.admit(reading, 1);
-                }
-                ok
-            })
-        };
+        let spawn = |reading| decide_at(&policy, &log, reading);
         let fresh = spawn(10 * MS);
         let stale = spawn(0);
         let (fresh, stale) = (fresh.join().unwrap(), stale.join().unwrap());
@@ -144,17 +114,7 @@ fn three_quotas_with_a_stale_reading_under_the_sequence_lock() {
         at(0);
         policy.try_acquire(1).unwrap();
         log.admit(0, 1);
-        let spawn = |reading: u64| {
-            let (p, log) = (policy.clone(), log.clone());
-            thread::spawn(move || {
-                at(reading);
-                let ok = p.try_acquire(1).is_ok();
-                if ok {
-                    log.admit(reading, 1);
-                }
-                ok
-            })
-        };
+        let spawn = |reading| decide_at(&policy, &log, reading);
         let stale = spawn(0);
         let fresh = spawn(10 * MS);
         assert!(fresh.join().unwrap() && !stale.join().unwrap());
@@ -162,4 +122,21 @@ fn three_quotas_with_a_stale_reading_under_the_sequence_lock() {
             log.check(q).unwrap();
         }
     });
+}
+
+/// A model thread that decides one token at `reading` and logs it if admitted.
+fn decide_at(
+    policy: &Arc<MultiBucket<PerThread>>,
+    log: &Arc<WindowChecker>,
+    reading: u64,
+) -> thread::JoinHandle<bool> {
+    let (p, log) = (policy.clone(), log.clone());
+    thread::spawn(move || {
+        at(reading);
+        let ok = p.try_acquire(1).is_ok();
+        if ok {
+            log.admit(reading, 1);
+        }
+        ok
+    })
 }

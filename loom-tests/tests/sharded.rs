@@ -5,6 +5,7 @@
 use loom::thread;
 use std::time::Duration;
 use tollgate::{ManualClock, Quota, ShardedBucket};
+use tollgate_loom_tests::{at, PerThread};
 
 /// Quota 2/s on two shards (too small for a lease: every decision is the central word's), a
 /// frozen clock: one thread takes 2, the other 1 at the same time. Nothing is created, nothing
@@ -12,6 +13,7 @@ use tollgate::{ManualClock, Quota, ShardedBucket};
 #[test]
 fn two_shards_race_on_the_central_word() {
     loom::model(|| {
+        at(2_000_000_000);
         let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(
             Quota::per_second(2).unwrap(),
             2,
@@ -56,21 +58,6 @@ fn the_race_while_the_clock_moves_creates_nothing() {
     });
 }
 
-/// A clock whose reading is chosen per model thread (a stale reading, as preemption between a
-/// clock read and the CAS that uses it produces): each thread sets its own before acting.
-#[derive(Clone, Copy, Debug, Default)]
-struct ThreadClock;
-
-loom::thread_local! {
-    static READING: std::cell::Cell<u64> = std::cell::Cell::new(2_000_000_000);
-}
-
-impl tollgate::Clock for ThreadClock {
-    fn now(&self) -> u64 {
-        READING.with(|r| r.get())
-    }
-}
-
 /// A decision at a stale reading racing decisions at a later one on the central word.
 ///
 /// Quota 2/s, burst 4, two shards (no leases at this size), full. `B` reads 0 (stale) and asks
@@ -80,15 +67,16 @@ impl tollgate::Clock for ThreadClock {
 #[test]
 fn a_stale_decision_racing_a_later_one_creates_nothing() {
     loom::model(|| {
+        at(2_000_000_000);
         let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(
             Quota::new(2, Duration::from_secs(1), 4).unwrap(),
             2,
-            ThreadClock,
+            PerThread,
         ));
         assert_eq!(bucket.shards(), 2);
         let b = bucket.clone();
         let stale = thread::spawn(move || {
-            READING.with(|r| r.set(0));
+            at(0);
             if b.try_acquire(3).is_ok() {
                 3
             } else {
@@ -97,6 +85,7 @@ fn a_stale_decision_racing_a_later_one_creates_nothing() {
         });
         let o = bucket.clone();
         let fresh = thread::spawn(move || {
+            at(2_000_000_000);
             let mut got = 0;
             for cost in [2, 1] {
                 if o.try_acquire(cost).is_ok() {

@@ -7,6 +7,7 @@ use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
 use tollgate::{Clock, ManualClock, Quota, ShardedBucket};
+use tollgate_loom_tests::{at, PerThread};
 
 /// Quota 34/s, burst 34, two shards: a one-token decision on the full bucket takes a lease of
 /// ⌊33 / 16⌋ = 2 tokens.
@@ -80,21 +81,6 @@ fn pooling_races_a_spend_on_the_same_lease() {
     });
 }
 
-/// A clock whose reading is chosen per model thread (a stale reading, as preemption between a
-/// clock read and the decision that uses it produces).
-#[derive(Clone, Copy, Debug, Default)]
-struct ThreadClock;
-
-loom::thread_local! {
-    static READING: std::cell::Cell<u64> = std::cell::Cell::new(0);
-}
-
-impl Clock for ThreadClock {
-    fn now(&self) -> u64 {
-        READING.with(|r| r.get())
-    }
-}
-
 /// The main thread takes the whole burst at reading 0. A thread of the same shard at 10 s (340
 /// tokens refilled, capped at the burst: the word holds 34) takes 1 and a lease of 2, whose
 /// units lie within one burst of 10 s. The main thread, still at reading 0, asks for 1
@@ -104,12 +90,12 @@ impl Clock for ThreadClock {
 #[test]
 fn a_stale_spend_never_takes_a_lease_of_a_later_reading() {
     loom::model(|| {
-        let bucket = bucket(ThreadClock);
-        READING.with(|r| r.set(0));
+        let bucket = bucket(PerThread);
+        at(0);
         assert_eq!(bucket.try_acquire(34), Ok(()));
         let b = bucket.clone();
         let late = on_the_same_shard(move || {
-            READING.with(|r| r.set(10_000_000_000));
+            at(10_000_000_000);
             b.try_acquire(1)
         });
         // A yield lets the model run the other thread first without spending a preemption.

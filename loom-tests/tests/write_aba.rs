@@ -3,13 +3,10 @@
 //! reading, `rescale` can bring the state back to the identical value, so the word comes back
 //! bit for bit (`Q0 -> Q1 -> Q2`, epoch 0 -> 1 -> 0) with slot 0 rewritten: the decision's CAS
 //! on the exact word succeeds and writes a state computed in `Q0`'s units into `Q2`'s era.
-//! Here `Q0`'s 10 tokens are charged as 1 token of `Q2`, and 8 more are admitted at the same
-//! reading: 18 tokens at one instant, where no quota in play has a burst above 10 and no serial
-//! order admits more than 10.
-//!
-//!
-//! It failed before decisions checked the slot version *after* their CAS (18 tokens); now the
-//! racing decision is revoked and made again under `Q2`.
+//! Without a check, `Q0`'s 10 tokens would be charged as 1 token of `Q2` and 8 more admitted
+//! at the same reading: 18 tokens at one instant, where no quota in play has a burst above 10.
+//! A decision checks the slot version *after* its CAS, so the racing one is revoked and made
+//! again under `Q2`; the model checks that no serial order's 10 is exceeded.
 //!
 //! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p tollgate-loom-tests --release --target-dir target/loom --test write_aba`
 #![cfg(tollgate_loom)]

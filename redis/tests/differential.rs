@@ -4,16 +4,17 @@
 //! identical verdicts, waits, remaining tokens and times until full. A quarter of the steps
 //! are lease takes ("at most L, at least the cost"): the same, plus the tokens taken.
 
-#[path = "support/quotas.rs"]
-mod quotas;
-use tollgate_testkit::rng;
-
-use quotas::{edge_quota, log_uniform, quota};
-use rng::Rng;
 use std::time::Duration;
 use tollgate::{gcra, Denied, Quota, Snapshot};
 use tollgate_redis::{RedisLimiter, ORIGIN_UNIX_US};
+use tollgate_testkit::random_quotas::{edge_quota, log_uniform, quota};
 use tollgate_testkit::redis_server::RedisServer;
+use tollgate_testkit::rng::Rng;
+
+/// The quotas the script holds.
+fn fits(q: Quota) -> bool {
+    tollgate_redis::check_quota(q).is_ok()
+}
 
 const CASES: usize = 10_000;
 const STEPS: usize = 6;
@@ -78,9 +79,9 @@ fn cases(seed: u64) -> Vec<Case> {
         .map(|i| {
             // One case in eight at an end of the range: the largest bursts the script holds.
             let q = if rng.below(8) == 0 {
-                edge_quota(&mut rng)
+                edge_quota(&mut rng, fits)
             } else {
-                quota(&mut rng)
+                quota(&mut rng, fits)
             };
             // Anywhere in 2020..2110.
             let mut t = ORIGIN_UNIX_US + rng.below(90 * 365 * 86_400 * 1_000_000);

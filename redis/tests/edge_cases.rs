@@ -15,7 +15,7 @@ fn q(tokens: u64, per: Duration, burst: u64) -> Quota {
 /// was read as full on every call: 20 of 20 admitted on a 1/hour key with bursts 2 and 3.)
 #[tokio::test]
 async fn two_live_quotas_on_one_key_keep_the_limit() {
-    let Some(server) = RedisServer::start("regressions::two_live_quotas") else {
+    let Some(server) = RedisServer::start("edge_cases::two_live_quotas") else {
         return;
     };
     let hour = Duration::from_secs(3600);
@@ -56,7 +56,7 @@ async fn two_live_quotas_on_one_key_keep_the_limit() {
 /// policy. (The breaker's `last_probe + interval` overflowed: the decision panicked.)
 #[tokio::test]
 async fn a_huge_probe_interval_applies_the_policy() {
-    let Some(server) = RedisServer::start("regressions::huge_probe_interval") else {
+    let Some(server) = RedisServer::start("edge_cases::huge_probe_interval") else {
         return;
     };
     let l = RedisLimiter::builder(&server.url(), Quota::per_second(10).unwrap())
@@ -95,7 +95,7 @@ fn check_quota_on_a_long_prime_period_is_an_error() {
 /// the tower layer a `429` with `RateLimit: r=8`, right after the refusal itself reported 0.)
 #[tokio::test]
 async fn lease_cache_refusals_report_the_refused_refill() {
-    let Some(server) = RedisServer::start("regressions::lease_refusal_snapshot") else {
+    let Some(server) = RedisServer::start("edge_cases::lease_refusal_snapshot") else {
         return;
     };
     let quota = q(1, Duration::from_secs(3600), 10);

@@ -4,16 +4,17 @@
 //! updated; otherwise none), on random two- and three-quota policies; the others check the
 //! real-time path, the build refusals and a policy's value read under one quota.
 
-#[path = "support/quotas.rs"]
-mod quotas;
-use tollgate_testkit::rng;
-
-use quotas::{log_uniform, quota};
-use rng::Rng;
 use std::time::Duration;
 use tollgate::{gcra, Denied, Limits, Quota, Snapshot};
 use tollgate_redis::{Error, Leases, OnUnavailable, RedisLimiter, ORIGIN_UNIX_US};
+use tollgate_testkit::random_quotas::{log_uniform, quota};
 use tollgate_testkit::redis_server::RedisServer;
+use tollgate_testkit::rng::Rng;
+
+/// The quotas the script holds.
+fn fits(q: Quota) -> bool {
+    tollgate_redis::check_quota(q).is_ok()
+}
 
 const POLICIES: usize = 1_500;
 const STEPS: usize = 8;
@@ -81,7 +82,7 @@ async fn policies_equal_gcra_per_quota() {
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..POLICIES {
         let n = 2 + rng.below(2) as usize;
-        let quotas: Vec<Quota> = (0..n).map(|_| quota(&mut rng)).collect();
+        let quotas: Vec<Quota> = (0..n).map(|_| quota(&mut rng, fits)).collect();
         let min_burst = quotas.iter().map(Quota::burst).min().unwrap();
         let mut t = ORIGIN_UNIX_US + rng.below(90 * 365 * DAY_US);
         let mut latest = t;

@@ -2,59 +2,17 @@
 //! with its own `Counters` (each path, round trips, timeouts, the breaker, lease refills).
 #![cfg(feature = "metrics")]
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tollgate::{Denied, Quota};
 use tollgate_redis::{Leases, OnUnavailable, RedisLimiter};
+use tollgate_testkit::recorder::{Recorder, Series};
 use tollgate_testkit::redis_server::RedisServer;
 
-/// One snapshot (it drains counters and histograms), by `name{label=value,…}`, labels sorted.
-fn snapshot(s: &Snapshotter) -> BTreeMap<String, DebugValue> {
-    s.snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(key, _, _, value)| {
-            let key = key.key();
-            let mut labels: Vec<String> = key
-                .labels()
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect();
-            labels.sort();
-            (format!("{}{{{}}}", key.name(), labels.join(",")), value)
-        })
-        .collect()
-}
-
-fn counter(m: &BTreeMap<String, DebugValue>, series: &str) -> u64 {
-    match m.get(series) {
-        Some(DebugValue::Counter(n)) => *n,
-        None => 0,
-        other => panic!("{series}: {other:?}"),
-    }
-}
-
-fn samples(m: &BTreeMap<String, DebugValue>, series: &str) -> usize {
-    match m.get(series) {
-        Some(DebugValue::Histogram(xs)) => xs.len(),
-        None => 0,
-        other => panic!("{series}: {other:?}"),
-    }
-}
-
-fn path(m: &BTreeMap<String, DebugValue>, limiter: &str, path: &str) -> u64 {
-    counter(
-        m,
-        &format!("tollgate_redis_decisions_total{{limiter={limiter},path={path}}}"),
-    )
-}
-
-fn outcome(m: &BTreeMap<String, DebugValue>, limiter: &str, outcome: &str) -> u64 {
-    counter(
-        m,
-        &format!("tollgate_decisions_total{{limiter={limiter},outcome={outcome}}}"),
-    )
+fn path(m: &Series, limiter: &str, path: &str) -> u64 {
+    m.counter(&format!(
+        "tollgate_redis_decisions_total{{limiter={limiter},path={path}}}"
+    ))
 }
 
 /// One test: the recorder is global (the handles are resolved inside `build`, an async call),
@@ -64,9 +22,7 @@ async fn named_limiter_series_agree_with_its_counters() {
     let Some(server) = RedisServer::start("metrics::named_limiter_series") else {
         return;
     };
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::set_global_recorder(recorder).unwrap();
+    let recorder = Recorder::new().install_global();
     let hourly = Quota::new(1, Duration::from_secs(3600), 3).unwrap();
 
     // Straight to Redis: three admitted, two refused with their waits.
@@ -78,18 +34,15 @@ async fn named_limiter_series_agree_with_its_counters() {
     let verdicts: Vec<_> = futures_lite(&plain, "k", 5).await;
     assert_eq!(verdicts.iter().filter(|v| v.is_ok()).count(), 3);
     assert_eq!(plain.try_acquire("k", 4).await, Err(Denied::ExceedsBurst));
-    let m = snapshot(&snapshotter);
-    assert_eq!(outcome(&m, "plain", "admitted"), 3);
-    assert_eq!(outcome(&m, "plain", "refused"), 2);
-    assert_eq!(outcome(&m, "plain", "exceeds_burst"), 1);
+    let m = recorder.snapshot();
+    assert_eq!(m.decisions("plain", "admitted"), 3);
+    assert_eq!(m.decisions("plain", "refused"), 2);
+    assert_eq!(m.decisions("plain", "exceeds_burst"), 1);
     assert_eq!(path(&m, "plain", "redis"), plain.counters().redis);
-    assert_eq!(
-        samples(&m, "tollgate_retry_after_seconds{limiter=plain}"),
-        2
-    );
+    assert_eq!(m.samples("tollgate_retry_after_seconds{limiter=plain}"), 2);
     let calls = plain.counters().redis_calls as usize;
     assert_eq!(
-        samples(&m, "tollgate_redis_round_trip_seconds{limiter=plain}"),
+        m.samples("tollgate_redis_round_trip_seconds{limiter=plain}"),
         calls
     );
 
@@ -106,17 +59,17 @@ async fn named_limiter_series_agree_with_its_counters() {
     let verdicts = futures_lite(&leased, "leasekey", 20).await;
     let admitted = verdicts.iter().filter(|v| v.is_ok()).count() as u64;
     let c = leased.counters();
-    let m = snapshot(&snapshotter);
+    let m = recorder.snapshot();
     assert_eq!(path(&m, "leased", "lease"), c.leased);
     assert_eq!(path(&m, "leased", "redis"), c.redis);
     assert!(c.redis > 0, "{c:?}");
     assert_eq!(
-        counter(&m, "tollgate_redis_lease_refills_total{limiter=leased}"),
+        m.counter("tollgate_redis_lease_refills_total{limiter=leased}"),
         c.redis
     );
     assert_eq!(path(&m, "leased", "lease_denied"), c.lease_denied);
-    assert_eq!(outcome(&m, "leased", "admitted"), admitted);
-    assert_eq!(outcome(&m, "leased", "refused"), 20 - admitted);
+    assert_eq!(m.decisions("leased", "admitted"), admitted);
+    assert_eq!(m.decisions("leased", "refused"), 20 - admitted);
     assert_eq!(c.leased + c.lease_denied + c.redis, 20, "{c:?}");
 
     // A frozen server: timeouts, the breaker opens, the local fallback decides; then back.
@@ -143,32 +96,26 @@ async fn named_limiter_series_agree_with_its_counters() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let c = local.counters();
-    let m = snapshot(&snapshotter);
+    let m = recorder.snapshot();
     assert_eq!(path(&m, "local", "local_fallback"), c.local_fallback);
     assert_eq!(path(&m, "local", "redis"), c.redis);
     assert!(c.local_fallback >= 20, "{c:?}");
     assert_eq!(
-        counter(&m, "tollgate_redis_errors_total{limiter=local}"),
+        m.counter("tollgate_redis_errors_total{limiter=local}"),
         c.errors
     );
-    let timeouts = counter(&m, "tollgate_redis_timeouts_total{limiter=local}");
+    let timeouts = m.counter("tollgate_redis_timeouts_total{limiter=local}");
     assert!(timeouts >= 1 && timeouts <= c.errors, "{timeouts} {c:?}");
-    let opened = counter(
-        &m,
-        "tollgate_redis_breaker_transitions_total{limiter=local,to=open}",
-    );
-    let closed = counter(
-        &m,
-        "tollgate_redis_breaker_transitions_total{limiter=local,to=closed}",
-    );
+    let opened = m.counter("tollgate_redis_breaker_transitions_total{limiter=local,to=open}");
+    let closed = m.counter("tollgate_redis_breaker_transitions_total{limiter=local,to=closed}");
     assert_eq!((opened, closed), (1, 1), "{m:?}");
     assert_eq!(
-        outcome(&m, "local", "admitted"),
+        m.decisions("local", "admitted"),
         c.redis + c.local_fallback,
         "every decision counted once: {c:?}"
     );
     // No key in any label.
-    for series in m.keys() {
+    for series in m.names() {
         assert!(
             !series.contains("=k,")
                 && !series.contains("=k}")

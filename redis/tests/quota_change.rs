@@ -4,16 +4,17 @@
 //! have written. Against a real `redis-server`, at fixed server times (the test-only time
 //! argument), with fixed seeds.
 
-#[path = "support/quotas.rs"]
-mod quotas;
-use tollgate_testkit::rng;
-
-use quotas::{log_uniform, quota};
-use rng::Rng;
 use std::time::Duration;
 use tollgate::{gcra, Denied, Quota};
 use tollgate_redis::{Error, Leases, RedisLimiter, ORIGIN_UNIX_US};
+use tollgate_testkit::random_quotas::{log_uniform, quota};
 use tollgate_testkit::redis_server::RedisServer;
+use tollgate_testkit::rng::Rng;
+
+/// The quotas the script holds.
+fn fits(q: Quota) -> bool {
+    tollgate_redis::check_quota(q).is_ok()
+}
 
 const PAIRS: usize = 400;
 const READS: usize = 5;
@@ -25,7 +26,7 @@ fn other(rng: &mut Rng, a: &Quota) -> Quota {
         let q = match rng.below(3) {
             0 => Quota::new(a.tokens(), a.per(), log_uniform(rng, 10_000_000)),
             1 => Quota::new(log_uniform(rng, 1_000_000_000), a.per(), a.burst()),
-            _ => return quota(rng),
+            _ => return quota(rng, fits),
         };
         if let Ok(q) = q {
             if tollgate_redis::check_quota(q).is_ok() {
@@ -33,7 +34,7 @@ fn other(rng: &mut Rng, a: &Quota) -> Quota {
             }
         }
     }
-    quota(rng)
+    quota(rng, fits)
 }
 
 /// Units `q` earns by `now_ns`, rounded down (the model's `earned_floor`).
@@ -60,7 +61,7 @@ fn pairs(seed: u64) -> Vec<Pair> {
     let mut rng = Rng(seed);
     (0..PAIRS)
         .map(|i| {
-            let a = quota(&mut rng);
+            let a = quota(&mut rng, fits);
             let b = other(&mut rng, &a);
             let token_us = (a.refill_time(1).as_micros() as u64).max(1);
             let full_us = (a.refill_time(a.burst()).as_micros() as u64).max(1);

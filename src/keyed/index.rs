@@ -2,32 +2,15 @@
 //!
 //! # Layout
 //!
-//! One `Box<[AtomicU128]>` allocated once, never resized. The table's full size is `capacity =
-//! max(8, next_power_of_two(2 × max_keys))` slots; entries live in the *current region*, a
-//! power-of-two run of slots, linear probing from `fingerprint & (len − 1)`. The region starts
-//! at 64 slots (or the whole table, if smaller) and doubles as keys arrive, up to `capacity`, so
-//! that live entries fill between about ¼ and ½ of it at every size: a table built for a
-//! million keys holding ten thousand keeps them in 512 KiB, not 32 MiB. It never shrinks.
-//!
-//! A doubling *migrates* the entries from the old region to a new one of twice its size a few
-//! at a time (below), so both exist for a while and must not overlap. Regions of size
-//! `capacity / 2^k` lie at the front of the buffer (offset 0) for even `k` and at its back
-//! (offset `capacity`) for odd `k`: the buffer holds `capacity + capacity / 2` slots (just
-//! `capacity` when the first region is the whole table), any two successive regions are
-//! disjoint, and a region reuses only slots of regions at least two doublings older, which
-//! were emptied when they were migrated from.
+//! The buffer, its regions and their doublings: the module docs of `layout`.
 //!
 //! A slot is one 128-bit word `fingerprint << 64 | state`: the key's 64-bit fingerprint (a
 //! seeded hash; `0` = empty, real hashes 0 and 1 are remapped to 2 and 3) and its
 //! [`gcra`](crate::gcra) state. **Keys are not stored**: two keys with equal fingerprints share
 //! one bucket (see [`KeyedLimiter`](super::KeyedLimiter)'s docs for that trade). 16 bytes per slot
-//! and 1.5 × `capacity` slots: 48 to 96 bytes per unit of `max_keys` (50.3 at `max_keys` =
-//! 1,000,000), allocated up front as a collection of zeroed atomics (the core forbids
-//! `unsafe`, so there is no explicitly zeroed allocation). Optimized builds turn that into a
-//! zeroed allocation (`calloc`: fresh pages the OS maps on first touch), so only the pages of
-//! the regions used so far become resident — measured on Linux, a table for 2^20 keys holding
-//! 10,000 keys adds 0.8 MB of RSS, and 1,000,000 keys 49 MB (both sides of the buffer) — but
-//! that is the optimizer's choice, not a guarantee: a debug build writes every page.
+//! and 1.5 × `capacity` slots: 48 to 96 bytes per unit of `max_keys`, allocated up front as
+//! zeroed atomics, which optimized builds turn into a zeroed allocation whose pages become
+//! resident only when used (the optimizer's choice, not a guarantee).
 //!
 //! # Protocol
 //!
@@ -61,9 +44,8 @@ pub(crate) struct Index {
     /// The current region and whether a migration is in progress ([`encode`]). Written only
     /// under the mutex, when a migration starts or ends; read with `Acquire` by every probe.
     layout: AtomicU64,
-    /// Odd while entries move (a migration step, or an eviction shifting its chain back);
-    /// incremented before and after: a lock-free miss is only trusted if this did not change
-    /// around it.
+    /// Odd while entries move (a migration step, an eviction's shift back): a lock-free miss is
+    /// trusted only if this did not change around it.
     rebuilds: AtomicU64,
     /// Serializes every change of a fingerprint or of `layout`.
     lock: Mutex<Meta>,
@@ -76,17 +58,14 @@ struct Meta {
     cursor: usize,
     /// Slots the current pass has still to examine.
     pass_left: usize,
-    /// The earliest full instant of the entries this pass saw not full, or that were inserted
-    /// since it began, or that an eviction's shift moved and the step neither reported nor
-    /// evicted where they landed (`shift_back`, `evict_landed`): when the pass ends, a lower
-    /// bound on every live entry's full instant. Entries a migration moves need no folding:
-    /// the pass restarts when a migration starts, and its cursor walks the new region only
-    /// once the migration has ended, so it examines them where they landed.
+    /// The earliest full instant of the entries this pass saw not full, inserted since it
+    /// began, or moved by an eviction's shift unexamined (`shift_back`, `evict_landed`): when
+    /// the pass ends, a lower bound on every live entry's full instant. A migration restarts
+    /// the pass, so the entries it moves are examined where they land.
     pass_min: u64,
     /// The migration in progress, if any.
     migration: Option<Migration>,
-    /// Passes restarted by a migration's start (the sweep's progress through a pass no longer
-    /// counts then: see [`Locked::restarts`]).
+    /// Passes restarted by a migration's start ([`Locked::restarts`]).
     restarts: u64,
     /// Entries moved from an old region to a new one, ever (counted for the tests).
     #[cfg(test)]

@@ -5,8 +5,9 @@
 use super::{MultiBucket, Store};
 use crate::clock::Clock;
 use crate::limits::MAX_LIMITS;
-use crate::persist::format::{kind, FrameReader, FrameWriter, Limiter, Payload};
-use crate::persist::{downtime, lack, restored_state, wall_ns, RestoreError};
+use crate::persist::format::{kind, Cursor, Limiter, Payload};
+use crate::persist::single::SingleFrame;
+use crate::persist::{lack, restored_state, RestoreError};
 use crate::quota::Quota;
 use std::io::{self, Read, Write};
 use std::time::SystemTime;
@@ -76,22 +77,6 @@ impl<C: Clock> MultiBucket<C> {
         self.save_with(w, || wall)
     }
 
-    fn save_with<W: Write>(&self, w: W, wall: impl FnOnce() -> SystemTime) -> io::Result<()> {
-        // The clock, then the wall clock: see `Bucket::save`.
-        let now = self.clock().now();
-        let states = self.states();
-        let wall = wall_ns(wall())?;
-        let quotas = self.limits().quotas();
-        let mut p = Payload::default();
-        p.u8(quotas.len() as u8);
-        for (q, &s) in quotas.iter().zip(&states) {
-            p.quota(q).u64(lack(s, now, q));
-        }
-        let mut fw = FrameWriter::start(w, Limiter::Multi, wall)?;
-        fw.frame(kind::MULTI, &p.0)?;
-        fw.finish().map(drop)
-    }
-
     /// Restores a state written by [`save`](MultiBucket::save) (feature `persist`): each
     /// quota's, refilled over the downtime ([`SystemTime::now`]), converted by position to this
     /// bucket's quota as [`Bucket::set_quota`](crate::Bucket::set_quota) converts. Each quota
@@ -126,44 +111,58 @@ impl<C: Clock> MultiBucket<C> {
     pub fn restore_at<R: Read>(&self, r: R, wall: SystemTime) -> Result<(), RestoreError> {
         self.restore_with(r, || wall)
     }
+}
 
-    fn restore_with<R: Read>(
-        &self,
-        r: R,
-        wall: impl FnOnce() -> SystemTime,
-    ) -> Result<(), RestoreError> {
-        let mut fr = FrameReader::open(r, Limiter::Multi)?;
-        let mut saved: [(Option<Quota>, u64); MAX_LIMITS] = [(None, 0); MAX_LIMITS];
-        let n = {
-            let mut c = fr.expect(kind::MULTI)?;
-            let n = usize::from(c.u8()?);
-            if n == 0 || n > MAX_LIMITS {
-                return Err(RestoreError::Corrupt("an invalid number of quotas"));
-            }
-            for s in &mut saved[..n] {
-                *s = (Some(c.quota()?), c.u64()?);
-            }
-            c.end()?;
-            n
-        };
-        fr.expect(kind::END)?;
+impl<C: Clock> SingleFrame for MultiBucket<C> {
+    const LIMITER: Limiter = Limiter::Multi;
+    const KIND: u8 = kind::MULTI;
+    /// Each saved quota and its lack from full, by position, and how many there are.
+    type Saved = ([(Option<Quota>, u64); MAX_LIMITS], usize);
+
+    fn payload(&self) -> Payload {
+        let now = self.clock().now();
+        let states = self.states();
         let quotas = self.limits().quotas();
-        if n != quotas.len() {
+        let mut p = Payload::default();
+        p.u8(quotas.len() as u8);
+        for (q, &s) in quotas.iter().zip(&states) {
+            p.quota(q).u64(lack(s, now, q));
+        }
+        p
+    }
+
+    fn decode(mut c: Cursor<'_>) -> Result<Self::Saved, RestoreError> {
+        let mut saved: [(Option<Quota>, u64); MAX_LIMITS] = [(None, 0); MAX_LIMITS];
+        let n = usize::from(c.u8()?);
+        if n == 0 || n > MAX_LIMITS {
+            return Err(RestoreError::Corrupt("an invalid number of quotas"));
+        }
+        for s in &mut saved[..n] {
+            *s = (Some(c.quota()?), c.u64()?);
+        }
+        c.end()?;
+        Ok((saved, n))
+    }
+
+    fn check(&self, &(_, n): &Self::Saved) -> Result<(), RestoreError> {
+        let restoring = self.limits().quotas().len();
+        if n != restoring {
             return Err(RestoreError::LimitsChanged {
                 saved: n,
-                restoring: quotas.len(),
+                restoring,
             });
         }
-        // The wall clock, then the bucket's clock: see `Bucket::restore`.
-        let down = downtime(fr.wall_ns(), wall())?;
+        Ok(())
+    }
+
+    fn apply(&self, (saved, _): Self::Saved, down: u64) {
         let now = self.clock().now();
         let mut to = [0u64; MAX_LIMITS];
-        for ((t, (old, missing)), new) in to.iter_mut().zip(&saved).zip(quotas) {
+        for ((t, (old, missing)), new) in to.iter_mut().zip(&saved).zip(self.limits().quotas()) {
             if let Some(old) = old {
                 *t = restored_state(*missing, down, now, old, new);
             }
         }
         self.raise(&to);
-        Ok(())
     }
 }

@@ -1,8 +1,9 @@
 //! [`Bucket`]'s saved state: a `BUCKET` frame with the quota and the units the bucket lacks
 //! from full at the save's anchor.
 
-use super::format::{kind, Cursor, FrameReader, FrameWriter, Limiter, Payload};
-use super::{downtime, lack, restored_state, wall_ns, RestoreError};
+use super::format::{kind, Cursor, Limiter, Payload};
+use super::single::SingleFrame;
+use super::{lack, restored_state, RestoreError};
 use crate::bucket::Bucket;
 use crate::clock::Clock;
 use crate::quota::Quota;
@@ -66,23 +67,6 @@ impl<C: Clock> Bucket<C> {
         self.save_with(w, || wall)
     }
 
-    fn save_with<W: Write>(&self, w: W, wall: impl FnOnce() -> SystemTime) -> io::Result<()> {
-        // The clock first, then the wall clock: the anchor's wall time is then no earlier than
-        // the instant the state is measured at, so a restore refills no more than the downtime.
-        let now = self.clock().now();
-        let (state, quota) = self.update(|s, q| (None, (s, *q)));
-        let wall = wall_ns(wall())?;
-        let mut p = Payload::default();
-        Saved {
-            quota,
-            lack: lack(state, now, &quota),
-        }
-        .write(&mut p);
-        let mut fw = FrameWriter::start(w, Limiter::Bucket, wall)?;
-        fw.frame(kind::BUCKET, &p.0)?;
-        fw.finish().map(drop)
-    }
-
     /// Restores a state written by [`save`](Bucket::save) (feature `persist`), refilled over
     /// the downtime measured on the wall clock ([`SystemTime::now`]), at most to the burst.
     /// A state saved under another quota is converted as [`set_quota`](Bucket::set_quota)
@@ -125,29 +109,37 @@ impl<C: Clock> Bucket<C> {
     pub fn restore_at<R: Read>(&self, r: R, wall: SystemTime) -> Result<(), RestoreError> {
         self.restore_with(r, || wall)
     }
+}
 
-    fn restore_with<R: Read>(
-        &self,
-        r: R,
-        wall: impl FnOnce() -> SystemTime,
-    ) -> Result<(), RestoreError> {
-        let mut fr = FrameReader::open(r, Limiter::Bucket)?;
-        let saved = {
-            let mut c = fr.expect(kind::BUCKET)?;
-            let saved = Saved::read(&mut c)?;
-            c.end()?;
-            saved
-        };
-        fr.expect(kind::END)?;
-        // The wall clock first, then the bucket's: the downtime then ends no later than the
-        // reading the state is rebuilt at.
-        let down = downtime(fr.wall_ns(), wall())?;
+impl<C: Clock> SingleFrame for Bucket<C> {
+    const LIMITER: Limiter = Limiter::Bucket;
+    const KIND: u8 = kind::BUCKET;
+    type Saved = Saved;
+
+    fn payload(&self) -> Payload {
+        let now = self.clock().now();
+        let (state, quota) = self.update(|s, q| (None, (s, *q)));
+        let mut p = Payload::default();
+        Saved {
+            quota,
+            lack: lack(state, now, &quota),
+        }
+        .write(&mut p);
+        p
+    }
+
+    fn decode(mut c: Cursor<'_>) -> Result<Saved, RestoreError> {
+        let saved = Saved::read(&mut c)?;
+        c.end()?;
+        Ok(saved)
+    }
+
+    fn apply(&self, saved: Saved, down: u64) {
         let now = self.clock().now();
         self.update(|state, quota| {
             let restored = restored_state(saved.lack, down, now, &saved.quota, quota);
             // The stricter state: a later theoretical arrival time holds fewer tokens.
             (Some(restored).filter(|&r| r > state), ())
         });
-        Ok(())
     }
 }

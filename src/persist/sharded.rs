@@ -2,9 +2,11 @@
 //! whole bucket holds at the anchor (tokens leased to shards counted as spent), as a fraction
 //! `held / scale`. Only that total travels, so any shard count restores it.
 
-use super::format::{kind, FrameReader, FrameWriter, Limiter, Payload};
-use super::{downtime, wall_ns, RestoreError};
+use super::format::{kind, Cursor, Limiter, Payload};
+use super::single::SingleFrame;
+use super::RestoreError;
 use crate::clock::Clock;
+use crate::quota::Quota;
 use crate::sharded::ShardedBucket;
 use std::io::{self, Read, Write};
 use std::time::SystemTime;
@@ -44,18 +46,6 @@ impl<C: Clock> ShardedBucket<C> {
         self.save_with(w, || wall)
     }
 
-    fn save_with<W: Write>(&self, w: W, wall: impl FnOnce() -> SystemTime) -> io::Result<()> {
-        // The clock, then the wall clock: see `Bucket::save`.
-        let now = self.clock().now();
-        let (held, scale, _) = self.held_units(now);
-        let wall = wall_ns(wall())?;
-        let mut p = Payload::default();
-        p.quota(&self.quota()).u128(held).u64(scale);
-        let mut fw = FrameWriter::start(w, Limiter::Sharded, wall)?;
-        fw.frame(kind::SHARDED, &p.0)?;
-        fw.finish().map(drop)
-    }
-
     /// Restores a state written by [`save`](ShardedBucket::save) (feature `persist`): the
     /// tokens held then, plus what the downtime ([`SystemTime::now`]) refills at the saved
     /// rate, capped at the saved burst and at this bucket's. The central word keeps the smaller
@@ -91,24 +81,44 @@ impl<C: Clock> ShardedBucket<C> {
         self.restore_with(r, || wall)
     }
 
-    fn restore_with<R: Read>(
-        &self,
-        r: R,
-        wall: impl FnOnce() -> SystemTime,
-    ) -> Result<(), RestoreError> {
-        let mut fr = FrameReader::open(r, Limiter::Sharded)?;
-        let (old, held, scale) = {
-            let mut c = fr.expect(kind::SHARDED)?;
-            let v = (c.quota()?, c.u128()?, c.u64()?);
-            c.end()?;
-            v
-        };
-        if scale == 0 {
+    /// Empties the central word now (feature `persist`): what a process that cannot restore
+    /// its state should do instead of starting full (tokens already leased to shards stay
+    /// theirs). It refills from here at the quota's rate.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, ShardedBucket};
+    /// let bucket = ShardedBucket::with_clock(Quota::per_second(8).unwrap(), 4, ManualClock::new());
+    /// bucket.drain();
+    /// assert_eq!(bucket.available(), 0);
+    /// ```
+    pub fn drain(&self) {
+        self.limit_held(self.clock().now(), 0);
+    }
+}
+
+impl<C: Clock> SingleFrame for ShardedBucket<C> {
+    const LIMITER: Limiter = Limiter::Sharded;
+    const KIND: u8 = kind::SHARDED;
+    /// The saved quota, and the tokens held as `held / scale`.
+    type Saved = (Quota, u128, u64);
+
+    fn payload(&self) -> Payload {
+        let (held, scale, _) = self.held_units(self.clock().now());
+        let mut p = Payload::default();
+        p.quota(&self.quota()).u128(held).u64(scale);
+        p
+    }
+
+    fn decode(mut c: Cursor<'_>) -> Result<Self::Saved, RestoreError> {
+        let v = (c.quota()?, c.u128()?, c.u64()?);
+        c.end()?;
+        if v.2 == 0 {
             return Err(RestoreError::Corrupt("a zero unit scale"));
         }
-        fr.expect(kind::END)?;
-        // The wall clock, then the bucket's clock: see `Bucket::restore`.
-        let down = downtime(fr.wall_ns(), wall())?;
+        Ok(v)
+    }
+
+    fn apply(&self, (old, held, scale): Self::Saved, down: u64) {
         let now = self.clock().now();
         let (_, target, cap) = self.held_units(now);
         let target = u128::from(target);
@@ -122,20 +132,5 @@ impl<C: Clock> ShardedBucket<C> {
             .min(old_burst)
             .min(cap);
         self.limit_held(now, tokens);
-        Ok(())
-    }
-
-    /// Empties the central word now (feature `persist`): what a process that cannot restore
-    /// its state should do instead of starting full (tokens already leased to shards stay
-    /// theirs). It refills from here at the quota's rate.
-    ///
-    /// ```
-    /// use tollgate::{ManualClock, Quota, ShardedBucket};
-    /// let bucket = ShardedBucket::with_clock(Quota::per_second(8).unwrap(), 4, ManualClock::new());
-    /// bucket.drain();
-    /// assert_eq!(bucket.available(), 0);
-    /// ```
-    pub fn drain(&self) {
-        self.limit_held(self.clock().now(), 0);
     }
 }

@@ -5,8 +5,9 @@ use super::fixed::MAX_MICROS;
 use super::guava::{Mode, Params, State};
 use super::Smooth;
 use crate::clock::Clock;
-use crate::persist::format::{kind, FrameReader, FrameWriter, Limiter, Payload};
-use crate::persist::{downtime, wall_ns, RestoreError};
+use crate::persist::format::{kind, Cursor, Limiter, Payload};
+use crate::persist::single::SingleFrame;
+use crate::persist::RestoreError;
 use std::io::{self, Read, Write};
 use std::time::SystemTime;
 
@@ -55,25 +56,6 @@ impl<C: Clock> Smooth<C> {
         self.save_with(w, || wall)
     }
 
-    fn save_with<W: Write>(&self, w: W, wall: impl FnOnce() -> SystemTime) -> io::Result<()> {
-        // The clock, then the wall clock: see `Bucket::save`.
-        let now = self.now_micros();
-        let (state, params) = self.update(|s, p| (None, (s, *p)));
-        let wall = wall_ns(wall())?;
-        let (tag, a, b) = mode_words(self.mode);
-        let mut p = Payload::default();
-        p.u8(tag).u64(a).u64(b);
-        for word in params.to_raw() {
-            p.u64(word);
-        }
-        // Both below 2^53: the difference fits.
-        p.i64(state.next as i64 - now as i64)
-            .u64(state.stored.to_bits());
-        let mut fw = FrameWriter::start(w, Limiter::Smooth, wall)?;
-        fw.frame(kind::SMOOTH, &p.0)?;
-        fw.finish().map(drop)
-    }
-
     /// Restores a state written by [`save`](Smooth::save) (feature `persist`), as Guava's own
     /// arithmetic would have carried it through the downtime ([`SystemTime::now`]): the next
     /// free time moves that much closer, and idle time past it stores permits (up to the
@@ -110,29 +92,38 @@ impl<C: Clock> Smooth<C> {
     pub fn restore_at<R: Read>(&self, r: R, wall: SystemTime) -> Result<(), RestoreError> {
         self.restore_with(r, || wall)
     }
+}
 
-    fn restore_with<R: Read>(
-        &self,
-        r: R,
-        wall: impl FnOnce() -> SystemTime,
-    ) -> Result<(), RestoreError> {
-        let mut fr = FrameReader::open(r, Limiter::Smooth)?;
-        let (tag, old, next_rel, stored) = {
-            let mut c = fr.expect(kind::SMOOTH)?;
-            let (tag, _, _) = (c.u8()?, c.u64()?, c.u64()?);
-            let mut raw = [0u64; 6];
-            for word in &mut raw {
-                *word = c.u64()?;
-            }
-            let v = (
-                tag,
-                Params::from_raw(raw),
-                c.i64()?,
-                f64::from_bits(c.u64()?),
-            );
-            c.end()?;
-            v
-        };
+impl<C: Clock> SingleFrame for Smooth<C> {
+    const LIMITER: Limiter = Limiter::Smooth;
+    const KIND: u8 = kind::SMOOTH;
+    /// The saved parameters (`Params::to_raw`), the next free time relative to the save's
+    /// reading (µs) and the stored permits.
+    type Saved = ([u64; 6], i64, f64);
+
+    fn payload(&self) -> Payload {
+        let now = self.now_micros();
+        let (state, params) = self.update(|s, p| (None, (s, *p)));
+        let (tag, a, b) = mode_words(self.mode);
+        let mut p = Payload::default();
+        p.u8(tag).u64(a).u64(b);
+        for word in params.to_raw() {
+            p.u64(word);
+        }
+        // Both below 2^53: the difference fits.
+        p.i64(state.next as i64 - now as i64)
+            .u64(state.stored.to_bits());
+        p
+    }
+
+    fn decode(mut c: Cursor<'_>) -> Result<Self::Saved, RestoreError> {
+        let (tag, _, _) = (c.u8()?, c.u64()?, c.u64()?);
+        let mut raw = [0u64; 6];
+        for word in &mut raw {
+            *word = c.u64()?;
+        }
+        let (old, next_rel, stored) = (Params::from_raw(raw), c.i64()?, f64::from_bits(c.u64()?));
+        c.end()?;
         let sane = |x: f64| x.is_finite() && x >= 0.0;
         if !(tag == 1 || tag == 2)
             || !sane(old.max)
@@ -143,9 +134,12 @@ impl<C: Clock> Smooth<C> {
         {
             return Err(RestoreError::Corrupt("invalid Smooth parameters"));
         }
-        fr.expect(kind::END)?;
-        // The wall clock, then the limiter's clock: see `Bucket::restore`.
-        let down = i128::from(downtime(fr.wall_ns(), wall())? / 1000);
+        Ok((raw, next_rel, stored))
+    }
+
+    fn apply(&self, (raw, next_rel, stored): Self::Saved, down: u64) {
+        let old = Params::from_raw(raw);
+        let down = i128::from(down / 1000);
         let now = self.now_micros();
         self.update(|cur, p| {
             // The saved next free time on this limiter's clock (before its origin if negative).
@@ -177,6 +171,5 @@ impl<C: Clock> Smooth<C> {
             s.next = s.next.max(cur.next);
             (Some(s), ())
         });
-        Ok(())
     }
 }

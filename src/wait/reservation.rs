@@ -10,9 +10,6 @@ use core::time::Duration;
 /// Tokens taken ahead by [`Bucket::reserve`]: wait [`delay`](Reservation::delay) before acting,
 /// or give them back with [`cancel`](Reservation::cancel). Dropping it keeps the tokens taken.
 ///
-/// It remembers the bucket state right after it, its due instant, its cost, and the quota (with
-/// the word's quota epoch) it was made under.
-///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::{Bucket, ManualClock, Quota};
@@ -72,17 +69,12 @@ impl<C: Clock> Reservation<'_, C> {
     /// due before now (Go's rule), or when the quota was changed since, it gives back nothing:
     /// the tokens stay consumed, which can refuse more, never admit more.
     ///
-    /// This is what makes cancellation safe whatever the clock readings: with a stale reading
-    /// (a canceller preempted between reading the clock and acting), a clock that stepped back,
-    /// and in any cancel order, no window ever admits more than `burst + rate·Δ`. Nested
-    /// reservations cancelled in reverse order (last taken, first cancelled) all come back;
-    /// one cancelled while a later reservation or decision still holds stays consumed.
-    ///
-    /// No partial refund (unlike Go's `x/time/rate`, see docs/guarantees.md): after any later
-    /// admission the bucket cannot tell a later decision's debit from the refill that already
-    /// replaced this reservation's tokens ([`gcra::cancel`]). For the same reason any
-    /// reconfiguration since the reservation ([`Bucket::set_quota`] with a
-    /// different quota, even one that later switches back) makes `cancel` give back nothing.
+    /// So whatever the clock readings (stale, stepped back) and the cancel order, no window ever
+    /// admits more than `burst + rate·Δ`. Nested reservations cancelled in reverse order all
+    /// come back. No partial refund: after any later admission the bucket cannot tell a debit
+    /// from the refill that replaced this reservation's tokens ([`gcra::cancel`];
+    /// docs/guarantees.md compares Go's `x/time/rate`). A reconfiguration since
+    /// ([`Bucket::set_quota`], even one that later switches back) counts as a change too.
     ///
     /// ```
     /// use std::time::Duration;

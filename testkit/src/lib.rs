@@ -12,6 +12,8 @@
 //! | [`rng`] | [`rng::Rng`]: the seeded xorshift generator (the only one) |
 //! | [`wakers`] | counting and thread wakers, and [`wakers::block_on`] |
 //! | [`quotas`] | short constructors: [`quotas::ms`], [`quotas::quota`] |
+//! | [`random_quotas`] | log-uniform random quotas and quotas at the ends of a backend's range |
+//! | `recorder` | (feature `metrics`) a debugging recorder, local or global, and its snapshots by series name |
 //! | [`contention`] | run a closure on several threads from a spinning start line, slowest thread's time |
 //! | [`redis_server`] | throwaway `redis-server` processes and a three-master cluster on loopback ports |
 
@@ -19,6 +21,9 @@ pub mod contention;
 pub mod guava;
 pub mod model;
 pub mod quotas;
+pub mod random_quotas;
+#[cfg(feature = "metrics")]
+pub mod recorder;
 pub mod redis_server;
 pub mod rng;
 pub mod stall;

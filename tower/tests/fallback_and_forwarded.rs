@@ -20,7 +20,7 @@ use tower::{service_fn, Layer, ServiceExt};
 /// were fine, and `RateLimit: r`, from the local snapshot, disagreed with `q`.)
 #[tokio::test]
 async fn local_fallback_headers_report_the_quota_that_decided() {
-    let Some(server) = RedisServer::start("regressions::local_fallback_headers") else {
+    let Some(server) = RedisServer::start("fallback_and_forwarded::local_fallback_headers") else {
         return;
     };
     let limiter = RedisLimiter::builder(&server.url(), Quota::per_second(100).unwrap())

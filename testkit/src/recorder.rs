@@ -1,6 +1,6 @@
-//! Reading back what a limiter recorded: a local `DebuggingRecorder` and a snapshot keyed by
-//! `name{label=value,…}` (labels sorted), as a Prometheus scrape would name the series.
-#![allow(dead_code, unreachable_pub)]
+//! Reading back what a limiter recorded (feature `metrics`): a `DebuggingRecorder`, local to a
+//! test or installed globally, and snapshots keyed by `name{label=value,…}` (labels sorted), as
+//! a Prometheus scrape would name the series.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +13,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// A fresh recorder, not yet installed anywhere.
     pub fn new() -> Recorder {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
@@ -30,18 +31,45 @@ impl Recorder {
 
     /// Every series recorded so far (each snapshot drains counters and histograms: take one).
     pub fn snapshot(&self) -> Series {
-        let mut series = BTreeMap::new();
-        for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
-            let key = key.key();
-            let mut labels: Vec<String> = key
-                .labels()
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect();
-            labels.sort();
-            series.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
-        }
-        Series(series)
+        series(&self.snapshotter)
     }
+
+    /// Installs this recorder as the global one, for limiters named where a local recorder
+    /// does not reach (inside an async builder); returns what reads it. Once per process.
+    pub fn install_global(self) -> Snapshots {
+        metrics::set_global_recorder(self.recorder).expect("a global recorder was already set");
+        Snapshots(self.snapshotter)
+    }
+}
+
+impl Default for Recorder {
+    fn default() -> Recorder {
+        Recorder::new()
+    }
+}
+
+/// Reads a recorder installed with [`Recorder::install_global`].
+pub struct Snapshots(Snapshotter);
+
+impl Snapshots {
+    /// Every series recorded since the last snapshot (counters and histograms are drained).
+    pub fn snapshot(&self) -> Series {
+        series(&self.0)
+    }
+}
+
+fn series(snapshotter: &Snapshotter) -> Series {
+    let mut series = BTreeMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        series.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
+    }
+    Series(series)
 }
 
 /// One snapshot's series.
@@ -66,6 +94,11 @@ impl Series {
         }
     }
 
+    /// How many samples the histogram `series` holds (0 if none).
+    pub fn samples(&self, series: &str) -> usize {
+        self.histogram(series).len()
+    }
+
     /// The histogram `series`' samples, in recording order (empty if none).
     pub fn histogram(&self, series: &str) -> Vec<f64> {
         match self.0.get(series) {
@@ -87,6 +120,11 @@ impl Series {
         self.histogram(&format!(
             "tollgate_retry_after_seconds{{limiter={limiter}}}"
         ))
+    }
+
+    /// Every series' name, `name{label=value,…}`.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
     }
 
     /// Every label value of every series.

@@ -1,10 +1,10 @@
-//! Random quotas for the script's tests (shared by `differential.rs` and `quota_change.rs`).
-#![allow(dead_code, unreachable_pub)]
+//! Random quotas over the whole range, log-uniform, and quotas at the ends of a backend's range.
+//! `fits` says which quotas a backend holds (tollgate-redis: `check_quota(q).is_ok()`); every
+//! quota returned passes it.
 
 use crate::rng::Rng;
 use std::time::Duration;
 use tollgate::Quota;
-use tollgate_redis::check_quota;
 
 /// Log-uniform in `1..=max`.
 pub fn log_uniform(rng: &mut Rng, max: u64) -> u64 {
@@ -14,8 +14,8 @@ pub fn log_uniform(rng: &mut Rng, max: u64) -> u64 {
     (rng.next() & hi).clamp(1, max)
 }
 
-/// A random quota the script holds (tries until one fits; most do).
-pub fn quota(rng: &mut Rng) -> Quota {
+/// A random quota that `fits` (tries until one does; most do).
+pub fn quota(rng: &mut Rng, fits: impl Fn(Quota) -> bool) -> Quota {
     loop {
         let tokens = match rng.below(4) {
             0 => [1, 2, 3, 7, 10, 100, 1000, 999_999_937][rng.below(8) as usize],
@@ -34,16 +34,17 @@ pub fn quota(rng: &mut Rng) -> Quota {
         };
         let burst = log_uniform(rng, 10_000_000);
         if let Ok(q) = Quota::new(tokens, Duration::from_nanos(per), burst) {
-            if check_quota(q).is_ok() {
+            if fits(q) {
                 return q;
             }
         }
     }
 }
 
-/// The largest burst `check_quota` accepts for `tokens` per `per` (0: none).
-pub fn max_burst(tokens: u64, per: Duration) -> u64 {
-    let ok = |b: u64| Quota::new(tokens, per, b).is_ok_and(|q| check_quota(q).is_ok());
+/// The largest burst that `fits` for `tokens` per `per` (0: none), assuming a smaller burst
+/// fits whenever a larger one does.
+pub fn max_burst(tokens: u64, per: Duration, fits: impl Fn(Quota) -> bool) -> u64 {
+    let ok = |b: u64| Quota::new(tokens, per, b).is_ok_and(&fits);
     if !ok(1) {
         return 0;
     }
@@ -59,10 +60,9 @@ pub fn max_burst(tokens: u64, per: Duration) -> u64 {
     lo
 }
 
-/// A quota at an end of the script's range: a fast or slow rate (10^9/s, 1/year, one per
-/// hour, a prime rate) with a burst within a few tokens of the largest the script holds, or a
-/// burst of 1 on the slowest rates.
-pub fn edge_quota(rng: &mut Rng) -> Quota {
+/// A quota at an end of the range: a fast or slow rate (10^9/s, 1/year, one per hour, a prime
+/// rate) with a burst within a few tokens of the largest that `fits`, or a burst of 1.
+pub fn edge_quota(rng: &mut Rng, fits: impl Fn(Quota) -> bool) -> Quota {
     const YEAR: u64 = 365 * 86_400 * 1_000_000_000;
     loop {
         let (tokens, per) = match rng.below(6) {
@@ -74,7 +74,7 @@ pub fn edge_quota(rng: &mut Rng) -> Quota {
             _ => (1 + rng.below(1000), 1_000 * (1 + rng.below(YEAR / 1_000))),
         };
         let per = Duration::from_nanos(per);
-        let max = max_burst(tokens, per);
+        let max = max_burst(tokens, per, &fits);
         if max == 0 {
             continue;
         }
