@@ -43,7 +43,10 @@ use core::fmt;
 /// * **Two quotas are lock-free in one compare-and-swap**: both 64-bit states live in one
 ///   `AtomicU128` (`portable-atomic`'s native `cmpxchg16b` on x86_64, `CASP` or an exclusive
 ///   pair on AArch64; on targets without a native 128-bit CAS it is a short critical section,
-///   not lock-free). One quota uses the same word.
+///   not lock-free). One quota uses the same word. On x86_64 `portable-atomic` reaches
+///   `cmpxchg16b` through a run-time CPU check; building with `RUSTFLAGS="-C
+///   target-feature=+cmpxchg16b"` (or `-C target-cpu=native`) inlines it, for a faster
+///   decision (`docs/benchmarks.md`).
 /// * **Three and four quotas** use four words under a sequence lock: refusals read without
 ///   writing, admissions take a short writer lock (four stores) and are **not lock-free** —
 ///   no target has a 256-bit compare-and-swap (see the design note in `src/multi/store.rs`).
@@ -198,7 +201,40 @@ impl<C: Clock> MultiBucket<C> {
     /// ```
     #[inline]
     pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
-        self.try_acquire_detailed(cost).map_err(Denied::from)
+        // Each store's path on its own, returning `Denied` in registers (no quota index to
+        // carry): the call inlined at the caller is a branch and a call.
+        match &self.store {
+            Store::Pair(rates, pair) => self.try_acquire_pair(rates, pair, cost),
+            Store::Wide(rates, wide) => self.try_acquire_wide(rates, wide, cost),
+        }
+    }
+
+    /// [`try_acquire`](MultiBucket::try_acquire) for one or two quotas.
+    #[inline(never)]
+    fn try_acquire_pair(&self, rates: &Rates<2>, pair: &Pair, cost: u64) -> Result<(), Denied> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        pair.update(
+            |states| match decide::decide_pair(states, now, rates, cost) {
+                Ok(next) => (next, Ok(())),
+                Err(refusal) => (None, Err(refusal.denied())),
+            },
+        )
+    }
+
+    /// [`try_acquire`](MultiBucket::try_acquire) for three or four quotas.
+    #[inline(never)]
+    fn try_acquire_wide(&self, rates: &Rates<4>, wide: &Wide, cost: u64) -> Result<(), Denied> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        wide.update(|states| {
+            let (next, verdict) = acquire(states, now, rates, cost);
+            (next, verdict.map_err(Denied::from))
+        })
     }
 
     /// [`try_acquire`](MultiBucket::try_acquire), naming the quota that refused (see

@@ -11,7 +11,7 @@
 use crate::error::Denied;
 use crate::gcra;
 use crate::limits::{Limits, MAX_LIMITS};
-use crate::quota::Scaled;
+use crate::quota::{Scaled, HORIZON_NS};
 use crate::refusal::Refusal;
 use crate::snapshot::Snapshot;
 
@@ -23,6 +23,11 @@ use crate::snapshot::Snapshot;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Rates<const N: usize> {
     pub(crate) rates: [Scaled; N],
+    /// Each quota's burst in state units (`burst × scale`), made once for every decision.
+    burst_units: [u64; N],
+    /// Every quota's units earned per nanosecond if every quota is exact (`div == 1`), for the
+    /// two-quota admission's straight-line test; `None` if any is inexact.
+    exact_muls: Option<[u64; N]>,
     min_burst: u64,
     min_burst_index: usize,
 }
@@ -40,6 +45,11 @@ impl<const N: usize> Rates<N> {
         }
         Rates {
             rates,
+            burst_units: rates.map(|r| r.burst_units()),
+            exact_muls: rates
+                .iter()
+                .all(|r| r.exact_mul().is_some())
+                .then(|| rates.map(|r| r.exact_mul().unwrap_or(0))),
             min_burst: quotas[min_burst_index].burst(),
             min_burst_index,
         }
@@ -111,8 +121,35 @@ pub(crate) fn decide_pair(
     if cost > rates.min_burst {
         return Err(Refusal::new(Denied::ExceedsBurst, rates.min_burst_index));
     }
-    let a = one(states[0], now, &rates.rates[0], cost);
-    let b = one(states[1], now, &rates.rates[1], cost);
+    let (a, b) = match rates.exact_muls {
+        // Both exact (the common policy): `one`'s arithmetic for both, the admission tested
+        // for both at once, the clock's cap on `now` taken once.
+        Some([m0, m1]) => {
+            let t = now.min(HORIZON_NS);
+            let (e0, e1) = (t * m0, t * m1);
+            let (c0, c1) = (cost * rates.rates[0].scale(), cost * rates.rates[1].scale());
+            let (w0, w1) = (states[0] + c0, states[1] + c1);
+            let (ok0, ok1) = (
+                w0 <= e0 + rates.burst_units[0],
+                w1 <= e1 + rates.burst_units[1],
+            );
+            if ok0 & ok1 {
+                return Ok(Some([states[0].max(e0) + c0, states[1].max(e1) + c1]));
+            }
+            let wait = |i: usize, want: u64| {
+                let at = rates.rates[i].instant_of_exact(want - rates.burst_units[i]);
+                Denied::RetryAfter(gcra::wait_until(at, now))
+            };
+            (
+                if ok0 { Ok(0) } else { Err(wait(0, w0)) },
+                if ok1 { Ok(0) } else { Err(wait(1, w1)) },
+            )
+        }
+        None => (
+            one(states[0], now, &rates.rates[0], rates.burst_units[0], cost),
+            one(states[1], now, &rates.rates[1], rates.burst_units[1], cost),
+        ),
+    };
     match (a, b) {
         (Ok(a), Ok(b)) => Ok(Some([a, b])),
         (Err(x), Ok(_)) => Err(Refusal::new(x, 0)),
@@ -127,15 +164,15 @@ pub(crate) fn decide_pair(
 /// One quota's decision for `0 < cost <= burst` on a state some quota produced
 /// (`<= MAX_UNITS`), which the caller guarantees: `gcra::try_acquire_scaled`'s arithmetic without
 /// its checks for the exact quotas; an inexact quota goes through `try_acquire_scaled` itself.
+/// `burst_units` is the quota's `burst × scale`.
 #[inline(always)]
-fn one(state: u64, now: u64, rate: &Scaled, cost: u64) -> Result<u64, Denied> {
+fn one(state: u64, now: u64, rate: &Scaled, burst_units: u64, cost: u64) -> Result<u64, Denied> {
     match rate.exact_earned(now) {
         Some(earned) => {
             // `state, cost·scale, earned + burst·scale <= MAX_UNITS` (the quota's range): no
             // overflow.
             let cost_units = cost * rate.scale();
             let want = state + cost_units;
-            let burst_units = rate.burst_units();
             if want <= earned + burst_units {
                 Ok(state.max(earned) + cost_units)
             } else {

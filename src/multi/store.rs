@@ -61,9 +61,27 @@ impl Pair {
     /// result; it is applied to the word just loaded and committed by one CAS on that exact
     /// word, and run again on the word that beat it if the CAS fails. `f` may run several
     /// times: no side effects.
+    ///
+    /// The first attempt is straight-line and the retries out of line: in one loop, the
+    /// compiler hoists every product `f` computes from its captures out of it and spills them.
     #[inline(always)]
     pub(crate) fn update<R>(&self, mut f: impl FnMut([u64; 2]) -> (Option<[u64; 2]>, R)) -> R {
-        let mut w = self.word.load(Ordering::Relaxed);
+        let w = self.word.load(Ordering::Relaxed);
+        let (next, result) = f(unpack(w));
+        let Some(next) = next else { return result };
+        match self
+            .word
+            .compare_exchange_weak(w, pack(next), Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => result,
+            Err(actual) => self.retry(actual, f),
+        }
+    }
+
+    /// [`Pair::update`] after a failed compare-and-swap, from the word that beat it.
+    #[cold]
+    #[inline(never)]
+    fn retry<R>(&self, mut w: u128, mut f: impl FnMut([u64; 2]) -> (Option<[u64; 2]>, R)) -> R {
         loop {
             let (next, result) = f(unpack(w));
             let Some(next) = next else { return result };
@@ -139,26 +157,49 @@ impl Wide {
     }
 
     /// The decision loop, as [`Pair::update`]: `f` on a consistent read; a write commits under
-    /// the lock only if no writer came since that read.
+    /// the lock only if no writer came since that read. The first attempt straight-line, the
+    /// retries out of line, as there.
     #[inline]
     pub(crate) fn update<R>(&self, mut f: impl FnMut([u64; 4]) -> (Option<[u64; 4]>, R)) -> R {
+        let (states, seq) = self.read();
+        let (next, result) = f(states);
+        let Some(next) = next else { return result };
+        if self.commit(seq, next) {
+            return result;
+        }
+        self.retry(f)
+    }
+
+    /// [`Wide::update`] after a writer came between its read and its commit.
+    #[cold]
+    #[inline(never)]
+    fn retry<R>(&self, mut f: impl FnMut([u64; 4]) -> (Option<[u64; 4]>, R)) -> R {
         loop {
             let (states, seq) = self.read();
             let (next, result) = f(states);
             let Some(next) = next else { return result };
-            if self
-                .seq
-                .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                continue;
+            if self.commit(seq, next) {
+                return result;
             }
-            fence(Ordering::Release);
-            for (word, value) in self.states.iter().zip(next) {
-                word.store(value, Ordering::Relaxed);
-            }
-            self.seq.store(seq + 2, Ordering::Release);
-            return result;
         }
+    }
+
+    /// Writes `next` if no writer took the lock since the read that returned `seq`; `false`
+    /// (nothing written) if one did.
+    #[inline(always)]
+    fn commit(&self, seq: u64, next: [u64; 4]) -> bool {
+        if self
+            .seq
+            .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        fence(Ordering::Release);
+        for (word, value) in self.states.iter().zip(next) {
+            word.store(value, Ordering::Relaxed);
+        }
+        self.seq.store(seq + 2, Ordering::Release);
+        true
     }
 }

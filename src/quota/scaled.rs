@@ -100,6 +100,12 @@ impl Scaled {
         (self.div == 1).then(|| now.min(HORIZON_NS) * self.mul)
     }
 
+    /// Units earned per nanosecond for an exact quota (`div == 1`), `None` for an inexact one.
+    #[inline(always)]
+    pub(crate) fn exact_mul(&self) -> Option<u64> {
+        (self.div == 1).then_some(self.mul)
+    }
+
     /// `(n, div)` with `n / div` the units earned from the origin to `now` (exactly, as a
     /// fraction): for product compares on inexact quotas.
     #[inline(always)]
