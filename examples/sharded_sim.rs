@@ -12,9 +12,8 @@
 //!   failed once (its reading went stale) and retried: one more transfer and one more CAS.
 //! * **The protocols** are the crate's rules, on token units: GCRA on the word; a lease of
 //!   `⌊(held − 1) / (8 × cores)⌋` tokens (at most 65,536) taken with a decision while the word
-//!   holds more than `1 + 8 × cores`; a refusal while leases may hold units probes 4 other
-//!   cores' leases; `dry_until` recorded by a refusal once no lease holds units or once a round
-//!   of probes that found nothing reached the last other core.
+//!   holds more than `1 + 8 × cores`; `dry_until` recorded by every refusal of the central
+//!   word, answering the core's one-token refusals before it from its own line.
 //!
 //! ```text
 //! cargo run --release --example sharded_sim -- [CORES] [T_W_NS] [RATE_PER_S] [BURST]
@@ -27,7 +26,6 @@ use std::collections::BinaryHeap;
 const HIT_NS: u64 = 1;
 const SPREAD: u64 = 8;
 const LEASE_MAX: u64 = 1 << 16;
-const PROBES: usize = 4;
 const SIM_NS: u64 = 20_000_000;
 
 /// SplitMix64.
@@ -127,7 +125,6 @@ struct Lease {
     frontier: u64,
     top: u64,
     dry_until: u64,
-    probe: usize,
 }
 
 /// The state of one simulated limiter. Units: 1 token = `1e9` units, `rate` units earned per ns.
@@ -139,7 +136,6 @@ struct Model {
     burst: u64,
     state: u64,
     leases: Vec<Lease>,
-    leased_until: u64,
     central: Line,
     shard_lines: Vec<Line>,
     counts: Counts,
@@ -189,7 +185,6 @@ impl Model {
             if lease > 0 {
                 let l = &mut self.leases[core];
                 (l.frontier, l.top) = (next - lease * UNIT, next);
-                self.leased_until = self.leased_until.max(next / self.rate);
                 self.leases_taken += 1;
                 self.lease_tokens += lease;
                 let end = self.shard_lines[core].cas(core, end, self.t_w, &mut self.counts, false);
@@ -199,27 +194,6 @@ impl Model {
         }
         if !self.sharded {
             return (false, now);
-        }
-        if t < self.leased_until {
-            let others = self.cores - 1;
-            let start = self.leases[core].probe % others;
-            for i in 0..PROBES.min(others) {
-                let v = (core + 1 + (start + i) % others) % self.cores;
-                now = self.shard_lines[v].read(core, now, self.t_w, &mut self.counts);
-                let l = self.leases[v];
-                let base = l.frontier.max(e);
-                if base + UNIT <= l.top && l.frontier + UNIT <= limit {
-                    self.leases[v].frontier = base + UNIT;
-                    self.leases[core].probe = (start + i) % others;
-                    let end = self.shard_lines[v].cas(core, now, self.t_w, &mut self.counts, false);
-                    return (true, end);
-                }
-            }
-            let end = start + PROBES.min(others);
-            self.leases[core].probe = if end >= others { 0 } else { end };
-            if end < others {
-                return (false, now);
-            }
         }
         // The instant the word holds one token again.
         let dry = (s + UNIT - burst).div_ceil(self.rate);
@@ -251,7 +225,6 @@ fn run(sharded: bool, cores: usize, t_w: u64, rate_per_s: u64, burst: u64, load:
         burst,
         state: 0,
         leases: vec![Lease::default(); cores],
-        leased_until: 0,
         central: Line::new(cores),
         shard_lines: vec![Line::new(cores); cores],
         counts: Counts::default(),

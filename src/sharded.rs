@@ -10,17 +10,15 @@
 //!   `b` at or after the units earned at its reading and `b + cost` at most one burst above
 //!   them — from the central word or from a lease alike. So the admissions of any window `Δ`
 //!   lie in an interval of `burst + rate·Δ` and never exceed it, whatever the readings' order.
-//! * **The loss**: a lease's units below the units earned lapse unspent (a refusal on another
-//!   shard reclaims them first, [`reclaim`]); a lease replaced with less than a token in it
-//!   loses that fraction. Both only ever refuse.
+//! * **The loss**: a lease's units below the units earned lapse unspent; a lease replaced with
+//!   less than a token in it loses that fraction. Both only ever refuse.
 //!
 //! The protocol, its proofs and the behaviour on 64 cores: `docs/sharded.md`.
 
 mod central;
 mod lease;
-mod reclaim;
 
-use self::central::{Ask, Central, Outcome, Refusal};
+use self::central::{Ask, Central, Outcome};
 use self::lease::{Fast, Lease};
 use crate::clock::{Clock, DefaultClock};
 use crate::error::Denied;
@@ -56,15 +54,13 @@ struct Earned {
 ///   eighth of the tokens.
 /// * **One word near the limit.** When the central word holds fewer than `cost + 8 × shards`
 ///   tokens, no lease is taken: a decision is one CAS on the central word, as a single
-///   [`Bucket`](crate::Bucket)'s is, and once every lease has lapsed a refusal reads that word,
-///   the shard's line and one rarely written word, and scans no other shard.
-/// * **What leases cost.** A lease's tokens serve its shard's threads first; a decision the
-///   central word refuses while leases may hold units probes up to 4 other shards' leases and
-///   spends from one that holds the cost, so an idle shard's lease serves the others. Tokens
-///   leased and not spent before the clock passes them lapse, and a lease replaced with less
-///   than a token in it loses that fraction ([`stranded_tokens`](ShardedBucket::stranded_tokens)):
-///   capacity lost, never a token created. On a frozen clock nothing lapses: everything
-///   admitted plus [`available`](ShardedBucket::available) is the burst.
+///   [`Bucket`](crate::Bucket)'s is, and a refusal reads that word and the shard's line, writes
+///   nothing and scans no other shard.
+/// * **What leases cost.** A lease's tokens serve only its shard's threads. Tokens leased and
+///   not spent before the clock passes them lapse, and a lease replaced with less than a token
+///   in it loses that fraction ([`stranded_tokens`](ShardedBucket::stranded_tokens)): capacity
+///   lost, never a token created. On a frozen clock nothing lapses: everything admitted plus
+///   [`available`](ShardedBucket::available) is the burst.
 /// * Threads map to shards by their thread slot modulo the shard count: a slot is taken on a
 ///   thread's first call, the smallest no live thread holds (a slot is reused once its thread
 ///   exits), so threads started together in a process spread over the shards; no syscall per
@@ -84,10 +80,6 @@ struct Earned {
 pub struct ShardedBucket<C = DefaultClock> {
     central: CachePadded<Central>,
     shards: Box<[CachePadded<Lease>]>,
-    /// The reading from which every lease taken so far has lapsed (0: none taken): before it,
-    /// a refusal of the central word may reclaim another shard's lease ([`reclaim`]). Raised
-    /// with each new lease, read by refusals. `Relaxed`: a lease missed is only a refusal.
-    leased_until: CachePadded<AtomicU64>,
     /// Read by every decision, written never (but `stranded`, rarely): apart from the central
     /// word's line.
     read_mostly: CachePadded<ReadMostly<C>>,
@@ -166,7 +158,6 @@ impl<C: Clock> ShardedBucket<C> {
         ShardedBucket {
             central: CachePadded::new(Central::new(state)),
             shards: (0..n).map(|_| CachePadded::new(Lease::default())).collect(),
-            leased_until: CachePadded::new(AtomicU64::new(0)),
             read_mostly: CachePadded::new(ReadMostly {
                 spread: central::spread_units(quota.scale(), n as u64),
                 quota,
@@ -360,29 +351,17 @@ impl<C: Clock> ShardedBucket<C> {
         (now, verdict)
     }
 
-    /// The decision at `now` for `0 < cost <= burst`, on the calling thread's shard.
+    /// The decision at `now` for `0 < cost <= burst`: the shard's lease, else the central word.
     #[inline]
     fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
-        let home = if self.shards.len() > 1 {
-            self.home()
-        } else {
-            0
-        };
-        self.decide_on(home, now, cost)
-    }
-
-    /// The decision at `now` for `0 < cost <= burst` on shard `shard`: its lease, else the
-    /// central word, else (refused by the word) another shard's lease.
-    #[inline(always)]
-    fn decide_on(&self, shard: usize, now: u64, cost: u64) -> Result<(), Denied> {
         let scaled = self.read_mostly.quota.scaled();
         let cost_units = cost * scaled.scale();
         let n = self.shards.len();
         // The common cases, one attempt each: a spend from the lease; with the lease empty (or
         // one shard), one CAS on the central word that takes no lease, or a refusal.
         let mut earned = None;
-        if n > 1 {
-            let lease = &self.shards[shard];
+        let home = if n > 1 {
+            let lease = &self.shards[self.home()];
             let (q, h) = lease.read();
             if q < h {
                 let e = self.earned(now);
@@ -391,22 +370,21 @@ impl<C: Clock> ShardedBucket<C> {
                 match lease.spend_fast((q, h), e.ceil, limit, cost_units) {
                     Fast::Spent => return Ok(()),
                     Fast::Empty => {}
-                    Fast::Slow => return self.acquire_slow(now, e, cost, shard),
+                    Fast::Slow => return self.acquire_slow(now, e, cost, Some(lease)),
                 }
             } else if q == lease::LOCKED {
-                return self.acquire_slow(now, self.earned(now), cost, shard);
+                return self.acquire_slow(now, self.earned(now), cost, Some(lease));
             }
             // The lease holds nothing; the central word holds less than one token before
-            // `dry`, whatever happened since: no need to read it. Nor to probe other leases:
-            // `dry` is recorded once every lease has lapsed or a round of probes that reached
-            // the last other shard found nothing, and a lease taken since holds units above
-            // the word's, which no reading before `dry` may spend (a reclaim missed is only a
-            // refusal).
+            // `dry`, whatever happened since: no need to read it.
             let dry = lease.dry_until();
             if cost == 1 && now < dry {
                 return Err(Denied::RetryAfter(central::wait_until(dry, now)));
             }
-        }
+            Some(&**lease)
+        } else {
+            None
+        };
         let earned = earned.unwrap_or_else(|| self.earned(now));
         // With one shard no lease is ever taken: no room is too much.
         let room = if n > 1 {
@@ -416,56 +394,10 @@ impl<C: Clock> ShardedBucket<C> {
         };
         match self
             .central
-            .decide_fast(scaled, now, earned, cost_units, room)
+            .decide_fast(scaled, now, earned, cost_units, room, home)
         {
-            Some(Ok(())) => Ok(()),
-            Some(Err(refusal)) => self.refused(now, earned, cost_units, shard, refusal),
-            None => self.acquire_slow(now, earned, cost, shard),
-        }
-    }
-
-    /// A refusal of the central word at `now` for a decision on shard `shard`: with more than
-    /// one shard and while leases may hold units, another shard's lease may pay
-    /// ([`reclaim`](reclaim::reclaim)); otherwise the shard records when the word holds a token.
-    #[inline(always)]
-    fn refused(
-        &self,
-        now: u64,
-        e: Earned,
-        cost_units: u64,
-        shard: usize,
-        refusal: Refusal,
-    ) -> Result<(), Denied> {
-        if self.shards.len() > 1 {
-            if reclaim::leases_may_hold(&self.leased_until, now) {
-                return self.reclaim(e, cost_units, shard, refusal);
-            }
-            self.shards[shard].publish_dry(refusal.dry);
-        }
-        Err(refusal.denied)
-    }
-
-    /// [`refused`](Self::refused) while leases may hold units: another shard's lease, or the
-    /// refusal. `dry_until` is recorded only once the probes have been round every other shard
-    /// and found nothing, so that until then refusals keep probing.
-    #[cold]
-    #[inline(never)]
-    fn reclaim(
-        &self,
-        e: Earned,
-        cost_units: u64,
-        shard: usize,
-        refusal: Refusal,
-    ) -> Result<(), Denied> {
-        let burst_units = self.read_mostly.quota.burst_units();
-        match reclaim::reclaim(&self.shards, shard, e, burst_units, cost_units) {
-            reclaim::Probed::Paid => Ok(()),
-            reclaim::Probed::Unpaid { wrapped } => {
-                if wrapped {
-                    self.shards[shard].publish_dry(refusal.dry);
-                }
-                Err(refusal.denied)
-            }
+            Some(verdict) => verdict,
+            None => self.acquire_slow(now, earned, cost, home),
         }
     }
 
@@ -476,10 +408,9 @@ impl<C: Clock> ShardedBucket<C> {
         now: u64,
         earned: Earned,
         cost: u64,
-        shard: usize,
+        home: Option<&Lease>,
     ) -> Result<(), Denied> {
         let scaled = self.read_mostly.quota.scaled();
-        let home = (self.shards.len() > 1).then(|| &*self.shards[shard]);
         loop {
             let lease = match home {
                 Some(lease) => {
@@ -499,14 +430,9 @@ impl<C: Clock> ShardedBucket<C> {
                 spread: self.read_mostly.spread,
                 lease,
             };
-            match self
-                .central
-                .decide(&ask, &self.read_mostly.stranded, &self.leased_until)
-            {
+            match self.central.decide(&ask, &self.read_mostly.stranded) {
                 Outcome::Admitted => return Ok(()),
-                Outcome::Refused(refusal) => {
-                    return self.refused(now, earned, cost * scaled.scale(), shard, refusal)
-                }
+                Outcome::Refused(denied) => return Err(denied),
                 Outcome::Retry => {}
             }
         }

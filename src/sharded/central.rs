@@ -43,18 +43,10 @@ pub(super) struct Central {
     state: AtomicU64,
 }
 
-/// A refusal of the central word: the wait, and an instant before which the word holds less
-/// than one token (for the shard's `dry_until`; true forever, since the word only rises).
-#[derive(Clone, Copy)]
-pub(super) struct Refusal {
-    pub(super) denied: Denied,
-    pub(super) dry: u64,
-}
-
 /// What the central path decided.
 pub(super) enum Outcome {
     Admitted,
-    Refused(Refusal),
+    Refused(Denied),
     /// The shard's lease changed under the decision: spend from it again.
     Retry,
 }
@@ -95,7 +87,8 @@ impl Central {
     }
 
     /// One attempt of [`decide`](Self::decide) for a shard whose lease holds nothing (or no
-    /// shard), where it takes no lease: one CAS, or a refusal. `None`: [`decide`](Self::decide).
+    /// shard), where it takes no lease: one CAS, or a refusal (recorded in the lease's
+    /// `dry_until`). `None`: [`decide`](Self::decide).
     #[inline(always)]
     pub(super) fn decide_fast(
         &self,
@@ -104,23 +97,23 @@ impl Central {
         e: Earned,
         cost_units: u64,
         lease_room: u64,
-    ) -> Option<Result<(), Refusal>> {
+        lease: Option<&Lease>,
+    ) -> Option<Result<(), Denied>> {
         let burst_units = scaled.burst_units();
         let limit = e.floor + burst_units;
         let s = self.state.load(Ordering::Relaxed);
         let want = s + cost_units;
         if want > limit {
             let at = scaled.instant_of(want - burst_units);
-            // For one token the instant just computed.
-            let dry = if cost_units == scaled.scale() {
-                at
-            } else {
-                dry_at(scaled, s)
-            };
-            return Some(Err(Refusal {
-                denied: Denied::RetryAfter(wait_until(at, now)),
-                dry,
-            }));
+            if let Some(lease) = lease {
+                // For one token the instant just computed.
+                lease.publish_dry(if cost_units == scaled.scale() {
+                    at
+                } else {
+                    dry_at(scaled, s)
+                });
+            }
+            return Some(Err(Denied::RetryAfter(wait_until(at, now))));
         }
         // Perhaps room for a lease (`decide` computes it, capped at the burst).
         if limit - want > lease_room {
@@ -140,15 +133,9 @@ impl Central {
     /// Debits the cost, and with it a new lease when the shard's lease holds under one token
     /// and the word holds plenty; or, when the word alone cannot pay, what the shard's lease
     /// holds and the rest from the word; else refuses with the wait until the word holds the
-    /// cost. Units lost with a replaced lease (under one token) are added to `stranded`; a new
-    /// lease raises `leased_until` to the reading from which all of it has lapsed.
+    /// cost. Units lost with a replaced lease (under one token) are added to `stranded`.
     #[inline(never)]
-    pub(super) fn decide(
-        &self,
-        ask: &Ask<'_>,
-        stranded: &AtomicU64,
-        leased_until: &AtomicU64,
-    ) -> Outcome {
+    pub(super) fn decide(&self, ask: &Ask<'_>, stranded: &AtomicU64) -> Outcome {
         let scaled = ask.scaled;
         let (scale, burst_units) = (scaled.scale(), scaled.burst_units());
         let cost_units = ask.cost * scale;
@@ -210,11 +197,15 @@ impl Central {
                     }
                     _ => {}
                 }
+                if let Some((lease, ..)) = held {
+                    lease.publish_dry(dry_at(scaled, s));
+                }
                 release(locked);
-                return Outcome::Refused(Refusal {
-                    denied: Denied::RetryAfter(wait(scaled, want - burst_units, ask.now)),
-                    dry: dry_at(scaled, s),
-                });
+                return Outcome::Refused(Denied::RetryAfter(wait(
+                    scaled,
+                    want - burst_units,
+                    ask.now,
+                )));
             }
             // A lease that holds less than one token is replaced (what it holds is lost).
             let mut leased = 0;
@@ -247,11 +238,6 @@ impl Central {
                     match held {
                         Some((lease, _, _, lost)) if leased > 0 => {
                             lease.install(next - leased, next);
-                            // Every unit of the lease has lapsed from this reading on.
-                            let lapsed = scaled.instant_of(next);
-                            if leased_until.load(Ordering::Relaxed) < lapsed {
-                                leased_until.fetch_max(lapsed, Ordering::Relaxed);
-                            }
                             if lost > 0 {
                                 stranded.fetch_add(lost, Ordering::Relaxed);
                             }

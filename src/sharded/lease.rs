@@ -36,15 +36,11 @@ pub(super) const LOCKED: u64 = u64::MAX;
 /// forever, since the word only rises. A refusal of one token at an earlier reading, with the
 /// lease empty, is answered from it without reading the central word. Written only when it
 /// moves forward (a stalled writer may step it back to its own, still true, instant). `Relaxed`.
-///
-/// `probe`, on the same line: where this shard's refusals start probing other shards' leases
-/// ([`reclaim`](super::reclaim)); any value is valid. `Relaxed`.
 #[derive(Default)]
 pub(super) struct Lease {
     frontier: AtomicU64,
     top: AtomicU64,
     dry_until: AtomicU64,
-    probe: AtomicU64,
 }
 
 /// A spend that did not happen.
@@ -174,20 +170,6 @@ impl Lease {
     pub(super) fn publish_dry(&self, at: u64) {
         if self.dry_until.load(Ordering::Relaxed) < at {
             self.dry_until.store(at, Ordering::Relaxed);
-        }
-    }
-
-    /// Where this shard's refusals start probing other shards.
-    #[inline]
-    pub(super) fn probe(&self) -> u64 {
-        self.probe.load(Ordering::Relaxed)
-    }
-
-    /// Moves this shard's probing cursor (written only when it changes).
-    #[inline]
-    pub(super) fn set_probe(&self, at: u64) {
-        if self.probe.load(Ordering::Relaxed) != at {
-            self.probe.store(at, Ordering::Relaxed);
         }
     }
 
