@@ -138,6 +138,18 @@ pub(crate) mod loom_u128 {
                 Err(*v)
             }
         }
+
+        /// As [`compare_exchange_weak`](Self::compare_exchange_weak): the stand-in never fails
+        /// spuriously, so the two are one.
+        pub(crate) fn compare_exchange(
+            &self,
+            current: u128,
+            new: u128,
+            success: Ordering,
+            failure: Ordering,
+        ) -> Result<u128, u128> {
+            self.compare_exchange_weak(current, new, success, failure)
+        }
     }
 }
 

@@ -190,3 +190,34 @@ fn a_table_full_refusal_reports_empty_snapshots() {
         .iter()
         .all(|s| s.remaining() == 0 && s.until_full() == wait));
 }
+
+/// A swept key's record goes back to the free list once: the next two new keys get records of
+/// their own, and the swept key, the two new ones and a third decide independently, each on
+/// its own bucket (a record freed twice would be handed to both new keys, and a key whose slot
+/// names a record it no longer owns would retry forever).
+#[test]
+fn a_swept_record_is_reused_once() {
+    let clock = ManualClock::new();
+    let limits = Limits::new([Quota::new(1, Duration::from_secs(1), 1).unwrap()]).unwrap();
+    let limiter = KeyedMultiLimiter::with_clock(limits, 3, clock.clone());
+    limiter.try_acquire(&1u32, 1).unwrap();
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(limiter.sweep(), 1);
+    assert_eq!(limiter.len(), 0);
+    assert_eq!(limiter.try_acquire(&3, 1), Ok(()));
+    assert_eq!(limiter.try_acquire(&4, 1), Ok(()));
+    assert_eq!(limiter.len(), 2);
+    for key in [3, 4] {
+        assert_eq!(
+            limiter.try_acquire(&key, 1),
+            Err(Denied::RetryAfter(Duration::from_secs(1))),
+            "key {key} spent its own token"
+        );
+    }
+    assert_eq!(limiter.try_acquire(&1, 1), Ok(()));
+    assert_eq!(limiter.len(), 3);
+    assert_eq!(
+        limiter.try_acquire(&5, 1),
+        Err(Denied::RetryAfter(Duration::from_secs(1)))
+    );
+}

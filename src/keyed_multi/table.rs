@@ -155,8 +155,13 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
                 let h = h as usize;
                 let policy = self.policy_of(fp);
                 match self.records.try_lock(h, policy.len) {
-                    Some((seq, owner, states)) => {
-                        debug_assert_eq!(owner, fp);
+                    // Never the case while the slot names the record (it is freed only with
+                    // the slot emptied); if it were, the record is not this key's to evict.
+                    Some((seq, owner, _)) if owner != fp => {
+                        self.records.unlock_unchanged(h, seq);
+                        u64::MAX
+                    }
+                    Some((seq, _, states)) => {
                         let at = policy.full_at(&states[..policy.len]);
                         if at <= now {
                             held.set(Some((h, seq)));

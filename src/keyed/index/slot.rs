@@ -45,8 +45,8 @@ pub(super) fn take(slot: &AtomicU128, mut w: u128) -> u128 {
 }
 
 /// Evicts the entry in `slot` if it is full at `now`: `w` is the word read from it (not empty).
-/// Each attempt calls `evicting()`, then CASes the slot to empty, and is retried with the new
-/// word while admissions change the state: a racing admission either lands first (the CAS
+/// Each attempt calls `evicting()`, then CASes the slot to empty (a strong CAS: `evicting()`
+/// runs once per word), and is retried with the new word while admissions change the state: a racing admission either lands first (the CAS
 /// fails, and the bucket may no longer be full) or fails its own CAS and re-probes into the
 /// insert path. `Ok(())` once evicted; else `Err((word, at))`: the latest word, not full before
 /// `at > now`. Never for an empty slot (only the mutex holder empties one, and its callers skip
@@ -68,7 +68,9 @@ pub(super) fn evict_if_full(
             return Err((w, at));
         }
         evicting();
-        match slot.compare_exchange_weak(w, 0, Ordering::AcqRel, Ordering::Acquire) {
+        // Strong: `evicting()` has run for this word, so a failure must mean the word changed
+        // (a spurious one, possible on LL/SC targets, would run it twice for one eviction).
+        match slot.compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return Ok(()),
             Err(actual) => w = actual,
         }

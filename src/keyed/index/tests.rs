@@ -769,3 +769,19 @@ fn a_step_does_bounded_work_and_a_pass_yields_the_earliest_full_instant() {
     assert_eq!(steps, active / STEP_WORK);
     assert_eq!(bound, 5);
 }
+
+/// An eviction of an unchanged word runs its hook once and empties the slot, even where a weak
+/// compare-and-swap may fail spuriously (run under Miri, whose weak CASes do): the hook frees a
+/// `KeyedMultiLimiter` record, and a second run for one eviction would free it twice.
+#[test]
+fn an_eviction_of_an_unchanged_word_runs_its_hook_once() {
+    for _ in 0..64 {
+        let word = pack(5, 7);
+        let slot = crate::sync::AtomicU128::new(word);
+        let mut calls = 0;
+        let evicted = evict_if_full(&slot, word, 10, &mut |_, _| 0, &mut || calls += 1);
+        assert_eq!(evicted, Ok(()));
+        assert_eq!(calls, 1);
+        assert_eq!(slot.load(Ordering::Relaxed), 0);
+    }
+}
