@@ -22,6 +22,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tollgate::{gcra, Bucket, Clock, Denied, Limits, MultiBucket, QuantaClock, Quota};
 use tollgate_testkit::contention as common;
+use tollgate_testkit::quotas::multi_bench as quotas;
 
 /// Two quotas under one mutex, decided with the bucket's arithmetic: admitted iff both hold.
 struct MutexPair {
@@ -82,18 +83,6 @@ impl Chain {
 }
 
 /// The quotas of a regime: `allow` never drains them; `deny` drains the first.
-fn quotas(deny: bool) -> [Quota; 4] {
-    let big = 4_000_000_000;
-    let fast = Quota::new(1_000_000_000, Duration::from_secs(1), big).unwrap();
-    let first = if deny {
-        Quota::new(1, Duration::from_secs(3600), 1).unwrap()
-    } else {
-        fast
-    };
-    let day = Quota::new(1_000_000_000, Duration::from_secs(86_400), big).unwrap();
-    [first, day, fast, day]
-}
-
 fn drain(deny: bool, f: impl Fn() -> Result<(), Denied>) {
     if deny {
         f().unwrap();

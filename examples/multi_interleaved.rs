@@ -10,20 +10,9 @@
 //! cargo run --release --example multi_interleaved
 //! ```
 use std::hint::black_box;
-use std::time::{Duration, Instant};
-use tollgate::{Bucket, Limits, MultiBucket, QuantaClock, Quota};
-
-fn quotas(deny: bool) -> [Quota; 2] {
-    let big = 4_000_000_000;
-    let fast = Quota::new(1_000_000_000, Duration::from_secs(1), big).unwrap();
-    let first = if deny {
-        Quota::new(1, Duration::from_secs(3600), 1).unwrap()
-    } else {
-        fast
-    };
-    let day = Quota::new(1_000_000_000, Duration::from_secs(86_400), big).unwrap();
-    [first, day]
-}
+use std::time::Instant;
+use tollgate::{Bucket, Limits, MultiBucket, QuantaClock};
+use tollgate_testkit::quotas::multi_bench;
 
 /// Nanoseconds per call of `f` over `n` calls.
 fn block(n: u32, f: impl Fn() -> bool) -> f64 {
@@ -37,9 +26,10 @@ fn block(n: u32, f: impl Fn() -> bool) -> f64 {
 fn main() {
     let (n, pairs) = (200_000, 200);
     for (regime, deny) in [("allow", false), ("deny", true)] {
-        let q = quotas(deny);
+        let q = &multi_bench(deny)[..2];
         let bucket = Bucket::with_clock(q[0], QuantaClock::new());
-        let policy = MultiBucket::with_clock(Limits::new(q).unwrap(), QuantaClock::new());
+        let policy =
+            MultiBucket::with_clock(Limits::new(q.iter().copied()).unwrap(), QuantaClock::new());
         if deny {
             bucket.try_acquire(1).unwrap();
             policy.try_acquire(1).unwrap();

@@ -21,7 +21,7 @@ mod named;
 
 #[cfg(feature = "persist")]
 mod persist;
-mod table;
+pub(crate) mod table;
 mod until_key_ready;
 
 pub use builder::KeyedLimiterBuilder;
@@ -35,7 +35,7 @@ use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::Ordering;
 use alloc::boxed::Box;
 use core::borrow::Borrow;
 use core::fmt;
@@ -228,11 +228,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             overrides,
             max_keys: u64::try_from(max_keys).unwrap_or(u64::MAX),
             fail_open,
-            table: CachePadded::new(Table {
-                len: AtomicU64::new(0),
-                next_full_at: AtomicU64::new(u64::MAX),
-                evicted_at: AtomicU64::new(0),
-            }),
+            table: CachePadded::new(Table::new()),
             // `shards` owned ones, then as many shared ones (see `count`).
             shards: (0..2 * shards).map(|_| CachePadded::default()).collect(),
             clock,

@@ -37,11 +37,12 @@ pub use builder::KeyedMultiLimiterBuilder;
 use crate::clock::{Clock, DefaultClock};
 use crate::error::Denied;
 use crate::keyed::index::{fingerprint, Index};
+use crate::keyed::table::Table;
 use crate::limits::{Limits, MAX_LIMITS};
 use crate::multi::Snapshots;
 use crate::refusal::Refusal;
 use crate::snapshot::Snapshot;
-use crate::sync::{Backoff, Ordering};
+use crate::sync::{Backoff, Mutex, Ordering};
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
@@ -49,7 +50,7 @@ use crossbeam_utils::CachePadded;
 use policy::{Kind, Policy};
 use records::{Attempt, Records};
 use std::collections::HashMap;
-use table::{Insert, Table};
+use table::{Free, Insert};
 
 /// The largest `max_keys` honoured (larger values are clamped), as for `KeyedLimiter`.
 const MAX_KEYS: usize = 1 << 26;
@@ -104,6 +105,7 @@ pub struct KeyedMultiLimiter<K, C = DefaultClock> {
     max_keys: u64,
     fail_open: bool,
     table: CachePadded<Table>,
+    free: Mutex<Free>,
     clock: C,
     _keys: core::marker::PhantomData<fn(&K)>,
 }
@@ -189,6 +191,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
             max_keys: u64::try_from(max_keys).unwrap_or(u64::MAX),
             fail_open,
             table: CachePadded::new(Table::new()),
+            free: Mutex::new(Free::default()),
             clock,
             _keys: core::marker::PhantomData,
         }

@@ -34,7 +34,7 @@ use migrate::Migration;
 #[cfg(feature = "persist")]
 pub(crate) use scan::ScanRegion;
 pub(crate) use slot::fingerprint;
-pub(crate) use sweep::{Step, Sweep};
+pub(crate) use sweep::Step;
 
 /// The table. Not generic: it sees only fingerprints.
 pub(crate) struct Index {

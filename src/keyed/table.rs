@@ -12,18 +12,40 @@ use core::hash::Hash;
 
 /// The table-wide words, written only under the index's mutex (when a key is inserted or
 /// evicted), never on a lookup; read without it for the O(1) refusal under a flood.
-pub(super) struct Table {
+pub(crate) struct Table {
     /// Live entries; never above `max_keys`.
-    pub(super) len: AtomicU64,
+    pub(crate) len: AtomicU64,
     /// A lower bound on the first instant at which any tracked bucket is full. Admissions only
     /// push a bucket's instant later, so the bound stays valid without being touched by them.
-    pub(super) next_full_at: AtomicU64,
+    pub(crate) next_full_at: AtomicU64,
     /// The latest clock reading at which a bucket was evicted (0: none yet); only grows. An
     /// evicted state `s` was full at its eviction reading, `s <= earned_floor(evicted_at)`, so a
     /// key inserted from `earned_floor(evicted_at)` (its own quota's) starts from a state no more
     /// lenient than any bucket the table forgot: the key's state never decreases, whatever
     /// reading the inserting decision holds (see [`KeyedLimiter::start_state`]).
-    pub(super) evicted_at: AtomicU64,
+    pub(crate) evicted_at: AtomicU64,
+}
+
+impl Table {
+    /// An empty table's words.
+    pub(crate) fn new() -> Table {
+        Table {
+            len: AtomicU64::new(0),
+            next_full_at: AtomicU64::new(u64::MAX),
+            evicted_at: AtomicU64::new(0),
+        }
+    }
+
+    /// The wait a new key refused by the full table is told at `now`: until the first tracked
+    /// bucket is full, within `[1 ns, cap]` (`cap`: the refill of a whole burst), or
+    /// `Duration::MAX` when none ever will be. An empty table (`max_keys` 0) answers `cap`.
+    pub(crate) fn full_wait(&self, now: u64, cap: core::time::Duration) -> core::time::Duration {
+        let at = self.next_full_at.load(Ordering::SeqCst);
+        if at == u64::MAX && self.len.load(Ordering::SeqCst) > 0 {
+            return core::time::Duration::MAX;
+        }
+        gcra::to_duration(at.saturating_sub(now).max(1)).min(cap)
+    }
 }
 
 /// How an insertion attempt ended.
@@ -63,17 +85,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// ```
     pub fn sweep(&self) -> usize {
         let now = self.clock.now();
-        let (mut evicted, mut sweep) = (0u64, index::Sweep::default());
-        // One bounded step per lock, so insertions wait for one step at most, never a pass.
-        loop {
-            let mut locked = self.index.lock();
-            sweep.before(&locked);
-            let step = self.sweep_step(&mut locked, now);
-            evicted += step.evicted;
-            if sweep.after(&locked, &step) {
-                break;
-            }
-        }
+        let evicted = self.index.sweep_all(|locked| self.sweep_step(locked, now));
         usize::try_from(evicted).unwrap_or(usize::MAX)
     }
 
@@ -133,13 +145,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// `Duration::MAX` when none ever will be (every tracked bucket is full only past the
     /// horizon, where the clock is read as stopped).
     pub(super) fn table_full_wait(&self, now: u64) -> core::time::Duration {
-        let cap = self.quota.refill_time(self.quota.burst());
-        let at = self.table.next_full_at.load(Ordering::SeqCst);
-        // (An empty table, `max_keys` 0, keeps the one-burst answer.)
-        if at == u64::MAX && self.table.len.load(Ordering::SeqCst) > 0 {
-            return core::time::Duration::MAX;
-        }
-        core::time::Duration::from_nanos(at.saturating_sub(now).max(1)).min(cap)
+        self.table
+            .full_wait(now, self.quota.refill_time(self.quota.burst()))
     }
 
     /// One migration step, if the index's mutex is free: lookups of keys left in the old

@@ -24,6 +24,8 @@ pub(super) struct Policy {
     /// the clock is read.
     pub(super) min_burst: u64,
     pub(super) min_burst_index: usize,
+    /// The refill of a whole burst of the slowest quota: the cap of a full-table wait.
+    pub(super) slowest_refill: core::time::Duration,
     pub(super) kind: Kind,
 }
 
@@ -41,7 +43,13 @@ impl Policy {
         } else {
             Kind::Four(Rates::new(&limits))
         };
+        let slowest_refill = quotas
+            .iter()
+            .map(|q| q.refill_time(q.burst()))
+            .max()
+            .unwrap_or(core::time::Duration::MAX);
         Policy {
+            slowest_refill,
             len: quotas.len(),
             min_burst: quotas[min_burst_index].burst(),
             min_burst_index,

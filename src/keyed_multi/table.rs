@@ -7,39 +7,17 @@ use crate::clock::Clock;
 use crate::keyed::index::{self, Locked};
 use crate::limits::MAX_LIMITS;
 use crate::refusal::Refusal;
-use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::sync::Ordering;
 use alloc::vec::Vec;
 use core::cell::Cell;
 use core::hash::Hash;
 
-/// The table's words, as [`KeyedLimiter`](crate::KeyedLimiter)'s: the live count, a lower
-/// bound on the first instant a tracked key is full, the latest eviction reading.
-pub(super) struct Table {
-    pub(super) len: AtomicU64,
-    pub(super) next_full_at: AtomicU64,
-    pub(super) evicted_at: AtomicU64,
-    /// Free records: never handed out yet from `fresh` on, and freed ones. Taken only under
-    /// the index's mutex (insertions and evictions both run under it).
-    pub(super) free: Mutex<Free>,
-}
-
+/// The free records: never handed out yet from `fresh` on, and freed ones. Taken only under
+/// the index's mutex (insertions and evictions both run under it).
+#[derive(Default)]
 pub(super) struct Free {
     pub(super) fresh: usize,
     pub(super) stack: Vec<usize>,
-}
-
-impl Table {
-    pub(super) fn new() -> Table {
-        Table {
-            len: AtomicU64::new(0),
-            next_full_at: AtomicU64::new(u64::MAX),
-            evicted_at: AtomicU64::new(0),
-            free: Mutex::new(Free {
-                fresh: 0,
-                stack: Vec::new(),
-            }),
-        }
-    }
 }
 
 /// How an insertion attempt ended.
@@ -94,7 +72,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
             Err(refusal) => return Insert::Refused(refusal),
         };
         let h = {
-            let mut free = t.free.lock();
+            let mut free = self.free.lock();
             match free.stack.pop() {
                 Some(h) => h,
                 None if free.fresh < self.records.count() => {
@@ -116,19 +94,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
     /// The wait until a tracked key is full, within `[1 ns, refill time of the default
     /// policy's slowest quota]`, or `Duration::MAX` when none ever will be.
     pub(super) fn table_full_wait(&self, now: u64) -> core::time::Duration {
-        let cap = self
-            .policy
-            .limits
-            .quotas()
-            .iter()
-            .map(|q| q.refill_time(q.burst()))
-            .max()
-            .unwrap_or(core::time::Duration::MAX);
-        let at = self.table.next_full_at.load(Ordering::SeqCst);
-        if at == u64::MAX && self.table.len.load(Ordering::SeqCst) > 0 {
-            return core::time::Duration::MAX;
-        }
-        core::time::Duration::from_nanos(at.saturating_sub(now).max(1)).min(cap)
+        self.table.full_wait(now, self.policy.slowest_refill)
     }
 
     /// One bounded sweep step at `now` with the index's mutex held, evicting the keys full at
@@ -179,7 +145,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
                 t.evicted_at.fetch_max(now, Ordering::SeqCst);
                 if let Some((h, seq)) = held.take() {
                     self.records.kill(h, seq);
-                    t.free.lock().stack.push(h);
+                    self.free.lock().stack.push(h);
                 } else {
                     debug_assert!(false, "evicting a record not locked");
                 }
@@ -220,16 +186,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
     /// ```
     pub fn sweep(&self) -> usize {
         let now = self.clock.now();
-        let (mut evicted, mut sweep) = (0u64, index::Sweep::default());
-        loop {
-            let mut locked = self.index.lock();
-            sweep.before(&locked);
-            let step = self.sweep_step(&mut locked, now);
-            evicted += step.evicted;
-            if sweep.after(&locked, &step) {
-                break;
-            }
-        }
+        let evicted = self.index.sweep_all(|locked| self.sweep_step(locked, now));
         usize::try_from(evicted).unwrap_or(usize::MAX)
     }
 }

@@ -3,7 +3,7 @@
 
 use super::layout::Region;
 use super::slot::{evict_if_full, fp_of, state_of, take, EMPTY};
-use super::Locked;
+use super::{Index, Locked};
 use crate::sync::Ordering;
 
 /// Work units (slots visited or entries moved) one sweep step may spend under the mutex.
@@ -45,14 +45,14 @@ pub(crate) struct Step {
 /// The second only follows evictions, so a sweep goes on only while it finds full entries to
 /// evict; the first at most once per doubling of the table.
 #[derive(Debug, Default)]
-pub(crate) struct Sweep {
+pub(super) struct Sweep {
     pub(super) examined: usize,
     restarts: Option<u64>,
 }
 
 impl Sweep {
     /// Before a step, under its lock.
-    pub(crate) fn before(&mut self, locked: &Locked<'_>) {
+    pub(super) fn before(&mut self, locked: &Locked<'_>) {
         let seen = locked.restarts();
         if self.restarts.replace(seen) != Some(seen) {
             self.examined = 0;
@@ -60,13 +60,31 @@ impl Sweep {
     }
 
     /// After the step, under the same lock: whether the sweep is done.
-    pub(crate) fn after(&mut self, locked: &Locked<'_>, step: &Step) -> bool {
+    pub(super) fn after(&mut self, locked: &Locked<'_>, step: &Step) -> bool {
         self.examined = if step.moved_full > 0 {
             0
         } else {
             self.examined + step.examined
         };
         self.examined >= locked.active() && !locked.migrating()
+    }
+}
+
+impl Index {
+    /// A whole sweep: `step` (one bounded sweep step, returning what it did) under the mutex,
+    /// the mutex released between steps so insertions wait for one step at most, never a
+    /// pass, until [`Sweep`] says the pass is done. The entries evicted.
+    pub(crate) fn sweep_all(&self, mut step: impl FnMut(&mut Locked<'_>) -> Step) -> u64 {
+        let (mut evicted, mut sweep) = (0u64, Sweep::default());
+        loop {
+            let mut locked = self.lock();
+            sweep.before(&locked);
+            let done = step(&mut locked);
+            evicted += done.evicted;
+            if sweep.after(&locked, &done) {
+                return evicted;
+            }
+        }
     }
 }
 
