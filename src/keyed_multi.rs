@@ -11,7 +11,8 @@
 //!   bounded sweep steps and `max_keys` bound. Here a slot's word names the key's record and
 //!   never changes while the key is tracked.
 //! * **The records** — one per unit of `max_keys`, allocated up front: a sequence word, the
-//!   owner's fingerprint and the quotas' states (`8 × (2 + quotas)` bytes: 32 for two quotas).
+//!   owner's fingerprint and the quotas' states (32 bytes for up to two quotas, 64 for three or
+//!   four; line-aligned).
 //!   Writers are serialized by the sequence word; reads are optimistic.
 //!
 //! A decision probes the index (lock-free), reads the record consistently, decides every quota
@@ -72,8 +73,9 @@ const MAX_KEYS: usize = 1 << 26;
 ///   [`KeyedMultiLimiterBuilder::fail_open`] (outside every bound).
 /// * **Keys by fingerprint.** As in `KeyedLimiter`: a seeded 64-bit hash, no keys stored; two
 ///   keys with equal fingerprints share one record (stricter, never looser).
-/// * **Memory.** The index's 48 to 96 bytes per unit of `max_keys`, plus one record of
-///   `8 × (2 + quotas)` bytes per unit (the most quotas of any policy it holds), all up front.
+/// * **Memory.** The index's 48 to 96 bytes per unit of `max_keys`, plus one record per unit:
+///   32 bytes if every policy it holds has one or two quotas, 64 if one has three or four (a
+///   record never straddles two cache lines), all up front.
 /// * **Locking.** Lookups are lock-free; an admission is one compare-and-swap of the key's
 ///   record's sequence word, then its stores: writers of one key are serialized, and one
 ///   preempted there delays only its own key (not lock-free per key; `docs/guarantees.md`,

@@ -10,7 +10,7 @@ use tollgate_testkit::window;
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
-use tollgate::{Limits, ManualClock, MultiBucket, Quota};
+use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
 use tollgate_loom_tests::{at, PerThread};
 use window::WindowChecker;
 
@@ -42,6 +42,33 @@ fn two_quota_decisions_race_in_one_cas() {
         let snaps = policy.try_acquire_snapshots(0).1;
         let left: Vec<u64> = snaps.as_slice().iter().map(|s| s.remaining()).collect();
         assert_eq!(left, [0, 2]);
+    });
+}
+
+/// Two admissions race on the two-quota word; once both have returned, a refusal is decided
+/// on the states both left: the request for 2 is refused for 2 s (quota 0 holds 0 of its 2),
+/// never 1 s (the states after one admission), and nothing else was debited.
+#[test]
+fn a_refusal_after_two_admissions_sees_both() {
+    loom::model(|| {
+        let limits = Limits::new([q(1, 1000, 2), q(1, 1000, 3)]).unwrap();
+        let policy = Arc::new(MultiBucket::with_clock(limits, ManualClock::new()));
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let p = policy.clone();
+                thread::spawn(move || p.try_acquire(1))
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap(), Ok(()));
+        }
+        assert_eq!(
+            policy.try_acquire(2),
+            Err(Denied::RetryAfter(Duration::from_secs(2)))
+        );
+        let snaps = policy.try_acquire_snapshots(0).1;
+        let left: Vec<u64> = snaps.as_slice().iter().map(|s| s.remaining()).collect();
+        assert_eq!(left, [0, 1]);
     });
 }
 

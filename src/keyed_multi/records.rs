@@ -1,6 +1,7 @@
 //! Each tracked key's record: its owner's fingerprint and its quotas' states under a sequence
 //! lock with serialized writers, in one flat arena allocated up front (one record per unit of
-//! `max_keys`, found through the keyed index by a handle).
+//! `max_keys`, found through the keyed index by a handle): 32 bytes for one or two quotas,
+//! 64 for three or four, two or one to a cache line, never across two.
 //!
 //! | word | meaning |
 //! |---|---|
@@ -27,10 +28,39 @@ use alloc::boxed::Box;
 /// Words before the states in a record.
 const HEAD: usize = 2;
 
-/// The arena: `stride = 2 + the most quotas of any policy` words per record.
+/// One cache line of the arena: two records of one or two quotas (4 words each), or one of
+/// three or four (8 words). Aligned, so no record straddles two lines: a decision touches one
+/// line of the arena (an unaligned 32-byte record crossed a line boundary every other handle,
+/// two misses for one record).
+#[repr(align(64))]
+struct Line([AtomicU64; 8]);
+
+/// The arena: records of `stride` words (4 or 8), `1 << shift` of them per line.
 pub(super) struct Records {
-    words: Box<[AtomicU64]>,
+    lines: Box<[Line]>,
+    /// Words per record: 4 (up to two quotas) or 8 (three or four).
     stride: usize,
+    /// Records per line, as a power of two: 1 (stride 4) or 0 (stride 8).
+    shift: u32,
+    count: usize,
+}
+
+/// One record: words `at .. at + stride` of its line.
+#[derive(Clone, Copy)]
+struct Rec<'a> {
+    line: &'a [AtomicU64; 8],
+    at: usize,
+}
+
+impl core::ops::Index<usize> for Rec<'_> {
+    type Output = AtomicU64;
+
+    /// Word `k` of the record. Masked to the line (no bounds check on the hot path): callers
+    /// index below the record's stride, so the mask never changes an index.
+    #[inline(always)]
+    fn index(&self, k: usize) -> &AtomicU64 {
+        &self.line[(self.at + k) & 7]
+    }
 }
 
 /// What one optimistic attempt on a record found.
@@ -47,23 +77,33 @@ pub(super) enum Attempt<R> {
 impl Records {
     /// `count` free records of `quotas` states each.
     pub(super) fn new(count: usize, quotas: usize) -> Records {
-        let stride = HEAD + quotas.clamp(1, MAX_LIMITS);
+        let (stride, shift) = if HEAD + quotas.clamp(1, MAX_LIMITS) <= 4 {
+            (4, 1)
+        } else {
+            (8, 0)
+        };
+        let lines = count.div_ceil(1 << shift);
         Records {
-            words: (0..count.saturating_mul(stride))
-                .map(|_| AtomicU64::new(0))
+            lines: (0..lines)
+                .map(|_| Line([0; 8].map(AtomicU64::new)))
                 .collect(),
             stride,
+            shift,
+            count,
         }
     }
 
     /// How many records the arena holds.
     pub(super) fn count(&self) -> usize {
-        self.words.len() / self.stride
+        self.count
     }
 
     #[inline(always)]
-    fn record(&self, h: usize) -> &[AtomicU64] {
-        &self.words[h * self.stride..(h + 1) * self.stride]
+    fn record(&self, h: usize) -> Rec<'_> {
+        Rec {
+            line: &self.lines[h >> self.shift].0,
+            at: (h & ((1 << self.shift) - 1)) * self.stride,
+        }
     }
 
     /// A consistent read of record `h`: its `seq` (even), owner and first `len` states padded
@@ -134,7 +174,9 @@ impl Records {
     #[inline(always)]
     fn write_unlock(&self, h: usize, seq: u64, states: &[u64]) {
         let r = self.record(h);
-        for (word, &s) in r[HEAD..].iter().zip(states) {
+        debug_assert!(HEAD + states.len() <= self.stride);
+        for (i, &s) in states.iter().enumerate() {
+            let word = &r[HEAD + i];
             word.store(s, Ordering::Relaxed);
         }
         r[0].store(seq + 2, Ordering::Release);
@@ -150,8 +192,10 @@ impl Records {
     /// The first `out.len()` states of record `h` as they are now, without the lock (each word
     /// is one writer's, not necessarily the same writer's).
     pub(super) fn peek(&self, h: usize, out: &mut [u64]) {
-        for (o, word) in out.iter_mut().zip(&self.record(h)[HEAD..]) {
-            *o = word.load(Ordering::Relaxed);
+        let r = self.record(h);
+        debug_assert!(HEAD + out.len() <= self.stride);
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = r[HEAD + i].load(Ordering::Relaxed);
         }
     }
 
