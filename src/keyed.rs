@@ -216,10 +216,16 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             let _ = seed;
             (0, foldhash::quality::SeedableRandomState::fixed())
         };
-        let overrides = overrides
+        let overrides: HashMap<u64, Quota> = overrides
             .into_iter()
             .map(|(k, q)| (fingerprint(hasher.hash_one(&k)), q))
             .collect();
+        let cap = overrides
+            .values()
+            .chain([&quota])
+            .map(|q| q.refill_time(q.burst()))
+            .max()
+            .unwrap_or(core::time::Duration::MAX);
         KeyedLimiter {
             index: Index::new(max_keys),
             hasher,
@@ -228,7 +234,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             overrides,
             max_keys: u64::try_from(max_keys).unwrap_or(u64::MAX),
             fail_open,
-            table: CachePadded::new(Table::new()),
+            table: CachePadded::new(Table::new(cap)),
             // `shards` owned ones, then as many shared ones (see `count`).
             shards: (0..2 * shards).map(|_| CachePadded::default()).collect(),
             clock,
@@ -242,8 +248,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     ///
     /// `Err(RetryAfter(d))`: the key's bucket is short (`d` exactly as for a
     /// [`Bucket`](crate::Bucket)), or the key is new and the table is full with no full bucket
-    /// (`0 < d ≤` one burst's refill time, `Duration::MAX` if no tracked bucket is full again
-    /// within the horizon; see [`KeyedLimiterBuilder::fail_open`]).
+    /// (`0 < d ≤` the longest burst refill of the quota and its overrides, `Duration::MAX` if no
+    /// tracked bucket is full again within the horizon; see [`KeyedLimiterBuilder::fail_open`]).
     /// `Err(ExceedsBurst)`: `cost` is above the key's burst. A new key is tracked only once it is
     /// admitted; cost 0 is always admitted and tracks nothing.
     ///

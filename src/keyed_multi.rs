@@ -68,8 +68,9 @@ const MAX_KEYS: usize = 1 << 26;
 ///   `max_keys`. Only keys whose quotas are *all* full are evicted (indistinguishable from a
 ///   key never seen), lazily by insertions that need room, or by [`sweep`](Self::sweep). A key
 ///   not tracked starts with every quota full as of the latest eviction reading. When the table
-///   is full and no key is, a new key is refused with `RetryAfter(d)`, `0 < d ≤` the default
-///   policy's longest refill of a whole burst, or admitted untracked with
+///   is full and no key is, a new key is refused with `RetryAfter(d)`, `0 < d ≤` the longest
+///   refill of a whole burst of any quota of any policy (default or override), or admitted
+///   untracked with
 ///   [`KeyedMultiLimiterBuilder::fail_open`] (outside every bound).
 /// * **Keys by fingerprint.** As in `KeyedLimiter`: a seeded 64-bit hash, no keys stored; two
 ///   keys with equal fingerprints share one record (stricter, never looser).
@@ -180,19 +181,26 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
             .chain([limits.quotas().len()])
             .max()
             .unwrap_or(MAX_LIMITS);
-        let overrides = overrides
+        let overrides: HashMap<u64, Policy> = overrides
             .into_iter()
             .map(|(k, l)| (fingerprint(hasher.hash_one(&k)), Policy::new(l)))
             .collect();
+        let policy = Policy::new(limits);
+        let cap = overrides
+            .values()
+            .chain([&policy])
+            .map(|p| p.slowest_refill)
+            .max()
+            .unwrap_or(core::time::Duration::MAX);
         KeyedMultiLimiter {
             index: Index::new(max_keys),
             records: Records::new(max_keys, quotas),
             hasher,
-            policy: Policy::new(limits),
+            policy,
             overrides,
             max_keys: u64::try_from(max_keys).unwrap_or(u64::MAX),
             fail_open,
-            table: CachePadded::new(Table::new()),
+            table: CachePadded::new(Table::new(cap)),
             free: Mutex::new(Free::default()),
             clock,
             _keys: core::marker::PhantomData,

@@ -785,3 +785,26 @@ fn until_key_ready_waits_for_its_key_with_one_registration() {
         Poll::Ready(Err(Denied::ExceedsBurst))
     );
 }
+
+/// A new key refused because the table is full waits until the first tracked bucket is full,
+/// even when that bucket is an override's slower quota: the cap is the longest burst refill of
+/// any quota the table's keys can have (200 s here), not the default quota's (1 s), so the
+/// client is not told to come back 199 s early.
+#[test]
+fn table_full_wait_covers_an_override_slower_than_the_default() {
+    let clock = ManualClock::new();
+    let slow = Quota::new(1, Duration::from_secs(100), 2).unwrap();
+    let limiter = KeyedLimiter::builder(Quota::per_second(10).unwrap(), 1, clock.clone())
+        .quota_for("slow", slow)
+        .build()
+        .unwrap();
+    assert_eq!(limiter.try_acquire(&"slow", 2), Ok(())); // full again at 200 s
+    assert_eq!(
+        limiter.try_acquire(&"new", 1),
+        Err(Denied::RetryAfter(Duration::from_secs(200)))
+    );
+    clock.set(Duration::from_secs(199));
+    assert!(limiter.try_acquire(&"new", 1).is_err());
+    clock.set(Duration::from_secs(200));
+    assert_eq!(limiter.try_acquire(&"new", 1), Ok(()));
+}

@@ -65,7 +65,13 @@ proptest! {
         let models: Vec<_> = (0..8u8)
             .map(|k| MultiBucket::with_clock(limits_of(k, &default, &three, &one), clock.clone()))
             .collect();
-        let cap = default.quotas().iter().map(|q| q.refill_time(q.burst())).max().unwrap();
+        // A refusal for room waits at most the longest burst refill of any policy's quota.
+        let cap = [&default, &three, &one]
+            .iter()
+            .flat_map(|l| l.quotas())
+            .map(|q| q.refill_time(q.burst()))
+            .max()
+            .unwrap();
         for op in ops {
             match op {
                 Op::Advance(ns) => clock.advance(Duration::from_nanos(ns)),
@@ -220,4 +226,27 @@ fn a_swept_record_is_reused_once() {
         limiter.try_acquire(&5, 1),
         Err(Denied::RetryAfter(Duration::from_secs(1)))
     );
+}
+
+/// A new key refused because the table is full waits until the first tracked key is full, even
+/// when that key's override policy has a slower quota than any of the default policy: the cap
+/// is the longest burst refill of any quota of any policy (200 s), not the default's (2 s).
+#[test]
+fn table_full_wait_covers_an_override_slower_than_the_default() {
+    let clock = ManualClock::new();
+    let default = Limits::new([q(10, 1000, 10), q(10, 2000, 10)]).unwrap();
+    let slow = Limits::new([q(10, 1000, 10), q(1, 100_000, 2)]).unwrap();
+    let limiter = KeyedMultiLimiter::builder(default, 1, clock.clone())
+        .limits_for("slow", slow)
+        .build()
+        .unwrap();
+    assert_eq!(limiter.try_acquire(&"slow", 2), Ok(())); // full again at 200 s
+    assert_eq!(
+        limiter.try_acquire(&"new", 1),
+        Err(Denied::RetryAfter(Duration::from_secs(200)))
+    );
+    clock.set(Duration::from_secs(199));
+    assert!(limiter.try_acquire(&"new", 1).is_err());
+    clock.set(Duration::from_secs(200));
+    assert_eq!(limiter.try_acquire(&"new", 1), Ok(()));
 }

@@ -24,22 +24,29 @@ pub(crate) struct Table {
     /// lenient than any bucket the table forgot: the key's state never decreases, whatever
     /// reading the inserting decision holds (see [`KeyedLimiter::start_state`]).
     pub(crate) evicted_at: AtomicU64,
+    /// The longest refill of a whole burst among the quotas the table's keys can have (the
+    /// default's and every override's): within it of its last admission any tracked key is
+    /// full, so it bounds the wait of a new key refused for room.
+    cap: core::time::Duration,
 }
 
 impl Table {
-    /// An empty table's words.
-    pub(crate) fn new() -> Table {
+    /// An empty table's words, for keys whose slowest quota refills a whole burst in `cap` at
+    /// the most (see the field).
+    pub(crate) fn new(cap: core::time::Duration) -> Table {
         Table {
             len: AtomicU64::new(0),
             next_full_at: AtomicU64::new(u64::MAX),
             evicted_at: AtomicU64::new(0),
+            cap,
         }
     }
 
     /// The wait a new key refused by the full table is told at `now`: until the first tracked
-    /// bucket is full, within `[1 ns, cap]` (`cap`: the refill of a whole burst), or
-    /// `Duration::MAX` when none ever will be. An empty table (`max_keys` 0) answers `cap`.
-    pub(crate) fn full_wait(&self, now: u64, cap: core::time::Duration) -> core::time::Duration {
+    /// bucket is full, within `[1 ns, cap]`, or `Duration::MAX` when none ever will be. An
+    /// empty table (`max_keys` 0) answers `cap`.
+    pub(crate) fn full_wait(&self, now: u64) -> core::time::Duration {
+        let cap = self.cap;
         let at = self.next_full_at.load(Ordering::SeqCst);
         if at == u64::MAX && self.len.load(Ordering::SeqCst) > 0 {
             return core::time::Duration::MAX;
@@ -141,12 +148,12 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         Insert::Done
     }
 
-    /// The wait until a tracked bucket is full, within `[1 ns, refill time of one burst]`, or
+    /// The wait until a tracked bucket is full, within `[1 ns, the longest refill of one burst
+    /// of the default quota or an override]`, or
     /// `Duration::MAX` when none ever will be (every tracked bucket is full only past the
     /// horizon, where the clock is read as stopped).
     pub(super) fn table_full_wait(&self, now: u64) -> core::time::Duration {
-        self.table
-            .full_wait(now, self.quota.refill_time(self.quota.burst()))
+        self.table.full_wait(now)
     }
 
     /// One migration step, if the index's mutex is free: lookups of keys left in the old

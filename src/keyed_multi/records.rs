@@ -35,12 +35,10 @@ const HEAD: usize = 2;
 #[repr(align(64))]
 struct Line([AtomicU64; 8]);
 
-/// The arena: records of `stride` words (4 or 8), `1 << shift` of them per line.
+/// The arena: `1 << shift` records per line, of `8 >> shift` words each.
 pub(super) struct Records {
     lines: Box<[Line]>,
-    /// Words per record: 4 (up to two quotas) or 8 (three or four).
-    stride: usize,
-    /// Records per line, as a power of two: 1 (stride 4) or 0 (stride 8).
+    /// 1: two records of 4 words per line (up to two quotas); 0: one of 8 (three or four).
     shift: u32,
     count: usize,
 }
@@ -77,17 +75,12 @@ pub(super) enum Attempt<R> {
 impl Records {
     /// `count` free records of `quotas` states each.
     pub(super) fn new(count: usize, quotas: usize) -> Records {
-        let (stride, shift) = if HEAD + quotas.clamp(1, MAX_LIMITS) <= 4 {
-            (4, 1)
-        } else {
-            (8, 0)
-        };
+        let shift = u32::from(HEAD + quotas.clamp(1, MAX_LIMITS) <= 4);
         let lines = count.div_ceil(1 << shift);
         Records {
             lines: (0..lines)
                 .map(|_| Line([0; 8].map(AtomicU64::new)))
                 .collect(),
-            stride,
             shift,
             count,
         }
@@ -98,11 +91,17 @@ impl Records {
         self.count
     }
 
+    /// Words per record: 4 or 8.
+    #[inline(always)]
+    fn stride(&self) -> usize {
+        8 >> self.shift
+    }
+
     #[inline(always)]
     fn record(&self, h: usize) -> Rec<'_> {
         Rec {
             line: &self.lines[h >> self.shift].0,
-            at: (h & ((1 << self.shift) - 1)) * self.stride,
+            at: (h & ((1 << self.shift) - 1)) * self.stride(),
         }
     }
 
@@ -114,6 +113,7 @@ impl Records {
         h: usize,
         len: usize,
     ) -> Option<(u64, u64, [u64; N])> {
+        debug_assert!(HEAD + len <= self.stride());
         let r = self.record(h);
         let seq = r[0].load(Ordering::Acquire);
         if seq & 1 != 0 {
@@ -174,7 +174,7 @@ impl Records {
     #[inline(always)]
     fn write_unlock(&self, h: usize, seq: u64, states: &[u64]) {
         let r = self.record(h);
-        debug_assert!(HEAD + states.len() <= self.stride);
+        debug_assert!(HEAD + states.len() <= self.stride());
         for (i, &s) in states.iter().enumerate() {
             let word = &r[HEAD + i];
             word.store(s, Ordering::Relaxed);
@@ -193,7 +193,7 @@ impl Records {
     /// is one writer's, not necessarily the same writer's).
     pub(super) fn peek(&self, h: usize, out: &mut [u64]) {
         let r = self.record(h);
-        debug_assert!(HEAD + out.len() <= self.stride);
+        debug_assert!(HEAD + out.len() <= self.stride());
         for (i, o) in out.iter_mut().enumerate() {
             *o = r[HEAD + i].load(Ordering::Relaxed);
         }

@@ -91,10 +91,10 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         Insert::Done
     }
 
-    /// The wait until a tracked key is full, within `[1 ns, refill time of the default
-    /// policy's slowest quota]`, or `Duration::MAX` when none ever will be.
+    /// The wait until a tracked key is full, within `[1 ns, the longest burst refill of any
+    /// quota of any policy]`, or `Duration::MAX` when none ever will be.
     pub(super) fn table_full_wait(&self, now: u64) -> core::time::Duration {
-        self.table.full_wait(now, self.policy.slowest_refill)
+        self.table.full_wait(now)
     }
 
     /// One bounded sweep step at `now` with the index's mutex held, evicting the keys full at
