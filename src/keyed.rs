@@ -17,7 +17,7 @@ mod counters;
 mod decide;
 pub(crate) mod index;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
-mod named;
+pub(crate) mod named;
 
 #[cfg(feature = "persist")]
 mod persist;
@@ -25,7 +25,7 @@ pub(crate) mod table;
 mod until_key_ready;
 
 pub use builder::KeyedLimiterBuilder;
-use counters::Counters;
+pub(crate) use counters::CounterShards;
 pub use counters::KeyedCounters;
 use table::{Insert, Table};
 pub use until_key_ready::UntilKeyReady;
@@ -36,16 +36,12 @@ use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
 use crate::sync::Ordering;
-use alloc::boxed::Box;
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 use index::{fingerprint, Index};
 use std::collections::HashMap;
-
-/// The most counter shards, whatever the core count.
-const MAX_SHARDS: usize = 1024;
 
 /// The largest `max_keys` honoured (larger values are clamped): the table is allocated up front,
 /// 16 bytes × 1.5 × the next power of two of 2 × `max_keys`, so this caps it at 3 GiB.
@@ -135,7 +131,7 @@ pub struct KeyedLimiter<K, C = DefaultClock> {
     max_keys: u64,
     fail_open: bool,
     table: CachePadded<Table>,
-    shards: Box<[CachePadded<Counters>]>,
+    shards: CounterShards,
     clock: C,
     /// Metrics and tracing (see `keyed/named.rs`).
     #[cfg(any(feature = "metrics", feature = "tracing"))]
@@ -193,11 +189,6 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         fail_open: bool,
         seed: Option<u64>,
     ) -> Self {
-        // Four lock stripes per default shard (per core), a power of two.
-        let shards = crate::sharded::shards_per_core()
-            .saturating_mul(4)
-            .next_power_of_two()
-            .min(MAX_SHARDS);
         let max_keys = max_keys.min(MAX_KEYS);
         // Random per limiter (64 bits from foldhash's randomly seeded state); fixed under loom,
         // whose models must replay the same slots (a restored limiter there too).
@@ -235,8 +226,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             max_keys: u64::try_from(max_keys).unwrap_or(u64::MAX),
             fail_open,
             table: CachePadded::new(Table::new(cap)),
-            // `shards` owned ones, then as many shared ones (see `count`).
-            shards: (0..2 * shards).map(|_| CachePadded::default()).collect(),
+            shards: CounterShards::new(),
             clock,
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             observe: crate::observe::KeyedObserver::new(None, max_keys as u64, false),

@@ -32,13 +32,16 @@ mod builder;
 mod policy;
 mod records;
 mod table;
+mod until_key_ready;
 
 pub use builder::KeyedMultiLimiterBuilder;
+pub use until_key_ready::MultiUntilKeyReady;
 
 use crate::clock::{Clock, DefaultClock};
 use crate::error::Denied;
 use crate::keyed::index::{fingerprint, Index};
 use crate::keyed::table::Table;
+use crate::keyed::{CounterShards, KeyedCounters};
 use crate::limits::{Limits, MAX_LIMITS};
 use crate::multi::Snapshots;
 use crate::refusal::Refusal;
@@ -109,7 +112,12 @@ pub struct KeyedMultiLimiter<K, C = DefaultClock> {
     fail_open: bool,
     table: CachePadded<Table>,
     free: Mutex<Free>,
+    /// The counters, split by thread ([`counters`](Self::counters)).
+    shards: CounterShards,
     clock: C,
+    /// Metrics and tracing, as `KeyedLimiter`'s (see `keyed/named.rs`).
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    observe: crate::observe::KeyedObserver,
     _keys: core::marker::PhantomData<fn(&K)>,
 }
 
@@ -202,7 +210,10 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
             fail_open,
             table: CachePadded::new(Table::new(cap)),
             free: Mutex::new(Free::default()),
+            shards: CounterShards::new(),
             clock,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            observe: crate::observe::KeyedObserver::new(None, max_keys as u64, false),
             _keys: core::marker::PhantomData,
         }
     }
@@ -420,6 +431,32 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         usize::try_from(self.table.len.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
     }
 
+    /// The counters, summed over their per-thread shards, as
+    /// [`KeyedLimiter::counters`](crate::KeyedLimiter::counters): every decision counts once as
+    /// admitted or refused (whichever quota refused); `refused_table_full` and
+    /// `admitted_untracked` count new keys that met a full table; `evicted` the keys evicted.
+    /// In [shadow mode](KeyedMultiLimiterBuilder::shadow) a decision counts as what the caller
+    /// got: admitted. Each count is exact once the calls that made it have returned.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+    /// let clock = ManualClock::new();
+    /// let limits = Limits::new([Quota::per_second(2).unwrap(), Quota::new(3, Duration::from_secs(60), 3).unwrap()]).unwrap();
+    /// let limiter = KeyedMultiLimiter::with_clock(limits, 1, clock.clone());
+    /// limiter.try_acquire(&"a", 2).unwrap();
+    /// assert!(limiter.try_acquire(&"a", 1).is_err()); // 2 per second spent
+    /// assert!(limiter.try_acquire(&"b", 1).is_err()); // the table is full
+    /// let c = limiter.counters();
+    /// assert_eq!((c.admitted, c.refused, c.refused_table_full, c.evicted), (1, 2, 1, 0));
+    /// clock.advance(Duration::from_secs(60));
+    /// assert_eq!(limiter.sweep(), 1);
+    /// assert_eq!(limiter.counters().evicted, 1);
+    /// ```
+    pub fn counters(&self) -> KeyedCounters {
+        self.shards.sum()
+    }
+
     /// Whether no key is tracked.
     ///
     /// ```
@@ -463,9 +500,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         self.acquire_fp(fp, self.policy_of(fp), cost, || self.clock.now())
     }
 
-    /// The decision for fingerprint `fp`, reading the clock only if it must: one lock-free
-    /// probe and one attempt on the record in line; a miss, a busy record or a stale one out
-    /// of line.
+    /// The decision for fingerprint `fp`, reading the clock only if it must, counted and
+    /// observed (in shadow mode every refusal is recorded, then admitted).
     #[inline]
     fn acquire_fp(
         &self,
@@ -474,12 +510,32 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         cost: u64,
         now: impl FnOnce() -> u64,
     ) -> Result<(), Refusal> {
-        if cost > policy.min_burst {
-            return Err(policy.exceeds());
+        let result = if cost > policy.min_burst {
+            Err(policy.exceeds())
+        } else if cost == 0 {
+            Ok(())
+        } else {
+            self.decide_fp(fp, policy, cost, now)
+        };
+        #[cfg(feature = "metrics")]
+        let result = self.observe.decided_policy(result);
+        match result {
+            Ok(()) => self.shards.count(|c| &c.admitted, 1),
+            Err(_) => self.shards.count(|c| &c.refused, 1),
         }
-        if cost == 0 {
-            return Ok(());
-        }
+        result
+    }
+
+    /// The decision for `0 < cost <=` the smallest burst: one lock-free probe and one attempt
+    /// on the record in line; a miss, a busy record or a stale one out of line.
+    #[inline]
+    fn decide_fp(
+        &self,
+        fp: u64,
+        policy: &Policy,
+        cost: u64,
+        now: impl FnOnce() -> u64,
+    ) -> Result<(), Refusal> {
         // Read before the probe: the insert path trusts a miss only if no entry moved around it.
         let epoch = self.index.rebuild_epoch();
         let hit = self.index.lookup(fp);
@@ -548,9 +604,13 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
                 Insert::Retry => epoch = self.index.rebuild_epoch(),
                 Insert::Refused(refusal) => return Err(refusal),
                 Insert::TableFull(wait) => {
+                    #[cfg(any(feature = "metrics", feature = "tracing"))]
+                    self.observe.table_full(self.fail_open);
                     return if self.fail_open {
+                        self.shards.count(|c| &c.admitted_untracked, 1);
                         Ok(())
                     } else {
+                        self.shards.count(|c| &c.refused_table_full, 1);
                         Err(Refusal::new(Denied::RetryAfter(wait), 0))
                     };
                 }

@@ -101,7 +101,7 @@ pub use error::{ConfigError, Denied};
 #[cfg(feature = "keyed")]
 pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder, UntilKeyReady};
 #[cfg(feature = "keyed")]
-pub use keyed_multi::{KeyedMultiLimiter, KeyedMultiLimiterBuilder};
+pub use keyed_multi::{KeyedMultiLimiter, KeyedMultiLimiterBuilder, MultiUntilKeyReady};
 pub use limits::Limits;
 pub use multi::{MultiBucket, MultiReservation, Refusal, Snapshots};
 pub use quota::{Quota, HORIZON};

@@ -13,7 +13,15 @@ mod keyed {
     #[cfg(feature = "tracing")]
     use crate::sync::{AtomicU32, Ordering};
     #[cfg(feature = "metrics")]
-    use crate::Denied;
+    use crate::{refusal::Refusal, Denied};
+
+    /// The decision handles: one quota's, or a policy's (which also count by refusing quota).
+    #[cfg(feature = "metrics")]
+    #[derive(Debug)]
+    enum Decisions {
+        One(crate::metrics::DecisionMetrics),
+        Policy(crate::metrics::PolicyMetrics),
+    }
 
     /// A keyed limiter's name, metric handles and table-full flag.
     #[derive(Debug)]
@@ -21,10 +29,7 @@ mod keyed {
         #[cfg(feature = "tracing")]
         name: Option<alloc::boxed::Box<str>>,
         #[cfg(feature = "metrics")]
-        metrics: Option<(
-            crate::metrics::DecisionMetrics,
-            crate::metrics::TableMetrics,
-        )>,
+        metrics: Option<(Decisions, crate::metrics::TableMetrics)>,
         #[cfg(feature = "metrics")]
         shadow: bool,
         /// Whether the table is full: set by the first new key it turned away, cleared by the
@@ -36,18 +41,32 @@ mod keyed {
     impl KeyedObserver {
         /// The observer of a limiter named `name` (unnamed: no metrics, unnamed events),
         /// tracking at most `capacity` keys.
-        #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
         pub(crate) fn new(name: Option<&str>, capacity: u64, shadow: bool) -> KeyedObserver {
+            KeyedObserver::with_quotas(name, capacity, shadow, 0)
+        }
+
+        /// [`new`](Self::new) for a table of policies of up to `quotas` quotas (0: of single
+        /// quotas): its refusals are also counted by the quota that refused
+        /// ([`crate::metrics::POLICY_REFUSALS`]).
+        #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+        pub(crate) fn with_quotas(
+            name: Option<&str>,
+            capacity: u64,
+            shadow: bool,
+            quotas: usize,
+        ) -> KeyedObserver {
             KeyedObserver {
                 #[cfg(feature = "tracing")]
                 name: name.map(Into::into),
                 #[cfg(feature = "metrics")]
                 metrics: name.map(|name| {
                     let name = metrics::SharedString::from(alloc::string::String::from(name));
-                    (
-                        crate::metrics::DecisionMetrics::new(name.clone()),
-                        crate::metrics::TableMetrics::new(name, capacity),
-                    )
+                    let decisions = if quotas == 0 {
+                        Decisions::One(crate::metrics::DecisionMetrics::new(name.clone()))
+                    } else {
+                        Decisions::Policy(crate::metrics::PolicyMetrics::new(name.clone(), quotas))
+                    };
+                    (decisions, crate::metrics::TableMetrics::new(name, capacity))
                 }),
                 #[cfg(feature = "metrics")]
                 shadow,
@@ -60,8 +79,28 @@ mod keyed {
         #[cfg(feature = "metrics")]
         #[inline]
         pub(crate) fn decided(&self, verdict: Result<(), Denied>) -> Result<(), Denied> {
+            match &self.metrics {
+                Some((Decisions::One(d), _)) => d.decide(self.shadow, verdict),
+                Some((Decisions::Policy(p), _)) => p.decide(self.shadow, verdict, 0),
+                None if self.shadow => Ok(()),
+                None => verdict,
+            }
+        }
+
+        /// [`decided`](Self::decided) for a policy's decision, which names the quota that
+        /// refused; returns what the caller gets (`Ok` in shadow mode).
+        #[cfg(feature = "metrics")]
+        #[inline]
+        pub(crate) fn decided_policy(&self, verdict: Result<(), Refusal>) -> Result<(), Refusal> {
             if let Some((decisions, _)) = &self.metrics {
-                return decisions.decide(self.shadow, verdict);
+                let (denied, index) = match &verdict {
+                    Ok(()) => (Ok(()), 0),
+                    Err(refusal) => (Err(refusal.denied()), refusal.quota_index()),
+                };
+                let _ = match decisions {
+                    Decisions::One(d) => d.decide(self.shadow, denied),
+                    Decisions::Policy(p) => p.decide(self.shadow, denied, index),
+                };
             }
             if self.shadow {
                 return Ok(());

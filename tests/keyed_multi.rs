@@ -72,11 +72,13 @@ proptest! {
             .map(|q| q.refill_time(q.burst()))
             .max()
             .unwrap();
+        // What the counters must say: every decision admitted or refused, once.
+        let (mut admitted, mut refused, mut room, mut evicted) = (0u64, 0u64, 0u64, 0u64);
         for op in ops {
             match op {
                 Op::Advance(ns) => clock.advance(Duration::from_nanos(ns)),
                 Op::Sweep => {
-                    limiter.sweep();
+                    evicted += limiter.sweep() as u64;
                 }
                 Op::Acquire(k, cost) | Op::Snapshot(k, cost) => {
                     let m = &models[k as usize];
@@ -94,7 +96,12 @@ proptest! {
                     let table_full = full
                         && cost <= m.available()
                         && matches!(got, Err(r) if r.denied() != Denied::ExceedsBurst);
+                    match got {
+                        Ok(()) => admitted += 1,
+                        Err(_) => refused += 1,
+                    }
                     if table_full {
+                        room += 1;
                         let r = got.unwrap_err();
                         prop_assert_eq!(len_before, max_keys);
                         prop_assert!(matches!(r.denied(), Denied::RetryAfter(d) if d > Duration::ZERO && d <= cap), "{:?}", r);
@@ -113,6 +120,11 @@ proptest! {
                 prop_assert_eq!(limiter.available(&(k as u8)), m.available(), "key {}", k);
             }
         }
+        let c = limiter.counters();
+        prop_assert_eq!((c.admitted, c.refused, c.refused_table_full), (admitted, refused, room));
+        prop_assert_eq!(c.admitted_untracked, 0);
+        // Insertions evict too: at least the sweeps' evictions.
+        prop_assert!(c.evicted >= evicted, "{:?} {}", c, evicted);
     }
 }
 
@@ -249,4 +261,165 @@ fn table_full_wait_covers_an_override_slower_than_the_default() {
     assert!(limiter.try_acquire(&"new", 1).is_err());
     clock.set(Duration::from_secs(200));
     assert_eq!(limiter.try_acquire(&"new", 1), Ok(()));
+}
+
+#[test]
+fn counters_count_every_decision_and_eviction() {
+    let clock = ManualClock::new();
+    let limits = Limits::new([q(2, 1000, 2), q(3, 60_000, 3)]).unwrap();
+    let limiter = KeyedMultiLimiter::builder(limits.clone(), 2, clock.clone())
+        .build()
+        .unwrap();
+    assert_eq!(limiter.try_acquire(&1, 2), Ok(()));
+    assert_eq!(limiter.try_acquire(&1, 0), Ok(())); // cost 0: admitted, counted
+    assert!(limiter.try_acquire(&1, 1).is_err()); // the second is spent
+    assert!(limiter.try_acquire(&1, 3).is_err()); // above the smallest burst
+    assert_eq!(limiter.try_acquire(&2, 1), Ok(()));
+    assert!(limiter.try_acquire(&3, 1).is_err()); // the table is full
+    let c = limiter.counters();
+    assert_eq!(
+        (c.admitted, c.refused, c.refused_table_full, c.evicted),
+        (3, 3, 1, 0)
+    );
+    // A minute on, both keys are full: key 3's insertion evicts one, the sweep the other.
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(limiter.try_acquire(&3, 1), Ok(()));
+    let evicted = limiter.counters().evicted;
+    assert!(evicted >= 1, "{evicted}");
+    assert_eq!(limiter.sweep() as u64 + evicted, 2);
+    assert_eq!(limiter.counters().evicted, 2);
+
+    let open = KeyedMultiLimiter::builder(limits, 1, clock.clone())
+        .fail_open(true)
+        .build()
+        .unwrap();
+    assert_eq!(open.try_acquire(&1, 1), Ok(()));
+    assert_eq!(open.try_acquire(&2, 1), Ok(())); // untracked
+    let c = open.counters();
+    assert_eq!((c.admitted, c.admitted_untracked, c.refused), (2, 1, 0));
+}
+
+/// Counted on every thread, the owned and the shared shards alike: exact once the threads end.
+#[test]
+fn counters_are_exact_across_threads() {
+    let limiter =
+        KeyedMultiLimiter::new(Limits::new([q(1, 1000, 1), q(1, 60_000, 1)]).unwrap(), 64);
+    let threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get()) + 5;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let limiter = &limiter;
+            s.spawn(move || {
+                for i in 0..1_000u64 {
+                    let _ = limiter.try_acquire(&(t as u64 * 1_000 + i % 8), 1);
+                }
+            });
+        }
+    });
+    let c = limiter.counters();
+    assert_eq!(c.admitted + c.refused, threads as u64 * 1_000);
+    assert!(c.admitted >= 64.min(threads as u64 * 8), "{c:?}");
+}
+
+// ---- until_key_ready ----
+
+#[test]
+fn until_key_ready_waits_for_the_slowest_quota_with_one_registration() {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll};
+    let (count, waker) = tollgate_testkit::wakers::Count::waker();
+    let mut cx = Context::from_waker(&waker);
+    let clock = ManualClock::new_frozen();
+    // 10 per second and 12 per minute.
+    let limits = Limits::new([q(10, 1000, 10), q(12, 60_000, 12)]).unwrap();
+    let limiter = KeyedMultiLimiter::with_clock(limits, 2, clock.clone());
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    // 3 more: the second is back in 300 ms, but the minute holds 2 until 5 s later.
+    let mut fut = pin!(limiter.until_key_ready(&1u8, 3));
+    for _ in 0..1_000 {
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    }
+    assert_eq!(
+        clock.pending_wakes(),
+        1,
+        "spurious polls add no registration"
+    );
+    assert_eq!(
+        limiter.try_acquire(&2u8, 10),
+        Ok(()),
+        "another key is not held up"
+    );
+    clock.advance(Duration::from_millis(4_999));
+    assert_eq!(count.get(), 0);
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(count.get(), 1, "woken when the slowest quota admits 3");
+    assert_eq!(
+        fut.as_mut().poll(&mut cx),
+        Poll::Ready(Ok(Duration::from_secs(5)))
+    );
+    assert_eq!(limiter.available(&1u8), 0); // the minute: 12 − 10 + 1 − 3
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::ZERO)));
+    assert_eq!(clock.pending_wakes(), 0);
+
+    // Someone else takes the tokens first: the waiter re-arms for the new instant.
+    let mut fut = pin!(limiter.until_key_ready(&2u8, 1));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::ZERO)));
+    // The minute holds 2 (12 − 10 + 1 − 1); 3 are there 5 s on.
+    let mut fut = pin!(limiter.until_key_ready(&2u8, 3));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(
+        limiter.try_acquire(&2u8, 2),
+        Ok(()),
+        "someone else is first"
+    );
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    assert_eq!(clock.pending_wakes(), 1);
+    clock.advance(Duration::from_secs(9));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        fut.as_mut().poll(&mut cx),
+        Poll::Ready(Ok(Duration::from_secs(15)))
+    );
+    // Dropping a waiting future cancels its wake-up.
+    {
+        let mut fut = pin!(limiter.until_key_ready(&2u8, 10));
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+        assert_eq!(clock.pending_wakes(), 1);
+    }
+    assert_eq!(clock.pending_wakes(), 0);
+    // Above the smallest burst: resolved at once, naming that quota; counted as a refusal.
+    let before = limiter.counters().refused;
+    assert_eq!(
+        pin!(limiter.until_key_ready(&1u8, 11)).poll(&mut cx),
+        Poll::Ready(Err(Refusal::new(Denied::ExceedsBurst, 0)))
+    );
+    assert_eq!(limiter.counters().refused, before + 1);
+}
+
+/// A new key refused because the table is full waits until a tracked key is full.
+#[test]
+fn until_key_ready_waits_out_a_full_table() {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll};
+    let (_, waker) = tollgate_testkit::wakers::Count::waker();
+    let mut cx = Context::from_waker(&waker);
+    let clock = ManualClock::new_frozen();
+    let limits = Limits::new([q(10, 1000, 10), q(10, 2000, 10)]).unwrap();
+    let limiter = KeyedMultiLimiter::with_clock(limits, 1, clock.clone());
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    let mut fut = pin!(limiter.until_key_ready(&2u8, 1));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(Duration::from_millis(1_999));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        fut.as_mut().poll(&mut cx),
+        Poll::Ready(Ok(Duration::from_secs(2)))
+    );
+    assert_eq!(limiter.len(), 1);
+    assert_eq!(limiter.counters().refused_table_full, 2);
 }

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use tollgate::metrics::{DecisionMetrics, Metered, Outcome, PolicyMetrics};
-use tollgate::{Bucket, Denied, KeyedLimiter, ManualClock, ShardedBucket};
+use tollgate::{
+    Bucket, Denied, KeyedLimiter, KeyedMultiLimiter, Limits, ManualClock, Quota, ShardedBucket,
+};
 
 use tollgate_testkit::quotas::quota;
 use tollgate_testkit::recorder::Recorder;
@@ -181,6 +183,83 @@ fn shadow_keyed_limiter_counts_exactly_what_enforcement_refuses() {
         s.counter("tollgate_table_full_total{action=refused,limiter=shadow}"),
     );
     assert_eq!(s.waits("shadow"), s.waits("enforce"));
+}
+
+/// A keyed policy table in shadow mode decides as the enforcing one, and both count each
+/// refusal by the quota that refused.
+#[test]
+fn shadow_keyed_policy_counts_exactly_what_enforcement_refuses_by_quota() {
+    let rec = Recorder::new();
+    let (ce, cs) = (ManualClock::new(), ManualClock::new());
+    // 50/s with a burst of 8, and 5/s with a burst of 12.
+    let limits = Limits::new([
+        quota(50, 8),
+        Quota::new(10, Duration::from_secs(2), 12).unwrap(),
+    ])
+    .unwrap();
+    let build = |name: &str, clock: &ManualClock, shadow: bool| {
+        rec.build(|| {
+            KeyedMultiLimiter::builder(limits.clone(), 3, clock.clone())
+                .name(name)
+                .shadow(shadow)
+                .build()
+                .unwrap()
+        })
+    };
+    let enforce = build("policy-enforce", &ce, false);
+    let shadow = build("policy-shadow", &cs, true);
+    let mut by_quota = [0u64; 2];
+    let enforced = drive(13, &ce, |key, cost| {
+        let verdict = enforce.try_acquire_detailed(&key, cost);
+        if let Err(r) = verdict {
+            by_quota[r.quota_index()] += 1;
+        }
+        (verdict.map_err(Denied::from), enforce.available(&key))
+    });
+    let shadowed = drive(13, &cs, |key, cost| {
+        (shadow.try_acquire(&key, cost), shadow.available(&key))
+    });
+    for (i, (e, s)) in enforced.iter().zip(&shadowed).enumerate() {
+        assert_eq!(s.0, Ok(()), "call {i}");
+        assert_eq!(e.1, s.1, "tokens after call {i}");
+    }
+    let refused = enforced.iter().filter(|(v, _)| v.is_err()).count() as u64;
+    assert!(by_quota[0] > 50 && by_quota[1] > 20, "{by_quota:?}");
+    let s = rec.snapshot();
+    let by = |limiter: &str, q: &str| {
+        s.counter(&format!(
+            "tollgate_policy_refusals_total{{limiter={limiter},quota={q}}}"
+        ))
+    };
+    for name in ["policy-enforce", "policy-shadow"] {
+        assert_eq!(
+            (by(name, "0"), by(name, "1")),
+            (by_quota[0], by_quota[1]),
+            "{name}"
+        );
+    }
+    let enforce_refused =
+        s.decisions("policy-enforce", "refused") + s.decisions("policy-enforce", "exceeds_burst");
+    assert_eq!(enforce_refused, refused);
+    assert_eq!(s.decisions("policy-shadow", "shadow_refused"), refused);
+    assert!(s.counter("tollgate_table_full_total{action=refused,limiter=policy-enforce}") > 0);
+    assert_eq!(
+        s.counter("tollgate_table_full_total{action=refused,limiter=policy-enforce}"),
+        s.counter("tollgate_table_full_total{action=refused,limiter=policy-shadow}"),
+    );
+    assert_eq!(s.waits("policy-shadow"), s.waits("policy-enforce"));
+    assert_eq!(
+        s.gauge("tollgate_keys_capacity{limiter=policy-enforce}"),
+        3.0
+    );
+    assert_eq!(
+        s.gauge("tollgate_keys{limiter=policy-enforce}"),
+        enforce.len() as f64
+    );
+    // The limiter's own counters: what callers got.
+    let (ec, sc) = (enforce.counters(), shadow.counters());
+    assert_eq!(ec.refused, refused);
+    assert_eq!((sc.refused, sc.admitted), (0, 2_000));
 }
 
 #[test]

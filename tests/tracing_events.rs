@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tollgate::{KeyedLimiter, ManualClock, Quota};
+use tollgate::{KeyedLimiter, KeyedMultiLimiter, Limits, ManualClock, Quota};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
@@ -47,37 +47,78 @@ impl Subscriber for Events {
     fn exit(&self, _: &Id) {}
 }
 
+/// Three rounds of: two keys fill a table of two, a hundred new keys are refused (one event),
+/// every bucket full again a second on and the sweep makes room (one event).
+fn table_full_events(
+    clock: &ManualClock,
+    acquire: impl Fn(u64) -> bool,
+    sweep: impl Fn() -> usize,
+) -> Vec<(tracing::Level, String)> {
+    let events = Events::default();
+    tracing::subscriber::with_default(events.clone(), || {
+        for round in 0..3u64 {
+            assert!(acquire(round * 1000));
+            assert!(acquire(round * 1000 + 1));
+            for key in 2..102 {
+                assert!(!acquire(round * 1000 + key));
+            }
+            clock.advance(Duration::from_secs(1));
+            assert_eq!(sweep(), 2);
+            assert_eq!(sweep(), 0);
+        }
+    });
+    let events = events.0.lock().unwrap().clone();
+    events
+}
+
+fn assert_paired(events: &[(tracing::Level, String)], name: &str) {
+    assert_eq!(events.len(), 6, "{events:?}");
+    for pair in events.chunks(2) {
+        assert_eq!(pair[0].0, tracing::Level::WARN);
+        assert!(pair[0].1.contains("keyed table full"), "{}", pair[0].1);
+        assert!(
+            pair[0].1.contains(&format!("limiter=\"{name}\"")),
+            "{}",
+            pair[0].1
+        );
+        assert_eq!(pair[1].0, tracing::Level::INFO);
+        assert!(pair[1].1.contains("no longer full"), "{}", pair[1].1);
+    }
+}
+
 #[test]
 fn table_full_events_fire_once_per_state_change() {
-    let events = Events::default();
     let clock = ManualClock::new();
     let limiter = KeyedLimiter::builder(Quota::per_second(1).unwrap(), 2, clock.clone())
         .name("edge")
         .build()
         .unwrap();
-    tracing::subscriber::with_default(events.clone(), || {
-        for round in 0..3u64 {
-            // Two keys fill the table; a hundred new keys are refused: one event.
-            assert_eq!(limiter.try_acquire(&(round * 1000), 1), Ok(()));
-            assert_eq!(limiter.try_acquire(&(round * 1000 + 1), 1), Ok(()));
-            for key in 2..102 {
-                assert!(limiter.try_acquire(&(round * 1000 + key), 1).is_err());
-            }
-            // Every bucket is full again: the sweep makes room, one event.
-            clock.advance(Duration::from_secs(1));
-            assert_eq!(limiter.sweep(), 2);
-            assert_eq!(limiter.sweep(), 0);
-        }
-    });
-    let events = events.0.lock().unwrap();
-    assert_eq!(events.len(), 6, "{events:?}");
-    for pair in events.chunks(2) {
-        assert_eq!(pair[0].0, tracing::Level::WARN);
-        assert!(pair[0].1.contains("keyed table full"), "{}", pair[0].1);
-        assert!(pair[0].1.contains("limiter=\"edge\""), "{}", pair[0].1);
-        assert_eq!(pair[1].0, tracing::Level::INFO);
-        assert!(pair[1].1.contains("no longer full"), "{}", pair[1].1);
-    }
+    let events = table_full_events(
+        &clock,
+        |key| limiter.try_acquire(&key, 1).is_ok(),
+        || limiter.sweep(),
+    );
+    assert_paired(&events, "edge");
+}
+
+#[test]
+fn a_keyed_policy_table_reports_the_same_events() {
+    let clock = ManualClock::new();
+    let limits = Limits::new([
+        Quota::per_second(1).unwrap(),
+        Quota::new(2, Duration::from_millis(500), 1).unwrap(),
+    ])
+    .unwrap();
+    let limiter = KeyedMultiLimiter::builder(limits, 2, clock.clone())
+        .name("policy-edge")
+        .build()
+        .unwrap();
+    let events = table_full_events(
+        &clock,
+        |key| limiter.try_acquire(&key, 1).is_ok(),
+        || limiter.sweep(),
+    );
+    assert_paired(&events, "policy-edge");
 }
 
 #[test]

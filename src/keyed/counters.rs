@@ -3,7 +3,9 @@
 use super::KeyedLimiter;
 use crate::clock::Clock;
 use crate::sync::{thread_slot, AtomicU64, Ordering};
+use alloc::boxed::Box;
 use core::hash::Hash;
+use crossbeam_utils::CachePadded;
 
 /// A snapshot of a [`KeyedLimiter`]'s counters (sums over its shards).
 ///
@@ -36,26 +38,39 @@ pub struct KeyedCounters {
 
 /// One counter shard, on its own line: either owned by one thread (the only writer: a count is a
 /// relaxed load and store) or shared by the threads mapped to it (a relaxed `fetch_add`); see
-/// [`KeyedLimiter::count`].
+/// [`CounterShards::count`].
 #[derive(Default)]
-pub(super) struct Counters {
-    pub(super) admitted: AtomicU64,
-    pub(super) refused: AtomicU64,
-    pub(super) refused_table_full: AtomicU64,
-    pub(super) admitted_untracked: AtomicU64,
-    pub(super) evicted: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) admitted: AtomicU64,
+    pub(crate) refused: AtomicU64,
+    pub(crate) refused_table_full: AtomicU64,
+    pub(crate) admitted_untracked: AtomicU64,
+    pub(crate) evicted: AtomicU64,
 }
 
-impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
-    /// The counters, summed over the shards. Each is exact once concurrent calls have returned.
-    ///
-    /// ```
-    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
-    /// let limiter = KeyedLimiter::with_clock(Quota::per_second(5).unwrap(), 10, ManualClock::new());
-    /// limiter.try_acquire(&1, 1).unwrap();
-    /// assert_eq!(limiter.counters().admitted, 1);
-    /// ```
-    pub fn counters(&self) -> KeyedCounters {
+/// The most counter shards of each half, whatever the core count.
+const MAX_SHARDS: usize = 1024;
+
+/// A keyed table's counters, split by thread: [`KeyedLimiter`]'s and
+/// [`KeyedMultiLimiter`](crate::KeyedMultiLimiter)'s.
+pub(crate) struct CounterShards {
+    shards: Box<[CachePadded<Counters>]>,
+}
+
+impl CounterShards {
+    /// Four stripes per core (a power of two) owned ones, then as many shared ones.
+    pub(crate) fn new() -> CounterShards {
+        let owned = crate::sharded::shards_per_core()
+            .saturating_mul(4)
+            .next_power_of_two()
+            .min(MAX_SHARDS);
+        CounterShards {
+            shards: (0..2 * owned).map(|_| CachePadded::default()).collect(),
+        }
+    }
+
+    /// The counters, summed over the shards.
+    pub(crate) fn sum(&self) -> KeyedCounters {
         let mut c = KeyedCounters::default();
         for s in self.shards.iter() {
             c.admitted += s.admitted.load(Ordering::Relaxed);
@@ -75,7 +90,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// slot, with `fetch_add`.
     /// Either way a count is exact once the call that made it has returned.
     #[inline]
-    pub(super) fn count(&self, which: impl FnOnce(&Counters) -> &AtomicU64, n: u64) {
+    pub(crate) fn count(&self, which: impl FnOnce(&Counters) -> &AtomicU64, n: u64) {
         let owned = self.shards.len() / 2;
         let slot = thread_slot();
         if slot < owned {
@@ -84,5 +99,25 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         } else {
             which(&self.shards[owned + (slot & (owned - 1))]).fetch_add(n, Ordering::Relaxed);
         }
+    }
+}
+
+impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
+    /// The counters, summed over the shards. Each is exact once concurrent calls have returned.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    /// let limiter = KeyedLimiter::with_clock(Quota::per_second(5).unwrap(), 10, ManualClock::new());
+    /// limiter.try_acquire(&1, 1).unwrap();
+    /// assert_eq!(limiter.counters().admitted, 1);
+    /// ```
+    pub fn counters(&self) -> KeyedCounters {
+        self.shards.sum()
+    }
+
+    /// Adds `n` to the calling thread's count `which` ([`CounterShards::count`]).
+    #[inline]
+    pub(super) fn count(&self, which: impl FnOnce(&Counters) -> &AtomicU64, n: u64) {
+        self.shards.count(which, n);
     }
 }

@@ -6,17 +6,24 @@ use alloc::string::String;
 use super::{KeyedLimiter, KeyedLimiterBuilder};
 use crate::observe::KeyedObserver;
 
-/// What the builder was told: the name and shadow mode.
+/// What a keyed builder was told: the name and shadow mode (also
+/// [`KeyedMultiLimiterBuilder`](crate::KeyedMultiLimiterBuilder)'s).
 #[derive(Debug, Default)]
-pub(super) struct Named {
-    name: Option<String>,
-    shadow: bool,
+pub(crate) struct Named {
+    pub(crate) name: Option<String>,
+    pub(crate) shadow: bool,
 }
 
 impl Named {
-    /// Gives `limiter` its observer (its handles resolved now, from the installed recorder).
+    /// The observer of a table of `capacity` keys whose policies hold up to `quotas` quotas
+    /// (0: single quotas), its handles resolved now, from the installed recorder.
+    pub(crate) fn observer(&self, capacity: u64, quotas: usize) -> KeyedObserver {
+        KeyedObserver::with_quotas(self.name.as_deref(), capacity, self.shadow, quotas)
+    }
+
+    /// Gives `limiter` its observer.
     pub(super) fn apply<K, C>(self, mut limiter: KeyedLimiter<K, C>) -> KeyedLimiter<K, C> {
-        limiter.observe = KeyedObserver::new(self.name.as_deref(), limiter.max_keys, self.shadow);
+        limiter.observe = self.observer(limiter.max_keys, 0);
         limiter
     }
 }

@@ -30,6 +30,9 @@ pub struct KeyedMultiLimiterBuilder<K, C = DefaultClock> {
     overrides: HashMap<K, Limits>,
     fail_open: bool,
     clock: C,
+    /// The name and shadow mode (`keyed/named.rs`).
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    named: crate::keyed::named::Named,
 }
 
 impl<K, C: fmt::Debug> fmt::Debug for KeyedMultiLimiterBuilder<K, C> {
@@ -40,7 +43,7 @@ impl<K, C: fmt::Debug> fmt::Debug for KeyedMultiLimiterBuilder<K, C> {
             .field("overrides", &self.overrides.len())
             .field("fail_open", &self.fail_open)
             .field("clock", &self.clock)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -94,13 +97,75 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiterBuilder<K, C> {
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroCapacity);
         }
-        Ok(KeyedMultiLimiter::from_parts(
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        let quotas = self
+            .overrides
+            .values()
+            .chain([&self.limits])
+            .map(|l| l.quotas().len())
+            .max()
+            .unwrap_or(1);
+        #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(unused_mut))]
+        let mut limiter = KeyedMultiLimiter::from_parts(
             self.limits,
             self.max_keys,
             self.clock,
             self.overrides,
             self.fail_open,
-        ))
+        );
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        {
+            limiter.observe = self.named.observer(limiter.max_keys, quotas);
+        }
+        Ok(limiter)
+    }
+
+    /// Names the limiter, as [`KeyedLimiterBuilder::name`](crate::KeyedLimiterBuilder::name):
+    /// with the `metrics` feature every decision is recorded under the `limiter` label `name`
+    /// (`tollgate_decisions_total`, the refusals' waits), each refusal also by the quota that
+    /// refused (`tollgate_policy_refusals_total`, label `quota`: its index in the key's
+    /// [`Limits`]; a new key refused for a full table counts against quota 0), and the table's
+    /// gauges, evictions and full-table events (see [`crate::metrics`]); with `tracing`, its
+    /// table-full events carry the name. The handles come from the recorder installed when
+    /// [`build`](Self::build) runs.
+    ///
+    /// ```
+    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+    /// let limiter = KeyedMultiLimiter::builder(Limits::from(Quota::per_second(5).unwrap()), 100, ManualClock::new())
+    ///     .name("per-key-policy")
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(limiter.try_acquire(&"acme", 1), Ok(()));
+    /// ```
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
+    pub fn name(mut self, name: impl Into<alloc::string::String>) -> Self {
+        self.named.name = Some(name.into());
+        self
+    }
+
+    /// Shadow mode: every decision is made and recorded as usual (what would have been refused
+    /// as `shadow_refused`, with its wait and its quota), then admitted. A refusal writes
+    /// nothing, so turning shadow off later enforces from the state an enforcing limiter would
+    /// have reached. Recorded only for a [named](Self::name) limiter; the
+    /// [counters](KeyedMultiLimiter::counters) count what callers got.
+    ///
+    /// ```
+    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+    /// let limiter = KeyedMultiLimiter::builder(Limits::from(Quota::per_second(1).unwrap()), 100, ManualClock::new())
+    ///     .name("trial")
+    ///     .shadow(true)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(limiter.try_acquire(&"acme", 1), Ok(()));
+    /// assert_eq!(limiter.try_acquire(&"acme", 1), Ok(())); // would have been refused
+    /// assert_eq!(limiter.available(&"acme"), 0);
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.named.shadow = on;
+        self
     }
 }
 
@@ -123,6 +188,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
             overrides: HashMap::new(),
             fail_open: false,
             clock,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            named: Default::default(),
         }
     }
 }

@@ -87,6 +87,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         let full_at = policy.full_at(&next[..policy.len]);
         locked.insert(fp, h as u64, full_at);
         t.len.fetch_add(1, Ordering::SeqCst);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        self.observe.inserted(t.len.load(Ordering::SeqCst));
         t.next_full_at.fetch_min(full_at, Ordering::SeqCst);
         Insert::Done
     }
@@ -153,8 +155,14 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         );
         release();
         t.len.fetch_sub(step.evicted, Ordering::SeqCst);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        self.observe
+            .swept(step.evicted, t.len.load(Ordering::SeqCst));
         if let Some(next) = step.pass_done {
             t.next_full_at.store(next, Ordering::SeqCst);
+        }
+        if step.evicted > 0 {
+            self.shards.count(|c| &c.evicted, step.evicted);
         }
         step
     }
