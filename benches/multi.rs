@@ -11,6 +11,13 @@
 //! quota (one token an hour, drained first) while the second still holds tokens, so each
 //! decision computes both quotas. `two_threads_allow`: two threads on one policy, slowest thread.
 //!
+//! `floor`: the atomic primitives alone, no clock and no arithmetic — what one decision's
+//! commit costs on this CPU whatever the algorithm: a 64-bit load and `lock cmpxchg` (a
+//! `Bucket`'s), a 128-bit load and `lock cmpxchg16b` through `portable-atomic` (a two-quota
+//! `MultiBucket`'s), the 128-bit CAS alone (its expected value from the previous CAS, no load),
+//! and an uncontended `Mutex` lock and unlock around two plain stores (`multi_mutex`'s). Each
+//! iteration hits the same word, as the decisions above do.
+//!
 //! `cargo bench --bench multi -- --warm-up-time 0.5 --measurement-time 1.5`; quote ratios from
 //! one run (the machines are noisy).
 #![allow(missing_docs)]
@@ -181,6 +188,47 @@ fn two_threads(c: &mut Criterion) {
     g.finish();
 }
 
+fn floor(c: &mut Criterion) {
+    use portable_atomic::AtomicU128;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let mut g = c.benchmark_group("multi_floor");
+    let word = AtomicU64::new(0);
+    g.bench_function("load_cas64", |i| {
+        i.iter(|| {
+            let v = word.load(Relaxed);
+            black_box(word.compare_exchange_weak(v, v + 1, Relaxed, Relaxed)).ok();
+        })
+    });
+    let pair = AtomicU128::new(0);
+    let step = 1 | (1u128 << 64);
+    g.bench_function("load_cas128", |i| {
+        i.iter(|| {
+            let v = pair.load(Relaxed);
+            black_box(pair.compare_exchange_weak(v, v.wrapping_add(step), Relaxed, Relaxed)).ok();
+        })
+    });
+    g.bench_function("cas128_no_load", |i| {
+        let mut v = pair.load(Relaxed);
+        i.iter(|| {
+            match pair.compare_exchange_weak(v, v.wrapping_add(step), Relaxed, Relaxed) {
+                Ok(_) => v = v.wrapping_add(step),
+                Err(actual) => v = actual,
+            }
+            black_box(v);
+        })
+    });
+    let locked = Mutex::new([0u64; 2]);
+    g.bench_function("mutex_pair", |i| {
+        i.iter(|| {
+            let mut s = locked.lock().unwrap();
+            s[0] += 1;
+            s[1] += 1;
+            black_box(&*s);
+        })
+    });
+    g.finish();
+}
+
 // ---- instruction counts (callgrind: `BENCH=multi ci/callgrind.sh`) ----
 
 /// The measured loop: `n` calls of `f`, never inlined, so callgrind collects exactly this.
@@ -257,5 +305,6 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     single_thread(&mut c);
     two_threads(&mut c);
+    floor(&mut c);
     c.final_summary();
 }
