@@ -85,6 +85,10 @@ struct CompareArgs {
     /// Seed of the per-thread key generators
     #[arg(long, default_value_t = 0x5EED)]
     seed: u64,
+    /// Also compare every cell with this strategy (one of those run): the median per-round
+    /// throughput ratio, the rounds at least as fast, and the p99 ratio, e.g. `--vs cas`
+    #[arg(long, value_name = "NAME")]
+    vs: Option<String>,
     /// A Redis server (`redis://host:port`): adds the strategies `redis`, `redis-lease` and
     /// `redis-lua-baseline` (a fresh key prefix per round of a cell)
     #[arg(long, value_name = "URL")]
@@ -249,6 +253,15 @@ fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
         registry
     };
 
+    if let Some(vs) = &args.vs {
+        if !selected.iter().any(|s| s.name() == vs.trim()) {
+            let run: Vec<&str> = selected.iter().map(|s| s.name()).collect();
+            return usage_error(format!(
+                "--vs {vs}: not among the strategies run ({})",
+                run.join(", ")
+            ));
+        }
+    }
     let mut threads = args.threads.clone();
     if threads.is_empty() {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -322,7 +335,11 @@ fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
     );
 
     let body = match args.format {
-        Format::Table => format!("{}{}\n", report.to_table(), crate::machine::describe()),
+        Format::Table => format!(
+            "{}{}\n",
+            report.to_table_vs(args.vs.as_deref().map(str::trim)),
+            crate::machine::describe()
+        ),
         Format::Csv => report.to_csv(),
         Format::Json => report.to_json() + "\n",
     };

@@ -135,6 +135,35 @@ impl Report {
         }
     }
 
+    /// `cell` against the strategy `other` at the same threads and regime, when it ran: the
+    /// median per-round throughput ratio ([`Report::ratio`]), the rounds in which `cell` was at
+    /// least as fast, the round count, and `cell`'s p99 over `other`'s. The table's `vs NAME`
+    /// column (`compare --vs NAME`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_bench::{compare, strategies, Plan, Regime};
+    /// let s = vec![strategies::by_name("cas").unwrap(), strategies::by_name("spin").unwrap()];
+    /// let plan = Plan::new(vec![1], vec![Regime::Deny], Duration::from_millis(10));
+    /// let report = compare(&s, &plan, |_, _, _| {}).unwrap();
+    /// let (ratio, won, rounds, _) = report.vs(&report.cells[0], "cas").unwrap();
+    /// assert_eq!((ratio, won, rounds), (1.0, rounds, report.rounds));
+    /// assert!(report.vs(&report.cells[0], "std-mutex").is_none()); // did not run
+    /// ```
+    pub fn vs(&self, cell: &CellResult, other: &str) -> Option<(f64, usize, usize, f64)> {
+        let b = self.cells.iter().find(|b| {
+            b.strategy == other && b.threads == cell.threads && b.regime == cell.regime
+        })?;
+        let won = cell
+            .rounds
+            .iter()
+            .zip(&b.rounds)
+            .filter(|(x, y)| x.ops_per_sec >= y.ops_per_sec)
+            .count();
+        let p99 = cell.p99_ns as f64 / b.p99_ns.max(1) as f64;
+        Some((Report::ratio(cell, b), won, cell.rounds.len(), p99))
+    }
+
     /// Cells whose strategy admitted more than the bound.
     ///
     /// ```
@@ -192,24 +221,45 @@ impl Report {
     /// assert!(table.contains("1.00x"));
     /// ```
     pub fn to_table(&self) -> String {
-        let header = [
-            "strategy",
-            "threads",
-            "regime",
-            "Mops/s",
-            "spread",
-            "ns/op",
-            "p50",
-            "p99",
-            "p999",
-            "fairness",
-            "admitted",
-            "bound",
-            "vs std-mutex",
+        self.to_table_vs(None)
+    }
+
+    /// [`to_table`](Report::to_table) with one more column when `vs` names a strategy that
+    /// ran: each cell against it ([`Report::vs`]) as `ratio won/rounds p99-ratio`, e.g.
+    /// `1.04x 4/5 p99 0.9x`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_bench::{compare, strategies, Plan, Regime};
+    /// let s = vec![strategies::by_name("cas").unwrap(), strategies::by_name("std-mutex").unwrap()];
+    /// let plan = Plan::new(vec![1], vec![Regime::Deny], Duration::from_millis(10));
+    /// let report = compare(&s, &plan, |_, _, _| {}).unwrap();
+    /// let table = report.to_table_vs(Some("cas"));
+    /// assert!(table.lines().next().unwrap().ends_with("vs cas"));
+    /// assert!(table.contains("1.00x 5/5 p99 1.0x"));
+    /// ```
+    pub fn to_table_vs(&self, vs: Option<&str>) -> String {
+        let mut header = vec![
+            "strategy".to_owned(),
+            "threads".to_owned(),
+            "regime".to_owned(),
+            "Mops/s".to_owned(),
+            "spread".to_owned(),
+            "ns/op".to_owned(),
+            "p50".to_owned(),
+            "p99".to_owned(),
+            "p999".to_owned(),
+            "fairness".to_owned(),
+            "admitted".to_owned(),
+            "bound".to_owned(),
+            "vs std-mutex".to_owned(),
         ];
-        let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+        if let Some(name) = vs {
+            header.push(format!("vs {name}"));
+        }
+        let mut rows: Vec<Vec<String>> = vec![header.clone()];
         for c in &self.cells {
-            rows.push(vec![
+            let mut row = vec![
                 label(c),
                 c.threads.to_string(),
                 c.regime.name().to_owned(),
@@ -228,7 +278,14 @@ impl Report {
                 ),
                 self.vs_std_mutex(c)
                     .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x")),
-            ]);
+            ];
+            if let Some(name) = vs {
+                row.push(self.vs(c, name).map_or_else(
+                    || "-".to_owned(),
+                    |(r, won, n, p99)| format!("{r:.2}x {won}/{n} p99 {p99:.1}x"),
+                ));
+            }
+            rows.push(row);
         }
         let widths: Vec<usize> = (0..header.len())
             .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
@@ -263,10 +320,13 @@ impl Report {
         let _ = writeln!(
             out,
             "\nMops/s, ns/op and fairness: the median of {} round(s); spread = (fastest - slowest round) / median;\n\
-             vs std-mutex = the median of the per-round ratios (each round runs every strategy once, one after the other)\n\
+             vs std-mutex = the median of the per-round ratios (each round runs every strategy once, one after the other){}\n\
              latencies in ns (every 64th op sampled, all rounds); admitted and bound in tokens, summed over the rounds\n\
              (each round checked against its own bound); fairness = min/max ops per thread",
-            self.rounds
+            self.rounds,
+            vs.map_or_else(String::new, |name| format!(
+                ";\nvs {name} = the same ratio against {name}, the rounds at least as fast as {name}'s, and p99 over {name}'s p99"
+            ))
         );
         out
     }

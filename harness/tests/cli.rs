@@ -71,6 +71,10 @@ fn bad_options_are_rejected_clearly_without_panicking() {
             "does not fit",
         ),
         (&["compare", "--out", "/proc/version/x"], "--out"),
+        (
+            &["compare", "--strategies", "cas", "--vs", "sharded"],
+            "not among the strategies run",
+        ),
         (&[], "Usage"),
         (&["frobnicate"], "unrecognized subcommand"),
     ];
@@ -119,6 +123,7 @@ fn help_lists_every_option_and_list_every_strategy() {
         "--format",
         "--out",
         "--seed",
+        "--vs",
     ] {
         assert!(help.contains(opt), "{opt} missing from --help");
     }
@@ -381,4 +386,40 @@ fn table_has_one_row_per_cell_and_the_ratio_to_std_mutex() {
     assert!(table.starts_with("strategy") && table.contains("vs std-mutex"));
     // The machine it ran on, with the table.
     assert!(table.lines().any(|l| l.starts_with("machine: ")), "{table}");
+}
+
+#[test]
+fn vs_adds_a_column_against_the_named_strategy() {
+    let out = run(&[
+        "compare",
+        "--strategies",
+        "cas,sharded",
+        "--vs",
+        "cas",
+        "--duration",
+        "20ms",
+        "--threads",
+        "1,2",
+        "--regime",
+        "allow,deny",
+        "--rounds",
+        "4",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.lines().next().unwrap().ends_with("vs cas"), "{table}");
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.contains(" allow ") || l.contains(" deny "))
+        .collect();
+    assert_eq!(rows.len(), 8, "{table}");
+    // Against itself: 1.00x, every round at least as fast, the same p99.
+    for r in rows.iter().filter(|r| r.starts_with("cas ")) {
+        assert!(r.ends_with("1.00x 4/4 p99 1.0x"), "{r}");
+    }
+    for r in rows.iter().filter(|r| r.starts_with("sharded ")) {
+        let col = r.rsplit("  ").next().unwrap();
+        assert!(col.contains("/4 p99 ") && col.ends_with('x'), "{r}");
+    }
+    assert!(table.contains("vs cas = the same ratio against cas"), "{table}");
 }
