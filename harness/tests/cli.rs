@@ -421,5 +421,8 @@ fn vs_adds_a_column_against_the_named_strategy() {
         let col = r.rsplit("  ").next().unwrap();
         assert!(col.contains("/4 p99 ") && col.ends_with('x'), "{r}");
     }
-    assert!(table.contains("vs cas = the same ratio against cas"), "{table}");
+    assert!(
+        table.contains("vs cas = the same ratio against cas"),
+        "{table}"
+    );
 }
