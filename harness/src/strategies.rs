@@ -14,6 +14,7 @@
 //! | `multi` | tollgate | `tollgate::MultiBucket`: two quotas (the cell's, and half its rate with twice its burst) in one 128-bit CAS; the bound checked per quota |
 //! | `multi-chain` | tollgate | the same two quotas in two `tollgate::Bucket`s: reserve on the first, try the second, cancel the first on refusal |
 //! | `multi-mutex` | tollgate | the same two quotas' states under one `std::sync::Mutex` |
+//! | `keyed-multi` | tollgate | `tollgate::KeyedMultiLimiter<u64>`: the same two quotas per key, keys from `--keys`; the bound checked per quota |
 //! | `governor` | peer | `governor::DefaultDirectRateLimiter` (feature `peers`) |
 //! | `governor-keyed` | peer | `governor::DefaultKeyedRateLimiter<u64>` (DashMap), keys from `--keys` (feature `peers`) |
 //!
@@ -94,6 +95,7 @@ pub fn builtins() -> Vec<Strategy> {
         multi::multi(),
         multi::multi_chain(),
         multi::multi_mutex(),
+        multi::keyed_multi(),
         #[cfg(feature = "peers")]
         peers::governor(),
         #[cfg(feature = "peers")]

@@ -160,7 +160,7 @@ fn policy_strategies_are_checked_per_quota() {
         Ok(Box::new(IgnoresSecond(Bucket::with_clock(s.quota, s.clock))) as Box<dyn RateLimiter>)
     });
     let plan = Plan::new(vec![1, 2], Regime::ALL.to_vec(), Duration::from_millis(5));
-    let mut all: Vec<Strategy> = ["multi", "multi-chain", "multi-mutex"]
+    let mut all: Vec<Strategy> = ["multi", "multi-chain", "multi-mutex", "keyed-multi"]
         .iter()
         .map(|n| strategies::by_name(n).unwrap())
         .collect();

@@ -6,7 +6,9 @@
 //!   over-admits; a give-back fails when another admission came between (the bucket's
 //!   all-or-nothing cancel rule), so under contention it under-admits;
 //! * `multi-mutex` — both states under one [`std::sync::Mutex`], decided with the same
-//!   [`tollgate::gcra`] arithmetic.
+//!   [`tollgate::gcra`] arithmetic;
+//! * `keyed-multi` — [`tollgate::KeyedMultiLimiter`]: the same policy per key (`--keys`), in a
+//!   table with room for every key, against `keyed` (one quota per key).
 //!
 //! The policy is the cell's quota and [`second_quota`] (half its rate, twice its burst): the
 //! first quota binds in bursts, the second in the long run, and the runner checks the bound of
@@ -16,7 +18,9 @@ use super::{Kind, RateLimiter, Setup, Strategy};
 use crate::BuildError;
 use std::sync::Mutex;
 use std::time::Duration;
-use tollgate::{gcra, Bucket, Clock, DefaultClock, Denied, Limits, MultiBucket, Quota};
+use tollgate::{
+    gcra, Bucket, Clock, DefaultClock, Denied, KeyedMultiLimiter, Limits, MultiBucket, Quota,
+};
 
 /// The second quota of the policy strategies: half the cell quota's rate (its period doubled)
 /// and twice its burst.
@@ -114,6 +118,44 @@ impl RateLimiter for Locked {
     fn extra_quotas(&self) -> Vec<Quota> {
         vec![self.quotas[1]]
     }
+}
+
+struct KeyedMulti {
+    table: KeyedMultiLimiter<u64, DefaultClock>,
+    second: Quota,
+}
+
+impl RateLimiter for KeyedMulti {
+    fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+        self.table.try_acquire(&0, cost)
+    }
+    fn try_acquire_key(&self, key: u64, cost: u64) -> Result<(), Denied> {
+        self.table.try_acquire(&key, cost)
+    }
+    fn is_keyed(&self) -> bool {
+        true
+    }
+    fn name(&self) -> &str {
+        "keyed-multi"
+    }
+    fn extra_quotas(&self) -> Vec<Quota> {
+        vec![self.second]
+    }
+}
+
+/// The `keyed-multi` strategy.
+pub(super) fn keyed_multi() -> Strategy {
+    Strategy::new("keyed-multi", Kind::Tollgate, |s: &Setup| {
+        let second = second_quota(&s.quota)?;
+        let limits = Limits::new([s.quota, second]).map_err(|e| e.to_string())?;
+        // Room for every key: the table never fills, so no refusal is due to capacity.
+        let max_keys = usize::try_from(s.keys).map_err(|_| "too many keys")?;
+        let table = KeyedMultiLimiter::with_clock(limits, max_keys, s.clock);
+        Ok(Box::new(KeyedMulti { table, second }) as Box<dyn RateLimiter>)
+    })
+    .with_description(
+        "tollgate::KeyedMultiLimiter<u64>: the two-quota policy per key (--keys), one record per key",
+    )
 }
 
 /// The `multi` strategy.
