@@ -289,7 +289,11 @@
 //! `Limits` exactly as its own `MultiBucket` would, in a table bounded like `KeyedLimiter`'s
 //! (only keys whose quotas are all full are evicted), with per-key policies from its builder's
 //! `limits_for`. An admission commits the key's quotas with one compare-and-swap under the
-//! key's own sequence lock: lock-free lookups, writers of one key serialized.
+//! key's own sequence lock: lock-free lookups, writers of one key serialized. Like
+//! `KeyedLimiter` it keeps `counters()`, waits with `until_key_ready` (for the slowest quota),
+//! and with a builder `name` (features `metrics`, `tracing`) records its decisions, the quota
+//! that refused each refusal, its table gauges and events, or runs in `shadow` mode. Saving
+//! and restoring it is not offered yet.
 //!
 #![cfg_attr(feature = "keyed", doc = "```")]
 #![cfg_attr(not(feature = "keyed"), doc = "```ignore")]
