@@ -292,8 +292,9 @@
 //! key's own sequence lock: lock-free lookups, writers of one key serialized. Like
 //! `KeyedLimiter` it keeps `counters()`, waits with `until_key_ready` (for the slowest quota),
 //! and with a builder `name` (features `metrics`, `tracing`) records its decisions, the quota
-//! that refused each refusal, its table gauges and events, or runs in `shadow` mode. Saving
-//! and restoring it is not offered yet.
+//! that refused each refusal, its table gauges and events, or runs in `shadow` mode; with
+//! feature `persist` it is saved and restored as `KeyedLimiter` is, every quota of every key
+//! (a per-day quota stays spent across a deploy).
 //!
 #![cfg_attr(feature = "keyed", doc = "```")]
 #![cfg_attr(not(feature = "keyed"), doc = "```ignore")]
@@ -416,8 +417,8 @@
 //! burst after each deploy, and a crash loop removes the limit. Every in-process limiter saves
 //! its state to any [`std::io::Write`] and restores it from any [`std::io::Read`]: `save` and
 //! `restore` on `Bucket`, `ShardedBucket`, `Smooth` and `MultiBucket`; `KeyedLimiter::save` and
-//! `KeyedLimiterBuilder::restore` (the table is rebuilt around the saved fingerprint seed). The
-//! `_at` forms take the wall-clock time, for tests. A saved state is anchored to the wall
+//! `KeyedLimiterBuilder::restore` (the table is rebuilt around the saved fingerprint seed), and
+//! the same pair on `KeyedMultiLimiter` (every quota of every key). The `_at` forms take the wall-clock time, for tests. A saved state is anchored to the wall
 //! clock, so the downtime refills at the quota's rate, at most to the burst; a wall clock that
 //! stepped back refills nothing:
 //!

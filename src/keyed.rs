@@ -20,7 +20,7 @@ pub(crate) mod index;
 pub(crate) mod named;
 
 #[cfg(feature = "persist")]
-mod persist;
+pub(crate) mod persist;
 pub(crate) mod table;
 mod until_key_ready;
 

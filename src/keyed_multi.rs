@@ -29,6 +29,8 @@
 //! looked up, nor a freed record (it looks the key up again). See `docs/guarantees.md`.
 
 mod builder;
+#[cfg(feature = "persist")]
+mod persist;
 mod policy;
 mod records;
 mod table;
@@ -105,6 +107,10 @@ pub struct KeyedMultiLimiter<K, C = DefaultClock> {
     index: Index,
     records: Records,
     hasher: foldhash::quality::SeedableRandomState,
+    /// The hasher's per-limiter seed, kept so that a saved table can be found again by a
+    /// restored limiter.
+    #[cfg_attr(not(feature = "persist"), allow(dead_code))]
+    seed: u64,
     policy: Policy,
     /// Override policies by fingerprint.
     overrides: HashMap<u64, Policy>,
@@ -161,28 +167,37 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
     /// assert!(limiter.try_acquire(&42u64, 1).is_err());
     /// ```
     pub fn with_clock(limits: Limits, max_keys: usize, clock: C) -> Self {
-        KeyedMultiLimiter::from_parts(limits, max_keys, clock, HashMap::new(), false)
+        KeyedMultiLimiter::from_parts(limits, max_keys, clock, HashMap::new(), false, None)
     }
 
+    /// The limiter, with the fingerprint seed given (a restore's) or drawn at random.
     fn from_parts(
         limits: Limits,
         max_keys: usize,
         clock: C,
         overrides: HashMap<K, Limits>,
         fail_open: bool,
+        seed: Option<u64>,
     ) -> Self {
         let max_keys = max_keys.min(MAX_KEYS);
         // Random per limiter; fixed under loom, whose models must replay the same slots.
         #[cfg(not(tollgate_loom))]
-        let hasher = {
-            let seed = foldhash::quality::RandomState::default().hash_one(0u8);
-            foldhash::quality::SeedableRandomState::with_seed(
+        let (seed, hasher) = {
+            let seed =
+                seed.unwrap_or_else(|| foldhash::quality::RandomState::default().hash_one(0u8));
+            (
                 seed,
-                foldhash::SharedSeed::global_fixed(),
+                foldhash::quality::SeedableRandomState::with_seed(
+                    seed,
+                    foldhash::SharedSeed::global_fixed(),
+                ),
             )
         };
         #[cfg(tollgate_loom)]
-        let hasher = foldhash::quality::SeedableRandomState::fixed();
+        let (seed, hasher) = {
+            let _ = seed;
+            (0, foldhash::quality::SeedableRandomState::fixed())
+        };
         let quotas = overrides
             .values()
             .map(|l| l.quotas().len())
@@ -204,6 +219,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
             index: Index::new(max_keys),
             records: Records::new(max_keys, quotas),
             hasher,
+            seed,
             policy,
             overrides,
             max_keys: u64::try_from(max_keys).unwrap_or(u64::MAX),

@@ -6,7 +6,8 @@
 //! [`ShardedBucket`](crate::ShardedBucket), [`Smooth`](crate::Smooth) and
 //! [`MultiBucket`](crate::MultiBucket), and `KeyedLimiter::save` with
 //! `KeyedLimiterBuilder::restore` (the keyed table is built around the saved fingerprint
-//! seed, so it is restored into a new limiter). Each has an `_at` form
+//! seed, so it is restored into a new limiter), the same on `KeyedMultiLimiter` (every quota
+//! of every key, so a per-day quota stays spent across a deploy). Each has an `_at` form
 //! taking the wall-clock time explicitly (`save_at`, `restore_at`), for deterministic tests.
 //!
 //! # Clock-independent
@@ -40,7 +41,8 @@
 //! Truncated, corrupted, foreign, future-dated and unsupported-version input is a
 //! [`RestoreError`], never a panic, and leaves the limiter as it was. The suggestion then:
 //! **start drained, never full** ([`Bucket::with_initial_tokens`](crate::Bucket::with_initial_tokens)
-//! with 0, `ShardedBucket::drain`, `KeyedLimiter::drain`), and log why.
+//! with 0, `ShardedBucket::drain`, `KeyedLimiter::drain`, `KeyedMultiLimiter::drain`), and log
+//! why.
 //!
 //! # The format
 //!

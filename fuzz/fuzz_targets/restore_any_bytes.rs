@@ -7,7 +7,8 @@
 use libfuzzer_sys::fuzz_target;
 use std::time::{Duration, SystemTime};
 use tollgate::{
-    Bucket, KeyedLimiter, Limits, ManualClock, MultiBucket, Quota, ShardedBucket, Smooth,
+    Bucket, KeyedLimiter, KeyedMultiLimiter, Limits, ManualClock, MultiBucket, Quota,
+    ShardedBucket, Smooth,
 };
 
 #[path = "common/bytes.rs"]
@@ -65,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
     let clock = ManualClock::new();
     clock.set(Duration::from_nanos(b.u64() >> 8));
     let mut file = Vec::new();
-    match mode % 5 {
+    match mode % 6 {
         0 => {
             let bucket = Bucket::with_clock(quota, clock.clone());
             let _ = bucket.try_acquire(b.u64() % 200);
@@ -92,8 +93,15 @@ fuzz_target!(|data: &[u8]| {
             let _ = bucket.try_acquire(b.u64() % 200);
             bucket.save_at(&mut file, wall(saved_at)).unwrap();
         }
-        _ => {
+        4 => {
             let limiter = KeyedLimiter::with_clock(quota, 64, clock.clone());
+            for _ in 0..b.u64() % 100 {
+                let _ = limiter.try_acquire(&(b.u64() % 80), b.u64() % 200);
+            }
+            limiter.save_at(&mut file, wall(saved_at)).unwrap();
+        }
+        _ => {
+            let limiter = keyed_multi(quota, clock.clone());
             for _ in 0..b.u64() % 100 {
                 let _ = limiter.try_acquire(&(b.u64() % 80), b.u64() % 200);
             }
@@ -118,7 +126,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let clock = ManualClock::new();
     let at = wall(restored_at);
-    match mode % 5 {
+    match mode % 6 {
         0 => {
             let r = Bucket::with_clock(quota, clock);
             let _ = r.restore_at(&file[..], at);
@@ -143,7 +151,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(r.available() <= quota.burst());
             let _ = r.try_acquire(1);
         }
-        _ => {
+        4 => {
             if let Ok(r) =
                 KeyedLimiter::<u64, _>::builder(quota, 64, clock).restore_at(&file[..], at)
             {
@@ -154,5 +162,29 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         }
+        _ => {
+            let b = KeyedMultiLimiter::<u64, _>::builder(multi_limits(quota), 64, clock)
+                .limits_for(3, Limits::from(quota));
+            if let Ok(r) = b.restore_at(&file[..], at) {
+                assert!(r.len() <= 64);
+                for k in 0..80 {
+                    assert!(r.available(&k) <= quota.burst());
+                    let _ = r.try_acquire(&k, 1);
+                }
+            }
+        }
     }
 });
+
+/// The fuzzed quota and one per 3 s, burst 7.
+fn multi_limits(quota: Quota) -> Limits {
+    Limits::new([quota, Quota::new(1, Duration::from_secs(3), 7).unwrap()]).unwrap()
+}
+
+/// A per-key policy table of 64 keys, key 3 with the fuzzed quota alone.
+fn keyed_multi(quota: Quota, clock: ManualClock) -> KeyedMultiLimiter<u64, ManualClock> {
+    KeyedMultiLimiter::builder(multi_limits(quota), 64, clock)
+        .limits_for(3, Limits::from(quota))
+        .build()
+        .unwrap()
+}

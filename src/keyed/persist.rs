@@ -32,7 +32,7 @@
 //! tokens, except that — as with any save — what was admitted after the walk read a key can be
 //! handed out again by a restore.
 
-use super::index::ScanRegion;
+use super::index::{Index, ScanRegion};
 use super::{KeyedLimiter, KeyedLimiterBuilder};
 use crate::clock::Clock;
 use crate::gcra;
@@ -139,55 +139,13 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         fw.finish().map(drop)
     }
 
-    /// Walks every entry of the table (module docs): `on_chunk` receives the `(fingerprint,
-    /// state)` entries of each chunk of about `chunk` slots, read under the index's mutex, and
-    /// runs without it.
+    /// Walks every entry of the table ([`walk`]).
     fn walk<E>(
         &self,
         chunk: usize,
-        mut on_chunk: impl FnMut(&[(u64, u64)]) -> Result<(), E>,
+        on_chunk: impl FnMut(&[(u64, u64)]) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut entries = Vec::new();
-        let mut done: Vec<ScanRegion> = Vec::new();
-        let mut queue: Vec<ScanRegion> = Vec::new();
-        self.queue_regions(&done, &mut queue);
-        while !queue.is_empty() {
-            let r = queue.remove(0);
-            let mut walk = Walk {
-                chunk,
-                ..Walk::default()
-            };
-            while !walk.finished(r) {
-                entries.clear();
-                {
-                    let locked = self.index.lock();
-                    walk.step(
-                        r,
-                        |i| locked.scan_slot(r, i),
-                        |fp, state| {
-                            entries.push((fp, state));
-                        },
-                    );
-                }
-                on_chunk(&entries)?;
-            }
-            done.push(r);
-            if queue.is_empty() {
-                self.queue_regions(&done, &mut queue);
-            }
-        }
-        Ok(())
-    }
-
-    /// Appends to `queue` the regions holding entries now (a migration's old region first)
-    /// that are not in `done`.
-    fn queue_regions(&self, done: &[ScanRegion], queue: &mut Vec<ScanRegion>) {
-        let (old, cur) = self.index.lock().scan_regions();
-        for r in old.into_iter().chain([cur]) {
-            if !done.contains(&r) && !queue.contains(&r) {
-                queue.push(r);
-            }
-        }
+        walk(&self.index, chunk, on_chunk)
     }
 
     /// Makes every key the table does not track hold no tokens now (feature `persist`): what
@@ -240,6 +198,57 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             locked.insert(fp, state, full_at);
             self.table.len.fetch_add(1, Ordering::SeqCst);
             self.table.next_full_at.fetch_min(full_at, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Walks every entry of `index` (module docs): `on_chunk` receives the `(fingerprint, word)`
+/// entries of each chunk of about `chunk` slots, read under the index's mutex, and runs
+/// without it. `KeyedLimiter`'s words are states, `KeyedMultiLimiter`'s record handles.
+pub(crate) fn walk<E>(
+    index: &Index,
+    chunk: usize,
+    mut on_chunk: impl FnMut(&[(u64, u64)]) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut entries = Vec::new();
+    let mut done: Vec<ScanRegion> = Vec::new();
+    let mut queue: Vec<ScanRegion> = Vec::new();
+    queue_regions(index, &done, &mut queue);
+    while !queue.is_empty() {
+        let r = queue.remove(0);
+        let mut walk = Walk {
+            chunk,
+            ..Walk::default()
+        };
+        while !walk.finished(r) {
+            entries.clear();
+            {
+                let locked = index.lock();
+                walk.step(
+                    r,
+                    |i| locked.scan_slot(r, i),
+                    |fp, word| {
+                        entries.push((fp, word));
+                    },
+                );
+            }
+            on_chunk(&entries)?;
+        }
+        done.push(r);
+        if queue.is_empty() {
+            queue_regions(index, &done, &mut queue);
+        }
+    }
+    Ok(())
+}
+
+/// Appends to `queue` the regions of `index` holding entries now (a migration's old region
+/// first) that are not in `done`.
+fn queue_regions(index: &Index, done: &[ScanRegion], queue: &mut Vec<ScanRegion>) {
+    let (old, cur) = index.lock().scan_regions();
+    for r in old.into_iter().chain([cur]) {
+        if !done.contains(&r) && !queue.contains(&r) {
+            queue.push(r);
         }
     }
 }
@@ -297,7 +306,7 @@ impl Walk {
 }
 
 /// `x` within `i64`.
-fn clamp_i64(x: i128) -> i64 {
+pub(crate) fn clamp_i64(x: i128) -> i64 {
     x.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 

@@ -94,6 +94,14 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiterBuilder<K, C> {
     /// assert_eq!(b.build().unwrap_err(), ConfigError::ZeroCapacity);
     /// ```
     pub fn build(self) -> Result<KeyedMultiLimiter<K, C>, ConfigError> {
+        self.build_seeded(None)
+    }
+
+    /// [`build`](Self::build) with the fingerprint seed given (a restore's) or drawn at random.
+    pub(super) fn build_seeded(
+        self,
+        seed: Option<u64>,
+    ) -> Result<KeyedMultiLimiter<K, C>, ConfigError> {
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroCapacity);
         }
@@ -112,6 +120,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiterBuilder<K, C> {
             self.clock,
             self.overrides,
             self.fail_open,
+            seed,
         );
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         {

@@ -172,7 +172,7 @@ impl Records {
 
     /// Writes `states` into record `h`, locked from `seq`, and unlocks it.
     #[inline(always)]
-    fn write_unlock(&self, h: usize, seq: u64, states: &[u64]) {
+    pub(super) fn write_unlock(&self, h: usize, seq: u64, states: &[u64]) {
         let r = self.record(h);
         debug_assert!(HEAD + states.len() <= self.stride());
         for (i, &s) in states.iter().enumerate() {

@@ -49,6 +49,14 @@ pub(crate) mod kind {
     pub(crate) const FLOOR: u8 = 8;
     /// A multi-quota bucket (all of its quotas must hold): one `BUCKET` payload per quota.
     pub(crate) const MULTI: u8 = 9;
+    /// A `KeyedMultiLimiter`'s table-wide part: the default policy (quota count, quotas),
+    /// fingerprint seed, override count.
+    pub(crate) const KEYED_MULTI: u8 = 10;
+    /// One override policy of a `KeyedMultiLimiter`, by fingerprint.
+    pub(crate) const OVERRIDE_MULTI: u8 = 11;
+    /// Keyed policy entries: a count, then per entry its fingerprint, quota count and the
+    /// units each quota lacks at the anchor.
+    pub(crate) const MULTI_ENTRIES: u8 = 12;
     /// The end: record count and the checksum of everything before it.
     pub(crate) const END: u8 = 0x7f;
 }
@@ -65,6 +73,7 @@ pub(crate) enum Limiter {
     Smooth = 3,
     Keyed = 4,
     Multi = 5,
+    KeyedMulti = 6,
 }
 
 impl Limiter {
@@ -75,6 +84,7 @@ impl Limiter {
             3 => Limiter::Smooth,
             4 => Limiter::Keyed,
             5 => Limiter::Multi,
+            6 => Limiter::KeyedMulti,
             _ => return None,
         })
     }
@@ -87,6 +97,7 @@ impl Limiter {
             Limiter::Smooth => "Smooth",
             Limiter::Keyed => "KeyedLimiter",
             Limiter::Multi => "MultiBucket",
+            Limiter::KeyedMulti => "KeyedMultiLimiter",
         }
     }
 }
