@@ -393,3 +393,35 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiterBuilder<K, C> {
         }
     }
 }
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use crate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+    use core::time::Duration;
+
+    /// The save reads a record by the handle the walk found under the key's slot; if, in
+    /// between, the key was evicted and its record handed to another key, the read must be
+    /// skipped, not saved as the first key's state (which would restore it with the other key's
+    /// spend). The interleaving, made deterministic: the slot read, the hand-over, the record
+    /// read.
+    #[test]
+    fn a_record_handed_to_another_key_is_not_saved_as_the_first() {
+        let clock = ManualClock::new();
+        let limits = Limits::new([
+            Quota::new(1, Duration::from_secs(1), 2).unwrap(),
+            Quota::new(60, Duration::from_secs(60), 5).unwrap(),
+        ])
+        .unwrap();
+        let limiter = KeyedMultiLimiter::<u8, _>::with_clock(limits, 1, clock.clone());
+        limiter.try_acquire(&1, 1).unwrap();
+        let (fp1, fp2) = (limiter.fingerprint(&1u8), limiter.fingerprint(&2u8));
+        let h = limiter.index.load(fp1).unwrap();
+        let policy = limiter.policy_of(fp1).clone();
+        assert!(limiter.record_of(fp1, h as usize, &policy).is_some());
+        clock.advance(Duration::from_secs(60));
+        limiter.try_acquire(&2, 2).unwrap(); // evicts key 1, takes its record
+        assert_eq!(limiter.index.load(fp2), Some(h), "the same record");
+        assert_eq!(limiter.record_of(fp1, h as usize, &policy), None);
+        assert!(limiter.record_of(fp2, h as usize, &policy).is_some());
+    }
+}
