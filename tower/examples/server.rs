@@ -209,8 +209,8 @@ fn main() -> ExitCode {
     if cli.unlimited && cli.shadow {
         usage("--unlimited and --shadow exclude each other".into());
     }
-    if cli.state.is_some() && (cli.unlimited || cli.redis.is_some() || !cli.limits.is_empty()) {
-        usage("--state applies to the single-quota in-process limiters (not --unlimited, --redis or --limit)".into());
+    if cli.state.is_some() && (cli.unlimited || cli.redis.is_some()) {
+        usage("--state applies to the in-process limiters (not --unlimited or --redis)".into());
     }
     let limits = limit::limits(&cli.limits).unwrap_or_else(|e| usage(e));
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
@@ -233,7 +233,7 @@ async fn serve(cli: Cli, quota: Quota, limits: Option<Limits>) -> ExitCode {
             }
         }
     } else if let Some(limits) = limits {
-        limit::layer(app, limits, &cli)
+        limit::layer(app, limits, &cli, &mut limiters)
     } else {
         match (&cli.key, &cli.trusted_proxies) {
             (KeyKind::Global, _) => {

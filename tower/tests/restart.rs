@@ -1,6 +1,7 @@
 //! The example server's `--state`: a restart after SIGTERM hands out nothing, ten `kill -9`s in
-//! a row under load hand out nothing twice, and a missing, corrupted or truncated state file
-//! starts the server drained with a log line saying why. Real processes, real files.
+//! a row under load hand out nothing twice, a per-key `--limit` policy keeps each key's hourly
+//! spend across a restart, and a missing, corrupted or truncated state file starts the server
+//! drained with a log line saying why. Real processes, real files.
 
 mod support;
 
@@ -16,7 +17,7 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use support::{client, server_binary};
-use tollgate::{Bucket, Quota};
+use tollgate::{Bucket, KeyedMultiLimiter, Limits, Quota};
 
 /// A fresh directory for one test's state file.
 fn temp_dir(name: &str) -> PathBuf {
@@ -180,6 +181,96 @@ async fn after_sigterm_a_restart_hands_out_nothing() {
         retry <= first_retry && retry + elapsed + 2 >= first_retry,
         "{retry} {first_retry}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `GET url` with the header `x-api-key: key`: the status and the `Retry-After` value.
+async fn status_for(
+    c: &hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        Empty<Bytes>,
+    >,
+    url: &str,
+    key: &str,
+) -> (StatusCode, Option<u64>) {
+    let req = Request::get(url)
+        .header("x-api-key", key)
+        .body(Empty::new())
+        .unwrap();
+    let response = c.request(req).await.unwrap();
+    let retry = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let status = response.status();
+    response.into_body().collect().await.unwrap();
+    (status, retry)
+}
+
+/// `--limit 10/s:10 --limit 4/h:4 --key header:x-api-key`: key `a` spends its hour's 4, the
+/// server stops (SIGTERM) and starts again from its state: `a` is still refused by the hour (its
+/// wait no shorter than before, less the time that passed), `b` still has its own 4.
+#[tokio::test]
+async fn a_per_key_policy_keeps_each_keys_hour_across_a_restart() {
+    let dir = temp_dir("policy");
+    let path = dir.join("state");
+    let limits = Limits::new([
+        Quota::new(10, Duration::from_secs(1), 10).unwrap(),
+        Quota::new(4, Duration::from_secs(3600), 4).unwrap(),
+    ])
+    .unwrap();
+    // The state of a server that never ran: every key full.
+    let mut file = Vec::new();
+    KeyedMultiLimiter::<String>::new(limits, 16)
+        .save(&mut file)
+        .unwrap();
+    std::fs::write(&path, file).unwrap();
+    let path_s = path.to_str().unwrap();
+    let flags = [
+        "--limit",
+        "10/s:10",
+        "--limit",
+        "4/h:4",
+        "--key",
+        "header:x-api-key",
+        "--state",
+        path_s,
+    ];
+    let c = client();
+    let mut server = Proc::start(&flags);
+    assert!(server
+        .log()
+        .iter()
+        .any(|l| l.starts_with("state: restored")));
+    for _ in 0..4 {
+        assert_eq!(status_for(&c, &server.url(), "a").await.0, StatusCode::OK);
+    }
+    let (s, retry) = status_for(&c, &server.url(), "a").await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    let first_retry = retry.unwrap();
+    assert!((890..=900).contains(&first_retry), "{first_retry}");
+    let spent = Instant::now();
+    server.sigterm();
+    let server = Proc::start(&flags);
+    assert!(
+        server
+            .log()
+            .iter()
+            .any(|l| l.starts_with("state: restored")),
+        "{:?}",
+        server.log()
+    );
+    let (s, retry) = status_for(&c, &server.url(), "a").await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "the hour stays spent");
+    let retry = retry.unwrap();
+    let elapsed = spent.elapsed().as_secs();
+    assert!(
+        retry <= first_retry && retry + elapsed + 2 >= first_retry,
+        "{retry} {first_retry}"
+    );
+    for _ in 0..4 {
+        assert_eq!(status_for(&c, &server.url(), "b").await.0, StatusCode::OK);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use std::hash::Hash;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use axum::Router;
-use tollgate::{KeyedMultiLimiter, Limits, MultiBucket, Quota};
+use tollgate::{DefaultClock, KeyedMultiLimiter, KeyedMultiLimiterBuilder, Limits, Quota};
 use tollgate_tower::{ClientIp, HeaderKey, PeerIp, RateLimitLayer};
 
+use crate::state::Limiters;
 use crate::{observed, Cli, KeyKind, Trusted, MAX_KEYS};
 
 /// One `--limit` value: `N/UNIT:BURST`, every part required, `N` and `BURST` at least 1.
@@ -49,30 +49,35 @@ pub(crate) fn limits(quotas: &[Quota]) -> Result<Option<Limits>, String> {
 
 /// The in-process layer over `limits`: one policy for everything (`--key global`), or a
 /// `KeyedMultiLimiter` in which each key (`--key ip`, with `--trusted-proxies` or not, or
-/// `--key header:NAME`) carries all the limits, in a table of at most `MAX_KEYS` keys.
-pub(crate) fn layer(app: Router, limits: Limits, cli: &Cli) -> Router {
-    fn per_key<K: Hash + Eq + Clone>(limits: Limits) -> Arc<KeyedMultiLimiter<K>> {
-        Arc::new(KeyedMultiLimiter::new(limits, MAX_KEYS))
+/// `--key header:NAME`) carries all the limits, in a table of at most `MAX_KEYS` keys; restored
+/// from and saved to `--state` through `limiters`.
+pub(crate) fn layer(app: Router, limits: Limits, cli: &Cli, limiters: &mut Limiters) -> Router {
+    fn per_key<K: Hash + Eq + Clone>(
+        limits: &Limits,
+    ) -> impl Fn() -> KeyedMultiLimiterBuilder<K, DefaultClock> + '_ {
+        move || KeyedMultiLimiter::builder(limits.clone(), MAX_KEYS, DefaultClock::default())
     }
     match (&cli.key, &cli.trusted_proxies) {
-        (KeyKind::Global, _) => {
-            app.layer(observed(RateLimitLayer::new(MultiBucket::new(limits)), cli))
-        }
+        (KeyKind::Global, _) => app.layer(observed(
+            RateLimitLayer::shared(limiters.multi(limits)),
+            cli,
+        )),
         (KeyKind::Ip, None) => app.layer(observed(
-            RateLimitLayer::shared(per_key::<IpAddr>(limits)).key(PeerIp::new()),
+            RateLimitLayer::shared(limiters.keyed_multi(per_key::<IpAddr>(&limits)))
+                .key(PeerIp::new()),
             cli,
         )),
         (KeyKind::Ip, Some(Trusted(trusted))) => {
             let key = ClientIp::new(trusted.iter().copied());
             app.layer(observed(
-                RateLimitLayer::shared(per_key::<IpAddr>(limits)).key(key),
+                RateLimitLayer::shared(limiters.keyed_multi(per_key::<IpAddr>(&limits))).key(key),
                 cli,
             ))
         }
         (KeyKind::Header(name), _) => {
             let key = HeaderKey::new(name.clone());
             app.layer(observed(
-                RateLimitLayer::shared(per_key::<String>(limits)).key(key),
+                RateLimitLayer::shared(limiters.keyed_multi(per_key::<String>(&limits))).key(key),
                 cli,
             ))
         }

@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{
-    persist::RestoreError, Bucket, DefaultClock, KeyedLimiter, KeyedLimiterBuilder, Quota,
+    persist::RestoreError, Bucket, DefaultClock, KeyedLimiter, KeyedLimiterBuilder,
+    KeyedMultiLimiter, KeyedMultiLimiterBuilder, Limits, MultiBucket, Quota,
 };
 
 /// A limiter the server saves.
@@ -46,6 +47,24 @@ impl Saved for KeyedLimiter<IpAddr> {
 }
 
 impl Saved for KeyedLimiter<String> {
+    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
+        self.save(w)
+    }
+}
+
+impl Saved for MultiBucket {
+    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
+        self.save(w)
+    }
+}
+
+impl Saved for KeyedMultiLimiter<IpAddr> {
+    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
+        self.save(w)
+    }
+}
+
+impl Saved for KeyedMultiLimiter<String> {
     fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
         self.save(w)
     }
@@ -91,6 +110,50 @@ pub(crate) fn keyed<K>(
     path: &Path,
     builder: impl Fn() -> KeyedLimiterBuilder<K, DefaultClock>,
 ) -> Arc<KeyedLimiter<K>>
+where
+    K: std::hash::Hash + Eq + Clone,
+{
+    let result = open(path).and_then(|r| builder().restore(r).map_err(|e| e.to_string()));
+    Arc::new(match result {
+        Ok(limiter) => {
+            restored(path);
+            limiter
+        }
+        Err(why) => {
+            drained_because(path, &why);
+            let limiter = builder().build().expect("max_keys is not 0");
+            limiter.drain();
+            limiter
+        }
+    })
+}
+
+/// The global policy of the `--limit` flags, restored from `path` or drained (every quota).
+pub(crate) fn multi(path: &Path, limits: Limits) -> Arc<MultiBucket> {
+    let result = open(path).and_then(|r| {
+        let policy = MultiBucket::new(limits.clone());
+        policy.restore(r).map_err(|e: RestoreError| e.to_string())?;
+        Ok(policy)
+    });
+    Arc::new(match result {
+        Ok(policy) => {
+            restored(path);
+            policy
+        }
+        Err(why) => {
+            drained_because(path, &why);
+            let zeros = vec![0; limits.quotas().len()];
+            MultiBucket::with_initial_tokens(limits, &zeros, DefaultClock::default())
+                .expect("0 tokens is within every burst")
+        }
+    })
+}
+
+/// A per-key policy table, restored from `path` or drained.
+pub(crate) fn keyed_multi<K>(
+    path: &Path,
+    builder: impl Fn() -> KeyedMultiLimiterBuilder<K, DefaultClock>,
+) -> Arc<KeyedMultiLimiter<K>>
 where
     K: std::hash::Hash + Eq + Clone,
 {
@@ -187,6 +250,29 @@ impl Limiters {
         match self.path.clone() {
             None => Arc::new(builder().build().expect("max_keys is not 0")),
             Some(path) => self.remember(keyed(&path, builder)),
+        }
+    }
+
+    /// The global policy of the `--limit` flags.
+    pub(crate) fn multi(&mut self, limits: Limits) -> Arc<MultiBucket> {
+        match self.path.clone() {
+            None => Arc::new(MultiBucket::new(limits)),
+            Some(path) => self.remember(multi(&path, limits)),
+        }
+    }
+
+    /// A per-key policy table of the `--limit` flags.
+    pub(crate) fn keyed_multi<K>(
+        &mut self,
+        builder: impl Fn() -> KeyedMultiLimiterBuilder<K, DefaultClock>,
+    ) -> Arc<KeyedMultiLimiter<K>>
+    where
+        K: std::hash::Hash + Eq + Clone,
+        KeyedMultiLimiter<K>: Saved,
+    {
+        match self.path.clone() {
+            None => Arc::new(builder().build().expect("max_keys is not 0")),
+            Some(path) => self.remember(keyed_multi(&path, builder)),
         }
     }
 
