@@ -451,7 +451,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
     /// [`KeyedLimiter::counters`](crate::KeyedLimiter::counters): every decision counts once as
     /// admitted or refused (whichever quota refused); `refused_table_full` and
     /// `admitted_untracked` count new keys that met a full table; `evicted` the keys evicted.
-    /// In [shadow mode](KeyedMultiLimiterBuilder::shadow) a decision counts as what the caller
+    /// In shadow mode (`KeyedMultiLimiterBuilder::shadow`, feature `metrics`) a decision counts as what the caller
     /// got: admitted. Each count is exact once the calls that made it have returned.
     ///
     /// ```
