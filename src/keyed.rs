@@ -28,6 +28,7 @@ pub use builder::KeyedLimiterBuilder;
 pub(crate) use counters::CounterShards;
 pub use counters::KeyedCounters;
 use table::{Insert, Table};
+pub(crate) use until_key_ready::KeyWait;
 pub use until_key_ready::UntilKeyReady;
 
 use crate::clock::{Clock, DefaultClock};

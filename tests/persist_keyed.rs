@@ -12,6 +12,7 @@ use tollgate::{Clock, KeyedLimiter, ManualClock, Quota};
 
 use rng::Rng;
 use tollgate_testkit::rng;
+use tollgate_testkit::signal::Signal;
 
 fn wall(ns: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_nanos(ns)
@@ -206,18 +207,5 @@ fn a_save_racing_decisions_never_restores_more_tokens() {
             let got = restored.available(&(k as u64));
             assert!(got <= had, "round {round} key {k}: {got} > {had}");
         }
-    }
-}
-
-/// A writer that raises a flag on its first write.
-struct Signal(Vec<u8>, Arc<AtomicBool>);
-
-impl std::io::Write for Signal {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.1.store(true, Ordering::Relaxed);
-        self.0.write(buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }

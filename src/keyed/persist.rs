@@ -33,10 +33,13 @@
 //! handed out again by a restore.
 
 use super::index::{Index, ScanRegion};
+use super::table::Table;
 use super::{KeyedLimiter, KeyedLimiterBuilder};
 use crate::clock::Clock;
 use crate::gcra;
-use crate::persist::format::{kind, FrameReader, FrameWriter, Limiter, Payload, ENTRIES_PER_FRAME};
+use crate::persist::format::{
+    kind, Cursor, FrameReader, FrameWriter, Limiter, Payload, ENTRIES_PER_FRAME,
+};
 use crate::persist::{downtime, lack, restored_state, wall_ns, RestoreError};
 use crate::quota::{Quota, HORIZON_NS};
 use crate::sync::Ordering;
@@ -130,12 +133,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             }
             Ok::<(), io::Error>(())
         })?;
-        // After the walk: covers every eviction the walk may have missed.
-        let floor = self.table.evicted_at.load(Ordering::SeqCst);
-        let mut p = Payload::default();
-        p.u8(u8::from(floor != 0))
-            .i64(clamp_i64(i128::from(floor) - i128::from(now)));
-        fw.frame(kind::FLOOR, &p.0)?;
+        write_floor(&mut fw, &self.table, now)?;
         fw.finish().map(drop)
     }
 
@@ -170,9 +168,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             .map(|q| q.refill_time(q.burst()))
             .max()
             .unwrap_or_default();
-        let span = u64::try_from(longest.as_nanos()).unwrap_or(u64::MAX);
-        let floor = self.clock.now().saturating_add(span).min(HORIZON_NS);
-        self.table.evicted_at.fetch_max(floor, Ordering::SeqCst);
+        drain_table(&self.table, self.clock.now(), longest);
     }
 
     /// Tracks `(fp, state)` entries read from a saved table, keeping the stricter state of a
@@ -253,6 +249,48 @@ fn queue_regions(index: &Index, done: &[ScanRegion], queue: &mut Vec<ScanRegion>
     }
 }
 
+/// Writes the `FLOOR` frame of `table` saved at the reading `now`: the latest eviction
+/// reading, read after the walk (so it covers every eviction the walk may have missed),
+/// relative to `now`.
+pub(crate) fn write_floor<W: Write>(
+    fw: &mut FrameWriter<W>,
+    table: &Table,
+    now: u64,
+) -> io::Result<()> {
+    let floor = table.evicted_at.load(Ordering::SeqCst);
+    let mut p = Payload::default();
+    p.u8(u8::from(floor != 0))
+        .i64(clamp_i64(i128::from(floor) - i128::from(now)));
+    fw.frame(kind::FLOOR, &p.0)
+}
+
+/// Reads a `FLOOR` frame's payload: the saved floor on a clock reading `now` after a downtime
+/// of `down` (as far from the anchor as it was), if there was one.
+pub(crate) fn read_floor(
+    c: &mut Cursor<'_>,
+    now: u64,
+    down: u64,
+) -> Result<Option<u64>, RestoreError> {
+    let (evicted, rel) = (c.u8()?, c.i64()?);
+    c.end()?;
+    match evicted {
+        0 => Ok(None),
+        1 => {
+            let at = i128::from(now) + i128::from(rel) - i128::from(down);
+            Ok(Some(at.clamp(0, i128::from(HORIZON_NS)) as u64))
+        }
+        _ => Err(RestoreError::Corrupt("an invalid floor")),
+    }
+}
+
+/// Makes every key `table` does not track start `longest` (the longest burst refill of its
+/// quotas) from `now`: holding nothing now.
+pub(crate) fn drain_table(table: &Table, now: u64, longest: core::time::Duration) {
+    let span = u64::try_from(longest.as_nanos()).unwrap_or(u64::MAX);
+    let floor = now.saturating_add(span).min(HORIZON_NS);
+    table.evicted_at.fetch_max(floor, Ordering::SeqCst);
+}
+
 /// A walk over one region, in chunks: from the slot after an empty one, once around.
 #[derive(Default)]
 struct Walk {
@@ -306,7 +344,7 @@ impl Walk {
 }
 
 /// `x` within `i64`.
-pub(crate) fn clamp_i64(x: i128) -> i64 {
+fn clamp_i64(x: i128) -> i64 {
     x.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
@@ -417,16 +455,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
                     limiter.restore_entries(&batch);
                 }
                 kind::FLOOR => {
-                    let (evicted, rel) = (c.u8()?, c.i64()?);
-                    c.end()?;
+                    let floor = read_floor(&mut c, now, down)?;
                     fr.expect(kind::END)?;
-                    if evicted > 1 {
-                        return Err(RestoreError::Corrupt("an invalid floor"));
-                    }
-                    if evicted == 1 {
-                        // The saved floor on this clock: as far from the anchor as it was.
-                        let at = i128::from(now) + i128::from(rel) - i128::from(down);
-                        let at = at.clamp(0, i128::from(HORIZON_NS)) as u64;
+                    if let Some(at) = floor {
                         limiter.table.evicted_at.fetch_max(at, Ordering::SeqCst);
                     }
                     return Ok(limiter);

@@ -39,10 +39,74 @@ pub struct UntilKeyReady<'a, K, C: Clock> {
     limiter: &'a KeyedLimiter<K, C>,
     fp: u64,
     cost: u64,
-    /// The reading of the first poll.
+    wait: KeyWait,
+}
+
+/// What a keyed wait keeps between polls (this future's and
+/// [`MultiUntilKeyReady`](crate::MultiUntilKeyReady)'s): the reading of the first poll, the one
+/// wake-up it holds, and whether it resolved.
+#[derive(Default)]
+pub(crate) struct KeyWait {
     first: Option<u64>,
     alarm: Alarm,
     done: bool,
+}
+
+impl KeyWait {
+    /// One poll: `decide(now)` makes one decision at the reading `now`; `wait_of` names the
+    /// wait a refusal asks for (`None`, or `Duration::MAX`: no wait cures it). Resolves to the
+    /// time waited since the first poll, or to the refusal no wait cures; after that, to
+    /// `Ok(Duration::ZERO)` without deciding again.
+    pub(crate) fn poll<C: Clock + ?Sized, E>(
+        &mut self,
+        clock: &C,
+        cx: &Context<'_>,
+        mut decide: impl FnMut(u64) -> Result<(), E>,
+        wait_of: impl Fn(&E) -> Option<Duration>,
+    ) -> Poll<Result<Duration, E>> {
+        if self.done {
+            return Poll::Ready(Ok(Duration::ZERO));
+        }
+        loop {
+            let now = clock.now();
+            let first = *self.first.get_or_insert(now);
+            let until = match decide(now) {
+                Ok(()) => {
+                    self.resolve();
+                    return Poll::Ready(Ok(Duration::from_nanos(now.saturating_sub(first))));
+                }
+                Err(refusal) => match wait_of(&refusal) {
+                    Some(wait) if wait != Duration::MAX => {
+                        now.saturating_add(crate::clock::saturating_nanos(wait))
+                    }
+                    _ => {
+                        self.resolve();
+                        return Poll::Ready(Err(refusal));
+                    }
+                },
+            };
+            self.alarm.set(clock, until, cx);
+            if clock.now() < until {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Resolved: the wake-up dropped, later polls take nothing.
+    fn resolve(&mut self) {
+        self.done = true;
+        self.alarm = Alarm::default();
+    }
+}
+
+impl fmt::Debug for KeyWait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyWait")
+            .field("first_ns", &self.first)
+            .field("wake", &self.alarm)
+            .field("done", &self.done)
+            .finish()
+    }
 }
 
 impl<K: Hash + Eq + Clone, C: Clock + Clone> Future for UntilKeyReady<'_, K, C> {
@@ -50,35 +114,17 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> Future for UntilKeyReady<'_, K, C> 
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(Ok(Duration::ZERO));
-        }
-        let limiter = this.limiter;
-        let clock = &limiter.clock;
-        let quota = limiter.quota_of(this.fp);
-        loop {
-            let now = clock.now();
-            let first = *this.first.get_or_insert(now);
-            let until = match limiter.acquire_fp(this.fp, quota, this.cost, || now) {
-                Ok(()) => {
-                    this.done = true;
-                    this.alarm = Alarm::default();
-                    return Poll::Ready(Ok(Duration::from_nanos(now.saturating_sub(first))));
-                }
-                Err(Denied::RetryAfter(wait)) if wait != Duration::MAX => {
-                    now.saturating_add(crate::clock::saturating_nanos(wait))
-                }
-                Err(denied) => {
-                    this.done = true;
-                    this.alarm = Alarm::default();
-                    return Poll::Ready(Err(denied));
-                }
-            };
-            this.alarm.set(clock, until, cx);
-            if clock.now() < until {
-                return Poll::Pending;
-            }
-        }
+        let (limiter, fp, cost) = (this.limiter, this.fp, this.cost);
+        let quota = limiter.quota_of(fp);
+        this.wait.poll(
+            &limiter.clock,
+            cx,
+            |now| limiter.acquire_fp(fp, quota, cost, || now),
+            |denied| match denied {
+                Denied::RetryAfter(wait) => Some(*wait),
+                Denied::ExceedsBurst => None,
+            },
+        )
     }
 }
 
@@ -87,9 +133,7 @@ impl<K, C: Clock> fmt::Debug for UntilKeyReady<'_, K, C> {
         f.debug_struct("UntilKeyReady")
             .field("fingerprint", &self.fp)
             .field("cost", &self.cost)
-            .field("first_ns", &self.first)
-            .field("wake", &self.alarm)
-            .field("done", &self.done)
+            .field("wait", &self.wait)
             .finish()
     }
 }
@@ -142,9 +186,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             limiter: self,
             fp: self.fingerprint(key),
             cost,
-            first: None,
-            alarm: Alarm::default(),
-            done: false,
+            wait: KeyWait::default(),
         }
     }
 }

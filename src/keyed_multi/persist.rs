@@ -15,7 +15,7 @@
 use super::policy::Policy;
 use super::{KeyedMultiLimiter, KeyedMultiLimiterBuilder};
 use crate::clock::Clock;
-use crate::keyed::persist::{clamp_i64, walk, CHUNK};
+use crate::keyed::persist::{drain_table, read_floor, walk, write_floor, CHUNK};
 use crate::limits::{Limits, MAX_LIMITS};
 use crate::persist::format::ENTRIES_PER_FRAME;
 use crate::persist::format::{kind, Cursor, FrameReader, FrameWriter, Limiter, Payload};
@@ -143,12 +143,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
             }
             Ok::<(), io::Error>(())
         })?;
-        // After the walk: covers every eviction the walk may have missed.
-        let floor = self.table.evicted_at.load(Ordering::SeqCst);
-        let mut p = Payload::default();
-        p.u8(u8::from(floor != 0))
-            .i64(clamp_i64(i128::from(floor) - i128::from(now)));
-        fw.frame(kind::FLOOR, &p.0)?;
+        write_floor(&mut fw, &self.table, now)?;
         fw.finish().map(drop)
     }
 
@@ -187,9 +182,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
             .map(|p| p.slowest_refill)
             .max()
             .unwrap_or_default();
-        let span = u64::try_from(longest.as_nanos()).unwrap_or(u64::MAX);
-        let floor = self.clock.now().saturating_add(span).min(HORIZON_NS);
-        self.table.evicted_at.fetch_max(floor, Ordering::SeqCst);
+        drain_table(&self.table, self.clock.now(), longest);
     }
 
     /// Tracks entries read from a saved table (states, not lacks), keeping the stricter state
@@ -223,16 +216,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
                 self.table.evicted_at.fetch_max(floor, Ordering::SeqCst);
                 continue;
             }
-            let h = {
-                let mut free = self.free.lock();
-                match free.stack.pop() {
-                    Some(h) => h,
-                    None if free.fresh < self.records.count() => {
-                        free.fresh += 1;
-                        free.fresh - 1
-                    }
-                    None => continue,
-                }
+            let Some(h) = self.take_record() else {
+                continue;
             };
             self.records.claim(h, fp, &states[..n]);
             locked.insert(fp, h as u64, full_at);
@@ -374,16 +359,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiterBuilder<K, C> {
                     limiter.restore_entries(&batch);
                 }
                 kind::FLOOR => {
-                    let (evicted, rel) = (c.u8()?, c.i64()?);
-                    c.end()?;
+                    let floor = read_floor(&mut c, now, down)?;
                     fr.expect(kind::END)?;
-                    if evicted > 1 {
-                        return Err(RestoreError::Corrupt("an invalid floor"));
-                    }
-                    if evicted == 1 {
-                        // The saved floor on this clock: as far from the anchor as it was.
-                        let at = i128::from(now) + i128::from(rel) - i128::from(down);
-                        let at = at.clamp(0, i128::from(HORIZON_NS)) as u64;
+                    if let Some(at) = floor {
                         limiter.table.evicted_at.fetch_max(at, Ordering::SeqCst);
                     }
                     return Ok(limiter);

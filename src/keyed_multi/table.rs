@@ -71,17 +71,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
             Ok(None) => return Insert::Done,
             Err(refusal) => return Insert::Refused(refusal),
         };
-        let h = {
-            let mut free = self.free.lock();
-            match free.stack.pop() {
-                Some(h) => h,
-                None if free.fresh < self.records.count() => {
-                    free.fresh += 1;
-                    free.fresh - 1
-                }
-                // Unreachable: live keys never exceed `max_keys` records.
-                None => return Insert::TableFull(self.table_full_wait(now)),
-            }
+        // `None` is unreachable: live keys never exceed `max_keys` records.
+        let Some(h) = self.take_record() else {
+            return Insert::TableFull(self.table_full_wait(now));
         };
         self.records.claim(h, fp, &next[..policy.len]);
         let full_at = policy.full_at(&next[..policy.len]);
@@ -91,6 +83,18 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         self.observe.inserted(t.len.load(Ordering::SeqCst));
         t.next_full_at.fetch_min(full_at, Ordering::SeqCst);
         Insert::Done
+    }
+
+    /// A free record (one freed by an eviction, else one never handed out), if any (under the
+    /// index's mutex).
+    pub(super) fn take_record(&self) -> Option<usize> {
+        let mut free = self.free.lock();
+        free.stack.pop().or_else(|| {
+            (free.fresh < self.records.count()).then(|| {
+                free.fresh += 1;
+                free.fresh - 1
+            })
+        })
     }
 
     /// The wait until a tracked key is full, within `[1 ns, the longest burst refill of any

@@ -1,8 +1,9 @@
 //! [`MultiUntilKeyReady`]: the future behind [`KeyedMultiLimiter::until_key_ready`].
 
 use super::KeyedMultiLimiter;
-use crate::clock::{Alarm, Clock};
+use crate::clock::Clock;
 use crate::error::Denied;
+use crate::keyed::KeyWait;
 use crate::refusal::Refusal;
 use core::borrow::Borrow;
 use core::fmt;
@@ -42,10 +43,7 @@ pub struct MultiUntilKeyReady<'a, K, C: Clock> {
     limiter: &'a KeyedMultiLimiter<K, C>,
     fp: u64,
     cost: u64,
-    /// The reading of the first poll.
-    first: Option<u64>,
-    alarm: Alarm,
-    done: bool,
+    wait: KeyWait,
 }
 
 impl<K: Hash + Eq + Clone, C: Clock + Clone> Future for MultiUntilKeyReady<'_, K, C> {
@@ -53,37 +51,17 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> Future for MultiUntilKeyReady<'_, K
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(Ok(Duration::ZERO));
-        }
-        let limiter = this.limiter;
-        let clock = &limiter.clock;
-        let policy = limiter.policy_of(this.fp);
-        loop {
-            let now = clock.now();
-            let first = *this.first.get_or_insert(now);
-            let until = match limiter.acquire_fp(this.fp, policy, this.cost, || now) {
-                Ok(()) => {
-                    this.done = true;
-                    this.alarm = Alarm::default();
-                    return Poll::Ready(Ok(Duration::from_nanos(now.saturating_sub(first))));
-                }
-                Err(refusal) => match refusal.denied() {
-                    Denied::RetryAfter(wait) if wait != Duration::MAX => {
-                        now.saturating_add(crate::clock::saturating_nanos(wait))
-                    }
-                    _ => {
-                        this.done = true;
-                        this.alarm = Alarm::default();
-                        return Poll::Ready(Err(refusal));
-                    }
-                },
-            };
-            this.alarm.set(clock, until, cx);
-            if clock.now() < until {
-                return Poll::Pending;
-            }
-        }
+        let (limiter, fp, cost) = (this.limiter, this.fp, this.cost);
+        let policy = limiter.policy_of(fp);
+        this.wait.poll(
+            &limiter.clock,
+            cx,
+            |now| limiter.acquire_fp(fp, policy, cost, || now),
+            |refusal| match refusal.denied() {
+                Denied::RetryAfter(wait) => Some(wait),
+                Denied::ExceedsBurst => None,
+            },
+        )
     }
 }
 
@@ -92,9 +70,7 @@ impl<K, C: Clock> fmt::Debug for MultiUntilKeyReady<'_, K, C> {
         f.debug_struct("MultiUntilKeyReady")
             .field("fingerprint", &self.fp)
             .field("cost", &self.cost)
-            .field("first_ns", &self.first)
-            .field("wake", &self.alarm)
-            .field("done", &self.done)
+            .field("wait", &self.wait)
             .finish()
     }
 }
@@ -148,9 +124,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
             limiter: self,
             fp: self.fingerprint(key),
             cost,
-            first: None,
-            alarm: Alarm::default(),
-            done: false,
+            wait: KeyWait::default(),
         }
     }
 }

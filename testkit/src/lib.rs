@@ -16,6 +16,7 @@
 //! | `recorder` | (feature `metrics`) a debugging recorder, local or global, and its snapshots by series name |
 //! | [`contention`] | run a closure on several threads from a spinning start line, slowest thread's time |
 //! | [`redis_server`] | throwaway `redis-server` processes and a three-master cluster on loopback ports |
+//! | [`signal`] | [`signal::Signal`]: a writer that flags its first write (a save has begun) |
 
 pub mod contention;
 pub mod guava;
@@ -26,6 +27,7 @@ pub mod random_quotas;
 pub mod recorder;
 pub mod redis_server;
 pub mod rng;
+pub mod signal;
 pub mod stall;
 pub mod wakers;
 pub mod window;

@@ -116,16 +116,20 @@ impl Drop for Proc {
     }
 }
 
+/// The test's HTTP client.
+type Client = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    Empty<Bytes>,
+>;
+
 /// `GET url`: the status and the `Retry-After` value, or `None` if the server went away.
-async fn status(
-    c: &hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        Empty<Bytes>,
-    >,
-    url: &str,
-) -> Option<(StatusCode, Option<u64>)> {
-    let req = Request::get(url).body(Empty::new()).unwrap();
-    let response = c.request(req).await.ok()?;
+async fn status(c: &Client, url: &str) -> Option<(StatusCode, Option<u64>)> {
+    status_with(c, Request::get(url)).await
+}
+
+/// [`status`] of the request `req` builds.
+async fn status_with(c: &Client, req: http::request::Builder) -> Option<(StatusCode, Option<u64>)> {
+    let response = c.request(req.body(Empty::new()).unwrap()).await.ok()?;
     let retry = response
         .headers()
         .get("retry-after")
@@ -185,26 +189,10 @@ async fn after_sigterm_a_restart_hands_out_nothing() {
 }
 
 /// `GET url` with the header `x-api-key: key`: the status and the `Retry-After` value.
-async fn status_for(
-    c: &hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        Empty<Bytes>,
-    >,
-    url: &str,
-    key: &str,
-) -> (StatusCode, Option<u64>) {
-    let req = Request::get(url)
-        .header("x-api-key", key)
-        .body(Empty::new())
-        .unwrap();
-    let response = c.request(req).await.unwrap();
-    let retry = response
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok()?.parse().ok());
-    let status = response.status();
-    response.into_body().collect().await.unwrap();
-    (status, retry)
+async fn status_for(c: &Client, url: &str, key: &str) -> (StatusCode, Option<u64>) {
+    status_with(c, Request::get(url).header("x-api-key", key))
+        .await
+        .expect("the server answers")
 }
 
 /// `--limit 10/s:10 --limit 4/h:4 --key header:x-api-key`: key `a` spends its hour's 4, the

@@ -85,24 +85,39 @@ fn restored(path: &Path) {
     eprintln!("state: restored from {}", path.display());
 }
 
-/// The global bucket, restored from `path` or drained.
-pub(crate) fn bucket(path: &Path, quota: Quota) -> Arc<Bucket> {
-    let result = open(path).and_then(|r| {
-        let bucket = Bucket::new(quota);
-        bucket.restore(r).map_err(|e: RestoreError| e.to_string())?;
-        Ok(bucket)
-    });
-    Arc::new(match result {
-        Ok(bucket) => {
+/// The limiter `restore` builds from `path`'s contents, or if that fails the one `drained`
+/// builds, with the `state:` line saying which and why.
+fn restore_or_drained<T>(
+    path: &Path,
+    restore: impl FnOnce(BufReader<File>) -> Result<T, String>,
+    drained: impl FnOnce() -> T,
+) -> Arc<T> {
+    Arc::new(match open(path).and_then(restore) {
+        Ok(limiter) => {
             restored(path);
-            bucket
+            limiter
         }
         Err(why) => {
             drained_because(path, &why);
-            Bucket::with_initial_tokens(quota, 0, DefaultClock::default())
-                .expect("0 tokens is within every burst")
+            drained()
         }
     })
+}
+
+/// The global bucket, restored from `path` or drained.
+pub(crate) fn bucket(path: &Path, quota: Quota) -> Arc<Bucket> {
+    restore_or_drained(
+        path,
+        |r| {
+            let bucket = Bucket::new(quota);
+            bucket.restore(r).map_err(|e: RestoreError| e.to_string())?;
+            Ok(bucket)
+        },
+        || {
+            Bucket::with_initial_tokens(quota, 0, DefaultClock::default())
+                .expect("0 tokens is within every burst")
+        },
+    )
 }
 
 /// A keyed limiter of at most `max_keys` keys, restored from `path` or drained.
@@ -113,40 +128,32 @@ pub(crate) fn keyed<K>(
 where
     K: std::hash::Hash + Eq + Clone,
 {
-    let result = open(path).and_then(|r| builder().restore(r).map_err(|e| e.to_string()));
-    Arc::new(match result {
-        Ok(limiter) => {
-            restored(path);
-            limiter
-        }
-        Err(why) => {
-            drained_because(path, &why);
+    restore_or_drained(
+        path,
+        |r| builder().restore(r).map_err(|e| e.to_string()),
+        || {
             let limiter = builder().build().expect("max_keys is not 0");
             limiter.drain();
             limiter
-        }
-    })
+        },
+    )
 }
 
 /// The global policy of the `--limit` flags, restored from `path` or drained (every quota).
 pub(crate) fn multi(path: &Path, limits: Limits) -> Arc<MultiBucket> {
-    let result = open(path).and_then(|r| {
-        let policy = MultiBucket::new(limits.clone());
-        policy.restore(r).map_err(|e: RestoreError| e.to_string())?;
-        Ok(policy)
-    });
-    Arc::new(match result {
-        Ok(policy) => {
-            restored(path);
-            policy
-        }
-        Err(why) => {
-            drained_because(path, &why);
+    restore_or_drained(
+        path,
+        |r| {
+            let policy = MultiBucket::new(limits.clone());
+            policy.restore(r).map_err(|e: RestoreError| e.to_string())?;
+            Ok(policy)
+        },
+        || {
             let zeros = vec![0; limits.quotas().len()];
-            MultiBucket::with_initial_tokens(limits, &zeros, DefaultClock::default())
+            MultiBucket::with_initial_tokens(limits.clone(), &zeros, DefaultClock::default())
                 .expect("0 tokens is within every burst")
-        }
-    })
+        },
+    )
 }
 
 /// A per-key policy table, restored from `path` or drained.
@@ -157,19 +164,15 @@ pub(crate) fn keyed_multi<K>(
 where
     K: std::hash::Hash + Eq + Clone,
 {
-    let result = open(path).and_then(|r| builder().restore(r).map_err(|e| e.to_string()));
-    Arc::new(match result {
-        Ok(limiter) => {
-            restored(path);
-            limiter
-        }
-        Err(why) => {
-            drained_because(path, &why);
+    restore_or_drained(
+        path,
+        |r| builder().restore(r).map_err(|e| e.to_string()),
+        || {
             let limiter = builder().build().expect("max_keys is not 0");
             limiter.drain();
             limiter
-        }
-    })
+        },
+    )
 }
 
 /// Writes `limiter`'s state to `path` atomically: a temporary file beside it, fsynced, renamed
