@@ -7,8 +7,10 @@
 //! The save walks the index as [`KeyedLimiter::save`](crate::KeyedLimiter::save) does (one
 //! chunk under the index's mutex at a time, decisions going on) and reads each key's record
 //! with one consistent read, so each key is saved as of some instant during the save, every
-//! quota at the same instant. A key evicted or re-inserted between the walk and its read is
-//! skipped: it was full, and restores as an untracked key from the floor, read after the walk.
+//! quota at the same instant. A key evicted between the walk and its read is skipped (it was
+//! full, and restores as an untracked key from the floor, read after the walk), unless it was
+//! re-inserted into the same record meanwhile: then its state after the re-insertion is saved,
+//! a real state of the key and no more lenient than the floor.
 //! The guarantees and what a concurrent save can miss are `KeyedLimiter`'s (see
 //! `src/keyed/persist.rs`).
 
@@ -22,6 +24,7 @@ use crate::persist::format::{kind, Cursor, FrameReader, FrameWriter, Limiter, Pa
 use crate::persist::{downtime, lack, restored_state, wall_ns, RestoreError};
 use crate::quota::{Quota, HORIZON_NS};
 use crate::sync::{Backoff, Ordering};
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::hash::Hash;
 use std::collections::HashMap;
@@ -197,7 +200,10 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
             if let Some(h) = self.index.load(fp) {
                 // A key the walk met twice (moved meanwhile): each quota's larger state.
                 let h = h as usize;
-                if let Some((seq, owner, cur)) = self.records.try_lock(h, n) {
+                // Nothing else holds a record while a restore builds the limiter.
+                let locked_record = self.records.try_lock(h, n);
+                debug_assert!(locked_record.is_some(), "a record held during a restore");
+                if let Some((seq, owner, cur)) = locked_record {
                     let mut next = cur;
                     for (x, &s) in next.iter_mut().zip(&states[..n]) {
                         *x = (*x).max(s);
@@ -216,7 +222,12 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
                 self.table.evicted_at.fetch_max(floor, Ordering::SeqCst);
                 continue;
             }
+            // Unreachable (fewer live keys than records), but never more lenient if it were:
+            // the key starts from the floor, raised to its saved state's full instant.
             let Some(h) = self.take_record() else {
+                self.table
+                    .evicted_at
+                    .fetch_max(full_at.min(HORIZON_NS), Ordering::SeqCst);
                 continue;
             };
             self.records.claim(h, fp, &states[..n]);
@@ -299,12 +310,14 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiterBuilder<K, C> {
         if n_overrides > MAX_OVERRIDES {
             return Err(RestoreError::Corrupt("too many override policies"));
         }
-        let mut saved: HashMap<u64, Limits> = HashMap::new();
+        // The saved quotas alone (a boxed slice: memory in proportion to the input's frames).
+        let default: Box<[Quota]> = default.quotas().into();
+        let mut saved: HashMap<u64, Box<[Quota]>> = HashMap::new();
         for _ in 0..n_overrides {
             let mut c = fr.expect(kind::OVERRIDE_MULTI)?;
             let (fp, limits) = (c.u64()?, get_limits(&mut c)?);
             c.end()?;
-            saved.insert(fp, limits);
+            saved.insert(fp, limits.quotas().into());
         }
         let down = downtime(fr.wall_ns(), wall())?;
         let limiter = self
@@ -332,7 +345,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiterBuilder<K, C> {
                             return Err(RestoreError::Corrupt("a fingerprint no key has"));
                         }
                         let old = saved.get(&fp).unwrap_or(&default);
-                        if n != old.quotas().len() {
+                        if n != old.len() {
                             return Err(RestoreError::Corrupt(
                                 "an entry with another number of quotas than its policy",
                             ));
@@ -347,7 +360,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiterBuilder<K, C> {
                         let mut states = [0u64; MAX_LIMITS];
                         let mut full = true;
                         for (i, s) in states[..n].iter_mut().enumerate() {
-                            let (o, q) = (&old.quotas()[i], &new.limits.quotas()[i]);
+                            let (o, q) = (&old[i], &new.limits.quotas()[i]);
                             *s = restored_state(c.u64()?, down, now, o, q);
                             full &= crate::gcra::is_full(*s, now, q);
                         }
