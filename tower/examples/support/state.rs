@@ -235,10 +235,7 @@ impl Limiters {
 
     /// The global bucket.
     pub(crate) fn bucket(&mut self, quota: Quota) -> Arc<Bucket> {
-        match self.path.clone() {
-            None => Arc::new(Bucket::new(quota)),
-            Some(path) => self.remember(bucket(&path, quota)),
-        }
+        self.build(|| Bucket::new(quota), |path| bucket(path, quota))
     }
 
     /// A keyed limiter.
@@ -250,18 +247,16 @@ impl Limiters {
         K: std::hash::Hash + Eq + Clone,
         KeyedLimiter<K>: Saved,
     {
-        match self.path.clone() {
-            None => Arc::new(builder().build().expect("max_keys is not 0")),
-            Some(path) => self.remember(keyed(&path, builder)),
-        }
+        let plain = || builder().build().expect("max_keys is not 0");
+        self.build(plain, |path| keyed(path, &builder))
     }
 
     /// The global policy of the `--limit` flags.
     pub(crate) fn multi(&mut self, limits: Limits) -> Arc<MultiBucket> {
-        match self.path.clone() {
-            None => Arc::new(MultiBucket::new(limits)),
-            Some(path) => self.remember(multi(&path, limits)),
-        }
+        self.build(
+            || MultiBucket::new(limits.clone()),
+            |path| multi(path, limits.clone()),
+        )
     }
 
     /// A per-key policy table of the `--limit` flags.
@@ -273,9 +268,20 @@ impl Limiters {
         K: std::hash::Hash + Eq + Clone,
         KeyedMultiLimiter<K>: Saved,
     {
+        let plain = || builder().build().expect("max_keys is not 0");
+        self.build(plain, |path| keyed_multi(path, &builder))
+    }
+
+    /// `plain()` without `--state`; with it, what `restored` builds from the file (or drained),
+    /// remembered for saving.
+    fn build<T: Saved>(
+        &mut self,
+        plain: impl FnOnce() -> T,
+        restored: impl FnOnce(&Path) -> Arc<T>,
+    ) -> Arc<T> {
         match self.path.clone() {
-            None => Arc::new(builder().build().expect("max_keys is not 0")),
-            Some(path) => self.remember(keyed_multi(&path, builder)),
+            None => Arc::new(plain()),
+            Some(path) => self.remember(restored(&path)),
         }
     }
 
