@@ -191,23 +191,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         seed: Option<u64>,
     ) -> Self {
         let max_keys = max_keys.min(MAX_KEYS);
-        // Random per limiter (64 bits from foldhash's randomly seeded state); fixed under loom,
-        // whose models must replay the same slots (a restored limiter there too).
-        #[cfg(not(tollgate_loom))]
-        let (seed, hasher) = {
-            let seed =
-                seed.unwrap_or_else(|| foldhash::quality::RandomState::default().hash_one(0u8));
-            let shared = foldhash::SharedSeed::global_fixed();
-            (
-                seed,
-                foldhash::quality::SeedableRandomState::with_seed(seed, shared),
-            )
-        };
-        #[cfg(tollgate_loom)]
-        let (seed, hasher) = {
-            let _ = seed;
-            (0, foldhash::quality::SeedableRandomState::fixed())
-        };
+        let (seed, hasher) = index::seeded_hasher(seed);
         let overrides: HashMap<u64, Quota> = overrides
             .into_iter()
             .map(|(k, q)| (fingerprint(hasher.hash_one(&k)), q))

@@ -41,7 +41,7 @@ pub use until_key_ready::MultiUntilKeyReady;
 
 use crate::clock::{Clock, DefaultClock};
 use crate::error::Denied;
-use crate::keyed::index::{fingerprint, Index};
+use crate::keyed::index::{fingerprint, seeded_hasher, Index};
 use crate::keyed::table::Table;
 use crate::keyed::{CounterShards, KeyedCounters};
 use crate::limits::{Limits, MAX_LIMITS};
@@ -180,24 +180,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         seed: Option<u64>,
     ) -> Self {
         let max_keys = max_keys.min(MAX_KEYS);
-        // Random per limiter; fixed under loom, whose models must replay the same slots.
-        #[cfg(not(tollgate_loom))]
-        let (seed, hasher) = {
-            let seed =
-                seed.unwrap_or_else(|| foldhash::quality::RandomState::default().hash_one(0u8));
-            (
-                seed,
-                foldhash::quality::SeedableRandomState::with_seed(
-                    seed,
-                    foldhash::SharedSeed::global_fixed(),
-                ),
-            )
-        };
-        #[cfg(tollgate_loom)]
-        let (seed, hasher) = {
-            let _ = seed;
-            (0, foldhash::quality::SeedableRandomState::fixed())
-        };
+        let (seed, hasher) = seeded_hasher(seed);
         let quotas = overrides
             .values()
             .map(|l| l.quotas().len())

@@ -33,7 +33,7 @@ use layout::{capacity, encode, region_in, MIN_ACTIVE};
 use migrate::Migration;
 #[cfg(feature = "persist")]
 pub(crate) use scan::ScanRegion;
-pub(crate) use slot::fingerprint;
+pub(crate) use slot::{fingerprint, seeded_hasher};
 pub(crate) use sweep::Step;
 
 /// The table. Not generic: it sees only fingerprints.

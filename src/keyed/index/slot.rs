@@ -17,6 +17,28 @@ pub(crate) fn fingerprint(hash: u64) -> u64 {
     }
 }
 
+/// A keyed table's fingerprint hasher and its seed: `seed` (a restore's) or 64 random bits from
+/// foldhash's randomly seeded state, over foldhash's fixed shared seed, so that the seed alone
+/// finds a saved table's keys again. Fixed (seed 0) under loom, whose models must replay the
+/// same slots (a restored table there too).
+pub(crate) fn seeded_hasher(seed: Option<u64>) -> (u64, foldhash::quality::SeedableRandomState) {
+    #[cfg(not(tollgate_loom))]
+    {
+        use core::hash::BuildHasher;
+        let seed = seed.unwrap_or_else(|| foldhash::quality::RandomState::default().hash_one(0u8));
+        let shared = foldhash::SharedSeed::global_fixed();
+        (
+            seed,
+            foldhash::quality::SeedableRandomState::with_seed(seed, shared),
+        )
+    }
+    #[cfg(tollgate_loom)]
+    {
+        let _ = seed;
+        (0, foldhash::quality::SeedableRandomState::fixed())
+    }
+}
+
 #[inline]
 pub(super) fn pack(fp: u64, state: u64) -> u128 {
     (u128::from(fp) << 64) | u128::from(state)
