@@ -161,14 +161,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// assert_eq!(limiter.try_acquire(&"anyone", 1), Err(Denied::RetryAfter(Duration::from_millis(100))));
     /// ```
     pub fn drain(&self) {
-        let longest = self
-            .overrides
-            .values()
-            .chain([&self.quota])
-            .map(|q| q.refill_time(q.burst()))
-            .max()
-            .unwrap_or_default();
-        drain_table(&self.table, self.clock.now(), longest);
+        self.table.drain(self.clock.now());
     }
 
     /// Tracks `(fp, state)` entries read from a saved table, keeping the stricter state of a
@@ -281,14 +274,6 @@ pub(crate) fn read_floor(
         }
         _ => Err(RestoreError::Corrupt("an invalid floor")),
     }
-}
-
-/// Makes every key `table` does not track start `longest` (the longest burst refill of its
-/// quotas) from `now`: holding nothing now.
-pub(crate) fn drain_table(table: &Table, now: u64, longest: core::time::Duration) {
-    let span = u64::try_from(longest.as_nanos()).unwrap_or(u64::MAX);
-    let floor = now.saturating_add(span).min(HORIZON_NS);
-    table.evicted_at.fetch_max(floor, Ordering::SeqCst);
 }
 
 /// A walk over one region, in chunks: from the slot after an empty one, once around.

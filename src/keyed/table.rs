@@ -42,6 +42,15 @@ impl Table {
         }
     }
 
+    /// Makes every key the table does not track start full `cap` (the longest burst refill of
+    /// its quotas) after `now`: holding nothing now, in any quota (`drain`, feature `persist`).
+    #[cfg(feature = "persist")]
+    pub(crate) fn drain(&self, now: u64) {
+        let span = u64::try_from(self.cap.as_nanos()).unwrap_or(u64::MAX);
+        let floor = now.saturating_add(span).min(crate::quota::HORIZON_NS);
+        self.evicted_at.fetch_max(floor, Ordering::SeqCst);
+    }
+
     /// The wait a new key refused by the full table is told at `now`: until the first tracked
     /// bucket is full, within `[1 ns, cap]`, or `Duration::MAX` when none ever will be. An
     /// empty table (`max_keys` 0) answers `cap`.

@@ -17,7 +17,7 @@
 use super::policy::Policy;
 use super::{KeyedMultiLimiter, KeyedMultiLimiterBuilder};
 use crate::clock::Clock;
-use crate::keyed::persist::{drain_table, read_floor, walk, write_floor, CHUNK};
+use crate::keyed::persist::{read_floor, walk, write_floor, CHUNK};
 use crate::limits::{Limits, MAX_LIMITS};
 use crate::persist::format::ENTRIES_PER_FRAME;
 use crate::persist::format::{kind, Cursor, FrameReader, FrameWriter, Limiter, Payload};
@@ -178,14 +178,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
     /// assert_eq!(limiter.try_acquire(&"anyone", 1), Err(Denied::RetryAfter(Duration::from_millis(200))));
     /// ```
     pub fn drain(&self) {
-        let longest = self
-            .overrides
-            .values()
-            .chain([&self.policy])
-            .map(|p| p.slowest_refill)
-            .max()
-            .unwrap_or_default();
-        drain_table(&self.table, self.clock.now(), longest);
+        self.table.drain(self.clock.now());
     }
 
     /// Tracks entries read from a saved table (states, not lacks), keeping the stricter state
