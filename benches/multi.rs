@@ -217,6 +217,23 @@ fn floor(c: &mut Criterion) {
             black_box(v);
         })
     });
+    let mirrored = (AtomicU128::new(0), [AtomicU64::new(0), AtomicU64::new(0)]);
+    g.bench_function("mirror_cas128", |i| {
+        i.iter(|| {
+            let (word, mirror) = &mirrored;
+            let v =
+                u128::from(mirror[0].load(Relaxed)) | (u128::from(mirror[1].load(Relaxed)) << 64);
+            let next = v.wrapping_add(step);
+            if word
+                .compare_exchange_weak(v, next, Relaxed, Relaxed)
+                .is_ok()
+            {
+                mirror[0].store(next as u64, Relaxed);
+                mirror[1].store((next >> 64) as u64, Relaxed);
+            }
+            black_box(v);
+        })
+    });
     let locked = Mutex::new([0u64; 2]);
     g.bench_function("mutex_pair", |i| {
         i.iter(|| {

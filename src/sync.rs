@@ -178,6 +178,23 @@ impl Backoff {
     /// The last step that spins (2^6 = 64 hints); later steps yield.
     const SPIN_LIMIT: u32 = 6;
 
+    /// After a lost compare-and-swap: spin 1, 2, 4, … 64 hints, never yielding (the winner is
+    /// running, not preempted: it just wrote). A lock-free loop that retries at once on a
+    /// contended line mostly loses again — the other thread's next CAS takes the line while
+    /// this one recomputes — so both threads trade the line without progress; a short pause
+    /// lets one commit, then the other. Under loom it does nothing: the CAS loop is the model's
+    /// scheduling point.
+    #[inline]
+    pub(crate) fn spin(&mut self) {
+        #[cfg(not(tollgate_loom))]
+        {
+            for _ in 0..1u32 << self.step {
+                spin_loop();
+            }
+            self.step = (self.step + 1).min(Self::SPIN_LIMIT);
+        }
+    }
+
     /// Waits a little, longer at each call.
     #[inline]
     pub(crate) fn snooze(&mut self) {

@@ -47,7 +47,10 @@ fn two_quota_decisions_race_in_one_cas() {
 
 /// Two admissions race on the two-quota word; once both have returned, a refusal is decided
 /// on the states both left: the request for 2 is refused for 2 s (quota 0 holds 0 of its 2),
-/// never 1 s (the states after one admission), and nothing else was debited.
+/// never 1 s (the states after one admission), and nothing else was debited. This is also the
+/// model of the word's mirror: the first admission's mirror stores can land after the second's,
+/// leaving the mirror one admission behind once both have returned, so the refusal must be
+/// confirmed by a load of the word (without that load this model fails with 1 s).
 #[test]
 fn a_refusal_after_two_admissions_sees_both() {
     loom::model(|| {
