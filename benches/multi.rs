@@ -14,9 +14,10 @@
 //! `floor`: the atomic primitives alone, no clock and no arithmetic — what one decision's
 //! commit costs on this CPU whatever the algorithm: a 64-bit load and `lock cmpxchg` (a
 //! `Bucket`'s), a 128-bit load and `lock cmpxchg16b` through `portable-atomic` (a two-quota
-//! `MultiBucket`'s), the 128-bit CAS alone (its expected value from the previous CAS, no load),
-//! and an uncontended `Mutex` lock and unlock around two plain stores (`multi_mutex`'s). Each
-//! iteration hits the same word, as the decisions above do.
+//! `MultiBucket`'s before its mirror), the 128-bit CAS alone (its expected value from the
+//! previous CAS, no load), the 128-bit CAS from a mirror of the word in two plain 64-bit words
+//! (`MultiBucket`'s now), and an uncontended `Mutex` lock and unlock around two plain stores
+//! (`multi_mutex`'s). Each iteration hits the same word, as the decisions above do.
 //!
 //! `cargo bench --bench multi -- --warm-up-time 0.5 --measurement-time 1.5`; quote ratios from
 //! one run (the machines are noisy).
