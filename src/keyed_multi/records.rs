@@ -61,6 +61,45 @@ impl core::ops::Index<usize> for Rec<'_> {
     }
 }
 
+impl Rec<'_> {
+    /// A consistent read: the record's `seq` (even), owner and first `len` states padded to
+    /// `N`; `None` while a writer holds it or if one came during the read.
+    #[inline(always)]
+    fn read<const N: usize>(self, len: usize) -> Option<(u64, u64, [u64; N])> {
+        let seq = self[0].load(Ordering::Acquire);
+        if seq & 1 != 0 {
+            return None;
+        }
+        let owner = self[1].load(Ordering::Relaxed);
+        let states: [u64; N] =
+            core::array::from_fn(|i| self[HEAD + i.min(len - 1)].load(Ordering::Relaxed));
+        fence(Ordering::Acquire);
+        (self[0].load(Ordering::Relaxed) == seq).then_some((seq, owner, states))
+    }
+
+    /// Takes the lock if the record's `seq` is still `seq` (even).
+    #[inline(always)]
+    fn try_lock_at(self, seq: u64) -> bool {
+        let ok = self[0]
+            .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok();
+        if ok {
+            // Orders the odd `seq` before the stores that follow.
+            fence(Ordering::Release);
+        }
+        ok
+    }
+
+    /// Writes `states` into the record, locked from `seq`, and unlocks it.
+    #[inline(always)]
+    fn write_unlock(self, seq: u64, states: &[u64]) {
+        for (i, &s) in states.iter().enumerate() {
+            self[HEAD + i].store(s, Ordering::Relaxed);
+        }
+        self[0].store(seq + 2, Ordering::Release);
+    }
+}
+
 /// What one optimistic attempt on a record found.
 pub(super) enum Attempt<R> {
     /// Decided (and committed, if it wrote).
@@ -105,8 +144,7 @@ impl Records {
         }
     }
 
-    /// A consistent read of record `h`: its `seq` (even), owner and first `len` states padded
-    /// to `N`; `None` while a writer holds it or if one came during the read.
+    /// A consistent read of record `h` (see [`Rec::read`]).
     #[inline(always)]
     pub(super) fn read<const N: usize>(
         &self,
@@ -114,16 +152,7 @@ impl Records {
         len: usize,
     ) -> Option<(u64, u64, [u64; N])> {
         debug_assert!(HEAD + len <= self.stride());
-        let r = self.record(h);
-        let seq = r[0].load(Ordering::Acquire);
-        if seq & 1 != 0 {
-            return None;
-        }
-        let owner = r[1].load(Ordering::Relaxed);
-        let states: [u64; N] =
-            core::array::from_fn(|i| r[HEAD + i.min(len - 1)].load(Ordering::Relaxed));
-        fence(Ordering::Acquire);
-        (r[0].load(Ordering::Relaxed) == seq).then_some((seq, owner, states))
+        self.record(h).read(len)
     }
 
     /// One decision attempt on record `h` for the key `fp` with `len` quotas: a consistent
@@ -137,7 +166,11 @@ impl Records {
         len: usize,
         decide: impl FnOnce([u64; N]) -> Result<Option<[u64; N]>, Refusal>,
     ) -> Attempt<Result<(), Refusal>> {
-        let Some((seq, owner, states)) = self.read::<N>(h, len) else {
+        debug_assert!(HEAD + len <= self.stride());
+        // The record's address once: each atomic access below would make the compiler compute
+        // it again (29 of the decision's instructions went to that, callgrind).
+        let r = self.record(h);
+        let Some((seq, owner, states)) = r.read::<N>(len) else {
             return Attempt::Busy;
         };
         if owner != fp {
@@ -147,8 +180,8 @@ impl Records {
             Err(refusal) => Attempt::Done(Err(refusal)),
             Ok(None) => Attempt::Done(Ok(())),
             Ok(Some(next)) => {
-                if self.try_lock_at(h, seq) {
-                    self.write_unlock(h, seq, &next[..len]);
+                if r.try_lock_at(seq) {
+                    r.write_unlock(seq, &next[..len]);
                     Attempt::Done(Ok(()))
                 } else {
                     Attempt::Busy
@@ -157,36 +190,19 @@ impl Records {
         }
     }
 
-    /// Takes the lock of record `h` if its `seq` is still `seq` (even).
-    #[inline(always)]
-    fn try_lock_at(&self, h: usize, seq: u64) -> bool {
-        let ok = self.record(h)[0]
-            .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok();
-        if ok {
-            // Orders the odd `seq` before the stores that follow.
-            fence(Ordering::Release);
-        }
-        ok
-    }
-
     /// Writes `states` into record `h`, locked from `seq`, and unlocks it.
     #[inline(always)]
     pub(super) fn write_unlock(&self, h: usize, seq: u64, states: &[u64]) {
-        let r = self.record(h);
         debug_assert!(HEAD + states.len() <= self.stride());
-        for (i, &s) in states.iter().enumerate() {
-            let word = &r[HEAD + i];
-            word.store(s, Ordering::Relaxed);
-        }
-        r[0].store(seq + 2, Ordering::Release);
+        self.record(h).write_unlock(seq, states);
     }
 
     /// Locks record `h` (if no writer holds it now) and returns the `seq` it locked, the owner
     /// and the first `len` states. For the sweep, which holds it while it decides to evict.
     pub(super) fn try_lock(&self, h: usize, len: usize) -> Option<(u64, u64, [u64; MAX_LIMITS])> {
-        let (seq, owner, states) = self.read::<MAX_LIMITS>(h, len)?;
-        self.try_lock_at(h, seq).then_some((seq, owner, states))
+        let r = self.record(h);
+        let (seq, owner, states) = r.read::<MAX_LIMITS>(len)?;
+        r.try_lock_at(seq).then_some((seq, owner, states))
     }
 
     /// The first `out.len()` states of record `h` as they are now, without the lock (each word
