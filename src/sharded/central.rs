@@ -6,7 +6,7 @@ use super::lease::{Lease, Short};
 use super::Earned;
 use crate::error::Denied;
 use crate::quota::{Scaled, HORIZON_NS};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Backoff, Ordering};
 use core::time::Duration;
 
 /// The most tokens one lease takes.
@@ -161,6 +161,8 @@ impl Central {
             }
         };
         let mut s = self.state.load(Ordering::Relaxed);
+        // A short spin after each lost CAS, as in `Bucket`'s retry loop.
+        let mut backoff = Backoff::default();
         loop {
             // `gcra::try_acquire`'s test; `s <= 2^63 − 1`, so nothing overflows.
             let want = s + cost_units;
@@ -191,6 +193,7 @@ impl Central {
                             }
                             Err(actual) => {
                                 s = actual;
+                                backoff.spin();
                                 continue;
                             }
                         }
@@ -246,7 +249,10 @@ impl Central {
                     }
                     return Outcome::Admitted;
                 }
-                Err(actual) => s = actual,
+                Err(actual) => {
+                    s = actual;
+                    backoff.spin();
+                }
             }
         }
     }
