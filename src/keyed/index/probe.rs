@@ -4,7 +4,7 @@
 use super::layout::{decode, old_of, Region, MIGRATING};
 use super::slot::{fp_of, pack, state_of, EMPTY};
 use super::Index;
-use crate::sync::{AtomicU128, Ordering};
+use crate::sync::{AtomicU128, Backoff, Ordering};
 
 impl Index {
     /// The rebuild epoch: read it before a lock-free probe and compare after; odd or changed
@@ -112,6 +112,8 @@ impl Index {
         mut f: impl FnMut(u64) -> Result<Option<u64>, E>,
     ) -> Option<Result<(), E>> {
         let (slot, mut w) = self.find(fp)?;
+        // A short spin after each lost CAS, as in `Bucket`'s retry loop (a hot key's slot).
+        let mut backoff = Backoff::default();
         loop {
             if fp_of(w) != fp {
                 // Evicted or moved: the insert path decides under the mutex.
@@ -125,7 +127,10 @@ impl Index {
                     Ordering::Acquire,
                 ) {
                     Ok(_) => return Some(Ok(())),
-                    Err(actual) => w = actual,
+                    Err(actual) => {
+                        w = actual;
+                        backoff.spin();
+                    }
                 },
                 Ok(None) => return Some(Ok(())),
                 Err(e) => return Some(Err(e)),
