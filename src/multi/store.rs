@@ -116,18 +116,24 @@ impl Pair {
             let w = self.line.word.load(Ordering::Relaxed);
             return if w == g { result } else { self.retry(w, f) };
         };
-        match self.line.word.compare_exchange_weak(
-            g,
+        match self.commit(g, next) {
+            Ok(()) => result,
+            Err(actual) => self.retry(actual, f),
+        }
+    }
+
+    /// One CAS from `from` to `next`, copied into the mirror if it succeeds; the word that beat
+    /// it if not.
+    #[inline(always)]
+    fn commit(&self, from: u128, next: [u64; 2]) -> Result<(), u128> {
+        self.line.word.compare_exchange_weak(
+            from,
             pack(next),
             Ordering::Relaxed,
             Ordering::Relaxed,
-        ) {
-            Ok(_) => {
-                self.remember(next);
-                result
-            }
-            Err(actual) => self.retry(actual, f),
-        }
+        )?;
+        self.remember(next);
+        Ok(())
     }
 
     /// [`Pair::update`] from a value the word held (after a failed compare-and-swap, or a
@@ -143,16 +149,8 @@ impl Pair {
         loop {
             let (next, result) = f(unpack(w));
             let Some(next) = next else { return result };
-            match self.line.word.compare_exchange_weak(
-                w,
-                pack(next),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    self.remember(next);
-                    return result;
-                }
+            match self.commit(w, next) {
+                Ok(()) => return result,
                 Err(actual) => {
                     w = actual;
                     backoff.spin();
