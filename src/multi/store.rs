@@ -141,7 +141,7 @@ impl Pair {
     /// ([`Backoff::spin`]) after each CAS lost to another thread. Without it two threads on
     /// two cores trade the 16-byte line with mostly failed CASes: at 2 threads in the allow
     /// regime the policy ran at 1.02× a mutex around both words, with a p99 6.1× the mutex's;
-    /// with it, 1.5–2.1× and a p99 0.2–0.4× (`docs/benchmarks.md`).
+    /// with it, 1.5–1.7× (one run 2.2×) and a p99 0.1–0.4× (`docs/benchmarks.md`).
     #[cold]
     #[inline(never)]
     fn retry<R>(&self, mut w: u128, mut f: impl FnMut([u64; 2]) -> (Option<[u64; 2]>, R)) -> R {

@@ -161,7 +161,8 @@ impl Central {
             }
         };
         let mut s = self.state.load(Ordering::Relaxed);
-        // A short spin after each lost CAS, as in `Bucket`'s retry loop.
+        // A short spin after each lost CAS, as in `Bucket`'s retry loop (at most 64 hints, also
+        // while this decision holds the lease: its spenders then take the central path).
         let mut backoff = Backoff::default();
         loop {
             // `gcra::try_acquire`'s test; `s <= 2^63 − 1`, so nothing overflows.
