@@ -36,6 +36,17 @@ fn every_quota_of_a_hot_key_holds_its_window_through_evictions() {
                     (&limiter, &log, &admitted, &decided, &done);
                 s.spawn(move || {
                     let mut i = t;
+                    // The cold keys start once the hot key has been admitted: four cold keys
+                    // in the table first, each spent about as fast as it refills, are never
+                    // full, so never evicted, and the table refuses the hot key for the whole
+                    // run — by design (only full keys are evicted), but then the test checks
+                    // nothing (3 runs in 20 admitted nothing before this gate).
+                    while t >= 3 && admitted.load(Ordering::Relaxed) == 0 {
+                        if done.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        std::thread::yield_now();
+                    }
                     while !done.load(Ordering::Relaxed) {
                         i = i
                             .wrapping_mul(6364136223846793005)
@@ -67,7 +78,8 @@ fn every_quota_of_a_hot_key_holds_its_window_through_evictions() {
                 .unwrap_or_else(|v| panic!("{quota:?}: {v:?}"));
         }
         assert!(limiter.len() <= 4);
-        assert!(admitted.into_inner() > 100);
+        let admitted = admitted.into_inner();
+        assert!(admitted > 100, "the hot key was admitted {admitted} times");
     }
 }
 
