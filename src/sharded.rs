@@ -25,7 +25,7 @@ use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
-use crate::sync::{thread_slot, AtomicU64, Ordering};
+use crate::sync::{cpu_home, AtomicU64, Ordering};
 use alloc::boxed::Box;
 use core::fmt;
 use core::time::Duration;
@@ -61,10 +61,16 @@ struct Earned {
 ///   in it loses that fraction ([`stranded_tokens`](ShardedBucket::stranded_tokens)): capacity
 ///   lost, never a token created. On a frozen clock nothing lapses: everything admitted plus
 ///   [`available`](ShardedBucket::available) is the burst.
-/// * Threads map to shards by their thread slot modulo the shard count: a slot is taken on a
-///   thread's first call, the smallest no live thread holds (a slot is reused once its thread
-///   exits), so threads started together in a process spread over the shards; no syscall per
-///   call. Threads sharing a shard share its lease.
+/// * **A shard per CPU.** On Linux a thread decides on the shard of the CPU it runs on: CPUs
+///   are numbered 0, 1, 2, … in the order the process first sees them (so the CPUs of a
+///   pinned container are consecutive whatever their ids), and the number modulo the shard
+///   count is the shard. The CPU is asked (`sched_getcpu`, no syscall) once every 1,023
+///   decisions of a thread and cached in a thread-local in between. So however many threads
+///   run, a shard's cache line is written from one core: threads sharing a CPU share its
+///   shard and its lease, and never move its line. A thread that migrated uses its old CPU's
+///   shard for at most 1,022 more decisions, which costs line transfers, never correctness:
+///   any thread may use any shard. Elsewhere (and under loom) the shard is the thread's slot
+///   (the smallest number no live thread holds, taken on its first call) modulo the count.
 ///
 /// ```
 /// use std::time::Duration;
@@ -438,11 +444,11 @@ impl<C: Clock> ShardedBucket<C> {
         }
     }
 
-    /// The calling thread's shard.
+    /// The calling thread's shard: its CPU's ([`cpu_home`]) modulo the shard count.
     #[inline]
     fn home(&self) -> usize {
         let n = self.shards.len();
-        let slot = thread_slot();
+        let slot = cpu_home();
         if n.is_power_of_two() {
             slot & (n - 1)
         } else {

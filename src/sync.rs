@@ -328,6 +328,101 @@ mod slots {
     }
 }
 
+/// A small number for the CPU the calling thread runs on, for the sharded bucket's shards: the
+/// order in which the process first saw that CPU (0 for the first CPU any thread asked from, 1
+/// for the next, …), so that the CPUs a process actually runs on get consecutive numbers
+/// whatever their ids (a container pinned to CPUs 2 and 34 gets 0 and 1, which `cpu % shards`
+/// would not). Threads that run on one CPU share a number, so a shard's line stays in that
+/// CPU's cache however many threads run there; threads on different CPUs get different numbers
+/// (up to the number of CPUs seen).
+///
+/// Asked of the OS (`sched_getcpu`: the vDSO or the rseq area, no syscall on x86_64) once every
+/// 1,023 calls of a thread and read from a thread-local in between, so a thread that migrated
+/// keeps its old CPU's number for at most 1,022 calls (microseconds; the scheduler moves a
+/// thread every few milliseconds at most): a shard then shared across two cores for a moment,
+/// which costs line transfers and never correctness (any thread may use any shard). The period
+/// is odd so that a benchmark sampling every 2^k-th call does not sample every refresh or none,
+/// and long so that the refresh (a few nanoseconds) stays out of a p99.
+/// Where the OS cannot say (not Linux, an error, ids beyond 8,191) it is [`thread_slot`].
+#[cfg(all(feature = "std", target_os = "linux", not(tollgate_loom)))]
+#[inline]
+pub(crate) fn cpu_home() -> usize {
+    cpu::HOME.with(|home| {
+        let h = home.get();
+        if h & cpu::CALLS != 0 {
+            home.set(h - 1);
+            h >> cpu::CALLS_BITS
+        } else {
+            cpu::refresh(home)
+        }
+    })
+}
+
+/// [`cpu_home`] where the OS cannot say which CPU a thread runs on: its thread slot.
+#[cfg(all(feature = "std", any(not(target_os = "linux"), tollgate_loom)))]
+#[inline]
+pub(crate) fn cpu_home() -> usize {
+    thread_slot()
+}
+
+/// The rank table and thread-local cache behind [`cpu_home`].
+#[cfg(all(feature = "std", target_os = "linux", not(tollgate_loom)))]
+mod cpu {
+    use core::cell::Cell;
+    use core::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The low bits of [`HOME`]: calls left before the CPU is asked again (at most
+    /// `CALLS - 1`, so that a refresh comes every `CALLS` = 1,023 calls).
+    pub(super) const CALLS_BITS: u32 = 10;
+    pub(super) const CALLS: usize = (1 << CALLS_BITS) - 1;
+
+    /// CPU ids with a rank (Linux's `NR_CPUS` is at most 8,192).
+    const CPUS: usize = 8192;
+
+    /// `RANK[cpu]`: the CPU's rank + 1, or 0 before any thread ran there (64 KiB of zeros, in
+    /// the zero-filled segment: pages are touched only for CPUs that run threads that ask).
+    static RANK: [AtomicUsize; CPUS] = [const { AtomicUsize::new(0) }; CPUS];
+
+    /// Ranks handed out so far.
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+    std::thread_local! {
+        /// The calling thread's CPU rank, shifted by `CALLS_BITS`, and the calls left before it
+        /// is asked again; 0 at first (no calls left). No destructor.
+        pub(super) static HOME: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Asks the OS for the CPU, ranks it, caches the rank for the next `CALLS - 1` calls.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refresh(home: &Cell<usize>) -> usize {
+        let rank = match nix::sched::sched_getcpu() {
+            Ok(cpu) if cpu < CPUS => rank(cpu),
+            // No rank: the thread slot, asked again next call.
+            _ => return super::thread_slot(),
+        };
+        // Ranks stay far below `usize::MAX >> CALLS_BITS`: at most one per CPU id, plus one
+        // per lost race below.
+        home.set(rank << CALLS_BITS | (CALLS - 1));
+        rank
+    }
+
+    /// The rank of `cpu`, given it on first sight. Two threads that see a new CPU at once both
+    /// draw a number and one wins: ranks are unique per CPU, a few numbers may go unused.
+    fn rank(cpu: usize) -> usize {
+        let slot = &RANK[cpu];
+        let r = slot.load(Ordering::Relaxed);
+        if r != 0 {
+            return r - 1;
+        }
+        let mine = NEXT.fetch_add(1, Ordering::Relaxed) + 1;
+        match slot.compare_exchange(0, mine, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => mine - 1,
+            Err(theirs) => theirs - 1,
+        }
+    }
+}
+
 /// Under loom the counter and the thread-local are loom's, so each explored execution assigns the
 /// same slots (the first thread to call gets 0).
 #[cfg(all(feature = "std", tollgate_loom))]
@@ -369,5 +464,69 @@ mod tests {
         assert!(seen.len() < 100, "{} distinct slots: {seen:?}", seen.len());
         assert!(!seen.contains(&mine) && !seen.contains(&SHARED_SLOT));
         assert_eq!(thread_slot(), mine);
+    }
+
+    /// Pins the calling thread to `cpu` (the OS moves it there before this returns).
+    #[cfg(target_os = "linux")]
+    fn pin(cpu: usize) {
+        use nix::sched::{sched_setaffinity, CpuSet};
+        let mut set = CpuSet::new();
+        set.set(cpu).unwrap();
+        sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+    }
+
+    #[cfg(target_os = "linux")]
+    use std::eprintln;
+
+    /// Two CPUs this process may run on, if it may run on two.
+    #[cfg(target_os = "linux")]
+    fn two_cpus() -> Option<[usize; 2]> {
+        use nix::sched::{sched_getaffinity, CpuSet};
+        let allowed = sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+        let mut cpus = (0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false));
+        Some([cpus.next()?, cpus.next()?])
+    }
+
+    /// Threads pinned to two CPUs get two homes, each stable over many calls (refreshes
+    /// included); a thread moved from one CPU to the other takes the other's home within one
+    /// refresh period and never answers anything else meanwhile.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_thread_is_homed_on_its_cpu_and_follows_it_within_a_period() {
+        use super::{cpu, cpu_home};
+        let Some(cpus) = two_cpus() else {
+            eprintln!("one CPU only: nothing to compare");
+            return;
+        };
+        let homes = cpus.map(|c| {
+            std::thread::spawn(move || {
+                pin(c);
+                let home = cpu_home();
+                for _ in 0..5 * cpu::CALLS {
+                    assert_eq!(cpu_home(), home, "cpu {c}");
+                }
+                home
+            })
+            .join()
+            .unwrap()
+        });
+        assert_ne!(homes[0], homes[1], "cpus {cpus:?}");
+        std::thread::spawn(move || {
+            pin(cpus[0]);
+            assert_eq!(cpu_home(), homes[0]);
+            pin(cpus[1]);
+            let mut calls = 1;
+            loop {
+                let home = cpu_home();
+                if home == homes[1] {
+                    break;
+                }
+                assert_eq!(home, homes[0]);
+                calls += 1;
+            }
+            assert!(calls <= cpu::CALLS, "{calls} calls to follow the move");
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -15,6 +15,33 @@ use window::WindowChecker;
 
 const S: u64 = 1_000_000_000;
 
+/// Two CPUs this process may run on (Linux, where threads are homed by CPU), if it has two.
+#[cfg(target_os = "linux")]
+fn two_cpus() -> Option<[usize; 2]> {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    let allowed = sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok()?;
+    let mut cpus = (0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false));
+    Some([cpus.next()?, cpus.next()?])
+}
+
+/// Elsewhere threads are homed by thread slot: nothing to pin.
+#[cfg(not(target_os = "linux"))]
+fn two_cpus() -> Option<[usize; 2]> {
+    None
+}
+
+/// Pins the calling thread to `cpu` (the OS moves it there before this returns).
+#[cfg(target_os = "linux")]
+fn pin(cpu: usize) {
+    use nix::sched::{sched_setaffinity, CpuSet};
+    let mut set = CpuSet::new();
+    set.set(cpu).unwrap();
+    sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pin(_: usize) {}
+
 /// A lease taken at a late reading holds units near that reading's refill; a spend at a much
 /// older reading (a thread preempted since its clock read) must not take them: at that reading
 /// the whole burst was already admitted. Without the lease's "within one burst of the reading"
@@ -109,19 +136,30 @@ fn a_stalled_spend_keeps_every_window() {
 /// The measured loss of leases: a thread takes a lease on a full bucket and exits; the main
 /// thread then takes everything it can every 100 µs for two seconds. A single `Bucket` seeing
 /// the same requests is the reference: the sharded bucket admits no more, and at most the
-/// abandoned lease less (`⌊99,999 / (8 × shards)⌋` tokens: 6,249 at 2 shards, 12 at 1,024, where
-/// the two threads' shards differ for certain). A lease that its own shard's threads keep
-/// spending loses nothing: the 2-shard case loses nothing when the two threads share a shard.
+/// abandoned lease less (`⌊99,999 / (8 × shards)⌋` tokens: 6,249 at 2 shards, 12 at 1,024).
+/// The two threads are pinned to two CPUs, so at 1,024 shards their shards differ for certain
+/// (threads are homed by CPU). A lease that its own shard's threads keep spending loses
+/// nothing: the 2-shard case loses nothing when the two CPUs map to one shard.
 #[test]
 fn an_abandoned_lease_loses_at_most_its_tokens() {
+    let cpus = two_cpus();
     for (shards, lease) in [(2usize, 6_249u64), (1024, 12)] {
         let clock = ManualClock::new();
         let quota = Quota::per_second(100_000).unwrap();
         let bucket = ShardedBucket::with_clock(quota, shards, clock.clone());
         let reference = Bucket::with_clock(quota, clock.clone());
         std::thread::scope(|s| {
-            s.spawn(|| assert_eq!(bucket.try_acquire(1), Ok(())));
+            s.spawn(|| {
+                if let Some([first, _]) = cpus {
+                    pin(first);
+                }
+                assert_eq!(bucket.try_acquire(1), Ok(()))
+            });
         });
+        // This (the test's own) thread on the other CPU from its first decision on.
+        if let Some([_, second]) = cpus {
+            pin(second);
+        }
         assert_eq!(reference.try_acquire(1), Ok(()));
         let (mut got, mut want) = (1u64, 1u64);
         for _ in 0..20_000 {

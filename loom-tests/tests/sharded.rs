@@ -145,3 +145,33 @@ fn two_decisions_on_a_drained_bucket_while_the_clock_moves() {
         }
     });
 }
+
+/// Two one-token decisions on different shards race for the one token a drained bucket holds,
+/// on a frozen clock: exactly one is admitted, and the other — refused at once when its CAS
+/// loses to the winner, or refused from the word as the winner left it — waits exactly until
+/// the next token (0.5 s), which is then admitted, neither early nor refused by a stale
+/// `dry_until`.
+#[test]
+fn the_loser_of_the_race_for_the_last_token_waits_exactly() {
+    model(|| {
+        let clock = ManualClock::new();
+        let bucket = two_shards_of_one(&clock);
+        assert_eq!(bucket.try_acquire(2), Ok(()));
+        clock.advance(Duration::from_millis(500));
+        let spawn = |b: loom::sync::Arc<ShardedBucket<ManualClock>>| {
+            thread::spawn(move || b.try_acquire(1))
+        };
+        let (t, u) = (spawn(bucket.clone()), spawn(bucket.clone()));
+        let verdicts = [t.join().unwrap(), u.join().unwrap()];
+        let wait = tollgate::Denied::RetryAfter(Duration::from_millis(500));
+        assert!(
+            verdicts == [Ok(()), Err(wait)] || verdicts == [Err(wait), Ok(())],
+            "{verdicts:?}"
+        );
+        assert_eq!(bucket.try_acquire(1), Err(wait));
+        clock.advance(Duration::from_millis(499));
+        assert!(bucket.try_acquire(1).is_err());
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(bucket.try_acquire(1), Ok(()));
+    });
+}

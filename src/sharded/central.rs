@@ -101,33 +101,40 @@ impl Central {
     ) -> Option<Result<(), Denied>> {
         let burst_units = scaled.burst_units();
         let limit = e.floor + burst_units;
-        let s = self.state.load(Ordering::Relaxed);
-        let want = s + cost_units;
-        if want > limit {
-            let at = scaled.instant_of(want - burst_units);
-            if let Some(lease) = lease {
-                // For one token the instant just computed.
-                lease.publish_dry(if cost_units == scaled.scale() {
-                    at
-                } else {
-                    dry_at(scaled, s)
-                });
+        let mut s = self.state.load(Ordering::Relaxed);
+        // Twice at most: a CAS lost to a decision that left too little is a refusal at once,
+        // with no spin and no second CAS (near the limit, the common way to lose: every shard
+        // whose `dry_until` just passed reads the word at the same instant, one wins the token).
+        for first in [true, false] {
+            let want = s + cost_units;
+            if want > limit {
+                let at = scaled.instant_of(want - burst_units);
+                if let Some(lease) = lease {
+                    // For one token the instant just computed.
+                    lease.publish_dry(if cost_units == scaled.scale() {
+                        at
+                    } else {
+                        dry_at(scaled, s)
+                    });
+                }
+                return Some(Err(Denied::RetryAfter(wait_until(at, now))));
             }
-            return Some(Err(Denied::RetryAfter(wait_until(at, now))));
-        }
-        // Perhaps room for a lease (`decide` computes it, capped at the burst).
-        if limit - want > lease_room {
-            return None;
-        }
-        self.state
-            .compare_exchange_weak(
+            // Perhaps room for a lease (`decide` computes it, capped at the burst); or a
+            // second lost CAS: `decide`'s loop, with its spin.
+            if limit - want > lease_room || !first {
+                return None;
+            }
+            match self.state.compare_exchange_weak(
                 s,
                 s.max(e.ceil) + cost_units,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
-            )
-            .ok()
-            .map(|_| Ok(()))
+            ) {
+                Ok(_) => return Some(Ok(())),
+                Err(actual) => s = actual,
+            }
+        }
+        None
     }
 
     /// Debits the cost, and with it a new lease when the shard's lease holds under one token
