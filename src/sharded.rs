@@ -97,6 +97,9 @@ struct ReadMostly<C> {
     clock: C,
     /// [`central::spread_units`]: below it beyond a decision's cost, no lease is taken.
     spread: u64,
+    /// `shards − 1` where the shard count is a power of two (a thread's shard is its CPU's
+    /// number masked), else `usize::MAX` (its number modulo the count).
+    mask: usize,
     /// Units lost with replaced leases (under one token each), for
     /// [`ShardedBucket::stranded_tokens`]. `Relaxed`.
     stranded: AtomicU64,
@@ -166,6 +169,7 @@ impl<C: Clock> ShardedBucket<C> {
             shards: (0..n).map(|_| CachePadded::new(Lease::default())).collect(),
             read_mostly: CachePadded::new(ReadMostly {
                 spread: central::spread_units(quota.scale(), n as u64),
+                mask: if n.is_power_of_two() { n - 1 } else { usize::MAX },
                 quota,
                 clock,
                 stranded: AtomicU64::new(0),
@@ -447,12 +451,10 @@ impl<C: Clock> ShardedBucket<C> {
     /// The calling thread's shard: its CPU's ([`cpu_home`]) modulo the shard count.
     #[inline]
     fn home(&self) -> usize {
-        let n = self.shards.len();
         let slot = cpu_home();
-        if n.is_power_of_two() {
-            slot & (n - 1)
-        } else {
-            slot % n
+        match self.read_mostly.mask {
+            usize::MAX => slot % self.shards.len(),
+            mask => slot & mask,
         }
     }
 
