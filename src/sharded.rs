@@ -169,7 +169,11 @@ impl<C: Clock> ShardedBucket<C> {
             shards: (0..n).map(|_| CachePadded::new(Lease::default())).collect(),
             read_mostly: CachePadded::new(ReadMostly {
                 spread: central::spread_units(quota.scale(), n as u64),
-                mask: if n.is_power_of_two() { n - 1 } else { usize::MAX },
+                mask: if n.is_power_of_two() {
+                    n - 1
+                } else {
+                    usize::MAX
+                },
                 quota,
                 clock,
                 stranded: AtomicU64::new(0),
