@@ -343,7 +343,8 @@ mod slots {
 /// which costs line transfers and never correctness (any thread may use any shard). The period
 /// is odd so that a benchmark sampling every 2^k-th call does not sample every refresh or none,
 /// and long so that the refresh (a few nanoseconds) stays out of a p99.
-/// Where the OS cannot say (not Linux, an error, ids beyond 8,191) it is [`thread_slot`].
+/// Where the OS cannot say (an error, an id beyond 8,191) it is [`thread_slot`], cached the
+/// same way; off Linux (and under loom) it is always [`thread_slot`].
 #[cfg(all(feature = "std", target_os = "linux", not(tollgate_loom)))]
 #[inline]
 pub(crate) fn cpu_home() -> usize {
@@ -398,12 +399,16 @@ mod cpu {
     pub(super) fn refresh(home: &Cell<usize>) -> usize {
         let rank = match nix::sched::sched_getcpu() {
             Ok(cpu) if cpu < CPUS => rank(cpu),
-            // No rank: the thread slot, asked again next call.
-            _ => return super::thread_slot(),
+            // No rank (the call failed — a sandbox that forbids it — or an id beyond the
+            // table): the thread slot, cached as a rank is, so that a failing call is made once
+            // per period, not on every decision.
+            _ => super::thread_slot(),
         };
-        // Ranks stay far below `usize::MAX >> CALLS_BITS`: at most one per CPU id, plus one
-        // per lost race below.
-        home.set(rank << CALLS_BITS | (CALLS - 1));
+        // Ranks stay far below `usize::MAX >> CALLS_BITS` (at most one per CPU id, plus one
+        // per lost race below), and so do slots but for `SHARED_SLOT`, which is not cached.
+        if rank <= usize::MAX >> CALLS_BITS {
+            home.set(rank << CALLS_BITS | (CALLS - 1));
+        }
         rank
     }
 
