@@ -148,7 +148,10 @@ impl<C: Clock> ShardedBucket<C> {
     ///
     /// The number actually used ([`ShardedBucket::shards`]) is at most `shards`, at most the
     /// burst, at most 1024, and at least 1 (`0` is read as 1). With one shard there are no
-    /// leases: every decision is the central word's, as a [`Bucket`](crate::Bucket)'s.
+    /// leases: every decision is the central word's, as a [`Bucket`](crate::Bucket)'s. On
+    /// Linux threads decide on their CPU's shard, so shards beyond the number of CPUs the
+    /// process runs on stay unused (their leases empty): more shards than CPUs buy nothing
+    /// there but smaller leases.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
