@@ -119,6 +119,24 @@ fn a_stale_decision_racing_a_later_one_creates_nothing() {
     });
 }
 
+/// [`two_shards_of_one`] drained at 0, the clock moved to 0.5 s (one token earned), and two
+/// threads each asking for one token.
+fn drained_then_two_race_at_half_a_second(
+    clock: &ManualClock,
+) -> (
+    loom::sync::Arc<ShardedBucket<ManualClock>>,
+    [thread::JoinHandle<Result<(), tollgate::Denied>>; 2],
+) {
+    let bucket = two_shards_of_one(clock);
+    assert_eq!(bucket.try_acquire(2), Ok(()));
+    clock.advance(Duration::from_millis(500));
+    let racers = [(); 2].map(|()| {
+        let b = bucket.clone();
+        thread::spawn(move || b.try_acquire(1))
+    });
+    (bucket, racers)
+}
+
 /// Two one-token decisions on different shards of a drained bucket while the clock moves.
 ///
 /// Quota 2/s, burst 2, drained at 0. At 0.5 s one token is there; two requests race while the
@@ -128,15 +146,9 @@ fn a_stale_decision_racing_a_later_one_creates_nothing() {
 fn two_decisions_on_a_drained_bucket_while_the_clock_moves() {
     model(|| {
         let clock = ManualClock::new();
-        let bucket = two_shards_of_one(&clock);
-        assert_eq!(bucket.try_acquire(2), Ok(()));
-        clock.advance(Duration::from_millis(500));
-        let spawn = |b: loom::sync::Arc<ShardedBucket<ManualClock>>| {
-            thread::spawn(move || u64::from(b.try_acquire(1).is_ok()))
-        };
-        let (t, u) = (spawn(bucket.clone()), spawn(bucket.clone()));
+        let (bucket, [t, u]) = drained_then_two_race_at_half_a_second(&clock);
         clock.advance(Duration::from_millis(250));
-        let admitted = t.join().unwrap() + u.join().unwrap();
+        let admitted = u64::from(t.join().unwrap().is_ok()) + u64::from(u.join().unwrap().is_ok());
         let left = bucket.available(); // at 0.75 s
         assert!(admitted <= 1, "admitted {admitted}");
         assert!(admitted + left <= 1, "{admitted} admitted and {left} left");
@@ -155,13 +167,7 @@ fn two_decisions_on_a_drained_bucket_while_the_clock_moves() {
 fn the_loser_of_the_race_for_the_last_token_waits_exactly() {
     model(|| {
         let clock = ManualClock::new();
-        let bucket = two_shards_of_one(&clock);
-        assert_eq!(bucket.try_acquire(2), Ok(()));
-        clock.advance(Duration::from_millis(500));
-        let spawn = |b: loom::sync::Arc<ShardedBucket<ManualClock>>| {
-            thread::spawn(move || b.try_acquire(1))
-        };
-        let (t, u) = (spawn(bucket.clone()), spawn(bucket.clone()));
+        let (bucket, [t, u]) = drained_then_two_race_at_half_a_second(&clock);
         let verdicts = [t.join().unwrap(), u.join().unwrap()];
         let wait = tollgate::Denied::RetryAfter(Duration::from_millis(500));
         assert!(
