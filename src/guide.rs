@@ -360,8 +360,9 @@
 //! and gives each cache-padded per-core shard a lease of its tokens, spent on the shard's own
 //! line (on Linux each thread decides on the shard of the CPU it runs on, so however many
 //! threads there are, a shard's line stays on one core); leases shrink as the word empties, and
-//! near the limit every decision is one CAS on the central word, as a `Bucket`'s. One thread alone still gets the whole burst and rate (the
-//! design, its guarantees and its costs on 64 cores:
+//! near the limit every decision is one CAS on the central word, as a `Bucket`'s. One thread
+//! alone still gets the whole burst and rate (the design, its guarantees and its costs on 64
+//! cores:
 //! [`docs/sharded.md`](https://github.com/tollgate-rs/tollgate/blob/main/docs/sharded.md)).
 //!
 #![cfg_attr(feature = "std", doc = "```")]

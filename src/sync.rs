@@ -371,6 +371,7 @@ pub(crate) fn cpu_home() -> usize {
 mod cpu {
     use core::cell::Cell;
     use core::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Mutex, PoisonError};
 
     /// The low bits of [`HOME`]: calls left before the CPU is asked again (at most
     /// `CALLS - 1`, so that a refresh comes every `CALLS` = 1,023 calls).
@@ -384,8 +385,9 @@ mod cpu {
     /// the zero-filled segment: pages are touched only for CPUs that run threads that ask).
     static RANK: [AtomicUsize; CPUS] = [const { AtomicUsize::new(0) }; CPUS];
 
-    /// Ranks handed out so far.
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    /// Ranks handed out so far, under the lock that hands them out: taken once per CPU the
+    /// process runs on, never on a decision.
+    static NEXT: Mutex<usize> = Mutex::new(0);
 
     std::thread_local! {
         /// The calling thread's CPU rank, shifted by `CALLS_BITS`, and the calls left before it
@@ -404,27 +406,32 @@ mod cpu {
             // per period, not on every decision.
             _ => super::thread_slot(),
         };
-        // Ranks stay far below `usize::MAX >> CALLS_BITS` (at most one per CPU id, plus one
-        // per lost race below), and so do slots but for `SHARED_SLOT`, which is not cached.
+        // Ranks stay below 8,192 (one per CPU id), and slots far below `usize::MAX >>
+        // CALLS_BITS` but for `SHARED_SLOT`, which is not cached.
         if rank <= usize::MAX >> CALLS_BITS {
             home.set(rank << CALLS_BITS | (CALLS - 1));
         }
         rank
     }
 
-    /// The rank of `cpu`, given it on first sight. Two threads that see a new CPU at once both
-    /// draw a number and one wins: ranks are unique per CPU, a few numbers may go unused.
+    /// The rank of `cpu`, given it on first sight under [`NEXT`]'s lock, so that ranks are
+    /// unique and consecutive: the first `n` CPUs seen get `0..n`, and `n` shards give each of
+    /// them its own (a number drawn and then lost to a racing thread would leave a gap, and
+    /// two CPUs of a two-CPU process could then share shard 0).
     fn rank(cpu: usize) -> usize {
         let slot = &RANK[cpu];
         let r = slot.load(Ordering::Relaxed);
         if r != 0 {
             return r - 1;
         }
-        let mine = NEXT.fetch_add(1, Ordering::Relaxed) + 1;
-        match slot.compare_exchange(0, mine, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => mine - 1,
-            Err(theirs) => theirs - 1,
+        let mut next = NEXT.lock().unwrap_or_else(PoisonError::into_inner);
+        let r = slot.load(Ordering::Relaxed);
+        if r != 0 {
+            return r - 1;
         }
+        *next += 1;
+        slot.store(*next, Ordering::Relaxed);
+        *next - 1
     }
 }
 

@@ -8,39 +8,13 @@ use tollgate::{Bucket, ManualClock, Quota, ShardedBucket, StdClock};
 
 use rng::Rng;
 use stall::{arm, gated, last_reading, Stall, StallClock};
+use tollgate_testkit::cpus;
 use tollgate_testkit::rng;
 use tollgate_testkit::stall;
 use tollgate_testkit::window;
 use window::WindowChecker;
 
 const S: u64 = 1_000_000_000;
-
-/// Two CPUs this process may run on (Linux, where threads are homed by CPU), if it has two.
-#[cfg(target_os = "linux")]
-fn two_cpus() -> Option<[usize; 2]> {
-    use nix::sched::{sched_getaffinity, CpuSet};
-    let allowed = sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok()?;
-    let mut cpus = (0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false));
-    Some([cpus.next()?, cpus.next()?])
-}
-
-/// Elsewhere threads are homed by thread slot: nothing to pin.
-#[cfg(not(target_os = "linux"))]
-fn two_cpus() -> Option<[usize; 2]> {
-    None
-}
-
-/// Pins the calling thread to `cpu` (the OS moves it there before this returns).
-#[cfg(target_os = "linux")]
-fn pin(cpu: usize) {
-    use nix::sched::{sched_setaffinity, CpuSet};
-    let mut set = CpuSet::new();
-    set.set(cpu).unwrap();
-    sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
-}
-
-#[cfg(not(target_os = "linux"))]
-fn pin(_: usize) {}
 
 /// A lease taken at a late reading holds units near that reading's refill; a spend at a much
 /// older reading (a thread preempted since its clock read) must not take them: at that reading
@@ -142,7 +116,7 @@ fn a_stalled_spend_keeps_every_window() {
 /// nothing: the 2-shard case loses nothing when the two CPUs map to one shard.
 #[test]
 fn an_abandoned_lease_loses_at_most_its_tokens() {
-    let cpus = two_cpus();
+    let pinned = cpus::two();
     for (shards, lease) in [(2usize, 6_249u64), (1024, 12)] {
         let clock = ManualClock::new();
         let quota = Quota::per_second(100_000).unwrap();
@@ -150,15 +124,15 @@ fn an_abandoned_lease_loses_at_most_its_tokens() {
         let reference = Bucket::with_clock(quota, clock.clone());
         std::thread::scope(|s| {
             s.spawn(|| {
-                if let Some([first, _]) = cpus {
-                    pin(first);
+                if let Some([first, _]) = pinned {
+                    cpus::pin(first);
                 }
                 assert_eq!(bucket.try_acquire(1), Ok(()))
             });
         });
         // This (the test's own) thread on the other CPU from its first decision on.
-        if let Some([_, second]) = cpus {
-            pin(second);
+        if let Some([_, second]) = pinned {
+            cpus::pin(second);
         }
         assert_eq!(reference.try_acquire(1), Ok(()));
         let (mut got, mut want) = (1u64, 1u64);
@@ -177,6 +151,14 @@ fn an_abandoned_lease_loses_at_most_its_tokens() {
             "{shards} shards: lost {} of {want}",
             want - got
         );
+        // Pinned to two CPUs, at 1,024 shards the lease is abandoned for certain (two CPUs get
+        // two ranks below 1,024): some of it lapses, or this test measured nothing.
+        if pinned.is_some() && shards == 1024 {
+            assert!(
+                got < want,
+                "{shards} shards: nothing lost, no lease abandoned"
+            );
+        }
         println!("abandoned lease, {shards} shards: {got} of {want} admitted");
     }
 }

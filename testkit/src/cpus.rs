@@ -1,0 +1,30 @@
+//! Pinning test threads to CPUs, so that tests of the sharded bucket (whose threads decide on
+//! their CPU's shard on Linux) choose which shards their threads use.
+
+/// Two CPUs this process may run on, if it may run on two (Linux; `None` elsewhere, where the
+/// sharded bucket homes threads by thread slot and there is nothing to pin).
+pub fn two() -> Option<[usize; 2]> {
+    #[cfg(target_os = "linux")]
+    {
+        use nix::sched::{sched_getaffinity, CpuSet};
+        let allowed = sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok()?;
+        let mut cpus = (0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false));
+        Some([cpus.next()?, cpus.next()?])
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// Pins the calling thread to `cpu` (the OS moves it there before this returns). Panics if the
+/// OS refuses: a test that pins must run where it asked. A no-op off Linux.
+pub fn pin(cpu: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        use nix::sched::{sched_setaffinity, CpuSet};
+        let mut set = CpuSet::new();
+        set.set(cpu).expect("a CPU id within the set");
+        sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).expect("sched_setaffinity");
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cpu;
+}
