@@ -5,7 +5,9 @@
 //! * **A lease** ([`lease`]) is an interval of those units, taken by a shard together with one
 //!   decision in the same compare-and-swap and then spent by the shard's threads on the shard's
 //!   own line. Its size adapts ([`central::lease_tokens`]): up to 2^16 tokens while the word
-//!   holds plenty, none near the limit, where every decision is the central CAS alone.
+//!   holds plenty, none near the limit, where every decision is the central CAS alone — or,
+//!   for a shard whose threads ask faster than tokens come, an *advance*: up to 64 tokens not
+//!   yet earned, taken in one CAS when the word is dry and paid out as the clock earns them.
 //! * **The bound**: every admission takes units `[b, b + cost)` that nobody else takes, with
 //!   `b` at or after the units earned at its reading and `b + cost` at most one burst above
 //!   them — from the central word or from a lease alike. So the admissions of any window `Δ`
@@ -99,7 +101,9 @@ struct ReadMostly<C> {
     spread: u64,
     /// Maps a thread's CPU number to its shard without a division.
     shard_of: ShardOf,
-    /// Units lost with replaced leases (under one token each), for
+    /// [`central::advance_cap`]: the most tokens one advance takes (0: none are taken).
+    ahead_cap: u64,
+    /// Units lost with replaced leases (under one token each) and lapsed advances, for
     /// [`ShardedBucket::stranded_tokens`]. `Relaxed`.
     stranded: AtomicU64,
 }
@@ -200,6 +204,7 @@ impl<C: Clock> ShardedBucket<C> {
             read_mostly: CachePadded::new(ReadMostly {
                 spread: central::spread_units(quota.scale(), n as u64),
                 shard_of: ShardOf::new(n),
+                ahead_cap: central::advance_cap(&quota, n as u64),
                 quota,
                 clock,
                 stranded: AtomicU64::new(0),
@@ -358,11 +363,12 @@ impl<C: Clock> ShardedBucket<C> {
     fn pooled_units(&self, now: u64) -> u64 {
         let quota = &self.read_mostly.quota;
         let e = self.earned(now);
+        let limit = e.floor + quota.burst_units();
         let central = gcra::available_units(self.central.load(), now, quota);
         let leased: u64 = if self.shards.len() > 1 {
             self.shards
                 .iter()
-                .fold(0u64, |sum, l| sum.saturating_add(l.units(e)))
+                .fold(0u64, |sum, l| sum.saturating_add(l.units(e, limit)))
         } else {
             0
         };
@@ -410,6 +416,10 @@ impl<C: Clock> ShardedBucket<C> {
                 match lease.spend_fast((q, h), e.ceil, limit, cost_units) {
                     Fast::Spent => return Ok(()),
                     Fast::Empty => {}
+                    Fast::NotYet(need) => {
+                        let at = scaled.instant_of(need - scaled.burst_units());
+                        return Err(Denied::RetryAfter(central::wait_until(at, now)));
+                    }
                     Fast::Slow => return self.acquire_slow(now, e, cost, Some(lease)),
                 }
             } else if q == lease::LOCKED {
@@ -419,9 +429,10 @@ impl<C: Clock> ShardedBucket<C> {
             // `dry`, whatever happened since: no need to read it.
             let dry = lease.dry_until();
             if cost == 1 && now < dry {
+                lease.hungry();
                 return Err(Denied::RetryAfter(central::wait_until(dry, now)));
             }
-            Some(&**lease)
+            Some((&**lease, (q, h)))
         } else {
             None
         };
@@ -432,12 +443,17 @@ impl<C: Clock> ShardedBucket<C> {
         } else {
             u64::MAX
         };
-        match self
-            .central
-            .decide_fast(scaled, now, earned, cost_units, room, home)
-        {
+        match self.central.decide_fast(
+            scaled,
+            now,
+            earned,
+            cost_units,
+            room,
+            home,
+            (self.read_mostly.ahead_cap, &self.read_mostly.stranded),
+        ) {
             Some(verdict) => verdict,
-            None => self.acquire_slow(now, earned, cost, home),
+            None => self.acquire_slow(now, earned, cost, home.map(|(lease, _)| lease)),
         }
     }
 

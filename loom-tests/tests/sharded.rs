@@ -181,3 +181,44 @@ fn the_loser_of_the_race_for_the_last_token_waits_exactly() {
         assert_eq!(bucket.try_acquire(1), Ok(()));
     });
 }
+
+/// An *advance* racing another shard's decisions. Quota 125,000/s (a token every 8 µs;
+/// advances of up to 2 tokens), burst 2, two shards, drained at 0 by the model's thread, whose
+/// refusal before the next token makes its shard hungry. At 8 µs a second thread takes the one
+/// token there; then the model's thread finds the word dry and takes an advance of the next
+/// token while the second thread asks again on its own shard. Both are refused; the model's
+/// thread waits exactly until 16 µs (its advance's unit), the other until the word frees (16 µs
+/// or, after the advance, 24 µs: an upper bound). At 16 µs the advance pays its one token and
+/// nothing more is there.
+#[test]
+fn an_advance_racing_another_shard_creates_nothing() {
+    model(|| {
+        let clock = ManualClock::new();
+        let quota = Quota::new(125_000, Duration::from_secs(1), 2).unwrap();
+        let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(quota, 2, clock.clone()));
+        assert_eq!(bucket.try_acquire(2), Ok(()));
+        let wait = |us| tollgate::Denied::RetryAfter(Duration::from_micros(us));
+        assert_eq!(bucket.try_acquire(1), Err(wait(8)));
+        clock.advance(Duration::from_micros(8));
+        let other = bucket.clone();
+        let t = thread::spawn(move || {
+            assert_eq!(other.try_acquire(1), Ok(()));
+            (other.try_acquire(1), other)
+        });
+        // Once the other thread has its token: the model's thread takes the advance.
+        while bucket.available() > 0 {
+            thread::yield_now();
+        }
+        assert_eq!(bucket.try_acquire(1), Err(wait(8)));
+        let (theirs, other) = t.join().unwrap();
+        assert!(
+            theirs == Err(wait(8)) || theirs == Err(wait(16)),
+            "{theirs:?}"
+        );
+        drop(other);
+        clock.advance(Duration::from_micros(8));
+        assert_eq!(bucket.try_acquire(1), Ok(()));
+        assert!(bucket.try_acquire(1).is_err());
+        assert_eq!(bucket.available(), 0);
+    });
+}

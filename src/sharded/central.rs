@@ -26,6 +26,22 @@ pub(super) fn lease_tokens(held: u64, cost: u64, shards: u64) -> u64 {
 
 /// `SPREAD × shards` tokens in units (saturating): a word holding no more than that beyond a
 /// decision's cost leases nothing.
+/// An advance spans at most this long of the rate ...
+const ADVANCE_NS: u64 = 16_000;
+
+/// ... and at most this many tokens.
+const ADVANCE_MAX: u64 = 64;
+
+/// The most tokens an advance takes: what the rate earns in [`ADVANCE_NS`], at most
+/// [`ADVANCE_MAX`], rounded down; 0 (no advances) with one shard, or a rate below one token in
+/// 16 µs — where the central word sees at most 62,500 admissions a second and needs none.
+pub(super) fn advance_cap(quota: &crate::quota::Quota, shards: u64) -> u64 {
+    if shards < 2 {
+        return 0;
+    }
+    (quota.scaled().earned(ADVANCE_NS).0 / quota.scale()).min(ADVANCE_MAX)
+}
+
 pub(super) fn spread_units(scale: u64, shards: u64) -> u64 {
     scale.saturating_mul(SPREAD * shards)
 }
@@ -88,8 +104,10 @@ impl Central {
 
     /// One attempt of [`decide`](Self::decide) for a shard whose lease holds nothing (or no
     /// shard), where it takes no lease: one CAS, or a refusal (recorded in the lease's
-    /// `dry_until`). `None`: [`decide`](Self::decide).
+    /// `dry_until`), which for a hungry shard takes an [advance](Self::advance) first.
+    /// `None`: [`decide`](Self::decide).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn decide_fast(
         &self,
         scaled: &Scaled,
@@ -97,7 +115,8 @@ impl Central {
         e: Earned,
         cost_units: u64,
         lease_room: u64,
-        lease: Option<&Lease>,
+        lease: Option<(&Lease, (u64, u64))>,
+        (ahead_cap, stranded): (u64, &AtomicU64),
     ) -> Option<Result<(), Denied>> {
         let burst_units = scaled.burst_units();
         let limit = e.floor + burst_units;
@@ -109,7 +128,20 @@ impl Central {
             let want = s + cost_units;
             if want > limit {
                 let at = scaled.instant_of(want - burst_units);
-                if let Some(lease) = lease {
+                if let Some((lease, (q, h))) = lease {
+                    if first && ahead_cap > 0 {
+                        if let Some(at) = self.advance(
+                            scaled,
+                            e,
+                            s,
+                            cost_units,
+                            lease,
+                            (q, h),
+                            (ahead_cap, stranded),
+                        ) {
+                            return Some(Err(Denied::RetryAfter(wait_until(at, now))));
+                        }
+                    }
                     // For one token the instant just computed.
                     lease.publish_dry(if cost_units == scaled.scale() {
                         at
@@ -130,7 +162,18 @@ impl Central {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Some(Ok(())),
+                Ok(_) => {
+                    if let Some((lease, _)) = lease {
+                        // The token this decision took may have been the word's last: if
+                        // so, its shard refuses without reading the word until the next one
+                        // (else its next decision would read the word only to find that).
+                        let next = s.max(e.ceil) + cost_units;
+                        if next + scaled.scale() > limit {
+                            lease.publish_dry(dry_at(scaled, next));
+                        }
+                    }
+                    return Some(Ok(()));
+                }
                 Err(actual) => s = actual,
             }
         }
@@ -141,6 +184,65 @@ impl Central {
     /// and the word holds plenty; or, when the word alone cannot pay, what the shard's lease
     /// holds and the rest from the word; else refuses with the wait until the word holds the
     /// cost. Units lost with a replaced lease (under one token) are added to `stranded`.
+    /// With the word dry at the reading (`s + cost` beyond the limit) and the shard's lease
+    /// `(q, h)` empty: takes an *advance* — the next `ahead` tokens' units `[max(s, ceil), +ahead)`,
+    /// not yet earned — in one CAS, for the shard's threads to pay out as the clock earns them,
+    /// and returns the instant this refusal's cost becomes payable from it. `None` when the
+    /// shard takes no advance (size 0, the lease locked or replaced by another thread, a lost
+    /// CAS): the caller refuses from the word as it found it.
+    ///
+    /// Sizes: the lease it replaces was spent to its top (`q == h`, an earlier advance used up,
+    /// or a lease never taken): the size doubles, up to `ahead_cap`; units of it lapsed: the size
+    /// halves (and what lapsed is counted in `stranded`). The bound holds whatever the size:
+    /// every unit is taken once, and paid only at a reading whose limit reaches it.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn advance(
+        &self,
+        scaled: &Scaled,
+        e: Earned,
+        s: u64,
+        cost_units: u64,
+        lease: &Lease,
+        (q, h): (u64, u64),
+        (ahead_cap, stranded): (u64, &AtomicU64),
+    ) -> Option<u64> {
+        let size = lease.ahead();
+        if size == 0 {
+            return None;
+        }
+        let size = if q < h {
+            // Units `[q, h)` lapsed (the lease is empty at this reading: `h <= ceil`).
+            stranded.fetch_add(h - q, Ordering::Relaxed);
+            size / 2
+        } else if q == h && h > 0 {
+            (size * 2).min(ahead_cap)
+        } else {
+            size.min(ahead_cap)
+        };
+        lease.set_ahead(size);
+        if size == 0 || !lease.lock(q) {
+            return None;
+        }
+        let base = s.max(e.ceil);
+        // `base + size` tokens: below 2^63 − 1 while `s` is, as every state is (`size ≤ 64`).
+        let top = base + size * scaled.scale();
+        match self
+            .state
+            .compare_exchange(s, top, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => {
+                lease.install(base, top);
+                Some(scaled.instant_of(base + cost_units - scaled.burst_units()))
+            }
+            Err(_) => {
+                lease.unlock(q);
+                None
+            }
+        }
+    }
+
     #[inline(never)]
     pub(super) fn decide(&self, ask: &Ask<'_>, stranded: &AtomicU64) -> Outcome {
         let scaled = ask.scaled;

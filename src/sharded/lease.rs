@@ -36,11 +36,20 @@ pub(super) const LOCKED: u64 = u64::MAX;
 /// forever, since the word only rises. A refusal of one token at an earlier reading, with the
 /// lease empty, is answered from it without reading the central word. Written only when it
 /// moves forward (a stalled writer may step it back to its own, still true, instant). `Relaxed`.
+///
+/// `ahead`, on the same line: the tokens of the next *advance* this shard takes — a lease of
+/// units the central word has not yet earned, taken when the word is dry, so that the shard's
+/// threads pay them out as the clock earns them without touching the central line. 0 (no
+/// advance) at first; 1 after a refusal of this shard found the word dry before its own
+/// `dry_until` passed (its threads ask faster than tokens come); doubled, up to the bucket's cap,
+/// after an advance was spent to its last unit; halved after one let units lapse. A heuristic
+/// only: it decides sizes, never admissions. `Relaxed`.
 #[derive(Default)]
 pub(super) struct Lease {
     frontier: AtomicU64,
     top: AtomicU64,
     dry_until: AtomicU64,
+    ahead: AtomicU64,
 }
 
 /// A spend that did not happen.
@@ -61,6 +70,9 @@ pub(super) enum Fast {
     Empty,
     /// Anything else (holding less than the cost, locked, a lost CAS): [`Lease::spend`].
     Slow,
+    /// Holding the cost, not yet earned: payable once `need − burst` units are earned (an
+    /// advance, or a lease read at a reading older than its own).
+    NotYet(u64),
 }
 
 impl Lease {
@@ -99,6 +111,9 @@ impl Lease {
         }
         if h <= base && q != LOCKED {
             Fast::Empty
+        } else if q != LOCKED && base + cost_units <= h {
+            // `q + cost > limit`: the lease's units come later than this reading's.
+            Fast::NotYet(q + cost_units)
         } else {
             Fast::Slow
         }
@@ -173,14 +188,38 @@ impl Lease {
         }
     }
 
-    /// Units the lease holds at a reading with `earned` units (read-only; 0 while locked).
-    pub(super) fn units(&self, e: Earned) -> u64 {
+    /// The tokens of this shard's next advance (0: none).
+    #[inline(always)]
+    pub(super) fn ahead(&self) -> u64 {
+        self.ahead.load(Ordering::Relaxed)
+    }
+
+    /// Sets the next advance's size.
+    #[inline]
+    pub(super) fn set_ahead(&self, tokens: u64) {
+        self.ahead.store(tokens, Ordering::Relaxed);
+    }
+
+    /// A refusal before `dry_until`: this shard's threads ask faster than tokens come, so its
+    /// next visit to a dry word takes an advance of one token if it takes none yet.
+    #[inline(always)]
+    pub(super) fn hungry(&self) {
+        if self.ahead.load(Ordering::Relaxed) == 0 {
+            self.ahead.store(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Units the lease can pay at a reading with `earned` units, at most `limit` = earned
+    /// rounded down + burst (an advance's later units are not held yet; read-only; 0 while
+    /// locked).
+    pub(super) fn units(&self, e: Earned, limit: u64) -> u64 {
         let q = self.frontier.load(Ordering::Acquire);
         if q == LOCKED {
             return 0;
         }
         self.top
             .load(Ordering::Relaxed)
+            .min(limit)
             .saturating_sub(q.max(e.ceil))
     }
 }
