@@ -26,6 +26,9 @@ pub(super) fn lease_tokens(held: u64, cost: u64, shards: u64) -> u64 {
 
 /// `SPREAD × shards` tokens in units (saturating): a word holding no more than that beyond a
 /// decision's cost leases nothing.
+/// The largest state (states stay below [`LOCKED`](super::lease::LOCKED)).
+const MAX_STATE: u64 = (1 << 63) - 1;
+
 /// An advance spans at most this long of the rate ...
 const ADVANCE_NS: u64 = 16_000;
 
@@ -222,12 +225,17 @@ impl Central {
             size.min(ahead_cap)
         };
         lease.set_ahead(size);
+        // One advance out at a time: a word already beyond the limit (another shard's advance)
+        // is not raised further, so it is never more than one advance ahead of the rate, and
+        // the other shards' waits at most one advance late. States stay within 63 bits.
+        let base = s.max(e.ceil);
+        let top = match base.checked_add(size * scaled.scale()) {
+            Some(top) if s <= e.floor + scaled.burst_units() && top <= MAX_STATE => top,
+            _ => return None,
+        };
         if size == 0 || !lease.lock(q) {
             return None;
         }
-        let base = s.max(e.ceil);
-        // `base + size` tokens: below 2^63 − 1 while `s` is, as every state is (`size ≤ 64`).
-        let top = base + size * scaled.scale();
         match self
             .state
             .compare_exchange(s, top, Ordering::Relaxed, Ordering::Relaxed)
