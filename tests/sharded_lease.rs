@@ -206,36 +206,45 @@ fn frozen_clock_pooling_and_replacement_take_exactly_the_burst() {
 /// pooled decisions and refusals race at readings out of order: every window holds.
 #[test]
 fn random_stalls_around_leases_never_break_any_window() {
+    let quota = Quota::new(2_000_000, Duration::from_secs(1), 200_000).unwrap();
     for (shards, seed) in [(2usize, 11u64), (8, 12)] {
-        let quota = Quota::new(2_000_000, Duration::from_secs(1), 200_000).unwrap();
-        let clock = StallClock::random(StdClock::new(), 0.01, Duration::from_micros(300), seed);
-        let bucket = ShardedBucket::with_clock(quota, shards, clock);
-        let checker = WindowChecker::new();
-        std::thread::scope(|s| {
-            for t in 0..4u64 {
-                let (bucket, checker) = (&bucket, &checker);
-                s.spawn(move || {
-                    let mut rng = Rng(seed * 16 + t + 1);
-                    for _ in 0..20_000 {
-                        let cost = if rng.below(16) == 0 {
-                            1 + rng.below(6_000)
-                        } else {
-                            1 + rng.below(4)
-                        };
-                        if bucket.try_acquire(cost).is_ok() {
-                            checker.admit(last_reading(), cost);
-                        }
-                    }
-                });
-            }
-        });
-        assert_eq!(checker.check(&quota), Ok(()), "{shards} shards");
-        println!(
-            "{shards} shards: {} tokens admitted, {:.3} stranded",
-            checker.total(),
-            bucket.stranded_tokens()
-        );
+        let (total, stranded) = four_stalled_threads(quota, shards, seed, 300, 20_000, (6_000, 4));
+        println!("{shards} shards: {total} tokens admitted, {stranded:.3} stranded");
     }
+}
+
+/// Four threads making `calls` decisions each on a `shards`-shard bucket whose clock stalls 1 %
+/// of readings for up to `stall_us`; one cost in 16 is `1 + below(big)`, the others `1 +
+/// below(small)`. Checks every window at the readings the decisions used; returns the tokens
+/// admitted and `stranded_tokens()`.
+fn four_stalled_threads(
+    quota: Quota,
+    shards: usize,
+    seed: u64,
+    stall_us: u64,
+    calls: u32,
+    (big, small): (u64, u64),
+) -> (u128, f64) {
+    let clock = StallClock::random(StdClock::new(), 0.01, Duration::from_micros(stall_us), seed);
+    let bucket = ShardedBucket::with_clock(quota, shards, clock);
+    let checker = WindowChecker::new();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (bucket, checker) = (&bucket, &checker);
+            s.spawn(move || {
+                let mut rng = Rng(seed * 16 + t + 1);
+                for _ in 0..calls {
+                    let range = if rng.below(16) == 0 { big } else { small };
+                    let cost = 1 + rng.below(range);
+                    if bucket.try_acquire(cost).is_ok() {
+                        checker.admit(last_reading(), cost);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(checker.check(&quota), Ok(()), "{shards} shards");
+    (checker.total(), bucket.stranded_tokens())
 }
 
 /// An *advance* (the units a hungry shard takes from a dry central word before they are earned)
@@ -313,35 +322,10 @@ fn an_abandoned_advance_loses_at_most_its_size() {
 /// is checked against burst + rate·Δ at the readings the decisions used.
 #[test]
 fn advances_under_stalls_never_break_any_window() {
+    let quota = Quota::new(50_000_000, Duration::from_secs(1), 256).unwrap();
     for (shards, seed) in [(2usize, 7u64), (8, 8)] {
-        let quota = Quota::new(50_000_000, Duration::from_secs(1), 256).unwrap();
-        let clock = StallClock::random(StdClock::new(), 0.01, Duration::from_micros(200), seed);
-        let bucket = ShardedBucket::with_clock(quota, shards, clock);
-        let checker = WindowChecker::new();
-        std::thread::scope(|s| {
-            for t in 0..4u64 {
-                let (bucket, checker) = (&bucket, &checker);
-                s.spawn(move || {
-                    let mut rng = Rng(seed * 16 + t + 1);
-                    for _ in 0..50_000 {
-                        let cost = if rng.below(16) == 0 {
-                            1 + rng.below(8)
-                        } else {
-                            1
-                        };
-                        if bucket.try_acquire(cost).is_ok() {
-                            checker.admit(last_reading(), cost);
-                        }
-                    }
-                });
-            }
-        });
-        assert_eq!(checker.check(&quota), Ok(()), "{shards} shards");
-        assert!(checker.total() > 0);
-        println!(
-            "advances, {shards} shards: {} admitted, {:.1} stranded",
-            checker.total(),
-            bucket.stranded_tokens()
-        );
+        let (total, stranded) = four_stalled_threads(quota, shards, seed, 200, 50_000, (8, 1));
+        assert!(total > 0);
+        println!("advances, {shards} shards: {total} admitted, {stranded:.1} stranded");
     }
 }
