@@ -328,8 +328,9 @@ impl<C: Clock> ShardedBucket<C> {
     /// Capacity lost so far with replaced leases, in tokens (fractions included): a lease that
     /// holds less than one token at a reading is replaced by the next lease its shard takes, and
     /// what it held is lost. Tokens that lapse in a lease (the clock passed them before the
-    /// shard's threads spent them) are not counted here. Zero with one shard or on a frozen
-    /// clock; a diagnostic, not a bound.
+    /// shard's threads spent them) are counted only when the shard replaces that lease with an
+    /// advance (near the limit: `docs/sharded.md`). Zero with one shard or on a frozen clock; a
+    /// diagnostic, not a bound.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
