@@ -24,8 +24,6 @@ pub(super) fn lease_tokens(held: u64, cost: u64, shards: u64) -> u64 {
     (held.saturating_sub(cost) / (SPREAD * shards)).min(LEASE_MAX)
 }
 
-/// `SPREAD × shards` tokens in units (saturating): a word holding no more than that beyond a
-/// decision's cost leases nothing.
 /// The largest state (states stay below [`LOCKED`](super::lease::LOCKED)).
 const MAX_STATE: u64 = (1 << 63) - 1;
 
@@ -45,6 +43,8 @@ pub(super) fn advance_cap(quota: &crate::quota::Quota, shards: u64) -> u64 {
     (quota.scaled().earned(ADVANCE_NS).0 / quota.scale()).min(ADVANCE_MAX)
 }
 
+/// `SPREAD × shards` tokens in units (saturating): a word holding no more than that beyond a
+/// decision's cost leases nothing.
 pub(super) fn spread_units(scale: u64, shards: u64) -> u64 {
     scale.saturating_mul(SPREAD * shards)
 }
@@ -183,10 +183,6 @@ impl Central {
         None
     }
 
-    /// Debits the cost, and with it a new lease when the shard's lease holds under one token
-    /// and the word holds plenty; or, when the word alone cannot pay, what the shard's lease
-    /// holds and the rest from the word; else refuses with the wait until the word holds the
-    /// cost. Units lost with a replaced lease (under one token) are added to `stranded`.
     /// With the word dry at the reading (`s + cost` beyond the limit) and the shard's lease
     /// `(q, h)` empty: takes an *advance* — the next `ahead` tokens' units `[max(s, ceil), +ahead)`,
     /// not yet earned — in one CAS, for the shard's threads to pay out as the clock earns them,
@@ -215,16 +211,18 @@ impl Central {
         if size == 0 {
             return None;
         }
-        let size = if q < h {
-            // Units `[q, h)` lapsed (the lease is empty at this reading: `h <= ceil`).
-            stranded.fetch_add(h - q, Ordering::Relaxed);
-            size / 2
+        // Units `[q, h)` lapsed if `q < h` (the lease is empty at this reading: `h <= ceil`).
+        let (size, lapsed) = if q < h {
+            (size / 2, h - q)
         } else if q == h && h > 0 {
-            (size * 2).min(ahead_cap)
+            ((size * 2).min(ahead_cap), 0)
         } else {
-            size.min(ahead_cap)
+            (size.min(ahead_cap), 0)
         };
-        lease.set_ahead(size);
+        if size == 0 {
+            lease.set_ahead(0);
+            return None;
+        }
         // One advance out at a time: a word already beyond the limit (another shard's advance)
         // is not raised further, so it is never more than one advance ahead of the rate, and
         // the other shards' waits at most one advance late. States stay within 63 bits.
@@ -233,7 +231,7 @@ impl Central {
             Some(top) if s <= e.floor + scaled.burst_units() && top <= MAX_STATE => top,
             _ => return None,
         };
-        if size == 0 || !lease.lock(q) {
+        if !lease.lock(q) {
             return None;
         }
         match self
@@ -242,6 +240,12 @@ impl Central {
         {
             Ok(_) => {
                 lease.install(base, top);
+                // Sizes and losses change only with the lease actually replaced, so a shard
+                // that finds the word held by another's advance counts nothing twice.
+                lease.set_ahead(size);
+                if lapsed > 0 {
+                    stranded.fetch_add(lapsed, Ordering::Relaxed);
+                }
                 Some(scaled.instant_of(base + cost_units - scaled.burst_units()))
             }
             Err(_) => {
@@ -251,6 +255,10 @@ impl Central {
         }
     }
 
+    /// Debits the cost, and with it a new lease when the shard's lease holds under one token
+    /// and the word holds plenty; or, when the word alone cannot pay, what the shard's lease
+    /// holds and the rest from the word; else refuses with the wait until the word holds the
+    /// cost. Units lost with a replaced lease (under one token) are added to `stranded`.
     #[inline(never)]
     pub(super) fn decide(&self, ask: &Ask<'_>, stranded: &AtomicU64) -> Outcome {
         let scaled = ask.scaled;
