@@ -1,10 +1,15 @@
-//! One `Bucket` against a two-quota `MultiBucket`, timed in interleaved blocks: 200 pairs of
-//! blocks of 200,000 `try_acquire(1)` calls each, alternating, on the quanta clock, with the
+//! One `Bucket` against a two-quota `MultiBucket`, timed in interleaved blocks: 1,500 pairs of
+//! blocks of 20,000 `try_acquire(1)` calls each, alternating, on the quanta clock, with the
 //! quotas of `benches/multi.rs` (`allow`: every call admitted; `deny`: the first quota drained,
-//! the second holding tokens). Prints each side's fastest block and the median of the per-pair
-//! ratios: on a loaded machine a block that ran undisturbed is the cost of the code, and
-//! alternating the two shares whatever load there is between them, where criterion's runs, one
-//! after the other, do not.
+//! the second holding tokens). Alternating the two shares whatever load there is between them,
+//! where criterion's runs, one after the other, do not.
+//!
+//! Prints each side's fastest block, the median of the per-pair ratios, and that median over
+//! two classes of pairs told apart by the bucket's own block: **quiet** (within 5 % of its
+//! fastest block) and **disturbed** (more than 12 % above it). On a shared host the guest's
+//! core runs in one state or the other for seconds at a time, and the 128-bit compare-and-swap
+//! is hit much harder by the disturbed one than the bucket's 64-bit one (see
+//! `docs/benchmarks.md`, 2026-12-03), so a plain median says more about the host than the code.
 //!
 //! ```text
 //! cargo run --release --example multi_interleaved
@@ -23,8 +28,14 @@ fn block(n: u32, f: impl Fn() -> bool) -> f64 {
     t.elapsed().as_nanos() as f64 / f64::from(n)
 }
 
+/// The median of `v` (`NaN` if empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 fn main() {
-    let (n, pairs) = (200_000, 200);
+    let (n, pairs) = (20_000, 1_500);
     for (regime, deny) in [("allow", false), ("deny", true)] {
         let q = &multi_bench(deny)[..2];
         let bucket = Bucket::with_clock(q[0], QuantaClock::new());
@@ -34,18 +45,33 @@ fn main() {
             bucket.try_acquire(1).unwrap();
             policy.try_acquire(1).unwrap();
         }
-        let (mut b, mut m, mut ratios) = (f64::MAX, f64::MAX, Vec::new());
-        for _ in 0..pairs {
-            let x = block(n, || black_box(&bucket).try_acquire(1).is_ok());
-            let y = block(n, || black_box(&policy).try_acquire(1).is_ok());
-            (b, m) = (b.min(x), m.min(y));
-            ratios.push(y / x);
-        }
-        ratios.sort_by(f64::total_cmp);
+        let blocks: Vec<(f64, f64)> = (0..pairs)
+            .map(|_| {
+                let x = block(n, || black_box(&bucket).try_acquire(1).is_ok());
+                let y = block(n, || black_box(&policy).try_acquire(1).is_ok());
+                (x, y)
+            })
+            .collect();
+        let b = blocks.iter().map(|p| p.0).fold(f64::MAX, f64::min);
+        let m = blocks.iter().map(|p| p.1).fold(f64::MAX, f64::min);
+        let class = |keep: &dyn Fn(f64) -> bool| -> (usize, f64) {
+            let r: Vec<f64> = blocks
+                .iter()
+                .filter(|p| keep(p.0))
+                .map(|p| p.1 / p.0)
+                .collect();
+            (r.len(), median(r))
+        };
+        let all = class(&|_| true).1;
+        let quiet = class(&|x| x <= b * 1.05);
+        let disturbed = class(&|x| x > b * 1.12);
         println!(
-            "{regime}: bucket {b:.2} ns, multi {m:.2} ns (fastest blocks: {:.3}x), median of per-pair ratios {:.3}x",
+            "{regime}: bucket {b:.2} ns, multi {m:.2} ns (fastest blocks: {:.3}x), median of per-pair ratios {all:.3}x; quiet pairs {} at {:.3}x, disturbed pairs {} at {:.3}x",
             m / b,
-            ratios[pairs / 2]
+            quiet.0,
+            quiet.1,
+            disturbed.0,
+            disturbed.1
         );
     }
 }
