@@ -13,12 +13,19 @@
 //! * **The protocols** are the crate's rules, on token units: GCRA on the word; a lease of
 //!   `⌊(held − 1) / (8 × cores)⌋` tokens (at most 65,536) taken with a decision while the word
 //!   holds more than `1 + 8 × cores`; `dry_until` recorded by every refusal of the central
-//!   word, answering the core's one-token refusals before it from its own line.
+//!   word and by an admission that took its last token, answering the core's one-token
+//!   refusals before it from its own line; and **advances**: a refusal answered from
+//!   `dry_until` makes the core hungry, and a hungry core that finds the word dry (and not
+//!   already beyond its limit: one advance out at a time) takes in one CAS the next `ahead`
+//!   tokens, not yet earned, paying them from its own line as they are earned; `ahead` starts
+//!   at 1, doubles after an advance spent to its top, halves after one let tokens lapse, at
+//!   most 64 and what the rate earns in 16 µs. `advances: off` runs the rule before them.
 //!
 //! ```text
 //! cargo run --release --example sharded_sim -- [CORES] [T_W_NS] [RATE_PER_S] [BURST]
 //! ```
-//! Defaults: 64 cores, 100 ns, 10,000,000/s, 10,000. Simulates 20 ms per offered load.
+//! Defaults: 64 cores, 100 ns, 10,000,000/s, 10,000. Simulates 20 ms per offered load, for
+//! `cas` and for the sharded bucket with and without advances.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -26,6 +33,8 @@ use std::collections::BinaryHeap;
 const HIT_NS: u64 = 1;
 const SPREAD: u64 = 8;
 const LEASE_MAX: u64 = 1 << 16;
+const ADVANCE_MAX: u64 = 64;
+const ADVANCE_NS: u64 = 16_000;
 const SIM_NS: u64 = 20_000_000;
 
 /// SplitMix64.
@@ -125,11 +134,15 @@ struct Lease {
     frontier: u64,
     top: u64,
     dry_until: u64,
+    /// The tokens of the core's next advance (0: not hungry).
+    ahead: u64,
 }
 
 /// The state of one simulated limiter. Units: 1 token = `1e9` units, `rate` units earned per ns.
 struct Model {
     sharded: bool,
+    /// The most tokens an advance takes (0: no advances).
+    ahead_cap: u64,
     cores: usize,
     t_w: u64,
     rate: u64,
@@ -141,6 +154,8 @@ struct Model {
     counts: Counts,
     leases_taken: u64,
     lease_tokens: u64,
+    advances: u64,
+    lapsed_units: u64,
 }
 
 const UNIT: u64 = 1_000_000_000;
@@ -159,12 +174,20 @@ impl Model {
             let l = self.leases[core];
             now = self.shard_lines[core].read(core, now, self.t_w, &mut self.counts);
             let base = l.frontier.max(e);
-            if base + UNIT <= l.top && l.frontier + UNIT <= limit {
-                self.leases[core].frontier = base + UNIT;
-                let end = self.shard_lines[core].cas(core, now, self.t_w, &mut self.counts, false);
-                return (true, end);
+            if base + UNIT <= l.top {
+                if l.frontier + UNIT <= limit {
+                    self.leases[core].frontier = base + UNIT;
+                    let end =
+                        self.shard_lines[core].cas(core, now, self.t_w, &mut self.counts, false);
+                    return (true, end);
+                }
+                // An advance's next token, not yet earned: refused from the core's own line.
+                return (false, now);
             }
             if t < l.dry_until {
+                if self.ahead_cap > 0 && l.ahead == 0 {
+                    self.leases[core].ahead = 1;
+                }
                 return (false, now);
             }
         }
@@ -190,10 +213,17 @@ impl Model {
                 let end = self.shard_lines[core].cas(core, end, self.t_w, &mut self.counts, false);
                 return (true, end);
             }
+            if self.sharded && next + UNIT > limit {
+                // The word's last token: the core refuses from its own line until the next.
+                self.leases[core].dry_until = (next + UNIT - burst).div_ceil(self.rate);
+            }
             return (true, end);
         }
         if !self.sharded {
             return (false, now);
+        }
+        if let Some(end) = self.advance(core, now, e, s) {
+            return (false, end);
         }
         // The instant the word holds one token again.
         let dry = (s + UNIT - burst).div_ceil(self.rate);
@@ -202,6 +232,41 @@ impl Model {
             now = self.shard_lines[core].cas(core, now, self.t_w, &mut self.counts, false);
         }
         (false, now)
+    }
+
+    /// A hungry core's advance, with the word dry at its reading (state `s`, `e` earned): the
+    /// end of the decision if it took one.
+    fn advance(&mut self, core: usize, now: u64, e: u64, s: u64) -> Option<u64> {
+        let l = self.leases[core];
+        if l.ahead == 0 || self.ahead_cap == 0 {
+            return None;
+        }
+        let (size, lapsed) = if l.frontier < l.top {
+            (l.ahead / 2, l.top - l.frontier)
+        } else if l.top > 0 {
+            ((l.ahead * 2).min(self.ahead_cap), 0)
+        } else {
+            (l.ahead.min(self.ahead_cap), 0)
+        };
+        if size == 0 {
+            self.leases[core].ahead = 0;
+            return None;
+        }
+        // One advance out at a time: a word beyond its limit is not raised further.
+        if s > e + self.burst * UNIT {
+            return None;
+        }
+        let base = s.max(e);
+        let top = base + size * UNIT;
+        self.state = top;
+        let end = self
+            .central
+            .cas(core, now, self.t_w, &mut self.counts, true);
+        let l = &mut self.leases[core];
+        (l.frontier, l.top, l.ahead) = (base, top, size);
+        self.advances += 1;
+        self.lapsed_units += lapsed;
+        Some(self.shard_lines[core].cas(core, end, self.t_w, &mut self.counts, false))
     }
 }
 
@@ -213,12 +278,28 @@ struct Run {
     central_cas: u64,
     p99_ns: u64,
     mean_lease: f64,
+    advances: u64,
+    lapsed_tokens: f64,
 }
 
-fn run(sharded: bool, cores: usize, t_w: u64, rate_per_s: u64, burst: u64, load: f64) -> Run {
+/// One run: `cas` (`sharded` false), or the sharded bucket with or without advances.
+fn run(
+    (sharded, advances): (bool, bool),
+    cores: usize,
+    t_w: u64,
+    rate_per_s: u64,
+    burst: u64,
+    load: f64,
+) -> Run {
     let rate = rate_per_s; // units per ns: (tokens/s × 1e9 units) / 1e9 ns
     let mut m = Model {
         sharded,
+        // What the rate earns in 16 µs, at most 64 tokens (the crate's `advance_cap`).
+        ahead_cap: if sharded && advances {
+            (rate_per_s * ADVANCE_NS / 1_000_000_000).min(ADVANCE_MAX)
+        } else {
+            0
+        },
         cores,
         t_w,
         rate,
@@ -230,6 +311,8 @@ fn run(sharded: bool, cores: usize, t_w: u64, rate_per_s: u64, burst: u64, load:
         counts: Counts::default(),
         leases_taken: 0,
         lease_tokens: 0,
+        advances: 0,
+        lapsed_units: 0,
     };
     let mut rng = Rng(1);
     // Mean think time so that all cores offer `load × rate` decisions per second.
@@ -264,6 +347,8 @@ fn run(sharded: bool, cores: usize, t_w: u64, rate_per_s: u64, burst: u64, load:
         } else {
             m.lease_tokens as f64 / m.leases_taken as f64
         },
+        advances: m.advances,
+        lapsed_tokens: m.lapsed_units as f64 / UNIT as f64,
     }
 }
 
@@ -281,19 +366,28 @@ fn main() {
          load = offered decisions / rate",
         SIM_NS / 1_000_000
     );
-    println!("load  strategy  decisions M/s  admitted M/s  transfers/decision  central CAS/admission  p99 ns  mean lease");
+    println!(
+        "load  strategy      decisions M/s  admitted M/s  transfers/decision  \
+         central CAS/admission  p99 ns  mean lease  advances/ms  lapsed tokens"
+    );
+    let strategies = [
+        ("cas", (false, false)),
+        ("sharded", (true, true)),
+        ("no-advance", (true, false)),
+    ];
     for load in [0.5, 1.0, 2.0, 10.0] {
-        for sharded in [false, true] {
-            let r = run(sharded, cores, t_w, rate, burst, load);
+        for (name, kind) in strategies {
+            let r = run(kind, cores, t_w, rate, burst, load);
             println!(
-                "{load:>4}  {:<8}  {:>13.2}  {:>12.2}  {:>18.2}  {:>21.2}  {:>6}  {:>10.1}",
-                if sharded { "sharded" } else { "cas" },
+                "{load:>4}  {name:<12}  {:>13.2}  {:>12.2}  {:>18.2}  {:>21.2}  {:>6}  {:>10.1}  {:>11.1}  {:>13.0}",
                 r.decisions as f64 * 1e3 / SIM_NS as f64,
                 r.admitted as f64 * 1e3 / SIM_NS as f64,
                 r.transfers as f64 / r.decisions as f64,
                 r.central_cas as f64 / r.admitted.max(1) as f64,
                 r.p99_ns,
                 r.mean_lease,
+                r.advances as f64 * 1e6 / SIM_NS as f64,
+                r.lapsed_tokens,
             );
         }
     }
