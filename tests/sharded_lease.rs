@@ -254,6 +254,80 @@ fn four_stalled_threads(
 /// took a token, and their shards take advances of 1, 2, 4 … 64 tokens; then the first stops
 /// and the second goes on alone. A `Bucket` asked greedily at every step is the reference: the
 /// sharded bucket admits no more while both run, and at most one advance less in all.
+/// A shard whose lease lapsed (its thread took a lease from the full bucket, then went quiet
+/// while another shard drained the word) still takes advances once the word is near its limit:
+/// an advance is what replaces a lapsed lease, and the size it halves to after a lapse never
+/// reaches 0. Before 2026-12-03 it did from a size of 1, so the lapsed lease stayed and that
+/// shard never took an advance while the word stayed near its limit. The schedule makes the
+/// quiet shard find the word dry with no advance out: the other shard takes each token on the
+/// central word the instant it is earned (one try per token, never refused, so never hungry),
+/// then the quiet one asks twice. `stranded_tokens` counts the lapsed units of leases an
+/// advance replaced: 0 before the fix. The window bound is checked against a `Bucket` on the
+/// same clock throughout.
+#[test]
+fn a_lapsed_lease_does_not_keep_its_shard_from_advances() {
+    let pinned = cpus::two();
+    let clock = ManualClock::new();
+    let quota = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
+    let token = Duration::from_nanos(100);
+    let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
+    let reference = Bucket::with_clock(quota, clock.clone());
+    let turns = std::sync::Barrier::new(2);
+    let tries = |n: usize| (0..n).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64;
+    let (mut got, mut want) = (0u64, 0u64);
+    let step = |by: Duration, want: &mut u64| {
+        clock.advance(by);
+        while reference.try_acquire(1).is_ok() {
+            *want += 1;
+        }
+    };
+    std::thread::scope(|s| {
+        let quiet = s.spawn(|| {
+            if let Some([first, _]) = pinned {
+                cpus::pin(first);
+            }
+            // A lease from the full bucket, one token of it spent; then quiet.
+            let mut got = tries(1);
+            turns.wait();
+            turns.wait(); // the other shard drained the word twice: the lease lapsed
+            for _ in 0..1_000 {
+                turns.wait(); // a token earned, and taken by the other shard
+                got += tries(2);
+                turns.wait();
+            }
+            got
+        });
+        if let Some([_, second]) = pinned {
+            cpus::pin(second);
+        }
+        turns.wait();
+        step(Duration::ZERO, &mut want);
+        got += tries(20_000);
+        step(Duration::from_millis(5), &mut want);
+        got += tries(20_000);
+        turns.wait();
+        for _ in 0..1_000 {
+            step(token, &mut want);
+            got += tries(1);
+            turns.wait();
+            turns.wait();
+        }
+        got += quiet.join().unwrap();
+    });
+    assert!(got <= want, "{got} > {want}");
+    if pinned.is_some() {
+        // Two CPUs, two shards: the quiet shard's lapsed lease was replaced by an advance.
+        assert!(
+            bucket.stranded_tokens() > 0.0,
+            "the shard with a lapsed lease took no advance"
+        );
+    }
+    println!(
+        "lapsed lease: {got} of {want} admitted, {} tokens stranded",
+        bucket.stranded_tokens()
+    );
+}
+
 #[test]
 fn an_abandoned_advance_loses_at_most_its_size() {
     let pinned = cpus::two();

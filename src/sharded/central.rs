@@ -187,13 +187,14 @@ impl Central {
     /// `(q, h)` empty: takes an *advance* — the next `ahead` tokens' units `[max(s, ceil), +ahead)`,
     /// not yet earned — in one CAS, for the shard's threads to pay out as the clock earns them,
     /// and returns the instant this refusal's cost becomes payable from it. `None` when the
-    /// shard takes no advance (size 0, the lease locked or replaced by another thread, a lost
-    /// CAS): the caller refuses from the word as it found it.
+    /// shard takes no advance (not hungry, another shard's advance out, the lease locked or
+    /// replaced by another thread, a lost CAS): the caller refuses from the word as it found it.
     ///
     /// Sizes: the lease it replaces was spent to its top (`q == h`, an earlier advance used up,
     /// or a lease never taken): the size doubles, up to `ahead_cap`; units of it lapsed: the size
-    /// halves (and what lapsed is counted in `stranded`). The bound holds whatever the size:
-    /// every unit is taken once, and paid only at a reading whose limit reaches it.
+    /// halves, to one token at least (and what lapsed is counted in `stranded`). The bound holds
+    /// whatever the size: every unit is taken once, and paid only at a reading whose limit
+    /// reaches it.
     #[cold]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
@@ -212,17 +213,17 @@ impl Central {
             return None;
         }
         // Units `[q, h)` lapsed if `q < h` (the lease is empty at this reading: `h <= ceil`).
+        // Halved, never below one token: only an advance replaces a lapsed lease, so a size of
+        // 0 would keep it there, and the shard out of advances, for as long as the word stays
+        // near its limit (before 2026-12-03 a lease that lapsed from a size of 1 did exactly
+        // that: `a_lapsed_lease_does_not_keep_its_shard_from_advances`).
         let (size, lapsed) = if q < h {
-            (size / 2, h - q)
+            ((size / 2).max(1), h - q)
         } else if q == h && h > 0 {
             ((size * 2).min(ahead_cap), 0)
         } else {
             (size.min(ahead_cap), 0)
         };
-        if size == 0 {
-            lease.set_ahead(0);
-            return None;
-        }
         // One advance out at a time: a word already beyond the limit (another shard's advance)
         // is not raised further, so it is never more than one advance ahead of the rate, and
         // the other shards' waits at most one advance late. States stay within 63 bits.

@@ -42,7 +42,8 @@ pub(super) const LOCKED: u64 = u64::MAX;
 /// threads pay them out as the clock earns them without touching the central line. 0 (no
 /// advance) at first; 1 after a refusal of this shard found the word dry before its own
 /// `dry_until` passed (its threads ask faster than tokens come); doubled, up to the bucket's cap,
-/// after an advance was spent to its last unit; halved after one let units lapse. A heuristic
+/// after an advance was spent to its last unit; halved, to one at least, after one let units
+/// lapse. A heuristic
 /// only: it decides sizes, never admissions. `Relaxed`.
 #[derive(Default)]
 pub(super) struct Lease {
