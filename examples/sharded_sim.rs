@@ -18,8 +18,8 @@
 //!   `dry_until` makes the core hungry, and a hungry core that finds the word dry (and not
 //!   already beyond its limit: one advance out at a time) takes in one CAS the next `ahead`
 //!   tokens, not yet earned, paying them from its own line as they are earned; `ahead` starts
-//!   at 1, doubles after an advance spent to its top, halves after one let tokens lapse, at
-//!   most 64 and what the rate earns in 16 µs. `advances: off` runs the rule before them.
+//!   at 1, doubles after an advance spent to its top, halves (to 1 at least) after one let
+//!   tokens lapse, at most 64 and what the rate earns in 16 µs. `advances: off` runs the rule before them.
 //!
 //! ```text
 //! cargo run --release --example sharded_sim -- [CORES] [T_W_NS] [RATE_PER_S] [BURST]
@@ -242,16 +242,12 @@ impl Model {
             return None;
         }
         let (size, lapsed) = if l.frontier < l.top {
-            (l.ahead / 2, l.top - l.frontier)
+            ((l.ahead / 2).max(1), l.top - l.frontier)
         } else if l.top > 0 {
             ((l.ahead * 2).min(self.ahead_cap), 0)
         } else {
             (l.ahead.min(self.ahead_cap), 0)
         };
-        if size == 0 {
-            self.leases[core].ahead = 0;
-            return None;
-        }
         // One advance out at a time: a word beyond its limit is not raised further.
         if s > e + self.burst * UNIT {
             return None;
