@@ -25,6 +25,7 @@ use tollgate::{KeyedLimiter, KeyedMultiLimiter, Limits, Quota};
 
 use common::across_threads;
 use tollgate_testkit::contention as common;
+use tollgate_testkit::contention::key_stream;
 
 struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -45,18 +46,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
-
-fn key_stream(keys: u64, seed: u64) -> Vec<u64> {
-    let mut x = seed | 1;
-    (0..1 << 16)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % keys).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        })
-        .collect()
-}
 
 /// The harness's regimes (`harness/README.md`), per key: `allow` admits everything, `deny`
 /// starts every key drained and refuses nearly everything, `mixed` is 10 M/s with a 1 ms burst.

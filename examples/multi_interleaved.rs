@@ -22,6 +22,7 @@ use std::hint::black_box;
 use std::time::Duration;
 use std::time::Instant;
 use tollgate::{Bucket, KeyedLimiter, KeyedMultiLimiter, Limits, MultiBucket, QuantaClock, Quota};
+use tollgate_testkit::contention::key_stream;
 use tollgate_testkit::quotas::multi_bench;
 
 /// Nanoseconds per call of `f` over `n` calls.
@@ -70,19 +71,6 @@ fn compare(
         disturbed.0,
         disturbed.1
     );
-}
-
-/// 65,536 keys drawn from `keys` (the xorshift stream of `benches/keyed.rs`).
-fn key_stream(keys: u64, seed: u64) -> Vec<u64> {
-    let mut x = seed | 1;
-    (0..1 << 16)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % keys).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        })
-        .collect()
 }
 
 fn main() {

@@ -78,3 +78,18 @@ pub fn callgrind_cli(
         _ => false,
     }
 }
+
+/// The keyed benchmarks' key stream: 65,536 keys drawn from `keys` distinct ones by xorshift
+/// from `seed`, each spread over the 64-bit range (so that a key's hash says nothing about its
+/// draw). `benches/keyed.rs` and `examples/multi_interleaved.rs` time the same keys.
+pub fn key_stream(keys: u64, seed: u64) -> Vec<u64> {
+    let mut x = seed | 1;
+    (0..1 << 16)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % keys).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        })
+        .collect()
+}

@@ -14,7 +14,7 @@
 //! | [`quotas`] | short constructors: [`quotas::ms`], [`quotas::quota`] |
 //! | [`random_quotas`] | log-uniform random quotas and quotas at the ends of a backend's range |
 //! | `recorder` | (feature `metrics`) a debugging recorder, local or global, and its snapshots by series name |
-//! | [`contention`] | run a closure on several threads from a spinning start line, slowest thread's time |
+//! | [`contention`] | run a closure on several threads from a spinning start line, slowest thread's time; the keyed benchmarks' key stream |
 //! | [`cpus`] | two CPUs the process may run on, and pinning a thread to one (Linux) |
 //! | [`redis_server`] | throwaway `redis-server` processes and a three-master cluster on loopback ports |
 //! | [`signal`] | [`signal::Signal`]: a writer that flags its first write (a save has begun) |
