@@ -266,11 +266,13 @@ impl<C: Clock> ShardedBucket<C> {
     /// ```
     #[inline]
     pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
-        if cost == 0 {
-            return Ok(());
-        }
-        if cost > self.read_mostly.quota.burst() {
-            return Err(Denied::ExceedsBurst);
+        // Both edges in one test: `cost - 1` wraps for 0, and the burst is at least 1.
+        if cost.wrapping_sub(1) >= self.read_mostly.quota.burst() {
+            return if cost == 0 {
+                Ok(())
+            } else {
+                Err(Denied::ExceedsBurst)
+            };
         }
         self.acquire_at(self.read_mostly.clock.now(), cost)
     }

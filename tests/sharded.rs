@@ -204,6 +204,14 @@ fn bad_input_is_refused_not_panicking() {
     assert_eq!(bucket.shards(), 1);
     assert_eq!(bucket.try_acquire(0), Ok(()));
     assert_eq!(bucket.try_acquire(6), Err(Denied::ExceedsBurst));
+    assert_eq!(bucket.try_acquire(u64::MAX), Err(Denied::ExceedsBurst));
+    // The edges of the one-compare test `cost - 1 >= burst`, on a bucket of several shards.
+    let shards = ShardedBucket::with_clock(quota, 4, ManualClock::new());
+    assert_eq!(shards.try_acquire(u64::MAX), Err(Denied::ExceedsBurst));
+    assert_eq!(shards.try_acquire(6), Err(Denied::ExceedsBurst));
+    assert_eq!(shards.try_acquire(5), Ok(()));
+    assert_eq!(shards.try_acquire(0), Ok(()), "cost 0 on a drained bucket");
+    assert!(matches!(shards.try_acquire(1), Err(Denied::RetryAfter(_))));
     assert_eq!(
         ShardedBucket::with_clock(quota, usize::MAX, ManualClock::new()).shards(),
         5
