@@ -9,8 +9,9 @@
 //! do not.
 //!
 //! Prints each side's fastest block, the median of the per-pair ratios, and that median over
-//! two classes of pairs told apart by the bucket's own block: **quiet** (within 5 % of its
-//! fastest block) and **disturbed** (more than 12 % above it). On a shared host the guest's
+//! two classes of pairs told apart by the reference's own block (the `Bucket`'s, the
+//! `KeyedLimiter`'s): **quiet** (within 5 % of its fastest block) and **disturbed** (more than
+//! 12 % above it). On a shared host the guest's
 //! core runs in one state or the other for seconds at a time, and the 128-bit compare-and-swap
 //! is hit much harder by the disturbed one than the bucket's 64-bit one (see
 //! `docs/benchmarks.md`, 2026-12-03), so a plain median says more about the host than the code.

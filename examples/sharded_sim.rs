@@ -19,7 +19,8 @@
 //!   already beyond its limit: one advance out at a time) takes in one CAS the next `ahead`
 //!   tokens, not yet earned, paying them from its own line as they are earned; `ahead` starts
 //!   at 1, doubles after an advance spent to its top, halves (to 1 at least) after one let
-//!   tokens lapse, at most 64 and what the rate earns in 16 µs. `advances: off` runs the rule before them.
+//!   tokens lapse, at most 64 and what the rate earns in 16 µs. The `no-advance` rows run the
+//!   same rules without advances.
 //!
 //! ```text
 //! cargo run --release --example sharded_sim -- [CORES] [T_W_NS] [RATE_PER_S] [BURST]

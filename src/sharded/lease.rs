@@ -43,8 +43,7 @@ pub(super) const LOCKED: u64 = u64::MAX;
 /// advance) at first; 1 after a refusal of this shard found the word dry before its own
 /// `dry_until` passed (its threads ask faster than tokens come); doubled, up to the bucket's cap,
 /// after an advance was spent to its last unit; halved, to one at least, after one let units
-/// lapse. A heuristic
-/// only: it decides sizes, never admissions. `Relaxed`.
+/// lapse. A heuristic only: it decides sizes, never admissions. `Relaxed`.
 #[derive(Default)]
 pub(super) struct Lease {
     frontier: AtomicU64,
