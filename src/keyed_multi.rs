@@ -560,8 +560,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
     ) -> Attempt<Result<(), Refusal>> {
         let len = policy.len;
         match &policy.kind {
+            // `0 < cost <=` the smallest burst: checked by `acquire_fp`.
             Kind::Two(r) => self.records.try_decide::<2>(h, fp, len, |s| {
-                crate::gcra::all::decide_pair(s, now, r, cost)
+                crate::gcra::all::decide_pair_within(s, now, r, cost).map(Some)
             }),
             Kind::Four(r) => self
                 .records

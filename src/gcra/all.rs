@@ -121,6 +121,19 @@ pub(crate) fn decide_pair(
     if cost > rates.min_burst {
         return Err(Refusal::new(Denied::ExceedsBurst, rates.min_burst_index));
     }
+    decide_pair_within(states, now, rates, cost).map(Some)
+}
+
+/// [`decide_pair`] for `0 < cost <=` the smallest burst, which the caller has checked (the
+/// keyed limiter's hot path checks both before it reads the clock): `Ok(states')` admitted.
+#[inline(always)]
+pub(crate) fn decide_pair_within(
+    states: [u64; 2],
+    now: u64,
+    rates: &Rates<2>,
+    cost: u64,
+) -> Result<[u64; 2], Refusal> {
+    debug_assert!(cost > 0 && cost <= rates.min_burst);
     let (a, b) = match rates.exact_muls {
         // Both exact (the common policy): `one`'s arithmetic for both, the admission tested
         // for both at once, the clock's cap on `now` taken once.
@@ -134,7 +147,7 @@ pub(crate) fn decide_pair(
                 w1 <= e1 + rates.burst_units[1],
             );
             if ok0 & ok1 {
-                return Ok(Some([states[0].max(e0) + c0, states[1].max(e1) + c1]));
+                return Ok([states[0].max(e0) + c0, states[1].max(e1) + c1]);
             }
             let wait = |i: usize, want: u64| {
                 let at = rates.rates[i].instant_of_exact(want - rates.burst_units[i]);
@@ -151,7 +164,7 @@ pub(crate) fn decide_pair(
         ),
     };
     match (a, b) {
-        (Ok(a), Ok(b)) => Ok(Some([a, b])),
+        (Ok(a), Ok(b)) => Ok([a, b]),
         (Err(x), Ok(_)) => Err(Refusal::new(x, 0)),
         (Ok(_), Err(y)) => Err(Refusal::new(y, 1)),
         (Err(x), Err(y)) => Err(match (x, y) {
