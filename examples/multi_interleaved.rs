@@ -22,72 +22,12 @@
 //! ```
 use std::hint::black_box;
 use std::time::Duration;
-use std::time::Instant;
 use tollgate::{Bucket, KeyedLimiter, KeyedMultiLimiter, Limits, MultiBucket, QuantaClock, Quota};
 use tollgate_testkit::contention::key_stream;
+use tollgate_testkit::interleave::{report, time_pairs};
 use tollgate_testkit::quotas::multi_bench;
 
-/// Nanoseconds per call of `f` over `n` calls.
-fn block(n: u32, f: impl Fn() -> bool) -> f64 {
-    let t = Instant::now();
-    for _ in 0..n {
-        black_box(f());
-    }
-    t.elapsed().as_nanos() as f64 / f64::from(n)
-}
-
-/// The median of `v` (`NaN` if empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-/// `pairs` alternating blocks of `reference` and `new`: (reference's, new's) ns per call.
-fn time_pairs(
-    (n, pairs): (u32, usize),
-    reference: impl Fn() -> bool,
-    new: impl Fn() -> bool,
-) -> Vec<(f64, f64)> {
-    (0..pairs)
-        .map(|_| (block(n, &reference), block(n, &new)))
-        .collect()
-}
-
-/// Prints the line for `name` from `rounds` of pairs. A pair is quiet or disturbed by its
-/// reference block against the fastest reference block of its own round: each keyed round
-/// builds its two tables afresh, with fresh random hash seeds, and a seed sets how long the
-/// probes of a few keys run (16 keys in the smallest region, 64 slots, collide differently
-/// under each), so one seed's pair of tables would measure that seed's luck on either side.
-fn report(name: &str, rounds: &[Vec<(f64, f64)>]) {
-    let all_blocks = rounds.iter().flatten();
-    let b = all_blocks.clone().map(|p| p.0).fold(f64::MAX, f64::min);
-    let m = all_blocks.map(|p| p.1).fold(f64::MAX, f64::min);
-    // (reference block / its round's fastest, new / reference) per pair.
-    let pairs: Vec<(f64, f64)> = rounds
-        .iter()
-        .flat_map(|round| {
-            let fastest = round.iter().map(|p| p.0).fold(f64::MAX, f64::min);
-            round.iter().map(move |p| (p.0 / fastest, p.1 / p.0))
-        })
-        .collect();
-    let class = |keep: &dyn Fn(f64) -> bool| -> (usize, f64) {
-        let r: Vec<f64> = pairs.iter().filter(|p| keep(p.0)).map(|p| p.1).collect();
-        (r.len(), median(r))
-    };
-    let all = class(&|_| true).1;
-    let quiet = class(&|x| x <= 1.05);
-    let disturbed = class(&|x| x > 1.12);
-    println!(
-        "{name}: {b:.2} ns against {m:.2} ns (fastest blocks: {:.3}x), median of per-pair ratios {all:.3}x; quiet pairs {} at {:.3}x, disturbed pairs {} at {:.3}x",
-        m / b,
-        quiet.0,
-        quiet.1,
-        disturbed.0,
-        disturbed.1
-    );
-}
-
-/// Keyed pairs of tables built afresh, with fresh hash seeds (see [`report`]), the pairs of
+/// Keyed pairs of tables built afresh, with fresh hash seeds (see `tollgate_testkit::interleave::report`), the pairs of
 /// blocks shared out among them.
 const KEYED_ROUNDS: usize = 30;
 

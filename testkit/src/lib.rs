@@ -15,6 +15,7 @@
 //! | [`random_quotas`] | log-uniform random quotas and quotas at the ends of a backend's range |
 //! | `recorder` | (feature `metrics`) a debugging recorder, local or global, and its snapshots by series name |
 //! | [`contention`] | run a closure on several threads from a spinning start line, slowest thread's time; the keyed benchmarks' key stream |
+//! | [`interleave`] | two implementations timed in interleaved blocks, per-pair ratios split into quiet and disturbed pairs |
 //! | [`cpus`] | two CPUs the process may run on, and pinning a thread to one (Linux) |
 //! | [`redis_server`] | throwaway `redis-server` processes and a three-master cluster on loopback ports |
 //! | [`signal`] | [`signal::Signal`]: a writer that flags its first write (a save has begun) |
@@ -22,6 +23,7 @@
 pub mod contention;
 pub mod cpus;
 pub mod guava;
+pub mod interleave;
 pub mod model;
 pub mod quotas;
 pub mod random_quotas;
