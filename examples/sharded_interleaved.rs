@@ -1,8 +1,10 @@
-//! One `Bucket` against a `ShardedBucket` at one thread, timed in
-//! interleaved blocks (`tollgate_testkit::interleave`): 1,500 pairs of blocks of 20,000
-//! `try_acquire(1)` calls each, alternating, on the quanta clock. Issue #26 holds the sharded
-//! bucket to at least one word's speed in every regime, at one thread too, where the harness's
-//! rounds differ by more than the gap (0.86–1.06× between runs of one binary):
+//! One `Bucket` against a `ShardedBucket`, timed in interleaved blocks
+//! (`tollgate_testkit::interleave`): 1,500 pairs of blocks of 20,000 `try_acquire(1)` calls
+//! each, alternating, on the quanta clock; on `T` threads, 1,500 / `T` pairs of blocks of
+//! 20,000 calls on every thread, all started together and timed until the last ends. Issue
+//! #26 holds the sharded bucket to at least one word's speed in every regime, at one thread
+//! too, where the harness's rounds (each strategy's run after the other's) differ by more than
+//! the gap: 0.86–1.06× between runs of one binary.
 //!
 //! * `allow`: 10^9 tokens/s, a burst of 10^9: every call admitted (the sharded bucket from its
 //!   shard's lease);
@@ -11,52 +13,73 @@
 //! * `mixed`: 10^7 tokens/s, a burst of 100: a call every few nanoseconds against a token every
 //!   100, so most calls are refused and both paths run.
 //!
-//! The shards: the argument, else one per CPU the process may run on and at least two (pinned
-//! to one CPU, one shard would take the central word's path and measure nothing of the
-//! shards').
+//! The shards: the first argument, else one per CPU the process may run on and at least two
+//! (pinned to one CPU, one shard would take the central word's path and measure nothing of
+//! the shards'). The thread counts: the second, comma-separated (default 1).
 //!
-//! Prints, per regime, each side's fastest block and the medians of the per-pair ratios
-//! (`ShardedBucket / Bucket`, time per call: below 1 is faster), quiet and disturbed pairs
-//! apart.
+//! Prints, per thread count and regime, each side's fastest block and the medians of the
+//! per-pair ratios (`ShardedBucket / Bucket`, time per call, aggregate over the threads:
+//! below 1 is faster), quiet and disturbed pairs apart.
 //!
 //! ```text
 //! cargo build --release --example sharded_interleaved
-//! taskset -c 1 target/release/examples/sharded_interleaved [SHARDS]
+//! taskset -c 1 target/release/examples/sharded_interleaved [SHARDS [THREADS]]
+//! target/release/examples/sharded_interleaved 2 1,2,4,8
 //! ```
 use std::hint::black_box;
 use std::time::Duration;
 use tollgate::{Bucket, QuantaClock, Quota, ShardedBucket};
-use tollgate_testkit::interleave::{report, time_pairs};
+use tollgate_testkit::interleave::{report, time_pairs, time_pairs_on};
 
 fn main() {
     let shards = std::env::args()
         .nth(1)
         .map(|a| a.parse().expect("SHARDS: a number"))
         .unwrap_or_else(|| ShardedBucket::<QuantaClock>::default_shards().max(2));
-    println!("Bucket against a ShardedBucket of {shards} shards, one thread:");
+    let threads: Vec<usize> = std::env::args()
+        .nth(2)
+        .map(|a| {
+            a.split(',')
+                .map(|t| t.parse().expect("THREADS: numbers, comma-separated"))
+                .collect()
+        })
+        .unwrap_or_else(|| vec![1]);
     let regimes = [
         ("allow", (1_000_000_000, 1_000_000_000), false),
         ("deny", (1, 1), true),
         ("mixed", (10_000_000, 100), false),
     ];
-    for (regime, (tokens, burst), drain) in regimes {
-        let per = if regime == "deny" {
-            Duration::from_secs(3600)
-        } else {
-            Duration::from_secs(1)
-        };
-        let quota = Quota::new(tokens, per, burst).expect("a valid quota");
-        let bucket = Bucket::with_clock(quota, QuantaClock::new());
-        let sharded = ShardedBucket::with_clock(quota, shards, QuantaClock::new());
-        if drain {
-            bucket.try_acquire(burst).expect("a full bucket");
-            sharded.try_acquire(burst).expect("a full bucket");
+    for &t in &threads {
+        println!("Bucket against a ShardedBucket of {shards} shards, {t} thread(s):");
+        for (regime, (tokens, burst), drain) in regimes {
+            let per = if regime == "deny" {
+                Duration::from_secs(3600)
+            } else {
+                Duration::from_secs(1)
+            };
+            let quota = Quota::new(tokens, per, burst).expect("a valid quota");
+            let bucket = Bucket::with_clock(quota, QuantaClock::new());
+            let sharded = ShardedBucket::with_clock(quota, shards, QuantaClock::new());
+            if drain {
+                bucket.try_acquire(burst).expect("a full bucket");
+                sharded.try_acquire(burst).expect("a full bucket");
+            }
+            let size = (20_000, 1_500 / t.max(1));
+            let blocks = if t == 1 {
+                time_pairs(
+                    size,
+                    || black_box(&bucket).try_acquire(1).is_ok(),
+                    || black_box(&sharded).try_acquire(1).is_ok(),
+                )
+            } else {
+                time_pairs_on(
+                    t,
+                    size,
+                    &|| black_box(&bucket).try_acquire(1).is_ok(),
+                    &|| black_box(&sharded).try_acquire(1).is_ok(),
+                )
+            };
+            report(regime, &[blocks]);
         }
-        let blocks = time_pairs(
-            (20_000, 1_500),
-            || black_box(&bucket).try_acquire(1).is_ok(),
-            || black_box(&sharded).try_acquire(1).is_ok(),
-        );
-        report(regime, &[blocks]);
     }
 }

@@ -69,3 +69,65 @@ pub fn report(name: &str, rounds: &[Vec<(f64, f64)>]) {
         disturbed.1
     );
 }
+
+/// [`time_pairs`] on `threads` threads at once: each block is `n` calls on every thread, all
+/// released together (a barrier), and its time is the aggregate time per call: from the first
+/// thread's first call to the last thread's last, over `threads × n` calls (throughput's
+/// inverse). Each thread reads the clock itself around its calls: with more threads than
+/// CPUs a thread released by the barrier may run only after others have finished, so one
+/// thread's view of the block would miss their calls. The calling thread is one of them; the
+/// others live for the whole run, so a block costs no thread start.
+pub fn time_pairs_on(
+    threads: usize,
+    (n, pairs): (u32, usize),
+    reference: &(dyn Fn() -> bool + Sync),
+    new: &(dyn Fn() -> bool + Sync),
+) -> Vec<(f64, f64)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let threads = threads.max(1);
+    let barrier = std::sync::Barrier::new(threads);
+    let origin = Instant::now();
+    // Nanoseconds since `origin`: the block's first start and last end, over its threads.
+    let first = AtomicU64::new(u64::MAX);
+    let last = AtomicU64::new(0);
+    let since = |t: Instant| u64::try_from(t.duration_since(origin).as_nanos()).unwrap_or(u64::MAX);
+    let run = |f: &(dyn Fn() -> bool + Sync)| {
+        let start = Instant::now();
+        for _ in 0..n {
+            black_box(f());
+        }
+        let end = Instant::now();
+        first.fetch_min(since(start), Ordering::Relaxed);
+        last.fetch_max(since(end), Ordering::Relaxed);
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(|| {
+                for _ in 0..pairs {
+                    for f in [reference, new] {
+                        barrier.wait();
+                        run(f);
+                        barrier.wait();
+                    }
+                }
+            });
+        }
+        let calls = f64::from(n) * threads as f64;
+        (0..pairs)
+            .map(|_| {
+                let mut times = [0.0; 2];
+                for (t, f) in times.iter_mut().zip([reference, new]) {
+                    barrier.wait();
+                    run(f);
+                    // Every thread's clock readings are in once all have passed the barrier,
+                    // and none writes again before the next block's barrier.
+                    barrier.wait();
+                    let span =
+                        last.swap(0, Ordering::Relaxed) - first.swap(u64::MAX, Ordering::Relaxed);
+                    *t = span as f64 / calls;
+                }
+                (times[0], times[1])
+            })
+            .collect()
+    })
+}
