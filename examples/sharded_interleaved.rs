@@ -6,12 +6,15 @@
 //! too, where the harness's rounds (each strategy's run after the other's) differ by more than
 //! the gap: 0.86–1.06× between runs of one binary.
 //!
+//! The regimes are the harness's (`tollgate-bench compare --regime R`, its default rates and
+//! bursts), so the two measures can be set side by side:
+//!
 //! * `allow`: 10^9 tokens/s, a burst of 10^9: every call admitted (the sharded bucket from its
 //!   shard's lease);
-//! * `deny`: one token an hour, drained first: every call refused (the sharded bucket from its
-//!   shard's `dry_until`, without reading the central word);
-//! * `mixed`: 10^7 tokens/s, a burst of 100: a call every few nanoseconds against a token every
-//!   100, so most calls are refused and both paths run.
+//! * `deny`: one token a second, a burst of 1,000, drained first: nearly every call refused
+//!   (the sharded bucket from its shard's `dry_until`, without reading the central word);
+//! * `mixed`: 10^7 tokens/s, a burst of 10,000: a call every few nanoseconds against a token
+//!   every 100, so most calls are refused and both paths run.
 //!
 //! The shards: the first argument, else one per CPU the process may run on and at least two
 //! (pinned to one CPU, one shard would take the central word's path and measure nothing of
@@ -46,20 +49,17 @@ fn main() {
         .unwrap_or_else(|| vec![1]);
     let regimes = [
         ("allow", (1_000_000_000, 1_000_000_000), false),
-        ("deny", (1, 1), true),
-        ("mixed", (10_000_000, 100), false),
+        ("deny", (1, 1_000), true),
+        ("mixed", (10_000_000, 10_000), false),
     ];
     for &t in &threads {
         println!("Bucket against a ShardedBucket of {shards} shards, {t} thread(s):");
         for (regime, (tokens, burst), drain) in regimes {
-            let per = if regime == "deny" {
-                Duration::from_secs(3600)
-            } else {
-                Duration::from_secs(1)
-            };
-            let quota = Quota::new(tokens, per, burst).expect("a valid quota");
+            let quota = Quota::new(tokens, Duration::from_secs(1), burst).expect("a valid quota");
             let bucket = Bucket::with_clock(quota, QuantaClock::new());
             let sharded = ShardedBucket::with_clock(quota, shards, QuantaClock::new());
+            // A bucket has no more shards than its burst has tokens.
+            assert_eq!(sharded.shards(), shards, "{regime}: a burst below the shard count");
             if drain {
                 bucket.try_acquire(burst).expect("a full bucket");
                 sharded.try_acquire(burst).expect("a full bucket");
