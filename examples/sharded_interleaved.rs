@@ -59,7 +59,11 @@ fn main() {
             let bucket = Bucket::with_clock(quota, QuantaClock::new());
             let sharded = ShardedBucket::with_clock(quota, shards, QuantaClock::new());
             // A bucket has no more shards than its burst has tokens.
-            assert_eq!(sharded.shards(), shards, "{regime}: a burst below the shard count");
+            assert_eq!(
+                sharded.shards(),
+                shards,
+                "{regime}: a burst below the shard count"
+            );
             if drain {
                 bucket.try_acquire(burst).expect("a full bucket");
                 sharded.try_acquire(burst).expect("a full bucket");
