@@ -27,8 +27,8 @@ use tollgate_testkit::contention::key_stream;
 use tollgate_testkit::interleave::{report, time_pairs};
 use tollgate_testkit::quotas::multi_bench;
 
-/// Keyed pairs of tables built afresh, with fresh hash seeds (see `tollgate_testkit::interleave::report`), the pairs of
-/// blocks shared out among them.
+/// Keyed pairs of tables built afresh, with fresh hash seeds (see
+/// `tollgate_testkit::interleave::report`), the pairs of blocks shared out among them.
 const KEYED_ROUNDS: usize = 30;
 
 fn main() {

@@ -76,7 +76,9 @@ pub fn report(name: &str, rounds: &[Vec<(f64, f64)>]) {
 /// inverse). Each thread reads the clock itself around its calls: with more threads than
 /// CPUs a thread released by the barrier may run only after others have finished, so one
 /// thread's view of the block would miss their calls. The calling thread is one of them; the
-/// others live for the whole run, so a block costs no thread start.
+/// others live for the whole run, so a block costs no thread start. The threads share the
+/// closures as `dyn Fn`, an indirect call per decision on both sides; [`time_pairs`] stays the
+/// one-thread measure because it calls them monomorphized, without that call.
 pub fn time_pairs_on(
     threads: usize,
     (n, pairs): (u32, usize),
