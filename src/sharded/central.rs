@@ -119,7 +119,7 @@ impl Central {
         cost_units: u64,
         lease_room: u64,
         lease: Option<(&Lease, (u64, u64))>,
-        (ahead_cap, stranded): (u64, &AtomicU64),
+        ahead_cap: u64,
     ) -> Option<Result<(), Denied>> {
         let burst_units = scaled.burst_units();
         let limit = e.floor + burst_units;
@@ -133,15 +133,9 @@ impl Central {
                 let at = scaled.instant_of(want - burst_units);
                 if let Some((lease, (q, h))) = lease {
                     if first && ahead_cap > 0 {
-                        if let Some(at) = self.advance(
-                            scaled,
-                            e,
-                            s,
-                            cost_units,
-                            lease,
-                            (q, h),
-                            (ahead_cap, stranded),
-                        ) {
+                        if let Some(at) =
+                            self.advance(scaled, e, s, cost_units, lease, (q, h), ahead_cap)
+                        {
                             return Some(Err(Denied::RetryAfter(wait_until(at, now))));
                         }
                     }
@@ -192,9 +186,9 @@ impl Central {
     ///
     /// Sizes: the lease it replaces was spent to its top (`q == h`, an earlier advance used up,
     /// or a lease never taken): the size doubles, up to `ahead_cap`; units of it lapsed: the size
-    /// halves, to one token at least (and what lapsed is counted in `stranded`). The bound holds
-    /// whatever the size: every unit is taken once, and paid only at a reading whose limit
-    /// reaches it.
+    /// halves, to one token at least (and what lapsed is counted in the lease's `stranded`). The
+    /// bound holds whatever the size: every unit is taken once, and paid only at a reading whose
+    /// limit reaches it.
     #[cold]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
@@ -206,7 +200,7 @@ impl Central {
         cost_units: u64,
         lease: &Lease,
         (q, h): (u64, u64),
-        (ahead_cap, stranded): (u64, &AtomicU64),
+        ahead_cap: u64,
     ) -> Option<u64> {
         let size = lease.ahead();
         if size == 0 {
@@ -245,7 +239,7 @@ impl Central {
                 // that finds the word held by another's advance counts nothing twice.
                 lease.set_ahead(size);
                 if lapsed > 0 {
-                    stranded.fetch_add(lapsed, Ordering::Relaxed);
+                    lease.add_stranded(lapsed);
                 }
                 Some(scaled.instant_of(base + cost_units - scaled.burst_units()))
             }
@@ -259,9 +253,9 @@ impl Central {
     /// Debits the cost, and with it a new lease when the shard's lease holds under one token
     /// and the word holds plenty; or, when the word alone cannot pay, what the shard's lease
     /// holds and the rest from the word; else refuses with the wait until the word holds the
-    /// cost. Units lost with a replaced lease (under one token) are added to `stranded`.
+    /// cost. Units lost with a replaced lease (under one token) are added to its `stranded`.
     #[inline(never)]
-    pub(super) fn decide(&self, ask: &Ask<'_>, stranded: &AtomicU64) -> Outcome {
+    pub(super) fn decide(&self, ask: &Ask<'_>) -> Outcome {
         let scaled = ask.scaled;
         let (scale, burst_units) = (scaled.scale(), scaled.burst_units());
         let cost_units = ask.cost * scale;
@@ -369,7 +363,7 @@ impl Central {
                         Some((lease, _, _, lost)) if leased > 0 => {
                             lease.install(next - leased, next);
                             if lost > 0 {
-                                stranded.fetch_add(lost, Ordering::Relaxed);
+                                lease.add_stranded(lost);
                             }
                         }
                         _ => release(locked),

@@ -44,12 +44,20 @@ pub(super) const LOCKED: u64 = u64::MAX;
 /// `dry_until` passed (its threads ask faster than tokens come); doubled, up to the bucket's cap,
 /// after an advance was spent to its last unit; halved, to one at least, after one let units
 /// lapse. A heuristic only: it decides sizes, never admissions. `Relaxed`.
+///
+/// `stranded`, on the same line: units this shard lost with the leases it replaced (a remainder
+/// under one token, or the lapsed units of a lease an advance replaced), for
+/// [`ShardedBucket::stranded_tokens`](super::ShardedBucket::stranded_tokens), which sums the
+/// shards. Here rather than on the bucket's read-mostly line, which every decision of every
+/// core reads: before 2026-12-03 it was there, and near the limit at a high rate (40 M tokens/s,
+/// a burst of 64) every replacement wrote that line. `Relaxed`.
 #[derive(Default)]
 pub(super) struct Lease {
     frontier: AtomicU64,
     top: AtomicU64,
     dry_until: AtomicU64,
     ahead: AtomicU64,
+    stranded: AtomicU64,
 }
 
 /// A spend that did not happen.
@@ -207,6 +215,17 @@ impl Lease {
         if self.ahead.load(Ordering::Relaxed) == 0 {
             self.ahead.store(1, Ordering::Relaxed);
         }
+    }
+
+    /// Adds units lost with a replaced lease.
+    #[inline]
+    pub(super) fn add_stranded(&self, units: u64) {
+        self.stranded.fetch_add(units, Ordering::Relaxed);
+    }
+
+    /// Units this shard lost with replaced leases so far.
+    pub(super) fn stranded(&self) -> u64 {
+        self.stranded.load(Ordering::Relaxed)
     }
 
     /// Units the lease can pay at a reading with `earned` units, at most `limit` = earned
