@@ -12,7 +12,8 @@
 //!   failed once (its reading went stale) and retried: one more transfer and one more CAS.
 //! * **The protocols** are the crate's rules, on token units: GCRA on the word; a lease of
 //!   `⌊(held − 1) / (8 × cores)⌋` tokens (at most 65,536) taken with a decision while the word
-//!   holds more than `1 + 8 × cores`; `dry_until` recorded by every refusal of the central
+//!   holds more than `1 + 8 × cores × m`, `m` the smallest lease (what the rate earns in 250 ns,
+//!   one token at least); `dry_until` recorded by every refusal of the central
 //!   word and by an admission that took its last token, answering the core's one-token
 //!   refusals before it from its own line; and **advances**: a refusal answered from
 //!   `dry_until` makes the core hungry, and a hungry core that finds the word dry (and not
@@ -36,6 +37,7 @@ const SPREAD: u64 = 8;
 const LEASE_MAX: u64 = 1 << 16;
 const ADVANCE_MAX: u64 = 64;
 const ADVANCE_NS: u64 = 16_000;
+const LEASE_MIN_NS: u64 = 250;
 const SIM_NS: u64 = 20_000_000;
 
 /// SplitMix64.
@@ -144,6 +146,8 @@ struct Model {
     sharded: bool,
     /// The most tokens an advance takes (0: no advances).
     ahead_cap: u64,
+    /// The fewest tokens a lease takes (the crate's `lease_min`).
+    lease_min: u64,
     cores: usize,
     t_w: u64,
     rate: u64,
@@ -196,7 +200,7 @@ impl Model {
         let s = self.state;
         if s + UNIT <= limit {
             let held = (limit - s).min(burst) / UNIT;
-            let lease = if self.sharded && held > 1 + SPREAD * self.cores as u64 {
+            let lease = if self.sharded && held > 1 + SPREAD * self.cores as u64 * self.lease_min {
                 ((held - 1) / (SPREAD * self.cores as u64)).min(LEASE_MAX)
             } else {
                 0
@@ -297,6 +301,8 @@ fn run(
         } else {
             0
         },
+        // What the rate earns in 250 ns, one token at least (the crate's `lease_min`).
+        lease_min: (rate_per_s * LEASE_MIN_NS / 1_000_000_000).max(1),
         cores,
         t_w,
         rate,

@@ -53,11 +53,12 @@ struct Earned {
 ///   the shard's own cache line. When the lease is spent, the next decision takes a new one from
 ///   the central word in the same CAS that decides it: up to `1 / (8 × shards)` of what the word
 ///   holds (at most 65,536 tokens), so the leases of all shards together hold at most about an
-///   eighth of the tokens.
-/// * **One word near the limit.** When the central word holds fewer than `cost + 8 × shards`
-///   tokens, no lease is taken: a decision is one CAS on the central word, as a single
-///   [`Bucket`](crate::Bucket)'s is, and a refusal reads that word and the shard's line, writes
-///   nothing and scans no other shard.
+///   eighth of the tokens; and at least what the rate earns in 250 ns (one token at least), so
+///   that a lease outlives the time between its shard's decisions instead of lapsing unspent.
+/// * **One word near the limit.** When the central word holds fewer than `cost + 8 × shards ×
+///   m` tokens (`m` that smallest lease), no lease is taken: a decision is one CAS on the
+///   central word, as a single [`Bucket`](crate::Bucket)'s is, and a refusal reads that word and
+///   the shard's line, writes nothing and scans no other shard.
 /// * **What leases cost.** A lease's tokens serve only its shard's threads. Tokens leased and
 ///   not spent before the clock passes them lapse, and a lease replaced with less than a token
 ///   in it loses that fraction ([`stranded_tokens`](ShardedBucket::stranded_tokens)): capacity
@@ -205,7 +206,7 @@ impl<C: Clock> ShardedBucket<C> {
             central: CachePadded::new(Central::new(state)),
             shards: (0..n).map(|_| CachePadded::new(Lease::default())).collect(),
             read_mostly: CachePadded::new(ReadMostly {
-                spread: central::spread_units(quota.scale(), n as u64),
+                spread: central::spread_units(quota.scale(), n as u64, central::lease_min(&quota)),
                 shard_of: ShardOf::new(n),
                 ahead_cap: central::advance_cap(&quota, n as u64),
                 quota,

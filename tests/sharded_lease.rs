@@ -405,3 +405,63 @@ fn advances_under_stalls_never_break_any_window() {
         println!("advances, {shards} shards: {total} admitted, {stranded:.1} stranded");
     }
 }
+
+/// A lease lives at least 250 ns of the rate (`lease_min`): one shorter than the time between
+/// its shard's decisions lapses unspent, so its taker paid a lock and a CAS for nothing and the
+/// other shards lost its tokens. At 40 M tokens/s with a burst of 64 and two shards that floor
+/// is 10 tokens, which a word of 64 never leases (it would need `1 + 8 × 2 × 10` tokens): the
+/// first shard's one-token decision takes no lease, and the other shard gets the rest of the
+/// burst. Before 2026-12-03 that decision also leased `⌊63 / 16⌋` = 3 tokens to its own shard,
+/// and the other got 60. On a frozen clock; the two threads pinned to two CPUs (two shards).
+#[test]
+fn a_high_rate_with_a_small_burst_takes_no_short_lived_lease() {
+    let Some([first, second]) = cpus::two() else {
+        eprintln!("one CPU only: one shard would be used, nothing to check");
+        return;
+    };
+    let clock = ManualClock::new();
+    let quota = Quota::new(40_000_000, Duration::from_secs(1), 64).unwrap();
+    let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            cpus::pin(first);
+            assert_eq!(bucket.try_acquire(1), Ok(()));
+        })
+        .join()
+        .unwrap();
+        let rest = s
+            .spawn(|| {
+                cpus::pin(second);
+                (0..100).filter(|_| bucket.try_acquire(1).is_ok()).count()
+            })
+            .join()
+            .unwrap();
+        assert_eq!(
+            rest, 63,
+            "the first shard's decision leased tokens the second lost"
+        );
+    });
+    // A lower rate with the same burst still leases near a full word: at 1 M tokens/s the floor
+    // is one token, and a full word of 64 holds more than `1 + 16`.
+    let quota = Quota::new(1_000_000, Duration::from_secs(1), 64).unwrap();
+    let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            cpus::pin(first);
+            assert_eq!(bucket.try_acquire(1), Ok(()));
+        })
+        .join()
+        .unwrap();
+        let rest = s
+            .spawn(|| {
+                cpus::pin(second);
+                (0..100).filter(|_| bucket.try_acquire(1).is_ok()).count()
+            })
+            .join()
+            .unwrap();
+        assert_eq!(
+            rest, 60,
+            "a lease of ⌊63 / 16⌋ tokens stays with the first shard"
+        );
+    });
+}

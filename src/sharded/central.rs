@@ -18,7 +18,8 @@ const SPREAD: u64 = 8;
 
 /// Tokens to lease with a decision of `cost` from a word holding `held` tokens: 0 near the
 /// limit (under `cost + SPREAD × shards` tokens), so that there every decision is the central
-/// compare-and-swap alone.
+/// compare-and-swap alone. The caller leases only above [`spread_units`], which also keeps
+/// leases of fewer than [`lease_min`] tokens from being taken.
 #[inline(always)]
 pub(super) fn lease_tokens(held: u64, cost: u64, shards: u64) -> u64 {
     (held.saturating_sub(cost) / (SPREAD * shards)).min(LEASE_MAX)
@@ -43,10 +44,34 @@ pub(super) fn advance_cap(quota: &crate::quota::Quota, shards: u64) -> u64 {
     (quota.scaled().earned(ADVANCE_NS).0 / quota.scale()).min(ADVANCE_MAX)
 }
 
-/// `SPREAD × shards` tokens in units (saturating): a word holding no more than that beyond a
-/// decision's cost leases nothing.
-pub(super) fn spread_units(scale: u64, shards: u64) -> u64 {
-    scale.saturating_mul(SPREAD * shards)
+/// A lease lives at least this long of the rate: what the rate earns in it is the smallest
+/// lease taken ([`lease_min`]).
+const LEASE_MIN_NS: u64 = 250;
+
+/// The fewest tokens a lease takes: what the rate earns in [`LEASE_MIN_NS`], at least one.
+///
+/// A lease's units lapse as the clock earns them: a lease of `L` tokens taken from a full word
+/// is spent within `(cost + L) / rate` or lost. One shorter than the time between its shard's
+/// decisions is lost whole, and its taker paid a lock and a CAS for it; 250 ns is several
+/// decisions of a thread that asks as fast as it can (25–100 ns each here), and short enough
+/// that the 64-core model (`examples/sharded_sim.rs`) keeps its tables (its leases near the
+/// limit, 1–3 tokens at 4–10 M tokens/s, are mostly that long already; 1 µs raised its p99 at
+/// 4 M tokens/s and load 10 from 102 ns to 11 µs). Without this floor, at
+/// 40 M tokens/s with a burst of 64 (2 shards), every decision took a lease of 1–3 tokens
+/// (50–100 ns) that lapsed before the shard's next decision: each admission took `1 + L` tokens
+/// from the word, one thread made 0.77× `cas`'s decisions and two had a p99 of 2.5 µs, 11×
+/// `cas`'s (2026-12-03, Intel Xeon guest; `docs/sharded.md`).
+pub(super) fn lease_min(quota: &crate::quota::Quota) -> u64 {
+    (quota.scaled().earned(LEASE_MIN_NS).0 / quota.scale()).max(1)
+}
+
+/// `SPREAD × shards × lease_min` tokens in units (saturating): a word holding no more than that
+/// beyond a decision's cost leases nothing, and one holding more leases at least `lease_min`
+/// tokens ([`lease_tokens`] of what it holds).
+pub(super) fn spread_units(scale: u64, shards: u64, lease_min: u64) -> u64 {
+    scale
+        .saturating_mul(SPREAD * shards)
+        .saturating_mul(lease_min)
 }
 
 /// The word, on its own cache line.
@@ -334,8 +359,9 @@ impl Central {
             // A lease that holds less than one token is replaced (what it holds is lost).
             let mut leased = 0;
             if let Some((lease, frontier, _, _)) = held.filter(|h| h.3 < scale) {
-                // No lease below `cost + SPREAD × shards` tokens held (`ask.spread` units more
-                // than the cost): a compare first, the divisions only when a lease is taken.
+                // No lease below `cost + SPREAD × shards × lease_min` tokens held (`ask.spread`
+                // units more than the cost): a compare first, the divisions only when a lease is
+                // taken.
                 let room = (limit - s).min(burst_units);
                 let tokens = if room - cost_units > ask.spread {
                     lease_tokens(room / scale, ask.cost, ask.shards)
@@ -407,7 +433,35 @@ pub(super) fn wait_until(at: u64, now: u64) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::{lease_tokens, LEASE_MAX, SPREAD};
+    use super::{lease_min, lease_tokens, spread_units, LEASE_MAX, SPREAD};
+    use crate::quota::Quota;
+    use core::time::Duration;
+
+    /// The smallest lease is what the rate earns in 250 ns, one token at least; a word that
+    /// holds more than the spread beyond the cost leases at least that.
+    #[test]
+    fn no_lease_is_shorter_than_the_floor() {
+        let q = |per_s: u64, burst: u64| Quota::new(per_s, Duration::from_secs(1), burst).unwrap();
+        for (quota, floor) in [
+            (q(1, 1), 1),
+            (q(1_000_000, 64), 1),
+            (q(4_000_000, 4_000), 1),
+            (q(10_000_000, 10_000), 2),
+            (q(40_000_000, 64), 10),
+            (q(1_000_000_000, 1_000_000_000), 250),
+            (Quota::new(7, Duration::from_nanos(3), 100).unwrap(), 583),
+        ] {
+            assert_eq!(lease_min(&quota), floor, "{quota:?}");
+            for shards in [2u64, 64, 1024] {
+                let spread = spread_units(quota.scale(), shards, floor);
+                assert_eq!(spread, quota.scale() * SPREAD * shards * floor);
+                // Just above the spread (a cost of one token), the lease is the floor.
+                let held = spread / quota.scale() + 2;
+                assert_eq!(lease_tokens(held, 1, shards), floor.min(LEASE_MAX));
+            }
+        }
+        assert_eq!(spread_units(u64::MAX, 1024, 250), u64::MAX);
+    }
 
     #[test]
     fn leases_shrink_to_nothing_near_the_limit() {
