@@ -419,49 +419,32 @@ fn a_high_rate_with_a_small_burst_takes_no_short_lived_lease() {
         eprintln!("one CPU only: one shard would be used, nothing to check");
         return;
     };
-    let clock = ManualClock::new();
-    let quota = Quota::new(40_000_000, Duration::from_secs(1), 64).unwrap();
-    let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            cpus::pin(first);
-            assert_eq!(bucket.try_acquire(1), Ok(()));
-        })
-        .join()
-        .unwrap();
-        let rest = s
-            .spawn(|| {
+    // One token taken on the first CPU's shard, then what the second CPU's shard can take.
+    let second_gets = |per_second: u64| {
+        let quota = Quota::new(per_second, Duration::from_secs(1), 64).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                cpus::pin(first);
+                assert_eq!(bucket.try_acquire(1), Ok(()));
+            })
+            .join()
+            .unwrap();
+            s.spawn(|| {
                 cpus::pin(second);
                 (0..100).filter(|_| bucket.try_acquire(1).is_ok()).count()
             })
             .join()
-            .unwrap();
-        assert_eq!(
-            rest, 63,
-            "the first shard's decision leased tokens the second lost"
-        );
-    });
+            .unwrap()
+        })
+    };
+    assert_eq!(
+        second_gets(40_000_000),
+        63,
+        "the first shard's decision leased tokens the second lost"
+    );
     // A lower rate with the same burst still leases near a full word: at 1 M tokens/s the floor
-    // is one token, and a full word of 64 holds more than `1 + 16`.
-    let quota = Quota::new(1_000_000, Duration::from_secs(1), 64).unwrap();
-    let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            cpus::pin(first);
-            assert_eq!(bucket.try_acquire(1), Ok(()));
-        })
-        .join()
-        .unwrap();
-        let rest = s
-            .spawn(|| {
-                cpus::pin(second);
-                (0..100).filter(|_| bucket.try_acquire(1).is_ok()).count()
-            })
-            .join()
-            .unwrap();
-        assert_eq!(
-            rest, 60,
-            "a lease of ⌊63 / 16⌋ tokens stays with the first shard"
-        );
-    });
+    // is one token, and a full word of 64 holds more than `1 + 16`: a lease of ⌊63 / 16⌋ tokens
+    // stays with the first shard.
+    assert_eq!(second_gets(1_000_000), 60);
 }
