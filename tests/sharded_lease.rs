@@ -408,21 +408,26 @@ fn advances_under_stalls_never_break_any_window() {
 
 /// A lease lives at least 250 ns of the rate (`lease_min`): one shorter than the time between
 /// its shard's decisions lapses unspent, so its taker paid a lock and a CAS for nothing and the
-/// other shards lost its tokens. At 40 M tokens/s with a burst of 64 and two shards that floor
-/// is 10 tokens, which a word of 64 never leases (it would need `1 + 8 × 2 × 10` tokens): the
+/// other shards lost its tokens. At 40 M tokens/s that floor is 10 tokens, and a lease of 10
+/// from 64 shards needs a word of `1 + 8 × 64 × 10` tokens, more than a burst of 1,024: the
 /// first shard's one-token decision takes no lease, and the other shard gets the rest of the
-/// burst. Before 2026-12-03 that decision also leased `⌊63 / 16⌋` = 3 tokens to its own shard,
-/// and the other got 60. On a frozen clock; the two threads pinned to two CPUs (two shards).
+/// burst. Before 2026-12-03 that decision also leased `⌊1,023 / 512⌋` = 1 token to its own
+/// shard, and the other got 1,022. At 1 M tokens/s (a floor of one token) it still does. On a
+/// frozen clock; the two threads pinned to two CPUs. 64 shards, so that the two CPUs' ranks
+/// (consecutive in the order the process first saw its CPUs, whichever tests ran before) fall
+/// on two shards wherever fewer than 64 CPUs were seen; with two shards, ranks 0 and 2 would
+/// share one.
 #[test]
-fn a_high_rate_with_a_small_burst_takes_no_short_lived_lease() {
+fn a_high_rate_takes_no_short_lived_lease() {
     let Some([first, second]) = cpus::two() else {
         eprintln!("one CPU only: one shard would be used, nothing to check");
         return;
     };
     // One token taken on the first CPU's shard, then what the second CPU's shard can take.
     let second_gets = |per_second: u64| {
-        let quota = Quota::new(per_second, Duration::from_secs(1), 64).unwrap();
-        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        let quota = Quota::new(per_second, Duration::from_secs(1), 1_024).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 64, ManualClock::new());
+        assert_eq!(bucket.shards(), 64);
         std::thread::scope(|s| {
             s.spawn(|| {
                 cpus::pin(first);
@@ -432,7 +437,7 @@ fn a_high_rate_with_a_small_burst_takes_no_short_lived_lease() {
             .unwrap();
             s.spawn(|| {
                 cpus::pin(second);
-                (0..100).filter(|_| bucket.try_acquire(1).is_ok()).count()
+                (0..2_000).filter(|_| bucket.try_acquire(1).is_ok()).count()
             })
             .join()
             .unwrap()
@@ -440,11 +445,10 @@ fn a_high_rate_with_a_small_burst_takes_no_short_lived_lease() {
     };
     assert_eq!(
         second_gets(40_000_000),
-        63,
+        1_023,
         "the first shard's decision leased tokens the second lost"
     );
-    // A lower rate with the same burst still leases near a full word: at 1 M tokens/s the floor
-    // is one token, and a full word of 64 holds more than `1 + 16`: a lease of ⌊63 / 16⌋ tokens
-    // stays with the first shard.
-    assert_eq!(second_gets(1_000_000), 60);
+    // The control: at 1 M tokens/s a lease of one token stays with the first shard (so the two
+    // threads did decide on two shards).
+    assert_eq!(second_gets(1_000_000), 1_022);
 }

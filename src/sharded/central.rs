@@ -41,7 +41,12 @@ pub(super) fn advance_cap(quota: &crate::quota::Quota, shards: u64) -> u64 {
     if shards < 2 {
         return 0;
     }
-    (quota.scaled().earned(ADVANCE_NS).0 / quota.scale()).min(ADVANCE_MAX)
+    tokens_in(quota, ADVANCE_NS).min(ADVANCE_MAX)
+}
+
+/// Whole tokens the quota's rate earns in `ns` nanoseconds (rounded down).
+fn tokens_in(quota: &crate::quota::Quota, ns: u64) -> u64 {
+    quota.scaled().earned(ns).0 / quota.scale()
 }
 
 /// A lease lives at least this long of the rate: what the rate earns in it is the smallest
@@ -56,13 +61,13 @@ const LEASE_MIN_NS: u64 = 250;
 /// decisions of a thread that asks as fast as it can (25–100 ns each here), and short enough
 /// that the 64-core model (`examples/sharded_sim.rs`) keeps its tables (its leases near the
 /// limit, 1–3 tokens at 4–10 M tokens/s, are mostly that long already; 1 µs raised its p99 at
-/// 4 M tokens/s and load 10 from 102 ns to 11 µs). Without this floor, at
-/// 40 M tokens/s with a burst of 64 (2 shards), every decision took a lease of 1–3 tokens
-/// (50–100 ns) that lapsed before the shard's next decision: each admission took `1 + L` tokens
-/// from the word, one thread made 0.77× `cas`'s decisions and two had a p99 of 2.5 µs, 11×
-/// `cas`'s (2026-12-03, Intel Xeon guest; `docs/sharded.md`).
+/// 4 M tokens/s and load 10 from 102 ns to 11 µs). Without this floor, at 40 M tokens/s with a
+/// burst of 64 (2 shards), every decision took a lease of 1–3 tokens (50–100 ns) that lapsed
+/// before the shard's next decision: each admission took `1 + L` tokens from the word, one
+/// thread made 0.77× `cas`'s decisions and two had a p99 of 2.5 µs, 11× `cas`'s (2026-12-03,
+/// Intel Xeon guest; `docs/sharded.md`).
 pub(super) fn lease_min(quota: &crate::quota::Quota) -> u64 {
-    (quota.scaled().earned(LEASE_MIN_NS).0 / quota.scale()).max(1)
+    tokens_in(quota, LEASE_MIN_NS).max(1)
 }
 
 /// `SPREAD × shards × lease_min` tokens in units (saturating): a word holding no more than that
