@@ -183,10 +183,12 @@ impl<C: Clock> ShardedBucket<C> {
     ///
     /// The number actually used ([`ShardedBucket::shards`]) is at most `shards`, at most the
     /// burst, at most 1024, and at least 1 (`0` is read as 1). With one shard there are no
-    /// leases: every decision is the central word's, as a [`Bucket`](crate::Bucket)'s. On
-    /// Linux threads decide on their CPU's shard, so shards beyond the number of CPUs the
-    /// process runs on stay unused (their leases empty): more shards than CPUs buy nothing
-    /// there but smaller leases.
+    /// leases: every admission is the central word's CAS, as a [`Bucket`](crate::Bucket)'s,
+    /// and nothing lapses; a one-token refusal while the word is dry reads only the shard's
+    /// `dry_until` (one shard is the default on a one-CPU machine; its refusals are then a
+    /// little faster than a `Bucket`'s: `docs/sharded.md`). On Linux threads decide on their
+    /// CPU's shard, so shards beyond the number of CPUs the process runs on stay unused (their
+    /// leases empty): more shards than CPUs buy nothing there but smaller leases.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
@@ -206,7 +208,13 @@ impl<C: Clock> ShardedBucket<C> {
             central: CachePadded::new(Central::new(state)),
             shards: (0..n).map(|_| CachePadded::new(Lease::default())).collect(),
             read_mostly: CachePadded::new(ReadMostly {
-                spread: central::spread_units(quota.scale(), n as u64, central::lease_min(&quota)),
+                // With one shard a lease would only move the central CAS to the shard's line, and
+                // lose what lapses in it: none is taken (no room is too little).
+                spread: if n == 1 {
+                    u64::MAX
+                } else {
+                    central::spread_units(quota.scale(), n as u64, central::lease_min(&quota))
+                },
                 shard_of: ShardOf::new(n),
                 ahead_cap: central::advance_cap(&quota, n as u64),
                 quota,
@@ -417,9 +425,9 @@ impl<C: Clock> ShardedBucket<C> {
     #[inline(always)]
     fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
         if self.shards.len() < 2 {
-            return self.acquire_central(now, cost, None, 0, 0);
+            return self.acquire_one(now, cost);
         }
-        let lease = &self.shards[self.home()];
+        let lease = self.home();
         let (q, h) = lease.read();
         if q < h {
             let scaled = self.read_mostly.quota.scaled();
@@ -435,10 +443,10 @@ impl<C: Clock> ShardedBucket<C> {
                     let at = scaled.instant_of(need - scaled.burst_units());
                     return Err(Denied::RetryAfter(central::wait_until(at, now)));
                 }
-                Fast::Slow => return self.acquire_slow(now, e, cost, Some(lease)),
+                Fast::Slow => return self.acquire_slow(now, e, cost, lease),
             }
         } else if q == lease::LOCKED {
-            return self.acquire_slow(now, self.earned(now), cost, Some(lease));
+            return self.acquire_slow(now, self.earned(now), cost, lease);
         }
         // The lease holds nothing; the central word holds less than one token before
         // `dry`, whatever happened since: no need to read it.
@@ -447,38 +455,44 @@ impl<C: Clock> ShardedBucket<C> {
             lease.hungry();
             return Err(Denied::RetryAfter(central::wait_until(dry, now)));
         }
-        self.acquire_central(now, cost, Some(lease), q, h)
+        self.acquire_central(now, cost, lease, q, h)
+    }
+
+    /// [`acquire_at`](Self::acquire_at) with one shard, which never holds a lease: a one-token
+    /// refusal before its `dry_until`, else [`acquire_central`](Self::acquire_central). Out of
+    /// line, so that the shards' fast paths, inlined into every caller, do not grow for it.
+    #[inline(never)]
+    fn acquire_one(&self, now: u64, cost: u64) -> Result<(), Denied> {
+        let lease = &self.shards[0];
+        let dry = lease.dry_until();
+        if cost == 1 && now < dry {
+            return Err(Denied::RetryAfter(central::wait_until(dry, now)));
+        }
+        self.acquire_central(now, cost, lease, 0, 0)
     }
 
     /// [`acquire_at`](Self::acquire_at) where the shard's lease (`home`, with the frontier `q`
-    /// and top `h` read) holds nothing, or with one shard (`home` `None`): one CAS on the
-    /// central word that takes no lease, or a refusal; the rest in
-    /// [`acquire_slow`](Self::acquire_slow). Scalars only, so that every argument travels in a
-    /// register.
+    /// and top `h` read) holds nothing: one CAS on the central word that takes no lease, or a
+    /// refusal; the rest in [`acquire_slow`](Self::acquire_slow). Scalars only, so that every
+    /// argument travels in a register.
     #[inline(never)]
     fn acquire_central(
         &self,
         now: u64,
         cost: u64,
-        home: Option<&Lease>,
+        home: &Lease,
         q: u64,
         h: u64,
     ) -> Result<(), Denied> {
         let earned = self.earned(now);
-        // With one shard no lease is ever taken: no room is too much.
-        let room = if home.is_some() {
-            self.read_mostly.spread
-        } else {
-            u64::MAX
-        };
         let scaled = self.read_mostly.quota.scaled();
         match self.central.decide_fast(
             scaled,
             now,
             earned,
             cost * scaled.scale(),
-            room,
-            home.map(|lease| (lease, (q, h))),
+            self.read_mostly.spread,
+            (home, (q, h)),
             self.read_mostly.ahead_cap,
         ) {
             Some(verdict) => verdict,
@@ -493,18 +507,13 @@ impl<C: Clock> ShardedBucket<C> {
         now: u64,
         earned: Earned,
         cost: u64,
-        home: Option<&Lease>,
+        home: &Lease,
     ) -> Result<(), Denied> {
         let scaled = self.read_mostly.quota.scaled();
         loop {
-            let lease = match home {
-                Some(lease) => {
-                    match lease.spend(earned, scaled.burst_units(), cost * scaled.scale()) {
-                        Ok(()) => return Ok(()),
-                        Err(short) => Some((lease, short)),
-                    }
-                }
-                None => None,
+            let lease = match home.spend(earned, scaled.burst_units(), cost * scaled.scale()) {
+                Ok(()) => return Ok(()),
+                Err(short) => (home, short),
             };
             let ask = Ask {
                 scaled,
@@ -523,10 +532,11 @@ impl<C: Clock> ShardedBucket<C> {
         }
     }
 
-    /// The calling thread's shard: its CPU's ([`cpu_home`]) modulo the shard count.
+    /// The calling thread's shard: its CPU's ([`cpu_home`]) modulo the shard count (with one
+    /// shard, always the one).
     #[inline(always)]
-    fn home(&self) -> usize {
-        self.read_mostly.shard_of.of(cpu_home())
+    fn home(&self) -> &Lease {
+        &self.shards[self.read_mostly.shard_of.of(cpu_home())]
     }
 
     // ---- the narrow interface that saving and restoring use (`src/persist/sharded.rs`) ----

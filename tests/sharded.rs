@@ -569,3 +569,64 @@ fn costs_beyond_64_bits_of_units_pool_exactly() {
         }
     }
 }
+
+/// One shard takes no lease: every verdict, wait and snapshot is a [`Bucket`]'s on the same
+/// readings — refusals answered from the shard's `dry_until` included — for exact and inexact
+/// quotas, costs from 0 to beyond the burst, and clock steps around a token's time.
+#[test]
+fn one_shard_decides_as_a_bucket() {
+    // (quota, the largest clock step in ns)
+    let cases = [
+        (Quota::per_second(1_000).unwrap(), 3_000_000),
+        (
+            Quota::new(7, Duration::from_secs(3), 5).unwrap(),
+            2_000_000_000,
+        ),
+        (
+            Quota::new(1_000_000_000, Duration::from_secs(1), 64).unwrap(),
+            4,
+        ),
+        (
+            Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap(),
+            300,
+        ),
+    ];
+    for (i, (quota, step)) in cases.into_iter().enumerate() {
+        let (c1, c2) = (ManualClock::new(), ManualClock::new());
+        let bucket = Bucket::with_clock(quota, c1.clone());
+        let sharded = ShardedBucket::with_clock(quota, 1, c2.clone());
+        assert_eq!(sharded.shards(), 1);
+        let mut rng = Rng(0x5eed + i as u64);
+        let burst = quota.burst();
+        for n in 0..20_000 {
+            let dt = Duration::from_nanos(rng.below(step + 1));
+            c1.advance(dt);
+            c2.advance(dt);
+            let cost = match rng.below(8) {
+                0 => 0,
+                1 => burst + 1,
+                2 => 1 + rng.below(burst),
+                _ => 1,
+            };
+            if n % 7 == 0 {
+                assert_eq!(
+                    sharded.try_acquire_snapshot(cost),
+                    bucket.try_acquire_snapshot(cost),
+                    "case {i}, step {n}, cost {cost}"
+                );
+            } else {
+                assert_eq!(
+                    sharded.try_acquire(cost),
+                    bucket.try_acquire(cost),
+                    "case {i}, step {n}, cost {cost}"
+                );
+            }
+            assert_eq!(
+                sharded.available(),
+                bucket.available(),
+                "case {i}, step {n}"
+            );
+        }
+        assert_eq!(sharded.stranded_tokens(), 0.0);
+    }
+}

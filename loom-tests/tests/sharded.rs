@@ -46,8 +46,16 @@ fn two_shards_race_on_the_central_word() {
 
 /// Quota 2/s on `clock`, two shards, full.
 fn two_shards_of_one(clock: &ManualClock) -> loom::sync::Arc<ShardedBucket<ManualClock>> {
+    shards_of_one(clock, 2)
+}
+
+/// Quota 2/s on `clock`, `shards` shards, full.
+fn shards_of_one(
+    clock: &ManualClock,
+    shards: usize,
+) -> loom::sync::Arc<ShardedBucket<ManualClock>> {
     let quota = Quota::per_second(2).unwrap();
-    loom::sync::Arc::new(ShardedBucket::with_clock(quota, 2, clock.clone()))
+    loom::sync::Arc::new(ShardedBucket::with_clock(quota, shards, clock.clone()))
 }
 
 /// The same race with the clock moving by half a second meanwhile: the total never exceeds
@@ -119,15 +127,16 @@ fn a_stale_decision_racing_a_later_one_creates_nothing() {
     });
 }
 
-/// [`two_shards_of_one`] drained at 0, the clock moved to 0.5 s (one token earned), and two
+/// [`shards_of_one`] drained at 0, the clock moved to 0.5 s (one token earned), and two
 /// threads each asking for one token.
 fn drained_then_two_race_at_half_a_second(
     clock: &ManualClock,
+    shards: usize,
 ) -> (
     loom::sync::Arc<ShardedBucket<ManualClock>>,
     [thread::JoinHandle<Result<(), tollgate::Denied>>; 2],
 ) {
-    let bucket = two_shards_of_one(clock);
+    let bucket = shards_of_one(clock, shards);
     assert_eq!(bucket.try_acquire(2), Ok(()));
     clock.advance(Duration::from_millis(500));
     let racers = [(); 2].map(|()| {
@@ -146,7 +155,7 @@ fn drained_then_two_race_at_half_a_second(
 fn two_decisions_on_a_drained_bucket_while_the_clock_moves() {
     model(|| {
         let clock = ManualClock::new();
-        let (bucket, [t, u]) = drained_then_two_race_at_half_a_second(&clock);
+        let (bucket, [t, u]) = drained_then_two_race_at_half_a_second(&clock, 2);
         clock.advance(Duration::from_millis(250));
         let admitted = u64::from(t.join().unwrap().is_ok()) + u64::from(u.join().unwrap().is_ok());
         let left = bucket.available(); // at 0.75 s
@@ -165,9 +174,21 @@ fn two_decisions_on_a_drained_bucket_while_the_clock_moves() {
 /// `dry_until`.
 #[test]
 fn the_loser_of_the_race_for_the_last_token_waits_exactly() {
-    model(|| {
+    the_last_token_race(2);
+}
+
+/// [`the_loser_of_the_race_for_the_last_token_waits_exactly`] on one shard, which both threads
+/// share: its `dry_until`, published by the winner (or by the loser's refusal from the word),
+/// answers later refusals without reading the word, and never refuses a token the word holds.
+#[test]
+fn on_one_shard_the_loser_of_the_race_waits_exactly() {
+    the_last_token_race(1);
+}
+
+fn the_last_token_race(shards: usize) {
+    model(move || {
         let clock = ManualClock::new();
-        let (bucket, [t, u]) = drained_then_two_race_at_half_a_second(&clock);
+        let (bucket, [t, u]) = drained_then_two_race_at_half_a_second(&clock, shards);
         let verdicts = [t.join().unwrap(), u.join().unwrap()];
         let wait = tollgate::Denied::RetryAfter(Duration::from_millis(500));
         assert!(

@@ -110,8 +110,8 @@ pub(super) struct Ask<'a> {
     pub(super) shards: u64,
     /// [`spread_units`] of the quota and shard count.
     pub(super) spread: u64,
-    /// The calling shard's lease and why it could not pay; `None` with one shard.
-    pub(super) lease: Option<(&'a Lease, Short)>,
+    /// The calling shard's lease and why it could not pay.
+    pub(super) lease: (&'a Lease, Short),
 }
 
 impl Central {
@@ -135,8 +135,8 @@ impl Central {
         self.state.fetch_max(floor, Ordering::Relaxed);
     }
 
-    /// One attempt of [`decide`](Self::decide) for a shard whose lease holds nothing (or no
-    /// shard), where it takes no lease: one CAS, or a refusal (recorded in the lease's
+    /// One attempt of [`decide`](Self::decide) for a shard whose lease holds nothing, where it
+    /// takes no lease: one CAS, or a refusal (recorded in the lease's
     /// `dry_until`), which for a hungry shard takes an [advance](Self::advance) first.
     /// `None`: [`decide`](Self::decide).
     #[inline(always)]
@@ -148,7 +148,7 @@ impl Central {
         e: Earned,
         cost_units: u64,
         lease_room: u64,
-        lease: Option<(&Lease, (u64, u64))>,
+        (lease, (q, h)): (&Lease, (u64, u64)),
         ahead_cap: u64,
     ) -> Option<Result<(), Denied>> {
         let burst_units = scaled.burst_units();
@@ -161,21 +161,19 @@ impl Central {
             let want = s + cost_units;
             if want > limit {
                 let at = scaled.instant_of(want - burst_units);
-                if let Some((lease, (q, h))) = lease {
-                    if first && ahead_cap > 0 {
-                        if let Some(at) =
-                            self.advance(scaled, e, s, cost_units, lease, (q, h), ahead_cap)
-                        {
-                            return Some(Err(Denied::RetryAfter(wait_until(at, now))));
-                        }
+                if first && ahead_cap > 0 {
+                    if let Some(at) =
+                        self.advance(scaled, e, s, cost_units, lease, (q, h), ahead_cap)
+                    {
+                        return Some(Err(Denied::RetryAfter(wait_until(at, now))));
                     }
-                    // For one token the instant just computed.
-                    lease.publish_dry(if cost_units == scaled.scale() {
-                        at
-                    } else {
-                        dry_at(scaled, s)
-                    });
                 }
+                // For one token the instant just computed.
+                lease.publish_dry(if cost_units == scaled.scale() {
+                    at
+                } else {
+                    dry_at(scaled, s)
+                });
                 return Some(Err(Denied::RetryAfter(wait_until(at, now))));
             }
             // Perhaps room for a lease (`decide` computes it, capped at the burst); or a
@@ -190,14 +188,12 @@ impl Central {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    if let Some((lease, _)) = lease {
-                        // The token this decision took may have been the word's last: if
-                        // so, its shard refuses without reading the word until the next one
-                        // (else its next decision would read the word only to find that).
-                        let next = s.max(e.ceil) + cost_units;
-                        if next + scaled.scale() > limit {
-                            lease.publish_dry(dry_at(scaled, next));
-                        }
+                    // The token this decision took may have been the word's last: if so, its
+                    // shard refuses without reading the word until the next one (else its next
+                    // decision would read the word only to find that).
+                    let next = s.max(e.ceil) + cost_units;
+                    if next + scaled.scale() > limit {
+                        lease.publish_dry(dry_at(scaled, next));
                     }
                     return Some(Ok(()));
                 }
@@ -292,15 +288,15 @@ impl Central {
         let e = ask.earned;
         let limit = e.floor + burst_units;
         let held = match ask.lease {
-            Some((
+            (
                 lease,
                 Short::Holds {
                     frontier,
                     top,
                     units,
                 },
-            )) => Some((lease, frontier, top, units)),
-            _ => None,
+            ) => Some((lease, frontier, top, units)),
+            (_, Short::Locked) => None,
         };
         // Whether this decision holds the shard's lease (`Lease::lock`): taken before the CAS
         // that replaces or empties the lease, so that no spend races it.
