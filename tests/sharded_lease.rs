@@ -256,10 +256,11 @@ fn four_stalled_threads(
 /// central word the instant it is earned (one try per token, never refused, so never hungry),
 /// then the quiet one asks twice. `stranded_tokens` counts the lapsed units of leases an
 /// advance replaced: 0 before the fix. The window bound is checked against a `Bucket` on the
-/// same clock throughout.
+/// same clock throughout. The two threads are pinned to two CPUs that the probe found on two
+/// shards ([`two_cpus_on_two_shards`]: the first two CPUs may share one on a larger machine).
 #[test]
 fn a_lapsed_lease_does_not_keep_its_shard_from_advances() {
-    let pinned = cpus::two();
+    let pinned = two_cpus_on_two_shards();
     let clock = ManualClock::new();
     let quota = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
     let token = Duration::from_nanos(100);
@@ -318,7 +319,7 @@ fn a_lapsed_lease_does_not_keep_its_shard_from_advances() {
         );
     }
     println!(
-        "lapsed lease: {got} of {want} admitted, {} tokens stranded",
+        "lapsed lease, CPUs {pinned:?}: {got} of {want} admitted, {} tokens stranded",
         bucket.stranded_tokens()
     );
 }
@@ -451,4 +452,62 @@ fn a_high_rate_takes_no_short_lived_lease() {
     // The control: at 1 M tokens/s a lease of one token stays with the first shard (so the two
     // threads did decide on two shards).
     assert_eq!(second_gets(1_000_000), 1_022);
+}
+
+/// Two CPUs whose threads decide on different shards of a two-shard bucket, if the process may
+/// run on two. A thread's shard is its CPU's rank modulo the shard count, and ranks follow the
+/// order in which the process first saw its CPUs — whichever tests ran before — so on a machine
+/// of more than two CPUs the first two may share a shard (ranks 0 and 2). Found by
+/// [`taken_after`] for each candidate.
+fn two_cpus_on_two_shards() -> Option<[usize; 2]> {
+    let allowed = cpus::allowed();
+    let (&first, rest) = allowed.split_first()?;
+    for &cpu in rest {
+        match taken_after(first, cpu) {
+            937 => return Some([first, cpu]),
+            999 => {}
+            other => panic!("CPU {cpu} took {other} tokens: neither 937 nor 999"),
+        }
+    }
+    None
+}
+
+/// The probe: on a frozen clock, a thread on CPU `a` takes one token of a full two-shard bucket
+/// with a burst of 1,000, which also leases 62 to its shard; then a thread on CPU `b` takes what
+/// it can: 999 tokens on the same shard (it spends that lease), 937 on the other.
+fn taken_after(a: usize, b: usize) -> usize {
+    let bucket =
+        ShardedBucket::with_clock(Quota::per_second(1_000).unwrap(), 2, ManualClock::new());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            cpus::pin(a);
+            assert_eq!(bucket.try_acquire(1), Ok(()));
+        })
+        .join()
+        .unwrap();
+        s.spawn(|| {
+            cpus::pin(b);
+            (0..2_000).filter(|_| bucket.try_acquire(1).is_ok()).count()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// The probe tells one shard from two: one CPU is one shard (999), and where the process may run
+/// on two CPUs or more, two of them are on two shards (ranks are consecutive from 0, so both
+/// parities are there).
+#[test]
+fn the_shard_probe_tells_one_shard_from_two() {
+    let allowed = cpus::allowed();
+    let Some(&first) = allowed.first() else {
+        eprintln!("no CPU list on this OS: nothing to probe");
+        return;
+    };
+    assert_eq!(taken_after(first, first), 999);
+    if allowed.len() >= 2 {
+        let [a, b] = two_cpus_on_two_shards().expect("two CPUs on two shards");
+        assert_eq!(taken_after(a, b), 937);
+        assert_eq!(taken_after(b, a), 937);
+    }
 }

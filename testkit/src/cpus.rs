@@ -1,5 +1,6 @@
-//! Pinning test threads to CPUs, so that tests of the sharded bucket (whose threads decide on
-//! their CPU's shard on Linux) choose which shards their threads use.
+//! The CPUs a test may run on, and pinning test threads to them, so that tests of the sharded
+//! bucket (whose threads decide on their CPU's shard on Linux) choose which shards their
+//! threads use.
 
 /// Two CPUs this process may run on, if it may run on two (Linux; `None` elsewhere, where the
 /// sharded bucket homes threads by thread slot and there is nothing to pin).
@@ -13,6 +14,22 @@ pub fn two() -> Option<[usize; 2]> {
     }
     #[cfg(not(target_os = "linux"))]
     None
+}
+
+/// Every CPU this process may run on, in increasing order (Linux; empty elsewhere).
+pub fn allowed() -> Vec<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        use nix::sched::{sched_getaffinity, CpuSet};
+        match sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+            Ok(set) => (0..CpuSet::count())
+                .filter(|&c| set.is_set(c).unwrap_or(false))
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    Vec::new()
 }
 
 /// Pins the calling thread to `cpu` (the OS moves it there before this returns). Panics if the

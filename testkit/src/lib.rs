@@ -16,7 +16,7 @@
 //! | `recorder` | (feature `metrics`) a debugging recorder, local or global, and its snapshots by series name |
 //! | [`contention`] | run a closure on several threads from a spinning start line, slowest thread's time; the keyed benchmarks' key stream |
 //! | [`interleave`] | two implementations timed in interleaved blocks, per-pair ratios split into quiet and disturbed pairs |
-//! | [`cpus`] | two CPUs the process may run on, and pinning a thread to one (Linux) |
+//! | [`cpus`] | the CPUs the process may run on (all, or the first two), and pinning a thread to one (Linux) |
 //! | [`redis_server`] | throwaway `redis-server` processes and a three-master cluster on loopback ports |
 //! | [`signal`] | [`signal::Signal`]: a writer that flags its first write (a save has begun) |
 
