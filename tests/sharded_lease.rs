@@ -429,20 +429,7 @@ fn a_high_rate_takes_no_short_lived_lease() {
         let quota = Quota::new(per_second, Duration::from_secs(1), 1_024).unwrap();
         let bucket = ShardedBucket::with_clock(quota, 64, ManualClock::new());
         assert_eq!(bucket.shards(), 64);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                cpus::pin(first);
-                assert_eq!(bucket.try_acquire(1), Ok(()));
-            })
-            .join()
-            .unwrap();
-            s.spawn(|| {
-                cpus::pin(second);
-                (0..2_000).filter(|_| bucket.try_acquire(1).is_ok()).count()
-            })
-            .join()
-            .unwrap()
-        })
+        taken_after(&bucket, first, second)
     };
     assert_eq!(
         second_gets(40_000_000),
@@ -458,12 +445,12 @@ fn a_high_rate_takes_no_short_lived_lease() {
 /// run on two. A thread's shard is its CPU's rank modulo the shard count, and ranks follow the
 /// order in which the process first saw its CPUs — whichever tests ran before — so on a machine
 /// of more than two CPUs the first two may share a shard (ranks 0 and 2). Found by
-/// [`taken_after`] for each candidate.
+/// [`two_shard_probe`] for each candidate.
 fn two_cpus_on_two_shards() -> Option<[usize; 2]> {
     let allowed = cpus::allowed();
     let (&first, rest) = allowed.split_first()?;
     for &cpu in rest {
-        match taken_after(first, cpu) {
+        match two_shard_probe(first, cpu) {
             937 => return Some([first, cpu]),
             999 => {}
             other => panic!("CPU {cpu} took {other} tokens: neither 937 nor 999"),
@@ -472,12 +459,21 @@ fn two_cpus_on_two_shards() -> Option<[usize; 2]> {
     None
 }
 
-/// The probe: on a frozen clock, a thread on CPU `a` takes one token of a full two-shard bucket
-/// with a burst of 1,000, which also leases 62 to its shard; then a thread on CPU `b` takes what
-/// it can: 999 tokens on the same shard (it spends that lease), 937 on the other.
-fn taken_after(a: usize, b: usize) -> usize {
-    let bucket =
-        ShardedBucket::with_clock(Quota::per_second(1_000).unwrap(), 2, ManualClock::new());
+/// On a frozen clock, one token of a full two-shard bucket with a burst of 1,000 taken on CPU
+/// `a` also leases 62 to its shard, so a thread on CPU `b` then takes 999 tokens on the same
+/// shard (it spends that lease) and 937 on the other.
+fn two_shard_probe(a: usize, b: usize) -> usize {
+    let quota = Quota::per_second(1_000).unwrap();
+    taken_after(
+        &ShardedBucket::with_clock(quota, 2, ManualClock::new()),
+        a,
+        b,
+    )
+}
+
+/// A thread pinned to CPU `a` takes one token of `bucket`; then one pinned to CPU `b` takes what
+/// it can (2,000 tries): how many it got.
+fn taken_after(bucket: &ShardedBucket<ManualClock>, a: usize, b: usize) -> usize {
     std::thread::scope(|s| {
         s.spawn(|| {
             cpus::pin(a);
@@ -504,10 +500,10 @@ fn the_shard_probe_tells_one_shard_from_two() {
         eprintln!("no CPU list on this OS: nothing to probe");
         return;
     };
-    assert_eq!(taken_after(first, first), 999);
+    assert_eq!(two_shard_probe(first, first), 999);
     if allowed.len() >= 2 {
         let [a, b] = two_cpus_on_two_shards().expect("two CPUs on two shards");
-        assert_eq!(taken_after(a, b), 937);
-        assert_eq!(taken_after(b, a), 937);
+        assert_eq!(two_shard_probe(a, b), 937);
+        assert_eq!(two_shard_probe(b, a), 937);
     }
 }
