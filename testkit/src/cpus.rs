@@ -32,6 +32,18 @@ pub fn allowed() -> Vec<usize> {
     Vec::new()
 }
 
+/// Whether the OS says which CPU the calling thread runs on (`sched_getcpu`, Linux). Where it
+/// does not (elsewhere, or a sandbox that forbids the call), the sharded bucket homes threads
+/// by thread slot, and pinning a thread chooses no shard.
+pub fn known() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        nix::sched::sched_getcpu().is_ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
 /// Pins the calling thread to `cpu` (the OS moves it there before this returns). Panics if the
 /// OS refuses: a test that pins must run where it asked. A no-op off Linux.
 pub fn pin(cpu: usize) {
