@@ -208,13 +208,7 @@ impl<C: Clock> ShardedBucket<C> {
             central: CachePadded::new(Central::new(state)),
             shards: (0..n).map(|_| CachePadded::new(Lease::default())).collect(),
             read_mostly: CachePadded::new(ReadMostly {
-                // With one shard a lease would only move the central CAS to the shard's line, and
-                // lose what lapses in it: none is taken (no room is too little).
-                spread: if n == 1 {
-                    u64::MAX
-                } else {
-                    central::spread_units(quota.scale(), n as u64, central::lease_min(&quota))
-                },
+                spread: central::spread_units(quota.scale(), n as u64, central::lease_min(&quota)),
                 shard_of: ShardOf::new(n),
                 ahead_cap: central::advance_cap(&quota, n as u64),
                 quota,
@@ -448,12 +442,10 @@ impl<C: Clock> ShardedBucket<C> {
         } else if q == lease::LOCKED {
             return self.acquire_slow(now, self.earned(now), cost, lease);
         }
-        // The lease holds nothing; the central word holds less than one token before
-        // `dry`, whatever happened since: no need to read it.
-        let dry = lease.dry_until();
-        if cost == 1 && now < dry {
+        // The lease holds nothing: perhaps a refusal without reading the central word.
+        if let Some(denied) = lease.dry_refusal(now, cost) {
             lease.hungry();
-            return Err(Denied::RetryAfter(central::wait_until(dry, now)));
+            return Err(denied);
         }
         self.acquire_central(now, cost, lease, q, h)
     }
@@ -464,11 +456,10 @@ impl<C: Clock> ShardedBucket<C> {
     #[inline(never)]
     fn acquire_one(&self, now: u64, cost: u64) -> Result<(), Denied> {
         let lease = &self.shards[0];
-        let dry = lease.dry_until();
-        if cost == 1 && now < dry {
-            return Err(Denied::RetryAfter(central::wait_until(dry, now)));
+        match lease.dry_refusal(now, cost) {
+            Some(denied) => Err(denied),
+            None => self.acquire_central(now, cost, lease, 0, 0),
         }
-        self.acquire_central(now, cost, lease, 0, 0)
     }
 
     /// [`acquire_at`](Self::acquire_at) where the shard's lease (`home`, with the frontier `q`

@@ -72,8 +72,12 @@ pub(super) fn lease_min(quota: &crate::quota::Quota) -> u64 {
 
 /// `SPREAD × shards × lease_min` tokens in units (saturating): a word holding no more than that
 /// beyond a decision's cost leases nothing, and one holding more leases at least `lease_min`
-/// tokens ([`lease_tokens`] of what it holds).
+/// tokens ([`lease_tokens`] of what it holds). `u64::MAX` (no lease ever) with one shard, where a
+/// lease would only move the central CAS to the shard's line and lose what lapses in it.
 pub(super) fn spread_units(scale: u64, shards: u64, lease_min: u64) -> u64 {
+    if shards < 2 {
+        return u64::MAX;
+    }
     scale
         .saturating_mul(SPREAD * shards)
         .saturating_mul(lease_min)
@@ -462,6 +466,7 @@ mod tests {
             }
         }
         assert_eq!(spread_units(u64::MAX, 1024, 250), u64::MAX);
+        assert_eq!(spread_units(1, 1, 1), u64::MAX, "one shard leases nothing");
     }
 
     #[test]
