@@ -442,10 +442,14 @@ impl<C: Clock> ShardedBucket<C> {
         } else if q == lease::LOCKED {
             return self.acquire_slow(now, self.earned(now), cost, lease);
         }
-        // The lease holds nothing: perhaps a refusal without reading the central word.
-        if let Some(denied) = lease.dry_refusal(now, cost) {
+        // The lease holds nothing; the central word holds less than one token before
+        // `dry`, whatever happened since: no need to read it. (The same test as
+        // `acquire_one`'s, written out: through a shared helper returning an `Option`, deny
+        // measured 0.90-0.91x `cas` against 0.93-0.95x on the Intel guest.)
+        let dry = lease.dry_until();
+        if cost == 1 && now < dry {
             lease.hungry();
-            return Err(denied);
+            return Err(Denied::RetryAfter(central::wait_until(dry, now)));
         }
         self.acquire_central(now, cost, lease, q, h)
     }
@@ -456,10 +460,11 @@ impl<C: Clock> ShardedBucket<C> {
     #[inline(never)]
     fn acquire_one(&self, now: u64, cost: u64) -> Result<(), Denied> {
         let lease = &self.shards[0];
-        match lease.dry_refusal(now, cost) {
-            Some(denied) => Err(denied),
-            None => self.acquire_central(now, cost, lease, 0, 0),
+        let dry = lease.dry_until();
+        if cost == 1 && now < dry {
+            return Err(Denied::RetryAfter(central::wait_until(dry, now)));
         }
+        self.acquire_central(now, cost, lease, 0, 0)
     }
 
     /// [`acquire_at`](Self::acquire_at) where the shard's lease (`home`, with the frontier `q`

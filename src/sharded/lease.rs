@@ -2,7 +2,6 @@
 //! spend, with one compare-and-swap on the shard's own cache line.
 
 use super::Earned;
-use crate::error::Denied;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The frontier's value while a thread of the shard replaces the lease: spenders treat the
@@ -187,17 +186,6 @@ impl Lease {
     #[inline(always)]
     pub(super) fn dry_until(&self) -> u64 {
         self.dry_until.load(Ordering::Relaxed)
-    }
-
-    /// A refusal of `cost` at `now` without reading the central word, for a shard whose lease
-    /// holds nothing: one token before `dry_until`, when the word holds less than one token
-    /// whatever happened since (the wait to that instant, exact for a reading no older than
-    /// the word's last admission; shorter for an older one, never longer). `None`: ask the
-    /// word.
-    #[inline(always)]
-    pub(super) fn dry_refusal(&self, now: u64, cost: u64) -> Option<Denied> {
-        let dry = self.dry_until();
-        (cost == 1 && now < dry).then(|| Denied::RetryAfter(super::central::wait_until(dry, now)))
     }
 
     /// Records that the central word holds less than one token before `at`.
