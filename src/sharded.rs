@@ -27,7 +27,7 @@ use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
-use crate::sync::cpu_home;
+use crate::sync::{cpu_home, AtomicU64, Ordering};
 use alloc::boxed::Box;
 use core::fmt;
 use core::time::Duration;
@@ -59,6 +59,10 @@ struct Earned {
 ///   m` tokens (`m` that smallest lease), no lease is taken: a decision is one CAS on the
 ///   central word, as a single [`Bucket`](crate::Bucket)'s is, and a refusal reads that word and
 ///   the shard's line, writes nothing and scans no other shard.
+/// * **Drained for a while.** A decision that leaves the bucket dry for 1 ms or more (rates
+///   below 1,000 tokens a second) records, once every lease is empty, the instant it holds a
+///   token again on the bucket's read-mostly line: until then a one-token request is refused
+///   from that line alone, before its shard is even found.
 /// * **What leases cost.** A lease's tokens serve only its shard's threads. Tokens leased and
 ///   not spent before the clock passes them lapse, and a lease replaced with less than a token
 ///   in it loses that fraction ([`stranded_tokens`](ShardedBucket::stranded_tokens)): capacity
@@ -104,6 +108,13 @@ struct ReadMostly<C> {
     shard_of: ShardOf,
     /// [`central::advance_cap`]: the most tokens one advance takes (0: none are taken).
     ahead_cap: u64,
+    /// An instant before which no decision of one token can be admitted anywhere in the
+    /// bucket, at any reading: the central word holds less than a token before it, and no
+    /// lease can pay one ([`publish_dry_all`](ShardedBucket::publish_dry_all)); 0: none known.
+    /// A one-token decision at an earlier reading is refused from it before its shard is even
+    /// found. The one word here that is written: at most once per [`central::DRY_ALL_NS`]
+    /// (1 ms), so the line stays shared. Only ever raised. `Relaxed`.
+    dry_all: AtomicU64,
 }
 
 /// A number modulo the shard count `n` (at most [`MAX_SHARDS`]) by Lemire's multiply-and-shift
@@ -211,6 +222,7 @@ impl<C: Clock> ShardedBucket<C> {
                 spread: central::spread_units(quota.scale(), n as u64, central::lease_min(&quota)),
                 shard_of: ShardOf::new(n),
                 ahead_cap: central::advance_cap(&quota, n as u64),
+                dry_all: AtomicU64::new(if n < 2 { u64::MAX } else { 0 }),
                 quota,
                 clock,
             }),
@@ -418,8 +430,17 @@ impl<C: Clock> ShardedBucket<C> {
     /// deny path ran at 0.78× a `Bucket`'s in the harness, `docs/sharded.md`.)
     #[inline(always)]
     fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
-        if self.shards.len() < 2 {
-            return self.acquire_one(now, cost);
+        // One test for two rare cases: one shard (`dry_all` is `u64::MAX` there), or the
+        // whole bucket dry for a while yet, as an earlier decision found it (a one-token
+        // decision is refused without finding its shard). A load of the line read above.
+        let dry = self.read_mostly.dry_all.load(Ordering::Relaxed);
+        if now < dry {
+            if self.shards.len() < 2 {
+                return self.acquire_one(now, cost);
+            }
+            if cost == 1 {
+                return Err(Denied::RetryAfter(central::wait_until(dry, now)));
+            }
         }
         let lease = self.home();
         let (q, h) = lease.read();
@@ -491,8 +512,57 @@ impl<C: Clock> ShardedBucket<C> {
             (home, (q, h)),
             self.read_mostly.ahead_cap,
         ) {
-            Some(verdict) => verdict,
+            Some(verdict) => {
+                self.note_dry(now, earned, home);
+                verdict
+            }
             None => self.acquire_slow(now, earned, cost, home),
+        }
+    }
+
+    /// After a central decision: if it left its shard's `dry_until` at least
+    /// [`DRY_ALL_NS`](central::DRY_ALL_NS) ahead of the reading, tries to publish the whole
+    /// bucket's (a compare on the shard's own line; the rest out of line).
+    #[inline(always)]
+    fn note_dry(&self, now: u64, earned: Earned, home: &Lease) {
+        if home.dry_until().saturating_sub(now) >= central::DRY_ALL_NS {
+            self.publish_dry_all(now, earned);
+        }
+    }
+
+    /// Publishes `dry_all`: the instant before which the central word, as read now, holds less
+    /// than one token — if that is at least [`DRY_ALL_NS`](central::DRY_ALL_NS) ahead of `now`,
+    /// later than the one published, and no lease can pay a token at any reading before it.
+    ///
+    /// Why that holds for every reading before it, and stays so:
+    /// * the word only rises, so it holds less than a token before that instant forever;
+    /// * every lease is spent to its top, or lapsed at this reading and emptied here
+    ///   ([`Lease::spent_for_good`]); a lease locked, or holding units at this reading, stops
+    ///   the publication. A lease taken before the word's state read here was locked before
+    ///   the CAS that took it (`Release`), and this read is `Acquire`: its lock or its new
+    ///   lease is what the scan reads, never the empty lease it replaced;
+    /// * no lease taken later can pay a token before that instant: an ordinary lease is taken
+    ///   only from a word holding plenty, which it does not before then; an advance's units lie
+    ///   at or above the state read here, and a token of them is payable only once the word,
+    ///   in that state, would have held one.
+    #[cold]
+    #[inline(never)]
+    fn publish_dry_all(&self, now: u64, earned: Earned) {
+        if self.shards.len() < 2 {
+            return;
+        }
+        let s = self.central.load_acquire();
+        let at = central::dry_at(self.read_mostly.quota.scaled(), s);
+        let published = &self.read_mostly.dry_all;
+        if at.saturating_sub(now) < central::DRY_ALL_NS || at <= published.load(Ordering::Relaxed) {
+            return;
+        }
+        if self
+            .shards
+            .iter()
+            .all(|lease| lease.spent_for_good(earned.ceil))
+        {
+            published.fetch_max(at, Ordering::Relaxed);
         }
     }
 
@@ -522,7 +592,10 @@ impl<C: Clock> ShardedBucket<C> {
             };
             match self.central.decide(&ask) {
                 Outcome::Admitted => return Ok(()),
-                Outcome::Refused(denied) => return Err(denied),
+                Outcome::Refused(denied) => {
+                    self.note_dry(now, earned, home);
+                    return Err(denied);
+                }
                 Outcome::Retry => {}
             }
         }
@@ -561,7 +634,107 @@ impl<C: Clock> ShardedBucket<C> {
 
 #[cfg(test)]
 mod tests {
-    use super::{ShardOf, MAX_SHARDS};
+    use super::{ShardOf, ShardedBucket, MAX_SHARDS};
+    use crate::clock::ManualClock;
+    use crate::error::Denied;
+    use crate::quota::Quota;
+    use crate::sync::Ordering;
+    use core::time::Duration;
+
+    const MS: u64 = 1_000_000;
+
+    fn dry_all(bucket: &ShardedBucket<ManualClock>) -> u64 {
+        bucket.read_mostly.dry_all.load(Ordering::Relaxed)
+    }
+
+    /// A drained bucket dry for 1 ms or more publishes the instant it holds a token again, and
+    /// a one-token decision before it is refused with the exact wait; one dry for less does not
+    /// (its refusals come from the shards' `dry_until`); one shard keeps `u64::MAX` there.
+    #[test]
+    fn a_long_dry_spell_is_published_for_the_whole_bucket() {
+        let clock = ManualClock::new();
+        let bucket = ShardedBucket::with_clock(Quota::per_second(10).unwrap(), 4, clock.clone());
+        assert_eq!(dry_all(&bucket), 0);
+        assert_eq!(bucket.try_acquire(10), Ok(()));
+        assert_eq!(dry_all(&bucket), 100 * MS);
+        clock.advance(Duration::from_millis(40));
+        let wait = Denied::RetryAfter(Duration::from_millis(60));
+        assert_eq!(bucket.try_acquire(1), Err(wait));
+        assert_eq!(
+            bucket.try_acquire(2),
+            Err(Denied::RetryAfter(Duration::from_millis(160)))
+        );
+        clock.advance(Duration::from_millis(60));
+        assert_eq!(bucket.try_acquire(1), Ok(()));
+        assert_eq!(dry_all(&bucket), 200 * MS, "the next dry spell");
+
+        // 10,000 tokens a second: dry for 100 µs at most.
+        let fast = ShardedBucket::with_clock(
+            Quota::new(10_000, Duration::from_secs(1), 10).unwrap(),
+            4,
+            clock.clone(),
+        );
+        assert_eq!(fast.try_acquire(10), Ok(()));
+        assert!(fast.try_acquire(1).is_err());
+        assert_eq!(dry_all(&fast), 0);
+
+        let one = ShardedBucket::with_clock(Quota::per_second(10).unwrap(), 1, clock);
+        assert_eq!(one.try_acquire(10), Ok(()));
+        assert_eq!(dry_all(&one), u64::MAX);
+        assert_eq!(
+            one.try_acquire(1),
+            Err(Denied::RetryAfter(Duration::from_millis(100)))
+        );
+    }
+
+    /// A lease on another shard that still holds tokens stops the publication: its shard's
+    /// threads spend them first. Once it is spent, the next refusal publishes.
+    #[test]
+    fn a_lease_holding_tokens_stops_the_publication() {
+        let clock = ManualClock::new();
+        let quota = Quota::per_second(100).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, clock);
+        let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
+        // The other shard takes 1 and a lease of ⌊98 / 16⌋ = 6 tokens from the full word.
+        assert_eq!(bucket.acquire_central(0, 1, other, 0, 0), Ok(()));
+        let (q, h) = other.read();
+        assert_eq!(h - q, 6 * quota.scale());
+        // This shard drains the word (93 tokens): dry for 10 ms, but the lease holds 6.
+        assert_eq!(bucket.acquire_central(0, 93, mine, 0, 0), Ok(()));
+        assert!(mine.dry_until() >= 10 * MS);
+        assert_eq!(dry_all(&bucket), 0);
+        assert!(bucket.acquire_central(0, 1, mine, 0, 0).is_err());
+        assert_eq!(dry_all(&bucket), 0);
+        let e = bucket.earned(0);
+        for _ in 0..6 {
+            assert_eq!(bucket.acquire_slow(0, e, 1, other), Ok(()));
+        }
+        assert_eq!(bucket.available(), 0);
+        assert!(bucket.acquire_central(0, 1, mine, 0, 0).is_err());
+        assert_eq!(dry_all(&bucket), 10 * MS);
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    }
+
+    /// A lease that lapsed at the publishing reading is emptied (its units counted as
+    /// stranded), so that no older reading can spend it after the publication either.
+    #[test]
+    fn a_lapsed_lease_is_emptied_for_the_publication() {
+        let clock = ManualClock::new();
+        let quota = Quota::per_second(100).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, clock);
+        let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
+        assert_eq!(bucket.acquire_central(0, 1, other, 0, 0), Ok(()));
+        // At 80 ms, 8 tokens earned: the lease's units (tokens 1 to 7) lapsed.
+        let now = 80 * MS;
+        assert_eq!(bucket.acquire_central(now, 100, mine, 0, 0), Ok(()));
+        let (q, h) = other.read();
+        assert_eq!(q, h, "emptied");
+        assert_eq!(bucket.stranded_tokens(), 6.0);
+        assert_eq!(dry_all(&bucket), 90 * MS);
+        // A reading older than the publication is refused too: the lease is gone.
+        let e = bucket.earned(10 * MS);
+        assert!(bucket.acquire_slow(10 * MS, e, 1, other).is_err());
+    }
 
     /// The multiply-and-shift reduction is `%` for every shard count and every number below
     /// 2^32 tried, and stays below the count above it.

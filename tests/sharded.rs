@@ -652,3 +652,88 @@ fn one_shard_decides_as_a_bucket() {
     // The shortcut was taken: only `dry_until` answers with an earlier instant than the word's.
     assert!(shorter_in_all > 0, "no refusal answered from dry_until");
 }
+
+/// A bucket dry for a millisecond or more publishes that for all its shards, and one-token
+/// refusals are then answered before the thread's shard is found. On 2, 8 and 64 shards, with
+/// bursts too small for a lease, one thread decides exactly as a `Bucket` on the same readings
+/// (snapshots and `available` too), costs 0 to beyond the burst; every 500 steps the clock
+/// steps back, and behind the latest reading such a refusal may wait less than the `Bucket`
+/// says (an instant an earlier decision found), never more, the verdict the same.
+#[test]
+fn long_dry_spells_decide_as_a_bucket() {
+    // (quota, the largest clock step in ns)
+    let cases = [
+        (
+            Quota::per_second(1_000).unwrap().with_burst(10).unwrap(),
+            3_000_000,
+        ),
+        (
+            Quota::new(7, Duration::from_secs(3), 5).unwrap(),
+            2_000_000_000,
+        ),
+        (
+            Quota::new(3, Duration::from_millis(7), 5).unwrap(),
+            10_000_000,
+        ),
+        (
+            Quota::new(1, Duration::from_secs(3_600), 2).unwrap(),
+            1_000_000_000_000,
+        ),
+    ];
+    let mut shorter_in_all = 0;
+    for shards in [2usize, 8, 64] {
+        for (i, &(quota, step)) in cases.iter().enumerate() {
+            let (c1, c2) = (ManualClock::new(), ManualClock::new());
+            let bucket = Bucket::with_clock(quota, c1.clone());
+            let sharded = ShardedBucket::with_clock(quota, shards, c2.clone());
+            let mut rng = Rng(0xd1e5 + i as u64 + 100 * shards as u64);
+            let burst = quota.burst();
+            let (mut latest, mut shorter) = (0u64, 0u32);
+            for n in 1..=5_000u32 {
+                if n % 500 == 0 {
+                    let back =
+                        Duration::from_nanos(c1.now() - rng.below(10 * step + 1).min(c1.now()));
+                    c1.set(back);
+                    c2.set(back);
+                } else {
+                    let dt = Duration::from_nanos(rng.below(step + 1));
+                    c1.advance(dt);
+                    c2.advance(dt);
+                }
+                let behind = c1.now() < latest;
+                latest = latest.max(c1.now());
+                let cost = match rng.below(8) {
+                    0 => 0,
+                    1 => burst + 1,
+                    2 => 1 + rng.below(burst),
+                    _ => 1,
+                };
+                let at = format!("{shards} shards, case {i}, step {n}, cost {cost}");
+                let (got, want) = if n % 7 == 0 {
+                    let (g, gs) = sharded.try_acquire_snapshot(cost);
+                    let (w, ws) = bucket.try_acquire_snapshot(cost);
+                    assert_eq!(gs, ws, "{at}");
+                    (g, w)
+                } else {
+                    (sharded.try_acquire(cost), bucket.try_acquire(cost))
+                };
+                match (got, want) {
+                    (Err(Denied::RetryAfter(g)), Err(Denied::RetryAfter(w)))
+                        if behind && g != w =>
+                    {
+                        assert!(g < w, "{at}: waits {g:?}, a Bucket {w:?}");
+                        shorter += 1;
+                    }
+                    _ => assert_eq!(got, want, "{at}"),
+                }
+                assert_eq!(sharded.available(), bucket.available(), "{at}");
+            }
+            assert_eq!(sharded.stranded_tokens(), 0.0);
+            shorter_in_all += shorter;
+        }
+    }
+    assert!(
+        shorter_in_all > 0,
+        "no refusal answered from an earlier instant"
+    );
+}

@@ -142,3 +142,32 @@ fn leases_on_two_shards_while_the_clock_moves() {
         assert!(admitted + bucket.available() <= 34 + 17, "{admitted}");
     });
 }
+
+/// The bucket-wide dry instant against a lease taken at the same time. Frozen clock, 34/s (a
+/// token every 29 ms, so a drained word is dry for longer than the 1 ms that publishes it).
+/// The main thread (shard 0) takes 1 and a lease of 2, then asks for 1 twice; a thread of
+/// shard 1 takes 31 and then asks for 1. When the 31 leave the word dry, that thread tries to
+/// publish the whole bucket's dry instant, scanning the shards while the main thread locks,
+/// takes and installs its lease. The publication must see the lock or the lease, never the
+/// empty lease before it (the lease's CAS is `Release`, the scan's read of the word `Acquire`):
+/// otherwise the main thread's two requests would be refused while its lease holds 2 tokens.
+/// Demand (35) exceeds the burst, and in every interleaving all 34 tokens are admitted.
+#[test]
+fn a_dry_spell_is_never_published_over_a_lease_being_taken() {
+    loom::model(|| {
+        let bucket = bucket(ManualClock::new());
+        let b = bucket.clone();
+        let drain = thread::spawn(move || {
+            let first = if b.try_acquire(31).is_ok() { 31 } else { 0 };
+            first + u64::from(b.try_acquire(1).is_ok())
+        });
+        let first = u64::from(bucket.try_acquire(1).is_ok());
+        // A yield lets the model run the other thread here without spending a preemption.
+        thread::yield_now();
+        let mine = first + (0..2).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64;
+        let theirs = drain.join().unwrap();
+        assert_eq!(mine + theirs, 34, "mine {mine}, theirs {theirs}");
+        assert_eq!(bucket.available(), 0);
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    });
+}

@@ -9,6 +9,17 @@ use crate::quota::{Scaled, HORIZON_NS};
 use crate::sync::{AtomicU64, Backoff, Ordering};
 use core::time::Duration;
 
+/// A bucket-wide `dry_all` instant is published only this far ahead of the reading that
+/// publishes it (1 ms): so at most once a millisecond (it moves only once the readings pass
+/// it), which keeps the read-mostly line it is written to shared between the cores, and the
+/// scan of every shard that precedes it (one line per shard) rare. Rates above 1,000 tokens a
+/// second never leave the word dry that long but after a cost of several tokens; their
+/// refusals are answered from their shard's `dry_until`. Above the longest an advance can put
+/// the word ahead of the rate ([`ADVANCE_NS`] and one token: advances are taken only at rates
+/// of one token in 16 µs or more), so that no bucket that takes advances publishes it from a
+/// dry spell of one-token decisions.
+pub(super) const DRY_ALL_NS: u64 = 1_000_000;
+
 /// The most tokens one lease takes.
 const LEASE_MAX: u64 = 1 << 16;
 
@@ -130,6 +141,15 @@ impl Central {
     #[inline]
     pub(super) fn load(&self) -> u64 {
         self.state.load(Ordering::Relaxed)
+    }
+
+    /// The state, `Acquire`: every lease lock taken before a CAS that wrote this state or an
+    /// earlier one happens before what the caller reads next (the CASes that hand out a lease
+    /// or an advance are `Release`, and every later write of the word is a read-modify-write,
+    /// so it continues their release sequence).
+    #[inline]
+    pub(super) fn load_acquire(&self) -> u64 {
+        self.state.load(Ordering::Acquire)
     }
 
     /// Raises the state to at least `floor` (a restore, a drain): it stays "only ever raised",
@@ -259,9 +279,11 @@ impl Central {
         if !lease.lock(q) {
             return None;
         }
+        // `Release`: the lock above happens before a scan that reads this state or a later
+        // one (`ShardedBucket::publish_dry_all`).
         match self
             .state
-            .compare_exchange(s, top, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(s, top, Ordering::Release, Ordering::Relaxed)
         {
             Ok(_) => {
                 lease.install(base, top);
@@ -385,9 +407,11 @@ impl Central {
                 }
             }
             let next = base + cost_units + leased;
+            // `Release`: a lock taken above happens before a scan that reads this state or a
+            // later one (`ShardedBucket::publish_dry_all`).
             match self
                 .state
-                .compare_exchange_weak(s, next, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange_weak(s, next, Ordering::Release, Ordering::Relaxed)
             {
                 Ok(_) => {
                     match held {
@@ -413,7 +437,7 @@ impl Central {
 /// The first reading at which a word in state `s` holds one token: before it, this state and
 /// every later one (the word only rises) hold less.
 #[inline(always)]
-fn dry_at(scaled: &Scaled, s: u64) -> u64 {
+pub(super) fn dry_at(scaled: &Scaled, s: u64) -> u64 {
     (s + scaled.scale())
         .checked_sub(scaled.burst_units())
         .map_or(0, |need| scaled.instant_of(need))

@@ -228,6 +228,27 @@ impl Lease {
         self.stranded.load(Ordering::Relaxed)
     }
 
+    /// Whether the lease can pay nothing at any reading, however old, and stays so until its
+    /// shard takes a new lease: spent to its top, or lapsed at a reading with `ceil` units
+    /// earned (rounded up) and then emptied here (`[top, top)`, its units counted as
+    /// stranded: no current reading could spend them, and now no older one either). `false`
+    /// while it is locked, holds units at that reading, or changed under the call.
+    pub(super) fn spent_for_good(&self, ceil: u64) -> bool {
+        let (q, h) = self.read();
+        if q == LOCKED || (q < h && h > ceil) {
+            return false;
+        }
+        if q >= h {
+            return true;
+        }
+        if !self.lock(q) {
+            return false;
+        }
+        self.install(h, h);
+        self.add_stranded(h - q);
+        true
+    }
+
     /// Units the lease can pay at a reading with `earned` units, at most `limit` = earned
     /// rounded down + burst (an advance's later units are not held yet; read-only; 0 while
     /// locked).
