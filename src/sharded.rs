@@ -59,9 +59,10 @@ struct Earned {
 ///   m` tokens (`m` that smallest lease), no lease is taken: a decision is one CAS on the
 ///   central word, as a single [`Bucket`](crate::Bucket)'s is, and a refusal reads that word and
 ///   the shard's line, writes nothing and scans no other shard.
-/// * **Drained for a while.** A decision that leaves the bucket dry for 1 ms or more (rates
-///   below 1,000 tokens a second) records, once every lease is empty, the instant it holds a
-///   token again on the bucket's read-mostly line: until then a one-token request is refused
+/// * **Drained for a while, or by one core.** A decision that leaves the bucket dry for 1 ms or
+///   more (rates below 1,000 tokens a second), or the 16th in a row from one shard to take a
+///   token from the central word, records, once every lease is empty, the instant the bucket
+///   holds a token again on its read-mostly line: until then a one-token request is refused
 ///   from that line alone, before its shard is even found.
 /// * **What leases cost.** A lease's tokens serve only its shard's threads. Tokens leased and
 ///   not spent before the clock passes them lapse, and a lease replaced with less than a token
@@ -110,10 +111,12 @@ struct ReadMostly<C> {
     ahead_cap: u64,
     /// An instant before which no decision of one token can be admitted anywhere in the
     /// bucket, at any reading: the central word holds less than a token before it, and no
-    /// lease can pay one ([`publish_dry_all`](ShardedBucket::publish_dry_all)); 0: none known.
-    /// A one-token decision at an earlier reading is refused from it before its shard is even
+    /// lease can pay one ([`publish_dry_all`](ShardedBucket::publish_dry_all)); 0: none known;
+    /// `u64::MAX` with one shard (whose decisions the same test sends to their own path). A
+    /// one-token decision at an earlier reading is refused from it before its shard is even
     /// found. The one word here that is written: at most once per [`central::DRY_ALL_NS`]
-    /// (1 ms), so the line stays shared. Only ever raised. `Relaxed`.
+    /// (1 ms) for long dry spells, so the line stays shared, and by a shard that admits alone
+    /// ([`central::ALONE_AFTER`]) at each admission that leaves the word dry. `Relaxed`.
     dry_all: AtomicU64,
 }
 
@@ -513,57 +516,78 @@ impl<C: Clock> ShardedBucket<C> {
             self.read_mostly.ahead_cap,
         ) {
             Some(verdict) => {
-                self.note_dry(now, earned, home);
+                self.note_dry(now, earned, home, verdict.is_ok());
                 verdict
             }
             None => self.acquire_slow(now, earned, cost, home),
         }
     }
 
-    /// After a central decision: if it left its shard's `dry_until` at least
-    /// [`DRY_ALL_NS`](central::DRY_ALL_NS) ahead of the reading, tries to publish the whole
-    /// bucket's (a compare on the shard's own line; the rest out of line).
+    /// After a central decision (`admitted`: an admission from the word without a lease, which
+    /// counts towards its shard's run); if it left the word dry (its shard's `dry_until` ahead
+    /// of the reading), tries to publish the whole bucket's dry instant if the spell lasts at least
+    /// [`DRY_ALL_NS`](central::DRY_ALL_NS), or if this shard has the word to itself (an
+    /// admission, the last [`ALONE_AFTER`](central::ALONE_AFTER) from the word all its own).
     #[inline(always)]
-    fn note_dry(&self, now: u64, earned: Earned, home: &Lease) {
-        if home.dry_until().saturating_sub(now) >= central::DRY_ALL_NS {
-            self.publish_dry_all(now, earned);
+    fn note_dry(&self, now: u64, earned: Earned, home: &Lease, admitted: bool) {
+        let dry = home.dry_until();
+        if dry <= now {
+            return;
+        }
+        let alone = admitted && self.central.admitted_alone(home as *const Lease as u64);
+        if alone || dry - now >= central::DRY_ALL_NS {
+            self.publish_dry_all(now, earned, alone);
         }
     }
 
     /// Publishes `dry_all`: the instant before which the central word, as read now, holds less
-    /// than one token — if that is at least [`DRY_ALL_NS`](central::DRY_ALL_NS) ahead of `now`,
-    /// later than the one published, and no lease can pay a token at any reading before it.
+    /// than one token — if it is ahead of `now` (at least [`DRY_ALL_NS`](central::DRY_ALL_NS)
+    /// ahead unless `alone`), later than the one published, and no lease can pay a token at any
+    /// reading before it.
     ///
     /// Why that holds for every reading before it, and stays so:
     /// * the word only rises, so it holds less than a token before that instant forever;
-    /// * every lease is spent to its top, or lapsed at this reading and emptied here
-    ///   ([`Lease::spent_for_good`]); a lease locked, or holding units at this reading, stops
-    ///   the publication. A lease taken before the word's state read here was locked before
-    ///   the CAS that took it (`Release`), and this read is `Acquire`: its lock or its new
-    ///   lease is what the scan reads, never the empty lease it replaced;
-    /// * no lease taken later can pay a token before that instant: an ordinary lease is taken
-    ///   only from a word holding plenty, which it does not before then; an advance's units lie
-    ///   at or above the state read here, and a token of them is payable only once the word,
-    ///   in that state, would have held one.
-    #[cold]
+    /// * every lease was found spent to its top, or lapsed at a reading and emptied
+    ///   ([`Lease::spent_for_good`]), by a scan, and no lease was handed out from an earlier
+    ///   state than the one read here since: the hand-outs count is unchanged. A hand-out is
+    ///   counted, and its lease locked, before the CAS that takes it (`Release`), and this read
+    ///   of the word is `Acquire`: so a lease taken from an earlier state shows in the count,
+    ///   and a scan sees its lock or the lease, never the empty lease before it;
+    /// * no lease taken from a later state can pay a token before that instant: an ordinary
+    ///   lease is taken only from a word holding plenty, which it does not before then; an
+    ///   advance's units lie at or above the state read here, and a token of them is payable
+    ///   only once the word, in that state, would have held one.
+    ///
+    /// A concurrent publication may store an earlier instant over a later one: still true.
     #[inline(never)]
-    fn publish_dry_all(&self, now: u64, earned: Earned) {
+    fn publish_dry_all(&self, now: u64, earned: Earned, alone: bool) {
         if self.shards.len() < 2 {
             return;
         }
-        let s = self.central.load_acquire();
+        let (s, hand_outs) = self.central.load_acquire();
         let at = central::dry_at(self.read_mostly.quota.scaled(), s);
         let published = &self.read_mostly.dry_all;
-        if at.saturating_sub(now) < central::DRY_ALL_NS || at <= published.load(Ordering::Relaxed) {
+        if at <= now
+            || (!alone && at - now < central::DRY_ALL_NS)
+            || at <= published.load(Ordering::Relaxed)
+        {
             return;
         }
-        if self
-            .shards
-            .iter()
-            .all(|lease| lease.spent_for_good(earned.ceil))
-        {
-            published.fetch_max(at, Ordering::Relaxed);
+        if !self.central.is_clean(hand_outs) {
+            if !self.leases_spent(earned.ceil) {
+                return;
+            }
+            self.central.set_clean(hand_outs);
         }
+        published.store(at, Ordering::Relaxed);
+    }
+
+    /// Whether every lease is spent for good at a reading with `ceil` units earned
+    /// ([`Lease::spent_for_good`]; lapsed ones are emptied): one line per shard.
+    #[cold]
+    #[inline(never)]
+    fn leases_spent(&self, ceil: u64) -> bool {
+        self.shards.iter().all(|lease| lease.spent_for_good(ceil))
     }
 
     /// [`acquire_at`](Self::acquire_at) in general: every case, retried until decided.
@@ -593,7 +617,7 @@ impl<C: Clock> ShardedBucket<C> {
             match self.central.decide(&ask) {
                 Outcome::Admitted => return Ok(()),
                 Outcome::Refused(denied) => {
-                    self.note_dry(now, earned, home);
+                    self.note_dry(now, earned, home, false);
                     return Err(denied);
                 }
                 Outcome::Retry => {}
@@ -712,6 +736,35 @@ mod tests {
         assert_eq!(bucket.available(), 0);
         assert!(bucket.acquire_central(0, 1, mine, 0, 0).is_err());
         assert_eq!(dry_all(&bucket), 10 * MS);
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    }
+
+    /// A shard that makes [`ALONE_AFTER`](super::central::ALONE_AFTER) admissions from the word
+    /// in a row publishes every dry spell it leaves, however short; another shard's admission
+    /// ends the run (the instant published stays: still true).
+    #[test]
+    fn a_shard_alone_publishes_every_dry_spell() {
+        let clock = ManualClock::new();
+        let quota = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
+        let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
+        // The drain is the run's first admission, at 0; the last is at `(run - 1) × 100` ns.
+        assert_eq!(bucket.acquire_central(0, 10_000, mine, 0, 0), Ok(()));
+        let run = super::central::ALONE_AFTER;
+        for k in 1..run {
+            assert_eq!(dry_all(&bucket), 0, "{k}");
+            assert_eq!(bucket.acquire_central(k * 100, 1, mine, 0, 0), Ok(()));
+        }
+        assert_eq!(dry_all(&bucket), run * 100);
+        clock.set(Duration::from_nanos(run * 100 - 50));
+        assert_eq!(
+            bucket.try_acquire(1),
+            Err(Denied::RetryAfter(Duration::from_nanos(50)))
+        );
+        let t = run * 100;
+        assert_eq!(bucket.acquire_central(t, 1, other, 0, 0), Ok(()));
+        assert_eq!(bucket.acquire_central(t + 100, 1, mine, 0, 0), Ok(()));
+        assert_eq!(dry_all(&bucket), t, "the run ended");
         assert_eq!(bucket.stranded_tokens(), 0.0);
     }
 

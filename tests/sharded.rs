@@ -653,16 +653,27 @@ fn one_shard_decides_as_a_bucket() {
     assert!(shorter_in_all > 0, "no refusal answered from dry_until");
 }
 
-/// A bucket dry for a millisecond or more publishes that for all its shards, and one-token
-/// refusals are then answered before the thread's shard is found. On 2, 8 and 64 shards, with
-/// bursts too small for a lease, one thread decides exactly as a `Bucket` on the same readings
-/// (snapshots and `available` too), costs 0 to beyond the burst; every 500 steps the clock
-/// steps back, and behind the latest reading such a refusal may wait less than the `Bucket`
-/// says (an instant an earlier decision found), never more, the verdict the same.
+/// A bucket dry for a millisecond or more, or drained by one shard alone, publishes its dry
+/// instant for all its shards, and one-token refusals are then answered before the thread's
+/// shard is found. On 2, 8 and 64 shards, with bursts too small for a lease, one thread
+/// decides exactly as a `Bucket` on the same readings (snapshots and `available` too), costs 0
+/// to beyond the burst, rates from one token an hour (long spells) to 50,000 tokens a second (a
+/// shard alone; faster rates take advances, which no `Bucket` does); every 500 steps the clock steps back, and behind the latest reading such a
+/// refusal may wait less than the `Bucket` says (an instant an earlier decision found), never
+/// more, the verdict the same.
 #[test]
-fn long_dry_spells_decide_as_a_bucket() {
+fn dry_spells_decide_as_a_bucket() {
     // (quota, the largest clock step in ns)
     let cases = [
+        // Short spells (a shard alone), too slow for advances (below a token in 16 µs).
+        (
+            Quota::new(50_000, Duration::from_secs(1), 10).unwrap(),
+            60_000,
+        ),
+        (
+            Quota::new(7, Duration::from_micros(300), 5).unwrap(),
+            130_000,
+        ),
         (
             Quota::per_second(1_000).unwrap().with_burst(10).unwrap(),
             3_000_000,

@@ -171,3 +171,53 @@ fn a_dry_spell_is_never_published_over_a_lease_being_taken() {
         assert_eq!(bucket.stranded_tokens(), 0.0);
     });
 }
+
+/// The same race for a dry spell published because one shard drains the word alone (two
+/// admissions in a row that leave it dry suffice under loom), 34 tokens a millisecond, so every
+/// spell here is shorter than the 1 ms that publishes any spell. A thread of shard 1 drains the
+/// bucket at reading 0 and takes the next token at 30 µs: alone, it publishes, after a scan
+/// that finds no lease (and records that none was handed out since). Then, at 10 ms (the bucket
+/// full again), the main thread (shard 0) takes 1 and a lease of 2 and asks for 1 twice, while
+/// the other takes 31: the third admission of its run, which leaves the word dry and publishes
+/// again — without a scan only if no lease was handed out since the last, so here after one
+/// that must see the main thread's lock or lease (the hand-out count and the lock come before
+/// the lease's CAS, `Release`; the publisher reads the word `Acquire`). All 34 tokens of 10 ms
+/// are admitted in every interleaving: the main thread's two are never refused while its lease
+/// holds them.
+#[test]
+fn a_shard_alone_never_publishes_over_a_lease_being_taken() {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    loom::model(|| {
+        let quota = Quota::new(34, Duration::from_millis(1), 34).unwrap();
+        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
+        let first_done = Arc::new(AtomicBool::new(false));
+        let (b, done) = (bucket.clone(), first_done.clone());
+        let alone = thread::spawn(move || {
+            at(0);
+            assert_eq!(b.try_acquire(34), Ok(()));
+            at(30_000);
+            assert_eq!(b.try_acquire(1), Ok(()));
+            done.store(true, Ordering::Release);
+            // As below: the main thread may go first here without spending a preemption.
+            thread::yield_now();
+            at(10_000_000);
+            if b.try_acquire(31).is_ok() {
+                31
+            } else {
+                0
+            }
+        });
+        while !first_done.load(Ordering::Acquire) {
+            thread::yield_now();
+        }
+        at(10_000_000);
+        let first = u64::from(bucket.try_acquire(1).is_ok());
+        // A yield lets the model run the other thread here without spending a preemption.
+        thread::yield_now();
+        let mine = first + (0..2).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64;
+        let theirs = alone.join().unwrap();
+        assert_eq!(mine + theirs, 34, "mine {mine}, theirs {theirs}");
+        assert_eq!(bucket.available(), 0);
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    });
+}

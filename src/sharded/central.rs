@@ -105,7 +105,28 @@ pub(super) fn spread_units(scale: u64, shards: u64, lease_min: u64) -> u64 {
 /// is published through it.
 pub(super) struct Central {
     state: AtomicU64,
+    /// Leases and advances handed out so far: counted before the lock and the CAS that hand
+    /// one out (`Release`), so that a reader of the word (`Acquire`) that finds this count
+    /// unchanged since a scan knows no lease was handed out from an earlier state since.
+    hand_outs: AtomicU64,
+    /// `hand_outs` as a scan that found every lease empty read it (`u64::MAX`: none yet).
+    clean: AtomicU64,
+    /// The run of admissions from the word without a lease: the address of the shard's lease
+    /// that made the last one, plus how many it made in a row before it (at most
+    /// `ALONE_AFTER − 1`, in the address's alignment bits). A shard whose run is that long
+    /// has the bucket to itself.
+    run: AtomicU64,
 }
+
+/// Admissions from the word in a row by one shard after which it publishes every dry spell
+/// for the whole bucket (`ShardedBucket::publish_dry_all`), not only the long ones: 16, so
+/// that shards taking turns almost never do (two at random: once in 2^15 admissions); two
+/// under loom, so that its models reach it.
+pub(super) const ALONE_AFTER: u64 = if cfg!(tollgate_loom) { 2 } else { 16 };
+
+/// The alignment bits of a shard's lease address, which hold the run's count.
+const RUN_BITS: u64 = core::mem::align_of::<crossbeam_utils::CachePadded<Lease>>() as u64 - 1;
+const _: () = assert!(ALONE_AFTER - 1 <= RUN_BITS);
 
 /// What the central path decided.
 pub(super) enum Outcome {
@@ -134,22 +155,59 @@ impl Central {
     pub(super) fn new(state: u64) -> Central {
         Central {
             state: AtomicU64::new(state),
+            hand_outs: AtomicU64::new(0),
+            clean: AtomicU64::new(u64::MAX),
+            run: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a lease or an advance about to be handed out (before its lock and CAS).
+    #[inline]
+    fn hand_out(&self) {
+        self.hand_outs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The state, `Acquire`, and the hand-outs counted before every CAS that wrote it or an
+    /// earlier state (they happen before this read: the hand-out CASes are `Release`, and every
+    /// later write of the word is a read-modify-write, so it continues their release sequence).
+    #[inline]
+    pub(super) fn load_acquire(&self) -> (u64, u64) {
+        let s = self.state.load(Ordering::Acquire);
+        (s, self.hand_outs.load(Ordering::Relaxed))
+    }
+
+    /// Whether a scan found every lease empty with `hand_outs` at `n`.
+    #[inline]
+    pub(super) fn is_clean(&self, n: u64) -> bool {
+        self.clean.load(Ordering::Relaxed) == n
+    }
+
+    /// Records a scan that found every lease empty with `hand_outs` at `n`.
+    pub(super) fn set_clean(&self, n: u64) {
+        self.clean.store(n, Ordering::Relaxed);
+    }
+
+    /// Records an admission from the word by the shard whose lease is at address `me` (on the
+    /// line its CAS just wrote: no transfer); whether that shard made the last [`ALONE_AFTER`]
+    /// in a row. One load, and a store until the run is that long.
+    #[inline(always)]
+    pub(super) fn admitted_alone(&self, me: u64) -> bool {
+        let run = self.run.load(Ordering::Relaxed);
+        if run & !RUN_BITS != me {
+            self.run.store(me, Ordering::Relaxed);
+            return ALONE_AFTER == 1;
+        }
+        if run & RUN_BITS < ALONE_AFTER - 1 {
+            self.run.store(run + 1, Ordering::Relaxed);
+            return run & RUN_BITS == ALONE_AFTER - 2;
+        }
+        true
     }
 
     /// The state (read-only).
     #[inline]
     pub(super) fn load(&self) -> u64 {
         self.state.load(Ordering::Relaxed)
-    }
-
-    /// The state, `Acquire`: every lease lock taken before a CAS that wrote this state or an
-    /// earlier one happens before what the caller reads next (the CASes that hand out a lease
-    /// or an advance are `Release`, and every later write of the word is a read-modify-write,
-    /// so it continues their release sequence).
-    #[inline]
-    pub(super) fn load_acquire(&self) -> u64 {
-        self.state.load(Ordering::Acquire)
     }
 
     /// Raises the state to at least `floor` (a restore, a drain): it stays "only ever raised",
@@ -276,6 +334,7 @@ impl Central {
             Some(top) if s <= e.floor + scaled.burst_units() && top <= MAX_STATE => top,
             _ => return None,
         };
+        self.hand_out();
         if !lease.lock(q) {
             return None;
         }
@@ -397,6 +456,7 @@ impl Central {
                 };
                 // `want + tokens × scale <= limit` by the size rule; checked as a debit is.
                 if tokens > 0 && want + tokens * scale <= limit {
+                    self.hand_out();
                     if !locked {
                         if !lease.lock(frontier) {
                             return Outcome::Retry;
