@@ -60,7 +60,7 @@ struct Earned {
 ///   central word, as a single [`Bucket`](crate::Bucket)'s is, and a refusal reads that word and
 ///   the shard's line, writes nothing and scans no other shard.
 /// * **Drained for a while, or by one core.** A decision that leaves the bucket dry for 1 ms or
-///   more (rates below 1,000 tokens a second), or the 16th in a row from one shard to take a
+///   more (rates below 1,000 tokens a second), or the 64th in a row from one shard to take a
 ///   token from the central word, records, once every lease is empty, the instant the bucket
 ///   holds a token again on its read-mostly line: until then a one-token request is refused
 ///   from that line alone, before its shard is even found.
@@ -534,7 +534,7 @@ impl<C: Clock> ShardedBucket<C> {
         if dry <= now {
             return;
         }
-        let alone = admitted && self.central.admitted_alone(home as *const Lease as u64);
+        let alone = admitted && self.central.admitted_alone(self.index_of(home));
         if alone || dry - now >= central::DRY_ALL_NS {
             self.publish_dry_all(now, earned, alone);
         }
@@ -559,7 +559,9 @@ impl<C: Clock> ShardedBucket<C> {
     ///   only once the word, in that state, would have held one.
     ///
     /// A concurrent publication may store an earlier instant over a later one: still true.
-    #[inline(never)]
+    /// Inline (the scan is out of line): a shard alone publishes at every admission, and the
+    /// call measured one-thread mixed 0.97–0.99× `cas` against 1.00–1.01× inline.
+    #[inline(always)]
     fn publish_dry_all(&self, now: u64, earned: Earned, alone: bool) {
         if self.shards.len() < 2 {
             return;
@@ -623,6 +625,13 @@ impl<C: Clock> ShardedBucket<C> {
                 Outcome::Retry => {}
             }
         }
+    }
+
+    /// The index of the shard whose lease is `lease` (a subtraction and a shift).
+    #[inline(always)]
+    fn index_of(&self, lease: &Lease) -> usize {
+        let from = self.shards.as_ptr() as usize;
+        (lease as *const Lease as usize - from) / core::mem::size_of::<CachePadded<Lease>>()
     }
 
     /// The calling thread's shard: its CPU's ([`cpu_home`]) modulo the shard count (with one
