@@ -94,12 +94,12 @@ struct Earned {
 pub struct ShardedBucket<C = DefaultClock> {
     central: CachePadded<Central>,
     shards: Box<[CachePadded<Lease>]>,
-    /// Read by every decision, written never: apart from the central
-    /// word's line.
+    /// Read by every decision, written only by a `dry_all` publication: apart from the
+    /// central word's line.
     read_mostly: CachePadded<ReadMostly<C>>,
 }
 
-/// The parts of a [`ShardedBucket`] that decisions read and never write.
+/// The parts of a [`ShardedBucket`] that decisions read: never written, but for `dry_all`.
 struct ReadMostly<C> {
     quota: Quota,
     clock: C,
@@ -351,8 +351,8 @@ impl<C: Clock> ShardedBucket<C> {
     /// holds less than one token at a reading is replaced by the next lease its shard takes, and
     /// what it held is lost. Tokens that lapse in a lease (the clock passed them before the
     /// shard's threads spent them) are counted only when the shard replaces that lease with an
-    /// advance (near the limit: `docs/sharded.md`). Zero with one shard or on a frozen clock; a
-    /// diagnostic, not a bound.
+    /// advance (near the limit: `docs/sharded.md`), or when a `dry_all` publication empties it.
+    /// Zero with one shard or on a frozen clock; a diagnostic, not a bound.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
@@ -549,10 +549,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// * the word only rises, so it holds less than a token before that instant forever;
     /// * every lease was found spent to its top, or lapsed at a reading and emptied
     ///   ([`Lease::spent_for_good`]), by a scan, and no lease was handed out from an earlier
-    ///   state than the one read here since: the hand-outs count is unchanged. A hand-out is
-    ///   counted, and its lease locked, before the CAS that takes it (`Release`), and this read
-    ///   of the word is `Acquire`: so a lease taken from an earlier state shows in the count,
-    ///   and a scan sees its lock or the lease, never the empty lease before it;
+    ///   state than the one read here since: the hand-outs count is unchanged. A hand-out
+    ///   locks its lease, then is counted (`Release`), then CASes the word (`Release`); this
+    ///   reads the word and then the count (`Acquire` both). So a lease taken from an earlier
+    ///   state shows in the count, and a scan that read a count including a hand-out sees its
+    ///   lock or its lease, never the empty lease before it;
     /// * no lease taken from a later state can pay a token before that instant: an ordinary
     ///   lease is taken only from a word holding plenty, which it does not before then; an
     ///   advance's units lie at or above the state read here, and a token of them is payable

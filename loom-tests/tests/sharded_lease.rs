@@ -221,3 +221,101 @@ fn a_shard_alone_never_publishes_over_a_lease_being_taken() {
         assert_eq!(bucket.stranded_tokens(), 0.0);
     });
 }
+
+/// A scan must never record "every lease empty" for a lease being handed out: the count of
+/// hand-outs is raised after the lease's lock (and before its `Release` CAS), and read
+/// `Acquire`. Shard 0 takes 1 and a lease of 2 at reading 0, then pools 33; at a stale reading
+/// it is refused and publishes after a scan. Meanwhile shard 1, at 1 s, takes 1 and a lease of 2.
+/// Then shard 0 at 1 s drains the word and publishes again, skipping the scan only if no lease
+/// was handed out since the last one. Shard 1's two requests at 1 s are then paid from its
+/// lease in every interleaving. Found by a second read (2026-12-03): with the count raised
+/// before the lock, the scan could read the count and then the lease before its lock, and the
+/// second publication skipped the scan over a lease holding 2 tokens.
+#[test]
+fn a_scan_never_passes_a_lease_being_handed_out() {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    loom::model(|| {
+        let bucket = bucket(PerThread);
+        at(0);
+        // Shard 0: 1 and a lease of 2, then 33 pooled (the lease's 2 and the word's 31).
+        assert_eq!(bucket.try_acquire(1), Ok(()));
+        assert_eq!(bucket.try_acquire(33), Ok(()));
+        let taken = Arc::new(AtomicBool::new(false));
+        let drained = Arc::new(AtomicBool::new(false));
+        let (b, t, d) = (bucket.clone(), taken.clone(), drained.clone());
+        let other = thread::spawn(move || {
+            at(1_000_000_000); // 34 earned: the word is full again
+            let r1 = b.try_acquire(1); // 1 and a lease of 2 on shard 1
+            t.store(true, Ordering::Release);
+            while !d.load(Ordering::Acquire) {
+                thread::yield_now();
+            }
+            let r2 = b.try_acquire(1);
+            let r3 = b.try_acquire(1);
+            (r1, r2, r3)
+        });
+        // At reading 0 the word is dry for 29 ms: a publication, with a scan.
+        assert!(bucket.try_acquire(1).is_err());
+        while !taken.load(Ordering::Acquire) {
+            thread::yield_now();
+        }
+        at(1_000_000_000);
+        assert_eq!(bucket.try_acquire(31), Ok(())); // drains the word, publishes again
+        drained.store(true, Ordering::Release);
+        let (r1, r2, r3) = other.join().unwrap();
+        assert_eq!(r1, Ok(()));
+        // Shard 1's lease holds 2 tokens payable at 1 s.
+        assert_eq!((r2, r3), (Ok(()), Ok(())));
+    });
+}
+
+/// The same window with an advance, every thread's readings moving forward (64 tokens a
+/// millisecond, a token every 15.6 µs, so advances are on): shard 0 drains the bucket and admits
+/// alone, publishing after a scan; shard 1, hungry, takes an advance from the state shard 0's
+/// admission left. The next admission of shard 0 may skip the scan only if that advance shows
+/// in the count; in every interleaving three of the five requests are admitted (the bound at
+/// these readings), shard 1's last from its advance if it holds one.
+#[test]
+fn a_scan_never_passes_an_advance_being_handed_out() {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    loom::model(|| {
+        const T: u64 = 15_625; // a token
+        let quota = Quota::new(64, Duration::from_millis(1), 64).unwrap();
+        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
+        at(0);
+        assert_eq!(bucket.try_acquire(64), Ok(())); // shard 0
+        let (b15, a46) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (b, f1, f2) = (bucket.clone(), b15.clone(), a46.clone());
+        let other = thread::spawn(move || {
+            at(0);
+            assert!(b.try_acquire(1).is_err());
+            assert!(b.try_acquire(1).is_err()); // from `dry_until`: hungry
+            at(T);
+            let r15 = b.try_acquire(1);
+            f1.store(true, Ordering::Release);
+            while !f2.load(Ordering::Acquire) {
+                thread::yield_now();
+            }
+            at(3 * T);
+            let r46 = b.try_acquire(1);
+            (r15, r46)
+        });
+        at(T);
+        let a15 = bucket.try_acquire(1);
+        while !b15.load(Ordering::Acquire) {
+            thread::yield_now();
+        }
+        at(2 * T);
+        let a31 = bucket.try_acquire(1);
+        at(3 * T);
+        let a46_ = bucket.try_acquire(1);
+        a46.store(true, Ordering::Release);
+        let (r15, r46) = other.join().unwrap();
+        let all = [a15, a31, a46_, r15, r46];
+        let n = all.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(n, 3, "{all:?}");
+    });
+}

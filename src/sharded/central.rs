@@ -9,15 +9,17 @@ use crate::quota::{Scaled, HORIZON_NS};
 use crate::sync::{AtomicU64, Backoff, Ordering};
 use core::time::Duration;
 
-/// A bucket-wide `dry_all` instant is published only this far ahead of the reading that
-/// publishes it (1 ms): so at most once a millisecond (it moves only once the readings pass
-/// it), which keeps the read-mostly line it is written to shared between the cores, and the
-/// scan of every shard that precedes it (one line per shard) rare. Rates above 1,000 tokens a
-/// second never leave the word dry that long but after a cost of several tokens; their
-/// refusals are answered from their shard's `dry_until`. Above the longest an advance can put
-/// the word ahead of the rate ([`ADVANCE_NS`] and one token: advances are taken only at rates
-/// of one token in 16 µs or more), so that no bucket that takes advances publishes it from a
-/// dry spell of one-token decisions.
+/// A bucket-wide `dry_all` instant is published for any spell at least this far ahead of the
+/// reading that publishes it (1 ms): so at most once a millisecond (it moves only once the
+/// readings pass it), which keeps the read-mostly line it is written to shared between the
+/// cores, and the scan of every shard that precedes it (one line per shard) rare. The spell is
+/// until the word holds one token, whatever the cost, so at rates above 1,000 tokens a second
+/// only a stale reading (or a restore that lowered the word) finds one that long; their
+/// refusals are answered from their shard's `dry_until`, or from `dry_all` when one shard has
+/// the word to itself ([`ALONE_AFTER`]). Above the longest an advance can put the word ahead of
+/// the rate ([`ADVANCE_NS`] and one token: advances are taken only at rates of one token in
+/// 16 µs or more), so that at current readings no bucket that takes advances publishes a long
+/// spell.
 pub(super) const DRY_ALL_NS: u64 = 1_000_000;
 
 /// The most tokens one lease takes.
@@ -101,13 +103,19 @@ pub(super) fn spread_units(scale: u64, shards: u64, lease_min: u64) -> u64 {
 /// | 63..0 | the [`gcra`](crate::gcra) state of the whole quota | `1 / quota.scale()` token since the clock's origin | 0 ..= 2^63 − 1; `0` = full |
 ///
 /// Only ever raised (a debit, a debit with a lease, nothing else writes it), so the units it
-/// hands out — `[max(state, ⌈earned⌉), new state)` — never overlap. `Relaxed`: no other memory
-/// is published through it.
+/// hands out — `[max(state, ⌈earned⌉), new state)` — never overlap. `Relaxed`, but for the
+/// CASes that hand out a lease or an advance (`Release`) and the read before a `dry_all`
+/// publication (`Acquire`, [`Central::load_acquire`]): they order a hand-out's lock and count
+/// before a publication that reads the state it wrote.
 pub(super) struct Central {
     state: AtomicU64,
-    /// Leases and advances handed out so far: counted before the lock and the CAS that hand
-    /// one out (`Release`), so that a reader of the word (`Acquire`) that finds this count
-    /// unchanged since a scan knows no lease was handed out from an earlier state since.
+    /// Leases and advances handed out so far: counted after the lease's lock and before the
+    /// CAS that hands it out (both `Release`), so that a reader of the word and then this count
+    /// (`Acquire`) sees every hand-out whose CAS wrote the state it read or an earlier one, and
+    /// a scan that read the count raised sees the lease's lock. Counted before the lock (until
+    /// a second read found it, 2026-12-03), a scan could read the count and then the lease
+    /// before its lock, record "all empty", and a later publication skip the scan over it
+    /// (loom `a_scan_never_passes_a_lease_being_handed_out`).
     hand_outs: AtomicU64,
     /// `hand_outs` as a scan that found every lease empty read it (`u64::MAX`: none yet).
     clean: AtomicU64,
@@ -162,19 +170,21 @@ impl Central {
         }
     }
 
-    /// Counts a lease or an advance about to be handed out (before its lock and CAS).
+    /// Counts a lease or an advance about to be handed out: after its lock, before its CAS.
     #[inline]
     fn hand_out(&self) {
-        self.hand_outs.fetch_add(1, Ordering::Relaxed);
+        self.hand_outs.fetch_add(1, Ordering::Release);
     }
 
-    /// The state, `Acquire`, and the hand-outs counted before every CAS that wrote it or an
-    /// earlier state (they happen before this read: the hand-out CASes are `Release`, and every
-    /// later write of the word is a read-modify-write, so it continues their release sequence).
+    /// The state, `Acquire`, and then the hand-outs, `Acquire`: at least those counted before
+    /// every CAS that wrote this state or an earlier one (they happen before this read: the
+    /// hand-out CASes are `Release`, and every later write of the word is a read-modify-write,
+    /// so it continues their release sequence); and every lease lock taken before a count this
+    /// read sees happens before what the caller reads next (the count is `Release`).
     #[inline]
     pub(super) fn load_acquire(&self) -> (u64, u64) {
         let s = self.state.load(Ordering::Acquire);
-        (s, self.hand_outs.load(Ordering::Relaxed))
+        (s, self.hand_outs.load(Ordering::Acquire))
     }
 
     /// Whether a scan found every lease empty with `hand_outs` at `n`.
@@ -337,10 +347,10 @@ impl Central {
             Some(top) if s <= e.floor + scaled.burst_units() && top <= MAX_STATE => top,
             _ => return None,
         };
-        self.hand_out();
         if !lease.lock(q) {
             return None;
         }
+        self.hand_out();
         // `Release`: the lock above happens before a scan that reads this state or a later
         // one (`ShardedBucket::publish_dry_all`).
         match self
@@ -459,13 +469,13 @@ impl Central {
                 };
                 // `want + tokens × scale <= limit` by the size rule; checked as a debit is.
                 if tokens > 0 && want + tokens * scale <= limit {
-                    self.hand_out();
                     if !locked {
                         if !lease.lock(frontier) {
                             return Outcome::Retry;
                         }
                         locked = true;
                     }
+                    self.hand_out();
                     leased = tokens * scale;
                 }
             }

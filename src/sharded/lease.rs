@@ -43,10 +43,11 @@ pub(super) const LOCKED: u64 = u64::MAX;
 /// advance) at first; 1 after a refusal of this shard found the word dry before its own
 /// `dry_until` passed (its threads ask faster than tokens come); doubled, up to the bucket's cap,
 /// after an advance was spent to its last unit; halved, to one at least, after one let units
-/// lapse. A heuristic only: it decides sizes, never admissions. `Relaxed`.
+/// lapse (one a `dry_all` scan emptied counts as spent). A heuristic only: it decides sizes,
+/// never admissions. `Relaxed`.
 ///
 /// `stranded`, on the same line: units this shard lost with the leases it replaced (a remainder
-/// under one token, or the lapsed units of a lease an advance replaced), for
+/// under one token, or the lapsed units of a lease an advance replaced or a scan emptied), for
 /// [`ShardedBucket::stranded_tokens`](super::ShardedBucket::stranded_tokens), which sums the
 /// shards. Here rather than on the bucket's read-mostly line, which every decision of every
 /// core reads: before 2026-12-03 it was there, and near the limit at a high rate (40 M tokens/s,
