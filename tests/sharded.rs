@@ -602,52 +602,7 @@ fn one_shard_decides_as_a_bucket() {
     ];
     let mut shorter_in_all = 0;
     for (i, (quota, step)) in cases.into_iter().enumerate() {
-        let (c1, c2) = (ManualClock::new(), ManualClock::new());
-        let bucket = Bucket::with_clock(quota, c1.clone());
-        let sharded = ShardedBucket::with_clock(quota, 1, c2.clone());
-        assert_eq!(sharded.shards(), 1);
-        let mut rng = Rng(0x5eed + i as u64);
-        let burst = quota.burst();
-        let (mut latest, mut shorter) = (0u64, 0u32);
-        for n in 1..=20_000u32 {
-            if n % 500 == 0 {
-                let back = Duration::from_nanos(c1.now() - rng.below(10 * step + 1).min(c1.now()));
-                c1.set(back);
-                c2.set(back);
-            } else {
-                let dt = Duration::from_nanos(rng.below(step + 1));
-                c1.advance(dt);
-                c2.advance(dt);
-            }
-            let behind = c1.now() < latest;
-            latest = latest.max(c1.now());
-            let cost = match rng.below(8) {
-                0 => 0,
-                1 => burst + 1,
-                2 => 1 + rng.below(burst),
-                _ => 1,
-            };
-            let at = format!("case {i}, step {n}, cost {cost}");
-            let (got, want) = if n % 7 == 0 {
-                let (g, gs) = sharded.try_acquire_snapshot(cost);
-                let (w, ws) = bucket.try_acquire_snapshot(cost);
-                assert_eq!(gs, ws, "{at}");
-                (g, w)
-            } else {
-                (sharded.try_acquire(cost), bucket.try_acquire(cost))
-            };
-            match (got, want) {
-                (Err(Denied::RetryAfter(g)), Err(Denied::RetryAfter(w))) if behind && g != w => {
-                    assert!(g < w, "{at}: waits {g:?}, a Bucket {w:?}");
-                    shorter += 1;
-                }
-                _ => assert_eq!(got, want, "{at}"),
-            }
-            assert_eq!(sharded.available(), bucket.available(), "{at}");
-        }
-        assert_eq!(sharded.stranded_tokens(), 0.0);
-        println!("case {i}: {shorter} shorter waits behind the latest reading");
-        shorter_in_all += shorter;
+        shorter_in_all += against_a_bucket(quota, step, 1, 0x5eed + i as u64, 20_000);
     }
     // The shortcut was taken: only `dry_until` answers with an earlier instant than the word's.
     assert!(shorter_in_all > 0, "no refusal answered from dry_until");
@@ -658,9 +613,9 @@ fn one_shard_decides_as_a_bucket() {
 /// shard is found. On 2, 8 and 64 shards, with bursts too small for a lease, one thread
 /// decides exactly as a `Bucket` on the same readings (snapshots and `available` too), costs 0
 /// to beyond the burst, rates from one token an hour (long spells) to 50,000 tokens a second (a
-/// shard alone; faster rates take advances, which no `Bucket` does); every 500 steps the clock steps back, and behind the latest reading such a
-/// refusal may wait less than the `Bucket` says (an instant an earlier decision found), never
-/// more, the verdict the same.
+/// shard alone; faster rates take advances, which no `Bucket` does); every 500 steps the clock
+/// steps back, and behind the latest reading such a refusal may wait less than the `Bucket`
+/// says (an instant an earlier decision found), never more, the verdict the same.
 #[test]
 fn dry_spells_decide_as_a_bucket() {
     // (quota, the largest clock step in ns)
@@ -694,57 +649,66 @@ fn dry_spells_decide_as_a_bucket() {
     let mut shorter_in_all = 0;
     for shards in [2usize, 8, 64] {
         for (i, &(quota, step)) in cases.iter().enumerate() {
-            let (c1, c2) = (ManualClock::new(), ManualClock::new());
-            let bucket = Bucket::with_clock(quota, c1.clone());
-            let sharded = ShardedBucket::with_clock(quota, shards, c2.clone());
-            let mut rng = Rng(0xd1e5 + i as u64 + 100 * shards as u64);
-            let burst = quota.burst();
-            let (mut latest, mut shorter) = (0u64, 0u32);
-            for n in 1..=5_000u32 {
-                if n % 500 == 0 {
-                    let back =
-                        Duration::from_nanos(c1.now() - rng.below(10 * step + 1).min(c1.now()));
-                    c1.set(back);
-                    c2.set(back);
-                } else {
-                    let dt = Duration::from_nanos(rng.below(step + 1));
-                    c1.advance(dt);
-                    c2.advance(dt);
-                }
-                let behind = c1.now() < latest;
-                latest = latest.max(c1.now());
-                let cost = match rng.below(8) {
-                    0 => 0,
-                    1 => burst + 1,
-                    2 => 1 + rng.below(burst),
-                    _ => 1,
-                };
-                let at = format!("{shards} shards, case {i}, step {n}, cost {cost}");
-                let (got, want) = if n % 7 == 0 {
-                    let (g, gs) = sharded.try_acquire_snapshot(cost);
-                    let (w, ws) = bucket.try_acquire_snapshot(cost);
-                    assert_eq!(gs, ws, "{at}");
-                    (g, w)
-                } else {
-                    (sharded.try_acquire(cost), bucket.try_acquire(cost))
-                };
-                match (got, want) {
-                    (Err(Denied::RetryAfter(g)), Err(Denied::RetryAfter(w)))
-                        if behind && g != w =>
-                    {
-                        assert!(g < w, "{at}: waits {g:?}, a Bucket {w:?}");
-                        shorter += 1;
-                    }
-                    _ => assert_eq!(got, want, "{at}"),
-                }
-                assert_eq!(sharded.available(), bucket.available(), "{at}");
-            }
-            assert_eq!(sharded.stranded_tokens(), 0.0);
-            shorter_in_all += shorter;
+            let seed = 0xd1e5 + i as u64 + 100 * shards as u64;
+            shorter_in_all += against_a_bucket(quota, step, shards, seed, 5_000);
         }
     }
     assert!(
         shorter_in_all > 0,
         "no refusal answered from an earlier instant"
     );
+}
+
+/// One thread deciding on a `ShardedBucket` of `shards` and on a `Bucket` at the same
+/// readings, `steps` times: clock steps of up to `step` ns, a step back every 500, costs 0 to
+/// beyond the burst, a snapshot every 7th. Every verdict, snapshot and `available` agrees;
+/// behind the latest reading a refusal may wait less than the `Bucket` says, never more (the
+/// count of those is returned). Nothing stranded.
+fn against_a_bucket(quota: Quota, step: u64, shards: usize, seed: u64, steps: u32) -> u32 {
+    let (c1, c2) = (ManualClock::new(), ManualClock::new());
+    let bucket = Bucket::with_clock(quota, c1.clone());
+    let sharded = ShardedBucket::with_clock(quota, shards, c2.clone());
+    let burst = quota.burst();
+    assert_eq!(sharded.shards() as u64, (shards as u64).min(burst));
+    let mut rng = Rng(seed);
+    let (mut latest, mut shorter) = (0u64, 0u32);
+    for n in 1..=steps {
+        if n % 500 == 0 {
+            let back = Duration::from_nanos(c1.now() - rng.below(10 * step + 1).min(c1.now()));
+            c1.set(back);
+            c2.set(back);
+        } else {
+            let dt = Duration::from_nanos(rng.below(step + 1));
+            c1.advance(dt);
+            c2.advance(dt);
+        }
+        let behind = c1.now() < latest;
+        latest = latest.max(c1.now());
+        let cost = match rng.below(8) {
+            0 => 0,
+            1 => burst + 1,
+            2 => 1 + rng.below(burst),
+            _ => 1,
+        };
+        let at = format!("{quota:?}, {shards} shards, step {n}, cost {cost}");
+        let (got, want) = if n % 7 == 0 {
+            let (g, gs) = sharded.try_acquire_snapshot(cost);
+            let (w, ws) = bucket.try_acquire_snapshot(cost);
+            assert_eq!(gs, ws, "{at}");
+            (g, w)
+        } else {
+            (sharded.try_acquire(cost), bucket.try_acquire(cost))
+        };
+        match (got, want) {
+            (Err(Denied::RetryAfter(g)), Err(Denied::RetryAfter(w))) if behind && g != w => {
+                assert!(g < w, "{at}: waits {g:?}, a Bucket {w:?}");
+                shorter += 1;
+            }
+            _ => assert_eq!(got, want, "{at}"),
+        }
+        assert_eq!(sharded.available(), bucket.available(), "{at}");
+    }
+    assert_eq!(sharded.stranded_tokens(), 0.0);
+    println!("{quota:?}, {shards} shards: {shorter} shorter waits behind the latest reading");
+    shorter
 }
