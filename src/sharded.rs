@@ -778,6 +778,41 @@ mod tests {
         assert_eq!(bucket.stranded_tokens(), 0.0);
     }
 
+    /// While a shard publishes alone with the scan skipped, a lease handed out to another
+    /// shard changes the count: the next publication scans, finds the lease holding tokens, and
+    /// does not publish; once it is spent, the next one does.
+    #[test]
+    fn a_lease_handed_out_since_the_last_scan_is_scanned_for() {
+        let clock = ManualClock::new();
+        let quota = Quota::new(10_000, Duration::from_secs(1), 100).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
+        let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
+        let token = 100_000; // ns
+        let run = super::central::ALONE_AFTER;
+        assert_eq!(bucket.acquire_central(0, 100, mine, 0, 0), Ok(()));
+        for k in 1..run {
+            assert_eq!(bucket.acquire_central(k * token, 1, mine, 0, 0), Ok(()));
+        }
+        assert_eq!(dry_all(&bucket), run * token, "alone, after a scan");
+        // 51 tokens later the other shard takes 1 and a lease of ⌊50 / 16⌋ = 3.
+        let now = (run + 50) * token;
+        assert_eq!(bucket.acquire_central(now, 1, other, 0, 0), Ok(()));
+        let (q, h) = other.read();
+        assert_eq!(h - q, 3 * quota.scale());
+        // This shard, still alone in its run, drains the word: dry, but not published.
+        clock.set(Duration::from_nanos(now));
+        let word = bucket.available() - 3;
+        assert_eq!(bucket.acquire_central(now, word, mine, 0, 0), Ok(()));
+        assert!(mine.dry_until() > now);
+        assert_eq!(dry_all(&bucket), run * token, "published over a lease of 3");
+        let e = bucket.earned(now);
+        for _ in 0..3 {
+            assert_eq!(bucket.acquire_slow(now, e, 1, other), Ok(()));
+        }
+        assert_eq!(bucket.acquire_central(now + token, 1, mine, 0, 0), Ok(()));
+        assert_eq!(dry_all(&bucket), now + 2 * token, "the lease spent");
+    }
+
     /// A lease that lapsed at the publishing reading is emptied (its units counted as
     /// stranded), so that no older reading can spend it after the publication either.
     #[test]
