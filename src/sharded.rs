@@ -531,7 +531,8 @@ impl<C: Clock> ShardedBucket<C> {
     #[inline(always)]
     fn note_dry(&self, now: u64, earned: Earned, home: &Lease, admitted: bool) {
         let dry = home.dry_until();
-        if dry <= now {
+        // One shard keeps `dry_all` at `u64::MAX` and counts no runs.
+        if dry <= now || self.shards.len() < 2 {
             return;
         }
         let alone = admitted && self.central.admitted_alone(self.index_of(home));
@@ -540,7 +541,8 @@ impl<C: Clock> ShardedBucket<C> {
         }
     }
 
-    /// Publishes `dry_all`: the instant before which the central word, as read now, holds less
+    /// Publishes `dry_all` (two shards or more: [`note_dry`](Self::note_dry)): the instant
+    /// before which the central word, as read now, holds less
     /// than one token — if it is ahead of `now` (at least [`DRY_ALL_NS`](central::DRY_ALL_NS)
     /// ahead unless `alone`), later than the one published, and no lease can pay a token at any
     /// reading before it.
@@ -564,9 +566,6 @@ impl<C: Clock> ShardedBucket<C> {
     /// call measured one-thread mixed 0.97–0.99× `cas` against 1.00–1.01× inline.
     #[inline(always)]
     fn publish_dry_all(&self, now: u64, earned: Earned, alone: bool) {
-        if self.shards.len() < 2 {
-            return;
-        }
         let (s, hand_outs) = self.central.load_acquire();
         let at = central::dry_at(self.read_mostly.quota.scaled(), s);
         let published = &self.read_mostly.dry_all;
