@@ -515,8 +515,8 @@ impl<C: Clock> ShardedBucket<C> {
             (home, (q, h)),
             self.read_mostly.ahead_cap,
         ) {
-            Some(verdict) => {
-                self.note_dry(now, earned, home, verdict.is_ok());
+            Some((verdict, dry)) => {
+                self.note_dry(now, earned, verdict.is_ok(), home, dry);
                 verdict
             }
             None => self.acquire_slow(now, earned, cost, home),
@@ -524,38 +524,38 @@ impl<C: Clock> ShardedBucket<C> {
     }
 
     /// After a central decision (`admitted`: an admission from the word without a lease, which
-    /// counts towards its shard's run); if it left the word dry (its shard's `dry_until` ahead
-    /// of the reading), tries to publish the whole bucket's dry instant if the spell lasts at least
+    /// counts towards its shard's run) that found or left the word dry until `dry` (as
+    /// [`central::Decided`]: from a state this thread read or wrote) ahead of the reading,
+    /// tries to publish the whole bucket's dry instant if the spell lasts at least
     /// [`DRY_ALL_NS`](central::DRY_ALL_NS), or if this shard has the word to itself (an
     /// admission, the last [`ALONE_AFTER`](central::ALONE_AFTER) from the word all its own).
     #[inline(always)]
-    fn note_dry(&self, now: u64, earned: Earned, home: &Lease, admitted: bool) {
-        let dry = home.dry_until();
+    fn note_dry(&self, now: u64, earned: Earned, admitted: bool, home: &Lease, dry: u64) {
         // One shard keeps `dry_all` at `u64::MAX` and counts no runs.
         if dry <= now || self.shards.len() < 2 {
             return;
         }
         let alone = admitted && self.central.admitted_alone(self.index_of(home));
         if alone || dry - now >= central::DRY_ALL_NS {
-            self.publish_dry_all(now, earned, alone);
+            self.publish_dry_all(earned, dry);
         }
     }
 
-    /// Publishes `dry_all` (two shards or more: [`note_dry`](Self::note_dry)): the instant
-    /// before which the central word, as read now, holds less
-    /// than one token — if it is ahead of `now` (at least [`DRY_ALL_NS`](central::DRY_ALL_NS)
-    /// ahead unless `alone`), later than the one published, and no lease can pay a token at any
-    /// reading before it.
+    /// Publishes `dry_all` (two shards or more, a spell long enough or a shard alone:
+    /// [`note_dry`](Self::note_dry)): `at`, the instant before which the central word, in the
+    /// state this thread's decision just read or wrote, holds less than one token — if it is
+    /// later than the one published and no lease can pay a token at any reading before it.
     ///
     /// Why that holds for every reading before it, and stays so:
     /// * the word only rises, so it holds less than a token before that instant forever;
     /// * every lease was found spent to its top, or lapsed at a reading and emptied
     ///   ([`Lease::spent_for_good`]), by a scan, and no lease was handed out from an earlier
     ///   state than the one read here since: the hand-outs count is unchanged. A hand-out
-    ///   locks its lease, then is counted (`Release`), then CASes the word (`Release`); this
-    ///   reads the word and then the count (`Acquire` both). So a lease taken from an earlier
-    ///   state shows in the count, and a scan that read a count including a hand-out sees its
-    ///   lock or its lease, never the empty lease before it;
+    ///   locks its lease, then is counted (`Release`), then CASes the word (`Release`); the
+    ///   decision read the word, and this reads the count after an `Acquire` fence
+    ///   ([`hand_outs_after_read`](central::Central::hand_outs_after_read), `Acquire` too). So
+    ///   a lease taken from an earlier state shows in the count, and a scan that read a count
+    ///   including a hand-out sees its lock or its lease, never the empty lease before it;
     /// * no lease taken from a later state can pay a token before that instant: an ordinary
     ///   lease is taken only from a word holding plenty, which it does not before then; an
     ///   advance's units lie at or above the state read here, and a token of them is payable
@@ -565,16 +565,12 @@ impl<C: Clock> ShardedBucket<C> {
     /// Inline (the scan is out of line): a shard alone publishes at every admission, and the
     /// call measured one-thread mixed 0.97–0.99× `cas` against 1.00–1.01× inline.
     #[inline(always)]
-    fn publish_dry_all(&self, now: u64, earned: Earned, alone: bool) {
-        let (s, hand_outs) = self.central.load_acquire();
-        let at = central::dry_at(self.read_mostly.quota.scaled(), s);
+    fn publish_dry_all(&self, earned: Earned, at: u64) {
         let published = &self.read_mostly.dry_all;
-        if at <= now
-            || (!alone && at - now < central::DRY_ALL_NS)
-            || at <= published.load(Ordering::Relaxed)
-        {
+        if at <= published.load(Ordering::Relaxed) {
             return;
         }
+        let hand_outs = self.central.hand_outs_after_read();
         if !self.central.is_clean(hand_outs) {
             if !self.leases_spent(earned.ceil) {
                 return;
@@ -618,8 +614,8 @@ impl<C: Clock> ShardedBucket<C> {
             };
             match self.central.decide(&ask) {
                 Outcome::Admitted => return Ok(()),
-                Outcome::Refused(denied) => {
-                    self.note_dry(now, earned, home, false);
+                Outcome::Refused(denied, dry) => {
+                    self.note_dry(now, earned, false, home, dry);
                     return Err(denied);
                 }
                 Outcome::Retry => {}

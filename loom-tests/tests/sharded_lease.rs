@@ -319,3 +319,64 @@ fn a_scan_never_passes_an_advance_being_handed_out() {
         assert_eq!(n, 3, "{all:?}");
     });
 }
+
+/// The advance's CAS on its own: nothing but the word orders the advance before the publication
+/// that reads it (no flag from the advancing thread to the publisher after its advance). 64
+/// tokens a millisecond, burst 64, a token every `T`; states below in tokens' time.
+///
+/// Shard 1 is refused twice at 0 (hungry). Shard 0 drains the bucket at 0 and admits alone at
+/// `T` (a publication after a scan that finds every lease empty) and at `2T`. Meanwhile shard 1
+/// asks at `2T`: when it finds the word dry (state 66), it takes an advance of the next token,
+/// `[66, 67)`, payable from `3T` on. Shard 0 admits at `4T` from the state after it (67 → 68)
+/// and may publish `5T` — skipping the scan only if the count of hand-outs it reads misses
+/// nothing: the advance counted, then its CAS `Release`, and the publisher's `Acquire` fence
+/// after its own CAS, which read that state. Then shard 1 asks at `3T`: refused only when its
+/// shard holds no token payable then (with the advance's CAS `Relaxed`, loom finds the
+/// publication of `5T` over the advance, and a refusal while `available()` is 1).
+#[test]
+fn a_publication_never_passes_an_advance_it_read() {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    loom::model(|| {
+        const T: u64 = 15_625;
+        let quota = Quota::new(64, Duration::from_millis(1), 64).unwrap();
+        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
+        at(0);
+        assert_eq!(bucket.try_acquire(64), Ok(())); // shard 0 (the main thread's slot)
+        let flags = Arc::new([(); 3].map(|()| AtomicBool::new(false)));
+        let (ready, go, done) = (0, 1, 2);
+        let (b, f) = (bucket.clone(), flags.clone());
+        let other = thread::spawn(move || {
+            at(0);
+            assert!(b.try_acquire(1).is_err()); // from the word: `dry_until` T
+            assert!(b.try_acquire(1).is_err()); // from `dry_until`: hungry
+            f[ready].store(true, Ordering::Release);
+            while !f[go].load(Ordering::Acquire) {
+                thread::yield_now();
+            }
+            at(2 * T);
+            let _ = b.try_acquire(1); // an advance, an admission or a refusal
+            while !f[done].load(Ordering::Acquire) {
+                thread::yield_now();
+            }
+            at(3 * T);
+            let last = b.try_acquire(1);
+            (last, b.available())
+        });
+        while !flags[ready].load(Ordering::Acquire) {
+            thread::yield_now();
+        }
+        at(T);
+        assert_eq!(bucket.try_acquire(1), Ok(())); // alone: publishes 2T after a scan
+        flags[go].store(true, Ordering::Release);
+        at(2 * T);
+        let _ = bucket.try_acquire(1);
+        at(4 * T);
+        let _ = bucket.try_acquire(1);
+        flags[done].store(true, Ordering::Release);
+        let (last, available) = other.join().unwrap();
+        assert!(
+            last.is_ok() || available == 0,
+            "{last:?} with {available} available"
+        );
+    });
+}

@@ -6,7 +6,7 @@ use super::lease::{Lease, Short};
 use super::Earned;
 use crate::error::Denied;
 use crate::quota::{Scaled, HORIZON_NS};
-use crate::sync::{AtomicU64, Backoff, Ordering};
+use crate::sync::{fence, AtomicU64, Backoff, Ordering};
 use core::time::Duration;
 
 /// A bucket-wide `dry_all` instant is published for any spell at least this far ahead of the
@@ -104,14 +104,16 @@ pub(super) fn spread_units(scale: u64, shards: u64, lease_min: u64) -> u64 {
 ///
 /// Only ever raised (a debit, a debit with a lease, nothing else writes it), so the units it
 /// hands out — `[max(state, ⌈earned⌉), new state)` — never overlap. `Relaxed`, but for the
-/// CASes that hand out a lease or an advance (`Release`) and the read before a `dry_all`
-/// publication (`Acquire`, [`Central::load_acquire`]): they order a hand-out's lock and count
-/// before a publication that reads the state it wrote.
+/// CASes that hand out a lease or an advance (`Release`) and the fence between a decision's
+/// read of the word and a `dry_all` publication from it (`Acquire`,
+/// [`Central::hand_outs_after_read`]): they order a hand-out's lock and count before a
+/// publication from the state it wrote or a later one.
 pub(super) struct Central {
     state: AtomicU64,
     /// Leases and advances handed out so far: counted after the lease's lock and before the
-    /// CAS that hands it out (both `Release`), so that a reader of the word and then this count
-    /// (`Acquire`) sees every hand-out whose CAS wrote the state it read or an earlier one, and
+    /// CAS that hands it out (both `Release`), so that a reader of the word and then, after an
+    /// `Acquire` fence, of this count sees every hand-out whose CAS wrote the state it read or
+    /// an earlier one, and
     /// a scan that read the count raised sees the lease's lock. Counted before the lock (until
     /// a second read found it, 2026-12-03), a scan could read the count and then the lease
     /// before its lock, record "all empty", and a later publication skip the scan over it
@@ -137,10 +139,17 @@ const RUN_BITS: u32 = 8;
 const RUN_COUNT: u64 = (1 << RUN_BITS) - 1;
 const _: () = assert!(ALONE_AFTER - 1 <= RUN_COUNT);
 
+/// What [`Central::decide_fast`] decided, and the instant before which the word, in the state
+/// the decision read or wrote, holds less than one token: what its shard's `dry_until` was
+/// raised to, the candidate for a `dry_all` publication (`ShardedBucket::note_dry`); 0 when the
+/// word holds a token after it, or with an advance taken.
+pub(super) type Decided = (Result<(), Denied>, u64);
+
 /// What the central path decided.
 pub(super) enum Outcome {
     Admitted,
-    Refused(Denied),
+    /// With the instant as in [`Decided`] (0 when the shard's lease was locked: none published).
+    Refused(Denied, u64),
     /// The shard's lease changed under the decision: spend from it again.
     Retry,
 }
@@ -176,15 +185,18 @@ impl Central {
         self.hand_outs.fetch_add(1, Ordering::Release);
     }
 
-    /// The state, `Acquire`, and then the hand-outs, `Acquire`: at least those counted before
-    /// every CAS that wrote this state or an earlier one (they happen before this read: the
-    /// hand-out CASes are `Release`, and every later write of the word is a read-modify-write,
-    /// so it continues their release sequence); and every lease lock taken before a count this
-    /// read sees happens before what the caller reads next (the count is `Release`).
-    #[inline]
-    pub(super) fn load_acquire(&self) -> (u64, u64) {
-        let s = self.state.load(Ordering::Acquire);
-        (s, self.hand_outs.load(Ordering::Acquire))
+    /// The hand-outs, read after the state the calling thread last read or wrote (a load, a
+    /// CAS, failed or not): at least those counted before every CAS that wrote that state or an
+    /// earlier one, since an `Acquire` fence after that read makes them happen before this one
+    /// (the hand-out CASes are `Release`, and every later write of the word is a
+    /// read-modify-write, so it continues their release sequence); and every lease lock taken
+    /// before a count this read sees happens before what the caller reads next (the count is
+    /// `Release`, this read `Acquire`). The fence costs no instruction on x86, where it replaced
+    /// a second, `Acquire`, load of the word (2026-12-03).
+    #[inline(always)]
+    pub(super) fn hand_outs_after_read(&self) -> u64 {
+        fence(Ordering::Acquire);
+        self.hand_outs.load(Ordering::Acquire)
     }
 
     /// Whether a scan found every lease empty with `hand_outs` at `n`.
@@ -245,7 +257,7 @@ impl Central {
         lease_room: u64,
         (lease, (q, h)): (&Lease, (u64, u64)),
         ahead_cap: u64,
-    ) -> Option<Result<(), Denied>> {
+    ) -> Option<Decided> {
         let burst_units = scaled.burst_units();
         let limit = e.floor + burst_units;
         let mut s = self.state.load(Ordering::Relaxed);
@@ -260,16 +272,17 @@ impl Central {
                     if let Some(at) =
                         self.advance(scaled, e, s, cost_units, lease, (q, h), ahead_cap)
                     {
-                        return Some(Err(Denied::RetryAfter(wait_until(at, now))));
+                        return Some((Err(Denied::RetryAfter(wait_until(at, now))), 0));
                     }
                 }
                 // For one token the instant just computed.
-                lease.publish_dry(if cost_units == scaled.scale() {
+                let dry = if cost_units == scaled.scale() {
                     at
                 } else {
                     dry_at(scaled, s)
-                });
-                return Some(Err(Denied::RetryAfter(wait_until(at, now))));
+                };
+                lease.publish_dry(dry);
+                return Some((Err(Denied::RetryAfter(wait_until(at, now))), dry));
             }
             // Perhaps room for a lease (`decide` computes it, capped at the burst); or a
             // second lost CAS: `decide`'s loop, with its spin.
@@ -287,10 +300,12 @@ impl Central {
                     // shard refuses without reading the word until the next one (else its next
                     // decision would read the word only to find that).
                     let next = s.max(e.ceil) + cost_units;
+                    let mut dry = 0;
                     if next + scaled.scale() > limit {
-                        lease.publish_dry(dry_at(scaled, next));
+                        dry = dry_at(scaled, next);
+                        lease.publish_dry(dry);
                     }
-                    return Some(Ok(()));
+                    return Some((Ok(()), dry));
                 }
                 Err(actual) => s = actual,
             }
@@ -445,15 +460,14 @@ impl Central {
                     }
                     _ => {}
                 }
+                let mut dry = 0;
                 if let Some((lease, ..)) = held {
-                    lease.publish_dry(dry_at(scaled, s));
+                    dry = dry_at(scaled, s);
+                    lease.publish_dry(dry);
                 }
                 release(locked);
-                return Outcome::Refused(Denied::RetryAfter(wait(
-                    scaled,
-                    want - burst_units,
-                    ask.now,
-                )));
+                let denied = Denied::RetryAfter(wait(scaled, want - burst_units, ask.now));
+                return Outcome::Refused(denied, dry);
             }
             // A lease that holds less than one token is replaced (what it holds is lost).
             let mut leased = 0;
