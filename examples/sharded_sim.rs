@@ -20,14 +20,24 @@
 //!   already beyond its limit: one advance out at a time) takes in one CAS the next `ahead`
 //!   tokens, not yet earned, paying them from its own line as they are earned; `ahead` starts
 //!   at 1, doubles after an advance spent to its top, halves (to 1 at least) after one let
-//!   tokens lapse, at most 64 and what the rate earns in 16 µs. The `no-advance` rows run the
+//!   tokens lapse, at most 64 and what the rate earns in 16 µs; and **`dry_all`** on the
+//!   read-mostly line, which every decision reads first: a central decision that leaves the
+//!   word dry for 1 ms or more, or the 64th admission from the word in a row by one core (the
+//!   run counted on the central line its CAS holds), publishes the instant the word holds a
+//!   token again, after a scan of every shard line (lapsed leases emptied; skipped while no
+//!   lease or advance was handed out since the last scan that found them all empty; the lease
+//!   that stopped the last scan read first, so that one line stops it again), and until
+//!   then a one-token decision is refused from that line alone. The `no-advance` rows run the
 //!   same rules without advances.
 //!
 //! ```text
-//! cargo run --release --example sharded_sim -- [CORES] [T_W_NS] [RATE_PER_S] [BURST]
+//! cargo run --release --example sharded_sim -- [CORES] [T_W_NS] [RATE_PER_S] [BURST] [HOT_PCT]
 //! ```
-//! Defaults: 64 cores, 100 ns, 10,000,000/s, 10,000. Simulates 20 ms per offered load, for
-//! `cas` and for the sharded bucket with and without advances.
+//! Defaults: 64 cores, 100 ns, 10,000,000/s, 10,000, and every core offering the same load.
+//! `HOT_PCT` between 1 and 99: core 0 offers that percentage of the load and the others share
+//! the rest (one busy core among quiet ones: the run that publishes every dry spell). Simulates
+//! 20 ms per offered load, or 2,000 tokens' time at low rates, for `cas` and for the sharded
+//! bucket with and without advances.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -39,6 +49,9 @@ const ADVANCE_MAX: u64 = 64;
 const ADVANCE_NS: u64 = 16_000;
 const LEASE_MIN_NS: u64 = 250;
 const SIM_NS: u64 = 20_000_000;
+/// The crate's `DRY_ALL_NS` and `ALONE_AFTER`.
+const DRY_ALL_NS: u64 = 1_000_000;
+const ALONE_AFTER: u64 = 64;
 
 /// SplitMix64.
 struct Rng(u64);
@@ -156,6 +169,22 @@ struct Model {
     leases: Vec<Lease>,
     central: Line,
     shard_lines: Vec<Line>,
+    /// The bucket's read-mostly line (quota, clock, `dry_all`).
+    read_mostly: Line,
+    /// The instant before which a one-token decision is refused from the read-mostly line.
+    dry_all: u64,
+    /// Leases and advances handed out; its value at the last scan that found every lease empty.
+    hand_outs: u64,
+    clean: u64,
+    /// The shard whose lease stopped the last scan (`usize::MAX`: none).
+    blocker: usize,
+    /// The core that made the last admissions from the word without a lease, and how many in a
+    /// row before the last.
+    run: (usize, u64),
+    publications: u64,
+    /// Shard lines read by the scans before publications.
+    scan_lines: u64,
+    dry_all_refusals: u64,
     counts: Counts,
     leases_taken: u64,
     lease_tokens: u64,
@@ -176,6 +205,11 @@ impl Model {
         let limit = e + burst;
         let mut now = t;
         if self.sharded {
+            now = self.read_mostly.read(core, now, self.t_w, &mut self.counts);
+            if t < self.dry_all {
+                self.dry_all_refusals += 1;
+                return (false, now);
+            }
             let l = self.leases[core];
             now = self.shard_lines[core].read(core, now, self.t_w, &mut self.counts);
             let base = l.frontier.max(e);
@@ -211,6 +245,7 @@ impl Model {
                 .central
                 .cas(core, now, self.t_w, &mut self.counts, true);
             if lease > 0 {
+                self.hand_outs += 1;
                 let l = &mut self.leases[core];
                 (l.frontier, l.top) = (next - lease * UNIT, next);
                 self.leases_taken += 1;
@@ -220,7 +255,9 @@ impl Model {
             }
             if self.sharded && next + UNIT > limit {
                 // The word's last token: the core refuses from its own line until the next.
-                self.leases[core].dry_until = (next + UNIT - burst).div_ceil(self.rate);
+                let dry = (next + UNIT - burst).div_ceil(self.rate);
+                self.leases[core].dry_until = dry;
+                return (true, self.note_dry(core, end, t, e, true, dry));
             }
             return (true, end);
         }
@@ -236,7 +273,55 @@ impl Model {
             self.leases[core].dry_until = dry;
             now = self.shard_lines[core].cas(core, now, self.t_w, &mut self.counts, false);
         }
-        (false, now)
+        (false, self.note_dry(core, now, t, e, false, dry))
+    }
+
+    /// After a central decision at reading `t` that found or left the word dry until `dry`
+    /// (`admitted`: one that took a token and no lease): publishes `dry_all` if the spell is
+    /// 1 ms or more, or the core has made the last 64 such admissions. When it ends.
+    fn note_dry(&mut self, core: usize, now: u64, t: u64, e: u64, admitted: bool, dry: u64) -> u64 {
+        if dry <= t {
+            return now;
+        }
+        let alone = admitted && {
+            let (who, n) = self.run;
+            if who != core {
+                self.run = (core, 0);
+                false
+            } else {
+                self.run.1 = (n + 1).min(ALONE_AFTER - 1);
+                n + 1 >= ALONE_AFTER - 1
+            }
+        };
+        if !alone && dry - t < DRY_ALL_NS || dry <= self.dry_all {
+            return now;
+        }
+        let mut now = now;
+        if self.clean != self.hand_outs {
+            // The lease that stopped the last scan first (`blocker`): one line while it holds.
+            let order = std::iter::once(self.blocker).chain(0..self.cores);
+            for c in order.filter(|&c| c < self.cores) {
+                self.scan_lines += 1;
+                now = self.shard_lines[c].read(core, now, self.t_w, &mut self.counts);
+                let l = self.leases[c];
+                if l.frontier >= l.top {
+                    continue;
+                }
+                if l.top > e {
+                    self.blocker = c;
+                    return now; // a lease holds units: its shard spends them first
+                }
+                // Lapsed: emptied (a lock and a store on its line), its units stranded.
+                self.lapsed_units += l.top - l.frontier;
+                self.leases[c].frontier = l.top;
+                now = self.shard_lines[c].cas(core, now, self.t_w, &mut self.counts, false);
+            }
+            self.clean = self.hand_outs;
+        }
+        self.dry_all = dry;
+        self.publications += 1;
+        self.read_mostly
+            .cas(core, now, self.t_w, &mut self.counts, false)
     }
 
     /// A hungry core's advance, with the word dry at its reading (state `s`, `e` earned): the
@@ -260,6 +345,7 @@ impl Model {
         let base = s.max(e);
         let top = base + size * UNIT;
         self.state = top;
+        self.hand_outs += 1;
         let end = self
             .central
             .cas(core, now, self.t_w, &mut self.counts, true);
@@ -269,6 +355,11 @@ impl Model {
         self.lapsed_units += lapsed;
         Some(self.shard_lines[core].cas(core, end, self.t_w, &mut self.counts, false))
     }
+}
+
+/// The simulated time at `rate_per_s`: 20 ms, or 2,000 tokens' time if longer.
+fn sim_ns(rate_per_s: u64) -> u64 {
+    SIM_NS.max(2_000 * 1_000_000_000 / rate_per_s)
 }
 
 /// What one run measured.
@@ -281,6 +372,10 @@ struct Run {
     mean_lease: f64,
     advances: u64,
     lapsed_tokens: f64,
+    /// Decisions refused from `dry_all`, its publications, and the shard lines their scans read.
+    dry_all_refusals: u64,
+    publications: u64,
+    scan_lines: u64,
 }
 
 /// One run: `cas` (`sharded` false), or the sharded bucket with or without advances.
@@ -288,10 +383,11 @@ fn run(
     (sharded, advances): (bool, bool),
     cores: usize,
     t_w: u64,
-    rate_per_s: u64,
-    burst: u64,
+    (rate_per_s, burst): (u64, u64),
     load: f64,
+    hot: u64,
 ) -> Run {
+    let sim_ns = sim_ns(rate_per_s);
     let rate = rate_per_s; // units per ns: (tokens/s × 1e9 units) / 1e9 ns
     let mut m = Model {
         sharded,
@@ -311,6 +407,15 @@ fn run(
         leases: vec![Lease::default(); cores],
         central: Line::new(cores),
         shard_lines: vec![Line::new(cores); cores],
+        read_mostly: Line::new(cores),
+        dry_all: 0,
+        hand_outs: 0,
+        clean: u64::MAX,
+        blocker: usize::MAX,
+        run: (usize::MAX, 0),
+        publications: 0,
+        scan_lines: 0,
+        dry_all_refusals: 0,
         counts: Counts::default(),
         leases_taken: 0,
         lease_tokens: 0,
@@ -318,21 +423,34 @@ fn run(
         lapsed_units: 0,
     };
     let mut rng = Rng(1);
-    // Mean think time so that all cores offer `load × rate` decisions per second.
-    let mean = cores as f64 * 1e9 / (load * rate_per_s as f64);
-    let mut heap: BinaryHeap<Reverse<(u64, usize)>> =
-        (0..cores).map(|c| Reverse((rng.exp(mean), c))).collect();
+    // Mean think times so that all cores offer `load × rate` decisions per second: core 0
+    // `hot` % of them if `hot` is set, the others an equal share of the rest.
+    let offered = load * rate_per_s as f64;
+    let means: Vec<f64> = if (1..100).contains(&hot) {
+        let h = hot as f64 / 100.0;
+        (0..cores)
+            .map(|c| match c {
+                0 => 1e9 / (h * offered),
+                _ => (cores - 1) as f64 * 1e9 / ((1.0 - h) * offered),
+            })
+            .collect()
+    } else {
+        vec![cores as f64 * 1e9 / offered; cores]
+    };
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..cores)
+        .map(|c| Reverse((rng.exp(means[c]), c)))
+        .collect();
     let (mut decisions, mut admitted) = (0u64, 0u64);
     let mut latencies = Vec::new();
     while let Some(Reverse((t, core))) = heap.pop() {
-        if t >= SIM_NS {
+        if t >= sim_ns {
             continue;
         }
         let (ok, end) = m.decide(core, t);
         decisions += 1;
         admitted += u64::from(ok);
         latencies.push(end - t);
-        heap.push(Reverse((end + rng.exp(mean), core)));
+        heap.push(Reverse((end + rng.exp(means[core]), core)));
     }
     latencies.sort_unstable();
     let p99 = latencies
@@ -352,6 +470,9 @@ fn run(
         },
         advances: m.advances,
         lapsed_tokens: m.lapsed_units as f64 / UNIT as f64,
+        dry_all_refusals: m.dry_all_refusals,
+        publications: m.publications,
+        scan_lines: m.scan_lines,
     }
 }
 
@@ -363,15 +484,23 @@ fn main() {
     let t_w = args.next().unwrap_or(100);
     let rate = args.next().unwrap_or(10_000_000);
     let burst = args.next().unwrap_or(10_000);
-    assert!((2..=4096).contains(&cores) && t_w > 0 && rate > 0 && burst > 0);
+    let hot = args.next().unwrap_or(0);
+    assert!((2..=4096).contains(&cores) && t_w > 0 && rate > 0 && burst > 0 && hot < 100);
+    let sim_ns = sim_ns(rate);
+    let share = if hot > 0 {
+        format!("core 0 offering {hot} % of the load")
+    } else {
+        "every core offering the same load".to_owned()
+    };
     println!(
-        "{cores} cores, t_w {t_w} ns, rate {rate}/s, burst {burst}, {} ms simulated per row; \
-         load = offered decisions / rate",
-        SIM_NS / 1_000_000
+        "{cores} cores, t_w {t_w} ns, rate {rate}/s, burst {burst}, {share}, {} ms simulated per \
+         row; load = offered decisions / rate",
+        sim_ns / 1_000_000
     );
     println!(
         "load  strategy      decisions M/s  admitted M/s  transfers/decision  \
-         central CAS/admission  p99 ns  mean lease  advances/ms  lapsed tokens"
+         central CAS/admission  p99 ns  mean lease  advances/ms  lapsed tokens  \
+         dry_all refusals  publications/ms  scan lines/ms"
     );
     let strategies = [
         ("cas", (false, false)),
@@ -380,17 +509,20 @@ fn main() {
     ];
     for load in [0.5, 1.0, 2.0, 10.0] {
         for (name, kind) in strategies {
-            let r = run(kind, cores, t_w, rate, burst, load);
+            let r = run(kind, cores, t_w, (rate, burst), load, hot);
             println!(
-                "{load:>4}  {name:<12}  {:>13.2}  {:>12.2}  {:>18.2}  {:>21.2}  {:>6}  {:>10.1}  {:>11.1}  {:>13.0}",
-                r.decisions as f64 * 1e3 / SIM_NS as f64,
-                r.admitted as f64 * 1e3 / SIM_NS as f64,
+                "{load:>4}  {name:<12}  {:>13.2}  {:>12.2}  {:>18.2}  {:>21.2}  {:>6}  {:>10.1}  {:>11.1}  {:>13.0}  {:>15.1}%  {:>15.2}  {:>13.1}",
+                r.decisions as f64 * 1e3 / sim_ns as f64,
+                r.admitted as f64 * 1e3 / sim_ns as f64,
                 r.transfers as f64 / r.decisions as f64,
                 r.central_cas as f64 / r.admitted.max(1) as f64,
                 r.p99_ns,
                 r.mean_lease,
-                r.advances as f64 * 1e6 / SIM_NS as f64,
+                r.advances as f64 * 1e6 / sim_ns as f64,
                 r.lapsed_tokens,
+                r.dry_all_refusals as f64 * 100.0 / r.decisions.max(1) as f64,
+                r.publications as f64 * 1e6 / sim_ns as f64,
+                r.scan_lines as f64 * 1e6 / sim_ns as f64,
             );
         }
     }
