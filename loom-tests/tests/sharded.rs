@@ -127,15 +127,15 @@ fn a_stale_decision_racing_a_later_one_creates_nothing() {
     });
 }
 
+/// Two threads' one-token decisions.
+type Racers = [thread::JoinHandle<Result<(), tollgate::Denied>>; 2];
+
 /// [`shards_of_one`] drained at 0, the clock moved to 0.5 s (one token earned), and two
 /// threads each asking for one token.
 fn drained_then_two_race_at_half_a_second(
     clock: &ManualClock,
     shards: usize,
-) -> (
-    loom::sync::Arc<ShardedBucket<ManualClock>>,
-    [thread::JoinHandle<Result<(), tollgate::Denied>>; 2],
-) {
+) -> (loom::sync::Arc<ShardedBucket<ManualClock>>, Racers) {
     let bucket = shards_of_one(clock, shards);
     assert_eq!(bucket.try_acquire(2), Ok(()));
     clock.advance(Duration::from_millis(500));
