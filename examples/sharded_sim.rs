@@ -31,13 +31,13 @@
 //!   same rules without advances.
 //!
 //! ```text
-//! cargo run --release --example sharded_sim -- [CORES] [T_W_NS] [RATE_PER_S] [BURST] [HOT_PCT]
+//! cargo run --release --example sharded_sim -- [CORES] [T_W_NS] [RATE_PER_S] [BURST] [HOT_PCT] [MS]
 //! ```
 //! Defaults: 64 cores, 100 ns, 10,000,000/s, 10,000, and every core offering the same load.
 //! `HOT_PCT` between 1 and 99: core 0 offers that percentage of the load and the others share
 //! the rest (one busy core among quiet ones: the run that publishes every dry spell). Simulates
-//! 20 ms per offered load, or 2,000 tokens' time at low rates, for `cas` and for the sharded
-//! bucket with and without advances.
+//! `MS` milliseconds per offered load (default 20, and at least 2,000 tokens' time at low
+//! rates), for `cas` and for the sharded bucket with and without advances.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -152,6 +152,9 @@ struct Lease {
     dry_until: u64,
     /// The tokens of the core's next advance (0: not hungry).
     ahead: u64,
+    /// A scan emptied the lease after it lapsed: the next advance halves (the crate's mark in
+    /// `ahead`).
+    emptied: bool,
 }
 
 /// The state of one simulated limiter. Units: 1 token = `1e9` units, `rate` units earned per ns.
@@ -314,6 +317,7 @@ impl Model {
                 // Lapsed: emptied (a lock and a store on its line), its units stranded.
                 self.lapsed_units += l.top - l.frontier;
                 self.leases[c].frontier = l.top;
+                self.leases[c].emptied = l.ahead > 0;
                 now = self.shard_lines[c].cas(core, now, self.t_w, &mut self.counts, false);
             }
             self.clean = self.hand_outs;
@@ -331,7 +335,7 @@ impl Model {
         if l.ahead == 0 || self.ahead_cap == 0 {
             return None;
         }
-        let (size, lapsed) = if l.frontier < l.top {
+        let (size, lapsed) = if l.frontier < l.top || l.emptied {
             ((l.ahead / 2).max(1), l.top - l.frontier)
         } else if l.top > 0 {
             ((l.ahead * 2).min(self.ahead_cap), 0)
@@ -350,16 +354,16 @@ impl Model {
             .central
             .cas(core, now, self.t_w, &mut self.counts, true);
         let l = &mut self.leases[core];
-        (l.frontier, l.top, l.ahead) = (base, top, size);
+        (l.frontier, l.top, l.ahead, l.emptied) = (base, top, size, false);
         self.advances += 1;
         self.lapsed_units += lapsed;
         Some(self.shard_lines[core].cas(core, end, self.t_w, &mut self.counts, false))
     }
 }
 
-/// The simulated time at `rate_per_s`: 20 ms, or 2,000 tokens' time if longer.
-fn sim_ns(rate_per_s: u64) -> u64 {
-    SIM_NS.max(2_000 * 1_000_000_000 / rate_per_s)
+/// The simulated time at `rate_per_s`: `ms` milliseconds, or 2,000 tokens' time if longer.
+fn sim_ns(rate_per_s: u64, ms: u64) -> u64 {
+    (ms * 1_000_000).max(2_000 * 1_000_000_000 / rate_per_s)
 }
 
 /// What one run measured.
@@ -385,9 +389,8 @@ fn run(
     t_w: u64,
     (rate_per_s, burst): (u64, u64),
     load: f64,
-    hot: u64,
+    (hot, sim_ns): (u64, u64),
 ) -> Run {
-    let sim_ns = sim_ns(rate_per_s);
     let rate = rate_per_s; // units per ns: (tokens/s × 1e9 units) / 1e9 ns
     let mut m = Model {
         sharded,
@@ -485,8 +488,10 @@ fn main() {
     let rate = args.next().unwrap_or(10_000_000);
     let burst = args.next().unwrap_or(10_000);
     let hot = args.next().unwrap_or(0);
+    let ms = args.next().unwrap_or(SIM_NS / 1_000_000);
     assert!((2..=4096).contains(&cores) && t_w > 0 && rate > 0 && burst > 0 && hot < 100);
-    let sim_ns = sim_ns(rate);
+    assert!((1..=100_000).contains(&ms));
+    let sim_ns = sim_ns(rate, ms);
     let share = if hot > 0 {
         format!("core 0 offering {hot} % of the load")
     } else {
@@ -509,7 +514,7 @@ fn main() {
     ];
     for load in [0.5, 1.0, 2.0, 10.0] {
         for (name, kind) in strategies {
-            let r = run(kind, cores, t_w, (rate, burst), load, hot);
+            let r = run(kind, cores, t_w, (rate, burst), load, (hot, sim_ns));
             println!(
                 "{load:>4}  {name:<12}  {:>13.2}  {:>12.2}  {:>18.2}  {:>21.2}  {:>6}  {:>10.1}  {:>11.1}  {:>13.0}  {:>15.1}%  {:>15.2}  {:>13.1}",
                 r.decisions as f64 * 1e3 / sim_ns as f64,

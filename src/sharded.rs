@@ -829,6 +829,43 @@ mod tests {
         assert_eq!(dry_all(&bucket), now + 2 * token, "the lease spent");
     }
 
+    /// An advance that lapsed and was emptied by another shard's scan counts as lapsed: its
+    /// shard's next advance halves. Emptied, the lease looks spent to its top, and until
+    /// 2026-12-03 the next advance doubled (here 4 tokens instead of 1), so a quiet shard's
+    /// advances grew to the cap and lapsed whole (`examples/sharded_sim.rs`, `HOT_PCT`).
+    #[test]
+    fn an_advance_a_scan_emptied_halves_the_next() {
+        let clock = ManualClock::new();
+        let quota = Quota::new(1_000_000, Duration::from_secs(1), 1_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, clock);
+        let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
+        let us = 1_000; // a token
+        assert_eq!(bucket.acquire_central(0, 1_000, mine, 0, 0), Ok(()));
+        other.hungry();
+        let ask = |now: u64| {
+            let (q, h) = other.read();
+            bucket.acquire_central(now, 1, other, q, h)
+        };
+        assert_eq!(ask(0), Err(Denied::RetryAfter(Duration::from_micros(1))));
+        assert_eq!(other.ahead(), (1, false), "an advance of 1");
+        assert_eq!(bucket.acquire_slow(us, bucket.earned(us), 1, other), Ok(()));
+        assert!(ask(us).is_err());
+        assert_eq!(other.ahead(), (2, false), "spent to its top: doubled");
+        // 1,003 µs: the advance's units lapsed. This shard drains the word and admits alone,
+        // and its publication's scan empties the advance.
+        let t = 1_003 * us;
+        assert_eq!(bucket.acquire_central(t, 1_000, mine, 0, 0), Ok(()));
+        let run = super::central::ALONE_AFTER;
+        for k in 1..run {
+            assert_eq!(bucket.acquire_central(t + k * us, 1, mine, 0, 0), Ok(()));
+        }
+        assert_eq!(dry_all(&bucket), t + run * us);
+        assert_eq!(bucket.stranded_tokens(), 2.0);
+        assert_eq!(other.ahead(), (2, true), "emptied after it lapsed");
+        assert!(ask(t + (run - 1) * us).is_err());
+        assert_eq!(other.ahead(), (1, false), "halved, not doubled");
+    }
+
     /// A lease that lapsed at the publishing reading is emptied (its units counted as
     /// stranded), so that no older reading can spend it after the publication either.
     #[test]

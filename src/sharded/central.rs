@@ -336,8 +336,9 @@ impl Central {
     /// replaced by another thread, a lost CAS): the caller refuses from the word as it found it.
     ///
     /// Sizes: the lease it replaces was spent to its top (`q == h`, an earlier advance used up,
-    /// or a lease never taken): the size doubles, up to `ahead_cap`; units of it lapsed: the size
-    /// halves, to one token at least (and what lapsed is counted in the lease's `stranded`). The
+    /// or a lease never taken): the size doubles, up to `ahead_cap`; units of it lapsed, or a
+    /// scan emptied it after they did (marked in `ahead`): the size halves, to one token at least
+    /// (and what lapsed is counted in the lease's `stranded`). The
     /// bound holds whatever the size: every unit is taken once, and paid only at a reading whose
     /// limit reaches it.
     #[cold]
@@ -353,7 +354,7 @@ impl Central {
         (q, h): (u64, u64),
         ahead_cap: u64,
     ) -> Option<u64> {
-        let size = lease.ahead();
+        let (size, emptied) = lease.ahead();
         if size == 0 {
             return None;
         }
@@ -364,6 +365,8 @@ impl Central {
         // that: `a_lapsed_lease_does_not_keep_its_shard_from_advances`).
         let (size, lapsed) = if q < h {
             ((size / 2).max(1), h - q)
+        } else if emptied {
+            ((size / 2).max(1), 0)
         } else if q == h && h > 0 {
             ((size * 2).min(ahead_cap), 0)
         } else {
