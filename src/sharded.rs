@@ -679,7 +679,7 @@ impl<C: Clock> ShardedBucket<C> {
 
 #[cfg(test)]
 mod tests {
-    use super::{ShardOf, ShardedBucket, MAX_SHARDS};
+    use super::{Lease, ShardOf, ShardedBucket, MAX_SHARDS};
     use crate::clock::ManualClock;
     use crate::error::Denied;
     use crate::quota::Quota;
@@ -690,6 +690,30 @@ mod tests {
 
     fn dry_all(bucket: &ShardedBucket<ManualClock>) -> u64 {
         bucket.read_mostly.dry_all.load(Ordering::Relaxed)
+    }
+
+    /// `lease`'s shard drains the full word at `from`, then takes one token every `step` ns:
+    /// [`ALONE_AFTER`](super::central::ALONE_AFTER) admissions from the word in a row, each
+    /// leaving it dry; `dry_all` is checked unchanged until the last, which publishes when its
+    /// shard started the run here. The last admission's reading.
+    fn drain_alone(
+        bucket: &ShardedBucket<ManualClock>,
+        lease: &Lease,
+        from: u64,
+        step: u64,
+    ) -> u64 {
+        let before = dry_all(bucket);
+        let burst = bucket.quota().burst();
+        assert_eq!(bucket.acquire_central(from, burst, lease, 0, 0), Ok(()));
+        let run = super::central::ALONE_AFTER;
+        for k in 1..run {
+            assert_eq!(dry_all(bucket), before, "admission {k} of the run");
+            assert_eq!(
+                bucket.acquire_central(from + k * step, 1, lease, 0, 0),
+                Ok(())
+            );
+        }
+        from + (run - 1) * step
     }
 
     /// A drained bucket dry for 1 ms or more publishes the instant it holds a token again, and
@@ -774,20 +798,13 @@ mod tests {
         let quota = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
         let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
         let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
-        // The drain is the run's first admission, at 0; the last is at `(run - 1) × 100` ns.
-        assert_eq!(bucket.acquire_central(0, 10_000, mine, 0, 0), Ok(()));
-        let run = super::central::ALONE_AFTER;
-        for k in 1..run {
-            assert_eq!(dry_all(&bucket), 0, "{k}");
-            assert_eq!(bucket.acquire_central(k * 100, 1, mine, 0, 0), Ok(()));
-        }
-        assert_eq!(dry_all(&bucket), run * 100);
-        clock.set(Duration::from_nanos(run * 100 - 50));
+        let t = drain_alone(&bucket, mine, 0, 100) + 100;
+        assert_eq!(dry_all(&bucket), t);
+        clock.set(Duration::from_nanos(t - 50));
         assert_eq!(
             bucket.try_acquire(1),
             Err(Denied::RetryAfter(Duration::from_nanos(50)))
         );
-        let t = run * 100;
         assert_eq!(bucket.acquire_central(t, 1, other, 0, 0), Ok(()));
         assert_eq!(bucket.acquire_central(t + 100, 1, mine, 0, 0), Ok(()));
         assert_eq!(dry_all(&bucket), t, "the run ended");
@@ -804,14 +821,10 @@ mod tests {
         let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
         let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
         let token = 100_000; // ns
-        let run = super::central::ALONE_AFTER;
-        assert_eq!(bucket.acquire_central(0, 100, mine, 0, 0), Ok(()));
-        for k in 1..run {
-            assert_eq!(bucket.acquire_central(k * token, 1, mine, 0, 0), Ok(()));
-        }
-        assert_eq!(dry_all(&bucket), run * token, "alone, after a scan");
+        let published = drain_alone(&bucket, mine, 0, token) + token;
+        assert_eq!(dry_all(&bucket), published, "alone, after a scan");
         // 51 tokens later the other shard takes 1 and a lease of ⌊50 / 16⌋ = 3.
-        let now = (run + 50) * token;
+        let now = published + 50 * token;
         assert_eq!(bucket.acquire_central(now, 1, other, 0, 0), Ok(()));
         let (q, h) = other.read();
         assert_eq!(h - q, 3 * quota.scale());
@@ -820,7 +833,7 @@ mod tests {
         let word = bucket.available() - 3;
         assert_eq!(bucket.acquire_central(now, word, mine, 0, 0), Ok(()));
         assert!(mine.dry_until() > now);
-        assert_eq!(dry_all(&bucket), run * token, "published over a lease of 3");
+        assert_eq!(dry_all(&bucket), published, "published over a lease of 3");
         let e = bucket.earned(now);
         for _ in 0..3 {
             assert_eq!(bucket.acquire_slow(now, e, 1, other), Ok(()));
@@ -840,7 +853,8 @@ mod tests {
         let bucket = ShardedBucket::with_clock(quota, 2, clock);
         let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
         let us = 1_000; // a token
-        assert_eq!(bucket.acquire_central(0, 1_000, mine, 0, 0), Ok(()));
+                        // The other shard drains the word (its only admission) and takes advances.
+        assert_eq!(bucket.acquire_central(0, 1_000, other, 0, 0), Ok(()));
         other.hungry();
         let ask = |now: u64| {
             let (q, h) = other.read();
@@ -853,16 +867,11 @@ mod tests {
         assert_eq!(other.ahead(), (2, false), "spent to its top: doubled");
         // 1,003 µs: the advance's units lapsed. This shard drains the word and admits alone,
         // and its publication's scan empties the advance.
-        let t = 1_003 * us;
-        assert_eq!(bucket.acquire_central(t, 1_000, mine, 0, 0), Ok(()));
-        let run = super::central::ALONE_AFTER;
-        for k in 1..run {
-            assert_eq!(bucket.acquire_central(t + k * us, 1, mine, 0, 0), Ok(()));
-        }
-        assert_eq!(dry_all(&bucket), t + run * us);
+        let last = drain_alone(&bucket, mine, 1_003 * us, us);
+        assert_eq!(dry_all(&bucket), last + us);
         assert_eq!(bucket.stranded_tokens(), 2.0);
         assert_eq!(other.ahead(), (2, true), "emptied after it lapsed");
-        assert!(ask(t + (run - 1) * us).is_err());
+        assert!(ask(last).is_err());
         assert_eq!(other.ahead(), (1, false), "halved, not doubled");
     }
 

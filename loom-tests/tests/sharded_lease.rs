@@ -32,6 +32,20 @@ fn on_the_same_shard<T: Send + 'static>(
     thread::spawn(f)
 }
 
+/// The main thread's part of the dry-spell races: 1 (and a lease of 2 from a full word), a
+/// yield, then 1 twice; with what `other` took, all 34 tokens are admitted, none is left and
+/// none stranded — so no request of the main thread was refused while its lease held a token.
+fn the_main_threads_three<C: Clock>(bucket: &ShardedBucket<C>, other: thread::JoinHandle<u64>) {
+    let first = u64::from(bucket.try_acquire(1).is_ok());
+    // A yield lets the model run the other thread here without spending a preemption.
+    thread::yield_now();
+    let mine = first + (0..2).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64;
+    let theirs = other.join().unwrap();
+    assert_eq!(mine + theirs, 34, "mine {mine}, theirs {theirs}");
+    assert_eq!(bucket.available(), 0);
+    assert_eq!(bucket.stranded_tokens(), 0.0);
+}
+
 /// Frozen clock. The main thread takes 1 (and a lease of 2), then it and a thread of the same
 /// shard ask for one token twice each: two spends empty the lease, and whichever decision finds
 /// it empty first replaces it (lock, CAS on the central word, install) while the other spends or
@@ -149,7 +163,8 @@ fn leases_on_two_shards_while_the_clock_moves() {
 /// shard 1 takes 31 and then asks for 1. When the 31 leave the word dry, that thread tries to
 /// publish the whole bucket's dry instant, scanning the shards while the main thread locks,
 /// takes and installs its lease. The publication must see the lock or the lease, never the
-/// empty lease before it (the lease's CAS is `Release`, the scan's read of the word `Acquire`):
+/// empty lease before it (the lease's CAS is `Release`, and the publisher fences its read of
+/// the word `Acquire`):
 /// otherwise the main thread's two requests would be refused while its lease holds 2 tokens.
 /// Demand (35) exceeds the burst, and in every interleaving all 34 tokens are admitted.
 #[test]
@@ -161,14 +176,7 @@ fn a_dry_spell_is_never_published_over_a_lease_being_taken() {
             let first = if b.try_acquire(31).is_ok() { 31 } else { 0 };
             first + u64::from(b.try_acquire(1).is_ok())
         });
-        let first = u64::from(bucket.try_acquire(1).is_ok());
-        // A yield lets the model run the other thread here without spending a preemption.
-        thread::yield_now();
-        let mine = first + (0..2).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64;
-        let theirs = drain.join().unwrap();
-        assert_eq!(mine + theirs, 34, "mine {mine}, theirs {theirs}");
-        assert_eq!(bucket.available(), 0);
-        assert_eq!(bucket.stranded_tokens(), 0.0);
+        the_main_threads_three(&bucket, drain);
     });
 }
 
@@ -181,7 +189,8 @@ fn a_dry_spell_is_never_published_over_a_lease_being_taken() {
 /// the other takes 31: the third admission of its run, which leaves the word dry and publishes
 /// again — without a scan only if no lease was handed out since the last, so here after one
 /// that must see the main thread's lock or lease (the hand-out count and the lock come before
-/// the lease's CAS, `Release`; the publisher reads the word `Acquire`). All 34 tokens of 10 ms
+/// the lease's CAS, `Release`; the publisher fences its read of the word `Acquire`). All 34
+/// tokens of 10 ms
 /// are admitted in every interleaving: the main thread's two are never refused while its lease
 /// holds them.
 #[test]
@@ -211,14 +220,7 @@ fn a_shard_alone_never_publishes_over_a_lease_being_taken() {
             thread::yield_now();
         }
         at(10_000_000);
-        let first = u64::from(bucket.try_acquire(1).is_ok());
-        // A yield lets the model run the other thread here without spending a preemption.
-        thread::yield_now();
-        let mine = first + (0..2).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64;
-        let theirs = alone.join().unwrap();
-        assert_eq!(mine + theirs, 34, "mine {mine}, theirs {theirs}");
-        assert_eq!(bucket.available(), 0);
-        assert_eq!(bucket.stranded_tokens(), 0.0);
+        the_main_threads_three(&bucket, alone);
     });
 }
 

@@ -113,8 +113,8 @@ pub(super) struct Central {
     /// Leases and advances handed out so far: counted after the lease's lock and before the
     /// CAS that hands it out (both `Release`), so that a reader of the word and then, after an
     /// `Acquire` fence, of this count sees every hand-out whose CAS wrote the state it read or
-    /// an earlier one, and
-    /// a scan that read the count raised sees the lease's lock. Counted before the lock (until
+    /// an earlier one, and a scan that read the count raised sees the lease's lock. Counted
+    /// before the lock (until
     /// a second read found it, 2026-12-03), a scan could read the count and then the lease
     /// before its lock, record "all empty", and a later publication skip the scan over it
     /// (loom `a_scan_never_passes_a_lease_being_handed_out`).
@@ -126,8 +126,9 @@ pub(super) struct Central {
     /// instead of every shard's. A hint only (it can only stop a publication sooner). `Relaxed`.
     blocker: AtomicU64,
     /// The run of admissions from the word without a lease: the index of the shard that made
-    /// the last one plus one, shifted by [`RUN_BITS`] (0: none yet), plus how many it made in a row before it (at
-    /// most `ALONE_AFTER − 1`). A shard whose run is that long has the bucket to itself.
+    /// the last one plus one, shifted by [`RUN_BITS`] (0: none yet), plus how many it made in a
+    /// row before it (at most `ALONE_AFTER − 1`). A shard whose run is that long has the bucket
+    /// to itself.
     run: AtomicU64,
 }
 
@@ -391,10 +392,12 @@ impl Central {
             .compare_exchange(s, top, Ordering::Release, Ordering::Relaxed)
         {
             Ok(_) => {
-                lease.install(base, top);
                 // Sizes and losses change only with the lease actually replaced, so a shard
-                // that finds the word held by another's advance counts nothing twice.
+                // that finds the word held by another's advance counts nothing twice. The size
+                // is set while the lease is locked: a scan that empties the new advance (after
+                // a stall here as long as its units take to lapse) marks it after, not before.
                 lease.set_ahead(size);
+                lease.install(base, top);
                 if lapsed > 0 {
                     lease.add_stranded(lapsed);
                 }
