@@ -19,6 +19,8 @@
 
 mod central;
 mod lease;
+#[cfg(test)]
+mod seeded;
 
 use self::central::{Ask, Central, Outcome};
 use self::lease::{Fast, Lease};
@@ -433,6 +435,19 @@ impl<C: Clock> ShardedBucket<C> {
     /// deny path ran at 0.78× a `Bucket`'s in the harness, `docs/sharded.md`.)
     #[inline(always)]
     fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
+        self.acquire_on(now, cost, || self.home())
+    }
+
+    /// [`acquire_at`](Self::acquire_at) with the shard's lookup given (the thread's
+    /// [`home`](Self::home); a chosen shard in the unit tests), called only where the decision
+    /// needs the shard. Inlined with it: no closure survives.
+    #[inline(always)]
+    fn acquire_on<'a>(
+        &'a self,
+        now: u64,
+        cost: u64,
+        home: impl FnOnce() -> &'a Lease,
+    ) -> Result<(), Denied> {
         // One test for two rare cases: one shard (`dry_all` is `u64::MAX` there), or the
         // whole bucket dry for a while yet, as an earlier decision found it (a one-token
         // decision is refused without finding its shard). A load of the line read above.
@@ -445,7 +460,7 @@ impl<C: Clock> ShardedBucket<C> {
                 return Err(Denied::RetryAfter(central::wait_until(dry, now)));
             }
         }
-        let lease = self.home();
+        let lease = home();
         let (q, h) = lease.read();
         if q < h {
             let scaled = self.read_mostly.quota.scaled();
@@ -894,6 +909,167 @@ mod tests {
         // A reading older than the publication is refused too: the lease is gone.
         let e = bucket.earned(10 * MS);
         assert!(bucket.acquire_slow(10 * MS, e, 1, other).is_err());
+    }
+
+    /// A decision of `bucket` at `now` on shard `i` (the public path with the shard chosen).
+    fn on(
+        bucket: &ShardedBucket<ManualClock>,
+        i: usize,
+        now: u64,
+        cost: u64,
+    ) -> Result<(), Denied> {
+        bucket.acquire_on(now, cost, || &bucket.shards[i])
+    }
+
+    /// Shard 1 becomes hungry on a drained word at `t`: a refusal from the word, then one from
+    /// its `dry_until`.
+    fn make_hungry(bucket: &ShardedBucket<ManualClock>, t: u64) {
+        assert!(on(bucket, 1, t, 1).is_err());
+        assert!(on(bucket, 1, t, 1).is_err());
+        assert_eq!(bucket.shards[1].ahead(), (1, false));
+    }
+
+    /// A one-token refusal answered from a shard's `dry_until` does not see an advance another
+    /// shard took since: it waits the pooled wait (the token it counts is in that advance),
+    /// earlier than the word's by at most the advance; retried then, it is refused with the
+    /// word's wait, and the advance's holder takes the token (a review's finding, 2026-12-04:
+    /// documented in `docs/guarantees.md`, not changed — the refusal reads no central line).
+    #[test]
+    fn a_refusal_from_dry_until_waits_the_pooled_wait_past_an_advance() {
+        let quota = Quota::new(1_000_000, Duration::from_secs(1), 20).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        let t0 = 1_000 * MS;
+        assert_eq!(on(&bucket, 0, t0, 20), Ok(()));
+        assert!(on(&bucket, 0, t0, 1).is_err());
+        assert_eq!(bucket.shards[0].dry_until(), t0 + 1_000);
+        make_hungry(&bucket, t0);
+        let s = bucket.central.load();
+        assert!(on(&bucket, 1, t0 + 500, 2).is_err());
+        assert_eq!(
+            bucket.central.load(),
+            s + quota.scale(),
+            "an advance of one token"
+        );
+        let pooled = Denied::RetryAfter(Duration::from_nanos(500));
+        assert_eq!(on(&bucket, 0, t0 + 500, 1), Err(pooled));
+        let word = Denied::RetryAfter(Duration::from_nanos(1_000));
+        assert_eq!(
+            on(&bucket, 0, t0 + 1_000, 1),
+            Err(word),
+            "one advance later"
+        );
+        assert_eq!(on(&bucket, 1, t0 + 1_000, 1), Ok(()), "the advance's token");
+    }
+
+    /// The same through `dry_all`, published by a shard alone before the other's advance.
+    #[test]
+    fn a_refusal_from_dry_all_waits_the_pooled_wait_past_an_advance() {
+        let quota = Quota::new(1_000_000, Duration::from_secs(1), 20).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        let t0 = 1_000 * MS;
+        assert_eq!(
+            bucket.acquire_central(t0, 20, &bucket.shards[0], 0, 0),
+            Ok(())
+        );
+        make_hungry(&bucket, t0);
+        let mut last = t0;
+        for _ in 0..super::central::ALONE_AFTER {
+            last += 1_000;
+            assert_eq!(
+                bucket.acquire_central(last, 1, &bucket.shards[0], 0, 0),
+                Ok(())
+            );
+        }
+        assert_eq!(dry_all(&bucket), last + 1_000, "published alone");
+        let s = bucket.central.load();
+        assert!(on(&bucket, 1, last + 400, 2).is_err());
+        assert!(bucket.central.load() > s, "an advance");
+        let pooled = Denied::RetryAfter(Duration::from_nanos(600));
+        assert_eq!(on(&bucket, 0, last + 400, 1), Err(pooled));
+        assert!(
+            on(&bucket, 0, last + 1_000, 1).is_err(),
+            "the token is the advance's"
+        );
+    }
+
+    /// No advance for a cost of the whole burst: with an inexact quota its first units lapse
+    /// at the instant the cost becomes payable from them (the earned units, rounded up, pass
+    /// them), so the holder retrying at its wait was refused again, by the advance's size (a
+    /// review's finding, 2026-12-04). Refused from the word, every such wait is exact: each
+    /// retry at it is admitted.
+    #[test]
+    fn a_cost_of_the_whole_burst_takes_no_advance_and_waits_exactly() {
+        let quota = Quota::new(1_000_003, Duration::from_millis(1_001), 97).unwrap();
+        assert!(!quota.is_exact());
+        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        let mut t = 1_000 * MS + 123;
+        assert_eq!(on(&bucket, 0, t, 97), Ok(()));
+        make_hungry(&bucket, t);
+        let mut retried = 0;
+        for k in 0..200u64 {
+            t += 1_000 + k % 7;
+            let s = bucket.central.load();
+            if let Err(Denied::RetryAfter(d)) = on(&bucket, 1, t, 97) {
+                assert_eq!(bucket.central.load(), s, "no advance at {t}");
+                t += d.as_nanos() as u64;
+                assert_eq!(on(&bucket, 1, t, 97), Ok(()), "retried at its wait, {t}");
+                retried += 1;
+            }
+            // Keep the word drained and the shard hungry.
+            let _ = on(&bucket, 0, t, 97);
+            let _ = on(&bucket, 1, t, 1);
+        }
+        assert!(retried > 100, "{retried}");
+    }
+
+    /// A replacement that read its lease empty and stalled never discards an advance another
+    /// thread of its shard installed from the same frontier meanwhile: a lease spent to its top
+    /// with the word still there is replaced by an advance that starts at that very unit, so
+    /// the frontier comes back to the value the stalled thread read (`q → LOCKED → q`). Its
+    /// lock now checks the top as well, and it retries (a review's finding, 2026-12-04: before,
+    /// it replaced the advance, its units counted nowhere).
+    #[test]
+    fn a_stalled_replacement_never_discards_an_advance() {
+        use super::central::{Ask, Outcome};
+        use super::lease::Short;
+        let quota = Quota::new(1_000_000, Duration::from_secs(1), 100).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        let c = &bucket.shards[1];
+        let t0 = 1_000 * MS;
+        assert_eq!(on(&bucket, 0, t0, 100), Ok(()));
+        make_hungry(&bucket, t0);
+        assert!(on(&bucket, 1, t0, 2).is_err(), "an advance of one token");
+        assert_eq!(on(&bucket, 1, t0 + 1_000, 1), Ok(()), "spent to its top");
+        let (q, h) = c.read();
+        assert_eq!((q, h), (bucket.central.load(), bucket.central.load()));
+        // X reads the empty lease at a later reading (the word holds plenty there) and stalls
+        // before deciding.
+        let tx = t0 + 60_000;
+        let ex = bucket.earned(tx);
+        let short = match c.spend(ex, quota.burst_units(), quota.scale()) {
+            Err(short @ Short::Holds { units: 0, .. }) => short,
+            _ => panic!("an empty lease"),
+        };
+        // Y, at its own reading, takes the next advance: from the same unit.
+        assert!(on(&bucket, 1, t0 + 1_000, 2).is_err());
+        let advance = c.read();
+        assert_eq!(advance.0, q, "the frontier is back at q");
+        assert!(advance.1 > q);
+        let ask = Ask {
+            scaled: quota.scaled(),
+            now: tx,
+            earned: ex,
+            cost: 1,
+            shards: 2,
+            spread: bucket.read_mostly.spread,
+            lease: (c, short),
+        };
+        assert!(matches!(bucket.central.decide(&ask), Outcome::Retry));
+        assert_eq!(c.read(), advance, "the advance is kept");
+        // Retried, X spends from it.
+        assert_eq!(on(&bucket, 1, tx, 1), Ok(()));
+        assert_eq!(c.read(), (q + quota.scale(), advance.1));
+        assert_eq!(bucket.stranded_tokens(), 0.0);
     }
 
     /// The multiply-and-shift reduction is `%` for every shard count and every number below

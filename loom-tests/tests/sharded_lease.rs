@@ -382,3 +382,42 @@ fn a_publication_never_passes_an_advance_it_read() {
         );
     });
 }
+
+/// A replacement that read its lease empty never discards an advance installed from the same
+/// frontier meanwhile (a review's finding, 2026-12-04). 125,000 tokens/s (8 µs a token,
+/// advances of up to 2), burst 34, two shards, every decision of the model on shard 0: drained
+/// at 0, hungry, an advance of one token taken and spent at 8 µs — the lease is spent to its
+/// top with the word still there (35 tokens' units). Then, racing: the model's thread at its
+/// reading of 8 µs asks for 2 and takes the next advance, `[35, 37)`, from that very unit (the
+/// frontier goes `35 → LOCKED → 35`); a thread of the same shard at 240 µs (30 tokens earned,
+/// the word holding plenty) asks for 1 — from the advance if it sees it, else with a new lease.
+/// At 240 µs the shard then drains what is left: whichever ran first, 28 tokens (64 earned or
+/// in the burst, 35 spent before the race, 1 by the racer), none stranded. A lock that checked
+/// only the frontier let the racer, stalled between reading the empty lease and locking it,
+/// replace the advance: 26.
+#[test]
+fn a_stalled_replacement_never_discards_an_advance() {
+    loom::model(|| {
+        let quota = Quota::new(125_000, Duration::from_secs(1), 34).unwrap();
+        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
+        at(0);
+        assert_eq!(bucket.try_acquire(34), Ok(()));
+        assert!(bucket.try_acquire(1).is_err()); // from the word
+        assert!(bucket.try_acquire(1).is_err()); // from `dry_until`: hungry
+        assert!(bucket.try_acquire(2).is_err()); // an advance of one token
+        at(8_000);
+        assert_eq!(bucket.try_acquire(1), Ok(())); // spent to its top
+        let b = bucket.clone();
+        let racer = on_the_same_shard(move || {
+            at(240_000);
+            b.try_acquire(1)
+        });
+        assert!(bucket.try_acquire(2).is_err()); // the next advance, or refused by the racer's lease
+        assert_eq!(racer.join().unwrap(), Ok(()));
+        at(240_000);
+        let left = (0..40).filter(|_| bucket.try_acquire(1).is_ok()).count();
+        assert_eq!(left, 28);
+        assert_eq!(bucket.available(), 0);
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    });
+}

@@ -356,7 +356,11 @@ impl Central {
         ahead_cap: u64,
     ) -> Option<u64> {
         let (size, emptied) = lease.ahead();
-        if size == 0 {
+        // None for a cost of the whole burst: payable only with the bucket full, at a reading
+        // whose earned units reach the advance's first unit, where with an inexact quota they
+        // pass it (rounded up) and it lapses — the holder's wait would be short by the advance
+        // (`a_cost_of_the_whole_burst_takes_no_advance_and_waits_exactly`).
+        if size == 0 || cost_units >= scaled.burst_units() {
             return None;
         }
         // Units `[q, h)` lapsed if `q < h` (the lease is empty at this reading: `h <= ceil`).
@@ -381,7 +385,7 @@ impl Central {
             Some(top) if s <= e.floor + scaled.burst_units() && top <= MAX_STATE => top,
             _ => return None,
         };
-        if !lease.lock(q) {
+        if !lease.lock(q, h) {
             return None;
         }
         self.hand_out();
@@ -456,7 +460,7 @@ impl Central {
                         if units > 0 && top <= limit && want - units <= limit =>
                     {
                         if !locked {
-                            if !lease.lock(frontier) {
+                            if !lease.lock(frontier, top) {
                                 return Outcome::Retry;
                             }
                             locked = true;
@@ -492,7 +496,7 @@ impl Central {
             }
             // A lease that holds less than one token is replaced (what it holds is lost).
             let mut leased = 0;
-            if let Some((lease, frontier, _, _)) = held.filter(|h| h.3 < scale) {
+            if let Some((lease, frontier, top, _)) = held.filter(|h| h.3 < scale) {
                 // No lease below `cost + SPREAD × shards × lease_min` tokens held (`ask.spread`
                 // units more than the cost): a compare first, the divisions only when a lease is
                 // taken.
@@ -505,7 +509,7 @@ impl Central {
                 // `want + tokens × scale <= limit` by the size rule; checked as a debit is.
                 if tokens > 0 && want + tokens * scale <= limit {
                     if !locked {
-                        if !lease.lock(frontier) {
+                        if !lease.lock(frontier, top) {
                             return Outcome::Retry;
                         }
                         locked = true;

@@ -24,10 +24,14 @@ const LAPSED: u64 = 1 << 63;
 /// the spend's reading and at most one burst above them — the two conditions a debit of the
 /// central word checks. Units below the earned ones lapse: they are skipped, never spent.
 ///
-/// The frontier only ever rises, but for `LOCKED`: a new lease starts above the central word
-/// as its CAS found it, so above every unit of the lease it replaces, and a thread that locked
-/// the lease and replaced nothing stores the frontier it locked. So a spend whose CAS finds the
-/// frontier it read spends from the lease that frontier belonged to.
+/// The frontier never falls, but for `LOCKED`: a new lease starts at or above the central word
+/// as its CAS found it, so at or above every unit of the lease it replaces, and a thread that
+/// locked the lease and replaced nothing stores the frontier it locked. It comes back to a
+/// value it had only when a lease spent to its top, with the word still there, is replaced by
+/// an advance from that very unit (`q → LOCKED → q`, a new top): a spend that read the old,
+/// empty lease could not pay from it, and a replacement checks the top too
+/// ([`lock`](Lease::lock)). So a spend whose CAS finds the frontier it read spends from the
+/// lease that frontier belonged to.
 ///
 /// Orderings: a replacement stores `top` and then the frontier with `Release`; every load of
 /// the frontier that goes on to read `top` is `Acquire`, so it reads the `top` of the lease
@@ -167,16 +171,35 @@ impl Lease {
         }
     }
 
-    /// Takes the lease for replacement if its frontier is still `frontier`.
+    /// Takes the lease for replacement if it is still `[frontier, top)` as the caller read it.
+    ///
+    /// The frontier alone does not say so: a lease spent to its top while the central word
+    /// stood there (`frontier == top ==` the word) is replaced by an advance that starts at that
+    /// very unit, so the frontier goes `q → LOCKED → q` with a new top. A thread that read the
+    /// old, empty lease and stalled would lock it and replace the advance, its units counted
+    /// nowhere (a review's finding, 2026-12-04: `a_stalled_replacement_never_discards_an_advance`).
+    /// So the top is checked once the lock is held (nothing changes it then): `Acquire` on
+    /// success pairs with [`install`](Self::install)'s `Release` store of the frontier, so a
+    /// lock that succeeds on a frontier an install wrote reads that install's top. Otherwise
+    /// the frontier never falls: a new lease starts at or above the old one's top.
     #[inline]
-    pub(super) fn lock(&self, frontier: u64) -> bool {
-        self.frontier
-            .compare_exchange(frontier, LOCKED, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+    pub(super) fn lock(&self, frontier: u64, top: u64) -> bool {
+        if self
+            .frontier
+            .compare_exchange(frontier, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        if self.top.load(Ordering::Relaxed) != top {
+            self.unlock(frontier);
+            return false;
+        }
+        true
     }
 
-    /// Ends a replacement with the lease `[from, to)`: `from` above every unit of the old one,
-    /// so that the frontier only ever rises (`to, to` empties the lease).
+    /// Ends a replacement with the lease `[from, to)`: `from` at or above every unit of the old
+    /// one, so that the frontier never falls (`to, to` empties the lease).
     #[inline]
     pub(super) fn install(&self, from: u64, to: u64) {
         self.top.store(to, Ordering::Relaxed);
@@ -252,7 +275,7 @@ impl Lease {
         if q >= h {
             return true;
         }
-        if !self.lock(q) {
+        if !self.lock(q, h) {
             return false;
         }
         let a = self.ahead.load(Ordering::Relaxed);

@@ -1,0 +1,427 @@
+//! Seeded schedules on chosen shards (tests only; from a review of 2026-12-04): random shards,
+//! costs, and fresh, stale and stepped-back readings, one thread, a fixed seed per case. After
+//! every decision the claims the fast paths rely on are checked against the actual state —
+//! `dry_all` and every `dry_until` (no lease and not the word can pay a token before them),
+//! leases disjoint and below the word — and at the end every window of the admissions, in
+//! exact rationals. A quarter of the refusals at the latest reading are retried alone at the
+//! instant their wait names: admitted, but for the one documented case (a one-token refusal
+//! from `dry_until` or `dry_all` after another shard's advance, early by at most the advance).
+//! Then the edges (readings, costs and quotas at their limits, in a debug build: no overflow),
+//! and real threads sharing shards, with stale and stepped-back readings.
+
+use super::{Lease, ShardedBucket};
+use crate::clock::ManualClock;
+use crate::error::Denied;
+use crate::quota::Quota;
+use crate::sync::Ordering;
+use core::time::Duration;
+use std::string::String;
+use std::vec::Vec;
+use std::{format, println};
+
+/// xorshift64*, seeded.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// A decision of `bucket` at `now` on `lease`'s shard: the public path with the shard chosen
+/// (its edge costs answered as `try_acquire` answers them: the internal path assumes them away).
+fn decide(
+    bucket: &ShardedBucket<ManualClock>,
+    now: u64,
+    cost: u64,
+    lease: &Lease,
+) -> Result<(), Denied> {
+    if cost == 0 {
+        Ok(())
+    } else if cost > bucket.quota().burst() {
+        Err(Denied::ExceedsBurst)
+    } else {
+        bucket.acquire_on(now, cost, || lease)
+    }
+}
+
+/// The first window over its bound among admissions `(reading, cost)`, in exact rationals
+/// (one unit of slack for inexact quotas, as in `Bucket`): the admissions at readings in
+/// `[t_i, t_j]` take at most `burst + rate · (t_j − t_i)`.
+fn window_violation(quota: &Quota, ev: &mut [(u64, u64)]) -> Option<String> {
+    ev.sort_unstable();
+    let (mul, div) = quota.units_per_ns();
+    let (mul, div) = (i128::from(mul), i128::from(div));
+    let scale = i128::from(quota.scale());
+    let burst = i128::from(quota.burst_units()) + i128::from(!quota.is_exact());
+    // Units admitted before event `i`, and the least `div · P(i) − mul · t_i` so far.
+    let mut p: i128 = 0;
+    let mut best: Option<(i128, usize)> = None;
+    for (j, &(t, c)) in ev.iter().enumerate() {
+        let here = div * p - mul * i128::from(t);
+        if best.map_or(true, |b| here < b.0) {
+            best = Some((here, j));
+        }
+        p += i128::from(c) * scale;
+        let (low, i) = best?;
+        if div * p - mul * i128::from(t) - low > div * burst {
+            return Some(format!("window [{}, {t}] over its bound", ev[i].0));
+        }
+    }
+    None
+}
+
+/// Whether `lease` can pay one token at some reading before `d`.
+fn lease_pays_before(bucket: &ShardedBucket<ManualClock>, lease: &Lease, d: u64) -> bool {
+    let scaled = bucket.read_mostly.quota.scaled();
+    let (scale, burst) = (scaled.scale(), scaled.burst_units());
+    let (q, h) = lease.read();
+    if q >= h {
+        return false;
+    }
+    let first = if q + scale > burst {
+        scaled.instant_of(q + scale - burst)
+    } else {
+        0
+    };
+    first < d && q.max(bucket.earned(first).ceil) + scale <= h
+}
+
+/// What a schedule did.
+#[derive(Default, Debug)]
+struct Stats {
+    admitted: u64,
+    probes: u64,
+    /// Retries at the named instant refused again (each the documented case, checked).
+    early: u64,
+}
+
+/// One seeded schedule of `steps` decisions; panics on a broken claim, window or wait.
+fn run(quota: Quota, shards: usize, token_ns: u64, seed: u64, steps: u64) -> Stats {
+    let bucket = ShardedBucket::with_clock(quota, shards, ManualClock::new());
+    let n = bucket.shards.len();
+    let mut rng = Rng(seed | 1);
+    let burst = quota.burst();
+    let scaled = *quota.scaled();
+    let scale = scaled.scale();
+    // How early a wait from `dry_until` or `dry_all` may be: one advance, whole tokens' time.
+    let advance_ns = (bucket.read_mostly.ahead_cap * token_ns).max(token_ns);
+    let mut t: u64 = 1_000_000_000 + rng.below(1_000_000);
+    let mut latest = 0u64;
+    let mut ev: Vec<(u64, u64)> = Vec::new();
+    let mut stats = Stats::default();
+    for step in 0..steps {
+        match rng.below(100) {
+            0..=69 => t += rng.below(3 * token_ns + 1),
+            70..=72 => t += rng.below(2 * burst * token_ns + 1),
+            73..=74 => t = t.saturating_sub(rng.below(burst * token_ns + 1)).max(1),
+            _ => {}
+        }
+        let now = match rng.below(100) {
+            0..=79 => t,
+            _ => t.saturating_sub(rng.below(2 * burst * token_ns + 1)),
+        };
+        let cost = match rng.below(100) {
+            0..=59 => 1,
+            60..=79 => 1 + rng.below(burst.min(4)),
+            80..=94 => 1 + rng.below(burst),
+            _ => burst,
+        };
+        let k = rng.below(n as u64) as usize;
+        let lease = &bucket.shards[k];
+        let fresh = now >= latest;
+        let dry_all_before = bucket.read_mostly.dry_all.load(Ordering::Relaxed);
+        let dry_until_before = lease.dry_until();
+        let verdict = decide(&bucket, now, cost, lease);
+        latest = latest.max(now);
+        let at = |d: Duration| now + d.as_nanos() as u64;
+        match verdict {
+            Ok(()) => {
+                ev.push((now, cost));
+                stats.admitted += cost;
+            }
+            Err(Denied::RetryAfter(d)) if fresh && d != Duration::MAX && rng.below(4) == 0 => {
+                // A lone caller, back at the instant named: nothing decides in between.
+                stats.probes += 1;
+                let from_dry = cost == 1 && (now < dry_all_before || at(d) == dry_until_before);
+                match decide(&bucket, at(d), cost, lease) {
+                    Ok(()) => {
+                        ev.push((at(d), cost));
+                        stats.admitted += cost;
+                    }
+                    Err(Denied::RetryAfter(again)) => {
+                        stats.early += 1;
+                        assert!(
+                            from_dry && again.as_nanos() <= u128::from(advance_ns),
+                            "seed {seed}, step {step}, {quota:?}, {n} shards: refused at {now} \
+                             (cost {cost}, shard {k}) with {d:?}, and again then with {again:?}"
+                        );
+                    }
+                    Err(other) => panic!("{other:?} on a retry"),
+                }
+                t = t.max(at(d));
+                latest = latest.max(at(d));
+            }
+            Err(_) => {}
+        }
+        // The claims.
+        let s = bucket.central.load();
+        let word_pays_before =
+            |d: u64| s + scale <= bucket.earned(d - 1).floor + scaled.burst_units();
+        let dry_all = bucket.read_mostly.dry_all.load(Ordering::Relaxed);
+        if n > 1 && dry_all > 0 {
+            assert!(
+                !word_pays_before(dry_all)
+                    && !bucket
+                        .shards
+                        .iter()
+                        .any(|l| lease_pays_before(&bucket, l, dry_all)),
+                "seed {seed}, step {step}: dry_all {dry_all} claims what is not so"
+            );
+        }
+        for (i, l) in bucket.shards.iter().enumerate() {
+            let d = l.dry_until();
+            assert!(
+                d == 0 || !word_pays_before(d),
+                "seed {seed}, step {step}: shard {i}'s dry_until {d}"
+            );
+        }
+        let mut held: Vec<(u64, u64)> = bucket
+            .shards
+            .iter()
+            .map(|l| l.read())
+            .filter(|(q, h)| q < h)
+            .collect();
+        held.sort_unstable();
+        assert!(
+            held.windows(2).all(|w| w[0].1 <= w[1].0),
+            "seed {seed}, step {step}: leases overlap"
+        );
+        assert!(
+            held.last().map_or(true, |l| l.1 <= s),
+            "seed {seed}, step {step}: a lease above the word"
+        );
+    }
+    if let Some(v) = window_violation(&quota, &mut ev) {
+        panic!("seed {seed}, {quota:?}, {n} shards: {v}");
+    }
+    stats
+}
+
+/// Every claim, window and retried wait, over 13 quotas (exact and inexact, 1 to 10^9 tokens
+/// a second, bursts of 1 to 10,000, the rate where advances start) at 2, 3 and 8 shards.
+#[test]
+fn seeded_schedules_keep_every_claim_window_and_wait() {
+    let q = |tokens: u64, per: Duration, burst: u64| Quota::new(tokens, per, burst).unwrap();
+    let s = Duration::from_secs(1);
+    // (quota, a token's time in ns, rounded up)
+    let cases = [
+        (q(1_000, s, 50), 1_000_000u64),
+        (q(1_000, s, 1), 1_000_000),
+        (q(100_000, s, 30), 10_000),
+        (q(62_500, s, 40), 16_000),
+        (q(1_000_000, s, 1_000), 1_000),
+        (q(1_000_000, s, 20), 1_000),
+        (q(10_000_000, s, 64), 100),
+        (q(1_000_000_000, s, 10_000), 1),
+        (q(3, Duration::from_nanos(7_000), 100), 2_334),
+        (q(7, Duration::from_nanos(3), 100), 1),
+        (q(1_000_003, Duration::from_millis(1_001), 97), 1_001),
+        (q(3, Duration::from_nanos(70_001), 20), 23_334),
+        (q(50_000, s, 1_000), 20_000),
+    ];
+    let (seeds, steps) = if cfg!(debug_assertions) {
+        (3, 10_000)
+    } else {
+        (20, 20_000)
+    };
+    for (quota, token_ns) in cases {
+        for shards in [2usize, 3, 8] {
+            let mut all = Stats::default();
+            for seed in 1..=seeds {
+                let st = run(quota, shards, token_ns, seed * 7_919 + shards as u64, steps);
+                all.admitted += st.admitted;
+                all.probes += st.probes;
+                all.early += st.early;
+            }
+            println!("{quota:?}, {shards} shards: {all:?}");
+            assert!(all.probes > 100, "{all:?}");
+        }
+    }
+}
+
+/// Readings, costs and quotas at their limits — readings 0 to `u64::MAX` and past the horizon,
+/// forward and back; costs 0, 1, the burst and around it, `u64::MAX`; rates of 1 token per
+/// `u64::MAX` ns to 10^9 a second, bursts of 1 to 2^62 — on 1 to 1,024 shards, by every path:
+/// no panic and no overflow (the suite's debug build checks), no zero wait, no over-admission.
+#[test]
+fn edges_never_panic_or_overflow() {
+    use crate::quota::HORIZON_NS;
+    let q = |tokens: u64, per: Duration, burst: u64| Quota::new(tokens, per, burst).ok();
+    let s = Duration::from_secs(1);
+    let quotas: Vec<Quota> = [
+        q(1_000_000_000, s, 1),
+        q(1_000_000_000, s, 1 << 62),
+        q(1_000_000_000, s, 1_000_000_000),
+        q(1, Duration::from_nanos(u64::MAX), 1),
+        q(1, Duration::from_nanos(u64::MAX), u64::MAX / 4),
+        q(u64::MAX / 4, Duration::from_nanos(u64::MAX), 1 << 62),
+        q(7, Duration::from_nanos(3), 100),
+        q(3, Duration::from_nanos(7), 1 << 40),
+        q(1, s, 1 << 40),
+        q(62_500, s, 1),
+        q(u64::MAX, Duration::from_nanos(u64::MAX), u64::MAX / 2),
+        q(1_000_003, Duration::from_millis(1_001), 97),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    assert!(quotas.len() >= 10, "{} quotas built", quotas.len());
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    for quota in quotas {
+        for shards in [1usize, 2, 3, 1024] {
+            let clock = ManualClock::new();
+            let bucket = ShardedBucket::with_clock(quota, shards, clock.clone());
+            let burst = quota.burst();
+            let nows = [
+                0u64,
+                1,
+                1_000,
+                HORIZON_NS / 2,
+                HORIZON_NS - 1,
+                HORIZON_NS,
+                HORIZON_NS + 1,
+                u64::MAX - 1,
+                u64::MAX,
+                5,
+                HORIZON_NS - 1_000_000,
+                HORIZON_NS + 7,
+            ];
+            let costs = [
+                0u64,
+                1,
+                2,
+                burst / 2,
+                burst - 1,
+                burst,
+                burst.saturating_add(1),
+                u64::MAX,
+            ];
+            let mut ev = Vec::new();
+            for round in 0..6 {
+                for &now in &nows {
+                    let now = if round % 2 == 1 {
+                        now.saturating_add(rng.below(1 << 20))
+                    } else {
+                        now
+                    };
+                    for &cost in &costs {
+                        for lease in bucket.shards.iter().take(4) {
+                            match decide(&bucket, now, cost, lease) {
+                                Ok(()) if cost > 0 => ev.push((now.min(HORIZON_NS), cost)),
+                                Ok(()) => {}
+                                Err(Denied::RetryAfter(d)) => assert!(d > Duration::ZERO),
+                                Err(Denied::ExceedsBurst) => assert!(cost > burst),
+                            }
+                        }
+                        clock.set(Duration::from_nanos(now));
+                        let _ = bucket.try_acquire(cost);
+                        let _ = bucket.try_acquire_snapshot(cost);
+                        let _ = bucket.try_acquire_or_snapshot(cost);
+                        let _ = bucket.available();
+                        let _ = bucket.stranded_tokens();
+                    }
+                }
+            }
+            // Only the chosen-shard decisions are recorded (the public calls add admissions the
+            // check does not see): still never over the bound.
+            assert_eq!(
+                window_violation(&quota, &mut ev),
+                None,
+                "{quota:?}, {shards} shards"
+            );
+        }
+    }
+}
+
+/// Six threads on two or three shards (several to a shard), each on a random shard per
+/// decision, at a shared reading that one of them moves forward and now and then back, a
+/// tenth of the readings stale: every window of the admissions within its bound.
+#[test]
+fn threads_sharing_shards_keep_every_window() {
+    use std::sync::Mutex;
+    let q = |tokens: u64, per: Duration, burst: u64| Quota::new(tokens, per, burst).unwrap();
+    let s = Duration::from_secs(1);
+    let iters: u64 = if cfg!(debug_assertions) {
+        10_000
+    } else {
+        100_000
+    };
+    for (quota, token_ns) in [
+        (q(1_000_000, s, 20), 1_000u64),
+        (q(1_000_000, s, 1_000), 1_000),
+        (q(100_000, s, 2_000), 10_000),
+        (q(1_000, s, 5), 1_000_000),
+        (q(10_000_000, s, 64), 100),
+        (q(1_000_003, Duration::from_millis(1_001), 97), 1_001),
+    ] {
+        for shards in [2usize, 3] {
+            let bucket = ShardedBucket::with_clock(quota, shards, ManualClock::new());
+            let time = std::sync::atomic::AtomicU64::new(1_000_000_000);
+            let ev = Mutex::new(Vec::new());
+            std::thread::scope(|scope| {
+                for th in 0..6u64 {
+                    let (bucket, time, ev) = (&bucket, &time, &ev);
+                    scope.spawn(move || {
+                        let mut rng = Rng(0xABCD_EF01 + th * 7_777 + shards as u64);
+                        let mut mine = Vec::new();
+                        let burst = quota.burst();
+                        for _ in 0..iters {
+                            if th == 0 && rng.below(4) == 0 {
+                                if rng.below(5_000) == 0 {
+                                    let back = rng.below(burst * token_ns).min(1_000_000);
+                                    time.fetch_sub(back, Ordering::Relaxed);
+                                } else {
+                                    time.fetch_add(rng.below(2 * token_ns), Ordering::Relaxed);
+                                }
+                            }
+                            let t = time.load(Ordering::Relaxed);
+                            let now = if rng.below(10) == 0 {
+                                t.saturating_sub(rng.below(burst * token_ns))
+                            } else {
+                                t
+                            };
+                            let cost = if rng.below(4) == 0 {
+                                1 + rng.below(burst)
+                            } else {
+                                1
+                            };
+                            let lease =
+                                &bucket.shards[rng.below(bucket.shards.len() as u64) as usize];
+                            if decide(bucket, now, cost, lease).is_ok() {
+                                mine.push((now, cost));
+                            }
+                            if rng.below(64) == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
+                        ev.lock().unwrap_or_else(|e| e.into_inner()).extend(mine);
+                    });
+                }
+            });
+            let mut ev = ev.into_inner().unwrap_or_else(|e| e.into_inner());
+            assert_eq!(
+                window_violation(&quota, &mut ev),
+                None,
+                "{quota:?}, {shards} shards"
+            );
+        }
+    }
+}
