@@ -17,7 +17,13 @@
 -- KEYS[1]: the bucket. ARGV: mode ('acquire' | 'lease' | 'echo'), tag, a, b, burst units,
 -- scale, cost (tokens), then optionally the lease maximum (tokens; mode 'lease' only) and a test
 -- time (Unix us; absent = TIME). Mode 'multi': ARGV = 'multi', N, cost, test time ('' = TIME),
--- then per quota: tag, a, b, burst units, scale. The origin is ORIGIN below.
+-- then per quota: tag, a, b, burst units, scale. The origin is ORIGIN below. The test time is
+-- honoured only where the client prepends `local TEST_CLOCK = true` (src/script.rs: its feature
+-- `test-support`); the production script always reads TIME.
+-- Trust: the quota is the client's (its arguments), so a client that may run commands on the
+-- server can set any key's limit; what the script guards against is a value it did not write
+-- (any length: refused before any pattern matching) and a cost that is not a whole number of
+-- tokens, which could otherwise credit a bucket.
 -- Numbers are read with `s + 0` (one conversion; `tonumber` converts twice). A decision on one
 -- quota replies one string, "<status> <sec> <usec> <taken> <n> <z'> <prev>": the server's time
 -- as sec * 10^6 + usec Unix us (TIME's own strings), the tokens taken, the written base and
@@ -49,7 +55,10 @@ else
 end
 -- 2020-01-01T00:00:00Z in Unix microseconds: the model's clock origin (src/script.rs).
 local ORIGIN = 1577836800000000
-local fixed = testnow ~= nil and testnow ~= ''
+if not (cost >= 0 and cost < 9007199254740992 and cost == math.floor(cost)) then
+  return redis.error_reply('tollgate: the cost is not a whole number of tokens')
+end
+local fixed = TEST_CLOCK and testnow ~= nil and testnow ~= ''
 local now, sec, usec
 if fixed then
   sec, usec = '0', testnow
@@ -97,6 +106,12 @@ end
 local prev = redis.pcall('GET', KEYS[1])
 if type(prev) == 'table' then
   return {'bad', sf('%.0f', t), tostring(prev.err or prev.ok or 'not a string')}
+end
+-- At most four triples of a 67-byte tag and two 16-digit numbers: longer is not the script's,
+-- and is refused before any pattern runs over it (`triples`' unanchored match takes time
+-- quadratic in the length: 40 KB blocked the server for 9 s before 2026-12-04).
+if prev and #prev > 512 then
+  return {'bad', sf('%.0f', t), 'a value of ' .. #prev .. ' bytes'}
 end
 -- The hot path: one quota (`acquire` or `lease`), and no state or a state under this quota's tag that
 -- passes `load`'s checks (inlined below).

@@ -83,6 +83,8 @@ mod test_hooks;
 
 pub use error::Error;
 pub use script::ORIGIN_UNIX_US;
+#[cfg(feature = "test-support")]
+pub use script::PRODUCTION_SOURCE;
 
 /// Whether the Redis script holds `quota` exactly: `Ok` for every quota that
 /// [`build`](RedisLimiterBuilder::build) accepts, [`Error::Config`] (saying why) otherwise.

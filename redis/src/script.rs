@@ -69,8 +69,19 @@ pub const ORIGIN_UNIX_US: u64 = 1_577_836_800_000_000;
 /// 2^53: Lua doubles hold every integer below it.
 const EXACT: u128 = 1 << 53;
 
-/// The script's source.
-pub(crate) const SOURCE: &str = include_str!("gcra.lua");
+/// The script's source: `gcra.lua` after a first line that says whether the script honours a
+/// client-given time (feature `test-support` only). The production script reads its time from
+/// `TIME`, whatever its arguments: a client sending one could otherwise write a state dated
+/// beyond the horizon, with no TTL, under any key (a review's finding, 2026-12-04).
+#[cfg(not(feature = "test-support"))]
+pub(crate) const SOURCE: &str = concat!("local TEST_CLOCK = false\n", include_str!("gcra.lua"));
+/// The script's source, with the test clock (feature `test-support`; see the production one).
+#[cfg(feature = "test-support")]
+pub(crate) const SOURCE: &str = concat!("local TEST_CLOCK = true\n", include_str!("gcra.lua"));
+/// The production script's source, for tests that run it as a client of their own would
+/// (feature `test-support`).
+#[cfg(feature = "test-support")]
+pub const PRODUCTION_SOURCE: &str = concat!("local TEST_CLOCK = false\n", include_str!("gcra.lua"));
 
 /// A quota as the script needs it, checked to fit the script's exact range.
 #[derive(Clone, Debug)]
