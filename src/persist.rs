@@ -33,8 +33,9 @@
 //!
 //! A restore keeps, for each bucket, the *stricter* of its current state and the saved one:
 //! it never adds tokens, so restoring twice or an old file is harmless; restore into a freshly
-//! built limiter to take the saved state as it is. (`Smooth` takes the saved stored permits and
-//! keeps the later next free time.)
+//! built limiter to take the saved state as it is. (`Smooth` keeps the later next free time,
+//! and takes the saved stored permits into a limiter just built, the stricter of the two
+//! otherwise: a fresh bursty limiter stores nothing, so its saved burst is carried over once.)
 //!
 //! # When a restore fails
 //!
@@ -49,7 +50,8 @@
 //! `"TOLLGATE"`, a 16-bit version ([`VERSION`]), then frames of at most 1 MiB, each with its
 //! kind, length and CRC-32, then an end frame with the number of frames and the CRC-32 of the
 //! whole file before it. Integers are little-endian. Saving and restoring stream through
-//! [`std::io::Write`] and [`std::io::Read`], one frame in memory at a time; wrap files in a
+//! [`std::io::Write`] and [`std::io::Read`], one frame in memory at a time (a keyed limiter's
+//! restore also holds the file's per-key quota overrides, at most 2^24); wrap files in a
 //! `BufWriter`/`BufReader`. A saved `KeyedLimiter` holds its fingerprint seed: keep the file as
 //! private as the process's memory (anyone holding the seed can aim fingerprint collisions).
 //!

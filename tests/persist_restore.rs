@@ -353,6 +353,80 @@ fn a_smooth_limiter_restored_later_waits_as_the_live_one() {
     ));
 }
 
+/// Every permit a bursty `Smooth` admits at once, one at a time.
+fn drain_now(s: &Smooth<ManualClock>) -> u64 {
+    let mut n = 0;
+    while s.try_acquire(1, Duration::ZERO) {
+        n += 1;
+        assert!(n < 10_000);
+    }
+    n
+}
+
+/// The same file restored three times (a retried restore, a supervisor restoring twice) hands
+/// its stored permits out once: over 2 s at 1 permit/s with 10 s of burst, at most the rate,
+/// the burst and the one permit taken ahead (a review's finding, 2026-12-04: 11 + 11 + 11).
+#[test]
+fn a_smooth_limiter_restored_twice_hands_out_its_permits_once() {
+    let burst = Duration::from_secs(10);
+    let old_clock = ManualClock::new();
+    let old = Smooth::bursty_with_clock(1.0, burst, old_clock.clone()).unwrap();
+    old_clock.advance(Duration::from_secs(60));
+    let mut file = Vec::new();
+    old.save_at(&mut file, wall(0)).unwrap();
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(1000));
+    let new = Smooth::bursty_with_clock(1.0, burst, clock.clone()).unwrap();
+    new.restore_at(&file[..], wall(0)).unwrap();
+    let first = drain_now(&new);
+    assert_eq!(first, 11, "the saved burst, carried over, and one ahead");
+    new.restore_at(&file[..], wall(0)).unwrap();
+    clock.advance(Duration::from_secs(1));
+    let second = drain_now(&new);
+    new.restore_at(&file[..], wall(0)).unwrap();
+    clock.advance(Duration::from_secs(1));
+    let third = drain_now(&new);
+    assert!(first + second + third <= 13, "{first} + {second} + {third}");
+}
+
+/// An older file restored into the limiter it was saved from, in use since, refills nothing;
+/// nor does a hot (warm) file make a warming-up limiter in use any warmer.
+#[test]
+fn an_old_file_restored_into_a_smooth_limiter_in_use_refills_nothing() {
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(100));
+    let live = Smooth::bursty_with_clock(1.0, Duration::from_secs(10), clock.clone()).unwrap();
+    clock.advance(Duration::from_secs(60));
+    assert!(live.try_acquire(1, Duration::ZERO));
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    let before = 1 + drain_now(&live);
+    live.restore_at(&file[..], wall(0)).unwrap();
+    clock.advance(Duration::from_secs(1));
+    let after = drain_now(&live);
+    assert!(before + after <= 12, "{before} + {after}");
+
+    // Warming up: 10/s, 2 s of warm-up, cold factor 3. A hot limiter's file (stored 0), into
+    // a cold one that has taken a permit: it stays as cold, so its next permit waits as long.
+    let hot_clock = ManualClock::new();
+    let hot = Smooth::warming_up_with_clock(10.0, Duration::from_secs(2), 3.0, hot_clock.clone())
+        .unwrap();
+    for _ in 0..200 {
+        hot.acquire(1);
+    }
+    let mut hot_file = Vec::new();
+    hot.save_at(&mut hot_file, wall(0)).unwrap();
+    let [a, b] = [0, 1].map(|_| {
+        let c = ManualClock::new();
+        let l =
+            Smooth::warming_up_with_clock(10.0, Duration::from_secs(2), 3.0, c.clone()).unwrap();
+        l.acquire(1);
+        l
+    });
+    b.restore_at(&hot_file[..], wall(0)).unwrap();
+    assert_eq!(b.acquire(1), a.acquire(1), "as cold as before the restore");
+}
+
 /// A multi-quota bucket restores every quota; another number of quotas is refused.
 #[test]
 fn a_multi_bucket_restores_every_quota() {

@@ -60,10 +60,12 @@ impl<C: Clock> Smooth<C> {
     /// arithmetic would have carried it through the downtime ([`SystemTime::now`]): the next
     /// free time moves that much closer, and idle time past it stores permits (up to the
     /// maximum). The next free time kept is the later of this limiter's and the restored one
-    /// (a queue is never shortened); the stored permits are the restored ones, so restore into
-    /// a limiter just built (a fresh bursty limiter stores nothing, a fresh warming-up one is
-    /// cold: neither has a burst to lose). Saved at another rate or mode, the stored permits are
-    /// rescaled as [`set_rate`](Smooth::set_rate) rescales them. On error nothing changes.
+    /// (a queue is never shortened). The stored permits are the restored ones in a limiter
+    /// just built (nothing decided, restored or re-rated since), and otherwise the stricter of
+    /// its own and the restored ones at this reading (fewer for bursty, more — colder — for
+    /// warming up): restoring twice, or an old file into a limiter in use, hands out nothing
+    /// again. Saved at another rate or mode, the stored permits are rescaled as
+    /// [`set_rate`](Smooth::set_rate) rescales them. On error nothing changes.
     ///
     /// ```
     /// use std::time::Duration;
@@ -167,8 +169,27 @@ impl<C: Clock> SingleFrame for Smooth<C> {
                 };
                 s.stored = s.stored.min(p.max);
             }
-            // A queue is never shortened; the stored permits are the restored ones.
+            // A queue is never shortened.
             s.next = s.next.max(cur.next);
+            // The stored permits are the restored ones in a limiter as it was built (no decision,
+            // no restore, no rate change since: its word is the constructor's). Otherwise the
+            // stricter of the two at this reading — fewer for bursty, more (colder) for warming
+            // up — so that restoring twice, or an old file into a limiter in use, never hands
+            // the saved permits out again (a review's finding, 2026-12-04: 33 permits in 2 s at
+            // 1/s with a burst of 10, a file restored three times).
+            let built = match self.mode {
+                Mode::Bursty { .. } => 0.0,
+                Mode::WarmingUp { .. } => p.max,
+            };
+            if cur.next != 0 || p.units_of(cur.stored) != p.units_of(built) {
+                let mut mine = cur;
+                mine.resync(now, p);
+                s.resync(now, p);
+                s.stored = match self.mode {
+                    Mode::Bursty { .. } => s.stored.min(mine.stored),
+                    Mode::WarmingUp { .. } => s.stored.max(mine.stored),
+                };
+            }
             (Some(s), ())
         });
     }
