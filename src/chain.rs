@@ -3,8 +3,11 @@
 //!
 //! Separate limiters have separate words, so no single atomic step covers them. [`all_of`]
 //! takes them in order and, when a later one refuses, gives the earlier tokens back under the
-//! crate's all-or-nothing cancel rule ([`Reservation::cancel`](crate::Reservation::cancel)):
-//! the tokens come back only if nothing was admitted on that limiter since they were taken. So
+//! crate's all-or-nothing cancel rule ([`Reservation::cancel`](crate::Reservation::cancel),
+//! but for its "not yet due", which a take fails as soon as the clock moves: before 2026-12-04
+//! a chain refused 1 ns after its take gave nothing back, a review's finding): the tokens come
+//! back only if nothing was admitted on that limiter since they were taken, restoring its state
+//! from before the take. So
 //! no limiter ever admits more than its quota (each only sees admissions and cancellations it
 //! would accept alone), but under contention a give-back that finds a later admission keeps
 //! its tokens consumed: the chain then **under-admits** by those tokens (see
@@ -32,7 +35,8 @@ pub trait GiveBack {
     /// Takes `cost` tokens if they are there now, or refuses with the limiter's own verdict.
     fn take(&self, cost: u64) -> Result<Self::Taken<'_>, Denied>;
 
-    /// Gives a take back, under the bucket's all-or-nothing cancel rule.
+    /// Gives a take back, under the bucket's all-or-nothing cancel rule (whenever it comes: a
+    /// take is due at its own reading, and nothing was acted on).
     fn give_back(taken: Self::Taken<'_>);
 
     /// The verdict `try_acquire(cost)` would return now, without taking anything: for the
@@ -58,7 +62,7 @@ impl<C: Clock> GiveBack for Bucket<C> {
     }
 
     fn give_back(taken: Reservation<'_, C>) {
-        taken.cancel();
+        taken.undo();
     }
 
     fn check(&self, cost: u64) -> Result<(), Denied> {
@@ -78,7 +82,7 @@ impl<C: Clock> GiveBack for MultiBucket<C> {
     }
 
     fn give_back(taken: MultiReservation<'_, C>) {
-        taken.cancel();
+        taken.undo();
     }
 
     fn check(&self, cost: u64) -> Result<(), Denied> {

@@ -29,6 +29,8 @@ pub use until_ready::UntilReady;
 
 #[derive(Clone, Copy)]
 struct Ticket {
+    /// The state right before this reservation: what a cancellation restores.
+    before: u64,
     /// The state right after this reservation (what [`gcra::cancel`] calls `after`).
     after: u64,
     /// The instant (clock nanoseconds) at which the tokens are due.
@@ -139,6 +141,7 @@ impl<C: Clock> Bucket<C> {
             let generation = self.quota_generation(epoch);
             if cost == 0 {
                 let ticket = Ticket {
+                    before: state,
                     after: state,
                     due: now,
                     epoch,
@@ -151,6 +154,7 @@ impl<C: Clock> Bucket<C> {
                 Ok((after, due)) => (
                     Some(after),
                     Ok(Ticket {
+                        before: state,
                         after,
                         due,
                         epoch,

@@ -92,7 +92,13 @@ fn run(quotas: &[(u64, u64, u64)], ops: &[Op]) -> Result<(), TestCaseError> {
         .map(|&(t, p, b)| Model::new(t, p, b))
         .collect();
     // Outstanding reservations: the policy's, and per model `(after, due)` plus the cost.
-    let mut held: Vec<(MultiReservation<'_, ManualClock>, Vec<i128>, u64, u64)> = Vec::new();
+    let mut held: Vec<(
+        MultiReservation<'_, ManualClock>,
+        Vec<i128>,
+        Vec<i128>,
+        u64,
+        u64,
+    )> = Vec::new();
     for (n, op) in ops.iter().enumerate() {
         let t = clock.now();
         match *op {
@@ -129,23 +135,24 @@ fn run(quotas: &[(u64, u64, u64)], ops: &[Op]) -> Result<(), TestCaseError> {
                     .map(|m| m.clone().reserve(t, cost).unwrap().1)
                     .max()
                     .unwrap();
+                let befores: Vec<i128> = models.iter().map(|m| m.state()).collect();
                 let afters: Vec<i128> = models
                     .iter_mut()
                     .map(|m| m.reserve(due, cost).unwrap().0)
                     .collect();
                 let r = got.unwrap();
                 prop_assert_eq!(r.delay(), Duration::from_nanos(due.saturating_sub(t)));
-                held.push((r, afters, due, cost));
+                held.push((r, befores, afters, due, cost));
             }
             Op::Resolve(i, cancel) => {
                 if held.is_empty() {
                     continue;
                 }
-                let (r, afters, due, cost) = held.remove(i % held.len());
+                let (r, befores, afters, due, cost) = held.remove(i % held.len());
                 if cancel {
                     r.cancel();
-                    for (m, after) in models.iter_mut().zip(afters) {
-                        m.cancel(t, after, due, cost);
+                    for ((m, before), after) in models.iter_mut().zip(befores).zip(afters) {
+                        m.cancel(t, before, after, due, cost);
                     }
                 }
             }

@@ -20,6 +20,8 @@ use core::time::Duration;
 /// What a reservation remembers (padded as the store is).
 #[derive(Clone, Copy)]
 struct Ticket {
+    /// Each quota's state right before the reservation: what a cancellation restores.
+    before: [u64; MAX_LIMITS],
     /// Each quota's state right after the reservation.
     after: [u64; MAX_LIMITS],
     /// The instant at which every quota's tokens are due.
@@ -57,7 +59,14 @@ fn reserve_states<const N: usize>(
         // Due at once, takes nothing (as `Bucket::reserve`), even while a quota is in debt.
         let mut after = [0; MAX_LIMITS];
         after[..N].copy_from_slice(&states);
-        return (None, Ok(Ticket { after, due: now }));
+        return (
+            None,
+            Ok(Ticket {
+                before: after,
+                after,
+                due: now,
+            }),
+        );
     }
     let mut due = now;
     for (i, &state) in states.iter().enumerate() {
@@ -77,26 +86,32 @@ fn reserve_states<const N: usize>(
             Err(denied) => return (None, Err(denied)),
         }
     }
-    let mut after = [0; MAX_LIMITS];
+    let (mut before, mut after) = ([0; MAX_LIMITS], [0; MAX_LIMITS]);
+    before[..N].copy_from_slice(&states);
     after[..N].copy_from_slice(&next);
-    (Some(next), Ok(Ticket { after, due }))
+    (Some(next), Ok(Ticket { before, after, due }))
 }
 
 /// Applies the bucket's cancellation rule to every quota in `states`, with the reservation's
-/// one due instant: all or nothing on each quota.
+/// one due instant (`due`: the ticket's, or the reading for a take given back): all or nothing
+/// on each quota, which gets its state from before the reservation back. Not `after − cost`: a
+/// quota whose tokens were there before the due instant was debited as of it, so that would
+/// keep its refill until then (a review's finding, 2026-12-04: quotas of 10/s and 1/s, a
+/// reservation due in 4 s cancelled at once left the first 6 tokens short).
 fn cancel_states<const N: usize>(
     states: [u64; N],
     now: u64,
     quotas: &[Quota],
     ticket: &Ticket,
+    due: u64,
     cost: u64,
 ) -> (Option<[u64; N]>, ()) {
     let mut next = states;
     let mut any = false;
     for (i, &state) in states.iter().enumerate() {
         let quota = quota_at(quotas, i);
-        if let Some(s) = gcra::cancel(state, now, quota, ticket.after[i], ticket.due, cost) {
-            next[i] = s;
+        if gcra::cancel(state, now, quota, ticket.after[i], due, cost).is_some() {
+            next[i] = ticket.before[i];
             any = true;
         }
     }
@@ -250,7 +265,8 @@ impl<C: Clock> MultiReservation<'_, C> {
 
     /// Gives the reserved tokens back, in one atomic step, if the reservation is not yet due,
     /// to every quota on which nothing was admitted since ([`gcra::cancel`]'s rule, per
-    /// quota); the others keep them consumed, which can refuse more, never admit more.
+    /// quota), restoring its state from before the reservation; the others keep them
+    /// consumed, which can refuse more, never admit more.
     ///
     /// ```
     /// use std::time::Duration;
@@ -263,18 +279,32 @@ impl<C: Clock> MultiReservation<'_, C> {
     /// assert_eq!(policy.reserve(1).unwrap().delay(), Duration::from_millis(200));
     /// ```
     pub fn cancel(self) {
+        self.give_back(false);
+    }
+
+    /// Gives back a take that was due at its own reading and on which nothing was acted (an
+    /// [`all_of`](crate::all_of) member whose chain a later limiter refused): [`cancel`]'s rule
+    /// but for "not yet due", which a take fails as soon as the clock moves.
+    ///
+    /// [`cancel`]: MultiReservation::cancel
+    pub(crate) fn undo(self) {
+        self.give_back(true);
+    }
+
+    fn give_back(self, any_time: bool) {
         if self.cost == 0 {
             return;
         }
         let now = self.policy.clock.now();
         let quotas = self.policy.limits.quotas();
         let (t, cost) = (&self.ticket, self.cost);
+        let due = if any_time { now } else { t.due };
         match &self.policy.store {
             Store::Pair(_, pair) => {
-                pair.update(|states| cancel_states(states, now, quotas, t, cost))
+                pair.update(|states| cancel_states(states, now, quotas, t, due, cost))
             }
             Store::Wide(_, wide) => {
-                wide.update(|states| cancel_states(states, now, quotas, t, cost))
+                wide.update(|states| cancel_states(states, now, quotas, t, due, cost))
             }
         }
     }

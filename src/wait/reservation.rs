@@ -64,10 +64,11 @@ impl<C: Clock> Reservation<'_, C> {
         Duration::from_nanos(self.ticket.due.saturating_sub(now))
     }
 
-    /// Gives the reserved tokens back — all of them, but only if nothing was admitted by the
-    /// bucket since this reservation ([`gcra::cancel`]). Otherwise, or when the reservation came
-    /// due before now (Go's rule), or when the quota was changed since, it gives back nothing:
-    /// the tokens stay consumed, which can refuse more, never admit more.
+    /// Gives the reserved tokens back — all of them, restoring the bucket's state from before
+    /// the reservation, but only if nothing was admitted by the bucket since
+    /// ([`gcra::cancel`]'s rule). Otherwise, or when the reservation came due before now (Go's
+    /// rule), or when the quota was changed since, it gives back nothing: the tokens stay
+    /// consumed, which can refuse more, never admit more.
     ///
     /// So whatever the clock readings (stale, stepped back) and the cancel order, no window ever
     /// admits more than `burst + rate·Δ`. Nested reservations cancelled in reverse order all
@@ -93,6 +94,22 @@ impl<C: Clock> Reservation<'_, C> {
     /// assert_eq!(bucket.reserve(1).unwrap().delay(), Duration::from_millis(400));
     /// ```
     pub fn cancel(self) {
+        self.give_back(false);
+    }
+
+    /// Gives back a take that was due at its own reading and on which nothing was acted (an
+    /// [`all_of`](crate::all_of) member whose chain a later limiter refused): [`cancel`]'s rule
+    /// but for Go's "not yet due", which a take fails as soon as the clock moves — before
+    /// 2026-12-04 a chain refused 1 ns after its take gave nothing back (a review's finding).
+    ///
+    /// [`cancel`]: Reservation::cancel
+    pub(crate) fn undo(self) {
+        self.give_back(true);
+    }
+
+    /// Restores the state from before the reservation if nothing was written since and the
+    /// quota is the same (and, unless `any_time`, the reservation is not yet due).
+    fn give_back(self, any_time: bool) {
         if self.cost == 0 {
             return;
         }
@@ -111,7 +128,12 @@ impl<C: Clock> Reservation<'_, C> {
             {
                 return (None, ());
             }
-            (gcra::cancel(state, now, quota, t.after, t.due, cost), ())
+            // The state before the reservation, not `after − cost`: a bucket that was full (its
+            // state below the units earned, rounded up) comes back full, with no unit of rounding
+            // kept (an inexact quota's, a whole token where the scale is 1).
+            let due = if any_time { now } else { t.due };
+            let back = gcra::cancel(state, now, quota, t.after, due, cost).map(|_| t.before);
+            (back, ())
         });
     }
 }

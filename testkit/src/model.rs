@@ -3,7 +3,8 @@
 //! proptest suite (`tests/model.rs`) and the fuzzer (`fuzz/`), which includes it by path.
 //!
 //! The model also reserves (taking ahead of the refill), cancels (all or nothing: only if the
-//! state is still the one the reservation left and no reconfiguration came since) and rescales
+//! state is still the one the reservation left and no reconfiguration came since, restoring the
+//! one before it) and rescales
 //! (the smaller of the tokens carried and what the new rate earns since the bucket was last
 //! empty). The checker records every admission with its instant (a kept reservation, and
 //! `try_acquire_for`, at the due instant) and checks every window of every quota era.
@@ -99,10 +100,17 @@ impl Model {
         Ok((self.zp, due))
     }
 
-    /// Gives back a reservation's `cost` if the state is still `after` and it is not past due.
-    pub fn cancel(&mut self, t: u64, after: i128, due: u64, cost: u64) {
+    /// The state (`z · per`), as [`reserve`](Model::reserve) returns it: what a reservation's
+    /// cancellation restores.
+    pub fn state(&self) -> i128 {
+        self.zp
+    }
+
+    /// Gives back a reservation if the state is still `after` and it is not past due: the state
+    /// from `before` it comes back (as if it never happened; a full bucket comes back full).
+    pub fn cancel(&mut self, t: u64, before: i128, after: i128, due: u64, cost: u64) {
         if cost > 0 && due >= t && self.zp == after {
-            self.zp = after - i128::from(cost) * self.per;
+            self.zp = before;
         }
     }
 
@@ -166,6 +174,7 @@ pub enum Op {
 /// A reservation the checker holds: the bucket's, the model's `(after, due)`, its cost and era.
 struct Held<'a> {
     r: Reservation<'a, ManualClock>,
+    before: i128,
     after: i128,
     due: u64,
     cost: u64,
@@ -244,6 +253,7 @@ pub fn check(tokens: u64, per: u64, burst: u64, ops: &[Op], exact: bool) -> Resu
                         }
                         held.push(Held {
                             r,
+                            before: before.state(),
                             after,
                             due,
                             cost,
@@ -266,7 +276,7 @@ pub fn check(tokens: u64, per: u64, burst: u64, ops: &[Op], exact: bool) -> Resu
                 } else {
                     h.r.cancel();
                     if h.era == era {
-                        model.cancel(t, h.after, h.due, h.cost);
+                        model.cancel(t, h.before, h.after, h.due, h.cost);
                     }
                 }
             }
