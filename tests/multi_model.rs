@@ -91,14 +91,16 @@ fn run(quotas: &[(u64, u64, u64)], ops: &[Op]) -> Result<(), TestCaseError> {
         .iter()
         .map(|&(t, p, b)| Model::new(t, p, b))
         .collect();
-    // Outstanding reservations: the policy's, and per model `(after, due)` plus the cost.
-    let mut held: Vec<(
-        MultiReservation<'_, ManualClock>,
+    // Outstanding reservations: the policy's, each model's state before and after, the due
+    // instant and the cost.
+    type Held<'a> = (
+        MultiReservation<'a, ManualClock>,
         Vec<i128>,
         Vec<i128>,
         u64,
         u64,
-    )> = Vec::new();
+    );
+    let mut held: Vec<Held<'_>> = Vec::new();
     for (n, op) in ops.iter().enumerate() {
         let t = clock.now();
         match *op {
