@@ -256,10 +256,15 @@ pub struct ClientIp {
 }
 
 impl ClientIp {
-    /// Trusts the proxies in these networks (`127.0.0.1/32`, `10.0.0.0/8`, `fd00::/8`).
+    /// Trusts the proxies in these networks (`127.0.0.1/32`, `10.0.0.0/8`, `fd00::/8`). A network
+    /// written in IPv4-mapped form (`::ffff:10.0.0.0/104`, as a dual-stack listener shows its
+    /// IPv4 peers) is the IPv4 network it maps, since addresses are compared in IPv4 form too.
     pub fn new(trusted: impl IntoIterator<Item = IpNet>) -> ClientIp {
         ClientIp {
-            trusted: trusted.into_iter().collect(),
+            trusted: trusted
+                .into_iter()
+                .map(crate::proxy::canonical_net)
+                .collect(),
             header: ProxyHeader::default(),
             grouping: IpGrouping::default(),
         }

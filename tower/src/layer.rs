@@ -222,7 +222,8 @@ impl<Bk, X: KeyType, Co> RateLimitLayer<Bk, X, Co> {
     /// Shadow mode on or off. On, the layer decides every request exactly as it would, records
     /// the outcome (`shadow_refused` for what it would have refused, with the wait it would have
     /// sent, when named with `name`, feature `metrics`), and passes every request to the inner
-    /// service: nothing is refused, and a refusal it would have made writes nothing in the
+    /// service: nothing is refused (a request without a key passes too, whatever
+    /// [`missing_key`](Self::missing_key) says), and a refusal it would have made writes nothing in the
     /// backend, so turning shadow off later enforces from a correct state. An admitted
     /// response carries its usual headers (a would-be refusal's show 0 remaining, no
     /// `Retry-After`).
@@ -343,6 +344,11 @@ where
         let key = match shared.key.extract(&req) {
             Some(key) => key,
             None => match &shared.missing {
+                // Shadow mode refuses nothing, a request without a key included (a review's
+                // finding, 2026-12-04: it was still answered 400).
+                MissingKey::Reject if shared.respond.observe.shadow => {
+                    return ResponseFuture::inner(self.inner.call(req), None)
+                }
                 MissingKey::Reject => {
                     let status = shared.key.missing_status();
                     let message = shared.key.missing_message();

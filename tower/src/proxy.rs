@@ -60,23 +60,28 @@ pub(crate) fn client_ip(
     if !walk.is_trusted() {
         return peer;
     }
-    // Header lines from the last (rightmost) to the first, each from its last element.
+    // Header lines from the last (rightmost) to the first, each from its last element. Split
+    // as bytes, each element decoded on its own: a byte that is not visible ASCII makes only
+    // its element unparseable (which stops the walk when it gets there), not the whole line —
+    // a proxy appending to the client's line (`\x80, 203.0.113.7`) would otherwise hand the
+    // client the proxy's own key, one more bucket per client (a review's finding, 2026-12-04).
     for line in headers.get_all(header.name()).iter().rev() {
-        let Ok(text) = line.to_str() else {
-            return walk.current; // not visible ASCII: unparseable, stops the walk
-        };
+        let bytes = line.as_bytes();
         match header {
             ProxyHeader::XForwardedFor => {
                 // No quoting in X-Forwarded-For: split from the right without allocating.
-                for element in rsplit_commas(text) {
-                    if let Some(client) = walk.step(parse_node(element)) {
+                for element in rsplit_commas(bytes) {
+                    let hop = visible_ascii(element).and_then(parse_node);
+                    if let Some(client) = walk.step(hop) {
                         return client;
                     }
                 }
             }
             ProxyHeader::Forwarded => {
-                for element in rsplit_list(text) {
-                    let hop = forwarded_for(element).and_then(|node| parse_node(&node));
+                for element in rsplit_list(bytes) {
+                    let hop = visible_ascii(element)
+                        .and_then(|e| forwarded_for(e.trim()))
+                        .and_then(|node| parse_node(&node));
                     if let Some(client) = walk.step(hop) {
                         return client;
                     }
@@ -85,6 +90,19 @@ pub(crate) fn client_ip(
         }
     }
     walk.current
+}
+
+/// `bytes` as text if every byte is visible ASCII, a space or a tab (what
+/// [`HeaderValue::to_str`](http::HeaderValue::to_str) accepts).
+fn visible_ascii(bytes: &[u8]) -> Option<&str> {
+    if bytes
+        .iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+    {
+        std::str::from_utf8(bytes).ok()
+    } else {
+        None
+    }
 }
 
 /// The walk from the peer leftwards: `current` is the nearest hop so far, always trusted.
@@ -119,8 +137,7 @@ impl Walk<'_> {
 
 /// The comma-separated elements of `text`, last first (a byte loop: the elements are short, so
 /// this is several times cheaper than `str::rsplit`'s searcher).
-fn rsplit_commas(text: &str) -> impl Iterator<Item = &str> {
-    let bytes = text.as_bytes();
+fn rsplit_commas(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut end = Some(bytes.len());
     std::iter::from_fn(move || {
         let stop = end?;
@@ -129,7 +146,7 @@ fn rsplit_commas(text: &str) -> impl Iterator<Item = &str> {
             start -= 1;
         }
         end = start.checked_sub(1);
-        text.get(start..stop)
+        bytes.get(start..stop)
     })
 }
 
@@ -138,6 +155,20 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
+    }
+}
+
+/// An IPv4-mapped IPv6 network (`::ffff:10.0.0.0/104`) as the IPv4 network it maps
+/// (`10.0.0.0/8`): the walk compares addresses in IPv4 form ([`canonical`]), so a mapped network
+/// would never match (a review's finding, 2026-12-04). A mapped network wider than the mapped
+/// range (a prefix below 96) stays as written.
+pub(crate) fn canonical_net(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(net, IpNet::V4),
+            None => net,
+        },
+        net => net,
     }
 }
 
@@ -152,8 +183,7 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
 /// opens a quoted string unless an odd number of backslashes precede it (`\"` is an escaped
 /// backslash before a real quote), which is how a left-to-right reader of a well-formed line
 /// sees it too.
-fn rsplit_list(text: &str) -> impl Iterator<Item = &str> {
-    let bytes = text.as_bytes();
+fn rsplit_list(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut end = Some(bytes.len());
     std::iter::from_fn(move || {
         let stop = end?;
@@ -177,7 +207,7 @@ fn rsplit_list(text: &str) -> impl Iterator<Item = &str> {
             start -= 1;
         }
         end = start.checked_sub(1);
-        text.get(start..stop).map(str::trim)
+        bytes.get(start..stop)
     })
 }
 
@@ -363,7 +393,9 @@ mod tests {
             (",", &["", ""]),
         ];
         for (line, elements) in cases {
-            let got: Vec<&str> = rsplit_list(line).collect();
+            let got: Vec<&str> = rsplit_list(line.as_bytes())
+                .map(|e| std::str::from_utf8(e).unwrap().trim())
+                .collect();
             assert_eq!(&got, elements, "{line}");
         }
     }
@@ -431,10 +463,64 @@ mod tests {
         }
     }
 
+    /// A byte that is not visible ASCII on the client's side of a line our proxy appended to
+    /// makes only the client's element unparseable: the proxy's element on its right still names
+    /// the client (a review's finding, 2026-12-04: the whole line failed, and the key became the
+    /// proxy's own, one more bucket for every client).
+    #[test]
+    fn a_bad_byte_on_the_clients_side_of_a_line_spoils_only_its_element() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let peer = IpAddr::from([10, 0, 0, 1]);
+        let client = IpAddr::from([203, 0, 113, 7]);
+        for (header, line) in [
+            (ProxyHeader::XForwardedFor, &b"\xff, 203.0.113.7"[..]),
+            (ProxyHeader::XForwardedFor, &b"caf\xe9,203.0.113.7"[..]),
+            (ProxyHeader::Forwarded, &b"for=\xff, for=203.0.113.7"[..]),
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(header.name(), http::HeaderValue::from_bytes(line).unwrap());
+            assert_eq!(
+                client_ip(peer, &headers, header, &trusted),
+                client,
+                "{line:?}"
+            );
+        }
+        // Reached by the walk, the bad element stops it at the last trusted hop.
+        let mut headers = HeaderMap::new();
+        let line = http::HeaderValue::from_bytes(b"203.0.113.7, \xff, 10.0.0.2").unwrap();
+        headers.insert(ProxyHeader::XForwardedFor.name(), line);
+        assert_eq!(
+            client_ip(peer, &headers, ProxyHeader::XForwardedFor, &trusted),
+            IpAddr::from([10, 0, 0, 2])
+        );
+    }
+
+    /// A trusted network in IPv4-mapped form matches the IPv4 peers it maps.
+    #[test]
+    fn a_mapped_network_is_its_ipv4_network() {
+        let net: IpNet = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert_eq!(canonical_net(net), "10.0.0.0/8".parse::<IpNet>().unwrap());
+        let wide: IpNet = "::/64".parse().unwrap();
+        assert_eq!(canonical_net(wide), wide);
+        let trusted = vec![canonical_net(net)];
+        let peer: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            ProxyHeader::XForwardedFor.name(),
+            http::HeaderValue::from_static("203.0.113.7"),
+        );
+        assert_eq!(
+            client_ip(peer, &headers, ProxyHeader::XForwardedFor, &trusted),
+            IpAddr::from([203, 0, 113, 7])
+        );
+    }
+
     #[test]
     fn rsplit_commas_matches_rsplit() {
         for text in ["", ",", "a", "a,b", ",a,,b,", "1.2.3.4, 5.6.7.8"] {
-            let ours: Vec<&str> = rsplit_commas(text).collect();
+            let ours: Vec<&str> = rsplit_commas(text.as_bytes())
+                .map(|e| std::str::from_utf8(e).unwrap())
+                .collect();
             let std: Vec<&str> = text.rsplit(',').collect();
             assert_eq!(ours, std, "{text:?}");
         }

@@ -437,6 +437,19 @@ async fn missing_peer_address_under_each_policy() {
         StatusCode::TOO_MANY_REQUESTS
     );
     assert_eq!(status(&svc, with_key("b")).await, StatusCode::OK);
+
+    // Shadow mode refuses nothing, a request without a key included (a review's finding,
+    // 2026-12-04: it was still answered 400); keyed ones are decided and pass.
+    let limiter: KeyedLimiter<String, _> =
+        KeyedLimiter::with_clock(quota(1, Duration::from_secs(60), 1), 100, clock.clone());
+    let svc = RateLimitLayer::new(limiter)
+        .key(HeaderKey::new(http::HeaderName::from_static("x-api-key")))
+        .shadow(true)
+        .layer(ok_service());
+    for _ in 0..3 {
+        assert_eq!(status(&svc, req()).await, StatusCode::OK);
+        assert_eq!(status(&svc, with_key("a")).await, StatusCode::OK);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
