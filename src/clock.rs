@@ -64,6 +64,30 @@ pub trait Clock {
         }
     }
 
+    /// Waits until the instant `at` on this clock (the scale of [`Clock::now`]): what the
+    /// blocking waits call, since a duration computed from an earlier reading would wake a
+    /// caller that stalled since then that much late — and move an auto-advancing
+    /// [`ManualClock`] that much too far. The default reads the clock right before sleeping the
+    /// rest ([`Clock::sleep`]); [`ManualClock`] moves its time to `at` (never back), or, frozen,
+    /// waits for a test to move it there.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock};
+    /// let clock = ManualClock::new();
+    /// clock.advance(Duration::from_millis(2));
+    /// clock.sleep_until(5_000_000);
+    /// assert_eq!(clock.now(), 5_000_000);
+    /// clock.sleep_until(1_000_000); // already past: returns at once
+    /// assert_eq!(clock.now(), 5_000_000);
+    /// ```
+    fn sleep_until(&self, at: u64) {
+        let now = self.now();
+        if now < at {
+            self.sleep(Duration::from_nanos(at - now));
+        }
+    }
+
     /// Arranges for `waker` to be woken once `duration` has passed on this clock, without
     /// blocking (the hook behind the default [`Clock::register_wake`]). An early wake-up is
     /// harmless: the future checks the clock and registers again.
@@ -166,6 +190,9 @@ impl<C: Clock + ?Sized> Clock for &C {
     }
     fn sleep(&self, duration: Duration) {
         (**self).sleep(duration)
+    }
+    fn sleep_until(&self, at: u64) {
+        (**self).sleep_until(at)
     }
     fn wake_after(&self, duration: Duration, waker: &Waker) {
         (**self).wake_after(duration, waker)

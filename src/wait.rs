@@ -178,7 +178,7 @@ impl<C: Clock> Bucket<C> {
         // A fresh reading, not `now`: a thread that stalled since would oversleep by as much.
         let mut t = self.clock().now();
         while t < due {
-            self.clock().sleep(Duration::from_nanos(due - t));
+            self.clock().sleep_until(due);
             t = self.clock().now();
         }
         Duration::from_nanos(due.saturating_sub(now))
@@ -186,7 +186,8 @@ impl<C: Clock> Bucket<C> {
 
     /// The async counterpart of [`Bucket::acquire`]: a future that reserves `cost` tokens when
     /// first polled and resolves to `Ok(time waited)` once they are due, or at once to
-    /// `Err(ExceedsBurst)` when `cost > burst`.
+    /// `Err(ExceedsBurst)` when `cost > burst` (`RetryAfter` only for a queue reaching past the
+    /// [`HORIZON`](crate::HORIZON), as [`acquire`](Bucket::acquire)).
     ///
     /// Any executor: the wake-up comes from the clock ([`Clock::register_wake`]). It is
     /// **cancel-safe**: dropping it before it completes cancels its reservation

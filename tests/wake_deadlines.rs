@@ -150,3 +150,51 @@ fn acquire_after_a_stale_reading_wakes_at_the_due_instant() {
         "acquire slept until 150 ms for a token due at 100 ms"
     );
 }
+
+/// A blocking wait that stalls after its fresh reading, while the time moves on, still wakes
+/// at the due instant: it sleeps to the instant ([`Clock::sleep_until`]), not for a duration
+/// computed from that reading (a review's finding, 2026-12-04: a frozen clock woke it at
+/// 150 ms for a token due at 100 ms, so a test moving the clock to 100 ms waited for ever; an
+/// advancing clock was moved to 150 ms, every bucket sharing it refilled 50 ms too much).
+#[test]
+fn acquire_stalled_after_its_fresh_reading_wakes_at_the_due_instant() {
+    // Frozen: woken when a test moves the time to the due instant.
+    let frozen = ManualClock::new_frozen();
+    let bucket = Bucket::with_clock(quota(10, 1), StallClock::new(frozen.clone()));
+    bucket.try_acquire(1).unwrap(); // the next token is due at 100 ms
+    let gate = Gate::new();
+    let waited = thread::scope(|s| {
+        let (g, b) = (gate.clone(), &bucket);
+        let waiter = s.spawn(move || {
+            // Reading 1: the decision's (0). Reading 2: the wait's fresh one, then stalled.
+            arm([Stall::Reading(0), Stall::Gate(g)]);
+            b.acquire(1)
+        });
+        gate.wait_reached();
+        frozen.advance(ms(50));
+        gate.open();
+        wait_pending(&frozen, 1);
+        frozen.advance(ms(50)); // 100 ms: due
+        assert_eq!(frozen.pending_wakes(), 0, "woken at the due instant");
+        waiter.join().unwrap()
+    });
+    assert_eq!(waited, Ok(ms(100)));
+
+    // Advancing: the shared time ends at the due instant, not past it.
+    let clock = ManualClock::new();
+    let bucket = Bucket::with_clock(quota(10, 1), StallClock::new(clock.clone()));
+    bucket.try_acquire(1).unwrap();
+    let gate = Gate::new();
+    thread::scope(|s| {
+        let (g, b) = (gate.clone(), &bucket);
+        let waiter = s.spawn(move || {
+            arm([Stall::Reading(0), Stall::Gate(g)]);
+            b.acquire(1)
+        });
+        gate.wait_reached();
+        clock.advance(ms(50));
+        gate.open();
+        assert_eq!(waiter.join().unwrap(), Ok(ms(100)));
+    });
+    assert_eq!(tollgate::Clock::now(&clock), 100_000_000);
+}

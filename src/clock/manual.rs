@@ -307,6 +307,25 @@ impl Clock for ManualClock {
         self.advance(duration);
     }
 
+    /// Frozen, waits (parked) until a test moves the time to `at`; otherwise moves the time to
+    /// `at` if it is earlier (never back, and not past `at` whatever the caller's last
+    /// reading: a waiter that stalled after it does not move the clock too far).
+    fn sleep_until(&self, at: u64) {
+        #[cfg(feature = "std")]
+        if self.is_frozen() {
+            let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+            while self.now() < at {
+                let registration = self.register_wake_at(at, &waker);
+                if !registration.is_fired() {
+                    std::thread::park();
+                }
+            }
+            return;
+        }
+        let _ = self.shared.nanos.fetch_max(at, Ordering::AcqRel);
+        self.wake_due();
+    }
+
     /// Advances the clock by `duration`, then wakes `waker`: async waits are as deterministic
     /// as blocking ones (and move the time of everything sharing the clock — see
     /// [`ManualClock#waiting`]). A frozen clock queues the waker until `advance` or `set`

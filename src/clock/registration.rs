@@ -49,7 +49,7 @@ enum Kind {
     /// The waker was woken already (or there is nothing left to wait for).
     Fired,
     /// Handed to a fire-and-forget hook through a waker that records its firing.
-    Forwarded(Arc<Flagged>),
+    Forwarded(Forwarded),
     /// An entry in the shared timer thread's queue.
     #[cfg(feature = "std")]
     Timer(QueueHandle<&'static Timer, Instant>),
@@ -93,11 +93,17 @@ impl WakeRegistration {
     pub fn forward(waker: &Waker, hook: impl FnOnce(&Waker)) -> WakeRegistration {
         let flagged = Arc::new(Flagged {
             fired: AtomicU32::new(0),
+            #[cfg(feature = "std")]
+            waker: std::sync::Mutex::new(Some(waker.clone())),
+            #[cfg(not(feature = "std"))]
             waker: waker.clone(),
         });
         hook(&Waker::from(flagged.clone()));
         WakeRegistration {
-            kind: Kind::Forwarded(flagged),
+            kind: Kind::Forwarded(Forwarded {
+                flagged,
+                keep: false,
+            }),
         }
     }
 
@@ -147,7 +153,7 @@ impl WakeRegistration {
     pub fn is_fired(&self) -> bool {
         match &self.kind {
             Kind::Fired => true,
-            Kind::Forwarded(flagged) => flagged.fired.load(Ordering::Acquire) != 0,
+            Kind::Forwarded(f) => f.flagged.fired.load(Ordering::Acquire) != 0,
             #[cfg(feature = "std")]
             Kind::Timer(handle) => handle.is_fired(),
             #[cfg(feature = "std")]
@@ -160,7 +166,8 @@ impl WakeRegistration {
     #[cfg(feature = "std")]
     pub(crate) fn detach(self) {
         match self.kind {
-            Kind::Fired | Kind::Forwarded(_) => {}
+            Kind::Fired => {}
+            Kind::Forwarded(mut f) => f.keep = true,
             #[cfg(feature = "std")]
             Kind::Timer(handle) => handle.detach(),
             #[cfg(feature = "std")]
@@ -195,8 +202,17 @@ impl fmt::Debug for WakeRegistration {
 }
 
 /// The waker a fire-and-forget hook receives from [`WakeRegistration::forward`].
+///
+/// With `std` the task's waker sits behind a lock, so that dropping the registration takes it
+/// out: the hook's entry (the default's, in the shared timer, until its deadline, up to an
+/// hour) then holds only this small record, not the task — before 2026-12-04 a clock that
+/// implements only `now` kept every dropped future's task alive until its deadline (a
+/// review's finding: 1,000 dropped futures, 1,000 tasks held).
 struct Flagged {
     fired: AtomicU32,
+    #[cfg(feature = "std")]
+    waker: std::sync::Mutex<Option<Waker>>,
+    #[cfg(not(feature = "std"))]
     waker: Waker,
 }
 
@@ -207,6 +223,39 @@ impl Wake for Flagged {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.fired.store(1, Ordering::Release);
+        #[cfg(feature = "std")]
+        {
+            // Cloned under the lock, woken outside it.
+            let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+        #[cfg(not(feature = "std"))]
         self.waker.wake_by_ref();
+    }
+}
+
+/// A forwarded registration: takes the task's waker out of its record when dropped, unless
+/// detached ([`WakeRegistration::detach`]: the fire-and-forget wake-up must still come).
+struct Forwarded {
+    flagged: Arc<Flagged>,
+    #[cfg_attr(not(feature = "std"), allow(dead_code))]
+    keep: bool,
+}
+
+impl Drop for Forwarded {
+    fn drop(&mut self) {
+        #[cfg(feature = "std")]
+        if !self.keep {
+            // Taken under the lock, dropped outside it.
+            let waker = self
+                .flagged
+                .waker
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            drop(waker);
+        }
     }
 }

@@ -183,7 +183,7 @@ impl<C: Clock> MultiBucket<C> {
         // A fresh reading: this thread may have stalled since `now` (see `Bucket::acquire`).
         let mut t = self.clock.now();
         while t < due {
-            self.clock.sleep(Duration::from_nanos(due - t));
+            self.clock.sleep_until(due);
             t = self.clock.now();
         }
         Ok(Duration::from_nanos(due.saturating_sub(now)))

@@ -27,7 +27,9 @@ enum Stage<'a, C> {
 }
 
 /// The future returned by [`Bucket::until_ready`]: resolves to `Ok(time waited)` once the
-/// reserved tokens are due, or `Err(Denied::ExceedsBurst)` when `cost > burst`. Dropping it
+/// reserved tokens are due, or `Err(Denied::ExceedsBurst)` when `cost > burst` (or
+/// `Err(RetryAfter(Duration::MAX))` for a queue reaching past the [`HORIZON`](crate::HORIZON),
+/// as [`Bucket::acquire`]: tokens due there never come). Dropping it
 /// before it resolves cancels its reservation. Polling it again after it resolved gives
 /// `Ok(Duration::ZERO)` and takes nothing.
 ///
@@ -53,7 +55,9 @@ enum Stage<'a, C> {
 /// ([`Clock::register_wake`]), replaced only when it is polled with a waker that would not wake
 /// the same task ([`Waker::will_wake`](core::task::Waker::will_wake)) or after that wake-up has fired; spurious polls add
 /// nothing. Dropping the future drops (cancels) it, so nothing stays queued for a future that no
-/// longer exists.
+/// longer exists — with a clock whose registrations can be cancelled (the std clocks,
+/// `CoarseClock`, a frozen `ManualClock`). A clock that implements only `now` forwards to
+/// tollgate's timer, whose entry stays until its deadline, holding nothing of the task.
 #[must_use = "futures do nothing unless polled; an unpolled `UntilReady` reserves nothing"]
 pub struct UntilReady<'a, C: Clock> {
     bucket: &'a Bucket<C>,

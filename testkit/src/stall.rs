@@ -197,6 +197,10 @@ impl<C: Clock> Clock for StallClock<C> {
         self.inner.sleep(duration)
     }
 
+    fn sleep_until(&self, at: u64) {
+        self.inner.sleep_until(at)
+    }
+
     fn wake_after(&self, duration: Duration, waker: &Waker) {
         self.inner.wake_after(duration, waker)
     }
