@@ -515,7 +515,9 @@ where
 }
 
 /// Adds `extra` to `headers`: `RateLimit` / `RateLimit-Policy` lines are appended (Structured
-/// Fields lists combine), other headers replaced.
+/// Fields lists combine); other headers (the legacy `X-RateLimit-*`) only where the response
+/// has none — an inner layer's, its refusal's above all, are its own (a review's finding,
+/// 2026-12-04: an outer layer's admission overwrote an inner 429's `X-RateLimit-Remaining`).
 fn append(headers: &mut HeaderMap, extra: HeaderMap) {
     let mut name = None;
     for (next, value) in extra {
@@ -526,7 +528,7 @@ fn append(headers: &mut HeaderMap, extra: HeaderMap) {
             let list = name.as_str().starts_with("ratelimit");
             if list {
                 headers.append(name.clone(), value);
-            } else {
+            } else if !headers.contains_key(name) {
                 headers.insert(name.clone(), value);
             }
         }

@@ -629,3 +629,45 @@ async fn axum_router_with_connect_info_and_per_route_limits() {
         StatusCode::INTERNAL_SERVER_ERROR
     );
 }
+
+/// Nested layers: an inner refusal keeps its own legacy headers under an outer layer that
+/// admitted the request and adds its own (a review's finding, 2026-12-04: the outer layer's
+/// `X-RateLimit-Remaining: 98` replaced the inner 429's 0); the `RateLimit` lists combine.
+#[tokio::test]
+async fn an_inner_refusal_keeps_its_legacy_headers_under_an_outer_layer() {
+    let clock = ManualClock::new();
+    let outer = RateLimitLayer::new(Bucket::with_clock(
+        quota(100, Duration::from_secs(1), 100),
+        clock.clone(),
+    ))
+    .headers(
+        RateLimitHeaders::default()
+            .on_success(true)
+            .legacy(true)
+            .policy_name("outer")
+            .unwrap(),
+    );
+    let inner = RateLimitLayer::new(Bucket::with_clock(
+        quota(1, Duration::from_secs(60), 1),
+        clock.clone(),
+    ))
+    .headers(
+        RateLimitHeaders::default()
+            .legacy(true)
+            .policy_name("inner")
+            .unwrap(),
+    );
+    let svc = outer.layer(inner.layer(ok_service()));
+    assert_eq!(
+        svc.clone().oneshot(req()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let refused = svc.clone().oneshot(req()).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let h = refused.headers();
+    assert_eq!(h["x-ratelimit-limit"], "1");
+    assert_eq!(h["x-ratelimit-remaining"], "0");
+    assert_eq!(h["retry-after"], "60");
+    let lists: Vec<_> = h.get_all("ratelimit").iter().collect();
+    assert_eq!(lists.len(), 2, "{h:?}");
+}
