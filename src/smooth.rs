@@ -243,14 +243,15 @@ impl<C: Clock> Smooth<C> {
         if permits == 0 {
             return Duration::ZERO;
         }
-        let now = self.now_micros();
+        let reading = self.clock.now();
+        let now = self.micros_at(reading);
         let wait = self.update(
             |mut s, p| match s.reserve(permits as f64, now, p, self.mode) {
                 Some(wait) => (Some(s), wait),
                 None => (None, u64::MAX),
             },
         );
-        self.pay(wait)
+        self.pay(reading, wait)
     }
 
     /// Takes `permits` if the wait for them is at most `timeout`, sleeping that wait through the
@@ -274,7 +275,8 @@ impl<C: Clock> Smooth<C> {
         let timeout = u64::try_from(timeout.as_micros())
             .unwrap_or(u64::MAX)
             .min(MAX_MICROS);
-        let now = self.now_micros();
+        let reading = self.clock.now();
+        let now = self.micros_at(reading);
         let wait = self.update(|mut s, p| {
             if s.next.saturating_sub(timeout) > now {
                 return (None, None);
@@ -286,7 +288,7 @@ impl<C: Clock> Smooth<C> {
         });
         match wait {
             Some(wait) => {
-                self.pay(wait);
+                self.pay(reading, wait);
                 true
             }
             None => false,
@@ -395,16 +397,23 @@ impl<C: Clock> Smooth<C> {
         (now.saturating_sub(self.origin) / 1000).min(MAX_MICROS)
     }
 
-    fn pay(&self, wait_micros: u64) -> Duration {
-        // `u64::MAX`: never admitted (see `State::reserve`).
-        let wait = match wait_micros {
-            u64::MAX => Duration::MAX,
-            _ => Duration::from_micros(wait_micros),
-        };
-        if wait_micros > 0 {
-            self.clock.sleep(wait);
+    /// Sleeps the wait of a decision taken at the clock reading `reading` and returns it: to
+    /// the instant it ends ([`Clock::sleep_until`]), so that a caller stalled since the decision
+    /// does not oversleep by the stall (nor move an auto-advancing `ManualClock` past it).
+    fn pay(&self, reading: u64, wait_micros: u64) -> Duration {
+        match wait_micros {
+            0 => Duration::ZERO,
+            // `u64::MAX`: never admitted (see `State::reserve`).
+            u64::MAX => {
+                self.clock.sleep(Duration::MAX);
+                Duration::MAX
+            }
+            _ => {
+                self.clock
+                    .sleep_until(reading.saturating_add(wait_micros.saturating_mul(1000)));
+                Duration::from_micros(wait_micros)
+            }
         }
-        wait
     }
 
     /// The parameters selected by word `w`, or `None` if their slot is being rewritten (the
