@@ -387,6 +387,7 @@ impl<C: Clock> Smooth<C> {
 
     /// Guava's `stopwatch.readMicros()`: whole microseconds since the limiter was created. A
     /// clock reading before the origin counts as the origin.
+    #[cfg(feature = "persist")]
     #[inline]
     fn now_micros(&self) -> u64 {
         self.micros_at(self.clock.now())

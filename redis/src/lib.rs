@@ -22,8 +22,9 @@
 //! * Bounded memory: a key exists only while its bucket is not full (it expires when full).
 //! * [`OnUnavailable`]: fail closed (default), fail open, or a local [`tollgate::KeyedLimiter`]
 //!   with a fraction of the quota; every decision returns within the timeout; [`Counters`].
-//! * [`Leases`] (opt-in): tokens debited in Redis ahead of time and spent from a local lock-free
-//!   [`tollgate::Bucket`]: far fewer round trips, bounded under-admission.
+//! * [`Leases`] (opt-in): tokens debited in Redis ahead of time and spent locally from a
+//!   lock-free word (the same exact arithmetic, on the server's time): far fewer round trips,
+//!   bounded under-admission.
 //! * Feature `test-support`: a decision method that takes the time as an argument, for the
 //!   differential tests (throwaway `redis-server`s are in the workspace test kit).
 //!

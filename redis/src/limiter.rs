@@ -461,21 +461,36 @@ impl RedisLimiter {
         if let Some(r) = self.local(table, &slot, p, cost) {
             return Ok(r);
         }
-        // Waiting for another task's refill is not the server's fault: a timeout here is
-        // an error for this decision only, and the breaker learns nothing.
-        let _refill = tokio::time::timeout_at(deadline, slot.refill.lock())
-            .await
-            .map_err(|_| Error::Timeout(self.inner.timeout))?;
+        // Another task's refill is in flight: wait for it up to half this decision's time, then
+        // decide from the word directly with the other half, so that no call is left without
+        // its share of the time. Before 2026-12-04 a waiter took the lock with whatever was left,
+        // possibly nothing: with 10 ms round trips and a 25 ms timeout, 8 callers on one key
+        // timed out behind each other, opened the breaker, and FailOpen admitted 16 of 3 (a
+        // review's finding).
+        let half = self.inner.timeout / 2;
+        let lock_by = deadline.checked_sub(half).unwrap_or(deadline);
+        let Ok(_refill) = tokio::time::timeout_at(lock_by, slot.refill.lock()).await else {
+            let d = self
+                .call(name, p, cost, Mode::Acquire, None, deadline)
+                .await?;
+            bump(&self.inner.stats.redis);
+            self.inner.observe.path(Path::Redis);
+            return Ok((d.verdict, Some(d.snapshot)));
+        };
         // Another task may have refilled (or been refused) while this one waited.
         if let Some(r) = self.local(table, &slot, p, cost) {
             return Ok(r);
         }
         let take = table.next_take(cost);
         let sent = table.now();
-        self.inner.observe.refill();
         let d = self
             .call(name, p, cost, Mode::Lease(take), None, deadline)
-            .await?;
+            .await;
+        // A refill refused before it was sent (the breaker, the in-flight cap) is not one.
+        if !matches!(d, Err(Error::Unavailable | Error::Overloaded)) {
+            self.inner.observe.refill();
+        }
+        let d = d?;
         bump(&self.inner.stats.redis);
         self.inner.observe.path(Path::Redis);
         match d.verdict {
@@ -614,6 +629,18 @@ impl RedisLimiter {
         pass: Pass,
     ) -> Result<redis::Value, Error> {
         let inner = &*self.inner;
+        // The time the call gets: what is left of the decision's, after any wait for another
+        // task's refill. A call sent with three quarters of the limiter's timeout or less that
+        // times out says nothing about the server (the queue took the rest: a call after a lock
+        // wait of half the timeout never counts), and one with none is not sent —
+        // a review's finding, 2026-12-04: callers queued behind lease refills on a healthy
+        // server with 10 ms round trips opened the breaker, and FailOpen admitted 16 of 3.
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            inner.breaker.release(pass);
+            return Err(Error::Timeout(inner.timeout));
+        }
+        let fair = left > inner.timeout / 4 * 3;
         let mut full_key = String::with_capacity(inner.prefix.len() + name.len());
         full_key.push_str(&inner.prefix);
         full_key.push_str(name);
@@ -622,9 +649,12 @@ impl RedisLimiter {
         let started = inner.observe.start();
         let eval = inner.conn.eval(&inner.script, &full_key, argv);
         let Ok(reply) = tokio::time::timeout_at(deadline, eval).await else {
-            // The limiter's own timeout, inside the call: evidence that the server is slow.
+            // The limiter's own timeout, inside the call: evidence that the server is slow,
+            // if the call had its fair share of the time (dropping the guard counts nothing).
             inner.observe.round_trip(started, false);
-            guard.finish(true);
+            if fair {
+                guard.finish(true);
+            }
             return Err(Error::Timeout(inner.timeout));
         };
         inner.observe.round_trip(started, reply.is_ok());

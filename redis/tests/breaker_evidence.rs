@@ -1,0 +1,177 @@
+//! What the breaker learns from, and what it does not: a call that the queue for a key's lease
+//! refill left without its share of the time, or a probe whose caller gave up, is no evidence
+//! against the server (a review's findings, 2026-12-04). Each test starts its own
+//! `redis-server` on a free loopback port, one behind a local proxy that delays its replies.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Waker};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tollgate::Quota;
+use tollgate_redis::{Error, Leases, OnUnavailable, RedisLimiter};
+use tollgate_testkit::redis_server::RedisServer;
+
+async fn write_all(w: &tokio::net::tcp::OwnedWriteHalf, mut b: &[u8]) -> bool {
+    while !b.is_empty() {
+        if w.writable().await.is_err() {
+            return false;
+        }
+        match w.try_write(b) {
+            Ok(n) => b = &b[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+async fn read_some(r: &tokio::net::tcp::OwnedReadHalf, buf: &mut [u8]) -> Option<usize> {
+    loop {
+        r.readable().await.ok()?;
+        match r.try_read(buf) {
+            Ok(0) => return None,
+            Ok(n) => return Some(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// A TCP proxy in front of `upstream` that delivers every reply byte `delay` after the server
+/// sent it (a healthy server `delay` away: a cross-zone Redis, a loaded one). Requests pass at once.
+async fn delay_proxy(upstream: u16, delay: Duration) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((client, _)) = l.accept().await else {
+                return;
+            };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
+                return;
+            };
+            let (cr, cw) = client.into_split();
+            let (sr, sw) = server.into_split();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                while let Some(n) = read_some(&cr, &mut buf).await {
+                    if !write_all(&sw, &buf[..n]).await {
+                        return;
+                    }
+                }
+            });
+            let (tx, mut rx) =
+                tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                while let Some(n) = read_some(&sr, &mut buf).await {
+                    let _ = tx.send((tokio::time::Instant::now() + delay, buf[..n].to_vec()));
+                }
+            });
+            tokio::spawn(async move {
+                while let Some((at, bytes)) = rx.recv().await {
+                    tokio::time::sleep_until(at).await;
+                    if !write_all(&cw, &bytes).await {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Callers queued behind one key's lease refills on a healthy server whose replies take 10 ms
+/// (timeout 25 ms, leases of one token, so no refill serves the next caller) leave the breaker
+/// closed: before, a caller that got the refill lock with no time left sent its call anyway,
+/// its timeout opened the breaker, and FailOpen then admitted 16 requests of a burst of 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_queued_behind_a_refill_do_not_open_the_breaker() {
+    let Some(server) = RedisServer::start("breaker_evidence::refill_queue") else {
+        return;
+    };
+    let port = delay_proxy(server.port(), Duration::from_millis(10)).await;
+    let url = format!("redis://127.0.0.1:{port}");
+    let l = RedisLimiter::builder(&url, Quota::new(1, Duration::from_secs(3600), 3).unwrap())
+        .on_unavailable(OnUnavailable::FailClosed)
+        .timeout(Duration::from_millis(25))
+        .probe_interval(Duration::from_secs(3600))
+        .leases(Leases::new(1))
+        .build()
+        .await
+        .unwrap();
+    let admitted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for _wave in 0..2 {
+        let mut callers = Vec::new();
+        for _ in 0..8 {
+            let (l, admitted) = (l.clone(), admitted.clone());
+            callers.push(tokio::spawn(async move {
+                if l.try_acquire("hot", 1).await.is_ok() {
+                    admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }));
+        }
+        for c in callers {
+            c.await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    assert!(admitted.load(std::sync::atomic::Ordering::Relaxed) <= 3);
+    let mut decided = false;
+    for _ in 0..20 {
+        match l.check("other", 1).await {
+            Ok(_) => {
+                decided = true;
+                break;
+            }
+            Err(Error::Unavailable) => panic!("the breaker opened on a healthy server"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+    assert!(decided, "{:?}", l.counters());
+}
+
+/// A probe whose caller gave up after sending it leaves the probe to the next caller at once:
+/// before, the breaker's interval restarted from the dropped probe, and a healthy server was
+/// refused for another whole interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_probe_leaves_the_next_caller_the_probe() {
+    let Some(server) = RedisServer::start("breaker_evidence::dropped_probe") else {
+        return;
+    };
+    let interval = Duration::from_millis(400);
+    let l = RedisLimiter::builder(&server.url(), Quota::per_second(1000).unwrap())
+        .timeout(Duration::from_millis(50))
+        .probe_interval(interval)
+        .build()
+        .await
+        .unwrap();
+    assert!(matches!(l.check("k", 1).await, Ok(Ok(()))));
+    server.pause();
+    assert!(matches!(l.check("k", 1).await, Err(Error::Timeout(_))));
+    server.resume();
+    tokio::time::sleep(interval + Duration::from_millis(50)).await;
+    // The probe's caller gives up after sending it.
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut f = Box::pin(l.check("k", 1));
+    assert!(f.as_mut().poll(&mut cx).is_pending());
+    drop(f);
+    let t0 = Instant::now();
+    let first = l.check("k", 1).await;
+    let mut unavailable = 0;
+    let mut r = first;
+    while matches!(r, Err(Error::Unavailable)) {
+        unavailable += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        r = l.check("k", 1).await;
+    }
+    println!(
+        "after the dropped probe: {unavailable} decisions refused Unavailable for {:?} (server healthy); then {r:?}",
+        t0.elapsed()
+    );
+    assert_eq!(
+        unavailable, 0,
+        "the dropped probe's pass was not available to the next caller"
+    );
+}
