@@ -56,6 +56,10 @@ trap cleanup EXIT
 
 # start BINARY ARGS...: runs a server on a free loopback port, sets $addr.
 start() {
+  # Emptied here, before the launch: the launched shell truncates the file only once it runs,
+  # and until then the loop below could read the previous server's address (a CI run on a
+  # loaded machine sent wrk to a stopped server: "Connection refused").
+  : >"$work/server.out"
   "$@" --listen 127.0.0.1:0 >"$work/server.out" 2>"$work/server.err" &
   server_pid=$!
   addr=""
