@@ -44,15 +44,6 @@ pub(crate) mod all;
 /// The state of a full bucket, valid for every quota and every clock reading.
 pub const FULL: u64 = 0;
 
-/// The wait until `earned` reaches `need` units (`Duration::MAX` if that is not after `now`).
-#[inline]
-fn retry_after(quota: &Quota, need: u64, now: u64) -> Duration {
-    match quota.instant_of(need) {
-        at if at <= now => Duration::MAX,
-        at => wait_until(at, now),
-    }
-}
-
 /// The wait from `now` until the instant `at` at which a refused request is admitted, for
 /// `at > min(now, HORIZON)` (a refusal's: its `need` exceeds `earned(min(now, HORIZON))`). Past
 /// the horizon the clock is read as stopped, so nothing more refills: the wait is
@@ -253,8 +244,10 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
     let base = state.max(quota.earned_ceil(now));
     let next = u128::from(base) + u128::from(cost * scale);
     if next > u128::from(MAX_UNITS) {
-        let need = base.saturating_sub(burst_units);
-        return Err(Denied::RetryAfter(retry_after(quota, need.max(1), now)));
+        // Beyond the state's range, now and at every later reading (the state and the units
+        // earned only grow): never, as `try_acquire` answers (a review's finding, 2026-12-04:
+        // this named the instant the debt is repaid, at which the request still did not fit).
+        return Err(Denied::RetryAfter(Duration::MAX));
     }
     let next = next as u64;
     // Due when `try_acquire` would admit the same request: from `state + cost`, not from

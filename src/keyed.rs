@@ -106,7 +106,9 @@ const MAX_KEYS: usize = 1 << 26;
 /// **two distinct keys with equal fingerprints share one bucket**, stricter for both, never
 /// looser. With `n` tracked keys the chance that any two collide is about `n² / 2^65` (3 × 10⁻⁸
 /// at a million keys); the seed is secret, so collisions cannot be aimed from outside. Override
-/// quotas ([`KeyedLimiterBuilder::quota_for`]) are also found by fingerprint.
+/// quotas ([`KeyedLimiterBuilder::quota_for`]) are also found by fingerprint: a key that
+/// collides with an override key runs under that key's quota, which may be looser than its
+/// own (the same odds, per override; a review's note, 2026-12-04).
 ///
 /// ```
 /// use std::time::Duration;
@@ -155,8 +157,8 @@ impl<K, C: fmt::Debug> fmt::Debug for KeyedLimiter<K, C> {
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// A limiter on the [`DefaultClock`] tracking at most `max_keys` keys, each with `quota`.
-    /// With `max_keys == 0` nothing is tracked and every request is refused as "table full"
-    /// ([`KeyedLimiter::builder`] rejects 0 instead).
+    /// With `max_keys == 0` nothing is tracked and every request is refused as "table full",
+    /// with `RetryAfter(Duration::MAX)`: never ([`KeyedLimiter::builder`] rejects 0 instead).
     ///
     /// ```
     /// let limiter = tollgate::KeyedLimiter::new(tollgate::Quota::per_second(5).unwrap(), 100);
@@ -288,7 +290,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let now = self.clock.now();
         let verdict = self.acquire_fp(fp, quota, cost, || now);
         let snapshot = match verdict {
-            Err(denied) => self.refusal_snapshot(fp, quota, now, denied),
+            Err(denied) => self.refusal_snapshot(fp, quota, now, cost, denied),
             Ok(()) => gcra::snapshot(self.state_of(fp, quota), now, quota),
         };
         (verdict, snapshot)
@@ -318,16 +320,31 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         let quota = self.quota_of(fp);
         let now = self.clock.now();
         self.acquire_fp(fp, quota, cost, || now)
-            .map_err(|denied| (denied, self.refusal_snapshot(fp, quota, now, denied)))
+            .map_err(|denied| (denied, self.refusal_snapshot(fp, quota, now, cost, denied)))
     }
 
-    /// The key's bucket at `now` after a refusal (`denied`) of a decision on it.
-    fn refusal_snapshot(&self, fp: u64, quota: &Quota, now: u64, denied: Denied) -> Snapshot {
+    /// The key's bucket at `now` after a refusal (`denied`) of a decision of `cost` on it.
+    fn refusal_snapshot(
+        &self,
+        fp: u64,
+        quota: &Quota,
+        now: u64,
+        cost: u64,
+        denied: Denied,
+    ) -> Snapshot {
+        let start = || self.start_state(quota);
         match (self.index.load(fp), denied) {
             (Some(state), _) => gcra::snapshot(state, now, quota),
-            // A new key refused because the table is full: untracked, nothing until the wait.
-            (None, Denied::RetryAfter(wait)) => Snapshot::new(0, wait),
-            (None, _) => gcra::snapshot(self.start_state(quota), now, quota),
+            // A new key refused because the table is full (where it would start admits the
+            // cost): untracked, nothing until the wait. One refused by where it starts (the
+            // floor after evictions, a drain) is that bucket (a review's finding, 2026-12-04:
+            // it showed 0 tokens, full after the refusal's wait, where it held 5).
+            (None, Denied::RetryAfter(wait))
+                if gcra::try_acquire(start(), now, quota, cost).is_ok() =>
+            {
+                Snapshot::new(0, wait)
+            }
+            (None, _) => gcra::snapshot(start(), now, quota),
         }
     }
 

@@ -78,7 +78,8 @@ const MAX_KEYS: usize = 1 << 26;
 ///   untracked with
 ///   [`KeyedMultiLimiterBuilder::fail_open`] (outside every bound).
 /// * **Keys by fingerprint.** As in `KeyedLimiter`: a seeded 64-bit hash, no keys stored; two
-///   keys with equal fingerprints share one record (stricter, never looser).
+///   keys with equal fingerprints share one record (stricter, never looser), and a key that
+///   collides with an override key runs under that key's policy.
 /// * **Memory.** The index's 48 to 96 bytes per unit of `max_keys`, plus one record per unit:
 ///   32 bytes if every policy it holds has one or two quotas, 64 if one has three or four (a
 ///   record never straddles two cache lines), all up front.

@@ -148,9 +148,12 @@ impl Quota {
 
     /// Whether every decision equals the continuous token bucket at every nanosecond.
     /// True when the reduced rate's numerator is small enough for 100 years at full precision
-    /// (for example any rate of `n` per second with `n` dividing 10^9, such as 1, 10, 1000 or
-    /// 10^9). Otherwise rounding happens only when the bucket overflows at an instant off the
-    /// unit grid, always toward refusing, by less than one unit (see the type's docs).
+    /// (for example a rate of `n` per second with `n` dividing 10^9, such as 1, 10, 1000 or
+    /// 10^9, with a burst small enough that the state's range holds it at that precision: 1 per
+    /// second with a burst of 10^10, or 1000 per second with 2^62, is not exact). Otherwise
+    /// rounding happens only when the bucket overflows at an instant off the unit grid, always
+    /// toward refusing, by less than one unit (see the type's docs; a reconfiguration's
+    /// conversion rounds toward fewer tokens by up to a few units).
     ///
     /// ```
     /// use tollgate::Quota;

@@ -116,13 +116,21 @@ fn table_full_wait_is_exact_and_fail_open_counts() {
     assert_eq!(open.len(), 1);
 }
 
+/// A table of no keys refuses every request with "never" (a finite wait made `until_key_ready`
+/// poll for ever: a review's finding, 2026-12-04).
 #[test]
 fn zero_capacity_refuses_without_panicking() {
     let quota = Quota::per_second(3).unwrap();
     let limiter = KeyedLimiter::with_clock(quota, 0, ManualClock::new());
     assert_eq!(
         limiter.try_acquire(&1u32, 1),
-        Err(Denied::RetryAfter(Duration::from_secs(1)))
+        Err(Denied::RetryAfter(Duration::MAX))
+    );
+    let mut ready = std::pin::pin!(limiter.until_key_ready(&1u32, 1));
+    let waker = std::task::Waker::noop();
+    assert_eq!(
+        std::future::Future::poll(ready.as_mut(), &mut std::task::Context::from_waker(waker)),
+        std::task::Poll::Ready(Err(Denied::RetryAfter(Duration::MAX)))
     );
     assert_eq!(limiter.try_acquire(&1u32, 0), Ok(()));
     assert!(limiter.is_empty());
@@ -807,4 +815,26 @@ fn table_full_wait_covers_an_override_slower_than_the_default() {
     assert!(limiter.try_acquire(&"new", 1).is_err());
     clock.set(Duration::from_secs(200));
     assert_eq!(limiter.try_acquire(&"new", 1), Ok(()));
+}
+
+/// A new key refused by where untracked keys start (the floor evictions raised, here read by a
+/// stepped-back clock) gets that bucket's snapshot, not the table-full one (a review's
+/// finding, 2026-12-04: "0 tokens, full in 300 ms" where it held 5, full in 500 ms).
+#[test]
+fn a_new_key_refused_by_the_floor_gets_its_buckets_snapshot() {
+    let clock = ManualClock::new_frozen();
+    let limiter = KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 2, clock.clone());
+    limiter.try_acquire(&"a", 10).unwrap();
+    limiter.try_acquire(&"x", 10).unwrap();
+    clock.set(Duration::from_secs(2));
+    limiter.try_acquire(&"b", 1).unwrap(); // the table full: a sweep evicts both
+    assert_eq!(limiter.counters().evicted, 2);
+    clock.set(Duration::from_millis(1500));
+    assert_eq!(limiter.available(&"c"), 5);
+    let (verdict, snapshot) = limiter.try_acquire_snapshot(&"c", 8);
+    assert_eq!(verdict, Err(Denied::RetryAfter(Duration::from_millis(300))));
+    assert_eq!(
+        snapshot,
+        tollgate::Snapshot::new(5, Duration::from_millis(500))
+    );
 }

@@ -7,7 +7,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
-use tollgate::{Bucket, Clock, KeyedLimiter, ManualClock, Quota, ShardedBucket, Smooth};
+use tollgate::{Bucket, Clock, Denied, KeyedLimiter, ManualClock, Quota, ShardedBucket, Smooth};
 
 struct Nop;
 impl Wake for Nop {
@@ -236,5 +236,27 @@ fn smooth_set_rate_never_brings_a_word_back() {
     assert_eq!(
         waits(&[2.0, 1.0, 2.0, 1.0]),
         Duration::from_micros(1_000_002)
+    );
+}
+
+/// A reservation beyond the state's range is refused with the wait `try_acquire` gives, never
+/// (a review's finding, 2026-12-04: it named 1 ns, at which the request still did not fit).
+#[test]
+fn a_reservation_beyond_the_range_waits_as_try_acquire_does() {
+    let quota = Quota::per_second(1_000_000_000)
+        .unwrap()
+        .with_burst(1 << 62)
+        .unwrap();
+    let b = Bucket::with_clock(quota, ManualClock::new());
+    assert_eq!(
+        b.try_acquire_for(1 << 62, Duration::ZERO),
+        Ok(Duration::ZERO)
+    );
+    let never = Err(Denied::RetryAfter(Duration::MAX));
+    assert_eq!(b.try_acquire(1 << 62), never);
+    assert_eq!(b.try_acquire_for(1 << 62, Duration::ZERO).map(drop), never);
+    assert_eq!(
+        b.reserve(1 << 62).map(|r| r.delay()),
+        never.map(|()| Duration::ZERO)
     );
 }

@@ -53,7 +53,7 @@ impl Table {
 
     /// The wait a new key refused by the full table is told at `now`: until the first tracked
     /// bucket is full, within `[1 ns, cap]`, or `Duration::MAX` when none ever will be. An
-    /// empty table (`max_keys` 0) answers `cap`.
+    /// empty table (`max_keys` 0) answers `cap` here; the limiter answers "never" for it.
     pub(crate) fn full_wait(&self, now: u64) -> core::time::Duration {
         let cap = self.cap;
         let at = self.next_full_at.load(Ordering::SeqCst);
@@ -162,6 +162,11 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// `Duration::MAX` when none ever will be (every tracked bucket is full only past the
     /// horizon, where the clock is read as stopped).
     pub(super) fn table_full_wait(&self, now: u64) -> core::time::Duration {
+        // A table of no keys admits none, ever: `until_key_ready` must resolve, not poll on (a
+        // review's finding, 2026-12-04).
+        if self.max_keys == 0 {
+            return core::time::Duration::MAX;
+        }
         self.table.full_wait(now)
     }
 
