@@ -424,6 +424,23 @@ impl RedisLimiter {
         Ok(d)
     }
 
+    /// One decision by the script on the word, no lease: the verdict and the snapshot (`name`:
+    /// the key's stored name).
+    async fn decide_direct(
+        &self,
+        name: &str,
+        p: &Params,
+        cost: u64,
+        deadline: Instant,
+    ) -> Result<(Result<(), Denied>, Option<Snapshot>), Error> {
+        let d = self
+            .call(name, p, cost, Mode::Acquire, None, deadline)
+            .await?;
+        bump(&self.inner.stats.redis);
+        self.inner.observe.path(Path::Redis);
+        Ok((d.verdict, Some(d.snapshot)))
+    }
+
     /// `name` is the key's stored name ([`stored_key`]).
     async fn decide_redis(
         &self,
@@ -443,20 +460,10 @@ impl RedisLimiter {
             return Ok((v, Some(d.snapshot)));
         }
         let Some(table) = &self.inner.leases else {
-            let d = self
-                .call(name, p, cost, Mode::Acquire, None, deadline)
-                .await?;
-            bump(&self.inner.stats.redis);
-            self.inner.observe.path(Path::Redis);
-            return Ok((d.verdict, Some(d.snapshot)));
+            return self.decide_direct(name, p, cost, deadline).await;
         };
         let Some(slot) = table.slot(name) else {
-            let d = self
-                .call(name, p, cost, Mode::Acquire, None, deadline)
-                .await?;
-            bump(&self.inner.stats.redis);
-            self.inner.observe.path(Path::Redis);
-            return Ok((d.verdict, Some(d.snapshot)));
+            return self.decide_direct(name, p, cost, deadline).await;
         };
         if let Some(r) = self.local(table, &slot, p, cost) {
             return Ok(r);
@@ -470,12 +477,7 @@ impl RedisLimiter {
         let half = self.inner.timeout / 2;
         let lock_by = deadline.checked_sub(half).unwrap_or(deadline);
         let Ok(_refill) = tokio::time::timeout_at(lock_by, slot.refill.lock()).await else {
-            let d = self
-                .call(name, p, cost, Mode::Acquire, None, deadline)
-                .await?;
-            bump(&self.inner.stats.redis);
-            self.inner.observe.path(Path::Redis);
-            return Ok((d.verdict, Some(d.snapshot)));
+            return self.decide_direct(name, p, cost, deadline).await;
         };
         // Another task may have refilled (or been refused) while this one waited.
         if let Some(r) = self.local(table, &slot, p, cost) {
