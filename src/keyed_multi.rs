@@ -79,7 +79,8 @@ const MAX_KEYS: usize = 1 << 26;
 ///   [`KeyedMultiLimiterBuilder::fail_open`] (outside every bound).
 /// * **Keys by fingerprint.** As in `KeyedLimiter`: a seeded 64-bit hash, no keys stored; two
 ///   keys with equal fingerprints share one record (stricter, never looser), and a key that
-///   collides with an override key runs under that key's policy.
+///   collides with an override key runs under that key's policy, which may be looser than its
+///   own (about `n / 2^64` odds per override at `n` keys; the seed is secret).
 /// * **Memory.** The index's 48 to 96 bytes per unit of `max_keys`, plus one record per unit:
 ///   32 bytes if every policy it holds has one or two quotas, 64 if one has three or four (a
 ///   record never straddles two cache lines), all up front.
@@ -143,8 +144,9 @@ impl<K, C: fmt::Debug> fmt::Debug for KeyedMultiLimiter<K, C> {
 
 impl<K: Hash + Eq + Clone> KeyedMultiLimiter<K> {
     /// A limiter on the [`DefaultClock`] tracking at most `max_keys` keys, each with `limits`.
-    /// With `max_keys == 0` nothing is tracked and every new key is refused as "table full"
-    /// ([`KeyedMultiLimiter::builder`] rejects 0 instead).
+    /// With `max_keys == 0` nothing is tracked and every new key is refused as "table full",
+    /// with `RetryAfter(Duration::MAX)`: never ([`KeyedMultiLimiter::builder`] rejects 0
+    /// instead).
     ///
     /// ```
     /// use tollgate::{KeyedMultiLimiter, Limits, Quota};
@@ -329,7 +331,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         let policy = self.policy_of(fp);
         let now = self.clock.now();
         let verdict = self.acquire_fp(fp, policy, cost, || now);
-        let snapshots = self.snapshots_after(fp, policy, now, verdict);
+        let snapshots = self.snapshots_after(fp, policy, now, cost, verdict);
         (verdict, snapshots)
     }
 
@@ -362,7 +364,12 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         let policy = self.policy_of(fp);
         let now = self.clock.now();
         self.acquire_fp(fp, policy, cost, || now)
-            .map_err(|refusal| (refusal, self.snapshots_after(fp, policy, now, Err(refusal))))
+            .map_err(|refusal| {
+                (
+                    refusal,
+                    self.snapshots_after(fp, policy, now, cost, Err(refusal)),
+                )
+            })
     }
 
     /// Whole tokens every quota of `key`'s policy holds now (the smallest burst if the key is
@@ -625,15 +632,20 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         fp: u64,
         policy: &Policy,
         now: u64,
+        cost: u64,
         verdict: Result<(), Refusal>,
     ) -> Snapshots {
+        let start = self.start_states(policy);
         match (self.states_of(fp, policy), verdict.map_err(|r| r.denied())) {
             (Some(states), _) => policy.snapshots(&states[..policy.len], now),
-            // A new key refused because the table is full: untracked, nothing until the wait.
-            (None, Err(Denied::RetryAfter(wait))) => {
+            // A new key refused because the table is full (where it would start admits the
+            // cost): untracked, nothing until the wait. One refused by where it starts (the
+            // floor after evictions, a drain) is that record, as `KeyedLimiter` answers since
+            // 2026-12-04 (a review's finding).
+            (None, Err(Denied::RetryAfter(wait))) if policy.decide(&start, now, cost).is_ok() => {
                 Snapshots::from_padded([Snapshot::new(0, wait); MAX_LIMITS], policy.len)
             }
-            (None, _) => policy.snapshots(&self.start_states(policy)[..policy.len], now),
+            (None, _) => policy.snapshots(&start[..policy.len], now),
         }
     }
 

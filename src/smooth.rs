@@ -139,7 +139,9 @@ impl<C: Clock> Smooth<C> {
     ///
     /// Errors: [`ConfigError::InvalidRate`] for a rate that is not finite and positive;
     /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s. A zero `max_burst` is allowed
-    /// (nothing is ever stored); any `max_burst` fits (`max_burst × rate` stays finite).
+    /// (nothing is ever stored); any `max_burst` fits (`max_burst × rate` stays finite; beyond
+    /// about 10^9 years the stored permits' unit exceeds one permit, which can only lengthen a
+    /// wait: `docs/guarantees.md`).
     ///
     /// ```
     /// use std::time::Duration;

@@ -158,12 +158,19 @@ fn max_keys_zero_and_one() {
             .unwrap_err(),
         ConfigError::ZeroCapacity
     );
-    // `new`/`with_clock` with 0: nothing tracked, every new key refused for room.
+    // `new`/`with_clock` with 0: nothing tracked, every new key refused, never admitted (a
+    // finite wait made `until_key_ready` poll for ever: a review's finding, 2026-12-04).
     let none = KeyedMultiLimiter::with_clock(limits.clone(), 0, ManualClock::new());
     assert_eq!(
         none.try_acquire(&1u8, 1),
-        Err(Denied::RetryAfter(Duration::from_secs(2)))
+        Err(Denied::RetryAfter(Duration::MAX))
     );
+    let mut ready = std::pin::pin!(none.until_key_ready(&1u8, 1));
+    assert!(std::future::Future::poll(
+        ready.as_mut(),
+        &mut std::task::Context::from_waker(std::task::Waker::noop())
+    )
+    .is_ready());
     assert_eq!(none.try_acquire(&1u8, 0), Ok(()));
     assert!(none.is_empty());
     let clock = ManualClock::new();
@@ -422,4 +429,29 @@ fn until_key_ready_waits_out_a_full_table() {
     );
     assert_eq!(limiter.len(), 1);
     assert_eq!(limiter.counters().refused_table_full, 2);
+}
+
+/// A new key refused by where untracked keys start (the floor evictions raised, read by a
+/// stepped-back clock) gets that record's snapshots, not the table-full ones (a review's
+/// finding, 2026-12-04, as for `KeyedLimiter`).
+#[test]
+fn a_new_key_refused_by_the_floor_gets_its_records_snapshots() {
+    let clock = ManualClock::new_frozen();
+    let limiter = KeyedMultiLimiter::with_clock(
+        Limits::from(Quota::per_second(10).unwrap()),
+        2,
+        clock.clone(),
+    );
+    limiter.try_acquire(&"a", 10).unwrap();
+    limiter.try_acquire(&"x", 10).unwrap();
+    clock.set(Duration::from_secs(2));
+    limiter.try_acquire(&"b", 1).unwrap(); // the table full: a sweep evicts both
+    clock.set(Duration::from_millis(1500));
+    assert_eq!(limiter.available(&"c"), 5);
+    let (verdict, snapshot) = limiter.try_acquire_snapshot(&"c", 8);
+    assert!(verdict.is_err());
+    assert_eq!(
+        snapshot,
+        tollgate::Snapshot::new(5, Duration::from_millis(500))
+    );
 }

@@ -997,3 +997,32 @@ fn exercise(l: &Smooth<ManualClock>, clock: &ManualClock, rates: &[f64]) {
     let _ = l.rate();
     let _ = format!("{l:?}");
 }
+
+/// Stored permits are kept in fixed point rounded toward the stricter limiter (down when
+/// bursty), so a wait is never shorter than real Guava's: with a burst of a year, 1,510,323 µs
+/// (Guava 31.1, a review's run, 2026-12-04; rounded to nearest it was 1,510,322), and with
+/// `Duration::MAX` (a unit of 1,024 permits) at least Guava's 999,040 µs at 10^6/s (it was
+/// 998,528).
+#[test]
+fn stored_permits_never_round_toward_more_than_guava_holds() {
+    let clock = ManualClock::new();
+    let year =
+        Smooth::bursty_with_clock(1.0, Duration::from_secs(31_536_000), clock.clone()).unwrap();
+    assert_eq!(year.acquire(1), Duration::ZERO);
+    clock.set(Duration::from_micros(2_489_677));
+    assert!(year.try_acquire(1, Duration::ZERO));
+    assert!(year.try_acquire(2, Duration::ZERO));
+    assert_eq!(year.acquire(1), Duration::from_micros(1_510_323));
+
+    let clock = ManualClock::new();
+    let max = Smooth::bursty_with_clock(1e6, Duration::MAX, clock.clone()).unwrap();
+    assert_eq!(max.acquire(1), Duration::ZERO);
+    let t = Duration::from_micros(1_000_962);
+    clock.set(t);
+    assert_eq!(max.acquire(1), Duration::ZERO);
+    max.acquire(2_000_000);
+    clock.set(t);
+    // Guava waits 999,040 µs; a unit of 1,024 permits cannot hold its 1,000,960 stored permits,
+    // so the crate keeps 1,000,448 and waits 512 µs longer: never shorter.
+    assert_eq!(max.acquire(1), Duration::from_micros(999_552));
+}

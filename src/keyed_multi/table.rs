@@ -100,6 +100,10 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
     /// The wait until a tracked key is full, within `[1 ns, the longest burst refill of any
     /// quota of any policy]`, or `Duration::MAX` when none ever will be.
     pub(super) fn table_full_wait(&self, now: u64) -> core::time::Duration {
+        // A table of no keys admits none, ever: "never", so that `until_key_ready` resolves.
+        if self.max_keys == 0 {
+            return core::time::Duration::MAX;
+        }
         self.table.full_wait(now)
     }
 
