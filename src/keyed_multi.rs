@@ -635,17 +635,17 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedMultiLimiter<K, C> {
         cost: u64,
         verdict: Result<(), Refusal>,
     ) -> Snapshots {
-        let start = self.start_states(policy);
+        let start = || self.start_states(policy);
         match (self.states_of(fp, policy), verdict.map_err(|r| r.denied())) {
             (Some(states), _) => policy.snapshots(&states[..policy.len], now),
             // A new key refused because the table is full (where it would start admits the
             // cost): untracked, nothing until the wait. One refused by where it starts (the
             // floor after evictions, a drain) is that record, as `KeyedLimiter` answers since
             // 2026-12-04 (a review's finding).
-            (None, Err(Denied::RetryAfter(wait))) if policy.decide(&start, now, cost).is_ok() => {
+            (None, Err(Denied::RetryAfter(wait))) if policy.decide(&start(), now, cost).is_ok() => {
                 Snapshots::from_padded([Snapshot::new(0, wait); MAX_LIMITS], policy.len)
             }
-            (None, _) => policy.snapshots(&start[..policy.len], now),
+            (None, _) => policy.snapshots(&start()[..policy.len], now),
         }
     }
 

@@ -415,14 +415,25 @@ impl<C: Clock> ShardedBucket<C> {
     /// which need the reading whatever the cost).
     fn decide_now(&self, cost: u64) -> (u64, Result<(), Denied>) {
         let now = self.read_mostly.clock.now();
-        let verdict = if cost == 0 {
+        (now, self.decide_on(now, cost, || self.home()))
+    }
+
+    /// The decision at `now`, edge costs included, on the shard `home` gives (the thread's; a
+    /// chosen one in the tests).
+    #[inline(always)]
+    fn decide_on<'a>(
+        &'a self,
+        now: u64,
+        cost: u64,
+        home: impl FnOnce() -> &'a Lease,
+    ) -> Result<(), Denied> {
+        if cost == 0 {
             Ok(())
         } else if cost > self.read_mostly.quota.burst() {
             Err(Denied::ExceedsBurst)
         } else {
-            self.acquire_at(now, cost)
-        };
-        (now, verdict)
+            self.acquire_on(now, cost, home)
+        }
     }
 
     /// The decision at `now` for `0 < cost <= burst`: the shard's lease, else the central word.

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::thread;
 use std::time::{Duration, Instant};
-use tollgate::{Bucket, CoarseClock, Denied, ManualClock, Quota, UntilReady, WakeRegistration};
+use tollgate::{
+    Bucket, Clock, CoarseClock, Denied, ManualClock, Quota, UntilReady, WakeRegistration,
+};
 
 use quotas::{ms, quota};
 use stall::{arm, Gate, Stall, StallClock};
@@ -151,50 +153,89 @@ fn acquire_after_a_stale_reading_wakes_at_the_due_instant() {
     );
 }
 
+/// Runs `wait` on a thread whose clock readings are armed with `stalls(gate)`, moves `clock` on
+/// by 50 ms while that thread is held at the gate, then runs `meanwhile` (the test's part while
+/// the waiter sleeps) and returns its result with the waiter's.
+fn stalled_wait<T: Send, M>(
+    clock: &ManualClock,
+    stalls: impl FnOnce(Gate) -> Vec<Stall> + Send,
+    wait: impl FnOnce() -> T + Send,
+    meanwhile: impl FnOnce() -> M,
+) -> (T, M) {
+    let gate = Gate::new();
+    thread::scope(|s| {
+        let g = gate.clone();
+        let waiter = s.spawn(move || {
+            arm(stalls(g));
+            wait()
+        });
+        gate.wait_reached();
+        clock.advance(ms(50));
+        gate.open();
+        let m = meanwhile();
+        (waiter.join().unwrap(), m)
+    })
+}
+
 /// A blocking wait that stalls after its fresh reading, while the time moves on, still wakes
 /// at the due instant: it sleeps to the instant ([`Clock::sleep_until`]), not for a duration
 /// computed from that reading (a review's finding, 2026-12-04: a frozen clock woke it at
 /// 150 ms for a token due at 100 ms, so a test moving the clock to 100 ms waited for ever; an
 /// advancing clock was moved to 150 ms, every bucket sharing it refilled 50 ms too much).
+/// `Bucket` and `MultiBucket` (stalled after the wait's own reading) and `Smooth` (stalled after
+/// its one reading, before its decision).
 #[test]
-fn acquire_stalled_after_its_fresh_reading_wakes_at_the_due_instant() {
-    // Frozen: woken when a test moves the time to the due instant.
+fn waits_stalled_after_a_reading_end_at_the_due_instant() {
+    // Reading 1: the decision's (0). Reading 2: the wait's fresh one, then held.
+    let after_fresh = |g| vec![Stall::Reading(0), Stall::Gate(g)];
+
+    // Frozen: woken when the test moves the time to the due instant (released in any case, so
+    // that a missed wake-up fails rather than hangs).
     let frozen = ManualClock::new_frozen();
     let bucket = Bucket::with_clock(quota(10, 1), StallClock::new(frozen.clone()));
     bucket.try_acquire(1).unwrap(); // the next token is due at 100 ms
-    let gate = Gate::new();
-    let waited = thread::scope(|s| {
-        let (g, b) = (gate.clone(), &bucket);
-        let waiter = s.spawn(move || {
-            // Reading 1: the decision's (0). Reading 2: the wait's fresh one, then stalled.
-            arm([Stall::Reading(0), Stall::Gate(g)]);
-            b.acquire(1)
-        });
-        gate.wait_reached();
-        frozen.advance(ms(50));
-        gate.open();
-        wait_pending(&frozen, 1);
-        frozen.advance(ms(50)); // 100 ms: due
-        assert_eq!(frozen.pending_wakes(), 0, "woken at the due instant");
-        waiter.join().unwrap()
-    });
+    let (waited, woken_when_due) = stalled_wait(
+        &frozen,
+        after_fresh,
+        || bucket.acquire(1),
+        || {
+            wait_pending(&frozen, 1);
+            frozen.advance(ms(50)); // 100 ms: due
+            let woken = frozen.pending_wakes() == 0;
+            frozen.set(ms(200));
+            woken
+        },
+    );
     assert_eq!(waited, Ok(ms(100)));
+    assert!(woken_when_due, "not woken at the due instant");
 
     // Advancing: the shared time ends at the due instant, not past it.
     let clock = ManualClock::new();
     let bucket = Bucket::with_clock(quota(10, 1), StallClock::new(clock.clone()));
     bucket.try_acquire(1).unwrap();
-    let gate = Gate::new();
-    thread::scope(|s| {
-        let (g, b) = (gate.clone(), &bucket);
-        let waiter = s.spawn(move || {
-            arm([Stall::Reading(0), Stall::Gate(g)]);
-            b.acquire(1)
-        });
-        gate.wait_reached();
-        clock.advance(ms(50));
-        gate.open();
-        assert_eq!(waiter.join().unwrap(), Ok(ms(100)));
-    });
-    assert_eq!(tollgate::Clock::now(&clock), 100_000_000);
+    let (waited, ()) = stalled_wait(&clock, after_fresh, || bucket.acquire(1), || ());
+    assert_eq!((waited, clock.now()), (Ok(ms(100)), 100_000_000));
+
+    let clock = ManualClock::new();
+    let policy = tollgate::MultiBucket::with_clock(
+        tollgate::Limits::from(quota(10, 1)),
+        StallClock::new(clock.clone()),
+    );
+    policy.try_acquire(1).unwrap();
+    let (waited, ()) = stalled_wait(&clock, after_fresh, || policy.acquire(1), || ());
+    assert_eq!((waited, clock.now()), (Ok(ms(100)), 100_000_000));
+
+    // `Smooth` at 10/s: its one reading (0) is held; it pays for the permit taken ahead, 100 ms.
+    let clock = ManualClock::new();
+    let smooth =
+        tollgate::Smooth::bursty_with_clock(10.0, Duration::ZERO, StallClock::new(clock.clone()))
+            .unwrap();
+    assert_eq!(smooth.acquire(1), Duration::ZERO);
+    let (waited, ()) = stalled_wait(
+        &clock,
+        |g| vec![Stall::Gate(g)],
+        || smooth.acquire(1),
+        || (),
+    );
+    assert_eq!((waited, clock.now()), (ms(100), 100_000_000));
 }

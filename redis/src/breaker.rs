@@ -138,8 +138,13 @@ mod tests {
     use super::*;
 
     fn breaker(interval: Duration) -> Breaker {
+        started_ago(Duration::ZERO, interval)
+    }
+
+    /// A closed breaker whose clock started `ago` (so a probe `ago` after its start is due).
+    fn started_ago(ago: Duration, interval: Duration) -> Breaker {
         Breaker {
-            start: Instant::now(),
+            start: Instant::now() - ago,
             down: AtomicBool::new(false),
             probing: AtomicBool::new(false),
             last_probe: AtomicU64::new(0),
@@ -197,13 +202,8 @@ mod tests {
     /// interval; one that got an answer restarts the interval.
     #[test]
     fn a_probe_given_back_is_due_again_at_once() {
-        let b = Breaker {
-            start: Instant::now() - Duration::from_secs(10),
-            down: AtomicBool::new(true),
-            probing: AtomicBool::new(false),
-            last_probe: AtomicU64::new(0),
-            interval: Duration::from_secs(5),
-        };
+        let b = started_ago(Duration::from_secs(10), Duration::from_secs(5));
+        b.down.store(true, Ordering::Relaxed);
         let probe = b.pass().expect("due: 10 s since the last");
         assert!(b.pass().is_none(), "one at a time");
         b.release(probe);
@@ -217,13 +217,7 @@ mod tests {
     /// made every decision a probe).
     #[test]
     fn a_huge_probe_interval_neither_panics_nor_probes() {
-        let b = Breaker {
-            start: Instant::now() - Duration::from_secs(1),
-            down: AtomicBool::new(false),
-            probing: AtomicBool::new(false),
-            last_probe: AtomicU64::new(0),
-            interval: Duration::MAX,
-        };
+        let b = started_ago(Duration::from_secs(1), Duration::MAX);
         b.done(Pass::Normal, true); // a failure: down, last_probe = now (> 0)
         let r = std::panic::catch_unwind(|| b.pass().is_none());
         assert_eq!(

@@ -292,16 +292,7 @@ impl Clock for ManualClock {
     fn sleep(&self, duration: Duration) {
         #[cfg(feature = "std")]
         if self.is_frozen() {
-            let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-            let until = self.now().saturating_add(saturating_nanos(duration));
-            while self.now() < until {
-                // The instant, not the rest of the wait from a second reading: another thread
-                // may move the clock between the check and the registration.
-                let registration = self.register_wake_at(until, &waker);
-                if !registration.is_fired() {
-                    std::thread::park();
-                }
-            }
+            self.sleep_until(self.now().saturating_add(saturating_nanos(duration)));
             return;
         }
         self.advance(duration);
@@ -315,6 +306,8 @@ impl Clock for ManualClock {
         if self.is_frozen() {
             let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
             while self.now() < at {
+                // The instant, not the rest of the wait from a second reading: another thread
+                // may move the clock between the check and the registration.
                 let registration = self.register_wake_at(at, &waker);
                 if !registration.is_fired() {
                     std::thread::park();

@@ -35,21 +35,14 @@ impl Rng {
     }
 }
 
-/// A decision of `bucket` at `now` on `lease`'s shard: the public path with the shard chosen
-/// (its edge costs answered as `try_acquire` answers them: the internal path assumes them away).
+/// A decision of `bucket` at `now` on `lease`'s shard: the public path with the shard chosen.
 fn decide(
     bucket: &ShardedBucket<ManualClock>,
     now: u64,
     cost: u64,
     lease: &Lease,
 ) -> Result<(), Denied> {
-    if cost == 0 {
-        Ok(())
-    } else if cost > bucket.quota().burst() {
-        Err(Denied::ExceedsBurst)
-    } else {
-        bucket.acquire_on(now, cost, || lease)
-    }
+    bucket.decide_on(now, cost, || lease)
 }
 
 /// The first window over its bound among admissions `(reading, cost)`, in exact rationals
