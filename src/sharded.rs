@@ -29,7 +29,7 @@ use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
-use crate::sync::{cpu_home, AtomicU64, Ordering};
+use crate::sync::{cpu_home, thread_token, AtomicU64, Ordering};
 use alloc::boxed::Box;
 use core::fmt;
 use core::time::Duration;
@@ -66,6 +66,11 @@ struct Earned {
 ///   token from the central word, records, once every lease is empty, the instant the bucket
 ///   holds a token again on its read-mostly line: until then a one-token request is refused
 ///   from that line alone, before its shard is even found.
+/// * **A thread alone.** The thread whose admission ends such a run also records the word's
+///   state there (a *chain*): its next admissions are one CAS of the word from that state —
+///   no shard, no lease, no read of the word — each recording the state it wrote. A chain
+///   whose CAS fails (the word moved) ends, and so does another's when a thread is refused by
+///   the word (the chain's owner is not alone).
 /// * **What leases cost.** A lease's tokens serve only its shard's threads. Tokens leased and
 ///   not spent before the clock passes them lapse, and a lease replaced with less than a token
 ///   in it loses that fraction ([`stranded_tokens`](ShardedBucket::stranded_tokens)): capacity
@@ -120,7 +125,20 @@ struct ReadMostly<C> {
     /// (1 ms) for long dry spells, so the line stays shared, and by a shard that admits alone
     /// ([`central::ALONE_AFTER`]) at each admission that leaves the word dry. `Relaxed`.
     dry_all: AtomicU64,
+    /// The *chain*: the central word's state as the last admission of a thread alone wrote it
+    /// ([`NO_CHAIN`]: none), written with `dry_all`. That thread ([`chain_owner`]) decides its
+    /// next admission with one CAS from it, finding neither its shard nor the word first
+    /// ([`acquire_chain`](ShardedBucket::acquire_chain)). Any value is safe to CAS from (the
+    /// CAS checks it); a stale one costs one failed CAS, and the chain ends. `Relaxed`.
+    ///
+    /// [`chain_owner`]: ReadMostly::chain_owner
+    chain: AtomicU64,
+    /// The [`thread_token`] of the thread the chain belongs to (0: none). `Relaxed`.
+    chain_owner: AtomicU64,
 }
+
+/// [`ReadMostly::chain`] when there is none (states stay below 2^63).
+const NO_CHAIN: u64 = u64::MAX;
 
 /// A number modulo the shard count `n` (at most [`MAX_SHARDS`]) by Lemire's multiply-and-shift
 /// reduction, `((m · x mod 2^64) · n) >> 64` with `m = ⌈2^64 / n⌉` (0 for `n` = 1): exact for
@@ -228,6 +246,8 @@ impl<C: Clock> ShardedBucket<C> {
                 shard_of: ShardOf::new(n),
                 ahead_cap: central::advance_cap(&quota, n as u64),
                 dry_all: AtomicU64::new(if n < 2 { u64::MAX } else { 0 }),
+                chain: AtomicU64::new(NO_CHAIN),
+                chain_owner: AtomicU64::new(0),
                 quota,
                 clock,
             }),
@@ -471,6 +491,15 @@ impl<C: Clock> ShardedBucket<C> {
                 return Err(Denied::RetryAfter(central::wait_until(dry, now)));
             }
         }
+        // A thread alone takes its admissions from the word in one CAS from the state its last
+        // one wrote, on the line just read: no shard, no read of the word.
+        let chain = self.read_mostly.chain.load(Ordering::Relaxed);
+        if chain != NO_CHAIN
+            && self.read_mostly.chain_owner.load(Ordering::Relaxed) == thread_token()
+            && self.acquire_chain(now, cost, chain)
+        {
+            return Ok(());
+        }
         let lease = home();
         let (q, h) = lease.read();
         if q < h {
@@ -502,6 +531,56 @@ impl<C: Clock> ShardedBucket<C> {
             return Err(Denied::RetryAfter(central::wait_until(dry, now)));
         }
         self.acquire_central(now, cost, lease, q, h)
+    }
+
+    /// An admission of `cost` at `now` from the central word in state `chain` (the chain's:
+    /// [`ReadMostly::chain`]), in one CAS that the word still holds it; the chain goes on with
+    /// the state written (and `dry_all` with it, when the word is left dry). `false` (the
+    /// caller decides as any thread does): the word cannot pay the cost at this reading in that
+    /// state, or it is no longer in it (the chain ends).
+    ///
+    /// Why `dry_all` may be published from the state written without a scan: the chain began
+    /// with a publication ([`publish_dry_all`](Self::publish_dry_all)) that found every lease
+    /// spent for good, from a state the word held at or before the chain's first; and each
+    /// link's CAS read the state the last one wrote, so no other write of the word — no lease
+    /// or advance handed out — came between them in its modification order. Leases only gain
+    /// units from such a write, so every lease is still spent for good; and one taken from a
+    /// later state pays no token before the instant published (as in `publish_dry_all`).
+    #[inline(always)]
+    fn acquire_chain(&self, now: u64, cost: u64, chain: u64) -> bool {
+        let rm = &self.read_mostly;
+        let scaled = rm.quota.scaled();
+        let e = self.earned(now);
+        let limit = e.floor + scaled.burst_units();
+        let cost_units = cost * scaled.scale();
+        if chain + cost_units > limit {
+            return false;
+        }
+        let next = chain.max(e.ceil) + cost_units;
+        if !self.central.chain_cas(chain, next) {
+            rm.chain.store(NO_CHAIN, Ordering::Relaxed);
+            return false;
+        }
+        if next + scaled.scale() > limit {
+            rm.dry_all
+                .store(central::dry_at(scaled, next), Ordering::Relaxed);
+        }
+        rm.chain.store(next, Ordering::Relaxed);
+        true
+    }
+
+    /// Ends another thread's chain: this thread was refused by the word, so the chain's owner
+    /// does not have the bucket to itself (it won the tokens this thread asked for: a thread
+    /// whose admissions are one CAS would otherwise win nearly every race, keep its chain,
+    /// and write the line every decision reads at each admission while others are refused).
+    #[inline(always)]
+    fn end_others_chain(&self) {
+        let rm = &self.read_mostly;
+        if rm.chain.load(Ordering::Relaxed) != NO_CHAIN
+            && rm.chain_owner.load(Ordering::Relaxed) != thread_token()
+        {
+            rm.chain.store(NO_CHAIN, Ordering::Relaxed);
+        }
     }
 
     /// [`acquire_at`](Self::acquire_at) with one shard, which never holds a lease: a one-token
@@ -542,6 +621,9 @@ impl<C: Clock> ShardedBucket<C> {
             self.read_mostly.ahead_cap,
         ) {
             Some((verdict, dry)) => {
+                if verdict.is_err() {
+                    self.end_others_chain();
+                }
                 self.note_dry(now, earned, verdict.is_ok(), home, dry);
                 verdict
             }
@@ -563,7 +645,7 @@ impl<C: Clock> ShardedBucket<C> {
         }
         let alone = admitted && self.central.admitted_alone(self.index_of(home));
         if alone || dry - now >= central::DRY_ALL_NS {
-            self.publish_dry_all(earned, dry);
+            self.publish_dry_all(earned, dry, alone);
         }
     }
 
@@ -590,12 +672,17 @@ impl<C: Clock> ShardedBucket<C> {
     /// A concurrent publication may store an earlier instant over a later one: still true.
     /// Inline (the scan is out of line): a shard alone publishes at every admission, and the
     /// call measured one-thread mixed 0.97–0.99× `cas` against 1.00–1.01× inline.
+    ///
+    /// `alone` (the publishing thread's admission is the last of its shard's run): the thread
+    /// also starts a [chain](ReadMostly::chain) from the word's state, read again before the
+    /// hand-outs count (so that count covers every hand-out written before it).
     #[inline(always)]
-    fn publish_dry_all(&self, earned: Earned, at: u64) {
-        let published = &self.read_mostly.dry_all;
-        if at <= published.load(Ordering::Relaxed) {
+    fn publish_dry_all(&self, earned: Earned, at: u64, alone: bool) {
+        let rm = &self.read_mostly;
+        if at <= rm.dry_all.load(Ordering::Relaxed) {
             return;
         }
+        let state = if alone { self.central.load() } else { NO_CHAIN };
         let hand_outs = self.central.hand_outs_after_read();
         if !self.central.is_clean(hand_outs) {
             if !self.leases_spent(earned.ceil) {
@@ -603,7 +690,11 @@ impl<C: Clock> ShardedBucket<C> {
             }
             self.central.set_clean(hand_outs);
         }
-        published.store(at, Ordering::Relaxed);
+        rm.dry_all.store(at, Ordering::Relaxed);
+        if state != NO_CHAIN {
+            rm.chain_owner.store(thread_token(), Ordering::Relaxed);
+            rm.chain.store(state, Ordering::Relaxed);
+        }
     }
 
     /// Whether every lease is spent for good at a reading with `ceil` units earned
@@ -657,6 +748,7 @@ impl<C: Clock> ShardedBucket<C> {
             match self.central.decide(&ask) {
                 Outcome::Admitted => return Ok(()),
                 Outcome::Refused(denied, dry) => {
+                    self.end_others_chain();
                     self.note_dry(now, earned, false, home, dry);
                     return Err(denied);
                 }
@@ -834,6 +926,93 @@ mod tests {
         assert_eq!(bucket.acquire_central(t, 1, other, 0, 0), Ok(()));
         assert_eq!(bucket.acquire_central(t + 100, 1, mine, 0, 0), Ok(()));
         assert_eq!(dry_all(&bucket), t, "the run ended");
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    }
+
+    fn chain(bucket: &ShardedBucket<ManualClock>) -> u64 {
+        bucket.read_mostly.chain.load(Ordering::Relaxed)
+    }
+
+    /// A thread whose shard's admission is the last of a run alone starts a chain from the
+    /// word's state; its next admissions are one CAS each from the state the last one wrote,
+    /// publishing `dry_all` as they go, and its shard's line is not touched (its `dry_until`
+    /// stays). Every verdict is the word's: admissions at each token, exact waits between.
+    #[test]
+    fn a_thread_alone_admits_through_its_chain() {
+        let clock = ManualClock::new();
+        let quota = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
+        let mine = &bucket.shards[0];
+        assert_eq!(chain(&bucket), super::NO_CHAIN);
+        let t = drain_alone(&bucket, mine, 0, 100) + 100;
+        assert_eq!(chain(&bucket), bucket.central.load());
+        assert_eq!(
+            bucket.read_mostly.chain_owner.load(Ordering::Relaxed),
+            crate::sync::thread_token()
+        );
+        let dry_until = mine.dry_until();
+        for k in 0..100 {
+            let now = t + k * 100;
+            clock.set(Duration::from_nanos(now));
+            assert_eq!(bucket.try_acquire(1), Ok(()), "token {k}");
+            assert_eq!(chain(&bucket), bucket.central.load());
+            assert_eq!(dry_all(&bucket), now + 100);
+            clock.set(Duration::from_nanos(now + 30));
+            assert_eq!(
+                bucket.try_acquire(1),
+                Err(Denied::RetryAfter(Duration::from_nanos(70)))
+            );
+        }
+        assert_eq!(mine.dry_until(), dry_until, "the shard's line untouched");
+        // A cost the word cannot pay goes the ordinary way, and is refused exactly.
+        clock.set(Duration::from_nanos(t + 100 * 100));
+        assert_eq!(
+            bucket.try_acquire(2),
+            Err(Denied::RetryAfter(Duration::from_nanos(100)))
+        );
+        assert_eq!(bucket.try_acquire(1), Ok(()));
+        assert_eq!(bucket.available(), 0);
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    }
+
+    /// A chain ends when the word moves under it (another thread's admission: the owner's next
+    /// CAS fails, and it decides the ordinary way, exactly), and when another thread is refused
+    /// by the word (the owner won the token it asked for: it is not alone).
+    #[test]
+    fn a_chain_ends_when_another_thread_decides() {
+        let quota = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
+        let on_other_thread = |now: u64, cost: u64| {
+            std::thread::scope(|s| {
+                s.spawn(|| bucket.decide_on(now, cost, || other))
+                    .join()
+                    .unwrap()
+            })
+        };
+        let t = drain_alone(&bucket, mine, 0, 100) + 100;
+        assert_ne!(chain(&bucket), super::NO_CHAIN);
+        // At `t` the word holds one token: another thread takes it. The owner's CAS from its
+        // chain fails, and it is refused the ordinary way, exactly.
+        assert_eq!(on_other_thread(t, 1), Ok(()));
+        assert_ne!(chain(&bucket), super::NO_CHAIN, "stale, not yet found");
+        let wait = Err(Denied::RetryAfter(Duration::from_nanos(100)));
+        assert_eq!(bucket.decide_on(t, 1, || mine), wait);
+        assert_eq!(chain(&bucket), super::NO_CHAIN, "the owner's CAS failed");
+        assert_eq!(bucket.decide_on(t + 100, 1, || mine), Ok(()));
+
+        // A new run alone, a new chain; then another thread asks for 2 where the word holds 1:
+        // refused by the word, it ends the chain.
+        let run = super::central::ALONE_AFTER;
+        for k in 2..=run {
+            assert_eq!(chain(&bucket), super::NO_CHAIN, "admission {k} of the run");
+            assert_eq!(bucket.decide_on(t + k * 100, 1, || mine), Ok(()));
+        }
+        assert_eq!(chain(&bucket), bucket.central.load());
+        let t = t + (run + 1) * 100;
+        assert_eq!(on_other_thread(t, 2), wait);
+        assert_eq!(chain(&bucket), super::NO_CHAIN);
+        assert_eq!(bucket.decide_on(t, 1, || mine), Ok(()));
         assert_eq!(bucket.stranded_tokens(), 0.0);
     }
 

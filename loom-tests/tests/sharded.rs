@@ -243,3 +243,37 @@ fn an_advance_racing_another_shard_creates_nothing() {
         assert_eq!(bucket.available(), 0);
     });
 }
+
+/// The *chain*: a thread alone (two admissions from the word in a row, under loom) takes its
+/// next admission in one CAS from the state its last one wrote, and publishes `dry_all` from it
+/// without a scan. Quota 1,000/s, burst 4, two shards: the model's thread drains the bucket at
+/// 0 and takes the token of 1 ms (its chain starts); at 2 ms it asks for the next token through
+/// its chain while a thread of the other shard asks for it through the word. Exactly one gets
+/// it, the other waits exactly 1 ms, and so does every later request: a chain CAS from a state
+/// the word no longer holds fails (with a blind write instead of the CAS, both were admitted).
+#[test]
+fn a_chain_races_another_shard_for_the_last_token() {
+    model(|| {
+        let clock = ManualClock::new();
+        let quota = Quota::new(1_000, Duration::from_secs(1), 4).unwrap();
+        let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(quota, 2, clock.clone()));
+        assert_eq!(bucket.try_acquire(4), Ok(()));
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(bucket.try_acquire(1), Ok(()));
+        clock.advance(Duration::from_millis(1));
+        let b = bucket.clone();
+        let other = thread::spawn(move || b.try_acquire(1));
+        let mine = bucket.try_acquire(1);
+        let theirs = other.join().unwrap();
+        let wait = tollgate::Denied::RetryAfter(Duration::from_millis(1));
+        assert!(
+            [mine, theirs] == [Ok(()), Err(wait)] || [mine, theirs] == [Err(wait), Ok(())],
+            "{mine:?} {theirs:?}"
+        );
+        assert_eq!(bucket.try_acquire(1), Err(wait));
+        clock.advance(Duration::from_nanos(999_999));
+        assert!(bucket.try_acquire(1).is_err());
+        clock.advance(Duration::from_nanos(1));
+        assert_eq!(bucket.try_acquire(1), Ok(()));
+    });
+}

@@ -421,3 +421,49 @@ fn a_stalled_replacement_never_discards_an_advance() {
         assert_eq!(bucket.stranded_tokens(), 0.0);
     });
 }
+
+/// A *chain* starts from a state read before the hand-outs count its publication checks, so
+/// that no advance written before that state escapes the check. 64 tokens a millisecond, burst
+/// 64, a token every `T`, two shards. Shard 1 is refused twice at 0 (hungry). Shard 0 drains
+/// the bucket at 0 and admits alone at `T`: it publishes `dry_all` after a scan and starts its
+/// chain. Racing that, shard 1 asks at `T`: it takes that token, or finds the word dry (state
+/// 65) and takes an advance of the next one, `[65, 66)`, payable from `2T`. Shard 0 then admits
+/// at `3T` — through its chain, which publishes without a scan. Then shard 1 asks at `3T`: it is
+/// refused only when nothing is payable to it. With the chain's state read after the count, loom
+/// finds a chain from the advance's top (66) that publishes `4T` over the advance's token.
+#[test]
+fn a_chain_never_starts_past_an_advance() {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    loom::model(|| {
+        const T: u64 = 15_625;
+        let quota = Quota::new(64, Duration::from_millis(1), 64).unwrap();
+        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
+        at(0);
+        assert_eq!(bucket.try_acquire(64), Ok(())); // shard 0 (the main thread's slot)
+        let done = Arc::new(AtomicBool::new(false));
+        let (b, f) = (bucket.clone(), done.clone());
+        let other = thread::spawn(move || {
+            at(0);
+            assert!(b.try_acquire(1).is_err()); // from the word: `dry_until` T
+            assert!(b.try_acquire(1).is_err()); // from `dry_until`: hungry
+            at(T);
+            let _ = b.try_acquire(1); // an admission, or an advance
+            while !f.load(Ordering::Acquire) {
+                thread::yield_now();
+            }
+            at(3 * T);
+            let last = b.try_acquire(1);
+            (last, b.available())
+        });
+        at(T);
+        let _ = bucket.try_acquire(1); // alone: publishes after a scan, starts the chain
+        at(3 * T);
+        let _ = bucket.try_acquire(1);
+        done.store(true, Ordering::Release);
+        let (last, available) = other.join().unwrap();
+        assert!(
+            last.is_ok() || available == 0,
+            "{last:?} with {available} available"
+        );
+    });
+}

@@ -245,6 +245,17 @@ impl Central {
         true
     }
 
+    /// A chain's admission ([`ShardedBucket::acquire_chain`](super::ShardedBucket)): the word
+    /// from `chain` to `next` if it still holds `chain`. `Relaxed`, as
+    /// [`decide_fast`](Self::decide_fast)'s CAS; strong, so that a spurious failure does not
+    /// end the chain.
+    #[inline(always)]
+    pub(super) fn chain_cas(&self, chain: u64, next: u64) -> bool {
+        self.state
+            .compare_exchange(chain, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// The state (read-only).
     #[inline]
     pub(super) fn load(&self) -> u64 {
