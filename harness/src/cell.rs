@@ -24,19 +24,58 @@
 //!   over the rounds.
 //! * `bound`: the sum of the rounds' bounds. A round's bound is `burst + ⌈rate × elapsed⌉` where
 //!   `elapsed` runs from the round clock's reading just before its limiter is built (its life
-//!   cannot start earlier) to its reading after every thread has joined. Keyed strategies: that
-//!   bound per key, times the keys touched.
+//!   cannot start earlier) to its reading after every thread has joined (for a policy of several
+//!   quotas, [`RateLimiter::extra_quotas`](crate::RateLimiter::extra_quotas), the tightest of
+//!   the quotas' bounds). Keyed strategies: that bound per key, times the keys that admitted at
+//!   least once (for an exact limiter, every key drawn).
 //!   A round with `admitted > bound` is a correctness failure ([`CellResult::over_bound`]); every
 //!   round is checked against its own bound, so the sums never hide one round over its bound.
+//! * Keyed strategies are also checked **per key**: every thread counts its admissions per key
+//!   (a plain array of its own, no atomics, the same cost for every keyed strategy), the counts
+//!   are added up after the join, and a round in which any key admitted more than its own bound
+//!   is a correctness failure too, even when the sum over the keys stays within the sum of
+//!   their bounds. [`Round::busiest_key`] is the key that admitted the most in the round.
 
 use crate::{CellSpec, Error, Kind, Regime, Strategy};
 use hdrhistogram::Histogram;
+
+/// A keyed strategy's key that admitted the most tokens in a round, against its own bound
+/// (every key has the same bound: `burst + ⌈rate × elapsed⌉`, the tightest of a policy's
+/// quotas).
+///
+/// ```
+/// use tollgate_bench::cell::BusiestKey;
+/// let k = BusiestKey { key: 3, admitted: 12, bound: 11 };
+/// assert!(k.over_bound());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct BusiestKey {
+    /// The key (`0..keys`; of several with the same count, the lowest).
+    pub key: u64,
+    /// Tokens this key admitted in the round (its admitted operations × cost, plus its share of
+    /// the deny regime's drain).
+    pub admitted: u64,
+    /// The most tokens an exact limiter may admit on one key in this round.
+    pub bound: u64,
+}
+
+impl BusiestKey {
+    /// Whether this key admitted more than its own bound.
+    ///
+    /// ```
+    /// use tollgate_bench::cell::BusiestKey;
+    /// assert!(!BusiestKey { key: 0, admitted: 11, bound: 11 }.over_bound());
+    /// ```
+    pub fn over_bound(&self) -> bool {
+        self.admitted > self.bound
+    }
+}
 
 /// One round of a cell: the strategy ran once, on a fresh limiter, for the round's duration.
 ///
 /// ```
 /// use tollgate_bench::cell::Round;
-/// let r = Round { index: 0, position: 1, ops: 64, seconds: 0.5, ops_per_sec: 128.0, admitted: 64, bound: 65 };
+/// let r = Round { index: 0, position: 1, ops: 64, seconds: 0.5, ops_per_sec: 128.0, admitted: 64, bound: 65, busiest_key: None };
 /// assert!(!r.over_bound());
 /// ```
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -51,22 +90,44 @@ pub struct Round {
     pub seconds: f64,
     /// Throughput, all threads together.
     pub ops_per_sec: f64,
-    /// Tokens admitted.
+    /// Tokens admitted (for keyed strategies, summed over the keys).
     pub admitted: u64,
-    /// The most tokens an exact limiter may admit in this round.
+    /// The most tokens an exact limiter may admit in this round (for keyed strategies, the
+    /// per-key bound summed over the keys that admitted at least once).
     pub bound: u64,
+    /// Keyed strategies: the key that admitted the most, checked against its own bound;
+    /// `None` for unkeyed strategies (and left out of the JSON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busiest_key: Option<BusiestKey>,
 }
 
 impl Round {
-    /// Whether the strategy admitted more in this round than an exact limiter can.
+    /// Whether the strategy admitted more in this round than an exact limiter can: more than
+    /// the round's bound, or, for a keyed strategy, more than one key's own bound on some key.
     ///
     /// ```
-    /// use tollgate_bench::cell::Round;
-    /// let r = Round { index: 2, position: 0, ops: 64, seconds: 0.5, ops_per_sec: 128.0, admitted: 64, bound: 11 };
+    /// use tollgate_bench::cell::{BusiestKey, Round};
+    /// let r = Round { index: 2, position: 0, ops: 64, seconds: 0.5, ops_per_sec: 128.0, admitted: 64, bound: 11, busiest_key: None };
+    /// assert!(r.over_bound());
+    /// // Within the sum of the per-key bounds, but one key over its own bound.
+    /// let key = BusiestKey { key: 0, admitted: 10, bound: 2 };
+    /// let r = Round { admitted: 25, bound: 32, busiest_key: Some(key), ..r };
     /// assert!(r.over_bound());
     /// ```
     pub fn over_bound(&self) -> bool {
-        self.admitted > self.bound
+        self.admitted > self.bound || self.key_over_bound().is_some()
+    }
+
+    /// The key that admitted more than its own bound in this round, if any (keyed strategies).
+    ///
+    /// ```
+    /// use tollgate_bench::cell::{BusiestKey, Round};
+    /// let key = BusiestKey { key: 7, admitted: 10, bound: 2 };
+    /// let r = Round { index: 0, position: 0, ops: 64, seconds: 0.5, ops_per_sec: 128.0, admitted: 25, bound: 32, busiest_key: Some(key) };
+    /// assert_eq!(r.key_over_bound().map(|k| k.key), Some(7));
+    /// ```
+    pub fn key_over_bound(&self) -> Option<&BusiestKey> {
+        self.busiest_key.as_ref().filter(|k| k.over_bound())
     }
 }
 
@@ -238,6 +299,7 @@ mod tests {
                 ops_per_sec,
                 admitted,
                 bound,
+                busiest_key: None,
             },
             keys: 1,
             ns_per_op: 1e9 / ops_per_sec,

@@ -21,7 +21,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-/// Set to `1` to offer the deliberately broken `broken-always-admit` strategy (tests only).
+/// Set to `1` to offer the deliberately broken strategies `broken-always-admit` and
+/// `broken-keyed-hot-key` (tests only).
 pub const TEST_STRATEGIES_ENV: &str = "TOLLGATE_BENCH_TEST_STRATEGIES";
 
 #[derive(Parser, Debug)]
@@ -154,12 +155,13 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// The registry this binary offers: the built-ins, `extra`, and (only with
-/// `TOLLGATE_BENCH_TEST_STRATEGIES=1`) the broken test strategy.
+/// `TOLLGATE_BENCH_TEST_STRATEGIES=1`) the broken test strategies.
 fn registry(extra: Vec<Strategy>) -> Vec<Strategy> {
     let mut all = strategies::builtins();
     all.extend(extra);
     if std::env::var(TEST_STRATEGIES_ENV).is_ok_and(|v| v == "1") {
         all.push(strategies::always_admit());
+        all.push(strategies::keyed_hot_key());
     }
     all
 }

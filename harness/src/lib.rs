@@ -41,7 +41,7 @@ pub mod rng;
 pub mod run;
 pub mod strategies;
 
-pub use cell::{CellResult, Round};
+pub use cell::{BusiestKey, CellResult, Round};
 pub use compare::compare;
 pub use error::{BuildError, Error};
 pub use plan::{CellSpec, Plan, Regime};

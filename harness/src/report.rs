@@ -178,7 +178,9 @@ impl Report {
     }
 
     /// One line per violating cell, saying what its first round over the bound admitted
-    /// against that round's bound.
+    /// against that round's bound: for a keyed strategy with a key over its own bound, that
+    /// key, its tokens and its bound; otherwise the tokens of all keys against the sum of
+    /// their bounds.
     ///
     /// ```
     /// use std::time::Duration;
@@ -191,19 +193,32 @@ impl Report {
         self.violations()
             .iter()
             .map(|c| {
-                let (admitted, bound, round) = match c.first_round_over_bound() {
-                    Some(r) => (r.admitted, r.bound, format!(", round {} of {}", r.index + 1, c.rounds.len())),
-                    None => (c.admitted, c.bound, ", all rounds together".to_owned()),
+                let first = c.first_round_over_bound();
+                let round = match first {
+                    Some(r) => format!(", round {} of {}", r.index + 1, c.rounds.len()),
+                    None => ", all rounds together".to_owned(),
+                };
+                let what = match (first, first.and_then(|r| r.key_over_bound())) {
+                    (_, Some(k)) => format!(
+                        "admitted {} tokens on key {}, more than its bound {} (burst + rate x elapsed, per key)",
+                        k.admitted, k.key, k.bound
+                    ),
+                    (Some(r), None) => format!(
+                        "admitted {} tokens, more than the bound {} (burst + rate x elapsed{})",
+                        r.admitted,
+                        r.bound,
+                        if r.busiest_key.is_some() { ", summed over the keys" } else { "" }
+                    ),
+                    (None, None) => format!(
+                        "admitted {} tokens, more than the bound {} (burst + rate x elapsed)",
+                        c.admitted, c.bound
+                    ),
                 };
                 format!(
-                    "{} admitted {} tokens, more than the bound {} (burst + rate x elapsed{}) at {} thread(s), regime {}{}",
+                    "{} {what} at {} thread(s), regime {}{round}",
                     c.strategy,
-                    admitted,
-                    bound,
-                    if c.keys > 1 { ", per key touched" } else { "" },
                     c.threads,
                     c.regime.name(),
-                    round
                 )
             })
             .collect()
@@ -322,7 +337,7 @@ impl Report {
             "\nMops/s, ns/op and fairness: the median of {} round(s); spread = (fastest - slowest round) / median;\n\
              vs std-mutex = the median of the per-round ratios (each round runs every strategy once, one after the other){}\n\
              latencies in ns (every 64th op sampled, all rounds); admitted and bound in tokens, summed over the rounds\n\
-             (each round checked against its own bound); fairness = min/max ops per thread",
+             (each round checked against its own bound, keyed strategies' also key by key); fairness = min/max ops per thread",
             self.rounds,
             vs.map_or_else(String::new, |name| format!(
                 ";\nvs {name} = the same ratio against {name}, the rounds at least as fast as {name}'s, and p99 over {name}'s p99"
@@ -370,8 +385,9 @@ impl Report {
 
     /// The JSON: `{"tool", "version", "duration_ms", "rounds", "cost", "seed", "cells": [...]}`
     /// where each cell carries every CSV column (but `rounds` is the list of its rounds: `index`,
-    /// `position`, `ops`, `seconds`, `ops_per_sec`, `admitted`, `bound`) plus `kind` and
-    /// `vs_std_mutex`.
+    /// `position`, `ops`, `seconds`, `ops_per_sec`, `admitted`, `bound`, and for keyed
+    /// strategies `busiest_key`: `{"key", "admitted", "bound"}`, the key that admitted the most
+    /// against its own bound) plus `kind` and `vs_std_mutex`.
     ///
     /// ```
     /// use tollgate_bench::report::Report;
@@ -568,6 +584,7 @@ mod tests {
                 ops_per_sec,
                 admitted: 0,
                 bound: 0,
+                busiest_key: None,
             })
             .collect();
         let mut sorted = per_round.to_vec();

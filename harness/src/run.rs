@@ -3,8 +3,13 @@
 //! [`crate::compare()`] combines the rounds).
 //!
 //! Every operation goes through `&dyn RateLimiter` (one indirect call, the same for all).
+//!
+//! # Per-key recording
+//! For a keyed strategy every thread counts its admitted operations per key in an array of its
+//! own (one `u64` per key; no atomics, nothing shared, so the recording costs every keyed
+//! strategy the same).
 
-use crate::cell::{new_histogram, Measured, Round};
+use crate::cell::{new_histogram, BusiestKey, Measured, Round};
 use crate::rng::SplitMix64;
 use crate::{CellResult, CellSpec, Error, RateLimiter, Setup, Strategy};
 use hdrhistogram::Histogram;
@@ -12,11 +17,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tollgate::{Clock, DefaultClock};
 
+/// Elements of padding on either side of a thread's counts (128 bytes, two cache lines): the
+/// arrays of two threads never share a line, however small, so counting never bounces a line
+/// between cores.
+const PAD: usize = 16;
+
 struct ThreadOut {
     ops: u64,
     admitted_ops: u64,
     hist: Histogram<u64>,
-    touched: Vec<bool>,
+    /// Keyed strategies: admitted operations per key, at `PAD..PAD + keys` (empty otherwise).
+    per_key: Vec<u64>,
 }
 
 /// Runs batches of 64 operations, the first of each timed, until `stop` (at least one batch).
@@ -69,13 +80,14 @@ fn worker(sh: Shared<'_>, mut out: ThreadOut, mut rng: SplitMix64) -> ThreadOut 
         std::thread::yield_now();
     }
     let (ops, admitted) = if limiter.is_keyed() {
-        let touched = &mut out.touched;
+        let per_key = &mut out.per_key[PAD..];
         drive(stop, clock, &mut out.hist, || {
             // Multiply-shift range reduction, not `%`: a 64-bit division on every operation
             // would add its latency to every strategy's time and dilute the ratios between them.
             let key = ((u128::from(rng.next()) * u128::from(keys)) >> 64) as u64;
-            touched[key as usize] = true;
-            limiter.try_acquire_key(key, cost).is_ok()
+            let ok = limiter.try_acquire_key(key, cost).is_ok();
+            per_key[key as usize] += u64::from(ok);
+            ok
         })
     } else {
         drive(stop, clock, &mut out.hist, || {
@@ -91,8 +103,8 @@ fn worker(sh: Shared<'_>, mut out: ThreadOut, mut rng: SplitMix64) -> ThreadOut 
 /// runs `spec.threads` threads for `spec.duration`, and measures.
 ///
 /// Errors ([`Error`]) when the quota is invalid, the cost exceeds the burst, the strategy
-/// cannot be built with this setup, or a thread cannot be spawned. Over-admission is *not* an
-/// error here: it is reported by [`CellResult::over_bound`].
+/// cannot be built with this setup, or a thread cannot be spawned. Over-admission is *not* an error here: it is reported by [`CellResult::over_bound`] (for a
+/// keyed strategy, per key as well as summed over the keys).
 ///
 /// ```
 /// use std::time::Duration;
@@ -139,8 +151,30 @@ pub(crate) fn run_round(
     let limiter: &dyn RateLimiter = &*limiter;
     let keyed = limiter.is_keyed();
     let keys = if keyed { spec.keys } else { 1 };
+    let key_slots = if keyed { key_slots } else { 0 };
 
-    let mut touched = vec![false; if keyed { key_slots } else { 1 }];
+    // Everything the threads record into is allocated before the drain, so that the drained
+    // buckets refill for no longer than they must before the threads start.
+    let mut outs = Vec::with_capacity(spec.threads);
+    for _ in 0..spec.threads {
+        outs.push(ThreadOut {
+            ops: 0,
+            admitted_ops: 0,
+            hist: new_histogram()?,
+            per_key: if keyed {
+                vec![0; key_slots + 2 * PAD]
+            } else {
+                Vec::new()
+            },
+        });
+    }
+
+    // Keyed, drained regime: which keys the drain admitted their burst on.
+    let mut drained: Vec<bool> = if keyed && spec.regime.starts_drained() {
+        vec![false; key_slots]
+    } else {
+        Vec::new()
+    };
     let mut admitted = 0u128;
     if spec.regime.starts_drained() {
         for key in 0..keys {
@@ -151,28 +185,16 @@ pub(crate) fn run_round(
             };
             if r.is_ok() {
                 admitted += u128::from(spec.burst);
+                if keyed {
+                    drained[key as usize] = true;
+                }
             }
-            touched[key as usize] = true;
         }
-    }
-
-    let mut outs = Vec::with_capacity(spec.threads);
-    for _ in 0..spec.threads {
-        outs.push(ThreadOut {
-            ops: 0,
-            admitted_ops: 0,
-            hist: new_histogram()?,
-            touched: if keyed {
-                vec![false; key_slots]
-            } else {
-                Vec::new()
-            },
-        });
     }
 
     let go = AtomicBool::new(false);
     let stop = crossbeam_utils::CachePadded::new(AtomicBool::new(false));
-    let (outs, seconds) = std::thread::scope(|scope| {
+    let (mut outs, seconds) = std::thread::scope(|scope| {
         let mut handles = Vec::with_capacity(spec.threads);
         let mut failed = None;
         for (i, out) in outs.into_iter().enumerate() {
@@ -229,22 +251,24 @@ pub(crate) fn run_round(
         admitted += u128::from(out.admitted_ops) * u128::from(spec.cost);
         hist.add(&out.hist)
             .map_err(|e| Error::Histogram(format!("{e:?}")))?;
-        for (t, &o) in touched.iter_mut().zip(&out.touched) {
-            *t |= o;
-        }
     }
-    if !keyed {
-        touched[0] = true;
-    }
-    let touched_keys = touched.iter().filter(|&&t| t).count() as u128;
     let elapsed_ns = end_ns.saturating_sub(start_ns);
     let refill = (u128::from(spec.rate) * u128::from(elapsed_ns)).div_ceil(1_000_000_000);
-    let mut bound = touched_keys * (u128::from(spec.burst) + refill);
-    // A policy's admissions hold every quota: each quota's bound holds, the tightest reported.
+    // One key's bound (the whole limiter's, unkeyed). A policy's admissions hold every quota:
+    // each quota's bound holds, the tightest reported.
+    let mut key_bound = u128::from(spec.burst) + refill;
     for q in limiter.extra_quotas() {
         let refill = (u128::from(q.tokens()) * u128::from(elapsed_ns)).div_ceil(q.per().as_nanos());
-        bound = bound.min(touched_keys * (u128::from(q.burst()) + refill));
+        key_bound = key_bound.min(u128::from(q.burst()) + refill);
     }
+    let (keys_admitting, busiest_key) = if keyed {
+        let busiest = sum_per_key(&mut outs, &drained, spec);
+        (busiest.keys_admitting, Some(busiest))
+    } else {
+        (1, None)
+    };
+    let bound = u128::from(keys_admitting) * key_bound;
+    let saturate = |x: u128| u64::try_from(x).unwrap_or(u64::MAX);
     let threads = outs.len().max(1);
     Ok(Measured {
         round: Round {
@@ -253,8 +277,13 @@ pub(crate) fn run_round(
             ops,
             seconds,
             ops_per_sec: ops as f64 / seconds,
-            admitted: u64::try_from(admitted).unwrap_or(u64::MAX),
-            bound: u64::try_from(bound).unwrap_or(u64::MAX),
+            admitted: saturate(admitted),
+            bound: saturate(bound),
+            busiest_key: busiest_key.map(|b| BusiestKey {
+                key: b.key,
+                admitted: saturate(b.admitted),
+                bound: saturate(key_bound),
+            }),
         },
         keys,
         ns_per_op: if ops == 0 {
@@ -269,4 +298,51 @@ pub(crate) fn run_round(
         },
         hist,
     })
+}
+
+/// What the per-key counts of a round add up to.
+struct PerKey {
+    /// The key that admitted the most tokens (the lowest of a tie; 0 when none admitted).
+    key: u64,
+    /// Its tokens.
+    admitted: u128,
+    /// Keys that admitted at least once.
+    keys_admitting: u64,
+}
+
+/// Adds every thread's per-key counts into the first thread's (in place: no second array) and
+/// finds the key that admitted the most tokens, the drain's included.
+fn sum_per_key(outs: &mut [ThreadOut], drained: &[bool], spec: &CellSpec) -> PerKey {
+    let mut sum = PerKey {
+        key: 0,
+        admitted: 0,
+        keys_admitting: 0,
+    };
+    let Some((first, rest)) = outs.split_first_mut() else {
+        return sum;
+    };
+    let total = &mut first.per_key[PAD..];
+    for out in rest {
+        for (t, &n) in total.iter_mut().zip(&out.per_key[PAD..]) {
+            // Physically out of reach (2^64 operations); saturating rather than wrapping keeps
+            // an impossible overflow from ever hiding admissions.
+            *t = t.saturating_add(n);
+        }
+    }
+    for (key, &n) in total.iter().take(spec.keys as usize).enumerate() {
+        let drain = if drained.get(key).copied().unwrap_or(false) {
+            u128::from(spec.burst)
+        } else {
+            0
+        };
+        let tokens = u128::from(n) * u128::from(spec.cost) + drain;
+        if tokens > 0 {
+            sum.keys_admitting += 1;
+        }
+        if tokens > sum.admitted {
+            sum.admitted = tokens;
+            sum.key = key as u64;
+        }
+    }
+    sum
 }

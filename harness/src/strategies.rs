@@ -76,6 +76,57 @@ pub fn always_admit() -> Strategy {
     .with_description("TEST ONLY: admits everything, to check that the harness catches it")
 }
 
+/// A deliberately broken keyed strategy: a [`tollgate::KeyedLimiter`] of the cell's quota for
+/// every key but key 0, whose bucket has ten times the burst. With keys drawn uniformly, the
+/// other keys' slack can hide key 0's excess in the sum of the per-key bounds; the harness's
+/// per-key check catches it. Offered by the CLI only with `TOLLGATE_BENCH_TEST_STRATEGIES=1`.
+///
+/// ```
+/// use tollgate::Quota;
+/// use tollgate_bench::{strategies, Setup};
+/// let setup = Setup { quota: Quota::per_second(1).unwrap(), keys: 2, clock: Default::default() };
+/// let broken = strategies::keyed_hot_key().build(&setup).unwrap();
+/// assert!(broken.is_keyed());
+/// assert!(broken.try_acquire_key(1, 1).is_ok());
+/// assert!(broken.try_acquire_key(1, 1).is_err()); // key 1 keeps its quota
+/// assert!((0..10).all(|_| broken.try_acquire_key(0, 1).is_ok())); // key 0: ten times the burst
+/// ```
+pub fn keyed_hot_key() -> Strategy {
+    struct HotKey {
+        keys: tollgate::KeyedLimiter<u64, tollgate::DefaultClock>,
+        hot: tollgate::Bucket<tollgate::DefaultClock>,
+    }
+    impl RateLimiter for HotKey {
+        fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+            self.try_acquire_key(0, cost)
+        }
+        fn try_acquire_key(&self, key: u64, cost: u64) -> Result<(), Denied> {
+            if key == 0 {
+                self.hot.try_acquire(cost)
+            } else {
+                self.keys.try_acquire(&key, cost)
+            }
+        }
+        fn is_keyed(&self) -> bool {
+            true
+        }
+        fn name(&self) -> &str {
+            "broken-keyed-hot-key"
+        }
+    }
+    Strategy::new("broken-keyed-hot-key", Kind::Custom, |s: &Setup| {
+        let q = s.quota;
+        let burst = q.burst().checked_mul(10).ok_or("burst too large to multiply by 10")?;
+        let hot = tollgate::Quota::new(q.tokens(), q.per(), burst).map_err(|e| e.to_string())?;
+        let max_keys = usize::try_from(s.keys).map_err(|_| "too many keys")?;
+        Ok(Box::new(HotKey {
+            keys: tollgate::KeyedLimiter::with_clock(q, max_keys, s.clock),
+            hot: tollgate::Bucket::with_clock(hot, s.clock),
+        }) as Box<dyn RateLimiter>)
+    })
+    .with_description("TEST ONLY: a KeyedLimiter whose key 0 has ten times the burst, to check that the harness catches one key over its bound")
+}
+
 /// The built-in strategies, tollgate's first then the peers, in the order tables list them.
 ///
 /// ```

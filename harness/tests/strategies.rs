@@ -229,3 +229,108 @@ fn rounds_interleave_the_strategies_in_a_rotated_order_and_report_the_median_rou
     }
     assert_eq!(report.rounds, 4);
 }
+
+/// A keyed strategy with one key over its own bound is caught, even when the sum over the keys
+/// stays within the sum of their bounds (the check before per-key recording let it pass), and
+/// the real keyed strategies pass the same plan.
+///
+/// 16 keys, 1 token/s, burst 1: in a round shorter than a second an exact limiter admits one
+/// token per key against a per-key bound of 2. `broken-keyed-hot-key` gives key 0 a burst of
+/// 10: 15 + 10 = 25 tokens, within the 16 × 2 = 32 of the sum, but key 0 over its 2. With seed
+/// 0, the first 64 keys thread 0 draws (every thread runs at least one batch of 64) hold key 0
+/// four times and every one of the 16 keys, so this holds however slow the machine is.
+#[test]
+fn one_key_over_its_own_bound_is_caught_even_when_the_sum_hides_it() {
+    let mut plan = Plan::new(
+        vec![1, 2],
+        vec![Regime::Deny, Regime::Mixed],
+        Duration::from_millis(10),
+    );
+    (plan.keys, plan.rate, plan.burst, plan.rounds) = (16, Some(1), Some(1), 2);
+    let mut all: Vec<Strategy> = ["keyed", "keyed-multi", "governor-keyed"]
+        .iter()
+        .filter_map(|n| strategies::by_name(n))
+        .collect();
+    all.push(strategies::keyed_hot_key());
+    let report = compare(&all, &plan, |_, _, _| {}).unwrap();
+    assert_eq!(report.cells.len(), all.len() * 4);
+    let bad: Vec<_> = report
+        .violations()
+        .iter()
+        .map(|c| (c.strategy.as_str(), c.threads, c.regime))
+        .collect();
+    let hot = "broken-keyed-hot-key";
+    assert_eq!(
+        bad,
+        [
+            (hot, 1, Regime::Deny),
+            (hot, 2, Regime::Deny),
+            (hot, 1, Regime::Mixed),
+            (hot, 2, Regime::Mixed)
+        ]
+    );
+    for c in &report.cells {
+        let broken = c.strategy == hot;
+        for r in &c.rounds {
+            let k = r
+                .busiest_key
+                .expect("a keyed strategy reports its busiest key");
+            if broken {
+                assert!(r.admitted <= r.bound, "the sum no longer hides it: {r:?}");
+                assert_eq!(k.key, 0, "{r:?}");
+                assert!(k.over_bound() && r.over_bound(), "{r:?}");
+            } else {
+                assert!(!k.over_bound() && !r.over_bound(), "{}: {r:?}", c.strategy);
+            }
+        }
+    }
+    let messages = report.violation_messages();
+    assert_eq!(messages.len(), 4, "{messages:?}");
+    for m in &messages {
+        assert!(
+            m.starts_with("broken-keyed-hot-key admitted ")
+                && m.contains(" tokens on key 0, more than its bound ")
+                && m.ends_with("round 1 of 2"),
+            "{m}"
+        );
+    }
+}
+
+/// Every keyed built-in stays within its per-key bound where each key is loaded well past its
+/// rate (few keys, a low rate) and in the default `mixed` quota with few keys.
+#[test]
+fn real_keyed_strategies_stay_within_every_keys_bound() {
+    let keyed: Vec<Strategy> = ["keyed", "keyed-multi", "governor-keyed"]
+        .iter()
+        .filter_map(|n| strategies::by_name(n))
+        .collect();
+    let mut saturated = Plan::new(vec![1, 2], Regime::ALL.to_vec(), Duration::from_millis(15));
+    (
+        saturated.keys,
+        saturated.rate,
+        saturated.burst,
+        saturated.rounds,
+    ) = (3, Some(1000), Some(10), 3);
+    let mut mixed = Plan::new(vec![2], vec![Regime::Mixed], Duration::from_millis(10));
+    (mixed.keys, mixed.rounds) = (4, 2);
+    for plan in [saturated, mixed] {
+        let report = compare(&keyed, &plan, |_, _, _| {}).unwrap();
+        assert!(
+            report.violations().is_empty(),
+            "{:?}",
+            report.violation_messages()
+        );
+        for c in &report.cells {
+            for r in &c.rounds {
+                let k = r.busiest_key.unwrap();
+                assert!(
+                    k.key < plan.keys && k.admitted <= k.bound,
+                    "{}: {r:?}",
+                    c.strategy
+                );
+                // The sum is over the keys that admitted: at most `keys` times one key's bound.
+                assert!(r.bound <= plan.keys * k.bound && r.admitted >= k.admitted);
+            }
+        }
+    }
+}

@@ -51,7 +51,8 @@ pub trait RateLimiter: Send + Sync {
         self.try_acquire(cost)
     }
 
-    /// Whether every key has its own bucket (then the bound is per key touched).
+    /// Whether every key has its own bucket (then the runner counts admissions per key and
+    /// checks every key against its own bound).
     fn is_keyed(&self) -> bool {
         false
     }
