@@ -4,24 +4,32 @@
 
 use crate::cell::Measured;
 use crate::plan::round_order;
-use crate::run::run_round;
+use crate::run::{check_key_recording, run_round};
 use crate::{CellResult, CellSpec, Error, Plan, Report, Setup, Strategy};
 use tollgate::DefaultClock;
 
-/// Checks, without running anything, the plan ([`Plan::validate`]) and that every strategy
-/// can be built for every regime.
+/// Checks, without running anything, the plan ([`Plan::validate`]), that every strategy
+/// can be built for every regime, and that a keyed strategy's per-key admission counts fit
+/// [`MAX_KEY_RECORDING_BYTES`](crate::run::MAX_KEY_RECORDING_BYTES) at the plan's largest
+/// thread count.
 ///
 /// ```
 /// use tollgate_bench::{compare::check, strategies, Plan, Regime};
-/// let plan = Plan::new(vec![1], vec![Regime::Deny], std::time::Duration::from_millis(5));
+/// let mut plan = Plan::new(vec![1], vec![Regime::Deny], std::time::Duration::from_millis(5));
 /// assert!(check(&strategies::builtins(), &plan).is_ok());
 /// assert!(check(&[], &plan).is_err());
+/// plan.threads = vec![1, 4096];
+/// plan.keys = 1 << 18;
+/// let keyed = strategies::by_name("keyed").unwrap();
+/// assert!(check(&[keyed], &plan).unwrap_err().to_string().contains("lower --threads or --keys"));
+/// assert!(check(&[strategies::by_name("cas").unwrap()], &plan).is_ok()); // unkeyed: no counts
 /// ```
 pub fn check(strategies: &[Strategy], plan: &Plan) -> Result<(), Error> {
     if strategies.is_empty() {
         return Err(Error::Plan("nothing to run: no strategies".to_owned()));
     }
     plan.validate()?;
+    let max_threads = plan.threads.iter().copied().max().unwrap_or(1);
     for spec in plan.first_cells() {
         let setup = Setup {
             quota: spec.checked_quota()?,
@@ -29,11 +37,14 @@ pub fn check(strategies: &[Strategy], plan: &Plan) -> Result<(), Error> {
             clock: DefaultClock::default(),
         };
         for s in strategies {
-            s.build(&setup).map_err(|source| Error::Strategy {
+            let limiter = s.build(&setup).map_err(|source| Error::Strategy {
                 name: s.name().to_owned(),
                 regime: spec.regime.name(),
                 source,
             })?;
+            if limiter.is_keyed() {
+                check_key_recording(max_threads, spec.keys)?;
+            }
         }
     }
     Ok(())

@@ -6,8 +6,10 @@
 //!
 //! # Per-key recording
 //! For a keyed strategy every thread counts its admitted operations per key in an array of its
-//! own (one `u64` per key; no atomics, nothing shared, so the recording costs every keyed
-//! strategy the same).
+//! own (one `u64` per key, [`KEY_COUNT_BYTES`]; no atomics, nothing shared, so the recording
+//! costs every keyed strategy the same). The arrays take `threads × keys ×` 8 bytes, at most
+//! [`MAX_KEY_RECORDING_BYTES`]: a larger plan is refused with an [`Error::Plan`] before anything
+//! runs, and an allocation that fails below the cap is an error too, never an abort.
 
 use crate::cell::{new_histogram, BusiestKey, Measured, Round};
 use crate::rng::SplitMix64;
@@ -17,10 +19,85 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tollgate::{Clock, DefaultClock};
 
+/// Bytes each thread's per-key admission count takes (a `u64`: one key of one thread cannot
+/// overflow it within the longest round, 1 hour).
+pub const KEY_COUNT_BYTES: u64 = 8;
+
+/// The most memory the per-key admission counts of a keyed strategy's round may take, all
+/// threads together: 4 GiB (e.g. `--keys 16777216` at up to 31 threads, `--keys 1000000` at up
+/// to 536). A plan beyond it is refused with an [`Error::Plan`] naming `--threads` and `--keys`.
+///
+/// ```
+/// use tollgate_bench::run::{key_recording_bytes, MAX_KEY_RECORDING_BYTES};
+/// assert!(key_recording_bytes(4, 1000).unwrap() < MAX_KEY_RECORDING_BYTES);
+/// assert!(key_recording_bytes(512, 1 << 24).unwrap() > MAX_KEY_RECORDING_BYTES);
+/// ```
+pub const MAX_KEY_RECORDING_BYTES: u64 = 4 << 30;
+
 /// Elements of padding on either side of a thread's counts (128 bytes, two cache lines): the
 /// arrays of two threads never share a line, however small, so counting never bounces a line
 /// between cores.
 const PAD: usize = 16;
+
+/// The bytes the per-key admission counts of a round of a keyed strategy take: each of
+/// `threads` threads counts every one of `keys` keys (plus its padding), and the deny regime's
+/// drain marks every key once. `None` when the size does not fit a `u64`.
+///
+/// ```
+/// use tollgate_bench::run::key_recording_bytes;
+/// assert_eq!(key_recording_bytes(2, 1000), Some(2 * (1000 + 32) * 8 + 1000));
+/// assert_eq!(key_recording_bytes(usize::MAX, u64::MAX), None);
+/// ```
+pub fn key_recording_bytes(threads: usize, keys: u64) -> Option<u64> {
+    let per_thread = keys
+        .checked_add(2 * PAD as u64)?
+        .checked_mul(KEY_COUNT_BYTES)?;
+    u64::try_from(threads)
+        .ok()?
+        .checked_mul(per_thread)?
+        .checked_add(keys)
+}
+
+/// `bytes` for a message: `1.5 GiB`, `12.0 MiB`, `800 bytes`.
+fn human_bytes(bytes: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+    if bytes >= GIB {
+        format!("{:.1} GiB", bytes as f64 / GIB as f64)
+    } else if bytes >= MIB {
+        format!("{:.1} MiB", bytes as f64 / MIB as f64)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// Refuses, with an [`Error::Plan`] naming `--threads` and `--keys`, a keyed round whose
+/// per-key counts would take more than [`MAX_KEY_RECORDING_BYTES`] (or overflow).
+pub(crate) fn check_key_recording(threads: usize, keys: u64) -> Result<(), Error> {
+    let cap = human_bytes(MAX_KEY_RECORDING_BYTES);
+    let needed = match key_recording_bytes(threads, keys) {
+        Some(b) if b <= MAX_KEY_RECORDING_BYTES => return Ok(()),
+        Some(b) => human_bytes(b),
+        None => "more than 16 EiB".to_owned(),
+    };
+    Err(Error::Plan(format!(
+        "--threads {threads} with --keys {keys}: a keyed strategy's per-key admission counts \
+         ({KEY_COUNT_BYTES} bytes per key per thread) would take {needed}, over the {cap} cap; \
+         lower --threads or --keys"
+    )))
+}
+
+/// A zeroed vector of `len` counts, or an [`Error::Plan`] when the allocation fails.
+fn zeroed<T: Clone + Default>(len: usize, what: &str) -> Result<Vec<T>, Error> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|e| {
+        Error::Plan(format!(
+            "cannot allocate {what} ({len} elements): {e}; lower --threads or --keys"
+        ))
+    })?;
+    v.resize(len, T::default());
+    Ok(v)
+}
 
 struct ThreadOut {
     ops: u64,
@@ -103,7 +180,9 @@ fn worker(sh: Shared<'_>, mut out: ThreadOut, mut rng: SplitMix64) -> ThreadOut 
 /// runs `spec.threads` threads for `spec.duration`, and measures.
 ///
 /// Errors ([`Error`]) when the quota is invalid, the cost exceeds the burst, the strategy
-/// cannot be built with this setup, or a thread cannot be spawned. Over-admission is *not* an error here: it is reported by [`CellResult::over_bound`] (for a
+/// cannot be built with this setup, a keyed strategy's per-key counts would take more than
+/// [`MAX_KEY_RECORDING_BYTES`] or cannot be allocated, or a thread cannot be spawned.
+/// Over-admission is *not* an error here: it is reported by [`CellResult::over_bound`] (for a
 /// keyed strategy, per key as well as summed over the keys).
 ///
 /// ```
@@ -151,18 +230,26 @@ pub(crate) fn run_round(
     let limiter: &dyn RateLimiter = &*limiter;
     let keyed = limiter.is_keyed();
     let keys = if keyed { spec.keys } else { 1 };
+    if keyed {
+        check_key_recording(spec.threads, spec.keys)?;
+    }
     let key_slots = if keyed { key_slots } else { 0 };
 
     // Everything the threads record into is allocated before the drain, so that the drained
     // buckets refill for no longer than they must before the threads start.
-    let mut outs = Vec::with_capacity(spec.threads);
-    for _ in 0..spec.threads {
+    let mut outs = Vec::new();
+    outs.try_reserve_exact(spec.threads)
+        .map_err(|e| Error::Plan(format!("--threads {}: cannot allocate: {e}", spec.threads)))?;
+    for i in 0..spec.threads {
         outs.push(ThreadOut {
             ops: 0,
             admitted_ops: 0,
             hist: new_histogram()?,
             per_key: if keyed {
-                vec![0; key_slots + 2 * PAD]
+                zeroed(
+                    key_slots + 2 * PAD,
+                    &format!("thread {i}'s per-key admission counts"),
+                )?
             } else {
                 Vec::new()
             },
@@ -171,7 +258,7 @@ pub(crate) fn run_round(
 
     // Keyed, drained regime: which keys the drain admitted their burst on.
     let mut drained: Vec<bool> = if keyed && spec.regime.starts_drained() {
-        vec![false; key_slots]
+        zeroed(key_slots, "the drain's per-key record")?
     } else {
         Vec::new()
     };

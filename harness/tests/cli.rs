@@ -71,6 +71,22 @@ fn bad_options_are_rejected_clearly_without_panicking() {
             "does not fit",
         ),
         (&["compare", "--out", "/proc/version/x"], "--out"),
+        // Per-key admission counts of 512 threads x 2^24 keys: 64 GiB, refused before
+        // anything is allocated (it aborted the process on allocation).
+        (
+            &[
+                "compare",
+                "--strategies",
+                "keyed",
+                "--regime",
+                "mixed",
+                "--threads",
+                "512",
+                "--keys",
+                "16777216",
+            ],
+            "--threads 512 with --keys 16777216: a keyed strategy's per-key admission counts",
+        ),
         (
             &["compare", "--strategies", "cas", "--vs", "sharded"],
             "not among the strategies run",
@@ -358,6 +374,28 @@ fn a_keyed_strategy_over_one_keys_bound_fails_the_run_naming_the_key() {
         .find(|r| r.strategy == "broken-keyed-hot-key")
         .unwrap();
     assert!(broken.admitted <= broken.bound, "the sum hides it");
+}
+
+/// The case that aborted the process on allocation, under a 4 GB address-space limit: now a
+/// clear error before anything is allocated.
+#[cfg(target_os = "linux")]
+#[test]
+fn too_many_threads_times_keys_is_an_error_under_an_address_space_limit() {
+    let out = Command::new("sh")
+        .args(["-c", "ulimit -v 4000000 && exec \"$0\" \"$@\""])
+        .arg(BIN)
+        .args(["compare", "--threads", "512", "--keys", "16777216"])
+        .args(["--regime", "mixed", "--duration", "10ms", "--rounds", "1"])
+        .env_remove("TOLLGATE_BENCH_TEST_STRATEGIES")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("64.0 GiB, over the 4.0 GiB cap; lower --threads or --keys"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
 }
 
 #[test]

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tollgate::{gcra, Bucket, Clock, ManualClock, Quota};
 use tollgate_bench::strategies::{Cas, CasBackoff, ParkingLotMutex, SpinLock, StdMutex};
-use tollgate_bench::{compare, strategies, Kind, Plan, RateLimiter, Regime, Strategy};
+use tollgate_bench::{
+    compare, run, run_cell, strategies, CellSpec, Error, Kind, Plan, RateLimiter, Regime, Strategy,
+};
 
 fn all(quota: Quota, clock: &ManualClock) -> Vec<Arc<dyn RateLimiter>> {
     vec![
@@ -333,4 +335,67 @@ fn real_keyed_strategies_stay_within_every_keys_bound() {
             }
         }
     }
+}
+
+/// Per-key admission counts that would take more than the cap (or overflow) are refused with a
+/// clear error before anything is allocated or spawned; unkeyed strategies need no counts.
+#[test]
+fn per_key_counts_past_the_cap_are_an_error_not_an_abort() {
+    /// Keyed, admits everything, allocates nothing per key.
+    struct AdmitAllKeyed;
+    impl RateLimiter for AdmitAllKeyed {
+        fn try_acquire(&self, _cost: u64) -> Result<(), tollgate::Denied> {
+            Ok(())
+        }
+        fn is_keyed(&self) -> bool {
+            true
+        }
+        fn name(&self) -> &str {
+            "admit-all-keyed"
+        }
+    }
+    let keyed = Strategy::new("admit-all-keyed", Kind::Custom, |_| {
+        Ok(Box::new(AdmitAllKeyed) as Box<dyn RateLimiter>)
+    });
+    let mut spec = CellSpec::new(4096, Regime::Deny, Duration::from_millis(1));
+    spec.keys = 1 << 24;
+    let err = run_cell(&keyed, &spec).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Plan(_)), "{err:?}");
+    assert!(
+        msg.starts_with("--threads 4096 with --keys 16777216: ")
+            && msg
+                .ends_with("would take 512.0 GiB, over the 4.0 GiB cap; lower --threads or --keys"),
+        "{msg}"
+    );
+    assert_eq!(
+        run::key_recording_bytes(4096, 1 << 24),
+        Some(4096 * ((1 << 24) + 32) * run::KEY_COUNT_BYTES + (1 << 24))
+    );
+
+    // A size that does not fit 64 bits.
+    (spec.threads, spec.keys) = (usize::MAX, u64::MAX);
+    assert_eq!(run::key_recording_bytes(spec.threads, spec.keys), None);
+    let msg = run_cell(&keyed, &spec).unwrap_err().to_string();
+    assert!(
+        msg.contains("more than 16 EiB") || msg.contains("too many for this platform"),
+        "{msg}"
+    );
+
+    // `compare` refuses such a plan before running anything, at its largest thread count.
+    let mut plan = Plan::new(vec![1, 4096], vec![Regime::Mixed], Duration::from_millis(1));
+    plan.keys = 1 << 24;
+    let msg = compare(std::slice::from_ref(&keyed), &plan, |_, _, _| {
+        panic!("nothing runs")
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        msg.starts_with("--threads 4096 with --keys 16777216"),
+        "{msg}"
+    );
+    // An unkeyed strategy draws no keys and records none.
+    spec.keys = 1 << 24;
+    spec.threads = 2;
+    assert!(run_cell(&strategies::by_name("cas").unwrap(), &spec).is_ok());
 }
