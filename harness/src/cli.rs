@@ -9,8 +9,11 @@
 //! ```
 //!
 //! Exit status: 0 when every cell stayed within its bound; 1 when a strategy admitted more
-//! than its bound (the results are printed first, then one `error:` line per violation), or an
-//! output file could not be written; 2 for bad options.
+//! than its bound (the results are printed first, then one `error:` line per violation), a
+//! cell failed, or the results could not be written (an output file, or stdout: a full disk,
+//! a closed pipe); 2 for bad options (the plan too, e.g. `--threads` × `--keys` past the
+//! per-key recording cap). Nothing panics when stdout or stderr cannot be written: progress
+//! and diagnostics that cannot reach stderr are dropped.
 
 use crate::compare::{check, compare};
 use crate::strategies;
@@ -20,6 +23,31 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+/// Writes one line to stderr and ignores a failure: progress and diagnostics must never end the
+/// run (`eprintln!` panics when stderr cannot be written, e.g. under `2>/dev/full`).
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// Writes `body` to stdout and flushes it. A failure (a full disk, a closed pipe as in
+/// `| head -1`) is reported on stderr and makes the exit status 1: the results did not all
+/// reach their reader.
+fn write_stdout(body: &str) -> Result<(), ExitCode> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(body.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            note!("error: cannot write the results to stdout: {e}");
+            Err(ExitCode::from(1))
+        }
+    }
+}
 
 /// Set to `1` to offer the deliberately broken strategies `broken-always-admit` and
 /// `broken-keyed-hot-key` (tests only).
@@ -206,24 +234,36 @@ where
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            // `--help` and `--version` go to stdout: failing to print them is a failure.
+            let printed = e.print().is_ok();
+            return ExitCode::from(match (e.use_stderr(), printed) {
+                (true, _) => 2,
+                (false, true) => 0,
+                (false, false) => 1,
+            });
         }
     };
     let registry = registry(extra);
     match cli.command {
         Command::List => {
             let width = registry.iter().map(|s| s.name().len()).max().unwrap_or(0);
-            let mut out = std::io::stdout().lock();
+            let mut out = String::new();
             for s in &registry {
                 let kind = match s.kind() {
                     crate::Kind::Tollgate => "tollgate",
                     crate::Kind::Peer => "peer",
                     crate::Kind::Custom => "custom",
                 };
-                let _ = writeln!(out, "{:width$}  {kind:8}  {}", s.name(), s.description());
+                out.push_str(&format!(
+                    "{:width$}  {kind:8}  {}\n",
+                    s.name(),
+                    s.description()
+                ));
             }
-            ExitCode::SUCCESS
+            match write_stdout(&out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(code) => code,
+            }
         }
         Command::Compare(args) => run_compare(*args, registry),
     }
@@ -320,11 +360,11 @@ fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
     let report = match result {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
+            note!("error: {e}");
             return ExitCode::from(1);
         }
     };
-    eprintln!(
+    note!(
         "tollgate-bench: {} cells ({} strategies x {} thread counts x {} regimes) at {:?} each in {} interleaved rounds of {:?}, {:.1} s in all",
         cells,
         selected.len(),
@@ -345,24 +385,19 @@ fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
         Format::Csv => report.to_csv(),
         Format::Json => report.to_json() + "\n",
     };
-    let mut stdout = std::io::stdout().lock();
-    let mut status = ExitCode::SUCCESS;
-    if stdout
-        .write_all(body.as_bytes())
-        .and_then(|_| stdout.flush())
-        .is_err()
-    {
-        status = ExitCode::from(1);
-    }
+    let mut status = match write_stdout(&body) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
+    };
     if let Some(dir) = &args.out {
         match report.write_dir(dir) {
             Ok(paths) => {
                 for p in paths {
-                    eprintln!("wrote {}", p.display());
+                    note!("wrote {}", p.display());
                 }
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                note!("error: {e}");
                 status = ExitCode::from(1);
             }
         }
@@ -370,9 +405,9 @@ fn run_compare(args: CompareArgs, mut registry: Vec<Strategy>) -> ExitCode {
     let violations = report.violation_messages();
     if !violations.is_empty() {
         for v in &violations {
-            eprintln!("error: CORRECTNESS: {v}");
+            note!("error: CORRECTNESS: {v}");
         }
-        eprintln!(
+        note!(
             "error: {} cell(s) admitted more than an exact limiter may; see above",
             violations.len()
         );

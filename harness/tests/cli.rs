@@ -376,6 +376,87 @@ fn a_keyed_strategy_over_one_keys_bound_fails_the_run_naming_the_key() {
     assert!(broken.admitted <= broken.bound, "the sum hides it");
 }
 
+/// Output that cannot be written never panics: stderr on a full device is ignored (the
+/// results still go to stdout, status 0), stdout on a full device or a closed pipe is status 1
+/// with an `error:` line on stderr.
+#[cfg(target_os = "linux")]
+#[test]
+fn unwritable_stdout_or_stderr_is_an_exit_status_not_a_panic() {
+    use std::process::Stdio;
+    let args = [
+        "compare",
+        "--strategies",
+        "cas",
+        "--threads",
+        "1",
+        "--duration",
+        "10ms",
+        "--rounds",
+        "1",
+        "--format",
+        "csv",
+    ];
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    let cmd = || {
+        let mut c = Command::new(BIN);
+        c.env_remove("TOLLGATE_BENCH_TEST_STRATEGIES");
+        c
+    };
+
+    let out = cmd().args(args).stderr(full()).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "stderr on /dev/full");
+    assert_eq!(parse_csv(&text(&out.stdout)).len(), 3);
+
+    let out = cmd().args(args).stdout(full()).output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stdout on /dev/full: {err}");
+    assert!(
+        err.contains("error: cannot write the results to stdout"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+
+    let out = cmd().args(["list"]).stdout(full()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+
+    // A violation reported on an unwritable stderr is still status 1.
+    let out = Command::new(BIN)
+        .args([
+            "compare",
+            "--strategies",
+            "broken-always-admit",
+            "--threads",
+            "1",
+        ])
+        .args(["--duration", "10ms", "--rounds", "1", "--regime", "deny"])
+        .env("TOLLGATE_BENCH_TEST_STRATEGIES", "1")
+        .stderr(full())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+
+    // `| head -1` that exits before the results come: the pipe is closed (EPIPE).
+    let mut child = cmd()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "closed stdout: {err}");
+    assert!(
+        err.contains("Broken pipe") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
 /// The case that aborted the process on allocation, under a 4 GB address-space limit: now a
 /// clear error before anything is allocated.
 #[cfg(target_os = "linux")]

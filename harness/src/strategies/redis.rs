@@ -15,6 +15,7 @@
 
 use super::{Kind, RateLimiter, Setup, Strategy};
 use crate::BuildError;
+use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,7 +76,9 @@ impl Drop for Tollgate {
         // Round trips per decision: what leases save.
         let c = self.limiter.counters();
         if c.redis_calls > 0 {
-            eprintln!(
+            // Not `eprintln!`: it panics when stderr cannot be written, and this runs in a drop.
+            let _ = writeln!(
+                std::io::stderr(),
                 "{}: {} decisions, {} Redis calls ({} from leases, {} errors)",
                 self.name,
                 c.redis + c.leased + c.lease_denied,
