@@ -1,8 +1,7 @@
 //! [`RedisLimiterBuilder`]: the configuration, checked once at [`build`](RedisLimiterBuilder::build).
 
 use crate::breaker::Breaker;
-use crate::conn::Arg;
-use crate::conn::Conn;
+use crate::conn::{Arg, Conn, Lua};
 use crate::counters::Stats;
 use crate::key::stored_key;
 use crate::lease::{Leases, Table};
@@ -287,7 +286,7 @@ impl RedisLimiterBuilder {
             l.validate()?;
         }
         let conn = Conn::connect(&self.url, self.connect_timeout).await?;
-        let script = redis::Script::new(SOURCE);
+        let script = Lua::new(SOURCE);
         // Loads the script (EVALSHA falls back to loading it) and checks the number path.
         let probe = format!("{}{{check}}", self.prefix);
         let big = "9007199254740991";

@@ -10,7 +10,7 @@ use crate::Error;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{ErrorKind, Script, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use std::time::Duration;
 
 /// A cheap-to-clone handle; clones share the underlying connection(s).
@@ -88,35 +88,59 @@ impl Conn {
     }
 
     /// Runs the script once on `key` with `args`: one EVALSHA built straight into one command
-    /// buffer (the script's text is sent only when the server answers NOSCRIPT, then the same
-    /// command again).
+    /// buffer (the script's text is sent only when the server answers NOSCRIPT; see [`run`]).
     pub(crate) async fn eval(
         &self,
-        script: &Script,
+        lua: &Lua,
         key: &str,
         args: &[Arg<'_>],
     ) -> redis::RedisResult<Value> {
-        // Sized once: the name, the hash, the key count, the key and the arguments (an
-        // integer takes at most 20 bytes).
-        let bytes = args.iter().fold(7 + 40 + 1 + key.len(), |n, a| {
+        let evalsha = command("EVALSHA", &lua.hash, key, args);
+        let eval = || command("EVAL", lua.source, key, args);
+        match self {
+            Conn::Single(c) => run(&mut c.clone(), lua, &evalsha, eval).await,
+            Conn::Cluster(c) => run(&mut c.clone(), lua, &evalsha, eval).await,
+        }
+    }
+}
+
+/// The script: its SHA-1, which EVALSHA names, and its source, which `SCRIPT LOAD` and EVAL
+/// send.
+#[derive(Debug, Clone)]
+pub(crate) struct Lua {
+    hash: String,
+    source: &'static str,
+}
+
+impl Lua {
+    pub(crate) fn new(source: &'static str) -> Lua {
+        Lua {
+            hash: redis::Script::new(source).get_hash().to_owned(),
+            source,
+        }
+    }
+}
+
+/// `name script 1 key args…` (`name`: EVALSHA with the hash, or EVAL with the source), sized
+/// once: an integer takes at most 20 bytes.
+fn command(name: &str, script: &str, key: &str, args: &[Arg<'_>]) -> Cmd {
+    let bytes = args
+        .iter()
+        .fold(name.len() + script.len() + 1 + key.len(), |n, a| {
             n + match a {
                 Arg::Str(s) => s.len(),
                 Arg::Int(_) => 20,
             }
         });
-        let mut cmd = redis::Cmd::with_capacity(4 + args.len(), bytes);
-        cmd.arg("EVALSHA").arg(script.get_hash()).arg(1).arg(key);
-        for a in args {
-            match a {
-                Arg::Str(s) => cmd.arg(*s),
-                Arg::Int(n) => cmd.arg(*n),
-            };
-        }
-        match self {
-            Conn::Single(c) => run(&mut c.clone(), script, &cmd).await,
-            Conn::Cluster(c) => run(&mut c.clone(), script, &cmd).await,
-        }
+    let mut cmd = Cmd::with_capacity(4 + args.len(), bytes);
+    cmd.arg(name).arg(script).arg(1).arg(key);
+    for a in args {
+        match a {
+            Arg::Str(s) => cmd.arg(*s),
+            Arg::Int(n) => cmd.arg(*n),
+        };
     }
+    cmd
 }
 
 /// One script argument: a string, or an integer formatted into the command buffer.
@@ -126,18 +150,44 @@ pub(crate) enum Arg<'a> {
     Int(u64),
 }
 
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+/// Runs `evalsha`; when the script is not cached (a restart, a failover, `SCRIPT FLUSH`: it
+/// did not run), loads it with `SCRIPT LOAD` for the next calls (a script cached so stays until
+/// the next flush: recent Redis versions evict, least recently used first, only scripts that
+/// EVAL cached) and runs `evalsha` again; when that answers NOSCRIPT too, or the load failed,
+/// runs `eval`, which sends the source and cannot answer NOSCRIPT. At most one of these calls
+/// runs the script (one does unless a call fails).
+///
+/// Before 2026-12-04 a second NOSCRIPT was the decision's error: the cache flushed again
+/// between the load and the re-run (other callers' and other clients' commands run in between)
+/// failed the decision as a server error, which opens the breaker, so decisions took the
+/// `OnUnavailable` policy until a probe got through (a review's finding: with `SCRIPT FLUSH`
+/// sent back to back for a second, FailOpen admitted 200,000 requests on a burst of 5, and
+/// with one flush every 50 ms on a stalling server NOSCRIPT errors opened the breaker too).
+/// redis-rs's `Script::load_async` is not used: it `debug_assert`s that the server's hash is
+/// its own (true of every conforming server, but a panic in a debug build otherwise).
 async fn run<C: redis::aio::ConnectionLike>(
     conn: &mut C,
-    script: &Script,
-    cmd: &redis::Cmd,
+    lua: &Lua,
+    evalsha: &Cmd,
+    eval: impl Fn() -> Cmd,
 ) -> redis::RedisResult<Value> {
-    match cmd.query_async(conn).await {
-        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script.load_async(conn).await?;
-            cmd.query_async(conn).await
-        }
-        r => r,
+    match evalsha.query_async(conn).await {
+        Err(e) if is_noscript(&e) => {}
+        r => return r,
     }
+    let mut load = redis::cmd("SCRIPT");
+    load.arg("LOAD").arg(lua.source);
+    if load.query_async::<Value>(conn).await.is_ok() {
+        match evalsha.query_async(conn).await {
+            Err(e) if is_noscript(&e) => {}
+            r => return r,
+        }
+    }
+    eval().query_async(conn).await
 }
 
 #[cfg(test)]

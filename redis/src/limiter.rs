@@ -37,7 +37,7 @@ pub struct Outcome {
 }
 pub(crate) struct Inner {
     pub(crate) conn: Conn,
-    pub(crate) script: redis::Script,
+    pub(crate) script: crate::conn::Lua,
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     pub(crate) policy: Policy,
