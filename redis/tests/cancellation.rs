@@ -1,0 +1,306 @@
+//! Decisions abandoned mid-request (a client disconnect, `tokio::time::timeout`, `select!`)
+//! while the server stalls: the connection is multiplexed (redis-rs pairs each reply with its
+//! request, in order, and drops the replies nobody waits for), so no caller ever reads another
+//! caller's reply; a lease refill whose reply was abandoned credits nothing locally (its tokens
+//! stay debited in Redis: under-admission, never over-admission). Each test starts its own
+//! `redis-server` on a free loopback port; the schedules are seeded.
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+use tollgate::{Denied, Quota};
+use tollgate_redis::{Leases, OnUnavailable, RedisLimiter};
+use tollgate_testkit::redis_server::RedisServer;
+use tollgate_testkit::rng::Rng;
+
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// One inline command on `s`, and its one-line reply.
+fn command(s: &mut TcpStream, cmd: &str) -> String {
+    s.write_all(format!("{cmd}\r\n").as_bytes()).unwrap();
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "connection closed");
+        buf.push(byte[0]);
+    }
+    String::from_utf8_lossy(&buf).trim_end().to_owned()
+}
+
+/// Stalls the server until `stop`: `CLIENT PAUSE 4` (every client's commands wait 4 ms), then
+/// about 1 ms of service, again and again. Returns the number of pauses. Start the server with
+/// `--hz 500`: a pause ends at the server's next cron tick (100 ms apart at the default 10).
+fn stall_until(port: u16, stop: &AtomicBool) -> u64 {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) {
+        assert_eq!(command(&mut s, "CLIENT PAUSE 4"), "+OK");
+        std::thread::sleep(Duration::from_millis(5));
+        n += 1;
+    }
+    n
+}
+
+/// How many times the server ran `EVALSHA` and `EVAL` without an error (`INFO
+/// commandstats`: `calls` less `failed_calls`, which counts the NOSCRIPT answers; Redis 7).
+fn script_runs(server: &RedisServer) -> u64 {
+    let field = |line: &str, name: &str| -> u64 {
+        line.split(&format!("{name}="))
+            .nth(1)
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let info = server.cli(&["INFO", "commandstats"]);
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .map(|l| field(l, "calls") - field(l, "failed_calls"))
+        .sum()
+}
+
+/// How a caller gives up on a decision.
+#[derive(Clone, Copy, Debug)]
+enum GiveUp {
+    Never,
+    /// An outer `tokio::time::timeout`.
+    After(Duration),
+    /// Polled once (its command handed to the connection), then dropped.
+    PollOnce,
+}
+
+impl GiveUp {
+    fn pick(rng: &mut Rng) -> GiveUp {
+        match rng.below(8) {
+            0..=2 => GiveUp::Never,
+            3..=4 => GiveUp::After(Duration::from_millis(1)),
+            5..=6 => GiveUp::After(Duration::from_millis(2)),
+            _ => GiveUp::PollOnce,
+        }
+    }
+
+    /// Runs `f`, or gives up on it: `None` when it was dropped unfinished.
+    async fn run<F: Future>(self, f: F) -> Option<F::Output> {
+        match self {
+            GiveUp::Never => Some(f.await),
+            GiveUp::After(d) => tokio::time::timeout(d, f).await.ok(),
+            GiveUp::PollOnce => {
+                let mut f = pin!(f);
+                match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Ready(v) => Some(v),
+                    Poll::Pending => None,
+                }
+            }
+        }
+    }
+}
+
+/// Eight tasks send 4,800 requests of three kinds through one limiter while the server stalls
+/// every 5 ms and the script cache is flushed every 50 ms; callers give up on about 60 % of
+/// them, at seeded points (an outer timeout of 1 or 2 ms, or a single poll). Every request that
+/// finishes gets its own reply: an `echo` of unique numbers returns exactly them, a key whose
+/// one-an-hour burst was spent is refused with the hour's wait and no token left, a key with
+/// a million tokens is admitted. The server ran scripts whose callers had gone (their replies
+/// were read and dropped by the connection, not handed to the next caller), and nothing failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_requests_never_answer_another_caller() {
+    let Some(server) =
+        RedisServer::start_with("cancellation::abandoned_requests", &["--hz", "500"])
+    else {
+        return;
+    };
+    const TASKS: u64 = 8;
+    const OPS: u64 = 600;
+    let mut b = RedisLimiter::builder(&server.url(), Quota::per_second(1_000_000).unwrap())
+        .timeout(Duration::from_secs(1))
+        .on_unavailable(OnUnavailable::FailClosed);
+    for t in 0..TASKS {
+        b = b.quota_for(&format!("spent{t}"), Quota::new(1, HOUR, 1).unwrap());
+    }
+    let l = b.build().await.unwrap();
+    for t in 0..TASKS {
+        assert_eq!(l.check(&format!("spent{t}"), 1).await.unwrap(), Ok(()));
+    }
+    let runs_before = script_runs(&server);
+    let stop = Arc::new(AtomicBool::new(false));
+    let staller = {
+        let (stop, port) = (stop.clone(), server.port());
+        std::thread::spawn(move || stall_until(port, &stop))
+    };
+    let flusher = {
+        let stop = stop.clone();
+        let port = server.port();
+        std::thread::spawn(move || {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+                assert_eq!(command(&mut s, "SCRIPT FLUSH"), "+OK");
+                n += 1;
+            }
+            n
+        })
+    };
+    let finished = Arc::new(AtomicU64::new(0));
+    let t0 = std::time::Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..TASKS {
+        let (l, finished) = (l.clone(), finished.clone());
+        tasks.spawn(async move {
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1));
+            let mut wrong = Vec::new();
+            for i in 0..OPS {
+                let give_up = GiveUp::pick(&mut rng);
+                let done = match rng.below(3) {
+                    0 => {
+                        let nums = [t, i, t * 1_000_003 + i];
+                        give_up.run(l.echo(&nums)).await.map(|r| {
+                            let want: Vec<String> = nums.iter().map(u64::to_string).collect();
+                            if r.as_ref().ok() != Some(&want) {
+                                wrong.push(format!("echo {nums:?} answered {r:?}"));
+                            }
+                        })
+                    }
+                    1 => {
+                        let key = format!("spent{}", rng.below(TASKS));
+                        give_up
+                            .run(l.check_snapshot(&key, 1))
+                            .await
+                            .map(|r| match r {
+                                Ok((Err(Denied::RetryAfter(w)), s))
+                                    if w > HOUR / 2 && w <= HOUR && s.remaining() == 0 => {}
+                                r => wrong.push(format!("{key} answered {r:?}")),
+                            })
+                    }
+                    _ => {
+                        let key = format!("plenty{}", rng.below(4));
+                        give_up
+                            .run(l.check_snapshot(&key, 1))
+                            .await
+                            .map(|r| match r {
+                                Ok((Ok(()), s)) if s.remaining() >= 1_000_000 - TASKS * OPS => {}
+                                r => wrong.push(format!("{key} answered {r:?}")),
+                            })
+                    }
+                };
+                if done.is_some() {
+                    finished.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            wrong
+        });
+    }
+    let mut wrong = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        wrong.extend(r.unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (pauses, flushes) = (staller.join().unwrap(), flusher.join().unwrap());
+    // Let the abandoned requests still queued on the connection be answered.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let runs = script_runs(&server) - runs_before;
+    let finished = finished.load(Ordering::Relaxed);
+    let c = l.counters();
+    println!(
+        "{:?}: {pauses} pauses, {flushes} flushes; {} requests, {finished} finished; the server ran \
+         {runs} scripts (NOSCRIPT retries included); {} wrong; {c:?}",
+        t0.elapsed(),
+        TASKS * OPS,
+        wrong.len()
+    );
+    assert!(wrong.is_empty(), "{:#?}", &wrong[..wrong.len().min(10)]);
+    // Each finished request read the reply of one script run; the others were read by the
+    // connection and dropped.
+    assert!(
+        runs > finished + 300,
+        "too few scripts ran for callers that had gone: {runs} runs, {finished} finished"
+    );
+    assert_eq!(c.errors, 0, "{c:?}");
+    // The connection is as good as new: every key answers as before, from Redis.
+    for t in 0..TASKS {
+        let (v, s) = l.check_snapshot(&format!("spent{t}"), 1).await.unwrap();
+        assert!(matches!(v, Err(Denied::RetryAfter(_))) && s.remaining() == 0);
+        assert_eq!(l.echo(&[t]).await.unwrap(), vec![t.to_string()]);
+    }
+}
+
+/// Four tasks spend a key's leases of 8 (burst 10,000, one token a day: nothing refills during
+/// the test) with costs of 1 to 3 while the server stalls every 5 ms; callers give up on about
+/// 60 % of the decisions at seeded points, lease refills among them (sent, their reply
+/// abandoned). The
+/// tokens admitted never exceed what Redis debited: a refill whose reply nobody read credited
+/// nothing locally, and the tokens it debited are lost (under-admission, reported).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_lease_refills_credit_nothing() {
+    let Some(server) =
+        RedisServer::start_with("cancellation::abandoned_lease_refills", &["--hz", "500"])
+    else {
+        return;
+    };
+    const BURST: u64 = 10_000;
+    let l = RedisLimiter::builder(&server.url(), Quota::new(1, DAY, BURST).unwrap())
+        .timeout(Duration::from_secs(1))
+        .on_unavailable(OnUnavailable::FailClosed)
+        .leases(Leases::new(8).lifetime(HOUR))
+        .build()
+        .await
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let staller = {
+        let (stop, port) = (stop.clone(), server.port());
+        std::thread::spawn(move || stall_until(port, &stop))
+    };
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..4u64 {
+        let (l, admitted) = (l.clone(), admitted.clone());
+        tasks.spawn(async move {
+            let mut rng = Rng(0xD1B5_4A32_D192_ED03 ^ (t + 1));
+            let mut finished = 0u64;
+            for _ in 0..400 {
+                let cost = 1 + rng.below(3);
+                let give_up = GiveUp::pick(&mut rng);
+                if let Some(v) = give_up.run(l.try_acquire("hot", cost)).await {
+                    finished += 1;
+                    if v.is_ok() {
+                        admitted.fetch_add(cost, Ordering::Relaxed);
+                    }
+                }
+            }
+            finished
+        });
+    }
+    let mut finished = 0;
+    while let Some(r) = tasks.join_next().await {
+        finished += r.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let pauses = staller.join().unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (_, s) = l.check_snapshot("hot", 0).await.unwrap();
+    let debited = BURST - s.remaining();
+    let admitted = admitted.load(Ordering::Relaxed);
+    let c = l.counters();
+    println!(
+        "{pauses} pauses; 1600 decisions, {finished} finished; {admitted} tokens admitted, \
+         {debited} debited in Redis ({} lost to abandoned refills and unspent leases); \
+         {} refills abandoned; {c:?}",
+        debited - admitted.min(debited),
+        c.redis_calls - c.redis
+    );
+    assert!(
+        admitted <= debited,
+        "{admitted} tokens admitted, only {debited} debited in Redis"
+    );
+    // Calls whose caller gave up before the reply (errors are none).
+    let abandoned = c.redis_calls - c.redis;
+    assert!(abandoned > 20, "too few refills abandoned: {c:?}");
+    assert!(c.leased > 0 && c.redis > 0, "{c:?}");
+    assert_eq!(c.errors, 0, "{c:?}");
+}
