@@ -305,3 +305,96 @@ async fn abandoned_lease_refills_credit_nothing() {
     assert!(c.leased > 0 && c.redis > 0, "{c:?}");
     assert_eq!(c.errors, 0, "{c:?}");
 }
+
+/// Four tasks send echoes of unique numbers and decisions on a key with a million tokens,
+/// giving up on 5 in 8 at seeded points, while the server is killed and restarted on the same
+/// port twice (the script cache and the state gone each time): requests fail while it is down,
+/// and every request answered, before, between or after the restarts, gets its own reply; the
+/// connection reconnects and the script reloads by themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_across_restarts_are_each_callers_own() {
+    let Some(mut server) = RedisServer::start("cancellation::restarts") else {
+        return;
+    };
+    let l = RedisLimiter::builder(&server.url(), Quota::per_second(1_000_000).unwrap())
+        .timeout(Duration::from_secs(1))
+        .on_unavailable(OnUnavailable::FailClosed)
+        .probe_interval(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Requests answered since the last restart.
+    let answered = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..4u64 {
+        let (l, stop, answered) = (l.clone(), stop.clone(), answered.clone());
+        tasks.spawn(async move {
+            let mut rng = Rng(0xA076_1D64_78BD_642F ^ (t + 1));
+            let (mut wrong, mut failed) = (Vec::new(), 0u64);
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let give_up = GiveUp::pick(&mut rng);
+                let ok = if rng.below(2) == 0 {
+                    let nums = [t, i];
+                    give_up.run(l.echo(&nums)).await.map(|r| match r {
+                        Ok(got) if got == [t.to_string(), i.to_string()] => true,
+                        Ok(got) => {
+                            wrong.push(format!("echo {nums:?} answered {got:?}"));
+                            false
+                        }
+                        Err(_) => false,
+                    })
+                } else {
+                    give_up
+                        .run(l.check_snapshot("plenty", 1))
+                        .await
+                        .map(|r| match r {
+                            Ok((Ok(()), s)) if s.remaining() >= 900_000 => true,
+                            Ok(r) => {
+                                wrong.push(format!("plenty answered {r:?}"));
+                                false
+                            }
+                            Err(_) => false,
+                        })
+                };
+                match ok {
+                    Some(true) => {
+                        answered.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some(false) => failed += 1,
+                    None => {}
+                }
+                // Some pacing: the server is killed at a random point of the traffic.
+                if rng.below(4) == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            (wrong, failed)
+        });
+    }
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(answered.swap(0, Ordering::Relaxed) > 0, "nothing answered");
+        tokio::task::block_in_place(|| server.restart());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut wrong, mut failed) = (Vec::new(), 0);
+    while let Some(r) = tasks.join_next().await {
+        let (w, f) = r.unwrap();
+        wrong.extend(w);
+        failed += f;
+    }
+    let after = answered.load(Ordering::Relaxed);
+    println!(
+        "{failed} failed while the server was down; {after} answered after the last restart; \
+         {} wrong; {:?}",
+        wrong.len(),
+        l.counters()
+    );
+    assert!(wrong.is_empty(), "{:#?}", &wrong[..wrong.len().min(10)]);
+    assert!(failed > 0, "no request met the restarts");
+    assert!(after > 100, "{after} answered after the last restart");
+}
