@@ -98,8 +98,11 @@ impl Conn {
         let evalsha = command("EVALSHA", &lua.hash, key, args);
         let eval = || command("EVAL", lua.source, key, args);
         match self {
-            Conn::Single(c) => run(&mut c.clone(), lua, &evalsha, eval).await,
-            Conn::Cluster(c) => run(&mut c.clone(), lua, &evalsha, eval).await,
+            Conn::Single(c) => run(&mut c.clone(), lua, &evalsha, eval, true).await,
+            // No SCRIPT LOAD on a cluster: redis-rs sends it to every node and waits for all of
+            // them, so one node that hangs (a failing master, a replica) failed every reload,
+            // even on healthy nodes (see `run`).
+            Conn::Cluster(c) => run(&mut c.clone(), lua, &evalsha, eval, false).await,
         }
     }
 }
@@ -155,11 +158,12 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 }
 
 /// Runs `evalsha`; when the script is not cached (a restart, a failover, `SCRIPT FLUSH`: it
-/// did not run), loads it with `SCRIPT LOAD` for the next calls (a script cached so stays until
-/// the next flush: recent Redis versions evict, least recently used first, only scripts that
-/// EVAL cached) and runs `evalsha` again; when that answers NOSCRIPT too, or the load failed,
-/// runs `eval`, which sends the source and cannot answer NOSCRIPT. At most one of these calls
-/// runs the script (one does unless a call fails).
+/// did not run), and `load` is set (one server), loads it with `SCRIPT LOAD` for the next calls
+/// (a script cached so stays until the next flush: recent Redis versions evict, least recently
+/// used first, only scripts that EVAL cached) and runs `evalsha` again; when that answers
+/// NOSCRIPT too, the load failed, or `load` is not set (a cluster), runs `eval`, which sends the
+/// source to the key's node alone (it caches the script there too) and cannot answer NOSCRIPT.
+/// At most one of these calls runs the script (one does unless a call fails).
 ///
 /// Before 2026-12-04 a second NOSCRIPT was the decision's error: the cache flushed again
 /// between the load and the re-run (other callers' and other clients' commands run in between)
@@ -167,24 +171,31 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 /// `OnUnavailable` policy until a probe got through (a review's finding: with `SCRIPT FLUSH`
 /// sent back to back for a second, FailOpen admitted 200,000 requests on a burst of 5, and
 /// with one flush every 50 ms on a stalling server NOSCRIPT errors opened the breaker too).
-/// redis-rs's `Script::load_async` is not used: it `debug_assert`s that the server's hash is
-/// its own (true of every conforming server, but a panic in a debug build otherwise).
+/// On a cluster the load went to every node (redis-rs routes `SCRIPT LOAD` so) and waited for
+/// all: with one master frozen, a decision on a healthy master whose script was flushed ran to
+/// its timeout and opened the breaker, and FailOpen admitted 50 of 50 decisions on a key with
+/// 2 tokens left (the same review; `tests/cluster.rs`). redis-rs's `Script::load_async` is
+/// not used: it `debug_assert`s that the server's hash is its own (true of every conforming
+/// server, but a panic in a debug build otherwise).
 async fn run<C: redis::aio::ConnectionLike>(
     conn: &mut C,
     lua: &Lua,
     evalsha: &Cmd,
     eval: impl Fn() -> Cmd,
+    load: bool,
 ) -> redis::RedisResult<Value> {
     match evalsha.query_async(conn).await {
         Err(e) if is_noscript(&e) => {}
         r => return r,
     }
-    let mut load = redis::cmd("SCRIPT");
-    load.arg("LOAD").arg(lua.source);
-    if load.query_async::<Value>(conn).await.is_ok() {
-        match evalsha.query_async(conn).await {
-            Err(e) if is_noscript(&e) => {}
-            r => return r,
+    if load {
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(lua.source);
+        if load.query_async::<Value>(conn).await.is_ok() {
+            match evalsha.query_async(conn).await {
+                Err(e) if is_noscript(&e) => {}
+                r => return r,
+            }
         }
     }
     eval().query_async(conn).await

@@ -1,9 +1,10 @@
 //! A 3-master Redis Cluster on loopback: keys spread over slots and nodes, hash tags keep keys
-//! together, a slot moved after connecting is followed (MOVED), never a CROSSSLOT error.
+//! together, a slot moved after connecting is followed (MOVED), never a CROSSSLOT error; a
+//! script reload on one node does not wait for the others.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tollgate::Quota;
-use tollgate_redis::RedisLimiter;
+use tollgate_redis::{OnUnavailable, RedisLimiter};
 use tollgate_testkit::redis_server::RedisCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,4 +86,50 @@ fn owns(line: &str, s: u16) -> bool {
             }
             None => r.parse::<u16>() == Ok(s),
         })
+}
+
+/// One master frozen (SIGSTOP) while another's script cache is flushed: decisions on the
+/// healthy master reload the script there alone and decide at once, so `FailOpen` admits no
+/// more than the burst. Before, the reload (`SCRIPT LOAD`, which redis-rs sends to every node)
+/// waited for the frozen node until the decision's timeout, which opened the breaker, and
+/// FailOpen admitted every decision after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_does_not_wait_for_a_frozen_node() {
+    let Some(cluster) = RedisCluster::start("cluster::a_reload_does_not_wait_for_a_frozen_node")
+    else {
+        return;
+    };
+    let l = RedisLimiter::builder(
+        &cluster.url(),
+        Quota::new(1, Duration::from_secs(3600), 3).unwrap(),
+    )
+    .timeout(Duration::from_millis(500))
+    .on_unavailable(OnUnavailable::FailOpen)
+    .build()
+    .await
+    .unwrap();
+    assert_eq!(l.check("k", 1).await.unwrap(), Ok(()));
+    let nodes = cluster.nodes();
+    let owner = nodes
+        .iter()
+        .position(|n| n.cli(&["EXISTS", "tollgate:k"]).trim() == "1")
+        .expect("the key's master");
+    let frozen = &nodes[(owner + 1) % nodes.len()];
+    assert_eq!(nodes[owner].cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
+    frozen.pause();
+    let t0 = Instant::now();
+    let first = l.check("k", 1).await;
+    let took = t0.elapsed();
+    let mut admitted = u64::from(matches!(first, Ok(Ok(()))));
+    for _ in 0..50 {
+        if l.try_acquire("k", 1).await.is_ok() {
+            admitted += 1;
+        }
+    }
+    frozen.resume();
+    let c = l.counters();
+    println!("first decision after the flush: {first:?} in {took:?}; {admitted} admitted; {c:?}");
+    assert!(matches!(first, Ok(Ok(()))), "{first:?} after {took:?}");
+    assert_eq!(admitted, 2, "a burst of 3, one spent before: {c:?}");
+    assert_eq!(c.fail_open, 0, "{c:?}");
 }
