@@ -101,12 +101,13 @@ struct Earned {
 pub struct ShardedBucket<C = DefaultClock> {
     central: CachePadded<Central>,
     shards: Box<[CachePadded<Lease>]>,
-    /// Read by every decision, written only by a `dry_all` publication: apart from the
+    /// Read by every decision, written only by a `dry_all` publication or a chain: apart from the
     /// central word's line.
     read_mostly: CachePadded<ReadMostly<C>>,
 }
 
-/// The parts of a [`ShardedBucket`] that decisions read: never written, but for `dry_all`.
+/// The parts of a [`ShardedBucket`] that decisions read: never written, but for `dry_all` and
+/// the chain that goes with it.
 struct ReadMostly<C> {
     quota: Quota,
     clock: C,
@@ -121,7 +122,7 @@ struct ReadMostly<C> {
     /// lease can pay one ([`publish_dry_all`](ShardedBucket::publish_dry_all)); 0: none known;
     /// `u64::MAX` with one shard (whose decisions the same test sends to their own path). A
     /// one-token decision at an earlier reading is refused from it before its shard is even
-    /// found. The one word here that is written: at most once per [`central::DRY_ALL_NS`]
+    /// found. Written (with the chain) at most once per [`central::DRY_ALL_NS`]
     /// (1 ms) for long dry spells, so the line stays shared, and by a shard that admits alone
     /// ([`central::ALONE_AFTER`]) at each admission that leaves the word dry. `Relaxed`.
     dry_all: AtomicU64,
