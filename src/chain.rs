@@ -20,12 +20,12 @@ use crate::error::Denied;
 use crate::gcra;
 use crate::multi::{MultiBucket, MultiReservation};
 use crate::wait::Reservation;
-use core::time::Duration;
 
 /// A limiter whose admission can be given back: an earlier member of an [`all_of`] chain.
 ///
-/// Implemented for [`Bucket`] and [`MultiBucket`]: a take is a reservation that is due now (one
-/// that is not is cancelled at once and refused), and a give-back is its cancellation.
+/// Implemented for [`Bucket`] and [`MultiBucket`]: a take is a reservation that is due now,
+/// decided in one atomic step that writes nothing when it refuses (its verdict is
+/// `try_acquire`'s), and a give-back is its cancellation.
 pub trait GiveBack {
     /// What a take holds until it is kept or given back.
     type Taken<'a>
@@ -51,14 +51,7 @@ impl<C: Clock> GiveBack for Bucket<C> {
         C: 'a;
 
     fn take(&self, cost: u64) -> Result<Reservation<'_, C>, Denied> {
-        let taken = self.reserve(cost)?;
-        match taken.delay() {
-            Duration::ZERO => Ok(taken),
-            wait => {
-                taken.cancel();
-                Err(Denied::RetryAfter(wait))
-            }
-        }
+        self.take_now(cost)
     }
 
     fn give_back(taken: Reservation<'_, C>) {

@@ -184,3 +184,53 @@ fn a_give_back_keeps_no_unit_of_rounding_and_the_wait_holds() {
         "admitted at the wait named"
     );
 }
+
+/// A `Bucket` take that refuses writes nothing, whatever comes between its clock readings:
+/// before 2026-12-04 (a review's finding) a take reserved first and cancelled when the tokens
+/// were not there yet, so another reservation held across that cancel kept the refused chain's
+/// token taken (the next wait 2 s instead of 1 s). The other reservation comes at the take's
+/// second reading (the old take's `delay`), or after the take if it reads the clock once.
+#[test]
+fn a_refused_take_takes_nothing_whatever_comes_between() {
+    use tollgate_testkit::stall::{gated_at, StallClock};
+    let clock = StallClock::new(ManualClock::new());
+    let global = Bucket::with_clock(q(1, 1000, 1), clock);
+    global.try_acquire(1).unwrap();
+    let (refused, other) = gated_at(
+        2,
+        || all_of(&global, 1, |_| Ok(())),
+        || global.reserve(1).unwrap(),
+    );
+    other.cancel();
+    assert_eq!(refused, Err(Denied::RetryAfter(Duration::from_secs(1))));
+    assert_eq!(
+        global.try_acquire(1),
+        Err(Denied::RetryAfter(Duration::from_secs(1))),
+        "the refused take left its token taken"
+    );
+}
+
+/// [`a_refused_take_takes_nothing_whatever_comes_between`] with the clock passing the due
+/// instant at the take's second reading (a stall, a coarse clock): the old take's cancel found
+/// its reservation due and gave nothing back, though the take refused.
+#[test]
+fn a_refused_take_takes_nothing_when_the_clock_passes_its_due_instant() {
+    use tollgate::Clock;
+    use tollgate_testkit::stall::{gated_at, StallClock};
+    let clock = StallClock::new(ManualClock::new());
+    let global = Bucket::with_clock(q(1, 1000, 1), clock.clone());
+    global.try_acquire(1).unwrap();
+    let (refused, ()) = gated_at(
+        2,
+        || all_of(&global, 1, |_| Ok(())),
+        || clock.inner().advance(Duration::from_nanos(1_000_000_001)),
+    );
+    assert_eq!(refused, Err(Denied::RetryAfter(Duration::from_secs(1))));
+    assert_eq!(clock.now(), 1_000_000_001);
+    // Emptied at 0, one token back at 1 s: the refused take must not have spent it.
+    assert_eq!(
+        global.available(),
+        1,
+        "the refused take left its token taken"
+    );
+}

@@ -30,6 +30,8 @@ pub enum Stall {
     Gate(Gate),
     /// Take the reading, then sleep this long.
     Sleep(Duration),
+    /// The clock's reading, unchanged (to stall a later reading of the same call).
+    Pass,
 }
 
 thread_local! {
@@ -85,6 +87,11 @@ impl Gate {
         cv.notify_all();
     }
 
+    /// Whether the stalled thread has taken its reading (without blocking).
+    pub fn reached(&self) -> bool {
+        self.0 .0.lock().unwrap().0
+    }
+
     fn reach_and_wait(&self) {
         let (m, cv) = &*self.0;
         let mut g = m.lock().unwrap();
@@ -111,6 +118,31 @@ pub fn gated<R: Send>(op: impl FnOnce() -> R + Send, meanwhile: impl FnOnce()) -
         meanwhile();
         gate.open();
         stalled.join().unwrap()
+    })
+}
+
+/// [`gated`] with the gate on `op`'s `n`-th reading (from 1), its earlier ones unchanged; if
+/// `op` returns before taking that reading, `meanwhile` runs after it. Returns what both
+/// returned (`meanwhile`'s value, a reservation say, outlives `op`).
+pub fn gated_at<R: Send, M>(
+    n: usize,
+    op: impl FnOnce() -> R + Send,
+    meanwhile: impl FnOnce() -> M,
+) -> (R, M) {
+    assert!(n >= 1, "readings count from 1");
+    let gate = Gate::new();
+    std::thread::scope(|s| {
+        let g = gate.clone();
+        let stalled = s.spawn(move || {
+            arm((1..n).map(|_| Stall::Pass).chain([Stall::Gate(g)]));
+            op()
+        });
+        while !gate.reached() && !stalled.is_finished() {
+            std::thread::yield_now();
+        }
+        let m = meanwhile();
+        gate.open();
+        (stalled.join().unwrap(), m)
     })
 }
 
@@ -181,6 +213,7 @@ impl<C: Clock> Clock for StallClock<C> {
                 gate.reach_and_wait();
                 t
             }
+            Some(Stall::Pass) => self.inner.now(),
             Some(Stall::Sleep(d)) => {
                 let t = self.inner.now();
                 std::thread::sleep(d);
