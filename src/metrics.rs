@@ -10,7 +10,7 @@
 //! | series | kind | labels | what |
 //! |---|---|---|---|
 //! | `tollgate_decisions_total` | counter | `limiter`, `outcome` | one per decision: `admitted`, `refused`, `exceeds_burst`, `shadow_refused` |
-//! | `tollgate_retry_after_seconds` | histogram | `limiter` | the wait each `refused` (or `shadow_refused`) caller was handed |
+//! | `tollgate_retry_after_seconds` | histogram | `limiter` | the wait each `refused` (or `shadow_refused`) caller was handed, but for "never" (below) |
 //! | `tollgate_keys` | gauge | `limiter` | keys a keyed table tracks now |
 //! | `tollgate_keys_capacity` | gauge | `limiter` | the most keys it tracks (`max_keys`) |
 //! | `tollgate_evictions_total` | counter | `limiter` | full buckets evicted |
@@ -19,6 +19,12 @@
 //!
 //! Labels are the names you give and fixed words: never a request's key, so a client cannot
 //! create series.
+//!
+//! **"Never".** A refusal that no wait admits (`RetryAfter(Duration::MAX)`: a keyed table of
+//! no keys, tokens due past the [`HORIZON`](crate::HORIZON)), or any wait beyond the horizon,
+//! is counted but adds no histogram sample: its 1.8·10^19 s would absorb every later wait in
+//! the exporter's `f64` sum (whose step there is 4,096 s), freezing `_sum` for the process's
+//! life. Such refusals are the `refused` (and `shadow_refused`) count less the histogram's.
 //!
 //! **Cost.** Every handle is resolved once, when the limiter is named, from the recorder
 //! installed *then* (install it first: a limiter named before any recorder records nothing).
@@ -47,7 +53,8 @@ pub use policy::{PolicyMetrics, POLICY_REFUSALS};
 
 /// The decisions counter: labels `limiter` and `outcome` ([`Outcome::as_str`]).
 pub const DECISIONS: &str = "tollgate_decisions_total";
-/// The histogram of the waits handed to refused callers, in seconds: label `limiter`.
+/// The histogram of the waits handed to refused callers, in seconds: label `limiter`. Waits
+/// beyond the [`HORIZON`](crate::HORIZON) ("never") add no sample (see [the module](self)).
 pub const RETRY_AFTER: &str = "tollgate_retry_after_seconds";
 /// The keys a keyed table tracks (gauge): label `limiter`.
 pub const KEYS: &str = "tollgate_keys";
@@ -139,7 +146,8 @@ impl DecisionMetrics {
     }
 
     /// Counts one decision `outcome`; for a refusal with a wait, also records `wait` (ignored
-    /// otherwise) in the histogram.
+    /// otherwise) in the histogram, unless it is beyond the [`HORIZON`](crate::HORIZON): a
+    /// refusal that never admits (`Duration::MAX`) adds no sample (see [the module](self)).
     #[inline]
     pub fn count(&self, outcome: Outcome, wait: Option<Duration>) {
         let counter = match outcome {
@@ -150,7 +158,11 @@ impl DecisionMetrics {
         };
         counter.increment(1);
         if let (Outcome::Refused | Outcome::ShadowRefused, Some(wait)) = (outcome, wait) {
-            self.retry_after.record(wait.as_secs_f64());
+            // "Never" is no wait: 1.8e19 s in the exporter's f64 sum would absorb every later
+            // sample (a review's finding, 2026-12-04).
+            if wait <= crate::HORIZON {
+                self.retry_after.record(wait.as_secs_f64());
+            }
         }
     }
 

@@ -384,7 +384,8 @@ fn decision_metrics_record_by_hand() {
     ] {
         assert_eq!(s.decisions("custom", outcome), n, "{outcome}");
     }
-    assert_eq!(s.waits("custom"), vec![2.0, Duration::MAX.as_secs_f64()]);
+    // "Never" (`Duration::MAX`) is counted, with no sample.
+    assert_eq!(s.waits("custom"), vec![2.0]);
     assert_eq!(
         Outcome::ALL.map(Outcome::as_str),
         ["admitted", "refused", "exceeds_burst", "shadow_refused"]
@@ -432,5 +433,43 @@ fn policy_metrics_count_refusals_by_quota() {
     assert_eq!(
         s.counter("tollgate_policy_refusals_total{limiter=none,quota=0}"),
         1
+    );
+}
+
+/// A refusal that never admits (`RetryAfter(Duration::MAX)`: a keyed table of no keys, a
+/// request past the horizon) adds no sample to the wait histogram: its 1.8e19 s, in the
+/// exporter's `f64` sum, absorbed every later wait (the ulp there is 4,096 s), so one such
+/// refusal froze `_sum` for the life of the process (a review's finding, 2026-12-04: 1,000
+/// waits of 250 ms left the Prometheus sum at 18446744073709552000). It is still counted as a
+/// refusal.
+#[test]
+fn a_never_wait_leaves_the_histogram_sum_counting() {
+    use metrics_exporter_prometheus::PrometheusBuilder;
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let m = metrics::with_local_recorder(&recorder, || DecisionMetrics::new("never"));
+    m.record(&Err(Denied::RetryAfter(Duration::MAX)));
+    for _ in 0..1_000 {
+        m.record(&Err(Denied::RetryAfter(Duration::from_millis(250))));
+    }
+    let text = handle.render();
+    let value = |series: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(series))
+            .unwrap_or_else(|| panic!("{series} in {text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(
+        value("tollgate_retry_after_seconds_sum{limiter=\"never\"}"),
+        250.0
+    );
+    assert_eq!(
+        value("tollgate_retry_after_seconds_count{limiter=\"never\"}"),
+        1_000.0
+    );
+    assert_eq!(
+        value("tollgate_decisions_total{limiter=\"never\",outcome=\"refused\"}"),
+        1_001.0
     );
 }
