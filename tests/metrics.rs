@@ -473,3 +473,84 @@ fn a_never_wait_leaves_the_histogram_sum_counting() {
         1_001.0
     );
 }
+
+/// Four threads on a frozen clock, seeded random costs (edge ones included: 0, the burst, one
+/// above it): the counters agree with the verdicts the callers got, one count per decision
+/// however many CAS retries it took, and the admitted costs are exactly what the bucket lost.
+#[test]
+fn counters_agree_with_the_verdicts_under_contention() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let rec = Recorder::new();
+    let clock = ManualClock::new();
+    let burst = 5_000;
+    let api = rec.build(|| Metered::new("contended", Bucket::with_clock(quota(1, burst), clock)));
+    let keyed = rec.build(|| {
+        KeyedLimiter::builder(quota(1, 50), 8, ManualClock::new())
+            .name("contended-keyed")
+            .build()
+            .unwrap()
+    });
+    let [admitted, admitted_cost, refused, too_big, keyed_ok, keyed_err] =
+        [(); 6].map(|()| AtomicU64::new(0));
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (api, keyed) = (&api, &keyed);
+            let (admitted, admitted_cost, refused, too_big, keyed_ok, keyed_err) = (
+                &admitted,
+                &admitted_cost,
+                &refused,
+                &too_big,
+                &keyed_ok,
+                &keyed_err,
+            );
+            s.spawn(move || {
+                let mut rng = Rng(0x5eed + t);
+                for _ in 0..3_000 {
+                    let cost = match rng.below(40) {
+                        0 => 0,
+                        1 => burst,
+                        2 => burst + 1,
+                        3 => u64::MAX,
+                        _ => 1 + rng.below(5),
+                    };
+                    match api.try_acquire(cost) {
+                        Ok(()) => {
+                            admitted.fetch_add(1, Relaxed);
+                            admitted_cost.fetch_add(cost, Relaxed);
+                        }
+                        Err(Denied::RetryAfter(_)) => _ = refused.fetch_add(1, Relaxed),
+                        Err(_) => _ = too_big.fetch_add(1, Relaxed),
+                    }
+                    match keyed.try_acquire(&rng.below(4), cost.min(60)) {
+                        Ok(()) => _ = keyed_ok.fetch_add(1, Relaxed),
+                        Err(_) => _ = keyed_err.fetch_add(1, Relaxed),
+                    }
+                }
+            });
+        }
+    });
+    let s = rec.snapshot();
+    let [admitted, admitted_cost, refused, too_big, keyed_ok, keyed_err] = [
+        admitted,
+        admitted_cost,
+        refused,
+        too_big,
+        keyed_ok,
+        keyed_err,
+    ]
+    .map(AtomicU64::into_inner);
+    assert_eq!(admitted + refused + too_big, 12_000);
+    assert!(refused > 1_000 && too_big > 100, "{refused} {too_big}");
+    assert_eq!(s.decisions("contended", "admitted"), admitted);
+    assert_eq!(s.decisions("contended", "refused"), refused);
+    assert_eq!(s.decisions("contended", "exceeds_burst"), too_big);
+    assert_eq!(s.waits("contended").len() as u64, refused);
+    assert_eq!(admitted_cost + api.get_ref().available(), burst);
+    assert_eq!(keyed_ok + keyed_err, 12_000);
+    assert_eq!(s.decisions("contended-keyed", "admitted"), keyed_ok);
+    let keyed_refused =
+        s.decisions("contended-keyed", "refused") + s.decisions("contended-keyed", "exceeds_burst");
+    assert_eq!(keyed_refused, keyed_err);
+    let c = keyed.counters();
+    assert_eq!((c.admitted, c.refused), (keyed_ok, keyed_err));
+}
