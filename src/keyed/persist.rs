@@ -188,6 +188,10 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             self.table.len.fetch_add(1, Ordering::SeqCst);
             self.table.next_full_at.fetch_min(full_at, Ordering::SeqCst);
         }
+        // The gauge of the keys tracked, set under the index's mutex as insertions set it (a
+        // review's finding, 2026-12-04: a restored table reported none).
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        self.observe.inserted(self.table.len.load(Ordering::SeqCst));
     }
 }
 
