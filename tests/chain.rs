@@ -234,3 +234,147 @@ fn a_refused_take_takes_nothing_when_the_clock_passes_its_due_instant() {
         "the refused take left its token taken"
     );
 }
+
+/// Seeded random policies of one to four quotas and a separate bucket, exact, inexact and at
+/// the ends of the range (10^9/s, one a year, bursts of 2^62), with reservations held and
+/// cancelled between decisions: every finite wait that `MultiBucket::try_acquire`, `all_of2`
+/// (both orders) or the bucket names is exact — the same request one nanosecond earlier is
+/// refused with 1 ns to go, at the wait it is admitted. (`all_of` names only the first
+/// limiter's wait when that one refuses: documented, not checked.)
+#[test]
+fn a_retry_at_the_named_wait_is_admitted_for_any_quotas() {
+    use tollgate_testkit::random_quotas::{edge_quota, log_uniform, quota};
+    use tollgate_testkit::rng::Rng;
+    let mut checked = 0;
+    for seed in 1..1_500u64 {
+        let mut rng = Rng(seed * 0x9E37_79B9 + 1);
+        let n = 1 + rng.below(4) as usize;
+        let qs: Vec<Quota> = (0..=n)
+            .map(|_| match rng.below(3) {
+                0 => edge_quota(&mut rng, |_| true),
+                _ => quota(&mut rng, |_| true),
+            })
+            .collect();
+        let clock = ManualClock::new();
+        clock.set(Duration::from_nanos(log_uniform(&mut rng, 1 << 50)));
+        let multi = MultiBucket::with_clock(Limits::new(qs[..n].to_vec()).unwrap(), clock.clone());
+        let bucket = Bucket::with_clock(qs[n], clock.clone());
+        let min_burst = qs.iter().map(|q| q.burst()).min().unwrap();
+        let mut held = Vec::new();
+        for step in 0..60 {
+            let cost = log_uniform(&mut rng, min_burst);
+            match rng.below(12) {
+                0 | 1 => {
+                    held.extend(multi.reserve(cost));
+                    continue;
+                }
+                2 if !held.is_empty() => {
+                    let r: tollgate::MultiReservation<'_, _> = held.swap_remove(0);
+                    r.cancel();
+                    continue;
+                }
+                _ => {}
+            }
+            let which = rng.below(4);
+            let decide = |c| match which {
+                0 => multi.try_acquire(c),
+                1 => all_of2(&multi, &bucket, c),
+                2 => all_of2(&bucket, &multi, c),
+                _ => bucket.try_acquire(c),
+            };
+            if let Err(Denied::RetryAfter(d)) = decide(cost) {
+                if d < tollgate::HORIZON {
+                    let d = d.as_nanos() as u64;
+                    clock.advance(Duration::from_nanos(d - 1));
+                    let early = decide(cost);
+                    clock.advance(Duration::from_nanos(1));
+                    let at = decide(cost);
+                    let why =
+                        format!("seed {seed} step {step} limiter {which} cost {cost} wait {d} ns");
+                    assert_eq!(
+                        early,
+                        Err(Denied::RetryAfter(Duration::from_nanos(1))),
+                        "{why}"
+                    );
+                    assert_eq!(at, Ok(()), "{why}");
+                    checked += 1;
+                }
+            }
+            clock.advance(Duration::from_nanos(log_uniform(&mut rng, 1 << 36)));
+        }
+    }
+    assert!(checked > 5_000, "{checked}");
+}
+
+/// Edge inputs through policies, chains and reconfiguration never panic (a debug build checks
+/// every overflow): quotas at the ends of the range (one token per `u64::MAX` ns, 10^9/s,
+/// the largest bursts), costs 0, 1, 2^62 and `u64::MAX`, readings from 0 to `u64::MAX`, a
+/// clock stepping back, `set_quota` between any two of them.
+#[test]
+fn edge_inputs_through_policies_chains_and_reconfiguration_never_panic() {
+    let max_burst = |q: Quota| {
+        let (mut lo, mut hi) = (1u64, u64::MAX);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if q.with_burst(mid).is_ok() {
+                lo = mid
+            } else {
+                hi = mid - 1
+            }
+        }
+        q.with_burst(lo).unwrap()
+    };
+    let mut qs = Vec::new();
+    for (t, per) in [
+        (1, Duration::from_nanos(u64::MAX)),
+        (1_000_000_000, Duration::from_secs(1)),
+        (1, Duration::from_nanos(1)),
+        (999_999_937, Duration::from_secs(1)),
+        (7, Duration::from_nanos(3)),
+        (3, Duration::from_secs(1)),
+    ] {
+        let q = Quota::new(t, per, 1).unwrap();
+        qs.extend([q, max_burst(q)]);
+    }
+    let costs = [0, 1, 2, 1 << 62, u64::MAX - 1, u64::MAX];
+    let readings = [
+        0,
+        1,
+        1_000_000_000,
+        u64::MAX / 2,
+        3_155_760_000_000_000_000,
+        u64::MAX,
+    ];
+    for &a in &qs {
+        for &b in &qs {
+            for &start in &readings {
+                let clock = ManualClock::new();
+                clock.set(Duration::from_nanos(start));
+                let bucket = Bucket::with_clock(a, clock.clone());
+                let other = Bucket::with_clock(b, clock.clone());
+                let pair = MultiBucket::with_clock(Limits::new([a, b]).unwrap(), clock.clone());
+                let wide =
+                    MultiBucket::with_clock(Limits::new([a, b, a, b]).unwrap(), clock.clone());
+                for &c in &costs {
+                    let _ = bucket.try_acquire_snapshot(c);
+                    let _ = (pair.try_acquire_snapshots(c), wide.try_acquire_snapshots(c));
+                    for r in [pair.reserve(c), wide.reserve(c)].into_iter().flatten() {
+                        let _ = r.delay();
+                        r.cancel();
+                    }
+                    let _ = pair.try_acquire_for(c, Duration::ZERO);
+                    let _ = (all_of2(&bucket, &other, c), all_of2(&pair, &bucket, c));
+                    let _ = all_of2(&bucket, &wide, c);
+                    let _ = all_of(&pair, c, |c| other.try_acquire(c));
+                    clock.set(Duration::from_nanos(start / 2));
+                    let _ = (all_of2(&bucket, &pair, c), pair.try_acquire(c));
+                    clock.set(Duration::from_nanos(start));
+                    bucket.set_quota(b);
+                    let _ = bucket.try_acquire(c);
+                    bucket.set_quota(a);
+                    let _ = (bucket.available(), pair.available(), wide.available());
+                }
+            }
+        }
+    }
+}
