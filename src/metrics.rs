@@ -37,7 +37,12 @@
 //! `Ok`. What it would have refused is counted `shadow_refused` (both kinds of refusal: a wait
 //! or a cost above the burst) with its wait in the histogram. A refusal writes no state in
 //! tollgate, so turning shadow off later enforces from the state an enforcing limiter would
-//! have had: every admission was applied, no refusal was.
+//! have had: every admission was applied, no refusal was. The series that say *why* also
+//! count what enforcement would have done, with no shadow label: a shadow table's
+//! `tollgate_table_full_total{action = "refused"}` counts the new keys it would have refused
+//! (admitted, untracked), and `tollgate_policy_refusals_total` the quota that would have
+//! refused. Alert on `outcome = "refused"`, not on those, to tell real refusals from shadow
+//! ones; the limiters' own counters (`KeyedLimiter::counters`) count what callers got.
 
 use core::time::Duration;
 

@@ -75,6 +75,13 @@ mod keyed {
             }
         }
 
+        /// Whether every decision is admitted after being recorded (shadow mode).
+        #[cfg(feature = "metrics")]
+        #[inline]
+        pub(crate) fn is_shadow(&self) -> bool {
+            self.shadow
+        }
+
         /// Records a decision; returns what the caller gets (`Ok` in shadow mode).
         #[cfg(feature = "metrics")]
         #[inline]

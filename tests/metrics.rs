@@ -592,3 +592,53 @@ fn a_restored_table_reports_its_keys() {
     assert_eq!(s.gauge("tollgate_keys{limiter=restored}"), 5.0);
     assert_eq!(s.gauge("tollgate_keys{limiter=multi-restored}"), 5.0);
 }
+
+/// In shadow mode a new key that meets a full table is admitted untracked, and the limiters'
+/// own counters say so: `admitted_untracked`, within `admitted`, not `refused_table_full`,
+/// which `refused` includes (a review's finding, 2026-12-04: a shadow table counted
+/// `refused_table_full` 1 with `refused` 0). Metrics record what enforcement would have done.
+#[test]
+fn shadow_counters_count_a_full_table_as_admitted_untracked() {
+    let rec = Recorder::new();
+    let keyed = rec.build(|| {
+        KeyedLimiter::builder(quota(1, 1), 1, ManualClock::new())
+            .name("shadow-full")
+            .shadow(true)
+            .build()
+            .unwrap()
+    });
+    let multi = rec.build(|| {
+        KeyedMultiLimiter::builder(Limits::from(quota(1, 1)), 1, ManualClock::new())
+            .name("shadow-full-multi")
+            .shadow(true)
+            .build()
+            .unwrap()
+    });
+    for key in [1u32, 1, 2] {
+        assert_eq!(keyed.try_acquire(&key, 1), Ok(()));
+        assert_eq!(multi.try_acquire(&key, 1), Ok(()));
+    }
+    for c in [keyed.counters(), multi.counters()] {
+        assert_eq!(
+            (
+                c.admitted,
+                c.refused,
+                c.admitted_untracked,
+                c.refused_table_full
+            ),
+            (3, 0, 1, 0),
+            "{c:?}"
+        );
+    }
+    let s = rec.snapshot();
+    for name in ["shadow-full", "shadow-full-multi"] {
+        assert_eq!(s.decisions(name, "shadow_refused"), 2, "{name}");
+        assert_eq!(
+            s.counter(&format!(
+                "tollgate_table_full_total{{action=refused,limiter={name}}}"
+            )),
+            1,
+            "{name}"
+        );
+    }
+}

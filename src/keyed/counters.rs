@@ -30,7 +30,8 @@ pub struct KeyedCounters {
     /// Requests for a new key refused because the table was full and no bucket was full.
     pub refused_table_full: u64,
     /// Requests for a new key admitted without tracking because the table was full
-    /// ([`KeyedLimiterBuilder::fail_open`](crate::KeyedLimiterBuilder::fail_open)).
+    /// ([`KeyedLimiterBuilder::fail_open`](crate::KeyedLimiterBuilder::fail_open), or shadow
+    /// mode, which admits what it would have refused).
     pub admitted_untracked: u64,
     /// Buckets evicted (each was full, so forgetting it changed no verdict).
     pub evicted: u64,

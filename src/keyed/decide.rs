@@ -108,11 +108,22 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
                 Insert::TableFull(wait) => {
                     #[cfg(any(feature = "metrics", feature = "tracing"))]
                     self.observe.table_full(self.fail_open);
-                    return if self.fail_open {
+                    // In shadow mode the caller is admitted untracked whatever the verdict,
+                    // and the counters count what callers got (a review's finding,
+                    // 2026-12-04: a shadow table counted `refused_table_full` with `refused`
+                    // 0); the metrics record the refusal enforcement would have made.
+                    #[cfg(feature = "metrics")]
+                    let untracked = self.fail_open || self.observe.is_shadow();
+                    #[cfg(not(feature = "metrics"))]
+                    let untracked = self.fail_open;
+                    if untracked {
                         self.count(|c| &c.admitted_untracked, 1);
-                        Ok(())
                     } else {
                         self.count(|c| &c.refused_table_full, 1);
+                    }
+                    return if self.fail_open {
+                        Ok(())
+                    } else {
                         Err(Denied::RetryAfter(wait))
                     };
                 }
