@@ -6,13 +6,15 @@
 //! crate's all-or-nothing cancel rule ([`Reservation::cancel`](crate::Reservation::cancel),
 //! but for its "not yet due", which a take fails as soon as the clock moves: before 2026-12-04
 //! a chain refused 1 ns after its take gave nothing back, a review's finding): the tokens come
-//! back only if nothing was admitted on that limiter since they were taken, restoring its state
-//! from before the take. So
-//! no limiter ever admits more than its quota (each only sees admissions and cancellations it
-//! would accept alone), but under contention a give-back that finds a later admission keeps
-//! its tokens consumed: the chain then **under-admits** by those tokens (see
-//! `docs/guarantees.md` for the measured loss). Where the quotas can share one word, use a
-//! [`MultiBucket`]: one atomic step, no loss.
+//! back only if nothing was admitted on that limiter since they were taken (nor was it
+//! reconfigured with [`Bucket::set_quota`]: the state is then counted in other units),
+//! restoring its state from before the take. A take that refuses writes nothing. So no limiter
+//! ever admits more than its quota (each only sees admissions and cancellations it would accept
+//! alone), but under contention a give-back that finds a later admission, or a
+//! reconfiguration, keeps its tokens consumed: the chain then **under-admits** by those tokens
+//! (see `docs/guarantees.md` for the measured loss: from 2 % to nearly every refused chain,
+//! depending on the scheduling). Where the quotas can share one word, use a [`MultiBucket`]:
+//! one atomic step, no loss.
 
 use crate::bucket::Bucket;
 use crate::clock::Clock;

@@ -378,3 +378,23 @@ fn edge_inputs_through_policies_chains_and_reconfiguration_never_panic() {
         }
     }
 }
+
+/// Inherent, documented: a reconfiguration of an earlier limiter between its take and the
+/// give-back keeps the take's tokens (the state is then counted in the new quota's units, and
+/// the cancel rule gives nothing back across a reconfiguration); without one they come back.
+#[test]
+fn a_give_back_across_a_reconfiguration_keeps_the_tokens() {
+    let clock = ManualClock::new();
+    let global = Bucket::with_clock(q(10, 1000, 10), clock.clone());
+    let refuse = Err(Denied::RetryAfter(Duration::from_secs(1)));
+    assert_eq!(all_of(&global, 4, |_| refuse), refuse);
+    assert_eq!(global.available(), 10);
+    assert_eq!(
+        all_of(&global, 4, |_| {
+            global.set_quota(q(20, 1000, 10));
+            refuse
+        }),
+        refuse
+    );
+    assert_eq!(global.available(), 6, "kept across the reconfiguration");
+}
