@@ -152,11 +152,15 @@ async fn a_dropped_probe_leaves_the_next_caller_the_probe() {
     assert!(matches!(l.check("k", 1).await, Err(Error::Timeout(_))));
     server.resume();
     tokio::time::sleep(interval + Duration::from_millis(50)).await;
-    // The probe's caller gives up after sending it.
+    // The probe's caller gives up after sending it. The server is stalled meanwhile, so that the
+    // probe is still in flight when it is dropped (on a healthy server its reply could arrive
+    // within the first poll: it did in 2 of 5 runs once the reload path got shorter).
+    server.pause();
     let mut cx = Context::from_waker(Waker::noop());
     let mut f = Box::pin(l.check("k", 1));
     assert!(f.as_mut().poll(&mut cx).is_pending());
     drop(f);
+    server.resume();
     let t0 = Instant::now();
     let first = l.check("k", 1).await;
     let mut unavailable = 0;
