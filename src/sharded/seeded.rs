@@ -6,6 +6,9 @@
 //! exact rationals. A quarter of the refusals at the latest reading are retried alone at the
 //! instant their wait names: admitted, but for the one documented case (a one-token refusal
 //! from `dry_until` or `dry_all` after another shard's advance, early by at most the advance).
+//! The random shards never give a shard a run alone long enough for a chain (a review of the
+//! chain, 2026-12-04): so the same checks run again on schedules of two threads taking turns in
+//! long runs on one shard, where chains start, admit and end between every two checks.
 //! Then the edges (readings, costs and quotas at their limits, in a debug build: no overflow),
 //! and real threads sharing shards, with stale and stepped-back readings.
 
@@ -94,11 +97,65 @@ struct Stats {
     probes: u64,
     /// Retries at the named instant refused again (each the documented case, checked).
     early: u64,
+    /// Steps after which the chain was live (its state the word's).
+    chained: u64,
 }
 
 /// One seeded schedule of `steps` decisions; panics on a broken claim, window or wait.
 fn run(quota: Quota, shards: usize, token_ns: u64, seed: u64, steps: u64) -> Stats {
+    run_by(quota, shards, token_ns, seed, steps, false)
+}
+
+/// [`run`], and with `sticky` the schedule of two threads taking turns: each decision on the
+/// shard and by the thread of the last one but for one in 128 (a new shard drawn, the other
+/// thread), so that a shard's runs alone reach [`ALONE_AFTER`](super::central::ALONE_AFTER)
+/// and chains start, run and end — by a failed CAS, or by the other thread refused by the
+/// word. The threads decide one at a time, in the schedule's order (the main thread hands the
+/// other its decisions over a channel and waits for each verdict): every step as
+/// deterministic as with one thread, every claim checked between two.
+fn run_by(
+    quota: Quota,
+    shards: usize,
+    token_ns: u64,
+    seed: u64,
+    steps: u64,
+    sticky: bool,
+) -> Stats {
+    use std::sync::mpsc::channel;
     let bucket = ShardedBucket::with_clock(quota, shards, ManualClock::new());
+    let (to_other, asked) = channel::<(u64, u64, usize)>();
+    let (answer, from_other) = channel();
+    std::thread::scope(|scope| {
+        let b = &bucket;
+        scope.spawn(move || {
+            for (now, cost, k) in asked {
+                let _ = answer.send(decide(b, now, cost, &b.shards[k]));
+            }
+        });
+        let act = |other: bool, now: u64, cost: u64, k: usize| {
+            if other {
+                to_other.send((now, cost, k)).unwrap();
+                from_other.recv().unwrap()
+            } else {
+                decide(b, now, cost, &b.shards[k])
+            }
+        };
+        let stats = schedule(b, quota, token_ns, seed, steps, sticky, &act);
+        drop(to_other);
+        stats
+    })
+}
+
+/// The steps of [`run_by`], each decision made by `act(other thread, now, cost, shard)`.
+fn schedule(
+    bucket: &ShardedBucket<ManualClock>,
+    quota: Quota,
+    token_ns: u64,
+    seed: u64,
+    steps: u64,
+    sticky: bool,
+    act: &dyn Fn(bool, u64, u64, usize) -> Result<(), Denied>,
+) -> Stats {
     let n = bucket.shards.len();
     let mut rng = Rng(seed | 1);
     let burst = quota.burst();
@@ -110,29 +167,52 @@ fn run(quota: Quota, shards: usize, token_ns: u64, seed: u64, steps: u64) -> Sta
     let mut latest = 0u64;
     let mut ev: Vec<(u64, u64)> = Vec::new();
     let mut stats = Stats::default();
+    let (mut k, mut other) = (0usize, false);
     for step in 0..steps {
+        // Sticky runs: under a token's time a step on average (so that the word drains and
+        // stays near its limit), mostly one token at fresh readings (so that runs alone reach
+        // their end).
+        let (small_steps, span, fresh, costs) = if sticky {
+            (89, 3 * token_ns / 2, 98, [97, 98, 99])
+        } else {
+            (70, 3 * token_ns, 80, [60, 80, 95])
+        };
         match rng.below(100) {
-            0..=69 => t += rng.below(3 * token_ns + 1),
-            70..=72 => t += rng.below(2 * burst * token_ns + 1),
-            73..=74 => t = t.saturating_sub(rng.below(burst * token_ns + 1)).max(1),
+            r if r < small_steps => t += rng.below(span + 1),
+            r if r < small_steps + 3 => t += rng.below(2 * burst * token_ns + 1),
+            r if r < small_steps + 5 => {
+                t = t.saturating_sub(rng.below(burst * token_ns + 1)).max(1);
+            }
             _ => {}
         }
         let now = match rng.below(100) {
-            0..=79 => t,
+            r if r < fresh => t,
             _ => t.saturating_sub(rng.below(2 * burst * token_ns + 1)),
         };
         let cost = match rng.below(100) {
-            0..=59 => 1,
-            60..=79 => 1 + rng.below(burst.min(4)),
-            80..=94 => 1 + rng.below(burst),
+            r if r < costs[0] => 1,
+            r if r < costs[1] => 1 + rng.below(burst.min(4)),
+            r if r < costs[2] => 1 + rng.below(burst),
             _ => burst,
         };
-        let k = rng.below(n as u64) as usize;
+        if !sticky {
+            k = rng.below(n as u64) as usize;
+        } else {
+            if rng.below(128) == 0 {
+                k = rng.below(n as u64) as usize;
+            }
+            if rng.below(128) == 0 {
+                other = !other;
+            }
+        }
         let lease = &bucket.shards[k];
-        let fresh = now >= latest;
+        let is_fresh = now >= latest;
         let dry_all_before = bucket.read_mostly.dry_all.load(Ordering::Relaxed);
         let dry_until_before = lease.dry_until();
-        let verdict = decide(&bucket, now, cost, lease);
+        let verdict = act(other, now, cost, k);
+        if bucket.read_mostly.chain.load(Ordering::Relaxed) == bucket.central.load() {
+            stats.chained += 1;
+        }
         latest = latest.max(now);
         let at = |d: Duration| now + d.as_nanos() as u64;
         match verdict {
@@ -140,11 +220,11 @@ fn run(quota: Quota, shards: usize, token_ns: u64, seed: u64, steps: u64) -> Sta
                 ev.push((now, cost));
                 stats.admitted += cost;
             }
-            Err(Denied::RetryAfter(d)) if fresh && d != Duration::MAX && rng.below(4) == 0 => {
+            Err(Denied::RetryAfter(d)) if is_fresh && d != Duration::MAX && rng.below(4) == 0 => {
                 // A lone caller, back at the instant named: nothing decides in between.
                 stats.probes += 1;
                 let from_dry = cost == 1 && (now < dry_all_before || at(d) == dry_until_before);
-                match decide(&bucket, at(d), cost, lease) {
+                match act(other, at(d), cost, k) {
                     Ok(()) => {
                         ev.push((at(d), cost));
                         stats.admitted += cost;
@@ -248,6 +328,48 @@ fn seeded_schedules_keep_every_claim_window_and_wait() {
             assert!(all.probes > 100, "{all:?}");
         }
     }
+}
+
+/// The same checks with two threads taking turns in long runs on one shard ([`run_by`],
+/// `sticky`): chains start, admit, publish `dry_all` without a scan, and end — by a failed CAS
+/// after the other thread's decision, or by the other thread refused by the word — among
+/// leases, advances, lapses, stale and stepped-back readings and costs up to the burst.
+#[test]
+fn seeded_chains_keep_every_claim_window_and_wait() {
+    let q = |tokens: u64, per: Duration, burst: u64| Quota::new(tokens, per, burst).unwrap();
+    let s = Duration::from_secs(1);
+    let cases = [
+        (q(1_000, s, 50), 1_000_000u64),
+        (q(1_000_000, s, 1_000), 1_000),
+        (q(1_000_000, s, 20), 1_000),
+        (q(10_000_000, s, 64), 100),
+        (q(3, Duration::from_nanos(7_000), 100), 2_334),
+        (q(1_000_003, Duration::from_millis(1_001), 97), 1_001),
+        (q(50_000, s, 1_000), 20_000),
+    ];
+    let (seeds, steps) = if cfg!(debug_assertions) {
+        (2, 10_000)
+    } else {
+        (10, 20_000)
+    };
+    let mut chained = 0;
+    for (quota, token_ns) in cases {
+        for shards in [2usize, 3] {
+            let mut all = Stats::default();
+            for seed in 1..=seeds {
+                let seed = seed * 104_729 + shards as u64;
+                let st = run_by(quota, shards, token_ns, seed, steps, true);
+                all.admitted += st.admitted;
+                all.probes += st.probes;
+                all.early += st.early;
+                all.chained += st.chained;
+            }
+            println!("{quota:?}, {shards} shards, sticky: {all:?}");
+            assert!(all.probes > 20, "{all:?}");
+            chained += all.chained;
+        }
+    }
+    assert!(chained > 5_000, "chains were live after {chained} steps");
 }
 
 /// Readings, costs and quotas at their limits — readings 0 to `u64::MAX` and past the horizon,
