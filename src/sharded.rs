@@ -574,6 +574,10 @@ impl<C: Clock> ShardedBucket<C> {
     /// does not have the bucket to itself (it won the tokens this thread asked for: a thread
     /// whose admissions are one CAS would otherwise win nearly every race, keep its chain,
     /// and write the line every decision reads at each admission while others are refused).
+    /// The owner's shard's run is not ended (a refusal does not count in runs): its next
+    /// admission, decided the ordinary way, is again the last of a run alone and starts a new
+    /// chain. So each race another thread loses to a chain costs the owner one ordinary
+    /// admission, and the next token's race is between two ordinary paths.
     #[inline(always)]
     fn end_others_chain(&self) {
         let rm = &self.read_mostly;
@@ -978,7 +982,8 @@ mod tests {
 
     /// A chain ends when the word moves under it (another thread's admission: the owner's next
     /// CAS fails, and it decides the ordinary way, exactly), and when another thread is refused
-    /// by the word (the owner won the token it asked for: it is not alone).
+    /// by the word (the owner won the token it asked for: it is not alone) — for one admission:
+    /// the run goes on, and the owner's next admission from the word starts a chain again.
     #[test]
     fn a_chain_ends_when_another_thread_decides() {
         let quota = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
@@ -1014,6 +1019,9 @@ mod tests {
         assert_eq!(on_other_thread(t, 2), wait);
         assert_eq!(chain(&bucket), super::NO_CHAIN);
         assert_eq!(bucket.decide_on(t, 1, || mine), Ok(()));
+        // A refusal does not end the shard's run: the owner's next admission, the ordinary way,
+        // starts a chain again (until a review of 2026-12-04 the docs said a new run of 64).
+        assert_eq!(chain(&bucket), bucket.central.load(), "a chain again");
         assert_eq!(bucket.stranded_tokens(), 0.0);
     }
 
