@@ -680,7 +680,13 @@ impl<C: Clock> ShardedBucket<C> {
     ///
     /// `alone` (the publishing thread's admission is the last of its shard's run): the thread
     /// also starts a [chain](ReadMostly::chain) from the word's state, read again before the
-    /// hand-outs count (so that count covers every hand-out written before it).
+    /// hand-outs count (so that count covers every hand-out written before it) — unless another
+    /// thread's chain is in place: the run is its shard's, and two threads of one shard (two
+    /// CPUs on one shard, or two threads taking turns on one CPU) continue each other's runs, so
+    /// the chain would change hands at nearly every admission, each change costing the last
+    /// owner a failed CAS. That thread is not alone: its chain and the run end, and the next
+    /// chain needs a new run of [`ALONE_AFTER`](central::ALONE_AFTER) (a review's finding,
+    /// 2026-12-04: `a_chain_does_not_change_hands_between_threads_of_one_shard`).
     #[inline(always)]
     fn publish_dry_all(&self, earned: Earned, at: u64, alone: bool) {
         let rm = &self.read_mostly;
@@ -697,8 +703,17 @@ impl<C: Clock> ShardedBucket<C> {
         }
         rm.dry_all.store(at, Ordering::Relaxed);
         if state != NO_CHAIN {
-            rm.chain_owner.store(thread_token(), Ordering::Relaxed);
-            rm.chain.store(state, Ordering::Relaxed);
+            let me = thread_token();
+            if rm.chain.load(Ordering::Relaxed) != NO_CHAIN
+                && rm.chain_owner.load(Ordering::Relaxed) != me
+            {
+                // Another thread of this shard admitted alone just before: neither is.
+                rm.chain.store(NO_CHAIN, Ordering::Relaxed);
+                self.central.end_run();
+            } else {
+                rm.chain_owner.store(me, Ordering::Relaxed);
+                rm.chain.store(state, Ordering::Relaxed);
+            }
         }
     }
 
@@ -1022,6 +1037,45 @@ mod tests {
         // A refusal does not end the shard's run: the owner's next admission, the ordinary way,
         // starts a chain again (until a review of 2026-12-04 the docs said a new run of 64).
         assert_eq!(chain(&bucket), bucket.central.load(), "a chain again");
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    }
+
+    /// Two threads of one shard continue each other's run: an admission of either is the last
+    /// of a run alone. Until a review (2026-12-04) the other thread then took the chain over at
+    /// once, and the owner's next chain CAS failed: two threads on two CPUs deciding on one
+    /// shard at 10 M tokens a second started 0.45–0.49 M chains and failed 0.24–0.27 M chain
+    /// CASes a second. Now a thread that finds another's chain in place when its run ends ends
+    /// that chain and the run, and the next chain needs a new run of 64 (0.16 M chains started,
+    /// 0.09 M CASes failed; `docs/sharded.md`).
+    #[test]
+    fn a_chain_does_not_change_hands_between_threads_of_one_shard() {
+        let quota = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        let mine = &bucket.shards[0];
+        let t = drain_alone(&bucket, mine, 0, 100) + 100;
+        let me = crate::sync::thread_token();
+        assert_eq!(chain(&bucket), bucket.central.load());
+        assert_eq!(bucket.read_mostly.chain_owner.load(Ordering::Relaxed), me);
+        // Another thread of the same shard takes the token of `t`: the run goes on, but the
+        // chain is not handed over; it ends, with the run.
+        let theirs =
+            std::thread::scope(|s| s.spawn(|| bucket.decide_on(t, 1, || mine)).join().unwrap());
+        assert_eq!(theirs, Ok(()));
+        assert_eq!(chain(&bucket), super::NO_CHAIN, "handed over");
+        assert_eq!(dry_all(&bucket), t + 100, "still published");
+        // This thread's next admissions are the ordinary way, a new run; its last, a chain.
+        let run = super::central::ALONE_AFTER;
+        for k in 1..run {
+            assert_eq!(bucket.decide_on(t + k * 100, 1, || mine), Ok(()));
+            assert_eq!(
+                chain(&bucket),
+                super::NO_CHAIN,
+                "admission {k} of the new run"
+            );
+        }
+        assert_eq!(bucket.decide_on(t + run * 100, 1, || mine), Ok(()));
+        assert_eq!(chain(&bucket), bucket.central.load());
+        assert_eq!(bucket.read_mostly.chain_owner.load(Ordering::Relaxed), me);
         assert_eq!(bucket.stranded_tokens(), 0.0);
     }
 

@@ -245,6 +245,12 @@ impl Central {
         true
     }
 
+    /// Ends the current run: the next shard to admit from the word starts a new one.
+    #[inline(always)]
+    pub(super) fn end_run(&self) {
+        self.run.store(0, Ordering::Relaxed);
+    }
+
     /// A chain's admission ([`ShardedBucket::acquire_chain`](super::ShardedBucket)): the word
     /// from `chain` to `next` if it still holds `chain`. `Relaxed`, as
     /// [`decide_fast`](Self::decide_fast)'s CAS; strong, so that a spurious failure does not
