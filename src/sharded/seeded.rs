@@ -255,7 +255,7 @@ fn schedule(
                     && !bucket
                         .shards
                         .iter()
-                        .any(|l| lease_pays_before(&bucket, l, dry_all)),
+                        .any(|l| lease_pays_before(bucket, l, dry_all)),
                 "seed {seed}, step {step}: dry_all {dry_all} claims what is not so"
             );
         }
