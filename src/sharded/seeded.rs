@@ -111,7 +111,7 @@ fn run(quota: Quota, shards: usize, token_ns: u64, seed: u64, steps: u64) -> Sta
 /// thread), so that a shard's runs alone reach [`ALONE_AFTER`](super::central::ALONE_AFTER)
 /// and chains start, run and end — by a failed CAS, or by the other thread refused by the
 /// word. The threads decide one at a time, in the schedule's order (the main thread hands the
-/// other its decisions over a channel and waits for each verdict): every step as
+/// other its decisions through a [`Handoff`] and waits for each verdict): every step as
 /// deterministic as with one thread, every claim checked between two.
 fn run_by(
     quota: Quota,
@@ -121,29 +121,97 @@ fn run_by(
     steps: u64,
     sticky: bool,
 ) -> Stats {
-    use std::sync::mpsc::channel;
     let bucket = ShardedBucket::with_clock(quota, shards, ManualClock::new());
-    let (to_other, asked) = channel::<(u64, u64, usize)>();
-    let (answer, from_other) = channel();
+    let handoff = Handoff::default();
     std::thread::scope(|scope| {
-        let b = &bucket;
-        scope.spawn(move || {
-            for (now, cost, k) in asked {
-                let _ = answer.send(decide(b, now, cost, &b.shards[k]));
-            }
-        });
+        let (b, h) = (&bucket, &handoff);
+        scope.spawn(move || h.serve(|(now, cost, k)| decide(b, now, cost, &b.shards[k])));
         let act = |other: bool, now: u64, cost: u64, k: usize| {
             if other {
-                to_other.send((now, cost, k)).unwrap();
-                from_other.recv().unwrap()
+                h.ask((now, cost, k))
             } else {
                 decide(b, now, cost, &b.shards[k])
             }
         };
-        let stats = schedule(b, quota, token_ns, seed, steps, sticky, &act);
-        drop(to_other);
-        stats
+        let _closing = Closing(h);
+        schedule(b, quota, token_ns, seed, steps, sticky, &act)
     })
+}
+
+/// One decision at a time handed to another thread and its verdict back: `turn` is odd while
+/// that thread holds a request, even once it answered, and `u64::MAX` once closed. Both sides
+/// wait spinning, then yielding (a channel's sleep and wake-up made the two-thread schedules
+/// take 10× as long).
+#[derive(Default)]
+struct Handoff {
+    turn: std::sync::atomic::AtomicU64,
+    slot: std::sync::Mutex<Slot>,
+}
+
+/// A request `(now, cost, shard)` and its verdict.
+type Slot = (Option<(u64, u64, usize)>, Option<Result<(), Denied>>);
+
+/// Closes a [`Handoff`] when dropped, also when a check or a decision panics: the other side
+/// then stops waiting, and the scope reports the panic instead of hanging.
+struct Closing<'a>(&'a Handoff);
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+impl Handoff {
+    /// Waits until `turn` satisfies `done`; its value.
+    fn wait(&self, done: impl Fn(u64) -> bool) -> u64 {
+        let mut spins = 0u32;
+        loop {
+            let t = self.turn.load(Ordering::Acquire);
+            if done(t) {
+                return t;
+            }
+            spins = spins.saturating_add(1);
+            if spins < 1_000 {
+                core::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The serving thread's verdict on `ask`.
+    fn ask(&self, ask: (u64, u64, usize)) -> Result<(), Denied> {
+        self.lock().0 = Some(ask);
+        self.turn.fetch_add(1, Ordering::Release);
+        self.wait(|t| t % 2 == 0 || t == u64::MAX);
+        self.lock()
+            .1
+            .take()
+            .expect("a verdict (the serving thread panicked?)")
+    }
+
+    /// Answers requests with `f` until closed (closing it if `f` panics).
+    fn serve(&self, f: impl Fn((u64, u64, usize)) -> Result<(), Denied>) {
+        let _closing = Closing(self);
+        loop {
+            if self.wait(|t| t % 2 == 1) == u64::MAX {
+                return;
+            }
+            let ask = self.lock().0.take().expect("a request");
+            let verdict = f(ask);
+            self.lock().1 = Some(verdict);
+            self.turn.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Ends [`serve`](Self::serve), and any [`ask`](Self::ask) waiting.
+    fn close(&self) {
+        self.turn.store(u64::MAX, Ordering::Release);
+    }
 }
 
 /// The steps of [`run_by`], each decision made by `act(other thread, now, cost, shard)`.
