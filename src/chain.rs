@@ -53,7 +53,7 @@ impl<C: Clock> GiveBack for Bucket<C> {
         C: 'a;
 
     fn take(&self, cost: u64) -> Result<Reservation<'_, C>, Denied> {
-        self.take_now(cost)
+        self.try_reserve_now(cost)
     }
 
     fn give_back(taken: Reservation<'_, C>) {
