@@ -114,6 +114,13 @@ pub use multi::{MultiBucket, MultiReservation, Refusal, Snapshots};
 pub use quota::{Quota, HORIZON};
 #[cfg(feature = "std")]
 pub use sharded::ShardedBucket;
+/// Not for users: what `ShardedBucket` writes to shared cache lines, per thread (feature
+/// `counters`, for `tollgate-bench`).
+#[cfg(feature = "counters")]
+#[doc(hidden)]
+pub mod counters {
+    pub use crate::sharded::counters::{take, Counts};
+}
 pub use smooth::Smooth;
 pub use snapshot::Snapshot;
 pub use wait::{Reservation, UntilReady};

@@ -18,6 +18,8 @@
 //! The protocol, its proofs and the behaviour on 64 cores: `docs/sharded.md`.
 
 mod central;
+#[cfg_attr(not(feature = "counters"), allow(dead_code))]
+pub(crate) mod counters;
 mod lease;
 #[cfg(test)]
 mod seeded;
@@ -29,7 +31,7 @@ use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
-use crate::sync::{cpu_home, thread_token, AtomicU64, Ordering};
+use crate::sync::{cpu_home, AtomicU64, Ordering};
 use alloc::boxed::Box;
 use core::fmt;
 use core::time::Duration;
@@ -101,13 +103,12 @@ struct Earned {
 pub struct ShardedBucket<C = DefaultClock> {
     central: CachePadded<Central>,
     shards: Box<[CachePadded<Lease>]>,
-    /// Read by every decision, written only by a `dry_all` publication or a chain: apart from the
-    /// central word's line.
+    /// Read by every decision, written only by a `dry_all` publication: apart from the central
+    /// word's line.
     read_mostly: CachePadded<ReadMostly<C>>,
 }
 
-/// The parts of a [`ShardedBucket`] that decisions read: never written, but for `dry_all` and
-/// the chain that goes with it.
+/// The parts of a [`ShardedBucket`] that decisions read: never written, but for `dry_all`.
 struct ReadMostly<C> {
     quota: Quota,
     clock: C,
@@ -115,31 +116,21 @@ struct ReadMostly<C> {
     spread: u64,
     /// Maps a thread's CPU number to its shard without a division.
     shard_of: ShardOf,
-    /// [`central::advance_cap`]: the most tokens one advance takes (0: none are taken).
-    ahead_cap: u64,
+    /// [`central::near_cap`]: the most tokens a near lease takes (0: none are taken).
+    near_cap: u64,
+    /// [`central::near_room`]: the most units the central word stands beyond the limit.
+    room: u64,
+    /// [`central::lease_min`] in units.
+    near_min: u64,
     /// An instant before which no decision of one token can be admitted anywhere in the
     /// bucket, at any reading: the central word holds less than a token before it, and no
     /// lease can pay one ([`publish_dry_all`](ShardedBucket::publish_dry_all)); 0: none known;
     /// `u64::MAX` with one shard (whose decisions the same test sends to their own path). A
     /// one-token decision at an earlier reading is refused from it before its shard is even
-    /// found. Written (with the chain) at most once per [`central::DRY_ALL_NS`]
-    /// (1 ms) for long dry spells, so the line stays shared, and by a shard that admits alone
-    /// ([`central::ALONE_AFTER`]) at each admission that leaves the word dry. `Relaxed`.
+    /// found. Written at most once per [`central::DRY_ALL_NS`] (1 ms), for long dry spells
+    /// only, so the line stays shared. `Relaxed`.
     dry_all: AtomicU64,
-    /// The *chain*: the central word's state as the last admission of a thread alone wrote it
-    /// ([`NO_CHAIN`]: none), written with `dry_all`. That thread ([`chain_owner`]) decides its
-    /// next admission with one CAS from it, finding neither its shard nor the word first
-    /// ([`acquire_chain`](ShardedBucket::acquire_chain)). Any value is safe to CAS from (the
-    /// CAS checks it); a stale one costs one failed CAS, and the chain ends. `Relaxed`.
-    ///
-    /// [`chain_owner`]: ReadMostly::chain_owner
-    chain: AtomicU64,
-    /// The [`thread_token`] of the thread the chain belongs to (0: none). `Relaxed`.
-    chain_owner: AtomicU64,
 }
-
-/// [`ReadMostly::chain`] when there is none (states stay below 2^63).
-const NO_CHAIN: u64 = u64::MAX;
 
 /// A number modulo the shard count `n` (at most [`MAX_SHARDS`]) by Lemire's multiply-and-shift
 /// reduction, `((m · x mod 2^64) · n) >> 64` with `m = ⌈2^64 / n⌉` (0 for `n` = 1): exact for
@@ -245,10 +236,10 @@ impl<C: Clock> ShardedBucket<C> {
             read_mostly: CachePadded::new(ReadMostly {
                 spread: central::spread_units(quota.scale(), n as u64, central::lease_min(&quota)),
                 shard_of: ShardOf::new(n),
-                ahead_cap: central::advance_cap(&quota, n as u64),
+                near_cap: central::near_cap(&quota, n as u64),
+                room: central::near_room(&quota, n as u64, central::near_cap(&quota, n as u64)),
+                near_min: central::lease_min(&quota).saturating_mul(quota.scale()),
                 dry_all: AtomicU64::new(if n < 2 { u64::MAX } else { 0 }),
-                chain: AtomicU64::new(NO_CHAIN),
-                chain_owner: AtomicU64::new(0),
                 quota,
                 clock,
             }),
@@ -317,7 +308,9 @@ impl<C: Clock> ShardedBucket<C> {
                 Err(Denied::ExceedsBurst)
             };
         }
-        self.acquire_at(self.read_mostly.clock.now(), cost)
+        let verdict = self.acquire_at(self.read_mostly.clock.now(), cost);
+        counters::decided(verdict.is_ok());
+        verdict
     }
 
     /// [`try_acquire`](ShardedBucket::try_acquire), also returning the bucket at the decision's
@@ -436,7 +429,9 @@ impl<C: Clock> ShardedBucket<C> {
     /// which need the reading whatever the cost).
     fn decide_now(&self, cost: u64) -> (u64, Result<(), Denied>) {
         let now = self.read_mostly.clock.now();
-        (now, self.decide_on(now, cost, || self.home()))
+        let verdict = self.decide_on(now, cost, || self.home());
+        counters::decided(verdict.is_ok());
+        (now, verdict)
     }
 
     /// The decision at `now`, edge costs included, on the shard `home` gives (the thread's; a
@@ -492,29 +487,40 @@ impl<C: Clock> ShardedBucket<C> {
                 return Err(Denied::RetryAfter(central::wait_until(dry, now)));
             }
         }
-        // A thread alone takes its admissions from the word in one CAS from the state its last
-        // one wrote, on the line just read: no shard, no read of the word.
-        let chain = self.read_mostly.chain.load(Ordering::Relaxed);
-        if chain != NO_CHAIN
-            && self.read_mostly.chain_owner.load(Ordering::Relaxed) == thread_token()
-            && self.acquire_chain(now, cost, chain)
-        {
-            return Ok(());
-        }
         let lease = home();
+        // No token for this shard before `dry`, whatever happened since (from its lease or the
+        // word: [`Lease::dry_until`]): no need to read either.
+        let dry = lease.dry_until();
+        if cost == 1 && now < dry {
+            return Err(Denied::RetryAfter(central::wait_until(dry, now)));
+        }
         let (q, h) = lease.read();
         if q < h {
             let scaled = self.read_mostly.quota.scaled();
             let e = self.earned(now);
             let limit = e.floor + scaled.burst_units();
             match lease.spend_fast((q, h), e.ceil, limit, cost * scaled.scale()) {
-                Fast::Spent => return Ok(()),
-                // Lapsed: as an empty lease, below (the `dry_until` refusal marks the shard
-                // hungry, and its next visit to a dry word replaces the lapsed lease with an
-                // advance: `a_lapsed_lease_does_not_keep_its_shard_from_advances`).
+                Fast::Spent(next) => {
+                    // The lease's next token is not yet earned (an advance paid out as the
+                    // clock earns it): recorded now, so that this shard's one-token refusals
+                    // until then read only `dry_until`. The word's units lie above the lease's,
+                    // so no token comes to this shard sooner from anywhere.
+                    let one = scaled.scale();
+                    if next + one > limit {
+                        lease.publish_dry(scaled.instant_of(next + one - scaled.burst_units()));
+                    }
+                    return Ok(());
+                }
+                // Lapsed: as an empty lease, below.
                 Fast::Empty => {}
                 Fast::NotYet(need) => {
                     let at = scaled.instant_of(need - scaled.burst_units());
+                    // The lease's first unit, not yet earned: this shard's next token (the
+                    // word's units lie above the lease's), so its next one-token refusals read
+                    // only `dry_until`.
+                    if cost == 1 {
+                        lease.publish_dry(at);
+                    }
                     return Err(Denied::RetryAfter(central::wait_until(at, now)));
                 }
                 Fast::Slow => return self.acquire_slow(now, e, cost, lease),
@@ -522,70 +528,7 @@ impl<C: Clock> ShardedBucket<C> {
         } else if q == lease::LOCKED {
             return self.acquire_slow(now, self.earned(now), cost, lease);
         }
-        // The lease holds nothing; the central word holds less than one token before
-        // `dry`, whatever happened since: no need to read it. (The same test as
-        // `acquire_one`'s, written out: through a shared helper returning an `Option`, deny
-        // measured 0.90-0.91x `cas` against 0.93-0.95x on the Intel guest.)
-        let dry = lease.dry_until();
-        if cost == 1 && now < dry {
-            lease.hungry();
-            return Err(Denied::RetryAfter(central::wait_until(dry, now)));
-        }
-        self.acquire_central(now, cost, lease, q, h)
-    }
-
-    /// An admission of `cost` at `now` from the central word in state `chain` (the chain's:
-    /// [`ReadMostly::chain`]), in one CAS that the word still holds it; the chain goes on with
-    /// the state written (and `dry_all` with it, when the word is left dry). `false` (the
-    /// caller decides as any thread does): the word cannot pay the cost at this reading in that
-    /// state, or it is no longer in it (the chain ends).
-    ///
-    /// Why `dry_all` may be published from the state written without a scan: the chain began
-    /// with a publication ([`publish_dry_all`](Self::publish_dry_all)) that found every lease
-    /// spent for good, from a state the word held at or before the chain's first; and each
-    /// link's CAS read the state the last one wrote, so no other write of the word — no lease
-    /// or advance handed out — came between them in its modification order. Leases only gain
-    /// units from such a write, so every lease is still spent for good; and one taken from a
-    /// later state pays no token before the instant published (as in `publish_dry_all`).
-    #[inline(always)]
-    fn acquire_chain(&self, now: u64, cost: u64, chain: u64) -> bool {
-        let rm = &self.read_mostly;
-        let scaled = rm.quota.scaled();
-        let e = self.earned(now);
-        let limit = e.floor + scaled.burst_units();
-        let cost_units = cost * scaled.scale();
-        if chain + cost_units > limit {
-            return false;
-        }
-        let next = chain.max(e.ceil) + cost_units;
-        if !self.central.chain_cas(chain, next) {
-            rm.chain.store(NO_CHAIN, Ordering::Relaxed);
-            return false;
-        }
-        if next + scaled.scale() > limit {
-            rm.dry_all
-                .store(central::dry_at(scaled, next), Ordering::Relaxed);
-        }
-        rm.chain.store(next, Ordering::Relaxed);
-        true
-    }
-
-    /// Ends another thread's chain: this thread was refused by the word, so the chain's owner
-    /// does not have the bucket to itself (it won the tokens this thread asked for: a thread
-    /// whose admissions are one CAS would otherwise win nearly every race, keep its chain,
-    /// and write the line every decision reads at each admission while others are refused).
-    /// The owner's shard's run is not ended (a refusal does not count in runs): its next
-    /// admission, decided the ordinary way, is again the last of a run alone and starts a new
-    /// chain. So each race another thread loses to a chain costs the owner one ordinary
-    /// admission, and the next token's race is between two ordinary paths.
-    #[inline(always)]
-    fn end_others_chain(&self) {
-        let rm = &self.read_mostly;
-        if rm.chain.load(Ordering::Relaxed) != NO_CHAIN
-            && rm.chain_owner.load(Ordering::Relaxed) != thread_token()
-        {
-            rm.chain.store(NO_CHAIN, Ordering::Relaxed);
-        }
+        self.acquire_central(now, cost, lease)
     }
 
     /// [`acquire_at`](Self::acquire_at) with one shard, which never holds a lease: a one-token
@@ -598,7 +541,7 @@ impl<C: Clock> ShardedBucket<C> {
         if cost == 1 && now < dry {
             return Err(Denied::RetryAfter(central::wait_until(dry, now)));
         }
-        self.acquire_central(now, cost, lease, 0, 0)
+        self.acquire_central(now, cost, lease)
     }
 
     /// [`acquire_at`](Self::acquire_at) where the shard's lease (`home`, with the frontier `q`
@@ -606,58 +549,42 @@ impl<C: Clock> ShardedBucket<C> {
     /// refusal; the rest in [`acquire_slow`](Self::acquire_slow). Scalars only, so that every
     /// argument travels in a register.
     #[inline(never)]
-    fn acquire_central(
-        &self,
-        now: u64,
-        cost: u64,
-        home: &Lease,
-        q: u64,
-        h: u64,
-    ) -> Result<(), Denied> {
+    fn acquire_central(&self, now: u64, cost: u64, home: &Lease) -> Result<(), Denied> {
         let earned = self.earned(now);
-        let scaled = self.read_mostly.quota.scaled();
-        match self.central.decide_fast(
-            scaled,
-            now,
-            earned,
-            cost * scaled.scale(),
-            self.read_mostly.spread,
-            (home, (q, h)),
-            self.read_mostly.ahead_cap,
-        ) {
+        let rm = &*self.read_mostly;
+        // Near leases are taken in `Central::decide` (a lock of the lease, then the CAS).
+        if rm.near_cap > 0 {
+            return self.acquire_slow(now, earned, cost, home);
+        }
+        let scaled = rm.quota.scaled();
+        match self
+            .central
+            .decide_fast(scaled, earned, cost * scaled.scale(), rm.spread, home, now)
+        {
             Some((verdict, dry)) => {
-                if verdict.is_err() {
-                    self.end_others_chain();
-                }
-                self.note_dry(now, earned, verdict.is_ok(), home, dry);
+                self.note_dry(now, earned, dry);
                 verdict
             }
             None => self.acquire_slow(now, earned, cost, home),
         }
     }
 
-    /// After a central decision (`admitted`: an admission from the word without a lease, which
-    /// counts towards its shard's run) that found or left the word dry until `dry` (as
+    /// After a central decision that found or left the word dry until `dry` (as
     /// [`central::Decided`]: from a state this thread read or wrote) ahead of the reading,
     /// tries to publish the whole bucket's dry instant if the spell lasts at least
-    /// [`DRY_ALL_NS`](central::DRY_ALL_NS), or if this shard has the word to itself (an
-    /// admission, the last [`ALONE_AFTER`](central::ALONE_AFTER) from the word all its own).
+    /// [`DRY_ALL_NS`](central::DRY_ALL_NS).
     #[inline(always)]
-    fn note_dry(&self, now: u64, earned: Earned, admitted: bool, home: &Lease, dry: u64) {
-        // One shard keeps `dry_all` at `u64::MAX` and counts no runs.
-        if dry <= now || self.shards.len() < 2 {
-            return;
-        }
-        let alone = admitted && self.central.admitted_alone(self.index_of(home));
-        if alone || dry - now >= central::DRY_ALL_NS {
-            self.publish_dry_all(earned, dry, alone);
+    fn note_dry(&self, now: u64, earned: Earned, dry: u64) {
+        // One shard keeps `dry_all` at `u64::MAX`.
+        if dry > now && dry - now >= central::DRY_ALL_NS && self.shards.len() > 1 {
+            self.publish_dry_all(earned, dry);
         }
     }
 
-    /// Publishes `dry_all` (two shards or more, a spell long enough or a shard alone:
-    /// [`note_dry`](Self::note_dry)): `at`, the instant before which the central word, in the
-    /// state this thread's decision just read or wrote, holds less than one token — if it is
-    /// later than the one published and no lease can pay a token at any reading before it.
+    /// Publishes `dry_all` (two shards or more, a spell long enough: [`note_dry`](Self::note_dry)):
+    /// `at`, the instant before which the central word, in the state this thread's decision
+    /// just read or wrote, holds less than one token — if it is later than the one published
+    /// and no lease can pay a token at any reading before it.
     ///
     /// Why that holds for every reading before it, and stays so:
     /// * the word only rises, so it holds less than a token before that instant forever;
@@ -669,31 +596,18 @@ impl<C: Clock> ShardedBucket<C> {
     ///   ([`hand_outs_after_read`](central::Central::hand_outs_after_read), `Acquire` too). So
     ///   a lease taken from an earlier state shows in the count, and a scan that read a count
     ///   including a hand-out sees its lock or its lease, never the empty lease before it;
-    /// * no lease taken from a later state can pay a token before that instant: an ordinary
-    ///   lease is taken only from a word holding plenty, which it does not before then; an
-    ///   advance's units lie at or above the state read here, and a token of them is payable
-    ///   only once the word, in that state, would have held one.
+    /// * no lease taken from a later state can pay a token before that instant: its units lie
+    ///   at or above the state read here, and a token of them is payable only once the word,
+    ///   in that state, would have held one.
     ///
     /// A concurrent publication may store an earlier instant over a later one: still true.
-    /// Inline (the scan is out of line): a shard alone publishes at every admission, and the
-    /// call measured one-thread mixed 0.97–0.99× `cas` against 1.00–1.01× inline.
-    ///
-    /// `alone` (the publishing thread's admission is the last of its shard's run): the thread
-    /// also starts a [chain](ReadMostly::chain) from the word's state, read again before the
-    /// hand-outs count (so that count covers every hand-out written before it) — unless another
-    /// thread's chain is in place: the run is its shard's, and two threads of one shard (two
-    /// CPUs on one shard, or two threads taking turns on one CPU) continue each other's runs, so
-    /// the chain would change hands at nearly every admission, each change costing the last
-    /// owner a failed CAS. That thread is not alone: its chain and the run end, and the next
-    /// chain needs a new run of [`ALONE_AFTER`](central::ALONE_AFTER) (a review's finding,
-    /// 2026-12-04: `a_chain_does_not_change_hands_between_threads_of_one_shard`).
-    #[inline(always)]
-    fn publish_dry_all(&self, earned: Earned, at: u64, alone: bool) {
+    #[cold]
+    #[inline(never)]
+    fn publish_dry_all(&self, earned: Earned, at: u64) {
         let rm = &self.read_mostly;
         if at <= rm.dry_all.load(Ordering::Relaxed) {
             return;
         }
-        let state = if alone { self.central.load() } else { NO_CHAIN };
         let hand_outs = self.central.hand_outs_after_read();
         if !self.central.is_clean(hand_outs) {
             if !self.leases_spent(earned.ceil) {
@@ -701,20 +615,8 @@ impl<C: Clock> ShardedBucket<C> {
             }
             self.central.set_clean(hand_outs);
         }
+        counters::shared_write();
         rm.dry_all.store(at, Ordering::Relaxed);
-        if state != NO_CHAIN {
-            let me = thread_token();
-            if rm.chain.load(Ordering::Relaxed) != NO_CHAIN
-                && rm.chain_owner.load(Ordering::Relaxed) != me
-            {
-                // Another thread of this shard admitted alone just before: neither is.
-                rm.chain.store(NO_CHAIN, Ordering::Relaxed);
-                self.central.end_run();
-            } else {
-                rm.chain_owner.store(me, Ordering::Relaxed);
-                rm.chain.store(state, Ordering::Relaxed);
-            }
-        }
     }
 
     /// Whether every lease is spent for good at a reading with `ceil` units earned
@@ -763,25 +665,20 @@ impl<C: Clock> ShardedBucket<C> {
                 cost,
                 shards: self.shards.len() as u64,
                 spread: self.read_mostly.spread,
+                near_cap: self.read_mostly.near_cap,
+                room: self.read_mostly.room,
+                near_min: self.read_mostly.near_min,
                 lease,
             };
             match self.central.decide(&ask) {
                 Outcome::Admitted => return Ok(()),
                 Outcome::Refused(denied, dry) => {
-                    self.end_others_chain();
-                    self.note_dry(now, earned, false, home, dry);
+                    self.note_dry(now, earned, dry);
                     return Err(denied);
                 }
                 Outcome::Retry => {}
             }
         }
-    }
-
-    /// The index of the shard whose lease is `lease` (a subtraction and a shift).
-    #[inline(always)]
-    fn index_of(&self, lease: &Lease) -> usize {
-        let from = self.shards.as_ptr() as usize;
-        (lease as *const Lease as usize - from) / core::mem::size_of::<CachePadded<Lease>>()
     }
 
     /// The calling thread's shard: its CPU's ([`cpu_home`]) modulo the shard count (with one
@@ -817,7 +714,7 @@ impl<C: Clock> ShardedBucket<C> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Lease, ShardOf, ShardedBucket, MAX_SHARDS};
+    use super::{ShardOf, ShardedBucket, MAX_SHARDS};
     use crate::clock::ManualClock;
     use crate::error::Denied;
     use crate::quota::Quota;
@@ -828,30 +725,6 @@ mod tests {
 
     fn dry_all(bucket: &ShardedBucket<ManualClock>) -> u64 {
         bucket.read_mostly.dry_all.load(Ordering::Relaxed)
-    }
-
-    /// `lease`'s shard drains the full word at `from`, then takes one token every `step` ns:
-    /// [`ALONE_AFTER`](super::central::ALONE_AFTER) admissions from the word in a row, each
-    /// leaving it dry; `dry_all` is checked unchanged until the last, which publishes when its
-    /// shard started the run here. The last admission's reading.
-    fn drain_alone(
-        bucket: &ShardedBucket<ManualClock>,
-        lease: &Lease,
-        from: u64,
-        step: u64,
-    ) -> u64 {
-        let before = dry_all(bucket);
-        let burst = bucket.quota().burst();
-        assert_eq!(bucket.acquire_central(from, burst, lease, 0, 0), Ok(()));
-        let run = super::central::ALONE_AFTER;
-        for k in 1..run {
-            assert_eq!(dry_all(bucket), before, "admission {k} of the run");
-            assert_eq!(
-                bucket.acquire_central(from + k * step, 1, lease, 0, 0),
-                Ok(())
-            );
-        }
-        from + (run - 1) * step
     }
 
     /// A drained bucket dry for 1 ms or more publishes the instant it holds a token again, and
@@ -903,14 +776,14 @@ mod tests {
         let bucket = ShardedBucket::with_clock(quota, 2, clock);
         let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
         // The other shard takes 1 and a lease of ⌊98 / 16⌋ = 6 tokens from the full word.
-        assert_eq!(bucket.acquire_central(0, 1, other, 0, 0), Ok(()));
+        assert_eq!(bucket.acquire_central(0, 1, other), Ok(()));
         let (q, h) = other.read();
         assert_eq!(h - q, 6 * quota.scale());
         // This shard drains the word (93 tokens): dry for 10 ms, but the lease holds 6.
-        assert_eq!(bucket.acquire_central(0, 93, mine, 0, 0), Ok(()));
+        assert_eq!(bucket.acquire_central(0, 93, mine), Ok(()));
         assert!(mine.dry_until() >= 10 * MS);
         assert_eq!(dry_all(&bucket), 0);
-        assert!(bucket.acquire_central(0, 1, mine, 0, 0).is_err());
+        assert!(bucket.acquire_central(0, 1, mine).is_err());
         assert_eq!(dry_all(&bucket), 0);
         assert_eq!(
             bucket.central.blocker(),
@@ -922,225 +795,85 @@ mod tests {
             assert_eq!(bucket.acquire_slow(0, e, 1, other), Ok(()));
         }
         assert_eq!(bucket.available(), 0);
-        assert!(bucket.acquire_central(0, 1, mine, 0, 0).is_err());
+        assert!(bucket.acquire_central(0, 1, mine).is_err());
         assert_eq!(dry_all(&bucket), 10 * MS);
         assert_eq!(bucket.stranded_tokens(), 0.0);
     }
 
-    /// A shard that makes [`ALONE_AFTER`](super::central::ALONE_AFTER) admissions from the word
-    /// in a row publishes every dry spell it leaves, however short; another shard's admission
-    /// ends the run (the instant published stays: still true).
-    #[test]
-    fn a_shard_alone_publishes_every_dry_spell() {
-        let clock = ManualClock::new();
-        let quota = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
-        let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
-        let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
-        let t = drain_alone(&bucket, mine, 0, 100) + 100;
-        assert_eq!(dry_all(&bucket), t);
-        clock.set(Duration::from_nanos(t - 50));
-        assert_eq!(
-            bucket.try_acquire(1),
-            Err(Denied::RetryAfter(Duration::from_nanos(50)))
-        );
-        assert_eq!(bucket.acquire_central(t, 1, other, 0, 0), Ok(()));
-        assert_eq!(bucket.acquire_central(t + 100, 1, mine, 0, 0), Ok(()));
-        assert_eq!(dry_all(&bucket), t, "the run ended");
-        assert_eq!(bucket.stranded_tokens(), 0.0);
-    }
-
-    fn chain(bucket: &ShardedBucket<ManualClock>) -> u64 {
-        bucket.read_mostly.chain.load(Ordering::Relaxed)
-    }
-
-    /// A thread whose shard's admission is the last of a run alone starts a chain from the
-    /// word's state; its next admissions are one CAS each from the state the last one wrote,
-    /// publishing `dry_all` as they go, and its shard's line is not touched (its `dry_until`
-    /// stays). Every verdict is the word's: admissions at each token, exact waits between.
-    #[test]
-    fn a_thread_alone_admits_through_its_chain() {
-        let clock = ManualClock::new();
-        let quota = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
-        let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
-        let mine = &bucket.shards[0];
-        assert_eq!(chain(&bucket), super::NO_CHAIN);
-        let t = drain_alone(&bucket, mine, 0, 100) + 100;
-        assert_eq!(chain(&bucket), bucket.central.load());
-        assert_eq!(
-            bucket.read_mostly.chain_owner.load(Ordering::Relaxed),
-            crate::sync::thread_token()
-        );
-        let dry_until = mine.dry_until();
-        for k in 0..100 {
-            let now = t + k * 100;
-            clock.set(Duration::from_nanos(now));
-            assert_eq!(bucket.try_acquire(1), Ok(()), "token {k}");
-            assert_eq!(chain(&bucket), bucket.central.load());
-            assert_eq!(dry_all(&bucket), now + 100);
-            clock.set(Duration::from_nanos(now + 30));
-            assert_eq!(
-                bucket.try_acquire(1),
-                Err(Denied::RetryAfter(Duration::from_nanos(70)))
-            );
-        }
-        assert_eq!(mine.dry_until(), dry_until, "the shard's line untouched");
-        // A cost the word cannot pay goes the ordinary way, and is refused exactly.
-        clock.set(Duration::from_nanos(t + 100 * 100));
-        assert_eq!(
-            bucket.try_acquire(2),
-            Err(Denied::RetryAfter(Duration::from_nanos(100)))
-        );
-        assert_eq!(bucket.try_acquire(1), Ok(()));
-        assert_eq!(bucket.available(), 0);
-        assert_eq!(bucket.stranded_tokens(), 0.0);
-    }
-
-    /// A chain ends when the word moves under it (another thread's admission: the owner's next
-    /// CAS fails, and it decides the ordinary way, exactly), and when another thread is refused
-    /// by the word (the owner won the token it asked for: it is not alone) — for one admission:
-    /// the run goes on, and the owner's next admission from the word starts a chain again.
-    #[test]
-    fn a_chain_ends_when_another_thread_decides() {
-        let quota = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
-        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
-        let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
-        let on_other_thread = |now: u64, cost: u64| {
-            std::thread::scope(|s| {
-                s.spawn(|| bucket.decide_on(now, cost, || other))
-                    .join()
-                    .unwrap()
-            })
-        };
-        let t = drain_alone(&bucket, mine, 0, 100) + 100;
-        assert_ne!(chain(&bucket), super::NO_CHAIN);
-        // At `t` the word holds one token: another thread takes it. The owner's CAS from its
-        // chain fails, and it is refused the ordinary way, exactly.
-        assert_eq!(on_other_thread(t, 1), Ok(()));
-        assert_ne!(chain(&bucket), super::NO_CHAIN, "stale, not yet found");
-        let wait = Err(Denied::RetryAfter(Duration::from_nanos(100)));
-        assert_eq!(bucket.decide_on(t, 1, || mine), wait);
-        assert_eq!(chain(&bucket), super::NO_CHAIN, "the owner's CAS failed");
-        assert_eq!(bucket.decide_on(t + 100, 1, || mine), Ok(()));
-
-        // A new run alone, a new chain; then another thread asks for 2 where the word holds 1:
-        // refused by the word, it ends the chain.
-        let run = super::central::ALONE_AFTER;
-        for k in 2..=run {
-            assert_eq!(chain(&bucket), super::NO_CHAIN, "admission {k} of the run");
-            assert_eq!(bucket.decide_on(t + k * 100, 1, || mine), Ok(()));
-        }
-        assert_eq!(chain(&bucket), bucket.central.load());
-        let t = t + (run + 1) * 100;
-        assert_eq!(on_other_thread(t, 2), wait);
-        assert_eq!(chain(&bucket), super::NO_CHAIN);
-        assert_eq!(bucket.decide_on(t, 1, || mine), Ok(()));
-        // A refusal does not end the shard's run: the owner's next admission, the ordinary way,
-        // starts a chain again (until a review of 2026-12-04 the docs said a new run of 64).
-        assert_eq!(chain(&bucket), bucket.central.load(), "a chain again");
-        assert_eq!(bucket.stranded_tokens(), 0.0);
-    }
-
-    /// Two threads of one shard continue each other's run: an admission of either is the last
-    /// of a run alone. Until a review (2026-12-04) the other thread then took the chain over at
-    /// once, and the owner's next chain CAS failed: two threads on two CPUs deciding on one
-    /// shard at 10 M tokens a second started 0.45–0.49 M chains and failed 0.24–0.27 M chain
-    /// CASes a second. Now a thread that finds another's chain in place when its run ends ends
-    /// that chain and the run, and the next chain needs a new run of 64 (0.16 M chains started,
-    /// 0.09 M CASes failed; `docs/sharded.md`).
-    #[test]
-    fn a_chain_does_not_change_hands_between_threads_of_one_shard() {
-        let quota = Quota::new(10_000_000, Duration::from_secs(1), 10_000).unwrap();
-        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
-        let mine = &bucket.shards[0];
-        let t = drain_alone(&bucket, mine, 0, 100) + 100;
-        let me = crate::sync::thread_token();
-        assert_eq!(chain(&bucket), bucket.central.load());
-        assert_eq!(bucket.read_mostly.chain_owner.load(Ordering::Relaxed), me);
-        // Another thread of the same shard takes the token of `t`: the run goes on, but the
-        // chain is not handed over; it ends, with the run.
-        let theirs =
-            std::thread::scope(|s| s.spawn(|| bucket.decide_on(t, 1, || mine)).join().unwrap());
-        assert_eq!(theirs, Ok(()));
-        assert_eq!(chain(&bucket), super::NO_CHAIN, "handed over");
-        assert_eq!(dry_all(&bucket), t + 100, "still published");
-        // This thread's next admissions are the ordinary way, a new run; its last, a chain.
-        let run = super::central::ALONE_AFTER;
-        for k in 1..run {
-            assert_eq!(bucket.decide_on(t + k * 100, 1, || mine), Ok(()));
-            assert_eq!(
-                chain(&bucket),
-                super::NO_CHAIN,
-                "admission {k} of the new run"
-            );
-        }
-        assert_eq!(bucket.decide_on(t + run * 100, 1, || mine), Ok(()));
-        assert_eq!(chain(&bucket), bucket.central.load());
-        assert_eq!(bucket.read_mostly.chain_owner.load(Ordering::Relaxed), me);
-        assert_eq!(bucket.stranded_tokens(), 0.0);
-    }
-
-    /// While a shard publishes alone with the scan skipped, a lease handed out to another
-    /// shard changes the count: the next publication scans, finds the lease holding tokens, and
-    /// does not publish; once it is spent, the next one does.
+    /// After a publication that found every lease empty, the next skips its scan while no
+    /// lease was handed out; a lease handed out to another shard changes the count: the next
+    /// publication scans, finds the lease holding tokens, and does not publish; once it is
+    /// spent, the next one does.
     #[test]
     fn a_lease_handed_out_since_the_last_scan_is_scanned_for() {
-        let clock = ManualClock::new();
-        let quota = Quota::new(10_000, Duration::from_secs(1), 100).unwrap();
-        let bucket = ShardedBucket::with_clock(quota, 2, clock.clone());
+        let quota = Quota::new(100, Duration::from_secs(1), 1_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
         let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
-        let token = 100_000; // ns
-        let published = drain_alone(&bucket, mine, 0, token) + token;
-        assert_eq!(dry_all(&bucket), published, "alone, after a scan");
-        // 51 tokens later the other shard takes 1 and a lease of ⌊50 / 16⌋ = 3.
-        let now = published + 50 * token;
-        assert_eq!(bucket.acquire_central(now, 1, other, 0, 0), Ok(()));
+        let token = 10 * MS;
+        assert_eq!(bucket.acquire_central(0, 1_000, mine), Ok(()));
+        assert_eq!(dry_all(&bucket), token, "published after a scan");
+        // 60 tokens later the other shard takes 1 and a lease of ⌊59 / 16⌋ = 3.
+        let now = 60 * token;
+        assert_eq!(bucket.acquire_central(now, 1, other), Ok(()));
         let (q, h) = other.read();
         assert_eq!(h - q, 3 * quota.scale());
-        // This shard, still alone in its run, drains the word: dry, but not published.
-        clock.set(Duration::from_nanos(now));
-        let word = bucket.available() - 3;
-        assert_eq!(bucket.acquire_central(now, word, mine, 0, 0), Ok(()));
+        // This shard drains the word: dry for a token's time, but not published.
+        assert_eq!(bucket.acquire_central(now, 56, mine), Ok(()));
         assert!(mine.dry_until() > now);
-        assert_eq!(dry_all(&bucket), published, "published over a lease of 3");
+        assert_eq!(dry_all(&bucket), token, "not published over a lease of 3");
         let e = bucket.earned(now);
         for _ in 0..3 {
             assert_eq!(bucket.acquire_slow(now, e, 1, other), Ok(()));
         }
-        assert_eq!(bucket.acquire_central(now + token, 1, mine, 0, 0), Ok(()));
-        assert_eq!(dry_all(&bucket), now + 2 * token, "the lease spent");
+        assert!(bucket.acquire_central(now, 1, mine).is_err());
+        assert_eq!(dry_all(&bucket), now + token, "the lease spent");
     }
 
-    /// An advance that lapsed and was emptied by another shard's scan counts as lapsed: its
-    /// shard's next advance halves. Emptied, the lease looks spent to its top, and until
-    /// 2026-12-03 the next advance doubled (here 4 tokens instead of 1), so a quiet shard's
-    /// advances grew to the cap and lapsed whole (`examples/sharded_sim.rs`, `HOT_PCT`).
+    /// A shard's near leases double while its threads spend them to their top, and halve
+    /// after one lapsed — also when a publication's scan emptied it (emptied, it looks spent to
+    /// its top, and would double).
     #[test]
-    fn an_advance_a_scan_emptied_halves_the_next() {
-        let clock = ManualClock::new();
+    fn near_leases_double_when_spent_and_halve_when_lapsed() {
         let quota = Quota::new(1_000_000, Duration::from_secs(1), 1_000).unwrap();
-        let bucket = ShardedBucket::with_clock(quota, 2, clock);
-        let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
+        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        assert_eq!(bucket.read_mostly.near_cap, 16, "16 µs of rate");
+        let other = &bucket.shards[1];
         let us = 1_000; // a token
-                        // The other shard drains the word (its only admission) and takes advances.
-        assert_eq!(bucket.acquire_central(0, 1_000, other, 0, 0), Ok(()));
-        other.hungry();
-        let ask = |now: u64| {
-            let (q, h) = other.read();
-            bucket.acquire_central(now, 1, other, q, h)
-        };
-        assert_eq!(ask(0), Err(Denied::RetryAfter(Duration::from_micros(1))));
-        assert_eq!(other.ahead(), (1, false), "an advance of 1");
-        assert_eq!(bucket.acquire_slow(us, bucket.earned(us), 1, other), Ok(()));
-        assert!(ask(us).is_err());
-        assert_eq!(other.ahead(), (2, false), "spent to its top: doubled");
-        // 1,003 µs: the advance's units lapsed. This shard drains the word and admits alone,
-        // and its publication's scan empties the advance.
-        let last = drain_alone(&bucket, mine, 1_003 * us, us);
-        assert_eq!(dry_all(&bucket), last + us);
-        assert_eq!(bucket.stranded_tokens(), 2.0);
-        assert_eq!(other.ahead(), (2, true), "emptied after it lapsed");
-        assert!(ask(last).is_err());
-        assert_eq!(other.ahead(), (1, false), "halved, not doubled");
+        let size = || other.read().1 - other.read().0;
+        // The other shard drains the word, with a near lease of one token.
+        assert_eq!(on(&bucket, 1, 0, 1_000), Ok(()));
+        assert_eq!((other.near(), size()), ((1, false), quota.scale()));
+        // Its token comes at 1 µs: refused before, from its own line, with the exact wait.
+        assert_eq!(
+            on(&bucket, 1, 0, 1),
+            Err(Denied::RetryAfter(Duration::from_micros(1)))
+        );
+        assert_eq!(on(&bucket, 1, us, 1), Ok(()));
+        // Spent to its top; the next token is not earned before 2 µs (refused from the
+        // shard's line), and comes with a near lease of twice the size.
+        assert_eq!(
+            on(&bucket, 1, us, 1),
+            Err(Denied::RetryAfter(Duration::from_micros(1)))
+        );
+        assert_eq!(on(&bucket, 1, 2 * us, 1), Ok(()));
+        assert_eq!((other.near(), size()), ((2, false), 2 * quota.scale()));
+        assert_eq!(on(&bucket, 1, 3 * us, 1), Ok(()));
+        assert_eq!(on(&bucket, 1, 4 * us, 1), Ok(()));
+        assert_eq!(on(&bucket, 1, 5 * us, 1), Ok(()));
+        assert_eq!(other.near(), (4, false), "doubled again");
+        // 1,010 µs: those 4 lapsed unspent. The next halves.
+        assert_eq!(on(&bucket, 1, 1_010 * us, 1_000), Ok(()));
+        assert_eq!(other.near(), (2, false), "halved");
+        assert_eq!(bucket.stranded_tokens(), 4.0);
+        // A scan that empties a lapsed near lease marks it: the next halves again.
+        let t = 3_000 * us;
+        let dry = super::central::dry_at(quota.scaled(), bucket.central.load());
+        bucket.publish_dry_all(bucket.earned(t), dry);
+        assert_eq!(dry_all(&bucket), dry);
+        assert_eq!(other.near(), (2, true), "emptied after it lapsed");
+        assert_eq!(bucket.stranded_tokens(), 6.0);
+        assert_eq!(on(&bucket, 1, t, 1_000), Ok(()));
+        assert_eq!(other.near(), (1, false), "halved, not doubled");
     }
 
     /// A lease that lapsed at the publishing reading is emptied (its units counted as
@@ -1151,10 +884,10 @@ mod tests {
         let quota = Quota::per_second(100).unwrap();
         let bucket = ShardedBucket::with_clock(quota, 2, clock);
         let (mine, other) = (&bucket.shards[0], &bucket.shards[1]);
-        assert_eq!(bucket.acquire_central(0, 1, other, 0, 0), Ok(()));
+        assert_eq!(bucket.acquire_central(0, 1, other), Ok(()));
         // At 80 ms, 8 tokens earned: the lease's units (tokens 1 to 7) lapsed.
         let now = 80 * MS;
-        assert_eq!(bucket.acquire_central(now, 100, mine, 0, 0), Ok(()));
+        assert_eq!(bucket.acquire_central(now, 100, mine), Ok(()));
         let (q, h) = other.read();
         assert_eq!(q, h, "emptied");
         assert_eq!(bucket.stranded_tokens(), 6.0);
@@ -1174,75 +907,34 @@ mod tests {
         bucket.acquire_on(now, cost, || &bucket.shards[i])
     }
 
-    /// Shard 1 becomes hungry on a drained word at `t`: a refusal from the word, then one from
-    /// its `dry_until`.
-    fn make_hungry(bucket: &ShardedBucket<ManualClock>, t: u64) {
-        assert!(on(bucket, 1, t, 1).is_err());
-        assert!(on(bucket, 1, t, 1).is_err());
-        assert_eq!(bucket.shards[1].ahead(), (1, false));
-    }
-
-    /// A one-token refusal answered from a shard's `dry_until` does not see an advance another
-    /// shard took since: it waits the pooled wait (the token it counts is in that advance),
-    /// earlier than the word's by at most the advance; retried then, it is refused with the
-    /// word's wait, and the advance's holder takes the token (a review's finding, 2026-12-04:
-    /// documented in `docs/guarantees.md`, not changed — the refusal reads no central line).
+    /// Near the limit each shard waits for its own near lease: a refusal's wait is the instant
+    /// its shard's next token is earned, later than the pooled wait by at most the other
+    /// shards' leases, and a retry at it is admitted.
     #[test]
-    fn a_refusal_from_dry_until_waits_the_pooled_wait_past_an_advance() {
+    fn each_shard_waits_for_its_own_near_lease() {
         let quota = Quota::new(1_000_000, Duration::from_secs(1), 20).unwrap();
         let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        assert_eq!(
+            bucket.read_mostly.near_cap, 1,
+            "an eighth of the burst over 2 shards"
+        );
         let t0 = 1_000 * MS;
+        // Shard 0 drains the word and takes the next token as a near lease.
         assert_eq!(on(&bucket, 0, t0, 20), Ok(()));
-        assert!(on(&bucket, 0, t0, 1).is_err());
+        let us = |n: u64| Err(Denied::RetryAfter(Duration::from_micros(n)));
+        assert_eq!(on(&bucket, 0, t0, 1), us(1));
         assert_eq!(bucket.shards[0].dry_until(), t0 + 1_000);
-        make_hungry(&bucket, t0);
-        let s = bucket.central.load();
-        assert!(on(&bucket, 1, t0 + 500, 2).is_err());
+        // Shard 1 takes the token after it: an advance, refused until it is earned.
+        assert_eq!(on(&bucket, 1, t0, 1), us(2));
+        // A cost above its lease: the lease's token pooled with the word's next.
+        assert_eq!(on(&bucket, 1, t0, 2), us(3));
+        assert_eq!(on(&bucket, 0, t0 + 1_000, 1), Ok(()));
         assert_eq!(
-            bucket.central.load(),
-            s + quota.scale(),
-            "an advance of one token"
+            on(&bucket, 1, t0 + 1_999, 1),
+            Err(Denied::RetryAfter(Duration::from_nanos(1)))
         );
-        let pooled = Denied::RetryAfter(Duration::from_nanos(500));
-        assert_eq!(on(&bucket, 0, t0 + 500, 1), Err(pooled));
-        let word = Denied::RetryAfter(Duration::from_nanos(1_000));
-        assert_eq!(
-            on(&bucket, 0, t0 + 1_000, 1),
-            Err(word),
-            "one advance later"
-        );
-        assert_eq!(on(&bucket, 1, t0 + 1_000, 1), Ok(()), "the advance's token");
-    }
-
-    /// The same through `dry_all`, published by a shard alone before the other's advance.
-    #[test]
-    fn a_refusal_from_dry_all_waits_the_pooled_wait_past_an_advance() {
-        let quota = Quota::new(1_000_000, Duration::from_secs(1), 20).unwrap();
-        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
-        let t0 = 1_000 * MS;
-        assert_eq!(
-            bucket.acquire_central(t0, 20, &bucket.shards[0], 0, 0),
-            Ok(())
-        );
-        make_hungry(&bucket, t0);
-        let mut last = t0;
-        for _ in 0..super::central::ALONE_AFTER {
-            last += 1_000;
-            assert_eq!(
-                bucket.acquire_central(last, 1, &bucket.shards[0], 0, 0),
-                Ok(())
-            );
-        }
-        assert_eq!(dry_all(&bucket), last + 1_000, "published alone");
-        let s = bucket.central.load();
-        assert!(on(&bucket, 1, last + 400, 2).is_err());
-        assert!(bucket.central.load() > s, "an advance");
-        let pooled = Denied::RetryAfter(Duration::from_nanos(600));
-        assert_eq!(on(&bucket, 0, last + 400, 1), Err(pooled));
-        assert!(
-            on(&bucket, 0, last + 1_000, 1).is_err(),
-            "the token is the advance's"
-        );
+        assert_eq!(on(&bucket, 1, t0 + 2_000, 1), Ok(()));
+        assert_eq!(bucket.stranded_tokens(), 0.0);
     }
 
     /// No advance for a cost of the whole burst: with an inexact quota its first units lapse
@@ -1257,7 +949,6 @@ mod tests {
         let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
         let mut t = 1_000 * MS + 123;
         assert_eq!(on(&bucket, 0, t, 97), Ok(()));
-        make_hungry(&bucket, t);
         let mut retried = 0;
         for k in 0..200u64 {
             t += 1_000 + k % 7;
@@ -1268,7 +959,7 @@ mod tests {
                 assert_eq!(on(&bucket, 1, t, 97), Ok(()), "retried at its wait, {t}");
                 retried += 1;
             }
-            // Keep the word drained and the shard hungry.
+            // Keep the word drained, with near leases out.
             let _ = on(&bucket, 0, t, 97);
             let _ = on(&bucket, 1, t, 1);
         }
@@ -1279,8 +970,7 @@ mod tests {
     /// thread of its shard installed from the same frontier meanwhile: a lease spent to its top
     /// with the word still there is replaced by an advance that starts at that very unit, so
     /// the frontier comes back to the value the stalled thread read (`q → LOCKED → q`). Its
-    /// lock now checks the top as well, and it retries (a review's finding, 2026-12-04: before,
-    /// it replaced the advance, its units counted nowhere).
+    /// lock checks the top as well, and it retries.
     #[test]
     fn a_stalled_replacement_never_discards_an_advance() {
         use super::central::{Ask, Outcome};
@@ -1289,9 +979,8 @@ mod tests {
         let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
         let c = &bucket.shards[1];
         let t0 = 1_000 * MS;
-        assert_eq!(on(&bucket, 0, t0, 100), Ok(()));
-        make_hungry(&bucket, t0);
-        assert!(on(&bucket, 1, t0, 2).is_err(), "an advance of one token");
+        // A near lease of one token with the drain, spent to its top at 1 µs.
+        assert_eq!(on(&bucket, 1, t0, 100), Ok(()));
         assert_eq!(on(&bucket, 1, t0 + 1_000, 1), Ok(()), "spent to its top");
         let (q, h) = c.read();
         assert_eq!((q, h), (bucket.central.load(), bucket.central.load()));
@@ -1315,6 +1004,9 @@ mod tests {
             cost: 1,
             shards: 2,
             spread: bucket.read_mostly.spread,
+            near_cap: bucket.read_mostly.near_cap,
+            room: bucket.read_mostly.room,
+            near_min: bucket.read_mostly.near_min,
             lease: (c, short),
         };
         assert!(matches!(bucket.central.decide(&ask), Outcome::Retry));

@@ -247,16 +247,6 @@ pub(crate) fn thread_slot() -> usize {
     slots::claim()
 }
 
-/// A number that identifies the calling thread among the live ones, never 0, computed without
-/// a load or a store: the address of one of its thread-locals ([`thread_slot`]'s, which has no
-/// destructor). A later thread may get the number of one that exited. The sharded bucket's
-/// chain of admissions ([`crate::ShardedBucket`]) records its owner with it.
-#[cfg(all(feature = "std", not(tollgate_loom)))]
-#[inline(always)]
-pub(crate) fn thread_token() -> u64 {
-    SLOT.with(|s| s as *const core::cell::Cell<usize> as u64)
-}
-
 /// What [`thread_slot`] answers a thread that has no slot of its own: one whose slot was
 /// returned as it exits, or that first asks during its exit. Above every owned shard, so such a
 /// thread only ever counts on the shared shards (with `fetch_add`).
@@ -443,13 +433,6 @@ mod cpu {
         slot.store(*next, Ordering::Relaxed);
         *next - 1
     }
-}
-
-/// [`thread_token`] under loom: the thread's slot, plus one (loom's threads share the OS
-/// thread's thread-locals).
-#[cfg(all(feature = "std", tollgate_loom))]
-pub(crate) fn thread_token() -> u64 {
-    thread_slot() as u64 + 1
 }
 
 /// Under loom the counter and the thread-local are loom's, so each explored execution assigns the

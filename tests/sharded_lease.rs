@@ -475,11 +475,9 @@ fn an_abandoned_advance_loses_at_most_its_size() {
         got += greedy();
     }
     assert!(got <= want, "{got} > {want}");
-    assert!(want - got <= 64, "lost {} of {want}", want - got);
-    if pinned.is_some() {
-        // Two CPUs, two shards of 1,024: the first thread's last advance was abandoned.
-        assert!(got < want, "nothing lost, no advance abandoned");
-    }
+    // At most the near lease the first thread's shard may hold when it stops (one token: an
+    // eighth of the burst over 1,024 shards).
+    assert!(want - got <= 1, "lost {} of {want}", want - got);
     println!("abandoned advance: {got} of {want} admitted");
 }
 

@@ -35,6 +35,13 @@
 //!   are added up after the join, and a round in which any key admitted more than its own bound
 //!   is a correctness failure too, even when the sum over the keys stays within the sum of
 //!   their bounds. [`Round::busiest_key`] is the key that admitted the most in the round.
+//! * `admitted_per_thread_min`, `admitted_per_thread_max`: the median round's fewest and most
+//!   operations admitted by one thread (a starved thread is a starved request).
+//! * `central_cas_per_admission`, `shared_writes_per_refusal` (the sharded bucket only, `null`
+//!   for the others): what scales with cores, counted by the bucket itself
+//!   (`tollgate::counters`), all rounds together — compare-and-swap attempts on its central word
+//!   per admission, and writes to cache lines that more than one core writes (the central
+//!   word's line, the read-mostly line, another shard's lease) per refusal.
 
 use crate::{CellSpec, Error, Kind, Regime, Strategy};
 use hdrhistogram::Histogram;
@@ -71,11 +78,52 @@ impl BusiestKey {
     }
 }
 
+/// What a round's threads counted of the sharded bucket's writes to shared cache lines
+/// (`tollgate::counters`), all threads together.
+///
+/// ```
+/// use tollgate_bench::cell::Counters;
+/// let c = Counters { admissions: 80, refusals: 20, central_cas: 10, refusing_writes: 0 };
+/// assert_eq!(c.decisions(), 100);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counters {
+    /// Decisions admitted.
+    pub admissions: u64,
+    /// Decisions refused.
+    pub refusals: u64,
+    /// Compare-and-swap attempts on the central word.
+    pub central_cas: u64,
+    /// Writes to shared lines by decisions that refused.
+    pub refusing_writes: u64,
+}
+
+impl Counters {
+    /// Decisions counted.
+    pub fn decisions(&self) -> u64 {
+        self.admissions + self.refusals
+    }
+
+    pub(crate) fn add(&mut self, c: &tollgate::counters::Counts) {
+        self.admissions += c.admissions;
+        self.refusals += c.refusals;
+        self.central_cas += c.central_cas;
+        self.refusing_writes += c.refusing_writes;
+    }
+
+    fn merge(&mut self, c: &Counters) {
+        self.admissions += c.admissions;
+        self.refusals += c.refusals;
+        self.central_cas += c.central_cas;
+        self.refusing_writes += c.refusing_writes;
+    }
+}
+
 /// One round of a cell: the strategy ran once, on a fresh limiter, for the round's duration.
 ///
 /// ```
 /// use tollgate_bench::cell::Round;
-/// let r = Round { index: 0, position: 1, ops: 64, seconds: 0.5, ops_per_sec: 128.0, admitted: 64, bound: 65, busiest_key: None };
+/// let r = Round { index: 0, position: 1, ops: 64, seconds: 0.5, ops_per_sec: 128.0, admitted: 64, bound: 65, thread_admitted_min: 64, thread_admitted_max: 64, counters: None, busiest_key: None };
 /// assert!(!r.over_bound());
 /// ```
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -95,6 +143,14 @@ pub struct Round {
     /// The most tokens an exact limiter may admit in this round (for keyed strategies, the
     /// per-key bound summed over the keys that admitted at least once).
     pub bound: u64,
+    /// The fewest operations one thread had admitted.
+    pub thread_admitted_min: u64,
+    /// The most operations one thread had admitted.
+    pub thread_admitted_max: u64,
+    /// The sharded bucket's shared-line writes (`None` for other strategies, and left out of
+    /// the JSON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters: Option<Counters>,
     /// Keyed strategies: the key that admitted the most, checked against its own bound;
     /// `None` for unkeyed strategies (and left out of the JSON).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -107,7 +163,7 @@ impl Round {
     ///
     /// ```
     /// use tollgate_bench::cell::{BusiestKey, Round};
-    /// let r = Round { index: 2, position: 0, ops: 64, seconds: 0.5, ops_per_sec: 128.0, admitted: 64, bound: 11, busiest_key: None };
+    /// let r = Round { index: 2, position: 0, ops: 64, seconds: 0.5, ops_per_sec: 128.0, admitted: 64, bound: 11, thread_admitted_min: 64, thread_admitted_max: 64, counters: None, busiest_key: None };
     /// assert!(r.over_bound());
     /// // Within the sum of the per-key bounds, but one key over its own bound.
     /// let key = BusiestKey { key: 0, admitted: 10, bound: 2 };
@@ -123,7 +179,7 @@ impl Round {
     /// ```
     /// use tollgate_bench::cell::{BusiestKey, Round};
     /// let key = BusiestKey { key: 7, admitted: 10, bound: 2 };
-    /// let r = Round { index: 0, position: 0, ops: 64, seconds: 0.5, ops_per_sec: 128.0, admitted: 25, bound: 32, busiest_key: Some(key) };
+    /// let r = Round { index: 0, position: 0, ops: 64, seconds: 0.5, ops_per_sec: 128.0, admitted: 25, bound: 32, thread_admitted_min: 25, thread_admitted_max: 25, counters: None, busiest_key: Some(key) };
     /// assert_eq!(r.key_over_bound().map(|k| k.key), Some(7));
     /// ```
     pub fn key_over_bound(&self) -> Option<&BusiestKey> {
@@ -176,6 +232,15 @@ pub struct CellResult {
     pub bound: u64,
     /// Fewest / most operations per thread, in the median round.
     pub fairness: f64,
+    /// The fewest operations one thread had admitted, in the median round.
+    pub admitted_per_thread_min: u64,
+    /// The most operations one thread had admitted, in the median round.
+    pub admitted_per_thread_max: u64,
+    /// Central-word compare-and-swap attempts per admission, all rounds (the sharded bucket
+    /// only).
+    pub central_cas_per_admission: Option<f64>,
+    /// Writes to shared cache lines per refusal, all rounds (the sharded bucket only).
+    pub shared_writes_per_refusal: Option<f64>,
     /// Every round, in the order they ran.
     pub rounds: Vec<Round>,
 }
@@ -249,7 +314,11 @@ impl CellResult {
         let mut hist = new_histogram()?;
         let (mut ops, mut seconds, mut admitted, mut bound) = (0u64, 0f64, 0u64, 0u64);
         let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
+        let mut counters: Option<Counters> = None;
         for m in &rounds {
+            if let Some(c) = &m.round.counters {
+                counters.get_or_insert_with(Counters::default).merge(c);
+            }
             hist.add(&m.hist)
                 .map_err(|e| Error::Histogram(format!("{e:?}")))?;
             ops = ops.saturating_add(m.round.ops);
@@ -278,6 +347,12 @@ impl CellResult {
             admitted,
             bound,
             fairness: mid.fairness,
+            admitted_per_thread_min: mid.round.thread_admitted_min,
+            admitted_per_thread_max: mid.round.thread_admitted_max,
+            central_cas_per_admission: counters
+                .map(|c| c.central_cas as f64 / c.admissions.max(1) as f64),
+            shared_writes_per_refusal: counters
+                .map(|c| c.refusing_writes as f64 / c.refusals.max(1) as f64),
             rounds: rounds.into_iter().map(|m| m.round).collect(),
         })
     }
@@ -299,6 +374,9 @@ mod tests {
                 ops_per_sec,
                 admitted,
                 bound,
+                thread_admitted_min: 0,
+                thread_admitted_max: 0,
+                counters: None,
                 busiest_key: None,
             },
             keys: 1,

@@ -265,6 +265,7 @@ impl Report {
             "p99".to_owned(),
             "p999".to_owned(),
             "fairness".to_owned(),
+            "adm/thread".to_owned(),
             "admitted".to_owned(),
             "bound".to_owned(),
             "vs std-mutex".to_owned(),
@@ -285,6 +286,11 @@ impl Report {
                 c.p99_ns.to_string(),
                 c.p999_ns.to_string(),
                 format!("{:.2}", c.fairness),
+                format!(
+                    "{}-{}",
+                    si(c.admitted_per_thread_min as f64),
+                    si(c.admitted_per_thread_max as f64)
+                ),
                 si(c.admitted as f64),
                 format!(
                     "{}{}",
@@ -337,12 +343,36 @@ impl Report {
             "\nMops/s, ns/op and fairness: the median of {} round(s); spread = (fastest - slowest round) / median;\n\
              vs std-mutex = the median of the per-round ratios (each round runs every strategy once, one after the other){}\n\
              latencies in ns (every 64th op sampled, all rounds); admitted and bound in tokens, summed over the rounds\n\
-             (each round checked against its own bound, keyed strategies' also key by key); fairness = min/max ops per thread",
+             (each round checked against its own bound, keyed strategies' also key by key); fairness = min/max ops per thread;\n\
+             adm/thread = the fewest and the most operations admitted by one thread, in the median round",
             self.rounds,
             vs.map_or_else(String::new, |name| format!(
                 ";\nvs {name} = the same ratio against {name}, the rounds at least as fast as {name}'s, and p99 over {name}'s p99"
             ))
         );
+        let counted: Vec<&CellResult> = self
+            .cells
+            .iter()
+            .filter(|c| c.central_cas_per_admission.is_some())
+            .collect();
+        if !counted.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nwhat scales with cores (sharded bucket, counted by it, all rounds):\n\
+                 strategy  threads  regime  central CAS / admission  shared-line writes / refusal"
+            );
+            for c in counted {
+                let _ = writeln!(
+                    out,
+                    "{:<8}  {:>7}  {:<6}  {:>23.3}  {:>28.3}",
+                    c.strategy,
+                    c.threads,
+                    c.regime.name(),
+                    c.central_cas_per_admission.unwrap_or(0.0),
+                    c.shared_writes_per_refusal.unwrap_or(0.0)
+                );
+            }
+        }
         out
     }
 
@@ -584,6 +614,9 @@ mod tests {
                 ops_per_sec,
                 admitted: 0,
                 bound: 0,
+                thread_admitted_min: 0,
+                thread_admitted_max: 0,
+                counters: None,
                 busiest_key: None,
             })
             .collect();
@@ -607,6 +640,10 @@ mod tests {
             admitted: 0,
             bound: 0,
             fairness: 1.0,
+            admitted_per_thread_min: 0,
+            admitted_per_thread_max: 0,
+            central_cas_per_admission: None,
+            shared_writes_per_refusal: None,
             rounds,
         }
     }

@@ -11,7 +11,7 @@
 //! [`MAX_KEY_RECORDING_BYTES`]: a larger plan is refused with an [`Error::Plan`] before anything
 //! runs, and an allocation that fails below the cap is an error too, never an abort.
 
-use crate::cell::{new_histogram, BusiestKey, Measured, Round};
+use crate::cell::{new_histogram, BusiestKey, Counters, Measured, Round};
 use crate::rng::SplitMix64;
 use crate::{CellResult, CellSpec, Error, RateLimiter, Setup, Strategy};
 use hdrhistogram::Histogram;
@@ -102,6 +102,8 @@ fn zeroed<T: Clone + Default>(len: usize, what: &str) -> Result<Vec<T>, Error> {
 struct ThreadOut {
     ops: u64,
     admitted_ops: u64,
+    /// What the sharded bucket wrote to shared lines for this thread's decisions.
+    counts: tollgate::counters::Counts,
     hist: Histogram<u64>,
     /// Keyed strategies: admitted operations per key, at `PAD..PAD + keys` (empty otherwise).
     per_key: Vec<u64>,
@@ -156,6 +158,7 @@ fn worker(sh: Shared<'_>, mut out: ThreadOut, mut rng: SplitMix64) -> ThreadOut 
     while !go.load(Ordering::Acquire) {
         std::thread::yield_now();
     }
+    tollgate::counters::take();
     let (ops, admitted) = if limiter.is_keyed() {
         let per_key = &mut out.per_key[PAD..];
         drive(stop, clock, &mut out.hist, || {
@@ -173,6 +176,7 @@ fn worker(sh: Shared<'_>, mut out: ThreadOut, mut rng: SplitMix64) -> ThreadOut 
     };
     out.ops = ops;
     out.admitted_ops = admitted;
+    out.counts = tollgate::counters::take();
     out
 }
 
@@ -244,6 +248,7 @@ pub(crate) fn run_round(
         outs.push(ThreadOut {
             ops: 0,
             admitted_ops: 0,
+            counts: tollgate::counters::Counts::default(),
             hist: new_histogram()?,
             per_key: if keyed {
                 zeroed(
@@ -331,10 +336,15 @@ pub(crate) fn run_round(
 
     let mut hist = new_histogram()?;
     let (mut ops, mut min_ops, mut max_ops) = (0u64, u64::MAX, 0u64);
+    let (mut min_admitted, mut max_admitted) = (u64::MAX, 0u64);
+    let mut counts = Counters::default();
     for out in &outs {
         ops += out.ops;
         min_ops = min_ops.min(out.ops);
         max_ops = max_ops.max(out.ops);
+        min_admitted = min_admitted.min(out.admitted_ops);
+        max_admitted = max_admitted.max(out.admitted_ops);
+        counts.add(&out.counts);
         admitted += u128::from(out.admitted_ops) * u128::from(spec.cost);
         hist.add(&out.hist)
             .map_err(|e| Error::Histogram(format!("{e:?}")))?;
@@ -366,6 +376,9 @@ pub(crate) fn run_round(
             ops_per_sec: ops as f64 / seconds,
             admitted: saturate(admitted),
             bound: saturate(bound),
+            thread_admitted_min: if outs.is_empty() { 0 } else { min_admitted },
+            thread_admitted_max: max_admitted,
+            counters: (counts.decisions() > 0).then_some(counts),
             busiest_key: busiest_key.map(|b| BusiestKey {
                 key: b.key,
                 admitted: saturate(b.admitted),

@@ -527,6 +527,45 @@ fn out_dir_gets_csv_json_and_one_chart_per_regime() {
     assert!(!dir.join("compare-deny.svg").exists());
 }
 
+/// The sharded bucket's cells carry what scales with cores, counted by the bucket; others
+/// carry `null`. Every cell has its admissions per thread.
+#[test]
+fn json_cells_carry_the_sharded_bucket_counters_and_admissions_per_thread() {
+    let out = run(&[
+        "compare",
+        "--strategies",
+        "cas,sharded",
+        "--duration",
+        "20ms",
+        "--threads",
+        "2",
+        "--regime",
+        "mixed",
+        "--rounds",
+        "2",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    let cells = json["cells"].as_array().unwrap();
+    let cell = |name: &str| cells.iter().find(|c| c["strategy"] == name).unwrap();
+    let (cas, sharded) = (cell("cas"), cell("sharded"));
+    assert!(cas["central_cas_per_admission"].is_null());
+    assert!(cas["shared_writes_per_refusal"].is_null());
+    let per_admission = sharded["central_cas_per_admission"].as_f64().unwrap();
+    let per_refusal = sharded["shared_writes_per_refusal"].as_f64().unwrap();
+    assert!((0.0..=2.0).contains(&per_admission), "{per_admission}");
+    assert!(per_refusal >= 0.0, "{per_refusal}");
+    for c in [cas, sharded] {
+        let (min, max) = (
+            c["admitted_per_thread_min"].as_u64().unwrap(),
+            c["admitted_per_thread_max"].as_u64().unwrap(),
+        );
+        assert!(min <= max && max > 0, "{c}");
+    }
+}
+
 #[test]
 fn table_has_one_row_per_cell_and_the_ratio_to_std_mutex() {
     let out = run(&[
@@ -581,11 +620,17 @@ fn vs_adds_a_column_against_the_named_strategy() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let table = text(&out.stdout);
     assert!(table.lines().next().unwrap().ends_with("vs cas"), "{table}");
+    // The table's rows, before its notes (the sharded bucket's counters follow them).
     let rows: Vec<&str> = table
         .lines()
+        .take_while(|l| !l.starts_with("Mops/s, ns/op"))
         .filter(|l| l.contains(" allow ") || l.contains(" deny "))
         .collect();
     assert_eq!(rows.len(), 8, "{table}");
+    assert!(
+        table.contains("central CAS / admission  shared-line writes / refusal"),
+        "{table}"
+    );
     // Against itself: 1.00x, every round at least as fast, the same p99.
     for r in rows.iter().filter(|r| r.starts_with("cas ")) {
         assert!(r.ends_with("1.00x 4/4 p99 1.0x"), "{r}");

@@ -180,50 +180,6 @@ fn a_dry_spell_is_never_published_over_a_lease_being_taken() {
     });
 }
 
-/// The same race for a dry spell published because one shard drains the word alone (two
-/// admissions in a row that leave it dry suffice under loom), 34 tokens a millisecond, so every
-/// spell here is shorter than the 1 ms that publishes any spell. A thread of shard 1 drains the
-/// bucket at reading 0 and takes the next token at 30 µs: alone, it publishes, after a scan
-/// that finds no lease (and records that none was handed out since). Then, at 10 ms (the bucket
-/// full again), the main thread (shard 0) takes 1 and a lease of 2 and asks for 1 twice, while
-/// the other takes 31: the third admission of its run, which leaves the word dry and publishes
-/// again — without a scan only if no lease was handed out since the last, so here after one
-/// that must see the main thread's lock or lease (the hand-out count and the lock come before
-/// the lease's CAS, `Release`; the publisher fences its read of the word `Acquire`). All 34
-/// tokens of 10 ms
-/// are admitted in every interleaving: the main thread's two are never refused while its lease
-/// holds them.
-#[test]
-fn a_shard_alone_never_publishes_over_a_lease_being_taken() {
-    use loom::sync::atomic::{AtomicBool, Ordering};
-    loom::model(|| {
-        let quota = Quota::new(34, Duration::from_millis(1), 34).unwrap();
-        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
-        let first_done = Arc::new(AtomicBool::new(false));
-        let (b, done) = (bucket.clone(), first_done.clone());
-        let alone = thread::spawn(move || {
-            at(0);
-            assert_eq!(b.try_acquire(34), Ok(()));
-            at(30_000);
-            assert_eq!(b.try_acquire(1), Ok(()));
-            done.store(true, Ordering::Release);
-            // As below: the main thread may go first here without spending a preemption.
-            thread::yield_now();
-            at(10_000_000);
-            if b.try_acquire(31).is_ok() {
-                31
-            } else {
-                0
-            }
-        });
-        while !first_done.load(Ordering::Acquire) {
-            thread::yield_now();
-        }
-        at(10_000_000);
-        the_main_threads_three(&bucket, alone);
-    });
-}
-
 /// A scan must never record "every lease empty" for a lease being handed out: the count of
 /// hand-outs is raised after the lease's lock (and before its `Release` CAS), and read
 /// `Acquire`. Shard 0 takes 1 and a lease of 2 at reading 0, then pools 33; at a stale reading
@@ -271,126 +227,94 @@ fn a_scan_never_passes_a_lease_being_handed_out() {
     });
 }
 
-/// The same window with an advance, every thread's readings moving forward (64 tokens a
-/// millisecond, a token every 15.6 µs, so advances are on): shard 0 drains the bucket and admits
-/// alone, publishing after a scan; shard 1, hungry, takes an advance from the state shard 0's
-/// admission left. The next admission of shard 0 may skip the scan only if that advance shows
-/// in the count; in every interleaving three of the five requests are admitted (the bound at
-/// these readings), shard 1's last from its advance if it holds one.
-#[test]
-fn a_scan_never_passes_an_advance_being_handed_out() {
+/// The near-lease races below share this: 64 tokens a millisecond, burst 64, two shards, so
+/// near leases of one token (16 µs of rate) with the word at most two tokens beyond the limit;
+/// `T` a token's time, `T0` 10 ms. The main thread (shard 0) drains the bucket at `T0`,
+/// taking token 704 (in tokens since the clock's origin) as a near lease, and spends it at
+/// `T0 + T`. A thread of shard 1, at `T0 + T`, finds its lease empty and the word dry, and
+/// takes an advance of token 705, payable at `T0 + 2T`, where it asks again: its token is
+/// admitted in every interleaving. Meanwhile the main thread asks for 2 at a stale reading, 0:
+/// refused, with the word dry until 10 ms later — so it publishes `dry_all`, the instant the
+/// word it read holds a token, unless a lease holds one. `publish` asks that way `publish`
+/// times, the second after the first (and, with `after_first`, shard 1 decides only after the
+/// first). Returns shard 1's two verdicts.
+fn near_lease_against_publications(
+    publish: usize,
+    after_first: bool,
+) -> (Result<(), tollgate::Denied>, Result<(), tollgate::Denied>) {
     use loom::sync::atomic::{AtomicBool, Ordering};
-    loom::model(|| {
-        const T: u64 = 15_625; // a token
-        let quota = Quota::new(64, Duration::from_millis(1), 64).unwrap();
-        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
-        at(0);
-        assert_eq!(bucket.try_acquire(64), Ok(())); // shard 0
-        let (b15, a46) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicBool::new(false)),
-        );
-        let (b, f1, f2) = (bucket.clone(), b15.clone(), a46.clone());
-        let other = thread::spawn(move || {
-            at(0);
-            assert!(b.try_acquire(1).is_err());
-            assert!(b.try_acquire(1).is_err()); // from `dry_until`: hungry
-            at(T);
-            let r15 = b.try_acquire(1);
-            f1.store(true, Ordering::Release);
-            while !f2.load(Ordering::Acquire) {
-                thread::yield_now();
-            }
-            at(3 * T);
-            let r46 = b.try_acquire(1);
-            (r15, r46)
-        });
-        at(T);
-        let a15 = bucket.try_acquire(1);
-        while !b15.load(Ordering::Acquire) {
+    const T: u64 = 15_625;
+    const T0: u64 = 10_000_000;
+    let quota = Quota::new(64, Duration::from_millis(1), 64).unwrap();
+    let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
+    at(T0);
+    assert_eq!(bucket.try_acquire(64), Ok(())); // shard 0, with a near lease of token 704
+    at(T0 + T);
+    assert_eq!(bucket.try_acquire(1), Ok(())); // token 704
+    let first_done = Arc::new(AtomicBool::new(!after_first));
+    // Set once shard 1 decided at `T0 + T`: `Relaxed`, so that it orders nothing (the main
+    // thread waits for it only so that its publication may read the word the advance wrote).
+    let advanced = Arc::new(AtomicBool::new(false));
+    let (b, f, a) = (bucket.clone(), first_done.clone(), advanced.clone());
+    let other = thread::spawn(move || {
+        while !f.load(Ordering::Acquire) {
             thread::yield_now();
         }
-        at(2 * T);
-        let a31 = bucket.try_acquire(1);
-        at(3 * T);
-        let a46_ = bucket.try_acquire(1);
-        a46.store(true, Ordering::Release);
-        let (r15, r46) = other.join().unwrap();
-        let all = [a15, a31, a46_, r15, r46];
-        let n = all.iter().filter(|r| r.is_ok()).count();
-        assert_eq!(n, 3, "{all:?}");
+        at(T0 + T);
+        let advance = b.try_acquire(1);
+        a.store(true, Ordering::Relaxed);
+        at(T0 + 2 * T);
+        (advance, b.try_acquire(1))
+    });
+    at(0);
+    for n in 0..publish {
+        if n + 1 == publish {
+            while !advanced.load(Ordering::Relaxed) {
+                thread::yield_now();
+            }
+        }
+        assert!(bucket.try_acquire(2).is_err());
+        first_done.store(true, Ordering::Release);
+    }
+    other.join().unwrap()
+}
+
+/// A publication must see a near lease being handed out from the state it read: the advance
+/// locks its lease and counts the hand-out before its CAS (`Release`), and the publisher
+/// fences its read of the word (`Acquire`) before reading the count and scanning. With the
+/// advance's CAS `Relaxed`, loom finds a publication from the word after the advance (dry
+/// until `T0 + 3T`) over a scan that saw shard 1's lease empty, and shard 1 refused at
+/// `T0 + 2T` with its token in its lease.
+#[test]
+fn a_publication_never_passes_a_near_lease_it_read() {
+    loom::model(|| {
+        let (advance, mine) = near_lease_against_publications(1, false);
+        assert!(advance.is_err(), "{advance:?}");
+        assert_eq!(mine, Ok(()));
     });
 }
 
-/// The advance's CAS on its own: nothing but the word orders the advance before the publication
-/// that reads it (no flag from the advancing thread to the publisher after its advance). 64
-/// tokens a millisecond, burst 64, a token every `T`; states below in tokens' time.
-///
-/// Shard 1 is refused twice at 0 (hungry). Shard 0 drains the bucket at 0 and admits alone at
-/// `T` (a publication after a scan that finds every lease empty) and at `2T`. Meanwhile shard 1
-/// asks at `2T`: when it finds the word dry (state 66), it takes an advance of the next token,
-/// `[66, 67)`, payable from `3T` on. Shard 0 admits at `4T` from the state after it (67 → 68)
-/// and may publish `5T` — skipping the scan only if the count of hand-outs it reads misses
-/// nothing: the advance counted, then its CAS `Release`, and the publisher's `Acquire` fence
-/// after its own CAS, which read that state. Then shard 1 asks at `3T`: refused only when its
-/// shard holds no token payable then (with the advance's CAS `Relaxed`, loom finds the
-/// publication of `5T` over the advance, and a refusal while `available()` is 1).
+/// A second publication skips the scan only if no lease was handed out since the first found
+/// them all empty: shard 1's advance comes after the first publication, and the second reads
+/// the hand-out count after its read of the word, so that a word raised by the advance comes
+/// with the count that makes it scan (and see the lease).
 #[test]
-fn a_publication_never_passes_an_advance_it_read() {
-    use loom::sync::atomic::{AtomicBool, Ordering};
+fn a_scan_is_never_skipped_past_a_near_lease_being_handed_out() {
     loom::model(|| {
-        const T: u64 = 15_625;
-        let quota = Quota::new(64, Duration::from_millis(1), 64).unwrap();
-        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
-        at(0);
-        assert_eq!(bucket.try_acquire(64), Ok(())); // shard 0 (the main thread's slot)
-        let flags = Arc::new([(); 3].map(|()| AtomicBool::new(false)));
-        let (ready, go, done) = (0, 1, 2);
-        let (b, f) = (bucket.clone(), flags.clone());
-        let other = thread::spawn(move || {
-            at(0);
-            assert!(b.try_acquire(1).is_err()); // from the word: `dry_until` T
-            assert!(b.try_acquire(1).is_err()); // from `dry_until`: hungry
-            f[ready].store(true, Ordering::Release);
-            while !f[go].load(Ordering::Acquire) {
-                thread::yield_now();
-            }
-            at(2 * T);
-            let _ = b.try_acquire(1); // an advance, an admission or a refusal
-            while !f[done].load(Ordering::Acquire) {
-                thread::yield_now();
-            }
-            at(3 * T);
-            let last = b.try_acquire(1);
-            (last, b.available())
-        });
-        while !flags[ready].load(Ordering::Acquire) {
-            thread::yield_now();
-        }
-        at(T);
-        assert_eq!(bucket.try_acquire(1), Ok(())); // alone: publishes 2T after a scan
-        flags[go].store(true, Ordering::Release);
-        at(2 * T);
-        let _ = bucket.try_acquire(1);
-        at(4 * T);
-        let _ = bucket.try_acquire(1);
-        flags[done].store(true, Ordering::Release);
-        let (last, available) = other.join().unwrap();
-        assert!(
-            last.is_ok() || available == 0,
-            "{last:?} with {available} available"
-        );
+        let (advance, mine) = near_lease_against_publications(2, true);
+        assert!(advance.is_err(), "{advance:?}");
+        assert_eq!(mine, Ok(()));
     });
 }
 
 /// A replacement that read its lease empty never discards an advance installed from the same
-/// frontier meanwhile (a review's finding, 2026-12-04). 125,000 tokens/s (8 µs a token,
-/// advances of up to 2), burst 34, two shards, every decision of the model on shard 0: drained
-/// at 0, hungry, an advance of one token taken and spent at 8 µs — the lease is spent to its
-/// top with the word still there (35 tokens' units). Then, racing: the model's thread at its
-/// reading of 8 µs asks for 2 and takes the next advance, `[35, 37)`, from that very unit (the
-/// frontier goes `35 → LOCKED → 35`); a thread of the same shard at 240 µs (30 tokens earned,
-/// the word holding plenty) asks for 1 — from the advance if it sees it, else with a new lease.
+/// frontier meanwhile. 125,000 tokens/s (8 µs a token, near leases of up to 2), burst 34, two
+/// shards, every decision of the model on shard 0: drained at 0 with a near lease of one
+/// token, spent at 8 µs — the lease is spent to its top with the word still there (35 tokens'
+/// units). Then, racing: the model's thread at its reading of 8 µs asks for 2 and takes the
+/// next advance, `[35, 37)`, from that very unit (the frontier goes `35 → LOCKED → 35`); a
+/// thread of the same shard at 240 µs (30 tokens earned, the word holding plenty) asks for 1 —
+/// from the advance if it sees it, else with a new lease.
 /// At 240 µs the shard then drains what is left: whichever ran first, 28 tokens (64 earned or
 /// in the burst, 35 spent before the race, 1 by the racer), none stranded. A lock that checked
 /// only the frontier let the racer, stalled between reading the empty lease and locking it,
@@ -401,10 +325,10 @@ fn a_stalled_replacement_never_discards_an_advance() {
         let quota = Quota::new(125_000, Duration::from_secs(1), 34).unwrap();
         let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
         at(0);
-        assert_eq!(bucket.try_acquire(34), Ok(()));
-        assert!(bucket.try_acquire(1).is_err()); // from the word
-        assert!(bucket.try_acquire(1).is_err()); // from `dry_until`: hungry
-        assert!(bucket.try_acquire(2).is_err()); // an advance of one token
+        assert_eq!(bucket.try_acquire(34), Ok(())); // and a near lease of one token
+        assert!(bucket.try_acquire(1).is_err()); // from the near lease, not yet earned
+        assert!(bucket.try_acquire(1).is_err()); // from `dry_until`
+        assert!(bucket.try_acquire(2).is_err()); // more than the lease holds
         at(8_000);
         assert_eq!(bucket.try_acquire(1), Ok(())); // spent to its top
         let b = bucket.clone();
@@ -419,51 +343,5 @@ fn a_stalled_replacement_never_discards_an_advance() {
         assert_eq!(left, 28);
         assert_eq!(bucket.available(), 0);
         assert_eq!(bucket.stranded_tokens(), 0.0);
-    });
-}
-
-/// A *chain* starts from a state read before the hand-outs count its publication checks, so
-/// that no advance written before that state escapes the check. 64 tokens a millisecond, burst
-/// 64, a token every `T`, two shards. Shard 1 is refused twice at 0 (hungry). Shard 0 drains
-/// the bucket at 0 and admits alone at `T`: it publishes `dry_all` after a scan and starts its
-/// chain. Racing that, shard 1 asks at `T`: it takes that token, or finds the word dry (state
-/// 65) and takes an advance of the next one, `[65, 66)`, payable from `2T`. Shard 0 then admits
-/// at `3T` — through its chain, which publishes without a scan. Then shard 1 asks at `3T`: it is
-/// refused only when nothing is payable to it. With the chain's state read after the count, loom
-/// finds a chain from the advance's top (66) that publishes `4T` over the advance's token.
-#[test]
-fn a_chain_never_starts_past_an_advance() {
-    use loom::sync::atomic::{AtomicBool, Ordering};
-    loom::model(|| {
-        const T: u64 = 15_625;
-        let quota = Quota::new(64, Duration::from_millis(1), 64).unwrap();
-        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
-        at(0);
-        assert_eq!(bucket.try_acquire(64), Ok(())); // shard 0 (the main thread's slot)
-        let done = Arc::new(AtomicBool::new(false));
-        let (b, f) = (bucket.clone(), done.clone());
-        let other = thread::spawn(move || {
-            at(0);
-            assert!(b.try_acquire(1).is_err()); // from the word: `dry_until` T
-            assert!(b.try_acquire(1).is_err()); // from `dry_until`: hungry
-            at(T);
-            let _ = b.try_acquire(1); // an admission, or an advance
-            while !f.load(Ordering::Acquire) {
-                thread::yield_now();
-            }
-            at(3 * T);
-            let last = b.try_acquire(1);
-            (last, b.available())
-        });
-        at(T);
-        let _ = bucket.try_acquire(1); // alone: publishes after a scan, starts the chain
-        at(3 * T);
-        let _ = bucket.try_acquire(1);
-        done.store(true, Ordering::Release);
-        let (last, available) = other.join().unwrap();
-        assert!(
-            last.is_ok() || available == 0,
-            "{last:?} with {available} available"
-        );
     });
 }

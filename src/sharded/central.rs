@@ -2,6 +2,7 @@
 //! their shard's lease cannot pay are made here with one compare-and-swap, which also hands the
 //! shard a new lease when the word holds plenty.
 
+use super::counters;
 use super::lease::{Lease, Short};
 use super::Earned;
 use crate::error::Denied;
@@ -16,10 +17,9 @@ use core::time::Duration;
 /// until the word holds one token, whatever the cost, so at rates above 1,000 tokens a second
 /// only a stale reading (or a restore that lowered the word) finds one that long; their
 /// refusals are answered from their shard's `dry_until`, or from `dry_all` when one shard has
-/// the word to itself ([`ALONE_AFTER`]). Above the longest an advance can put the word ahead of
-/// the rate ([`ADVANCE_NS`] and one token: advances are taken only at rates of one token in
-/// 16 µs or more), so that at current readings no bucket that takes advances publishes a long
-/// spell.
+/// the word to itself ([`ALONE_AFTER`]). Above the longest near leases can put the word ahead of
+/// the rate ([`ROOM_NS`]), so that at current readings no bucket that takes them publishes a
+/// long spell.
 pub(super) const DRY_ALL_NS: u64 = 1_000_000;
 
 /// The most tokens one lease takes.
@@ -41,25 +41,65 @@ pub(super) fn lease_tokens(held: u64, cost: u64, shards: u64) -> u64 {
 /// The largest state (states stay below [`LOCKED`](super::lease::LOCKED)).
 const MAX_STATE: u64 = (1 << 63) - 1;
 
-/// An advance spans at most this long of the rate ...
-const ADVANCE_NS: u64 = 16_000;
+/// A near lease spans at most this long of the rate ...
+const NEAR_NS: u64 = 16_000;
 
 /// ... and at most this many tokens.
-const ADVANCE_MAX: u64 = 64;
+const NEAR_MAX: u64 = 64;
 
-/// The most tokens an advance takes: what the rate earns in [`ADVANCE_NS`], at most
-/// [`ADVANCE_MAX`], rounded down; 0 (no advances) with one shard, or a rate below one token in
-/// 16 µs — where the central word sees at most 62,500 admissions a second and needs none.
-pub(super) fn advance_cap(quota: &crate::quota::Quota, shards: u64) -> u64 {
+/// The central word stands at most this long of the rate beyond the limit (and at most
+/// [`near_room`]'s `shards × cap`): what a refusal can wait beyond the pooled wait.
+const ROOM_NS: u64 = 250_000;
+
+/// The most tokens a *near lease* takes: the lease a shard takes with every visit to the
+/// central word near the limit, where a far lease ([`lease_tokens`]) would be empty. What the
+/// rate earns in [`NEAR_NS`], at most [`NEAR_MAX`], and at most `burst / (8 × shards)` (so that
+/// near leases hold at most an eighth of the burst, all shards together), rounded down. 0 (no
+/// near leases: near the limit every decision is the central word's, as a `Bucket`'s) with one
+/// shard, or below one token in 16 µs (62,500 tokens a second), where the central word sees
+/// few enough decisions to serve them all.
+pub(super) fn near_cap(quota: &crate::quota::Quota, shards: u64) -> u64 {
     if shards < 2 {
         return 0;
     }
-    tokens_in(quota, ADVANCE_NS).min(ADVANCE_MAX)
+    tokens_in(quota, NEAR_NS)
+        .min(NEAR_MAX)
+        .min(quota.burst() / (SPREAD * shards))
+}
+
+/// The most units the central word stands beyond the limit (`⌊earned⌋ + burst`) with near
+/// leases out: `shards × cap` tokens, at most what the rate earns in [`ROOM_NS`] (but one near
+/// lease at least). Each shard holds one lease, so the word is never further ahead than the
+/// leases still to be paid out, and this bound only matters after stale readings.
+pub(super) fn near_room(quota: &crate::quota::Quota, shards: u64, cap: u64) -> u64 {
+    let tokens = shards
+        .saturating_mul(cap)
+        .min(tokens_in(quota, ROOM_NS))
+        .max(cap);
+    tokens.saturating_mul(quota.scale())
 }
 
 /// Whole tokens the quota's rate earns in `ns` nanoseconds (rounded down).
 fn tokens_in(quota: &crate::quota::Quota, ns: u64) -> u64 {
     quota.scaled().earned(ns).0 / quota.scale()
+}
+
+/// The size of a shard's next near lease from its last one, `[frontier, top)` as its
+/// replacement found it, and the size it had (`last`, 0 before the first; whether a scan
+/// emptied it after it lapsed: `emptied`): doubled, up to `cap`, after a lease spent to its
+/// top; halved, to one token at least, after one whose units lapsed (the clock passed them
+/// before the shard's threads spent them) — so a shard whose threads spend as fast as the rate
+/// comes takes `cap`, and one that went quiet loses at most its last lease.
+#[inline]
+pub(super) fn near_size(last: u64, emptied: bool, frontier: u64, top: u64, cap: u64) -> u64 {
+    let last = last.clamp(1, cap.max(1));
+    if frontier < top || emptied {
+        (last / 2).max(1)
+    } else if top > 0 {
+        (last * 2).min(cap)
+    } else {
+        last
+    }
 }
 
 /// A lease lives at least this long of the rate: what the rate earns in it is the smallest
@@ -125,24 +165,7 @@ pub(super) struct Central {
     /// checks first: while that lease holds units, a publication attempt reads one shard line
     /// instead of every shard's. A hint only (it can only stop a publication sooner). `Relaxed`.
     blocker: AtomicU64,
-    /// The run of admissions from the word without a lease: the index of the shard that made
-    /// the last one plus one, shifted by [`RUN_BITS`] (0: none yet), plus how many it made in a
-    /// row before it (at most `ALONE_AFTER − 1`). A shard whose run is that long has the bucket
-    /// to itself.
-    run: AtomicU64,
 }
-
-/// Admissions from the word in a row by one shard after which it publishes every dry spell
-/// for the whole bucket (`ShardedBucket::publish_dry_all`), not only the long ones: 64, so
-/// that shards taking turns practically never do (two at random: once in 2^63 admissions;
-/// 16 measured mixed at 2–8 threads 2.17–2.30× `cas` against 2.31–2.46× without the run, on
-/// the Intel guest); two under loom, so that its models reach it.
-pub(super) const ALONE_AFTER: u64 = if cfg!(tollgate_loom) { 2 } else { 64 };
-
-/// The low bits of [`Central::run`], which hold its count.
-const RUN_BITS: u32 = 8;
-const RUN_COUNT: u64 = (1 << RUN_BITS) - 1;
-const _: () = assert!(ALONE_AFTER - 1 <= RUN_COUNT);
 
 /// What [`Central::decide_fast`] decided, and the instant before which the word, in the state
 /// the decision read or wrote, holds less than one token: what its shard's `dry_until` was
@@ -169,6 +192,12 @@ pub(super) struct Ask<'a> {
     pub(super) shards: u64,
     /// [`spread_units`] of the quota and shard count.
     pub(super) spread: u64,
+    /// [`near_cap`] of the quota and shard count (0: no near leases).
+    pub(super) near_cap: u64,
+    /// [`near_room`] of the quota and shard count, in units.
+    pub(super) room: u64,
+    /// [`lease_min`] in units: the least time a near lease's first unit lies ahead.
+    pub(super) near_min: u64,
     /// The calling shard's lease and why it could not pay.
     pub(super) lease: (&'a Lease, Short),
 }
@@ -181,13 +210,13 @@ impl Central {
             hand_outs: AtomicU64::new(0),
             clean: AtomicU64::new(u64::MAX),
             blocker: AtomicU64::new(u64::MAX),
-            run: AtomicU64::new(0),
         }
     }
 
     /// Counts a lease or an advance about to be handed out: after its lock, before its CAS.
     #[inline]
     fn hand_out(&self) {
+        counters::shared_write();
         self.hand_outs.fetch_add(1, Ordering::Release);
     }
 
@@ -213,6 +242,7 @@ impl Central {
 
     /// Records a scan that found every lease empty with `hand_outs` at `n`.
     pub(super) fn set_clean(&self, n: u64) {
+        counters::shared_write();
         self.clean.store(n, Ordering::Relaxed);
     }
 
@@ -223,43 +253,8 @@ impl Central {
 
     /// Records the shard whose lease stopped a scan.
     pub(super) fn set_blocker(&self, shard: usize) {
+        counters::shared_write();
         self.blocker.store(shard as u64, Ordering::Relaxed);
-    }
-
-    /// Records an admission from the word by shard `shard` (on the line its CAS just wrote: no
-    /// transfer); whether that shard made the last [`ALONE_AFTER`] in a row. One load, and a
-    /// store until the run is that long.
-    #[inline(always)]
-    pub(super) fn admitted_alone(&self, shard: usize) -> bool {
-        // Shard 0 is 1 here: 0 is the run of no shard, before the first admission.
-        let me = (shard as u64 + 1) << RUN_BITS;
-        let run = self.run.load(Ordering::Relaxed);
-        if run & !RUN_COUNT != me {
-            self.run.store(me, Ordering::Relaxed);
-            return ALONE_AFTER == 1;
-        }
-        if run & RUN_COUNT < ALONE_AFTER - 1 {
-            self.run.store(run + 1, Ordering::Relaxed);
-            return run & RUN_COUNT == ALONE_AFTER - 2;
-        }
-        true
-    }
-
-    /// Ends the current run: the next shard to admit from the word starts a new one.
-    #[inline(always)]
-    pub(super) fn end_run(&self) {
-        self.run.store(0, Ordering::Relaxed);
-    }
-
-    /// A chain's admission ([`ShardedBucket::acquire_chain`](super::ShardedBucket)): the word
-    /// from `chain` to `next` if it still holds `chain`. `Relaxed`, as
-    /// [`decide_fast`](Self::decide_fast)'s CAS; strong, so that a spurious failure does not
-    /// end the chain.
-    #[inline(always)]
-    pub(super) fn chain_cas(&self, chain: u64, next: u64) -> bool {
-        self.state
-            .compare_exchange(chain, next, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
     }
 
     /// The state (read-only).
@@ -272,24 +267,22 @@ impl Central {
     /// so the units handed out still never overlap.
     #[cfg(feature = "persist")]
     pub(super) fn raise(&self, floor: u64) {
+        counters::central_cas();
         self.state.fetch_max(floor, Ordering::Relaxed);
     }
 
-    /// One attempt of [`decide`](Self::decide) for a shard whose lease holds nothing, where it
-    /// takes no lease: one CAS, or a refusal (recorded in the lease's
-    /// `dry_until`), which for a hungry shard takes an [advance](Self::advance) first.
-    /// `None`: [`decide`](Self::decide).
+    /// One attempt of [`decide`](Self::decide) for a shard whose lease holds nothing, in a
+    /// bucket that takes no near leases ([`near_cap`] 0): one CAS that takes no lease, or a
+    /// refusal (recorded in the lease's `dry_until`). `None`: [`decide`](Self::decide).
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn decide_fast(
         &self,
         scaled: &Scaled,
-        now: u64,
         e: Earned,
         cost_units: u64,
         lease_room: u64,
-        (lease, (q, h)): (&Lease, (u64, u64)),
-        ahead_cap: u64,
+        lease: &Lease,
+        now: u64,
     ) -> Option<Decided> {
         let burst_units = scaled.burst_units();
         let limit = e.floor + burst_units;
@@ -301,13 +294,6 @@ impl Central {
             let want = s + cost_units;
             if want > limit {
                 let at = scaled.instant_of(want - burst_units);
-                if first && ahead_cap > 0 {
-                    if let Some(at) =
-                        self.advance(scaled, e, s, cost_units, lease, (q, h), ahead_cap)
-                    {
-                        return Some((Err(Denied::RetryAfter(wait_until(at, now))), 0));
-                    }
-                }
                 // For one token the instant just computed.
                 let dry = if cost_units == scaled.scale() {
                     at
@@ -322,6 +308,7 @@ impl Central {
             if limit - want > lease_room || !first {
                 return None;
             }
+            counters::central_cas();
             match self.state.compare_exchange_weak(
                 s,
                 s.max(e.ceil) + cost_units,
@@ -346,95 +333,15 @@ impl Central {
         None
     }
 
-    /// With the word dry at the reading (`s + cost` beyond the limit) and the shard's lease
-    /// `(q, h)` empty: takes an *advance* — the next `ahead` tokens' units `[max(s, ceil), +ahead)`,
-    /// not yet earned — in one CAS, for the shard's threads to pay out as the clock earns them,
-    /// and returns the instant this refusal's cost becomes payable from it. `None` when the
-    /// shard takes no advance (not hungry, another shard's advance out, the lease locked or
-    /// replaced by another thread, a lost CAS): the caller refuses from the word as it found it.
-    ///
-    /// Sizes: the lease it replaces was spent to its top (`q == h`, an earlier advance used up,
-    /// or a lease never taken): the size doubles, up to `ahead_cap`; units of it lapsed, or a
-    /// scan emptied it after they did (marked in `ahead`): the size halves, to one token at least
-    /// (and what lapsed is counted in the lease's `stranded`). The
-    /// bound holds whatever the size: every unit is taken once, and paid only at a reading whose
-    /// limit reaches it.
-    #[cold]
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    fn advance(
-        &self,
-        scaled: &Scaled,
-        e: Earned,
-        s: u64,
-        cost_units: u64,
-        lease: &Lease,
-        (q, h): (u64, u64),
-        ahead_cap: u64,
-    ) -> Option<u64> {
-        let (size, emptied) = lease.ahead();
-        // None for a cost of the whole burst: payable only with the bucket full, at a reading
-        // whose earned units reach the advance's first unit, where with an inexact quota they
-        // pass it (rounded up) and it lapses — the holder's wait would be short by the advance
-        // (`a_cost_of_the_whole_burst_takes_no_advance_and_waits_exactly`).
-        if size == 0 || cost_units >= scaled.burst_units() {
-            return None;
-        }
-        // Units `[q, h)` lapsed if `q < h` (the lease is empty at this reading: `h <= ceil`).
-        // Halved, never below one token: only an advance replaces a lapsed lease, so a size of
-        // 0 would keep it there, and the shard out of advances, for as long as the word stays
-        // near its limit (before 2026-12-03 a lease that lapsed from a size of 1 did exactly
-        // that: `a_lapsed_lease_does_not_keep_its_shard_from_advances`).
-        let (size, lapsed) = if q < h {
-            ((size / 2).max(1), h - q)
-        } else if emptied {
-            ((size / 2).max(1), 0)
-        } else if q == h && h > 0 {
-            ((size * 2).min(ahead_cap), 0)
-        } else {
-            (size.min(ahead_cap), 0)
-        };
-        // One advance out at a time: a word already beyond the limit (another shard's advance)
-        // is not raised further, so it is never more than one advance ahead of the rate, and
-        // the other shards' waits at most one advance late. States stay within 63 bits.
-        let base = s.max(e.ceil);
-        let top = match base.checked_add(size * scaled.scale()) {
-            Some(top) if s <= e.floor + scaled.burst_units() && top <= MAX_STATE => top,
-            _ => return None,
-        };
-        if !lease.lock(q, h) {
-            return None;
-        }
-        self.hand_out();
-        // `Release`: the lock above happens before a scan that reads this state or a later
-        // one (`ShardedBucket::publish_dry_all`).
-        match self
-            .state
-            .compare_exchange(s, top, Ordering::Release, Ordering::Relaxed)
-        {
-            Ok(_) => {
-                // Sizes and losses change only with the lease actually replaced, so a shard
-                // that finds the word held by another's advance counts nothing twice. The size
-                // is set while the lease is locked: a scan that empties the new advance (after
-                // a stall here as long as its units take to lapse) marks it after, not before.
-                lease.set_ahead(size);
-                lease.install(base, top);
-                if lapsed > 0 {
-                    lease.add_stranded(lapsed);
-                }
-                Some(scaled.instant_of(base + cost_units - scaled.burst_units()))
-            }
-            Err(_) => {
-                lease.unlock(q);
-                None
-            }
-        }
-    }
-
-    /// Debits the cost, and with it a new lease when the shard's lease holds under one token
-    /// and the word holds plenty; or, when the word alone cannot pay, what the shard's lease
-    /// holds and the rest from the word; else refuses with the wait until the word holds the
-    /// cost. Units lost with a replaced lease (under one token) are added to its `stranded`.
+    /// Debits the cost, and with it a new lease when the shard's lease holds under one token:
+    /// a far lease ([`lease_tokens`]) when the word holds plenty, else a near lease
+    /// ([`near_size`], when the bucket takes them), whose units may lie beyond the limit (not
+    /// yet earned). When the word alone cannot pay: what the shard's lease holds and the rest
+    /// from the word; else a refusal — with a near lease taken in the same CAS when the
+    /// shard's lease is empty (an *advance*: its threads then refuse from their own line until
+    /// its first units are earned, and pay them out as they are), or with the wait until the
+    /// word holds the cost. Units a replaced lease still held (a remainder under one token, or
+    /// units that lapsed) are added to its `stranded`.
     #[inline(never)]
     pub(super) fn decide(&self, ask: &Ask<'_>) -> Outcome {
         let scaled = ask.scaled;
@@ -452,6 +359,22 @@ impl Central {
                 },
             ) => Some((lease, frontier, top, units)),
             (_, Short::Locked) => None,
+        };
+        // The lease holds the cost, not yet earned (an advance, or a reading older than the
+        // lease's): refused with the wait for its units, this shard's earliest.
+        if let Some((_, frontier, _, units)) = held {
+            if units >= cost_units {
+                let at = frontier + cost_units - burst_units;
+                return Outcome::Refused(Denied::RetryAfter(wait(scaled, at, ask.now)), 0);
+            }
+        }
+        // The size of a near lease that replaces this one (0: none).
+        let near = match held {
+            Some((lease, frontier, top, units)) if ask.near_cap > 0 && units < scale => {
+                let (last, emptied) = lease.near();
+                near_size(last, emptied, frontier, top, ask.near_cap)
+            }
+            _ => 0,
         };
         // Whether this decision holds the shard's lease (`Lease::lock`): taken before the CAS
         // that replaces or empties the lease, so that no spend races it.
@@ -483,6 +406,7 @@ impl Central {
                             locked = true;
                         }
                         let next = base + (cost_units - units);
+                        counters::central_cas();
                         match self.state.compare_exchange_weak(
                             s,
                             next,
@@ -502,29 +426,113 @@ impl Central {
                     }
                     _ => {}
                 }
+                // An advance: the next `near` tokens' units, for the shard's threads to pay
+                // out as the clock earns them. Never for a cost of the whole burst (payable
+                // only with the bucket full, at a reading whose earned units pass the
+                // advance's first unit with an inexact quota, so that it lapses), nor one
+                // above the near lease's size.
+                let size = near.max(ask.cost);
+                if let Some((lease, frontier, top, _)) = held {
+                    let top_new = base + size * scale;
+                    if near > 0
+                        && size <= ask.near_cap
+                        && cost_units < burst_units
+                        && top_new <= (limit + ask.room).min(MAX_STATE)
+                    {
+                        if !locked {
+                            if !lease.lock(frontier, top) {
+                                return Outcome::Retry;
+                            }
+                            locked = true;
+                        }
+                        self.hand_out();
+                        // `Release`: the lock above happens before a scan that reads this state
+                        // or a later one (`ShardedBucket::publish_dry_all`).
+                        counters::central_cas();
+                        match self.state.compare_exchange_weak(
+                            s,
+                            top_new,
+                            Ordering::Release,
+                            Ordering::Relaxed,
+                        ) {
+                            Ok(_) => {
+                                // Sized while the lease is locked: a scan that empties the new
+                                // lease (after a stall as long as its units take to lapse)
+                                // marks it after, not before.
+                                lease.set_near(size);
+                                lease.install(base, top_new);
+                                if frontier < top {
+                                    lease.add_stranded(top - frontier);
+                                }
+                                let at = base + cost_units - burst_units;
+                                return Outcome::Refused(
+                                    Denied::RetryAfter(wait(scaled, at, ask.now)),
+                                    0,
+                                );
+                            }
+                            Err(actual) => {
+                                s = actual;
+                                backoff.spin();
+                                continue;
+                            }
+                        }
+                    }
+                }
+                // Recorded for the shard's one-token refusals unless its lease can pay a
+                // token (a cost above what it holds was refused here).
                 let mut dry = 0;
-                if let Some((lease, ..)) = held {
-                    dry = dry_at(scaled, s);
-                    lease.publish_dry(dry);
+                if let Some((lease, _, _, units)) = held {
+                    if units < scale {
+                        dry = dry_at(scaled, s);
+                        lease.publish_dry(dry);
+                    }
                 }
                 release(locked);
-                let denied = Denied::RetryAfter(wait(scaled, want - burst_units, ask.now));
+                // The wait until the word pays the cost, or, sooner, until it pays what the
+                // lease lacks while the lease still holds its units (they lapse once the units
+                // earned pass them): the instant the pooling above admits.
+                let mut need = want;
+                if let Some((_, _, top, units)) = held {
+                    let pooled = top.max(want - units);
+                    if units > 0 && pooled - burst_units < top - units {
+                        need = pooled;
+                    }
+                }
+                let denied = Denied::RetryAfter(wait(scaled, need - burst_units, ask.now));
                 return Outcome::Refused(denied, dry);
             }
-            // A lease that holds less than one token is replaced (what it holds is lost).
+            // A lease that holds less than one token is replaced (what it holds is lost): a far
+            // lease while the word holds plenty, else a near one.
             let mut leased = 0;
             if let Some((lease, frontier, top, _)) = held.filter(|h| h.3 < scale) {
-                // No lease below `cost + SPREAD × shards × lease_min` tokens held (`ask.spread`
-                // units more than the cost): a compare first, the divisions only when a lease is
-                // taken.
+                // No far lease below `cost + SPREAD × shards × lease_min` tokens held
+                // (`ask.spread` units more than the cost): a compare first, the divisions only
+                // when a lease is taken.
                 let room = (limit - s).min(burst_units);
-                let tokens = if room - cost_units > ask.spread {
+                let far = if room - cost_units > ask.spread {
                     lease_tokens(room / scale, ask.cost, ask.shards)
                 } else {
                     0
                 };
-                // `want + tokens × scale <= limit` by the size rule; checked as a debit is.
-                if tokens > 0 && want + tokens * scale <= limit {
+                // `want + far × scale <= limit` by the size rule; a near lease may pass the
+                // limit by `ask.room` at most.
+                // A near lease lives at least `lease_min`'s time (its first unit that far
+                // beyond the units earned), as a far one does: near the limit, where it is
+                // taken, its units lie up to a burst ahead; from a fuller word a short one
+                // would lapse before its shard's next decision.
+                let near = if base + cost_units >= e.ceil + ask.near_min {
+                    near
+                } else {
+                    0
+                };
+                let tokens = if far > 0 && want + far * scale <= limit {
+                    far.max(near)
+                } else {
+                    near
+                };
+                let tokens =
+                    tokens.min((limit + ask.room).saturating_sub(base + cost_units) / scale);
+                if tokens > 0 && base + cost_units + tokens * scale <= MAX_STATE {
                     if !locked {
                         if !lease.lock(frontier, top) {
                             return Outcome::Retry;
@@ -538,13 +546,22 @@ impl Central {
             let next = base + cost_units + leased;
             // `Release`: a lock taken above happens before a scan that reads this state or a
             // later one (`ShardedBucket::publish_dry_all`).
+            counters::central_cas();
             match self
                 .state
                 .compare_exchange_weak(s, next, Ordering::Release, Ordering::Relaxed)
             {
                 Ok(_) => {
                     match held {
-                        Some((lease, _, _, lost)) if leased > 0 => {
+                        Some((lease, frontier, top, units)) if leased > 0 => {
+                            // Lost: a far lease's remainder; all a near lease's shard did not
+                            // spend (units that lapsed too: it sizes the next one by them).
+                            let lost = if near > 0 {
+                                lease.set_near(leased / scale);
+                                top.saturating_sub(frontier)
+                            } else {
+                                units
+                            };
                             lease.install(next - leased, next);
                             if lost > 0 {
                                 lease.add_stranded(lost);

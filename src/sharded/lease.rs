@@ -8,7 +8,7 @@ use crate::sync::{AtomicU64, Ordering};
 /// lease as empty. Above every state (states are at most 2^63 − 1).
 pub(super) const LOCKED: u64 = u64::MAX;
 
-/// The top bit of `ahead`: the lease lapsed and a scan emptied it (the next advance halves).
+/// The top bit of `near`: the lease lapsed and a scan emptied it (the next near lease halves).
 const LAPSED: u64 = 1 << 63;
 
 /// The units `[frontier, top)` taken from the central word and not yet spent here.
@@ -44,18 +44,11 @@ const LAPSED: u64 = 1 << 63;
 /// lease empty, is answered from it without reading the central word. Written only when it
 /// moves forward (a stalled writer may step it back to its own, still true, instant). `Relaxed`.
 ///
-/// `ahead`, on the same line: the tokens of the next *advance* this shard takes — a lease of
-/// units the central word has not yet earned, taken when the word is dry, so that the shard's
-/// threads pay them out as the clock earns them without touching the central line. 0 (no
-/// advance) at first; 1 after a refusal of this shard found the word dry before its own
-/// `dry_until` passed (its threads ask faster than tokens come); doubled, up to the bucket's cap,
-/// after an advance was spent to its last unit; halved, to one at least, after one let units
-/// lapse — also when a `dry_all` scan emptied it, which it marks in the word's top bit
-/// ([`LAPSED`]): emptied, the lease looks spent to its top, and until 2026-12-03 its shard's next
-/// advance doubled. In the 64-core model with one core offering 99 % of the load
-/// (`examples/sharded_sim.rs`), quiet cores whose advances lapsed and were emptied by the busy
-/// core's scans doubled them, and 1.3–2.7 % of the tokens lapsed over 200 ms (0.2–1.0 % with
-/// the mark). A heuristic only: it decides sizes, never admissions. `Relaxed`.
+/// `near`, on the same line: the size in tokens of the shard's last near lease (0: none yet;
+/// [`central::near_size`](super::central::near_size) sizes the next from it), with the top bit
+/// ([`LAPSED`]) set when a `dry_all` scan emptied that lease after it lapsed — emptied, it
+/// looks spent to its top, and its next one would double. A heuristic only: it decides sizes,
+/// never admissions. `Relaxed`.
 ///
 /// `stranded`, on the same line: units this shard lost with the leases it replaced (a remainder
 /// under one token, or the lapsed units of a lease an advance replaced or a scan emptied), for
@@ -68,7 +61,7 @@ pub(super) struct Lease {
     frontier: AtomicU64,
     top: AtomicU64,
     dry_until: AtomicU64,
-    ahead: AtomicU64,
+    near: AtomicU64,
     stranded: AtomicU64,
 }
 
@@ -85,7 +78,8 @@ pub(super) enum Short {
 /// What [`Lease::spend_fast`] found.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Fast {
-    Spent,
+    /// Spent, the frontier raised to this.
+    Spent(u64),
     /// Not locked, and holding nothing at the reading.
     Empty,
     /// Anything else (holding less than the cost, locked, a lost CAS): [`Lease::spend`].
@@ -125,7 +119,7 @@ impl Lease {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => Fast::Spent,
+                Ok(_) => Fast::Spent(next),
                 Err(_) => Fast::Slow,
             };
         }
@@ -227,27 +221,18 @@ impl Lease {
         }
     }
 
-    /// The tokens of this shard's next advance (0: none), and whether a scan emptied its lease
+    /// The size of this shard's last near lease (0: none yet), and whether a scan emptied it
     /// after it lapsed ([`LAPSED`]).
     #[inline(always)]
-    pub(super) fn ahead(&self) -> (u64, bool) {
-        let a = self.ahead.load(Ordering::Relaxed);
+    pub(super) fn near(&self) -> (u64, bool) {
+        let a = self.near.load(Ordering::Relaxed);
         (a & !LAPSED, a & LAPSED != 0)
     }
 
-    /// Sets the next advance's size (and clears the [`LAPSED`] mark).
+    /// Sets the size of the near lease being installed (and clears the [`LAPSED`] mark).
     #[inline]
-    pub(super) fn set_ahead(&self, tokens: u64) {
-        self.ahead.store(tokens, Ordering::Relaxed);
-    }
-
-    /// A refusal before `dry_until`: this shard's threads ask faster than tokens come, so its
-    /// next visit to a dry word takes an advance of one token if it takes none yet.
-    #[inline(always)]
-    pub(super) fn hungry(&self) {
-        if self.ahead.load(Ordering::Relaxed) & !LAPSED == 0 {
-            self.ahead.store(1, Ordering::Relaxed);
-        }
+    pub(super) fn set_near(&self, tokens: u64) {
+        self.near.store(tokens, Ordering::Relaxed);
     }
 
     /// Adds units lost with a replaced lease.
@@ -275,12 +260,13 @@ impl Lease {
         if q >= h {
             return true;
         }
+        super::counters::shared_write();
         if !self.lock(q, h) {
             return false;
         }
-        let a = self.ahead.load(Ordering::Relaxed);
+        let a = self.near.load(Ordering::Relaxed);
         if a != 0 {
-            self.ahead.store(a | LAPSED, Ordering::Relaxed);
+            self.near.store(a | LAPSED, Ordering::Relaxed);
         }
         self.install(h, h);
         self.add_stranded(h - q);

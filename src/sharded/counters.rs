@@ -1,0 +1,108 @@
+//! What the sharded bucket writes to shared cache lines, counted per thread for the harness
+//! (feature `counters`, off by default: every hook below compiles to nothing without it).
+//!
+//! A *shared line* is one that more than one core writes: the central word's line (its CAS
+//! attempts, failed or not, the hand-out count and scan records beside it), the read-mostly
+//! line (`dry_all`), and another shard's lease (emptied by a scan). A shard's own lease is not
+//! one: threads are homed by CPU, so only its own core writes it.
+
+#[cfg(feature = "counters")]
+mod on {
+    use core::cell::Cell;
+
+    std::thread_local! {
+        static COUNTS: Cell<super::Counts> = const { Cell::new(super::Counts::ZERO) };
+        /// Shared-line writes of the decision under way.
+        static PENDING: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(crate) fn central_cas() {
+        COUNTS.with(|c| {
+            let mut n = c.get();
+            n.central_cas += 1;
+            c.set(n);
+        });
+        shared_write();
+    }
+
+    pub(crate) fn shared_write() {
+        PENDING.with(|p| p.set(p.get() + 1));
+    }
+
+    pub(crate) fn decided(admitted: bool) {
+        let pending = PENDING.with(|p| p.replace(0));
+        COUNTS.with(|c| {
+            let mut n = c.get();
+            if admitted {
+                n.admissions += 1;
+                n.admitting_writes += pending;
+            } else {
+                n.refusals += 1;
+                n.refusing_writes += pending;
+            }
+            c.set(n);
+        });
+    }
+
+    pub(crate) fn take() -> super::Counts {
+        PENDING.with(|p| p.set(0));
+        COUNTS.with(|c| c.replace(super::Counts::ZERO))
+    }
+}
+
+/// The calling thread's counts since its last [`take`], for every [`ShardedBucket`]
+/// (crate::ShardedBucket) it decided on.
+#[cfg(feature = "counters")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Decisions (of a cost within the burst) admitted.
+    pub admissions: u64,
+    /// Decisions refused.
+    pub refusals: u64,
+    /// Compare-and-swap attempts on the central word, failed ones included.
+    pub central_cas: u64,
+    /// Writes to shared lines by decisions that admitted.
+    pub admitting_writes: u64,
+    /// Writes to shared lines by decisions that refused.
+    pub refusing_writes: u64,
+}
+
+#[cfg(feature = "counters")]
+impl Counts {
+    const ZERO: Counts = Counts {
+        admissions: 0,
+        refusals: 0,
+        central_cas: 0,
+        admitting_writes: 0,
+        refusing_writes: 0,
+    };
+}
+
+/// Returns the calling thread's counts and starts them again from zero.
+#[cfg(feature = "counters")]
+pub fn take() -> Counts {
+    on::take()
+}
+
+/// A CAS attempt on the central word (also a shared-line write).
+#[inline(always)]
+pub(super) fn central_cas() {
+    #[cfg(feature = "counters")]
+    on::central_cas();
+}
+
+/// A write to a shared line other than the central word's CAS.
+#[inline(always)]
+pub(super) fn shared_write() {
+    #[cfg(feature = "counters")]
+    on::shared_write();
+}
+
+/// The end of a decision: its shared-line writes are the admission's or the refusal's.
+#[inline(always)]
+pub(super) fn decided(admitted: bool) {
+    #[cfg(feature = "counters")]
+    on::decided(admitted);
+    #[cfg(not(feature = "counters"))]
+    let _ = admitted;
+}
