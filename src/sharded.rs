@@ -308,9 +308,7 @@ impl<C: Clock> ShardedBucket<C> {
                 Err(Denied::ExceedsBurst)
             };
         }
-        let verdict = self.acquire_at(self.read_mostly.clock.now(), cost);
-        counters::decided(verdict.is_ok());
-        verdict
+        self.acquire_at(self.read_mostly.clock.now(), cost)
     }
 
     /// [`try_acquire`](ShardedBucket::try_acquire), also returning the bucket at the decision's
@@ -429,9 +427,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// which need the reading whatever the cost).
     fn decide_now(&self, cost: u64) -> (u64, Result<(), Denied>) {
         let now = self.read_mostly.clock.now();
-        let verdict = self.decide_on(now, cost, || self.home());
-        counters::decided(verdict.is_ok());
-        (now, verdict)
+        (now, self.decide_on(now, cost, || self.home()))
     }
 
     /// The decision at `now`, edge costs included, on the shard `home` gives (the thread's; a
@@ -563,6 +559,7 @@ impl<C: Clock> ShardedBucket<C> {
         {
             Some((verdict, dry)) => {
                 self.note_dry(now, earned, dry);
+                counters::settle(verdict.is_ok());
                 verdict
             }
             None => self.acquire_slow(now, earned, cost, home),
@@ -668,12 +665,17 @@ impl<C: Clock> ShardedBucket<C> {
                 near_cap: self.read_mostly.near_cap,
                 room: self.read_mostly.room,
                 near_min: self.read_mostly.near_min,
+                clock: &|| self.read_mostly.clock.now(),
                 lease,
             };
             match self.central.decide(&ask) {
-                Outcome::Admitted => return Ok(()),
+                Outcome::Admitted => {
+                    counters::settle(true);
+                    return Ok(());
+                }
                 Outcome::Refused(denied, dry) => {
                     self.note_dry(now, earned, dry);
+                    counters::settle(false);
                     return Err(denied);
                 }
                 Outcome::Retry => {}
@@ -1007,6 +1009,7 @@ mod tests {
             near_cap: bucket.read_mostly.near_cap,
             room: bucket.read_mostly.room,
             near_min: bucket.read_mostly.near_min,
+            clock: &|| tx,
             lease: (c, short),
         };
         assert!(matches!(bucket.central.decide(&ask), Outcome::Retry));

@@ -104,9 +104,10 @@ impl Counters {
         self.admissions + self.refusals
     }
 
-    pub(crate) fn add(&mut self, c: &tollgate::counters::Counts) {
-        self.admissions += c.admissions;
-        self.refusals += c.refusals;
+    /// Adds one thread's counts and decisions (`ops`, of which `admitted` admitted).
+    pub(crate) fn add(&mut self, c: &tollgate::counters::Counts, ops: u64, admitted: u64) {
+        self.admissions += admitted;
+        self.refusals += ops - admitted;
         self.central_cas += c.central_cas;
         self.refusing_writes += c.refusing_writes;
     }

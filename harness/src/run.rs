@@ -344,7 +344,7 @@ pub(crate) fn run_round(
         max_ops = max_ops.max(out.ops);
         min_admitted = min_admitted.min(out.admitted_ops);
         max_admitted = max_admitted.max(out.admitted_ops);
-        counts.add(&out.counts);
+        counts.add(&out.counts, out.ops, out.admitted_ops);
         admitted += u128::from(out.admitted_ops) * u128::from(spec.cost);
         hist.add(&out.hist)
             .map_err(|e| Error::Histogram(format!("{e:?}")))?;
@@ -378,7 +378,7 @@ pub(crate) fn run_round(
             bound: saturate(bound),
             thread_admitted_min: if outs.is_empty() { 0 } else { min_admitted },
             thread_admitted_max: max_admitted,
-            counters: (counts.decisions() > 0).then_some(counts),
+            counters: limiter.counts_shared_writes().then_some(counts),
             busiest_key: busiest_key.map(|b| BusiestKey {
                 key: b.key,
                 admitted: saturate(b.admitted),

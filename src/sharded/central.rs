@@ -198,6 +198,8 @@ pub(super) struct Ask<'a> {
     pub(super) room: u64,
     /// [`lease_min`] in units: the least time a near lease's first unit lies ahead.
     pub(super) near_min: u64,
+    /// The clock, read again after a lost CAS (how stale `now` has grown).
+    pub(super) clock: &'a dyn Fn() -> u64,
     /// The calling shard's lease and why it could not pay.
     pub(super) lease: (&'a Lease, Short),
 }
@@ -385,9 +387,12 @@ impl Central {
             }
         };
         let mut s = self.state.load(Ordering::Relaxed);
-        // A short spin after each lost CAS, as in `Bucket`'s retry loop (at most 64 hints, also
-        // while this decision holds the lease: its spenders then take the central path).
+        // A short spin after each lost CAS, as in `Bucket`'s retry loop (at most 64 hints), with
+        // the lease unlocked: a thread descheduled in a spin leaves its shard's lease to its
+        // shard's other threads.
         let mut backoff = Backoff::default();
+        // Nanoseconds from the reading to the last lost CAS (0 before one).
+        let mut age = 0u64;
         loop {
             // `gcra::try_acquire`'s test; `s <= 2^63 − 1`, so nothing overflows.
             let want = s + cost_units;
@@ -419,6 +424,8 @@ impl Central {
                             }
                             Err(actual) => {
                                 s = actual;
+                                release(locked);
+                                locked = false;
                                 backoff.spin();
                                 continue;
                             }
@@ -472,6 +479,8 @@ impl Central {
                             }
                             Err(actual) => {
                                 s = actual;
+                                release(locked);
+                                locked = false;
                                 backoff.spin();
                                 continue;
                             }
@@ -510,7 +519,20 @@ impl Central {
                 // when a lease is taken.
                 let room = (limit - s).min(burst_units);
                 let far = if room - cost_units > ask.spread {
-                    lease_tokens(room / scale, ask.cost, ask.shards)
+                    // A decision that lost CASes decides at a reading that aged meanwhile, and
+                    // its next CAS may wait as long again: its lease's first units are that much
+                    // older than the units being earned, and lapse at once. So the lease is at
+                    // least what the rate earns in twice the age, at most half what the word
+                    // holds beyond the cost: on many cores, with every thread at the word, leases
+                    // shorter than the wait would lapse before their shard spends them, and the
+                    // threads would come back for more.
+                    let by_age = if age > 0 {
+                        (scaled.earned(age.saturating_mul(2)).0 / scale)
+                            .min((room - cost_units) / 2 / scale)
+                    } else {
+                        0
+                    };
+                    lease_tokens(room / scale, ask.cost, ask.shards).max(by_age)
                 } else {
                     0
                 };
@@ -573,7 +595,11 @@ impl Central {
                 }
                 Err(actual) => {
                     s = actual;
+                    release(locked);
+                    locked = false;
                     backoff.spin();
+                    // How stale the reading has grown: a far lease covers twice that.
+                    age = (ask.clock)().saturating_sub(ask.now);
                 }
             }
         }

@@ -29,15 +29,13 @@ mod on {
         PENDING.with(|p| p.set(p.get() + 1));
     }
 
-    pub(crate) fn decided(admitted: bool) {
+    pub(crate) fn settle(admitted: bool) {
         let pending = PENDING.with(|p| p.replace(0));
         COUNTS.with(|c| {
             let mut n = c.get();
             if admitted {
-                n.admissions += 1;
                 n.admitting_writes += pending;
             } else {
-                n.refusals += 1;
                 n.refusing_writes += pending;
             }
             c.set(n);
@@ -50,15 +48,12 @@ mod on {
     }
 }
 
-/// The calling thread's counts since its last [`take`], for every [`ShardedBucket`]
-/// (crate::ShardedBucket) it decided on.
+/// The calling thread's counts since its last [`take`], for every
+/// [`ShardedBucket`](crate::ShardedBucket) it decided on. Counted on the paths that reach the
+/// central word only (the fast paths write no shared line), so the caller counts its decisions.
 #[cfg(feature = "counters")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
-    /// Decisions (of a cost within the burst) admitted.
-    pub admissions: u64,
-    /// Decisions refused.
-    pub refusals: u64,
     /// Compare-and-swap attempts on the central word, failed ones included.
     pub central_cas: u64,
     /// Writes to shared lines by decisions that admitted.
@@ -70,8 +65,6 @@ pub struct Counts {
 #[cfg(feature = "counters")]
 impl Counts {
     const ZERO: Counts = Counts {
-        admissions: 0,
-        refusals: 0,
         central_cas: 0,
         admitting_writes: 0,
         refusing_writes: 0,
@@ -98,11 +91,12 @@ pub(super) fn shared_write() {
     on::shared_write();
 }
 
-/// The end of a decision: its shared-line writes are the admission's or the refusal's.
+/// The end of a decision that reached the central word: the shared-line writes since the last
+/// are the admission's or the refusal's.
 #[inline(always)]
-pub(super) fn decided(admitted: bool) {
+pub(super) fn settle(admitted: bool) {
     #[cfg(feature = "counters")]
-    on::decided(admitted);
+    on::settle(admitted);
     #[cfg(not(feature = "counters"))]
     let _ = admitted;
 }

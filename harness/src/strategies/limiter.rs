@@ -63,6 +63,12 @@ pub trait RateLimiter: Send + Sync {
     fn extra_quotas(&self) -> Vec<Quota> {
         Vec::new()
     }
+
+    /// Whether the limiter is tollgate's `ShardedBucket`, which counts its writes to shared
+    /// cache lines (`tollgate::counters`): then the runner reports them. `false` by default.
+    fn counts_shared_writes(&self) -> bool {
+        false
+    }
 }
 
 /// Who wrote a strategy: tollgate's own synchronization strategies, a peer crate shown for

@@ -64,6 +64,9 @@ impl RateLimiter for Sharded {
     fn name(&self) -> &str {
         "sharded"
     }
+    fn counts_shared_writes(&self) -> bool {
+        true
+    }
 }
 
 /// The `cas` strategy.
