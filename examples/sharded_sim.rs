@@ -88,7 +88,9 @@
 //!   after one that lapsed, within `[1, F]`, the far lease when it is larger) or, with the
 //!   word unable to pay, an advance of `a` tokens, both as long as the word stays within
 //!   `room = min(n × F, R × 250 µs)` beyond the limit; a lease holding units not yet payable
-//!   refuses from the shard's line.
+//!   refuses from the shard's line. `--lease-by-wait` (a proposal, not the crate's): a lease
+//!   taken from a word that holds more than it is at least what the rate earns in twice the
+//!   decision's age at its CAS (reading to now), at most half of what the word holds.
 //! * **Counted**: decisions and admissions a second, admitted / the bound (`burst + rate × T`,
 //!   a drained start `rate × T`; a run that passed it would stop the program), latency
 //!   percentiles of every decision, central CASes per admission (failed ones included),
@@ -686,6 +688,9 @@ mod spin {
         pub(crate) no_locked_preemption: bool,
         /// Near rules: `F` instead of the rule's (0: the rule's).
         pub(crate) f: u64,
+        /// Near rules: a lease taken from a word holding more than it is at least what the rate
+        /// earns in twice the decision's age (its reading to now), at most half the word.
+        pub(crate) lease_by_wait: bool,
 
         /// Each transfer and each decision's local work take between `1 - jitter` and
         /// `1 + jitter` times their cost (uniform), in percent.
@@ -1772,7 +1777,12 @@ mod spin {
                 let fits = far > 0 && want + far * UNIT <= limit;
                 let tokens = match self.rules {
                     Rules::Near => {
-                        let t = if fits { far.max(ctx.near) } else { ctx.near };
+                        let mut t = if fits { far.max(ctx.near) } else { ctx.near };
+                        if self.m.lease_by_wait {
+                            let age = (now + d).saturating_sub(r);
+                            let cover = (2 * age * self.rate / UNIT).min(room / UNIT / 2);
+                            t = t.max(cover);
+                        }
                         t.min((limit + self.room).saturating_sub(base + UNIT) / UNIT)
                     }
                     _ if fits => far,
@@ -2033,6 +2043,7 @@ mod cli {
             ),
             no_locked_preemption: words.iter().any(|w| w == "--no-locked-preemption"),
             f: num(words, "--f", 0),
+            lease_by_wait: words.iter().any(|w| w == "--lease-by-wait"),
 
             jitter: num(words, "--jitter", 50),
             hold: num(words, "--hold", 0),
@@ -2264,13 +2275,42 @@ mod cli {
         );
         let mut w = words.to_vec();
         w.extend(["--idle-at-us", "5000", "--idle-us", "2000"].map(str::to_owned));
+        header();
         for cores in [16usize, 32, 48, 64] {
             let m = machine(&w, cores);
-            if cores == 16 {
-                header();
-            }
             let x = spin::run(Rules::Near, m, spin::MIXED, cores, ms * 1_000_000, 1);
             row(spin::MIXED, Rules::Near, cores, &x);
+        }
+        // The same with leases that cover the decision's wait, then 64 cores with slower
+        // transfers and with every thread starting at once, both ways.
+        println!("\nThe same, near leases covering the decision's wait (`--lease-by-wait`):\n");
+        let mut by_wait = w.clone();
+        by_wait.push("--lease-by-wait".to_owned());
+        header();
+        for cores in [16usize, 32, 48, 64] {
+            let m = machine(&by_wait, cores);
+            let x = spin::run(Rules::Near, m, spin::MIXED, cores, ms * 1_000_000, 1);
+            row(spin::MIXED, Rules::Near, cores, &x);
+        }
+        println!("\n64 cores, 64 threads: t_w 75 and 90 ns; every thread starting at once (`--spawn-ns 0`); each without and with `--lease-by-wait` ({ms} ms):\n");
+        header();
+        for extra in [["--t-w", "75"], ["--t-w", "90"], ["--spawn-ns", "0"]] {
+            for by in [false, true] {
+                let mut v = words.to_vec();
+                v.extend(extra.map(str::to_owned));
+                if by {
+                    v.push("--lease-by-wait".to_owned());
+                }
+                let m = machine(&v, 64);
+                let x = spin::run(Rules::Near, m, spin::MIXED, 64, ms * 1_000_000, 1);
+                print!(
+                    "{} {}{} ",
+                    extra[0],
+                    extra[1],
+                    if by { ", by wait" } else { "" }
+                );
+                row(spin::MIXED, Rules::Near, 64, &x);
+            }
         }
     }
 
