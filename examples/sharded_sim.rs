@@ -2085,12 +2085,16 @@ mod cli {
     }
 
     fn row(g: Regime, r: Rules, threads: usize, x: &spin::Run) {
+        row_named(g, r.name(), threads, x);
+    }
+
+    fn row_named(g: Regime, name: &str, threads: usize, x: &spin::Run) {
         let c = &x.c;
         let adm = x.admitted.max(1) as f64;
         println!(
             "| {} | {} | {} | {:.2} | {:.1} % | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.2} | {:.0} | {:.1} % | {:.1} | {} / {} |",
             g.name,
-            r.name(),
+            name,
             threads,
             x.mops(),
             x.share() * 100.0,
@@ -2303,13 +2307,9 @@ mod cli {
                 }
                 let m = machine(&v, 64);
                 let x = spin::run(Rules::Near, m, spin::MIXED, 64, ms * 1_000_000, 1);
-                print!(
-                    "{} {}{} ",
-                    extra[0],
-                    extra[1],
-                    if by { ", by wait" } else { "" }
-                );
-                row(spin::MIXED, Rules::Near, 64, &x);
+                let by_wait = if by { " --lease-by-wait" } else { "" };
+                let label = format!("near {} {}{by_wait}", extra[0], extra[1]);
+                row_named(spin::MIXED, &label, 64, &x);
             }
         }
     }
