@@ -65,8 +65,8 @@
 //!   decision keeps its one clock reading throughout, so a starved loop ends refused once the
 //!   word passes that reading's limit (burst / rate later).
 //! * **Threads and cores.** Thread `i` runs on core `i mod cores` (and on that core's shard);
-//!   it starts deciding `i × --spawn-ns` (20 µs, one thread spawn) after the first, as the
-//!   harness starts them one by one without a barrier. With more threads than cores, the
+//!   the first thread of each core starts deciding `i × --spawn-ns` (20 µs, one thread spawn)
+//!   after thread 0, as the harness starts them one by one without a barrier. With more threads than cores, the
 //!   threads of a core take turns in slices of `--slice-us` (3,000 µs: Linux's base slice of
 //!   0.75 ms scaled by 1 + log2(8) on 16 CPUs) with a switch of `--switch-ns` (2 µs): a thread
 //!   is descheduled at its next access or decision once its slice is over — between its clock
@@ -81,17 +81,19 @@
 //!   lock, count the hand-out on the central line, CAS, install), `decide` (the lease
 //!   locked, the hand-out counted and the CAS made at every attempt, a spin after every lost
 //!   CAS), a spender that finds the lease `LOCKED` deciding on the word alone, the run alone
-//!   and `dry_all` publications (the chain that follows a run alone is not modelled: the
-//!   tables count runs, and a run alone did not occur in them). `near`: the near leases —
+//!   and `dry_all` publications (the chain that follows a run alone is not modelled: runs are
+//!   counted, and none occurred in the calibration). `near`: the near leases —
 //!   `F = min(64, ⌊R × 16 µs⌋, ⌊B / 8n⌋)` (`--f` replaces it); a lease empty goes to
 //!   `decide`, which takes 1 + `a` tokens (`a` doubled after a lease spent to its top, halved
 //!   after one that lapsed, within `[1, F]`, the far lease when it is larger) or, with the
 //!   word unable to pay, an advance of `a` tokens, both as long as the word stays within
 //!   `room = min(n × F, R × 250 µs)` beyond the limit; a lease holding units not yet payable
-//!   refuses from the shard's line. `--lease-by-wait` (a proposal, not the crate's): a lease
+//!   refuses from the shard's line; a spender that finds its lease `LOCKED` decides on the word
+//!   alone, as in the current rules. `--lease-by-wait` (a proposal, not the crate's): a lease
 //!   taken from a word that holds more than it is at least what the rate earns in twice the
 //!   decision's age at its CAS (reading to now), at most half of what the word holds.
-//! * **Counted**: decisions and admissions a second, admitted / the bound (`burst + rate × T`,
+//! * **Counted** (`--paths` also prints how the decisions went): decisions a second from the
+//!   last thread's start, admitted / the bound (`burst + rate × T`,
 //!   a drained start `rate × T`; a run that passed it would stop the program), latency
 //!   percentiles of every decision, central CASes per admission (failed ones included),
 //!   writes of the central or read-mostly line per refusal (by refusing decisions: advances,
@@ -111,7 +113,8 @@
 //! threads), 64 cores (64 and 128 threads) and 2 cores (1–8), `mixed`, `deny` and `allow`, the
 //! issue's targets checked, and the idle-then-all-at-once runs. Regimes as the harness's:
 //! `mixed` 10 M tokens/s with a burst of 10,000 starting full, `deny` 1/s with a burst of 1,000
-//! starting drained, `allow` 10^9/s with a burst of 10^9.
+//! starting drained, `allow` 10^9/s with a burst of 10^9; `mixed-drained` is `mixed` starting
+//! drained.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
