@@ -4,10 +4,9 @@
 //!   own cache line. It only ever rises, so the units it hands out never overlap.
 //! * **A lease** ([`lease`]) is an interval of those units, taken by a shard together with one
 //!   decision in the same compare-and-swap and then spent by the shard's threads on the shard's
-//!   own line. Its size adapts ([`central::lease_tokens`]): up to 2^16 tokens while the word
-//!   holds plenty, none near the limit, where every decision is the central CAS alone — or,
-//!   for a shard whose threads ask faster than tokens come, an *advance*: up to 64 tokens not
-//!   yet earned, taken in one CAS when the word is dry and paid out as the clock earns them.
+//!   own line: a *far* lease of up to 2^16 tokens while the word holds plenty, a *near* lease of
+//!   up to 64 near the limit, whose units may not be earned yet (taken by a refusal: an
+//!   *advance*), so that near the limit too a shard's threads admit and refuse on their own line.
 //! * **The bound**: every admission takes units `[b, b + cost)` that nobody else takes, with
 //!   `b` at or after the units earned at its reading and `b + cost` at most one burst above
 //!   them — from the central word or from a lease alike. So the admissions of any window `Δ`
@@ -15,7 +14,7 @@
 //! * **The loss**: a lease's units below the units earned lapse unspent; a lease replaced with
 //!   less than a token in it loses that fraction. Both only ever refuse.
 //!
-//! The protocol, its proofs and the behaviour on 64 cores: `docs/sharded.md`.
+//! The protocol, its proofs and its numbers on 2, 16 and 64 cores: `docs/sharded.md`.
 
 mod central;
 #[cfg_attr(not(feature = "counters"), allow(dead_code))]
@@ -59,20 +58,19 @@ struct Earned {
 ///   holds (at most 65,536 tokens), so the leases of all shards together hold at most about an
 ///   eighth of the tokens; and at least what the rate earns in 250 ns (one token at least), so
 ///   that a lease outlives the time between its shard's decisions instead of lapsing unspent.
-/// * **One word near the limit.** When the central word holds fewer than `cost + 8 × shards ×
-///   m` tokens (`m` that smallest lease), no lease is taken: a decision is one CAS on the
-///   central word, as a single [`Bucket`](crate::Bucket)'s is, and a refusal reads that word and
-///   the shard's line, writes nothing and scans no other shard.
-/// * **Drained for a while, or by one core.** A decision that leaves the bucket dry for 1 ms or
-///   more (rates below 1,000 tokens a second), or the 64th in a row from one shard to take a
-///   token from the central word, records, once every lease is empty, the instant the bucket
-///   holds a token again on its read-mostly line: until then a one-token request is refused
-///   from that line alone, before its shard is even found.
-/// * **A thread alone.** The thread whose admission ends such a run also records the word's
-///   state there (a *chain*): its next admissions are one CAS of the word from that state —
-///   no shard, no lease, no read of the word — each recording the state it wrote. A chain
-///   whose CAS fails (the word moved) ends, and so does another's when a thread is refused by
-///   the word (the chain's owner is not alone).
+/// * **Local near the limit.** Where the word holds too little for that, each visit of a shard
+///   to the word takes a *near* lease: the next tokens of units (one, doubling while its threads
+///   spend them to the last, at most 64, what the rate earns in 16 µs and `burst / (8 ×
+///   shards)`), earned or not. The shard's threads pay them out as the clock earns them and
+///   refuse from their own line in between, so the central word is written once per near lease
+///   and read by no refusal. A refusal's wait is then the wait for this shard's next token:
+///   exact for a shard alone, and with other shards holding near leases later than the pooled
+///   wait by at most what they hold. Below 62,500 tokens a second no near lease is taken: every
+///   decision near the limit is one CAS on the central word, as a [`Bucket`](crate::Bucket)'s.
+/// * **Drained for a while.** A decision that finds the bucket dry for 1 ms or more (rates below
+///   1,000 tokens a second, a stale reading, a drain) records, once no lease can pay a token
+///   before then, the instant the bucket holds one again on its read-mostly line: until then a
+///   one-token request is refused from that line alone, before its shard is even found.
 /// * **What leases cost.** A lease's tokens serve only its shard's threads. Tokens leased and
 ///   not spent before the clock passes them lapse, and a lease replaced with less than a token
 ///   in it loses that fraction ([`stranded_tokens`](ShardedBucket::stranded_tokens)): capacity
@@ -364,8 +362,8 @@ impl<C: Clock> ShardedBucket<C> {
     /// Capacity lost so far with replaced leases, in tokens (fractions included): a lease that
     /// holds less than one token at a reading is replaced by the next lease its shard takes, and
     /// what it held is lost. Tokens that lapse in a lease (the clock passed them before the
-    /// shard's threads spent them) are counted only when the shard replaces that lease with an
-    /// advance (near the limit: `docs/sharded.md`), or when a `dry_all` publication empties it.
+    /// shard's threads spent them) are counted when the shard replaces a near lease, or when a
+    /// `dry_all` publication empties a lease.
     /// Zero with one shard or on a frozen clock; a diagnostic, not a bound.
     ///
     /// ```
@@ -453,9 +451,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// The two paths that need neither the central word nor another shard — a spend from the
     /// lease, a one-token refusal before the shard's `dry_until` — are inlined into the caller
     /// with few registers live; everything else is [`acquire_central`](Self::acquire_central),
-    /// out of line. (Before 2026-12-03 the whole decision was one out-of-line function, whose
-    /// prologue and epilogue saved six registers on every call: on an Intel Xeon guest the
-    /// deny path ran at 0.78× a `Bucket`'s in the harness, `docs/sharded.md`.)
+    /// out of line, so that the inlined paths save no registers for it.
     #[inline(always)]
     fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
         self.acquire_on(now, cost, || self.home())
@@ -619,9 +615,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// Whether every lease is spent for good at a reading with `ceil` units earned
     /// ([`Lease::spent_for_good`]; lapsed ones are emptied): one line per shard, the lease that
     /// stopped the last scan first ([`Central::blocker`](central::Central::blocker)), so that
-    /// while it holds units an attempt reads one line. On 64 cores a busy shard alone, while a
-    /// quiet shard's advance holds units (up to a burst's time, until they lapse), would
-    /// otherwise read 64 lines at every admission (`examples/sharded_sim.rs` with `HOT_PCT`).
+    /// while it holds units an attempt reads one line, not one per shard.
     #[cold]
     #[inline(never)]
     fn leases_spent(&self, ceil: u64) -> bool {
@@ -939,11 +933,10 @@ mod tests {
         assert_eq!(bucket.stranded_tokens(), 0.0);
     }
 
-    /// No advance for a cost of the whole burst: with an inexact quota its first units lapse
-    /// at the instant the cost becomes payable from them (the earned units, rounded up, pass
-    /// them), so the holder retrying at its wait was refused again, by the advance's size (a
-    /// review's finding, 2026-12-04). Refused from the word, every such wait is exact: each
-    /// retry at it is admitted.
+    /// No advance for a cost of the whole burst: with an inexact quota its first units would
+    /// lapse at the instant the cost becomes payable from them (the earned units, rounded up,
+    /// pass them), and the holder retrying at its wait would be refused again. Refused from the
+    /// word, every such wait is exact: each retry at it is admitted.
     #[test]
     fn a_cost_of_the_whole_burst_takes_no_advance_and_waits_exactly() {
         let quota = Quota::new(1_000_003, Duration::from_millis(1_001), 97).unwrap();

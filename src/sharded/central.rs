@@ -15,11 +15,10 @@ use core::time::Duration;
 /// readings pass it), which keeps the read-mostly line it is written to shared between the
 /// cores, and the scan of every shard that precedes it (one line per shard) rare. The spell is
 /// until the word holds one token, whatever the cost, so at rates above 1,000 tokens a second
-/// only a stale reading (or a restore that lowered the word) finds one that long; their
-/// refusals are answered from their shard's `dry_until`, or from `dry_all` when one shard has
-/// the word to itself ([`ALONE_AFTER`]). Above the longest near leases can put the word ahead of
-/// the rate ([`ROOM_NS`]), so that at current readings no bucket that takes them publishes a
-/// long spell.
+/// only a stale reading (or a drain or restore that raised the word) finds one that long;
+/// shorter spells are answered from each shard's `dry_until`. Above the longest near leases can
+/// put the word ahead of the rate ([`ROOM_NS`]), so that at current readings no bucket that
+/// takes them publishes a long spell.
 pub(super) const DRY_ALL_NS: u64 = 1_000_000;
 
 /// The most tokens one lease takes.
@@ -111,14 +110,8 @@ const LEASE_MIN_NS: u64 = 250;
 /// A lease's units lapse as the clock earns them: a lease of `L` tokens taken from a full word
 /// is spent within `(cost + L) / rate` or lost. One shorter than the time between its shard's
 /// decisions is lost whole, and its taker paid a lock and a CAS for it; 250 ns is several
-/// decisions of a thread that asks as fast as it can (25–100 ns each here), and short enough
-/// that the 64-core model (`examples/sharded_sim.rs`) keeps its tables (its leases near the
-/// limit, 1–3 tokens at 4–10 M tokens/s, are mostly that long already; 1 µs raised its p99 at
-/// 4 M tokens/s and load 10 from 102 ns to 11 µs). Without this floor, at 40 M tokens/s with a
-/// burst of 64 (2 shards), every decision took a lease of 1–3 tokens (50–100 ns) that lapsed
-/// before the shard's next decision: each admission took `1 + L` tokens from the word, one
-/// thread made 0.77× `cas`'s decisions and two had a p99 of 2.5 µs, 11× `cas`'s (2026-12-03,
-/// Intel Xeon guest; `docs/sharded.md`).
+/// decisions of a thread that asks as fast as it can, and short enough that leases near the
+/// limit are taken at all at 4–10 M tokens a second (`docs/sharded.md`).
 pub(super) fn lease_min(quota: &crate::quota::Quota) -> u64 {
     tokens_in(quota, LEASE_MIN_NS).max(1)
 }
@@ -142,8 +135,9 @@ pub(super) fn spread_units(scale: u64, shards: u64, lease_min: u64) -> u64 {
 /// |---|---|---|---|
 /// | 63..0 | the [`gcra`](crate::gcra) state of the whole quota | `1 / quota.scale()` token since the clock's origin | 0 ..= 2^63 − 1; `0` = full |
 ///
-/// Only ever raised (a debit, a debit with a lease, nothing else writes it), so the units it
-/// hands out — `[max(state, ⌈earned⌉), new state)` — never overlap. `Relaxed`, but for the
+/// Only ever raised (a debit with or without a lease, an advance, a drain's or a restore's
+/// `fetch_max`), so the units it hands out — `[max(state, ⌈earned⌉), new state)` — never
+/// overlap. `Relaxed`, but for the
 /// CASes that hand out a lease or an advance (`Release`) and the fence between a decision's
 /// read of the word and a `dry_all` publication from it (`Acquire`,
 /// [`Central::hand_outs_after_read`]): they order a hand-out's lock and count before a
@@ -154,10 +148,9 @@ pub(super) struct Central {
     /// CAS that hands it out (both `Release`), so that a reader of the word and then, after an
     /// `Acquire` fence, of this count sees every hand-out whose CAS wrote the state it read or
     /// an earlier one, and a scan that read the count raised sees the lease's lock. Counted
-    /// before the lock (until
-    /// a second read found it, 2026-12-03), a scan could read the count and then the lease
-    /// before its lock, record "all empty", and a later publication skip the scan over it
-    /// (loom `a_scan_never_passes_a_lease_being_handed_out`).
+    /// before the lock, a scan could read the count and then the lease before its lock, record
+    /// "all empty", and a later publication skip the scan over it (loom
+    /// `a_scan_never_passes_a_lease_being_handed_out`).
     hand_outs: AtomicU64,
     /// `hand_outs` as a scan that found every lease empty read it (`u64::MAX`: none yet).
     clean: AtomicU64,
@@ -228,8 +221,7 @@ impl Central {
     /// (the hand-out CASes are `Release`, and every later write of the word is a
     /// read-modify-write, so it continues their release sequence); and every lease lock taken
     /// before a count this read sees happens before what the caller reads next (the count is
-    /// `Release`, this read `Acquire`). The fence costs no instruction on x86, where it replaced
-    /// a second, `Acquire`, load of the word (2026-12-03).
+    /// `Release`, this read `Acquire`). The fence costs no instruction on x86.
     #[inline(always)]
     pub(super) fn hand_outs_after_read(&self) -> u64 {
         fence(Ordering::Acquire);

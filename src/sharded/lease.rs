@@ -54,8 +54,7 @@ const LAPSED: u64 = 1 << 63;
 /// under one token, or the lapsed units of a lease an advance replaced or a scan emptied), for
 /// [`ShardedBucket::stranded_tokens`](super::ShardedBucket::stranded_tokens), which sums the
 /// shards. Here rather than on the bucket's read-mostly line, which every decision of every
-/// core reads: before 2026-12-03 it was there, and near the limit at a high rate (40 M tokens/s,
-/// a burst of 64) every replacement wrote that line. `Relaxed`.
+/// core reads: a replacement near the limit would write that line. `Relaxed`.
 #[derive(Default)]
 pub(super) struct Lease {
     frontier: AtomicU64,
@@ -171,7 +170,7 @@ impl Lease {
     /// stood there (`frontier == top ==` the word) is replaced by an advance that starts at that
     /// very unit, so the frontier goes `q → LOCKED → q` with a new top. A thread that read the
     /// old, empty lease and stalled would lock it and replace the advance, its units counted
-    /// nowhere (a review's finding, 2026-12-04: `a_stalled_replacement_never_discards_an_advance`).
+    /// nowhere (`a_stalled_replacement_never_discards_an_advance`).
     /// So the top is checked once the lock is held (nothing changes it then): `Acquire` on
     /// success pairs with [`install`](Self::install)'s `Release` store of the frontier, so a
     /// lock that succeeds on a frontier an install wrote reads that install's top. Otherwise
