@@ -7,7 +7,7 @@
 //! * `refuse`: one-token requests on a drained bucket that stays dry (1,024 tokens per hour):
 //!   the refusal path.
 //! * `tight`: 10 M tokens/s, the clock advancing by one token's time before each one-token
-//!   request: every call admitted, each through the central word (too little for a lease).
+//!   request: every call admitted, from near leases (one central visit per near lease).
 //! * `mixed`: 10 M tokens/s, the clock advancing by 40 ns (0.4 token's time) before each
 //!   one-token request: two in five admitted, as one thread of the harness's `mixed` regime
 //!   sees it (a call every few tens of nanoseconds against a token every 100).

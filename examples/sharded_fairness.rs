@@ -1,8 +1,8 @@
 //! How a token stream is shared between threads: a `Bucket` against a two-shard `ShardedBucket`
 //! on the default clock, in the harness's `mixed` regime (10 M tokens/s, a burst of 10,000,
 //! one-token calls), thread `i` pinned to the `i`-th CPU the process may run on where the OS
-//! allows. A thread admitting alone takes its tokens through a *chain*, and the others are
-//! refused from `dry_all` between tokens (`docs/sharded.md`): this counts what each thread gets.
+//! allows. Near the limit each shard takes near leases in turn and its threads pay them out
+//! (`docs/sharded.md`): this counts what each thread gets.
 //! The harness's fairness column counts decisions, not admissions.
 //!
 //! ```text
