@@ -626,7 +626,9 @@ pub(super) fn wait_until(at: u64, now: u64) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::{lease_min, lease_tokens, spread_units, LEASE_MAX, SPREAD};
+    use super::{
+        lease_min, lease_tokens, near_cap, near_room, near_size, spread_units, LEASE_MAX, SPREAD,
+    };
     use crate::quota::Quota;
     use core::time::Duration;
 
@@ -672,5 +674,52 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Near leases: at most 64 tokens, 16 µs of rate and an eighth of the burst over the
+    /// shards; none with one shard or below 62,500 tokens a second; the word at most `shards ×
+    /// cap` tokens (and 250 µs of rate) ahead.
+    #[test]
+    fn near_leases_are_capped_by_rate_burst_and_shards() {
+        let q = |per_s: u64, burst: u64| Quota::new(per_s, Duration::from_secs(1), burst).unwrap();
+        for (quota, shards, cap, room) in [
+            (q(10_000_000, 10_000), 2, 64, 128),
+            (q(10_000_000, 10_000), 16, 64, 1_024),
+            (q(10_000_000, 10_000), 64, 19, 1_216),
+            (q(10_000_000, 10_000), 1_024, 1, 1_024),
+            (q(1_000_000, 1_000), 2, 16, 32),
+            (q(62_500, 10_000), 2, 1, 2),
+            (q(62_499, 10_000), 2, 0, 0),
+            (q(1_000_000_000, 1_000_000_000), 1_024, 64, 65_536),
+            (q(10_000_000, 15), 2, 0, 0),
+            (q(10_000_000, 10_000), 1, 0, 0),
+            (q(4_000, 100), 16, 0, 0),
+        ] {
+            let c = near_cap(&quota, shards);
+            assert_eq!(c, cap, "{quota:?}, {shards} shards");
+            let r = if c == 0 {
+                0
+            } else {
+                near_room(&quota, shards, c)
+            };
+            assert_eq!(r, room * quota.scale(), "{quota:?}, {shards} shards");
+        }
+        // 62,500/s over 1,024 shards: the room is 250 µs of rate, not 1,024 tokens.
+        let slow = q(62_500, 100_000);
+        assert_eq!(near_room(&slow, 1_024, 1), 15 * slow.scale());
+    }
+
+    /// A shard's next near lease doubles after one spent to its top, halves after one that
+    /// lapsed or that a scan emptied, stays within `[1, cap]`, and starts at one.
+    #[test]
+    fn near_lease_sizes_adapt() {
+        assert_eq!(near_size(0, false, 0, 0, 64), 1, "the first");
+        assert_eq!(near_size(1, false, 10, 10, 64), 2, "spent to its top");
+        assert_eq!(near_size(64, false, 10, 10, 64), 64, "at the cap");
+        assert_eq!(near_size(40, false, 10, 10, 64), 64);
+        assert_eq!(near_size(8, false, 5, 10, 64), 4, "lapsed");
+        assert_eq!(near_size(1, false, 5, 10, 64), 1, "never below one");
+        assert_eq!(near_size(8, true, 10, 10, 64), 4, "emptied by a scan");
+        assert_eq!(near_size(100, false, 10, 10, 16), 16, "a cap lowered");
     }
 }
