@@ -364,7 +364,7 @@ impl Report {
             for c in counted {
                 let _ = writeln!(
                     out,
-                    "{:<8}  {:>7}  {:<6}  {:>23.3}  {:>28.3}",
+                    "{:<8}  {:>7}  {:<6}  {:>23.4}  {:>28.4}",
                     c.strategy,
                     c.threads,
                     c.regime.name(),
