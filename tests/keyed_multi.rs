@@ -6,6 +6,7 @@
 //! `RetryAfter` of at most one burst's refill of the default policy's slowest quota, only while
 //! the table is full, and only for a key its model holds full (untracked). Overrides (one and
 //! three quotas beside a default of two) and the edges: cost 0, `u64::MAX`, `max_keys` 0 and 1.
+#![cfg(feature = "keyed")]
 
 use proptest::prelude::*;
 use std::time::Duration;

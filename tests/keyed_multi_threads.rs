@@ -4,6 +4,7 @@
 //! may stall (the kit's `stall`) between the clock and the commit. Every window of every quota
 //! of the hot key must hold `burst + rate·Δ` (the kit's `window`), at the readings its
 //! admissions decided at; and on a frozen clock a key admits exactly its smallest burst.
+#![cfg(feature = "keyed")]
 
 use tollgate_testkit::stall;
 use tollgate_testkit::window;

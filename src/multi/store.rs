@@ -269,7 +269,7 @@ impl Wide {
 #[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
-    use std::vec::Vec;
+    use alloc::vec::Vec;
 
     /// One decision: "spend 1 from quota 0 if it has spent less than 3", as the store's loops
     /// take it, recording every value it was run on.
