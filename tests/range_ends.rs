@@ -240,7 +240,7 @@ fn smooth_set_rate_never_brings_a_word_back() {
 }
 
 /// A reservation beyond the state's range is refused with the wait `try_acquire` gives, never
-/// (a review's finding, 2026-12-04: it named 1 ns, at which the request still did not fit).
+/// (not 1 ns, at which the request would still not fit).
 #[test]
 fn a_reservation_beyond_the_range_waits_as_try_acquire_does() {
     let quota = Quota::per_second(1_000_000_000)

@@ -79,7 +79,6 @@ fn a_bucket_full_for_long_keeps_the_smaller_burst() {
 /// may find more than the 10 tokens the bucket started with: three threads admitting and
 /// reserving (kept when due at once, else cancelled) race 20,000 switches among five quotas
 /// (bursts 5 to 2^30, 1/s to 10^9/s, exact and inexact), twenty rounds at different readings.
-/// Held without a change (a review of the reconfiguration paths, 2026-12-04).
 #[test]
 fn raising_and_lowering_the_burst_on_a_frozen_clock_hands_out_nothing_twice() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
