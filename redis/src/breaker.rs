@@ -212,8 +212,8 @@ mod tests {
     }
 
     /// An interval past `u64::MAX` ns (`Duration::MAX`) saturates: once down, the breaker never
-    /// lets a probe through (an unchecked add panicked in debug builds and, wrapped in release,
-    /// made every decision a probe).
+    /// lets a probe through (an unchecked add would panic in debug builds and, wrapped in
+    /// release, make every decision a probe).
     #[test]
     fn a_huge_probe_interval_neither_panics_nor_probes() {
         let b = started_ago(Duration::from_secs(1), Duration::MAX);

@@ -1,6 +1,6 @@
-//! `set_quota` and the window bound: a debt keeps its due instant (found by the random schedules
-//! in `tests/schedules.rs`; fixed in `gcra::rescale`), and what readings that straddle a switch
-//! can see is bounded by the rate difference times their staleness (documented there).
+//! `set_quota` and the window bound: a debt keeps its due instant (`gcra::rescale`; the random
+//! schedules of `tests/schedules.rs` cover it too), and what readings that straddle a switch can
+//! see is bounded by the rate difference times their staleness (documented there).
 
 use tollgate_testkit::stall;
 use tollgate_testkit::window;
