@@ -357,9 +357,9 @@
 //! A single [`Bucket`] is one cache line that every admission on every core writes. For one
 //! global limit hit by many cores, `ShardedBucket` (feature `std`) keeps one exact central word
 //! and gives each cache-padded per-core shard a lease of its tokens, spent on the shard's own
-//! line (on Linux, the shard of the CPU the thread runs on); leases shrink as the word empties,
-//! and near the limit every decision is one CAS on the central word, as a `Bucket`'s. One
-//! thread alone still gets the whole burst and rate. The design, its guarantees and its costs:
+//! line (on Linux, the shard of the CPU the thread runs on). Leases are sized from what the word
+//! holds, so the shards together hold a small share of its tokens, and one thread alone still
+//! gets the whole burst and rate. The design, its guarantees and its costs:
 //! [`docs/sharded.md`](https://github.com/tollgate-rs/tollgate/blob/main/docs/sharded.md).
 //!
 #![cfg_attr(feature = "std", doc = "```")]
