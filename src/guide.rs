@@ -32,7 +32,7 @@
 //! | a limit shared by several processes or hosts | `tollgate-redis` ([README](https://github.com/tollgate-rs/tollgate/blob/main/redis/README.md)) |
 //! | an HTTP guard for tower, axum or hyper | `tollgate-tower` ([README](https://github.com/tollgate-rs/tollgate/blob/main/tower/README.md)) |
 //!
-//! All of them take a [`Quota`]: `tokens` per `per`, holding at most `burst` tokens. A request
+//! All but `Smooth` take a [`Quota`]: `tokens` per `per`, holding at most `burst` tokens. A request
 //! costs a number of tokens (1 for "one request", the body size for a byte limit).
 //!
 //! # Refuse, wait or reserve
