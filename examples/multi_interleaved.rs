@@ -14,8 +14,8 @@
 //! `KeyedLimiter`'s): **quiet** (within 5 % of the fastest block of its round) and
 //! **disturbed** (more than 12 % above it). On a shared host the guest's
 //! core runs in one state or the other for seconds at a time, and the 128-bit compare-and-swap
-//! is hit much harder by the disturbed one than the bucket's 64-bit one (see
-//! `docs/benchmarks.md`, 2026-12-03), so a plain median says more about the host than the code.
+//! is hit much harder by the disturbed one than the bucket's 64-bit one (`docs/benchmarks.md`),
+//! so a plain median says more about the host than the code.
 //!
 //! ```text
 //! cargo run --release --example multi_interleaved

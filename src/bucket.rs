@@ -359,10 +359,9 @@ impl<C: Clock> Bucket<C> {
 
     /// The CAS loop after a lost first attempt, from word `w`, with the same decision and clock
     /// reading: the first attempt repeated on each newer word, after a short spin
-    /// ([`Backoff::spin`]) when a CAS is lost again — two cores retrying at once mostly trade
-    /// the line (2 threads, allow: 1.0–1.15× `std::sync::Mutex` without the spin, 1.6–2.1× with
-    /// it, `docs/benchmarks.md`). While the slot is being rewritten, it waits, then reloads the
-    /// word.
+    /// ([`Backoff::spin`]) when a CAS is lost again: without it, two cores retrying at once
+    /// mostly trade the line (the two-thread rows of `docs/benchmarks.md`). While the slot is
+    /// being rewritten, it waits, then reloads the word.
     #[cold]
     #[inline(never)]
     fn retry<R>(&self, mut w: u64, mut f: impl FnMut(u64, &Scaled) -> (Option<u64>, R)) -> R {

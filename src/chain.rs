@@ -3,18 +3,16 @@
 //!
 //! Separate limiters have separate words, so no single atomic step covers them. [`all_of`]
 //! takes them in order and, when a later one refuses, gives the earlier tokens back under the
-//! crate's all-or-nothing cancel rule ([`Reservation::cancel`](crate::Reservation::cancel),
-//! but for its "not yet due", which a take fails as soon as the clock moves: before 2026-12-04
-//! a chain refused 1 ns after its take gave nothing back, a review's finding): the tokens come
-//! back only if nothing was admitted on that limiter since they were taken (nor was it
-//! reconfigured with [`Bucket::set_quota`]: the state is then counted in other units),
-//! restoring its state from before the take. A take that refuses writes nothing. So no limiter
-//! ever admits more than its quota (each only sees admissions and cancellations it would accept
-//! alone), but under contention a give-back that finds a later admission, or a
-//! reconfiguration, keeps its tokens consumed: the chain then **under-admits** by those tokens
-//! (see `docs/guarantees.md` for the measured loss: from 2 % to nearly every refused chain,
-//! depending on the scheduling). Where the quotas can share one word, use a [`MultiBucket`]:
-//! one atomic step, no loss.
+//! crate's all-or-nothing cancel rule ([`Reservation::cancel`](crate::Reservation::cancel)),
+//! less its "not yet due" condition, which a take, due at its own reading, would fail as soon
+//! as the clock moves: the tokens come back only if nothing was admitted on that limiter since
+//! they were taken (nor was it reconfigured with [`Bucket::set_quota`]: the state is then
+//! counted in other units), restoring its state from before the take. A take that refuses
+//! writes nothing. So no limiter ever admits more than its quota (each only sees admissions and
+//! cancellations it would accept alone), but under contention a give-back that finds a later
+//! admission, or a reconfiguration, keeps its tokens consumed: the chain then **under-admits**
+//! by those tokens (how much depends on the scheduling: `docs/guarantees.md`). Where the quotas
+//! can share one word, use a [`MultiBucket`]: one atomic step, no loss.
 
 use crate::bucket::Bucket;
 use crate::clock::Clock;

@@ -245,8 +245,8 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
     let next = u128::from(base) + u128::from(cost * scale);
     if next > u128::from(MAX_UNITS) {
         // Beyond the state's range, now and at every later reading (the state and the units
-        // earned only grow): never, as `try_acquire` answers (a review's finding, 2026-12-04:
-        // this named the instant the debt is repaid, at which the request still did not fit).
+        // earned only grow): never, as `try_acquire` answers. Not the instant the debt is
+        // repaid: the request would still not fit then.
         return Err(Denied::RetryAfter(Duration::MAX));
     }
     let next = next as u64;

@@ -11,25 +11,28 @@
 //! 4. [Changing the quota at run time](#changing-the-quota-at-run-time)
 //! 5. [HTTP: `Retry-After` and `RateLimit` headers](#http-retry-after-and-ratelimit-headers)
 //! 6. [Coming from Guava: `Smooth`](#coming-from-guava-smooth)
-//! 7. [One bucket per key: `KeyedLimiter`](#one-bucket-per-key-keyedlimiter)
-//! 8. [One limit on many cores: `ShardedBucket`](#one-limit-on-many-cores-shardedbucket)
-//! 9. [Your own storage: the `gcra` functions](#your-own-storage-the-gcra-functions)
-//! 10. [Clocks](#clocks)
-//! 11. [Cargo features and `no_std`](#cargo-features-and-no_std)
+//! 7. [Several limits at once: `MultiBucket` and `all_of`](#several-limits-at-once-multibucket-and-all_of)
+//! 8. [One bucket per key: `KeyedLimiter`](#one-bucket-per-key-keyedlimiter)
+//! 9. [One limit on many cores: `ShardedBucket`](#one-limit-on-many-cores-shardedbucket)
+//! 10. [Your own storage: the `gcra` functions](#your-own-storage-the-gcra-functions)
+//! 11. [Restarts: saving and restoring state](#restarts-saving-and-restoring-state-feature-persist)
+//! 12. [Clocks](#clocks)
+//! 13. [Cargo features and `no_std`](#cargo-features-and-no_std)
 //!
 //! # Choosing a limiter
 //!
 //! | you need | use |
 //! |---|---|
 //! | one limit in a process (an API client, a worker pool, a whole server) | [`Bucket`] |
+//! | several limits at once ("10 per second **and** 10,000 per day") | [`MultiBucket`](crate::MultiBucket) |
 //! | the same, hit by many cores at once, with headroom | [`ShardedBucket`](crate::ShardedBucket) (`std`) |
-//! | one limit per tenant, API key or client address, in bounded memory | [`KeyedLimiter`](crate::KeyedLimiter) (`keyed`) |
+//! | one limit per tenant, API key or client address, in bounded memory | [`KeyedLimiter`](crate::KeyedLimiter) (`keyed`); a policy per key: [`KeyedMultiLimiter`](crate::KeyedMultiLimiter) |
 //! | Guava's `RateLimiter` behaviour, warm-up included | [`Smooth`] |
 //! | the state in your own store (a database row, a shared-memory slot) | [`gcra`] |
 //! | a limit shared by several processes or hosts | `tollgate-redis` ([README](https://github.com/tollgate-rs/tollgate/blob/main/redis/README.md)) |
 //! | an HTTP guard for tower, axum or hyper | `tollgate-tower` ([README](https://github.com/tollgate-rs/tollgate/blob/main/tower/README.md)) |
 //!
-//! All of them take a [`Quota`]: `tokens` per `per`, holding at most `burst` tokens. A request
+//! All but `Smooth` take a [`Quota`]: `tokens` per `per`, holding at most `burst` tokens. A request
 //! costs a number of tokens (1 for "one request", the body size for a byte limit).
 //!
 //! # Refuse, wait or reserve
@@ -221,7 +224,8 @@
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
 //!
-//! What to expect if you know Guava:
+//! What to expect if you know Guava (`Smooth` keeps Guava's signatures, `try_acquire(permits,
+//! timeout) -> bool` among them, because Guava compatibility is its purpose):
 //!
 //! * **Pay later**, as in Guava: a request never waits for its own permits; `acquire(100)` on
 //!   an idle limiter returns at once and the *next* caller waits 100 intervals. `acquire`
@@ -288,13 +292,8 @@
 //! [`KeyedMultiLimiter`](crate::KeyedMultiLimiter) (feature `keyed`): each key decides its
 //! `Limits` exactly as its own `MultiBucket` would, in a table bounded like `KeyedLimiter`'s
 //! (only keys whose quotas are all full are evicted), with per-key policies from its builder's
-//! `limits_for`. An admission commits the key's quotas with one compare-and-swap under the
-//! key's own sequence lock: lock-free lookups, writers of one key serialized. Like
-//! `KeyedLimiter` it keeps `counters()`, waits with `until_key_ready` (for the slowest quota),
-//! and with a builder `name` (features `metrics`, `tracing`) records its decisions, the quota
-//! that refused each refusal, its table gauges and events, or runs in `shadow` mode; with
-//! feature `persist` it is saved and restored as `KeyedLimiter` is, every quota of every key
-//! (a per-day quota stays spent across a deploy).
+//! `limits_for`. It offers what `KeyedLimiter` does (counters, `until_key_ready`, metrics,
+//! shadow mode, `save` and `restore`), for every quota of every key.
 //!
 #![cfg_attr(feature = "keyed", doc = "```")]
 #![cfg_attr(not(feature = "keyed"), doc = "```ignore")]
@@ -358,12 +357,10 @@
 //! A single [`Bucket`] is one cache line that every admission on every core writes. For one
 //! global limit hit by many cores, `ShardedBucket` (feature `std`) keeps one exact central word
 //! and gives each cache-padded per-core shard a lease of its tokens, spent on the shard's own
-//! line (on Linux each thread decides on the shard of the CPU it runs on, so however many
-//! threads there are, a shard's line stays on one core); leases shrink as the word empties, and
-//! near the limit every decision is one CAS on the central word, as a `Bucket`'s. One thread
-//! alone still gets the whole burst and rate (the design, its guarantees and its costs on 64
-//! cores:
-//! [`docs/sharded.md`](https://github.com/tollgate-rs/tollgate/blob/main/docs/sharded.md)).
+//! line (on Linux, the shard of the CPU the thread runs on). Leases are sized from what the word
+//! holds, so the shards together hold a small share of its tokens, and one thread alone still
+//! gets the whole burst and rate. The design, its guarantees and its costs:
+//! [`docs/sharded.md`](https://github.com/tollgate-rs/tollgate/blob/main/docs/sharded.md).
 //!
 #![cfg_attr(feature = "std", doc = "```")]
 #![cfg_attr(not(feature = "std"), doc = "```ignore")]
@@ -440,7 +437,7 @@
 //! let restarted = Bucket::with_clock(quota, ManualClock::new());
 //! match restarted.restore_at(&file[..], stopped + Duration::from_secs(600)) {
 //!     Ok(()) => {}
-//!     // Missing, truncated, corrupt, foreign: start drained, never full.
+//!     // Truncated, corrupt, foreign: start drained, never full.
 //!     Err(_) => { /* Bucket::with_initial_tokens(quota, 0, clock) */ }
 //! }
 //! assert_eq!(restarted.try_acquire(1), Err(Denied::RetryAfter(Duration::from_secs(3000))));
@@ -448,8 +445,8 @@
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
 //!
-//! In a server: restore at start (a failed restore: drained, with a log line saying why),
-//! save on SIGTERM after the last request, and every few seconds to bound what a `kill -9`
+//! In a server: restore at start (no file at all is a first start: full; a file that fails to
+//! restore: drained, with a log line saying why), save on SIGTERM after the last request, and every few seconds to bound what a `kill -9`
 //! can hand out again (what was admitted since the last save); write a temporary file, fsync
 //! it and rename it over the old one, so a crash mid-save leaves the previous state. The
 //! example server of `tollgate-tower` does exactly this (`--state FILE --save-every 10s`).

@@ -164,7 +164,7 @@ impl DecisionMetrics {
         counter.increment(1);
         if let (Outcome::Refused | Outcome::ShadowRefused, Some(wait)) = (outcome, wait) {
             // "Never" is no wait: 1.8e19 s in the exporter's f64 sum would absorb every later
-            // sample (a review's finding, 2026-12-04).
+            // sample.
             if wait <= crate::HORIZON {
                 self.retry_after.record(wait.as_secs_f64());
             }

@@ -138,10 +138,9 @@ impl<C: Clock> Bucket<C> {
     /// A reservation only if the bucket holds `cost` now, decided in one CAS: the tokens are
     /// taken as [`try_acquire`](Bucket::try_acquire) takes them, or nothing is written and the
     /// refusal is `try_acquire`'s (for [`GiveBack`](crate::GiveBack), as
-    /// `MultiBucket::try_reserve_now` is for a policy). Not a reservation
-    /// cancelled when it is not due: another reservation, or the clock passing its due instant,
-    /// between the two made that cancel give nothing back, so a refused take kept its tokens
-    /// (a review's finding, 2026-12-04).
+    /// `MultiBucket::try_reserve_now` is for a policy). Not a reservation cancelled when it is
+    /// not due: another reservation, or the clock passing its due instant, between the two
+    /// would make that cancel give nothing back, and a refused take would keep its tokens.
     pub(crate) fn try_reserve_now(&self, cost: u64) -> Result<Reservation<'_, C>, Denied> {
         let now = self.clock().now();
         let ticket = self.update_with_epoch(|state, epoch, quota| {

@@ -125,8 +125,8 @@ impl tollgate::Clock for Tick {
 
 /// A give-back whenever it comes: the take is due at its own reading, and nothing was acted
 /// on, so the clock moving between the take and the later limiter's refusal changes nothing.
-/// Before 2026-12-04 (a review's finding) the cancel rule's "not yet due" gave nothing back
-/// once 1 ns had passed: 100 refused chains emptied a global bucket of 100.
+/// (With the cancel rule's "not yet due", nothing would come back once 1 ns had passed: 100
+/// refused chains would empty a global bucket of 100.)
 #[test]
 fn a_give_back_after_the_clock_moved_gives_everything_back() {
     let clock = ManualClock::new();
@@ -158,8 +158,7 @@ fn a_give_back_after_the_clock_moved_gives_everything_back() {
 
 /// A give-back restores the state from before the take, not the take's state less its cost:
 /// for a quota whose unit is a whole token (scale 1) and a reading off its unit grid, the
-/// latter kept a token, and the chain's wait was then short by up to a token's time (a
-/// review's finding, 2026-12-04: 1.999999 ms named, 333 ms needed).
+/// latter would keep a token, and the chain's wait would be short by up to a token's time.
 #[test]
 fn a_give_back_keeps_no_unit_of_rounding_and_the_wait_holds() {
     let big = 1u64 << 62;
@@ -185,11 +184,11 @@ fn a_give_back_keeps_no_unit_of_rounding_and_the_wait_holds() {
     );
 }
 
-/// A `Bucket` take that refuses writes nothing, whatever comes between its clock readings:
-/// before 2026-12-04 (a review's finding) a take reserved first and cancelled when the tokens
-/// were not there yet, so another reservation held across that cancel kept the refused chain's
-/// token taken (the next wait 2 s instead of 1 s). The other reservation comes at the take's
-/// second reading (the old take's `delay`), or after the take if it reads the clock once.
+/// A `Bucket` take that refuses writes nothing, whatever comes between its clock readings: a
+/// take that reserved first and cancelled when the tokens were not there yet would let another
+/// reservation held across that cancel keep the refused chain's token taken (the next wait 2 s
+/// instead of 1 s). The other reservation comes at the take's second reading (where such a take
+/// would read its `delay`), or after the take if it reads the clock once.
 #[test]
 fn a_refused_take_takes_nothing_whatever_comes_between() {
     use tollgate_testkit::stall::{gated_at, StallClock};

@@ -116,8 +116,8 @@ fn table_full_wait_is_exact_and_fail_open_counts() {
     assert_eq!(open.len(), 1);
 }
 
-/// A table of no keys refuses every request with "never" (a finite wait made `until_key_ready`
-/// poll for ever: a review's finding, 2026-12-04).
+/// A table of no keys refuses every request with "never" (a finite wait would make
+/// `until_key_ready` poll for ever).
 #[test]
 fn zero_capacity_refuses_without_panicking() {
     let quota = Quota::per_second(3).unwrap();
@@ -818,8 +818,8 @@ fn table_full_wait_covers_an_override_slower_than_the_default() {
 }
 
 /// A new key refused by where untracked keys start (the floor evictions raised, here read by a
-/// stepped-back clock) gets that bucket's snapshot, not the table-full one (a review's
-/// finding, 2026-12-04: "0 tokens, full in 300 ms" where it held 5, full in 500 ms).
+/// stepped-back clock) gets that bucket's snapshot ("5 tokens, full in 500 ms"), not the
+/// table-full one ("0 tokens, full in 300 ms").
 #[test]
 fn a_new_key_refused_by_the_floor_gets_its_buckets_snapshot() {
     let clock = ManualClock::new_frozen();

@@ -6,6 +6,7 @@
 //! `RetryAfter` of at most one burst's refill of the default policy's slowest quota, only while
 //! the table is full, and only for a key its model holds full (untracked). Overrides (one and
 //! three quotas beside a default of two) and the edges: cost 0, `u64::MAX`, `max_keys` 0 and 1.
+#![cfg(feature = "keyed")]
 
 use proptest::prelude::*;
 use std::time::Duration;
@@ -159,7 +160,7 @@ fn max_keys_zero_and_one() {
         ConfigError::ZeroCapacity
     );
     // `new`/`with_clock` with 0: nothing tracked, every new key refused, never admitted (a
-    // finite wait made `until_key_ready` poll for ever: a review's finding, 2026-12-04).
+    // finite wait would make `until_key_ready` poll for ever).
     let none = KeyedMultiLimiter::with_clock(limits.clone(), 0, ManualClock::new());
     assert_eq!(
         none.try_acquire(&1u8, 1),
@@ -432,8 +433,8 @@ fn until_key_ready_waits_out_a_full_table() {
 }
 
 /// A new key refused by where untracked keys start (the floor evictions raised, read by a
-/// stepped-back clock) gets that record's snapshots, not the table-full ones (a review's
-/// finding, 2026-12-04, as for `KeyedLimiter`).
+/// stepped-back clock) gets that record's snapshots, not the table-full ones (as for
+/// `KeyedLimiter`).
 #[test]
 fn a_new_key_refused_by_the_floor_gets_its_records_snapshots() {
     let clock = ManualClock::new_frozen();

@@ -438,10 +438,8 @@ fn policy_metrics_count_refusals_by_quota() {
 
 /// A refusal that never admits (`RetryAfter(Duration::MAX)`: a keyed table of no keys, a
 /// request past the horizon) adds no sample to the wait histogram: its 1.8e19 s, in the
-/// exporter's `f64` sum, absorbed every later wait (the ulp there is 4,096 s), so one such
-/// refusal froze `_sum` for the life of the process (a review's finding, 2026-12-04: 1,000
-/// waits of 250 ms left the Prometheus sum at 18446744073709552000). It is still counted as a
-/// refusal.
+/// exporter's `f64` sum, would absorb every later wait (the ulp there is 4,096 s), so one such
+/// refusal would freeze `_sum` for the life of the process. It is still counted as a refusal.
 #[test]
 fn a_never_wait_leaves_the_histogram_sum_counting() {
     use metrics_exporter_prometheus::PrometheusBuilder;
@@ -556,8 +554,7 @@ fn counters_agree_with_the_verdicts_under_contention() {
 }
 
 /// A named table restored from a save reports the keys it restored: `tollgate_keys` equals
-/// `len()` (a review's finding, 2026-12-04: the restore inserted without setting the gauge, so
-/// it read 0 while 5 keys were tracked, until the next insertion or eviction).
+/// `len()`, not 0 until the next insertion or eviction.
 #[cfg(feature = "persist")]
 #[test]
 fn a_restored_table_reports_its_keys() {
@@ -595,8 +592,7 @@ fn a_restored_table_reports_its_keys() {
 
 /// In shadow mode a new key that meets a full table is admitted untracked, and the limiters'
 /// own counters say so: `admitted_untracked`, within `admitted`, not `refused_table_full`,
-/// which `refused` includes (a review's finding, 2026-12-04: a shadow table counted
-/// `refused_table_full` 1 with `refused` 0). Metrics record what enforcement would have done.
+/// which `refused` includes. Metrics record what enforcement would have done.
 #[test]
 fn shadow_counters_count_a_full_table_as_admitted_untracked() {
     let rec = Recorder::new();

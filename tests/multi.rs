@@ -275,8 +275,8 @@ fn reservations_queue_and_cancel_per_quota() {
 
 /// A cancelled reservation gives every quota its state from before the reservation back: a
 /// quota whose tokens were there before the due instant, debited as of it, does not keep its
-/// refill until then (a review's finding, 2026-12-04: 10/s and 1/s with a burst of 4, a
-/// reservation due in 4 s cancelled at once left the first quota 6 tokens short).
+/// refill until then (10/s and 1/s with a burst of 4: a reservation due in 4 s cancelled at once
+/// must not leave the first quota 6 tokens short).
 #[test]
 fn a_cancel_gives_every_quota_its_state_back() {
     let clock = ManualClock::new();

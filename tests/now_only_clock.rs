@@ -24,8 +24,8 @@ impl Clock for Ticks {
 
 /// 1,000 futures polled once and dropped: their reservations come back, and the timer's
 /// entries (kept until their deadlines: the default registration cannot be cancelled) hold no
-/// clone of the task's waker. Before 2026-12-04 each held one (a review's finding: the waker's
-/// count was 1,002 where 2 are the test's own), and with tokio a waker keeps its whole task.
+/// clone of the task's waker (2 clones are the test's own), since with tokio a waker keeps its
+/// whole task.
 #[test]
 fn dropped_futures_hold_nothing_of_their_task() {
     let (count, waker) = Count::waker();

@@ -365,7 +365,7 @@ fn drain_now(s: &Smooth<ManualClock>) -> u64 {
 
 /// The same file restored three times (a retried restore, a supervisor restoring twice) hands
 /// its stored permits out once: over 2 s at 1 permit/s with 10 s of burst, at most the rate,
-/// the burst and the one permit taken ahead (a review's finding, 2026-12-04: 11 + 11 + 11).
+/// the burst and the one permit taken ahead (11 in all, not 11 per restore).
 #[test]
 fn a_smooth_limiter_restored_twice_hands_out_its_permits_once() {
     let burst = Duration::from_secs(10);

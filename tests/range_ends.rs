@@ -135,9 +135,9 @@ fn sharded_refusal_at_the_last_reading_is_never_not_one_nanosecond() {
     }
 }
 
-/// `until_key_ready` at the reading `u64::MAX` for a new key while the table is full: the
-/// table-full wait came back as 1 ns, the deadline saturated to the reading itself, and `poll`
-/// looped forever without returning. No tracked bucket is ever full again there: the refusal is
+/// `until_key_ready` at the reading `u64::MAX` for a new key while the table is full: a
+/// table-full wait of 1 ns would saturate the deadline to the reading itself, and `poll` would
+/// loop forever without returning. No tracked bucket is ever full again there: the refusal is
 /// "never", and the future resolves to it.
 #[test]
 fn until_key_ready_at_the_last_reading_resolves() {
@@ -240,7 +240,7 @@ fn smooth_set_rate_never_brings_a_word_back() {
 }
 
 /// A reservation beyond the state's range is refused with the wait `try_acquire` gives, never
-/// (a review's finding, 2026-12-04: it named 1 ns, at which the request still did not fit).
+/// (not 1 ns, at which the request would still not fit).
 #[test]
 fn a_reservation_beyond_the_range_waits_as_try_acquire_does() {
     let quota = Quota::per_second(1_000_000_000)

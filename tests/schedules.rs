@@ -15,9 +15,9 @@
 //!   direction — for schedules whose readings do not straddle a reconfiguration: its reading is
 //!   no older than the decisions before it, and no decision after it reads earlier (decisions
 //!   between two reconfigurations may read anything). Readings that straddle a switch see the
-//!   other rate extrapolated over their staleness (`gcra::rescale` documents the bound). Before
-//!   `gcra::rescale` kept a debt's due instant, a rate going up with queued debt broke the
-//!   loosest bound even so (`tests/reconfigure/window_bound.rs`).
+//!   other rate extrapolated over their staleness (`gcra::rescale` documents the bound).
+//!   `gcra::rescale` keeps a debt's due instant: otherwise a rate going up with queued debt would
+//!   break even the loosest bound (`tests/reconfigure/window_bound.rs`).
 
 use tollgate_testkit::rng;
 use tollgate_testkit::stall;

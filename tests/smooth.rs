@@ -999,10 +999,9 @@ fn exercise(l: &Smooth<ManualClock>, clock: &ManualClock, rates: &[f64]) {
 }
 
 /// Stored permits are kept in fixed point rounded toward the stricter limiter (down when
-/// bursty), so a wait is never shorter than real Guava's: with a burst of a year, 1,510,323 µs
-/// (Guava 31.1, a review's run, 2026-12-04; rounded to nearest it was 1,510,322), and with
-/// `Duration::MAX` (a unit of 1,024 permits) at least Guava's 999,040 µs at 10^6/s (it was
-/// 998,528).
+/// bursty), so a wait is never shorter than real Guava's: with a burst of a year, Guava 31.1's
+/// 1,510,323 µs (rounding to nearest would give 1,510,322), and with `Duration::MAX` (a unit of
+/// 1,024 permits) at least Guava's 999,040 µs at 10^6/s (rounding to nearest: 998,528).
 #[test]
 fn stored_permits_never_round_toward_more_than_guava_holds() {
     let clock = ManualClock::new();

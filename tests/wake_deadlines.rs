@@ -179,9 +179,9 @@ fn stalled_wait<T: Send, M>(
 
 /// A blocking wait that stalls after its fresh reading, while the time moves on, still wakes
 /// at the due instant: it sleeps to the instant ([`Clock::sleep_until`]), not for a duration
-/// computed from that reading (a review's finding, 2026-12-04: a frozen clock woke it at
-/// 150 ms for a token due at 100 ms, so a test moving the clock to 100 ms waited for ever; an
-/// advancing clock was moved to 150 ms, every bucket sharing it refilled 50 ms too much).
+/// computed from that reading (with a duration, a frozen clock would wake it at 150 ms for a
+/// token due at 100 ms, so a test moving the clock to 100 ms would wait for ever, and an
+/// advancing clock would be moved to 150 ms, every bucket sharing it refilled 50 ms too much).
 /// `Bucket` and `MultiBucket` (stalled after the wait's own reading) and `Smooth` (stalled after
 /// its one reading, before its decision).
 #[test]

@@ -65,9 +65,8 @@ impl Breaker {
 
     /// Gives a pass back unused (the state is unchanged).
     /// A probe given back unused leaves the probe due at once for the next caller: its
-    /// interval restarts only from a probe that got an answer (a review's finding, 2026-12-04:
-    /// a probe dropped by an impatient caller held recovery back a whole interval, 406 ms of
-    /// refusals against a healthy server at an interval of 400 ms).
+    /// interval restarts only from a probe that got an answer, so a probe dropped by an
+    /// impatient caller does not hold recovery back a whole interval.
     pub(crate) fn release(&self, pass: Pass) {
         if let Pass::Probe { previous } = pass {
             self.last_probe.store(previous, Ordering::Release);
@@ -213,8 +212,8 @@ mod tests {
     }
 
     /// An interval past `u64::MAX` ns (`Duration::MAX`) saturates: once down, the breaker never
-    /// lets a probe through (an unchecked add panicked in debug builds and, wrapped in release,
-    /// made every decision a probe).
+    /// lets a probe through (an unchecked add would panic in debug builds and, wrapped in
+    /// release, make every decision a probe).
     #[test]
     fn a_huge_probe_interval_neither_panics_nor_probes() {
         let b = started_ago(Duration::from_secs(1), Duration::MAX);

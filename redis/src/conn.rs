@@ -165,18 +165,14 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 /// source to the key's node alone (it caches the script there too) and cannot answer NOSCRIPT.
 /// At most one of these calls runs the script (one does unless a call fails).
 ///
-/// Before 2026-12-04 a second NOSCRIPT was the decision's error: the cache flushed again
-/// between the load and the re-run (other callers' and other clients' commands run in between)
-/// failed the decision as a server error, which opens the breaker, so decisions took the
-/// `OnUnavailable` policy until a probe got through (a review's finding: with `SCRIPT FLUSH`
-/// sent back to back for a second, FailOpen admitted 200,000 requests on a burst of 5, and
-/// with one flush every 50 ms on a stalling server NOSCRIPT errors opened the breaker too).
-/// On a cluster the load went to every node (redis-rs routes `SCRIPT LOAD` so) and waited for
-/// all: with one master frozen, a decision on a healthy master whose script was flushed ran to
-/// its timeout and opened the breaker, and FailOpen admitted 50 of 50 decisions on a key with
-/// 2 tokens left (the same review; `tests/cluster.rs`). redis-rs's `Script::load_async` is
-/// not used: it `debug_assert`s that the server's hash is its own (true of every conforming
-/// server, but a panic in a debug build otherwise).
+/// A second NOSCRIPT is not the decision's error: the cache can be flushed again between the
+/// load and the re-run (other callers' and other clients' commands run in between), and a
+/// server error opens the breaker, so decisions would take the `OnUnavailable` policy until a
+/// probe got through. A cluster gets no `SCRIPT LOAD`: redis-rs routes it to every node and
+/// waits for all, so one frozen master would make a decision on a healthy one run to its
+/// timeout (`tests/cluster.rs`). redis-rs's `Script::load_async` is not
+/// used: it `debug_assert`s that the server's hash is its own (true of every conforming server,
+/// but a panic in a debug build otherwise).
 async fn run<C: redis::aio::ConnectionLike>(
     conn: &mut C,
     lua: &Lua,

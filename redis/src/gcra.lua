@@ -109,7 +109,7 @@ if type(prev) == 'table' then
 end
 -- At most four triples of a 67-byte tag and two 16-digit numbers: longer is not the script's,
 -- and is refused before any pattern runs over it (`triples`' unanchored match takes time
--- quadratic in the length: 40 KB blocked the server for 9 s before 2026-12-04).
+-- quadratic in the length: tens of kilobytes would block the server for seconds).
 if prev and #prev > 512 then
   return {'bad', sf('%.0f', t), 'a value of ' .. #prev .. ' bytes'}
 end

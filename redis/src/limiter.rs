@@ -470,10 +470,9 @@ impl RedisLimiter {
         }
         // Another task's refill is in flight: wait for it up to half this decision's time, then
         // decide from the word directly with the other half, so that no call is left without
-        // its share of the time. Before 2026-12-04 a waiter took the lock with whatever was left,
-        // possibly nothing: with 10 ms round trips and a 25 ms timeout, 8 callers on one key
-        // timed out behind each other, opened the breaker, and FailOpen admitted 16 of 3 (a
-        // review's finding).
+        // its share of the time. A waiter that took the lock with whatever was left, possibly
+        // nothing, would time out behind the others on one key and open the breaker against a
+        // healthy server.
         let half = self.inner.timeout / 2;
         let lock_by = deadline.checked_sub(half).unwrap_or(deadline);
         let Ok(_refill) = tokio::time::timeout_at(lock_by, slot.refill.lock()).await else {
@@ -634,9 +633,8 @@ impl RedisLimiter {
         // The time the call gets: what is left of the decision's, after any wait for another
         // task's refill. A call sent with three quarters of the limiter's timeout or less that
         // times out says nothing about the server (the queue took the rest: a call after a lock
-        // wait of half the timeout never counts), and one with none is not sent —
-        // a review's finding, 2026-12-04: callers queued behind lease refills on a healthy
-        // server with 10 ms round trips opened the breaker, and FailOpen admitted 16 of 3.
+        // wait of half the timeout never counts), and one with none is not sent: callers queued
+        // behind lease refills must not open the breaker against a healthy server.
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             inner.breaker.release(pass);

@@ -37,8 +37,7 @@ pub enum OnUnavailable {
     /// `N` processes, `fraction = 1/N` keeps the total near the global limit *while Redis is
     /// out*: the local shares start full when it goes, and Redis never learns of what they
     /// admitted, so a window spanning the switch (either way) can admit up to about twice the
-    /// burst plus the rate times its length (a review's measurement, 2026-12-04: 10 from Redis
-    /// and 10 from two halves of a burst of 10, within 2 ms).
+    /// burst plus the rate times its length.
     LocalFallback {
         /// This process's share of each key's quota.
         fraction: f64,

@@ -72,7 +72,7 @@ const EXACT: u128 = 1 << 53;
 /// The script's source: `gcra.lua` after a first line that says whether the script honours a
 /// client-given time (feature `test-support` only). The production script reads its time from
 /// `TIME`, whatever its arguments: a client sending one could otherwise write a state dated
-/// beyond the horizon, with no TTL, under any key (a review's finding, 2026-12-04).
+/// beyond the horizon, with no TTL, under any key.
 #[cfg(not(feature = "test-support"))]
 pub(crate) const SOURCE: &str = concat!("local TEST_CLOCK = false\n", include_str!("gcra.lua"));
 /// The script's source, with the test clock (feature `test-support`; see the production one).

@@ -1,6 +1,6 @@
 //! What the breaker learns from, and what it does not: a call that the queue for a key's lease
 //! refill left without its share of the time, or a probe whose caller gave up, is no evidence
-//! against the server (a review's findings, 2026-12-04). Each test starts its own
+//! against the server. Each test starts its own
 //! `redis-server` on a free loopback port, one behind a local proxy that delays its replies.
 
 use std::future::Future;

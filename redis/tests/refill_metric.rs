@@ -1,6 +1,6 @@
 //! `tollgate_redis_lease_refills_total` counts the lease refills sent to Redis, not those the open
-//! breaker refused before any call (a review's finding, 2026-12-04: 11 counted, 1 sent). Alone in
-//! its test binary: it installs the global metrics recorder.
+//! breaker refused before any call. Alone in its test binary: it installs the global metrics
+//! recorder.
 #![cfg(feature = "metrics")]
 
 use std::time::Duration;

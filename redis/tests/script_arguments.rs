@@ -1,7 +1,7 @@
 //! What a value or an argument the limiter did not send can do to the script, run as the
 //! production script runs (`PRODUCTION_SOURCE`, loaded and called by a client of the test's
-//! own, with arguments of its choice). A review (2026-12-04) found each of these; each test
-//! starts its own `redis-server` on a free loopback port.
+//! own, with arguments of its choice). Each test starts its own `redis-server` on a free
+//! loopback port.
 //!
 //! The trust boundary (README, "A value the script did not write"): the quota is the client's,
 //! so a client that may run commands on the server can set any key's limit — these tests pin

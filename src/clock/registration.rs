@@ -205,9 +205,8 @@ impl fmt::Debug for WakeRegistration {
 ///
 /// With `std` the task's waker sits behind a lock, so that dropping the registration takes it
 /// out: the hook's entry (the default's, in the shared timer, until its deadline, up to an
-/// hour) then holds only this small record, not the task — before 2026-12-04 a clock that
-/// implements only `now` kept every dropped future's task alive until its deadline (a
-/// review's finding: 1,000 dropped futures, 1,000 tasks held).
+/// hour) then holds only this small record, not the task, so a dropped future's task is not
+/// kept alive until its deadline.
 struct Flagged {
     fired: AtomicU32,
     #[cfg(feature = "std")]

@@ -27,10 +27,9 @@ use crossbeam_utils::CachePadded;
 /// Beside the word, on its cache line, a **mirror**: two 64-bit words that each successful
 /// compare-and-swap copies its new value into with two plain stores. A decision starts from
 /// the mirror instead of loading the word: on x86_64 a 128-bit load right after this thread's
-/// own `lock cmpxchg16b` waits for that store to drain (about 3.4 ns on the AMD EPYC guest),
-/// while the mirror's two loads forward from the plain stores (`benches/multi.rs` group
-/// `multi_floor`: 9.4 ns for load and CAS, 5.6 ns for mirror and CAS). The mirror is only a
-/// guess, and nothing trusts it:
+/// own `lock cmpxchg16b` waits for that store to drain, while the mirror's two loads forward
+/// from the plain stores (`benches/multi.rs` group `multi_floor` times both;
+/// `docs/benchmarks.md`). The mirror is only a guess, and nothing trusts it:
 ///
 /// * a write commits only by a CAS whose expected value is the guess it was decided on, so a
 ///   stale or torn guess (two writers' stores interleaved) just fails that CAS, and the loop
@@ -139,9 +138,8 @@ impl Pair {
     /// [`Pair::update`] from a value the word held (after a failed compare-and-swap, or a
     /// guess the word's load did not confirm): no guesses from here on, and a short spin
     /// ([`Backoff::spin`]) after each CAS lost to another thread. Without it two threads on
-    /// two cores trade the 16-byte line with mostly failed CASes: at 2 threads in the allow
-    /// regime the policy ran at 1.02× a mutex around both words, with a p99 6.1× the mutex's;
-    /// with it, 1.5–1.7× (one run 2.2×) and a p99 0.1–0.4× (`docs/benchmarks.md`).
+    /// two cores trade the 16-byte line with mostly failed CASes, no faster than a mutex around
+    /// both words and with a far worse p99 (`docs/benchmarks.md`).
     #[cold]
     #[inline(never)]
     fn retry<R>(&self, mut w: u128, mut f: impl FnMut([u64; 2]) -> (Option<[u64; 2]>, R)) -> R {
@@ -269,7 +267,7 @@ impl Wide {
 #[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
-    use std::vec::Vec;
+    use alloc::vec::Vec;
 
     /// One decision: "spend 1 from quota 0 if it has spent less than 3", as the store's loops
     /// take it, recording every value it was run on.

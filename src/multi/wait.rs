@@ -96,8 +96,7 @@ fn reserve_states<const N: usize>(
 /// one due instant (`due`: the ticket's, or the reading for a take given back): all or nothing
 /// on each quota, which gets its state from before the reservation back. Not `after − cost`: a
 /// quota whose tokens were there before the due instant was debited as of it, so that would
-/// keep its refill until then (a review's finding, 2026-12-04: quotas of 10/s and 1/s, a
-/// reservation due in 4 s cancelled at once left the first 6 tokens short).
+/// take away its refill until then.
 fn cancel_states<const N: usize>(
     states: [u64; N],
     now: u64,

@@ -31,9 +31,8 @@ impl Params {
 
     /// `f64` permits → fixed point, rounded toward the stricter limiter: down when bursty (a
     /// stored permit is free), up when warming up (a stored permit is a cold one); NaN and
-    /// negatives → 0. Before 2026-12-04 rounded to nearest, which could hold more than Guava:
-    /// with a burst of a year a wait came out 1 µs short, with `Duration::MAX` (a unit of 1,024
-    /// permits) 512 µs short at 10^6/s (a review's finding).
+    /// negatives → 0. Rounding to nearest could store more than Guava does, and make a wait
+    /// shorter than Guava's.
     pub(super) fn units_of(&self, permits: f64) -> u128 {
         let v = permits * pow2(self.frac_bits);
         if v.is_nan() || v <= 0.0 {

@@ -99,8 +99,8 @@ impl<C: Clock> Reservation<'_, C> {
 
     /// Gives back a take that was due at its own reading and on which nothing was acted (an
     /// [`all_of`](crate::all_of) member whose chain a later limiter refused): [`cancel`]'s rule
-    /// but for Go's "not yet due", which a take fails as soon as the clock moves — before
-    /// 2026-12-04 a chain refused 1 ns after its take gave nothing back (a review's finding).
+    /// but for Go's "not yet due", which a take fails as soon as the clock moves (a chain
+    /// refused 1 ns after its take would give nothing back).
     ///
     /// [`cancel`]: Reservation::cancel
     pub(crate) fn undo(self) {

@@ -1,7 +1,7 @@
 //! Two implementations timed in interleaved blocks of calls, so that whatever load the host
 //! puts on the core falls on both alike (criterion's runs, one after the other, do not share
 //! it), and the per-pair ratios sorted by the host's state: on a shared host a guest's core
-//! runs quiet or disturbed for seconds at a time (see `docs/benchmarks.md`, 2026-12-03).
+//! runs quiet or disturbed for seconds at a time (`docs/benchmarks.md`, "Method").
 //! Used by the `multi_interleaved` and `sharded_interleaved` examples.
 
 use std::hint::black_box;

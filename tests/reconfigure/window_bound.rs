@@ -1,6 +1,6 @@
-//! `set_quota` and the window bound: a debt keeps its due instant (found by the random schedules
-//! in `tests/schedules.rs`; fixed in `gcra::rescale`), and what readings that straddle a switch
-//! can see is bounded by the rate difference times their staleness (documented there).
+//! `set_quota` and the window bound: a debt keeps its due instant (`gcra::rescale`; the random
+//! schedules of `tests/schedules.rs` cover it too), and what readings that straddle a switch can
+//! see is bounded by the rate difference times their staleness (documented there).
 
 use tollgate_testkit::stall;
 use tollgate_testkit::window;
@@ -79,7 +79,6 @@ fn a_bucket_full_for_long_keeps_the_smaller_burst() {
 /// may find more than the 10 tokens the bucket started with: three threads admitting and
 /// reserving (kept when due at once, else cancelled) race 20,000 switches among five quotas
 /// (bursts 5 to 2^30, 1/s to 10^9/s, exact and inexact), twenty rounds at different readings.
-/// Held without a change (a review of the reconfiguration paths, 2026-12-04).
 #[test]
 fn raising_and_lowering_the_burst_on_a_frozen_clock_hands_out_nothing_twice() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

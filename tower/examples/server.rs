@@ -19,8 +19,9 @@
 //!                                  (its own decisions, gauges) as "http-keys", the Redis
 //!                                  limiter's (paths, round trips, breaker) as "http-redis"
 //!   --shadow                       decide and record, but admit every request
-//!   --state FILE                   restore the limiter from FILE at start (missing or damaged:
-//!                                  start drained), save it there at shutdown and periodically
+//!   --state FILE                   restore the limiter from FILE at start (missing: start full;
+//!                                  damaged: start drained), save it there at shutdown and
+//!                                  periodically
 //!   --save-every DURATION          with --state: 10s (default), 500ms, 2min, 1h
 //! ```
 //!

@@ -344,8 +344,7 @@ where
         let key = match shared.key.extract(&req) {
             Some(key) => key,
             None => match &shared.missing {
-                // Shadow mode refuses nothing, a request without a key included (a review's
-                // finding, 2026-12-04: it was still answered 400).
+                // Shadow mode refuses nothing, a request without a key included (not a 400).
                 MissingKey::Reject if shared.respond.observe.shadow => {
                     return ResponseFuture::inner(self.inner.call(req), None)
                 }
@@ -516,8 +515,8 @@ where
 
 /// Adds `extra` to `headers`: `RateLimit` / `RateLimit-Policy` lines are appended (Structured
 /// Fields lists combine); other headers (the legacy `X-RateLimit-*`) only where the response
-/// has none — an inner layer's, its refusal's above all, are its own (a review's finding,
-/// 2026-12-04: an outer layer's admission overwrote an inner 429's `X-RateLimit-Remaining`).
+/// has none — an inner layer's, its refusal's above all, are its own: an outer layer's
+/// admission must not overwrite an inner 429's `X-RateLimit-Remaining`.
 fn append(headers: &mut HeaderMap, extra: HeaderMap) {
     let mut name = None;
     for (next, value) in extra {

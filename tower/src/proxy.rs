@@ -64,7 +64,7 @@ pub(crate) fn client_ip(
     // as bytes, each element decoded on its own: a byte that is not visible ASCII makes only
     // its element unparseable (which stops the walk when it gets there), not the whole line —
     // a proxy appending to the client's line (`\x80, 203.0.113.7`) would otherwise hand the
-    // client the proxy's own key, one more bucket per client (a review's finding, 2026-12-04).
+    // client the proxy's own key, one more bucket per client.
     for line in headers.get_all(header.name()).iter().rev() {
         let bytes = line.as_bytes();
         match header {
@@ -160,7 +160,7 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
 
 /// An IPv4-mapped IPv6 network (`::ffff:10.0.0.0/104`) as the IPv4 network it maps
 /// (`10.0.0.0/8`): the walk compares addresses in IPv4 form ([`canonical`]), so a mapped network
-/// would never match (a review's finding, 2026-12-04). A mapped network wider than the mapped
+/// would never match. A mapped network wider than the mapped
 /// range (a prefix below 96) stays as written.
 pub(crate) fn canonical_net(net: IpNet) -> IpNet {
     match net {
@@ -465,8 +465,8 @@ mod tests {
 
     /// A byte that is not visible ASCII on the client's side of a line our proxy appended to
     /// makes only the client's element unparseable: the proxy's element on its right still names
-    /// the client (a review's finding, 2026-12-04: the whole line failed, and the key became the
-    /// proxy's own, one more bucket for every client).
+    /// the client (if the whole line failed, the key would be the proxy's own, one more bucket
+    /// for every client).
     #[test]
     fn a_bad_byte_on_the_clients_side_of_a_line_spoils_only_its_element() {
         let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];

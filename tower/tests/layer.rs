@@ -438,8 +438,8 @@ async fn missing_peer_address_under_each_policy() {
     );
     assert_eq!(status(&svc, with_key("b")).await, StatusCode::OK);
 
-    // Shadow mode refuses nothing, a request without a key included (a review's finding,
-    // 2026-12-04: it was still answered 400); keyed ones are decided and pass.
+    // Shadow mode refuses nothing, a request without a key included (no 400); keyed ones are
+    // decided and pass.
     let limiter: KeyedLimiter<String, _> =
         KeyedLimiter::with_clock(quota(1, Duration::from_secs(60), 1), 100, clock.clone());
     let svc = RateLimitLayer::new(limiter)
@@ -631,8 +631,8 @@ async fn axum_router_with_connect_info_and_per_route_limits() {
 }
 
 /// Nested layers: an inner refusal keeps its own legacy headers under an outer layer that
-/// admitted the request and adds its own (a review's finding, 2026-12-04: the outer layer's
-/// `X-RateLimit-Remaining: 98` replaced the inner 429's 0); the `RateLimit` lists combine.
+/// admitted the request and adds its own (the outer layer's `X-RateLimit-Remaining: 98` does
+/// not replace the inner 429's 0); the `RateLimit` lists combine.
 #[tokio::test]
 async fn an_inner_refusal_keeps_its_legacy_headers_under_an_outer_layer() {
     let clock = ManualClock::new();

@@ -1,7 +1,8 @@
 //! The example server's `--state`: a restart after SIGTERM hands out nothing, ten `kill -9`s in
 //! a row under load hand out nothing twice, a per-key `--limit` policy keeps each key's hourly
-//! spend across a restart, and a missing, corrupted or truncated state file starts the server
-//! drained with a log line saying why. Real processes, real files.
+//! spend across a restart, no state file is a first start (full), a corrupted or truncated one
+//! starts the server drained with a log line saying why, and a save never writes through a link
+//! planted beside the state file. Real processes, real files.
 
 mod support;
 
@@ -332,8 +333,56 @@ async fn ten_kill_9s_under_load_hand_out_the_burst_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The flags of a server with 5 tokens an hour per client address, saving to `path`.
+fn five_an_hour(path: &Path) -> Proc {
+    Proc::start(&[
+        "--rate",
+        "1/h",
+        "--burst",
+        "5",
+        "--key",
+        "ip",
+        "--state",
+        path.to_str().unwrap(),
+    ])
+}
+
+/// No file is a first start (the save renames a complete file into place, so a crash never
+/// leaves none): the burst is there at once, and the log says so.
 #[tokio::test]
-async fn a_missing_corrupted_or_truncated_file_starts_drained_and_says_why() {
+async fn no_state_file_is_a_first_start_and_starts_full() {
+    let dir = temp_dir("first");
+    let path = dir.join("state");
+    let c = client();
+    let mut server = five_an_hour(&path);
+    for _ in 0..5 {
+        assert_eq!(status(&c, &server.url()).await.unwrap().0, StatusCode::OK);
+    }
+    assert_eq!(
+        status(&c, &server.url()).await.unwrap().0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let log = server.log();
+    assert!(
+        log.iter().any(|l| l.starts_with("state: first start")),
+        "{log:?}"
+    );
+    // The shutdown's save is the next start's state: the burst is not handed out twice.
+    server.sigterm();
+    let server = five_an_hour(&path);
+    assert!(server
+        .log()
+        .iter()
+        .any(|l| l.starts_with("state: restored")));
+    assert_eq!(
+        status(&c, &server.url()).await.unwrap().0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_damaged_file_or_a_missing_directory_starts_drained_and_says_why() {
     let dir = temp_dir("damaged");
     let quota = Quota::new(1, Duration::from_secs(3600), 5).unwrap();
     let mut good = Vec::new();
@@ -344,7 +393,8 @@ async fn a_missing_corrupted_or_truncated_file_starts_drained_and_says_why() {
     let truncated = good[..good.len() - 3].to_vec();
     let c = client();
     for (name, bytes, why) in [
-        ("missing", None, "cannot read"),
+        // A directory that is not there (an unmounted volume): no save could have been made.
+        ("missing-dir/state", None, "cannot read"),
         ("corrupted", Some(corrupted), "corrupt"),
         ("truncated", Some(truncated), "truncated"),
         (
@@ -357,16 +407,7 @@ async fn a_missing_corrupted_or_truncated_file_starts_drained_and_says_why() {
         if let Some(bytes) = bytes {
             std::fs::write(&path, bytes).unwrap();
         }
-        let server = Proc::start(&[
-            "--rate",
-            "1/h",
-            "--burst",
-            "5",
-            "--key",
-            "ip",
-            "--state",
-            path.to_str().unwrap(),
-        ]);
+        let server = five_an_hour(&path);
         let (s, retry) = status(&c, &server.url()).await.unwrap();
         assert_eq!(
             s,
@@ -380,5 +421,50 @@ async fn a_missing_corrupted_or_truncated_file_starts_drained_and_says_why() {
             .find(|l| l.starts_with("state: starting drained: "));
         assert!(line.is_some_and(|l| l.contains(why)), "{name}: {log:?}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Someone who can write to the state file's directory plants links where a save might write
+/// (`FILE.tmp`, the name a fixed temporary file would have) and makes `FILE` itself a link: the
+/// saves leave both targets as they were and put a regular file at `FILE`.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_save_never_writes_through_a_planted_link() {
+    let dir = temp_dir("links");
+    let path = dir.join("state");
+    let (victim, victim_of_file) = (dir.join("victim"), dir.join("victim-of-file"));
+    std::fs::write(&victim, b"precious").unwrap();
+    std::fs::write(&victim_of_file, b"also precious").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("state.tmp")).unwrap();
+    std::os::unix::fs::symlink(&victim_of_file, &path).unwrap();
+    let mut server = Proc::start(&[
+        "--rate",
+        "1/h",
+        "--burst",
+        "5",
+        "--key",
+        "global",
+        "--save-every",
+        "50ms",
+        "--state",
+        path.to_str().unwrap(),
+    ]);
+    server.wait_saves(2);
+    server.sigterm();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert_eq!(std::fs::read(&victim_of_file).unwrap(), b"also precious");
+    let saved = std::fs::symlink_metadata(&path).unwrap();
+    assert!(saved.file_type().is_file(), "{saved:?}");
+    let restored = Bucket::new(Quota::new(1, Duration::from_secs(3600), 5).unwrap());
+    restored
+        .restore(std::fs::File::open(&path).unwrap())
+        .unwrap();
+    // Nothing but the state file, the links and their targets is left in the directory.
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["state", "state.tmp", "victim", "victim-of-file"]);
     let _ = std::fs::remove_dir_all(&dir);
 }

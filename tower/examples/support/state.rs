@@ -1,14 +1,17 @@
 //! The example server's `--state FILE`: restore the limiter at start, save it every
 //! `--save-every` and at shutdown, atomically.
 //!
-//! * **Start.** The file is restored into the freshly built limiter. A missing, unreadable or
-//!   damaged file starts the limiter **drained** (no tokens, refilling at the quota's rate),
-//!   with a `state:` line on stderr saying why: a process that cannot tell what it handed out
-//!   before it stopped assumes it handed out everything, so a crash loop never removes the
-//!   limit.
-//! * **Saves** write `FILE.tmp`, fsync it, rename it over `FILE` and fsync the directory: a
-//!   crash at any point leaves the previous save or the new one, never a mix. Each periodic save
-//!   prints `state: saved` on stderr.
+//! * **Start.** The file is restored into the freshly built limiter. No file in an existing
+//!   directory is a first start: the limiter starts **full**, with a `state: first start` line
+//!   on stderr (a save replaces the file by a rename, so a crash never leaves no file). An
+//!   unreadable or damaged file, or a missing directory, starts the limiter **drained** (no
+//!   tokens, refilling at the quota's rate), with a `state: starting drained` line saying why: a
+//!   process that cannot tell what it handed out before it stopped assumes it handed out
+//!   everything, so a crash loop never removes the limit.
+//! * **Saves** write a fresh temporary file beside `FILE` (created new, under a random name, so
+//!   it never follows a link planted there), fsync it, rename it over `FILE` and fsync the
+//!   directory: a crash at any point leaves the previous save or the new one, never a mix. Each
+//!   periodic save prints `state: saved` on stderr.
 //! * **After a clean stop** (SIGTERM, SIGINT) the last save happens after the server stopped
 //!   taking requests, so the restarted server hands out nothing that was already handed out.
 //!   **After `kill -9`** the restarted server gets the last completed save: it may hand out
@@ -16,8 +19,8 @@
 //!   in one `--save-every` interval plus one save's duration (`burst + rate × interval`), per
 //!   crash.
 
-use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter, Write};
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, ErrorKind, Write};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -70,49 +73,72 @@ impl Saved for KeyedMultiLimiter<String> {
     }
 }
 
-/// Why the file could not be restored, for the log line.
-fn open(path: &Path) -> Result<BufReader<File>, String> {
-    File::open(path)
-        .map(BufReader::new)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+/// What the start found at the state file's path.
+enum Found {
+    /// A file to restore from.
+    File(BufReader<File>),
+    /// No file in an existing directory: a first start.
+    Nothing,
 }
 
-fn drained_because(path: &Path, why: &str) {
-    eprintln!("state: starting drained: {why} ({})", path.display());
+/// Opens the state file, or says why it cannot be restored (for the log line).
+fn open(path: &Path) -> Result<Found, String> {
+    match File::open(path) {
+        Ok(file) => Ok(Found::File(BufReader::new(file))),
+        Err(e) if e.kind() == ErrorKind::NotFound && directory(path).is_dir() => Ok(Found::Nothing),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
 }
 
-fn restored(path: &Path) {
-    eprintln!("state: restored from {}", path.display());
+/// The directory `path` is in.
+fn directory(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
-/// The limiter `restore` builds from `path`'s contents, or if that fails the one `drained`
-/// builds, with the `state:` line saying which and why.
-fn restore_or_drained<T>(
+/// The limiter `restore` builds from `path`'s contents; `full` builds one when there is no file
+/// (a first start), `drained` when the file cannot be restored. A `state:` line says which and
+/// why.
+fn restore_full_or_drained<T>(
     path: &Path,
     restore: impl FnOnce(BufReader<File>) -> Result<T, String>,
+    full: impl FnOnce() -> T,
     drained: impl FnOnce() -> T,
 ) -> Arc<T> {
-    Arc::new(match open(path).and_then(restore) {
-        Ok(limiter) => {
-            restored(path);
-            limiter
+    let shown = path.display();
+    Arc::new(match open(path) {
+        Ok(Found::Nothing) => {
+            eprintln!("state: first start: no saved state, starting full ({shown})");
+            full()
         }
+        Ok(Found::File(r)) => match restore(r) {
+            Ok(limiter) => {
+                eprintln!("state: restored from {shown}");
+                limiter
+            }
+            Err(why) => {
+                eprintln!("state: starting drained: {why} ({shown})");
+                drained()
+            }
+        },
         Err(why) => {
-            drained_because(path, &why);
+            eprintln!("state: starting drained: {why} ({shown})");
             drained()
         }
     })
 }
 
-/// The global bucket, restored from `path` or drained.
+/// The global bucket, restored from `path`, full or drained.
 pub(crate) fn bucket(path: &Path, quota: Quota) -> Arc<Bucket> {
-    restore_or_drained(
+    restore_full_or_drained(
         path,
         |r| {
             let bucket = Bucket::new(quota);
             bucket.restore(r).map_err(|e: RestoreError| e.to_string())?;
             Ok(bucket)
         },
+        || Bucket::new(quota),
         || {
             Bucket::with_initial_tokens(quota, 0, DefaultClock::default())
                 .expect("0 tokens is within every burst")
@@ -120,7 +146,7 @@ pub(crate) fn bucket(path: &Path, quota: Quota) -> Arc<Bucket> {
     )
 }
 
-/// A keyed limiter of at most `max_keys` keys, restored from `path` or drained.
+/// A keyed limiter of at most `max_keys` keys, restored from `path`, full or drained.
 pub(crate) fn keyed<K>(
     path: &Path,
     builder: impl Fn() -> KeyedLimiterBuilder<K, DefaultClock>,
@@ -128,9 +154,10 @@ pub(crate) fn keyed<K>(
 where
     K: std::hash::Hash + Eq + Clone,
 {
-    restore_or_drained(
+    restore_full_or_drained(
         path,
         |r| builder().restore(r).map_err(|e| e.to_string()),
+        || builder().build().expect("max_keys is not 0"),
         || {
             let limiter = builder().build().expect("max_keys is not 0");
             limiter.drain();
@@ -139,15 +166,16 @@ where
     )
 }
 
-/// The global policy of the `--limit` flags, restored from `path` or drained (every quota).
+/// The global policy of the `--limit` flags, restored from `path`, full or drained (every quota).
 pub(crate) fn multi(path: &Path, limits: Limits) -> Arc<MultiBucket> {
-    restore_or_drained(
+    restore_full_or_drained(
         path,
         |r| {
             let policy = MultiBucket::new(limits.clone());
             policy.restore(r).map_err(|e: RestoreError| e.to_string())?;
             Ok(policy)
         },
+        || MultiBucket::new(limits.clone()),
         || {
             let zeros = vec![0; limits.quotas().len()];
             MultiBucket::with_initial_tokens(limits.clone(), &zeros, DefaultClock::default())
@@ -156,7 +184,7 @@ pub(crate) fn multi(path: &Path, limits: Limits) -> Arc<MultiBucket> {
     )
 }
 
-/// A per-key policy table, restored from `path` or drained.
+/// A per-key policy table, restored from `path`, full or drained.
 pub(crate) fn keyed_multi<K>(
     path: &Path,
     builder: impl Fn() -> KeyedMultiLimiterBuilder<K, DefaultClock>,
@@ -164,9 +192,10 @@ pub(crate) fn keyed_multi<K>(
 where
     K: std::hash::Hash + Eq + Clone,
 {
-    restore_or_drained(
+    restore_full_or_drained(
         path,
         |r| builder().restore(r).map_err(|e| e.to_string()),
+        || builder().build().expect("max_keys is not 0"),
         || {
             let limiter = builder().build().expect("max_keys is not 0");
             limiter.drain();
@@ -175,30 +204,24 @@ where
     )
 }
 
-/// Writes `limiter`'s state to `path` atomically: a temporary file beside it, fsynced, renamed
-/// over it, the directory fsynced.
+/// Writes `limiter`'s state to `path` atomically: a new temporary file beside it (created
+/// exclusively under a random name, so a link planted in the directory is never followed),
+/// fsynced, renamed over `path`, the directory fsynced. A failed save removes its temporary file.
 pub(crate) fn save(path: &Path, limiter: &dyn Saved) -> io::Result<()> {
-    let tmp = temporary(path);
-    let result = (|| {
-        let mut w = BufWriter::new(File::create(&tmp)?);
-        limiter.save_to(&mut w)?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, path)?;
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-        File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
-fn temporary(path: &Path) -> PathBuf {
+    let dir = directory(path);
+    // `FILE.XXXXXX.tmp`: an operator can tell whose it is if a `kill -9` leaves one behind.
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    path.with_file_name(name)
+    name.push(".");
+    let tmp = tempfile::Builder::new()
+        .prefix(&name)
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    let mut w = BufWriter::new(tmp);
+    limiter.save_to(&mut w)?;
+    let tmp = w.into_inner().map_err(|e| e.into_error())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    File::open(dir)?.sync_all()
 }
 
 /// Saves every `interval` until the task is dropped (each on a blocking thread: a save of a
@@ -219,7 +242,7 @@ pub(crate) async fn save_every(path: PathBuf, interval: Duration, limiter: Arc<d
     }
 }
 
-/// The server's limiters: built plain without `--state`, restored (or drained) with it, and
+/// The server's limiters: built plain without `--state`, restored (or full, or drained) with it, and
 /// remembered for saving.
 #[derive(Default)]
 pub(crate) struct Limiters {
@@ -272,7 +295,7 @@ impl Limiters {
         self.build(plain, |path| keyed_multi(path, &builder))
     }
 
-    /// `plain()` without `--state`; with it, what `restored` builds from the file (or drained),
+    /// `plain()` without `--state`; with it, what `restored` builds from the file (or full, or drained),
     /// remembered for saving.
     fn build<T: Saved>(
         &mut self,
