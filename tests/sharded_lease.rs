@@ -219,9 +219,8 @@ fn random_stalls_around_leases_never_break_any_window() {
 /// 16 up to 400, so the word runs dry while other shards' leases still hold tokens (the scan
 /// before a publication finds them and does not publish); 1 % of readings stalled up to 3 ms,
 /// three tokens' time, so stale readings spend, pool and publish among current ones. Every
-/// window holds at the readings the decisions used. Counted once with the publications
-/// instrumented (2026-12-03, Intel guest): 206 publications at 2 shards and 192 at 8, where 3
-/// scans were stopped by a lease holding tokens.
+/// window holds at the readings the decisions used (with the publications counted, about 200
+/// happen at 2 and at 8 shards, a few of them stopped by a lease holding tokens).
 #[test]
 fn dry_spells_under_stalls_never_break_any_window() {
     let quota = Quota::new(1_000, Duration::from_secs(1), 2_000).unwrap();
@@ -335,15 +334,12 @@ fn four_stalled_threads(
 }
 
 /// A shard whose lease lapsed (its thread took a lease from the full bucket, then went quiet
-/// while another shard drained the word) still takes advances once the word is near its limit:
-/// an advance is what replaces a lapsed lease, and the size it halves to after a lapse never
-/// reaches 0. Before 2026-12-03 it did from a size of 1, so the lapsed lease stayed and that
-/// shard never took an advance while the word stayed near its limit. The schedule makes the
-/// quiet shard find the word dry with no advance out: the other shard takes each token on the
-/// central word the instant it is earned (one try per token, never refused, so never hungry),
-/// then the quiet one asks twice. `stranded_tokens` counts the lapsed units of leases an
-/// advance replaced: 0 before the fix. The window bound is checked against a `Bucket` on the
-/// same clock throughout. The two threads are pinned to two CPUs that the probe found on two
+/// while another shard drained the word) still takes near leases once the word is near its
+/// limit: a near lease replaces a lapsed one, and the size it halves to after a lapse never
+/// reaches 0. The schedule makes the quiet shard find the word dry: the other shard takes each
+/// token the instant it is earned, then the quiet one asks twice. `stranded_tokens` counts the
+/// lapsed units of the lease a near lease replaced. The window bound is checked against a
+/// `Bucket` on the same clock throughout. The two threads are pinned to two CPUs that the probe found on two
 /// shards ([`two_cpus_on_two_shards`]: the first two CPUs may share one on a larger machine).
 #[test]
 fn a_lapsed_lease_does_not_keep_its_shard_from_advances() {
@@ -396,13 +392,13 @@ fn a_lapsed_lease_does_not_keep_its_shard_from_advances() {
         got += quiet.join().unwrap();
     });
     assert!(got <= want, "{got} > {want}");
-    // Lost: the lapsed lease (at most a sixteenth of the burst, 625 tokens) and one advance.
+    // Lost: the lapsed lease (at most a sixteenth of the burst, 625 tokens) and one near lease.
     assert!(want - got <= 625 + 64, "lost {} of {want}", want - got);
     if pinned.is_some() {
-        // Two CPUs, two shards: the quiet shard's lapsed lease was replaced by an advance.
+        // Two CPUs, two shards: the quiet shard's lapsed lease was replaced by a near lease.
         assert!(
             bucket.stranded_tokens() > 0.0,
-            "the shard with a lapsed lease took no advance"
+            "the shard with a lapsed lease took no near lease"
         );
     }
     println!(
@@ -411,13 +407,13 @@ fn a_lapsed_lease_does_not_keep_its_shard_from_advances() {
     );
 }
 
-/// An *advance* (the units a hungry shard takes from a dry central word before they are earned)
-/// abandoned by its shard loses at most its size: 64 tokens at 10 M tokens/s. Two threads pinned
-/// to two CPUs (two shards of 1,024) take turns on a drained bucket, each asking for tokens until
-/// refused at every 50 ns step — faster than the rate, so each finds the word dry after the other
-/// took a token, and their shards take advances of 1, 2, 4 … 64 tokens; then the first stops
-/// and the second goes on alone. A `Bucket` asked greedily at every step is the reference: the
-/// sharded bucket admits no more while both run, and at most one advance less in all.
+/// A near lease abandoned by its shard loses at most its size: one token here, an eighth of the
+/// burst over 1,024 shards. Two threads pinned to two CPUs (two shards of 1,024) take turns on
+/// a drained bucket, each asking for tokens until refused at every 50 ns step — faster than the
+/// rate, so each finds its lease empty and the word dry and takes near leases; then the first
+/// stops and the second goes on alone. A `Bucket` asked greedily at every step is the
+/// reference: the sharded bucket admits no more while both run, and at most one near lease less
+/// in all.
 #[test]
 fn an_abandoned_advance_loses_at_most_its_size() {
     let pinned = cpus::two();
@@ -499,9 +495,9 @@ fn advances_under_stalls_never_break_any_window() {
 /// its shard's decisions lapses unspent, so its taker paid a lock and a CAS for nothing and the
 /// other shards lost its tokens. At 40 M tokens/s that floor is 10 tokens, and a lease of 10
 /// from 64 shards needs a word of `1 + 8 × 64 × 10` tokens, more than a burst of 1,024: the
-/// first shard's one-token decision takes no lease, and the other shard gets the rest of the
-/// burst. Before 2026-12-03 that decision also leased `⌊1,023 / 512⌋` = 1 token to its own
-/// shard, and the other got 1,022. At 1 M tokens/s (a floor of one token) it still does. On a
+/// first shard's one-token decision takes no lease (a near lease from the full word would lapse
+/// as soon), and the other shard gets the rest of the burst. At 1 M tokens/s (a floor of one
+/// token) it takes one, and the other gets 1,022. On a
 /// frozen clock; the two threads pinned to two CPUs. 64 shards, so that the two CPUs' ranks
 /// (consecutive in the order the process first saw its CPUs, whichever tests ran before) fall
 /// on two shards wherever fewer than 64 CPUs were seen; with two shards, ranks 0 and 2 would

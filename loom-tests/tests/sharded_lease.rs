@@ -186,9 +186,9 @@ fn a_dry_spell_is_never_published_over_a_lease_being_taken() {
 /// it is refused and publishes after a scan. Meanwhile shard 1, at 1 s, takes 1 and a lease of 2.
 /// Then shard 0 at 1 s drains the word and publishes again, skipping the scan only if no lease
 /// was handed out since the last one. Shard 1's two requests at 1 s are then paid from its
-/// lease in every interleaving. Found by a second read (2026-12-03): with the count raised
-/// before the lock, the scan could read the count and then the lease before its lock, and the
-/// second publication skipped the scan over a lease holding 2 tokens.
+/// lease in every interleaving. With the count raised before the lock, the scan could read the
+/// count and then the lease before its lock, and the second publication skip the scan over a
+/// lease holding 2 tokens.
 #[test]
 fn a_scan_never_passes_a_lease_being_handed_out() {
     use loom::sync::atomic::{AtomicBool, Ordering};
