@@ -41,7 +41,9 @@
 //!   for the others): what scales with cores, counted by the bucket itself
 //!   (`tollgate::counters`), all rounds together — compare-and-swap attempts on its central word
 //!   per admission, and writes to cache lines that more than one core writes (the central
-//!   word's line, the read-mostly line, another shard's lease) per refusal.
+//!   word's line, the read-mostly line, another shard's lease) per refusal; and
+//!   `advances_per_refusal`, the near leases taken by refusals (each writes the central line
+//!   twice: its hand-out count and its CAS), to tell those writes from the rest.
 
 use crate::{CellSpec, Error, Kind, Regime, Strategy};
 use hdrhistogram::Histogram;
@@ -83,7 +85,7 @@ impl BusiestKey {
 ///
 /// ```
 /// use tollgate_bench::cell::Counters;
-/// let c = Counters { admissions: 80, refusals: 20, central_cas: 10, refusing_writes: 0 };
+/// let c = Counters { admissions: 80, refusals: 20, central_cas: 10, refusing_writes: 2, advances: 1 };
 /// assert_eq!(c.decisions(), 100);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -96,6 +98,8 @@ pub struct Counters {
     pub central_cas: u64,
     /// Writes to shared lines by decisions that refused.
     pub refusing_writes: u64,
+    /// Near leases taken by refusals (advances), each a write of the central line.
+    pub advances: u64,
 }
 
 impl Counters {
@@ -110,6 +114,7 @@ impl Counters {
         self.refusals += ops - admitted;
         self.central_cas += c.central_cas;
         self.refusing_writes += c.refusing_writes;
+        self.advances += c.advances;
     }
 
     fn merge(&mut self, c: &Counters) {
@@ -117,6 +122,7 @@ impl Counters {
         self.refusals += c.refusals;
         self.central_cas += c.central_cas;
         self.refusing_writes += c.refusing_writes;
+        self.advances += c.advances;
     }
 }
 
@@ -242,6 +248,9 @@ pub struct CellResult {
     pub central_cas_per_admission: Option<f64>,
     /// Writes to shared cache lines per refusal, all rounds (the sharded bucket only).
     pub shared_writes_per_refusal: Option<f64>,
+    /// Near leases taken by refusals (advances) per refusal, all rounds (the sharded bucket
+    /// only): the shared-line writes above that are a lease's hand-out, not the refusal's own.
+    pub advances_per_refusal: Option<f64>,
     /// Every round, in the order they ran.
     pub rounds: Vec<Round>,
 }
@@ -354,6 +363,7 @@ impl CellResult {
                 .map(|c| c.central_cas as f64 / c.admissions.max(1) as f64),
             shared_writes_per_refusal: counters
                 .map(|c| c.refusing_writes as f64 / c.refusals.max(1) as f64),
+            advances_per_refusal: counters.map(|c| c.advances as f64 / c.refusals.max(1) as f64),
             rounds: rounds.into_iter().map(|m| m.round).collect(),
         })
     }

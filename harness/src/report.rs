@@ -359,17 +359,18 @@ impl Report {
             let _ = writeln!(
                 out,
                 "\nwhat scales with cores (sharded bucket, counted by it, all rounds):\n\
-                 strategy  threads  regime  central CAS / admission  shared-line writes / refusal"
+                 strategy  threads  regime  central CAS / admission  shared-line writes / refusal  of them advances (2 writes each) / refusal"
             );
             for c in counted {
                 let _ = writeln!(
                     out,
-                    "{:<8}  {:>7}  {:<6}  {:>23.4}  {:>28.4}",
+                    "{:<8}  {:>7}  {:<6}  {:>23.4}  {:>28.4}  {:>41.4}",
                     c.strategy,
                     c.threads,
                     c.regime.name(),
                     c.central_cas_per_admission.unwrap_or(0.0),
-                    c.shared_writes_per_refusal.unwrap_or(0.0)
+                    c.shared_writes_per_refusal.unwrap_or(0.0),
+                    c.advances_per_refusal.unwrap_or(0.0)
                 );
             }
         }
@@ -644,6 +645,7 @@ mod tests {
             admitted_per_thread_max: 0,
             central_cas_per_admission: None,
             shared_writes_per_refusal: None,
+            advances_per_refusal: None,
             rounds,
         }
     }

@@ -460,6 +460,7 @@ impl Central {
                                 // marks it after, not before.
                                 lease.set_near(size);
                                 lease.install(base, top_new);
+                                counters::advance();
                                 if frontier < top {
                                     lease.add_stranded(top - frontier);
                                 }

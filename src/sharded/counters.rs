@@ -42,6 +42,14 @@ mod on {
         });
     }
 
+    pub(crate) fn advance() {
+        COUNTS.with(|c| {
+            let mut n = c.get();
+            n.advances += 1;
+            c.set(n);
+        });
+    }
+
     pub(crate) fn take() -> super::Counts {
         PENDING.with(|p| p.set(0));
         COUNTS.with(|c| c.replace(super::Counts::ZERO))
@@ -60,6 +68,9 @@ pub struct Counts {
     pub admitting_writes: u64,
     /// Writes to shared lines by decisions that refused.
     pub refusing_writes: u64,
+    /// Near leases taken by refusals (advances): each writes the central line (the hand-out
+    /// count and the CAS), counted in `refusing_writes` too.
+    pub advances: u64,
 }
 
 #[cfg(feature = "counters")]
@@ -68,6 +79,7 @@ impl Counts {
         central_cas: 0,
         admitting_writes: 0,
         refusing_writes: 0,
+        advances: 0,
     };
 }
 
@@ -82,6 +94,13 @@ pub fn take() -> Counts {
 pub(super) fn central_cas() {
     #[cfg(feature = "counters")]
     on::central_cas();
+}
+
+/// An advance taken (a near lease with a refusal).
+#[inline(always)]
+pub(super) fn advance() {
+    #[cfg(feature = "counters")]
+    on::advance();
 }
 
 /// A write to a shared line other than the central word's CAS.
