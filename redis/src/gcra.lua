@@ -345,10 +345,12 @@ if not hot then
     return {fdiv = fdiv, base_at = base_at, load = load, triples = triples, pick = pick}
   end)()
 end
--- Mode 'keys': KEYS[1..K], ARGV = 'keys', test time ('' = TIME), then per key: cost, N, and N
+-- Mode 'keys': KEYS[1..K], ARGV = 'keys', test time ('' = TIME), then per key: cost, flag, N, N
 -- quotas' five arguments each. Every key is decided at the one reading t, as mode 'multi'
 -- decides its key; admitted only if every key with a cost above 0 holds its cost, and then
--- every such key is written (one SET each), else nothing is. A key with cost 0 is read. Reply:
+-- every such key is written (one SET each), else nothing is. A key with cost 0 is read. A key
+-- whose flag is '1' (ARGV after its cost) is decided alone: written if it holds its cost,
+-- whatever the others, and left out of the call's verdict. Reply:
 -- {status, t, then per key: its own verdict ('1' holds the cost or cost 0, '0' refused), prev_1
 -- .. prev_N (as mode 'multi'), next_1 .. next_N ('' when not written)}; a malformed value
 -- {'bad', t, reason, k}.
@@ -361,8 +363,9 @@ if keys then
     if not (kcost >= 0 and kcost < P53 and kcost == math.floor(kcost)) then
       return redis.error_reply('tollgate: the cost is not a whole number of tokens')
     end
-    local nq = ARGV[pos + 1] + 0
-    pos = pos + 2
+    local alone = ARGV[pos + 1] == '1'
+    local nq = ARGV[pos + 2] + 0
+    pos = pos + 3
     local v = redis.pcall('GET', KEYS[k])
     if type(v) == 'table' then
       return {'bad', sf('%.0f', t), tostring(v.err or v.ok or 'not a string'), sf('%d', k)}
@@ -392,8 +395,8 @@ if keys then
       shown[i] = sh
     end
     if kcost == 0 then holds = true end
-    if not holds then admit = false end
-    decided[k] = {quotas, shown, kcost, holds}
+    if not holds and not alone then admit = false end
+    decided[k] = {quotas, shown, kcost, holds, alone}
   end
   local out = {'0', sf('%.0f', t)}
   if admit then out[1] = '1' end
@@ -401,7 +404,9 @@ if keys then
     local quotas, shown, kcost, holds = decided[k][1], decided[k][2], decided[k][3], decided[k][4]
     out[#out + 1] = holds and '1' or '0'
     for i = 1, #quotas do out[#out + 1] = shown[i] end
-    if admit and kcost > 0 then
+    local write = admit
+    if decided[k][5] then write = holds end
+    if write and kcost > 0 then
       local parts, ms = {}, 0
       for i = 1, #quotas do
         local q = quotas[i]

@@ -38,7 +38,8 @@ impl CheckedLimits {
 }
 
 /// One key of a [`RedisLimiter::decide_keys`] call: its name (stored as
-/// [`RedisLimiter::redis_key`] names it), its policy and its cost (0: read only).
+/// [`RedisLimiter::redis_key`] names it), its policy, its cost (0: read only), and whether it
+/// is decided alone (outside the call's all or nothing).
 #[derive(Clone, Copy, Debug)]
 pub struct KeyDemand<'a> {
     /// The key.
@@ -47,6 +48,9 @@ pub struct KeyDemand<'a> {
     pub limits: &'a CheckedLimits,
     /// Tokens to take (0: read the bucket, take nothing).
     pub cost: u64,
+    /// Decided on its own: debited if it holds its cost whatever the other keys get, and
+    /// left out of the call's verdict (a limit in shadow mode, say).
+    pub alone: bool,
 }
 
 /// What one key of a [`RedisLimiter::decide_keys`] call got.
@@ -54,7 +58,8 @@ pub struct KeyDemand<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyDecision {
     /// Whether this key alone holds its cost (a cost of 0 always does), with the refusing
-    /// quota otherwise. The call admitted iff every key's verdict is `Ok`.
+    /// quota otherwise. The call admitted iff every verdict of a key not decided alone is
+    /// `Ok`.
     pub verdict: Result<(), Refusal>,
     /// Each quota's bucket right after the decision (debited only if the call admitted).
     pub snapshots: Snapshots,
@@ -66,7 +71,9 @@ pub const MAX_KEYS_PER_CALL: usize = 1024;
 impl RedisLimiter {
     /// Decides every key of `demands` at one server time in one script call (one round trip),
     /// all or nothing: admitted iff every key with a cost above 0 holds it (each against its
-    /// own policy), and then every such key is debited; otherwise none is. Keys must be
+    /// own policy), and then every such key is debited; otherwise none is. A key marked
+    /// [`alone`](KeyDemand::alone) is debited iff it holds its cost, whatever the others get,
+    /// and takes no part in the call's verdict. Keys must be
     /// distinct, at most [`MAX_KEYS_PER_CALL`]; on Redis Cluster they must hash to one slot
     /// (give them one hash tag, `{tenant}`). No policy applies here: errors (timeout, breaker
     /// open, malformed value) are returned for the caller to decide.
@@ -82,8 +89,8 @@ impl RedisLimiter {
     /// let route = CheckedLimits::new(Limits::from(Quota::per_second(100).unwrap()))?;
     /// let out = limiter
     ///     .decide_keys(&[
-    ///         KeyDemand { key: "{t1}tenant", limits: &tenant, cost: 1 },
-    ///         KeyDemand { key: "{t1}route", limits: &route, cost: 1 },
+    ///         KeyDemand { key: "{t1}tenant", limits: &tenant, cost: 1, alone: false },
+    ///         KeyDemand { key: "{t1}route", limits: &route, cost: 1, alone: false },
     ///     ])
     ///     .await?;
     /// let admitted = out.iter().all(|d| d.verdict.is_ok());
@@ -106,13 +113,26 @@ impl RedisLimiter {
         if !full.iter().all(|k| seen.insert(k.as_str())) {
             return Err(Error::Config("the same key twice in one call".into()));
         }
-        // A cost above a key's smallest burst is refused whatever the state: the call is then a
-        // read of every key (the script would otherwise admit a full bucket).
-        let read_only = demands.iter().any(|d| d.cost > d.limits.0.min_burst());
+        // A cost above a key's smallest burst is refused whatever the state: such a key is read
+        // (the script would otherwise admit a full bucket), and so is every key of the call's
+        // all or nothing when one of them is.
+        let exceeds = |d: &KeyDemand<'_>| d.cost > d.limits.0.min_burst();
+        let read_all = demands.iter().any(|d| !d.alone && exceeds(d));
+        let sent: Vec<u64> = demands
+            .iter()
+            .map(|d| {
+                if exceeds(d) || (read_all && !d.alone) {
+                    0
+                } else {
+                    d.cost
+                }
+            })
+            .collect();
         let mut args: Vec<String> = vec!["keys".into(), String::new()];
-        for d in demands {
+        for (d, s) in demands.iter().zip(&sent) {
             let quotas = d.limits.0.quota_params();
-            args.push(if read_only { 0 } else { d.cost }.to_string());
+            args.push(s.to_string());
+            args.push(if d.alone { "1" } else { "0" }.into());
             args.push(quotas.len().to_string());
             for p in quotas {
                 args.extend(p.quota_args());
@@ -125,17 +145,20 @@ impl RedisLimiter {
         let r = r.and_then(|reply| {
             let reply: Vec<String> = redis::FromRedisValue::from_redis_value(reply)
                 .map_err(|e| Error::Reply(format!("a keys reply: {e}")))?;
-            decode(&reply, demands, read_only)
+            decode(&reply, demands, &sent)
         });
         match &r {
             Ok(out) => {
-                let admitted = out.iter().all(|d| d.verdict.is_ok());
+                let admitted = out
+                    .iter()
+                    .zip(demands)
+                    .all(|(o, d)| d.alone || o.verdict.is_ok());
                 inner.observe.decided(&if admitted {
                     Ok(())
                 } else {
                     Err(Denied::RetryAfter(Duration::ZERO))
                 });
-                if admitted && !read_only {
+                if admitted && !read_all {
                     crate::counters::bump(&inner.stats.redis);
                     inner.observe.path(Path::Redis);
                 }
@@ -154,7 +177,7 @@ impl RedisLimiter {
 fn decode(
     reply: &[String],
     demands: &[KeyDemand<'_>],
-    read_only: bool,
+    sent: &[u64],
 ) -> Result<Vec<KeyDecision>, Error> {
     let want = 2 + demands
         .iter()
@@ -166,8 +189,8 @@ fn decode(
             reply.len()
         )));
     }
-    let written = match reply[0].as_str() {
-        "1" => !read_only,
+    let admitted = match reply[0].as_str() {
+        "1" => true,
         "0" => false,
         _ => return Err(Error::Reply(format!("unknown status {:?}", reply[0]))),
     };
@@ -185,7 +208,7 @@ fn decode(
     let mut out = Vec::with_capacity(demands.len());
     let mut pos = 2;
     let mut all_hold = true;
-    for d in demands {
+    for (d, &sent) in demands.iter().zip(sent) {
         let quotas = d.limits.0.quota_params();
         let n = quotas.len();
         let own = match reply[pos].as_str() {
@@ -196,12 +219,14 @@ fn decode(
         let prev = &reply[pos + 1..pos + 1 + n];
         let next = &reply[pos + 1 + n..pos + 1 + 2 * n];
         pos += 1 + 2 * n;
+        // Written: a cost sent, and the call admitted (or this key, decided alone, held it).
+        let written = sent > 0 && if d.alone { own } else { admitted };
         let mut verdicts = Vec::with_capacity(n);
         let mut snaps = Vec::with_capacity(n);
         for (i, p) in quotas.iter().enumerate() {
             let before = p.state_of(&prev[i])?;
             let r = gcra::try_acquire(before, now, &p.quota, d.cost);
-            let after = match (&r, written && d.cost > 0) {
+            let after = match (&r, written) {
                 (Ok(Some(after)), true) => {
                     if p.written_state(t, &next[i])? != u128::from(*after) {
                         return Err(disagree("a written state"));
@@ -215,10 +240,10 @@ fn decode(
             snaps.push(gcra::snapshot(after, now, &p.quota));
         }
         let verdict = crate::limits::combine(verdicts.iter().copied());
-        if !read_only && verdict.is_ok() != own {
+        if sent == d.cost && verdict.is_ok() != own {
             return Err(disagree("a key's verdict"));
         }
-        all_hold &= verdict.is_ok() || d.cost == 0;
+        all_hold &= d.alone || sent == 0 || own;
         let verdict = match verdict {
             Ok(()) => Ok(()),
             Err(denied) => {
@@ -230,7 +255,7 @@ fn decode(
             Snapshots::new(&snaps).ok_or_else(|| Error::Reply("a policy of no quota".into()))?;
         out.push(KeyDecision { verdict, snapshots });
     }
-    if written != (all_hold && !read_only) {
+    if admitted != all_hold {
         return Err(disagree("the call's verdict"));
     }
     Ok(out)

@@ -40,11 +40,13 @@ async fn a_refusal_debits_no_key_and_says_which_key_refused() {
                 key: "{t}a",
                 limits: &a,
                 cost: ca,
+                alone: false,
             },
             KeyDemand {
                 key: "{t}b",
                 limits: &b,
                 cost: cb,
+                alone: false,
             },
         ]
     };
@@ -87,6 +89,7 @@ async fn bad_calls_are_errors() {
         key: "k",
         limits: &p,
         cost: 1,
+        alone: false,
     };
     assert!(matches!(l.decide_keys(&[]).await, Err(Error::Config(_))));
     assert!(matches!(
@@ -98,6 +101,7 @@ async fn bad_calls_are_errors() {
         key: "junk",
         limits: &p,
         cost: 1,
+        alone: false,
     };
     match l.decide_keys(&[d, junk]).await {
         Err(Error::Malformed { key, .. }) => assert_eq!(key, "tollgate:junk"),
@@ -144,6 +148,7 @@ async fn random_calls_follow_the_all_or_nothing_model() {
                 key: &keys[k],
                 limits: &policies[k].1,
                 cost,
+                alone: false,
             })
             .collect();
         let out = l.decide_keys(&demands).await.unwrap();
@@ -186,4 +191,101 @@ async fn random_calls_follow_the_all_or_nothing_model() {
         admitted > 10 && refused > 10,
         "{admitted} admitted, {refused} refused"
     );
+}
+
+#[tokio::test]
+async fn a_key_decided_alone_neither_blocks_nor_waits_for_the_others() {
+    let Some(server) = RedisServer::start("decide_keys_alone") else {
+        return;
+    };
+    let l = limiter(&server).await;
+    let one = checked(&[slow(1, 24)]);
+    let two = checked(&[slow(2, 24)]);
+    let call = |enforced_cost, alone_cost| {
+        [
+            KeyDemand {
+                key: "{s}enforced",
+                limits: &one,
+                cost: enforced_cost,
+                alone: false,
+            },
+            KeyDemand {
+                key: "{s}alone",
+                limits: &two,
+                cost: alone_cost,
+                alone: true,
+            },
+        ]
+    };
+    let out = l.decide_keys(&call(1, 2)).await.unwrap();
+    assert!(out.iter().all(|d| d.verdict.is_ok()));
+    // A refusing alone key does not stop a holding enforced key.
+    let spare = checked(&[slow(5, 24)]);
+    let out = l
+        .decide_keys(&[
+            KeyDemand {
+                key: "{s}spare",
+                limits: &spare,
+                cost: 1,
+                alone: false,
+            },
+            KeyDemand {
+                key: "{s}alone",
+                limits: &two,
+                cost: 1,
+                alone: true,
+            },
+        ])
+        .await
+        .unwrap();
+    assert!(out[0].verdict.is_ok() && out[1].verdict.is_err());
+    assert_eq!(
+        out[0].snapshots.tightest().1.remaining(),
+        4,
+        "spare debited"
+    );
+    // The enforced key refuses: an alone key that holds is debited anyway.
+    let out = l
+        .decide_keys(&[
+            KeyDemand {
+                key: "{s}enforced",
+                limits: &one,
+                cost: 1,
+                alone: false,
+            },
+            KeyDemand {
+                key: "{s}spare",
+                limits: &spare,
+                cost: 1,
+                alone: true,
+            },
+        ])
+        .await
+        .unwrap();
+    assert!(out[0].verdict.is_err() && out[1].verdict.is_ok());
+    assert_eq!(
+        out[1].snapshots.tightest().1.remaining(),
+        3,
+        "spare debited alone"
+    );
+    // An alone key over its burst is refused and does not make the others read-only.
+    let out = l
+        .decide_keys(&[
+            KeyDemand {
+                key: "{s}spare",
+                limits: &spare,
+                cost: 1,
+                alone: false,
+            },
+            KeyDemand {
+                key: "{s}alone",
+                limits: &two,
+                cost: 3,
+                alone: true,
+            },
+        ])
+        .await
+        .unwrap();
+    assert_eq!(out[1].verdict.unwrap_err().denied(), Denied::ExceedsBurst);
+    assert_eq!(out[0].snapshots.tightest().1.remaining(), 2);
 }
