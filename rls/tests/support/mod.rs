@@ -1,0 +1,226 @@
+//! Shared by the integration tests: an in-process service on a `ManualClock`, a tonic client,
+//! request builders, a plain HTTP client, and the binary.
+#![allow(dead_code, unreachable_pub)]
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    rate_limit_descriptor::Entry, RateLimitDescriptor,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tollgate::ManualClock;
+use tollgate_rls::engine::RlsClock;
+use tollgate_rls::server::{run, Options, Ready};
+use tollgate_rls::service::Service;
+
+pub type Client = RateLimitServiceClient<tonic::transport::Channel>;
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "tollgate-rls-{name}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// An in-process service on a manual clock, stopped on drop.
+pub struct Rls {
+    pub clock: ManualClock,
+    pub ready: Ready,
+    pub client: Client,
+    pub dir: TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Rls {
+    /// A service with `yaml` as its one config file (`config.yaml` in a fresh directory).
+    pub async fn start(yaml: &str) -> Rls {
+        Rls::start_with(yaml, |_| {}).await
+    }
+
+    pub async fn start_with(yaml: &str, tune: impl FnOnce(&mut Options)) -> Rls {
+        let dir = TempDir::new("inproc");
+        dir.write("config.yaml", yaml);
+        let mut opts = Options::new(dir.path().to_owned());
+        opts.grpc = "127.0.0.1:0".parse().unwrap();
+        opts.http = "127.0.0.1:0".parse().unwrap();
+        opts.max_keys = 1000;
+        opts.reload_poll = Duration::from_millis(50);
+        tune(&mut opts);
+        let clock = ManualClock::new();
+        // A reading far from 0, so that waits never clamp at the origin.
+        clock.advance(Duration::from_secs(1_000_000));
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let c = RlsClock::manual(clock.clone());
+        let task = tokio::spawn(async move {
+            run(opts, c, Some(ready_tx), async {
+                let _ = stop_rx.await;
+            })
+            .await
+            .expect("the service starts");
+        });
+        let ready = tokio::time::timeout(Duration::from_secs(10), ready_rx)
+            .await
+            .expect("ready in time")
+            .expect("ready");
+        let client = RateLimitServiceClient::connect(format!("http://{}", ready.grpc))
+            .await
+            .unwrap();
+        Rls {
+            clock,
+            ready,
+            client,
+            dir,
+            stop: Some(stop_tx),
+            task: Some(task),
+        }
+    }
+
+    pub fn service(&self) -> &Arc<Service> {
+        &self.ready.service
+    }
+
+    /// Calls `ShouldRateLimit`.
+    pub async fn call(
+        &mut self,
+        req: RateLimitRequest,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        self.client
+            .should_rate_limit(req)
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// Calls and expects an answer.
+    pub async fn ok(&mut self, req: RateLimitRequest) -> RateLimitResponse {
+        self.call(req).await.expect("an answer")
+    }
+
+    /// Stops the service and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.await.unwrap();
+        }
+    }
+}
+
+impl Drop for Rls {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// A descriptor of `(key, value)` entries.
+pub fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A descriptor with its own `hits_addend`.
+pub fn desc_hits(entries: &[(&str, &str)], hits: u64) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        hits_addend: Some(UInt64Value { value: hits }),
+        ..desc(entries)
+    }
+}
+
+/// A request of `domain`.
+pub fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+pub const OK: i32 = 1;
+pub const OVER: i32 = 2;
+
+/// `(code, remaining, reset seconds)` of every status.
+pub fn brief(r: &RateLimitResponse) -> Vec<(i32, u32, Option<i64>)> {
+    r.statuses
+        .iter()
+        .map(|s| {
+            (
+                s.code,
+                s.limit_remaining,
+                s.duration_until_reset.as_ref().map(|d| d.seconds),
+            )
+        })
+        .collect()
+}
+
+/// A plain HTTP/1.1 request over a fresh connection: status and body.
+pub async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text[9..12].parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map_or("", |x| x.1).to_owned();
+    (status, body)
+}
+
+/// The `tollgate-rls` binary.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tollgate-rls"))
+}
