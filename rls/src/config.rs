@@ -606,6 +606,7 @@ impl Parser<'_> {
             let mut rate_limits = None;
             let mut nested = None;
             let (mut shadow, mut detailed, mut to_metric, mut share) = (false, false, false, false);
+            let mut share_at = None;
             for (k, v) in map {
                 let name = self.key(k, &at)?;
                 let f = format!("{at}.{name}");
@@ -618,7 +619,10 @@ impl Parser<'_> {
                     "shadow_mode" => shadow = self.boolean(v, &f)?,
                     "detailed_metric" => detailed = self.boolean(v, &f)?,
                     "value_to_metric" => to_metric = self.boolean(v, &f)?,
-                    "share_threshold" => share = self.boolean(v, &f)?,
+                    "share_threshold" => {
+                        share = self.boolean(v, &f)?;
+                        share_at = Some(k);
+                    }
                     other => return Err(self.unknown(k, &at, other)),
                 }
             }
@@ -654,7 +658,7 @@ impl Parser<'_> {
             let is_pattern = value.as_deref().is_some_and(|v| v.contains('*'));
             if share && !is_pattern {
                 return Err(self.err(
-                    Some(item),
+                    share_at,
                     &format!("{at}.share_threshold"),
                     "share_threshold needs a value with a '*' pattern".into(),
                 ));

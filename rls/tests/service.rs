@@ -150,6 +150,16 @@ async fn a_request_is_all_or_nothing() {
         assert_eq!(out.overall_code, OVER);
         assert_eq!(brief(&out), vec![(OK, 3, Some(0)), (OVER, 0, Some(1))]);
     }
+    // Two per-value limits, the refusing one second.
+    let mut drain = req("d", vec![desc(&[("burst", "k")])]);
+    drain.hits_addend = 5;
+    assert_eq!(s.ok(drain).await.overall_code, OK);
+    let pair = req(
+        "d",
+        vec![desc(&[("user", "alice")]), desc(&[("burst", "k")])],
+    );
+    let out = s.ok(pair).await;
+    assert_eq!(brief(&out), vec![(OK, 3, Some(0)), (OVER, 0, Some(1))]);
     // alice still holds all three.
     let mut alone = req("d", vec![desc(&[("user", "alice")])]);
     alone.hits_addend = 3;
