@@ -110,6 +110,9 @@ pub async fn run(
     ready: Option<oneshot::Sender<Ready>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
+    // The digest first: a change between it and the load is seen as a change (and loaded
+    // again), never missed.
+    let first_digest = digest(&opts.config);
     let config = Config::load(&opts.config).map_err(StartError::Config)?;
     let handle = crate::metrics::install();
     let backend = match &opts.redis {
@@ -188,6 +191,7 @@ pub async fn run(
         opts.config.clone(),
         service.clone(),
         opts.reload_poll,
+        first_digest,
         stop_rx.clone(),
     ));
     let saver = opts.state.clone().map(|path| {
@@ -274,14 +278,11 @@ async fn watch_config(
     path: PathBuf,
     service: Arc<Service>,
     every: Duration,
+    mut last: u64,
     mut stop: watch::Receiver<bool>,
 ) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup()).ok();
-    let p = path.clone();
-    let mut last = tokio::task::spawn_blocking(move || digest(&p))
-        .await
-        .unwrap_or(0);
     loop {
         let forced = tokio::select! {
             _ = tokio::time::sleep(every) => false,
