@@ -15,6 +15,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tonic_health::ServingStatus;
 
+/// How long a drain waits for open connections to close.
+const DRAIN_BOUND: Duration = Duration::from_secs(10);
+
 /// What `run` needs.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -212,13 +215,19 @@ pub async fn run(
             .await;
     }
     let _ = stop_tx.send(true);
+    // In-flight calls finish; a client that keeps its connection open past the drain's bound
+    // (one that does not answer the GOAWAY's ping) is cut off.
     let _ = grpc_stop_tx.send(());
-    if let Ok(Err(e)) = grpc.await {
-        log(format!("gRPC server: {e}"));
+    match tokio::time::timeout(DRAIN_BOUND, grpc).await {
+        Ok(Ok(Err(e))) => log(format!("gRPC server: {e}")),
+        Ok(_) => {}
+        Err(_) => log("gRPC connections still open after the drain's bound: closed"),
     }
     let _ = http_stop_tx.send(());
-    if let Ok(Err(e)) = http.await {
-        log(format!("HTTP server: {e}"));
+    match tokio::time::timeout(DRAIN_BOUND, http).await {
+        Ok(Ok(Err(e))) => log(format!("HTTP server: {e}")),
+        Ok(_) => {}
+        Err(_) => log("HTTP connections still open after the drain's bound: closed"),
     }
     let _ = watcher.await;
     if let Some(s) = saver {

@@ -19,10 +19,18 @@ async fn until_probe(s: &mut Rls, rpu: u32) -> Duration {
     let t0 = Instant::now();
     loop {
         let out = s.ok(req("r", vec![desc_hits(&[("probe", "p")], 0)])).await;
-        if out.statuses[0].current_limit.as_ref().map(|l| l.requests_per_unit) == Some(rpu) {
+        if out.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit)
+            == Some(rpu)
+        {
             return t0.elapsed();
         }
-        assert!(t0.elapsed() < Duration::from_secs(2), "no reload within 2 s");
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "no reload within 2 s"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -46,7 +54,13 @@ async fn buckets_survive_reloads_as_their_limits_do() {
     until_probe(&mut s, 2).await;
     assert_eq!(brief(&s.ok(alice()).await), vec![(OVER, 0, Some(20))]);
     // alice's limit changes to 6 a minute: still drained, now a token every 10 s.
-    replace_by_rename(&cfg, &with_probe(&V1.replace("requests_per_unit: 3", "requests_per_unit: 6"), 3));
+    replace_by_rename(
+        &cfg,
+        &with_probe(
+            &V1.replace("requests_per_unit: 3", "requests_per_unit: 6"),
+            3,
+        ),
+    );
     until_probe(&mut s, 3).await;
     assert_eq!(brief(&s.ok(alice()).await), vec![(OVER, 0, Some(10))]);
     s.clock.advance(Duration::from_secs(10));

@@ -224,3 +224,134 @@ pub async fn http(
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tollgate-rls"))
 }
+
+/// A `tollgate-rls` process, killed on drop.
+pub struct Proc {
+    pub child: std::process::Child,
+    pub grpc: std::net::SocketAddr,
+    pub http: std::net::SocketAddr,
+    pub first_line: String,
+    stderr: Arc<std::sync::Mutex<String>>,
+}
+
+impl Proc {
+    /// Starts the binary with `args` and waits (10 s at most) for its first stdout line.
+    pub fn start(args: &[&str]) -> Proc {
+        use std::io::{BufRead, BufReader, Read};
+        let mut child = std::process::Command::new(binary())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(std::sync::Mutex::new(String::new()));
+        let mut err = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let mut r = BufReader::new(out);
+            let _ = r.read_line(&mut line);
+            let _ = tx.send(line);
+            // Keep draining stdout.
+            let mut rest = Vec::new();
+            let _ = r.read_to_end(&mut rest);
+        });
+        let first_line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("no first line; stderr: {}", stderr.lock().unwrap()));
+        let addr = |name: &str| -> std::net::SocketAddr {
+            first_line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "no {name}= in {first_line:?}; stderr: {}",
+                        stderr.lock().unwrap()
+                    )
+                })
+                .parse()
+                .unwrap()
+        };
+        let (grpc, http) = (addr("grpc"), addr("http"));
+        Proc {
+            child,
+            grpc,
+            http,
+            first_line,
+            stderr,
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig}");
+    }
+
+    /// Waits (at most `limit`) for the process to exit; its status code.
+    pub fn wait(&mut self, limit: Duration) -> Option<i32> {
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s.code();
+            }
+            if t0.elapsed() > limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        RateLimitServiceClient::connect(format!("http://{}", self.grpc))
+            .await
+            .unwrap()
+    }
+
+    /// A counter's value on the process's /metrics page (0 if absent).
+    pub async fn metric(&self, series: &str) -> u64 {
+        let (_, page) = http(self.http, "GET", "/metrics", "").await;
+        page.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+            .map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the binary to its exit: status code and stderr.
+pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(binary())
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
