@@ -135,8 +135,9 @@ end
 -- Everything beyond the hot path, built only off it: each function a script defines is a new
 -- closure (with its upvalues) on every call.
 local L
-if not hot then
-  L = (function()
+-- Mode 'keys' builds them only for a key off its own hot path (see there).
+local function helpers()
+  return (function()
     -- floor(x / y) for exact integers x, y < 2^53 (the division may round; correct it).
     local function fdiv(x, y)
       local q = math.floor(x / y)
@@ -345,6 +346,7 @@ if not hot then
     return {fdiv = fdiv, base_at = base_at, load = load, triples = triples, pick = pick}
   end)()
 end
+if not hot and not keys then L = helpers() end
 -- Mode 'keys': KEYS[1..K], ARGV = 'keys', test time ('' = TIME), then per key: cost, flag, N, N
 -- quotas' five arguments each. Every key is decided at the one reading t, as mode 'multi'
 -- decides its key; admitted only if every key with a cost above 0 holds its cost, and then
@@ -373,15 +375,66 @@ if keys then
     if v and #v > 512 then
       return {'bad', sf('%.0f', t), 'a value of ' .. #v .. ' bytes', sf('%d', k)}
     end
-    local stored = {}
-    if v then
-      stored = L.triples(v)
-      if stored == nil then
-        return {'bad', sf('%.0f', t), 'not "<tag> <base> <state>" triples', sf('%d', k)}
+    local quotas, shown, holds = {}, {}, true
+    -- The hot path of one quota: no state, or a state under this quota's tag in range (as the
+    -- one-quota hot path above, inline: no helpers built).
+    local fast = false
+    if nq == 1 then
+      tag, a, b = ARGV[pos], ARGV[pos + 1] + 0, ARGV[pos + 2] + 0
+      bu, scale = ARGV[pos + 3] + 0, ARGV[pos + 4] + 0
+      local fsn, fz
+      if v then
+        local ft, sn1, sz1 = string.match(v, '^(%S+) (%d+) (%d+)$')
+        if ft == tag then
+          fsn, fz = sn1 + 0, sz1 + 0
+          fast = fsn < P53 and fz < P53 and fz <= a + bu and fsn * b <= t + STEP_BACK
+        end
+      else
+        fast = true
+      end
+      if fast then
+        if b == 1 then
+          n, r, ef, ec = t, 0, 0, 0
+        else
+          n = math.floor(t / b)
+          local m = t - n * b
+          if m < 0 then n = n - 1 elseif m >= b then n = n + 1 end
+          r = t - n * b
+          local ra = r * a
+          ef = math.floor(ra / b)
+          m = ra - ef * b
+          if m < 0 then ef = ef - 1 elseif m >= b then ef = ef + 1 end
+          ec = ef
+          if ef * b < ra then ec = ef + 1 end
+        end
+        local z = nil
+        if v then
+          local d = n - fsn
+          if d >= 0 then
+            local da = d * a
+            if da < fz then z = fz - da end
+          else
+            z = fz - d * a
+          end
+          if z ~= nil and z <= ef then z = nil end
+        end
+        if z ~= nil and z + kcost * scale > ef + bu then holds = false end
+        quotas[1] = {tag, a, b, scale, n, r, ec, z}
+        shown[1] = v or ''
+        pos = pos + 5
       end
     end
-    local quotas, shown, holds = {}, {}, true
-    for i = 1, nq do
+    local stored = {}
+    if not fast then
+      if not L then L = helpers() end
+      if v then
+        stored = L.triples(v)
+        if stored == nil then
+          return {'bad', sf('%.0f', t), 'not "<tag> <base> <state>" triples', sf('%d', k)}
+        end
+      end
+    end
+    for i = 1, (fast and 0 or nq) do
       tag, a, b = ARGV[pos], ARGV[pos + 1] + 0, ARGV[pos + 2] + 0
       bu, scale = ARGV[pos + 3] + 0, ARGV[pos + 4] + 0
       pos = pos + 5

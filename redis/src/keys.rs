@@ -128,17 +128,18 @@ impl RedisLimiter {
                 }
             })
             .collect();
-        let mut args: Vec<String> = vec!["keys".into(), String::new()];
+        let mut argv: Vec<Arg<'_>> = Vec::with_capacity(2 + demands.len() * 8);
+        argv.push(Arg::Str("keys"));
+        argv.push(Arg::Str(""));
         for (d, s) in demands.iter().zip(&sent) {
             let quotas = d.limits.0.quota_params();
-            args.push(s.to_string());
-            args.push(if d.alone { "1" } else { "0" }.into());
-            args.push(quotas.len().to_string());
+            argv.push(Arg::Int(*s));
+            argv.push(Arg::Str(if d.alone { "1" } else { "0" }));
+            argv.push(Arg::Int(quotas.len() as u64));
             for p in quotas {
-                args.extend(p.quota_args());
+                argv.extend(p.quota_strs().iter().map(|a| Arg::Str(a)));
             }
         }
-        let argv: Vec<Arg<'_>> = args.iter().map(|s| Arg::Str(s)).collect();
         let keys: Vec<&str> = full.iter().map(String::as_str).collect();
         let deadline = Instant::now() + inner.timeout;
         let r = self.eval_keys_checked(&keys, &argv, deadline).await;

@@ -289,3 +289,31 @@ async fn a_key_decided_alone_neither_blocks_nor_waits_for_the_others() {
     assert_eq!(out[1].verdict.unwrap_err().denied(), Denied::ExceedsBurst);
     assert_eq!(out[0].snapshots.tightest().1.remaining(), 2);
 }
+
+/// A key written under one policy and decided under another (a changed limit): the script
+/// converts the state (off the one-quota hot path), and the reply still agrees with gcra.
+#[tokio::test]
+async fn a_key_under_a_changed_policy_is_converted() {
+    let Some(server) = RedisServer::start("decide_keys_converted") else {
+        return;
+    };
+    let l = limiter(&server).await;
+    let before = checked(&[slow(3, 24)]);
+    let after = checked(&[slow(5, 24)]);
+    let two = checked(&[slow(5, 24), slow(9, 48)]);
+    let d = |p, cost| KeyDemand {
+        key: "{c}k",
+        limits: p,
+        cost,
+        alone: false,
+    };
+    let out = l.decide_keys(&[d(&before, 3)]).await.unwrap();
+    assert_eq!(out[0].snapshots.tightest().1.remaining(), 0);
+    // Burst 3 spent, now a burst of 5 at the same rate: still empty (tokens are not made up).
+    let out = l.decide_keys(&[d(&after, 0)]).await.unwrap();
+    assert_eq!(out[0].snapshots.tightest().1.remaining(), 0);
+    // And under a policy of two quotas (several triples from one).
+    let out = l.decide_keys(&[d(&two, 0)]).await.unwrap();
+    assert_eq!(out[0].snapshots.as_slice()[0].remaining(), 0);
+    assert_eq!(out[0].snapshots.as_slice()[1].remaining(), 9);
+}
