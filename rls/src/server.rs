@@ -328,7 +328,7 @@ async fn save_state(service: &Arc<Service>, path: &Path) {
     let (s, p) = (service.clone(), path.to_owned());
     let r = tokio::task::spawn_blocking(move || match s.backend() {
         Backend::Local(l) => write_state(l, &p),
-        Backend::Redis(_) => Ok(()),
+        Backend::Redis(_) | Backend::FixedWindow(_) => Ok(()),
     })
     .await;
     match r {

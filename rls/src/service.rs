@@ -145,6 +145,7 @@ impl Service {
                 l.apply(&config);
             }
             Backend::Redis(r) => r.apply(&config),
+            Backend::FixedWindow(_) => {}
         }
         *slot = config;
     }
@@ -212,6 +213,19 @@ impl Service {
                         }
                     }
                 };
+                Ok(self.respond(req, &plans, &matched, &demands, &outcomes))
+            }
+            Backend::FixedWindow(fixed) => {
+                let config = self
+                    .config
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                let (plans, matched, demands) = self.plan(&config, req);
+                let outcomes = fixed
+                    .decide(&req.domain, &demands)
+                    .await
+                    .map_err(|e| Reject::Unavailable(e.0))?;
                 Ok(self.respond(req, &plans, &matched, &demands, &outcomes))
             }
         }

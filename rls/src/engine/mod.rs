@@ -5,10 +5,12 @@
 //! The service (`service.rs`) hands a backend a request's *demands* — one per distinct bucket,
 //! the hits of the descriptors that share it summed — and gets one [`Outcome`] per demand.
 
+mod fixed;
 mod local;
 mod redis;
 
-pub use self::redis::{OnRedisError, RedisBackend};
+pub use self::redis::{OnRedisError, RedisBackend, RedisFailure};
+pub use fixed::FixedWindowBackend;
 pub use local::{Applied, LocalBackend, Restored};
 
 use crate::config::{Kind, Limit, Rate};
@@ -216,6 +218,8 @@ pub enum Backend {
     Local(LocalBackend),
     /// Shared state in Redis.
     Redis(RedisBackend),
+    /// envoyproxy/ratelimit's fixed windows in Redis: the benchmark's baseline only.
+    FixedWindow(FixedWindowBackend),
 }
 
 /// The outcome of a demand whose limit has no bucket: a limit of 0 per unit (the first such
@@ -247,5 +251,17 @@ pub(crate) fn need_wait(o: Outcome, quota: Quota, need: u64) -> Outcome {
                 .max(Duration::from_nanos(1)),
         )),
         ..o
+    }
+}
+
+/// An outcome that holds and says nothing (a demand with no rates).
+pub(crate) fn blocked_any() -> Outcome {
+    Outcome {
+        holds: true,
+        wait: None,
+        remaining: 0,
+        until_full: Duration::ZERO,
+        rate: 0,
+        decided: false,
     }
 }

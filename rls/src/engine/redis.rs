@@ -10,7 +10,7 @@
 use super::{limits_of, need_wait, Demand, LocalBackend, Outcome};
 use crate::config::Config;
 use std::collections::HashMap;
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 use tollgate::Quota;
 use tollgate_redis::{CheckedLimits, KeyDemand, RedisLimiter};
@@ -33,7 +33,7 @@ pub struct RedisFailure(pub String);
 /// The Redis backend.
 pub struct RedisBackend {
     limiter: RedisLimiter,
-    policies: RwLock<HashMap<String, CheckedLimits>>,
+    policies: RwLock<HashMap<String, Arc<CheckedLimits>>>,
     on_error: OnRedisError,
     fallback: Option<LocalBackend>,
 }
@@ -91,7 +91,7 @@ impl RedisBackend {
             if let Some(limits) = limits_of(limit) {
                 // Checked at load (`check_rate`).
                 if let Ok(c) = CheckedLimits::new(limits) {
-                    next.insert(limit.id.clone(), c);
+                    next.insert(limit.id.clone(), Arc::new(c));
                 }
             }
         }
@@ -121,7 +121,7 @@ impl RedisBackend {
             .map(|d| format!("{tag}{}", d.bucket))
             .collect();
         // Demands with no policy (a limit of 0 per unit) are answered here.
-        let (with, policies): (Vec<usize>, Vec<CheckedLimits>) = {
+        let (with, policies): (Vec<usize>, Vec<Arc<CheckedLimits>>) = {
             let p = self.policies.read().unwrap_or_else(PoisonError::into_inner);
             demands
                 .iter()
