@@ -75,12 +75,10 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let r = rt.block_on(run(
-        opts,
-        RlsClock::real(),
-        None,
-        tollgate_rls::server::signals(),
-    ));
+    let r = rt.block_on(async {
+        let shutdown = tollgate_rls::server::signals();
+        run(opts, RlsClock::real(), None, shutdown).await
+    });
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(StartError::Config(e)) => {

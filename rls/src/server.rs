@@ -84,18 +84,25 @@ pub struct Ready {
     pub service: Arc<Service>,
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn signals() {
+/// A future that resolves on SIGTERM or SIGINT. The handlers are installed when this is
+/// called (inside the runtime), so call it before the service announces itself: a signal that
+/// arrives earlier would otherwise end the process.
+pub fn signals() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+    let term = signal(SignalKind::terminate()).ok();
+    let int = signal(SignalKind::interrupt()).ok();
+    async move {
+        let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
+        };
+        tokio::select! {
+            _ = wait(term) => {}
+            _ = wait(int) => {}
         }
     }
 }
@@ -176,6 +183,8 @@ pub async fn run(
             .await
     });
 
+    // SIGHUP's handler before the first line (its default action ends the process).
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "tollgate-rls grpc={grpc_addr} http={http_addr}");
@@ -191,6 +200,7 @@ pub async fn run(
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let watcher = tokio::spawn(watch_config(
+        hup,
         opts.config.clone(),
         service.clone(),
         opts.reload_poll,
@@ -284,14 +294,13 @@ pub fn reload(path: &Path, service: &Service) -> bool {
 }
 
 async fn watch_config(
+    mut hup: Option<tokio::signal::unix::Signal>,
     path: PathBuf,
     service: Arc<Service>,
     every: Duration,
     mut last: u64,
     mut stop: watch::Receiver<bool>,
 ) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = signal(SignalKind::hangup()).ok();
     loop {
         let forced = tokio::select! {
             _ = tokio::time::sleep(every) => false,

@@ -377,7 +377,7 @@ async fn global_shadow_answers_ok_and_counts() {
 
 #[tokio::test]
 async fn bad_requests_get_a_clear_status_and_big_ones_an_ordinary_decision() {
-    let mut s = Rls::start_with(CONFIG, |o| o.max_keys = 5000).await;
+    let mut s = Rls::start_with(CONFIG, |o| o.max_keys = 10_000).await;
     let invalid = |r: Result<_, tonic::Status>| match r {
         Err(st) => st.code() == tonic::Code::InvalidArgument,
         Ok(_) => false,
@@ -425,7 +425,8 @@ async fn bad_requests_get_a_clear_status_and_big_ones_an_ordinary_decision() {
 
 #[tokio::test]
 async fn a_full_table_follows_the_keyed_limiters_rule() {
-    let mut s = Rls::start_with(CONFIG, |o| o.max_keys = 2).await;
+    // Five limits keep a bucket per value: two values each.
+    let mut s = Rls::start_with(CONFIG, |o| o.max_keys = 10).await;
     let drain = |u: &'static str| {
         let mut r = req("d", vec![desc(&[("user", u)])]);
         r.hits_addend = 3;

@@ -40,6 +40,8 @@ const MAGIC: &[u8; 8] = b"TGRLS\x01\r\n";
 struct Table {
     limiter: KeyedMultiLimiter<String, RlsClock>,
     limit: Arc<Limit>,
+    /// The table's `max_keys`.
+    size: usize,
 }
 
 /// The local backend.
@@ -85,7 +87,8 @@ pub enum Restored {
 }
 
 impl LocalBackend {
-    /// An empty backend: tables of `max_keys` values per limit that keeps a bucket per value.
+    /// An empty backend: `max_keys` values in all, shared equally by the limits that keep a
+    /// bucket per value.
     pub fn new(clock: RlsClock, max_keys: usize) -> LocalBackend {
         LocalBackend {
             clock,
@@ -96,29 +99,34 @@ impl LocalBackend {
         }
     }
 
-    fn size_for(&self, limit: &Limit) -> usize {
-        if limit.per_value {
-            self.max_keys
-        } else {
-            1
+    /// The table size of `limit` under `config`: one bucket for a limit of exact values,
+    /// else an equal share of `--max-keys` among the limits that keep a bucket per value.
+    fn size_for(&self, limit: &Limit, config: &Config) -> usize {
+        if !limit.per_value {
+            return 1;
         }
+        let sharing = config
+            .limits()
+            .iter()
+            .filter(|l| l.per_value && limits_of(l).is_some())
+            .count()
+            .max(1);
+        (self.max_keys / sharing).max(1)
     }
 
-    fn fresh(&self, limit: &Arc<Limit>) -> Option<Table> {
+    fn fresh(&self, limit: &Arc<Limit>, size: usize) -> Option<Table> {
         let limits = limits_of(limit)?;
         Some(Table {
-            limiter: KeyedMultiLimiter::with_clock(
-                limits,
-                self.size_for(limit),
-                self.clock.clone(),
-            ),
+            limiter: KeyedMultiLimiter::with_clock(limits, size, self.clock.clone()),
             limit: limit.clone(),
+            size,
         })
     }
 
-    /// Makes the tables match `config`: unchanged limits keep their table, changed ones carry
-    /// their buckets over (converted as `set_quota` converts), new ones start full, removed
-    /// ones are dropped. The caller holds the config's write lock (no decision runs).
+    /// Makes the tables match `config`: unchanged limits keep their table, changed ones (rates,
+    /// or table size) carry their buckets over (converted as `set_quota` converts), new ones
+    /// start full, removed ones are dropped. The caller holds the config's write lock (no
+    /// decision runs).
     pub fn apply(&self, config: &Config) -> Applied {
         let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);
         let mut next = HashMap::with_capacity(config.limits().len());
@@ -128,26 +136,23 @@ impl LocalBackend {
             let Some(limits) = limits_of(limit) else {
                 continue;
             };
+            let size = self.size_for(limit, config);
             let table = match tables.get(&limit.id) {
-                Some(t) if t.limit.same_definition(limit) => {
+                Some(t) if t.limit.same_definition(limit) && t.size == size => {
                     applied.kept += 1;
                     t.clone()
                 }
                 Some(t) => {
                     applied.converted += 1;
                     let mut saved = Vec::new();
-                    let builder = KeyedMultiLimiter::builder(
-                        limits,
-                        self.size_for(limit),
-                        self.clock.clone(),
-                    );
+                    let builder = KeyedMultiLimiter::builder(limits, size, self.clock.clone());
                     let limiter = match t.limiter.save_at(&mut saved, wall) {
                         Ok(()) => builder.restore_at(&saved[..], wall).ok(),
                         Err(_) => None,
                     };
                     let limiter = match limiter {
                         Some(l) => l,
-                        None => match self.fresh(limit) {
+                        None => match self.fresh(limit, size) {
                             // Never expected (an in-memory save read back at once); err toward
                             // refusing rather than a free burst.
                             Some(t) => {
@@ -160,11 +165,12 @@ impl LocalBackend {
                     Arc::new(Table {
                         limiter,
                         limit: limit.clone(),
+                        size,
                     })
                 }
                 None => {
                     applied.added += 1;
-                    match self.fresh(limit) {
+                    match self.fresh(limit, size) {
                         Some(t) => Arc::new(t),
                         None => continue,
                     }
@@ -380,16 +386,22 @@ impl LocalBackend {
             let Some(current) = tables.get(&id) else {
                 continue;
             };
-            let limit = current.limit.clone();
+            let (limit, size) = (current.limit.clone(), current.size);
             drop(tables);
             let Some(limits) = limits_of(&limit) else {
                 continue;
             };
-            let limiter =
-                KeyedMultiLimiter::builder(limits, self.size_for(&limit), self.clock.clone())
-                    .restore(&blob[..])
-                    .map_err(|e| format!("the table of {id:?}: {e}"))?;
-            rebuilt.push((id, Table { limiter, limit }));
+            let limiter = KeyedMultiLimiter::builder(limits, size, self.clock.clone())
+                .restore(&blob[..])
+                .map_err(|e| format!("the table of {id:?}: {e}"))?;
+            rebuilt.push((
+                id,
+                Table {
+                    limiter,
+                    limit,
+                    size,
+                },
+            ));
         }
         let n = rebuilt.len();
         let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);

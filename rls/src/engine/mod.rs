@@ -50,7 +50,7 @@ pub(crate) fn limits_of(limit: &Limit) -> Option<Limits> {
 
 /// The service's clock: real time (`Instant`, monotonic) or a [`ManualClock`] for tests.
 ///
-/// A decision reads it once: [`RlsClock::pin`] fixes the reading on the calling thread while
+/// A decision reads it once: `RlsClock::pin` fixes the reading on the calling thread while
 /// a request is decided, so every descriptor of the request is decided at one instant.
 #[derive(Clone, Debug)]
 pub struct RlsClock(ClockKind);

@@ -210,10 +210,14 @@ pub async fn http(
     );
     s.write_all(req.as_bytes()).await.unwrap();
     let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+    // A reset after the response (the server closing with our bytes unread) still leaves the
+    // response read.
+    let r = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
         .await
-        .expect("an answer in time")
-        .unwrap();
+        .expect("an answer in time");
+    if out.is_empty() {
+        r.unwrap();
+    }
     let text = String::from_utf8_lossy(&out).into_owned();
     let status = text[9..12].parse().unwrap();
     let body = text.split_once("\r\n\r\n").map_or("", |x| x.1).to_owned();
@@ -299,6 +303,18 @@ impl Proc {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Whether stderr shows `text` within 5 s (it is read by another thread).
+    pub fn logged(&self, text: &str) -> bool {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if self.stderr().contains(text) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     pub fn signal(&self, sig: &str) {
         let ok = std::process::Command::new("kill")
             .args([&format!("-{sig}"), &self.child.id().to_string()])
@@ -308,12 +324,14 @@ impl Proc {
         assert!(ok, "kill -{sig}");
     }
 
-    /// Waits (at most `limit`) for the process to exit; its status code.
+    /// Waits (at most `limit`) for the process to exit; its status code (`Some(-signal)`
+    /// when a signal ended it, `None` if it is still running).
     pub fn wait(&mut self, limit: Duration) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
         let t0 = std::time::Instant::now();
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
-                return s.code();
+                return s.code().or(s.signal().map(|n| -n));
             }
             if t0.elapsed() > limit {
                 return None;
