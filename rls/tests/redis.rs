@@ -188,3 +188,46 @@ async fn a_drain_lets_an_in_flight_call_finish() {
     );
     assert_eq!(p.wait(Duration::from_secs(10)), Some(0), "{}", p.stderr());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_requests_keys_share_one_slot() {
+    let Some(cluster) = tollgate_testkit::redis_server::RedisCluster::start("rls_cluster") else {
+        return;
+    };
+    let dir = TempDir::new("redis-cluster");
+    let p = start(&dir, &cluster.url(), &["--redis-timeout-ms", "2000"]);
+    let mut c = p.client().await;
+    // Many users: their keys would spread over the three masters without the domain's tag.
+    for i in 0..30 {
+        let r = c
+            .should_rate_limit(req(
+                "shared",
+                vec![
+                    desc(&[("user", &format!("u{i}"))]),
+                    desc(&[("user", &format!("v{i}"))]),
+                ],
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(brief(&r)[0].1, 19, "{r:?}");
+    }
+    assert_eq!(
+        c.should_rate_limit(req("shared", vec![desc(&[("tight", "c")])]))
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code,
+        OK
+    );
+    let r = c
+        .should_rate_limit(req(
+            "shared",
+            vec![desc(&[("user", "w")]), desc(&[("tight", "c")])],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(brief(&r)[0].1, 20, "not debited");
+}
