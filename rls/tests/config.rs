@@ -287,3 +287,36 @@ fn hostile_files_are_refused_not_panicked_on() {
         let _ = load(&bytes);
     }
 }
+
+#[test]
+fn metric_labels_carry_request_values_only_when_asked() {
+    let c = load(
+        r#"
+domain: m
+descriptors:
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: detailed
+    detailed_metric: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: method
+        value: GET
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: files
+    value: files/*
+    rate_limit: {unit: second, requests_per_unit: 1}
+"#,
+    )
+    .unwrap();
+    let metric = |e: &[(&str, &str)]| c.lookup("m", e.iter().copied()).unwrap().metric;
+    assert_eq!(metric(&[("plain", "secret")]), "plain");
+    assert_eq!(metric(&[("detailed", "v1")]), "detailed_v1");
+    assert_eq!(
+        metric(&[("route", "/a"), ("method", "GET")]),
+        "route_/a.method_GET"
+    );
+    assert_eq!(metric(&[("files", "files/x")]), "files_files/*");
+}
