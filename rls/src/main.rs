@@ -32,7 +32,8 @@ struct Cli {
     /// Save the local buckets here (every 10 s and at exit) and restore them at start.
     #[arg(long, value_name = "FILE", conflicts_with = "redis")]
     state: Option<PathBuf>,
-    /// The most values tracked per limit that keeps a bucket per value.
+    /// The most values tracked in all, shared equally by the limits that keep a bucket per
+    /// value.
     #[arg(long, value_name = "N", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u64).range(1..=(1 << 26)))]
     max_keys: u64,
