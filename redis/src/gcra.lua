@@ -350,9 +350,10 @@ if not hot and not keys then L = helpers() end
 -- Mode 'keys': KEYS[1..K], ARGV = 'keys', test time ('' = TIME), then per key: cost, flag, N, N
 -- quotas' five arguments each. Every key is decided at the one reading t, as mode 'multi'
 -- decides its key; admitted only if every key with a cost above 0 holds its cost, and then
--- every such key is written (one SET each), else nothing is. A key with cost 0 is read. A key
--- whose flag is '1' (ARGV after its cost) is decided alone: written if it holds its cost,
--- whatever the others, and left out of the call's verdict. Reply:
+-- every such key is written (one SET each), else nothing is. A key with cost 0 is read. A key's
+-- flag (ARGV after its cost) adds 1 if it is decided alone (written if it holds its cost,
+-- whatever the others, and left out of the call's verdict) and 2 if it is only checked (it
+-- must hold its cost, and is never written). Reply:
 -- {status, t, then per key: its own verdict ('1' holds the cost or cost 0, '0' refused), prev_1
 -- .. prev_N (as mode 'multi'), next_1 .. next_N ('' when not written)}; a malformed value
 -- {'bad', t, reason, k}.
@@ -365,7 +366,8 @@ if keys then
     if not (kcost >= 0 and kcost < P53 and kcost == math.floor(kcost)) then
       return redis.error_reply('tollgate: the cost is not a whole number of tokens')
     end
-    local alone = ARGV[pos + 1] == '1'
+    local flag = ARGV[pos + 1] + 0
+    local alone, check = flag % 2 == 1, flag >= 2
     local nq = ARGV[pos + 2] + 0
     pos = pos + 3
     local v = redis.pcall('GET', KEYS[k])
@@ -449,7 +451,7 @@ if keys then
     end
     if kcost == 0 then holds = true end
     if not holds and not alone then admit = false end
-    decided[k] = {quotas, shown, kcost, holds, alone}
+    decided[k] = {quotas, shown, kcost, holds, alone, check}
   end
   local out = {'0', sf('%.0f', t)}
   if admit then out[1] = '1' end
@@ -459,6 +461,7 @@ if keys then
     for i = 1, #quotas do out[#out + 1] = shown[i] end
     local write = admit
     if decided[k][5] then write = holds end
+    if decided[k][6] then write = false end
     if write and kcost > 0 then
       local parts, ms = {}, 0
       for i = 1, #quotas do

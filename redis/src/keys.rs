@@ -38,8 +38,8 @@ impl CheckedLimits {
 }
 
 /// One key of a [`RedisLimiter::decide_keys`] call: its name (stored as
-/// [`RedisLimiter::redis_key`] names it), its policy, its cost (0: read only), and whether it
-/// is decided alone (outside the call's all or nothing).
+/// [`RedisLimiter::redis_key`] names it), its policy, its cost (0: read only), whether it is
+/// decided alone (outside the call's all or nothing), and whether it is only checked.
 #[derive(Clone, Copy, Debug)]
 pub struct KeyDemand<'a> {
     /// The key.
@@ -51,6 +51,9 @@ pub struct KeyDemand<'a> {
     /// Decided on its own: debited if it holds its cost whatever the other keys get, and
     /// left out of the call's verdict (a limit in shadow mode, say).
     pub alone: bool,
+    /// Checked only: the key must hold its cost (it takes part in the verdict, unless
+    /// `alone`), and it is never debited.
+    pub check: bool,
 }
 
 /// What one key of a [`RedisLimiter::decide_keys`] call got.
@@ -73,7 +76,8 @@ impl RedisLimiter {
     /// all or nothing: admitted iff every key with a cost above 0 holds it (each against its
     /// own policy), and then every such key is debited; otherwise none is. A key marked
     /// [`alone`](KeyDemand::alone) is debited iff it holds its cost, whatever the others get,
-    /// and takes no part in the call's verdict. Keys must be
+    /// and takes no part in the call's verdict; one marked [`check`](KeyDemand::check) must
+    /// hold its cost and is never debited. Keys must be
     /// distinct, at most [`MAX_KEYS_PER_CALL`]; on Redis Cluster they must hash to one slot
     /// (give them one hash tag, `{tenant}`). No policy applies here: errors (timeout, breaker
     /// open, malformed value) are returned for the caller to decide.
@@ -89,8 +93,8 @@ impl RedisLimiter {
     /// let route = CheckedLimits::new(Limits::from(Quota::per_second(100).unwrap()))?;
     /// let out = limiter
     ///     .decide_keys(&[
-    ///         KeyDemand { key: "{t1}tenant", limits: &tenant, cost: 1, alone: false },
-    ///         KeyDemand { key: "{t1}route", limits: &route, cost: 1, alone: false },
+    ///         KeyDemand { key: "{t1}tenant", limits: &tenant, cost: 1, alone: false, check: false },
+    ///         KeyDemand { key: "{t1}route", limits: &route, cost: 1, alone: false, check: false },
     ///     ])
     ///     .await?;
     /// let admitted = out.iter().all(|d| d.verdict.is_ok());
@@ -134,7 +138,7 @@ impl RedisLimiter {
         for (d, s) in demands.iter().zip(&sent) {
             let quotas = d.limits.0.quota_params();
             argv.push(Arg::Int(*s));
-            argv.push(Arg::Str(if d.alone { "1" } else { "0" }));
+            argv.push(Arg::Int(u64::from(d.alone) + 2 * u64::from(d.check)));
             argv.push(Arg::Int(quotas.len() as u64));
             for p in quotas {
                 argv.extend(p.quota_strs().iter().map(|a| Arg::Str(a)));
@@ -220,8 +224,9 @@ fn decode(
         let prev = &reply[pos + 1..pos + 1 + n];
         let next = &reply[pos + 1 + n..pos + 1 + 2 * n];
         pos += 1 + 2 * n;
-        // Written: a cost sent, and the call admitted (or this key, decided alone, held it).
-        let written = sent > 0 && if d.alone { own } else { admitted };
+        // Written: a cost sent, not a check, and the call admitted (or this key, decided
+        // alone, held it).
+        let written = sent > 0 && !d.check && if d.alone { own } else { admitted };
         let mut verdicts = Vec::with_capacity(n);
         let mut snaps = Vec::with_capacity(n);
         for (i, p) in quotas.iter().enumerate() {

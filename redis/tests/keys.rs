@@ -41,12 +41,14 @@ async fn a_refusal_debits_no_key_and_says_which_key_refused() {
                 limits: &a,
                 cost: ca,
                 alone: false,
+                check: false,
             },
             KeyDemand {
                 key: "{t}b",
                 limits: &b,
                 cost: cb,
                 alone: false,
+                check: false,
             },
         ]
     };
@@ -90,6 +92,7 @@ async fn bad_calls_are_errors() {
         limits: &p,
         cost: 1,
         alone: false,
+        check: false,
     };
     assert!(matches!(l.decide_keys(&[]).await, Err(Error::Config(_))));
     assert!(matches!(
@@ -102,6 +105,7 @@ async fn bad_calls_are_errors() {
         limits: &p,
         cost: 1,
         alone: false,
+        check: false,
     };
     match l.decide_keys(&[d, junk]).await {
         Err(Error::Malformed { key, .. }) => assert_eq!(key, "tollgate:junk"),
@@ -149,6 +153,7 @@ async fn random_calls_follow_the_all_or_nothing_model() {
                 limits: &policies[k].1,
                 cost,
                 alone: false,
+                check: false,
             })
             .collect();
         let out = l.decide_keys(&demands).await.unwrap();
@@ -208,12 +213,14 @@ async fn a_key_decided_alone_neither_blocks_nor_waits_for_the_others() {
                 limits: &one,
                 cost: enforced_cost,
                 alone: false,
+                check: false,
             },
             KeyDemand {
                 key: "{s}alone",
                 limits: &two,
                 cost: alone_cost,
                 alone: true,
+                check: false,
             },
         ]
     };
@@ -228,12 +235,14 @@ async fn a_key_decided_alone_neither_blocks_nor_waits_for_the_others() {
                 limits: &spare,
                 cost: 1,
                 alone: false,
+                check: false,
             },
             KeyDemand {
                 key: "{s}alone",
                 limits: &two,
                 cost: 1,
                 alone: true,
+                check: false,
             },
         ])
         .await
@@ -252,12 +261,14 @@ async fn a_key_decided_alone_neither_blocks_nor_waits_for_the_others() {
                 limits: &one,
                 cost: 1,
                 alone: false,
+                check: false,
             },
             KeyDemand {
                 key: "{s}spare",
                 limits: &spare,
                 cost: 1,
                 alone: true,
+                check: false,
             },
         ])
         .await
@@ -276,12 +287,14 @@ async fn a_key_decided_alone_neither_blocks_nor_waits_for_the_others() {
                 limits: &spare,
                 cost: 1,
                 alone: false,
+                check: false,
             },
             KeyDemand {
                 key: "{s}alone",
                 limits: &two,
                 cost: 3,
                 alone: true,
+                check: false,
             },
         ])
         .await
@@ -306,6 +319,7 @@ async fn a_key_under_a_changed_policy_is_converted() {
         limits: p,
         cost,
         alone: false,
+        check: false,
     };
     let out = l.decide_keys(&[d(&before, 3)]).await.unwrap();
     assert_eq!(out[0].snapshots.tightest().1.remaining(), 0);
@@ -316,4 +330,55 @@ async fn a_key_under_a_changed_policy_is_converted() {
     let out = l.decide_keys(&[d(&two, 0)]).await.unwrap();
     assert_eq!(out[0].snapshots.as_slice()[0].remaining(), 0);
     assert_eq!(out[0].snapshots.as_slice()[1].remaining(), 9);
+}
+
+#[tokio::test]
+async fn a_checked_key_must_hold_and_is_never_debited() {
+    let Some(server) = RedisServer::start("decide_keys_check") else {
+        return;
+    };
+    let l = limiter(&server).await;
+    let one = checked(&[slow(1, 24)]);
+    let five = checked(&[slow(5, 24)]);
+    let call = |check_cost| {
+        [
+            KeyDemand {
+                key: "{k}debited",
+                limits: &five,
+                cost: 1,
+                alone: false,
+                check: false,
+            },
+            KeyDemand {
+                key: "{k}checked",
+                limits: &one,
+                cost: check_cost,
+                alone: false,
+                check: true,
+            },
+        ]
+    };
+    for left in [4, 3] {
+        let out = l.decide_keys(&call(1)).await.unwrap();
+        assert!(out.iter().all(|d| d.verdict.is_ok()));
+        assert_eq!(out[0].snapshots.tightest().1.remaining(), left);
+        assert_eq!(
+            out[1].snapshots.tightest().1.remaining(),
+            1,
+            "checked, not debited"
+        );
+    }
+    assert_eq!(server.cli(&["EXISTS", "tollgate:{k}checked"]).trim(), "0");
+    // A check that does not hold refuses the call: nothing is debited.
+    let out = l.decide_keys(&call(2)).await.unwrap();
+    assert_eq!(out[1].verdict.unwrap_err().denied(), Denied::ExceedsBurst);
+    assert_eq!(out[0].snapshots.tightest().1.remaining(), 3);
+    // Spend the checked key's token; then its check refuses and nothing is debited.
+    let mut spend = call(1);
+    spend[1].check = false;
+    l.decide_keys(&spend).await.unwrap();
+    let out = l.decide_keys(&call(1)).await.unwrap();
+    assert!(matches!(out[1].verdict.unwrap_err().denied(), Denied::RetryAfter(_)));
+    assert!(out[0].verdict.is_ok());
+    assert_eq!(out[0].snapshots.tightest().1.remaining(), 2, "not debited by the refused call");
 }

@@ -36,7 +36,9 @@ async fn two_replicas_on_one_redis_admit_exactly_the_limit_between_them() {
     };
     let dir = TempDir::new("redis-two");
     let url = server.url();
-    let (a, b) = (start(&dir, &url, &[]), start(&dir, &url, &[]));
+    // A generous timeout: this test is about exactness, not outages.
+    let slow = ["--redis-timeout-ms", "2000"];
+    let (a, b) = (start(&dir, &url, &slow), start(&dir, &url, &slow));
     let mut tasks = Vec::new();
     for p in [&a, &b] {
         for _ in 0..4 {
@@ -230,4 +232,40 @@ async fn on_a_cluster_a_requests_keys_share_one_slot() {
         .into_inner();
     assert_eq!(r.overall_code, OVER);
     assert_eq!(brief(&r)[0].1, 20, "not debited");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_only_descriptor_refuses_without_debiting_through_redis() {
+    let Some(server) = RedisServer::start("check_only_redis") else {
+        return;
+    };
+    let dir = TempDir::new("redis-check");
+    let p = start(&dir, &server.url(), &["--redis-timeout-ms", "2000"]);
+    let mut c = p.client().await;
+    let both = || {
+        req(
+            "shared",
+            vec![desc(&[("user", "q")]), desc_hits(&[("tight", "q")], 0)],
+        )
+    };
+    // The check holds: user debited, tight not.
+    for left in [19, 18] {
+        let r = c.should_rate_limit(both()).await.unwrap().into_inner();
+        let b = brief(&r);
+        assert_eq!((b[0].0, b[0].1), (OK, left));
+        assert_eq!((b[1].0, b[1].1), (OK, 1), "checked, not debited");
+    }
+    // Spend tight's token; the check now refuses, and user is not debited.
+    assert_eq!(
+        c.should_rate_limit(req("shared", vec![desc(&[("tight", "q")])]))
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code,
+        OK
+    );
+    let r = c.should_rate_limit(both()).await.unwrap().into_inner();
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(brief(&r)[0].1, 18, "user not debited");
+    assert_eq!(brief(&r)[1].0, OVER);
 }

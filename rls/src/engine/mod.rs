@@ -232,28 +232,6 @@ pub(crate) fn blocked(d: &Demand) -> Outcome {
     Outcome::blocked(rate.unwrap_or(0))
 }
 
-/// A bucket read (not debited) that holds fewer than `need` tokens: refused, with the time
-/// until it holds them (`until_full` less the refill of the rest of the burst).
-pub(crate) fn need_wait(o: Outcome, quota: Quota, need: u64) -> Outcome {
-    if need > quota.burst() {
-        return Outcome {
-            holds: false,
-            wait: Some(Wait::Never),
-            ..o
-        };
-    }
-    let rest = quota.refill_time(quota.burst() - need);
-    Outcome {
-        holds: false,
-        wait: Some(Wait::After(
-            o.until_full
-                .saturating_sub(rest)
-                .max(Duration::from_nanos(1)),
-        )),
-        ..o
-    }
-}
-
 /// An outcome that holds and says nothing (a demand with no rates).
 pub(crate) fn blocked_any() -> Outcome {
     Outcome {

@@ -7,7 +7,7 @@
 //! key of a domain carries one hash tag, so on Redis Cluster a request's keys share one slot
 //! (and a domain lives on one shard).
 
-use super::{limits_of, need_wait, Demand, LocalBackend, Outcome};
+use super::{limits_of, Demand, LocalBackend, Outcome};
 use crate::config::Config;
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -133,14 +133,20 @@ impl RedisBackend {
         if with.is_empty() {
             return Ok(out);
         }
+        // A check-only demand (hits 0) must hold one hit, and a demand of a request that a
+        // rate of 0 refuses must hold its hits; neither is debited.
         let calls: Vec<KeyDemand<'_>> = with
             .iter()
             .zip(&policies)
-            .map(|(&i, p)| KeyDemand {
-                key: &keys[i],
-                limits: p,
-                cost: if demands[i].read { 0 } else { demands[i].hits },
-                alone: !demands[i].enforce,
+            .map(|(&i, p)| {
+                let d = &demands[i];
+                KeyDemand {
+                    key: &keys[i],
+                    limits: p,
+                    cost: d.need(),
+                    alone: !d.enforce,
+                    check: d.hits == 0 || d.read,
+                }
             })
             .collect();
         let decided = self
@@ -148,13 +154,8 @@ impl RedisBackend {
             .decide_keys(&calls)
             .await
             .map_err(|e| RedisFailure(e.to_string()))?;
-        for ((&i, p), k) in with.iter().zip(&policies).zip(decided) {
-            let mut o = Outcome::from_parts(k.verdict, &k.snapshots);
-            let need = demands[i].need();
-            if o.holds && (demands[i].hits == 0 || demands[i].read) && o.remaining < need {
-                o = need_wait(o, p.limits().quotas()[o.rate], need);
-            }
-            out[i] = o;
+        for (&i, k) in with.iter().zip(decided) {
+            out[i] = Outcome::from_parts(k.verdict, &k.snapshots);
         }
         Ok(out)
     }
