@@ -378,7 +378,14 @@ async fn a_checked_key_must_hold_and_is_never_debited() {
     spend[1].check = false;
     l.decide_keys(&spend).await.unwrap();
     let out = l.decide_keys(&call(1)).await.unwrap();
-    assert!(matches!(out[1].verdict.unwrap_err().denied(), Denied::RetryAfter(_)));
+    assert!(matches!(
+        out[1].verdict.unwrap_err().denied(),
+        Denied::RetryAfter(_)
+    ));
     assert!(out[0].verdict.is_ok());
-    assert_eq!(out[0].snapshots.tightest().1.remaining(), 2, "not debited by the refused call");
+    assert_eq!(
+        out[0].snapshots.tightest().1.remaining(),
+        2,
+        "not debited by the refused call"
+    );
 }
