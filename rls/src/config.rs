@@ -137,6 +137,11 @@ pub struct Limit {
     pub origin: String,
     /// The `name`s of its rates (for `replaces`; empty names left out).
     pub names: Vec<String>,
+    /// Whether its metric label is the same for every request (no `detailed_metric` and no
+    /// `value_to_metric` on its path): its counters are then resolved once.
+    pub fixed_metric: bool,
+    /// The counters of a limit with a fixed metric label, resolved at its first decision.
+    pub counters: std::sync::OnceLock<crate::metrics::Counters>,
 }
 
 impl Limit {
@@ -185,8 +190,8 @@ impl std::error::Error for ConfigError {}
 /// A level of the config tree: the descriptors under one parent.
 #[derive(Debug, Default)]
 struct Level {
-    /// `(key, value)` → child.
-    exact: HashMap<(String, String), Node>,
+    /// key → value → child (looked up by `&str`, no allocation).
+    exact: HashMap<String, HashMap<String, Node>>,
     /// `*` patterns, in file order: key, pattern parts (split on `*`), child.
     wildcard: Vec<(String, Vec<String>, Node)>,
     /// key (no value) → child.
@@ -310,7 +315,7 @@ impl Config {
         let mut metric = String::new();
         let mut detailed = String::new();
         for (i, (key, value)) in entries.enumerate() {
-            let (node, via_pattern) = match level.exact.get(&(key.to_owned(), value.to_owned())) {
+            let (node, via_pattern) = match level.exact.get(key).and_then(|m| m.get(value)) {
                 Some(n) => (Some(n), None),
                 None => match level
                     .wildcard
@@ -433,6 +438,15 @@ pub fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     Ok(files)
 }
 
+/// What a descriptor inherits from the levels above it.
+#[derive(Clone, Copy, Default)]
+struct Above {
+    /// Some level above keeps a bucket per value.
+    per_value: bool,
+    /// Some level above has `value_to_metric`.
+    value_to_metric: bool,
+}
+
 struct Parser<'a> {
     file: &'a Path,
     limits: &'a mut Vec<Arc<Limit>>,
@@ -500,7 +514,7 @@ impl Parser<'_> {
         let mut root = Level::default();
         self.domain.clone_from(&domain);
         if let Some(d) = descriptors {
-            self.level(d, "", "descriptors", &mut root, 0, false)?;
+            self.level(d, "", "descriptors", &mut root, 0, Above::default())?;
         }
         Ok((domain, Domain { root }))
     }
@@ -587,7 +601,7 @@ impl Parser<'_> {
         field: &str,
         level: &mut Level,
         depth: usize,
-        parent_per_value: bool,
+        above: Above,
     ) -> Result<(), ConfigError> {
         if depth >= MAX_DEPTH {
             return Err(self.err(
@@ -707,7 +721,8 @@ impl Parser<'_> {
                 value: value.clone(),
                 next: Level::default(),
             };
-            let per_value = own_per_value || parent_per_value;
+            let per_value = own_per_value || above.per_value;
+            let any_to_metric = to_metric || above.value_to_metric;
             if let Some(n) = nested {
                 self.level(
                     n,
@@ -715,7 +730,10 @@ impl Parser<'_> {
                     &format!("{at}.descriptors"),
                     &mut node.next,
                     depth + 1,
-                    per_value,
+                    Above {
+                        per_value,
+                        value_to_metric: any_to_metric,
+                    },
                 )?;
             }
             if let Some((kind, replaces, unlimited_name)) = kind {
@@ -736,6 +754,8 @@ impl Parser<'_> {
                     per_value,
                     origin: format!("{}:{}", self.file.display(), line_of(item)),
                     names,
+                    fixed_metric: !detailed && !any_to_metric,
+                    counters: std::sync::OnceLock::new(),
                 });
                 self.limits.push(limit.clone());
                 node.limit = Some(limit);
@@ -746,7 +766,7 @@ impl Parser<'_> {
                     level.wildcard.push((key, parts, node));
                 }
                 Some(v) => {
-                    level.exact.insert((key, v), node);
+                    level.exact.entry(key).or_default().insert(v, node);
                 }
                 None => {
                     level.default.insert(key, node);

@@ -33,6 +33,14 @@ pub fn router(service: Arc<Service>, metrics: PrometheusHandle) -> Router {
 }
 
 async fn metrics_page(State(app): State<App>) -> impl IntoResponse {
+    let local = match app.service.backend() {
+        crate::engine::Backend::Local(l) => Some(l),
+        crate::engine::Backend::Redis(r) => r.fallback(),
+        crate::engine::Backend::FixedWindow(_) => None,
+    };
+    if let Some(l) = local {
+        crate::metrics::tracked(l.tracked());
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         app.metrics.render(),

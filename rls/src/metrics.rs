@@ -10,6 +10,7 @@
 //! | `tollgate_rls_requests_total` | counter | `api`, `result` | requests: `ok`, `over_limit`, `invalid`, `unavailable` |
 //! | `tollgate_rls_request_duration_seconds` | histogram | `api` | time to decide a request (`grpc`, `json`) |
 //! | `tollgate_rls_config_load_total` | counter | `result` | config loads: `ok`, `error` |
+//! | `tollgate_rls_tracked_buckets` | gauge | | buckets the local tables track (set when /metrics is read) |
 //! | `tollgate_rls_redis_up` | gauge | | 1 after a Redis decision, 0 after a failed one |
 //! | `tollgate_rls_redis_failures_total` | counter | `policy` | decisions Redis failed, by the policy that answered |
 //!
@@ -50,9 +51,87 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
-/// Adds `n` to a counter with `labels`.
-pub(crate) fn add(name: &'static str, labels: &[(&'static str, String); 2], n: u64) {
-    metrics::counter!(name, &labels[..]).increment(n);
+/// A limit's counters, resolved once (for a limit whose labels never change).
+pub struct Counters {
+    hits: metrics::Counter,
+    within: metrics::Counter,
+    near: metrics::Counter,
+    over: metrics::Counter,
+    shadow: metrics::Counter,
+}
+
+impl std::fmt::Debug for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counters").finish_non_exhaustive()
+    }
+}
+
+/// Which of a limit's counters a decision adds its hits to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hit {
+    /// `hits_total` only.
+    Total,
+    /// Refused (`over_limit`; `shadow_mode` too when shadowed).
+    Over {
+        /// In shadow mode.
+        shadow: bool,
+    },
+    /// Admitted (`within_limit`; `near_limit` too when near).
+    Within {
+        /// At most a fifth of the burst left.
+        near: bool,
+    },
+}
+
+impl Counters {
+    fn new(labels: &[(&'static str, String); 2]) -> Counters {
+        let c = |name: &'static str| metrics::counter!(name, &labels[..]);
+        Counters {
+            hits: c("tollgate_rls_hits_total"),
+            within: c("tollgate_rls_within_limit_total"),
+            near: c("tollgate_rls_near_limit_total"),
+            over: c("tollgate_rls_over_limit_total"),
+            shadow: c("tollgate_rls_shadow_mode_total"),
+        }
+    }
+
+    fn add(&self, hit: Hit, n: u64) {
+        self.hits.increment(n);
+        match hit {
+            Hit::Total => {}
+            Hit::Over { shadow } => {
+                self.over.increment(n);
+                if shadow {
+                    self.shadow.increment(n);
+                }
+            }
+            Hit::Within { near } => {
+                self.within.increment(n);
+                if near {
+                    self.near.increment(n);
+                }
+            }
+        }
+    }
+}
+
+/// Counts a decision's hits for `limit` under the label `descriptor`: through the limit's
+/// cached counters when its label is fixed, else resolved for this label.
+pub(crate) fn hits(limit: &crate::config::Limit, descriptor: &str, hit: Hit, n: u64) {
+    let labels = || {
+        [
+            ("domain", limit.domain.clone()),
+            ("descriptor", descriptor.to_owned()),
+        ]
+    };
+    if limit.fixed_metric {
+        limit
+            .counters
+            .get_or_init(|| Counters::new(&labels()))
+            .add(hit, n);
+    } else {
+        Counters::new(&labels()).add(hit, n);
+    }
 }
 
 /// Counts a request's result and records its duration.
@@ -66,6 +145,11 @@ pub(crate) fn request(api: &'static str, result: &'static str, took: Duration) {
 pub(crate) fn config_load(ok: bool) {
     let result = if ok { "ok" } else { "error" };
     metrics::counter!("tollgate_rls_config_load_total", "result" => result).increment(1);
+}
+
+/// Sets the number of buckets the local tables track.
+pub(crate) fn tracked(n: usize) {
+    metrics::gauge!("tollgate_rls_tracked_buckets").set(n as f64);
 }
 
 /// Records whether Redis answered.

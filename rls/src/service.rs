@@ -169,7 +169,7 @@ impl Service {
                 let config = self.config.read().unwrap_or_else(PoisonError::into_inner);
                 let (plans, matched, demands) = self.plan(&config, req);
                 let outcomes = local.decide(&demands);
-                Ok(self.respond(req, &plans, &matched, &demands, &outcomes))
+                Ok(self.respond(&plans, &matched, &demands, &outcomes))
             }
             Backend::Redis(redis) => {
                 let config = self
@@ -213,7 +213,7 @@ impl Service {
                         }
                     }
                 };
-                Ok(self.respond(req, &plans, &matched, &demands, &outcomes))
+                Ok(self.respond(&plans, &matched, &demands, &outcomes))
             }
             Backend::FixedWindow(fixed) => {
                 let config = self
@@ -226,7 +226,7 @@ impl Service {
                     .decide(&req.domain, &demands)
                     .await
                     .map_err(|e| Reject::Unavailable(e.0))?;
-                Ok(self.respond(req, &plans, &matched, &demands, &outcomes))
+                Ok(self.respond(&plans, &matched, &demands, &outcomes))
             }
         }
     }
@@ -316,7 +316,6 @@ impl Service {
     /// The statuses and the metrics.
     fn respond(
         &self,
-        req: &Request,
         plans: &[Plan],
         matched: &[Option<Matched>],
         demands: &[Demand],
@@ -362,7 +361,7 @@ impl Service {
                     });
                     let over = d.enforce && !o.holds;
                     if let Some(mt) = mt {
-                        self.count(req, mt, d, o, refused);
+                        self.count(mt, d, o, refused);
                     }
                     if over {
                         Status {
@@ -399,25 +398,19 @@ impl Service {
         }
     }
 
-    fn count(&self, req: &Request, mt: &Matched, d: &Demand, o: &Outcome, refused: bool) {
-        let labels = [
-            ("domain", req.domain.clone()),
-            ("descriptor", mt.metric.clone()),
-        ];
-        m::add("tollgate_rls_hits_total", &labels, mt.hits);
-        if !o.holds {
-            m::add("tollgate_rls_over_limit_total", &labels, mt.hits);
-            if !d.enforce {
-                m::add("tollgate_rls_shadow_mode_total", &labels, mt.hits);
-            }
+    fn count(&self, mt: &Matched, d: &Demand, o: &Outcome, refused: bool) {
+        let hit = if !o.holds {
+            m::Hit::Over { shadow: !d.enforce }
         } else if !d.enforce || !refused {
-            m::add("tollgate_rls_within_limit_total", &labels, mt.hits);
             let burst = rate_at(&mt.limit, o.rate).map_or(0, |r| r.burst);
             // Near the limit: at most a fifth of the burst left after the hits.
-            if o.decided && o.remaining.saturating_mul(5) <= burst {
-                m::add("tollgate_rls_near_limit_total", &labels, mt.hits);
+            m::Hit::Within {
+                near: o.decided && o.remaining.saturating_mul(5) <= burst,
             }
-        }
+        } else {
+            m::Hit::Total
+        };
+        m::hits(&mt.limit, &mt.metric, hit, mt.hits);
     }
 }
 

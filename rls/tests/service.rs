@@ -305,6 +305,14 @@ async fn shadow_mode_answers_ok_counts_what_an_enforcing_twin_refuses_and_blocks
     }
     assert!(twin_refusals > 3);
     let (_, page) = http(s.ready.http, "GET", "/metrics", "").await;
+    let tracked: f64 = page
+        .lines()
+        .find_map(|l| l.strip_prefix("tollgate_rls_tracked_buckets "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(tracked >= 2.0, "{tracked}");
     let labels = r#"domain="shadow",descriptor="shadowed""#;
     assert_eq!(
         metric(&page, "tollgate_rls_shadow_mode_total", labels),
