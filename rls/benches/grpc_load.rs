@@ -9,7 +9,8 @@
 //! * admissions past the limit around a window boundary, for both Redis strategies.
 //!
 //! `cargo bench -p tollgate-rls --bench grpc_load` prints the tables of rls/README.md;
-//! `-- --smoke` runs every case briefly (CI); `-- --secs N` sets each case's length.
+//! `-- --smoke` runs every case briefly (CI); `-- --secs N` sets each run's length and
+//! `-- --reps N` the alternating runs per case (the median is reported).
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
@@ -119,7 +120,7 @@ fn load(
     inflight: usize,
     secs: f64,
     two: bool,
-) -> Load {
+) -> (Load, Vec<Duration>) {
     rt.block_on(async move {
         let mut clients = Vec::new();
         for _ in 0..4 {
@@ -153,13 +154,14 @@ fn load(
             all.extend(t.await.unwrap());
         }
         let took = started.elapsed().as_secs_f64();
-        all.sort_unstable();
-        let q = |p: f64| all[((all.len() - 1) as f64 * p) as usize];
-        Load {
-            calls_per_sec: all.len() as f64 / took,
-            p50: q(0.5),
-            p99: q(0.99),
-        }
+        (
+            Load {
+                calls_per_sec: all.len() as f64 / took,
+                p50: Duration::ZERO,
+                p99: Duration::ZERO,
+            },
+            all,
+        )
     })
 }
 
@@ -204,6 +206,37 @@ fn boundary(rt: &tokio::runtime::Runtime, addr: SocketAddr, key: &str) -> u64 {
     })
 }
 
+/// Runs `a` and `b` alternately `reps` times: the median calls/s of each, and the p50 / p99 of
+/// all their calls (on a shared machine one run of each can land on a burst of other work).
+fn pair(
+    reps: usize,
+    mut a: impl FnMut() -> (Load, Vec<Duration>),
+    mut b: impl FnMut() -> (Load, Vec<Duration>),
+) -> (Load, Load) {
+    let mut ra = Vec::new();
+    let mut rb = Vec::new();
+    let (mut la, mut lb) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let (x, lx) = a();
+        ra.push(x.calls_per_sec);
+        la.extend(lx);
+        let (y, ly) = b();
+        rb.push(y.calls_per_sec);
+        lb.extend(ly);
+    }
+    let summary = |mut rates: Vec<f64>, mut lat: Vec<Duration>| {
+        rates.sort_by(f64::total_cmp);
+        lat.sort_unstable();
+        let q = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize];
+        Load {
+            calls_per_sec: rates[rates.len() / 2],
+            p50: q(0.5),
+            p99: q(0.99),
+        }
+    };
+    (summary(ra, la), summary(rb, lb))
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1e3)
 }
@@ -216,7 +249,13 @@ fn main() {
         .position(|a| a == "--secs")
         .and_then(|i| args.get(i + 1))
         .and_then(|s| s.parse().ok())
-        .unwrap_or(if smoke { 0.2 } else { 3.0 });
+        .unwrap_or(if smoke { 0.2 } else { 2.0 });
+    let reps = args
+        .iter()
+        .position(|a| a == "--reps")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if smoke { 1 } else { 3 });
     let levels: &[usize] = if smoke {
         &[1, 16]
     } else {
@@ -235,15 +274,18 @@ fn main() {
     ));
     let local = serve(&server_rt, Grpc(local));
     if !only_redis {
-        println!("## Local backend against the no-op handler ({secs} s per case)\n");
+        println!("## Local backend against the no-op handler ({reps} alternating runs of {secs} s per case; median calls/s)\n");
         println!("| calls in flight | descriptors | no-op calls/s | local calls/s | ratio | no-op p50 / p99 ms | local p50 / p99 ms |");
         println!("|---:|---:|---:|---:|---:|---|---|");
         let mut cases: Vec<(usize, bool)> = levels.iter().map(|&l| (l, false)).collect();
         cases.push((64.min(*levels.last().unwrap()), true));
         for (inflight, two) in cases {
             // Alternate, so that drift on a shared machine hits both.
-            let a = load(&client_rt, noop, inflight, secs, two);
-            let b = load(&client_rt, local, inflight, secs, two);
+            let (a, b) = pair(
+                reps,
+                || load(&client_rt, noop, inflight, secs, two),
+                || load(&client_rt, local, inflight, secs, two),
+            );
             println!(
                 "| {inflight} | {} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} |",
                 if two { 2 } else { 1 },
@@ -287,8 +329,11 @@ fn main() {
     let mut cases: Vec<(usize, bool)> = levels.iter().map(|&l| (l, false)).collect();
     cases.push((64.min(*levels.last().unwrap()), true));
     for (inflight, two) in cases {
-        let a = load(&client_rt, fixed, inflight, secs, two);
-        let b = load(&client_rt, exact, inflight, secs, two);
+        let (a, b) = pair(
+            reps,
+            || load(&client_rt, fixed, inflight, secs, two),
+            || load(&client_rt, exact, inflight, secs, two),
+        );
         println!(
             "| {inflight} | {} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} |",
             if two { 2 } else { 1 },
