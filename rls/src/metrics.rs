@@ -134,11 +134,33 @@ pub(crate) fn hits(limit: &crate::config::Limit, descriptor: &str, hit: Hit, n: 
     }
 }
 
-/// Counts a request's result and records its duration.
+/// The request series of one `api`, resolved once (at the first request, after
+/// [`install`]).
+struct RequestSeries {
+    results: [metrics::Counter; 4],
+    duration: metrics::Histogram,
+}
+
+static GRPC: OnceLock<RequestSeries> = OnceLock::new();
+static JSON: OnceLock<RequestSeries> = OnceLock::new();
+
+/// Counts a request's result (`ok`, `over_limit`, `invalid`, `unavailable`) and records its
+/// duration.
 pub(crate) fn request(api: &'static str, result: &'static str, took: Duration) {
-    metrics::counter!("tollgate_rls_requests_total", "api" => api, "result" => result).increment(1);
-    metrics::histogram!("tollgate_rls_request_duration_seconds", "api" => api)
-        .record(took.as_secs_f64());
+    let cell = if api == "grpc" { &GRPC } else { &JSON };
+    let s = cell.get_or_init(|| RequestSeries {
+        results: ["ok", "over_limit", "invalid", "unavailable"]
+            .map(|r| metrics::counter!("tollgate_rls_requests_total", "api" => api, "result" => r)),
+        duration: metrics::histogram!("tollgate_rls_request_duration_seconds", "api" => api),
+    });
+    let i = match result {
+        "ok" => 0,
+        "over_limit" => 1,
+        "invalid" => 2,
+        _ => 3,
+    };
+    s.results[i].increment(1);
+    s.duration.record(took.as_secs_f64());
 }
 
 /// Counts a config load.

@@ -248,16 +248,19 @@ impl Service {
                 )
             })
             .collect();
-        let replaced: HashSet<&str> = found
+        let replaced: HashSet<String> = found
             .iter()
             .flatten()
-            .flat_map(|m| m.limit.replaces.iter().map(String::as_str))
+            .flat_map(|m| m.limit.replaces.iter().cloned())
             .collect();
         let mut plans = Vec::with_capacity(found.len());
         let mut matched = Vec::with_capacity(found.len());
         let mut demands: Vec<Demand> = Vec::new();
+        // Descriptors that land on one bucket share a demand: found by a scan for a few, by a
+        // map for many.
+        let many = req.descriptors.len() > 16;
         let mut groups: HashMap<(String, String), usize> = HashMap::new();
-        for (d, f) in req.descriptors.iter().zip(&found) {
+        for (d, f) in req.descriptors.iter().zip(found) {
             let hits = d.hits_addend.unwrap_or(hits_default);
             let Some(f) = f else {
                 plans.push(Plan::NoLimit);
@@ -269,34 +272,42 @@ impl Service {
                 matched.push(None);
                 continue;
             }
-            if f.limit.names.iter().any(|n| replaced.contains(n.as_str())) {
+            if !replaced.is_empty() && f.limit.names.iter().any(|n| replaced.contains(n)) {
                 plans.push(Plan::NoLimit);
                 matched.push(None);
                 continue;
             }
             let enforce = !(self.shadow || f.limit.shadow);
-            let key = (f.limit.id.clone(), f.bucket.clone());
-            let i = match groups.get(&key) {
-                Some(&i) => {
+            let existing = if many {
+                groups.get(&(f.limit.id.clone(), f.bucket.clone())).copied()
+            } else {
+                demands
+                    .iter()
+                    .position(|x| Arc::ptr_eq(&x.limit, &f.limit) && x.bucket == f.bucket)
+            };
+            let i = match existing {
+                Some(i) => {
                     demands[i].hits = demands[i].hits.saturating_add(hits);
                     i
                 }
                 None => {
+                    if many {
+                        groups.insert((f.limit.id.clone(), f.bucket.clone()), demands.len());
+                    }
                     demands.push(Demand {
                         limit: f.limit.clone(),
-                        bucket: f.bucket.clone(),
+                        bucket: f.bucket,
                         hits,
                         enforce,
                         read: false,
                     });
-                    groups.insert(key, demands.len() - 1);
                     demands.len() - 1
                 }
             };
             plans.push(Plan::Demand(i));
             matched.push(Some(Matched {
-                limit: f.limit.clone(),
-                metric: f.metric.clone(),
+                limit: f.limit,
+                metric: f.metric,
                 hits,
             }));
         }

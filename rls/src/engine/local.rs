@@ -192,7 +192,10 @@ impl LocalBackend {
     pub fn decide(&self, demands: &[Demand]) -> Vec<Outcome> {
         let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
         let _pin = self.clock.pin();
-        let table = |d: &Demand| tables.get(&d.limit.id).cloned();
+        // Each demand's table, looked up once.
+        let found: Vec<Option<&Arc<Table>>> =
+            demands.iter().map(|d| tables.get(&d.limit.id)).collect();
+
         let mut out: Vec<Option<Outcome>> = vec![None; demands.len()];
         let enforced: Vec<usize> = (0..demands.len()).filter(|&i| demands[i].enforce).collect();
         let mut stripes: Vec<usize> = enforced.iter().map(|&i| self.stripe(&demands[i])).collect();
@@ -210,7 +213,7 @@ impl LocalBackend {
         let mut holds = vec![true; demands.len()];
         for &i in &enforced {
             let d = &demands[i];
-            holds[i] = match table(d) {
+            holds[i] = match found[i] {
                 Some(t) => t.limiter.available(d.bucket.as_str()) >= d.need(),
                 None => false,
             };
@@ -219,14 +222,14 @@ impl LocalBackend {
         if !read_only && enforced.iter().all(|&i| holds[i]) {
             // 2. Debit them, full tables first (see the module docs).
             let mut order = enforced.clone();
-            order.sort_by_key(|&i| match table(&demands[i]) {
+            order.sort_by_key(|&i| match found[i] {
                 Some(t) => t.limiter.len() < t.limiter.max_keys(),
                 None => true,
             });
             let mut broken = false;
             for i in order {
                 let d = &demands[i];
-                let Some(t) = table(d) else { continue };
+                let Some(t) = found[i] else { continue };
                 let take = if broken { 0 } else { d.hits };
                 let (v, s) = t.limiter.try_acquire_snapshots(d.bucket.as_str(), take);
                 if v.is_err() {
@@ -234,7 +237,7 @@ impl LocalBackend {
                 }
                 let mut o = Outcome::from_parts(v, &s);
                 if d.hits == 0 && o.holds {
-                    o = self.check_one(&t, d).unwrap_or(o);
+                    o = self.check_one(t, d).unwrap_or(o);
                 }
                 out[i] = Some(o);
             }
@@ -242,12 +245,12 @@ impl LocalBackend {
             // 3. Refused: nothing is debited.
             for &i in &enforced {
                 let d = &demands[i];
-                out[i] = Some(match table(d) {
+                out[i] = Some(match found[i] {
                     Some(t) if holds[i] => {
                         let (v, s) = t.limiter.try_acquire_snapshots(d.bucket.as_str(), 0);
                         Outcome::from_parts(v, &s)
                     }
-                    Some(t) => self.refusal(&t, d),
+                    Some(t) => self.refusal(t, d),
                     None => blocked(d),
                 });
             }
@@ -257,9 +260,9 @@ impl LocalBackend {
             if d.enforce {
                 continue;
             }
-            out[i] = Some(match table(d) {
+            out[i] = Some(match found[i] {
                 Some(t) if d.hits == 0 => {
-                    self.check_one(&t, d).unwrap_or_else(|| self.refusal(&t, d))
+                    self.check_one(t, d).unwrap_or_else(|| self.refusal(t, d))
                 }
                 Some(t) => {
                     let (v, s) = t.limiter.try_acquire_snapshots(d.bucket.as_str(), d.hits);
