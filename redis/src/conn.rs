@@ -95,8 +95,18 @@ impl Conn {
         key: &str,
         args: &[Arg<'_>],
     ) -> redis::RedisResult<Value> {
-        let evalsha = command("EVALSHA", &lua.hash, key, args);
-        let eval = || command("EVAL", lua.source, key, args);
+        self.eval_keys(lua, &[key], args).await
+    }
+
+    /// The script on several keys (on a cluster they must share one slot).
+    pub(crate) async fn eval_keys(
+        &self,
+        lua: &Lua,
+        keys: &[&str],
+        args: &[Arg<'_>],
+    ) -> redis::RedisResult<Value> {
+        let evalsha = command("EVALSHA", &lua.hash, keys, args);
+        let eval = || command("EVAL", lua.source, keys, args);
         match self {
             Conn::Single(c) => run(&mut c.clone(), lua, &evalsha, eval, true).await,
             // No SCRIPT LOAD on a cluster: redis-rs sends it to every node and waits for all of
@@ -126,17 +136,21 @@ impl Lua {
 
 /// `name script 1 key args…` (`name`: EVALSHA with the hash, or EVAL with the source), sized
 /// once: an integer takes at most 20 bytes.
-fn command(name: &str, script: &str, key: &str, args: &[Arg<'_>]) -> Cmd {
+fn command(name: &str, script: &str, keys: &[&str], args: &[Arg<'_>]) -> Cmd {
+    let key_bytes: usize = keys.iter().map(|k| k.len() + 1).sum();
     let bytes = args
         .iter()
-        .fold(name.len() + script.len() + 1 + key.len(), |n, a| {
+        .fold(name.len() + script.len() + 1 + key_bytes, |n, a| {
             n + match a {
                 Arg::Str(s) => s.len(),
                 Arg::Int(_) => 20,
             }
         });
-    let mut cmd = Cmd::with_capacity(4 + args.len(), bytes);
-    cmd.arg(name).arg(script).arg(1).arg(key);
+    let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
+    cmd.arg(name).arg(script).arg(keys.len());
+    for k in keys {
+        cmd.arg(*k);
+    }
     for a in args {
         match a {
             Arg::Str(s) => cmd.arg(*s),

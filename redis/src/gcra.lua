@@ -40,8 +40,14 @@ end
 -- The quota being decided: the one quota, or each of a policy's in turn (the functions below
 -- read these as upvalues).
 local tag, a, b, bu, scale, cost, testnow
-local multi = mode == 'multi'
-if multi then
+-- Mode 'keys': several keys, each with its own policy and cost, all or nothing (see below).
+local keys = mode == 'keys'
+local multi = mode == 'multi' or keys
+if keys then
+  -- Each key's cost is checked in the loop below.
+  cost = 0
+  testnow = ARGV[2]
+elseif multi then
   cost = ARGV[3] + 0
   testnow = ARGV[4]
 else
@@ -129,8 +135,9 @@ end
 -- Everything beyond the hot path, built only off it: each function a script defines is a new
 -- closure (with its upvalues) on every call.
 local L
-if not hot then
-  L = (function()
+-- Mode 'keys' builds them only for a key off its own hot path (see there).
+local function helpers()
+  return (function()
     -- floor(x / y) for exact integers x, y < 2^53 (the division may round; correct it).
     local function fdiv(x, y)
       local q = math.floor(x / y)
@@ -338,6 +345,146 @@ if not hot then
     end
     return {fdiv = fdiv, base_at = base_at, load = load, triples = triples, pick = pick}
   end)()
+end
+if not hot and not keys then L = helpers() end
+-- Mode 'keys': KEYS[1..K], ARGV = 'keys', test time ('' = TIME), then per key: cost, flag, N, N
+-- quotas' five arguments each. Every key is decided at the one reading t, as mode 'multi'
+-- decides its key; admitted only if every key with a cost above 0 holds its cost, and then
+-- every such key is written (one SET each), else nothing is. A key with cost 0 is read. A key's
+-- flag (ARGV after its cost) adds 1 if it is decided alone (written if it holds its cost,
+-- whatever the others, and left out of the call's verdict) and 2 if it is only checked (it
+-- must hold its cost, and is never written). Reply:
+-- {status, t, then per key: its own verdict ('1' holds the cost or cost 0, '0' refused), prev_1
+-- .. prev_N (as mode 'multi'), next_1 .. next_N ('' when not written)}; a malformed value
+-- {'bad', t, reason, k}.
+if keys then
+  local pos = 3
+  local admit = true
+  local decided = {}
+  for k = 1, #KEYS do
+    local kcost = ARGV[pos] + 0
+    if not (kcost >= 0 and kcost < P53 and kcost == math.floor(kcost)) then
+      return redis.error_reply('tollgate: the cost is not a whole number of tokens')
+    end
+    local flag = ARGV[pos + 1] + 0
+    local alone, check = flag % 2 == 1, flag >= 2
+    local nq = ARGV[pos + 2] + 0
+    pos = pos + 3
+    local v = redis.pcall('GET', KEYS[k])
+    if type(v) == 'table' then
+      return {'bad', sf('%.0f', t), tostring(v.err or v.ok or 'not a string'), sf('%d', k)}
+    end
+    if v and #v > 512 then
+      return {'bad', sf('%.0f', t), 'a value of ' .. #v .. ' bytes', sf('%d', k)}
+    end
+    local quotas, shown, holds = {}, {}, true
+    -- The hot path of one quota: no state, or a state under this quota's tag in range (as the
+    -- one-quota hot path above, inline: no helpers built).
+    local fast = false
+    if nq == 1 then
+      tag, a, b = ARGV[pos], ARGV[pos + 1] + 0, ARGV[pos + 2] + 0
+      bu, scale = ARGV[pos + 3] + 0, ARGV[pos + 4] + 0
+      local fsn, fz
+      if v then
+        local ft, sn1, sz1 = string.match(v, '^(%S+) (%d+) (%d+)$')
+        if ft == tag then
+          fsn, fz = sn1 + 0, sz1 + 0
+          fast = fsn < P53 and fz < P53 and fz <= a + bu and fsn * b <= t + STEP_BACK
+        end
+      else
+        fast = true
+      end
+      if fast then
+        if b == 1 then
+          n, r, ef, ec = t, 0, 0, 0
+        else
+          n = math.floor(t / b)
+          local m = t - n * b
+          if m < 0 then n = n - 1 elseif m >= b then n = n + 1 end
+          r = t - n * b
+          local ra = r * a
+          ef = math.floor(ra / b)
+          m = ra - ef * b
+          if m < 0 then ef = ef - 1 elseif m >= b then ef = ef + 1 end
+          ec = ef
+          if ef * b < ra then ec = ef + 1 end
+        end
+        local z = nil
+        if v then
+          local d = n - fsn
+          if d >= 0 then
+            local da = d * a
+            if da < fz then z = fz - da end
+          else
+            z = fz - d * a
+          end
+          if z ~= nil and z <= ef then z = nil end
+        end
+        if z ~= nil and z + kcost * scale > ef + bu then holds = false end
+        quotas[1] = {tag, a, b, scale, n, r, ec, z}
+        shown[1] = v or ''
+        pos = pos + 5
+      end
+    end
+    local stored = {}
+    if not fast then
+      if not L then L = helpers() end
+      if v then
+        stored = L.triples(v)
+        if stored == nil then
+          return {'bad', sf('%.0f', t), 'not "<tag> <base> <state>" triples', sf('%d', k)}
+        end
+      end
+    end
+    for i = 1, (fast and 0 or nq) do
+      tag, a, b = ARGV[pos], ARGV[pos + 1] + 0, ARGV[pos + 2] + 0
+      bu, scale = ARGV[pos + 3] + 0, ARGV[pos + 4] + 0
+      pos = pos + 5
+      L.base_at()
+      local ok, z, sh = true, nil, ''
+      local tr = L.pick(stored, i)
+      if tr then ok, z, sh = L.load(tr[1], tr[2], tr[3], nil) end
+      if not ok then return {'bad', sf('%.0f', t), z, sf('%d', k)} end
+      if z ~= nil and z + kcost * scale > ef + bu then holds = false end
+      quotas[i] = {tag, a, b, scale, n, r, ec, z}
+      shown[i] = sh
+    end
+    if kcost == 0 then holds = true end
+    if not holds and not alone then admit = false end
+    decided[k] = {quotas, shown, kcost, holds, alone, check}
+  end
+  local out = {'0', sf('%.0f', t)}
+  if admit then out[1] = '1' end
+  for k = 1, #KEYS do
+    local quotas, shown, kcost, holds = decided[k][1], decided[k][2], decided[k][3], decided[k][4]
+    out[#out + 1] = holds and '1' or '0'
+    for i = 1, #quotas do out[#out + 1] = shown[i] end
+    local write = admit
+    if decided[k][5] then write = holds end
+    if decided[k][6] then write = false end
+    if write and kcost > 0 then
+      local parts, ms = {}, 0
+      for i = 1, #quotas do
+        local q = quotas[i]
+        local base = q[7]
+        if q[8] ~= nil and q[8] > base then base = q[8] end
+        local nz = base + kcost * q[4]
+        parts[i] = q[1] .. ' ' .. sf('%.0f', q[5]) .. ' ' .. sf('%.0f', nz)
+        out[#out + 1] = sf('%.0f', nz)
+        -- The key expires once every quota's bucket is full again.
+        local m = math.floor((nz * q[3] / q[2] - q[6]) / 1000) + 2
+        if m > ms then ms = m end
+      end
+      if fixed then
+        redis.call('SET', KEYS[k], table.concat(parts, ' '))
+      else
+        redis.call('SET', KEYS[k], table.concat(parts, ' '), 'PX', sf('%.0f', ms))
+      end
+    else
+      for i = 1, #quotas do out[#out + 1] = '' end
+    end
+  end
+  return out
 end
 if multi then
   local stored = {}

@@ -15,6 +15,8 @@
 //!   µs, about 71 years, when one token refills in whole microseconds; see the README's table).
 //! * [`RedisLimiterBuilder::limits`]: a policy of up to four quotas on one key
 //!   ([`tollgate::Limits`]), all decided in the same single round trip, all or none.
+//! * [`RedisLimiter::decide_keys`]: several keys, each with its own policy and cost, in one
+//!   round trip, all or none (a request checked against several limits at once).
 //! * Bounded key bytes: keys over [`MAX_KEY_BYTES`] are stored under their SHA-256 digest
 //!   ([`stored_key`]).
 //! * A value under the prefix that the script did not write is that key's fault
@@ -73,6 +75,7 @@ mod conn;
 mod counters;
 mod error;
 mod key;
+mod keys;
 mod lease;
 mod limiter;
 mod limits;
@@ -103,6 +106,7 @@ pub fn check_quota(quota: tollgate::Quota) -> Result<(), Error> {
 pub use builder::RedisLimiterBuilder;
 pub use counters::Counters;
 pub use key::{stored_key, MAX_KEY_BYTES};
+pub use keys::{CheckedLimits, KeyDecision, KeyDemand, MAX_KEYS_PER_CALL};
 pub use lease::Leases;
 pub use limiter::{Outcome, RedisLimiter};
 pub use policy::{OnUnavailable, FAIL_CLOSED_RETRY, MALFORMED_RETRY};

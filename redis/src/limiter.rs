@@ -621,6 +621,29 @@ impl RedisLimiter {
         self.eval_with(name, argv, deadline, pass).await
     }
 
+    /// One script call on several prefixed keys (mode `keys`), through the breaker and the
+    /// in-flight cap, answered by `deadline`.
+    pub(crate) async fn eval_keys_checked(
+        &self,
+        full_keys: &[&str],
+        argv: &[Arg<'_>],
+        deadline: Instant,
+    ) -> Result<redis::Value, Error> {
+        let inner = &*self.inner;
+        let pass = inner.breaker.pass().ok_or(Error::Unavailable)?;
+        let Ok(_permit) = inner.in_flight.try_acquire() else {
+            inner.breaker.release(pass);
+            return Err(Error::Overloaded);
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            inner.breaker.release(pass);
+            return Err(Error::Timeout(inner.timeout));
+        }
+        self.eval_keys_with(full_keys, argv, deadline, pass, left)
+            .await
+    }
+
     /// The script call itself, holding `pass` (and the caller's in-flight permit).
     async fn eval_with(
         &self,
@@ -640,14 +663,29 @@ impl RedisLimiter {
             inner.breaker.release(pass);
             return Err(Error::Timeout(inner.timeout));
         }
-        let fair = left > inner.timeout / 4 * 3;
         let mut full_key = String::with_capacity(inner.prefix.len() + name.len());
         full_key.push_str(&inner.prefix);
         full_key.push_str(name);
+        self.eval_keys_with(&[&full_key], argv, deadline, pass, left)
+            .await
+    }
+
+    /// [`eval_with`](Self::eval_with) on full key names (prefixed), `left` of the decision's
+    /// time remaining: the breaker's evidence, the timeout and a malformed value's report.
+    async fn eval_keys_with(
+        &self,
+        full_keys: &[&str],
+        argv: &[Arg<'_>],
+        deadline: Instant,
+        pass: Pass,
+        left: Duration,
+    ) -> Result<redis::Value, Error> {
+        let inner = &*self.inner;
+        let fair = left > inner.timeout / 4 * 3;
         bump(&inner.stats.redis_calls);
         let guard = BreakerGuard::new(&inner.breaker, pass, &inner.observe);
         let started = inner.observe.start();
-        let eval = inner.conn.eval(&inner.script, &full_key, argv);
+        let eval = inner.conn.eval_keys(&inner.script, full_keys, argv);
         let Ok(reply) = tokio::time::timeout_at(deadline, eval).await else {
             // The limiter's own timeout, inside the call: evidence that the server is slow,
             // if the call had its fair share of the time (dropping the guard counts nothing).
@@ -667,8 +705,13 @@ impl RedisLimiter {
                 _ => None,
             };
             if text(items.first()).as_deref() == Some("bad") {
+                // Mode `keys` names the key (1-based) as a fourth item.
+                let k = text(items.get(3))
+                    .and_then(|k| k.parse::<usize>().ok())
+                    .and_then(|k| k.checked_sub(1))
+                    .unwrap_or(0);
                 return Err(Error::Malformed {
-                    key: full_key,
+                    key: full_keys.get(k).copied().unwrap_or_default().to_owned(),
                     reason: text(items.get(2)).unwrap_or_default(),
                 });
             }

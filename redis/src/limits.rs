@@ -77,6 +77,11 @@ impl LimitsParams {
         Ok(LimitsParams { limits, quotas })
     }
 
+    /// Each quota's script parameters, in the policy's order.
+    pub(crate) fn quota_params(&self) -> &[Params] {
+        &self.quotas
+    }
+
     /// The smallest burst: a larger cost is `ExceedsBurst`.
     pub(crate) fn min_burst(&self) -> u64 {
         self.limits

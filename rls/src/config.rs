@@ -1,0 +1,895 @@
+//! envoyproxy/ratelimit's YAML configuration: loading (one file or a directory of them),
+//! validation with errors that name the file, line and field, and the descriptor lookup.
+//!
+//! Matching follows envoyproxy/ratelimit: at each level of the config tree a request entry
+//! `(key, value)` first matches a descriptor with that key and exactly that value, then the
+//! first descriptor (in file order) with that key whose value is a `*` pattern matching the
+//! value, then the descriptor with that key and no value. A limit applies when the descriptor
+//! that carries it is matched by the request's *last* entry; no match is no limit.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use saphyr::{LoadableYamlNode, MarkedYamlOwned, ScalarOwned, YamlDataOwned};
+
+/// The unit of a `rate_limit`, as envoyproxy/ratelimit's proto enum (a month is 30 days, a
+/// year 365).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// One second.
+    Second,
+    /// 60 seconds.
+    Minute,
+    /// 3,600 seconds.
+    Hour,
+    /// 86,400 seconds.
+    Day,
+    /// 7 days.
+    Week,
+    /// 30 days.
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl Unit {
+    /// The unit's length.
+    pub fn duration(self) -> Duration {
+        Duration::from_secs(match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        })
+    }
+
+    /// The value of `envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit`.
+    pub fn proto(self) -> i32 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 2,
+            Unit::Hour => 3,
+            Unit::Day => 4,
+            Unit::Month => 5,
+            Unit::Year => 6,
+            Unit::Week => 7,
+        }
+    }
+
+    /// The proto3 JSON name of the unit.
+    pub fn json_name(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Month => "MONTH",
+            Unit::Year => "YEAR",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Unit> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "second" => Unit::Second,
+            "minute" => Unit::Minute,
+            "hour" => Unit::Hour,
+            "day" => Unit::Day,
+            "week" => Unit::Week,
+            "month" => Unit::Month,
+            "year" => Unit::Year,
+            _ => return None,
+        })
+    }
+}
+
+/// One rate of a limit: `requests_per_unit` per `unit`, a bucket of `burst`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Rate {
+    /// Tokens earned per unit (0: the limit refuses every hit).
+    pub requests_per_unit: u32,
+    /// The unit.
+    pub unit: Unit,
+    /// The bucket's capacity (default `requests_per_unit`; an extension).
+    pub burst: u64,
+    /// The optional `name`, reported in `current_limit` and used by `replaces`.
+    pub name: String,
+}
+
+/// What a matched descriptor does.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `unlimited: true`: answered `OK` without touching state.
+    Unlimited,
+    /// One to four rates that must all hold (`rate_limit`, or the `rate_limits` extension).
+    /// A rate with `requests_per_unit: 0` refuses every hit.
+    Rates(Vec<Rate>),
+}
+
+/// A configured limit: where it sits in the config tree and what it does.
+#[derive(Debug)]
+pub struct Limit {
+    /// The domain.
+    pub domain: String,
+    /// The descriptor path in the config (`key` or `key_value` per level, joined by `.`):
+    /// with the domain, what identifies the limit across reloads.
+    pub path: String,
+    /// The identity across reloads: domain and path.
+    pub id: String,
+    /// What it does.
+    pub kind: Kind,
+    /// The names this limit's match drops from the request (`replaces`).
+    pub replaces: Vec<String>,
+    /// `shadow_mode`.
+    pub shadow: bool,
+    /// `detailed_metric`: metrics are labelled with the request's values.
+    pub detailed_metric: bool,
+    /// Whether the limit keeps one bucket per distinct request value (some level of its path
+    /// has no value, or a `*` pattern without `share_threshold`).
+    pub per_value: bool,
+    /// Where it was defined (`file:line`), for logs.
+    pub origin: String,
+    /// The `name`s of its rates (for `replaces`; empty names left out).
+    pub names: Vec<String>,
+    /// Whether its metric label is the same for every request (no `detailed_metric` and no
+    /// `value_to_metric` on its path): its counters are then resolved once.
+    pub fixed_metric: bool,
+    /// The counters of a limit with a fixed metric label, resolved at its first decision.
+    pub counters: std::sync::OnceLock<crate::metrics::Counters>,
+}
+
+impl Limit {
+    /// Whether another limit has the same definition (what reload keeps state for).
+    pub fn same_definition(&self, other: &Limit) -> bool {
+        self.kind == other.kind && self.per_value == other.per_value
+    }
+
+    /// The rate with `requests_per_unit: 0`, if any: the limit refuses every hit.
+    pub fn blocking_rate(&self) -> Option<&Rate> {
+        match &self.kind {
+            Kind::Rates(r) => r.iter().find(|r| r.requests_per_unit == 0),
+            Kind::Unlimited => None,
+        }
+    }
+}
+
+/// A load error: the file, line and field it concerns, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file (or the config path, for errors about the path itself).
+    pub file: PathBuf,
+    /// The 1-based line, when the error concerns a node.
+    pub line: Option<usize>,
+    /// The field (`descriptors[0].rate_limit.unit`), when the error concerns one.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(l) = self.line {
+            write!(f, ":{l}")?;
+        }
+        if !self.field.is_empty() {
+            write!(f, ": {}", self.field)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A level of the config tree: the descriptors under one parent.
+#[derive(Debug, Default)]
+struct Level {
+    /// key → value → child (looked up by `&str`, no allocation).
+    exact: HashMap<String, HashMap<String, Node>>,
+    /// `*` patterns, in file order: key, pattern parts (split on `*`), child.
+    wildcard: Vec<(String, Vec<String>, Node)>,
+    /// key (no value) → child.
+    default: HashMap<String, Node>,
+}
+
+impl Level {
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcard.is_empty() && self.default.is_empty()
+    }
+}
+
+#[derive(Debug)]
+struct Node {
+    limit: Option<Arc<Limit>>,
+    /// `share_threshold`: every value this pattern matches shares one bucket.
+    share_threshold: bool,
+    /// `value_to_metric`: the request's value at this level goes into the metric label.
+    value_to_metric: bool,
+    /// The configured value (`None`: a value-less descriptor).
+    value: Option<String>,
+    next: Level,
+}
+
+/// One domain's tree.
+#[derive(Debug)]
+struct Domain {
+    root: Level,
+}
+
+/// A loaded configuration: every domain, and every limit it defines.
+#[derive(Debug, Default)]
+pub struct Config {
+    domains: HashMap<String, Domain>,
+    limits: Vec<Arc<Limit>>,
+}
+
+/// What a request descriptor matched: the limit, the bucket's key (the request's entries, a
+/// shared pattern in place of the value under `share_threshold`) and the metric label.
+#[derive(Debug, Clone)]
+pub struct Match {
+    /// The limit.
+    pub limit: Arc<Limit>,
+    /// The bucket: the request's entries as `key\x1fvalue` joined by `\x1e`.
+    pub bucket: String,
+    /// The `descriptor` label of the limit's metrics.
+    pub metric: String,
+}
+
+/// The most levels a descriptor path may have in a config (deeper trees are refused at load).
+const MAX_DEPTH: usize = 32;
+
+impl Config {
+    /// Loads `path`: one YAML file, or a directory whose `*.yaml`/`*.yml` entries (links
+    /// followed, names starting with `.` skipped) each hold one domain.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let files = config_files(path)?;
+        let mut sources = Vec::with_capacity(files.len());
+        for f in files {
+            let text = std::fs::read_to_string(&f).map_err(|e| ConfigError {
+                file: f.clone(),
+                line: None,
+                field: String::new(),
+                message: format!("cannot read: {e}"),
+            })?;
+            sources.push((f, text));
+        }
+        Config::from_sources(&sources)
+    }
+
+    /// Builds a configuration from `(file name, YAML text)` pairs, one domain each.
+    pub fn from_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        let mut domain_files: HashMap<String, PathBuf> = HashMap::new();
+        for (file, text) in sources {
+            let mut p = Parser {
+                file,
+                limits: &mut config.limits,
+                domain: String::new(),
+            };
+            let (name, domain) = p.file(text)?;
+            if let Some(first) = domain_files.get(&name) {
+                return Err(ConfigError {
+                    file: file.clone(),
+                    line: None,
+                    field: "domain".into(),
+                    message: format!(
+                        "duplicate domain {name:?}: already defined in {}",
+                        first.display()
+                    ),
+                });
+            }
+            domain_files.insert(name.clone(), file.clone());
+            config.domains.insert(name, domain);
+        }
+        Ok(config)
+    }
+
+    /// Every limit, in load order.
+    pub fn limits(&self) -> &[Arc<Limit>] {
+        &self.limits
+    }
+
+    /// The number of domains.
+    pub fn domain_count(&self) -> usize {
+        self.domains.len()
+    }
+
+    /// The limit a request descriptor's entries match in `domain`, if any.
+    pub fn lookup<'a, I>(&self, domain: &str, entries: I) -> Option<Match>
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        let d = self.domains.get(domain)?;
+        let entries = entries.into_iter();
+        let n = entries.len();
+        let mut level = &d.root;
+        let mut found: Option<Arc<Limit>> = None;
+        let mut bucket = String::new();
+        let mut metric = String::new();
+        let mut detailed = String::new();
+        for (i, (key, value)) in entries.enumerate() {
+            let (node, via_pattern) = match level.exact.get(key).and_then(|m| m.get(value)) {
+                Some(n) => (Some(n), None),
+                None => match level
+                    .wildcard
+                    .iter()
+                    .find(|(k, parts, _)| k == key && wildcard_match(parts, value))
+                {
+                    Some((_, _, n)) => (Some(n), n.value.as_deref()),
+                    None => (level.default.get(key), None),
+                },
+            };
+            let Some(node) = node else { break };
+            if i > 0 {
+                bucket.push('\u{1e}');
+                metric.push('.');
+                detailed.push('.');
+            }
+            bucket.push_str(key);
+            bucket.push('\u{1f}');
+            let shared = via_pattern.filter(|_| node.share_threshold);
+            bucket.push_str(shared.unwrap_or(value));
+            metric.push_str(key);
+            detailed.push_str(key);
+            let shown = match (&node.value, shared) {
+                (_, Some(p)) => Some(p),
+                (Some(v), None) if via_pattern.is_none() => Some(v.as_str()),
+                _ if node.value_to_metric => Some(value),
+                (Some(p), None) => Some(p.as_str()),
+                (None, None) => None,
+            };
+            if let Some(v) = shown {
+                metric.push('_');
+                metric.push_str(v);
+            }
+            detailed.push('_');
+            detailed.push_str(shared.unwrap_or(value));
+            if i + 1 == n {
+                found = node.limit.clone();
+            }
+            if node.next.is_empty() {
+                break;
+            }
+            level = &node.next;
+        }
+        let limit = found?;
+        let metric = if limit.detailed_metric {
+            detailed
+        } else {
+            metric
+        };
+        Some(Match {
+            limit,
+            bucket,
+            metric,
+        })
+    }
+}
+
+/// Whether `value` matches a `*` pattern split on `*` (each `*` matches any run of bytes).
+fn wildcard_match(parts: &[String], value: &str) -> bool {
+    let (first, rest) = match parts.split_first() {
+        Some(x) => x,
+        None => return value.is_empty(),
+    };
+    let Some(mut v) = value.strip_prefix(first.as_str()) else {
+        return false;
+    };
+    let Some((last, middle)) = rest.split_last() else {
+        return v.is_empty();
+    };
+    if v.len() < last.len() + middle.iter().map(String::len).sum::<usize>() {
+        return false;
+    }
+    let Some(end) = v.len().checked_sub(last.len()) else {
+        return false;
+    };
+    if !v.is_char_boundary(end) || &v[end..] != last.as_str() {
+        return false;
+    }
+    v = &v[..end];
+    for part in middle {
+        match v.find(part.as_str()) {
+            Some(i) => v = &v[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// The YAML files of `path`: itself if a file, else its `*.yaml`/`*.yml` entries (links
+/// followed, dot entries skipped), sorted by name.
+pub fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let err = |message: String| ConfigError {
+        file: path.to_owned(),
+        line: None,
+        field: String::new(),
+        message,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| err(format!("cannot read: {e}")))?;
+    if meta.is_file() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let mut files = Vec::new();
+    let dir = std::fs::read_dir(path).map_err(|e| err(format!("cannot list: {e}")))?;
+    for entry in dir {
+        let entry = entry.map_err(|e| err(format!("cannot list: {e}")))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with('.') || !(name.ends_with(".yaml") || name.ends_with(".yml")) {
+            continue;
+        }
+        let p = entry.path();
+        // Follows links (a ConfigMap's entries are links into `..data/`).
+        match std::fs::metadata(&p) {
+            Ok(m) if m.is_file() => files.push(p),
+            Ok(_) => {}
+            Err(e) => return Err(err(format!("cannot read {}: {e}", p.display()))),
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// What a descriptor inherits from the levels above it.
+#[derive(Clone, Copy, Default)]
+struct Above {
+    /// Some level above keeps a bucket per value.
+    per_value: bool,
+    /// Some level above has `value_to_metric`.
+    value_to_metric: bool,
+}
+
+struct Parser<'a> {
+    file: &'a Path,
+    limits: &'a mut Vec<Arc<Limit>>,
+    /// The domain of the file being parsed.
+    domain: String,
+}
+
+type Map = saphyr::AnnotatedMapping<'static, MarkedYamlOwned>;
+
+fn line_of(n: &MarkedYamlOwned) -> usize {
+    n.span.start.line()
+}
+
+impl Parser<'_> {
+    fn err(&self, node: Option<&MarkedYamlOwned>, field: &str, message: String) -> ConfigError {
+        ConfigError {
+            file: self.file.to_owned(),
+            line: node.map(line_of),
+            field: field.to_owned(),
+            message,
+        }
+    }
+
+    fn file(&mut self, text: &str) -> Result<(String, Domain), ConfigError> {
+        let docs = MarkedYamlOwned::load_from_str(text).map_err(|e| ConfigError {
+            file: self.file.to_owned(),
+            line: Some(e.marker().line()),
+            field: String::new(),
+            message: format!("not valid YAML: {}", e.info()),
+        })?;
+        if docs.len() > 1 {
+            return Err(self.err(
+                docs.get(1),
+                "",
+                "more than one YAML document: one domain per file".into(),
+            ));
+        }
+        let Some(doc) = docs.first() else {
+            return Err(self.err(
+                None,
+                "domain",
+                "an empty file: the domain is missing".into(),
+            ));
+        };
+        let map = self.mapping(doc, "the file")?;
+        let mut domain = None;
+        let mut descriptors = None;
+        for (k, v) in map {
+            match self.key(k, "")?.as_str() {
+                "domain" => domain = Some(self.string(v, "domain")?),
+                "descriptors" => descriptors = Some(v),
+                other => return Err(self.unknown(k, "", other)),
+            }
+        }
+        let domain = match domain {
+            Some(d) if !d.is_empty() => d,
+            _ => {
+                return Err(self.err(
+                    Some(doc),
+                    "domain",
+                    "missing or empty: every file names its domain".into(),
+                ))
+            }
+        };
+        let mut root = Level::default();
+        self.domain.clone_from(&domain);
+        if let Some(d) = descriptors {
+            self.level(d, "", "descriptors", &mut root, 0, Above::default())?;
+        }
+        Ok((domain, Domain { root }))
+    }
+
+    fn unknown(&self, k: &MarkedYamlOwned, at: &str, name: &str) -> ConfigError {
+        let field = if at.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{at}.{name}")
+        };
+        let message = match name {
+            "quota_mode" => {
+                "quota_mode is not supported by tollgate-rls (refused rather than ignored)".into()
+            }
+            "metadata" => {
+                "metadata (response dynamic metadata) is not supported by tollgate-rls (refused \
+                 rather than ignored)"
+                    .into()
+            }
+            _ => format!("unknown field {name:?}"),
+        };
+        self.err(Some(k), &field, message)
+    }
+
+    fn mapping<'n>(&self, n: &'n MarkedYamlOwned, field: &str) -> Result<&'n Map, ConfigError> {
+        match &n.data {
+            YamlDataOwned::Mapping(m) => Ok(m),
+            _ => Err(self.err(Some(n), field, "expected a mapping".into())),
+        }
+    }
+
+    fn key(&self, k: &MarkedYamlOwned, at: &str) -> Result<String, ConfigError> {
+        match &k.data {
+            YamlDataOwned::Value(ScalarOwned::String(s)) => Ok(s.clone()),
+            _ => Err(self.err(Some(k), at, "a key that is not a string".into())),
+        }
+    }
+
+    fn string(&self, n: &MarkedYamlOwned, field: &str) -> Result<String, ConfigError> {
+        match &n.data {
+            YamlDataOwned::Value(ScalarOwned::String(s)) => Ok(s.clone()),
+            YamlDataOwned::Value(ScalarOwned::Integer(i)) => Ok(i.to_string()),
+            YamlDataOwned::Value(ScalarOwned::Boolean(b)) => Ok(b.to_string()),
+            YamlDataOwned::Value(ScalarOwned::FloatingPoint(f)) => Ok(f.to_string()),
+            YamlDataOwned::Value(ScalarOwned::Null) => Ok(String::new()),
+            _ => Err(self.err(Some(n), field, "expected a string".into())),
+        }
+    }
+
+    fn boolean(&self, n: &MarkedYamlOwned, field: &str) -> Result<bool, ConfigError> {
+        match &n.data {
+            YamlDataOwned::Value(ScalarOwned::Boolean(b)) => Ok(*b),
+            YamlDataOwned::Value(ScalarOwned::Null) => Ok(false),
+            _ => Err(self.err(Some(n), field, "expected true or false".into())),
+        }
+    }
+
+    fn integer(&self, n: &MarkedYamlOwned, field: &str, max: u64) -> Result<u64, ConfigError> {
+        match &n.data {
+            YamlDataOwned::Value(ScalarOwned::Integer(i)) => u64::try_from(*i)
+                .ok()
+                .filter(|v| *v <= max)
+                .ok_or_else(|| self.err(Some(n), field, format!("{i} is not in 0..={max}"))),
+            _ => Err(self.err(Some(n), field, "expected a whole number".into())),
+        }
+    }
+
+    fn sequence<'n>(
+        &self,
+        n: &'n MarkedYamlOwned,
+        field: &str,
+    ) -> Result<&'n [MarkedYamlOwned], ConfigError> {
+        match &n.data {
+            YamlDataOwned::Sequence(s) => Ok(s),
+            YamlDataOwned::Value(ScalarOwned::Null) => Ok(&[]),
+            _ => Err(self.err(Some(n), field, "expected a list".into())),
+        }
+    }
+
+    fn level(
+        &mut self,
+        list: &MarkedYamlOwned,
+        parent_path: &str,
+        field: &str,
+        level: &mut Level,
+        depth: usize,
+        above: Above,
+    ) -> Result<(), ConfigError> {
+        if depth >= MAX_DEPTH {
+            return Err(self.err(
+                Some(list),
+                field,
+                format!("descriptors nested deeper than {MAX_DEPTH} levels"),
+            ));
+        }
+        let mut seen: HashSet<(String, Option<String>)> = HashSet::new();
+        for (i, item) in self.sequence(list, field)?.iter().enumerate() {
+            let at = format!("{field}[{i}]");
+            let map = self.mapping(item, &at)?;
+            let mut key = None;
+            let mut value = None;
+            let mut rate_limit = None;
+            let mut rate_limits = None;
+            let mut nested = None;
+            let (mut shadow, mut detailed, mut to_metric, mut share) = (false, false, false, false);
+            let mut share_at = None;
+            for (k, v) in map {
+                let name = self.key(k, &at)?;
+                let f = format!("{at}.{name}");
+                match name.as_str() {
+                    "key" => key = Some(self.string(v, &f)?),
+                    "value" => value = Some(self.string(v, &f)?),
+                    "rate_limit" => rate_limit = Some(v),
+                    "rate_limits" => rate_limits = Some(v),
+                    "descriptors" => nested = Some(v),
+                    "shadow_mode" => shadow = self.boolean(v, &f)?,
+                    "detailed_metric" => detailed = self.boolean(v, &f)?,
+                    "value_to_metric" => to_metric = self.boolean(v, &f)?,
+                    "share_threshold" => {
+                        share = self.boolean(v, &f)?;
+                        share_at = Some(k);
+                    }
+                    other => return Err(self.unknown(k, &at, other)),
+                }
+            }
+            let key = match key {
+                Some(k) if !k.is_empty() => k,
+                _ => {
+                    return Err(self.err(
+                        Some(item),
+                        &format!("{at}.key"),
+                        "missing or empty: every descriptor has a key".into(),
+                    ))
+                }
+            };
+            let value = value.filter(|v| !v.is_empty());
+            let path_part = match &value {
+                Some(v) => format!("{key}_{v}"),
+                None => key.clone(),
+            };
+            let path = if parent_path.is_empty() {
+                path_part
+            } else {
+                format!("{parent_path}.{path_part}")
+            };
+            if !seen.insert((key.clone(), value.clone())) {
+                return Err(self.err(
+                    Some(item),
+                    &at,
+                    format!(
+                        "duplicate descriptor {path:?} (the same key and value twice at one level)"
+                    ),
+                ));
+            }
+            let is_pattern = value.as_deref().is_some_and(|v| v.contains('*'));
+            if share && !is_pattern {
+                return Err(self.err(
+                    share_at,
+                    &format!("{at}.share_threshold"),
+                    "share_threshold needs a value with a '*' pattern".into(),
+                ));
+            }
+            let own_per_value = value.is_none() || (is_pattern && !share);
+            let kind = match (rate_limit, rate_limits) {
+                (Some(a), Some(_)) => {
+                    return Err(self.err(
+                        Some(a),
+                        &at,
+                        "rate_limit and rate_limits together: use one".into(),
+                    ))
+                }
+                (Some(r), None) => {
+                    let f = format!("{at}.rate_limit");
+                    let (kind, replaces, name) = self.rate(r, &f, true)?;
+                    Some((kind, replaces, name))
+                }
+                (None, Some(list)) => {
+                    let f = format!("{at}.rate_limits");
+                    let items = self.sequence(list, &f)?;
+                    if items.is_empty() || items.len() > 4 {
+                        return Err(self.err(
+                            Some(list),
+                            &f,
+                            format!("{} rates: between 1 and 4", items.len()),
+                        ));
+                    }
+                    let mut rates = Vec::new();
+                    let mut replaces = Vec::new();
+                    for (j, r) in items.iter().enumerate() {
+                        let (kind, mut rep, _) = self.rate(r, &format!("{f}[{j}]"), false)?;
+                        if let Kind::Rates(mut one) = kind {
+                            rates.append(&mut one);
+                        }
+                        replaces.append(&mut rep);
+                    }
+                    Some((Kind::Rates(rates), replaces, None))
+                }
+                (None, None) => None,
+            };
+            let mut node = Node {
+                limit: None,
+                share_threshold: share,
+                value_to_metric: to_metric,
+                value: value.clone(),
+                next: Level::default(),
+            };
+            let per_value = own_per_value || above.per_value;
+            let any_to_metric = to_metric || above.value_to_metric;
+            if let Some(n) = nested {
+                self.level(
+                    n,
+                    &path,
+                    &format!("{at}.descriptors"),
+                    &mut node.next,
+                    depth + 1,
+                    Above {
+                        per_value,
+                        value_to_metric: any_to_metric,
+                    },
+                )?;
+            }
+            if let Some((kind, replaces, unlimited_name)) = kind {
+                let mut names: Vec<String> = match &kind {
+                    Kind::Rates(r) => r.iter().map(|r| r.name.clone()).collect(),
+                    Kind::Unlimited => unlimited_name.into_iter().collect(),
+                };
+                names.retain(|n| !n.is_empty());
+                let domain = self.domain.clone();
+                let limit = Arc::new(Limit {
+                    domain: domain.clone(),
+                    path: path.clone(),
+                    id: format!("{domain}\u{1f}{path}"),
+                    kind,
+                    replaces,
+                    shadow,
+                    detailed_metric: detailed,
+                    per_value,
+                    origin: format!("{}:{}", self.file.display(), line_of(item)),
+                    names,
+                    fixed_metric: !detailed && !any_to_metric,
+                    counters: std::sync::OnceLock::new(),
+                });
+                self.limits.push(limit.clone());
+                node.limit = Some(limit);
+            }
+            match value {
+                Some(v) if is_pattern => {
+                    let parts = v.split('*').map(str::to_owned).collect();
+                    level.wildcard.push((key, parts, node));
+                }
+                Some(v) => {
+                    level.exact.entry(key).or_default().insert(v, node);
+                }
+                None => {
+                    level.default.insert(key, node);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses one `rate_limit` block: its kind, its `replaces` names and (for an unlimited
+    /// one) its name. `single`: the `rate_limit` form (where `unlimited` is allowed).
+    #[allow(clippy::type_complexity)]
+    fn rate(
+        &self,
+        n: &MarkedYamlOwned,
+        field: &str,
+        single: bool,
+    ) -> Result<(Kind, Vec<String>, Option<String>), ConfigError> {
+        let map = self.mapping(n, field)?;
+        let mut unit = None;
+        let mut rpu = None;
+        let mut unlimited = false;
+        let mut name = String::new();
+        let mut replaces = Vec::new();
+        let mut burst = None;
+        for (k, v) in map {
+            let key = self.key(k, field)?;
+            let f = format!("{field}.{key}");
+            match key.as_str() {
+                "unit" => unit = Some((self.string(v, &f)?, v)),
+                "requests_per_unit" => rpu = Some(self.integer(v, &f, u64::from(u32::MAX))?),
+                "unlimited" if single => unlimited = self.boolean(v, &f)?,
+                "name" => name = self.string(v, &f)?,
+                "burst" => burst = Some((self.integer(v, &f, u64::MAX)?, v)),
+                "replaces" => {
+                    for (j, r) in self.sequence(v, &f)?.iter().enumerate() {
+                        let rf = format!("{f}[{j}]");
+                        let m = self.mapping(r, &rf)?;
+                        let mut rname = String::new();
+                        for (rk, rv) in m {
+                            match self.key(rk, &rf)?.as_str() {
+                                "name" => rname = self.string(rv, &format!("{rf}.name"))?,
+                                other => return Err(self.unknown(rk, &rf, other)),
+                            }
+                        }
+                        if rname.is_empty() {
+                            return Err(self.err(
+                                Some(r),
+                                &rf,
+                                "a replaces entry without a name".into(),
+                            ));
+                        }
+                        replaces.push(rname);
+                    }
+                }
+                other => return Err(self.unknown(k, field, other)),
+            }
+        }
+        if !name.is_empty() && replaces.contains(&name) {
+            return Err(self.err(
+                Some(n),
+                &format!("{field}.replaces"),
+                format!("a limit replacing its own name {name:?}"),
+            ));
+        }
+        if unlimited {
+            if let Some((_, v)) = unit {
+                return Err(self.err(
+                    Some(v),
+                    &format!("{field}.unit"),
+                    "an unlimited limit takes no unit".into(),
+                ));
+            }
+            if let Some((_, v)) = burst {
+                return Err(self.err(
+                    Some(v),
+                    &format!("{field}.burst"),
+                    "an unlimited limit takes no burst".into(),
+                ));
+            }
+            return Ok((Kind::Unlimited, replaces, Some(name)));
+        }
+        let unit = match unit {
+            Some((u, v)) => Unit::parse(&u).ok_or_else(|| {
+                self.err(
+                    Some(v),
+                    &format!("{field}.unit"),
+                    format!(
+                        "invalid unit {u:?}: one of second, minute, hour, day, week, month, year"
+                    ),
+                )
+            })?,
+            None => {
+                return Err(self.err(
+                    Some(n),
+                    &format!("{field}.unit"),
+                    "missing (or set unlimited: true)".into(),
+                ))
+            }
+        };
+        let rpu = rpu.unwrap_or(0) as u32;
+        let burst = match burst {
+            Some((0, v)) => {
+                return Err(self.err(
+                    Some(v),
+                    &format!("{field}.burst"),
+                    "0: a bucket holds at least one token".into(),
+                ))
+            }
+            Some((b, _)) => b,
+            None => u64::from(rpu).max(1),
+        };
+        let rate = Rate {
+            requests_per_unit: rpu,
+            unit,
+            burst,
+            name,
+        };
+        if rpu > 0 {
+            if let Err(e) = crate::engine::check_rate(&rate) {
+                return Err(self.err(Some(n), field, e));
+            }
+        }
+        Ok((Kind::Rates(vec![rate]), replaces, None))
+    }
+}

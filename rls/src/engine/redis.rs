@@ -1,0 +1,177 @@
+//! The Redis backend (`--redis URL`): one `RedisLimiter::decide_keys` call per request, every
+//! bucket of the request in one script call (one round trip, all or nothing; shadow-mode
+//! buckets ride along, decided alone). When Redis cannot decide within the timeout, the
+//! configured policy answers.
+//!
+//! Keys are `tollgate-rls:{d:H}DOMAIN\x1fBUCKET`, `H` a stable 64-bit hash of the domain: every
+//! key of a domain carries one hash tag, so on Redis Cluster a request's keys share one slot
+//! (and a domain lives on one shard).
+
+use super::{limits_of, Demand, LocalBackend, Outcome};
+use crate::config::Config;
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+use tollgate::Quota;
+use tollgate_redis::{CheckedLimits, KeyDemand, RedisLimiter};
+
+/// What answers when Redis cannot decide (timeout, breaker open, connection lost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnRedisError {
+    /// gRPC `UNAVAILABLE` (HTTP 500 on `/json`): Envoy's `failure_mode_deny` decides.
+    Unavailable,
+    /// Every descriptor `OK`.
+    Allow,
+    /// The local backend decides (per-process buckets of the same limits).
+    Local,
+}
+
+/// Why a Redis decision failed.
+#[derive(Debug, Clone)]
+pub struct RedisFailure(pub String);
+
+/// The Redis backend.
+pub struct RedisBackend {
+    limiter: RedisLimiter,
+    policies: RwLock<HashMap<String, Arc<CheckedLimits>>>,
+    on_error: OnRedisError,
+    fallback: Option<LocalBackend>,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("limiter", &self.limiter)
+            .field("on_error", &self.on_error)
+            .finish_non_exhaustive()
+    }
+}
+
+/// FNV-1a, 64 bits: the domain's hash tag (stable across processes and versions).
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+impl RedisBackend {
+    /// Connects (within `timeout` per decision, and two seconds to connect).
+    pub async fn connect(
+        url: &str,
+        timeout: Duration,
+        on_error: OnRedisError,
+        fallback: Option<LocalBackend>,
+    ) -> Result<RedisBackend, String> {
+        // The builder's quota is unused: every call names its keys' policies.
+        let any = Quota::per_second(1).map_err(|e| e.to_string())?;
+        let limiter = RedisLimiter::builder(url, any)
+            .prefix("tollgate-rls:")
+            .timeout(timeout)
+            .name("rls")
+            .build()
+            .await
+            .map_err(|e| format!("redis {url}: {e}"))?;
+        Ok(RedisBackend {
+            limiter,
+            policies: RwLock::new(HashMap::new()),
+            on_error,
+            fallback,
+        })
+    }
+
+    /// The policy on errors.
+    pub fn on_error(&self) -> OnRedisError {
+        self.on_error
+    }
+
+    /// Takes `config`'s limits (and hands them to the local fallback, if any).
+    pub fn apply(&self, config: &Config) {
+        let mut next = HashMap::new();
+        for limit in config.limits() {
+            if let Some(limits) = limits_of(limit) {
+                // Checked at load (`check_rate`).
+                if let Ok(c) = CheckedLimits::new(limits) {
+                    next.insert(limit.id.clone(), Arc::new(c));
+                }
+            }
+        }
+        *self
+            .policies
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = next;
+        if let Some(f) = &self.fallback {
+            f.apply(config);
+        }
+    }
+
+    /// The local fallback (`OnRedisError::Local`).
+    pub fn fallback(&self) -> Option<&LocalBackend> {
+        self.fallback.as_ref()
+    }
+
+    /// Decides `demands` of `domain` in one script call.
+    pub async fn decide(
+        &self,
+        domain: &str,
+        demands: &[Demand],
+    ) -> Result<Vec<Outcome>, RedisFailure> {
+        let tag = format!("{{d:{:016x}}}{domain}\u{1f}", fnv(domain));
+        let keys: Vec<String> = demands
+            .iter()
+            .map(|d| format!("{tag}{}", d.bucket))
+            .collect();
+        // Demands with no policy (a limit of 0 per unit) are answered here.
+        let (with, policies): (Vec<usize>, Vec<Arc<CheckedLimits>>) = {
+            let p = self.policies.read().unwrap_or_else(PoisonError::into_inner);
+            demands
+                .iter()
+                .enumerate()
+                .filter_map(|(i, d)| p.get(&d.limit.id).map(|c| (i, c.clone())))
+                .unzip()
+        };
+        let mut out: Vec<Outcome> = demands.iter().map(super::blocked).collect();
+        if with.is_empty() {
+            return Ok(out);
+        }
+        // A check-only demand (hits 0) must hold one hit, and a demand of a request that a
+        // rate of 0 refuses must hold its hits; neither is debited.
+        let calls: Vec<KeyDemand<'_>> = with
+            .iter()
+            .zip(&policies)
+            .map(|(&i, p)| {
+                let d = &demands[i];
+                KeyDemand {
+                    key: &keys[i],
+                    limits: p,
+                    cost: d.need(),
+                    alone: !d.enforce,
+                    check: d.hits == 0 || d.read,
+                }
+            })
+            .collect();
+        let decided = self
+            .limiter
+            .decide_keys(&calls)
+            .await
+            .map_err(|e| RedisFailure(e.to_string()))?;
+        for (&i, k) in with.iter().zip(decided) {
+            out[i] = Outcome::from_parts(k.verdict, &k.snapshots);
+        }
+        Ok(out)
+    }
+
+    /// What answers a failed decision under [`OnRedisError::Allow`].
+    pub fn allow_all(demands: &[Demand]) -> Vec<Outcome> {
+        demands
+            .iter()
+            .map(|_| Outcome {
+                holds: true,
+                wait: None,
+                remaining: 0,
+                until_full: Duration::ZERO,
+                rate: 0,
+                decided: false,
+            })
+            .collect()
+    }
+}

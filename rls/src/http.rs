@@ -1,0 +1,233 @@
+//! The HTTP port: `GET /metrics`, `GET /healthcheck`, `POST /json`.
+
+use crate::grpc::result_of;
+use crate::service::{Code, Descriptor, Reject, Request, Response, Service};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The largest `/json` body read.
+const MAX_BODY: usize = 4 << 20;
+
+#[derive(Clone)]
+struct App {
+    service: Arc<Service>,
+    metrics: PrometheusHandle,
+}
+
+/// The HTTP app.
+pub fn router(service: Arc<Service>, metrics: PrometheusHandle) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_page))
+        .route("/healthcheck", get(health))
+        .route("/json", post(json_call))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .with_state(App { service, metrics })
+}
+
+async fn metrics_page(State(app): State<App>) -> impl IntoResponse {
+    let local = match app.service.backend() {
+        crate::engine::Backend::Local(l) => Some(l),
+        crate::engine::Backend::Redis(r) => r.fallback(),
+        crate::engine::Backend::FixedWindow(_) => None,
+    };
+    if let Some(l) = local {
+        crate::metrics::tracked(l.tracked());
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+}
+
+async fn health(State(app): State<App>) -> impl IntoResponse {
+    if app.service.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+    } else {
+        (StatusCode::OK, "OK\n")
+    }
+}
+
+async fn json_call(State(app): State<App>, body: Bytes) -> axum::response::Response {
+    let started = Instant::now();
+    let req = match parse_request(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            crate::metrics::request("json", "invalid", started.elapsed());
+            return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
+        }
+    };
+    let r = app.service.should_rate_limit(&req).await;
+    crate::metrics::request("json", result_of(&r), started.elapsed());
+    match r {
+        Ok(resp) => {
+            let status = match resp.overall {
+                Code::Ok => StatusCode::OK,
+                Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
+            };
+            (
+                status,
+                [(header::CONTENT_TYPE, "application/json")],
+                response_json(&resp).to_string(),
+            )
+                .into_response()
+        }
+        Err(Reject::Invalid(m)) => (StatusCode::BAD_REQUEST, format!("{m}\n")).into_response(),
+        Err(Reject::Unavailable(m)) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("{m}\n")).into_response()
+        }
+    }
+}
+
+/// A field of a proto3 JSON object under its JSON name or its proto name.
+fn field<'a>(o: &'a Map<String, Value>, json: &str, proto: &str) -> Option<&'a Value> {
+    o.get(json)
+        .or_else(|| o.get(proto))
+        .filter(|v| !v.is_null())
+}
+
+/// A proto3 JSON integer: a number, or a decimal string.
+fn uint(v: &Value, what: &str, max: u64) -> Result<u64, String> {
+    let n = match v {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.parse::<u64>().ok(),
+        _ => None,
+    };
+    n.filter(|n| *n <= max)
+        .ok_or_else(|| format!("{what}: not an integer in 0..={max}"))
+}
+
+fn string(v: Option<&Value>, what: &str) -> Result<String, String> {
+    match v {
+        None => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(format!("{what}: not a string")),
+    }
+}
+
+/// `RateLimitRequest` from proto3 JSON (JSON names, proto names accepted too).
+pub fn parse_request(body: &[u8]) -> Result<Request, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("malformed JSON: {e}"))?;
+    let Value::Object(o) = v else {
+        return Err("expected a JSON object".into());
+    };
+    for k in o.keys() {
+        if !matches!(
+            k.as_str(),
+            "domain" | "descriptors" | "hitsAddend" | "hits_addend"
+        ) {
+            return Err(format!("unknown field {k:?}"));
+        }
+    }
+    let domain = string(field(&o, "domain", "domain"), "domain")?;
+    let hits_addend = match field(&o, "hitsAddend", "hits_addend") {
+        Some(v) => uint(v, "hitsAddend", u64::from(u32::MAX))? as u32,
+        None => 0,
+    };
+    let mut descriptors = Vec::new();
+    if let Some(ds) = field(&o, "descriptors", "descriptors") {
+        let Value::Array(ds) = ds else {
+            return Err("descriptors: not a list".into());
+        };
+        for (i, d) in ds.iter().enumerate() {
+            let Value::Object(d) = d else {
+                return Err(format!("descriptors[{i}]: not an object"));
+            };
+            for k in d.keys() {
+                if !matches!(
+                    k.as_str(),
+                    "entries"
+                        | "limit"
+                        | "hitsAddend"
+                        | "hits_addend"
+                        | "isNegativeHits"
+                        | "is_negative_hits"
+                ) {
+                    return Err(format!("descriptors[{i}]: unknown field {k:?}"));
+                }
+            }
+            let mut entries = Vec::new();
+            if let Some(es) = field(d, "entries", "entries") {
+                let Value::Array(es) = es else {
+                    return Err(format!("descriptors[{i}].entries: not a list"));
+                };
+                for (j, e) in es.iter().enumerate() {
+                    let Value::Object(e) = e else {
+                        return Err(format!("descriptors[{i}].entries[{j}]: not an object"));
+                    };
+                    let at = format!("descriptors[{i}].entries[{j}]");
+                    if let Some(k) = e.keys().find(|k| !matches!(k.as_str(), "key" | "value")) {
+                        return Err(format!("{at}: unknown field {k:?}"));
+                    }
+                    entries.push((
+                        string(e.get("key"), &format!("{at}.key"))?,
+                        string(e.get("value"), &format!("{at}.value"))?,
+                    ));
+                }
+            }
+            let hits_addend = match field(d, "hitsAddend", "hits_addend") {
+                // google.protobuf.UInt64Value in JSON: the bare number (or string).
+                Some(v) => Some(uint(v, &format!("descriptors[{i}].hitsAddend"), u64::MAX)?),
+                None => None,
+            };
+            let negative_hits = match field(d, "isNegativeHits", "is_negative_hits") {
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(format!("descriptors[{i}].isNegativeHits: not a bool")),
+                None => false,
+            };
+            descriptors.push(Descriptor {
+                entries,
+                hits_addend,
+                limit_override: field(d, "limit", "limit").is_some(),
+                negative_hits,
+            });
+        }
+    }
+    Ok(Request {
+        domain,
+        descriptors,
+        hits_addend,
+    })
+}
+
+/// `RateLimitResponse` as proto3 JSON (default values left out, as protobuf's JSON does).
+pub fn response_json(r: &Response) -> Value {
+    let code = |c: Code| match c {
+        Code::Ok => "OK",
+        Code::OverLimit => "OVER_LIMIT",
+    };
+    let statuses: Vec<Value> = r
+        .statuses
+        .iter()
+        .map(|s| {
+            let mut o = Map::new();
+            o.insert("code".into(), json!(code(s.code)));
+            if let Some(l) = &s.current_limit {
+                let mut cl = Map::new();
+                if !l.name.is_empty() {
+                    cl.insert("name".into(), json!(l.name));
+                }
+                if l.requests_per_unit != 0 {
+                    cl.insert("requestsPerUnit".into(), json!(l.requests_per_unit));
+                }
+                cl.insert("unit".into(), json!(l.unit.json_name()));
+                o.insert("currentLimit".into(), Value::Object(cl));
+            }
+            if s.limit_remaining != 0 {
+                o.insert("limitRemaining".into(), json!(s.limit_remaining));
+            }
+            if let Some(d) = s.duration_until_reset {
+                o.insert("durationUntilReset".into(), json!(format!("{d}s")));
+            }
+            Value::Object(o)
+        })
+        .collect();
+    json!({ "overallCode": code(r.overall), "statuses": statuses })
+}

@@ -1,0 +1,94 @@
+//! `tollgate-rls`: see the crate's README for the command line.
+
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use tollgate_rls::engine::{OnRedisError, RlsClock};
+use tollgate_rls::server::{run, Options, StartError};
+
+/// An Envoy rate-limit service with exact token buckets.
+#[derive(Parser, Debug)]
+#[command(name = "tollgate-rls", version, about)]
+struct Cli {
+    /// A YAML file, or a directory of `*.yaml`/`*.yml` files (one domain each), in
+    /// envoyproxy/ratelimit's format. Reloaded when it changes, and on SIGHUP.
+    #[arg(long, value_name = "PATH")]
+    config: PathBuf,
+    /// The gRPC address (port 0: a free port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
+    grpc: SocketAddr,
+    /// The HTTP address: /metrics, /healthcheck, /json.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    http: SocketAddr,
+    /// Decide on Redis (`redis://host:port`, `redis+cluster://h1:p1,h2:p2`): replicas sharing
+    /// one server enforce one limit together.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// Answer OK where a limit would refuse, and count it (every limit in shadow mode).
+    #[arg(long)]
+    shadow: bool,
+    /// Save the local buckets here (every 10 s and at exit) and restore them at start.
+    #[arg(long, value_name = "FILE", conflicts_with = "redis")]
+    state: Option<PathBuf>,
+    /// The most values tracked in all, shared equally by the limits that keep a bucket per
+    /// value.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1..=(1 << 26)))]
+    max_keys: u64,
+    /// Redis: the most a decision waits (milliseconds) before --on-redis-error answers.
+    #[arg(long, value_name = "MS", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    redis_timeout_ms: u64,
+    /// Redis: what answers when Redis cannot decide in time.
+    #[arg(long, value_name = "POLICY", default_value = "unavailable",
+          value_parser = ["unavailable", "allow", "local"])]
+    on_redis_error: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let opts = Options {
+        config: cli.config,
+        grpc: cli.grpc,
+        http: cli.http,
+        redis: cli.redis,
+        shadow: cli.shadow,
+        state: cli.state,
+        max_keys: cli.max_keys as usize,
+        redis_timeout: Duration::from_millis(cli.redis_timeout_ms),
+        on_redis_error: match cli.on_redis_error.as_str() {
+            "allow" => OnRedisError::Allow,
+            "local" => OnRedisError::Local,
+            _ => OnRedisError::Unavailable,
+        },
+        save_every: Duration::from_secs(10),
+        reload_poll: Duration::from_millis(500),
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tollgate-rls: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let r = rt.block_on(async {
+        let shutdown = tollgate_rls::server::signals();
+        run(opts, RlsClock::real(), None, shutdown).await
+    });
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(StartError::Config(e)) => {
+            eprintln!("tollgate-rls: invalid config: {e}");
+            ExitCode::from(2)
+        }
+        Err(StartError::Other(e)) => {
+            eprintln!("tollgate-rls: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

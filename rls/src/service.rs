@@ -1,0 +1,474 @@
+//! The decision of one `ShouldRateLimit` request, whatever the transport (gRPC or `/json`):
+//! validation, matching, `replaces`, grouping descriptors by bucket, the backend's decision,
+//! the statuses and the metrics.
+
+use crate::config::{Config, Kind, Limit, Rate};
+use crate::engine::{Backend, Demand, OnRedisError, Outcome, Wait};
+use crate::metrics as m;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+/// The most descriptors one request may carry.
+pub const MAX_DESCRIPTORS: usize = 1024;
+/// The most entries one descriptor may carry.
+pub const MAX_ENTRIES: usize = 64;
+
+/// A request, as both transports decode it.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// The domain.
+    pub domain: String,
+    /// The descriptors.
+    pub descriptors: Vec<Descriptor>,
+    /// The request's `hits_addend` (0 means 1).
+    pub hits_addend: u32,
+}
+
+/// One request descriptor.
+#[derive(Debug, Clone, Default)]
+pub struct Descriptor {
+    /// `(key, value)` entries, in order.
+    pub entries: Vec<(String, String)>,
+    /// The descriptor's own `hits_addend`, when set (0: check without spending).
+    pub hits_addend: Option<u64>,
+    /// Whether the request set the per-descriptor `limit` override (refused).
+    pub limit_override: bool,
+    /// `is_negative_hits` (refused).
+    pub negative_hits: bool,
+}
+
+/// A descriptor status's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// Within the limit (or no limit).
+    Ok,
+    /// Over the limit.
+    OverLimit,
+}
+
+/// The limit a status reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentLimit {
+    /// `requests_per_unit`.
+    pub requests_per_unit: u32,
+    /// The unit.
+    pub unit: crate::config::Unit,
+    /// The rate's `name`.
+    pub name: String,
+}
+
+/// One descriptor's status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The code.
+    pub code: Code,
+    /// The limit (the tightest of several, or the refusing one).
+    pub current_limit: Option<CurrentLimit>,
+    /// Whole tokens left (0 on `OverLimit`; `u32::MAX` for `unlimited`).
+    pub limit_remaining: u32,
+    /// Whole seconds, rounded up: until the bucket is full again, or on `OverLimit` until the
+    /// request would be admitted.
+    pub duration_until_reset: Option<u64>,
+}
+
+/// A response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// `OVER_LIMIT` iff some enforced limit refused.
+    pub overall: Code,
+    /// One per request descriptor, in order.
+    pub statuses: Vec<Status>,
+}
+
+/// A request the service does not decide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reject {
+    /// A malformed request (gRPC `INVALID_ARGUMENT`, HTTP 400).
+    Invalid(String),
+    /// The backend could not decide (gRPC `UNAVAILABLE`, HTTP 500).
+    Unavailable(String),
+}
+
+/// The service: the current config, the backend, the global shadow flag.
+#[derive(Debug)]
+pub struct Service {
+    config: RwLock<Arc<Config>>,
+    backend: Backend,
+    shadow: bool,
+    draining: AtomicBool,
+}
+
+/// A descriptor's place in the decision.
+enum Plan {
+    /// No limit applies (no match, or replaced).
+    NoLimit,
+    /// `unlimited`.
+    Unlimited,
+    /// Demand `usize` of the request.
+    Demand(usize),
+}
+
+/// A descriptor's match that goes to a demand.
+struct Matched {
+    limit: Arc<Limit>,
+    metric: String,
+    hits: u64,
+}
+
+impl Service {
+    /// A service on `backend` with `config` applied.
+    pub fn new(config: Config, backend: Backend, shadow: bool) -> Service {
+        let s = Service {
+            config: RwLock::new(Arc::new(Config::default())),
+            backend,
+            shadow,
+            draining: AtomicBool::new(false),
+        };
+        s.reload(config);
+        s
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// Swaps in `config`: the backend's tables follow it (kept, converted, added, dropped)
+    /// while no decision runs.
+    pub fn reload(&self, config: Config) {
+        let config = Arc::new(config);
+        let mut slot = self.config.write().unwrap_or_else(PoisonError::into_inner);
+        match &self.backend {
+            Backend::Local(l) => {
+                l.apply(&config);
+            }
+            Backend::Redis(r) => r.apply(&config),
+            Backend::FixedWindow(_) => {}
+        }
+        *slot = config;
+    }
+
+    /// Marks the service draining (`/healthcheck` answers 503).
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the service is draining.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Decides `req`.
+    pub async fn should_rate_limit(&self, req: &Request) -> Result<Response, Reject> {
+        validate(req)?;
+        match &self.backend {
+            Backend::Local(local) => {
+                // Decisions hold the config's read lock: a reload swaps the tables between them.
+                let config = self.config.read().unwrap_or_else(PoisonError::into_inner);
+                let (plans, matched, demands) = self.plan(&config, req);
+                let outcomes = local.decide(&demands);
+                Ok(self.respond(&plans, &matched, &demands, &outcomes))
+            }
+            Backend::Redis(redis) => {
+                let config = self
+                    .config
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                let (plans, matched, demands) = self.plan(&config, req);
+                let outcomes = if demands.is_empty() {
+                    Vec::new()
+                } else {
+                    match redis.decide(&req.domain, &demands).await {
+                        Ok(o) => {
+                            m::redis_up(true);
+                            o
+                        }
+                        Err(e) => {
+                            m::redis_up(false);
+                            m::redis_failure(redis.on_error());
+                            match redis.on_error() {
+                                OnRedisError::Unavailable => {
+                                    return Err(Reject::Unavailable(format!(
+                                        "redis could not decide: {}",
+                                        e.0
+                                    )))
+                                }
+                                OnRedisError::Allow => {
+                                    crate::engine::RedisBackend::allow_all(&demands)
+                                }
+                                OnRedisError::Local => match redis.fallback() {
+                                    Some(f) => {
+                                        let _g = self
+                                            .config
+                                            .read()
+                                            .unwrap_or_else(PoisonError::into_inner);
+                                        f.decide(&demands)
+                                    }
+                                    None => crate::engine::RedisBackend::allow_all(&demands),
+                                },
+                            }
+                        }
+                    }
+                };
+                Ok(self.respond(&plans, &matched, &demands, &outcomes))
+            }
+            Backend::FixedWindow(fixed) => {
+                let config = self
+                    .config
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                let (plans, matched, demands) = self.plan(&config, req);
+                let outcomes = fixed
+                    .decide(&req.domain, &demands)
+                    .await
+                    .map_err(|e| Reject::Unavailable(e.0))?;
+                Ok(self.respond(&plans, &matched, &demands, &outcomes))
+            }
+        }
+    }
+
+    /// Matches every descriptor, applies `replaces`, and groups the rest by bucket.
+    fn plan(
+        &self,
+        config: &Config,
+        req: &Request,
+    ) -> (Vec<Plan>, Vec<Option<Matched>>, Vec<Demand>) {
+        let hits_default = u64::from(req.hits_addend.max(1));
+        let found: Vec<Option<crate::config::Match>> = req
+            .descriptors
+            .iter()
+            .map(|d| {
+                config.lookup(
+                    &req.domain,
+                    d.entries.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                )
+            })
+            .collect();
+        let replaced: HashSet<String> = found
+            .iter()
+            .flatten()
+            .flat_map(|m| m.limit.replaces.iter().cloned())
+            .collect();
+        let mut plans = Vec::with_capacity(found.len());
+        let mut matched = Vec::with_capacity(found.len());
+        let mut demands: Vec<Demand> = Vec::new();
+        // Descriptors that land on one bucket share a demand: found by a scan for a few, by a
+        // map for many.
+        let many = req.descriptors.len() > 16;
+        let mut groups: HashMap<(String, String), usize> = HashMap::new();
+        for (d, f) in req.descriptors.iter().zip(found) {
+            let hits = d.hits_addend.unwrap_or(hits_default);
+            let Some(f) = f else {
+                plans.push(Plan::NoLimit);
+                matched.push(None);
+                continue;
+            };
+            if matches!(f.limit.kind, Kind::Unlimited) {
+                plans.push(Plan::Unlimited);
+                matched.push(None);
+                continue;
+            }
+            if !replaced.is_empty() && f.limit.names.iter().any(|n| replaced.contains(n)) {
+                plans.push(Plan::NoLimit);
+                matched.push(None);
+                continue;
+            }
+            let enforce = !(self.shadow || f.limit.shadow);
+            let existing = if many {
+                groups.get(&(f.limit.id.clone(), f.bucket.clone())).copied()
+            } else {
+                demands
+                    .iter()
+                    .position(|x| Arc::ptr_eq(&x.limit, &f.limit) && x.bucket == f.bucket)
+            };
+            let i = match existing {
+                Some(i) => {
+                    demands[i].hits = demands[i].hits.saturating_add(hits);
+                    i
+                }
+                None => {
+                    if many {
+                        groups.insert((f.limit.id.clone(), f.bucket.clone()), demands.len());
+                    }
+                    demands.push(Demand {
+                        limit: f.limit.clone(),
+                        bucket: f.bucket,
+                        hits,
+                        enforce,
+                        read: false,
+                    });
+                    demands.len() - 1
+                }
+            };
+            plans.push(Plan::Demand(i));
+            matched.push(Some(Matched {
+                limit: f.limit,
+                metric: f.metric,
+                hits,
+            }));
+        }
+        // A limit of 0 per unit refuses whatever the state: the request's other enforced
+        // buckets are then only read.
+        if demands
+            .iter()
+            .any(|d| d.enforce && d.limit.blocking_rate().is_some())
+        {
+            for d in demands.iter_mut().filter(|d| d.enforce) {
+                d.read = true;
+            }
+        }
+        (plans, matched, demands)
+    }
+
+    /// The statuses and the metrics.
+    fn respond(
+        &self,
+        plans: &[Plan],
+        matched: &[Option<Matched>],
+        demands: &[Demand],
+        outcomes: &[Outcome],
+    ) -> Response {
+        let refused = demands
+            .iter()
+            .zip(outcomes)
+            .any(|(d, o)| d.enforce && !o.holds);
+        // The request's wait: the longest among its refusing enforced buckets.
+        let wait = demands
+            .iter()
+            .zip(outcomes)
+            .filter(|(d, o)| d.enforce && !o.holds)
+            .map(|(d, o)| match o.wait {
+                Some(Wait::After(w)) => w,
+                _ => rate_at(&d.limit, o.rate).map_or(Duration::ZERO, |r| r.unit.duration()),
+            })
+            .max()
+            .unwrap_or(Duration::ZERO);
+        let statuses = plans
+            .iter()
+            .zip(matched)
+            .map(|(p, mt)| match p {
+                Plan::NoLimit => Status {
+                    code: Code::Ok,
+                    current_limit: None,
+                    limit_remaining: 0,
+                    duration_until_reset: None,
+                },
+                Plan::Unlimited => Status {
+                    code: Code::Ok,
+                    current_limit: None,
+                    limit_remaining: u32::MAX,
+                    duration_until_reset: None,
+                },
+                Plan::Demand(i) => {
+                    let (d, o) = (&demands[*i], &outcomes[*i]);
+                    let current_limit = rate_at(&d.limit, o.rate).map(|r| CurrentLimit {
+                        requests_per_unit: r.requests_per_unit,
+                        unit: r.unit,
+                        name: r.name.clone(),
+                    });
+                    let over = d.enforce && !o.holds;
+                    if let Some(mt) = mt {
+                        self.count(mt, d, o, refused);
+                    }
+                    if over {
+                        Status {
+                            code: Code::OverLimit,
+                            current_limit,
+                            limit_remaining: 0,
+                            duration_until_reset: Some(ceil_secs(wait).max(1)),
+                        }
+                    } else if !o.decided {
+                        Status {
+                            code: Code::Ok,
+                            current_limit,
+                            limit_remaining: 0,
+                            duration_until_reset: None,
+                        }
+                    } else {
+                        Status {
+                            code: Code::Ok,
+                            current_limit,
+                            limit_remaining: if o.holds {
+                                o.remaining.min(u64::from(u32::MAX)) as u32
+                            } else {
+                                0
+                            },
+                            duration_until_reset: Some(ceil_secs(o.until_full)),
+                        }
+                    }
+                }
+            })
+            .collect();
+        Response {
+            overall: if refused { Code::OverLimit } else { Code::Ok },
+            statuses,
+        }
+    }
+
+    fn count(&self, mt: &Matched, d: &Demand, o: &Outcome, refused: bool) {
+        let hit = if !o.holds {
+            m::Hit::Over { shadow: !d.enforce }
+        } else if !d.enforce || !refused {
+            let burst = rate_at(&mt.limit, o.rate).map_or(0, |r| r.burst);
+            // Near the limit: at most a fifth of the burst left after the hits.
+            m::Hit::Within {
+                near: o.decided && o.remaining.saturating_mul(5) <= burst,
+            }
+        } else {
+            m::Hit::Total
+        };
+        m::hits(&mt.limit, &mt.metric, hit, mt.hits);
+    }
+}
+
+/// The rate at `index` of a limit.
+fn rate_at(limit: &Limit, index: usize) -> Option<&Rate> {
+    match &limit.kind {
+        Kind::Rates(r) => r.get(index).or(r.first()),
+        Kind::Unlimited => None,
+    }
+}
+
+/// Whole seconds, rounded up.
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+fn validate(req: &Request) -> Result<(), Reject> {
+    let bad = |s: String| Err(Reject::Invalid(s));
+    if req.domain.is_empty() {
+        return bad("the domain is empty".into());
+    }
+    if req.descriptors.is_empty() {
+        return bad("no descriptors".into());
+    }
+    if req.descriptors.len() > MAX_DESCRIPTORS {
+        return bad(format!(
+            "{} descriptors: at most {MAX_DESCRIPTORS}",
+            req.descriptors.len()
+        ));
+    }
+    for (i, d) in req.descriptors.iter().enumerate() {
+        if d.entries.len() > MAX_ENTRIES {
+            return bad(format!(
+                "descriptor {i}: {} entries, at most {MAX_ENTRIES}",
+                d.entries.len()
+            ));
+        }
+        if d.limit_override {
+            return bad(format!(
+                "descriptor {i}: the per-descriptor limit override is not supported"
+            ));
+        }
+        if d.negative_hits {
+            return bad(format!(
+                "descriptor {i}: is_negative_hits (giving tokens back) is not supported"
+            ));
+        }
+    }
+    Ok(())
+}

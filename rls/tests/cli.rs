@@ -1,0 +1,202 @@
+//! The binary's contract: the first stdout line, exit statuses, signals, `--state`, reloads
+//! counted on /metrics.
+
+mod support;
+
+use std::time::{Duration, Instant};
+use support::*;
+
+const CONFIG: &str = "domain: cli\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n";
+
+fn free() -> [&'static str; 4] {
+    ["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"]
+}
+
+#[test]
+fn bad_flags_and_invalid_configs_exit_2_with_a_clear_message() {
+    let dir = TempDir::new("cli-bad");
+    let good = dir.write("good.yaml", CONFIG);
+    let good = good.to_str().unwrap();
+    let (code, err) = run_to_exit(&["--config", good, "--max-keys", "zero"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--max-keys"), "{err}");
+    let (code, err) = run_to_exit(&["--grpc", "127.0.0.1:0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--config"), "{err}");
+    let (code, err) = run_to_exit(&["--config", good, "--bogus"]);
+    assert_eq!(code, Some(2), "{err}");
+    let bad = dir.write(
+        "bad.yaml",
+        "domain: cli\ndescriptors:\n  - key: user\n    rate_limit: {unit: lightyear, requests_per_unit: 2}\n",
+    );
+    let (code, err) = run_to_exit(&["--config", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("bad.yaml:4: descriptors[0].rate_limit.unit"),
+        "{err}"
+    );
+    let (code, err) = run_to_exit(&["--config", dir.path().join("none.yaml").to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_after_its_first_line_and_drains_on_sigterm() {
+    let dir = TempDir::new("cli-term");
+    let cfg = dir.write("c.yaml", CONFIG);
+    let mut args = vec!["--config", cfg.to_str().unwrap()];
+    args.extend(free());
+    for sig in ["TERM", "INT"] {
+        let mut p = Proc::start(&args);
+        assert_eq!(
+            p.first_line.trim_end(),
+            format!("tollgate-rls grpc={} http={}", p.grpc, p.http)
+        );
+        let mut c = p.client().await;
+        let out = c
+            .should_rate_limit(req("cli", vec![desc(&[("user", "a")])]))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(out.overall_code, OK);
+        let (code, body) = http(p.http, "GET", "/healthcheck", "").await;
+        assert_eq!((code, body.trim()), (200, "OK"));
+        p.signal(sig);
+        assert_eq!(p.wait(Duration::from_secs(20)), Some(0), "{}", p.stderr());
+        assert!(p.logged("draining"));
+    }
+    // Signals right after the first line are the service's, not the default action's.
+    for sig in ["TERM", "HUP"] {
+        let mut p = Proc::start(&args);
+        p.signal(sig);
+        if sig == "HUP" {
+            assert!(p.logged("config reloaded"), "{}", p.stderr());
+            p.signal("TERM");
+        }
+        assert_eq!(p.wait(Duration::from_secs(20)), Some(0), "{}", p.stderr());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_are_counted_and_sighup_forces_one() {
+    let dir = TempDir::new("cli-reload");
+    let cfg = dir.write("c.yaml", CONFIG);
+    let mut args = vec!["--config", cfg.to_str().unwrap()];
+    args.extend(free());
+    let p = Proc::start(&args);
+    let ok = r#"tollgate_rls_config_load_total{result="ok"}"#;
+    let err = r#"tollgate_rls_config_load_total{result="error"}"#;
+    assert_eq!(p.metric(ok).await, 1);
+    let until = |want: u64, series: &'static str| {
+        let p = &p;
+        async move {
+            let t0 = Instant::now();
+            while p.metric(series).await != want {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(2),
+                    "{series} != {want} after 2 s"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    p.signal("HUP");
+    until(2, ok).await;
+    std::fs::write(&cfg, "domain: cli\ndescriptors: [").unwrap();
+    until(1, err).await;
+    let mut c = p.client().await;
+    let out = c
+        .should_rate_limit(req("cli", vec![desc(&[("user", "b")])]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        out.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        2,
+        "old config"
+    );
+    std::fs::write(
+        &cfg,
+        CONFIG.replace("requests_per_unit: 2", "requests_per_unit: 5"),
+    )
+    .unwrap();
+    until(3, ok).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_survives_a_restart_a_first_start_is_full_and_a_damaged_file_drains() {
+    let dir = TempDir::new("cli-state");
+    let cfg = dir.write("c.yaml", CONFIG);
+    let state = dir.path().join("state.bin");
+    let mut args = vec![
+        "--config",
+        cfg.to_str().unwrap(),
+        "--state",
+        state.to_str().unwrap(),
+    ];
+    args.extend(free());
+    let user = |u: &str| req("cli", vec![desc(&[("user", u)])]);
+    let mut p = Proc::start(&args);
+    assert!(p.logged("no state file"), "{}", p.stderr());
+    let mut c = p.client().await;
+    for _ in 0..2 {
+        assert_eq!(
+            c.should_rate_limit(user("x"))
+                .await
+                .unwrap()
+                .into_inner()
+                .overall_code,
+            OK
+        );
+    }
+    p.signal("TERM");
+    let code = p.wait(Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{}", p.stderr());
+    assert!(state.exists());
+    // Restarted: x is still drained (two an hour), y is fresh.
+    let mut p = Proc::start(&args);
+    assert!(p.logged("state restored"), "{}", p.stderr());
+    let mut c = p.client().await;
+    assert_eq!(
+        c.should_rate_limit(user("x"))
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code,
+        OVER
+    );
+    assert_eq!(
+        c.should_rate_limit(user("y"))
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code,
+        OK
+    );
+    p.signal("TERM");
+    assert_eq!(p.wait(Duration::from_secs(20)), Some(0));
+    // A damaged file: every bucket starts drained, with a log line.
+    let bytes = std::fs::read(&state).unwrap();
+    std::fs::write(&state, &bytes[..bytes.len() / 2]).unwrap();
+    let p = Proc::start(&args);
+    assert!(p.logged("damaged"), "{}", p.stderr());
+    let mut c = p.client().await;
+    assert_eq!(
+        c.should_rate_limit(user("new"))
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code,
+        OVER
+    );
+    // No temporary files left beside the state.
+    drop(p);
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+}

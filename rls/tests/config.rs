@@ -1,0 +1,322 @@
+//! envoyproxy/ratelimit's YAML: configs in its documented format (written for these tests)
+//! load unchanged and match as it matches; every invalid config is refused with its file,
+//! line and field; a directory loads as a Kubernetes ConfigMap mount lays it out.
+
+mod support;
+
+use std::path::PathBuf;
+use support::TempDir;
+use tollgate_rls::config::{Config, ConfigError, Kind, Unit};
+
+fn load(yaml: &str) -> Result<Config, ConfigError> {
+    Config::from_sources(&[(PathBuf::from("test.yaml"), yaml.to_owned())])
+}
+
+/// The limit path and bucket a request's entries match.
+fn lookup(c: &Config, domain: &str, entries: &[(&str, &str)]) -> Option<(String, String)> {
+    c.lookup(domain, entries.iter().copied()).map(|m| {
+        (
+            m.limit.path.clone(),
+            m.bucket.replace(['\u{1e}', '\u{1f}'], "|"),
+        )
+    })
+}
+
+/// A config in the documented format: nested descriptors, values and value-less keys,
+/// wildcards, units, shadow mode, names and replaces, unlimited.
+const EDGE: &str = r#"
+# Limits for the edge proxy.
+domain: edge_proxy
+descriptors:
+  # Each client address: 50 a second.
+  - key: remote_address
+    rate_limit:
+      unit: second
+      requests_per_unit: 50
+
+  # A tenant's traffic, and tighter limits on some of its paths.
+  - key: tenant
+    descriptors:
+      - key: path
+        value: /api/upload
+        rate_limit:
+          unit: minute
+          requests_per_unit: 10
+      - key: path
+        value: /api/*
+        rate_limit:
+          unit: hour
+          requests_per_unit: 1000
+      - key: path
+        rate_limit:
+          unit: day
+          requests_per_unit: 100000
+
+  - key: database
+    value: users
+    shadow_mode: true
+    rate_limit:
+      unit: Second
+      requests_per_unit: 500
+      name: users_db
+
+  - key: database
+    value: users_batch
+    rate_limit:
+      unit: second
+      requests_per_unit: 5000
+      replaces:
+        - name: users_db
+
+  - key: internal
+    rate_limit:
+      unlimited: true
+
+  - key: banned
+    rate_limit:
+      unit: year
+      requests_per_unit: 0
+
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit:
+      unit: week
+      requests_per_unit: 7
+"#;
+
+#[test]
+fn a_documented_config_loads_and_matches_as_envoyproxy_ratelimit() {
+    let c = load(EDGE).unwrap();
+    assert_eq!(c.domain_count(), 1);
+    assert_eq!(c.limits().len(), 9);
+    // A value-less key: a bucket per value.
+    assert_eq!(
+        lookup(&c, "edge_proxy", &[("remote_address", "10.0.0.1")]),
+        Some(("remote_address".into(), "remote_address|10.0.0.1".into()))
+    );
+    // Nested: exact value before the pattern before the value-less key.
+    let t = |p| lookup(&c, "edge_proxy", &[("tenant", "acme"), ("path", p)]).map(|x| x.0);
+    assert_eq!(t("/api/upload").as_deref(), Some("tenant.path_/api/upload"));
+    assert_eq!(t("/api/list").as_deref(), Some("tenant.path_/api/*"));
+    assert_eq!(t("/static/x").as_deref(), Some("tenant.path"));
+    // The request's depth must be the config's: the parent alone has no limit, nor a deeper one.
+    assert_eq!(lookup(&c, "edge_proxy", &[("tenant", "acme")]), None);
+    assert_eq!(
+        lookup(&c, "edge_proxy", &[("remote_address", "a"), ("x", "y")]),
+        None
+    );
+    // Entries in another order do not match.
+    assert_eq!(
+        lookup(&c, "edge_proxy", &[("path", "/api/x"), ("tenant", "acme")]),
+        None
+    );
+    // A pattern without share_threshold: a bucket per value; with it, one shared bucket.
+    assert_eq!(
+        lookup(&c, "edge_proxy", &[("tenant", "a"), ("path", "/api/x")])
+            .unwrap()
+            .1,
+        "tenant|a\u{0}path|/api/x".replace('\u{0}', "|")
+    );
+    assert_eq!(
+        lookup(&c, "edge_proxy", &[("files", "files/a.pdf")])
+            .unwrap()
+            .1,
+        lookup(&c, "edge_proxy", &[("files", "files/b.csv")])
+            .unwrap()
+            .1
+    );
+    assert_eq!(lookup(&c, "edge_proxy", &[("files", "other")]), None);
+    // Units (case-insensitive), shadow, names, replaces, unlimited, 0 per unit.
+    let by_path = |p: &str| c.limits().iter().find(|l| l.path == p).unwrap().clone();
+    let users = by_path("database_users");
+    assert!(users.shadow);
+    assert_eq!(users.names, vec!["users_db".to_owned()]);
+    match &users.kind {
+        Kind::Rates(r) => assert_eq!(
+            (r[0].unit, r[0].requests_per_unit, r[0].burst),
+            (Unit::Second, 500, 500)
+        ),
+        Kind::Unlimited => panic!(),
+    }
+    assert_eq!(
+        by_path("database_users_batch").replaces,
+        vec!["users_db".to_owned()]
+    );
+    assert_eq!(by_path("internal").kind, Kind::Unlimited);
+    assert!(by_path("banned").blocking_rate().is_some());
+    assert!(by_path("remote_address").per_value);
+    assert!(
+        by_path("tenant.path_/api/upload").per_value,
+        "under a value-less parent"
+    );
+    assert!(!by_path("database_users").per_value);
+    assert!(
+        !by_path("files_files/*").per_value,
+        "share_threshold: one bucket"
+    );
+    assert_eq!(Unit::Month.duration().as_secs(), 30 * 86_400);
+    assert_eq!(Unit::Year.duration().as_secs(), 365 * 86_400);
+    assert_eq!(Unit::Week.proto(), 7);
+}
+
+#[test]
+fn patterns_may_hold_several_stars() {
+    let c = load(
+        "domain: w\ndescriptors:\n  - key: p\n    value: a*b*c\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    )
+    .unwrap();
+    for (v, hit) in [
+        ("abc", true),
+        ("a-b-c", true),
+        ("axxbyyc", true),
+        ("acb", false),
+        ("ab", false),
+        ("xabc", false),
+        ("abcx", false),
+    ] {
+        assert_eq!(lookup(&c, "w", &[("p", v)]).is_some(), hit, "{v}");
+    }
+}
+
+#[test]
+fn extensions_burst_and_several_rates() {
+    let c = load(
+        r#"
+domain: ext
+descriptors:
+  - key: api_key
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, burst: 20, name: burst}
+      - {unit: day, requests_per_unit: 10000, name: daily}
+"#,
+    )
+    .unwrap();
+    match &c.limits()[0].kind {
+        Kind::Rates(r) => {
+            assert_eq!(r.len(), 2);
+            assert_eq!((r[0].burst, r[1].burst), (20, 10000));
+        }
+        Kind::Unlimited => panic!(),
+    }
+}
+
+/// `(line, field, words in the message)` of each invalid config's error.
+#[test]
+fn invalid_configs_name_the_file_line_and_field() {
+    let cases: &[(&str, usize, &str, &str)] = &[
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n", 5, "descriptors[0].rate_limit.unit", "invalid unit"),
+        ("domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n", 4, "descriptors[0].quota_mode", "not supported"),
+        ("domain: d\ndescriptors:\n  - key: k\n    metadata: {a: b}\n", 4, "descriptors[0].metadata", "not supported"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, colour: red}\n", 4, "descriptors[0].rate_limit.colour", "unknown field"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: second\n", 6, "descriptors[0].rate_limit.unit", "unlimited"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n", 4, "descriptors[0].rate_limit.requests_per_unit", "not in"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n", 4, "descriptors[0].rate_limit.requests_per_unit", "not in"),
+        ("domain: d\ndescriptors:\n  - key: k\n  - key: k\n", 4, "descriptors[1]", "duplicate"),
+        ("domain: d\ndescriptors:\n  - value: v\n", 3, "descriptors[0].key", "missing"),
+        ("descriptors: []\n", 1, "domain", "missing"),
+        ("domain: ''\n", 1, "domain", "missing"),
+        ("domain: d\nextra: 1\n", 2, "extra", "unknown field"),
+        ("domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", 5, "descriptors[0].share_threshold", "pattern"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    rate_limits: []\n", 4, "descriptors[0]", "together"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limits: [{unit: second, requests_per_unit: 1}, {unit: second, requests_per_unit: 1}, {unit: second, requests_per_unit: 1}, {unit: second, requests_per_unit: 1}, {unit: second, requests_per_unit: 1}]\n", 4, "descriptors[0].rate_limits", "between 1 and 4"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 0}\n", 4, "descriptors[0].rate_limit.burst", "at least one"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      name: a\n      replaces: [{name: a}]\n", 5, "descriptors[0].rate_limit.replaces", "own name"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{}]}\n", 4, "descriptors[0].rate_limit.replaces[0]", "without a name"),
+        ("domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: n\n        rate_limit: {unit: minute}\n        shadow_mode: maybe\n", 7, "descriptors[0].descriptors[0].shadow_mode", "true or false"),
+        ("domain: d\ndescriptors: [\n", 3, "", "not valid YAML"),
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 1099511627776}\n", 4, "descriptors[0].rate_limit", "not a"),
+        ("domain: d\n---\ndomain: e\n", 3, "", "one domain per file"),
+    ];
+    for (yaml, line, field, words) in cases {
+        let e = load(yaml).expect_err(yaml);
+        assert_eq!(e.file, PathBuf::from("test.yaml"));
+        assert_eq!(e.line, Some(*line), "{yaml}\n{e}");
+        assert_eq!(e.field, *field, "{yaml}\n{e}");
+        assert!(e.message.contains(words), "{yaml}\n{e}");
+        let shown = e.to_string();
+        assert!(shown.starts_with(&format!("test.yaml:{line}")), "{shown}");
+    }
+}
+
+#[test]
+fn a_directory_loads_as_a_configmap_mount() {
+    let dir = TempDir::new("configmap");
+    let v1 = dir.path().join("..2026_12_04_v1");
+    std::fs::create_dir(&v1).unwrap();
+    std::fs::write(v1.join("a.yaml"), "domain: a\n").unwrap();
+    std::fs::write(v1.join("b.yml"), "domain: b\n").unwrap();
+    std::fs::write(v1.join("notes.txt"), "not yaml").unwrap();
+    std::os::unix::fs::symlink("..2026_12_04_v1", dir.path().join("..data")).unwrap();
+    for f in ["a.yaml", "b.yml", "notes.txt"] {
+        std::os::unix::fs::symlink(format!("..data/{f}"), dir.path().join(f)).unwrap();
+    }
+    std::fs::write(dir.path().join(".hidden.yaml"), "not: [valid").unwrap();
+    let c = Config::load(dir.path()).unwrap();
+    assert_eq!(c.domain_count(), 2);
+    // Two files of one domain: refused, naming both.
+    std::fs::write(dir.path().join("c.yaml"), "domain: a\n").unwrap();
+    let e = Config::load(dir.path()).unwrap_err();
+    assert!(e.to_string().contains("duplicate domain"), "{e}");
+    assert!(e.file.ends_with("c.yaml"), "{e}");
+    // A missing path is an error naming it.
+    let e = Config::load(&dir.path().join("missing")).unwrap_err();
+    assert!(e.to_string().contains("missing"), "{e}");
+}
+
+#[test]
+fn hostile_files_are_refused_not_panicked_on() {
+    let deep = format!(
+        "domain: d\ndescriptors:\n{}",
+        (0..40)
+            .map(|i| format!(
+                "{}- key: k{i}\n{}  descriptors:\n",
+                "  ".repeat(2 * i + 1),
+                "  ".repeat(2 * i + 1)
+            ))
+            .collect::<String>()
+    );
+    assert!(load(&deep).is_err());
+    let mut rng = tollgate_testkit::rng::Rng(45);
+    for _ in 0..300 {
+        let n = rng.below(200) as usize;
+        let alphabet = b" -:{}[]*&!|>'\"#\nkeyvaluedomain0123";
+        let bytes: String = (0..n)
+            .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize] as char)
+            .collect();
+        let _ = load(&bytes);
+    }
+}
+
+#[test]
+fn metric_labels_carry_request_values_only_when_asked() {
+    let c = load(
+        r#"
+domain: m
+descriptors:
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: detailed
+    detailed_metric: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: method
+        value: GET
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: files
+    value: files/*
+    rate_limit: {unit: second, requests_per_unit: 1}
+"#,
+    )
+    .unwrap();
+    let metric = |e: &[(&str, &str)]| c.lookup("m", e.iter().copied()).unwrap().metric;
+    assert_eq!(metric(&[("plain", "secret")]), "plain");
+    assert_eq!(metric(&[("detailed", "v1")]), "detailed_v1");
+    assert_eq!(
+        metric(&[("route", "/a"), ("method", "GET")]),
+        "route_/a.method_GET"
+    );
+    assert_eq!(metric(&[("files", "files/x")]), "files_files/*");
+}

@@ -1,0 +1,271 @@
+//! `--redis`: replicas sharing one `redis-server` enforce one limit together, exactly; a
+//! request is all or nothing there too; a frozen Redis (SIGSTOP) costs each call at most the
+//! timeout, then the policy answers; a drain lets an in-flight call finish.
+
+mod support;
+
+use std::time::{Duration, Instant};
+use support::*;
+use tollgate_testkit::redis_server::RedisServer;
+
+const CONFIG: &str = "domain: shared\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 20}\n  - key: tight\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+
+fn start(dir: &TempDir, url: &str, extra: &[&str]) -> Proc {
+    let cfg = dir.path().join("c.yaml");
+    if !cfg.exists() {
+        std::fs::write(&cfg, CONFIG).unwrap();
+    }
+    let mut args = vec![
+        "--config",
+        cfg.to_str().unwrap(),
+        "--grpc",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--redis",
+        url,
+    ];
+    args.extend_from_slice(extra);
+    Proc::start(&args)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_redis_admit_exactly_the_limit_between_them() {
+    let Some(server) = RedisServer::start("two_replicas") else {
+        return;
+    };
+    let dir = TempDir::new("redis-two");
+    let url = server.url();
+    // A generous timeout: this test is about exactness, not outages.
+    let slow = ["--redis-timeout-ms", "2000"];
+    let (a, b) = (start(&dir, &url, &slow), start(&dir, &url, &slow));
+    let mut tasks = Vec::new();
+    for p in [&a, &b] {
+        for _ in 0..4 {
+            let mut c = p.client().await;
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..15 {
+                    let r = c
+                        .should_rate_limit(req("shared", vec![desc(&[("user", "x")])]))
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    admitted += u32::from(r.overall_code == OK);
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    assert_eq!(
+        admitted, 20,
+        "120 calls through two replicas, a limit of 20"
+    );
+    // All or nothing through Redis: `tight` refuses, so `user=y` is not debited.
+    let mut c = a.client().await;
+    let one = |k: &str, v: &str| req("shared", vec![desc(&[(k, v)])]);
+    assert_eq!(
+        c.should_rate_limit(one("tight", "t"))
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code,
+        OK
+    );
+    for _ in 0..3 {
+        let r = c
+            .should_rate_limit(req(
+                "shared",
+                vec![desc(&[("user", "y")]), desc(&[("tight", "t")])],
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.overall_code, OVER);
+        assert_eq!(brief(&r)[0].1, 20, "y held and was not debited");
+    }
+    let mut cb = b.client().await;
+    let r = cb
+        .should_rate_limit(one("user", "y"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(brief(&r)[0].1, 19, "the other replica sees y's one debit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_costs_each_call_at_most_the_timeout() {
+    let Some(server) = RedisServer::start("frozen_redis") else {
+        return;
+    };
+    let dir = TempDir::new("redis-frozen");
+    let url = server.url();
+    let closed = start(&dir, &url, &["--redis-timeout-ms", "200"]);
+    let open = start(
+        &dir,
+        &url,
+        &["--redis-timeout-ms", "200", "--on-redis-error", "allow"],
+    );
+    let local = start(
+        &dir,
+        &url,
+        &["--redis-timeout-ms", "200", "--on-redis-error", "local"],
+    );
+    let (mut c1, mut c2, mut c3) = (
+        closed.client().await,
+        open.client().await,
+        local.client().await,
+    );
+    let call = || req("shared", vec![desc(&[("tight", "frozen")])]);
+    assert_eq!(
+        c1.should_rate_limit(call())
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code,
+        OK
+    );
+    server.pause();
+    let mut slowest = Duration::ZERO;
+    let mut local_admitted = 0;
+    for _ in 0..10 {
+        let t0 = Instant::now();
+        let r = c1.should_rate_limit(call()).await;
+        slowest = slowest.max(t0.elapsed());
+        assert_eq!(r.unwrap_err().code(), tonic::Code::Unavailable);
+        let t0 = Instant::now();
+        let r = c2.should_rate_limit(call()).await.unwrap().into_inner();
+        slowest = slowest.max(t0.elapsed());
+        assert_eq!(r.overall_code, OK, "fail open");
+        let t0 = Instant::now();
+        let r = c3.should_rate_limit(call()).await.unwrap().into_inner();
+        slowest = slowest.max(t0.elapsed());
+        local_admitted += u32::from(r.overall_code == OK);
+    }
+    assert_eq!(
+        local_admitted, 1,
+        "the local fallback's own bucket of 1 an hour"
+    );
+    // 200 ms, plus scheduling on a busy 2-core machine; far from a 10 s stall.
+    assert!(
+        slowest < Duration::from_millis(1000),
+        "slowest call {slowest:?}"
+    );
+    assert!(
+        closed
+            .metric(r#"tollgate_rls_redis_failures_total{policy="unavailable"}"#)
+            .await
+            >= 10
+    );
+    assert_eq!(closed.metric("tollgate_rls_redis_up").await, 0);
+    server.resume();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_lets_an_in_flight_call_finish() {
+    let Some(server) = RedisServer::start("drain_in_flight") else {
+        return;
+    };
+    let dir = TempDir::new("redis-drain");
+    let mut p = start(&dir, &server.url(), &["--redis-timeout-ms", "3000"]);
+    let mut c = p.client().await;
+    server.pause();
+    let call = tokio::spawn(async move {
+        c.should_rate_limit(req("shared", vec![desc(&[("user", "z")])]))
+            .await
+            .map(|r| r.into_inner().overall_code)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.resume();
+    assert_eq!(
+        call.await.unwrap().unwrap(),
+        OK,
+        "answered after Redis came back"
+    );
+    assert_eq!(p.wait(Duration::from_secs(10)), Some(0), "{}", p.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_requests_keys_share_one_slot() {
+    let Some(cluster) = tollgate_testkit::redis_server::RedisCluster::start("rls_cluster") else {
+        return;
+    };
+    let dir = TempDir::new("redis-cluster");
+    let p = start(&dir, &cluster.url(), &["--redis-timeout-ms", "2000"]);
+    let mut c = p.client().await;
+    // Many users: their keys would spread over the three masters without the domain's tag.
+    for i in 0..30 {
+        let r = c
+            .should_rate_limit(req(
+                "shared",
+                vec![
+                    desc(&[("user", &format!("u{i}"))]),
+                    desc(&[("user", &format!("v{i}"))]),
+                ],
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(brief(&r)[0].1, 19, "{r:?}");
+    }
+    assert_eq!(
+        c.should_rate_limit(req("shared", vec![desc(&[("tight", "c")])]))
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code,
+        OK
+    );
+    let r = c
+        .should_rate_limit(req(
+            "shared",
+            vec![desc(&[("user", "w")]), desc(&[("tight", "c")])],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(brief(&r)[0].1, 20, "not debited");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_only_descriptor_refuses_without_debiting_through_redis() {
+    let Some(server) = RedisServer::start("check_only_redis") else {
+        return;
+    };
+    let dir = TempDir::new("redis-check");
+    let p = start(&dir, &server.url(), &["--redis-timeout-ms", "2000"]);
+    let mut c = p.client().await;
+    let both = || {
+        req(
+            "shared",
+            vec![desc(&[("user", "q")]), desc_hits(&[("tight", "q")], 0)],
+        )
+    };
+    // The check holds: user debited, tight not.
+    for left in [19, 18] {
+        let r = c.should_rate_limit(both()).await.unwrap().into_inner();
+        let b = brief(&r);
+        assert_eq!((b[0].0, b[0].1), (OK, left));
+        assert_eq!((b[1].0, b[1].1), (OK, 1), "checked, not debited");
+    }
+    // Spend tight's token; the check now refuses, and user is not debited.
+    assert_eq!(
+        c.should_rate_limit(req("shared", vec![desc(&[("tight", "q")])]))
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code,
+        OK
+    );
+    let r = c.should_rate_limit(both()).await.unwrap().into_inner();
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(brief(&r)[0].1, 18, "user not debited");
+    assert_eq!(brief(&r)[1].0, OVER);
+}

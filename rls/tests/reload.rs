@@ -1,0 +1,104 @@
+//! Hot reload in-process (ManualClock): unchanged limits keep their buckets, changed ones carry
+//! them over, removed ones are dropped, an invalid config leaves the old one serving; a file
+//! edit, a rename over the file and a ConfigMap's `..data` link swap are each noticed.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+use support::*;
+
+const V1: &str = "domain: r\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
+
+fn with_probe(base: &str, probe: u32) -> String {
+    format!("{base}  - key: probe\n    rate_limit: {{unit: minute, requests_per_unit: {probe}}}\n")
+}
+
+/// Waits (at most 2 s) until the `probe` limit answers with `rpu` requests per unit.
+async fn until_probe(s: &mut Rls, rpu: u32) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let out = s.ok(req("r", vec![desc_hits(&[("probe", "p")], 0)])).await;
+        if out.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit)
+            == Some(rpu)
+        {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "no reload within 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn replace_by_rename(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test]
+async fn buckets_survive_reloads_as_their_limits_do() {
+    let mut s = Rls::start(&with_probe(V1, 1)).await;
+    let cfg = s.dir.path().join("config.yaml");
+    let mut drain = req("r", vec![desc(&[("user", "alice")])]);
+    drain.hits_addend = 3;
+    assert_eq!(s.ok(drain).await.overall_code, OK);
+    let alice = || req("r", vec![desc(&[("user", "alice")])]);
+    // Another limit changes: alice's limit is unchanged and stays drained.
+    std::fs::write(&cfg, with_probe(V1, 2)).unwrap();
+    until_probe(&mut s, 2).await;
+    assert_eq!(brief(&s.ok(alice()).await), vec![(OVER, 0, Some(20))]);
+    // alice's limit changes to 6 a minute: still drained, now a token every 10 s.
+    replace_by_rename(
+        &cfg,
+        &with_probe(
+            &V1.replace("requests_per_unit: 3", "requests_per_unit: 6"),
+            3,
+        ),
+    );
+    until_probe(&mut s, 3).await;
+    assert_eq!(brief(&s.ok(alice()).await), vec![(OVER, 0, Some(10))]);
+    s.clock.advance(Duration::from_secs(10));
+    assert_eq!(s.ok(alice()).await.overall_code, OK);
+    // An invalid config: logged, and the old one keeps serving.
+    std::fs::write(&cfg, "domain: r\ndescriptors: [").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(brief(&s.ok(alice()).await), vec![(OVER, 0, Some(10))]);
+    // Removed, then added back: a new, full bucket.
+    std::fs::write(&cfg, with_probe("domain: r\ndescriptors:\n", 4)).unwrap();
+    until_probe(&mut s, 4).await;
+    assert_eq!(brief(&s.ok(alice()).await), vec![(OK, 0, None)], "no limit");
+    std::fs::write(&cfg, with_probe(V1, 5)).unwrap();
+    until_probe(&mut s, 5).await;
+    assert_eq!(brief(&s.ok(alice()).await), vec![(OK, 2, Some(20))]);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_configmap_link_swap_is_noticed() {
+    // The service watches a directory laid out as the kubelet lays out a ConfigMap.
+    let mut s = Rls::start(&with_probe(V1, 1)).await;
+    let dir = s.dir.path().to_owned();
+    std::fs::remove_file(dir.join("config.yaml")).unwrap();
+    let lay = |version: &str, probe: u32| {
+        let v = dir.join(version);
+        std::fs::create_dir(&v).unwrap();
+        std::fs::write(v.join("config.yaml"), with_probe(V1, probe)).unwrap();
+        // Swap `..data` atomically: a new link renamed over the old one.
+        let tmp = dir.join("..data_tmp");
+        std::os::unix::fs::symlink(version, &tmp).unwrap();
+        std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    };
+    lay("..v1", 7);
+    std::os::unix::fs::symlink("..data/config.yaml", dir.join("config.yaml")).unwrap();
+    until_probe(&mut s, 7).await;
+    lay("..v2", 8);
+    let took = until_probe(&mut s, 8).await;
+    assert!(took < Duration::from_secs(2));
+    s.stop().await;
+}

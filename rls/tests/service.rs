@@ -1,0 +1,512 @@
+//! Every semantic of `ShouldRateLimit`, through a tonic client against the service in-process
+//! on a `ManualClock` (time moves only when a test advances it).
+
+mod support;
+
+use std::time::Duration;
+use support::*;
+
+const CONFIG: &str = r#"
+domain: d
+descriptors:
+  # A bucket per user: 3 a minute.
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3, name: general}
+  - key: route
+    value: /a
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: plan
+    value: gold
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, name: per_second}
+      - {unit: minute, requests_per_unit: 20, name: per_minute}
+  - key: open
+    rate_limit: {unlimited: true}
+  - key: blocked
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: twin
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: burst
+    rate_limit: {unit: minute, requests_per_unit: 60, burst: 5}
+  - key: vip
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+      replaces: [{name: general}]
+"#;
+
+fn ns(n: u64) -> Duration {
+    Duration::from_nanos(n)
+}
+
+#[tokio::test]
+async fn a_bucket_admits_its_burst_then_one_per_interval_and_the_named_wait_is_exact() {
+    let mut s = Rls::start(CONFIG).await;
+    let u = || req("d", vec![desc(&[("user", "alice")])]);
+    for left in [2, 1, 0] {
+        let r = s.ok(u()).await;
+        assert_eq!(r.overall_code, OK);
+        assert_eq!(brief(&r)[0].1, left);
+    }
+    let r = s.ok(u()).await;
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(brief(&r), vec![(OVER, 0, Some(20))], "one token every 20 s");
+    let limit = r.statuses[0].current_limit.clone().unwrap();
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit, limit.name.as_str()),
+        (3, 2, "general")
+    );
+    // Retried 1 ns before the named wait: refused, with 1 s (rounded up) to go.
+    s.clock.advance(Duration::from_secs(20) - ns(1));
+    let r = s.ok(u()).await;
+    assert_eq!(brief(&r), vec![(OVER, 0, Some(1))]);
+    // At exactly the named wait: admitted.
+    s.clock.advance(ns(1));
+    let r = s.ok(u()).await;
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(brief(&r), vec![(OK, 0, Some(60))]);
+    // Another user has a bucket of its own.
+    assert_eq!(
+        s.ok(req("d", vec![desc(&[("user", "bob")])]))
+            .await
+            .overall_code,
+        OK
+    );
+}
+
+#[tokio::test]
+async fn no_double_burst_across_a_unit_boundary() {
+    let mut s = Rls::start(CONFIG).await;
+    // A fixed window of 60 a minute admits 60 at 0:59 and 60 more at 1:00. The bucket admits
+    // its burst (5) and then one a second, whatever the wall clock's minute.
+    let mut admitted = 0;
+    for step in 0..120 {
+        if step > 0 {
+            s.clock.advance(Duration::from_millis(500));
+        }
+        for _ in 0..4 {
+            let r = s.ok(req("d", vec![desc(&[("burst", "k")])])).await;
+            admitted += usize::from(r.overall_code == OK);
+        }
+    }
+    // 59.5 s: the burst and 59 more tokens.
+    assert_eq!(admitted, 5 + 59);
+}
+
+#[tokio::test]
+async fn hits_addend_per_request_and_per_descriptor() {
+    let mut s = Rls::start(CONFIG).await;
+    let mut r = req("d", vec![desc(&[("user", "h")])]);
+    r.hits_addend = 2;
+    assert_eq!(brief(&s.ok(r.clone()).await), vec![(OK, 1, Some(40))]);
+    // The descriptor's own value wins over the request's.
+    r.descriptors = vec![desc_hits(&[("user", "h")], 1)];
+    assert_eq!(brief(&s.ok(r.clone()).await), vec![(OK, 0, Some(60))]);
+    // 0: a check that takes nothing; refused while not even one hit would pass.
+    let check = req("d", vec![desc_hits(&[("user", "h")], 0)]);
+    let out = s.ok(check.clone()).await;
+    assert_eq!(out.overall_code, OVER);
+    assert_eq!(brief(&out), vec![(OVER, 0, Some(20))]);
+    s.clock.advance(Duration::from_secs(20));
+    for _ in 0..3 {
+        assert_eq!(
+            brief(&s.ok(check.clone()).await),
+            vec![(OK, 1, Some(40))],
+            "takes nothing"
+        );
+    }
+    // More hits than the burst: refused, never admitted.
+    let huge = req("d", vec![desc_hits(&[("user", "h2")], u64::MAX)]);
+    let out = s.ok(huge).await;
+    assert_eq!(out.overall_code, OVER);
+    assert_eq!(
+        brief(&out),
+        vec![(OVER, 0, Some(60))],
+        "one unit: never at these hits"
+    );
+    assert_eq!(
+        brief(&s.ok(req("d", vec![desc(&[("user", "h2")])])).await)[0].1,
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_request_is_all_or_nothing() {
+    let mut s = Rls::start(CONFIG).await;
+    // Drain route /a (2 a second).
+    let mut r = req("d", vec![desc(&[("route", "/a")])]);
+    r.hits_addend = 2;
+    assert_eq!(s.ok(r).await.overall_code, OK);
+    // alice and /a together: /a refuses, so alice is not debited either.
+    let both = req(
+        "d",
+        vec![desc(&[("user", "alice")]), desc(&[("route", "/a")])],
+    );
+    for _ in 0..5 {
+        let out = s.ok(both.clone()).await;
+        assert_eq!(out.overall_code, OVER);
+        assert_eq!(brief(&out), vec![(OK, 3, Some(0)), (OVER, 0, Some(1))]);
+    }
+    // Two per-value limits, the refusing one second.
+    let mut drain = req("d", vec![desc(&[("burst", "k")])]);
+    drain.hits_addend = 5;
+    assert_eq!(s.ok(drain).await.overall_code, OK);
+    let pair = req(
+        "d",
+        vec![desc(&[("user", "alice")]), desc(&[("burst", "k")])],
+    );
+    let out = s.ok(pair).await;
+    assert_eq!(brief(&out), vec![(OK, 3, Some(0)), (OVER, 0, Some(1))]);
+    // alice still holds all three.
+    let mut alone = req("d", vec![desc(&[("user", "alice")])]);
+    alone.hits_addend = 3;
+    assert_eq!(s.ok(alone).await.overall_code, OK);
+    // The same bucket twice in one request: the hits add up.
+    let twice = req(
+        "d",
+        vec![
+            desc(&[("user", "carol")]),
+            desc_hits(&[("user", "carol")], 3),
+        ],
+    );
+    let out = s.ok(twice).await;
+    assert_eq!(out.overall_code, OVER, "1 + 3 hits exceed a burst of 3");
+    assert_eq!(
+        brief(&s.ok(req("d", vec![desc(&[("user", "carol")])])).await)[0].1,
+        2
+    );
+}
+
+#[tokio::test]
+async fn several_rates_report_the_tightest() {
+    let mut s = Rls::start(CONFIG).await;
+    let gold = |h: u64| req("d", vec![desc_hits(&[("plan", "gold")], h)]);
+    let out = s.ok(gold(10)).await;
+    assert_eq!(out.overall_code, OK);
+    let st = &out.statuses[0];
+    assert_eq!(st.current_limit.as_ref().unwrap().name, "per_second");
+    assert_eq!(st.limit_remaining, 0);
+    s.clock.advance(Duration::from_secs(1));
+    let out = s.ok(gold(10)).await;
+    assert_eq!(out.overall_code, OK);
+    assert_eq!(
+        out.statuses[0].current_limit.as_ref().unwrap().name,
+        "per_minute"
+    );
+    // The per-minute rate refuses now (a third of a token back): it is the one named.
+    s.clock.advance(Duration::from_secs(1));
+    let out = s.ok(gold(1)).await;
+    assert_eq!(out.overall_code, OVER);
+    let st = &out.statuses[0];
+    assert_eq!(st.current_limit.as_ref().unwrap().name, "per_minute");
+    assert_eq!(st.duration_until_reset.as_ref().unwrap().seconds, 1);
+}
+
+#[tokio::test]
+async fn unlimited_blocked_and_unmatched() {
+    let mut s = Rls::start(CONFIG).await;
+    for _ in 0..10 {
+        let out = s.ok(req("d", vec![desc(&[("open", "x")])])).await;
+        assert_eq!(out.overall_code, OK);
+        assert_eq!(out.statuses[0].limit_remaining, u32::MAX);
+        assert!(out.statuses[0].current_limit.is_none());
+    }
+    // requests_per_unit 0 refuses every hit, with one unit to wait; the request's other
+    // limits are not debited.
+    let out = s
+        .ok(req(
+            "d",
+            vec![desc(&[("blocked", "x")]), desc(&[("user", "dave")])],
+        ))
+        .await;
+    assert_eq!(out.overall_code, OVER);
+    assert_eq!(brief(&out), vec![(OVER, 0, Some(3600)), (OK, 3, Some(0))]);
+    assert_eq!(
+        brief(&s.ok(req("d", vec![desc(&[("user", "dave")])])).await)[0].1,
+        2
+    );
+    // No match (unknown key, unknown domain, deeper request than config): no limit.
+    for r in [
+        req("d", vec![desc(&[("nothing", "x")])]),
+        req("other", vec![desc(&[("user", "x")])]),
+        req("d", vec![desc(&[("user", "x"), ("extra", "y")])]),
+        req("d", vec![desc(&[])]),
+    ] {
+        let out = s.ok(r).await;
+        assert_eq!(out.overall_code, OK);
+        assert_eq!(brief(&out), vec![(OK, 0, None)]);
+    }
+}
+
+#[tokio::test]
+async fn replaces_leaves_the_replaced_limit_out() {
+    let mut s = Rls::start(CONFIG).await;
+    let both = req(
+        "d",
+        vec![desc(&[("user", "erin")]), desc(&[("vip", "erin")])],
+    );
+    for _ in 0..10 {
+        let out = s.ok(both.clone()).await;
+        assert_eq!(out.overall_code, OK);
+        assert!(
+            out.statuses[0].current_limit.is_none(),
+            "general is replaced"
+        );
+        assert_eq!(
+            out.statuses[1]
+                .current_limit
+                .as_ref()
+                .unwrap()
+                .requests_per_unit,
+            100
+        );
+    }
+    // erin's general bucket was never touched.
+    let mut r = req("d", vec![desc(&[("user", "erin")])]);
+    r.hits_addend = 3;
+    assert_eq!(s.ok(r).await.overall_code, OK);
+}
+
+fn metric(page: &str, name: &str, labels: &str) -> u64 {
+    let prefix = format!("{name}{{{labels}}} ");
+    page.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
+}
+
+const SHADOW: &str = r#"
+domain: shadow
+descriptors:
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: twin
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: tight
+    rate_limit: {unit: minute, requests_per_unit: 1}
+"#;
+
+#[tokio::test]
+async fn shadow_mode_answers_ok_counts_what_an_enforcing_twin_refuses_and_blocks_nothing() {
+    let mut s = Rls::start(SHADOW).await;
+    let mut twin_refusals = 0;
+    for i in 0..12 {
+        if i % 4 == 0 {
+            s.clock.advance(Duration::from_secs(25));
+        }
+        let sh = s.ok(req("shadow", vec![desc(&[("shadowed", "k")])])).await;
+        assert_eq!(sh.overall_code, OK);
+        assert_eq!(sh.statuses[0].code, OK);
+        let tw = s.ok(req("shadow", vec![desc(&[("twin", "k")])])).await;
+        twin_refusals += u64::from(tw.overall_code == OVER);
+    }
+    assert!(twin_refusals > 3);
+    let (_, page) = http(s.ready.http, "GET", "/metrics", "").await;
+    let tracked: f64 = page
+        .lines()
+        .find_map(|l| l.strip_prefix("tollgate_rls_tracked_buckets "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(tracked >= 2.0, "{tracked}");
+    let labels = r#"domain="shadow",descriptor="shadowed""#;
+    assert_eq!(
+        metric(&page, "tollgate_rls_shadow_mode_total", labels),
+        twin_refusals
+    );
+    assert_eq!(
+        metric(
+            &page,
+            "tollgate_rls_over_limit_total",
+            r#"domain="shadow",descriptor="twin""#
+        ),
+        twin_refusals
+    );
+    // A shadowed limit that would refuse does not stop an enforced one from being debited...
+    let out = s
+        .ok(req(
+            "shadow",
+            vec![desc(&[("shadowed", "k")]), desc(&[("tight", "a")])],
+        ))
+        .await;
+    assert_eq!(out.overall_code, OK);
+    assert_eq!(
+        s.ok(req("shadow", vec![desc(&[("tight", "a")])]))
+            .await
+            .overall_code,
+        OVER,
+        "tight was debited"
+    );
+    // ...and one that holds is debited even when an enforced limit refuses the request.
+    let out = s
+        .ok(req(
+            "shadow",
+            vec![desc(&[("shadowed", "fresh")]), desc(&[("tight", "a")])],
+        ))
+        .await;
+    assert_eq!(out.overall_code, OVER);
+    let out = s
+        .ok(req("shadow", vec![desc_hits(&[("shadowed", "fresh")], 2)]))
+        .await;
+    assert_eq!(
+        out.statuses[0].limit_remaining, 0,
+        "the shadowed bucket lost one"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn global_shadow_answers_ok_and_counts() {
+    let mut s = Rls::start_with(
+        &SHADOW.replace("domain: shadow", "domain: global_shadow"),
+        |o| o.shadow = true,
+    )
+    .await;
+    for _ in 0..5 {
+        let out = s
+            .ok(req("global_shadow", vec![desc(&[("tight", "x")])]))
+            .await;
+        assert_eq!(out.overall_code, OK);
+    }
+    let (_, page) = http(s.ready.http, "GET", "/metrics", "").await;
+    assert_eq!(
+        metric(
+            &page,
+            "tollgate_rls_shadow_mode_total",
+            r#"domain="global_shadow",descriptor="tight""#
+        ),
+        4
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_get_a_clear_status_and_big_ones_an_ordinary_decision() {
+    let mut s = Rls::start_with(CONFIG, |o| o.max_keys = 10_000).await;
+    let invalid = |r: Result<_, tonic::Status>| match r {
+        Err(st) => st.code() == tonic::Code::InvalidArgument,
+        Ok(_) => false,
+    };
+    assert!(invalid(s.call(req("", vec![desc(&[("user", "x")])])).await));
+    assert!(invalid(s.call(req("d", vec![])).await));
+    let mut neg = desc(&[("user", "x")]);
+    neg.is_negative_hits = true;
+    assert!(invalid(s.call(req("d", vec![neg])).await));
+    let mut over = desc(&[("user", "x")]);
+    over.limit = Some(Default::default());
+    assert!(invalid(s.call(req("d", vec![over])).await));
+    let many: Vec<_> = (0..1025)
+        .map(|i| desc(&[("user", &i.to_string())]))
+        .collect();
+    assert!(invalid(s.call(req("d", many)).await));
+    // A 60 KB value: its own bucket, decided as any other.
+    let big = "v".repeat(60 * 1024);
+    let out = s.ok(req("d", vec![desc(&[("user", &big)])])).await;
+    assert_eq!(brief(&out), vec![(OK, 2, Some(20))]);
+    // A thousand descriptors: an ordinary decision (each its own user).
+    let thousand: Vec<_> = (0..1000)
+        .map(|i| desc(&[("user", &format!("t{i}"))]))
+        .collect();
+    let out = s.ok(req("d", thousand)).await;
+    assert_eq!(out.overall_code, OK);
+    assert_eq!(out.statuses.len(), 1000);
+    // Garbage bytes on the gRPC port do not hurt the service.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut c = tokio::net::TcpStream::connect(s.ready.grpc).await.unwrap();
+        let mut rng = tollgate_testkit::rng::Rng(7);
+        let junk: Vec<u8> = (0..4096).map(|_| rng.next() as u8).collect();
+        let _ = c.write_all(&junk).await;
+        let mut buf = [0u8; 256];
+        let _ = tokio::time::timeout(Duration::from_secs(2), c.read(&mut buf)).await;
+    }
+    assert_eq!(
+        s.ok(req("d", vec![desc(&[("user", "after")])]))
+            .await
+            .overall_code,
+        OK
+    );
+}
+
+#[tokio::test]
+async fn a_full_table_follows_the_keyed_limiters_rule() {
+    // Five limits keep a bucket per value: two values each.
+    let mut s = Rls::start_with(CONFIG, |o| o.max_keys = 10).await;
+    let drain = |u: &'static str| {
+        let mut r = req("d", vec![desc(&[("user", u)])]);
+        r.hits_addend = 3;
+        r
+    };
+    assert_eq!(s.ok(drain("a")).await.overall_code, OK);
+    assert_eq!(s.ok(drain("b")).await.overall_code, OK);
+    // Two values tracked, neither full: a third is refused until one is full again.
+    let out = s.ok(req("d", vec![desc(&[("user", "c")])])).await;
+    assert_eq!(out.overall_code, OVER);
+    s.clock.advance(Duration::from_secs(60));
+    assert_eq!(
+        s.ok(req("d", vec![desc(&[("user", "c")])]))
+            .await
+            .overall_code,
+        OK
+    );
+}
+
+#[tokio::test]
+async fn grpc_health_answers_for_both_names() {
+    let s = Rls::start(CONFIG).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.ready.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
+    for name in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+        let r = h
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: name.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            r.status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+        );
+    }
+}
+
+#[tokio::test]
+async fn json_port_answers_as_envoyproxy_ratelimit_does() {
+    let s = Rls::start(CONFIG).await;
+    let body = r#"{"domain": "d", "descriptors": [{"entries": [{"key": "user", "value": "json"}]}], "hitsAddend": 2}"#;
+    let (code, text) = http(s.ready.http, "POST", "/json", body).await;
+    assert_eq!(code, 200, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["overallCode"], "OK");
+    assert_eq!(v["statuses"][0]["limitRemaining"], 1);
+    assert_eq!(v["statuses"][0]["currentLimit"]["unit"], "MINUTE");
+    assert_eq!(v["statuses"][0]["durationUntilReset"], "40s");
+    // snake_case accepted; over the limit is 429.
+    let snake = r#"{"domain": "d", "descriptors": [{"entries": [{"key": "user", "value": "json"}], "hits_addend": "2"}]}"#;
+    let (code, text) = http(s.ready.http, "POST", "/json", snake).await;
+    assert_eq!(code, 429, "{text}");
+    assert!(text.contains(r#""overallCode":"OVER_LIMIT""#));
+    for bad in [
+        "{",
+        "[]",
+        r#"{"domain": "d"}"#,
+        r#"{"domain": "", "descriptors": [{}]}"#,
+        r#"{"domian": "d"}"#,
+    ] {
+        let (code, _) = http(s.ready.http, "POST", "/json", bad).await;
+        assert_eq!(code, 400, "{bad}");
+    }
+    let (code, text) = http(s.ready.http, "GET", "/healthcheck", "").await;
+    assert_eq!((code, text.trim()), (200, "OK"));
+    s.service().drain();
+    let (code, _) = http(s.ready.http, "GET", "/healthcheck", "").await;
+    assert_eq!(code, 503);
+}
