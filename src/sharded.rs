@@ -278,14 +278,15 @@ impl<C: Clock> ShardedBucket<C> {
     }
 
     /// Takes `cost` tokens: from the calling thread's shard's lease if it holds them, else from
-    /// the central word (with a new lease for the shard when the word holds plenty).
+    /// the central word (with a new lease for the shard).
     ///
-    /// `Err(RetryAfter(d))`: `d` is the smallest wait after which the central word holds `cost`
-    /// if nothing else consumes (for quotas that are not [exact](Quota::is_exact) it may be
-    /// rounded up by one unit's time). Tokens in leases are not counted, so when some are
-    /// leased out `d` is an upper bound of the pooled wait. Near the limit no
-    /// tokens are leased out and `d` is exact. `Err(ExceedsBurst)`: `cost` is above the burst.
-    /// Cost 0 is always admitted.
+    /// `Err(RetryAfter(d))`: `d` is the smallest wait after which this thread's shard can pay
+    /// `cost` — from its lease, the central word, or both — if nothing else consumes (for
+    /// quotas that are not [exact](Quota::is_exact) it may be rounded up by one unit's time).
+    /// Tokens in other shards' leases are not counted, so while they hold some `d` is an upper
+    /// bound of the pooled wait: near the limit later by at most what other shards' near leases
+    /// hold (`docs/sharded.md`); with one shard active, exact. `Err(ExceedsBurst)`: `cost` is
+    /// above the burst. Cost 0 is always admitted.
     ///
     /// ```
     /// use std::time::Duration;
