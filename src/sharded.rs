@@ -550,13 +550,22 @@ impl<C: Clock> ShardedBucket<C> {
             return self.acquire_slow(now, earned, cost, home);
         }
         let scaled = rm.quota.scaled();
-        match self
-            .central
-            .decide_fast(scaled, earned, cost * scaled.scale(), rm.spread, home, now)
-        {
+        // One shard is a `Bucket`: nothing to count for the harness's scaling columns.
+        let count = self.shards.len() > 1;
+        match self.central.decide_fast(
+            scaled,
+            earned,
+            cost * scaled.scale(),
+            rm.spread,
+            home,
+            now,
+            count,
+        ) {
             Some((verdict, dry)) => {
                 self.note_dry(now, earned, dry);
-                counters::settle(verdict.is_ok());
+                if count {
+                    counters::settle(verdict.is_ok());
+                }
                 verdict
             }
             None => self.acquire_slow(now, earned, cost, home),

@@ -268,7 +268,9 @@ impl Central {
     /// One attempt of [`decide`](Self::decide) for a shard whose lease holds nothing, in a
     /// bucket that takes no near leases ([`near_cap`] 0): one CAS that takes no lease, or a
     /// refusal (recorded in the lease's `dry_until`). `None`: [`decide`](Self::decide).
+    /// `count`: whether [`counters`] count its CAS (not with one shard, a `Bucket` then).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn decide_fast(
         &self,
         scaled: &Scaled,
@@ -277,6 +279,7 @@ impl Central {
         lease_room: u64,
         lease: &Lease,
         now: u64,
+        count: bool,
     ) -> Option<Decided> {
         let burst_units = scaled.burst_units();
         let limit = e.floor + burst_units;
@@ -302,7 +305,9 @@ impl Central {
             if limit - want > lease_room || !first {
                 return None;
             }
-            counters::central_cas();
+            if count {
+                counters::central_cas();
+            }
             match self.state.compare_exchange_weak(
                 s,
                 s.max(e.ceil) + cost_units,
