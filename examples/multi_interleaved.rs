@@ -62,7 +62,7 @@ fn main() {
             let take = if drained { burst } else { 1 };
             let rounds: Vec<Vec<(f64, f64)>> = (0..KEYED_ROUNDS)
                 .map(|_| {
-                    let single: KeyedLimiter<u64, _> =
+                    let single: KeyedLimiter<u64, _, _> =
                         KeyedLimiter::with_clock(second, 16_384, QuantaClock::new());
                     let policy: KeyedMultiLimiter<u64, _> = KeyedMultiLimiter::with_clock(
                         Limits::new([second, minute]).unwrap(),

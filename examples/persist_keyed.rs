@@ -111,7 +111,7 @@ fn main() {
     reset_peak();
     let rss = status_kib("VmRSS:");
     let t = Instant::now();
-    let restored = KeyedLimiter::<u64, _>::builder(q, 2 * keys as usize, ManualClock::new())
+    let restored = KeyedLimiter::<u64, _, _>::builder(q, 2 * keys as usize, ManualClock::new())
         .restore(&file[..])
         .unwrap();
     println!(

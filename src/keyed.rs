@@ -16,24 +16,26 @@ mod builder;
 mod counters;
 mod decide;
 pub(crate) mod index;
+mod limits;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 pub(crate) mod named;
-
 #[cfg(feature = "persist")]
 pub(crate) mod persist;
+mod policy;
+mod records;
 pub(crate) mod table;
 mod until_key_ready;
 
-pub use builder::KeyedLimiterBuilder;
+pub use builder::{KeyedLimiterBuilder, KeyedMultiLimiterBuilder};
 pub(crate) use counters::CounterShards;
 pub use counters::KeyedCounters;
+pub use limits::KeyedMultiLimiter;
+pub use policy::KeyedPolicy;
 use table::{Insert, Table};
-pub(crate) use until_key_ready::KeyWait;
-pub use until_key_ready::UntilKeyReady;
+pub use until_key_ready::{MultiUntilKeyReady, UntilKeyReady};
 
 use crate::clock::{Clock, DefaultClock};
 use crate::error::Denied;
-use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
 use crate::sync::Ordering;
@@ -50,6 +52,12 @@ const MAX_KEYS: usize = 1 << 26;
 
 /// A rate limiter with one exact token bucket per key (tenant, API key, client address) and a
 /// hard bound on the number of keys it tracks.
+///
+/// What each key carries is the policy `P`: a [`Quota`] (the default: the key's state is one
+/// word inline in the table's slot) or [`Limits`](crate::Limits), one to four quotas that must
+/// all hold ([`KeyedMultiLimiter`], a record per key: see its docs). Everything below holds for
+/// both; with `Limits` "full" means every quota full, and a key decides as a
+/// [`MultiBucket`](crate::MultiBucket) does.
 ///
 /// * **Exact.** Each key's state is one `u64` word driven by [`crate::gcra`], so its verdicts
 ///   equal those of one [`Bucket`](crate::Bucket) per key.
@@ -106,9 +114,9 @@ const MAX_KEYS: usize = 1 << 26;
 /// **two distinct keys with equal fingerprints share one bucket**, stricter for both, never
 /// looser. With `n` tracked keys the chance that any two collide is about `n² / 2^65` (3 × 10⁻⁸
 /// at a million keys); the seed is secret, so collisions cannot be aimed from outside. Override
-/// quotas ([`KeyedLimiterBuilder::quota_for`]) are also found by fingerprint: a key that
+/// quotas ([`KeyedLimiterBuilder::override_quota`]) are also found by fingerprint: a key that
 /// collides with an override key runs under that key's quota, which may be looser than its
-/// own (the same odds, per override; a review's note, 2026-12-04).
+/// own (the same odds, per override).
 ///
 /// ```
 /// use std::time::Duration;
@@ -121,16 +129,19 @@ const MAX_KEYS: usize = 1 << 26;
 /// assert_eq!(limiter.len(), 2);
 /// ```
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub struct KeyedLimiter<K, C = DefaultClock> {
+pub struct KeyedLimiter<K, P: KeyedPolicy = Quota, C = DefaultClock> {
     index: Index,
     hasher: foldhash::quality::SeedableRandomState,
     /// The hasher's per-limiter seed (its shared seed is foldhash's fixed one), kept so that a
     /// saved table can be found again by a restored limiter.
     #[cfg_attr(not(feature = "persist"), allow(dead_code))]
     seed: u64,
-    quota: Quota,
-    /// Override quotas by fingerprint.
-    overrides: HashMap<u64, Quota>,
+    /// The default policy, ready for decisions.
+    rule: P::Rule,
+    /// Override policies by fingerprint.
+    overrides: HashMap<u64, P::Rule>,
+    /// What the index's words name, if they are not the keys' states (`Limits`' records).
+    store: P::Store,
     max_keys: u64,
     fail_open: bool,
     table: CachePadded<Table>,
@@ -142,10 +153,10 @@ pub struct KeyedLimiter<K, C = DefaultClock> {
     _keys: core::marker::PhantomData<fn(&K)>,
 }
 
-impl<K, C: fmt::Debug> fmt::Debug for KeyedLimiter<K, C> {
+impl<K, P: KeyedPolicy, C: fmt::Debug> fmt::Debug for KeyedLimiter<K, P, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedLimiter")
-            .field("quota", &self.quota)
+        f.debug_struct(P::NAME)
+            .field("policy", P::policy(&self.rule))
             .field("max_keys", &self.max_keys)
             .field("len", &self.table.len.load(Ordering::Relaxed))
             .field("overrides", &self.overrides.len())
@@ -155,8 +166,8 @@ impl<K, C: fmt::Debug> fmt::Debug for KeyedLimiter<K, C> {
     }
 }
 
-impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
-    /// A limiter on the [`DefaultClock`] tracking at most `max_keys` keys, each with `quota`.
+impl<K: Hash + Eq + Clone, P: KeyedPolicy> KeyedLimiter<K, P> {
+    /// A limiter on the [`DefaultClock`] tracking at most `max_keys` keys, each with `policy`.
     /// With `max_keys == 0` nothing is tracked and every request is refused as "table full",
     /// with `RetryAfter(Duration::MAX)`: never ([`KeyedLimiter::builder`] rejects 0 instead).
     ///
@@ -164,15 +175,15 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// let limiter = tollgate::KeyedLimiter::new(tollgate::Quota::per_second(5).unwrap(), 100);
     /// assert!(limiter.try_acquire(&"10.0.0.1".to_string(), 1).is_ok());
     /// ```
-    pub fn new(quota: Quota, max_keys: usize) -> Self {
-        KeyedLimiter::with_clock(quota, max_keys, DefaultClock::default())
+    pub fn new(policy: P, max_keys: usize) -> Self {
+        KeyedLimiter::with_clock(policy, max_keys, DefaultClock::default())
     }
 }
 
-impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
-    /// A limiter on `clock` tracking at most `max_keys` keys, each with `quota`. The table is
+impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, C> {
+    /// A limiter on `clock` tracking at most `max_keys` keys, each with `policy`. The table is
     /// allocated here, for `max_keys` (clamped to 2^26): 16 bytes × the next power of two of
-    /// 2 × `max_keys`.
+    /// 2 × `max_keys`, and for [`Limits`](crate::Limits) one record per key.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -180,27 +191,32 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// assert_eq!(limiter.try_acquire(&42u64, 5), Ok(()));
     /// assert!(limiter.try_acquire(&42u64, 1).is_err());
     /// ```
-    pub fn with_clock(quota: Quota, max_keys: usize, clock: C) -> Self {
-        KeyedLimiter::from_parts(quota, max_keys, clock, HashMap::new(), false, None)
+    pub fn with_clock(policy: P, max_keys: usize, clock: C) -> Self {
+        KeyedLimiter::from_parts(policy, max_keys, clock, HashMap::new(), false, None)
     }
 
+    /// The limiter, with the fingerprint seed given (a restore's) or drawn at random.
     fn from_parts(
-        quota: Quota,
+        policy: P,
         max_keys: usize,
         clock: C,
-        overrides: HashMap<K, Quota>,
+        overrides: HashMap<K, P>,
         fail_open: bool,
         seed: Option<u64>,
     ) -> Self {
         let max_keys = max_keys.min(MAX_KEYS);
         let (seed, hasher) = index::seeded_hasher(seed);
-        let overrides: HashMap<u64, Quota> = overrides
+        let rule = policy.rule();
+        let overrides: HashMap<u64, P::Rule> = overrides
             .into_iter()
-            .map(|(k, q)| (fingerprint(hasher.hash_one(&k)), q))
+            .map(|(k, p)| (fingerprint(hasher.hash_one(&k)), p.rule()))
             .collect();
-        let cap = overrides
-            .values()
-            .chain([&quota])
+        let rules = || overrides.values().chain([&rule]);
+        let quotas = rules().map(|r| P::quotas(r).len()).max().unwrap_or(1);
+        // The longest refill of a whole burst of any quota of any policy: the cap of a
+        // full-table wait.
+        let cap = rules()
+            .flat_map(|r| P::quotas(r))
             .map(|q| q.refill_time(q.burst()))
             .max()
             .unwrap_or(core::time::Duration::MAX);
@@ -208,7 +224,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             index: Index::new(max_keys),
             hasher,
             seed,
-            quota,
+            store: P::store(max_keys, quotas),
+            rule,
             overrides,
             max_keys: u64::try_from(max_keys).unwrap_or(u64::MAX),
             fail_open,
@@ -221,14 +238,15 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         }
     }
 
-    /// Takes `cost` tokens from `key`'s bucket if it holds them now.
+    /// Takes `cost` tokens from `key`'s bucket (every quota of its policy) if it holds them now.
     ///
     /// `Err(RetryAfter(d))`: the key's bucket is short (`d` exactly as for a
-    /// [`Bucket`](crate::Bucket)), or the key is new and the table is full with no full bucket
-    /// (`0 < d ≤` the longest burst refill of the quota and its overrides, `Duration::MAX` if no
+    /// [`Bucket`](crate::Bucket); with several quotas the wait after which all of them hold
+    /// `cost`), or the key is new and the table is full with no full bucket (`0 < d ≤` the
+    /// longest burst refill of the policy's quotas and its overrides', `Duration::MAX` if no
     /// tracked bucket is full again within the horizon; see [`KeyedLimiterBuilder::fail_open`]).
-    /// `Err(ExceedsBurst)`: `cost` is above the key's burst. A new key is tracked only once it is
-    /// admitted; cost 0 is always admitted and tracks nothing.
+    /// `Err(ExceedsBurst)`: `cost` is above the key's (smallest) burst. A new key is tracked
+    /// only once it is admitted; cost 0 is always admitted and tracks nothing.
     ///
     /// ```
     /// use std::time::Duration;
@@ -243,7 +261,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// ```
     #[inline]
     pub fn try_acquire(&self, key: &K, cost: u64) -> Result<(), Denied> {
-        self.acquire(key, cost)
+        self.acquire(key, cost).map_err(Into::into)
     }
 
     /// [`try_acquire`](KeyedLimiter::try_acquire) with a borrowed form of the key (`&str` for
@@ -252,7 +270,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
-    /// let limiter: KeyedLimiter<String, _> =
+    /// let limiter: KeyedLimiter<String, Quota, _> =
     ///     KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), 10, ManualClock::new());
     /// assert!(limiter.try_acquire_by("tenant-1", 1).is_ok());
     /// assert!(limiter.try_acquire(&"tenant-1".to_string(), 1).is_err());
@@ -263,20 +281,21 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.acquire(key, cost)
+        self.acquire(key, cost).map_err(Into::into)
     }
 
     /// [`try_acquire_by`](KeyedLimiter::try_acquire_by), also returning the key's bucket at the
-    /// decision's clock reading: the whole tokens it holds after the decision and the time until
-    /// it is full (for `RateLimit` response headers). The key's slot is read once more after the
-    /// decision, at the same reading (no second clock read), so under concurrency the snapshot
-    /// may include other threads' decisions on the same key. A new key refused because the table
-    /// is full reports 0 tokens, full after the refusal's wait.
+    /// decision's clock reading (with several quotas, the tightest one's: fewest whole tokens
+    /// left, ties to the one full last): the whole tokens it holds after the decision and the
+    /// time until it is full (for `RateLimit` response headers). The key's state is read once
+    /// more after the decision, at the same reading (no second clock read), so under
+    /// concurrency the snapshot may include other threads' decisions on the same key. A new key
+    /// refused because the table is full reports 0 tokens, full after the refusal's wait.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate::{KeyedLimiter, ManualClock, Quota, Snapshot};
-    /// let limiter: KeyedLimiter<&str, _> =
+    /// let limiter: KeyedLimiter<&str, Quota, _> =
     ///     KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 10, ManualClock::new());
     /// assert_eq!(limiter.try_acquire_snapshot(&"k", 4), (Ok(()), Snapshot::new(6, Duration::from_millis(400))));
     /// ```
@@ -285,15 +304,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let fp = self.fingerprint(key);
-        let quota = self.quota_of(fp);
-        let now = self.clock.now();
-        let verdict = self.acquire_fp(fp, quota, cost, || now);
-        let snapshot = match verdict {
-            Err(denied) => self.refusal_snapshot(fp, quota, now, cost, denied),
-            Ok(()) => gcra::snapshot(self.state_of(fp, quota), now, quota),
-        };
-        (verdict, snapshot)
+        let (verdict, snap) = self.decide_snap(key, cost);
+        (verdict.map_err(Into::into), P::tightest(snap))
     }
 
     /// [`try_acquire_by`](KeyedLimiter::try_acquire_by), with the key's [`Snapshot`] (as
@@ -303,7 +315,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// ```
     /// use std::time::Duration;
     /// use tollgate::{Denied, KeyedLimiter, ManualClock, Quota, Snapshot};
-    /// let limiter: KeyedLimiter<&str, _> =
+    /// let limiter: KeyedLimiter<&str, Quota, _> =
     ///     KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 10, ManualClock::new());
     /// assert_eq!(limiter.try_acquire_or_snapshot(&"k", 10), Ok(()));
     /// assert_eq!(
@@ -316,39 +328,62 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let fp = self.fingerprint(key);
-        let quota = self.quota_of(fp);
-        let now = self.clock.now();
-        self.acquire_fp(fp, quota, cost, || now)
-            .map_err(|denied| (denied, self.refusal_snapshot(fp, quota, now, cost, denied)))
+        self.decide_or_snap(key, cost)
+            .map_err(|(refusal, snap)| (refusal.into(), P::tightest(snap)))
     }
 
-    /// The key's bucket at `now` after a refusal (`denied`) of a decision of `cost` on it.
-    fn refusal_snapshot(
+    /// The decision and the key's snapshot at its reading.
+    fn decide_snap<Q>(&self, key: &Q, cost: u64) -> (Result<(), P::Refusal>, P::Snap)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let fp = self.fingerprint(key);
+        let rule = self.rule_of(fp);
+        let now = self.clock.now();
+        let verdict = self.acquire_fp(fp, rule, cost, || now);
+        (verdict, self.snap_after(fp, rule, now, cost, verdict))
+    }
+
+    /// The decision, with the key's snapshot at its reading on refusal.
+    fn decide_or_snap<Q>(&self, key: &Q, cost: u64) -> Result<(), (P::Refusal, P::Snap)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let fp = self.fingerprint(key);
+        let rule = self.rule_of(fp);
+        let now = self.clock.now();
+        self.acquire_fp(fp, rule, cost, || now)
+            .map_err(|refusal| (refusal, self.snap_after(fp, rule, now, cost, Err(refusal))))
+    }
+
+    /// The key's snapshot at `now` after a decision of `cost` on it that gave `verdict`.
+    fn snap_after(
         &self,
         fp: u64,
-        quota: &Quota,
+        rule: &P::Rule,
         now: u64,
         cost: u64,
-        denied: Denied,
-    ) -> Snapshot {
-        let start = || self.start_state(quota);
-        match (self.index.load(fp), denied) {
-            (Some(state), _) => gcra::snapshot(state, now, quota),
+        verdict: Result<(), P::Refusal>,
+    ) -> P::Snap {
+        let start = || self.start_state(rule);
+        match (P::tracked(self, fp, rule), verdict.map_err(Into::into)) {
+            (Some(state), _) => P::snapshot(rule, &state, now),
             // A new key refused because the table is full (where it would start admits the
             // cost): untracked, nothing until the wait. One refused by where it starts (the
-            // floor after evictions, a drain) is that bucket (a review's finding, 2026-12-04:
-            // it showed 0 tokens, full after the refusal's wait, where it held 5).
-            (None, Denied::RetryAfter(wait))
-                if gcra::try_acquire(start(), now, quota, cost).is_ok() =>
+            // floor after evictions, a drain) is that bucket.
+            (None, Err(Denied::RetryAfter(wait)))
+                if P::decide_state(rule, &start(), now, cost).is_ok() =>
             {
-                Snapshot::new(0, wait)
+                P::snapshot_untracked(rule, wait)
             }
-            (None, _) => gcra::snapshot(start(), now, quota),
+            (None, _) => P::snapshot(rule, &start(), now),
         }
     }
 
-    /// Whole tokens `key`'s bucket holds now (its burst if the key is not tracked).
+    /// Whole tokens `key`'s bucket holds now, in every quota (its smallest burst if the key is
+    /// not tracked).
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -363,76 +398,10 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         let fp = self.fingerprint(key);
-        let quota = self.quota_of(fp);
+        let rule = self.rule_of(fp);
         let now = self.clock.now();
-        gcra::available(self.state_of(fp, quota), now, quota)
-    }
-
-    /// The state of the key with fingerprint `fp`: its slot's, or where an untracked key starts.
-    #[inline]
-    fn state_of(&self, fp: u64, quota: &Quota) -> u64 {
-        self.index
-            .load(fp)
-            .unwrap_or_else(|| self.start_state(quota))
-    }
-
-    /// The state a key not in the table starts from: full as of the latest eviction reading
-    /// (`FULL` if nothing was ever evicted). For a reading at or after it this is exactly a full
-    /// bucket; for an earlier (stale or stepped-back) reading it holds what a bucket full at the
-    /// eviction reading holds then, so forgetting a bucket never hands a stale reading a
-    /// fresher burst than the forgotten bucket had.
-    #[inline]
-    fn start_state(&self, quota: &Quota) -> u64 {
-        quota.earned_floor(self.table.evicted_at.load(Ordering::SeqCst))
-    }
-
-    /// The quota of `key`: its override, or the default.
-    ///
-    /// ```
-    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
-    /// let q = Quota::per_second(5).unwrap();
-    /// let limiter = KeyedLimiter::<u8, _>::with_clock(q, 10, ManualClock::new());
-    /// assert_eq!(limiter.quota_for(&1), q);
-    /// ```
-    #[inline]
-    pub fn quota_for<Q>(&self, key: &Q) -> Quota
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        if self.overrides.is_empty() {
-            self.quota
-        } else {
-            *self.quota_of(self.fingerprint(key))
-        }
-    }
-
-    /// The quota of the key with fingerprint `fp` (by reference: the hot path reads only its
-    /// decision words, never copies it).
-    #[inline]
-    fn quota_of(&self, fp: u64) -> &Quota {
-        if self.overrides.is_empty() {
-            &self.quota
-        } else {
-            self.overrides.get(&fp).unwrap_or(&self.quota)
-        }
-    }
-
-    /// The key's fingerprint: its seeded 64-bit hash (never 0 or 1, the index's markers).
-    #[inline]
-    fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
-        fingerprint(self.hasher.hash_one(key))
-    }
-
-    /// The default quota.
-    ///
-    /// ```
-    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
-    /// let q = Quota::per_second(5).unwrap();
-    /// assert_eq!(KeyedLimiter::<u8, _>::with_clock(q, 10, ManualClock::new()).quota(), q);
-    /// ```
-    pub fn quota(&self) -> Quota {
-        self.quota
+        let state = P::tracked(self, fp, rule).unwrap_or_else(|| self.start_state(rule));
+        P::available(rule, &state, now)
     }
 
     /// The number of tracked keys (insertions in progress included); never above
@@ -461,7 +430,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
-    /// let limiter = KeyedLimiter::<u32, _>::with_clock(Quota::per_second(5).unwrap(), 10, ManualClock::new());
+    /// let limiter = KeyedLimiter::<u32, Quota, _>::with_clock(Quota::per_second(5).unwrap(), 10, ManualClock::new());
     /// assert!(limiter.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
@@ -472,7 +441,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
-    /// let limiter = KeyedLimiter::<u32, _>::with_clock(Quota::per_second(5).unwrap(), 10, ManualClock::new());
+    /// let limiter = KeyedLimiter::<u32, Quota, _>::with_clock(Quota::per_second(5).unwrap(), 10, ManualClock::new());
     /// assert_eq!(limiter.max_keys(), 10);
     /// ```
     pub fn max_keys(&self) -> usize {
@@ -483,11 +452,85 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     ///
     /// ```
     /// use tollgate::{Clock, KeyedLimiter, ManualClock, Quota};
-    /// let limiter = KeyedLimiter::<u32, _>::with_clock(Quota::per_second(5).unwrap(), 10, ManualClock::new());
+    /// let limiter = KeyedLimiter::<u32, Quota, _>::with_clock(Quota::per_second(5).unwrap(), 10, ManualClock::new());
     /// assert_eq!(limiter.clock().now(), 0);
     /// ```
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+}
+
+impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
+    /// The state a key not in the table starts from: full as of the latest eviction reading
+    /// (`FULL` if nothing was ever evicted). For a reading at or after it this is exactly a full
+    /// bucket; for an earlier (stale or stepped-back) reading it holds what a bucket full at the
+    /// eviction reading holds then, so forgetting a bucket never hands a stale reading a
+    /// fresher burst than the forgotten bucket had.
+    #[inline]
+    fn start_state(&self, rule: &P::Rule) -> P::State {
+        P::start(rule, self.table.evicted_at.load(Ordering::SeqCst))
+    }
+
+    /// The rule of the key with fingerprint `fp`: its override's, or the default (by
+    /// reference: the hot path reads only its decision words, never copies them).
+    #[inline]
+    fn rule_of(&self, fp: u64) -> &P::Rule {
+        if self.overrides.is_empty() {
+            &self.rule
+        } else {
+            self.overrides.get(&fp).unwrap_or(&self.rule)
+        }
+    }
+
+    /// The most quotas a policy of this limiter holds (the default's or an override's).
+    #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
+    fn max_quotas(&self) -> usize {
+        self.overrides
+            .values()
+            .chain([&self.rule])
+            .map(|r| P::quotas(r).len())
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// The key's fingerprint: its seeded 64-bit hash (never 0 or 1, the index's markers).
+    #[inline]
+    fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        fingerprint(self.hasher.hash_one(key))
+    }
+}
+
+impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, Quota, C> {
+    /// The quota of `key`: its override, or the default.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    /// let q = Quota::per_second(5).unwrap();
+    /// let limiter = KeyedLimiter::<u8, Quota, _>::with_clock(q, 10, ManualClock::new());
+    /// assert_eq!(limiter.quota_for(&1), q);
+    /// ```
+    #[inline]
+    pub fn quota_for<Q>(&self, key: &Q) -> Quota
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if self.overrides.is_empty() {
+            self.rule
+        } else {
+            *self.rule_of(self.fingerprint(key))
+        }
+    }
+
+    /// The default quota.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    /// let q = Quota::per_second(5).unwrap();
+    /// assert_eq!(KeyedLimiter::<u8, Quota, _>::with_clock(q, 10, ManualClock::new()).quota(), q);
+    /// ```
+    pub fn quota(&self) -> Quota {
+        self.rule
     }
 }
 

@@ -69,8 +69,6 @@ pub mod gcra;
 pub mod guide;
 #[cfg(feature = "keyed")]
 mod keyed;
-#[cfg(feature = "keyed")]
-mod keyed_multi;
 mod limits;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
@@ -106,9 +104,10 @@ pub use clock::StdClock;
 pub use clock::{Clock, DefaultClock, ManualClock, WakeRegistration};
 pub use error::{ConfigError, Denied};
 #[cfg(feature = "keyed")]
-pub use keyed::{KeyedCounters, KeyedLimiter, KeyedLimiterBuilder, UntilKeyReady};
-#[cfg(feature = "keyed")]
-pub use keyed_multi::{KeyedMultiLimiter, KeyedMultiLimiterBuilder, MultiUntilKeyReady};
+pub use keyed::{
+    KeyedCounters, KeyedLimiter, KeyedLimiterBuilder, KeyedMultiLimiter, KeyedMultiLimiterBuilder,
+    KeyedPolicy, MultiUntilKeyReady, UntilKeyReady,
+};
 pub use limits::Limits;
 pub use multi::{MultiBucket, MultiReservation, Refusal, Snapshots};
 pub use quota::{Quota, HORIZON};

@@ -25,7 +25,7 @@ mod keyed {
 
     /// A keyed limiter's name, metric handles and table-full flag.
     #[derive(Debug)]
-    pub(crate) struct KeyedObserver {
+    pub struct KeyedObserver {
         #[cfg(feature = "tracing")]
         name: Option<alloc::boxed::Box<str>>,
         #[cfg(feature = "metrics")]

@@ -573,7 +573,7 @@ fn a_restored_table_reports_its_keys() {
         .save_at(&mut multi_file, SystemTime::UNIX_EPOCH)
         .unwrap();
     let restored = rec.build(|| {
-        KeyedLimiter::<u32, _>::builder(quota(1, 4), 16, ManualClock::new())
+        KeyedLimiter::<u32, _, _>::builder(quota(1, 4), 16, ManualClock::new())
             .name("restored")
             .restore_at(&file[..], SystemTime::UNIX_EPOCH)
             .unwrap()

@@ -26,7 +26,7 @@ fn build(
     q: Quota,
     max_keys: usize,
     clock: ManualClock,
-) -> tollgate::KeyedLimiterBuilder<u64, ManualClock> {
+) -> tollgate::KeyedLimiterBuilder<u64, Quota, ManualClock> {
     KeyedLimiter::builder(q, max_keys, clock)
         .quota_for(7, premium())
         .quota_for(8, premium())
@@ -200,7 +200,7 @@ fn a_save_racing_decisions_never_restores_more_tokens() {
             w.join().unwrap();
         }
         let clock2 = ManualClock::new();
-        let restored = KeyedLimiter::<u64, _>::builder(q, 20_000, clock2)
+        let restored = KeyedLimiter::<u64, _, _>::builder(q, 20_000, clock2)
             .restore_at(&file[..], wall(t0))
             .unwrap();
         for (k, &had) in before.iter().enumerate() {

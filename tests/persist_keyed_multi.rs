@@ -179,7 +179,7 @@ fn changed_quotas_are_converted_and_a_changed_count_is_refused() {
         "{err:?}"
     );
     // Another kind of limiter's file is refused as such.
-    let single = tollgate::KeyedLimiter::<u64, _>::with_clock(
+    let single = tollgate::KeyedLimiter::<u64, _, _>::with_clock(
         Quota::per_second(1).unwrap(),
         10,
         ManualClock::new(),

@@ -41,7 +41,7 @@ fn edges_at_u64_max_never_panic() {
         let mut f = pin!(b.until_ready_with_jitter(1, Duration::MAX, 3));
         let _ = f.as_mut().poll(&mut cx);
     }
-    let k: KeyedLimiter<u32, _> = KeyedLimiter::with_clock(q, 2, clock.clone());
+    let k: KeyedLimiter<u32, _, _> = KeyedLimiter::with_clock(q, 2, clock.clone());
     for i in 0..5 {
         let _ = k.try_acquire(&i, 1);
         let _ = k.try_acquire_snapshot(&i, 1);
@@ -92,7 +92,7 @@ fn two_reconfigurations_can_bring_the_word_back_bit_for_bit() {
 }
 
 /// A table of one key, burst 1, on a frozen clock at the last reading (`u64::MAX`).
-fn one_key_table_at_the_last_reading() -> KeyedLimiter<u32, ManualClock> {
+fn one_key_table_at_the_last_reading() -> KeyedLimiter<u32, Quota, ManualClock> {
     let clock = ManualClock::new_frozen();
     clock.set(Duration::from_nanos(u64::MAX));
     let q = Quota::per_second(10).unwrap().with_burst(1).unwrap();

@@ -107,7 +107,7 @@ fn sharded_snapshot_pools_the_shards() {
 #[test]
 fn keyed_snapshot_per_key_and_table_full() {
     let clock = ManualClock::new();
-    let limiter: KeyedLimiter<String, _> =
+    let limiter: KeyedLimiter<String, _, _> =
         KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 1, clock.clone());
     assert_eq!(
         limiter.try_acquire_snapshot("a", 4),
@@ -147,8 +147,8 @@ fn snapshot_only_on_refusal_matches_the_full_snapshot() {
     );
     // Room for every key: a table-full refusal's wait depends on where the incremental sweep
     // stands, which differs between two tables (each hashes with its own random seed).
-    let ka: KeyedLimiter<u8, _> = KeyedLimiter::with_clock(quota, 8, c1.clone());
-    let kb: KeyedLimiter<u8, _> = KeyedLimiter::with_clock(quota, 8, c2.clone());
+    let ka: KeyedLimiter<u8, _, _> = KeyedLimiter::with_clock(quota, 8, c1.clone());
+    let kb: KeyedLimiter<u8, _, _> = KeyedLimiter::with_clock(quota, 8, c2.clone());
     for _ in 0..5_000 {
         let step = Duration::from_nanos(rng.below(300_000_000));
         c1.advance(step);

@@ -153,7 +153,7 @@ fuzz_target!(|data: &[u8]| {
         }
         4 => {
             if let Ok(r) =
-                KeyedLimiter::<u64, _>::builder(quota, 64, clock).restore_at(&file[..], at)
+                KeyedLimiter::<u64, _, _>::builder(quota, 64, clock).restore_at(&file[..], at)
             {
                 assert!(r.len() <= 64);
                 for k in 0..80 {

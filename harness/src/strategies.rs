@@ -93,7 +93,7 @@ pub fn always_admit() -> Strategy {
 /// ```
 pub fn keyed_hot_key() -> Strategy {
     struct HotKey {
-        keys: tollgate::KeyedLimiter<u64, tollgate::DefaultClock>,
+        keys: tollgate::KeyedLimiter<u64, tollgate::Quota, tollgate::DefaultClock>,
         hot: tollgate::Bucket<tollgate::DefaultClock>,
     }
     impl RateLimiter for HotKey {

@@ -200,7 +200,7 @@ fn a_read_racing_a_growth_sees_the_tracked_state() {
 /// 8-slot one, whose first step (2 slots under loom) moves key 1 and leaves key 2 in the old
 /// region (the fixed seed's homes: key 1 at 2, key 2 at 0 of the old region; keys 3 and 4 at
 /// 7 and 0 of the new). Returns the limiter with the migration in progress.
-fn mid_migration(clock: ManualClock) -> loom::sync::Arc<KeyedLimiter<u8, ManualClock>> {
+fn mid_migration(clock: ManualClock) -> loom::sync::Arc<KeyedLimiter<u8, Quota, ManualClock>> {
     let limiter = table_for_four(clock, 3);
     assert!(limiter.is_migrating(), "the model must reach a migration");
     limiter
@@ -208,7 +208,10 @@ fn mid_migration(clock: ManualClock) -> loom::sync::Arc<KeyedLimiter<u8, ManualC
 
 /// A table for 4 keys (8 slots, 4 active under loom: the third key grows the region), quota
 /// 1/s with burst 2, in which keys `1..=keys` each took one token.
-fn table_for_four(clock: ManualClock, keys: u8) -> loom::sync::Arc<KeyedLimiter<u8, ManualClock>> {
+fn table_for_four(
+    clock: ManualClock,
+    keys: u8,
+) -> loom::sync::Arc<KeyedLimiter<u8, Quota, ManualClock>> {
     let quota = Quota::new(1, Duration::from_secs(1), 2).unwrap();
     let limiter = loom::sync::Arc::new(KeyedLimiter::with_clock(quota, 4, clock));
     for k in 1..=keys {

@@ -8,7 +8,7 @@ use loom::thread;
 use std::time::{Duration, SystemTime};
 use tollgate::{Clock, KeyedLimiter, ManualClock, Quota};
 
-fn restored(file: &[u8], quota: Quota, clock: ManualClock) -> KeyedLimiter<u8, ManualClock> {
+fn restored(file: &[u8], quota: Quota, clock: ManualClock) -> KeyedLimiter<u8, Quota, ManualClock> {
     KeyedLimiter::builder(quota, 4, clock)
         .restore_at(file, SystemTime::UNIX_EPOCH)
         .unwrap()

@@ -1,14 +1,15 @@
-//! [`KeyedLimiterBuilder`]: per-key quota overrides and the full-table policy.
+//! [`KeyedLimiterBuilder`]: per-key policy overrides and the full-table policy.
 
-use super::KeyedLimiter;
+use super::{KeyedLimiter, KeyedPolicy};
 use crate::clock::{Clock, DefaultClock};
 use crate::error::ConfigError;
+use crate::limits::Limits;
 use crate::quota::Quota;
 use core::fmt;
 use core::hash::Hash;
 use std::collections::HashMap;
 
-/// Builds a [`KeyedLimiter`] with per-key quotas or the fail-open policy.
+/// Builds a [`KeyedLimiter`] with per-key policies or the fail-open policy.
 ///
 /// ```
 /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -21,10 +22,10 @@ use std::collections::HashMap;
 /// assert!(limiter.try_acquire_by("basic", 500).is_err());
 /// ```
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
-pub struct KeyedLimiterBuilder<K, C = DefaultClock> {
-    quota: Quota,
+pub struct KeyedLimiterBuilder<K, P: KeyedPolicy = Quota, C = DefaultClock> {
+    policy: P,
     max_keys: usize,
-    overrides: HashMap<K, Quota>,
+    overrides: HashMap<K, P>,
     fail_open: bool,
     clock: C,
     /// The name and shadow mode (`named.rs`).
@@ -32,39 +33,59 @@ pub struct KeyedLimiterBuilder<K, C = DefaultClock> {
     pub(super) named: super::named::Named,
 }
 
-impl<K, C: fmt::Debug> fmt::Debug for KeyedLimiterBuilder<K, C> {
+/// The builder of a [`KeyedMultiLimiter`](crate::KeyedMultiLimiter): a
+/// [`KeyedLimiterBuilder`] of [`Limits`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+/// let per_day = |n| Quota::new(n, Duration::from_secs(86_400), n).unwrap();
+/// let basic = Limits::new([Quota::per_second(10).unwrap(), per_day(10_000)]).unwrap();
+/// let premium = Limits::new([Quota::per_second(1000).unwrap(), per_day(1_000_000)]).unwrap();
+/// let limiter = KeyedMultiLimiter::builder(basic, 1000, ManualClock::new())
+///     .limits_for("premium".to_string(), premium)
+///     .build()
+///     .unwrap();
+/// assert_eq!(limiter.try_acquire_by("premium", 500), Ok(()));
+/// assert!(limiter.try_acquire_by("basic", 500).is_err());
+/// ```
+pub type KeyedMultiLimiterBuilder<K, C = DefaultClock> = KeyedLimiterBuilder<K, Limits, C>;
+
+impl<K, P: KeyedPolicy, C: fmt::Debug> fmt::Debug for KeyedLimiterBuilder<K, P, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimiterBuilder")
-            .field("quota", &self.quota)
+            .field("policy", &self.policy)
             .field("max_keys", &self.max_keys)
             .field("overrides", &self.overrides.len())
             .field("fail_open", &self.fail_open)
             .field("clock", &self.clock)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
-impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
-    /// Gives `key` its own quota (a premium tenant) instead of the default one. The override is
-    /// found by the key's hash at every decision, so overrides cost one more hash lookup per call;
-    /// without any, nothing is looked up.
+impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder<K, P, C> {
+    /// Gives `key` its own policy (a premium tenant's quota; for [`Limits`], one to four
+    /// quotas, as many as it likes whatever the default holds) instead of the default one. The
+    /// override is found by the key's fingerprint at every decision, so overrides cost one more
+    /// hash-map lookup per call; without any, nothing is looked up.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
     /// let limiter = KeyedLimiter::builder(Quota::per_second(1).unwrap(), 10, ManualClock::new())
-    ///     .quota_for(7u32, Quota::per_second(5).unwrap())
+    ///     .override_quota(7u32, Quota::per_second(5).unwrap())
     ///     .build()
     ///     .unwrap();
     /// assert_eq!(limiter.quota_for(&7), Quota::per_second(5).unwrap());
     /// assert_eq!(limiter.quota_for(&8), Quota::per_second(1).unwrap());
     /// ```
-    pub fn quota_for(mut self, key: K, quota: Quota) -> Self {
-        self.overrides.insert(key, quota);
+    pub fn override_quota(mut self, key: K, policy: P) -> Self {
+        self.overrides.insert(key, policy);
         self
     }
 
     /// When the table is full and no bucket can be evicted: `false` (the default) refuses a new
-    /// key with `RetryAfter`; `true` admits it without tracking it. Both are counted.
+    /// key with `RetryAfter`; `true` admits it without tracking it (outside every bound). Both
+    /// are counted.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -85,21 +106,24 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
     ///
     /// ```
     /// use tollgate::{ConfigError, KeyedLimiter, ManualClock, Quota};
-    /// let b = KeyedLimiter::<u64, _>::builder(Quota::per_second(1).unwrap(), 0, ManualClock::new());
+    /// let b = KeyedLimiter::<u64, Quota, _>::builder(Quota::per_second(1).unwrap(), 0, ManualClock::new());
     /// assert_eq!(b.build().unwrap_err(), ConfigError::ZeroCapacity);
     /// ```
-    pub fn build(self) -> Result<KeyedLimiter<K, C>, ConfigError> {
+    pub fn build(self) -> Result<KeyedLimiter<K, P, C>, ConfigError> {
         self.build_seeded(None)
     }
 
     /// [`build`](KeyedLimiterBuilder::build) with the fingerprint seed given (a restore's) or
     /// drawn at random (`None`).
-    pub(super) fn build_seeded(self, seed: Option<u64>) -> Result<KeyedLimiter<K, C>, ConfigError> {
+    pub(super) fn build_seeded(
+        self,
+        seed: Option<u64>,
+    ) -> Result<KeyedLimiter<K, P, C>, ConfigError> {
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroCapacity);
         }
         let limiter = KeyedLimiter::from_parts(
-            self.quota,
+            self.policy,
             self.max_keys,
             self.clock,
             self.overrides,
@@ -112,19 +136,55 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
     }
 }
 
-impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
-    /// A builder: per-key quotas ([`quota_for`](KeyedLimiterBuilder::quota_for)) and the
-    /// fail-open policy ([`fail_open`](KeyedLimiterBuilder::fail_open)).
+impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, Quota, C> {
+    /// [`override_quota`](KeyedLimiterBuilder::override_quota) for a limiter of one quota per
+    /// key.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
-    /// let limiter: KeyedLimiter<String, _> =
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1).unwrap(), 10, ManualClock::new())
+    ///     .quota_for(7u32, Quota::per_second(5).unwrap())
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(limiter.quota_for(&7), Quota::per_second(5).unwrap());
+    /// ```
+    pub fn quota_for(self, key: K, quota: Quota) -> Self {
+        self.override_quota(key, quota)
+    }
+}
+
+impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, Limits, C> {
+    /// [`override_quota`](KeyedLimiterBuilder::override_quota) for a limiter of policies.
+    ///
+    /// ```
+    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+    /// let one = Limits::from(Quota::per_second(1).unwrap());
+    /// let five = Limits::from(Quota::per_second(5).unwrap());
+    /// let limiter = KeyedMultiLimiter::builder(one.clone(), 10, ManualClock::new())
+    ///     .limits_for(7u32, five.clone())
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(limiter.limits_for(&7), &five);
+    /// assert_eq!(limiter.limits_for(&8), &one);
+    /// ```
+    pub fn limits_for(self, key: K, limits: Limits) -> Self {
+        self.override_quota(key, limits)
+    }
+}
+
+impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, C> {
+    /// A builder: per-key policies ([`override_quota`](KeyedLimiterBuilder::override_quota))
+    /// and the fail-open policy ([`fail_open`](KeyedLimiterBuilder::fail_open)).
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    /// let limiter: KeyedLimiter<String, Quota, _> =
     ///     KeyedLimiter::builder(Quota::per_second(5).unwrap(), 100, ManualClock::new()).build().unwrap();
     /// assert!(limiter.is_empty());
     /// ```
-    pub fn builder(quota: Quota, max_keys: usize, clock: C) -> KeyedLimiterBuilder<K, C> {
+    pub fn builder(policy: P, max_keys: usize, clock: C) -> KeyedLimiterBuilder<K, P, C> {
         KeyedLimiterBuilder {
-            quota,
+            policy,
             max_keys,
             overrides: HashMap::new(),
             fail_open: false,

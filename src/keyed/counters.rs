@@ -1,10 +1,8 @@
 //! [`KeyedCounters`] and the per-thread counter shards they sum.
 
-use super::KeyedLimiter;
-use crate::clock::Clock;
+use super::{KeyedLimiter, KeyedPolicy};
 use crate::sync::{thread_slot, AtomicU64, Ordering};
 use alloc::boxed::Box;
-use core::hash::Hash;
 use crossbeam_utils::CachePadded;
 
 /// A snapshot of a [`KeyedLimiter`]'s counters (sums over its shards).
@@ -52,8 +50,7 @@ pub(crate) struct Counters {
 /// The most counter shards of each half, whatever the core count.
 const MAX_SHARDS: usize = 1024;
 
-/// A keyed table's counters, split by thread: [`KeyedLimiter`]'s and
-/// [`KeyedMultiLimiter`](crate::KeyedMultiLimiter)'s.
+/// A keyed table's counters, split by thread.
 pub(crate) struct CounterShards {
     shards: Box<[CachePadded<Counters>]>,
 }
@@ -103,8 +100,12 @@ impl CounterShards {
     }
 }
 
-impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
-    /// The counters, summed over the shards. Each is exact once concurrent calls have returned.
+impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
+    /// The counters, summed over the shards: every decision counts once as admitted or refused;
+    /// `refused_table_full` and `admitted_untracked` count new keys that met a full table,
+    /// `evicted` the keys evicted. In shadow mode (`KeyedLimiterBuilder::shadow`, feature
+    /// `metrics`) a decision counts as what the caller got: admitted. Each count is exact once
+    /// the calls that made it have returned.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};

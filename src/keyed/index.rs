@@ -115,9 +115,17 @@ impl Index {
 }
 
 /// The index with its mutex held.
-pub(crate) struct Locked<'a> {
+pub struct Locked<'a> {
     index: &'a Index,
     meta: MutexGuard<'a, Meta>,
+}
+
+impl core::fmt::Debug for Locked<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Locked")
+            .field("live", &self.meta.live)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Locked<'_> {

@@ -3,11 +3,10 @@
 
 use alloc::string::String;
 
-use super::{KeyedLimiter, KeyedLimiterBuilder};
+use super::{KeyedLimiter, KeyedLimiterBuilder, KeyedPolicy};
 use crate::observe::KeyedObserver;
 
-/// What a keyed builder was told: the name and shadow mode (also
-/// [`KeyedMultiLimiterBuilder`](crate::KeyedMultiLimiterBuilder)'s).
+/// What a keyed builder was told: the name and shadow mode.
 #[derive(Debug, Default)]
 pub(crate) struct Named {
     pub(crate) name: Option<String>,
@@ -15,25 +14,28 @@ pub(crate) struct Named {
 }
 
 impl Named {
-    /// The observer of a table of `capacity` keys whose policies hold up to `quotas` quotas
-    /// (0: single quotas), its handles resolved now, from the installed recorder.
-    pub(crate) fn observer(&self, capacity: u64, quotas: usize) -> KeyedObserver {
-        KeyedObserver::with_quotas(self.name.as_deref(), capacity, self.shadow, quotas)
-    }
-
-    /// Gives `limiter` its observer.
-    pub(super) fn apply<K, C>(self, mut limiter: KeyedLimiter<K, C>) -> KeyedLimiter<K, C> {
-        limiter.observe = self.observer(limiter.max_keys, 0);
+    /// Gives `limiter` its observer, its handles resolved now from the installed recorder; a
+    /// table of policies of several quotas also counts refusals by the quota that refused.
+    pub(super) fn apply<K, P: KeyedPolicy, C>(
+        self,
+        mut limiter: KeyedLimiter<K, P, C>,
+    ) -> KeyedLimiter<K, P, C> {
+        let quotas = if P::SEVERAL { limiter.max_quotas() } else { 0 };
+        limiter.observe =
+            KeyedObserver::with_quotas(self.name.as_deref(), limiter.max_keys, self.shadow, quotas);
         limiter
     }
 }
 
-impl<K, C> KeyedLimiterBuilder<K, C> {
+impl<K, P: KeyedPolicy, C> KeyedLimiterBuilder<K, P, C> {
     /// Names the limiter. With the `metrics` feature it records, under the `limiter` label
     /// `name`: every decision (`tollgate_decisions_total`, the refusals' waits in
-    /// `tollgate_retry_after_seconds`), the keys it tracks and its capacity (gauges), evictions
-    /// and the new keys that met a full table (see [`crate::metrics`]). With `tracing`, its
-    /// table-full events carry the name. The handles come from the recorder installed when
+    /// `tollgate_retry_after_seconds`), for a policy of several quotas each refusal also by the
+    /// quota that refused (`tollgate_policy_refusals_total`, label `quota`: its index in the
+    /// key's [`Limits`](crate::Limits); a new key refused for a full table counts against
+    /// quota 0), the keys it tracks and its capacity (gauges), evictions and the new keys that
+    /// met a full table (see [`crate::metrics`]). With `tracing`, its table-full events carry
+    /// the name. The handles come from the recorder installed when
     /// [`build`](KeyedLimiterBuilder::build) runs.
     ///
     /// ```
@@ -52,8 +54,9 @@ impl<K, C> KeyedLimiterBuilder<K, C> {
 
     /// Shadow mode: every decision is made and recorded as usual (what would have been refused
     /// as `shadow_refused`, with its wait), then admitted. A refusal writes nothing, so turning
-    /// shadow off later enforces from the state an enforcing limiter would have reached. Recorded
-    /// only for a [named](KeyedLimiterBuilder::name) limiter.
+    /// shadow off later enforces from the state an enforcing limiter would have reached.
+    /// Recorded only for a [named](KeyedLimiterBuilder::name) limiter; the
+    /// [counters](KeyedLimiter::counters) count what callers got.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};

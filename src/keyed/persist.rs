@@ -1,7 +1,11 @@
 //! [`KeyedLimiter`]'s saved state (feature `persist`): a `KEYED` frame (default quota,
 //! fingerprint seed, override count), one `OVERRIDE` frame per override quota, `ENTRIES`
 //! frames (each tracked bucket that is not full: fingerprint and the units it lacks at the
-//! anchor), and a `FLOOR` frame (where untracked keys start), read after the entries.
+//! anchor), and a `FLOOR` frame (where untracked keys start), read after the entries. A table
+//! of [`Limits`] writes the same frames of its own kinds (`KEYED_MULTI`, `OVERRIDE_MULTI`,
+//! `MULTI_ENTRIES`): each policy as its quota count and quotas, each entry with its quota
+//! count and what each quota lacks, every quota of a key read with one consistent read of its
+//! record, so as of one instant during the save.
 //!
 //! # A save walks the table while decisions go on
 //!
@@ -34,9 +38,10 @@
 
 use super::index::{Index, ScanRegion};
 use super::table::Table;
-use super::{KeyedLimiter, KeyedLimiterBuilder};
+use super::{KeyedLimiter, KeyedLimiterBuilder, KeyedPolicy};
 use crate::clock::Clock;
 use crate::gcra;
+use crate::limits::{Limits, MAX_LIMITS};
 use crate::persist::format::{
     kind, Cursor, FrameReader, FrameWriter, Limiter, Payload, ENTRIES_PER_FRAME,
 };
@@ -57,19 +62,61 @@ pub(crate) const CHUNK: usize = 4096;
 #[cfg(tollgate_loom)]
 pub(crate) const CHUNK: usize = 1;
 
-/// The most override quotas a restore accepts.
+/// The most override policies a restore accepts.
 const MAX_OVERRIDES: u64 = 1 << 24;
 
-impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
-    /// Writes every tracked key's bucket that is not full (feature `persist`), the override
-    /// quotas, the fingerprint seed and where untracked keys start, anchored to the wall clock
-    /// ([`SystemTime::now`]); restore with [`KeyedLimiterBuilder::restore`].
+/// The frames of a table of `P`: the limiter in the header, the table-wide frame, an
+/// override's and the entries'.
+fn kinds<P: KeyedPolicy>() -> (Limiter, u8, u8, u8) {
+    if P::SEVERAL {
+        let k = (kind::KEYED_MULTI, kind::OVERRIDE_MULTI, kind::MULTI_ENTRIES);
+        (Limiter::KeyedMulti, k.0, k.1, k.2)
+    } else {
+        (Limiter::Keyed, kind::KEYED, kind::OVERRIDE, kind::ENTRIES)
+    }
+}
+
+/// Writes a policy's quotas (with their count, for a table of [`Limits`]).
+fn put_quotas<P: KeyedPolicy>(p: &mut Payload, quotas: &[Quota]) {
+    if P::SEVERAL {
+        p.u8(quotas.len() as u8);
+    }
+    for q in quotas {
+        p.quota(q);
+    }
+}
+
+/// Reads a policy written by [`put_quotas`] onto the end of `out`; returns how many quotas.
+fn get_quotas<P: KeyedPolicy>(
+    c: &mut Cursor<'_>,
+    out: &mut Vec<Quota>,
+) -> Result<usize, RestoreError> {
+    let n = if P::SEVERAL { usize::from(c.u8()?) } else { 1 };
+    if n == 0 || n > MAX_LIMITS {
+        return Err(RestoreError::Corrupt("an invalid number of quotas"));
+    }
+    let start = out.len();
+    for _ in 0..n {
+        out.push(c.quota()?);
+    }
+    if P::SEVERAL {
+        Limits::new(out[start..].iter().copied()).map_err(RestoreError::Config)?;
+    }
+    Ok(n)
+}
+
+impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, C> {
+    /// Writes every tracked key whose bucket is not full (every quota of it, for a policy of
+    /// several: a per-day quota is not handed out again by a deploy), the override policies,
+    /// the fingerprint seed and where untracked keys start (feature `persist`), anchored to the
+    /// wall clock ([`SystemTime::now`]); restore with [`KeyedLimiterBuilder::restore`].
     ///
     /// Streams: one chunk of the table at a time (memory independent of the number of keys;
     /// time linear in the table's current region), and decisions go on meanwhile — lookups
-    /// never wait, insertions wait for one chunk at most. Each key's state is saved as of some
-    /// instant during the save; see the module's docs for what a concurrent save can miss and
-    /// why that errs only toward fewer tokens. The file holds the seed: keep it private.
+    /// never wait, insertions wait for one chunk at most. Each key's state (all its quotas) is
+    /// saved as of some instant during the save; see the module's docs for what a concurrent
+    /// save can miss and why that errs only toward fewer tokens. The file holds the seed: keep
+    /// it private.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -78,7 +125,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// limiter.try_acquire(&"alice", 10).unwrap();
     /// let mut file = Vec::new();
     /// limiter.save(&mut file).unwrap();
-    /// let restored = KeyedLimiter::<&str, _>::builder(q, 100, ManualClock::new())
+    /// let restored = KeyedLimiter::<&str, Quota, _>::builder(q, 100, ManualClock::new())
     ///     .restore(&file[..])
     ///     .unwrap();
     /// assert!(restored.available(&"alice") <= 1); // what the (tiny) downtime refilled
@@ -93,7 +140,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// ```
     /// use std::time::SystemTime;
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
-    /// let limiter = KeyedLimiter::<u32, _>::with_clock(Quota::per_second(1).unwrap(), 10, ManualClock::new());
+    /// let limiter = KeyedLimiter::<u32, Quota, _>::with_clock(Quota::per_second(1).unwrap(), 10, ManualClock::new());
     /// let mut file = Vec::new();
     /// limiter.save_at(&mut file, SystemTime::UNIX_EPOCH).unwrap();
     /// ```
@@ -102,34 +149,51 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     }
 
     fn save_with<W: Write>(&self, w: W, wall: impl FnOnce() -> SystemTime) -> io::Result<()> {
+        let (limiter, head, over, entries_kind) = kinds::<P>();
         // The clock, then the wall clock: see `Bucket::save`.
         let now = self.clock.now();
         let wall = wall_ns(wall())?;
-        let mut fw = FrameWriter::start(w, Limiter::Keyed, wall)?;
+        let mut fw = FrameWriter::start(w, limiter, wall)?;
         let mut p = Payload::default();
-        p.quota(&self.quota)
-            .u64(self.seed)
-            .u64(self.overrides.len() as u64);
-        fw.frame(kind::KEYED, &p.0)?;
-        for (&fp, q) in &self.overrides {
+        put_quotas::<P>(&mut p, P::quotas(&self.rule));
+        p.u64(self.seed).u64(self.overrides.len() as u64);
+        fw.frame(head, &p.0)?;
+        for (&fp, rule) in &self.overrides {
             let mut p = Payload::default();
-            p.u64(fp).quota(q);
-            fw.frame(kind::OVERRIDE, &p.0)?;
+            p.u64(fp);
+            put_quotas::<P>(&mut p, P::quotas(rule));
+            fw.frame(over, &p.0)?;
         }
-        self.walk(CHUNK, |chunk| {
-            let mut entries = chunk
-                .iter()
-                .map(|&(fp, state)| (fp, lack(state, now, self.quota_of(fp))))
-                .filter(|&(_, missing)| missing > 0)
-                .peekable();
-            while entries.peek().is_some() {
-                let part: Vec<_> = entries.by_ref().take(ENTRIES_PER_FRAME).collect();
+        let mut entries: Vec<(u64, usize, [u64; MAX_LIMITS])> = Vec::new();
+        walk(&self.index, CHUNK, |chunk| {
+            entries.clear();
+            for &(fp, word) in chunk {
+                let rule = self.rule_of(fp);
+                let Some(state) = P::saved(self, fp, word, rule) else {
+                    continue;
+                };
+                let quotas = P::quotas(rule);
+                let mut lacks = [0u64; MAX_LIMITS];
+                for ((l, q), &s) in lacks.iter_mut().zip(quotas).zip(P::words(&state)) {
+                    *l = lack(s, now, q);
+                }
+                if lacks.iter().any(|&l| l > 0) {
+                    entries.push((fp, quotas.len(), lacks));
+                }
+            }
+            for part in entries.chunks(ENTRIES_PER_FRAME) {
                 let mut p = Payload::default();
                 p.u32(part.len() as u32);
-                for (fp, missing) in part {
-                    p.u64(fp).u64(missing);
+                for &(fp, n, lacks) in part {
+                    p.u64(fp);
+                    if P::SEVERAL {
+                        p.u8(n as u8);
+                    }
+                    for &l in &lacks[..n] {
+                        p.u64(l);
+                    }
                 }
-                fw.frame(kind::ENTRIES, &p.0)?;
+                fw.frame(entries_kind, &p.0)?;
             }
             Ok::<(), io::Error>(())
         })?;
@@ -137,61 +201,36 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         fw.finish().map(drop)
     }
 
-    /// Walks every entry of the table ([`walk`]).
-    fn walk<E>(
-        &self,
-        chunk: usize,
-        on_chunk: impl FnMut(&[(u64, u64)]) -> Result<(), E>,
-    ) -> Result<(), E> {
-        walk(&self.index, chunk, on_chunk)
-    }
-
-    /// Makes every key the table does not track hold no tokens now (feature `persist`): what
-    /// a process that cannot restore its state should do instead of starting full. Untracked
-    /// keys start from "full one burst's refill time from now" (the longest over the default
-    /// and the override quotas: a quota that refills faster starts a little in debt); keys
-    /// tracked already keep their state, so call it on a limiter just built.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Denied, KeyedLimiter, ManualClock, Quota};
-    /// let limiter = KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 100, ManualClock::new());
-    /// limiter.drain();
-    /// assert_eq!(limiter.available(&"anyone"), 0);
-    /// assert_eq!(limiter.try_acquire(&"anyone", 1), Err(Denied::RetryAfter(Duration::from_millis(100))));
-    /// ```
-    pub fn drain(&self) {
-        self.table.drain(self.clock.now());
-    }
-
-    /// Tracks `(fp, state)` entries read from a saved table, keeping the stricter state of a
-    /// fingerprint seen twice. An entry that finds the table full is not tracked; the floor for
-    /// untracked keys is raised to the instant it would be full instead, so that key — and
-    /// every other untracked key — starts no more lenient than the entry (a save racing
-    /// insertions may hold a few more entries than `max_keys`; a smaller table, many more).
-    fn restore_entries(&self, entries: &[(u64, u64)]) {
+    /// Tracks `(fp, state)` entries read from a saved table, keeping the stricter state of each
+    /// quota of a fingerprint seen twice. An entry that finds the table full is not tracked;
+    /// the floor for untracked keys is raised to the instant it would be full instead, so that
+    /// key — and every other untracked key — starts no more lenient than the entry (a save
+    /// racing insertions may hold a few more entries than `max_keys`; a smaller table, many
+    /// more).
+    fn restore_entries(&self, entries: &[(u64, P::State)]) {
         let mut locked = self.index.lock();
-        for &(fp, state) in entries {
+        let t = &self.table;
+        for (fp, state) in entries {
+            let (fp, rule) = (*fp, self.rule_of(*fp));
             if locked.contains(fp) {
                 // A key the walk met twice (moved meanwhile): the later state is the larger.
-                self.index
-                    .apply(fp, |s| Ok::<_, ()>((state > s).then_some(state)));
+                P::merge(self, fp, rule, state);
                 continue;
             }
-            let full_at = gcra::full_at(state, self.quota_of(fp));
-            if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
-                let floor = full_at.min(HORIZON_NS);
-                self.table.evicted_at.fetch_max(floor, Ordering::SeqCst);
+            let full_at = P::full_at(rule, state);
+            if t.len.load(Ordering::SeqCst) >= self.max_keys
+                || !P::place(self, &mut locked, fp, rule, state, full_at)
+            {
+                t.evicted_at
+                    .fetch_max(full_at.min(HORIZON_NS), Ordering::SeqCst);
                 continue;
             }
-            locked.insert(fp, state, full_at);
-            self.table.len.fetch_add(1, Ordering::SeqCst);
-            self.table.next_full_at.fetch_min(full_at, Ordering::SeqCst);
+            t.len.fetch_add(1, Ordering::SeqCst);
+            t.next_full_at.fetch_min(full_at, Ordering::SeqCst);
         }
-        // The gauge of the keys tracked, set under the index's mutex as insertions set it (a
-        // review's finding, 2026-12-04: a restored table reported none).
+        // The gauge of the keys tracked, set under the index's mutex as insertions set it.
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        self.observe.inserted(self.table.len.load(Ordering::SeqCst));
+        self.observe.inserted(t.len.load(Ordering::SeqCst));
     }
 }
 
@@ -338,14 +377,16 @@ fn clamp_i64(x: i128) -> i64 {
 }
 
 #[cfg_attr(docsrs, doc(cfg(feature = "persist")))]
-impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
+impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder<K, P, C> {
     /// Builds the limiter from a state written by [`KeyedLimiter::save`] (feature `persist`):
     /// the saved fingerprint seed (so the saved entries are found again), every saved entry
     /// refilled over the downtime measured on the wall clock ([`SystemTime::now`]), and where
-    /// untracked keys start. This builder's quotas apply; an entry saved under another quota is
-    /// converted as [`Bucket::set_quota`](crate::Bucket::set_quota) converts. Streams: one frame
-    /// in memory at a time, and the file's per-key quota overrides (a map of them, at most 2^24,
-    /// about 160 bytes each: a crafted file of 2^21 overrides, 82 MiB, took 326 MiB to restore).
+    /// untracked keys start. This builder's policies apply; an entry saved under another quota
+    /// is converted as [`Bucket::set_quota`](crate::Bucket::set_quota) converts (by position,
+    /// for a policy of several). A key whose saved policy has another number of quotas than its
+    /// policy here refuses the whole restore ([`RestoreError::LimitsChanged`]): which saved
+    /// quota became which is not known. Streams: one frame in memory at a time, and the file's
+    /// per-key overrides (at most 2^24).
     ///
     /// Saved entries beyond this builder's `max_keys` (a smaller table, or a save that raced
     /// insertions) are not tracked: the floor for untracked keys is raised to the instant each
@@ -365,12 +406,12 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
     /// let mut file = Vec::new();
     /// limiter.save_at(&mut file, SystemTime::UNIX_EPOCH).unwrap();
     /// let later = SystemTime::UNIX_EPOCH + Duration::from_millis(500);
-    /// let restored = KeyedLimiter::<&str, _>::builder(q, 100, ManualClock::new())
+    /// let restored = KeyedLimiter::<&str, Quota, _>::builder(q, 100, ManualClock::new())
     ///     .restore_at(&file[..], later)
     ///     .unwrap();
     /// assert_eq!(restored.available(&"alice"), 5);
     /// ```
-    pub fn restore<R: Read>(self, r: R) -> Result<KeyedLimiter<K, C>, RestoreError> {
+    pub fn restore<R: Read>(self, r: R) -> Result<KeyedLimiter<K, P, C>, RestoreError> {
         self.restore_with(r, SystemTime::now)
     }
 
@@ -379,7 +420,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
     /// ```
     /// use std::time::SystemTime;
     /// use tollgate::{persist::RestoreError, KeyedLimiter, ManualClock, Quota};
-    /// let b = KeyedLimiter::<u32, _>::builder(Quota::per_second(1).unwrap(), 10, ManualClock::new());
+    /// let b = KeyedLimiter::<u32, Quota, _>::builder(Quota::per_second(1).unwrap(), 10, ManualClock::new());
     /// let err = b.restore_at(&b"TOLLGATE\x09\x00"[..], SystemTime::UNIX_EPOCH).unwrap_err();
     /// assert!(matches!(err, RestoreError::UnsupportedVersion(9)));
     /// ```
@@ -387,7 +428,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
         self,
         r: R,
         wall: SystemTime,
-    ) -> Result<KeyedLimiter<K, C>, RestoreError> {
+    ) -> Result<KeyedLimiter<K, P, C>, RestoreError> {
         self.restore_with(r, || wall)
     }
 
@@ -395,23 +436,28 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
         self,
         r: R,
         wall: impl FnOnce() -> SystemTime,
-    ) -> Result<KeyedLimiter<K, C>, RestoreError> {
-        let mut fr = FrameReader::open(r, Limiter::Keyed)?;
+    ) -> Result<KeyedLimiter<K, P, C>, RestoreError> {
+        let (limiter, head, over, entries_kind) = kinds::<P>();
+        let mut fr = FrameReader::open(r, limiter)?;
+        // The saved quotas, flat: the default's first, then each override's (memory in
+        // proportion to the input's frames), found by fingerprint.
+        let mut quotas: Vec<Quota> = Vec::new();
         let (default, seed, n_overrides) = {
-            let mut c = fr.expect(kind::KEYED)?;
-            let v = (c.quota()?, c.u64()?, c.u64()?);
+            let mut c = fr.expect(head)?;
+            let v = (get_quotas::<P>(&mut c, &mut quotas)?, c.u64()?, c.u64()?);
             c.end()?;
             v
         };
         if n_overrides > MAX_OVERRIDES {
-            return Err(RestoreError::Corrupt("too many override quotas"));
+            return Err(RestoreError::Corrupt("too many override policies"));
         }
-        let mut saved: HashMap<u64, Quota> = HashMap::new();
+        let mut saved: HashMap<u64, (usize, usize)> = HashMap::new();
         for _ in 0..n_overrides {
-            let mut c = fr.expect(kind::OVERRIDE)?;
-            let (fp, q) = (c.u64()?, c.quota()?);
+            let mut c = fr.expect(over)?;
+            let (fp, at) = (c.u64()?, quotas.len());
+            let n = get_quotas::<P>(&mut c, &mut quotas)?;
             c.end()?;
-            saved.insert(fp, q);
+            saved.insert(fp, (at, n));
         }
         let down = downtime(fr.wall_ns(), wall())?;
         let limiter = self
@@ -419,41 +465,64 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
             .map_err(RestoreError::Config)?;
         // The wall clock (read by `downtime`), then the limiter's clock: see `Bucket::restore`.
         let now = limiter.clock.now();
+        let entry_len = if P::SEVERAL { 17 } else { 16 };
         let mut batch = Vec::new();
         loop {
             let (k, mut c) = fr.next()?;
-            match k {
-                kind::ENTRIES => {
-                    let n = c.u32()? as usize;
-                    if c.remaining() as u64 != n as u64 * 16 {
-                        return Err(RestoreError::Corrupt(
-                            "an entries frame of the wrong length",
-                        ));
-                    }
-                    batch.clear();
-                    for _ in 0..n {
-                        let (fp, missing) = (c.u64()?, c.u64()?);
-                        if fp < 2 {
-                            return Err(RestoreError::Corrupt("a fingerprint no key has"));
-                        }
-                        let old = saved.get(&fp).unwrap_or(&default);
-                        let state = restored_state(missing, down, now, old, limiter.quota_of(fp));
-                        if !gcra::is_full(state, now, limiter.quota_of(fp)) {
-                            batch.push((fp, state));
-                        }
-                    }
-                    limiter.restore_entries(&batch);
+            if k == kind::FLOOR {
+                let floor = read_floor(&mut c, now, down)?;
+                fr.expect(kind::END)?;
+                if let Some(at) = floor {
+                    limiter.table.evicted_at.fetch_max(at, Ordering::SeqCst);
                 }
-                kind::FLOOR => {
-                    let floor = read_floor(&mut c, now, down)?;
-                    fr.expect(kind::END)?;
-                    if let Some(at) = floor {
-                        limiter.table.evicted_at.fetch_max(at, Ordering::SeqCst);
-                    }
-                    return Ok(limiter);
-                }
-                _ => return Err(RestoreError::Corrupt("a frame out of place")),
+                return Ok(limiter);
             }
+            if k != entries_kind {
+                return Err(RestoreError::Corrupt("a frame out of place"));
+            }
+            let count = c.u32()? as usize;
+            // At least `entry_len` bytes an entry (one quota): a count that cannot fit is
+            // corrupt; of one quota each, the frame holds exactly the entries.
+            if count.saturating_mul(entry_len) > c.remaining()
+                || !P::SEVERAL && count * entry_len != c.remaining()
+            {
+                return Err(RestoreError::Corrupt(
+                    "an entries frame of the wrong length",
+                ));
+            }
+            batch.clear();
+            for _ in 0..count {
+                let fp = c.u64()?;
+                let n = if P::SEVERAL { usize::from(c.u8()?) } else { 1 };
+                if fp < 2 {
+                    return Err(RestoreError::Corrupt("a fingerprint no key has"));
+                }
+                let (at, len) = saved.get(&fp).copied().unwrap_or((0, default));
+                if n != len {
+                    return Err(RestoreError::Corrupt(
+                        "an entry with another number of quotas than its policy",
+                    ));
+                }
+                let rule = limiter.rule_of(fp);
+                let new = P::quotas(rule);
+                if n != new.len() {
+                    return Err(RestoreError::LimitsChanged {
+                        saved: n,
+                        restoring: new.len(),
+                    });
+                }
+                let mut states = [0u64; MAX_LIMITS];
+                let mut full = true;
+                for (i, s) in states[..n].iter_mut().enumerate() {
+                    *s = restored_state(c.u64()?, down, now, &quotas[at + i], &new[i]);
+                    full &= gcra::is_full(*s, now, &new[i]);
+                }
+                if !full {
+                    batch.push((fp, P::from_words(&states[..n])));
+                }
+            }
+            c.end()?;
+            limiter.restore_entries(&batch);
         }
     }
 }
@@ -461,6 +530,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, C> {
 #[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
+    use crate::keyed::policy::sealed::Sealed;
     use crate::test_support::Xorshift;
     use crate::ManualClock;
     use core::time::Duration;
@@ -491,33 +561,32 @@ mod tests {
             let mut seen: HashMap<u64, u64> = HashMap::new();
             let mut next_key = 1_000_000u64;
             let chunk = 1 + (rng.next() % 4) as usize;
-            limiter
-                .walk(chunk, |entries| {
-                    for &(fp, s) in entries {
-                        let e = seen.entry(fp).or_insert(0);
-                        *e = (*e).max(s);
-                    }
-                    for _ in 0..rng.next() % 3 {
-                        match rng.next() % 4 {
-                            0 => {
-                                for _ in 0..rng.next() % 4 {
-                                    let _ = limiter.try_acquire(&next_key, 1 + rng.next() % 100);
-                                    next_key += 1;
-                                }
-                            }
-                            1 if rng.next() % 4 == 0 => {
-                                clock.advance(Duration::from_millis(rng.next() % 300));
-                                limiter.sweep();
-                            }
-                            _ => {
-                                let k = 1_000_000 + rng.next() % (next_key - 999_999);
-                                let _ = limiter.try_acquire(&k, 1);
+            walk(&limiter.index, chunk, |entries| {
+                for &(fp, s) in entries {
+                    let e = seen.entry(fp).or_insert(0);
+                    *e = (*e).max(s);
+                }
+                for _ in 0..rng.next() % 3 {
+                    match rng.next() % 4 {
+                        0 => {
+                            for _ in 0..rng.next() % 4 {
+                                let _ = limiter.try_acquire(&next_key, 1 + rng.next() % 100);
+                                next_key += 1;
                             }
                         }
+                        1 if rng.next() % 4 == 0 => {
+                            clock.advance(Duration::from_millis(rng.next() % 300));
+                            limiter.sweep();
+                        }
+                        _ => {
+                            let k = 1_000_000 + rng.next() % (next_key - 999_999);
+                            let _ = limiter.try_acquire(&k, 1);
+                        }
                     }
-                    Ok::<(), ()>(())
-                })
-                .unwrap();
+                }
+                Ok::<(), ()>(())
+            })
+            .unwrap();
             let now = clock.now();
             for (k, fp, s0) in start {
                 match seen.get(&fp) {
@@ -534,5 +603,32 @@ mod tests {
         }
         // Both cases happen: entries read, and entries evicted before the walk reached them.
         assert!(read > 500 && missed > 50, "read {read}, missed {missed}");
+    }
+
+    /// The save reads a record by the handle the walk found under the key's slot; if, in
+    /// between, the key was evicted and its record handed to another key, the read must be
+    /// skipped, not saved as the first key's state (which would restore it with the other key's
+    /// spend). The interleaving, made deterministic: the slot read, the hand-over, the record
+    /// read.
+    #[test]
+    fn a_record_handed_to_another_key_is_not_saved_as_the_first() {
+        use crate::{KeyedMultiLimiter, Limits};
+        let clock = ManualClock::new();
+        let limits = Limits::new([
+            Quota::new(1, Duration::from_secs(1), 2).unwrap(),
+            Quota::new(60, Duration::from_secs(60), 5).unwrap(),
+        ])
+        .unwrap();
+        let limiter = KeyedMultiLimiter::<u8, _>::with_clock(limits, 1, clock.clone());
+        limiter.try_acquire(&1, 1).unwrap();
+        let (fp1, fp2) = (limiter.fingerprint(&1u8), limiter.fingerprint(&2u8));
+        let h = limiter.index.load(fp1).unwrap();
+        let rule = limiter.rule_of(fp1).clone();
+        assert!(Limits::saved(&limiter, fp1, h, &rule).is_some());
+        clock.advance(Duration::from_secs(60));
+        limiter.try_acquire(&2, 2).unwrap(); // evicts key 1, takes its record
+        assert_eq!(limiter.index.load(fp2), Some(h), "the same record");
+        assert_eq!(Limits::saved(&limiter, fp1, h, &rule), None);
+        assert!(Limits::saved(&limiter, fp2, h, &rule).is_some());
     }
 }

@@ -2,13 +2,10 @@
 //! full-table refusal, eviction of full buckets (sweeps) and help with migrations.
 
 use super::index;
-use super::KeyedLimiter;
+use super::{KeyedLimiter, KeyedPolicy};
 use crate::clock::Clock;
-use crate::error::Denied;
 use crate::gcra;
-use crate::quota::Quota;
 use crate::sync::{AtomicU64, Ordering};
-use core::hash::Hash;
 
 /// The table-wide words, written only under the index's mutex (when a key is inserted or
 /// evicted), never on a lookup; read without it for the O(1) refusal under a flood.
@@ -43,8 +40,7 @@ impl Table {
     }
 
     /// Makes every key the table does not track start full `cap` (the longest burst refill of
-    /// its quotas) after `now`: holding nothing now, in any quota (`drain`, feature `persist`).
-    #[cfg(feature = "persist")]
+    /// its quotas) after `now`: holding nothing now, in any quota (`drain`).
     pub(crate) fn drain(&self, now: u64) {
         let span = u64::try_from(self.cap.as_nanos()).unwrap_or(u64::MAX);
         let floor = now.saturating_add(span).min(crate::quota::HORIZON_NS);
@@ -65,23 +61,24 @@ impl Table {
 }
 
 /// How an insertion attempt ended.
-pub(super) enum Insert {
+pub(super) enum Insert<R> {
     Done,
     Retry,
     TableFull(core::time::Duration),
-    Refused(Denied),
+    Refused(R),
 }
 
-impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
-    /// Evicts every bucket that is full now and returns how many. Never needed for the bound
-    /// (insertions evict lazily); it only returns memory early, e.g. from a periodic task. It
-    /// walks one whole pass over the active slots in bounded steps (first finishing a doubling
-    /// of the table's region in progress, evicting the full buckets it drains), releasing the
-    /// mutex between them, so concurrent insertions wait for one step at most. A full bucket
-    /// that closing an eviction's gap moves back (perhaps into a slot the pass has examined) is
-    /// evicted where it lands. The pass starts over in the new region if an insertion between
-    /// two steps doubles the table, and one more is walked in the rare case that a step had to
-    /// leave such a moved bucket (past its eviction budget, or 64 slots or more from the gap).
+impl<K, P: KeyedPolicy, C: Clock> KeyedLimiter<K, P, C> {
+    /// Evicts every key whose bucket (every quota) is full now and returns how many. Never
+    /// needed for the bound (insertions evict lazily); it only returns memory early, e.g. from
+    /// a periodic task. It walks one whole pass over the active slots in bounded steps (first
+    /// finishing a doubling of the table's region in progress, evicting the full buckets it
+    /// drains), releasing the mutex between them, so concurrent insertions wait for one step
+    /// at most. A full bucket that closing an eviction's gap moves back (perhaps into a slot
+    /// the pass has examined) is evicted where it lands. The pass starts over in the new region
+    /// if an insertion between two steps doubles the table, and one more is walked in the rare
+    /// case that a step had to leave such a moved bucket (past its eviction budget, or 64 slots
+    /// or more from the gap).
     ///
     /// "Now" is this sweep's clock reading. The sweep's position is shared: steps taken
     /// meanwhile by another `sweep` call, or by an insertion into a full table (which sweeps a
@@ -105,10 +102,37 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         usize::try_from(evicted).unwrap_or(usize::MAX)
     }
 
+    /// Makes every key the table does not track hold no tokens now, in any quota: what a
+    /// process that cannot restore its state should do instead of starting full. Untracked
+    /// keys start from "full one burst's refill of the slowest quota of any policy from now"
+    /// (a quota that refills faster starts a little in debt); keys tracked already keep their
+    /// state, so call it on a limiter just built.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, KeyedLimiter, ManualClock, Quota};
+    /// let limiter = KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 100, ManualClock::new());
+    /// limiter.drain();
+    /// assert_eq!(limiter.available(&"anyone"), 0);
+    /// assert_eq!(limiter.try_acquire(&"anyone", 1), Err(Denied::RetryAfter(Duration::from_millis(100))));
+    /// ```
+    pub fn drain(&self) {
+        self.table.drain(self.clock.now());
+    }
+}
+
+impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     /// Inserts a new key already debited by `cost`, if there is room (evicting full buckets to
     /// make it).
     #[cold]
-    pub(super) fn insert(&self, fp: u64, now: u64, quota: &Quota, cost: u64, epoch: u64) -> Insert {
+    pub(super) fn insert(
+        &self,
+        fp: u64,
+        now: u64,
+        rule: &P::Rule,
+        cost: u64,
+        epoch: u64,
+    ) -> Insert<P::Refusal> {
         // O(1) refusal under a flood, without the mutex: the table is full and no bucket can be
         // full before `next_full_at`. `next_full_at` is read first: a sweep decrements `len`
         // before it stores a later `next_full_at`, so seeing the later bound implies seeing the
@@ -117,8 +141,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         // even and unchanged); otherwise the key may be tracked: ask under the mutex.
         // While a migration is in progress the refusal takes the mutex instead, so that its
         // sweep step drains the old region: a table that stays full still finishes it.
-        if self.table.next_full_at.load(Ordering::SeqCst) > now
-            && self.table.len.load(Ordering::SeqCst) >= self.max_keys
+        let t = &self.table;
+        if t.next_full_at.load(Ordering::SeqCst) > now
+            && t.len.load(Ordering::SeqCst) >= self.max_keys
             && epoch % 2 == 0
             && self.index.rebuild_epoch() == epoch
             && !self.index.migrating()
@@ -130,40 +155,42 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             // Inserted by another thread meanwhile (or moved): decide on its slot.
             return Insert::Retry;
         }
-        if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
-            if self.table.next_full_at.load(Ordering::SeqCst) <= now || locked.migrating() {
+        if t.len.load(Ordering::SeqCst) >= self.max_keys {
+            if t.next_full_at.load(Ordering::SeqCst) <= now || locked.migrating() {
                 // One bounded step of the sweep (the whole pass on tables of at most
                 // `STEP_WORK` active slots), which drains the old region first during a
                 // migration; the pass goes on at the next insertion.
                 self.sweep_step(&mut locked, now);
             }
-            if self.table.len.load(Ordering::SeqCst) >= self.max_keys {
+            if t.len.load(Ordering::SeqCst) >= self.max_keys {
                 return Insert::TableFull(self.table_full_wait(now));
             }
         }
         // The start state is read under the mutex, after any eviction that made this key miss
         // (evictions raise `evicted_at` under the same mutex, before their CAS).
-        let state = match gcra::try_acquire(self.start_state(quota), now, quota, cost) {
+        let state = match P::decide_state(rule, &self.start_state(rule), now, cost) {
             Ok(Some(state)) => state,
             Ok(None) => return Insert::Done,
-            Err(denied) => return Insert::Refused(denied),
+            Err(refusal) => return Insert::Refused(refusal),
         };
-        let full_at = gcra::full_at(state, quota);
-        locked.insert(fp, state, full_at);
-        self.table.len.fetch_add(1, Ordering::SeqCst);
+        let full_at = P::full_at(rule, &state);
+        if !P::place(self, &mut locked, fp, rule, &state, full_at) {
+            // Unreachable: live keys never exceed the storage for `max_keys`.
+            return Insert::TableFull(self.table_full_wait(now));
+        }
+        t.len.fetch_add(1, Ordering::SeqCst);
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        self.observe.inserted(self.table.len.load(Ordering::SeqCst));
-        self.table.next_full_at.fetch_min(full_at, Ordering::SeqCst);
+        self.observe.inserted(t.len.load(Ordering::SeqCst));
+        t.next_full_at.fetch_min(full_at, Ordering::SeqCst);
         Insert::Done
     }
 
     /// The wait until a tracked bucket is full, within `[1 ns, the longest refill of one burst
-    /// of the default quota or an override]`, or
-    /// `Duration::MAX` when none ever will be (every tracked bucket is full only past the
-    /// horizon, where the clock is read as stopped).
+    /// of any quota of the default policy or an override]`, or `Duration::MAX` when none ever
+    /// will be (every tracked bucket is full only past the horizon, where the clock is read as
+    /// stopped).
     pub(super) fn table_full_wait(&self, now: u64) -> core::time::Duration {
-        // A table of no keys admits none, ever: `until_key_ready` must resolve, not poll on (a
-        // review's finding, 2026-12-04).
+        // A table of no keys admits none, ever: `until_key_ready` must resolve, not poll on.
         if self.max_keys == 0 {
             return core::time::Duration::MAX;
         }
@@ -181,11 +208,6 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         }
     }
 
-    /// The first instant at which the bucket of `fp` in state `s` is full.
-    pub(super) fn full_at(&self, fp: u64, s: u64) -> u64 {
-        gcra::full_at(s, self.quota_of(fp))
-    }
-
     /// One bounded sweep step at reading `now`, with the index's mutex held: evicts the full
     /// buckets it meets; when it ends a pass, stores the pass's bound in `next_full_at`.
     pub(super) fn sweep_step(&self, locked: &mut index::Locked<'_>, now: u64) -> index::Step {
@@ -193,23 +215,15 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
         // for "never full": compared with a reading of `u64::MAX` itself, that sentinel would
         // read as "full now" and evict a bucket that never refills (a fresh burst each time).
         let now = now.min(crate::quota::HORIZON_NS);
-        let evicted_at = &self.table.evicted_at;
-        let step = locked.sweep_step(
-            now,
-            |fp, s| self.full_at(fp, s),
-            // Raised before the eviction's CAS: whoever misses the key afterwards starts it
-            // from a state at least as strict as the evicted one (see `Table::evicted_at`).
-            || {
-                evicted_at.fetch_max(now, Ordering::SeqCst);
-            },
-        );
+        let step = P::sweep_step(self, locked, now);
+        let t = &self.table;
         // `len` first, then the bound: see the lock-free refusal in `insert`.
-        self.table.len.fetch_sub(step.evicted, Ordering::SeqCst);
+        t.len.fetch_sub(step.evicted, Ordering::SeqCst);
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         self.observe
-            .swept(step.evicted, self.table.len.load(Ordering::SeqCst));
+            .swept(step.evicted, t.len.load(Ordering::SeqCst));
         if let Some(next) = step.pass_done {
-            self.table.next_full_at.store(next, Ordering::SeqCst);
+            t.next_full_at.store(next, Ordering::SeqCst);
         }
         if step.evicted > 0 {
             self.count(|c| &c.evicted, step.evicted);

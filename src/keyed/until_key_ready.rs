@@ -1,8 +1,10 @@
 //! [`UntilKeyReady`]: the future behind [`KeyedLimiter::until_key_ready`].
 
-use super::KeyedLimiter;
-use crate::clock::{Alarm, Clock};
+use super::{KeyedLimiter, KeyedPolicy};
+use crate::clock::{Alarm, Clock, DefaultClock};
 use crate::error::Denied;
+use crate::limits::Limits;
+use crate::quota::Quota;
 use core::borrow::Borrow;
 use core::fmt;
 use core::future::Future;
@@ -12,9 +14,10 @@ use core::task::{Context, Poll};
 use core::time::Duration;
 
 /// The future returned by [`KeyedLimiter::until_key_ready`]: resolves to `Ok(time waited)` once
-/// the key's bucket admitted the tokens, or to a refusal no wait cures. Polling it again after
-/// it resolved gives `Ok(Duration::ZERO)` and takes nothing. It holds at most one wake-up with
-/// the clock at a time; dropping it cancels that wake-up.
+/// the key's bucket (every quota of its policy) admitted the tokens, or to a refusal no wait
+/// cures (naming its quota, for a policy of several). Polling it again after it resolved gives
+/// `Ok(Duration::ZERO)` and takes nothing. It holds at most one wake-up with the clock at a
+/// time; dropping it cancels that wake-up.
 ///
 /// ```
 /// use std::future::Future;
@@ -28,70 +31,66 @@ use core::time::Duration;
 ///     fn wake(self: Arc<Self>) {}
 /// }
 /// let waker = Waker::from(Arc::new(Nop));
-/// let limiter: KeyedLimiter<u32, _> =
+/// let limiter: KeyedLimiter<u32, Quota, _> =
 ///     KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 10, ManualClock::new());
 /// let mut fut = pin!(limiter.until_key_ready(&7u32, 11));
 /// let poll = fut.as_mut().poll(&mut Context::from_waker(&waker));
 /// assert_eq!(poll, Poll::Ready(Err(Denied::ExceedsBurst)));
 /// ```
 #[must_use = "futures do nothing unless polled; an unpolled `UntilKeyReady` takes nothing"]
-pub struct UntilKeyReady<'a, K, C: Clock> {
-    limiter: &'a KeyedLimiter<K, C>,
+pub struct UntilKeyReady<'a, K, P: KeyedPolicy = Quota, C: Clock = DefaultClock> {
+    limiter: &'a KeyedLimiter<K, P, C>,
     fp: u64,
     cost: u64,
-    wait: KeyWait,
-}
-
-/// What a keyed wait keeps between polls (this future's and
-/// [`MultiUntilKeyReady`](crate::MultiUntilKeyReady)'s): the reading of the first poll, the one
-/// wake-up it holds, and whether it resolved.
-#[derive(Default)]
-pub(crate) struct KeyWait {
+    /// The reading of the first poll.
     first: Option<u64>,
+    /// The one wake-up it holds.
     alarm: Alarm,
+    /// Resolved: later polls take nothing.
     done: bool,
 }
 
-impl KeyWait {
-    /// One poll: `decide(now)` makes one decision at the reading `now`; `wait_of` names the
-    /// wait a refusal asks for (`None`, or `Duration::MAX`: no wait cures it). Resolves to the
-    /// time waited since the first poll, or to the refusal no wait cures; after that, to
-    /// `Ok(Duration::ZERO)` without deciding again.
-    pub(crate) fn poll<C: Clock + ?Sized, E>(
-        &mut self,
-        clock: &C,
-        cx: &Context<'_>,
-        mut decide: impl FnMut(u64) -> Result<(), E>,
-        wait_of: impl Fn(&E) -> Option<Duration>,
-    ) -> Poll<Result<Duration, E>> {
-        if self.done {
+/// The future of [`KeyedMultiLimiter::until_key_ready`](crate::KeyedMultiLimiter): an
+/// [`UntilKeyReady`] over [`Limits`], whose refusals name their quota.
+pub type MultiUntilKeyReady<'a, K, C = DefaultClock> = UntilKeyReady<'a, K, Limits, C>;
+
+impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> Future for UntilKeyReady<'_, K, P, C> {
+    type Output = Result<Duration, P::Refusal>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if this.done {
             return Poll::Ready(Ok(Duration::ZERO));
         }
+        let (limiter, fp, cost) = (this.limiter, this.fp, this.cost);
+        let rule = limiter.rule_of(fp);
         loop {
-            let now = clock.now();
-            let first = *self.first.get_or_insert(now);
-            let until = match decide(now) {
+            let now = limiter.clock.now();
+            let first = *this.first.get_or_insert(now);
+            let until = match limiter.acquire_fp(fp, rule, cost, || now) {
                 Ok(()) => {
-                    self.resolve();
+                    this.resolve();
                     return Poll::Ready(Ok(Duration::from_nanos(now.saturating_sub(first))));
                 }
-                Err(refusal) => match wait_of(&refusal) {
-                    Some(wait) if wait != Duration::MAX => {
+                Err(refusal) => match refusal.into() {
+                    Denied::RetryAfter(wait) if wait != Duration::MAX => {
                         now.saturating_add(crate::clock::saturating_nanos(wait))
                     }
                     _ => {
-                        self.resolve();
+                        this.resolve();
                         return Poll::Ready(Err(refusal));
                     }
                 },
             };
-            self.alarm.set(clock, until, cx);
-            if clock.now() < until {
+            this.alarm.set(&limiter.clock, until, cx);
+            if limiter.clock.now() < until {
                 return Poll::Pending;
             }
         }
     }
+}
 
+impl<K, P: KeyedPolicy, C: Clock> UntilKeyReady<'_, K, P, C> {
     /// Resolved: the wake-up dropped, later polls take nothing.
     fn resolve(&mut self) {
         self.done = true;
@@ -99,9 +98,11 @@ impl KeyWait {
     }
 }
 
-impl fmt::Debug for KeyWait {
+impl<K, P: KeyedPolicy, C: Clock> fmt::Debug for UntilKeyReady<'_, K, P, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyWait")
+        f.debug_struct("UntilKeyReady")
+            .field("fingerprint", &self.fp)
+            .field("cost", &self.cost)
             .field("first_ns", &self.first)
             .field("wake", &self.alarm)
             .field("done", &self.done)
@@ -109,49 +110,19 @@ impl fmt::Debug for KeyWait {
     }
 }
 
-impl<K: Hash + Eq + Clone, C: Clock + Clone> Future for UntilKeyReady<'_, K, C> {
-    type Output = Result<Duration, Denied>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        let (limiter, fp, cost) = (this.limiter, this.fp, this.cost);
-        let quota = limiter.quota_of(fp);
-        this.wait.poll(
-            &limiter.clock,
-            cx,
-            |now| limiter.acquire_fp(fp, quota, cost, || now),
-            |denied| match denied {
-                Denied::RetryAfter(wait) => Some(*wait),
-                Denied::ExceedsBurst => None,
-            },
-        )
-    }
-}
-
-impl<K, C: Clock> fmt::Debug for UntilKeyReady<'_, K, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UntilKeyReady")
-            .field("fingerprint", &self.fp)
-            .field("cost", &self.cost)
-            .field("wait", &self.wait)
-            .finish()
-    }
-}
-
-impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
-    /// Waits until `key`'s bucket admits `cost` tokens, then takes them (governor's
-    /// `until_key_ready`): resolves to `Ok(time waited)` (from the first poll), or to the
-    /// refusal that no wait cures — `Err(ExceedsBurst)` when `cost` is above the key's burst,
-    /// `Err(RetryAfter(Duration::MAX))` when it would never be admitted.
+impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, C> {
+    /// Waits until `key`'s bucket admits `cost` tokens (every quota of its policy), then takes
+    /// them (governor's `until_key_ready`): resolves to `Ok(time waited)` (from the first poll),
+    /// or to the refusal that no wait cures — `ExceedsBurst` when `cost` is above the key's
+    /// (smallest) burst, `RetryAfter(Duration::MAX)` when it would never be admitted.
     ///
-    /// Each poll is one [`try_acquire`](KeyedLimiter::try_acquire) (counted as such); while it
-    /// is refused the future holds one wake-up with the clock for the instant the refusal names
-    /// ([`Clock::register_wake`], the same machinery as [`Bucket::until_ready`](crate::Bucket::until_ready)),
-    /// replaced only when that instant or the task changes, dropped with the future. Unlike
-    /// `Bucket::until_ready` it reserves nothing: dropping it gives nothing back, and waiting
-    /// callers of one key are not queued — whoever tries first when tokens are there gets them.
-    /// A new key refused because the table is full waits for the instant a bucket can be
-    /// evicted, like any other refusal.
+    /// Each poll is one decision (counted as such); while it is refused the future holds one
+    /// wake-up with the clock for the instant the refusal names (the slowest quota's; the same
+    /// machinery as [`Bucket::until_ready`](crate::Bucket::until_ready)), replaced only when that
+    /// instant or the task changes, dropped with the future. Unlike `Bucket::until_ready` it
+    /// reserves nothing: dropping it gives nothing back, and waiting callers of one key are not
+    /// queued — whoever tries first when tokens are there gets them. A new key refused because
+    /// the table is full waits for the instant a bucket can be evicted, like any other refusal.
     ///
     /// ```
     /// use std::future::Future;
@@ -177,7 +148,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
     /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::from_millis(500))));
     /// assert_eq!(limiter.available(&"a"), 0);
     /// ```
-    pub fn until_key_ready<Q>(&self, key: &Q, cost: u64) -> UntilKeyReady<'_, K, C>
+    pub fn until_key_ready<Q>(&self, key: &Q, cost: u64) -> UntilKeyReady<'_, K, P, C>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -186,7 +157,9 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, C> {
             limiter: self,
             fp: self.fingerprint(key),
             cost,
-            wait: KeyWait::default(),
+            first: None,
+            alarm: Alarm::default(),
+            done: false,
         }
     }
 }

@@ -325,7 +325,7 @@ fn observed<Bk, X: KeyType, Co>(
 fn keyed<K: std::hash::Hash + Eq + Clone>(
     quota: Quota,
     cli: &Cli,
-) -> KeyedLimiterBuilder<K, DefaultClock> {
+) -> KeyedLimiterBuilder<K, Quota, DefaultClock> {
     let builder = KeyedLimiter::builder(quota, MAX_KEYS, DefaultClock::default());
     if cli.metrics {
         builder.name("http-keys")

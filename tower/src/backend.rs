@@ -185,7 +185,7 @@ macro_rules! global_backend {
 global_backend!(Bucket);
 global_backend!(ShardedBucket);
 
-impl<K: Hash + Eq + Clone, C: Clock + Clone> Backend<K> for KeyedLimiter<K, C> {
+impl<K: Hash + Eq + Clone, C: Clock + Clone> Backend<K> for KeyedLimiter<K, Quota, C> {
     type Future = Ready<Decision>;
 
     #[inline]

@@ -268,7 +268,7 @@ async fn custom_rejection_and_grpc() {
 #[tokio::test]
 async fn spoofed_x_forwarded_for_never_changes_the_key() {
     let clock = ManualClock::new();
-    let limiter: KeyedLimiter<IpAddr, _> =
+    let limiter: KeyedLimiter<IpAddr, _, _> =
         KeyedLimiter::with_clock(quota(1, Duration::from_secs(60), 1), 100, clock.clone());
     let key = ClientIp::new(["10.0.0.0/8".parse().unwrap()]);
     let svc = RateLimitLayer::new(limiter).key(key).layer(ok_service());
@@ -308,7 +308,7 @@ async fn spoofed_x_forwarded_for_never_changes_the_key() {
     assert_eq!(status(&svc, direct).await, StatusCode::TOO_MANY_REQUESTS);
 
     // The same through RFC 7239 `Forwarded`.
-    let limiter: KeyedLimiter<IpAddr, _> =
+    let limiter: KeyedLimiter<IpAddr, _, _> =
         KeyedLimiter::with_clock(quota(1, Duration::from_secs(60), 1), 100, clock.clone());
     let key = ClientIp::new(["10.0.0.0/8".parse().unwrap()]).header(ProxyHeader::Forwarded);
     let svc = RateLimitLayer::new(limiter).key(key).layer(ok_service());
@@ -331,7 +331,7 @@ async fn spoofed_x_forwarded_for_never_changes_the_key() {
 #[tokio::test]
 async fn ipv6_addresses_are_grouped_by_prefix() {
     let clock = ManualClock::new();
-    let limiter: KeyedLimiter<IpAddr, _> =
+    let limiter: KeyedLimiter<IpAddr, _, _> =
         KeyedLimiter::with_clock(quota(1, Duration::from_secs(60), 1), 100, clock.clone());
     let svc = RateLimitLayer::new(limiter)
         .key(PeerIp::new())
@@ -357,7 +357,7 @@ async fn ipv6_addresses_are_grouped_by_prefix() {
     );
 
     // A /48 grouping merges the two /64s above.
-    let limiter: KeyedLimiter<IpAddr, _> =
+    let limiter: KeyedLimiter<IpAddr, _, _> =
         KeyedLimiter::with_clock(quota(1, Duration::from_secs(60), 1), 100, clock.clone());
     let key = PeerIp::new().grouping(IpGrouping::new(32, 48).unwrap());
     let svc = RateLimitLayer::new(limiter).key(key).layer(ok_service());
@@ -375,7 +375,7 @@ async fn ipv6_addresses_are_grouped_by_prefix() {
 async fn missing_peer_address_under_each_policy() {
     let clock = ManualClock::new();
     let limiter = || {
-        KeyedLimiter::<IpAddr, _>::with_clock(
+        KeyedLimiter::<IpAddr, _, _>::with_clock(
             quota(1, Duration::from_secs(60), 1),
             100,
             clock.clone(),
@@ -419,7 +419,7 @@ async fn missing_peer_address_under_each_policy() {
     );
 
     // A missing header key is the client's fault: 400.
-    let limiter: KeyedLimiter<String, _> =
+    let limiter: KeyedLimiter<String, _, _> =
         KeyedLimiter::with_clock(quota(1, Duration::from_secs(60), 1), 100, clock.clone());
     let svc = RateLimitLayer::new(limiter)
         .key(HeaderKey::new(http::HeaderName::from_static("x-api-key")))
@@ -440,7 +440,7 @@ async fn missing_peer_address_under_each_policy() {
 
     // Shadow mode refuses nothing, a request without a key included (no 400); keyed ones are
     // decided and pass.
-    let limiter: KeyedLimiter<String, _> =
+    let limiter: KeyedLimiter<String, _, _> =
         KeyedLimiter::with_clock(quota(1, Duration::from_secs(60), 1), 100, clock.clone());
     let svc = RateLimitLayer::new(limiter)
         .key(HeaderKey::new(http::HeaderName::from_static("x-api-key")))
@@ -513,7 +513,7 @@ async fn sharded_keyed_by_closure_and_shared_backends() {
     assert_eq!(admitted, 4);
 
     // Keyed by the first path segment, through a closure; the limiter shared with the caller.
-    let limiter: Arc<KeyedLimiter<String, _>> = Arc::new(KeyedLimiter::with_clock(
+    let limiter: Arc<KeyedLimiter<String, _, _>> = Arc::new(KeyedLimiter::with_clock(
         quota(1, Duration::from_secs(60), 1),
         100,
         clock.clone(),
@@ -588,7 +588,7 @@ async fn axum_router_with_connect_info_and_per_route_limits() {
     use axum::Router;
 
     let clock = ManualClock::new();
-    let per_ip: KeyedLimiter<IpAddr, _> =
+    let per_ip: KeyedLimiter<IpAddr, _, _> =
         KeyedLimiter::with_clock(quota(1, Duration::from_secs(60), 2), 100, clock.clone());
     let login = Bucket::with_clock(quota(1, Duration::from_secs(60), 1), clock.clone());
     // Per-route limits: /login has its own (stricter, global) limit on top of the per-IP one.

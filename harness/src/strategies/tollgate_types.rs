@@ -40,7 +40,7 @@ impl<C: Clock + Send + Sync> RateLimiter for Cas<C> {
     }
 }
 
-struct Keyed(KeyedLimiter<u64, DefaultClock>);
+struct Keyed(KeyedLimiter<u64, tollgate::Quota, DefaultClock>);
 impl RateLimiter for Keyed {
     fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
         self.0.try_acquire(&0, cost)

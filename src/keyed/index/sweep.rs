@@ -16,7 +16,7 @@ pub(crate) const STEP_EVICTIONS: u64 = 16;
 
 /// What one sweep step did.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Step {
+pub struct Step {
     /// Entries evicted.
     pub(crate) evicted: u64,
     /// Slots of the current region examined (and left behind by the cursor).

@@ -149,7 +149,7 @@ pub(crate) fn bucket(path: &Path, quota: Quota) -> Arc<Bucket> {
 /// A keyed limiter of at most `max_keys` keys, restored from `path`, full or drained.
 pub(crate) fn keyed<K>(
     path: &Path,
-    builder: impl Fn() -> KeyedLimiterBuilder<K, DefaultClock>,
+    builder: impl Fn() -> KeyedLimiterBuilder<K, Quota, DefaultClock>,
 ) -> Arc<KeyedLimiter<K>>
 where
     K: std::hash::Hash + Eq + Clone,
@@ -264,7 +264,7 @@ impl Limiters {
     /// A keyed limiter.
     pub(crate) fn keyed<K>(
         &mut self,
-        builder: impl Fn() -> KeyedLimiterBuilder<K, DefaultClock>,
+        builder: impl Fn() -> KeyedLimiterBuilder<K, Quota, DefaultClock>,
     ) -> Arc<KeyedLimiter<K>>
     where
         K: std::hash::Hash + Eq + Clone,

@@ -1,0 +1,636 @@
+//! [`KeyedMultiLimiter`]: the keyed limiter of [`Limits`], a policy of one to four quotas per
+//! key ("10 per second and 10,000 per day per API key").
+//!
+//! # Storage
+//!
+//! A key's quotas do not fit one 128-bit word with its 64-bit fingerprint (each state takes 63
+//! bits), so the table has two parts:
+//!
+//! * **The index** — the same as for one quota: a flat table of 16-byte
+//!   slots `fingerprint << 64 | handle`, the same lock-free probe, incremental migration,
+//!   bounded sweep steps and `max_keys` bound. Here a slot's word names the key's record and
+//!   never changes while the key is tracked.
+//! * **The records** — one per unit of `max_keys`, allocated up front: a sequence word, the
+//!   owner's fingerprint and the quotas' states (32 bytes for up to two quotas, 64 for three or
+//!   four; line-aligned).
+//!   Writers are serialized by the sequence word; reads are optimistic.
+//!
+//! A decision probes the index (lock-free), reads the record consistently, decides every quota
+//! at one clock reading ([`crate::gcra`]'s arithmetic, as [`MultiBucket`](crate::MultiBucket)),
+//! and commits an admission by one compare-and-swap of the sequence word from the value it
+//! read, then the stores. **Not lock-free per key**: an admission holds its key's record for
+//! the stores (no clock read, no allocation, nothing that can panic), so a writer preempted
+//! there delays the decisions on *its own key* only; other keys, and refusals that find the
+//! record unlocked, are unaffected. Refusals write nothing.
+//!
+//! **No ABA.** A record is handed to another key only after its eviction, which takes the
+//! record's lock and steps its sequence word; a decision commits only if the word is still the
+//! one it read together with the owner, so it never debits a key that replaced the one it
+//! looked up, nor a freed record (it looks the key up again). See `docs/guarantees.md`.
+
+use super::index::{Locked, Step};
+use super::policy::sealed::Sealed;
+use super::records::{Attempt, Records};
+use super::KeyedLimiter;
+use crate::clock::{Clock, DefaultClock};
+use crate::error::Denied;
+use crate::gcra::{self, all, all::Rates};
+use crate::limits::{Limits, MAX_LIMITS};
+use crate::multi::Snapshots;
+use crate::refusal::Refusal;
+use crate::snapshot::Snapshot;
+use crate::sync::{Backoff, Mutex, Ordering};
+use alloc::vec::Vec;
+use core::borrow::Borrow;
+use core::cell::Cell;
+use core::hash::Hash;
+use core::time::Duration;
+
+/// A [`KeyedLimiter`] whose keys each carry a policy of one to four quotas ([`Limits`]) that
+/// must **all** hold, with the same hard bound on the number of keys it tracks.
+///
+/// * **Per key, exactly a [`MultiBucket`](crate::MultiBucket).** Admitted iff every quota holds
+///   `cost` at the one clock reading, then every quota is debited in one step; a refusal
+///   writes nothing; `cost == 0` is admitted and tracks nothing. [`Denied::ExceedsBurst`] iff
+///   `cost` exceeds the key's smallest burst, else `RetryAfter` of the slowest quota's exact
+///   wait. Each quota's own window bound holds under any interleaving and stale reading.
+/// * **Bounded, evicting only full keys, keys by fingerprint**, as every [`KeyedLimiter`]:
+///   "full" means every quota full; a key not tracked starts with every quota full as of the
+///   latest eviction reading; a new key meeting a full table waits at most the longest refill
+///   of a whole burst of any quota of any policy.
+/// * **Memory.** The index's 48 to 96 bytes per unit of `max_keys`, plus one record per unit:
+///   32 bytes if every policy it holds has one or two quotas, 64 if one has three or four (a
+///   record never straddles two cache lines), all up front.
+/// * **Locking.** Lookups are lock-free; an admission is one compare-and-swap of the key's
+///   record's sequence word, then its stores: writers of one key are serialized, and one
+///   preempted there delays only its own key (not lock-free per key; `docs/guarantees.md`,
+///   "Per-key policies: the records").
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Denied, KeyedMultiLimiter, Limits, ManualClock, Quota};
+/// let clock = ManualClock::new();
+/// let per_second = Quota::per_second(10).unwrap();
+/// let per_minute = Quota::new(20, Duration::from_secs(60), 20).unwrap();
+/// let limiter = KeyedMultiLimiter::with_clock(Limits::new([per_second, per_minute]).unwrap(), 1000, clock.clone());
+/// assert_eq!(limiter.try_acquire(&"alice", 10), Ok(()));
+/// assert_eq!(limiter.try_acquire(&"alice", 1), Err(Denied::RetryAfter(Duration::from_millis(100))));
+/// clock.advance(Duration::from_secs(1));
+/// assert_eq!(limiter.try_acquire(&"alice", 10), Ok(()));
+/// // 20 per minute spent: the minute is the slowest quota now.
+/// assert_eq!(limiter.try_acquire(&"alice", 1), Err(Denied::RetryAfter(Duration::from_secs(2))));
+/// assert_eq!(limiter.try_acquire(&"bob", 10), Ok(()));
+/// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
+pub type KeyedMultiLimiter<K, C = DefaultClock> = KeyedLimiter<K, Limits, C>;
+
+/// A policy's decision words: two quotas (or one, repeated) decided straight-line, three or
+/// four through the general loop.
+#[derive(Clone, Debug)]
+pub(crate) enum Kind {
+    Two(Rates<2>),
+    Four(Rates<4>),
+}
+
+/// [`Limits`] and what every decision on them needs.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    pub(crate) limits: Limits,
+    pub(crate) len: usize,
+    /// The smallest burst and its quota (the first of equals): a larger cost is refused before
+    /// the clock is read.
+    pub(crate) min_burst: u64,
+    pub(crate) min_burst_index: usize,
+    pub(crate) kind: Kind,
+}
+
+impl Policy {
+    pub(crate) fn new(limits: Limits) -> Policy {
+        let quotas = limits.quotas();
+        let mut min_burst_index = 0;
+        for (i, q) in quotas.iter().enumerate() {
+            if q.burst() < quotas[min_burst_index].burst() {
+                min_burst_index = i;
+            }
+        }
+        let kind = if quotas.len() <= 2 {
+            Kind::Two(Rates::new(&limits))
+        } else {
+            Kind::Four(Rates::new(&limits))
+        };
+        Policy {
+            len: quotas.len(),
+            min_burst: quotas[min_burst_index].burst(),
+            min_burst_index,
+            kind,
+            limits,
+        }
+    }
+
+    /// The refusal of a cost above the smallest burst.
+    pub(crate) fn exceeds(&self) -> Refusal {
+        Refusal::new(Denied::ExceedsBurst, self.min_burst_index)
+    }
+
+    /// Where a key the table does not track starts: every quota full as of `evicted_at`, the
+    /// latest eviction reading (see [`KeyedMultiLimiter`]).
+    pub(crate) fn start(&self, evicted_at: u64) -> [u64; MAX_LIMITS] {
+        let q = self.limits.quotas();
+        core::array::from_fn(|i| q[i.min(self.len - 1)].earned_floor(evicted_at))
+    }
+
+    /// The all-quotas decision on `states` (the first `len` meaningful).
+    pub(crate) fn decide(
+        &self,
+        states: &[u64; MAX_LIMITS],
+        now: u64,
+        cost: u64,
+    ) -> Result<Option<[u64; MAX_LIMITS]>, Refusal> {
+        let padded = all::pad::<MAX_LIMITS>(&states[..self.len]);
+        let next = match &self.kind {
+            Kind::Two(r) => {
+                all::decide_pair([padded[0], padded[1]], now, r, cost)?.map(|[a, b]| [a, b, b, b])
+            }
+            Kind::Four(r) => all::decide(padded, now, r, cost)?,
+        };
+        Ok(next)
+    }
+
+    /// The first instant at which every quota is full (`u64::MAX`: never within the horizon).
+    pub(crate) fn full_at(&self, states: &[u64]) -> u64 {
+        self.limits
+            .quotas()
+            .iter()
+            .zip(states)
+            .map(|(q, &s)| gcra::full_at(s, q))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whole tokens every quota holds at `now`.
+    pub(crate) fn available(&self, states: &[u64], now: u64) -> u64 {
+        self.limits
+            .quotas()
+            .iter()
+            .zip(states)
+            .map(|(q, &s)| gcra::available(s, now, q))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Every quota's snapshot at `now`, in the policy's order.
+    pub(crate) fn snapshots(&self, states: &[u64], now: u64) -> Snapshots {
+        let snaps: [Snapshot; MAX_LIMITS] = core::array::from_fn(|i| {
+            let i = i.min(self.len - 1);
+            gcra::snapshot(states[i], now, &self.limits.quotas()[i])
+        });
+        Snapshots::from_padded(snaps, self.len)
+    }
+}
+
+/// The records beside the index, and the free ones.
+pub struct RecordStore {
+    records: Records,
+    free: Mutex<Free>,
+}
+
+impl core::fmt::Debug for RecordStore {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RecordStore")
+            .field("records", &self.records.count())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The free records: never handed out yet from `fresh` on, and freed ones. Taken only under
+/// the index's mutex (insertions and evictions both run under it).
+#[derive(Default)]
+struct Free {
+    fresh: usize,
+    stack: Vec<usize>,
+}
+
+impl RecordStore {
+    /// A free record (one freed by an eviction, else one never handed out), if any (under the
+    /// index's mutex).
+    fn take(&self) -> Option<usize> {
+        let mut free = self.free.lock();
+        free.stack.pop().or_else(|| {
+            (free.fresh < self.records.count()).then(|| {
+                free.fresh += 1;
+                free.fresh - 1
+            })
+        })
+    }
+
+    /// One attempt on record `h` for the key `fp` under `policy`.
+    #[inline(always)]
+    fn attempt(
+        &self,
+        h: usize,
+        fp: u64,
+        policy: &Policy,
+        now: u64,
+        cost: u64,
+    ) -> Attempt<Result<(), Refusal>> {
+        let len = policy.len;
+        match &policy.kind {
+            // `0 < cost <=` the smallest burst: checked before the decision.
+            Kind::Two(r) => self.records.try_decide::<2>(h, fp, len, |s| {
+                all::decide_pair_within(s, now, r, cost).map(Some)
+            }),
+            Kind::Four(r) => self
+                .records
+                .try_decide::<4>(h, fp, len, |s| all::decide(s, now, r, cost)),
+        }
+    }
+
+    /// The states of record `h` if it still belongs to `fp` (one consistent read, retried
+    /// while a writer holds it).
+    fn states(&self, fp: u64, h: usize, policy: &Policy) -> Option<[u64; MAX_LIMITS]> {
+        let mut backoff = Backoff::default();
+        loop {
+            match self.records.read::<MAX_LIMITS>(h, policy.len) {
+                Some((_, owner, states)) => return (owner == fp).then_some(states),
+                None => backoff.snooze(),
+            }
+        }
+    }
+
+    /// The full instant of a record a writer holds, from words read without the lock: each
+    /// state is its value before or after the writer's store, and a debit only delays a
+    /// quota's full instant, so this is no later than the instant after the write.
+    fn optimistic_full_at(&self, h: usize, policy: &Policy) -> u64 {
+        let mut states = [0u64; MAX_LIMITS];
+        self.records.peek(h, &mut states[..policy.len]);
+        policy.full_at(&states[..policy.len])
+    }
+}
+
+impl Sealed for Limits {
+    type Rule = Policy;
+    type Store = RecordStore;
+    type State = [u64; MAX_LIMITS];
+    type Refusal = Refusal;
+    type Snap = Snapshots;
+
+    const NAME: &'static str = "KeyedMultiLimiter";
+    const SEVERAL: bool = true;
+
+    fn rule(self) -> Policy {
+        Policy::new(self)
+    }
+    fn policy(rule: &Policy) -> &Limits {
+        &rule.limits
+    }
+    fn quotas(rule: &Policy) -> &[crate::Quota] {
+        rule.limits.quotas()
+    }
+    fn store(max_keys: usize, quotas: usize) -> RecordStore {
+        RecordStore {
+            records: Records::new(max_keys, quotas),
+            free: Mutex::new(Free::default()),
+        }
+    }
+
+    #[inline(always)]
+    fn min_burst(policy: &Policy) -> u64 {
+        policy.min_burst
+    }
+    fn exceeds(policy: &Policy) -> Refusal {
+        policy.exceeds()
+    }
+    fn table_full(wait: Duration) -> Refusal {
+        Refusal::new(Denied::RetryAfter(wait), 0)
+    }
+    #[cfg(feature = "metrics")]
+    #[inline(always)]
+    fn observe(
+        observer: &crate::observe::KeyedObserver,
+        verdict: Result<(), Refusal>,
+    ) -> Result<(), Refusal> {
+        observer.decided_policy(verdict)
+    }
+
+    fn start(policy: &Policy, evicted_at: u64) -> [u64; MAX_LIMITS] {
+        policy.start(evicted_at)
+    }
+    fn decide_state(
+        policy: &Policy,
+        states: &[u64; MAX_LIMITS],
+        now: u64,
+        cost: u64,
+    ) -> Result<Option<[u64; MAX_LIMITS]>, Refusal> {
+        policy.decide(states, now, cost)
+    }
+    fn full_at(policy: &Policy, states: &[u64; MAX_LIMITS]) -> u64 {
+        policy.full_at(&states[..policy.len])
+    }
+    fn available(policy: &Policy, states: &[u64; MAX_LIMITS], now: u64) -> u64 {
+        policy.available(&states[..policy.len], now)
+    }
+    fn snapshot(policy: &Policy, states: &[u64; MAX_LIMITS], now: u64) -> Snapshots {
+        policy.snapshots(&states[..policy.len], now)
+    }
+    fn snapshot_untracked(policy: &Policy, wait: Duration) -> Snapshots {
+        Snapshots::from_padded([Snapshot::new(0, wait); MAX_LIMITS], policy.len)
+    }
+    fn tightest(snaps: Snapshots) -> Snapshot {
+        snaps.tightest().1
+    }
+    fn words(states: &[u64; MAX_LIMITS]) -> &[u64] {
+        states
+    }
+    fn from_words(words: &[u64]) -> [u64; MAX_LIMITS] {
+        all::pad(words)
+    }
+
+    /// One lock-free probe and one attempt on the record in line; a miss, a busy record or a
+    /// stale one out of line.
+    #[inline]
+    fn decide<K, C: Clock>(
+        limiter: &KeyedLimiter<K, Limits, C>,
+        fp: u64,
+        policy: &Policy,
+        cost: u64,
+        now: impl FnOnce() -> u64,
+    ) -> Result<(), Refusal> {
+        // Read before the probe: the insert path trusts a miss only if no entry moved around it.
+        let epoch = limiter.index.rebuild_epoch();
+        let hit = limiter.index.lookup(fp);
+        let now = now();
+        if let Some(hit) = hit {
+            let attempt = limiter
+                .store
+                .attempt(hit.state() as usize, fp, policy, now, cost);
+            if let Attempt::Done(result) = attempt {
+                return result;
+            }
+        }
+        limiter.decide_slow(fp, policy, cost, now, epoch)
+    }
+
+    fn decide_tracked<K, C>(
+        limiter: &KeyedLimiter<K, Limits, C>,
+        fp: u64,
+        policy: &Policy,
+        cost: u64,
+        now: u64,
+        epoch: &mut u64,
+    ) -> Option<Result<(), Refusal>> {
+        let mut backoff = Backoff::default();
+        loop {
+            let h = limiter.index.load(fp)?;
+            if limiter.index.migrating() {
+                if let Some(mut locked) = limiter.index.try_lock() {
+                    locked.help_migrate();
+                }
+            }
+            match limiter.store.attempt(h as usize, fp, policy, now, cost) {
+                Attempt::Done(result) => return Some(result),
+                // A writer holds the record, or it was handed to another key: look again.
+                Attempt::Busy | Attempt::Stale => {
+                    backoff.snooze();
+                    *epoch = limiter.index.rebuild_epoch();
+                }
+            }
+        }
+    }
+
+    fn tracked<K, C>(
+        limiter: &KeyedLimiter<K, Limits, C>,
+        fp: u64,
+        policy: &Policy,
+    ) -> Option<[u64; MAX_LIMITS]> {
+        let mut backoff = Backoff::default();
+        loop {
+            let h = limiter.index.load(fp)? as usize;
+            match limiter.store.records.read::<MAX_LIMITS>(h, policy.len) {
+                Some((_, owner, states)) if owner == fp => return Some(states),
+                _ => backoff.snooze(),
+            }
+        }
+    }
+
+    fn saved<K, C>(
+        limiter: &KeyedLimiter<K, Limits, C>,
+        fp: u64,
+        h: u64,
+        policy: &Policy,
+    ) -> Option<[u64; MAX_LIMITS]> {
+        // A key evicted between the walk and this read is skipped (it was full, and restores
+        // as an untracked key from the floor, read after the walk), unless it was re-inserted
+        // into the same record meanwhile: then its state after the re-insertion is saved, a
+        // real state of the key and no more lenient than the floor.
+        limiter.store.states(fp, h as usize, policy)
+    }
+
+    fn place<K, C>(
+        limiter: &KeyedLimiter<K, Limits, C>,
+        locked: &mut Locked<'_>,
+        fp: u64,
+        policy: &Policy,
+        states: &[u64; MAX_LIMITS],
+        full_at: u64,
+    ) -> bool {
+        let Some(h) = limiter.store.take() else {
+            return false;
+        };
+        limiter.store.records.claim(h, fp, &states[..policy.len]);
+        locked.insert(fp, h as u64, full_at);
+        true
+    }
+
+    fn merge<K, C>(
+        limiter: &KeyedLimiter<K, Limits, C>,
+        fp: u64,
+        policy: &Policy,
+        states: &[u64; MAX_LIMITS],
+    ) {
+        let Some(h) = limiter.index.load(fp) else {
+            return;
+        };
+        let (h, n, records) = (h as usize, policy.len, &limiter.store.records);
+        // Nothing else holds a record while a restore builds the limiter.
+        let locked_record = records.try_lock(h, n);
+        debug_assert!(locked_record.is_some(), "a record held during a restore");
+        if let Some((seq, owner, cur)) = locked_record {
+            let mut next = cur;
+            for (x, &s) in next.iter_mut().zip(&states[..n]) {
+                *x = (*x).max(s);
+            }
+            if owner == fp {
+                records.write_unlock(h, seq, &next[..n]);
+            } else {
+                records.unlock_unchanged(h, seq);
+            }
+        }
+    }
+
+    /// The index asks `full_at(fp, handle)` of each entry and, when it answers `<= now`, calls
+    /// `evicting()` and empties the slot with nothing in between; so `full_at` *locks* the
+    /// record before it reads it, and keeps it locked when it answers "full": no debit can land
+    /// between that answer and the eviction, which frees the record under the same lock. A
+    /// record it locked for an answer the index does not act on (a bound, not an eviction) is
+    /// released at the next call or at the end of the step; a record a writer holds is
+    /// answered "not full now" (its debit lands after) with a bound no later than the truth.
+    fn sweep_step<K, C>(
+        limiter: &KeyedLimiter<K, Limits, C>,
+        locked: &mut Locked<'_>,
+        now: u64,
+    ) -> Step {
+        let store = &limiter.store;
+        let held: Cell<Option<(usize, u64)>> = Cell::new(None);
+        let release = || {
+            if let Some((h, seq)) = held.take() {
+                store.records.unlock_unchanged(h, seq);
+            }
+        };
+        let step = locked.sweep_step(
+            now,
+            |fp, h| {
+                release();
+                let h = h as usize;
+                let policy = limiter.rule_of(fp);
+                match store.records.try_lock(h, policy.len) {
+                    // Never the case while the slot names the record (it is freed only with
+                    // the slot emptied); if it were, the record is not this key's to evict.
+                    Some((seq, owner, _)) if owner != fp => {
+                        store.records.unlock_unchanged(h, seq);
+                        u64::MAX
+                    }
+                    Some((seq, _, states)) => {
+                        let at = policy.full_at(&states[..policy.len]);
+                        if at <= now {
+                            held.set(Some((h, seq)));
+                        } else {
+                            store.records.unlock_unchanged(h, seq);
+                        }
+                        at
+                    }
+                    None => store.optimistic_full_at(h, policy).max(now + 1),
+                }
+            },
+            || {
+                // Before the slot is emptied: whoever misses the key afterwards starts it from
+                // a state at least as strict as the evicted one.
+                limiter.table.evicted_at.fetch_max(now, Ordering::SeqCst);
+                if let Some((h, seq)) = held.take() {
+                    store.records.kill(h, seq);
+                    store.free.lock().stack.push(h);
+                } else {
+                    debug_assert!(false, "evicting a record not locked");
+                }
+            },
+        );
+        release();
+        step
+    }
+}
+
+impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, Limits, C> {
+    /// [`try_acquire_by`](Self::try_acquire_by), naming the quota that refused (its index in
+    /// the key's [`Limits`]) for headers and metrics. A new key refused because the table is
+    /// full names quota 0.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, KeyedMultiLimiter, Limits, ManualClock, Quota};
+    /// let per_minute = Quota::new(20, Duration::from_secs(60), 20).unwrap();
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), per_minute]).unwrap();
+    /// let limiter = KeyedMultiLimiter::with_clock(limits, 10, ManualClock::new());
+    /// limiter.try_acquire(&"k", 10).unwrap();
+    /// let refusal = limiter.try_acquire_detailed(&"k", 1).unwrap_err();
+    /// assert_eq!((refusal.quota_index(), refusal.denied()), (0, Denied::RetryAfter(Duration::from_millis(100))));
+    /// ```
+    #[inline]
+    pub fn try_acquire_detailed<Q>(&self, key: &Q, cost: u64) -> Result<(), Refusal>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.acquire(key, cost)
+    }
+
+    /// [`try_acquire_detailed`](Self::try_acquire_detailed), also returning every quota's
+    /// snapshot at the decision's reading (for a `RateLimit-Policy` header listing them all).
+    /// The record is read once more after the decision, at the same reading, so under
+    /// concurrency it may include other decisions on the key. A new key refused because the
+    /// table is full reports 0 tokens in every quota, full after the wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota, Snapshot};
+    /// let per_minute = Quota::new(20, Duration::from_secs(60), 20).unwrap();
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), per_minute]).unwrap();
+    /// let limiter: KeyedMultiLimiter<&str, _> = KeyedMultiLimiter::with_clock(limits, 10, ManualClock::new());
+    /// let (verdict, snaps) = limiter.try_acquire_snapshots(&"k", 4);
+    /// assert_eq!(verdict, Ok(()));
+    /// assert_eq!(snaps.as_slice(), &[
+    ///     Snapshot::new(6, Duration::from_millis(400)),
+    ///     Snapshot::new(16, Duration::from_secs(12)),
+    /// ]);
+    /// ```
+    pub fn try_acquire_snapshots<Q>(&self, key: &Q, cost: u64) -> (Result<(), Refusal>, Snapshots)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.decide_snap(key, cost)
+    }
+
+    /// [`try_acquire_detailed`](Self::try_acquire_detailed), with every quota's snapshot (as
+    /// [`try_acquire_snapshots`](Self::try_acquire_snapshots) reports them) only on refusal:
+    /// an admission costs what `try_acquire_detailed` costs.
+    ///
+    /// ```
+    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
+    /// let limiter: KeyedMultiLimiter<&str, _> = KeyedMultiLimiter::with_clock(limits, 10, ManualClock::new());
+    /// assert_eq!(limiter.try_acquire_or_snapshots(&"k", 5), Ok(()));
+    /// let (refusal, snaps) = limiter.try_acquire_or_snapshots(&"k", 1).unwrap_err();
+    /// assert_eq!(refusal.quota_index(), 1);
+    /// assert_eq!(snaps.as_slice()[0].remaining(), 5);
+    /// ```
+    // The same shape as `MultiBucket::try_acquire_or_snapshots`: the snapshots are a refusal's
+    // payload, built only on that path.
+    #[allow(clippy::result_large_err)]
+    pub fn try_acquire_or_snapshots<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+    ) -> Result<(), (Refusal, Snapshots)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.decide_or_snap(key, cost)
+    }
+
+    /// The policy of `key`: its override, or the default.
+    ///
+    /// ```
+    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+    /// let limits = Limits::from(Quota::per_second(5).unwrap());
+    /// let limiter = KeyedMultiLimiter::<u8, _>::with_clock(limits.clone(), 10, ManualClock::new());
+    /// assert_eq!(limiter.limits_for(&1), &limits);
+    /// ```
+    pub fn limits_for<Q>(&self, key: &Q) -> &Limits
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        &self.rule_of(self.fingerprint(key)).limits
+    }
+
+    /// The default policy.
+    ///
+    /// ```
+    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+    /// let limits = Limits::from(Quota::per_second(5).unwrap());
+    /// assert_eq!(KeyedMultiLimiter::<u8, _>::with_clock(limits.clone(), 10, ManualClock::new()).limits(), &limits);
+    /// ```
+    pub fn limits(&self) -> &Limits {
+        &self.rule.limits
+    }
+}
