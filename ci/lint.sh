@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Formatting, clippy with warnings as errors, and rustdoc with warnings as errors (the core also
-# with its private items).
+# Formatting, the core's import graph (ci/imports.sh), clippy with warnings as errors, and rustdoc
+# with warnings as errors (the core also with its private items).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
+# The core's file-level imports: no cycle, and persistence imports nothing above it.
+bash ci/imports.sh
 (cd fuzz && cargo fmt -- --check)
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps

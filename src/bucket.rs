@@ -7,6 +7,9 @@
 //! One global limit on many cores is what `ShardedBucket` is for; a `KeyedLimiter` contends
 //! only per key.
 
+#[cfg(feature = "persist")]
+mod persist;
+
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
@@ -247,6 +250,26 @@ impl<C: Clock> Bucket<C> {
             None,
             gcra::available_scaled(state, now, scaled)
         ))
+    }
+
+    /// Empties the bucket now: what a process that cannot restore its state should do instead
+    /// of starting full. It keeps the stricter of its state and an empty one, and refills from
+    /// here at the quota's rate.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, Denied, ManualClock, Quota};
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+    /// bucket.drain();
+    /// assert_eq!(bucket.available(), 0);
+    /// assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(100))));
+    /// ```
+    pub fn drain(&self) {
+        let now = self.clock.now();
+        self.update(|state, quota| {
+            let empty = quota.earned_ceil(now) + quota.burst_units();
+            (Some(empty).filter(|&e| e > state), ())
+        });
     }
 
     /// The quota in force.

@@ -346,6 +346,44 @@ impl<C: Clock> MultiBucket<C> {
         }
     }
 
+    /// Empties every quota now: what a process that cannot restore its state should do
+    /// instead of starting full. Each quota keeps the stricter of its state and an empty one,
+    /// and refills from here at its rate.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
+    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
+    /// policy.drain();
+    /// assert_eq!(policy.available(), 0);
+    /// assert_eq!(policy.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(200))));
+    /// ```
+    pub fn drain(&self) {
+        let now = self.clock.now();
+        let quotas = self.limits.quotas();
+        let mut to = [0u64; MAX_LIMITS];
+        for (t, q) in to.iter_mut().zip(quotas) {
+            *t = q.earned_ceil(now) + q.burst_units();
+        }
+        self.raise(&to);
+    }
+
+    /// Raises each quota's state to at least `to[i]`, in one atomic step.
+    fn raise(&self, to: &[u64; MAX_LIMITS]) {
+        fn max_each<const N: usize>(cur: [u64; N], to: &[u64; MAX_LIMITS]) -> Option<[u64; N]> {
+            let mut next = cur;
+            for (n, &t) in next.iter_mut().zip(to) {
+                *n = (*n).max(t);
+            }
+            (next != cur).then_some(next)
+        }
+        match &self.store {
+            Store::Pair(_, pair) => pair.update(|cur| (max_each(cur, to), ())),
+            Store::Wide(_, wide) => wide.update(|cur| (max_each(cur, to), ())),
+        }
+    }
+
     /// The policy.
     ///
     /// ```

@@ -25,6 +25,8 @@ mod keyed {
 
     /// A keyed limiter's name, metric handles and table-full flag.
     #[derive(Debug)]
+    // `pub` for the keyed policies' sealed `observe` hook (feature `metrics`), which names it.
+    #[cfg_attr(not(feature = "metrics"), allow(unreachable_pub))]
     pub struct KeyedObserver {
         #[cfg(feature = "tracing")]
         name: Option<alloc::boxed::Box<str>>,

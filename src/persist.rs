@@ -1,14 +1,15 @@
 //! Saving and restoring limiter state across restarts (feature `persist`), so that a deploy or
 //! a crash does not hand every client a fresh burst.
 //!
-//! Every in-process limiter has one pair: [`Bucket::save`](crate::Bucket::save) and
-//! [`Bucket::restore`](crate::Bucket::restore), the same on
-//! [`ShardedBucket`](crate::ShardedBucket), [`Smooth`](crate::Smooth) and
-//! [`MultiBucket`](crate::MultiBucket), and `KeyedLimiter::save` with
-//! `KeyedLimiterBuilder::restore` (the keyed table is built around the saved fingerprint
-//! seed, so it is restored into a new limiter), the same on `KeyedMultiLimiter` (every quota
-//! of every key, so a per-day quota stays spent across a deploy). Each has an `_at` form
-//! taking the wall-clock time explicitly (`save_at`, `restore_at`), for deterministic tests.
+//! Every in-process limiter implements [`Persist`]: [`save`](Persist::save) and
+//! [`restore`](Persist::restore), each with an `_at` form taking the wall-clock time
+//! explicitly (`save_at`, `restore_at`), for deterministic tests — on
+//! [`Bucket`](crate::Bucket), [`ShardedBucket`](crate::ShardedBucket),
+//! [`Smooth`](crate::Smooth), [`MultiBucket`](crate::MultiBucket) and `KeyedLimiter` (every
+//! quota of every key, so a per-day quota stays spent across a deploy). The same four are
+//! inherent methods of each, so they need no import. A keyed table is found by its fingerprint
+//! seed, which the file holds: restore it with `KeyedLimiterBuilder::restore`, which builds the
+//! limiter around the saved seed.
 //!
 //! # Clock-independent
 //!
@@ -41,9 +42,7 @@
 //!
 //! Truncated, corrupted, foreign, future-dated and unsupported-version input is a
 //! [`RestoreError`], never a panic, and leaves the limiter as it was. The suggestion then:
-//! **start drained, never full** ([`Bucket::with_initial_tokens`](crate::Bucket::with_initial_tokens)
-//! with 0, `ShardedBucket::drain`, `KeyedLimiter::drain`, `KeyedMultiLimiter::drain`), and log
-//! why.
+//! **start drained, never full** (every limiter's `drain`), and log why.
 //!
 //! # The format
 //!
@@ -71,16 +70,14 @@
 //! assert_eq!(restarted.available(), 3);
 //! ```
 
-mod bucket;
 pub(crate) mod format;
-mod sharded;
-pub(crate) mod single;
 
 use crate::gcra;
 use crate::quota::{Quota, MAX_UNITS};
 use core::fmt;
 use core::time::Duration;
-use std::io;
+use format::{kind, FrameReader, FrameWriter};
+use std::io::{self, Read, Write};
 use std::time::SystemTime;
 
 /// The format version this build writes, and the only one it reads.
@@ -235,5 +232,236 @@ pub(crate) fn restored_state(lack: u64, down: u64, now: u64, old: &Quota, new: &
         state
     } else {
         gcra::rescale(state, now, old, new)
+    }
+}
+
+/// Saving a limiter's state and restoring it in another process (feature `persist`): written
+/// once here, implemented beside each limiter type (what its frames hold and how a restore
+/// applies them). See [the module](self) for the format and the guarantees.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use tollgate::persist::Persist;
+/// use tollgate::{Bucket, ManualClock, Quota, ShardedBucket};
+///
+/// fn carry_over(from: &impl Persist, to: &impl Persist, downtime: Duration) {
+///     let mut file = Vec::new();
+///     from.save_at(&mut file, SystemTime::UNIX_EPOCH).unwrap();
+///     to.restore_at(&file[..], SystemTime::UNIX_EPOCH + downtime).unwrap();
+/// }
+/// let q = Quota::per_second(10).unwrap();
+/// let old = Bucket::with_clock(q, ManualClock::new());
+/// old.try_acquire(10).unwrap();
+/// let new = Bucket::with_clock(q, ManualClock::new());
+/// carry_over(&old, &new, Duration::from_millis(300));
+/// assert_eq!(new.available(), 3);
+/// let sharded = ShardedBucket::with_clock(q, 2, ManualClock::new());
+/// carry_over(&sharded, &ShardedBucket::with_clock(q, 4, ManualClock::new()), Duration::ZERO);
+/// ```
+pub trait Persist: sealed::Frames {
+    /// Writes the limiter's state to `w`, anchored to the wall clock ([`SystemTime::now`]) so
+    /// that [`restore`](Persist::restore) in another process refills exactly the downtime.
+    /// Decisions go on meanwhile; each state saved is the one at the save's clock reading or a
+    /// later one. Errors: only `w`'s, or a wall clock before 1970.
+    ///
+    /// ```
+    /// use tollgate::persist::Persist;
+    /// use tollgate::{Bucket, ManualClock, Quota};
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+    /// bucket.try_acquire(4).unwrap();
+    /// let mut file = Vec::new();
+    /// Persist::save(&bucket, &mut file).unwrap();
+    /// let restarted = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+    /// Persist::restore(&restarted, &file[..]).unwrap();
+    /// assert!(restarted.available() <= 7); // 6, plus what the (tiny) downtime refilled
+    /// ```
+    fn save<W: Write>(&self, w: W) -> io::Result<()> {
+        save_with(self, w, SystemTime::now)
+    }
+
+    /// [`save`](Persist::save) with the wall-clock time given: what the save is anchored to.
+    ///
+    /// ```
+    /// use std::time::SystemTime;
+    /// use tollgate::persist::Persist;
+    /// use tollgate::{ManualClock, Smooth};
+    /// let limiter = Smooth::bursty_with_clock(1.0, std::time::Duration::from_secs(1), ManualClock::new()).unwrap();
+    /// let mut file = Vec::new();
+    /// Persist::save_at(&limiter, &mut file, SystemTime::UNIX_EPOCH).unwrap();
+    /// assert_eq!(&file[..8], b"TOLLGATE");
+    /// ```
+    fn save_at<W: Write>(&self, w: W, wall: SystemTime) -> io::Result<()> {
+        save_with(self, w, || wall)
+    }
+
+    /// Restores a state written by [`save`](Persist::save), refilled over the downtime
+    /// measured on the wall clock ([`SystemTime::now`]). A state saved under another quota is
+    /// converted as [`Bucket::set_quota`](crate::Bucket::set_quota) converts. The limiter keeps
+    /// the stricter of its own state and the restored one: a restore never adds tokens. On
+    /// error nothing changes (a keyed table may have taken part of the file, which only
+    /// withholds); the suggested recovery is `drain`, never a full limiter.
+    ///
+    /// ```
+    /// use tollgate::persist::{Persist, RestoreError};
+    /// use tollgate::{Bucket, ManualClock, Quota};
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+    /// let mut file = Vec::new();
+    /// Persist::save(&bucket, &mut file).unwrap();
+    /// file.truncate(file.len() - 1);
+    /// assert!(matches!(Persist::restore(&bucket, &file[..]), Err(RestoreError::Truncated)));
+    /// ```
+    fn restore<R: Read>(&self, r: R) -> Result<(), RestoreError> {
+        restore_with(self, r, SystemTime::now)
+    }
+
+    /// [`restore`](Persist::restore) with the wall-clock time given: the downtime is measured
+    /// up to it.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use tollgate::persist::Persist;
+    /// use tollgate::{Limits, ManualClock, MultiBucket, Quota};
+    /// let limits = Limits::from(Quota::per_second(10).unwrap());
+    /// let bucket = MultiBucket::with_clock(limits.clone(), ManualClock::new());
+    /// bucket.try_acquire(10).unwrap();
+    /// let mut file = Vec::new();
+    /// Persist::save_at(&bucket, &mut file, SystemTime::UNIX_EPOCH).unwrap();
+    /// let restarted = MultiBucket::with_clock(limits, ManualClock::new());
+    /// Persist::restore_at(&restarted, &file[..], SystemTime::UNIX_EPOCH + Duration::from_millis(300)).unwrap();
+    /// assert_eq!(restarted.available(), 3);
+    /// ```
+    fn restore_at<R: Read>(&self, r: R, wall: SystemTime) -> Result<(), RestoreError> {
+        restore_with(self, r, || wall)
+    }
+}
+
+impl<T: sealed::Frames + ?Sized> Persist for T {}
+
+/// The limiter's clock (in [`Frames::measure`](sealed::Frames::measure)), then the wall clock:
+/// the anchor's wall time is no earlier than the instant the state is measured at, so a
+/// restore refills no more than the downtime.
+fn save_with<T: sealed::Frames + ?Sized, W: Write>(
+    limiter: &T,
+    mut w: W,
+    wall: impl FnOnce() -> SystemTime,
+) -> io::Result<()> {
+    let measured = limiter.measure();
+    let wall = wall_ns(wall())?;
+    let mut fw = FrameWriter::start(&mut w as &mut dyn Write, T::LIMITER, wall)?;
+    limiter.write(measured, &mut fw)?;
+    fw.finish().map(drop)
+}
+
+/// The frames read before the wall clock, then the wall clock, then the limiter's clock (in
+/// [`Frames::apply`](sealed::Frames::apply)): the downtime ends no later than the reading the
+/// state is rebuilt at.
+fn restore_with<T: sealed::Frames + ?Sized, R: Read>(
+    limiter: &T,
+    mut r: R,
+    wall: impl FnOnce() -> SystemTime,
+) -> Result<(), RestoreError> {
+    let mut fr = FrameReader::open(&mut r as &mut dyn Read, T::LIMITER)?;
+    let read = limiter.read(&mut fr)?;
+    let down = downtime(fr.wall_ns(), wall())?;
+    limiter.apply(read, &mut fr, down)
+}
+
+/// Reads a one-frame limiter's frame of kind `k` and the end frame, decoding the frame with
+/// `decode` (which reads it to its end).
+pub(crate) fn one_frame<S>(
+    fr: &mut FrameReader<&mut dyn Read>,
+    k: u8,
+    decode: impl FnOnce(&mut format::Cursor<'_>) -> Result<S, RestoreError>,
+) -> Result<S, RestoreError> {
+    let mut c = fr.expect(k)?;
+    let saved = decode(&mut c)?;
+    c.end()?;
+    fr.expect(kind::END)?;
+    Ok(saved)
+}
+
+/// Generates the four [`Persist`] methods as inherent methods of a limiter type, forwarding to
+/// the trait, so that calling them needs no import.
+macro_rules! inherent_persist {
+    (impl[$($generics:tt)*] $ty:ty) => {
+        #[cfg_attr(docsrs, doc(cfg(feature = "persist")))]
+        impl<$($generics)*> $ty {
+            /// [`Persist::save`](crate::persist::Persist::save) (feature `persist`): writes
+            /// the state, anchored to the wall clock.
+            pub fn save<W: std::io::Write>(&self, w: W) -> std::io::Result<()> {
+                crate::persist::Persist::save(self, w)
+            }
+
+            /// [`Persist::save_at`](crate::persist::Persist::save_at) (feature `persist`):
+            /// [`save`](Self::save) with the wall-clock time given.
+            pub fn save_at<W: std::io::Write>(
+                &self,
+                w: W,
+                wall: std::time::SystemTime,
+            ) -> std::io::Result<()> {
+                crate::persist::Persist::save_at(self, w, wall)
+            }
+
+            /// [`Persist::restore`](crate::persist::Persist::restore) (feature `persist`):
+            /// restores a saved state, refilled over the downtime; never adds tokens.
+            pub fn restore<R: std::io::Read>(
+                &self,
+                r: R,
+            ) -> Result<(), crate::persist::RestoreError> {
+                crate::persist::Persist::restore(self, r)
+            }
+
+            /// [`Persist::restore_at`](crate::persist::Persist::restore_at) (feature
+            /// `persist`): [`restore`](Self::restore) with the wall-clock time given.
+            pub fn restore_at<R: std::io::Read>(
+                &self,
+                r: R,
+                wall: std::time::SystemTime,
+            ) -> Result<(), crate::persist::RestoreError> {
+                crate::persist::Persist::restore_at(self, r, wall)
+            }
+        }
+    };
+}
+pub(crate) use inherent_persist;
+
+pub(crate) mod sealed {
+    use super::format::{FrameReader, FrameWriter, Limiter};
+    use super::RestoreError;
+    use std::io::{self, Read, Write};
+
+    /// A limiter's half of [`Persist`](super::Persist): its frames. A public trait in a
+    /// private module, so that no other crate implements it.
+    pub trait Frames {
+        /// The limiter type named in the header.
+        const LIMITER: Limiter;
+        /// What a save reads before the wall clock.
+        type Measured;
+        /// What a restore reads before the wall clock.
+        type Read;
+
+        /// Reads the limiter's clock, then what the save needs before the wall clock is read
+        /// (a one-frame limiter: its whole state).
+        fn measure(&self) -> Self::Measured;
+
+        /// Writes the frames between the header and the end.
+        fn write(
+            &self,
+            measured: Self::Measured,
+            fw: &mut FrameWriter<&mut dyn Write>,
+        ) -> io::Result<()>;
+
+        /// Reads and checks the frames a restore needs before the wall clock (a one-frame
+        /// limiter: every frame, the end included, so that an error changes nothing).
+        fn read(&self, fr: &mut FrameReader<&mut dyn Read>) -> Result<Self::Read, RestoreError>;
+
+        /// Applies what was read after `down` nanoseconds of downtime, at a reading of the
+        /// limiter's clock taken now (a keyed table streams its entries from `fr` here).
+        fn apply(
+            &self,
+            read: Self::Read,
+            fr: &mut FrameReader<&mut dyn Read>,
+            down: u64,
+        ) -> Result<(), RestoreError>;
     }
 }

@@ -20,6 +20,9 @@ mod central;
 #[cfg_attr(not(feature = "counters"), allow(dead_code))]
 pub(crate) mod counters;
 mod lease;
+mod limiter;
+#[cfg(feature = "persist")]
+mod persist;
 #[cfg(test)]
 mod seeded;
 
@@ -694,7 +697,8 @@ impl<C: Clock> ShardedBucket<C> {
         &self.shards[self.read_mostly.shard_of.of(cpu_home())]
     }
 
-    // ---- the narrow interface that saving and restoring use (`src/persist/sharded.rs`) ----
+    // ---- the narrow interface that saving, restoring and draining use (`persist.rs`,
+    // `limiter.rs`) ----
 
     /// The units the whole bucket holds at `now` (the central word's: tokens leased to shards
     /// count as spent), the scale of that unit (units per token), and the most it holds (the
@@ -707,9 +711,8 @@ impl<C: Clock> ShardedBucket<C> {
     }
 
     /// Lowers what the central word holds at `now` to at most `max` units (of
-    /// [`held_units`](ShardedBucket::held_units)): raises its state to the one holding `max`
+    /// `held_units`): raises its state to the one holding `max`
     /// then (rounded toward fewer), never lowers it, so it only ever removes tokens.
-    #[cfg(feature = "persist")]
     pub(crate) fn limit_held(&self, now: u64, max: u128) {
         let q = &self.read_mostly.quota;
         let max = u64::try_from(max).map_or(q.burst_units(), |m| m.min(q.burst_units()));

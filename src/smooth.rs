@@ -387,6 +387,34 @@ impl<C: Clock> Smooth<C> {
         &self.clock
     }
 
+    /// Holds nothing now: what a process that cannot restore its state should do instead of
+    /// starting with a burst. The next permit is free no sooner than one stable interval from
+    /// now, and the stored permits are the strict end — none for bursty, every one cold for
+    /// warming up (the stricter of that and the limiter's own, as a restore keeps). Not in
+    /// Guava, which has no such operation.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Smooth};
+    /// let limiter = Smooth::bursty_with_clock(2.0, Duration::from_secs(1), ManualClock::new()).unwrap();
+    /// limiter.drain();
+    /// assert!(!limiter.try_acquire(1, Duration::from_millis(499)));
+    /// assert!(limiter.try_acquire(1, Duration::from_millis(500)));
+    /// ```
+    pub fn drain(&self) {
+        let now = self.micros_at(self.clock.now());
+        self.update(|mut s, p| {
+            s.resync(now, p);
+            s.stored = match self.mode {
+                Mode::Bursty { .. } => 0.0,
+                Mode::WarmingUp { .. } => p.max,
+            };
+            let next = now.saturating_add(guava::ceil_u64(p.stable)).min(MAX_MICROS);
+            s.next = s.next.max(next);
+            (Some(s), ())
+        });
+    }
+
     /// Guava's `stopwatch.readMicros()`: whole microseconds since the limiter was created. A
     /// clock reading before the origin counts as the origin.
     #[cfg(feature = "persist")]

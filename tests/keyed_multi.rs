@@ -8,6 +8,8 @@
 //! three quotas beside a default of two) and the edges: cost 0, `u64::MAX`, `max_keys` 0 and 1.
 #![cfg(feature = "keyed")]
 
+#![cfg(feature = "keyed")]
+
 use proptest::prelude::*;
 use std::time::Duration;
 use tollgate::{

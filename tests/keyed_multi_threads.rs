@@ -6,6 +6,8 @@
 //! admissions decided at; and on a frozen clock a key admits exactly its smallest burst.
 #![cfg(feature = "keyed")]
 
+#![cfg(feature = "keyed")]
+
 use tollgate_testkit::stall;
 use tollgate_testkit::window;
 

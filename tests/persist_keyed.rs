@@ -209,3 +209,32 @@ fn a_save_racing_decisions_never_restores_more_tokens() {
         }
     }
 }
+
+/// A keyed limiter restored in place finds the saved keys only under the seed they were saved
+/// with (a limiter the builder restored from the file): then it keeps the stricter state of
+/// each. Under another seed it cannot find them, and every untracked key starts as strictly as
+/// the strictest saved one until that one would be full: never more than a key had.
+#[test]
+fn a_restore_in_place_never_hands_out_more() {
+    let q = Quota::per_second(10).unwrap();
+    let saved = KeyedLimiter::with_clock(q, 100, ManualClock::new());
+    saved.try_acquire(&"alice", 10).unwrap();
+    let mut file = Vec::new();
+    saved.save_at(&mut file, wall(0)).unwrap();
+
+    let other: KeyedLimiter<&str, Quota, _> = KeyedLimiter::with_clock(q, 100, ManualClock::new());
+    other.restore_at(&file[..], wall(0)).unwrap();
+    assert!(other.is_empty());
+    assert_eq!((other.available(&"alice"), other.available(&"bob")), (0, 0));
+    other.clock().advance(Duration::from_millis(500));
+    assert_eq!(other.available(&"bob"), 5);
+
+    let same = KeyedLimiter::<&str, Quota, _>::builder(q, 100, ManualClock::new())
+        .restore_at(&file[..], wall(0))
+        .unwrap();
+    // Again, half a second later on the wall clock: alice's 5 restored tokens are not added
+    // to the 0 she holds, and bob, untracked, is untouched.
+    same.restore_at(&file[..], wall(500_000_000)).unwrap();
+    assert_eq!((same.available(&"alice"), same.available(&"bob")), (0, 10));
+    assert_eq!(same.len(), 1);
+}

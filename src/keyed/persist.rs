@@ -45,7 +45,7 @@ use crate::limits::{Limits, MAX_LIMITS};
 use crate::persist::format::{
     kind, Cursor, FrameReader, FrameWriter, Limiter, Payload, ENTRIES_PER_FRAME,
 };
-use crate::persist::{downtime, lack, restored_state, wall_ns, RestoreError};
+use crate::persist::{downtime, inherent_persist, lack, restored_state, sealed, RestoreError};
 use crate::quota::{Quota, HORIZON_NS};
 use crate::sync::Ordering;
 use alloc::vec::Vec;
@@ -105,55 +105,85 @@ fn get_quotas<P: KeyedPolicy>(
     Ok(n)
 }
 
-impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, C> {
-    /// Writes every tracked key whose bucket is not full (every quota of it, for a policy of
-    /// several: a per-day quota is not handed out again by a deploy), the override policies,
-    /// the fingerprint seed and where untracked keys start (feature `persist`), anchored to the
-    /// wall clock ([`SystemTime::now`]); restore with [`KeyedLimiterBuilder::restore`].
-    ///
-    /// Streams: one chunk of the table at a time (memory independent of the number of keys;
-    /// time linear in the table's current region), and decisions go on meanwhile — lookups
-    /// never wait, insertions wait for one chunk at most. Each key's state (all its quotas) is
-    /// saved as of some instant during the save; see the module's docs for what a concurrent
-    /// save can miss and why that errs only toward fewer tokens. The file holds the seed: keep
-    /// it private.
-    ///
-    /// ```
-    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
-    /// let q = Quota::per_second(10).unwrap();
-    /// let limiter = KeyedLimiter::with_clock(q, 100, ManualClock::new());
-    /// limiter.try_acquire(&"alice", 10).unwrap();
-    /// let mut file = Vec::new();
-    /// limiter.save(&mut file).unwrap();
-    /// let restored = KeyedLimiter::<&str, Quota, _>::builder(q, 100, ManualClock::new())
-    ///     .restore(&file[..])
-    ///     .unwrap();
-    /// assert!(restored.available(&"alice") <= 1); // what the (tiny) downtime refilled
-    /// assert_eq!(restored.available(&"bob"), 10);
-    /// ```
-    pub fn save<W: Write>(&self, w: W) -> io::Result<()> {
-        self.save_with(w, SystemTime::now)
+/// What a restore reads before the wall clock: the saved policies and the fingerprint seed.
+pub struct Head {
+    /// The saved quotas, flat: the default's first, then each override's (memory in proportion
+    /// to the input's frames).
+    quotas: Vec<Quota>,
+    /// How many quotas the default policy holds.
+    default: usize,
+    seed: u64,
+    /// Each saved override's quotas, by fingerprint: where in `quotas`, and how many.
+    overrides: HashMap<u64, (usize, usize)>,
+}
+
+impl core::fmt::Debug for Head {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Head")
+            .field("overrides", &self.overrides.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads the table-wide frame and the overrides' of a table of `P`.
+fn read_head<P: KeyedPolicy>(fr: &mut FrameReader<&mut dyn Read>) -> Result<Head, RestoreError> {
+    let (_, head, over, _) = kinds::<P>();
+    let mut quotas: Vec<Quota> = Vec::new();
+    let (default, seed, n_overrides) = {
+        let mut c = fr.expect(head)?;
+        let v = (get_quotas::<P>(&mut c, &mut quotas)?, c.u64()?, c.u64()?);
+        c.end()?;
+        v
+    };
+    if n_overrides > MAX_OVERRIDES {
+        return Err(RestoreError::Corrupt("too many override policies"));
+    }
+    let mut overrides = HashMap::new();
+    for _ in 0..n_overrides {
+        let mut c = fr.expect(over)?;
+        let (fp, at) = (c.u64()?, quotas.len());
+        let n = get_quotas::<P>(&mut c, &mut quotas)?;
+        c.end()?;
+        overrides.insert(fp, (at, n));
+    }
+    Ok(Head {
+        quotas,
+        default,
+        seed,
+        overrides,
+    })
+}
+
+inherent_persist!(impl[K, P: KeyedPolicy, C: Clock] KeyedLimiter<K, P, C>);
+
+/// Streams: one chunk of the table at a time (memory independent of the number of keys; time
+/// linear in the table's current region), and decisions go on meanwhile — lookups never wait,
+/// insertions wait for one chunk at most. Each key's state (all its quotas) is saved as of
+/// some instant during the save; see the module's docs for what a concurrent save can miss and
+/// why that errs only toward fewer tokens. The file holds the fingerprint seed: keep it
+/// private.
+///
+/// A restore into a limiter of this seed (one [`KeyedLimiterBuilder::restore`] built) tracks
+/// the saved keys; into a limiter of another seed it cannot find them, and each saved key
+/// raises the floor for untracked keys to the instant it would be full instead (never more
+/// lenient). Restore with [`KeyedLimiterBuilder::restore`] to build the limiter around the
+/// saved seed.
+impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
+    const LIMITER: Limiter = if P::SEVERAL {
+        Limiter::KeyedMulti
+    } else {
+        Limiter::Keyed
+    };
+    /// The save's clock reading.
+    type Measured = u64;
+    type Read = Head;
+
+    fn measure(&self) -> u64 {
+        self.clock.now()
     }
 
-    /// [`save`](KeyedLimiter::save) with the wall-clock time given.
-    ///
-    /// ```
-    /// use std::time::SystemTime;
-    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
-    /// let limiter = KeyedLimiter::<u32, Quota, _>::with_clock(Quota::per_second(1).unwrap(), 10, ManualClock::new());
-    /// let mut file = Vec::new();
-    /// limiter.save_at(&mut file, SystemTime::UNIX_EPOCH).unwrap();
-    /// ```
-    pub fn save_at<W: Write>(&self, w: W, wall: SystemTime) -> io::Result<()> {
-        self.save_with(w, || wall)
-    }
-
-    fn save_with<W: Write>(&self, w: W, wall: impl FnOnce() -> SystemTime) -> io::Result<()> {
-        let (limiter, head, over, entries_kind) = kinds::<P>();
-        // The clock, then the wall clock: see `Bucket::save`.
-        let now = self.clock.now();
-        let wall = wall_ns(wall())?;
-        let mut fw = FrameWriter::start(w, limiter, wall)?;
+    fn write(&self, now: u64, fw: &mut FrameWriter<&mut dyn Write>) -> io::Result<()> {
+        let (_, head, over, entries_kind) = kinds::<P>();
         let mut p = Payload::default();
         put_quotas::<P>(&mut p, P::quotas(&self.rule));
         p.u64(self.seed).u64(self.overrides.len() as u64);
@@ -197,28 +227,111 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
             }
             Ok::<(), io::Error>(())
         })?;
-        write_floor(&mut fw, &self.table, now)?;
-        fw.finish().map(drop)
+        write_floor(fw, &self.table, now)
     }
 
-    /// Tracks `(fp, state)` entries read from a saved table, keeping the stricter state of each
-    /// quota of a fingerprint seen twice. An entry that finds the table full is not tracked;
-    /// the floor for untracked keys is raised to the instant it would be full instead, so that
-    /// key — and every other untracked key — starts no more lenient than the entry (a save
-    /// racing insertions may hold a few more entries than `max_keys`; a smaller table, many
-    /// more).
-    fn restore_entries(&self, entries: &[(u64, P::State)]) {
+    fn read(&self, fr: &mut FrameReader<&mut dyn Read>) -> Result<Head, RestoreError> {
+        read_head::<P>(fr)
+    }
+
+    /// Every saved entry refilled over the downtime and converted to its policy here (by
+    /// position), in batches of one frame; then where untracked keys start.
+    fn apply(
+        &self,
+        head: Head,
+        fr: &mut FrameReader<&mut dyn Read>,
+        down: u64,
+    ) -> Result<(), RestoreError> {
+        let (_, _, _, entries_kind) = kinds::<P>();
+        // The wall clock (read before `apply`), then the limiter's clock: see `Bucket::restore`.
+        let now = self.clock.now();
+        let found = head.seed == self.seed;
+        let entry_len = if P::SEVERAL { 17 } else { 16 };
+        let mut batch = Vec::new();
+        loop {
+            let (k, mut c) = fr.next()?;
+            if k == kind::FLOOR {
+                let floor = read_floor(&mut c, now, down)?;
+                fr.expect(kind::END)?;
+                if let Some(at) = floor {
+                    self.table.evicted_at.fetch_max(at, Ordering::SeqCst);
+                }
+                return Ok(());
+            }
+            if k != entries_kind {
+                return Err(RestoreError::Corrupt("a frame out of place"));
+            }
+            let count = c.u32()? as usize;
+            // At least `entry_len` bytes an entry (one quota): a count that cannot fit is
+            // corrupt; of one quota each, the frame holds exactly the entries.
+            if count.saturating_mul(entry_len) > c.remaining()
+                || !P::SEVERAL && count * entry_len != c.remaining()
+            {
+                return Err(RestoreError::Corrupt(
+                    "an entries frame of the wrong length",
+                ));
+            }
+            batch.clear();
+            for _ in 0..count {
+                let fp = c.u64()?;
+                let n = if P::SEVERAL { usize::from(c.u8()?) } else { 1 };
+                if fp < 2 {
+                    return Err(RestoreError::Corrupt("a fingerprint no key has"));
+                }
+                let (at, len) = head
+                    .overrides
+                    .get(&fp)
+                    .copied()
+                    .unwrap_or((0, head.default));
+                if n != len {
+                    return Err(RestoreError::Corrupt(
+                        "an entry with another number of quotas than its policy",
+                    ));
+                }
+                let rule = self.rule_of(fp);
+                let new = P::quotas(rule);
+                if n != new.len() {
+                    return Err(RestoreError::LimitsChanged {
+                        saved: n,
+                        restoring: new.len(),
+                    });
+                }
+                let mut states = [0u64; MAX_LIMITS];
+                let mut full = true;
+                for (i, s) in states[..n].iter_mut().enumerate() {
+                    *s = restored_state(c.u64()?, down, now, &head.quotas[at + i], &new[i]);
+                    full &= gcra::is_full(*s, now, &new[i]);
+                }
+                if !full {
+                    batch.push((fp, P::from_words(&states[..n])));
+                }
+            }
+            c.end()?;
+            self.restore_entries(&batch, found);
+        }
+    }
+}
+
+impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
+    /// Tracks `(fp, state)` entries read from a saved table (`found`: saved under this
+    /// limiter's seed), keeping the stricter state of each quota of a fingerprint seen twice.
+    /// An entry that is not found, or that finds the table full, is not tracked; the floor for
+    /// untracked keys is raised to the instant it would be full instead, so that key — and
+    /// every other untracked key — starts no more lenient than the entry (a save racing
+    /// insertions may hold a few more entries than `max_keys`; a smaller table, many more).
+    fn restore_entries(&self, entries: &[(u64, P::State)], found: bool) {
         let mut locked = self.index.lock();
         let t = &self.table;
         for (fp, state) in entries {
             let (fp, rule) = (*fp, self.rule_of(*fp));
-            if locked.contains(fp) {
+            if found && locked.contains(fp) {
                 // A key the walk met twice (moved meanwhile): the later state is the larger.
                 P::merge(self, fp, rule, state);
                 continue;
             }
             let full_at = P::full_at(rule, state);
-            if t.len.load(Ordering::SeqCst) >= self.max_keys
+            if !found
+                || t.len.load(Ordering::SeqCst) >= self.max_keys
                 || !P::place(self, &mut locked, fp, rule, state, full_at)
             {
                 t.evicted_at
@@ -410,6 +523,7 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
     ///     .restore_at(&file[..], later)
     ///     .unwrap();
     /// assert_eq!(restored.available(&"alice"), 5);
+    /// assert_eq!(restored.available(&"bob"), 10);
     /// ```
     pub fn restore<R: Read>(self, r: R) -> Result<KeyedLimiter<K, P, C>, RestoreError> {
         self.restore_with(r, SystemTime::now)
@@ -432,98 +546,21 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
         self.restore_with(r, || wall)
     }
 
+    /// The head, the wall clock, the limiter built around the saved seed, then its entries.
     fn restore_with<R: Read>(
         self,
-        r: R,
+        mut r: R,
         wall: impl FnOnce() -> SystemTime,
     ) -> Result<KeyedLimiter<K, P, C>, RestoreError> {
-        let (limiter, head, over, entries_kind) = kinds::<P>();
-        let mut fr = FrameReader::open(r, limiter)?;
-        // The saved quotas, flat: the default's first, then each override's (memory in
-        // proportion to the input's frames), found by fingerprint.
-        let mut quotas: Vec<Quota> = Vec::new();
-        let (default, seed, n_overrides) = {
-            let mut c = fr.expect(head)?;
-            let v = (get_quotas::<P>(&mut c, &mut quotas)?, c.u64()?, c.u64()?);
-            c.end()?;
-            v
-        };
-        if n_overrides > MAX_OVERRIDES {
-            return Err(RestoreError::Corrupt("too many override policies"));
-        }
-        let mut saved: HashMap<u64, (usize, usize)> = HashMap::new();
-        for _ in 0..n_overrides {
-            let mut c = fr.expect(over)?;
-            let (fp, at) = (c.u64()?, quotas.len());
-            let n = get_quotas::<P>(&mut c, &mut quotas)?;
-            c.end()?;
-            saved.insert(fp, (at, n));
-        }
+        use sealed::Frames;
+        let mut fr = FrameReader::open(&mut r as &mut dyn Read, KeyedLimiter::<K, P, C>::LIMITER)?;
+        let head = read_head::<P>(&mut fr)?;
         let down = downtime(fr.wall_ns(), wall())?;
         let limiter = self
-            .build_seeded(Some(seed))
+            .build_seeded(Some(head.seed))
             .map_err(RestoreError::Config)?;
-        // The wall clock (read by `downtime`), then the limiter's clock: see `Bucket::restore`.
-        let now = limiter.clock.now();
-        let entry_len = if P::SEVERAL { 17 } else { 16 };
-        let mut batch = Vec::new();
-        loop {
-            let (k, mut c) = fr.next()?;
-            if k == kind::FLOOR {
-                let floor = read_floor(&mut c, now, down)?;
-                fr.expect(kind::END)?;
-                if let Some(at) = floor {
-                    limiter.table.evicted_at.fetch_max(at, Ordering::SeqCst);
-                }
-                return Ok(limiter);
-            }
-            if k != entries_kind {
-                return Err(RestoreError::Corrupt("a frame out of place"));
-            }
-            let count = c.u32()? as usize;
-            // At least `entry_len` bytes an entry (one quota): a count that cannot fit is
-            // corrupt; of one quota each, the frame holds exactly the entries.
-            if count.saturating_mul(entry_len) > c.remaining()
-                || !P::SEVERAL && count * entry_len != c.remaining()
-            {
-                return Err(RestoreError::Corrupt(
-                    "an entries frame of the wrong length",
-                ));
-            }
-            batch.clear();
-            for _ in 0..count {
-                let fp = c.u64()?;
-                let n = if P::SEVERAL { usize::from(c.u8()?) } else { 1 };
-                if fp < 2 {
-                    return Err(RestoreError::Corrupt("a fingerprint no key has"));
-                }
-                let (at, len) = saved.get(&fp).copied().unwrap_or((0, default));
-                if n != len {
-                    return Err(RestoreError::Corrupt(
-                        "an entry with another number of quotas than its policy",
-                    ));
-                }
-                let rule = limiter.rule_of(fp);
-                let new = P::quotas(rule);
-                if n != new.len() {
-                    return Err(RestoreError::LimitsChanged {
-                        saved: n,
-                        restoring: new.len(),
-                    });
-                }
-                let mut states = [0u64; MAX_LIMITS];
-                let mut full = true;
-                for (i, s) in states[..n].iter_mut().enumerate() {
-                    *s = restored_state(c.u64()?, down, now, &quotas[at + i], &new[i]);
-                    full &= gcra::is_full(*s, now, &new[i]);
-                }
-                if !full {
-                    batch.push((fp, P::from_words(&states[..n])));
-                }
-            }
-            c.end()?;
-            limiter.restore_entries(&batch);
-        }
+        limiter.apply(head, &mut fr, down)?;
+        Ok(limiter)
     }
 }
 

@@ -32,11 +32,14 @@ pub(crate) const MAX_FRAME: usize = 1 << 20;
 pub(crate) mod kind {
     /// Which limiter, and the wall-clock anchor.
     pub(crate) const HEADER: u8 = 1;
-    /// One [`Bucket`](crate::Bucket): its quota and the units it lacks at the anchor.
+    /// One [`Bucket`](crate::Bucket): its record (quota, and the units it lacks at the anchor).
     pub(crate) const BUCKET: u8 = 2;
-    /// A [`ShardedBucket`](crate::ShardedBucket): its quota and the tokens all shards hold.
+    /// A [`ShardedBucket`](crate::ShardedBucket): its quota and the tokens the whole bucket
+    /// holds at the anchor as a fraction `held:u128 / scale:u64` (leased tokens count as spent).
     pub(crate) const SHARDED: u8 = 3;
-    /// A [`Smooth`](crate::Smooth): its parameters, next free time and stored permits.
+    /// A [`Smooth`](crate::Smooth): the mode (tag and two `f64` words), the six parameter
+    /// words, the next free time relative to the save's reading (µs, `i64`) and the stored
+    /// permits (`f64`).
     pub(crate) const SMOOTH: u8 = 4;
     /// A `KeyedLimiter`'s table-wide part: default quota, fingerprint seed, override count.
     pub(crate) const KEYED: u8 = 5;
@@ -47,7 +50,7 @@ pub(crate) mod kind {
     pub(crate) const ENTRIES: u8 = 7;
     /// The state a `KeyedLimiter` gives keys it does not track, read after its entries.
     pub(crate) const FLOOR: u8 = 8;
-    /// A multi-quota bucket (all of its quotas must hold): one `BUCKET` payload per quota.
+    /// A [`MultiBucket`](crate::MultiBucket): the quota count (`u8`), then one record per quota.
     pub(crate) const MULTI: u8 = 9;
     /// A `KeyedMultiLimiter`'s table-wide part: the default policy (quota count, quotas),
     /// fingerprint seed, override count.
@@ -67,7 +70,7 @@ pub(crate) const ENTRIES_PER_FRAME: usize = 4096;
 
 /// The limiter a file holds (the header's first byte).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Limiter {
+pub enum Limiter {
     Bucket = 1,
     Sharded = 2,
     Smooth = 3,
@@ -103,11 +106,19 @@ impl Limiter {
 }
 
 /// Writes frames to `W`, keeping the running file checksum.
-pub(crate) struct FrameWriter<W: Write> {
+pub struct FrameWriter<W: Write> {
     w: W,
     file: crc32fast::Hasher,
     buf: Vec<u8>,
     records: u64,
+}
+
+impl<W: Write> core::fmt::Debug for FrameWriter<W> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("FrameWriter")
+            .field("records", &self.records)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<W: Write> FrameWriter<W> {
@@ -163,8 +174,8 @@ impl<W: Write> FrameWriter<W> {
 }
 
 /// A frame payload being built.
-#[derive(Default)]
-pub(crate) struct Payload(pub(crate) Vec<u8>);
+#[derive(Debug, Default)]
+pub struct Payload(pub(crate) Vec<u8>);
 
 impl Payload {
     pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
@@ -187,6 +198,11 @@ impl Payload {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
+    /// One bucket's record: its quota and the units it lacks from full at the anchor (a
+    /// `BUCKET` frame's payload, and each quota's in a `MULTI` frame).
+    pub(crate) fn record(&mut self, q: &Quota, lack: u64) -> &mut Self {
+        self.quota(q).u64(lack)
+    }
     /// A quota as `tokens`, `per` in nanoseconds and `burst`: what [`Quota::new`] takes.
     pub(crate) fn quota(&mut self, q: &Quota) -> &mut Self {
         // `Quota::new` refuses periods beyond u64 nanoseconds, so this never saturates.
@@ -196,13 +212,22 @@ impl Payload {
 }
 
 /// Reads frames from `R`, checking each frame's checksum and, at the end, the file's.
-pub(crate) struct FrameReader<R: Read> {
+pub struct FrameReader<R: Read> {
     r: R,
     file: crc32fast::Hasher,
     buf: Vec<u8>,
     records: u64,
     limiter: Limiter,
     wall_ns: u128,
+}
+
+impl<R: Read> core::fmt::Debug for FrameReader<R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("FrameReader")
+            .field("limiter", &self.limiter)
+            .field("records", &self.records)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<R: Read> FrameReader<R> {
@@ -343,6 +368,10 @@ impl Cursor<'_> {
         let (tokens, per, burst) = (self.u64()?, self.u64()?, self.u64()?);
         Quota::new(tokens, Duration::from_nanos(per), burst)
             .map_err(|_| RestoreError::Corrupt("an invalid quota"))
+    }
+    /// A record written by [`Payload::record`]: the quota and its lack.
+    pub(crate) fn record(&mut self) -> Result<(Quota, u64), RestoreError> {
+        Ok((self.quota()?, self.u64()?))
     }
     /// Bytes left unread.
     #[cfg_attr(not(feature = "keyed"), allow(dead_code))]

@@ -259,7 +259,6 @@ impl Central {
 
     /// Raises the state to at least `floor` (a restore, a drain): it stays "only ever raised",
     /// so the units handed out still never overlap.
-    #[cfg(feature = "persist")]
     pub(super) fn raise(&self, floor: u64) {
         counters::central_cas();
         self.state.fetch_max(floor, Ordering::Relaxed);

@@ -121,6 +121,17 @@ fn java_min(a: f64, b: f64) -> f64 {
     }
 }
 
+/// `x` rounded up to a whole number, for a finite `x` at least 0 (`f64::ceil` needs `std`):
+/// saturating at `u64::MAX`.
+pub(super) fn ceil_u64(x: f64) -> u64 {
+    let t = x as u64;
+    if (t as f64) < x {
+        t.saturating_add(1)
+    } else {
+        t
+    }
+}
+
 /// The decoded state: Guava's `nextFreeTicketMicros` and `storedPermits`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct State {

@@ -5,11 +5,9 @@ use super::fixed::MAX_MICROS;
 use super::guava::{Mode, Params, State};
 use super::Smooth;
 use crate::clock::Clock;
-use crate::persist::format::{kind, Cursor, Limiter, Payload};
-use crate::persist::single::SingleFrame;
-use crate::persist::RestoreError;
+use crate::persist::format::{kind, FrameReader, FrameWriter, Limiter, Payload};
+use crate::persist::{inherent_persist, one_frame, sealed, RestoreError};
 use std::io::{self, Read, Write};
-use std::time::SystemTime;
 
 /// The mode's tag and its two parameters (`f64` bit patterns).
 fn mode_words(mode: Mode) -> (u8, u64, u64) {
@@ -22,88 +20,16 @@ fn mode_words(mode: Mode) -> (u8, u64, u64) {
     }
 }
 
-#[cfg_attr(docsrs, doc(cfg(feature = "persist")))]
-impl<C: Clock> Smooth<C> {
-    /// Writes the limiter's state (feature `persist`), anchored to the wall clock
-    /// ([`SystemTime::now`]): the next free time (how far ahead of now it is, or how long ago
-    /// it passed) and the stored permits. See [`crate::persist`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Smooth};
-    /// let limiter = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
-    /// limiter.acquire(5); // pays later: the next caller waits 5 s
-    /// let mut file = Vec::new();
-    /// limiter.save(&mut file).unwrap();
-    /// let restarted = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
-    /// restarted.restore(&file[..]).unwrap();
-    /// assert!(!restarted.try_acquire(1, Duration::from_secs(4)));
-    /// ```
-    pub fn save<W: Write>(&self, w: W) -> io::Result<()> {
-        self.save_with(w, SystemTime::now)
-    }
+inherent_persist!(impl[C: Clock] Smooth<C>);
 
-    /// [`save`](Smooth::save) with the wall-clock time given.
-    ///
-    /// ```
-    /// use std::time::{Duration, SystemTime};
-    /// use tollgate::{ManualClock, Smooth};
-    /// let limiter = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
-    /// let mut file = Vec::new();
-    /// limiter.save_at(&mut file, SystemTime::UNIX_EPOCH).unwrap();
-    /// ```
-    pub fn save_at<W: Write>(&self, w: W, wall: SystemTime) -> io::Result<()> {
-        self.save_with(w, || wall)
-    }
-
-    /// Restores a state written by [`save`](Smooth::save) (feature `persist`), as Guava's own
-    /// arithmetic would have carried it through the downtime ([`SystemTime::now`]): the next
-    /// free time moves that much closer, and idle time past it stores permits (up to the
-    /// maximum). The next free time kept is the later of this limiter's and the restored one
-    /// (a queue is never shortened). The stored permits are the restored ones in a limiter
-    /// just built (nothing decided, restored or re-rated since), and otherwise the stricter of
-    /// its own and the restored ones at this reading (fewer for bursty, more — colder — for
-    /// warming up): restoring twice, or an old file into a limiter in use, hands out nothing
-    /// again. Saved at another rate or mode, the stored permits are rescaled as
-    /// [`set_rate`](Smooth::set_rate) rescales them. On error nothing changes.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{persist::RestoreError, ManualClock, Smooth};
-    /// let limiter = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
-    /// assert!(matches!(limiter.restore(&[0u8; 3][..]), Err(RestoreError::Truncated)));
-    /// ```
-    pub fn restore<R: Read>(&self, r: R) -> Result<(), RestoreError> {
-        self.restore_with(r, SystemTime::now)
-    }
-
-    /// [`restore`](Smooth::restore) with the wall-clock time given.
-    ///
-    /// ```
-    /// use std::time::{Duration, SystemTime};
-    /// use tollgate::{ManualClock, Smooth};
-    /// let limiter = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
-    /// limiter.acquire(5);
-    /// let mut file = Vec::new();
-    /// limiter.save_at(&mut file, SystemTime::UNIX_EPOCH).unwrap();
-    /// let restarted = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
-    /// restarted.restore_at(&file[..], SystemTime::UNIX_EPOCH + Duration::from_secs(2)).unwrap();
-    /// assert!(!restarted.try_acquire(1, Duration::from_millis(2_999)));
-    /// assert!(restarted.try_acquire(1, Duration::from_secs(3)));
-    /// ```
-    pub fn restore_at<R: Read>(&self, r: R, wall: SystemTime) -> Result<(), RestoreError> {
-        self.restore_with(r, || wall)
-    }
-}
-
-impl<C: Clock> SingleFrame for Smooth<C> {
+impl<C: Clock> sealed::Frames for Smooth<C> {
     const LIMITER: Limiter = Limiter::Smooth;
-    const KIND: u8 = kind::SMOOTH;
+    type Measured = Payload;
     /// The saved parameters (`Params::to_raw`), the next free time relative to the save's
     /// reading (µs) and the stored permits.
-    type Saved = ([u64; 6], i64, f64);
+    type Read = ([u64; 6], i64, f64);
 
-    fn payload(&self) -> Payload {
+    fn measure(&self) -> Payload {
         let now = self.now_micros();
         let (state, params) = self.update(|s, p| (None, (s, *p)));
         let (tag, a, b) = mode_words(self.mode);
@@ -118,28 +44,48 @@ impl<C: Clock> SingleFrame for Smooth<C> {
         p
     }
 
-    fn decode(mut c: Cursor<'_>) -> Result<Self::Saved, RestoreError> {
-        let (tag, _, _) = (c.u8()?, c.u64()?, c.u64()?);
-        let mut raw = [0u64; 6];
-        for word in &mut raw {
-            *word = c.u64()?;
-        }
-        let (old, next_rel, stored) = (Params::from_raw(raw), c.i64()?, f64::from_bits(c.u64()?));
-        c.end()?;
-        let sane = |x: f64| x.is_finite() && x >= 0.0;
-        if !(tag == 1 || tag == 2)
-            || !sane(old.max)
-            || !sane(stored)
-            || stored > old.max
-            || !(old.cool_down > 0.0 || old.max == 0.0)
-            || next_rel.unsigned_abs() > MAX_MICROS
-        {
-            return Err(RestoreError::Corrupt("invalid Smooth parameters"));
-        }
-        Ok((raw, next_rel, stored))
+    fn write(&self, p: Payload, fw: &mut FrameWriter<&mut dyn Write>) -> io::Result<()> {
+        fw.frame(kind::SMOOTH, &p.0)
     }
 
-    fn apply(&self, (raw, next_rel, stored): Self::Saved, down: u64) {
+    fn read(&self, fr: &mut FrameReader<&mut dyn Read>) -> Result<Self::Read, RestoreError> {
+        one_frame(fr, kind::SMOOTH, |c| {
+            let (tag, _, _) = (c.u8()?, c.u64()?, c.u64()?);
+            let mut raw = [0u64; 6];
+            for word in &mut raw {
+                *word = c.u64()?;
+            }
+            let (old, next_rel) = (Params::from_raw(raw), c.i64()?);
+            let stored = f64::from_bits(c.u64()?);
+            let sane = |x: f64| x.is_finite() && x >= 0.0;
+            if !(tag == 1 || tag == 2)
+                || !sane(old.max)
+                || !sane(stored)
+                || stored > old.max
+                || !(old.cool_down > 0.0 || old.max == 0.0)
+                || next_rel.unsigned_abs() > MAX_MICROS
+            {
+                return Err(RestoreError::Corrupt("invalid Smooth parameters"));
+            }
+            Ok((raw, next_rel, stored))
+        })
+    }
+
+    /// As Guava's own arithmetic would have carried the state through the downtime: the next
+    /// free time moves that much closer, and idle time past it stores permits (up to the
+    /// maximum). The next free time kept is the later of this limiter's and the restored one (a
+    /// queue is never shortened). The stored permits are the restored ones in a limiter just
+    /// built (nothing decided, restored or re-rated since), and otherwise the stricter of its
+    /// own and the restored ones at this reading (fewer for bursty, more — colder — for warming
+    /// up): restoring twice, or an old file into a limiter in use, hands out nothing again.
+    /// Saved at another rate or mode, the stored permits are rescaled as
+    /// [`set_rate`](Smooth::set_rate) rescales them.
+    fn apply(
+        &self,
+        (raw, next_rel, stored): Self::Read,
+        _: &mut FrameReader<&mut dyn Read>,
+        down: u64,
+    ) -> Result<(), RestoreError> {
         let old = Params::from_raw(raw);
         let down = i128::from(down / 1000);
         let now = self.now_micros();
@@ -175,8 +121,7 @@ impl<C: Clock> SingleFrame for Smooth<C> {
             // no restore, no rate change since: its word is the constructor's). Otherwise the
             // stricter of the two at this reading — fewer for bursty, more (colder) for warming
             // up — so that restoring twice, or an old file into a limiter in use, never hands
-            // the saved permits out again (a review's finding, 2026-12-04: 33 permits in 2 s at
-            // 1/s with a burst of 10, a file restored three times).
+            // the saved permits out again.
             let built = match self.mode {
                 Mode::Bursty { .. } => 0.0,
                 Mode::WarmingUp { .. } => p.max,
@@ -192,5 +137,6 @@ impl<C: Clock> SingleFrame for Smooth<C> {
             }
             (Some(s), ())
         });
+        Ok(())
     }
 }

@@ -1,0 +1,20 @@
+//! What [`ShardedBucket`] offers every limiter's way.
+
+use super::ShardedBucket;
+use crate::clock::Clock;
+
+impl<C: Clock> ShardedBucket<C> {
+    /// Empties the central word now: what a process that cannot restore its state should do
+    /// instead of starting full (tokens already leased to shards stay theirs). It refills from
+    /// here at the quota's rate.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, ShardedBucket};
+    /// let bucket = ShardedBucket::with_clock(Quota::per_second(8).unwrap(), 4, ManualClock::new());
+    /// bucket.drain();
+    /// assert_eq!(bucket.available(), 0);
+    /// ```
+    pub fn drain(&self) {
+        self.limit_held(self.clock().now(), 0);
+    }
+}

@@ -1,0 +1,65 @@
+//! [`ShardedBucket`]'s saved state (feature `persist`): a `SHARDED` frame with the global quota
+//! and the tokens the whole bucket holds at the anchor (tokens leased to shards counted as
+//! spent), as a fraction `held / scale`. Only that total travels, so any shard count restores
+//! it.
+
+use super::ShardedBucket;
+use crate::clock::Clock;
+use crate::persist::format::{kind, FrameReader, FrameWriter, Limiter, Payload};
+use crate::persist::{inherent_persist, one_frame, sealed, RestoreError};
+use crate::quota::Quota;
+use std::io::{self, Read, Write};
+
+inherent_persist!(impl[C: Clock] ShardedBucket<C>);
+
+impl<C: Clock> sealed::Frames for ShardedBucket<C> {
+    const LIMITER: Limiter = Limiter::Sharded;
+    type Measured = Payload;
+    /// The saved quota, and the tokens held as `held / scale`.
+    type Read = (Quota, u128, u64);
+
+    /// One load of the central word: decisions go on meanwhile.
+    fn measure(&self) -> Payload {
+        let (held, scale, _) = self.held_units(self.clock().now());
+        let mut p = Payload::default();
+        p.quota(&self.quota()).u128(held).u64(scale);
+        p
+    }
+
+    fn write(&self, p: Payload, fw: &mut FrameWriter<&mut dyn Write>) -> io::Result<()> {
+        fw.frame(kind::SHARDED, &p.0)
+    }
+
+    fn read(&self, fr: &mut FrameReader<&mut dyn Read>) -> Result<Self::Read, RestoreError> {
+        let v = one_frame(fr, kind::SHARDED, |c| Ok((c.quota()?, c.u128()?, c.u64()?)))?;
+        if v.2 == 0 {
+            return Err(RestoreError::Corrupt("a zero unit scale"));
+        }
+        Ok(v)
+    }
+
+    /// The tokens held then, plus what the downtime refills at the saved rate, capped at the
+    /// saved burst and at this bucket's; the central word keeps the smaller of what it holds
+    /// and that (a bucket just built has leased nothing).
+    fn apply(
+        &self,
+        (old, held, scale): Self::Read,
+        _: &mut FrameReader<&mut dyn Read>,
+        down: u64,
+    ) -> Result<(), RestoreError> {
+        let now = self.clock().now();
+        let (_, target, cap) = self.held_units(now);
+        let target = u128::from(target);
+        // In this bucket's unit, each term rounded down: what was held (at most the saved
+        // burst), plus the downtime's refill at the saved rate; capped at both bursts.
+        let old_burst = u128::from(old.burst()) * target;
+        let held = held.min(u128::from(old.burst()) * u128::from(scale));
+        let refill = u128::from(old.earned_floor(down)) * target / u128::from(old.scale());
+        let tokens = (held.saturating_mul(target) / u128::from(scale))
+            .saturating_add(refill)
+            .min(old_burst)
+            .min(cap);
+        self.limit_held(now, tokens);
+        Ok(())
+    }
+}
