@@ -108,12 +108,15 @@ const MAX_KEYS: usize = 1 << 26;
 /// # Keys are identified by a 64-bit fingerprint
 ///
 /// The table stores no keys: each slot is 16 bytes, a 64-bit *fingerprint* of the key
-/// (foldhash's quality hasher, with a random 64-bit seed per limiter) and the bucket's state,
-/// allocated up front (48 to 96 bytes per unit of `max_keys`; `max_keys` above 2^26 is
-/// clamped). No per-key allocation, no key copies, no epoch-based reclamation — and one trade:
-/// **two distinct keys with equal fingerprints share one bucket**, stricter for both, never
-/// looser. With `n` tracked keys the chance that any two collide is about `n² / 2^65` (3 × 10⁻⁸
-/// at a million keys); the seed is secret, so collisions cannot be aimed from outside. Override
+/// (foldhash's fast hasher with a random 64-bit seed per limiter, its low bit set: 63 bits of
+/// hash) and the bucket's state, allocated up front (48 to 96 bytes per unit of `max_keys`;
+/// `max_keys` above 2^26 is clamped). No per-key allocation, no key copies, no epoch-based
+/// reclamation — and one trade: **two distinct keys with equal fingerprints share one
+/// bucket**, stricter for both, never looser. With `n` tracked keys the chance that any two
+/// collide is about `n² / 2^64` (5 × 10⁻⁸ at a million keys); the seed is secret, so
+/// collisions cannot be aimed from outside. Where in the table a key lives is a mix of its
+/// fingerprint with a second secret, drawn per process and never saved: a state file (which
+/// holds the seed) cannot aim keys at one stretch of the table either. Override
 /// quotas ([`KeyedLimiterBuilder::override_quota`]) are also found by fingerprint: a key that
 /// collides with an override key runs under that key's quota, which may be looser than its
 /// own (the same odds, per override).
@@ -131,7 +134,7 @@ const MAX_KEYS: usize = 1 << 26;
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub struct KeyedLimiter<K, P: KeyedPolicy = Quota, C = DefaultClock> {
     index: Index,
-    hasher: foldhash::quality::SeedableRandomState,
+    hasher: index::Hasher,
     /// The hasher's per-limiter seed (its shared seed is foldhash's fixed one), kept so that a
     /// saved table can be found again by a restored limiter.
     #[cfg_attr(not(feature = "persist"), allow(dead_code))]
@@ -493,7 +496,7 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
             .unwrap_or(1)
     }
 
-    /// The key's fingerprint: its seeded 64-bit hash (never 0 or 1, the index's markers).
+    /// The key's fingerprint: its seeded 64-bit hash, odd (never 0, the index's empty slot).
     #[inline]
     fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         fingerprint(self.hasher.hash_one(key))

@@ -80,12 +80,13 @@ use format::{kind, FrameReader, FrameWriter};
 use std::io::{self, Read, Write};
 use std::time::SystemTime;
 
-/// The format version this build writes, and the only one it reads.
+/// The format version this build writes, and the only one it reads (version 2: a keyed
+/// table's fingerprints are 63-bit `fast` hashes; version 1's are not found by this build).
 ///
 /// ```
-/// assert_eq!(tollgate::persist::VERSION, 1);
+/// assert_eq!(tollgate::persist::VERSION, 2);
 /// ```
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 
 /// How much earlier than the save's wall time a restore's may read and still be accepted, as a
 /// wall clock stepped back (refilling nothing); beyond it the file is refused as

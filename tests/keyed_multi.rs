@@ -7,7 +7,6 @@
 //! the table is full, and only for a key its model holds full (untracked). Overrides (one and
 //! three quotas beside a default of two) and the edges: cost 0, `u64::MAX`, `max_keys` 0 and 1.
 #![cfg(feature = "keyed")]
-
 #![cfg(feature = "keyed")]
 
 use proptest::prelude::*;

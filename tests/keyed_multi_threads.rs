@@ -5,7 +5,6 @@
 //! of the hot key must hold `burst + rate·Δ` (the kit's `window`), at the readings its
 //! admissions decided at; and on a frozen clock a key admits exactly its smallest burst.
 #![cfg(feature = "keyed")]
-
 #![cfg(feature = "keyed")]
 
 use tollgate_testkit::stall;

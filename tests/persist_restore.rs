@@ -244,11 +244,11 @@ fn damaged_input_is_an_error_and_changes_nothing() {
         fresh().restore(&b"GIF89a..."[..]),
         Err(RestoreError::NotAState)
     ));
-    let mut v2 = file.clone();
-    v2[8] = 2;
+    let mut v3 = file.clone();
+    v3[8] = 3;
     assert!(matches!(
-        fresh().restore(&v2[..]),
-        Err(RestoreError::UnsupportedVersion(2))
+        fresh().restore(&v3[..]),
+        Err(RestoreError::UnsupportedVersion(3))
     ));
     let sharded = ShardedBucket::with_clock(q, 2, ManualClock::new());
     let mut other = Vec::new();
@@ -348,7 +348,7 @@ fn a_smooth_limiter_restored_later_waits_as_the_live_one() {
     }
     let r = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
     assert!(matches!(
-        r.restore(&b"TOLLGATE\x01\x00"[..]),
+        r.restore(&b"TOLLGATE\x02\x00"[..]),
         Err(RestoreError::Truncated)
     ));
 }

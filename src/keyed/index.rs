@@ -5,12 +5,16 @@
 //! The buffer, its regions and their doublings: the module docs of `layout`.
 //!
 //! A slot is one 128-bit word `fingerprint << 64 | state`: the key's 64-bit fingerprint (a
-//! seeded hash; `0` = empty, real hashes 0 and 1 are remapped to 2 and 3) and its
+//! seeded hash with its low bit set; `0` = empty) and its
 //! [`gcra`](crate::gcra) state. **Keys are not stored**: two keys with equal fingerprints share
 //! one bucket (see [`KeyedLimiter`](super::KeyedLimiter)'s docs for that trade). 16 bytes per slot
 //! and 1.5 × `capacity` slots: 48 to 96 bytes per unit of `max_keys`, allocated up front as
 //! zeroed atomics, which optimized builds turn into a zeroed allocation whose pages become
 //! resident only when used (the optimizer's choice, not a guarantee).
+//!
+//! A fingerprint's probe starts at its *home*, a mix of it with a secret drawn per index
+//! ([`Index::home`]), not at its own low bits: fingerprints read from a file are chosen by
+//! whoever wrote it, and the home keeps them from choosing slots.
 //!
 //! # Protocol
 //!
@@ -33,7 +37,9 @@ use layout::{capacity, encode, region_in, MIN_ACTIVE};
 use migrate::Migration;
 #[cfg(feature = "persist")]
 pub(crate) use scan::ScanRegion;
-pub(crate) use slot::{fingerprint, seeded_hasher};
+#[cfg(feature = "persist")]
+pub(crate) use slot::is_fingerprint;
+pub(crate) use slot::{fingerprint, seeded_hasher, Hasher};
 pub(crate) use sweep::Step;
 
 /// The table. Not generic: it sees only fingerprints.
@@ -49,6 +55,37 @@ pub(crate) struct Index {
     rebuilds: AtomicU64,
     /// Serializes every change of a fingerprint or of `layout`.
     lock: Mutex<Meta>,
+    /// This index's secret, mixed into every fingerprint's home slot ([`Index::home`]).
+    secret: Secret,
+}
+
+/// A random odd word drawn per index: the home slot of a fingerprint is a keyed mix of it, so
+/// that whoever chooses fingerprints — a state file does, and its fingerprint seed makes every
+/// key's predictable — cannot choose slots, and probe chains stay as short as random ones.
+#[derive(Clone, Copy)]
+struct Secret {
+    mul: u64,
+    /// Test tables that build their clusters by hand use the fingerprint itself.
+    #[cfg(test)]
+    plain: bool,
+}
+
+impl Secret {
+    fn new() -> Secret {
+        #[cfg(not(tollgate_loom))]
+        let mul = {
+            use core::hash::BuildHasher;
+            foldhash::quality::RandomState::default().hash_one(0u8) | 1
+        };
+        // Under loom the home is the fingerprint itself (`Index::home`).
+        #[cfg(tollgate_loom)]
+        let mul = 1;
+        Secret {
+            mul,
+            #[cfg(test)]
+            plain: false,
+        }
+    }
 }
 
 /// What the mutex guards: the live count, the incremental sweep's position and the migration.
@@ -81,6 +118,7 @@ impl Index {
         let len = if first == cap { cap } else { cap + cap / 2 };
         let region = region_in(cap, first);
         Index {
+            secret: Secret::new(),
             slots: (0..len).map(|_| AtomicU128::new(0)).collect(),
             cap,
             layout: AtomicU64::new(encode(region, false)),
@@ -96,6 +134,32 @@ impl Index {
                 migrated: 0,
             }),
         }
+    }
+
+    /// A table whose home slots are the fingerprints' own low bits (for tests that build
+    /// clusters by hand).
+    #[cfg(test)]
+    pub(crate) fn plain(max_keys: usize) -> Self {
+        let mut ix = Index::new(max_keys);
+        ix.secret.plain = true;
+        ix
+    }
+
+    /// The slot a probe for `fp` starts from (modulo a region's length): the fingerprint times
+    /// the secret, folded (the 128-bit product's halves xored), whose low bits depend on every
+    /// bit of both. Under loom, whose models are written against the fingerprints' own slots,
+    /// the fingerprint itself.
+    #[inline(always)]
+    pub(super) fn home(&self, fp: u64) -> usize {
+        #[cfg(test)]
+        if self.secret.plain {
+            return fp as usize;
+        }
+        if cfg!(tollgate_loom) {
+            return fp as usize;
+        }
+        let p = u128::from(fp) * u128::from(self.secret.mul);
+        (p as u64 ^ (p >> 64) as u64) as usize
     }
 
     /// Takes the mutex: the only way to insert, move or remove.
@@ -154,9 +218,35 @@ impl Locked<'_> {
     /// Inserts `fp` (not tracked: checked with [`contains`](Locked::contains) under this same
     /// lock) with `state`, first full at `full_at_new` (folded into the sweep pass's bound).
     /// Starts a migration to a region of twice the size if live entries would pass half of the
-    /// current one, and takes one migration step of [`MIGRATE_STEP`](migrate::MIGRATE_STEP) old slots while one is in
-    /// progress.
+    /// current one, and takes one migration step of [`MIGRATE_STEP`](migrate::MIGRATE_STEP)
+    /// old slots while one is in progress.
     pub(crate) fn insert(&mut self, fp: u64, state: u64, full_at_new: u64) {
+        self.grow();
+        self.put(fp, state);
+        self.meta.live += 1;
+        self.meta.pass_min = self.meta.pass_min.min(full_at_new);
+    }
+
+    /// Whether an insertion of `fp` now ([`insert`](Locked::insert)) lands within `max` slots
+    /// of its home: a restore places only such entries, so that no chain it builds is longer,
+    /// whatever fingerprints its file holds. Takes the insertion's migration step first (the
+    /// insertion's own step then moves at most [`MIGRATE_STEP`](migrate::MIGRATE_STEP) more
+    /// entries in).
+    #[cfg(feature = "persist")]
+    pub(crate) fn room_within(&mut self, fp: u64, max: usize) -> bool {
+        self.grow();
+        let ix = self.index;
+        let r = ix.region();
+        let home = ix.home(fp);
+        (0..max.min(r.len())).any(|d| {
+            let w = ix.slots[r.at(home.wrapping_add(d))].load(crate::sync::Ordering::Acquire);
+            slot::fp_of(w) == slot::EMPTY
+        })
+    }
+
+    /// An insertion's growth: starts a migration if live entries would pass half of the
+    /// current region, and takes one migration step while one is in progress.
+    fn grow(&mut self) {
         let ix = self.index;
         if self.meta.migration.is_none() {
             let r = ix.region();
@@ -165,8 +255,5 @@ impl Locked<'_> {
             }
         }
         self.help_migrate();
-        self.put(fp, state);
-        self.meta.live += 1;
-        self.meta.pass_min = self.meta.pass_min.min(full_at_new);
     }
 }

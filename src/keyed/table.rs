@@ -47,6 +47,16 @@ impl Table {
         self.evicted_at.fetch_max(floor, Ordering::SeqCst);
     }
 
+    /// The latest instant at which this table's states can be full, as of `now`: a drained
+    /// floor (`now` plus `cap`), plus one more `cap` for a cost taken from it; at the horizon
+    /// at the latest. What a restore clamps a saved state or floor to.
+    #[cfg(feature = "persist")]
+    pub(crate) fn latest_full(&self, now: u64) -> u64 {
+        let span = u64::try_from(self.cap.as_nanos()).unwrap_or(u64::MAX);
+        now.saturating_add(span.saturating_mul(2))
+            .min(crate::quota::HORIZON_NS)
+    }
+
     /// The wait a new key refused by the full table is told at `now`: until the first tracked
     /// bucket is full, within `[1 ns, cap]`, or `Duration::MAX` when none ever will be. An
     /// empty table (`max_keys` 0) answers `cap` here; the limiter answers "never" for it.

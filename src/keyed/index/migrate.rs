@@ -166,7 +166,7 @@ impl Locked<'_> {
     pub(super) fn put(&mut self, fp: u64, state: u64) {
         let ix = self.index;
         let r = ix.region();
-        let mut i = fp as usize;
+        let mut i = ix.home(fp);
         // At most half of the current region is full (module docs), so this ends.
         loop {
             let f = fp_of(ix.slots[r.at(i)].load(Ordering::Acquire));

@@ -58,7 +58,7 @@ impl Index {
         // is below `len` once the loop runs).
         let region = &self.slots[r.base..r.base + r.len()];
         let mask = region.len() - 1;
-        let home = fp as usize;
+        let home = self.home(fp);
         for step in 0..region.len() {
             let slot = &region[home.wrapping_add(step) & mask];
             let w = slot.load(Ordering::Acquire);

@@ -6,8 +6,17 @@ use crate::sync::{AtomicU128, Ordering};
 /// Fingerprint of a free slot.
 pub(super) const EMPTY: u64 = 0;
 
-/// Maps a 64-bit hash to a fingerprint (never [`EMPTY`]; 0 and 1 become 2 and 3, so that the
-/// fingerprints of earlier layouts, which reserved 1, keep their meaning).
+/// Maps a 64-bit hash to a fingerprint: its low bit set, so never [`EMPTY`] (63 bits of the
+/// hash identify a key).
+#[cfg(not(tollgate_loom))]
+#[inline]
+pub(crate) fn fingerprint(hash: u64) -> u64 {
+    hash | 1
+}
+
+/// Under loom, whose models are written against the slots of their keys' whole hashes: 0 and
+/// 1 become 2 and 3, and every other hash is its own fingerprint.
+#[cfg(tollgate_loom)]
 #[inline]
 pub(crate) fn fingerprint(hash: u64) -> u64 {
     if hash < 2 {
@@ -17,25 +26,41 @@ pub(crate) fn fingerprint(hash: u64) -> u64 {
     }
 }
 
+/// Whether some hash has fingerprint `fp` ([`fingerprint`]): what a restore checks of every
+/// fingerprint it reads.
+#[cfg(feature = "persist")]
+pub(crate) fn is_fingerprint(fp: u64) -> bool {
+    fingerprint(fp) == fp
+}
+
+/// A keyed table's fingerprint hasher: foldhash's `fast` variant, whose last step is one
+/// folded multiply; the index's home slots add a keyed one of their own ([`Index::home`]).
+/// Under loom, the `quality` variant with its fixed seed, whose slots the models are written
+/// against.
+///
+/// [`Index::home`]: super::Index::home
+#[cfg(not(tollgate_loom))]
+pub(crate) type Hasher = foldhash::fast::SeedableRandomState;
+/// A keyed table's fingerprint hasher (see the non-loom build's).
+#[cfg(tollgate_loom)]
+pub(crate) type Hasher = foldhash::quality::SeedableRandomState;
+
 /// A keyed table's fingerprint hasher and its seed: `seed` (a restore's) or 64 random bits from
 /// foldhash's randomly seeded state, over foldhash's fixed shared seed, so that the seed alone
 /// finds a saved table's keys again. Fixed (seed 0) under loom, whose models must replay the
 /// same slots (a restored table there too).
-pub(crate) fn seeded_hasher(seed: Option<u64>) -> (u64, foldhash::quality::SeedableRandomState) {
+pub(crate) fn seeded_hasher(seed: Option<u64>) -> (u64, Hasher) {
     #[cfg(not(tollgate_loom))]
     {
         use core::hash::BuildHasher;
         let seed = seed.unwrap_or_else(|| foldhash::quality::RandomState::default().hash_one(0u8));
         let shared = foldhash::SharedSeed::global_fixed();
-        (
-            seed,
-            foldhash::quality::SeedableRandomState::with_seed(seed, shared),
-        )
+        (seed, Hasher::with_seed(seed, shared))
     }
     #[cfg(tollgate_loom)]
     {
         let _ = seed;
-        (0, foldhash::quality::SeedableRandomState::fixed())
+        (0, Hasher::fixed())
     }
 }
 

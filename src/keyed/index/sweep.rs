@@ -284,7 +284,7 @@ impl Locked<'_> {
             if f == EMPTY {
                 return (visited, landed);
             }
-            let home = f as usize & mask;
+            let home = ix.home(f) & mask;
             // The entry at `j` may fill the gap iff its probe from `home` passes `hole`.
             if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
                 let w = take(&ix.slots[r.at(j)], w);

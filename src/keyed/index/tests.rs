@@ -97,23 +97,23 @@ fn the_visit_order_is_a_scattered_permutation() {
 
 #[test]
 fn markers_are_never_fingerprints() {
-    assert_eq!(fingerprint(0), 2);
-    assert_eq!(fingerprint(1), 3);
-    assert_eq!(fingerprint(2), 2);
+    assert_eq!(fingerprint(0), 1);
+    assert_eq!(fingerprint(1), 1);
+    assert_eq!(fingerprint(2), 3);
     assert_eq!(fingerprint(u64::MAX), u64::MAX);
 }
 
 #[test]
 fn capacity_is_twice_max_keys_rounded_up_plus_half_for_migrations() {
-    assert_eq!(Index::new(0).cap, 8);
-    assert_eq!(Index::new(0).slots.len(), 8, "one region: no room needed");
-    assert_eq!(Index::new(32).slots.len(), 64);
-    assert_eq!(Index::new(33).cap, 128);
-    assert_eq!(Index::new(33).slots.len(), 192);
-    assert_eq!(Index::new(1 << 20).cap, 1 << 21);
-    assert_eq!(Index::new(1_000_000).cap, 1 << 21);
-    assert_eq!(Index::new(1_000_000).slots.len(), 3 << 20);
-    assert_eq!(Index::new(1_000_000).region().len(), MIN_ACTIVE);
+    assert_eq!(Index::plain(0).cap, 8);
+    assert_eq!(Index::plain(0).slots.len(), 8, "one region: no room needed");
+    assert_eq!(Index::plain(32).slots.len(), 64);
+    assert_eq!(Index::plain(33).cap, 128);
+    assert_eq!(Index::plain(33).slots.len(), 192);
+    assert_eq!(Index::plain(1 << 20).cap, 1 << 21);
+    assert_eq!(Index::plain(1_000_000).cap, 1 << 21);
+    assert_eq!(Index::plain(1_000_000).slots.len(), 3 << 20);
+    assert_eq!(Index::plain(1_000_000).region().len(), MIN_ACTIVE);
     assert_eq!(capacity(usize::MAX), MAX_CAPACITY);
     assert_eq!(capacity(MAX_CAPACITY), MAX_CAPACITY);
 }
@@ -143,7 +143,7 @@ fn regions_alternate_between_the_front_and_the_back() {
 #[test]
 fn grows_from_64_slots_to_the_whole_table_with_bounded_moves_per_insert() {
     let max = 1 << 16;
-    let ix = Index::new(max);
+    let ix = Index::plain(max);
     let mut sizes = vec![ix.region().len()];
     let mut max_moves = 0;
     let mut migrations_seen = 0;
@@ -206,7 +206,7 @@ fn mid_migration_from(ix: &Index, min_old: usize) -> u64 {
 
 #[test]
 fn lookups_during_a_migration_find_keys_in_both_regions() {
-    let ix = Index::new(1 << 12);
+    let ix = Index::plain(1 << 12);
     let n = mid_migration(&ix);
     let layout = ix.layout();
     let (new, old) = (decode(layout), old_of(ix.cap, decode(layout)));
@@ -242,7 +242,7 @@ fn lookups_during_a_migration_find_keys_in_both_regions() {
 
 #[test]
 fn every_state_survives_a_migration_and_decisions_land_during_it() {
-    let ix = Index::new(1 << 12);
+    let ix = Index::plain(1 << 12);
     let n = mid_migration(&ix);
     let mut model: BTreeMap<u64, u64> = (0..n).map(|i| (fp(i), i + 10)).collect();
     let mut next = rng(7);
@@ -272,7 +272,7 @@ fn every_state_survives_a_migration_and_decisions_land_during_it() {
 /// steps; then every key is on the hot path's probe again.
 #[test]
 fn lookups_help_a_migration_to_its_end() {
-    let ix = Index::new(1 << 12);
+    let ix = Index::plain(1 << 12);
     let n = mid_migration_from(&ix, 512);
     let mut helps = 0;
     while ix.lock().migrating() {
@@ -306,7 +306,7 @@ fn lookups_help_a_migration_to_its_end() {
 #[test]
 fn sweeps_during_a_migration_evict_in_both_regions_and_bound_every_entry() {
     // An old region of 1,024 slots: drained over several steps.
-    let ix = Index::new(1 << 12);
+    let ix = Index::plain(1 << 12);
     let n = mid_migration_from(&ix, 1024);
     // Entries inserted during the migration: in the new region, one with the smallest full
     // instant of all survivors.
@@ -351,7 +351,7 @@ fn sweeps_during_a_migration_evict_in_both_regions_and_bound_every_entry() {
 /// that was in the old region (examined where it landed).
 #[test]
 fn a_pass_covers_entries_moved_by_insertions() {
-    let ix = Index::new(1 << 12);
+    let ix = Index::plain(1 << 12);
     let n = mid_migration(&ix);
     // The earliest-full entry is one still in the old region.
     let layout = ix.layout();
@@ -382,7 +382,7 @@ fn a_pass_covers_entries_moved_by_insertions() {
 #[test]
 fn random_operations_across_migrations_against_a_map() {
     let mut next = rng(0x1234_5678_9ABC_DEF1);
-    let ix = Index::new(3000);
+    let ix = Index::plain(3000);
     let mut model: BTreeMap<u64, u64> = BTreeMap::new();
     let mut evictions = 0;
     for round in 0..6_000u64 {
@@ -431,7 +431,7 @@ fn every_pass_bound_holds_across_migrations() {
     let (mut passes, mut evicted, mut moved, mut mid_pass) = (0, 0, 0, 0);
     for seed in 1..=6u64 {
         let mut next = rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let ix = Index::new(1 << 12);
+        let ix = Index::plain(1 << 12);
         let inserts = 3 + next() % 4;
         let decisions = inserts + 1 + next() % 3;
         let spread = 1000 + next() % 4000;
@@ -505,7 +505,7 @@ fn every_pass_bound_holds_across_migrations() {
 
 #[test]
 fn grows_keeps_every_state_and_decides_in_place() {
-    let ix = Index::new(1000);
+    let ix = Index::plain(1000);
     for i in 0..1000 {
         insert(&ix, fp(i), i + 10);
     }
@@ -527,7 +527,7 @@ fn grows_keeps_every_state_and_decides_in_place() {
 
 #[test]
 fn evictions_shift_chains_back_and_keep_every_survivor() {
-    let ix = Index::new(64); // 128 slots
+    let ix = Index::plain(64); // 128 slots
     for i in 0..64 {
         insert(&ix, fp(i), i + 1);
     }
@@ -564,7 +564,7 @@ fn a_sweep_evicts_full_entries_moved_behind_its_cursor() {
     while tables < 2_000 {
         // 64 slots, all active; homes packed into a few lines: long chains that cross line
         // boundaries.
-        let ix = Index::new(32);
+        let ix = Index::plain(32);
         let base = next() % 64;
         let n = 8 + next() % 24;
         let mut full = BTreeMap::new();
@@ -602,7 +602,7 @@ fn sweeps_of_long_clusters_evict_every_full_entry_and_keep_the_rest() {
     let mut left = 0;
     for round in 0..300 {
         let keys = [128u64, 500][round % 2];
-        let ix = Index::new(keys as usize);
+        let ix = Index::plain(keys as usize);
         let spread = 8 + next() % 100;
         let base = next();
         let mut full = BTreeMap::new();
@@ -643,7 +643,7 @@ fn sweeps_of_long_clusters_evict_every_full_entry_and_keep_the_rest() {
 /// a whole pass and left the full entries there.
 #[test]
 fn a_sweep_restarted_by_a_migration_still_evicts_every_full_entry() {
-    let ix = Index::new(1 << 12);
+    let ix = Index::plain(1 << 12);
     // 1,500 entries, every 50th full: a region of 4,096 slots.
     let is_full = |i: u64| i % 50 == 0;
     let full = |f: u64| (0..1_500).any(|i| is_full(i) && fp(i) == f);
@@ -692,7 +692,7 @@ fn a_sweep_restarted_by_a_migration_still_evicts_every_full_entry() {
 #[test]
 fn shifting_back_colliding_and_wrapping_chains() {
     let mut next = rng(0x1234_5678_9ABC_DEF1);
-    let ix = Index::new(32); // 64 slots, all active
+    let ix = Index::plain(32); // 64 slots, all active
     assert_eq!(ix.region().mask, 63);
     // Homes 61..=63 and 0..=1 only: chains collide and wrap around the end.
     let key = |k: u64| (k << 8) | [61, 62, 63, 0, 1][(k % 5) as usize] | 0x1_0000_0000;
@@ -721,7 +721,7 @@ fn shifting_back_colliding_and_wrapping_chains() {
 /// the others stay reachable at every step.
 #[test]
 fn draining_colliding_and_wrapping_chains_keeps_them_reachable() {
-    let ix = Index::new(1 << 10);
+    let ix = Index::plain(1 << 10);
     // Homes 61..=63 and 0..=1 of the 64-slot region only.
     let key = |k: u64| (k << 12) | [61, 62, 63, 0, 1][(k % 5) as usize] | 0x1_0000_0000;
     for k in 0..32 {
@@ -744,7 +744,7 @@ fn draining_colliding_and_wrapping_chains_keeps_them_reachable() {
 
 #[test]
 fn a_step_does_bounded_work_and_a_pass_yields_the_earliest_full_instant() {
-    let ix = Index::new(1 << 16);
+    let ix = Index::plain(1 << 16);
     for i in 0..30_000 {
         ix.lock().insert(fp(i), i, 100);
     }
