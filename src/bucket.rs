@@ -10,6 +10,8 @@
 #[cfg(feature = "persist")]
 mod persist;
 
+crate::limiter::one_quota_limiter!(impl[C: Clock] Bucket<C>);
+
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
@@ -200,6 +202,11 @@ impl<C: Clock> Bucket<C> {
     /// );
     /// ```
     pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
+        self.decide_snapshot(cost)
+    }
+
+    /// The decision and the bucket as it left it, from one clock reading and word.
+    pub(crate) fn decide_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
         let now = self.clock.now();
         let w = self.state.load(Ordering::Acquire);
         let decide = |state, scaled: &Scaled| {

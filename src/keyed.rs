@@ -486,8 +486,7 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     }
 
     /// The most quotas a policy of this limiter holds (the default's or an override's).
-    #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
-    fn max_quotas(&self) -> usize {
+    fn most_quotas(&self) -> usize {
         self.overrides
             .values()
             .chain([&self.rule])
@@ -500,6 +499,39 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     #[inline]
     fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         fingerprint(self.hasher.hash_one(key))
+    }
+}
+
+impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> crate::Limiter
+    for KeyedLimiter<K, P, C>
+{
+    type Key = K;
+
+    #[inline]
+    fn decide(&self, key: &K, cost: u64) -> Result<(), crate::Refusal> {
+        self.acquire(key, cost).map_err(P::refusal)
+    }
+    fn decide_or_snapshots(
+        &self,
+        key: &K,
+        cost: u64,
+    ) -> Result<(), (crate::Refusal, crate::Snapshots)> {
+        self.decide_or_snap(key, cost)
+            .map_err(|(refusal, snap)| (P::refusal(refusal), P::snapshots(snap)))
+    }
+    fn decide_snapshots(
+        &self,
+        key: &K,
+        cost: u64,
+    ) -> (Result<(), crate::Refusal>, crate::Snapshots) {
+        let (verdict, snap) = self.decide_snap(key, cost);
+        (verdict.map_err(P::refusal), P::snapshots(snap))
+    }
+    fn limits(&self, key: &K) -> Option<crate::Limits> {
+        Some(P::limits(self.rule_of(self.fingerprint(key))))
+    }
+    fn max_quotas(&self) -> usize {
+        self.most_quotas()
     }
 }
 

@@ -69,6 +69,7 @@ pub mod gcra;
 pub mod guide;
 #[cfg(feature = "keyed")]
 mod keyed;
+mod limiter;
 mod limits;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
@@ -108,6 +109,7 @@ pub use keyed::{
     KeyedCounters, KeyedLimiter, KeyedLimiterBuilder, KeyedMultiLimiter, KeyedMultiLimiterBuilder,
     KeyedPolicy, MultiUntilKeyReady, UntilKeyReady,
 };
+pub use limiter::Limiter;
 pub use limits::Limits;
 pub use multi::{MultiBucket, MultiReservation, Refusal, Snapshots};
 pub use quota::{Quota, HORIZON};

@@ -1,11 +1,12 @@
 //! Metrics through the [`metrics`] facade (feature `metrics`): what each named limiter decided,
 //! the waits it handed out, and how full a keyed table is.
 //!
-//! A limiter records only once it has a name: [`Metered`] wraps a [`Bucket`](crate::Bucket) or a
-//! [`ShardedBucket`](crate::ShardedBucket);
+//! A limiter records only once it has a name: [`Metered`] wraps any [`Limiter`](crate::Limiter)
+//! (its decisions, and a policy's refusals by quota);
 //! [`KeyedLimiterBuilder::name`](crate::KeyedLimiterBuilder::name) names a
-//! [`KeyedLimiter`](crate::KeyedLimiter). tollgate-tower and tollgate-redis record the same
-//! series per layer or limiter name, through [`DecisionMetrics`].
+//! [`KeyedLimiter`](crate::KeyedLimiter) from inside (its decisions and its table's gauges).
+//! tollgate-tower and tollgate-redis record the same series per layer or limiter name, through
+//! [`DecisionMetrics`].
 //!
 //! | series | kind | labels | what |
 //! |---|---|---|---|

@@ -407,6 +407,27 @@ impl<C: Clock> MultiBucket<C> {
     }
 }
 
+impl<C: Clock> crate::limiter::Limiter for MultiBucket<C> {
+    type Key = ();
+
+    #[inline]
+    fn decide(&self, _: &(), cost: u64) -> Result<(), Refusal> {
+        self.try_acquire_detailed(cost)
+    }
+    fn decide_or_snapshots(&self, _: &(), cost: u64) -> Result<(), (Refusal, Snapshots)> {
+        self.try_acquire_or_snapshots(cost)
+    }
+    fn decide_snapshots(&self, _: &(), cost: u64) -> (Result<(), Refusal>, Snapshots) {
+        self.try_acquire_snapshots(cost)
+    }
+    fn limits(&self, _: &()) -> Option<Limits> {
+        Some(self.limits.clone())
+    }
+    fn max_quotas(&self) -> usize {
+        self.limits.quotas().len()
+    }
+}
+
 /// One `try_acquire` decision in the form the store's loops take.
 #[inline(always)]
 fn acquire<const N: usize>(

@@ -6,6 +6,7 @@
 
 mod fixed;
 mod guava;
+mod limiter;
 #[cfg(feature = "persist")]
 mod persist;
 mod word;

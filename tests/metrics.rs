@@ -436,6 +436,54 @@ fn policy_metrics_count_refusals_by_quota() {
     );
 }
 
+/// `Metered` over any limiter, through the `Limiter` trait: a `MultiBucket`'s refusals are also
+/// counted by the quota that refused, a keyed table's decisions by key, a `Smooth`'s too; a
+/// single quota's limiter registers no per-quota series; shadow mode admits what it records.
+#[test]
+fn metered_wraps_every_limiter() {
+    use tollgate::{Limiter, MultiBucket, Smooth};
+    let rec = Recorder::new();
+    let clock = ManualClock::new();
+    let minute = Quota::new(3, Duration::from_secs(60), 3).unwrap();
+    let limits = Limits::new([quota(10, 10), minute]).unwrap();
+    let policy =
+        rec.build(|| Metered::new("policy", MultiBucket::with_clock(limits, clock.clone())));
+    assert_eq!(policy.try_acquire(3), Ok(()));
+    assert_eq!(policy.try_acquire(11), Err(Denied::ExceedsBurst)); // the minute's burst, 3
+    assert_eq!(policy.decide(&(), 1).unwrap_err().quota_index(), 1);
+    let keyed = rec.build(|| {
+        Metered::new(
+            "per-key",
+            KeyedLimiter::with_clock(quota(1, 1), 10, clock.clone()),
+        )
+    });
+    assert!(keyed.decide(&"a", 1).is_ok());
+    assert!(keyed.decide(&"b", 1).is_ok());
+    assert!(keyed.decide(&"a", 1).is_err());
+    let smooth = rec.build(|| {
+        Metered::new(
+            "smooth",
+            Smooth::bursty_with_clock(1.0, Duration::from_secs(1), clock.clone()).unwrap(),
+        )
+        .shadow(true)
+    });
+    assert_eq!(smooth.try_acquire(1), Ok(()));
+    assert_eq!(smooth.try_acquire(1), Ok(())); // refused, in shadow mode
+    let s = rec.snapshot();
+    let by = |q: &str| {
+        s.counter(&format!(
+            "tollgate_policy_refusals_total{{limiter=policy,quota={q}}}"
+        ))
+    };
+    assert_eq!((by("0"), by("1")), (0, 2));
+    assert_eq!(s.decisions("policy", "admitted"), 1);
+    assert_eq!(s.decisions("policy", "exceeds_burst"), 1);
+    assert_eq!(s.decisions("per-key", "admitted"), 2);
+    assert_eq!(s.decisions("per-key", "refused"), 1);
+    assert_eq!(s.decisions("smooth", "shadow_refused"), 1);
+    assert!(!s.0.keys().any(|k| k.contains("limiter=per-key,quota")));
+}
+
 /// A refusal that never admits (`RetryAfter(Duration::MAX)`: a keyed table of no keys, a
 /// request past the horizon) adds no sample to the wait histogram: its 1.8e19 s, in the
 /// exporter's `f64` sum, would absorb every later wait (the ulp there is 4,096 s), so one such

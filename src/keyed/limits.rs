@@ -338,6 +338,15 @@ impl Sealed for Limits {
     fn tightest(snaps: Snapshots) -> Snapshot {
         snaps.tightest().1
     }
+    fn refusal(refusal: Refusal) -> Refusal {
+        refusal
+    }
+    fn snapshots(snaps: Snapshots) -> Snapshots {
+        snaps
+    }
+    fn limits(policy: &Policy) -> Limits {
+        policy.limits.clone()
+    }
     fn words(states: &[u64; MAX_LIMITS]) -> &[u64] {
         states
     }

@@ -20,7 +20,7 @@ impl Named {
         self,
         mut limiter: KeyedLimiter<K, P, C>,
     ) -> KeyedLimiter<K, P, C> {
-        let quotas = if P::SEVERAL { limiter.max_quotas() } else { 0 };
+        let quotas = if P::SEVERAL { limiter.most_quotas() } else { 0 };
         limiter.observe =
             KeyedObserver::with_quotas(self.name.as_deref(), limiter.max_keys, self.shadow, quotas);
         limiter

@@ -2,7 +2,7 @@
 //!
 //! * [`Quota`]: the key's whole state is the 64-bit word beside its fingerprint in the index's
 //!   slot, decided with one compare-and-swap of the 128-bit slot (this file).
-//! * [`Limits`](crate::Limits): the slot's word names a record holding every quota's state,
+//! * `Limits`: the slot's word names a record holding every quota's state,
 //!   decided under the record's sequence lock (`limits.rs`).
 //!
 //! The limiter's shell (the table, insertions, sweeps, counters, waiting, persistence) is
@@ -12,14 +12,17 @@ use super::index::{Locked, Step};
 use super::KeyedLimiter;
 use crate::error::Denied;
 use crate::gcra;
+use crate::limits::Limits;
+use crate::multi::Snapshots;
 use crate::quota::Quota;
+use crate::refusal::Refusal;
 use crate::snapshot::Snapshot;
 use core::fmt;
 use core::time::Duration;
 
 /// What each key of a [`KeyedLimiter`] carries: one [`Quota`] (`KeyedLimiter<K>`, its state
 /// inline in the table's slot) or a policy of one to four quotas that must all hold
-/// ([`Limits`](crate::Limits), `KeyedMultiLimiter<K>`, a record per key). Sealed: implemented
+/// ([`Limits`], `KeyedMultiLimiter<K>`, a record per key). Sealed: implemented
 /// by those two only.
 ///
 /// ```
@@ -99,6 +102,12 @@ pub(crate) mod sealed {
         fn snapshot_untracked(rule: &Self::Rule, wait: Duration) -> Self::Snap;
         /// The snapshot a `RateLimit` header describes: the tightest quota's.
         fn tightest(snap: Self::Snap) -> Snapshot;
+        /// A refusal as a policy's (quota 0 for a single quota).
+        fn refusal(refusal: Self::Refusal) -> Refusal;
+        /// A key's snapshot as a policy's (one for a single quota).
+        fn snapshots(snap: Self::Snap) -> Snapshots;
+        /// The quotas of a rule.
+        fn limits(rule: &Self::Rule) -> Limits;
         /// The state's quotas, one word each (for a save).
         fn words(state: &Self::State) -> &[u64];
         /// The state of one word per quota (a restore's; `len` of the rule's quotas).
@@ -239,6 +248,15 @@ impl sealed::Sealed for Quota {
     }
     fn tightest(snap: Snapshot) -> Snapshot {
         snap
+    }
+    fn refusal(denied: Denied) -> Refusal {
+        crate::limiter::one(denied)
+    }
+    fn snapshots(snap: Snapshot) -> Snapshots {
+        Snapshots::one(snap)
+    }
+    fn limits(rule: &Quota) -> Limits {
+        Limits::from(*rule)
     }
     fn words(state: &u64) -> &[u64] {
         core::slice::from_ref(state)

@@ -1,22 +1,29 @@
-//! [`Metered`]: a named limiter that records its decisions, optionally in shadow mode.
+//! [`Metered`]: any limiter with a name, recording its decisions, optionally in shadow mode.
 
 use metrics::SharedString;
 
-use super::DecisionMetrics;
-use crate::{Bucket, Clock, Denied, ShardedBucket, Snapshot};
+use super::{DecisionMetrics, PolicyMetrics};
+use crate::{Denied, Limiter, Limits, Refusal, Snapshot, Snapshots};
 
-/// A [`Bucket`] or [`ShardedBucket`] with a name: every `try_acquire*` decision is recorded
-/// under `tollgate_decisions_total{limiter = name}` (see [the module](crate::metrics)), and in
-/// [shadow mode](Metered::shadow) every decision is admitted after being recorded.
+/// A limiter with a name — any [`Limiter`]: a [`Bucket`](crate::Bucket), a
+/// [`ShardedBucket`](crate::ShardedBucket), a [`MultiBucket`](crate::MultiBucket), a keyed
+/// table, a [`Smooth`](crate::Smooth) — whose every decision is recorded under
+/// `tollgate_decisions_total{limiter = name}` (see [the module](crate::metrics)), and for a
+/// limiter of several quotas each refusal also by the quota that refused
+/// (`tollgate_policy_refusals_total`). In [shadow mode](Metered::shadow) every decision is
+/// admitted after being recorded. A keyed table's own gauges (keys, evictions, full-table
+/// events) come from naming it with its builder's `name`.
 ///
-/// Only the methods of `Metered` record: reach the limiter itself with
-/// [`get_ref`](Metered::get_ref) for reads (`available`, `quota`) or reconfiguration. The
-/// waiting paths (`acquire`, `reserve`, `until_ready`) are not metered.
+/// Only the decisions made through `Metered` record: its `try_acquire` and
+/// `try_acquire_snapshot` (limiters of one global limit), and the [`Limiter`] methods (any
+/// limiter, keyed ones included). Reach the limiter itself with [`get_ref`](Metered::get_ref)
+/// for reads (`available`, `quota`) or reconfiguration. The waiting paths (`acquire`,
+/// `reserve`, `until_ready`) are not metered.
 ///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::metrics::Metered;
-/// use tollgate::{Bucket, Denied, ManualClock, Quota};
+/// use tollgate::{Bucket, Denied, KeyedLimiter, Limiter, ManualClock, Quota};
 ///
 /// let bucket = Bucket::with_clock(Quota::per_second(1).unwrap(), ManualClock::new());
 /// let api = Metered::new("api", bucket);
@@ -27,24 +34,64 @@ use crate::{Bucket, Clock, Denied, ShardedBucket, Snapshot};
 /// let api = api.shadow(true);
 /// assert_eq!(api.try_acquire(1), Ok(()));
 /// assert_eq!(api.get_ref().available(), 0); // the refusal wrote nothing
+///
+/// // Any limiter: a keyed table through the `Limiter` trait.
+/// let tenants = KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), 100, ManualClock::new());
+/// let tenants = Metered::new("tenants", tenants);
+/// assert!(tenants.decide(&"acme", 1).is_ok());
+/// assert!(tenants.decide(&"acme", 1).is_err());
 /// ```
 #[derive(Debug)]
 pub struct Metered<L> {
     limiter: L,
-    metrics: DecisionMetrics,
+    handles: Handles,
     shadow: bool,
 }
 
-impl<L> Metered<L> {
-    /// `limiter`, recording under the name `name` (resolved now, from the installed recorder).
+/// The handles: one quota's decisions, or a policy's (which also count by refusing quota).
+#[derive(Debug)]
+enum Handles {
+    One(DecisionMetrics),
+    Policy(PolicyMetrics),
+}
+
+impl<L: Limiter> Metered<L> {
+    /// `limiter`, recording under the name `name` (resolved now, from the installed recorder;
+    /// the per-quota refusal counters too if the limiter holds several quotas).
     pub fn new(name: impl Into<SharedString>, limiter: L) -> Metered<L> {
+        let quotas = limiter.max_quotas();
+        let handles = if quotas > 1 {
+            Handles::Policy(PolicyMetrics::new(name, quotas))
+        } else {
+            Handles::One(DecisionMetrics::new(name))
+        };
         Metered {
             limiter,
-            metrics: DecisionMetrics::new(name),
+            handles,
             shadow: false,
         }
     }
 
+    /// Records `verdict`; returns what the caller gets (`Ok` in shadow mode).
+    #[inline]
+    fn record(&self, verdict: Result<(), Refusal>) -> Result<(), Refusal> {
+        let denied = verdict.map_err(|r| r.denied());
+        let given = match &self.handles {
+            Handles::One(d) => d.decide(self.shadow, denied),
+            Handles::Policy(p) => {
+                let index = verdict.err().map_or(0, |r| r.quota_index());
+                p.decide(self.shadow, denied, index)
+            }
+        };
+        // `Ok` in shadow mode, else the verdict itself.
+        match given {
+            Ok(()) => Ok(()),
+            Err(_) => verdict,
+        }
+    }
+}
+
+impl<L> Metered<L> {
     /// Shadow mode on or off: on, each decision is made and recorded as usual and then admitted
     /// (`shadow_refused` for what would have been refused, with its wait).
     pub fn shadow(self, on: bool) -> Metered<L> {
@@ -68,30 +115,60 @@ impl<L> Metered<L> {
 
     /// The handles decisions are recorded with.
     pub fn metrics(&self) -> &DecisionMetrics {
-        &self.metrics
+        match &self.handles {
+            Handles::One(d) => d,
+            Handles::Policy(p) => p.decisions(),
+        }
     }
 }
 
-macro_rules! metered {
-    ($limiter:ident) => {
-        impl<C: Clock> Metered<$limiter<C>> {
-            /// The limiter's `try_acquire`, recorded (and admitted in shadow mode).
-            #[inline]
-            pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
-                self.metrics
-                    .decide(self.shadow, self.limiter.try_acquire(cost))
-            }
+impl<L: Limiter<Key = ()>> Metered<L> {
+    /// The limiter's `try_acquire`, recorded (and admitted in shadow mode).
+    #[inline]
+    pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+        self.decide(&(), cost).map_err(Denied::from)
+    }
 
-            /// The limiter's `try_acquire_snapshot`, recorded (the verdict admitted in shadow
-            /// mode; the snapshot is the decision's, a refusal's in that case).
-            #[inline]
-            pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
-                let (verdict, snapshot) = self.limiter.try_acquire_snapshot(cost);
-                (self.metrics.decide(self.shadow, verdict), snapshot)
-            }
-        }
-    };
+    /// The limiter's `try_acquire_snapshot`, recorded (the verdict admitted in shadow mode;
+    /// the snapshot is the decision's, a refusal's in that case): the tightest quota's.
+    #[inline]
+    pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
+        let (verdict, snapshots) = self.decide_snapshots(&(), cost);
+        (verdict.map_err(Denied::from), snapshots.tightest().1)
+    }
 }
 
-metered!(Bucket);
-metered!(ShardedBucket);
+/// The limiter's decisions, recorded (and admitted in shadow mode); the snapshots are the
+/// decision's, a refusal's in shadow mode.
+impl<L: Limiter> Limiter for Metered<L> {
+    type Key = L::Key;
+
+    #[inline]
+    fn decide(&self, key: &L::Key, cost: u64) -> Result<(), Refusal> {
+        self.record(self.limiter.decide(key, cost))
+    }
+
+    fn decide_or_snapshots(&self, key: &L::Key, cost: u64) -> Result<(), (Refusal, Snapshots)> {
+        match self.limiter.decide_or_snapshots(key, cost) {
+            // An admission is recorded as one, and stays one.
+            Ok(()) => {
+                let _ = self.record(Ok(()));
+                Ok(())
+            }
+            Err((refusal, snaps)) => self.record(Err(refusal)).map_err(|r| (r, snaps)),
+        }
+    }
+
+    fn decide_snapshots(&self, key: &L::Key, cost: u64) -> (Result<(), Refusal>, Snapshots) {
+        let (verdict, snaps) = self.limiter.decide_snapshots(key, cost);
+        (self.record(verdict), snaps)
+    }
+
+    fn limits(&self, key: &L::Key) -> Option<Limits> {
+        self.limiter.limits(key)
+    }
+
+    fn max_quotas(&self) -> usize {
+        self.limiter.max_quotas()
+    }
+}

@@ -53,6 +53,14 @@ impl Snapshots {
         })
     }
 
+    /// A single quota's snapshot.
+    pub(crate) fn one(snapshot: Snapshot) -> Snapshots {
+        Snapshots {
+            all: [snapshot; MAX_LIMITS],
+            len: 1,
+        }
+    }
+
     /// From a padded array whose first `len` entries are the policy's.
     pub(crate) fn from_padded<const N: usize>(padded: [Snapshot; N], len: usize) -> Snapshots {
         let mut all = [padded[0]; MAX_LIMITS];

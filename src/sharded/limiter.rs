@@ -1,9 +1,20 @@
-//! What [`ShardedBucket`] offers every limiter's way.
+//! What [`ShardedBucket`] offers every limiter's way: the [`Limiter`](crate::Limiter) trait and
+//! `drain`.
 
 use super::ShardedBucket;
 use crate::clock::Clock;
+use crate::error::Denied;
+use crate::snapshot::Snapshot;
+
+crate::limiter::one_quota_limiter!(impl[C: Clock] ShardedBucket<C>);
 
 impl<C: Clock> ShardedBucket<C> {
+    /// The decision and the bucket at its reading, read once more after it.
+    pub(crate) fn decide_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
+        let (now, verdict) = self.decide_now(cost);
+        (verdict, self.snapshot_at(now))
+    }
+
     /// Empties the central word now: what a process that cannot restore its state should do
     /// instead of starting full (tokens already leased to shards stay theirs). It refills from
     /// here at the quota's rate.

@@ -1,13 +1,16 @@
 //! [`Backend`]: the one small trait between the layer and a limiter, and its impls for every
-//! tollgate limiter (the policies of several quotas in `multi.rs` here).
+//! tollgate limiter, written once over [`tollgate::Limiter`] (the policy report of several
+//! quotas in `multi.rs` here).
 
-mod keyed_multi;
 mod multi;
 
 use core::future::{Future, Ready};
 use core::hash::Hash;
 
-use tollgate::{Bucket, Clock, Denied, KeyedLimiter, Quota, ShardedBucket, Snapshot};
+use tollgate::{
+    Bucket, Clock, Denied, KeyedLimiter, KeyedPolicy, Limiter, MultiBucket, Quota, Refusal,
+    ShardedBucket, Smooth, Snapshot, Snapshots,
+};
 
 use crate::report::PolicyReport;
 
@@ -113,17 +116,21 @@ pub enum Check<F> {
 
 /// A limiter the layer can ask: "may a request with key `key` and cost `cost` pass?".
 ///
-/// Implemented for [`Bucket`] and [`ShardedBucket`] (one global limit: any key type, the key is
-/// ignored), [`KeyedLimiter<K>`](KeyedLimiter) (one limit per key of type `K`),
-/// [`MultiBucket`](tollgate::MultiBucket) (a policy of several quotas, all or nothing), and, with the
-/// `redis` feature, `tollgate_redis::RedisLimiter` (keys that implement `Display`). Implement it
-/// to plug in your own limiter.
+/// Implemented for every tollgate limiter through [`tollgate::Limiter`]: [`Bucket`],
+/// [`ShardedBucket`], [`MultiBucket`] (a policy of several quotas, all or nothing) and
+/// [`Smooth`] (one global limit: any key type, the key is ignored), [`KeyedLimiter<K>`]
+/// (one limit, or one policy, per key of type `K`), a `tollgate::metrics::Metered` one of
+/// those of one global limit (feature `metrics`), and, with the `redis` feature,
+/// `tollgate_redis::RedisLimiter` (keys that implement `Display`). Implement it to plug in
+/// your own limiter.
 ///
 /// `report` says whether an *admitted* request's [`Decision`] must carry the quota (the layer
 /// sends headers on admitted responses); a refusal always carries what the backend knows. The
-/// verdict and the snapshot always come from one decision (one clock reading): the in-process
-/// limiters use `try_acquire_snapshot` when admitted responses carry headers, else
-/// `try_acquire_or_snapshot` (a snapshot only on refusal), and read the quota only when needed.
+/// verdict and the snapshots always come from one decision (one clock reading): the
+/// in-process limiters use [`Limiter::decide_snapshots`] when admitted responses carry
+/// headers, else [`Limiter::decide_or_snapshots`] (snapshots only on refusal), and read the
+/// quotas only when needed. A policy of several quotas reports each one ([`Decision::policy`]),
+/// `Retry-After` the slowest wait.
 ///
 /// ```
 /// use std::future::Ready;
@@ -157,51 +164,93 @@ pub trait Backend<K> {
     fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future>;
 }
 
-/// The one-global-limit limiters: the key is ignored.
+/// The decision of an in-process limiter for `key`, with its snapshots and quotas (all of
+/// them for a policy of several) as `report` asks.
+#[inline]
+fn decide<L: Limiter + ?Sized>(limiter: &L, key: &L::Key, cost: u64, report: bool) -> Decision {
+    if report {
+        let (verdict, snapshots) = limiter.decide_snapshots(key, cost);
+        reported(limiter, key, verdict, snapshots)
+    } else {
+        // No headers on admitted responses: an admission computes no snapshot.
+        match limiter.decide_or_snapshots(key, cost) {
+            Ok(()) => Decision::new(Ok(()), None, None),
+            Err((refusal, snapshots)) => reported(limiter, key, Err(refusal), snapshots),
+        }
+    }
+}
+
+/// A decision with what the headers need: the quota and snapshot of a single quota, the whole
+/// policy report of several.
+fn reported<L: Limiter + ?Sized>(
+    limiter: &L,
+    key: &L::Key,
+    verdict: Result<(), Refusal>,
+    snapshots: Snapshots,
+) -> Decision {
+    match limiter.limits(key) {
+        Some(limits) if limits.quotas().len() > 1 => {
+            multi::policy_decision(&limits, verdict, snapshots)
+        }
+        limits => Decision::new(
+            verdict.map_err(Denied::from),
+            Some(snapshots.tightest().1),
+            limits.map(|l| l.quotas()[0]),
+        ),
+    }
+}
+
+/// The limiters of one global limit: the key is ignored.
 macro_rules! global_backend {
-    ($limiter:ident) => {
+    ($($limiter:ident),*) => {$(
         impl<K, C: Clock> Backend<K> for $limiter<C> {
             type Future = Ready<Decision>;
 
             #[inline]
             fn check(&self, _key: K, cost: u64, report: bool) -> Check<Self::Future> {
-                Check::Ready(if report {
-                    let (verdict, snapshot) = self.try_acquire_snapshot(cost);
-                    Decision::new(verdict, Some(snapshot), Some(self.quota()))
-                } else {
-                    // No headers on admitted responses: an admission computes no snapshot.
-                    match self.try_acquire_or_snapshot(cost) {
-                        Ok(()) => Decision::new(Ok(()), None, None),
-                        Err((denied, snapshot)) => {
-                            Decision::new(Err(denied), Some(snapshot), Some(self.quota()))
-                        }
-                    }
-                })
+                Check::Ready(decide(self, &(), cost, report))
             }
         }
-    };
+    )*};
 }
 
-global_backend!(Bucket);
-global_backend!(ShardedBucket);
+global_backend!(Bucket, ShardedBucket, MultiBucket, Smooth);
 
-impl<K: Hash + Eq + Clone, C: Clock + Clone> Backend<K> for KeyedLimiter<K, Quota, C> {
+/// One limit, or one policy of several quotas, per key.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Denied, KeyedMultiLimiter, Limits, ManualClock, Quota};
+/// use tollgate_tower::{Backend, Check};
+/// let per_minute = Quota::new(3, Duration::from_secs(60), 3).unwrap();
+/// let limits = Limits::new([Quota::per_second(2).unwrap(), per_minute]).unwrap();
+/// let per_key = KeyedMultiLimiter::with_clock(limits, 100, ManualClock::new());
+/// for _ in 0..2 {
+///     assert!(matches!(per_key.check("alice", 1, false), Check::Ready(d) if d.verdict.is_ok()));
+/// }
+/// let Check::Ready(refused) = per_key.check("alice", 2, false) else { unreachable!() };
+/// assert_eq!(refused.verdict, Err(Denied::RetryAfter(Duration::from_secs(20))));
+/// assert_eq!(refused.policy.unwrap().refused(), Some(1)); // the minute waits longest
+/// assert!(matches!(per_key.check("bob", 2, true), Check::Ready(d) if d.verdict.is_ok()));
+/// ```
+impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> Backend<K> for KeyedLimiter<K, P, C> {
     type Future = Ready<Decision>;
 
     #[inline]
     fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future> {
-        Check::Ready(if report {
-            let (verdict, snapshot) = self.try_acquire_snapshot(&key, cost);
-            Decision::new(verdict, Some(snapshot), Some(self.quota_for(&key)))
-        } else {
-            // No headers on admitted responses: an admission computes no snapshot.
-            match self.try_acquire_or_snapshot(&key, cost) {
-                Ok(()) => Decision::new(Ok(()), None, None),
-                Err((denied, snapshot)) => {
-                    Decision::new(Err(denied), Some(snapshot), Some(self.quota_for(&key)))
-                }
-            }
-        })
+        Check::Ready(decide(self, &key, cost, report))
+    }
+}
+
+/// A named limiter (tollgate's feature `metrics`): its decisions are recorded, and admitted in
+/// shadow mode. A key of any type for a limiter of one global limit.
+#[cfg(feature = "metrics")]
+impl<K, L: Limiter<Key = ()>> Backend<K> for tollgate::metrics::Metered<L> {
+    type Future = Ready<Decision>;
+
+    #[inline]
+    fn check(&self, _key: K, cost: u64, report: bool) -> Check<Self::Future> {
+        Check::Ready(decide(self, &(), cost, report))
     }
 }
 

@@ -14,6 +14,7 @@
 //! first quota binds in bursts, the second in the long run, and the runner checks the bound of
 //! each ([`RateLimiter::extra_quotas`]).
 
+use super::tollgate_types::tollgate;
 use super::{Kind, RateLimiter, Setup, Strategy};
 use crate::BuildError;
 use std::sync::Mutex;
@@ -41,23 +42,6 @@ pub fn second_quota(quota: &Quota) -> Result<Quota, BuildError> {
         .checked_mul(2)
         .ok_or("the cell quota's burst is too large to double")?;
     Ok(Quota::new(quota.tokens(), per, burst).map_err(|e| e.to_string())?)
-}
-
-struct Multi {
-    policy: MultiBucket<DefaultClock>,
-    second: Quota,
-}
-
-impl RateLimiter for Multi {
-    fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
-        self.policy.try_acquire(cost)
-    }
-    fn name(&self) -> &str {
-        "multi"
-    }
-    fn extra_quotas(&self) -> Vec<Quota> {
-        vec![self.second]
-    }
 }
 
 struct Chain {
@@ -120,29 +104,6 @@ impl RateLimiter for Locked {
     }
 }
 
-struct KeyedMulti {
-    table: KeyedMultiLimiter<u64, DefaultClock>,
-    second: Quota,
-}
-
-impl RateLimiter for KeyedMulti {
-    fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
-        self.table.try_acquire(&0, cost)
-    }
-    fn try_acquire_key(&self, key: u64, cost: u64) -> Result<(), Denied> {
-        self.table.try_acquire(&key, cost)
-    }
-    fn is_keyed(&self) -> bool {
-        true
-    }
-    fn name(&self) -> &str {
-        "keyed-multi"
-    }
-    fn extra_quotas(&self) -> Vec<Quota> {
-        vec![self.second]
-    }
-}
-
 /// The `keyed-multi` strategy.
 pub(super) fn keyed_multi() -> Strategy {
     Strategy::new("keyed-multi", Kind::Tollgate, |s: &Setup| {
@@ -150,8 +111,9 @@ pub(super) fn keyed_multi() -> Strategy {
         let limits = Limits::new([s.quota, second]).map_err(|e| e.to_string())?;
         // Room for every key: the table never fills, so no refusal is due to capacity.
         let max_keys = usize::try_from(s.keys).map_err(|_| "too many keys")?;
-        let table = KeyedMultiLimiter::with_clock(limits, max_keys, s.clock);
-        Ok(Box::new(KeyedMulti { table, second }) as Box<dyn RateLimiter>)
+        let table: KeyedMultiLimiter<u64, DefaultClock> =
+            KeyedMultiLimiter::with_clock(limits, max_keys, s.clock);
+        Ok(tollgate(table, "keyed-multi"))
     })
     .with_description(
         "tollgate::KeyedMultiLimiter<u64>: the two-quota policy per key (--keys), one record per key",
@@ -163,8 +125,7 @@ pub(super) fn multi() -> Strategy {
     Strategy::new("multi", Kind::Tollgate, |s: &Setup| {
         let second = second_quota(&s.quota)?;
         let limits = Limits::new([s.quota, second]).map_err(|e| e.to_string())?;
-        let policy = MultiBucket::with_clock(limits, s.clock);
-        Ok(Box::new(Multi { policy, second }) as Box<dyn RateLimiter>)
+        Ok(tollgate(MultiBucket::with_clock(limits, s.clock), "multi"))
     })
     .with_description(
         "tollgate::MultiBucket: two quotas in one 128-bit CAS (quota, half rate x2 burst)",

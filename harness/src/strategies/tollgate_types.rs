@@ -1,9 +1,11 @@
 //! tollgate's own limiters as strategies: [`tollgate::Bucket`] (`cas`),
 //! [`tollgate::ShardedBucket`] (`sharded`) and [`tollgate::KeyedLimiter`] (`keyed`; the runner
-//! checks keyed strategies' bounds per key, see [`RateLimiter::is_keyed`]).
+//! checks keyed strategies' bounds per key, see [`RateLimiter::is_keyed`]); and [`Tollgate`],
+//! any tollgate limiter as a strategy through [`tollgate::Limiter`] (the policies' ones in
+//! `multi.rs` too).
 
 use super::{Kind, RateLimiter, Setup, Strategy};
-use tollgate::{Bucket, Clock, DefaultClock, Denied, KeyedLimiter, ShardedBucket};
+use tollgate::{Bucket, Clock, DefaultClock, Denied, KeyedLimiter, Limiter, Quota, ShardedBucket};
 
 /// `cas`: [`tollgate::Bucket`] itself — one `AtomicU64`, a CAS loop retried at once.
 ///
@@ -40,33 +42,78 @@ impl<C: Clock + Send + Sync> RateLimiter for Cas<C> {
     }
 }
 
-struct Keyed(KeyedLimiter<u64, tollgate::Quota, DefaultClock>);
-impl RateLimiter for Keyed {
-    fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
-        self.0.try_acquire(&0, cost)
-    }
-    fn try_acquire_key(&self, key: u64, cost: u64) -> Result<(), Denied> {
-        self.0.try_acquire(&key, cost)
-    }
-    fn is_keyed(&self) -> bool {
-        true
-    }
-    fn name(&self) -> &str {
-        "keyed"
+/// The key a strategy hands its limiter: none for one global limit, the drawn key for a keyed
+/// one.
+pub(super) trait DrawnKey {
+    /// Whether the runner draws a key per operation and checks each key's bound.
+    const KEYED: bool;
+    /// The key for the drawn `key`.
+    fn of(key: u64) -> Self;
+}
+
+impl DrawnKey for () {
+    const KEYED: bool = false;
+    fn of(_: u64) {}
+}
+
+impl DrawnKey for u64 {
+    const KEYED: bool = true;
+    fn of(key: u64) -> u64 {
+        key
     }
 }
 
-struct Sharded(ShardedBucket<DefaultClock>);
-impl RateLimiter for Sharded {
+/// Any tollgate limiter as a strategy: each operation is one [`Limiter::decide`], for the drawn
+/// key if it is keyed; every quota after its first is checked as an extra bound
+/// ([`RateLimiter::extra_quotas`]).
+pub(super) struct Tollgate<L> {
+    pub(super) limiter: L,
+    pub(super) name: &'static str,
+    /// `ShardedBucket`: the runner reports its writes to shared lines.
+    pub(super) shared_writes: bool,
+}
+
+impl<L> RateLimiter for Tollgate<L>
+where
+    L: Limiter + Send + Sync,
+    L::Key: DrawnKey + Sized,
+{
+    #[inline]
     fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
-        self.0.try_acquire(cost)
+        self.try_acquire_key(0, cost)
+    }
+    #[inline]
+    fn try_acquire_key(&self, key: u64, cost: u64) -> Result<(), Denied> {
+        self.limiter
+            .decide(&L::Key::of(key), cost)
+            .map_err(Denied::from)
+    }
+    fn is_keyed(&self) -> bool {
+        L::Key::KEYED
     }
     fn name(&self) -> &str {
-        "sharded"
+        self.name
+    }
+    fn extra_quotas(&self) -> Vec<Quota> {
+        let limits = self.limiter.limits(&L::Key::of(0));
+        limits.map_or_else(Vec::new, |l| l.quotas()[1..].to_vec())
     }
     fn counts_shared_writes(&self) -> bool {
-        true
+        self.shared_writes
     }
+}
+
+/// A strategy of `limiter`, named `name`.
+pub(super) fn tollgate<L>(limiter: L, name: &'static str) -> Box<dyn RateLimiter>
+where
+    L: Limiter + Send + Sync + 'static,
+    L::Key: DrawnKey + Sized,
+{
+    Box::new(Tollgate {
+        limiter,
+        name,
+        shared_writes: false,
+    })
 }
 
 /// The `cas` strategy.
@@ -81,10 +128,11 @@ pub(super) fn cas() -> Strategy {
 pub(super) fn sharded() -> Strategy {
     Strategy::new("sharded", Kind::Tollgate, |s: &Setup| {
         let shards = ShardedBucket::<DefaultClock>::default_shards();
-        Ok(
-            Box::new(Sharded(ShardedBucket::with_clock(s.quota, shards, s.clock)))
-                as Box<dyn RateLimiter>,
-        )
+        Ok(Box::new(Tollgate {
+            limiter: ShardedBucket::with_clock(s.quota, shards, s.clock),
+            name: "sharded",
+            shared_writes: true,
+        }) as Box<dyn RateLimiter>)
     })
     .with_description(
         "tollgate::ShardedBucket: a central word and a lease per cache-padded shard, one per core",
@@ -96,10 +144,9 @@ pub(super) fn keyed() -> Strategy {
     Strategy::new("keyed", Kind::Tollgate, |s: &Setup| {
         // Room for every key: the table never fills, so no refusal is due to capacity.
         let max_keys = usize::try_from(s.keys).map_err(|_| "too many keys")?;
-        Ok(
-            Box::new(Keyed(KeyedLimiter::with_clock(s.quota, max_keys, s.clock)))
-                as Box<dyn RateLimiter>,
-        )
+        let table: KeyedLimiter<u64, Quota, DefaultClock> =
+            KeyedLimiter::with_clock(s.quota, max_keys, s.clock);
+        Ok(tollgate(table, "keyed"))
     })
     .with_description("tollgate::KeyedLimiter<u64>: one bucket per key (--keys)")
 }
