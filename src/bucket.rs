@@ -188,25 +188,16 @@ impl<C: Clock> Bucket<C> {
         decide!(self, w, |state, scaled| acquire(state, now, scaled, cost))
     }
 
-    /// [`try_acquire`](Bucket::try_acquire), also returning the bucket as this decision left it,
-    /// from the same clock reading and word (for `RateLimit` response headers).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Bucket, Denied, ManualClock, Quota, Snapshot};
-    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
-    /// assert_eq!(bucket.try_acquire_snapshot(10), (Ok(()), Snapshot::new(0, Duration::from_secs(1))));
-    /// assert_eq!(
-    ///     bucket.try_acquire_snapshot(1),
-    ///     (Err(Denied::RetryAfter(Duration::from_millis(100))), Snapshot::new(0, Duration::from_secs(1)))
-    /// );
-    /// ```
+    /// The decision and the bucket as it left it, whatever the verdict.
+    #[deprecated(note = "use `Limiter::decide_snapshots(&bucket, &(), cost)`, or \
+                         `try_acquire_or_snapshot` for the snapshot on refusal")]
     pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
-        self.decide_snapshot(cost)
+        self.acquire_snapshot(cost)
     }
 
-    /// The decision and the bucket as it left it, from one clock reading and word.
-    pub(crate) fn decide_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
+    /// The decision and the bucket as this decision left it, from the same clock reading and
+    /// word (the `Limiter::decide_snapshots` of one quota).
+    pub(crate) fn acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
         let now = self.clock.now();
         let w = self.state.load(Ordering::Acquire);
         let decide = |state, scaled: &Scaled| {

@@ -174,16 +174,18 @@
 //!
 //! A refusal is a value: [`Denied::RetryAfter`] carries the exact wait, and
 //! [`Denied::retry_after_secs`] rounds it up to whole seconds, at least 1, for a `Retry-After`
-//! header (never `Retry-After: 0`). `try_acquire_snapshot` (on [`Bucket`], `ShardedBucket` and
-//! `KeyedLimiter`) also returns a [`Snapshot`] of the bucket as that decision left it — the
-//! tokens remaining and the time until full — for the `RateLimit` header fields:
+//! header (never `Retry-After: 0`). [`Limiter::decide_snapshots`](crate::Limiter::decide_snapshots)
+//! (every limiter) also returns a [`Snapshot`] of each quota as that decision left it — the
+//! tokens remaining and the time until full — for the `RateLimit` header fields, and every
+//! limiter's `try_acquire_or_snapshot` the tightest one on refusal only:
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::{Bucket, ManualClock, Quota};
+//! use tollgate::{Bucket, Limiter, ManualClock, Quota};
 //!
 //! let bucket = Bucket::with_clock(Quota::per_second(10)?, ManualClock::new());
-//! let (verdict, snapshot) = bucket.try_acquire_snapshot(4);
+//! let (verdict, snapshots) = bucket.decide_snapshots(&(), 4);
+//! let snapshot = snapshots.tightest().1;
 //! assert!(verdict.is_ok());
 //! assert_eq!(snapshot.remaining(), 6);
 //! assert_eq!(snapshot.until_full(), Duration::from_millis(400));
@@ -255,17 +257,17 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
+//! use tollgate::{Denied, Limiter, Limits, ManualClock, MultiBucket, Quota};
 //!
 //! let clock = ManualClock::new();
 //! let per_second = Quota::per_second(10)?;
 //! let per_day = Quota::new(10_000, Duration::from_secs(86_400), 10_000)?;
 //! let policy = MultiBucket::with_clock(Limits::new([per_second, per_day])?, clock.clone());
 //! assert_eq!(policy.try_acquire(10), Ok(()));
-//! let refusal = policy.try_acquire_detailed(1).unwrap_err();
+//! let refusal = policy.decide(&(), 1).unwrap_err();
 //! assert_eq!(refusal.quota_index(), 0); // the per-second quota fired
 //! assert_eq!(refusal.denied(), Denied::RetryAfter(Duration::from_millis(100)));
-//! let (_, snapshots) = policy.try_acquire_snapshots(0);
+//! let (_, snapshots) = policy.decide_snapshots(&(), 0);
 //! assert_eq!(snapshots.as_slice()[1].remaining(), 9_990); // the day was spent once
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
@@ -292,25 +294,25 @@
 //! [`KeyedMultiLimiter`](crate::KeyedMultiLimiter) (feature `keyed`): each key decides its
 //! `Limits` exactly as its own `MultiBucket` would, in a table bounded like `KeyedLimiter`'s
 //! (only keys whose quotas are all full are evicted), with per-key policies from its builder's
-//! `limits_for`. It offers what `KeyedLimiter` does (counters, `until_key_ready`, metrics,
+//! `override_quota`. It offers what `KeyedLimiter` does (counters, `until_key_ready`, metrics,
 //! shadow mode, `save` and `restore`), for every quota of every key.
 //!
 #![cfg_attr(feature = "keyed", doc = "```")]
 #![cfg_attr(not(feature = "keyed"), doc = "```ignore")]
 //! use std::time::Duration;
-//! use tollgate::{Denied, KeyedMultiLimiter, Limits, ManualClock, Quota};
+//! use tollgate::{Denied, KeyedMultiLimiter, Limiter, Limits, ManualClock, Quota};
 //!
 //! let clock = ManualClock::new();
 //! let per_day = |n| Quota::new(n, Duration::from_secs(86_400), n);
 //! let basic = Limits::new([Quota::per_second(10)?, per_day(10_000)?])?;
 //! let premium = Limits::new([Quota::per_second(100)?, per_day(1_000_000)?])?;
 //! let keys = KeyedMultiLimiter::builder(basic, 100_000, clock.clone())
-//!     .limits_for("key-premium", premium)
+//!     .override_quota("key-premium", premium)
 //!     .build()?;
 //! assert_eq!(keys.try_acquire(&"key-1", 10), Ok(()));
 //! assert_eq!(keys.try_acquire(&"key-1", 1), Err(Denied::RetryAfter(Duration::from_millis(100))));
 //! assert_eq!(keys.try_acquire(&"key-premium", 100), Ok(()));
-//! let (_, snapshots) = keys.try_acquire_snapshots(&"key-1", 0);
+//! let (_, snapshots) = keys.decide_snapshots(&"key-1", 0);
 //! assert_eq!(snapshots.as_slice()[1].remaining(), 9_990); // key-1's day, spent once
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
@@ -331,7 +333,7 @@
 //!
 //! let clock = ManualClock::new();
 //! let limiter = KeyedLimiter::builder(Quota::per_second(10)?, 100_000, clock.clone())
-//!     .quota_for("tenant-gold".to_string(), Quota::per_second(1_000)?) // premium tenant
+//!     .override_quota("tenant-gold".to_string(), Quota::per_second(1_000)?) // premium tenant
 //!     .fail_open(false) // the default: a full table refuses new keys with RetryAfter
 //!     .build()?;
 //!

@@ -36,6 +36,7 @@ pub use until_key_ready::{MultiUntilKeyReady, UntilKeyReady};
 
 use crate::clock::{Clock, DefaultClock};
 use crate::error::Denied;
+use crate::limiter::Limiter;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
 use crate::sync::Ordering;
@@ -287,21 +288,9 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         self.acquire(key, cost).map_err(Into::into)
     }
 
-    /// [`try_acquire_by`](KeyedLimiter::try_acquire_by), also returning the key's bucket at the
-    /// decision's clock reading (with several quotas, the tightest one's: fewest whole tokens
-    /// left, ties to the one full last): the whole tokens it holds after the decision and the
-    /// time until it is full (for `RateLimit` response headers). The key's state is read once
-    /// more after the decision, at the same reading (no second clock read), so under
-    /// concurrency the snapshot may include other threads' decisions on the same key. A new key
-    /// refused because the table is full reports 0 tokens, full after the refusal's wait.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{KeyedLimiter, ManualClock, Quota, Snapshot};
-    /// let limiter: KeyedLimiter<&str, Quota, _> =
-    ///     KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 10, ManualClock::new());
-    /// assert_eq!(limiter.try_acquire_snapshot(&"k", 4), (Ok(()), Snapshot::new(6, Duration::from_millis(400))));
-    /// ```
+    /// The decision and the key's tightest snapshot, whatever the verdict.
+    #[deprecated(note = "use `Limiter::decide_snapshots(&limiter, &key, cost)`, or \
+                         `try_acquire_or_snapshot` for the snapshot on refusal")]
     pub fn try_acquire_snapshot<Q>(&self, key: &Q, cost: u64) -> (Result<(), Denied>, Snapshot)
     where
         K: Borrow<Q>,
@@ -311,9 +300,14 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         (verdict.map_err(Into::into), P::tightest(snap))
     }
 
-    /// [`try_acquire_by`](KeyedLimiter::try_acquire_by), with the key's [`Snapshot`] (as
-    /// [`try_acquire_snapshot`](KeyedLimiter::try_acquire_snapshot) reports it) only on refusal:
-    /// an admission costs what `try_acquire_by` costs.
+    /// [`try_acquire_by`](KeyedLimiter::try_acquire_by), with the key's bucket at the decision's
+    /// clock reading on refusal only: the whole tokens it holds and the time until it is full
+    /// (with several quotas, the tightest one's: fewest whole tokens left, ties to the one full
+    /// last), for `RateLimit` response headers; an admission costs what `try_acquire_by`
+    /// costs. The key's state is read once more, at the same reading (no second clock read), so
+    /// under concurrency the snapshot may include other threads' decisions on the key. A new
+    /// key refused because the table is full reports 0 tokens, full after the refusal's wait.
+    /// The snapshot whatever the verdict, and every quota's: [`Limiter::decide_snapshots`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -502,9 +496,7 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     }
 }
 
-impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> crate::Limiter
-    for KeyedLimiter<K, P, C>
-{
+impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> Limiter for KeyedLimiter<K, P, C> {
     type Key = K;
 
     #[inline]

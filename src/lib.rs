@@ -16,7 +16,8 @@
 //!   the quota that refused; [`all_of`] and [`all_of2`] require several *different* limiters
 //!   (a tenant's and the global one), giving earlier tokens back when a later one refuses.
 //! * [`Snapshot`] — the tokens left and the time until full, from the same decision
-//!   (`try_acquire_snapshot` on every limiter): for `RateLimit` headers.
+//!   ([`Limiter::decide_snapshots`], or `try_acquire_or_snapshot` on refusal only): for
+//!   `RateLimit` headers; [`Limiter`] — every limiter's decision in one shape.
 //! * Waiting: [`Bucket::acquire`], [`Bucket::try_acquire_for`], [`Bucket::reserve`] →
 //!   [`Reservation`], and the async [`Bucket::until_ready`] → [`UntilReady`].
 //! * `KeyedLimiter` — one exact bucket per key (tenant, API key, IP) in a table of bounded size

@@ -4,7 +4,7 @@
 
 use crate::error::Denied;
 use crate::limits::Limits;
-use crate::multi::Snapshots;
+use crate::multi::snapshots::Snapshots;
 use crate::refusal::Refusal;
 
 /// A rate limiter, whatever its kind: [`Bucket`](crate::Bucket),
@@ -118,7 +118,7 @@ pub(crate) fn one(denied: Denied) -> Refusal {
 }
 
 /// Implements [`Limiter`] for a limiter of one quota from its `try_acquire`,
-/// `try_acquire_or_snapshot`, `decide_snapshot` (the verdict and the snapshot, whatever the
+/// `try_acquire_or_snapshot`, `acquire_snapshot` (the verdict and the snapshot, whatever the
 /// verdict) and `quota` (the key is `()`).
 macro_rules! one_quota_limiter {
     (impl[$($generics:tt)*] $ty:ty) => {
@@ -145,7 +145,7 @@ macro_rules! one_quota_limiter {
                 _: &(),
                 cost: u64,
             ) -> (Result<(), crate::refusal::Refusal>, crate::multi::Snapshots) {
-                let (verdict, snapshot) = self.decide_snapshot(cost);
+                let (verdict, snapshot) = self.acquire_snapshot(cost);
                 (
                     verdict.map_err(crate::limiter::one),
                     crate::multi::Snapshots::one(snapshot),

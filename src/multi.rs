@@ -10,7 +10,7 @@
 mod or_snapshots;
 #[cfg(feature = "persist")]
 mod persist;
-mod snapshots;
+pub(crate) mod snapshots;
 mod store;
 mod wait;
 
@@ -23,6 +23,7 @@ use crate::clock::{Clock, DefaultClock};
 use crate::error::{ConfigError, Denied};
 use crate::gcra;
 use crate::gcra::all::{self as decide, pad, Rates};
+use crate::limiter::Limiter;
 use crate::limits::{Limits, MAX_LIMITS};
 use crate::snapshot::Snapshot;
 use core::fmt;
@@ -237,86 +238,54 @@ impl<C: Clock> MultiBucket<C> {
         })
     }
 
-    /// [`try_acquire`](MultiBucket::try_acquire), naming the quota that refused (see
-    /// [`Refusal`]): the one that waits longest, or for [`Denied::ExceedsBurst`] the one with
-    /// the smallest burst.
+    /// [`try_acquire`](MultiBucket::try_acquire), with the tightest quota's [`Snapshot`] (the
+    /// fewest remaining tokens, ties broken by the one full last) at the refusal's own clock
+    /// reading, on refusal only: an admission costs what `try_acquire` costs. Every quota's
+    /// snapshots, and the quota that refused: [`Limiter::decide_or_snapshots`].
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
-    /// let per_day = Quota::new(3, Duration::from_secs(86_400), 3).unwrap();
-    /// let limits = Limits::new([Quota::per_second(10).unwrap(), per_day]).unwrap();
+    /// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota, Snapshot};
+    /// let per_minute = Quota::new(3, Duration::from_secs(60), 3).unwrap();
+    /// let limits = Limits::new([Quota::per_second(2).unwrap(), per_minute]).unwrap();
     /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
-    /// assert_eq!(policy.try_acquire(3), Ok(()));
-    /// let refusal = policy.try_acquire_detailed(1).unwrap_err();
-    /// assert_eq!(refusal.quota_index(), 1); // the daily quota fired
-    /// assert_eq!(refusal.denied(), Denied::RetryAfter(Duration::from_secs(28_800)));
+    /// assert_eq!(policy.try_acquire_or_snapshot(2), Ok(()));
+    /// let (denied, tightest) = policy.try_acquire_or_snapshot(1).unwrap_err();
+    /// assert_eq!(denied, Denied::RetryAfter(Duration::from_millis(500)));
+    /// assert_eq!(tightest, Snapshot::new(0, Duration::from_secs(1)));
     /// ```
-    #[inline]
-    pub fn try_acquire_detailed(&self, cost: u64) -> Result<(), Refusal> {
-        if cost == 0 {
-            return Ok(());
-        }
-        let now = self.clock.now();
-        match &self.store {
-            Store::Pair(rates, pair) => {
-                pair.update(
-                    |states| match decide::decide_pair(states, now, rates, cost) {
-                        Ok(next) => (next, Ok(())),
-                        Err(refusal) => (None, Err(refusal)),
-                    },
-                )
-            }
-            Store::Wide(rates, wide) => wide.update(|states| acquire(states, now, rates, cost)),
-        }
+    pub fn try_acquire_or_snapshot(&self, cost: u64) -> Result<(), (Denied, Snapshot)> {
+        Limiter::decide_or_snapshots(self, &(), cost)
+            .map_err(|(refusal, snaps)| (refusal.denied(), snaps.tightest().1))
     }
 
-    /// [`try_acquire`](MultiBucket::try_acquire), also returning the snapshot of the tightest
-    /// quota — the fewest remaining tokens, ties broken by the one full last — as this decision
-    /// left it (the one a `RateLimit` header should describe), from the same clock reading and
-    /// states.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Limits, ManualClock, MultiBucket, Quota, Snapshot};
-    /// let per_minute = Quota::new(20, Duration::from_secs(60), 20).unwrap();
-    /// let limits = Limits::new([Quota::per_second(10).unwrap(), per_minute]).unwrap();
-    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
-    /// assert_eq!(policy.try_acquire_snapshot(10), (Ok(()), Snapshot::new(0, Duration::from_secs(1))));
-    /// assert_eq!(policy.try_acquire_snapshot(0), (Ok(()), Snapshot::new(0, Duration::from_secs(1))));
-    /// ```
+    /// [`Limiter::decide`]: the decision naming the quota that refused.
+    #[deprecated(note = "use `Limiter::decide(&policy, &(), cost)`")]
+    pub fn try_acquire_detailed(&self, cost: u64) -> Result<(), Refusal> {
+        Limiter::decide(self, &(), cost)
+    }
+
+    /// The decision with the tightest quota's snapshot whatever the verdict.
+    #[deprecated(note = "use `Limiter::decide_snapshots(&policy, &(), cost)` (every quota's)")]
     pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
-        let (verdict, snapshots) = self.try_acquire_snapshots(cost);
+        let (verdict, snapshots) = Limiter::decide_snapshots(self, &(), cost);
         (verdict.map_err(Denied::from), snapshots.tightest().1)
     }
 
-    /// [`try_acquire_detailed`](MultiBucket::try_acquire_detailed), also returning every
-    /// quota's snapshot as this decision left it (see [`Snapshots`]), from the same clock
-    /// reading and states: for a `RateLimit-Policy` header that lists every quota.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Limits, ManualClock, MultiBucket, Quota, Snapshot};
-    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
-    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
-    /// let (verdict, snaps) = policy.try_acquire_snapshots(6);
-    /// assert_eq!(verdict.unwrap_err().quota_index(), 1);
-    /// assert_eq!(snaps.as_slice()[1], Snapshot::new(5, Duration::ZERO));
-    /// ```
+    /// [`Limiter::decide_snapshots`]: the decision with every quota's snapshot.
+    #[deprecated(note = "use `Limiter::decide_snapshots(&policy, &(), cost)`")]
     pub fn try_acquire_snapshots(&self, cost: u64) -> (Result<(), Refusal>, Snapshots) {
-        let now = self.clock.now();
-        let len = self.limits.quotas().len();
-        match &self.store {
-            Store::Pair(rates, pair) => {
-                pair.update(|states| snapshot(states, now, rates, cost, len))
-            }
-            Store::Wide(rates, wide) => {
-                wide.update(|states| snapshot(states, now, rates, cost, len))
-            }
-        }
+        Limiter::decide_snapshots(self, &(), cost)
     }
 
-    /// The verdict [`try_acquire_detailed`](MultiBucket::try_acquire_detailed) would give now,
+    /// [`Limiter::decide_or_snapshots`]: every quota's snapshot on refusal only.
+    #[deprecated(note = "use `Limiter::decide_or_snapshots(&policy, &(), cost)`")]
+    #[allow(clippy::result_large_err)]
+    pub fn try_acquire_or_snapshots(&self, cost: u64) -> Result<(), (Refusal, Snapshots)> {
+        Limiter::decide_or_snapshots(self, &(), cost)
+    }
+
+    /// The verdict [`Limiter::decide`] would give now,
     /// without taking anything (crate-internal: chains report the slowest wait with it).
     pub(crate) fn check_now(&self, cost: u64) -> Result<(), Refusal> {
         let now = self.clock.now();
@@ -407,18 +376,59 @@ impl<C: Clock> MultiBucket<C> {
     }
 }
 
-impl<C: Clock> crate::limiter::Limiter for MultiBucket<C> {
+/// The decisions naming the quota that refused (see [`Refusal`]: the one that waits longest,
+/// or for [`Denied::ExceedsBurst`] the one with the smallest burst), and every quota's
+/// snapshot as the decision left it (see [`Snapshots`]), from the same clock reading and
+/// states: for a `RateLimit-Policy` header that lists every quota.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Denied, Limiter, Limits, ManualClock, MultiBucket, Quota, Snapshot};
+/// let per_day = Quota::new(3, Duration::from_secs(86_400), 3).unwrap();
+/// let limits = Limits::new([Quota::per_second(10).unwrap(), per_day]).unwrap();
+/// let policy = MultiBucket::with_clock(limits, ManualClock::new());
+/// assert_eq!(policy.try_acquire(3), Ok(()));
+/// let refusal = policy.decide(&(), 1).unwrap_err();
+/// assert_eq!(refusal.quota_index(), 1); // the daily quota fired
+/// assert_eq!(refusal.denied(), Denied::RetryAfter(Duration::from_secs(28_800)));
+/// let (_, snaps) = policy.decide_snapshots(&(), 0);
+/// assert_eq!(snaps.as_slice()[1], Snapshot::new(0, Duration::from_secs(86_400)));
+/// ```
+impl<C: Clock> Limiter for MultiBucket<C> {
     type Key = ();
 
     #[inline]
     fn decide(&self, _: &(), cost: u64) -> Result<(), Refusal> {
-        self.try_acquire_detailed(cost)
+        if cost == 0 {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        match &self.store {
+            Store::Pair(rates, pair) => {
+                pair.update(
+                    |states| match decide::decide_pair(states, now, rates, cost) {
+                        Ok(next) => (next, Ok(())),
+                        Err(refusal) => (None, Err(refusal)),
+                    },
+                )
+            }
+            Store::Wide(rates, wide) => wide.update(|states| acquire(states, now, rates, cost)),
+        }
     }
     fn decide_or_snapshots(&self, _: &(), cost: u64) -> Result<(), (Refusal, Snapshots)> {
-        self.try_acquire_or_snapshots(cost)
+        self.refusal_snapshots(cost)
     }
     fn decide_snapshots(&self, _: &(), cost: u64) -> (Result<(), Refusal>, Snapshots) {
-        self.try_acquire_snapshots(cost)
+        let now = self.clock.now();
+        let len = self.limits.quotas().len();
+        match &self.store {
+            Store::Pair(rates, pair) => {
+                pair.update(|states| snapshot(states, now, rates, cost, len))
+            }
+            Store::Wide(rates, wide) => {
+                wide.update(|states| snapshot(states, now, rates, cost, len))
+            }
+        }
     }
     fn limits(&self, _: &()) -> Option<Limits> {
         Some(self.limits.clone())

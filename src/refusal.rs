@@ -14,15 +14,15 @@ use core::fmt;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
+/// use tollgate::{Denied, Limiter, Limits, ManualClock, MultiBucket, Quota};
 /// let per_second = Quota::per_second(10).unwrap();
 /// let per_minute = Quota::new(20, Duration::from_secs(60), 20).unwrap();
 /// let policy = MultiBucket::with_clock(Limits::new([per_second, per_minute]).unwrap(), ManualClock::new());
 /// assert_eq!(policy.try_acquire(10), Ok(()));
-/// let refusal = policy.try_acquire_detailed(10).unwrap_err();
+/// let refusal = policy.decide(&(), 10).unwrap_err();
 /// assert_eq!(refusal.quota_index(), 0); // 1 s until 10 per second are back; the minute holds 10
 /// assert_eq!(refusal.denied(), Denied::RetryAfter(Duration::from_secs(1)));
-/// assert_eq!(policy.try_acquire_detailed(11).unwrap_err().quota_index(), 0); // burst 10 < 11
+/// assert_eq!(policy.decide(&(), 11).unwrap_err().quota_index(), 0); // burst 10 < 11
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Refusal {

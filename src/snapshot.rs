@@ -11,11 +11,11 @@ use core::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Bucket, ManualClock, Quota, Snapshot};
+/// use tollgate::{Bucket, Limiter, ManualClock, Quota, Snapshot};
 /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
-/// let (verdict, snap) = bucket.try_acquire_snapshot(3);
+/// let (verdict, snaps) = bucket.decide_snapshots(&(), 3);
 /// assert_eq!(verdict, Ok(()));
-/// assert_eq!(snap, Snapshot::new(7, Duration::from_millis(300)));
+/// assert_eq!(snaps.tightest().1, Snapshot::new(7, Duration::from_millis(300)));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Snapshot {

@@ -5,7 +5,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tollgate::Limiter;
 use tollgate::{all_of, all_of2, Bucket, Denied, Limits, ManualClock, MultiBucket, Quota};
+use tollgate_testkit::decide::Snapshotting;
 
 fn q(tokens: u64, per_ms: u64, burst: u64) -> Quota {
     Quota::new(tokens, Duration::from_millis(per_ms), burst).unwrap()
@@ -104,7 +106,7 @@ fn contention_never_over_admits_and_the_loss_is_measured() {
         }
     });
     let left: Vec<u64> = policy
-        .try_acquire_snapshots(0)
+        .decide_snapshots(&(), 0)
         .1
         .as_slice()
         .iter()
@@ -355,8 +357,8 @@ fn edge_inputs_through_policies_chains_and_reconfiguration_never_panic() {
                 let wide =
                     MultiBucket::with_clock(Limits::new([a, b, a, b]).unwrap(), clock.clone());
                 for &c in &costs {
-                    let _ = bucket.try_acquire_snapshot(c);
-                    let _ = (pair.try_acquire_snapshots(c), wide.try_acquire_snapshots(c));
+                    let _ = bucket.decide_snapshot(&(), c);
+                    let _ = (pair.decide_snapshots(&(), c), wide.decide_snapshots(&(), c));
                     for r in [pair.reserve(c), wide.reserve(c)].into_iter().flatten() {
                         let _ = r.delay();
                         r.cancel();

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tollgate::{Bucket, Clock, Denied, KeyedLimiter, ManualClock, Quota, StdClock};
+use tollgate_testkit::decide::Snapshotting;
 
 use rng::Rng;
 use stall::{arm, Gate, Stall, StallClock};
@@ -142,7 +143,7 @@ fn borrowed_lookups_and_premium_quotas() {
     let basic = Quota::per_second(2).unwrap();
     let premium = Quota::per_second(100).unwrap();
     let limiter = KeyedLimiter::builder(basic, 10, clock.clone())
-        .quota_for("gold".to_string(), premium)
+        .override_quota("gold".to_string(), premium)
         .build()
         .unwrap();
     assert_eq!(limiter.try_acquire_by("gold", 100), Ok(()));
@@ -174,7 +175,7 @@ fn differential_against_one_bucket_per_key() {
         let default = Quota::new(2, Duration::from_millis(3), 4).unwrap();
         let mut builder = KeyedLimiter::builder(default, 64, clock.clone());
         for (i, q) in quotas.iter().enumerate() {
-            builder = builder.quota_for(i as u64, *q);
+            builder = builder.override_quota(i as u64, *q);
         }
         let limiter = builder.build().unwrap();
         let mut models: HashMap<u64, Bucket<ManualClock>> = HashMap::new();
@@ -500,7 +501,7 @@ fn stale_reinsert_uses_the_keys_own_quota() {
     let basic = Quota::per_second(10).unwrap();
     let premium = Quota::new(100, Duration::from_secs(1), 100).unwrap();
     let limiter = KeyedLimiter::builder(basic, 2, clock.clone())
-        .quota_for(1u8, premium)
+        .override_quota(1u8, premium)
         .build()
         .unwrap();
     assert_eq!(limiter.try_acquire(&1u8, 100), Ok(()));
@@ -803,7 +804,7 @@ fn table_full_wait_covers_an_override_slower_than_the_default() {
     let clock = ManualClock::new();
     let slow = Quota::new(1, Duration::from_secs(100), 2).unwrap();
     let limiter = KeyedLimiter::builder(Quota::per_second(10).unwrap(), 1, clock.clone())
-        .quota_for("slow", slow)
+        .override_quota("slow", slow)
         .build()
         .unwrap();
     assert_eq!(limiter.try_acquire(&"slow", 2), Ok(())); // full again at 200 s
@@ -831,7 +832,7 @@ fn a_new_key_refused_by_the_floor_gets_its_buckets_snapshot() {
     assert_eq!(limiter.counters().evicted, 2);
     clock.set(Duration::from_millis(1500));
     assert_eq!(limiter.available(&"c"), 5);
-    let (verdict, snapshot) = limiter.try_acquire_snapshot(&"c", 8);
+    let (verdict, snapshot) = limiter.decide_snapshot(&"c", 8);
     assert_eq!(verdict, Err(Denied::RetryAfter(Duration::from_millis(300))));
     assert_eq!(
         snapshot,

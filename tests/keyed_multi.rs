@@ -11,9 +11,11 @@
 
 use proptest::prelude::*;
 use std::time::Duration;
+use tollgate::Limiter;
 use tollgate::{
     ConfigError, Denied, KeyedMultiLimiter, Limits, ManualClock, MultiBucket, Quota, Refusal,
 };
+use tollgate_testkit::decide::Snapshotting;
 
 fn q(tokens: u64, per_ms: u64, burst: u64) -> Quota {
     Quota::new(tokens, Duration::from_millis(per_ms), burst).unwrap()
@@ -60,8 +62,8 @@ proptest! {
         let one = Limits::from(q(r1, p1, b1));
         let clock = ManualClock::new();
         let limiter = KeyedMultiLimiter::builder(default.clone(), max_keys, clock.clone())
-            .limits_for(0u8, three.clone())
-            .limits_for(1u8, one.clone())
+            .override_quota(0u8, three.clone())
+            .override_quota(1u8, one.clone())
             .build()
             .unwrap();
         let models: Vec<_> = (0..8u8)
@@ -85,13 +87,13 @@ proptest! {
                 Op::Acquire(k, cost) | Op::Snapshot(k, cost) => {
                     let m = &models[k as usize];
                     let full = m.available() == m.limits().quotas().iter().map(|q| q.burst()).min().unwrap()
-                        && m.try_acquire_snapshots(0).1.as_slice().iter().all(|s| s.until_full().is_zero());
+                        && m.decide_snapshots(&(), 0).1.as_slice().iter().all(|s| s.until_full().is_zero());
                     let len_before = limiter.len();
                     let (got, snap) = if matches!(op, Op::Snapshot(..)) {
-                        let (v, s) = limiter.try_acquire_snapshots(&k, cost);
+                        let (v, s) = limiter.decide_snapshots(&k, cost);
                         (v, Some(s))
                     } else {
-                        (limiter.try_acquire_detailed(&k, cost), None)
+                        (limiter.decide(&k, cost), None)
                     };
                     // Refused although the model, holding the key full (untracked), admits:
                     // only as a refusal for room.
@@ -109,7 +111,7 @@ proptest! {
                         prop_assert!(matches!(r.denied(), Denied::RetryAfter(d) if d > Duration::ZERO && d <= cap), "{:?}", r);
                         prop_assert_eq!(got.unwrap_err().quota_index(), 0);
                     } else {
-                        let (expected, snaps) = m.try_acquire_snapshots(cost);
+                        let (expected, snaps) = m.decide_snapshots(&(), cost);
                         prop_assert_eq!(got, expected, "key {} cost {}", k, cost);
                         if let Some(s) = snap {
                             prop_assert_eq!(s, snaps, "key {} snapshots", k);
@@ -137,7 +139,7 @@ fn cost_zero_and_huge_costs() {
     assert_eq!(limiter.try_acquire(&"a", 0), Ok(()));
     assert!(limiter.is_empty(), "cost 0 tracks nothing");
     assert_eq!(
-        limiter.try_acquire_detailed(&"a", u64::MAX),
+        limiter.decide(&"a", u64::MAX),
         Err(Refusal::new(Denied::ExceedsBurst, 1))
     );
     assert_eq!(limiter.try_acquire(&"a", 4), Err(Denied::ExceedsBurst));
@@ -146,7 +148,7 @@ fn cost_zero_and_huge_costs() {
     assert_eq!(limiter.available(&"a"), 0);
     assert_eq!(limiter.try_acquire(&"a", 0), Ok(()));
     assert_eq!(
-        limiter.try_acquire_detailed(&"a", 1),
+        limiter.decide(&"a", 1),
         Err(Refusal::new(Denied::RetryAfter(Duration::from_secs(6)), 1))
     );
 }
@@ -209,7 +211,7 @@ fn a_table_full_refusal_reports_empty_snapshots() {
     let limits = Limits::new([q(1, 1000, 1), q(1, 10_000, 1)]).unwrap();
     let limiter = KeyedMultiLimiter::with_clock(limits, 1, ManualClock::new());
     limiter.try_acquire(&1u8, 1).unwrap();
-    let (verdict, snaps) = limiter.try_acquire_snapshots(&2u8, 1);
+    let (verdict, snaps) = limiter.decide_snapshots(&2u8, 1);
     let wait = Duration::from_secs(10);
     assert_eq!(verdict, Err(Refusal::new(Denied::RetryAfter(wait), 0)));
     assert!(snaps
@@ -258,7 +260,7 @@ fn table_full_wait_covers_an_override_slower_than_the_default() {
     let default = Limits::new([q(10, 1000, 10), q(10, 2000, 10)]).unwrap();
     let slow = Limits::new([q(10, 1000, 10), q(1, 100_000, 2)]).unwrap();
     let limiter = KeyedMultiLimiter::builder(default, 1, clock.clone())
-        .limits_for("slow", slow)
+        .override_quota("slow", slow)
         .build()
         .unwrap();
     assert_eq!(limiter.try_acquire(&"slow", 2), Ok(())); // full again at 200 s
@@ -450,7 +452,7 @@ fn a_new_key_refused_by_the_floor_gets_its_records_snapshots() {
     limiter.try_acquire(&"b", 1).unwrap(); // the table full: a sweep evicts both
     clock.set(Duration::from_millis(1500));
     assert_eq!(limiter.available(&"c"), 5);
-    let (verdict, snapshot) = limiter.try_acquire_snapshot(&"c", 8);
+    let (verdict, snapshot) = limiter.decide_snapshot(&"c", 8);
     assert!(verdict.is_err());
     assert_eq!(
         snapshot,

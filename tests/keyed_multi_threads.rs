@@ -7,6 +7,7 @@
 #![cfg(feature = "keyed")]
 #![cfg(feature = "keyed")]
 
+use tollgate::Limiter;
 use tollgate_testkit::stall;
 use tollgate_testkit::window;
 
@@ -109,7 +110,7 @@ fn a_frozen_clock_admits_exactly_the_smallest_burst_per_key() {
     });
     for key in 0..2u64 {
         let a = admitted[key as usize].load(Ordering::Relaxed);
-        let snaps = limiter.try_acquire_snapshots(&key, 0).1;
+        let snaps = limiter.decide_snapshots(&key, 0).1;
         assert_eq!(snaps.as_slice()[0].remaining(), 3000 - a, "key {key}");
         assert_eq!(snaps.as_slice()[1].remaining(), 5000 - a, "key {key}");
         assert!(limiter.available(&key) < 3);

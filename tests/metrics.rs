@@ -3,6 +3,8 @@
 #![cfg(all(feature = "metrics", feature = "keyed"))]
 
 use std::time::Duration;
+use tollgate::Limiter;
+use tollgate_testkit::decide::Snapshotting;
 
 use tollgate::metrics::{DecisionMetrics, Metered, Outcome, PolicyMetrics};
 use tollgate::{
@@ -30,7 +32,7 @@ fn bucket_decisions_and_waits_are_recorded() {
     );
     assert_eq!(api.try_acquire(3), Err(Denied::ExceedsBurst));
     clock.advance(Duration::from_millis(250));
-    let (verdict, snapshot) = api.try_acquire_snapshot(1);
+    let (verdict, snapshot) = api.decide_snapshot(&(), 1);
     assert_eq!((verdict, snapshot.remaining()), (Ok(()), 0));
     assert_eq!(api.try_acquire(0), Ok(()));
 
@@ -210,7 +212,7 @@ fn shadow_keyed_policy_counts_exactly_what_enforcement_refuses_by_quota() {
     let shadow = build("policy-shadow", &cs, true);
     let mut by_quota = [0u64; 2];
     let enforced = drive(13, &ce, |key, cost| {
-        let verdict = enforce.try_acquire_detailed(&key, cost);
+        let verdict = enforce.decide(&key, cost);
         if let Err(r) = verdict {
             by_quota[r.quota_index()] += 1;
         }

@@ -4,9 +4,11 @@
 //! reservations.
 
 use std::time::Duration;
+use tollgate::Limiter;
 use tollgate::{
     Bucket, Clock, ConfigError, Denied, Limits, ManualClock, MultiBucket, Quota, Refusal, Snapshot,
 };
+use tollgate_testkit::decide::Snapshotting;
 
 fn q(tokens: u64, per_ms: u64, burst: u64) -> Quota {
     Quota::new(tokens, Duration::from_millis(per_ms), burst).unwrap()
@@ -53,10 +55,10 @@ fn one_quota_decides_as_a_bucket() {
                 _ => {
                     let cost = [0, 1, 2, quota.burst(), quota.burst() + 1, u64::MAX]
                         [(x >> 8) as usize % 6];
-                    let (v, s) = policy.try_acquire_snapshot(cost);
+                    let (v, s) = policy.decide_snapshot(&(), cost);
                     assert_eq!(
                         (v, s),
-                        bucket.try_acquire_snapshot(cost),
+                        bucket.decide_snapshot(&(), cost),
                         "{quota:?} cost {cost}"
                     );
                 }
@@ -84,12 +86,12 @@ fn a_refusal_and_cost_zero_write_nothing() {
         let clock = ManualClock::new();
         let p = policy(&all[..n], &clock);
         p.try_acquire(2).unwrap();
-        let before = p.try_acquire_snapshots(0).1;
+        let before = p.decide_snapshots(&(), 0).1;
         assert_eq!(p.try_acquire(0), Ok(()));
-        let refusal = p.try_acquire_detailed(1).unwrap_err();
+        let refusal = p.decide(&(), 1).unwrap_err();
         assert_eq!(refusal.quota_index(), 1);
         assert_eq!(refusal.denied(), Denied::RetryAfter(ms(500)));
-        assert_eq!(p.try_acquire_snapshots(0).1, before, "{n} quotas");
+        assert_eq!(p.decide_snapshots(&(), 0).1, before, "{n} quotas");
         assert_eq!(before.as_slice()[0].remaining(), 98);
     }
 }
@@ -105,7 +107,7 @@ fn exceeds_burst_iff_cost_above_the_smallest_burst() {
     );
     for cost in [4, 5, 10, u64::MAX] {
         assert_eq!(
-            p.try_acquire_detailed(cost),
+            p.decide(&(), cost),
             Err(Refusal::new(Denied::ExceedsBurst, 1))
         );
         assert_eq!(p.reserve(cost).unwrap_err(), Denied::ExceedsBurst);
@@ -146,7 +148,7 @@ fn retry_after_is_the_largest_wait_to_the_nanosecond() {
         let worst = *waits.iter().max().unwrap();
         let index = waits.iter().position(|&w| w == worst).unwrap();
         assert_eq!(
-            p.try_acquire_detailed(cost),
+            p.decide(&(), cost),
             Err(Refusal::new(Denied::RetryAfter(worst), index))
         );
     }
@@ -201,11 +203,11 @@ fn the_snapshot_is_the_tightest_quotas() {
     let clock = ManualClock::new();
     // Both hold 2 after taking 3; the second refills slower (full last).
     let p = policy(&[q(5, 1000, 5), q(1, 1000, 5)], &clock);
-    let (v, s) = p.try_acquire_snapshot(3);
+    let (v, s) = p.decide_snapshot(&(), 3);
     assert_eq!((v, s), (Ok(()), Snapshot::new(2, Duration::from_secs(3))));
-    assert_eq!(p.try_acquire_snapshots(0).1.tightest().0, 1);
+    assert_eq!(p.decide_snapshots(&(), 0).1.tightest().0, 1);
     // A refusal describes the policy as it found it.
-    let (v, s) = p.try_acquire_snapshot(3);
+    let (v, s) = p.decide_snapshot(&(), 3);
     assert_eq!(v, Err(Denied::RetryAfter(Duration::from_secs(1))));
     assert_eq!(s, Snapshot::new(2, Duration::from_secs(3)));
 }
@@ -264,7 +266,7 @@ fn reservations_queue_and_cancel_per_quota() {
     assert_eq!(clock.now(), 400_000_000);
     // A quota whose tokens are there at once is debited as of the due instant: the second
     // quota (1/s) holds 10 − 2 − 2 − 1 − 1 tokens plus what it earned by 400 ms, no more.
-    assert_eq!(p.try_acquire_snapshots(0).1.as_slice()[1].remaining(), 4);
+    assert_eq!(p.decide_snapshots(&(), 0).1.as_slice()[1].remaining(), 4);
     // In debt, cost 0 is still due at once and takes nothing.
     let r = p.reserve(0).unwrap();
     assert_eq!(r.delay(), Duration::ZERO);
@@ -288,8 +290,8 @@ fn a_cancel_gives_every_quota_its_state_back() {
     assert_eq!(r.delay(), Duration::from_secs(4));
     r.cancel();
     assert_eq!(
-        policy.try_acquire_snapshots(0).1.as_slice(),
-        control.try_acquire_snapshots(0).1.as_slice()
+        policy.decide_snapshots(&(), 0).1.as_slice(),
+        control.decide_snapshots(&(), 0).1.as_slice()
     );
     clock.set(Duration::from_secs(3));
     let (mine, never) = (policy.try_acquire(3), control.try_acquire(3));

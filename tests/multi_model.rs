@@ -14,6 +14,7 @@
 //! admitted, one nanosecond earlier it is refused with 1 ns to go.
 
 use proptest::prelude::*;
+use tollgate::Limiter;
 use tollgate_testkit::model;
 
 use model::Model;
@@ -151,10 +152,10 @@ fn run(quotas: &[(u64, u64, u64)], ops: &[Op]) -> Result<(), TestCaseError> {
             Op::Acquire(cost) | Op::Snapshot(cost) => {
                 let want = verdict(&models, t, cost, &bursts);
                 let (got, tightest) = if let Op::Snapshot(_) = op {
-                    let (v, s) = policy.try_acquire_snapshots(cost);
+                    let (v, s) = policy.decide_snapshots(&(), cost);
                     (v, Some(s.tightest().1.remaining()))
                 } else {
-                    (policy.try_acquire_detailed(cost), None)
+                    (policy.decide(&(), cost), None)
                 };
                 prop_assert_eq!(got, want, "op {} {:?} at {}", n, op, t);
                 if want.is_ok() {
@@ -276,7 +277,7 @@ fn run(quotas: &[(u64, u64, u64)], ops: &[Op]) -> Result<(), TestCaseError> {
             "other after op {}",
             n
         );
-        let snaps = policy.try_acquire_snapshots(0).1;
+        let snaps = policy.decide_snapshots(&(), 0).1;
         for (i, (s, m)) in snaps.as_slice().iter().zip(&models).enumerate() {
             prop_assert_eq!(s.remaining(), m.available(t), "quota {} after op {}", i, n);
         }

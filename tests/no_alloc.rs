@@ -7,6 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Duration;
 use tollgate::{Bucket, ManualClock, Quota, ShardedBucket, Smooth};
+use tollgate_testkit::decide::Snapshotting;
 
 /// Counts the allocations of the thread that armed it (other threads are left alone: the test
 /// harness's own threads may allocate meanwhile).
@@ -87,7 +88,7 @@ fn decisions_do_not_allocate() {
         for _ in 0..1_000 {
             clock.advance(Duration::from_millis(30));
             let _ = bucket.try_acquire(1);
-            let _ = bucket.try_acquire_snapshot(2);
+            let _ = bucket.decide_snapshot(&(), 2);
             let _ = bucket.available();
         }
     });

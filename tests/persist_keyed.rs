@@ -28,8 +28,8 @@ fn build(
     clock: ManualClock,
 ) -> tollgate::KeyedLimiterBuilder<u64, Quota, ManualClock> {
     KeyedLimiter::builder(q, max_keys, clock)
-        .quota_for(7, premium())
-        .quota_for(8, premium())
+        .override_quota(7, premium())
+        .override_quota(8, premium())
 }
 
 /// Random decisions over 3,000 keys (evictions included, through a small table), saved, then
@@ -126,7 +126,7 @@ fn entries_saved_under_another_quota_are_converted() {
     let mut file = Vec::new();
     live.save_at(&mut file, wall(0)).unwrap();
     let restored = KeyedLimiter::builder(Quota::per_second(100).unwrap(), 100, ManualClock::new())
-        .quota_for(2, Quota::per_second(1).unwrap().with_burst(3).unwrap())
+        .override_quota(2, Quota::per_second(1).unwrap().with_burst(3).unwrap())
         .restore_at(&file[..], wall(0))
         .unwrap();
     assert_eq!(restored.available(&1), 6);

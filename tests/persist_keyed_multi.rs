@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tollgate::persist::RestoreError;
+use tollgate::Limiter;
 use tollgate::{Clock, KeyedMultiLimiter, KeyedMultiLimiterBuilder, Limits, ManualClock, Quota};
 
 use rng::Rng;
@@ -34,12 +35,12 @@ fn premium() -> Limits {
 }
 
 fn build(max_keys: usize, clock: ManualClock) -> KeyedMultiLimiterBuilder<u64, ManualClock> {
-    KeyedMultiLimiter::builder(default_limits(), max_keys, clock).limits_for(7, premium())
+    KeyedMultiLimiter::builder(default_limits(), max_keys, clock).override_quota(7, premium())
 }
 
 /// Every quota's whole tokens for key `k`.
 fn quotas_of(l: &KeyedMultiLimiter<u64, ManualClock>, k: u64) -> Vec<u64> {
-    let (_, s) = l.try_acquire_snapshots(&k, 0);
+    let (_, s) = l.decide_snapshots(&k, 0);
     s.as_slice().iter().map(|s| s.remaining()).collect()
 }
 
@@ -76,11 +77,7 @@ fn every_key_comes_back_with_every_quota_as_the_live_limiter_has_it() {
             }
             for k in (0..3000).step_by(7) {
                 let cost = 1 + rng.below(3);
-                assert_eq!(
-                    restored.try_acquire_detailed(&k, cost),
-                    live.try_acquire_detailed(&k, cost),
-                    "key {k}"
-                );
+                assert_eq!(restored.decide(&k, cost), live.decide(&k, cost), "key {k}");
             }
             let d = Duration::from_millis(100 * step);
             clock.advance(d);
@@ -108,7 +105,7 @@ fn a_restart_keeps_a_daily_quota_spent() {
         .restore_at(&file[..], wall(60_000_000_000))
         .unwrap();
     assert_eq!(restored.available(&"api-key"), 0);
-    let refusal = restored.try_acquire_detailed(&"api-key", 100).unwrap_err();
+    let refusal = restored.decide(&"api-key", 100).unwrap_err();
     assert_eq!(refusal.quota_index(), 1, "the per-day quota refuses");
     assert_eq!(restored.available(&"another-key"), 100);
 }

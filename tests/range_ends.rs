@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 use tollgate::{Bucket, Clock, Denied, KeyedLimiter, ManualClock, Quota, ShardedBucket, Smooth};
+use tollgate_testkit::decide::Snapshotting;
 
 struct Nop;
 impl Wake for Nop {
@@ -44,7 +45,7 @@ fn edges_at_u64_max_never_panic() {
     let k: KeyedLimiter<u32, _, _> = KeyedLimiter::with_clock(q, 2, clock.clone());
     for i in 0..5 {
         let _ = k.try_acquire(&i, 1);
-        let _ = k.try_acquire_snapshot(&i, 1);
+        let _ = k.decide_snapshot(&i, 1);
     }
     let _ = k.sweep();
     {
@@ -55,7 +56,7 @@ fn edges_at_u64_max_never_panic() {
     assert_eq!(s.try_acquire(8), Ok(()));
     for c in 1..=9 {
         let _ = s.try_acquire(c);
-        let _ = s.try_acquire_snapshot(c);
+        let _ = s.decide_snapshot(&(), c);
     }
     let _ = s.available();
     let sm = Smooth::bursty_with_clock(5.0, Duration::MAX, clock.clone()).unwrap();

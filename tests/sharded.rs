@@ -7,6 +7,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tollgate::{Bucket, Clock, Denied, ManualClock, Quota, ShardedBucket, StdClock};
+use tollgate_testkit::decide::Snapshotting;
 
 use rng::Rng;
 use stall::{arm, Gate, Stall, StallClock};
@@ -693,7 +694,7 @@ fn against_a_bucket(quota: Quota, step: u64, shards: usize, seed: u64, steps: u3
         let at = format!("{quota:?}, {shards} shards, step {n}, cost {cost}");
         let (got, want) = if n % 7 == 0 {
             let (g, gs) = sharded.try_acquire_snapshot(cost);
-            let (w, ws) = bucket.try_acquire_snapshot(cost);
+            let (w, ws) = bucket.decide_snapshot(&(), cost);
             assert_eq!(gs, ws, "{at}");
             (g, w)
         } else {

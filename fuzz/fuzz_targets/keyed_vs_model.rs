@@ -66,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
     // Up to two keys with their own quota.
     for k in 0..(flags >> 3) % 3 {
         let Some(q) = quota(&mut b) else { return };
-        builder = builder.quota_for(k as u8, q);
+        builder = builder.override_quota(k as u8, q);
     }
     let limiter = builder.build().unwrap();
     let quotas: Vec<Quota> = (0..keys).map(|k| limiter.quota_for(&k)).collect();

@@ -164,7 +164,7 @@ fuzz_target!(|data: &[u8]| {
         }
         _ => {
             let b = KeyedMultiLimiter::<u64, _>::builder(multi_limits(quota), 64, clock)
-                .limits_for(3, Limits::from(quota));
+                .override_quota(3, Limits::from(quota));
             if let Ok(r) = b.restore_at(&file[..], at) {
                 assert!(r.len() <= 64);
                 for k in 0..80 {
@@ -184,7 +184,7 @@ fn multi_limits(quota: Quota) -> Limits {
 /// A per-key policy table of 64 keys, key 3 with the fuzzed quota alone.
 fn keyed_multi(quota: Quota, clock: ManualClock) -> KeyedMultiLimiter<u64, ManualClock> {
     KeyedMultiLimiter::builder(multi_limits(quota), 64, clock)
-        .limits_for(3, Limits::from(quota))
+        .override_quota(3, Limits::from(quota))
         .build()
         .unwrap()
 }

@@ -9,6 +9,7 @@
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
+use tollgate::Limiter;
 use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
 
 fn limits() -> Limits {
@@ -93,7 +94,7 @@ fn two_decisions_race_for_a_keys_last_token() {
             .filter(|&ok| ok)
             .count();
         assert_eq!(admitted, 1);
-        let (_, snaps) = limiter.try_acquire_snapshots(&7u8, 0);
+        let (_, snaps) = limiter.decide_snapshots(&7u8, 0);
         assert_eq!(snaps.as_slice()[0].remaining(), 0);
         assert_eq!(
             snaps.as_slice()[1].remaining(),

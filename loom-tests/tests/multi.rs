@@ -5,6 +5,7 @@
 //! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p tollgate-loom-tests --release --target-dir target/loom --test multi`
 #![cfg(tollgate_loom)]
 
+use tollgate::Limiter;
 use tollgate_testkit::window;
 
 use loom::sync::Arc;
@@ -39,7 +40,7 @@ fn two_quota_decisions_race_in_one_cas() {
             .filter(|&ok| ok)
             .count();
         assert_eq!(admitted, 1);
-        let snaps = policy.try_acquire_snapshots(0).1;
+        let snaps = policy.decide_snapshots(&(), 0).1;
         let left: Vec<u64> = snaps.as_slice().iter().map(|s| s.remaining()).collect();
         assert_eq!(left, [0, 2]);
     });
@@ -69,7 +70,7 @@ fn a_refusal_after_two_admissions_sees_both() {
             policy.try_acquire(2),
             Err(Denied::RetryAfter(Duration::from_secs(2)))
         );
-        let snaps = policy.try_acquire_snapshots(0).1;
+        let snaps = policy.decide_snapshots(&(), 0).1;
         let left: Vec<u64> = snaps.as_slice().iter().map(|s| s.remaining()).collect();
         assert_eq!(left, [0, 1]);
     });
@@ -111,7 +112,7 @@ fn four_quota_writer_races_a_reader_under_the_sequence_lock() {
         policy.try_acquire(1).unwrap();
         let p = policy.clone();
         let reader = thread::spawn(move || {
-            let snaps = p.try_acquire_snapshots(0).1;
+            let snaps = p.decide_snapshots(&(), 0).1;
             snaps
                 .as_slice()
                 .iter()

@@ -9,6 +9,7 @@
 
 use loom::thread;
 use std::time::{Duration, SystemTime};
+use tollgate::Limiter;
 use tollgate::{Clock, KeyedMultiLimiter, Limits, ManualClock, Quota};
 
 /// 1 per second with a burst of 2, and 60 per minute with a burst of 5.
@@ -20,7 +21,7 @@ fn limits() -> Limits {
 
 /// Every quota's whole tokens for `key`.
 fn quotas(l: &KeyedMultiLimiter<u8, ManualClock>, key: u8) -> Vec<u64> {
-    let (_, s) = l.try_acquire_snapshots(&key, 0);
+    let (_, s) = l.decide_snapshots(&key, 0);
     s.as_slice().iter().map(|s| s.remaining()).collect()
 }
 

@@ -278,7 +278,7 @@ impl RedisLimiterBuilder {
                 let share = |q: Quota| local_share(q, fraction);
                 let mut b = KeyedLimiter::builder(share(quota)?, max_keys, Default::default());
                 for (k, q) in &self.per_key {
-                    b = b.quota_for(stored_key(k).into_owned(), share(*q)?);
+                    b = b.override_quota(stored_key(k).into_owned(), share(*q)?);
                 }
                 Policy::Local(Box::new(
                     b.build().map_err(|e| Error::Config(e.to_string()))?,

@@ -316,12 +316,13 @@ impl RedisLimiter {
                 self.inner.observe.path(Path::LocalFallback);
                 // The fallback's table holds bounded names too (its per-key quotas are keyed
                 // by them).
-                let name = stored_key(key);
-                let (verdict, snapshot) = k.try_acquire_snapshot(&*name, cost);
+                let name = stored_key(key).into_owned();
+                let (verdict, snapshots) = tollgate::Limiter::decide_snapshots(&**k, &name, cost);
+                let verdict = verdict.map_err(Denied::from);
                 self.inner.observe.decided(&verdict);
                 Outcome {
                     verdict,
-                    snapshot: Some(snapshot),
+                    snapshot: Some(snapshots.tightest().1),
                     quota: Some(k.quota_for(&*name)),
                 }
             }

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 /// ```
 /// use tollgate::{KeyedLimiter, ManualClock, Quota};
 /// let limiter = KeyedLimiter::builder(Quota::per_second(10).unwrap(), 1000, ManualClock::new())
-///     .quota_for("premium".to_string(), Quota::per_second(1000).unwrap())
+///     .override_quota("premium".to_string(), Quota::per_second(1000).unwrap())
 ///     .fail_open(true)
 ///     .build()
 ///     .unwrap();
@@ -43,7 +43,7 @@ pub struct KeyedLimiterBuilder<K, P: KeyedPolicy = Quota, C = DefaultClock> {
 /// let basic = Limits::new([Quota::per_second(10).unwrap(), per_day(10_000)]).unwrap();
 /// let premium = Limits::new([Quota::per_second(1000).unwrap(), per_day(1_000_000)]).unwrap();
 /// let limiter = KeyedMultiLimiter::builder(basic, 1000, ManualClock::new())
-///     .limits_for("premium".to_string(), premium)
+///     .override_quota("premium".to_string(), premium)
 ///     .build()
 ///     .unwrap();
 /// assert_eq!(limiter.try_acquire_by("premium", 500), Ok(()));
@@ -137,36 +137,22 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
 }
 
 impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, Quota, C> {
-    /// [`override_quota`](KeyedLimiterBuilder::override_quota) for a limiter of one quota per
-    /// key.
-    ///
-    /// ```
-    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
-    /// let limiter = KeyedLimiter::builder(Quota::per_second(1).unwrap(), 10, ManualClock::new())
-    ///     .quota_for(7u32, Quota::per_second(5).unwrap())
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(limiter.quota_for(&7), Quota::per_second(5).unwrap());
-    /// ```
+    /// [`override_quota`](KeyedLimiterBuilder::override_quota).
+    #[deprecated(
+        note = "use `override_quota` (the builder sets with a verb; `quota_for` reads \
+                         the limiter)"
+    )]
     pub fn quota_for(self, key: K, quota: Quota) -> Self {
         self.override_quota(key, quota)
     }
 }
 
 impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, Limits, C> {
-    /// [`override_quota`](KeyedLimiterBuilder::override_quota) for a limiter of policies.
-    ///
-    /// ```
-    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
-    /// let one = Limits::from(Quota::per_second(1).unwrap());
-    /// let five = Limits::from(Quota::per_second(5).unwrap());
-    /// let limiter = KeyedMultiLimiter::builder(one.clone(), 10, ManualClock::new())
-    ///     .limits_for(7u32, five.clone())
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(limiter.limits_for(&7), &five);
-    /// assert_eq!(limiter.limits_for(&8), &one);
-    /// ```
+    /// [`override_quota`](KeyedLimiterBuilder::override_quota).
+    #[deprecated(
+        note = "use `override_quota` (the builder sets with a verb; `limits_for` reads \
+                         the limiter)"
+    )]
     pub fn limits_for(self, key: K, limits: Limits) -> Self {
         self.override_quota(key, limits)
     }

@@ -538,21 +538,8 @@ impl Sealed for Limits {
 }
 
 impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, Limits, C> {
-    /// [`try_acquire_by`](Self::try_acquire_by), naming the quota that refused (its index in
-    /// the key's [`Limits`]) for headers and metrics. A new key refused because the table is
-    /// full names quota 0.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Denied, KeyedMultiLimiter, Limits, ManualClock, Quota};
-    /// let per_minute = Quota::new(20, Duration::from_secs(60), 20).unwrap();
-    /// let limits = Limits::new([Quota::per_second(10).unwrap(), per_minute]).unwrap();
-    /// let limiter = KeyedMultiLimiter::with_clock(limits, 10, ManualClock::new());
-    /// limiter.try_acquire(&"k", 10).unwrap();
-    /// let refusal = limiter.try_acquire_detailed(&"k", 1).unwrap_err();
-    /// assert_eq!((refusal.quota_index(), refusal.denied()), (0, Denied::RetryAfter(Duration::from_millis(100))));
-    /// ```
-    #[inline]
+    /// [`Limiter::decide`](crate::Limiter::decide): the decision naming the quota that refused.
+    #[deprecated(note = "use `Limiter::decide(&limiter, &key, cost)`")]
     pub fn try_acquire_detailed<Q>(&self, key: &Q, cost: u64) -> Result<(), Refusal>
     where
         K: Borrow<Q>,
@@ -561,25 +548,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, Limits, C> {
         self.acquire(key, cost)
     }
 
-    /// [`try_acquire_detailed`](Self::try_acquire_detailed), also returning every quota's
-    /// snapshot at the decision's reading (for a `RateLimit-Policy` header listing them all).
-    /// The record is read once more after the decision, at the same reading, so under
-    /// concurrency it may include other decisions on the key. A new key refused because the
-    /// table is full reports 0 tokens in every quota, full after the wait.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota, Snapshot};
-    /// let per_minute = Quota::new(20, Duration::from_secs(60), 20).unwrap();
-    /// let limits = Limits::new([Quota::per_second(10).unwrap(), per_minute]).unwrap();
-    /// let limiter: KeyedMultiLimiter<&str, _> = KeyedMultiLimiter::with_clock(limits, 10, ManualClock::new());
-    /// let (verdict, snaps) = limiter.try_acquire_snapshots(&"k", 4);
-    /// assert_eq!(verdict, Ok(()));
-    /// assert_eq!(snaps.as_slice(), &[
-    ///     Snapshot::new(6, Duration::from_millis(400)),
-    ///     Snapshot::new(16, Duration::from_secs(12)),
-    /// ]);
-    /// ```
+    /// [`Limiter::decide_snapshots`](crate::Limiter::decide_snapshots): the decision with every quota's snapshot.
+    #[deprecated(note = "use `Limiter::decide_snapshots(&limiter, &key, cost)`")]
     pub fn try_acquire_snapshots<Q>(&self, key: &Q, cost: u64) -> (Result<(), Refusal>, Snapshots)
     where
         K: Borrow<Q>,
@@ -588,21 +558,8 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, Limits, C> {
         self.decide_snap(key, cost)
     }
 
-    /// [`try_acquire_detailed`](Self::try_acquire_detailed), with every quota's snapshot (as
-    /// [`try_acquire_snapshots`](Self::try_acquire_snapshots) reports them) only on refusal:
-    /// an admission costs what `try_acquire_detailed` costs.
-    ///
-    /// ```
-    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
-    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
-    /// let limiter: KeyedMultiLimiter<&str, _> = KeyedMultiLimiter::with_clock(limits, 10, ManualClock::new());
-    /// assert_eq!(limiter.try_acquire_or_snapshots(&"k", 5), Ok(()));
-    /// let (refusal, snaps) = limiter.try_acquire_or_snapshots(&"k", 1).unwrap_err();
-    /// assert_eq!(refusal.quota_index(), 1);
-    /// assert_eq!(snaps.as_slice()[0].remaining(), 5);
-    /// ```
-    // The same shape as `MultiBucket::try_acquire_or_snapshots`: the snapshots are a refusal's
-    // payload, built only on that path.
+    /// [`Limiter::decide_or_snapshots`](crate::Limiter::decide_or_snapshots): every quota's snapshot on refusal only.
+    #[deprecated(note = "use `Limiter::decide_or_snapshots(&limiter, &key, cost)`")]
     #[allow(clippy::result_large_err)]
     pub fn try_acquire_or_snapshots<Q>(
         &self,

@@ -15,7 +15,7 @@ use crate::{Denied, Limiter, Limits, Refusal, Snapshot, Snapshots};
 /// events) come from naming it with its builder's `name`.
 ///
 /// Only the decisions made through `Metered` record: its `try_acquire` and
-/// `try_acquire_snapshot` (limiters of one global limit), and the [`Limiter`] methods (any
+/// `try_acquire_or_snapshot` (limiters of one global limit), and the [`Limiter`] methods (any
 /// limiter, keyed ones included). Reach the limiter itself with [`get_ref`](Metered::get_ref)
 /// for reads (`available`, `quota`) or reconfiguration. The waiting paths (`acquire`,
 /// `reserve`, `until_ready`) are not metered.
@@ -129,9 +129,17 @@ impl<L: Limiter<Key = ()>> Metered<L> {
         self.decide(&(), cost).map_err(Denied::from)
     }
 
-    /// The limiter's `try_acquire_snapshot`, recorded (the verdict admitted in shadow mode;
-    /// the snapshot is the decision's, a refusal's in that case): the tightest quota's.
+    /// The limiter's `try_acquire_or_snapshot`, recorded (admitted in shadow mode): the
+    /// tightest quota's snapshot, on refusal only.
     #[inline]
+    pub fn try_acquire_or_snapshot(&self, cost: u64) -> Result<(), (Denied, Snapshot)> {
+        self.decide_or_snapshots(&(), cost)
+            .map_err(|(refusal, snaps)| (refusal.denied(), snaps.tightest().1))
+    }
+
+    /// The decision and the tightest snapshot, whatever the verdict, recorded.
+    #[deprecated(note = "use `Limiter::decide_snapshots(&metered, &(), cost)`, or \
+                         `try_acquire_or_snapshot` for the snapshot on refusal")]
     pub fn try_acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
         let (verdict, snapshots) = self.decide_snapshots(&(), cost);
         (verdict.map_err(Denied::from), snapshots.tightest().1)

@@ -1,34 +1,18 @@
-//! [`MultiBucket::try_acquire_or_snapshots`]: the snapshots only on refusal, as
-//! [`Bucket::try_acquire_or_snapshot`](crate::Bucket::try_acquire_or_snapshot) does for one
-//! quota.
+//! A [`MultiBucket`]'s snapshots only on refusal, as
+//! [`Bucket::try_acquire_or_snapshot`](crate::Bucket::try_acquire_or_snapshot) takes one
+//! quota's.
 
 use super::{MultiBucket, Refusal, Snapshots, Store};
 use crate::clock::Clock;
 use crate::gcra::all::{self as decide, Rates};
 
 impl<C: Clock> MultiBucket<C> {
-    /// [`try_acquire_detailed`](MultiBucket::try_acquire_detailed), with every quota's snapshot
-    /// on refusal only, from the refusal's own clock reading and states (an admission computes
-    /// none): for HTTP headers sent on refusals alone.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota, Snapshot};
-    /// let per_minute = Quota::new(3, Duration::from_secs(60), 3).unwrap();
-    /// let limits = Limits::new([Quota::per_second(2).unwrap(), per_minute]).unwrap();
-    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
-    /// assert_eq!(policy.try_acquire_or_snapshots(2), Ok(()));
-    /// let (refusal, snaps) = policy.try_acquire_or_snapshots(1).unwrap_err();
-    /// assert_eq!(refusal.denied(), Denied::RetryAfter(Duration::from_millis(500)));
-    /// assert_eq!(snaps.as_slice(), &[
-    ///     Snapshot::new(0, Duration::from_secs(1)),
-    ///     Snapshot::new(1, Duration::from_secs(40)),
-    /// ]);
-    /// ```
+    /// The decision with every quota's snapshot on refusal only, from the refusal's own clock
+    /// reading and states (an admission computes none): `Limiter::decide_or_snapshots`.
     #[inline]
     // The refusal carries up to four snapshots by value: boxing would allocate on every refusal.
     #[allow(clippy::result_large_err)]
-    pub fn try_acquire_or_snapshots(&self, cost: u64) -> Result<(), (Refusal, Snapshots)> {
+    pub(super) fn refusal_snapshots(&self, cost: u64) -> Result<(), (Refusal, Snapshots)> {
         if cost == 0 {
             return Ok(());
         }
@@ -71,13 +55,13 @@ fn with_snapshots<const N: usize>(
 
 #[cfg(test)]
 mod tests {
-    use crate::{Limits, ManualClock, MultiBucket, Quota};
+    use crate::{Limiter, Limits, ManualClock, MultiBucket, Quota};
     use core::time::Duration;
 
-    /// Equal to `try_acquire_snapshots` on refusals and in the verdict, for one to four quotas
+    /// Equal to `Limiter::decide_snapshots` on refusals and in the verdict, for one to four quotas
     /// (the pair word and the sequence lock), two policies driven alike.
     #[test]
-    fn agrees_with_try_acquire_snapshots() {
+    fn agrees_with_decide_snapshots() {
         let quotas = [
             Quota::per_second(3).unwrap(),
             Quota::new(5, Duration::from_secs(60), 5).unwrap(),
@@ -91,8 +75,8 @@ mod tests {
             let b = MultiBucket::with_clock(limits, cb.clone());
             for step in 0..200u64 {
                 let cost = step % 4;
-                let (verdict, snaps) = a.try_acquire_snapshots(cost);
-                match (verdict, b.try_acquire_or_snapshots(cost)) {
+                let (verdict, snaps) = a.decide_snapshots(&(), cost);
+                match (verdict, b.decide_or_snapshots(&(), cost)) {
                     (Ok(()), Ok(())) => {}
                     (Err(r1), Err((r2, s2))) => assert_eq!((r1, snaps), (r2, s2), "step {step}"),
                     other => panic!("step {step}: {other:?}"),

@@ -11,11 +11,11 @@ use crate::snapshot::Snapshot;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Limits, ManualClock, MultiBucket, Quota, Snapshot};
+/// use tollgate::{Limiter, Limits, ManualClock, MultiBucket, Quota, Snapshot};
 /// let per_second = Quota::per_second(10).unwrap();
 /// let per_minute = Quota::new(20, Duration::from_secs(60), 20).unwrap();
 /// let policy = MultiBucket::with_clock(Limits::new([per_second, per_minute]).unwrap(), ManualClock::new());
-/// let (verdict, snaps) = policy.try_acquire_snapshots(4);
+/// let (verdict, snaps) = policy.decide_snapshots(&(), 4);
 /// assert_eq!(verdict, Ok(()));
 /// assert_eq!(snaps.as_slice(), &[
 ///     Snapshot::new(6, Duration::from_millis(400)),

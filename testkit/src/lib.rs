@@ -5,6 +5,7 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | [`decide`] | [`decide::Snapshotting`]: any limiter's decision with its tightest snapshot, whatever the verdict |
 //! | [`model`] | the exact reference model of the continuous token bucket, and a checker that drives a `Bucket` and the model through the same operations |
 //! | [`window`] | [`window::WindowChecker`]: every window of admissions against `burst + rate · Δ` |
 //! | [`stall`] | [`stall::StallClock`]: a chosen thread's reading made stale, as preemption between a reading and a CAS does |
@@ -22,6 +23,7 @@
 
 pub mod contention;
 pub mod cpus;
+pub mod decide;
 pub mod guava;
 pub mod interleave;
 pub mod model;

@@ -9,6 +9,7 @@
 //! empty). The checker records every admission with its instant (a kept reservation, and
 //! `try_acquire_for`, at the due instant) and checks every window of every quota era.
 
+use crate::decide::Snapshotting;
 use crate::window::WindowChecker;
 use std::time::Duration;
 use tollgate::{Bucket, Clock, Denied, ManualClock, Quota, Reservation};
@@ -358,7 +359,7 @@ pub fn check(tokens: u64, per: u64, burst: u64, ops: &[Op], exact: bool) -> Resu
 /// nanosecond (rounded up): the model is made full 1 ns earlier. A full bucket tells nothing
 /// more, so the model keeps whatever earlier instant it had for being full.
 fn resync(bucket: &Bucket<ManualClock>, mut model: Model, t: u64) -> Model {
-    let until_full = bucket.try_acquire_snapshot(0).1.until_full();
+    let until_full = bucket.decide_snapshot(&(), 0).1.until_full();
     let full_now = i128::from(t) * model.tokens - model.burst * model.per;
     model.zp = if until_full.is_zero() {
         model.zp.min(full_now)

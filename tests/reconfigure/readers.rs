@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate::{Bucket, Clock, ManualClock, Quota};
+use tollgate_testkit::decide::Snapshotting;
 
 use stall::{arm, Gate, Stall, StallClock};
 use tollgate_testkit::stall;
@@ -91,7 +92,7 @@ fn refusal_racing_two_reconfigurations_is_not_a_mix() {
 #[test]
 fn snapshot_racing_two_reconfigurations_is_not_a_mix() {
     let bucket = half_full();
-    let (verdict, snap) = race_two_reconfigurations(&bucket, |b| b.try_acquire_snapshot(10));
+    let (verdict, snap) = race_two_reconfigurations(&bucket, |b| b.decide_snapshot(&(), 10));
     assert_eq!(verdict, Ok(()));
     assert_eq!(snap.remaining(), 0);
 }

@@ -75,12 +75,12 @@ impl Decision {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
+    /// use tollgate::{Denied, Limiter, Limits, ManualClock, MultiBucket, Quota};
     /// use tollgate_tower::{Decision, PolicyReport};
     /// let per_minute = Quota::new(20, Duration::from_secs(60), 20).unwrap();
     /// let limits = Limits::new([Quota::per_second(5).unwrap(), per_minute]).unwrap();
     /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
-    /// let (verdict, snaps) = policy.try_acquire_snapshots(6);
+    /// let (verdict, snaps) = policy.decide_snapshots(&(), 6);
     /// let refused = verdict.err().map(|r| r.quota_index());
     /// let report = PolicyReport::new(policy.limits().quotas(), snaps, refused).unwrap();
     /// let d = Decision::with_policy(verdict.map_err(Denied::from), report);

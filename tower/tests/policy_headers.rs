@@ -7,6 +7,7 @@ mod support;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
+use tollgate::Limiter;
 
 use axum::body::Body;
 use bytes::Bytes;
@@ -258,7 +259,7 @@ async fn a_refused_request_spends_nothing_from_any_quota() {
         });
         tower::util::BoxCloneService::new(RateLimitLayer::shared(Arc::clone(&backend)).layer(inner))
     };
-    let hour = |b: &MultiBucket<ManualClock>| b.try_acquire_snapshots(0).1.as_slice()[1];
+    let hour = |b: &MultiBucket<ManualClock>| b.decide_snapshots(&(), 0).1.as_slice()[1];
     admit(&svc, 2).await;
     assert_eq!(hour(&backend).remaining(), 1);
     // The second refuses, many times over: the hour keeps its token.
@@ -274,7 +275,7 @@ async fn a_refused_request_spends_nothing_from_any_quota() {
     assert_eq!(retry_after(&h), 1199);
     assert_eq!(names(&h, "ratelimit"), ["3-per-3600s"]);
     assert_eq!(
-        backend.try_acquire_snapshots(0).1.as_slice()[0].remaining(),
+        backend.decide_snapshots(&(), 0).1.as_slice()[0].remaining(),
         1,
         "the refusal by the hour left the second's token too"
     );

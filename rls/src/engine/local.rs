@@ -28,7 +28,7 @@ use std::hash::BuildHasher;
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::SystemTime;
-use tollgate::KeyedMultiLimiter;
+use tollgate::{KeyedMultiLimiter, Limiter};
 
 /// Stripes of the per-bucket locks (a power of two).
 const STRIPES: usize = 1024;
@@ -231,7 +231,7 @@ impl LocalBackend {
                 let d = &demands[i];
                 let Some(t) = found[i] else { continue };
                 let take = if broken { 0 } else { d.hits };
-                let (v, s) = t.limiter.try_acquire_snapshots(d.bucket.as_str(), take);
+                let (v, s) = t.limiter.decide_snapshots(&d.bucket, take);
                 if v.is_err() {
                     broken = true;
                 }
@@ -247,7 +247,7 @@ impl LocalBackend {
                 let d = &demands[i];
                 out[i] = Some(match found[i] {
                     Some(t) if holds[i] => {
-                        let (v, s) = t.limiter.try_acquire_snapshots(d.bucket.as_str(), 0);
+                        let (v, s) = t.limiter.decide_snapshots(&d.bucket, 0);
                         Outcome::from_parts(v, &s)
                     }
                     Some(t) => self.refusal(t, d),
@@ -265,7 +265,7 @@ impl LocalBackend {
                     self.check_one(t, d).unwrap_or_else(|| self.refusal(t, d))
                 }
                 Some(t) => {
-                    let (v, s) = t.limiter.try_acquire_snapshots(d.bucket.as_str(), d.hits);
+                    let (v, s) = t.limiter.decide_snapshots(&d.bucket, d.hits);
                     Outcome::from_parts(v, &s)
                 }
                 None => blocked(d),
@@ -280,7 +280,7 @@ impl LocalBackend {
     /// A check-only demand: `Some` (read, holds) if one hit would pass, else `None`.
     fn check_one(&self, t: &Table, d: &Demand) -> Option<Outcome> {
         if t.limiter.available(d.bucket.as_str()) >= 1 {
-            let (v, s) = t.limiter.try_acquire_snapshots(d.bucket.as_str(), 0);
+            let (v, s) = t.limiter.decide_snapshots(&d.bucket, 0);
             Some(Outcome::from_parts(v, &s))
         } else {
             None
@@ -290,7 +290,7 @@ impl LocalBackend {
     /// A bucket that does not hold `need`: its exact refusal (a take of `need` that refuses,
     /// and so writes nothing, at the pinned reading, under the bucket's stripe).
     fn refusal(&self, t: &Table, d: &Demand) -> Outcome {
-        let (v, s) = t.limiter.try_acquire_snapshots(d.bucket.as_str(), d.need());
+        let (v, s) = t.limiter.decide_snapshots(&d.bucket, d.need());
         let mut o = Outcome::from_parts(v, &s);
         // `holds` false by the check; a take that admitted here would be a bug in the check.
         debug_assert!(!o.holds, "a refusal's take admitted");
