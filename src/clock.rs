@@ -1,4 +1,5 @@
-//! Clocks: monotonic nanoseconds since each clock's own origin.
+//! Clocks: monotonic nanoseconds since each clock's own origin ([`Clock`]), and waiting on them
+//! ([`Timer`]: sleeping until an instant, waking a future).
 //!
 //! | clock | source | when |
 //! |---|---|---|
@@ -37,7 +38,8 @@ pub use quanta_clock::QuantaClock;
 use core::task::Waker;
 use core::time::Duration;
 
-/// A monotonic source of time in nanoseconds since the clock's own origin.
+/// A monotonic source of time in nanoseconds since the clock's own origin; waiting on it is
+/// [`Timer`]'s.
 ///
 /// A reading may occasionally be earlier than one a bucket already acted on (TSCs are not always
 /// in step across cores): the bucket tolerates it by refusing more, never by admitting more.
@@ -63,7 +65,29 @@ pub trait Clock {
             crate::sync::spin_loop();
         }
     }
+}
 
+/// The wake-up machinery of a [`Clock`]: what the waiting code alone needs — the blocking waits
+/// ([`Bucket::acquire`](crate::Bucket::acquire), [`Smooth::acquire`](crate::Smooth::acquire),
+/// ...) sleep until an instant, the async ones ([`Bucket::until_ready`](crate::Bucket::until_ready),
+/// `KeyedLimiter::until_key_ready`) register a wake-up. Every method has a default that works
+/// on any clock (the shared timer thread with `std`), so a clock of your own that waits is one
+/// line:
+///
+/// ```
+/// use tollgate::{Bucket, Clock, ManualClock, Quota, Timer};
+/// struct Ticks(ManualClock);
+/// impl Clock for Ticks {
+///     fn now(&self) -> u64 {
+///         self.0.now()
+///     }
+/// }
+/// impl Timer for Ticks {}
+/// let bucket = Bucket::with_clock(Quota::per_second(1).unwrap(), Ticks(ManualClock::new()));
+/// bucket.try_acquire(1).unwrap();
+/// assert!(bucket.try_acquire_for(1, std::time::Duration::ZERO).is_err());
+/// ```
+pub trait Timer: Clock {
     /// Waits until the instant `at` on this clock (the scale of [`Clock::now`]): what the
     /// blocking waits call, since a duration computed from an earlier reading would wake a
     /// caller that stalled since then that much late — and move an auto-advancing
@@ -73,7 +97,7 @@ pub trait Clock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Clock, ManualClock};
+    /// use tollgate::{Clock, ManualClock, Timer};
     /// let clock = ManualClock::new();
     /// clock.advance(Duration::from_millis(2));
     /// clock.sleep_until(5_000_000);
@@ -89,7 +113,7 @@ pub trait Clock {
     }
 
     /// Arranges for `waker` to be woken once `duration` has passed on this clock, without
-    /// blocking (the hook behind the default [`Clock::register_wake`]). An early wake-up is
+    /// blocking (the hook behind the default [`Timer::register_wake`]). An early wake-up is
     /// harmless: the future checks the clock and registers again.
     ///
     /// The default, with `std`, hands the waker to tollgate's one shared timer thread (on
@@ -103,7 +127,7 @@ pub trait Clock {
     /// use std::sync::Arc;
     /// use std::task::{Wake, Waker};
     /// use std::time::Duration;
-    /// use tollgate::{Clock, ManualClock};
+    /// use tollgate::{Clock, ManualClock, Timer};
     ///
     /// struct Flag(AtomicBool);
     /// impl Wake for Flag {
@@ -127,13 +151,13 @@ pub trait Clock {
         }
     }
 
-    /// Like [`Clock::wake_after`], but returns the registration, which cancels the wake-up when
+    /// Like [`Timer::wake_after`], but returns the registration, which cancels the wake-up when
     /// dropped (where the clock can) and says whether it has fired. This is what
     /// [`Bucket::until_ready`](crate::Bucket::until_ready) calls: a waiting future holds one
     /// registration and replaces it only when its waker changes or it has fired, so its memory
     /// in the clock's queue is bounded by the number of live futures, not by their polls.
     ///
-    /// The default forwards to [`Clock::wake_after`] ([`WakeRegistration::forward`]): not
+    /// The default forwards to [`Timer::wake_after`] ([`WakeRegistration::forward`]): not
     /// cancellable, but once per wait. The std clocks return the cancellable
     /// [`WakeRegistration::timer`] (so should any clock that follows `std::time::Instant`);
     /// [`ManualClock`] advances itself and returns [`WakeRegistration::fired`], or, frozen,
@@ -143,7 +167,7 @@ pub trait Clock {
     /// use std::sync::Arc;
     /// use std::task::{Wake, Waker};
     /// use std::time::Duration;
-    /// use tollgate::{Clock, ManualClock};
+    /// use tollgate::{Clock, ManualClock, Timer};
     ///
     /// struct Nop;
     /// impl Wake for Nop {
@@ -158,7 +182,7 @@ pub trait Clock {
         WakeRegistration::forward(waker, |w| self.wake_after(duration, w))
     }
 
-    /// [`Clock::register_wake`] for the instant `at` on this clock (the scale of
+    /// [`Timer::register_wake`] for the instant `at` on this clock (the scale of
     /// [`Clock::now`]): what a waiting future calls, since a duration computed from an earlier
     /// reading would wake a caller that stalled since then that much late. The default reads
     /// the clock right before registering the remaining duration; a frozen [`ManualClock`]
@@ -168,7 +192,7 @@ pub trait Clock {
     /// use std::sync::Arc;
     /// use std::task::{Wake, Waker};
     /// use std::time::Duration;
-    /// use tollgate::{Clock, ManualClock};
+    /// use tollgate::{ManualClock, Timer};
     ///
     /// struct Nop;
     /// impl Wake for Nop {
@@ -191,6 +215,9 @@ impl<C: Clock + ?Sized> Clock for &C {
     fn sleep(&self, duration: Duration) {
         (**self).sleep(duration)
     }
+}
+
+impl<C: Timer + ?Sized> Timer for &C {
     fn sleep_until(&self, at: u64) {
         (**self).sleep_until(at)
     }

@@ -133,7 +133,7 @@
 //!
 //! `bucket.until_ready(cost).await` reserves on its first poll and resolves once the tokens are
 //! due ([`Bucket::until_ready`]). It needs no runtime feature: the wake-up comes from the clock
-//! ([`Clock::register_wake`]) — for the std clocks one timer thread that tollgate starts on
+//! ([`Timer::register_wake`]) — for the std clocks one timer thread that tollgate starts on
 //! first use — so it runs on tokio, async-std, smol or a hand-written `block_on` alike. It is
 //! **cancel-safe**: dropping it before it resolves cancels its reservation, so a `select!` or a
 //! timeout that abandons it wastes no quota. A future holds one wake-up registration, removed
@@ -504,9 +504,11 @@
 //!
 //! Clock readings that step backwards (TSCs out of step across cores) are tolerated by every
 //! limiter: an earlier reading only sees fewer tokens. To bring your own time source (an RTOS
-//! tick, a simulation), implement [`Clock::now`]; the default [`Clock::sleep`] and
-//! [`Clock::wake_after`] then work everywhere, by spinning and by waking at once (override them
-//! to sleep properly):
+//! tick, a simulation), implement [`Clock::now`]; the default [`Clock::sleep`] then works
+//! everywhere, by spinning (override it to sleep properly). The waiting methods (`acquire`,
+//! `until_ready`, ...) also need the clock's [`Timer`](crate::Timer), whose defaults wait on
+//! that sleep and wake futures at once (or on the shared timer thread with `std`): an empty
+//! `impl Timer for Ticks {}` gives them.
 //!
 //! ```
 //! use std::sync::atomic::{AtomicU64, Ordering};
@@ -555,9 +557,8 @@
 //! [`Bucket::with_clock`]: crate::Bucket::with_clock
 //! [`Bucket`]: crate::Bucket
 //! [`Clock::now`]: crate::Clock::now
-//! [`Clock::register_wake`]: crate::Clock::register_wake
+//! [`Timer::register_wake`]: crate::Timer::register_wake
 //! [`Clock::sleep`]: crate::Clock::sleep
-//! [`Clock::wake_after`]: crate::Clock::wake_after
 //! [`Clock`]: crate::Clock
 //! [`ConfigError`]: crate::ConfigError
 //! [`DefaultClock`]: crate::DefaultClock

@@ -103,7 +103,7 @@ pub use clock::CoarseClock;
 pub use clock::QuantaClock;
 #[cfg(feature = "std")]
 pub use clock::StdClock;
-pub use clock::{Clock, DefaultClock, ManualClock, WakeRegistration};
+pub use clock::{Clock, DefaultClock, ManualClock, Timer, WakeRegistration};
 pub use error::{ConfigError, Denied};
 #[cfg(feature = "keyed")]
 pub use keyed::{

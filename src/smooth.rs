@@ -14,7 +14,7 @@ mod word;
 use self::fixed::MAX_MICROS;
 use self::guava::{check_rate, Mode, Params, State, MICROS_PER_SECOND};
 use self::word::{decode, encode, NEXT_SHIFT, STORED_MASK};
-use crate::clock::{Clock, DefaultClock};
+use crate::clock::{Clock, DefaultClock, Timer};
 use crate::error::ConfigError;
 use crate::slots::EpochSlots;
 use crate::sync::{spin_loop, AtomicU128, AtomicU64, Ordering};
@@ -242,7 +242,10 @@ impl<C: Clock> Smooth<C> {
     /// assert_eq!(limiter.acquire(1), Duration::from_secs(3)); // pays for the 3 permits
     /// assert_eq!(clock.now(), 3_000_000_000); // a ManualClock advances itself when "sleeping"
     /// ```
-    pub fn acquire(&self, permits: u64) -> Duration {
+    pub fn acquire(&self, permits: u64) -> Duration
+    where
+        C: Timer,
+    {
         if permits == 0 {
             return Duration::ZERO;
         }
@@ -271,7 +274,10 @@ impl<C: Clock> Smooth<C> {
     /// assert!(!limiter.try_acquire(1, Duration::from_millis(100))); // next free in 200 ms
     /// assert!(limiter.try_acquire(1, Duration::from_millis(200))); // sleeps 200 ms
     /// ```
-    pub fn try_acquire(&self, permits: u64, timeout: Duration) -> bool {
+    pub fn try_acquire(&self, permits: u64, timeout: Duration) -> bool
+    where
+        C: Timer,
+    {
         if permits == 0 {
             return true;
         }
@@ -410,7 +416,9 @@ impl<C: Clock> Smooth<C> {
                 Mode::Bursty { .. } => 0.0,
                 Mode::WarmingUp { .. } => p.max,
             };
-            let next = now.saturating_add(guava::ceil_u64(p.stable)).min(MAX_MICROS);
+            let next = now
+                .saturating_add(guava::ceil_u64(p.stable))
+                .min(MAX_MICROS);
             s.next = s.next.max(next);
             (Some(s), ())
         });
@@ -430,9 +438,12 @@ impl<C: Clock> Smooth<C> {
     }
 
     /// Sleeps the wait of a decision taken at the clock reading `reading` and returns it: to
-    /// the instant it ends ([`Clock::sleep_until`]), so that a caller stalled since the decision
+    /// the instant it ends ([`Timer::sleep_until`]), so that a caller stalled since the decision
     /// does not oversleep by the stall (nor move an auto-advancing `ManualClock` past it).
-    fn pay(&self, reading: u64, wait_micros: u64) -> Duration {
+    fn pay(&self, reading: u64, wait_micros: u64) -> Duration
+    where
+        C: Timer,
+    {
         match wait_micros {
             0 => Duration::ZERO,
             // `u64::MAX`: never admitted (see `State::reserve`).

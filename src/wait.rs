@@ -14,7 +14,7 @@
 //! ([`Reservation::cancel`]).
 
 use crate::bucket::Bucket;
-use crate::clock::{saturating_nanos, Clock};
+use crate::clock::{saturating_nanos, Clock, Timer};
 use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
@@ -66,7 +66,10 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(100))));
     /// assert_eq!(bucket.acquire(3), Err(Denied::ExceedsBurst));
     /// ```
-    pub fn acquire(&self, cost: u64) -> Result<Duration, Denied> {
+    pub fn acquire(&self, cost: u64) -> Result<Duration, Denied>
+    where
+        C: Timer,
+    {
         self.try_acquire_for(cost, Duration::MAX)
     }
 
@@ -90,7 +93,10 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(bucket.try_acquire_for(1, ms(100)), Ok(ms(100)));
     /// assert_eq!(clock.now(), 100_000_000);
     /// ```
-    pub fn try_acquire_for(&self, cost: u64, timeout: Duration) -> Result<Duration, Denied> {
+    pub fn try_acquire_for(&self, cost: u64, timeout: Duration) -> Result<Duration, Denied>
+    where
+        C: Timer,
+    {
         if cost == 0 {
             return Ok(Duration::ZERO);
         }
@@ -204,7 +210,10 @@ impl<C: Clock> Bucket<C> {
 
     /// Sleeps on the bucket's clock until `due`; returns the scheduled wait `due − now`.
     /// Loops because a clock's `sleep` may follow another time source than its `now`.
-    fn sleep_until(&self, now: u64, due: u64) -> Duration {
+    fn sleep_until(&self, now: u64, due: u64) -> Duration
+    where
+        C: Timer,
+    {
         // A fresh reading, not `now`: a thread that stalled since would oversleep by as much.
         let mut t = self.clock().now();
         while t < due {
@@ -219,7 +228,7 @@ impl<C: Clock> Bucket<C> {
     /// `Err(ExceedsBurst)` when `cost > burst` (`RetryAfter` only for a queue reaching past the
     /// [`HORIZON`](crate::HORIZON), as [`acquire`](Bucket::acquire)).
     ///
-    /// Any executor: the wake-up comes from the clock ([`Clock::register_wake`]). It is
+    /// Any executor: the wake-up comes from the clock ([`Timer::register_wake`]). It is
     /// **cancel-safe**: dropping it before it completes cancels its reservation
     /// ([`Reservation::cancel`]'s rule); a future never polled has reserved nothing.
     ///
@@ -248,7 +257,10 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::from_millis(100))));
     /// assert_eq!(clock.now(), 100_000_000);
     /// ```
-    pub fn until_ready(&self, cost: u64) -> UntilReady<'_, C> {
+    pub fn until_ready(&self, cost: u64) -> UntilReady<'_, C>
+    where
+        C: Timer,
+    {
         UntilReady::new(self, cost, 0)
     }
 
@@ -288,7 +300,10 @@ impl<C: Clock> Bucket<C> {
         cost: u64,
         max_jitter: Duration,
         seed: u64,
-    ) -> UntilReady<'_, C> {
+    ) -> UntilReady<'_, C>
+    where
+        C: Timer,
+    {
         let max = saturating_nanos(max_jitter);
         let r = splitmix64(seed);
         let jitter = match max.checked_add(1) {

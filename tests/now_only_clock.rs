@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Context;
 use std::time::Duration;
+use tollgate::Timer;
 use tollgate::{Bucket, Clock, Quota};
 use tollgate_testkit::wakers::Count;
 
@@ -21,6 +22,8 @@ impl Clock for Ticks {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+impl Timer for Ticks {}
 
 /// 1,000 futures polled once and dropped: their reservations come back, and the timer's
 /// entries (kept until their deadlines: the default registration cannot be cancelled) hold no

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::Duration;
+use tollgate::Timer;
 use tollgate::{Bucket, Clock, ManualClock, Quota, StdClock, UntilReady, WakeRegistration};
 
 use quotas::{ms, quota};
@@ -19,7 +20,7 @@ use tollgate_testkit::wakers;
 use wakers::{block_on, Count};
 
 /// A future waiting for one token of `bucket`, polled once (pending).
-fn waiting<'a, C: Clock>(bucket: &'a Bucket<C>, waker: &Waker) -> Pin<Box<UntilReady<'a, C>>> {
+fn waiting<'a, C: Timer>(bucket: &'a Bucket<C>, waker: &Waker) -> Pin<Box<UntilReady<'a, C>>> {
     let mut fut = Box::pin(bucket.until_ready(1));
     assert_eq!(
         fut.as_mut().poll(&mut Context::from_waker(waker)),
@@ -131,6 +132,9 @@ impl Clock for Hooked {
     fn now(&self) -> u64 {
         self.time.now()
     }
+}
+
+impl Timer for Hooked {
     fn wake_after(&self, _: Duration, waker: &Waker) {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.wakers.lock().unwrap().push(waker.clone());

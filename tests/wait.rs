@@ -11,6 +11,7 @@ use std::thread;
 use std::time::Duration;
 #[cfg(feature = "std")]
 use tollgate::StdClock;
+use tollgate::Timer;
 use tollgate::{Bucket, Clock, Denied, ManualClock, Quota};
 
 use quotas::{ms, quota};
@@ -506,6 +507,9 @@ impl Clock for Frozen {
     fn now(&self) -> u64 {
         self.0.now()
     }
+}
+
+impl Timer for Frozen {
     fn wake_after(&self, _: Duration, _: &Waker) {}
 }
 

@@ -1,6 +1,6 @@
 //! [`Alarm`]: the one wake-up a waiting future keeps with its clock.
 
-use super::{Clock, WakeRegistration};
+use super::{Timer, WakeRegistration};
 use core::fmt;
 use core::task::{Context, Waker};
 
@@ -22,8 +22,8 @@ struct Armed {
 impl Alarm {
     /// Makes sure the task of `cx` is woken once `clock` reads `until`: keeps the current
     /// wake-up if it is for the same deadline and task and has not fired, else drops it and
-    /// registers one for the instant ([`Clock::register_wake_at`]).
-    pub(crate) fn set<C: Clock + ?Sized>(&mut self, clock: &C, until: u64, cx: &Context<'_>) {
+    /// registers one for the instant ([`Timer::register_wake_at`]).
+    pub(crate) fn set<C: Timer + ?Sized>(&mut self, clock: &C, until: u64, cx: &Context<'_>) {
         let keep = self.0.as_ref().is_some_and(|a| {
             a.until == until && a.waker.will_wake(cx.waker()) && !a.registration.is_fired()
         });

@@ -1,4 +1,4 @@
-use crate::clock::{Clock, DefaultClock, WakeRegistration};
+use crate::clock::{Clock, DefaultClock, Timer, WakeRegistration};
 use crate::sync::{AtomicU64, Ordering};
 use alloc::sync::{Arc, Weak};
 use core::fmt;
@@ -148,7 +148,9 @@ impl Clock for CoarseClock {
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
     }
+}
 
+impl Timer for CoarseClock {
     /// The shared timer thread, cancellable ([`WakeRegistration::timer`]): a future dropped
     /// before its wake-up leaves nothing queued. The cached reading may lag the wake-up by up to
     /// one refresh; the future then finds its instant not yet reached and registers again.

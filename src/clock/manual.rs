@@ -1,6 +1,6 @@
 #[cfg(feature = "std")]
 use super::queue::{wake_all, QueueHandle, SharedQueue};
-use crate::clock::{saturating_nanos, Clock, WakeRegistration};
+use crate::clock::{saturating_nanos, Clock, Timer, WakeRegistration};
 use crate::sync::{AtomicU64, Ordering};
 use alloc::sync::Arc;
 use core::fmt;
@@ -28,7 +28,7 @@ use core::time::Duration;
 ///
 /// **A waiting call moves the shared time.** On a clock made by [`ManualClock::new`], a
 /// blocking wait ([`Clock::sleep`], behind [`Bucket::acquire`](crate::Bucket::acquire)) and an
-/// async one ([`Clock::wake_after`], behind [`Bucket::until_ready`](crate::Bucket::until_ready))
+/// async one ([`Timer::wake_after`], behind [`Bucket::until_ready`](crate::Bucket::until_ready))
 /// both *advance the clock* by the wait and return (or wake) at once. Every clone sees the
 /// move: an `until_ready` on one bucket moves time for every other bucket, limiter and test
 /// assertion that shares the clock.
@@ -93,8 +93,8 @@ impl ManualClock {
     }
 
     /// A clock at time 0 that **never moves by itself**: only [`ManualClock::advance`] and
-    /// [`ManualClock::set`] move it. A wait does not advance it: [`Clock::wake_after`] and
-    /// [`Clock::register_wake`] queue the waker until a call to `advance` or `set` reaches the
+    /// [`ManualClock::set`] move it. A wait does not advance it: [`Timer::wake_after`] and
+    /// [`Timer::register_wake`] queue the waker until a call to `advance` or `set` reaches the
     /// deadline (and wake it then), and [`Clock::sleep`] blocks the thread until another thread
     /// moves the clock that far. Clones share the time and the waiters. A dropped
     /// [`WakeRegistration`] leaves the queue at once ([`ManualClock::pending_wakes`]).
@@ -162,7 +162,7 @@ impl ManualClock {
     /// use std::sync::Arc;
     /// use std::task::{Wake, Waker};
     /// use std::time::Duration;
-    /// use tollgate::{Clock, ManualClock};
+    /// use tollgate::{ManualClock, Timer};
     ///
     /// struct Nop;
     /// impl Wake for Nop {
@@ -297,7 +297,9 @@ impl Clock for ManualClock {
         }
         self.advance(duration);
     }
+}
 
+impl Timer for ManualClock {
     /// Frozen, waits (parked) until a test moves the time to `at`; otherwise moves the time to
     /// `at` if it is earlier (never back, and not past `at` whatever the caller's last
     /// reading: a waiter that stalled after it does not move the clock too far).
@@ -333,7 +335,7 @@ impl Clock for ManualClock {
         waker.wake_by_ref();
     }
 
-    /// [`Clock::wake_after`] with a registration: fired at once on an advancing clock,
+    /// [`Timer::wake_after`] with a registration: fired at once on an advancing clock,
     /// cancellable on a frozen one.
     fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
         #[cfg(feature = "std")]
@@ -345,7 +347,7 @@ impl Clock for ManualClock {
         WakeRegistration::fired()
     }
 
-    /// [`Clock::register_wake_at`]: a frozen clock queues the instant `at` itself (compared
+    /// [`Timer::register_wake_at`]: a frozen clock queues the instant `at` itself (compared
     /// with the time under the waiters' lock), so a caller that read the clock before another
     /// thread moved it is still woken exactly at `at`; an advancing clock advances to `at` (if
     /// it is not past it), then wakes.

@@ -1,4 +1,4 @@
-use crate::clock::{Clock, WakeRegistration};
+use crate::clock::{Clock, Timer, WakeRegistration};
 use core::task::Waker;
 use core::time::Duration;
 use std::sync::OnceLock;
@@ -108,7 +108,9 @@ impl Clock for QuantaClock {
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
     }
+}
 
+impl Timer for QuantaClock {
     /// The shared timer thread, cancellable ([`WakeRegistration::timer`]).
     fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
         WakeRegistration::timer(duration, waker)

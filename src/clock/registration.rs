@@ -1,4 +1,4 @@
-//! [`WakeRegistration`]: what [`Clock::register_wake`](crate::Clock::register_wake) returns.
+//! [`WakeRegistration`]: what [`Timer::register_wake`](crate::Timer::register_wake) returns.
 
 use crate::sync::{AtomicU32, Ordering};
 use alloc::sync::Arc;
@@ -13,7 +13,7 @@ use {
     std::time::Instant,
 };
 
-/// One pending wake-up, registered with [`Clock::register_wake`](crate::Clock::register_wake):
+/// One pending wake-up, registered with [`Timer::register_wake`](crate::Timer::register_wake):
 /// the clock wakes the waker once, when the requested time has passed. **Dropping the
 /// registration cancels the wake-up** where the clock supports it (the shared timer thread of
 /// the std clocks, a [`ManualClock::new_frozen`](crate::ManualClock::new_frozen) clock), so
@@ -27,7 +27,7 @@ use {
 /// use std::sync::Arc;
 /// use std::task::{Wake, Waker};
 /// use std::time::Duration;
-/// use tollgate::{Clock, ManualClock};
+/// use tollgate::{ManualClock, Timer};
 ///
 /// struct Nop;
 /// impl Wake for Nop {
@@ -69,7 +69,7 @@ impl WakeRegistration {
         WakeRegistration { kind: Kind::Fired }
     }
 
-    /// Registers through a fire-and-forget hook such as [`Clock::wake_after`](crate::Clock::wake_after):
+    /// Registers through a fire-and-forget hook such as [`Timer::wake_after`](crate::Timer::wake_after):
     /// `hook` receives a waker that wakes `waker` and records that it did, so
     /// [`WakeRegistration::is_fired`] is exact. Dropping such a registration cannot cancel
     /// the hook's wake-up (it comes, and wakes a task that may have moved on — harmless); the
@@ -162,7 +162,7 @@ impl WakeRegistration {
     }
 
     /// Lets the wake-up come even though the registration is dropped: the fire-and-forget
-    /// behaviour of [`Clock::wake_after`](crate::Clock::wake_after).
+    /// behaviour of [`Timer::wake_after`](crate::Timer::wake_after).
     #[cfg(feature = "std")]
     pub(crate) fn detach(self) {
         match self.kind {

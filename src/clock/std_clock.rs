@@ -1,4 +1,4 @@
-use crate::clock::{Clock, WakeRegistration};
+use crate::clock::{Clock, Timer, WakeRegistration};
 use core::task::Waker;
 use core::time::Duration;
 use std::time::Instant;
@@ -43,7 +43,9 @@ impl Clock for StdClock {
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
     }
+}
 
+impl Timer for StdClock {
     /// The shared timer thread, cancellable ([`WakeRegistration::timer`]).
     fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
         WakeRegistration::timer(duration, waker)

@@ -1,5 +1,5 @@
 //! The one timer thread behind the std clocks' wake-ups ([`WakeRegistration::timer`](crate::WakeRegistration::timer) and the
-//! default [`Clock::wake_after`](crate::Clock::wake_after)).
+//! default [`Timer::wake_after`](crate::Timer::wake_after)).
 //!
 //! Why not a runtime's timer: [`Bucket::until_ready`](crate::Bucket::until_ready) must work on
 //! any executor (tokio, async-std, smol, a hand-written `block_on`) without a feature per
@@ -190,7 +190,7 @@ impl Timer {
     }
 }
 
-/// The default [`Clock::wake_after`](crate::Clock::wake_after): fire and forget.
+/// The default [`Timer::wake_after`](crate::Timer::wake_after): fire and forget.
 pub(crate) fn wake_after(duration: Duration, waker: &Waker) {
     TIMER.register(duration, waker).detach();
 }

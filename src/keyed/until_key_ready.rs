@@ -1,7 +1,7 @@
 //! [`UntilKeyReady`]: the future behind [`KeyedLimiter::until_key_ready`].
 
 use super::{KeyedLimiter, KeyedPolicy};
-use crate::clock::{Alarm, Clock, DefaultClock};
+use crate::clock::{Alarm, Clock, DefaultClock, Timer};
 use crate::error::Denied;
 use crate::limits::Limits;
 use crate::quota::Quota;
@@ -54,7 +54,7 @@ pub struct UntilKeyReady<'a, K, P: KeyedPolicy = Quota, C: Clock = DefaultClock>
 /// [`UntilKeyReady`] over [`Limits`], whose refusals name their quota.
 pub type MultiUntilKeyReady<'a, K, C = DefaultClock> = UntilKeyReady<'a, K, Limits, C>;
 
-impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> Future for UntilKeyReady<'_, K, P, C> {
+impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Timer + Clone> Future for UntilKeyReady<'_, K, P, C> {
     type Output = Result<Duration, P::Refusal>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

@@ -9,7 +9,7 @@
 //! due, the bucket's all-or-nothing rule per quota, so every quota keeps its window bound.
 
 use super::{MultiBucket, Store};
-use crate::clock::{saturating_nanos, Clock};
+use crate::clock::{saturating_nanos, Clock, Timer};
 use crate::error::Denied;
 use crate::gcra;
 use crate::limits::MAX_LIMITS;
@@ -155,7 +155,10 @@ impl<C: Clock> MultiBucket<C> {
     /// assert_eq!(policy.acquire(5), Ok(Duration::from_secs(1)));
     /// assert_eq!(clock.now(), 1_000_000_000);
     /// ```
-    pub fn acquire(&self, cost: u64) -> Result<Duration, Denied> {
+    pub fn acquire(&self, cost: u64) -> Result<Duration, Denied>
+    where
+        C: Timer,
+    {
         self.try_acquire_for(cost, Duration::MAX)
     }
 
@@ -172,7 +175,10 @@ impl<C: Clock> MultiBucket<C> {
     /// assert_eq!(policy.try_acquire_for(5, Duration::from_millis(500)), Err(Denied::RetryAfter(Duration::from_secs(1))));
     /// assert_eq!(policy.try_acquire_for(1, Duration::from_millis(500)), Ok(Duration::from_millis(200)));
     /// ```
-    pub fn try_acquire_for(&self, cost: u64, timeout: Duration) -> Result<Duration, Denied> {
+    pub fn try_acquire_for(&self, cost: u64, timeout: Duration) -> Result<Duration, Denied>
+    where
+        C: Timer,
+    {
         if cost == 0 {
             return Ok(Duration::ZERO);
         }

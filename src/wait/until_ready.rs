@@ -2,7 +2,7 @@
 
 use super::Reservation;
 use crate::bucket::Bucket;
-use crate::clock::{Alarm, Clock};
+use crate::clock::{Alarm, Clock, Timer};
 use crate::error::Denied;
 use core::fmt;
 use core::future::Future;
@@ -52,7 +52,7 @@ enum Stage<'a, C> {
 /// ```
 ///
 /// **One registration per future.** While it waits it holds exactly one wake-up with the clock
-/// ([`Clock::register_wake`]), replaced only when it is polled with a waker that would not wake
+/// ([`Timer::register_wake`]), replaced only when it is polled with a waker that would not wake
 /// the same task ([`Waker::will_wake`](core::task::Waker::will_wake)) or after that wake-up has fired; spurious polls add
 /// nothing. Dropping the future drops (cancels) it, so nothing stays queued for a future that no
 /// longer exists — with a clock whose registrations can be cancelled (the std clocks,
@@ -78,7 +78,7 @@ impl<'a, C: Clock> UntilReady<'a, C> {
     }
 }
 
-impl<C: Clock> Future for UntilReady<'_, C> {
+impl<C: Timer> Future for UntilReady<'_, C> {
     type Output = Result<Duration, Denied>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

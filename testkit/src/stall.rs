@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::Waker;
 use std::time::Duration;
-use tollgate::{Clock, WakeRegistration};
+use tollgate::{Clock, Timer, WakeRegistration};
 
 /// What the calling thread's next reading does.
 #[derive(Clone, Debug)]
@@ -229,7 +229,9 @@ impl<C: Clock> Clock for StallClock<C> {
     fn sleep(&self, duration: Duration) {
         self.inner.sleep(duration)
     }
+}
 
+impl<C: Timer> Timer for StallClock<C> {
     fn sleep_until(&self, at: u64) {
         self.inner.sleep_until(at)
     }
