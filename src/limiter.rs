@@ -69,48 +69,6 @@ pub trait Limiter {
     }
 }
 
-impl<L: Limiter + ?Sized> Limiter for &L {
-    type Key = L::Key;
-
-    #[inline]
-    fn decide(&self, key: &Self::Key, cost: u64) -> Result<(), Refusal> {
-        (**self).decide(key, cost)
-    }
-    fn decide_or_snapshots(&self, key: &Self::Key, cost: u64) -> Result<(), (Refusal, Snapshots)> {
-        (**self).decide_or_snapshots(key, cost)
-    }
-    fn decide_snapshots(&self, key: &Self::Key, cost: u64) -> (Result<(), Refusal>, Snapshots) {
-        (**self).decide_snapshots(key, cost)
-    }
-    fn limits(&self, key: &Self::Key) -> Option<Limits> {
-        (**self).limits(key)
-    }
-    fn max_quotas(&self) -> usize {
-        (**self).max_quotas()
-    }
-}
-
-impl<L: Limiter + ?Sized> Limiter for alloc::sync::Arc<L> {
-    type Key = L::Key;
-
-    #[inline]
-    fn decide(&self, key: &Self::Key, cost: u64) -> Result<(), Refusal> {
-        (**self).decide(key, cost)
-    }
-    fn decide_or_snapshots(&self, key: &Self::Key, cost: u64) -> Result<(), (Refusal, Snapshots)> {
-        (**self).decide_or_snapshots(key, cost)
-    }
-    fn decide_snapshots(&self, key: &Self::Key, cost: u64) -> (Result<(), Refusal>, Snapshots) {
-        (**self).decide_snapshots(key, cost)
-    }
-    fn limits(&self, key: &Self::Key) -> Option<Limits> {
-        (**self).limits(key)
-    }
-    fn max_quotas(&self) -> usize {
-        (**self).max_quotas()
-    }
-}
-
 /// A single quota's refusal, as a policy's: decided by quota 0.
 #[inline]
 pub(crate) fn one(denied: Denied) -> Refusal {

@@ -76,7 +76,7 @@ use crate::gcra;
 use crate::quota::{Quota, MAX_UNITS};
 use core::fmt;
 use core::time::Duration;
-use format::{kind, FrameReader, FrameWriter};
+use format::{FrameReader, FrameWriter};
 use std::io::{self, Read, Write};
 use std::time::SystemTime;
 
@@ -367,20 +367,6 @@ fn restore_with<T: sealed::Frames + ?Sized, R: Read>(
     limiter.apply(read, &mut fr, down)
 }
 
-/// Reads a one-frame limiter's frame of kind `k` and the end frame, decoding the frame with
-/// `decode` (which reads it to its end).
-pub(crate) fn one_frame<S>(
-    fr: &mut FrameReader<&mut dyn Read>,
-    k: u8,
-    decode: impl FnOnce(&mut format::Cursor<'_>) -> Result<S, RestoreError>,
-) -> Result<S, RestoreError> {
-    let mut c = fr.expect(k)?;
-    let saved = decode(&mut c)?;
-    c.end()?;
-    fr.expect(kind::END)?;
-    Ok(saved)
-}
-
 /// Generates the four [`Persist`] methods as inherent methods of a limiter type, forwarding to
 /// the trait, so that calling them needs no import.
 macro_rules! inherent_persist {
@@ -427,9 +413,58 @@ macro_rules! inherent_persist {
 pub(crate) use inherent_persist;
 
 pub(crate) mod sealed {
-    use super::format::{FrameReader, FrameWriter, Limiter};
+    use super::format::{kind, Cursor, FrameReader, FrameWriter, Limiter, Payload};
     use super::RestoreError;
     use std::io::{self, Read, Write};
+
+    /// A limiter whose state is one frame (`Bucket`, `ShardedBucket`, `Smooth`,
+    /// `MultiBucket`): what the frame holds and how a restore applies it.
+    pub trait OneFrame {
+        /// The limiter type named in the header.
+        const LIMITER: Limiter;
+        /// The kind of its frame.
+        const KIND: u8;
+        /// What a restore reads from the frame.
+        type Saved;
+        /// Reads the limiter's clock, then its state, into the frame's payload.
+        fn payload(&self) -> Payload;
+        /// Decodes and checks the payload (read to its end by the caller), and checks it
+        /// against this limiter.
+        fn decode(&self, c: &mut Cursor<'_>) -> Result<Self::Saved, RestoreError>;
+        /// Applies `saved` after `down` nanoseconds of downtime, at a clock reading taken now.
+        fn apply(&self, saved: Self::Saved, down: u64);
+    }
+
+    /// The frame, then the end frame, read whole before the wall clock: an error changes
+    /// nothing.
+    impl<T: OneFrame> Frames for T {
+        const LIMITER: Limiter = T::LIMITER;
+        type Measured = Payload;
+        type Read = T::Saved;
+
+        fn measure(&self) -> Payload {
+            self.payload()
+        }
+        fn write(&self, p: Payload, fw: &mut FrameWriter<&mut dyn Write>) -> io::Result<()> {
+            fw.frame(T::KIND, &p.0)
+        }
+        fn read(&self, fr: &mut FrameReader<&mut dyn Read>) -> Result<T::Saved, RestoreError> {
+            let mut c = fr.expect(T::KIND)?;
+            let saved = self.decode(&mut c)?;
+            c.end()?;
+            fr.expect(kind::END)?;
+            Ok(saved)
+        }
+        fn apply(
+            &self,
+            saved: T::Saved,
+            _: &mut FrameReader<&mut dyn Read>,
+            down: u64,
+        ) -> Result<(), RestoreError> {
+            OneFrame::apply(self, saved, down);
+            Ok(())
+        }
+    }
 
     /// A limiter's half of [`Persist`](super::Persist): its frames. A public trait in a
     /// private module, so that no other crate implements it.

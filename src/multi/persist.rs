@@ -4,10 +4,9 @@
 use super::{MultiBucket, Store};
 use crate::clock::Clock;
 use crate::limits::MAX_LIMITS;
-use crate::persist::format::{kind, FrameReader, FrameWriter, Limiter, Payload};
-use crate::persist::{inherent_persist, lack, one_frame, restored_state, sealed, RestoreError};
+use crate::persist::format::{kind, Cursor, Limiter, Payload};
+use crate::persist::{inherent_persist, lack, restored_state, sealed, RestoreError};
 use crate::quota::Quota;
-use std::io::{self, Read, Write};
 
 impl<C: Clock> MultiBucket<C> {
     /// The states of every quota, read in one atomic step.
@@ -26,13 +25,13 @@ inherent_persist!(impl[C: Clock] MultiBucket<C>);
 /// Each saved quota and its lack from full, by position, and how many there are.
 type Saved = ([(Option<Quota>, u64); MAX_LIMITS], usize);
 
-impl<C: Clock> sealed::Frames for MultiBucket<C> {
+impl<C: Clock> sealed::OneFrame for MultiBucket<C> {
     const LIMITER: Limiter = Limiter::Multi;
-    type Measured = Payload;
-    type Read = Saved;
+    const KIND: u8 = kind::MULTI;
+    type Saved = Saved;
 
     /// Every quota's state, read in one atomic step.
-    fn measure(&self) -> Payload {
+    fn payload(&self) -> Payload {
         let now = self.clock().now();
         let states = self.states();
         let quotas = self.limits().quotas();
@@ -44,25 +43,18 @@ impl<C: Clock> sealed::Frames for MultiBucket<C> {
         p
     }
 
-    fn write(&self, p: Payload, fw: &mut FrameWriter<&mut dyn Write>) -> io::Result<()> {
-        fw.frame(kind::MULTI, &p.0)
-    }
-
     /// A state saved with another number of quotas is refused
     /// ([`RestoreError::LimitsChanged`]): which saved quota became which is not known.
-    fn read(&self, fr: &mut FrameReader<&mut dyn Read>) -> Result<Saved, RestoreError> {
-        let (saved, n) = one_frame(fr, kind::MULTI, |c| {
-            let mut saved: [(Option<Quota>, u64); MAX_LIMITS] = [(None, 0); MAX_LIMITS];
-            let n = usize::from(c.u8()?);
-            if n == 0 || n > MAX_LIMITS {
-                return Err(RestoreError::Corrupt("an invalid number of quotas"));
-            }
-            for s in &mut saved[..n] {
-                let (q, lack) = c.record()?;
-                *s = (Some(q), lack);
-            }
-            Ok((saved, n))
-        })?;
+    fn decode(&self, c: &mut Cursor<'_>) -> Result<Saved, RestoreError> {
+        let mut saved: [(Option<Quota>, u64); MAX_LIMITS] = [(None, 0); MAX_LIMITS];
+        let n = usize::from(c.u8()?);
+        if n == 0 || n > MAX_LIMITS {
+            return Err(RestoreError::Corrupt("an invalid number of quotas"));
+        }
+        for s in &mut saved[..n] {
+            let (q, lack) = c.record()?;
+            *s = (Some(q), lack);
+        }
         let restoring = self.limits().quotas().len();
         if n != restoring {
             return Err(RestoreError::LimitsChanged {
@@ -75,12 +67,7 @@ impl<C: Clock> sealed::Frames for MultiBucket<C> {
 
     /// Each quota's state, refilled over the downtime, converted by position to this bucket's
     /// quota; each keeps the stricter of its state and the restored one.
-    fn apply(
-        &self,
-        (saved, _): Saved,
-        _: &mut FrameReader<&mut dyn Read>,
-        down: u64,
-    ) -> Result<(), RestoreError> {
+    fn apply(&self, (saved, _): Saved, down: u64) {
         let now = self.clock().now();
         let mut to = [0u64; MAX_LIMITS];
         for ((t, (old, missing)), new) in to.iter_mut().zip(&saved).zip(self.limits().quotas()) {
@@ -89,6 +76,5 @@ impl<C: Clock> sealed::Frames for MultiBucket<C> {
             }
         }
         self.raise(&to);
-        Ok(())
     }
 }

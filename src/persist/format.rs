@@ -335,7 +335,8 @@ impl<R: Read> FrameReader<R> {
 }
 
 /// Reads one frame's payload; every read past its end is [`RestoreError::Corrupt`].
-pub(crate) struct Cursor<'a>(pub(crate) &'a [u8]);
+#[derive(Debug)]
+pub struct Cursor<'a>(pub(crate) &'a [u8]);
 
 impl Cursor<'_> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], RestoreError> {

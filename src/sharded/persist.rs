@@ -5,33 +5,28 @@
 
 use super::ShardedBucket;
 use crate::clock::Clock;
-use crate::persist::format::{kind, FrameReader, FrameWriter, Limiter, Payload};
-use crate::persist::{inherent_persist, one_frame, sealed, RestoreError};
+use crate::persist::format::{kind, Cursor, Limiter, Payload};
+use crate::persist::{inherent_persist, sealed, RestoreError};
 use crate::quota::Quota;
-use std::io::{self, Read, Write};
 
 inherent_persist!(impl[C: Clock] ShardedBucket<C>);
 
-impl<C: Clock> sealed::Frames for ShardedBucket<C> {
+impl<C: Clock> sealed::OneFrame for ShardedBucket<C> {
     const LIMITER: Limiter = Limiter::Sharded;
-    type Measured = Payload;
+    const KIND: u8 = kind::SHARDED;
     /// The saved quota, and the tokens held as `held / scale`.
-    type Read = (Quota, u128, u64);
+    type Saved = (Quota, u128, u64);
 
     /// One load of the central word: decisions go on meanwhile.
-    fn measure(&self) -> Payload {
+    fn payload(&self) -> Payload {
         let (held, scale, _) = self.held_units(self.clock().now());
         let mut p = Payload::default();
         p.quota(&self.quota()).u128(held).u64(scale);
         p
     }
 
-    fn write(&self, p: Payload, fw: &mut FrameWriter<&mut dyn Write>) -> io::Result<()> {
-        fw.frame(kind::SHARDED, &p.0)
-    }
-
-    fn read(&self, fr: &mut FrameReader<&mut dyn Read>) -> Result<Self::Read, RestoreError> {
-        let v = one_frame(fr, kind::SHARDED, |c| Ok((c.quota()?, c.u128()?, c.u64()?)))?;
+    fn decode(&self, c: &mut Cursor<'_>) -> Result<Self::Saved, RestoreError> {
+        let v = (c.quota()?, c.u128()?, c.u64()?);
         if v.2 == 0 {
             return Err(RestoreError::Corrupt("a zero unit scale"));
         }
@@ -41,12 +36,7 @@ impl<C: Clock> sealed::Frames for ShardedBucket<C> {
     /// The tokens held then, plus what the downtime refills at the saved rate, capped at the
     /// saved burst and at this bucket's; the central word keeps the smaller of what it holds
     /// and that (a bucket just built has leased nothing).
-    fn apply(
-        &self,
-        (old, held, scale): Self::Read,
-        _: &mut FrameReader<&mut dyn Read>,
-        down: u64,
-    ) -> Result<(), RestoreError> {
+    fn apply(&self, (old, held, scale): Self::Saved, down: u64) {
         let now = self.clock().now();
         let (_, target, cap) = self.held_units(now);
         let target = u128::from(target);
@@ -60,6 +50,5 @@ impl<C: Clock> sealed::Frames for ShardedBucket<C> {
             .min(old_burst)
             .min(cap);
         self.limit_held(now, tokens);
-        Ok(())
     }
 }

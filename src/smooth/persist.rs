@@ -5,9 +5,8 @@ use super::fixed::MAX_MICROS;
 use super::guava::{Mode, Params, State};
 use super::Smooth;
 use crate::clock::Clock;
-use crate::persist::format::{kind, FrameReader, FrameWriter, Limiter, Payload};
-use crate::persist::{inherent_persist, one_frame, sealed, RestoreError};
-use std::io::{self, Read, Write};
+use crate::persist::format::{kind, Cursor, Limiter, Payload};
+use crate::persist::{inherent_persist, sealed, RestoreError};
 
 /// The mode's tag and its two parameters (`f64` bit patterns).
 fn mode_words(mode: Mode) -> (u8, u64, u64) {
@@ -22,14 +21,14 @@ fn mode_words(mode: Mode) -> (u8, u64, u64) {
 
 inherent_persist!(impl[C: Clock] Smooth<C>);
 
-impl<C: Clock> sealed::Frames for Smooth<C> {
+impl<C: Clock> sealed::OneFrame for Smooth<C> {
     const LIMITER: Limiter = Limiter::Smooth;
-    type Measured = Payload;
+    const KIND: u8 = kind::SMOOTH;
     /// The saved parameters (`Params::to_raw`), the next free time relative to the save's
     /// reading (µs) and the stored permits.
-    type Read = ([u64; 6], i64, f64);
+    type Saved = ([u64; 6], i64, f64);
 
-    fn measure(&self) -> Payload {
+    fn payload(&self) -> Payload {
         let now = self.now_micros();
         let (state, params) = self.update(|s, p| (None, (s, *p)));
         let (tag, a, b) = mode_words(self.mode);
@@ -44,31 +43,25 @@ impl<C: Clock> sealed::Frames for Smooth<C> {
         p
     }
 
-    fn write(&self, p: Payload, fw: &mut FrameWriter<&mut dyn Write>) -> io::Result<()> {
-        fw.frame(kind::SMOOTH, &p.0)
-    }
-
-    fn read(&self, fr: &mut FrameReader<&mut dyn Read>) -> Result<Self::Read, RestoreError> {
-        one_frame(fr, kind::SMOOTH, |c| {
-            let (tag, _, _) = (c.u8()?, c.u64()?, c.u64()?);
-            let mut raw = [0u64; 6];
-            for word in &mut raw {
-                *word = c.u64()?;
-            }
-            let (old, next_rel) = (Params::from_raw(raw), c.i64()?);
-            let stored = f64::from_bits(c.u64()?);
-            let sane = |x: f64| x.is_finite() && x >= 0.0;
-            if !(tag == 1 || tag == 2)
-                || !sane(old.max)
-                || !sane(stored)
-                || stored > old.max
-                || !(old.cool_down > 0.0 || old.max == 0.0)
-                || next_rel.unsigned_abs() > MAX_MICROS
-            {
-                return Err(RestoreError::Corrupt("invalid Smooth parameters"));
-            }
-            Ok((raw, next_rel, stored))
-        })
+    fn decode(&self, c: &mut Cursor<'_>) -> Result<Self::Saved, RestoreError> {
+        let (tag, _, _) = (c.u8()?, c.u64()?, c.u64()?);
+        let mut raw = [0u64; 6];
+        for word in &mut raw {
+            *word = c.u64()?;
+        }
+        let (old, next_rel) = (Params::from_raw(raw), c.i64()?);
+        let stored = f64::from_bits(c.u64()?);
+        let sane = |x: f64| x.is_finite() && x >= 0.0;
+        if !(tag == 1 || tag == 2)
+            || !sane(old.max)
+            || !sane(stored)
+            || stored > old.max
+            || !(old.cool_down > 0.0 || old.max == 0.0)
+            || next_rel.unsigned_abs() > MAX_MICROS
+        {
+            return Err(RestoreError::Corrupt("invalid Smooth parameters"));
+        }
+        Ok((raw, next_rel, stored))
     }
 
     /// As Guava's own arithmetic would have carried the state through the downtime: the next
@@ -80,12 +73,7 @@ impl<C: Clock> sealed::Frames for Smooth<C> {
     /// up): restoring twice, or an old file into a limiter in use, hands out nothing again.
     /// Saved at another rate or mode, the stored permits are rescaled as
     /// [`set_rate`](Smooth::set_rate) rescales them.
-    fn apply(
-        &self,
-        (raw, next_rel, stored): Self::Read,
-        _: &mut FrameReader<&mut dyn Read>,
-        down: u64,
-    ) -> Result<(), RestoreError> {
+    fn apply(&self, (raw, next_rel, stored): Self::Saved, down: u64) {
         let old = Params::from_raw(raw);
         let down = i128::from(down / 1000);
         let now = self.now_micros();
@@ -137,6 +125,5 @@ impl<C: Clock> sealed::Frames for Smooth<C> {
             }
             (Some(s), ())
         });
-        Ok(())
     }
 }
