@@ -712,8 +712,8 @@ mod tests {
     /// A file whose fingerprints share their low 32 bits (no key or seed needed to write one)
     /// restores in about the time a file of as many random fingerprints takes — at most twice
     /// it, the fastest of five tries each, taken in turns — and tracks every entry. Before the
-    /// home slots were keyed, each entry probed past all the ones before it (quadratic: over a
-    /// hundred times the random file's time here).
+    /// home slots were keyed, each entry probed past all the ones before it: quadratic in the
+    /// entries.
     #[test]
     fn a_clustered_file_restores_as_fast_as_a_random_one() {
         let q = Quota::per_second(10).unwrap().with_burst(100).unwrap();

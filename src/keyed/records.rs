@@ -58,8 +58,7 @@ impl core::ops::Index<usize> for Rec<'_> {
     /// Word `k` of the record. Masked to the line (no bounds check on the hot path): callers
     /// index below the record's stride, so the masks never change an index. For the first four
     /// words `k >> 2` is 0, so the half's address is computed once and each word is an offset
-    /// from it (a mask of `half + k` made every access compute its own address: 9 of the
-    /// decision's instructions, callgrind).
+    /// from it, not an address of its own.
     #[inline(always)]
     fn index(&self, k: usize) -> &AtomicU64 {
         &self.line[(self.half + (k >> 2)) & 1][k & 3]
@@ -174,7 +173,7 @@ impl Records {
     ) -> Attempt<Result<(), Refusal>> {
         debug_assert!(len <= N && HEAD + N <= self.stride());
         // The record's address once: each atomic access below would make the compiler compute
-        // it again (29 of the decision's instructions went to that, callgrind).
+        // it again.
         let r = self.record(h);
         let Some((seq, owner, states)) = r.read::<N>(len) else {
             return Attempt::Busy;
@@ -190,7 +189,7 @@ impl Records {
                     // All `N` words, not `len`: `HEAD + N` is within the record's stride for
                     // every policy decided with `N` (two quotas at most: 4 words; three or
                     // four: 8), and a word past `len` is never read. Unrolled, without the
-                    // length's checks (15 of the decision's instructions, callgrind).
+                    // length's checks.
                     r.write_unlock(seq, &next);
                     Attempt::Done(Ok(()))
                 } else {

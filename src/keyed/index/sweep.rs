@@ -9,9 +9,9 @@ use crate::sync::Ordering;
 /// Work units (slots visited or entries moved) one sweep step may spend under the mutex.
 pub(crate) const STEP_WORK: usize = 1024;
 
-/// Evictions after which a sweep step stops (each is a CAS and a shift of its chain: a step
-/// evicting every full entry of 1,024 slots took over 100 µs); as many again of full entries
-/// that closing a gap moved back, evicted where they land.
+/// Evictions after which a sweep step stops (each is a CAS and a shift of its chain, under the
+/// mutex insertions wait for); as many again of full entries that closing a gap moved back,
+/// evicted where they land.
 pub(crate) const STEP_EVICTIONS: u64 = 16;
 
 /// What one sweep step did.
