@@ -329,17 +329,13 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
             .map_err(|(refusal, snap)| (refusal.into(), P::tightest(snap)))
     }
 
-    /// The decision and the key's snapshot at its reading.
+    /// The decision and the key's snapshot at its reading, whatever the verdict.
     fn decide_snap<Q>(&self, key: &Q, cost: u64) -> (Result<(), P::Refusal>, P::Snap)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let fp = self.fingerprint(key);
-        let rule = self.rule_of(fp);
-        let now = self.clock.now();
-        let verdict = self.acquire_fp(fp, rule, cost, || now);
-        (verdict, self.snap_after(fp, rule, now, cost, verdict))
+        self.decide_then(key, cost, |verdict, snap| (verdict, snap()))
     }
 
     /// The decision, with the key's snapshot at its reading on refusal.
@@ -348,11 +344,26 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.decide_then(key, cost, |verdict, snap| verdict.map_err(|r| (r, snap())))
+    }
+
+    /// The decision at one clock reading, handed to `then` with the key's snapshot at that
+    /// reading to take if it needs it (read only then).
+    fn decide_then<Q, R>(
+        &self,
+        key: &Q,
+        cost: u64,
+        then: impl FnOnce(Result<(), P::Refusal>, &dyn Fn() -> P::Snap) -> R,
+    ) -> R
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let fp = self.fingerprint(key);
         let rule = self.rule_of(fp);
         let now = self.clock.now();
-        self.acquire_fp(fp, rule, cost, || now)
-            .map_err(|refusal| (refusal, self.snap_after(fp, rule, now, cost, Err(refusal))))
+        let verdict = self.acquire_fp(fp, rule, cost, || now);
+        then(verdict, &|| self.snap_after(fp, rule, now, cost, verdict))
     }
 
     /// The key's snapshot at `now` after a decision of `cost` on it that gave `verdict`.
