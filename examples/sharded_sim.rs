@@ -85,19 +85,28 @@
 //!   counted, and none occurred in the calibration). `near`: the near leases —
 //!   `F = min(64, ⌊R × 16 µs⌋, ⌊B / 8n⌋)` (`--f` replaces it); a lease empty goes to
 //!   `decide`, which takes 1 + `a` tokens (`a` doubled after a lease spent to its top, halved
-//!   after one that lapsed, within `[1, F]`, the far lease when it is larger) or, with the
+//!   after one that lapsed, within `[1, F]`, the far lease when it is larger; a near lease
+//!   only if its first unit lies at least `lease_min` beyond the units earned) or, with the
 //!   word unable to pay, an advance of `a` tokens, both as long as the word stays within
 //!   `room = min(n × F, R × 250 µs)` beyond the limit; a lease holding units not yet payable
 //!   refuses from the shard's line; a spender that finds its lease `LOCKED` decides on the word
-//!   alone, as in the current rules. `--lease-by-wait` (a proposal, not the crate's): a lease
-//!   taken from a word that holds more than it is at least what the rate earns in twice the
-//!   decision's age at its CAS (reading to now), at most half of what the word holds.
+//!   alone, as in the current rules. The lease is locked for each CAS alone: a lost CAS
+//!   unlocks it, spins and locks it again for the next attempt (a thread descheduled in the
+//!   spin holds nothing). After a lost CAS the decision reads the clock again, and a far lease
+//!   is at least what the rate earns in twice that age (reading to now), at most half of what
+//!   the word holds beyond the cost. Ablations: `--locked-spin` (the lease stays locked
+//!   through the spin), `--no-lease-by-wait`, `--no-near-min`; `--lease-by-wait-any` (an
+//!   earlier proposal, not the crate's): every lease taken from a word holding more than it,
+//!   near ones too and from the first attempt on, is at least what the rate earns in twice the
+//!   decision's age, at most half of what the word holds.
 //! * **Counted** (`--paths` also prints how the decisions went): decisions a second from the
 //!   last thread's start, admitted / the bound (`burst + rate × T`,
 //!   a drained start `rate × T`; a run that passed it would stop the program), latency
 //!   percentiles of every decision, central CASes per admission (failed ones included),
-//!   writes of the central or read-mostly line per refusal (by refusing decisions: advances,
-//!   publications), transfers per decision, the fewest and most admissions of a thread,
+//!   shared-line writes per refusal as the crate's counter counts them (by refusing
+//!   decisions: the hand-out count and CAS of an advance, CAS attempts and hand-out counts
+//!   that lost, a publication's scan records, emptied leases and `dry_all`; `--paths` splits
+//!   them), transfers per decision, the fewest and most admissions of a thread,
 //!   tokens that lapsed in leases, admissions from the word by a decision that found its
 //!   lease `LOCKED`, and slices that began with the descheduled thread's lease `LOCKED`.
 //!
@@ -633,6 +642,14 @@ mod spin {
     /// lines (only their own core touches them, but for scans, costed as transfers).
     const CENTRAL: usize = 0;
     const RM: usize = 1;
+    /// No line: a step that only waits (a backoff spin), where the thread can be descheduled.
+    const NO_LINE: usize = usize::MAX;
+    /// What a refusing decision's shared-line writes were: the hand-out count and CAS of the
+    /// advance it took, attempts (CAS and hand-out count) that lost to another core, the
+    /// writes of a `dry_all` publication (scan records, emptied leases, `dry_all` itself).
+    const W_ADVANCE: usize = 0;
+    const W_LOST: usize = 1;
+    const W_PUBLISH: usize = 2;
     const SPREAD: u64 = 8;
     const LEASE_MAX: u64 = 1 << 16;
     const LEASE_MIN_NS: u64 = 250;
@@ -691,9 +708,22 @@ mod spin {
         pub(crate) no_locked_preemption: bool,
         /// Near rules: `F` instead of the rule's (0: the rule's).
         pub(crate) f: u64,
-        /// Near rules: a lease taken from a word holding more than it is at least what the rate
-        /// earns in twice the decision's age (its reading to now), at most half the word.
+        /// Near rules: after a lost CAS, a far lease is at least what the rate earns in twice
+        /// the decision's age (its reading to the clock read again after the spin), at most half
+        /// of what the word holds beyond the cost (the crate's rule; `--no-lease-by-wait` turns
+        /// it off).
         pub(crate) lease_by_wait: bool,
+        /// Near rules: the lease stays `LOCKED` through the backoff spin after a lost CAS
+        /// (`--locked-spin`; the crate unlocks it before the spin and locks it again after).
+        pub(crate) locked_spin: bool,
+        /// Near rules: a near lease is taken however close its first unit lies to the units
+        /// earned (`--no-near-min`; the crate takes one only `lease_min` ahead).
+        pub(crate) no_near_min: bool,
+        /// Near rules: the earlier proposal instead of the crate's rule — every lease taken
+        /// from a word holding more than it (near ones too, and from the first attempt on) is
+        /// at least what the rate earns in twice the decision's age, at most half the word
+        /// (`--lease-by-wait-any`).
+        pub(crate) lease_by_wait_any: bool,
 
         /// Each transfer and each decision's local work take between `1 - jitter` and
         /// `1 + jitter` times their cost (uniform), in percent.
@@ -934,6 +964,12 @@ mod spin {
             leased: u64,
             kind: Kind,
         },
+        /// After the backoff spin of a lost `decide` CAS, the lease unlocked: the loop again
+        /// from the word the CAS returned.
+        Spun {
+            ctx: Ctx,
+            seen: u64,
+        },
     }
 
     enum Step {
@@ -966,8 +1002,8 @@ mod spin {
         started: u64,
         decisions: u64,
         admitted: u64,
-        /// Writes of the central or read-mostly line in the current decision.
-        shared_writes: u64,
+        /// Shared-line writes in the current decision, by kind (`W_*`).
+        shared_writes: [u64; 3],
         parked: Parked,
     }
 
@@ -992,6 +1028,8 @@ mod spin {
         pub(crate) publications: u64,
         pub(crate) alone_publications: u64,
         pub(crate) shared_writes_refusing: u64,
+        /// The same by kind (`W_*`).
+        pub(crate) refusing_writes: [u64; 3],
         pub(crate) refusals: u64,
         /// Units the clock passed unspent in leases.
         pub(crate) lapsed_units: u64,
@@ -1039,6 +1077,8 @@ mod spin {
         run: (usize, u64),
         dry_all: u64,
         spread: u64,
+        /// `lease_min` in units: the least a near lease's first unit lies beyond those earned.
+        near_min: u64,
         /// Today: the most tokens an advance takes. Near: `F`.
         cap: u64,
         room: u64,
@@ -1115,7 +1155,7 @@ mod spin {
                         started: 0,
                         decisions: 0,
                         admitted: 0,
-                        shared_writes: 0,
+                        shared_writes: [0; 3],
                         parked: Parked::Start,
                     }
                 })
@@ -1143,6 +1183,7 @@ mod spin {
                 run: (usize::MAX, 0),
                 dry_all: 0,
                 spread: SPREAD * n * lease_min * UNIT,
+                near_min: lease_min * UNIT,
                 cap,
                 room,
                 leases: vec![Lease::default(); m.cores],
@@ -1206,9 +1247,11 @@ mod spin {
                         }
                         if kind == START {
                             let t0 = &mut self.threads[th];
-                            (t0.started, t0.reading, t0.shared_writes) = (t, t, 0);
+                            (t0.started, t0.reading, t0.shared_writes) = (t, t, [0; 3]);
                             let step = self.program(th, t, Pc::Start);
                             self.handle(th, t, step);
+                        } else if self.threads[th].line == NO_LINE {
+                            self.push(t, th, COMPLETE);
                         } else {
                             let (line, write) = (self.threads[th].line, self.threads[th].write);
                             let done = self.lines[line].access(
@@ -1275,7 +1318,10 @@ mod spin {
                     x.admitted += u64::from(admitted);
                     if !admitted {
                         self.c.refusals += 1;
-                        self.c.shared_writes_refusing += x.shared_writes;
+                        for (k, w) in x.shared_writes.iter().enumerate() {
+                            self.c.shared_writes_refusing += w;
+                            self.c.refusing_writes[k] += w;
+                        }
                     }
                     let _ = self.hist.record((end - x.started).max(1));
                     self.push(end, th, START);
@@ -1335,6 +1381,7 @@ mod spin {
                     self.c.central_cas += 1;
                     if self.state != seen {
                         self.c.failed_cas += 1;
+                        self.threads[th].shared_writes[W_LOST] += 1;
                         return self.fast(th, now, self.state, false, 0);
                     }
                     self.state = next;
@@ -1364,7 +1411,6 @@ mod spin {
                     },
                 ) => {
                     self.hand_outs += 1;
-                    self.threads[th].shared_writes += 1;
                     Step::Access {
                         line: CENTRAL,
                         write: true,
@@ -1391,9 +1437,9 @@ mod spin {
                     },
                 ) => {
                     self.c.central_cas += 1;
-                    self.threads[th].shared_writes += 1;
                     let shard = self.threads[th].shard;
                     if self.state == seen {
+                        self.threads[th].shared_writes[W_ADVANCE] += 2;
                         self.state = top;
                         self.c.advances += 1;
                         let e = self.earned(self.threads[th].reading);
@@ -1406,6 +1452,7 @@ mod spin {
                         };
                     }
                     self.c.failed_cas += 1;
+                    self.threads[th].shared_writes[W_LOST] += 2;
                     self.leases[shard].frontier = q;
                     let dry = self.dry_at(seen);
                     self.c.central_refusals += 1;
@@ -1428,9 +1475,6 @@ mod spin {
                     },
                 ) => {
                     self.hand_outs += 1;
-                    if matches!(kind, Kind::Advance) {
-                        self.threads[th].shared_writes += 1;
-                    }
                     Step::Access {
                         line: CENTRAL,
                         write: true,
@@ -1455,18 +1499,39 @@ mod spin {
                     },
                 ) => {
                     self.c.central_cas += 1;
-                    if matches!(kind, Kind::Advance) {
-                        self.threads[th].shared_writes += 1;
-                    }
+                    // The CAS, and the hand-out count before it.
+                    let writes = 1 + u64::from(matches!(kind, Kind::Lease | Kind::Advance));
                     if self.state != seen {
                         self.c.failed_cas += 1;
+                        self.threads[th].shared_writes[W_LOST] += writes;
                         ctx.losses += 1;
                         let spin = self.m.pause << (ctx.losses - 1).min(SPIN_LIMIT);
-                        return self.decide(th, now, ctx, self.state, spin);
+                        if self.rules != Rules::Near || self.m.locked_spin || !ctx.locked {
+                            return self.decide(th, now, ctx, self.state, spin);
+                        }
+                        // The crate's rule: the lock spans the CAS alone. Unlocked before the
+                        // spin (a store on the shard's line), locked again by the next attempt.
+                        if let Some((q, ..)) = ctx.held {
+                            self.leases[self.threads[th].shard].frontier = q;
+                        }
+                        ctx.locked = false;
+                        return Step::Access {
+                            line: NO_LINE,
+                            write: false,
+                            delay: LOAD_NS + spin,
+                            pc: Pc::Spun {
+                                ctx,
+                                seen: self.state,
+                            },
+                        };
+                    }
+                    if matches!(kind, Kind::Advance) {
+                        self.threads[th].shared_writes[W_ADVANCE] += writes;
                     }
                     self.state = next;
                     self.finish(th, ctx, next, leased, kind)
                 }
+                (_, Pc::Spun { ctx, seen }) => self.decide(th, now, ctx, seen, 0),
             }
         }
 
@@ -1777,14 +1842,34 @@ mod spin {
                 } else {
                     0
                 };
+                // After a lost CAS (the clock read again after the spin), a far lease covers
+                // twice the decision's age, at most half the word beyond the cost.
+                let far = if far > 0
+                    && self.rules == Rules::Near
+                    && self.m.lease_by_wait
+                    && !self.m.lease_by_wait_any
+                    && ctx.losses > 0
+                {
+                    let age = (now + d).saturating_sub(r);
+                    let by_age = (2 * age * self.rate / UNIT).min((room - UNIT) / 2 / UNIT);
+                    far.max(by_age)
+                } else {
+                    far
+                };
                 let fits = far > 0 && want + far * UNIT <= limit;
                 let tokens = match self.rules {
                     Rules::Near => {
-                        let mut t = if fits { far.max(ctx.near) } else { ctx.near };
-                        if self.m.lease_by_wait {
+                        // A near lease only with its first unit `lease_min` beyond the units
+                        // earned.
+                        let near = if self.m.no_near_min || base + UNIT >= e + self.near_min {
+                            ctx.near
+                        } else {
+                            0
+                        };
+                        let mut t = if fits { far.max(near) } else { near };
+                        if self.m.lease_by_wait_any {
                             let age = (now + d).saturating_sub(r);
-                            let cover = (2 * age * self.rate / UNIT).min(room / UNIT / 2);
-                            t = t.max(cover);
+                            t = t.max((2 * age * self.rate / UNIT).min(room / UNIT / 2));
                         }
                         t.min((limit + self.room).saturating_sub(base + UNIT) / UNIT)
                     }
@@ -1928,15 +2013,18 @@ mod spin {
             let mut t = now;
             if self.clean != self.hand_outs {
                 let order = std::iter::once(self.blocker).chain(0..self.m.cores);
-                for i in order.filter(|&i| i < self.m.cores) {
+                for (k, i) in order.enumerate().filter(|&(_, i)| i < self.m.cores) {
                     t += if i == shard { LOAD_NS } else { self.m.t_w };
                     self.c.transfers += u64::from(i != shard);
                     let l = self.leases[i];
                     if l.frontier == LOCKED || (l.frontier < l.top && l.top > e) {
+                        // The crate records the blocker when the full scan finds it.
+                        self.threads[th].shared_writes[W_PUBLISH] += u64::from(k > 0);
                         self.blocker = i;
                         return t - now;
                     }
                     if l.frontier < l.top {
+                        self.threads[th].shared_writes[W_PUBLISH] += 1;
                         self.c.lapsed_units += l.top - l.frontier;
                         let l = &mut self.leases[i];
                         l.frontier = l.top;
@@ -1944,11 +2032,12 @@ mod spin {
                     }
                 }
                 self.clean = self.hand_outs;
+                self.threads[th].shared_writes[W_PUBLISH] += 1;
             }
             self.dry_all = dry;
             self.c.publications += 1;
             self.c.alone_publications += u64::from(alone);
-            self.threads[th].shared_writes += 1;
+            self.threads[th].shared_writes[W_PUBLISH] += 1;
             let m = self.m;
             let end = self.lines[RM].access(core, t, true, &m, &mut self.c, &mut self.rng);
             end - now
@@ -2046,7 +2135,10 @@ mod cli {
             ),
             no_locked_preemption: words.iter().any(|w| w == "--no-locked-preemption"),
             f: num(words, "--f", 0),
-            lease_by_wait: words.iter().any(|w| w == "--lease-by-wait"),
+            lease_by_wait: !words.iter().any(|w| w == "--no-lease-by-wait"),
+            locked_spin: words.iter().any(|w| w == "--locked-spin"),
+            no_near_min: words.iter().any(|w| w == "--no-near-min"),
+            lease_by_wait_any: words.iter().any(|w| w == "--lease-by-wait-any"),
 
             jitter: num(words, "--jitter", 50),
             hold: num(words, "--hold", 0),
@@ -2233,7 +2325,7 @@ mod cli {
                 let ok = |b: bool| if b { "meets" } else { "MISSES" };
                 if cores == 2 {
                     println!(
-                        "- 2 cores, {t} threads: near {:.1} Mops/s = {:.1} × cas ({}); p99 {} against cas's {} ({}); admitted {:.1} % ({}); central CAS / admission {:.3}{}; shared writes / refusal {:.3} ({})",
+                        "- 2 cores, {t} threads: near {:.1} Mops/s = {:.1} × cas ({}); p99 {} against cas's {} ({}); admitted {:.1} % ({}); central CAS / admission {:.3}{}; shared writes / refusal {} ({})",
                         x.mops(),
                         x.mops() / cas.mops(),
                         ok(x.mops() >= cas.mops()),
@@ -2248,13 +2340,13 @@ mod cli {
                         } else {
                             String::new()
                         },
-                        x.c.shared_writes_refusing as f64 / x.c.refusals.max(1) as f64,
+                        writes(x),
                         ok(x.c.shared_writes_refusing == 0),
                     );
                     continue;
                 }
                 println!(
-                    "- {cores} cores, {t} threads: near {:.0} Mops/s = {} × its deny ({}), {:.0} × cas ({}); p99 {} ({}); admitted {:.1} % ({})",
+                    "- {cores} cores, {t} threads: near {:.0} Mops/s = {} × its deny ({}), {:.0} × cas ({}); p99 {} ({}); admitted {:.1} % ({}); central CAS / admission {:.3}; shared writes / refusal {}",
                     x.mops(),
                     deny.map_or("?".to_owned(), |d| format!("{:.2}", x.mops() / d)),
                     ok(deny.is_some_and(|d| x.mops() >= 0.25 * d)),
@@ -2268,6 +2360,8 @@ mod cli {
                     },
                     x.share() * 100.0,
                     ok(x.share() >= 0.99),
+                    x.c.central_cas as f64 / x.admitted.max(1) as f64,
+                    writes(x),
                 );
             }
         }
@@ -2277,42 +2371,47 @@ mod cli {
         let bound = burst + rate * ms as f64 / 1e3;
         let ceiling = (bound - (rate * 2e-3 - burst)) / bound;
         println!(
-            "\nAll threads idle from 5 ms to 7 ms, then all start again at once ({ms} ms; {:.1} % of the bound is all an idle spell of 2 ms leaves):\n",
+            "\nAll threads idle from 5 ms to 7 ms, then all start again at once ({ms} ms; {:.1} % of the bound is all an idle spell of 2 ms leaves); the near rules, then without the far lease by age (`--no-lease-by-wait`):\n",
             ceiling * 100.0
         );
         let mut w = words.to_vec();
         w.extend(["--idle-at-us", "5000", "--idle-us", "2000"].map(str::to_owned));
         header();
-        for cores in [16usize, 32, 48, 64] {
-            let m = machine(&w, cores);
-            let x = spin::run(Rules::Near, m, spin::MIXED, cores, ms * 1_000_000, 1);
-            row(spin::MIXED, Rules::Near, cores, &x);
+        for (extra, label) in [
+            (None, "near"),
+            (Some("--no-lease-by-wait"), "near --no-lease-by-wait"),
+        ] {
+            for cores in [16usize, 32, 48, 64] {
+                let mut v = w.clone();
+                v.extend(extra.map(str::to_owned));
+                let m = machine(&v, cores);
+                let x = spin::run(Rules::Near, m, spin::MIXED, cores, ms * 1_000_000, 1);
+                row_named(spin::MIXED, label, cores, &x);
+            }
         }
-        // The same with leases that cover the decision's wait, then 64 cores with slower
-        // transfers and with every thread starting at once, both ways.
-        println!("\nThe same, near leases covering the decision's wait (`--lease-by-wait`):\n");
-        let mut by_wait = w.clone();
-        by_wait.push("--lease-by-wait".to_owned());
-        header();
-        for cores in [16usize, 32, 48, 64] {
-            let m = machine(&by_wait, cores);
-            let x = spin::run(Rules::Near, m, spin::MIXED, cores, ms * 1_000_000, 1);
-            row(spin::MIXED, Rules::Near, cores, &x);
-        }
-        println!("\n64 cores, 64 threads: t_w 75 and 90 ns; every thread starting at once (`--spawn-ns 0`); each without and with `--lease-by-wait` ({ms} ms):\n");
+        // 48 and 64 cores with slower transfers and with every thread starting at once, the
+        // near rules with and without each of their three newest rules.
+        println!("\n48 and 64 cores, one thread per core: t_w 75 and 90 ns; every thread starting at once (`--spawn-ns 0`); the near rules, each without one rule, and with the earlier proposal for the far lease by age ({ms} ms):\n");
         header();
         for extra in [["--t-w", "75"], ["--t-w", "90"], ["--spawn-ns", "0"]] {
-            for by in [false, true] {
-                let mut v = words.to_vec();
-                v.extend(extra.map(str::to_owned));
-                if by {
-                    v.push("--lease-by-wait".to_owned());
+            for cores in [48usize, 64] {
+                for off in [
+                    "",
+                    "--no-lease-by-wait",
+                    "--locked-spin",
+                    "--no-near-min",
+                    "--lease-by-wait-any",
+                ] {
+                    let mut v = words.to_vec();
+                    v.extend(extra.map(str::to_owned));
+                    if !off.is_empty() {
+                        v.push(off.to_owned());
+                    }
+                    let m = machine(&v, cores);
+                    let x = spin::run(Rules::Near, m, spin::MIXED, cores, ms * 1_000_000, 1);
+                    let label = format!("near {} {} {off}", extra[0], extra[1]);
+                    row_named(spin::MIXED, label.trim_end(), cores, &x);
                 }
-                let m = machine(&v, 64);
-                let x = spin::run(Rules::Near, m, spin::MIXED, 64, ms * 1_000_000, 1);
-                let by_wait = if by { " --lease-by-wait" } else { "" };
-                let label = format!("near {} {}{by_wait}", extra[0], extra[1]);
-                row_named(spin::MIXED, &label, 64, &x);
             }
         }
     }
@@ -2321,7 +2420,7 @@ mod cli {
     fn paths(x: &spin::Run) {
         let c = &x.c;
         println!(
-            "|  | spends {}, refused not yet payable {}, from `dry_until` {}, from `dry_all` {}, by the word {}; word admissions {} (lease locked {}); leases {}, advances {}; central CAS {} ({} failed); publications {} ({} by a run alone) |",
+            "|  | spends {}, refused not yet payable {}, from `dry_until` {}, from `dry_all` {}, by the word {}; word admissions {} (lease locked {}); leases {}, advances {}; central CAS {} ({} failed); publications {} ({} by a run alone); shared writes / refusal {} |",
             c.spends,
             c.not_yet,
             c.dry_until_refusals,
@@ -2335,7 +2434,23 @@ mod cli {
             c.failed_cas,
             c.publications,
             c.alone_publications,
+            writes(x),
         );
+    }
+
+    /// Shared-line writes per refusal and what they are.
+    fn writes(x: &spin::Run) -> String {
+        let c = &x.c;
+        let per = |w: u64| w as f64 / c.refusals.max(1) as f64;
+        format!(
+            "{:.4} = advances {:.4} + lost attempts {:.4} + publications {:.4} ({} advances, {} refusals)",
+            per(c.shared_writes_refusing),
+            per(c.refusing_writes[0]),
+            per(c.refusing_writes[1]),
+            per(c.refusing_writes[2]),
+            c.advances,
+            c.refusals,
+        )
     }
 
     pub(crate) fn main(words: &[String]) {
