@@ -74,7 +74,23 @@
 //!   and resumes there. `--no-locked-preemption` never deschedules a thread holding its lease
 //!   `LOCKED` (an ablation). `--idle-at-us A --idle-us D`: every thread stops at `A` for `D`
 //!   and all start again together.
-//! * **Rules.** `cas`: `Bucket`'s loop (a load, the CAS; a refusal loads the word again).
+//! * **Rules.** `cas`: `Bucket`'s loop — a load and the CAS; a refusal loads the word again
+//!   and stands if it is unchanged; after a loss the loop goes on from the word the CAS (or
+//!   that load) returned, at once after the first loss and after a spin before every later
+//!   attempt, the refusal's second load included, which compares with the word from before the
+//!   spin. `multi`: `MultiBucket`'s two-quota loop (the harness's policy: the regime's quota and
+//!   half its rate with twice its burst; `--wide-ns`, 17, added to its local work): the same,
+//!   but a refusal after the first attempt stands without a second load. `--loop bounded`: both
+//!   loops as the crate has them now — a refusal on a word obtained after its quota slot was
+//!   read stands without a second load, and a loss is followed by at most 7 spins (1, 2, … 64
+//!   pauses, each once), then none. The parts one at a time: `--version` (that refusal rule),
+//!   `--spin-rounds N`, `--spin-from N` (losses before the first spin, 2), `--spin-cap E` (the
+//!   longest spin, 2^E pauses, 6), `--reload` (a load of the word after each spin, so that the
+//!   CAS compares a fresh value), `--probe` (no spin after a loss that followed a spin).
+//!   `--recompute` (1 ns): the work between a word and the CAS decided on it, varied by the
+//!   jitter; with `--hold 30 --recompute 15` the single-word loops reproduce the 16-core
+//!   measurements of `cas` (threads starved for whole rounds) and `multi` (p999 7.5 µs, 29 µs
+//!   and 1.0 ms at 4, 8 and 16 threads in `mixed`; measured 7.3, 29.7 and 1,004 µs).
 //!   `sharded`: the crate's current rules as in the think-time model, step by step: the
 //!   read-mostly line and `dry_all`, the shard's lease (a spend, an advance's unit not yet
 //!   payable, `dry_until`), `decide_fast` (one CAS, or an advance for a hungry shard:
@@ -114,9 +130,15 @@
 //! cargo run --release --example sharded_sim -- calibrate [--ms 120] [--seeds 3] [machine options]
 //! cargo run --release --example sharded_sim -- predict [--ms 40] [--short-ms 5] [machine options]
 //! cargo run --release --example sharded_sim -- spin [--cores 16] [--threads 4,8,16,32]
-//!     [--rules cas,sharded,near] [--regime mixed|mixed-drained|deny|allow] [--ms 20] [--seed 1]
-//!     [--paths] [machine options]
+//!     [--rules cas,sharded,near,multi] [--regime mixed|mixed-drained|deny|allow] [--ms 20]
+//!     [--seed 1] [--paths] [machine options]
+//! cargo run --release --example sharded_sim -- tails [--cores 16] [--threads 1,2,4,8,16]
+//!     [--rules cas,multi] [--regime mixed,allow,deny] [--ms 40] [--seeds 1] [--label L]
+//!     [--loop spinning|bounded] [machine options]
 //! ```
+//! `tails`: the single-word loops' throughput and tails, with the longest decision (those
+//! still under way when the run ends included, at their age then) and the fewest and most
+//! decisions of a thread.
 //! `calibrate`: the current rules on 16 cores in `mixed` beside the 16-core measurements, and
 //! the ablation above. `predict`: `cas`, the current rules and the near rules at 16 cores (4–32
 //! threads), 64 cores (64 and 128 threads) and 2 cores (1–8), `mixed`, `deny` and `allow`, the
@@ -670,6 +692,10 @@ mod spin {
         Today,
         /// The sharded bucket with near leases (`F`, sizes per shard, `room`).
         Near,
+        /// `MultiBucket` of two quotas (the harness's `multi`: the regime's quota and half its
+        /// rate with twice its burst): one CAS loop on one 128-bit word, decided from a mirror
+        /// on the word's line.
+        Multi,
     }
 
     impl Rules {
@@ -678,6 +704,7 @@ mod spin {
                 Rules::Cas => "cas",
                 Rules::Today => "sharded",
                 Rules::Near => "near",
+                Rules::Multi => "multi",
             }
         }
     }
@@ -731,6 +758,40 @@ mod spin {
         /// How long the core that held a line keeps it after the next transfer starts, in
         /// percent of that transfer.
         pub(crate) hold: u64,
+        /// How `cas` and `multi` retry after a lost attempt.
+        pub(crate) retry: Retry,
+        /// What a `multi` decision costs beyond a `cas` one outside its line accesses (two
+        /// quotas, a 128-bit CAS), ns.
+        pub(crate) wide: u64,
+        /// `cas`, `multi`: the work between obtaining a word (a load, a lost CAS) and the CAS
+        /// decided on it (the decision again), ns, varied by the jitter (`--recompute`, 1).
+        pub(crate) recompute: u64,
+    }
+
+    /// How a single-word loop (`cas`, `multi`) retries. The defaults are the crate's loops
+    /// (`Bucket::retry`, `Pair::retry`); the rest are candidates.
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) struct Retry {
+        /// Lost attempts (CASes lost, and refusals whose second load found the word moved)
+        /// before the first spin: 2, a spin after every loss but the first (`--spin-from`).
+        pub(crate) spin_from: u32,
+        /// The longest spin, 2^`spin_cap` pauses: 6 (`--spin-cap`).
+        pub(crate) spin_cap: u32,
+        /// After a spin, load the word and decide on it, so that the CAS compares a value read
+        /// just before it (the crate's loops CAS the value from before the spin) (`--reload`).
+        pub(crate) reload: bool,
+        /// A refusal on a word obtained after the quota slot was read needs no second load
+        /// (validated by the slot's version; the crate's `Bucket::retry` loads the word again
+        /// after every refusal, and spins first when it moved) (`--version`). `multi` always
+        /// does this after its first attempt: its quotas never change.
+        pub(crate) version: bool,
+        /// After a spin and the CAS lost right after it, retry at once with the value that
+        /// CAS returned, without a spin (`--probe`): the CAS after a spin fetches the line and
+        /// the word, the one after it uses them.
+        pub(crate) probe: bool,
+        /// After this many spins, no more: every later loss retries at once with the word the
+        /// CAS returned (`--spin-rounds`; 0: no limit, the crate's loops).
+        pub(crate) spin_rounds: u32,
     }
 
     /// The quota and how the bucket starts.
@@ -890,6 +951,15 @@ mod spin {
         emptied: bool,
     }
 
+    /// A single word as a decision saw it: the states of quota 0 and (`multi`) quota 1, and
+    /// how many writes it had had (what a CAS compares).
+    #[derive(Clone, Copy, Debug)]
+    struct Seen {
+        s: u64,
+        s2: u64,
+        ver: u64,
+    }
+
     /// What a shard's decision knows of its lease when it goes to the central word.
     #[derive(Clone, Copy, Debug)]
     struct Ctx {
@@ -913,17 +983,24 @@ mod spin {
     #[derive(Clone, Copy, Debug)]
     enum Pc {
         Start,
-        CasLoaded {
+        /// `cas`, `multi`: after a load of the word (the first, or one after a spin).
+        WLoaded {
             losses: u32,
+            first: bool,
         },
-        CasCas {
-            seen: u64,
-            next: u64,
+        /// After a refusal's second load of the word.
+        WCheck {
+            seen: Seen,
             losses: u32,
+            /// The first attempt's check (its word came before the slot).
+            first: bool,
         },
-        CasCheck {
-            seen: u64,
+        /// After a CAS of the word from `seen` to `next`; `spun`: a spin came before it.
+        WCas {
+            seen: Seen,
+            next: (u64, u64),
             losses: u32,
+            spun: bool,
         },
         AfterRm,
         FastLoaded,
@@ -1005,6 +1082,8 @@ mod spin {
         /// Shared-line writes in the current decision, by kind (`W_*`).
         shared_writes: [u64; 3],
         parked: Parked,
+        /// A decision is under way (started, not done).
+        busy: bool,
     }
 
     /// What a run counts.
@@ -1051,6 +1130,11 @@ mod spin {
         pub(crate) p999: u64,
         pub(crate) min_adm: u64,
         pub(crate) max_adm: u64,
+        /// The fewest and most decisions of a thread.
+        pub(crate) min_dec: u64,
+        pub(crate) max_dec: u64,
+        /// The longest decision, those still under way at the end included (their age then).
+        pub(crate) max_ns: u64,
         pub(crate) c: Counts,
     }
 
@@ -1071,6 +1155,12 @@ mod spin {
         burst: u64,
         n: u64,
         state: u64,
+        /// `multi`: quota 1's state and burst, in units of `2 × UNIT` a token, so that it
+        /// earns as many units as quota 0 at any reading (half the rate).
+        state2: u64,
+        burst2: u64,
+        /// Successful writes of the single word (`cas`, `multi`).
+        ver: u64,
         hand_outs: u64,
         clean: u64,
         blocker: usize,
@@ -1131,7 +1221,7 @@ mod spin {
             let n = m.cores as u64;
             let lease_min = tokens_in(g.rate, LEASE_MIN_NS).max(1);
             let cap = match rules {
-                Rules::Cas => 0,
+                Rules::Cas | Rules::Multi => 0,
                 Rules::Today => tokens_in(g.rate, ADVANCE_NS).min(ADVANCE_MAX),
                 Rules::Near if m.f > 0 => m.f,
                 Rules::Near => near_cap(g.rate, g.burst, n),
@@ -1157,6 +1247,7 @@ mod spin {
                         admitted: 0,
                         shared_writes: [0; 3],
                         parked: Parked::Start,
+                        busy: false,
                     }
                 })
                 .collect();
@@ -1177,6 +1268,9 @@ mod spin {
                 burst: g.burst * UNIT,
                 n,
                 state: if g.drained { g.burst * UNIT } else { 0 },
+                state2: if g.drained { 2 * g.burst * 2 * UNIT } else { 0 },
+                burst2: 2 * g.burst * 2 * UNIT,
+                ver: 0,
                 hand_outs: 0,
                 clean: u64::MAX,
                 blocker: usize::MAX,
@@ -1248,6 +1342,7 @@ mod spin {
                         if kind == START {
                             let t0 = &mut self.threads[th];
                             (t0.started, t0.reading, t0.shared_writes) = (t, t, [0; 3]);
+                            t0.busy = true;
                             let step = self.program(th, t, Pc::Start);
                             self.handle(th, t, step);
                         } else if self.threads[th].line == NO_LINE {
@@ -1323,6 +1418,7 @@ mod spin {
                             self.c.refusing_writes[k] += w;
                         }
                     }
+                    x.busy = false;
                     let _ = self.hist.record((end - x.started).max(1));
                     self.push(end, th, START);
                 }
@@ -1331,27 +1427,65 @@ mod spin {
 
         fn program(&mut self, th: usize, now: u64, pc: Pc) -> Step {
             match (self.rules, pc) {
-                (Rules::Cas, Pc::Start) => Step::Access {
-                    line: CENTRAL,
-                    write: false,
-                    delay: vary(self.m.local, self.m.jitter, &mut self.rng),
-                    pc: Pc::CasLoaded { losses: 0 },
-                },
-                (_, Pc::CasLoaded { losses }) => self.cas_attempt(th, self.state, losses, 0),
-                (_, Pc::CasCheck { seen, losses }) => {
-                    if self.state == seen {
-                        Step::Done {
-                            admitted: false,
-                            delay: 0,
-                        }
-                    } else {
-                        self.cas_attempt(th, self.state, losses + 1, 0)
+                (Rules::Cas | Rules::Multi, Pc::Start) => {
+                    let mut d = vary(self.m.local, self.m.jitter, &mut self.rng);
+                    if self.rules == Rules::Multi {
+                        d += self.m.wide;
+                    }
+                    // `Bucket`: the word; `multi`: the mirror on the word's line.
+                    Step::Access {
+                        line: CENTRAL,
+                        write: false,
+                        delay: d,
+                        pc: Pc::WLoaded {
+                            losses: 0,
+                            first: true,
+                        },
                     }
                 }
-                (_, Pc::CasCas { seen, next, losses }) => {
+                (_, Pc::WLoaded { losses, first }) => {
+                    // The first attempt's word was loaded before its quota slot was read: a
+                    // refusal on it is checked by a second load. One loaded after a spin
+                    // follows the slot read (the candidate rules).
+                    let validated = !first && self.m.retry.version;
+                    self.w_decide(th, self.w_word(), losses, validated, !first, 0)
+                }
+                (
+                    _,
+                    Pc::WCheck {
+                        seen,
+                        losses,
+                        first,
+                    },
+                ) => {
+                    if self.ver == seen.ver {
+                        return Step::Done {
+                            admitted: false,
+                            delay: 0,
+                        };
+                    }
+                    // The word moved: decided again on the word this load returned (`multi`:
+                    // a refusal stands; `--version`: so it does after the retry loop's first
+                    // check, with the slot read before that load).
+                    let validated = self.rules == Rules::Multi || (self.m.retry.version && !first);
+                    // The crate's loops spin after it (`Bucket::retry` today); the candidate
+                    // counts only lost CASes.
+                    let losses = losses + u32::from(!self.m.retry.version);
+                    self.w_decide(th, self.w_word(), losses, validated, false, 0)
+                }
+                (
+                    _,
+                    Pc::WCas {
+                        seen,
+                        next,
+                        losses,
+                        spun,
+                    },
+                ) => {
                     self.c.central_cas += 1;
-                    if self.state == seen {
-                        self.state = next;
+                    if self.ver == seen.ver {
+                        (self.state, self.state2) = next;
+                        self.ver += 1;
                         self.c.word_admissions += 1;
                         return Step::Done {
                             admitted: true,
@@ -1359,7 +1493,10 @@ mod spin {
                         };
                     }
                     self.c.failed_cas += 1;
-                    self.cas_attempt(th, self.state, losses + 1, 0)
+                    // The word the CAS returned (read after the slot, as the retry loops do).
+                    let validated = self.rules == Rules::Multi || self.m.retry.version;
+                    let no_spin = self.m.retry.probe && spun;
+                    self.w_decide(th, self.w_word(), losses + 1, validated, no_spin, 0)
                 }
                 (_, Pc::Start) => {
                     let core = self.threads[th].core;
@@ -1535,31 +1672,94 @@ mod spin {
             }
         }
 
-        /// A `Bucket` attempt from the word `s` (after `losses` lost attempts).
-        fn cas_attempt(&mut self, th: usize, s: u64, losses: u32, d: u64) -> Step {
+        /// The single word now.
+        fn w_word(&self) -> Seen {
+            Seen {
+                s: self.state,
+                s2: self.state2,
+                ver: self.ver,
+            }
+        }
+
+        /// The spin before the attempt after `losses` lost ones.
+        fn w_spin(&self, losses: u32) -> u64 {
+            let r = self.m.retry;
+            if r.spin_rounds > 0 && losses >= r.spin_from + r.spin_rounds {
+                return 0;
+            }
+            if losses >= r.spin_from {
+                self.m.pause << (losses - r.spin_from).min(r.spin_cap)
+            } else {
+                0
+            }
+        }
+
+        /// A `cas` or `multi` attempt on the word as `seen`, after `losses` lost attempts:
+        /// `validated`, a refusal needs no second load; `no_spin`, no spin before this attempt
+        /// (it follows one, or a probe).
+        fn w_decide(
+            &mut self,
+            th: usize,
+            seen: Seen,
+            losses: u32,
+            validated: bool,
+            no_spin: bool,
+            d: u64,
+        ) -> Step {
             let e = self.earned(self.threads[th].reading);
-            if s + UNIT > e + self.burst {
-                // A refusal checks the word again (a load, a hit unless it moved).
+            let multi = self.rules == Rules::Multi;
+            let ok = seen.s + UNIT <= e + self.burst
+                && (!multi || seen.s2 + 2 * UNIT <= e + self.burst2);
+            let spin = if no_spin { 0 } else { self.w_spin(losses) };
+            if !ok {
+                if validated {
+                    return Step::Done {
+                        admitted: false,
+                        delay: d,
+                    };
+                }
+                // The crate's loop spins before every attempt after a loss, the second load
+                // of a refusal included, and compares it with the word from before the spin.
                 return Step::Access {
                     line: CENTRAL,
                     write: false,
-                    delay: d + LOAD_NS,
-                    pc: Pc::CasCheck { seen: s, losses },
+                    delay: d + LOAD_NS + spin,
+                    pc: Pc::WCheck {
+                        seen,
+                        losses,
+                        first: losses == 0,
+                    },
                 };
             }
-            let spin = if losses >= 2 {
-                self.m.pause << (losses - 2).min(SPIN_LIMIT)
+            if spin > 0 && self.m.retry.reload {
+                return Step::Access {
+                    line: CENTRAL,
+                    write: false,
+                    delay: d + spin,
+                    pc: Pc::WLoaded {
+                        losses,
+                        first: false,
+                    },
+                };
+            }
+            let next = (
+                seen.s.max(e) + UNIT,
+                if multi { seen.s2.max(e) + 2 * UNIT } else { 0 },
+            );
+            let work = if self.m.recompute > LOAD_NS {
+                vary(self.m.recompute, self.m.jitter, &mut self.rng)
             } else {
-                0
+                LOAD_NS
             };
             Step::Access {
                 line: CENTRAL,
                 write: true,
-                delay: d + LOAD_NS + spin,
-                pc: Pc::CasCas {
-                    seen: s,
-                    next: s.max(e) + UNIT,
+                delay: d + work + spin,
+                pc: Pc::WCas {
+                    seen,
+                    next,
                     losses,
+                    spun: spin > 0,
                 },
             }
         }
@@ -2064,11 +2264,20 @@ mod spin {
         }
         let decisions = s.threads.iter().map(|t| t.decisions).sum();
         let admitted = s.threads.iter().map(|t| t.admitted).sum();
-        let bound = if g.drained {
+        let mut bound = if g.drained {
             g.rate as f64 * sim_ns as f64 / 1e9
         } else {
             g.burst as f64 + g.rate as f64 * sim_ns as f64 / 1e9
         };
+        if rules == Rules::Multi {
+            // Quota 1: half the rate, twice the burst.
+            let half = g.rate as f64 * sim_ns as f64 / 2e9;
+            bound = bound.min(if g.drained {
+                half
+            } else {
+                2.0 * g.burst as f64 + half
+            });
+        }
         assert!(
             admitted as f64 <= bound + 1.0,
             "the model admitted past the bound"
@@ -2089,6 +2298,16 @@ mod spin {
             p999: s.hist.value_at_quantile(0.999),
             min_adm: s.threads.iter().map(|t| t.admitted).min().unwrap_or(0),
             max_adm: s.threads.iter().map(|t| t.admitted).max().unwrap_or(0),
+            min_dec: s.threads.iter().map(|t| t.decisions).min().unwrap_or(0),
+            max_dec: s.threads.iter().map(|t| t.decisions).max().unwrap_or(0),
+            max_ns: s
+                .threads
+                .iter()
+                .filter(|t| t.busy)
+                .map(|t| sim_ns.saturating_sub(t.started))
+                .chain([s.hist.max()])
+                .max()
+                .unwrap_or(0),
             c: s.c,
         }
     }
@@ -2117,6 +2336,9 @@ mod cli {
             .collect()
     }
 
+    /// `spin`'s `LOAD_NS`: the default work between a word and its CAS.
+    const LOAD_NS_CLI: u64 = 1;
+
     /// The calibrated machine (the module docs say where each number comes from), with any
     /// option given.
     pub(crate) fn machine(words: &[String], cores: usize) -> Machine {
@@ -2142,6 +2364,23 @@ mod cli {
 
             jitter: num(words, "--jitter", 50),
             hold: num(words, "--hold", 0),
+            retry: {
+                // `--loop bounded`: the crate's loops as they are now (a refusal validated by
+                // the slot version read before its word, at most 7 spins); `--loop spinning`
+                // (the default): as they were (a second load of the word for every refusal,
+                // a spin before every attempt after the first loss, without end).
+                let bounded = opt(words, "--loop").is_some_and(|l| l == "bounded");
+                spin::Retry {
+                    spin_from: num(words, "--spin-from", 2) as u32,
+                    spin_cap: num(words, "--spin-cap", 6) as u32,
+                    reload: words.iter().any(|w| w == "--reload"),
+                    version: bounded || words.iter().any(|w| w == "--version"),
+                    probe: words.iter().any(|w| w == "--probe"),
+                    spin_rounds: num(words, "--spin-rounds", if bounded { 7 } else { 0 }) as u32,
+                }
+            },
+            wide: num(words, "--wide-ns", 17),
+            recompute: num(words, "--recompute", LOAD_NS_CLI),
         }
     }
 
@@ -2160,7 +2399,8 @@ mod cli {
             "cas" => Rules::Cas,
             "sharded" => Rules::Today,
             "near" => Rules::Near,
-            _ => panic!("rules: cas, sharded, near"),
+            "multi" => Rules::Multi,
+            _ => panic!("rules: cas, sharded, near, multi"),
         }
     }
 
@@ -2453,9 +2693,65 @@ mod cli {
         )
     }
 
+    /// `cas` and `multi` under the retry rules given (`tails`): the tails and throughput of
+    /// one word's loop.
+    fn tails(words: &[String]) {
+        let cores = num(words, "--cores", 16) as usize;
+        let m = machine(words, cores);
+        let ms = num(words, "--ms", 40);
+        let seeds = num(words, "--seeds", 1);
+        let label = opt(words, "--label").unwrap_or_else(|| "today".to_owned());
+        println!(
+            "{m:?}, {ms} ms simulated per row, seeds 1..={seeds} (p99, p999: the worst seed)\n"
+        );
+        tails_header();
+        for g in list(words, "--regime", "mixed,allow,deny") {
+            for r in list(words, "--rules", "cas,multi") {
+                for t in list(words, "--threads", "1,2,4,8,16") {
+                    let t: usize = t.parse().expect("a number");
+                    let runs: Vec<spin::Run> = (1..=seeds)
+                        .map(|seed| spin::run(rules(&r), m, regime(&g), t, ms * 1_000_000, seed))
+                        .collect();
+                    tails_row(regime(&g), &r, &label, t, &runs);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn tails_header() {
+        println!("| regime | strategy | retry | threads | Mops/s | admitted / bound | p50 | p99 | p999 | longest | CAS / decision | min / max decisions per thread |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    }
+
+    /// One row of `tails`: the mean of the runs' rates, their worst tails.
+    pub(crate) fn tails_row(
+        g: Regime,
+        rules: &str,
+        label: &str,
+        threads: usize,
+        runs: &[spin::Run],
+    ) {
+        let k = runs.len() as f64;
+        let mean = |f: &dyn Fn(&spin::Run) -> f64| runs.iter().map(f).sum::<f64>() / k;
+        let worst = |f: &dyn Fn(&spin::Run) -> u64| runs.iter().map(f).max().unwrap_or(0);
+        println!(
+            "| {} | {rules} | {label} | {threads} | {:.2} | {:.1} % | {} | {} | {} | {} | {:.2} | {:.2} |",
+            g.name,
+            mean(&|r| r.mops()),
+            mean(&|r| r.share() * 100.0),
+            ns(worst(&|r| r.p50)),
+            ns(worst(&|r| r.p99)),
+            ns(worst(&|r| r.p999)),
+            ns(worst(&|r| r.max_ns)),
+            mean(&|r| r.c.central_cas as f64 / r.decisions.max(1) as f64),
+            mean(&|r| r.min_dec as f64 / r.max_dec.max(1) as f64),
+        );
+    }
+
     pub(crate) fn main(words: &[String]) {
         match words[0].as_str() {
             "calibrate" => calibrate(words),
+            "tails" => tails(words),
             "predict" => predict(words),
             "spin" => {
                 let cores = num(words, "--cores", 16) as usize;
