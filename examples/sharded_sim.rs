@@ -992,8 +992,6 @@ mod spin {
         WCheck {
             seen: Seen,
             losses: u32,
-            /// The first attempt's check (its word came before the slot).
-            first: bool,
         },
         /// After a CAS of the word from `seen` to `next`; `spun`: a spin came before it.
         WCas {
@@ -1450,24 +1448,16 @@ mod spin {
                     let validated = !first && self.m.retry.version;
                     self.w_decide(th, self.w_word(), losses, validated, !first, 0)
                 }
-                (
-                    _,
-                    Pc::WCheck {
-                        seen,
-                        losses,
-                        first,
-                    },
-                ) => {
+                (_, Pc::WCheck { seen, losses }) => {
                     if self.ver == seen.ver {
                         return Step::Done {
                             admitted: false,
                             delay: 0,
                         };
                     }
-                    // The word moved: decided again on the word this load returned (`multi`:
-                    // a refusal stands; `--version`: so it does after the retry loop's first
-                    // check, with the slot read before that load).
-                    let validated = self.rules == Rules::Multi || (self.m.retry.version && !first);
+                    // The word moved: decided again on the word this load returned, with the slot
+                    // read before it (`multi`, `--version`: a refusal then stands).
+                    let validated = self.rules == Rules::Multi || self.m.retry.version;
                     // The crate's loops spin after it (`Bucket::retry` today); the candidate
                     // counts only lost CASes.
                     let losses = losses + u32::from(!self.m.retry.version);
@@ -1724,11 +1714,7 @@ mod spin {
                     line: CENTRAL,
                     write: false,
                     delay: d + LOAD_NS + spin,
-                    pc: Pc::WCheck {
-                        seen,
-                        losses,
-                        first: losses == 0,
-                    },
+                    pc: Pc::WCheck { seen, losses },
                 };
             }
             if spin > 0 && self.m.retry.reload {
