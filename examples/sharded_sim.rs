@@ -792,6 +792,10 @@ mod spin {
         /// After this many spins, no more: every later loss retries at once with the word the
         /// CAS returned (`--spin-rounds`; 0: no limit, the crate's loops).
         pub(crate) spin_rounds: u32,
+        /// Load the word after a spin of the longest length, so that the CAS after it compares
+        /// a fresh value; the shorter spins are followed by a CAS of the word from before them
+        /// (`--reload-at-cap`).
+        pub(crate) reload_at_cap: bool,
     }
 
     /// The quota and how the bucket starts.
@@ -1717,7 +1721,9 @@ mod spin {
                     pc: Pc::WCheck { seen, losses },
                 };
             }
-            if spin > 0 && self.m.retry.reload {
+            let longest = self.m.pause << self.m.retry.spin_cap;
+            if spin > 0 && (self.m.retry.reload || (self.m.retry.reload_at_cap && spin >= longest))
+            {
                 return Step::Access {
                     line: CENTRAL,
                     write: false,
@@ -2363,6 +2369,7 @@ mod cli {
                     version: bounded || words.iter().any(|w| w == "--version"),
                     probe: words.iter().any(|w| w == "--probe"),
                     spin_rounds: num(words, "--spin-rounds", if bounded { 7 } else { 0 }) as u32,
+                    reload_at_cap: words.iter().any(|w| w == "--reload-at-cap"),
                 }
             },
             wide: num(words, "--wide-ns", 17),
