@@ -181,3 +181,38 @@ fn refusal_racing_two_reconfigurations() {
         },
     );
 }
+
+// ---- a decision made again on the word its CAS lost to, racing two reconfigurations ----
+
+/// A bucket at 1 s on a frozen clock, full under `fast` (10 tokens), while thread A reconfigures
+/// twice (`fast → middle → slow`, the balance carried over: 10 tokens in every era) and thread
+/// B takes 5, which every serial order admits. B's first CAS can lose to A's second switch,
+/// which brings the epoch back and rewrites the slot B read: B then decides again on the word
+/// that CAS returned, which is `slow`'s. Decided with the slot read before that word (`fast`'s
+/// quota) the mix refuses (`slow`'s state read in `fast`'s units is ~990 s of debt): the retry
+/// loop must read the slot again and find its version changed. A form of the loop that decided
+/// on the words read before, unchecked, failed here.
+#[test]
+fn a_decision_made_again_on_the_word_its_cas_lost_to() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        clock.set(Duration::from_secs(1));
+        let bucket = Arc::new(Bucket::with_clock(fast(), clock));
+        let a = {
+            let bucket = bucket.clone();
+            thread::spawn(move || {
+                bucket.set_quota(middle());
+                bucket.set_quota(slow());
+            })
+        };
+        let b = {
+            let bucket = bucket.clone();
+            thread::spawn(move || bucket.try_acquire(5))
+        };
+        a.join().unwrap();
+        assert_eq!(b.join().unwrap(), Ok(()));
+        assert_eq!(bucket.quota(), slow());
+        // Taken in any era: 5 of the 10 left.
+        assert_eq!(bucket.available(), 5);
+    });
+}
