@@ -318,6 +318,15 @@ fn schedule(
         }
         // The claims.
         let s = bucket.central.load();
+        // Near leases hold at most the room: the word stands no further beyond the limit of the
+        // latest reading (a far lease or a debit never passes the limit of its own; one unit of
+        // rounding for inexact quotas, as in `Bucket`).
+        let room = bucket.read_mostly.room;
+        let slack = u64::from(!quota.is_exact());
+        assert!(
+            s <= bucket.earned(latest).floor + scaled.burst_units() + room + slack,
+            "seed {seed}, step {step}: the word {s} beyond the room {room}"
+        );
         let word_pays_before =
             |d: u64| s + scale <= bucket.earned(d - 1).floor + scaled.burst_units();
         let dry_all = bucket.read_mostly.dry_all.load(Ordering::Relaxed);
