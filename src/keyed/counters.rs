@@ -35,9 +35,7 @@ pub struct KeyedCounters {
     pub evicted: u64,
 }
 
-/// One counter shard, on its own line: either owned by one thread (the only writer: a count is a
-/// relaxed load and store) or shared by the threads mapped to it (a relaxed `fetch_add`); see
-/// [`CounterShards::count`].
+/// One counter shard, on its own line: owned by one thread or shared ([`CounterShards::count`]).
 #[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) admitted: AtomicU64,
@@ -56,7 +54,7 @@ pub(crate) struct CounterShards {
 }
 
 impl CounterShards {
-    /// Four stripes per core (a power of two) owned ones, then as many shared ones.
+    /// Four owned shards per core (a power of two), then as many shared ones.
     pub(crate) fn new() -> CounterShards {
         let owned = crate::sharded::shards_per_core()
             .saturating_mul(4)
@@ -80,13 +78,11 @@ impl CounterShards {
         c
     }
 
-    /// Adds `n` to the calling thread's count `which`. The first half of the shards is owned: the
-    /// thread whose slot is `i` is the only one that writes shard `i` while it holds the slot (a
-    /// slot passes to another thread only after its owner exits, through a mutex that orders the
-    /// owner's last store before the next owner's first load), so it counts with a relaxed load
-    /// and store, no locked instruction. Threads with later slots share the second half, by
-    /// slot, with `fetch_add`.
-    /// Either way a count is exact once the call that made it has returned.
+    /// Adds `n` to the calling thread's count `which`, exact once the call returns. The first
+    /// half of the shards is owned: the thread whose slot is `i` is shard `i`'s only writer (a
+    /// slot passes on only after its owner exits, through a mutex that orders the owner's last
+    /// store before the next owner's first load), so it counts with a relaxed load and store.
+    /// Threads with later slots share the second half with `fetch_add`.
     #[inline]
     pub(crate) fn count(&self, which: impl FnOnce(&Counters) -> &AtomicU64, n: u64) {
         let owned = self.shards.len() / 2;
@@ -101,11 +97,8 @@ impl CounterShards {
 }
 
 impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
-    /// The counters, summed over the shards: every decision counts once as admitted or refused;
-    /// `refused_table_full` and `admitted_untracked` count new keys that met a full table,
-    /// `evicted` the keys evicted. In shadow mode (`KeyedLimiterBuilder::shadow`, feature
-    /// `metrics`) a decision counts as what the caller got: admitted. Each count is exact once
-    /// the calls that made it have returned.
+    /// The counters, summed over the shards ([`KeyedCounters`]): each decision counts once, as
+    /// what the caller got (admitted, in shadow mode), exact once the calls have returned.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};

@@ -70,9 +70,8 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
                 Insert::TableFull(wait) => {
                     #[cfg(any(feature = "metrics", feature = "tracing"))]
                     self.observe.table_full(self.fail_open);
-                    // In shadow mode the caller is admitted untracked whatever the verdict,
-                    // and the counters count what callers got; the metrics record the refusal
-                    // enforcement would have made.
+                    // Shadow mode admits the caller untracked (and counts that); the metrics
+                    // record the refusal enforcement would have made.
                     #[cfg(feature = "metrics")]
                     let untracked = self.fail_open || self.observe.is_shadow();
                     #[cfg(not(feature = "metrics"))]

@@ -1,25 +1,14 @@
 //! The keyed limiter's index: a flat, open-addressed table of 16-byte slots that we own.
 //!
-//! # Layout
+//! A slot is one 128-bit word `fingerprint << 64 | state`: the key's fingerprint (a seeded
+//! hash with its low bit set; `0` = empty) and its [`gcra`](crate::gcra) state (or, for
+//! `Limits`, a record's handle). Keys are not stored (see [`KeyedLimiter`](super::KeyedLimiter)
+//! for that trade). The buffer is allocated up front as zeroed atomics, which optimized builds
+//! turn into a zeroed allocation whose pages become resident only when used (the optimizer's
+//! choice, not a guarantee); its regions and their doublings: `layout`.
 //!
-//! The buffer, its regions and their doublings: the module docs of `layout`.
-//!
-//! A slot is one 128-bit word `fingerprint << 64 | state`: the key's 64-bit fingerprint (a
-//! seeded hash with its low bit set; `0` = empty) and its
-//! [`gcra`](crate::gcra) state. **Keys are not stored**: two keys with equal fingerprints share
-//! one bucket (see [`KeyedLimiter`](super::KeyedLimiter)'s docs for that trade). 16 bytes per slot
-//! and 1.5 × `capacity` slots: 48 to 96 bytes per unit of `max_keys`, allocated up front as
-//! zeroed atomics, which optimized builds turn into a zeroed allocation whose pages become
-//! resident only when used (the optimizer's choice, not a guarantee).
-//!
-//! A fingerprint's probe starts at its *home*, a mix of it with a secret drawn per index
-//! ([`Index::home`]), not at its own low bits: fingerprints read from a file are chosen by
-//! whoever wrote it, and the home keeps them from choosing slots.
-//!
-//! # Protocol
-//!
-//! The lock-free lookup, the insert and migration under the mutex, evictions and why a probe
-//! never misses a present key: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#the-keyed-index).
+//! The protocol (the lock-free lookup, the insert and migration under the mutex, evictions and
+//! why a probe never misses a present key): [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#the-keyed-index).
 
 mod layout;
 mod migrate;
@@ -51,17 +40,16 @@ pub(crate) struct Index {
     /// under the mutex, when a migration starts or ends; read with `Acquire` by every probe.
     layout: AtomicU64,
     /// Odd while entries move (a migration step, an eviction's shift back): a lock-free miss is
-    /// trusted only if this did not change around it.
+    /// trusted only if this was even and did not change around it.
     rebuilds: AtomicU64,
     /// Serializes every change of a fingerprint or of `layout`.
     lock: Mutex<Meta>,
-    /// This index's secret, mixed into every fingerprint's home slot ([`Index::home`]).
     secret: Secret,
 }
 
-/// A random odd word drawn per index: the home slot of a fingerprint is a keyed mix of it, so
-/// that whoever chooses fingerprints — a state file does, and its fingerprint seed makes every
-/// key's predictable — cannot choose slots, and probe chains stay as short as random ones.
+/// A random odd word drawn per index and never saved, mixed into every fingerprint's home slot
+/// ([`Index::home`]): whoever chooses fingerprints (a state file does, and its seed makes every
+/// key's predictable) cannot choose slots, so probe chains stay as short as random ones.
 #[derive(Clone, Copy)]
 struct Secret {
     mul: u64,
@@ -77,7 +65,6 @@ impl Secret {
             use core::hash::BuildHasher;
             foldhash::quality::RandomState::default().hash_one(0u8) | 1
         };
-        // Under loom the home is the fingerprint itself (`Index::home`).
         #[cfg(tollgate_loom)]
         let mul = 1;
         Secret {
@@ -146,7 +133,7 @@ impl Index {
     }
 
     /// The slot a probe for `fp` starts from (modulo a region's length): the fingerprint times
-    /// the secret, folded (the 128-bit product's halves xored), whose low bits depend on every
+    /// the secret, folded (the 128-bit product's halves xored), so its low bits depend on every
     /// bit of both. Under loom, whose models are written against the fingerprints' own slots,
     /// the fingerprint itself.
     #[inline(always)]
@@ -208,18 +195,15 @@ impl Locked<'_> {
         self.meta.migration.is_some()
     }
 
-    /// How many times a migration's start has restarted the sweep's pass (over the new
-    /// region, from its first slot): a caller counting the slots its steps examined starts
-    /// counting again when this changes.
+    /// How many times a migration's start has restarted the sweep's pass (a caller counting
+    /// the slots its steps examined starts again when this changes).
     pub(crate) fn restarts(&self) -> u64 {
         self.meta.restarts
     }
 
     /// Inserts `fp` (not tracked: checked with [`contains`](Locked::contains) under this same
-    /// lock) with `state`, first full at `full_at_new` (folded into the sweep pass's bound).
-    /// Starts a migration to a region of twice the size if live entries would pass half of the
-    /// current one, and takes one migration step of [`MIGRATE_STEP`](migrate::MIGRATE_STEP)
-    /// old slots while one is in progress.
+    /// lock) with `state`, first full at `full_at_new` (folded into the sweep pass's bound),
+    /// after the insertion's growth ([`grow`](Locked::grow)).
     pub(crate) fn insert(&mut self, fp: u64, state: u64, full_at_new: u64) {
         self.grow();
         self.put(fp, state);
@@ -227,11 +211,10 @@ impl Locked<'_> {
         self.meta.pass_min = self.meta.pass_min.min(full_at_new);
     }
 
-    /// Whether an insertion of `fp` now ([`insert`](Locked::insert)) lands within `max` slots
-    /// of its home: a restore places only such entries, so that no chain it builds is longer,
-    /// whatever fingerprints its file holds. Takes the insertion's migration step first (the
-    /// insertion's own step then moves at most [`MIGRATE_STEP`](migrate::MIGRATE_STEP) more
-    /// entries in).
+    /// Whether an insertion of `fp` now lands within `max` slots of its home: a restore places
+    /// only such entries, so no chain it builds is longer, whatever its file holds. Takes the
+    /// insertion's growth first (the insertion's own then moves at most
+    /// [`MIGRATE_STEP`](migrate::MIGRATE_STEP) more entries in).
     #[cfg(feature = "persist")]
     pub(crate) fn room_within(&mut self, fp: u64, max: usize) -> bool {
         self.grow();
@@ -244,8 +227,8 @@ impl Locked<'_> {
         })
     }
 
-    /// An insertion's growth: starts a migration if live entries would pass half of the
-    /// current region, and takes one migration step while one is in progress.
+    /// An insertion's growth: starts a migration to a region of twice the size if live entries
+    /// would pass half of the current one, and takes one migration step while one is in progress.
     fn grow(&mut self) {
         let ix = self.index;
         if self.meta.migration.is_none() {

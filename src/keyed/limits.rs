@@ -1,32 +1,13 @@
 //! [`KeyedMultiLimiter`]: the keyed limiter of [`Limits`], a policy of one to four quotas per
 //! key ("10 per second and 10,000 per day per API key").
 //!
-//! # Storage
-//!
-//! A key's quotas do not fit one 128-bit word with its 64-bit fingerprint (each state takes 63
-//! bits), so the table has two parts:
-//!
-//! * **The index** — the same as for one quota: a flat table of 16-byte
-//!   slots `fingerprint << 64 | handle`, the same lock-free probe, incremental migration,
-//!   bounded sweep steps and `max_keys` bound. Here a slot's word names the key's record and
-//!   never changes while the key is tracked.
-//! * **The records** — one per unit of `max_keys`, allocated up front: a sequence word, the
-//!   owner's fingerprint and the quotas' states (32 bytes for up to two quotas, 64 for three or
-//!   four; line-aligned).
-//!   Writers are serialized by the sequence word; reads are optimistic.
-//!
-//! A decision probes the index (lock-free), reads the record consistently, decides every quota
-//! at one clock reading ([`crate::gcra`]'s arithmetic, as [`MultiBucket`](crate::MultiBucket)),
-//! and commits an admission by one compare-and-swap of the sequence word from the value it
-//! read, then the stores. **Not lock-free per key**: an admission holds its key's record for
-//! the stores (no clock read, no allocation, nothing that can panic), so a writer preempted
-//! there delays the decisions on *its own key* only; other keys, and refusals that find the
-//! record unlocked, are unaffected. Refusals write nothing.
-//!
-//! **No ABA.** A record is handed to another key only after its eviction, which takes the
-//! record's lock and steps its sequence word; a decision commits only if the word is still the
-//! one it read together with the owner, so it never debits a key that replaced the one it
-//! looked up, nor a freed record (it looks the key up again). See `docs/guarantees.md`.
+//! A key's quotas do not fit one 128-bit slot beside its fingerprint, so the index (the same
+//! as for one quota) holds a handle to the key's record (`records.rs`: a sequence word, the
+//! owner's fingerprint, the states), which never changes while the key is tracked. A decision
+//! probes the index, reads the record consistently, decides every quota at one reading
+//! ([`crate::gcra`]'s arithmetic, as [`MultiBucket`](crate::MultiBucket)) and commits by one CAS
+//! of the sequence word from the value it read; the protocol and why it has no ABA:
+//! `docs/guarantees.md`, "Per-key policies: the records".
 
 use super::index::{Locked, Step};
 use super::policy::sealed::Sealed;
@@ -58,13 +39,11 @@ use core::time::Duration;
 ///   "full" means every quota full; a key not tracked starts with every quota full as of the
 ///   latest eviction reading; a new key meeting a full table waits at most the longest refill
 ///   of a whole burst of any quota of any policy.
-/// * **Memory.** The index's 48 to 96 bytes per unit of `max_keys`, plus one record per unit:
-///   32 bytes if every policy it holds has one or two quotas, 64 if one has three or four (a
-///   record never straddles two cache lines), all up front.
-/// * **Locking.** Lookups are lock-free; an admission is one compare-and-swap of the key's
-///   record's sequence word, then its stores: writers of one key are serialized, and one
-///   preempted there delays only its own key (not lock-free per key; `docs/guarantees.md`,
-///   "Per-key policies: the records").
+/// * **Memory.** The index's 48 to 96 bytes per unit of `max_keys`, plus one record per unit
+///   (32 bytes if every policy has one or two quotas, else 64), all up front.
+/// * **Locking.** Lookups are lock-free; an admission is one CAS of the key's record's
+///   sequence word, then its stores, so a writer preempted there delays only its own key (not
+///   lock-free per key; `docs/guarantees.md`, "Per-key policies: the records").
 ///
 /// ```
 /// use std::time::Duration;
@@ -476,13 +455,11 @@ impl Sealed for Limits {
         }
     }
 
-    /// The index asks `full_at(fp, handle)` of each entry and, when it answers `<= now`, calls
-    /// `evicting()` and empties the slot with nothing in between; so `full_at` *locks* the
-    /// record before it reads it, and keeps it locked when it answers "full": no debit can land
-    /// between that answer and the eviction, which frees the record under the same lock. A
-    /// record it locked for an answer the index does not act on (a bound, not an eviction) is
-    /// released at the next call or at the end of the step; a record a writer holds is
-    /// answered "not full now" (its debit lands after) with a bound no later than the truth.
+    /// `full_at` *locks* the record before it reads it and keeps it locked when it answers
+    /// "full", so no debit lands between that answer and the eviction (`evicting()`, which frees
+    /// it); a lock the index does not act on is released at the next call or the step's end. A
+    /// record a writer holds is "not full now" (its debit lands after), with a bound no later
+    /// than the truth.
     fn sweep_step<K, C>(
         limiter: &KeyedLimiter<K, Limits, C>,
         locked: &mut Locked<'_>,
@@ -555,7 +532,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, Limits, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.decide_snap(key, cost)
+        self.decide_then(key, cost, |v, snap| (v, snap()))
     }
 
     /// [`Limiter::decide_or_snapshots`](crate::Limiter::decide_or_snapshots): every quota's snapshot on refusal only.
@@ -570,7 +547,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, Limits, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.decide_or_snap(key, cost)
+        self.decide_then(key, cost, |v, snap| v.map_err(|r| (r, snap())))
     }
 
     /// The policy of `key`: its override, or the default.

@@ -1,40 +1,31 @@
 //! [`KeyedLimiter`]'s saved state (feature `persist`): a `KEYED` frame (default quota,
-//! fingerprint seed, override count), one `OVERRIDE` frame per override quota, `ENTRIES`
-//! frames (each tracked bucket that is not full: fingerprint and the units it lacks at the
-//! anchor), and a `FLOOR` frame (where untracked keys start), read after the entries. A table
-//! of [`Limits`] writes the same frames of its own kinds (`KEYED_MULTI`, `OVERRIDE_MULTI`,
-//! `MULTI_ENTRIES`): each policy as its quota count and quotas, each entry with its quota
-//! count and what each quota lacks, every quota of a key read with one consistent read of its
-//! record, so as of one instant during the save.
+//! fingerprint seed, override count), one `OVERRIDE` frame per override, `ENTRIES` frames (each
+//! tracked bucket that is not full: fingerprint and the units it lacks at the anchor), and a
+//! `FLOOR` frame (where untracked keys start), read after the entries. A table of [`Limits`]
+//! writes its own kinds (`KEYED_MULTI`, `OVERRIDE_MULTI`, `MULTI_ENTRIES`) with each policy's
+//! and entry's quota count, every quota of a key from one consistent read of its record.
 //!
 //! # A save walks the table while decisions go on
 //!
-//! The walk takes the index's mutex for one chunk of slots at a time (about
-//! [`CHUNK`] slots, ended at an empty slot), writes the chunk's entries to the output without
-//! it, and goes on; lookups never wait for it, insertions wait for one chunk at most. Each
-//! entry is read with one load under the mutex: **per-entry consistency**, each state as of
-//! some instant during the save. The walk misses no entry tracked when the save began unless
-//! that entry was evicted (full) before the walk reached it:
+//! The walk holds the index's mutex for one chunk of about [`CHUNK`] slots (ended at an empty
+//! slot) and writes the chunk without it: lookups never wait, insertions wait for one chunk at
+//! most, and each entry is one load, its state as of some instant during the save. It misses
+//! no entry tracked when the save began unless that entry was evicted (full) first:
 //!
 //! * entries move only under the mutex, never while a chunk is read;
-//! * a chunk ends at an empty slot `b`, and every entry that the rest of the walk must still
-//!   visit then lies after `b` with its home slot after `b` too (its probe from home cannot
-//!   pass an empty slot); an eviction's shift moves entries back toward their home slots only,
-//!   so none crosses `b` into the part already read (the walk starts after an empty slot, so
-//!   this holds around the region's end as well);
+//! * a chunk ends at an empty slot `b`; every entry the walk must still visit lies after `b`
+//!   with its home after `b` (a probe cannot pass an empty slot), and an eviction's shift moves
+//!   entries toward their homes only, so none crosses `b` into the part already read (the walk
+//!   starts after an empty slot, so this holds around the region's end too);
 //! * a migration moves entries from the old region into the current one: the old region is
-//!   walked first, and every region that became current during the walk is walked after it.
+//!   walked first, then every region that became current during the walk.
 //!
-//! What a save can miss, then: keys first inserted after the walk passed their slot, and keys
-//! evicted during it. Both are restored as untracked keys, which start full *as of the floor*
-//! — the latest eviction reading, read after the walk, so at least every missed eviction's. An
-//! evicted bucket was full at its eviction, and a key inserted after the save began was
-//! untracked when it began: either way the restore gives the key no more than it had at some
-//! instant during the save. A state read later than the save's own clock reading holds fewer
-//! tokens than at that reading (a state only moves forward), and the restore refills from the
-//! wall-clock anchor, taken after that reading: so a concurrent save can only err toward fewer
-//! tokens, except that — as with any save — what was admitted after the walk read a key can be
-//! handed out again by a restore.
+//! Keys inserted after the walk passed their slot, and keys evicted during it, restore as
+//! untracked keys, which start full as of the floor: the latest eviction reading, read after
+//! the walk. So a restore gives each key no more than it had at some instant of the save (a
+//! state read after the save's reading holds fewer tokens at it, and the restore refills from
+//! the wall-clock anchor, taken after it); what was admitted after the walk read a key can be
+//! handed out again, as after any save.
 
 use super::index::{Index, ScanRegion};
 use super::table::Table;
@@ -71,14 +62,12 @@ const MAX_OVERRIDES: u64 = 1 << 24;
 /// `max_keys` does. So a restore of `n` entries probes at most this many slots for each.
 const MAX_RESTORE_PROBE: usize = 256;
 
-/// The frames of a table of `P`: the limiter in the header, the table-wide frame, an
-/// override's and the entries'.
-fn kinds<P: KeyedPolicy>() -> (Limiter, u8, u8, u8) {
+/// The frame kinds of a table of `P`: the table-wide frame, an override's and the entries'.
+fn kinds<P: KeyedPolicy>() -> (u8, u8, u8) {
     if P::SEVERAL {
-        let k = (kind::KEYED_MULTI, kind::OVERRIDE_MULTI, kind::MULTI_ENTRIES);
-        (Limiter::KeyedMulti, k.0, k.1, k.2)
+        (kind::KEYED_MULTI, kind::OVERRIDE_MULTI, kind::MULTI_ENTRIES)
     } else {
-        (Limiter::Keyed, kind::KEYED, kind::OVERRIDE, kind::ENTRIES)
+        (kind::KEYED, kind::OVERRIDE, kind::ENTRIES)
     }
 }
 
@@ -133,7 +122,7 @@ impl core::fmt::Debug for Head {
 
 /// Reads the table-wide frame and the overrides' of a table of `P`.
 fn read_head<P: KeyedPolicy>(fr: &mut FrameReader<&mut dyn Read>) -> Result<Head, RestoreError> {
-    let (_, head, over, _) = kinds::<P>();
+    let (head, over, _) = kinds::<P>();
     let mut quotas: Vec<Quota> = Vec::new();
     let (default, seed, n_overrides) = {
         let mut c = fr.expect(head)?;
@@ -162,18 +151,11 @@ fn read_head<P: KeyedPolicy>(fr: &mut FrameReader<&mut dyn Read>) -> Result<Head
 
 inherent_persist!(impl[K, P: KeyedPolicy, C: Clock] KeyedLimiter<K, P, C>);
 
-/// Streams: one chunk of the table at a time (memory independent of the number of keys; time
-/// linear in the table's current region), and decisions go on meanwhile — lookups never wait,
-/// insertions wait for one chunk at most. Each key's state (all its quotas) is saved as of
-/// some instant during the save; see the module's docs for what a concurrent save can miss and
-/// why that errs only toward fewer tokens. The file holds the fingerprint seed: keep it
-/// private.
-///
-/// A restore into a limiter of this seed (one [`KeyedLimiterBuilder::restore`] built) tracks
-/// the saved keys; into a limiter of another seed it cannot find them, and each saved key
-/// raises the floor for untracked keys to the instant it would be full instead (never more
-/// lenient). Restore with [`KeyedLimiterBuilder::restore`] to build the limiter around the
-/// saved seed.
+/// Streams one chunk of the table at a time while decisions go on (module docs): memory
+/// independent of the number of keys, time linear in the current region. A restore into a
+/// limiter of another seed than the saved one cannot find the saved keys: each raises the floor
+/// for untracked keys to the instant it would be full instead ([`KeyedLimiterBuilder::restore`]
+/// builds the limiter around the saved seed).
 impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
     const LIMITER: Limiter = if P::SEVERAL {
         Limiter::KeyedMulti
@@ -189,7 +171,7 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
     }
 
     fn write(&self, now: u64, fw: &mut FrameWriter<&mut dyn Write>) -> io::Result<()> {
-        let (_, head, over, entries_kind) = kinds::<P>();
+        let (head, over, entries_kind) = kinds::<P>();
         let mut p = Payload::default();
         put_quotas::<P>(&mut p, P::quotas(&self.rule));
         p.u64(self.seed).u64(self.overrides.len() as u64);
@@ -248,14 +230,12 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
         fr: &mut FrameReader<&mut dyn Read>,
         down: u64,
     ) -> Result<(), RestoreError> {
-        let (_, _, _, entries_kind) = kinds::<P>();
+        let (_, _, entries_kind) = kinds::<P>();
         // The wall clock (read before `apply`), then the limiter's clock: see `Bucket::restore`.
         let now = self.clock.now();
         let found = head.seed == self.seed;
-        // The latest instant a save of this table can say a key (or the floor) is full at: its
-        // reading, plus a drain's floor (the longest burst refill of any quota), plus one more
-        // refill for the cost an entry took from there. A file saying later is clamped to it:
-        // drained, never fuller.
+        // A file saying a key (or the floor) is full later than any save could is clamped to
+        // that instant (`Table::latest_full`): drained, never fuller.
         let limit = self.table.latest_full(now);
         let entry_len = if P::SEVERAL { 17 } else { 16 };
         let mut batch = Vec::new();
@@ -330,11 +310,9 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
 impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     /// Tracks `(fp, state)` entries read from a saved table (`found`: saved under this
     /// limiter's seed), keeping the stricter state of each quota of a fingerprint seen twice.
-    /// An entry that is not found, that finds the table full, or that would land farther than
-    /// [`MAX_RESTORE_PROBE`] slots from its home, is not tracked; the floor for untracked keys
-    /// is raised to the instant it would be full instead, so that key — and
-    /// every other untracked key — starts no more lenient than the entry (a save racing
-    /// insertions may hold a few more entries than `max_keys`; a smaller table, many more).
+    /// An entry not found, meeting a full table (a save racing insertions may hold a few more
+    /// than `max_keys`), or landing farther than [`MAX_RESTORE_PROBE`] slots from its home is
+    /// not tracked: it raises the floor for untracked keys to its full instant instead.
     fn restore_entries(&self, entries: &[(u64, P::State)], found: bool) {
         let mut locked = self.index.lock();
         let t = &self.table;
@@ -365,8 +343,8 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
 }
 
 /// Walks every entry of `index` (module docs): `on_chunk` receives the `(fingerprint, word)`
-/// entries of each chunk of about `chunk` slots, read under the index's mutex, and runs
-/// without it. `KeyedLimiter`'s words are states, `KeyedMultiLimiter`'s record handles.
+/// entries (states, or record handles) of each chunk of about `chunk` slots, read under the
+/// index's mutex, and runs without it.
 pub(crate) fn walk<E>(
     index: &Index,
     chunk: usize,
@@ -415,9 +393,8 @@ fn queue_regions(index: &Index, done: &[ScanRegion], queue: &mut Vec<ScanRegion>
     }
 }
 
-/// Writes the `FLOOR` frame of `table` saved at the reading `now`: the latest eviction
-/// reading, read after the walk (so it covers every eviction the walk may have missed),
-/// relative to `now`.
+/// Writes the `FLOOR` frame of `table` saved at the reading `now`: the latest eviction reading
+/// (read after the walk), relative to `now`.
 pub(crate) fn write_floor<W: Write>(
     fw: &mut FrameWriter<W>,
     table: &Table,
@@ -513,19 +490,14 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
     /// refilled over the downtime measured on the wall clock ([`SystemTime::now`]), and where
     /// untracked keys start. This builder's policies apply; an entry saved under another quota
     /// is converted as [`Bucket::set_quota`](crate::Bucket::set_quota) converts (by position,
-    /// for a policy of several). A key whose saved policy has another number of quotas than its
-    /// policy here refuses the whole restore ([`RestoreError::LimitsChanged`]): which saved
-    /// quota became which is not known. Streams: one frame in memory at a time, and the file's
-    /// per-key overrides (at most 2^24).
+    /// for a policy of several); another number of quotas refuses the whole restore
+    /// ([`RestoreError::LimitsChanged`]). Streams: one frame in memory at a time, and the
+    /// file's overrides (at most 2^24). Saved entries beyond `max_keys` are not tracked: each
+    /// raises the floor for untracked keys to the instant it would be full (new keys may be
+    /// refused until then), so no key starts more lenient than its saved state.
     ///
-    /// Saved entries beyond this builder's `max_keys` (a smaller table, or a save that raced
-    /// insertions) are not tracked: the floor for untracked keys is raised to the instant each
-    /// such entry would be full, so no key starts more lenient than its saved state (new keys
-    /// may then be refused until that instant).
-    ///
-    /// Errors: [`RestoreError`] for unreadable input; nothing is built then. The suggested
-    /// recovery is a limiter built as configured and then [`drain`](KeyedLimiter::drain)ed,
-    /// never a full one.
+    /// Errors: [`RestoreError`] for unreadable input; nothing is built then. Recover with a
+    /// limiter built as configured and then [`drain`](KeyedLimiter::drain)ed, never a full one.
     ///
     /// ```
     /// use std::time::{Duration, SystemTime};
@@ -710,10 +682,9 @@ mod tests {
     }
 
     /// A file whose fingerprints share their low 32 bits (no key or seed needed to write one)
-    /// restores in about the time a file of as many random fingerprints takes — at most twice
-    /// it, the fastest of five tries each, taken in turns — and tracks every entry. Before the
-    /// home slots were keyed, each entry probed past all the ones before it: quadratic in the
-    /// entries.
+    /// restores within twice the time of a file of as many random fingerprints (the fastest of
+    /// five tries each, in turns) and tracks every entry: homes drawn from the fingerprints'
+    /// own bits would make each entry probe past all the ones before it.
     #[test]
     fn a_clustered_file_restores_as_fast_as_a_random_one() {
         let q = Quota::per_second(10).unwrap().with_burst(100).unwrap();

@@ -81,19 +81,11 @@ pub(super) enum Insert<R> {
 impl<K, P: KeyedPolicy, C: Clock> KeyedLimiter<K, P, C> {
     /// Evicts every key whose bucket (every quota) is full now and returns how many. Never
     /// needed for the bound (insertions evict lazily); it only returns memory early, e.g. from
-    /// a periodic task. It walks one whole pass over the active slots in bounded steps (first
-    /// finishing a doubling of the table's region in progress, evicting the full buckets it
-    /// drains), releasing the mutex between them, so concurrent insertions wait for one step
-    /// at most. A full bucket that closing an eviction's gap moves back (perhaps into a slot
-    /// the pass has examined) is evicted where it lands. The pass starts over in the new region
-    /// if an insertion between two steps doubles the table, and one more is walked in the rare
-    /// case that a step had to leave such a moved bucket (past its eviction budget, or 64 slots
-    /// or more from the gap).
-    ///
-    /// "Now" is this sweep's clock reading. The sweep's position is shared: steps taken
-    /// meanwhile by another `sweep` call, or by an insertion into a full table (which sweeps a
-    /// step to make room), examine slots at their own readings, and a bucket that is not full
-    /// yet at an earlier one is left for the next sweep.
+    /// a periodic task. It walks one whole pass over the active slots (first finishing a
+    /// doubling in progress) in bounded steps, releasing the mutex between them, so insertions
+    /// wait for one step at most. The sweep's position is shared: steps taken meanwhile by
+    /// another `sweep` or by an insertion into a full table examine slots at their own
+    /// readings, and a bucket not full yet at an earlier one is left for the next sweep.
     ///
     /// ```
     /// use std::time::Duration;
@@ -144,13 +136,11 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
         epoch: u64,
     ) -> Insert<P::Refusal> {
         // O(1) refusal under a flood, without the mutex: the table is full and no bucket can be
-        // full before `next_full_at`. `next_full_at` is read first: a sweep decrements `len`
-        // before it stores a later `next_full_at`, so seeing the later bound implies seeing the
-        // room the sweep made (the other order could pair a stale `len` with a fresh bound).
-        // The miss that brought us here is only trusted if no entry moved around it (`epoch`
-        // even and unchanged); otherwise the key may be tracked: ask under the mutex.
-        // While a migration is in progress the refusal takes the mutex instead, so that its
-        // sweep step drains the old region: a table that stays full still finishes it.
+        // full before `next_full_at`. That bound is read first: a sweep lowers `len` before it
+        // stores a later bound, so seeing the bound implies seeing the room. The miss that
+        // brought us here is trusted only if no entry moved around it (`epoch` even and
+        // unchanged). During a migration the mutex is taken instead, so that its sweep step
+        // drains the old region: a table that stays full still finishes it.
         let t = &self.table;
         if t.next_full_at.load(Ordering::SeqCst) > now
             && t.len.load(Ordering::SeqCst) >= self.max_keys
@@ -167,9 +157,7 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
         }
         if t.len.load(Ordering::SeqCst) >= self.max_keys {
             if t.next_full_at.load(Ordering::SeqCst) <= now || locked.migrating() {
-                // One bounded step of the sweep (the whole pass on tables of at most
-                // `STEP_WORK` active slots), which drains the old region first during a
-                // migration; the pass goes on at the next insertion.
+                // One bounded step; the pass goes on at the next insertion.
                 self.sweep_step(&mut locked, now);
             }
             if t.len.load(Ordering::SeqCst) >= self.max_keys {
@@ -195,21 +183,17 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
         Insert::Done
     }
 
-    /// The wait until a tracked bucket is full, within `[1 ns, the longest refill of one burst
-    /// of any quota of the default policy or an override]`, or `Duration::MAX` when none ever
-    /// will be (every tracked bucket is full only past the horizon, where the clock is read as
-    /// stopped).
+    /// [`Table::full_wait`], or `Duration::MAX` for a table of no keys.
     pub(super) fn table_full_wait(&self, now: u64) -> core::time::Duration {
-        // A table of no keys admits none, ever: `until_key_ready` must resolve, not poll on.
+        // It admits none, ever: `until_key_ready` must resolve, not poll on.
         if self.max_keys == 0 {
             return core::time::Duration::MAX;
         }
         self.table.full_wait(now)
     }
 
-    /// One migration step, if the index's mutex is free: lookups of keys left in the old
-    /// region drain it, so a migration ends even when no new key arrives (its lookups would
-    /// otherwise probe two regions for good). Never waits for the mutex.
+    /// One migration step, if the index's mutex is free (never waits): lookups drain the old
+    /// region, so a migration ends even when no new key arrives.
     #[cold]
     #[inline(never)]
     pub(super) fn help_migrate(&self) {
