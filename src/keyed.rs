@@ -454,12 +454,8 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
 
     /// The most quotas a policy of this limiter holds (the default's or an override's).
     fn most_quotas(&self) -> usize {
-        self.overrides
-            .values()
-            .chain([&self.rule])
-            .map(|r| P::quotas(r).len())
-            .max()
-            .unwrap_or(1)
+        let rules = self.overrides.values().chain([&self.rule]);
+        rules.map(|r| P::quotas(r).len()).max().unwrap_or(1)
     }
 
     /// The key's fingerprint: its seeded 64-bit hash, odd (never 0, the index's empty slot).

@@ -86,12 +86,9 @@ pub struct Policy {
 impl Policy {
     pub(crate) fn new(limits: Limits) -> Policy {
         let quotas = limits.quotas();
-        let mut min_burst_index = 0;
-        for (i, q) in quotas.iter().enumerate() {
-            if q.burst() < quotas[min_burst_index].burst() {
-                min_burst_index = i;
-            }
-        }
+        let min_burst_index = (0..quotas.len())
+            .min_by_key(|&i| quotas[i].burst())
+            .unwrap_or(0);
         let kind = if quotas.len() <= 2 {
             Kind::Two(Rates::new(&limits))
         } else {
@@ -106,35 +103,6 @@ impl Policy {
         }
     }
 
-    /// The refusal of a cost above the smallest burst.
-    pub(crate) fn exceeds(&self) -> Refusal {
-        Refusal::new(Denied::ExceedsBurst, self.min_burst_index)
-    }
-
-    /// Where a key the table does not track starts: every quota full as of `evicted_at`, the
-    /// latest eviction reading (see [`KeyedMultiLimiter`]).
-    pub(crate) fn start(&self, evicted_at: u64) -> [u64; MAX_LIMITS] {
-        let q = self.limits.quotas();
-        core::array::from_fn(|i| q[i.min(self.len - 1)].earned_floor(evicted_at))
-    }
-
-    /// The all-quotas decision on `states` (the first `len` meaningful).
-    pub(crate) fn decide(
-        &self,
-        states: &[u64; MAX_LIMITS],
-        now: u64,
-        cost: u64,
-    ) -> Result<Option<[u64; MAX_LIMITS]>, Refusal> {
-        let padded = all::pad::<MAX_LIMITS>(&states[..self.len]);
-        let next = match &self.kind {
-            Kind::Two(r) => {
-                all::decide_pair([padded[0], padded[1]], now, r, cost)?.map(|[a, b]| [a, b, b, b])
-            }
-            Kind::Four(r) => all::decide(padded, now, r, cost)?,
-        };
-        Ok(next)
-    }
-
     /// The first instant at which every quota is full (`u64::MAX`: never within the horizon).
     pub(crate) fn full_at(&self, states: &[u64]) -> u64 {
         self.limits
@@ -144,26 +112,6 @@ impl Policy {
             .map(|(q, &s)| gcra::full_at(s, q))
             .max()
             .unwrap_or(0)
-    }
-
-    /// Whole tokens every quota holds at `now`.
-    pub(crate) fn available(&self, states: &[u64], now: u64) -> u64 {
-        self.limits
-            .quotas()
-            .iter()
-            .zip(states)
-            .map(|(q, &s)| gcra::available(s, now, q))
-            .min()
-            .unwrap_or(0)
-    }
-
-    /// Every quota's snapshot at `now`, in the policy's order.
-    pub(crate) fn snapshots(&self, states: &[u64], now: u64) -> Snapshots {
-        let snaps: [Snapshot; MAX_LIMITS] = core::array::from_fn(|i| {
-            let i = i.min(self.len - 1);
-            gcra::snapshot(states[i], now, &self.limits.quotas()[i])
-        });
-        Snapshots::from_padded(snaps, self.len)
     }
 }
 
@@ -223,27 +171,6 @@ impl RecordStore {
                 .try_decide::<4>(h, fp, len, |s| all::decide(s, now, r, cost)),
         }
     }
-
-    /// The states of record `h` if it still belongs to `fp` (one consistent read, retried
-    /// while a writer holds it).
-    fn states(&self, fp: u64, h: usize, policy: &Policy) -> Option<[u64; MAX_LIMITS]> {
-        let mut backoff = Backoff::default();
-        loop {
-            match self.records.read::<MAX_LIMITS>(h, policy.len) {
-                Some((_, owner, states)) => return (owner == fp).then_some(states),
-                None => backoff.snooze(),
-            }
-        }
-    }
-
-    /// The full instant of a record a writer holds, from words read without the lock: each
-    /// state is its value before or after the writer's store, and a debit only delays a
-    /// quota's full instant, so this is no later than the instant after the write.
-    fn optimistic_full_at(&self, h: usize, policy: &Policy) -> u64 {
-        let mut states = [0u64; MAX_LIMITS];
-        self.records.peek(h, &mut states[..policy.len]);
-        policy.full_at(&states[..policy.len])
-    }
 }
 
 impl Sealed for Limits {
@@ -277,7 +204,7 @@ impl Sealed for Limits {
         policy.min_burst
     }
     fn exceeds(policy: &Policy) -> Refusal {
-        policy.exceeds()
+        Refusal::new(Denied::ExceedsBurst, policy.min_burst_index)
     }
     fn table_full(wait: Duration) -> Refusal {
         Refusal::new(Denied::RetryAfter(wait), 0)
@@ -292,7 +219,8 @@ impl Sealed for Limits {
     }
 
     fn start(policy: &Policy, evicted_at: u64) -> [u64; MAX_LIMITS] {
-        policy.start(evicted_at)
+        let q = policy.limits.quotas();
+        core::array::from_fn(|i| q[i.min(policy.len - 1)].earned_floor(evicted_at))
     }
     fn decide_state(
         policy: &Policy,
@@ -300,16 +228,30 @@ impl Sealed for Limits {
         now: u64,
         cost: u64,
     ) -> Result<Option<[u64; MAX_LIMITS]>, Refusal> {
-        policy.decide(states, now, cost)
+        let padded = all::pad::<MAX_LIMITS>(&states[..policy.len]);
+        Ok(match &policy.kind {
+            Kind::Two(r) => {
+                all::decide_pair([padded[0], padded[1]], now, r, cost)?.map(|[a, b]| [a, b, b, b])
+            }
+            Kind::Four(r) => all::decide(padded, now, r, cost)?,
+        })
     }
     fn full_at(policy: &Policy, states: &[u64; MAX_LIMITS]) -> u64 {
         policy.full_at(&states[..policy.len])
     }
     fn available(policy: &Policy, states: &[u64; MAX_LIMITS], now: u64) -> u64 {
-        policy.available(&states[..policy.len], now)
+        let quotas = policy.limits.quotas().iter().zip(states);
+        quotas
+            .map(|(q, &s)| gcra::available(s, now, q))
+            .min()
+            .unwrap_or(0)
     }
     fn snapshot(policy: &Policy, states: &[u64; MAX_LIMITS], now: u64) -> Snapshots {
-        policy.snapshots(&states[..policy.len], now)
+        let snaps: [Snapshot; MAX_LIMITS] = core::array::from_fn(|i| {
+            let i = i.min(policy.len - 1);
+            gcra::snapshot(states[i], now, &policy.limits.quotas()[i])
+        });
+        Snapshots::from_padded(snaps, policy.len)
     }
     fn snapshot_untracked(policy: &Policy, wait: Duration) -> Snapshots {
         Snapshots::from_padded([Snapshot::new(0, wait); MAX_LIMITS], policy.len)
@@ -407,10 +349,19 @@ impl Sealed for Limits {
         policy: &Policy,
     ) -> Option<[u64; MAX_LIMITS]> {
         // A key evicted between the walk and this read is skipped (it was full, and restores
-        // as an untracked key from the floor, read after the walk), unless it was re-inserted
-        // into the same record meanwhile: then its state after the re-insertion is saved, a
-        // real state of the key and no more lenient than the floor.
-        limiter.store.states(fp, h as usize, policy)
+        // from the floor, read after the walk), unless it was re-inserted into the same record
+        // meanwhile: then its state after that is saved, no more lenient than the floor.
+        let mut backoff = Backoff::default();
+        loop {
+            match limiter
+                .store
+                .records
+                .read::<MAX_LIMITS>(h as usize, policy.len)
+            {
+                Some((_, owner, states)) => return (owner == fp).then_some(states),
+                None => backoff.snooze(),
+            }
+        }
     }
 
     fn place<K, C>(
@@ -494,7 +445,13 @@ impl Sealed for Limits {
                         }
                         at
                     }
-                    None => store.optimistic_full_at(h, policy).max(now + 1),
+                    // A writer holds it: each word read without the lock is its value before
+                    // or after the write, and a debit only delays a full instant.
+                    None => {
+                        let mut states = [0u64; MAX_LIMITS];
+                        store.records.peek(h, &mut states[..policy.len]);
+                        policy.full_at(&states[..policy.len]).max(now + 1)
+                    }
                 }
             },
             || {

@@ -101,6 +101,7 @@ fn get_quotas<P: KeyedPolicy>(
 }
 
 /// What a restore reads before the wall clock: the saved policies and the fingerprint seed.
+#[derive(Debug)]
 pub struct Head {
     /// The saved quotas, flat: the default's first, then each override's (memory in proportion
     /// to the input's frames).
@@ -110,14 +111,6 @@ pub struct Head {
     seed: u64,
     /// Each saved override's quotas, by fingerprint: where in `quotas`, and how many.
     overrides: HashMap<u64, (usize, usize)>,
-}
-
-impl core::fmt::Debug for Head {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Head")
-            .field("overrides", &self.overrides.len())
-            .finish_non_exhaustive()
-    }
 }
 
 /// Reads the table-wide frame and the overrides' of a table of `P`.
