@@ -49,28 +49,24 @@ const MAX_KEYS: usize = 1 << 26;
 /// A rate limiter with one exact token bucket per key (tenant, API key, client address) and a
 /// hard bound on the number of keys it tracks.
 ///
-/// What each key carries is the policy `P`: a [`Quota`] (the default: the key's state is one
+/// What each key carries is the policy `P`: a [`Quota`] (the default; the key's state is one
 /// word inline in the table's slot) or [`Limits`](crate::Limits), one to four quotas that must
 /// all hold ([`KeyedMultiLimiter`], a record per key). Everything below holds for both; with
 /// `Limits` "full" means every quota full, and a key decides as a
 /// [`MultiBucket`](crate::MultiBucket) does.
 ///
-/// * **Exact.** Each key's state is driven by [`crate::gcra`]: its verdicts equal those of one
-///   [`Bucket`](crate::Bucket) per key.
+/// * **Exact.** Each key's verdicts equal those of one [`Bucket`](crate::Bucket) per key.
 /// * **Bounded.** [`len`](KeyedLimiter::len) never exceeds `max_keys`. Only *full* buckets are
-///   evicted (at the evicting reading and after it a full bucket is indistinguishable from a
-///   key never seen, so eviction changes no verdict), lazily, by the insertions that need
-///   room; [`sweep`](KeyedLimiter::sweep) runs one by hand.
+///   evicted (from its eviction reading on, a full bucket is indistinguishable from a key never
+///   seen), lazily, by the insertions that need room; [`sweep`](KeyedLimiter::sweep) runs one.
 /// * **Under a flood.** When the table is full and no bucket is full, a new key is refused in
-///   O(1) with `RetryAfter(d)`, `0 < d ≤` one whole burst's refill (the first instant a tracked
-///   bucket will be full; `Duration::MAX` if none will be within the
-///   [`HORIZON`](crate::HORIZON)), or — with [`KeyedLimiterBuilder::fail_open`] — admitted
-///   untracked.
+///   O(1) with `RetryAfter(d)`, `0 < d ≤` one whole burst's refill (until a tracked bucket is
+///   full; `Duration::MAX` if none will be within the [`HORIZON`](crate::HORIZON)), or
+///   admitted untracked with [`KeyedLimiterBuilder::fail_open`].
 /// * **Lock-free lookups.** Deciding for a tracked key writes only that key's slot (and the
-///   calling thread's counter shard). Inserting and evicting take one mutex for bounded work
-///   (at most one sweep step and one migration step; never O(`max_keys`)). The sweep is
-///   incremental, so a full table can refuse a new key, a bounded number of times, while a
-///   full bucket it has not reached yet exists
+///   thread's counter shard). Insertions and evictions take one mutex for bounded work, never
+///   O(`max_keys`); the sweep is incremental, so a full table can refuse a new key a bounded
+///   number of times while a full bucket it has not reached exists
 ///   ([docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#cost-of-an-insertion)).
 ///
 /// # Guarantees, by clock
@@ -80,27 +76,24 @@ const MAX_KEYS: usize = 1 << 26;
 ///   never-refused key equals that of one exact `Bucket` per key.
 /// * **Stale readings and clocks that step back**: no interleaving over-admits. Each key's
 ///   admissions, each at its decision's reading, stay within `burst + rate·Δ` in every window
-///   `Δ`, through evictions, re-insertions, sweeps and table growth. A key's state never moves
-///   back: a key the table does not track starts *full as of the latest eviction reading* (its
-///   own quota's), exactly full for any reading at or after it and, for an older one, holding
-///   what a bucket full at that reading holds then (an evicted key and a new one look alike).
-///   After a clock steps far back, new keys are therefore refused until it is within one
-///   burst's refill of the latest eviction reading, as one bucket that saw it would refuse.
-/// * **`fail_open`** admissions (untracked, because the table was full) are outside every bound.
+///   `Δ`, through evictions, re-insertions, sweeps and table growth: a key the table does not
+///   track starts *full as of the latest eviction reading* (its own quota's), which for an
+///   older reading holds what a bucket full at the eviction held then. So after a clock steps
+///   far back, new keys are refused until it is within one burst's refill of that reading.
+/// * **`fail_open`** admissions (untracked, the table full) are outside every bound.
 ///
 /// # Keys are identified by a 64-bit fingerprint
 ///
 /// The table stores no keys: a slot is 16 bytes, the key's *fingerprint* (foldhash's fast
 /// hasher with a random 64-bit seed per limiter, its low bit set: 63 bits of hash) and its
 /// state, allocated up front (48 to 96 bytes per unit of `max_keys`, clamped to 2^26). No
-/// per-key allocation, no key copies, no epoch-based reclamation — and one trade: **two keys
-/// with equal fingerprints share one bucket**, stricter for both, never looser. With `n`
-/// tracked keys the chance of any collision is about `n² / 2^64` (5 × 10⁻⁸ at a million keys);
-/// the seed is secret, so collisions cannot be aimed from outside. A key's slot mixes its
-/// fingerprint with a second secret, drawn per process and never saved, so a state file (which
-/// holds the seed) cannot aim keys at one stretch of the table either. Override quotas
-/// ([`KeyedLimiterBuilder::override_quota`]) are found by fingerprint too: a key that collides
-/// with an override key runs under that key's quota, which may be looser (the same odds, per
+/// per-key allocation or key copies — and one trade: **two keys with equal fingerprints share
+/// one bucket**, stricter for both. With `n` tracked keys the chance of any collision is about
+/// `n² / 2^64` (5 × 10⁻⁸ at a million keys); the seed is secret, so collisions cannot be aimed.
+/// A key's slot also mixes in a per-process secret that is never saved, so a state file (which
+/// holds the seed) cannot aim keys at one stretch of the table. Overrides
+/// ([`KeyedLimiterBuilder::override_quota`]) are found by fingerprint too: a key colliding with
+/// an override key runs under that key's quota, which may be looser (the same odds, per
 /// override).
 ///
 /// ```
@@ -153,8 +146,8 @@ impl<K, P: KeyedPolicy, C: fmt::Debug> fmt::Debug for KeyedLimiter<K, P, C> {
 
 impl<K: Hash + Eq + Clone, P: KeyedPolicy> KeyedLimiter<K, P> {
     /// A limiter on the [`DefaultClock`] tracking at most `max_keys` keys, each with `policy`.
-    /// With `max_keys == 0` nothing is tracked and every request is refused as "table full",
-    /// with `RetryAfter(Duration::MAX)`: never ([`KeyedLimiter::builder`] rejects 0 instead).
+    /// With `max_keys == 0` every request is refused with `RetryAfter(Duration::MAX)`
+    /// ([`KeyedLimiter::builder`] rejects 0 instead).
     ///
     /// ```
     /// let limiter = tollgate::KeyedLimiter::new(tollgate::Quota::per_second(5).unwrap(), 100);
@@ -223,15 +216,11 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         }
     }
 
-    /// Takes `cost` tokens from `key`'s bucket (every quota of its policy) if it holds them now.
-    ///
-    /// `Err(RetryAfter(d))`: the key's bucket is short (`d` exactly as for a
-    /// [`Bucket`](crate::Bucket); with several quotas the wait after which all of them hold
-    /// `cost`), or the key is new and the table is full with no full bucket (`0 < d ≤` the
-    /// longest burst refill of the policy's quotas and its overrides', `Duration::MAX` if no
-    /// tracked bucket is full again within the horizon; see [`KeyedLimiterBuilder::fail_open`]).
-    /// `Err(ExceedsBurst)`: `cost` is above the key's (smallest) burst. A new key is tracked
-    /// only once it is admitted; cost 0 is always admitted and tracks nothing.
+    /// Takes `cost` tokens from `key`'s bucket (every quota of its policy) if it holds them now;
+    /// a new key is tracked once admitted, and cost 0 is admitted and tracks nothing.
+    /// `Err(RetryAfter(d))`: the bucket is short (`d` as for a [`Bucket`](crate::Bucket); with
+    /// several quotas, until all hold `cost`), or the key is new and the table is full ("Under
+    /// a flood" above). `Err(ExceedsBurst)`: `cost` is above the key's (smallest) burst.
     ///
     /// ```
     /// use std::time::Duration;
@@ -250,8 +239,7 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
     }
 
     /// [`try_acquire`](KeyedLimiter::try_acquire) with a borrowed form of the key (`&str` for
-    /// `String` keys, `&[u8]` for `Vec<u8>`): never an allocation (the table stores the key's
-    /// fingerprint, not the key).
+    /// `String` keys, `&[u8]` for `Vec<u8>`): never an allocation.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -282,14 +270,12 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         })
     }
 
-    /// [`try_acquire_by`](KeyedLimiter::try_acquire_by), with the key's bucket at the decision's
-    /// clock reading on refusal only: the whole tokens it holds and the time until it is full
-    /// (with several quotas, the tightest one's: fewest whole tokens left, ties to the one full
-    /// last), for `RateLimit` response headers; an admission costs what `try_acquire_by`
-    /// costs. The key's state is read once more, at the same reading (no second clock read), so
-    /// under concurrency the snapshot may include other threads' decisions on the key. A new
-    /// key refused because the table is full reports 0 tokens, full after the refusal's wait.
-    /// The snapshot whatever the verdict, and every quota's: [`Limiter::decide_snapshots`].
+    /// [`try_acquire_by`](KeyedLimiter::try_acquire_by), with the key's bucket on refusal only
+    /// (for `RateLimit` headers): its whole tokens and the time until it is full at the
+    /// decision's reading (with several quotas, the tightest one's: fewest tokens, ties to the
+    /// one full last). The state is read once more at that reading, so it may include other
+    /// threads' decisions on the key; a new key refused for a full table reports 0 tokens, full
+    /// after the wait. Whatever the verdict, and every quota's: [`Limiter::decide_snapshots`].
     ///
     /// ```
     /// use std::time::Duration;

@@ -22,10 +22,9 @@ mod tests;
 
 use crate::sync::{AtomicU128, AtomicU64, Mutex, MutexGuard};
 use alloc::boxed::Box;
+use core::hash::BuildHasher;
 use layout::{capacity, encode, region_in, MIN_ACTIVE};
 use migrate::Migration;
-#[cfg(feature = "persist")]
-pub(crate) use scan::ScanRegion;
 #[cfg(feature = "persist")]
 pub(crate) use slot::is_fingerprint;
 pub(crate) use slot::{fingerprint, seeded_hasher, Hasher};
@@ -44,35 +43,12 @@ pub(crate) struct Index {
     rebuilds: AtomicU64,
     /// Serializes every change of a fingerprint or of `layout`.
     lock: Mutex<Meta>,
-    secret: Secret,
-}
-
-/// A random odd word drawn per index and never saved, mixed into every fingerprint's home slot
-/// ([`Index::home`]): whoever chooses fingerprints (a state file does, and its seed makes every
-/// key's predictable) cannot choose slots, so probe chains stay as short as random ones.
-#[derive(Clone, Copy)]
-struct Secret {
-    mul: u64,
-    /// Test tables that build their clusters by hand use the fingerprint itself.
-    #[cfg(test)]
-    plain: bool,
-}
-
-impl Secret {
-    fn new() -> Secret {
-        #[cfg(not(tollgate_loom))]
-        let mul = {
-            use core::hash::BuildHasher;
-            foldhash::quality::RandomState::default().hash_one(0u8) | 1
-        };
-        #[cfg(tollgate_loom)]
-        let mul = 1;
-        Secret {
-            mul,
-            #[cfg(test)]
-            plain: false,
-        }
-    }
+    /// A random odd word drawn per index and never saved, mixed into every fingerprint's home
+    /// slot ([`Index::home`]): whoever chooses fingerprints (a state file does, and its seed
+    /// makes every key's predictable) cannot choose slots, so probe chains stay as short as
+    /// random ones. 0 (each fingerprint its own home) under loom, whose models are written
+    /// against the fingerprints' own slots, and in tests that build clusters by hand.
+    secret: u64,
 }
 
 /// What the mutex guards: the live count, the incremental sweep's position and the migration.
@@ -105,7 +81,11 @@ impl Index {
         let len = if first == cap { cap } else { cap + cap / 2 };
         let region = region_in(cap, first);
         Index {
-            secret: Secret::new(),
+            secret: if cfg!(tollgate_loom) {
+                0
+            } else {
+                foldhash::quality::RandomState::default().hash_one(0u8) | 1
+            },
             slots: (0..len).map(|_| AtomicU128::new(0)).collect(),
             cap,
             layout: AtomicU64::new(encode(region, false)),
@@ -128,24 +108,19 @@ impl Index {
     #[cfg(test)]
     pub(crate) fn plain(max_keys: usize) -> Self {
         let mut ix = Index::new(max_keys);
-        ix.secret.plain = true;
+        ix.secret = 0;
         ix
     }
 
     /// The slot a probe for `fp` starts from (modulo a region's length): the fingerprint times
     /// the secret, folded (the 128-bit product's halves xored), so its low bits depend on every
-    /// bit of both. Under loom, whose models are written against the fingerprints' own slots,
-    /// the fingerprint itself.
+    /// bit of both.
     #[inline(always)]
     pub(super) fn home(&self, fp: u64) -> usize {
-        #[cfg(test)]
-        if self.secret.plain {
+        if cfg!(any(test, tollgate_loom)) && self.secret == 0 {
             return fp as usize;
         }
-        if cfg!(tollgate_loom) {
-            return fp as usize;
-        }
-        let p = u128::from(fp) * u128::from(self.secret.mul);
+        let p = u128::from(fp) * u128::from(self.secret);
         (p as u64 ^ (p >> 64) as u64) as usize
     }
 

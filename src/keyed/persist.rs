@@ -27,7 +27,6 @@
 //! the wall-clock anchor, taken after it); what was admitted after the walk read a key can be
 //! handed out again, as after any save.
 
-use super::index::{Index, ScanRegion};
 use super::table::Table;
 use super::{KeyedLimiter, KeyedLimiterBuilder, KeyedPolicy};
 use crate::clock::Clock;
@@ -176,7 +175,7 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
             fw.frame(over, &p.0)?;
         }
         let mut entries: Vec<(u64, usize, [u64; MAX_LIMITS])> = Vec::new();
-        walk(&self.index, CHUNK, |chunk| {
+        self.index.walk(CHUNK, |chunk| {
             entries.clear();
             for &(fp, word) in chunk {
                 let rule = self.rule_of(fp);
@@ -335,64 +334,9 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     }
 }
 
-/// Walks every entry of `index` (module docs): `on_chunk` receives the `(fingerprint, word)`
-/// entries (states, or record handles) of each chunk of about `chunk` slots, read under the
-/// index's mutex, and runs without it.
-pub(crate) fn walk<E>(
-    index: &Index,
-    chunk: usize,
-    mut on_chunk: impl FnMut(&[(u64, u64)]) -> Result<(), E>,
-) -> Result<(), E> {
-    let mut entries = Vec::new();
-    let mut done: Vec<ScanRegion> = Vec::new();
-    let mut queue: Vec<ScanRegion> = Vec::new();
-    queue_regions(index, &done, &mut queue);
-    while !queue.is_empty() {
-        let r = queue.remove(0);
-        let mut walk = Walk {
-            chunk,
-            ..Walk::default()
-        };
-        while !walk.finished(r) {
-            entries.clear();
-            {
-                let locked = index.lock();
-                walk.step(
-                    r,
-                    |i| locked.scan_slot(r, i),
-                    |fp, word| {
-                        entries.push((fp, word));
-                    },
-                );
-            }
-            on_chunk(&entries)?;
-        }
-        done.push(r);
-        if queue.is_empty() {
-            queue_regions(index, &done, &mut queue);
-        }
-    }
-    Ok(())
-}
-
-/// Appends to `queue` the regions of `index` holding entries now (a migration's old region
-/// first) that are not in `done`.
-fn queue_regions(index: &Index, done: &[ScanRegion], queue: &mut Vec<ScanRegion>) {
-    let (old, cur) = index.lock().scan_regions();
-    for r in old.into_iter().chain([cur]) {
-        if !done.contains(&r) && !queue.contains(&r) {
-            queue.push(r);
-        }
-    }
-}
-
 /// Writes the `FLOOR` frame of `table` saved at the reading `now`: the latest eviction reading
 /// (read after the walk), relative to `now`.
-pub(crate) fn write_floor<W: Write>(
-    fw: &mut FrameWriter<W>,
-    table: &Table,
-    now: u64,
-) -> io::Result<()> {
+fn write_floor<W: Write>(fw: &mut FrameWriter<W>, table: &Table, now: u64) -> io::Result<()> {
     let floor = table.evicted_at.load(Ordering::SeqCst);
     let mut p = Payload::default();
     p.u8(u8::from(floor != 0))
@@ -402,11 +346,7 @@ pub(crate) fn write_floor<W: Write>(
 
 /// Reads a `FLOOR` frame's payload: the saved floor on a clock reading `now` after a downtime
 /// of `down` (as far from the anchor as it was), if there was one.
-pub(crate) fn read_floor(
-    c: &mut Cursor<'_>,
-    now: u64,
-    down: u64,
-) -> Result<Option<u64>, RestoreError> {
+fn read_floor(c: &mut Cursor<'_>, now: u64, down: u64) -> Result<Option<u64>, RestoreError> {
     let (evicted, rel) = (c.u8()?, c.i64()?);
     c.end()?;
     match evicted {
@@ -416,58 +356,6 @@ pub(crate) fn read_floor(
             Ok(Some(at.clamp(0, i128::from(HORIZON_NS)) as u64))
         }
         _ => Err(RestoreError::Corrupt("an invalid floor")),
-    }
-}
-
-/// A walk over one region, in chunks: from the slot after an empty one, once around.
-#[derive(Default)]
-struct Walk {
-    /// Slots to read at least per chunk.
-    chunk: usize,
-    /// The next slot; `None` before the first chunk found the empty slot to start after.
-    pos: Option<usize>,
-    /// Slots still to read.
-    left: usize,
-}
-
-impl Walk {
-    fn finished(&self, r: ScanRegion) -> bool {
-        self.pos.is_some() && self.left == 0 || r.len() == 0
-    }
-
-    /// One chunk, under the mutex: at least `self.chunk` slots (all that are left, if fewer),
-    /// ending after an empty slot; `slot(i)` reads slot `i`, `f` receives its entry.
-    fn step(
-        &mut self,
-        r: ScanRegion,
-        slot: impl Fn(usize) -> Option<(u64, u64)>,
-        mut f: impl FnMut(u64, u64),
-    ) {
-        let len = r.len();
-        let mut pos = match self.pos {
-            Some(pos) => pos,
-            None => {
-                // Under the same lock as the first chunk: the start stays empty while it reads.
-                // (A region at most half full always has an empty slot; if none were found the
-                // walk reads every slot from 0 in this one chunk.)
-                let start = (0..len).find(|&i| slot(i).is_none());
-                self.left = len - usize::from(start.is_some());
-                start.map_or(0, |s| s + 1)
-            }
-        };
-        let mut read = 0;
-        while self.left > 0 {
-            let entry = slot(pos);
-            pos = (pos + 1) % len;
-            self.left -= 1;
-            read += 1;
-            match entry {
-                Some((fp, state)) => f(fp, state),
-                None if read >= self.chunk => break,
-                None => {}
-            }
-        }
-        self.pos = Some(pos);
     }
 }
 
@@ -580,32 +468,34 @@ mod tests {
             let mut seen: HashMap<u64, u64> = HashMap::new();
             let mut next_key = 1_000_000u64;
             let chunk = 1 + (rng.next() % 4) as usize;
-            walk(&limiter.index, chunk, |entries| {
-                for &(fp, s) in entries {
-                    let e = seen.entry(fp).or_insert(0);
-                    *e = (*e).max(s);
-                }
-                for _ in 0..rng.next() % 3 {
-                    match rng.next() % 4 {
-                        0 => {
-                            for _ in 0..rng.next() % 4 {
-                                let _ = limiter.try_acquire(&next_key, 1 + rng.next() % 100);
-                                next_key += 1;
+            limiter
+                .index
+                .walk(chunk, |entries| {
+                    for &(fp, s) in entries {
+                        let e = seen.entry(fp).or_insert(0);
+                        *e = (*e).max(s);
+                    }
+                    for _ in 0..rng.next() % 3 {
+                        match rng.next() % 4 {
+                            0 => {
+                                for _ in 0..rng.next() % 4 {
+                                    let _ = limiter.try_acquire(&next_key, 1 + rng.next() % 100);
+                                    next_key += 1;
+                                }
+                            }
+                            1 if rng.next() % 4 == 0 => {
+                                clock.advance(Duration::from_millis(rng.next() % 300));
+                                limiter.sweep();
+                            }
+                            _ => {
+                                let k = 1_000_000 + rng.next() % (next_key - 999_999);
+                                let _ = limiter.try_acquire(&k, 1);
                             }
                         }
-                        1 if rng.next() % 4 == 0 => {
-                            clock.advance(Duration::from_millis(rng.next() % 300));
-                            limiter.sweep();
-                        }
-                        _ => {
-                            let k = 1_000_000 + rng.next() % (next_key - 999_999);
-                            let _ = limiter.try_acquire(&k, 1);
-                        }
                     }
-                }
-                Ok::<(), ()>(())
-            })
-            .unwrap();
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
             let now = clock.now();
             for (k, fp, s0) in start {
                 match seen.get(&fp) {
