@@ -109,10 +109,4 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     pub fn counters(&self) -> KeyedCounters {
         self.shards.sum()
     }
-
-    /// Adds `n` to the calling thread's count `which` ([`CounterShards::count`]).
-    #[inline]
-    pub(super) fn count(&self, which: impl FnOnce(&Counters) -> &AtomicU64, n: u64) {
-        self.shards.count(which, n);
-    }
 }

@@ -38,8 +38,8 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         #[cfg(feature = "metrics")]
         let result = P::observe(&self.observe, result);
         match result {
-            Ok(()) => self.count(|c| &c.admitted, 1),
-            Err(_) => self.count(|c| &c.refused, 1),
+            Ok(()) => self.shards.count(|c| &c.admitted, 1),
+            Err(_) => self.shards.count(|c| &c.refused, 1),
         }
         result
     }
@@ -77,9 +77,9 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
                     #[cfg(not(feature = "metrics"))]
                     let untracked = self.fail_open;
                     if untracked {
-                        self.count(|c| &c.admitted_untracked, 1);
+                        self.shards.count(|c| &c.admitted_untracked, 1);
                     } else {
-                        self.count(|c| &c.refused_table_full, 1);
+                        self.shards.count(|c| &c.refused_table_full, 1);
                     }
                     return if self.fail_open {
                         Ok(())

@@ -44,13 +44,9 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::time::SystemTime;
 
-/// Slots a save reads per hold of the index's mutex (then on to the next empty slot).
-#[cfg(not(tollgate_loom))]
-pub(crate) const CHUNK: usize = 4096;
-/// Under loom, one: the models' tiny tables are then walked in several chunks, with moves
-/// explored between them.
-#[cfg(tollgate_loom)]
-pub(crate) const CHUNK: usize = 1;
+/// Slots a save reads per hold of the index's mutex (then on to the next empty slot); under
+/// loom one, so the models' tiny tables are walked in several chunks with moves between them.
+const CHUNK: usize = if cfg!(tollgate_loom) { 1 } else { 4096 };
 
 /// The most override policies a restore accepts.
 const MAX_OVERRIDES: u64 = 1 << 24;

@@ -10,13 +10,9 @@
 //! odd `k`, so the buffer holds `capacity + capacity / 2` slots and a region reuses only slots
 //! emptied two doublings before.
 
-/// The smallest region, in slots (or the whole table, if smaller).
-#[cfg(not(tollgate_loom))]
-pub(super) const MIN_ACTIVE: usize = 64;
-
-/// Under loom, 4: a table for 4 keys (8 slots) then migrates once.
-#[cfg(tollgate_loom)]
-pub(super) const MIN_ACTIVE: usize = 4;
+/// The smallest region, in slots (or the whole table, if smaller); under loom 4, so that a
+/// table for 4 keys (8 slots) migrates once.
+pub(super) const MIN_ACTIVE: usize = if cfg!(tollgate_loom) { 4 } else { 64 };
 
 /// The largest table: 2^30 slots (`max_keys` above 2^29 is clamped), so a region's offset and
 /// mask fit the layout word's 31-bit fields, and the buffer's length a 32-bit `usize`.

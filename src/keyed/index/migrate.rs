@@ -8,13 +8,9 @@ use crate::sync::Ordering;
 
 /// Old-region slots one insertion examines during a migration (moving every entry among them).
 /// At least 3 keeps the new region under half full when the migration ends; 4 leaves a margin.
-#[cfg(not(tollgate_loom))]
-pub(crate) const MIGRATE_STEP: usize = 4;
-
-/// Under loom, 2: a migration of the 4-slot region then spans insertions, so the models see
+/// Under loom 2, so a migration of the 4-slot region spans insertions and the models see
 /// lookups and decisions racing a migration in progress.
-#[cfg(tollgate_loom)]
-pub(crate) const MIGRATE_STEP: usize = 2;
+pub(crate) const MIGRATE_STEP: usize = if cfg!(tollgate_loom) { 2 } else { 4 };
 
 /// A migration's walk down the old region.
 #[derive(Clone, Copy, Debug)]

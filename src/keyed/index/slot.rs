@@ -7,19 +7,13 @@ use crate::sync::{AtomicU128, Ordering};
 pub(super) const EMPTY: u64 = 0;
 
 /// Maps a 64-bit hash to a fingerprint: its low bit set, so never [`EMPTY`] (63 bits of the
-/// hash identify a key).
-#[cfg(not(tollgate_loom))]
+/// hash identify a key). Under loom, whose models are written against their keys' whole
+/// hashes, 0 and 1 become 2 and 3 and every other hash is its own fingerprint.
 #[inline]
 pub(crate) fn fingerprint(hash: u64) -> u64 {
-    hash | 1
-}
-
-/// Under loom, whose models are written against their keys' whole hashes: 0 and 1 become 2 and
-/// 3, every other hash is its own fingerprint.
-#[cfg(tollgate_loom)]
-#[inline]
-pub(crate) fn fingerprint(hash: u64) -> u64 {
-    if hash < 2 {
+    if !cfg!(tollgate_loom) {
+        hash | 1
+    } else if hash < 2 {
         hash + 2
     } else {
         hash
