@@ -59,9 +59,8 @@ struct Meta {
     /// Slots the current pass has still to examine.
     pass_left: usize,
     /// The earliest full instant of the entries this pass saw not full, inserted since it
-    /// began, or moved by an eviction's shift unexamined (`shift_back`, `evict_landed`): when
-    /// the pass ends, a lower bound on every live entry's full instant. A migration restarts
-    /// the pass, so the entries it moves are examined where they land.
+    /// began, or moved unexamined by an eviction's shift: when the pass ends, a lower bound on
+    /// every live entry's full instant (a migration restarts the pass: see `start_migration`).
     pass_min: u64,
     /// The migration in progress, if any.
     migration: Option<Migration>,
@@ -103,8 +102,7 @@ impl Index {
         }
     }
 
-    /// A table whose home slots are the fingerprints' own low bits (for tests that build
-    /// clusters by hand).
+    /// A table whose home slots are the fingerprints' own bits (tests' hand-built clusters).
     #[cfg(test)]
     pub(crate) fn plain(max_keys: usize) -> Self {
         let mut ix = Index::new(max_keys);
@@ -170,15 +168,13 @@ impl Locked<'_> {
         self.meta.migration.is_some()
     }
 
-    /// How many times a migration's start has restarted the sweep's pass (a caller counting
-    /// the slots its steps examined starts again when this changes).
+    /// How many times a migration's start has restarted the sweep's pass ([`sweep::Sweep`]).
     pub(crate) fn restarts(&self) -> u64 {
         self.meta.restarts
     }
 
-    /// Inserts `fp` (not tracked: checked with [`contains`](Locked::contains) under this same
-    /// lock) with `state`, first full at `full_at_new` (folded into the sweep pass's bound),
-    /// after the insertion's growth ([`grow`](Locked::grow)).
+    /// Inserts `fp` (checked absent under this lock) with `state`, first full at `full_at_new`
+    /// (folded into the pass's bound), after the insertion's growth ([`grow`](Locked::grow)).
     pub(crate) fn insert(&mut self, fp: u64, state: u64, full_at_new: u64) {
         self.grow();
         self.put(fp, state);
@@ -186,10 +182,9 @@ impl Locked<'_> {
         self.meta.pass_min = self.meta.pass_min.min(full_at_new);
     }
 
-    /// Whether an insertion of `fp` now lands within `max` slots of its home: a restore places
-    /// only such entries, so no chain it builds is longer, whatever its file holds. Takes the
-    /// insertion's growth first (the insertion's own then moves at most
-    /// [`MIGRATE_STEP`](migrate::MIGRATE_STEP) more entries in).
+    /// Whether an insertion of `fp` now lands within `max` slots of its home (what a restore
+    /// checks, whatever its file holds), after the insertion's growth (whose own step then
+    /// moves at most [`MIGRATE_STEP`](migrate::MIGRATE_STEP) more entries in).
     #[cfg(feature = "persist")]
     pub(crate) fn room_within(&mut self, fp: u64, max: usize) -> bool {
         self.grow();

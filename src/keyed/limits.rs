@@ -28,22 +28,18 @@ use core::hash::Hash;
 use core::time::Duration;
 
 /// A [`KeyedLimiter`] whose keys each carry a policy of one to four quotas ([`Limits`]) that
-/// must **all** hold, with the same hard bound on the number of keys it tracks.
+/// must **all** hold; all that [`KeyedLimiter`]'s docs say holds, "full" meaning every quota full.
 ///
 /// * **Per key, exactly a [`MultiBucket`](crate::MultiBucket).** Admitted iff every quota holds
 ///   `cost` at the one clock reading, then every quota is debited in one step; a refusal
-///   writes nothing; `cost == 0` is admitted and tracks nothing. [`Denied::ExceedsBurst`] iff
-///   `cost` exceeds the key's smallest burst, else `RetryAfter` of the slowest quota's exact
-///   wait. Each quota's own window bound holds under any interleaving and stale reading.
-/// * **Bounded, evicting only full keys, keys by fingerprint**, as every [`KeyedLimiter`]:
-///   "full" means every quota full; a key not tracked starts with every quota full as of the
-///   latest eviction reading; a new key meeting a full table waits at most the longest refill
-///   of a whole burst of any quota of any policy.
+///   writes nothing. [`Denied::ExceedsBurst`] iff `cost` exceeds the key's smallest burst, else
+///   `RetryAfter` of the slowest quota's exact wait; each quota's window bound holds under any
+///   interleaving and stale reading.
 /// * **Memory.** The index's 48 to 96 bytes per unit of `max_keys`, plus one record per unit
 ///   (32 bytes if every policy has one or two quotas, else 64), all up front.
 /// * **Locking.** Lookups are lock-free; an admission is one CAS of the key's record's
-///   sequence word, then its stores, so a writer preempted there delays only its own key (not
-///   lock-free per key; `docs/guarantees.md`, "Per-key policies: the records").
+///   sequence word, then its stores, so a writer preempted there delays only its own key
+///   (`docs/guarantees.md`, "Per-key policies: the records").
 ///
 /// ```
 /// use std::time::Duration;
@@ -63,8 +59,7 @@ use core::time::Duration;
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub type KeyedMultiLimiter<K, C = DefaultClock> = KeyedLimiter<K, Limits, C>;
 
-/// A policy's decision words: two quotas (or one, repeated) decided straight-line, three or
-/// four through the general loop.
+/// A policy's decision words: up to two quotas decided straight-line, three or four in a loop.
 #[derive(Clone, Debug)]
 pub(crate) enum Kind {
     Two(Rates<2>),
@@ -129,8 +124,7 @@ impl core::fmt::Debug for RecordStore {
     }
 }
 
-/// The free records: never handed out yet from `fresh` on, and freed ones. Taken only under
-/// the index's mutex (insertions and evictions both run under it).
+/// The free records (under the index's mutex): never handed out from `fresh` on, and freed ones.
 #[derive(Default)]
 struct Free {
     fresh: usize,
@@ -138,8 +132,7 @@ struct Free {
 }
 
 impl RecordStore {
-    /// A free record (one freed by an eviction, else one never handed out), if any (under the
-    /// index's mutex).
+    /// A free record (a freed one first), if any.
     fn take(&self) -> Option<usize> {
         let mut free = self.free.lock();
         free.stack.pop().or_else(|| {

@@ -52,9 +52,8 @@ const CHUNK: usize = if cfg!(tollgate_loom) { 1 } else { 4096 };
 const MAX_OVERRIDES: u64 = 1 << 24;
 
 /// The farthest from its home slot a restore places an entry (a table at most half full of
-/// random homes puts one that far about once in 10^21 entries); one that would land farther
-/// is not tracked, and raises the floor for untracked keys instead, as an entry past
-/// `max_keys` does. So a restore of `n` entries probes at most this many slots for each.
+/// random homes puts one that far about once in 10^21 entries); farther, it is not tracked and
+/// raises the floor instead, as an entry past `max_keys` does: so a restore is O(entries).
 const MAX_RESTORE_PROBE: usize = 256;
 
 /// The frame kinds of a table of `P`: the table-wide frame, an override's and the entries'.
@@ -98,8 +97,7 @@ fn get_quotas<P: KeyedPolicy>(
 /// What a restore reads before the wall clock: the saved policies and the fingerprint seed.
 #[derive(Debug)]
 pub struct Head {
-    /// The saved quotas, flat: the default's first, then each override's (memory in proportion
-    /// to the input's frames).
+    /// The saved quotas, flat: the default's first, then each override's.
     quotas: Vec<Quota>,
     /// How many quotas the default policy holds.
     default: usize,
@@ -139,11 +137,9 @@ fn read_head<P: KeyedPolicy>(fr: &mut FrameReader<&mut dyn Read>) -> Result<Head
 
 inherent_persist!(impl[K, P: KeyedPolicy, C: Clock] KeyedLimiter<K, P, C>);
 
-/// Streams one chunk of the table at a time while decisions go on (module docs): memory
-/// independent of the number of keys, time linear in the current region. A restore into a
-/// limiter of another seed than the saved one cannot find the saved keys: each raises the floor
-/// for untracked keys to the instant it would be full instead ([`KeyedLimiterBuilder::restore`]
-/// builds the limiter around the saved seed).
+/// Streams one chunk at a time while decisions go on (module docs). A restore into a limiter of
+/// another seed cannot find the saved keys: each raises the floor for untracked keys to its
+/// full instant instead ([`KeyedLimiterBuilder::restore`] builds around the saved seed).
 impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
     const LIMITER: Limiter = if P::SEVERAL {
         Limiter::KeyedMulti
@@ -438,10 +434,9 @@ mod tests {
     use crate::ManualClock;
     use core::time::Duration;
 
-    /// A walk in chunks of a few slots, with insertions (which grow the table through
-    /// migrations), sweeps (evictions that shift chains back) and admissions between every two
-    /// chunks, still reads every entry tracked when it began, unless that entry was evicted —
-    /// full — first; and each state it reads is at least the one the entry had then.
+    /// A walk in chunks of a few slots, with insertions (migrations), sweeps (shifts) and
+    /// admissions between chunks, reads every entry tracked when it began unless it was
+    /// evicted (full) first, each with at least the state it had then.
     #[test]
     fn a_walk_misses_no_entry_that_stays_tracked() {
         let q = Quota::per_second(1).unwrap().with_burst(100).unwrap();
@@ -510,11 +505,8 @@ mod tests {
         assert!(read > 500 && missed > 50, "read {read}, missed {missed}");
     }
 
-    /// The save reads a record by the handle the walk found under the key's slot; if, in
-    /// between, the key was evicted and its record handed to another key, the read must be
-    /// skipped, not saved as the first key's state (which would restore it with the other key's
-    /// spend). The interleaving, made deterministic: the slot read, the hand-over, the record
-    /// read.
+    /// A record handed to another key between the walk's slot read and the save's record read
+    /// is skipped, not saved as the first key's state (the interleaving, made deterministic).
     #[test]
     fn a_record_handed_to_another_key_is_not_saved_as_the_first() {
         use crate::{KeyedMultiLimiter, Limits};
@@ -595,11 +587,9 @@ mod tests {
         );
     }
 
-    /// A file may say a key lacks more than any save of the table can (a quarter of `u64`'s
-    /// range of units), and that untracked keys start full only at the end of time: each is
-    /// clamped to the most a save can hold — full again within two refills of the longest
-    /// burst — so neither locks keys out for a century. Still drained, never fuller: nothing
-    /// is admitted at the restore's instant.
+    /// A key lacking more than any save can say (a quarter of `u64`'s range of units) and a
+    /// floor at the end of time are clamped to the most a save can hold (full within two
+    /// refills of the longest burst): drained, never fuller, and no lockout for a century.
     #[test]
     fn a_restore_clamps_what_no_save_can_hold() {
         let q = Quota::per_second(10).unwrap();

@@ -31,12 +31,11 @@ pub struct Step {
     pub(crate) pass_done: Option<u64>,
 }
 
-/// A whole sweep's progress over its steps (one per lock; [`Sweep::before`] and
-/// [`Sweep::after`] under each step's lock): done after a whole region's worth of slots
-/// examined with no old region left to drain. The count starts again when a migration restarts
-/// the pass ([`Locked::restarts`], at most once per doubling) or a step leaves a full entry
-/// behind the cursor ([`Step::moved_full`], only after evictions: a sweep goes on only while
-/// it finds full entries to evict).
+/// A whole sweep's progress over its steps ([`Sweep::before`] and [`Sweep::after`] under each
+/// step's lock): done after a region's worth of slots examined with no old region to drain.
+/// The count starts again when a migration restarts the pass ([`Locked::restarts`], at most
+/// once per doubling) or a step leaves a full entry behind the cursor ([`Step::moved_full`],
+/// only after evictions: a sweep goes on only while it finds full entries).
 #[derive(Debug, Default)]
 pub(super) struct Sweep {
     pub(super) examined: usize,
@@ -64,9 +63,8 @@ impl Sweep {
 }
 
 impl Index {
-    /// A whole sweep: `step` (one bounded sweep step) under the mutex, released between steps
-    /// so insertions wait for one step at most, until [`Sweep`] says it is done. Returns the
-    /// entries evicted.
+    /// A whole sweep: `step` (one bounded step) under the mutex, released between steps, until
+    /// [`Sweep`] says it is done; returns the entries evicted.
     pub(crate) fn sweep_all(&self, mut step: impl FnMut(&mut Locked<'_>) -> Step) -> u64 {
         let (mut evicted, mut sweep) = (0u64, Sweep::default());
         loop {
@@ -176,9 +174,8 @@ impl Locked<'_> {
             if self.meta.pass_left == 0 {
                 step.pass_done = Some(core::mem::replace(&mut self.meta.pass_min, u64::MAX));
                 self.meta.pass_left = r.len();
-                // Go on into the next pass within the budget, but never examine a slot twice in
-                // one step: a region of at most `STEP_WORK` slots is examined whole, at this
-                // step's reading, by any step that evicts nothing.
+                // On into the next pass within the budget, never a slot twice in one step: a
+                // region of at most `STEP_WORK` slots is examined whole by a step evicting nothing.
                 if step.examined > r.mask {
                     break;
                 }
