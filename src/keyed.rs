@@ -266,7 +266,7 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         Q: Hash + Eq + ?Sized,
     {
         self.decide_then(key, cost, |v, snap| {
-            (v.map_err(Into::into), P::tightest(snap()))
+            (v.map_err(Into::into), P::snapshots(snap()).tightest().1)
         })
     }
 
@@ -294,7 +294,7 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         Q: Hash + Eq + ?Sized,
     {
         self.decide_then(key, cost, |v, snap| {
-            v.map_err(|r| (r.into(), P::tightest(snap())))
+            v.map_err(|r| (r.into(), P::snapshots(snap()).tightest().1))
         })
     }
 
@@ -476,7 +476,11 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> Limiter for KeyedLi
         })
     }
     fn limits(&self, key: &K) -> Option<crate::Limits> {
-        Some(P::limits(self.rule_of(self.fingerprint(key))))
+        Some(
+            P::policy(self.rule_of(self.fingerprint(key)))
+                .clone()
+                .into(),
+        )
     }
     fn max_quotas(&self) -> usize {
         self.most_quotas()

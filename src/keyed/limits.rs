@@ -249,17 +249,11 @@ impl Sealed for Limits {
     fn snapshot_untracked(policy: &Policy, wait: Duration) -> Snapshots {
         Snapshots::from_padded([Snapshot::new(0, wait); MAX_LIMITS], policy.len)
     }
-    fn tightest(snaps: Snapshots) -> Snapshot {
-        snaps.tightest().1
-    }
     fn refusal(refusal: Refusal) -> Refusal {
         refusal
     }
     fn snapshots(snaps: Snapshots) -> Snapshots {
         snaps
-    }
-    fn limits(policy: &Policy) -> Limits {
-        policy.limits.clone()
     }
     fn words(states: &[u64; MAX_LIMITS]) -> &[u64] {
         states

@@ -37,7 +37,7 @@ pub(crate) mod sealed {
 
     /// The per-policy half of the keyed limiter (public in a private module: no other crate
     /// implements [`KeyedPolicy`] or calls these).
-    pub trait Sealed {
+    pub trait Sealed: Into<Limits> {
         /// The policy ready for the hot path (its decision words).
         type Rule: fmt::Debug;
         /// Storage beside the index (`()` when the slot's word is the whole state).
@@ -94,14 +94,10 @@ pub(crate) mod sealed {
         fn snapshot(rule: &Self::Rule, state: &Self::State, now: u64) -> Self::Snap;
         /// The snapshot of a new key refused for want of room: nothing until `wait`.
         fn snapshot_untracked(rule: &Self::Rule, wait: Duration) -> Self::Snap;
-        /// The snapshot a `RateLimit` header describes: the tightest quota's.
-        fn tightest(snap: Self::Snap) -> Snapshot;
         /// A refusal as a policy's (quota 0 for a single quota).
         fn refusal(refusal: Self::Refusal) -> Refusal;
         /// A key's snapshot as a policy's (one for a single quota).
         fn snapshots(snap: Self::Snap) -> Snapshots;
-        /// The quotas of a rule.
-        fn limits(rule: &Self::Rule) -> Limits;
         /// The state's quotas, one word each (for a save).
         fn words(state: &Self::State) -> &[u64];
         /// The state of one word per quota (a restore's; `len` of the rule's quotas).
@@ -240,17 +236,11 @@ impl sealed::Sealed for Quota {
     fn snapshot_untracked(_: &Quota, wait: Duration) -> Snapshot {
         Snapshot::new(0, wait)
     }
-    fn tightest(snap: Snapshot) -> Snapshot {
-        snap
-    }
     fn refusal(denied: Denied) -> Refusal {
         crate::limiter::one(denied)
     }
     fn snapshots(snap: Snapshot) -> Snapshots {
         Snapshots::one(snap)
-    }
-    fn limits(rule: &Quota) -> Limits {
-        Limits::from(*rule)
     }
     fn words(state: &u64) -> &[u64] {
         core::slice::from_ref(state)
