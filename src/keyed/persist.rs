@@ -27,7 +27,6 @@
 //! the wall-clock anchor, taken after it); what was admitted after the walk read a key can be
 //! handed out again, as after any save.
 
-use super::table::Table;
 use super::{KeyedLimiter, KeyedLimiterBuilder, KeyedPolicy};
 use crate::clock::Clock;
 use crate::gcra;
@@ -199,7 +198,14 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
             }
             Ok::<(), io::Error>(())
         })?;
-        write_floor(fw, &self.table, now)
+        // Where untracked keys start: the latest eviction reading (read after the walk, so
+        // covering every eviction it missed), relative to `now`.
+        let floor = self.table.evicted_at.load(Ordering::SeqCst);
+        let rel = i128::from(floor) - i128::from(now);
+        let rel = rel.clamp(i64::MIN.into(), i64::MAX.into()) as i64;
+        let mut p = Payload::default();
+        p.u8(u8::from(floor != 0)).i64(rel);
+        fw.frame(kind::FLOOR, &p.0)
     }
 
     fn read(&self, fr: &mut FrameReader<&mut dyn Read>) -> Result<Head, RestoreError> {
@@ -226,12 +232,17 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
         loop {
             let (k, mut c) = fr.next()?;
             if k == kind::FLOOR {
-                let floor = read_floor(&mut c, now, down)?;
+                let (evicted, rel) = (c.u8()?, c.i64()?);
+                c.end()?;
+                if evicted > 1 {
+                    return Err(RestoreError::Corrupt("an invalid floor"));
+                }
                 fr.expect(kind::END)?;
-                if let Some(at) = floor {
-                    self.table
-                        .evicted_at
-                        .fetch_max(at.min(limit), Ordering::SeqCst);
+                if evicted == 1 {
+                    // As far from the anchor as it was.
+                    let at = i128::from(now) + i128::from(rel) - i128::from(down);
+                    let at = (at.clamp(0, i128::from(HORIZON_NS)) as u64).min(limit);
+                    self.table.evicted_at.fetch_max(at, Ordering::SeqCst);
                 }
                 return Ok(());
             }
@@ -324,36 +335,6 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         self.observe.inserted(t.len.load(Ordering::SeqCst));
     }
-}
-
-/// Writes the `FLOOR` frame of `table` saved at the reading `now`: the latest eviction reading
-/// (read after the walk), relative to `now`.
-fn write_floor<W: Write>(fw: &mut FrameWriter<W>, table: &Table, now: u64) -> io::Result<()> {
-    let floor = table.evicted_at.load(Ordering::SeqCst);
-    let mut p = Payload::default();
-    p.u8(u8::from(floor != 0))
-        .i64(clamp_i64(i128::from(floor) - i128::from(now)));
-    fw.frame(kind::FLOOR, &p.0)
-}
-
-/// Reads a `FLOOR` frame's payload: the saved floor on a clock reading `now` after a downtime
-/// of `down` (as far from the anchor as it was), if there was one.
-fn read_floor(c: &mut Cursor<'_>, now: u64, down: u64) -> Result<Option<u64>, RestoreError> {
-    let (evicted, rel) = (c.u8()?, c.i64()?);
-    c.end()?;
-    match evicted {
-        0 => Ok(None),
-        1 => {
-            let at = i128::from(now) + i128::from(rel) - i128::from(down);
-            Ok(Some(at.clamp(0, i128::from(HORIZON_NS)) as u64))
-        }
-        _ => Err(RestoreError::Corrupt("an invalid floor")),
-    }
-}
-
-/// `x` within `i64`.
-fn clamp_i64(x: i128) -> i64 {
-    x.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
 #[cfg_attr(docsrs, doc(cfg(feature = "persist")))]

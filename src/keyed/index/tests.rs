@@ -46,6 +46,12 @@ fn used_in(ix: &Index, r: Region) -> usize {
         .count()
 }
 
+/// Whether `f`'s slot lies in region `r`.
+fn in_region(ix: &Index, r: Region, f: u64) -> bool {
+    let (slot, _) = ix.find(f).unwrap();
+    (0..r.len()).any(|j| core::ptr::eq(&ix.slots[r.at(j)], slot))
+}
+
 /// The layout's invariants with the mutex free: slots outside the current (and old) region
 /// are empty, the current region is at most half full, the live count is exact.
 fn check_layout(ix: &Index) {
@@ -193,16 +199,7 @@ fn lookups_during_a_migration_find_keys_in_both_regions() {
     let layout = ix.layout();
     let (new, old) = (decode(layout), old_of(ix.cap, decode(layout)));
     assert!(used_in(&ix, new) > 0 && used_in(&ix, old) > 0);
-    let region_of = |f: u64| {
-        let (slot, _) = ix.find(f).unwrap();
-        let i = ix
-            .slots
-            .iter()
-            .position(|s| core::ptr::eq(s, slot))
-            .unwrap();
-        (new.base..new.base + new.len()).contains(&i)
-    };
-    let in_new = (0..n).filter(|&i| region_of(fp(i))).count();
+    let in_new = (0..n).filter(|&i| in_region(&ix, new, fp(i))).count();
     assert!(in_new > 0 && in_new < n as usize, "{in_new} of {n} moved");
     let epoch = ix.rebuild_epoch();
     for i in 0..n {
@@ -333,14 +330,8 @@ fn a_pass_covers_entries_moved_by_insertions() {
     let ix = Index::plain(1 << 12);
     let n = mid_migration(&ix, 0);
     // The earliest-full entry is one still in the old region.
-    let layout = ix.layout();
-    let old = old_of(ix.cap, decode(layout));
-    let in_old = (0..n)
-        .find(|&i| {
-            let (slot, _) = ix.find(fp(i)).unwrap();
-            (0..old.len()).any(|j| core::ptr::eq(&ix.slots[old.at(j)], slot))
-        })
-        .unwrap();
+    let old = old_of(ix.cap, ix.region());
+    let in_old = (0..n).find(|&i| in_region(&ix, old, fp(i))).unwrap();
     assert!(ix.apply(fp(in_old), |_| Ok::<_, ()>(Some(1))).is_some());
     let mut k = n;
     while ix.lock().migrating() {
