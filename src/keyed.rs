@@ -1,11 +1,8 @@
 //! [`KeyedLimiter`]: one exact bucket per key in a table of bounded size.
 //!
-//! On many cores: a lookup reads the flat table (its lines stay shared in every core's cache)
-//! and writes only the key's 16-byte slot, so only threads on the *same* key contend (where
-//! 128-bit loads are not plain loads, `portable-atomic` loads with a CAS, so keys sharing a
-//! line contend as writers do). Decisions count on per-thread cache-padded shards
-//! (`counters.rs`); insertions take the index's mutex for bounded work; a flood of refused new
-//! keys reads only two words of `Table`, without the mutex.
+//! On many cores a lookup reads the flat table (its lines stay shared in every core's cache)
+//! and writes only the key's slot, so only threads on the same key contend (where 128-bit loads
+//! are `portable-atomic` CASes, keys sharing a line do too); counts go to per-thread shards.
 
 mod builder;
 mod counters;
@@ -327,7 +324,7 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         verdict: Result<(), P::Refusal>,
     ) -> P::Snap {
         let start = || self.start_state(rule);
-        match (P::tracked(self, fp, rule), verdict.map_err(Into::into)) {
+        match (self.tracked(fp, rule), verdict.map_err(Into::into)) {
             (Some(state), _) => P::snapshot(rule, &state, now),
             // A new key refused because the table is full (where it would start admits the
             // cost): untracked, nothing until the wait. One refused by where it starts (the
@@ -359,7 +356,9 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         let fp = self.fingerprint(key);
         let rule = self.rule_of(fp);
         let now = self.clock.now();
-        let state = P::tracked(self, fp, rule).unwrap_or_else(|| self.start_state(rule));
+        let state = self
+            .tracked(fp, rule)
+            .unwrap_or_else(|| self.start_state(rule));
         P::available(rule, &state, now)
     }
 
@@ -435,6 +434,16 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
             &self.rule
         } else {
             self.overrides.get(&fp).unwrap_or(&self.rule)
+        }
+    }
+
+    /// The state of the tracked key `fp` (a consistent read), looked up again if its record
+    /// was handed to another key meanwhile.
+    fn tracked(&self, fp: u64, rule: &P::Rule) -> Option<P::State> {
+        loop {
+            if let Some(state) = P::saved(self, fp, self.index.load(fp)?, rule) {
+                return Some(state);
+            }
         }
     }
 

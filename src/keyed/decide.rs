@@ -81,11 +81,7 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
                     } else {
                         self.shards.count(|c| &c.refused_table_full, 1);
                     }
-                    return if self.fail_open {
-                        Ok(())
-                    } else {
-                        Err(P::table_full(wait))
-                    };
+                    return self.fail_open.then_some(()).ok_or(P::table_full(wait));
                 }
             }
         }

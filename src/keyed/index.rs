@@ -1,14 +1,10 @@
 //! The keyed limiter's index: a flat, open-addressed table of 16-byte slots that we own.
 //!
-//! A slot is one 128-bit word `fingerprint << 64 | state`: the key's fingerprint (a seeded
-//! hash with its low bit set; `0` = empty) and its [`gcra`](crate::gcra) state (or, for
-//! `Limits`, a record's handle). Keys are not stored (see [`KeyedLimiter`](super::KeyedLimiter)
-//! for that trade). The buffer is allocated up front as zeroed atomics, which optimized builds
-//! turn into a zeroed allocation whose pages become resident only when used (the optimizer's
-//! choice, not a guarantee); its regions and their doublings: `layout`.
-//!
-//! The protocol (the lock-free lookup, the insert and migration under the mutex, evictions and
-//! why a probe never misses a present key): [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#the-keyed-index).
+//! A slot is one 128-bit word `fingerprint << 64 | state`: the key's fingerprint (`0` = empty)
+//! and its [`gcra`](crate::gcra) state (for `Limits`, a record's handle). The buffer is zeroed
+//! atomics allocated up front, whose pages optimized builds leave untouched until used (the
+//! optimizer's choice, not a guarantee); its regions: `layout`. The protocol and why a probe
+//! never misses a present key: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#the-keyed-index).
 
 mod layout;
 mod migrate;

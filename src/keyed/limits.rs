@@ -314,21 +314,6 @@ impl Sealed for Limits {
         }
     }
 
-    fn tracked<K, C>(
-        limiter: &KeyedLimiter<K, Limits, C>,
-        fp: u64,
-        policy: &Policy,
-    ) -> Option<[u64; MAX_LIMITS]> {
-        let mut backoff = Backoff::default();
-        loop {
-            let h = limiter.index.load(fp)? as usize;
-            match limiter.store.records.read::<MAX_LIMITS>(h, policy.len) {
-                Some((_, owner, states)) if owner == fp => return Some(states),
-                _ => backoff.snooze(),
-            }
-        }
-    }
-
     fn saved<K, C>(
         limiter: &KeyedLimiter<K, Limits, C>,
         fp: u64,

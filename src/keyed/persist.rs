@@ -1,31 +1,28 @@
 //! [`KeyedLimiter`]'s saved state (feature `persist`): a `KEYED` frame (default quota,
 //! fingerprint seed, override count), one `OVERRIDE` frame per override, `ENTRIES` frames (each
-//! tracked bucket that is not full: fingerprint and the units it lacks at the anchor), and a
-//! `FLOOR` frame (where untracked keys start), read after the entries. A table of [`Limits`]
-//! writes its own kinds (`KEYED_MULTI`, `OVERRIDE_MULTI`, `MULTI_ENTRIES`) with each policy's
-//! and entry's quota count, every quota of a key from one consistent read of its record.
+//! tracked bucket not full: fingerprint and the units it lacks at the anchor), and a `FLOOR`
+//! frame (where untracked keys start). A table of [`Limits`] writes its own kinds
+//! (`KEYED_MULTI`, `OVERRIDE_MULTI`, `MULTI_ENTRIES`) with quota counts, every quota of a key
+//! from one consistent read of its record.
 //!
 //! # A save walks the table while decisions go on
 //!
 //! The walk holds the index's mutex for one chunk of about [`CHUNK`] slots (ended at an empty
-//! slot) and writes the chunk without it: lookups never wait, insertions wait for one chunk at
-//! most, and each entry is one load, its state as of some instant during the save. It misses
-//! no entry tracked when the save began unless that entry was evicted (full) first:
+//! slot), then writes it without the mutex, each entry one load. It misses no entry tracked
+//! when the save began unless that entry was evicted (full) first:
 //!
 //! * entries move only under the mutex, never while a chunk is read;
-//! * a chunk ends at an empty slot `b`; every entry the walk must still visit lies after `b`
-//!   with its home after `b` (a probe cannot pass an empty slot), and an eviction's shift moves
-//!   entries toward their homes only, so none crosses `b` into the part already read (the walk
-//!   starts after an empty slot, so this holds around the region's end too);
-//! * a migration moves entries from the old region into the current one: the old region is
-//!   walked first, then every region that became current during the walk.
+//! * a chunk ends at an empty slot `b`; every entry still to visit lies after `b` with its home
+//!   after `b` (a probe cannot pass an empty slot), and an eviction's shift moves entries toward
+//!   their homes only, so none crosses `b` into the part already read (the walk starts after an
+//!   empty slot, so this holds around the region's end too);
+//! * a migration's old region is walked first, then every region that became current.
 //!
-//! Keys inserted after the walk passed their slot, and keys evicted during it, restore as
-//! untracked keys, which start full as of the floor: the latest eviction reading, read after
-//! the walk. So a restore gives each key no more than it had at some instant of the save (a
-//! state read after the save's reading holds fewer tokens at it, and the restore refills from
-//! the wall-clock anchor, taken after it); what was admitted after the walk read a key can be
-//! handed out again, as after any save.
+//! Keys inserted after the walk passed them, or evicted during it, restore as untracked keys,
+//! which start full as of the floor (the latest eviction reading, read after the walk). So a
+//! restore gives each key no more than it had at some instant of the save (a state read after
+//! the save's reading holds fewer tokens at it, and the restore refills from the anchor, taken
+//! after it); what was admitted after the walk read a key can be handed out again.
 
 use super::{KeyedLimiter, KeyedLimiterBuilder, KeyedPolicy};
 use crate::clock::Clock;

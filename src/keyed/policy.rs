@@ -127,15 +127,8 @@ pub(crate) mod sealed {
         ) -> Option<Result<(), Self::Refusal>>
         where
             Self: KeyedPolicy;
-        /// The state of the tracked key `fp` (a consistent read).
-        fn tracked<K, C>(
-            limiter: &KeyedLimiter<K, Self, C>,
-            fp: u64,
-            rule: &Self::Rule,
-        ) -> Option<Self::State>
-        where
-            Self: KeyedPolicy;
-        /// The state of the entry `(fp, word)` a save's walk read, if it still is that key's.
+        /// The state behind the word `word` read from key `fp`'s slot (by a lookup or a save's
+        /// walk), if it still is that key's (a consistent read).
         fn saved<K, C>(
             limiter: &KeyedLimiter<K, Self, C>,
             fp: u64,
@@ -296,10 +289,6 @@ impl sealed::Sealed for Quota {
             limiter.help_migrate();
         }
         Some(result)
-    }
-
-    fn tracked<K, C>(limiter: &KeyedLimiter<K, Quota, C>, fp: u64, _: &Quota) -> Option<u64> {
-        limiter.index.load(fp)
     }
 
     fn saved<K, C>(_: &KeyedLimiter<K, Quota, C>, _: u64, state: u64, _: &Quota) -> Option<u64> {
