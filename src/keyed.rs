@@ -111,9 +111,7 @@ pub struct KeyedLimiter<K, P: KeyedPolicy = Quota, C = DefaultClock> {
     /// saved table can be found again by a restored limiter.
     #[cfg_attr(not(feature = "persist"), allow(dead_code))]
     seed: u64,
-    /// The default policy, ready for decisions.
     rule: P::Rule,
-    /// Override policies by fingerprint.
     overrides: HashMap<u64, P::Rule>,
     /// What the index's words name, if they are not the keys' states (`Limits`' records).
     store: P::Store,

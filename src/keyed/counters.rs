@@ -5,9 +5,8 @@ use crate::sync::{thread_slot, AtomicU64, Ordering};
 use alloc::boxed::Box;
 use crossbeam_utils::CachePadded;
 
-/// A snapshot of a [`KeyedLimiter`]'s counters (sums over its shards).
-///
-/// `admitted` includes `admitted_untracked`; `refused` includes `refused_table_full`.
+/// A snapshot of a [`KeyedLimiter`]'s counters: `admitted` includes `admitted_untracked`,
+/// `refused` includes `refused_table_full`.
 ///
 /// ```
 /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -27,9 +26,8 @@ pub struct KeyedCounters {
     pub refused: u64,
     /// Requests for a new key refused because the table was full and no bucket was full.
     pub refused_table_full: u64,
-    /// Requests for a new key admitted without tracking because the table was full
-    /// ([`KeyedLimiterBuilder::fail_open`](crate::KeyedLimiterBuilder::fail_open), or shadow
-    /// mode, which admits what it would have refused).
+    /// Requests for a new key admitted untracked because the table was full
+    /// ([`KeyedLimiterBuilder::fail_open`](crate::KeyedLimiterBuilder::fail_open), or shadow mode).
     pub admitted_untracked: u64,
     /// Buckets evicted (each was full, so forgetting it changed no verdict).
     pub evicted: u64,
@@ -65,19 +63,6 @@ impl CounterShards {
         }
     }
 
-    /// The counters, summed over the shards.
-    pub(crate) fn sum(&self) -> KeyedCounters {
-        let mut c = KeyedCounters::default();
-        for s in self.shards.iter() {
-            c.admitted += s.admitted.load(Ordering::Relaxed);
-            c.refused += s.refused.load(Ordering::Relaxed);
-            c.refused_table_full += s.refused_table_full.load(Ordering::Relaxed);
-            c.admitted_untracked += s.admitted_untracked.load(Ordering::Relaxed);
-            c.evicted += s.evicted.load(Ordering::Relaxed);
-        }
-        c
-    }
-
     /// Adds `n` to the calling thread's count `which`, exact once the call returns. The first
     /// half of the shards is owned: the thread whose slot is `i` is shard `i`'s only writer (a
     /// slot passes on only after its owner exits, through a mutex that orders the owner's last
@@ -107,6 +92,14 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     /// assert_eq!(limiter.counters().admitted, 1);
     /// ```
     pub fn counters(&self) -> KeyedCounters {
-        self.shards.sum()
+        let mut c = KeyedCounters::default();
+        for s in self.shards.shards.iter() {
+            c.admitted += s.admitted.load(Ordering::Relaxed);
+            c.refused += s.refused.load(Ordering::Relaxed);
+            c.refused_table_full += s.refused_table_full.load(Ordering::Relaxed);
+            c.admitted_untracked += s.admitted_untracked.load(Ordering::Relaxed);
+            c.evicted += s.evicted.load(Ordering::Relaxed);
+        }
+        c
     }
 }

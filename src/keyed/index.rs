@@ -58,7 +58,6 @@ struct Meta {
     /// began, or moved unexamined by an eviction's shift: when the pass ends, a lower bound on
     /// every live entry's full instant (a migration restarts the pass: see `start_migration`).
     pass_min: u64,
-    /// The migration in progress, if any.
     migration: Option<Migration>,
     /// Passes restarted by a migration's start ([`Locked::restarts`]).
     restarts: u64,

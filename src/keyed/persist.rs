@@ -142,7 +142,6 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
     } else {
         Limiter::Keyed
     };
-    /// The save's clock reading.
     type Measured = u64;
     type Read = Head;
 

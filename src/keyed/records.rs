@@ -121,7 +121,6 @@ impl Records {
         }
     }
 
-    /// How many records the arena holds.
     pub(super) fn count(&self) -> usize {
         self.count
     }

@@ -14,13 +14,11 @@ impl Index {
         self.rebuilds.load(Ordering::SeqCst)
     }
 
-    /// The layout word.
     #[inline]
     pub(super) fn layout(&self) -> u64 {
         self.layout.load(Ordering::Acquire)
     }
 
-    /// The current region.
     #[inline]
     pub(super) fn region(&self) -> Region {
         decode(self.layout())

@@ -68,9 +68,8 @@ pub(super) fn state_of(word: u128) -> u64 {
     word as u64
 }
 
-/// Takes the entry out of `slot` (a CAS to empty, retried while admissions change its state):
-/// returns the word it held, so no admission is lost — one that lands first is in the word, one
-/// that lands later fails its CAS and re-probes.
+/// Takes the entry out of `slot` (a CAS to empty, retried while admissions change it) and
+/// returns its word: an admission landing first is in it, one landing later fails and re-probes.
 pub(super) fn take(slot: &AtomicU128, mut w: u128) -> u128 {
     loop {
         match slot.compare_exchange_weak(w, 0, Ordering::AcqRel, Ordering::Acquire) {

@@ -96,18 +96,15 @@ pub(super) fn visit_order(cursor: usize, mask: usize) -> usize {
 
 impl Locked<'_> {
     /// One bounded step of the incremental sweep at reading `now`: from the cursor, at most
-    /// [`STEP_WORK`] units of work (a slot examined or an entry moved), [`STEP_EVICTIONS`]
-    /// evictions and one whole region, evicting every entry whose `full_at(fp, state)` is at or
-    /// before `now` (`evicting()` before each eviction's CAS). Each eviction closes its gap by
-    /// shifting the rest of its chain back (no tombstones); a moved entry full at `now` is
-    /// evicted where it lands, since the cursor may have passed it
-    /// ([`evict_landed`](Locked::evict_landed), whose shifts may take the work past
-    /// [`STEP_WORK`]). During a migration the step first drains the old region (same budget),
-    /// and examines the current region only once that is done.
+    /// [`STEP_WORK`] units of work (a slot examined or an entry moved; [`evict_landed`]'s shifts
+    /// may go past it), [`STEP_EVICTIONS`] evictions and one whole region, evicting every entry
+    /// whose `full_at(fp, state)` is at or before `now` (`evicting()` before each eviction's
+    /// CAS) and closing each gap with [`shift_back`]. During a migration it first drains the
+    /// old region (same budget). The cursor follows [`visit_order`]: a left-to-right sweep under
+    /// a flood leaves the region just ahead of it nearly full, where linear probing degrades.
     ///
-    /// The cursor visits the region in [`visit_order`], not left to right: a left-to-right
-    /// sweep under a flood leaves the region just ahead of it nearly full, where linear probing
-    /// degrades badly.
+    /// [`evict_landed`]: Locked::evict_landed
+    /// [`shift_back`]: Locked::shift_back
     pub(crate) fn sweep_step(
         &mut self,
         now: u64,
