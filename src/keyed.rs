@@ -1,16 +1,8 @@
 //! [`KeyedLimiter`]: one exact bucket per key in a table of bounded size.
 //!
-//! # On many cores
-//!
-//! A lookup reads the flat table (its lines stay shared in every core's cache) and writes only
-//! the key's 16-byte slot, so decisions for distinct keys scale with the cores; only threads
-//! on the *same* key contend, on its word. (Where 128-bit loads are not plain loads,
-//! `portable-atomic` loads with a CAS, so keys sharing a line contend as writers do.) Each
-//! decision counts on a cache-padded counter shard: the first threads (up to 4 × cores, at
-//! most 1,024) own one each and count with a plain load and store; later threads share others
-//! with a relaxed `fetch_add`. Insertions take the index's mutex, each for bounded work ("Cost
-//! of an insertion" on [`KeyedLimiter`]); a flood of refused new keys reads only two words of
-//! `Table`, without the mutex.
+//! On many cores a lookup reads the flat table (its lines stay shared in every core's cache)
+//! and writes only the key's slot, so only threads on the same key contend (where 128-bit loads
+//! are `portable-atomic` CASes, keys sharing a line do too); counts go to per-thread shards.
 
 mod builder;
 mod counters;
@@ -54,73 +46,52 @@ const MAX_KEYS: usize = 1 << 26;
 /// A rate limiter with one exact token bucket per key (tenant, API key, client address) and a
 /// hard bound on the number of keys it tracks.
 ///
-/// What each key carries is the policy `P`: a [`Quota`] (the default: the key's state is one
+/// What each key carries is the policy `P`: a [`Quota`] (the default; the key's state is one
 /// word inline in the table's slot) or [`Limits`](crate::Limits), one to four quotas that must
-/// all hold ([`KeyedMultiLimiter`], a record per key: see its docs). Everything below holds for
-/// both; with `Limits` "full" means every quota full, and a key decides as a
+/// all hold ([`KeyedMultiLimiter`], a record per key). Everything below holds for both; with
+/// `Limits` "full" means every quota full, and a key decides as a
 /// [`MultiBucket`](crate::MultiBucket) does.
 ///
-/// * **Exact.** Each key's state is one `u64` word driven by [`crate::gcra`], so its verdicts
-///   equal those of one [`Bucket`](crate::Bucket) per key.
-/// * **Bounded.** [`len`](KeyedLimiter::len) never exceeds `max_keys`, however many distinct keys
-///   arrive. Only *full* buckets are evicted — at the evicting reading and after it, a full
-///   bucket is indistinguishable from a key never seen, so eviction changes no verdict — lazily,
-///   by the insertions that need room, with no background thread
-///   ([`sweep`](KeyedLimiter::sweep) runs one by hand).
-/// * **Under a flood.** When the table is full and no bucket is full, a new key is refused with
-///   `RetryAfter(d)`, `0 < d ≤` the time one whole burst takes to refill (the first instant a
-///   tracked bucket will be full; `Duration::MAX` if none will be within the
-///   [`HORIZON`](crate::HORIZON)), or — with [`KeyedLimiterBuilder::fail_open`] — admitted untracked. Such
-///   refusals cost O(1): they read one word.
-/// * **Lock-free lookups.** Deciding for a tracked key reads the index without locks and writes
-///   only that key's slot (plus a counter on the calling thread's own cache-padded shard).
-///   Inserting and evicting take one mutex, for a bounded amount of work (below).
+/// * **Exact.** Each key's verdicts equal those of one [`Bucket`](crate::Bucket) per key.
+/// * **Bounded.** [`len`](KeyedLimiter::len) never exceeds `max_keys`. Only *full* buckets are
+///   evicted (from its eviction reading on, a full bucket is indistinguishable from a key never
+///   seen), lazily, by the insertions that need room; [`sweep`](KeyedLimiter::sweep) runs one.
+/// * **Under a flood.** When the table is full and no bucket is full, a new key is refused in
+///   O(1) with `RetryAfter(d)`, `0 < d ≤` one whole burst's refill (until a tracked bucket is
+///   full; `Duration::MAX` if none will be within the [`HORIZON`](crate::HORIZON)), or
+///   admitted untracked with [`KeyedLimiterBuilder::fail_open`].
+/// * **Lock-free lookups.** Deciding for a tracked key writes only that key's slot (and the
+///   thread's counter shard). Insertions and evictions take one mutex for bounded work, never
+///   O(`max_keys`); the sweep is incremental, so a full table can refuse a new key a bounded
+///   number of times while a full bucket it has not reached exists
+///   ([docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#cost-of-an-insertion)).
 ///
 /// # Guarantees, by clock
 ///
-/// * **Monotone readings** (one thread, or threads whose readings follow their decisions'
-///   order): every verdict, `RetryAfter` and [`available`](KeyedLimiter::available) of a
-///   tracked or never-refused key equals that of one exact [`Bucket`](crate::Bucket) per key.
-/// * **Stale readings and clocks that step back** (a thread preempted between its clock reading
-///   and its decision; unsynchronised TSCs): no interleaving over-admits. Each key's admissions,
-///   each at the reading its decision used, stay within `burst + rate·Δ` in every window `Δ`,
-///   through evictions, re-insertions, sweeps and table growth. A key's state never moves back:
-///   a key the table does not track starts *full as of the latest eviction reading* (its own
-///   quota's), which is exactly full for any reading at or after it, and for an older reading
-///   holds what a bucket full at that eviction reading holds then — the table cannot tell an
-///   evicted key from a new one, so a new key seen at such a reading is treated as strictly.
-///   After a clock steps far back, new keys are therefore refused until the clock is within
-///   one burst's refill time of the latest eviction reading, as one bucket that saw that
-///   reading would refuse.
-/// * **`fail_open`** is opt-in leniency: requests admitted untracked because the table was full
-///   are outside every bound (any number of them, for any key, while the table stays full).
-///
-/// # Cost of an insertion
-///
-/// A new key takes the mutex and does bounded work: a re-probe, at most one sweep step when the
-/// table is full (at most 1,024 slots examined or entries moved, at most 16 evictions), and,
-/// while the table's active region is doubling, one migration step of at most 4 entries.
-/// Nothing is ever O(`max_keys`) under the mutex; the active region grows with the live keys,
-/// so a big table holding few keys stays small and in cache. The trade: the sweep is
-/// incremental, so a full table can refuse a new key while a full bucket the pass has not
-/// reached yet exists, for a bounded number of refusals
-/// ([docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#the-keyed-index)).
+/// * **Monotone readings** (one thread, or readings that follow their decisions' order): every
+///   verdict, `RetryAfter` and [`available`](KeyedLimiter::available) of a tracked or
+///   never-refused key equals that of one exact `Bucket` per key.
+/// * **Stale readings and clocks that step back**: no interleaving over-admits. Each key's
+///   admissions, each at its decision's reading, stay within `burst + rate·Δ` in every window
+///   `Δ`, through evictions, re-insertions, sweeps and table growth: a key the table does not
+///   track starts *full as of the latest eviction reading* (its own quota's), which for an
+///   older reading holds what a bucket full at the eviction held then. So after a clock steps
+///   far back, new keys are refused until it is within one burst's refill of that reading.
+/// * **`fail_open`** admissions (untracked, the table full) are outside every bound.
 ///
 /// # Keys are identified by a 64-bit fingerprint
 ///
-/// The table stores no keys: each slot is 16 bytes, a 64-bit *fingerprint* of the key
-/// (foldhash's fast hasher with a random 64-bit seed per limiter, its low bit set: 63 bits of
-/// hash) and the bucket's state, allocated up front (48 to 96 bytes per unit of `max_keys`;
-/// `max_keys` above 2^26 is clamped). No per-key allocation, no key copies, no epoch-based
-/// reclamation — and one trade: **two distinct keys with equal fingerprints share one
-/// bucket**, stricter for both, never looser. With `n` tracked keys the chance that any two
-/// collide is about `n² / 2^64` (5 × 10⁻⁸ at a million keys); the seed is secret, so
-/// collisions cannot be aimed from outside. Where in the table a key lives is a mix of its
-/// fingerprint with a second secret, drawn per process and never saved: a state file (which
-/// holds the seed) cannot aim keys at one stretch of the table either. Override
-/// quotas ([`KeyedLimiterBuilder::override_quota`]) are also found by fingerprint: a key that
-/// collides with an override key runs under that key's quota, which may be looser than its
-/// own (the same odds, per override).
+/// The table stores no keys: a slot is 16 bytes, the key's *fingerprint* (foldhash's fast
+/// hasher with a random 64-bit seed per limiter, its low bit set: 63 bits of hash) and its
+/// state, allocated up front (48 to 96 bytes per unit of `max_keys`, clamped to 2^26). No
+/// per-key allocation or key copies — and one trade: **two keys with equal fingerprints share
+/// one bucket**, stricter for both. With `n` tracked keys the chance of any collision is about
+/// `n² / 2^64` (5 × 10⁻⁸ at a million keys); the seed is secret, so collisions cannot be aimed.
+/// A key's slot also mixes in a per-process secret that is never saved, so a state file (which
+/// holds the seed) cannot aim keys at one stretch of the table. Overrides
+/// ([`KeyedLimiterBuilder::override_quota`]) are found by fingerprint too: a key colliding with
+/// an override key runs under that key's quota, which may be looser (the same odds, per
+/// override).
 ///
 /// ```
 /// use std::time::Duration;
@@ -140,9 +111,7 @@ pub struct KeyedLimiter<K, P: KeyedPolicy = Quota, C = DefaultClock> {
     /// saved table can be found again by a restored limiter.
     #[cfg_attr(not(feature = "persist"), allow(dead_code))]
     seed: u64,
-    /// The default policy, ready for decisions.
     rule: P::Rule,
-    /// Override policies by fingerprint.
     overrides: HashMap<u64, P::Rule>,
     /// What the index's words name, if they are not the keys' states (`Limits`' records).
     store: P::Store,
@@ -172,8 +141,8 @@ impl<K, P: KeyedPolicy, C: fmt::Debug> fmt::Debug for KeyedLimiter<K, P, C> {
 
 impl<K: Hash + Eq + Clone, P: KeyedPolicy> KeyedLimiter<K, P> {
     /// A limiter on the [`DefaultClock`] tracking at most `max_keys` keys, each with `policy`.
-    /// With `max_keys == 0` nothing is tracked and every request is refused as "table full",
-    /// with `RetryAfter(Duration::MAX)`: never ([`KeyedLimiter::builder`] rejects 0 instead).
+    /// With `max_keys == 0` every request is refused with `RetryAfter(Duration::MAX)`
+    /// ([`KeyedLimiter::builder`] rejects 0 instead).
     ///
     /// ```
     /// let limiter = tollgate::KeyedLimiter::new(tollgate::Quota::per_second(5).unwrap(), 100);
@@ -185,9 +154,9 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy> KeyedLimiter<K, P> {
 }
 
 impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, C> {
-    /// A limiter on `clock` tracking at most `max_keys` keys, each with `policy`. The table is
-    /// allocated here, for `max_keys` (clamped to 2^26): 16 bytes × the next power of two of
-    /// 2 × `max_keys`, and for [`Limits`](crate::Limits) one record per key.
+    /// A limiter on `clock` tracking at most `max_keys` keys (clamped to 2^26), each with
+    /// `policy`; the table (and for [`Limits`](crate::Limits) one record per key) is allocated
+    /// here.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -242,15 +211,11 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         }
     }
 
-    /// Takes `cost` tokens from `key`'s bucket (every quota of its policy) if it holds them now.
-    ///
-    /// `Err(RetryAfter(d))`: the key's bucket is short (`d` exactly as for a
-    /// [`Bucket`](crate::Bucket); with several quotas the wait after which all of them hold
-    /// `cost`), or the key is new and the table is full with no full bucket (`0 < d ≤` the
-    /// longest burst refill of the policy's quotas and its overrides', `Duration::MAX` if no
-    /// tracked bucket is full again within the horizon; see [`KeyedLimiterBuilder::fail_open`]).
-    /// `Err(ExceedsBurst)`: `cost` is above the key's (smallest) burst. A new key is tracked
-    /// only once it is admitted; cost 0 is always admitted and tracks nothing.
+    /// Takes `cost` tokens from `key`'s bucket (every quota of its policy) if it holds them now;
+    /// a new key is tracked once admitted, and cost 0 is admitted and tracks nothing.
+    /// `Err(RetryAfter(d))`: the bucket is short (`d` as for a [`Bucket`](crate::Bucket); with
+    /// several quotas, until all hold `cost`), or the key is new and the table is full ("Under
+    /// a flood" above). `Err(ExceedsBurst)`: `cost` is above the key's (smallest) burst.
     ///
     /// ```
     /// use std::time::Duration;
@@ -269,8 +234,7 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
     }
 
     /// [`try_acquire`](KeyedLimiter::try_acquire) with a borrowed form of the key (`&str` for
-    /// `String` keys, `&[u8]` for `Vec<u8>`): never an allocation (the table stores the key's
-    /// fingerprint, not the key).
+    /// `String` keys, `&[u8]` for `Vec<u8>`): never an allocation.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -296,18 +260,17 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let (verdict, snap) = self.decide_snap(key, cost);
-        (verdict.map_err(Into::into), P::tightest(snap))
+        self.decide_then(key, cost, |v, snap| {
+            (v.map_err(Into::into), P::snapshots(snap()).tightest().1)
+        })
     }
 
-    /// [`try_acquire_by`](KeyedLimiter::try_acquire_by), with the key's bucket at the decision's
-    /// clock reading on refusal only: the whole tokens it holds and the time until it is full
-    /// (with several quotas, the tightest one's: fewest whole tokens left, ties to the one full
-    /// last), for `RateLimit` response headers; an admission costs what `try_acquire_by`
-    /// costs. The key's state is read once more, at the same reading (no second clock read), so
-    /// under concurrency the snapshot may include other threads' decisions on the key. A new
-    /// key refused because the table is full reports 0 tokens, full after the refusal's wait.
-    /// The snapshot whatever the verdict, and every quota's: [`Limiter::decide_snapshots`].
+    /// [`try_acquire_by`](KeyedLimiter::try_acquire_by), with the key's bucket on refusal only
+    /// (for `RateLimit` headers): its whole tokens and the time until it is full at the
+    /// decision's reading (with several quotas, the tightest one's: fewest tokens, ties to the
+    /// one full last). The state is read once more at that reading, so it may include other
+    /// threads' decisions on the key; a new key refused for a full table reports 0 tokens, full
+    /// after the wait. Whatever the verdict, and every quota's: [`Limiter::decide_snapshots`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -325,30 +288,13 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.decide_or_snap(key, cost)
-            .map_err(|(refusal, snap)| (refusal.into(), P::tightest(snap)))
-    }
-
-    /// The decision and the key's snapshot at its reading, whatever the verdict.
-    fn decide_snap<Q>(&self, key: &Q, cost: u64) -> (Result<(), P::Refusal>, P::Snap)
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.decide_then(key, cost, |verdict, snap| (verdict, snap()))
-    }
-
-    /// The decision, with the key's snapshot at its reading on refusal.
-    fn decide_or_snap<Q>(&self, key: &Q, cost: u64) -> Result<(), (P::Refusal, P::Snap)>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.decide_then(key, cost, |verdict, snap| verdict.map_err(|r| (r, snap())))
+        self.decide_then(key, cost, |v, snap| {
+            v.map_err(|r| (r.into(), P::snapshots(snap()).tightest().1))
+        })
     }
 
     /// The decision at one clock reading, handed to `then` with the key's snapshot at that
-    /// reading to take if it needs it (read only then).
+    /// reading, read only if `then` asks.
     fn decide_then<Q, R>(
         &self,
         key: &Q,
@@ -376,7 +322,7 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         verdict: Result<(), P::Refusal>,
     ) -> P::Snap {
         let start = || self.start_state(rule);
-        match (P::tracked(self, fp, rule), verdict.map_err(Into::into)) {
+        match (self.tracked(fp, rule), verdict.map_err(Into::into)) {
             (Some(state), _) => P::snapshot(rule, &state, now),
             // A new key refused because the table is full (where it would start admits the
             // cost): untracked, nothing until the wait. One refused by where it starts (the
@@ -408,7 +354,9 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         let fp = self.fingerprint(key);
         let rule = self.rule_of(fp);
         let now = self.clock.now();
-        let state = P::tracked(self, fp, rule).unwrap_or_else(|| self.start_state(rule));
+        let state = self
+            .tracked(fp, rule)
+            .unwrap_or_else(|| self.start_state(rule));
         P::available(rule, &state, now)
     }
 
@@ -470,17 +418,14 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
 
 impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     /// The state a key not in the table starts from: full as of the latest eviction reading
-    /// (`FULL` if nothing was ever evicted). For a reading at or after it this is exactly a full
-    /// bucket; for an earlier (stale or stepped-back) reading it holds what a bucket full at the
-    /// eviction reading holds then, so forgetting a bucket never hands a stale reading a
-    /// fresher burst than the forgotten bucket had.
+    /// ("Guarantees, by clock" on the type; `Table::evicted_at`).
     #[inline]
     fn start_state(&self, rule: &P::Rule) -> P::State {
         P::start(rule, self.table.evicted_at.load(Ordering::SeqCst))
     }
 
-    /// The rule of the key with fingerprint `fp`: its override's, or the default (by
-    /// reference: the hot path reads only its decision words, never copies them).
+    /// The rule of the key with fingerprint `fp`: its override's, or the default (by reference:
+    /// the hot path never copies it).
     #[inline]
     fn rule_of(&self, fp: u64) -> &P::Rule {
         if self.overrides.is_empty() {
@@ -490,14 +435,20 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
         }
     }
 
+    /// The state of the tracked key `fp` (a consistent read), looked up again if its record
+    /// was handed to another key meanwhile.
+    fn tracked(&self, fp: u64, rule: &P::Rule) -> Option<P::State> {
+        loop {
+            if let Some(state) = P::saved(self, fp, self.index.load(fp)?, rule) {
+                return Some(state);
+            }
+        }
+    }
+
     /// The most quotas a policy of this limiter holds (the default's or an override's).
     fn most_quotas(&self) -> usize {
-        self.overrides
-            .values()
-            .chain([&self.rule])
-            .map(|r| P::quotas(r).len())
-            .max()
-            .unwrap_or(1)
+        let rules = self.overrides.values().chain([&self.rule]);
+        rules.map(|r| P::quotas(r).len()).max().unwrap_or(1)
     }
 
     /// The key's fingerprint: its seeded 64-bit hash, odd (never 0, the index's empty slot).
@@ -519,19 +470,24 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> Limiter for KeyedLi
         key: &K,
         cost: u64,
     ) -> Result<(), (crate::Refusal, crate::Snapshots)> {
-        self.decide_or_snap(key, cost)
-            .map_err(|(refusal, snap)| (P::refusal(refusal), P::snapshots(snap)))
+        self.decide_then(key, cost, |v, snap| v.map_err(|r| (r, snap())))
+            .map_err(|(r, snap)| (P::refusal(r), P::snapshots(snap)))
     }
     fn decide_snapshots(
         &self,
         key: &K,
         cost: u64,
     ) -> (Result<(), crate::Refusal>, crate::Snapshots) {
-        let (verdict, snap) = self.decide_snap(key, cost);
-        (verdict.map_err(P::refusal), P::snapshots(snap))
+        self.decide_then(key, cost, |v, snap| {
+            (v.map_err(P::refusal), P::snapshots(snap()))
+        })
     }
     fn limits(&self, key: &K) -> Option<crate::Limits> {
-        Some(P::limits(self.rule_of(self.fingerprint(key))))
+        Some(
+            P::policy(self.rule_of(self.fingerprint(key)))
+                .clone()
+                .into(),
+        )
     }
     fn max_quotas(&self) -> usize {
         self.most_quotas()

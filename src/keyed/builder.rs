@@ -64,10 +64,9 @@ impl<K, P: KeyedPolicy, C: fmt::Debug> fmt::Debug for KeyedLimiterBuilder<K, P, 
 }
 
 impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder<K, P, C> {
-    /// Gives `key` its own policy (a premium tenant's quota; for [`Limits`], one to four
-    /// quotas, as many as it likes whatever the default holds) instead of the default one. The
-    /// override is found by the key's fingerprint at every decision, so overrides cost one more
-    /// hash-map lookup per call; without any, nothing is looked up.
+    /// Gives `key` its own policy (a premium tenant's quota; for [`Limits`], any number of
+    /// quotas) instead of the default. Overrides cost one hash-map lookup per decision (by the
+    /// key's fingerprint); without any, nothing is looked up.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -83,9 +82,8 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
         self
     }
 
-    /// When the table is full and no bucket can be evicted: `false` (the default) refuses a new
-    /// key with `RetryAfter`; `true` admits it without tracking it (outside every bound). Both
-    /// are counted.
+    /// When the table is full and no bucket can be evicted, a new key is refused with
+    /// `RetryAfter` (`false`, the default) or admitted untracked, outside every bound (`true`).
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -113,8 +111,7 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
         self.build_seeded(None)
     }
 
-    /// [`build`](KeyedLimiterBuilder::build) with the fingerprint seed given (a restore's) or
-    /// drawn at random (`None`).
+    /// [`build`](KeyedLimiterBuilder::build) with the fingerprint seed given or drawn (`None`).
     pub(super) fn build_seeded(
         self,
         seed: Option<u64>,

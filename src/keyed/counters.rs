@@ -5,9 +5,8 @@ use crate::sync::{thread_slot, AtomicU64, Ordering};
 use alloc::boxed::Box;
 use crossbeam_utils::CachePadded;
 
-/// A snapshot of a [`KeyedLimiter`]'s counters (sums over its shards).
-///
-/// `admitted` includes `admitted_untracked`; `refused` includes `refused_table_full`.
+/// A snapshot of a [`KeyedLimiter`]'s counters: `admitted` includes `admitted_untracked`,
+/// `refused` includes `refused_table_full`.
 ///
 /// ```
 /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -27,17 +26,14 @@ pub struct KeyedCounters {
     pub refused: u64,
     /// Requests for a new key refused because the table was full and no bucket was full.
     pub refused_table_full: u64,
-    /// Requests for a new key admitted without tracking because the table was full
-    /// ([`KeyedLimiterBuilder::fail_open`](crate::KeyedLimiterBuilder::fail_open), or shadow
-    /// mode, which admits what it would have refused).
+    /// Requests for a new key admitted untracked because the table was full
+    /// ([`KeyedLimiterBuilder::fail_open`](crate::KeyedLimiterBuilder::fail_open), or shadow mode).
     pub admitted_untracked: u64,
     /// Buckets evicted (each was full, so forgetting it changed no verdict).
     pub evicted: u64,
 }
 
-/// One counter shard, on its own line: either owned by one thread (the only writer: a count is a
-/// relaxed load and store) or shared by the threads mapped to it (a relaxed `fetch_add`); see
-/// [`CounterShards::count`].
+/// One counter shard, on its own line: owned by one thread or shared ([`CounterShards::count`]).
 #[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) admitted: AtomicU64,
@@ -56,7 +52,7 @@ pub(crate) struct CounterShards {
 }
 
 impl CounterShards {
-    /// Four stripes per core (a power of two) owned ones, then as many shared ones.
+    /// Four owned shards per core (a power of two), then as many shared ones.
     pub(crate) fn new() -> CounterShards {
         let owned = crate::sharded::shards_per_core()
             .saturating_mul(4)
@@ -67,26 +63,11 @@ impl CounterShards {
         }
     }
 
-    /// The counters, summed over the shards.
-    pub(crate) fn sum(&self) -> KeyedCounters {
-        let mut c = KeyedCounters::default();
-        for s in self.shards.iter() {
-            c.admitted += s.admitted.load(Ordering::Relaxed);
-            c.refused += s.refused.load(Ordering::Relaxed);
-            c.refused_table_full += s.refused_table_full.load(Ordering::Relaxed);
-            c.admitted_untracked += s.admitted_untracked.load(Ordering::Relaxed);
-            c.evicted += s.evicted.load(Ordering::Relaxed);
-        }
-        c
-    }
-
-    /// Adds `n` to the calling thread's count `which`. The first half of the shards is owned: the
-    /// thread whose slot is `i` is the only one that writes shard `i` while it holds the slot (a
-    /// slot passes to another thread only after its owner exits, through a mutex that orders the
-    /// owner's last store before the next owner's first load), so it counts with a relaxed load
-    /// and store, no locked instruction. Threads with later slots share the second half, by
-    /// slot, with `fetch_add`.
-    /// Either way a count is exact once the call that made it has returned.
+    /// Adds `n` to the calling thread's count `which`, exact once the call returns. The first
+    /// half of the shards is owned: the thread whose slot is `i` is shard `i`'s only writer (a
+    /// slot passes on only after its owner exits, through a mutex that orders the owner's last
+    /// store before the next owner's first load), so it counts with a relaxed load and store.
+    /// Threads with later slots share the second half with `fetch_add`.
     #[inline]
     pub(crate) fn count(&self, which: impl FnOnce(&Counters) -> &AtomicU64, n: u64) {
         let owned = self.shards.len() / 2;
@@ -101,11 +82,8 @@ impl CounterShards {
 }
 
 impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
-    /// The counters, summed over the shards: every decision counts once as admitted or refused;
-    /// `refused_table_full` and `admitted_untracked` count new keys that met a full table,
-    /// `evicted` the keys evicted. In shadow mode (`KeyedLimiterBuilder::shadow`, feature
-    /// `metrics`) a decision counts as what the caller got: admitted. Each count is exact once
-    /// the calls that made it have returned.
+    /// The counters, summed over the shards ([`KeyedCounters`]): each decision counts once, as
+    /// what the caller got (admitted, in shadow mode), exact once the calls have returned.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -114,12 +92,14 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     /// assert_eq!(limiter.counters().admitted, 1);
     /// ```
     pub fn counters(&self) -> KeyedCounters {
-        self.shards.sum()
-    }
-
-    /// Adds `n` to the calling thread's count `which` ([`CounterShards::count`]).
-    #[inline]
-    pub(super) fn count(&self, which: impl FnOnce(&Counters) -> &AtomicU64, n: u64) {
-        self.shards.count(which, n);
+        let mut c = KeyedCounters::default();
+        for s in self.shards.shards.iter() {
+            c.admitted += s.admitted.load(Ordering::Relaxed);
+            c.refused += s.refused.load(Ordering::Relaxed);
+            c.refused_table_full += s.refused_table_full.load(Ordering::Relaxed);
+            c.admitted_untracked += s.admitted_untracked.load(Ordering::Relaxed);
+            c.evicted += s.evicted.load(Ordering::Relaxed);
+        }
+        c
     }
 }

@@ -38,8 +38,8 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
         #[cfg(feature = "metrics")]
         let result = P::observe(&self.observe, result);
         match result {
-            Ok(()) => self.count(|c| &c.admitted, 1),
-            Err(_) => self.count(|c| &c.refused, 1),
+            Ok(()) => self.shards.count(|c| &c.admitted, 1),
+            Err(_) => self.shards.count(|c| &c.refused, 1),
         }
         result
     }
@@ -70,23 +70,18 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
                 Insert::TableFull(wait) => {
                     #[cfg(any(feature = "metrics", feature = "tracing"))]
                     self.observe.table_full(self.fail_open);
-                    // In shadow mode the caller is admitted untracked whatever the verdict,
-                    // and the counters count what callers got; the metrics record the refusal
-                    // enforcement would have made.
+                    // Shadow mode admits the caller untracked (and counts that); the metrics
+                    // record the refusal enforcement would have made.
                     #[cfg(feature = "metrics")]
                     let untracked = self.fail_open || self.observe.is_shadow();
                     #[cfg(not(feature = "metrics"))]
                     let untracked = self.fail_open;
                     if untracked {
-                        self.count(|c| &c.admitted_untracked, 1);
+                        self.shards.count(|c| &c.admitted_untracked, 1);
                     } else {
-                        self.count(|c| &c.refused_table_full, 1);
+                        self.shards.count(|c| &c.refused_table_full, 1);
                     }
-                    return if self.fail_open {
-                        Ok(())
-                    } else {
-                        Err(P::table_full(wait))
-                    };
+                    return self.fail_open.then_some(()).ok_or(P::table_full(wait));
                 }
             }
         }

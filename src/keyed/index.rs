@@ -1,24 +1,9 @@
 //! The keyed limiter's index: a flat, open-addressed table of 16-byte slots that we own.
 //!
-//! # Layout
-//!
-//! The buffer, its regions and their doublings: the module docs of `layout`.
-//!
-//! A slot is one 128-bit word `fingerprint << 64 | state`: the key's 64-bit fingerprint (a
-//! seeded hash with its low bit set; `0` = empty) and its
-//! [`gcra`](crate::gcra) state. **Keys are not stored**: two keys with equal fingerprints share
-//! one bucket (see [`KeyedLimiter`](super::KeyedLimiter)'s docs for that trade). 16 bytes per slot
-//! and 1.5 × `capacity` slots: 48 to 96 bytes per unit of `max_keys`, allocated up front as
-//! zeroed atomics, which optimized builds turn into a zeroed allocation whose pages become
-//! resident only when used (the optimizer's choice, not a guarantee).
-//!
-//! A fingerprint's probe starts at its *home*, a mix of it with a secret drawn per index
-//! ([`Index::home`]), not at its own low bits: fingerprints read from a file are chosen by
-//! whoever wrote it, and the home keeps them from choosing slots.
-//!
-//! # Protocol
-//!
-//! The lock-free lookup, the insert and migration under the mutex, evictions and why a probe
+//! A slot is one 128-bit word `fingerprint << 64 | state`: the key's fingerprint (`0` = empty)
+//! and its [`gcra`](crate::gcra) state (for `Limits`, a record's handle). The buffer is zeroed
+//! atomics allocated up front, whose pages optimized builds leave untouched until used (the
+//! optimizer's choice, not a guarantee); its regions: `layout`. The protocol and why a probe
 //! never misses a present key: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#the-keyed-index).
 
 mod layout;
@@ -33,10 +18,9 @@ mod tests;
 
 use crate::sync::{AtomicU128, AtomicU64, Mutex, MutexGuard};
 use alloc::boxed::Box;
+use core::hash::BuildHasher;
 use layout::{capacity, encode, region_in, MIN_ACTIVE};
 use migrate::Migration;
-#[cfg(feature = "persist")]
-pub(crate) use scan::ScanRegion;
 #[cfg(feature = "persist")]
 pub(crate) use slot::is_fingerprint;
 pub(crate) use slot::{fingerprint, seeded_hasher, Hasher};
@@ -51,41 +35,16 @@ pub(crate) struct Index {
     /// under the mutex, when a migration starts or ends; read with `Acquire` by every probe.
     layout: AtomicU64,
     /// Odd while entries move (a migration step, an eviction's shift back): a lock-free miss is
-    /// trusted only if this did not change around it.
+    /// trusted only if this was even and did not change around it.
     rebuilds: AtomicU64,
     /// Serializes every change of a fingerprint or of `layout`.
     lock: Mutex<Meta>,
-    /// This index's secret, mixed into every fingerprint's home slot ([`Index::home`]).
-    secret: Secret,
-}
-
-/// A random odd word drawn per index: the home slot of a fingerprint is a keyed mix of it, so
-/// that whoever chooses fingerprints — a state file does, and its fingerprint seed makes every
-/// key's predictable — cannot choose slots, and probe chains stay as short as random ones.
-#[derive(Clone, Copy)]
-struct Secret {
-    mul: u64,
-    /// Test tables that build their clusters by hand use the fingerprint itself.
-    #[cfg(test)]
-    plain: bool,
-}
-
-impl Secret {
-    fn new() -> Secret {
-        #[cfg(not(tollgate_loom))]
-        let mul = {
-            use core::hash::BuildHasher;
-            foldhash::quality::RandomState::default().hash_one(0u8) | 1
-        };
-        // Under loom the home is the fingerprint itself (`Index::home`).
-        #[cfg(tollgate_loom)]
-        let mul = 1;
-        Secret {
-            mul,
-            #[cfg(test)]
-            plain: false,
-        }
-    }
+    /// A random odd word drawn per index and never saved, mixed into every fingerprint's home
+    /// slot ([`Index::home`]): whoever chooses fingerprints (a state file does, and its seed
+    /// makes every key's predictable) cannot choose slots, so probe chains stay as short as
+    /// random ones. 0 (each fingerprint its own home) under loom, whose models are written
+    /// against the fingerprints' own slots, and in tests that build clusters by hand.
+    secret: u64,
 }
 
 /// What the mutex guards: the live count, the incremental sweep's position and the migration.
@@ -96,11 +55,9 @@ struct Meta {
     /// Slots the current pass has still to examine.
     pass_left: usize,
     /// The earliest full instant of the entries this pass saw not full, inserted since it
-    /// began, or moved by an eviction's shift unexamined (`shift_back`, `evict_landed`): when
-    /// the pass ends, a lower bound on every live entry's full instant. A migration restarts
-    /// the pass, so the entries it moves are examined where they land.
+    /// began, or moved unexamined by an eviction's shift: when the pass ends, a lower bound on
+    /// every live entry's full instant (a migration restarts the pass: see `start_migration`).
     pass_min: u64,
-    /// The migration in progress, if any.
     migration: Option<Migration>,
     /// Passes restarted by a migration's start ([`Locked::restarts`]).
     restarts: u64,
@@ -118,7 +75,11 @@ impl Index {
         let len = if first == cap { cap } else { cap + cap / 2 };
         let region = region_in(cap, first);
         Index {
-            secret: Secret::new(),
+            secret: if cfg!(tollgate_loom) {
+                0
+            } else {
+                foldhash::quality::RandomState::default().hash_one(0u8) | 1
+            },
             slots: (0..len).map(|_| AtomicU128::new(0)).collect(),
             cap,
             layout: AtomicU64::new(encode(region, false)),
@@ -136,29 +97,23 @@ impl Index {
         }
     }
 
-    /// A table whose home slots are the fingerprints' own low bits (for tests that build
-    /// clusters by hand).
+    /// A table whose home slots are the fingerprints' own bits (tests' hand-built clusters).
     #[cfg(test)]
     pub(crate) fn plain(max_keys: usize) -> Self {
         let mut ix = Index::new(max_keys);
-        ix.secret.plain = true;
+        ix.secret = 0;
         ix
     }
 
     /// The slot a probe for `fp` starts from (modulo a region's length): the fingerprint times
-    /// the secret, folded (the 128-bit product's halves xored), whose low bits depend on every
-    /// bit of both. Under loom, whose models are written against the fingerprints' own slots,
-    /// the fingerprint itself.
+    /// the secret, folded (the 128-bit product's halves xored), so its low bits depend on every
+    /// bit of both.
     #[inline(always)]
     pub(super) fn home(&self, fp: u64) -> usize {
-        #[cfg(test)]
-        if self.secret.plain {
+        if cfg!(any(test, tollgate_loom)) && self.secret == 0 {
             return fp as usize;
         }
-        if cfg!(tollgate_loom) {
-            return fp as usize;
-        }
-        let p = u128::from(fp) * u128::from(self.secret.mul);
+        let p = u128::from(fp) * u128::from(self.secret);
         (p as u64 ^ (p >> 64) as u64) as usize
     }
 
@@ -208,18 +163,13 @@ impl Locked<'_> {
         self.meta.migration.is_some()
     }
 
-    /// How many times a migration's start has restarted the sweep's pass (over the new
-    /// region, from its first slot): a caller counting the slots its steps examined starts
-    /// counting again when this changes.
+    /// How many times a migration's start has restarted the sweep's pass ([`sweep::Sweep`]).
     pub(crate) fn restarts(&self) -> u64 {
         self.meta.restarts
     }
 
-    /// Inserts `fp` (not tracked: checked with [`contains`](Locked::contains) under this same
-    /// lock) with `state`, first full at `full_at_new` (folded into the sweep pass's bound).
-    /// Starts a migration to a region of twice the size if live entries would pass half of the
-    /// current one, and takes one migration step of [`MIGRATE_STEP`](migrate::MIGRATE_STEP)
-    /// old slots while one is in progress.
+    /// Inserts `fp` (checked absent under this lock) with `state`, first full at `full_at_new`
+    /// (folded into the pass's bound), after the insertion's growth ([`grow`](Locked::grow)).
     pub(crate) fn insert(&mut self, fp: u64, state: u64, full_at_new: u64) {
         self.grow();
         self.put(fp, state);
@@ -227,11 +177,9 @@ impl Locked<'_> {
         self.meta.pass_min = self.meta.pass_min.min(full_at_new);
     }
 
-    /// Whether an insertion of `fp` now ([`insert`](Locked::insert)) lands within `max` slots
-    /// of its home: a restore places only such entries, so that no chain it builds is longer,
-    /// whatever fingerprints its file holds. Takes the insertion's migration step first (the
-    /// insertion's own step then moves at most [`MIGRATE_STEP`](migrate::MIGRATE_STEP) more
-    /// entries in).
+    /// Whether an insertion of `fp` now lands within `max` slots of its home (what a restore
+    /// checks, whatever its file holds), after the insertion's growth (whose own step then
+    /// moves at most [`MIGRATE_STEP`](migrate::MIGRATE_STEP) more entries in).
     #[cfg(feature = "persist")]
     pub(crate) fn room_within(&mut self, fp: u64, max: usize) -> bool {
         self.grow();
@@ -244,8 +192,8 @@ impl Locked<'_> {
         })
     }
 
-    /// An insertion's growth: starts a migration if live entries would pass half of the
-    /// current region, and takes one migration step while one is in progress.
+    /// An insertion's growth: starts a migration to a region of twice the size if live entries
+    /// would pass half of the current one, and takes one migration step while one is in progress.
     fn grow(&mut self) {
         let ix = self.index;
         if self.meta.migration.is_none() {

@@ -1,32 +1,13 @@
 //! [`KeyedMultiLimiter`]: the keyed limiter of [`Limits`], a policy of one to four quotas per
 //! key ("10 per second and 10,000 per day per API key").
 //!
-//! # Storage
-//!
-//! A key's quotas do not fit one 128-bit word with its 64-bit fingerprint (each state takes 63
-//! bits), so the table has two parts:
-//!
-//! * **The index** — the same as for one quota: a flat table of 16-byte
-//!   slots `fingerprint << 64 | handle`, the same lock-free probe, incremental migration,
-//!   bounded sweep steps and `max_keys` bound. Here a slot's word names the key's record and
-//!   never changes while the key is tracked.
-//! * **The records** — one per unit of `max_keys`, allocated up front: a sequence word, the
-//!   owner's fingerprint and the quotas' states (32 bytes for up to two quotas, 64 for three or
-//!   four; line-aligned).
-//!   Writers are serialized by the sequence word; reads are optimistic.
-//!
-//! A decision probes the index (lock-free), reads the record consistently, decides every quota
-//! at one clock reading ([`crate::gcra`]'s arithmetic, as [`MultiBucket`](crate::MultiBucket)),
-//! and commits an admission by one compare-and-swap of the sequence word from the value it
-//! read, then the stores. **Not lock-free per key**: an admission holds its key's record for
-//! the stores (no clock read, no allocation, nothing that can panic), so a writer preempted
-//! there delays the decisions on *its own key* only; other keys, and refusals that find the
-//! record unlocked, are unaffected. Refusals write nothing.
-//!
-//! **No ABA.** A record is handed to another key only after its eviction, which takes the
-//! record's lock and steps its sequence word; a decision commits only if the word is still the
-//! one it read together with the owner, so it never debits a key that replaced the one it
-//! looked up, nor a freed record (it looks the key up again). See `docs/guarantees.md`.
+//! A key's quotas do not fit one 128-bit slot beside its fingerprint, so the index (the same
+//! as for one quota) holds a handle to the key's record (`records.rs`: a sequence word, the
+//! owner's fingerprint, the states), which never changes while the key is tracked. A decision
+//! probes the index, reads the record consistently, decides every quota at one reading
+//! ([`crate::gcra`]'s arithmetic, as [`MultiBucket`](crate::MultiBucket)) and commits by one CAS
+//! of the sequence word from the value it read; the protocol and why it has no ABA:
+//! `docs/guarantees.md`, "Per-key policies: the records".
 
 use super::index::{Locked, Step};
 use super::policy::sealed::Sealed;
@@ -47,24 +28,18 @@ use core::hash::Hash;
 use core::time::Duration;
 
 /// A [`KeyedLimiter`] whose keys each carry a policy of one to four quotas ([`Limits`]) that
-/// must **all** hold, with the same hard bound on the number of keys it tracks.
+/// must **all** hold; all that [`KeyedLimiter`]'s docs say holds, "full" meaning every quota full.
 ///
 /// * **Per key, exactly a [`MultiBucket`](crate::MultiBucket).** Admitted iff every quota holds
 ///   `cost` at the one clock reading, then every quota is debited in one step; a refusal
-///   writes nothing; `cost == 0` is admitted and tracks nothing. [`Denied::ExceedsBurst`] iff
-///   `cost` exceeds the key's smallest burst, else `RetryAfter` of the slowest quota's exact
-///   wait. Each quota's own window bound holds under any interleaving and stale reading.
-/// * **Bounded, evicting only full keys, keys by fingerprint**, as every [`KeyedLimiter`]:
-///   "full" means every quota full; a key not tracked starts with every quota full as of the
-///   latest eviction reading; a new key meeting a full table waits at most the longest refill
-///   of a whole burst of any quota of any policy.
-/// * **Memory.** The index's 48 to 96 bytes per unit of `max_keys`, plus one record per unit:
-///   32 bytes if every policy it holds has one or two quotas, 64 if one has three or four (a
-///   record never straddles two cache lines), all up front.
-/// * **Locking.** Lookups are lock-free; an admission is one compare-and-swap of the key's
-///   record's sequence word, then its stores: writers of one key are serialized, and one
-///   preempted there delays only its own key (not lock-free per key; `docs/guarantees.md`,
-///   "Per-key policies: the records").
+///   writes nothing. [`Denied::ExceedsBurst`] iff `cost` exceeds the key's smallest burst, else
+///   `RetryAfter` of the slowest quota's exact wait; each quota's window bound holds under any
+///   interleaving and stale reading.
+/// * **Memory.** The index's 48 to 96 bytes per unit of `max_keys`, plus one record per unit
+///   (32 bytes if every policy has one or two quotas, else 64), all up front.
+/// * **Locking.** Lookups are lock-free; an admission is one CAS of the key's record's
+///   sequence word, then its stores, so a writer preempted there delays only its own key
+///   (`docs/guarantees.md`, "Per-key policies: the records").
 ///
 /// ```
 /// use std::time::Duration;
@@ -84,8 +59,7 @@ use core::time::Duration;
 #[cfg_attr(docsrs, doc(cfg(feature = "keyed")))]
 pub type KeyedMultiLimiter<K, C = DefaultClock> = KeyedLimiter<K, Limits, C>;
 
-/// A policy's decision words: two quotas (or one, repeated) decided straight-line, three or
-/// four through the general loop.
+/// A policy's decision words: up to two quotas decided straight-line, three or four in a loop.
 #[derive(Clone, Debug)]
 pub(crate) enum Kind {
     Two(Rates<2>),
@@ -107,12 +81,9 @@ pub struct Policy {
 impl Policy {
     pub(crate) fn new(limits: Limits) -> Policy {
         let quotas = limits.quotas();
-        let mut min_burst_index = 0;
-        for (i, q) in quotas.iter().enumerate() {
-            if q.burst() < quotas[min_burst_index].burst() {
-                min_burst_index = i;
-            }
-        }
+        let min_burst_index = (0..quotas.len())
+            .min_by_key(|&i| quotas[i].burst())
+            .unwrap_or(0);
         let kind = if quotas.len() <= 2 {
             Kind::Two(Rates::new(&limits))
         } else {
@@ -127,35 +98,6 @@ impl Policy {
         }
     }
 
-    /// The refusal of a cost above the smallest burst.
-    pub(crate) fn exceeds(&self) -> Refusal {
-        Refusal::new(Denied::ExceedsBurst, self.min_burst_index)
-    }
-
-    /// Where a key the table does not track starts: every quota full as of `evicted_at`, the
-    /// latest eviction reading (see [`KeyedMultiLimiter`]).
-    pub(crate) fn start(&self, evicted_at: u64) -> [u64; MAX_LIMITS] {
-        let q = self.limits.quotas();
-        core::array::from_fn(|i| q[i.min(self.len - 1)].earned_floor(evicted_at))
-    }
-
-    /// The all-quotas decision on `states` (the first `len` meaningful).
-    pub(crate) fn decide(
-        &self,
-        states: &[u64; MAX_LIMITS],
-        now: u64,
-        cost: u64,
-    ) -> Result<Option<[u64; MAX_LIMITS]>, Refusal> {
-        let padded = all::pad::<MAX_LIMITS>(&states[..self.len]);
-        let next = match &self.kind {
-            Kind::Two(r) => {
-                all::decide_pair([padded[0], padded[1]], now, r, cost)?.map(|[a, b]| [a, b, b, b])
-            }
-            Kind::Four(r) => all::decide(padded, now, r, cost)?,
-        };
-        Ok(next)
-    }
-
     /// The first instant at which every quota is full (`u64::MAX`: never within the horizon).
     pub(crate) fn full_at(&self, states: &[u64]) -> u64 {
         self.limits
@@ -165,26 +107,6 @@ impl Policy {
             .map(|(q, &s)| gcra::full_at(s, q))
             .max()
             .unwrap_or(0)
-    }
-
-    /// Whole tokens every quota holds at `now`.
-    pub(crate) fn available(&self, states: &[u64], now: u64) -> u64 {
-        self.limits
-            .quotas()
-            .iter()
-            .zip(states)
-            .map(|(q, &s)| gcra::available(s, now, q))
-            .min()
-            .unwrap_or(0)
-    }
-
-    /// Every quota's snapshot at `now`, in the policy's order.
-    pub(crate) fn snapshots(&self, states: &[u64], now: u64) -> Snapshots {
-        let snaps: [Snapshot; MAX_LIMITS] = core::array::from_fn(|i| {
-            let i = i.min(self.len - 1);
-            gcra::snapshot(states[i], now, &self.limits.quotas()[i])
-        });
-        Snapshots::from_padded(snaps, self.len)
     }
 }
 
@@ -202,8 +124,7 @@ impl core::fmt::Debug for RecordStore {
     }
 }
 
-/// The free records: never handed out yet from `fresh` on, and freed ones. Taken only under
-/// the index's mutex (insertions and evictions both run under it).
+/// The free records (under the index's mutex): never handed out from `fresh` on, and freed ones.
 #[derive(Default)]
 struct Free {
     fresh: usize,
@@ -211,8 +132,7 @@ struct Free {
 }
 
 impl RecordStore {
-    /// A free record (one freed by an eviction, else one never handed out), if any (under the
-    /// index's mutex).
+    /// A free record (a freed one first), if any.
     fn take(&self) -> Option<usize> {
         let mut free = self.free.lock();
         free.stack.pop().or_else(|| {
@@ -243,27 +163,6 @@ impl RecordStore {
                 .records
                 .try_decide::<4>(h, fp, len, |s| all::decide(s, now, r, cost)),
         }
-    }
-
-    /// The states of record `h` if it still belongs to `fp` (one consistent read, retried
-    /// while a writer holds it).
-    fn states(&self, fp: u64, h: usize, policy: &Policy) -> Option<[u64; MAX_LIMITS]> {
-        let mut backoff = Backoff::default();
-        loop {
-            match self.records.read::<MAX_LIMITS>(h, policy.len) {
-                Some((_, owner, states)) => return (owner == fp).then_some(states),
-                None => backoff.snooze(),
-            }
-        }
-    }
-
-    /// The full instant of a record a writer holds, from words read without the lock: each
-    /// state is its value before or after the writer's store, and a debit only delays a
-    /// quota's full instant, so this is no later than the instant after the write.
-    fn optimistic_full_at(&self, h: usize, policy: &Policy) -> u64 {
-        let mut states = [0u64; MAX_LIMITS];
-        self.records.peek(h, &mut states[..policy.len]);
-        policy.full_at(&states[..policy.len])
     }
 }
 
@@ -298,7 +197,7 @@ impl Sealed for Limits {
         policy.min_burst
     }
     fn exceeds(policy: &Policy) -> Refusal {
-        policy.exceeds()
+        Refusal::new(Denied::ExceedsBurst, policy.min_burst_index)
     }
     fn table_full(wait: Duration) -> Refusal {
         Refusal::new(Denied::RetryAfter(wait), 0)
@@ -313,7 +212,8 @@ impl Sealed for Limits {
     }
 
     fn start(policy: &Policy, evicted_at: u64) -> [u64; MAX_LIMITS] {
-        policy.start(evicted_at)
+        let q = policy.limits.quotas();
+        core::array::from_fn(|i| q[i.min(policy.len - 1)].earned_floor(evicted_at))
     }
     fn decide_state(
         policy: &Policy,
@@ -321,31 +221,39 @@ impl Sealed for Limits {
         now: u64,
         cost: u64,
     ) -> Result<Option<[u64; MAX_LIMITS]>, Refusal> {
-        policy.decide(states, now, cost)
+        let padded = all::pad::<MAX_LIMITS>(&states[..policy.len]);
+        Ok(match &policy.kind {
+            Kind::Two(r) => {
+                all::decide_pair([padded[0], padded[1]], now, r, cost)?.map(|[a, b]| [a, b, b, b])
+            }
+            Kind::Four(r) => all::decide(padded, now, r, cost)?,
+        })
     }
     fn full_at(policy: &Policy, states: &[u64; MAX_LIMITS]) -> u64 {
         policy.full_at(&states[..policy.len])
     }
     fn available(policy: &Policy, states: &[u64; MAX_LIMITS], now: u64) -> u64 {
-        policy.available(&states[..policy.len], now)
+        let quotas = policy.limits.quotas().iter().zip(states);
+        quotas
+            .map(|(q, &s)| gcra::available(s, now, q))
+            .min()
+            .unwrap_or(0)
     }
     fn snapshot(policy: &Policy, states: &[u64; MAX_LIMITS], now: u64) -> Snapshots {
-        policy.snapshots(&states[..policy.len], now)
+        let snaps: [Snapshot; MAX_LIMITS] = core::array::from_fn(|i| {
+            let i = i.min(policy.len - 1);
+            gcra::snapshot(states[i], now, &policy.limits.quotas()[i])
+        });
+        Snapshots::from_padded(snaps, policy.len)
     }
     fn snapshot_untracked(policy: &Policy, wait: Duration) -> Snapshots {
         Snapshots::from_padded([Snapshot::new(0, wait); MAX_LIMITS], policy.len)
-    }
-    fn tightest(snaps: Snapshots) -> Snapshot {
-        snaps.tightest().1
     }
     fn refusal(refusal: Refusal) -> Refusal {
         refusal
     }
     fn snapshots(snaps: Snapshots) -> Snapshots {
         snaps
-    }
-    fn limits(policy: &Policy) -> Limits {
-        policy.limits.clone()
     }
     fn words(states: &[u64; MAX_LIMITS]) -> &[u64] {
         states
@@ -406,21 +314,6 @@ impl Sealed for Limits {
         }
     }
 
-    fn tracked<K, C>(
-        limiter: &KeyedLimiter<K, Limits, C>,
-        fp: u64,
-        policy: &Policy,
-    ) -> Option<[u64; MAX_LIMITS]> {
-        let mut backoff = Backoff::default();
-        loop {
-            let h = limiter.index.load(fp)? as usize;
-            match limiter.store.records.read::<MAX_LIMITS>(h, policy.len) {
-                Some((_, owner, states)) if owner == fp => return Some(states),
-                _ => backoff.snooze(),
-            }
-        }
-    }
-
     fn saved<K, C>(
         limiter: &KeyedLimiter<K, Limits, C>,
         fp: u64,
@@ -428,10 +321,19 @@ impl Sealed for Limits {
         policy: &Policy,
     ) -> Option<[u64; MAX_LIMITS]> {
         // A key evicted between the walk and this read is skipped (it was full, and restores
-        // as an untracked key from the floor, read after the walk), unless it was re-inserted
-        // into the same record meanwhile: then its state after the re-insertion is saved, a
-        // real state of the key and no more lenient than the floor.
-        limiter.store.states(fp, h as usize, policy)
+        // from the floor, read after the walk), unless it was re-inserted into the same record
+        // meanwhile: then its state after that is saved, no more lenient than the floor.
+        let mut backoff = Backoff::default();
+        loop {
+            match limiter
+                .store
+                .records
+                .read::<MAX_LIMITS>(h as usize, policy.len)
+            {
+                Some((_, owner, states)) => return (owner == fp).then_some(states),
+                None => backoff.snooze(),
+            }
+        }
     }
 
     fn place<K, C>(
@@ -476,13 +378,11 @@ impl Sealed for Limits {
         }
     }
 
-    /// The index asks `full_at(fp, handle)` of each entry and, when it answers `<= now`, calls
-    /// `evicting()` and empties the slot with nothing in between; so `full_at` *locks* the
-    /// record before it reads it, and keeps it locked when it answers "full": no debit can land
-    /// between that answer and the eviction, which frees the record under the same lock. A
-    /// record it locked for an answer the index does not act on (a bound, not an eviction) is
-    /// released at the next call or at the end of the step; a record a writer holds is
-    /// answered "not full now" (its debit lands after) with a bound no later than the truth.
+    /// `full_at` *locks* the record before it reads it and keeps it locked when it answers
+    /// "full", so no debit lands between that answer and the eviction (`evicting()`, which frees
+    /// it); a lock the index does not act on is released at the next call or the step's end. A
+    /// record a writer holds is "not full now" (its debit lands after), with a bound no later
+    /// than the truth.
     fn sweep_step<K, C>(
         limiter: &KeyedLimiter<K, Limits, C>,
         locked: &mut Locked<'_>,
@@ -517,7 +417,13 @@ impl Sealed for Limits {
                         }
                         at
                     }
-                    None => store.optimistic_full_at(h, policy).max(now + 1),
+                    // A writer holds it: each word read without the lock is its value before
+                    // or after the write, and a debit only delays a full instant.
+                    None => {
+                        let mut states = [0u64; MAX_LIMITS];
+                        store.records.peek(h, &mut states[..policy.len]);
+                        policy.full_at(&states[..policy.len]).max(now + 1)
+                    }
                 }
             },
             || {
@@ -555,7 +461,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, Limits, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.decide_snap(key, cost)
+        self.decide_then(key, cost, |v, snap| (v, snap()))
     }
 
     /// [`Limiter::decide_or_snapshots`](crate::Limiter::decide_or_snapshots): every quota's snapshot on refusal only.
@@ -570,7 +476,7 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiter<K, Limits, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.decide_or_snap(key, cost)
+        self.decide_then(key, cost, |v, snap| v.map_err(|r| (r, snap())))
     }
 
     /// The policy of `key`: its override, or the default.

@@ -14,8 +14,7 @@ pub(crate) struct Named {
 }
 
 impl Named {
-    /// Gives `limiter` its observer, its handles resolved now from the installed recorder; a
-    /// table of policies of several quotas also counts refusals by the quota that refused.
+    /// Gives `limiter` its observer, its handles resolved now from the installed recorder.
     pub(super) fn apply<K, P: KeyedPolicy, C>(
         self,
         mut limiter: KeyedLimiter<K, P, C>,
@@ -28,15 +27,12 @@ impl Named {
 }
 
 impl<K, P: KeyedPolicy, C> KeyedLimiterBuilder<K, P, C> {
-    /// Names the limiter. With the `metrics` feature it records, under the `limiter` label
-    /// `name`: every decision (`tollgate_decisions_total`, the refusals' waits in
-    /// `tollgate_retry_after_seconds`), for a policy of several quotas each refusal also by the
-    /// quota that refused (`tollgate_policy_refusals_total`, label `quota`: its index in the
-    /// key's [`Limits`](crate::Limits); a new key refused for a full table counts against
-    /// quota 0), the keys it tracks and its capacity (gauges), evictions and the new keys that
-    /// met a full table (see [`crate::metrics`]). With `tracing`, its table-full events carry
-    /// the name. The handles come from the recorder installed when
-    /// [`build`](KeyedLimiterBuilder::build) runs.
+    /// Names the limiter. With `metrics` it records under the `limiter` label `name` every
+    /// decision and refusal wait, for a policy of several quotas each refusal by the quota that
+    /// refused (a table-full refusal counts against quota 0), the keys tracked and the capacity,
+    /// evictions and the new keys that met a full table ([`crate::metrics`] lists the series),
+    /// with the recorder installed when [`build`](KeyedLimiterBuilder::build) runs. With
+    /// `tracing`, its table-full events carry the name.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -52,11 +48,11 @@ impl<K, P: KeyedPolicy, C> KeyedLimiterBuilder<K, P, C> {
         self
     }
 
-    /// Shadow mode: every decision is made and recorded as usual (what would have been refused
-    /// as `shadow_refused`, with its wait), then admitted. A refusal writes nothing, so turning
-    /// shadow off later enforces from the state an enforcing limiter would have reached.
-    /// Recorded only for a [named](KeyedLimiterBuilder::name) limiter; the
-    /// [counters](KeyedLimiter::counters) count what callers got.
+    /// Shadow mode: every decision is made and recorded as usual (a would-be refusal as
+    /// `shadow_refused`, with its wait; only for a [named](KeyedLimiterBuilder::name) limiter),
+    /// then admitted. A refusal writes nothing, so turning shadow off later enforces from the
+    /// state an enforcing limiter would have reached. The [counters](KeyedLimiter::counters)
+    /// count what callers got.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};

@@ -1,43 +1,29 @@
 //! [`KeyedLimiter`]'s saved state (feature `persist`): a `KEYED` frame (default quota,
-//! fingerprint seed, override count), one `OVERRIDE` frame per override quota, `ENTRIES`
-//! frames (each tracked bucket that is not full: fingerprint and the units it lacks at the
-//! anchor), and a `FLOOR` frame (where untracked keys start), read after the entries. A table
-//! of [`Limits`] writes the same frames of its own kinds (`KEYED_MULTI`, `OVERRIDE_MULTI`,
-//! `MULTI_ENTRIES`): each policy as its quota count and quotas, each entry with its quota
-//! count and what each quota lacks, every quota of a key read with one consistent read of its
-//! record, so as of one instant during the save.
+//! fingerprint seed, override count), one `OVERRIDE` frame per override, `ENTRIES` frames (each
+//! tracked bucket not full: fingerprint and the units it lacks at the anchor), and a `FLOOR`
+//! frame (where untracked keys start). A table of [`Limits`] writes its own kinds
+//! (`KEYED_MULTI`, `OVERRIDE_MULTI`, `MULTI_ENTRIES`) with quota counts, every quota of a key
+//! from one consistent read of its record.
 //!
 //! # A save walks the table while decisions go on
 //!
-//! The walk takes the index's mutex for one chunk of slots at a time (about
-//! [`CHUNK`] slots, ended at an empty slot), writes the chunk's entries to the output without
-//! it, and goes on; lookups never wait for it, insertions wait for one chunk at most. Each
-//! entry is read with one load under the mutex: **per-entry consistency**, each state as of
-//! some instant during the save. The walk misses no entry tracked when the save began unless
-//! that entry was evicted (full) before the walk reached it:
+//! The walk holds the index's mutex for one chunk of about [`CHUNK`] slots (ended at an empty
+//! slot), then writes it without the mutex, each entry one load. It misses no entry tracked
+//! when the save began unless that entry was evicted (full) first:
 //!
 //! * entries move only under the mutex, never while a chunk is read;
-//! * a chunk ends at an empty slot `b`, and every entry that the rest of the walk must still
-//!   visit then lies after `b` with its home slot after `b` too (its probe from home cannot
-//!   pass an empty slot); an eviction's shift moves entries back toward their home slots only,
-//!   so none crosses `b` into the part already read (the walk starts after an empty slot, so
-//!   this holds around the region's end as well);
-//! * a migration moves entries from the old region into the current one: the old region is
-//!   walked first, and every region that became current during the walk is walked after it.
+//! * a chunk ends at an empty slot `b`; every entry still to visit lies after `b` with its home
+//!   after `b` (a probe cannot pass an empty slot), and an eviction's shift moves entries toward
+//!   their homes only, so none crosses `b` into the part already read (the walk starts after an
+//!   empty slot, so this holds around the region's end too);
+//! * a migration's old region is walked first, then every region that became current.
 //!
-//! What a save can miss, then: keys first inserted after the walk passed their slot, and keys
-//! evicted during it. Both are restored as untracked keys, which start full *as of the floor*
-//! — the latest eviction reading, read after the walk, so at least every missed eviction's. An
-//! evicted bucket was full at its eviction, and a key inserted after the save began was
-//! untracked when it began: either way the restore gives the key no more than it had at some
-//! instant during the save. A state read later than the save's own clock reading holds fewer
-//! tokens than at that reading (a state only moves forward), and the restore refills from the
-//! wall-clock anchor, taken after that reading: so a concurrent save can only err toward fewer
-//! tokens, except that — as with any save — what was admitted after the walk read a key can be
-//! handed out again by a restore.
+//! Keys inserted after the walk passed them, or evicted during it, restore as untracked keys,
+//! which start full as of the floor (the latest eviction reading, read after the walk). So a
+//! restore gives each key no more than it had at some instant of the save (a state read after
+//! the save's reading holds fewer tokens at it, and the restore refills from the anchor, taken
+//! after it); what was admitted after the walk read a key can be handed out again.
 
-use super::index::{Index, ScanRegion};
-use super::table::Table;
 use super::{KeyedLimiter, KeyedLimiterBuilder, KeyedPolicy};
 use crate::clock::Clock;
 use crate::gcra;
@@ -54,31 +40,24 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::time::SystemTime;
 
-/// Slots a save reads per hold of the index's mutex (then on to the next empty slot).
-#[cfg(not(tollgate_loom))]
-pub(crate) const CHUNK: usize = 4096;
-/// Under loom, one: the models' tiny tables are then walked in several chunks, with moves
-/// explored between them.
-#[cfg(tollgate_loom)]
-pub(crate) const CHUNK: usize = 1;
+/// Slots a save reads per hold of the index's mutex (then on to the next empty slot); under
+/// loom one, so the models' tiny tables are walked in several chunks with moves between them.
+const CHUNK: usize = if cfg!(tollgate_loom) { 1 } else { 4096 };
 
 /// The most override policies a restore accepts.
 const MAX_OVERRIDES: u64 = 1 << 24;
 
 /// The farthest from its home slot a restore places an entry (a table at most half full of
-/// random homes puts one that far about once in 10^21 entries); one that would land farther
-/// is not tracked, and raises the floor for untracked keys instead, as an entry past
-/// `max_keys` does. So a restore of `n` entries probes at most this many slots for each.
+/// random homes puts one that far about once in 10^21 entries); farther, it is not tracked and
+/// raises the floor instead, as an entry past `max_keys` does: so a restore is O(entries).
 const MAX_RESTORE_PROBE: usize = 256;
 
-/// The frames of a table of `P`: the limiter in the header, the table-wide frame, an
-/// override's and the entries'.
-fn kinds<P: KeyedPolicy>() -> (Limiter, u8, u8, u8) {
+/// The frame kinds of a table of `P`: the table-wide frame, an override's and the entries'.
+fn kinds<P: KeyedPolicy>() -> (u8, u8, u8) {
     if P::SEVERAL {
-        let k = (kind::KEYED_MULTI, kind::OVERRIDE_MULTI, kind::MULTI_ENTRIES);
-        (Limiter::KeyedMulti, k.0, k.1, k.2)
+        (kind::KEYED_MULTI, kind::OVERRIDE_MULTI, kind::MULTI_ENTRIES)
     } else {
-        (Limiter::Keyed, kind::KEYED, kind::OVERRIDE, kind::ENTRIES)
+        (kind::KEYED, kind::OVERRIDE, kind::ENTRIES)
     }
 }
 
@@ -112,9 +91,9 @@ fn get_quotas<P: KeyedPolicy>(
 }
 
 /// What a restore reads before the wall clock: the saved policies and the fingerprint seed.
+#[derive(Debug)]
 pub struct Head {
-    /// The saved quotas, flat: the default's first, then each override's (memory in proportion
-    /// to the input's frames).
+    /// The saved quotas, flat: the default's first, then each override's.
     quotas: Vec<Quota>,
     /// How many quotas the default policy holds.
     default: usize,
@@ -123,17 +102,9 @@ pub struct Head {
     overrides: HashMap<u64, (usize, usize)>,
 }
 
-impl core::fmt::Debug for Head {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Head")
-            .field("overrides", &self.overrides.len())
-            .finish_non_exhaustive()
-    }
-}
-
 /// Reads the table-wide frame and the overrides' of a table of `P`.
 fn read_head<P: KeyedPolicy>(fr: &mut FrameReader<&mut dyn Read>) -> Result<Head, RestoreError> {
-    let (_, head, over, _) = kinds::<P>();
+    let (head, over, _) = kinds::<P>();
     let mut quotas: Vec<Quota> = Vec::new();
     let (default, seed, n_overrides) = {
         let mut c = fr.expect(head)?;
@@ -162,25 +133,15 @@ fn read_head<P: KeyedPolicy>(fr: &mut FrameReader<&mut dyn Read>) -> Result<Head
 
 inherent_persist!(impl[K, P: KeyedPolicy, C: Clock] KeyedLimiter<K, P, C>);
 
-/// Streams: one chunk of the table at a time (memory independent of the number of keys; time
-/// linear in the table's current region), and decisions go on meanwhile — lookups never wait,
-/// insertions wait for one chunk at most. Each key's state (all its quotas) is saved as of
-/// some instant during the save; see the module's docs for what a concurrent save can miss and
-/// why that errs only toward fewer tokens. The file holds the fingerprint seed: keep it
-/// private.
-///
-/// A restore into a limiter of this seed (one [`KeyedLimiterBuilder::restore`] built) tracks
-/// the saved keys; into a limiter of another seed it cannot find them, and each saved key
-/// raises the floor for untracked keys to the instant it would be full instead (never more
-/// lenient). Restore with [`KeyedLimiterBuilder::restore`] to build the limiter around the
-/// saved seed.
+/// Streams one chunk at a time while decisions go on (module docs). A restore into a limiter of
+/// another seed cannot find the saved keys: each raises the floor for untracked keys to its
+/// full instant instead ([`KeyedLimiterBuilder::restore`] builds around the saved seed).
 impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
     const LIMITER: Limiter = if P::SEVERAL {
         Limiter::KeyedMulti
     } else {
         Limiter::Keyed
     };
-    /// The save's clock reading.
     type Measured = u64;
     type Read = Head;
 
@@ -189,7 +150,7 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
     }
 
     fn write(&self, now: u64, fw: &mut FrameWriter<&mut dyn Write>) -> io::Result<()> {
-        let (_, head, over, entries_kind) = kinds::<P>();
+        let (head, over, entries_kind) = kinds::<P>();
         let mut p = Payload::default();
         put_quotas::<P>(&mut p, P::quotas(&self.rule));
         p.u64(self.seed).u64(self.overrides.len() as u64);
@@ -201,7 +162,7 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
             fw.frame(over, &p.0)?;
         }
         let mut entries: Vec<(u64, usize, [u64; MAX_LIMITS])> = Vec::new();
-        walk(&self.index, CHUNK, |chunk| {
+        self.index.walk(CHUNK, |chunk| {
             entries.clear();
             for &(fp, word) in chunk {
                 let rule = self.rule_of(fp);
@@ -233,7 +194,14 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
             }
             Ok::<(), io::Error>(())
         })?;
-        write_floor(fw, &self.table, now)
+        // Where untracked keys start: the latest eviction reading (read after the walk, so
+        // covering every eviction it missed), relative to `now`.
+        let floor = self.table.evicted_at.load(Ordering::SeqCst);
+        let rel = i128::from(floor) - i128::from(now);
+        let rel = rel.clamp(i64::MIN.into(), i64::MAX.into()) as i64;
+        let mut p = Payload::default();
+        p.u8(u8::from(floor != 0)).i64(rel);
+        fw.frame(kind::FLOOR, &p.0)
     }
 
     fn read(&self, fr: &mut FrameReader<&mut dyn Read>) -> Result<Head, RestoreError> {
@@ -248,26 +216,29 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
         fr: &mut FrameReader<&mut dyn Read>,
         down: u64,
     ) -> Result<(), RestoreError> {
-        let (_, _, _, entries_kind) = kinds::<P>();
+        let (_, _, entries_kind) = kinds::<P>();
         // The wall clock (read before `apply`), then the limiter's clock: see `Bucket::restore`.
         let now = self.clock.now();
         let found = head.seed == self.seed;
-        // The latest instant a save of this table can say a key (or the floor) is full at: its
-        // reading, plus a drain's floor (the longest burst refill of any quota), plus one more
-        // refill for the cost an entry took from there. A file saying later is clamped to it:
-        // drained, never fuller.
+        // A file saying a key (or the floor) is full later than any save could is clamped to
+        // that instant (`Table::latest_full`): drained, never fuller.
         let limit = self.table.latest_full(now);
         let entry_len = if P::SEVERAL { 17 } else { 16 };
         let mut batch = Vec::new();
         loop {
             let (k, mut c) = fr.next()?;
             if k == kind::FLOOR {
-                let floor = read_floor(&mut c, now, down)?;
+                let (evicted, rel) = (c.u8()?, c.i64()?);
+                c.end()?;
+                if evicted > 1 {
+                    return Err(RestoreError::Corrupt("an invalid floor"));
+                }
                 fr.expect(kind::END)?;
-                if let Some(at) = floor {
-                    self.table
-                        .evicted_at
-                        .fetch_max(at.min(limit), Ordering::SeqCst);
+                if evicted == 1 {
+                    // As far from the anchor as it was.
+                    let at = i128::from(now) + i128::from(rel) - i128::from(down);
+                    let at = (at.clamp(0, i128::from(HORIZON_NS)) as u64).min(limit);
+                    self.table.evicted_at.fetch_max(at, Ordering::SeqCst);
                 }
                 return Ok(());
             }
@@ -330,11 +301,9 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
 impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     /// Tracks `(fp, state)` entries read from a saved table (`found`: saved under this
     /// limiter's seed), keeping the stricter state of each quota of a fingerprint seen twice.
-    /// An entry that is not found, that finds the table full, or that would land farther than
-    /// [`MAX_RESTORE_PROBE`] slots from its home, is not tracked; the floor for untracked keys
-    /// is raised to the instant it would be full instead, so that key — and
-    /// every other untracked key — starts no more lenient than the entry (a save racing
-    /// insertions may hold a few more entries than `max_keys`; a smaller table, many more).
+    /// An entry not found, meeting a full table (a save racing insertions may hold a few more
+    /// than `max_keys`), or landing farther than [`MAX_RESTORE_PROBE`] slots from its home is
+    /// not tracked: it raises the floor for untracked keys to its full instant instead.
     fn restore_entries(&self, entries: &[(u64, P::State)], found: bool) {
         let mut locked = self.index.lock();
         let t = &self.table;
@@ -364,148 +333,6 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     }
 }
 
-/// Walks every entry of `index` (module docs): `on_chunk` receives the `(fingerprint, word)`
-/// entries of each chunk of about `chunk` slots, read under the index's mutex, and runs
-/// without it. `KeyedLimiter`'s words are states, `KeyedMultiLimiter`'s record handles.
-pub(crate) fn walk<E>(
-    index: &Index,
-    chunk: usize,
-    mut on_chunk: impl FnMut(&[(u64, u64)]) -> Result<(), E>,
-) -> Result<(), E> {
-    let mut entries = Vec::new();
-    let mut done: Vec<ScanRegion> = Vec::new();
-    let mut queue: Vec<ScanRegion> = Vec::new();
-    queue_regions(index, &done, &mut queue);
-    while !queue.is_empty() {
-        let r = queue.remove(0);
-        let mut walk = Walk {
-            chunk,
-            ..Walk::default()
-        };
-        while !walk.finished(r) {
-            entries.clear();
-            {
-                let locked = index.lock();
-                walk.step(
-                    r,
-                    |i| locked.scan_slot(r, i),
-                    |fp, word| {
-                        entries.push((fp, word));
-                    },
-                );
-            }
-            on_chunk(&entries)?;
-        }
-        done.push(r);
-        if queue.is_empty() {
-            queue_regions(index, &done, &mut queue);
-        }
-    }
-    Ok(())
-}
-
-/// Appends to `queue` the regions of `index` holding entries now (a migration's old region
-/// first) that are not in `done`.
-fn queue_regions(index: &Index, done: &[ScanRegion], queue: &mut Vec<ScanRegion>) {
-    let (old, cur) = index.lock().scan_regions();
-    for r in old.into_iter().chain([cur]) {
-        if !done.contains(&r) && !queue.contains(&r) {
-            queue.push(r);
-        }
-    }
-}
-
-/// Writes the `FLOOR` frame of `table` saved at the reading `now`: the latest eviction
-/// reading, read after the walk (so it covers every eviction the walk may have missed),
-/// relative to `now`.
-pub(crate) fn write_floor<W: Write>(
-    fw: &mut FrameWriter<W>,
-    table: &Table,
-    now: u64,
-) -> io::Result<()> {
-    let floor = table.evicted_at.load(Ordering::SeqCst);
-    let mut p = Payload::default();
-    p.u8(u8::from(floor != 0))
-        .i64(clamp_i64(i128::from(floor) - i128::from(now)));
-    fw.frame(kind::FLOOR, &p.0)
-}
-
-/// Reads a `FLOOR` frame's payload: the saved floor on a clock reading `now` after a downtime
-/// of `down` (as far from the anchor as it was), if there was one.
-pub(crate) fn read_floor(
-    c: &mut Cursor<'_>,
-    now: u64,
-    down: u64,
-) -> Result<Option<u64>, RestoreError> {
-    let (evicted, rel) = (c.u8()?, c.i64()?);
-    c.end()?;
-    match evicted {
-        0 => Ok(None),
-        1 => {
-            let at = i128::from(now) + i128::from(rel) - i128::from(down);
-            Ok(Some(at.clamp(0, i128::from(HORIZON_NS)) as u64))
-        }
-        _ => Err(RestoreError::Corrupt("an invalid floor")),
-    }
-}
-
-/// A walk over one region, in chunks: from the slot after an empty one, once around.
-#[derive(Default)]
-struct Walk {
-    /// Slots to read at least per chunk.
-    chunk: usize,
-    /// The next slot; `None` before the first chunk found the empty slot to start after.
-    pos: Option<usize>,
-    /// Slots still to read.
-    left: usize,
-}
-
-impl Walk {
-    fn finished(&self, r: ScanRegion) -> bool {
-        self.pos.is_some() && self.left == 0 || r.len() == 0
-    }
-
-    /// One chunk, under the mutex: at least `self.chunk` slots (all that are left, if fewer),
-    /// ending after an empty slot; `slot(i)` reads slot `i`, `f` receives its entry.
-    fn step(
-        &mut self,
-        r: ScanRegion,
-        slot: impl Fn(usize) -> Option<(u64, u64)>,
-        mut f: impl FnMut(u64, u64),
-    ) {
-        let len = r.len();
-        let mut pos = match self.pos {
-            Some(pos) => pos,
-            None => {
-                // Under the same lock as the first chunk: the start stays empty while it reads.
-                // (A region at most half full always has an empty slot; if none were found the
-                // walk reads every slot from 0 in this one chunk.)
-                let start = (0..len).find(|&i| slot(i).is_none());
-                self.left = len - usize::from(start.is_some());
-                start.map_or(0, |s| s + 1)
-            }
-        };
-        let mut read = 0;
-        while self.left > 0 {
-            let entry = slot(pos);
-            pos = (pos + 1) % len;
-            self.left -= 1;
-            read += 1;
-            match entry {
-                Some((fp, state)) => f(fp, state),
-                None if read >= self.chunk => break,
-                None => {}
-            }
-        }
-        self.pos = Some(pos);
-    }
-}
-
-/// `x` within `i64`.
-fn clamp_i64(x: i128) -> i64 {
-    x.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
-}
-
 #[cfg_attr(docsrs, doc(cfg(feature = "persist")))]
 impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder<K, P, C> {
     /// Builds the limiter from a state written by [`KeyedLimiter::save`] (feature `persist`):
@@ -513,19 +340,14 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
     /// refilled over the downtime measured on the wall clock ([`SystemTime::now`]), and where
     /// untracked keys start. This builder's policies apply; an entry saved under another quota
     /// is converted as [`Bucket::set_quota`](crate::Bucket::set_quota) converts (by position,
-    /// for a policy of several). A key whose saved policy has another number of quotas than its
-    /// policy here refuses the whole restore ([`RestoreError::LimitsChanged`]): which saved
-    /// quota became which is not known. Streams: one frame in memory at a time, and the file's
-    /// per-key overrides (at most 2^24).
+    /// for a policy of several); another number of quotas refuses the whole restore
+    /// ([`RestoreError::LimitsChanged`]). Streams: one frame in memory at a time, and the
+    /// file's overrides (at most 2^24). Saved entries beyond `max_keys` are not tracked: each
+    /// raises the floor for untracked keys to the instant it would be full (new keys may be
+    /// refused until then), so no key starts more lenient than its saved state.
     ///
-    /// Saved entries beyond this builder's `max_keys` (a smaller table, or a save that raced
-    /// insertions) are not tracked: the floor for untracked keys is raised to the instant each
-    /// such entry would be full, so no key starts more lenient than its saved state (new keys
-    /// may then be refused until that instant).
-    ///
-    /// Errors: [`RestoreError`] for unreadable input; nothing is built then. The suggested
-    /// recovery is a limiter built as configured and then [`drain`](KeyedLimiter::drain)ed,
-    /// never a full one.
+    /// Errors: [`RestoreError`] for unreadable input; nothing is built then. Recover with a
+    /// limiter built as configured and then [`drain`](KeyedLimiter::drain)ed, never a full one.
     ///
     /// ```
     /// use std::time::{Duration, SystemTime};
@@ -589,10 +411,9 @@ mod tests {
     use crate::ManualClock;
     use core::time::Duration;
 
-    /// A walk in chunks of a few slots, with insertions (which grow the table through
-    /// migrations), sweeps (evictions that shift chains back) and admissions between every two
-    /// chunks, still reads every entry tracked when it began, unless that entry was evicted —
-    /// full — first; and each state it reads is at least the one the entry had then.
+    /// A walk in chunks of a few slots, with insertions (migrations), sweeps (shifts) and
+    /// admissions between chunks, reads every entry tracked when it began unless it was
+    /// evicted (full) first, each with at least the state it had then.
     #[test]
     fn a_walk_misses_no_entry_that_stays_tracked() {
         let q = Quota::per_second(1).unwrap().with_burst(100).unwrap();
@@ -615,32 +436,34 @@ mod tests {
             let mut seen: HashMap<u64, u64> = HashMap::new();
             let mut next_key = 1_000_000u64;
             let chunk = 1 + (rng.next() % 4) as usize;
-            walk(&limiter.index, chunk, |entries| {
-                for &(fp, s) in entries {
-                    let e = seen.entry(fp).or_insert(0);
-                    *e = (*e).max(s);
-                }
-                for _ in 0..rng.next() % 3 {
-                    match rng.next() % 4 {
-                        0 => {
-                            for _ in 0..rng.next() % 4 {
-                                let _ = limiter.try_acquire(&next_key, 1 + rng.next() % 100);
-                                next_key += 1;
+            limiter
+                .index
+                .walk(chunk, |entries| {
+                    for &(fp, s) in entries {
+                        let e = seen.entry(fp).or_insert(0);
+                        *e = (*e).max(s);
+                    }
+                    for _ in 0..rng.next() % 3 {
+                        match rng.next() % 4 {
+                            0 => {
+                                for _ in 0..rng.next() % 4 {
+                                    let _ = limiter.try_acquire(&next_key, 1 + rng.next() % 100);
+                                    next_key += 1;
+                                }
+                            }
+                            1 if rng.next() % 4 == 0 => {
+                                clock.advance(Duration::from_millis(rng.next() % 300));
+                                limiter.sweep();
+                            }
+                            _ => {
+                                let k = 1_000_000 + rng.next() % (next_key - 999_999);
+                                let _ = limiter.try_acquire(&k, 1);
                             }
                         }
-                        1 if rng.next() % 4 == 0 => {
-                            clock.advance(Duration::from_millis(rng.next() % 300));
-                            limiter.sweep();
-                        }
-                        _ => {
-                            let k = 1_000_000 + rng.next() % (next_key - 999_999);
-                            let _ = limiter.try_acquire(&k, 1);
-                        }
                     }
-                }
-                Ok::<(), ()>(())
-            })
-            .unwrap();
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
             let now = clock.now();
             for (k, fp, s0) in start {
                 match seen.get(&fp) {
@@ -659,11 +482,8 @@ mod tests {
         assert!(read > 500 && missed > 50, "read {read}, missed {missed}");
     }
 
-    /// The save reads a record by the handle the walk found under the key's slot; if, in
-    /// between, the key was evicted and its record handed to another key, the read must be
-    /// skipped, not saved as the first key's state (which would restore it with the other key's
-    /// spend). The interleaving, made deterministic: the slot read, the hand-over, the record
-    /// read.
+    /// A record handed to another key between the walk's slot read and the save's record read
+    /// is skipped, not saved as the first key's state (the interleaving, made deterministic).
     #[test]
     fn a_record_handed_to_another_key_is_not_saved_as_the_first() {
         use crate::{KeyedMultiLimiter, Limits};
@@ -710,10 +530,9 @@ mod tests {
     }
 
     /// A file whose fingerprints share their low 32 bits (no key or seed needed to write one)
-    /// restores in about the time a file of as many random fingerprints takes — at most twice
-    /// it, the fastest of five tries each, taken in turns — and tracks every entry. Before the
-    /// home slots were keyed, each entry probed past all the ones before it: quadratic in the
-    /// entries.
+    /// restores within twice the time of a file of as many random fingerprints (the fastest of
+    /// five tries each, in turns) and tracks every entry: homes drawn from the fingerprints'
+    /// own bits would make each entry probe past all the ones before it.
     #[test]
     fn a_clustered_file_restores_as_fast_as_a_random_one() {
         let q = Quota::per_second(10).unwrap().with_burst(100).unwrap();
@@ -745,11 +564,9 @@ mod tests {
         );
     }
 
-    /// A file may say a key lacks more than any save of the table can (a quarter of `u64`'s
-    /// range of units), and that untracked keys start full only at the end of time: each is
-    /// clamped to the most a save can hold — full again within two refills of the longest
-    /// burst — so neither locks keys out for a century. Still drained, never fuller: nothing
-    /// is admitted at the restore's instant.
+    /// A key lacking more than any save can say (a quarter of `u64`'s range of units) and a
+    /// floor at the end of time are clamped to the most a save can hold (full within two
+    /// refills of the longest burst): drained, never fuller, and no lockout for a century.
     #[test]
     fn a_restore_clamps_what_no_save_can_hold() {
         let q = Quota::per_second(10).unwrap();

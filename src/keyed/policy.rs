@@ -1,11 +1,6 @@
-//! [`KeyedPolicy`]: what each key of a [`KeyedLimiter`] carries, and where its state lives.
-//!
-//! * [`Quota`]: the key's whole state is the 64-bit word beside its fingerprint in the index's
-//!   slot, decided with one compare-and-swap of the 128-bit slot (this file).
-//! * `Limits`: the slot's word names a record holding every quota's state,
-//!   decided under the record's sequence lock (`limits.rs`).
-//!
-//! The limiter's shell (the table, insertions, sweeps, counters, waiting, persistence) is
+//! [`KeyedPolicy`]: what each key of a [`KeyedLimiter`] carries, and where its state lives: for
+//! a [`Quota`] the word beside its fingerprint in the index's slot, decided with one CAS of the
+//! slot (this file); for `Limits` a record the word names (`limits.rs`). The limiter's shell is
 //! written once against the sealed half of this trait.
 
 use super::index::{Locked, Step};
@@ -21,9 +16,8 @@ use core::fmt;
 use core::time::Duration;
 
 /// What each key of a [`KeyedLimiter`] carries: one [`Quota`] (`KeyedLimiter<K>`, its state
-/// inline in the table's slot) or a policy of one to four quotas that must all hold
-/// ([`Limits`], `KeyedMultiLimiter<K>`, a record per key). Sealed: implemented
-/// by those two only.
+/// inline in the table's slot) or one to four quotas that must all hold ([`Limits`],
+/// `KeyedMultiLimiter<K>`, a record per key). Sealed: implemented by those two only.
 ///
 /// ```
 /// use tollgate::{KeyedLimiter, Limits, ManualClock, Quota};
@@ -41,9 +35,9 @@ impl KeyedPolicy for crate::limits::Limits {}
 pub(crate) mod sealed {
     use super::*;
 
-    /// The per-policy half of the keyed limiter: a public trait in a private module, so that
-    /// no other crate implements [`KeyedPolicy`] or calls these.
-    pub trait Sealed {
+    /// The per-policy half of the keyed limiter (public in a private module: no other crate
+    /// implements [`KeyedPolicy`] or calls these).
+    pub trait Sealed: Into<Limits> {
         /// The policy ready for the hot path (its decision words).
         type Rule: fmt::Debug;
         /// Storage beside the index (`()` when the slot's word is the whole state).
@@ -100,14 +94,10 @@ pub(crate) mod sealed {
         fn snapshot(rule: &Self::Rule, state: &Self::State, now: u64) -> Self::Snap;
         /// The snapshot of a new key refused for want of room: nothing until `wait`.
         fn snapshot_untracked(rule: &Self::Rule, wait: Duration) -> Self::Snap;
-        /// The snapshot a `RateLimit` header describes: the tightest quota's.
-        fn tightest(snap: Self::Snap) -> Snapshot;
         /// A refusal as a policy's (quota 0 for a single quota).
         fn refusal(refusal: Self::Refusal) -> Refusal;
         /// A key's snapshot as a policy's (one for a single quota).
         fn snapshots(snap: Self::Snap) -> Snapshots;
-        /// The quotas of a rule.
-        fn limits(rule: &Self::Rule) -> Limits;
         /// The state's quotas, one word each (for a save).
         fn words(state: &Self::State) -> &[u64];
         /// The state of one word per quota (a restore's; `len` of the rule's quotas).
@@ -137,15 +127,8 @@ pub(crate) mod sealed {
         ) -> Option<Result<(), Self::Refusal>>
         where
             Self: KeyedPolicy;
-        /// The state of the tracked key `fp` (a consistent read).
-        fn tracked<K, C>(
-            limiter: &KeyedLimiter<K, Self, C>,
-            fp: u64,
-            rule: &Self::Rule,
-        ) -> Option<Self::State>
-        where
-            Self: KeyedPolicy;
-        /// The state of the entry `(fp, word)` a save's walk read, if it still is that key's.
+        /// The state behind the word `word` read from key `fp`'s slot (by a lookup or a save's
+        /// walk), if it still is that key's (a consistent read).
         fn saved<K, C>(
             limiter: &KeyedLimiter<K, Self, C>,
             fp: u64,
@@ -246,17 +229,11 @@ impl sealed::Sealed for Quota {
     fn snapshot_untracked(_: &Quota, wait: Duration) -> Snapshot {
         Snapshot::new(0, wait)
     }
-    fn tightest(snap: Snapshot) -> Snapshot {
-        snap
-    }
     fn refusal(denied: Denied) -> Refusal {
         crate::limiter::one(denied)
     }
     fn snapshots(snap: Snapshot) -> Snapshots {
         Snapshots::one(snap)
-    }
-    fn limits(rule: &Quota) -> Limits {
-        Limits::from(*rule)
     }
     fn words(state: &u64) -> &[u64] {
         core::slice::from_ref(state)
@@ -265,9 +242,8 @@ impl sealed::Sealed for Quota {
         words[0]
     }
 
-    /// One lock-free probe, the clock read (`now()`) while the slot's line arrives, and at most
-    /// one CAS, in line; a miss (a new key, an entry being moved) or a lost race goes to the
-    /// slow path, out of line.
+    /// One lock-free probe, the clock read while the slot's line arrives, and at most one CAS,
+    /// in line; a miss or a lost race goes to the slow path, out of line.
     #[inline]
     fn decide<K, C: crate::clock::Clock>(
         limiter: &KeyedLimiter<K, Quota, C>,
@@ -279,8 +255,8 @@ impl sealed::Sealed for Quota {
         // Read before the probe: the insert path trusts a miss only if no entry moved around it.
         let epoch = limiter.index.rebuild_epoch();
         let hit = limiter.index.lookup(fp);
-        // After the slot's load is issued: a word older than the reading is fine (the CAS
-        // fails on any change, and a refusal from an older, more lenient state stands).
+        // After the slot's load is issued: a word older than the reading is fine (the CAS fails
+        // on any change; a refusal from an older, more lenient state stands).
         let now = now();
         if let Some(hit) = &hit {
             match gcra::try_acquire_scaled(hit.state(), now, quota.scaled(), cost) {
@@ -309,15 +285,10 @@ impl sealed::Sealed for Quota {
             gcra::try_acquire_scaled(s, now, quota.scaled(), cost)
         })?;
         if limiter.index.migrating() {
-            // Every lookup during a migration comes here (`Index::lookup`): each takes one
-            // step, so the migration ends within a bounded number of calls.
+            // Every lookup during a migration comes here: each takes one step.
             limiter.help_migrate();
         }
         Some(result)
-    }
-
-    fn tracked<K, C>(limiter: &KeyedLimiter<K, Quota, C>, fp: u64, _: &Quota) -> Option<u64> {
-        limiter.index.load(fp)
     }
 
     fn saved<K, C>(_: &KeyedLimiter<K, Quota, C>, _: u64, state: u64, _: &Quota) -> Option<u64> {

@@ -1,7 +1,7 @@
 //! Each tracked key's record: its owner's fingerprint and its quotas' states under a sequence
 //! lock with serialized writers, in one flat arena allocated up front (one record per unit of
 //! `max_keys`, found through the keyed index by a handle): 32 bytes for one or two quotas,
-//! 64 for three or four, two or one to a cache line, never across two.
+//! 64 for three or four, never across two cache lines.
 //!
 //! | word | meaning |
 //! |---|---|
@@ -9,16 +9,14 @@
 //! | `owner` | the fingerprint of the key the record belongs to; 0 while free (fingerprints are never 0) |
 //! | `states[i]` | quota `i`'s [`gcra`](crate::gcra) state |
 //!
-//! * **Read** (every decision first): `seq` (`Acquire`), even; `owner` and the states
-//!   (`Relaxed`); an `Acquire` fence; `seq` again, unchanged: the words one writer left.
-//! * **Commit**: CAS `seq` from the even value read to the next odd one. It succeeds only if no
-//!   writer came since the read, so the owner and the states are still the ones decided on —
-//!   in particular the record still belongs to the key the decision looked up: a record that
-//!   was evicted and handed to another key (or freed) had its `seq` stepped meanwhile. Then a
-//!   `Release` fence, the stores, and `seq` + 1 stored with `Release`.
-//!
-//! The eviction of a record takes its lock the same way (so no debit lands between the check
-//! that it is full and its release), clears `owner` and steps `seq`.
+//! * **Read**: `seq` (`Acquire`), even; `owner` and the states (`Relaxed`); an `Acquire`
+//!   fence; `seq` again, unchanged: the words one writer left.
+//! * **Commit**: CAS `seq` from the even value read to the next odd one, which succeeds only if
+//!   no writer came since the read (an eviction or a hand-over to another key steps `seq`
+//!   too), so the owner and states are the ones decided on; then a `Release` fence, the
+//!   stores, and `seq + 1` stored with `Release`.
+//! * **Evict**: take the lock the same way (no debit lands between the check that the record
+//!   is full and its release), clear `owner`, step `seq`.
 
 use crate::limits::MAX_LIMITS;
 use crate::refusal::Refusal;
@@ -28,12 +26,8 @@ use alloc::boxed::Box;
 /// Words before the states in a record.
 const HEAD: usize = 2;
 
-/// One cache line of the arena: two records of one or two quotas (4 words each), or one of
-/// three or four (8 words). Aligned, so no record straddles two lines: a decision touches one
-/// line of the arena (an unaligned 32-byte record crossed a line boundary every other handle,
-/// two misses for one record).
-///
-/// Two halves of four words: a record of up to two quotas is one half, of three or four both.
+/// One cache line of the arena, two halves of four words: two records of one or two quotas,
+/// or one of three or four. Aligned, so a decision touches one line.
 #[repr(align(64))]
 struct Line([[AtomicU64; 4]; 2]);
 
@@ -55,10 +49,8 @@ struct Rec<'a> {
 impl core::ops::Index<usize> for Rec<'_> {
     type Output = AtomicU64;
 
-    /// Word `k` of the record. Masked to the line (no bounds check on the hot path): callers
-    /// index below the record's stride, so the masks never change an index. For the first four
-    /// words `k >> 2` is 0, so the half's address is computed once and each word is an offset
-    /// from it, not an address of its own.
+    /// Word `k` of the record, masked to the line (no bounds check on the hot path; callers
+    /// index below the record's stride, so the masks never change an index).
     #[inline(always)]
     fn index(&self, k: usize) -> &AtomicU64 {
         &self.line[(self.half + (k >> 2)) & 1][k & 3]
@@ -129,7 +121,6 @@ impl Records {
         }
     }
 
-    /// How many records the arena holds.
     pub(super) fn count(&self) -> usize {
         self.count
     }
@@ -161,8 +152,7 @@ impl Records {
     }
 
     /// One decision attempt on record `h` for the key `fp` with `len` quotas: a consistent
-    /// read, `decide` on its states (the all-quotas decision), and for an admission one CAS of
-    /// `seq` and the stores. A refusal is decided on the consistent read alone.
+    /// read, `decide` on its states, and for an admission one CAS of `seq` and the stores.
     #[inline(always)]
     pub(super) fn try_decide<const N: usize>(
         &self,
@@ -172,8 +162,6 @@ impl Records {
         decide: impl FnOnce([u64; N]) -> Result<Option<[u64; N]>, Refusal>,
     ) -> Attempt<Result<(), Refusal>> {
         debug_assert!(len <= N && HEAD + N <= self.stride());
-        // The record's address once: each atomic access below would make the compiler compute
-        // it again.
         let r = self.record(h);
         let Some((seq, owner, states)) = r.read::<N>(len) else {
             return Attempt::Busy;
@@ -186,10 +174,8 @@ impl Records {
             Ok(None) => Attempt::Done(Ok(())),
             Ok(Some(next)) => {
                 if r.try_lock_at(seq) {
-                    // All `N` words, not `len`: `HEAD + N` is within the record's stride for
-                    // every policy decided with `N` (two quotas at most: 4 words; three or
-                    // four: 8), and a word past `len` is never read. Unrolled, without the
-                    // length's checks.
+                    // All `N` words (unrolled), not `len`: `HEAD + N` is within the stride for
+                    // every policy decided with `N`, and a word past `len` is never read.
                     r.write_unlock(seq, &next);
                     Attempt::Done(Ok(()))
                 } else {
@@ -238,9 +224,8 @@ impl Records {
         r[0].store(seq + 2, Ordering::Release);
     }
 
-    /// Gives free record `h` to the key `fp` with `states` (under the index's mutex, the only
-    /// place records are handed out: no other writer can hold a free record, since a commit
-    /// needs the owner to match).
+    /// Gives free record `h` to the key `fp` with `states`, under the index's mutex (no other
+    /// writer can hold a free record: a commit needs the owner to match).
     pub(super) fn claim(&self, h: usize, fp: u64, states: &[u64]) {
         let r = self.record(h);
         let seq = r[0].load(Ordering::Relaxed);

@@ -16,57 +16,51 @@ pub(crate) struct Table {
     /// push a bucket's instant later, so the bound stays valid without being touched by them.
     pub(crate) next_full_at: AtomicU64,
     /// The latest clock reading at which a bucket was evicted (0: none yet); only grows. An
-    /// evicted state `s` was full at its eviction reading, `s <= earned_floor(evicted_at)`, so a
-    /// key inserted from `earned_floor(evicted_at)` (its own quota's) starts from a state no more
-    /// lenient than any bucket the table forgot: the key's state never decreases, whatever
-    /// reading the inserting decision holds (see [`KeyedLimiter::start_state`]).
+    /// evicted state was full then, so a key inserted from `earned_floor(evicted_at)` (its own
+    /// quota's) starts no more lenient than any bucket the table forgot, whatever reading the
+    /// inserting decision holds ([`KeyedLimiter::start_state`]).
     pub(crate) evicted_at: AtomicU64,
-    /// The longest refill of a whole burst among the quotas the table's keys can have (the
-    /// default's and every override's): within it of its last admission any tracked key is
-    /// full, so it bounds the wait of a new key refused for room.
-    cap: core::time::Duration,
+    /// The longest refill of a whole burst of any quota of any policy (ns, saturated): any
+    /// tracked key is full this long after its last admission.
+    cap: u64,
 }
 
 impl Table {
-    /// An empty table's words, for keys whose slowest quota refills a whole burst in `cap` at
-    /// the most (see the field).
+    /// An empty table's words, for keys whose slowest quota refills a whole burst in `cap`.
     pub(crate) fn new(cap: core::time::Duration) -> Table {
         Table {
             len: AtomicU64::new(0),
             next_full_at: AtomicU64::new(u64::MAX),
             evicted_at: AtomicU64::new(0),
-            cap,
+            cap: u64::try_from(cap.as_nanos()).unwrap_or(u64::MAX),
         }
     }
 
-    /// Makes every key the table does not track start full `cap` (the longest burst refill of
-    /// its quotas) after `now`: holding nothing now, in any quota (`drain`).
+    /// Makes every key the table does not track start full `cap` after `now`: holding nothing
+    /// now, in any quota (`drain`).
     pub(crate) fn drain(&self, now: u64) {
-        let span = u64::try_from(self.cap.as_nanos()).unwrap_or(u64::MAX);
-        let floor = now.saturating_add(span).min(crate::quota::HORIZON_NS);
+        let floor = now.saturating_add(self.cap).min(crate::quota::HORIZON_NS);
         self.evicted_at.fetch_max(floor, Ordering::SeqCst);
     }
 
-    /// The latest instant at which this table's states can be full, as of `now`: a drained
-    /// floor (`now` plus `cap`), plus one more `cap` for a cost taken from it; at the horizon
-    /// at the latest. What a restore clamps a saved state or floor to.
+    /// The latest instant at which this table's states can be full, as of `now` (what a restore
+    /// clamps a saved state or floor to): a drained floor, plus one more `cap` for a cost taken
+    /// from it; at the horizon at the latest.
     #[cfg(feature = "persist")]
     pub(crate) fn latest_full(&self, now: u64) -> u64 {
-        let span = u64::try_from(self.cap.as_nanos()).unwrap_or(u64::MAX);
-        now.saturating_add(span.saturating_mul(2))
-            .min(crate::quota::HORIZON_NS)
+        let span = self.cap.saturating_mul(2);
+        now.saturating_add(span).min(crate::quota::HORIZON_NS)
     }
 
     /// The wait a new key refused by the full table is told at `now`: until the first tracked
-    /// bucket is full, within `[1 ns, cap]`, or `Duration::MAX` when none ever will be. An
-    /// empty table (`max_keys` 0) answers `cap` here; the limiter answers "never" for it.
+    /// bucket is full, within `[1 ns, cap]`, or `Duration::MAX` when none ever will be (an
+    /// empty table answers `cap`).
     pub(crate) fn full_wait(&self, now: u64) -> core::time::Duration {
-        let cap = self.cap;
         let at = self.next_full_at.load(Ordering::SeqCst);
         if at == u64::MAX && self.len.load(Ordering::SeqCst) > 0 {
             return core::time::Duration::MAX;
         }
-        gcra::to_duration(at.saturating_sub(now).max(1)).min(cap)
+        gcra::to_duration(at.saturating_sub(now).max(1).min(self.cap))
     }
 }
 
@@ -81,19 +75,11 @@ pub(super) enum Insert<R> {
 impl<K, P: KeyedPolicy, C: Clock> KeyedLimiter<K, P, C> {
     /// Evicts every key whose bucket (every quota) is full now and returns how many. Never
     /// needed for the bound (insertions evict lazily); it only returns memory early, e.g. from
-    /// a periodic task. It walks one whole pass over the active slots in bounded steps (first
-    /// finishing a doubling of the table's region in progress, evicting the full buckets it
-    /// drains), releasing the mutex between them, so concurrent insertions wait for one step
-    /// at most. A full bucket that closing an eviction's gap moves back (perhaps into a slot
-    /// the pass has examined) is evicted where it lands. The pass starts over in the new region
-    /// if an insertion between two steps doubles the table, and one more is walked in the rare
-    /// case that a step had to leave such a moved bucket (past its eviction budget, or 64 slots
-    /// or more from the gap).
-    ///
-    /// "Now" is this sweep's clock reading. The sweep's position is shared: steps taken
-    /// meanwhile by another `sweep` call, or by an insertion into a full table (which sweeps a
-    /// step to make room), examine slots at their own readings, and a bucket that is not full
-    /// yet at an earlier one is left for the next sweep.
+    /// a periodic task. It walks one whole pass over the active slots (first finishing a
+    /// doubling in progress) in bounded steps, releasing the mutex between them, so insertions
+    /// wait for one step at most. The sweep's position is shared: steps taken meanwhile by
+    /// another `sweep` or by an insertion into a full table examine slots at their own
+    /// readings, and a bucket not full yet at an earlier one is left for the next sweep.
     ///
     /// ```
     /// use std::time::Duration;
@@ -112,11 +98,10 @@ impl<K, P: KeyedPolicy, C: Clock> KeyedLimiter<K, P, C> {
         usize::try_from(evicted).unwrap_or(usize::MAX)
     }
 
-    /// Makes every key the table does not track hold no tokens now, in any quota: what a
-    /// process that cannot restore its state should do instead of starting full. Untracked
-    /// keys start from "full one burst's refill of the slowest quota of any policy from now"
-    /// (a quota that refills faster starts a little in debt); keys tracked already keep their
-    /// state, so call it on a limiter just built.
+    /// Makes every key the table does not track hold no tokens now, in any quota (they start
+    /// full one burst's refill of the slowest quota of any policy from now; a faster quota
+    /// starts a little in debt): what a process that cannot restore its state should do
+    /// instead of starting full. Tracked keys keep their state: call it on a new limiter.
     ///
     /// ```
     /// use std::time::Duration;
@@ -144,13 +129,11 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
         epoch: u64,
     ) -> Insert<P::Refusal> {
         // O(1) refusal under a flood, without the mutex: the table is full and no bucket can be
-        // full before `next_full_at`. `next_full_at` is read first: a sweep decrements `len`
-        // before it stores a later `next_full_at`, so seeing the later bound implies seeing the
-        // room the sweep made (the other order could pair a stale `len` with a fresh bound).
-        // The miss that brought us here is only trusted if no entry moved around it (`epoch`
-        // even and unchanged); otherwise the key may be tracked: ask under the mutex.
-        // While a migration is in progress the refusal takes the mutex instead, so that its
-        // sweep step drains the old region: a table that stays full still finishes it.
+        // full before `next_full_at`. That bound is read first: a sweep lowers `len` before it
+        // stores a later bound, so seeing the bound implies seeing the room. The miss that
+        // brought us here is trusted only if no entry moved around it (`epoch` even and
+        // unchanged). During a migration the mutex is taken instead, so that its sweep step
+        // drains the old region: a table that stays full still finishes it.
         let t = &self.table;
         if t.next_full_at.load(Ordering::SeqCst) > now
             && t.len.load(Ordering::SeqCst) >= self.max_keys
@@ -167,9 +150,7 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
         }
         if t.len.load(Ordering::SeqCst) >= self.max_keys {
             if t.next_full_at.load(Ordering::SeqCst) <= now || locked.migrating() {
-                // One bounded step of the sweep (the whole pass on tables of at most
-                // `STEP_WORK` active slots), which drains the old region first during a
-                // migration; the pass goes on at the next insertion.
+                // One bounded step; the pass goes on at the next insertion.
                 self.sweep_step(&mut locked, now);
             }
             if t.len.load(Ordering::SeqCst) >= self.max_keys {
@@ -195,21 +176,17 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
         Insert::Done
     }
 
-    /// The wait until a tracked bucket is full, within `[1 ns, the longest refill of one burst
-    /// of any quota of the default policy or an override]`, or `Duration::MAX` when none ever
-    /// will be (every tracked bucket is full only past the horizon, where the clock is read as
-    /// stopped).
+    /// [`Table::full_wait`], or `Duration::MAX` for a table of no keys.
     pub(super) fn table_full_wait(&self, now: u64) -> core::time::Duration {
-        // A table of no keys admits none, ever: `until_key_ready` must resolve, not poll on.
+        // It admits none, ever: `until_key_ready` must resolve, not poll on.
         if self.max_keys == 0 {
             return core::time::Duration::MAX;
         }
         self.table.full_wait(now)
     }
 
-    /// One migration step, if the index's mutex is free: lookups of keys left in the old
-    /// region drain it, so a migration ends even when no new key arrives (its lookups would
-    /// otherwise probe two regions for good). Never waits for the mutex.
+    /// One migration step, if the index's mutex is free (never waits): lookups drain the old
+    /// region, so a migration ends even when no new key arrives.
     #[cold]
     #[inline(never)]
     pub(super) fn help_migrate(&self) {
@@ -236,7 +213,7 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
             t.next_full_at.store(next, Ordering::SeqCst);
         }
         if step.evicted > 0 {
-            self.count(|c| &c.evicted, step.evicted);
+            self.shards.count(|c| &c.evicted, step.evicted);
         }
         step
     }

@@ -13,11 +13,9 @@ use core::pin::Pin;
 use core::task::{Context, Poll};
 use core::time::Duration;
 
-/// The future returned by [`KeyedLimiter::until_key_ready`]: resolves to `Ok(time waited)` once
-/// the key's bucket (every quota of its policy) admitted the tokens, or to a refusal no wait
-/// cures (naming its quota, for a policy of several). Polling it again after it resolved gives
-/// `Ok(Duration::ZERO)` and takes nothing. It holds at most one wake-up with the clock at a
-/// time; dropping it cancels that wake-up.
+/// The future returned by [`KeyedLimiter::until_key_ready`] (see there). Polling it again after
+/// it resolved gives `Ok(Duration::ZERO)` and takes nothing; dropping it cancels its one
+/// wake-up.
 ///
 /// ```
 /// use std::future::Future;
@@ -113,16 +111,14 @@ impl<K, P: KeyedPolicy, C: Clock> fmt::Debug for UntilKeyReady<'_, K, P, C> {
 impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, C> {
     /// Waits until `key`'s bucket admits `cost` tokens (every quota of its policy), then takes
     /// them (governor's `until_key_ready`): resolves to `Ok(time waited)` (from the first poll),
-    /// or to the refusal that no wait cures — `ExceedsBurst` when `cost` is above the key's
-    /// (smallest) burst, `RetryAfter(Duration::MAX)` when it would never be admitted.
+    /// or to the refusal no wait cures (naming its quota, for a policy of several):
+    /// `ExceedsBurst`, or `RetryAfter(Duration::MAX)` when it would never be admitted.
     ///
-    /// Each poll is one decision (counted as such); while it is refused the future holds one
-    /// wake-up with the clock for the instant the refusal names (the slowest quota's; the same
-    /// machinery as [`Bucket::until_ready`](crate::Bucket::until_ready)), replaced only when that
-    /// instant or the task changes, dropped with the future. Unlike `Bucket::until_ready` it
-    /// reserves nothing: dropping it gives nothing back, and waiting callers of one key are not
-    /// queued — whoever tries first when tokens are there gets them. A new key refused because
-    /// the table is full waits for the instant a bucket can be evicted, like any other refusal.
+    /// Each poll is one decision (counted as such); while refused, the future holds one wake-up
+    /// with the clock for the instant the refusal names (including a new key's wait for a full
+    /// table), as [`Bucket::until_ready`](crate::Bucket::until_ready) does. Unlike it, it
+    /// reserves nothing: waiting callers of one key are not queued, whoever tries first when
+    /// the tokens are there gets them.
     ///
     /// ```
     /// use std::future::Future;

@@ -1,25 +1,18 @@
 //! Where entries live: the regions of the buffer, the layout word that names the current one,
 //! and the table's size for `max_keys`.
 //!
-//! One `Box<[AtomicU128]>` allocated once, never resized. The table's full size is `capacity =
-//! max(8, next_power_of_two(2 × max_keys))` slots; entries live in the *current region*, a
-//! power-of-two run of slots, linear probing from `fingerprint & (len − 1)`. The region starts
-//! at 64 slots (or the whole table, if smaller) and doubles as keys arrive, up to `capacity`, so
-//! that live entries fill between about ¼ and ½ of it at every size. It never shrinks.
-//!
-//! A doubling *migrates* the entries to a region of twice the size a few at a time, so two
-//! successive regions must be disjoint: regions of size `capacity / 2^k` lie at the front of
-//! the buffer for even `k` and at its back (offset `capacity`) for odd `k`, so the buffer holds
-//! `capacity + capacity / 2` slots and a region reuses only slots emptied two doublings before.
+//! One buffer, allocated once: `capacity = max(8, next_power_of_two(2 × max_keys))` slots.
+//! Entries live in the *current region*, a power-of-two run of slots probed linearly from each
+//! fingerprint's home, which starts at [`MIN_ACTIVE`] slots (or the whole table) and doubles as
+//! keys arrive, up to `capacity`, so live entries fill about ¼ to ½ of it; it never shrinks.
+//! A doubling *migrates* entries a few at a time, so successive regions are disjoint: regions of
+//! `capacity / 2^k` slots lie at the front for even `k` and at the back (offset `capacity`) for
+//! odd `k`, so the buffer holds `capacity + capacity / 2` slots and a region reuses only slots
+//! emptied two doublings before.
 
-/// The smallest region, in slots (or the whole table, if smaller).
-#[cfg(not(tollgate_loom))]
-pub(super) const MIN_ACTIVE: usize = 64;
-
-/// Under loom, 4: a table for 4 keys (8 slots) then migrates once, so the models reach a
-/// migration.
-#[cfg(tollgate_loom)]
-pub(super) const MIN_ACTIVE: usize = 4;
+/// The smallest region, in slots (or the whole table, if smaller); under loom 4, so that a
+/// table for 4 keys (8 slots) migrates once.
+pub(super) const MIN_ACTIVE: usize = if cfg!(tollgate_loom) { 4 } else { 64 };
 
 /// The largest table: 2^30 slots (`max_keys` above 2^29 is clamped), so a region's offset and
 /// mask fit the layout word's 31-bit fields, and the buffer's length a 32-bit `usize`.

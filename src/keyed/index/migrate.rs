@@ -1,22 +1,16 @@
 //! Doubling the current region: entries move from the old region to the new one a few per
-//! insertion (module docs of `index`, "Protocol").
+//! insertion (docs/guarantees.md, "The keyed index").
 
 use super::layout::{encode, old_of, region_in, Region};
 use super::slot::{evict_if_full, fp_of, pack, state_of, take, EMPTY};
 use super::Locked;
 use crate::sync::Ordering;
 
-/// Old-region slots one insertion examines during a migration, moving every entry among them:
-/// at most this many moves per insertion. At least 3 keeps the new region under half full
-/// when the migration ends (module docs); 4 leaves a margin.
-#[cfg(not(tollgate_loom))]
-pub(crate) const MIGRATE_STEP: usize = 4;
-
-/// Under loom, 2: a migration of the 4-slot region then spans insertions, so the models see
-/// lookups and decisions racing a migration in progress, not only within one step. (The
-/// models' tables are bounded by `max_keys`, so probing still ends.)
-#[cfg(tollgate_loom)]
-pub(crate) const MIGRATE_STEP: usize = 2;
+/// Old-region slots one insertion examines during a migration (moving every entry among them).
+/// At least 3 keeps the new region under half full when the migration ends; 4 leaves a margin.
+/// Under loom 2, so a migration of the 4-slot region spans insertions and the models see
+/// lookups and decisions racing a migration in progress.
+pub(crate) const MIGRATE_STEP: usize = if cfg!(tollgate_loom) { 2 } else { 4 };
 
 /// A migration's walk down the old region.
 #[derive(Clone, Copy, Debug)]
@@ -37,11 +31,9 @@ pub(super) struct Migrated {
 }
 
 impl Locked<'_> {
-    /// One migration step of [`MIGRATE_STEP`] old slots, if a migration is in progress: how
-    /// lookups of keys still in the old region help it along (so that it ends even if no key
-    /// is inserted any more).
+    /// One migration step of [`MIGRATE_STEP`] old slots (evicting nothing), if a migration is
+    /// in progress: how lookups help it end even if no key is inserted any more.
     pub(crate) fn help_migrate(&mut self) {
-        // Nothing is evicted, so `full_at` is never asked.
         self.migrate(
             MIGRATE_STEP,
             usize::MAX,
@@ -51,8 +43,8 @@ impl Locked<'_> {
         );
     }
 
-    /// Makes the region of twice `old`'s length current (it is empty: module docs) and starts
-    /// draining `old` into it; the sweep starts a new pass over the new region.
+    /// Makes the (empty) region of twice `old`'s length current and starts draining `old` into
+    /// it; the sweep starts a new pass over the new region.
     pub(super) fn start_migration(&mut self, old: Region) {
         let ix = self.index;
         let new = region_in(ix.cap, old.len() * 2);
@@ -64,19 +56,18 @@ impl Locked<'_> {
         // No entry moves here: a probe that read the previous layout still finds every entry
         // in `old` until a step moves it (and bumps the epoch).
         ix.layout.store(encode(new, true), Ordering::Release);
-        // The old pass's bound stays valid until this one ends; the entries still in `old`
-        // are examined by this pass where they land (its cursor waits for the migration).
+        // The entries still in `old` are examined by this pass where they land (its cursor
+        // waits for the migration).
         self.meta.cursor = 0;
         self.meta.pass_left = new.len();
         self.meta.pass_min = u64::MAX;
         self.meta.restarts += 1;
     }
 
-    /// One step of the migration in progress: visits at most `visits` slots of the old region
-    /// walking down, within `work` units (a slot visited, an entry moved or evicted), and
-    /// drains each entry it meets after the first empty slot — evicting it if `evict_at` gives
-    /// a reading `now` and `full_at(fp, state)` is at or before it (`evicting()` before the CAS,
-    /// at most `max_evictions` of them), else moving it to the current region. Ends the
+    /// One step of the migration in progress: walks down at most `visits` slots of the old
+    /// region within `work` units (a slot visited, an entry moved or evicted), draining each
+    /// entry met after the first empty slot: evicted if `evict_at` is `Some((now, max))` and it
+    /// is full at `now` (at most `max` evictions), else moved to the current region. Ends the
     /// migration when the walk is back at its empty start.
     pub(super) fn migrate(
         &mut self,
@@ -149,8 +140,7 @@ impl Locked<'_> {
             self.meta.migrated += done.moved as u64;
         }
         if finished {
-            // The old region is all empty: it leaves the layout (its slots are reused only by
-            // a region two doublings later, filled by moves and insertions).
+            // The old region is all empty: it leaves the layout.
             self.meta.migration = None;
             ix.layout.store(encode(new, false), Ordering::Release);
         } else {

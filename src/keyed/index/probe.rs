@@ -14,13 +14,11 @@ impl Index {
         self.rebuilds.load(Ordering::SeqCst)
     }
 
-    /// The layout word.
     #[inline]
     pub(super) fn layout(&self) -> u64 {
         self.layout.load(Ordering::Acquire)
     }
 
-    /// The current region.
     #[inline]
     pub(super) fn region(&self) -> Region {
         decode(self.layout())
@@ -33,8 +31,7 @@ impl Index {
     }
 
     /// The slot holding `fp` and its word, if a lock-free probe finds it. A probe racing a
-    /// move may miss a present key (the caller then asks again under the mutex), never find
-    /// a wrong one: the fingerprint is in the word it returns.
+    /// move may miss a present key, never find a wrong one (the word holds the fingerprint).
     #[inline]
     pub(super) fn find(&self, fp: u64) -> Option<(&AtomicU128, u128)> {
         let layout = self.layout();
@@ -54,8 +51,7 @@ impl Index {
     /// whole region).
     #[inline]
     pub(super) fn probe(&self, r: Region, fp: u64) -> Option<(&AtomicU128, u128)> {
-        // One bounds check for the region, none per step (`home + step` masked by `len − 1`
-        // is below `len` once the loop runs).
+        // One bounds check for the region, none per step (the index is masked to it).
         let region = &self.slots[r.base..r.base + r.len()];
         let mask = region.len() - 1;
         let home = self.home(fp);
@@ -74,11 +70,9 @@ impl Index {
     }
 
     /// The lock-free probe of the hot path: `fp`'s slot and the word read from it, if found.
-    /// Always `None` during a migration: the caller then takes the slow path, which probes
-    /// both regions with [`apply`](Index::apply) and helps the migration along (one bounded
-    /// step if the mutex is free), so a migration ends within a bounded number of calls even
-    /// when no key is inserted any more. A miss may be wrong while entries move (the caller
-    /// then takes the insert path).
+    /// Always `None` during a migration: the slow path then probes both regions
+    /// ([`apply`](Index::apply)) and helps the migration along. A miss may be wrong while
+    /// entries move (the caller then takes the insert path).
     #[inline]
     pub(crate) fn lookup(&self, fp: u64) -> Option<Hit<'_>> {
         let layout = self.layout();
@@ -152,10 +146,9 @@ impl Hit<'_> {
         state_of(self.word)
     }
 
-    /// One CAS of the whole slot from the word read to `(fp, next)`: fails if anything changed
-    /// it since (a decision, an eviction, a move) — or spuriously, as a weak CAS may — and
-    /// never writes another key's slot. The failure ordering is `Relaxed`: the caller then
-    /// probes again ([`Index::apply`]) and does not use the value.
+    /// One weak CAS of the whole slot from the word read to `(fp, next)`: fails if anything
+    /// changed it since (a decision, an eviction, a move), never writes another key's slot.
+    /// `Relaxed` on failure: the caller probes again ([`Index::apply`]) without the value.
     #[inline]
     pub(crate) fn commit(&self, next: u64) -> bool {
         self.slot

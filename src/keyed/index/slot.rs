@@ -7,19 +7,13 @@ use crate::sync::{AtomicU128, Ordering};
 pub(super) const EMPTY: u64 = 0;
 
 /// Maps a 64-bit hash to a fingerprint: its low bit set, so never [`EMPTY`] (63 bits of the
-/// hash identify a key).
-#[cfg(not(tollgate_loom))]
+/// hash identify a key). Under loom, whose models are written against their keys' whole
+/// hashes, 0 and 1 become 2 and 3 and every other hash is its own fingerprint.
 #[inline]
 pub(crate) fn fingerprint(hash: u64) -> u64 {
-    hash | 1
-}
-
-/// Under loom, whose models are written against the slots of their keys' whole hashes: 0 and
-/// 1 become 2 and 3, and every other hash is its own fingerprint.
-#[cfg(tollgate_loom)]
-#[inline]
-pub(crate) fn fingerprint(hash: u64) -> u64 {
-    if hash < 2 {
+    if !cfg!(tollgate_loom) {
+        hash | 1
+    } else if hash < 2 {
         hash + 2
     } else {
         hash
@@ -33,22 +27,17 @@ pub(crate) fn is_fingerprint(fp: u64) -> bool {
     fingerprint(fp) == fp
 }
 
-/// A keyed table's fingerprint hasher: foldhash's `fast` variant, whose last step is one
-/// folded multiply; the index's home slots add a keyed one of their own ([`Index::home`]).
-/// Under loom, the `quality` variant with its fixed seed, whose slots the models are written
-/// against.
-///
-/// [`Index::home`]: super::Index::home
+/// A keyed table's fingerprint hasher: foldhash's `fast` variant (the index's home slots add a
+/// keyed mix of their own: [`Index::home`](super::Index::home)); under loom, the `quality`
+/// variant with its fixed seed, whose slots the models are written against.
 #[cfg(not(tollgate_loom))]
 pub(crate) type Hasher = foldhash::fast::SeedableRandomState;
-/// A keyed table's fingerprint hasher (see the non-loom build's).
 #[cfg(tollgate_loom)]
 pub(crate) type Hasher = foldhash::quality::SeedableRandomState;
 
-/// A keyed table's fingerprint hasher and its seed: `seed` (a restore's) or 64 random bits from
-/// foldhash's randomly seeded state, over foldhash's fixed shared seed, so that the seed alone
-/// finds a saved table's keys again. Fixed (seed 0) under loom, whose models must replay the
-/// same slots (a restored table there too).
+/// A keyed table's fingerprint hasher and its seed: `seed` (a restore's) or 64 random bits,
+/// over foldhash's fixed shared seed, so that the seed alone finds a saved table's keys again.
+/// Fixed (seed 0) under loom, whose models replay the same slots.
 pub(crate) fn seeded_hasher(seed: Option<u64>) -> (u64, Hasher) {
     #[cfg(not(tollgate_loom))]
     {
@@ -79,9 +68,8 @@ pub(super) fn state_of(word: u128) -> u64 {
     word as u64
 }
 
-/// Takes the entry out of `slot` (a CAS to empty, retried while admissions change its state):
-/// returns the word it held, so no admission is lost — one that lands first is in the word, one
-/// that lands later fails its CAS and re-probes.
+/// Takes the entry out of `slot` (a CAS to empty, retried while admissions change it) and
+/// returns its word: an admission landing first is in it, one landing later fails and re-probes.
 pub(super) fn take(slot: &AtomicU128, mut w: u128) -> u128 {
     loop {
         match slot.compare_exchange_weak(w, 0, Ordering::AcqRel, Ordering::Acquire) {
@@ -91,13 +79,11 @@ pub(super) fn take(slot: &AtomicU128, mut w: u128) -> u128 {
     }
 }
 
-/// Evicts the entry in `slot` if it is full at `now`: `w` is the word read from it (not empty).
-/// Each attempt calls `evicting()`, then CASes the slot to empty (a strong CAS: `evicting()`
-/// runs once per word), and is retried with the new word while admissions change the state: a racing admission either lands first (the CAS
-/// fails, and the bucket may no longer be full) or fails its own CAS and re-probes into the
-/// insert path. `Ok(())` once evicted; else `Err((word, at))`: the latest word, not full before
-/// `at > now`. Never for an empty slot (only the mutex holder empties one, and its callers skip
-/// them): that would count an eviction of nothing; it answers `Err` with `at = u64::MAX`.
+/// Evicts the entry in `slot` (whose word `w` was read, not empty) if it is full at `now`:
+/// `evicting()`, then a CAS to empty, retried with the new word while admissions change it (a
+/// racing admission either lands first, or fails its own CAS and re-probes into the insert
+/// path). `Ok(())` once evicted; else `Err((word, at))`: the latest word, not full before
+/// `at > now` (`u64::MAX` for an empty slot, which callers never pass).
 pub(super) fn evict_if_full(
     slot: &AtomicU128,
     mut w: u128,
@@ -115,8 +101,7 @@ pub(super) fn evict_if_full(
             return Err((w, at));
         }
         evicting();
-        // Strong: `evicting()` has run for this word, so a failure must mean the word changed
-        // (a spurious one, possible on LL/SC targets, would run it twice for one eviction).
+        // Strong: a spurious failure would run `evicting()` twice for one eviction.
         match slot.compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return Ok(()),
             Err(actual) => w = actual,

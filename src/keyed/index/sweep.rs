@@ -9,9 +9,8 @@ use crate::sync::Ordering;
 /// Work units (slots visited or entries moved) one sweep step may spend under the mutex.
 pub(crate) const STEP_WORK: usize = 1024;
 
-/// Evictions after which a sweep step stops (each is a CAS and a shift of its chain, under the
-/// mutex insertions wait for); as many again of full entries that closing a gap moved back,
-/// evicted where they land.
+/// Evictions after which a sweep step stops (each a CAS and a shift of its chain); as many
+/// again of full entries that closing a gap moved back, evicted where they land.
 pub(crate) const STEP_EVICTIONS: u64 = 16;
 
 /// What one sweep step did.
@@ -23,27 +22,20 @@ pub struct Step {
     pub(crate) examined: usize,
     /// Slots of an old region drained by the migration in progress.
     pub(crate) migrated: usize,
-    /// Entries moved back into a gap an eviction left, full at the step's reading, that the
-    /// step left where they landed (past its eviction budget, or 64 slots or more from the
-    /// gap; otherwise it evicts them there): such an entry may sit in a slot the pass has
-    /// already examined, so a caller that must evict every full entry walks another pass.
+    /// Full entries that closing a gap moved back and the step left where they landed (past
+    /// its eviction budget, or 64 slots or more from the gap): such an entry may sit behind the
+    /// cursor, so a caller that must evict every full entry walks another pass.
     pub(crate) moved_full: u64,
     /// `Some(bound)` when the step ended a pass: the earliest instant at which a live entry can
     /// be full (`u64::MAX` if none).
     pub(crate) pass_done: Option<u64>,
 }
 
-/// A whole sweep's progress over its steps (one per lock): when it has examined every entry at
-/// its reading. [`Sweep::before`] under each step's lock before the step, [`Sweep::after`]
-/// after it.
-///
-/// Done after a whole region's worth of slots examined, no old region left to drain, and no
-/// reason to doubt the slots already examined: a migration started by an insertion between two
-/// steps restarts the pass over the new region ([`Locked::restarts`]), and a step may leave a
-/// full entry that closing a gap moved back behind the cursor ([`Step::moved_full`]: rare, a
-/// step evicts those where they land within its budget); either makes the count start again.
-/// The second only follows evictions, so a sweep goes on only while it finds full entries to
-/// evict; the first at most once per doubling of the table.
+/// A whole sweep's progress over its steps ([`Sweep::before`] and [`Sweep::after`] under each
+/// step's lock): done after a region's worth of slots examined with no old region to drain.
+/// The count starts again when a migration restarts the pass ([`Locked::restarts`], at most
+/// once per doubling) or a step leaves a full entry behind the cursor ([`Step::moved_full`],
+/// only after evictions: a sweep goes on only while it finds full entries).
 #[derive(Debug, Default)]
 pub(super) struct Sweep {
     pub(super) examined: usize,
@@ -71,9 +63,8 @@ impl Sweep {
 }
 
 impl Index {
-    /// A whole sweep: `step` (one bounded sweep step, returning what it did) under the mutex,
-    /// the mutex released between steps so insertions wait for one step at most, never a
-    /// pass, until [`Sweep`] says the pass is done. The entries evicted.
+    /// A whole sweep: `step` (one bounded step) under the mutex, released between steps, until
+    /// [`Sweep`] says it is done; returns the entries evicted.
     pub(crate) fn sweep_all(&self, mut step: impl FnMut(&mut Locked<'_>) -> Step) -> u64 {
         let (mut evicted, mut sweep) = (0u64, Sweep::default());
         loop {
@@ -89,9 +80,8 @@ impl Index {
 }
 
 /// The slot the sweep examines at position `cursor` of its pass over `mask + 1` slots: cache
-/// lines (4 slots) in bit-reversed order, the slots of a line in order. A permutation, so a
-/// pass examines every slot once; any run of consecutive positions is spread evenly over the
-/// region.
+/// lines (4 slots) in bit-reversed order, the slots of a line in order. A permutation that
+/// spreads any run of consecutive positions evenly over the region.
 #[inline]
 pub(super) fn visit_order(cursor: usize, mask: usize) -> usize {
     pub(super) const LINE: usize = 4;
@@ -105,22 +95,16 @@ pub(super) fn visit_order(cursor: usize, mask: usize) -> usize {
 }
 
 impl Locked<'_> {
-    /// One bounded step of the incremental sweep at reading `now`: examines slots from the
-    /// cursor, at most [`STEP_WORK`] units of work (a slot examined or an entry moved), at most
-    /// [`STEP_EVICTIONS`] evictions and at most one whole region, and evicts every entry it
-    /// meets whose `full_at(fp, state)` is at or before `now`, calling `evicting()` before each
-    /// eviction's CAS. Each eviction closes its gap by shifting the rest of its chain back (no
-    /// tombstones); an entry so moved that is full at `now` is evicted where it lands, since
-    /// the cursor may have passed that slot ([`evict_landed`](Locked::evict_landed): up to
-    /// [`STEP_EVICTIONS`] more evictions, whose chain shifts may take the work past
-    /// [`STEP_WORK`]). During a migration the step first drains the old region (within the same
-    /// budget, evicting its full entries and moving the others), and examines the current
-    /// region only once that is done.
+    /// One bounded step of the incremental sweep at reading `now`: from the cursor, at most
+    /// [`STEP_WORK`] units of work (a slot examined or an entry moved; [`evict_landed`]'s shifts
+    /// may go past it), [`STEP_EVICTIONS`] evictions and one whole region, evicting every entry
+    /// whose `full_at(fp, state)` is at or before `now` (`evicting()` before each eviction's
+    /// CAS) and closing each gap with [`shift_back`]. During a migration it first drains the
+    /// old region (same budget). The cursor follows [`visit_order`]: a left-to-right sweep under
+    /// a flood leaves the region just ahead of it nearly full, where linear probing degrades.
     ///
-    /// The cursor visits the region in a scattered order (cache lines in bit-reversed order),
-    /// not from left to right: evictions then spread evenly over the table. A left-to-right
-    /// sweep under a flood leaves the region just ahead of it nearly full (it is emptied last),
-    /// and linear probing degrades badly at such a load.
+    /// [`evict_landed`]: Locked::evict_landed
+    /// [`shift_back`]: Locked::shift_back
     pub(crate) fn sweep_step(
         &mut self,
         now: u64,
@@ -187,9 +171,8 @@ impl Locked<'_> {
             if self.meta.pass_left == 0 {
                 step.pass_done = Some(core::mem::replace(&mut self.meta.pass_min, u64::MAX));
                 self.meta.pass_left = r.len();
-                // Go on into the next pass within the budget, but never examine a slot twice in
-                // one step: a region of at most `STEP_WORK` slots is examined whole, at this
-                // step's reading, by any step that evicts nothing.
+                // On into the next pass within the budget, never a slot twice in one step: a
+                // region of at most `STEP_WORK` slots is examined whole by a step evicting nothing.
                 if step.examined > r.mask {
                     break;
                 }
@@ -201,13 +184,11 @@ impl Locked<'_> {
         step
     }
 
-    /// Evicts the entries that closing a gap moved back and that are full at `now`, where they
-    /// landed: bit `d` of `landed` for slot `from + d` of `r` (see
-    /// [`shift_back`](Locked::shift_back)). The cursor may have examined those slots already,
-    /// so the sweep would otherwise miss them. The farthest first: closing the gap an eviction
-    /// leaves only moves entries from later in the chain, so the nearer ones stay where they
-    /// are. Up to [`STEP_EVICTIONS`] more evictions than the cursor's in one step; past that
-    /// they are left and counted in `step.moved_full` (the caller then walks another pass).
+    /// Evicts, where they landed, the entries that closing a gap moved back and that are full
+    /// at `now` (the cursor may have passed them): bit `d` of `landed` for slot `from + d` of
+    /// `r` ([`shift_back`](Locked::shift_back)). The farthest first: closing a gap only moves
+    /// entries from later in the chain, so the nearer ones stay put. Up to [`STEP_EVICTIONS`]
+    /// more evictions in one step; past that they are left and counted in `step.moved_full`.
     /// Returns the slots visited.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn evict_landed(
@@ -226,8 +207,8 @@ impl Locked<'_> {
             let d = 63 - landed.leading_zeros();
             landed &= !(1 << d);
             let at = (from + d as usize) & r.mask;
-            // Only the mutex holder empties a slot, and closing a later gap moves nothing into
-            // or out of the slots before it: the entry recorded is still there.
+            // Only the mutex holder moves entries, and closing a later gap moves nothing before
+            // it: the entry recorded is still there.
             let slot = &ix.slots[r.at(at)];
             let w = slot.load(Ordering::Acquire);
             work += 1;
@@ -257,12 +238,10 @@ impl Locked<'_> {
     /// the chain whose home does not lie between the gap and it (linear probing's deletion
     /// without tombstones). Each move takes the entry out, then writes it into the gap: the key
     /// is absent in between (a lock-free miss then waits on the mutex), never present twice.
-    /// Returns the slots visited, and where the entries it moved that were full at `now` landed:
-    /// bit `d` for slot `origin + d` (the caller evicts them there, or leaves them to another
-    /// pass and folds them into its bound). One that lands 64 slots or more from `origin` is
-    /// left here, counted in `step.moved_full`. A moved entry may land in a slot this pass
-    /// already examined, so the full instant of one not reported is folded into the pass's
-    /// bound (`full_at`) here.
+    /// Returns the slots visited, and where the moved entries full at `now` landed: bit `d` for
+    /// slot `origin + d`, for the caller. A moved entry may land behind the cursor, so one not
+    /// reported (64 slots or more from `origin`, counted in `step.moved_full` if full) has its
+    /// full instant folded into the pass's bound here.
     pub(super) fn shift_back(
         &mut self,
         r: Region,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::vec;
 use std::vec::Vec;
 
-/// Fingerprints spread over the table (a cheap mixer; the limiter uses a seeded hash).
+/// Fingerprints spread over the table.
 fn fp(i: u64) -> u64 {
     fingerprint(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555)
 }
@@ -27,20 +27,9 @@ fn insert(ix: &Index, fp: u64, state: u64) {
     locked.insert(fp, state, state);
 }
 
-/// Evicts the keys `evict` says, one bounded step per lock, over one whole pass (and the
-/// migration in progress, if any); returns how many, and the last pass bound seen.
-fn sweep(ix: &Index, evict: impl Fn(u64) -> bool) -> (u64, Option<u64>) {
-    let (mut evicted, mut bound, mut sweep) = (0, None, Sweep::default());
-    loop {
-        let mut locked = ix.lock();
-        sweep.before(&locked);
-        let step = locked.sweep_step(5, |f, _| if evict(f) { 0 } else { 7 }, || ());
-        evicted += step.evicted;
-        bound = step.pass_done.or(bound);
-        if sweep.after(&locked, &step) {
-            return (evicted, bound);
-        }
-    }
+/// A whole sweep at reading 5 evicting the keys `evict` says; returns how many.
+fn sweep(ix: &Index, evict: impl Fn(u64) -> bool) -> u64 {
+    ix.sweep_all(|locked| locked.sweep_step(5, |f, _| if evict(f) { 0 } else { 7 }, || ()))
 }
 
 fn used(ix: &Index) -> usize {
@@ -57,9 +46,14 @@ fn used_in(ix: &Index, r: Region) -> usize {
         .count()
 }
 
-/// The layout's invariants with the mutex free: every slot outside the current region (and
-/// the old one, while migrating) is empty; the current region is at most half full; the
-/// live count is the number of entries.
+/// Whether `f`'s slot lies in region `r`.
+fn in_region(ix: &Index, r: Region, f: u64) -> bool {
+    let (slot, _) = ix.find(f).unwrap();
+    (0..r.len()).any(|j| core::ptr::eq(&ix.slots[r.at(j)], slot))
+}
+
+/// The layout's invariants with the mutex free: slots outside the current (and old) region
+/// are empty, the current region is at most half full, the live count is exact.
 fn check_layout(ix: &Index) {
     let layout = ix.layout();
     let new = decode(layout);
@@ -137,9 +131,8 @@ fn regions_alternate_between_the_front_and_the_back() {
     assert_eq!(decode(encode(r, false)), r);
 }
 
-/// From 64 slots to the whole table of 2^17, one key at a time: no insertion moves more
-/// than `MIGRATE_STEP` entries, the region doubles at each step, stays between ¼ and ½ full
-/// once migrations settle, never more than half full, and every key keeps its state.
+/// From 64 slots to the whole table of 2^17, one key at a time: no insertion moves more than
+/// `MIGRATE_STEP` entries, the region doubles, stays ¼ to ½ full, and every key keeps its state.
 #[test]
 fn grows_from_64_slots_to_the_whole_table_with_bounded_moves_per_insert() {
     let max = 1 << 16;
@@ -184,14 +177,9 @@ fn grows_from_64_slots_to_the_whole_table_with_bounded_moves_per_insert() {
     check_layout(&ix);
 }
 
-/// Inserts keys until a migration is in progress with entries left in the old region;
-/// returns the keys inserted.
-fn mid_migration(ix: &Index) -> u64 {
-    mid_migration_from(ix, 0)
-}
-
-/// [`mid_migration`] from an old region of at least `min_old` slots.
-fn mid_migration_from(ix: &Index, min_old: usize) -> u64 {
+/// Inserts keys until a migration from an old region of at least `min_old` slots is in
+/// progress with entries left in it; returns the keys inserted.
+fn mid_migration(ix: &Index, min_old: usize) -> u64 {
     let mut n = 0;
     loop {
         insert(ix, fp(n), n + 10);
@@ -207,20 +195,11 @@ fn mid_migration_from(ix: &Index, min_old: usize) -> u64 {
 #[test]
 fn lookups_during_a_migration_find_keys_in_both_regions() {
     let ix = Index::plain(1 << 12);
-    let n = mid_migration(&ix);
+    let n = mid_migration(&ix, 0);
     let layout = ix.layout();
     let (new, old) = (decode(layout), old_of(ix.cap, decode(layout)));
     assert!(used_in(&ix, new) > 0 && used_in(&ix, old) > 0);
-    let region_of = |f: u64| {
-        let (slot, _) = ix.find(f).unwrap();
-        let i = ix
-            .slots
-            .iter()
-            .position(|s| core::ptr::eq(s, slot))
-            .unwrap();
-        (new.base..new.base + new.len()).contains(&i)
-    };
-    let in_new = (0..n).filter(|&i| region_of(fp(i))).count();
+    let in_new = (0..n).filter(|&i| in_region(&ix, new, fp(i))).count();
     assert!(in_new > 0 && in_new < n as usize, "{in_new} of {n} moved");
     let epoch = ix.rebuild_epoch();
     for i in 0..n {
@@ -243,7 +222,7 @@ fn lookups_during_a_migration_find_keys_in_both_regions() {
 #[test]
 fn every_state_survives_a_migration_and_decisions_land_during_it() {
     let ix = Index::plain(1 << 12);
-    let n = mid_migration(&ix);
+    let n = mid_migration(&ix, 0);
     let mut model: BTreeMap<u64, u64> = (0..n).map(|i| (fp(i), i + 10)).collect();
     let mut next = rng(7);
     let mut k = n;
@@ -267,13 +246,12 @@ fn every_state_survives_a_migration_and_decisions_land_during_it() {
     assert_eq!(ix.lock().meta.live, model.len());
 }
 
-/// A migration that no insertion finishes: steps taken by lookups (`help_migrate`), at most
-/// `MIGRATE_STEP` moves each, drain the old region within `1.5 × old / MIGRATE_STEP`
-/// steps; then every key is on the hot path's probe again.
+/// A migration that no insertion finishes: lookups' steps (`help_migrate`) drain the old
+/// region within `1.5 × old / MIGRATE_STEP`; then every key is on the hot path's probe again.
 #[test]
 fn lookups_help_a_migration_to_its_end() {
     let ix = Index::plain(1 << 12);
-    let n = mid_migration_from(&ix, 512);
+    let n = mid_migration(&ix, 512);
     let mut helps = 0;
     while ix.lock().migrating() {
         let before = ix.lock().meta.migrated;
@@ -299,15 +277,14 @@ fn lookups_help_a_migration_to_its_end() {
     check_layout(&ix);
 }
 
-/// Sweep steps during a migration: the old region's full entries are evicted there (each is
-/// the last of its cluster), the others moved; evictions in the new region, with their
-/// shifts, wait until it is done; the pass that ends covers both regions' entries,
-/// including those inserted during the migration.
+/// Sweep steps during a migration evict the old region's full entries there and move the
+/// others; the new region waits until it is drained; the pass that ends covers both regions'
+/// entries, including those inserted during the migration.
 #[test]
 fn sweeps_during_a_migration_evict_in_both_regions_and_bound_every_entry() {
     // An old region of 1,024 slots: drained over several steps.
     let ix = Index::plain(1 << 12);
-    let n = mid_migration_from(&ix, 1024);
+    let n = mid_migration(&ix, 1024);
     // Entries inserted during the migration: in the new region, one with the smallest full
     // instant of all survivors.
     insert(&ix, fp(n), 6);
@@ -346,22 +323,15 @@ fn sweeps_during_a_migration_evict_in_both_regions_and_bound_every_entry() {
     check_layout(&ix);
 }
 
-/// A pass bound with a migration finished by insertions: the pass restarted when the
-/// migration began and walks the new region only after it, so it still bounds an entry
-/// that was in the old region (examined where it landed).
+/// A pass across a migration finished by insertions still bounds an entry that was in the
+/// old region (examined where it landed).
 #[test]
 fn a_pass_covers_entries_moved_by_insertions() {
     let ix = Index::plain(1 << 12);
-    let n = mid_migration(&ix);
+    let n = mid_migration(&ix, 0);
     // The earliest-full entry is one still in the old region.
-    let layout = ix.layout();
-    let old = old_of(ix.cap, decode(layout));
-    let in_old = (0..n)
-        .find(|&i| {
-            let (slot, _) = ix.find(fp(i)).unwrap();
-            (0..old.len()).any(|j| core::ptr::eq(&ix.slots[old.at(j)], slot))
-        })
-        .unwrap();
+    let old = old_of(ix.cap, ix.region());
+    let in_old = (0..n).find(|&i| in_region(&ix, old, fp(i))).unwrap();
     assert!(ix.apply(fp(in_old), |_| Ok::<_, ()>(Some(1))).is_some());
     let mut k = n;
     while ix.lock().migrating() {
@@ -377,8 +347,7 @@ fn a_pass_covers_entries_moved_by_insertions() {
 }
 
 /// Random insertions, decisions and evictions across many migrations against a map: every
-/// survivor is found with its state, nothing is stored twice, and slots outside the
-/// regions stay empty for reuse.
+/// survivor is found with its state, and slots outside the regions stay empty.
 #[test]
 fn random_operations_across_migrations_against_a_map() {
     let mut next = rng(0x1234_5678_9ABC_DEF1);
@@ -419,13 +388,10 @@ fn random_operations_across_migrations_against_a_map() {
     assert_eq!(ix.lock().meta.live, model.len());
 }
 
-/// Every pass bound is at most the full instant of every entry in the table (both regions),
-/// with passes restarted by migrations (the table grows from 64 slots to 4,096), insertions,
-/// decisions and lookups' migration steps between sweep steps, and evictions: random
-/// operations over six seeds with different mixes, where an entry's state is its full
-/// instant. Entries a migration moves are not folded into the bound; the pass examines them
-/// in the new region. (It fails without the insertions' fold, and without the pass restart
-/// at a migration's start.)
+/// Every pass bound is at most every entry's full instant (its state here), through
+/// migrations from 64 slots to 4,096, insertions, decisions, lookups' migration steps and
+/// evictions between sweep steps, over six seeds. Fails without the insertions' fold or the
+/// pass restart at a migration's start.
 #[test]
 fn every_pass_bound_holds_across_migrations() {
     let (mut passes, mut evicted, mut moved, mut mid_pass) = (0, 0, 0, 0);
@@ -532,7 +498,7 @@ fn evictions_shift_chains_back_and_keep_every_survivor() {
         insert(&ix, fp(i), i + 1);
     }
     assert_eq!(ix.region().len(), 128);
-    assert_eq!(sweep(&ix, |f| (0..30).any(|i| fp(i) == f)).0, 30);
+    assert_eq!(sweep(&ix, |f| (0..30).any(|i| fp(i) == f)), 30);
     for i in 0..30 {
         assert_eq!(ix.load(fp(i)), None);
     }
@@ -543,7 +509,7 @@ fn evictions_shift_chains_back_and_keep_every_survivor() {
     for i in 100..130 {
         insert(&ix, fp(i), i);
     }
-    assert_eq!(sweep(&ix, |f| (30..64).any(|i| fp(i) == f)).0, 34);
+    assert_eq!(sweep(&ix, |f| (30..64).any(|i| fp(i) == f)), 34);
     for i in 100..130 {
         assert_eq!(ix.load(fp(i)), Some(i));
     }
@@ -551,12 +517,9 @@ fn evictions_shift_chains_back_and_keep_every_survivor() {
     assert_eq!(ix.lock().meta.live, 30);
 }
 
-/// A sweep evicts every entry full at its reading in one pass, also one that an eviction's
-/// gap moves back into a slot the pass has already examined (the cursor visits cache lines
-/// in a scattered order, a chain runs left to right): such an entry is evicted where it
-/// lands. Random tables with colliding homes, a third of their entries full, fewer than
-/// `STEP_EVICTIONS` of them (so the fallback, another pass, never runs): after one pass no
-/// full entry is left. Without `evict_landed` some of these tables keep one.
+/// One pass evicts every full entry, also one that an eviction's gap moves back behind the
+/// cursor (`evict_landed`; without it some of these tables keep one): random tables with
+/// colliding homes and fewer than `STEP_EVICTIONS` full entries.
 #[test]
 fn a_sweep_evicts_full_entries_moved_behind_its_cursor() {
     let mut next = rng(0x0DDB_1A5E_5EED_0001);
@@ -592,10 +555,8 @@ fn a_sweep_evicts_full_entries_moved_behind_its_cursor() {
     }
 }
 
-/// Larger tables with clusters long enough to reach both fallbacks of `evict_landed` (its
-/// eviction budget, and landings 64 slots or more from the gap): a whole sweep still
-/// evicts every full entry, keeps every survivor with its state, and leaves the live count
-/// and the layout exact.
+/// Clusters long enough to reach both fallbacks of `evict_landed` (its budget, landings 64
+/// slots or more away): a whole sweep still evicts every full entry and keeps the rest.
 #[test]
 fn sweeps_of_long_clusters_evict_every_full_entry_and_keep_the_rest() {
     let mut next = rng(0x005E_ED0F_C1A5_7E25);
@@ -614,16 +575,11 @@ fn sweeps_of_long_clusters_evict_every_full_entry_and_keep_the_rest() {
             insert(&ix, f, 7);
             full.insert(f, next() % 2 == 0);
         }
-        let mut sweep = Sweep::default();
-        loop {
-            let mut locked = ix.lock();
-            sweep.before(&locked);
+        ix.sweep_all(|locked| {
             let step = locked.sweep_step(5, |f, _| if full[&f] { 0 } else { 7 }, || ());
             left += step.moved_full;
-            if sweep.after(&locked, &step) {
-                break;
-            }
-        }
+            step
+        });
         for (&f, &is_full) in &full {
             assert_eq!(ix.load(f), (!is_full).then_some(7), "round {round}, {f:#x}");
         }
@@ -635,12 +591,9 @@ fn sweeps_of_long_clusters_evict_every_full_entry_and_keep_the_rest() {
     );
 }
 
-/// A migration started by insertions between two steps of a sweep restarts the pass over
-/// the new region: the sweep counts its examined slots again from there, and still evicts
-/// every full entry. Here the migration is finished by lookups (which move entries without
-/// examining them), so every full entry waits in the new region for the sweep's new pass;
-/// the rule that kept counting from before the restart stopped about 2,800 slots short of
-/// a whole pass and left the full entries there.
+/// A migration started between two steps of a sweep restarts its count over the new region,
+/// so it still evicts every full entry, even when lookups (which move entries without
+/// examining them) finish the migration.
 #[test]
 fn a_sweep_restarted_by_a_migration_still_evicts_every_full_entry() {
     let ix = Index::plain(1 << 12);
@@ -687,8 +640,8 @@ fn a_sweep_restarted_by_a_migration_still_evicts_every_full_entry() {
     }
 }
 
-/// Long colliding chains, wrapping past the end of the region: random inserts and evictions
-/// against a map, every survivor found by a lock-free probe, nothing stored twice.
+/// Long colliding chains wrapping past the region's end: random inserts and evictions against
+/// a map, every survivor found, nothing stored twice.
 #[test]
 fn shifting_back_colliding_and_wrapping_chains() {
     let mut next = rng(0x1234_5678_9ABC_DEF1);
@@ -706,7 +659,7 @@ fn shifting_back_colliding_and_wrapping_chains() {
             }
         } else {
             let victim = next() % 200;
-            let evicted = sweep(&ix, |f| f == key(victim)).0;
+            let evicted = sweep(&ix, |f| f == key(victim));
             assert_eq!(evicted, u64::from(model.remove(&key(victim)).is_some()));
         }
         for (&k, &v) in &model {
@@ -716,9 +669,8 @@ fn shifting_back_colliding_and_wrapping_chains() {
     }
 }
 
-/// A migration draining an old region whose chains collide and wrap around its end: the
-/// walk starts from an empty slot, so every entry it takes is the last of its cluster and
-/// the others stay reachable at every step.
+/// Draining an old region whose chains collide and wrap around its end keeps every entry
+/// reachable at every step.
 #[test]
 fn draining_colliding_and_wrapping_chains_keeps_them_reachable() {
     let ix = Index::plain(1 << 10);
@@ -770,9 +722,8 @@ fn a_step_does_bounded_work_and_a_pass_yields_the_earliest_full_instant() {
     assert_eq!(bound, 5);
 }
 
-/// An eviction of an unchanged word runs its hook once and empties the slot, even where a weak
-/// compare-and-swap may fail spuriously (run under Miri, whose weak CASes do): the hook frees a
-/// `KeyedMultiLimiter` record, and a second run for one eviction would free it twice.
+/// An eviction of an unchanged word runs its hook (which frees a record) once, even where a
+/// weak CAS may fail spuriously (Miri's do).
 #[test]
 fn an_eviction_of_an_unchanged_word_runs_its_hook_once() {
     for _ in 0..64 {
