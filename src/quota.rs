@@ -22,12 +22,11 @@ pub(crate) const MAX_UNITS: u64 = (1 << 63) - 1;
 
 /// A rate (`tokens` per `per`) and a capacity (`burst`), validated.
 ///
-/// Internally the quota also fixes the unit of the state word: `scale` units per token, chosen
-/// as the largest divisor of the reduced period that lets `rate × 100 years + burst` fit in
-/// 63 bits. When `scale` equals the reduced period ([`Quota::is_exact`]), every decision equals
-/// the continuous token bucket at every nanosecond. Otherwise the only rounding happens when
-/// the bucket overflows (is capped at `burst`) at an instant that is not a multiple of the
-/// unit, and it always rounds toward refusing (by less than `1/scale` of a token).
+/// It also fixes the state word's unit: `scale` units per token, the largest divisor of the
+/// reduced period that fits `rate × 100 years + burst` in 63 bits. An exact quota
+/// ([`Quota::is_exact`]) decides as the continuous token bucket at every nanosecond; otherwise
+/// rounding happens only when the bucket is capped off the unit grid, toward refusing (by less
+/// than `1/scale` of a token).
 ///
 /// ```
 /// use std::time::Duration;
@@ -38,10 +37,8 @@ pub(crate) const MAX_UNITS: u64 = (1 << 63) - 1;
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
-    /// `gcd(tokens, per_ns)`: with the reduced rate `t / p` that `rate` determines
-    /// ([`Scaled::reduced`]), `tokens = g·t` and `per_ns = g·p`. Stored instead of `tokens` and
-    /// `per_ns`: a quota slot is seven words, six of them the decision's (with the reciprocals
-    /// `Scaled::rmul` and `Scaled::rdiv`).
+    /// `gcd(tokens, per_ns)`: with the reduced rate `t / p` ([`Scaled::reduced`]),
+    /// `tokens = g·t` and `per_ns = g·p`. Stored instead of both, so a slot is seven words.
     g: u64,
     /// Everything a decision needs (the "hot" words of a bucket's quota slot).
     scaled: Scaled,
@@ -146,14 +143,10 @@ impl Quota {
         self.scaled.burst
     }
 
-    /// Whether every decision equals the continuous token bucket at every nanosecond.
-    /// True when the reduced rate's numerator is small enough for 100 years at full precision
-    /// (for example a rate of `n` per second with `n` dividing 10^9, such as 1, 10, 1000 or
-    /// 10^9, with a burst small enough that the state's range holds it at that precision: 1 per
-    /// second with a burst of 10^10, or 1000 per second with 2^62, is not exact). Otherwise
-    /// rounding happens only when the bucket overflows at an instant off the unit grid, always
-    /// toward refusing, by less than one unit (see the type's docs; a reconfiguration's
-    /// conversion rounds toward fewer tokens by up to a few units).
+    /// Whether every decision equals the continuous token bucket at every nanosecond: true when
+    /// the reduced rate fits 100 years at full precision (e.g. `n` per second with `n` dividing
+    /// 10^9 and a burst the range holds at that precision; 1/s with a burst of 10^10 is not).
+    /// Otherwise see the type's docs (a reconfiguration rounds down by up to a few units).
     ///
     /// ```
     /// use tollgate::Quota;
@@ -179,8 +172,6 @@ impl Quota {
         let ns = (u128::from(tokens) * u128::from(p)).div_ceil(u128::from(t));
         u64::try_from(ns).map_or(Duration::MAX, Duration::from_nanos)
     }
-
-    // ---- the fixed-point unit, used by `gcra` ----
 
     /// The words decisions read.
     #[inline(always)]
@@ -265,10 +256,9 @@ mod tests {
     use crate::test_support::{inexact_quotas, Xorshift};
     use alloc::vec;
 
-    /// A quota keeps `gcd(tokens, per)` instead of `tokens` and `per` and rebuilds them from the
-    /// reduced rate (`Scaled::reduced`): exact round trips at the edges (common factors, a prime
-    /// period whose unit is not a divisor of it, periods of centuries that halve the unit, the
-    /// largest values) and on a seeded sweep; the slot words round-trip too.
+    /// `tokens` and `per` rebuilt from `g` and the reduced rate, and the slot words, round-trip
+    /// exactly: at the edges (common factors, prime and century-long periods, the largest
+    /// values) and on a seeded sweep.
     #[test]
     fn tokens_and_period_round_trip() {
         let mut cases = vec![

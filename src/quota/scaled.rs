@@ -3,8 +3,8 @@
 use super::HORIZON_NS;
 use crate::recip;
 
-/// The part of a [`Quota`](crate::Quota) that decisions read: the burst and the fixed-point unit. The bucket's
-/// hot path loads only these words of its quota slot.
+/// The words of a [`Quota`](crate::Quota) that decisions read: the burst and the fixed-point
+/// unit (the first words of a bucket's quota slot).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub(crate) struct Scaled {
     pub(super) burst: u64,
@@ -13,17 +13,14 @@ pub(crate) struct Scaled {
     /// Units earned per nanosecond = `mul / div` (a reduced fraction).
     pub(super) mul: u64,
     pub(super) div: u64,
-    /// The reciprocal of `mul` ([`recip::reciprocal`]): [`Scaled::instant_of`] (the end of a
-    /// refusal's wait) divides by `mul` with a multiplication instead of a division.
+    /// [`recip::reciprocal`] of `mul`: a refusal's wait without a division.
     pub(super) rmul: u64,
-    /// The reciprocal of `div`: [`Scaled::ceil_above`] (the refill cap of an inexact quota, paid
-    /// on every admission while the bucket is full) divides by `div` with a multiplication.
+    /// [`recip::reciprocal`] of `div`: an inexact quota's refill cap without a division.
     pub(super) rdiv: u64,
 }
 
-/// `now × mul / div` rounded down and up, for `div > 1`: one division (64-bit when the product
-/// fits), and the ceiling by a product compare. Out of line, so that the exact quotas' path (no division) keeps its
-/// registers.
+/// `now × mul / div` rounded down and up, for `div > 1`: one division, the ceiling by a product
+/// compare. Out of line, so that the exact quotas' path keeps its registers.
 #[inline(never)]
 fn earned_inexact(now: u64, mul: u64, div: u64) -> (u64, u64) {
     let n = u128::from(now) * u128::from(mul);
@@ -78,8 +75,7 @@ impl Scaled {
         self.burst * self.scale
     }
 
-    /// Units earned from the origin to `now`, rounded down and up, under one exactness test; the
-    /// ceiling by a product compare, not a second division.
+    /// Units earned from the origin to `now`, rounded down and up.
     #[inline(always)]
     pub(crate) fn earned(&self, now: u64) -> (u64, u64) {
         let now = now.min(HORIZON_NS);
@@ -116,17 +112,14 @@ impl Scaled {
         )
     }
 
-    /// `⌈n / div⌉` (the units earned, rounded up) for `n` from [`Scaled::earned_scaled`] and a
-    /// `state` below it (`state · div < n`: the bucket is capped). Divides only the excess
-    /// `n − state · div` (the refill beyond `state`), in 64 bits while it fits (refills of up to
-    /// `2^64 / div` units since `state`), where `n` itself needs a 128-bit division once
-    /// `now · mul` passes 2^64 (after 18 s at 999,999,937/s).
+    /// `⌈n / div⌉` for `n` from [`Scaled::earned_scaled`] and a capped `state` (`state · div <
+    /// n`): divides only the excess `n − state · div`, in 64 bits while it fits, where `n` itself
+    /// needs a 128-bit division.
     #[inline(always)]
     pub(crate) fn ceil_above(&self, state: u64, n: u128) -> u64 {
         let excess = n - u128::from(state) * u128::from(self.div);
         match u64::try_from(excess) {
-            // `state + ⌈excess / div⌉ = ⌈n / div⌉ <= MAX_UNITS + 1`: no overflow. By the
-            // stored reciprocal: no division instruction on the admission path.
+            // `state + ⌈excess / div⌉ = ⌈n / div⌉ <= MAX_UNITS + 1`: no overflow.
             Ok(e) => state + recip::div_ceil(e, self.div, self.rdiv),
             Err(_) => ceil_div_wide(n, self.div),
         }
@@ -162,12 +155,7 @@ impl Scaled {
     /// Units earned from the origin to `now`, rounded down.
     #[inline(always)]
     pub(crate) fn earned_floor(&self, now: u64) -> u64 {
-        let now = now.min(HORIZON_NS);
-        if self.div == 1 {
-            now * self.mul
-        } else {
-            ((u128::from(now) * u128::from(self.mul)) / u128::from(self.div)) as u64
-        }
+        self.earned(now).0
     }
 
     /// Units earned from the origin to `now`, rounded up.
@@ -198,9 +186,8 @@ impl Scaled {
         }
     }
 
-    /// [`Scaled::instant_of`] from `x = units × div`: `⌈x / mul⌉`, saturating at `u64::MAX`. No
-    /// division while `x` fits in 64 bits (the stored reciprocal of `mul`). Independent of the
-    /// clock reading, so a refusal computes it while the clock is read.
+    /// [`Scaled::instant_of`] from `x = units × div`: `⌈x / mul⌉`, saturating at `u64::MAX`; no
+    /// division while `x` fits in 64 bits.
     #[inline(always)]
     pub(crate) fn instant_of_scaled(&self, x: u128) -> u64 {
         match u64::try_from(x) {
