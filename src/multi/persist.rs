@@ -1,24 +1,13 @@
 //! [`MultiBucket`]'s saved state (feature `persist`): a `MULTI` frame with the number of quotas
 //! and, for each, its record (the quota and the units it lacks from full at the anchor).
 
-use super::{MultiBucket, Store};
+use super::MultiBucket;
 use crate::clock::Clock;
+use crate::gcra::all::pad;
 use crate::limits::MAX_LIMITS;
 use crate::persist::format::{kind, Cursor, Limiter, Payload};
 use crate::persist::{inherent_persist, lack, restored_state, sealed, RestoreError};
 use crate::quota::Quota;
-
-impl<C: Clock> MultiBucket<C> {
-    /// The states of every quota, read in one atomic step.
-    fn states(&self) -> [u64; MAX_LIMITS] {
-        let mut out = [0; MAX_LIMITS];
-        match &self.store {
-            Store::Pair(_, pair) => out[..2].copy_from_slice(&pair.load()),
-            Store::Wide(_, wide) => out = wide.load(),
-        }
-        out
-    }
-}
 
 inherent_persist!(impl[C: Clock] MultiBucket<C>);
 
@@ -33,7 +22,7 @@ impl<C: Clock> sealed::OneFrame for MultiBucket<C> {
     /// Every quota's state, read in one atomic step.
     fn payload(&self) -> Payload {
         let now = self.clock().now();
-        let states = self.states();
+        let states: [u64; MAX_LIMITS] = on_store!(self, |_, s| pad(&s.load()));
         let quotas = self.limits().quotas();
         let mut p = Payload::default();
         p.u8(quotas.len() as u8);

@@ -1,17 +1,12 @@
 //! Waiting on a policy: [`MultiBucket::reserve`] → [`MultiReservation`], and the blocking
-//! [`MultiBucket::acquire`] / [`MultiBucket::try_acquire_for`] built on it.
-//!
-//! The primitive is the bucket's ([`gcra::reserve`]) applied to every quota in one atomic step:
-//! the reservation is due when the last quota holds the cost (the largest per-quota due
-//! instant), and every quota is debited as of that instant (see `reserve_states`). Cancelling
-//! applies [`gcra::cancel`] to each quota with that due instant, in one atomic step: a quota
-//! gets the tokens back iff nothing was admitted on it since and the reservation is not yet
-//! due, the bucket's all-or-nothing rule per quota, so every quota keeps its window bound.
+//! calls built on it: [`gcra::reserve`] and [`gcra::cancel`] applied to every quota in one
+//! atomic step with one due instant (when the last quota holds the cost), so every quota keeps
+//! its window bound.
 
-use super::{MultiBucket, Store};
+use super::MultiBucket;
 use crate::clock::{saturating_nanos, Clock, Timer};
 use crate::error::Denied;
-use crate::gcra;
+use crate::gcra::{self, all::pad};
 use crate::limits::MAX_LIMITS;
 use crate::quota::Quota;
 use core::fmt;
@@ -28,22 +23,26 @@ struct Ticket {
     due: u64,
 }
 
+impl Ticket {
+    fn new<const N: usize>(before: [u64; N], after: [u64; N], due: u64) -> Ticket {
+        let (before, after) = (pad(&before), pad(&after));
+        Ticket { before, after, due }
+    }
+}
+
 /// The quota at padded index `i`.
 fn quota_at(quotas: &[Quota], i: usize) -> &Quota {
     &quotas[i.min(quotas.len() - 1)]
 }
 
-/// Reserves `cost` on every quota in `states` at `now`, if the tokens are due within `limit`
-/// nanoseconds: the states to write and the ticket, or the refusal (nothing to write).
+/// Reserves `cost` on every quota at `now` if the tokens are due within `limit` ns: the states
+/// to write and the ticket, or the refusal (nothing to write).
 ///
-/// Two passes: the first finds the instant `due` at which every quota holds `cost` (the largest
-/// per-quota due instant); the second debits every quota **as of `due`**, the instant the caller
-/// acts (`gcra::reserve` at reading `due`, where each quota holds the cost). Debiting a quota
-/// whose own tokens are there earlier as of `now` instead would let it refill, between `now` and
-/// `due`, tokens that the caller only spends at `due`: at `due` that quota could then admit its
-/// whole burst again on top of this reservation. As of `due`, each quota sees one more decision
-/// at a reading ahead of the others, which the bucket's arithmetic tolerates as it tolerates a
-/// stale reading: every quota's window bound holds at the instants callers act.
+/// Two passes: `due` is the largest per-quota due instant; then every quota is debited **as of
+/// `due`**, when the caller acts. As of `now`, a quota whose tokens come earlier would refill
+/// until `due` tokens the caller spends only then, and could admit its whole burst again at
+/// `due` on top of this reservation. As of `due`, a quota sees one decision at a reading ahead
+/// of the others, which its arithmetic tolerates as a stale reading: every window bound holds.
 fn reserve_states<const N: usize>(
     states: [u64; N],
     now: u64,
@@ -57,16 +56,7 @@ fn reserve_states<const N: usize>(
     }
     if cost == 0 {
         // Due at once, takes nothing (as `Bucket::reserve`), even while a quota is in debt.
-        let mut after = [0; MAX_LIMITS];
-        after[..N].copy_from_slice(&states);
-        return (
-            None,
-            Ok(Ticket {
-                before: after,
-                after,
-                due: now,
-            }),
-        );
+        return (None, Ok(Ticket::new(states, states, now)));
     }
     let mut due = now;
     for (i, &state) in states.iter().enumerate() {
@@ -86,17 +76,12 @@ fn reserve_states<const N: usize>(
             Err(denied) => return (None, Err(denied)),
         }
     }
-    let (mut before, mut after) = ([0; MAX_LIMITS], [0; MAX_LIMITS]);
-    before[..N].copy_from_slice(&states);
-    after[..N].copy_from_slice(&next);
-    (Some(next), Ok(Ticket { before, after, due }))
+    (Some(next), Ok(Ticket::new(states, next, due)))
 }
 
-/// Applies the bucket's cancellation rule to every quota in `states`, with the reservation's
-/// one due instant (`due`: the ticket's, or the reading for a take given back): all or nothing
-/// on each quota, which gets its state from before the reservation back. Not `after − cost`: a
-/// quota whose tokens were there before the due instant was debited as of it, so that would
-/// take away its refill until then.
+/// [`gcra::cancel`]'s rule on every quota with one due instant (the ticket's, or the reading
+/// for a take given back): a quota gets its state from before the reservation back, not
+/// `after − cost`, which would take away the refill until the due instant it was debited as of.
 fn cancel_states<const N: usize>(
     states: [u64; N],
     now: u64,
@@ -118,14 +103,10 @@ fn cancel_states<const N: usize>(
 }
 
 impl<C: Clock> MultiBucket<C> {
-    /// Takes `cost` tokens from every quota now, possibly ahead of their refill, in one atomic
-    /// step, and never blocks: the [`MultiReservation`] says how long to wait (until the last
-    /// quota's tokens are due) and can give the tokens back. Later callers queue behind it on
-    /// every quota. Dropping it keeps the tokens taken.
-    ///
-    /// Errors: [`Denied::ExceedsBurst`] when `cost` exceeds the smallest burst, and nothing is
-    /// taken. (`RetryAfter` only if a quota's queue of reservations already reaches past the
-    /// state's range or the horizon.) Cost 0 is due at once and takes nothing.
+    /// [`Bucket::reserve`](crate::Bucket::reserve) on every quota in one atomic step, due when
+    /// the last quota's tokens are. Errors: [`Denied::ExceedsBurst`] when `cost` exceeds the
+    /// smallest burst (`RetryAfter` only for a queue past the horizon); nothing is taken. Cost 0
+    /// is due at once and takes nothing.
     ///
     /// ```
     /// use std::time::Duration;
@@ -140,10 +121,8 @@ impl<C: Clock> MultiBucket<C> {
         self.reserve_within(self.clock.now(), cost, u64::MAX)
     }
 
-    /// Waits until `cost` tokens are admitted by every quota, then takes them; returns the
-    /// scheduled wait. As [`Bucket::acquire`](crate::Bucket::acquire): the tokens are reserved
-    /// first (one atomic step), then the thread sleeps on the clock until they are due (a
-    /// [`ManualClock`](crate::ManualClock) advances itself).
+    /// [`Bucket::acquire`](crate::Bucket::acquire) on every quota: reserves, then sleeps on the
+    /// clock until the tokens are due; returns the scheduled wait.
     ///
     /// ```
     /// use std::time::Duration;
@@ -162,9 +141,9 @@ impl<C: Clock> MultiBucket<C> {
         self.try_acquire_for(cost, Duration::MAX)
     }
 
-    /// Like [`acquire`](MultiBucket::acquire), but only if the wait is at most `timeout`;
-    /// otherwise `Err(RetryAfter(wait))` and nothing is consumed (decided inside the one atomic
-    /// step). `timeout` zero decides as [`try_acquire`](MultiBucket::try_acquire).
+    /// [`acquire`](MultiBucket::acquire) only if the wait is at most `timeout`, else
+    /// `Err(RetryAfter(wait))` and nothing is consumed. `timeout` zero decides as
+    /// [`try_acquire`](MultiBucket::try_acquire).
     ///
     /// ```
     /// use std::time::Duration;
@@ -184,19 +163,15 @@ impl<C: Clock> MultiBucket<C> {
         }
         let now = self.clock.now();
         let reservation = self.reserve_within(now, cost, saturating_nanos(timeout))?;
-        let due = reservation.ticket.due;
-        // A fresh reading: this thread may have stalled since `now` (see `Bucket::acquire`).
-        let mut t = self.clock.now();
-        while t < due {
-            self.clock.sleep_until(due);
-            t = self.clock.now();
-        }
-        Ok(Duration::from_nanos(due.saturating_sub(now)))
+        Ok(crate::wait::sleep_until(
+            &self.clock,
+            now,
+            reservation.ticket.due,
+        ))
     }
 
-    /// A reservation only if every quota holds `cost` now, else the refusal
-    /// [`try_acquire`](MultiBucket::try_acquire) gives; one atomic step either way (for
-    /// [`GiveBack`](crate::GiveBack)).
+    /// A reservation only if every quota holds `cost` now, else `try_acquire`'s refusal; one
+    /// atomic step either way (for [`GiveBack`](crate::GiveBack)).
     pub(crate) fn try_reserve_now(&self, cost: u64) -> Result<MultiReservation<'_, C>, Denied> {
         if cost > 0 {
             // The refusal's wait and `ExceedsBurst` exactly as `try_acquire` reports them.
@@ -212,14 +187,8 @@ impl<C: Clock> MultiBucket<C> {
         limit: u64,
     ) -> Result<MultiReservation<'_, C>, Denied> {
         let quotas = self.limits.quotas();
-        let ticket = match &self.store {
-            Store::Pair(_, pair) => {
-                pair.update(|states| reserve_states(states, now, quotas, cost, limit))
-            }
-            Store::Wide(_, wide) => {
-                wide.update(|states| reserve_states(states, now, quotas, cost, limit))
-            }
-        }?;
+        let ticket = on_store!(self, |_, s| s
+            .update(|states| reserve_states(states, now, quotas, cost, limit)))?;
         Ok(MultiReservation {
             policy: self,
             cost,
@@ -250,8 +219,7 @@ pub struct MultiReservation<'a, C> {
 }
 
 impl<C: Clock> MultiReservation<'_, C> {
-    /// The time until every quota's reserved tokens are due, on the policy's clock; zero once
-    /// due.
+    /// The time until every quota's reserved tokens are due; zero once due.
     ///
     /// ```
     /// use std::time::Duration;
@@ -268,10 +236,8 @@ impl<C: Clock> MultiReservation<'_, C> {
         Duration::from_nanos(self.ticket.due.saturating_sub(now))
     }
 
-    /// Gives the reserved tokens back, in one atomic step, if the reservation is not yet due,
-    /// to every quota on which nothing was admitted since ([`gcra::cancel`]'s rule, per
-    /// quota), restoring its state from before the reservation; the others keep them
-    /// consumed, which can refuse more, never admit more.
+    /// Gives the tokens back in one atomic step, if not yet due, to every quota on which nothing
+    /// was admitted since ([`gcra::cancel`]'s rule per quota); the others keep them consumed.
     ///
     /// ```
     /// use std::time::Duration;
@@ -287,11 +253,8 @@ impl<C: Clock> MultiReservation<'_, C> {
         self.give_back(false);
     }
 
-    /// Gives back a take that was due at its own reading and on which nothing was acted (an
-    /// [`all_of`](crate::all_of) member whose chain a later limiter refused): [`cancel`]'s rule
-    /// but for "not yet due", which a take fails as soon as the clock moves.
-    ///
-    /// [`cancel`]: MultiReservation::cancel
+    /// Gives back a take of an [`all_of`](crate::all_of) chain that a later limiter refused:
+    /// [`cancel`](MultiReservation::cancel)'s rule but for "not yet due".
     pub(crate) fn undo(self) {
         self.give_back(true);
     }
@@ -304,14 +267,8 @@ impl<C: Clock> MultiReservation<'_, C> {
         let quotas = self.policy.limits.quotas();
         let (t, cost) = (&self.ticket, self.cost);
         let due = if any_time { now } else { t.due };
-        match &self.policy.store {
-            Store::Pair(_, pair) => {
-                pair.update(|states| cancel_states(states, now, quotas, t, due, cost))
-            }
-            Store::Wide(_, wide) => {
-                wide.update(|states| cancel_states(states, now, quotas, t, due, cost))
-            }
-        }
+        on_store!(self.policy, |_, s| s
+            .update(|states| cancel_states(states, now, quotas, t, due, cost)))
     }
 }
 
