@@ -1,8 +1,5 @@
-//! [`Smooth`]: Guava's `SmoothRateLimiter` (`SmoothBursty` and `SmoothWarmingUp`), reproduced to
-//! the microsecond, with its whole state in one 128-bit word updated by compare-and-swap.
-//!
-//! Split as the bucket is: [`guava`] is the pure port (Guava's `f64` formulas, no atomics),
-//! [`word`] the 128-bit word codec, and this module the atomic type and its CAS loops.
+//! [`Smooth`]: Guava's `SmoothRateLimiter` to the microsecond, its state one 128-bit word.
+//! Split as the bucket is: [`guava`] the pure port, [`word`] the word codec, here the atomics.
 
 mod fixed;
 mod guava;
@@ -38,13 +35,9 @@ const NO_ERA: u64 = u64::MAX;
 /// assert_eq!(waits, [0, 1375, 1125, 875, 625, 500, 500, 500]);
 /// ```
 ///
-/// # Arithmetic, rounding and deviations from Guava
-///
 /// Every decision is Guava's `f64` arithmetic in Guava's order; only the stored state is
-/// integral (whole microseconds; stored permits in a 74-bit fixed point). Guava's model (the
-/// next free time, stored permits, the warm-up trapezoid), where the rounding differs from
-/// Guava, and the inputs refused or bounded here:
-/// [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#smooth-and-guava).
+/// integral (whole microseconds; stored permits in a 74-bit fixed point). The model, rounding
+/// and deviations from Guava: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#smooth-and-guava).
 ///
 /// The state is one `AtomicU128` (`portable-atomic`'s: lock-free on x86_64 with `cmpxchg16b`,
 /// AArch64 and other targets with a native 128-bit CAS; a short lock elsewhere).
@@ -60,10 +53,7 @@ pub struct Smooth<C = DefaultClock> {
     /// first), which the next `set_rate` exceeds so that no word comes back. Only accessed under
     /// the writer flag, which orders it.
     retired_next: AtomicU64,
-    /// The whole limiter state, updated by compare-and-swap.
-    ///
-    /// Last, as in [`Bucket`](crate::Bucket): no field every decision reads shares the one
-    /// contended cache line.
+    /// The whole limiter state, last, off the line of every field decisions read.
     ///
     /// | bits | meaning | unit | range |
     /// |---|---|---|---|
@@ -71,13 +61,9 @@ pub struct Smooth<C = DefaultClock> {
     /// | 74..1 | Guava's `storedPermits`, fixed point | `2^-F` permit, `F` from the active parameter slot | 0 ..= `max · 2^F` < 2^74; starts at 0 (bursty) or `max` (warming up: cold) |
     /// | 0 | parameter epoch parity: which of `slots` holds the rate for this state | — | 0, 1 |
     ///
-    /// 128 bits: the next free time needs about 53 bits, the stored permits more than Guava's
-    /// 52-bit mantissa. Under loom the word lives behind a loom mutex (`src/sync.rs`).
-    ///
-    /// Orderings: loads and failed CASes are `Acquire`, pairing with the `AcqRel` CAS in
-    /// [`Smooth::set_rate`] that flips the parity, so a thread that sees a parity also sees the
-    /// parameter slot written before it. A successful decision CAS is `Relaxed`: it publishes
-    /// nothing but the word itself.
+    /// Orderings: loads and failed CASes are `Acquire`, pairing with the `AcqRel` parity flip
+    /// in [`Smooth::set_rate`], so a parity seen implies its slot seen. A successful decision
+    /// CAS is `Relaxed`: it publishes only the word.
     state: AtomicU128,
 }
 
@@ -139,10 +125,8 @@ impl<C: Clock> Smooth<C> {
     /// stored while idle and then served without waiting. It starts empty.
     ///
     /// Errors: [`ConfigError::InvalidRate`] for a rate that is not finite and positive;
-    /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s. A zero `max_burst` is allowed
-    /// (nothing is ever stored); any `max_burst` fits (`max_burst × rate` stays finite; beyond
-    /// about 10^9 years the stored permits' unit exceeds one permit, which can only lengthen a
-    /// wait: `docs/guarantees.md`).
+    /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s. Any `max_burst` fits, zero
+    /// included (nothing is stored).
     ///
     /// ```
     /// use std::time::Duration;
@@ -177,12 +161,10 @@ impl<C: Clock> Smooth<C> {
     /// demand to reach `permits_per_second`; the first stored permits cost `cold_factor ×` the
     /// stable interval. Idle for `warmup`, it is cold again.
     ///
-    /// Errors: [`ConfigError::InvalidRate`] for a rate that is not finite and positive;
-    /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s;
-    /// [`ConfigError::InvalidFactor`] for a cold factor below 1, NaN or infinite;
+    /// Errors: as [`bursty_with_clock`](Smooth::bursty_with_clock), and
+    /// [`ConfigError::InvalidFactor`] for a cold factor below 1, NaN or infinite,
     /// [`ConfigError::InvalidDuration`] for a warm-up above `i64::MAX` µs. The warm-up is
-    /// truncated to whole microseconds (as Guava's `toMicros` does); a zero warm-up stores
-    /// nothing (`docs/guarantees.md`, "Deviations from Guava").
+    /// truncated to whole microseconds, as Guava's `toMicros`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -228,10 +210,9 @@ impl<C: Clock> Smooth<C> {
         }
     }
 
-    /// Takes `permits`, sleeping (through the clock) until the previous requests are paid for;
-    /// returns the time it slept, in whole microseconds (Guava's `acquire`, which returns it in
-    /// seconds). Its own permits push the next caller back instead. `permits == 0` returns zero
-    /// at once and changes nothing.
+    /// Takes `permits`, sleeping on the clock until the previous requests are paid for; returns
+    /// the time slept (Guava's `acquire`, in seconds there). Its own permits push the next caller
+    /// back instead. `permits == 0` returns zero at once and changes nothing.
     ///
     /// ```
     /// use std::time::Duration;
@@ -304,19 +285,15 @@ impl<C: Clock> Smooth<C> {
         }
     }
 
-    /// Changes the stable rate, as Guava's `setRate` does: the state is first brought up to
-    /// date at the old rate, then the stored permits are rescaled in proportion to the new
-    /// maximum (`stored × new_max / old_max`). The time already reserved is kept, so the next
-    /// caller still pays the previous request's cost at the old rate. The warm-up period, cold
-    /// factor and maximum burst duration stay as configured.
+    /// Changes the stable rate as Guava's `setRate` does: the state is brought up to date at the
+    /// old rate, then the stored permits are scaled by `new_max / old_max`; the time already
+    /// reserved is kept. Errors (nothing changes): as [`bursty_with_clock`](Smooth::bursty_with_clock).
     ///
-    /// A concurrent caller sees the old rate with the old state or the new rate with the new
-    /// state, never a mix: a decision's CAS succeeds only on the exact word it decided on, and
-    /// no word comes back, since each `set_rate` moves the next free time past that of every
-    /// word two reconfigurations back (1 µs where nothing else moved it; Guava leaves it; why:
-    /// `docs/guarantees.md`, "Reconfiguration"). Decisions never wait for `set_rate`;
-    /// concurrent calls take turns. [`ConfigError::InvalidRate`] (nothing changes) for a rate
-    /// that is not finite and positive; [`ConfigError::RateTooHigh`] above 1,000,000 permits/s.
+    /// A concurrent caller sees the old rate with the old state or the new with the new: a
+    /// decision's CAS needs the exact word it decided on, and no word comes back, since each
+    /// `set_rate` moves the next free time past every word two reconfigurations back (by 1 µs
+    /// where nothing else moved it; `docs/guarantees.md`, "Reconfiguration"). Decisions never
+    /// wait for it; concurrent calls take turns.
     ///
     /// ```
     /// use std::time::Duration;
@@ -394,11 +371,9 @@ impl<C: Clock> Smooth<C> {
         &self.clock
     }
 
-    /// Holds nothing now: what a process that cannot restore its state should do instead of
-    /// starting with a burst. The next permit is free no sooner than one stable interval from
-    /// now, and the stored permits are the strict end — none for bursty, every one cold for
-    /// warming up (the stricter of that and the limiter's own, as a restore keeps). Not in
-    /// Guava, which has no such operation.
+    /// Holds nothing now (not in Guava): what a process that cannot restore its state should do
+    /// instead of starting with a burst. The next permit is free no sooner than one stable
+    /// interval from now; nothing is stored (bursty) or every permit is cold (warming up).
     ///
     /// ```
     /// use std::time::Duration;
@@ -424,22 +399,14 @@ impl<C: Clock> Smooth<C> {
         });
     }
 
-    /// Guava's `stopwatch.readMicros()`: whole microseconds since the limiter was created. A
-    /// clock reading before the origin counts as the origin.
-    #[cfg(feature = "persist")]
-    #[inline]
-    fn now_micros(&self) -> u64 {
-        self.micros_at(self.clock.now())
-    }
-
-    /// A clock reading in microseconds since the limiter's origin.
+    /// Guava's `stopwatch.readMicros()` at clock reading `now`: whole microseconds since the
+    /// limiter was created (a reading before counts as the origin).
     fn micros_at(&self, now: u64) -> u64 {
         (now.saturating_sub(self.origin) / 1000).min(MAX_MICROS)
     }
 
-    /// Sleeps the wait of a decision taken at the clock reading `reading` and returns it: to
-    /// the instant it ends ([`Timer::sleep_until`]), so that a caller stalled since the decision
-    /// does not oversleep by the stall (nor move an auto-advancing `ManualClock` past it).
+    /// Sleeps until the wait of a decision taken at `reading` ends and returns the wait (to an
+    /// instant, so a caller stalled since the decision does not oversleep).
     fn pay(&self, reading: u64, wait_micros: u64) -> Duration
     where
         C: Timer,
@@ -459,13 +426,6 @@ impl<C: Clock> Smooth<C> {
         }
     }
 
-    /// The parameters selected by word `w`, or `None` if their slot is being rewritten (the
-    /// caller reloads the word).
-    #[inline]
-    fn params_of(&self, w: u128) -> Option<Params> {
-        self.slots.read((w & 1) as u64).map(Params::from_raw)
-    }
-
     /// The CAS loop. `f(state, params)` returns the state to write (`None`: write nothing) and
     /// the result; it may run several times, so it must not have side effects.
     ///
@@ -475,11 +435,12 @@ impl<C: Clock> Smooth<C> {
     fn update<R>(&self, mut f: impl FnMut(State, &Params) -> (Option<State>, R)) -> R {
         let mut w = self.state.load(Ordering::Acquire);
         loop {
-            let Some(params) = self.params_of(w) else {
+            let Some((raw, _)) = self.slots.read_versioned((w & 1) as u64) else {
                 spin_loop();
                 w = self.state.load(Ordering::Acquire);
                 continue;
             };
+            let params = Params::from_raw(raw);
             let (next, result) = f(decode(w, &params), &params);
             let new = next.map_or(w, |next| encode(next, &params, w & 1));
             if new == w {
@@ -507,9 +468,8 @@ mod tests {
     use crate::ManualClock;
     use core::mem::offset_of;
 
-    /// Every field a decision reads ends at least 64 bytes before the state word starts (the
-    /// slot versions and the first slot included), so no cache line holds both, however the
-    /// limiter is aligned.
+    /// Every field a decision reads ends at least 64 bytes before the state word, so no cache
+    /// line holds both, however the limiter is aligned.
     #[test]
     fn the_word_shares_no_line_with_what_decisions_read() {
         type S = Smooth<ManualClock>;
