@@ -1,18 +1,6 @@
 //! Where a [`MultiBucket`](crate::MultiBucket) keeps its quotas' states, and how one decision
-//! reads them and commits all of them in one atomic step.
-//!
-//! * [`Pair`] — one or two quotas: both 64-bit states in one 128-bit word, written by one
-//!   compare-and-swap (decided from a plain mirror of the word, which the CAS or one load
-//!   confirms). Lock-free wherever `portable-atomic`'s `AtomicU128`
-//!   is native (`cmpxchg16b` on x86_64, `CASP` or an exclusive pair on AArch64, and the other
-//!   targets `src/sync.rs` lists); a short critical section elsewhere.
-//! * [`Wide`] — three or four quotas: four 64-bit words under a sequence lock whose writers
-//!   are serialized. No target has a lock-free 256-bit compare-and-swap, and the 63-bit states
-//!   do not fit two to a word with anything to spare, so an admission takes the lock for four
-//!   stores (no clock read, no allocation, nothing that can panic) and is **not lock-free**: a
-//!   writer preempted inside those stores delays every decision on the policy. Refusals and
-//!   `available` never write: they read the words optimistically and retry if a writer
-//!   intervened, so a flood of refusals shares the line without contending on it.
+//! commits all of them in one atomic step: [`Pair`] (one or two quotas, one 128-bit CAS) or
+//! [`Wide`] (three or four, a sequence lock).
 
 use crate::sync::{fence, AtomicU128, AtomicU64, Backoff, Ordering};
 use crossbeam_utils::CachePadded;
@@ -24,26 +12,16 @@ use crossbeam_utils::CachePadded;
 /// | 63..0 | quota 0's [`gcra`](crate::gcra) state (0 ..= 2^63 − 1; 0 = full) |
 /// | 127..64 | quota 1's state (a policy of one quota repeats quota 0's) |
 ///
-/// Beside the word, on its cache line, a **mirror**: two 64-bit words that each successful
-/// compare-and-swap copies its new value into with two plain stores. A decision starts from
-/// the mirror instead of loading the word: on x86_64 a 128-bit load right after this thread's
-/// own `lock cmpxchg16b` waits for that store to drain, while the mirror's two loads forward
-/// from the plain stores (`benches/multi.rs` group `multi_floor` times both;
-/// `docs/benchmarks.md`). The mirror is only a guess, and nothing trusts it:
+/// Beside the word, on its line, a **mirror** that each successful CAS updates with two plain
+/// stores. Decisions start from the mirror: on x86_64 a 128-bit load right after this thread's
+/// own `lock cmpxchg16b` waits for that store to drain (`benches/multi.rs`, `multi_floor`). The
+/// mirror is only a guess: a write commits by a CAS expecting the exact guess it decided on, so
+/// a stale or torn guess fails that CAS and the loop goes on from the word it returns; a
+/// decision that writes nothing is confirmed by one load of the word equal to the guess (where
+/// it is linearized). Every decision is made on a value the word held.
 ///
-/// * a write commits only by a CAS whose expected value is the guess it was decided on, so a
-///   stale or torn guess (two writers' stores interleaved) just fails that CAS, and the loop
-///   goes on from the word the CAS returns;
-/// * a decision that writes nothing (a refusal) is confirmed by one load of the word: equal to
-///   the guess, the refusal was decided on the word as it is at that load (where it is
-///   linearized); different, the decision is made again on the word loaded.
-///
-/// So every decision is still made on a value the word held, and committed by one CAS on that
-/// exact value: the mirror changes the cost, not the protocol.
-///
-/// Orderings: `Relaxed` everywhere. The word publishes nothing but itself: the quotas are
-/// immutable and the clock is read before the word, and single-location coherence orders all
-/// decisions on it.
+/// Orderings: `Relaxed` everywhere. The word publishes only itself (the quotas are immutable,
+/// the clock read before), and coherence orders all decisions on it.
 #[derive(Debug)]
 pub(crate) struct Pair {
     line: CachePadded<Line>,
@@ -158,7 +136,9 @@ impl Pair {
     }
 }
 
-/// Four states under a sequence lock with serialized writers.
+/// Four states under a sequence lock with serialized writers (63-bit states do not fit two to a
+/// word, and no target has a 256-bit CAS). An admission holds the lock for four stores and is
+/// **not lock-free**: a writer preempted there delays every decision. Refusals never write.
 ///
 /// | word | meaning |
 /// |---|---|
