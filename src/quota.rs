@@ -1,7 +1,5 @@
-//! [`Quota`]: a validated rate and burst, and the fixed-point scale the state word uses.
-//!
-//! All validation lives here, once. A `Quota` that exists can be applied for at least
-//! [`HORIZON`] of clock time without any overflow or wrap.
+//! [`Quota`]: a validated rate and burst, and the state word's fixed-point scale. All
+//! validation lives here: a `Quota` that exists applies for [`HORIZON`] without overflow.
 
 use crate::error::ConfigError;
 mod scale;
@@ -40,7 +38,6 @@ pub struct Quota {
     /// `gcd(tokens, per_ns)`: with the reduced rate `t / p` ([`Scaled::reduced`]),
     /// `tokens = g·t` and `per_ns = g·p`. Stored instead of both, so a slot is seven words.
     g: u64,
-    /// Everything a decision needs (the "hot" words of a bucket's quota slot).
     scaled: Scaled,
 }
 
@@ -173,15 +170,13 @@ impl Quota {
         u64::try_from(ns).map_or(Duration::MAX, Duration::from_nanos)
     }
 
-    /// The words decisions read.
     #[inline(always)]
     pub(crate) fn scaled(&self) -> &Scaled {
         &self.scaled
     }
 
-    /// State units per token: the unit of every [`gcra`](crate::gcra) state is `1 / scale` of a
-    /// token. For stores that keep the state outside this crate (e.g. `tollgate-redis`, whose
-    /// server-side script must reproduce `gcra` exactly).
+    /// State units per token (a [`gcra`](crate::gcra) state counts `1 / scale` of a token), for
+    /// stores that apply `gcra` outside this crate (e.g. `tollgate-redis`).
     ///
     /// ```
     /// let q = tollgate::Quota::per_second(1000).unwrap();
@@ -192,16 +187,14 @@ impl Quota {
         self.scaled.scale
     }
 
-    /// The capacity in state units (`burst × scale`, which never overflows).
+    /// `burst × scale`, which never overflows.
     #[inline]
     pub(crate) fn burst_units(&self) -> u64 {
         self.scaled.burst_units()
     }
 
-    /// State units earned per nanosecond, as a reduced fraction `(mul, div)`: the bucket earns
-    /// `floor(now_ns × mul / div)` units from the clock's origin to `now_ns`. `div == 1` exactly
-    /// when [`is_exact`](Quota::is_exact). With [`scale`](Quota::scale), everything an external
-    /// store needs to apply [`gcra`](crate::gcra) itself.
+    /// State units earned per nanosecond, a reduced fraction `(mul, div)`: the bucket earns
+    /// `⌊now_ns × mul / div⌋` units by `now_ns`; `div == 1` iff [`is_exact`](Quota::is_exact).
     ///
     /// ```
     /// let q = tollgate::Quota::per_second(1000).unwrap();
@@ -212,34 +205,30 @@ impl Quota {
         (self.scaled.mul, self.scaled.div)
     }
 
-    /// Units earned from the origin to `now`, rounded down.
     #[inline]
     pub(crate) fn earned_floor(&self, now: u64) -> u64 {
         self.scaled.earned_floor(now)
     }
 
-    /// Units earned from the origin to `now`, rounded up.
     #[inline]
     pub(crate) fn earned_ceil(&self, now: u64) -> u64 {
         self.scaled.earned_ceil(now)
     }
 
-    /// The first instant (ns since origin) at which `earned_floor` reaches `units`, saturating
-    /// at `u64::MAX`.
+    /// [`Scaled::instant_of`].
     #[inline]
     pub(crate) fn instant_of(&self, units: u64) -> u64 {
         self.scaled.instant_of(units)
     }
 
-    /// The raw fields, for the bucket's atomic quota slots: the [`Scaled`] words first (the
-    /// decision path reads only those), then `g`.
+    /// A bucket's quota slot: the [`Scaled`] words (all a decision reads), then `g`.
     pub(crate) fn to_raw(self) -> [u64; QUOTA_WORDS] {
         let mut raw = [self.g; QUOTA_WORDS];
         raw[..SCALED_WORDS].copy_from_slice(&self.scaled.to_raw());
         raw
     }
 
-    /// Inverse of [`Quota::to_raw`]; only ever given values that came from `to_raw`.
+    /// Only ever given what [`Quota::to_raw`] returned.
     pub(crate) fn from_raw(r: [u64; QUOTA_WORDS]) -> Quota {
         let mut rate = [0; SCALED_WORDS];
         rate.copy_from_slice(&r[..SCALED_WORDS]);

@@ -153,8 +153,7 @@ impl<C: Clock> Smooth<C> {
             max_burst_seconds: max_burst.as_secs_f64(),
         };
         let params = Params::new(mode, permits_per_second).ok_or(ConfigError::InvalidDuration)?;
-        // Guava's first `doSetRate` (old max 0): bursty starts empty.
-        Ok(Smooth::from_parts(mode, params, 0.0, clock))
+        Ok(Smooth::from_parts(mode, params, clock))
     }
 
     /// Guava's `SmoothWarmingUp` on `clock`: it starts cold, and takes `warmup` of saturated
@@ -193,12 +192,11 @@ impl<C: Clock> Smooth<C> {
             cold_factor,
         };
         let params = Params::new(mode, permits_per_second).ok_or(ConfigError::InvalidDuration)?;
-        // Guava's first `doSetRate` (old max 0): warming up starts cold, at `max`.
-        Ok(Smooth::from_parts(mode, params, params.max, clock))
+        Ok(Smooth::from_parts(mode, params, clock))
     }
 
-    fn from_parts(mode: Mode, params: Params, stored: f64, clock: C) -> Smooth<C> {
-        let word = params.units_of(stored) << 1;
+    fn from_parts(mode: Mode, params: Params, clock: C) -> Smooth<C> {
+        let word = params.units_of(mode.strictest(&params)) << 1;
         let raw = params.to_raw();
         Smooth {
             state: AtomicU128::new(word),
@@ -319,12 +317,7 @@ impl<C: Clock> Smooth<C> {
         loop {
             let mut s = decode(cur, &old);
             s.resync(now, &old);
-            s.stored = match self.mode {
-                // Guava's +inf cases cannot arise: rates and maxima are finite here.
-                Mode::Bursty { .. } if old.max == 0.0 => 0.0,
-                Mode::WarmingUp { .. } if old.max == 0.0 => new.max,
-                _ => s.stored * new.max / old.max,
-            };
+            s.stored = self.mode.rescale(s.stored, &old, &new);
             // Past every word two eras back (their next free times are at most `floor`).
             if floor != NO_ERA && s.next <= floor {
                 s.next = (floor + 1).min(MAX_MICROS);
@@ -387,10 +380,7 @@ impl<C: Clock> Smooth<C> {
         let now = self.micros_at(self.clock.now());
         self.update(|mut s, p| {
             s.resync(now, p);
-            s.stored = match self.mode {
-                Mode::Bursty { .. } => 0.0,
-                Mode::WarmingUp { .. } => p.max,
-            };
+            s.stored = self.mode.strictest(p);
             let next = now
                 .saturating_add(guava::ceil_u64(p.stable))
                 .min(MAX_MICROS);

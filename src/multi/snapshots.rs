@@ -55,10 +55,7 @@ impl Snapshots {
 
     /// A single quota's snapshot.
     pub(crate) fn one(snapshot: Snapshot) -> Snapshots {
-        Snapshots {
-            all: [snapshot; MAX_LIMITS],
-            len: 1,
-        }
+        Snapshots::from_padded([snapshot], 1)
     }
 
     /// From a padded array whose first `len` entries are the policy's.

@@ -33,7 +33,7 @@ fn earned_inexact(now: u64, mul: u64, div: u64) -> (u64, u64) {
     (floor, floor + u64::from(!exact))
 }
 
-/// `⌈n / d⌉` for a quotient that fits in 64 bits: a 128-bit division, out of line.
+/// `⌈n / d⌉` for a quotient that fits in 64 bits, out of line.
 #[inline(never)]
 #[cold]
 fn ceil_div_wide(n: u128, d: u64) -> u64 {
@@ -44,7 +44,6 @@ fn ceil_div_wide(n: u128, d: u64) -> u64 {
 pub(crate) const SCALED_WORDS: usize = 6;
 
 impl Scaled {
-    /// The words for `mul / div` units per nanosecond, with their reciprocals.
     pub(super) fn new(burst: u64, scale: u64, mul: u64, div: u64) -> Scaled {
         Scaled {
             burst,
@@ -56,20 +55,17 @@ impl Scaled {
         }
     }
 
-    /// The capacity in tokens.
     #[inline(always)]
     pub(crate) fn burst(&self) -> u64 {
         self.burst
     }
 
-    /// State units per token.
     #[inline(always)]
     pub(crate) fn scale(&self) -> u64 {
         self.scale
     }
 
-    /// The capacity in state units, `burst × scale`: at most `MAX_UNITS` by the quota's
-    /// construction, so the product never overflows.
+    /// `burst × scale`: at most `MAX_UNITS` by the quota's construction.
     #[inline(always)]
     pub(crate) fn burst_units(&self) -> u64 {
         self.burst * self.scale
@@ -78,18 +74,13 @@ impl Scaled {
     /// Units earned from the origin to `now`, rounded down and up.
     #[inline(always)]
     pub(crate) fn earned(&self, now: u64) -> (u64, u64) {
-        let now = now.min(HORIZON_NS);
-        if self.div == 1 {
-            // `now * mul <= MAX_UNITS` by construction: no overflow, no division.
-            let e = now * self.mul;
-            (e, e)
-        } else {
-            earned_inexact(now, self.mul, self.div)
+        match self.exact_earned(now) {
+            Some(e) => (e, e),
+            None => earned_inexact(now.min(HORIZON_NS), self.mul, self.div),
         }
     }
 
-    /// Units earned from the origin to `now` for an exact quota (`None` for an inexact one):
-    /// one multiply, no division.
+    /// Units earned from the origin to `now` for an exact quota (`None` for an inexact one).
     #[inline(always)]
     pub(crate) fn exact_earned(&self, now: u64) -> Option<u64> {
         // `now * mul <= MAX_UNITS` by construction: no overflow.
@@ -102,8 +93,7 @@ impl Scaled {
         (self.div == 1).then_some(self.mul)
     }
 
-    /// `(n, div)` with `n / div` the units earned from the origin to `now` (exactly, as a
-    /// fraction): for product compares on inexact quotas.
+    /// `(n, div)` with `n / div` exactly the units earned from the origin to `now`.
     #[inline(always)]
     pub(crate) fn earned_scaled(&self, now: u64) -> (u128, u128) {
         (
@@ -125,17 +115,15 @@ impl Scaled {
         }
     }
 
-    /// For an inexact quota, `(n, x) = (now · mul, need · div)` if both products fit in 64 bits:
-    /// then `need <= ⌊n / div⌋` (earned) exactly when `x <= n`, with no 128-bit arithmetic. `None`
-    /// otherwise (use [`Scaled::earned_scaled`]).
+    /// `(n, x) = (now · mul, need · div)` if both fit in 64 bits: then `need <= ⌊n / div⌋`
+    /// (earned) exactly when `x <= n`.
     #[inline(always)]
     pub(crate) fn narrow(&self, now: u64, need: u64) -> Option<(u64, u64)> {
         let n = now.min(HORIZON_NS).checked_mul(self.mul)?;
         Some((n, need.checked_mul(self.div)?))
     }
 
-    /// `max(state, ⌈n / div⌉)` for `n = now · mul` from [`Scaled::narrow`]: the refill cap, by the
-    /// stored reciprocal of `div` (no division instruction).
+    /// `max(state, ⌈n / div⌉)` for `n` from [`Scaled::narrow`]: the refill cap.
     #[inline(always)]
     pub(crate) fn cap_narrow(&self, state: u64, n: u64) -> u64 {
         match state.checked_mul(self.div) {
@@ -175,8 +163,7 @@ impl Scaled {
         }
     }
 
-    /// [`Scaled::instant_of`] for an exact quota (`div == 1`): `⌈units / mul⌉`, nothing to compute
-    /// for one unit per nanosecond.
+    /// [`Scaled::instant_of`] for an exact quota: `⌈units / mul⌉`.
     #[inline(always)]
     pub(crate) fn instant_of_exact(&self, units: u64) -> u64 {
         if self.mul == 1 {
@@ -196,22 +183,20 @@ impl Scaled {
         }
     }
 
-    /// The reduced rate `(t, p)`: `t` tokens per `p` ns with `gcd(t, p) = 1`. From
-    /// `mul / div = t·scale / p` (reduced): with `h = gcd(mul, scale)`, `t = mul / h` and
-    /// `p = div · scale / h` (a cold path: one gcd).
+    /// The reduced rate: `t` tokens per `p` ns, `gcd(t, p) = 1`. From `mul / div = t·scale / p`
+    /// (reduced), with `h = gcd(mul, scale)`: `t = mul / h`, `p = div · scale / h`.
     pub(super) fn reduced(&self) -> (u64, u64) {
         let h = gcd(u128::from(self.mul), u128::from(self.scale)) as u64;
         (self.mul / h, self.div * (self.scale / h))
     }
 
-    /// The hot words, in slot order.
     pub(crate) fn to_raw(self) -> [u64; SCALED_WORDS] {
         [
             self.burst, self.scale, self.mul, self.div, self.rmul, self.rdiv,
         ]
     }
 
-    /// Inverse of [`Scaled::to_raw`]; only ever given values that came from `to_raw`.
+    /// Only ever given what [`Scaled::to_raw`] returned.
     #[inline(always)]
     pub(crate) fn from_raw(r: [u64; SCALED_WORDS]) -> Scaled {
         Scaled {
@@ -225,7 +210,6 @@ impl Scaled {
     }
 }
 
-/// The greatest common divisor (Euclid).
 pub(super) const fn gcd(mut a: u128, mut b: u128) -> u128 {
     while b != 0 {
         let t = a % b;

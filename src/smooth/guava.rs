@@ -23,6 +23,26 @@ pub(super) enum Mode {
     },
 }
 
+impl Mode {
+    /// The strictest stored permits: none when bursty (free permits), all when warming up (cold
+    /// ones). How a limiter starts (Guava's first `doSetRate`) and drains.
+    pub(super) fn strictest(self, p: &Params) -> f64 {
+        match self {
+            Mode::Bursty { .. } => 0.0,
+            Mode::WarmingUp { .. } => p.max,
+        }
+    }
+
+    /// Guava's `doSetRate` rescaling of `stored` (no `+∞` case: maxima are finite here).
+    pub(super) fn rescale(self, stored: f64, old: &Params, new: &Params) -> f64 {
+        if old.max == 0.0 {
+            self.strictest(new)
+        } else {
+            stored * new.max / old.max
+        }
+    }
+}
+
 /// What `setRate` derives from the rate: Guava's fields, plus the fixed-point exponent of the
 /// stored permits.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -90,12 +90,7 @@ impl<C: Clock> sealed::OneFrame for Smooth<C> {
                 }
             }
             if old != *p {
-                s.stored = match self.mode {
-                    Mode::Bursty { .. } if old.max == 0.0 => 0.0,
-                    Mode::WarmingUp { .. } if old.max == 0.0 => p.max,
-                    _ => s.stored * p.max / old.max,
-                };
-                s.stored = s.stored.min(p.max);
+                s.stored = self.mode.rescale(s.stored, &old, p).min(p.max);
             }
             // A queue is never shortened.
             s.next = s.next.max(cur.next);
@@ -103,10 +98,7 @@ impl<C: Clock> sealed::OneFrame for Smooth<C> {
             // constructor's); otherwise the stricter of the two at this reading (fewer for
             // bursty, colder for warming up), so restoring twice, or an old file into a limiter
             // in use, never hands the saved permits out again.
-            let built = match self.mode {
-                Mode::Bursty { .. } => 0.0,
-                Mode::WarmingUp { .. } => p.max,
-            };
+            let built = self.mode.strictest(p);
             if cur.next != 0 || p.units_of(cur.stored) != p.units_of(built) {
                 let mut mine = cur;
                 mine.resync(now, p);
