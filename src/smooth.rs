@@ -225,18 +225,10 @@ impl<C: Clock> Smooth<C> {
     where
         C: Timer,
     {
-        if permits == 0 {
-            return Duration::ZERO;
+        match self.reserve_within(permits, u64::MAX) {
+            Some((reading, wait)) => self.pay(reading, wait),
+            None => self.pay(0, u64::MAX),
         }
-        let reading = self.clock.now();
-        let now = self.micros_at(reading);
-        let wait = self.update(
-            |mut s, p| match s.reserve(permits as f64, now, p, self.mode) {
-                Some(wait) => (Some(s), wait),
-                None => (None, u64::MAX),
-            },
-        );
-        self.pay(reading, wait)
     }
 
     /// Takes `permits` if the wait for them is at most `timeout`, sleeping that wait through the
@@ -257,12 +249,18 @@ impl<C: Clock> Smooth<C> {
     where
         C: Timer,
     {
+        let timeout = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+        self.reserve_within(permits, timeout.min(MAX_MICROS))
+            .map(|(reading, wait)| self.pay(reading, wait))
+            .is_some()
+    }
+
+    /// Reserves `permits` if the next free time is at most `timeout` µs away: the clock reading
+    /// and the wait (zero for no permits), or `None` (nothing changed; `State::reserve`'s never).
+    fn reserve_within(&self, permits: u64, timeout: u64) -> Option<(u64, u64)> {
         if permits == 0 {
-            return true;
+            return Some((0, 0));
         }
-        let timeout = u64::try_from(timeout.as_micros())
-            .unwrap_or(u64::MAX)
-            .min(MAX_MICROS);
         let reading = self.clock.now();
         let now = self.micros_at(reading);
         let wait = self.update(|mut s, p| {
@@ -274,13 +272,7 @@ impl<C: Clock> Smooth<C> {
                 None => (None, None),
             }
         });
-        match wait {
-            Some(wait) => {
-                self.pay(reading, wait);
-                true
-            }
-            None => false,
-        }
+        Some((reading, wait?))
     }
 
     /// Changes the stable rate as Guava's `setRate` does: the state is brought up to date at the

@@ -238,12 +238,10 @@ impl<C: Clock> Bucket<C> {
     where
         C: Timer,
     {
-        let max = saturating_nanos(max_jitter);
         let r = splitmix64(seed);
-        let jitter = match max.checked_add(1) {
-            Some(m) => r % m,
-            None => r,
-        };
+        let jitter = saturating_nanos(max_jitter)
+            .checked_add(1)
+            .map_or(r, |m| r % m);
         UntilReady::new(self, cost, jitter)
     }
 }

@@ -30,12 +30,10 @@ impl<const N: usize> Rates<N> {
     pub(crate) fn new(limits: &Limits) -> Rates<N> {
         let quotas = limits.quotas();
         let rates = core::array::from_fn(|i| *quotas[i.min(quotas.len() - 1)].scaled());
-        let mut min_burst_index = 0;
-        for (i, q) in quotas.iter().enumerate() {
-            if q.burst() < quotas[min_burst_index].burst() {
-                min_burst_index = i;
-            }
-        }
+        // `min_by_key` returns the first of equals.
+        let min_burst_index = (0..quotas.len())
+            .min_by_key(|&i| quotas[i].burst())
+            .unwrap_or(0);
         Rates {
             rates,
             burst_units: rates.map(|r| r.burst_units()),
@@ -225,14 +223,8 @@ pub(crate) fn snapshots<const N: usize>(
 /// The index of the tightest snapshot: the fewest remaining tokens, ties broken by the longest
 /// time until full (the one full last), then by the first index.
 pub(crate) fn tightest(snapshots: &[Snapshot]) -> usize {
-    let mut best = 0;
-    for (i, s) in snapshots.iter().enumerate().skip(1) {
-        let b = &snapshots[best];
-        if (s.remaining(), core::cmp::Reverse(s.until_full()))
-            < (b.remaining(), core::cmp::Reverse(b.until_full()))
-        {
-            best = i;
-        }
-    }
-    best
+    let key = |s: &Snapshot| (s.remaining(), core::cmp::Reverse(s.until_full()));
+    (0..snapshots.len())
+        .min_by_key(|&i| key(&snapshots[i]))
+        .unwrap_or(0)
 }

@@ -34,12 +34,7 @@ fn best_scale(p: u64, s_max: u64) -> u64 {
         return p;
     }
     let d0 = p.div_ceil(s_max);
-    let mut d = d0;
-    while d < d0.saturating_add(4096) {
-        if p % d == 0 {
-            return p / d;
-        }
-        d += 1;
-    }
-    s_max
+    (d0..d0.saturating_add(4096))
+        .find(|d| p % d == 0)
+        .map_or(s_max, |d| p / d)
 }
