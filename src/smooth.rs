@@ -208,53 +208,6 @@ impl<C: Clock> Smooth<C> {
         }
     }
 
-    /// Takes `permits`, sleeping on the clock until the previous requests are paid for; returns
-    /// the time slept (Guava's `acquire`, in seconds there). Its own permits push the next caller
-    /// back instead. `permits == 0` returns zero at once and changes nothing.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Clock, ManualClock, Smooth};
-    /// let clock = ManualClock::new();
-    /// let limiter = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), clock.clone()).unwrap();
-    /// assert_eq!(limiter.acquire(3), Duration::ZERO);
-    /// assert_eq!(limiter.acquire(1), Duration::from_secs(3)); // pays for the 3 permits
-    /// assert_eq!(clock.now(), 3_000_000_000); // a ManualClock advances itself when "sleeping"
-    /// ```
-    pub fn acquire(&self, permits: u64) -> Duration
-    where
-        C: Timer,
-    {
-        match self.reserve_within(permits, u64::MAX) {
-            Some((reading, wait)) => self.pay(reading, wait),
-            None => self.pay(0, u64::MAX),
-        }
-    }
-
-    /// Takes `permits` if the wait for them is at most `timeout`, sleeping that wait through the
-    /// clock; otherwise returns `false` at once and changes nothing (Guava's `tryAcquire`: it
-    /// refuses when the next free time is more than `timeout` after now). The timeout is
-    /// truncated to whole microseconds. `permits == 0` returns `true` and changes nothing.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Smooth};
-    /// let clock = ManualClock::new();
-    /// let limiter = Smooth::bursty_with_clock(5.0, Duration::from_secs(1), clock.clone()).unwrap();
-    /// assert!(limiter.try_acquire(1, Duration::ZERO));
-    /// assert!(!limiter.try_acquire(1, Duration::from_millis(100))); // next free in 200 ms
-    /// assert!(limiter.try_acquire(1, Duration::from_millis(200))); // sleeps 200 ms
-    /// ```
-    pub fn try_acquire(&self, permits: u64, timeout: Duration) -> bool
-    where
-        C: Timer,
-    {
-        let timeout = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
-        self.reserve_within(permits, timeout.min(MAX_MICROS))
-            .map(|(reading, wait)| self.pay(reading, wait))
-            .is_some()
-    }
-
     /// Reserves `permits` if the next free time is at most `timeout` µs away: the clock reading
     /// and the wait (zero for no permits), or `None` (nothing changed; `State::reserve`'s never).
     fn reserve_within(&self, permits: u64, timeout: u64) -> Option<(u64, u64)> {
@@ -387,27 +340,6 @@ impl<C: Clock> Smooth<C> {
         (now.saturating_sub(self.origin) / 1000).min(MAX_MICROS)
     }
 
-    /// Sleeps until the wait of a decision taken at `reading` ends and returns the wait (to an
-    /// instant, so a caller stalled since the decision does not oversleep).
-    fn pay(&self, reading: u64, wait_micros: u64) -> Duration
-    where
-        C: Timer,
-    {
-        match wait_micros {
-            0 => Duration::ZERO,
-            // `u64::MAX`: never admitted (see `State::reserve`).
-            u64::MAX => {
-                self.clock.sleep(Duration::MAX);
-                Duration::MAX
-            }
-            _ => {
-                self.clock
-                    .sleep_until(reading.saturating_add(wait_micros.saturating_mul(1000)));
-                Duration::from_micros(wait_micros)
-            }
-        }
-    }
-
     /// The CAS loop. `f(state, params)` returns the state to write (`None`: write nothing) and
     /// the result; it may run several times, so it must not have side effects.
     ///
@@ -439,6 +371,67 @@ impl<C: Clock> Smooth<C> {
             {
                 Ok(_) => return result,
                 Err(actual) => w = actual,
+            }
+        }
+    }
+}
+
+impl<C: Timer> Smooth<C> {
+    /// Takes `permits`, sleeping on the clock until the previous requests are paid for; returns
+    /// the time slept (Guava's `acquire`, in seconds there). Its own permits push the next caller
+    /// back instead. `permits == 0` returns zero at once and changes nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock, Smooth};
+    /// let clock = ManualClock::new();
+    /// let limiter = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), clock.clone()).unwrap();
+    /// assert_eq!(limiter.acquire(3), Duration::ZERO);
+    /// assert_eq!(limiter.acquire(1), Duration::from_secs(3)); // pays for the 3 permits
+    /// assert_eq!(clock.now(), 3_000_000_000); // a ManualClock advances itself when "sleeping"
+    /// ```
+    pub fn acquire(&self, permits: u64) -> Duration {
+        match self.reserve_within(permits, u64::MAX) {
+            Some((reading, wait)) => self.pay(reading, wait),
+            None => self.pay(0, u64::MAX),
+        }
+    }
+
+    /// Takes `permits` if the wait for them is at most `timeout`, sleeping that wait through the
+    /// clock; otherwise returns `false` at once and changes nothing (Guava's `tryAcquire`: it
+    /// refuses when the next free time is more than `timeout` after now). The timeout is
+    /// truncated to whole microseconds. `permits == 0` returns `true` and changes nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Smooth};
+    /// let clock = ManualClock::new();
+    /// let limiter = Smooth::bursty_with_clock(5.0, Duration::from_secs(1), clock.clone()).unwrap();
+    /// assert!(limiter.try_acquire(1, Duration::ZERO));
+    /// assert!(!limiter.try_acquire(1, Duration::from_millis(100))); // next free in 200 ms
+    /// assert!(limiter.try_acquire(1, Duration::from_millis(200))); // sleeps 200 ms
+    /// ```
+    pub fn try_acquire(&self, permits: u64, timeout: Duration) -> bool {
+        let timeout = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+        self.reserve_within(permits, timeout.min(MAX_MICROS))
+            .map(|(reading, wait)| self.pay(reading, wait))
+            .is_some()
+    }
+
+    /// Sleeps until the wait of a decision taken at `reading` ends and returns the wait (to an
+    /// instant, so a caller stalled since the decision does not oversleep).
+    fn pay(&self, reading: u64, wait_micros: u64) -> Duration {
+        match wait_micros {
+            0 => Duration::ZERO,
+            // `u64::MAX`: never admitted (see `State::reserve`).
+            u64::MAX => {
+                self.clock.sleep(Duration::MAX);
+                Duration::MAX
+            }
+            _ => {
+                self.clock
+                    .sleep_until(reading.saturating_add(wait_micros.saturating_mul(1000)));
+                Duration::from_micros(wait_micros)
             }
         }
     }

@@ -34,7 +34,7 @@ struct Ticket {
     quota: Quota,
 }
 
-impl<C: Clock> Bucket<C> {
+impl<C: Timer> Bucket<C> {
     /// Waits until `cost` tokens are admitted, then takes them: reserves them
     /// ([`Bucket::reserve`]), then sleeps on the clock (a [`ManualClock`](crate::ManualClock)
     /// advances itself). Returns the scheduled wait (zero if the tokens were there).
@@ -53,10 +53,7 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(100))));
     /// assert_eq!(bucket.acquire(3), Err(Denied::ExceedsBurst));
     /// ```
-    pub fn acquire(&self, cost: u64) -> Result<Duration, Denied>
-    where
-        C: Timer,
-    {
+    pub fn acquire(&self, cost: u64) -> Result<Duration, Denied> {
         self.try_acquire_for(cost, Duration::MAX)
     }
 
@@ -75,10 +72,7 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(bucket.try_acquire_for(1, ms(100)), Ok(ms(100)));
     /// assert_eq!(clock.now(), 100_000_000);
     /// ```
-    pub fn try_acquire_for(&self, cost: u64, timeout: Duration) -> Result<Duration, Denied>
-    where
-        C: Timer,
-    {
+    pub fn try_acquire_for(&self, cost: u64, timeout: Duration) -> Result<Duration, Denied> {
         if cost == 0 {
             return Ok(Duration::ZERO);
         }
@@ -99,7 +93,9 @@ impl<C: Clock> Bucket<C> {
         )?;
         Ok(sleep_until(self.clock(), now, due))
     }
+}
 
+impl<C: Clock> Bucket<C> {
     /// Takes `cost` tokens now, possibly ahead of the refill, and never blocks: the
     /// [`Reservation`] says how long to wait before acting and can give the tokens back. Later
     /// callers queue behind it. Errors: as [`Bucket::acquire`]'s. Cost 0 is due at once and
@@ -167,7 +163,9 @@ impl<C: Clock> Bucket<C> {
             ticket,
         })
     }
+}
 
+impl<C: Timer> Bucket<C> {
     /// The async [`Bucket::acquire`]: a future that reserves `cost` tokens when first polled and
     /// resolves once they are due (errors as `acquire`'s). Any executor: the clock wakes it
     /// ([`Timer::register_wake`]). **Cancel-safe**: dropping it cancels its reservation
@@ -196,10 +194,7 @@ impl<C: Clock> Bucket<C> {
     /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::from_millis(100))));
     /// assert_eq!(clock.now(), 100_000_000);
     /// ```
-    pub fn until_ready(&self, cost: u64) -> UntilReady<'_, C>
-    where
-        C: Timer,
-    {
+    pub fn until_ready(&self, cost: u64) -> UntilReady<'_, C> {
         UntilReady::new(self, cost, 0)
     }
 
@@ -234,10 +229,7 @@ impl<C: Clock> Bucket<C> {
         cost: u64,
         max_jitter: Duration,
         seed: u64,
-    ) -> UntilReady<'_, C>
-    where
-        C: Timer,
-    {
+    ) -> UntilReady<'_, C> {
         let r = splitmix64(seed);
         let jitter = saturating_nanos(max_jitter)
             .checked_add(1)

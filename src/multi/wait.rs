@@ -121,55 +121,6 @@ impl<C: Clock> MultiBucket<C> {
         self.reserve_within(self.clock.now(), cost, u64::MAX)
     }
 
-    /// [`Bucket::acquire`](crate::Bucket::acquire) on every quota: reserves, then sleeps on the
-    /// clock until the tokens are due; returns the scheduled wait.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Clock, Limits, ManualClock, MultiBucket, Quota};
-    /// let clock = ManualClock::new();
-    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
-    /// let policy = MultiBucket::with_clock(limits, clock.clone());
-    /// assert_eq!(policy.acquire(5), Ok(Duration::ZERO));
-    /// assert_eq!(policy.acquire(5), Ok(Duration::from_secs(1)));
-    /// assert_eq!(clock.now(), 1_000_000_000);
-    /// ```
-    pub fn acquire(&self, cost: u64) -> Result<Duration, Denied>
-    where
-        C: Timer,
-    {
-        self.try_acquire_for(cost, Duration::MAX)
-    }
-
-    /// [`acquire`](MultiBucket::acquire) only if the wait is at most `timeout`, else
-    /// `Err(RetryAfter(wait))` and nothing is consumed. `timeout` zero decides as
-    /// [`try_acquire`](MultiBucket::try_acquire).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
-    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
-    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
-    /// assert_eq!(policy.try_acquire_for(5, Duration::ZERO), Ok(Duration::ZERO));
-    /// assert_eq!(policy.try_acquire_for(5, Duration::from_millis(500)), Err(Denied::RetryAfter(Duration::from_secs(1))));
-    /// assert_eq!(policy.try_acquire_for(1, Duration::from_millis(500)), Ok(Duration::from_millis(200)));
-    /// ```
-    pub fn try_acquire_for(&self, cost: u64, timeout: Duration) -> Result<Duration, Denied>
-    where
-        C: Timer,
-    {
-        if cost == 0 {
-            return Ok(Duration::ZERO);
-        }
-        let now = self.clock.now();
-        let reservation = self.reserve_within(now, cost, saturating_nanos(timeout))?;
-        Ok(crate::wait::sleep_until(
-            &self.clock,
-            now,
-            reservation.ticket.due,
-        ))
-    }
-
     /// A reservation only if every quota holds `cost` now, else `try_acquire`'s refusal; one
     /// atomic step either way (for [`GiveBack`](crate::GiveBack)).
     pub(crate) fn try_reserve_now(&self, cost: u64) -> Result<MultiReservation<'_, C>, Denied> {
@@ -194,6 +145,51 @@ impl<C: Clock> MultiBucket<C> {
             cost,
             ticket,
         })
+    }
+}
+
+impl<C: Timer> MultiBucket<C> {
+    /// [`Bucket::acquire`](crate::Bucket::acquire) on every quota: reserves, then sleeps on the
+    /// clock until the tokens are due; returns the scheduled wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, Limits, ManualClock, MultiBucket, Quota};
+    /// let clock = ManualClock::new();
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
+    /// let policy = MultiBucket::with_clock(limits, clock.clone());
+    /// assert_eq!(policy.acquire(5), Ok(Duration::ZERO));
+    /// assert_eq!(policy.acquire(5), Ok(Duration::from_secs(1)));
+    /// assert_eq!(clock.now(), 1_000_000_000);
+    /// ```
+    pub fn acquire(&self, cost: u64) -> Result<Duration, Denied> {
+        self.try_acquire_for(cost, Duration::MAX)
+    }
+
+    /// [`acquire`](MultiBucket::acquire) only if the wait is at most `timeout`, else
+    /// `Err(RetryAfter(wait))` and nothing is consumed. `timeout` zero decides as
+    /// [`try_acquire`](MultiBucket::try_acquire).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
+    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
+    /// assert_eq!(policy.try_acquire_for(5, Duration::ZERO), Ok(Duration::ZERO));
+    /// assert_eq!(policy.try_acquire_for(5, Duration::from_millis(500)), Err(Denied::RetryAfter(Duration::from_secs(1))));
+    /// assert_eq!(policy.try_acquire_for(1, Duration::from_millis(500)), Ok(Duration::from_millis(200)));
+    /// ```
+    pub fn try_acquire_for(&self, cost: u64, timeout: Duration) -> Result<Duration, Denied> {
+        if cost == 0 {
+            return Ok(Duration::ZERO);
+        }
+        let now = self.clock.now();
+        let reservation = self.reserve_within(now, cost, saturating_nanos(timeout))?;
+        Ok(crate::wait::sleep_until(
+            &self.clock,
+            now,
+            reservation.ticket.due,
+        ))
     }
 }
 
