@@ -133,8 +133,8 @@ impl<C: Clock> Bucket<C> {
         Bucket::from_state(quota, gcra::FULL, clock)
     }
 
-    /// A bucket that starts with `tokens` (0 ..= burst), so that a fragile downstream does not
-    /// see a cold-start burst. Errors with [`ConfigError::InitialAboveBurst`] above the burst.
+    /// A bucket that starts with `tokens` (0 ..= burst, else [`ConfigError::InitialAboveBurst`]),
+    /// against a cold-start burst.
     ///
     /// ```
     /// use tollgate::{Bucket, ManualClock, Quota};
@@ -159,11 +159,9 @@ impl<C: Clock> Bucket<C> {
         }
     }
 
-    /// Takes `cost` tokens if the bucket holds them now.
-    ///
-    /// `Err(RetryAfter(d))`: `d` is the smallest whole number of nanoseconds after which the same
-    /// request is admitted if nothing else consumes. `Err(ExceedsBurst)`: `cost > burst`.
-    /// A refusal changes nothing; cost 0 is always admitted and changes nothing.
+    /// Takes `cost` tokens if the bucket holds them now. `Err(RetryAfter(d))`: the smallest
+    /// whole nanoseconds after which it is admitted if nothing else consumes;
+    /// `Err(ExceedsBurst)`: `cost > burst`. A refusal, or cost 0, changes nothing.
     ///
     /// ```
     /// use std::time::Duration;
@@ -187,8 +185,7 @@ impl<C: Clock> Bucket<C> {
         self.acquire_snapshot(cost)
     }
 
-    /// The decision and the bucket as this decision left it, from the same clock reading and
-    /// word (the `Limiter::decide_snapshots` of one quota).
+    /// The decision and the bucket as it left it (`Limiter::decide_snapshots`).
     pub(crate) fn acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
         let now = self.clock.now();
         let w = self.state.load(Ordering::Acquire);
@@ -199,8 +196,7 @@ impl<C: Clock> Bucket<C> {
         })
     }
 
-    /// [`try_acquire`](Bucket::try_acquire), with a [`Snapshot`] only on refusal (the bucket as
-    /// the refusal found it); an admission costs what `try_acquire` costs.
+    /// [`try_acquire`](Bucket::try_acquire), with a [`Snapshot`] of the bucket on refusal only.
     ///
     /// ```
     /// use std::time::Duration;
@@ -505,9 +501,8 @@ mod tests {
     use crate::ManualClock;
     use core::mem::offset_of;
 
-    /// The clock, the slot versions and the first slot's decision words end at least 64 bytes
-    /// before the state word starts, so no cache line holds both, however the bucket is
-    /// aligned (see the field docs of [`Bucket`]).
+    /// What decisions read ends at least 64 bytes before the state word, so no cache line
+    /// holds both, however the bucket is aligned.
     #[test]
     fn the_word_shares_no_line_with_what_decisions_read() {
         type B = Bucket<ManualClock>;

@@ -446,12 +446,7 @@ mod tests {
             // `now · mul = 2^64` (after 18 s at 999,999,937/s), and early readings.
             let (mul, div) = q.units_per_ns();
             let wide_at = u64::MAX / mul;
-            nows.extend([
-                wide_at - 1,
-                wide_at,
-                wide_at.saturating_add(1),
-                wide_at.saturating_add(2),
-            ]);
+            nows.extend((0..4).map(|k| (wide_at - 1).saturating_add(k)));
             for _ in 0..100 {
                 nows.push(next() % (1 << 40));
             }

@@ -22,9 +22,10 @@ pub(crate) const MAX_LIMITS: usize = 4;
 /// assert_eq!(Limits::new([]), Err(ConfigError::NoQuotas));
 /// assert_eq!(Limits::new([per_second; 5]), Err(ConfigError::TooManyQuotas));
 /// ```
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// `quotas[..len]` are the policy's; the rest repeat `quotas[0]` (never read).
+    /// `quotas[..len]` are the policy's; the rest repeat `quotas[0]`, so the derived equality
+    /// is the policies'.
     quotas: [Quota; MAX_LIMITS],
     len: usize,
 }
@@ -62,14 +63,6 @@ impl From<Quota> for Limits {
         }
     }
 }
-
-impl PartialEq for Limits {
-    fn eq(&self, other: &Limits) -> bool {
-        self.quotas() == other.quotas()
-    }
-}
-
-impl Eq for Limits {}
 
 impl fmt::Debug for Limits {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -308,15 +308,8 @@ mod tests {
         let mut rng = Xorshift(0x2545_F491_4F6C_DD1D);
         for q in inexact_quotas().into_iter().chain(others) {
             let r = q.scaled();
-            let mut nows = vec![
-                0,
-                1,
-                2,
-                HORIZON_NS - 1,
-                HORIZON_NS,
-                HORIZON_NS + 1,
-                u64::MAX,
-            ];
+            let mut nows = vec![0, 1, 2, u64::MAX];
+            nows.extend([HORIZON_NS - 1, HORIZON_NS, HORIZON_NS + 1]);
             nows.extend((0..20).map(|k| r.div.saturating_mul(k)));
             nows.extend((0..20).map(|k| r.div.saturating_mul(k).saturating_sub(1)));
             for _ in 0..5000 {

@@ -47,16 +47,8 @@ mod tests {
         divisors.retain(|&d| d != 0);
         for &d in &divisors {
             let m = reciprocal(d);
-            let mut xs = alloc::vec![
-                0,
-                1,
-                2,
-                d - 1,
-                d,
-                d.saturating_add(1),
-                u64::MAX,
-                u64::MAX - 1
-            ];
+            let mut xs = alloc::vec![0, 1, 2, d - 1, d, d.saturating_add(1)];
+            xs.extend([u64::MAX, u64::MAX - 1]);
             for q in [2, 3, u64::MAX / d, u64::MAX / d - 1, (u64::MAX / d) / 2] {
                 let x = q.saturating_mul(d);
                 xs.extend([x.saturating_sub(1), x, x.saturating_add(1)]);

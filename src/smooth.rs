@@ -49,9 +49,8 @@ pub struct Smooth<C = DefaultClock> {
     mode: Mode,
     /// Two parameter slots; the word's parity selects the active one (`src/slots.rs`).
     slots: EpochSlots<6>,
-    /// The next free time of the word the last `set_rate` replaced (µs; `NO_ERA` before the
-    /// first), which the next `set_rate` exceeds so that no word comes back. Only accessed under
-    /// the writer flag, which orders it.
+    /// The next free time of the word the last `set_rate` replaced, which the next exceeds so
+    /// that no word comes back. Accessed only under the writer flag.
     retired_next: AtomicU64,
     /// The whole limiter state, last, off the line of every field decisions read.
     ///
@@ -121,12 +120,10 @@ impl Smooth<DefaultClock> {
 }
 
 impl<C: Clock> Smooth<C> {
-    /// Guava's `SmoothBursty` on `clock`: up to `max_burst × permits_per_second` permits are
-    /// stored while idle and then served without waiting. It starts empty.
-    ///
-    /// Errors: [`ConfigError::InvalidRate`] for a rate that is not finite and positive;
-    /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s. Any `max_burst` fits, zero
-    /// included (nothing is stored).
+    /// Guava's `SmoothBursty` on `clock`, starting empty: up to `max_burst × permits_per_second`
+    /// permits (any `max_burst`, zero included) are stored while idle and served at once.
+    /// Errors: [`ConfigError::InvalidRate`] for a rate that is not finite and positive,
+    /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s.
     ///
     /// ```
     /// use std::time::Duration;
@@ -156,14 +153,11 @@ impl<C: Clock> Smooth<C> {
         Ok(Smooth::from_parts(mode, params, clock))
     }
 
-    /// Guava's `SmoothWarmingUp` on `clock`: it starts cold, and takes `warmup` of saturated
-    /// demand to reach `permits_per_second`; the first stored permits cost `cold_factor ×` the
-    /// stable interval. Idle for `warmup`, it is cold again.
-    ///
-    /// Errors: as [`bursty_with_clock`](Smooth::bursty_with_clock), and
+    /// Guava's `SmoothWarmingUp` on `clock`, starting cold: `warmup` (truncated to whole µs) of
+    /// saturated demand reaches `permits_per_second`; the coldest permits cost `cold_factor ×`
+    /// the stable interval. Errors: as [`bursty_with_clock`](Smooth::bursty_with_clock), and
     /// [`ConfigError::InvalidFactor`] for a cold factor below 1, NaN or infinite,
-    /// [`ConfigError::InvalidDuration`] for a warm-up above `i64::MAX` µs. The warm-up is
-    /// truncated to whole microseconds, as Guava's `toMicros`.
+    /// [`ConfigError::InvalidDuration`] for a warm-up above `i64::MAX` µs.
     ///
     /// ```
     /// use std::time::Duration;
@@ -232,11 +226,10 @@ impl<C: Clock> Smooth<C> {
     /// old rate, then the stored permits are scaled by `new_max / old_max`; the time already
     /// reserved is kept. Errors (nothing changes): as [`bursty_with_clock`](Smooth::bursty_with_clock).
     ///
-    /// A concurrent caller sees the old rate with the old state or the new with the new: a
-    /// decision's CAS needs the exact word it decided on, and no word comes back, since each
-    /// `set_rate` moves the next free time past every word two reconfigurations back (by 1 µs
-    /// where nothing else moved it; `docs/guarantees.md`, "Reconfiguration"). Decisions never
-    /// wait for it; concurrent calls take turns.
+    /// A concurrent caller sees the old rate with the old state or the new with the new: a CAS
+    /// needs the exact word decided on, and no word comes back, since each `set_rate` moves the
+    /// next free time past every word two reconfigurations back (by 1 µs where nothing else
+    /// did; `docs/guarantees.md`, "Reconfiguration"). Decisions never wait; calls take turns.
     ///
     /// ```
     /// use std::time::Duration;
@@ -340,11 +333,9 @@ impl<C: Clock> Smooth<C> {
         (now.saturating_sub(self.origin) / 1000).min(MAX_MICROS)
     }
 
-    /// The CAS loop. `f(state, params)` returns the state to write (`None`: write nothing) and
-    /// the result; it may run several times, so it must not have side effects.
-    ///
-    /// A result that writes nothing stands only if the word loaded again after the slot read is
-    /// still `w`: two reconfigurations may have rewritten the slot `w` names in between.
+    /// The CAS loop: `f(state, params)` returns the state to write (`None`: nothing) and the
+    /// result, and may run several times. A result that writes nothing stands only if the word
+    /// loaded again is still `w` (two reconfigurations may have rewritten `w`'s slot since).
     #[inline]
     fn update<R>(&self, mut f: impl FnMut(State, &Params) -> (Option<State>, R)) -> R {
         let mut w = self.state.load(Ordering::Acquire);
@@ -397,10 +388,9 @@ impl<C: Timer> Smooth<C> {
         }
     }
 
-    /// Takes `permits` if the wait for them is at most `timeout`, sleeping that wait through the
-    /// clock; otherwise returns `false` at once and changes nothing (Guava's `tryAcquire`: it
-    /// refuses when the next free time is more than `timeout` after now). The timeout is
-    /// truncated to whole microseconds. `permits == 0` returns `true` and changes nothing.
+    /// Guava's `tryAcquire`: takes `permits` and sleeps the wait if the next free time is at
+    /// most `timeout` (truncated to whole µs) away, else returns `false` at once and changes
+    /// nothing. `permits == 0` returns `true` and changes nothing.
     ///
     /// ```
     /// use std::time::Duration;
