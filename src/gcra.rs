@@ -81,13 +81,10 @@ pub fn with_tokens(now: u64, quota: &Quota, tokens: u64) -> Result<u64, crate::C
     Ok(quota.earned_ceil(now) + (quota.burst() - tokens) * quota.scale())
 }
 
-/// Decides whether `cost` tokens are admitted at `now`.
-///
-/// * `Ok(Some(state'))`: admitted; store `state'` (with a CAS, if the state is shared).
-/// * `Ok(None)`: admitted with nothing to write (`cost == 0`).
-/// * `Err(Denied::RetryAfter(d))`: refused; `d` is the smallest whole number of nanoseconds after
-///   which the same request is admitted. Nothing to write.
-/// * `Err(Denied::ExceedsBurst)`: `cost > burst`. Nothing to write.
+/// Decides whether `cost` tokens are admitted at `now`: `Ok(Some(state'))` admitted (store
+/// `state'`), `Ok(None)` admitted with nothing to write (`cost == 0`). Refused, nothing to
+/// write: `Err(RetryAfter(d))`, `d` the smallest whole nanoseconds after which the same request
+/// is admitted, or `Err(ExceedsBurst)` (`cost > burst`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -213,13 +210,10 @@ pub(crate) fn snapshot_scaled(state: u64, now: u64, scaled: &Scaled) -> Snapshot
     Snapshot::new(available_scaled(state, now, scaled), until_full)
 }
 
-/// Takes `cost` tokens now, possibly ahead of the refill (a debt that later callers queue
-/// behind). Returns the new state and the instant (ns since origin) at which the tokens are due:
-/// `now` or earlier means "due already".
-///
-/// Errors: `ExceedsBurst` when `cost > burst`; `RetryAfter` only if the backlog would exceed the
-/// state's range (a queue of decades), or `RetryAfter(Duration::MAX)` if the tokens would be due
-/// only past the [`HORIZON`](crate::HORIZON), where the clock is read as stopped (they never come due).
+/// Takes `cost` tokens now, possibly ahead of the refill (a debt later callers queue behind):
+/// the new state and the instant the tokens are due (`now` or earlier: "due already"). Errors:
+/// `ExceedsBurst` when `cost > burst`; `RetryAfter(Duration::MAX)` if the backlog would exceed
+/// the state's range or come due only past the [`HORIZON`](crate::HORIZON).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -325,15 +319,12 @@ pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
     by_tokens.max(by_time).clamp(0, i128::from(MAX_UNITS)) as u64
 }
 
-/// Decides `cost` over every quota of a policy at one reading, all or nothing (what
-/// [`MultiBucket`](crate::MultiBucket) applies): `states[i]` is quota `i`'s state; entries past
-/// the policy's quotas are ignored and returned unchanged.
-///
-/// * `Ok(Some(states'))`: every quota holds `cost`; store all of `states'` in one atomic step.
-/// * `Ok(None)`: admitted with nothing to write (`cost == 0`).
-/// * `Err(refusal)`: nothing to write. [`Denied::ExceedsBurst`] iff `cost` exceeds the smallest
-///   burst; otherwise [`Denied::RetryAfter`] of the largest per-quota [`try_acquire`] wait, and
-///   [`Refusal::quota_index`](crate::Refusal::quota_index) names that quota.
+/// Decides `cost` over every quota of a policy at one reading, all or nothing, as
+/// [`MultiBucket`](crate::MultiBucket) does: `states[i]` is quota `i`'s state (entries past the
+/// policy's are returned unchanged). `Ok(Some(states'))`: store all of them in one atomic step;
+/// `Ok(None)`: `cost == 0`. A refusal writes nothing: [`Denied::ExceedsBurst`] iff `cost` exceeds
+/// the smallest burst, else the largest per-quota [`try_acquire`] wait, and
+/// [`Refusal::quota_index`](crate::Refusal::quota_index) names that quota.
 ///
 /// ```
 /// use std::time::Duration;
@@ -364,8 +355,7 @@ pub fn try_acquire_all(
     }))
 }
 
-/// Whether `state` is full at `now` (`available == burst`, no debt): such a state behaves exactly
-/// like [`FULL`] at `now` and at every later reading, so a keyed table may forget it.
+/// Whether `state` is full at `now`: it then behaves as [`FULL`] at every later reading.
 #[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn is_full(state: u64, now: u64, quota: &Quota) -> bool {
@@ -402,8 +392,7 @@ mod tests {
     use super::*;
     use crate::test_support::{inexact_quotas, Xorshift};
 
-    /// The sub-second shortcut of [`to_duration`] builds the same `Duration` as `from_nanos`, on both
-    /// sides of one second and at the ends of the range.
+    /// [`to_duration`] equals `Duration::from_nanos` around one second and the range's ends.
     #[test]
     fn to_duration_matches_from_nanos() {
         let mut rng = Xorshift(0x2545_F491_4F6C_DD1D);

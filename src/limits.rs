@@ -7,10 +7,8 @@ use crate::{ConfigError, Quota};
 /// The most quotas one [`Limits`] holds.
 pub(crate) const MAX_LIMITS: usize = 4;
 
-/// A policy of one to four [`Quota`]s that must **all** hold: "10 per second and 10,000 per day".
-///
-/// The quotas keep the order they were given in; a decision over them admits only when every one
-/// holds the cost, and then debits every one.
+/// A policy of one to four [`Quota`]s that must **all** hold ("10 per second and 10,000 per
+/// day"), in the order given.
 ///
 /// ```
 /// use std::time::Duration;

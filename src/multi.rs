@@ -44,15 +44,13 @@ use crate::limits::{Limits, MAX_LIMITS};
 use crate::snapshot::Snapshot;
 use core::fmt;
 
-/// A policy of one to four [`Quota`](crate::Quota)s ("10 per second **and** 10,000 per day")
-/// enforced together: a request is admitted only if **every** quota holds its cost at one clock
-/// reading, and then every quota is debited in one atomic step. A refusal writes nothing.
+/// One to four [`Quota`](crate::Quota)s ("10 per second **and** 10,000 per day") enforced
+/// together: admitted only if **every** quota holds the cost at one clock reading, and then
+/// every quota is debited in one atomic step. A refusal writes nothing.
 ///
-/// * **Exact.** Each quota is decided by the [`Bucket`](crate::Bucket)'s arithmetic
-///   ([`crate::gcra`]); the policy admits iff every quota would, and [`Denied::RetryAfter`] is
-///   the exact smallest wait after which every quota holds the cost (the largest per-quota
-///   wait). [`Denied::ExceedsBurst`] iff the cost exceeds the smallest burst. Cost 0 is admitted
-///   and writes nothing.
+/// * **Exact.** Each quota is decided as a [`Bucket`](crate::Bucket) decides it;
+///   [`Denied::RetryAfter`] is the exact smallest wait after which every quota holds the cost,
+///   [`Denied::ExceedsBurst`] means the cost exceeds the smallest burst; cost 0 writes nothing.
 /// * **Every quota keeps its own window bound** `burst_i + rate_i·Δ`, under any interleaving and
 ///   with stale or stepped-back readings, as a `Bucket` does (`docs/guarantees.md`).
 /// * **One or two quotas are lock-free**: one compare-and-swap of an `AtomicU128`
@@ -62,7 +60,7 @@ use core::fmt;
 /// * **Three and four quotas** use four words under a sequence lock: refusals only read;
 ///   admissions take a short writer lock and are **not lock-free** (no 256-bit CAS exists).
 ///
-/// The limits are fixed for the policy's life (build a new one to change them).
+/// The limits are fixed for the policy's life.
 ///
 /// ```
 /// use std::time::Duration;
@@ -140,10 +138,8 @@ impl<C: Clock> MultiBucket<C> {
         MultiBucket::from_states(limits, &full, clock)
     }
 
-    /// A policy whose quota `i` starts with `tokens[i]` tokens (0 ..= its burst), against a
-    /// cold-start burst; quotas past the end of `tokens` start full. Errors:
-    /// [`ConfigError::InitialAboveBurst`], or [`ConfigError::TooManyQuotas`] for more entries
-    /// than quotas.
+    /// A policy whose quota `i` starts with `tokens[i]` tokens, the rest full. Errors:
+    /// [`ConfigError::InitialAboveBurst`], [`ConfigError::TooManyQuotas`] for extra entries.
     ///
     /// ```
     /// use std::time::Duration;
@@ -188,10 +184,8 @@ impl<C: Clock> MultiBucket<C> {
         }
     }
 
-    /// Takes `cost` tokens from every quota if every quota holds them now. `Err(RetryAfter(d))`:
-    /// the smallest wait after which it is admitted if nothing else consumes;
-    /// `Err(ExceedsBurst)`: `cost` exceeds the smallest burst. A refusal, or cost 0, changes
-    /// nothing.
+    /// Takes `cost` tokens from every quota if every quota holds them now; refusals as
+    /// [`Bucket::try_acquire`](crate::Bucket::try_acquire)'s, over the policy.
     ///
     /// ```
     /// use std::time::Duration;
@@ -362,10 +356,8 @@ impl<C: Clock> MultiBucket<C> {
     }
 }
 
-/// The decisions naming the quota that refused (see [`Refusal`]: the one that waits longest,
-/// or for [`Denied::ExceedsBurst`] the one with the smallest burst), and every quota's
-/// snapshot as the decision left it (see [`Snapshots`]), from the same clock reading and
-/// states: for a `RateLimit-Policy` header that lists every quota.
+/// The decisions naming the quota that refused ([`Refusal`]), and every quota's snapshot as
+/// the decision left it ([`Snapshots`]), for a `RateLimit-Policy` header.
 ///
 /// ```
 /// use std::time::Duration;

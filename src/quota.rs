@@ -10,9 +10,8 @@ use core::time::Duration;
 use scaled::gcd;
 pub(crate) use scaled::{Scaled, SCALED_WORDS};
 
-/// How long a quota is guaranteed to work: 100 Julian years of clock time since the clock's
-/// origin. Past it the clock is read as if it had stopped there (the bucket stays correct but
-/// refills no more), which is why [`Quota::new`] refuses a rate and burst that do not fit it.
+/// How long a quota is guaranteed to work: 100 Julian years since the clock's origin. Past it
+/// the clock is read as stopped (nothing refills), and [`Quota::new`] refuses what overflows.
 pub const HORIZON: Duration = Duration::from_secs(3_155_760_000);
 pub(crate) const HORIZON_NS: u64 = 3_155_760_000_000_000_000;
 /// The largest state value: the bucket keeps one bit of its word for the quota epoch.
@@ -58,9 +57,8 @@ impl fmt::Debug for Quota {
 impl Quota {
     /// `tokens` per `per`, holding at most `burst` tokens.
     ///
-    /// Errors: zero tokens, zero period, zero burst, a period over `u64::MAX` ns, or a rate
-    /// and burst too large for 100 years of clock time ([`ConfigError::BeyondRange`]; rates up
-    /// to 1e9 tokens/s with bursts up to 2^62 fit).
+    /// Errors: zero tokens, period or burst, a period over `u64::MAX` ns, or a rate and burst
+    /// beyond [`HORIZON`] ([`ConfigError::BeyondRange`]; 1e9 tokens/s with a burst of 2^62 fits).
     ///
     /// ```
     /// use std::time::Duration;
@@ -154,8 +152,7 @@ impl Quota {
         self.scaled.div == 1
     }
 
-    /// How long refilling `tokens` takes at this rate, rounded up to whole nanoseconds
-    /// (saturating at `Duration::MAX`).
+    /// How long refilling `tokens` takes, rounded up to whole nanoseconds (saturating).
     ///
     /// ```
     /// use std::time::Duration;

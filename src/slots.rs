@@ -9,7 +9,7 @@
 
 use crate::sync::{fence, AtomicU32, AtomicU64, Backoff, Ordering};
 
-/// Two slots of `W` parameter words each (a bucket's quota: 7; a smooth limiter's: 6).
+/// Two slots of `W` parameter words each.
 #[repr(C)]
 pub(crate) struct EpochSlots<const W: usize> {
     /// Seqlock counters of the two slots (odd while a slot is written).
@@ -65,12 +65,9 @@ impl<const W: usize> EpochSlots<W> {
         (self.seqs[i].load(Ordering::Relaxed) == seq).then_some((raw, seq))
     }
 
-    /// Whether the slot of `epoch` still holds the version `seq` that
-    /// [`EpochSlots::read_versioned`] or [`EpochSlots::read_prefix`] returned.
-    ///
-    /// Call it after the write's `Acquire` CAS on `w`, or, for a read-only result, after loading
-    /// the word again with `Acquire` and finding `w`: the load then sees the version of the era
-    /// the word was in (why: `docs/guarantees.md`, "A decision racing two reconfigurations").
+    /// Whether the slot of `epoch` still holds the version `seq` read. Call it after the write's
+    /// `Acquire` CAS on `w`, or after an `Acquire` load that finds `w` again: it then sees the
+    /// version of the word's era (`docs/guarantees.md`, "A decision racing two reconfigurations").
     #[inline(always)]
     pub(crate) fn unchanged(&self, epoch: u64, seq: u32) -> bool {
         self.seqs[(epoch & 1) as usize].load(Ordering::Relaxed) == seq
@@ -120,8 +117,7 @@ pub(crate) struct Writer<'a, const W: usize> {
 }
 
 impl<const W: usize> Writer<'_, W> {
-    /// The clock reading to convert the state at: the caller's, raised to the previous
-    /// writer's if that was later (see [`EpochSlots::lock`]).
+    /// The reading to convert the state at (see [`EpochSlots::lock`]).
     pub(crate) fn now(&self) -> u64 {
         self.now
     }

@@ -21,7 +21,6 @@ pub use until_ready::UntilReady;
 struct Ticket {
     /// The state right before this reservation: what a cancellation restores.
     before: u64,
-    /// The state right after this reservation (what [`gcra::cancel`] calls `after`).
     after: u64,
     /// The instant (clock nanoseconds) at which the tokens are due.
     due: u64,
@@ -35,12 +34,10 @@ struct Ticket {
 }
 
 impl<C: Timer> Bucket<C> {
-    /// Waits until `cost` tokens are admitted, then takes them: reserves them
-    /// ([`Bucket::reserve`]), then sleeps on the clock (a [`ManualClock`](crate::ManualClock)
-    /// advances itself). Returns the scheduled wait (zero if the tokens were there).
-    ///
-    /// Errors: [`Denied::ExceedsBurst`] when `cost > burst`, nothing consumed (`RetryAfter` only
-    /// for a queue reaching past the [`HORIZON`](crate::HORIZON)). Cost 0 returns `Ok(0)` at once.
+    /// Reserves `cost` tokens ([`Bucket::reserve`]), then sleeps on the clock until they are due
+    /// (a [`ManualClock`](crate::ManualClock) advances itself); returns the scheduled wait.
+    /// Errors, nothing consumed: [`Denied::ExceedsBurst`] when `cost > burst` (`RetryAfter` only
+    /// for a queue past the [`HORIZON`](crate::HORIZON)). Cost 0 returns `Ok(0)` at once.
     ///
     /// ```
     /// use std::time::Duration;
@@ -96,10 +93,8 @@ impl<C: Timer> Bucket<C> {
 }
 
 impl<C: Clock> Bucket<C> {
-    /// Takes `cost` tokens now, possibly ahead of the refill, and never blocks: the
-    /// [`Reservation`] says how long to wait before acting and can give the tokens back. Later
-    /// callers queue behind it. Errors: as [`Bucket::acquire`]'s. Cost 0 is due at once and
-    /// takes nothing.
+    /// Takes `cost` tokens now, possibly ahead of the refill; later callers queue behind it. The
+    /// [`Reservation`] says how long to wait. Errors: as `acquire`'s; cost 0 takes nothing.
     ///
     /// ```
     /// use std::time::Duration;
@@ -117,9 +112,7 @@ impl<C: Clock> Bucket<C> {
     }
 
     /// A reservation only if the bucket holds `cost` now, decided in one CAS as
-    /// [`try_acquire`](Bucket::try_acquire) decides (for [`GiveBack`](crate::GiveBack)). Not a
-    /// reservation cancelled when not due: a reservation, or the clock passing its due instant,
-    /// in between would make that cancel give nothing back.
+    /// [`try_acquire`](Bucket::try_acquire) decides (for [`GiveBack`](crate::GiveBack)).
     pub(crate) fn try_reserve_now(&self, cost: u64) -> Result<Reservation<'_, C>, Denied> {
         let now = self.clock().now();
         self.ticketed(cost, |state, quota| {

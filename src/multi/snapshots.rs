@@ -4,10 +4,8 @@ use crate::gcra::all::tightest;
 use crate::limits::MAX_LIMITS;
 use crate::snapshot::Snapshot;
 
-/// Every quota of a policy right after one decision, from the same clock reading and the same
-/// states as the decision (see [`Snapshot`]): one per quota, in the policy's order, for a
-/// `RateLimit-Policy` header that lists them all and metrics per quota.
-/// [`tightest`](Snapshots::tightest) is the one a `RateLimit` header describes.
+/// Every quota's [`Snapshot`] right after one decision, in the policy's order (a
+/// `RateLimit-Policy` header); [`tightest`](Snapshots::tightest) is the `RateLimit` header's.
 ///
 /// ```
 /// use std::time::Duration;
@@ -30,9 +28,8 @@ pub struct Snapshots {
 }
 
 impl Snapshots {
-    /// The snapshots of a policy's quotas, in order; at most four are kept. For limiters stored
-    /// elsewhere (a Redis backend, a test double). `None` if `snapshots` is empty or holds more
-    /// than four.
+    /// The snapshots of a policy's quotas, in order (for limiters stored elsewhere); `None` if
+    /// empty or more than four.
     ///
     /// ```
     /// use std::time::Duration;

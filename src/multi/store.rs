@@ -34,13 +34,11 @@ struct Line {
     mirror: [AtomicU64; 2],
 }
 
-/// Packs two states into the pair word.
 #[inline(always)]
 pub(crate) fn pack(states: [u64; 2]) -> u128 {
     u128::from(states[0]) | (u128::from(states[1]) << 64)
 }
 
-/// Unpacks the pair word.
 #[inline(always)]
 pub(crate) fn unpack(word: u128) -> [u64; 2] {
     [word as u64, (word >> 64) as u64]
@@ -56,7 +54,7 @@ impl Pair {
         }
     }
 
-    /// The states now (one load of the word, not the mirror).
+    /// The states now (from the word, not the mirror).
     #[inline(always)]
     pub(crate) fn load(&self) -> [u64; 2] {
         unpack(self.line.word.load(Ordering::Relaxed))
@@ -140,25 +138,17 @@ impl Pair {
 /// word, and no target has a 256-bit CAS). An admission holds the lock for four stores and is
 /// **not lock-free**: a writer preempted there delays every decision. Refusals never write.
 ///
-/// | word | meaning |
-/// |---|---|
-/// | `seq` | even: no writer; odd: a writer holds the lock. Stepped by one at lock and at unlock, so a reader that sees the same even value before and after its reads read the words one writer left |
-/// | `states[i]` | quota `i`'s [`gcra`](crate::gcra) state; a policy of three repeats quota 2's in `states[3]` |
-///
-/// Protocol:
+/// `seq` is even with no writer, odd while one holds the lock (a 64-bit count that does not
+/// wrap within centuries); `states[i]` is quota `i`'s state (three quotas repeat the last).
 ///
 /// * **Read** (every decision first): load `seq` (`Acquire`, pairing with the last unlock's
-///   `Release`) and wait while it is odd; load the four words (`Relaxed`); an `Acquire` fence;
-///   load `seq` again. Equal to the first: the four values are the ones the writer that
-///   released that `seq` left (a value of a later writer would be ordered, by its `Release`
-///   fence and this `Acquire` fence, before a later `seq`, so the second load would differ).
-/// * **Commit** (an admission): CAS `seq` from the even value read to the next odd value.
-///   It succeeds only if no writer took the lock since the read (`seq` only grows), so the
-///   states are still those decided on; a failure means another admission came between: read
-///   and decide again. Then a `Release` fence (orders the odd `seq` before the stores), the
-///   four stores (`Relaxed`), and `seq` + 1 stored with `Release` (publishes them).
-///
-/// A 64-bit `seq` stepping by 2 per admission does not wrap within centuries at any rate.
+///   `Release`), waiting while it is odd; the four words (`Relaxed`); an `Acquire` fence; `seq`
+///   again. Equal: the values are the ones the writer that released that `seq` left (a later
+///   writer's would be ordered, by its `Release` fence and this fence, before a later `seq`).
+/// * **Commit** (an admission): CAS `seq` from the even value read to the next odd one, which
+///   fails if any writer came since the read (then read and decide again); a `Release` fence
+///   (the odd `seq` before the stores), the four stores (`Relaxed`), and `seq + 1` stored with
+///   `Release` (publishing them).
 #[derive(Debug)]
 pub(crate) struct Wide {
     seq: CachePadded<AtomicU64>,

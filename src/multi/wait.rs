@@ -104,9 +104,7 @@ fn cancel_states<const N: usize>(
 
 impl<C: Clock> MultiBucket<C> {
     /// [`Bucket::reserve`](crate::Bucket::reserve) on every quota in one atomic step, due when
-    /// the last quota's tokens are. Errors: [`Denied::ExceedsBurst`] when `cost` exceeds the
-    /// smallest burst (`RetryAfter` only for a queue past the horizon); nothing is taken. Cost 0
-    /// is due at once and takes nothing.
+    /// the last quota's tokens are; errors as its, over the policy.
     ///
     /// ```
     /// use std::time::Duration;
@@ -193,9 +191,8 @@ impl<C: Timer> MultiBucket<C> {
     }
 }
 
-/// Tokens taken from every quota of a [`MultiBucket`] by [`MultiBucket::reserve`]: wait
-/// [`delay`](MultiReservation::delay) before acting, or give them back with
-/// [`cancel`](MultiReservation::cancel). Dropping it keeps the tokens taken.
+/// Tokens taken from every quota by [`MultiBucket::reserve`], as a
+/// [`Reservation`](crate::Reservation) takes them from a bucket. Dropping it keeps them taken.
 ///
 /// ```
 /// use std::time::Duration;

@@ -46,9 +46,8 @@ impl<C: Clock> Reservation<'_, C> {
         self.delay_from(self.bucket.clock().now())
     }
 
-    /// The time from the clock reading `now` (nanoseconds since the clock's origin) until the
-    /// reserved tokens are due; zero if they are due at or before `now` (Go's `DelayFrom`).
-    /// `delay_from(0)` is the due instant itself.
+    /// The time from the clock reading `now` until the tokens are due, zero if by then (Go's
+    /// `DelayFrom`); `delay_from(0)` is the due instant.
     ///
     /// ```
     /// use std::time::Duration;
@@ -97,8 +96,7 @@ impl<C: Clock> Reservation<'_, C> {
         self.give_back(true);
     }
 
-    /// Restores the state from before the reservation if nothing was written since and the
-    /// quota is the same (and, unless `any_time`, the reservation is not yet due).
+    /// [`cancel`](Reservation::cancel), but for "not yet due" if `any_time`.
     fn give_back(self, any_time: bool) {
         if self.cost == 0 {
             return;

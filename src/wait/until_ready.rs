@@ -48,11 +48,9 @@ enum Stage<'a, C> {
 /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Err(Denied::ExceedsBurst)));
 /// ```
 ///
-/// **One registration per future**: while it waits it holds one wake-up with the clock
-/// ([`Timer::register_wake`]), replaced only for a waker that would not wake the same task or
-/// after it fired. Dropping the future cancels it (with a clock whose registrations can be
-/// cancelled; tollgate's own timer keeps the entry until its deadline, holding nothing of the
-/// task).
+/// **One registration per future**: one wake-up with the clock ([`Timer::register_wake`]),
+/// replaced only for a waker that would not wake the same task or after it fired, and
+/// cancelled with the future (tollgate's own timer keeps the entry, holding nothing of the task).
 #[must_use = "futures do nothing unless polled; an unpolled `UntilReady` reserves nothing"]
 pub struct UntilReady<'a, C: Clock> {
     bucket: &'a Bucket<C>,
