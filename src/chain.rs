@@ -1,13 +1,9 @@
-//! Several *different* limiters required at once — a global [`Bucket`] or [`MultiBucket`] and
-//! a per-tenant `KeyedLimiter`, say — all or nothing: [`all_of`] and [`GiveBack`].
-//!
-//! Separate limiters have separate words, so [`all_of`] takes them in order and, when a later
-//! one refuses, gives the earlier tokens back under
-//! [`Reservation::cancel`](crate::Reservation::cancel)'s rule less its "not yet due": only if
-//! nothing was admitted on that limiter (nor [`Bucket::set_quota`] called) since. So no limiter
-//! admits more than its quota, but a give-back that finds a later admission keeps its tokens:
-//! the chain then **under-admits** (`docs/guarantees.md`). Quotas that can share one word lose
-//! nothing in a [`MultiBucket`].
+//! Several *different* limiters required at once, all or nothing ([`all_of`], [`GiveBack`]):
+//! taken in order, and when a later one refuses, the earlier tokens are given back under
+//! [`Reservation::cancel`](crate::Reservation::cancel)'s rule less its "not yet due". No limiter
+//! admits more than its quota, but a give-back that finds a later admission (or
+//! [`Bucket::set_quota`]) keeps its tokens: the chain then **under-admits**
+//! (`docs/guarantees.md`). Quotas that can share one word lose nothing in a [`MultiBucket`].
 
 use crate::bucket::Bucket;
 use crate::clock::Clock;
@@ -16,10 +12,8 @@ use crate::gcra;
 use crate::multi::{MultiBucket, MultiReservation};
 use crate::wait::Reservation;
 
-/// A limiter whose admission can be given back: an earlier member of an [`all_of`] chain.
-///
-/// Implemented for [`Bucket`] and [`MultiBucket`]: a take is a reservation due now, decided as
-/// `try_acquire` decides (a refusal writes nothing); a give-back is its cancellation.
+/// A limiter whose admission can be given back (an earlier member of an [`all_of`] chain): a
+/// take is a reservation due now, decided as `try_acquire` decides; a give-back its cancellation.
 pub trait GiveBack {
     /// What a take holds until it is kept or given back.
     type Taken<'a>
@@ -32,8 +26,7 @@ pub trait GiveBack {
     /// Gives a take back, under the all-or-nothing cancel rule (whenever it comes).
     fn give_back(taken: Self::Taken<'_>);
 
-    /// The verdict `try_acquire(cost)` would return now, without taking anything: for the
-    /// slowest wait of a chain that an earlier member refused.
+    /// The verdict `try_acquire(cost)` would return now, taking nothing.
     fn check(&self, cost: u64) -> Result<(), Denied>;
 }
 

@@ -35,7 +35,6 @@ use crate::quota::{Quota, Scaled, MAX_UNITS};
 use crate::snapshot::Snapshot;
 use core::time::Duration;
 
-/// The decision over a policy of several quotas.
 pub(crate) mod all;
 
 /// The state of a full bucket, valid for every quota and every clock reading.

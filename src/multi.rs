@@ -384,8 +384,6 @@ impl<C: Clock> Limiter for MultiBucket<C> {
         on_store!(self, |rates, s, judge| s
             .update(|st| split(judge(st, now, rates, cost))))
     }
-    // The refusal carries up to four snapshots by value: boxing would allocate on every refusal.
-    #[allow(clippy::result_large_err)]
     fn decide_or_snapshots(&self, _: &(), cost: u64) -> Result<(), (Refusal, Snapshots)> {
         if cost == 0 {
             return Ok(());

@@ -170,10 +170,7 @@ fn one(state: u64, now: u64, rate: &Scaled, burst_units: u64, cost: u64) -> Resu
                 Err(Denied::RetryAfter(gcra::wait_until(at, now)))
             }
         }
-        None => match gcra::try_acquire_scaled(state, now, rate, cost) {
-            Ok(next) => Ok(next.unwrap_or(state)),
-            Err(denied) => Err(denied),
-        },
+        None => gcra::try_acquire_scaled(state, now, rate, cost).map(|n| n.unwrap_or(state)),
     }
 }
 

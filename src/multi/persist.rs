@@ -32,8 +32,7 @@ impl<C: Clock> sealed::OneFrame for MultiBucket<C> {
         p
     }
 
-    /// A state saved with another number of quotas is refused
-    /// ([`RestoreError::LimitsChanged`]): which saved quota became which is not known.
+    /// Another number of quotas is [`RestoreError::LimitsChanged`] (which became which?).
     fn decode(&self, c: &mut Cursor<'_>) -> Result<Saved, RestoreError> {
         let mut saved: [(Option<Quota>, u64); MAX_LIMITS] = [(None, 0); MAX_LIMITS];
         let n = usize::from(c.u8()?);

@@ -5,12 +5,8 @@
 use crate::sync::{fence, AtomicU128, AtomicU64, Backoff, Ordering};
 use crossbeam_utils::CachePadded;
 
-/// Two states in one word: quota 0 in the low half, quota 1 in the high half.
-///
-/// | bits | meaning |
-/// |---|---|
-/// | 63..0 | quota 0's [`gcra`](crate::gcra) state (0 ..= 2^63 − 1; 0 = full) |
-/// | 127..64 | quota 1's state (a policy of one quota repeats quota 0's) |
+/// Two [`gcra`](crate::gcra) states in one word: quota 0's in bits 63..0, quota 1's (or
+/// quota 0's again, for one quota) in bits 127..64.
 ///
 /// Beside the word, on its line, a **mirror** that each successful CAS updates with two plain
 /// stores. Decisions start from the mirror: on x86_64 a 128-bit load right after this thread's
@@ -239,8 +235,7 @@ mod tests {
     use super::*;
     use alloc::vec::Vec;
 
-    /// One decision: "spend 1 from quota 0 if it has spent less than 3", as the store's loops
-    /// take it, recording every value it was run on.
+    /// "Spend 1 from quota 0 if it has spent less than 3", recording every value it sees.
     fn spend(seen: &mut Vec<[u64; 2]>) -> impl FnMut([u64; 2]) -> (Option<[u64; 2]>, u64) + '_ {
         move |s| {
             seen.push(s);

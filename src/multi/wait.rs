@@ -30,7 +30,6 @@ impl Ticket {
     }
 }
 
-/// The quota at padded index `i`.
 fn quota_at(quotas: &[Quota], i: usize) -> &Quota {
     &quotas[i.min(quotas.len() - 1)]
 }

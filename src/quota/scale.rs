@@ -27,8 +27,8 @@ pub(super) fn search(t: u64, p: u64, burst: u64) -> Result<Scaled, ConfigError> 
     }
 }
 
-/// The largest divisor of `p` that is at most `s_max` (searched for a bounded number of steps),
-/// or `s_max` itself if none is found quickly. A divisor keeps more instants exact.
+/// The largest divisor of `p` at most `s_max` (a bounded search), else `s_max`: a divisor
+/// keeps more instants exact.
 fn best_scale(p: u64, s_max: u64) -> u64 {
     if p <= s_max {
         return p;
