@@ -278,10 +278,9 @@ impl<C: Clock> Bucket<C> {
         &self.clock
     }
 
-    /// Replaces the quota atomically: the balance (debt included) carries over, capped at the
-    /// new burst, and a debt keeps its due instant ([`gcra::rescale`]). A concurrent caller sees
-    /// the old quota with the old state or the new with the new (`docs/guarantees.md`,
-    /// "Reconfiguration"). Decisions never wait for it; reconfigurations take turns.
+    /// Replaces the quota atomically: the balance carries over, capped at the new burst, a debt
+    /// keeping its due instant ([`gcra::rescale`]). Callers see the old quota with the old state
+    /// or the new with the new (`docs/guarantees.md`, "Reconfiguration"), and never wait.
     ///
     /// ```
     /// use tollgate::{Bucket, ManualClock, Quota};

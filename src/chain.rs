@@ -30,50 +30,43 @@ pub trait GiveBack {
     fn check(&self, cost: u64) -> Result<(), Denied>;
 }
 
-impl<C: Clock> GiveBack for Bucket<C> {
-    type Taken<'a>
-        = Reservation<'a, C>
-    where
-        C: 'a;
+/// [`GiveBack`] for `$limiter`, whose `try_reserve_now` takes and whose reservation's `undo`
+/// gives back; `check` is `$check` on the limiter `$l`.
+macro_rules! give_back {
+    ($limiter:ident, $taken:ident, |$l:ident, $cost:ident| $check:expr) => {
+        impl<C: Clock> GiveBack for $limiter<C> {
+            type Taken<'a>
+                = $taken<'a, C>
+            where
+                C: 'a;
 
-    fn take(&self, cost: u64) -> Result<Reservation<'_, C>, Denied> {
-        self.try_reserve_now(cost)
-    }
+            fn take(&self, cost: u64) -> Result<$taken<'_, C>, Denied> {
+                self.try_reserve_now(cost)
+            }
 
-    fn give_back(taken: Reservation<'_, C>) {
-        taken.undo();
-    }
+            fn give_back(taken: $taken<'_, C>) {
+                taken.undo();
+            }
 
-    fn check(&self, cost: u64) -> Result<(), Denied> {
-        let now = self.clock().now();
-        self.update(|state, quota| (None, gcra::try_acquire(state, now, quota, cost).map(drop)))
-    }
+            fn check(&self, $cost: u64) -> Result<(), Denied> {
+                let $l = self;
+                $check
+            }
+        }
+    };
 }
 
-impl<C: Clock> GiveBack for MultiBucket<C> {
-    type Taken<'a>
-        = MultiReservation<'a, C>
-    where
-        C: 'a;
+give_back!(Bucket, Reservation, |b, cost| {
+    let now = b.clock().now();
+    b.update(|state, quota| (None, gcra::try_acquire(state, now, quota, cost).map(drop)))
+});
+give_back!(MultiBucket, MultiReservation, |m, cost| m
+    .check_now(cost)
+    .map_err(Denied::from));
 
-    fn take(&self, cost: u64) -> Result<MultiReservation<'_, C>, Denied> {
-        self.try_reserve_now(cost)
-    }
-
-    fn give_back(taken: MultiReservation<'_, C>) {
-        taken.undo();
-    }
-
-    fn check(&self, cost: u64) -> Result<(), Denied> {
-        self.check_now(cost).map_err(Denied::from)
-    }
-}
-
-/// Requires `first` and then whatever `then` decides (any limiter: a `KeyedLimiter` for the
-/// caller's key, another chain) for `cost`, all or nothing: if `then` refuses, `first`'s tokens
-/// are given back ([`GiveBack::give_back`]) and `then`'s refusal is returned. If `first`
-/// refuses, `then` is not called and the refusal is `first`'s, whose wait may be shorter than
-/// `then`'s: [`all_of2`] checks both [`GiveBack`] limiters and reports the larger wait.
+/// Requires `first` and then whatever `then` decides (any limiter) for `cost`, all or nothing:
+/// if `then` refuses, `first`'s tokens are given back and `then`'s refusal returned. If `first`
+/// refuses, `then` is not called (its wait, maybe longer, unknown: [`all_of2`] reports both).
 ///
 /// ```
 /// # #[cfg(feature = "keyed")] {

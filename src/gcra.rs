@@ -252,14 +252,11 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
 }
 
 /// Gives back all the tokens of a reservation made by [`reserve`] (`after`: the state it
-/// returned, `due`: its due instant), but only if nothing was admitted since (`state == after`)
-/// and it is not yet due (Go's rule): the new state, `after − cost`, or `None` (nothing to
-/// write, also for `cost == 0`). Whatever `now` reads, no window admits more than
-/// `burst + rate·Δ`. The quota must not have changed ([`rescale`]) since the reservation.
-///
-/// All or nothing: after any admission the state cannot tell the refill cap from a debit;
-/// nested reservations cancelled in reverse order all come back. The proof, and Go's
-/// `CancelAt`: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#cancellation-why-all-or-nothing).
+/// returned, `due`: its due instant) if nothing was admitted since (`state == after`) and it is
+/// not yet due (Go's rule): `after − cost`, else `None` (also for `cost == 0`). All or nothing,
+/// since after any admission the state cannot tell the refill cap from a debit; whatever `now`
+/// reads, no window admits more than `burst + rate·Δ`. The quota must not have changed
+/// ([`rescale`]) since. The proof: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#cancellation-why-all-or-nothing).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -405,10 +402,9 @@ mod tests {
         }
     }
 
-    /// The product compares and stored reciprocals decide exactly as the divisions they
-    /// replace (admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost to
-    /// `max(state, ⌈earned⌉)`; wait `⌈need × div / mul⌉ − now`): exact and inexact quotas,
-    /// states around the boundary and the range's edges, readings past the horizon.
+    /// The product compares and stored reciprocals decide exactly as the divisions they replace,
+    /// for exact and inexact quotas, states around the boundary and the range's edges, and
+    /// readings past the horizon.
     #[test]
     fn product_compares_decide_as_divisions() {
         let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15);

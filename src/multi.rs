@@ -53,10 +53,9 @@ use core::fmt;
 ///   [`Denied::ExceedsBurst`] means the cost exceeds the smallest burst; cost 0 writes nothing.
 /// * **Every quota keeps its own window bound** `burst_i + rate_i·Δ`, under any interleaving and
 ///   with stale or stepped-back readings, as a `Bucket` does (`docs/guarantees.md`).
-/// * **One or two quotas are lock-free**: one compare-and-swap of an `AtomicU128`
-///   (`portable-atomic`: `cmpxchg16b` on x86_64, found by a run-time CPU check unless built with
-///   `-C target-feature=+cmpxchg16b`; `CASP` or an exclusive pair on AArch64; elsewhere a short
-///   critical section).
+/// * **One or two quotas are lock-free**: one CAS of `portable-atomic`'s `AtomicU128`
+///   (`cmpxchg16b` on x86_64, found at run time unless built with `-C
+///   target-feature=+cmpxchg16b`; `CASP` on AArch64; elsewhere a short critical section).
 /// * **Three and four quotas** use four words under a sequence lock: refusals only read;
 ///   admissions take a short writer lock and are **not lock-free** (no 256-bit CAS exists).
 ///
