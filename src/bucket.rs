@@ -1,7 +1,5 @@
-//! [`Bucket`]: one `AtomicU64` and the compare-and-swap loop that applies [`crate::gcra`].
-//!
-//! Every admission writes the one word, so a hot `Bucket` tops out at the rate one cache line
-//! moves between cores (refusals only read it); for one limit on many cores, `ShardedBucket`.
+//! [`Bucket`]: one `AtomicU64` and the compare-and-swap loop that applies [`crate::gcra`]. Every
+//! admission writes that word: for one limit on many cores, `ShardedBucket` scales further.
 
 #[cfg(feature = "persist")]
 mod persist;
@@ -67,10 +65,9 @@ pub struct Bucket<C = DefaultClock> {
     state: AtomicU64,
 }
 
-/// The decision path on word `$w` (loaded `Acquire` after the clock reading): `$body` returns
-/// the state to write (`None`: nothing) and the result, and may run several times. An inlined
-/// first attempt ([`Bucket::commit`]), then [`Bucket::retry`]; a macro, because a closure shared
-/// by both would be compiled out of line.
+/// The decision path on word `$w` (loaded `Acquire` after the clock): `$body` returns the state
+/// to write (`None`: nothing) and the result, maybe several times. An inlined first attempt,
+/// then [`Bucket::retry`]; a macro, since a closure shared by both would not be inlined.
 macro_rules! decide {
     ($b:expr, $w:expr, |$state:ident, $scaled:ident| $body:expr) => {{
         let (bucket, w) = ($b, $w);
@@ -105,8 +102,7 @@ impl<C: fmt::Debug> fmt::Debug for Bucket<C> {
     }
 }
 
-/// Only with feature `std`: without it [`DefaultClock`] never moves on its own; pass your
-/// platform's clock to [`Bucket::with_clock`].
+/// Only with feature `std`: otherwise pass your platform's clock to [`Bucket::with_clock`].
 #[cfg(feature = "std")]
 #[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl Bucket<DefaultClock> {

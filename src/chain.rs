@@ -66,7 +66,7 @@ give_back!(MultiBucket, MultiReservation, |m, cost| m
 
 /// Requires `first` and then whatever `then` decides (any limiter) for `cost`, all or nothing:
 /// if `then` refuses, `first`'s tokens are given back and `then`'s refusal returned. If `first`
-/// refuses, `then` is not called (its wait, maybe longer, unknown: [`all_of2`] reports both).
+/// refuses, `then` is not called (its wait, maybe longer, unknown: see [`all_of2`]).
 ///
 /// ```
 /// # #[cfg(feature = "keyed")] {

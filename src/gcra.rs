@@ -3,9 +3,8 @@
 //!
 //! # The state
 //!
-//! A state is a `u64` (at most 2^63 − 1): the **theoretical arrival time** `z` of the continuous
-//! token bucket, counted in *units* of `1 / quota.scale()` of a token since the clock's origin and
-//! shifted by one burst:
+//! A state (at most 2^63 − 1) is the **theoretical arrival time** of the continuous token
+//! bucket, shifted by one burst, in *units* of `1 / quota.scale()` token since the clock's origin:
 //!
 //! ```text
 //! balance(now) = min(burst, earned(now) + burst − state)        (in units)
@@ -40,8 +39,7 @@ pub(crate) mod all;
 /// The state of a full bucket, valid for every quota and every clock reading.
 pub const FULL: u64 = 0;
 
-/// The wait from `now` until a refused request's instant `at > min(now, HORIZON)`:
-/// `Duration::MAX` past the horizon, where the clock is read as stopped.
+/// The wait from `now` until a refusal's instant `at > min(now, HORIZON)` (past it: never).
 #[inline(always)]
 pub(crate) fn wait_until(at: u64, now: u64) -> Duration {
     if at > crate::quota::HORIZON_NS {
@@ -276,10 +274,9 @@ pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u
     after.checked_sub(cost.checked_mul(quota.scale())?)
 }
 
-/// Converts a state from quota `old` to quota `new` at `now`: the balance carries over, capped
-/// at both bursts (raising the burst does not fill the bucket), rounded toward fewer tokens, and
-/// a **debt keeps its due instant**, so a faster rate cannot repay it early and add tokens where
-/// reservations queued at the old rate are due: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#reconfiguration-what-carries-over).
+/// Converts a state from quota `old` to `new` at `now`: the balance carries over, capped at both
+/// bursts, rounded down, and a **debt keeps its due instant** (a faster rate must not repay it
+/// early): [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#reconfiguration-what-carries-over).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -316,11 +313,10 @@ pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
 }
 
 /// Decides `cost` over every quota of a policy at one reading, all or nothing, as
-/// [`MultiBucket`](crate::MultiBucket) does: `states[i]` is quota `i`'s state (entries past the
-/// policy's are returned unchanged). `Ok(Some(states'))`: store all of them in one atomic step;
-/// `Ok(None)`: `cost == 0`. A refusal writes nothing: [`Denied::ExceedsBurst`] iff `cost` exceeds
-/// the smallest burst, else the largest per-quota [`try_acquire`] wait, and
-/// [`Refusal::quota_index`](crate::Refusal::quota_index) names that quota.
+/// [`MultiBucket`](crate::MultiBucket) does (`states[i]`: quota `i`'s; the rest returned as
+/// they are). `Ok(Some(states'))`: store them all at once; `Ok(None)`: `cost == 0`. A refusal:
+/// [`Denied::ExceedsBurst`] iff `cost` exceeds the smallest burst, else the largest per-quota
+/// [`try_acquire`] wait, [`Refusal::quota_index`](crate::Refusal::quota_index) naming the quota.
 ///
 /// ```
 /// use std::time::Duration;

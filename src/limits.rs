@@ -29,18 +29,14 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// A policy of the given quotas, in order. None, or more than four, is a [`ConfigError`]
-    /// ([`ConfigError::NoQuotas`], [`ConfigError::TooManyQuotas`]).
+    /// A policy of the given quotas, in order ([`ConfigError::NoQuotas`] or `TooManyQuotas`).
     pub fn new(quotas: impl IntoIterator<Item = Quota>) -> Result<Limits, ConfigError> {
         let mut iter = quotas.into_iter();
         let first = iter.next().ok_or(ConfigError::NoQuotas)?;
         let mut out = [first; MAX_LIMITS];
         let mut len = 1;
         for quota in iter {
-            if len == MAX_LIMITS {
-                return Err(ConfigError::TooManyQuotas);
-            }
-            out[len] = quota;
+            *out.get_mut(len).ok_or(ConfigError::TooManyQuotas)? = quota;
             len += 1;
         }
         Ok(Limits { quotas: out, len })

@@ -133,8 +133,7 @@ impl<C: Clock> MultiBucket<C> {
     /// assert_eq!(MultiBucket::with_clock(limits, ManualClock::new()).available(), 3);
     /// ```
     pub fn with_clock(limits: Limits, clock: C) -> MultiBucket<C> {
-        let full = [gcra::FULL; MAX_LIMITS];
-        MultiBucket::from_states(limits, &full, clock)
+        MultiBucket::from_states(limits, &[gcra::FULL; MAX_LIMITS], clock)
     }
 
     /// A policy whose quota `i` starts with `tokens[i]` tokens, the rest full. Errors:

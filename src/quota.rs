@@ -19,11 +19,10 @@ pub(crate) const MAX_UNITS: u64 = (1 << 63) - 1;
 
 /// A rate (`tokens` per `per`) and a capacity (`burst`), validated.
 ///
-/// It also fixes the state word's unit: `scale` units per token, the largest divisor of the
-/// reduced period that fits `rate × 100 years + burst` in 63 bits. An exact quota
-/// ([`Quota::is_exact`]) decides as the continuous token bucket at every nanosecond; otherwise
-/// rounding happens only when the bucket is capped off the unit grid, toward refusing (by less
-/// than `1/scale` of a token).
+/// It fixes the state's unit: `1/scale` of a token, `scale` the largest divisor of the reduced
+/// period that fits `rate × 100 years + burst` in 63 bits. An exact quota ([`Quota::is_exact`])
+/// is the continuous token bucket at every nanosecond; otherwise a bucket capped off the unit
+/// grid rounds toward refusing, by less than a unit.
 ///
 /// ```
 /// use std::time::Duration;
@@ -242,9 +241,8 @@ mod tests {
     use crate::test_support::{inexact_quotas, Xorshift};
     use alloc::vec;
 
-    /// `tokens` and `per` rebuilt from `g` and the reduced rate, and the slot words, round-trip
-    /// exactly: at the edges (common factors, prime and century-long periods, the largest
-    /// values) and on a seeded sweep.
+    /// `tokens`, `per` and the slot words round-trip exactly: at the edges (common factors,
+    /// prime and century-long periods, the largest values) and on a seeded sweep.
     #[test]
     fn tokens_and_period_round_trip() {
         let mut cases = vec![

@@ -1,11 +1,9 @@
-//! Two seqlocked parameter slots selected by an epoch bit of the owner's state word: how
-//! [`Bucket`](crate::Bucket) and [`Smooth`](crate::Smooth) reconfigure atomically with no lock on
-//! the decision path. A reconfiguration (serialized by a writer flag) writes the idle slot, then
-//! converts the state and flips the epoch bit in one CAS. A decision reads the word, then the
-//! slot its epoch names, commits by a CAS on the exact word read, and then checks that the slot
-//! still holds the version read ([`EpochSlots::unchanged`]): old parameters with the old state or
-//! new with new. The check must follow the CAS (`docs/guarantees.md`, "A decision racing two
-//! reconfigurations"). Decisions never wait for a writer.
+//! Two seqlocked parameter slots selected by an epoch bit of the owner's state word, how
+//! [`Bucket`](crate::Bucket) and [`Smooth`](crate::Smooth) reconfigure with no lock on decisions:
+//! a writer (one at a time) fills the idle slot, then converts the state and flips the bit in one
+//! CAS; a decision reads the word, then its slot, CASes the exact word read, and only then checks
+//! the slot's version ([`EpochSlots::unchanged`]; why after: `docs/guarantees.md`, "A decision
+//! racing two reconfigurations"), so it sees old parameters with old state or new with new.
 
 use crate::sync::{fence, AtomicU32, AtomicU64, Backoff, Ordering};
 

@@ -36,11 +36,9 @@ const NO_ERA: u64 = u64::MAX;
 /// ```
 ///
 /// Every decision is Guava's `f64` arithmetic in Guava's order; only the stored state is
-/// integral (whole microseconds; stored permits in a 74-bit fixed point). The model, rounding
-/// and deviations from Guava: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#smooth-and-guava).
-///
-/// The state is one `AtomicU128` (`portable-atomic`'s: lock-free on x86_64 with `cmpxchg16b`,
-/// AArch64 and other targets with a native 128-bit CAS; a short lock elsewhere).
+/// integral (whole µs; stored permits in a 74-bit fixed point), one `portable-atomic`
+/// `AtomicU128` (a short lock where no 128-bit CAS exists). The model, rounding and deviations
+/// from Guava: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#smooth-and-guava).
 #[repr(C)]
 pub struct Smooth<C = DefaultClock> {
     clock: C,
@@ -191,10 +189,9 @@ impl<C: Clock> Smooth<C> {
 
     fn from_parts(mode: Mode, params: Params, clock: C) -> Smooth<C> {
         let word = params.units_of(mode.strictest(&params)) << 1;
-        let raw = params.to_raw();
         Smooth {
             state: AtomicU128::new(word),
-            slots: EpochSlots::new(raw),
+            slots: EpochSlots::new(params.to_raw()),
             retired_next: AtomicU64::new(NO_ERA),
             mode,
             origin: clock.now(),
@@ -275,8 +272,7 @@ impl<C: Clock> Smooth<C> {
         Ok(())
     }
 
-    /// The stable rate in permits per second, as Guava's `getRate` computes it
-    /// (`1e6 / stableIntervalMicros`).
+    /// The stable rate in permits per second, as Guava's `getRate` (`1e6 / stableIntervalMicros`).
     ///
     /// ```
     /// use std::time::Duration;
@@ -302,9 +298,8 @@ impl<C: Clock> Smooth<C> {
         &self.clock
     }
 
-    /// Holds nothing now (not in Guava): what a process that cannot restore its state should do
-    /// instead of starting with a burst. The next permit is free no sooner than one stable
-    /// interval from now; nothing is stored (bursty) or every permit is cold (warming up).
+    /// Holds nothing now (not in Guava), for a process that cannot restore its state: the next
+    /// permit is free in one stable interval; none is stored (bursty) or all are cold.
     ///
     /// ```
     /// use std::time::Duration;

@@ -1,8 +1,6 @@
-//! Waiting: blocking and async acquire, and reservations that can be cancelled, all built on
-//! [`gcra::reserve`]: take the tokens now, possibly ahead of the refill, and learn when they are
-//! due. Callers queue in the order their compare-and-swap succeeded, each served at the earliest
-//! instant the quota allows; the decision is one CAS, then the thread sleeps on the clock. The
-//! calls compared: the [guide](crate::guide#refuse-wait-or-reserve).
+//! Waiting (blocking, async, reservations), built on [`gcra::reserve`]: take the tokens now and
+//! learn when they are due, queued in the order of the CASes; one CAS, then sleep on the clock.
+//! The calls compared: the [guide](crate::guide#refuse-wait-or-reserve).
 
 use crate::bucket::Bucket;
 use crate::clock::{saturating_nanos, Clock, Timer};
@@ -26,8 +24,7 @@ struct Ticket {
     due: u64,
     /// The word's quota-epoch bit when the reservation was made.
     epoch: u64,
-    /// That epoch's slot generation, read after the word: any reconfiguration since changes
-    /// the epoch bit or this.
+    /// That epoch's slot generation: any reconfiguration since changes the bit or this.
     generation: u32,
     /// The quota in force when the reservation was made.
     quota: Quota,
@@ -159,11 +156,9 @@ impl<C: Clock> Bucket<C> {
 }
 
 impl<C: Timer> Bucket<C> {
-    /// The async [`Bucket::acquire`]: a future that reserves `cost` tokens when first polled and
-    /// resolves once they are due (errors as `acquire`'s). Any executor: the clock wakes it
-    /// ([`Timer::register_wake`]). **Cancel-safe**: dropping it cancels its reservation
-    /// ([`Reservation::cancel`]'s rule). With a [`ManualClock`](crate::ManualClock) it completes
-    /// on its first poll, the clock advanced by the wait:
+    /// The async [`Bucket::acquire`] for any executor: reserves when first polled, resolves once
+    /// due; the clock wakes it ([`Timer::register_wake`]). **Cancel-safe**: dropping it cancels
+    /// the reservation. On a [`ManualClock`](crate::ManualClock) the first poll completes it:
     ///
     /// ```
     /// use std::future::Future;
@@ -191,10 +186,9 @@ impl<C: Timer> Bucket<C> {
         UntilReady::new(self, cost, 0)
     }
 
-    /// [`Bucket::until_ready`], then a further pseudo-random wait in `0 ..= max_jitter` derived
-    /// from `seed` (SplitMix64): pass something that differs between callers (a request id) to
-    /// spread a herd that became ready at once. The jitter only delays the caller, never changes
-    /// what the bucket admits; the future resolves to the whole wait, jitter included.
+    /// [`Bucket::until_ready`], then a pseudo-random extra wait in `0 ..= max_jitter` from `seed`
+    /// (SplitMix64; e.g. a request id) to spread a herd. It never changes what the bucket
+    /// admits; the future resolves to the whole wait.
     ///
     /// ```
     /// use std::future::Future;
@@ -231,9 +225,8 @@ impl<C: Timer> Bucket<C> {
     }
 }
 
-/// Sleeps on `clock` until `due` and returns the scheduled wait `due − now`. Decided on fresh
-/// readings (a thread stalled since `now` must not oversleep), in a loop (a clock's `sleep` may
-/// follow another time source than its `now`).
+/// Sleeps on `clock` until `due` (fresh readings, in a loop: a clock may sleep on another time
+/// source than its `now`) and returns the scheduled wait `due − now`.
 pub(crate) fn sleep_until<C: Timer>(clock: &C, now: u64, due: u64) -> Duration {
     while clock.now() < due {
         clock.sleep_until(due);

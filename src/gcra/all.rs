@@ -1,7 +1,6 @@
-//! The pure decision over several quotas at one clock reading, no atomics: each quota decided
-//! as a [`Bucket`](crate::Bucket) decides it, admitted iff every quota admits, and then every
-//! state written, else none. So each quota moves only by decisions it admits on its own at the
-//! same reading, and keeps the bucket's window bound.
+//! The pure decision over several quotas at one reading: each decided as a
+//! [`Bucket`](crate::Bucket) decides, all written iff all admit, so each quota moves only by
+//! decisions it admits on its own and keeps the bucket's window bound.
 
 use crate::error::Denied;
 use crate::gcra;
@@ -10,10 +9,8 @@ use crate::quota::{Scaled, HORIZON_NS};
 use crate::refusal::Refusal;
 use crate::snapshot::Snapshot;
 
-/// The decision words of `N` quotas and the index of the smallest burst (the first of equals).
-///
-/// Fewer quotas than `N` are padded by repeating the last quota and its state: a copy decides
-/// as its original, and every choice below takes the first of equals, so never a copy.
+/// The decision words of `N` quotas, padded by repeating the last quota (and its state): a
+/// copy decides as its original, and every choice takes the first of equals, never a copy.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Rates<const N: usize> {
     pub(crate) rates: [Scaled; N],
@@ -53,9 +50,8 @@ pub(crate) fn pad<const N: usize>(states: &[u64]) -> [u64; N] {
     core::array::from_fn(|i| states[i.min(states.len() - 1)])
 }
 
-/// Decides `cost` over every quota at `now`, as [`crate::gcra::try_acquire_all`] describes.
-/// The largest per-quota wait is the conjunction's exact wait: balances only grow while nothing
-/// is admitted, so after it every quota holds `cost`, and before it the longest-waiting does not.
+/// [`crate::gcra::try_acquire_all`]. The largest per-quota wait is exact for all: balances only
+/// grow while nothing is admitted, and before it the longest-waiting quota lacks `cost`.
 #[inline(always)]
 pub(crate) fn decide<const N: usize>(
     states: [u64; N],
@@ -217,8 +213,7 @@ pub(crate) fn snapshots<const N: usize>(
     core::array::from_fn(|i| gcra::snapshot_scaled(states[i], now, &rates.rates[i]))
 }
 
-/// The index of the tightest snapshot: the fewest remaining tokens, ties broken by the longest
-/// time until full (the one full last), then by the first index.
+/// [`Snapshots::tightest`](crate::Snapshots::tightest)'s index.
 pub(crate) fn tightest(snapshots: &[Snapshot]) -> usize {
     let key = |s: &Snapshot| (s.remaining(), core::cmp::Reverse(s.until_full()));
     (0..snapshots.len())

@@ -53,8 +53,7 @@ impl<C: Clock> sealed::OneFrame for MultiBucket<C> {
         Ok((saved, n))
     }
 
-    /// Each quota's state, refilled over the downtime, converted by position to this bucket's
-    /// quota; each keeps the stricter of its state and the restored one.
+    /// Each quota's state refilled over the downtime, converted by position, if stricter.
     fn apply(&self, (saved, _): Saved, down: u64) {
         let now = self.clock().now();
         let mut to = [0u64; MAX_LIMITS];

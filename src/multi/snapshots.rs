@@ -87,8 +87,8 @@ impl Snapshots {
         self.len
     }
 
-    /// The tightest quota's index and snapshot: the fewest remaining tokens, ties broken by the
-    /// longest time until full (the one full last), then by the first index.
+    /// The tightest quota's index and snapshot: the fewest remaining tokens, then the one full
+    /// last, then the first.
     ///
     /// ```
     /// use std::time::Duration;

@@ -8,13 +8,11 @@ use crossbeam_utils::CachePadded;
 /// Two [`gcra`](crate::gcra) states in one word: quota 0's in bits 63..0, quota 1's (or
 /// quota 0's again, for one quota) in bits 127..64.
 ///
-/// Beside the word, on its line, a **mirror** that each successful CAS updates with two plain
-/// stores. Decisions start from the mirror: on x86_64 a 128-bit load right after this thread's
-/// own `lock cmpxchg16b` waits for that store to drain (`benches/multi.rs`, `multi_floor`). The
-/// mirror is only a guess: a write commits by a CAS expecting the exact guess it decided on, so
-/// a stale or torn guess fails that CAS and the loop goes on from the word it returns; a
-/// decision that writes nothing is confirmed by one load of the word equal to the guess (where
-/// it is linearized). Every decision is made on a value the word held.
+/// Beside it a **mirror** each successful CAS updates with plain stores, where decisions start
+/// (on x86_64 a 128-bit load right after this thread's `lock cmpxchg16b` waits for it to drain:
+/// `benches/multi.rs`, `multi_floor`). Only a guess: a write commits by a CAS expecting the exact
+/// guess, so a stale or torn one fails and the loop goes on from the word returned; a decision
+/// that writes nothing is confirmed by one load equal to the guess (its linearization point).
 ///
 /// Orderings: `Relaxed` everywhere. The word publishes only itself (the quotas are immutable,
 /// the clock read before), and coherence orders all decisions on it.

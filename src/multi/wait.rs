@@ -38,10 +38,9 @@ fn quota_at(quotas: &[Quota], i: usize) -> &Quota {
 /// to write and the ticket, or the refusal (nothing to write).
 ///
 /// Two passes: `due` is the largest per-quota due instant; then every quota is debited **as of
-/// `due`**, when the caller acts. As of `now`, a quota whose tokens come earlier would refill
-/// until `due` tokens the caller spends only then, and could admit its whole burst again at
-/// `due` on top of this reservation. As of `due`, a quota sees one decision at a reading ahead
-/// of the others, which its arithmetic tolerates as a stale reading: every window bound holds.
+/// `due`**, when the caller acts (as of `now`, a quota due earlier would refill until `due` and
+/// could admit its whole burst again on top of this). A reading ahead of the others is
+/// tolerated as a stale one is: every window bound holds.
 fn reserve_states<const N: usize>(
     states: [u64; N],
     now: u64,
@@ -78,9 +77,8 @@ fn reserve_states<const N: usize>(
     (Some(next), Ok(Ticket::new(states, next, due)))
 }
 
-/// [`gcra::cancel`]'s rule on every quota with one due instant (the ticket's, or the reading
-/// for a take given back): a quota gets its state from before the reservation back, not
-/// `after − cost`, which would take away the refill until the due instant it was debited as of.
+/// [`gcra::cancel`]'s rule on every quota, with one due instant: a quota gets its state from
+/// before back, not `after − cost` (that would take the refill until `due` it was debited as of).
 fn cancel_states<const N: usize>(
     states: [u64; N],
     now: u64,

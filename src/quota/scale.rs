@@ -5,8 +5,8 @@ use super::scaled::gcd;
 use super::{Scaled, HORIZON_NS, MAX_UNITS};
 use crate::error::ConfigError;
 
-/// The words of the reduced rate `t / p` tokens per nanosecond with `burst`, in the finest unit
-/// that fits the horizon; [`ConfigError::BeyondRange`] if even whole tokens do not.
+/// The reduced rate `t / p` tokens per ns with `burst` in the finest unit that fits the horizon
+/// ([`ConfigError::BeyondRange`] if whole tokens do not).
 pub(super) fn search(t: u64, p: u64, burst: u64) -> Result<Scaled, ConfigError> {
     // Whole tokens earned over the horizon, rounded up, plus the burst.
     let earned = (u128::from(HORIZON_NS) * u128::from(t)).div_ceil(u128::from(p));

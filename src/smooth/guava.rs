@@ -7,8 +7,7 @@ use crate::error::ConfigError;
 /// Guava's `SECONDS.toMicros(1L)`, as a double.
 pub(super) const MICROS_PER_SECOND: f64 = 1_000_000.0;
 
-/// The highest rate Guava's whole-microsecond arithmetic limits: above it a single permit
-/// costs `(long) (1 × stableIntervalMicros) = 0`.
+/// The highest rate Guava limits: above it one permit costs `(long) stableIntervalMicros = 0`.
 pub(super) const MAX_RATE: f64 = MICROS_PER_SECOND;
 
 /// Which of Guava's two smooth limiters, and the constants `setRate` keeps.
@@ -73,8 +72,7 @@ pub(super) fn check_rate(rate: f64) -> Result<(), ConfigError> {
 }
 
 impl Params {
-    /// Guava's `doSetRate` without the stored-permits rescaling; `None` when the derived
-    /// permit counts are not finite.
+    /// Guava's `doSetRate` without the rescaling; `None` unless the permit counts are finite.
     pub(super) fn new(mode: Mode, rate: f64) -> Option<Params> {
         let stable = MICROS_PER_SECOND / rate;
         let p = match mode {
@@ -179,9 +177,8 @@ impl State {
     /// and returns the microseconds the caller must wait.
     ///
     /// `None` (nothing changed) for a request that would push a next free time already at
-    /// [`MAX_MICROS`], where the clock is read as stopped: never admitted (Guava admits it and
-    /// then stops limiting). So no decision writes a word at the end, which `Smooth::set_rate`
-    /// relies on: it cannot move such a word on.
+    /// [`MAX_MICROS`], where the clock stops: never admitted (Guava's stops limiting). So no
+    /// decision writes a word at the end, which `Smooth::set_rate` relies on.
     pub(super) fn reserve(
         &mut self,
         permits: f64,

@@ -56,10 +56,9 @@ fn snapshot(mut s: State, p: &Params, now: u64) -> Snapshot {
     Snapshot::new(remaining, Duration::from_micros(micros))
 }
 
-/// `try_acquire(permits, Duration::ZERO)` with the wait a refusal asks for, through the
-/// [`Limiter`] trait (`Smooth::try_acquire` keeps Guava's signature). A snapshot's tokens are
-/// the whole permits stored once the next free time has come; `limits` is `None`: a `Smooth`
-/// has a rate, not a quota.
+/// `try_acquire(permits, Duration::ZERO)` with the refusal's wait (`Smooth::try_acquire` keeps
+/// Guava's signature). A snapshot counts the whole permits stored once the next free time has
+/// come; `limits` is `None` (a rate, not a quota).
 ///
 /// ```
 /// use std::time::Duration;

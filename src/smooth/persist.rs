@@ -94,10 +94,8 @@ impl<C: Clock> sealed::OneFrame for Smooth<C> {
             }
             // A queue is never shortened.
             s.next = s.next.max(cur.next);
-            // The stored permits are the restored ones in a limiter as built (its word the
-            // constructor's); otherwise the stricter of the two at this reading (fewer for
-            // bursty, colder for warming up), so restoring twice, or an old file into a limiter
-            // in use, never hands the saved permits out again.
+            // The restored permits in a limiter as built; else the stricter of the two at this
+            // reading, so restoring twice, or into a limiter in use, hands nothing out again.
             let built = self.mode.strictest(p);
             if cur.next != 0 || p.units_of(cur.stored) != p.units_of(built) {
                 let mut mine = cur;

@@ -63,12 +63,10 @@ impl<C: Clock> Reservation<'_, C> {
         Duration::from_nanos(self.ticket.due.saturating_sub(now))
     }
 
-    /// Gives all the reserved tokens back, restoring the state from before the reservation, if
-    /// nothing was admitted since ([`gcra::cancel`]'s rule), it is not yet due (Go's rule) and
-    /// the quota was not changed since ([`Bucket::set_quota`], even and back). Otherwise the
-    /// tokens stay consumed, which can refuse more, never admit more: whatever the clock
-    /// readings and the cancel order, no window admits more than `burst + rate·Δ`. Nested
-    /// reservations cancelled in reverse order all come back.
+    /// Gives all the tokens back, restoring the state from before, if nothing was admitted since
+    /// ([`gcra::cancel`]), it is not yet due (Go's rule), and [`Bucket::set_quota`] was not called
+    /// since. Otherwise they stay consumed: no window ever admits more than `burst + rate·Δ`.
+    /// Nested reservations cancelled in reverse order all come back.
     ///
     /// ```
     /// use std::time::Duration;

@@ -26,9 +26,8 @@ enum Stage<'a, C> {
     Done,
 }
 
-/// The future returned by [`Bucket::until_ready`]: `Ok(time waited)` once the reserved tokens
-/// are due, or [`Bucket::acquire`]'s error. Dropping it before it resolves cancels its
-/// reservation; polled again after it resolved, it gives `Ok(Duration::ZERO)` and takes nothing.
+/// The future of [`Bucket::until_ready`]: `Ok(time waited)` once due, or [`Bucket::acquire`]'s
+/// error; dropped before, it cancels its reservation; polled after, `Ok(Duration::ZERO)`.
 ///
 /// ```
 /// use std::future::Future;
