@@ -1,11 +1,5 @@
-//! [`Bucket`]: one `AtomicU64` and the compare-and-swap loop that applies [`crate::gcra`].
-//!
-//! # Contention on many cores
-//!
-//! Every admission on any core writes the one word, so a hot `Bucket` tops out at the rate one
-//! cache line can move between cores, and more cores do not raise it; refusals only read it.
-//! One global limit on many cores is what `ShardedBucket` is for; a `KeyedLimiter` contends
-//! only per key.
+//! [`Bucket`]: one `AtomicU64` and the compare-and-swap loop that applies [`crate::gcra`]. Every
+//! admission writes that word: for one limit on many cores, `ShardedBucket` scales further.
 
 #[cfg(feature = "persist")]
 mod persist;
@@ -23,9 +17,8 @@ use core::fmt;
 
 /// An exact, lock-free token bucket: the whole state is one `AtomicU64`.
 ///
-/// Every decision reads the clock once, then applies the pure function in [`crate::gcra`] to the
-/// word in a compare-and-swap loop, so refill and debit can never race. A refusal writes
-/// nothing. No lock, no allocation, no syscall but the clock read. Two cache lines.
+/// Each decision reads the clock once and applies [`crate::gcra`] to the word in one
+/// compare-and-swap: refill and debit never race, a refusal writes nothing, nothing locks.
 ///
 /// This timeline (capacity 3, 2 tokens/s) holds exactly:
 ///
@@ -53,14 +46,10 @@ use core::fmt;
 /// `portable-atomic`'s fallback, and the bucket is then **not** lock-free.
 #[repr(C)]
 pub struct Bucket<C = DefaultClock> {
-    /// First, and the word last: with an 8-byte clock the clock, the slot versions and the
-    /// first slot's decision words lie at least 64 bytes before the word, so they never share
-    /// the one contended cache line, which a decision would otherwise wait for before it even
-    /// read the clock.
+    /// First, and the word last: the clock, the slot versions and the first slot's decision
+    /// words end at least 64 bytes before the word, off its contended cache line.
     clock: C,
-    /// Two quota slots (`Quota::to_raw`); the word's parity selects the active one. A
-    /// reconfiguration writes the idle slot, then flips the parity with one CAS (see
-    /// `src/slots.rs`).
+    /// Two quota slots (`Quota::to_raw`), selected by the word's parity (`src/slots.rs`).
     slots: EpochSlots<QUOTA_WORDS>,
     /// The whole bucket state.
     ///
@@ -69,20 +58,16 @@ pub struct Bucket<C = DefaultClock> {
     /// | 63..1 | the [`gcra`] state: theoretical arrival time, shifted by one burst | `1 / quota.scale()` token since the clock's origin | 0 ..= 2^63 − 1; `0` = full ("never used") |
     /// | 0 | quota epoch parity: which of `slots` holds the quota for this state | — | 0, 1 |
     ///
-    /// Orderings: loads and failed CASes are `Acquire`, pairing with the `AcqRel` CAS in
-    /// [`Bucket::set_quota`] that flips the parity, so a thread that sees a parity also sees the
-    /// slot written before it. A successful decision CAS is `Acquire`: it publishes only the word
-    /// (coherence orders all decisions), but must see the slot version of the era it committed
-    /// in, which it checks after the CAS (`Bucket::update_from`).
+    /// Orderings: loads and failed CASes are `Acquire`, pairing with the `AcqRel` parity flip in
+    /// [`Bucket::set_quota`], so a parity seen implies its slot seen. A successful decision CAS
+    /// is `Acquire`: it publishes only the word, but must see the slot version of its era,
+    /// checked after the CAS (`Bucket::update_from`).
     state: AtomicU64,
 }
 
-/// The decision path of bucket `$b` on word `$w` (loaded with `Acquire` after the clock
-/// reading): `$body` (in `$state` and `$scaled`) returns the state to write (`None`: nothing)
-/// and the result, and may run several times (no side effects). An inlined first attempt
-/// ([`Bucket::commit`]), then [`Bucket::retry`] out of line from the word that beat it.
-/// A macro so that the body is expanded in both places: a closure shared by both is compiled
-/// out of line.
+/// The decision path on word `$w` (loaded `Acquire` after the clock): `$body` returns the state
+/// to write (`None`: nothing) and the result, maybe several times. An inlined first attempt,
+/// then [`Bucket::retry`]; a macro, since a closure shared by both would not be inlined.
 macro_rules! decide {
     ($b:expr, $w:expr, |$state:ident, $scaled:ident| $body:expr) => {{
         let (bucket, w) = ($b, $w);
@@ -117,8 +102,7 @@ impl<C: fmt::Debug> fmt::Debug for Bucket<C> {
     }
 }
 
-/// Only with feature `std`: without it [`DefaultClock`] never moves on its own; pass your
-/// platform's clock to [`Bucket::with_clock`].
+/// Only with feature `std`: otherwise pass your platform's clock to [`Bucket::with_clock`].
 #[cfg(feature = "std")]
 #[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl Bucket<DefaultClock> {
@@ -145,8 +129,8 @@ impl<C: Clock> Bucket<C> {
         Bucket::from_state(quota, gcra::FULL, clock)
     }
 
-    /// A bucket that starts with `tokens` (0 ..= burst), so that a fragile downstream does not
-    /// see a cold-start burst. Errors with [`ConfigError::InitialAboveBurst`] above the burst.
+    /// A bucket that starts with `tokens` (0 ..= burst, else [`ConfigError::InitialAboveBurst`]),
+    /// against a cold-start burst.
     ///
     /// ```
     /// use tollgate::{Bucket, ManualClock, Quota};
@@ -171,11 +155,9 @@ impl<C: Clock> Bucket<C> {
         }
     }
 
-    /// Takes `cost` tokens if the bucket holds them now.
-    ///
-    /// `Err(RetryAfter(d))`: `d` is the smallest whole number of nanoseconds after which the same
-    /// request is admitted if nothing else consumes. `Err(ExceedsBurst)`: `cost > burst`.
-    /// A refusal changes nothing; cost 0 is always admitted and changes nothing.
+    /// Takes `cost` tokens if the bucket holds them now. `Err(RetryAfter(d))`: the smallest
+    /// whole nanoseconds after which it is admitted if nothing else consumes;
+    /// `Err(ExceedsBurst)`: `cost > burst`. A refusal, or cost 0, changes nothing.
     ///
     /// ```
     /// use std::time::Duration;
@@ -199,21 +181,18 @@ impl<C: Clock> Bucket<C> {
         self.acquire_snapshot(cost)
     }
 
-    /// The decision and the bucket as this decision left it, from the same clock reading and
-    /// word (the `Limiter::decide_snapshots` of one quota).
+    /// The decision and the bucket as it left it (`Limiter::decide_snapshots`).
     pub(crate) fn acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
         let now = self.clock.now();
         let w = self.state.load(Ordering::Acquire);
-        let decide = |state, scaled: &Scaled| {
+        decide!(self, w, |state, scaled| {
             let (next, verdict) = acquire(state, now, scaled, cost);
             let snapshot = gcra::snapshot_scaled(next.unwrap_or(state), now, scaled);
             (next, (verdict, snapshot))
-        };
-        decide!(self, w, |state, scaled| decide(state, scaled))
+        })
     }
 
-    /// [`try_acquire`](Bucket::try_acquire), with a [`Snapshot`] only on refusal (the bucket as
-    /// the refusal found it); an admission costs what `try_acquire` costs.
+    /// [`try_acquire`](Bucket::try_acquire), with a [`Snapshot`] of the bucket on refusal only.
     ///
     /// ```
     /// use std::time::Duration;
@@ -228,13 +207,13 @@ impl<C: Clock> Bucket<C> {
     pub fn try_acquire_or_snapshot(&self, cost: u64) -> Result<(), (Denied, Snapshot)> {
         let now = self.clock.now();
         let w = self.state.load(Ordering::Acquire);
-        let decide = |state, scaled: &Scaled| {
+        decide!(self, w, |state, scaled| {
             let (next, verdict) = acquire(state, now, scaled, cost);
-            let verdict =
-                verdict.map_err(|denied| (denied, gcra::snapshot_scaled(state, now, scaled)));
-            (next, verdict)
-        };
-        decide!(self, w, |state, scaled| decide(state, scaled))
+            (
+                next,
+                verdict.map_err(|d| (d, gcra::snapshot_scaled(state, now, scaled))),
+            )
+        })
     }
 
     /// Whole tokens available now.
@@ -254,9 +233,8 @@ impl<C: Clock> Bucket<C> {
         ))
     }
 
-    /// Empties the bucket now: what a process that cannot restore its state should do instead
-    /// of starting full. It keeps the stricter of its state and an empty one, and refills from
-    /// here at the quota's rate.
+    /// Empties the bucket now (the stricter of its state and an empty one): what a process that
+    /// cannot restore its state should do instead of starting full.
     ///
     /// ```
     /// use std::time::Duration;
@@ -296,12 +274,9 @@ impl<C: Clock> Bucket<C> {
         &self.clock
     }
 
-    /// Replaces the quota atomically. The balance at the switch, debt included, carries over,
-    /// capped at the new burst, and a debt keeps its due instant ([`gcra::rescale`]). A
-    /// concurrent caller sees the old quota with the old state or the new quota with the new
-    /// state, even when two reconfigurations bring the word back to the same bits
-    /// (`docs/guarantees.md`, "Reconfiguration"). Decisions never wait for a reconfiguration;
-    /// concurrent reconfigurations take turns.
+    /// Replaces the quota atomically: the balance carries over, capped at the new burst, a debt
+    /// keeping its due instant ([`gcra::rescale`]). Callers see the old quota with the old state
+    /// or the new with the new (`docs/guarantees.md`, "Reconfiguration"), and never wait.
     ///
     /// ```
     /// use tollgate::{Bucket, ManualClock, Quota};
@@ -337,8 +312,8 @@ impl<C: Clock> Bucket<C> {
         }
     }
 
-    /// The generation of quota slot `epoch`, for reservations that must notice any
-    /// reconfiguration since; read it inside an [`update_with_epoch`](Bucket::update_with_epoch) closure.
+    /// The generation of quota slot `epoch` (read inside an `update_with_epoch` closure), for
+    /// reservations that must notice any reconfiguration since.
     pub(crate) fn quota_generation(&self, epoch: u64) -> u32 {
         self.slots.generation(epoch)
     }
@@ -521,9 +496,8 @@ mod tests {
     use crate::ManualClock;
     use core::mem::offset_of;
 
-    /// The clock, the slot versions and the first slot's decision words end at least 64 bytes
-    /// before the state word starts, so no cache line holds both, however the bucket is
-    /// aligned (see the field docs of [`Bucket`]).
+    /// What decisions read ends at least 64 bytes before the state word, so no cache line
+    /// holds both, however the bucket is aligned.
     #[test]
     fn the_word_shares_no_line_with_what_decisions_read() {
         type B = Bucket<ManualClock>;

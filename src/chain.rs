@@ -1,18 +1,9 @@
-//! Several *different* limiters required at once — a global [`Bucket`] or [`MultiBucket`] and
-//! a per-tenant `KeyedLimiter`, say — all or nothing: [`all_of`] and [`GiveBack`].
-//!
-//! Separate limiters have separate words, so no single atomic step covers them. [`all_of`]
-//! takes them in order and, when a later one refuses, gives the earlier tokens back under the
-//! crate's all-or-nothing cancel rule ([`Reservation::cancel`](crate::Reservation::cancel)),
-//! less its "not yet due" condition, which a take, due at its own reading, would fail as soon
-//! as the clock moves: the tokens come back only if nothing was admitted on that limiter since
-//! they were taken (nor was it reconfigured with [`Bucket::set_quota`]: the state is then
-//! counted in other units), restoring its state from before the take. A take that refuses
-//! writes nothing. So no limiter ever admits more than its quota (each only sees admissions and
-//! cancellations it would accept alone), but under contention a give-back that finds a later
-//! admission, or a reconfiguration, keeps its tokens consumed: the chain then **under-admits**
-//! by those tokens (how much depends on the scheduling: `docs/guarantees.md`). Where the quotas
-//! can share one word, use a [`MultiBucket`]: one atomic step, no loss.
+//! Several *different* limiters required at once, all or nothing ([`all_of`], [`GiveBack`]):
+//! taken in order, and when a later one refuses, the earlier tokens are given back under
+//! [`Reservation::cancel`](crate::Reservation::cancel)'s rule less its "not yet due". No limiter
+//! admits more than its quota, but a give-back that finds a later admission (or
+//! [`Bucket::set_quota`]) keeps its tokens: the chain then **under-admits**
+//! (`docs/guarantees.md`). Quotas that can share one word lose nothing in a [`MultiBucket`].
 
 use crate::bucket::Bucket;
 use crate::clock::Clock;
@@ -21,11 +12,8 @@ use crate::gcra;
 use crate::multi::{MultiBucket, MultiReservation};
 use crate::wait::Reservation;
 
-/// A limiter whose admission can be given back: an earlier member of an [`all_of`] chain.
-///
-/// Implemented for [`Bucket`] and [`MultiBucket`]: a take is a reservation that is due now,
-/// decided in one atomic step that writes nothing when it refuses (its verdict is
-/// `try_acquire`'s), and a give-back is its cancellation.
+/// A limiter whose admission can be given back (an earlier member of an [`all_of`] chain): a
+/// take is a reservation due now, decided as `try_acquire` decides; a give-back its cancellation.
 pub trait GiveBack {
     /// What a take holds until it is kept or given back.
     type Taken<'a>
@@ -35,64 +23,50 @@ pub trait GiveBack {
     /// Takes `cost` tokens if they are there now, or refuses with the limiter's own verdict.
     fn take(&self, cost: u64) -> Result<Self::Taken<'_>, Denied>;
 
-    /// Gives a take back, under the bucket's all-or-nothing cancel rule (whenever it comes: a
-    /// take is due at its own reading, and nothing was acted on).
+    /// Gives a take back, under the all-or-nothing cancel rule (whenever it comes).
     fn give_back(taken: Self::Taken<'_>);
 
-    /// The verdict `try_acquire(cost)` would return now, without taking anything: for the
-    /// slowest wait of a chain that an earlier member refused.
+    /// The verdict `try_acquire(cost)` would return now, taking nothing.
     fn check(&self, cost: u64) -> Result<(), Denied>;
 }
 
-impl<C: Clock> GiveBack for Bucket<C> {
-    type Taken<'a>
-        = Reservation<'a, C>
-    where
-        C: 'a;
+/// [`GiveBack`] for `$limiter`, whose `try_reserve_now` takes and whose reservation's `undo`
+/// gives back; `check` is `$check` on the limiter `$l`.
+macro_rules! give_back {
+    ($limiter:ident, $taken:ident, |$l:ident, $cost:ident| $check:expr) => {
+        impl<C: Clock> GiveBack for $limiter<C> {
+            type Taken<'a>
+                = $taken<'a, C>
+            where
+                C: 'a;
 
-    fn take(&self, cost: u64) -> Result<Reservation<'_, C>, Denied> {
-        self.try_reserve_now(cost)
-    }
+            fn take(&self, cost: u64) -> Result<$taken<'_, C>, Denied> {
+                self.try_reserve_now(cost)
+            }
 
-    fn give_back(taken: Reservation<'_, C>) {
-        taken.undo();
-    }
+            fn give_back(taken: $taken<'_, C>) {
+                taken.undo();
+            }
 
-    fn check(&self, cost: u64) -> Result<(), Denied> {
-        let now = self.clock().now();
-        self.update(|state, quota| (None, gcra::try_acquire(state, now, quota, cost).map(drop)))
-    }
+            fn check(&self, $cost: u64) -> Result<(), Denied> {
+                let $l = self;
+                $check
+            }
+        }
+    };
 }
 
-impl<C: Clock> GiveBack for MultiBucket<C> {
-    type Taken<'a>
-        = MultiReservation<'a, C>
-    where
-        C: 'a;
+give_back!(Bucket, Reservation, |b, cost| {
+    let now = b.clock().now();
+    b.update(|state, quota| (None, gcra::try_acquire(state, now, quota, cost).map(drop)))
+});
+give_back!(MultiBucket, MultiReservation, |m, cost| m
+    .check_now(cost)
+    .map_err(Denied::from));
 
-    fn take(&self, cost: u64) -> Result<MultiReservation<'_, C>, Denied> {
-        self.try_reserve_now(cost)
-    }
-
-    fn give_back(taken: MultiReservation<'_, C>) {
-        taken.undo();
-    }
-
-    fn check(&self, cost: u64) -> Result<(), Denied> {
-        self.check_now(cost).map_err(Denied::from)
-    }
-}
-
-/// Requires `first` and then whatever `then` decides (any limiter: a `KeyedLimiter` for the
-/// caller's key, a `ShardedBucket`, another chain) for `cost`, all or nothing: `first` takes
-/// the tokens; if `then` refuses, they are given back ([`GiveBack::give_back`]) and `then`'s
-/// refusal is returned. If `first` refuses, `then` is not called (it would consume) and the
-/// refusal is `first`'s.
-///
-/// `RetryAfter` is the slowest wait the chain knows: when `then` refuses, `first` held the
-/// tokens, so `then`'s wait is the chain's. When `first` refuses, `then`'s wait is unknown
-/// unless `then` can be checked without consuming: use [`all_of2`] for two [`GiveBack`]
-/// limiters, which reports the larger wait.
+/// Requires `first` and then whatever `then` decides (any limiter) for `cost`, all or nothing:
+/// if `then` refuses, `first`'s tokens are given back and `then`'s refusal returned. If `first`
+/// refuses, `then` is not called (its wait, maybe longer, unknown: see [`all_of2`]).
 ///
 /// ```
 /// # #[cfg(feature = "keyed")] {
@@ -122,9 +96,8 @@ pub fn all_of<A: GiveBack + ?Sized>(
     }
 }
 
-/// Requires two [`GiveBack`] limiters for `cost`, all or nothing, with the slowest wait:
-/// [`all_of`] with `second` checked without consuming when `first` refuses, so `RetryAfter` is
-/// the larger of the two waits (`ExceedsBurst` if either says so).
+/// [`all_of`] for two [`GiveBack`] limiters, `second` checked without consuming when `first`
+/// refuses: `RetryAfter` is the larger wait (`ExceedsBurst` if either says so).
 ///
 /// ```
 /// use std::time::Duration;

@@ -1,27 +1,23 @@
-//! The pure decision function: `(state, now, quota, cost) -> (state', verdict)`. No atomics.
-//!
-//! The bucket, the keyed and sharded limiters, the lock-strategy harness, the loom models and the
-//! fuzzer all apply these functions; only the way they store the state differs.
+//! The pure decision function: `(state, now, quota, cost) -> (state', verdict)`, no atomics;
+//! every limiter, the harness, the loom models and the fuzzer apply it to their own storage.
 //!
 //! # The state
 //!
-//! A state is a `u64` (at most 2^63 − 1): the **theoretical arrival time** `z` of the continuous
-//! token bucket, counted in *units* of `1 / quota.scale()` of a token since the clock's origin and
-//! shifted by one burst:
+//! A state (at most 2^63 − 1) is the **theoretical arrival time** of the continuous token
+//! bucket, shifted by one burst, in *units* of `1 / quota.scale()` token since the clock's origin:
 //!
 //! ```text
 //! balance(now) = min(burst, earned(now) + burst − state)        (in units)
 //! earned(now)  = now_ns × rate × scale                          (a 128-bit multiply)
 //! ```
 //!
-//! * `0` is a full bucket at any time (it is "never used"), and so is every `state <= earned(now)`:
-//!   idle time never accumulates more than `burst`.
-//! * Admitting `cost` tokens adds `cost × scale` to `max(state, earned(now))` — the `max` is the
-//!   cap at `burst` — and nothing else: no rounding happens on a debit.
+//! * `0` is full at any time ("never used"), as is every `state <= earned(now)`: idle time never
+//!   accumulates more than `burst`.
+//! * Admitting `cost` adds `cost × scale` to `max(state, earned(now))` (the `max` is the cap at
+//!   `burst`): no rounding happens on a debit.
 //! * A state above `earned(now) + burst × scale` is a debt (reservations taken ahead).
-//! * A clock reading earlier than one already acted on only makes `earned(now)` smaller, so it
-//!   can refuse where the later reading would admit, never the other way round, and the
-//!   tokens come back once the clock passes its earlier reading.
+//! * A clock reading earlier than one already acted on only makes `earned(now)` smaller: it can
+//!   refuse where the later reading would admit, never the reverse.
 //!
 //! ```
 //! use tollgate::{gcra, Quota};
@@ -38,16 +34,12 @@ use crate::quota::{Quota, Scaled, MAX_UNITS};
 use crate::snapshot::Snapshot;
 use core::time::Duration;
 
-/// The decision over a policy of several quotas.
 pub(crate) mod all;
 
 /// The state of a full bucket, valid for every quota and every clock reading.
 pub const FULL: u64 = 0;
 
-/// The wait from `now` until the instant `at` at which a refused request is admitted, for
-/// `at > min(now, HORIZON)` (a refusal's: its `need` exceeds `earned(min(now, HORIZON))`). Past
-/// the horizon the clock is read as stopped, so nothing more refills: the wait is
-/// `Duration::MAX`; within it, `at > now`.
+/// The wait from `now` until a refusal's instant `at > min(now, HORIZON)` (past it: never).
 #[inline(always)]
 pub(crate) fn wait_until(at: u64, now: u64) -> Duration {
     if at > crate::quota::HORIZON_NS {
@@ -56,8 +48,7 @@ pub(crate) fn wait_until(at: u64, now: u64) -> Duration {
     to_duration(at - now)
 }
 
-/// `Duration::from_nanos(ns)`, with a shortcut for waits under a second (the common refusal)
-/// that skips the division by 10^9 on the refusal's dependency chain.
+/// `Duration::from_nanos(ns)`, without the division by 10^9 for waits under a second.
 #[inline(always)]
 pub(crate) fn to_duration(ns: u64) -> Duration {
     const NANOS_PER_SEC: u64 = 1_000_000_000;
@@ -87,13 +78,10 @@ pub fn with_tokens(now: u64, quota: &Quota, tokens: u64) -> Result<u64, crate::C
     Ok(quota.earned_ceil(now) + (quota.burst() - tokens) * quota.scale())
 }
 
-/// Decides whether `cost` tokens are admitted at `now`.
-///
-/// * `Ok(Some(state'))`: admitted; store `state'` (with a CAS, if the state is shared).
-/// * `Ok(None)`: admitted with nothing to write (`cost == 0`).
-/// * `Err(Denied::RetryAfter(d))`: refused; `d` is the smallest whole number of nanoseconds after
-///   which the same request is admitted. Nothing to write.
-/// * `Err(Denied::ExceedsBurst)`: `cost > burst`. Nothing to write.
+/// Decides whether `cost` tokens are admitted at `now`: `Ok(Some(state'))` admitted (store
+/// `state'`), `Ok(None)` admitted with nothing to write (`cost == 0`). Refused, nothing to
+/// write: `Err(RetryAfter(d))`, `d` the smallest whole nanoseconds after which the same request
+/// is admitted, or `Err(ExceedsBurst)` (`cost > burst`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -121,8 +109,7 @@ pub(crate) fn try_acquire_scaled(
     if cost > scaled.burst() {
         return Err(Denied::ExceedsBurst);
     }
-    // No quota produces a state above MAX_UNITS (inlined into a bucket this test disappears),
-    // and below it `state + cost_units` fits in 64 bits. A state no quota produces is refused.
+    // A state no quota produces is refused; below MAX_UNITS, `state + cost_units` fits.
     if state > MAX_UNITS {
         return Err(Denied::RetryAfter(Duration::MAX));
     }
@@ -130,10 +117,8 @@ pub(crate) fn try_acquire_scaled(
     // Both products are at most MAX_UNITS by the quota's construction.
     let cost_units = cost * scale;
     let burst_units = scaled.burst_units();
-    // Admit iff balance >= cost, i.e. state + cost <= earned_floor + burst (in units).
+    // Admit iff `state + cost <= earned_floor + burst` (in units); else wait for `instant_of`.
     let want = state + cost_units;
-    // Refused: `at = instant_of(need)` depends on the state and the quota alone (the stored
-    // reciprocal of `mul`, no division).
     let at = if let Some(earned) = scaled.exact_earned(now) {
         // The right side cannot overflow: the quota guarantees earned + burst <= 2^63 - 1.
         if want <= earned + burst_units {
@@ -146,8 +131,6 @@ pub(crate) fn try_acquire_scaled(
         // the excess over the state, by the stored reciprocal of `div`.
         let need = want.saturating_sub(burst_units);
         if let Some((n, x)) = scaled.narrow(now, need) {
-            // Every product fits in 64 bits: always for a small `mul` (3/s, 7/s), for the
-            // first seconds of the clock for the others.
             if x <= n {
                 return Ok(Some(scaled.cap_narrow(state, n) + cost_units));
             }
@@ -183,10 +166,16 @@ pub fn available(state: u64, now: u64, quota: &Quota) -> u64 {
 /// [`available`] on the decision words alone.
 #[inline(always)]
 pub(crate) fn available_scaled(state: u64, now: u64, scaled: &Scaled) -> u64 {
-    let scale = scaled.scale();
+    units_scaled(state, now, scaled) / scaled.scale()
+}
+
+/// The exact balance in units at `now`, capped at the burst, 0 while in debt.
+#[inline(always)]
+fn units_scaled(state: u64, now: u64, scaled: &Scaled) -> u64 {
     let burst_units = scaled.burst_units();
-    let balance = (scaled.earned_floor(now) + burst_units).saturating_sub(state);
-    balance.min(burst_units) / scale
+    (scaled.earned_floor(now) + burst_units)
+        .saturating_sub(state)
+        .min(burst_units)
 }
 
 /// The bucket in `state` as seen at `now`: whole tokens available and the time until it is full.
@@ -218,13 +207,10 @@ pub(crate) fn snapshot_scaled(state: u64, now: u64, scaled: &Scaled) -> Snapshot
     Snapshot::new(available_scaled(state, now, scaled), until_full)
 }
 
-/// Takes `cost` tokens now, possibly ahead of the refill (a debt that later callers queue
-/// behind). Returns the new state and the instant (ns since origin) at which the tokens are due:
-/// `now` or earlier means "due already".
-///
-/// Errors: `ExceedsBurst` when `cost > burst`; `RetryAfter` only if the backlog would exceed the
-/// state's range (a queue of decades), or `RetryAfter(Duration::MAX)` if the tokens would be due
-/// only past the [`HORIZON`](crate::HORIZON), where the clock is read as stopped (they never come due).
+/// Takes `cost` tokens now, possibly ahead of the refill (a debt later callers queue behind):
+/// the new state and the instant the tokens are due (`now` or earlier: "due already"). Errors:
+/// `ExceedsBurst` when `cost > burst`; `RetryAfter(Duration::MAX)` if the backlog would exceed
+/// the state's range or come due only past the [`HORIZON`](crate::HORIZON).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -244,22 +230,18 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
     let base = state.max(quota.earned_ceil(now));
     let next = u128::from(base) + u128::from(cost * scale);
     if next > u128::from(MAX_UNITS) {
-        // Beyond the state's range, now and at every later reading (the state and the units
-        // earned only grow): never, as `try_acquire` answers. Not the instant the debt is
-        // repaid: the request would still not fit then.
+        // Beyond the state's range now and at every later reading: never, as `try_acquire`.
         return Err(Denied::RetryAfter(Duration::MAX));
     }
     let next = next as u64;
-    // Due when `try_acquire` would admit the same request: from `state + cost`, not from
-    // `next`, which differs only when the bucket is capped (`state < earned_ceil(now)`) at an
-    // instant off the unit grid, and then the tokens are there now.
+    // Due when `try_acquire` would admit it: from `state + cost`, not `next` (they differ only
+    // when capped off the unit grid, and then the tokens are there now).
     let want = state + cost * scale;
     let due = if want <= quota.earned_floor(now) + burst_units {
         now
     } else {
         match quota.instant_of(want - burst_units) {
-            // Past the horizon the clock is read as stopped: such tokens never come due (and a
-            // reading past the horizon must not find them "due already").
+            // Never due past the horizon (nor "due already" at a reading past it).
             at if at > crate::quota::HORIZON_NS => return Err(Denied::RetryAfter(Duration::MAX)),
             at => at,
         }
@@ -267,20 +249,12 @@ pub fn reserve(state: u64, now: u64, quota: &Quota, cost: u64) -> Result<(u64, u
     Ok((if cost == 0 { state } else { next }, due))
 }
 
-/// Gives back the tokens of a reservation made by [`reserve`] — all of them, but only if nothing
-/// was admitted since: the state must still be exactly `after`, the state that reservation left.
-/// Returns the new state (`after − cost`, never below the state before the reservation), or
-/// `None` when there is nothing to write: `cost == 0`, the reservation came due before `now`
-/// (Go's rule, kept), or `state != after` (anything admitted since).
-///
-/// `after` is the state [`reserve`] returned, `due` its due instant. `now` only serves Go's "due
-/// already" rule: whatever it reads — stale, stepped back — the result never lets any window
-/// admit more than `burst + rate·Δ`. The caller must also make sure the quota was not changed
-/// ([`rescale`]) since the reservation: the state is then counted in other units.
-///
-/// All or nothing because after any admission since the reservation the state cannot tell the
-/// refill cap from a debit; nested reservations cancelled in reverse order all come back. The
-/// proof, and the comparison with Go's `CancelAt`: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#cancellation-why-all-or-nothing).
+/// Gives back all the tokens of a reservation made by [`reserve`] (`after`: the state it
+/// returned, `due`: its due instant) if nothing was admitted since (`state == after`) and it is
+/// not yet due (Go's rule): `after − cost`, else `None` (also for `cost == 0`). All or nothing,
+/// since after any admission the state cannot tell the refill cap from a debit; whatever `now`
+/// reads, no window admits more than `burst + rate·Δ`. The quota must not have changed
+/// ([`rescale`]) since. The proof: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#cancellation-why-all-or-nothing).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -296,19 +270,13 @@ pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u
     if due < now || cost == 0 || state != after {
         return None;
     }
-    // `after = max(before, earned_ceil) + cost·scale`, so this never underflows and is at least
-    // the state before the reservation.
+    // `after = max(before, earned_ceil) + cost·scale`: no underflow, never below `before`.
     after.checked_sub(cost.checked_mul(quota.scale())?)
 }
 
-/// Converts a state from quota `old` to quota `new` at `now`: the balance at `now` carries over,
-/// capped at the old and the new burst (raising the burst does not fill the bucket), rounded
-/// toward fewer tokens — and a **debt keeps its due instant**: in debt, the state is at least
-/// the one that is empty again at the same instant as the old one, so a faster rate cannot repay
-/// the debt early and put new tokens at the instants reservations queued at the old rate are due.
-///
-/// Readings that straddle the switch see the new rate extrapolated over their staleness; each
-/// quota's own decisions keep their own bound: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#reconfiguration-what-carries-over).
+/// Converts a state from quota `old` to `new` at `now`: the balance carries over, capped at both
+/// bursts, rounded down, and a **debt keeps its due instant** (a faster rate must not repay it
+/// early): [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#reconfiguration-what-carries-over).
 ///
 /// ```
 /// use tollgate::{gcra, Quota};
@@ -328,8 +296,7 @@ pub fn cancel(state: u64, now: u64, quota: &Quota, after: u64, due: u64, cost: u
 pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
     let (s1, s2) = (i128::from(old.scale()), i128::from(new.scale()));
     let (burst1, burst2) = (i128::from(old.burst()) * s1, i128::from(new.burst()) * s2);
-    // Balance in old units (negative: debt), capped at the old burst; converted, capped at the
-    // new burst.
+    // Balance in old units (negative: debt), capped at each burst in turn.
     let b1 = (i128::from(old.earned_floor(now)) + burst1 - i128::from(state)).min(burst1);
     let by_tokens =
         i128::from(new.earned_ceil(now)) + burst2 - (b1 * s2).div_euclid(s1).min(burst2);
@@ -345,15 +312,11 @@ pub fn rescale(state: u64, now: u64, old: &Quota, new: &Quota) -> u64 {
     by_tokens.max(by_time).clamp(0, i128::from(MAX_UNITS)) as u64
 }
 
-/// Decides `cost` over every quota of a policy at one reading, all or nothing (what
-/// [`MultiBucket`](crate::MultiBucket) applies): `states[i]` is quota `i`'s state; entries past
-/// the policy's quotas are ignored and returned unchanged.
-///
-/// * `Ok(Some(states'))`: every quota holds `cost`; store all of `states'` in one atomic step.
-/// * `Ok(None)`: admitted with nothing to write (`cost == 0`).
-/// * `Err(refusal)`: nothing to write. [`Denied::ExceedsBurst`] iff `cost` exceeds the smallest
-///   burst; otherwise [`Denied::RetryAfter`] of the largest per-quota [`try_acquire`] wait, and
-///   [`Refusal::quota_index`](crate::Refusal::quota_index) names that quota.
+/// Decides `cost` over every quota of a policy at one reading, all or nothing, as
+/// [`MultiBucket`](crate::MultiBucket) does (`states[i]`: quota `i`'s; the rest returned as
+/// they are). `Ok(Some(states'))`: store them all at once; `Ok(None)`: `cost == 0`. A refusal:
+/// [`Denied::ExceedsBurst`] iff `cost` exceeds the smallest burst, else the largest per-quota
+/// [`try_acquire`] wait, [`Refusal::quota_index`](crate::Refusal::quota_index) naming the quota.
 ///
 /// ```
 /// use std::time::Duration;
@@ -370,13 +333,21 @@ pub fn try_acquire_all(
     limits: &crate::Limits,
     cost: u64,
 ) -> Result<Option<[u64; 4]>, crate::Refusal> {
-    all::try_acquire_all(states, now, limits, cost)
+    let len = limits.quotas().len();
+    let next = all::decide(
+        all::pad::<4>(&states[..len]),
+        now,
+        &all::Rates::new(limits),
+        cost,
+    )?;
+    Ok(next.map(|next| {
+        let mut out = states;
+        out[..len].copy_from_slice(&next[..len]);
+        out
+    }))
 }
 
-// ---- helpers for the keyed and sharded limiters (crate-internal) ----
-
-/// Whether `state` is full at `now` (`available == burst`, no debt): such a state behaves exactly
-/// like [`FULL`] at `now` and at every later reading, so a keyed table may forget it.
+/// Whether `state` is full at `now`: it then behaves as [`FULL`] at every later reading.
 #[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn is_full(state: u64, now: u64, quota: &Quota) -> bool {
@@ -401,22 +372,11 @@ fn full_at_scaled(state: u64, scaled: &Scaled) -> u64 {
     }
 }
 
-/// Units (`1 / quota.scale()` of a token) available at `now`: the exact balance, capped at the
-/// burst, 0 while in debt.
+/// [`units_scaled`] of a quota.
 #[cfg_attr(not(feature = "std"), allow(dead_code))]
 #[inline]
 pub(crate) fn available_units(state: u64, now: u64, quota: &Quota) -> u64 {
-    held(state, quota.earned_floor(now), quota.burst_units())
-}
-
-/// Units a bucket of `burst_units` holds with `earned_floor` units earned: [`available_units`]
-/// from a precomputed `earned_floor`.
-#[cfg_attr(not(feature = "std"), allow(dead_code))]
-#[inline(always)]
-fn held(state: u64, earned_floor: u64, burst_units: u64) -> u64 {
-    (earned_floor + burst_units)
-        .saturating_sub(state)
-        .min(burst_units)
+    units_scaled(state, now, quota.scaled())
 }
 
 #[cfg(test)]
@@ -424,8 +384,7 @@ mod tests {
     use super::*;
     use crate::test_support::{inexact_quotas, Xorshift};
 
-    /// The sub-second shortcut of [`to_duration`] builds the same `Duration` as `from_nanos`, on both
-    /// sides of one second and at the ends of the range.
+    /// [`to_duration`] equals `Duration::from_nanos` around one second and the range's ends.
     #[test]
     fn to_duration_matches_from_nanos() {
         let mut rng = Xorshift(0x2545_F491_4F6C_DD1D);
@@ -439,14 +398,9 @@ mod tests {
         }
     }
 
-    /// The inexact quotas' product compares (no division unless capped, and then only of the
-    /// excess over the state) and every quota's wait by the stored reciprocal of `mul`
-    /// (`Scaled::instant_of_exact`, `Scaled::instant_of_scaled`) decide exactly as the divisions
-    /// they replace: admit iff `state + cost <= ⌊earned⌋ + burst`, then add the cost to
-    /// `max(state, ⌈earned⌉)`; the wait `⌈need × div / mul⌉ − now` by 128-bit division.
-    /// Inexact quotas and exact ones with one and with several units per nanosecond; states
-    /// around the boundary, and at the edges of the range (`need × div` beyond 64 bits
-    /// included); readings past the horizon.
+    /// The product compares and stored reciprocals decide exactly as the divisions they replace,
+    /// for exact and inexact quotas, states around the boundary and the range's edges, and
+    /// readings past the horizon.
     #[test]
     fn product_compares_decide_as_divisions() {
         let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15);
@@ -472,12 +426,7 @@ mod tests {
             // `now · mul = 2^64` (after 18 s at 999,999,937/s), and early readings.
             let (mul, div) = q.units_per_ns();
             let wide_at = u64::MAX / mul;
-            nows.extend([
-                wide_at - 1,
-                wide_at,
-                wide_at.saturating_add(1),
-                wide_at.saturating_add(2),
-            ]);
+            nows.extend((0..4).map(|k| (wide_at - 1).saturating_add(k)));
             for _ in 0..100 {
                 nows.push(next() % (1 << 40));
             }

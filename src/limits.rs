@@ -7,10 +7,8 @@ use crate::{ConfigError, Quota};
 /// The most quotas one [`Limits`] holds.
 pub(crate) const MAX_LIMITS: usize = 4;
 
-/// A policy of one to four [`Quota`]s that must **all** hold: "10 per second and 10,000 per day".
-///
-/// The quotas keep the order they were given in; a decision over them admits only when every one
-/// holds the cost, and then debits every one.
+/// A policy of one to four [`Quota`]s that must **all** hold ("10 per second and 10,000 per
+/// day"), in the order given.
 ///
 /// ```
 /// use std::time::Duration;
@@ -22,26 +20,23 @@ pub(crate) const MAX_LIMITS: usize = 4;
 /// assert_eq!(Limits::new([]), Err(ConfigError::NoQuotas));
 /// assert_eq!(Limits::new([per_second; 5]), Err(ConfigError::TooManyQuotas));
 /// ```
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// `quotas[..len]` are the policy's; the rest repeat `quotas[0]` (never read).
+    /// `quotas[..len]` are the policy's; the rest repeat `quotas[0]`, so the derived equality
+    /// is the policies'.
     quotas: [Quota; MAX_LIMITS],
     len: usize,
 }
 
 impl Limits {
-    /// A policy of the given quotas, in order. None, or more than four, is a [`ConfigError`]
-    /// ([`ConfigError::NoQuotas`], [`ConfigError::TooManyQuotas`]).
+    /// A policy of the given quotas, in order ([`ConfigError::NoQuotas`] or `TooManyQuotas`).
     pub fn new(quotas: impl IntoIterator<Item = Quota>) -> Result<Limits, ConfigError> {
         let mut iter = quotas.into_iter();
         let first = iter.next().ok_or(ConfigError::NoQuotas)?;
         let mut out = [first; MAX_LIMITS];
         let mut len = 1;
         for quota in iter {
-            if len == MAX_LIMITS {
-                return Err(ConfigError::TooManyQuotas);
-            }
-            out[len] = quota;
+            *out.get_mut(len).ok_or(ConfigError::TooManyQuotas)? = quota;
             len += 1;
         }
         Ok(Limits { quotas: out, len })
@@ -62,14 +57,6 @@ impl From<Quota> for Limits {
         }
     }
 }
-
-impl PartialEq for Limits {
-    fn eq(&self, other: &Limits) -> bool {
-        self.quotas() == other.quotas()
-    }
-}
-
-impl Eq for Limits {}
 
 impl fmt::Debug for Limits {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

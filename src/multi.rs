@@ -1,13 +1,29 @@
 //! [`MultiBucket`]: one to four quotas that must all hold, decided and debited in one atomic
-//! step.
-//!
-//! Split as the bucket is: [`decide`] is the pure decision over several quotas (gcra's per
-//! quota, combined), [`store`] the atomics (one 128-bit word for two quotas, a sequence lock for
-//! three and four), and this module the type. [`Refusal`] says which quota refused and
-//! [`Snapshots`] describes every quota after a decision; waiting and reservations are in
-//! `wait.rs` here.
+//! step. Split as the bucket is: [`decide`] decides, [`store`] holds the states.
 
-mod or_snapshots;
+/// `$body` on the policy's store, `$rates` and `$s` bound to its decision words and states
+/// (the body is compiled once per size); `$judge`, if named, is the size's decision function.
+macro_rules! on_store {
+    ($self:expr, |$rates:pat_param, $s:ident| $body:expr) => {
+        match &$self.store {
+            $crate::multi::Store::Pair($rates, $s) => $body,
+            $crate::multi::Store::Wide($rates, $s) => $body,
+        }
+    };
+    ($self:expr, |$rates:pat_param, $s:ident, $judge:ident| $body:expr) => {
+        match &$self.store {
+            $crate::multi::Store::Pair($rates, $s) => {
+                let $judge = $crate::gcra::all::decide_pair;
+                $body
+            }
+            $crate::multi::Store::Wide($rates, $s) => {
+                let $judge = $crate::gcra::all::decide::<4>;
+                $body
+            }
+        }
+    };
+}
+
 #[cfg(feature = "persist")]
 mod persist;
 pub(crate) mod snapshots;
@@ -28,31 +44,22 @@ use crate::limits::{Limits, MAX_LIMITS};
 use crate::snapshot::Snapshot;
 use core::fmt;
 
-/// A policy of one to four [`Quota`](crate::Quota)s ("10 per second **and** 10,000 per day")
-/// enforced together: a request is admitted only if **every** quota holds its cost at one clock
-/// reading, and then every quota is debited in one atomic step. A refusal writes nothing.
+/// One to four [`Quota`](crate::Quota)s ("10 per second **and** 10,000 per day") enforced
+/// together: admitted only if **every** quota holds the cost at one clock reading, and then
+/// every quota is debited in one atomic step. A refusal writes nothing.
 ///
-/// * **Exact.** Each quota is decided by the [`Bucket`](crate::Bucket)'s arithmetic
-///   ([`crate::gcra`]), bit for bit for [`Quota::is_exact`](crate::Quota::is_exact) quotas; the
-///   policy admits iff every quota would, and [`Denied::RetryAfter`] is the exact smallest wait
-///   after which every quota holds the cost (the largest per-quota wait), to the nanosecond.
-///   [`Denied::ExceedsBurst`] iff the cost exceeds the smallest burst. Cost 0 is admitted and
-///   writes nothing.
-/// * **Every quota keeps its own window bound**: in any window Δ, the admitted cost is at most
-///   `burst_i + rate_i·Δ` for every quota `i`, under any interleaving and with stale or
-///   stepped-back clock readings, as for a `Bucket` (`docs/guarantees.md`).
-/// * **Two quotas are lock-free in one compare-and-swap**: both 64-bit states live in one
-///   `AtomicU128` (`portable-atomic`'s native `cmpxchg16b` on x86_64, `CASP` or an exclusive
-///   pair on AArch64; on targets without a native 128-bit CAS it is a short critical section,
-///   not lock-free). One quota uses the same word. On x86_64 `portable-atomic` reaches
-///   `cmpxchg16b` through a run-time CPU check; building with `RUSTFLAGS="-C
-///   target-feature=+cmpxchg16b"` (or `-C target-cpu=native`) inlines it, for a faster
-///   decision (`docs/benchmarks.md`).
-/// * **Three and four quotas** use four words under a sequence lock: refusals read without
-///   writing, admissions take a short writer lock (four stores) and are **not lock-free** —
-///   no target has a 256-bit compare-and-swap (see the design note in `src/multi/store.rs`).
+/// * **Exact.** Each quota is decided as a [`Bucket`](crate::Bucket) decides it;
+///   [`Denied::RetryAfter`] is the exact smallest wait after which every quota holds the cost,
+///   [`Denied::ExceedsBurst`] means the cost exceeds the smallest burst; cost 0 writes nothing.
+/// * **Every quota keeps its own window bound** `burst_i + rate_i·Δ`, under any interleaving and
+///   with stale or stepped-back readings, as a `Bucket` does (`docs/guarantees.md`).
+/// * **One or two quotas are lock-free**: one CAS of `portable-atomic`'s `AtomicU128`
+///   (`cmpxchg16b` on x86_64, found at run time unless built with `-C
+///   target-feature=+cmpxchg16b`; `CASP` on AArch64; elsewhere a short critical section).
+/// * **Three and four quotas** use four words under a sequence lock: refusals only read;
+///   admissions take a short writer lock and are **not lock-free** (no 256-bit CAS exists).
 ///
-/// The limits are fixed for the policy's life (build a new one to change them).
+/// The limits are fixed for the policy's life.
 ///
 /// ```
 /// use std::time::Duration;
@@ -72,15 +79,14 @@ use core::fmt;
 /// ```
 #[repr(C)]
 pub struct MultiBucket<C = DefaultClock> {
-    /// First: the clock and the quotas' decision words stay apart from the contended state
-    /// line (the state is cache-padded).
+    /// First: the clock and the decision words stay off the (cache-padded) state line.
     clock: C,
     limits: Limits,
     store: Store,
 }
 
-/// The states and the padded decision words, by the policy's size. Not boxed: a policy's
-/// variant never changes, and a box would add a pointer chase to every decision.
+/// The states and the padded decision words, by the policy's size (not boxed: no pointer
+/// chase per decision).
 #[allow(clippy::large_enum_variant)]
 enum Store {
     /// One or two quotas: one 128-bit word.
@@ -92,10 +98,7 @@ enum Store {
 impl<C: fmt::Debug> fmt::Debug for MultiBucket<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let len = self.limits.quotas().len();
-        let states = match &self.store {
-            Store::Pair(_, pair) => pad::<MAX_LIMITS>(&pair.load()),
-            Store::Wide(_, wide) => wide.load(),
-        };
+        let states = on_store!(self, |_, s| pad::<MAX_LIMITS>(&s.load()));
         f.debug_struct("MultiBucket")
             .field("limits", &self.limits)
             .field("states", &&states[..len])
@@ -130,15 +133,11 @@ impl<C: Clock> MultiBucket<C> {
     /// assert_eq!(MultiBucket::with_clock(limits, ManualClock::new()).available(), 3);
     /// ```
     pub fn with_clock(limits: Limits, clock: C) -> MultiBucket<C> {
-        let full = [gcra::FULL; MAX_LIMITS];
-        MultiBucket::from_states(limits, &full, clock)
+        MultiBucket::from_states(limits, &[gcra::FULL; MAX_LIMITS], clock)
     }
 
-    /// A policy whose quota `i` starts with `tokens[i]` tokens (0 ..= its burst), so that a
-    /// fragile downstream does not see a cold-start burst; quotas past the end of `tokens`
-    /// start full. Errors: [`ConfigError::InitialAboveBurst`] if an entry exceeds its quota's
-    /// burst, [`ConfigError::TooManyQuotas`] if `tokens` has more entries than the policy has
-    /// quotas.
+    /// A policy whose quota `i` starts with `tokens[i]` tokens, the rest full. Errors:
+    /// [`ConfigError::InitialAboveBurst`], [`ConfigError::TooManyQuotas`] for extra entries.
     ///
     /// ```
     /// use std::time::Duration;
@@ -183,12 +182,8 @@ impl<C: Clock> MultiBucket<C> {
         }
     }
 
-    /// Takes `cost` tokens from every quota if every quota holds them now.
-    ///
-    /// `Err(RetryAfter(d))`: `d` is the smallest whole number of nanoseconds after which the
-    /// same request is admitted if nothing else consumes (the largest per-quota wait).
-    /// `Err(ExceedsBurst)`: `cost` exceeds the smallest burst. A refusal changes nothing; cost 0
-    /// is always admitted and changes nothing.
+    /// Takes `cost` tokens from every quota if every quota holds them now; refusals as
+    /// [`Bucket::try_acquire`](crate::Bucket::try_acquire)'s, over the policy.
     ///
     /// ```
     /// use std::time::Duration;
@@ -202,8 +197,7 @@ impl<C: Clock> MultiBucket<C> {
     /// ```
     #[inline]
     pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
-        // Each store's path on its own, returning `Denied` in registers (no quota index to
-        // carry): the call inlined at the caller is a branch and a call.
+        // Each store's own path, returning `Denied` in registers (no quota index to carry).
         match &self.store {
             Store::Pair(rates, pair) => self.try_acquire_pair(rates, pair, cost),
             Store::Wide(rates, wide) => self.try_acquire_wide(rates, wide, cost),
@@ -217,12 +211,10 @@ impl<C: Clock> MultiBucket<C> {
             return Ok(());
         }
         let now = self.clock.now();
-        pair.update(
-            |states| match decide::decide_pair(states, now, rates, cost) {
-                Ok(next) => (next, Ok(())),
-                Err(refusal) => (None, Err(refusal.denied())),
-            },
-        )
+        pair.update(|states| {
+            let (next, verdict) = split(decide::decide_pair(states, now, rates, cost));
+            (next, verdict.map_err(Denied::from))
+        })
     }
 
     /// [`try_acquire`](MultiBucket::try_acquire) for three or four quotas.
@@ -233,15 +225,14 @@ impl<C: Clock> MultiBucket<C> {
         }
         let now = self.clock.now();
         wide.update(|states| {
-            let (next, verdict) = acquire(states, now, rates, cost);
+            let (next, verdict) = split(decide::decide(states, now, rates, cost));
             (next, verdict.map_err(Denied::from))
         })
     }
 
-    /// [`try_acquire`](MultiBucket::try_acquire), with the tightest quota's [`Snapshot`] (the
-    /// fewest remaining tokens, ties broken by the one full last) at the refusal's own clock
-    /// reading, on refusal only: an admission costs what `try_acquire` costs. Every quota's
-    /// snapshots, and the quota that refused: [`Limiter::decide_or_snapshots`].
+    /// [`try_acquire`](MultiBucket::try_acquire), with the tightest quota's [`Snapshot`]
+    /// ([`Snapshots::tightest`]) on refusal only; every quota's, and the quota that refused:
+    /// [`Limiter::decide_or_snapshots`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -285,20 +276,14 @@ impl<C: Clock> MultiBucket<C> {
         Limiter::decide_or_snapshots(self, &(), cost)
     }
 
-    /// The verdict [`Limiter::decide`] would give now,
-    /// without taking anything (crate-internal: chains report the slowest wait with it).
+    /// The verdict [`Limiter::decide`] would give now, taking nothing (for chains).
     pub(crate) fn check_now(&self, cost: u64) -> Result<(), Refusal> {
         let now = self.clock.now();
-        match &self.store {
-            Store::Pair(rates, pair) => {
-                decide::decide_pair(pair.load(), now, rates, cost).map(drop)
-            }
-            Store::Wide(rates, wide) => decide::decide(wide.load(), now, rates, cost).map(drop),
-        }
+        on_store!(self, |rates, s, judge| judge(s.load(), now, rates, cost)
+            .map(drop))
     }
 
-    /// Whole tokens that every quota holds now (the smallest per-quota count; 0 while any is in
-    /// debt).
+    /// Whole tokens that every quota holds now (0 while any is in debt).
     ///
     /// ```
     /// use tollgate::{Limits, ManualClock, MultiBucket, Quota};
@@ -309,15 +294,11 @@ impl<C: Clock> MultiBucket<C> {
     /// ```
     pub fn available(&self) -> u64 {
         let now = self.clock.now();
-        match &self.store {
-            Store::Pair(rates, pair) => decide::available(pair.load(), now, rates),
-            Store::Wide(rates, wide) => decide::available(wide.load(), now, rates),
-        }
+        on_store!(self, |rates, s| decide::available(s.load(), now, rates))
     }
 
-    /// Empties every quota now: what a process that cannot restore its state should do
-    /// instead of starting full. Each quota keeps the stricter of its state and an empty one,
-    /// and refills from here at its rate.
+    /// Empties every quota now (each the stricter of its state and an empty one): what a process
+    /// that cannot restore its state should do instead of starting full.
     ///
     /// ```
     /// use std::time::Duration;
@@ -347,10 +328,7 @@ impl<C: Clock> MultiBucket<C> {
             }
             (next != cur).then_some(next)
         }
-        match &self.store {
-            Store::Pair(_, pair) => pair.update(|cur| (max_each(cur, to), ())),
-            Store::Wide(_, wide) => wide.update(|cur| (max_each(cur, to), ())),
-        }
+        on_store!(self, |_, s| s.update(|cur| (max_each(cur, to), ())))
     }
 
     /// The policy.
@@ -376,10 +354,8 @@ impl<C: Clock> MultiBucket<C> {
     }
 }
 
-/// The decisions naming the quota that refused (see [`Refusal`]: the one that waits longest,
-/// or for [`Denied::ExceedsBurst`] the one with the smallest burst), and every quota's
-/// snapshot as the decision left it (see [`Snapshots`]), from the same clock reading and
-/// states: for a `RateLimit-Policy` header that lists every quota.
+/// The decisions naming the quota that refused ([`Refusal`]), and every quota's snapshot as
+/// the decision left it ([`Snapshots`]), for a `RateLimit-Policy` header.
 ///
 /// ```
 /// use std::time::Duration;
@@ -403,32 +379,27 @@ impl<C: Clock> Limiter for MultiBucket<C> {
             return Ok(());
         }
         let now = self.clock.now();
-        match &self.store {
-            Store::Pair(rates, pair) => {
-                pair.update(
-                    |states| match decide::decide_pair(states, now, rates, cost) {
-                        Ok(next) => (next, Ok(())),
-                        Err(refusal) => (None, Err(refusal)),
-                    },
-                )
-            }
-            Store::Wide(rates, wide) => wide.update(|states| acquire(states, now, rates, cost)),
-        }
+        on_store!(self, |rates, s, judge| s
+            .update(|st| split(judge(st, now, rates, cost))))
     }
     fn decide_or_snapshots(&self, _: &(), cost: u64) -> Result<(), (Refusal, Snapshots)> {
-        self.refusal_snapshots(cost)
+        if cost == 0 {
+            return Ok(());
+        }
+        let (now, len) = (self.clock.now(), self.limits.quotas().len());
+        on_store!(self, |rates, s, judge| s.update(|st| {
+            let (next, verdict) = split(judge(st, now, rates, cost));
+            let snaps = || Snapshots::from_padded(decide::snapshots(st, now, rates), len);
+            (next, verdict.map_err(|refusal| (refusal, snaps())))
+        }))
     }
     fn decide_snapshots(&self, _: &(), cost: u64) -> (Result<(), Refusal>, Snapshots) {
-        let now = self.clock.now();
-        let len = self.limits.quotas().len();
-        match &self.store {
-            Store::Pair(rates, pair) => {
-                pair.update(|states| snapshot(states, now, rates, cost, len))
-            }
-            Store::Wide(rates, wide) => {
-                wide.update(|states| snapshot(states, now, rates, cost, len))
-            }
-        }
+        let (now, len) = (self.clock.now(), self.limits.quotas().len());
+        on_store!(self, |rates, s, judge| s.update(|st| {
+            let (next, verdict) = split(judge(st, now, rates, cost));
+            let snaps = decide::snapshots(next.unwrap_or(st), now, rates);
+            (next, (verdict, Snapshots::from_padded(snaps, len)))
+        }))
     }
     fn limits(&self, _: &()) -> Option<Limits> {
         Some(self.limits.clone())
@@ -438,33 +409,47 @@ impl<C: Clock> Limiter for MultiBucket<C> {
     }
 }
 
-/// One `try_acquire` decision in the form the store's loops take.
+/// A decision in the form the store's loops take: the states to write and the verdict.
 #[inline(always)]
-fn acquire<const N: usize>(
-    states: [u64; N],
-    now: u64,
-    rates: &Rates<N>,
-    cost: u64,
-) -> (Option<[u64; N]>, Result<(), Refusal>) {
-    match decide::decide(states, now, rates, cost) {
+fn split<S>(decided: Result<Option<S>, Refusal>) -> (Option<S>, Result<(), Refusal>) {
+    match decided {
         Ok(next) => (next, Ok(())),
         Err(refusal) => (None, Err(refusal)),
     }
 }
 
-/// A verdict with every quota's snapshot.
-type Reported = (Result<(), Refusal>, Snapshots);
+#[cfg(test)]
+mod tests {
+    use crate::{Limiter, Limits, ManualClock, MultiBucket, Quota};
+    use core::time::Duration;
 
-/// One decision with every quota's snapshot, from the states it left.
-#[inline]
-fn snapshot<const N: usize>(
-    states: [u64; N],
-    now: u64,
-    rates: &Rates<N>,
-    cost: u64,
-    len: usize,
-) -> (Option<[u64; N]>, Reported) {
-    let (next, verdict) = acquire(states, now, rates, cost);
-    let snaps = decide::snapshots(next.unwrap_or(states), now, rates);
-    (next, (verdict, Snapshots::from_padded(snaps, len)))
+    /// `decide_or_snapshots` equals `decide_snapshots` on refusals and in the verdict, for one to
+    /// four quotas (the pair word and the sequence lock), two policies driven alike.
+    #[test]
+    fn agrees_with_decide_snapshots() {
+        let quotas = [
+            Quota::per_second(3).unwrap(),
+            Quota::new(5, Duration::from_secs(60), 5).unwrap(),
+            Quota::new(7, Duration::from_secs(3600), 6).unwrap(),
+            Quota::new(2, Duration::from_millis(300), 2).unwrap(),
+        ];
+        for n in 1..=4 {
+            let limits = Limits::new(quotas[..n].iter().copied()).unwrap();
+            let (ca, cb) = (ManualClock::new(), ManualClock::new());
+            let a = MultiBucket::with_clock(limits.clone(), ca.clone());
+            let b = MultiBucket::with_clock(limits, cb.clone());
+            for step in 0..200u64 {
+                let cost = step % 4;
+                let (verdict, snaps) = a.decide_snapshots(&(), cost);
+                match (verdict, b.decide_or_snapshots(&(), cost)) {
+                    (Ok(()), Ok(())) => {}
+                    (Err(r1), Err((r2, s2))) => assert_eq!((r1, snaps), (r2, s2), "step {step}"),
+                    other => panic!("step {step}: {other:?}"),
+                }
+                let dt = Duration::from_millis(step * 37 % 700);
+                ca.advance(dt);
+                cb.advance(dt);
+            }
+        }
+    }
 }

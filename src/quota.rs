@@ -1,7 +1,5 @@
-//! [`Quota`]: a validated rate and burst, and the fixed-point scale the state word uses.
-//!
-//! All validation lives here, once. A `Quota` that exists can be applied for at least
-//! [`HORIZON`] of clock time without any overflow or wrap.
+//! [`Quota`]: a validated rate and burst, and the state word's fixed-point scale. All
+//! validation lives here: a `Quota` that exists applies for [`HORIZON`] without overflow.
 
 use crate::error::ConfigError;
 mod scale;
@@ -12,9 +10,8 @@ use core::time::Duration;
 use scaled::gcd;
 pub(crate) use scaled::{Scaled, SCALED_WORDS};
 
-/// How long a quota is guaranteed to work: 100 Julian years of clock time since the clock's
-/// origin. Past it the clock is read as if it had stopped there (the bucket stays correct but
-/// refills no more), which is why [`Quota::new`] refuses a rate and burst that do not fit it.
+/// How long a quota is guaranteed to work: 100 Julian years since the clock's origin. Past it
+/// the clock is read as stopped (nothing refills), and [`Quota::new`] refuses what overflows.
 pub const HORIZON: Duration = Duration::from_secs(3_155_760_000);
 pub(crate) const HORIZON_NS: u64 = 3_155_760_000_000_000_000;
 /// The largest state value: the bucket keeps one bit of its word for the quota epoch.
@@ -22,12 +19,10 @@ pub(crate) const MAX_UNITS: u64 = (1 << 63) - 1;
 
 /// A rate (`tokens` per `per`) and a capacity (`burst`), validated.
 ///
-/// Internally the quota also fixes the unit of the state word: `scale` units per token, chosen
-/// as the largest divisor of the reduced period that lets `rate × 100 years + burst` fit in
-/// 63 bits. When `scale` equals the reduced period ([`Quota::is_exact`]), every decision equals
-/// the continuous token bucket at every nanosecond. Otherwise the only rounding happens when
-/// the bucket overflows (is capped at `burst`) at an instant that is not a multiple of the
-/// unit, and it always rounds toward refusing (by less than `1/scale` of a token).
+/// It fixes the state's unit: `1/scale` of a token, `scale` the largest divisor of the reduced
+/// period that fits `rate × 100 years + burst` in 63 bits. An exact quota ([`Quota::is_exact`])
+/// is the continuous token bucket at every nanosecond; otherwise a bucket capped off the unit
+/// grid rounds toward refusing, by less than a unit.
 ///
 /// ```
 /// use std::time::Duration;
@@ -38,12 +33,9 @@ pub(crate) const MAX_UNITS: u64 = (1 << 63) - 1;
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
-    /// `gcd(tokens, per_ns)`: with the reduced rate `t / p` that `rate` determines
-    /// ([`Scaled::reduced`]), `tokens = g·t` and `per_ns = g·p`. Stored instead of `tokens` and
-    /// `per_ns`: a quota slot is seven words, six of them the decision's (with the reciprocals
-    /// `Scaled::rmul` and `Scaled::rdiv`).
+    /// `gcd(tokens, per_ns)`: with the reduced rate `t / p` ([`Scaled::reduced`]),
+    /// `tokens = g·t` and `per_ns = g·p`. Stored instead of both, so a slot is seven words.
     g: u64,
-    /// Everything a decision needs (the "hot" words of a bucket's quota slot).
     scaled: Scaled,
 }
 
@@ -64,9 +56,8 @@ impl fmt::Debug for Quota {
 impl Quota {
     /// `tokens` per `per`, holding at most `burst` tokens.
     ///
-    /// Errors: zero tokens, zero period, zero burst, a period over `u64::MAX` ns, or a rate
-    /// and burst too large for 100 years of clock time ([`ConfigError::BeyondRange`]; rates up
-    /// to 1e9 tokens/s with bursts up to 2^62 fit).
+    /// Errors: zero tokens, period or burst, a period over `u64::MAX` ns, or a rate and burst
+    /// beyond [`HORIZON`] ([`ConfigError::BeyondRange`]; 1e9 tokens/s with a burst of 2^62 fits).
     ///
     /// ```
     /// use std::time::Duration;
@@ -146,14 +137,10 @@ impl Quota {
         self.scaled.burst
     }
 
-    /// Whether every decision equals the continuous token bucket at every nanosecond.
-    /// True when the reduced rate's numerator is small enough for 100 years at full precision
-    /// (for example a rate of `n` per second with `n` dividing 10^9, such as 1, 10, 1000 or
-    /// 10^9, with a burst small enough that the state's range holds it at that precision: 1 per
-    /// second with a burst of 10^10, or 1000 per second with 2^62, is not exact). Otherwise
-    /// rounding happens only when the bucket overflows at an instant off the unit grid, always
-    /// toward refusing, by less than one unit (see the type's docs; a reconfiguration's
-    /// conversion rounds toward fewer tokens by up to a few units).
+    /// Whether every decision equals the continuous token bucket at every nanosecond: true when
+    /// the reduced rate fits 100 years at full precision (e.g. `n` per second with `n` dividing
+    /// 10^9 and a burst the range holds at that precision; 1/s with a burst of 10^10 is not).
+    /// Otherwise see the type's docs (a reconfiguration rounds down by up to a few units).
     ///
     /// ```
     /// use tollgate::Quota;
@@ -164,8 +151,7 @@ impl Quota {
         self.scaled.div == 1
     }
 
-    /// How long refilling `tokens` takes at this rate, rounded up to whole nanoseconds
-    /// (saturating at `Duration::MAX`).
+    /// How long refilling `tokens` takes, rounded up to whole nanoseconds (saturating).
     ///
     /// ```
     /// use std::time::Duration;
@@ -180,17 +166,13 @@ impl Quota {
         u64::try_from(ns).map_or(Duration::MAX, Duration::from_nanos)
     }
 
-    // ---- the fixed-point unit, used by `gcra` ----
-
-    /// The words decisions read.
     #[inline(always)]
     pub(crate) fn scaled(&self) -> &Scaled {
         &self.scaled
     }
 
-    /// State units per token: the unit of every [`gcra`](crate::gcra) state is `1 / scale` of a
-    /// token. For stores that keep the state outside this crate (e.g. `tollgate-redis`, whose
-    /// server-side script must reproduce `gcra` exactly).
+    /// State units per token (a [`gcra`](crate::gcra) state counts `1 / scale` of a token), for
+    /// stores that apply `gcra` outside this crate (e.g. `tollgate-redis`).
     ///
     /// ```
     /// let q = tollgate::Quota::per_second(1000).unwrap();
@@ -201,16 +183,14 @@ impl Quota {
         self.scaled.scale
     }
 
-    /// The capacity in state units (`burst × scale`, which never overflows).
+    /// `burst × scale`, which never overflows.
     #[inline]
     pub(crate) fn burst_units(&self) -> u64 {
         self.scaled.burst_units()
     }
 
-    /// State units earned per nanosecond, as a reduced fraction `(mul, div)`: the bucket earns
-    /// `floor(now_ns × mul / div)` units from the clock's origin to `now_ns`. `div == 1` exactly
-    /// when [`is_exact`](Quota::is_exact). With [`scale`](Quota::scale), everything an external
-    /// store needs to apply [`gcra`](crate::gcra) itself.
+    /// State units earned per nanosecond, a reduced fraction `(mul, div)`: the bucket earns
+    /// `⌊now_ns × mul / div⌋` units by `now_ns`; `div == 1` iff [`is_exact`](Quota::is_exact).
     ///
     /// ```
     /// let q = tollgate::Quota::per_second(1000).unwrap();
@@ -221,34 +201,30 @@ impl Quota {
         (self.scaled.mul, self.scaled.div)
     }
 
-    /// Units earned from the origin to `now`, rounded down.
     #[inline]
     pub(crate) fn earned_floor(&self, now: u64) -> u64 {
         self.scaled.earned_floor(now)
     }
 
-    /// Units earned from the origin to `now`, rounded up.
     #[inline]
     pub(crate) fn earned_ceil(&self, now: u64) -> u64 {
         self.scaled.earned_ceil(now)
     }
 
-    /// The first instant (ns since origin) at which `earned_floor` reaches `units`, saturating
-    /// at `u64::MAX`.
+    /// [`Scaled::instant_of`].
     #[inline]
     pub(crate) fn instant_of(&self, units: u64) -> u64 {
         self.scaled.instant_of(units)
     }
 
-    /// The raw fields, for the bucket's atomic quota slots: the [`Scaled`] words first (the
-    /// decision path reads only those), then `g`.
+    /// A bucket's quota slot: the [`Scaled`] words (all a decision reads), then `g`.
     pub(crate) fn to_raw(self) -> [u64; QUOTA_WORDS] {
         let mut raw = [self.g; QUOTA_WORDS];
         raw[..SCALED_WORDS].copy_from_slice(&self.scaled.to_raw());
         raw
     }
 
-    /// Inverse of [`Quota::to_raw`]; only ever given values that came from `to_raw`.
+    /// Only ever given what [`Quota::to_raw`] returned.
     pub(crate) fn from_raw(r: [u64; QUOTA_WORDS]) -> Quota {
         let mut rate = [0; SCALED_WORDS];
         rate.copy_from_slice(&r[..SCALED_WORDS]);
@@ -265,10 +241,8 @@ mod tests {
     use crate::test_support::{inexact_quotas, Xorshift};
     use alloc::vec;
 
-    /// A quota keeps `gcd(tokens, per)` instead of `tokens` and `per` and rebuilds them from the
-    /// reduced rate (`Scaled::reduced`): exact round trips at the edges (common factors, a prime
-    /// period whose unit is not a divisor of it, periods of centuries that halve the unit, the
-    /// largest values) and on a seeded sweep; the slot words round-trip too.
+    /// `tokens`, `per` and the slot words round-trip exactly: at the edges (common factors,
+    /// prime and century-long periods, the largest values) and on a seeded sweep.
     #[test]
     fn tokens_and_period_round_trip() {
         let mut cases = vec![
@@ -329,15 +303,8 @@ mod tests {
         let mut rng = Xorshift(0x2545_F491_4F6C_DD1D);
         for q in inexact_quotas().into_iter().chain(others) {
             let r = q.scaled();
-            let mut nows = vec![
-                0,
-                1,
-                2,
-                HORIZON_NS - 1,
-                HORIZON_NS,
-                HORIZON_NS + 1,
-                u64::MAX,
-            ];
+            let mut nows = vec![0, 1, 2, u64::MAX];
+            nows.extend([HORIZON_NS - 1, HORIZON_NS, HORIZON_NS + 1]);
             nows.extend((0..20).map(|k| r.div.saturating_mul(k)));
             nows.extend((0..20).map(|k| r.div.saturating_mul(k).saturating_sub(1)));
             for _ in 0..5000 {

@@ -3,14 +3,10 @@
 use crate::error::Denied;
 use core::fmt;
 
-/// A refusal by a policy of several quotas ([`MultiBucket`](crate::MultiBucket)): the
-/// [`Denied`] and the index (in [`Limits::quotas`](crate::Limits::quotas) order) of the quota
-/// that decided it, for headers and metrics ("the per-day limit fired").
-///
-/// * [`Denied::ExceedsBurst`]: the quota with the smallest burst (the first of equals), which
-///   the cost exceeds.
-/// * [`Denied::RetryAfter`]: the quota that waits longest (the first of equals); the wait is
-///   its wait, after which every quota holds the cost.
+/// A policy's refusal: the [`Denied`] and the index (in [`Limits::quotas`](crate::Limits::quotas)
+/// order) of the quota that decided it ("the per-day limit fired"): for
+/// [`Denied::ExceedsBurst`] the smallest burst, for [`Denied::RetryAfter`] the longest wait,
+/// after which every quota holds the cost (the first of equals).
 ///
 /// ```
 /// use std::time::Duration;
@@ -31,8 +27,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    /// A refusal `denied` decided by quota `quota_index`. For limiters stored elsewhere (a
-    /// Redis backend, a test double).
+    /// A refusal `denied` decided by quota `quota_index` (for limiters stored elsewhere).
     ///
     /// ```
     /// use tollgate::{Denied, Refusal};

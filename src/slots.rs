@@ -1,28 +1,20 @@
-//! Two seqlocked parameter slots selected by an epoch bit in the owner's state word: how
-//! [`Bucket`](crate::Bucket) and [`Smooth`](crate::Smooth) change their configuration atomically
-//! without a lock on the decision path.
-//!
-//! The owner keeps one bit of its atomic state word as the *epoch*: the index of the slot that
-//! holds the parameters for that state. A reconfiguration (serialized by a writer flag) writes the
-//! idle slot under its seqlock, then converts the state and flips the epoch bit in one CAS. A
-//! decision reads the word, then the slot its epoch names, and commits by a CAS on the exact
-//! word it read, epoch bit included, then checks that the slot still holds the version it read
-//! ([`EpochSlots::unchanged`], after an `Acquire` CAS): it sees the old parameters with the old
-//! state or the new ones with the new state. The check must follow the CAS (why:
-//! `docs/guarantees.md`, "A decision racing two reconfigurations"). Decisions never wait for a
-//! writer.
+//! Two seqlocked parameter slots selected by an epoch bit of the owner's state word, how
+//! [`Bucket`](crate::Bucket) and [`Smooth`](crate::Smooth) reconfigure with no lock on decisions:
+//! a writer (one at a time) fills the idle slot, then converts the state and flips the bit in one
+//! CAS; a decision reads the word, then its slot, CASes the exact word read, and only then checks
+//! the slot's version ([`EpochSlots::unchanged`]; why after: `docs/guarantees.md`, "A decision
+//! racing two reconfigurations"), so it sees old parameters with old state or new with new.
 
 use crate::sync::{fence, AtomicU32, AtomicU64, Backoff, Ordering};
 
-/// Two slots of `W` parameter words each (a bucket's quota: 7; a smooth limiter's: 6).
+/// Two slots of `W` parameter words each.
 #[repr(C)]
 pub(crate) struct EpochSlots<const W: usize> {
     /// Seqlock counters of the two slots (odd while a slot is written).
     seqs: [AtomicU32; 2],
     slots: [[AtomicU64; W]; 2],
     /// Serializes writers: bit 0 the flag (1 while a writer runs), bits 1..64 the reading the
-    /// last writer converted at (capped at 2^63 − 1 ns). After the slots, so it shares no cache
-    /// line with the words decisions read.
+    /// last writer converted at (capped at 2^63 − 1 ns). After the slots, off their line.
     writer: AtomicU64,
 }
 
@@ -39,31 +31,17 @@ impl<const W: usize> EpochSlots<W> {
         }
     }
 
-    /// The parameters of `epoch` (0 or 1), or `None` while that slot is being rewritten (only
-    /// possible when two reconfigurations completed since the caller read its word: reload it).
-    #[inline(always)]
-    pub(crate) fn read(&self, epoch: u64) -> Option<[u64; W]> {
-        self.read_versioned(epoch).map(|(raw, _)| raw)
-    }
-
-    /// [`EpochSlots::read`], also returning the slot's version (its seqlock counter) for
-    /// [`EpochSlots::unchanged`].
+    /// The parameters of `epoch` and the slot's version (its seqlock counter, for
+    /// [`EpochSlots::unchanged`]), or `None` while the slot is rewritten (possible only after two
+    /// reconfigurations since the caller read its word: reload it).
     #[inline(always)]
     pub(crate) fn read_versioned(&self, epoch: u64) -> Option<([u64; W], u32)> {
-        let i = (epoch & 1) as usize;
-        let seq = self.seqs[i].load(Ordering::Acquire);
-        if seq & 1 != 0 {
-            return None;
-        }
-        let raw = self.slots[i].each_ref().map(|a| a.load(Ordering::Relaxed));
-        fence(Ordering::Acquire);
-        (self.seqs[i].load(Ordering::Relaxed) == seq).then_some((raw, seq))
+        self.read_prefix::<W>(epoch)
     }
 
-    /// The first `N` words of the slot of `epoch` and its version, or `None` while it is being
-    /// rewritten: the decision path's read. The slot is chosen by a branch on the epoch bit, not
-    /// by indexing with it, so the CPU predicts the branch and issues these loads before the
-    /// word that holds the bit has arrived (an index would make their addresses wait for it).
+    /// [`EpochSlots::read_versioned`] of the first `N` words. The slot is chosen by a branch on
+    /// the epoch bit, not an index, so the CPU predicts it and issues the loads before the word
+    /// that holds the bit has arrived.
     #[inline(always)]
     pub(crate) fn read_prefix<const N: usize>(&self, epoch: u64) -> Option<([u64; N], u32)> {
         if epoch & 1 == 0 {
@@ -85,36 +63,25 @@ impl<const W: usize> EpochSlots<W> {
         (self.seqs[i].load(Ordering::Relaxed) == seq).then_some((raw, seq))
     }
 
-    /// Whether the slot of `epoch` still holds the version `seq` that
-    /// [`EpochSlots::read_versioned`] or [`EpochSlots::read_prefix`] returned.
-    ///
-    /// Call it after the write's `Acquire` CAS on `w`, or, for a read-only result, after loading
-    /// the word again with `Acquire` and finding `w`: the load then sees the version of the era
-    /// the word was in (why: `docs/guarantees.md`, "A decision racing two reconfigurations").
+    /// Whether the slot of `epoch` still holds the version `seq` read. Call it after the write's
+    /// `Acquire` CAS on `w`, or after an `Acquire` load that finds `w` again: it then sees the
+    /// version of the word's era (`docs/guarantees.md`, "A decision racing two reconfigurations").
     #[inline(always)]
     pub(crate) fn unchanged(&self, epoch: u64, seq: u32) -> bool {
         self.seqs[(epoch & 1) as usize].load(Ordering::Relaxed) == seq
     }
 
-    /// The generation of `epoch`'s slot: its seqlock counter, which every rewrite of the slot
-    /// changes (odd while it is written). A reconfiguration rewrites the idle slot and flips the
-    /// epoch, so between two observations of the same epoch bit *any* reconfiguration changed
-    /// either the bit or this counter (up to a wrap after 2^31 rewrites of one slot).
-    ///
-    /// Read it after loading the owner's word (`Acquire`): every reconfiguration whose flip that
-    /// load observed is then counted.
+    /// The generation of `epoch`'s slot: its seqlock counter. Between two observations of the
+    /// same epoch bit, any reconfiguration changed the bit or this (up to a wrap after 2^31
+    /// rewrites of one slot). Read it after the `Acquire` load of the owner's word.
     pub(crate) fn generation(&self, epoch: u64) -> u32 {
         self.seqs[(epoch & 1) as usize].load(Ordering::Acquire)
     }
 
-    /// Takes the writer flag, waiting with back-off (spin, then yield the thread) while another
-    /// reconfiguration runs. `now` is the caller's clock reading, taken **before** calling:
-    /// the user's clock is never called while the flag is held, so a slow or re-entrant clock
-    /// cannot stall (or deadlock) other writers.
-    ///
-    /// The writer converts at `max(now, previous writer's reading)` ([`Writer::now`]), so
-    /// writers' readings are monotone in the order they hold the flag, as if each had read the
-    /// clock while holding it.
+    /// Takes the writer flag, backing off while another reconfiguration runs. `now` is the
+    /// caller's clock reading, taken **before**: a slow or re-entrant clock never runs under the
+    /// flag. The writer converts at `max(now, previous writer's reading)` ([`Writer::now`]), so
+    /// readings are monotone in the order writers hold the flag.
     pub(crate) fn lock(&self, now: u64) -> Writer<'_, W> {
         let mut backoff = Backoff::default();
         let mut word = self.writer.load(Ordering::Relaxed);
@@ -148,8 +115,7 @@ pub(crate) struct Writer<'a, const W: usize> {
 }
 
 impl<const W: usize> Writer<'_, W> {
-    /// The clock reading to convert the state at: the caller's, raised to the previous
-    /// writer's if that was later (see [`EpochSlots::lock`]).
+    /// The reading to convert the state at (see [`EpochSlots::lock`]).
     pub(crate) fn now(&self) -> u64 {
         self.now
     }
@@ -161,9 +127,8 @@ impl<const W: usize> Writer<'_, W> {
             .map(|a| a.load(Ordering::Relaxed))
     }
 
-    /// Writes `raw` into the slot of `epoch`, which must be the idle one (not named by the
-    /// owner's word), under its seqlock. The owner then flips its word to `epoch` by a CAS with
-    /// `Release` ordering, which publishes the slot to every decision that reads that word.
+    /// Writes `raw` into the idle slot `epoch` under its seqlock; the owner's `Release` CAS that
+    /// flips its word to `epoch` then publishes it.
     pub(crate) fn set(&self, epoch: u64, raw: [u64; W]) {
         let i = (epoch & 1) as usize;
         let seqs = &self.slots.seqs[i];

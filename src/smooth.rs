@@ -1,8 +1,5 @@
-//! [`Smooth`]: Guava's `SmoothRateLimiter` (`SmoothBursty` and `SmoothWarmingUp`), reproduced to
-//! the microsecond, with its whole state in one 128-bit word updated by compare-and-swap.
-//!
-//! Split as the bucket is: [`guava`] is the pure port (Guava's `f64` formulas, no atomics),
-//! [`word`] the 128-bit word codec, and this module the atomic type and its CAS loops.
+//! [`Smooth`]: Guava's `SmoothRateLimiter` to the microsecond, its state one 128-bit word.
+//! Split as the bucket is: [`guava`] the pure port, [`word`] the word codec, here the atomics.
 
 mod fixed;
 mod guava;
@@ -38,16 +35,10 @@ const NO_ERA: u64 = u64::MAX;
 /// assert_eq!(waits, [0, 1375, 1125, 875, 625, 500, 500, 500]);
 /// ```
 ///
-/// # Arithmetic, rounding and deviations from Guava
-///
 /// Every decision is Guava's `f64` arithmetic in Guava's order; only the stored state is
-/// integral (whole microseconds; stored permits in a 74-bit fixed point). Guava's model (the
-/// next free time, stored permits, the warm-up trapezoid), where the rounding differs from
-/// Guava, and the inputs refused or bounded here:
-/// [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#smooth-and-guava).
-///
-/// The state is one `AtomicU128` (`portable-atomic`'s: lock-free on x86_64 with `cmpxchg16b`,
-/// AArch64 and other targets with a native 128-bit CAS; a short lock elsewhere).
+/// integral (whole µs; stored permits in a 74-bit fixed point), one `portable-atomic`
+/// `AtomicU128` (a short lock where no 128-bit CAS exists). The model, rounding and deviations
+/// from Guava: [docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#smooth-and-guava).
 #[repr(C)]
 pub struct Smooth<C = DefaultClock> {
     clock: C,
@@ -56,14 +47,10 @@ pub struct Smooth<C = DefaultClock> {
     mode: Mode,
     /// Two parameter slots; the word's parity selects the active one (`src/slots.rs`).
     slots: EpochSlots<6>,
-    /// The next free time of the word the last `set_rate` replaced (µs; `NO_ERA` before the
-    /// first), which the next `set_rate` exceeds so that no word comes back. Only accessed under
-    /// the writer flag, which orders it.
+    /// The next free time of the word the last `set_rate` replaced, which the next exceeds so
+    /// that no word comes back. Accessed only under the writer flag.
     retired_next: AtomicU64,
-    /// The whole limiter state, updated by compare-and-swap.
-    ///
-    /// Last, as in [`Bucket`](crate::Bucket): no field every decision reads shares the one
-    /// contended cache line.
+    /// The whole limiter state, last, off the line of every field decisions read.
     ///
     /// | bits | meaning | unit | range |
     /// |---|---|---|---|
@@ -71,13 +58,9 @@ pub struct Smooth<C = DefaultClock> {
     /// | 74..1 | Guava's `storedPermits`, fixed point | `2^-F` permit, `F` from the active parameter slot | 0 ..= `max · 2^F` < 2^74; starts at 0 (bursty) or `max` (warming up: cold) |
     /// | 0 | parameter epoch parity: which of `slots` holds the rate for this state | — | 0, 1 |
     ///
-    /// 128 bits: the next free time needs about 53 bits, the stored permits more than Guava's
-    /// 52-bit mantissa. Under loom the word lives behind a loom mutex (`src/sync.rs`).
-    ///
-    /// Orderings: loads and failed CASes are `Acquire`, pairing with the `AcqRel` CAS in
-    /// [`Smooth::set_rate`] that flips the parity, so a thread that sees a parity also sees the
-    /// parameter slot written before it. A successful decision CAS is `Relaxed`: it publishes
-    /// nothing but the word itself.
+    /// Orderings: loads and failed CASes are `Acquire`, pairing with the `AcqRel` parity flip
+    /// in [`Smooth::set_rate`], so a parity seen implies its slot seen. A successful decision
+    /// CAS is `Relaxed`: it publishes only the word.
     state: AtomicU128,
 }
 
@@ -135,14 +118,10 @@ impl Smooth<DefaultClock> {
 }
 
 impl<C: Clock> Smooth<C> {
-    /// Guava's `SmoothBursty` on `clock`: up to `max_burst × permits_per_second` permits are
-    /// stored while idle and then served without waiting. It starts empty.
-    ///
-    /// Errors: [`ConfigError::InvalidRate`] for a rate that is not finite and positive;
-    /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s. A zero `max_burst` is allowed
-    /// (nothing is ever stored); any `max_burst` fits (`max_burst × rate` stays finite; beyond
-    /// about 10^9 years the stored permits' unit exceeds one permit, which can only lengthen a
-    /// wait: `docs/guarantees.md`).
+    /// Guava's `SmoothBursty` on `clock`, starting empty: up to `max_burst × permits_per_second`
+    /// permits (any `max_burst`, zero included) are stored while idle and served at once.
+    /// Errors: [`ConfigError::InvalidRate`] for a rate that is not finite and positive,
+    /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s.
     ///
     /// ```
     /// use std::time::Duration;
@@ -169,20 +148,14 @@ impl<C: Clock> Smooth<C> {
             max_burst_seconds: max_burst.as_secs_f64(),
         };
         let params = Params::new(mode, permits_per_second).ok_or(ConfigError::InvalidDuration)?;
-        // Guava's first `doSetRate` (old max 0): bursty starts empty.
-        Ok(Smooth::from_parts(mode, params, 0.0, clock))
+        Ok(Smooth::from_parts(mode, params, clock))
     }
 
-    /// Guava's `SmoothWarmingUp` on `clock`: it starts cold, and takes `warmup` of saturated
-    /// demand to reach `permits_per_second`; the first stored permits cost `cold_factor ×` the
-    /// stable interval. Idle for `warmup`, it is cold again.
-    ///
-    /// Errors: [`ConfigError::InvalidRate`] for a rate that is not finite and positive;
-    /// [`ConfigError::RateTooHigh`] above 1,000,000 permits/s;
-    /// [`ConfigError::InvalidFactor`] for a cold factor below 1, NaN or infinite;
-    /// [`ConfigError::InvalidDuration`] for a warm-up above `i64::MAX` µs. The warm-up is
-    /// truncated to whole microseconds (as Guava's `toMicros` does); a zero warm-up stores
-    /// nothing (`docs/guarantees.md`, "Deviations from Guava").
+    /// Guava's `SmoothWarmingUp` on `clock`, starting cold: `warmup` (truncated to whole µs) of
+    /// saturated demand reaches `permits_per_second`; the coldest permits cost `cold_factor ×`
+    /// the stable interval. Errors: as [`bursty_with_clock`](Smooth::bursty_with_clock), and
+    /// [`ConfigError::InvalidFactor`] for a cold factor below 1, NaN or infinite,
+    /// [`ConfigError::InvalidDuration`] for a warm-up above `i64::MAX` µs.
     ///
     /// ```
     /// use std::time::Duration;
@@ -211,16 +184,14 @@ impl<C: Clock> Smooth<C> {
             cold_factor,
         };
         let params = Params::new(mode, permits_per_second).ok_or(ConfigError::InvalidDuration)?;
-        // Guava's first `doSetRate` (old max 0): warming up starts cold, at `max`.
-        Ok(Smooth::from_parts(mode, params, params.max, clock))
+        Ok(Smooth::from_parts(mode, params, clock))
     }
 
-    fn from_parts(mode: Mode, params: Params, stored: f64, clock: C) -> Smooth<C> {
-        let word = params.units_of(stored) << 1;
-        let raw = params.to_raw();
+    fn from_parts(mode: Mode, params: Params, clock: C) -> Smooth<C> {
+        let word = params.units_of(mode.strictest(&params)) << 1;
         Smooth {
             state: AtomicU128::new(word),
-            slots: EpochSlots::new(raw),
+            slots: EpochSlots::new(params.to_raw()),
             retired_next: AtomicU64::new(NO_ERA),
             mode,
             origin: clock.now(),
@@ -228,62 +199,12 @@ impl<C: Clock> Smooth<C> {
         }
     }
 
-    /// Takes `permits`, sleeping (through the clock) until the previous requests are paid for;
-    /// returns the time it slept, in whole microseconds (Guava's `acquire`, which returns it in
-    /// seconds). Its own permits push the next caller back instead. `permits == 0` returns zero
-    /// at once and changes nothing.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Clock, ManualClock, Smooth};
-    /// let clock = ManualClock::new();
-    /// let limiter = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), clock.clone()).unwrap();
-    /// assert_eq!(limiter.acquire(3), Duration::ZERO);
-    /// assert_eq!(limiter.acquire(1), Duration::from_secs(3)); // pays for the 3 permits
-    /// assert_eq!(clock.now(), 3_000_000_000); // a ManualClock advances itself when "sleeping"
-    /// ```
-    pub fn acquire(&self, permits: u64) -> Duration
-    where
-        C: Timer,
-    {
+    /// Reserves `permits` if the next free time is at most `timeout` µs away: the clock reading
+    /// and the wait (zero for no permits), or `None` (nothing changed; `State::reserve`'s never).
+    fn reserve_within(&self, permits: u64, timeout: u64) -> Option<(u64, u64)> {
         if permits == 0 {
-            return Duration::ZERO;
+            return Some((0, 0));
         }
-        let reading = self.clock.now();
-        let now = self.micros_at(reading);
-        let wait = self.update(
-            |mut s, p| match s.reserve(permits as f64, now, p, self.mode) {
-                Some(wait) => (Some(s), wait),
-                None => (None, u64::MAX),
-            },
-        );
-        self.pay(reading, wait)
-    }
-
-    /// Takes `permits` if the wait for them is at most `timeout`, sleeping that wait through the
-    /// clock; otherwise returns `false` at once and changes nothing (Guava's `tryAcquire`: it
-    /// refuses when the next free time is more than `timeout` after now). The timeout is
-    /// truncated to whole microseconds. `permits == 0` returns `true` and changes nothing.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Smooth};
-    /// let clock = ManualClock::new();
-    /// let limiter = Smooth::bursty_with_clock(5.0, Duration::from_secs(1), clock.clone()).unwrap();
-    /// assert!(limiter.try_acquire(1, Duration::ZERO));
-    /// assert!(!limiter.try_acquire(1, Duration::from_millis(100))); // next free in 200 ms
-    /// assert!(limiter.try_acquire(1, Duration::from_millis(200))); // sleeps 200 ms
-    /// ```
-    pub fn try_acquire(&self, permits: u64, timeout: Duration) -> bool
-    where
-        C: Timer,
-    {
-        if permits == 0 {
-            return true;
-        }
-        let timeout = u64::try_from(timeout.as_micros())
-            .unwrap_or(u64::MAX)
-            .min(MAX_MICROS);
         let reading = self.clock.now();
         let now = self.micros_at(reading);
         let wait = self.update(|mut s, p| {
@@ -295,28 +216,17 @@ impl<C: Clock> Smooth<C> {
                 None => (None, None),
             }
         });
-        match wait {
-            Some(wait) => {
-                self.pay(reading, wait);
-                true
-            }
-            None => false,
-        }
+        Some((reading, wait?))
     }
 
-    /// Changes the stable rate, as Guava's `setRate` does: the state is first brought up to
-    /// date at the old rate, then the stored permits are rescaled in proportion to the new
-    /// maximum (`stored × new_max / old_max`). The time already reserved is kept, so the next
-    /// caller still pays the previous request's cost at the old rate. The warm-up period, cold
-    /// factor and maximum burst duration stay as configured.
+    /// Changes the stable rate as Guava's `setRate` does: the state is brought up to date at the
+    /// old rate, then the stored permits are scaled by `new_max / old_max`; the time already
+    /// reserved is kept. Errors (nothing changes): as [`bursty_with_clock`](Smooth::bursty_with_clock).
     ///
-    /// A concurrent caller sees the old rate with the old state or the new rate with the new
-    /// state, never a mix: a decision's CAS succeeds only on the exact word it decided on, and
-    /// no word comes back, since each `set_rate` moves the next free time past that of every
-    /// word two reconfigurations back (1 µs where nothing else moved it; Guava leaves it; why:
-    /// `docs/guarantees.md`, "Reconfiguration"). Decisions never wait for `set_rate`;
-    /// concurrent calls take turns. [`ConfigError::InvalidRate`] (nothing changes) for a rate
-    /// that is not finite and positive; [`ConfigError::RateTooHigh`] above 1,000,000 permits/s.
+    /// A concurrent caller sees the old rate with the old state or the new with the new: a CAS
+    /// needs the exact word decided on, and no word comes back, since each `set_rate` moves the
+    /// next free time past every word two reconfigurations back (by 1 µs where nothing else
+    /// did; `docs/guarantees.md`, "Reconfiguration"). Decisions never wait; calls take turns.
     ///
     /// ```
     /// use std::time::Duration;
@@ -342,12 +252,7 @@ impl<C: Clock> Smooth<C> {
         loop {
             let mut s = decode(cur, &old);
             s.resync(now, &old);
-            s.stored = match self.mode {
-                // Guava's +inf cases cannot arise: rates and maxima are finite here.
-                Mode::Bursty { .. } if old.max == 0.0 => 0.0,
-                Mode::WarmingUp { .. } if old.max == 0.0 => new.max,
-                _ => s.stored * new.max / old.max,
-            };
+            s.stored = self.mode.rescale(s.stored, &old, &new);
             // Past every word two eras back (their next free times are at most `floor`).
             if floor != NO_ERA && s.next <= floor {
                 s.next = (floor + 1).min(MAX_MICROS);
@@ -367,8 +272,7 @@ impl<C: Clock> Smooth<C> {
         Ok(())
     }
 
-    /// The stable rate in permits per second, as Guava's `getRate` computes it
-    /// (`1e6 / stableIntervalMicros`).
+    /// The stable rate in permits per second, as Guava's `getRate` (`1e6 / stableIntervalMicros`).
     ///
     /// ```
     /// use std::time::Duration;
@@ -394,11 +298,8 @@ impl<C: Clock> Smooth<C> {
         &self.clock
     }
 
-    /// Holds nothing now: what a process that cannot restore its state should do instead of
-    /// starting with a burst. The next permit is free no sooner than one stable interval from
-    /// now, and the stored permits are the strict end — none for bursty, every one cold for
-    /// warming up (the stricter of that and the limiter's own, as a restore keeps). Not in
-    /// Guava, which has no such operation.
+    /// Holds nothing now (not in Guava), for a process that cannot restore its state: the next
+    /// permit is free in one stable interval; none is stored (bursty) or all are cold.
     ///
     /// ```
     /// use std::time::Duration;
@@ -412,10 +313,7 @@ impl<C: Clock> Smooth<C> {
         let now = self.micros_at(self.clock.now());
         self.update(|mut s, p| {
             s.resync(now, p);
-            s.stored = match self.mode {
-                Mode::Bursty { .. } => 0.0,
-                Mode::WarmingUp { .. } => p.max,
-            };
+            s.stored = self.mode.strictest(p);
             let next = now
                 .saturating_add(guava::ceil_u64(p.stable))
                 .min(MAX_MICROS);
@@ -424,62 +322,25 @@ impl<C: Clock> Smooth<C> {
         });
     }
 
-    /// Guava's `stopwatch.readMicros()`: whole microseconds since the limiter was created. A
-    /// clock reading before the origin counts as the origin.
-    #[cfg(feature = "persist")]
-    #[inline]
-    fn now_micros(&self) -> u64 {
-        self.micros_at(self.clock.now())
-    }
-
-    /// A clock reading in microseconds since the limiter's origin.
+    /// Guava's `stopwatch.readMicros()` at clock reading `now`: whole microseconds since the
+    /// limiter was created (a reading before counts as the origin).
     fn micros_at(&self, now: u64) -> u64 {
         (now.saturating_sub(self.origin) / 1000).min(MAX_MICROS)
     }
 
-    /// Sleeps the wait of a decision taken at the clock reading `reading` and returns it: to
-    /// the instant it ends ([`Timer::sleep_until`]), so that a caller stalled since the decision
-    /// does not oversleep by the stall (nor move an auto-advancing `ManualClock` past it).
-    fn pay(&self, reading: u64, wait_micros: u64) -> Duration
-    where
-        C: Timer,
-    {
-        match wait_micros {
-            0 => Duration::ZERO,
-            // `u64::MAX`: never admitted (see `State::reserve`).
-            u64::MAX => {
-                self.clock.sleep(Duration::MAX);
-                Duration::MAX
-            }
-            _ => {
-                self.clock
-                    .sleep_until(reading.saturating_add(wait_micros.saturating_mul(1000)));
-                Duration::from_micros(wait_micros)
-            }
-        }
-    }
-
-    /// The parameters selected by word `w`, or `None` if their slot is being rewritten (the
-    /// caller reloads the word).
-    #[inline]
-    fn params_of(&self, w: u128) -> Option<Params> {
-        self.slots.read((w & 1) as u64).map(Params::from_raw)
-    }
-
-    /// The CAS loop. `f(state, params)` returns the state to write (`None`: write nothing) and
-    /// the result; it may run several times, so it must not have side effects.
-    ///
-    /// A result that writes nothing stands only if the word loaded again after the slot read is
-    /// still `w`: two reconfigurations may have rewritten the slot `w` names in between.
+    /// The CAS loop: `f(state, params)` returns the state to write (`None`: nothing) and the
+    /// result, and may run several times. A result that writes nothing stands only if the word
+    /// loaded again is still `w` (two reconfigurations may have rewritten `w`'s slot since).
     #[inline]
     fn update<R>(&self, mut f: impl FnMut(State, &Params) -> (Option<State>, R)) -> R {
         let mut w = self.state.load(Ordering::Acquire);
         loop {
-            let Some(params) = self.params_of(w) else {
+            let Some((raw, _)) = self.slots.read_versioned((w & 1) as u64) else {
                 spin_loop();
                 w = self.state.load(Ordering::Acquire);
                 continue;
             };
+            let params = Params::from_raw(raw);
             let (next, result) = f(decode(w, &params), &params);
             let new = next.map_or(w, |next| encode(next, &params, w & 1));
             if new == w {
@@ -501,15 +362,74 @@ impl<C: Clock> Smooth<C> {
     }
 }
 
+impl<C: Timer> Smooth<C> {
+    /// Takes `permits`, sleeping on the clock until the previous requests are paid for; returns
+    /// the time slept (Guava's `acquire`, in seconds there). Its own permits push the next caller
+    /// back instead. `permits == 0` returns zero at once and changes nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock, Smooth};
+    /// let clock = ManualClock::new();
+    /// let limiter = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), clock.clone()).unwrap();
+    /// assert_eq!(limiter.acquire(3), Duration::ZERO);
+    /// assert_eq!(limiter.acquire(1), Duration::from_secs(3)); // pays for the 3 permits
+    /// assert_eq!(clock.now(), 3_000_000_000); // a ManualClock advances itself when "sleeping"
+    /// ```
+    pub fn acquire(&self, permits: u64) -> Duration {
+        match self.reserve_within(permits, u64::MAX) {
+            Some((reading, wait)) => self.pay(reading, wait),
+            None => self.pay(0, u64::MAX),
+        }
+    }
+
+    /// Guava's `tryAcquire`: takes `permits` and sleeps the wait if the next free time is at
+    /// most `timeout` (truncated to whole µs) away, else returns `false` at once and changes
+    /// nothing. `permits == 0` returns `true` and changes nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Smooth};
+    /// let clock = ManualClock::new();
+    /// let limiter = Smooth::bursty_with_clock(5.0, Duration::from_secs(1), clock.clone()).unwrap();
+    /// assert!(limiter.try_acquire(1, Duration::ZERO));
+    /// assert!(!limiter.try_acquire(1, Duration::from_millis(100))); // next free in 200 ms
+    /// assert!(limiter.try_acquire(1, Duration::from_millis(200))); // sleeps 200 ms
+    /// ```
+    pub fn try_acquire(&self, permits: u64, timeout: Duration) -> bool {
+        let timeout = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+        self.reserve_within(permits, timeout.min(MAX_MICROS))
+            .map(|(reading, wait)| self.pay(reading, wait))
+            .is_some()
+    }
+
+    /// Sleeps until the wait of a decision taken at `reading` ends and returns the wait (to an
+    /// instant, so a caller stalled since the decision does not oversleep).
+    fn pay(&self, reading: u64, wait_micros: u64) -> Duration {
+        match wait_micros {
+            0 => Duration::ZERO,
+            // `u64::MAX`: never admitted (see `State::reserve`).
+            u64::MAX => {
+                self.clock.sleep(Duration::MAX);
+                Duration::MAX
+            }
+            _ => {
+                self.clock
+                    .sleep_until(reading.saturating_add(wait_micros.saturating_mul(1000)));
+                Duration::from_micros(wait_micros)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ManualClock;
     use core::mem::offset_of;
 
-    /// Every field a decision reads ends at least 64 bytes before the state word starts (the
-    /// slot versions and the first slot included), so no cache line holds both, however the
-    /// limiter is aligned.
+    /// Every field a decision reads ends at least 64 bytes before the state word, so no cache
+    /// line holds both, however the limiter is aligned.
     #[test]
     fn the_word_shares_no_line_with_what_decisions_read() {
         type S = Smooth<ManualClock>;

@@ -1,48 +1,36 @@
-//! The pure decision over several quotas at one clock reading: [`crate::gcra`]'s decision for
-//! each quota, combined all or nothing. No atomics: the multi-bucket's word, its seqlocked
-//! words, the tests and custom storage ([`crate::gcra::try_acquire_all`]) all apply it.
-//!
-//! Every quota is decided exactly as a [`Bucket`](crate::Bucket) decides it
-//! ([`crate::gcra`]'s `try_acquire_scaled`). The verdict is the conjunction: admitted iff every quota
-//! admits, and then every quota's new state is written; otherwise nothing is. So each quota's
-//! state moves only by decisions that quota admits on its own at the same reading, and its
-//! window bound is the bucket's.
+//! The pure decision over several quotas at one reading: each decided as a
+//! [`Bucket`](crate::Bucket) decides, all written iff all admit, so each quota moves only by
+//! decisions it admits on its own and keeps the bucket's window bound.
 
 use crate::error::Denied;
 use crate::gcra;
-use crate::limits::{Limits, MAX_LIMITS};
+use crate::limits::Limits;
 use crate::quota::{Scaled, HORIZON_NS};
 use crate::refusal::Refusal;
 use crate::snapshot::Snapshot;
 
-/// The decision words of `N` quotas and the index of the smallest burst (the first of equals).
-///
-/// A policy of fewer quotas than `N` is padded by repeating its last quota, with its state
-/// repeated too: a copy decides exactly as its original, so the padding never changes a verdict,
-/// and every choice below takes the first of equal candidates, so it never names a copy.
+/// The decision words of `N` quotas, padded by repeating the last quota (and its state): a
+/// copy decides as its original, and every choice takes the first of equals, never a copy.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Rates<const N: usize> {
     pub(crate) rates: [Scaled; N],
-    /// Each quota's burst in state units (`burst × scale`), made once for every decision.
+    /// Each quota's `burst × scale`.
     burst_units: [u64; N],
-    /// Every quota's units earned per nanosecond if every quota is exact (`div == 1`), for the
-    /// two-quota admission's straight-line test; `None` if any is inexact.
+    /// Every quota's units per nanosecond if all are exact, for `decide_pair_within`.
     exact_muls: Option<[u64; N]>,
     min_burst: u64,
     min_burst_index: usize,
 }
 
 impl<const N: usize> Rates<N> {
-    /// The first `N` quotas of `limits`, padded as described above. Requires `N >= len`.
+    /// The quotas of `limits`, padded. Requires `N >= len`.
     pub(crate) fn new(limits: &Limits) -> Rates<N> {
         let quotas = limits.quotas();
         let rates = core::array::from_fn(|i| *quotas[i.min(quotas.len() - 1)].scaled());
-        let mut min_burst_index = 0;
-        for (i, q) in quotas.iter().enumerate() {
-            if q.burst() < quotas[min_burst_index].burst() {
-                min_burst_index = i;
-            }
-        }
+        // `min_by_key` returns the first of equals.
+        let min_burst_index = (0..quotas.len())
+            .min_by_key(|&i| quotas[i].burst())
+            .unwrap_or(0);
         Rates {
             rates,
             burst_units: rates.map(|r| r.burst_units()),
@@ -56,23 +44,14 @@ impl<const N: usize> Rates<N> {
     }
 }
 
-/// States padded to `N` as [`Rates`] pads the quotas: entry `i` of `states` for `i < len`,
-/// the last one repeated after.
+/// States padded to `N` as [`Rates`] pads the quotas.
 #[inline]
 pub(crate) fn pad<const N: usize>(states: &[u64]) -> [u64; N] {
     core::array::from_fn(|i| states[i.min(states.len() - 1)])
 }
 
-/// Decides `cost` over every quota at `now`: `Ok(Some(states'))` admitted (write all of
-/// them), `Ok(None)` admitted with nothing to write (`cost == 0`), `Err` refused (write
-/// nothing).
-///
-/// A refusal is [`Denied::ExceedsBurst`] iff `cost` exceeds the smallest burst (naming that
-/// quota); otherwise [`Denied::RetryAfter`] of the largest per-quota wait, naming the quota that
-/// waits longest (the first of equals). Each per-quota wait is the smallest whole number of
-/// nanoseconds after which that quota holds `cost`; a quota's balance only grows while nothing
-/// is admitted, so after the largest of them every quota holds it, and before it the quota
-/// that waits longest does not: the largest wait is the exact wait of the conjunction.
+/// [`crate::gcra::try_acquire_all`]. The largest per-quota wait is exact for all: balances only
+/// grow while nothing is admitted, and before it the longest-waiting quota lacks `cost`.
 #[inline(always)]
 pub(crate) fn decide<const N: usize>(
     states: [u64; N],
@@ -106,8 +85,7 @@ pub(crate) fn decide<const N: usize>(
     Ok(Some(next))
 }
 
-/// [`decide`] for two quotas, written out: both quotas decided straight-line by the bucket's
-/// arithmetic, without the checks made once for both.
+/// [`decide`] for two quotas, written out straight-line.
 #[inline(always)]
 pub(crate) fn decide_pair(
     states: [u64; 2],
@@ -124,8 +102,7 @@ pub(crate) fn decide_pair(
     decide_pair_within(states, now, rates, cost).map(Some)
 }
 
-/// [`decide_pair`] for `0 < cost <=` the smallest burst, which the caller has checked (the
-/// keyed limiter's hot path checks both before it reads the clock): `Ok(states')` admitted.
+/// [`decide_pair`] for `0 < cost <=` the smallest burst, checked by the caller.
 #[inline(always)]
 pub(crate) fn decide_pair_within(
     states: [u64; 2],
@@ -135,8 +112,7 @@ pub(crate) fn decide_pair_within(
 ) -> Result<[u64; 2], Refusal> {
     debug_assert!(cost > 0 && cost <= rates.min_burst);
     let (a, b) = match rates.exact_muls {
-        // Both exact (the common policy): `one`'s arithmetic for both, the admission tested
-        // for both at once, the clock's cap on `now` taken once.
+        // Both exact: `one`'s arithmetic, both admissions tested at once.
         Some([m0, m1]) => {
             let t = now.min(HORIZON_NS);
             let (e0, e1) = (t * m0, t * m1);
@@ -174,16 +150,13 @@ pub(crate) fn decide_pair_within(
     }
 }
 
-/// One quota's decision for `0 < cost <= burst` on a state some quota produced
-/// (`<= MAX_UNITS`), which the caller guarantees: `gcra::try_acquire_scaled`'s arithmetic without
-/// its checks for the exact quotas; an inexact quota goes through `try_acquire_scaled` itself.
-/// `burst_units` is the quota's `burst × scale`.
+/// One quota's decision for `0 < cost <= burst` on a state `<= MAX_UNITS` (the caller's
+/// guarantee): `try_acquire_scaled`'s arithmetic without its checks for an exact quota.
 #[inline(always)]
 fn one(state: u64, now: u64, rate: &Scaled, burst_units: u64, cost: u64) -> Result<u64, Denied> {
     match rate.exact_earned(now) {
         Some(earned) => {
-            // `state, cost·scale, earned + burst·scale <= MAX_UNITS` (the quota's range): no
-            // overflow.
+            // Every term is at most MAX_UNITS by the quota's range: no overflow.
             let cost_units = cost * rate.scale();
             let want = state + cost_units;
             if want <= earned + burst_units {
@@ -193,15 +166,11 @@ fn one(state: u64, now: u64, rate: &Scaled, burst_units: u64, cost: u64) -> Resu
                 Err(Denied::RetryAfter(gcra::wait_until(at, now)))
             }
         }
-        None => match gcra::try_acquire_scaled(state, now, rate, cost) {
-            Ok(next) => Ok(next.unwrap_or(state)),
-            Err(denied) => Err(denied),
-        },
+        None => gcra::try_acquire_scaled(state, now, rate, cost).map(|n| n.unwrap_or(state)),
     }
 }
 
-/// The refusal of a decision some quota refused: the longest wait and its quota (the first of
-/// equals). Out of line: admissions never pay for it.
+/// The longest wait among the refusals and its quota (the first of equals); out of line.
 #[cold]
 #[inline(never)]
 fn longest(verdicts: &[Result<Option<u64>, Denied>]) -> Refusal {
@@ -244,36 +213,10 @@ pub(crate) fn snapshots<const N: usize>(
     core::array::from_fn(|i| gcra::snapshot_scaled(states[i], now, &rates.rates[i]))
 }
 
-/// The index of the tightest snapshot: the fewest remaining tokens, ties broken by the longest
-/// time until full (the one full last), then by the first index.
+/// [`Snapshots::tightest`](crate::Snapshots::tightest)'s index.
 pub(crate) fn tightest(snapshots: &[Snapshot]) -> usize {
-    let mut best = 0;
-    for (i, s) in snapshots.iter().enumerate().skip(1) {
-        let b = &snapshots[best];
-        if (s.remaining(), core::cmp::Reverse(s.until_full()))
-            < (b.remaining(), core::cmp::Reverse(b.until_full()))
-        {
-            best = i;
-        }
-    }
-    best
-}
-
-/// [`decide`] on a [`Limits`], for storage outside the crate: see
-/// [`crate::gcra::try_acquire_all`].
-pub(crate) fn try_acquire_all(
-    states: [u64; MAX_LIMITS],
-    now: u64,
-    limits: &Limits,
-    cost: u64,
-) -> Result<Option<[u64; MAX_LIMITS]>, Refusal> {
-    let len = limits.quotas().len();
-    let rates = Rates::<MAX_LIMITS>::new(limits);
-    let padded = pad::<MAX_LIMITS>(&states[..len]);
-    let next = decide(padded, now, &rates, cost)?;
-    Ok(next.map(|next| {
-        let mut out = states;
-        out[..len].copy_from_slice(&next[..len]);
-        out
-    }))
+    let key = |s: &Snapshot| (s.remaining(), core::cmp::Reverse(s.until_full()));
+    (0..snapshots.len())
+        .min_by_key(|&i| key(&snapshots[i]))
+        .unwrap_or(0)
 }

@@ -1,24 +1,13 @@
 //! [`MultiBucket`]'s saved state (feature `persist`): a `MULTI` frame with the number of quotas
 //! and, for each, its record (the quota and the units it lacks from full at the anchor).
 
-use super::{MultiBucket, Store};
+use super::MultiBucket;
 use crate::clock::Clock;
+use crate::gcra::all::pad;
 use crate::limits::MAX_LIMITS;
 use crate::persist::format::{kind, Cursor, Limiter, Payload};
 use crate::persist::{inherent_persist, lack, restored_state, sealed, RestoreError};
 use crate::quota::Quota;
-
-impl<C: Clock> MultiBucket<C> {
-    /// The states of every quota, read in one atomic step.
-    fn states(&self) -> [u64; MAX_LIMITS] {
-        let mut out = [0; MAX_LIMITS];
-        match &self.store {
-            Store::Pair(_, pair) => out[..2].copy_from_slice(&pair.load()),
-            Store::Wide(_, wide) => out = wide.load(),
-        }
-        out
-    }
-}
 
 inherent_persist!(impl[C: Clock] MultiBucket<C>);
 
@@ -33,7 +22,7 @@ impl<C: Clock> sealed::OneFrame for MultiBucket<C> {
     /// Every quota's state, read in one atomic step.
     fn payload(&self) -> Payload {
         let now = self.clock().now();
-        let states = self.states();
+        let states: [u64; MAX_LIMITS] = on_store!(self, |_, s| pad(&s.load()));
         let quotas = self.limits().quotas();
         let mut p = Payload::default();
         p.u8(quotas.len() as u8);
@@ -43,8 +32,7 @@ impl<C: Clock> sealed::OneFrame for MultiBucket<C> {
         p
     }
 
-    /// A state saved with another number of quotas is refused
-    /// ([`RestoreError::LimitsChanged`]): which saved quota became which is not known.
+    /// Another number of quotas is [`RestoreError::LimitsChanged`] (which became which?).
     fn decode(&self, c: &mut Cursor<'_>) -> Result<Saved, RestoreError> {
         let mut saved: [(Option<Quota>, u64); MAX_LIMITS] = [(None, 0); MAX_LIMITS];
         let n = usize::from(c.u8()?);
@@ -65,8 +53,7 @@ impl<C: Clock> sealed::OneFrame for MultiBucket<C> {
         Ok((saved, n))
     }
 
-    /// Each quota's state, refilled over the downtime, converted by position to this bucket's
-    /// quota; each keeps the stricter of its state and the restored one.
+    /// Each quota's state refilled over the downtime, converted by position, if stricter.
     fn apply(&self, (saved, _): Saved, down: u64) {
         let now = self.clock().now();
         let mut to = [0u64; MAX_LIMITS];

@@ -4,10 +4,8 @@ use crate::gcra::all::tightest;
 use crate::limits::MAX_LIMITS;
 use crate::snapshot::Snapshot;
 
-/// Every quota of a policy right after one decision, from the same clock reading and the same
-/// states as the decision (see [`Snapshot`]): one per quota, in the policy's order, for a
-/// `RateLimit-Policy` header that lists them all and metrics per quota.
-/// [`tightest`](Snapshots::tightest) is the one a `RateLimit` header describes.
+/// Every quota's [`Snapshot`] right after one decision, in the policy's order (a
+/// `RateLimit-Policy` header); [`tightest`](Snapshots::tightest) is the `RateLimit` header's.
 ///
 /// ```
 /// use std::time::Duration;
@@ -30,9 +28,8 @@ pub struct Snapshots {
 }
 
 impl Snapshots {
-    /// The snapshots of a policy's quotas, in order; at most four are kept. For limiters stored
-    /// elsewhere (a Redis backend, a test double). `None` if `snapshots` is empty or holds more
-    /// than four.
+    /// The snapshots of a policy's quotas, in order (for limiters stored elsewhere); `None` if
+    /// empty or more than four.
     ///
     /// ```
     /// use std::time::Duration;
@@ -55,10 +52,7 @@ impl Snapshots {
 
     /// A single quota's snapshot.
     pub(crate) fn one(snapshot: Snapshot) -> Snapshots {
-        Snapshots {
-            all: [snapshot; MAX_LIMITS],
-            len: 1,
-        }
+        Snapshots::from_padded([snapshot], 1)
     }
 
     /// From a padded array whose first `len` entries are the policy's.
@@ -93,8 +87,8 @@ impl Snapshots {
         self.len
     }
 
-    /// The tightest quota's index and snapshot: the fewest remaining tokens, ties broken by the
-    /// longest time until full (the one full last), then by the first index.
+    /// The tightest quota's index and snapshot: the fewest remaining tokens, then the one full
+    /// last, then the first.
     ///
     /// ```
     /// use std::time::Duration;

@@ -1,49 +1,21 @@
 //! Where a [`MultiBucket`](crate::MultiBucket) keeps its quotas' states, and how one decision
-//! reads them and commits all of them in one atomic step.
-//!
-//! * [`Pair`] — one or two quotas: both 64-bit states in one 128-bit word, written by one
-//!   compare-and-swap (decided from a plain mirror of the word, which the CAS or one load
-//!   confirms). Lock-free wherever `portable-atomic`'s `AtomicU128`
-//!   is native (`cmpxchg16b` on x86_64, `CASP` or an exclusive pair on AArch64, and the other
-//!   targets `src/sync.rs` lists); a short critical section elsewhere.
-//! * [`Wide`] — three or four quotas: four 64-bit words under a sequence lock whose writers
-//!   are serialized. No target has a lock-free 256-bit compare-and-swap, and the 63-bit states
-//!   do not fit two to a word with anything to spare, so an admission takes the lock for four
-//!   stores (no clock read, no allocation, nothing that can panic) and is **not lock-free**: a
-//!   writer preempted inside those stores delays every decision on the policy. Refusals and
-//!   `available` never write: they read the words optimistically and retry if a writer
-//!   intervened, so a flood of refusals shares the line without contending on it.
+//! commits all of them in one atomic step: [`Pair`] (one or two quotas, one 128-bit CAS) or
+//! [`Wide`] (three or four, a sequence lock).
 
 use crate::sync::{fence, AtomicU128, AtomicU64, Backoff, Ordering};
 use crossbeam_utils::CachePadded;
 
-/// Two states in one word: quota 0 in the low half, quota 1 in the high half.
+/// Two [`gcra`](crate::gcra) states in one word: quota 0's in bits 63..0, quota 1's (or
+/// quota 0's again, for one quota) in bits 127..64.
 ///
-/// | bits | meaning |
-/// |---|---|
-/// | 63..0 | quota 0's [`gcra`](crate::gcra) state (0 ..= 2^63 − 1; 0 = full) |
-/// | 127..64 | quota 1's state (a policy of one quota repeats quota 0's) |
+/// Beside it a **mirror** each successful CAS updates with plain stores, where decisions start
+/// (on x86_64 a 128-bit load right after this thread's `lock cmpxchg16b` waits for it to drain:
+/// `benches/multi.rs`, `multi_floor`). Only a guess: a write commits by a CAS expecting the exact
+/// guess, so a stale or torn one fails and the loop goes on from the word returned; a decision
+/// that writes nothing is confirmed by one load equal to the guess (its linearization point).
 ///
-/// Beside the word, on its cache line, a **mirror**: two 64-bit words that each successful
-/// compare-and-swap copies its new value into with two plain stores. A decision starts from
-/// the mirror instead of loading the word: on x86_64 a 128-bit load right after this thread's
-/// own `lock cmpxchg16b` waits for that store to drain, while the mirror's two loads forward
-/// from the plain stores (`benches/multi.rs` group `multi_floor` times both;
-/// `docs/benchmarks.md`). The mirror is only a guess, and nothing trusts it:
-///
-/// * a write commits only by a CAS whose expected value is the guess it was decided on, so a
-///   stale or torn guess (two writers' stores interleaved) just fails that CAS, and the loop
-///   goes on from the word the CAS returns;
-/// * a decision that writes nothing (a refusal) is confirmed by one load of the word: equal to
-///   the guess, the refusal was decided on the word as it is at that load (where it is
-///   linearized); different, the decision is made again on the word loaded.
-///
-/// So every decision is still made on a value the word held, and committed by one CAS on that
-/// exact value: the mirror changes the cost, not the protocol.
-///
-/// Orderings: `Relaxed` everywhere. The word publishes nothing but itself: the quotas are
-/// immutable and the clock is read before the word, and single-location coherence orders all
-/// decisions on it.
+/// Orderings: `Relaxed` everywhere. The word publishes only itself (the quotas are immutable,
+/// the clock read before), and coherence orders all decisions on it.
 #[derive(Debug)]
 pub(crate) struct Pair {
     line: CachePadded<Line>,
@@ -56,13 +28,11 @@ struct Line {
     mirror: [AtomicU64; 2],
 }
 
-/// Packs two states into the pair word.
 #[inline(always)]
 pub(crate) fn pack(states: [u64; 2]) -> u128 {
     u128::from(states[0]) | (u128::from(states[1]) << 64)
 }
 
-/// Unpacks the pair word.
 #[inline(always)]
 pub(crate) fn unpack(word: u128) -> [u64; 2] {
     [word as u64, (word >> 64) as u64]
@@ -78,7 +48,7 @@ impl Pair {
         }
     }
 
-    /// The states now (one load of the word, not the mirror).
+    /// The states now (from the word, not the mirror).
     #[inline(always)]
     pub(crate) fn load(&self) -> [u64; 2] {
         unpack(self.line.word.load(Ordering::Relaxed))
@@ -158,27 +128,21 @@ impl Pair {
     }
 }
 
-/// Four states under a sequence lock with serialized writers.
+/// Four states under a sequence lock with serialized writers (63-bit states do not fit two to a
+/// word, and no target has a 256-bit CAS). An admission holds the lock for four stores and is
+/// **not lock-free**: a writer preempted there delays every decision. Refusals never write.
 ///
-/// | word | meaning |
-/// |---|---|
-/// | `seq` | even: no writer; odd: a writer holds the lock. Stepped by one at lock and at unlock, so a reader that sees the same even value before and after its reads read the words one writer left |
-/// | `states[i]` | quota `i`'s [`gcra`](crate::gcra) state; a policy of three repeats quota 2's in `states[3]` |
-///
-/// Protocol:
+/// `seq` is even with no writer, odd while one holds the lock (a 64-bit count that does not
+/// wrap within centuries); `states[i]` is quota `i`'s state (three quotas repeat the last).
 ///
 /// * **Read** (every decision first): load `seq` (`Acquire`, pairing with the last unlock's
-///   `Release`) and wait while it is odd; load the four words (`Relaxed`); an `Acquire` fence;
-///   load `seq` again. Equal to the first: the four values are the ones the writer that
-///   released that `seq` left (a value of a later writer would be ordered, by its `Release`
-///   fence and this `Acquire` fence, before a later `seq`, so the second load would differ).
-/// * **Commit** (an admission): CAS `seq` from the even value read to the next odd value.
-///   It succeeds only if no writer took the lock since the read (`seq` only grows), so the
-///   states are still those decided on; a failure means another admission came between: read
-///   and decide again. Then a `Release` fence (orders the odd `seq` before the stores), the
-///   four stores (`Relaxed`), and `seq` + 1 stored with `Release` (publishes them).
-///
-/// A 64-bit `seq` stepping by 2 per admission does not wrap within centuries at any rate.
+///   `Release`), waiting while it is odd; the four words (`Relaxed`); an `Acquire` fence; `seq`
+///   again. Equal: the values are the ones the writer that released that `seq` left (a later
+///   writer's would be ordered, by its `Release` fence and this fence, before a later `seq`).
+/// * **Commit** (an admission): CAS `seq` from the even value read to the next odd one, which
+///   fails if any writer came since the read (then read and decide again); a `Release` fence
+///   (the odd `seq` before the stores), the four stores (`Relaxed`), and `seq + 1` stored with
+///   `Release` (publishing them).
 #[derive(Debug)]
 pub(crate) struct Wide {
     seq: CachePadded<AtomicU64>,
@@ -269,8 +233,7 @@ mod tests {
     use super::*;
     use alloc::vec::Vec;
 
-    /// One decision: "spend 1 from quota 0 if it has spent less than 3", as the store's loops
-    /// take it, recording every value it was run on.
+    /// "Spend 1 from quota 0 if it has spent less than 3", recording every value it sees.
     fn spend(seen: &mut Vec<[u64; 2]>) -> impl FnMut([u64; 2]) -> (Option<[u64; 2]>, u64) + '_ {
         move |s| {
             seen.push(s);

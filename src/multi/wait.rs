@@ -1,17 +1,12 @@
 //! Waiting on a policy: [`MultiBucket::reserve`] → [`MultiReservation`], and the blocking
-//! [`MultiBucket::acquire`] / [`MultiBucket::try_acquire_for`] built on it.
-//!
-//! The primitive is the bucket's ([`gcra::reserve`]) applied to every quota in one atomic step:
-//! the reservation is due when the last quota holds the cost (the largest per-quota due
-//! instant), and every quota is debited as of that instant (see `reserve_states`). Cancelling
-//! applies [`gcra::cancel`] to each quota with that due instant, in one atomic step: a quota
-//! gets the tokens back iff nothing was admitted on it since and the reservation is not yet
-//! due, the bucket's all-or-nothing rule per quota, so every quota keeps its window bound.
+//! calls built on it: [`gcra::reserve`] and [`gcra::cancel`] applied to every quota in one
+//! atomic step with one due instant (when the last quota holds the cost), so every quota keeps
+//! its window bound.
 
-use super::{MultiBucket, Store};
+use super::MultiBucket;
 use crate::clock::{saturating_nanos, Clock, Timer};
 use crate::error::Denied;
-use crate::gcra;
+use crate::gcra::{self, all::pad};
 use crate::limits::MAX_LIMITS;
 use crate::quota::Quota;
 use core::fmt;
@@ -28,22 +23,24 @@ struct Ticket {
     due: u64,
 }
 
-/// The quota at padded index `i`.
+impl Ticket {
+    fn new<const N: usize>(before: [u64; N], after: [u64; N], due: u64) -> Ticket {
+        let (before, after) = (pad(&before), pad(&after));
+        Ticket { before, after, due }
+    }
+}
+
 fn quota_at(quotas: &[Quota], i: usize) -> &Quota {
     &quotas[i.min(quotas.len() - 1)]
 }
 
-/// Reserves `cost` on every quota in `states` at `now`, if the tokens are due within `limit`
-/// nanoseconds: the states to write and the ticket, or the refusal (nothing to write).
+/// Reserves `cost` on every quota at `now` if the tokens are due within `limit` ns: the states
+/// to write and the ticket, or the refusal (nothing to write).
 ///
-/// Two passes: the first finds the instant `due` at which every quota holds `cost` (the largest
-/// per-quota due instant); the second debits every quota **as of `due`**, the instant the caller
-/// acts (`gcra::reserve` at reading `due`, where each quota holds the cost). Debiting a quota
-/// whose own tokens are there earlier as of `now` instead would let it refill, between `now` and
-/// `due`, tokens that the caller only spends at `due`: at `due` that quota could then admit its
-/// whole burst again on top of this reservation. As of `due`, each quota sees one more decision
-/// at a reading ahead of the others, which the bucket's arithmetic tolerates as it tolerates a
-/// stale reading: every quota's window bound holds at the instants callers act.
+/// Two passes: `due` is the largest per-quota due instant; then every quota is debited **as of
+/// `due`**, when the caller acts (as of `now`, a quota due earlier would refill until `due` and
+/// could admit its whole burst again on top of this). A reading ahead of the others is
+/// tolerated as a stale one is: every window bound holds.
 fn reserve_states<const N: usize>(
     states: [u64; N],
     now: u64,
@@ -57,16 +54,7 @@ fn reserve_states<const N: usize>(
     }
     if cost == 0 {
         // Due at once, takes nothing (as `Bucket::reserve`), even while a quota is in debt.
-        let mut after = [0; MAX_LIMITS];
-        after[..N].copy_from_slice(&states);
-        return (
-            None,
-            Ok(Ticket {
-                before: after,
-                after,
-                due: now,
-            }),
-        );
+        return (None, Ok(Ticket::new(states, states, now)));
     }
     let mut due = now;
     for (i, &state) in states.iter().enumerate() {
@@ -86,17 +74,11 @@ fn reserve_states<const N: usize>(
             Err(denied) => return (None, Err(denied)),
         }
     }
-    let (mut before, mut after) = ([0; MAX_LIMITS], [0; MAX_LIMITS]);
-    before[..N].copy_from_slice(&states);
-    after[..N].copy_from_slice(&next);
-    (Some(next), Ok(Ticket { before, after, due }))
+    (Some(next), Ok(Ticket::new(states, next, due)))
 }
 
-/// Applies the bucket's cancellation rule to every quota in `states`, with the reservation's
-/// one due instant (`due`: the ticket's, or the reading for a take given back): all or nothing
-/// on each quota, which gets its state from before the reservation back. Not `after − cost`: a
-/// quota whose tokens were there before the due instant was debited as of it, so that would
-/// take away its refill until then.
+/// [`gcra::cancel`]'s rule on every quota, with one due instant: a quota gets its state from
+/// before back, not `after − cost` (that would take the refill until `due` it was debited as of).
 fn cancel_states<const N: usize>(
     states: [u64; N],
     now: u64,
@@ -118,14 +100,8 @@ fn cancel_states<const N: usize>(
 }
 
 impl<C: Clock> MultiBucket<C> {
-    /// Takes `cost` tokens from every quota now, possibly ahead of their refill, in one atomic
-    /// step, and never blocks: the [`MultiReservation`] says how long to wait (until the last
-    /// quota's tokens are due) and can give the tokens back. Later callers queue behind it on
-    /// every quota. Dropping it keeps the tokens taken.
-    ///
-    /// Errors: [`Denied::ExceedsBurst`] when `cost` exceeds the smallest burst, and nothing is
-    /// taken. (`RetryAfter` only if a quota's queue of reservations already reaches past the
-    /// state's range or the horizon.) Cost 0 is due at once and takes nothing.
+    /// [`Bucket::reserve`](crate::Bucket::reserve) on every quota in one atomic step, due when
+    /// the last quota's tokens are; errors as its, over the policy.
     ///
     /// ```
     /// use std::time::Duration;
@@ -140,63 +116,8 @@ impl<C: Clock> MultiBucket<C> {
         self.reserve_within(self.clock.now(), cost, u64::MAX)
     }
 
-    /// Waits until `cost` tokens are admitted by every quota, then takes them; returns the
-    /// scheduled wait. As [`Bucket::acquire`](crate::Bucket::acquire): the tokens are reserved
-    /// first (one atomic step), then the thread sleeps on the clock until they are due (a
-    /// [`ManualClock`](crate::ManualClock) advances itself).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Clock, Limits, ManualClock, MultiBucket, Quota};
-    /// let clock = ManualClock::new();
-    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
-    /// let policy = MultiBucket::with_clock(limits, clock.clone());
-    /// assert_eq!(policy.acquire(5), Ok(Duration::ZERO));
-    /// assert_eq!(policy.acquire(5), Ok(Duration::from_secs(1)));
-    /// assert_eq!(clock.now(), 1_000_000_000);
-    /// ```
-    pub fn acquire(&self, cost: u64) -> Result<Duration, Denied>
-    where
-        C: Timer,
-    {
-        self.try_acquire_for(cost, Duration::MAX)
-    }
-
-    /// Like [`acquire`](MultiBucket::acquire), but only if the wait is at most `timeout`;
-    /// otherwise `Err(RetryAfter(wait))` and nothing is consumed (decided inside the one atomic
-    /// step). `timeout` zero decides as [`try_acquire`](MultiBucket::try_acquire).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
-    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
-    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
-    /// assert_eq!(policy.try_acquire_for(5, Duration::ZERO), Ok(Duration::ZERO));
-    /// assert_eq!(policy.try_acquire_for(5, Duration::from_millis(500)), Err(Denied::RetryAfter(Duration::from_secs(1))));
-    /// assert_eq!(policy.try_acquire_for(1, Duration::from_millis(500)), Ok(Duration::from_millis(200)));
-    /// ```
-    pub fn try_acquire_for(&self, cost: u64, timeout: Duration) -> Result<Duration, Denied>
-    where
-        C: Timer,
-    {
-        if cost == 0 {
-            return Ok(Duration::ZERO);
-        }
-        let now = self.clock.now();
-        let reservation = self.reserve_within(now, cost, saturating_nanos(timeout))?;
-        let due = reservation.ticket.due;
-        // A fresh reading: this thread may have stalled since `now` (see `Bucket::acquire`).
-        let mut t = self.clock.now();
-        while t < due {
-            self.clock.sleep_until(due);
-            t = self.clock.now();
-        }
-        Ok(Duration::from_nanos(due.saturating_sub(now)))
-    }
-
-    /// A reservation only if every quota holds `cost` now, else the refusal
-    /// [`try_acquire`](MultiBucket::try_acquire) gives; one atomic step either way (for
-    /// [`GiveBack`](crate::GiveBack)).
+    /// A reservation only if every quota holds `cost` now, else `try_acquire`'s refusal; one
+    /// atomic step either way (for [`GiveBack`](crate::GiveBack)).
     pub(crate) fn try_reserve_now(&self, cost: u64) -> Result<MultiReservation<'_, C>, Denied> {
         if cost > 0 {
             // The refusal's wait and `ExceedsBurst` exactly as `try_acquire` reports them.
@@ -212,14 +133,8 @@ impl<C: Clock> MultiBucket<C> {
         limit: u64,
     ) -> Result<MultiReservation<'_, C>, Denied> {
         let quotas = self.limits.quotas();
-        let ticket = match &self.store {
-            Store::Pair(_, pair) => {
-                pair.update(|states| reserve_states(states, now, quotas, cost, limit))
-            }
-            Store::Wide(_, wide) => {
-                wide.update(|states| reserve_states(states, now, quotas, cost, limit))
-            }
-        }?;
+        let ticket = on_store!(self, |_, s| s
+            .update(|states| reserve_states(states, now, quotas, cost, limit)))?;
         Ok(MultiReservation {
             policy: self,
             cost,
@@ -228,9 +143,53 @@ impl<C: Clock> MultiBucket<C> {
     }
 }
 
-/// Tokens taken from every quota of a [`MultiBucket`] by [`MultiBucket::reserve`]: wait
-/// [`delay`](MultiReservation::delay) before acting, or give them back with
-/// [`cancel`](MultiReservation::cancel). Dropping it keeps the tokens taken.
+impl<C: Timer> MultiBucket<C> {
+    /// [`Bucket::acquire`](crate::Bucket::acquire) on every quota: reserves, then sleeps on the
+    /// clock until the tokens are due; returns the scheduled wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, Limits, ManualClock, MultiBucket, Quota};
+    /// let clock = ManualClock::new();
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
+    /// let policy = MultiBucket::with_clock(limits, clock.clone());
+    /// assert_eq!(policy.acquire(5), Ok(Duration::ZERO));
+    /// assert_eq!(policy.acquire(5), Ok(Duration::from_secs(1)));
+    /// assert_eq!(clock.now(), 1_000_000_000);
+    /// ```
+    pub fn acquire(&self, cost: u64) -> Result<Duration, Denied> {
+        self.try_acquire_for(cost, Duration::MAX)
+    }
+
+    /// [`acquire`](MultiBucket::acquire) only if the wait is at most `timeout`, else
+    /// `Err(RetryAfter(wait))` and nothing is consumed. `timeout` zero decides as
+    /// [`try_acquire`](MultiBucket::try_acquire).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, Limits, ManualClock, MultiBucket, Quota};
+    /// let limits = Limits::new([Quota::per_second(10).unwrap(), Quota::per_second(5).unwrap()]).unwrap();
+    /// let policy = MultiBucket::with_clock(limits, ManualClock::new());
+    /// assert_eq!(policy.try_acquire_for(5, Duration::ZERO), Ok(Duration::ZERO));
+    /// assert_eq!(policy.try_acquire_for(5, Duration::from_millis(500)), Err(Denied::RetryAfter(Duration::from_secs(1))));
+    /// assert_eq!(policy.try_acquire_for(1, Duration::from_millis(500)), Ok(Duration::from_millis(200)));
+    /// ```
+    pub fn try_acquire_for(&self, cost: u64, timeout: Duration) -> Result<Duration, Denied> {
+        if cost == 0 {
+            return Ok(Duration::ZERO);
+        }
+        let now = self.clock.now();
+        let reservation = self.reserve_within(now, cost, saturating_nanos(timeout))?;
+        Ok(crate::wait::sleep_until(
+            &self.clock,
+            now,
+            reservation.ticket.due,
+        ))
+    }
+}
+
+/// Tokens taken from every quota by [`MultiBucket::reserve`], as a
+/// [`Reservation`](crate::Reservation) takes them from a bucket. Dropping it keeps them taken.
 ///
 /// ```
 /// use std::time::Duration;
@@ -250,8 +209,7 @@ pub struct MultiReservation<'a, C> {
 }
 
 impl<C: Clock> MultiReservation<'_, C> {
-    /// The time until every quota's reserved tokens are due, on the policy's clock; zero once
-    /// due.
+    /// The time until every quota's reserved tokens are due; zero once due.
     ///
     /// ```
     /// use std::time::Duration;
@@ -268,10 +226,8 @@ impl<C: Clock> MultiReservation<'_, C> {
         Duration::from_nanos(self.ticket.due.saturating_sub(now))
     }
 
-    /// Gives the reserved tokens back, in one atomic step, if the reservation is not yet due,
-    /// to every quota on which nothing was admitted since ([`gcra::cancel`]'s rule, per
-    /// quota), restoring its state from before the reservation; the others keep them
-    /// consumed, which can refuse more, never admit more.
+    /// Gives the tokens back in one atomic step, if not yet due, to every quota on which nothing
+    /// was admitted since ([`gcra::cancel`]'s rule per quota); the others keep them consumed.
     ///
     /// ```
     /// use std::time::Duration;
@@ -287,11 +243,8 @@ impl<C: Clock> MultiReservation<'_, C> {
         self.give_back(false);
     }
 
-    /// Gives back a take that was due at its own reading and on which nothing was acted (an
-    /// [`all_of`](crate::all_of) member whose chain a later limiter refused): [`cancel`]'s rule
-    /// but for "not yet due", which a take fails as soon as the clock moves.
-    ///
-    /// [`cancel`]: MultiReservation::cancel
+    /// Gives back a take of an [`all_of`](crate::all_of) chain that a later limiter refused:
+    /// [`cancel`](MultiReservation::cancel)'s rule but for "not yet due".
     pub(crate) fn undo(self) {
         self.give_back(true);
     }
@@ -304,14 +257,8 @@ impl<C: Clock> MultiReservation<'_, C> {
         let quotas = self.policy.limits.quotas();
         let (t, cost) = (&self.ticket, self.cost);
         let due = if any_time { now } else { t.due };
-        match &self.policy.store {
-            Store::Pair(_, pair) => {
-                pair.update(|states| cancel_states(states, now, quotas, t, due, cost))
-            }
-            Store::Wide(_, wide) => {
-                wide.update(|states| cancel_states(states, now, quotas, t, due, cost))
-            }
-        }
+        on_store!(self.policy, |_, s| s
+            .update(|states| cancel_states(states, now, quotas, t, due, cost)))
     }
 }
 

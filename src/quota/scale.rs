@@ -5,8 +5,8 @@ use super::scaled::gcd;
 use super::{Scaled, HORIZON_NS, MAX_UNITS};
 use crate::error::ConfigError;
 
-/// The words of the reduced rate `t / p` tokens per nanosecond with `burst`, in the finest unit
-/// that fits the horizon; [`ConfigError::BeyondRange`] if even whole tokens do not.
+/// The reduced rate `t / p` tokens per ns with `burst` in the finest unit that fits the horizon
+/// ([`ConfigError::BeyondRange`] if whole tokens do not).
 pub(super) fn search(t: u64, p: u64, burst: u64) -> Result<Scaled, ConfigError> {
     // Whole tokens earned over the horizon, rounded up, plus the burst.
     let earned = (u128::from(HORIZON_NS) * u128::from(t)).div_ceil(u128::from(p));
@@ -27,19 +27,14 @@ pub(super) fn search(t: u64, p: u64, burst: u64) -> Result<Scaled, ConfigError> 
     }
 }
 
-/// The largest divisor of `p` that is at most `s_max` (searched for a bounded number of steps),
-/// or `s_max` itself if none is found quickly. A divisor keeps more instants exact.
+/// The largest divisor of `p` at most `s_max` (a bounded search), else `s_max`: a divisor
+/// keeps more instants exact.
 fn best_scale(p: u64, s_max: u64) -> u64 {
     if p <= s_max {
         return p;
     }
     let d0 = p.div_ceil(s_max);
-    let mut d = d0;
-    while d < d0.saturating_add(4096) {
-        if p % d == 0 {
-            return p / d;
-        }
-        d += 1;
-    }
-    s_max
+    (d0..d0.saturating_add(4096))
+        .find(|d| p % d == 0)
+        .map_or(s_max, |d| p / d)
 }

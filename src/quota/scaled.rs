@@ -3,8 +3,8 @@
 use super::HORIZON_NS;
 use crate::recip;
 
-/// The part of a [`Quota`](crate::Quota) that decisions read: the burst and the fixed-point unit. The bucket's
-/// hot path loads only these words of its quota slot.
+/// The words of a [`Quota`](crate::Quota) that decisions read: the burst and the fixed-point
+/// unit (the first words of a bucket's quota slot).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub(crate) struct Scaled {
     pub(super) burst: u64,
@@ -13,17 +13,14 @@ pub(crate) struct Scaled {
     /// Units earned per nanosecond = `mul / div` (a reduced fraction).
     pub(super) mul: u64,
     pub(super) div: u64,
-    /// The reciprocal of `mul` ([`recip::reciprocal`]): [`Scaled::instant_of`] (the end of a
-    /// refusal's wait) divides by `mul` with a multiplication instead of a division.
+    /// [`recip::reciprocal`] of `mul`: a refusal's wait without a division.
     pub(super) rmul: u64,
-    /// The reciprocal of `div`: [`Scaled::ceil_above`] (the refill cap of an inexact quota, paid
-    /// on every admission while the bucket is full) divides by `div` with a multiplication.
+    /// [`recip::reciprocal`] of `div`: an inexact quota's refill cap without a division.
     pub(super) rdiv: u64,
 }
 
-/// `now × mul / div` rounded down and up, for `div > 1`: one division (64-bit when the product
-/// fits), and the ceiling by a product compare. Out of line, so that the exact quotas' path (no division) keeps its
-/// registers.
+/// `now × mul / div` rounded down and up, for `div > 1`: one division, the ceiling by a product
+/// compare. Out of line, so that the exact quotas' path keeps its registers.
 #[inline(never)]
 fn earned_inexact(now: u64, mul: u64, div: u64) -> (u64, u64) {
     let n = u128::from(now) * u128::from(mul);
@@ -36,7 +33,7 @@ fn earned_inexact(now: u64, mul: u64, div: u64) -> (u64, u64) {
     (floor, floor + u64::from(!exact))
 }
 
-/// `⌈n / d⌉` for a quotient that fits in 64 bits: a 128-bit division, out of line.
+/// `⌈n / d⌉` for a quotient that fits in 64 bits, out of line.
 #[inline(never)]
 #[cold]
 fn ceil_div_wide(n: u128, d: u64) -> u64 {
@@ -47,7 +44,6 @@ fn ceil_div_wide(n: u128, d: u64) -> u64 {
 pub(crate) const SCALED_WORDS: usize = 6;
 
 impl Scaled {
-    /// The words for `mul / div` units per nanosecond, with their reciprocals.
     pub(super) fn new(burst: u64, scale: u64, mul: u64, div: u64) -> Scaled {
         Scaled {
             burst,
@@ -59,41 +55,32 @@ impl Scaled {
         }
     }
 
-    /// The capacity in tokens.
     #[inline(always)]
     pub(crate) fn burst(&self) -> u64 {
         self.burst
     }
 
-    /// State units per token.
     #[inline(always)]
     pub(crate) fn scale(&self) -> u64 {
         self.scale
     }
 
-    /// The capacity in state units, `burst × scale`: at most `MAX_UNITS` by the quota's
-    /// construction, so the product never overflows.
+    /// `burst × scale`: at most `MAX_UNITS` by the quota's construction.
     #[inline(always)]
     pub(crate) fn burst_units(&self) -> u64 {
         self.burst * self.scale
     }
 
-    /// Units earned from the origin to `now`, rounded down and up, under one exactness test; the
-    /// ceiling by a product compare, not a second division.
+    /// Units earned from the origin to `now`, rounded down and up.
     #[inline(always)]
     pub(crate) fn earned(&self, now: u64) -> (u64, u64) {
-        let now = now.min(HORIZON_NS);
-        if self.div == 1 {
-            // `now * mul <= MAX_UNITS` by construction: no overflow, no division.
-            let e = now * self.mul;
-            (e, e)
-        } else {
-            earned_inexact(now, self.mul, self.div)
+        match self.exact_earned(now) {
+            Some(e) => (e, e),
+            None => earned_inexact(now.min(HORIZON_NS), self.mul, self.div),
         }
     }
 
-    /// Units earned from the origin to `now` for an exact quota (`None` for an inexact one):
-    /// one multiply, no division.
+    /// Units earned from the origin to `now` for an exact quota (`None` for an inexact one).
     #[inline(always)]
     pub(crate) fn exact_earned(&self, now: u64) -> Option<u64> {
         // `now * mul <= MAX_UNITS` by construction: no overflow.
@@ -106,8 +93,7 @@ impl Scaled {
         (self.div == 1).then_some(self.mul)
     }
 
-    /// `(n, div)` with `n / div` the units earned from the origin to `now` (exactly, as a
-    /// fraction): for product compares on inexact quotas.
+    /// `(n, div)` with `n / div` exactly the units earned from the origin to `now`.
     #[inline(always)]
     pub(crate) fn earned_scaled(&self, now: u64) -> (u128, u128) {
         (
@@ -116,33 +102,28 @@ impl Scaled {
         )
     }
 
-    /// `⌈n / div⌉` (the units earned, rounded up) for `n` from [`Scaled::earned_scaled`] and a
-    /// `state` below it (`state · div < n`: the bucket is capped). Divides only the excess
-    /// `n − state · div` (the refill beyond `state`), in 64 bits while it fits (refills of up to
-    /// `2^64 / div` units since `state`), where `n` itself needs a 128-bit division once
-    /// `now · mul` passes 2^64 (after 18 s at 999,999,937/s).
+    /// `⌈n / div⌉` for `n` from [`Scaled::earned_scaled`] and a capped `state` (`state · div <
+    /// n`): divides only the excess `n − state · div`, in 64 bits while it fits, where `n` itself
+    /// needs a 128-bit division.
     #[inline(always)]
     pub(crate) fn ceil_above(&self, state: u64, n: u128) -> u64 {
         let excess = n - u128::from(state) * u128::from(self.div);
         match u64::try_from(excess) {
-            // `state + ⌈excess / div⌉ = ⌈n / div⌉ <= MAX_UNITS + 1`: no overflow. By the
-            // stored reciprocal: no division instruction on the admission path.
+            // `state + ⌈excess / div⌉ = ⌈n / div⌉ <= MAX_UNITS + 1`: no overflow.
             Ok(e) => state + recip::div_ceil(e, self.div, self.rdiv),
             Err(_) => ceil_div_wide(n, self.div),
         }
     }
 
-    /// For an inexact quota, `(n, x) = (now · mul, need · div)` if both products fit in 64 bits:
-    /// then `need <= ⌊n / div⌋` (earned) exactly when `x <= n`, with no 128-bit arithmetic. `None`
-    /// otherwise (use [`Scaled::earned_scaled`]).
+    /// `(n, x) = (now · mul, need · div)` if both fit in 64 bits: then `need <= ⌊n / div⌋`
+    /// (earned) exactly when `x <= n`.
     #[inline(always)]
     pub(crate) fn narrow(&self, now: u64, need: u64) -> Option<(u64, u64)> {
         let n = now.min(HORIZON_NS).checked_mul(self.mul)?;
         Some((n, need.checked_mul(self.div)?))
     }
 
-    /// `max(state, ⌈n / div⌉)` for `n = now · mul` from [`Scaled::narrow`]: the refill cap, by the
-    /// stored reciprocal of `div` (no division instruction).
+    /// `max(state, ⌈n / div⌉)` for `n` from [`Scaled::narrow`]: the refill cap.
     #[inline(always)]
     pub(crate) fn cap_narrow(&self, state: u64, n: u64) -> u64 {
         match state.checked_mul(self.div) {
@@ -162,12 +143,7 @@ impl Scaled {
     /// Units earned from the origin to `now`, rounded down.
     #[inline(always)]
     pub(crate) fn earned_floor(&self, now: u64) -> u64 {
-        let now = now.min(HORIZON_NS);
-        if self.div == 1 {
-            now * self.mul
-        } else {
-            ((u128::from(now) * u128::from(self.mul)) / u128::from(self.div)) as u64
-        }
+        self.earned(now).0
     }
 
     /// Units earned from the origin to `now`, rounded up.
@@ -187,8 +163,7 @@ impl Scaled {
         }
     }
 
-    /// [`Scaled::instant_of`] for an exact quota (`div == 1`): `⌈units / mul⌉`, nothing to compute
-    /// for one unit per nanosecond.
+    /// [`Scaled::instant_of`] for an exact quota: `⌈units / mul⌉`.
     #[inline(always)]
     pub(crate) fn instant_of_exact(&self, units: u64) -> u64 {
         if self.mul == 1 {
@@ -198,9 +173,8 @@ impl Scaled {
         }
     }
 
-    /// [`Scaled::instant_of`] from `x = units × div`: `⌈x / mul⌉`, saturating at `u64::MAX`. No
-    /// division while `x` fits in 64 bits (the stored reciprocal of `mul`). Independent of the
-    /// clock reading, so a refusal computes it while the clock is read.
+    /// [`Scaled::instant_of`] from `x = units × div`: `⌈x / mul⌉`, saturating at `u64::MAX`; no
+    /// division while `x` fits in 64 bits.
     #[inline(always)]
     pub(crate) fn instant_of_scaled(&self, x: u128) -> u64 {
         match u64::try_from(x) {
@@ -209,22 +183,20 @@ impl Scaled {
         }
     }
 
-    /// The reduced rate `(t, p)`: `t` tokens per `p` ns with `gcd(t, p) = 1`. From
-    /// `mul / div = t·scale / p` (reduced): with `h = gcd(mul, scale)`, `t = mul / h` and
-    /// `p = div · scale / h` (a cold path: one gcd).
+    /// The reduced rate: `t` tokens per `p` ns, `gcd(t, p) = 1`. From `mul / div = t·scale / p`
+    /// (reduced), with `h = gcd(mul, scale)`: `t = mul / h`, `p = div · scale / h`.
     pub(super) fn reduced(&self) -> (u64, u64) {
         let h = gcd(u128::from(self.mul), u128::from(self.scale)) as u64;
         (self.mul / h, self.div * (self.scale / h))
     }
 
-    /// The hot words, in slot order.
     pub(crate) fn to_raw(self) -> [u64; SCALED_WORDS] {
         [
             self.burst, self.scale, self.mul, self.div, self.rmul, self.rdiv,
         ]
     }
 
-    /// Inverse of [`Scaled::to_raw`]; only ever given values that came from `to_raw`.
+    /// Only ever given what [`Scaled::to_raw`] returned.
     #[inline(always)]
     pub(crate) fn from_raw(r: [u64; SCALED_WORDS]) -> Scaled {
         Scaled {
@@ -238,7 +210,6 @@ impl Scaled {
     }
 }
 
-/// The greatest common divisor (Euclid).
 pub(super) const fn gcd(mut a: u128, mut b: u128) -> u128 {
     while b != 0 {
         let t = a % b;

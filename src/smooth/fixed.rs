@@ -1,7 +1,5 @@
-//! The widths of [`Smooth`](super::Smooth)'s word fields and the fixed-point exponent of its
-//! stored permits: what both the Guava arithmetic and the word codec build on.
+//! The widths of [`Smooth`](super::Smooth)'s word fields and the stored permits' exponent.
 
-/// Guava's `nextFreeTicketMicros` saturates at `Long.MAX_VALUE`.
 /// Width of the next-free-time field: 2^53 µs is 285 years after creation.
 pub(super) const MICROS_BITS: u32 = 53;
 /// The largest next free time (and the largest clock reading, in µs since creation).

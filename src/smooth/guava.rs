@@ -1,6 +1,5 @@
-//! Guava's `SmoothRateLimiter` decision arithmetic, transcribed: `f64` formulas in Guava's order
-//! with Java's casts. Pure functions of `(state, now, params)`: no atomics, no clock, no
-//! encoding (the 128-bit word is [`super::word`]'s).
+//! Guava's `SmoothRateLimiter` arithmetic, transcribed: `f64` formulas in Guava's order with
+//! Java's casts, pure functions of `(state, now, params)`.
 
 use super::fixed::{frac_bits_for, MAX_MICROS};
 use crate::error::ConfigError;
@@ -8,9 +7,7 @@ use crate::error::ConfigError;
 /// Guava's `SECONDS.toMicros(1L)`, as a double.
 pub(super) const MICROS_PER_SECOND: f64 = 1_000_000.0;
 
-/// The highest rate Guava's whole-microsecond arithmetic limits: above it the stable interval
-/// is below 1 µs and `(long) (permits × stableIntervalMicros)` is 0 for a single permit, so
-/// nothing would be limited.
+/// The highest rate Guava limits: above it one permit costs `(long) stableIntervalMicros = 0`.
 pub(super) const MAX_RATE: f64 = MICROS_PER_SECOND;
 
 /// Which of Guava's two smooth limiters, and the constants `setRate` keeps.
@@ -23,6 +20,26 @@ pub(super) enum Mode {
         warmup_micros: f64,
         cold_factor: f64,
     },
+}
+
+impl Mode {
+    /// The strictest stored permits: none when bursty (free permits), all when warming up (cold
+    /// ones). How a limiter starts (Guava's first `doSetRate`) and drains.
+    pub(super) fn strictest(self, p: &Params) -> f64 {
+        match self {
+            Mode::Bursty { .. } => 0.0,
+            Mode::WarmingUp { .. } => p.max,
+        }
+    }
+
+    /// Guava's `doSetRate` rescaling of `stored` (no `+∞` case: maxima are finite here).
+    pub(super) fn rescale(self, stored: f64, old: &Params, new: &Params) -> f64 {
+        if old.max == 0.0 {
+            self.strictest(new)
+        } else {
+            stored * new.max / old.max
+        }
+    }
 }
 
 /// What `setRate` derives from the rate: Guava's fields, plus the fixed-point exponent of the
@@ -55,8 +72,7 @@ pub(super) fn check_rate(rate: f64) -> Result<(), ConfigError> {
 }
 
 impl Params {
-    /// Guava's `doSetRate` without the stored-permits rescaling; `None` when the derived
-    /// permit counts are not finite.
+    /// Guava's `doSetRate` without the rescaling; `None` unless the permit counts are finite.
     pub(super) fn new(mode: Mode, rate: f64) -> Option<Params> {
         let stable = MICROS_PER_SECOND / rate;
         let p = match mode {
@@ -91,8 +107,7 @@ impl Params {
         (p.max.is_finite() && p.max >= 0.0 && stable > 0.0).then_some(p)
     }
 
-    /// Guava's `storedPermitsToWaitTime`, in the same operations.
-    /// (Warming up; bursty stored permits cost nothing.)
+    /// Guava's `storedPermitsToWaitTime` (warming up; bursty stored permits cost nothing).
     pub(super) fn stored_permits_to_wait_time(&self, stored: f64, mut to_take: f64) -> i64 {
         let above = stored - self.threshold;
         let mut micros: i64 = 0;
@@ -148,7 +163,7 @@ impl State {
             if p.max > 0.0 {
                 let new_permits = (now - self.next) as f64 / p.cool_down;
                 let sum = self.stored + new_permits;
-                // Java's `min(maxPermits, sum)`; NaN cannot arise once `max > 0`.
+                // Java's `min(maxPermits, sum)` (no NaN once `max > 0`).
                 self.stored = if sum < p.max { sum } else { p.max };
             } else {
                 // Guava computes min(0, x / (0/0)) = NaN here; nothing can be stored.
@@ -162,12 +177,8 @@ impl State {
     /// and returns the microseconds the caller must wait.
     ///
     /// `None` (nothing changed) for a request that would push a next free time already at
-    /// [`MAX_MICROS`], the end of its field, where the clock is read as stopped: it is never
-    /// admitted. Guava saturates and admits it — after a wait until the end, or at once at the
-    /// end, and then every later request too: no limit at all. So once the next free time is at
-    /// the end, no decision writes (a bursty limiter stores nothing then, and stored permits
-    /// that cost nothing are served without a write only when the next free time is earlier),
-    /// which `Smooth::set_rate` relies on: it cannot move such a word on.
+    /// [`MAX_MICROS`], where the clock stops: never admitted (Guava's stops limiting). So no
+    /// decision writes a word at the end, which `Smooth::set_rate` relies on.
     pub(super) fn reserve(
         &mut self,
         permits: f64,

@@ -1,6 +1,5 @@
-//! [`Smooth`] as a [`Limiter`]: `try_acquire`'s `Result` form (Guava's `tryAcquire` with no
-//! timeout, the refusal naming the wait), under the trait's names, since `Smooth::try_acquire`
-//! keeps Guava's signature.
+//! [`Smooth`] as a [`Limiter`]: Guava's `tryAcquire` with no timeout, the refusal naming the
+//! wait.
 
 use super::guava::{ceil_u64, Params, State};
 use super::Smooth;
@@ -14,11 +13,8 @@ use crate::snapshot::Snapshot;
 use core::time::Duration;
 
 impl<C: Clock> Smooth<C> {
-    /// Takes `permits` if the next free time has come (Guava's `tryAcquire(permits)`: the
-    /// permits are paid for by the next caller), else refuses with the wait until it comes
-    /// (`Duration::MAX` for a next free time at the end of its field: never); and the
-    /// limiter's snapshot at the decision's reading, from the state it left, when `snap` says
-    /// so of the verdict.
+    /// Guava's `tryAcquire(permits)`, refusing with the wait until the next free time
+    /// (`Duration::MAX`: never), and the snapshot of the state it left if `snap(verdict)`.
     fn decide_now(
         &self,
         permits: u64,
@@ -60,10 +56,9 @@ fn snapshot(mut s: State, p: &Params, now: u64) -> Snapshot {
     Snapshot::new(remaining, Duration::from_micros(micros))
 }
 
-/// `try_acquire(permits, Duration::ZERO)` with the wait a refusal asks for, through the
-/// [`Limiter`] trait (`Smooth::try_acquire` keeps Guava's signature). A snapshot's tokens are
-/// the whole permits stored once the next free time has come; `limits` is `None`: a `Smooth`
-/// has a rate, not a quota.
+/// `try_acquire(permits, Duration::ZERO)` with the refusal's wait (`Smooth::try_acquire` keeps
+/// Guava's signature). A snapshot counts the whole permits stored once the next free time has
+/// come; `limits` is `None` (a rate, not a quota).
 ///
 /// ```
 /// use std::time::Duration;

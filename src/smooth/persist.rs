@@ -29,7 +29,7 @@ impl<C: Clock> sealed::OneFrame for Smooth<C> {
     type Saved = ([u64; 6], i64, f64);
 
     fn payload(&self) -> Payload {
-        let now = self.now_micros();
+        let now = self.micros_at(self.clock().now());
         let (state, params) = self.update(|s, p| (None, (s, *p)));
         let (tag, a, b) = mode_words(self.mode);
         let mut p = Payload::default();
@@ -64,19 +64,13 @@ impl<C: Clock> sealed::OneFrame for Smooth<C> {
         Ok((raw, next_rel, stored))
     }
 
-    /// As Guava's own arithmetic would have carried the state through the downtime: the next
-    /// free time moves that much closer, and idle time past it stores permits (up to the
-    /// maximum). The next free time kept is the later of this limiter's and the restored one (a
-    /// queue is never shortened). The stored permits are the restored ones in a limiter just
-    /// built (nothing decided, restored or re-rated since), and otherwise the stricter of its
-    /// own and the restored ones at this reading (fewer for bursty, more — colder — for warming
-    /// up): restoring twice, or an old file into a limiter in use, hands out nothing again.
-    /// Saved at another rate or mode, the stored permits are rescaled as
-    /// [`set_rate`](Smooth::set_rate) rescales them.
+    /// As Guava's arithmetic would have carried the state through the downtime: the next free
+    /// time moves that much closer, and idle time past it stores permits. Saved at another rate,
+    /// the stored permits are rescaled as [`set_rate`](Smooth::set_rate) does.
     fn apply(&self, (raw, next_rel, stored): Self::Saved, down: u64) {
         let old = Params::from_raw(raw);
         let down = i128::from(down / 1000);
-        let now = self.now_micros();
+        let now = self.micros_at(self.clock().now());
         self.update(|cur, p| {
             // The saved next free time on this limiter's clock (before its origin if negative).
             let next = i128::from(now) + i128::from(next_rel) - down;
@@ -96,24 +90,13 @@ impl<C: Clock> sealed::OneFrame for Smooth<C> {
                 }
             }
             if old != *p {
-                s.stored = match self.mode {
-                    Mode::Bursty { .. } if old.max == 0.0 => 0.0,
-                    Mode::WarmingUp { .. } if old.max == 0.0 => p.max,
-                    _ => s.stored * p.max / old.max,
-                };
-                s.stored = s.stored.min(p.max);
+                s.stored = self.mode.rescale(s.stored, &old, p).min(p.max);
             }
             // A queue is never shortened.
             s.next = s.next.max(cur.next);
-            // The stored permits are the restored ones in a limiter as it was built (no decision,
-            // no restore, no rate change since: its word is the constructor's). Otherwise the
-            // stricter of the two at this reading — fewer for bursty, more (colder) for warming
-            // up — so that restoring twice, or an old file into a limiter in use, never hands
-            // the saved permits out again.
-            let built = match self.mode {
-                Mode::Bursty { .. } => 0.0,
-                Mode::WarmingUp { .. } => p.max,
-            };
+            // The restored permits in a limiter as built; else the stricter of the two at this
+            // reading, so restoring twice, or into a limiter in use, hands nothing out again.
+            let built = self.mode.strictest(p);
             if cur.next != 0 || p.units_of(cur.stored) != p.units_of(built) {
                 let mut mine = cur;
                 mine.resync(now, p);

@@ -1,6 +1,5 @@
-//! The 128-bit state word of [`Smooth`](super::Smooth): the fixed-point codec of the stored
-//! permits and the parameter slots' raw form. See the table on
-//! `Smooth::state` for the layout.
+//! The 128-bit state word of [`Smooth`](super::Smooth) (layout: the table on `Smooth::state`)
+//! and the parameter slots' raw form.
 
 use super::fixed::{pow2, FIXED_BITS, MAX_FIXED, MAX_MICROS};
 use super::guava::{Params, State};
@@ -29,10 +28,8 @@ impl Params {
         }
     }
 
-    /// `f64` permits → fixed point, rounded toward the stricter limiter: down when bursty (a
-    /// stored permit is free), up when warming up (a stored permit is a cold one); NaN and
-    /// negatives → 0. Rounding to nearest could store more than Guava does, and make a wait
-    /// shorter than Guava's.
+    /// `f64` permits → fixed point, rounded toward the stricter limiter (down when bursty, up
+    /// when warming up, so no wait is shorter than Guava's); NaN and negatives → 0.
     pub(super) fn units_of(&self, permits: f64) -> u128 {
         let v = permits * pow2(self.frac_bits);
         if v.is_nan() || v <= 0.0 {

@@ -46,9 +46,8 @@ impl<C: Clock> Reservation<'_, C> {
         self.delay_from(self.bucket.clock().now())
     }
 
-    /// The time from the clock reading `now` (nanoseconds since the clock's origin) until the
-    /// reserved tokens are due; zero if they are due at or before `now` (Go's `DelayFrom`).
-    /// `delay_from(0)` is the due instant itself.
+    /// The time from the clock reading `now` until the tokens are due, zero if by then (Go's
+    /// `DelayFrom`); `delay_from(0)` is the due instant.
     ///
     /// ```
     /// use std::time::Duration;
@@ -64,18 +63,10 @@ impl<C: Clock> Reservation<'_, C> {
         Duration::from_nanos(self.ticket.due.saturating_sub(now))
     }
 
-    /// Gives the reserved tokens back — all of them, restoring the bucket's state from before
-    /// the reservation, but only if nothing was admitted by the bucket since
-    /// ([`gcra::cancel`]'s rule). Otherwise, or when the reservation came due before now (Go's
-    /// rule), or when the quota was changed since, it gives back nothing: the tokens stay
-    /// consumed, which can refuse more, never admit more.
-    ///
-    /// So whatever the clock readings (stale, stepped back) and the cancel order, no window ever
-    /// admits more than `burst + rate·Δ`. Nested reservations cancelled in reverse order all
-    /// come back. No partial refund: after any later admission the bucket cannot tell a debit
-    /// from the refill that replaced this reservation's tokens ([`gcra::cancel`];
-    /// docs/guarantees.md compares Go's `x/time/rate`). A reconfiguration since
-    /// ([`Bucket::set_quota`], even one that later switches back) counts as a change too.
+    /// Gives all the tokens back, restoring the state from before, if nothing was admitted since
+    /// ([`gcra::cancel`]), it is not yet due (Go's rule), and [`Bucket::set_quota`] was not called
+    /// since. Otherwise they stay consumed: no window ever admits more than `burst + rate·Δ`.
+    /// Nested reservations cancelled in reverse order all come back.
     ///
     /// ```
     /// use std::time::Duration;
@@ -97,18 +88,13 @@ impl<C: Clock> Reservation<'_, C> {
         self.give_back(false);
     }
 
-    /// Gives back a take that was due at its own reading and on which nothing was acted (an
-    /// [`all_of`](crate::all_of) member whose chain a later limiter refused): [`cancel`]'s rule
-    /// but for Go's "not yet due", which a take fails as soon as the clock moves (a chain
-    /// refused 1 ns after its take would give nothing back).
-    ///
-    /// [`cancel`]: Reservation::cancel
+    /// Gives back a take of an [`all_of`](crate::all_of) chain that a later limiter refused:
+    /// [`cancel`](Reservation::cancel)'s rule but for "not yet due", which a take fails at once.
     pub(crate) fn undo(self) {
         self.give_back(true);
     }
 
-    /// Restores the state from before the reservation if nothing was written since and the
-    /// quota is the same (and, unless `any_time`, the reservation is not yet due).
+    /// [`cancel`](Reservation::cancel), but for "not yet due" if `any_time`.
     fn give_back(self, any_time: bool) {
         if self.cost == 0 {
             return;
@@ -128,9 +114,8 @@ impl<C: Clock> Reservation<'_, C> {
             {
                 return (None, ());
             }
-            // The state before the reservation, not `after − cost`: a bucket that was full (its
-            // state below the units earned, rounded up) comes back full, with no unit of rounding
-            // kept (an inexact quota's, a whole token where the scale is 1).
+            // The state before, not `after − cost`: a bucket that was full comes back full,
+            // keeping no unit of rounding.
             let due = if any_time { now } else { t.due };
             let back = gcra::cancel(state, now, quota, t.after, due, cost).map(|_| t.before);
             (back, ())

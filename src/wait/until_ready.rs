@@ -26,12 +26,8 @@ enum Stage<'a, C> {
     Done,
 }
 
-/// The future returned by [`Bucket::until_ready`]: resolves to `Ok(time waited)` once the
-/// reserved tokens are due, or `Err(Denied::ExceedsBurst)` when `cost > burst` (or
-/// `Err(RetryAfter(Duration::MAX))` for a queue reaching past the [`HORIZON`](crate::HORIZON),
-/// as [`Bucket::acquire`]: tokens due there never come). Dropping it
-/// before it resolves cancels its reservation. Polling it again after it resolved gives
-/// `Ok(Duration::ZERO)` and takes nothing.
+/// The future of [`Bucket::until_ready`]: `Ok(time waited)` once due, or [`Bucket::acquire`]'s
+/// error; dropped before, it cancels its reservation; polled after, `Ok(Duration::ZERO)`.
 ///
 /// ```
 /// use std::future::Future;
@@ -51,13 +47,9 @@ enum Stage<'a, C> {
 /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Err(Denied::ExceedsBurst)));
 /// ```
 ///
-/// **One registration per future.** While it waits it holds exactly one wake-up with the clock
-/// ([`Timer::register_wake`]), replaced only when it is polled with a waker that would not wake
-/// the same task ([`Waker::will_wake`](core::task::Waker::will_wake)) or after that wake-up has fired; spurious polls add
-/// nothing. Dropping the future drops (cancels) it, so nothing stays queued for a future that no
-/// longer exists — with a clock whose registrations can be cancelled (the std clocks,
-/// `CoarseClock`, a frozen `ManualClock`). A clock that implements only `now` forwards to
-/// tollgate's timer, whose entry stays until its deadline, holding nothing of the task.
+/// **One registration per future**: one wake-up with the clock ([`Timer::register_wake`]),
+/// replaced only for a waker that would not wake the same task or after it fired, and
+/// cancelled with the future (tollgate's own timer keeps the entry, holding nothing of the task).
 #[must_use = "futures do nothing unless polled; an unpolled `UntilReady` reserves nothing"]
 pub struct UntilReady<'a, C: Clock> {
     bucket: &'a Bucket<C>,
