@@ -81,15 +81,10 @@ pub enum Limiter {
 
 impl Limiter {
     fn from_u8(b: u8) -> Option<Limiter> {
-        Some(match b {
-            1 => Limiter::Bucket,
-            2 => Limiter::Sharded,
-            3 => Limiter::Smooth,
-            4 => Limiter::Keyed,
-            5 => Limiter::Multi,
-            6 => Limiter::KeyedMulti,
-            _ => return None,
-        })
+        use Limiter::*;
+        [Bucket, Sharded, Smooth, Keyed, Multi, KeyedMulti]
+            .into_iter()
+            .find(|&l| l as u8 == b)
     }
 
     /// The type's name, for errors.
@@ -134,16 +129,12 @@ impl<W: Write> FrameWriter<W> {
         let mut head = [0u8; 10];
         head[..8].copy_from_slice(&MAGIC);
         head[8..].copy_from_slice(&VERSION.to_le_bytes());
-        fw.raw(&head)?;
+        fw.file.update(&head);
+        fw.w.write_all(&head)?;
         let mut p = Payload::default();
         p.u8(limiter as u8).u128(wall_ns);
         fw.frame(kind::HEADER, &p.0)?;
         Ok(fw)
-    }
-
-    fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.file.update(bytes);
-        self.w.write_all(bytes)
     }
 
     /// One frame; counted as a record (the end frame checks the count).
@@ -156,11 +147,9 @@ impl<W: Write> FrameWriter<W> {
         self.buf.extend_from_slice(payload);
         let crc = crc32fast::hash(&self.buf);
         self.buf.extend_from_slice(&crc.to_le_bytes());
-        let buf = core::mem::take(&mut self.buf);
-        let r = self.raw(&buf);
-        self.buf = buf;
+        self.file.update(&self.buf);
         self.records += 1;
-        r
+        self.w.write_all(&self.buf)
     }
 
     /// The end frame, then a flush. Returns the writer.
@@ -177,27 +166,25 @@ impl<W: Write> FrameWriter<W> {
 #[derive(Debug, Default)]
 pub struct Payload(pub(crate) Vec<u8>);
 
+/// `Payload::T(v)` writes and `Cursor::T()` reads an integer of type `T`, little-endian.
+macro_rules! integers {
+    ($($t:ident)*) => {
+        impl Payload {
+            $(pub(crate) fn $t(&mut self, v: $t) -> &mut Self {
+                self.0.extend_from_slice(&v.to_le_bytes());
+                self
+            })*
+        }
+        impl Cursor<'_> {
+            $(pub(crate) fn $t(&mut self) -> Result<$t, RestoreError> {
+                Ok($t::from_le_bytes(self.take()?))
+            })*
+        }
+    };
+}
+integers!(u8 u32 u64 i64 u128);
+
 impl Payload {
-    pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
-        self.0.push(v);
-        self
-    }
-    pub(crate) fn u32(&mut self, v: u32) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub(crate) fn u64(&mut self, v: u64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub(crate) fn i64(&mut self, v: i64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub(crate) fn u128(&mut self, v: u128) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
     /// One bucket's record: its quota and the units it lacks from full at the anchor (a
     /// `BUCKET` frame's payload, and each quota's in a `MULTI` frame).
     pub(crate) fn record(&mut self, q: &Quota, lack: u64) -> &mut Self {
@@ -348,21 +335,6 @@ impl Cursor<'_> {
         let mut out = [0u8; N];
         out.copy_from_slice(head);
         Ok(out)
-    }
-    pub(crate) fn u8(&mut self) -> Result<u8, RestoreError> {
-        Ok(self.take::<1>()?[0])
-    }
-    pub(crate) fn u32(&mut self) -> Result<u32, RestoreError> {
-        Ok(u32::from_le_bytes(self.take()?))
-    }
-    pub(crate) fn u64(&mut self) -> Result<u64, RestoreError> {
-        Ok(u64::from_le_bytes(self.take()?))
-    }
-    pub(crate) fn i64(&mut self) -> Result<i64, RestoreError> {
-        Ok(i64::from_le_bytes(self.take()?))
-    }
-    pub(crate) fn u128(&mut self) -> Result<u128, RestoreError> {
-        Ok(u128::from_le_bytes(self.take()?))
     }
     /// A quota written by [`Payload::quota`], validated again by [`Quota::new`].
     pub(crate) fn quota(&mut self) -> Result<Quota, RestoreError> {
