@@ -9,19 +9,15 @@ use std::io;
 /// A clock that reads a cached time, refreshed by an upkeep thread: a reading costs one load
 /// instead of a TSC read and its scaling. Opt-in, for the hottest paths.
 ///
-/// * **Source**: another clock ([`DefaultClock`] for [`CoarseClock::new`]); readings are that
-///   clock's nanoseconds since its origin.
-/// * **Resolution**: the `interval` the upkeep thread sleeps between refreshes (1 ms is a good
-///   default; 0 is refused).
+/// * **Source**: another clock's nanoseconds ([`DefaultClock`] for [`CoarseClock::new`]).
+/// * **Resolution**: the refresh `interval` (1 ms is a good default; 0 is refused).
 /// * **Staleness**: a reading is never ahead of the source and lags it by at most one `interval`
-///   plus the upkeep thread's wake-up latency (tens of µs on an idle Linux machine; unbounded
-///   if the thread is starved of CPU, as any thread can be). Readings never go backwards.
-/// * **Decisions stay exact for the reading**: a bucket on this clock decides exactly as the
-///   continuous token bucket at the (stale) reading. A stale reading only refuses more, never
-///   admits more: over any real-time window `Δ` a bucket admits at most
-///   `burst + rate × (Δ + staleness)`, and, measured in readings, exactly `burst + rate × Δ`.
-///   Tokens that refill within a refresh become available at the next refresh.
-/// * **Lifetime**: clones share one cached time and one thread. The thread stops within one
+///   plus the upkeep thread's wake-up latency (unbounded if it is starved of CPU). Readings
+///   never go backwards.
+/// * **Decisions stay exact for the reading**, and a stale reading only refuses more: over any
+///   real-time window `Δ` a bucket admits at most `burst + rate × (Δ + staleness)`. Tokens that
+///   refill within a refresh become available at the next one.
+/// * **Lifetime**: clones share one cached time and one thread, which stops within one
 ///   `interval` after the last clone is dropped.
 ///
 /// Not available under loom or without `std`.
@@ -76,8 +72,7 @@ impl CoarseClock {
         CoarseClock::with_source(DefaultClock::default(), interval)
     }
 
-    /// A coarse clock over `source`, refreshed every `interval` by a new upkeep thread that
-    /// owns `source`.
+    /// A coarse clock over `source`, refreshed every `interval` by a new upkeep thread.
     ///
     /// Errors: `interval` zero (`InvalidInput`), or the thread could not be spawned.
     ///
@@ -143,17 +138,15 @@ impl Clock for CoarseClock {
         self.shared.now.load(Ordering::Relaxed)
     }
 
-    /// Sleeps the thread. The cached reading may still lag the wait by up to one refresh;
-    /// the bucket's waiting loops read the clock again and wait on.
+    /// Sleeps the thread (the reading may lag by a refresh: the waiting loops wait on).
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
     }
 }
 
 impl Timer for CoarseClock {
-    /// The shared timer thread, cancellable ([`WakeRegistration::timer`]): a future dropped
-    /// before its wake-up leaves nothing queued. The cached reading may lag the wake-up by up to
-    /// one refresh; the future then finds its instant not yet reached and registers again.
+    /// The shared timer thread, cancellable ([`WakeRegistration::timer`]). A reading that lags
+    /// the wake-up makes the future register again.
     fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
         WakeRegistration::timer(duration, waker)
     }

@@ -7,11 +7,8 @@ use core::fmt;
 use core::task::Waker;
 use core::time::Duration;
 
-/// A clock that moves only when told to. Clones share one time, so a test can hand a clone to
-/// a bucket and move it from outside. Arithmetic saturates: it never wraps or panics.
-///
-/// [`Clock::sleep`] advances it by the requested time and returns at once, which makes every
-/// waiting path deterministic in tests.
+/// A clock that moves only when told to, for tests. Clones share one time, so a test can hand a
+/// clone to a limiter and move it from outside. Arithmetic saturates: it never wraps or panics.
 ///
 /// ```
 /// use std::time::Duration;
@@ -27,11 +24,9 @@ use core::time::Duration;
 /// # Waiting
 ///
 /// **A waiting call moves the shared time.** On a clock made by [`ManualClock::new`], a
-/// blocking wait ([`Clock::sleep`], behind [`Bucket::acquire`](crate::Bucket::acquire)) and an
-/// async one ([`Timer::wake_after`], behind [`Bucket::until_ready`](crate::Bucket::until_ready))
-/// both *advance the clock* by the wait and return (or wake) at once. Every clone sees the
-/// move: an `until_ready` on one bucket moves time for every other bucket, limiter and test
-/// assertion that shares the clock.
+/// blocking wait ([`Bucket::acquire`](crate::Bucket::acquire)) and an async one
+/// ([`Bucket::until_ready`](crate::Bucket::until_ready)) *advance the clock* by the wait and
+/// return (or wake) at once, for every limiter sharing the clock.
 ///
 /// ```
 /// use std::future::Future;
@@ -59,7 +54,7 @@ use core::time::Duration;
 /// through [`ManualClock::advance`] and [`ManualClock::set`], which wake the waiters they pass.
 #[derive(Clone)]
 pub struct ManualClock {
-    /// One pointer, so a bucket on a manual clock is as small as on the default clock (144 bytes).
+    /// One pointer, so a bucket on a manual clock is as small as on the default clock.
     shared: Arc<Shared>,
 }
 
@@ -93,11 +88,9 @@ impl ManualClock {
     }
 
     /// A clock at time 0 that **never moves by itself**: only [`ManualClock::advance`] and
-    /// [`ManualClock::set`] move it. A wait does not advance it: [`Timer::wake_after`] and
-    /// [`Timer::register_wake`] queue the waker until a call to `advance` or `set` reaches the
-    /// deadline (and wake it then), and [`Clock::sleep`] blocks the thread until another thread
-    /// moves the clock that far. Clones share the time and the waiters. A dropped
-    /// [`WakeRegistration`] leaves the queue at once ([`ManualClock::pending_wakes`]).
+    /// [`ManualClock::set`] move it, waking the waiters whose deadline they reach. An async wait
+    /// queues its waker until then (a dropped [`WakeRegistration`] leaves the queue at once); a
+    /// blocking one parks the thread until another thread moves the clock that far.
     ///
     /// ```
     /// use std::future::Future;
@@ -220,9 +213,8 @@ impl ManualClock {
         self.wake_due();
     }
 
-    /// Frozen clocks: wakes the waiters due at the current time. The time is read under the
-    /// waiters' lock, and a registration reads it under the same lock, so a waiter is either
-    /// woken here or sees the new time when it registers: no wake-up is lost.
+    /// Frozen clocks: wakes the waiters due now. The time is read under the waiters' lock, as a
+    /// registration reads it, so a waiter is woken here or sees the new time: none is lost.
     fn wake_due(&self) {
         #[cfg(feature = "std")]
         if let Some(waiters) = &self.shared.waiters {
@@ -233,16 +225,9 @@ impl ManualClock {
         }
     }
 
-    /// Frozen clocks: queues `waker` for `duration` from now, or wakes it at once if that is
-    /// not in the future. `None` on a clock that advances itself.
-    #[cfg(feature = "std")]
-    fn queue_wake(&self, duration: Duration, waker: &Waker) -> Option<WakeRegistration> {
-        self.queue_wake_with(waker, |now| now.saturating_add(saturating_nanos(duration)))
-    }
-
     /// Frozen clocks: queues `waker` for the instant `at(now)`, `now` read under the waiters'
-    /// lock (so no `advance` or `set` falls between the reading and the insertion), or wakes it
-    /// at once if that instant is not in the future. `None` on a clock that advances itself.
+    /// lock (so no `advance` or `set` falls in between), or wakes it at once if that instant is
+    /// not in the future. `None` on a clock that advances itself.
     #[cfg(feature = "std")]
     fn queue_wake_with(
         &self,
@@ -300,9 +285,8 @@ impl Clock for ManualClock {
 }
 
 impl Timer for ManualClock {
-    /// Frozen, waits (parked) until a test moves the time to `at`; otherwise moves the time to
-    /// `at` if it is earlier (never back, and not past `at` whatever the caller's last
-    /// reading: a waiter that stalled after it does not move the clock too far).
+    /// Frozen, parks until a test moves the time to `at`; otherwise moves the time to `at` if
+    /// it is earlier (never back, never past `at`).
     fn sleep_until(&self, at: u64) {
         #[cfg(feature = "std")]
         if self.is_frozen() {
@@ -321,25 +305,19 @@ impl Timer for ManualClock {
         self.wake_due();
     }
 
-    /// Advances the clock by `duration`, then wakes `waker`: async waits are as deterministic
-    /// as blocking ones (and move the time of everything sharing the clock — see
-    /// [`ManualClock#waiting`]). A frozen clock queues the waker until `advance` or `set`
-    /// reaches the deadline.
+    /// Advances the clock by `duration`, then wakes `waker` (see [`ManualClock#waiting`]); a
+    /// frozen clock queues the waker until `advance` or `set` reaches the deadline.
     fn wake_after(&self, duration: Duration, waker: &Waker) {
-        #[cfg(feature = "std")]
-        if let Some(registration) = self.queue_wake(duration, waker) {
-            registration.detach();
-            return;
-        }
-        self.advance(duration);
-        waker.wake_by_ref();
+        self.register_wake(duration, waker).detach();
     }
 
     /// [`Timer::wake_after`] with a registration: fired at once on an advancing clock,
     /// cancellable on a frozen one.
     fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
         #[cfg(feature = "std")]
-        if let Some(registration) = self.queue_wake(duration, waker) {
+        if let Some(registration) =
+            self.queue_wake_with(waker, |now| now.saturating_add(saturating_nanos(duration)))
+        {
             return registration;
         }
         self.advance(duration);
@@ -347,10 +325,9 @@ impl Timer for ManualClock {
         WakeRegistration::fired()
     }
 
-    /// [`Timer::register_wake_at`]: a frozen clock queues the instant `at` itself (compared
-    /// with the time under the waiters' lock), so a caller that read the clock before another
-    /// thread moved it is still woken exactly at `at`; an advancing clock advances to `at` (if
-    /// it is not past it), then wakes.
+    /// [`Timer::register_wake_at`]: a frozen clock queues the instant `at` itself, so a caller
+    /// that read the clock before another thread moved it is still woken exactly at `at`; an
+    /// advancing clock advances to `at` (if not past it), then wakes.
     fn register_wake_at(&self, at: u64, waker: &Waker) -> WakeRegistration {
         #[cfg(feature = "std")]
         if let Some(registration) = self.queue_wake_with(waker, |_| at) {

@@ -4,8 +4,7 @@ use core::time::Duration;
 use std::sync::OnceLock;
 
 /// The process-wide calibrated `quanta` clock, its raw reading at first use (the origin), and
-/// its conversion to nanoseconds cached as one multiplier. Immutable once initialized; shared
-/// so that a `QuantaClock` costs one pointer in a bucket.
+/// its conversion to nanoseconds as one multiplier; a `QuantaClock` is a pointer to it.
 struct Source {
     clock: quanta::Clock,
     origin: u64,
@@ -50,12 +49,9 @@ fn cached_factor(clock: &quanta::Clock) -> Option<u64> {
         .then_some(factor)
 }
 
-/// `quanta`'s calibrated TSC clock (it falls back to the OS monotonic clock where the TSC is not
-/// reliable). Its origin is the first use of any `QuantaClock` in the process, so all of them
-/// agree, and it is one pointer to that process-wide calibrated source.
-///
-/// TSCs are not always in step across cores: a reading below the origin reads as 0, and one
-/// slightly earlier than another core's is tolerated by the buckets (see [`Clock`]).
+/// `quanta`'s calibrated TSC clock (the OS monotonic clock where the TSC is not reliable). Its
+/// origin is the first use of any `QuantaClock` in the process, so all of them agree. A reading
+/// below the origin (TSCs out of step across cores) reads as 0.
 ///
 /// ```
 /// use tollgate::{Clock, QuantaClock};

@@ -15,13 +15,10 @@ use {
 
 /// One pending wake-up, registered with [`Timer::register_wake`](crate::Timer::register_wake):
 /// the clock wakes the waker once, when the requested time has passed. **Dropping the
-/// registration cancels the wake-up** where the clock supports it (the shared timer thread of
-/// the std clocks, a [`ManualClock::new_frozen`](crate::ManualClock::new_frozen) clock), so
-/// the clock keeps nothing for a future that no longer exists.
-///
-/// A future keeps its registration while it waits and registers again only when the deadline
-/// or the waker changed, or when [`WakeRegistration::is_fired`] says the wake-up has come:
-/// spurious polls cost nothing and add nothing to any queue.
+/// registration cancels the wake-up** where the clock can (the std clocks' timer thread, a
+/// [`ManualClock::new_frozen`](crate::ManualClock::new_frozen) clock). A future keeps one while
+/// it waits, and registers again only when the deadline or the waker changed or
+/// [`WakeRegistration::is_fired`]: spurious polls add nothing to any queue.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -59,8 +56,8 @@ enum Kind {
 }
 
 impl WakeRegistration {
-    /// A registration whose wake-up has already been delivered: what a clock returns when it
-    /// woke the waker at once (as an auto-advancing [`ManualClock`](crate::ManualClock) does).
+    /// A registration whose wake-up has already been delivered (the clock woke the waker at
+    /// once).
     ///
     /// ```
     /// assert!(tollgate::WakeRegistration::fired().is_fired());
@@ -71,9 +68,8 @@ impl WakeRegistration {
 
     /// Registers through a fire-and-forget hook such as [`Timer::wake_after`](crate::Timer::wake_after):
     /// `hook` receives a waker that wakes `waker` and records that it did, so
-    /// [`WakeRegistration::is_fired`] is exact. Dropping such a registration cannot cancel
-    /// the hook's wake-up (it comes, and wakes a task that may have moved on — harmless); the
-    /// hook keeps only a small flag and a clone of `waker` until then.
+    /// [`WakeRegistration::is_fired`] is exact. Dropping the registration cannot cancel the
+    /// hook's wake-up, but with `std` lets the hook hold a small flag instead of the task.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -107,14 +103,10 @@ impl WakeRegistration {
         }
     }
 
-    /// Registers with tollgate's shared timer thread (measured on `std::time::Instant`; started
-    /// on first use): what the std clocks return. Cancellable: dropping the registration
-    /// removes its entry from the timer's queue at once.
-    ///
-    /// If the timer thread cannot be started (for example under a memory limit), the spawn is
-    /// retried with back-off, and meanwhile the call sleeps the calling thread for a coarse
-    /// tick (at most 10 ms, never longer than `duration`) and then wakes the waker: the task
-    /// re-polls at a bounded rate instead of spinning a core.
+    /// Registers with tollgate's shared timer thread (on `std::time::Instant`, started on first
+    /// use): what the std clocks return. Dropping it removes its entry at once. If the thread
+    /// cannot be started, the call sleeps at most 10 ms (never longer than `duration`), then
+    /// wakes the waker: the task re-polls at a bounded rate instead of spinning.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -144,8 +136,8 @@ impl WakeRegistration {
         }
     }
 
-    /// Whether the wake-up has been delivered (or can no longer come). A waiting future that is
-    /// polled again after that, and is still not ready, must register again.
+    /// Whether the wake-up has been delivered (or can no longer come): a future still not ready
+    /// must then register again.
     ///
     /// ```
     /// assert!(tollgate::WakeRegistration::fired().is_fired());
@@ -163,7 +155,6 @@ impl WakeRegistration {
 
     /// Lets the wake-up come even though the registration is dropped: the fire-and-forget
     /// behaviour of [`Timer::wake_after`](crate::Timer::wake_after).
-    #[cfg(feature = "std")]
     pub(crate) fn detach(self) {
         match self.kind {
             Kind::Fired => {}
@@ -201,12 +192,9 @@ impl fmt::Debug for WakeRegistration {
     }
 }
 
-/// The waker a fire-and-forget hook receives from [`WakeRegistration::forward`].
-///
-/// With `std` the task's waker sits behind a lock, so that dropping the registration takes it
-/// out: the hook's entry (the default's, in the shared timer, until its deadline, up to an
-/// hour) then holds only this small record, not the task, so a dropped future's task is not
-/// kept alive until its deadline.
+/// The waker a fire-and-forget hook receives from [`WakeRegistration::forward`]. With `std` the
+/// task's waker is behind a lock, so dropping the registration takes it out: the hook's entry
+/// (up to an hour in the shared timer) does not keep a dropped future's task alive.
 struct Flagged {
     fired: AtomicU32,
     #[cfg(feature = "std")]
