@@ -21,35 +21,28 @@
 //! Labels are the names you give and fixed words: never a request's key, so a client cannot
 //! create series.
 //!
-//! **"Never".** A refusal that no wait admits (`RetryAfter(Duration::MAX)`: a keyed table of
-//! no keys, tokens due past the [`HORIZON`](crate::HORIZON)), or any wait beyond the horizon,
-//! is counted but adds no histogram sample: its 1.8·10^19 s would absorb every later wait in
-//! the exporter's `f64` sum (whose step there is 4,096 s), freezing `_sum` for the process's
-//! life. Such refusals are the `refused` (and `shadow_refused`) count less the histogram's.
+//! **"Never".** A refusal that no wait admits (`RetryAfter(Duration::MAX)`), or any wait beyond
+//! the [`HORIZON`](crate::HORIZON), is counted but adds no histogram sample: its 1.8·10^19 s
+//! would absorb every later wait in the exporter's `f64` sum. Such refusals are the `refused`
+//! (and `shadow_refused`) count less the histogram's.
 //!
 //! **Cost.** Every handle is resolved once, when the limiter is named, from the recorder
-//! installed *then* (install it first: a limiter named before any recorder records nothing).
-//! A decision is then one counter increment, a virtual call into the recorder, with no registry
-//! lookup, allocation or lock; a refusal adds one histogram sample. Without the feature nothing
-//! is compiled in.
+//! installed *then* (install it first). A decision is then one counter increment, a virtual
+//! call, with no lookup, allocation or lock; a refusal adds one histogram sample.
 //!
 //! **Shadow mode** ([`Metered::shadow`], [`KeyedLimiterBuilder::shadow`](crate::KeyedLimiterBuilder::shadow)):
-//! the limiter decides exactly as it would and records the outcome, but every decision returns
-//! `Ok`. What it would have refused is counted `shadow_refused` (both kinds of refusal: a wait
-//! or a cost above the burst) with its wait in the histogram. A refusal writes no state in
-//! tollgate, so turning shadow off later enforces from the state an enforcing limiter would
-//! have had: every admission was applied, no refusal was. The series that say *why* also
-//! count what enforcement would have done, with no shadow label: a shadow table's
-//! `tollgate_table_full_total{action = "refused"}` counts the new keys it would have refused
-//! (admitted, untracked), and `tollgate_policy_refusals_total` the quota that would have
-//! refused. Alert on `outcome = "refused"`, not on those, to tell real refusals from shadow
-//! ones; the limiters' own counters (`KeyedLimiter::counters`) count what callers got.
+//! the limiter decides and records as it would, but every decision returns `Ok`; what it would
+//! have refused is counted `shadow_refused`, with its wait. A refusal writes no state, so
+//! turning shadow off enforces from the state an enforcing limiter would have had. The series
+//! that say *why* (`tollgate_table_full_total{action = "refused"}`,
+//! `tollgate_policy_refusals_total`) count what enforcement would have done, with no shadow
+//! label: alert on `outcome = "refused"` to tell real refusals from shadow ones.
 
 use core::time::Duration;
 
 use metrics::{Counter, Histogram, SharedString};
 
-use crate::Denied;
+use crate::{Denied, Refusal};
 
 mod metered;
 mod policy;
@@ -113,10 +106,8 @@ impl Outcome {
 
 /// The handles one named limiter records its decisions with: a counter per [`Outcome`] and the
 /// [`RETRY_AFTER`] histogram, resolved once from the recorder installed when this is built.
-///
-/// The building block of [`Metered`], the named [`KeyedLimiter`](crate::KeyedLimiter), and the
-/// tower and Redis crates' metrics; use it to record your own limiter's decisions under the
-/// same series.
+/// The building block of [`Metered`] and the other crates' metrics; use it to record your own
+/// limiter's decisions under the same series.
 ///
 /// ```
 /// use std::time::Duration;
@@ -152,8 +143,8 @@ impl DecisionMetrics {
     }
 
     /// Counts one decision `outcome`; for a refusal with a wait, also records `wait` (ignored
-    /// otherwise) in the histogram, unless it is beyond the [`HORIZON`](crate::HORIZON): a
-    /// refusal that never admits (`Duration::MAX`) adds no sample (see [the module](self)).
+    /// otherwise) in the histogram, unless it is beyond the [`HORIZON`](crate::HORIZON) (see
+    /// [the module](self)).
     #[inline]
     pub fn count(&self, outcome: Outcome, wait: Option<Duration>) {
         let counter = match outcome {
@@ -164,8 +155,6 @@ impl DecisionMetrics {
         };
         counter.increment(1);
         if let (Outcome::Refused | Outcome::ShadowRefused, Some(wait)) = (outcome, wait) {
-            // "Never" is no wait: 1.8e19 s in the exporter's f64 sum would absorb every later
-            // sample.
             if wait <= crate::HORIZON {
                 self.retry_after.record(wait.as_secs_f64());
             }
@@ -216,8 +205,45 @@ fn wait_of(denied: &Denied) -> Option<Duration> {
     }
 }
 
-/// A keyed table's handles: its gauges and table counters, resolved once like
-/// [`DecisionMetrics`].
+/// A named limiter's decision handles: one quota's, or (`quotas > 0`) a policy's, which also
+/// count each refusal by the quota that decided it.
+#[derive(Debug)]
+pub(crate) enum Handles {
+    One(DecisionMetrics),
+    Policy(PolicyMetrics),
+}
+
+impl Handles {
+    pub(crate) fn new(name: impl Into<SharedString>, quotas: usize) -> Handles {
+        if quotas == 0 {
+            Handles::One(DecisionMetrics::new(name))
+        } else {
+            Handles::Policy(PolicyMetrics::new(name, quotas))
+        }
+    }
+
+    /// Records `verdict`; returns what the caller gets (`Ok` in shadow mode).
+    #[inline]
+    pub(crate) fn decide(&self, shadow: bool, verdict: Result<(), Refusal>) -> Result<(), Refusal> {
+        let denied = verdict.map_err(|r| r.denied());
+        let given = match self {
+            Handles::One(d) => d.decide(shadow, denied),
+            Handles::Policy(p) => {
+                p.decide(shadow, denied, verdict.err().map_or(0, |r| r.quota_index()))
+            }
+        };
+        given.or(verdict)
+    }
+
+    pub(crate) fn decisions(&self) -> &DecisionMetrics {
+        match self {
+            Handles::One(d) => d,
+            Handles::Policy(p) => p.decisions(),
+        }
+    }
+}
+
+/// A keyed table's gauges and table counters, resolved once like [`DecisionMetrics`].
 #[cfg(feature = "keyed")]
 #[derive(Debug)]
 pub(crate) struct TableMetrics {
@@ -241,8 +267,7 @@ impl TableMetrics {
         }
     }
 
-    /// The table tracks `len` keys now (set under the table's mutex, so the last set is the
-    /// current length).
+    /// The table tracks `len` keys now (set under the table's mutex).
     pub(crate) fn len(&self, len: u64) {
         self.keys.set(len as f64);
     }
