@@ -3,20 +3,6 @@
 //! Every example is a doc test on simulated time (mostly a [`ManualClock`]), so the times it
 //! shows are exact. The details are on each type's page.
 //!
-//! 1. [Choosing a limiter](#choosing-a-limiter)
-//! 2. [Refuse, wait or reserve](#refuse-wait-or-reserve)
-//! 3. [Async waiting](#async-waiting)
-//! 4. [Changing the quota at run time](#changing-the-quota-at-run-time)
-//! 5. [HTTP: `Retry-After` and `RateLimit` headers](#http-retry-after-and-ratelimit-headers)
-//! 6. [Coming from Guava: `Smooth`](#coming-from-guava-smooth)
-//! 7. [Several limits at once: `MultiBucket` and `all_of`](#several-limits-at-once-multibucket-and-all_of)
-//! 8. [One bucket per key: `KeyedLimiter`](#one-bucket-per-key-keyedlimiter)
-//! 9. [One limit on many cores: `ShardedBucket`](#one-limit-on-many-cores-shardedbucket)
-//! 10. [Your own storage: the `gcra` functions](#your-own-storage-the-gcra-functions)
-//! 11. [Restarts: saving and restoring state](#restarts-saving-and-restoring-state-feature-persist)
-//! 12. [Clocks](#clocks)
-//! 13. [Cargo features and `no_std`](#cargo-features-and-no_std)
-//!
 //! # Choosing a limiter
 //!
 //! | you need | use |
@@ -44,7 +30,11 @@
 //! | [`Bucket::reserve`] | never: returns a [`Reservation`] with its delay | only `Err(ExceedsBurst)` |
 //! | [`Bucket::until_ready`] | asynchronously, on any executor | only `Err(ExceedsBurst)` |
 //!
-//! Waits sleep through the bucket's clock; a [`ManualClock`] advances itself by the wait instead:
+//! Waits sleep through the bucket's clock; a [`ManualClock`] advances itself by the wait instead.
+//! [`Bucket::reserve`] takes the tokens now, possibly ahead of the refill, and says when they
+//! are due; [`Reservation::cancel`] gives **all** of them back if the bucket admitted nothing
+//! since, and nothing otherwise, so a cancellation never admits a token twice
+//! ([docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#cancellation-why-all-or-nothing)).
 //!
 //! ```
 //! use std::time::Duration;
@@ -55,52 +45,21 @@
 //! assert_eq!(bucket.acquire(2), Ok(Duration::ZERO));
 //! assert_eq!(bucket.acquire(2), Ok(Duration::from_millis(200))); // waited its turn
 //! assert_eq!(clock.now(), 200_000_000);
-//! assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(100))));
 //! // Bounded waiting: refuse, consuming nothing, if the turn is more than 50 ms away.
 //! assert_eq!(
 //!     bucket.try_acquire_for(1, Duration::from_millis(50)),
 //!     Err(Denied::RetryAfter(Duration::from_millis(100)))
 //! );
-//! # Ok::<(), tollgate::ConfigError>(())
-//! ```
-//!
-//! [`Bucket::reserve`] takes the tokens now, possibly ahead of the refill, and says when they
-//! are due; the next caller queues behind it. [`Reservation::cancel`] gives **all** its tokens
-//! back if the bucket admitted nothing since, and nothing otherwise, so a cancellation never
-//! admits a token twice ([docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#cancellation-why-all-or-nothing)).
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::{Bucket, ManualClock, Quota};
-//!
-//! let clock = ManualClock::new();
-//! let bucket = Bucket::with_clock(Quota::per_second(10)?.with_burst(2)?, clock.clone());
-//! assert_eq!(bucket.reserve(2)?.delay(), Duration::ZERO);
-//! let r = bucket.reserve(2)?;
+//! let r = bucket.reserve(2)?; // taken now, due in 200 ms; the next caller queues behind it
 //! assert_eq!(r.delay(), Duration::from_millis(200));
 //! r.cancel(); // nothing admitted since: both tokens come back
-//! clock.advance(Duration::from_millis(300));
-//! assert_eq!(bucket.reserve(2)?.delay(), Duration::ZERO);
+//! assert_eq!(bucket.try_acquire(1), Err(Denied::RetryAfter(Duration::from_millis(100))));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! ## The leaky bucket as a queue
-//!
-//! A bucket of burst 1 whose callers all use [`Bucket::acquire`] is the queue form of the leaky
-//! bucket: one caller per emission interval (`1 / rate`), whatever the arrivals. Under overload
-//! the queue grows without bound; [`Bucket::try_acquire_for`] bounds it.
-//!
-//! ```
-//! use tollgate::{Bucket, Clock, ManualClock, Quota};
-//! let clock = ManualClock::new();
-//! let bucket = Bucket::with_clock(Quota::per_second(10).unwrap().with_burst(1).unwrap(), clock.clone());
-//! let mut emitted = Vec::new();
-//! for _ in 0..4 {
-//!     bucket.acquire(1).unwrap();
-//!     emitted.push(clock.now() / 1_000_000); // ms
-//! }
-//! assert_eq!(emitted, [0, 100, 200, 300]); // one every 100 ms: constant output rate
-//! ```
+//! With burst 1 and every caller in [`Bucket::acquire`], callers are let through one per
+//! emission interval (`1 / rate`) whatever the arrivals: the queue form of the leaky bucket,
+//! whose queue [`Bucket::try_acquire_for`] bounds.
 //!
 //! # Async waiting
 //!
@@ -231,18 +190,6 @@
 //! one refuses. Under contention a give-back can fail (the cancel rule above), so prefer one
 //! `MultiBucket` where the quotas belong to one key.
 //!
-#![cfg_attr(feature = "keyed", doc = "```")]
-#![cfg_attr(not(feature = "keyed"), doc = "```ignore")]
-//! use tollgate::{all_of, Bucket, KeyedLimiter, ManualClock, Quota};
-//!
-//! let clock = ManualClock::new();
-//! let global = Bucket::with_clock(Quota::per_second(5_000)?, clock.clone());
-//! let tenants = KeyedLimiter::with_clock(Quota::per_second(200)?, 10_000, clock.clone());
-//! let admitted = all_of(&global, 1, |cost| tenants.try_acquire(&"tenant-42", cost));
-//! assert_eq!(admitted, Ok(()));
-//! # Ok::<(), tollgate::ConfigError>(())
-//! ```
-//!
 //! # One bucket per key: `KeyedLimiter`
 //!
 //! `KeyedLimiter` (feature `keyed`, on by default) keeps one exact bucket per key in a table
@@ -278,27 +225,8 @@
 //!
 //! A policy *per key* is a [`KeyedMultiLimiter`](crate::KeyedMultiLimiter): each key decides its
 //! `Limits` as its own `MultiBucket` would, in the same bounded table, with everything
-//! `KeyedLimiter` offers.
-//!
-#![cfg_attr(feature = "keyed", doc = "```")]
-#![cfg_attr(not(feature = "keyed"), doc = "```ignore")]
-//! use std::time::Duration;
-//! use tollgate::{Denied, KeyedMultiLimiter, Limiter, Limits, ManualClock, Quota};
-//!
-//! let clock = ManualClock::new();
-//! let per_day = |n| Quota::new(n, Duration::from_secs(86_400), n);
-//! let basic = Limits::new([Quota::per_second(10)?, per_day(10_000)?])?;
-//! let premium = Limits::new([Quota::per_second(100)?, per_day(1_000_000)?])?;
-//! let keys = KeyedMultiLimiter::builder(basic, 100_000, clock.clone())
-//!     .override_quota("key-premium", premium)
-//!     .build()?;
-//! assert_eq!(keys.try_acquire(&"key-1", 10), Ok(()));
-//! assert_eq!(keys.try_acquire(&"key-1", 1), Err(Denied::RetryAfter(Duration::from_millis(100))));
-//! assert_eq!(keys.try_acquire(&"key-premium", 100), Ok(()));
-//! let (_, snapshots) = keys.decide_snapshots(&"key-1", 0);
-//! assert_eq!(snapshots.as_slice()[1].remaining(), 9_990); // key-1's day, spent once
-//! # Ok::<(), tollgate::ConfigError>(())
-//! ```
+//! `KeyedLimiter` offers ([`KeyedMultiLimiterBuilder`](crate::KeyedMultiLimiterBuilder) shows
+//! per-key policies).
 //!
 //! # One limit on many cores: `ShardedBucket`
 //!
@@ -399,31 +327,7 @@
 //!   by an upkeep thread, one load per decision; a stale reading only refuses more.
 //! * [`ManualClock`]: a shared time you move, for tests. [`ManualClock::new`] advances itself
 //!   when a limiter waits on it (for every limiter sharing it); [`ManualClock::new_frozen`]
-//!   moves only when the test moves it, waking the waiters it reaches.
-//!
-#![cfg_attr(feature = "std", doc = "```")]
-#![cfg_attr(not(feature = "std"), doc = "```ignore")]
-//! use std::time::Duration;
-//! use tollgate::{Bucket, Clock, ManualClock, Quota};
-//!
-//! // Advancing: the wait moved the shared time.
-//! let clock = ManualClock::new();
-//! let bucket = Bucket::with_clock(Quota::per_second(10)?, clock.clone());
-//! bucket.try_acquire(10).unwrap();
-//! assert_eq!(bucket.acquire(1), Ok(Duration::from_millis(100)));
-//! assert_eq!(clock.now(), 100_000_000);
-//!
-//! // Frozen: nothing moves until the test says so; a clock may also step back.
-//! let clock = ManualClock::new_frozen();
-//! let bucket = Bucket::with_clock(Quota::per_second(10)?, clock.clone());
-//! bucket.try_acquire(10).unwrap();
-//! assert!(bucket.try_acquire(1).is_err());
-//! clock.advance(Duration::from_millis(100));
-//! assert_eq!(bucket.try_acquire(1), Ok(()));
-//! clock.set(Duration::from_millis(50)); // a step back refuses more, never admits more
-//! assert_eq!(bucket.available(), 0);
-//! # Ok::<(), tollgate::ConfigError>(())
-//! ```
+//!   moves only when the test moves it, waking the waiters it reaches (examples on its page).
 //!
 //! Your own time source (an RTOS tick, a simulation) implements [`Clock::now`]; the default
 //! [`Clock::sleep`] spins (override it to sleep). The waiting methods also need a [`Timer`],
@@ -431,7 +335,7 @@
 //!
 //! ```
 //! use std::sync::atomic::{AtomicU64, Ordering};
-//! use tollgate::{Bucket, Clock, Quota};
+//! use tollgate::{Bucket, Clock, Quota, Timer};
 //!
 //! /// A 1 kHz tick counter, as an interrupt handler would keep it.
 //! #[derive(Debug)]
@@ -441,6 +345,7 @@
 //!         self.0.load(Ordering::Relaxed).saturating_mul(1_000_000)
 //!     }
 //! }
+//! impl Timer for Ticks {} // for `acquire`, `until_ready`, ...
 //! let bucket = Bucket::with_clock(Quota::per_second(2)?, Ticks(AtomicU64::new(0)));
 //! assert_eq!(bucket.try_acquire(2), Ok(()));
 //! assert!(bucket.try_acquire(1).is_err());

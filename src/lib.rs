@@ -2,26 +2,14 @@
 //!
 //! Exact, lock-free rate limiting for the hot path of high-QPS servers.
 //!
-//! * [`Bucket`] — a token bucket whose whole state is one `AtomicU64`, updated by a
-//!   compare-and-swap loop: no lock, no allocation, no background thread. Waiting:
-//!   [`Bucket::acquire`], [`Bucket::try_acquire_for`], [`Bucket::reserve`] → [`Reservation`],
-//!   and the async [`Bucket::until_ready`] → [`UntilReady`].
-//! * [`Quota`] — a validated rate and burst ([`ConfigError`] when it is not); [`Denied`] — a
-//!   refusal: retry after an exact wait, or the cost exceeds the burst.
-//! * [`MultiBucket`] — one to four quotas ([`Limits`]) that must all hold, debited in one atomic
-//!   step; [`Refusal`] names the quota that refused; [`all_of`] and [`all_of2`] require several
-//!   *different* limiters, giving earlier tokens back when a later one refuses.
-//! * `KeyedLimiter` — one exact bucket per key in a table of bounded size that evicts only full
-//!   buckets (feature `keyed`), `KeyedMultiLimiter` a policy per key; `ShardedBucket` — one
-//!   limit on many cores, an exact central word leasing tokens to per-core shards (`std`).
-//! * [`Smooth`] — Guava's `SmoothRateLimiter` (bursty and warming up), to the microsecond.
-//! * [`gcra`] — the pure decision function, for your own storage.
-//! * [`Limiter`] — every limiter's decision in one shape, with [`Snapshot`]s for `RateLimit`
-//!   headers.
-//! * [`Clock`] — [`ManualClock`] for tests, [`QuantaClock`] (default), [`StdClock`], the opt-in
-//!   [`CoarseClock`]; [`Timer`], the wake-ups the waiting code needs.
-//! * `metrics` (feature `metrics`) — decisions and keyed-table gauges on the `metrics` facade,
-//!   and shadow mode; `persist` (feature `persist`) — state saved across restarts.
+//! A [`Bucket`] is a token bucket whose whole state is one `AtomicU64`, updated by a
+//! compare-and-swap loop: no lock, no allocation, no background thread. It takes a [`Quota`] (a
+//! validated rate and burst) and refuses with a [`Denied`] that carries the exact wait. Beside
+//! it, behind one [`Limiter`] trait: [`MultiBucket`] (several quotas at once), [`KeyedLimiter`]
+//! (a bucket per key, feature `keyed`), [`ShardedBucket`] (one limit on many cores) and
+//! [`Smooth`] (Guava's `RateLimiter`); the pure [`gcra`] functions for your own storage;
+//! [`Clock`]s ([`ManualClock`] for tests); waiting ([`Bucket::acquire`], [`Bucket::reserve`],
+//! the async [`Bucket::until_ready`]); and the features `metrics` and `persist`.
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
 //! arithmetic at the clock's integer-nanosecond reading (see [`Quota::is_exact`] for the one
