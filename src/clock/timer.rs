@@ -208,6 +208,16 @@ mod tests {
         timer
     }
 
+    /// Waits until `h` has fired and `count` exceeds `before`: the timer thread takes a due
+    /// entry out under its lock and wakes it after, so the two come in either order.
+    fn wait_woken(h: &Handle, count: &Count, before: usize) {
+        let start = Instant::now();
+        while !h.is_fired() || count.0.load(Ordering::SeqCst) == before {
+            assert!(start.elapsed() < Duration::from_secs(30), "never woken");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn dropping_a_handle_removes_its_entry() {
         let t = timer(0);
@@ -227,15 +237,7 @@ mod tests {
         let t = timer(0);
         let (count, waker) = counter();
         let handle = t.register(Duration::from_millis(1), &waker);
-        // The timer thread takes a due entry out under its lock and wakes it after releasing
-        // the lock: the entry reports fired a moment before its waker runs, so wait for both
-        // (however the scheduler interleaves them) before counting.
-        let start = Instant::now();
-        while !handle.is_fired() || count.0.load(Ordering::SeqCst) == 0 {
-            assert!(start.elapsed() < Duration::from_secs(30), "never woken");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert!(handle.is_fired());
+        wait_woken(&handle, &count, 0);
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert_eq!(t.len(), 0);
         drop(handle); // nothing left to remove
@@ -270,8 +272,7 @@ mod tests {
         };
         assert!(attempts <= 2, "{attempts}");
         assert!(backoff > RETRY_FIRST && backoff <= RETRY_MAX);
-        // A busy poller for 300 ms: each registration sleeps up to a tick, so it cannot poll
-        // more than ~300 ms / tick times (+ attempts made during back-off).
+        // A busy poller: each registration sleeps up to a tick.
         let busy = Instant::now();
         let mut polls = 0u32;
         while busy.elapsed() < Duration::from_millis(300) {
@@ -282,8 +283,7 @@ mod tests {
             }
         }
         assert!(polls <= 31, "{polls} polls in 300 ms");
-        // Past the back-off the spawn is retried; the second retry succeeds (two injected
-        // failures), and from then on entries queue and wake normally.
+        // Past the back-off the spawn is retried; the second retry succeeds.
         while Instant::now() < retry_at + RETRY_MAX * 2 && t.lock().thread != Thread::Running {
             drop(t.register(Duration::from_millis(1), &waker));
         }
@@ -291,12 +291,7 @@ mod tests {
         assert_eq!(t.lock().spawn_attempts, 3);
         let woken = count.0.load(Ordering::SeqCst);
         let h = t.register(Duration::from_millis(1), &waker);
-        let start = Instant::now();
-        // Fired (taken out under the lock) a moment before woken (after it): wait for both.
-        while !h.is_fired() || count.0.load(Ordering::SeqCst) == woken {
-            assert!(start.elapsed() < Duration::from_secs(30), "never woken");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_woken(&h, &count, woken);
         assert_eq!(count.0.load(Ordering::SeqCst), woken + 1);
     }
 }
