@@ -1,11 +1,9 @@
 //! Metrics through the [`metrics`] facade (feature `metrics`): what each named limiter decided,
 //! the waits it handed out, and how full a keyed table is.
 //!
-//! A limiter records only once it has a name: [`Metered`] wraps any [`Limiter`](crate::Limiter)
-//! (its decisions, and a policy's refusals by quota);
-//! [`KeyedLimiterBuilder::name`](crate::KeyedLimiterBuilder::name) names a
-//! [`KeyedLimiter`](crate::KeyedLimiter) from inside (its decisions and its table's gauges).
-//! tollgate-tower and tollgate-redis record the same series per layer or limiter name, through
+//! A limiter records once it has a name: [`Metered`] wraps any [`Limiter`](crate::Limiter);
+//! [`KeyedLimiterBuilder::name`](crate::KeyedLimiterBuilder::name) names a keyed table (its
+//! gauges too). tollgate-tower and tollgate-redis record the same series through
 //! [`DecisionMetrics`].
 //!
 //! | series | kind | labels | what |
@@ -121,10 +119,8 @@ impl Outcome {
 /// ```
 #[derive(Debug, Clone)]
 pub struct DecisionMetrics {
-    admitted: Counter,
-    refused: Counter,
-    exceeds_burst: Counter,
-    shadow_refused: Counter,
+    /// A counter per [`Outcome`], in [`Outcome::ALL`]'s order.
+    outcomes: [Counter; 4],
     retry_after: Histogram,
 }
 
@@ -132,12 +128,8 @@ impl DecisionMetrics {
     /// The handles for the limiter named `limiter` (the `limiter` label).
     pub fn new(limiter: impl Into<SharedString>) -> DecisionMetrics {
         let limiter: SharedString = limiter.into();
-        let outcome = |o: Outcome| metrics::counter!(DECISIONS, "limiter" => limiter.clone(), "outcome" => o.as_str());
         DecisionMetrics {
-            admitted: outcome(Outcome::Admitted),
-            refused: outcome(Outcome::Refused),
-            exceeds_burst: outcome(Outcome::ExceedsBurst),
-            shadow_refused: outcome(Outcome::ShadowRefused),
+            outcomes: Outcome::ALL.map(|o| metrics::counter!(DECISIONS, "limiter" => limiter.clone(), "outcome" => o.as_str())),
             retry_after: metrics::histogram!(RETRY_AFTER, "limiter" => limiter),
         }
     }
@@ -147,13 +139,7 @@ impl DecisionMetrics {
     /// [the module](self)).
     #[inline]
     pub fn count(&self, outcome: Outcome, wait: Option<Duration>) {
-        let counter = match outcome {
-            Outcome::Admitted => &self.admitted,
-            Outcome::Refused => &self.refused,
-            Outcome::ExceedsBurst => &self.exceeds_burst,
-            Outcome::ShadowRefused => &self.shadow_refused,
-        };
-        counter.increment(1);
+        self.outcomes[outcome as usize].increment(1);
         if let (Outcome::Refused | Outcome::ShadowRefused, Some(wait)) = (outcome, wait) {
             if wait <= crate::HORIZON {
                 self.retry_after.record(wait.as_secs_f64());
@@ -165,9 +151,9 @@ impl DecisionMetrics {
     #[inline]
     pub fn record(&self, verdict: &Result<(), Denied>) {
         match verdict {
-            Ok(()) => self.admitted.increment(1),
-            Err(Denied::ExceedsBurst) => self.exceeds_burst.increment(1),
-            Err(denied) => self.count(Outcome::Refused, wait_of(denied)),
+            Ok(()) => self.count(Outcome::Admitted, None),
+            Err(Denied::RetryAfter(wait)) => self.count(Outcome::Refused, Some(*wait)),
+            Err(Denied::ExceedsBurst) => self.count(Outcome::ExceedsBurst, None),
         }
     }
 
@@ -176,8 +162,9 @@ impl DecisionMetrics {
     #[inline]
     pub fn record_shadow(&self, verdict: &Result<(), Denied>) {
         match verdict {
-            Ok(()) => self.admitted.increment(1),
-            Err(denied) => self.count(Outcome::ShadowRefused, wait_of(denied)),
+            Ok(()) => self.count(Outcome::Admitted, None),
+            Err(Denied::RetryAfter(wait)) => self.count(Outcome::ShadowRefused, Some(*wait)),
+            Err(Denied::ExceedsBurst) => self.count(Outcome::ShadowRefused, None),
         }
     }
 
@@ -193,15 +180,6 @@ impl DecisionMetrics {
             self.record(&verdict);
             verdict
         }
-    }
-}
-
-/// The wait a refusal hands out (`None` for a cost above the burst).
-#[inline]
-fn wait_of(denied: &Denied) -> Option<Duration> {
-    match denied {
-        Denied::RetryAfter(wait) => Some(*wait),
-        Denied::ExceedsBurst => None,
     }
 }
 

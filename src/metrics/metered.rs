@@ -44,8 +44,7 @@ pub struct Metered<L> {
 }
 
 impl<L: Limiter> Metered<L> {
-    /// `limiter`, recording under the name `name` (resolved now, from the installed recorder;
-    /// the per-quota refusal counters too if the limiter holds several quotas).
+    /// `limiter`, recording under the name `name` (resolved now, from the installed recorder).
     pub fn new(name: impl Into<SharedString>, limiter: L) -> Metered<L> {
         let quotas = limiter.max_quotas();
         Metered {
@@ -55,6 +54,7 @@ impl<L: Limiter> Metered<L> {
         }
     }
 
+    /// Records `verdict`; returns what the caller gets (`Ok` in shadow mode).
     #[inline]
     fn record(&self, verdict: Result<(), Refusal>) -> Result<(), Refusal> {
         self.handles.decide(self.shadow, verdict)
@@ -62,8 +62,7 @@ impl<L: Limiter> Metered<L> {
 }
 
 impl<L> Metered<L> {
-    /// Shadow mode on or off: on, each decision is made and recorded as usual and then admitted
-    /// (`shadow_refused` for what would have been refused, with its wait).
+    /// Shadow mode on or off: on, each decision is made and recorded, then admitted.
     pub fn shadow(self, on: bool) -> Metered<L> {
         Metered { shadow: on, ..self }
     }
@@ -96,8 +95,7 @@ impl<L: Limiter<Key = ()>> Metered<L> {
         self.decide(&(), cost).map_err(Denied::from)
     }
 
-    /// The limiter's `try_acquire_or_snapshot`, recorded (admitted in shadow mode): the
-    /// tightest quota's snapshot, on refusal only.
+    /// The limiter's `try_acquire_or_snapshot`, recorded (admitted in shadow mode).
     #[inline]
     pub fn try_acquire_or_snapshot(&self, cost: u64) -> Result<(), (Denied, Snapshot)> {
         self.decide_or_snapshots(&(), cost)
@@ -113,8 +111,8 @@ impl<L: Limiter<Key = ()>> Metered<L> {
     }
 }
 
-/// The limiter's decisions, recorded (and admitted in shadow mode); the snapshots are the
-/// decision's, a refusal's in shadow mode.
+/// The limiter's decisions, recorded (and admitted in shadow mode, with the refusal's
+/// snapshots).
 impl<L: Limiter> Limiter for Metered<L> {
     type Key = L::Key;
 

@@ -11,12 +11,11 @@ use crate::Denied;
 /// `limiter` and `quota` (the quota's index, `"0"` for the first, in the policy's order).
 pub const POLICY_REFUSALS: &str = "tollgate_policy_refusals_total";
 
-/// The label values of [`POLICY_REFUSALS`]' `quota`: a policy holds at most four quotas.
+/// The label values of [`POLICY_REFUSALS`]' `quota`.
 const QUOTA_LABELS: [&str; 4] = ["0", "1", "2", "3"];
 
 /// [`DecisionMetrics`] for a policy of up to four quotas, plus a refusal counter per quota
-/// ([`POLICY_REFUSALS`]): "which limit fired". Handles resolved once, like
-/// [`DecisionMetrics`].
+/// ([`POLICY_REFUSALS`]): "which limit fired".
 ///
 /// ```
 /// use std::time::Duration;
