@@ -61,17 +61,15 @@ use format::{FrameReader, FrameWriter};
 use std::io::{self, Read, Write};
 use std::time::SystemTime;
 
-/// The format version this build writes, and the only one it reads (version 2: a keyed
-/// table's fingerprints are 63-bit `fast` hashes; version 1's are not found by this build).
+/// The format version this build writes, and the only one it reads.
 ///
 /// ```
 /// assert_eq!(tollgate::persist::VERSION, 2);
 /// ```
 pub const VERSION: u16 = 2;
 
-/// How much earlier than the save's wall time a restore's may read and still be accepted, as a
-/// wall clock stepped back (refilling nothing); beyond it the file is refused as
-/// [`RestoreError::FromTheFuture`].
+/// How far before the save's wall time a restore's may read, as a wall clock stepped back
+/// (refilling nothing); beyond it: [`RestoreError::FromTheFuture`].
 ///
 /// ```
 /// assert_eq!(tollgate::persist::FUTURE_TOLERANCE.as_secs(), 600);
@@ -346,14 +344,12 @@ macro_rules! inherent_persist {
     (impl[$($generics:tt)*] $ty:ty) => {
         #[cfg_attr(docsrs, doc(cfg(feature = "persist")))]
         impl<$($generics)*> $ty {
-            /// [`Persist::save`](crate::persist::Persist::save) (feature `persist`): writes
-            /// the state, anchored to the wall clock.
+            /// [`Persist::save`](crate::persist::Persist::save) (feature `persist`).
             pub fn save<W: std::io::Write>(&self, w: W) -> std::io::Result<()> {
                 crate::persist::Persist::save(self, w)
             }
 
-            /// [`Persist::save_at`](crate::persist::Persist::save_at) (feature `persist`):
-            /// [`save`](Self::save) with the wall-clock time given.
+            /// [`Persist::save_at`](crate::persist::Persist::save_at) (feature `persist`).
             pub fn save_at<W: std::io::Write>(
                 &self,
                 w: W,
@@ -362,8 +358,7 @@ macro_rules! inherent_persist {
                 crate::persist::Persist::save_at(self, w, wall)
             }
 
-            /// [`Persist::restore`](crate::persist::Persist::restore) (feature `persist`):
-            /// restores a saved state, refilled over the downtime; never adds tokens.
+            /// [`Persist::restore`](crate::persist::Persist::restore) (feature `persist`).
             pub fn restore<R: std::io::Read>(
                 &self,
                 r: R,
@@ -371,8 +366,7 @@ macro_rules! inherent_persist {
                 crate::persist::Persist::restore(self, r)
             }
 
-            /// [`Persist::restore_at`](crate::persist::Persist::restore_at) (feature
-            /// `persist`): [`restore`](Self::restore) with the wall-clock time given.
+            /// [`Persist::restore_at`](crate::persist::Persist::restore_at) (feature `persist`).
             pub fn restore_at<R: std::io::Read>(
                 &self,
                 r: R,

@@ -43,12 +43,6 @@ mod mutex {
     pub(crate) struct Mutex<T>(imp::Mutex<T>);
 
     impl<T> Mutex<T> {
-        #[cfg(not(tollgate_loom))]
-        pub(crate) const fn new(value: T) -> Mutex<T> {
-            Mutex(imp::Mutex::new(value))
-        }
-
-        #[cfg(tollgate_loom)]
         pub(crate) fn new(value: T) -> Mutex<T> {
             Mutex(imp::Mutex::new(value))
         }

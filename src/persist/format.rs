@@ -7,10 +7,9 @@
 //! end   = frame of kind END: records:u64  crc32(every byte before the end frame):u32
 //! ```
 //!
-//! Integers are little-endian. A frame's payload is at most [`MAX_FRAME`] bytes, so a reader
-//! holds one frame at a time whatever the file's size. Each frame's CRC catches corruption where
-//! it happens; the end frame's record count and file CRC catch a file cut at a frame boundary,
-//! frames dropped, repeated or reordered, and a file spliced from two.
+//! Integers are little-endian; a payload is at most [`MAX_FRAME`] bytes. The end frame's record
+//! count and file CRC catch a file cut at a frame boundary, frames dropped, repeated or
+//! reordered, and a file spliced from two.
 
 use super::RestoreError;
 use crate::quota::Quota;
@@ -37,9 +36,8 @@ pub(crate) mod kind {
     /// A [`ShardedBucket`](crate::ShardedBucket): its quota and the tokens the whole bucket
     /// holds at the anchor as a fraction `held:u128 / scale:u64` (leased tokens count as spent).
     pub(crate) const SHARDED: u8 = 3;
-    /// A [`Smooth`](crate::Smooth): the mode (tag and two `f64` words), the six parameter
-    /// words, the next free time relative to the save's reading (µs, `i64`) and the stored
-    /// permits (`f64`).
+    /// A [`Smooth`](crate::Smooth): the mode (tag, two `f64`), the six parameter words, the
+    /// next free time after the save's reading (µs, `i64`), the stored permits (`f64`).
     pub(crate) const SMOOTH: u8 = 4;
     /// A `KeyedLimiter`'s table-wide part: default quota, fingerprint seed, override count.
     pub(crate) const KEYED: u8 = 5;
@@ -52,13 +50,11 @@ pub(crate) mod kind {
     pub(crate) const FLOOR: u8 = 8;
     /// A [`MultiBucket`](crate::MultiBucket): the quota count (`u8`), then one record per quota.
     pub(crate) const MULTI: u8 = 9;
-    /// A `KeyedMultiLimiter`'s table-wide part: the default policy (quota count, quotas),
-    /// fingerprint seed, override count.
+    /// A `KeyedMultiLimiter`'s `KEYED`: the default policy (quota count, quotas), seed, count.
     pub(crate) const KEYED_MULTI: u8 = 10;
     /// One override policy of a `KeyedMultiLimiter`, by fingerprint.
     pub(crate) const OVERRIDE_MULTI: u8 = 11;
-    /// Keyed policy entries: a count, then per entry its fingerprint, quota count and the
-    /// units each quota lacks at the anchor.
+    /// Keyed policy entries: a count, then fingerprint, quota count and each quota's lack.
     pub(crate) const MULTI_ENTRIES: u8 = 12;
     /// The end: record count and the checksum of everything before it.
     pub(crate) const END: u8 = 0x7f;
@@ -87,16 +83,17 @@ impl Limiter {
             .find(|&l| l as u8 == b)
     }
 
-    /// The type's name, for errors.
+    /// The type's name, for errors (by discriminant, from 1).
     pub(crate) fn name(self) -> &'static str {
-        match self {
-            Limiter::Bucket => "Bucket",
-            Limiter::Sharded => "ShardedBucket",
-            Limiter::Smooth => "Smooth",
-            Limiter::Keyed => "KeyedLimiter",
-            Limiter::Multi => "MultiBucket",
-            Limiter::KeyedMulti => "KeyedMultiLimiter",
-        }
+        const NAMES: [&str; 6] = [
+            "Bucket",
+            "ShardedBucket",
+            "Smooth",
+            "KeyedLimiter",
+            "MultiBucket",
+            "KeyedMultiLimiter",
+        ];
+        NAMES[self as usize - 1]
     }
 }
 
@@ -192,8 +189,8 @@ impl Payload {
     }
     /// A quota as `tokens`, `per` in nanoseconds and `burst`: what [`Quota::new`] takes.
     pub(crate) fn quota(&mut self, q: &Quota) -> &mut Self {
-        // `Quota::new` refuses periods beyond u64 nanoseconds, so this never saturates.
-        let per = u64::try_from(q.per().as_nanos()).unwrap_or(u64::MAX);
+        // Never saturates: `Quota::new` refuses periods beyond u64 nanoseconds.
+        let per = crate::clock::saturating_nanos(q.per());
         self.u64(q.tokens()).u64(per).u64(q.burst())
     }
 }
@@ -204,14 +201,12 @@ pub struct FrameReader<R: Read> {
     file: crc32fast::Hasher,
     buf: Vec<u8>,
     records: u64,
-    limiter: Limiter,
     wall_ns: u128,
 }
 
 impl<R: Read> core::fmt::Debug for FrameReader<R> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("FrameReader")
-            .field("limiter", &self.limiter)
             .field("records", &self.records)
             .finish_non_exhaustive()
     }
@@ -226,7 +221,6 @@ impl<R: Read> FrameReader<R> {
             file: crc32fast::Hasher::new(),
             buf: Vec::new(),
             records: 0,
-            limiter: expected,
             wall_ns: 0,
         };
         let mut head = [0u8; 10];
@@ -254,7 +248,6 @@ impl<R: Read> FrameReader<R> {
                 restoring: expected.name(),
             });
         }
-        fr.limiter = limiter;
         fr.wall_ns = wall_ns;
         Ok(fr)
     }
@@ -280,12 +273,11 @@ impl<R: Read> FrameReader<R> {
                 "a frame longer than any writer makes",
             ));
         }
-        let mut buf = core::mem::take(&mut self.buf);
-        buf.clear();
-        buf.resize(len + 4, 0);
-        let read = self.fill(&mut buf);
-        self.buf = buf;
-        read?;
+        self.buf.clear();
+        self.buf.resize(len + 4, 0);
+        self.r
+            .read_exact(&mut self.buf)
+            .map_err(RestoreError::from_io)?;
         let crc = u32::from_le_bytes(self.buf[len..].try_into().unwrap_or([0; 4]));
         let mut h = crc32fast::Hasher::new();
         h.update(&head);
