@@ -225,10 +225,11 @@ impl Handles {
 #[cfg(feature = "keyed")]
 #[derive(Debug)]
 pub(crate) struct TableMetrics {
-    keys: metrics::Gauge,
-    evictions: Counter,
-    full_refused: Counter,
-    full_admitted: Counter,
+    /// Set under the table's mutex.
+    pub(crate) keys: metrics::Gauge,
+    pub(crate) evictions: Counter,
+    /// New keys that met a full table: refused, admitted untracked (indexed by `admitted`).
+    pub(crate) full: [Counter; 2],
 }
 
 #[cfg(feature = "keyed")]
@@ -240,25 +241,7 @@ impl TableMetrics {
         TableMetrics {
             keys: metrics::gauge!(KEYS, "limiter" => limiter.clone()),
             evictions: metrics::counter!(EVICTIONS, "limiter" => limiter.clone()),
-            full_refused: full("refused"),
-            full_admitted: full("admitted_untracked"),
-        }
-    }
-
-    /// The table tracks `len` keys now (set under the table's mutex).
-    pub(crate) fn len(&self, len: u64) {
-        self.keys.set(len as f64);
-    }
-
-    pub(crate) fn evicted(&self, n: u64) {
-        self.evictions.increment(n);
-    }
-
-    pub(crate) fn table_full(&self, admitted: bool) {
-        if admitted {
-            self.full_admitted.increment(1);
-        } else {
-            self.full_refused.increment(1);
+            full: [full("refused"), full("admitted_untracked")],
         }
     }
 }

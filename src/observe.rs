@@ -97,7 +97,7 @@ mod keyed {
         pub(crate) fn table_full(&self, admitted: bool) {
             #[cfg(feature = "metrics")]
             if let Some((_, table)) = &self.metrics {
-                table.table_full(admitted);
+                table.full[usize::from(admitted)].increment(1);
             }
             #[cfg(feature = "tracing")]
             if self.full.swap(1, Ordering::Relaxed) == 0 {
@@ -112,7 +112,6 @@ mod keyed {
                     },
                 );
             }
-            let _ = admitted;
         }
 
         /// A key was inserted; the table tracks `len` keys (called under the table's mutex).
@@ -120,7 +119,7 @@ mod keyed {
         pub(crate) fn inserted(&self, len: u64) {
             #[cfg(feature = "metrics")]
             if let Some((_, table)) = &self.metrics {
-                table.len(len);
+                table.keys.set(len as f64);
             }
             let _ = len;
         }
@@ -134,8 +133,8 @@ mod keyed {
             }
             #[cfg(feature = "metrics")]
             if let Some((_, table)) = &self.metrics {
-                table.evicted(evicted);
-                table.len(len);
+                table.evictions.increment(evicted);
+                table.keys.set(len as f64);
             }
             #[cfg(feature = "tracing")]
             if self.full.swap(0, Ordering::Relaxed) == 1 {
@@ -146,7 +145,6 @@ mod keyed {
                     "tollgate: keyed table no longer full: evictions made room",
                 );
             }
-            let _ = len;
         }
     }
 }

@@ -213,7 +213,7 @@ impl Wake for Flagged {
         #[cfg(feature = "std")]
         {
             // Cloned under the lock, woken outside it.
-            let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let waker = crate::sync::ignore_poison(self.waker.lock()).clone();
             if let Some(waker) = waker {
                 waker.wake();
             }
@@ -236,12 +236,7 @@ impl Drop for Forwarded {
         #[cfg(feature = "std")]
         if !self.keep {
             // Taken under the lock, dropped outside it.
-            let waker = self
-                .flagged
-                .waker
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
+            let waker = crate::sync::ignore_poison(self.flagged.waker.lock()).take();
             drop(waker);
         }
     }

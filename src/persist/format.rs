@@ -1,5 +1,4 @@
-//! The file format: a magic number and a version, then checksummed frames, then an end frame
-//! that checks the whole file.
+//! The file format ([the module](super)'s "The format"):
 //!
 //! ```text
 //! file  = "TOLLGATE" version:u16  frame*  end
@@ -7,9 +6,8 @@
 //! end   = frame of kind END: records:u64  crc32(every byte before the end frame):u32
 //! ```
 //!
-//! Integers are little-endian; a payload is at most [`MAX_FRAME`] bytes. The end frame's record
-//! count and file CRC catch a file cut at a frame boundary, frames dropped, repeated or
-//! reordered, and a file spliced from two.
+//! The end frame's record count and file CRC catch a file cut at a frame boundary, frames
+//! dropped, repeated or reordered, and a file spliced from two.
 
 use super::RestoreError;
 use crate::quota::Quota;
@@ -98,19 +96,12 @@ impl Limiter {
 }
 
 /// Writes frames to `W`, keeping the running file checksum.
+#[derive(Debug)]
 pub struct FrameWriter<W: Write> {
     w: W,
     file: crc32fast::Hasher,
     buf: Vec<u8>,
     records: u64,
-}
-
-impl<W: Write> core::fmt::Debug for FrameWriter<W> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("FrameWriter")
-            .field("records", &self.records)
-            .finish_non_exhaustive()
-    }
 }
 
 impl<W: Write> FrameWriter<W> {
@@ -196,20 +187,13 @@ impl Payload {
 }
 
 /// Reads frames from `R`, checking each frame's checksum and, at the end, the file's.
+#[derive(Debug)]
 pub struct FrameReader<R: Read> {
     r: R,
     file: crc32fast::Hasher,
     buf: Vec<u8>,
     records: u64,
     wall_ns: u128,
-}
-
-impl<R: Read> core::fmt::Debug for FrameReader<R> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("FrameReader")
-            .field("records", &self.records)
-            .finish_non_exhaustive()
-    }
 }
 
 impl<R: Read> FrameReader<R> {
