@@ -31,8 +31,7 @@
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
-// The docs link items of the default features; CI checks every link in the default and
-// all-features builds.
+// CI checks every link in the default and all-features builds.
 #![cfg_attr(
     not(all(feature = "std", feature = "quanta", feature = "keyed")),
     allow(rustdoc::broken_intra_doc_links)

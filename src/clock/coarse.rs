@@ -1,6 +1,6 @@
 use crate::clock::{Clock, DefaultClock, Timer, WakeRegistration};
 use crate::sync::{AtomicU64, Ordering};
-use alloc::sync::{Arc, Weak};
+use alloc::sync::Arc;
 use core::fmt;
 use core::task::Waker;
 use core::time::Duration;
@@ -102,9 +102,16 @@ impl CoarseClock {
             interval,
         });
         let weak = Arc::downgrade(&shared);
+        // The upkeep thread: sleep, refresh, until every clone is gone.
         std::thread::Builder::new()
             .name("tollgate-coarse-clock".into())
-            .spawn(move || upkeep(&source, &weak, interval))?;
+            .spawn(move || loop {
+                std::thread::sleep(interval);
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                shared.now.fetch_max(source.now(), Ordering::Relaxed);
+            })?;
         Ok(CoarseClock { shared })
     }
 
@@ -117,17 +124,6 @@ impl CoarseClock {
     /// ```
     pub fn interval(&self) -> Duration {
         self.shared.interval
-    }
-}
-
-/// The upkeep thread: refresh, sleep, until every clone is gone.
-fn upkeep<S: Clock>(source: &S, shared: &Weak<Shared>, interval: Duration) {
-    loop {
-        std::thread::sleep(interval);
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        shared.now.fetch_max(source.now(), Ordering::Relaxed);
     }
 }
 

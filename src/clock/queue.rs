@@ -5,7 +5,7 @@ use alloc::collections::BTreeMap;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::task::Waker;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
 /// Wakers ordered by deadline (`K`: an `Instant` or clock nanoseconds), each under a unique key
 /// its owner removes it by. The caller provides the lock.
@@ -121,8 +121,7 @@ impl<K: Ord + Copy> SharedQueue<K> {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, WakeQueue<K>> {
-        // Wakers run outside the lock; never propagate poison.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::ignore_poison(self.0.lock())
     }
 }
 

@@ -46,7 +46,7 @@ enum Kind {
     /// The waker was woken already (or there is nothing left to wait for).
     Fired,
     /// Handed to a fire-and-forget hook through a waker that records its firing.
-    Forwarded(Forwarded),
+    Forwarded(Arc<Flagged>),
     /// An entry in the shared timer thread's queue.
     #[cfg(feature = "std")]
     Timer(QueueHandle<&'static Timer, Instant>),
@@ -96,10 +96,7 @@ impl WakeRegistration {
         });
         hook(&Waker::from(flagged.clone()));
         WakeRegistration {
-            kind: Kind::Forwarded(Forwarded {
-                flagged,
-                keep: false,
-            }),
+            kind: Kind::Forwarded(flagged),
         }
     }
 
@@ -145,7 +142,7 @@ impl WakeRegistration {
     pub fn is_fired(&self) -> bool {
         match &self.kind {
             Kind::Fired => true,
-            Kind::Forwarded(f) => f.flagged.fired.load(Ordering::Acquire) != 0,
+            Kind::Forwarded(f) => f.fired.load(Ordering::Acquire) != 0,
             #[cfg(feature = "std")]
             Kind::Timer(handle) => handle.is_fired(),
             #[cfg(feature = "std")]
@@ -155,14 +152,14 @@ impl WakeRegistration {
 
     /// Lets the wake-up come even though the registration is dropped: the fire-and-forget
     /// behaviour of [`Timer::wake_after`](crate::Timer::wake_after).
-    pub(crate) fn detach(self) {
-        match self.kind {
-            Kind::Fired => {}
-            Kind::Forwarded(mut f) => f.keep = true,
+    pub(crate) fn detach(mut self) {
+        // A forwarded registration's record is left as it is: the hook wakes the task.
+        match core::mem::replace(&mut self.kind, Kind::Fired) {
             #[cfg(feature = "std")]
             Kind::Timer(handle) => handle.detach(),
             #[cfg(feature = "std")]
             Kind::Manual(handle) => handle.detach(),
+            _ => {}
         }
     }
 
@@ -172,6 +169,19 @@ impl WakeRegistration {
     #[doc(hidden)]
     pub fn timer_queue_len() -> usize {
         super::timer::TIMER.len()
+    }
+}
+
+/// A forwarded registration takes the task's waker out of its record (the hook's entry does
+/// not keep the task alive); the other kinds cancel through their own handles.
+impl Drop for WakeRegistration {
+    fn drop(&mut self) {
+        #[cfg(feature = "std")]
+        if let Kind::Forwarded(flagged) = &self.kind {
+            // Taken under the lock, dropped outside it.
+            let waker = crate::sync::ignore_poison(flagged.waker.lock()).take();
+            drop(waker);
+        }
     }
 }
 
@@ -220,24 +230,5 @@ impl Wake for Flagged {
         }
         #[cfg(not(feature = "std"))]
         self.waker.wake_by_ref();
-    }
-}
-
-/// A forwarded registration: takes the task's waker out of its record when dropped, unless
-/// detached ([`WakeRegistration::detach`]: the fire-and-forget wake-up must still come).
-struct Forwarded {
-    flagged: Arc<Flagged>,
-    #[cfg_attr(not(feature = "std"), allow(dead_code))]
-    keep: bool,
-}
-
-impl Drop for Forwarded {
-    fn drop(&mut self) {
-        #[cfg(feature = "std")]
-        if !self.keep {
-            // Taken under the lock, dropped outside it.
-            let waker = crate::sync::ignore_poison(self.flagged.waker.lock()).take();
-            drop(waker);
-        }
     }
 }
