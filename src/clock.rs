@@ -1,5 +1,4 @@
-//! Clocks: monotonic nanoseconds since each clock's own origin ([`Clock`]), and waiting on them
-//! ([`Timer`]: sleeping until an instant, waking a future). Which clock when: the guide.
+//! Clocks ([`Clock`]: monotonic nanoseconds) and waiting on them ([`Timer`]).
 
 mod manual;
 pub use manual::ManualClock;
@@ -46,9 +45,8 @@ pub trait Clock {
     /// Nanoseconds since the clock's origin.
     fn now(&self) -> u64;
 
-    /// Waits for `duration` on this clock. The default spins until [`Clock::now`] has moved that
-    /// far (it works everywhere, `no_std` included); the std clocks sleep the thread and
-    /// [`ManualClock`] advances itself and returns at once.
+    /// Waits for `duration` on this clock. The default spins (it works everywhere, `no_std`
+    /// included); the std clocks sleep the thread, [`ManualClock`] advances itself.
     fn sleep(&self, duration: Duration) {
         let until = self.now().saturating_add(saturating_nanos(duration));
         while self.now() < until {
@@ -136,11 +134,9 @@ pub trait Timer: Clock {
 
     /// [`Timer::wake_after`] returning the registration, which cancels the wake-up when dropped
     /// (where the clock can) and says whether it has fired: a waiting future holds one, so the
-    /// clock's queue is bounded by the live futures, not by their polls.
-    ///
-    /// The default forwards to [`Timer::wake_after`] ([`WakeRegistration::forward`]: not
-    /// cancellable). The std clocks return the cancellable [`WakeRegistration::timer`] (as
-    /// should any clock that follows `std::time::Instant`).
+    /// clock's queue is bounded by the live futures, not by their polls. The default forwards to
+    /// [`Timer::wake_after`] ([`WakeRegistration::forward`]: not cancellable); the std clocks,
+    /// and any clock on `std::time::Instant`, return the cancellable [`WakeRegistration::timer`].
     ///
     /// ```
     /// use std::sync::Arc;
@@ -161,9 +157,8 @@ pub trait Timer: Clock {
         WakeRegistration::forward(waker, |w| self.wake_after(duration, w))
     }
 
-    /// [`Timer::register_wake`] for the instant `at` (see [`Timer::sleep_until`] for why an
-    /// instant): what a waiting future calls. The default reads the clock right before
-    /// registering the rest; a frozen [`ManualClock`] queues the instant itself.
+    /// [`Timer::register_wake`] for the instant `at` (why an instant: [`Timer::sleep_until`]).
+    /// The default reads the clock right before registering the rest.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -216,8 +211,7 @@ pub type DefaultClock = QuantaClock;
 /// The clock `Bucket::new` and friends use: [`StdClock`] (`std` without `quanta`).
 #[cfg(all(feature = "std", not(feature = "quanta")))]
 pub type DefaultClock = StdClock;
-/// Without `std`, only the default type parameter: `Bucket::new` and the other constructors
-/// that would read it do not exist; pass your platform's clock to `Bucket::with_clock`.
+/// Without `std`, only a default type parameter: pass your clock to `Bucket::with_clock`.
 #[cfg(not(feature = "std"))]
 pub type DefaultClock = ManualClock;
 

@@ -21,8 +21,7 @@ pub enum ConfigError {
     PeriodTooLong,
     /// `burst` was 0: no request could ever be admitted. Use a burst of at least 1.
     ZeroBurst,
-    /// rate × [`HORIZON`](crate::HORIZON) + burst does not fit the 63-bit state. Lower the rate
-    /// or the burst.
+    /// rate × [`HORIZON`](crate::HORIZON) + burst does not fit the 63-bit state.
     BeyondRange,
     /// The initial token count was larger than the burst.
     InitialAboveBurst,

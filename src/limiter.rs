@@ -50,8 +50,7 @@ pub trait Limiter {
     /// reading whatever the verdict (for `RateLimit` headers on admitted responses too).
     fn decide_snapshots(&self, key: &Self::Key, cost: u64) -> (Result<(), Refusal>, Snapshots);
 
-    /// The quotas `key` is decided under, in order; `None` for [`Smooth`](crate::Smooth), whose
-    /// rate is Guava's, not a quota.
+    /// The quotas `key` is decided under, in order (`None`: [`Smooth`](crate::Smooth)).
     fn limits(&self, key: &Self::Key) -> Option<Limits>;
 
     /// The most quotas a decision of this limiter holds to (a keyed table: of any policy).

@@ -16,8 +16,7 @@
 //! | `tollgate_table_full_total` | counter | `limiter`, `action` | new keys met a full table: `refused` or `admitted_untracked` (fail open) |
 //! | `tollgate_policy_refusals_total` | counter | `limiter`, `quota` | a policy of several quotas: the refusals each quota decided (`quota` is its index) |
 //!
-//! Labels are the names you give and fixed words: never a request's key, so a client cannot
-//! create series.
+//! Labels are names you give and fixed words, never a request's key: clients create no series.
 //!
 //! **"Never".** A refusal that no wait admits (`RetryAfter(Duration::MAX)`), or any wait beyond
 //! the [`HORIZON`](crate::HORIZON), is counted but adds no histogram sample: its 1.8·10^19 s
@@ -59,8 +58,7 @@ pub const KEYS: &str = "tollgate_keys";
 pub const KEYS_CAPACITY: &str = "tollgate_keys_capacity";
 /// Full buckets a keyed table evicted (counter): label `limiter`.
 pub const EVICTIONS: &str = "tollgate_evictions_total";
-/// New keys that met a full keyed table (counter): labels `limiter` and `action`
-/// (`refused` or `admitted_untracked`).
+/// New keys that met a full keyed table (counter): labels `limiter` and `action`.
 pub const TABLE_FULL: &str = "tollgate_table_full_total";
 
 /// What a decision came to: the `outcome` label of [`DECISIONS`].
@@ -157,8 +155,7 @@ impl DecisionMetrics {
         }
     }
 
-    /// Records a decision made in shadow mode: `admitted`, or `shadow_refused` (with the wait
-    /// it would have sent, if any).
+    /// Records a decision made in shadow mode: `admitted`, or `shadow_refused` (and its wait).
     #[inline]
     pub fn record_shadow(&self, verdict: &Result<(), Denied>) {
         match verdict {
@@ -168,9 +165,8 @@ impl DecisionMetrics {
         }
     }
 
-    /// Records `verdict` ([`record`](DecisionMetrics::record), or
-    /// [`record_shadow`](DecisionMetrics::record_shadow) when `shadow`) and returns what the
-    /// caller gets: `verdict` itself, or `Ok(())` in shadow mode.
+    /// [`record`](DecisionMetrics::record)s `verdict` and returns it, or in shadow mode
+    /// [`record_shadow`](DecisionMetrics::record_shadow)s it and returns `Ok(())`.
     #[inline]
     pub fn decide(&self, shadow: bool, verdict: Result<(), Denied>) -> Result<(), Denied> {
         if shadow {

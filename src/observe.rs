@@ -23,15 +23,13 @@ mod keyed {
         metrics: Option<(Handles, crate::metrics::TableMetrics)>,
         #[cfg(feature = "metrics")]
         shadow: bool,
-        /// Whether the table is full: set by a new key turned away, cleared by an eviction.
-        /// Only its flips emit events.
+        /// Whether the table is full (set by a key turned away, cleared by an eviction).
         #[cfg(feature = "tracing")]
         full: AtomicU32,
     }
 
     impl KeyedObserver {
-        /// The observer of a limiter named `name` (unnamed: no metrics, unnamed events),
-        /// tracking at most `capacity` keys.
+        /// The observer of a limiter named `name` (or unnamed), of at most `capacity` keys.
         pub(crate) fn new(name: Option<&str>, capacity: u64, shadow: bool) -> KeyedObserver {
             KeyedObserver::with_quotas(name, capacity, shadow, 0)
         }
@@ -80,8 +78,7 @@ mod keyed {
             }
         }
 
-        /// [`decided`](Self::decided) for a policy's decision, which names the quota that
-        /// refused.
+        /// [`decided`](Self::decided) for a policy's decision.
         #[cfg(feature = "metrics")]
         #[inline]
         pub(crate) fn decided_policy(&self, verdict: Result<(), Refusal>) -> Result<(), Refusal> {
@@ -124,8 +121,7 @@ mod keyed {
             let _ = len;
         }
 
-        /// A sweep step evicted `evicted` buckets; the table tracks `len` keys (under the
-        /// table's mutex).
+        /// A sweep step evicted `evicted` buckets; the table tracks `len` keys.
         #[cold]
         pub(crate) fn swept(&self, evicted: u64, len: u64) {
             if evicted == 0 {

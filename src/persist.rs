@@ -1,5 +1,4 @@
-//! Saving and restoring limiter state across restarts (feature `persist`), so that a deploy or
-//! a crash does not hand every client a fresh burst.
+//! Saving and restoring limiter state across restarts (feature `persist`).
 //!
 //! Every in-process limiter implements [`Persist`] (`save`, `restore`, and their `_at` forms
 //! taking the wall-clock time, for tests), also as inherent methods that need no import. A
@@ -173,9 +172,8 @@ pub(crate) fn wall_ns(t: SystemTime) -> io::Result<u128> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "wall clock before 1970"))
 }
 
-/// The downtime a restore at wall time `now` refills over, in nanoseconds, for a save anchored
-/// at `saved_ns`: 0 for a wall clock that stepped back (within [`FUTURE_TOLERANCE`]), saturating
-/// at `u64::MAX` (584 years: any bucket is full by then).
+/// The downtime (ns) from a save anchored at `saved_ns` to `now`: 0 for a wall clock that stepped
+/// back (within [`FUTURE_TOLERANCE`]), saturating (any bucket is full after 584 years).
 pub(crate) fn downtime(saved_ns: u128, now: SystemTime) -> Result<u64, RestoreError> {
     // A restore's clock before 1970 reads as 1970: earlier still refills nothing.
     let now_ns = wall_ns(now).unwrap_or(0);
@@ -190,8 +188,7 @@ pub(crate) fn downtime(saved_ns: u128, now: SystemTime) -> Result<u64, RestoreEr
     Ok(0)
 }
 
-/// The units a bucket in `state` lacks from full at `now` under `quota` (a debt beyond the
-/// burst included; 0 when full). Rounded toward more: `earned` is rounded down.
+/// The units a bucket in `state` lacks from full at `now` (a debt included), rounded up.
 pub(crate) fn lack(state: u64, now: u64, quota: &Quota) -> u64 {
     state.saturating_sub(quota.earned_floor(now))
 }
@@ -289,8 +286,7 @@ pub trait Persist: sealed::Frames {
         restore_with(self, r, SystemTime::now)
     }
 
-    /// [`restore`](Persist::restore) with the wall-clock time given: the downtime is measured
-    /// up to it.
+    /// [`restore`](Persist::restore) with the wall-clock time given.
     ///
     /// ```
     /// use std::time::{Duration, SystemTime};
@@ -430,8 +426,7 @@ pub(crate) mod sealed {
         }
     }
 
-    /// A limiter's half of [`Persist`](super::Persist): its frames. Sealed (a public trait in a
-    /// private module).
+    /// A limiter's half of [`Persist`](super::Persist): its frames (sealed).
     pub trait Frames {
         /// The limiter type named in the header.
         const LIMITER: Limiter;

@@ -20,8 +20,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// A bucket holding `remaining` whole tokens, full again after `until_full` (for limiters
-    /// stored elsewhere).
+    /// A bucket holding `remaining` whole tokens, full again after `until_full`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -44,8 +43,7 @@ impl Snapshot {
         self.remaining
     }
 
-    /// How long until the bucket is full again if nothing else consumes (`Duration::MAX`: not
-    /// within the clock's horizon).
+    /// How long until the bucket is full again if nothing consumes (`MAX`: beyond the horizon).
     ///
     /// ```
     /// use std::time::Duration;

@@ -2,7 +2,7 @@
 //!
 //! | build | `AtomicU64` | `AtomicU128` (`Smooth`, the keyed index, the sharded refusal hint) |
 //! |---|---|---|
-//! | `--cfg tollgate_loom` | loom's | [`loom_u128::AtomicU128`], a loom mutex: one model-checked step per operation |
+//! | `--cfg tollgate_loom` | loom's | `loom_u128::AtomicU128`, a loom mutex: one model-checked step per operation |
 //! | native 64-bit atomics | `core`'s, lock-free | `portable-atomic`'s: lock-free where the CPU has a 128-bit CAS (`cmpxchg16b`, chosen at run time unless enabled at compile time; AArch64, …) |
 //! | neither (`thumbv7m-none-eabi`) | `portable-atomic`'s fallback: **not** lock-free | the fallback: a short critical section |
 //!
@@ -64,8 +64,7 @@ mod mutex {
     }
 }
 
-/// A std lock's or condition variable's result, poisoned or not (see [`Mutex`]): for the timer
-/// thread's queue, a `static` that stays std's under loom.
+/// A std lock's or condition variable's result, poisoned or not (see [`Mutex`]).
 #[cfg(feature = "std")]
 pub(crate) fn ignore_poison<G>(result: std::sync::LockResult<G>) -> G {
     result.unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -74,8 +73,8 @@ pub(crate) fn ignore_poison<G>(result: std::sync::LockResult<G>) -> G {
 #[cfg(tollgate_loom)]
 pub(crate) use loom_u128::AtomicU128;
 
-/// loom has no 128-bit atomic: `AtomicU128`'s API over a loom mutex (a mutex is stronger than
-/// any ordering, so the orderings are ignored; the word is modelled as sequentially consistent).
+/// loom has no 128-bit atomic: `AtomicU128`'s API over a loom mutex (orderings ignored: the
+/// word is modelled as sequentially consistent).
 #[cfg(tollgate_loom)]
 pub(crate) mod loom_u128 {
     use super::{Mutex, Ordering};
@@ -212,8 +211,7 @@ pub(crate) fn thread_slot() -> usize {
     slots::claim()
 }
 
-/// [`thread_slot`] of a thread exiting (its slot returned, or none claimed): above every owned
-/// shard, so it counts only on the shared shards (with `fetch_add`).
+/// [`thread_slot`] of an exiting thread: above every owned shard (it counts on shared ones).
 #[cfg(all(feature = "std", not(tollgate_loom)))]
 pub(crate) const SHARED_SLOT: usize = usize::MAX >> 1;
 
@@ -223,8 +221,7 @@ const UNASSIGNED: usize = usize::MAX;
 
 #[cfg(all(feature = "std", not(tollgate_loom)))]
 std::thread_local! {
-    /// `UNASSIGNED`, a claimed slot, or `SHARED_SLOT`. No destructor: readable while the
-    /// thread's other thread-locals drop.
+    /// `UNASSIGNED`, a claimed slot, or `SHARED_SLOT`; no destructor (readable while exiting).
     static SLOT: core::cell::Cell<usize> = const { core::cell::Cell::new(UNASSIGNED) };
 }
 
@@ -264,8 +261,7 @@ mod slots {
         static HELD: core::cell::Cell<Option<Held>> = const { core::cell::Cell::new(None) };
     }
 
-    /// Takes the smallest free slot for the calling thread, or `SHARED_SLOT` if the thread is
-    /// already exiting (its slot could not be returned).
+    /// The smallest free slot, or `SHARED_SLOT` if the thread is already exiting.
     #[cold]
     #[inline(never)]
     pub(super) fn claim() -> usize {
@@ -327,16 +323,14 @@ mod cpu {
     use core::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Mutex, PoisonError};
 
-    /// The low bits of [`HOME`]: calls left before the CPU is asked again (a refresh every
-    /// `CALLS` = 1,023 calls).
+    /// The low bits of [`HOME`]: calls left before a refresh (one every `CALLS` = 1,023).
     pub(super) const CALLS_BITS: u32 = 10;
     pub(super) const CALLS: usize = (1 << CALLS_BITS) - 1;
 
     /// CPU ids with a rank (Linux's `NR_CPUS` is at most 8,192).
     const CPUS: usize = 8192;
 
-    /// `RANK[cpu]`: the CPU's rank + 1, or 0 before any thread ran there (zero-filled: a page
-    /// is touched only for CPUs that run threads that ask).
+    /// `RANK[cpu]`: the CPU's rank + 1, or 0 before any thread ran there.
     static RANK: [AtomicUsize; CPUS] = [const { AtomicUsize::new(0) }; CPUS];
 
     /// Ranks handed out so far; locked once per CPU, never on a decision.
@@ -353,8 +347,7 @@ mod cpu {
     pub(super) fn refresh(home: &Cell<usize>) -> usize {
         let rank = match nix::sched::sched_getcpu() {
             Ok(cpu) if cpu < CPUS => rank(cpu),
-            // The call failed (a sandbox) or the id is beyond the table: the thread slot,
-            // cached like a rank, so a failing call is made once per period.
+            // Failed (a sandbox) or beyond the table: the slot, cached (one call per period).
             _ => super::thread_slot(),
         };
         // Only `SHARED_SLOT` does not fit, and is not cached.
@@ -383,8 +376,7 @@ mod cpu {
     }
 }
 
-/// Under loom the counter and the thread-local are loom's, so each explored execution assigns the
-/// same slots (the first thread to call gets 0).
+/// Under loom: loom's counter and thread-local, so every explored execution assigns the same.
 #[cfg(all(feature = "std", tollgate_loom))]
 pub(crate) fn thread_slot() -> usize {
     use core::cell::Cell;

@@ -18,8 +18,7 @@ struct Armed {
 }
 
 impl Alarm {
-    /// Makes sure the task of `cx` is woken once `clock` reads `until` (for the instant:
-    /// [`Timer::register_wake_at`]).
+    /// Makes sure the task of `cx` is woken once `clock` reads `until`.
     pub(crate) fn set<C: Timer + ?Sized>(&mut self, clock: &C, until: u64, cx: &Context<'_>) {
         let keep = self.0.as_ref().is_some_and(|a| {
             a.until == until && a.waker.will_wake(cx.waker()) && !a.registration.is_fired()

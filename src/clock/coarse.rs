@@ -44,8 +44,7 @@ pub struct CoarseClock {
 }
 
 struct Shared {
-    /// The cached reading: the source's nanoseconds since its origin, only ever raised
-    /// (`fetch_max`). Relaxed: it publishes nothing but itself.
+    /// The cached reading, only ever raised (`fetch_max`); Relaxed: it publishes nothing else.
     now: AtomicU64,
     interval: Duration,
 }
@@ -141,8 +140,7 @@ impl Clock for CoarseClock {
 }
 
 impl Timer for CoarseClock {
-    /// The shared timer thread, cancellable ([`WakeRegistration::timer`]). A reading that lags
-    /// the wake-up makes the future register again.
+    /// The shared timer thread (a reading that lags the wake-up makes the future re-register).
     fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
         WakeRegistration::timer(duration, waker)
     }

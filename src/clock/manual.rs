@@ -116,8 +116,7 @@ impl ManualClock {
         false
     }
 
-    /// The wakers a frozen clock holds (registered, not yet woken, not cancelled); always 0
-    /// for a clock that advances itself.
+    /// The wakers a frozen clock holds (not yet woken or cancelled); 0 for an advancing clock.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -142,8 +141,7 @@ impl ManualClock {
         0
     }
 
-    /// Moves the clock forward by `by` (saturating at `u64::MAX` ns). On a frozen clock, wakes
-    /// the waiters whose deadline it reaches.
+    /// Moves the clock forward by `by` (saturating), waking a frozen clock's waiters it reaches.
     ///
     /// ```
     /// use std::time::Duration;
@@ -162,8 +160,7 @@ impl ManualClock {
         self.wake_due();
     }
 
-    /// Sets the time since the origin; it may move backwards (saturating at `u64::MAX` ns). On
-    /// a frozen clock, wakes the waiters whose deadline it reaches.
+    /// Sets the time since the origin, even backwards (saturating); wakes the waiters it reaches.
     ///
     /// ```
     /// use std::time::Duration;
@@ -236,8 +233,7 @@ impl Clock for ManualClock {
         self.shared.nanos.load(Ordering::Acquire)
     }
 
-    /// Advances the clock by `duration` and returns at once; a frozen clock instead blocks the
-    /// thread until another thread moves the clock that far.
+    /// Advances the clock by `duration`; a frozen clock blocks until another thread moves it.
     fn sleep(&self, duration: Duration) {
         #[cfg(feature = "std")]
         if self.is_frozen() {
@@ -249,15 +245,13 @@ impl Clock for ManualClock {
 }
 
 impl Timer for ManualClock {
-    /// Frozen, parks until a test moves the time to `at`; otherwise moves the time to `at` if
-    /// it is earlier (never back, never past `at`).
+    /// Frozen, parks until a test moves the time to `at`; otherwise moves it to `at` if earlier.
     fn sleep_until(&self, at: u64) {
         #[cfg(feature = "std")]
         if self.is_frozen() {
             let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
             while self.now() < at {
-                // The instant, not the rest of the wait from a second reading: another thread
-                // may move the clock between the check and the registration.
+                // The instant: another thread may move the clock after the check.
                 let registration = self.register_wake_at(at, &waker);
                 if !registration.is_fired() {
                     std::thread::park();
@@ -269,14 +263,12 @@ impl Timer for ManualClock {
         self.wake_due();
     }
 
-    /// Advances the clock by `duration`, then wakes `waker` (see [`ManualClock#waiting`]); a
-    /// frozen clock queues the waker until `advance` or `set` reaches the deadline.
+    /// Advances the clock by `duration`, then wakes `waker`; a frozen clock queues it.
     fn wake_after(&self, duration: Duration, waker: &Waker) {
         self.register_wake(duration, waker).detach();
     }
 
-    /// [`Timer::wake_after`] with a registration: fired at once on an advancing clock,
-    /// cancellable on a frozen one.
+    /// Fired at once on an advancing clock, cancellable on a frozen one.
     fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
         #[cfg(feature = "std")]
         if let Some(registration) =

@@ -3,8 +3,7 @@ use core::task::Waker;
 use core::time::Duration;
 use std::sync::OnceLock;
 
-/// The process-wide calibrated `quanta` clock, its raw reading at first use (the origin), and
-/// its conversion to nanoseconds as one multiplier; a `QuantaClock` is a pointer to it.
+/// The process-wide `quanta` clock, its origin (first raw reading) and nanosecond multiplier.
 struct Source {
     clock: quanta::Clock,
     origin: u64,

@@ -7,8 +7,7 @@ use alloc::vec::Vec;
 use core::task::Waker;
 use std::sync::{Mutex, MutexGuard};
 
-/// Wakers ordered by deadline (`K`: an `Instant` or clock nanoseconds), each under a unique key
-/// its owner removes it by. The caller provides the lock.
+/// Wakers by deadline (`Instant` or clock nanoseconds) and a unique key; the caller locks.
 pub(crate) struct WakeQueue<K> {
     entries: BTreeMap<(K, u64), Waker>,
     seq: u64,
@@ -74,8 +73,7 @@ pub(crate) fn wake_all(wakers: Vec<Waker>) {
 
 /// Owns a [`WakeQueue`] behind a lock: the timer, a frozen manual clock.
 pub(crate) trait LockedQueue<K> {
-    /// Runs `f` with the queue locked. `f` must not wake or drop wakers (see
-    /// [`WakeQueue::remove`]).
+    /// Runs `f` with the queue locked; `f` must not wake or drop wakers.
     fn with_queue<R>(&self, f: impl FnOnce(&mut WakeQueue<K>) -> R) -> R;
 }
 

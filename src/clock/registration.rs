@@ -56,8 +56,7 @@ enum Kind {
 }
 
 impl WakeRegistration {
-    /// A registration whose wake-up has already been delivered (the clock woke the waker at
-    /// once).
+    /// A registration whose wake-up has already been delivered.
     ///
     /// ```
     /// assert!(tollgate::WakeRegistration::fired().is_fired());
@@ -133,8 +132,7 @@ impl WakeRegistration {
         }
     }
 
-    /// Whether the wake-up has been delivered (or can no longer come): a future still not ready
-    /// must then register again.
+    /// Whether the wake-up has been delivered (or can no longer come): then register again.
     ///
     /// ```
     /// assert!(tollgate::WakeRegistration::fired().is_fired());
@@ -163,8 +161,7 @@ impl WakeRegistration {
         }
     }
 
-    /// The number of wake-ups queued in tollgate's shared timer thread (live registrations and
-    /// detached `wake_after` calls not yet due): a probe for tests and measurements.
+    /// The wake-ups queued in the shared timer thread: a probe for tests and measurements.
     #[cfg(feature = "std")]
     #[doc(hidden)]
     pub fn timer_queue_len() -> usize {
@@ -172,8 +169,7 @@ impl WakeRegistration {
     }
 }
 
-/// A forwarded registration takes the task's waker out of its record (the hook's entry does
-/// not keep the task alive); the other kinds cancel through their own handles.
+// A forwarded registration takes the task's waker out of its record (see `Flagged`).
 impl Drop for WakeRegistration {
     fn drop(&mut self) {
         #[cfg(feature = "std")]

@@ -208,8 +208,7 @@ mod tests {
         timer
     }
 
-    /// Waits until `h` has fired and `count` exceeds `before`: the timer thread takes a due
-    /// entry out under its lock and wakes it after, so the two come in either order.
+    /// Waits until `h` has fired and `count` exceeds `before` (the two come in either order).
     fn wait_woken(h: &Handle, count: &Count, before: usize) {
         let start = Instant::now();
         while !h.is_fired() || count.0.load(Ordering::SeqCst) == before {

@@ -111,8 +111,7 @@ impl<L: Limiter<Key = ()>> Metered<L> {
     }
 }
 
-/// The limiter's decisions, recorded (and admitted in shadow mode, with the refusal's
-/// snapshots).
+/// The limiter's decisions, recorded (and admitted in shadow mode).
 impl<L: Limiter> Limiter for Metered<L> {
     type Key = L::Key;
 

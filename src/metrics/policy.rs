@@ -49,17 +49,14 @@ impl PolicyMetrics {
         }
     }
 
-    /// Records an enforced decision; a refusal also counts against quota `quota_index`
-    /// (ignored for an admission; an index past the policy's quotas counts against the last).
+    /// Records an enforced decision, a refusal also against quota `quota_index` (or the last).
     #[inline]
     pub fn record(&self, verdict: &Result<(), Denied>, quota_index: usize) {
         self.decisions.record(verdict);
         self.refused_by(verdict, quota_index);
     }
 
-    /// Records `verdict` (enforced, or in shadow mode when `shadow`: see
-    /// [`DecisionMetrics::decide`]), a refusal against quota `quota_index`; returns what the
-    /// caller gets.
+    /// [`DecisionMetrics::decide`], a refusal also against quota `quota_index`.
     #[inline]
     pub fn decide(
         &self,

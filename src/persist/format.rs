@@ -23,16 +23,15 @@ use super::VERSION;
 /// The largest frame payload: bounds a reader's buffer.
 pub(crate) const MAX_FRAME: usize = 1 << 20;
 
-/// Frame kinds. Each saved limiter writes `HEADER` first and `END` last; the ones between are
-/// its own (see each limiter's module).
+/// Frame kinds: `HEADER` first, `END` last, and each limiter's own between.
 #[cfg_attr(not(feature = "keyed"), allow(dead_code))]
 pub(crate) mod kind {
     /// Which limiter, and the wall-clock anchor.
     pub(crate) const HEADER: u8 = 1;
     /// One [`Bucket`](crate::Bucket): its record (quota, and the units it lacks at the anchor).
     pub(crate) const BUCKET: u8 = 2;
-    /// A [`ShardedBucket`](crate::ShardedBucket): its quota and the tokens the whole bucket
-    /// holds at the anchor as a fraction `held:u128 / scale:u64` (leased tokens count as spent).
+    /// A [`ShardedBucket`](crate::ShardedBucket): its quota and the tokens it holds at the
+    /// anchor, `held:u128 / scale:u64` (leased tokens count as spent).
     pub(crate) const SHARDED: u8 = 3;
     /// A [`Smooth`](crate::Smooth): the mode (tag, two `f64`), the six parameter words, the
     /// next free time after the save's reading (µs, `i64`), the stored permits (`f64`).
@@ -41,8 +40,7 @@ pub(crate) mod kind {
     pub(crate) const KEYED: u8 = 5;
     /// One override quota of a `KeyedLimiter`, by fingerprint.
     pub(crate) const OVERRIDE: u8 = 6;
-    /// Up to [`ENTRIES_PER_FRAME`](super::ENTRIES_PER_FRAME) keyed entries: fingerprint and the
-    /// units the bucket lacks at the anchor.
+    /// Up to [`ENTRIES_PER_FRAME`](super::ENTRIES_PER_FRAME) keyed entries: fingerprint, lack.
     pub(crate) const ENTRIES: u8 = 7;
     /// The state a `KeyedLimiter` gives keys it does not track, read after its entries.
     pub(crate) const FLOOR: u8 = 8;
@@ -105,8 +103,7 @@ pub struct FrameWriter<W: Write> {
 }
 
 impl<W: Write> FrameWriter<W> {
-    /// Writes the magic number, the version and the header frame (`limiter`, anchored at
-    /// `wall_ns` nanoseconds since the Unix epoch).
+    /// Writes the magic number, the version and the header (`limiter`, `wall_ns` since 1970).
     pub(crate) fn start(w: W, limiter: Limiter, wall_ns: u128) -> io::Result<Self> {
         let mut fw = FrameWriter {
             w,
@@ -173,8 +170,7 @@ macro_rules! integers {
 integers!(u8 u32 u64 i64 u128);
 
 impl Payload {
-    /// One bucket's record: its quota and the units it lacks from full at the anchor (a
-    /// `BUCKET` frame's payload, and each quota's in a `MULTI` frame).
+    /// One bucket's record: its quota and the units it lacks from full at the anchor.
     pub(crate) fn record(&mut self, q: &Quota, lack: u64) -> &mut Self {
         self.quota(q).u64(lack)
     }
@@ -197,8 +193,7 @@ pub struct FrameReader<R: Read> {
 }
 
 impl<R: Read> FrameReader<R> {
-    /// Reads the magic number, the version and the header; errors unless the file holds
-    /// `expected`.
+    /// Reads the magic number, the version and the header, which must name `expected`.
     pub(crate) fn open(r: R, expected: Limiter) -> Result<Self, RestoreError> {
         let mut fr = FrameReader {
             r,
@@ -245,8 +240,7 @@ impl<R: Read> FrameReader<R> {
         self.r.read_exact(buf).map_err(RestoreError::from_io)
     }
 
-    /// The next frame, checksum verified. The end frame is checked here too (record count and
-    /// file checksum) and returned as `kind::END` with an empty payload.
+    /// The next frame, checksum verified; the end frame also checks the count and file CRC.
     pub(crate) fn next(&mut self) -> Result<(u8, Cursor<'_>), RestoreError> {
         let before = self.file.clone();
         let mut head = [0u8; 5];
