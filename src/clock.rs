@@ -1,12 +1,4 @@
-//! Clocks: monotonic nanoseconds since each clock's own origin ([`Clock`]), and waiting on them
-//! ([`Timer`]: sleeping until an instant, waking a future).
-//!
-//! | clock | source | when |
-//! |---|---|---|
-//! | [`ManualClock`] | a shared counter you move | tests, simulations, loom models; always compiled |
-//! | [`QuantaClock`] | `quanta` (TSC where reliable) | the default (`quanta` feature) |
-//! | [`StdClock`] | `std::time::Instant` | `std` without `quanta`, or to avoid the TSC |
-//! | [`CoarseClock`] | a cached reading of another clock, refreshed by an upkeep thread | opt-in, when one load per decision matters more than resolution (`std`) |
+//! Clocks ([`Clock`]: monotonic nanoseconds) and waiting on them ([`Timer`]).
 
 mod manual;
 pub use manual::ManualClock;
@@ -39,10 +31,8 @@ use core::task::Waker;
 use core::time::Duration;
 
 /// A monotonic source of time in nanoseconds since the clock's own origin; waiting on it is
-/// [`Timer`]'s.
-///
-/// A reading may occasionally be earlier than one a bucket already acted on (TSCs are not always
-/// in step across cores): the bucket tolerates it by refusing more, never by admitting more.
+/// [`Timer`]'s. A reading earlier than one a limiter already acted on (TSCs out of step across
+/// cores) only refuses more, never admits more.
 ///
 /// ```
 /// use std::time::Duration;
@@ -55,24 +45,20 @@ pub trait Clock {
     /// Nanoseconds since the clock's origin.
     fn now(&self) -> u64;
 
-    /// Waits for `duration` on this clock. The default spins until [`Clock::now`] has moved that
-    /// far (it works everywhere, `no_std` included); the std clocks sleep the thread and
-    /// [`ManualClock`] advances itself and returns at once.
+    /// Waits for `duration` on this clock. The default spins (it works everywhere, `no_std`
+    /// included); the std clocks sleep the thread, [`ManualClock`] advances itself.
     fn sleep(&self, duration: Duration) {
-        let ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        let until = self.now().saturating_add(ns);
+        let until = self.now().saturating_add(saturating_nanos(duration));
         while self.now() < until {
             crate::sync::spin_loop();
         }
     }
 }
 
-/// The wake-up machinery of a [`Clock`]: what the waiting code alone needs — the blocking waits
-/// ([`Bucket::acquire`](crate::Bucket::acquire), [`Smooth::acquire`](crate::Smooth::acquire),
-/// ...) sleep until an instant, the async ones ([`Bucket::until_ready`](crate::Bucket::until_ready),
-/// `KeyedLimiter::until_key_ready`) register a wake-up. Every method has a default that works
-/// on any clock (the shared timer thread with `std`), so a clock of your own that waits is one
-/// line:
+/// The wake-up machinery of a [`Clock`], which only the waiting code needs: blocking waits
+/// ([`Bucket::acquire`](crate::Bucket::acquire), ...) sleep until an instant, async ones
+/// ([`Bucket::until_ready`](crate::Bucket::until_ready), ...) register a wake-up. Every method
+/// has a default that works on any clock (the shared timer thread with `std`):
 ///
 /// ```
 /// use tollgate::{Bucket, Clock, ManualClock, Quota, Timer};
@@ -88,12 +74,11 @@ pub trait Clock {
 /// assert!(bucket.try_acquire_for(1, std::time::Duration::ZERO).is_err());
 /// ```
 pub trait Timer: Clock {
-    /// Waits until the instant `at` on this clock (the scale of [`Clock::now`]): what the
-    /// blocking waits call, since a duration computed from an earlier reading would wake a
-    /// caller that stalled since then that much late — and move an auto-advancing
-    /// [`ManualClock`] that much too far. The default reads the clock right before sleeping the
-    /// rest ([`Clock::sleep`]); [`ManualClock`] moves its time to `at` (never back), or, frozen,
-    /// waits for a test to move it there.
+    /// Waits until the instant `at` on this clock (the scale of [`Clock::now`]). An instant, not
+    /// a duration: one computed from an earlier reading would wake a caller that stalled since
+    /// then late (and move an advancing [`ManualClock`] too far). The default reads the clock
+    /// right before [`Clock::sleep`]ing the rest; [`ManualClock`] moves to `at` (never back),
+    /// or, frozen, waits for a test to move it there.
     ///
     /// ```
     /// use std::time::Duration;
@@ -112,15 +97,11 @@ pub trait Timer: Clock {
         }
     }
 
-    /// Arranges for `waker` to be woken once `duration` has passed on this clock, without
-    /// blocking (the hook behind the default [`Timer::register_wake`]). An early wake-up is
-    /// harmless: the future checks the clock and registers again.
-    ///
-    /// The default, with `std`, hands the waker to tollgate's one shared timer thread (on
-    /// `std::time::Instant`); without `std` it wakes at once (a busy wait, like the default
-    /// [`Clock::sleep`]). [`ManualClock`] advances itself by `duration`, then wakes — **moving
-    /// the time of every bucket sharing that clock**; a [`ManualClock::new_frozen`] clock keeps
-    /// the waker until a test moves the time past the deadline.
+    /// Has `waker` woken once `duration` has passed on this clock, without blocking (the hook
+    /// behind the default [`Timer::register_wake`]); an early wake-up is harmless (the future
+    /// registers again). The default, with `std`, queues it on tollgate's shared timer thread;
+    /// without `std` it wakes at once (a busy wait). [`ManualClock`] advances itself, then wakes
+    /// — **moving the time of every limiter sharing it** — or, frozen, waits for the test.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicBool, Ordering};
@@ -151,17 +132,11 @@ pub trait Timer: Clock {
         }
     }
 
-    /// Like [`Timer::wake_after`], but returns the registration, which cancels the wake-up when
-    /// dropped (where the clock can) and says whether it has fired. This is what
-    /// [`Bucket::until_ready`](crate::Bucket::until_ready) calls: a waiting future holds one
-    /// registration and replaces it only when its waker changes or it has fired, so its memory
-    /// in the clock's queue is bounded by the number of live futures, not by their polls.
-    ///
-    /// The default forwards to [`Timer::wake_after`] ([`WakeRegistration::forward`]): not
-    /// cancellable, but once per wait. The std clocks return the cancellable
-    /// [`WakeRegistration::timer`] (so should any clock that follows `std::time::Instant`);
-    /// [`ManualClock`] advances itself and returns [`WakeRegistration::fired`], or, frozen,
-    /// queues a cancellable entry.
+    /// [`Timer::wake_after`] returning the registration, which cancels the wake-up when dropped
+    /// (where the clock can) and says whether it has fired: a waiting future holds one, so the
+    /// clock's queue is bounded by the live futures, not by their polls. The default forwards to
+    /// [`Timer::wake_after`] ([`WakeRegistration::forward`]: not cancellable); the std clocks,
+    /// and any clock on `std::time::Instant`, return the cancellable [`WakeRegistration::timer`].
     ///
     /// ```
     /// use std::sync::Arc;
@@ -182,11 +157,8 @@ pub trait Timer: Clock {
         WakeRegistration::forward(waker, |w| self.wake_after(duration, w))
     }
 
-    /// [`Timer::register_wake`] for the instant `at` on this clock (the scale of
-    /// [`Clock::now`]): what a waiting future calls, since a duration computed from an earlier
-    /// reading would wake a caller that stalled since then that much late. The default reads
-    /// the clock right before registering the remaining duration; a frozen [`ManualClock`]
-    /// queues the instant itself, exactly.
+    /// [`Timer::register_wake`] for the instant `at` (why an instant: [`Timer::sleep_until`]).
+    /// The default reads the clock right before registering the rest.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -236,13 +208,10 @@ impl<C: Timer + ?Sized> Timer for &C {
 /// else [`StdClock`] with `std`, else [`ManualClock`].
 #[cfg(feature = "quanta")]
 pub type DefaultClock = QuantaClock;
-/// The clock `Bucket::new` and friends use: [`QuantaClock`] with the `quanta` feature (default),
-/// else [`StdClock`] with `std`, else [`ManualClock`].
+/// The clock `Bucket::new` and friends use: [`StdClock`] (`std` without `quanta`).
 #[cfg(all(feature = "std", not(feature = "quanta")))]
 pub type DefaultClock = StdClock;
-/// Without `std`, `DefaultClock` is only the default type parameter: `Bucket::new` and the
-/// other constructors that would read it are not compiled; pass your platform's clock to
-/// `Bucket::with_clock`.
+/// Without `std`, only a default type parameter: pass your clock to `Bucket::with_clock`.
 #[cfg(not(feature = "std"))]
 pub type DefaultClock = ManualClock;
 

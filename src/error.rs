@@ -21,8 +21,7 @@ pub enum ConfigError {
     PeriodTooLong,
     /// `burst` was 0: no request could ever be admitted. Use a burst of at least 1.
     ZeroBurst,
-    /// The rate and burst together do not fit the 64-bit state for [`HORIZON`](crate::HORIZON)
-    /// of clock time (rate × horizon + burst must stay below 2^63 tokens). Lower the rate or the burst.
+    /// rate × [`HORIZON`](crate::HORIZON) + burst does not fit the 63-bit state.
     BeyondRange,
     /// The initial token count was larger than the burst.
     InitialAboveBurst,
@@ -34,9 +33,8 @@ pub enum ConfigError {
     InvalidFactor,
     /// A capacity (such as the keyed limiter's `max_keys`) was zero.
     ZeroCapacity,
-    /// A [`Smooth`](crate::Smooth) rate above 1,000,000 permits per second: Guava's arithmetic
-    /// works in whole microseconds, so a single permit would cost 0 µs and nothing would be
-    /// limited. Use a [`Bucket`](crate::Bucket) (nanosecond-exact) for such rates.
+    /// A [`Smooth`](crate::Smooth) rate above 1,000,000 permits per second, where a permit
+    /// costs 0 whole µs and nothing is limited. Use a [`Bucket`](crate::Bucket).
     RateTooHigh,
     /// A [`Limits`](crate::Limits) was given no quota. Give it at least one.
     NoQuotas,
@@ -95,13 +93,8 @@ pub enum Denied {
 }
 
 impl Denied {
-    /// The wait rounded up to whole seconds, at least 1: what an HTTP `Retry-After` header
-    /// should carry (never `0`, which clients read as "retry now"). `None` for
-    /// [`Denied::ExceedsBurst`].
-    ///
-    /// The rounding saturates: a wait that does not fit `u64` seconds once rounded up — in
-    /// particular `Duration::MAX`, which the crate reports for a request that no wait within its
-    /// horizon admits — gives `u64::MAX` (about 584 billion years), never a wrapped small value.
+    /// The wait rounded up to whole seconds, at least 1, saturating: what an HTTP `Retry-After`
+    /// header should carry (never `0`, "retry now"). `None` for [`Denied::ExceedsBurst`].
     ///
     /// ```
     /// use std::time::Duration;

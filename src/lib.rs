@@ -2,32 +2,14 @@
 //!
 //! Exact, lock-free rate limiting for the hot path of high-QPS servers.
 //!
-//! * [`Bucket`] — a token bucket whose whole state is one `AtomicU64`, updated by a
-//!   compare-and-swap loop: refill and debit can never race. No lock, no allocation, no
-//!   background thread.
-//! * [`Quota`] — a validated rate and burst; [`ConfigError`] when it is not.
-//! * [`Denied`] — a refusal: retry after an exact wait, or the cost exceeds the burst.
-//! * [`Clock`] — [`ManualClock`] for tests, [`QuantaClock`] (default), [`StdClock`], and the
-//!   opt-in [`CoarseClock`] (a cached reading, one load per decision).
-//! * [`Smooth`] — Guava's `SmoothRateLimiter` (bursty and warming up), to the microsecond.
-//! * [`gcra`] — the pure decision function the bucket applies, for your own storage.
-//! * [`MultiBucket`] — a policy of one to four quotas ([`Limits`]: "10 per second and 10,000
-//!   per day") that must all hold, decided and debited in one atomic step; [`Refusal`] names
-//!   the quota that refused; [`all_of`] and [`all_of2`] require several *different* limiters
-//!   (a tenant's and the global one), giving earlier tokens back when a later one refuses.
-//! * [`Snapshot`] — the tokens left and the time until full, from the same decision
-//!   ([`Limiter::decide_snapshots`], or `try_acquire_or_snapshot` on refusal only): for
-//!   `RateLimit` headers; [`Limiter`] — every limiter's decision in one shape.
-//! * Waiting: [`Bucket::acquire`], [`Bucket::try_acquire_for`], [`Bucket::reserve`] →
-//!   [`Reservation`], and the async [`Bucket::until_ready`] → [`UntilReady`].
-//! * `KeyedLimiter` — one exact bucket per key (tenant, API key, IP) in a table of bounded size
-//!   that evicts only full buckets, with an async `until_key_ready` (feature `keyed`);
-//!   `KeyedMultiLimiter` — a policy of one to four quotas per key in the same bounded table;
-//!   `ShardedBucket` — one global limit on many cores: an exact central word and a lease of
-//!   its tokens per cache-padded per-core shard (`std`).
-//! * `metrics` (feature `metrics`) — named limiters' decisions, refusal waits and keyed-table
-//!   gauges through the `metrics` facade, and shadow mode; feature `tracing` — events on state
-//!   changes.
+//! A [`Bucket`] is a token bucket whose whole state is one `AtomicU64`, updated by a
+//! compare-and-swap loop: no lock, no allocation, no background thread. It takes a [`Quota`] (a
+//! validated rate and burst) and refuses with a [`Denied`] that carries the exact wait. Beside
+//! it, behind one [`Limiter`] trait: [`MultiBucket`] (several quotas at once), [`KeyedLimiter`]
+//! (a bucket per key, feature `keyed`), [`ShardedBucket`] (one limit on many cores) and
+//! [`Smooth`] (Guava's `RateLimiter`); the pure [`gcra`] functions for your own storage;
+//! [`Clock`]s ([`ManualClock`] for tests); waiting ([`Bucket::acquire`], [`Bucket::reserve`],
+//! the async [`Bucket::until_ready`]); and the features `metrics` and `persist`.
 //!
 //! **Exact**: every decision equals the continuous token bucket computed with exact rational
 //! arithmetic at the clock's integer-nanosecond reading (see [`Quota::is_exact`] for the one
@@ -49,9 +31,7 @@
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
-// The docs link items of every default feature; builds without one of them (e.g. `--no-default-
-// features`, where `QuantaClock` and `KeyedLimiter` do not exist) would report those links as
-// broken. CI checks every link in the default and the all-features builds.
+// CI checks every link in the default and all-features builds.
 #![cfg_attr(
     not(all(feature = "std", feature = "quanta", feature = "keyed")),
     allow(rustdoc::broken_intra_doc_links)

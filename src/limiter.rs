@@ -1,6 +1,4 @@
-//! [`Limiter`]: what every limiter offers — the decision, its snapshots on refusal, the quotas
-//! it decides under — for code written once for all of them (tollgate-tower's backends,
-//! `metrics::Metered`, the harness's strategies).
+//! [`Limiter`]: every limiter's decision in one shape, for code written once for all of them.
 
 use crate::error::Denied;
 use crate::limits::Limits;
@@ -9,13 +7,9 @@ use crate::refusal::Refusal;
 
 /// A rate limiter, whatever its kind: [`Bucket`](crate::Bucket),
 /// [`ShardedBucket`](crate::ShardedBucket), [`MultiBucket`](crate::MultiBucket),
-/// [`Smooth`](crate::Smooth) (one global limit: the key is `()`) and `KeyedLimiter` (a limit
-/// per key of its key type).
-///
-/// Every limiter's decision in one shape: a refusal names the quota that decided it
-/// ([`Refusal::quota_index`], 0 for a limiter of one quota) and the snapshots list every
-/// quota's, in the limiter's order (one for a single quota). Each decision is the limiter's
-/// own `try_acquire`: the same verdict, the same state change.
+/// [`Smooth`](crate::Smooth) (the key is `()`) and `KeyedLimiter` (a limit per key). A refusal
+/// names the quota that decided it ([`Refusal::quota_index`], 0 for a single quota) and the
+/// snapshots list every quota's, in order. Each decision is the limiter's own `try_acquire`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -38,14 +32,12 @@ use crate::refusal::Refusal;
 /// assert_eq!(Limiter::limits(&policy, &()).unwrap().quotas().len(), 2);
 /// ```
 pub trait Limiter {
-    /// What a decision is for: `()` for the limiters of one global limit, the key type of a
-    /// keyed one.
+    /// `()` for the limiters of one global limit, the key type of a keyed one.
     type Key: ?Sized;
 
     /// Takes `cost` tokens for `key` from every quota if all of them hold them now; a refusal
-    /// changes nothing and names the quota that decided it. The limiter's `try_acquire` (for
-    /// [`Smooth`](crate::Smooth), whose `try_acquire` keeps Guava's signature, the same
-    /// decision as `try_acquire(cost, Duration::ZERO)` with the wait a refusal asks for).
+    /// changes nothing. For [`Smooth`](crate::Smooth), whose `try_acquire` keeps Guava's
+    /// signature: `try_acquire(cost, Duration::ZERO)`, with the wait a refusal asks for.
     fn decide(&self, key: &Self::Key, cost: u64) -> Result<(), Refusal>;
 
     /// [`decide`](Limiter::decide), with every quota's snapshot at the decision's clock
@@ -58,12 +50,10 @@ pub trait Limiter {
     /// reading whatever the verdict (for `RateLimit` headers on admitted responses too).
     fn decide_snapshots(&self, key: &Self::Key, cost: u64) -> (Result<(), Refusal>, Snapshots);
 
-    /// The quotas `key` is decided under, in order; `None` for [`Smooth`](crate::Smooth), whose
-    /// rate is Guava's, not a quota.
+    /// The quotas `key` is decided under, in order (`None`: [`Smooth`](crate::Smooth)).
     fn limits(&self, key: &Self::Key) -> Option<Limits>;
 
-    /// The most quotas a decision of this limiter holds to: 1 for a single quota, for a keyed
-    /// table of policies the most any of its policies holds.
+    /// The most quotas a decision of this limiter holds to (a keyed table: of any policy).
     fn max_quotas(&self) -> usize {
         1
     }
@@ -76,8 +66,7 @@ pub(crate) fn one(denied: Denied) -> Refusal {
 }
 
 /// Implements [`Limiter`] for a limiter of one quota from its `try_acquire`,
-/// `try_acquire_or_snapshot`, `acquire_snapshot` (the verdict and the snapshot, whatever the
-/// verdict) and `quota` (the key is `()`).
+/// `try_acquire_or_snapshot`, `acquire_snapshot` (whatever the verdict) and `quota`.
 macro_rules! one_quota_limiter {
     (impl[$($generics:tt)*] $ty:ty) => {
         impl<$($generics)*> crate::limiter::Limiter for $ty {

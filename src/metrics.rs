@@ -1,11 +1,9 @@
 //! Metrics through the [`metrics`] facade (feature `metrics`): what each named limiter decided,
 //! the waits it handed out, and how full a keyed table is.
 //!
-//! A limiter records only once it has a name: [`Metered`] wraps any [`Limiter`](crate::Limiter)
-//! (its decisions, and a policy's refusals by quota);
-//! [`KeyedLimiterBuilder::name`](crate::KeyedLimiterBuilder::name) names a
-//! [`KeyedLimiter`](crate::KeyedLimiter) from inside (its decisions and its table's gauges).
-//! tollgate-tower and tollgate-redis record the same series per layer or limiter name, through
+//! A limiter records once it has a name: [`Metered`] wraps any [`Limiter`](crate::Limiter);
+//! [`KeyedLimiterBuilder::name`](crate::KeyedLimiterBuilder::name) names a keyed table (its
+//! gauges too). tollgate-tower and tollgate-redis record the same series through
 //! [`DecisionMetrics`].
 //!
 //! | series | kind | labels | what |
@@ -18,38 +16,30 @@
 //! | `tollgate_table_full_total` | counter | `limiter`, `action` | new keys met a full table: `refused` or `admitted_untracked` (fail open) |
 //! | `tollgate_policy_refusals_total` | counter | `limiter`, `quota` | a policy of several quotas: the refusals each quota decided (`quota` is its index) |
 //!
-//! Labels are the names you give and fixed words: never a request's key, so a client cannot
-//! create series.
+//! Labels are names you give and fixed words, never a request's key: clients create no series.
 //!
-//! **"Never".** A refusal that no wait admits (`RetryAfter(Duration::MAX)`: a keyed table of
-//! no keys, tokens due past the [`HORIZON`](crate::HORIZON)), or any wait beyond the horizon,
-//! is counted but adds no histogram sample: its 1.8·10^19 s would absorb every later wait in
-//! the exporter's `f64` sum (whose step there is 4,096 s), freezing `_sum` for the process's
-//! life. Such refusals are the `refused` (and `shadow_refused`) count less the histogram's.
+//! **"Never".** A refusal that no wait admits (`RetryAfter(Duration::MAX)`), or any wait beyond
+//! the [`HORIZON`](crate::HORIZON), is counted but adds no histogram sample: its 1.8·10^19 s
+//! would absorb every later wait in the exporter's `f64` sum. Such refusals are the `refused`
+//! (and `shadow_refused`) count less the histogram's.
 //!
 //! **Cost.** Every handle is resolved once, when the limiter is named, from the recorder
-//! installed *then* (install it first: a limiter named before any recorder records nothing).
-//! A decision is then one counter increment, a virtual call into the recorder, with no registry
-//! lookup, allocation or lock; a refusal adds one histogram sample. Without the feature nothing
-//! is compiled in.
+//! installed *then* (install it first). A decision is then one counter increment, a virtual
+//! call, with no lookup, allocation or lock; a refusal adds one histogram sample.
 //!
 //! **Shadow mode** ([`Metered::shadow`], [`KeyedLimiterBuilder::shadow`](crate::KeyedLimiterBuilder::shadow)):
-//! the limiter decides exactly as it would and records the outcome, but every decision returns
-//! `Ok`. What it would have refused is counted `shadow_refused` (both kinds of refusal: a wait
-//! or a cost above the burst) with its wait in the histogram. A refusal writes no state in
-//! tollgate, so turning shadow off later enforces from the state an enforcing limiter would
-//! have had: every admission was applied, no refusal was. The series that say *why* also
-//! count what enforcement would have done, with no shadow label: a shadow table's
-//! `tollgate_table_full_total{action = "refused"}` counts the new keys it would have refused
-//! (admitted, untracked), and `tollgate_policy_refusals_total` the quota that would have
-//! refused. Alert on `outcome = "refused"`, not on those, to tell real refusals from shadow
-//! ones; the limiters' own counters (`KeyedLimiter::counters`) count what callers got.
+//! the limiter decides and records as it would, but every decision returns `Ok`; what it would
+//! have refused is counted `shadow_refused`, with its wait. A refusal writes no state, so
+//! turning shadow off enforces from the state an enforcing limiter would have had. The series
+//! that say *why* (`tollgate_table_full_total{action = "refused"}`,
+//! `tollgate_policy_refusals_total`) count what enforcement would have done, with no shadow
+//! label: alert on `outcome = "refused"` to tell real refusals from shadow ones.
 
 use core::time::Duration;
 
 use metrics::{Counter, Histogram, SharedString};
 
-use crate::Denied;
+use crate::{Denied, Refusal};
 
 mod metered;
 mod policy;
@@ -68,8 +58,7 @@ pub const KEYS: &str = "tollgate_keys";
 pub const KEYS_CAPACITY: &str = "tollgate_keys_capacity";
 /// Full buckets a keyed table evicted (counter): label `limiter`.
 pub const EVICTIONS: &str = "tollgate_evictions_total";
-/// New keys that met a full keyed table (counter): labels `limiter` and `action`
-/// (`refused` or `admitted_untracked`).
+/// New keys that met a full keyed table (counter): labels `limiter` and `action`.
 pub const TABLE_FULL: &str = "tollgate_table_full_total";
 
 /// What a decision came to: the `outcome` label of [`DECISIONS`].
@@ -113,10 +102,8 @@ impl Outcome {
 
 /// The handles one named limiter records its decisions with: a counter per [`Outcome`] and the
 /// [`RETRY_AFTER`] histogram, resolved once from the recorder installed when this is built.
-///
-/// The building block of [`Metered`], the named [`KeyedLimiter`](crate::KeyedLimiter), and the
-/// tower and Redis crates' metrics; use it to record your own limiter's decisions under the
-/// same series.
+/// The building block of [`Metered`] and the other crates' metrics; use it to record your own
+/// limiter's decisions under the same series.
 ///
 /// ```
 /// use std::time::Duration;
@@ -130,10 +117,8 @@ impl Outcome {
 /// ```
 #[derive(Debug, Clone)]
 pub struct DecisionMetrics {
-    admitted: Counter,
-    refused: Counter,
-    exceeds_burst: Counter,
-    shadow_refused: Counter,
+    /// A counter per [`Outcome`], in [`Outcome::ALL`]'s order.
+    outcomes: [Counter; 4],
     retry_after: Histogram,
 }
 
@@ -141,31 +126,19 @@ impl DecisionMetrics {
     /// The handles for the limiter named `limiter` (the `limiter` label).
     pub fn new(limiter: impl Into<SharedString>) -> DecisionMetrics {
         let limiter: SharedString = limiter.into();
-        let outcome = |o: Outcome| metrics::counter!(DECISIONS, "limiter" => limiter.clone(), "outcome" => o.as_str());
         DecisionMetrics {
-            admitted: outcome(Outcome::Admitted),
-            refused: outcome(Outcome::Refused),
-            exceeds_burst: outcome(Outcome::ExceedsBurst),
-            shadow_refused: outcome(Outcome::ShadowRefused),
+            outcomes: Outcome::ALL.map(|o| metrics::counter!(DECISIONS, "limiter" => limiter.clone(), "outcome" => o.as_str())),
             retry_after: metrics::histogram!(RETRY_AFTER, "limiter" => limiter),
         }
     }
 
     /// Counts one decision `outcome`; for a refusal with a wait, also records `wait` (ignored
-    /// otherwise) in the histogram, unless it is beyond the [`HORIZON`](crate::HORIZON): a
-    /// refusal that never admits (`Duration::MAX`) adds no sample (see [the module](self)).
+    /// otherwise) in the histogram, unless it is beyond the [`HORIZON`](crate::HORIZON) (see
+    /// [the module](self)).
     #[inline]
     pub fn count(&self, outcome: Outcome, wait: Option<Duration>) {
-        let counter = match outcome {
-            Outcome::Admitted => &self.admitted,
-            Outcome::Refused => &self.refused,
-            Outcome::ExceedsBurst => &self.exceeds_burst,
-            Outcome::ShadowRefused => &self.shadow_refused,
-        };
-        counter.increment(1);
+        self.outcomes[outcome as usize].increment(1);
         if let (Outcome::Refused | Outcome::ShadowRefused, Some(wait)) = (outcome, wait) {
-            // "Never" is no wait: 1.8e19 s in the exporter's f64 sum would absorb every later
-            // sample.
             if wait <= crate::HORIZON {
                 self.retry_after.record(wait.as_secs_f64());
             }
@@ -176,25 +149,24 @@ impl DecisionMetrics {
     #[inline]
     pub fn record(&self, verdict: &Result<(), Denied>) {
         match verdict {
-            Ok(()) => self.admitted.increment(1),
-            Err(Denied::ExceedsBurst) => self.exceeds_burst.increment(1),
-            Err(denied) => self.count(Outcome::Refused, wait_of(denied)),
+            Ok(()) => self.count(Outcome::Admitted, None),
+            Err(Denied::RetryAfter(wait)) => self.count(Outcome::Refused, Some(*wait)),
+            Err(Denied::ExceedsBurst) => self.count(Outcome::ExceedsBurst, None),
         }
     }
 
-    /// Records a decision made in shadow mode: `admitted`, or `shadow_refused` (with the wait
-    /// it would have sent, if any).
+    /// Records a decision made in shadow mode: `admitted`, or `shadow_refused` (and its wait).
     #[inline]
     pub fn record_shadow(&self, verdict: &Result<(), Denied>) {
         match verdict {
-            Ok(()) => self.admitted.increment(1),
-            Err(denied) => self.count(Outcome::ShadowRefused, wait_of(denied)),
+            Ok(()) => self.count(Outcome::Admitted, None),
+            Err(Denied::RetryAfter(wait)) => self.count(Outcome::ShadowRefused, Some(*wait)),
+            Err(Denied::ExceedsBurst) => self.count(Outcome::ShadowRefused, None),
         }
     }
 
-    /// Records `verdict` ([`record`](DecisionMetrics::record), or
-    /// [`record_shadow`](DecisionMetrics::record_shadow) when `shadow`) and returns what the
-    /// caller gets: `verdict` itself, or `Ok(())` in shadow mode.
+    /// [`record`](DecisionMetrics::record)s `verdict` and returns it, or in shadow mode
+    /// [`record_shadow`](DecisionMetrics::record_shadow)s it and returns `Ok(())`.
     #[inline]
     pub fn decide(&self, shadow: bool, verdict: Result<(), Denied>) -> Result<(), Denied> {
         if shadow {
@@ -207,24 +179,53 @@ impl DecisionMetrics {
     }
 }
 
-/// The wait a refusal hands out (`None` for a cost above the burst).
-#[inline]
-fn wait_of(denied: &Denied) -> Option<Duration> {
-    match denied {
-        Denied::RetryAfter(wait) => Some(*wait),
-        Denied::ExceedsBurst => None,
+/// A named limiter's decision handles: one quota's, or (`quotas > 0`) a policy's, which also
+/// count each refusal by the quota that decided it.
+#[derive(Debug)]
+pub(crate) enum Handles {
+    One(DecisionMetrics),
+    Policy(PolicyMetrics),
+}
+
+impl Handles {
+    pub(crate) fn new(name: impl Into<SharedString>, quotas: usize) -> Handles {
+        if quotas == 0 {
+            Handles::One(DecisionMetrics::new(name))
+        } else {
+            Handles::Policy(PolicyMetrics::new(name, quotas))
+        }
+    }
+
+    /// Records `verdict`; returns what the caller gets (`Ok` in shadow mode).
+    #[inline]
+    pub(crate) fn decide(&self, shadow: bool, verdict: Result<(), Refusal>) -> Result<(), Refusal> {
+        let denied = verdict.map_err(|r| r.denied());
+        let given = match self {
+            Handles::One(d) => d.decide(shadow, denied),
+            Handles::Policy(p) => {
+                p.decide(shadow, denied, verdict.err().map_or(0, |r| r.quota_index()))
+            }
+        };
+        given.or(verdict)
+    }
+
+    pub(crate) fn decisions(&self) -> &DecisionMetrics {
+        match self {
+            Handles::One(d) => d,
+            Handles::Policy(p) => p.decisions(),
+        }
     }
 }
 
-/// A keyed table's handles: its gauges and table counters, resolved once like
-/// [`DecisionMetrics`].
+/// A keyed table's gauges and table counters, resolved once like [`DecisionMetrics`].
 #[cfg(feature = "keyed")]
 #[derive(Debug)]
 pub(crate) struct TableMetrics {
-    keys: metrics::Gauge,
-    evictions: Counter,
-    full_refused: Counter,
-    full_admitted: Counter,
+    /// Set under the table's mutex.
+    pub(crate) keys: metrics::Gauge,
+    pub(crate) evictions: Counter,
+    /// New keys that met a full table: refused, admitted untracked (indexed by `admitted`).
+    pub(crate) full: [Counter; 2],
 }
 
 #[cfg(feature = "keyed")]
@@ -236,26 +237,7 @@ impl TableMetrics {
         TableMetrics {
             keys: metrics::gauge!(KEYS, "limiter" => limiter.clone()),
             evictions: metrics::counter!(EVICTIONS, "limiter" => limiter.clone()),
-            full_refused: full("refused"),
-            full_admitted: full("admitted_untracked"),
-        }
-    }
-
-    /// The table tracks `len` keys now (set under the table's mutex, so the last set is the
-    /// current length).
-    pub(crate) fn len(&self, len: u64) {
-        self.keys.set(len as f64);
-    }
-
-    pub(crate) fn evicted(&self, n: u64) {
-        self.evictions.increment(n);
-    }
-
-    pub(crate) fn table_full(&self, admitted: bool) {
-        if admitted {
-            self.full_admitted.increment(1);
-        } else {
-            self.full_refused.increment(1);
+            full: [full("refused"), full("admitted_untracked")],
         }
     }
 }

@@ -1,9 +1,6 @@
-//! What the keyed table and the timer report (features `metrics`, `tracing`): the one-line
-//! hooks in `keyed.rs` and `wait/timer.rs` call into here, so those paths hold no metrics code.
-//!
-//! Tracing events mark state changes only, never a decision: a keyed table becoming full (a
-//! new key refused or admitted untracked for want of room) and ceasing to be (an eviction made
-//! room), the timer thread failing to start.
+//! What the keyed table and the timer report (features `metrics`, `tracing`), so that their
+//! paths hold one-line hooks. Tracing events mark state changes only, never a decision: a keyed
+//! table becoming full and ceasing to be, the timer thread failing to start.
 
 #[cfg(feature = "keyed")]
 pub(crate) use keyed::KeyedObserver;
@@ -13,43 +10,32 @@ mod keyed {
     #[cfg(feature = "tracing")]
     use crate::sync::{AtomicU32, Ordering};
     #[cfg(feature = "metrics")]
-    use crate::{refusal::Refusal, Denied};
-
-    /// The decision handles: one quota's, or a policy's (which also count by refusing quota).
-    #[cfg(feature = "metrics")]
-    #[derive(Debug)]
-    enum Decisions {
-        One(crate::metrics::DecisionMetrics),
-        Policy(crate::metrics::PolicyMetrics),
-    }
+    use crate::{metrics::Handles, refusal::Refusal, Denied};
 
     /// A keyed limiter's name, metric handles and table-full flag.
     #[derive(Debug)]
-    // `pub` for the keyed policies' sealed `observe` hook (feature `metrics`), which names it.
+    // `pub` for the keyed policies' sealed `observe` hook, which names it.
     #[cfg_attr(not(feature = "metrics"), allow(unreachable_pub))]
     pub struct KeyedObserver {
         #[cfg(feature = "tracing")]
         name: Option<alloc::boxed::Box<str>>,
         #[cfg(feature = "metrics")]
-        metrics: Option<(Decisions, crate::metrics::TableMetrics)>,
+        metrics: Option<(Handles, crate::metrics::TableMetrics)>,
         #[cfg(feature = "metrics")]
         shadow: bool,
-        /// Whether the table is full: set by the first new key it turned away, cleared by the
-        /// first eviction after that. Only its flips emit events.
+        /// Whether the table is full (set by a key turned away, cleared by an eviction).
         #[cfg(feature = "tracing")]
         full: AtomicU32,
     }
 
     impl KeyedObserver {
-        /// The observer of a limiter named `name` (unnamed: no metrics, unnamed events),
-        /// tracking at most `capacity` keys.
+        /// The observer of a limiter named `name` (or unnamed), of at most `capacity` keys.
         pub(crate) fn new(name: Option<&str>, capacity: u64, shadow: bool) -> KeyedObserver {
             KeyedObserver::with_quotas(name, capacity, shadow, 0)
         }
 
         /// [`new`](Self::new) for a table of policies of up to `quotas` quotas (0: of single
-        /// quotas): its refusals are also counted by the quota that refused
-        /// ([`crate::metrics::POLICY_REFUSALS`]).
+        /// quotas), whose refusals are also counted by quota.
         #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
         pub(crate) fn with_quotas(
             name: Option<&str>,
@@ -63,12 +49,8 @@ mod keyed {
                 #[cfg(feature = "metrics")]
                 metrics: name.map(|name| {
                     let name = metrics::SharedString::from(alloc::string::String::from(name));
-                    let decisions = if quotas == 0 {
-                        Decisions::One(crate::metrics::DecisionMetrics::new(name.clone()))
-                    } else {
-                        Decisions::Policy(crate::metrics::PolicyMetrics::new(name.clone(), quotas))
-                    };
-                    (decisions, crate::metrics::TableMetrics::new(name, capacity))
+                    let table = crate::metrics::TableMetrics::new(name.clone(), capacity);
+                    (Handles::new(name, quotas), table)
                 }),
                 #[cfg(feature = "metrics")]
                 shadow,
@@ -89,32 +71,22 @@ mod keyed {
         #[inline]
         pub(crate) fn decided(&self, verdict: Result<(), Denied>) -> Result<(), Denied> {
             match &self.metrics {
-                Some((Decisions::One(d), _)) => d.decide(self.shadow, verdict),
-                Some((Decisions::Policy(p), _)) => p.decide(self.shadow, verdict, 0),
+                Some((Handles::One(d), _)) => d.decide(self.shadow, verdict),
+                Some((Handles::Policy(p), _)) => p.decide(self.shadow, verdict, 0),
                 None if self.shadow => Ok(()),
                 None => verdict,
             }
         }
 
-        /// [`decided`](Self::decided) for a policy's decision, which names the quota that
-        /// refused; returns what the caller gets (`Ok` in shadow mode).
+        /// [`decided`](Self::decided) for a policy's decision.
         #[cfg(feature = "metrics")]
         #[inline]
         pub(crate) fn decided_policy(&self, verdict: Result<(), Refusal>) -> Result<(), Refusal> {
-            if let Some((decisions, _)) = &self.metrics {
-                let (denied, index) = match &verdict {
-                    Ok(()) => (Ok(()), 0),
-                    Err(refusal) => (Err(refusal.denied()), refusal.quota_index()),
-                };
-                let _ = match decisions {
-                    Decisions::One(d) => d.decide(self.shadow, denied),
-                    Decisions::Policy(p) => p.decide(self.shadow, denied, index),
-                };
+            match &self.metrics {
+                Some((handles, _)) => handles.decide(self.shadow, verdict),
+                None if self.shadow => Ok(()),
+                None => verdict,
             }
-            if self.shadow {
-                return Ok(());
-            }
-            verdict
         }
 
         /// A new key met a full table: admitted untracked (`fail_open`) or refused.
@@ -122,7 +94,7 @@ mod keyed {
         pub(crate) fn table_full(&self, admitted: bool) {
             #[cfg(feature = "metrics")]
             if let Some((_, table)) = &self.metrics {
-                table.table_full(admitted);
+                table.full[usize::from(admitted)].increment(1);
             }
             #[cfg(feature = "tracing")]
             if self.full.swap(1, Ordering::Relaxed) == 0 {
@@ -137,7 +109,6 @@ mod keyed {
                     },
                 );
             }
-            let _ = admitted;
         }
 
         /// A key was inserted; the table tracks `len` keys (called under the table's mutex).
@@ -145,13 +116,12 @@ mod keyed {
         pub(crate) fn inserted(&self, len: u64) {
             #[cfg(feature = "metrics")]
             if let Some((_, table)) = &self.metrics {
-                table.len(len);
+                table.keys.set(len as f64);
             }
             let _ = len;
         }
 
-        /// A sweep step evicted `evicted` buckets; the table tracks `len` keys (under the
-        /// table's mutex).
+        /// A sweep step evicted `evicted` buckets; the table tracks `len` keys.
         #[cold]
         pub(crate) fn swept(&self, evicted: u64, len: u64) {
             if evicted == 0 {
@@ -159,8 +129,8 @@ mod keyed {
             }
             #[cfg(feature = "metrics")]
             if let Some((_, table)) = &self.metrics {
-                table.evicted(evicted);
-                table.len(len);
+                table.evictions.increment(evicted);
+                table.keys.set(len as f64);
             }
             #[cfg(feature = "tracing")]
             if self.full.swap(0, Ordering::Relaxed) == 1 {
@@ -171,13 +141,11 @@ mod keyed {
                     "tollgate: keyed table no longer full: evictions made room",
                 );
             }
-            let _ = len;
         }
     }
 }
 
-/// The timer thread could not be started; the next attempt is after `backoff` (until then
-/// async waits re-poll their clock instead of sleeping on the timer).
+/// The timer thread could not be started; the next attempt is after `backoff`.
 #[cfg(feature = "tracing")]
 #[cold]
 pub(crate) fn timer_spawn_failed(backoff: core::time::Duration) {

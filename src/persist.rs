@@ -1,48 +1,28 @@
-//! Saving and restoring limiter state across restarts (feature `persist`), so that a deploy or
-//! a crash does not hand every client a fresh burst.
+//! Saving and restoring limiter state across restarts (feature `persist`).
 //!
-//! Every in-process limiter implements [`Persist`]: [`save`](Persist::save) and
-//! [`restore`](Persist::restore), each with an `_at` form taking the wall-clock time
-//! explicitly (`save_at`, `restore_at`), for deterministic tests — on
-//! [`Bucket`](crate::Bucket), [`ShardedBucket`](crate::ShardedBucket),
-//! [`Smooth`](crate::Smooth), [`MultiBucket`](crate::MultiBucket) and `KeyedLimiter` (every
-//! quota of every key, so a per-day quota stays spent across a deploy). The same four are
-//! inherent methods of each, so they need no import. A keyed table is found by its fingerprint
-//! seed, which the file holds: restore it with `KeyedLimiterBuilder::restore`, which builds the
-//! limiter around the saved seed.
+//! Every in-process limiter implements [`Persist`] (`save`, `restore`, and their `_at` forms
+//! taking the wall-clock time, for tests), also as inherent methods that need no import. A
+//! `KeyedLimiter`'s file holds its fingerprint seed: `KeyedLimiterBuilder::restore` builds the
+//! limiter around it.
 //!
-//! # Clock-independent
-//!
-//! Monotonic clocks do not survive a restart, so a save stores each bucket's lack from full (a
-//! debt included) at a wall-clock instant ([`SystemTime`]), and a restore gives back the lack
-//! minus what the downtime refills at the quota's rate: at most a full burst, and for an exact
-//! quota exactly the bucket the old process would hold then. Both reading orders (the wall
-//! clock after the limiter's at a save, before it at a restore) err toward fewer tokens.
-//!
-//! **The wall clock.** A wall clock that stepped back across the restart refills nothing; more
-//! than [`FUTURE_TOLERANCE`] back is [`RestoreError::FromTheFuture`]. One that is *ahead*
-//! cannot be told from a longer downtime: it refills for that time, at most one burst.
-//!
-//! # Another quota
-//!
-//! A state saved under another quota (a changed configuration) is carried over the way
-//! [`Bucket::set_quota`](crate::Bucket::set_quota) carries it: the balance at the restore,
-//! capped at the new burst, and a debt keeps its due instant ([`gcra::rescale`]). A `Smooth`
-//! saved at another rate rescales its stored permits as `set_rate` does.
-//!
-//! # Restoring only ever withholds
-//!
-//! A restore keeps, for each bucket, the *stricter* of its current state and the saved one:
-//! it never adds tokens, so restoring twice or an old file is harmless; restore into a freshly
-//! built limiter to take the saved state as it is. (`Smooth` keeps the later next free time,
-//! and takes the saved stored permits into a limiter just built, the stricter of the two
-//! otherwise: a fresh bursty limiter stores nothing, so its saved burst is carried over once.)
-//!
-//! # When a restore fails
-//!
-//! Truncated, corrupted, foreign, future-dated and unsupported-version input is a
-//! [`RestoreError`], never a panic, and leaves the limiter as it was. The suggestion then:
-//! **start drained, never full** (every limiter's `drain`), and log why.
+//! * **Clock-independent.** A save stores each bucket's lack from full (a debt included) at a
+//!   wall-clock instant ([`SystemTime`]); a restore gives back the lack minus what the downtime
+//!   refills at the quota's rate: at most a burst, and for an exact quota exactly the bucket the
+//!   old process would hold then. Both reading orders (the wall clock after the limiter's at a
+//!   save, before it at a restore) err toward fewer tokens. A wall clock that stepped back
+//!   refills nothing (more than [`FUTURE_TOLERANCE`]: [`RestoreError::FromTheFuture`]); one
+//!   ahead cannot be told from a longer downtime, and refills at most a burst.
+//! * **Another quota.** A state saved under another quota is carried over as
+//!   [`Bucket::set_quota`](crate::Bucket::set_quota) carries it ([`gcra::rescale`]); a `Smooth`
+//!   saved at another rate rescales its stored permits as `set_rate` does.
+//! * **A restore only ever withholds.** Each bucket keeps the *stricter* of its state and the
+//!   saved one, so restoring twice or an old file is harmless; restore into a limiter just built
+//!   to take the saved state as it is. (`Smooth` keeps the later next free time, and the saved
+//!   stored permits in a limiter just built, else the fewer.)
+//! * **When a restore fails.** Truncated, corrupted, foreign, future-dated and
+//!   unsupported-version input is a [`RestoreError`], never a panic, and leaves the limiter as
+//!   it was (a keyed table may have taken part of the file, which only withholds). Then **start
+//!   drained, never full** (every limiter's `drain`), and log why.
 //!
 //! # The format
 //!
@@ -80,17 +60,15 @@ use format::{FrameReader, FrameWriter};
 use std::io::{self, Read, Write};
 use std::time::SystemTime;
 
-/// The format version this build writes, and the only one it reads (version 2: a keyed
-/// table's fingerprints are 63-bit `fast` hashes; version 1's are not found by this build).
+/// The format version this build writes, and the only one it reads.
 ///
 /// ```
 /// assert_eq!(tollgate::persist::VERSION, 2);
 /// ```
 pub const VERSION: u16 = 2;
 
-/// How much earlier than the save's wall time a restore's may read and still be accepted, as a
-/// wall clock stepped back (refilling nothing); beyond it the file is refused as
-/// [`RestoreError::FromTheFuture`].
+/// How far before the save's wall time a restore's may read, as a wall clock stepped back
+/// (refilling nothing); beyond it: [`RestoreError::FromTheFuture`].
 ///
 /// ```
 /// assert_eq!(tollgate::persist::FUTURE_TOLERANCE.as_secs(), 600);
@@ -194,9 +172,8 @@ pub(crate) fn wall_ns(t: SystemTime) -> io::Result<u128> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "wall clock before 1970"))
 }
 
-/// The downtime a restore at wall time `now` refills over, in nanoseconds, for a save anchored
-/// at `saved_ns`: 0 for a wall clock that stepped back (within [`FUTURE_TOLERANCE`]), saturating
-/// at `u64::MAX` (584 years: any bucket is full by then).
+/// The downtime (ns) from a save anchored at `saved_ns` to `now`: 0 for a wall clock that stepped
+/// back (within [`FUTURE_TOLERANCE`]), saturating (any bucket is full after 584 years).
 pub(crate) fn downtime(saved_ns: u128, now: SystemTime) -> Result<u64, RestoreError> {
     // A restore's clock before 1970 reads as 1970: earlier still refills nothing.
     let now_ns = wall_ns(now).unwrap_or(0);
@@ -211,8 +188,7 @@ pub(crate) fn downtime(saved_ns: u128, now: SystemTime) -> Result<u64, RestoreEr
     Ok(0)
 }
 
-/// The units a bucket in `state` lacks from full at `now` under `quota` (a debt beyond the
-/// burst included; 0 when full). Rounded toward more: `earned` is rounded down.
+/// The units a bucket in `state` lacks from full at `now` (a debt included), rounded up.
 pub(crate) fn lack(state: u64, now: u64, quota: &Quota) -> u64 {
     state.saturating_sub(quota.earned_floor(now))
 }
@@ -236,9 +212,8 @@ pub(crate) fn restored_state(lack: u64, down: u64, now: u64, old: &Quota, new: &
     }
 }
 
-/// Saving a limiter's state and restoring it in another process (feature `persist`): written
-/// once here, implemented beside each limiter type (what its frames hold and how a restore
-/// applies them). See [the module](self) for the format and the guarantees.
+/// Saving a limiter's state and restoring it in another process (feature `persist`); the
+/// format and the guarantees are [the module's](self).
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
@@ -260,10 +235,9 @@ pub(crate) fn restored_state(lack: u64, down: u64, now: u64, old: &Quota, new: &
 /// carry_over(&sharded, &ShardedBucket::with_clock(q, 4, ManualClock::new()), Duration::ZERO);
 /// ```
 pub trait Persist: sealed::Frames {
-    /// Writes the limiter's state to `w`, anchored to the wall clock ([`SystemTime::now`]) so
-    /// that [`restore`](Persist::restore) in another process refills exactly the downtime.
-    /// Decisions go on meanwhile; each state saved is the one at the save's clock reading or a
-    /// later one. Errors: only `w`'s, or a wall clock before 1970.
+    /// Writes the state to `w`, anchored to the wall clock ([`SystemTime::now`]). Decisions go
+    /// on meanwhile; each state saved is the one at the save's clock reading or a later one.
+    /// Errors: only `w`'s, or a wall clock before 1970.
     ///
     /// ```
     /// use tollgate::persist::Persist;
@@ -295,12 +269,9 @@ pub trait Persist: sealed::Frames {
         save_with(self, w, || wall)
     }
 
-    /// Restores a state written by [`save`](Persist::save), refilled over the downtime
-    /// measured on the wall clock ([`SystemTime::now`]). A state saved under another quota is
-    /// converted as [`Bucket::set_quota`](crate::Bucket::set_quota) converts. The limiter keeps
-    /// the stricter of its own state and the restored one: a restore never adds tokens. On
-    /// error nothing changes (a keyed table may have taken part of the file, which only
-    /// withholds); the suggested recovery is `drain`, never a full limiter.
+    /// Restores a state written by [`save`](Persist::save), refilled over the downtime on the
+    /// wall clock ([`SystemTime::now`]); it never adds tokens, and on error changes nothing
+    /// (then `drain`: see [the module](self)).
     ///
     /// ```
     /// use tollgate::persist::{Persist, RestoreError};
@@ -315,8 +286,7 @@ pub trait Persist: sealed::Frames {
         restore_with(self, r, SystemTime::now)
     }
 
-    /// [`restore`](Persist::restore) with the wall-clock time given: the downtime is measured
-    /// up to it.
+    /// [`restore`](Persist::restore) with the wall-clock time given.
     ///
     /// ```
     /// use std::time::{Duration, SystemTime};
@@ -338,9 +308,8 @@ pub trait Persist: sealed::Frames {
 
 impl<T: sealed::Frames + ?Sized> Persist for T {}
 
-/// The limiter's clock (in [`Frames::measure`](sealed::Frames::measure)), then the wall clock:
-/// the anchor's wall time is no earlier than the instant the state is measured at, so a
-/// restore refills no more than the downtime.
+/// The limiter's clock (in [`Frames::measure`](sealed::Frames::measure)), then the wall clock,
+/// so a restore refills no more than the downtime.
 fn save_with<T: sealed::Frames + ?Sized, W: Write>(
     limiter: &T,
     mut w: W,
@@ -353,9 +322,8 @@ fn save_with<T: sealed::Frames + ?Sized, W: Write>(
     fw.finish().map(drop)
 }
 
-/// The frames read before the wall clock, then the wall clock, then the limiter's clock (in
-/// [`Frames::apply`](sealed::Frames::apply)): the downtime ends no later than the reading the
-/// state is rebuilt at.
+/// The frames, the wall clock, then the limiter's clock (in
+/// [`Frames::apply`](sealed::Frames::apply)): the downtime ends no later than that reading.
 fn restore_with<T: sealed::Frames + ?Sized, R: Read>(
     limiter: &T,
     mut r: R,
@@ -367,20 +335,17 @@ fn restore_with<T: sealed::Frames + ?Sized, R: Read>(
     limiter.apply(read, &mut fr, down)
 }
 
-/// Generates the four [`Persist`] methods as inherent methods of a limiter type, forwarding to
-/// the trait, so that calling them needs no import.
+/// The four [`Persist`] methods as inherent methods of a limiter type (no import needed).
 macro_rules! inherent_persist {
     (impl[$($generics:tt)*] $ty:ty) => {
         #[cfg_attr(docsrs, doc(cfg(feature = "persist")))]
         impl<$($generics)*> $ty {
-            /// [`Persist::save`](crate::persist::Persist::save) (feature `persist`): writes
-            /// the state, anchored to the wall clock.
+            /// [`Persist::save`](crate::persist::Persist::save) (feature `persist`).
             pub fn save<W: std::io::Write>(&self, w: W) -> std::io::Result<()> {
                 crate::persist::Persist::save(self, w)
             }
 
-            /// [`Persist::save_at`](crate::persist::Persist::save_at) (feature `persist`):
-            /// [`save`](Self::save) with the wall-clock time given.
+            /// [`Persist::save_at`](crate::persist::Persist::save_at) (feature `persist`).
             pub fn save_at<W: std::io::Write>(
                 &self,
                 w: W,
@@ -389,8 +354,7 @@ macro_rules! inherent_persist {
                 crate::persist::Persist::save_at(self, w, wall)
             }
 
-            /// [`Persist::restore`](crate::persist::Persist::restore) (feature `persist`):
-            /// restores a saved state, refilled over the downtime; never adds tokens.
+            /// [`Persist::restore`](crate::persist::Persist::restore) (feature `persist`).
             pub fn restore<R: std::io::Read>(
                 &self,
                 r: R,
@@ -398,8 +362,7 @@ macro_rules! inherent_persist {
                 crate::persist::Persist::restore(self, r)
             }
 
-            /// [`Persist::restore_at`](crate::persist::Persist::restore_at) (feature
-            /// `persist`): [`restore`](Self::restore) with the wall-clock time given.
+            /// [`Persist::restore_at`](crate::persist::Persist::restore_at) (feature `persist`).
             pub fn restore_at<R: std::io::Read>(
                 &self,
                 r: R,
@@ -417,8 +380,7 @@ pub(crate) mod sealed {
     use super::RestoreError;
     use std::io::{self, Read, Write};
 
-    /// A limiter whose state is one frame (`Bucket`, `ShardedBucket`, `Smooth`,
-    /// `MultiBucket`): what the frame holds and how a restore applies it.
+    /// A limiter whose state is one frame (all but the keyed ones).
     pub trait OneFrame {
         /// The limiter type named in the header.
         const LIMITER: Limiter;
@@ -428,15 +390,13 @@ pub(crate) mod sealed {
         type Saved;
         /// Reads the limiter's clock, then its state, into the frame's payload.
         fn payload(&self) -> Payload;
-        /// Decodes and checks the payload (read to its end by the caller), and checks it
-        /// against this limiter.
+        /// Decodes and checks the payload (the caller checks its end).
         fn decode(&self, c: &mut Cursor<'_>) -> Result<Self::Saved, RestoreError>;
         /// Applies `saved` after `down` nanoseconds of downtime, at a clock reading taken now.
         fn apply(&self, saved: Self::Saved, down: u64);
     }
 
-    /// The frame, then the end frame, read whole before the wall clock: an error changes
-    /// nothing.
+    /// Every frame read before the wall clock: an error changes nothing.
     impl<T: OneFrame> Frames for T {
         const LIMITER: Limiter = T::LIMITER;
         type Measured = Payload;
@@ -466,8 +426,7 @@ pub(crate) mod sealed {
         }
     }
 
-    /// A limiter's half of [`Persist`](super::Persist): its frames. A public trait in a
-    /// private module, so that no other crate implements it.
+    /// A limiter's half of [`Persist`](super::Persist): its frames (sealed).
     pub trait Frames {
         /// The limiter type named in the header.
         const LIMITER: Limiter;
@@ -476,8 +435,7 @@ pub(crate) mod sealed {
         /// What a restore reads before the wall clock.
         type Read;
 
-        /// Reads the limiter's clock, then what the save needs before the wall clock is read
-        /// (a one-frame limiter: its whole state).
+        /// Reads the limiter's clock, then what the save needs before the wall clock.
         fn measure(&self) -> Self::Measured;
 
         /// Writes the frames between the header and the end.
@@ -487,12 +445,11 @@ pub(crate) mod sealed {
             fw: &mut FrameWriter<&mut dyn Write>,
         ) -> io::Result<()>;
 
-        /// Reads and checks the frames a restore needs before the wall clock (a one-frame
-        /// limiter: every frame, the end included, so that an error changes nothing).
+        /// Reads and checks the frames a restore needs before the wall clock.
         fn read(&self, fr: &mut FrameReader<&mut dyn Read>) -> Result<Self::Read, RestoreError>;
 
-        /// Applies what was read after `down` nanoseconds of downtime, at a reading of the
-        /// limiter's clock taken now (a keyed table streams its entries from `fr` here).
+        /// Applies what was read after `down` ns of downtime, at a clock reading taken now (a
+        /// keyed table streams its entries from `fr` here).
         fn apply(
             &self,
             read: Self::Read,

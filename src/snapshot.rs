@@ -2,12 +2,8 @@
 
 use core::time::Duration;
 
-/// The bucket right after one decision, computed from the same clock reading and the same state
-/// word as the decision itself (no second clock read): what HTTP `RateLimit` /
-/// `X-RateLimit-Remaining` headers and governor's "remaining burst capacity" need.
-///
-/// After an admission it describes the bucket with the cost taken; after a refusal, the bucket
-/// as the refusal found it (a refusal changes nothing).
+/// The bucket right after one decision, from the decision's own clock reading and state (the
+/// cost taken after an admission; as found after a refusal): for `RateLimit` headers.
 ///
 /// ```
 /// use std::time::Duration;
@@ -24,8 +20,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// A snapshot of a bucket holding `remaining` whole tokens that is full again after
-    /// `until_full`. For limiters stored elsewhere (a Redis backend, a test double).
+    /// A bucket holding `remaining` whole tokens, full again after `until_full`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -48,8 +43,7 @@ impl Snapshot {
         self.remaining
     }
 
-    /// How long until the bucket is full again if nothing else consumes: `Duration::ZERO` when
-    /// it is full, `Duration::MAX` when it never will be within the clock's horizon.
+    /// How long until the bucket is full again if nothing consumes (`MAX`: beyond the horizon).
     ///
     /// ```
     /// use std::time::Duration;

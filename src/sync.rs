@@ -1,24 +1,12 @@
-//! The one place that names atomics.
+//! The one place that names atomics, so one switch chooses their implementation:
 //!
-//! Everything else in the crate imports `AtomicU64`, `AtomicU32`, `Ordering`, `fence` and
-//! `spin_loop` from here, so one switch chooses the implementation:
-//!
-//! | build | atomics | lock-free? |
+//! | build | `AtomicU64` | `AtomicU128` (`Smooth`, the keyed index, the sharded refusal hint) |
 //! |---|---|---|
-//! | `--cfg tollgate_loom` | `loom`'s, so the model checker can explore every interleaving | n/a |
-//! | target with native 64-bit atomics | `core::sync::atomic` | yes |
-//! | target without (e.g. `thumbv7m-none-eabi`) | `portable-atomic`'s fallback | **no**: a 64-bit CAS is emulated with a short critical section |
+//! | `--cfg tollgate_loom` | loom's | `loom_u128::AtomicU128`, a loom mutex: one model-checked step per operation |
+//! | native 64-bit atomics | `core`'s, lock-free | `portable-atomic`'s: lock-free where the CPU has a 128-bit CAS (`cmpxchg16b`, chosen at run time unless enabled at compile time; AArch64, …) |
+//! | neither (`thumbv7m-none-eabi`) | `portable-atomic`'s fallback: **not** lock-free | the fallback: a short critical section |
 //!
-//! It also holds the crate's one mutex, [`Mutex`] (std's or loom's, poison ignored).
-//!
-//! [`Smooth`](crate::Smooth), the keyed index and the sharded bucket's refusal hint need
-//! 128-bit words, `AtomicU128`:
-//!
-//! | build | `AtomicU128` | lock-free? |
-//! |---|---|---|
-//! | `--cfg tollgate_loom` | `loom_u128::AtomicU128` (this module, only in that build): a `loom::sync::Mutex<u128>` (loom has no 128-bit atomic); every operation is one model-checked step, so loom explores every interleaving of the CAS loop, but models the word as sequentially consistent | n/a |
-//! | x86_64, AArch64, riscv64, s390x, … | `portable-atomic`'s native one (`cmpxchg16b` on x86_64, chosen at run time unless the target enables it at compile time; a load is a plain `vmovdqa` where AVX is present, a plain `LDP` on AArch64 with LSE2, and otherwise a locked or exclusive read-modify-write that writes the cache line) | yes |
-//! | other targets, or an x86_64 CPU without `cmpxchg16b` | `portable-atomic`'s fallback | **no**: a short critical section |
+//! It also holds the crate's one mutex, the thread slots and the CPU ranks.
 
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -38,11 +26,9 @@ pub(crate) use portable_atomic::AtomicU128;
 #[cfg(any(feature = "keyed", tollgate_loom))]
 pub(crate) use self::mutex::{Mutex, MutexGuard};
 
-/// The crate's one mutex (for the keyed index, and loom's `AtomicU128` stand-in): std's, or
-/// loom's under `--cfg tollgate_loom`, and it ignores poison.
-/// Every critical section in the crate leaves its data valid even if a panic unwinds through it
-/// (decisions do not panic; wakers run outside locks), so a poisoned lock is still usable and
-/// propagating the poison would only turn one panic into many.
+/// The crate's one mutex: std's, or loom's under `--cfg tollgate_loom`, ignoring poison. Every
+/// critical section leaves its data valid if a panic unwinds through it (decisions do not
+/// panic; wakers run outside locks), so propagating poison would only turn one panic into many.
 #[cfg(any(feature = "keyed", tollgate_loom))]
 mod mutex {
     #[cfg(not(tollgate_loom))]
@@ -53,31 +39,20 @@ mod mutex {
 
     pub(crate) use imp::MutexGuard;
 
-    /// A mutex whose [`lock`](Mutex::lock) ignores poisoning.
     #[derive(Debug, Default)]
     pub(crate) struct Mutex<T>(imp::Mutex<T>);
 
     impl<T> Mutex<T> {
-        /// An unlocked mutex holding `value` (`const` outside loom).
-        #[cfg(not(tollgate_loom))]
-        pub(crate) const fn new(value: T) -> Mutex<T> {
-            Mutex(imp::Mutex::new(value))
-        }
-
-        /// An unlocked mutex holding `value`.
-        #[cfg(tollgate_loom)]
         pub(crate) fn new(value: T) -> Mutex<T> {
             Mutex(imp::Mutex::new(value))
         }
 
-        /// Takes the lock, whether or not a panic poisoned it.
         #[inline]
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
             self.0.lock().unwrap_or_else(|e| e.into_inner())
         }
 
-        /// Takes the lock if it is free now (poisoned or not); `None` if another thread holds
-        /// it.
+        /// `None` if another thread holds the lock now.
         #[inline]
         pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
             match self.0.try_lock() {
@@ -89,8 +64,7 @@ mod mutex {
     }
 }
 
-/// The value of a std lock or condition-variable result, poisoned or not (see [`Mutex`]); for
-/// the one process-wide lock that stays std's under loom (the timer thread's queue, a `static`).
+/// A std lock's or condition variable's result, poisoned or not (see [`Mutex`]).
 #[cfg(feature = "std")]
 pub(crate) fn ignore_poison<G>(result: std::sync::LockResult<G>) -> G {
     result.unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -99,14 +73,12 @@ pub(crate) fn ignore_poison<G>(result: std::sync::LockResult<G>) -> G {
 #[cfg(tollgate_loom)]
 pub(crate) use loom_u128::AtomicU128;
 
-/// loom has no 128-bit atomic: this stand-in keeps the API of `AtomicU128` (the operations
-/// `Smooth` uses) over a loom mutex, so each operation is one atomic, model-checked step.
+/// loom has no 128-bit atomic: `AtomicU128`'s API over a loom mutex (orderings ignored: the
+/// word is modelled as sequentially consistent).
 #[cfg(tollgate_loom)]
 pub(crate) mod loom_u128 {
     use super::{Mutex, Ordering};
 
-    /// A `u128` behind a loom mutex; the orderings are accepted and ignored (a mutex is
-    /// stronger than any of them).
     #[derive(Debug)]
     pub(crate) struct AtomicU128(Mutex<u128>);
 
@@ -123,7 +95,7 @@ pub(crate) mod loom_u128 {
             *self.0.lock() = v;
         }
 
-        pub(crate) fn compare_exchange_weak(
+        pub(crate) fn compare_exchange(
             &self,
             current: u128,
             new: u128,
@@ -139,16 +111,15 @@ pub(crate) mod loom_u128 {
             }
         }
 
-        /// As [`compare_exchange_weak`](Self::compare_exchange_weak): the stand-in never fails
-        /// spuriously, so the two are one.
-        pub(crate) fn compare_exchange(
+        /// Never fails spuriously.
+        pub(crate) fn compare_exchange_weak(
             &self,
             current: u128,
             new: u128,
             success: Ordering,
             failure: Ordering,
         ) -> Result<u128, u128> {
-            self.compare_exchange_weak(current, new, success, failure)
+            self.compare_exchange(current, new, success, failure)
         }
     }
 }
@@ -224,19 +195,12 @@ impl Backoff {
     }
 }
 
-/// A small number for the calling thread: the smallest one no live thread holds, taken on the
-/// thread's first call and read from a thread-local afterwards (no syscall, no shared write).
-/// A thread's slot is its own until the thread exits; then its thread-local destructor returns
-/// it to the pool for a later thread. The keyed and sharded limiters map it onto their
-/// cache-padded shards.
-///
-/// Slots are reused so that a process whose threads come and go (a thread pool that retires
-/// idle threads, a benchmark that spawns threads per run) keeps its slots small: the keyed
-/// limiter's first slots own a counter shard each and count without a locked instruction
-/// (`KeyedLimiter::count`), which later slots cannot. A reused slot keeps that single-writer
-/// guarantee: the exiting thread marks itself slotless ([`SHARED_SLOT`]) before the slot goes
-/// back to the pool, and the pool's mutex orders its last counter store before the next
-/// owner's first load.
+/// A small number for the calling thread: the smallest no live thread holds, claimed on its
+/// first call, then read from a thread-local; returned to the pool when the thread exits, so
+/// slots stay small while threads come and go (the keyed limiter's first slots own a counter
+/// shard each and count without a locked instruction). A reused slot keeps one writer: the
+/// exiting thread marks itself [`SHARED_SLOT`] before returning it, and the pool's mutex orders
+/// its last counter store before the next owner's first load.
 #[cfg(all(feature = "std", not(tollgate_loom)))]
 #[inline]
 pub(crate) fn thread_slot() -> usize {
@@ -247,9 +211,7 @@ pub(crate) fn thread_slot() -> usize {
     slots::claim()
 }
 
-/// What [`thread_slot`] answers a thread that has no slot of its own: one whose slot was
-/// returned as it exits, or that first asks during its exit. Above every owned shard, so such a
-/// thread only ever counts on the shared shards (with `fetch_add`).
+/// [`thread_slot`] of an exiting thread: above every owned shard (it counts on shared ones).
 #[cfg(all(feature = "std", not(tollgate_loom)))]
 pub(crate) const SHARED_SLOT: usize = usize::MAX >> 1;
 
@@ -259,13 +221,11 @@ const UNASSIGNED: usize = usize::MAX;
 
 #[cfg(all(feature = "std", not(tollgate_loom)))]
 std::thread_local! {
-    /// The calling thread's slot (`UNASSIGNED`, a claimed slot, or `SHARED_SLOT`). No
-    /// destructor, so it stays readable while the thread's other thread-locals are dropped.
+    /// `UNASSIGNED`, a claimed slot, or `SHARED_SLOT`; no destructor (readable while exiting).
     static SLOT: core::cell::Cell<usize> = const { core::cell::Cell::new(UNASSIGNED) };
 }
 
-/// The pool of slots behind [`thread_slot`]'s first call, and the thread-local guard that
-/// returns a slot when its thread exits.
+/// The pool behind [`thread_slot`]'s first call; a thread-local guard returns the slot.
 #[cfg(all(feature = "std", not(tollgate_loom)))]
 mod slots {
     use super::{SHARED_SLOT, SLOT};
@@ -279,8 +239,7 @@ mod slots {
         free: BinaryHeap<Reverse<usize>>,
     }
 
-    // Touched once when a thread first asks for a slot and once when it exits, never on a
-    // decision. Nothing panics while it is held; poison is ignored anyway.
+    // Taken when a thread claims a slot and when it exits, never on a decision.
     static POOL: Mutex<Pool> = Mutex::new(Pool {
         next: 0,
         free: BinaryHeap::new(),
@@ -291,8 +250,7 @@ mod slots {
 
     impl Drop for Held {
         fn drop(&mut self) {
-            // First stop using the slot, then give it back (program order, then the mutex,
-            // orders this thread's last counter store before the next owner's first load).
+            // Stop using the slot, then give it back (see `thread_slot`).
             SLOT.with(|s| s.set(SHARED_SLOT));
             let mut pool = POOL.lock().unwrap_or_else(PoisonError::into_inner);
             pool.free.push(Reverse(self.0));
@@ -303,8 +261,7 @@ mod slots {
         static HELD: core::cell::Cell<Option<Held>> = const { core::cell::Cell::new(None) };
     }
 
-    /// Takes the smallest free slot for the calling thread, or `SHARED_SLOT` if the thread is
-    /// already exiting (its slot could not be returned).
+    /// The smallest free slot, or `SHARED_SLOT` if the thread is already exiting.
     #[cold]
     #[inline(never)]
     pub(super) fn claim() -> usize {
@@ -329,22 +286,15 @@ mod slots {
 }
 
 /// A small number for the CPU the calling thread runs on, for the sharded bucket's shards: the
-/// order in which the process first saw that CPU (0 for the first CPU any thread asked from, 1
-/// for the next, …), so that the CPUs a process actually runs on get consecutive numbers
-/// whatever their ids (a container pinned to CPUs 2 and 34 gets 0 and 1, which `cpu % shards`
-/// would not). Threads that run on one CPU share a number, so a shard's line stays in that
-/// CPU's cache however many threads run there; threads on different CPUs get different numbers
-/// (up to the number of CPUs seen).
+/// order in which the process first saw that CPU, so the CPUs it runs on get consecutive
+/// numbers whatever their ids (CPUs 2 and 34 get 0 and 1, which `cpu % shards` would not), and
+/// threads on one CPU share a shard's line.
 ///
-/// Asked of the OS (`sched_getcpu`: the vDSO or the rseq area, no syscall on x86_64) once every
-/// 1,023 calls of a thread and read from a thread-local in between, so a thread that migrated
-/// keeps its old CPU's number for at most 1,022 calls (microseconds; the scheduler moves a
-/// thread every few milliseconds at most): a shard then shared across two cores for a moment,
-/// which costs line transfers and never correctness (any thread may use any shard). The period
-/// is odd so that a benchmark sampling every 2^k-th call does not sample every refresh or none,
-/// and long so that the refresh (a few nanoseconds) stays out of a p99.
-/// Where the OS cannot say (an error, an id beyond 8,191) it is [`thread_slot`], cached the
-/// same way; off Linux (and under loom) it is always [`thread_slot`].
+/// Asked of the OS (`sched_getcpu`, no syscall on x86_64) once every 1,023 calls of a thread,
+/// cached in between: a thread that migrated keeps its old number for at most 1,022 calls,
+/// which costs line transfers, never correctness (any thread may use any shard). The period is
+/// odd so that a benchmark sampling every 2^k-th call does not alias with it. Where the OS
+/// cannot say (an error, an id beyond 8,191), off Linux and under loom: [`thread_slot`].
 #[cfg(all(feature = "std", target_os = "linux", not(tollgate_loom)))]
 #[inline]
 pub(crate) fn cpu_home() -> usize {
@@ -373,25 +323,21 @@ mod cpu {
     use core::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Mutex, PoisonError};
 
-    /// The low bits of [`HOME`]: calls left before the CPU is asked again (at most
-    /// `CALLS - 1`, so that a refresh comes every `CALLS` = 1,023 calls).
+    /// The low bits of [`HOME`]: calls left before a refresh (one every `CALLS` = 1,023).
     pub(super) const CALLS_BITS: u32 = 10;
     pub(super) const CALLS: usize = (1 << CALLS_BITS) - 1;
 
     /// CPU ids with a rank (Linux's `NR_CPUS` is at most 8,192).
     const CPUS: usize = 8192;
 
-    /// `RANK[cpu]`: the CPU's rank + 1, or 0 before any thread ran there (64 KiB of zeros, in
-    /// the zero-filled segment: pages are touched only for CPUs that run threads that ask).
+    /// `RANK[cpu]`: the CPU's rank + 1, or 0 before any thread ran there.
     static RANK: [AtomicUsize; CPUS] = [const { AtomicUsize::new(0) }; CPUS];
 
-    /// Ranks handed out so far, under the lock that hands them out: taken once per CPU the
-    /// process runs on, never on a decision.
+    /// Ranks handed out so far; locked once per CPU, never on a decision.
     static NEXT: Mutex<usize> = Mutex::new(0);
 
     std::thread_local! {
-        /// The calling thread's CPU rank, shifted by `CALLS_BITS`, and the calls left before it
-        /// is asked again; 0 at first (no calls left). No destructor.
+        /// The thread's CPU rank `<< CALLS_BITS | calls left`; 0 at first. No destructor.
         pub(super) static HOME: Cell<usize> = const { Cell::new(0) };
     }
 
@@ -401,23 +347,18 @@ mod cpu {
     pub(super) fn refresh(home: &Cell<usize>) -> usize {
         let rank = match nix::sched::sched_getcpu() {
             Ok(cpu) if cpu < CPUS => rank(cpu),
-            // No rank (the call failed — a sandbox that forbids it — or an id beyond the
-            // table): the thread slot, cached as a rank is, so that a failing call is made once
-            // per period, not on every decision.
+            // Failed (a sandbox) or beyond the table: the slot, cached (one call per period).
             _ => super::thread_slot(),
         };
-        // Ranks stay below 8,192 (one per CPU id), and slots far below `usize::MAX >>
-        // CALLS_BITS` but for `SHARED_SLOT`, which is not cached.
+        // Only `SHARED_SLOT` does not fit, and is not cached.
         if rank <= usize::MAX >> CALLS_BITS {
             home.set(rank << CALLS_BITS | (CALLS - 1));
         }
         rank
     }
 
-    /// The rank of `cpu`, given it on first sight under [`NEXT`]'s lock, so that ranks are
-    /// unique and consecutive: the first `n` CPUs seen get `0..n`, and `n` shards give each of
-    /// them its own (a number drawn and then lost to a racing thread would leave a gap, and
-    /// two CPUs of a two-CPU process could then share shard 0).
+    /// The rank of `cpu`, given on first sight under [`NEXT`]'s lock so that ranks have no gaps:
+    /// the first `n` CPUs seen get `0..n`, a shard each of `n`.
     fn rank(cpu: usize) -> usize {
         let slot = &RANK[cpu];
         let r = slot.load(Ordering::Relaxed);
@@ -435,8 +376,7 @@ mod cpu {
     }
 }
 
-/// Under loom the counter and the thread-local are loom's, so each explored execution assigns the
-/// same slots (the first thread to call gets 0).
+/// Under loom: loom's counter and thread-local, so every explored execution assigns the same.
 #[cfg(all(feature = "std", tollgate_loom))]
 pub(crate) fn thread_slot() -> usize {
     use core::cell::Cell;

@@ -4,11 +4,9 @@ use super::{Timer, WakeRegistration};
 use core::fmt;
 use core::task::{Context, Waker};
 
-/// The one wake-up a waiting future holds with its clock ([`UntilReady`](crate::UntilReady),
-/// [`KeyedLimiter::until_key_ready`](crate::KeyedLimiter::until_key_ready)): set for a deadline
-/// on behalf of a task, replaced only when the deadline or the task changes or the wake-up has
-/// fired (tokio's `Sleep` rule), so spurious polls add nothing. Dropping it cancels the wake-up
-/// (where the clock can).
+/// The one wake-up a waiting future holds with its clock, replaced only when the deadline or
+/// the task changes or it has fired (tokio's `Sleep` rule), so spurious polls add nothing.
+/// Dropping it cancels the wake-up (where the clock can).
 #[derive(Default)]
 pub(crate) struct Alarm(Option<Armed>);
 
@@ -20,9 +18,7 @@ struct Armed {
 }
 
 impl Alarm {
-    /// Makes sure the task of `cx` is woken once `clock` reads `until`: keeps the current
-    /// wake-up if it is for the same deadline and task and has not fired, else drops it and
-    /// registers one for the instant ([`Timer::register_wake_at`]).
+    /// Makes sure the task of `cx` is woken once `clock` reads `until`.
     pub(crate) fn set<C: Timer + ?Sized>(&mut self, clock: &C, until: u64, cx: &Context<'_>) {
         let keep = self.0.as_ref().is_some_and(|a| {
             a.until == until && a.waker.will_wake(cx.waker()) && !a.registration.is_fired()
@@ -30,8 +26,6 @@ impl Alarm {
         if !keep {
             // Drop the old registration first: at most one per future, ever.
             self.0 = None;
-            // The instant, not `until − now`: the clock would measure that from its own later
-            // reading, late by however long this poll stalled since `now`.
             let registration = clock.register_wake_at(until, cx.waker());
             self.0 = Some(Armed {
                 until,

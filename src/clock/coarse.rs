@@ -1,6 +1,6 @@
 use crate::clock::{Clock, DefaultClock, Timer, WakeRegistration};
 use crate::sync::{AtomicU64, Ordering};
-use alloc::sync::{Arc, Weak};
+use alloc::sync::Arc;
 use core::fmt;
 use core::task::Waker;
 use core::time::Duration;
@@ -9,19 +9,15 @@ use std::io;
 /// A clock that reads a cached time, refreshed by an upkeep thread: a reading costs one load
 /// instead of a TSC read and its scaling. Opt-in, for the hottest paths.
 ///
-/// * **Source**: another clock ([`DefaultClock`] for [`CoarseClock::new`]); readings are that
-///   clock's nanoseconds since its origin.
-/// * **Resolution**: the `interval` the upkeep thread sleeps between refreshes (1 ms is a good
-///   default; 0 is refused).
+/// * **Source**: another clock's nanoseconds ([`DefaultClock`] for [`CoarseClock::new`]).
+/// * **Resolution**: the refresh `interval` (1 ms is a good default; 0 is refused).
 /// * **Staleness**: a reading is never ahead of the source and lags it by at most one `interval`
-///   plus the upkeep thread's wake-up latency (tens of µs on an idle Linux machine; unbounded
-///   if the thread is starved of CPU, as any thread can be). Readings never go backwards.
-/// * **Decisions stay exact for the reading**: a bucket on this clock decides exactly as the
-///   continuous token bucket at the (stale) reading. A stale reading only refuses more, never
-///   admits more: over any real-time window `Δ` a bucket admits at most
-///   `burst + rate × (Δ + staleness)`, and, measured in readings, exactly `burst + rate × Δ`.
-///   Tokens that refill within a refresh become available at the next refresh.
-/// * **Lifetime**: clones share one cached time and one thread. The thread stops within one
+///   plus the upkeep thread's wake-up latency (unbounded if it is starved of CPU). Readings
+///   never go backwards.
+/// * **Decisions stay exact for the reading**, and a stale reading only refuses more: over any
+///   real-time window `Δ` a bucket admits at most `burst + rate × (Δ + staleness)`. Tokens that
+///   refill within a refresh become available at the next one.
+/// * **Lifetime**: clones share one cached time and one thread, which stops within one
 ///   `interval` after the last clone is dropped.
 ///
 /// Not available under loom or without `std`.
@@ -48,8 +44,7 @@ pub struct CoarseClock {
 }
 
 struct Shared {
-    /// The cached reading: the source's nanoseconds since its origin, only ever raised
-    /// (`fetch_max`). Relaxed: it publishes nothing but itself.
+    /// The cached reading, only ever raised (`fetch_max`); Relaxed: it publishes nothing else.
     now: AtomicU64,
     interval: Duration,
 }
@@ -76,8 +71,7 @@ impl CoarseClock {
         CoarseClock::with_source(DefaultClock::default(), interval)
     }
 
-    /// A coarse clock over `source`, refreshed every `interval` by a new upkeep thread that
-    /// owns `source`.
+    /// A coarse clock over `source`, refreshed every `interval` by a new upkeep thread.
     ///
     /// Errors: `interval` zero (`InvalidInput`), or the thread could not be spawned.
     ///
@@ -107,9 +101,16 @@ impl CoarseClock {
             interval,
         });
         let weak = Arc::downgrade(&shared);
+        // The upkeep thread: sleep, refresh, until every clone is gone.
         std::thread::Builder::new()
             .name("tollgate-coarse-clock".into())
-            .spawn(move || upkeep(&source, &weak, interval))?;
+            .spawn(move || loop {
+                std::thread::sleep(interval);
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                shared.now.fetch_max(source.now(), Ordering::Relaxed);
+            })?;
         Ok(CoarseClock { shared })
     }
 
@@ -125,17 +126,6 @@ impl CoarseClock {
     }
 }
 
-/// The upkeep thread: refresh, sleep, until every clone is gone.
-fn upkeep<S: Clock>(source: &S, shared: &Weak<Shared>, interval: Duration) {
-    loop {
-        std::thread::sleep(interval);
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        shared.now.fetch_max(source.now(), Ordering::Relaxed);
-    }
-}
-
 impl Clock for CoarseClock {
     /// The cached reading: one load.
     #[inline]
@@ -143,17 +133,14 @@ impl Clock for CoarseClock {
         self.shared.now.load(Ordering::Relaxed)
     }
 
-    /// Sleeps the thread. The cached reading may still lag the wait by up to one refresh;
-    /// the bucket's waiting loops read the clock again and wait on.
+    /// Sleeps the thread (the reading may lag by a refresh: the waiting loops wait on).
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
     }
 }
 
 impl Timer for CoarseClock {
-    /// The shared timer thread, cancellable ([`WakeRegistration::timer`]): a future dropped
-    /// before its wake-up leaves nothing queued. The cached reading may lag the wake-up by up to
-    /// one refresh; the future then finds its instant not yet reached and registers again.
+    /// The shared timer thread (a reading that lags the wake-up makes the future re-register).
     fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
         WakeRegistration::timer(duration, waker)
     }

@@ -7,11 +7,8 @@ use core::fmt;
 use core::task::Waker;
 use core::time::Duration;
 
-/// A clock that moves only when told to. Clones share one time, so a test can hand a clone to
-/// a bucket and move it from outside. Arithmetic saturates: it never wraps or panics.
-///
-/// [`Clock::sleep`] advances it by the requested time and returns at once, which makes every
-/// waiting path deterministic in tests.
+/// A clock that moves only when told to, for tests. Clones share one time, so a test can hand a
+/// clone to a limiter and move it from outside. Arithmetic saturates: it never wraps or panics.
 ///
 /// ```
 /// use std::time::Duration;
@@ -27,53 +24,25 @@ use core::time::Duration;
 /// # Waiting
 ///
 /// **A waiting call moves the shared time.** On a clock made by [`ManualClock::new`], a
-/// blocking wait ([`Clock::sleep`], behind [`Bucket::acquire`](crate::Bucket::acquire)) and an
-/// async one ([`Timer::wake_after`], behind [`Bucket::until_ready`](crate::Bucket::until_ready))
-/// both *advance the clock* by the wait and return (or wake) at once. Every clone sees the
-/// move: an `until_ready` on one bucket moves time for every other bucket, limiter and test
-/// assertion that shares the clock.
-///
-/// ```
-/// use std::future::Future;
-/// use std::pin::pin;
-/// use std::sync::Arc;
-/// use std::task::{Context, Wake, Waker};
-/// use tollgate::{Bucket, Clock, ManualClock, Quota};
-///
-/// struct Nop;
-/// impl Wake for Nop {
-///     fn wake(self: Arc<Self>) {}
-/// }
-/// let clock = ManualClock::new();
-/// let a = Bucket::with_clock(Quota::per_second(1).unwrap(), clock.clone());
-/// let b = Bucket::with_clock(Quota::per_second(1).unwrap(), clock.clone());
-/// a.try_acquire(1).unwrap();
-/// b.try_acquire(1).unwrap();
-/// let waker = Waker::from(Arc::new(Nop));
-/// assert!(pin!(a.until_ready(1)).poll(&mut Context::from_waker(&waker)).is_ready());
-/// assert_eq!(clock.now(), 1_000_000_000); // a's wait moved the shared clock...
-/// assert_eq!(b.try_acquire(1), Ok(())); // ...so b refilled too
-/// ```
+/// blocking wait ([`Bucket::acquire`](crate::Bucket::acquire)) and an async one
+/// ([`Bucket::until_ready`](crate::Bucket::until_ready)) *advance the clock* by the wait and
+/// return (or wake) at once, for every limiter sharing the clock.
 ///
 /// To keep time under the test's control, use [`ManualClock::new_frozen`]: time then moves only
 /// through [`ManualClock::advance`] and [`ManualClock::set`], which wake the waiters they pass.
 #[derive(Clone)]
 pub struct ManualClock {
-    /// One pointer, so a bucket on a manual clock is as small as on the default clock (144 bytes).
+    /// One pointer, so a bucket on a manual clock is as small as on the default clock.
     shared: Arc<Shared>,
 }
 
 /// What clones of one clock share.
 struct Shared {
     nanos: AtomicU64,
-    /// Frozen clocks only: the waiters, woken by `advance` and `set`.
+    /// Frozen clocks only: the wakers, by deadline, woken by `advance` and `set`.
     #[cfg(feature = "std")]
-    waiters: Option<Arc<Waiters>>,
+    waiters: Option<Arc<SharedQueue<u64>>>,
 }
-
-/// A frozen clock's queue of wakers, by deadline in clock nanoseconds.
-#[cfg(feature = "std")]
-pub(crate) type Waiters = SharedQueue<u64>;
 
 impl ManualClock {
     /// A clock at time 0.
@@ -93,42 +62,34 @@ impl ManualClock {
     }
 
     /// A clock at time 0 that **never moves by itself**: only [`ManualClock::advance`] and
-    /// [`ManualClock::set`] move it. A wait does not advance it: [`Timer::wake_after`] and
-    /// [`Timer::register_wake`] queue the waker until a call to `advance` or `set` reaches the
-    /// deadline (and wake it then), and [`Clock::sleep`] blocks the thread until another thread
-    /// moves the clock that far. Clones share the time and the waiters. A dropped
-    /// [`WakeRegistration`] leaves the queue at once ([`ManualClock::pending_wakes`]).
+    /// [`ManualClock::set`] move it, waking the waiters whose deadline they reach. An async wait
+    /// queues its waker until then (a dropped [`WakeRegistration`] leaves the queue at once); a
+    /// blocking one parks the thread until another thread moves the clock that far.
     ///
     /// ```
     /// use std::future::Future;
     /// use std::pin::pin;
-    /// use std::sync::atomic::{AtomicUsize, Ordering};
     /// use std::sync::Arc;
     /// use std::task::{Context, Poll, Wake, Waker};
     /// use std::time::Duration;
     /// use tollgate::{Bucket, Clock, ManualClock, Quota};
     ///
-    /// struct Count(AtomicUsize);
-    /// impl Wake for Count {
-    ///     fn wake(self: Arc<Self>) {
-    ///         self.0.fetch_add(1, Ordering::SeqCst);
-    ///     }
+    /// struct Nop;
+    /// impl Wake for Nop {
+    ///     fn wake(self: Arc<Self>) {}
     /// }
-    /// let count = Arc::new(Count(AtomicUsize::new(0)));
-    /// let waker = Waker::from(count.clone());
+    /// let waker = Waker::from(Arc::new(Nop));
     /// let mut cx = Context::from_waker(&waker);
-    ///
     /// let clock = ManualClock::new_frozen();
     /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), clock.clone());
     /// bucket.try_acquire(10).unwrap();
     /// let mut fut = pin!(bucket.until_ready(1));
     /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
     /// assert_eq!(clock.now(), 0); // waiting did not move the time
-    /// assert_eq!(clock.pending_wakes(), 1);
     /// clock.advance(Duration::from_millis(99));
-    /// assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    /// assert_eq!(clock.pending_wakes(), 1);
     /// clock.advance(Duration::from_millis(1)); // reaches the deadline: the waker is woken
-    /// assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    /// assert_eq!(clock.pending_wakes(), 0);
     /// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::from_millis(100))));
     /// ```
     #[cfg(feature = "std")]
@@ -155,8 +116,7 @@ impl ManualClock {
         false
     }
 
-    /// The wakers a frozen clock holds (registered, not yet woken, not cancelled); always 0
-    /// for a clock that advances itself.
+    /// The wakers a frozen clock holds (not yet woken or cancelled); 0 for an advancing clock.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -181,8 +141,7 @@ impl ManualClock {
         0
     }
 
-    /// Moves the clock forward by `by` (saturating at `u64::MAX` ns). On a frozen clock, wakes
-    /// the waiters whose deadline it reaches.
+    /// Moves the clock forward by `by` (saturating), waking a frozen clock's waiters it reaches.
     ///
     /// ```
     /// use std::time::Duration;
@@ -193,18 +152,15 @@ impl ManualClock {
     /// ```
     pub fn advance(&self, by: Duration) {
         let by = saturating_nanos(by);
-        // `fetch_update` with a closure that always returns `Some` cannot fail.
-        let _ = self
-            .shared
-            .nanos
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                Some(t.saturating_add(by))
-            });
+        let nanos = &self.shared.nanos;
+        // Never fails: the closure always returns `Some`.
+        let _ = nanos.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+            Some(t.saturating_add(by))
+        });
         self.wake_due();
     }
 
-    /// Sets the time since the origin; it may move backwards (saturating at `u64::MAX` ns). On
-    /// a frozen clock, wakes the waiters whose deadline it reaches.
+    /// Sets the time since the origin, even backwards (saturating); wakes the waiters it reaches.
     ///
     /// ```
     /// use std::time::Duration;
@@ -220,29 +176,19 @@ impl ManualClock {
         self.wake_due();
     }
 
-    /// Frozen clocks: wakes the waiters due at the current time. The time is read under the
-    /// waiters' lock, and a registration reads it under the same lock, so a waiter is either
-    /// woken here or sees the new time when it registers: no wake-up is lost.
+    /// Frozen clocks: wakes the waiters due now. The time is read under the waiters' lock, as a
+    /// registration reads it, so a waiter is woken here or sees the new time: none is lost.
     fn wake_due(&self) {
         #[cfg(feature = "std")]
         if let Some(waiters) = &self.shared.waiters {
-            let mut queue = waiters.lock();
-            let due = queue.take_due(self.now());
-            drop(queue);
+            let due = waiters.lock().take_due(self.now());
             wake_all(due);
         }
     }
 
-    /// Frozen clocks: queues `waker` for `duration` from now, or wakes it at once if that is
-    /// not in the future. `None` on a clock that advances itself.
-    #[cfg(feature = "std")]
-    fn queue_wake(&self, duration: Duration, waker: &Waker) -> Option<WakeRegistration> {
-        self.queue_wake_with(waker, |now| now.saturating_add(saturating_nanos(duration)))
-    }
-
     /// Frozen clocks: queues `waker` for the instant `at(now)`, `now` read under the waiters'
-    /// lock (so no `advance` or `set` falls between the reading and the insertion), or wakes it
-    /// at once if that instant is not in the future. `None` on a clock that advances itself.
+    /// lock (so no `advance` or `set` falls in between), or wakes it at once if that instant is
+    /// not in the future. `None` on a clock that advances itself.
     #[cfg(feature = "std")]
     fn queue_wake_with(
         &self,
@@ -258,10 +204,10 @@ impl ManualClock {
             waker.wake_by_ref();
             return Some(WakeRegistration::fired());
         }
-        let key = queue.insert(at, waker);
+        let key = Some(queue.insert(at, waker));
         Some(WakeRegistration::from_manual(QueueHandle::new(
             waiters.clone(),
-            Some(key),
+            key,
         )))
     }
 }
@@ -287,8 +233,7 @@ impl Clock for ManualClock {
         self.shared.nanos.load(Ordering::Acquire)
     }
 
-    /// Advances the clock by `duration` and returns at once; a frozen clock instead blocks the
-    /// thread until another thread moves the clock that far.
+    /// Advances the clock by `duration`; a frozen clock blocks until another thread moves it.
     fn sleep(&self, duration: Duration) {
         #[cfg(feature = "std")]
         if self.is_frozen() {
@@ -300,16 +245,13 @@ impl Clock for ManualClock {
 }
 
 impl Timer for ManualClock {
-    /// Frozen, waits (parked) until a test moves the time to `at`; otherwise moves the time to
-    /// `at` if it is earlier (never back, and not past `at` whatever the caller's last
-    /// reading: a waiter that stalled after it does not move the clock too far).
+    /// Frozen, parks until a test moves the time to `at`; otherwise moves it to `at` if earlier.
     fn sleep_until(&self, at: u64) {
         #[cfg(feature = "std")]
         if self.is_frozen() {
             let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
             while self.now() < at {
-                // The instant, not the rest of the wait from a second reading: another thread
-                // may move the clock between the check and the registration.
+                // The instant: another thread may move the clock after the check.
                 let registration = self.register_wake_at(at, &waker);
                 if !registration.is_fired() {
                     std::thread::park();
@@ -321,25 +263,17 @@ impl Timer for ManualClock {
         self.wake_due();
     }
 
-    /// Advances the clock by `duration`, then wakes `waker`: async waits are as deterministic
-    /// as blocking ones (and move the time of everything sharing the clock — see
-    /// [`ManualClock#waiting`]). A frozen clock queues the waker until `advance` or `set`
-    /// reaches the deadline.
+    /// Advances the clock by `duration`, then wakes `waker`; a frozen clock queues it.
     fn wake_after(&self, duration: Duration, waker: &Waker) {
-        #[cfg(feature = "std")]
-        if let Some(registration) = self.queue_wake(duration, waker) {
-            registration.detach();
-            return;
-        }
-        self.advance(duration);
-        waker.wake_by_ref();
+        self.register_wake(duration, waker).detach();
     }
 
-    /// [`Timer::wake_after`] with a registration: fired at once on an advancing clock,
-    /// cancellable on a frozen one.
+    /// Fired at once on an advancing clock, cancellable on a frozen one.
     fn register_wake(&self, duration: Duration, waker: &Waker) -> WakeRegistration {
         #[cfg(feature = "std")]
-        if let Some(registration) = self.queue_wake(duration, waker) {
+        if let Some(registration) =
+            self.queue_wake_with(waker, |now| now.saturating_add(saturating_nanos(duration)))
+        {
             return registration;
         }
         self.advance(duration);
@@ -347,10 +281,9 @@ impl Timer for ManualClock {
         WakeRegistration::fired()
     }
 
-    /// [`Timer::register_wake_at`]: a frozen clock queues the instant `at` itself (compared
-    /// with the time under the waiters' lock), so a caller that read the clock before another
-    /// thread moved it is still woken exactly at `at`; an advancing clock advances to `at` (if
-    /// it is not past it), then wakes.
+    /// [`Timer::register_wake_at`]: a frozen clock queues the instant `at` itself, so a caller
+    /// that read the clock before another thread moved it is still woken exactly at `at`; an
+    /// advancing clock advances to `at` (if not past it), then wakes.
     fn register_wake_at(&self, at: u64, waker: &Waker) -> WakeRegistration {
         #[cfg(feature = "std")]
         if let Some(registration) = self.queue_wake_with(waker, |_| at) {

@@ -3,9 +3,7 @@ use core::task::Waker;
 use core::time::Duration;
 use std::sync::OnceLock;
 
-/// The process-wide calibrated `quanta` clock, its raw reading at first use (the origin), and
-/// its conversion to nanoseconds cached as one multiplier. Immutable once initialized; shared
-/// so that a `QuantaClock` costs one pointer in a bucket.
+/// The process-wide `quanta` clock, its origin (first raw reading) and nanosecond multiplier.
 struct Source {
     clock: quanta::Clock,
     origin: u64,
@@ -50,12 +48,9 @@ fn cached_factor(clock: &quanta::Clock) -> Option<u64> {
         .then_some(factor)
 }
 
-/// `quanta`'s calibrated TSC clock (it falls back to the OS monotonic clock where the TSC is not
-/// reliable). Its origin is the first use of any `QuantaClock` in the process, so all of them
-/// agree, and it is one pointer to that process-wide calibrated source.
-///
-/// TSCs are not always in step across cores: a reading below the origin reads as 0, and one
-/// slightly earlier than another core's is tolerated by the buckets (see [`Clock`]).
+/// `quanta`'s calibrated TSC clock (the OS monotonic clock where the TSC is not reliable). Its
+/// origin is the first use of any `QuantaClock` in the process, so all of them agree. A reading
+/// below the origin (TSCs out of step across cores) reads as 0.
 ///
 /// ```
 /// use tollgate::{Clock, QuantaClock};
@@ -128,12 +123,8 @@ mod tests {
             .factor
             .expect("this machine's quanta conversion is a multiply-shift");
         let mut rng = crate::test_support::Xorshift(0x9E37_79B9_7F4A_7C15);
-        for _ in 0..100_000 {
-            let x = rng.next();
-            let d = x >> (x % 64);
-            assert_eq!(scaled(d, factor), s.clock.delta_as_nanos(0, d), "delta {d}");
-        }
-        for d in [0, 1, u64::MAX, u64::MAX - 1, 1 << 63] {
+        let random = (0..100_000).map(|_| rng.next()).map(|x| x >> (x % 64));
+        for d in random.chain([0, 1, u64::MAX, u64::MAX - 1, 1 << 63]) {
             assert_eq!(scaled(d, factor), s.clock.delta_as_nanos(0, d), "delta {d}");
         }
     }

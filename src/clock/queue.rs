@@ -1,16 +1,13 @@
-//! The deadline-ordered queue of wakers behind the cancellable wake-ups (the shared timer
-//! thread and a frozen [`ManualClock`](crate::ManualClock)), and the one handle type both hand
-//! out: dropping a handle removes its entry, so a queue holds one entry per live registration.
+//! The deadline-ordered queue of wakers behind the cancellable wake-ups (the timer thread, a
+//! frozen [`ManualClock`](crate::ManualClock)), and their handle, whose drop removes its entry.
 
 use alloc::collections::BTreeMap;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::task::Waker;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
-/// Wakers ordered by deadline (`K`: an `Instant` or clock nanoseconds), each under a unique key
-/// so that its owner can remove it: the shared queue behind cancellable registrations. The
-/// caller provides the lock.
+/// Wakers by deadline (`Instant` or clock nanoseconds) and a unique key; the caller locks.
 pub(crate) struct WakeQueue<K> {
     entries: BTreeMap<(K, u64), Waker>,
     seq: u64,
@@ -35,20 +32,17 @@ impl<K: Ord + Copy> WakeQueue<K> {
         key
     }
 
-    /// Removes an entry (if it was not woken yet) and returns its waker: drop that after
-    /// releasing the lock, since dropping a waker may drop a task, and with it other
-    /// registrations that take the same lock.
+    /// Removes an entry (if not woken yet) and returns its waker: drop it after releasing the
+    /// lock, since dropping a waker may drop a task and its registrations, which take the lock.
     #[must_use = "drop the waker outside the lock"]
     pub(crate) fn remove(&mut self, key: &Key<K>) -> Option<Waker> {
         self.entries.remove(key)
     }
 
-    /// Whether the entry is still queued (not woken, not removed).
     pub(crate) fn contains(&self, key: &Key<K>) -> bool {
         self.entries.contains_key(key)
     }
 
-    /// The earliest deadline queued.
     pub(crate) fn next(&self) -> Option<K> {
         self.entries.keys().next().map(|k| k.0)
     }
@@ -77,10 +71,9 @@ pub(crate) fn wake_all(wakers: Vec<Waker>) {
     }
 }
 
-/// Something that owns a [`WakeQueue`] behind a lock: the timer, a frozen manual clock.
+/// Owns a [`WakeQueue`] behind a lock: the timer, a frozen manual clock.
 pub(crate) trait LockedQueue<K> {
-    /// Runs `f` with the queue locked. `f` must not wake or drop wakers (see
-    /// [`WakeQueue::remove`]).
+    /// Runs `f` with the queue locked; `f` must not wake or drop wakers.
     fn with_queue<R>(&self, f: impl FnOnce(&mut WakeQueue<K>) -> R) -> R;
 }
 
@@ -92,12 +85,11 @@ pub(crate) struct QueueHandle<Q: LockedQueue<K>, K: Ord + Copy> {
 }
 
 impl<Q: LockedQueue<K>, K: Ord + Copy> QueueHandle<Q, K> {
-    /// A handle for the entry `key` of `queue` (`None`: nothing was queued).
     pub(crate) fn new(queue: Q, key: Option<Key<K>>) -> Self {
         QueueHandle { queue, key }
     }
 
-    /// Whether the entry has been woken (it is no longer queued).
+    /// Whether the entry has been woken (is no longer queued).
     pub(crate) fn is_fired(&self) -> bool {
         self.key
             .map_or(true, |key| !self.queue.with_queue(|q| q.contains(&key)))
@@ -127,8 +119,7 @@ impl<K: Ord + Copy> SharedQueue<K> {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, WakeQueue<K>> {
-        // Wakers run outside the lock; never propagate poison.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::ignore_poison(self.0.lock())
     }
 }
 

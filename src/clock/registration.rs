@@ -15,13 +15,10 @@ use {
 
 /// One pending wake-up, registered with [`Timer::register_wake`](crate::Timer::register_wake):
 /// the clock wakes the waker once, when the requested time has passed. **Dropping the
-/// registration cancels the wake-up** where the clock supports it (the shared timer thread of
-/// the std clocks, a [`ManualClock::new_frozen`](crate::ManualClock::new_frozen) clock), so
-/// the clock keeps nothing for a future that no longer exists.
-///
-/// A future keeps its registration while it waits and registers again only when the deadline
-/// or the waker changed, or when [`WakeRegistration::is_fired`] says the wake-up has come:
-/// spurious polls cost nothing and add nothing to any queue.
+/// registration cancels the wake-up** where the clock can (the std clocks' timer thread, a
+/// [`ManualClock::new_frozen`](crate::ManualClock::new_frozen) clock). A future keeps one while
+/// it waits, and registers again only when the deadline or the waker changed or
+/// [`WakeRegistration::is_fired`]: spurious polls add nothing to any queue.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -49,7 +46,7 @@ enum Kind {
     /// The waker was woken already (or there is nothing left to wait for).
     Fired,
     /// Handed to a fire-and-forget hook through a waker that records its firing.
-    Forwarded(Forwarded),
+    Forwarded(Arc<Flagged>),
     /// An entry in the shared timer thread's queue.
     #[cfg(feature = "std")]
     Timer(QueueHandle<&'static Timer, Instant>),
@@ -59,8 +56,7 @@ enum Kind {
 }
 
 impl WakeRegistration {
-    /// A registration whose wake-up has already been delivered: what a clock returns when it
-    /// woke the waker at once (as an auto-advancing [`ManualClock`](crate::ManualClock) does).
+    /// A registration whose wake-up has already been delivered.
     ///
     /// ```
     /// assert!(tollgate::WakeRegistration::fired().is_fired());
@@ -71,9 +67,8 @@ impl WakeRegistration {
 
     /// Registers through a fire-and-forget hook such as [`Timer::wake_after`](crate::Timer::wake_after):
     /// `hook` receives a waker that wakes `waker` and records that it did, so
-    /// [`WakeRegistration::is_fired`] is exact. Dropping such a registration cannot cancel
-    /// the hook's wake-up (it comes, and wakes a task that may have moved on — harmless); the
-    /// hook keeps only a small flag and a clone of `waker` until then.
+    /// [`WakeRegistration::is_fired`] is exact. Dropping the registration cannot cancel the
+    /// hook's wake-up, but with `std` lets the hook hold a small flag instead of the task.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -100,21 +95,14 @@ impl WakeRegistration {
         });
         hook(&Waker::from(flagged.clone()));
         WakeRegistration {
-            kind: Kind::Forwarded(Forwarded {
-                flagged,
-                keep: false,
-            }),
+            kind: Kind::Forwarded(flagged),
         }
     }
 
-    /// Registers with tollgate's shared timer thread (measured on `std::time::Instant`; started
-    /// on first use): what the std clocks return. Cancellable: dropping the registration
-    /// removes its entry from the timer's queue at once.
-    ///
-    /// If the timer thread cannot be started (for example under a memory limit), the spawn is
-    /// retried with back-off, and meanwhile the call sleeps the calling thread for a coarse
-    /// tick (at most 10 ms, never longer than `duration`) and then wakes the waker: the task
-    /// re-polls at a bounded rate instead of spinning a core.
+    /// Registers with tollgate's shared timer thread (on `std::time::Instant`, started on first
+    /// use): what the std clocks return. Dropping it removes its entry at once. If the thread
+    /// cannot be started, the call sleeps at most 10 ms (never longer than `duration`), then
+    /// wakes the waker: the task re-polls at a bounded rate instead of spinning.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -144,8 +132,7 @@ impl WakeRegistration {
         }
     }
 
-    /// Whether the wake-up has been delivered (or can no longer come). A waiting future that is
-    /// polled again after that, and is still not ready, must register again.
+    /// Whether the wake-up has been delivered (or can no longer come): then register again.
     ///
     /// ```
     /// assert!(tollgate::WakeRegistration::fired().is_fired());
@@ -153,7 +140,7 @@ impl WakeRegistration {
     pub fn is_fired(&self) -> bool {
         match &self.kind {
             Kind::Fired => true,
-            Kind::Forwarded(f) => f.flagged.fired.load(Ordering::Acquire) != 0,
+            Kind::Forwarded(f) => f.fired.load(Ordering::Acquire) != 0,
             #[cfg(feature = "std")]
             Kind::Timer(handle) => handle.is_fired(),
             #[cfg(feature = "std")]
@@ -163,24 +150,34 @@ impl WakeRegistration {
 
     /// Lets the wake-up come even though the registration is dropped: the fire-and-forget
     /// behaviour of [`Timer::wake_after`](crate::Timer::wake_after).
-    #[cfg(feature = "std")]
-    pub(crate) fn detach(self) {
-        match self.kind {
-            Kind::Fired => {}
-            Kind::Forwarded(mut f) => f.keep = true,
+    pub(crate) fn detach(mut self) {
+        // A forwarded registration's record is left as it is: the hook wakes the task.
+        match core::mem::replace(&mut self.kind, Kind::Fired) {
             #[cfg(feature = "std")]
             Kind::Timer(handle) => handle.detach(),
             #[cfg(feature = "std")]
             Kind::Manual(handle) => handle.detach(),
+            _ => {}
         }
     }
 
-    /// The number of wake-ups queued in tollgate's shared timer thread (live registrations and
-    /// detached `wake_after` calls not yet due): a probe for tests and measurements.
+    /// The wake-ups queued in the shared timer thread: a probe for tests and measurements.
     #[cfg(feature = "std")]
     #[doc(hidden)]
     pub fn timer_queue_len() -> usize {
         super::timer::TIMER.len()
+    }
+}
+
+// A forwarded registration takes the task's waker out of its record (see `Flagged`).
+impl Drop for WakeRegistration {
+    fn drop(&mut self) {
+        #[cfg(feature = "std")]
+        if let Kind::Forwarded(flagged) = &self.kind {
+            // Taken under the lock, dropped outside it.
+            let waker = crate::sync::ignore_poison(flagged.waker.lock()).take();
+            drop(waker);
+        }
     }
 }
 
@@ -201,12 +198,9 @@ impl fmt::Debug for WakeRegistration {
     }
 }
 
-/// The waker a fire-and-forget hook receives from [`WakeRegistration::forward`].
-///
-/// With `std` the task's waker sits behind a lock, so that dropping the registration takes it
-/// out: the hook's entry (the default's, in the shared timer, until its deadline, up to an
-/// hour) then holds only this small record, not the task, so a dropped future's task is not
-/// kept alive until its deadline.
+/// The waker a fire-and-forget hook receives from [`WakeRegistration::forward`]. With `std` the
+/// task's waker is behind a lock, so dropping the registration takes it out: the hook's entry
+/// (up to an hour in the shared timer) does not keep a dropped future's task alive.
 struct Flagged {
     fired: AtomicU32,
     #[cfg(feature = "std")]
@@ -225,36 +219,12 @@ impl Wake for Flagged {
         #[cfg(feature = "std")]
         {
             // Cloned under the lock, woken outside it.
-            let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let waker = crate::sync::ignore_poison(self.waker.lock()).clone();
             if let Some(waker) = waker {
                 waker.wake();
             }
         }
         #[cfg(not(feature = "std"))]
         self.waker.wake_by_ref();
-    }
-}
-
-/// A forwarded registration: takes the task's waker out of its record when dropped, unless
-/// detached ([`WakeRegistration::detach`]: the fire-and-forget wake-up must still come).
-struct Forwarded {
-    flagged: Arc<Flagged>,
-    #[cfg_attr(not(feature = "std"), allow(dead_code))]
-    keep: bool,
-}
-
-impl Drop for Forwarded {
-    fn drop(&mut self) {
-        #[cfg(feature = "std")]
-        if !self.keep {
-            // Taken under the lock, dropped outside it.
-            let waker = self
-                .flagged
-                .waker
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            drop(waker);
-        }
     }
 }

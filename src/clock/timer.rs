@@ -1,24 +1,16 @@
 //! The one timer thread behind the std clocks' wake-ups ([`WakeRegistration::timer`](crate::WakeRegistration::timer) and the
-//! default [`Timer::wake_after`](crate::Timer::wake_after)).
+//! default [`Timer::wake_after`](crate::Timer::wake_after)): a deadline-ordered map of wakers
+//! behind a mutex, and one thread, started on first use, parked until the earliest deadline.
+//! Not a runtime's timer, so that waiting works on any executor without a feature per runtime
+//! or a timer crate.
 //!
-//! Why not a runtime's timer: [`Bucket::until_ready`](crate::Bucket::until_ready) must work on
-//! any executor (tokio, async-std, smol, a hand-written `block_on`) without a feature per
-//! runtime, and without the dependency a timer crate would bring. A waiting future needs only one
-//! thing — its waker called at a deadline — so a deadline-ordered map of wakers behind a mutex
-//! and one thread parked on a condition variable is enough. The thread starts on first use and
-//! then sleeps until the earliest deadline; idle, it costs nothing but its stack.
+//! **Bounded memory.** Dropping a handle removes its entry at once, so the queue holds one
+//! entry per live registration (and detached `wake_after`s until their deadline). Deadlines
+//! are capped at [`MAX_PARK`] (the future then registers again), so no `Instant` overflows.
 //!
-//! **Bounded memory.** Each entry has a key its handle owns; dropping the handle removes
-//! the entry at once, so the queue holds one entry per *live* registration. A future keeps one
-//! registration and replaces it only when its deadline or waker changes (or it fired), so its
-//! spurious polls add nothing. Only the fire-and-forget `wake_after` leaves entries that outlive
-//! their caller, until their deadline. Deadlines are capped at [`MAX_PARK`] (the registration
-//! then fires early and its future registers again), so no `Instant` arithmetic overflows.
-//!
-//! **Spawn failure.** If the thread cannot be started (a memory or thread limit), the spawn is
-//! retried with exponential back-off ([`RETRY_FIRST`] doubling to [`RETRY_MAX`]); meanwhile a
-//! registration sleeps the caller for at most [`FALLBACK_TICK`] and wakes its waker, so a
-//! waiting task re-polls at a bounded rate and no core spins.
+//! **Spawn failure.** The spawn is retried with back-off ([`RETRY_FIRST`] doubling to
+//! [`RETRY_MAX`]); meanwhile a registration sleeps the caller for at most [`FALLBACK_TICK`] and
+//! wakes its waker, so a waiting task re-polls at a bounded rate and no core spins.
 
 use super::queue::{wake_all, LockedQueue, QueueHandle, WakeQueue};
 use crate::sync::ignore_poison;
@@ -35,13 +27,11 @@ const RETRY_FIRST: Duration = Duration::from_millis(10);
 /// The longest delay between spawn attempts.
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
-/// The timer thread's life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Thread {
     NotStarted,
     Running,
-    /// The last spawn failed; the next attempt is not before `retry_at`, and the one after
-    /// that fails waits `backoff` longer.
+    /// The last spawn failed: no attempt before `retry_at`; the next failure waits `backoff`.
     Failed {
         retry_at: Instant,
         backoff: Duration,
@@ -59,8 +49,7 @@ struct State {
     spawn_attempts: u32,
 }
 
-/// A queue of wakers and the thread that wakes them. The crate uses one, [`TIMER`]; tests make
-/// their own (leaked, so that handles and the thread can borrow it for `'static`).
+/// A queue of wakers and the thread that wakes them: [`TIMER`], or a test's own (leaked).
 pub(crate) struct Timer {
     state: Mutex<State>,
     changed: Condvar,
@@ -94,8 +83,6 @@ impl Timer {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // Nothing panics while the lock is held (wakers run outside it), but never propagate
-        // poison.
         ignore_poison(self.state.lock())
     }
 
@@ -109,8 +96,7 @@ impl Timer {
         let mut state = self.lock();
         if !self.ensure_thread(&mut state, now) {
             drop(state);
-            // No timer thread: a coarse sleep on the caller, then a wake, so the task re-polls
-            // at most about once per tick rather than spinning.
+            // No timer thread: a coarse sleep on the caller, then a wake.
             std::thread::sleep(duration.min(FALLBACK_TICK));
             waker.wake_by_ref();
             return Handle::new(self, None);
@@ -124,8 +110,7 @@ impl Timer {
         Handle::new(self, Some(key))
     }
 
-    /// Whether the thread runs, starting it if it never ran or if the back-off after a failed
-    /// spawn has elapsed.
+    /// Whether the thread runs, starting it unless a failed spawn's back-off has not elapsed.
     fn ensure_thread(&'static self, state: &mut State, now: Instant) -> bool {
         let backoff = match state.thread {
             Thread::Running => return true,
@@ -164,7 +149,7 @@ impl Timer {
             .is_ok()
     }
 
-    /// Entries queued (live registrations and detached wake-ups not yet due).
+    /// Entries queued.
     pub(crate) fn len(&self) -> usize {
         self.lock().queue.len()
     }
@@ -177,7 +162,6 @@ impl Timer {
             let due = state.queue.take_due(now);
             if !due.is_empty() {
                 drop(state);
-                // A panicking waker must not take the timer (and every other waiter) down.
                 wake_all(due);
                 state = self.lock();
                 continue;
@@ -224,6 +208,15 @@ mod tests {
         timer
     }
 
+    /// Waits until `h` has fired and `count` exceeds `before` (the two come in either order).
+    fn wait_woken(h: &Handle, count: &Count, before: usize) {
+        let start = Instant::now();
+        while !h.is_fired() || count.0.load(Ordering::SeqCst) == before {
+            assert!(start.elapsed() < Duration::from_secs(30), "never woken");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn dropping_a_handle_removes_its_entry() {
         let t = timer(0);
@@ -243,15 +236,7 @@ mod tests {
         let t = timer(0);
         let (count, waker) = counter();
         let handle = t.register(Duration::from_millis(1), &waker);
-        // The timer thread takes a due entry out under its lock and wakes it after releasing
-        // the lock: the entry reports fired a moment before its waker runs, so wait for both
-        // (however the scheduler interleaves them) before counting.
-        let start = Instant::now();
-        while !handle.is_fired() || count.0.load(Ordering::SeqCst) == 0 {
-            assert!(start.elapsed() < Duration::from_secs(30), "never woken");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert!(handle.is_fired());
+        wait_woken(&handle, &count, 0);
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert_eq!(t.len(), 0);
         drop(handle); // nothing left to remove
@@ -286,8 +271,7 @@ mod tests {
         };
         assert!(attempts <= 2, "{attempts}");
         assert!(backoff > RETRY_FIRST && backoff <= RETRY_MAX);
-        // A busy poller for 300 ms: each registration sleeps up to a tick, so it cannot poll
-        // more than ~300 ms / tick times (+ attempts made during back-off).
+        // A busy poller: each registration sleeps up to a tick.
         let busy = Instant::now();
         let mut polls = 0u32;
         while busy.elapsed() < Duration::from_millis(300) {
@@ -298,8 +282,7 @@ mod tests {
             }
         }
         assert!(polls <= 31, "{polls} polls in 300 ms");
-        // Past the back-off the spawn is retried; the second retry succeeds (two injected
-        // failures), and from then on entries queue and wake normally.
+        // Past the back-off the spawn is retried; the second retry succeeds.
         while Instant::now() < retry_at + RETRY_MAX * 2 && t.lock().thread != Thread::Running {
             drop(t.register(Duration::from_millis(1), &waker));
         }
@@ -307,12 +290,7 @@ mod tests {
         assert_eq!(t.lock().spawn_attempts, 3);
         let woken = count.0.load(Ordering::SeqCst);
         let h = t.register(Duration::from_millis(1), &waker);
-        let start = Instant::now();
-        // Fired (taken out under the lock) a moment before woken (after it): wait for both.
-        while !h.is_fired() || count.0.load(Ordering::SeqCst) == woken {
-            assert!(start.elapsed() < Duration::from_secs(30), "never woken");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_woken(&h, &count, woken);
         assert_eq!(count.0.load(Ordering::SeqCst), woken + 1);
     }
 }

@@ -2,23 +2,18 @@
 
 use metrics::SharedString;
 
-use super::{DecisionMetrics, PolicyMetrics};
+use super::{DecisionMetrics, Handles};
 use crate::{Denied, Limiter, Limits, Refusal, Snapshot, Snapshots};
 
-/// A limiter with a name — any [`Limiter`]: a [`Bucket`](crate::Bucket), a
-/// [`ShardedBucket`](crate::ShardedBucket), a [`MultiBucket`](crate::MultiBucket), a keyed
-/// table, a [`Smooth`](crate::Smooth) — whose every decision is recorded under
+/// Any [`Limiter`] with a name, whose every decision is recorded under
 /// `tollgate_decisions_total{limiter = name}` (see [the module](crate::metrics)), and for a
-/// limiter of several quotas each refusal also by the quota that refused
-/// (`tollgate_policy_refusals_total`). In [shadow mode](Metered::shadow) every decision is
-/// admitted after being recorded. A keyed table's own gauges (keys, evictions, full-table
-/// events) come from naming it with its builder's `name`.
+/// limiter of several quotas each refusal also by the quota that refused. In
+/// [shadow mode](Metered::shadow) every decision is admitted after being recorded. A keyed
+/// table's gauges come from naming it with its builder's `name` instead.
 ///
-/// Only the decisions made through `Metered` record: its `try_acquire` and
-/// `try_acquire_or_snapshot` (limiters of one global limit), and the [`Limiter`] methods (any
-/// limiter, keyed ones included). Reach the limiter itself with [`get_ref`](Metered::get_ref)
-/// for reads (`available`, `quota`) or reconfiguration. The waiting paths (`acquire`,
-/// `reserve`, `until_ready`) are not metered.
+/// Only the decisions made through `Metered` record (its `try_acquire`,
+/// `try_acquire_or_snapshot` and the [`Limiter`] methods), not the waiting paths; reach the
+/// limiter itself with [`get_ref`](Metered::get_ref).
 ///
 /// ```
 /// use std::time::Duration;
@@ -48,26 +43,13 @@ pub struct Metered<L> {
     shadow: bool,
 }
 
-/// The handles: one quota's decisions, or a policy's (which also count by refusing quota).
-#[derive(Debug)]
-enum Handles {
-    One(DecisionMetrics),
-    Policy(PolicyMetrics),
-}
-
 impl<L: Limiter> Metered<L> {
-    /// `limiter`, recording under the name `name` (resolved now, from the installed recorder;
-    /// the per-quota refusal counters too if the limiter holds several quotas).
+    /// `limiter`, recording under the name `name` (resolved now, from the installed recorder).
     pub fn new(name: impl Into<SharedString>, limiter: L) -> Metered<L> {
         let quotas = limiter.max_quotas();
-        let handles = if quotas > 1 {
-            Handles::Policy(PolicyMetrics::new(name, quotas))
-        } else {
-            Handles::One(DecisionMetrics::new(name))
-        };
         Metered {
+            handles: Handles::new(name, if quotas > 1 { quotas } else { 0 }),
             limiter,
-            handles,
             shadow: false,
         }
     }
@@ -75,25 +57,12 @@ impl<L: Limiter> Metered<L> {
     /// Records `verdict`; returns what the caller gets (`Ok` in shadow mode).
     #[inline]
     fn record(&self, verdict: Result<(), Refusal>) -> Result<(), Refusal> {
-        let denied = verdict.map_err(|r| r.denied());
-        let given = match &self.handles {
-            Handles::One(d) => d.decide(self.shadow, denied),
-            Handles::Policy(p) => {
-                let index = verdict.err().map_or(0, |r| r.quota_index());
-                p.decide(self.shadow, denied, index)
-            }
-        };
-        // `Ok` in shadow mode, else the verdict itself.
-        match given {
-            Ok(()) => Ok(()),
-            Err(_) => verdict,
-        }
+        self.handles.decide(self.shadow, verdict)
     }
 }
 
 impl<L> Metered<L> {
-    /// Shadow mode on or off: on, each decision is made and recorded as usual and then admitted
-    /// (`shadow_refused` for what would have been refused, with its wait).
+    /// Shadow mode on or off: on, each decision is made and recorded, then admitted.
     pub fn shadow(self, on: bool) -> Metered<L> {
         Metered { shadow: on, ..self }
     }
@@ -115,10 +84,7 @@ impl<L> Metered<L> {
 
     /// The handles decisions are recorded with.
     pub fn metrics(&self) -> &DecisionMetrics {
-        match &self.handles {
-            Handles::One(d) => d,
-            Handles::Policy(p) => p.decisions(),
-        }
+        self.handles.decisions()
     }
 }
 
@@ -129,8 +95,7 @@ impl<L: Limiter<Key = ()>> Metered<L> {
         self.decide(&(), cost).map_err(Denied::from)
     }
 
-    /// The limiter's `try_acquire_or_snapshot`, recorded (admitted in shadow mode): the
-    /// tightest quota's snapshot, on refusal only.
+    /// The limiter's `try_acquire_or_snapshot`, recorded (admitted in shadow mode).
     #[inline]
     pub fn try_acquire_or_snapshot(&self, cost: u64) -> Result<(), (Denied, Snapshot)> {
         self.decide_or_snapshots(&(), cost)
@@ -146,8 +111,7 @@ impl<L: Limiter<Key = ()>> Metered<L> {
     }
 }
 
-/// The limiter's decisions, recorded (and admitted in shadow mode); the snapshots are the
-/// decision's, a refusal's in shadow mode.
+/// The limiter's decisions, recorded (and admitted in shadow mode).
 impl<L: Limiter> Limiter for Metered<L> {
     type Key = L::Key;
 

@@ -11,12 +11,11 @@ use crate::Denied;
 /// `limiter` and `quota` (the quota's index, `"0"` for the first, in the policy's order).
 pub const POLICY_REFUSALS: &str = "tollgate_policy_refusals_total";
 
-/// The label values of [`POLICY_REFUSALS`]' `quota`: a policy holds at most four quotas.
+/// The label values of [`POLICY_REFUSALS`]' `quota`.
 const QUOTA_LABELS: [&str; 4] = ["0", "1", "2", "3"];
 
 /// [`DecisionMetrics`] for a policy of up to four quotas, plus a refusal counter per quota
-/// ([`POLICY_REFUSALS`]): "which limit fired". Handles resolved once, like
-/// [`DecisionMetrics`].
+/// ([`POLICY_REFUSALS`]): "which limit fired".
 ///
 /// ```
 /// use std::time::Duration;
@@ -50,17 +49,14 @@ impl PolicyMetrics {
         }
     }
 
-    /// Records an enforced decision; a refusal also counts against quota `quota_index`
-    /// (ignored for an admission; an index past the policy's quotas counts against the last).
+    /// Records an enforced decision, a refusal also against quota `quota_index` (or the last).
     #[inline]
     pub fn record(&self, verdict: &Result<(), Denied>, quota_index: usize) {
         self.decisions.record(verdict);
         self.refused_by(verdict, quota_index);
     }
 
-    /// Records `verdict` (enforced, or in shadow mode when `shadow`: see
-    /// [`DecisionMetrics::decide`]), a refusal against quota `quota_index`; returns what the
-    /// caller gets.
+    /// [`DecisionMetrics::decide`], a refusal also against quota `quota_index`.
     #[inline]
     pub fn decide(
         &self,

@@ -1,5 +1,4 @@
-//! The file format: a magic number and a version, then checksummed frames, then an end frame
-//! that checks the whole file.
+//! The file format ([the module](super)'s "The format"):
 //!
 //! ```text
 //! file  = "TOLLGATE" version:u16  frame*  end
@@ -7,10 +6,8 @@
 //! end   = frame of kind END: records:u64  crc32(every byte before the end frame):u32
 //! ```
 //!
-//! Integers are little-endian. A frame's payload is at most [`MAX_FRAME`] bytes, so a reader
-//! holds one frame at a time whatever the file's size. Each frame's CRC catches corruption where
-//! it happens; the end frame's record count and file CRC catch a file cut at a frame boundary,
-//! frames dropped, repeated or reordered, and a file spliced from two.
+//! The end frame's record count and file CRC catch a file cut at a frame boundary, frames
+//! dropped, repeated or reordered, and a file spliced from two.
 
 use super::RestoreError;
 use crate::quota::Quota;
@@ -26,39 +23,34 @@ use super::VERSION;
 /// The largest frame payload: bounds a reader's buffer.
 pub(crate) const MAX_FRAME: usize = 1 << 20;
 
-/// Frame kinds. Each saved limiter writes `HEADER` first and `END` last; the ones between are
-/// its own (see each limiter's module).
+/// Frame kinds: `HEADER` first, `END` last, and each limiter's own between.
 #[cfg_attr(not(feature = "keyed"), allow(dead_code))]
 pub(crate) mod kind {
     /// Which limiter, and the wall-clock anchor.
     pub(crate) const HEADER: u8 = 1;
     /// One [`Bucket`](crate::Bucket): its record (quota, and the units it lacks at the anchor).
     pub(crate) const BUCKET: u8 = 2;
-    /// A [`ShardedBucket`](crate::ShardedBucket): its quota and the tokens the whole bucket
-    /// holds at the anchor as a fraction `held:u128 / scale:u64` (leased tokens count as spent).
+    /// A [`ShardedBucket`](crate::ShardedBucket): its quota and the tokens it holds at the
+    /// anchor, `held:u128 / scale:u64` (leased tokens count as spent).
     pub(crate) const SHARDED: u8 = 3;
-    /// A [`Smooth`](crate::Smooth): the mode (tag and two `f64` words), the six parameter
-    /// words, the next free time relative to the save's reading (µs, `i64`) and the stored
-    /// permits (`f64`).
+    /// A [`Smooth`](crate::Smooth): the mode (tag, two `f64`), the six parameter words, the
+    /// next free time after the save's reading (µs, `i64`), the stored permits (`f64`).
     pub(crate) const SMOOTH: u8 = 4;
     /// A `KeyedLimiter`'s table-wide part: default quota, fingerprint seed, override count.
     pub(crate) const KEYED: u8 = 5;
     /// One override quota of a `KeyedLimiter`, by fingerprint.
     pub(crate) const OVERRIDE: u8 = 6;
-    /// Up to [`ENTRIES_PER_FRAME`](super::ENTRIES_PER_FRAME) keyed entries: fingerprint and the
-    /// units the bucket lacks at the anchor.
+    /// Up to [`ENTRIES_PER_FRAME`](super::ENTRIES_PER_FRAME) keyed entries: fingerprint, lack.
     pub(crate) const ENTRIES: u8 = 7;
     /// The state a `KeyedLimiter` gives keys it does not track, read after its entries.
     pub(crate) const FLOOR: u8 = 8;
     /// A [`MultiBucket`](crate::MultiBucket): the quota count (`u8`), then one record per quota.
     pub(crate) const MULTI: u8 = 9;
-    /// A `KeyedMultiLimiter`'s table-wide part: the default policy (quota count, quotas),
-    /// fingerprint seed, override count.
+    /// A `KeyedMultiLimiter`'s `KEYED`: the default policy (quota count, quotas), seed, count.
     pub(crate) const KEYED_MULTI: u8 = 10;
     /// One override policy of a `KeyedMultiLimiter`, by fingerprint.
     pub(crate) const OVERRIDE_MULTI: u8 = 11;
-    /// Keyed policy entries: a count, then per entry its fingerprint, quota count and the
-    /// units each quota lacks at the anchor.
+    /// Keyed policy entries: a count, then fingerprint, quota count and each quota's lack.
     pub(crate) const MULTI_ENTRIES: u8 = 12;
     /// The end: record count and the checksum of everything before it.
     pub(crate) const END: u8 = 0x7f;
@@ -81,31 +73,28 @@ pub enum Limiter {
 
 impl Limiter {
     fn from_u8(b: u8) -> Option<Limiter> {
-        Some(match b {
-            1 => Limiter::Bucket,
-            2 => Limiter::Sharded,
-            3 => Limiter::Smooth,
-            4 => Limiter::Keyed,
-            5 => Limiter::Multi,
-            6 => Limiter::KeyedMulti,
-            _ => return None,
-        })
+        use Limiter::*;
+        [Bucket, Sharded, Smooth, Keyed, Multi, KeyedMulti]
+            .into_iter()
+            .find(|&l| l as u8 == b)
     }
 
-    /// The type's name, for errors.
+    /// The type's name, for errors (by discriminant, from 1).
     pub(crate) fn name(self) -> &'static str {
-        match self {
-            Limiter::Bucket => "Bucket",
-            Limiter::Sharded => "ShardedBucket",
-            Limiter::Smooth => "Smooth",
-            Limiter::Keyed => "KeyedLimiter",
-            Limiter::Multi => "MultiBucket",
-            Limiter::KeyedMulti => "KeyedMultiLimiter",
-        }
+        const NAMES: [&str; 6] = [
+            "Bucket",
+            "ShardedBucket",
+            "Smooth",
+            "KeyedLimiter",
+            "MultiBucket",
+            "KeyedMultiLimiter",
+        ];
+        NAMES[self as usize - 1]
     }
 }
 
 /// Writes frames to `W`, keeping the running file checksum.
+#[derive(Debug)]
 pub struct FrameWriter<W: Write> {
     w: W,
     file: crc32fast::Hasher,
@@ -113,17 +102,8 @@ pub struct FrameWriter<W: Write> {
     records: u64,
 }
 
-impl<W: Write> core::fmt::Debug for FrameWriter<W> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("FrameWriter")
-            .field("records", &self.records)
-            .finish_non_exhaustive()
-    }
-}
-
 impl<W: Write> FrameWriter<W> {
-    /// Writes the magic number, the version and the header frame (`limiter`, anchored at
-    /// `wall_ns` nanoseconds since the Unix epoch).
+    /// Writes the magic number, the version and the header (`limiter`, `wall_ns` since 1970).
     pub(crate) fn start(w: W, limiter: Limiter, wall_ns: u128) -> io::Result<Self> {
         let mut fw = FrameWriter {
             w,
@@ -134,16 +114,12 @@ impl<W: Write> FrameWriter<W> {
         let mut head = [0u8; 10];
         head[..8].copy_from_slice(&MAGIC);
         head[8..].copy_from_slice(&VERSION.to_le_bytes());
-        fw.raw(&head)?;
+        fw.file.update(&head);
+        fw.w.write_all(&head)?;
         let mut p = Payload::default();
         p.u8(limiter as u8).u128(wall_ns);
         fw.frame(kind::HEADER, &p.0)?;
         Ok(fw)
-    }
-
-    fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.file.update(bytes);
-        self.w.write_all(bytes)
     }
 
     /// One frame; counted as a record (the end frame checks the count).
@@ -156,11 +132,9 @@ impl<W: Write> FrameWriter<W> {
         self.buf.extend_from_slice(payload);
         let crc = crc32fast::hash(&self.buf);
         self.buf.extend_from_slice(&crc.to_le_bytes());
-        let buf = core::mem::take(&mut self.buf);
-        let r = self.raw(&buf);
-        self.buf = buf;
+        self.file.update(&self.buf);
         self.records += 1;
-        r
+        self.w.write_all(&self.buf)
     }
 
     /// The end frame, then a flush. Returns the writer.
@@ -177,69 +151,55 @@ impl<W: Write> FrameWriter<W> {
 #[derive(Debug, Default)]
 pub struct Payload(pub(crate) Vec<u8>);
 
+/// `Payload::T(v)` writes and `Cursor::T()` reads an integer of type `T`, little-endian.
+macro_rules! integers {
+    ($($t:ident)*) => {
+        impl Payload {
+            $(pub(crate) fn $t(&mut self, v: $t) -> &mut Self {
+                self.0.extend_from_slice(&v.to_le_bytes());
+                self
+            })*
+        }
+        impl Cursor<'_> {
+            $(pub(crate) fn $t(&mut self) -> Result<$t, RestoreError> {
+                Ok($t::from_le_bytes(self.take()?))
+            })*
+        }
+    };
+}
+integers!(u8 u32 u64 i64 u128);
+
 impl Payload {
-    pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
-        self.0.push(v);
-        self
-    }
-    pub(crate) fn u32(&mut self, v: u32) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub(crate) fn u64(&mut self, v: u64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub(crate) fn i64(&mut self, v: i64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub(crate) fn u128(&mut self, v: u128) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    /// One bucket's record: its quota and the units it lacks from full at the anchor (a
-    /// `BUCKET` frame's payload, and each quota's in a `MULTI` frame).
+    /// One bucket's record: its quota and the units it lacks from full at the anchor.
     pub(crate) fn record(&mut self, q: &Quota, lack: u64) -> &mut Self {
         self.quota(q).u64(lack)
     }
     /// A quota as `tokens`, `per` in nanoseconds and `burst`: what [`Quota::new`] takes.
     pub(crate) fn quota(&mut self, q: &Quota) -> &mut Self {
-        // `Quota::new` refuses periods beyond u64 nanoseconds, so this never saturates.
-        let per = u64::try_from(q.per().as_nanos()).unwrap_or(u64::MAX);
+        // Never saturates: `Quota::new` refuses periods beyond u64 nanoseconds.
+        let per = crate::clock::saturating_nanos(q.per());
         self.u64(q.tokens()).u64(per).u64(q.burst())
     }
 }
 
 /// Reads frames from `R`, checking each frame's checksum and, at the end, the file's.
+#[derive(Debug)]
 pub struct FrameReader<R: Read> {
     r: R,
     file: crc32fast::Hasher,
     buf: Vec<u8>,
     records: u64,
-    limiter: Limiter,
     wall_ns: u128,
 }
 
-impl<R: Read> core::fmt::Debug for FrameReader<R> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("FrameReader")
-            .field("limiter", &self.limiter)
-            .field("records", &self.records)
-            .finish_non_exhaustive()
-    }
-}
-
 impl<R: Read> FrameReader<R> {
-    /// Reads the magic number, the version and the header; errors unless the file holds
-    /// `expected`.
+    /// Reads the magic number, the version and the header, which must name `expected`.
     pub(crate) fn open(r: R, expected: Limiter) -> Result<Self, RestoreError> {
         let mut fr = FrameReader {
             r,
             file: crc32fast::Hasher::new(),
             buf: Vec::new(),
             records: 0,
-            limiter: expected,
             wall_ns: 0,
         };
         let mut head = [0u8; 10];
@@ -267,7 +227,6 @@ impl<R: Read> FrameReader<R> {
                 restoring: expected.name(),
             });
         }
-        fr.limiter = limiter;
         fr.wall_ns = wall_ns;
         Ok(fr)
     }
@@ -281,8 +240,7 @@ impl<R: Read> FrameReader<R> {
         self.r.read_exact(buf).map_err(RestoreError::from_io)
     }
 
-    /// The next frame, checksum verified. The end frame is checked here too (record count and
-    /// file checksum) and returned as `kind::END` with an empty payload.
+    /// The next frame, checksum verified; the end frame also checks the count and file CRC.
     pub(crate) fn next(&mut self) -> Result<(u8, Cursor<'_>), RestoreError> {
         let before = self.file.clone();
         let mut head = [0u8; 5];
@@ -293,12 +251,11 @@ impl<R: Read> FrameReader<R> {
                 "a frame longer than any writer makes",
             ));
         }
-        let mut buf = core::mem::take(&mut self.buf);
-        buf.clear();
-        buf.resize(len + 4, 0);
-        let read = self.fill(&mut buf);
-        self.buf = buf;
-        read?;
+        self.buf.clear();
+        self.buf.resize(len + 4, 0);
+        self.r
+            .read_exact(&mut self.buf)
+            .map_err(RestoreError::from_io)?;
         let crc = u32::from_le_bytes(self.buf[len..].try_into().unwrap_or([0; 4]));
         let mut h = crc32fast::Hasher::new();
         h.update(&head);
@@ -348,21 +305,6 @@ impl Cursor<'_> {
         let mut out = [0u8; N];
         out.copy_from_slice(head);
         Ok(out)
-    }
-    pub(crate) fn u8(&mut self) -> Result<u8, RestoreError> {
-        Ok(self.take::<1>()?[0])
-    }
-    pub(crate) fn u32(&mut self) -> Result<u32, RestoreError> {
-        Ok(u32::from_le_bytes(self.take()?))
-    }
-    pub(crate) fn u64(&mut self) -> Result<u64, RestoreError> {
-        Ok(u64::from_le_bytes(self.take()?))
-    }
-    pub(crate) fn i64(&mut self) -> Result<i64, RestoreError> {
-        Ok(i64::from_le_bytes(self.take()?))
-    }
-    pub(crate) fn u128(&mut self) -> Result<u128, RestoreError> {
-        Ok(u128::from_le_bytes(self.take()?))
     }
     /// A quota written by [`Payload::quota`], validated again by [`Quota::new`].
     pub(crate) fn quota(&mut self) -> Result<Quota, RestoreError> {
