@@ -54,41 +54,32 @@ struct Earned {
 /// per core a cache-padded shard that spends a lease of the central word's tokens locally.
 ///
 /// * **Exact.** In any window Δ the total admitted never exceeds `burst + rate·Δ`, whatever the
-///   interleaving and however stale the clock readings (see `docs/sharded.md`).
-/// * **Local while there is plenty.** A thread spends from its shard's lease with one CAS on
-///   the shard's own cache line. When the lease is spent, the next decision takes a new one from
-///   the central word in the same CAS that decides it: up to `1 / (8 × shards)` of what the word
-///   holds (at most 65,536 tokens), so the leases of all shards together hold at most about an
-///   eighth of the tokens; and at least what the rate earns in 250 ns (one token at least), so
-///   that a lease outlives the time between its shard's decisions instead of lapsing unspent.
-/// * **Local near the limit.** Where the word holds too little for that, each visit of a shard
-///   to the word takes a *near* lease: the next tokens of units (one, doubling while its threads
-///   spend them to the last, at most 64, what the rate earns in 16 µs and `burst / (8 ×
-///   shards)`), earned or not. The shard's threads pay them out as the clock earns them and
-///   refuse from their own line in between, so the central word is written once per near lease
-///   and read by no refusal. A refusal's wait is then the wait for this shard's next token:
-///   exact for a shard alone, and with other shards holding near leases later than the pooled
-///   wait by at most what they hold. Below 62,500 tokens a second no near lease is taken: every
-///   decision near the limit is one CAS on the central word, as a [`Bucket`](crate::Bucket)'s.
-/// * **Drained for a while.** A decision that finds the bucket dry for 1 ms or more (rates below
-///   1,000 tokens a second, a stale reading, a drain) records, once no lease can pay a token
-///   before then, the instant the bucket holds one again on its read-mostly line: until then a
-///   one-token request is refused from that line alone, before its shard is even found.
-/// * **What leases cost.** A lease's tokens serve only its shard's threads. Tokens leased and
-///   not spent before the clock passes them lapse, and a lease replaced with less than a token
-///   in it loses that fraction ([`stranded_tokens`](ShardedBucket::stranded_tokens)): capacity
-///   lost, never a token created. On a frozen clock nothing lapses: everything admitted plus
-///   [`available`](ShardedBucket::available) is the burst.
-/// * **A shard per CPU.** On Linux a thread decides on the shard of the CPU it runs on: CPUs
-///   are numbered 0, 1, 2, … in the order the process first sees them (so the CPUs of a
-///   pinned container are consecutive whatever their ids), and the number modulo the shard
-///   count is the shard. The CPU is asked (`sched_getcpu`, no syscall) once every 1,023
-///   decisions of a thread and cached in a thread-local in between. So however many threads
-///   run, a shard's cache line is written from one core: threads sharing a CPU share its
-///   shard and its lease, and never move its line. A thread that migrated uses its old CPU's
-///   shard for at most 1,022 more decisions, which costs line transfers, never correctness:
-///   any thread may use any shard. Elsewhere (and under loom) the shard is the thread's slot
-///   (the smallest number no live thread holds, taken on its first call) modulo the count.
+///   interleaving and however stale the clock readings.
+/// * **Local while there is plenty.** A thread spends from its shard's lease with one CAS on the
+///   shard's own line. A spent lease is replaced in the CAS that decides on the central word:
+///   up to `1 / (8 × shards)` of what the word holds (at most 65,536 tokens), at least what the
+///   rate earns in 250 ns.
+/// * **Local near the limit.** Where the word holds too little for that, a shard takes a *near*
+///   lease of the next units, earned or not (one token, doubling while spent to the last, at
+///   most 64, 16 µs of rate and `burst / (8 × shards)`). Its threads pay them out as the clock
+///   earns them and refuse from the shard's line in between: the central word is written once
+///   per near lease. A refusal's wait is this shard's next token: exact for a shard alone,
+///   otherwise later than the pooled wait by at most what other shards' near leases hold.
+///   Below 62,500 tokens a second no near lease is taken (every decision near the limit is the
+///   central CAS, as a [`Bucket`](crate::Bucket)'s).
+/// * **Drained for a while.** A bucket found dry for 1 ms or more, once no lease can pay a
+///   token before then, records when it holds one again on a read-mostly line: one-token
+///   requests are refused from that line alone until then.
+/// * **What leases cost.** Leased tokens serve only their shard's threads. Tokens the clock
+///   passes before they are spent lapse, and a replaced lease loses its fraction of a token
+///   ([`stranded_tokens`](ShardedBucket::stranded_tokens)): capacity lost, never a token made.
+/// * **A shard per CPU.** On Linux a thread decides on its CPU's shard (CPUs numbered in the
+///   order the process first sees them, modulo the shard count; `sched_getcpu` asked once every
+///   1,023 decisions), so a shard's line is written from one core however many threads run.
+///   Elsewhere and under loom the shard is the thread's slot modulo the count. Any thread may
+///   use any shard: a migrated thread costs line transfers, never correctness.
+///
+/// The protocol, its proof and its measurements: `docs/sharded.md`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -123,20 +114,16 @@ struct ReadMostly<C> {
     room: u64,
     /// [`central::lease_min`] in units.
     near_min: u64,
-    /// An instant before which no decision of one token can be admitted anywhere in the
-    /// bucket, at any reading: the central word holds less than a token before it, and no
-    /// lease can pay one ([`publish_dry_all`](ShardedBucket::publish_dry_all)); 0: none known;
-    /// `u64::MAX` with one shard (whose decisions the same test sends to their own path). A
-    /// one-token decision at an earlier reading is refused from it before its shard is even
-    /// found. Written at most once per [`central::DRY_ALL_NS`] (1 ms), for long dry spells
-    /// only, so the line stays shared. `Relaxed`.
+    /// An instant before which no one-token decision can be admitted anywhere in the bucket
+    /// ([`publish_dry_all`](ShardedBucket::publish_dry_all)); 0: none known; `u64::MAX` with
+    /// one shard (sent to its own path by the same test). Written for dry spells of at least
+    /// [`central::DRY_ALL_NS`] only, so the line stays shared. `Relaxed`.
     dry_all: AtomicU64,
 }
 
 /// A number modulo the shard count `n` (at most [`MAX_SHARDS`]) by Lemire's multiply-and-shift
-/// reduction, `((m · x mod 2^64) · n) >> 64` with `m = ⌈2^64 / n⌉` (0 for `n` = 1): exact for
-/// every `x` below 2^32 (and for every `x` when `n` is a power of two), where `%` would be a
-/// 64-bit division on every decision (20–90 cycles); two multiplies, no branch.
+/// reduction, `((m · x mod 2^64) · n) >> 64` with `m = ⌈2^64 / n⌉`: exact for every `x` below
+/// 2^32, two multiplies where `%` would be a 64-bit division on every decision.
 #[derive(Clone, Copy)]
 struct ShardOf {
     m: u64,
@@ -156,9 +143,7 @@ impl ShardOf {
     /// below `n`, which is all a shard needs to be.
     #[inline(always)]
     fn of(self, x: usize) -> usize {
-        // Ranks are consecutive from 0 and there is a shard per CPU by default: most numbers
-        // are their own shard, and a compare is shorter than the two multiplies on the chain
-        // from the thread-local to the shard's line.
+        // A shard per CPU by default: most numbers are their own shard.
         if (x as u64) < self.n {
             return x;
         }
@@ -208,14 +193,10 @@ pub(crate) fn shards_per_core() -> usize {
 impl<C: Clock> ShardedBucket<C> {
     /// A full sharded bucket with `shards` shards on `clock`.
     ///
-    /// The number actually used ([`ShardedBucket::shards`]) is at most `shards`, at most the
-    /// burst, at most 1024, and at least 1 (`0` is read as 1). With one shard there are no
-    /// leases: every admission is the central word's CAS, as a [`Bucket`](crate::Bucket)'s,
-    /// and nothing lapses; a one-token refusal while the word is dry reads only the shard's
-    /// `dry_until` (one shard is the default on a one-CPU machine; its refusals are then a
-    /// little faster than a `Bucket`'s: `docs/sharded.md`). On Linux threads decide on their
-    /// CPU's shard, so shards beyond the number of CPUs the process runs on stay unused (their
-    /// leases empty): more shards than CPUs buy nothing there but smaller leases.
+    /// The number actually used ([`ShardedBucket::shards`]) is `shards` clamped to 1..=1024 and
+    /// to the burst. One shard takes no leases: a [`Bucket`](crate::Bucket)'s CAS, nothing
+    /// lapses. On Linux shards beyond the CPUs the process runs on stay unused: more shards
+    /// than CPUs buy nothing but smaller leases.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
@@ -310,14 +291,12 @@ impl<C: Clock> ShardedBucket<C> {
                 Err(Denied::ExceedsBurst)
             };
         }
-        self.acquire_at(self.read_mostly.clock.now(), cost)
+        self.acquire_on(self.read_mostly.clock.now(), cost, || self.home())
     }
 
     /// [`try_acquire`](ShardedBucket::try_acquire), also returning the bucket at the decision's
-    /// clock reading: the whole tokens the central word and every lease hold together after
-    /// it, and the time until the central word is full (every lease has lapsed by then). Read
-    /// once more after the decision (at the same reading, no second clock read), so under
-    /// concurrency the snapshot may already include other threads' decisions.
+    /// reading: the whole tokens the word and every lease hold after it, and the time until the
+    /// word is full. Read after the decision, so it may include other threads' decisions.
     ///
     /// ```
     /// use std::time::Duration;
@@ -363,12 +342,10 @@ impl<C: Clock> ShardedBucket<C> {
         self.pooled_units(now) / self.read_mostly.quota.scale()
     }
 
-    /// Capacity lost so far with replaced leases, in tokens (fractions included): a lease that
-    /// holds less than one token at a reading is replaced by the next lease its shard takes, and
-    /// what it held is lost. Tokens that lapse in a lease (the clock passed them before the
-    /// shard's threads spent them) are counted when the shard replaces a near lease, or when a
-    /// `dry_all` publication empties a lease.
-    /// Zero with one shard or on a frozen clock; a diagnostic, not a bound.
+    /// Capacity lost so far in tokens (fractions included): what a lease held when replaced
+    /// with less than a token, and what lapsed in a near lease replaced or a lease emptied by a
+    /// `dry_all` publication. Zero with one shard or on a frozen clock; a diagnostic, not a
+    /// bound.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
@@ -450,20 +427,10 @@ impl<C: Clock> ShardedBucket<C> {
         }
     }
 
-    /// The decision at `now` for `0 < cost <= burst`: the shard's lease, else the central word.
-    ///
-    /// The two paths that need neither the central word nor another shard — a spend from the
-    /// lease, a one-token refusal before the shard's `dry_until` — are inlined into the caller
-    /// with few registers live; everything else is [`acquire_central`](Self::acquire_central),
-    /// out of line, so that the inlined paths save no registers for it.
-    #[inline(always)]
-    fn acquire_at(&self, now: u64, cost: u64) -> Result<(), Denied> {
-        self.acquire_on(now, cost, || self.home())
-    }
-
-    /// [`acquire_at`](Self::acquire_at) with the shard's lookup given (the thread's
-    /// [`home`](Self::home); a chosen shard in the unit tests), called only where the decision
-    /// needs the shard. Inlined with it: no closure survives.
+    /// The decision at `now` for `0 < cost <= burst` on the shard `home` gives (the thread's
+    /// [`home`](Self::home), called only where needed; a chosen one in tests): the lease, else
+    /// the central word. The paths that need neither the word nor another shard are inlined
+    /// into the caller; the rest is out of line, so that they save no registers for it.
     #[inline(always)]
     fn acquire_on<'a>(
         &'a self,
@@ -527,7 +494,7 @@ impl<C: Clock> ShardedBucket<C> {
         self.acquire_central(now, cost, lease)
     }
 
-    /// [`acquire_at`](Self::acquire_at) with one shard, which never holds a lease: a one-token
+    /// [`acquire_on`](Self::acquire_on) with one shard, which never holds a lease: a one-token
     /// refusal before its `dry_until`, else [`acquire_central`](Self::acquire_central). Out of
     /// line, so that the shards' fast paths, inlined into every caller, do not grow for it.
     #[inline(never)]
@@ -540,7 +507,7 @@ impl<C: Clock> ShardedBucket<C> {
         self.acquire_central(now, cost, lease)
     }
 
-    /// [`acquire_at`](Self::acquire_at) where the shard's lease (`home`, with the frontier `q`
+    /// [`acquire_on`](Self::acquire_on) where the shard's lease (`home`, with the frontier `q`
     /// and top `h` read) holds nothing: one CAS on the central word that takes no lease, or a
     /// refusal; the rest in [`acquire_slow`](Self::acquire_slow). Scalars only, so that every
     /// argument travels in a register.
@@ -589,23 +556,11 @@ impl<C: Clock> ShardedBucket<C> {
 
     /// Publishes `dry_all` (two shards or more, a spell long enough: [`note_dry`](Self::note_dry)):
     /// `at`, the instant before which the central word, in the state this thread's decision
-    /// just read or wrote, holds less than one token — if it is later than the one published
-    /// and no lease can pay a token at any reading before it.
-    ///
-    /// Why that holds for every reading before it, and stays so:
-    /// * the word only rises, so it holds less than a token before that instant forever;
-    /// * every lease was found spent to its top, or lapsed at a reading and emptied
-    ///   ([`Lease::spent_for_good`]), by a scan, and no lease was handed out from an earlier
-    ///   state than the one read here since: the hand-outs count is unchanged. A hand-out
-    ///   locks its lease, then is counted (`Release`), then CASes the word (`Release`); the
-    ///   decision read the word, and this reads the count after an `Acquire` fence
-    ///   ([`hand_outs_after_read`](central::Central::hand_outs_after_read), `Acquire` too). So
-    ///   a lease taken from an earlier state shows in the count, and a scan that read a count
-    ///   including a hand-out sees its lock or its lease, never the empty lease before it;
-    /// * no lease taken from a later state can pay a token before that instant: its units lie
-    ///   at or above the state read here, and a token of them is payable only once the word,
-    ///   in that state, would have held one.
-    ///
+    /// read or wrote, holds less than one token — if later than the one published and no lease
+    /// can pay a token before it: every lease found spent for good by a scan
+    /// ([`Lease::spent_for_good`]) with no hand-out since (the count, read after an `Acquire`
+    /// fence: [`hand_outs_after_read`](central::Central::hand_outs_after_read)); leases taken
+    /// from later states lie above the state read. The argument in full: `docs/sharded.md`.
     /// A concurrent publication may store an earlier instant over a later one: still true.
     #[cold]
     #[inline(never)]
@@ -647,7 +602,7 @@ impl<C: Clock> ShardedBucket<C> {
         }
     }
 
-    /// [`acquire_at`](Self::acquire_at) in general: every case, retried until decided.
+    /// [`acquire_on`](Self::acquire_on) in general: every case, retried until decided.
     #[inline(never)]
     fn acquire_slow(
         &self,

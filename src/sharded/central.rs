@@ -10,15 +10,10 @@ use crate::quota::{Scaled, HORIZON_NS};
 use crate::sync::{fence, AtomicU64, Backoff, Ordering};
 use core::time::Duration;
 
-/// A bucket-wide `dry_all` instant is published for any spell at least this far ahead of the
-/// reading that publishes it (1 ms): so at most once a millisecond (it moves only once the
-/// readings pass it), which keeps the read-mostly line it is written to shared between the
-/// cores, and the scan of every shard that precedes it (one line per shard) rare. The spell is
-/// until the word holds one token, whatever the cost, so at rates above 1,000 tokens a second
-/// only a stale reading (or a drain or restore that raised the word) finds one that long;
-/// shorter spells are answered from each shard's `dry_until`. Above the longest near leases can
-/// put the word ahead of the rate ([`ROOM_NS`]), so that at current readings no bucket that
-/// takes them publishes a long spell.
+/// A bucket-wide `dry_all` instant is published only for a spell at least this far ahead of
+/// its reading (1 ms), so at most once a millisecond: the read-mostly line stays shared and the
+/// scan of every shard before it stays rare. Shorter spells are answered from each shard's
+/// `dry_until`. Above [`ROOM_NS`], so that near leases alone never publish one.
 pub(super) const DRY_ALL_NS: u64 = 1_000_000;
 
 /// The most tokens one lease takes.
@@ -28,10 +23,8 @@ const LEASE_MAX: u64 = 1 << 16;
 /// that the leases of all shards together never hold more than about `1 / SPREAD` of it.
 const SPREAD: u64 = 8;
 
-/// Tokens to lease with a decision of `cost` from a word holding `held` tokens: 0 near the
-/// limit (under `cost + SPREAD × shards` tokens), so that there every decision is the central
-/// compare-and-swap alone. The caller leases only above [`spread_units`], which also keeps
-/// leases of fewer than [`lease_min`] tokens from being taken.
+/// Tokens to lease with a decision of `cost` from a word holding `held` tokens (0 under
+/// `cost + SPREAD × shards`). The caller leases only above [`spread_units`].
 #[inline(always)]
 pub(super) fn lease_tokens(held: u64, cost: u64, shards: u64) -> u64 {
     (held.saturating_sub(cost) / (SPREAD * shards)).min(LEASE_MAX)
@@ -50,13 +43,10 @@ const NEAR_MAX: u64 = 64;
 /// [`near_room`]'s `shards × cap`): what a refusal can wait beyond the pooled wait.
 const ROOM_NS: u64 = 250_000;
 
-/// The most tokens a *near lease* takes: the lease a shard takes with every visit to the
-/// central word near the limit, where a far lease ([`lease_tokens`]) would be empty. What the
-/// rate earns in [`NEAR_NS`], at most [`NEAR_MAX`], and at most `burst / (8 × shards)` (so that
-/// near leases hold at most an eighth of the burst, all shards together), rounded down. 0 (no
-/// near leases: near the limit every decision is the central word's, as a `Bucket`'s) with one
-/// shard, or below one token in 16 µs (62,500 tokens a second), where the central word sees
-/// few enough decisions to serve them all.
+/// The most tokens a *near lease* takes (where a far lease would be empty): what the rate earns
+/// in [`NEAR_NS`], at most [`NEAR_MAX`] and `burst / (8 × shards)` (all near leases together
+/// hold at most an eighth of the burst). 0 (no near leases) with one shard or below 62,500
+/// tokens a second, where the central word serves every decision.
 pub(super) fn near_cap(quota: &crate::quota::Quota, shards: u64) -> u64 {
     if shards < 2 {
         return 0;
@@ -67,9 +57,7 @@ pub(super) fn near_cap(quota: &crate::quota::Quota, shards: u64) -> u64 {
 }
 
 /// The most units the central word stands beyond the limit (`⌊earned⌋ + burst`) with near
-/// leases out: `shards × cap` tokens, at most what the rate earns in [`ROOM_NS`] (but one near
-/// lease at least). Each shard holds one lease, so the word is never further ahead than the
-/// leases still to be paid out, and this bound only matters after stale readings.
+/// leases out: `shards × cap` tokens, at most [`ROOM_NS`] of rate, one near lease at least.
 pub(super) fn near_room(quota: &crate::quota::Quota, shards: u64, cap: u64) -> u64 {
     let tokens = shards
         .saturating_mul(cap)
@@ -83,12 +71,10 @@ fn tokens_in(quota: &crate::quota::Quota, ns: u64) -> u64 {
     quota.scaled().earned(ns).0 / quota.scale()
 }
 
-/// The size of a shard's next near lease from its last one, `[frontier, top)` as its
-/// replacement found it, and the size it had (`last`, 0 before the first; whether a scan
-/// emptied it after it lapsed: `emptied`): doubled, up to `cap`, after a lease spent to its
-/// top; halved, to one token at least, after one whose units lapsed (the clock passed them
-/// before the shard's threads spent them) — so a shard whose threads spend as fast as the rate
-/// comes takes `cap`, and one that went quiet loses at most its last lease.
+/// The size of a shard's next near lease from its last (`[frontier, top)` as its replacement
+/// found it, `last` tokens, `emptied` by a scan after it lapsed): doubled up to `cap` after one
+/// spent to its top, halved to one token after one that lapsed, so a quiet shard loses at most
+/// its last lease.
 #[inline]
 pub(super) fn near_size(last: u64, emptied: bool, frontier: u64, top: u64, cap: u64) -> u64 {
     let last = last.clamp(1, cap.max(1));
@@ -105,21 +91,15 @@ pub(super) fn near_size(last: u64, emptied: bool, frontier: u64, top: u64, cap: 
 /// lease taken ([`lease_min`]).
 const LEASE_MIN_NS: u64 = 250;
 
-/// The fewest tokens a lease takes: what the rate earns in [`LEASE_MIN_NS`], at least one.
-///
-/// A lease's units lapse as the clock earns them: a lease of `L` tokens taken from a full word
-/// is spent within `(cost + L) / rate` or lost. One shorter than the time between its shard's
-/// decisions is lost whole, and its taker paid a lock and a CAS for it; 250 ns is several
-/// decisions of a thread that asks as fast as it can, and short enough that leases near the
-/// limit are taken at all at 4–10 M tokens a second (`docs/sharded.md`).
+/// The fewest tokens a lease takes: what the rate earns in [`LEASE_MIN_NS`], at least one. A
+/// lease outlived by the time between its shard's decisions lapses whole; 250 ns is several
+/// decisions of a busy thread (`docs/sharded.md`).
 pub(super) fn lease_min(quota: &crate::quota::Quota) -> u64 {
     tokens_in(quota, LEASE_MIN_NS).max(1)
 }
 
-/// `SPREAD × shards × lease_min` tokens in units (saturating): a word holding no more than that
-/// beyond a decision's cost leases nothing, and one holding more leases at least `lease_min`
-/// tokens ([`lease_tokens`] of what it holds). `u64::MAX` (no lease ever) with one shard, where a
-/// lease would only move the central CAS to the shard's line and lose what lapses in it.
+/// `SPREAD × shards × lease_min` tokens in units (saturating): a word holding no more beyond a
+/// decision's cost leases nothing. `u64::MAX` (never) with one shard.
 pub(super) fn spread_units(scale: u64, shards: u64, lease_min: u64) -> u64 {
     if shards < 2 {
         return u64::MAX;
@@ -147,9 +127,7 @@ pub(super) struct Central {
     /// Leases and advances handed out so far: counted after the lease's lock and before the
     /// CAS that hands it out (both `Release`), so that a reader of the word and then, after an
     /// `Acquire` fence, of this count sees every hand-out whose CAS wrote the state it read or
-    /// an earlier one, and a scan that read the count raised sees the lease's lock. Counted
-    /// before the lock, a scan could read the count and then the lease before its lock, record
-    /// "all empty", and a later publication skip the scan over it (loom
+    /// an earlier one, and a scan that read the count raised sees the lease's lock (loom
     /// `a_scan_never_passes_a_lease_being_handed_out`).
     hand_outs: AtomicU64,
     /// `hand_outs` as a scan that found every lease empty read it (`u64::MAX`: none yet).
@@ -161,9 +139,8 @@ pub(super) struct Central {
 }
 
 /// What [`Central::decide_fast`] decided, and the instant before which the word, in the state
-/// the decision read or wrote, holds less than one token: what its shard's `dry_until` was
-/// raised to, the candidate for a `dry_all` publication (`ShardedBucket::note_dry`); 0 when the
-/// word holds a token after it, or with an advance taken.
+/// it read or wrote, holds less than one token (its shard's `dry_until`, a `dry_all` candidate);
+/// 0 when the word holds a token after it, or with an advance taken.
 pub(super) type Decided = (Result<(), Denied>, u64);
 
 /// What the central path decided.
@@ -215,13 +192,11 @@ impl Central {
         self.hand_outs.fetch_add(1, Ordering::Release);
     }
 
-    /// The hand-outs, read after the state the calling thread last read or wrote (a load, a
-    /// CAS, failed or not): at least those counted before every CAS that wrote that state or an
-    /// earlier one, since an `Acquire` fence after that read makes them happen before this one
-    /// (the hand-out CASes are `Release`, and every later write of the word is a
-    /// read-modify-write, so it continues their release sequence); and every lease lock taken
-    /// before a count this read sees happens before what the caller reads next (the count is
-    /// `Release`, this read `Acquire`). The fence costs no instruction on x86.
+    /// The hand-outs, read after the state the calling thread last read or wrote: at least
+    /// those counted before every CAS that wrote that state or an earlier one (the fence, with
+    /// the hand-out CASes' `Release` and the word's later writes all read-modify-writes in their
+    /// release sequence); every lease lock before a count this sees happens before what the
+    /// caller reads next. The fence costs no instruction on x86.
     #[inline(always)]
     pub(super) fn hand_outs_after_read(&self) -> u64 {
         fence(Ordering::Acquire);
@@ -331,15 +306,12 @@ impl Central {
         None
     }
 
-    /// Debits the cost, and with it a new lease when the shard's lease holds under one token:
-    /// a far lease ([`lease_tokens`]) when the word holds plenty, else a near lease
-    /// ([`near_size`], when the bucket takes them), whose units may lie beyond the limit (not
-    /// yet earned). When the word alone cannot pay: what the shard's lease holds and the rest
-    /// from the word; else a refusal — with a near lease taken in the same CAS when the
-    /// shard's lease is empty (an *advance*: its threads then refuse from their own line until
-    /// its first units are earned, and pay them out as they are), or with the wait until the
-    /// word holds the cost. Units a replaced lease still held (a remainder under one token, or
-    /// units that lapsed) are added to its `stranded`.
+    /// Debits the cost, with a new lease when the shard's holds under one token: far
+    /// ([`lease_tokens`]) when the word holds plenty, else near ([`near_size`]). When the word
+    /// alone cannot pay: the lease's units and the rest from the word; else a refusal, with a
+    /// near lease taken in the same CAS when the shard's is empty (an *advance*, paid out as
+    /// the clock earns it), or with the wait for the word. What a replaced lease still held
+    /// goes to its `stranded`.
     #[inline(never)]
     pub(super) fn decide(&self, ask: &Ask<'_>) -> Outcome {
         let scaled = ask.scaled;

@@ -24,37 +24,20 @@ const LAPSED: u64 = 1 << 63;
 /// the spend's reading and at most one burst above them — the two conditions a debit of the
 /// central word checks. Units below the earned ones lapse: they are skipped, never spent.
 ///
-/// The frontier never falls, but for `LOCKED`: a new lease starts at or above the central word
-/// as its CAS found it, so at or above every unit of the lease it replaces, and a thread that
-/// locked the lease and replaced nothing stores the frontier it locked. It comes back to a
-/// value it had only when a lease spent to its top, with the word still there, is replaced by
-/// an advance from that very unit (`q → LOCKED → q`, a new top): a spend that read the old,
-/// empty lease could not pay from it, and a replacement checks the top too
-/// ([`lock`](Lease::lock)). So a spend whose CAS finds the frontier it read spends from the
-/// lease that frontier belonged to.
+/// The frontier never falls, but across `LOCKED`: a new lease starts at or above the old one's
+/// top. It returns to a value it had only as `q → LOCKED → q` ([`lock`](Lease::lock)), so a
+/// spend whose CAS finds the frontier it read spends from the lease that frontier belonged to.
 ///
 /// Orderings: a replacement stores `top` and then the frontier with `Release`; every load of
 /// the frontier that goes on to read `top` is `Acquire`, so it reads the `top` of the lease
 /// whose frontier it read or of a later one, and with a later one its CAS fails (the frontier
 /// rose). Checked by the loom models in `loom-tests/tests/sharded_lease.rs`.
 ///
-/// `dry_until`, on the same line: an instant before which the central word holds less than one
-/// token, from the state a refusal of this shard found; true for every reading before it
-/// forever, since the word only rises. A refusal of one token at an earlier reading, with the
-/// lease empty, is answered from it without reading the central word. Written only when it
-/// moves forward (a stalled writer may step it back to its own, still true, instant). `Relaxed`.
-///
-/// `near`, on the same line: the size in tokens of the shard's last near lease (0: none yet;
-/// [`central::near_size`](super::central::near_size) sizes the next from it), with the top bit
-/// ([`LAPSED`]) set when a `dry_all` scan emptied that lease after it lapsed — emptied, it
-/// looks spent to its top, and its next one would double. A heuristic only: it decides sizes,
-/// never admissions. `Relaxed`.
-///
-/// `stranded`, on the same line: units this shard lost with the leases it replaced (a remainder
-/// under one token, or the lapsed units of a lease an advance replaced or a scan emptied), for
-/// [`ShardedBucket::stranded_tokens`](super::ShardedBucket::stranded_tokens), which sums the
-/// shards. Here rather than on the bucket's read-mostly line, which every decision of every
-/// core reads: a replacement near the limit would write that line. `Relaxed`.
+/// On the same line, all `Relaxed`: `dry_until`, an instant before which this shard can be
+/// paid no token (true forever once true: the word only rises; a stalled writer may step it
+/// back to its own, still true, instant); `near`, the size of the shard's last near lease with
+/// [`LAPSED`] (sizes only, never admissions); `stranded`, units this shard lost with replaced
+/// leases (here, not on the read-mostly line every decision reads).
 #[derive(Default)]
 pub(super) struct Lease {
     frontier: AtomicU64,
@@ -167,11 +150,10 @@ impl Lease {
     /// Takes the lease for replacement if it is still `[frontier, top)` as the caller read it.
     ///
     /// The frontier alone does not say so: a lease spent to its top while the central word
-    /// stood there (`frontier == top ==` the word) is replaced by an advance that starts at that
-    /// very unit, so the frontier goes `q → LOCKED → q` with a new top. A thread that read the
-    /// old, empty lease and stalled would lock it and replace the advance, its units counted
-    /// nowhere (`a_stalled_replacement_never_discards_an_advance`).
-    /// So the top is checked once the lock is held (nothing changes it then): `Acquire` on
+    /// stood there is replaced by an advance from that very unit (`q → LOCKED → q`, a new top),
+    /// which a stalled thread that read the old lease would otherwise discard
+    /// (`a_stalled_replacement_never_discards_an_advance`). So the top is checked once the
+    /// lock is held (nothing changes it then): `Acquire` on
     /// success pairs with [`install`](Self::install)'s `Release` store of the frontier, so a
     /// lock that succeeds on a frontier an install wrote reads that install's top. Otherwise
     /// the frontier never falls: a new lease starts at or above the old one's top.

@@ -1,15 +1,9 @@
 //! Seeded schedules on chosen shards (tests only): random shards, costs, and fresh, stale and
-//! stepped-back readings, one thread, a fixed seed per case. After every decision the claims
-//! the fast paths rely on are checked against the actual state — `dry_all` and every
-//! `dry_until` (no lease and not the word can pay a token before them), leases disjoint and
-//! below the word — and at the end every window of the admissions, in exact rationals. A
-//! quarter of the refusals at the latest reading are retried alone at the instant their wait
-//! names: admitted, but for the one documented case (a one-token refusal from `dry_until` or
-//! `dry_all` after other shards took near leases, early by at most the room they may take).
-//! The same checks run again on schedules of two threads taking turns in long runs on one
-//! shard, where near leases are spent, replaced and lapse between every two checks.
-//! Then the edges (readings, costs and quotas at their limits, in a debug build: no overflow),
-//! and real threads sharing shards, with stale and stepped-back readings.
+//! stepped-back readings, a fixed seed per case. After every decision the fast paths' claims
+//! (`dry_all`, every `dry_until`, leases disjoint and below the word) are checked against the
+//! state, at the end every window of the admissions in exact rationals, and a quarter of the
+//! refusals are retried at their named wait. Then two threads taking turns on one shard, the
+//! edges (no overflow in a debug build), and real threads sharing shards.
 
 use super::{Lease, ShardedBucket};
 use crate::clock::ManualClock;
