@@ -75,18 +75,14 @@ macro_rules! decide {
             Some((scaled, version)) => {
                 let ($state, $scaled) = (w >> 1, &scaled);
                 let (next, result) = $body;
-                // The slot was read before the word that ended the attempt.
-                bucket
-                    .commit(w, version, next)
-                    .map(|()| result)
-                    .map_err(|again| (again, Some((version, w & 1))))
+                bucket.commit(w, version, next).map(|()| result)
             }
             // The slot is being rewritten: the loop waits it out.
-            None => Err((w, None)),
+            None => Err(w),
         };
         match first {
             Ok(result) => result,
-            Err((w, before)) => bucket.retry(w, before, |$state, $scaled: &Scaled| $body),
+            Err(w) => bucket.retry(w, |$state, $scaled: &Scaled| $body),
         }
     }};
 }
@@ -357,35 +353,14 @@ impl<C: Clock> Bucket<C> {
         }
     }
 
-    /// The loop after a first attempt that did not stand, from the word `w` that ended it (the
-    /// one its CAS lost to, or its refusal's second load found), with the same decision and
-    /// clock reading: the first attempt repeated on each newer word. `before`: the version and
-    /// the epoch of the slot the attempt read (read before `w`; `None` when the slot was being
-    /// rewritten).
-    ///
-    /// * **A lost CAS** is retried on the word it returned: the first attempt's at once, later
-    ///   ones after a short spin ([`Backoff::spin`]): without it, two cores retrying at once
-    ///   mostly trade the line (the two-thread rows of `docs/benchmarks.md`).
-    /// * **A refusal** (a read-only result) needs its word and the quota slot read to go
-    ///   together. The slot is read again after each word; when the slot of the word's epoch
-    ///   had the same version *before* the word was obtained (an `Acquire` load, or a lost CAS,
-    ///   whose failure ordering is `Acquire`), it held that version when the word was obtained,
-    ///   and the refusal stands: no second load of the word, so a refusal never waits for the
-    ///   word to stand still. Otherwise (after a revoked write, or when the slot changed) it is
-    ///   checked as the first attempt checks it: a second load finds the same word, or the
-    ///   decision is made again on the word that load returned, with the version read before
-    ///   it. Why a version read before the word suffices: `docs/guarantees.md`, "A decision
-    ///   racing two reconfigurations".
-    ///
-    /// While the slot is being rewritten, it waits, then loads the word again.
+    /// The CAS loop after a lost first attempt, from word `w`, with the same decision and clock
+    /// reading: the first attempt repeated on each newer word, after a short spin
+    /// ([`Backoff::spin`]) when a CAS is lost again: without it, two cores retrying at once
+    /// mostly trade the line (the two-thread rows of `docs/benchmarks.md`). While the slot is
+    /// being rewritten, it waits, then reloads the word.
     #[cold]
     #[inline(never)]
-    fn retry<R>(
-        &self,
-        mut w: u64,
-        mut before: Option<(u32, u64)>,
-        mut f: impl FnMut(u64, &Scaled) -> (Option<u64>, R),
-    ) -> R {
+    fn retry<R>(&self, mut w: u64, mut f: impl FnMut(u64, &Scaled) -> (Option<u64>, R)) -> R {
         let mut backoff = Backoff::default();
         loop {
             let Some((scaled, version)) = self.hot_scaled(w) else {
@@ -393,39 +368,10 @@ impl<C: Clock> Bucket<C> {
                 w = self.state.load(Ordering::Acquire);
                 continue;
             };
-            // The slot had this version before `w` was obtained and has it after: it had it
-            // then, so the word and the slot go together. Only then may a write be decided on
-            // them, too: a CAS from a word of a later era than the slot's would succeed, be
-            // revoked, and what it wrote would stay.
-            let slot_first = before == Some((version, w & 1));
             let (next, result) = f(w >> 1, &scaled);
-            let Some(next) = next else {
-                if slot_first {
-                    return result;
-                }
-                let again = self.state.load(Ordering::Acquire);
-                if again == w && self.slots.unchanged(w, version) {
-                    return result;
-                }
-                before = Some((version, w & 1));
-                w = again;
-                continue;
-            };
-            match self.state.compare_exchange_weak(
-                w,
-                (next << 1) | (w & 1),
-                Ordering::Acquire,
-                Ordering::Acquire,
-            ) {
-                // The slot check after the CAS: `Bucket::update_from`.
-                Ok(_) if self.slots.unchanged(w, version) => return result,
-                // Revoked (see `Bucket::update_from`): what the CAS wrote stays.
-                Ok(_) => {
-                    before = None;
-                    w = self.state.load(Ordering::Acquire);
-                }
+            match self.commit(w, version, next) {
+                Ok(()) => return result,
                 Err(actual) => {
-                    before = Some((version, w & 1));
                     w = actual;
                     backoff.spin();
                 }
@@ -504,29 +450,5 @@ mod tests {
         let first_slot_decision_end = offset_of!(B, slots) + 2 * 4 + SCALED_WORDS * 8;
         assert!(offset_of!(B, clock) < first_slot_decision_end);
         assert!(offset_of!(B, state) >= first_slot_decision_end + 63);
-    }
-
-    /// A refusal in the retry loop ends while the word moves between every two loads (another
-    /// core admitting without pause): the refusal decided on the word a second load returned
-    /// stands on the slot version read before that load. Checked by a second load instead, as
-    /// before, it would be checked again and again, each time after a spin, for as long as the
-    /// word kept moving.
-    #[test]
-    fn a_refusal_ends_while_the_word_keeps_moving() {
-        let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
-        let w = bucket.state.load(Ordering::Acquire);
-        let mut calls = 0;
-        let seen = bucket.retry(w, None, |state, _| {
-            calls += 1;
-            assert!(calls < 100, "the refusal was checked {calls} times");
-            // Another core's admission after each decision (the epoch bit stays).
-            bucket.state.fetch_add(2, Ordering::Relaxed);
-            (None, state)
-        });
-        assert_eq!(
-            calls, 2,
-            "decided on the word it began with, then on the next"
-        );
-        assert_eq!(seen, (w >> 1) + 1);
     }
 }
