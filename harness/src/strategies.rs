@@ -9,7 +9,7 @@
 //! | `cas` | tollgate | [`tollgate::Bucket`]: one CAS loop on one `AtomicU64` ([`Cas`]) |
 //! | `cas-backoff` | tollgate | a CAS loop with [`crossbeam_utils::Backoff`] after a failed CAS ([`CasBackoff`]) |
 //! | `cas-coarse` | tollgate | [`tollgate::Bucket`] on a [`tollgate::CoarseClock`] (a cached reading of the cell's clock, refreshed every millisecond) ([`CasCoarse`]) |
-//! | `sharded` | tollgate | `tollgate::ShardedBucket` |
+//! | `sharded` | tollgate | [`tollgate::ShardedBucket`]: a central word and a lease per shard ([`Sharded`]) |
 //! | `keyed` | tollgate | `tollgate::KeyedLimiter<u64>`, keys drawn from `--keys` |
 //! | `multi` | tollgate | `tollgate::MultiBucket`: two quotas (the cell's, and half its rate with twice its burst) in one 128-bit CAS; the bound checked per quota |
 //! | `multi-chain` | tollgate | the same two quotas in two `tollgate::Bucket`s: reserve on the first, try the second, cancel the first on refusal |
@@ -41,7 +41,7 @@ pub use coarse::CasCoarse;
 pub use limiter::{Kind, RateLimiter, Setup, Strategy};
 pub use locks::{CasBackoff, ParkingLotMutex, SpinLock, StdMutex};
 pub use multi::second_quota;
-pub use tollgate_types::Cas;
+pub use tollgate_types::{Cas, Sharded};
 
 use tollgate::Denied;
 

@@ -42,6 +42,42 @@ impl<C: Clock + Send + Sync> RateLimiter for Cas<C> {
     }
 }
 
+/// The `sharded` strategy's limiter: [`ShardedBucket::try_acquire`] called directly, as
+/// [`Cas`] calls [`Bucket::try_acquire`] (not through [`Limiter::decide`], whose [`Refusal`]
+/// would add a conversion to every refusal that `cas` does not pay).
+///
+/// [`Refusal`]: tollgate::Refusal
+#[derive(Debug)]
+pub struct Sharded<C = DefaultClock>(ShardedBucket<C>);
+
+impl<C: Clock> Sharded<C> {
+    /// Wraps a sharded bucket.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, ShardedBucket};
+    /// let b = ShardedBucket::with_clock(Quota::per_second(1).unwrap(), 2, ManualClock::new());
+    /// let m = tollgate_bench::strategies::Sharded::new(b);
+    /// # let _ = m;
+    /// ```
+    pub fn new(bucket: ShardedBucket<C>) -> Sharded<C> {
+        Sharded(bucket)
+    }
+}
+
+impl<C: Clock + Send + Sync> RateLimiter for Sharded<C> {
+    #[inline]
+    fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+        self.0.try_acquire(cost)
+    }
+    fn name(&self) -> &str {
+        "sharded"
+    }
+    /// The runner reports its writes to shared lines.
+    fn counts_shared_writes(&self) -> bool {
+        true
+    }
+}
+
 /// The key a strategy hands its limiter: none for one global limit, the drawn key for a keyed
 /// one.
 pub(super) trait DrawnKey {
@@ -69,8 +105,6 @@ impl DrawnKey for u64 {
 pub(super) struct Tollgate<L> {
     pub(super) limiter: L,
     pub(super) name: &'static str,
-    /// `ShardedBucket`: the runner reports its writes to shared lines.
-    pub(super) shared_writes: bool,
 }
 
 impl<L> RateLimiter for Tollgate<L>
@@ -98,9 +132,6 @@ where
         let limits = self.limiter.limits(&L::Key::of(0));
         limits.map_or_else(Vec::new, |l| l.quotas()[1..].to_vec())
     }
-    fn counts_shared_writes(&self) -> bool {
-        self.shared_writes
-    }
 }
 
 /// A strategy of `limiter`, named `name`.
@@ -109,11 +140,7 @@ where
     L: Limiter + Send + Sync + 'static,
     L::Key: DrawnKey + Sized,
 {
-    Box::new(Tollgate {
-        limiter,
-        name,
-        shared_writes: false,
-    })
+    Box::new(Tollgate { limiter, name })
 }
 
 /// The `cas` strategy.
@@ -128,11 +155,10 @@ pub(super) fn cas() -> Strategy {
 pub(super) fn sharded() -> Strategy {
     Strategy::new("sharded", Kind::Tollgate, |s: &Setup| {
         let shards = ShardedBucket::<DefaultClock>::default_shards();
-        Ok(Box::new(Tollgate {
-            limiter: ShardedBucket::with_clock(s.quota, shards, s.clock),
-            name: "sharded",
-            shared_writes: true,
-        }) as Box<dyn RateLimiter>)
+        Ok(
+            Box::new(Sharded(ShardedBucket::with_clock(s.quota, shards, s.clock)))
+                as Box<dyn RateLimiter>,
+        )
     })
     .with_description(
         "tollgate::ShardedBucket: a central word and a lease per cache-padded shard, one per core",
