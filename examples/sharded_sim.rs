@@ -81,7 +81,8 @@
 //!   spin. `multi`: `MultiBucket`'s two-quota loop (the harness's policy: the regime's quota and
 //!   half its rate with twice its burst; `--wide-ns`, 17, added to its local work): the same,
 //!   but a refusal after the first attempt stands without a second load. `--loop bounded`: both
-//!   loops as the crate has them now — a refusal on a word obtained after its quota slot was
+//!   loops as a candidate the crate does not ship (it cost two cores' `mixed` three quarters
+//!   of their throughput) — a refusal on a word obtained after its quota slot was
 //!   read stands without a second load, and a loss is followed by at most 7 spins (1, 2, … 64
 //!   pauses, each once), then none. The parts one at a time: `--version` (that refusal rule),
 //!   `--spin-rounds N`, `--spin-from N` (losses before the first spin, 2), `--spin-cap E` (the
@@ -2357,10 +2358,10 @@ mod cli {
             jitter: num(words, "--jitter", 50),
             hold: num(words, "--hold", 0),
             retry: {
-                // `--loop bounded`: the crate's loops as they are now (a refusal validated by
-                // the slot version read before its word, at most 7 spins); `--loop spinning`
-                // (the default): as they were (a second load of the word for every refusal,
-                // a spin before every attempt after the first loss, without end).
+                // `--loop bounded`: the candidate (a refusal validated by the slot version read
+                // before its word, at most 7 spins); `--loop spinning` (the default): the
+                // crate's loops (a second load of the word for every refusal, a spin before
+                // every attempt after the first loss, without end).
                 let bounded = opt(words, "--loop").is_some_and(|l| l == "bounded");
                 spin::Retry {
                     spin_from: num(words, "--spin-from", 2) as u32,
