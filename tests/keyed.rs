@@ -1,6 +1,10 @@
 //! KeyedLimiter: the flood bound, differential tests against one exact `Bucket` per key, and
-//! threads on hot keys. Deterministic: ManualClock and fixed seeds.
+//! threads on hot keys. Deterministic: ManualClock and fixed seeds. The checks `keyed_multi.rs`
+//! makes of a `Limits` policy too are written once in `common/keyed_policies.rs`.
 #![cfg(feature = "keyed")]
+
+#[path = "common/keyed_policies.rs"]
+mod keyed_policies;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -84,6 +88,10 @@ fn counters_stay_exact_while_threads_come_and_go() {
     assert_eq!((c.admitted, c.refused), (100, 20 * 3 * 50 - 100));
 }
 
+/// A new key refused because the table is full is told to come back exactly when the first
+/// tracked bucket is full (refused 1 ms before, admitted then); a fail-open table admits the
+/// new key untracked instead, still refuses a cost above the burst and the tracked key's spent
+/// tokens, and counts the untracked admissions apart.
 #[test]
 fn table_full_wait_is_exact_and_fail_open_counts() {
     let clock = ManualClock::new();
@@ -102,14 +110,8 @@ fn table_full_wait_is_exact_and_fail_open_counts() {
     assert_eq!(limiter.try_acquire(&"c", 1), Ok(()));
     assert_eq!(limiter.len(), 2);
 
-    let open = KeyedLimiter::builder(quota, 1, clock.clone())
-        .fail_open(true)
-        .build()
-        .unwrap();
-    assert_eq!(open.try_acquire(&1u8, 4), Ok(()));
-    for _ in 0..3 {
-        assert_eq!(open.try_acquire(&2u8, 4), Ok(()));
-    }
+    // Fail-open: key 2 is admitted untracked while key 1 fills the table.
+    let open = keyed_policies::fail_open_admits_untracked_when_full(quota, 4, clock.clone());
     assert_eq!(open.try_acquire(&2u8, 5), Err(Denied::ExceedsBurst));
     assert!(open.try_acquire(&1u8, 1).is_err());
     let c = open.counters();
@@ -721,42 +723,22 @@ fn incremental_sweep_finds_the_one_full_bucket_within_a_pass() {
 
 // ---- until_key_ready ----
 
-use tollgate_testkit::wakers;
-
+/// One registration however often the future is polled, woken at the exact instant its key
+/// admits (`until_key_ready_waits_with_one_registration`, 300 ms here); then a waiter whose
+/// tokens someone else takes first re-arms for the new instant, a new key waits out a full
+/// table, dropping a waiting future cancels its wake-up, and a cost above the burst resolves at
+/// once to `ExceedsBurst`.
 #[test]
 fn until_key_ready_waits_for_its_key_with_one_registration() {
     use std::future::Future;
     use std::pin::pin;
     use std::task::{Context, Poll};
-    let (count, waker) = wakers::Count::waker();
-    let mut cx = Context::from_waker(&waker);
-    let clock = ManualClock::new_frozen();
     let quota = Quota::per_second(10).unwrap();
-    let limiter = KeyedLimiter::with_clock(quota, 2, clock.clone());
-    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
-    let mut fut = pin!(limiter.until_key_ready(&1u8, 3));
-    for _ in 0..1_000 {
-        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
-    }
-    assert_eq!(
-        clock.pending_wakes(),
-        1,
-        "spurious polls add no registration"
+    let (limiter, clock, waker) = keyed_policies::until_key_ready_waits_with_one_registration(
+        quota,
+        Duration::from_millis(300),
     );
-    // Another key is not held up.
-    assert_eq!(limiter.try_acquire(&2u8, 10), Ok(()));
-    clock.advance(Duration::from_millis(299));
-    assert_eq!(count.get(), 0);
-    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
-    clock.advance(Duration::from_millis(1));
-    assert_eq!(count.get(), 1, "woken at the instant the key admits 3");
-    assert_eq!(
-        fut.as_mut().poll(&mut cx),
-        Poll::Ready(Ok(Duration::from_millis(300)))
-    );
-    assert_eq!(limiter.available(&1u8), 0);
-    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::ZERO)));
-    assert_eq!(clock.pending_wakes(), 0);
+    let mut cx = Context::from_waker(&waker);
 
     // Someone else takes the tokens first: the waiter re-arms for the new instant.
     let mut fut = pin!(limiter.until_key_ready(&1u8, 2));
@@ -801,21 +783,10 @@ fn until_key_ready_waits_for_its_key_with_one_registration() {
 /// client is not told to come back 199 s early.
 #[test]
 fn table_full_wait_covers_an_override_slower_than_the_default() {
-    let clock = ManualClock::new();
-    let slow = Quota::new(1, Duration::from_secs(100), 2).unwrap();
-    let limiter = KeyedLimiter::builder(Quota::per_second(10).unwrap(), 1, clock.clone())
-        .override_quota("slow", slow)
-        .build()
-        .unwrap();
-    assert_eq!(limiter.try_acquire(&"slow", 2), Ok(())); // full again at 200 s
-    assert_eq!(
-        limiter.try_acquire(&"new", 1),
-        Err(Denied::RetryAfter(Duration::from_secs(200)))
+    keyed_policies::table_full_wait_covers_an_override_slower_than_the_default(
+        Quota::per_second(10).unwrap(),
+        Quota::new(1, Duration::from_secs(100), 2).unwrap(),
     );
-    clock.set(Duration::from_secs(199));
-    assert!(limiter.try_acquire(&"new", 1).is_err());
-    clock.set(Duration::from_secs(200));
-    assert_eq!(limiter.try_acquire(&"new", 1), Ok(()));
 }
 
 /// A new key refused by where untracked keys start (the floor evictions raised, here read by a

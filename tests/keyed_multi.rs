@@ -6,8 +6,12 @@
 //! `RetryAfter` of at most one burst's refill of the default policy's slowest quota, only while
 //! the table is full, and only for a key its model holds full (untracked). Overrides (one and
 //! three quotas beside a default of two) and the edges: cost 0, `u64::MAX`, `max_keys` 0 and 1.
+//! The checks `keyed.rs` makes of a `Quota` policy too are written once in
+//! `common/keyed_policies.rs`.
 #![cfg(feature = "keyed")]
-#![cfg(feature = "keyed")]
+
+#[path = "common/keyed_policies.rs"]
+mod keyed_policies;
 
 use proptest::prelude::*;
 use std::time::Duration;
@@ -191,17 +195,13 @@ fn max_keys_zero_and_one() {
     assert_eq!(one.max_keys(), 1);
 }
 
+/// A fail-open table of one key admits a new key untracked while the table is full, keeps only
+/// the tracked key, and still refuses that key's spent tokens.
 #[test]
 fn fail_open_admits_untracked_when_full() {
     let limits = Limits::from(q(1, 1000, 1));
-    let limiter = KeyedMultiLimiter::builder(limits, 1, ManualClock::new())
-        .fail_open(true)
-        .build()
-        .unwrap();
-    assert_eq!(limiter.try_acquire(&1u8, 1), Ok(()));
-    for _ in 0..3 {
-        assert_eq!(limiter.try_acquire(&2u8, 1), Ok(()));
-    }
+    let limiter =
+        keyed_policies::fail_open_admits_untracked_when_full(limits, 1, ManualClock::new());
     assert_eq!(limiter.len(), 1);
     assert!(limiter.try_acquire(&1u8, 1).is_err());
 }
@@ -256,22 +256,10 @@ fn a_swept_record_is_reused_once() {
 /// is the longest burst refill of any quota of any policy (200 s), not the default's (2 s).
 #[test]
 fn table_full_wait_covers_an_override_slower_than_the_default() {
-    let clock = ManualClock::new();
-    let default = Limits::new([q(10, 1000, 10), q(10, 2000, 10)]).unwrap();
-    let slow = Limits::new([q(10, 1000, 10), q(1, 100_000, 2)]).unwrap();
-    let limiter = KeyedMultiLimiter::builder(default, 1, clock.clone())
-        .override_quota("slow", slow)
-        .build()
-        .unwrap();
-    assert_eq!(limiter.try_acquire(&"slow", 2), Ok(())); // full again at 200 s
-    assert_eq!(
-        limiter.try_acquire(&"new", 1),
-        Err(Denied::RetryAfter(Duration::from_secs(200)))
+    keyed_policies::table_full_wait_covers_an_override_slower_than_the_default(
+        Limits::new([q(10, 1000, 10), q(10, 2000, 10)]).unwrap(),
+        Limits::new([q(10, 1000, 10), q(1, 100_000, 2)]).unwrap(),
     );
-    clock.set(Duration::from_secs(199));
-    assert!(limiter.try_acquire(&"new", 1).is_err());
-    clock.set(Duration::from_secs(200));
-    assert_eq!(limiter.try_acquire(&"new", 1), Ok(()));
 }
 
 #[test]
@@ -333,45 +321,23 @@ fn counters_are_exact_across_threads() {
 
 // ---- until_key_ready ----
 
+/// One registration however often the future is polled, woken at the exact instant the
+/// slowest quota admits (`until_key_ready_waits_with_one_registration`: 10 per second and 12
+/// per minute, 10 spent, 3 more are there in 5 s, not the second's 300 ms); then a waiter whose
+/// tokens someone else takes first re-arms for the new instant, dropping a waiting future
+/// cancels its wake-up, and a cost above the smallest burst resolves at once, naming that
+/// quota, counted as a refusal.
 #[test]
 fn until_key_ready_waits_for_the_slowest_quota_with_one_registration() {
     use std::future::Future;
     use std::pin::pin;
     use std::task::{Context, Poll};
-    let (count, waker) = tollgate_testkit::wakers::Count::waker();
-    let mut cx = Context::from_waker(&waker);
-    let clock = ManualClock::new_frozen();
-    // 10 per second and 12 per minute.
     let limits = Limits::new([q(10, 1000, 10), q(12, 60_000, 12)]).unwrap();
-    let limiter = KeyedMultiLimiter::with_clock(limits, 2, clock.clone());
-    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
-    // 3 more: the second is back in 300 ms, but the minute holds 2 until 5 s later.
-    let mut fut = pin!(limiter.until_key_ready(&1u8, 3));
-    for _ in 0..1_000 {
-        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
-    }
-    assert_eq!(
-        clock.pending_wakes(),
-        1,
-        "spurious polls add no registration"
-    );
-    assert_eq!(
-        limiter.try_acquire(&2u8, 10),
-        Ok(()),
-        "another key is not held up"
-    );
-    clock.advance(Duration::from_millis(4_999));
-    assert_eq!(count.get(), 0);
-    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
-    clock.advance(Duration::from_millis(1));
-    assert_eq!(count.get(), 1, "woken when the slowest quota admits 3");
-    assert_eq!(
-        fut.as_mut().poll(&mut cx),
-        Poll::Ready(Ok(Duration::from_secs(5)))
-    );
-    assert_eq!(limiter.available(&1u8), 0); // the minute: 12 − 10 + 1 − 3
-    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(Duration::ZERO)));
-    assert_eq!(clock.pending_wakes(), 0);
+    // 10 per second and 12 per minute. Key 1 spends 10, then waits for 3: the second is back
+    // in 300 ms, but the minute holds 2 until 5 s later (and 12 − 10 + 1 − 3 = 0 after).
+    let (limiter, clock, waker) =
+        keyed_policies::until_key_ready_waits_with_one_registration(limits, Duration::from_secs(5));
+    let mut cx = Context::from_waker(&waker);
 
     // Someone else takes the tokens first: the waiter re-arms for the new instant.
     let mut fut = pin!(limiter.until_key_ready(&2u8, 1));

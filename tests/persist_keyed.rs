@@ -1,27 +1,24 @@
 //! Saving and restoring a `KeyedLimiter`: every tracked key comes back as the live limiter has
 //! it at the restore's instant, override quotas and the untracked-key floor included; a save
 //! racing decisions, insertions and evictions on other threads never restores more tokens than
-//! a key had when the save began; damaged input is an error.
+//! a key had when the save began; damaged input is an error. The tests `persist_keyed_multi.rs`
+//! makes of a `Limits` policy too are written once in `common/keyed_persist.rs`; each test here
+//! gives them its quotas, seeds and counts.
 #![cfg(all(feature = "persist", feature = "keyed"))]
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-use tollgate::persist::RestoreError;
-use tollgate::{Clock, KeyedLimiter, ManualClock, Quota};
+#[path = "common/keyed_persist.rs"]
+mod keyed_persist;
 
-use rng::Rng;
-use tollgate_testkit::rng;
-use tollgate_testkit::signal::Signal;
+use keyed_persist::{wall, Race};
+use std::time::Duration;
+use tollgate::{KeyedLimiter, ManualClock, Quota};
 
-fn wall(ns: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_nanos(ns)
-}
-
+/// The override quota of keys 7 and 8.
 fn premium() -> Quota {
     Quota::per_second(100).unwrap().with_burst(20).unwrap()
 }
 
+/// A table of `max_keys` keys with default quota `q`, keys 7 and 8 on [`premium`].
 fn build(
     q: Quota,
     max_keys: usize,
@@ -38,48 +35,11 @@ fn build(
 #[test]
 fn every_key_comes_back_as_the_live_limiter_has_it() {
     let q = Quota::per_second(10).unwrap();
-    let mut rng = Rng(0xfeed_0000_1111_2222);
-    for round in 0..6 {
-        let clock = ManualClock::new();
-        let live = build(q, 1000, clock.clone()).build().unwrap();
-        for _ in 0..20_000 {
-            if rng.below(50) == 0 {
-                clock.advance(Duration::from_millis(rng.below(200)));
-            }
-            let _ = live.try_acquire(&rng.below(3000), 1 + rng.below(12));
-        }
-        let t0 = clock.now();
-        let mut file = Vec::new();
-        live.save_at(&mut file, wall(t0)).unwrap();
-        let gap = [0, 1, 150_000_000, 900_000_000, 5_000_000_000][round % 5];
-        clock.advance(Duration::from_nanos(gap));
-        let clock2 = ManualClock::new();
-        clock2.set(Duration::from_secs(rng.below(1000)));
-        let restored = build(q, 1000, clock2.clone())
-            .restore_at(&file[..], wall(t0 + gap))
-            .unwrap();
-        assert!(restored.len() <= live.len());
-        for step in 0..3 {
-            for k in 0..3000 {
-                assert_eq!(
-                    restored.available(&k),
-                    live.available(&k),
-                    "round {round} key {k}"
-                );
-            }
-            for k in (0..3000).step_by(7) {
-                let cost = 1 + rng.below(3);
-                assert_eq!(
-                    restored.try_acquire(&k, cost),
-                    live.try_acquire(&k, cost),
-                    "key {k}"
-                );
-            }
-            let d = Duration::from_millis(100 * step);
-            clock.advance(d);
-            clock2.advance(d);
-        }
-    }
+    keyed_persist::every_key_comes_back_as_the_live_limiter_has_it(
+        0xfeed_0000_1111_2222,
+        6,
+        |max_keys, clock| build(q, max_keys, clock),
+    );
 }
 
 /// The floor travels: a drained limiter saved and restored still refuses new keys until it
@@ -88,31 +48,9 @@ fn every_key_comes_back_as_the_live_limiter_has_it() {
 #[test]
 fn the_floor_travels_and_a_small_table_holds_no_key_more_leniently() {
     let q = Quota::per_second(10).unwrap();
-    let clock = ManualClock::new();
-    let live = build(q, 100, clock.clone()).build().unwrap();
-    live.drain();
-    assert_eq!(live.available(&1), 0);
-    for k in 0..50 {
-        clock.advance(Duration::from_millis(20));
-        let _ = live.try_acquire(&k, 1);
-    }
-    let mut file = Vec::new();
-    live.save_at(&mut file, wall(0)).unwrap();
-    let restored = build(q, 100, ManualClock::new())
-        .restore_at(&file[..], wall(300_000_000))
-        .unwrap();
-    clock.advance(Duration::from_millis(300));
-    for k in [1000u64, 7, 3, 49] {
-        assert_eq!(restored.available(&k), live.available(&k), "key {k}");
-    }
-    // Into a table of 3 keys: the entries that do not fit raise the floor instead.
-    let small = build(q, 3, clock.clone())
-        .restore_at(&file[..], wall(300_000_000))
-        .unwrap();
-    assert!(small.len() <= 3);
-    for k in 0..60 {
-        assert!(small.available(&k) <= live.available(&k), "key {k}");
-    }
+    keyed_persist::the_floor_travels_and_a_small_table_holds_no_key_more_leniently(
+        |max_keys, clock| build(q, max_keys, clock),
+    );
 }
 
 /// An entry saved under another quota (the default changed, an override added) is carried
@@ -138,25 +76,9 @@ fn entries_saved_under_another_quota_are_converted() {
 #[test]
 fn damaged_keyed_input_is_an_error() {
     let q = Quota::per_second(10).unwrap();
-    let live = build(q, 100, ManualClock::new()).build().unwrap();
-    for k in 0..40 {
-        live.try_acquire(&k, 3).unwrap();
-    }
-    let mut file = Vec::new();
-    live.save_at(&mut file, wall(0)).unwrap();
-    for len in 0..file.len() {
-        let r = build(q, 100, ManualClock::new()).restore_at(&file[..len], wall(0));
-        assert!(matches!(r, Err(RestoreError::Truncated)), "{len}");
-    }
-    let mut rng = Rng(0x1234_5678_9abc_def1);
-    for _ in 0..2000 {
-        let mut bad = file.clone();
-        let i = rng.below(bad.len() as u64) as usize;
-        bad[i] ^= 1 << rng.below(8);
-        assert!(build(q, 100, ManualClock::new())
-            .restore_at(&bad[..], wall(0))
-            .is_err());
-    }
+    keyed_persist::damaged_input_is_an_error(0x1234_5678_9abc_def1, |max_keys, clock| {
+        build(q, max_keys, clock)
+    });
 }
 
 /// A save on one thread while four others admit, insert new keys (the table grows through
@@ -165,49 +87,18 @@ fn damaged_keyed_input_is_an_error() {
 #[test]
 fn a_save_racing_decisions_never_restores_more_tokens() {
     let q = Quota::per_second(50).unwrap().with_burst(40).unwrap();
-    for round in 0..4u64 {
-        let clock = ManualClock::new();
-        let live = Arc::new(KeyedLimiter::with_clock(q, 20_000, clock.clone()));
-        let mut rng = Rng(0xabcd_ef01_2345_6789 + round);
-        for k in 0..15_000u64 {
-            let _ = live.try_acquire(&k, 1 + rng.below(40));
-        }
-        let before: Vec<u64> = (0..40_000u64).map(|k| live.available(&k)).collect();
-        let t0 = clock.now();
-        let stop = Arc::new(AtomicBool::new(false));
-        let started = Arc::new(AtomicBool::new(false));
-        let workers: Vec<_> = (0..4u64)
-            .map(|t| {
-                let (live, clock, stop) = (live.clone(), clock.clone(), stop.clone());
-                let started = started.clone();
-                std::thread::spawn(move || {
-                    let mut rng = Rng(0x1111 + t * 7919 + round);
-                    while !stop.load(Ordering::Relaxed) {
-                        let _ = live.try_acquire(&rng.below(40_000), 1 + rng.below(5));
-                        // The clock moves only once the save has read it (its first write).
-                        if t == 0 && started.load(Ordering::Relaxed) && rng.below(64) == 0 {
-                            clock.advance(Duration::from_millis(1));
-                        }
-                    }
-                })
-            })
-            .collect();
-        let mut file = Signal(Vec::new(), started.clone());
-        live.save_at(&mut file, wall(t0)).unwrap();
-        let file = file.0;
-        stop.store(true, Ordering::Relaxed);
-        for w in workers {
-            w.join().unwrap();
-        }
-        let clock2 = ManualClock::new();
-        let restored = KeyedLimiter::<u64, _, _>::builder(q, 20_000, clock2)
-            .restore_at(&file[..], wall(t0))
-            .unwrap();
-        for (k, &had) in before.iter().enumerate() {
-            let got = restored.available(&(k as u64));
-            assert!(got <= had, "round {round} key {k}: {got} > {had}");
-        }
-    }
+    let race = Race {
+        rounds: 4,
+        seed: 0xabcd_ef01_2345_6789,
+        max_fill_cost: 40,
+        keys: 40_000,
+        thread_seed: 0x1111,
+    };
+    keyed_persist::a_save_racing_decisions_never_restores_more_tokens(
+        race,
+        |clock| KeyedLimiter::with_clock(q, 20_000, clock),
+        |clock| KeyedLimiter::builder(q, 20_000, clock),
+    );
 }
 
 /// A keyed limiter restored in place finds the saved keys only under the seed they were saved

@@ -2,24 +2,21 @@
 //! the live limiter has it at the restore's instant (override policies and the untracked-key
 //! floor included), so a restart keeps a per-day quota's spend; a save racing decisions,
 //! insertions and evictions never restores more tokens to any quota of any key than it had when
-//! the save began; a changed quota count is refused; damaged input is an error.
+//! the save began; a changed quota count is refused; damaged input is an error. The tests
+//! `persist_keyed.rs` makes of a `Quota` policy too are written once in
+//! `common/keyed_persist.rs`; each test here gives them its policies, seeds and counts.
 #![cfg(all(feature = "persist", feature = "keyed"))]
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+#[path = "common/keyed_persist.rs"]
+mod keyed_persist;
+
+use keyed_persist::{quotas_of, wall, Race};
+use std::time::Duration;
 use tollgate::persist::RestoreError;
 use tollgate::Limiter;
-use tollgate::{Clock, KeyedMultiLimiter, KeyedMultiLimiterBuilder, Limits, ManualClock, Quota};
+use tollgate::{KeyedMultiLimiter, KeyedMultiLimiterBuilder, Limits, ManualClock, Quota};
 
-use rng::Rng;
-use tollgate_testkit::rng;
-use tollgate_testkit::signal::Signal;
-
-fn wall(ns: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_nanos(ns)
-}
-
+/// A quota of `tokens` per `per_ms` milliseconds, bursting to `burst`.
 fn q(tokens: u64, per_ms: u64, burst: u64) -> Quota {
     Quota::new(tokens, Duration::from_millis(per_ms), burst).unwrap()
 }
@@ -34,56 +31,17 @@ fn premium() -> Limits {
     Limits::new([q(100, 1000, 20), q(200, 10_000, 200), q(3, 1000, 30)]).unwrap()
 }
 
+/// A table of `max_keys` keys on [`default_limits`], key 7 on [`premium`].
 fn build(max_keys: usize, clock: ManualClock) -> KeyedMultiLimiterBuilder<u64, ManualClock> {
     KeyedMultiLimiter::builder(default_limits(), max_keys, clock).override_quota(7, premium())
 }
 
-/// Every quota's whole tokens for key `k`.
-fn quotas_of(l: &KeyedMultiLimiter<u64, ManualClock>, k: u64) -> Vec<u64> {
-    let (_, s) = l.decide_snapshots(&k, 0);
-    s.as_slice().iter().map(|s| s.remaining()).collect()
-}
-
+/// Random decisions over 3,000 keys (evictions included, through a small table), saved, then
+/// restored at several later instants: every quota of every key and every next decision (with
+/// the quota it names) equal the live limiter's.
 #[test]
 fn every_key_comes_back_with_every_quota_as_the_live_limiter_has_it() {
-    let mut rng = Rng(0xfeed_0000_3333_4444);
-    for round in 0..5 {
-        let clock = ManualClock::new();
-        let live = build(1000, clock.clone()).build().unwrap();
-        for _ in 0..20_000 {
-            if rng.below(50) == 0 {
-                clock.advance(Duration::from_millis(rng.below(200)));
-            }
-            let _ = live.try_acquire(&rng.below(3000), 1 + rng.below(12));
-        }
-        let t0 = clock.now();
-        let mut file = Vec::new();
-        live.save_at(&mut file, wall(t0)).unwrap();
-        let gap = [0, 1, 150_000_000, 900_000_000, 5_000_000_000][round % 5];
-        clock.advance(Duration::from_nanos(gap));
-        let clock2 = ManualClock::new();
-        clock2.set(Duration::from_secs(rng.below(1000)));
-        let restored = build(1000, clock2.clone())
-            .restore_at(&file[..], wall(t0 + gap))
-            .unwrap();
-        assert!(restored.len() <= live.len());
-        for step in 0..3 {
-            for k in 0..3000 {
-                assert_eq!(
-                    quotas_of(&restored, k),
-                    quotas_of(&live, k),
-                    "round {round} key {k}"
-                );
-            }
-            for k in (0..3000).step_by(7) {
-                let cost = 1 + rng.below(3);
-                assert_eq!(restored.decide(&k, cost), live.decide(&k, cost), "key {k}");
-            }
-            let d = Duration::from_millis(100 * step);
-            clock.advance(d);
-            clock2.advance(d);
-        }
-    }
+    keyed_persist::every_key_comes_back_as_the_live_limiter_has_it(0xfeed_0000_3333_4444, 5, build);
 }
 
 /// The case persistence exists for: a per-day quota spent before a restart stays spent after it.
@@ -115,34 +73,7 @@ fn a_restart_keeps_a_daily_quota_spent() {
 /// any key more leniently than saved.
 #[test]
 fn the_floor_travels_and_a_small_table_holds_no_key_more_leniently() {
-    let clock = ManualClock::new();
-    let live = build(100, clock.clone()).build().unwrap();
-    live.drain();
-    assert_eq!(live.available(&1), 0);
-    for k in 0..50 {
-        clock.advance(Duration::from_millis(20));
-        let _ = live.try_acquire(&k, 1);
-    }
-    let mut file = Vec::new();
-    live.save_at(&mut file, wall(0)).unwrap();
-    let restored = build(100, ManualClock::new())
-        .restore_at(&file[..], wall(300_000_000))
-        .unwrap();
-    clock.advance(Duration::from_millis(300));
-    for k in [1000u64, 7, 3, 49] {
-        assert_eq!(quotas_of(&restored, k), quotas_of(&live, k), "key {k}");
-    }
-    let small = build(3, clock.clone())
-        .restore_at(&file[..], wall(300_000_000))
-        .unwrap();
-    assert!(small.len() <= 3);
-    for k in 0..60 {
-        let (s, l) = (quotas_of(&small, k), quotas_of(&live, k));
-        assert!(
-            s.iter().zip(&l).all(|(a, b)| a <= b),
-            "key {k}: {s:?} {l:?}"
-        );
-    }
+    keyed_persist::the_floor_travels_and_a_small_table_holds_no_key_more_leniently(build);
 }
 
 /// A key saved under other quotas (the policy changed, keeping its count) is converted quota by
@@ -191,25 +122,7 @@ fn changed_quotas_are_converted_and_a_changed_count_is_refused() {
 /// Every truncation of a saved table and every flipped byte is an error, never a panic.
 #[test]
 fn damaged_input_is_an_error() {
-    let live = build(100, ManualClock::new()).build().unwrap();
-    for k in 0..40 {
-        live.try_acquire(&k, 3).unwrap();
-    }
-    let mut file = Vec::new();
-    live.save_at(&mut file, wall(0)).unwrap();
-    for len in 0..file.len() {
-        let r = build(100, ManualClock::new()).restore_at(&file[..len], wall(0));
-        assert!(matches!(r, Err(RestoreError::Truncated)), "{len}");
-    }
-    let mut rng = Rng(0x1234_5678_9abc_def2);
-    for _ in 0..2000 {
-        let mut bad = file.clone();
-        let i = rng.below(bad.len() as u64) as usize;
-        bad[i] ^= 1 << rng.below(8);
-        assert!(build(100, ManualClock::new())
-            .restore_at(&bad[..], wall(0))
-            .is_err());
-    }
+    keyed_persist::damaged_input_is_an_error(0x1234_5678_9abc_def2, build);
 }
 
 /// A save on one thread while four others admit, insert new keys (evicting full ones once the
@@ -217,48 +130,16 @@ fn damaged_input_is_an_error() {
 /// holds more tokens than it had when the save began.
 #[test]
 fn a_save_racing_decisions_never_restores_more_tokens() {
-    for round in 0..3u64 {
-        let clock = ManualClock::new();
-        let live = Arc::new(build(20_000, clock.clone()).build().unwrap());
-        let mut rng = Rng(0xabcd_ef01_2345_6780 + round);
-        for k in 0..15_000u64 {
-            let _ = live.try_acquire(&k, 1 + rng.below(10));
-        }
-        let before: Vec<Vec<u64>> = (0..30_000u64).map(|k| quotas_of(&live, k)).collect();
-        let t0 = clock.now();
-        let stop = Arc::new(AtomicBool::new(false));
-        let started = Arc::new(AtomicBool::new(false));
-        let workers: Vec<_> = (0..4u64)
-            .map(|t| {
-                let (live, clock, stop) = (live.clone(), clock.clone(), stop.clone());
-                let started = started.clone();
-                std::thread::spawn(move || {
-                    let mut rng = Rng(0x2222 + t * 7919 + round);
-                    while !stop.load(Ordering::Relaxed) {
-                        let _ = live.try_acquire(&rng.below(30_000), 1 + rng.below(5));
-                        if t == 0 && started.load(Ordering::Relaxed) && rng.below(64) == 0 {
-                            clock.advance(Duration::from_millis(1));
-                        }
-                    }
-                })
-            })
-            .collect();
-        let mut file = Signal(Vec::new(), started.clone());
-        live.save_at(&mut file, wall(t0)).unwrap();
-        let file = file.0;
-        stop.store(true, Ordering::Relaxed);
-        for w in workers {
-            w.join().unwrap();
-        }
-        let restored = build(20_000, ManualClock::new())
-            .restore_at(&file[..], wall(t0))
-            .unwrap();
-        for (k, had) in before.iter().enumerate() {
-            let got = quotas_of(&restored, k as u64);
-            assert!(
-                got.iter().zip(had).all(|(g, h)| g <= h),
-                "round {round} key {k}: {got:?} > {had:?}"
-            );
-        }
-    }
+    let race = Race {
+        rounds: 3,
+        seed: 0xabcd_ef01_2345_6780,
+        max_fill_cost: 10,
+        keys: 30_000,
+        thread_seed: 0x2222,
+    };
+    keyed_persist::a_save_racing_decisions_never_restores_more_tokens(
+        race,
+        |clock| build(20_000, clock).build().unwrap(),
+        |clock| build(20_000, clock),
+    );
 }
