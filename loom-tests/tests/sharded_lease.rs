@@ -231,9 +231,10 @@ fn a_scan_never_passes_a_lease_being_handed_out() {
 /// near leases of one token (16 µs of rate) with the word at most two tokens beyond the limit;
 /// `T` a token's time, `T0` 10 ms. The main thread (shard 0) drains the bucket at `T0`,
 /// taking token 704 (in tokens since the clock's origin) as a near lease, and spends it at
-/// `T0 + T`. A thread of shard 1, at `T0 + T`, finds its lease empty and the word dry, and
-/// takes an advance of token 705, payable at `T0 + 2T`, where it asks again: its token is
-/// admitted in every interleaving. Meanwhile the main thread asks for 2 at a stale reading, 0:
+/// `T0 + 2T` (where the next token is earned: its admission takes no next lease). A thread of
+/// shard 1, at `T0 + T`, finds its lease empty and the word dry, and takes an advance of
+/// token 705, payable at `T0 + 2T`, where it asks again (and, spending its lease to the top,
+/// takes the next near lease): its token is admitted in every interleaving. Meanwhile the main thread asks for 2 at a stale reading, 0:
 /// refused, with the word dry until 10 ms later — so it publishes `dry_all`, the instant the
 /// word it read holds a token, unless a lease holds one. `publish` asks that way `publish`
 /// times, the second after the first (and, with `after_first`, shard 1 decides only after the
@@ -249,7 +250,7 @@ fn near_lease_against_publications(
     let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
     at(T0);
     assert_eq!(bucket.try_acquire(64), Ok(())); // shard 0, with a near lease of token 704
-    at(T0 + T);
+    at(T0 + 2 * T);
     assert_eq!(bucket.try_acquire(1), Ok(())); // token 704
     let first_done = Arc::new(AtomicBool::new(!after_first));
     // Set once shard 1 decided at `T0 + T`: `Relaxed`, so that it orders nothing (the main
@@ -280,10 +281,9 @@ fn near_lease_against_publications(
 }
 
 /// A publication must see a near lease being handed out from the state it read: the advance
-/// locks its lease and counts the hand-out before its CAS (`Release`), and the publisher
-/// fences its read of the word (`Acquire`) before reading the count and scanning. With the
-/// advance's CAS `Relaxed`, loom finds a publication from the word after the advance (dry
-/// until `T0 + 3T`) over a scan that saw shard 1's lease empty, and shard 1 refused at
+/// (or the next near lease an admission takes) locks its lease and counts the hand-out before
+/// its CAS (`Release`), and the publisher fences its read of the word (`Acquire`) before
+/// reading the count and scanning. A publication that passed it would refuse shard 1 at
 /// `T0 + 2T` with its token in its lease.
 #[test]
 fn a_publication_never_passes_a_near_lease_it_read() {
@@ -310,8 +310,9 @@ fn a_scan_is_never_skipped_past_a_near_lease_being_handed_out() {
 /// A replacement that read its lease empty never discards an advance installed from the same
 /// frontier meanwhile. 125,000 tokens/s (8 µs a token, near leases of up to 2), burst 34, two
 /// shards, every decision of the model on shard 0: drained at 0 with a near lease of one
-/// token, spent at 8 µs — the lease is spent to its top with the word still there (35 tokens'
-/// units). Then, racing: the model's thread at its reading of 8 µs asks for 2 and takes the
+/// token, spent at 16 µs (where the next token is earned, so that admission takes no next
+/// lease) — the lease is spent to its top with the word still there (35 tokens' units).
+/// Then, racing: the model's thread at its reading of 16 µs asks for 2 and takes the
 /// next advance, `[35, 37)`, from that very unit (the frontier goes `35 → LOCKED → 35`); a
 /// thread of the same shard at 240 µs (30 tokens earned, the word holding plenty) asks for 1 —
 /// from the advance if it sees it, else with a new lease.
@@ -329,7 +330,7 @@ fn a_stalled_replacement_never_discards_an_advance() {
         assert!(bucket.try_acquire(1).is_err()); // from the near lease, not yet earned
         assert!(bucket.try_acquire(1).is_err()); // from `dry_until`
         assert!(bucket.try_acquire(2).is_err()); // more than the lease holds
-        at(8_000);
+        at(16_000);
         assert_eq!(bucket.try_acquire(1), Ok(())); // spent to its top
         let b = bucket.clone();
         let racer = on_the_same_shard(move || {
@@ -341,6 +342,37 @@ fn a_stalled_replacement_never_discards_an_advance() {
         at(240_000);
         let left = (0..40).filter(|_| bucket.try_acquire(1).is_ok()).count();
         assert_eq!(left, 28);
+        assert_eq!(bucket.available(), 0);
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    });
+}
+
+/// The next near lease an admission takes after spending its shard's lease to the top races a
+/// refusal of the same shard that read the lease empty and takes an advance: the lease's lock
+/// lets one replace it, the other retries on what it installed. 125,000 tokens/s (8 µs a
+/// token), burst 34, two shards, both threads on shard 0 at 8 µs, where one token (34, the
+/// near lease taken with the drain) is payable: exactly one is admitted; the shard's next near
+/// lease is installed once, so at 240 µs (30 tokens earned) the shard drains what is left,
+/// 29 tokens (64 earned or in the burst, 35 spent), none stranded.
+#[test]
+fn an_admissions_next_lease_races_an_advance_on_its_shard() {
+    loom::model(|| {
+        let quota = Quota::new(125_000, Duration::from_secs(1), 34).unwrap();
+        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
+        at(0);
+        assert_eq!(bucket.try_acquire(34), Ok(())); // and a near lease of token 34
+        let b = bucket.clone();
+        let racer = on_the_same_shard(move || {
+            at(8_000);
+            b.try_acquire(1).is_ok()
+        });
+        at(8_000);
+        let mine = bucket.try_acquire(1).is_ok();
+        let theirs = racer.join().unwrap();
+        assert_eq!(u32::from(mine) + u32::from(theirs), 1, "one token at 8 µs");
+        at(240_000);
+        let left = (0..40).filter(|_| bucket.try_acquire(1).is_ok()).count();
+        assert_eq!(left, 29);
         assert_eq!(bucket.available(), 0);
         assert_eq!(bucket.stranded_tokens(), 0.0);
     });

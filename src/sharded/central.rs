@@ -311,7 +311,8 @@ impl Central {
     /// alone cannot pay: the lease's units and the rest from the word; else a refusal, with a
     /// near lease taken in the same CAS when the shard's is empty (an *advance*, paid out as
     /// the clock earns it), or with the wait for the word. What a replaced lease still held
-    /// goes to its `stranded`.
+    /// goes to its `stranded`. A cost of 0 (`ShardedBucket::refill`) takes the lease alone,
+    /// or writes nothing.
     #[inline(never)]
     pub(super) fn decide(&self, ask: &Ask<'_>) -> Outcome {
         let scaled = ask.scaled;
@@ -333,7 +334,7 @@ impl Central {
         // The lease holds the cost, not yet earned (an advance, or a reading older than the
         // lease's): refused with the wait for its units, this shard's earliest.
         if let Some((_, frontier, _, units)) = held {
-            if units >= cost_units {
+            if units >= cost_units && cost_units > 0 {
                 let at = frontier + cost_units - burst_units;
                 return Outcome::Refused(Denied::RetryAfter(wait(scaled, at, ask.now)), 0);
             }
@@ -436,7 +437,10 @@ impl Central {
                                 // marks it after, not before.
                                 lease.set_near(size);
                                 lease.install(base, top_new);
-                                counters::advance();
+                                // Taken by a refusal (a refill's belongs to its admission).
+                                if ask.cost > 0 {
+                                    counters::advance();
+                                }
                                 if frontier < top {
                                     lease.add_stranded(top - frontier);
                                 }
@@ -533,6 +537,11 @@ impl Central {
                     self.hand_out();
                     leased = tokens * scale;
                 }
+            }
+            // A refill (cost 0) that takes no lease has nothing to write.
+            if cost_units == 0 && leased == 0 {
+                release(locked);
+                return Outcome::Retry;
             }
             let next = base + cost_units + leased;
             // `Release`: a lock taken above happens before a scan that reads this state or a
