@@ -2,11 +2,10 @@
 //!
 //! * **The central word** ([`central`]) is the exact [`gcra`] state of the whole quota, on its
 //!   own cache line. It only ever rises, so the units it hands out never overlap.
-//! * **A lease** ([`lease`]) is an interval of those units, taken by a shard together with one
-//!   decision in the same compare-and-swap and then spent by the shard's threads on the shard's
+//! * **A lease** ([`lease`]) is an interval of those units that a shard's threads spend on its
 //!   own line: a *far* lease of up to 2^16 tokens while the word holds plenty, a *near* lease of
-//!   up to 64 near the limit, whose units may not be earned yet (taken by a refusal: an
-//!   *advance*), so that near the limit too a shard's threads admit and refuse on their own line.
+//!   up to 64 near the limit, whose units may not be earned yet, so that near the limit too a
+//!   shard's threads admit and refuse on their own line.
 //! * **The bound**: every admission takes units `[b, b + cost)` that nobody else takes, with
 //!   `b` at or after the units earned at its reading and `b + cost` at most one burst above
 //!   them — from the central word or from a lease alike. So the admissions of any window `Δ`
@@ -264,13 +263,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// Takes `cost` tokens: from the calling thread's shard's lease if it holds them, else from
     /// the central word (with a new lease for the shard).
     ///
-    /// `Err(RetryAfter(d))`: `d` is the smallest wait after which this thread's shard can pay
-    /// `cost` — from its lease, the central word, or both — if nothing else consumes (for
-    /// quotas that are not [exact](Quota::is_exact) it may be rounded up by one unit's time).
-    /// Tokens in other shards' leases are not counted, so while they hold some `d` is an upper
-    /// bound of the pooled wait: near the limit later by at most what other shards' near leases
-    /// hold (`docs/sharded.md`); with one shard active, exact. `Err(ExceedsBurst)`: `cost` is
-    /// above the burst. Cost 0 is always admitted.
+    /// `Err(RetryAfter(d))`: the smallest wait after which this thread's shard can pay `cost`
+    /// (from its lease, the word, or both) if nothing else consumes, up to one unit's time more
+    /// for quotas that are not [exact](Quota::is_exact); exact with one shard active, else later
+    /// than the pooled wait by at most what other shards' near leases hold (`docs/sharded.md`).
+    /// `Err(ExceedsBurst)`: `cost` above the burst. Cost 0 is always admitted.
     ///
     /// ```
     /// use std::time::Duration;
@@ -607,11 +604,9 @@ impl<C: Clock> ShardedBucket<C> {
         }
     }
 
-    /// After an admission that spent the shard's lease to its top `top` near the limit: the
-    /// shard's next near lease, taken now with no decision (a cost of 0: see
-    /// [`Central::decide`]), so that the shard's refusals until its units are earned read only
-    /// its own line. Nothing if another thread of the shard replaced the lease meanwhile, or if
-    /// the word's next units are earned already (the next admission takes the lease then).
+    /// After an admission that spent the shard's lease to `top` near the limit: the shard's
+    /// next near lease ([`Central::decide`] at cost 0), so that no refusal of the shard takes
+    /// it. Nothing if the lease changed meanwhile or the word's next units are earned.
     #[cold]
     #[inline(never)]
     fn refill(&self, now: u64, earned: Earned, lease: &Lease, top: u64) {
@@ -726,6 +721,14 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    fn wait_us(n: u64) -> Result<(), Denied> {
+        Err(Denied::RetryAfter(Duration::from_micros(n)))
+    }
+
+    fn wait_ms(n: u64) -> Result<(), Denied> {
+        Err(Denied::RetryAfter(Duration::from_millis(n)))
+    }
+
     fn dry_all(bucket: &ShardedBucket<ManualClock>) -> u64 {
         bucket.read_mostly.dry_all.load(Ordering::Relaxed)
     }
@@ -741,12 +744,8 @@ mod tests {
         assert_eq!(bucket.try_acquire(10), Ok(()));
         assert_eq!(dry_all(&bucket), 100 * MS);
         clock.advance(Duration::from_millis(40));
-        let wait = Denied::RetryAfter(Duration::from_millis(60));
-        assert_eq!(bucket.try_acquire(1), Err(wait));
-        assert_eq!(
-            bucket.try_acquire(2),
-            Err(Denied::RetryAfter(Duration::from_millis(160)))
-        );
+        assert_eq!(bucket.try_acquire(1), wait_ms(60));
+        assert_eq!(bucket.try_acquire(2), wait_ms(160));
         clock.advance(Duration::from_millis(60));
         assert_eq!(bucket.try_acquire(1), Ok(()));
         assert_eq!(dry_all(&bucket), 200 * MS, "the next dry spell");
@@ -764,10 +763,7 @@ mod tests {
         let one = ShardedBucket::with_clock(Quota::per_second(10).unwrap(), 1, clock);
         assert_eq!(one.try_acquire(10), Ok(()));
         assert_eq!(dry_all(&one), u64::MAX);
-        assert_eq!(
-            one.try_acquire(1),
-            Err(Denied::RetryAfter(Duration::from_millis(100)))
-        );
+        assert_eq!(one.try_acquire(1), wait_ms(100));
     }
 
     /// A lease on another shard that still holds tokens stops the publication: its shard's
@@ -847,18 +843,12 @@ mod tests {
         assert_eq!(on(&bucket, 1, 0, 1_000), Ok(()));
         assert_eq!((other.near(), size()), ((1, false), quota.scale()));
         // Its token comes at 1 µs: refused before, from its own line, with the exact wait.
-        assert_eq!(
-            on(&bucket, 1, 0, 1),
-            Err(Denied::RetryAfter(Duration::from_micros(1)))
-        );
+        assert_eq!(on(&bucket, 1, 0, 1), wait_us(1));
         assert_eq!(on(&bucket, 1, us, 1), Ok(()));
         // Spent to its top by that admission, which took the next near lease, twice the
         // size: its first token is not earned before 2 µs (refused from the shard's line).
         assert_eq!((other.near(), size()), ((2, false), 2 * quota.scale()));
-        assert_eq!(
-            on(&bucket, 1, us, 1),
-            Err(Denied::RetryAfter(Duration::from_micros(1)))
-        );
+        assert_eq!(on(&bucket, 1, us, 1), wait_us(1));
         assert_eq!(on(&bucket, 1, 2 * us, 1), Ok(()));
         assert_eq!(on(&bucket, 1, 3 * us, 1), Ok(()));
         assert_eq!(
@@ -964,13 +954,12 @@ mod tests {
         let t0 = 1_000 * MS;
         // Shard 0 drains the word and takes the next token as a near lease.
         assert_eq!(on(&bucket, 0, t0, 20), Ok(()));
-        let us = |n: u64| Err(Denied::RetryAfter(Duration::from_micros(n)));
-        assert_eq!(on(&bucket, 0, t0, 1), us(1));
+        assert_eq!(on(&bucket, 0, t0, 1), wait_us(1));
         assert_eq!(bucket.shards[0].dry_until(), t0 + 1_000);
         // Shard 1 takes the token after it: an advance, refused until it is earned.
-        assert_eq!(on(&bucket, 1, t0, 1), us(2));
+        assert_eq!(on(&bucket, 1, t0, 1), wait_us(2));
         // A cost above its lease: the lease's token pooled with the word's next.
-        assert_eq!(on(&bucket, 1, t0, 2), us(3));
+        assert_eq!(on(&bucket, 1, t0, 2), wait_us(3));
         assert_eq!(on(&bucket, 0, t0 + 1_000, 1), Ok(()));
         assert_eq!(
             on(&bucket, 1, t0 + 1_999, 1),

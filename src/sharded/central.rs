@@ -492,13 +492,9 @@ impl Central {
                 // when a lease is taken.
                 let room = (limit - s).min(burst_units);
                 let far = if room - cost_units > ask.spread {
-                    // A decision that lost CASes decides at a reading that aged meanwhile, and
-                    // its next CAS may wait as long again: its lease's first units are that much
-                    // older than the units being earned, and lapse at once. So the lease is at
-                    // least what the rate earns in twice the age, at most half what the word
-                    // holds beyond the cost: on many cores, with every thread at the word, leases
-                    // shorter than the wait would lapse before their shard spends them, and the
-                    // threads would come back for more.
+                    // After lost CASes the reading has aged and the next CAS may wait as long
+                    // again: the lease covers at least twice the age (at most half what the
+                    // word holds beyond the cost), or on many cores it lapses before it is spent.
                     let by_age = if age > 0 {
                         (scaled.earned(age.saturating_mul(2)).0 / scale)
                             .min((room - cost_units) / 2 / scale)
@@ -510,11 +506,8 @@ impl Central {
                     0
                 };
                 // `want + far × scale <= limit` by the size rule; a near lease may pass the
-                // limit by `ask.room` at most.
-                // A near lease lives at least `lease_min`'s time (its first unit that far
-                // beyond the units earned), as a far one does: near the limit, where it is
-                // taken, its units lie up to a burst ahead; from a fuller word a short one
-                // would lapse before its shard's next decision.
+                // limit by `ask.room` at most, and its first unit lies at least `near_min`
+                // beyond the units earned (from a fuller word it would lapse at once).
                 let near = if base + cost_units >= e.ceil + ask.near_min {
                     near
                 } else {
