@@ -364,7 +364,7 @@ impl Report {
             for c in counted {
                 let _ = writeln!(
                     out,
-                    "{:<8}  {:>7}  {:<6}  {:>23.4}  {:>28.4}  {:>41.4}",
+                    "{:<8}  {:>7}  {:<6}  {:>23.4}  {:>28.2e}  {:>41.2e}",
                     c.strategy,
                     c.threads,
                     c.regime.name(),
