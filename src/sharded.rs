@@ -62,8 +62,9 @@ struct Earned {
 ///   lease of the next units, earned or not (one token, doubling while spent to the last, at
 ///   most 64, 16 µs of rate and `burst / (8 × shards)`). Its threads pay them out as the clock
 ///   earns them and refuse from the shard's line in between: the central word is written once
-///   per near lease, by the admission that spends the last one to its top. A refusal's wait is this shard's next token: exact for a shard alone,
-///   otherwise later than the pooled wait by at most what other shards' near leases hold.
+///   per near lease, mostly by the admission that spends the last one to its top. A refusal's
+///   wait is this shard's next token: exact for a shard alone, otherwise later than the pooled
+///   wait by at most what other shards' near leases hold.
 ///   Below 62,500 tokens a second no near lease is taken (every decision near the limit is the
 ///   central CAS, as a [`Bucket`](crate::Bucket)'s).
 /// * **Drained for a while.** A bucket found dry for 1 ms or more, once no lease can pay a
@@ -606,7 +607,9 @@ impl<C: Clock> ShardedBucket<C> {
 
     /// After an admission that spent the shard's lease to `top` near the limit: the shard's
     /// next near lease ([`Central::decide`] at cost 0), so that no refusal of the shard takes
-    /// it. Nothing if the lease changed meanwhile or the word's next units are earned.
+    /// it. Nothing if the lease changed meanwhile or no near lease may be taken now (its first
+    /// unit too close to the units earned, or beyond the room); a `dry_until` from the word
+    /// if the word is dry and the lease unchanged.
     #[cold]
     #[inline(never)]
     fn refill(&self, now: u64, earned: Earned, lease: &Lease, top: u64) {
@@ -648,7 +651,11 @@ impl<C: Clock> ShardedBucket<C> {
         let scaled = self.read_mostly.quota.scaled();
         loop {
             let lease = match home.spend(earned, scaled.burst_units(), cost * scaled.scale()) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    // Writes of an attempt that came back with `Retry` are this admission's.
+                    counters::settle(true);
+                    return Ok(());
+                }
                 Err(short) => (home, short),
             };
             let ask = Ask {
@@ -1054,6 +1061,67 @@ mod tests {
         assert_eq!(on(&bucket, 1, tx, 1), Ok(()));
         assert_eq!(c.read(), (q + quota.scale(), advance.1));
         assert_eq!(bucket.stranded_tokens(), 0.0);
+    }
+
+    /// A decision that read its shard's lease empty, then stalled while another thread of the
+    /// shard installed a lease from an earlier state of the word, records no `dry_until` from
+    /// the word it reads afterwards: that instant is not true for the new lease, whose tokens
+    /// would be refused until it. Both ways such a decision ends: a refusal of one token at
+    /// its stale reading, and the next near lease an admission takes (`refill`).
+    #[test]
+    fn a_stalled_decision_records_no_dry_spell_over_a_lease_installed_meanwhile() {
+        use super::central::Ask;
+        use super::lease::Short;
+        let quota = Quota::new(1_000_000, Duration::from_secs(1), 100).unwrap();
+        for refill in [false, true] {
+            let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+            let c = &bucket.shards[1];
+            let t0 = 1_000 * MS;
+            // Drained, its near lease spent to the top at 1 µs by the general path: empty.
+            assert_eq!(on(&bucket, 1, t0, 100), Ok(()));
+            let e1 = bucket.earned(t0 + 1_000);
+            assert_eq!(bucket.acquire_slow(t0 + 1_000, e1, 1, c), Ok(()));
+            let (q, h) = c.read();
+            assert_eq!(q, h);
+            // X read it empty at 1 µs and stalls. Another thread of the shard, at 100 µs,
+            // takes 30 tokens and a lease of more.
+            assert_eq!(on(&bucket, 1, t0 + 100_000, 30), Ok(()));
+            let (q2, h2) = c.read();
+            assert!(h2 > q2, "a lease installed");
+            let before = c.dry_until();
+            // X goes on at its reading of 1 µs, on the word as it is now.
+            if refill {
+                bucket.refill(t0 + 1_000, e1, c, h);
+            } else {
+                let ask = Ask {
+                    scaled: quota.scaled(),
+                    now: t0 + 1_000,
+                    earned: e1,
+                    cost: 1,
+                    shards: 2,
+                    spread: bucket.read_mostly.spread,
+                    near_cap: bucket.read_mostly.near_cap,
+                    room: bucket.read_mostly.room,
+                    near_min: bucket.read_mostly.near_min,
+                    clock: &|| t0 + 1_000,
+                    lease: (
+                        c,
+                        Short::Holds {
+                            frontier: q,
+                            top: h,
+                            units: 0,
+                        },
+                    ),
+                };
+                assert!(matches!(
+                    bucket.central.decide(&ask),
+                    super::central::Outcome::Refused(..)
+                ));
+            }
+            assert_eq!(c.dry_until(), before, "refill {refill}: nothing recorded");
+            // The lease's tokens are payable at 32 µs already, from the shard's own path.
+            assert_eq!(on(&bucket, 1, t0 + 32_000, 1), Ok(()), "refill {refill}");
+        }
     }
 
     /// The multiply-and-shift reduction is `%` for every shard count and every number below

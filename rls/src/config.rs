@@ -229,13 +229,30 @@ pub struct Config {
     limits: Vec<Arc<Limit>>,
 }
 
+/// Appends `s` to a bucket with the separators (`\x1e`, `\x1f`) and the escape (`\x1b`) each
+/// preceded by `\x1b`; a string without them (every ordinary one) is copied as it is.
+fn push_escaped(bucket: &mut String, s: &str) {
+    if !s.bytes().any(|b| matches!(b, 0x1b | 0x1e | 0x1f)) {
+        bucket.push_str(s);
+        return;
+    }
+    for c in s.chars() {
+        if matches!(c, '\u{1b}' | '\u{1e}' | '\u{1f}') {
+            bucket.push('\u{1b}');
+        }
+        bucket.push(c);
+    }
+}
+
 /// What a request descriptor matched: the limit, the bucket's key (the request's entries, a
 /// shared pattern in place of the value under `share_threshold`) and the metric label.
 #[derive(Debug, Clone)]
 pub struct Match {
     /// The limit.
     pub limit: Arc<Limit>,
-    /// The bucket: the request's entries as `key\x1fvalue` joined by `\x1e`.
+    /// The bucket: the request's entries as `key\x1fvalue` joined by `\x1e`, with `\x1b`,
+    /// `\x1e` and `\x1f` in a key or value escaped by a `\x1b` before them, so that no two
+    /// entry lists give one bucket (a value cannot pose as further entries).
     pub bucket: String,
     /// The `descriptor` label of the limit's metrics.
     pub metric: String,
@@ -332,10 +349,10 @@ impl Config {
                 metric.push('.');
                 detailed.push('.');
             }
-            bucket.push_str(key);
+            push_escaped(&mut bucket, key);
             bucket.push('\u{1f}');
             let shared = via_pattern.filter(|_| node.share_threshold);
-            bucket.push_str(shared.unwrap_or(value));
+            push_escaped(&mut bucket, shared.unwrap_or(value));
             metric.push_str(key);
             detailed.push_str(key);
             let shown = match (&node.value, shared) {

@@ -320,3 +320,32 @@ descriptors:
     );
     assert_eq!(metric(&[("files", "files/x")]), "files_files/*");
 }
+
+/// A value cannot pose as further entries: `k1 = "A\x1ek2\x1fB"` under a value-less `k1` and
+/// the entries `k1 = A, k2 = B` under `k1: A → k2` are two buckets (with one Redis key space
+/// for a domain, equal buckets would be one key, shared by two limits).
+#[test]
+fn a_value_holding_the_separators_is_its_own_bucket() {
+    let c = load(
+        r#"
+domain: d
+descriptors:
+  - key: k1
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: k1
+    value: A
+    descriptors:
+      - key: k2
+        rate_limit: {unit: second, requests_per_unit: 7}
+"#,
+    )
+    .unwrap();
+    let posing = c.lookup("d", [("k1", "A\u{1e}k2\u{1f}B")]).unwrap();
+    let nested = c.lookup("d", [("k1", "A"), ("k2", "B")]).unwrap();
+    assert_ne!(posing.limit.path, nested.limit.path);
+    assert_ne!(posing.bucket, nested.bucket);
+    // The escape itself is escaped: a trailing `\x1b` cannot swallow the separator after it.
+    let a = c.lookup("d", [("k1", "x\u{1b}")]).unwrap();
+    let b = c.lookup("d", [("k1", "x")]).unwrap();
+    assert_ne!(a.bucket, b.bucket);
+}

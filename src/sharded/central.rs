@@ -257,6 +257,23 @@ impl Central {
     ) -> Option<Decided> {
         let burst_units = scaled.burst_units();
         let limit = e.floor + burst_units;
+        // The lease as read before the word: an instant found from the word is recorded for
+        // the shard only if the lease is still this one (`Lease::publish_dry_over`); with one
+        // shard there are no leases.
+        let (q, h) = lease.read();
+        if q < h {
+            return None;
+        }
+        let record = |at: u64| {
+            if !count {
+                lease.publish_dry(at);
+                at
+            } else if lease.publish_dry_over(q, h, at) {
+                at
+            } else {
+                0
+            }
+        };
         let mut s = self.state.load(Ordering::Relaxed);
         // Twice at most: a CAS lost to a decision that left too little is a refusal at once,
         // with no spin and no second CAS (near the limit, the common way to lose: every shard
@@ -266,12 +283,11 @@ impl Central {
             if want > limit {
                 let at = scaled.instant_of(want - burst_units);
                 // For one token the instant just computed.
-                let dry = if cost_units == scaled.scale() {
+                let dry = record(if cost_units == scaled.scale() {
                     at
                 } else {
                     dry_at(scaled, s)
-                };
-                lease.publish_dry(dry);
+                });
                 return Some((Err(Denied::RetryAfter(wait_until(at, now))), dry));
             }
             // Perhaps room for a lease (`decide` computes it, capped at the burst); or a
@@ -295,8 +311,7 @@ impl Central {
                     let next = s.max(e.ceil) + cost_units;
                     let mut dry = 0;
                     if next + scaled.scale() > limit {
-                        dry = dry_at(scaled, next);
-                        lease.publish_dry(dry);
+                        dry = record(dry_at(scaled, next));
                     }
                     return Some((Ok(()), dry));
                 }
@@ -462,11 +477,18 @@ impl Central {
                 }
                 // Recorded for the shard's one-token refusals unless its lease can pay a
                 // token (a cost above what it holds was refused here).
+                // Only over the lease this decision read (`Lease::publish_dry_over`): one
+                // installed meanwhile may hold units payable before it.
                 let mut dry = 0;
-                if let Some((lease, _, _, units)) = held {
+                if let Some((lease, frontier, top, units)) = held {
+                    let at = dry_at(scaled, s);
                     if units < scale {
-                        dry = dry_at(scaled, s);
-                        lease.publish_dry(dry);
+                        if locked {
+                            lease.publish_dry(at);
+                            dry = at;
+                        } else if lease.publish_dry_over(frontier, top, at) {
+                            dry = at;
+                        }
                     }
                 }
                 release(locked);

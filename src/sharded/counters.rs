@@ -58,7 +58,8 @@ mod on {
 
 /// The calling thread's counts since its last [`take`], for every
 /// [`ShardedBucket`](crate::ShardedBucket) it decided on. Counted on the paths that reach the
-/// central word only (the fast paths write no shared line), so the caller counts its decisions.
+/// central word only (a spend from the lease writes no shared line), so the caller counts its
+/// decisions.
 #[cfg(feature = "counters")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {

@@ -194,6 +194,19 @@ impl Lease {
         self.dry_until.load(Ordering::Relaxed)
     }
 
+    /// Records `at`, an instant found from the central word, if the lease is still `[frontier,
+    /// top)` as the caller read it before the word: locked meanwhile, so that no lease taken
+    /// from an earlier state of the word (whose units could be payable before `at`) is
+    /// installed under the record. `false` (nothing recorded) if the lease changed.
+    pub(super) fn publish_dry_over(&self, frontier: u64, top: u64, at: u64) -> bool {
+        if !self.lock(frontier, top) {
+            return false;
+        }
+        self.publish_dry(at);
+        self.unlock(frontier);
+        true
+    }
+
     /// Records that the central word holds less than one token before `at`.
     #[inline]
     pub(super) fn publish_dry(&self, at: u64) {

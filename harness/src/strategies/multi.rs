@@ -104,6 +104,27 @@ impl RateLimiter for Locked {
     }
 }
 
+/// The `multi` strategy's limiter: [`MultiBucket::try_acquire`] called directly, as `cas`
+/// calls `Bucket::try_acquire` (not through `Limiter::decide`, whose `Refusal` would add a
+/// conversion to every refusal).
+struct Multi {
+    policy: MultiBucket<DefaultClock>,
+    second: Quota,
+}
+
+impl RateLimiter for Multi {
+    #[inline]
+    fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+        self.policy.try_acquire(cost)
+    }
+    fn name(&self) -> &str {
+        "multi"
+    }
+    fn extra_quotas(&self) -> Vec<Quota> {
+        vec![self.second]
+    }
+}
+
 /// The `keyed-multi` strategy.
 pub(super) fn keyed_multi() -> Strategy {
     Strategy::new("keyed-multi", Kind::Tollgate, |s: &Setup| {
@@ -125,7 +146,10 @@ pub(super) fn multi() -> Strategy {
     Strategy::new("multi", Kind::Tollgate, |s: &Setup| {
         let second = second_quota(&s.quota)?;
         let limits = Limits::new([s.quota, second]).map_err(|e| e.to_string())?;
-        Ok(tollgate(MultiBucket::with_clock(limits, s.clock), "multi"))
+        Ok(Box::new(Multi {
+            policy: MultiBucket::with_clock(limits, s.clock),
+            second,
+        }) as Box<dyn RateLimiter>)
     })
     .with_description(
         "tollgate::MultiBucket: two quotas in one 128-bit CAS (quota, half rate x2 burst)",
