@@ -96,6 +96,9 @@ impl Counters {
     }
 
     fn add(&self, hit: Hit, n: u64) {
+        // A client's hits_addend is any u64: counted up to u32::MAX a call, so that the
+        // counters (which wrap) cannot be wrapped by a few requests.
+        let n = n.min(u64::from(u32::MAX));
         self.hits.increment(n);
         match hit {
             Hit::Total => {}
@@ -129,9 +132,48 @@ pub(crate) fn hits(limit: &crate::config::Limit, descriptor: &str, hit: Hit, n: 
             .counters
             .get_or_init(|| Counters::new(&labels()))
             .add(hit, n);
-    } else {
+    } else if value_series(descriptor) {
         Counters::new(&labels()).add(hit, n);
+    } else {
+        // Past the bound: counted under the limit's own path.
+        let labels = [
+            ("domain", limit.domain.clone()),
+            ("descriptor", format!("{}_{OTHER}", limit.path)),
+        ];
+        Counters::new(&labels).add(hit, n);
     }
+}
+
+/// The most series labelled with a request's values (`detailed_metric`, `value_to_metric`)
+/// a process creates, and the longest such label: past them a hit is counted under the limit's
+/// path with the suffix [`OTHER`], so that clients sending ever new (or 60 KB) values cannot
+/// grow the registry without bound.
+const VALUE_SERIES: usize = 10_000;
+const VALUE_LABEL_BYTES: usize = 256;
+
+/// The suffix of the series that counts values past [`VALUE_SERIES`] or [`VALUE_LABEL_BYTES`].
+const OTHER: &str = "other_values";
+
+/// Whether a label with a request's values may have its own series: it is short enough, and
+/// it has one already or there is room for one more.
+fn value_series(label: &str) -> bool {
+    static SEEN: std::sync::Mutex<Option<std::collections::HashSet<String>>> =
+        std::sync::Mutex::new(None);
+    if label.len() > VALUE_LABEL_BYTES {
+        return false;
+    }
+    let mut seen = SEEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let seen = seen.get_or_insert_with(Default::default);
+    if seen.contains(label) {
+        return true;
+    }
+    if seen.len() >= VALUE_SERIES {
+        return false;
+    }
+    seen.insert(label.to_owned());
+    true
 }
 
 /// The request series of one `api`, resolved once (at the first request, after
@@ -187,4 +229,23 @@ pub(crate) fn redis_failure(policy: OnRedisError) {
         OnRedisError::Local => "local",
     };
     metrics::counter!("tollgate_rls_redis_failures_total", "policy" => p).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    /// Labels with a request's values get their own series up to the bound, in number and in
+    /// length; a label that has one keeps it.
+    #[test]
+    fn series_of_request_values_are_bounded() {
+        assert!(!super::value_series(
+            &"v".repeat(super::VALUE_LABEL_BYTES + 1)
+        ));
+        assert!(super::value_series("bounded_test_first"));
+        let mut created = 0;
+        while super::value_series(&format!("bounded_test_{created}")) {
+            created += 1;
+            assert!(created <= super::VALUE_SERIES, "no bound");
+        }
+        assert!(super::value_series("bounded_test_first"), "kept");
+    }
 }

@@ -269,3 +269,44 @@ async fn a_check_only_descriptor_refuses_without_debiting_through_redis() {
     assert_eq!(brief(&r)[0].1, 18, "user not debited");
     assert_eq!(brief(&r)[1].0, OVER);
 }
+
+/// A reload between a request's plan and its Redis call: a limit the new config no longer has
+/// is decided under the rates the plan holds, never refused for being missing (its policy was
+/// looked up by the new config's limits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_removed_by_a_reload_mid_request_is_still_decided() {
+    use std::path::PathBuf;
+    use tollgate_rls::config::Config;
+    use tollgate_rls::engine::{Demand, OnRedisError, RedisBackend};
+    let Some(server) = RedisServer::start("reload_mid_request") else {
+        return;
+    };
+    let load =
+        |yaml: &str| Config::from_sources(&[(PathBuf::from("c.yaml"), yaml.to_owned())]).unwrap();
+    let old = load(CONFIG);
+    let new = load("domain: shared\ndescriptors:\n  - key: tight\n    rate_limit: {unit: hour, requests_per_unit: 1}\n");
+    let backend = RedisBackend::connect(
+        &server.url(),
+        Duration::from_secs(2),
+        OnRedisError::Unavailable,
+        None,
+    )
+    .await
+    .unwrap();
+    backend.apply(&old);
+    let m = old.lookup("shared", [("user", "x")]).unwrap();
+    let demand = Demand {
+        limit: m.limit,
+        bucket: m.bucket,
+        hits: 1,
+        enforce: true,
+        read: false,
+    };
+    backend.apply(&new); // `user` is gone
+    let out = backend
+        .decide("shared", std::slice::from_ref(&demand))
+        .await
+        .unwrap();
+    assert!(out[0].holds && out[0].decided, "{:?}", out[0]);
+    assert_eq!(out[0].remaining, 19);
+}

@@ -68,7 +68,7 @@ impl FixedWindowBackend {
             .into_iter()
             .map(|w| {
                 let Some((limit, unit)) = w else {
-                    return super::blocked_any();
+                    return super::undecided();
                 };
                 let count = counts.next().unwrap_or(u64::MAX);
                 let reset = Duration::from_secs(unit - now % unit);

@@ -99,19 +99,13 @@ impl LocalBackend {
         }
     }
 
-    /// The table size of `limit` under `config`: one bucket for a limit of exact values,
-    /// else an equal share of `--max-keys` among the limits that keep a bucket per value.
-    fn size_for(&self, limit: &Limit, config: &Config) -> usize {
+    /// The table size of `limit`: one bucket for a limit of exact values, else an equal share
+    /// of `--max-keys` among the `sharing` limits that keep a bucket per value.
+    fn size_for(&self, limit: &Limit, sharing: usize) -> usize {
         if !limit.per_value {
             return 1;
         }
-        let sharing = config
-            .limits()
-            .iter()
-            .filter(|l| l.per_value && limits_of(l).is_some())
-            .count()
-            .max(1);
-        (self.max_keys / sharing).max(1)
+        (self.max_keys / sharing.max(1)).max(1)
     }
 
     fn fresh(&self, limit: &Arc<Limit>, size: usize) -> Option<Table> {
@@ -132,11 +126,16 @@ impl LocalBackend {
         let mut next = HashMap::with_capacity(config.limits().len());
         let mut applied = Applied::default();
         let wall = SystemTime::now();
+        let sharing = config
+            .limits()
+            .iter()
+            .filter(|l| l.per_value && limits_of(l).is_some())
+            .count();
         for limit in config.limits() {
             let Some(limits) = limits_of(limit) else {
                 continue;
             };
-            let size = self.size_for(limit, config);
+            let size = self.size_for(limit, sharing);
             let table = match tables.get(&limit.id) {
                 Some(t) if t.limit.same_definition(limit) && t.size == size => {
                     applied.kept += 1;
@@ -304,10 +303,19 @@ impl LocalBackend {
     /// Writes every table (`--state`): `MAGIC`, then per limit its id and its table's saved
     /// bytes (`KeyedMultiLimiter::save`), then an end record.
     pub fn save<W: Write>(&self, mut w: W) -> io::Result<()> {
-        let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
+        // The tables are `Arc`s: copied out, so that the lock is not held while they are
+        // written (a reload waiting for it would hold the config's write lock meanwhile, and
+        // every decision with it).
+        let tables: Vec<(String, Arc<Table>)> = self
+            .tables
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(id, t)| (id.clone(), t.clone()))
+            .collect();
         w.write_all(MAGIC)?;
         let mut blob = Vec::new();
-        for (id, t) in tables.iter() {
+        for (id, t) in &tables {
             blob.clear();
             t.limiter.save(&mut blob)?;
             w.write_all(&[1])?;

@@ -232,8 +232,9 @@ pub(crate) fn blocked(d: &Demand) -> Outcome {
     Outcome::blocked(rate.unwrap_or(0))
 }
 
-/// An outcome that holds and says nothing (a demand with no rates).
-pub(crate) fn blocked_any() -> Outcome {
+/// An outcome that holds and says nothing, undecided (a demand with no rates, or a failed
+/// decision answered by the policy).
+pub(crate) fn undecided() -> Outcome {
     Outcome {
         holds: true,
         wait: None,

@@ -120,13 +120,21 @@ impl RedisBackend {
             .iter()
             .map(|d| format!("{tag}{}", d.bucket))
             .collect();
-        // Demands with no policy (a limit of 0 per unit) are answered here.
+        // Demands with no policy (a limit of 0 per unit) are answered here. A limit the
+        // current config no longer has (a reload between the request's plan and this call) is
+        // decided under its own rates, as the plan had it, never refused for being missing.
         let (with, policies): (Vec<usize>, Vec<Arc<CheckedLimits>>) = {
             let p = self.policies.read().unwrap_or_else(PoisonError::into_inner);
             demands
                 .iter()
                 .enumerate()
-                .filter_map(|(i, d)| p.get(&d.limit.id).map(|c| (i, c.clone())))
+                .filter_map(|(i, d)| {
+                    let own = || {
+                        let limits = super::limits_of(&d.limit)?;
+                        CheckedLimits::new(limits).ok().map(Arc::new)
+                    };
+                    p.get(&d.limit.id).cloned().or_else(own).map(|c| (i, c))
+                })
                 .unzip()
         };
         let mut out: Vec<Outcome> = demands.iter().map(super::blocked).collect();
@@ -162,16 +170,6 @@ impl RedisBackend {
 
     /// What answers a failed decision under [`OnRedisError::Allow`].
     pub fn allow_all(demands: &[Demand]) -> Vec<Outcome> {
-        demands
-            .iter()
-            .map(|_| Outcome {
-                holds: true,
-                wait: None,
-                remaining: 0,
-                until_full: Duration::ZERO,
-                rate: 0,
-                decided: false,
-            })
-            .collect()
+        demands.iter().map(|_| super::undecided()).collect()
     }
 }
