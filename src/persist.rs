@@ -75,7 +75,8 @@ pub const VERSION: u16 = 2;
 /// ```
 pub const FUTURE_TOLERANCE: Duration = Duration::from_secs(600);
 
-/// Why a saved state could not be restored. The limiter is left as it was.
+/// Why a saved state could not be restored. The limiter is left as it was, but for a keyed
+/// table, which may have taken part of the file (which only withholds).
 ///
 /// ```
 /// use tollgate::{persist::RestoreError, Bucket, ManualClock, Quota};
@@ -110,7 +111,8 @@ pub enum RestoreError {
     },
     /// The limiter to restore into is misconfigured (a `KeyedLimiter` builder's error).
     Config(crate::ConfigError),
-    /// A `MultiBucket` saved with another number of quotas than the restoring one has.
+    /// A `MultiBucket` or a keyed table's policy saved with another number of quotas than the
+    /// restoring one has.
     LimitsChanged {
         /// Quotas saved.
         saved: usize,
@@ -270,8 +272,9 @@ pub trait Persist: sealed::Frames {
     }
 
     /// Restores a state written by [`save`](Persist::save), refilled over the downtime on the
-    /// wall clock ([`SystemTime::now`]); it never adds tokens, and on error changes nothing
-    /// (then `drain`: see [the module](self)).
+    /// wall clock ([`SystemTime::now`]); it never adds tokens, and on error changes nothing but
+    /// a keyed table's entries read before the error, which only withhold (then `drain`: see
+    /// [the module](self)).
     ///
     /// ```
     /// use tollgate::persist::{Persist, RestoreError};

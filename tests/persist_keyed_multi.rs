@@ -143,3 +143,45 @@ fn a_save_racing_decisions_never_restores_more_tokens() {
         |clock| build(20_000, clock),
     );
 }
+
+/// Restoring into a live limiter while other threads keep deciding on the same keys: a
+/// record a decision holds for its write is waited for, never skipped and never a panic (the
+/// merge keeps the stricter of the two states). The file is the limiter's own save with every
+/// key drained, restored at the save's wall-clock instant; the deciders' admissions (a token a
+/// key every 100 ms of their clock) hold the records the merges need.
+#[test]
+fn a_restore_into_a_live_limiter_waits_for_records_decisions_hold() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let clock = ManualClock::new_frozen();
+    let live = Arc::new(build(64, clock.clone()).build().unwrap());
+    for k in 0..8u64 {
+        while live.try_acquire(&k, 1).is_ok() {}
+    }
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let deciders: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (live, stop, clock) = (live.clone(), stop.clone(), clock.clone());
+            std::thread::spawn(move || {
+                let mut k = t;
+                while !stop.load(Ordering::Relaxed) {
+                    // A token a key every 100 ms: admissions write (and hold) the records.
+                    if t == 0 && k % 8 == 0 {
+                        clock.advance(Duration::from_millis(100));
+                    }
+                    let _ = live.try_acquire(&(k % 8), 1);
+                    k += 1;
+                }
+            })
+        })
+        .collect();
+    for _ in 0..300 {
+        live.restore_at(&file[..], wall(0)).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for d in deciders {
+        d.join().unwrap();
+    }
+}

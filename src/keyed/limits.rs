@@ -362,19 +362,24 @@ impl Sealed for Limits {
             return;
         };
         let (h, n, records) = (h as usize, policy.len, &limiter.store.records);
-        // Nothing else holds a record while a restore builds the limiter.
-        let locked_record = records.try_lock(h, n);
-        debug_assert!(locked_record.is_some(), "a record held during a restore");
-        if let Some((seq, owner, cur)) = locked_record {
-            let mut next = cur;
-            for (x, &s) in next.iter_mut().zip(&states[..n]) {
-                *x = (*x).max(s);
+        // A restore into a live limiter meets decisions holding the record for their write
+        // (never for longer: the index's own holds need its lock, which the restore has), so
+        // the record is waited for, as `saved` waits for it.
+        let mut backoff = Backoff::default();
+        let (seq, owner, cur) = loop {
+            match records.try_lock(h, n) {
+                Some(held) => break held,
+                None => backoff.snooze(),
             }
-            if owner == fp {
-                records.write_unlock(h, seq, &next[..n]);
-            } else {
-                records.unlock_unchanged(h, seq);
-            }
+        };
+        let mut next = cur;
+        for (x, &s) in next.iter_mut().zip(&states[..n]) {
+            *x = (*x).max(s);
+        }
+        if owner == fp {
+            records.write_unlock(h, seq, &next[..n]);
+        } else {
+            records.unlock_unchanged(h, seq);
         }
     }
 

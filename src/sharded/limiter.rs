@@ -11,8 +11,7 @@ crate::limiter::one_quota_limiter!(impl[C: Clock] ShardedBucket<C>);
 impl<C: Clock> ShardedBucket<C> {
     /// The decision and the bucket at its reading, read once more after it.
     pub(crate) fn acquire_snapshot(&self, cost: u64) -> (Result<(), Denied>, Snapshot) {
-        let (now, verdict) = self.decide_now(cost);
-        (verdict, self.snapshot_at(now))
+        self.try_acquire_snapshot(cost)
     }
 
     /// Empties the central word now: what a process that cannot restore its state should do

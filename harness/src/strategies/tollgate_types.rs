@@ -155,10 +155,9 @@ pub(super) fn cas() -> Strategy {
 pub(super) fn sharded() -> Strategy {
     Strategy::new("sharded", Kind::Tollgate, |s: &Setup| {
         let shards = ShardedBucket::<DefaultClock>::default_shards();
-        Ok(
-            Box::new(Sharded(ShardedBucket::with_clock(s.quota, shards, s.clock)))
-                as Box<dyn RateLimiter>,
-        )
+        Ok(Box::new(Sharded::new(ShardedBucket::with_clock(
+            s.quota, shards, s.clock,
+        ))) as Box<dyn RateLimiter>)
     })
     .with_description(
         "tollgate::ShardedBucket: a central word and a lease per cache-padded shard, one per core",
