@@ -467,13 +467,20 @@ impl<C: Clock> ShardedBucket<C> {
                     // until then read only `dry_until`. The word's units lie above the lease's,
                     // so no token comes to this shard sooner from anywhere.
                     let one = scaled.scale();
-                    if next + one > limit {
+                    let unearned = next + one > limit;
+                    if unearned {
                         lease.publish_dry(scaled.instant_of(next + one - scaled.burst_units()));
-                        // Spent to its top near the limit: this admission takes the shard's
-                        // next near lease, so that no refusal of its shard has to.
-                        if next == h && self.read_mostly.near_cap > 0 {
-                            self.refill(now, e, lease, next);
-                        }
+                    }
+                    // Spent to its top near the limit — its next token unearned, or earned
+                    // (its threads came back behind the clock) with the word unable to pay
+                    // it: this admission takes the shard's next near lease, so that no
+                    // refusal of its shard has to. A word that can pay is left to the next
+                    // decision, an admission.
+                    if next == h
+                        && self.read_mostly.near_cap > 0
+                        && (unearned || self.central.load() + one > limit)
+                    {
+                        self.refill(now, e, lease, next);
                     }
                     return Ok(());
                 }
@@ -913,6 +920,46 @@ mod tests {
                 refused > 0 && admitted + 1 >= earned && admitted <= earned,
                 "{admitted} of {earned}"
             );
+        }
+    }
+
+    /// Also for a shard that comes back behind the clock: the shards take turns in runs, so
+    /// a shard's lease is earned before its threads spend it, and the admission that spends
+    /// it to the top finds its next token earned. That admission still takes the next lease
+    /// (near the limit, the word holds none: the other shard's leases lie above it), so the
+    /// shard's next refusal writes nothing.
+    #[test]
+    fn a_shard_behind_the_clock_takes_its_next_lease_with_an_admission() {
+        for (rate, step, run) in [
+            (1_000_000, 250, 40),
+            (10_000_000, 30, 300),
+            (4_000_000, 70, 9),
+        ] {
+            let quota = Quota::new(rate, Duration::from_secs(1), 1_000).unwrap();
+            let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+            let mut t = 1_000 * MS;
+            assert_eq!(on(&bucket, 1, t, 1_000), Ok(()), "drained");
+            let (mut admitted, mut refused) = (0u64, 0u64);
+            for i in 0..20_000 {
+                t += step;
+                let shard = (i / run) % 2;
+                let before = bucket.central.load();
+                let first = bucket.shards[shard].near().0 == 0;
+                match on(&bucket, shard, t, 1) {
+                    Ok(()) => admitted += 1,
+                    Err(_) if first => {}
+                    Err(_) => {
+                        refused += 1;
+                        assert_eq!(
+                            bucket.central.load(),
+                            before,
+                            "a refusal wrote, {rate}/s at {t}"
+                        );
+                    }
+                }
+            }
+            let earned = 20_000 * step * rate / 1_000_000_000;
+            assert!(refused > 0 && admitted <= earned, "{admitted} of {earned}");
         }
     }
 
