@@ -32,7 +32,7 @@ use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
-use crate::sync::{cpu_home, AtomicU64, Ordering};
+use crate::sync::{cpu_home, cpu_tick, AtomicU64, Ordering};
 use alloc::boxed::Box;
 use core::fmt;
 use core::time::Duration;
@@ -455,6 +455,9 @@ impl<C: Clock> ShardedBucket<C> {
         if cost == 1 && now < dry {
             return Err(Denied::RetryAfter(central::wait_until(dry, now)));
         }
+        // Only the decisions that go on count towards the next look at the CPU: a refusal
+        // above stores nothing.
+        cpu_tick();
         let (q, h) = lease.read();
         if q < h {
             let scaled = self.read_mostly.quota.scaled();
@@ -697,7 +700,13 @@ impl<C: Clock> ShardedBucket<C> {
     /// shard, always the one).
     #[inline(always)]
     fn home(&self) -> &Lease {
-        &self.shards[self.read_mostly.shard_of.of(cpu_home())]
+        let cpu = cpu_home();
+        // A shard per CPU by default: most numbers are their own shard (one compare, the
+        // bounds check's).
+        match self.shards.get(cpu) {
+            Some(lease) => lease,
+            None => &self.shards[self.read_mostly.shard_of.of(cpu)],
+        }
     }
 
     // ---- the narrow interface that saving, restoring and draining use (`persist.rs`,

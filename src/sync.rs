@@ -290,23 +290,36 @@ mod slots {
 /// numbers whatever their ids (CPUs 2 and 34 get 0 and 1, which `cpu % shards` would not), and
 /// threads on one CPU share a shard's line.
 ///
-/// Asked of the OS (`sched_getcpu`, no syscall on x86_64) once every 1,023 calls of a thread,
-/// cached in between: a thread that migrated keeps its old number for at most 1,022 calls,
-/// which costs line transfers, never correctness (any thread may use any shard). The period is
-/// odd so that a benchmark sampling every 2^k-th call does not alias with it. Where the OS
-/// cannot say (an error, an id beyond 8,191), off Linux and under loom: [`thread_slot`].
+/// Asked of the OS (`sched_getcpu`, no syscall on x86_64) once every 1,023 [`cpu_tick`]s of a
+/// thread, cached in between (reading the cache writes nothing, so that the decisions that
+/// need no more than the number — a sharded bucket's refusals from its shard's line — carry
+/// no store): a thread that migrated keeps its old number for at most 1,022 ticks, which
+/// costs line transfers, never correctness (any thread may use any shard). The period is odd
+/// so that a benchmark sampling every 2^k-th call does not alias with it. Where the OS cannot
+/// say (an error, an id beyond 8,191), off Linux and under loom: [`thread_slot`].
 #[cfg(all(feature = "std", target_os = "linux", not(tollgate_loom)))]
 #[inline]
 pub(crate) fn cpu_home() -> usize {
     cpu::HOME.with(|home| {
         let h = home.get();
         if h & cpu::CALLS != 0 {
-            home.set(h - 1);
             h >> cpu::CALLS_BITS
         } else {
             cpu::refresh(home)
         }
     })
+}
+
+/// Counts one use of the calling thread's [`cpu_home`] towards its next refresh.
+#[cfg(all(feature = "std", target_os = "linux", not(tollgate_loom)))]
+#[inline]
+pub(crate) fn cpu_tick() {
+    cpu::HOME.with(|home| {
+        let h = home.get();
+        if h & cpu::CALLS != 0 {
+            home.set(h - 1);
+        }
+    });
 }
 
 /// [`cpu_home`] where the OS cannot say which CPU a thread runs on: its thread slot.
@@ -315,6 +328,11 @@ pub(crate) fn cpu_home() -> usize {
 pub(crate) fn cpu_home() -> usize {
     thread_slot()
 }
+
+/// [`cpu_tick`] where the thread slot is the number: nothing to count.
+#[cfg(all(feature = "std", any(not(target_os = "linux"), tollgate_loom)))]
+#[inline]
+pub(crate) fn cpu_tick() {}
 
 /// The rank table and thread-local cache behind [`cpu_home`].
 #[cfg(all(feature = "std", target_os = "linux", not(tollgate_loom)))]
@@ -441,11 +459,12 @@ mod tests {
 
     /// Threads pinned to two CPUs get two homes, each stable over many calls (refreshes
     /// included); a thread moved from one CPU to the other takes the other's home within one
-    /// refresh period and never answers anything else meanwhile.
+    /// refresh period of ticks and never answers anything else meanwhile; calls that do not
+    /// tick keep the number they found.
     #[cfg(target_os = "linux")]
     #[test]
     fn a_thread_is_homed_on_its_cpu_and_follows_it_within_a_period() {
-        use super::{cpu, cpu_home};
+        use super::{cpu, cpu_home, cpu_tick};
         let Some(cpus) = two_cpus() else {
             eprintln!("one CPU only: nothing to compare");
             return;
@@ -456,6 +475,7 @@ mod tests {
                 let home = cpu_home();
                 for _ in 0..5 * cpu::CALLS {
                     assert_eq!(cpu_home(), home, "cpu {c}");
+                    cpu_tick();
                 }
                 home
             })
@@ -467,6 +487,9 @@ mod tests {
             pin(cpus[0]);
             assert_eq!(cpu_home(), homes[0]);
             pin(cpus[1]);
+            for _ in 0..5 * cpu::CALLS {
+                assert_eq!(cpu_home(), homes[0], "no tick, no refresh");
+            }
             let mut calls = 1;
             loop {
                 let home = cpu_home();
@@ -474,6 +497,7 @@ mod tests {
                     break;
                 }
                 assert_eq!(home, homes[0]);
+                cpu_tick();
                 calls += 1;
             }
             assert!(calls <= cpu::CALLS, "{calls} calls to follow the move");
