@@ -752,6 +752,11 @@ mod spin {
         /// at least what the rate earns in twice the decision's age, at most half the word
         /// (`--lease-by-wait-any`).
         pub(crate) lease_by_wait_any: bool,
+        /// Near rules: no refill — the admission that spends its shard's near lease to the top
+        /// takes no next one, so the shard's next refusal takes it as an advance
+        /// (`--no-refill`; the crate's admission takes it when the next token is unearned or
+        /// the word cannot pay it).
+        pub(crate) no_refill: bool,
 
         /// Each transfer and each decision's local work take between `1 - jitter` and
         /// `1 + jitter` times their cost (uniform), in percent.
@@ -1050,6 +1055,29 @@ mod spin {
             ctx: Ctx,
             seen: u64,
         },
+        /// An admission that spent its shard's near lease `[_, h)` to the top, after a load of
+        /// the word: the crate's `ShardedBucket::refill` (a `decide` of cost 0).
+        Refill {
+            h: u64,
+            losses: u32,
+        },
+        /// The refill's hand-out count, then its CAS of the word from `seen` to `top`.
+        RefillHandOut {
+            seen: u64,
+            base: u64,
+            top: u64,
+            size: u64,
+            h: u64,
+            losses: u32,
+        },
+        RefillCas {
+            seen: u64,
+            base: u64,
+            top: u64,
+            size: u64,
+            h: u64,
+            losses: u32,
+        },
     }
 
     enum Step {
@@ -1107,6 +1135,8 @@ mod spin {
         pub(crate) found_locked: u64,
         pub(crate) leases: u64,
         pub(crate) advances: u64,
+        /// Near leases taken by admissions (refills).
+        pub(crate) refills: u64,
         pub(crate) publications: u64,
         pub(crate) alone_publications: u64,
         pub(crate) shared_writes_refusing: u64,
@@ -1664,6 +1694,72 @@ mod spin {
                     self.finish(th, ctx, next, leased, kind)
                 }
                 (_, Pc::Spun { ctx, seen }) => self.decide(th, now, ctx, seen, 0),
+                (_, Pc::Refill { h, losses }) => self.refill(th, h, losses),
+                (
+                    _,
+                    Pc::RefillHandOut {
+                        seen,
+                        base,
+                        top,
+                        size,
+                        h,
+                        losses,
+                    },
+                ) => {
+                    self.hand_outs += 1;
+                    Step::Access {
+                        line: CENTRAL,
+                        write: true,
+                        delay: LOAD_NS,
+                        pc: Pc::RefillCas {
+                            seen,
+                            base,
+                            top,
+                            size,
+                            h,
+                            losses,
+                        },
+                    }
+                }
+                (
+                    _,
+                    Pc::RefillCas {
+                        seen,
+                        base,
+                        top,
+                        size,
+                        h,
+                        losses,
+                    },
+                ) => {
+                    self.c.central_cas += 1;
+                    let shard = self.threads[th].shard;
+                    // The hand-out count and the CAS: the admission's writes.
+                    self.threads[th].shared_writes[W_ADVANCE] += 2;
+                    if self.state == seen {
+                        self.state = top;
+                        self.c.refills += 1;
+                        let l = &mut self.leases[shard];
+                        (l.frontier, l.top, l.size, l.emptied) = (base, top, size, false);
+                        return Step::Done {
+                            admitted: true,
+                            delay: 2 * LOAD_NS,
+                        };
+                    }
+                    // Lost: unlocked, the backoff spin, the loop again from a fresh load.
+                    self.c.failed_cas += 1;
+                    self.leases[shard].frontier = h;
+                    let spin = self.m.pause << losses.min(SPIN_LIMIT);
+                    Step::Access {
+                        line: CENTRAL,
+                        write: false,
+                        delay: LOAD_NS + spin,
+                        pc: Pc::Refill {
+                            h,
+                            losses: losses + 1,
+                        },
+                    }
+                }
             }
         }
 
@@ -1777,6 +1873,20 @@ mod spin {
                 if base + UNIT <= h && q + UNIT <= limit {
                     self.leases[shard].frontier = base + UNIT;
                     self.c.spends += 1;
+                    // Spent to its top near the limit: the crate's refill, after a load of the
+                    // word (whether it can pay the next token, or the refill's own `decide`).
+                    if base + UNIT == h
+                        && self.rules == Rules::Near
+                        && self.cap > 0
+                        && !self.m.no_refill
+                    {
+                        return Step::Access {
+                            line: CENTRAL,
+                            write: false,
+                            delay: d + self.m.atomic,
+                            pc: Pc::Refill { h, losses: 0 },
+                        };
+                    }
                     return Step::Done {
                         admitted: true,
                         delay: d + self.m.atomic,
@@ -1888,6 +1998,56 @@ mod spin {
                     h,
                 },
             })
+        }
+
+        /// The crate's `ShardedBucket::refill` from the word as loaded now, after an admission
+        /// that spent its shard's near lease to `h`: nothing while the word can pay the next
+        /// token earned, or if the lease changed; else the next near lease (doubled, as after
+        /// one spent to its top), within the room and, from a word that can pay, `near_min`
+        /// beyond the units earned.
+        fn refill(&mut self, th: usize, h: u64, losses: u32) -> Step {
+            let (r, shard) = (self.threads[th].reading, self.threads[th].shard);
+            let e = self.earned(r);
+            let limit = e + self.burst;
+            let l = self.leases[shard];
+            let s = self.state;
+            let done = Step::Done {
+                admitted: true,
+                delay: 0,
+            };
+            if l.frontier != h || l.top != h || (h + UNIT <= limit && s + UNIT <= limit) {
+                return done;
+            }
+            let size = (l.size.max(1) * 2).min(self.cap);
+            let base = s.max(e);
+            let tokens = if s > limit {
+                if base + size * UNIT <= limit + self.room {
+                    size
+                } else {
+                    0
+                }
+            } else if self.m.no_near_min || base >= e + self.near_min {
+                size.min((limit + self.room).saturating_sub(base) / UNIT)
+            } else {
+                0
+            };
+            if tokens == 0 {
+                return done;
+            }
+            self.leases[shard].frontier = LOCKED;
+            Step::Access {
+                line: CENTRAL,
+                write: true,
+                delay: self.m.atomic,
+                pc: Pc::RefillHandOut {
+                    seen: s,
+                    base,
+                    top: base + tokens * UNIT,
+                    size: tokens,
+                    h,
+                    losses,
+                },
+            }
         }
 
         /// `acquire_slow`: the lease again (its own line), then the central word.
@@ -2354,6 +2514,7 @@ mod cli {
             locked_spin: words.iter().any(|w| w == "--locked-spin"),
             no_near_min: words.iter().any(|w| w == "--no-near-min"),
             lease_by_wait_any: words.iter().any(|w| w == "--lease-by-wait-any"),
+            no_refill: words.iter().any(|w| w == "--no-refill"),
 
             jitter: num(words, "--jitter", 50),
             hold: num(words, "--hold", 0),
@@ -2654,7 +2815,7 @@ mod cli {
     fn paths(x: &spin::Run) {
         let c = &x.c;
         println!(
-            "|  | spends {}, refused not yet payable {}, from `dry_until` {}, from `dry_all` {}, by the word {}; word admissions {} (lease locked {}); leases {}, advances {}; central CAS {} ({} failed); publications {} ({} by a run alone); shared writes / refusal {} |",
+            "|  | spends {}, refused not yet payable {}, from `dry_until` {}, from `dry_all` {}, by the word {}; word admissions {} (lease locked {}); leases {}, advances {}, refills {}; central CAS {} ({} failed); publications {} ({} by a run alone); shared writes / refusal {} |",
             c.spends,
             c.not_yet,
             c.dry_until_refusals,
@@ -2664,6 +2825,7 @@ mod cli {
             c.locked_admissions,
             c.leases,
             c.advances,
+            c.refills,
             c.central_cas,
             c.failed_cas,
             c.publications,
@@ -2677,12 +2839,13 @@ mod cli {
         let c = &x.c;
         let per = |w: u64| w as f64 / c.refusals.max(1) as f64;
         format!(
-            "{:.4} = advances {:.4} + lost attempts {:.4} + publications {:.4} ({} advances, {} refusals)",
+            "{:.2e} = advances {:.2e} + lost attempts {:.2e} + publications {:.2e} ({} advances, {} refills by admissions, {} refusals)",
             per(c.shared_writes_refusing),
             per(c.refusing_writes[0]),
             per(c.refusing_writes[1]),
             per(c.refusing_writes[2]),
             c.advances,
+            c.refills,
             c.refusals,
         )
     }

@@ -377,3 +377,36 @@ fn an_admissions_next_lease_races_an_advance_on_its_shard() {
         assert_eq!(bucket.stranded_tokens(), 0.0);
     });
 }
+
+/// An admission that spends its shard's near lease to the top with its next token already
+/// earned (its threads came back behind the clock) reads the word: one that can pay the next
+/// token is left to the shard's next decision; one that cannot — another shard took its last
+/// token meanwhile — makes the admission take the shard's next near lease. 125,000 tokens/s
+/// (8 µs a token), burst 34, two shards: drained at 0 on shard 0 with a near lease of token
+/// 34. At 16 µs (tokens 34 and 35 payable) shard 0 spends token 34 while a thread on shard 1
+/// takes token 35 from the word (and perhaps a near lease): both are admitted in every order,
+/// and at 240 µs (30 tokens earned) the 28 tokens left (64 earned or in the burst, 36 spent)
+/// are in the word and the leases — shard 0 drains its lease and the word, `available` counts
+/// shard 1's — none stranded.
+#[test]
+fn an_admission_behind_the_clock_takes_the_next_lease_only_from_a_dry_word() {
+    loom::model(|| {
+        let quota = Quota::new(125_000, Duration::from_secs(1), 34).unwrap();
+        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
+        at(0);
+        assert_eq!(bucket.try_acquire(34), Ok(())); // shard 0, and a near lease of token 34
+        let b = bucket.clone();
+        // The next thread slot: shard 1.
+        let other = thread::spawn(move || {
+            at(16_000);
+            b.try_acquire(1)
+        });
+        at(16_000);
+        assert_eq!(bucket.try_acquire(1), Ok(())); // token 34: the lease spent to its top
+        assert_eq!(other.join().unwrap(), Ok(()));
+        at(240_000);
+        let left = (0..40).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64;
+        assert_eq!(left + bucket.available(), 28);
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    });
+}
