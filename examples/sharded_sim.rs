@@ -757,6 +757,9 @@ mod spin {
         /// (`--no-refill`; the crate's admission takes it when the next token is unearned or
         /// the word cannot pay it).
         pub(crate) no_refill: bool,
+        /// Near rules: the longest backoff spin after lost CASes on the central word, 2^this
+        /// pauses (`--central-spin-cap`; the crate's `CENTRAL_SPIN_LIMIT`, 10: 1,024 pauses).
+        pub(crate) central_spin_cap: u32,
 
         /// Each transfer and each decision's local work take between `1 - jitter` and
         /// `1 + jitter` times their cost (uniform), in percent.
@@ -1059,7 +1062,6 @@ mod spin {
         /// the word: the crate's `ShardedBucket::refill` (a `decide` of cost 0).
         Refill {
             h: u64,
-            losses: u32,
         },
         /// The refill's hand-out count, then its CAS of the word from `seen` to `top`.
         RefillHandOut {
@@ -1068,7 +1070,6 @@ mod spin {
             top: u64,
             size: u64,
             h: u64,
-            losses: u32,
         },
         RefillCas {
             seen: u64,
@@ -1076,7 +1077,6 @@ mod spin {
             top: u64,
             size: u64,
             h: u64,
-            losses: u32,
         },
     }
 
@@ -1667,7 +1667,7 @@ mod spin {
                         self.c.failed_cas += 1;
                         self.threads[th].shared_writes[W_LOST] += writes;
                         ctx.losses += 1;
-                        let spin = self.m.pause << (ctx.losses - 1).min(SPIN_LIMIT);
+                        let spin = self.m.pause << (ctx.losses - 1).min(self.central_cap());
                         if self.rules != Rules::Near || self.m.locked_spin || !ctx.locked {
                             return self.decide(th, now, ctx, self.state, spin);
                         }
@@ -1694,7 +1694,7 @@ mod spin {
                     self.finish(th, ctx, next, leased, kind)
                 }
                 (_, Pc::Spun { ctx, seen }) => self.decide(th, now, ctx, seen, 0),
-                (_, Pc::Refill { h, losses }) => self.refill(th, h, losses),
+                (_, Pc::Refill { h }) => self.refill(th, h),
                 (
                     _,
                     Pc::RefillHandOut {
@@ -1703,7 +1703,6 @@ mod spin {
                         top,
                         size,
                         h,
-                        losses,
                     },
                 ) => {
                     self.hand_outs += 1;
@@ -1717,7 +1716,6 @@ mod spin {
                             top,
                             size,
                             h,
-                            losses,
                         },
                     }
                 }
@@ -1729,7 +1727,6 @@ mod spin {
                         top,
                         size,
                         h,
-                        losses,
                     },
                 ) => {
                     self.c.central_cas += 1;
@@ -1746,20 +1743,25 @@ mod spin {
                             delay: 2 * LOAD_NS,
                         };
                     }
-                    // Lost: unlocked, the backoff spin, the loop again from a fresh load.
+                    // Lost: unlocked, and given up (the crate's refill does not spin for an
+                    // admission already made).
                     self.c.failed_cas += 1;
                     self.leases[shard].frontier = h;
-                    let spin = self.m.pause << losses.min(SPIN_LIMIT);
-                    Step::Access {
-                        line: CENTRAL,
-                        write: false,
-                        delay: LOAD_NS + spin,
-                        pc: Pc::Refill {
-                            h,
-                            losses: losses + 1,
-                        },
+                    Step::Done {
+                        admitted: true,
+                        delay: LOAD_NS,
                     }
                 }
+            }
+        }
+
+        /// The longest spin after lost CASes on the central word: the near rules' own cap, the
+        /// crate's `Backoff` cap for the others.
+        fn central_cap(&self) -> u32 {
+            if self.rules == Rules::Near {
+                self.m.central_spin_cap
+            } else {
+                SPIN_LIMIT
             }
         }
 
@@ -1884,7 +1886,7 @@ mod spin {
                             line: CENTRAL,
                             write: false,
                             delay: d + self.m.atomic,
-                            pc: Pc::Refill { h, losses: 0 },
+                            pc: Pc::Refill { h },
                         };
                     }
                     return Step::Done {
@@ -2005,7 +2007,7 @@ mod spin {
         /// token earned, or if the lease changed; else the next near lease (doubled, as after
         /// one spent to its top), within the room and, from a word that can pay, `near_min`
         /// beyond the units earned.
-        fn refill(&mut self, th: usize, h: u64, losses: u32) -> Step {
+        fn refill(&mut self, th: usize, h: u64) -> Step {
             let (r, shard) = (self.threads[th].reading, self.threads[th].shard);
             let e = self.earned(r);
             let limit = e + self.burst;
@@ -2045,7 +2047,6 @@ mod spin {
                     top: base + tokens * UNIT,
                     size: tokens,
                     h,
-                    losses,
                 },
             }
         }
@@ -2515,6 +2516,7 @@ mod cli {
             no_near_min: words.iter().any(|w| w == "--no-near-min"),
             lease_by_wait_any: words.iter().any(|w| w == "--lease-by-wait-any"),
             no_refill: words.iter().any(|w| w == "--no-refill"),
+            central_spin_cap: num(words, "--central-spin-cap", 10).min(20) as u32,
 
             jitter: num(words, "--jitter", 50),
             hold: num(words, "--hold", 0),

@@ -75,7 +75,8 @@ struct Earned {
 ///   ([`stranded_tokens`](ShardedBucket::stranded_tokens)): capacity lost, never a token made.
 /// * **A shard per CPU.** On Linux a thread decides on its CPU's shard (CPUs numbered in the
 ///   order the process first sees them, modulo the shard count; `sched_getcpu` asked once every
-///   1,023 decisions), so a shard's line is written from one core however many threads run.
+///   1,023 decisions that go past a refusal from the shard's line), so a shard's line is
+///   written from one core however many threads run.
 ///   Elsewhere and under loom the shard is the thread's slot modulo the count. Any thread may
 ///   use any shard: a migrated thread costs line transfers, never correctness.
 ///
@@ -700,13 +701,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// shard, always the one).
     #[inline(always)]
     fn home(&self) -> &Lease {
-        let cpu = cpu_home();
-        // A shard per CPU by default: most numbers are their own shard (one compare, the
-        // bounds check's).
-        match self.shards.get(cpu) {
-            Some(lease) => lease,
-            None => &self.shards[self.read_mostly.shard_of.of(cpu)],
-        }
+        &self.shards[self.read_mostly.shard_of.of(cpu_home())]
     }
 
     // ---- the narrow interface that saving, restoring and draining use (`persist.rs`,

@@ -166,6 +166,24 @@ impl Backoff {
         }
     }
 
+    /// [`spin`](Self::spin) whose longest spin is 2^`limit` hints rather than 64, for a line
+    /// that many cores contend: with spins of at most 64 hints, the retries of 64 threads
+    /// alone fill a line that serves one transfer at a time, so every CAS is lost and nothing
+    /// ends the contention. `limit` is at least [`SPIN_LIMIT`](Self::SPIN_LIMIT).
+    #[inline]
+    pub(crate) fn spin_up_to(&mut self, limit: u32) {
+        debug_assert!((Self::SPIN_LIMIT..32).contains(&limit));
+        #[cfg(not(tollgate_loom))]
+        {
+            for _ in 0..1u32 << self.step {
+                spin_loop();
+            }
+            self.step = (self.step + 1).min(limit);
+        }
+        #[cfg(tollgate_loom)]
+        let _ = limit;
+    }
+
     /// Waits a little, longer at each call.
     #[inline]
     pub(crate) fn snooze(&mut self) {
@@ -341,7 +359,7 @@ mod cpu {
     use core::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Mutex, PoisonError};
 
-    /// The low bits of [`HOME`]: calls left before a refresh (one every `CALLS` = 1,023).
+    /// The low bits of [`HOME`]: ticks left before a refresh (one every `CALLS` = 1,023).
     pub(super) const CALLS_BITS: u32 = 10;
     pub(super) const CALLS: usize = (1 << CALLS_BITS) - 1;
 
@@ -355,11 +373,12 @@ mod cpu {
     static NEXT: Mutex<usize> = Mutex::new(0);
 
     std::thread_local! {
-        /// The thread's CPU rank `<< CALLS_BITS | calls left`; 0 at first. No destructor.
+        /// The thread's CPU rank `<< CALLS_BITS | ticks left`; 0 at first. No destructor.
         pub(super) static HOME: Cell<usize> = const { Cell::new(0) };
     }
 
-    /// Asks the OS for the CPU, ranks it, caches the rank for the next `CALLS - 1` calls.
+    /// Asks the OS for the CPU, ranks it, caches the rank for the next `CALLS` ticks (the
+    /// refreshing call's own included, when it ticks).
     #[cold]
     #[inline(never)]
     pub(super) fn refresh(home: &Cell<usize>) -> usize {
@@ -370,7 +389,7 @@ mod cpu {
         };
         // Only `SHARED_SLOT` does not fit, and is not cached.
         if rank <= usize::MAX >> CALLS_BITS {
-            home.set(rank << CALLS_BITS | (CALLS - 1));
+            home.set(rank << CALLS_BITS | CALLS);
         }
         rank
     }
@@ -418,6 +437,25 @@ pub(crate) fn thread_slot() -> usize {
 mod tests {
     use super::{thread_slot, SHARED_SLOT};
     use std::vec::Vec;
+
+    /// The spins double up to the limit given, past the 64 hints of `spin`, and stay there.
+    #[test]
+    fn spins_double_up_to_the_limit_given() {
+        let mut b = super::Backoff::default();
+        for n in 1..=3 {
+            b.spin_up_to(10);
+            assert_eq!(b.step, n);
+        }
+        for _ in 0..20 {
+            b.spin_up_to(10);
+        }
+        assert_eq!(b.step, 10);
+        let mut short = super::Backoff::default();
+        for _ in 0..20 {
+            short.spin();
+        }
+        assert_eq!(short.step, 6);
+    }
 
     #[test]
     fn a_thread_keeps_its_slot_and_exited_threads_slots_are_reused() {
@@ -485,7 +523,9 @@ mod tests {
         assert_ne!(homes[0], homes[1], "cpus {cpus:?}");
         std::thread::spawn(move || {
             pin(cpus[0]);
+            // The refreshing call ticks too, as a decision does: a period of `CALLS` ticks.
             assert_eq!(cpu_home(), homes[0]);
+            cpu_tick();
             pin(cpus[1]);
             for _ in 0..5 * cpu::CALLS {
                 assert_eq!(cpu_home(), homes[0], "no tick, no refresh");

@@ -378,16 +378,18 @@ fn an_admissions_next_lease_races_an_advance_on_its_shard() {
     });
 }
 
-/// An admission that spends its shard's near lease to the top with its next token already
-/// earned (its threads came back behind the clock) reads the word: one that can pay the next
-/// token is left to the shard's next decision; one that cannot — another shard took its last
-/// token meanwhile — makes the admission take the shard's next near lease. 125,000 tokens/s
-/// (8 µs a token), burst 34, two shards: drained at 0 on shard 0 with a near lease of token
-/// 34. At 16 µs (tokens 34 and 35 payable) shard 0 spends token 34 while a thread on shard 1
-/// takes token 35 from the word (and perhaps a near lease): both are admitted in every order,
-/// and at 240 µs (30 tokens earned) the 28 tokens left (64 earned or in the burst, 36 spent)
-/// are in the word and the leases — shard 0 drains its lease and the word, `available` counts
-/// shard 1's — none stranded.
+/// The safety of the refill by an admission behind the clock: an admission that spends its
+/// shard's near lease to the top with its next token already earned reads the word, and takes
+/// the shard's next near lease if the word cannot pay that token (another shard took it
+/// meanwhile). Whichever order the race takes, nothing is admitted twice, lost or stranded
+/// (which of the two takes the next lease, the admission or the shard's next refusal, is the
+/// unit test `a_shard_behind_the_clock_takes_its_next_lease_with_an_admission`). 125,000
+/// tokens/s (8 µs a token), burst 34, two shards: drained at 0 on shard 0 with a near lease of
+/// token 34. At 16 µs (tokens 34 and 35 payable) shard 0 spends token 34 while a thread on
+/// shard 1 takes token 35 from the word and a near lease of token 36: both are admitted in
+/// every order, and at 240 µs (30 tokens earned) the 28 tokens left (64 earned or in the burst,
+/// 36 spent) are in the word and the leases — shard 0 drains its lease and the word,
+/// `available` counts shard 1's — none stranded.
 #[test]
 fn an_admission_behind_the_clock_takes_the_next_lease_only_from_a_dry_word() {
     loom::model(|| {

@@ -33,6 +33,14 @@ pub(super) fn lease_tokens(held: u64, cost: u64, shards: u64) -> u64 {
 /// The largest state (states stay below [`LOCKED`](super::lease::LOCKED)).
 const MAX_STATE: u64 = (1 << 63) - 1;
 
+/// The longest backoff spin after lost CASes on the central word: 2^10 = 1,024 hints (tens of
+/// µs), reached after ten losses in a row. Near the limit every shard comes back to the word
+/// once per near lease; with spins of at most 64 hints, 48 to 64 cores retrying at once fill
+/// the word's line with lost CASes and stay there, every thread at the word (the step model,
+/// `docs/sharded.md`); longer spins let the winners through and the shards return to their
+/// own lines.
+const CENTRAL_SPIN_LIMIT: u32 = 10;
+
 /// A near lease spans at most this long of the rate ...
 const NEAR_NS: u64 = 16_000;
 
@@ -327,7 +335,7 @@ impl Central {
     /// near lease taken in the same CAS when the shard's is empty (an *advance*, paid out as
     /// the clock earns it), or with the wait for the word. What a replaced lease still held
     /// goes to its `stranded`. A cost of 0 (`ShardedBucket::refill`) takes the lease alone,
-    /// or writes nothing.
+    /// or writes nothing; it gives up after a lost CAS instead of spinning.
     #[inline(never)]
     pub(super) fn decide(&self, ask: &Ask<'_>) -> Outcome {
         let scaled = ask.scaled;
@@ -371,7 +379,7 @@ impl Central {
             }
         };
         let mut s = self.state.load(Ordering::Relaxed);
-        // A short spin after each lost CAS, as in `Bucket`'s retry loop (at most 64 hints), with
+        // A spin after each lost CAS, doubling from one hint to [`CENTRAL_SPIN_LIMIT`]'s, with
         // the lease unlocked: a thread descheduled in a spin leaves its shard's lease to its
         // shard's other threads.
         let mut backoff = Backoff::default();
@@ -410,7 +418,7 @@ impl Central {
                                 s = actual;
                                 release(locked);
                                 locked = false;
-                                backoff.spin();
+                                backoff.spin_up_to(CENTRAL_SPIN_LIMIT);
                                 continue;
                             }
                         }
@@ -469,7 +477,13 @@ impl Central {
                                 s = actual;
                                 release(locked);
                                 locked = false;
-                                backoff.spin();
+                                // A refill gives up: the admission it follows is done, and a
+                                // spin here would only delay it; the shard's next decision
+                                // takes the lease.
+                                if cost_units == 0 {
+                                    return Outcome::Retry;
+                                }
+                                backoff.spin_up_to(CENTRAL_SPIN_LIMIT);
                                 continue;
                             }
                         }
@@ -590,7 +604,11 @@ impl Central {
                     s = actual;
                     release(locked);
                     locked = false;
-                    backoff.spin();
+                    // A refill gives up (as above).
+                    if cost_units == 0 {
+                        return Outcome::Retry;
+                    }
+                    backoff.spin_up_to(CENTRAL_SPIN_LIMIT);
                     // How stale the reading has grown: a far lease covers twice that.
                     age = (ask.clock)().saturating_sub(ask.now);
                 }
