@@ -383,7 +383,7 @@ fn an_admissions_next_lease_races_an_advance_on_its_shard() {
 /// the shard's next near lease if the word cannot pay that token (another shard took it
 /// meanwhile). Whichever order the race takes, nothing is admitted twice, lost or stranded
 /// (which of the two takes the next lease, the admission or the shard's next refusal, is the
-/// unit test `a_shard_behind_the_clock_takes_its_next_lease_with_an_admission`). 125,000
+/// unit test `near_the_limit_refusals_leave_the_central_word_alone`). 125,000
 /// tokens/s (8 µs a token), burst 34, two shards: drained at 0 on shard 0 with a near lease of
 /// token 34. At 16 µs (tokens 34 and 35 payable) shard 0 spends token 34 while a thread on
 /// shard 1 takes token 35 from the word and a near lease of token 36: both are admitted in
