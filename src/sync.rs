@@ -169,7 +169,9 @@ impl Backoff {
     /// [`spin`](Self::spin) whose longest spin is 2^`limit` hints rather than 64, for a line
     /// that many cores contend: with spins of at most 64 hints, the retries of 64 threads
     /// alone fill a line that serves one transfer at a time, so every CAS is lost and nothing
-    /// ends the contention. `limit` is at least [`SPIN_LIMIT`](Self::SPIN_LIMIT).
+    /// ends the contention. `limit` is at least [`SPIN_LIMIT`](Self::SPIN_LIMIT). Only the
+    /// sharded bucket's central word uses it, so it exists with `std` alone.
+    #[cfg(feature = "std")]
     #[inline]
     pub(crate) fn spin_up_to(&mut self, limit: u32) {
         debug_assert!((Self::SPIN_LIMIT..32).contains(&limit));
