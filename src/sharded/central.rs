@@ -495,7 +495,7 @@ impl Central {
                 // installed meanwhile may hold units payable before it.
                 let mut dry = 0;
                 if let Some((lease, frontier, top, units)) = held {
-                    let at = dry_at(scaled, s);
+                    let at = dry_or_pooled_at(scaled, s, top, units);
                     if units < scale {
                         if locked {
                             lease.publish_dry(at);
@@ -624,6 +624,29 @@ pub(super) fn dry_at(scaled: &Scaled, s: u64) -> u64 {
     (s + scaled.scale())
         .checked_sub(scaled.burst_units())
         .map_or(0, |need| scaled.instant_of(need))
+}
+
+/// The shard's next one-token instant after a refusal that read the word at `s` and the
+/// shard's lease holding `units` below its `top`: [`dry_at`], or sooner, while the lease's
+/// units last, the instant at which they and the word's pay one token together (the pooling
+/// of [`Central::decide`]), so that `dry_until` never refuses a token the pooling pays.
+fn dry_or_pooled_at(scaled: &Scaled, s: u64, top: u64, units: u64) -> u64 {
+    let alone = dry_at(scaled, s);
+    let (scale, burst_units) = (scaled.scale(), scaled.burst_units());
+    if units == 0 || units >= scale {
+        return alone;
+    }
+    // `units < scale <= s + scale`: no underflow.
+    let pooled = top.max(s + scale - units);
+    match pooled.checked_sub(burst_units) {
+        // Earned up to `pooled − burst` no later than the lease's first unit held: the units
+        // last. (The refusal's wait takes the pooled instant only when strictly before: with
+        // an inexact quota the reading at that instant may have passed the first unit; an
+        // earlier `dry_until` only sends more decisions to the word, which decides exactly.)
+        Some(need) if need <= top - units => alone.min(scaled.instant_of(need)),
+        Some(_) => alone,
+        None => 0,
+    }
 }
 
 /// The wait from `now` until the units earned reach `need` (above those earned at `now`).
