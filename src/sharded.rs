@@ -972,6 +972,39 @@ mod tests {
         bucket.acquire_on(now, cost, || &bucket.shards[i])
     }
 
+    /// A refusal beside a lease that holds less than the cost names the pooled instant also
+    /// when that is the instant the units earned reach the lease's first unit: with an exact
+    /// quota the reading there holds the lease's units whole, and the pooling admits. 1,000
+    /// tokens/s (no near leases), burst 50, two shards: shard 0 keeps one token of a far lease;
+    /// shard 1 takes the word to 48 tokens above the lease's top; a cost of 2 on shard 0 is
+    /// refused with the wait until the lease's first unit (1 ms), not until the word alone
+    /// pays both (2 ms); a retry then is admitted, one nanosecond sooner refused.
+    #[test]
+    fn a_pooled_wait_at_the_leases_first_unit_is_exact() {
+        let quota = Quota::new(1_000, Duration::from_secs(1), 50).unwrap();
+        assert!(quota.is_exact());
+        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        let (unit, burst) = (quota.scale(), quota.burst_units());
+        assert_eq!(bucket.acquire_central(0, 1, &bucket.shards[0]), Ok(()));
+        let (q, h) = bucket.shards[0].read();
+        let lease = (h - q) / unit;
+        assert!(lease >= 2, "{lease}");
+        for _ in 1..lease {
+            assert_eq!(on(&bucket, 0, 0, 1), Ok(()));
+        }
+        let (q, h) = bucket.shards[0].read();
+        assert_eq!(h - q, unit);
+        // The word to 48 tokens above the lease's top, at the reading whose limit that is.
+        let word = h + burst - 2 * unit;
+        let t1 = quota.scaled().instant_of(word - burst);
+        let take = (word - bucket.central.load()) / unit;
+        assert_eq!(on(&bucket, 1, t1, take), Ok(()));
+        assert_eq!(bucket.central.load(), word);
+        assert_eq!(on(&bucket, 0, t1, 2), wait_ms(1));
+        assert!(on(&bucket, 0, t1 + MS - 1, 2).is_err());
+        assert_eq!(on(&bucket, 0, t1 + MS, 2), Ok(()));
+    }
+
     /// Near the limit each shard waits for its own near lease: a refusal's wait is the instant
     /// its shard's next token is earned, later than the pooled wait by at most the other
     /// shards' leases, and a retry at it is admitted.

@@ -508,11 +508,20 @@ impl Central {
                 release(locked);
                 // The wait until the word pays the cost, or, sooner, until it pays what the
                 // lease lacks while the lease still holds its units (they lapse once the units
-                // earned pass them): the instant the pooling above admits.
+                // earned pass them): the instant the pooling above admits. At the instant the
+                // units earned reach the lease's first unit, an exact quota's reading holds
+                // them all (its units earned are whole at every nanosecond, and what lapses
+                // after is made up by the limit rising with it); an inexact one's may have
+                // passed the first by a unit, so there the word's own wait is named.
                 let mut need = want;
                 if let Some((_, _, top, units)) = held {
                     let pooled = top.max(want - units);
-                    if units > 0 && pooled - burst_units < top - units {
+                    let lasts = match (pooled - burst_units).cmp(&(top - units)) {
+                        core::cmp::Ordering::Less => true,
+                        core::cmp::Ordering::Equal => scaled.exact_mul().is_some(),
+                        core::cmp::Ordering::Greater => false,
+                    };
+                    if units > 0 && lasts {
                         need = pooled;
                     }
                 }
@@ -640,9 +649,9 @@ fn dry_or_pooled_at(scaled: &Scaled, s: u64, top: u64, units: u64) -> u64 {
     let pooled = top.max(s + scale - units);
     match pooled.checked_sub(burst_units) {
         // Earned up to `pooled − burst` no later than the lease's first unit held: the units
-        // last. (The refusal's wait takes the pooled instant only when strictly before: with
-        // an inexact quota the reading at that instant may have passed the first unit; an
-        // earlier `dry_until` only sends more decisions to the word, which decides exactly.)
+        // last. (At that instant exactly, the refusal's wait names the pooled instant only
+        // for an exact quota: an inexact one's reading may have passed the first unit there;
+        // an earlier `dry_until` only sends more decisions to the word, which decides exactly.)
         Some(need) if need <= top - units => alone.min(scaled.instant_of(need)),
         Some(_) => alone,
         None => 0,
