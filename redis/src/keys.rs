@@ -11,7 +11,6 @@ use crate::script::parse;
 use crate::{Error, RedisLimiter};
 use std::collections::HashSet;
 use std::time::Duration;
-use tokio::time::Instant;
 use tollgate::{gcra, Denied, Limits, Refusal, Snapshots};
 
 /// A policy ([`Limits`]) checked once against the script's range, for
@@ -145,7 +144,7 @@ impl RedisLimiter {
             }
         }
         let keys: Vec<&str> = full.iter().map(String::as_str).collect();
-        let deadline = Instant::now() + inner.timeout;
+        let deadline = inner.deadline();
         let r = self.eval_keys_checked(&keys, &argv, deadline).await;
         let r = r.and_then(|reply| {
             let reply: Vec<String> = redis::FromRedisValue::from_redis_value(reply)

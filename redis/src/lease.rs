@@ -321,12 +321,18 @@ impl Table {
         }
     }
 
-    /// The rest of a recent refusal's wait if it covers `cost` (see `Slot::denied_until`).
-    pub(crate) fn denied(&self, slot: &Slot, cost: u64) -> Option<Duration> {
+    /// The rest of a recent refusal's wait if it covers `cost` (see `Slot::denied_until`): for
+    /// a cost above the refused one, lengthened by the refill time of the difference, which is
+    /// what the bucket Redis refused from needs for it (a wait grows by exactly that with the
+    /// cost, rounded up here), so that no client is told to come back before its cost can be
+    /// held.
+    pub(crate) fn denied(&self, slot: &Slot, quota: &Quota, cost: u64) -> Option<Duration> {
         let until = slot.denied_until.load(Ordering::Acquire);
         let now = self.now();
-        (until > now && cost >= slot.denied_cost.load(Ordering::Acquire))
-            .then(|| Duration::from_nanos(until - now))
+        let refused = slot.denied_cost.load(Ordering::Acquire);
+        (until > now && cost >= refused).then(|| {
+            Duration::from_nanos(until - now).saturating_add(quota.refill_time(cost - refused))
+        })
     }
 
     /// Remembers a refusal of `cost` with `wait`, and the refused refill's `snapshot` (Redis's

@@ -53,6 +53,19 @@ pub(crate) struct Inner {
     pub(crate) limits: Option<LimitsParams>,
 }
 
+impl Inner {
+    /// The instant a decision starting now must be answered by: the timeout later, or, for a
+    /// timeout too long to add to the clock (`Duration::MAX`), thirty years later (no timeout
+    /// of its own).
+    pub(crate) fn deadline(&self) -> Instant {
+        const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
+        let now = Instant::now();
+        now.checked_add(self.timeout)
+            .or_else(|| now.checked_add(FAR))
+            .unwrap_or(now)
+    }
+}
+
 /// A GCRA rate limiter whose buckets live in Redis, shared by every process that uses the same
 /// server, prefix and keys. `Send + Sync + Clone`; clones share the connection, counters and
 /// leases. See the crate docs for the exactness, range and policies.
@@ -279,6 +292,15 @@ impl RedisLimiter {
     /// What `try_acquire` answers after an error: a per-key fault refuses that key alone
     /// (the server is fine: no policy applies); anything else applies the policy.
     fn on_error(&self, key: &str, cost: u64, e: &Error) -> Outcome {
+        // The edges need no bucket: answered as without the error, whatever the policy (a fail
+        // open must not admit a cost no state could hold, nor a fail closed name a wait for it).
+        if let Some((verdict, quota)) = self.edge(key, cost) {
+            return Outcome {
+                verdict,
+                snapshot: None,
+                quota: Some(quota),
+            };
+        }
         if let Error::Malformed { .. } = e {
             bump(&self.inner.stats.malformed);
             return Outcome {
@@ -318,7 +340,13 @@ impl RedisLimiter {
                 // by them).
                 let name = stored_key(key).into_owned();
                 let (verdict, snapshots) = tollgate::Limiter::decide_snapshots(&**k, &name, cost);
-                let verdict = verdict.map_err(Denied::from);
+                // A cost above the share's burst is within the key's (the edges are answered
+                // before the policy): it can be held once Redis is back, so it is refused as a
+                // fail closed refuses, not for good.
+                let verdict = match verdict.map_err(Denied::from) {
+                    Err(Denied::ExceedsBurst) => Err(Denied::RetryAfter(FAIL_CLOSED_RETRY)),
+                    v => v,
+                };
                 self.inner.observe.decided(&verdict);
                 Outcome {
                     verdict,
@@ -326,6 +354,26 @@ impl RedisLimiter {
                     quota: Some(k.quota_for(&*name)),
                 }
             }
+        }
+    }
+
+    /// The verdict for the costs that need no bucket, with the quota it is reported under:
+    /// 0 is admitted, a cost above the burst (a policy's smallest) refused for good; `None`
+    /// for the rest.
+    fn edge(&self, key: &str, cost: u64) -> Option<(Result<(), Denied>, Quota)> {
+        let (burst, quota) = match self.limits_of(key) {
+            Some(m) => (m.min_burst(), m.limits.quotas()[0]),
+            None => {
+                let q = self.params(key).quota;
+                (q.burst(), q)
+            }
+        };
+        if cost == 0 {
+            Some((Ok(()), quota))
+        } else if cost > burst {
+            Some((Err(Denied::ExceedsBurst), quota))
+        } else {
+            None
         }
     }
 
@@ -352,16 +400,13 @@ impl RedisLimiter {
         cost: u64,
         want_snapshot: bool,
     ) -> Result<(Result<(), Denied>, Option<Snapshot>, Quota), Error> {
-        if let Some(m) = self.limits_of(key) {
-            if !want_snapshot {
-                if cost == 0 {
-                    return Ok((Ok(()), None, m.limits.quotas()[0]));
-                }
-                if cost > m.min_burst() {
-                    return Ok((Err(Denied::ExceedsBurst), None, m.limits.quotas()[0]));
-                }
+        if !want_snapshot {
+            if let Some((verdict, quota)) = self.edge(key, cost) {
+                return Ok((verdict, None, quota));
             }
-            let deadline = Instant::now() + self.inner.timeout;
+        }
+        if let Some(m) = self.limits_of(key) {
+            let deadline = self.inner.deadline();
             let r = self
                 .decide_limits(&stored_key(key), cost, m, None, deadline)
                 .await
@@ -373,17 +418,8 @@ impl RedisLimiter {
         }
         let p = self.params(key);
         let quota = p.quota;
-        let burst = p.quota.burst();
-        if !want_snapshot {
-            if cost == 0 {
-                return Ok((Ok(()), None, quota));
-            }
-            if cost > burst {
-                return Ok((Err(Denied::ExceedsBurst), None, quota));
-            }
-        }
         // One deadline for the whole decision: the refill lock's wait and the script call.
-        let deadline = Instant::now() + self.inner.timeout;
+        let deadline = self.inner.deadline();
         let r = self.decide_redis(&stored_key(key), cost, p, deadline).await;
         if r.is_err() {
             bump(&self.inner.stats.errors);
@@ -527,7 +563,7 @@ impl RedisLimiter {
             self.inner.observe.path(Path::Lease);
             return Some((Ok(()), Some(self.lease_snapshot(table, slot, p))));
         }
-        let wait = table.denied(slot, cost)?;
+        let wait = table.denied(slot, &p.quota, cost)?;
         bump(&self.inner.stats.lease_denied);
         self.inner.observe.path(Path::LeaseDenied);
         Some((

@@ -37,7 +37,9 @@ pub enum OnUnavailable {
     /// `N` processes, `fraction = 1/N` keeps the total near the global limit *while Redis is
     /// out*: the local shares start full when it goes, and Redis never learns of what they
     /// admitted, so a window spanning the switch (either way) can admit up to about twice the
-    /// burst plus the rate times its length.
+    /// burst plus the rate times its length. A cost above the share's burst but within the
+    /// key's is refused with `Denied::RetryAfter(`[`FAIL_CLOSED_RETRY`]`)`, as a fail closed
+    /// refuses: it can be held once Redis is back.
     LocalFallback {
         /// This process's share of each key's quota.
         fraction: f64,

@@ -6,7 +6,6 @@ use crate::conn::Arg;
 use crate::key::stored_key;
 use crate::limiter::{Mode, RedisLimiter};
 use crate::Error;
-use tokio::time::Instant;
 use tollgate::{Denied, Quota, Snapshot};
 
 impl RedisLimiter {
@@ -28,7 +27,7 @@ impl RedisLimiter {
                     0,
                     Mode::Acquire,
                     Some(now_us),
-                    Instant::now() + self.inner.timeout,
+                    self.inner.deadline(),
                 )
                 .await?;
             return Ok((Err(Denied::ExceedsBurst), d.snapshot, d.now_ns));
@@ -40,7 +39,7 @@ impl RedisLimiter {
                 cost,
                 Mode::Acquire,
                 Some(now_us),
-                Instant::now() + self.inner.timeout,
+                self.inner.deadline(),
             )
             .await?;
         Ok((d.verdict, d.snapshot, d.now_ns))
@@ -58,7 +57,7 @@ impl RedisLimiter {
                 0,
                 Mode::Acquire,
                 Some(now_us),
-                Instant::now() + self.inner.timeout,
+                self.inner.deadline(),
             )
             .await?
             .state)
@@ -87,7 +86,7 @@ impl RedisLimiter {
                 cost,
                 Mode::Lease(max),
                 Some(now_us),
-                Instant::now() + self.inner.timeout,
+                self.inner.deadline(),
             )
             .await?;
         Ok((d.verdict, d.taken, d.snapshot))
@@ -105,7 +104,7 @@ impl RedisLimiter {
         let m = self
             .limits_of(key)
             .ok_or_else(|| Error::Config(format!("{key:?} has no policy of several quotas")))?;
-        let deadline = Instant::now() + self.inner.timeout;
+        let deadline = self.inner.deadline();
         let d = self
             .decide_limits(&stored_key(key), cost, m, Some(now_us), deadline)
             .await?;

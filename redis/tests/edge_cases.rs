@@ -1,9 +1,10 @@
-//! Edge cases, one test each: two live quotas on one key, a huge probe interval, a long prime
-//! period, refusals from the lease cache. Each starts its own `redis-server` on a free loopback port.
+//! Edge cases, one test each: two live quotas on one key, a huge probe interval or timeout, a
+//! long prime period, refusals from the lease cache, edge costs while Redis is down. Each starts
+//! its own `redis-server` on a free loopback port.
 
 use std::time::Duration;
-use tollgate::{Denied, Quota};
-use tollgate_redis::{RedisLimiter, FAIL_CLOSED_RETRY};
+use tollgate::{Denied, Limits, Quota};
+use tollgate_redis::{CheckedLimits, KeyDemand, OnUnavailable, RedisLimiter, FAIL_CLOSED_RETRY};
 use tollgate_testkit::redis_server::RedisServer;
 
 fn q(tokens: u64, per: Duration, burst: u64) -> Quota {
@@ -128,4 +129,144 @@ async fn lease_cache_refusals_report_the_refused_refill() {
     assert_eq!(a.counters().lease_denied, 1);
     let r = s.unwrap().remaining();
     assert_eq!(r, 0, "a cost-1 request refused with {r} tokens remaining");
+}
+
+/// `timeout(Duration::MAX)` (and `connect_timeout(Duration::MAX)`): no timeout of its own, every
+/// call decides. (The decision's deadline, `now + timeout`, overflowed: every call panicked.)
+#[tokio::test]
+async fn a_huge_timeout_decides() {
+    let Some(server) = RedisServer::start("edge_cases::huge_timeout") else {
+        return;
+    };
+    let l = RedisLimiter::builder(&server.url(), q(2, Duration::from_secs(3600), 2))
+        .timeout(Duration::MAX)
+        .connect_timeout(Duration::MAX)
+        .build()
+        .await
+        .unwrap();
+    let limits = CheckedLimits::new(Limits::from(Quota::per_second(5).unwrap())).unwrap();
+    let task = tokio::spawn(async move {
+        let first = l.try_acquire("k", 1).await;
+        let second = l.check("k", 1).await.ok();
+        let third = l.check_snapshot("k", 1).await.ok().map(|(v, _)| v);
+        let keys = l
+            .decide_keys(&[KeyDemand {
+                key: "other",
+                limits: &limits,
+                cost: 1,
+                alone: false,
+                check: false,
+            }])
+            .await
+            .ok()
+            .map(|out| out[0].verdict.is_ok());
+        (first, second, third.map(|v| v.is_err()), keys)
+    });
+    let got = task.await.map_err(|e| e.to_string());
+    assert_eq!(got, Ok((Ok(()), Some(Ok(())), Some(true), Some(true))));
+}
+
+/// While Redis cannot decide, a cost above the burst is still refused for good and a cost of 0
+/// still admitted, under every policy and on every call (`try_acquire_outcome` is what the
+/// tower layer calls). (`try_acquire_outcome` applied the policy to them: a fail open admitted
+/// a cost above the burst, a fail closed refused it with a wait, as it refused a cost of 0.)
+/// Under a local fallback, a cost above the share's burst but within the key's is refused with
+/// the fail-closed wait (it was refused for good).
+#[tokio::test]
+async fn edge_costs_keep_their_answer_while_redis_is_down() {
+    let Some(server) = RedisServer::start("edge_cases::edges_in_outage") else {
+        return;
+    };
+    let quota = q(10, Duration::from_secs(1), 10);
+    let policy = Limits::new([quota, q(100, Duration::from_secs(60), 20)]).unwrap();
+    let mut limiters = Vec::new();
+    for on in [
+        OnUnavailable::FailOpen,
+        OnUnavailable::FailClosed,
+        OnUnavailable::LocalFallback {
+            fraction: 0.25,
+            max_keys: 16,
+        },
+    ] {
+        let one = RedisLimiter::builder(&server.url(), quota)
+            .on_unavailable(on)
+            .build()
+            .await
+            .unwrap();
+        // A policy of several quotas takes no local fallback.
+        let two = match on {
+            OnUnavailable::LocalFallback { .. } => None,
+            _ => Some(
+                RedisLimiter::builder(&server.url(), quota)
+                    .limits(policy.clone())
+                    .on_unavailable(on)
+                    .build()
+                    .await
+                    .unwrap(),
+            ),
+        };
+        limiters.push((on, one, two));
+    }
+    drop(server);
+    for (on, one, two) in &limiters {
+        for l in std::iter::once(one).chain(two) {
+            for _ in 0..2 {
+                let o = l.try_acquire_outcome("k", 11).await;
+                assert_eq!(o.verdict, Err(Denied::ExceedsBurst), "{on:?}, cost 11");
+                assert_eq!(
+                    l.try_acquire("k", 11).await,
+                    Err(Denied::ExceedsBurst),
+                    "{on:?}"
+                );
+                let o = l.try_acquire_outcome("k", 0).await;
+                assert_eq!(o.verdict, Ok(()), "{on:?}, cost 0");
+                let (v, s) = l.try_acquire_snapshot("k", 0).await;
+                assert_eq!((v, s), (Ok(()), None), "{on:?}, cost 0");
+            }
+        }
+    }
+    // The local share holds 2 of the key's 10: a cost of 5 waits for Redis.
+    let (_, local, _) = &limiters[2];
+    let o = local.try_acquire_outcome("k", 5).await;
+    assert_eq!(o.verdict, Err(Denied::RetryAfter(FAIL_CLOSED_RETRY)));
+    assert_eq!(
+        local.try_acquire("k", 5).await,
+        Err(Denied::RetryAfter(FAIL_CLOSED_RETRY))
+    );
+    assert_eq!(local.try_acquire("k", 2).await, Ok(()));
+}
+
+/// A refusal served from the lease table's refusal cache to a larger cost than the refused one
+/// names that cost's wait, not the refused cost's. (A cost of 10 was told 1 s, the cost of 1's
+/// wait, where Redis needs 10 s: a client retrying then was refused again.)
+#[tokio::test]
+async fn lease_cache_refusals_wait_for_the_larger_cost() {
+    let Some(server) = RedisServer::start("edge_cases::lease_refusal_larger_cost") else {
+        return;
+    };
+    let quota = q(1, Duration::from_secs(1), 10);
+    let a = RedisLimiter::builder(&server.url(), quota)
+        .timeout(Duration::from_secs(2))
+        .leases(tollgate_redis::Leases::new(1).lifetime(Duration::from_secs(60)))
+        .build()
+        .await
+        .unwrap();
+    let b = RedisLimiter::builder(&server.url(), quota)
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(a.try_acquire("k", 10).await, Ok(()));
+    assert!(a.try_acquire("k", 1).await.is_err(), "the drained bucket");
+    let cached = a.try_acquire("k", 10).await;
+    assert_eq!(a.counters().lease_denied, 1, "served by the refusal cache");
+    let truth = b.check("k", 10).await.unwrap();
+    let (Err(Denied::RetryAfter(got)), Err(Denied::RetryAfter(want))) = (cached, truth) else {
+        panic!("{cached:?} {truth:?}")
+    };
+    // Redis answered after the cache did: its wait is the shorter by the time between.
+    assert!(
+        got >= want && got <= want + Duration::from_millis(500),
+        "told {got:?}, Redis needs {want:?}"
+    );
 }
