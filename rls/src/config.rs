@@ -719,14 +719,34 @@ impl Parser<'_> {
                         ));
                     }
                     let mut rates = Vec::new();
-                    let mut replaces = Vec::new();
+                    let mut each_replaces = Vec::new();
                     for (j, r) in items.iter().enumerate() {
-                        let (kind, mut rep, _) = self.rate(r, &format!("{f}[{j}]"), false)?;
+                        let (kind, rep, _) = self.rate(r, &format!("{f}[{j}]"), false)?;
                         if let Kind::Rates(mut one) = kind {
                             rates.append(&mut one);
                         }
-                        replaces.append(&mut rep);
+                        each_replaces.push(rep);
                     }
+                    // The rates are one limit: a match drops every request descriptor whose
+                    // limit has a replaced name, so a rate replacing another rate's name would
+                    // switch the whole limit off (refused as the `rate_limit` form refuses a
+                    // limit replacing its own name).
+                    for (j, rep) in each_replaces.iter().enumerate() {
+                        let own = rep
+                            .iter()
+                            .find(|n| rates.iter().any(|r| !r.name.is_empty() && r.name == **n));
+                        if let Some(name) = own {
+                            return Err(self.err(
+                                items.get(j),
+                                &format!("{f}[{j}].replaces"),
+                                format!(
+                                    "a limit replacing its own name {name:?} (a rate of this \
+                                     descriptor's rate_limits has it)"
+                                ),
+                            ));
+                        }
+                    }
+                    let replaces = each_replaces.concat();
                     Some((Kind::Rates(rates), replaces, None))
                 }
                 (None, None) => None,

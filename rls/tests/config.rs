@@ -227,6 +227,8 @@ fn invalid_configs_name_the_file_line_and_field() {
         ("domain: d\ndescriptors: [\n", 3, "", "not valid YAML"),
         ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 1099511627776}\n", 4, "descriptors[0].rate_limit", "not a"),
         ("domain: d\n---\ndomain: e\n", 3, "", "one domain per file"),
+        // A `rate_limits` entry replacing another entry's name: the limit would drop itself.
+        ("domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: minute, requests_per_unit: 1, name: x}\n      - {unit: hour, requests_per_unit: 10, replaces: [{name: x}]}\n", 6, "descriptors[0].rate_limits[1].replaces", "own name"),
     ];
     for (yaml, line, field, words) in cases {
         let e = load(yaml).expect_err(yaml);
