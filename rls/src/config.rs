@@ -120,7 +120,9 @@ pub struct Limit {
     /// The descriptor path in the config (`key` or `key_value` per level, joined by `.`):
     /// with the domain, what identifies the limit across reloads.
     pub path: String,
-    /// The identity across reloads: domain and path.
+    /// The identity across reloads: domain and path, joined by `\x1f`. It names the limit's
+    /// table, its Redis policy and its saved state; no two limits of a loaded config have one
+    /// (a domain holds no `\x1f` and a config whose paths coincide is refused).
     pub id: String,
     /// What it does.
     pub kind: Kind,
@@ -287,6 +289,7 @@ impl Config {
             let mut p = Parser {
                 file,
                 limits: &mut config.limits,
+                ids: HashMap::new(),
                 domain: String::new(),
             };
             let (name, domain) = p.file(text)?;
@@ -467,6 +470,10 @@ struct Above {
 struct Parser<'a> {
     file: &'a Path,
     limits: &'a mut Vec<Arc<Limit>>,
+    /// The ids of the file's limits so far, each with where it was defined: an id names one
+    /// table (and one Redis policy), so a second limit with it is refused. Files have distinct
+    /// domains, free of the id's `\x1f`, so their ids differ.
+    ids: HashMap<String, String>,
     /// The domain of the file being parsed.
     domain: String,
 }
@@ -513,13 +520,25 @@ impl Parser<'_> {
         let mut descriptors = None;
         for (k, v) in map {
             match self.key(k, "")?.as_str() {
-                "domain" => domain = Some(self.string(v, "domain")?),
+                "domain" => domain = Some((self.string(v, "domain")?, v)),
                 "descriptors" => descriptors = Some(v),
                 other => return Err(self.unknown(k, "", other)),
             }
         }
         let domain = match domain {
-            Some(d) if !d.is_empty() => d,
+            // Table ids and Redis keys are `DOMAIN\x1fPATH` and `DOMAIN\x1fBUCKET`: with no
+            // `\x1f` in a domain, their first `\x1f` ends it, so two domains never share one.
+            Some((d, v)) if d.contains('\u{1f}') => {
+                return Err(self.err(
+                    Some(v),
+                    "domain",
+                    format!(
+                        "{d:?} holds the control character \\x1f, which ends the domain in \
+                         table ids and Redis keys"
+                    ),
+                ))
+            }
+            Some((d, _)) if !d.is_empty() => d,
             _ => {
                 return Err(self.err(
                     Some(doc),
@@ -627,7 +646,11 @@ impl Parser<'_> {
                 format!("descriptors nested deeper than {MAX_DEPTH} levels"),
             ));
         }
-        let mut seen: HashSet<(String, Option<String>)> = HashSet::new();
+        // The composite keys (`key` or `key_value`) of this level's descriptors: like
+        // envoyproxy/ratelimit, two with one composite key are refused, even when their keys
+        // and values differ (`a` + `b_c` and `a_b` + `c`), since the path built from it names
+        // the limit's table.
+        let mut seen: HashSet<String> = HashSet::new();
         for (i, item) in self.sequence(list, field)?.iter().enumerate() {
             let at = format!("{field}[{i}]");
             let map = self.mapping(item, &at)?;
@@ -673,16 +696,18 @@ impl Parser<'_> {
                 None => key.clone(),
             };
             let path = if parent_path.is_empty() {
-                path_part
+                path_part.clone()
             } else {
                 format!("{parent_path}.{path_part}")
             };
-            if !seen.insert((key.clone(), value.clone())) {
+            if !seen.insert(path_part) {
                 return Err(self.err(
                     Some(item),
                     &at,
                     format!(
-                        "duplicate descriptor {path:?} (the same key and value twice at one level)"
+                        "duplicate descriptor composite key '{}.{path}' (key, or key_value: \
+                         another descriptor at this level has it)",
+                        self.domain
                     ),
                 ));
             }
@@ -780,16 +805,31 @@ impl Parser<'_> {
                 };
                 names.retain(|n| !n.is_empty());
                 let domain = self.domain.clone();
+                let id = format!("{domain}\u{1f}{path}");
+                let origin = format!("{}:{}", self.file.display(), line_of(item));
+                // Paths of two levels can coincide (`key: a.b` beside `key: a` holding
+                // `key: b`): one id would be one table, shared by two limits.
+                if let Some(first) = self.ids.get(&id) {
+                    return Err(self.err(
+                        Some(item),
+                        &at,
+                        format!(
+                            "duplicate descriptor composite key '{domain}.{path}': the limit at \
+                             {first} has it too"
+                        ),
+                    ));
+                }
+                self.ids.insert(id.clone(), origin.clone());
                 let limit = Arc::new(Limit {
                     domain: domain.clone(),
                     path: path.clone(),
-                    id: format!("{domain}\u{1f}{path}"),
+                    id,
                     kind,
                     replaces,
                     shadow,
                     detailed_metric: detailed,
                     per_value,
-                    origin: format!("{}:{}", self.file.display(), line_of(item)),
+                    origin,
                     names,
                     fixed_metric: !detailed && !any_to_metric,
                     counters: std::sync::OnceLock::new(),

@@ -351,3 +351,45 @@ descriptors:
     let b = c.lookup("d", [("k1", "x")]).unwrap();
     assert_ne!(a.bucket, b.bucket);
 }
+
+/// envoyproxy/ratelimit names a limit by its composite key (`key_value` per level, joined by
+/// `.`); two descriptors with one composite key would share one table, the looser limit then
+/// admitting for the tighter one, so such a config is refused, naming the key.
+#[test]
+fn descriptors_with_one_composite_key_are_refused() {
+    let cases: &[(&str, usize, &str, &str)] = &[
+        // Siblings: `a` + `b_c` and `a_b` + `c` are both `a_b_c` (refused by envoyproxy too).
+        ("domain: d\ndescriptors:\n  - key: a\n    value: b_c\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: a_b\n    value: c\n    rate_limit: {unit: second, requests_per_unit: 100}\n", 6, "descriptors[1]", "'d.a_b_c'"),
+        // Siblings without limits: a key with `_` against a key and value.
+        ("domain: d\ndescriptors:\n  - key: a\n    value: b\n  - key: a_b\n", 5, "descriptors[1]", "'d.a_b'"),
+        // Levels: `a.b` at the root and `b` under `a`.
+        ("domain: d\ndescriptors:\n  - key: a.b\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 100}\n", 7, "descriptors[1].descriptors[0]", "'d.a.b'"),
+    ];
+    for (yaml, line, field, words) in cases {
+        let e = load(yaml).expect_err(yaml);
+        assert_eq!(e.line, Some(*line), "{yaml}\n{e}");
+        assert_eq!(e.field, *field, "{yaml}\n{e}");
+        assert!(
+            e.message.contains("duplicate descriptor composite key") && e.message.contains(words),
+            "{yaml}\n{e}"
+        );
+    }
+    // Domain `x\x1fa` with key `b`, and domain `x` with key `a\x1fb`, would be one table id:
+    // a domain holding the id's separator is refused.
+    let e = Config::from_sources(&[
+        (PathBuf::from("a.yaml"), "domain: \"x\\x1fa\"\ndescriptors:\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 1}\n".into()),
+        (PathBuf::from("b.yaml"), "domain: x\ndescriptors:\n  - key: \"a\\x1fb\"\n    rate_limit: {unit: second, requests_per_unit: 100}\n".into()),
+    ])
+    .expect_err("one table id");
+    assert_eq!((e.field.as_str(), e.line), ("domain", Some(1)), "{e}");
+    assert!(e.message.contains("control character \\x1f"), "{e}");
+    assert!(e.file.ends_with("a.yaml"), "{e}");
+    // Keys and values holding `_` and `.` without a collision load; each id is the domain and
+    // the path joined by `\x1f` (the name saved state and Redis policies go by).
+    let c = load(
+        "domain: d\ndescriptors:\n  - key: a\n    value: b_c\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: a.b\n    descriptors:\n      - key: c_d\n        value: e.f\n        rate_limit: {unit: second, requests_per_unit: 100}\n",
+    )
+    .unwrap();
+    let ids: Vec<&str> = c.limits().iter().map(|l| l.id.as_str()).collect();
+    assert_eq!(ids, ["d\u{1f}a_b_c", "d\u{1f}a.b.c_d_e.f"]);
+}
