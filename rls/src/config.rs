@@ -7,13 +7,14 @@
 //! value, then the descriptor with that key and no value. A limit applies when the descriptor
 //! that carries it is matched by the request's *last* entry; no match is no limit.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use saphyr::{LoadableYamlNode, MarkedYamlOwned, ScalarOwned, YamlDataOwned};
+use saphyr::{MarkedYamlOwned, ScalarOwned, YamlDataOwned, YamlLoader};
 
 /// The unit of a `rate_limit`, as envoyproxy/ratelimit's proto enum (a month is 30 days, a
 /// year 365).
@@ -484,6 +485,38 @@ fn line_of(n: &MarkedYamlOwned) -> usize {
     n.span.start.line()
 }
 
+/// `text`'s YAML documents, every scalar left as its source text (saphyr's `Representation`,
+/// after YAML's own quoting, escapes and folding): string fields take that text, as a Go
+/// string field of envoyproxy/ratelimit does, and [`scalar`] resolves numbers and flags.
+fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
+    let mut loader: YamlLoader<'_, MarkedYamlOwned> = YamlLoader::default();
+    loader.early_parse(false);
+    saphyr_parser::Parser::new_from_str(text).load(&mut loader, true)?;
+    // An error the loader met (an alias past its node budget, a duplicated key) stops it
+    // without failing `load`.
+    if let Some(e) = loader.error() {
+        return Err(e.clone());
+    }
+    Ok(loader.into_documents())
+}
+
+/// A scalar node's source text and its value under YAML 1.2's core schema (as saphyr's
+/// default loading resolves it: `1.0` a float, `True` a flag, `~` and an empty scalar null,
+/// anything quoted a string). `None` for a collection, a scalar under a tag outside the core
+/// schema, or one its core tag does not fit (`!!int x`).
+fn scalar(n: &MarkedYamlOwned) -> Option<(&str, ScalarOwned)> {
+    let YamlDataOwned::Representation(text, style, tag) = &n.data else {
+        return None;
+    };
+    if tag.as_ref().is_some_and(|t| !t.is_yaml_core_schema()) {
+        return None;
+    }
+    let tag = tag.as_ref().map(Cow::Borrowed);
+    let value =
+        ScalarOwned::parse_from_cow_and_metadata(Cow::Borrowed(text), *style, tag.as_ref())?;
+    Some((text.as_str(), value))
+}
+
 impl Parser<'_> {
     fn err(&self, node: Option<&MarkedYamlOwned>, field: &str, message: String) -> ConfigError {
         ConfigError {
@@ -495,7 +528,7 @@ impl Parser<'_> {
     }
 
     fn file(&mut self, text: &str) -> Result<(String, Domain), ConfigError> {
-        let docs = MarkedYamlOwned::load_from_str(text).map_err(|e| ConfigError {
+        let docs = load_yaml(text).map_err(|e| ConfigError {
             file: self.file.to_owned(),
             line: Some(e.marker().line()),
             field: String::new(),
@@ -518,8 +551,8 @@ impl Parser<'_> {
         let map = self.mapping(doc, "the file")?;
         let mut domain = None;
         let mut descriptors = None;
-        for (k, v) in map {
-            match self.key(k, "")?.as_str() {
+        for (name, k, v) in self.fields(map, "")? {
+            match name.as_str() {
                 "domain" => domain = Some((self.string(v, "domain")?, v)),
                 "descriptors" => descriptors = Some(v),
                 other => return Err(self.unknown(k, "", other)),
@@ -583,34 +616,58 @@ impl Parser<'_> {
     }
 
     fn key(&self, k: &MarkedYamlOwned, at: &str) -> Result<String, ConfigError> {
-        match &k.data {
-            YamlDataOwned::Value(ScalarOwned::String(s)) => Ok(s.clone()),
+        match scalar(k) {
+            Some((_, ScalarOwned::String(s))) => Ok(s),
             _ => Err(self.err(Some(k), at, "a key that is not a string".into())),
         }
     }
 
+    /// A mapping's fields, each with its name: a name given twice is refused (the loader
+    /// refuses a key twice in one style; `key` and `"key"` are two representations to it).
+    #[allow(clippy::type_complexity)]
+    fn fields<'n>(
+        &self,
+        map: &'n Map,
+        at: &str,
+    ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
+        let mut out: Vec<(String, &MarkedYamlOwned, &MarkedYamlOwned)> =
+            Vec::with_capacity(map.len());
+        for (k, v) in map {
+            let name = self.key(k, at)?;
+            if out.iter().any(|(n, _, _)| *n == name) {
+                let field = if at.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{at}.{name}")
+                };
+                return Err(self.err(Some(k), &field, format!("{name:?} twice in one mapping")));
+            }
+            out.push((name, k, v));
+        }
+        Ok(out)
+    }
+
+    /// A string field: the scalar's source text, as yaml.v2 fills a Go string (`1.0`, `007`,
+    /// `True` stay as written); null (`~`, `null`, nothing) is the empty string.
     fn string(&self, n: &MarkedYamlOwned, field: &str) -> Result<String, ConfigError> {
-        match &n.data {
-            YamlDataOwned::Value(ScalarOwned::String(s)) => Ok(s.clone()),
-            YamlDataOwned::Value(ScalarOwned::Integer(i)) => Ok(i.to_string()),
-            YamlDataOwned::Value(ScalarOwned::Boolean(b)) => Ok(b.to_string()),
-            YamlDataOwned::Value(ScalarOwned::FloatingPoint(f)) => Ok(f.to_string()),
-            YamlDataOwned::Value(ScalarOwned::Null) => Ok(String::new()),
-            _ => Err(self.err(Some(n), field, "expected a string".into())),
+        match scalar(n) {
+            Some((_, ScalarOwned::Null)) => Ok(String::new()),
+            Some((text, _)) => Ok(text.to_owned()),
+            None => Err(self.err(Some(n), field, "expected a string".into())),
         }
     }
 
     fn boolean(&self, n: &MarkedYamlOwned, field: &str) -> Result<bool, ConfigError> {
-        match &n.data {
-            YamlDataOwned::Value(ScalarOwned::Boolean(b)) => Ok(*b),
-            YamlDataOwned::Value(ScalarOwned::Null) => Ok(false),
+        match scalar(n) {
+            Some((_, ScalarOwned::Boolean(b))) => Ok(b),
+            Some((_, ScalarOwned::Null)) => Ok(false),
             _ => Err(self.err(Some(n), field, "expected true or false".into())),
         }
     }
 
     fn integer(&self, n: &MarkedYamlOwned, field: &str, max: u64) -> Result<u64, ConfigError> {
-        match &n.data {
-            YamlDataOwned::Value(ScalarOwned::Integer(i)) => u64::try_from(*i)
+        match scalar(n) {
+            Some((_, ScalarOwned::Integer(i))) => u64::try_from(i)
                 .ok()
                 .filter(|v| *v <= max)
                 .ok_or_else(|| self.err(Some(n), field, format!("{i} is not in 0..={max}"))),
@@ -625,7 +682,7 @@ impl Parser<'_> {
     ) -> Result<&'n [MarkedYamlOwned], ConfigError> {
         match &n.data {
             YamlDataOwned::Sequence(s) => Ok(s),
-            YamlDataOwned::Value(ScalarOwned::Null) => Ok(&[]),
+            _ if matches!(scalar(n), Some((_, ScalarOwned::Null))) => Ok(&[]),
             _ => Err(self.err(Some(n), field, "expected a list".into())),
         }
     }
@@ -661,8 +718,7 @@ impl Parser<'_> {
             let mut nested = None;
             let (mut shadow, mut detailed, mut to_metric, mut share) = (false, false, false, false);
             let mut share_at = None;
-            for (k, v) in map {
-                let name = self.key(k, &at)?;
+            for (name, k, v) in self.fields(map, &at)? {
                 let f = format!("{at}.{name}");
                 match name.as_str() {
                     "key" => key = Some(self.string(v, &f)?),
@@ -869,8 +925,7 @@ impl Parser<'_> {
         let mut name = String::new();
         let mut replaces = Vec::new();
         let mut burst = None;
-        for (k, v) in map {
-            let key = self.key(k, field)?;
+        for (key, k, v) in self.fields(map, field)? {
             let f = format!("{field}.{key}");
             match key.as_str() {
                 "unit" => unit = Some((self.string(v, &f)?, v)),
@@ -883,8 +938,8 @@ impl Parser<'_> {
                         let rf = format!("{f}[{j}]");
                         let m = self.mapping(r, &rf)?;
                         let mut rname = String::new();
-                        for (rk, rv) in m {
-                            match self.key(rk, &rf)?.as_str() {
+                        for (rname_key, rk, rv) in self.fields(m, &rf)? {
+                            match rname_key.as_str() {
                                 "name" => rname = self.string(rv, &format!("{rf}.name"))?,
                                 other => return Err(self.unknown(rk, &rf, other)),
                             }

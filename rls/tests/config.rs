@@ -229,6 +229,8 @@ fn invalid_configs_name_the_file_line_and_field() {
         ("domain: d\n---\ndomain: e\n", 3, "", "one domain per file"),
         // A `rate_limits` entry replacing another entry's name: the limit would drop itself.
         ("domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: minute, requests_per_unit: 1, name: x}\n      - {unit: hour, requests_per_unit: 10, replaces: [{name: x}]}\n", 6, "descriptors[0].rate_limits[1].replaces", "own name"),
+        // One field twice, in two quoting styles.
+        ("domain: d\ndescriptors:\n  - key: a\n    \"key\": b\n", 4, "descriptors[0].key", "twice"),
     ];
     for (yaml, line, field, words) in cases {
         let e = load(yaml).expect_err(yaml);
@@ -392,4 +394,45 @@ fn descriptors_with_one_composite_key_are_refused() {
     .unwrap();
     let ids: Vec<&str> = c.limits().iter().map(|l| l.id.as_str()).collect();
     assert_eq!(ids, ["d\u{1f}a_b_c", "d\u{1f}a.b.c_d_e.f"]);
+}
+
+/// envoyproxy/ratelimit reads `key`, `value` and `name` into string fields, which keep a
+/// scalar's text: `value: 1.0` matches a request's `1.0`, not `1`.
+#[test]
+fn string_fields_keep_the_scalars_text() {
+    for v in [
+        "1.0", "007", "0x10", "0o17", "1e3", "True", "yes", "1_000", "+5", ".5", "1.50", "-0",
+        ".inf", "0.0",
+    ] {
+        let c = load(&format!(
+            "domain: d\ndescriptors:\n  - key: {v}\n    value: {v}\n    rate_limit: {{unit: second, requests_per_unit: 1, name: {v}}}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            lookup(&c, "d", &[(v, v)]).map(|x| x.0),
+            Some(format!("{v}_{v}")),
+            "{v}"
+        );
+        match &c.limits()[0].kind {
+            Kind::Rates(r) => assert_eq!(r[0].name, v),
+            Kind::Unlimited => panic!(),
+        }
+    }
+    // Null is no value (a value-less descriptor), as an empty string field is there; quoted,
+    // it is the text.
+    for (text, path) in [("~", "k"), ("null", "k"), ("", "k"), ("'null'", "k_null")] {
+        let c = load(&format!(
+            "domain: d\ndescriptors:\n  - key: k\n    value: {text}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+        ))
+        .unwrap();
+        assert_eq!(c.limits()[0].path, path, "{text}");
+    }
+    // The domain too; numbers and flags are still read as numbers and flags.
+    let c = load("domain: 1.0\ndescriptors:\n  - key: k\n    shadow_mode: True\n    rate_limit: {unit: second, requests_per_unit: 0x10}\n").unwrap();
+    assert!(c.lookup("1.0", [("k", "v")]).is_some());
+    assert!(c.limits()[0].shadow);
+    match &c.limits()[0].kind {
+        Kind::Rates(r) => assert_eq!(r[0].requests_per_unit, 16),
+        Kind::Unlimited => panic!(),
+    }
 }
