@@ -68,7 +68,8 @@ impl RedisLimiterBuilder {
 
     /// The most one decision may take, round trip included (default 25 ms). Past it the
     /// decision fails with [`Error::Timeout`] (and `try_acquire` applies the policy);
-    /// `Duration::MAX` sets none (zero is an error at `build`). Keep it
+    /// `Duration::MAX` sets none (zero is an error at `build`). A
+    /// [`decide_keys`](RedisLimiter::decide_keys) call has one for every 32 keys. Keep it
     /// below any timeout the caller wraps decisions in: only this timeout is evidence for the
     /// breaker, so callers that always give up sooner leave it closed against a frozen server,
     /// and every decision is sent and queues there (the README's "When Redis is unavailable").

@@ -70,6 +70,13 @@ pub struct KeyDecision {
 /// The most keys one call takes.
 pub const MAX_KEYS_PER_CALL: usize = 1024;
 
+/// The keys of a [`RedisLimiter::decide_keys`] call that one timeout covers: a call of `n` keys
+/// has `⌈n / 32⌉` timeouts. The script's time grows with the keys (about 16 µs a key on a
+/// local server, so a full call takes over 15 ms), and a call that runs past its deadline is
+/// counted as evidence that Redis is down; with one timeout per call, one caller's large call
+/// would open the breaker for every caller.
+const KEYS_PER_TIMEOUT: usize = 32;
+
 impl RedisLimiter {
     /// Decides every key of `demands` at one server time in one script call (one round trip),
     /// all or nothing: admitted iff every key with a cost above 0 holds it (each against its
@@ -79,7 +86,9 @@ impl RedisLimiter {
     /// hold its cost and is never debited. Keys must be
     /// distinct, at most [`MAX_KEYS_PER_CALL`]; on Redis Cluster they must hash to one slot
     /// (give them one hash tag, `{tenant}`). No policy applies here: errors (timeout, breaker
-    /// open, malformed value) are returned for the caller to decide.
+    /// open, malformed value) are returned for the caller to decide. The call has one
+    /// [`timeout`](crate::RedisLimiterBuilder::timeout) for every 32 keys (rounded up), since
+    /// the script's time grows with them.
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), tollgate_redis::Error> {
@@ -144,7 +153,8 @@ impl RedisLimiter {
             }
         }
         let keys: Vec<&str> = full.iter().map(String::as_str).collect();
-        let deadline = inner.deadline();
+        // At most `MAX_KEYS_PER_CALL / KEYS_PER_TIMEOUT` = 32 timeouts.
+        let deadline = inner.deadline_times(demands.len().div_ceil(KEYS_PER_TIMEOUT) as u32);
         let r = self.eval_keys_checked(&keys, &argv, deadline).await;
         let r = r.and_then(|reply| {
             let reply: Vec<String> = redis::FromRedisValue::from_redis_value(reply)

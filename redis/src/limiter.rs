@@ -58,9 +58,16 @@ impl Inner {
     /// timeout too long to add to the clock (`Duration::MAX`), thirty years later (no timeout
     /// of its own).
     pub(crate) fn deadline(&self) -> Instant {
+        self.deadline_times(1)
+    }
+
+    /// [`deadline`](Self::deadline) for a call worth `n` decisions: `n` timeouts later
+    /// (saturating).
+    pub(crate) fn deadline_times(&self, n: u32) -> Instant {
         const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
+        let budget = self.timeout.checked_mul(n).unwrap_or(Duration::MAX);
         let now = Instant::now();
-        now.checked_add(self.timeout)
+        now.checked_add(budget)
             .or_else(|| now.checked_add(FAR))
             .unwrap_or(now)
     }

@@ -389,3 +389,44 @@ async fn a_checked_key_must_hold_and_is_never_debited() {
         "not debited by the refused call"
     );
 }
+
+/// A call of the most keys (tens of milliseconds of script and checking: about 16 µs a key on a
+/// local server, more in a debug build) has a timeout for every 32 of them, so it is decided,
+/// and the breaker stays closed for the next caller. (With one timeout per call, a 20 ms
+/// timeout failed it with `Error::Timeout`, counted as evidence that Redis was down.)
+#[tokio::test]
+async fn a_call_of_many_keys_has_a_timeout_per_32_keys() {
+    let Some(server) = RedisServer::start("a_call_of_many_keys") else {
+        return;
+    };
+    let l = RedisLimiter::builder(&server.url(), Quota::per_second(1).unwrap())
+        .timeout(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let limits = checked(&[slow(3, 24), slow(5, 48)]);
+    let keys: Vec<String> = (0..tollgate_redis::MAX_KEYS_PER_CALL)
+        .map(|i| format!("{{t}}k{i}"))
+        .collect();
+    let demands: Vec<KeyDemand<'_>> = keys
+        .iter()
+        .map(|key| KeyDemand {
+            key,
+            limits: &limits,
+            cost: 1,
+            alone: false,
+            check: false,
+        })
+        .collect();
+    for round in 0..3 {
+        let out = l.decide_keys(&demands).await;
+        let out = out.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(out.iter().all(|d| d.verdict.is_ok()), "round {round}");
+    }
+    assert_eq!(l.counters().errors, 0);
+    // Answered by Redis (the breaker closed): the three rounds drained the burst of 3.
+    assert!(matches!(
+        l.check("{t}k0", 1).await,
+        Ok(Err(Denied::RetryAfter(_)))
+    ));
+}
