@@ -11,6 +11,26 @@ fn q(tokens: u64, per: Duration, burst: u64) -> Quota {
     Quota::new(tokens, per, burst).unwrap()
 }
 
+/// Two limiters on `server` with `quota`: one leasing `lease` tokens at a time, one not.
+async fn leasing_and_not(
+    server: &RedisServer,
+    quota: Quota,
+    lease: u64,
+) -> (RedisLimiter, RedisLimiter) {
+    let limiter = |leases| async move {
+        let b = RedisLimiter::builder(&server.url(), quota).timeout(Duration::from_secs(2));
+        match leases {
+            Some(l) => b.leases(l),
+            None => b,
+        }
+        .build()
+        .await
+        .unwrap()
+    };
+    let leases = tollgate_redis::Leases::new(lease).lifetime(Duration::from_secs(60));
+    (limiter(Some(leases)).await, limiter(None).await)
+}
+
 /// Two quotas live on one key at once (a rolling deploy that changes the limit, `quota_for` on
 /// some processes only): each converts the other's state, so the limit holds. (A foreign state
 /// was read as full on every call: 20 of 20 admitted on a 1/hour key with bursts 2 and 3.)
@@ -100,17 +120,7 @@ async fn lease_cache_refusals_report_the_refused_refill() {
         return;
     };
     let quota = q(1, Duration::from_secs(3600), 10);
-    let a = RedisLimiter::builder(&server.url(), quota)
-        .timeout(Duration::from_secs(2))
-        .leases(tollgate_redis::Leases::new(2).lifetime(Duration::from_secs(60)))
-        .build()
-        .await
-        .unwrap();
-    let b = RedisLimiter::builder(&server.url(), quota)
-        .timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
+    let (a, b) = leasing_and_not(&server, quota, 2).await;
     // A takes 2 (its request and one leased token): Redis holds 8.
     let (v, s) = a.try_acquire_snapshot("k", 1).await;
     assert_eq!((v, s.map(|s| s.remaining())), (Ok(()), Some(9)));
@@ -245,17 +255,7 @@ async fn lease_cache_refusals_wait_for_the_larger_cost() {
         return;
     };
     let quota = q(1, Duration::from_secs(1), 10);
-    let a = RedisLimiter::builder(&server.url(), quota)
-        .timeout(Duration::from_secs(2))
-        .leases(tollgate_redis::Leases::new(1).lifetime(Duration::from_secs(60)))
-        .build()
-        .await
-        .unwrap();
-    let b = RedisLimiter::builder(&server.url(), quota)
-        .timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
+    let (a, b) = leasing_and_not(&server, quota, 1).await;
     assert_eq!(a.try_acquire("k", 10).await, Ok(()));
     assert!(a.try_acquire("k", 1).await.is_err(), "the drained bucket");
     let cached = a.try_acquire("k", 10).await;
