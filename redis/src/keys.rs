@@ -71,10 +71,10 @@ pub struct KeyDecision {
 pub const MAX_KEYS_PER_CALL: usize = 1024;
 
 /// The keys of a [`RedisLimiter::decide_keys`] call that one timeout covers: a call of `n` keys
-/// has `⌈n / 32⌉` timeouts. The script's time grows with the keys (about 16 µs a key on a
-/// local server, so a full call takes over 15 ms), and a call that runs past its deadline is
-/// counted as evidence that Redis is down; with one timeout per call, one caller's large call
-/// would open the breaker for every caller.
+/// has `⌈n / 32⌉` timeouts. The script's time grows with the keys (a full call takes longer
+/// than a timeout sized for one key), and a call that runs past its deadline counts as evidence
+/// that Redis is down: with one timeout per call, one caller's large call would open the
+/// breaker for every caller.
 const KEYS_PER_TIMEOUT: usize = 32;
 
 impl RedisLimiter {

@@ -325,11 +325,16 @@ impl Table {
     /// a cost above the refused one, lengthened by the refill time of the difference, which is
     /// what the bucket Redis refused from needs for it (a wait grows by exactly that with the
     /// cost, rounded up here), so that no client is told to come back before its cost can be
-    /// held.
+    /// held. `None` also while [`deny`](Self::deny) rewrites the pair: `until` read again
+    /// after the cost is unchanged only if the cost belongs to it (a rewrite stores 0 in
+    /// `until` before the cost, so a cost read from it is followed by another `until`).
     pub(crate) fn denied(&self, slot: &Slot, quota: &Quota, cost: u64) -> Option<Duration> {
         let until = slot.denied_until.load(Ordering::Acquire);
-        let now = self.now();
         let refused = slot.denied_cost.load(Ordering::Acquire);
+        if slot.denied_until.load(Ordering::Acquire) != until {
+            return None;
+        }
+        let now = self.now();
         (until > now && cost >= refused).then(|| {
             Duration::from_nanos(until - now).saturating_add(quota.refill_time(cost - refused))
         })

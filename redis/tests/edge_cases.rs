@@ -142,7 +142,7 @@ async fn lease_cache_refusals_report_the_refused_refill() {
 }
 
 /// `timeout(Duration::MAX)` (and `connect_timeout(Duration::MAX)`): no timeout of its own, every
-/// call decides. (The decision's deadline, `now + timeout`, overflowed: every call panicked.)
+/// call decides (a deadline of `now + timeout` unchecked would overflow and panic).
 #[tokio::test]
 async fn a_huge_timeout_decides() {
     let Some(server) = RedisServer::start("edge_cases::huge_timeout") else {
@@ -178,10 +178,10 @@ async fn a_huge_timeout_decides() {
 
 /// While Redis cannot decide, a cost above the burst is still refused for good and a cost of 0
 /// still admitted, under every policy and on every call (`try_acquire_outcome` is what the
-/// tower layer calls). (`try_acquire_outcome` applied the policy to them: a fail open admitted
-/// a cost above the burst, a fail closed refused it with a wait, as it refused a cost of 0.)
-/// Under a local fallback, a cost above the share's burst but within the key's is refused with
-/// the fail-closed wait (it was refused for good).
+/// tower layer calls): no policy applies to them, so a fail open admits no cost above the burst
+/// and a fail closed names no wait for it nor refuses a cost of 0. Under a local fallback, a
+/// cost above the share's burst but within the key's is refused with the fail-closed wait, not
+/// for good.
 #[tokio::test]
 async fn edge_costs_keep_their_answer_while_redis_is_down() {
     let Some(server) = RedisServer::start("edge_cases::edges_in_outage") else {
@@ -247,8 +247,8 @@ async fn edge_costs_keep_their_answer_while_redis_is_down() {
 }
 
 /// A refusal served from the lease table's refusal cache to a larger cost than the refused one
-/// names that cost's wait, not the refused cost's. (A cost of 10 was told 1 s, the cost of 1's
-/// wait, where Redis needs 10 s: a client retrying then was refused again.)
+/// names that cost's wait, not the refused cost's (a client retrying at the shorter wait would
+/// be refused again).
 #[tokio::test]
 async fn lease_cache_refusals_wait_for_the_larger_cost() {
     let Some(server) = RedisServer::start("edge_cases::lease_refusal_larger_cost") else {

@@ -392,8 +392,8 @@ async fn a_checked_key_must_hold_and_is_never_debited() {
 
 /// A call of the most keys (tens of milliseconds of script and checking: about 16 µs a key on a
 /// local server, more in a debug build) has a timeout for every 32 of them, so it is decided,
-/// and the breaker stays closed for the next caller. (With one timeout per call, a 20 ms
-/// timeout failed it with `Error::Timeout`, counted as evidence that Redis was down.)
+/// and the breaker stays closed for the next caller (one 20 ms timeout for the whole call
+/// would fail it with `Error::Timeout`, evidence that Redis is down).
 #[tokio::test]
 async fn a_call_of_many_keys_has_a_timeout_per_32_keys() {
     let Some(server) = RedisServer::start("a_call_of_many_keys") else {
