@@ -18,7 +18,8 @@
 //! * **A restore only ever withholds.** Each bucket keeps the *stricter* of its state and the
 //!   saved one, so restoring twice or an old file is harmless; restore into a limiter just built
 //!   to take the saved state as it is. (`Smooth` keeps the later next free time, and the saved
-//!   stored permits in a limiter just built, else the fewer.)
+//!   stored permits in a limiter just built, else the stricter; a file of the other mode,
+//!   bursty or warming up, carries its next free time only.)
 //! * **When a restore fails.** Truncated, corrupted, foreign, future-dated and
 //!   unsupported-version input is a [`RestoreError`], never a panic, and leaves the limiter as
 //!   it was (a keyed table may have taken part of the file, which only withholds). Then **start

@@ -427,6 +427,46 @@ fn an_old_file_restored_into_a_smooth_limiter_in_use_refills_nothing() {
     assert_eq!(b.acquire(1), a.acquire(1), "as cold as before the restore");
 }
 
+/// A file saved by a `Smooth` of the other mode (bursty or warming up) carries its queue but
+/// not its stored permits, which mean the opposite there (a burst to hand out, or how cold the
+/// limiter is): the restoring limiter keeps its own mode's strictest.
+#[test]
+fn a_smooth_file_of_the_other_mode_carries_no_stored_permits() {
+    // A fresh warming-up limiter is cold (its stored permits at their maximum): into a fresh
+    // bursty one they would be a full burst (10 permits) at once.
+    let cold = Smooth::warming_up_with_clock(10.0, Duration::from_secs(2), 3.0, ManualClock::new())
+        .unwrap();
+    let mut cold_file = Vec::new();
+    cold.save_at(&mut cold_file, wall(0)).unwrap();
+    let [fresh, restored] = [0, 1].map(|_| {
+        Smooth::bursty_with_clock(10.0, Duration::from_secs(1), ManualClock::new()).unwrap()
+    });
+    restored.restore_at(&cold_file[..], wall(0)).unwrap();
+    assert_eq!(
+        drain_now(&restored),
+        drain_now(&fresh),
+        "no burst from a cold file"
+    );
+
+    // A bursty limiter that spent its burst has no stored permits: into a fresh warming-up
+    // one that would make it hot at once.
+    let clock = ManualClock::new();
+    let spent = Smooth::bursty_with_clock(10.0, Duration::from_secs(1), clock.clone()).unwrap();
+    clock.advance(Duration::from_secs(5));
+    drain_now(&spent);
+    let mut spent_file = Vec::new();
+    spent.save_at(&mut spent_file, wall(0)).unwrap();
+    let [a, b] = [0, 1].map(|_| {
+        Smooth::warming_up_with_clock(10.0, Duration::from_secs(2), 3.0, ManualClock::new())
+            .unwrap()
+    });
+    b.restore_at(&spent_file[..], wall(0)).unwrap();
+    // The saved queue (one permit ahead) is kept; the limiter stays as cold as built.
+    let (wait_a, wait_b) = (a.acquire(1), b.acquire(1));
+    assert!(wait_b >= wait_a, "{wait_b:?} < {wait_a:?}");
+    assert_eq!(b.acquire(1), a.acquire(1), "as cold as built");
+}
+
 /// A multi-quota bucket restores every quota; another number of quotas is refused.
 #[test]
 fn a_multi_bucket_restores_every_quota() {

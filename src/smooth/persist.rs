@@ -25,8 +25,8 @@ impl<C: Clock> sealed::OneFrame for Smooth<C> {
     const LIMITER: Limiter = Limiter::Smooth;
     const KIND: u8 = kind::SMOOTH;
     /// The saved parameters (`Params::to_raw`), the next free time relative to the save's
-    /// reading (µs) and the stored permits.
-    type Saved = ([u64; 6], i64, f64);
+    /// reading (µs), the stored permits, and whether the saving limiter had this one's mode.
+    type Saved = ([u64; 6], i64, f64, bool);
 
     fn payload(&self) -> Payload {
         let now = self.micros_at(self.clock().now());
@@ -45,6 +45,7 @@ impl<C: Clock> sealed::OneFrame for Smooth<C> {
 
     fn decode(&self, c: &mut Cursor<'_>) -> Result<Self::Saved, RestoreError> {
         let (tag, _, _) = (c.u8()?, c.u64()?, c.u64()?);
+        let same_mode = tag == mode_words(self.mode).0;
         let mut raw = [0u64; 6];
         for word in &mut raw {
             *word = c.u64()?;
@@ -61,13 +62,15 @@ impl<C: Clock> sealed::OneFrame for Smooth<C> {
         {
             return Err(RestoreError::Corrupt("invalid Smooth parameters"));
         }
-        Ok((raw, next_rel, stored))
+        Ok((raw, next_rel, stored, same_mode))
     }
 
     /// As Guava's arithmetic would have carried the state through the downtime: the next free
     /// time moves that much closer, and idle time past it stores permits. Saved at another rate,
-    /// the stored permits are rescaled as [`set_rate`](Smooth::set_rate) does.
-    fn apply(&self, (raw, next_rel, stored): Self::Saved, down: u64) {
+    /// the stored permits are rescaled as [`set_rate`](Smooth::set_rate) does. Saved in the
+    /// other mode, they meant the opposite (a burst to hand out, or how cold the limiter is):
+    /// only the queue is carried, and the stored permits are this mode's strictest.
+    fn apply(&self, (raw, next_rel, stored, same_mode): Self::Saved, down: u64) {
         let old = Params::from_raw(raw);
         let down = i128::from(down / 1000);
         let now = self.micros_at(self.clock().now());
@@ -89,7 +92,9 @@ impl<C: Clock> sealed::OneFrame for Smooth<C> {
                     s.stored = 0.0;
                 }
             }
-            if old != *p {
+            if !same_mode {
+                s.stored = self.mode.strictest(p);
+            } else if old != *p {
                 s.stored = self.mode.rescale(s.stored, &old, p).min(p.max);
             }
             // A queue is never shortened.
