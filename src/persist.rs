@@ -14,7 +14,10 @@
 //!   ahead cannot be told from a longer downtime, and refills at most a burst.
 //! * **Another quota.** A state saved under another quota is carried over as
 //!   [`Bucket::set_quota`](crate::Bucket::set_quota) carries it ([`gcra::rescale`]); a `Smooth`
-//!   saved at another rate rescales its stored permits as `set_rate` does.
+//!   saved at another rate rescales its stored permits as `set_rate` does. A policy of several
+//!   quotas (`MultiBucket`, `KeyedMultiLimiter`) pairs each restoring quota with an equal saved
+//!   one, else one of the same period, whatever their order; quotas left unpaired (several
+//!   changed at once) each take the strictest state the saved ones left convert to.
 //! * **A restore only ever withholds.** Each bucket keeps the *stricter* of its state and the
 //!   saved one, so restoring twice or an old file is harmless; restore into a limiter just built
 //!   to take the saved state as it is. (`Smooth` keeps the later next free time, and the saved
@@ -212,6 +215,52 @@ pub(crate) fn restored_state(lack: u64, down: u64, now: u64, old: &Quota, new: &
         state
     } else {
         gcra::rescale(state, now, old, new)
+    }
+}
+
+/// The states, under a policy's quotas `new` at reading `now`, of buckets saved as `saved`
+/// (each quota and its lack, as many as `new` holds), `down` nanoseconds ago: each through
+/// [`restored_state`], written to `out[..new.len()]`.
+///
+/// Which saved quota a restoring one takes its state from does not follow position (a policy
+/// reordered across a restart would hand a per-day quota a per-second one's balance): first an
+/// equal quota, then one of the same period (a quota whose rate or burst changed), each saved
+/// quota taken once, in order. A restoring quota left with no pair (several changed at once)
+/// takes the strictest of the states the saved quotas left over convert to: which became which
+/// cannot be told, and a restore only ever withholds.
+pub(crate) fn restored_states(
+    saved: &[(Quota, u64)],
+    down: u64,
+    now: u64,
+    new: &[Quota],
+    out: &mut [u64],
+) {
+    const NONE: usize = usize::MAX;
+    let n = new.len().min(saved.len()).min(crate::limits::MAX_LIMITS);
+    let mut from = [NONE; crate::limits::MAX_LIMITS];
+    let mut taken = [false; crate::limits::MAX_LIMITS];
+    let same_period = |a: &Quota, b: &Quota| a.per() == b.per();
+    for pairs in [PartialEq::eq as fn(&Quota, &Quota) -> bool, same_period] {
+        for (j, q) in new[..n].iter().enumerate() {
+            if from[j] != NONE {
+                continue;
+            }
+            if let Some(i) = (0..n).find(|&i| !taken[i] && pairs(&saved[i].0, q)) {
+                from[j] = i;
+                taken[i] = true;
+            }
+        }
+    }
+    let state = |i: usize, q: &Quota| restored_state(saved[i].1, down, now, &saved[i].0, q);
+    for (j, q) in new[..n].iter().enumerate() {
+        out[j] = match from[j] {
+            NONE => (0..n)
+                .filter(|&i| !taken[i])
+                .map(|i| state(i, q))
+                .max()
+                .unwrap_or(gcra::FULL),
+            i => state(i, q),
+        };
     }
 }
 

@@ -119,6 +119,36 @@ fn changed_quotas_are_converted_and_a_changed_count_is_refused() {
         .is_err());
 }
 
+/// A policy reordered across a restart keeps each quota's spend with that quota (paired by
+/// value, then by period, not by position): a key whose 10-second quota is nearly spent does
+/// not get the per-second quota's full balance there.
+#[test]
+fn a_reordered_policy_keeps_each_quota_with_its_own_state() {
+    let clock = ManualClock::new();
+    let live = KeyedMultiLimiter::with_clock(default_limits(), 100, clock.clone());
+    // 10 a second for 4 s: 40 of the 10 s quota's 40 spent, 16 refilled; a second later the
+    // per-second quota is full again.
+    for _ in 0..4 {
+        live.try_acquire(&1u64, 10).unwrap();
+        clock.advance(Duration::from_secs(1));
+    }
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    let spent = quotas_of(&live, 1);
+    assert_eq!(spent, vec![10, 16]);
+    let reordered = Limits::new([q(40, 10_000, 40), q(10, 1000, 10)]).unwrap();
+    let restored = KeyedMultiLimiter::<u64, _>::builder(reordered, 100, ManualClock::new())
+        .restore_at(&file[..], wall(0))
+        .unwrap();
+    assert_eq!(quotas_of(&restored, 1), vec![16, 10]);
+    // One quota changed as well (its period kept): the other still found by value.
+    let changed = Limits::new([q(40, 10_000, 40), q(20, 1000, 20)]).unwrap();
+    let restored = KeyedMultiLimiter::<u64, _>::builder(changed, 100, ManualClock::new())
+        .restore_at(&file[..], wall(0))
+        .unwrap();
+    assert_eq!(quotas_of(&restored, 1), vec![16, 10]);
+}
+
 /// Every truncation of a saved table and every flipped byte is an error, never a panic.
 #[test]
 fn damaged_input_is_an_error() {

@@ -7,7 +7,9 @@
 use proptest::prelude::*;
 use std::time::{Duration, SystemTime};
 use tollgate::persist::{RestoreError, FUTURE_TOLERANCE};
-use tollgate::{Bucket, Denied, Limits, ManualClock, MultiBucket, Quota, ShardedBucket, Smooth};
+use tollgate::{
+    Bucket, Denied, Limiter, Limits, ManualClock, MultiBucket, Quota, ShardedBucket, Smooth,
+};
 
 use rng::Rng;
 use tollgate_testkit::rng;
@@ -465,6 +467,74 @@ fn a_smooth_file_of_the_other_mode_carries_no_stored_permits() {
     let (wait_a, wait_b) = (a.acquire(1), b.acquire(1));
     assert!(wait_b >= wait_a, "{wait_b:?} < {wait_a:?}");
     assert_eq!(b.acquire(1), a.acquire(1), "as cold as built");
+}
+
+/// The whole tokens each quota of a multi-quota bucket holds now.
+fn balances(b: &MultiBucket<ManualClock>) -> Vec<u64> {
+    let (verdict, snapshots) = Limiter::decide_snapshots(b, &(), 0);
+    assert!(verdict.is_ok());
+    snapshots.as_slice().iter().map(|s| s.remaining()).collect()
+}
+
+/// A saved quota's state goes to the restoring quota equal to it, else to one of the same
+/// period, whatever their order: a policy reordered across a restart (and one of its quotas
+/// changed) holds each window's spend where it was. Quotas left over, whose pairing cannot be
+/// told, each take the strictest of the saved states left over.
+#[test]
+fn a_multi_bucket_pairs_saved_quotas_by_value_then_period_not_position() {
+    let second = Quota::per_second(10).unwrap();
+    let minute = Quota::new(100, Duration::from_secs(60), 100).unwrap();
+    let clock = ManualClock::new();
+    let live = MultiBucket::with_clock(Limits::new([second, minute]).unwrap(), clock.clone());
+    // Drained every second until the minute's quota binds; a second later the per-second
+    // quota is full again and the minute's holds a token.
+    for _ in 0..12 {
+        drain_multi(&live);
+        clock.advance(Duration::from_secs(1));
+    }
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    let spent = balances(&live);
+    assert_eq!(spent, [10, 2]);
+
+    // Reordered: each quota keeps its own balance, and the next minute admits as the live
+    // bucket would (by position, the minute's quota took the second's 10: 8 more admitted).
+    let (c, rc) = (ManualClock::new(), clock.clone());
+    let reordered = MultiBucket::with_clock(Limits::new([minute, second]).unwrap(), c.clone());
+    reordered.restore_at(&file[..], wall(0)).unwrap();
+    assert_eq!(balances(&reordered), [spent[1], spent[0]]);
+    let (mut a, mut b) = (0, 0);
+    for _ in 0..60 {
+        a += drain_multi(&live);
+        b += drain_multi(&reordered);
+        rc.advance(Duration::from_secs(1));
+        c.advance(Duration::from_secs(1));
+    }
+    assert_eq!(a, b, "a minute after the restore");
+
+    // Reordered and the per-second quota changed: paired by its period.
+    let faster = Quota::per_second(20).unwrap();
+    let changed =
+        MultiBucket::with_clock(Limits::new([minute, faster]).unwrap(), ManualClock::new());
+    changed.restore_at(&file[..], wall(0)).unwrap();
+    assert_eq!(balances(&changed), [spent[1], 10], "the second's 10 kept");
+
+    // Both changed, periods too: which became which cannot be told; each takes the stricter.
+    let hour = Quota::new(1000, Duration::from_secs(3600), 1000).unwrap();
+    let two_s = Quota::new(30, Duration::from_secs(2), 30).unwrap();
+    let both = MultiBucket::with_clock(Limits::new([hour, two_s]).unwrap(), ManualClock::new());
+    both.restore_at(&file[..], wall(0)).unwrap();
+    assert_eq!(balances(&both), [spent[1], spent[1]]);
+}
+
+/// Every token a multi-quota bucket admits now, one at a time.
+fn drain_multi(b: &MultiBucket<ManualClock>) -> u64 {
+    let mut n = 0;
+    while b.try_acquire(1).is_ok() {
+        n += 1;
+        assert!(n < 100_000);
+    }
+    n
 }
 
 /// A multi-quota bucket restores every quota; another number of quotas is refused.

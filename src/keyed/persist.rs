@@ -31,7 +31,7 @@ use crate::limits::{Limits, MAX_LIMITS};
 use crate::persist::format::{
     kind, Cursor, FrameReader, FrameWriter, Limiter, Payload, ENTRIES_PER_FRAME,
 };
-use crate::persist::{downtime, inherent_persist, lack, restored_state, sealed, RestoreError};
+use crate::persist::{downtime, inherent_persist, lack, restored_states, sealed, RestoreError};
 use crate::quota::{Quota, HORIZON_NS};
 use crate::sync::Ordering;
 use alloc::vec::Vec;
@@ -280,12 +280,15 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                         restoring: new.len(),
                     });
                 }
+                let mut records = [(new[0], 0u64); MAX_LIMITS];
+                for (i, r) in records[..n].iter_mut().enumerate() {
+                    *r = (head.quotas[at + i], c.u64()?);
+                }
                 let mut states = [0u64; MAX_LIMITS];
+                restored_states(&records[..n], down, now, new, &mut states);
                 let mut full = true;
-                for (i, s) in states[..n].iter_mut().enumerate() {
-                    let q = &new[i];
-                    let state = restored_state(c.u64()?, down, now, &head.quotas[at + i], q);
-                    *s = state.min(q.earned_floor(limit));
+                for (s, q) in states[..n].iter_mut().zip(new) {
+                    *s = (*s).min(q.earned_floor(limit));
                     full &= gcra::is_full(*s, now, q);
                 }
                 if !full {
@@ -339,8 +342,10 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
     /// the saved fingerprint seed (so the saved entries are found again), every saved entry
     /// refilled over the downtime measured on the wall clock ([`SystemTime::now`]), and where
     /// untracked keys start. This builder's policies apply; an entry saved under another quota
-    /// is converted as [`Bucket::set_quota`](crate::Bucket::set_quota) converts (by position,
-    /// for a policy of several); another number of quotas refuses the whole restore
+    /// is converted as [`Bucket::set_quota`](crate::Bucket::set_quota) converts (for a policy
+    /// of several, each quota paired with an equal saved one, else one of the same period,
+    /// whatever their order; quotas left unpaired take the strictest of the saved ones left);
+    /// another number of quotas refuses the whole restore
     /// ([`RestoreError::LimitsChanged`]). Streams: one frame in memory at a time, and the
     /// file's overrides (at most 2^24). Saved entries beyond `max_keys` are not tracked: each
     /// raises the floor for untracked keys to the instant it would be full (new keys may be

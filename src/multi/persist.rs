@@ -6,13 +6,13 @@ use crate::clock::Clock;
 use crate::gcra::all::pad;
 use crate::limits::MAX_LIMITS;
 use crate::persist::format::{kind, Cursor, Limiter, Payload};
-use crate::persist::{inherent_persist, lack, restored_state, sealed, RestoreError};
+use crate::persist::{inherent_persist, lack, restored_states, sealed, RestoreError};
 use crate::quota::Quota;
 
 inherent_persist!(impl[C: Clock] MultiBucket<C>);
 
-/// Each saved quota and its lack from full, by position, and how many there are.
-type Saved = ([(Option<Quota>, u64); MAX_LIMITS], usize);
+/// Each saved quota and its lack from full, in the saved order, and how many there are.
+type Saved = ([(Quota, u64); MAX_LIMITS], usize);
 
 impl<C: Clock> sealed::OneFrame for MultiBucket<C> {
     const LIMITER: Limiter = Limiter::Multi;
@@ -34,14 +34,14 @@ impl<C: Clock> sealed::OneFrame for MultiBucket<C> {
 
     /// Another number of quotas is [`RestoreError::LimitsChanged`] (which became which?).
     fn decode(&self, c: &mut Cursor<'_>) -> Result<Saved, RestoreError> {
-        let mut saved: [(Option<Quota>, u64); MAX_LIMITS] = [(None, 0); MAX_LIMITS];
         let n = usize::from(c.u8()?);
         if n == 0 || n > MAX_LIMITS {
             return Err(RestoreError::Corrupt("an invalid number of quotas"));
         }
-        for s in &mut saved[..n] {
-            let (q, lack) = c.record()?;
-            *s = (Some(q), lack);
+        // Slots past `n` repeat the first record, unread.
+        let mut saved = [c.record()?; MAX_LIMITS];
+        for s in &mut saved[1..n] {
+            *s = c.record()?;
         }
         let restoring = self.limits().quotas().len();
         if n != restoring {
@@ -53,15 +53,12 @@ impl<C: Clock> sealed::OneFrame for MultiBucket<C> {
         Ok((saved, n))
     }
 
-    /// Each quota's state refilled over the downtime, converted by position, if stricter.
-    fn apply(&self, (saved, _): Saved, down: u64) {
+    /// Each quota's state refilled over the downtime, paired with the saved quotas by value,
+    /// then by period ([`restored_states`]), if stricter.
+    fn apply(&self, (saved, n): Saved, down: u64) {
         let now = self.clock().now();
         let mut to = [0u64; MAX_LIMITS];
-        for ((t, (old, missing)), new) in to.iter_mut().zip(&saved).zip(self.limits().quotas()) {
-            if let Some(old) = old {
-                *t = restored_state(*missing, down, now, old, new);
-            }
-        }
+        restored_states(&saved[..n], down, now, self.limits().quotas(), &mut to);
         self.raise(&to);
     }
 }
