@@ -26,7 +26,8 @@ static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 /// Which rate-limit headers the layer sends, and their values:
 ///
 /// * `Retry-After` (RFC 9110 §10.2.3, delay-seconds) on a refusal: the exact wait rounded **up**
-///   to whole seconds, at least 1 — never `0`, which clients read as "retry now".
+///   to whole seconds, at least 1 — never `0`, which clients read as "retry now" — and at most
+///   the integer cap below (a wait of "never" too).
 /// * `RateLimit-Policy: "name";q=Q;w=W` and `RateLimit: "name";r=R;t=T` as defined by
 ///   draft-ietf-httpapi-ratelimit-headers-10 (Structured Fields lists). For a token bucket:
 ///   `q` = the burst, `w` = the seconds an empty bucket takes to fill up again (rounded up, at
@@ -36,7 +37,8 @@ static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 /// * `X-RateLimit-Limit` / `-Remaining` / `-Reset` (legacy, opt-in): `q`, `r`, `t` as above
 ///   (`Reset` is a delay in seconds, not a timestamp).
 ///
-/// Integers are capped at 999,999,999,999,999, the largest Structured Fields integer.
+/// Integers, `Retry-After` included, are capped at 999,999,999,999,999, the largest Structured
+/// Fields integer.
 ///
 /// A **policy of several quotas** (a [`Decision`] with a
 /// [`policy`](crate::Decision::policy) of two or more, e.g. `tollgate::MultiBucket`):
@@ -264,10 +266,13 @@ fn value(text: String) -> HeaderValue {
     HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// `Retry-After` for an exact wait: whole seconds rounded up, at least 1 (saturating, so
-/// `Duration::MAX` cannot overflow).
+/// `Retry-After` for an exact wait: whole seconds rounded up, at least 1, and at most
+/// [`SF_MAX`] like every integer the layer writes. A wait of "never" (`Duration::MAX`) would
+/// otherwise read 18446744073709551615, which clients parsing a signed 64-bit integer (Go's
+/// `strconv.Atoi`, Java's `Long.parseLong`) reject, then retry on their own schedule; the cap
+/// is still 31 million years.
 pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
-    secs_up(wait).max(1)
+    secs_up(wait).clamp(1, SF_MAX)
 }
 
 /// Whole seconds, rounded up (`Duration::MAX` saturates).
@@ -290,7 +295,7 @@ mod tests {
         );
         let mut map = HeaderMap::new();
         RateLimitHeaders::default().legacy(true).write(&d, &mut map);
-        assert_eq!(map[RETRY_AFTER], u64::MAX.to_string().as_str());
+        assert_eq!(map[RETRY_AFTER], "999999999999999");
         assert_eq!(
             map[&RATELIMIT_POLICY],
             "\"default\";q=1099511627776;w=999999999999999"
@@ -310,7 +315,9 @@ mod tests {
         assert_eq!(retry_after_secs(ns(999_999_999)), 1);
         assert_eq!(retry_after_secs(ns(1_000_000_000)), 1);
         assert_eq!(retry_after_secs(ns(1_000_000_001)), 2);
-        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
+        assert_eq!(retry_after_secs(Duration::MAX), SF_MAX);
+        assert_eq!(retry_after_secs(Duration::from_secs(SF_MAX)), SF_MAX);
+        assert_eq!(retry_after_secs(Duration::from_secs(SF_MAX + 1)), SF_MAX);
     }
 
     #[test]
