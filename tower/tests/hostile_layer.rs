@@ -3,14 +3,20 @@
 //! server drops (the client went away) before or after the decision.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::Full;
-use tollgate::{KeyedLimiter, ManualClock, Quota};
-use tollgate_tower::{HeaderKey, RateLimitHeaders, RateLimitLayer};
-use tower::{service_fn, Layer, ServiceExt};
+use tollgate::{Bucket, KeyedLimiter, ManualClock, Quota};
+use tollgate_tower::{Backend, Check, Decision, HeaderKey, RateLimitHeaders, RateLimitLayer};
+use tower::{service_fn, Layer, Service, ServiceExt};
 
 /// The largest Structured Fields integer: what the crate documents as its cap on integers.
 const SF_MAX: i64 = 999_999_999_999_999;
@@ -52,4 +58,148 @@ async fn a_wait_of_never_has_a_retry_after_within_the_integer_cap() {
     };
     let t = item.params.get("t").and_then(|t| t.as_integer()).unwrap();
     assert!(i64::from(t) <= retry);
+}
+
+/// A service that takes a permit in `poll_ready` (as tower's `ConcurrencyLimit` does) and
+/// hands it to its response future: `held` counts the permits not yet given back.
+struct Permits {
+    held: Arc<AtomicUsize>,
+    mine: bool,
+}
+
+impl Clone for Permits {
+    fn clone(&self) -> Self {
+        Permits {
+            held: Arc::clone(&self.held),
+            mine: false,
+        }
+    }
+}
+
+impl Drop for Permits {
+    fn drop(&mut self) {
+        if self.mine {
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A permit given back when the response future that holds it is dropped.
+struct Permit(Arc<AtomicUsize>);
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Service<Request<Body>> for Permits {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        if !self.mine {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            self.mine = true;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Request<Body>) -> Self::Future {
+        assert!(self.mine, "called without poll_ready");
+        self.mine = false;
+        let permit = Permit(Arc::clone(&self.held));
+        Box::pin(async move {
+            let _permit = permit;
+            tokio::task::yield_now().await;
+            Ok(Response::new(Full::from("ok")))
+        })
+    }
+}
+
+/// A remote-like backend: the bucket decides when the future is first polled (as a Redis
+/// script runs only once its future is polled); `decisions` counts them.
+struct Remote {
+    bucket: Arc<Bucket<ManualClock>>,
+    decisions: Arc<AtomicUsize>,
+}
+
+impl<K: Send + 'static> Backend<K> for Remote {
+    type Future = Pin<Box<dyn Future<Output = Decision> + Send>>;
+
+    fn check(&self, key: K, cost: u64, report: bool) -> Check<Self::Future> {
+        let (bucket, decisions) = (Arc::clone(&self.bucket), Arc::clone(&self.decisions));
+        Check::Pending(Box::pin(async move {
+            decisions.fetch_add(1, Ordering::SeqCst);
+            let Check::Ready(decision) = Backend::<K>::check(&*bucket, key, cost, report) else {
+                unreachable!("a bucket decides at once")
+            };
+            tokio::task::yield_now().await;
+            decision
+        }))
+    }
+}
+
+/// A response future dropped (the client went away) before its decision, after it, or while
+/// the inner service runs: each request is decided at most once, a request dropped before its
+/// decision spends nothing, and the permit the inner service took in `poll_ready` is given
+/// back every time.
+#[tokio::test]
+async fn dropped_response_futures_spend_at_most_once_and_give_permits_back() {
+    let bucket = Arc::new(Bucket::with_clock(
+        Quota::new(1, Duration::from_secs(60), 3).unwrap(),
+        ManualClock::new(),
+    ));
+    let decisions = Arc::new(AtomicUsize::new(0));
+    let held = Arc::new(AtomicUsize::new(0));
+    let layer = RateLimitLayer::new(Remote {
+        bucket: Arc::clone(&bucket),
+        decisions: Arc::clone(&decisions),
+    });
+    let mut svc = layer.layer(Permits {
+        held: Arc::clone(&held),
+        mine: false,
+    });
+    let waker = std::task::Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    let available = || bucket.available();
+
+    // Dropped before the first poll: no decision, nothing spent, the permit back.
+    svc.ready().await.unwrap();
+    assert_eq!(held.load(Ordering::SeqCst), 1);
+    drop(svc.call(Request::new(Body::empty())));
+    assert_eq!(held.load(Ordering::SeqCst), 0);
+    assert_eq!((decisions.load(Ordering::SeqCst), available()), (0, 3));
+
+    // Dropped while deciding (polled once): decided once, spent once.
+    svc.ready().await.unwrap();
+    let mut fut = Box::pin(svc.call(Request::new(Body::empty())));
+    assert!(fut.as_mut().poll(&mut cx).is_pending());
+    drop(fut);
+    assert_eq!(held.load(Ordering::SeqCst), 0);
+    assert_eq!((decisions.load(Ordering::SeqCst), available()), (1, 2));
+
+    // Dropped while the inner service runs: no second decision, the permit back.
+    svc.ready().await.unwrap();
+    let mut fut = Box::pin(svc.call(Request::new(Body::empty())));
+    // The decision's yield, then the inner service's.
+    for _ in 0..2 {
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+    }
+    assert_eq!(held.load(Ordering::SeqCst), 1, "the inner future holds it");
+    drop(fut);
+    assert_eq!(held.load(Ordering::SeqCst), 0);
+    assert_eq!((decisions.load(Ordering::SeqCst), available()), (2, 1));
+
+    // Completed: once more; then refused, and the ready service's permit is given back with
+    // the refused request's future.
+    svc.ready().await.unwrap();
+    let response = svc.call(Request::new(Body::empty())).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    svc.ready().await.unwrap();
+    let refused = svc.call(Request::new(Body::empty())).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(held.load(Ordering::SeqCst), 0);
+    assert_eq!((decisions.load(Ordering::SeqCst), available()), (4, 0));
 }
