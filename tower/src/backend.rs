@@ -118,7 +118,8 @@ pub enum Check<F> {
 ///
 /// Implemented for every tollgate limiter through [`tollgate::Limiter`]: [`Bucket`],
 /// [`ShardedBucket`], [`MultiBucket`] (a policy of several quotas, all or nothing) and
-/// [`Smooth`] (one global limit: any key type, the key is ignored), [`KeyedLimiter<K>`]
+/// [`Smooth`] (one global limit: any key type, the key is ignored; Guava's "pay later", so a
+/// request of any cost is admitted when it is free, see [`Cost`](crate::Cost)), [`KeyedLimiter<K>`]
 /// (one limit, or one policy, per key of type `K`), a `tollgate::metrics::Metered` one of
 /// those of one global limit (feature `metrics`), and, with the `redis` feature,
 /// `tollgate_redis::RedisLimiter` (keys that implement `Display`). Implement it to plug in

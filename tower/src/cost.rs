@@ -6,6 +6,12 @@ use http::Request;
 /// `Fn(&Request<B>) -> u64` (by method, route, body size, …). Cost 0 is always admitted; a cost
 /// above the burst is refused without a `Retry-After` (no wait would admit it).
 ///
+/// `tollgate::Smooth` has no burst to refuse against: it follows Guava and admits a request of
+/// any cost whenever it is free, and the requests after it wait until that cost is paid
+/// (`cost / rate`; one request of cost `u64::MAX` shuts it for the 285 years its clock
+/// saturates at). Behind a `Smooth`, cap any cost a client can raise (a body size, a header)
+/// in the closure.
+///
 /// ```
 /// use http::{Method, Request};
 /// use tollgate_tower::{Cost, UnitCost};

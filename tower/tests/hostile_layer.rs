@@ -14,8 +14,12 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::Full;
-use tollgate::{Bucket, KeyedLimiter, ManualClock, Quota};
-use tollgate_tower::{Backend, Check, Decision, HeaderKey, RateLimitHeaders, RateLimitLayer};
+use tollgate::{
+    Bucket, KeyedLimiter, Limits, ManualClock, MultiBucket, Quota, ShardedBucket, Smooth,
+};
+use tollgate_tower::{
+    Backend, Check, Decision, Global, HeaderKey, RateLimitHeaders, RateLimitLayer,
+};
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 /// The largest Structured Fields integer: what the crate documents as its cap on integers.
@@ -202,4 +206,75 @@ async fn dropped_response_futures_spend_at_most_once_and_give_permits_back() {
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(held.load(Ordering::SeqCst), 0);
     assert_eq!((decisions.load(Ordering::SeqCst), available()), (4, 0));
+}
+
+/// Costs at the ends of `u64`, from a closure a client drives (here a header): 0 is admitted
+/// and spends nothing, `u64::MAX` is refused without `Retry-After` and spends nothing, for
+/// every backend with a burst. `Smooth` (Guava's "pay later", documented on `Cost`) admits it
+/// and shuts the limiter until its 285-year clock saturates: capped in the closure, it does not.
+#[tokio::test]
+async fn client_driven_costs_at_the_ends_of_u64() {
+    fn cost_of(req: &Request<Body>) -> u64 {
+        req.headers()["x-cost"].to_str().unwrap().parse().unwrap()
+    }
+    fn with_cost(cost: u64) -> Request<Body> {
+        Request::builder()
+            .header("x-cost", cost.to_string())
+            .body(Body::empty())
+            .unwrap()
+    }
+    let limits = Limits::new([
+        Quota::per_second(5).unwrap(),
+        Quota::new(20, Duration::from_secs(60), 20).unwrap(),
+    ])
+    .unwrap();
+    let keyed: KeyedLimiter<Global, Quota, ManualClock> =
+        KeyedLimiter::with_clock(Quota::per_second(5).unwrap(), 16, ManualClock::new());
+    let quota = Quota::per_second(5).unwrap();
+    type Local = Arc<dyn Backend<Global, Future = std::future::Ready<Decision>> + Send + Sync>;
+    let backends: [Local; 4] = [
+        Arc::new(Bucket::with_clock(quota, ManualClock::new())),
+        Arc::new(ShardedBucket::with_clock(quota, 4, ManualClock::new())),
+        Arc::new(MultiBucket::with_clock(limits, ManualClock::new())),
+        Arc::new(keyed),
+    ];
+    for backend in backends {
+        let layer = RateLimitLayer::new(backend);
+        let svc = layer
+            .headers(RateLimitHeaders::default().on_success(true))
+            .cost(cost_of)
+            .layer(service_fn(ok));
+        for cost in [u64::MAX, u64::MAX / 2, 1 << 62, 6] {
+            let refused = svc.clone().oneshot(with_cost(cost)).await.unwrap();
+            assert_eq!(
+                refused.status(),
+                StatusCode::TOO_MANY_REQUESTS,
+                "cost {cost}"
+            );
+            assert!(refused.headers().get("retry-after").is_none());
+        }
+        let free = svc.clone().oneshot(with_cost(0)).await.unwrap();
+        assert_eq!(free.status(), StatusCode::OK);
+        // Nothing spent: the whole burst of 5 is still there.
+        let five = svc.clone().oneshot(with_cost(5)).await.unwrap();
+        assert_eq!(five.status(), StatusCode::OK);
+    }
+
+    let smooth =
+        || Smooth::bursty_with_clock(5.0, Duration::from_secs(1), ManualClock::new()).unwrap();
+    let open = RateLimitLayer::new(smooth())
+        .cost(cost_of)
+        .layer(service_fn(ok));
+    let huge = open.clone().oneshot(with_cost(u64::MAX)).await.unwrap();
+    assert_eq!(huge.status(), StatusCode::OK);
+    let next = open.clone().oneshot(with_cost(1)).await.unwrap();
+    assert_eq!(next.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(next.headers()["retry-after"], "9007199255"); // 2^53 µs
+    let capped = RateLimitLayer::new(smooth())
+        .cost(|req: &Request<Body>| cost_of(req).min(5))
+        .layer(service_fn(ok));
+    let huge = capped.clone().oneshot(with_cost(u64::MAX)).await.unwrap();
+    assert_eq!(huge.status(), StatusCode::OK);
+    let next = capped.clone().oneshot(with_cost(1)).await.unwrap();
+    assert_eq!(next.headers()["retry-after"], "1");
 }
