@@ -257,7 +257,9 @@ fn split_params(element: &str) -> impl Iterator<Item = &str> {
 }
 
 /// An address with or without a port: `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`,
-/// `[2001:db8::1]`, `[2001:db8::1]:80`. `None` for anything else (`unknown`, `_hidden`).
+/// `[2001:db8::1]`, `[2001:db8::1]:80`, or with an obfuscated port (RFC 7239 §6.3:
+/// `192.0.2.1:_abc`, `[2001:db8::1]:_abc`), which hides the port, not the address. `None` for
+/// anything else (`unknown`, `_hidden`).
 fn parse_node(node: &str) -> Option<IpAddr> {
     let node = node.trim();
     if let Some(v4) = dotted_quad(node.as_bytes()) {
@@ -269,8 +271,29 @@ fn parse_node(node: &str) -> Option<IpAddr> {
     if let Ok(sock) = node.parse::<SocketAddr>() {
         return Some(sock.ip());
     }
-    let inner = node.strip_prefix('[')?.strip_suffix(']')?;
+    // An obfuscated port needs the host written as for a numeric one: IPv4, or IPv6 in
+    // brackets (`2001:db8::1:_p` is not an address).
+    let host = match node.rsplit_once(':') {
+        Some((host, port)) if is_obfuscated_port(port) => {
+            if let Ok(v4) = host.parse::<Ipv4Addr>() {
+                return Some(IpAddr::V4(v4));
+            }
+            host
+        }
+        _ => node,
+    };
+    let inner = host.strip_prefix('[')?.strip_suffix(']')?;
     inner.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6)
+}
+
+/// RFC 7239 `obfport`: `_` and one or more of ALPHA, DIGIT, `.`, `_`, `-`.
+fn is_obfuscated_port(port: &str) -> bool {
+    port.strip_prefix('_').is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    })
 }
 
 /// A plain dotted-quad IPv4 address (`192.0.2.1`; no leading zeros, as `std` requires): the
@@ -370,6 +393,15 @@ mod tests {
             // a client's unbalanced quote on the left cannot swallow what our proxies appended
             ("forwarded", &[r#"for=6.6.6.6;x=", for=203.0.113.7"#], "203.0.113.7"),
             ("forwarded", &[r#"for=6.6.6.6;x="\", for=203.0.113.7, for=10.0.0.3"#], "203.0.113.7"),
+            // an address with an obfuscated port (RFC 7239 §6.3 `obfport`) is an address
+            ("forwarded", &[r#"for=6.6.6.6, for="203.0.113.7:_a8b2", for=10.0.0.3"#], "203.0.113.7"),
+            ("forwarded", &[r#"for=6.6.6.6, for="[2001:db8::9]:_x.y-z_1", for=10.0.0.3"#], "2001:db8::9"),
+            ("forwarded", &[r#"for=6.6.6.6, for="10.0.0.4:_p", for=10.0.0.3"#], "6.6.6.6"),
+            // an obfuscated port that breaks the grammar is not
+            ("forwarded", &[r#"for=6.6.6.6, for="203.0.113.7:_", for=10.0.0.3"#], "10.0.0.3"),
+            ("forwarded", &[r#"for=6.6.6.6, for="203.0.113.7:_a b", for=10.0.0.3"#], "10.0.0.3"),
+            ("forwarded", &[r#"for=6.6.6.6, for="[2001:db8::9]_x", for=10.0.0.3"#], "10.0.0.3"),
+            ("forwarded", &[r#"for=6.6.6.6, for="2001:db8::9:_x", for=10.0.0.3"#], "10.0.0.3"),
             // escaped quotes and commas inside a proxy's quoted strings
             ("forwarded", &[r#"for=6.6.6.6, for="[2001:db8::2]";by="x\",y", for=10.0.0.3"#], "2001:db8::2"),
             ("forwarded", &[r#"for=6.6.6.6, for="[2001:db8::3]";by="a\\", for=10.0.0.3"#], "2001:db8::3"),

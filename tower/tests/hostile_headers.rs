@@ -182,6 +182,12 @@ impl Gen {
     fn forwarded_address(&mut self, ip: IpAddr) -> String {
         let (text, v6) = self.address_text(ip);
         let port = self.rng.below(65_536);
+        // RFC 7239 §6.3: a port may be obfuscated (`_` and ALPHA, DIGIT, `.`, `_`, `-`).
+        let port = if self.chance(25) {
+            self.pick(&["_a8b2", "_x.y-z_1", "__", "_9"]).to_owned()
+        } else {
+            port.to_string()
+        };
         let node = match (v6, self.rng.below(2)) {
             (true, 0) => format!("[{text}]"),
             (true, _) => format!("[{text}]:{port}"),
@@ -248,6 +254,9 @@ impl Gen {
             "for=\"1.2.3.4:99999\"",
             "for=\"\"",
             "for=\"[1.2.3.4]\"",
+            "for=\"1.2.3.4:_\"",
+            "for=\"1.2.3.4:_a b\"",
+            "for=\"2001:db8::1:_p\"",
         ]);
         if self.chance(15) {
             // No `for` at all.
