@@ -313,8 +313,10 @@ impl<B> KeyExtractor<B> for ClientIp {
     }
 }
 
-/// The value of a request header (an API key, a tenant id). Missing, or not visible ASCII:
-/// no key.
+/// The value of a request header (an API key, a tenant id). Missing, sent more than once, or
+/// not visible ASCII: no key. A key header is a single value: of two lines, either choice lets
+/// one sender override the other (a gateway that appends its header after the client's would
+/// otherwise be overridden by the client's line).
 ///
 /// ```
 /// use http::Request;
@@ -343,12 +345,17 @@ impl KeyType for HeaderKey {
 impl<B> KeyExtractor<B> for HeaderKey {
     #[inline]
     fn extract(&self, req: &Request<B>) -> Option<String> {
-        let value = req.headers().get(&self.name)?.to_str().ok()?;
-        Some(value.to_owned())
+        let mut values = req.headers().get_all(&self.name).iter();
+        let value = values.next()?;
+        if values.next().is_some() {
+            return None;
+        }
+        Some(value.to_str().ok()?.to_owned())
     }
 
     fn missing_message(&self) -> &'static str {
-        "rate limiting: the header that carries the rate-limit key is missing or not ASCII\n"
+        "rate limiting: the header that carries the rate-limit key is missing, repeated or not \
+         ASCII\n"
     }
 }
 

@@ -278,3 +278,46 @@ async fn client_driven_costs_at_the_ends_of_u64() {
     let next = capped.clone().oneshot(with_cost(1)).await.unwrap();
     assert_eq!(next.headers()["retry-after"], "1");
 }
+
+/// A key header sent more than once is no key (400 under the default policy): with two lines,
+/// either choice lets one sender override the other. A gateway that appends its own header
+/// (Envoy's `request_headers_to_add` appends by default) after the client's line would
+/// otherwise key the request by the client's line, the first: the client picks whose limit it
+/// spends (a victim's) and escapes its own by rotating values.
+#[tokio::test]
+async fn a_key_header_sent_twice_is_no_key() {
+    let limiter: KeyedLimiter<String, Quota, ManualClock> =
+        KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), 100, ManualClock::new());
+    let name = HeaderName::from_static("x-user-id");
+    let svc = RateLimitLayer::new(limiter)
+        .key(HeaderKey::new(name.clone()))
+        .layer(service_fn(ok));
+    let with = |values: &[&'static str]| {
+        let mut req = Request::new(Body::empty());
+        for v in values {
+            req.headers_mut()
+                .append(name.clone(), http::HeaderValue::from_static(v));
+        }
+        req
+    };
+    let status = |req| async { svc.clone().oneshot(req).await.unwrap().status() };
+    assert_eq!(status(with(&["victim"])).await, StatusCode::OK);
+    for values in [
+        &["victim", "attacker"][..],
+        &["rotating-1", "attacker"],
+        &["attacker", "attacker"],
+    ] {
+        assert_eq!(
+            status(with(values)).await,
+            StatusCode::BAD_REQUEST,
+            "{values:?}"
+        );
+    }
+    // One line is one key, commas and all.
+    assert_eq!(status(with(&["attacker"])).await, StatusCode::OK);
+    assert_eq!(status(with(&["a, b"])).await, StatusCode::OK);
+    assert_eq!(
+        status(with(&["victim"])).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
