@@ -485,17 +485,84 @@ fn line_of(n: &MarkedYamlOwned) -> usize {
     n.span.start.line()
 }
 
+/// The most collections (mappings, lists) one file may nest in one another. A valid config
+/// nests about two per descriptor level (a list, then a mapping), so [`MAX_DEPTH`] levels need
+/// about 70 and a config somewhat deeper still reaches the descriptor check with its clearer
+/// error. The bound is what keeps the load off the stack: saphyr's own `Parser::load` recurses
+/// once per nesting level (block nesting has no limit there; flow nesting stops at 255), and a
+/// few thousand nested `-` overflowed a reload thread's stack, aborting the process.
+const MAX_NESTING: usize = 128;
+
+/// The most nodes alias expansion may add to one file, counting every node of each aliased
+/// subtree (mapping keys included). saphyr's own budget counts a mapping key as one node
+/// whatever it holds, so anchors nested through complex keys (`&a1 {? [*a0, *a0, ...] : v}`)
+/// grow tenfold per line under it: a few hundred bytes took seconds and half a gigabyte.
+const MAX_ALIAS_NODES: u64 = 100_000;
+
 /// `text`'s YAML documents, every scalar left as its source text (saphyr's `Representation`,
 /// after YAML's own quoting, escapes and folding): string fields take that text, as a Go
 /// string field of envoyproxy/ratelimit does, and [`scalar`] resolves numbers and flags.
+///
+/// The parser's events are fed to the loader here, one at a time (not by the recursive
+/// `Parser::load`), with the nesting bounded by [`MAX_NESTING`] and alias expansion by
+/// [`MAX_ALIAS_NODES`]: no file recurses deeper than that, or expands beyond that.
 fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
+    use saphyr_parser::{Event, ScanError, SpannedEventReceiver};
     let mut loader: YamlLoader<'_, MarkedYamlOwned> = YamlLoader::default();
     loader.early_parse(false);
-    saphyr_parser::Parser::new_from_str(text).load(&mut loader, true)?;
-    // An error the loader met (an alias past its node budget, a duplicated key) stops it
-    // without failing `load`.
-    if let Some(e) = loader.error() {
-        return Err(e.clone());
+    // Per open collection: the nodes it holds so far (itself included, aliases expanded) and
+    // its anchor id (0: none).
+    let mut open: Vec<(u64, usize)> = Vec::new();
+    // Per anchor id: the nodes of its subtree, aliases expanded.
+    let mut sizes: HashMap<usize, u64> = HashMap::new();
+    let mut aliased: u64 = 0;
+    for next in saphyr_parser::Parser::new_from_str(text) {
+        let (ev, span) = next?;
+        let closed = match &ev {
+            Event::SequenceStart(aid, _) | Event::MappingStart(aid, _) => {
+                if open.len() >= MAX_NESTING {
+                    return Err(ScanError::new(
+                        span.start,
+                        format!("collections nested deeper than {MAX_NESTING}"),
+                    ));
+                }
+                open.push((1, *aid));
+                None
+            }
+            Event::SequenceEnd | Event::MappingEnd => open.pop(),
+            Event::Scalar(_, _, aid, _) => Some((1, *aid)),
+            Event::Alias(id) => {
+                // An anchor not yet closed (an alias inside its own anchor) is left to the
+                // loader, which refuses or empties it; it adds one node here.
+                let n = sizes.get(id).copied().unwrap_or(1);
+                aliased = aliased.saturating_add(n);
+                if aliased > MAX_ALIAS_NODES {
+                    return Err(ScanError::new(
+                        span.start,
+                        format!(
+                            "aliases expand to more than {MAX_ALIAS_NODES} nodes (possible \
+                             billion-laughs attack)"
+                        ),
+                    ));
+                }
+                Some((n, 0))
+            }
+            _ => None,
+        };
+        if let Some((n, aid)) = closed {
+            if aid > 0 {
+                sizes.insert(aid, n);
+            }
+            if let Some(parent) = open.last_mut() {
+                parent.0 = parent.0.saturating_add(n);
+            }
+        }
+        loader.on_event(ev, span);
+        // An error the loader met (an alias past its node budget, a duplicated key) stops it
+        // without failing the parse.
+        if let Some(e) = loader.error() {
+            return Err(e.clone());
+        }
     }
     Ok(loader.into_documents())
 }
