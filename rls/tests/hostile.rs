@@ -5,6 +5,7 @@
 mod support;
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 use tollgate_rls::config::{Config, ConfigError};
 
 fn load(yaml: &str) -> Result<Config, ConfigError> {
@@ -85,4 +86,26 @@ fn aliases_through_complex_keys_do_not_expand_without_bound() {
     )
     .unwrap();
     assert_eq!(c.limits().len(), 2);
+}
+
+#[test]
+fn a_mapping_of_many_fields_costs_its_length_not_its_square() {
+    // 100,000 unknown fields: a scan of the fields seen per field took minutes; one pass takes
+    // a second or two in a debug build. The bound is loose, for slow machines.
+    let fields: String = (0..100_000).map(|i| format!("k{i}: 1\n")).collect();
+    for yaml in [
+        format!("domain: d\n{fields}"),
+        format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n{}",
+            fields
+                .lines()
+                .map(|l| format!("      {l}\n"))
+                .collect::<String>()
+        ),
+    ] {
+        let t = Instant::now();
+        let e = load(&yaml).unwrap_err();
+        assert!(e.message.contains("unknown field"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    }
 }
