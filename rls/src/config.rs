@@ -264,6 +264,12 @@ pub struct Match {
 /// The most levels a descriptor path may have in a config (deeper trees are refused at load).
 const MAX_DEPTH: usize = 32;
 
+/// The most bytes the ids of a config's limits may hold together. An id repeats the domain and
+/// every key and value above the limit, so without a bound a file's memory grows with its size
+/// squared: one 400 KB key over 2,000 small limits (a 540 KB file) made 2.3 GB of ids and
+/// paths. 64 MiB is a million limits with 64-byte ids.
+const MAX_ID_BYTES: usize = 64 << 20;
+
 impl Config {
     /// Loads `path`: one YAML file, or a directory whose `*.yaml`/`*.yml` entries (links
     /// followed, names starting with `.` skipped) each hold one domain.
@@ -286,12 +292,14 @@ impl Config {
     pub fn from_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         let mut domain_files: HashMap<String, PathBuf> = HashMap::new();
+        let mut id_bytes = 0;
         for (file, text) in sources {
             let mut p = Parser {
                 file,
                 limits: &mut config.limits,
                 ids: HashMap::new(),
                 domain: String::new(),
+                id_bytes: &mut id_bytes,
             };
             let (name, domain) = p.file(text)?;
             if let Some(first) = domain_files.get(&name) {
@@ -477,6 +485,8 @@ struct Parser<'a> {
     ids: HashMap<String, String>,
     /// The domain of the file being parsed.
     domain: String,
+    /// The bytes of the ids of the config's limits so far (all files), up to [`MAX_ID_BYTES`].
+    id_bytes: &'a mut usize,
 }
 
 type Map = saphyr::AnnotatedMapping<'static, MarkedYamlOwned>;
@@ -931,6 +941,18 @@ impl Parser<'_> {
                 };
                 names.retain(|n| !n.is_empty());
                 let domain = self.domain.clone();
+                *self.id_bytes = self.id_bytes.saturating_add(domain.len() + 1 + path.len());
+                if *self.id_bytes > MAX_ID_BYTES {
+                    return Err(self.err(
+                        Some(item),
+                        &at,
+                        format!(
+                            "the limits' ids (domain and descriptor path of each) exceed \
+                             {} MiB in all: shorten the keys and values above many limits",
+                            MAX_ID_BYTES >> 20
+                        ),
+                    ));
+                }
                 let id = format!("{domain}\u{1f}{path}");
                 let origin = format!("{}:{}", self.file.display(), line_of(item));
                 // Paths of two levels can coincide (`key: a.b` beside `key: a` holding

@@ -109,3 +109,28 @@ fn a_mapping_of_many_fields_costs_its_length_not_its_square() {
         assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     }
 }
+
+#[test]
+fn ids_repeating_a_long_key_are_bounded() {
+    // A 200 KB key over 400 small limits (an 80 KB file besides the key): each limit's id and
+    // path repeat the key, 160 MB of them. Ids past 64 MiB in all are refused.
+    let big = "x".repeat(200_000);
+    let kids: String = (0..400)
+        .map(|i| {
+            format!("      - {{key: c{i}, rate_limit: {{unit: second, requests_per_unit: 1}}}}\n")
+        })
+        .collect();
+    let e = load(&format!(
+        "domain: d\ndescriptors:\n  - key: {big}\n    descriptors:\n{kids}"
+    ))
+    .unwrap_err();
+    assert!(e.message.contains("MiB"), "{e}");
+    assert!(e.field.starts_with("descriptors[0].descriptors["), "{e}");
+    // The same key over a few limits loads.
+    let kids: String = kids.lines().take(10).map(|l| format!("{l}\n")).collect();
+    let c = load(&format!(
+        "domain: d\ndescriptors:\n  - key: {big}\n    descriptors:\n{kids}"
+    ))
+    .unwrap();
+    assert_eq!(c.limits().len(), 10);
+}
