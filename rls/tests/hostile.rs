@@ -6,7 +6,10 @@ mod support;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use tollgate::ManualClock;
 use tollgate_rls::config::{Config, ConfigError};
+use tollgate_rls::engine::{Backend, LocalBackend, RlsClock};
+use tollgate_rls::service::{Descriptor, Request, Service};
 
 fn load(yaml: &str) -> Result<Config, ConfigError> {
     Config::from_sources(&[(PathBuf::from("test.yaml"), yaml.to_owned())])
@@ -133,4 +136,391 @@ fn ids_repeating_a_long_key_are_bounded() {
     ))
     .unwrap();
     assert_eq!(c.limits().len(), 10);
+}
+
+/// The configs of this crate's tests and README: every raw string literal of `rls/tests/*.rs`
+/// and every YAML block of `rls/README.md` that names a domain (read at run time, so configs
+/// added to the tests join the seeds).
+fn seed_configs() -> Vec<String> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut seeds = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("tests"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    files.sort();
+    for f in files {
+        let src = std::fs::read_to_string(&f).unwrap();
+        for chunk in src.split("r#\"").skip(1) {
+            if let Some((yaml, _)) = chunk.split_once("\"#") {
+                if yaml.contains("domain:") {
+                    seeds.push(yaml.to_owned());
+                }
+            }
+        }
+    }
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    for chunk in readme.split("```yaml\n").skip(1) {
+        if let Some((yaml, _)) = chunk.split_once("```") {
+            if yaml.contains("domain:") {
+                seeds.push(yaml.to_owned());
+            }
+        }
+    }
+    seeds
+}
+
+/// Bytes a mutation inserts: YAML's indicators, whitespace, a NUL, a byte that is not UTF-8
+/// (read back as U+FFFD), a BOM, a `\x1f`.
+const BYTES: &[u8] = b"-:?,[]{}#&*!|>'\"%@` \t\n\r\0\xff\x1f_*.0123456789";
+
+/// Snippets a mutation inserts at a line's start or in place of a word.
+const SNIPPETS: &[&str] = &[
+    "&a ",
+    "*a",
+    "&b [*a, *a, *a]",
+    "<<: *a\n",
+    "? ",
+    "? [x]\n: y\n",
+    "!!binary ",
+    "!!int ",
+    "!!str ",
+    "!foo ",
+    "%YAML 1.2\n---\n",
+    "---\n",
+    "...\n",
+    "|\n  x\n",
+    ">-\n  x\n",
+    "\u{feff}",
+    "\"\\0\"",
+    "'",
+    "~",
+    "null",
+    "true",
+    "yes",
+    "1e400",
+    "99999999999999999999",
+    "-1",
+    ".inf",
+    ".nan",
+    "0x",
+    "0o17",
+    "0xFFFFFFFF",
+    "4294967296",
+    "18446744073709551616",
+    "-0",
+    "1_000",
+    "SECOND",
+    "Minute",
+    "unknown",
+    "unlimited: true",
+    "burst: 1",
+    "shadow_mode: true",
+    "share_threshold: true",
+    "value: \"*\"",
+    "value: a*b*",
+    "replaces: [{name: x}]",
+    "name: x",
+    "descriptors: []",
+    "descriptors:\n  - key: k\n",
+    "rate_limits: []",
+    "quota_mode: true",
+    "domain: d\n",
+    "key: \"\"",
+    "value: \"\"",
+    "\u{2603}",
+    "ſecond",
+];
+
+fn mutate(rng: &mut tollgate_testkit::rng::Rng, text: &str, seeds: &[String]) -> String {
+    let mut b = text.as_bytes().to_vec();
+    for _ in 0..1 + rng.below(2) {
+        let at =
+            |rng: &mut tollgate_testkit::rng::Rng, b: &[u8]| rng.below(b.len() as u64 + 1) as usize;
+        match rng.below(10) {
+            0 => {
+                let i = at(rng, &b);
+                b.insert(i, BYTES[rng.below(BYTES.len() as u64) as usize]);
+            }
+            1 => {
+                let i = at(rng, &b);
+                let j = (i + 1 + rng.below(16) as usize).min(b.len());
+                b.drain(i..j);
+            }
+            2 => {
+                let i = at(rng, &b);
+                let j = (i + 1 + rng.below(64) as usize).min(b.len());
+                let span = b[i..j].to_vec();
+                for _ in 0..1 + rng.below(3) {
+                    b.splice(j..j, span.iter().copied());
+                }
+            }
+            3 | 4 => {
+                // A snippet at a line's start or in place of a word.
+                let s = SNIPPETS[rng.below(SNIPPETS.len() as u64) as usize].as_bytes();
+                let i = at(rng, &b);
+                let start = b[..i]
+                    .iter()
+                    .rposition(|&c| c == b'\n')
+                    .map_or(0, |p| p + 1);
+                if rng.below(2) == 0 {
+                    b.splice(start..start, s.iter().copied());
+                } else {
+                    let end = b[i..]
+                        .iter()
+                        .position(|c| matches!(c, b' ' | b'\n' | b',' | b'}' | b']'))
+                        .map_or(b.len(), |p| i + p);
+                    b.splice(i..end, s.iter().copied());
+                }
+            }
+            5 => {
+                // A line of another seed in place of one of this text.
+                let other = &seeds[rng.below(seeds.len() as u64) as usize];
+                let lines: Vec<&str> = other.lines().collect();
+                let line = lines[rng.below(lines.len() as u64) as usize];
+                let i = at(rng, &b);
+                let start = b[..i]
+                    .iter()
+                    .rposition(|&c| c == b'\n')
+                    .map_or(0, |p| p + 1);
+                let end = b[i..]
+                    .iter()
+                    .position(|&c| c == b'\n')
+                    .map_or(b.len(), |p| i + p);
+                b.splice(start..end, line.bytes());
+            }
+            6 => {
+                // A line indented more or less (or by a tab).
+                let i = at(rng, &b);
+                let start = b[..i]
+                    .iter()
+                    .rposition(|&c| c == b'\n')
+                    .map_or(0, |p| p + 1);
+                let (end, with): (usize, &[u8]) = match rng.below(3) {
+                    0 => (start, b"  "),
+                    1 => (start, b"\t"),
+                    _ => ((start + 2).min(b.len()), b""),
+                };
+                b.splice(start..end, with.iter().copied());
+            }
+            7 => {
+                // Two lines swapped.
+                let mut lines: Vec<&[u8]> = b.split(|&c| c == b'\n').collect();
+                let n = lines.len() as u64;
+                lines.swap(rng.below(n) as usize, rng.below(n) as usize);
+                b = lines.join(&b'\n');
+            }
+            8 => {
+                let i = at(rng, &b);
+                b.truncate(i);
+            }
+            _ => {
+                let i = at(rng, &b).min(b.len().saturating_sub(1));
+                if let Some(c) = b.get_mut(i) {
+                    c.make_ascii_uppercase();
+                }
+            }
+        }
+    }
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+#[test]
+fn mutated_configs_load_or_are_refused_and_what_loads_decides() {
+    let seeds = seed_configs();
+    assert!(seeds.len() >= 5, "{} seeds", seeds.len());
+    // Every seed is a config the tests load (or refuse on purpose): none panics.
+    let valid = seeds.iter().filter(|s| load(s).is_ok()).count();
+    eprintln!("{valid} of {} seeds load", seeds.len());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let clock = ManualClock::new();
+    // Fixed by default; `HOSTILE_SEED` and `HOSTILE_ROUNDS` run a longer campaign by hand.
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let rounds = env("HOSTILE_ROUNDS", 5_000);
+    let mut rng = tollgate_testkit::rng::Rng(env("HOSTILE_SEED", 0x5eed_c0f1).max(1));
+    let (mut loaded, mut decided) = (0, 0);
+    let started = Instant::now();
+    for _ in 0..rounds {
+        let seed = &seeds[rng.below(seeds.len() as u64) as usize];
+        let text = mutate(&mut rng, seed, &seeds);
+        let mut sources = vec![(PathBuf::from("a.yaml"), text.clone())];
+        if rng.below(4) == 0 {
+            let other = &seeds[rng.below(seeds.len() as u64) as usize];
+            // Another file, of another domain (or of the same, refused as a duplicate).
+            let other = match rng.below(4) {
+                0 => other.clone(),
+                _ => other.replacen("domain: ", "domain: other_", 1),
+            };
+            sources.push((PathBuf::from("b.yaml"), other));
+        }
+        let Ok(config) = Config::from_sources(&sources) else {
+            continue;
+        };
+        loaded += 1;
+        // What loads is served: each limit asked for along its own path, and a request that
+        // matches nothing.
+        let requests: Vec<Request> = config
+            .limits()
+            .iter()
+            .map(|l| Request {
+                domain: l.domain.clone(),
+                descriptors: vec![Descriptor {
+                    entries: l
+                        .path
+                        .split('.')
+                        .map(|p| match p.split_once('_') {
+                            Some((k, v)) => (k.to_owned(), v.to_owned()),
+                            None => (p.to_owned(), "v".to_owned()),
+                        })
+                        .collect(),
+                    hits_addend: Some(rng.below(3)),
+                    ..Default::default()
+                }],
+                hits_addend: rng.below(3) as u32,
+            })
+            .chain([Request {
+                domain: "d".into(),
+                descriptors: vec![Descriptor {
+                    entries: vec![("k".into(), "v".into())],
+                    ..Default::default()
+                }],
+                hits_addend: 0,
+            }])
+            .collect();
+        let backend = Backend::Local(LocalBackend::new(RlsClock::manual(clock.clone()), 64));
+        let service = Service::new(config, backend, rng.below(8) == 0);
+        for r in requests.iter().take(20) {
+            let resp = rt.block_on(service.should_rate_limit(r)).unwrap();
+            assert_eq!(resp.statuses.len(), r.descriptors.len());
+            decided += 1;
+        }
+    }
+    // The mutations keep enough configs loadable for the decisions to be exercised.
+    assert!(loaded >= rounds / 20, "{loaded} of {rounds} loaded");
+    assert!(decided >= rounds / 10, "{decided} decisions");
+    eprintln!(
+        "{loaded} loaded, {decided} decided, {:?}",
+        started.elapsed()
+    );
+}
+
+/// A request descriptor: its entries and its own `hits_addend`.
+type Asked<'a> = (Vec<(&'a str, &'a str)>, Option<u64>);
+
+/// A local service on a manual clock and its clock.
+fn local(yaml: &str) -> (Service, ManualClock) {
+    let clock = ManualClock::new();
+    let backend = Backend::Local(LocalBackend::new(RlsClock::manual(clock.clone()), 1_000));
+    (Service::new(load(yaml).unwrap(), backend, false), clock)
+}
+
+/// Decides a request on `s`: per descriptor, whether its status is `OK` and its `limit_remaining`.
+fn ask(s: &Service, domain: &str, descs: Vec<Asked<'_>>, hits: u32) -> Vec<(bool, u32)> {
+    let req = Request {
+        domain: domain.into(),
+        descriptors: descs
+            .into_iter()
+            .map(|(e, h)| Descriptor {
+                entries: e.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+                hits_addend: h,
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: hits,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let r = rt.block_on(s.should_rate_limit(&req)).unwrap();
+    r.statuses
+        .iter()
+        .map(|st| {
+            (
+                st.code == tollgate_rls::service::Code::Ok,
+                st.limit_remaining,
+            )
+        })
+        .collect()
+}
+
+const REQ_CONFIG: &str = "domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: open
+    rate_limit: {unlimited: true}
+  - key: blocked
+    rate_limit: {unit: minute, requests_per_unit: 0}
+";
+
+#[test]
+fn hostile_hit_counts_and_entries_get_ordinary_decisions() {
+    let (s, _clock) = local(REQ_CONFIG);
+    let a = || (vec![("user", "a")], None);
+    // u64::MAX hits on one bucket, and twice on one bucket (summed, saturating): refused,
+    // nothing debited (the request's other bucket keeps its tokens).
+    for big in [
+        vec![(vec![("user", "a")], Some(u64::MAX))],
+        vec![
+            (vec![("user", "a")], Some(u64::MAX)),
+            (vec![("user", "a")], Some(u64::MAX)),
+        ],
+    ] {
+        let mut descs = big;
+        descs.push((vec![("user", "b")], Some(1)));
+        let r = ask(&s, "d", descs, 0);
+        assert!(!r[0].0, "{r:?}");
+    }
+    assert_eq!(
+        ask(&s, "d", vec![(vec![("user", "b")], None)], 0),
+        vec![(true, 4)]
+    );
+    // u32::MAX request hits over 1,024 descriptors of one bucket: refused.
+    let r = ask(&s, "d", vec![a(); 1024], u32::MAX);
+    assert!(r.iter().all(|x| !x.0));
+    // A shadow-mode limit asked for u64::MAX: answered OK, not debited.
+    let r = ask(&s, "d", vec![(vec![("shadow", "x")], Some(u64::MAX))], 0);
+    assert_eq!(r, vec![(true, 0)]);
+    assert_eq!(
+        ask(&s, "d", vec![(vec![("shadow", "x")], None)], 0),
+        vec![(true, 4)]
+    );
+    // Empty keys and values, no entries, an unknown domain: no limit, or the value-less one.
+    let r = ask(
+        &s,
+        "d",
+        vec![
+            (vec![("", "")], None),
+            (vec![], None),
+            (vec![("user", "")], None),
+        ],
+        0,
+    );
+    assert_eq!(r, vec![(true, 0), (true, 0), (true, 4)]);
+    assert_eq!(ask(&s, "nope", vec![a()], 0), vec![(true, 0)]);
+    // Unlimited beside blocked: the request is refused, the unlimited status is OK.
+    let r = ask(
+        &s,
+        "d",
+        vec![
+            (vec![("open", "x")], None),
+            (vec![("blocked", "x")], None),
+            a(),
+        ],
+        0,
+    );
+    assert_eq!(r, vec![(true, u32::MAX), (false, 0), (true, 5)]);
+    // Nothing was debited from `user: a` by any of the above.
+    assert_eq!(ask(&s, "d", vec![a()], 0), vec![(true, 4)]);
 }
