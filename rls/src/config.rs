@@ -503,29 +503,39 @@ fn line_of(n: &MarkedYamlOwned) -> usize {
 /// few thousand nested `-` overflowed a reload thread's stack, aborting the process.
 const MAX_NESTING: usize = 128;
 
-/// The most nodes alias expansion may add to one file, counting every node of each aliased
-/// subtree (mapping keys included). saphyr's own budget counts a mapping key as one node
-/// whatever it holds, so anchors nested through complex keys (`&a1 {? [*a0, *a0, ...] : v}`)
-/// grow tenfold per line under it: a few hundred bytes took seconds and half a gigabyte.
-const MAX_ALIAS_NODES: u64 = 100_000;
+/// How much more than the file itself its anchors and aliases may make saphyr's loader copy,
+/// in nodes weighed by [`weight`]. The loader copies an anchored node when it is complete and
+/// an aliased one at each alias; its own budget counts alias copies only, in nodes (a mapping
+/// key as one node whatever it holds, a scalar as one whatever its length), so these grew
+/// without bound under it: ten aliases of the previous anchor's key per line (six short lines:
+/// half a gigabyte), a 1 MB scalar aliased 2,000 times (2 GB), 120 nested anchors over a
+/// 300 KB list (each level a copy: 1.9 GB).
+const MAX_COPIED: u64 = 100_000;
+
+/// A node's weight in [`MAX_COPIED`]: one, and one more per 64 bytes of a scalar's text.
+fn weight(scalar_len: usize) -> u64 {
+    1 + (scalar_len / 64) as u64
+}
 
 /// `text`'s YAML documents, every scalar left as its source text (saphyr's `Representation`,
 /// after YAML's own quoting, escapes and folding): string fields take that text, as a Go
 /// string field of envoyproxy/ratelimit does, and [`scalar`] resolves numbers and flags.
 ///
 /// The parser's events are fed to the loader here, one at a time (not by the recursive
-/// `Parser::load`), with the nesting bounded by [`MAX_NESTING`] and alias expansion by
-/// [`MAX_ALIAS_NODES`]: no file recurses deeper than that, or expands beyond that.
+/// `Parser::load`), with the nesting bounded by [`MAX_NESTING`] and what anchors and aliases
+/// copy by [`MAX_COPIED`] beyond the file's own weight: loading recurses no deeper than that,
+/// and its memory stays within a constant of the file's.
 fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
     use saphyr_parser::{Event, ScanError, SpannedEventReceiver};
     let mut loader: YamlLoader<'_, MarkedYamlOwned> = YamlLoader::default();
     loader.early_parse(false);
-    // Per open collection: the nodes it holds so far (itself included, aliases expanded) and
-    // its anchor id (0: none).
+    // Per open collection: its weight so far (itself included, aliases expanded) and its
+    // anchor id (0: none).
     let mut open: Vec<(u64, usize)> = Vec::new();
-    // Per anchor id: the nodes of its subtree, aliases expanded.
+    // Per anchor id: the weight of its node, aliases expanded.
     let mut sizes: HashMap<usize, u64> = HashMap::new();
-    let mut aliased: u64 = 0;
+    // The weight of the nodes written in the file, and of the copies the loader makes.
+    let (mut parsed, mut copied) = (0u64, 0u64);
     for next in saphyr_parser::Parser::new_from_str(text) {
         let (ev, span) = next?;
         let closed = match &ev {
@@ -536,36 +546,43 @@ fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
                         format!("collections nested deeper than {MAX_NESTING}"),
                     ));
                 }
+                parsed += 1;
                 open.push((1, *aid));
                 None
             }
             Event::SequenceEnd | Event::MappingEnd => open.pop(),
-            Event::Scalar(_, _, aid, _) => Some((1, *aid)),
+            Event::Scalar(v, _, aid, _) => {
+                let w = weight(v.len());
+                parsed = parsed.saturating_add(w);
+                Some((w, *aid))
+            }
             Event::Alias(id) => {
-                // An anchor not yet closed (an alias inside its own anchor) is left to the
-                // loader, which refuses or empties it; it adds one node here.
-                let n = sizes.get(id).copied().unwrap_or(1);
-                aliased = aliased.saturating_add(n);
-                if aliased > MAX_ALIAS_NODES {
-                    return Err(ScanError::new(
-                        span.start,
-                        format!(
-                            "aliases expand to more than {MAX_ALIAS_NODES} nodes (possible \
-                             billion-laughs attack)"
-                        ),
-                    ));
-                }
-                Some((n, 0))
+                // An anchor not yet complete (an alias inside its own anchor) is left to the
+                // loader, which refuses or empties it; it weighs one here.
+                let w = sizes.get(id).copied().unwrap_or(1);
+                parsed += 1;
+                copied = copied.saturating_add(w);
+                Some((w, 0))
             }
             _ => None,
         };
-        if let Some((n, aid)) = closed {
+        if let Some((w, aid)) = closed {
             if aid > 0 {
-                sizes.insert(aid, n);
+                sizes.insert(aid, w);
+                copied = copied.saturating_add(w);
             }
             if let Some(parent) = open.last_mut() {
-                parent.0 = parent.0.saturating_add(n);
+                parent.0 = parent.0.saturating_add(w);
             }
+        }
+        if copied > parsed.saturating_add(MAX_COPIED) {
+            return Err(ScanError::new(
+                span.start,
+                format!(
+                    "anchors and aliases copy more than the file holds by over {MAX_COPIED} \
+                     nodes (possible billion-laughs attack)"
+                ),
+            ));
         }
         loader.on_event(ev, span);
         // An error the loader met (an alias past its node budget, a duplicated key) stops it
