@@ -102,3 +102,40 @@ async fn a_configmap_link_swap_is_noticed() {
     assert!(took < Duration::from_secs(2));
     s.stop().await;
 }
+
+#[tokio::test]
+async fn hostile_files_leave_the_old_config_serving() {
+    // Each file is refused by the loader on the reload's blocking thread (a 2 MiB stack):
+    // thousands of nested block lists (which recursed once per level in saphyr's loading and
+    // aborted the process) and an alias bomb through complex keys (seconds and gigabytes).
+    let mut s = Rls::start(&with_probe(V1, 1)).await;
+    let cfg = s.dir.path().join("config.yaml");
+    let deep: String = (0..4_000)
+        .map(|i| format!("{}-\n", " ".repeat(i)))
+        .collect();
+    let mut bomb = String::from("a0: &a0 {? [x, x, x, x, x, x, x, x, x, x] : v}\n");
+    for i in 1..7 {
+        let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+        bomb.push_str(&format!("a{i}: &a{i} {{? [{refs}] : v}}\n"));
+    }
+    for (n, text) in [
+        format!("domain: r\ndescriptors:\n{deep}"),
+        format!("{bomb}domain: r\n"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        replace_by_rename(&cfg, &text);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let out = s.ok(req("r", vec![desc_hits(&[("probe", "p")], 0)])).await;
+        let rpu = out.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit);
+        assert_eq!(rpu, Some(1), "file {n}: the old config serves");
+    }
+    // A valid file after them is still picked up.
+    replace_by_rename(&cfg, &with_probe(V1, 2));
+    until_probe(&mut s, 2).await;
+    s.stop().await;
+}
