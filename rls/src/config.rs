@@ -264,11 +264,13 @@ pub struct Match {
 /// The most levels a descriptor path may have in a config (deeper trees are refused at load).
 const MAX_DEPTH: usize = 32;
 
-/// The most bytes the ids of a config's limits may hold together. An id repeats the domain and
-/// every key and value above the limit, so without a bound a file's memory grows with its size
-/// squared: one 400 KB key over 2,000 small limits (a 540 KB file) made 2.3 GB of ids and
-/// paths. 64 MiB is a million limits with 64-byte ids.
-const MAX_ID_BYTES: usize = 64 << 20;
+/// The most bytes of descriptor paths (each with its domain) a config's load may build. A path
+/// repeats every key and value above its descriptor, so without a bound a file's load grows
+/// with its size squared: one 400 KB key over 2,000 small limits (a 540 KB file) made 2.3 GB
+/// of ids and paths, and over 20,000 limitless descriptors copied 8 GB (seconds). A path is
+/// built only for a descriptor with a limit (its id) or nested descriptors (their parent).
+/// 64 MiB is a million limits with 64-byte ids.
+const MAX_PATH_BYTES: usize = 64 << 20;
 
 impl Config {
     /// Loads `path`: one YAML file, or a directory whose `*.yaml`/`*.yml` entries (links
@@ -292,14 +294,14 @@ impl Config {
     pub fn from_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         let mut domain_files: HashMap<String, PathBuf> = HashMap::new();
-        let mut id_bytes = 0;
+        let mut path_bytes = 0;
         for (file, text) in sources {
             let mut p = Parser {
                 file,
                 limits: &mut config.limits,
                 ids: HashMap::new(),
                 domain: String::new(),
-                id_bytes: &mut id_bytes,
+                path_bytes: &mut path_bytes,
             };
             let (name, domain) = p.file(text)?;
             if let Some(first) = domain_files.get(&name) {
@@ -485,8 +487,8 @@ struct Parser<'a> {
     ids: HashMap<String, String>,
     /// The domain of the file being parsed.
     domain: String,
-    /// The bytes of the ids of the config's limits so far (all files), up to [`MAX_ID_BYTES`].
-    id_bytes: &'a mut usize,
+    /// The bytes of the paths built so far (all files), up to [`MAX_PATH_BYTES`].
+    path_bytes: &'a mut usize,
 }
 
 type Map = saphyr::AnnotatedMapping<'static, MarkedYamlOwned>;
@@ -848,22 +850,26 @@ impl Parser<'_> {
                 Some(v) => format!("{key}_{v}"),
                 None => key.clone(),
             };
-            let path = if parent_path.is_empty() {
-                path_part.clone()
-            } else {
-                format!("{parent_path}.{path_part}")
+            let join = |part: &str| {
+                if parent_path.is_empty() {
+                    part.to_owned()
+                } else {
+                    format!("{parent_path}.{part}")
+                }
             };
-            if !seen.insert(path_part) {
+            if seen.contains(&path_part) {
                 return Err(self.err(
                     Some(item),
                     &at,
                     format!(
-                        "duplicate descriptor composite key '{}.{path}' (key, or key_value: \
+                        "duplicate descriptor composite key '{}.{}' (key, or key_value: \
                          another descriptor at this level has it)",
-                        self.domain
+                        self.domain,
+                        join(&path_part)
                     ),
                 ));
             }
+            seen.insert(path_part.clone());
             let is_pattern = value.as_deref().is_some_and(|v| v.contains('*'));
             if share && !is_pattern {
                 return Err(self.err(
@@ -938,6 +944,26 @@ impl Parser<'_> {
             };
             let per_value = own_per_value || above.per_value;
             let any_to_metric = to_metric || above.value_to_metric;
+            let path = if nested.is_some() || kind.is_some() {
+                let path = join(&path_part);
+                let bytes = self.domain.len() + 1 + path.len();
+                *self.path_bytes = self.path_bytes.saturating_add(bytes);
+                if *self.path_bytes > MAX_PATH_BYTES {
+                    return Err(self.err(
+                        Some(item),
+                        &at,
+                        format!(
+                            "the descriptor paths (each repeating the keys and values above it) \
+                             exceed {} MiB in all: shorten the keys and values above many \
+                             descriptors",
+                            MAX_PATH_BYTES >> 20
+                        ),
+                    ));
+                }
+                path
+            } else {
+                String::new()
+            };
             if let Some(n) = nested {
                 self.level(
                     n,
@@ -958,18 +984,6 @@ impl Parser<'_> {
                 };
                 names.retain(|n| !n.is_empty());
                 let domain = self.domain.clone();
-                *self.id_bytes = self.id_bytes.saturating_add(domain.len() + 1 + path.len());
-                if *self.id_bytes > MAX_ID_BYTES {
-                    return Err(self.err(
-                        Some(item),
-                        &at,
-                        format!(
-                            "the limits' ids (domain and descriptor path of each) exceed \
-                             {} MiB in all: shorten the keys and values above many limits",
-                            MAX_ID_BYTES >> 20
-                        ),
-                    ));
-                }
                 let id = format!("{domain}\u{1f}{path}");
                 let origin = format!("{}:{}", self.file.display(), line_of(item));
                 // Paths of two levels can coincide (`key: a.b` beside `key: a` holding

@@ -132,28 +132,34 @@ fn a_mapping_of_many_fields_costs_its_length_not_its_square() {
 }
 
 #[test]
-fn ids_repeating_a_long_key_are_bounded() {
+fn paths_repeating_a_long_key_are_bounded() {
     // A 200 KB key over 400 small limits (an 80 KB file besides the key): each limit's id and
-    // path repeat the key, 160 MB of them. Ids past 64 MiB in all are refused.
+    // path repeat the key, 160 MB of them. Paths past 64 MiB in all are refused.
     let big = "x".repeat(200_000);
-    let kids: String = (0..400)
+    let tree =
+        |kids: &str| format!("domain: d\ndescriptors:\n  - key: {big}\n    descriptors:\n{kids}");
+    let limits: String = (0..400)
         .map(|i| {
             format!("      - {{key: c{i}, rate_limit: {{unit: second, requests_per_unit: 1}}}}\n")
         })
         .collect();
-    let e = load(&format!(
-        "domain: d\ndescriptors:\n  - key: {big}\n    descriptors:\n{kids}"
-    ))
-    .unwrap_err();
+    let e = load(&tree(&limits)).unwrap_err();
     assert!(e.message.contains("MiB"), "{e}");
     assert!(e.field.starts_with("descriptors[0].descriptors["), "{e}");
-    // The same key over a few limits loads.
-    let kids: String = kids.lines().take(10).map(|l| format!("{l}\n")).collect();
-    let c = load(&format!(
-        "domain: d\ndescriptors:\n  - key: {big}\n    descriptors:\n{kids}"
-    ))
-    .unwrap();
-    assert_eq!(c.limits().len(), 10);
+    // So are the paths of descriptors holding descriptors (each the parent of a level).
+    let parents: String = (0..400)
+        .map(|i| format!("      - {{key: c{i}, descriptors: []}}\n"))
+        .collect();
+    let e = load(&tree(&parents)).unwrap_err();
+    assert!(e.message.contains("MiB"), "{e}");
+    // A descriptor with neither builds no path: 20,000 of them under the key load.
+    let leaves: String = (0..20_000)
+        .map(|i| format!("      - {{key: c{i}}}\n"))
+        .collect();
+    assert_eq!(load(&tree(&leaves)).unwrap().limits().len(), 0);
+    // The key over a few limits loads.
+    let few: String = limits.lines().take(10).map(|l| format!("{l}\n")).collect();
+    assert_eq!(load(&tree(&few)).unwrap().limits().len(), 10);
 }
 
 /// The configs of this crate's tests and README: every raw string literal of `rls/tests/*.rs`
