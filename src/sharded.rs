@@ -341,6 +341,17 @@ impl<C: Clock> ShardedBucket<C> {
         self.pooled_units(now) / self.read_mostly.quota.scale()
     }
 
+    /// The decision at reading `now` on shard `shard` (modulo the shard count), edge costs
+    /// included: [`try_acquire`](ShardedBucket::try_acquire)'s path with the shard chosen, for
+    /// the fuzz targets (a fuzzer cannot choose the CPU a thread runs on). Exists only when
+    /// built with `--cfg fuzzing` (as `cargo fuzz` builds every crate); not part of the API.
+    #[cfg(fuzzing)]
+    #[doc(hidden)]
+    pub fn fuzz_acquire_on_shard(&self, shard: usize, now: u64, cost: u64) -> Result<(), Denied> {
+        let lease = &self.shards[shard % self.shards.len()];
+        self.decide_on(now, cost, || lease)
+    }
+
     /// Capacity lost so far in tokens (fractions included): what a lease held when replaced
     /// with less than a token, and what lapsed in a near lease replaced or a lease emptied by a
     /// `dry_all` publication. Zero with one shard or on a frozen clock; a diagnostic, not a
