@@ -19,8 +19,7 @@ pub fn violation(quota: &Quota, ev: &mut [(u64, u64)]) -> Option<String> {
     // A window over `burst + rate·Δ` by `excess / per` tokens: a violation if `excess > 0`, and
     // for inexact quotas only beyond one unit (`excess · scale > per`; an overflow is beyond).
     let over = |excess: i128| {
-        excess > 0
-            && (quota.is_exact() || excess.checked_mul(scale).map_or(true, |v| v > per))
+        excess > 0 && (quota.is_exact() || excess.checked_mul(scale).map_or(true, |v| v > per))
     };
     // Tokens admitted before event `j`, and the greatest `rate·t_i − per·P(i)` over `i ≤ j`.
     let mut p: i128 = 0;
