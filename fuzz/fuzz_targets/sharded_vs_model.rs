@@ -11,9 +11,13 @@
 //!   the same readings (one shard takes no leases: a `Bucket`'s CAS);
 //! * a refusal at a fresh reading (none later decided yet), when the input asks, is retried on
 //!   the same shard at `reading + d` with nothing deciding in between: admitted, but where
-//!   another shard has decided too (so may hold near leases), a one-token request may be
-//!   refused again with a wait of at most the near leases' room (`shards × F` tokens, at most
-//!   250 µs of rate; no such case where no near lease is taken);
+//!   another shard has decided too, a one-token request may be refused again (its shard's
+//!   `dry_until` recorded before another shard took from the word) with a wait of at most the
+//!   near leases' room (`shards × F` tokens, at most 250 µs of rate) or one token's time,
+//!   whichever is more. The docs promise the room alone (exact waits where no near lease is
+//!   taken), but another shard that pools its far lease's last fraction with the word's takes
+//!   the word's fraction of the token the record names: early by under one token, at any rate
+//!   (the seeded schedules of `src/sharded/seeded.rs` allow that token too);
 //! * `available()` never above the burst; on a frozen clock (one reading throughout) nothing
 //!   lapses: what was admitted plus `available()` is the burst (for an inexact quota at a
 //!   reading off its unit grid, one token less at most: the unit rounded, as by `Bucket`);
@@ -69,20 +73,21 @@ fn tokens_in(q: &Quota, ns: u64) -> u64 {
     (u128::from(q.tokens()) * u128::from(ns) / q.per().as_nanos()) as u64
 }
 
-/// The most a retry at a named wait may be refused again with, by the docs: the room other
-/// shards' near leases take, `shards × F` tokens (at most 250 µs of rate, one near lease at
-/// least), `F = min(64, rate × 16 µs, burst / (8 × shards))`; zero (exact waits) with one
-/// shard or where `F` is 0 (no near leases).
+/// The most a retry at a named wait may be refused again with: the room other shards' near
+/// leases take by the docs, `shards × F` tokens (at most 250 µs of rate, one near lease at
+/// least), `F = min(64, rate × 16 µs, burst / (8 × shards))`, or one token's time, whichever
+/// is more (see the top: a pooled fraction); zero (exact waits) with one shard.
 fn room_ns(q: &Quota, shards: u64) -> u64 {
     if shards < 2 {
         return 0;
     }
     let f = tokens_in(q, 16_000).min(64).min(q.burst() / (8 * shards));
-    if f == 0 {
-        return 0;
-    }
-    let room = (shards * f).min(tokens_in(q, 250_000)).max(f);
-    q.refill_time(room).as_nanos() as u64
+    let room = if f == 0 {
+        0
+    } else {
+        (shards * f).min(tokens_in(q, 250_000)).max(f)
+    };
+    q.refill_time(room.max(1)).as_nanos() as u64
 }
 
 fuzz_target!(|data: &[u8]| {
