@@ -64,7 +64,8 @@ struct Earned {
 ///   earns them and refuse from the shard's line in between: the central word is written once
 ///   per near lease, mostly by the admission that spends the last one to its top. A refusal's
 ///   wait is this shard's next token: exact for a shard alone, otherwise later than the pooled
-///   wait by at most what other shards' near leases hold.
+///   wait by at most what other shards' near leases hold (a one-token wait answered from the
+///   shard's line may be early: [`try_acquire`](ShardedBucket::try_acquire)).
 ///   Below 62,500 tokens a second no near lease is taken (every decision near the limit is the
 ///   central CAS, as a [`Bucket`](crate::Bucket)'s).
 /// * **Drained for a while.** A bucket found dry for 1 ms or more, once no lease can pay a
@@ -269,6 +270,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// (from its lease, the word, or both) if nothing else consumes, up to one unit's time more
     /// for quotas that are not [exact](Quota::is_exact); exact with one shard active, else later
     /// than the pooled wait by at most what other shards' near leases hold (`docs/sharded.md`).
+    /// A one-token refusal answered from the shard's own line names the instant an earlier
+    /// decision found, which may be early: by less than one token's time where another shard
+    /// has since paid a token with its lease's last fraction and the word's, and, with one shard
+    /// too, at a reading behind the latest decision's. Never late; a retry at an early wait is
+    /// refused with the rest (`docs/guarantees.md`).
     /// `Err(ExceedsBurst)`: `cost` above the burst. Cost 0 is always admitted.
     ///
     /// ```
