@@ -272,9 +272,9 @@ impl<C: Clock> ShardedBucket<C> {
     /// than the pooled wait by at most what other shards' near leases hold (`docs/sharded.md`).
     /// A one-token refusal answered from the shard's own line names the instant an earlier
     /// decision found, which may be early: by less than one token's time where another shard
-    /// has since paid a token with its lease's last fraction and the word's, and, with one shard
-    /// too, at a reading behind the latest decision's. Never late; a retry at an early wait is
-    /// refused with the rest (`docs/guarantees.md`).
+    /// has since paid a token with its lease's last fraction and the word's, and at a reading
+    /// behind the latest decision's. Never late; a retry at an early wait is refused with the
+    /// rest (`docs/guarantees.md`). One shard decides on the word alone: a `Bucket`'s waits.
     /// `Err(ExceedsBurst)`: `cost` above the burst. Cost 0 is always admitted.
     ///
     /// ```
@@ -525,17 +525,16 @@ impl<C: Clock> ShardedBucket<C> {
         self.acquire_central(now, cost, lease)
     }
 
-    /// [`acquire_on`](Self::acquire_on) with one shard, which never holds a lease: a one-token
-    /// refusal before its `dry_until`, else [`acquire_central`](Self::acquire_central). Out of
-    /// line, so that the shards' fast paths, inlined into every caller, do not grow for it.
+    /// [`acquire_on`](Self::acquire_on) with one shard, which never holds a lease: the word's
+    /// decision, a [`Bucket`](crate::Bucket)'s at every reading. No refusal from `dry_until`
+    /// here: an admission at a later reading that leaves the word holding a token raises the
+    /// word without recording anything, so an instant recorded before it names too early a
+    /// wait to a reading older than that admission (a stale one), where the word names the
+    /// exact one. Out of line, so that the shards' fast paths, inlined into every caller, do
+    /// not grow for it.
     #[inline(never)]
     fn acquire_one(&self, now: u64, cost: u64) -> Result<(), Denied> {
-        let lease = &self.shards[0];
-        let dry = lease.dry_until();
-        if cost == 1 && now < dry {
-            return Err(Denied::RetryAfter(central::wait_until(dry, now)));
-        }
-        self.acquire_central(now, cost, lease)
+        self.acquire_central(now, cost, &self.shards[0])
     }
 
     /// [`acquire_on`](Self::acquire_on) where the shard's lease (`home`, with the frontier `q`

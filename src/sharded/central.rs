@@ -272,9 +272,10 @@ impl Central {
         if q < h {
             return None;
         }
+        // One shard (`!count`) records nothing: it decides on the word alone
+        // (`ShardedBucket::acquire_one`).
         let record = |at: u64| {
             if !count {
-                lease.publish_dry(at);
                 at
             } else if lease.publish_dry_over(q, h, at) {
                 at

@@ -669,3 +669,37 @@ fn threads_sharing_shards_keep_every_window() {
         }
     }
 }
+
+/// One shard decides as a `Bucket` at every reading, stale ones included: a one-token request
+/// at a reading older than an admission's is refused with the wait the word names, not with an
+/// instant recorded before that admission raised the word. 1,000 tokens/s, burst 10, every
+/// refusal retried at its wait: drained at 1 s; a token at 1 ms (recorded: the next at 2 ms);
+/// a token at 5 ms (the word not dry there: nothing recorded); back at 1 s the word pays its
+/// next token at 3 ms, as the `Bucket` says, not at 2 ms.
+#[test]
+fn one_shard_waits_as_a_bucket_at_a_stale_reading() {
+    use crate::bucket::Bucket;
+    use crate::clock::Clock;
+    let quota = Quota::new(1_000, Duration::from_secs(1), 10).unwrap();
+    let sharded = ShardedBucket::with_clock(quota, 1, ManualClock::new());
+    let clock = ManualClock::new();
+    let bucket = Bucket::with_clock(quota, clock.clone());
+    let lease = &sharded.shards[0];
+    let t0 = 1_000_000_000u64;
+    for (now, cost) in [(t0, 10), (t0, 1), (t0 + 5_000_000, 1), (t0, 1)] {
+        clock.set(Duration::from_nanos(now));
+        let want = bucket.try_acquire(cost);
+        assert_eq!(
+            decide(&sharded, now, cost, lease),
+            want,
+            "cost {cost} at {now}"
+        );
+        if let Err(Denied::RetryAfter(d)) = want {
+            let at = now + d.as_nanos() as u64;
+            clock.set(Duration::from_nanos(at));
+            assert_eq!(clock.now(), at);
+            assert_eq!(bucket.try_acquire(cost), Ok(()));
+            assert_eq!(decide(&sharded, at, cost, lease), Ok(()), "retried at {at}");
+        }
+    }
+}
