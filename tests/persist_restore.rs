@@ -314,6 +314,25 @@ fn a_sharded_bucket_saves_leased_tokens_as_spent() {
     assert!(r.try_acquire(1).is_err());
 }
 
+/// A restore into a sharded bucket in use empties the leases its shards hold: a drained file
+/// leaves nothing to admit, whatever a shard took from the central word before the restore
+/// (a lease kept would hand out tokens the saved bucket never held).
+#[test]
+fn a_restore_into_a_sharded_bucket_in_use_empties_its_leases() {
+    let q = Quota::per_second(1_000).unwrap();
+    for shards in [1, 2, 4] {
+        let drained = ShardedBucket::with_clock(q, shards, ManualClock::new());
+        drained.drain();
+        let mut file = Vec::new();
+        drained.save_at(&mut file, wall(0)).unwrap();
+        let live = ShardedBucket::with_clock(q, shards, ManualClock::new());
+        live.try_acquire(1).unwrap(); // the calling thread's shard takes a lease
+        live.restore_at(&file[..], wall(0)).unwrap();
+        assert_eq!(live.available(), 0, "{shards} shards");
+        assert!(live.try_acquire(1).is_err(), "{shards} shards: a lease kept");
+    }
+}
+
 /// A bursty `Smooth` restored later waits as the live one does (Guava's arithmetic carried
 /// through the downtime), to the microsecond.
 #[test]
