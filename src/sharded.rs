@@ -733,6 +733,17 @@ impl<C: Clock> ShardedBucket<C> {
         (u128::from(held), q.scale(), u128::from(q.burst_units()))
     }
 
+    /// Empties every shard's lease (a restore: the saved total counted leased tokens as spent,
+    /// so a lease this bucket holds would pay tokens beyond it). Call after lowering the
+    /// central word: a lease installed from the word before that is waited for and emptied,
+    /// one taken after holds only what the lowered word handed out.
+    #[cfg(feature = "persist")]
+    pub(crate) fn empty_leases(&self) {
+        for lease in self.shards.iter() {
+            lease.empty();
+        }
+    }
+
     /// Lowers what the central word holds at `now` to at most `max` units (of
     /// `held_units`): raises its state to the one holding `max`
     /// then (rounded toward fewer), never lowers it, so it only ever removes tokens.

@@ -267,6 +267,28 @@ impl Lease {
         true
     }
 
+    /// Empties the lease (`[top, top)`, its unspent units counted as stranded), waiting out a
+    /// replacement in progress so that a lease taken from the central word before the caller
+    /// lowered it is emptied too. The frontier never falls.
+    #[cfg(feature = "persist")]
+    pub(super) fn empty(&self) {
+        loop {
+            let (q, h) = self.read();
+            if q == LOCKED {
+                crate::sync::spin_loop();
+                continue;
+            }
+            if q >= h {
+                return;
+            }
+            if self.lock(q, h) {
+                self.install(h, h);
+                self.add_stranded(h - q);
+                return;
+            }
+        }
+    }
+
     /// Units the lease can pay at a reading with `earned` units, at most `limit` = earned
     /// rounded down + burst (an advance's later units are not held yet; read-only; 0 while
     /// locked).

@@ -35,7 +35,7 @@ impl<C: Clock> sealed::OneFrame for ShardedBucket<C> {
 
     /// The tokens held then, plus what the downtime refills at the saved rate, capped at the
     /// saved burst and at this bucket's; the central word keeps the smaller of what it holds
-    /// and that (a bucket just built has leased nothing).
+    /// and that, and every shard's lease is emptied (a bucket in use may hold leases).
     fn apply(&self, (old, held, scale): Self::Saved, down: u64) {
         let now = self.clock().now();
         let (_, target, cap) = self.held_units(now);
@@ -50,5 +50,8 @@ impl<C: Clock> sealed::OneFrame for ShardedBucket<C> {
             .min(old_burst)
             .min(cap);
         self.limit_held(now, tokens);
+        // The saved total counts leased tokens as spent: a lease this bucket took before the
+        // restore would pay on top of it.
+        self.empty_leases();
     }
 }
