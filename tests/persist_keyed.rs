@@ -72,6 +72,36 @@ fn entries_saved_under_another_quota_are_converted() {
     assert_eq!(restored.available(&3), 100);
 }
 
+/// A floor ahead of the save's reading (left by a restore into a table too small for the saved
+/// entries, and saved again) is carried to another quota as `set_quota` carries an untracked
+/// key's bucket: one empty under the saved quota stays empty under a slower rate or a larger
+/// burst, rather than lacking only what the new quota refills over the same span.
+#[test]
+fn a_floor_ahead_saved_under_another_quota_is_converted() {
+    let old = Quota::per_second(1_000).unwrap();
+    let live = KeyedLimiter::with_clock(old, 100, ManualClock::new());
+    live.try_acquire(&1u64, 1_000).unwrap();
+    live.try_acquire(&2u64, 1_000).unwrap();
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    // One key fits; the other raises the floor to its full instant, a second ahead.
+    let small = KeyedLimiter::<u64, Quota, _>::builder(old, 1, ManualClock::new())
+        .restore_at(&file[..], wall(0))
+        .unwrap();
+    assert_eq!(small.available(&99), 0, "an untracked key starts empty");
+    let mut file = Vec::new();
+    small.save_at(&mut file, wall(0)).unwrap();
+    for new in [
+        Quota::per_second(1).unwrap().with_burst(1_000).unwrap(),
+        old.with_burst(5_000).unwrap(),
+    ] {
+        let restored = KeyedLimiter::<u64, Quota, _>::builder(new, 100, ManualClock::new())
+            .restore_at(&file[..], wall(0))
+            .unwrap();
+        assert_eq!(restored.available(&99), 0, "{new:?}");
+    }
+}
+
 /// Every truncation of a saved table and every flipped byte is an error, never a panic.
 #[test]
 fn damaged_keyed_input_is_an_error() {
