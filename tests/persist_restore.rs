@@ -329,7 +329,10 @@ fn a_restore_into_a_sharded_bucket_in_use_empties_its_leases() {
         live.try_acquire(1).unwrap(); // the calling thread's shard takes a lease
         live.restore_at(&file[..], wall(0)).unwrap();
         assert_eq!(live.available(), 0, "{shards} shards");
-        assert!(live.try_acquire(1).is_err(), "{shards} shards: a lease kept");
+        assert!(
+            live.try_acquire(1).is_err(),
+            "{shards} shards: a lease kept"
+        );
     }
 }
 

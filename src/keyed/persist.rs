@@ -238,6 +238,7 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                     // As far from the anchor as it was.
                     let at = i128::from(now) + i128::from(rel) - i128::from(down);
                     let at = (at.clamp(0, i128::from(HORIZON_NS)) as u64).min(limit);
+                    let at = at.max(self.floor_converted(&head, rel, down, now).min(limit));
                     self.table.evicted_at.fetch_max(at, Ordering::SeqCst);
                 }
                 return Ok(());
@@ -302,6 +303,69 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
 }
 
 impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
+    /// The floor for untracked keys, `rel` ns after the save's reading, carried to this
+    /// limiter's policies as `set_quota` carries a bucket: the latest instant at which a key
+    /// full at the saved floor under its saved policy, converted to its policy here, is full
+    /// (0 when no policy changed or the floor was not ahead: the instant alone then says it).
+    ///
+    /// The instant alone is not enough across a change: a key empty under a fast saved rate
+    /// lacks only what a slower rate (or a larger burst) refills over the same span. An
+    /// untracked key may hold any policy pair the file and this limiter name: the saved default
+    /// and the default here, each saved override and this limiter's rule for its fingerprint,
+    /// the saved default and each override here; the floor takes the strictest.
+    fn floor_converted(&self, head: &Head, rel: i64, down: u64, now: u64) -> u64 {
+        let Ok(ahead) = u64::try_from(rel) else {
+            return 0;
+        };
+        if ahead == 0 {
+            return 0;
+        }
+        let default = &head.quotas[..head.default];
+        let saved_of = |fp: u64| match head.overrides.get(&fp) {
+            Some(&(at, n)) => &head.quotas[at..at + n],
+            None => default,
+        };
+        let mut pairs: Vec<(&[Quota], &P::Rule)> = alloc::vec![(default, &self.rule)];
+        for &fp in head.overrides.keys() {
+            pairs.push((saved_of(fp), self.rule_of(fp)));
+        }
+        for (&fp, rule) in &self.overrides {
+            if !head.overrides.contains_key(&fp) {
+                pairs.push((default, rule));
+            }
+        }
+        let mut latest = 0u64;
+        for (old, rule) in pairs {
+            let new = P::quotas(rule);
+            if old == new {
+                continue;
+            }
+            // Full at the floor: lacking, at the save's reading, what `ahead` ns earn (rounded
+            // up, toward fewer tokens).
+            let mut records = [(new[0], 0u64); MAX_LIMITS];
+            for (r, q) in records.iter_mut().zip(old) {
+                *r = (*q, q.earned_ceil(ahead));
+            }
+            let mut states = [0u64; MAX_LIMITS];
+            if old.len() == new.len() {
+                restored_states(&records[..new.len()], down, now, new, &mut states);
+            } else {
+                // Another count (refused for a saved entry): each quota here takes the
+                // strictest state any saved quota converts to.
+                for (s, q) in states.iter_mut().zip(new) {
+                    *s = records[..old.len()]
+                        .iter()
+                        .map(|(o, l)| crate::persist::restored_state(*l, down, now, o, q))
+                        .max()
+                        .unwrap_or(gcra::FULL);
+                }
+            }
+            let full_at = P::full_at(rule, &P::from_words(&states[..new.len()]));
+            latest = latest.max(full_at.min(HORIZON_NS));
+        }
+        latest
+    }
+
     /// Tracks `(fp, state)` entries read from a saved table (`found`: saved under this
     /// limiter's seed), keeping the stricter state of each quota of a fingerprint seen twice.
     /// An entry not found, meeting a full table (a save racing insertions may hold a few more
@@ -341,7 +405,8 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
     /// Builds the limiter from a state written by [`KeyedLimiter::save`] (feature `persist`):
     /// the saved fingerprint seed (so the saved entries are found again), every saved entry
     /// refilled over the downtime measured on the wall clock ([`SystemTime::now`]), and where
-    /// untracked keys start. This builder's policies apply; an entry saved under another quota
+    /// untracked keys start (saved under another policy, converted as `set_quota` converts a
+    /// bucket). This builder's policies apply; an entry saved under another quota
     /// is converted as [`Bucket::set_quota`](crate::Bucket::set_quota) converts (for a policy
     /// of several, each quota paired with an equal saved one, else one of the same period,
     /// whatever their order; quotas left unpaired take the strictest of the saved ones left);
