@@ -119,6 +119,35 @@ fn changed_quotas_are_converted_and_a_changed_count_is_refused() {
         .is_err());
 }
 
+/// A floor ahead of the save's reading (left by a restore into a table too small for the saved
+/// entries, and saved again) is carried to changed quotas as `set_quota` carries an untracked
+/// key's buckets, never more leniently: the per-second quota, in debt under the saved rate,
+/// stays empty under a slower one instead of lacking only what that rate refills before the
+/// floor.
+#[test]
+fn a_floor_ahead_saved_under_other_quotas_is_converted() {
+    let live = KeyedMultiLimiter::with_clock(default_limits(), 100, ManualClock::new());
+    live.try_acquire(&1u64, 10).unwrap();
+    live.try_acquire(&2u64, 10).unwrap();
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    // One key fits; the other raises the floor to its full instant, 2.5 s ahead.
+    let small = KeyedMultiLimiter::<u64, _>::builder(default_limits(), 1, ManualClock::new())
+        .restore_at(&file[..], wall(0))
+        .unwrap();
+    assert_eq!(quotas_of(&small, 99), vec![0, 30]);
+    let mut file = Vec::new();
+    small.save_at(&mut file, wall(0)).unwrap();
+    let slower = Limits::new([q(1, 1000, 10), q(40, 10_000, 40)]).unwrap();
+    let restored = KeyedMultiLimiter::<u64, _>::builder(slower, 100, ManualClock::new())
+        .restore_at(&file[..], wall(0))
+        .unwrap();
+    // One floor instant for every quota: the slower quota's later full instant holds the
+    // 10-second one back too (stricter, never more than the 30 converted).
+    let got = quotas_of(&restored, 99);
+    assert!(got[0] == 0 && got[1] <= 30, "{got:?}");
+}
+
 /// A policy reordered across a restart keeps each quota's spend with that quota (paired by
 /// value, then by period, not by position): a key whose 10-second quota is nearly spent does
 /// not get the per-second quota's full balance there.
