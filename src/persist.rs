@@ -17,7 +17,9 @@
 //!   saved at another rate rescales its stored permits as `set_rate` does. A policy of several
 //!   quotas (`MultiBucket`, `KeyedMultiLimiter`) pairs each restoring quota with an equal saved
 //!   one, else one of the same period, whatever their order; quotas left unpaired (several
-//!   changed at once) each take the strictest state the saved ones left convert to.
+//!   changed at once) each take the strictest state the saved ones left convert to. A keyed
+//!   table's floor for untracked keys converts alike, each policy pair an untracked key may hold
+//!   (saved and restoring default, overrides by fingerprint) taken at its strictest.
 //! * **A restore only ever withholds.** Each bucket keeps the *stricter* of its state and the
 //!   saved one, so restoring twice or an old file is harmless; restore into a limiter just built
 //!   to take the saved state as it is. (`Smooth` keeps the later next free time, and the saved
