@@ -549,6 +549,29 @@ fn a_multi_bucket_pairs_saved_quotas_by_value_then_period_not_position() {
     assert_eq!(balances(&both), [spent[1], spent[1]]);
 }
 
+/// Two saved quotas of one period, both changed and reordered: which became which cannot be
+/// told by the period, so each takes the strictest of the states they convert to, never the
+/// other quota's full balance (paired in order, the burst-10 quota took the big one's).
+#[test]
+fn two_changed_quotas_of_one_period_take_the_strictest() {
+    let small = Quota::per_second(10).unwrap();
+    let big = Quota::new(100, Duration::from_secs(1), 1_000).unwrap();
+    let live = MultiBucket::with_clock(Limits::new([small, big]).unwrap(), ManualClock::new());
+    live.try_acquire(10).unwrap();
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    let (small2, big2) = (
+        Quota::new(20, Duration::from_secs(1), 10).unwrap(),
+        Quota::new(100, Duration::from_secs(1), 2_000).unwrap(),
+    );
+    let clock = ManualClock::new();
+    let restored = MultiBucket::with_clock(Limits::new([big2, small2]).unwrap(), clock.clone());
+    restored.restore_at(&file[..], wall(0)).unwrap();
+    // The burst-10 quota was empty: at 20/s it holds 1 token 50 ms later, whichever it became.
+    clock.advance(Duration::from_millis(50));
+    assert_eq!(drain_multi(&restored), 1);
+}
+
 /// Every token a multi-quota bucket admits now, one at a time.
 fn drain_multi(b: &MultiBucket<ManualClock>) -> u64 {
     let mut n = 0;
