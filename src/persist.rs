@@ -16,8 +16,9 @@
 //!   [`Bucket::set_quota`](crate::Bucket::set_quota) carries it ([`gcra::rescale`]); a `Smooth`
 //!   saved at another rate rescales its stored permits as `set_rate` does. A policy of several
 //!   quotas (`MultiBucket`, `KeyedMultiLimiter`) pairs each restoring quota with an equal saved
-//!   one, else one of the same period, whatever their order; quotas left unpaired (several
-//!   changed at once) each take the strictest state the saved ones left convert to. A keyed
+//!   one, else the one of the same period (the only one of it left on each side), whatever
+//!   their order; quotas left unpaired (several changed at once) each take the strictest state
+//!   the saved ones left convert to. A keyed
 //!   table's floor for untracked keys converts alike, each policy pair an untracked key may hold
 //!   (saved and restoring default, overrides by fingerprint) taken at its strictest.
 //! * **A restore only ever withholds.** Each bucket keeps the *stricter* of its state and the
@@ -226,8 +227,9 @@ pub(crate) fn restored_state(lack: u64, down: u64, now: u64, old: &Quota, new: &
 ///
 /// Which saved quota a restoring one takes its state from does not follow position (a policy
 /// reordered across a restart would hand a per-day quota a per-second one's balance): first an
-/// equal quota, then one of the same period (a quota whose rate or burst changed), each saved
-/// quota taken once, in order. A restoring quota left with no pair (several changed at once)
+/// equal quota, then the one of the same period (a quota whose rate or burst changed) where
+/// exactly one saved and one restoring quota of that period are left, each saved quota taken
+/// once. A restoring quota left with no pair (several changed at once)
 /// takes the strictest of the states the saved quotas left over convert to: which became which
 /// cannot be told, and a restore only ever withholds.
 pub(crate) fn restored_states(
@@ -241,16 +243,28 @@ pub(crate) fn restored_states(
     let n = new.len().min(saved.len()).min(crate::limits::MAX_LIMITS);
     let mut from = [NONE; crate::limits::MAX_LIMITS];
     let mut taken = [false; crate::limits::MAX_LIMITS];
-    let same_period = |a: &Quota, b: &Quota| a.per() == b.per();
-    for pairs in [PartialEq::eq as fn(&Quota, &Quota) -> bool, same_period] {
-        for (j, q) in new[..n].iter().enumerate() {
-            if from[j] != NONE {
-                continue;
-            }
-            if let Some(i) = (0..n).find(|&i| !taken[i] && pairs(&saved[i].0, q)) {
-                from[j] = i;
-                taken[i] = true;
-            }
+    for (j, q) in new[..n].iter().enumerate() {
+        if let Some(i) = (0..n).find(|&i| !taken[i] && saved[i].0 == *q) {
+            from[j] = i;
+            taken[i] = true;
+        }
+    }
+    // By period only where it names one quota on each side: of two changed quotas of one
+    // period, which became which cannot be told (paired in order, a reordered policy's small
+    // burst would take the large one's balance), so both are left to the strictest below.
+    for (j, q) in new[..n].iter().enumerate() {
+        if from[j] != NONE {
+            continue;
+        }
+        let per = q.per();
+        let mut candidates = (0..n).filter(|&i| !taken[i] && saved[i].0.per() == per);
+        let (Some(i), None) = (candidates.next(), candidates.next()) else {
+            continue;
+        };
+        let rivals = (0..n).filter(|&k| from[k] == NONE && new[k].per() == per);
+        if rivals.count() == 1 {
+            from[j] = i;
+            taken[i] = true;
         }
     }
     let state = |i: usize, q: &Quota| restored_state(saved[i].1, down, now, &saved[i].0, q);

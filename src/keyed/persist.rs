@@ -408,8 +408,8 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
     /// untracked keys start (saved under another policy, converted as `set_quota` converts a
     /// bucket). This builder's policies apply; an entry saved under another quota
     /// is converted as [`Bucket::set_quota`](crate::Bucket::set_quota) converts (for a policy
-    /// of several, each quota paired with an equal saved one, else one of the same period,
-    /// whatever their order; quotas left unpaired take the strictest of the saved ones left);
+    /// of several, each quota paired with an equal saved one, else the one of the same period
+    /// where only one is left on each side, whatever their order; quotas left unpaired take the strictest of the saved ones left);
     /// another number of quotas refuses the whole restore
     /// ([`RestoreError::LimitsChanged`]). Streams: one frame in memory at a time, and the
     /// file's overrides (at most 2^24). Saved entries beyond `max_keys` are not tracked: each
