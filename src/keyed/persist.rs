@@ -659,4 +659,26 @@ mod tests {
         clock.advance(Duration::from_secs(2));
         assert_eq!((tracked(), restored.available(&1)), (Some(10), 10));
     }
+
+    /// A floor at the end of time saved under another quota converts without overflow and is
+    /// clamped as one under the same quota is: drained, full within two refills of the burst.
+    #[test]
+    fn a_floor_at_the_end_of_time_under_another_quota_is_clamped() {
+        let old = Quota::per_second(1_000_000_000).unwrap();
+        let file = keyed_file(&old, &[], Some(i64::MAX));
+        for new in [
+            Quota::per_second(10).unwrap(),
+            Quota::new(7, Duration::from_nanos(333), 5).unwrap(),
+        ] {
+            let clock = ManualClock::new();
+            let at = SystemTime::UNIX_EPOCH + Duration::from_nanos(1 << 60);
+            let restored = KeyedLimiter::<u64, Quota, _>::builder(new, 16, clock.clone())
+                .restore_at(&file[..], at)
+                .unwrap();
+            assert_eq!(restored.available(&1), 0, "{new:?}");
+            // Over three refills of the burst: past the clamp's two.
+            clock.advance(3 * new.burst() as u32 * new.per() / new.tokens() as u32 + new.per());
+            assert_eq!(restored.available(&1), new.burst(), "{new:?}");
+        }
+    }
 }
