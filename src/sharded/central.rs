@@ -275,9 +275,7 @@ impl Central {
         // One shard (`!count`) records nothing: it decides on the word alone
         // (`ShardedBucket::acquire_one`).
         let record = |at: u64| {
-            if !count {
-                at
-            } else if lease.publish_dry_over(q, h, at) {
+            if !count || lease.publish_dry_over(q, h, at) {
                 at
             } else {
                 0
