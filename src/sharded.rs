@@ -739,6 +739,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// one taken after holds only what the lowered word handed out.
     #[cfg(feature = "persist")]
     pub(crate) fn empty_leases(&self) {
+        // A lease taken from the word before the lowering: its shard locked, then its
+        // `Release` CAS of the word, which the lowering (an RMW) read or followed in the word's
+        // modification order. This fence makes that lock happen before the loads below, so they
+        // find the lease locked or installed, never as it was before.
+        crate::sync::fence(Ordering::Acquire);
         for lease in self.shards.iter() {
             lease.empty();
         }
