@@ -3,7 +3,7 @@
 #![cfg(tollgate_loom)]
 
 use loom::thread;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 use tollgate::{ManualClock, Quota, ShardedBucket};
 use tollgate_loom_tests::{at, PerThread};
 
@@ -295,5 +295,27 @@ fn an_admission_racing_a_drain_admits_nothing_past_it() {
         assert!(bucket.try_acquire(1).is_err());
         clock.advance(Duration::from_nanos(1));
         assert_eq!(bucket.try_acquire(1), Ok(()));
+    });
+}
+
+/// A restore of a drained file racing a decision that takes a far lease (64/s, two shards, a
+/// frozen clock): whichever comes first, and wherever the decision stands when the restore
+/// lowers the word (its shard's lease locked, the word's CAS done, the lease installed), no
+/// lease pays anything afterwards: the bucket holds nothing once both are done.
+#[test]
+fn a_restore_racing_a_lease_leaves_no_lease_paying() {
+    model(|| {
+        at(2_000_000_000);
+        let quota = Quota::per_second(64).unwrap();
+        let drained = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        assert_eq!(drained.try_acquire(64), Ok(()));
+        let mut file = Vec::new();
+        drained.save_at(&mut file, UNIX_EPOCH).unwrap();
+        let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(quota, 2, ManualClock::new()));
+        let other = bucket.clone();
+        let t = thread::spawn(move || other.try_acquire(1).is_ok());
+        bucket.restore_at(&file[..], UNIX_EPOCH).unwrap();
+        t.join().unwrap();
+        assert_eq!(bucket.available(), 0);
     });
 }
