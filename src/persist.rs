@@ -222,16 +222,16 @@ pub(crate) fn restored_state(lack: u64, down: u64, now: u64, old: &Quota, new: &
 }
 
 /// The states, under a policy's quotas `new` at reading `now`, of buckets saved as `saved`
-/// (each quota and its lack, as many as `new` holds), `down` nanoseconds ago: each through
-/// [`restored_state`], written to `out[..new.len()]`.
+/// (each quota and its lack), `down` nanoseconds ago: each through [`restored_state`], written
+/// to `out[..new.len()]`.
 ///
 /// Which saved quota a restoring one takes its state from does not follow position (a policy
 /// reordered across a restart would hand a per-day quota a per-second one's balance): first an
 /// equal quota, then the one of the same period (a quota whose rate or burst changed) where
 /// exactly one saved and one restoring quota of that period are left, each saved quota taken
-/// once. A restoring quota left with no pair (several changed at once)
-/// takes the strictest of the states the saved quotas left over convert to: which became which
-/// cannot be told, and a restore only ever withholds.
+/// once. A restoring quota left with no pair (several changed at once, or another number of
+/// quotas: no pairs then) takes the strictest of the states the saved quotas left over convert
+/// to: which became which cannot be told, and a restore only ever withholds.
 pub(crate) fn restored_states(
     saved: &[(Quota, u64)],
     down: u64,
@@ -240,37 +240,39 @@ pub(crate) fn restored_states(
     out: &mut [u64],
 ) {
     const NONE: usize = usize::MAX;
-    let n = new.len().min(saved.len()).min(crate::limits::MAX_LIMITS);
+    let (ns, nn) = (saved.len(), new.len());
     let mut from = [NONE; crate::limits::MAX_LIMITS];
     let mut taken = [false; crate::limits::MAX_LIMITS];
-    for (j, q) in new[..n].iter().enumerate() {
-        if let Some(i) = (0..n).find(|&i| !taken[i] && saved[i].0 == *q) {
-            from[j] = i;
-            taken[i] = true;
+    if ns == nn {
+        for (j, q) in new.iter().enumerate() {
+            if let Some(i) = (0..ns).find(|&i| !taken[i] && saved[i].0 == *q) {
+                from[j] = i;
+                taken[i] = true;
+            }
         }
-    }
-    // By period only where it names one quota on each side: of two changed quotas of one
-    // period, which became which cannot be told (paired in order, a reordered policy's small
-    // burst would take the large one's balance), so both are left to the strictest below.
-    for (j, q) in new[..n].iter().enumerate() {
-        if from[j] != NONE {
-            continue;
-        }
-        let per = q.per();
-        let mut candidates = (0..n).filter(|&i| !taken[i] && saved[i].0.per() == per);
-        let (Some(i), None) = (candidates.next(), candidates.next()) else {
-            continue;
-        };
-        let rivals = (0..n).filter(|&k| from[k] == NONE && new[k].per() == per);
-        if rivals.count() == 1 {
-            from[j] = i;
-            taken[i] = true;
+        // By period only where it names one quota on each side: of two changed quotas of one
+        // period, which became which cannot be told (paired in order, a reordered policy's
+        // small burst would take the large one's balance), so both are left to the strictest.
+        for (j, q) in new.iter().enumerate() {
+            if from[j] != NONE {
+                continue;
+            }
+            let per = q.per();
+            let mut candidates = (0..ns).filter(|&i| !taken[i] && saved[i].0.per() == per);
+            let (Some(i), None) = (candidates.next(), candidates.next()) else {
+                continue;
+            };
+            let rivals = (0..nn).filter(|&k| from[k] == NONE && new[k].per() == per);
+            if rivals.count() == 1 {
+                from[j] = i;
+                taken[i] = true;
+            }
         }
     }
     let state = |i: usize, q: &Quota| restored_state(saved[i].1, down, now, &saved[i].0, q);
-    for (j, q) in new[..n].iter().enumerate() {
+    for (j, q) in new.iter().enumerate() {
         out[j] = match from[j] {
-            NONE => (0..n)
+            NONE => (0..ns)
                 .filter(|&i| !taken[i])
                 .map(|i| state(i, q))
                 .max()

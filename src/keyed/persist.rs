@@ -346,20 +346,10 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
             for (r, q) in records.iter_mut().zip(old) {
                 *r = (*q, q.earned_ceil(ahead));
             }
+            // Another count (refused for a saved entry) pairs nothing: each quota here takes
+            // the strictest state any saved quota converts to.
             let mut states = [0u64; MAX_LIMITS];
-            if old.len() == new.len() {
-                restored_states(&records[..new.len()], down, now, new, &mut states);
-            } else {
-                // Another count (refused for a saved entry): each quota here takes the
-                // strictest state any saved quota converts to.
-                for (s, q) in states.iter_mut().zip(new) {
-                    *s = records[..old.len()]
-                        .iter()
-                        .map(|(o, l)| crate::persist::restored_state(*l, down, now, o, q))
-                        .max()
-                        .unwrap_or(gcra::FULL);
-                }
-            }
+            restored_states(&records[..old.len()], down, now, new, &mut states);
             let full_at = P::full_at(rule, &P::from_words(&states[..new.len()]));
             latest = latest.max(full_at.min(HORIZON_NS));
         }
@@ -406,11 +396,11 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
     /// the saved fingerprint seed (so the saved entries are found again), every saved entry
     /// refilled over the downtime measured on the wall clock ([`SystemTime::now`]), and where
     /// untracked keys start (saved under another policy, converted as `set_quota` converts a
-    /// bucket). This builder's policies apply; an entry saved under another quota
-    /// is converted as [`Bucket::set_quota`](crate::Bucket::set_quota) converts (for a policy
-    /// of several, each quota paired with an equal saved one, else the one of the same period
-    /// where only one is left on each side, whatever their order; quotas left unpaired take the strictest of the saved ones left);
-    /// another number of quotas refuses the whole restore
+    /// bucket). This builder's policies apply; an entry saved under another quota is converted
+    /// as [`Bucket::set_quota`](crate::Bucket::set_quota) converts (for a policy of several,
+    /// each quota paired with an equal saved one, else the one of the same period where only
+    /// one is left on each side, whatever their order; quotas left unpaired take the strictest
+    /// of the saved ones left); another number of quotas refuses the whole restore
     /// ([`RestoreError::LimitsChanged`]). Streams: one frame in memory at a time, and the
     /// file's overrides (at most 2^24). Saved entries beyond `max_keys` are not tracked: each
     /// raises the floor for untracked keys to the instant it would be full (new keys may be
