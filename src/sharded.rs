@@ -460,7 +460,10 @@ impl<C: Clock> ShardedBucket<C> {
         let dry = self.read_mostly.dry_all.load(Ordering::Relaxed);
         if now < dry {
             if self.shards.len() < 2 {
-                return self.acquire_one(now, cost);
+                // One shard holds no lease and records no `dry_until`: the word decides, a
+                // `Bucket`'s verdict and wait at every reading, stale ones included (an
+                // instant recorded before a later admission would name too early a wait there).
+                return self.acquire_central(now, cost, &self.shards[0]);
             }
             if cost == 1 {
                 return Err(Denied::RetryAfter(central::wait_until(dry, now)));
@@ -523,18 +526,6 @@ impl<C: Clock> ShardedBucket<C> {
             return self.acquire_slow(now, self.earned(now), cost, lease);
         }
         self.acquire_central(now, cost, lease)
-    }
-
-    /// [`acquire_on`](Self::acquire_on) with one shard, which never holds a lease: the word's
-    /// decision, a [`Bucket`](crate::Bucket)'s at every reading. No refusal from `dry_until`
-    /// here: an admission at a later reading that leaves the word holding a token raises the
-    /// word without recording anything, so an instant recorded before it names too early a
-    /// wait to a reading older than that admission (a stale one), where the word names the
-    /// exact one. Out of line, so that the shards' fast paths, inlined into every caller, do
-    /// not grow for it.
-    #[inline(never)]
-    fn acquire_one(&self, now: u64, cost: u64) -> Result<(), Denied> {
-        self.acquire_central(now, cost, &self.shards[0])
     }
 
     /// [`acquire_on`](Self::acquire_on) where the shard's lease (`home`, with the frontier `q`

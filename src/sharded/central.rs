@@ -273,7 +273,7 @@ impl Central {
             return None;
         }
         // One shard (`!count`) records nothing: it decides on the word alone
-        // (`ShardedBucket::acquire_one`).
+        // (`ShardedBucket::acquire_on`).
         let record = |at: u64| {
             if !count || lease.publish_dry_over(q, h, at) {
                 at
