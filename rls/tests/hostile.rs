@@ -94,7 +94,7 @@ fn anchors_and_aliases_copy_within_a_bound_of_the_file() {
     }
     let e = refused(load(&format!("{s}domain: d\n")));
     assert!(e.message.contains("billion-laughs"), "{e}");
-    // Alias copies weigh a scalar's bytes: a 1 MB scalar aliased 2,000 times was 2 GB.
+    // Alias copies weigh a scalar's bytes: a 1 MB scalar aliased 2,000 times would copy 2 GB.
     let e = refused(load(&format!(
         "domain: d\na: &a {}\nx: [{}]\n",
         "v".repeat(1 << 20),
