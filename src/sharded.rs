@@ -359,9 +359,9 @@ impl<C: Clock> ShardedBucket<C> {
     }
 
     /// Capacity lost so far in tokens (fractions included): what a lease held when replaced
-    /// with less than a token, and what lapsed in a near lease replaced or a lease emptied by a
-    /// `dry_all` publication. Zero with one shard or on a frozen clock; a diagnostic, not a
-    /// bound.
+    /// with less than a token, what lapsed in a near lease replaced or a lease emptied by a
+    /// `dry_all` publication, and what a [`drain`](ShardedBucket::drain) or a restore emptied.
+    /// Zero with one shard, or on a frozen clock with neither; a diagnostic, not a bound.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
@@ -724,11 +724,10 @@ impl<C: Clock> ShardedBucket<C> {
         (u128::from(held), q.scale(), u128::from(q.burst_units()))
     }
 
-    /// Empties every shard's lease (a restore: the saved total counted leased tokens as spent,
-    /// so a lease this bucket holds would pay tokens beyond it). Call after lowering the
+    /// Empties every shard's lease (a restore or a drain: a lease this bucket holds would pay
+    /// tokens beyond the total the central word was lowered to). Call after lowering the
     /// central word: a lease installed from the word before that is waited for and emptied,
     /// one taken after holds only what the lowered word handed out.
-    #[cfg(feature = "persist")]
     pub(crate) fn empty_leases(&self) {
         // A lease taken from the word before the lowering: its shard locked, then its
         // `Release` CAS of the word, which the lowering (an RMW) read or followed in the word's

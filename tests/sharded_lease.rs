@@ -3,6 +3,7 @@
 //! replacement. ManualClock (or the real clock with seeded stalls) and fixed seeds.
 #![cfg(feature = "std")]
 
+use std::sync::Arc;
 use std::time::Duration;
 use tollgate::{Bucket, Clock, ManualClock, Quota, ShardedBucket, StdClock};
 
@@ -591,5 +592,44 @@ fn the_shard_probe_tells_one_shard_from_two() {
         let [a, b] = two_cpus_on_two_shards().expect("two CPUs on two shards");
         assert_eq!(two_shard_probe(a, b), 937);
         assert_eq!(two_shard_probe(b, a), 937);
+    }
+}
+
+/// A drain empties the shards' leases as well as the central word: a lease taken before it
+/// pays nothing after it, so a drained bucket admits what the clock earns from the drain on and
+/// no more (with 2 and 4 shards, a far lease on each shard first).
+#[test]
+fn a_drain_empties_every_lease() {
+    let q = Quota::per_second(1_000_000).unwrap();
+    for shards in [2, 4] {
+        let clock = ManualClock::new();
+        let bucket = Arc::new(ShardedBucket::with_clock(q, shards, clock.clone()));
+        // A thread per shard (at least) takes a lease: each admits one token and leaves the
+        // rest of its lease to its shard.
+        std::thread::scope(|s| {
+            for _ in 0..shards * 2 {
+                let bucket = bucket.clone();
+                s.spawn(move || assert_eq!(bucket.try_acquire(1), Ok(())));
+            }
+        });
+        bucket.drain();
+        assert_eq!(bucket.available(), 0, "{shards} shards");
+        let admitted = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..shards * 2)
+                .map(|_| {
+                    let bucket = bucket.clone();
+                    s.spawn(move || (0..100).filter(|_| bucket.try_acquire(1).is_ok()).count())
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum::<usize>()
+        });
+        assert_eq!(admitted, 0, "{shards} shards: a lease paid after the drain");
+        assert!(bucket.stranded_tokens() > 0.0, "{shards} shards");
+        clock.advance(Duration::from_micros(10));
+        assert_eq!(
+            bucket.available(),
+            10,
+            "{shards} shards: the refill from the drain on"
+        );
     }
 }

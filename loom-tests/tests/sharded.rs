@@ -319,3 +319,20 @@ fn a_restore_racing_a_lease_leaves_no_lease_paying() {
         assert_eq!(bucket.available(), 0);
     });
 }
+
+/// A drain racing a thread that takes a lease: as a restore, the drain lowers the central word
+/// and then empties every lease, so whichever order the two take, nothing is left to pay
+/// afterwards (the lease taken before the lowering is found locked or installed, and emptied).
+#[test]
+fn a_drain_racing_a_lease_leaves_no_lease_paying() {
+    model(|| {
+        at(0);
+        let quota = Quota::per_second(64).unwrap();
+        let bucket = loom::sync::Arc::new(ShardedBucket::with_clock(quota, 2, ManualClock::new()));
+        let other = bucket.clone();
+        let t = thread::spawn(move || other.try_acquire(1).is_ok());
+        bucket.drain();
+        t.join().unwrap();
+        assert_eq!(bucket.available(), 0);
+    });
+}

@@ -270,7 +270,6 @@ impl Lease {
     /// Empties the lease (`[top, top)`, its unspent units counted as stranded), waiting out a
     /// replacement in progress so that a lease taken from the central word before the caller
     /// lowered it is emptied too. The frontier never falls.
-    #[cfg(feature = "persist")]
     pub(super) fn empty(&self) {
         loop {
             let (q, h) = self.read();

@@ -14,9 +14,10 @@ impl<C: Clock> ShardedBucket<C> {
         self.try_acquire_snapshot(cost)
     }
 
-    /// Empties the central word now: what a process that cannot restore its state should do
-    /// instead of starting full (tokens already leased to shards stay theirs). It refills from
-    /// here at the quota's rate.
+    /// Empties the bucket now, the central word and every shard's lease (what the leases held
+    /// counts as [stranded](ShardedBucket::stranded_tokens)): what a process that cannot
+    /// restore its state should do instead of starting full. It refills from here at the
+    /// quota's rate.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
@@ -26,5 +27,6 @@ impl<C: Clock> ShardedBucket<C> {
     /// ```
     pub fn drain(&self) {
         self.limit_held(self.clock().now(), 0);
+        self.empty_leases();
     }
 }
