@@ -94,7 +94,11 @@ impl fmt::Display for Global {
 /// How client addresses are grouped into keys: IPv4 by a prefix of `v4` bits (default 32, one
 /// key per address), IPv6 by a prefix of `v6` bits (default 64: one host usually owns a whole
 /// /64, so per-address keys would let it rotate through 2^64 fresh limits). IPv4-mapped IPv6
-/// addresses count as IPv4.
+/// addresses (`::ffff:0:0/96`) and addresses of the NAT64 well-known prefix (`64:ff9b::/96`,
+/// RFC 6052: IPv4 clients as a stateless translator in front of an IPv6-only server shows them)
+/// count as the IPv4 address they carry: grouped by /64, every IPv4 client behind a translator
+/// would share one key. A network-specific translation prefix is not recognised: group such
+/// addresses with a [`key_fn`](crate::key_fn).
 ///
 /// ```
 /// use std::net::IpAddr;
@@ -103,6 +107,7 @@ impl fmt::Display for Global {
 /// let ip: IpAddr = "2001:db8:1:2:aaaa:bbbb:cccc:dddd".parse().unwrap();
 /// assert_eq!(g.group(ip), "2001:db8:1:2::".parse::<IpAddr>().unwrap());
 /// assert_eq!(g.group("::ffff:192.0.2.1".parse().unwrap()), "192.0.2.1".parse::<IpAddr>().unwrap());
+/// assert_eq!(g.group("64:ff9b::192.0.2.1".parse().unwrap()), "192.0.2.1".parse::<IpAddr>().unwrap());
 /// assert!(IpGrouping::new(33, 64).is_err());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -134,7 +139,7 @@ impl IpGrouping {
     /// The key of `ip`: its network address under the configured prefix.
     #[inline]
     pub fn group(&self, ip: IpAddr) -> IpAddr {
-        match canonical(ip) {
+        match untranslated(canonical(ip)) {
             IpAddr::V4(v4) => {
                 let mask = u32::MAX.checked_shl(32 - u32::from(self.v4)).unwrap_or(0);
                 IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask))
@@ -144,6 +149,19 @@ impl IpGrouping {
                 IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
             }
         }
+    }
+}
+
+/// The NAT64 well-known prefix, `64:ff9b::/96` (RFC 6052): its last 32 bits are an IPv4 address.
+const NAT64_WKP: u128 = 0x0064_ff9b_u128 << 96;
+
+/// `ip`, or the IPv4 address it carries if it lies in the NAT64 well-known prefix.
+fn untranslated(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) if u128::from(v6) >> 32 == NAT64_WKP >> 32 => {
+            IpAddr::V4(Ipv4Addr::from(u128::from(v6) as u32))
+        }
+        ip => ip,
     }
 }
 
@@ -442,5 +460,30 @@ mod tests {
             "2001:db8:aa::".parse::<IpAddr>().unwrap()
         );
         assert_eq!(IpGrouping::new(32, 129), Err(Error::InvalidPrefix));
+    }
+
+    /// Two IPv4 clients behind a NAT64 translator keep two keys (grouped by the IPv4 prefix);
+    /// an address just outside `64:ff9b::/96` is an IPv6 address like any other.
+    #[test]
+    fn nat64_addresses_group_as_the_ipv4_address_they_carry() {
+        let g = IpGrouping::default();
+        let a: IpAddr = "64:ff9b::c000:201".parse().unwrap();
+        let b: IpAddr = "64:ff9b::c633:6407".parse().unwrap();
+        assert_eq!(g.group(a), IpAddr::from([192, 0, 2, 1]));
+        assert_eq!(g.group(b), IpAddr::from([198, 51, 100, 7]));
+        assert_eq!(
+            IpGrouping::new(24, 64)
+                .unwrap()
+                .group("64:ff9b::192.0.2.77".parse().unwrap()),
+            IpAddr::from([192, 0, 2, 0])
+        );
+        for outside in ["64:ff9b::1:c000:201", "64:ff9a:ffff:ffff::c000:201"] {
+            let ip: IpAddr = outside.parse().unwrap();
+            assert!(g.group(ip).is_ipv6(), "{outside}");
+        }
+        assert_eq!(
+            g.group("64:ff9b::1:c000:201".parse().unwrap()),
+            "64:ff9b::".parse::<IpAddr>().unwrap()
+        );
     }
 }

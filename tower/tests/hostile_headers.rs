@@ -99,6 +99,8 @@ impl Gen {
                     "::2".parse().unwrap(),
                     "::".parse().unwrap(),
                     "::10.0.0.1".parse().unwrap(), // IPv4-compatible, not mapped
+                    "64:ff9b::c000:201".parse().unwrap(), // NAT64: 192.0.2.1
+                    "64:ff9b::1:c000:201".parse().unwrap(), // just outside 64:ff9b::/96
                 ]),
             };
             if !self.is_trusted(ip) {
@@ -317,9 +319,14 @@ fn v4_form(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The documented key of a client address: IPv4 per address, IPv6 per /64.
+/// The documented key of a client address: IPv4 per address (NAT64's `64:ff9b::/96` carrying
+/// one), IPv6 per /64.
 fn grouped(ip: IpAddr) -> IpAddr {
     match v4_form(ip) {
+        IpAddr::V6(v6) if v6.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0] => {
+            let [.., a, b, c, d] = v6.octets();
+            IpAddr::from([a, b, c, d])
+        }
         IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !(u128::MAX >> 64))),
         v4 => v4,
     }
