@@ -135,7 +135,7 @@ impl Service {
         &self.backend
     }
 
-    /// Swaps in `config`: the backend's tables follow it (kept, converted, added, dropped)
+    /// Swaps in `config`: the backend's tables follow it (kept, converted, added, retired)
     /// while no decision runs.
     pub fn reload(&self, config: Config) {
         let config = Arc::new(config);

@@ -69,13 +69,13 @@ async fn buckets_survive_reloads_as_their_limits_do() {
     std::fs::write(&cfg, "domain: r\ndescriptors: [").unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(brief(&s.ok(alice()).await), vec![(OVER, 0, Some(10))]);
-    // Removed, then added back: a new, full bucket.
+    // Removed, then added back: alice's bucket resumes (converted back to 3 a minute).
     std::fs::write(&cfg, with_probe("domain: r\ndescriptors:\n", 4)).unwrap();
     until_probe(&mut s, 4).await;
     assert_eq!(brief(&s.ok(alice()).await), vec![(OK, 0, None)], "no limit");
     std::fs::write(&cfg, with_probe(V1, 5)).unwrap();
     until_probe(&mut s, 5).await;
-    assert_eq!(brief(&s.ok(alice()).await), vec![(OK, 2, Some(20))]);
+    assert_eq!(brief(&s.ok(alice()).await), vec![(OVER, 0, Some(20))]);
     s.stop().await;
 }
 
@@ -138,4 +138,62 @@ async fn hostile_files_leave_the_old_config_serving() {
     replace_by_rename(&cfg, &with_probe(V1, 2));
     until_probe(&mut s, 2).await;
     s.stop().await;
+}
+
+/// Decides one hit of `user: v` on `s`: whether it is admitted.
+fn one(s: &tollgate_rls::service::Service, v: &str) -> bool {
+    use tollgate_rls::service::{Code, Descriptor, Request};
+    let req = Request {
+        domain: "r".into(),
+        descriptors: vec![Descriptor {
+            entries: vec![("user".into(), v.into())],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(s.should_rate_limit(&req)).unwrap().overall == Code::Ok
+}
+
+/// A limit that leaves the config for a while and comes back (a file read while half written,
+/// made `unlimited` or 0 per unit, an edit reverted) resumes its buckets: no value gets a
+/// second burst within its window. Once every bucket is full again, nothing is kept.
+#[test]
+fn a_limit_that_leaves_and_comes_back_resumes_its_buckets() {
+    use tollgate::ManualClock;
+    use tollgate_rls::config::Config;
+    use tollgate_rls::engine::{Backend, LocalBackend, RlsClock};
+    use tollgate_rls::service::Service;
+    let load = |yaml: &str| {
+        Config::from_sources(&[(std::path::PathBuf::from("c.yaml"), yaml.to_owned())]).unwrap()
+    };
+    let other = "  - key: other\n    rate_limit: {unit: hour, requests_per_unit: 5}\n";
+    let full = format!("domain: r\ndescriptors:\n  - key: user\n    rate_limit: {{unit: hour, requests_per_unit: 3}}\n{other}");
+    let gone = format!("domain: r\ndescriptors:\n{other}");
+    let zero = full.replace("requests_per_unit: 3", "requests_per_unit: 0");
+    let open = full.replace("{unit: hour, requests_per_unit: 3}", "{unlimited: true}");
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000_000));
+    let local = LocalBackend::new(RlsClock::manual(clock.clone()), 1_000);
+    let s = Service::new(load(&full), Backend::Local(local), false);
+    let admitted = |n: usize| (0..n).filter(|_| one(&s, "alice")).count();
+    assert_eq!(admitted(10), 3);
+    for away in [&gone, &zero, &open] {
+        s.reload(load(away));
+        s.reload(load(&full));
+        assert_eq!(
+            admitted(10),
+            0,
+            "a second burst after a reload through:\n{away}"
+        );
+    }
+    // An hour on, alice's bucket is full again: the retired table goes at the next reload,
+    // and a new one answers as it would have.
+    clock.advance(Duration::from_secs(3_600));
+    s.reload(load(&gone));
+    s.reload(load(&gone));
+    s.reload(load(&full));
+    assert_eq!(admitted(10), 3);
 }

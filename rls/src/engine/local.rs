@@ -49,6 +49,11 @@ pub struct LocalBackend {
     clock: RlsClock,
     max_keys: usize,
     tables: RwLock<HashMap<String, Arc<Table>>>,
+    /// Tables of limits the config no longer has (removed, or made `unlimited` or 0 per unit),
+    /// oldest first, kept while some bucket is not full: a limit that comes back (a file read
+    /// half-written, a reverted edit) resumes its buckets instead of starting full. Only
+    /// `apply` touches them (under the tables' write lock).
+    retired: Mutex<Vec<(String, Arc<Table>)>>,
     stripes: Box<[Mutex<()>]>,
     hasher: std::collections::hash_map::RandomState,
 }
@@ -70,7 +75,7 @@ pub struct Applied {
     pub converted: usize,
     /// New limits: full buckets.
     pub added: usize,
-    /// Limits no longer configured: dropped.
+    /// Limits no longer configured (or `unlimited`, or 0 per unit): retired (see `apply`).
     pub removed: usize,
 }
 
@@ -94,6 +99,7 @@ impl LocalBackend {
             clock,
             max_keys: max_keys.max(1),
             tables: RwLock::new(HashMap::new()),
+            retired: Mutex::new(Vec::new()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: Default::default(),
         }
@@ -119,10 +125,13 @@ impl LocalBackend {
 
     /// Makes the tables match `config`: unchanged limits keep their table, changed ones (rates,
     /// or table size) carry their buckets over (converted as `set_quota` converts), new ones
-    /// start full, removed ones are dropped. The caller holds the config's write lock (no
-    /// decision runs).
+    /// start full, removed ones are retired: kept aside until every bucket is full again (what
+    /// a new table would hold), within `max_keys` values of retired tables in all (the oldest
+    /// dropped first past it), so that a limit that comes back resumes its buckets. The caller
+    /// holds the config's write lock (no decision runs).
     pub fn apply(&self, config: &Config) -> Applied {
         let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);
+        let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
         let mut next = HashMap::with_capacity(config.limits().len());
         let mut applied = Applied::default();
         let wall = SystemTime::now();
@@ -136,7 +145,11 @@ impl LocalBackend {
                 continue;
             };
             let size = self.size_for(limit, sharing);
-            let table = match tables.get(&limit.id) {
+            let before = tables.get(&limit.id).cloned().or_else(|| {
+                let i = retired.iter().position(|(id, _)| *id == limit.id)?;
+                Some(retired.remove(i).1)
+            });
+            let table = match before {
                 Some(t) if t.limit.same_definition(limit) && t.size == size => {
                     applied.kept += 1;
                     t.clone()
@@ -177,8 +190,23 @@ impl LocalBackend {
             };
             next.insert(limit.id.clone(), table);
         }
-        applied.removed = tables.keys().filter(|k| !next.contains_key(*k)).count();
-        *tables = next;
+        let old = std::mem::replace(&mut *tables, next);
+        for (id, t) in old {
+            if !tables.contains_key(&id) {
+                applied.removed += 1;
+                retired.push((id, t));
+            }
+        }
+        // A retired table whose buckets are all full holds nothing a new one would not.
+        retired.retain(|(_, t)| {
+            t.limiter.sweep();
+            !t.limiter.is_empty()
+        });
+        let mut kept: usize = retired.iter().map(|(_, t)| t.size).sum();
+        while kept > self.max_keys {
+            let (_, t) = retired.remove(0);
+            kept -= t.size;
+        }
         applied
     }
 
