@@ -310,3 +310,57 @@ async fn a_limit_removed_by_a_reload_mid_request_is_still_decided() {
     assert!(out[0].holds && out[0].decided, "{:?}", out[0]);
     assert_eq!(out[0].remaining, 19);
 }
+
+/// A reload between a request's plan and its decision that lifts a limit of 0 per unit: the
+/// request was planned as refused (its other buckets only read, nothing to be debited), so the
+/// limit must still refuse it, on Redis and on the local fallback; decided under the new rate
+/// instead, every bucket held and the request was answered `OK` with nothing debited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_of_zero_lifted_by_a_reload_mid_request_still_refuses_it() {
+    use std::path::PathBuf;
+    use tollgate::ManualClock;
+    use tollgate_rls::config::Config;
+    use tollgate_rls::engine::{Demand, LocalBackend, OnRedisError, RedisBackend, RlsClock};
+    let load =
+        |yaml: &str| Config::from_sources(&[(PathBuf::from("c.yaml"), yaml.to_owned())]).unwrap();
+    let old = load(&CONFIG.replace(
+        "{unit: hour, requests_per_unit: 1}",
+        "{unit: hour, requests_per_unit: 0}",
+    ));
+    let new = load(CONFIG);
+    // The demands as the plan makes them under `old`: `tight` blocks, so both are reads.
+    let demands: Vec<Demand> = [("user", "x"), ("tight", "x")]
+        .into_iter()
+        .map(|e| {
+            let m = old.lookup("shared", [e]).unwrap();
+            Demand {
+                limit: m.limit,
+                bucket: m.bucket,
+                hits: 1,
+                enforce: true,
+                read: true,
+            }
+        })
+        .collect();
+    let local = LocalBackend::new(RlsClock::manual(ManualClock::new()), 100);
+    local.apply(&old);
+    local.apply(&new);
+    let out = local.decide(&demands);
+    assert!(!out[1].holds, "local: {:?}", out[1]);
+    let Some(server) = RedisServer::start("zero_lifted_mid_request") else {
+        return;
+    };
+    let backend = RedisBackend::connect(
+        &server.url(),
+        Duration::from_secs(2),
+        OnRedisError::Unavailable,
+        None,
+    )
+    .await
+    .unwrap();
+    backend.apply(&old);
+    backend.apply(&new);
+    let out = backend.decide("shared", &demands).await.unwrap();
+    assert!(out[0].holds && out[0].remaining == 20, "{:?}", out[0]);
+    assert!(!out[1].holds, "redis: {:?}", out[1]);
+}

@@ -219,9 +219,17 @@ impl LocalBackend {
     pub fn decide(&self, demands: &[Demand]) -> Vec<Outcome> {
         let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
         let _pin = self.clock.pin();
-        // Each demand's table, looked up once.
-        let found: Vec<Option<&Arc<Table>>> =
-            demands.iter().map(|d| tables.get(&d.limit.id)).collect();
+        // Each demand's table, looked up once. A limit that was 0 per unit when the request
+        // was planned has none, whatever a reload since made of it (the Redis fallback decides
+        // after the plan): the plan made the request's other buckets reads, so a table here
+        // would answer the request `OK` with nothing debited.
+        let found: Vec<Option<&Arc<Table>>> = demands
+            .iter()
+            .map(|d| match d.limit.blocking_rate() {
+                Some(_) => None,
+                None => tables.get(&d.limit.id),
+            })
+            .collect();
 
         let mut out: Vec<Option<Outcome>> = vec![None; demands.len()];
         let enforced: Vec<usize> = (0..demands.len()).filter(|&i| demands[i].enforce).collect();

@@ -122,12 +122,15 @@ impl RedisBackend {
             .collect();
         // Demands with no policy (a limit of 0 per unit) are answered here. A limit the
         // current config no longer has (a reload between the request's plan and this call) is
-        // decided under its own rates, as the plan had it, never refused for being missing.
+        // decided under its own rates, as the plan had it, never refused for being missing; a
+        // limit of 0 per unit in the plan refuses even if a reload has lifted it since (the
+        // plan made the request's other buckets reads: nothing would be debited).
         let (with, policies): (Vec<usize>, Vec<Arc<CheckedLimits>>) = {
             let p = self.policies.read().unwrap_or_else(PoisonError::into_inner);
             demands
                 .iter()
                 .enumerate()
+                .filter(|(_, d)| d.limit.blocking_rate().is_none())
                 .filter_map(|(i, d)| {
                     let own = || {
                         let limits = super::limits_of(&d.limit)?;
