@@ -359,6 +359,23 @@ async fn shadow_mode_answers_ok_counts_what_an_enforcing_twin_refuses_and_blocks
     s.stop().await;
 }
 
+/// A shadow-mode limit of 0 per unit answers `OK` with the reset an enforcing one names (one
+/// unit), as envoyproxy/ratelimit names the window's end: never a reset of 0 s, which told a
+/// client reading Envoy's `x-ratelimit-reset` that the limit resets now.
+#[tokio::test]
+async fn a_shadowed_limit_of_zero_names_one_unit_as_its_reset() {
+    let mut s = Rls::start(
+        "domain: z\ndescriptors:\n  - key: shadowed\n    shadow_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 0}\n  - key: enforced\n    rate_limit: {unit: hour, requests_per_unit: 0}\n",
+    )
+    .await;
+    let out = s.ok(req("z", vec![desc(&[("shadowed", "k")])])).await;
+    assert_eq!(out.overall_code, OK);
+    assert_eq!(brief(&out), vec![(OK, 0, Some(3600))]);
+    let out = s.ok(req("z", vec![desc(&[("enforced", "k")])])).await;
+    assert_eq!(brief(&out), vec![(OVER, 0, Some(3600))]);
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn global_shadow_answers_ok_and_counts() {
     let mut s = Rls::start_with(

@@ -162,13 +162,15 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The outcome of a limit of 0 per unit (`rate`): refused, never at any hits.
-    pub(crate) fn blocked(rate: usize) -> Outcome {
+    /// The outcome of a limit of 0 per unit (`rate`, of `unit`): refused, never at any hits;
+    /// never full either, so one unit until full (what a shadow-mode status names as its reset,
+    /// as an enforcing one names the wait).
+    pub(crate) fn blocked(rate: usize, unit: Duration) -> Outcome {
         Outcome {
             holds: false,
             wait: Some(Wait::Never),
             remaining: 0,
-            until_full: Duration::ZERO,
+            until_full: unit,
             rate,
             decided: true,
         }
@@ -225,11 +227,14 @@ pub enum Backend {
 /// The outcome of a demand whose limit has no bucket: a limit of 0 per unit (the first such
 /// rate reported).
 pub(crate) fn blocked(d: &Demand) -> Outcome {
-    let rate = match &d.limit.kind {
-        Kind::Rates(r) => r.iter().position(|r| r.requests_per_unit == 0),
-        Kind::Unlimited => None,
+    let (rate, unit) = match &d.limit.kind {
+        Kind::Rates(r) => match r.iter().position(|r| r.requests_per_unit == 0) {
+            Some(i) => (i, r[i].unit.duration()),
+            None => (0, r.first().map_or(Duration::ZERO, |r| r.unit.duration())),
+        },
+        Kind::Unlimited => (0, Duration::ZERO),
     };
-    Outcome::blocked(rate.unwrap_or(0))
+    Outcome::blocked(rate, unit)
 }
 
 /// An outcome that holds and says nothing, undecided (a demand with no rates, or a failed
