@@ -197,3 +197,51 @@ fn a_limit_that_leaves_and_comes_back_resumes_its_buckets() {
     s.reload(load(&full));
     assert_eq!(admitted(10), 3);
 }
+
+/// Retired tables hold at most `--max-keys` values in all: past it the oldest goes (its limit,
+/// if it comes back, starts full).
+#[test]
+fn retired_tables_are_bounded_by_max_keys_oldest_first() {
+    use tollgate::ManualClock;
+    use tollgate_rls::config::Config;
+    use tollgate_rls::engine::{Backend, LocalBackend, RlsClock};
+    use tollgate_rls::service::{Code, Descriptor, Request, Service};
+    let load = |yaml: &str| {
+        Config::from_sources(&[(std::path::PathBuf::from("c.yaml"), yaml.to_owned())]).unwrap()
+    };
+    let limit =
+        |k: &str| format!("  - key: {k}\n    rate_limit: {{unit: hour, requests_per_unit: 1}}\n");
+    let filler = "  - key: f\n    value: v\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+    let cfg = |keys: &[&str]| {
+        let mut y = format!("domain: r\ndescriptors:\n{filler}");
+        for k in keys {
+            y.push_str(&limit(k));
+        }
+        load(&y)
+    };
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000_000));
+    // Two values in all: `a` and `b` one each while both are configured, `b` two alone.
+    let local = LocalBackend::new(RlsClock::manual(clock.clone()), 2);
+    let s = Service::new(cfg(&["a", "b"]), Backend::Local(local), false);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let one = |k: &str| {
+        let req = Request {
+            domain: "r".into(),
+            descriptors: vec![Descriptor {
+                entries: vec![(k.into(), "x".into())],
+                ..Default::default()
+            }],
+            hits_addend: 1,
+        };
+        rt.block_on(s.should_rate_limit(&req)).unwrap().overall == Code::Ok
+    };
+    assert!(one("a") && one("b"));
+    s.reload(cfg(&["b"])); // a retired (one value)
+    s.reload(cfg(&[])); // b retired (two values): three in all, a goes
+    s.reload(cfg(&["a", "b"]));
+    assert!(one("a"), "a's table was dropped: a new bucket");
+    assert!(!one("b"), "b resumes");
+}

@@ -44,6 +44,13 @@ struct Table {
     size: usize,
 }
 
+/// Tables of limits the config no longer has, by limit id, each with the order it left in.
+#[derive(Default)]
+struct Retired {
+    next: u64,
+    tables: HashMap<String, (u64, Arc<Table>)>,
+}
+
 /// The local backend.
 pub struct LocalBackend {
     clock: RlsClock,
@@ -53,7 +60,7 @@ pub struct LocalBackend {
     /// oldest first, kept while some bucket is not full: a limit that comes back (a file read
     /// half-written, a reverted edit) resumes its buckets instead of starting full. Only
     /// `apply` touches them (under the tables' write lock).
-    retired: Mutex<Vec<(String, Arc<Table>)>>,
+    retired: Mutex<Retired>,
     stripes: Box<[Mutex<()>]>,
     hasher: std::collections::hash_map::RandomState,
 }
@@ -99,7 +106,7 @@ impl LocalBackend {
             clock,
             max_keys: max_keys.max(1),
             tables: RwLock::new(HashMap::new()),
-            retired: Mutex::new(Vec::new()),
+            retired: Mutex::new(Retired::default()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: Default::default(),
         }
@@ -145,10 +152,10 @@ impl LocalBackend {
                 continue;
             };
             let size = self.size_for(limit, sharing);
-            let before = tables.get(&limit.id).cloned().or_else(|| {
-                let i = retired.iter().position(|(id, _)| *id == limit.id)?;
-                Some(retired.remove(i).1)
-            });
+            let before = tables
+                .get(&limit.id)
+                .cloned()
+                .or_else(|| retired.tables.remove(&limit.id).map(|(_, t)| t));
             let table = match before {
                 Some(t) if t.limit.same_definition(limit) && t.size == size => {
                     applied.kept += 1;
@@ -194,18 +201,31 @@ impl LocalBackend {
         for (id, t) in old {
             if !tables.contains_key(&id) {
                 applied.removed += 1;
-                retired.push((id, t));
+                let stamp = retired.next;
+                retired.next += 1;
+                retired.tables.insert(id, (stamp, t));
             }
         }
         // A retired table whose buckets are all full holds nothing a new one would not.
-        retired.retain(|(_, t)| {
+        retired.tables.retain(|_, (_, t)| {
             t.limiter.sweep();
             !t.limiter.is_empty()
         });
-        let mut kept: usize = retired.iter().map(|(_, t)| t.size).sum();
-        while kept > self.max_keys {
-            let (_, t) = retired.remove(0);
-            kept -= t.size;
+        let mut kept: usize = retired.tables.values().map(|(_, t)| t.size).sum();
+        if kept > self.max_keys {
+            let mut oldest: Vec<(u64, String, usize)> = retired
+                .tables
+                .iter()
+                .map(|(id, (stamp, t))| (*stamp, id.clone(), t.size))
+                .collect();
+            oldest.sort_unstable();
+            for (_, id, size) in oldest {
+                if kept <= self.max_keys {
+                    break;
+                }
+                retired.tables.remove(&id);
+                kept -= size;
+            }
         }
         applied
     }
