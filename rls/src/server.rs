@@ -18,6 +18,11 @@ use tonic_health::ServingStatus;
 /// How long a drain waits for open connections to close.
 const DRAIN_BOUND: Duration = Duration::from_secs(10);
 
+/// The most streams one HTTP/2 connection of the gRPC port holds open (hyper's default, which
+/// tonic's builder turns off when left unset): each open stream may buffer a message of up to
+/// 4 MiB while it arrives. Envoy opens another connection when it needs more.
+const MAX_STREAMS_PER_CONNECTION: u32 = 200;
+
 /// What `run` needs.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -164,6 +169,7 @@ pub async fn run(
     let (grpc_stop_tx, grpc_stop) = oneshot::channel::<()>();
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
+            .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
             .add_service(health_service)
             .add_service(Grpc::server(service.clone()))
             .serve_with_incoming_shutdown(

@@ -527,3 +527,46 @@ async fn json_port_answers_as_envoyproxy_ratelimit_does() {
     let (code, _) = http(s.ready.http, "GET", "/healthcheck", "").await;
     assert_eq!(code, 503);
 }
+
+/// The gRPC port bounds the streams one HTTP/2 connection may hold open: each open stream may
+/// buffer a message of up to 4 MiB while it arrives, so without a bound one client connection
+/// could make the process buffer without limit (tonic's builder left the bound unset, which
+/// turned off hyper's default of 200).
+#[tokio::test]
+async fn the_grpc_port_bounds_the_streams_of_a_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = Rls::start(CONFIG).await;
+    let mut c = tokio::net::TcpStream::connect(s.ready.grpc).await.unwrap();
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    // The server's first SETTINGS frame (not an ACK): its entries, (id, value).
+    let settings = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let mut head = [0u8; 9];
+            c.read_exact(&mut head).await.unwrap();
+            let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+            let mut body = vec![0u8; len];
+            c.read_exact(&mut body).await.unwrap();
+            if head[3] == 0x4 && head[4] & 0x1 == 0 {
+                return body
+                    .chunks_exact(6)
+                    .map(|e| {
+                        (
+                            u16::from_be_bytes([e[0], e[1]]),
+                            u32::from_be_bytes([e[2], e[3], e[4], e[5]]),
+                        )
+                    })
+                    .collect::<Vec<_>>();
+            }
+        }
+    })
+    .await
+    .expect("the server's SETTINGS in time");
+    // SETTINGS_MAX_CONCURRENT_STREAMS is 0x3.
+    let max = settings.iter().find(|(id, _)| *id == 0x3).map(|(_, v)| *v);
+    assert!(
+        matches!(max, Some(1..=1024)),
+        "max concurrent streams: {max:?} in {settings:?}"
+    );
+}
