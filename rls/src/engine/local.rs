@@ -18,8 +18,10 @@
 //!
 //! The one exception: a table that is full (`--max-keys` values tracked, none of them full)
 //! refuses a *new* value at step 2 (the keyed limiter's rule) though step 1 saw a full bucket.
-//! Buckets of full tables are debited first, so that exception can only keep the debits of
-//! earlier buckets of other full tables: never an over-admission, at worst an under-admission.
+//! Buckets of full tables are debited first, so that exception keeps the debits of earlier
+//! buckets of other full tables only, unless the table fills up during the request (two new
+//! values for its last free slot, or another request's meanwhile): then the request's earlier
+//! new values keep theirs too. Never an over-admission, at worst an under-admission.
 
 use super::{blocked, limits_of, Demand, Outcome, RlsClock, Wait};
 use crate::config::{Config, Limit};
