@@ -217,7 +217,7 @@ fuzz_target!(|data: &[u8]| {
         states = next;
     }
     for q in &quotas {
-        if let Some(v) = units_window::violation(q, &mut admitted) {
+        if let Some(v) = units_window::violation(q, &mut admitted, 0) {
             panic!("{quotas:?}: quota {q:?}: {v}");
         }
     }

@@ -234,7 +234,7 @@ fuzz_target!(|data: &[u8]| {
             "{quota:?}, {n} shards, frozen at {t}: admitted {total} + available {left}"
         );
     }
-    if let Some(v) = units_window::violation(&quota, &mut admitted) {
+    if let Some(v) = units_window::violation(&quota, &mut admitted, 0) {
         panic!("{quota:?}, {n} shards: {v}");
     }
 });

@@ -7,10 +7,13 @@
 use tollgate::Quota;
 
 /// The worst window over its bound among admissions `(reading, cost)`, `None` if none: the
-/// admissions at readings in `[t_i, t_j]` take at most `burst + rate · (t_j − t_i)` tokens
-/// (`+ 1 / scale` for inexact quotas). In i128: readings below 2^63, rate and period below
-/// 2^40, at most 2^40 tokens admitted in all.
-pub fn violation(quota: &Quota, ev: &mut [(u64, u64)]) -> Option<String> {
+/// admissions at readings in `[t_i, t_j]` take at most `burst + rate · (t_j − t_i + slack_ns)`
+/// tokens (`+ 1 / scale` for inexact quotas). `slack_ns` is 0 for admissions at their
+/// readings, 1 where some are at due instants: a due instant is the first *whole* nanosecond
+/// at which the tokens are there, up to 1 ns after the exact one (`testkit::window`'s
+/// `check_within`). In i128: readings below 2^63, rate and period below 2^40, at most 2^40
+/// tokens admitted in all.
+pub fn violation(quota: &Quota, ev: &mut [(u64, u64)], slack_ns: u64) -> Option<String> {
     ev.sort_unstable();
     let per = i128::try_from(quota.per().as_nanos()).unwrap();
     let rate = i128::from(quota.tokens());
@@ -31,10 +34,11 @@ pub fn violation(quota: &Quota, ev: &mut [(u64, u64)]) -> Option<String> {
         }
         p += i128::from(c);
         let (high, i, p0) = best?;
-        let excess = per * p - rate * i128::from(t) + high - per * burst;
+        let excess =
+            per * p - rate * i128::from(t) + high - per * burst - rate * i128::from(slack_ns);
         if over(excess) {
             return Some(format!(
-                "window [{}, {t}] admitted {} tokens, over burst {burst} + {rate}/{per}ns · {}",
+                "window [{}, {t}] admitted {} tokens, over burst {burst} + {rate}/{per}ns · ({} + {slack_ns})",
                 ev[i].0,
                 p - p0,
                 t - ev[i].0
