@@ -119,6 +119,16 @@ impl Ticket<'_> {
     }
 }
 
+/// An operation named in a failure message, formatted only then.
+struct Label<'a>(&'a [Quota], &'static str, u64, u64);
+
+impl std::fmt::Display for Label<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Label(quotas, op, cost, t) = self;
+        write!(f, "{quotas:?}: {op} {cost} at {t}")
+    }
+}
+
 /// A held reservation with what the references remember of it.
 struct Held<'a> {
     ticket: Ticket<'a>,
@@ -362,7 +372,7 @@ fuzz_target!(|data: &[u8]| {
                     .map(|m| m.as_ref().map(Model::state))
                     .collect();
                 let want = r.reserve(t, cost);
-                let label = format!("{quotas:?}: reserve {cost} at {t}");
+                let label = Label(&quotas, "reserve", cost, t);
                 match (subject.reserve(t, cost), want) {
                     (Ok((ticket, due)), Ok((after, want_due))) => {
                         assert_eq!(due, want_due, "{label}: due");
@@ -428,7 +438,7 @@ fuzz_target!(|data: &[u8]| {
             }
             _ => {
                 clock.set(Duration::from_nanos(t));
-                let label = format!("{quotas:?}: try_acquire {cost} at {t}");
+                let label = Label(&quotas, "try_acquire", cost, t);
                 let state_before = r.snapshots(t);
                 let want = r.try_acquire(t, cost);
                 match (&subject, x >> 40 & 3) {
