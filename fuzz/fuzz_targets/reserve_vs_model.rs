@@ -2,8 +2,8 @@
 //! on a manual clock, driven by reserve (costs 0, 1, a burst, past a burst, `u64::MAX`), cancel
 //! or drop of any held reservation in any order (at the current reading, or just before, at or
 //! after its due instant, or before the reading it was made at), try_acquire and its snapshot
-//! forms, available and drain, with readings that advance, step back or jump to the edges
-//! (the horizon, `u64::MAX`). The references run in lockstep, one per quota: `gcra`'s pure
+//! forms, `try_acquire_for`, available and drain, with readings that advance, step back or
+//! jump to the edges (the horizon, `u64::MAX`). The references run in lockstep, one per quota: `gcra`'s pure
 //! decision on a state of its own and, for exact quotas, the exact rational model of the test
 //! kit (`testkit/src/model.rs`), until a drain (which the model lacks) or a reading past the
 //! horizon (where the bucket reads its clock as stopped and the model does not).
@@ -19,21 +19,25 @@
 //!   it is not yet due at the canceller's reading and the quota's state is still the one the
 //!   reservation left; otherwise nothing (checked through every quota's snapshot and every
 //!   later decision); `gcra::cancel` never gives back more than the reservation took;
+//! * `try_acquire_for` (timeouts zero, `Duration::MAX` and in between): a reservation due
+//!   within the timeout, the manual clock slept to its due instant, else `RetryAfter(wait)`
+//!   and nothing taken;
 //! * try_acquire, `try_acquire_or_snapshot`, `try_acquire_snapshot`, `decide_snapshots`,
 //!   available: verdicts, exact waits and snapshots as the references', the models' for exact
 //!   quotas;
 //! * at the end, every quota's admissions within `burst_i + rate_i·(Δ + 1 ns)` (exact
 //!   rationals; one unit of slack for inexact quotas; the 1 ns because a due instant is the
-//!   first whole nanosecond at which the tokens are there): `try_acquire` at its reading, a
-//!   reservation that was dropped, held to the end or whose cancel gave nothing back at its
-//!   due instant, a cancelled one not at all; readings past the horizon count at the horizon.
+//!   first whole nanosecond at which the tokens are there): `try_acquire` at its reading;
+//!   `try_acquire_for`, and a reservation that was dropped, held to the end or whose cancel
+//!   gave nothing back, at its due instant; a cancelled one not at all; readings past the
+//!   horizon count at the horizon.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
 use tollgate::{
-    gcra, Bucket, Denied, Limiter, Limits, ManualClock, MultiBucket, MultiReservation, Quota,
-    Reservation, Snapshot, Snapshots, HORIZON,
+    gcra, Bucket, Clock, Denied, Limiter, Limits, ManualClock, MultiBucket, MultiReservation,
+    Quota, Reservation, Snapshot, Snapshots, HORIZON,
 };
 
 #[path = "common/bytes.rs"]
@@ -194,10 +198,10 @@ impl Reference {
         Ok(())
     }
 
-    /// `reserve(cost)` at `now`: `(states after, due)`, applied if granted. Each exact quota's
-    /// model must be due when `gcra` says that quota is (past the horizon iff refused), and is
-    /// debited alike.
-    fn reserve(&mut self, now: u64, cost: u64) -> Result<(Vec<u64>, u64), Denied> {
+    /// `reserve(cost)` at `now` if due within `limit` ns (`try_acquire_for`'s timeout):
+    /// `(states after, due)`, applied if granted. Each exact quota's model must be due when
+    /// `gcra` says that quota is (past the horizon iff refused), and is debited alike.
+    fn reserve(&mut self, now: u64, cost: u64, limit: u64) -> Result<(Vec<u64>, u64), Denied> {
         if cost > self.smallest_burst() {
             return Err(Denied::ExceedsBurst);
         }
@@ -217,6 +221,9 @@ impl Reference {
             due = due.and_then(|d| Ok(d.max(own?)));
         }
         let due = due?;
+        if due - now > limit {
+            return Err(Denied::RetryAfter(Duration::from_nanos(due - now)));
+        }
         let debit_at = if self.as_of_due { due } else { now };
         let mut next = Vec::new();
         for (s, q) in self.states.iter().zip(&self.quotas) {
@@ -316,7 +323,7 @@ fuzz_target!(|data: &[u8]| {
                 [0, smallest + 1, burst, burst + 1, u64::MAX, u64::MAX / 2][(x >> 16) as usize % 6]
             }
         };
-        match kind % 16 {
+        match kind % 18 {
             0 | 1 => t = t.saturating_add(x % (4 * step + 1)),
             2 => t = t.saturating_add(x % (2 * burst * step + 1)),
             3 => t = t.saturating_sub(x % (burst * step + 1)),
@@ -371,7 +378,7 @@ fuzz_target!(|data: &[u8]| {
                     .iter()
                     .map(|m| m.as_ref().map(Model::state))
                     .collect();
-                let want = r.reserve(t, cost);
+                let want = r.reserve(t, cost, u64::MAX);
                 let label = Label(&quotas, "reserve", cost, t);
                 match (subject.reserve(t, cost), want) {
                     (Ok((ticket, due)), Ok((after, want_due))) => {
@@ -404,7 +411,7 @@ fuzz_target!(|data: &[u8]| {
             10..=12 if !held.is_empty() => {
                 let i = (x >> 32) as usize % held.len();
                 let h = held.remove(i);
-                if kind % 16 == 12 {
+                if kind % 18 == 12 {
                     // Dropped without cancel: the tokens stay taken.
                     record(&mut admitted, &h, &vec![false; quotas.len()]);
                     continue;
@@ -435,6 +442,35 @@ fuzz_target!(|data: &[u8]| {
                     h.due,
                     h.at
                 );
+            }
+            16 | 17 => {
+                clock.set(Duration::from_nanos(t));
+                let timeout = match x >> 40 & 3 {
+                    0 => Duration::ZERO,
+                    1 => Duration::MAX,
+                    _ => Duration::from_nanos((x >> 42) % (4 * burst * step + 1)),
+                };
+                let label = Label(&quotas, "try_acquire_for", cost, t);
+                let want = match cost {
+                    0 => Ok((r.states.clone(), t)),
+                    _ => r.reserve(t, cost, timeout.as_nanos().min(u64::MAX.into()) as u64),
+                };
+                let got = match &subject {
+                    Subject::One(b) => b.try_acquire_for(cost, timeout),
+                    Subject::Many(m) => m.try_acquire_for(cost, timeout),
+                };
+                let waited = want.as_ref().map(|w| Duration::from_nanos(w.1 - t));
+                assert_eq!(got, waited.map_err(|e| *e), "{label} within {timeout:?}");
+                if let Ok((_, due)) = want {
+                    // The manual clock slept until the tokens were due; they count then.
+                    assert_eq!(clock.now(), due, "{label}: slept until");
+                    t = due;
+                    if cost > 0 {
+                        for a in &mut admitted {
+                            a.push((due.min(H), cost));
+                        }
+                    }
+                }
             }
             _ => {
                 clock.set(Duration::from_nanos(t));
