@@ -620,3 +620,36 @@ fn a_multi_bucket_restores_every_quota() {
         })
     ));
 }
+
+/// A save whose reading is behind the state it saves (a clock stepped back, or a decision at a
+/// later reading racing the save): the bucket is in debt at that reading, and the debt must
+/// travel, as a `Bucket`'s does, or the restored bucket holds what the debt withheld. The
+/// sharded file stores the tokens held (`held_units`, clamped at zero), which cannot carry it:
+/// here the saved bucket holds nothing at the restore's instant and the restored one a burst.
+#[test]
+#[ignore = "ShardedBucket's file cannot hold a debt: carrying it needs a format change"]
+fn a_sharded_bucket_saved_at_a_reading_behind_its_state_carries_the_debt() {
+    let q = Quota::per_second(10).unwrap();
+    let clock = ManualClock::new();
+    let live = ShardedBucket::with_clock(q, 1, clock.clone());
+    let twin = Bucket::with_clock(q, clock.clone());
+    clock.set(Duration::from_secs(10));
+    live.try_acquire(10).unwrap();
+    twin.try_acquire(10).unwrap();
+    // Saved at 9 s: 10 tokens owed there.
+    clock.set(Duration::from_secs(9));
+    let (mut file, mut twin_file) = (Vec::new(), Vec::new());
+    live.save_at(&mut file, wall(0)).unwrap();
+    twin.save_at(&mut twin_file, wall(0)).unwrap();
+    // One second of downtime: the saved buckets, at 10 s, hold nothing.
+    clock.set(Duration::from_secs(10));
+    assert_eq!((live.available(), twin.available()), (0, 0));
+    let restored_twin = Bucket::with_clock(q, ManualClock::new());
+    restored_twin
+        .restore_at(&twin_file[..], wall(1_000_000_000))
+        .unwrap();
+    assert_eq!(restored_twin.available(), 0);
+    let restored = ShardedBucket::with_clock(q, 1, ManualClock::new());
+    restored.restore_at(&file[..], wall(1_000_000_000)).unwrap();
+    assert_eq!(restored.available(), 0);
+}
