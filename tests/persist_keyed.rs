@@ -159,3 +159,35 @@ fn a_restore_in_place_never_hands_out_more() {
     assert_eq!((same.available(&"alice"), same.available(&"bob")), (0, 10));
     assert_eq!(same.len(), 1);
 }
+
+/// A save whose reading is behind a key's last admission (a clock stepped back, or a decision
+/// at a later reading racing the save's walk) saves the key in debt at that reading; the
+/// restore must carry the whole debt, as a `Bucket`'s does. It clamps each restored state to
+/// full at most two refills of the burst after its reading (`Table::latest_full`), which such
+/// a save exceeds: here the restored key admits two seconds after the restore, when the saved
+/// table's key waits four more.
+#[test]
+#[ignore = "the restore's clamp (Table::latest_full) cuts a debt saved at a stale reading"]
+fn a_key_saved_at_a_reading_behind_its_last_admission_carries_the_debt() {
+    let q = Quota::per_second(1).unwrap();
+    let clock = ManualClock::new();
+    let live: KeyedLimiter<u64, Quota, ManualClock> = KeyedLimiter::with_clock(q, 4, clock.clone());
+    clock.set(Duration::from_secs(10));
+    live.try_acquire(&1, 1).unwrap();
+    // Saved at 5 s: the key holds its token again at 11 s, six seconds after that reading.
+    clock.set(Duration::from_secs(5));
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    let clock2 = ManualClock::new();
+    let restored = KeyedLimiter::<u64, Quota, _>::builder(q, 4, clock2.clone())
+        .restore_at(&file[..], wall(0))
+        .unwrap();
+    // Two seconds on, on both clocks (7 s on the saved table's).
+    clock.set(Duration::from_secs(7));
+    clock2.advance(Duration::from_secs(2));
+    assert_eq!(
+        live.try_acquire(&1, 1),
+        Err(tollgate::Denied::RetryAfter(Duration::from_secs(4)))
+    );
+    assert_eq!(restored.try_acquire(&1, 1), live.try_acquire(&1, 1));
+}
