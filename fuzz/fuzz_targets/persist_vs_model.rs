@@ -10,7 +10,7 @@
 //!   the saved limiter would from the restore's instant on, verdict for verdict, waits and
 //!   snapshots included; inexact ones never more (an admission the saved one also admits,
 //!   `available` and snapshots never above its), to within the one unit (`1 / scale` token)
-//!   by which two clocks of other origins round apart (`unit_ns`);
+//!   by which two clocks of other origins round apart (`Slack`);
 //! * another quota (`Bucket`), rate (`Smooth`) or quotas (`MultiBucket`: changed, reordered) are
 //!   carried over as `set_quota`/`set_rate` carry them, the saved `MultiBucket`'s quotas paired
 //!   as the docs say (equal, else the only one of a period on each side, else the strictest of
@@ -73,21 +73,42 @@ fn changed(q: &Quota, x: u64, b: &mut Bytes<'_>) -> Option<Quota> {
     }
 }
 
-/// A wait that one unit of `q` (`1 / scale` token) refills, rounded up, plus 1 ns: how far two
-/// buckets of an inexact quota in the same state may decide apart on clocks of other origins
-/// (each decision, `set_quota` and restore rounds what the quota earned by its own reading;
-/// `Quota::is_exact`, and the unit of slack in `units_window.rs`). A restored bucket's clock
-/// has another origin than the saved one's, so "never more" holds to within that unit.
-fn unit_ns(q: &Quota) -> u64 {
-    let per = q.per().as_nanos();
-    let units = u128::from(q.tokens()) * u128::from(q.scale());
-    u64::try_from(per.div_ceil(units) + 1).unwrap_or(u64::MAX)
+/// How far a restored limiter of inexact quotas may be ahead of the one it was saved from, in
+/// tokens: two buckets of an inexact quota in the same state decide apart by up to one unit
+/// (`1 / scale` token) on clocks of other origins (each decision, `set_quota` and restore
+/// rounds what a quota earned by its own reading: `Quota::is_exact`, and the unit of slack in
+/// `units_window.rs`), so "never more" holds to within the units such roundings add up to.
+/// Carried to a quota of another rate, a token's difference is that rate's time.
+#[derive(Clone, Copy, Default)]
+struct Slack(f64);
+
+impl Slack {
+    /// One unit of each quota given.
+    fn units(quotas: &[Quota]) -> Slack {
+        Slack(quotas.iter().map(|q| 1.0 / q.scale() as f64).sum())
+    }
+
+    /// The wait the slack refills under the slowest of `quotas` (ns, rounded up, plus 2 for
+    /// the waits' own rounding); 0 for none.
+    fn ns(self, quotas: &[Quota]) -> u64 {
+        if self.0 == 0.0 {
+            return 0;
+        }
+        let per_token = |q: &Quota| q.per().as_nanos() as f64 / q.tokens() as f64;
+        let slowest = quotas.iter().map(per_token).fold(0.0, f64::max);
+        (self.0 * slowest).ceil().min(1e18) as u64 + 2
+    }
+
+    /// The whole tokens `available` or a snapshot may be over by.
+    fn more(self) -> u64 {
+        self.0.ceil() as u64
+    }
 }
 
 /// Whether a refusal is one an admission may meet across a reconfiguration's rounding.
-fn within(r: Result<(), Denied>, slack: u64) -> bool {
+fn within(r: Result<(), Denied>, slack_ns: u64) -> bool {
     matches!(r, Ok(()))
-        || matches!(r, Err(Denied::RetryAfter(w)) if w <= Duration::from_nanos(slack))
+        || matches!(r, Err(Denied::RetryAfter(w)) if w <= Duration::from_nanos(slack_ns))
 }
 
 /// The time of one token of `q` (ns, at least 1).
@@ -253,8 +274,8 @@ fn bucket(b: &mut Bytes<'_>, head: u64) {
     let mut live = (Bucket::with_clock(q, clock.clock.clone()), clock);
     let mut follower: Option<(Bucket<ManualClock>, Clocked)> = None;
     // Whether the follower is exactly what the deciding bucket should be (exact quotas on both
-    // sides of the restore), else the rounding that may set them apart (`unit_ns`).
-    let (mut exact, mut slack) = (true, 0);
+    // sides of the restore), else the rounding that may set them apart.
+    let (mut exact, mut slack) = (true, Slack::default());
     let mut admitted = Vec::new();
     let mut ops = 0;
     while let Some(kind) = b.u8() {
@@ -278,9 +299,8 @@ fn bucket(b: &mut Bytes<'_>, head: u64) {
                     if exact {
                         assert_eq!(got, want, "{q:?}: available at {}", tl.t);
                     } else {
-                        let more = u64::from(slack > 0);
                         assert!(
-                            got <= want + more,
+                            got <= want + slack.more(),
                             "{q:?}: available {got} > {want} at {}",
                             tl.t
                         );
@@ -327,9 +347,9 @@ fn bucket(b: &mut Bytes<'_>, head: u64) {
                         follower = Some(old);
                         exact = q.is_exact() && new.is_exact();
                         slack = if exact {
-                            0
+                            Slack::default()
                         } else {
-                            unit_ns(&q).max(unit_ns(&new))
+                            Slack::units(&[q, new])
                         };
                         q = new;
                     }
@@ -355,7 +375,7 @@ fn bucket(b: &mut Bytes<'_>, head: u64) {
                 }
                 let Some((f, fc)) = &follower else { continue };
                 fc.at(tl.t);
-                let more = u64::from(slack > 0);
+                let (more, slack) = (slack.more(), slack.ns(&[q]));
                 if exact {
                     let (want, fsnap) = one_snapshot(f, cost);
                     assert_eq!(got, want, "{label}");
@@ -497,8 +517,8 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
     // Whether the reference is exactly the deciding bucket (every quota ever held exact, or no
     // restore yet): else the bucket is never more lenient than it.
     let mut exact = true;
-    // The rounding inexact quotas may add (see `unit_ns`), the largest so far.
-    let mut slack = 0;
+    // The rounding of every restore that met an inexact quota, added up.
+    let mut slack = Slack::default();
     let mut follower: Option<(MultiBucket<ManualClock>, Clocked)> = None;
     let mut admitted: Vec<(u64, u64)> = Vec::new();
     let mut ops = 0;
@@ -529,12 +549,12 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                 if exact {
                     assert_eq!(got, want, "{label}: available");
                 } else {
-                    let more = u64::from(slack > 0);
+                    let more = slack.more();
                     assert!(got <= want + more, "{label}: available {got} > {want}");
                 }
                 if let Some((f, fc)) = &follower {
                     fc.at(tl.t);
-                    let (want, more) = (f.available(), u64::from(slack > 0));
+                    let (want, more) = (f.available(), slack.more());
                     assert!(
                         got <= want + more,
                         "{label}: available {got} > the saved {want}"
@@ -629,10 +649,9 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                         let same = sorted_old == sorted_new;
                         follower = same.then_some(old);
                         exact &= quotas.iter().chain(&new).all(Quota::is_exact);
-                        if !exact {
-                            for q in quotas.iter().chain(&new) {
-                                slack = slack.max(unit_ns(q));
-                            }
+                        let all: Vec<Quota> = quotas.iter().chain(&new).copied().collect();
+                        if !all.iter().all(Quota::is_exact) {
+                            slack.0 += Slack::units(&all).0;
                         }
                         states = restored_reference(&states, &quotas, &new, tl.t);
                         if !same {
@@ -676,7 +695,7 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                 } else if got.is_ok() {
                     let want = expected.map(|_| ()).map_err(|r| r.denied());
                     assert!(
-                        within(want, slack),
+                        within(want, slack.ns(&quotas)),
                         "{label}: admitted beyond the saved policy: {expected:?}"
                     );
                 }
@@ -690,7 +709,7 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                         if exact {
                             assert_eq!(have, want, "{label}: quota {i}'s snapshot");
                         } else {
-                            let more = u64::from(slack > 0);
+                            let more = slack.more();
                             assert!(
                                 have.remaining() <= want.remaining() + more,
                                 "{label}: quota {i}'s snapshot {have:?} {want:?}"
@@ -703,7 +722,10 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                     if let Some((f, fc)) = &follower {
                         fc.at(tl.t);
                         let want = f.try_acquire(cost);
-                        assert!(within(want, slack), "{label}: the saved bucket: {want:?}");
+                        assert!(
+                            within(want, slack.ns(&quotas)),
+                            "{label}: the saved bucket: {want:?}"
+                        );
                     }
                 }
                 states = after;
@@ -824,9 +846,13 @@ fn keyed(b: &mut Bytes<'_>, head: u64) {
     let mut follower: Option<(KeyedLimiter<u64, Quota, ManualClock>, Clocked)> = None;
     let mut admitted: Vec<Vec<(u64, u64)>> = vec![Vec::new(); keys as usize];
     let (step, burst) = (step_of(&q), q.burst());
-    // Inexact quotas: within a unit of rounding (`unit_ns`).
-    let slack = if q.is_exact() { 0 } else { unit_ns(&q) };
-    let more = u64::from(slack > 0);
+    // Inexact quotas: within a unit of rounding (`Slack`).
+    let slack = if q.is_exact() {
+        Slack::default()
+    } else {
+        Slack::units(&[q])
+    };
+    let (slack, more) = (slack.ns(&[q]), slack.more());
     // The latest reading (global) of an admission, and a refill of the burst: a key is full
     // that long after its last admission.
     let mut latest = 0;
