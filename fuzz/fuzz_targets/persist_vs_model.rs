@@ -6,11 +6,12 @@
 //! follows it in lockstep at the same instants (its clock moved on by the downtime the restore
 //! counted). Checked, as `docs/guarantees.md` ("`save` → `restore`") and `src/persist.rs` promise:
 //!
-//! * `Bucket`, `MultiBucket` (the same quotas in any order), `Smooth`: exact quotas decide as
+//! * `Bucket`, `MultiBucket` (the same quotas in any order): exact quotas decide as
 //!   the saved limiter would from the restore's instant on, verdict for verdict, waits and
 //!   snapshots included; inexact ones never more (an admission the saved one also admits,
 //!   `available` and snapshots never above its), to within the one unit (`1 / scale` token)
-//!   by which two clocks of other origins round apart (`Slack`);
+//!   by which two clocks of other origins round apart (`Slack`); `Smooth` admits only what
+//!   the saved limiter admits and waits no less, to within 1 µs of `f64` rounding;
 //! * another quota (`Bucket`), rate (`Smooth`) or quotas (`MultiBucket`: changed, reordered) are
 //!   carried over as `set_quota`/`set_rate` carry them, the saved `MultiBucket`'s quotas paired
 //!   as the docs say (equal, else the only one of a period on each side, else the strictest of
@@ -739,8 +740,12 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
 }
 
 /// `Smooth` (bursty or warming up), readings in whole µs since each limiter's origin: the
-/// restored limiter decides as the saved one (its rate changed by `set_rate` where the restore
-/// changed it) at the same instants, and sleeps the same waits.
+/// restored limiter admits only what the saved one (its rate changed by `set_rate` where the
+/// restore changed it) admits at the same instant, and waits no less, each to within 1 µs.
+/// Guava's arithmetic is in `f64` and path-dependent: a limiter idle since before the restored
+/// one's origin is brought up to date at the restore (as `resync` would at that reading) and
+/// again at its next decision, where the saved one adds the whole idle time at once, and the
+/// two sums may round a wait to µs apart (as would a `set_rate` against the restore's rescale).
 fn smooth(b: &mut Bytes<'_>, head: u64) {
     let x = b.u64();
     let rate = |x: u64| match x % 4 {
@@ -770,9 +775,6 @@ fn smooth(b: &mut Bytes<'_>, head: u64) {
     };
     let mut live = (l, clock);
     let mut follower: Option<(Smooth<ManualClock>, Clocked)> = None;
-    // Whether the last restore kept the rate: then equal; after `set_rate` on the saved
-    // limiter, the restored one only ever stricter (its wait may be 1 µs longer).
-    let mut same_rate = true;
     let mut ops = 0;
     while let Some(kind) = b.u8() {
         ops += 1;
@@ -810,7 +812,6 @@ fn smooth(b: &mut Bytes<'_>, head: u64) {
                             old.0.set_rate(new).unwrap();
                         }
                         follower = Some(old);
-                        same_rate = new == r;
                         r = new;
                     }
                 }
@@ -821,19 +822,23 @@ fn smooth(b: &mut Bytes<'_>, head: u64) {
                 live.1.at(tl.t);
                 let got = live.0.try_acquire(permits, timeout);
                 let after = (i128::from(live.0.clock().now()) - live.1.offset) as u64;
-                if let Some((f, fc)) = &follower {
+                let Some((f, fc)) = &follower else {
+                    tl.t = after.min(T_MAX);
+                    continue;
+                };
+                let label = format!("{label}: {permits} permits within {timeout:?}");
+                assert_eq!(live.0.rate(), f.rate(), "{label}: the rate");
+                // The saved limiter decides only what the restored one admitted (a refusal
+                // changes nothing), given 1 µs more: the reservation does not depend on it.
+                if got {
                     fc.at(tl.t);
-                    let want = f.try_acquire(permits, timeout);
+                    let want = f.try_acquire(permits, timeout + Duration::from_micros(1));
                     let f_after = (i128::from(f.clock().now()) - fc.offset) as u64;
-                    let label = format!("{label}: {permits} permits within {timeout:?}");
-                    assert_eq!(live.0.rate(), f.rate(), "{label}: the rate");
-                    if same_rate {
-                        assert_eq!(got, want, "{label}");
-                        assert_eq!(after, f_after, "{label}: the sleep");
-                    } else if got {
-                        assert!(want, "{label}: admitted beyond the saved limiter");
-                        assert!(after >= f_after, "{label}: slept {after} < {f_after}");
-                    }
+                    assert!(want, "{label}: admitted beyond the saved limiter");
+                    assert!(
+                        after + 1000 >= f_after,
+                        "{label}: slept to {after}, the saved limiter to {f_after}"
+                    );
                 }
                 tl.t = after.min(T_MAX);
             }
