@@ -249,7 +249,7 @@ fn cost_of(x: u64, burst: u64) -> u64 {
 
 /// The admissions of one quota era, in global time, checked against its window bound.
 fn check_windows(q: &Quota, admitted: &mut Vec<(u64, u64)>, what: &str) {
-    if let Some(v) = units_window::violation(q, admitted) {
+    if let Some(v) = units_window::violation(q, admitted, 0) {
         panic!("{what}: {q:?}: {v}");
     }
     admitted.clear();
