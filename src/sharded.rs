@@ -719,9 +719,39 @@ impl<C: Clock> ShardedBucket<C> {
     /// burst, in that unit).
     #[cfg(feature = "persist")]
     pub(crate) fn held_units(&self, now: u64) -> (u128, u64, u128) {
+        let (held, _, scale, burst) = self.held_and_owed(now);
+        (held, scale, burst)
+    }
+
+    /// [`held_units`](Self::held_units), with the units the central word stands beyond empty
+    /// at `now` as well (the second value; then the first is 0): near leases taken ahead of
+    /// the clock, or a reading behind the word's latest decision. From one load of the word.
+    #[cfg(feature = "persist")]
+    pub(crate) fn held_and_owed(&self, now: u64) -> (u128, u128, u64, u128) {
         let q = &self.read_mostly.quota;
-        let held = gcra::available_units(self.central.load(), now, q);
-        (u128::from(held), q.scale(), u128::from(q.burst_units()))
+        let state = self.central.load();
+        let held = gcra::available_units(state, now, q);
+        let owed = state.saturating_sub(q.earned_floor(now).saturating_add(q.burst_units()));
+        (
+            u128::from(held),
+            u128::from(owed),
+            q.scale(),
+            u128::from(q.burst_units()),
+        )
+    }
+
+    /// Raises the central word to stand `owed` units (of `held_units`) beyond empty at `now`:
+    /// a debt carried by a restore; capped at the largest state.
+    #[cfg(feature = "persist")]
+    pub(crate) fn owe(&self, now: u64, owed: u128) {
+        let q = &self.read_mostly.quota;
+        let owed = u64::try_from(owed).unwrap_or(u64::MAX);
+        let floor = q
+            .earned_ceil(now)
+            .saturating_add(q.burst_units())
+            .saturating_add(owed)
+            .min(crate::quota::MAX_UNITS);
+        self.central.raise(floor);
     }
 
     /// Empties every shard's lease (a restore or a drain: a lease this bucket holds would pay

@@ -623,11 +623,9 @@ fn a_multi_bucket_restores_every_quota() {
 
 /// A save whose reading is behind the state it saves (a clock stepped back, or a decision at a
 /// later reading racing the save): the bucket is in debt at that reading, and the debt must
-/// travel, as a `Bucket`'s does, or the restored bucket holds what the debt withheld. The
-/// sharded file stores the tokens held (`held_units`, clamped at zero), which cannot carry it:
-/// here the saved bucket holds nothing at the restore's instant and the restored one a burst.
+/// travel, as a `Bucket`'s does, or the restored bucket holds what the debt withheld (a whole
+/// burst here, where the saved bucket holds nothing at the restore's instant).
 #[test]
-#[ignore = "ShardedBucket's file cannot hold a debt: carrying it needs a format change"]
 fn a_sharded_bucket_saved_at_a_reading_behind_its_state_carries_the_debt() {
     let q = Quota::per_second(10).unwrap();
     let clock = ManualClock::new();

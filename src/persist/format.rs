@@ -31,7 +31,8 @@ pub(crate) mod kind {
     /// One [`Bucket`](crate::Bucket): its record (quota, and the units it lacks at the anchor).
     pub(crate) const BUCKET: u8 = 2;
     /// A [`ShardedBucket`](crate::ShardedBucket): its quota and the tokens it holds at the
-    /// anchor, `held:u128 / scale:u64` (leased tokens count as spent).
+    /// anchor, `held:u128 / scale:u64` (leased tokens count as spent), then, only where it
+    /// owes tokens there (held 0), `owed:u128` in the same unit.
     pub(crate) const SHARDED: u8 = 3;
     /// A [`Smooth`](crate::Smooth): the mode (tag, two `f64`), the six parameter words, the
     /// next free time after the save's reading (µs, `i64`), the stored permits (`f64`).
