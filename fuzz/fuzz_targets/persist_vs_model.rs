@@ -22,7 +22,8 @@
 //!   does; `ShardedBucket` (the shard chosen): right after a restore it holds no more than the
 //!   saved one (leases count as spent), a save at a reading behind its state included (the
 //!   debt travels). The keyed table is not saved more than a refill of the burst behind its
-//!   latest admission (an ignored test names that defect);
+//!   latest admission: the restore cuts a debt beyond two refills, as documented
+//!   (`a_key_saved_far_behind_its_last_admission_keeps_two_refills_of_debt`);
 //! * every quota's admissions, across every restart of the same quota, within
 //!   `burst + rate·Δ` in exact rationals (per quota era where the quota changed).
 #![no_main]
@@ -899,9 +900,9 @@ fn keyed(b: &mut Bytes<'_>, head: u64) {
             }
             5 | 6 => {
                 // A save more than a refill of the burst behind the latest admission holds a
-                // key in debt beyond what the restore's clamp (`Table::latest_full`) keeps:
-                // `a_key_saved_at_a_reading_behind_its_last_admission_carries_the_debt` in
-                // `tests/persist_keyed.rs`. Not saved there.
+                // key in debt beyond what the restore's clamp (`Table::latest_full`) keeps, a
+                // documented cut (`tests/persist_keyed.rs`,
+                // `a_key_saved_far_behind_its_last_admission_keeps_two_refills_of_debt`).
                 if latest > tl.t.saturating_add(refill) {
                     continue;
                 }
