@@ -5,22 +5,162 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code as PbCode, DescriptorStatus, RateLimit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use std::sync::Arc;
 use std::time::Instant;
+use tonic::codegen::{http, BoxFuture, Context, Poll};
 
 /// The gRPC face of a [`Service`].
 #[derive(Debug, Clone)]
 pub struct Grpc(pub Arc<Service>);
 
 impl Grpc {
-    /// The tonic server for it.
-    pub fn server(service: Arc<Service>) -> RateLimitServiceServer<Grpc> {
-        RateLimitServiceServer::new(Grpc(service))
+    /// The tonic server for it: the generated one's method, with a decoder that refuses a
+    /// message over the request limits before building it ([`RequestDecoder`]).
+    pub fn server(service: Arc<Service>) -> Server {
+        Server(Grpc(service))
+    }
+
+    /// Answers one decoded (or refused) message.
+    async fn answer(&self, decoded: Decoded) -> Result<RateLimitResponse, tonic::Status> {
+        let started = Instant::now();
+        let r = match decoded {
+            Decoded::Request(r) => self.0.should_rate_limit(&from_proto(r)).await,
+            Decoded::Refused(reject) => Err(reject),
+        };
+        crate::metrics::request("grpc", result_of(&r), started.elapsed());
+        r.map(|r| to_proto(&r)).map_err(status_of)
+    }
+}
+
+/// The most bytes of one `ShouldRateLimit` message (tonic's and grpc-go's default, so the
+/// same as envoyproxy/ratelimit's): a key or value is bounded by it alone.
+pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
+
+/// A `ShouldRateLimit` message as the decoder hands it over.
+#[derive(Debug)]
+pub enum Decoded {
+    /// Within the request limits, decoded.
+    Request(RateLimitRequest),
+    /// Over them: refused with the answer the service gives once such a message is decoded,
+    /// without decoding it.
+    Refused(Reject),
+}
+
+/// The codec of the `ShouldRateLimit` method: prost's encoder, [`RequestDecoder`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestCodec;
+
+impl tonic::codec::Codec for RequestCodec {
+    type Encode = RateLimitResponse;
+    type Decode = Decoded;
+    type Encoder = tonic_prost::ProstEncoder<RateLimitResponse>;
+    type Decoder = RequestDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        tonic_prost::ProstEncoder::default()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RequestDecoder
+    }
+}
+
+/// Decodes a `RateLimitRequest` after a scan of its wire format ([`crate::wire`]) that counts
+/// its descriptors and their entries: a message over the limits is refused unbuilt, so what a
+/// message builds is bounded by the limits (1,024 descriptors of 64 entries), not by its
+/// size (two million empty descriptors in 4 MiB).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestDecoder;
+
+impl tonic::codec::Decoder for RequestDecoder {
+    type Item = Decoded;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        buf: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Decoded>, tonic::Status> {
+        use tonic_prost::prost::bytes::Buf;
+        use tonic_prost::prost::Message;
+        // The message's own bytes, without a copy (split off tonic's contiguous buffer).
+        let whole = buf.copy_to_bytes(buf.remaining());
+        match crate::wire::scan(&whole) {
+            crate::wire::Scan::Decode => RateLimitRequest::decode(whole)
+                .map(|r| Some(Decoded::Request(r)))
+                // prost's own answer, as tonic's prost codec gives it.
+                .map_err(|e| tonic::Status::internal(e.to_string())),
+            crate::wire::Scan::Refuse(r) => Ok(Some(Decoded::Refused(r))),
+            crate::wire::Scan::Malformed(why) => Err(tonic::Status::internal(format!(
+                "failed to decode Protobuf message: {why}"
+            ))),
+        }
+    }
+}
+
+/// The `envoy.service.ratelimit.v3.RateLimitService` server of a [`Grpc`]: the generated
+/// server's routing, with [`RequestCodec`].
+#[derive(Debug, Clone)]
+pub struct Server(Grpc);
+
+impl tonic::server::NamedService for Server {
+    const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
+}
+
+struct ShouldRateLimit(Grpc);
+
+impl tonic::server::UnaryService<Decoded> for ShouldRateLimit {
+    type Response = RateLimitResponse;
+    type Future = BoxFuture<tonic::Response<RateLimitResponse>, tonic::Status>;
+
+    fn call(&mut self, request: tonic::Request<Decoded>) -> Self::Future {
+        let grpc = self.0.clone();
+        Box::pin(async move {
+            grpc.answer(request.into_inner())
+                .await
+                .map(tonic::Response::new)
+        })
+    }
+}
+
+impl<B> tonic::codegen::Service<http::Request<B>> for Server
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.uri().path() == "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" {
+            let method = ShouldRateLimit(self.0.clone());
+            Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(RequestCodec)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES);
+                Ok(grpc.unary(method, req).await)
+            })
+        } else {
+            Box::pin(async move {
+                let mut response = http::Response::new(tonic::body::Body::default());
+                let headers = response.headers_mut();
+                headers.insert(
+                    tonic::Status::GRPC_STATUS,
+                    (tonic::Code::Unimplemented as i32).into(),
+                );
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    tonic::metadata::GRPC_CONTENT_TYPE,
+                );
+                Ok(response)
+            })
+        }
     }
 }
 
@@ -96,12 +236,9 @@ impl RateLimitService for Grpc {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        let started = Instant::now();
-        let req = from_proto(request.into_inner());
-        let r = self.0.should_rate_limit(&req).await;
-        crate::metrics::request("grpc", result_of(&r), started.elapsed());
-        r.map(|r| tonic::Response::new(to_proto(&r)))
-            .map_err(status_of)
+        self.answer(Decoded::Request(request.into_inner()))
+            .await
+            .map(tonic::Response::new)
     }
 }
 

@@ -22,3 +22,4 @@ pub mod http;
 pub mod metrics;
 pub mod server;
 pub mod service;
+mod wire;

@@ -439,36 +439,54 @@ fn ceil_secs(d: Duration) -> u64 {
 }
 
 fn validate(req: &Request) -> Result<(), Reject> {
+    check_request(req.domain.is_empty(), req.descriptors.len())?;
+    for (i, d) in req.descriptors.iter().enumerate() {
+        check_descriptor(i, d.entries.len(), d.limit_override, d.negative_hits)?;
+    }
+    Ok(())
+}
+
+/// The request-wide half of the validation: the gRPC decoder refuses an oversized message
+/// with it before building the message, so both answer the same.
+pub(crate) fn check_request(domain_empty: bool, descriptors: usize) -> Result<(), Reject> {
     let bad = |s: String| Err(Reject::Invalid(s));
-    if req.domain.is_empty() {
+    if domain_empty {
         return bad("the domain is empty".into());
     }
-    if req.descriptors.is_empty() {
+    if descriptors == 0 {
         return bad("no descriptors".into());
     }
-    if req.descriptors.len() > MAX_DESCRIPTORS {
+    if descriptors > MAX_DESCRIPTORS {
         return bad(format!(
-            "{} descriptors: at most {MAX_DESCRIPTORS}",
-            req.descriptors.len()
+            "{descriptors} descriptors: at most {MAX_DESCRIPTORS}"
         ));
     }
-    for (i, d) in req.descriptors.iter().enumerate() {
-        if d.entries.len() > MAX_ENTRIES {
-            return bad(format!(
-                "descriptor {i}: {} entries, at most {MAX_ENTRIES}",
-                d.entries.len()
-            ));
-        }
-        if d.limit_override {
-            return bad(format!(
-                "descriptor {i}: the per-descriptor limit override is not supported"
-            ));
-        }
-        if d.negative_hits {
-            return bad(format!(
-                "descriptor {i}: is_negative_hits (giving tokens back) is not supported"
-            ));
-        }
+    Ok(())
+}
+
+/// The validation of descriptor `i`, in the order `validate` applies it (shared with the gRPC
+/// decoder as `check_request` is).
+pub(crate) fn check_descriptor(
+    i: usize,
+    entries: usize,
+    limit_override: bool,
+    negative_hits: bool,
+) -> Result<(), Reject> {
+    let bad = |s: String| Err(Reject::Invalid(s));
+    if entries > MAX_ENTRIES {
+        return bad(format!(
+            "descriptor {i}: {entries} entries, at most {MAX_ENTRIES}"
+        ));
+    }
+    if limit_override {
+        return bad(format!(
+            "descriptor {i}: the per-descriptor limit override is not supported"
+        ));
+    }
+    if negative_hits {
+        return bad(format!(
+            "descriptor {i}: is_negative_hits (giving tokens back) is not supported"
+        ));
     }
     Ok(())
 }

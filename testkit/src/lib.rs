@@ -21,6 +21,7 @@
 //! | [`redis_server`] | throwaway `redis-server` processes and a three-master cluster on loopback ports |
 //! | [`signal`] | [`signal::Signal`]: a writer that flags its first write (a save has begun) |
 
+pub mod alloc;
 pub mod contention;
 pub mod cpus;
 pub mod decide;

@@ -1,0 +1,306 @@
+//! What a `ShouldRateLimit` message costs the server before the service sees it: a message over
+//! the request limits is refused without being built (two million empty descriptors fit in
+//! 4 MiB, and decoded they are some 28 times that), one at the limits is decided, and
+//! malformed wire data gets an error status, never a panic.
+//!
+//! The messages are written here byte by byte and sent as they are, so the client builds
+//! nothing but their bytes; a counting allocator measures what the process allocates during
+//! a call. The tests of this binary take turns (`SERIAL`): the peak is process-wide.
+
+mod support;
+
+use support::{Rls, OK, OVER};
+use tollgate_testkit::alloc;
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::Status;
+use tonic_prost::prost::bytes::BufMut;
+use tonic_prost::prost::Message;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const CONFIG: &str = "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
+
+const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// Sends the bytes of a message as they are; decodes the response with prost.
+#[derive(Clone, Copy)]
+struct Raw;
+
+struct RawEncoder;
+struct ResponseDecoder;
+
+impl Codec for Raw {
+    type Encode = Vec<u8>;
+    type Decode = RateLimitResponse;
+    type Encoder = RawEncoder;
+    type Decoder = ResponseDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> ResponseDecoder {
+        ResponseDecoder
+    }
+}
+
+impl Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = Status;
+    fn encode(&mut self, item: Vec<u8>, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        buf.put_slice(&item);
+        Ok(())
+    }
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::default()
+    }
+}
+
+impl Decoder for ResponseDecoder {
+    type Item = RateLimitResponse;
+    type Error = Status;
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<RateLimitResponse>, Status> {
+        RateLimitResponse::decode(buf)
+            .map(Some)
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
+/// Calls `ShouldRateLimit` with `bytes` as the message: the answer, and the most bytes the
+/// process held during the call beyond what it held before (the message's own bytes, already
+/// built, not counted).
+async fn call(s: &Rls, bytes: Vec<u8>) -> (Result<RateLimitResponse, Status>, usize) {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.ready.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let before = alloc::reset_peak();
+    let r = grpc
+        .unary(
+            tonic::Request::new(bytes),
+            PathAndQuery::from_static(METHOD),
+            Raw,
+        )
+        .await
+        .map(tonic::Response::into_inner);
+    (r, alloc::peak().saturating_sub(before))
+}
+
+/// A length-delimited field.
+fn field(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
+    out.push(tag << 3 | 2);
+    let mut n = body.len();
+    while n >= 0x80 {
+        out.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+    out.extend_from_slice(body);
+}
+
+/// A descriptor of `entries` entries (`key`, `value`).
+fn descriptor(entries: &[(&str, &str)]) -> Vec<u8> {
+    let mut d = Vec::new();
+    for (k, v) in entries {
+        let mut e = Vec::new();
+        field(&mut e, 1, k.as_bytes());
+        field(&mut e, 2, v.as_bytes());
+        field(&mut d, 1, &e);
+    }
+    d
+}
+
+/// A request of `domain` and the descriptors' bodies.
+fn request(domain: &str, descriptors: &[Vec<u8>]) -> Vec<u8> {
+    let mut r = Vec::new();
+    field(&mut r, 1, domain.as_bytes());
+    for d in descriptors {
+        field(&mut r, 2, d);
+    }
+    r
+}
+
+/// 4 MiB (the most a message may hold) of empty descriptors after `domain`: 2 bytes each.
+fn empty_descriptors(domain: &str) -> (Vec<u8>, usize) {
+    let mut r = request(domain, &[]);
+    let n = ((4 << 20) - r.len()) / 2;
+    r.reserve_exact(2 * n);
+    for _ in 0..n {
+        r.extend_from_slice(&[2 << 3 | 2, 0]);
+    }
+    (r, n)
+}
+
+fn invalid(r: Result<RateLimitResponse, Status>) -> String {
+    match r {
+        Err(s) if s.code() == tonic::Code::InvalidArgument => s.message().to_owned(),
+        other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+    }
+}
+
+/// The most a refused 4 MiB message may make the process hold beyond its bytes: the client's
+/// copy in its send buffer and the server's receive buffer, each at most twice the message
+/// as it grows, and a little for the connection. Decoded, the message holds over 100 MB.
+const BOUND: usize = 24 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_million_empty_descriptors_are_refused_unbuilt() {
+    let _turn = SERIAL.lock().await;
+    let s = Rls::start(CONFIG).await;
+    let (bytes, n) = empty_descriptors("d");
+    assert!(n > 2_000_000);
+    let (r, peak) = call(&s, bytes).await;
+    assert_eq!(
+        invalid(r),
+        format!("{n} descriptors: at most 1024"),
+        "the service's own answer"
+    );
+    eprintln!("{n} empty descriptors (4 MiB): peak {peak} bytes beyond the message");
+    assert!(peak < BOUND, "peak {peak} bytes during the call");
+
+    // An empty domain is named first, as the service names it.
+    let (bytes, _) = empty_descriptors("");
+    let (r, peak) = call(&s, bytes).await;
+    assert_eq!(invalid(r), "the domain is empty");
+    assert!(peak < BOUND, "peak {peak} bytes during the call");
+
+    // One descriptor of two million empty entries.
+    let mut d = Vec::with_capacity(4 << 20);
+    for _ in 0..((4 << 20) - 64) / 2 {
+        d.extend_from_slice(&[1 << 3 | 2, 0]);
+    }
+    let entries = d.len() / 2;
+    let bytes = request("d", &[descriptor(&[("user", "a")]), d]);
+    let (r, peak) = call(&s, bytes).await;
+    assert_eq!(
+        invalid(r),
+        format!("descriptor 1: {entries} entries, at most 64")
+    );
+    eprintln!("{entries} empty entries in one descriptor: peak {peak} bytes beyond the message");
+    assert!(peak < BOUND, "peak {peak} bytes during the call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_at_the_limits_is_decided() {
+    let _turn = SERIAL.lock().await;
+    let s = Rls::start(CONFIG).await;
+    // 1,023 descriptors of 64 (empty) entries, deeper than any config path (no limit), and
+    // one user: 1,024 descriptors.
+    let deep = descriptor(&[("", ""); 64]);
+    let mut ds = vec![deep.clone(); 1023];
+    ds.push(descriptor(&[("user", "x")]));
+    let at_limits = request("d", &ds);
+    for remaining in [2, 1, 0] {
+        let (r, peak) = call(&s, at_limits.clone()).await;
+        let r = r.expect("an answer");
+        eprintln!(
+            "1,024 descriptors, 65,473 entries ({} bytes): peak {peak} bytes beyond the message",
+            at_limits.len()
+        );
+        assert_eq!(r.overall_code, OK);
+        assert_eq!(r.statuses.len(), 1024);
+        assert!(r.statuses[..1023]
+            .iter()
+            .all(|st| st.code == OK && st.current_limit.is_none()));
+        assert_eq!(r.statuses[1023].limit_remaining, remaining);
+    }
+    let (r, _) = call(&s, at_limits.clone()).await;
+    let r = r.expect("an answer");
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(r.statuses[1023].code, OVER);
+
+    // One more descriptor, or one more entry in one: the service's answers.
+    let mut more = ds.clone();
+    more.push(descriptor(&[("user", "y")]));
+    assert_eq!(
+        invalid(call(&s, request("d", &more)).await.0),
+        "1025 descriptors: at most 1024"
+    );
+    let mut wide = ds.clone();
+    wide[5] = descriptor(&[("", ""); 65]);
+    assert_eq!(
+        invalid(call(&s, request("d", &wide)).await.0),
+        "descriptor 5: 65 entries, at most 64"
+    );
+    // An earlier descriptor's own refusal comes first, as the service checks them in order:
+    // the per-descriptor limit override is field 2 of a descriptor.
+    let mut with_override = descriptor(&[("user", "z")]);
+    field(&mut with_override, 2, &[]);
+    wide[2] = with_override;
+    assert_eq!(
+        invalid(call(&s, request("d", &wide)).await.0),
+        "descriptor 2: the per-descriptor limit override is not supported"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_wire_data_gets_an_error_status() {
+    let _turn = SERIAL.lock().await;
+    let s = Rls::start(CONFIG).await;
+    let good = request("d", &[descriptor(&[("user", "m")])]);
+    let (bytes, _) = empty_descriptors("d");
+    let over_then_truncated = {
+        let mut b = bytes;
+        b.truncate(b.len() - 3);
+        b.extend_from_slice(&[2 << 3 | 2, 5]);
+        b
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("a truncated varint", vec![0x0a, 0x80]),
+        ("a length past the buffer", vec![0x0a, 0x05, b'd']),
+        ("a key of tag 0", vec![0x02, 0x00]),
+        ("wire type 7", vec![0x0f]),
+        ("domain as a varint", vec![0x08, 0x01]),
+        ("descriptors as fixed32", vec![0x15, 0, 0, 0, 0]),
+        ("an entry's key not UTF-8", {
+            let mut e = Vec::new();
+            field(&mut e, 1, &[0xff]);
+            let mut d = Vec::new();
+            field(&mut d, 1, &e);
+            request("d", &[d])
+        }),
+        ("a varint of eleven bytes", {
+            let mut b = good.clone();
+            b.extend_from_slice(&[
+                0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ]);
+            b.extend_from_slice(&[0x01]);
+            b
+        }),
+        ("an unclosed group", {
+            let mut b = good.clone();
+            b.extend_from_slice(&[0x7b, 0x08, 0x01]);
+            b
+        }),
+        ("a stray end group", {
+            let mut b = good.clone();
+            b.push(0x7c);
+            b
+        }),
+        ("over the limits, then truncated", over_then_truncated),
+    ];
+    for (what, bytes) in cases {
+        let (r, peak) = call(&s, bytes).await;
+        match r {
+            Err(st) => assert_eq!(st.code(), tonic::Code::Internal, "{what}: {st:?}"),
+            Ok(r) => panic!("{what}: answered {r:?}"),
+        }
+        assert!(peak < BOUND, "{what}: peak {peak} bytes during the call");
+    }
+    // Unknown fields of every wire type, a closed group among them, are skipped.
+    let mut b = good.clone();
+    b.extend_from_slice(&[0x78, 0x01, 0x79, 0, 0, 0, 0, 0, 0, 0, 0, 0x7d, 0, 0, 0, 0]);
+    b.extend_from_slice(&[0x7b, 0x08, 0x01, 0x7c]);
+    field(&mut b, 15, b"x");
+    let (r, _) = call(&s, b).await;
+    assert_eq!(r.expect("an answer").overall_code, OK);
+    let (r, _) = call(&s, good).await;
+    assert_eq!(r.expect("an answer").statuses[0].limit_remaining, 1);
+}
