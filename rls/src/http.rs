@@ -16,6 +16,17 @@ use std::time::Instant;
 /// The largest `/json` body read.
 const MAX_BODY: usize = 4 << 20;
 
+/// The most a `/json` body may weigh in structural tokens outside strings, each `{` weighing
+/// [`OBJECT_WEIGHT`] and each `[`, `,` and `:` one. serde_json's tree costs some 32 to 100
+/// bytes a value in a list or a member in a map, and a map's first node some 700 (so 4 MiB of
+/// `{"a":0},` parsed to over 350 MB, 4 MiB of `{},` to 170 MB); the bound keeps any parse
+/// within a small multiple of what a request at the limits costs (1,024 descriptors of 64
+/// entries, each field under both of its names: about 800,000, some 50 MB parsed).
+pub const MAX_JSON_WEIGHT: usize = 1 << 20;
+
+/// The weight of a `{`: a map's first node costs some 8 list values.
+const OBJECT_WEIGHT: usize = 8;
+
 #[derive(Clone)]
 struct App {
     service: Arc<Service>,
@@ -114,6 +125,12 @@ fn string(v: Option<&Value>, what: &str) -> Result<String, String> {
 
 /// `RateLimitRequest` from proto3 JSON (JSON names, proto names accepted too).
 pub fn parse_request(body: &[u8]) -> Result<Request, String> {
+    if weight_over(body, MAX_JSON_WEIGHT) {
+        return Err(format!(
+            "too many JSON objects, lists and members (weighing over {MAX_JSON_WEIGHT}): more \
+             than a request within the limits (1,024 descriptors of 64 entries) holds"
+        ));
+    }
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("malformed JSON: {e}"))?;
     let Value::Object(o) = v else {
         return Err("expected a JSON object".into());
@@ -197,6 +214,35 @@ pub fn parse_request(body: &[u8]) -> Result<Request, String> {
     })
 }
 
+/// Whether `body`'s structural tokens weigh more than `max` ([`MAX_JSON_WEIGHT`]), counted
+/// without parsing it (a `{` in a string, or an escaped quote, is not one).
+fn weight_over(body: &[u8], max: usize) -> bool {
+    let (mut n, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in body {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b'{' | b'[' | b',' | b':' => {
+                    n += if b == b'{' { OBJECT_WEIGHT } else { 1 };
+                    if n > max {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    false
+}
+
 /// `RateLimitResponse` as proto3 JSON (default values left out, as protobuf's JSON does).
 pub fn response_json(r: &Response) -> Value {
     let code = |c: Code| match c {
@@ -230,4 +276,18 @@ pub fn response_json(r: &Response) -> Value {
         })
         .collect();
     json!({ "overallCode": code(r.overall), "statuses": statuses })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_weighed_outside_strings() {
+        let w = OBJECT_WEIGHT;
+        assert!(!weight_over(br#"{"a":[1,2]}"#, w + 3));
+        assert!(weight_over(br#"{"a":[1,2,3]}"#, w + 3));
+        assert!(!weight_over(br#"{"{[,:\"{[,:":1}"#, w + 1));
+        assert!(weight_over(br#"{"\\":1,"b":2}"#, w + 2));
+    }
 }

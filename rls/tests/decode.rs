@@ -10,6 +10,7 @@
 mod support;
 
 use support::{Rls, OK, OVER};
+use tollgate_rls::http::MAX_JSON_WEIGHT;
 use tollgate_testkit::alloc;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
@@ -303,4 +304,97 @@ async fn malformed_wire_data_gets_an_error_status() {
     assert_eq!(r.expect("an answer").overall_code, OK);
     let (r, _) = call(&s, good).await;
     assert_eq!(r.expect("an answer").statuses[0].limit_remaining, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_bodies_cost_a_bound_of_their_size() {
+    let _turn = SERIAL.lock().await;
+    let s = Rls::start(CONFIG).await;
+    let cases: Vec<(&str, String)> = vec![
+        ("empty descriptors", {
+            let n = ((4 << 20) - 64) / 3;
+            format!(
+                r#"{{"domain":"d","descriptors":[{}{{}}]}}"#,
+                "{},".repeat(n)
+            )
+        }),
+        ("empty entries", {
+            let n = ((4 << 20) - 64) / 3;
+            format!(
+                r#"{{"domain":"d","descriptors":[{{"entries":[{}{{}}]}}]}}"#,
+                "{},".repeat(n)
+            )
+        }),
+        ("one-member objects in an unknown field", {
+            let n = ((4 << 20) - 64) / 8;
+            format!(r#"{{"domain":"d","x":[{}0]}}"#, r#"{"a":0},"#.repeat(n))
+        }),
+        // Just under the weight bound, so parsed: the shapes that cost the most a token.
+        ("one-member objects under the bound", {
+            let n = (MAX_JSON_WEIGHT - 64) / 10;
+            format!(r#"{{"domain":"d","x":[{}0]}}"#, r#"{"a":0},"#.repeat(n))
+        }),
+        ("empty descriptors under the bound", {
+            let n = (MAX_JSON_WEIGHT - 64) / 9;
+            format!(
+                r#"{{"domain":"d","descriptors":[{}{{}}]}}"#,
+                "{},".repeat(n)
+            )
+        }),
+        ("members under the bound", {
+            // As many distinct members as fit in the body limit.
+            let n = ((MAX_JSON_WEIGHT - 64) / 2).min(380_000);
+            let members: String = (0..n).map(|i| format!(r#""{i:x}":0,"#)).collect();
+            format!(r#"{{"domain":"d","x":{{{members}"e":0}}}}"#)
+        }),
+        ("zeros under the bound", {
+            let n = MAX_JSON_WEIGHT - 64;
+            format!(r#"{{"domain":"d","x":[{}0]}}"#, "0,".repeat(n))
+        }),
+        ("zeros in an unknown field", {
+            let n = ((4 << 20) - 64) / 2;
+            format!(r#"{{"domain":"d","x":[{}0]}}"#, "0,".repeat(n))
+        }),
+    ];
+    // At the limits: 1,023 descriptors of 64 entries (deeper than any config path) and one
+    // user, each field under both of its names.
+    let entry = r#"{"key":"","value":""}"#;
+    let deep = format!(
+        r#"{{"entries":[{}],"hitsAddend":1,"hits_addend":1,"isNegativeHits":false,"is_negative_hits":false,"limit":null}}"#,
+        vec![entry; 64].join(",")
+    );
+    let user = r#"{"entries":[{"key":"user","value":"j"}]}"#;
+    let body = format!(
+        r#"{{"domain":"d","descriptors":[{},{user}],"hitsAddend":1,"hits_addend":1}}"#,
+        vec![deep.as_str(); 1023].join(",")
+    );
+    let before = alloc::reset_peak();
+    let (code, text) = support::http(s.ready.http, "POST", "/json", &body).await;
+    let at_limits = alloc::peak().saturating_sub(before);
+    eprintln!(
+        "/json at the limits ({} bytes): {code}, peak {at_limits} bytes",
+        body.len()
+    );
+    assert_eq!(code, 200, "{}", &text[..text.len().min(200)]);
+    assert!(
+        text.contains(r#""limitRemaining":2"#),
+        "{}",
+        &text[text.len().saturating_sub(200)..]
+    );
+    for (what, body) in cases {
+        let before = alloc::reset_peak();
+        let (code, text) = support::http(s.ready.http, "POST", "/json", &body).await;
+        let peak = alloc::peak().saturating_sub(before);
+        eprintln!(
+            "/json, {what} ({} bytes): {code}, peak {peak} bytes beyond the body",
+            body.len()
+        );
+        assert_eq!(code, 400, "{what}: {}", &text[..text.len().min(200)]);
+        // Parsed, these were 170 MB and more: a body costs at most a small multiple of what
+        // a request at the limits does.
+        assert!(
+            peak < 2 * at_limits,
+            "{what}: peak {peak} bytes during the call, {at_limits} at the limits"
+        );
+    }
 }
