@@ -55,18 +55,26 @@ fn config() -> Config {
     Config::from_sources(&[(PathBuf::from("bench.yaml"), CONFIG.to_owned())]).unwrap()
 }
 
-/// Serves `svc` on a free loopback port on its own runtime; returns the address.
-fn serve<S: RateLimitService>(rt: &tokio::runtime::Runtime, svc: S) -> SocketAddr {
+/// Serves `router` on a free loopback port on its own runtime; returns the address.
+fn serve(rt: &tokio::runtime::Runtime, router: tonic::transport::server::Router) -> SocketAddr {
     let l = rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
     let addr = l.local_addr().unwrap();
-    rt.spawn(
-        tonic::transport::Server::builder()
-            .add_service(RateLimitServiceServer::new(svc))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
-    );
+    rt.spawn(router.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)));
     addr
+}
+
+/// The generated server of `svc` (prost's decoder).
+fn generated<S: RateLimitService>(svc: S) -> tonic::transport::server::Router {
+    tonic::transport::Server::builder().add_service(RateLimitServiceServer::new(svc))
+}
+
+/// The service's own server, as `tollgate-rls` runs it (the decoder that scans first).
+fn rls(
+    service: std::sync::Arc<tollgate_rls::service::Service>,
+) -> tonic::transport::server::Router {
+    tonic::transport::Server::builder().add_service(Grpc::server(service))
 }
 
 fn runtime(threads: usize) -> tokio::runtime::Runtime {
@@ -266,13 +274,13 @@ fn main() {
     let server_rt = runtime(2);
     let client_rt = runtime(2);
 
-    let noop = serve(&server_rt, NoOp);
+    let noop = serve(&server_rt, generated(NoOp));
     let local = Arc::new(Service::new(
         config(),
         Backend::Local(LocalBackend::new(RlsClock::real(), 1_000_000)),
         false,
     ));
-    let local = serve(&server_rt, Grpc(local));
+    let local = serve(&server_rt, rls(local));
     if !only_redis {
         println!("## Local backend against the no-op handler ({reps} alternating runs of {secs} s per case; median calls/s)\n");
         println!("| calls in flight | descriptors | no-op calls/s | local calls/s | ratio | no-op p50 / p99 ms | local p50 / p99 ms |");
@@ -315,12 +323,12 @@ fn main() {
         .unwrap();
         Arc::new(Service::new(config(), Backend::Redis(backend), false))
     });
-    let exact = serve(&server_rt, Grpc(exact));
+    let exact = serve(&server_rt, rls(exact));
     let fixed = server_rt.block_on(async {
         let backend = FixedWindowBackend::connect(&url).await.unwrap();
         Arc::new(Service::new(config(), Backend::FixedWindow(backend), false))
     });
-    let fixed = serve(&server_rt, Grpc(fixed));
+    let fixed = serve(&server_rt, rls(fixed));
     println!(
         "\n## Exact Redis backend against a fixed window (INCRBY + EXPIRE), one redis-server\n"
     );

@@ -90,7 +90,7 @@ impl tonic::codec::Decoder for RequestDecoder {
         match crate::wire::scan(&whole) {
             crate::wire::Scan::Decode => RateLimitRequest::decode(whole)
                 .map(|r| Some(Decoded::Request(r)))
-                // prost's own answer, as tonic's prost codec gives it.
+                // As tonic's prost codec answers a fault (the scan finds prost's faults first).
                 .map_err(|e| tonic::Status::internal(e.to_string())),
             crate::wire::Scan::Refuse(r) => Ok(Some(Decoded::Refused(r))),
             crate::wire::Scan::Malformed(why) => Err(tonic::Status::internal(format!(

@@ -33,32 +33,32 @@ const MAX_GROUP_DEPTH: usize = 100;
 /// What the scan found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Scan {
-    /// Within the limits: decode it (prost's answer decides the rest; what it builds is
-    /// bounded by the limits).
+    /// Well formed and within the limits: decode it (what it builds is bounded by the
+    /// limits).
     Decode,
     /// Over a limit: refused with the service's own answer (the one `validate` gives once it
     /// is decoded).
     Refuse(Reject),
-    /// Not a well-formed message, and over a limit in the part before the fault (below the
-    /// limits, prost's decode reports the fault within bounded memory).
+    /// Not a well-formed message. Never left to prost: a scan stricter than prost somewhere
+    /// would otherwise hand it a message whose fault hides the descriptors after it.
     Malformed(&'static str),
 }
 
 /// Scans `buf`, a whole `RateLimitRequest`.
 pub(crate) fn scan(buf: &[u8]) -> Scan {
     let mut s = Summary::default();
-    let fault = s.request(buf).err();
-    let over = s.descriptors > MAX_DESCRIPTORS || s.entries_over;
-    match (over, fault) {
-        (false, _) => Scan::Decode,
-        (true, Some(why)) => Scan::Malformed(why),
-        (true, None) => Scan::Refuse(
-            check_request(s.domain_empty, s.descriptors)
-                .err()
-                .or(s.first_refusal)
-                .unwrap_or_else(|| Reject::Invalid("over the request limits".into())),
-        ),
+    if let Err(why) = s.request(buf) {
+        return Scan::Malformed(why);
     }
+    if s.descriptors <= MAX_DESCRIPTORS && !s.entries_over {
+        return Scan::Decode;
+    }
+    Scan::Refuse(
+        check_request(s.domain_empty, s.descriptors)
+            .err()
+            .or(s.first_refusal)
+            .unwrap_or_else(|| Reject::Invalid("over the request limits".into())),
+    )
 }
 
 /// The counts of the part scanned so far.
@@ -351,10 +351,9 @@ mod tests {
         ]
     }
 
-    /// The scan and prost agree: a message prost decodes is never called malformed, and one
-    /// refused is refused as the service refuses it decoded; a message left to decode is
-    /// within the limits whenever prost decodes it; one prost refuses is never refused as
-    /// over the limits.
+    /// The scan and prost agree: a message prost decodes is never called malformed, one
+    /// refused is refused as the service refuses it decoded, and one left to decode is within
+    /// the limits; a message prost refuses is never refused as over the limits.
     fn agrees(buf: &[u8]) {
         let scanned = scan(buf);
         match RateLimitRequest::decode(buf) {
