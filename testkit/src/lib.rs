@@ -20,6 +20,7 @@
 //! | [`cpus`] | the CPUs the process may run on (all, or the first two), and pinning a thread to one (Linux) |
 //! | [`redis_server`] | throwaway `redis-server` processes and a three-master cluster on loopback ports |
 //! | [`signal`] | [`signal::Signal`]: a writer that flags its first write (a save has begun) |
+//! | [`alloc`] | [`alloc::Counting`]: a global allocator counting the bytes live and their peak |
 
 pub mod alloc;
 pub mod contention;
