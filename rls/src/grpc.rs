@@ -68,7 +68,7 @@ impl tonic::codec::Codec for RequestCodec {
     }
 }
 
-/// Decodes a `RateLimitRequest` after a scan of its wire format ([`crate::wire`]) that counts
+/// Decodes a `RateLimitRequest` after a scan of its wire format (`wire.rs`) that counts
 /// its descriptors and their entries: a message over the limits is refused unbuilt, so what a
 /// message builds is bounded by the limits (1,024 descriptors of 64 entries), not by its
 /// size (two million empty descriptors in 4 MiB).

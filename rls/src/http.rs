@@ -17,7 +17,7 @@ use std::time::Instant;
 const MAX_BODY: usize = 4 << 20;
 
 /// The most a `/json` body may weigh in structural tokens outside strings, each `{` weighing
-/// [`OBJECT_WEIGHT`] and each `[`, `,` and `:` one. serde_json's tree costs some 32 to 100
+/// `OBJECT_WEIGHT` (8) and each `[`, `,` and `:` one. serde_json's tree costs some 32 to 100
 /// bytes a value in a list or a member in a map, and a map's first node some 700 (so 4 MiB of
 /// `{"a":0},` parsed to over 350 MB, 4 MiB of `{},` to 170 MB); the bound keeps any parse
 /// within a small multiple of what a request at the limits costs (1,024 descriptors of 64
