@@ -269,12 +269,14 @@ impl Lease {
 
     /// Empties the lease (`[top, top)`, its unspent units counted as stranded), waiting out a
     /// replacement in progress so that a lease taken from the central word before the caller
-    /// lowered it is emptied too. The frontier never falls.
+    /// lowered it is emptied too (with [`Backoff::snooze`](crate::sync::Backoff::snooze): the
+    /// replacing thread may be preempted while it holds the lease). The frontier never falls.
     pub(super) fn empty(&self) {
+        let mut backoff = crate::sync::Backoff::default();
         loop {
             let (q, h) = self.read();
             if q == LOCKED {
-                crate::sync::spin_loop();
+                backoff.snooze();
                 continue;
             }
             if q >= h {
