@@ -551,7 +551,7 @@ fn a_multi_bucket_pairs_saved_quotas_by_value_then_period_not_position() {
 
 /// Two saved quotas of one period, both changed and reordered: which became which cannot be
 /// told by the period, so each takes the strictest of the states they convert to, never the
-/// other quota's full balance (paired in order, the burst-10 quota took the big one's).
+/// other quota's full balance (paired in order, the burst-10 quota would take the big one's).
 #[test]
 fn two_changed_quotas_of_one_period_take_the_strictest() {
     let small = Quota::per_second(10).unwrap();
