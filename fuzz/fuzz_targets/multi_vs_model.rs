@@ -24,36 +24,14 @@ use tollgate::{gcra, Denied, Limiter, Limits, ManualClock, MultiBucket, Quota, R
 
 #[path = "common/bytes.rs"]
 mod bytes;
+#[path = "common/multi_quota.rs"]
+mod multi_quota;
 #[path = "common/units_window.rs"]
 mod units_window;
 use tollgate_testkit::model::Model;
 
 use bytes::Bytes;
-
-/// A quota from the input, half of them exact; some tied to `first` (a multiple of its rate
-/// over a multiple of its period, so that two quotas bind at once); `None` if invalid.
-fn quota(b: &mut Bytes<'_>, first: Option<Quota>) -> Option<Quota> {
-    let mode = b.u64();
-    // Within the model's ranges: tokens < 2^34, period < 2^40 ns, burst < 2^12.
-    let (mut tokens, mut per, burst) = (
-        b.u64() % (1 << 34) + 1,
-        b.u64() % (1 << 40) + 1,
-        b.u64() % (1 << 12) + 1,
-    );
-    match (mode % 4, first) {
-        (0 | 1, _) => tokens = 1 + (mode >> 8 & 1),
-        (2, Some(f)) => {
-            tokens = (f.tokens() * (1 + (mode >> 8) % 4)).min(1 << 34);
-            per = (f.per().as_nanos() as u64 * (1 + (mode >> 16) % 64)).min(1 << 40);
-        }
-        _ => {}
-    }
-    Quota::new(tokens, Duration::from_nanos(per), burst).ok()
-}
-
-fn model_of(q: &Quota) -> Model {
-    Model::new(q.tokens(), q.per().as_nanos() as u64, q.burst())
-}
+use multi_quota::{model_of, quota};
 
 /// The expected decision at `now`: the references' states after it, and the verdict naming the
 /// quota that decided a refusal.
@@ -96,7 +74,7 @@ fuzz_target!(|data: &[u8]| {
     let flags = b.u64();
     let mut quotas = Vec::new();
     for _ in 0..flags % 4 + 1 {
-        let Some(q) = quota(&mut b, quotas.first().copied()) else {
+        let Some(q) = quota(&mut b, quotas.first().copied(), false) else {
             return;
         };
         quotas.push(q);

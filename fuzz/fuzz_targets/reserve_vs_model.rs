@@ -42,39 +42,17 @@ use tollgate::{
 
 #[path = "common/bytes.rs"]
 mod bytes;
+#[path = "common/multi_quota.rs"]
+mod multi_quota;
 #[path = "common/units_window.rs"]
 mod units_window;
 use tollgate_testkit::model::Model;
 
 use bytes::Bytes;
+use multi_quota::{model_of, quota};
 
 /// The bucket's horizon in nanoseconds: past it, readings count as the horizon.
 const H: u64 = HORIZON.as_secs() * 1_000_000_000;
-
-/// A quota from the input, half of them exact, some with a burst of 1 to 4, some tied to
-/// `first` (a multiple of its rate over a multiple of its period, so that two quotas bind at
-/// once); `None` if invalid.
-fn quota(b: &mut Bytes<'_>, first: Option<Quota>) -> Option<Quota> {
-    let mode = b.u64();
-    // Within the model's ranges: tokens < 2^34, period < 2^40 ns, burst < 2^12.
-    let (mut tokens, mut per, mut burst) = (
-        b.u64() % (1 << 34) + 1,
-        b.u64() % (1 << 40) + 1,
-        b.u64() % (1 << 12) + 1,
-    );
-    match (mode % 4, first) {
-        (0 | 1, _) => tokens = 1 + (mode >> 8 & 1),
-        (2, Some(f)) => {
-            tokens = (f.tokens() * (1 + (mode >> 8) % 4)).min(1 << 34);
-            per = (f.per().as_nanos() as u64 * (1 + (mode >> 16) % 64)).min(1 << 40);
-        }
-        _ => {}
-    }
-    if mode >> 24 & 1 == 0 {
-        burst = 1 + burst % 4;
-    }
-    Quota::new(tokens, Duration::from_nanos(per), burst).ok()
-}
 
 /// The limiter under test.
 enum Subject {
@@ -272,7 +250,7 @@ fuzz_target!(|data: &[u8]| {
     let multi = flags & 1 == 1;
     let mut quotas = Vec::new();
     for _ in 0..if multi { (flags >> 1) % 4 + 1 } else { 1 } {
-        let Some(q) = quota(&mut b, quotas.first().copied()) else {
+        let Some(q) = quota(&mut b, quotas.first().copied(), true) else {
             return;
         };
         quotas.push(q);
@@ -288,10 +266,7 @@ fuzz_target!(|data: &[u8]| {
         states: vec![gcra::FULL; quotas.len()],
         models: quotas
             .iter()
-            .map(|q| {
-                q.is_exact()
-                    .then(|| Model::new(q.tokens(), q.per().as_nanos() as u64, q.burst()))
-            })
+            .map(|q| q.is_exact().then(|| model_of(q)))
             .collect(),
         quotas: quotas.clone(),
         as_of_due: multi,
