@@ -18,31 +18,19 @@ use tollgate::{Denied, KeyedLimiter, ManualClock, Quota};
 
 #[path = "common/bytes.rs"]
 mod bytes;
+#[path = "common/quota.rs"]
+mod quota;
 use tollgate_testkit::model;
 use tollgate_testkit::window;
 
 use bytes::Bytes;
 use model::Model;
+use quota::quota;
 use window::WindowChecker;
 
 /// Keys in play with a tiny table, and with a small one.
 const KEYS: u8 = 8;
 const KEYS_SMALL_TABLE: u8 = 96;
-
-/// A quota from the input, half of them steered to exact ones; `None` if invalid.
-fn quota(b: &mut Bytes<'_>) -> Option<Quota> {
-    let mode = b.u64();
-    // Keep the model's i128 products in range: tokens < 2^34, period < 2^40 ns, burst < 2^12.
-    let (mut tokens, per, burst) = (
-        b.u64() % (1 << 34) + 1,
-        b.u64() % (1 << 40) + 1,
-        b.u64() % (1 << 12) + 1,
-    );
-    if mode & 1 == 0 {
-        tokens = if mode & 2 == 0 { 1 } else { 2 };
-    }
-    Quota::new(tokens, Duration::from_nanos(per), burst).ok()
-}
 
 fn model_of(q: &Quota) -> Model {
     Model::new(q.tokens(), q.per().as_nanos() as u64, q.burst())

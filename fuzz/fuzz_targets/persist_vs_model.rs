@@ -38,30 +38,18 @@ use tollgate::{
 
 #[path = "common/bytes.rs"]
 mod bytes;
+#[path = "common/quota.rs"]
+mod quota;
 #[path = "common/units_window.rs"]
 mod units_window;
 
 use bytes::Bytes;
+use quota::quota;
 
 /// Global readings stay below 2^60 and a restored clock's origin below 2^59: far inside the
 /// bucket's 100-year horizon, where a clock reads as stopped. A whole number of µs, so that
 /// `Smooth`'s readings stay whole µs when clamped to it.
 const T_MAX: u64 = (1 << 60) / 1000 * 1000;
-
-/// A quota from the input, half of them exact (reduced numerator 1 or 2), within the window
-/// checker's ranges (tokens < 2^34, period < 2^40 ns, burst < 2^12); `None` if invalid.
-fn quota(b: &mut Bytes<'_>) -> Option<Quota> {
-    let mode = b.u64();
-    let (mut tokens, per, burst) = (
-        b.u64() % (1 << 34) + 1,
-        b.u64() % (1 << 40) + 1,
-        b.u64() % (1 << 12) + 1,
-    );
-    if mode & 1 == 0 {
-        tokens = 1 + (mode >> 1 & 1);
-    }
-    Quota::new(tokens, Duration::from_nanos(per), burst).ok()
-}
 
 /// Another quota derived from `q` by `x`: the same period (so that a `MultiBucket` pairs it by
 /// period) with rate and burst scaled by 1/4 to 4, or one read from the input.
