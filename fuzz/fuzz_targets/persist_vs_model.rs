@@ -174,6 +174,19 @@ impl Timeline {
             .max(self.floor);
     }
 
+    /// Moves the time as op `kind` (of 12) asks, on the scale of `step` (one token's time) and
+    /// `burst`: 0 and 1 on by up to 4 tokens' time, 2 by up to twice the burst's, 3 back by up
+    /// to the burst's; `false` for the other ops.
+    fn drift(&mut self, kind: u8, x: u64, step: u64, burst: u64) -> bool {
+        match kind {
+            0 | 1 => self.forward(x % (4 * step + 1)),
+            2 => self.forward(x % (2 * burst * step + 1)),
+            3 => self.back(x % (burst * step + 1)),
+            _ => return false,
+        }
+        true
+    }
+
     /// The time and clock behaviour of a restart chosen by `x` (the downtime on the scale of
     /// `step`·`burst`), after a save at the current wall time.
     fn restart(&self, x: u64, step: u64, burst: u64) -> Restart {
@@ -275,10 +288,10 @@ fn bucket(b: &mut Bytes<'_>, head: u64) {
         }
         let x = b.u64();
         let (step, burst) = (step_of(&q), q.burst());
+        if tl.drift(kind % 12, x, step, burst) {
+            continue;
+        }
         match kind % 12 {
-            0 | 1 => tl.forward(x % (4 * step + 1)),
-            2 => tl.forward(x % (2 * burst * step + 1)),
-            3 => tl.back(x % (burst * step + 1)),
             4 => {
                 live.1.at(tl.t);
                 let got = live.0.available();
@@ -520,13 +533,13 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
         let x = b.u64();
         let j = (x >> 56) as usize % quotas.len();
         let (step, burst) = (step_of(&quotas[j]), quotas[j].burst());
+        if tl.drift(kind % 12, x, step, burst) {
+            continue;
+        }
         let smallest = quotas.iter().map(Quota::burst).min().unwrap();
         let limits = Limits::new(quotas.iter().copied()).unwrap();
         let label = format!("{quotas:?} at {} (input {head:x})", tl.t);
         match kind % 12 {
-            0 | 1 => tl.forward(x % (4 * step + 1)),
-            2 => tl.forward(x % (2 * burst * step + 1)),
-            3 => tl.back(x % (burst * step + 1)),
             4 => {
                 live.1.at(tl.t);
                 let got = live.0.available();
@@ -593,39 +606,9 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                 let mut file = Vec::new();
                 live.0.save_at(&mut file, wall(tl.wall())).unwrap();
                 let fresh_burst = new.iter().map(Quota::burst).min().unwrap();
-                let restart = tl.restart(x, step, burst);
-                if new.len() != quotas.len() {
-                    let at = match restart {
-                        Restart::Ok { at, .. } | Restart::Future { at } => at,
-                    };
-                    let fresh = MultiBucket::with_clock(new_limits, ManualClock::new());
-                    let e = fresh.restore_at(&file[..], wall(at)).unwrap_err();
-                    assert!(
-                        matches!(
-                            e,
-                            RestoreError::LimitsChanged { .. } | RestoreError::FromTheFuture { .. }
-                        ),
-                        "{label}: {e:?}"
-                    );
-                    assert_eq!(
-                        fresh.available(),
-                        fresh_burst,
-                        "a failed restore changed it"
-                    );
-                    continue;
-                }
-                match restart {
-                    Restart::Future { at } => {
-                        let fresh = MultiBucket::with_clock(new_limits, ManualClock::new());
-                        let e = fresh.restore_at(&file[..], wall(at)).unwrap_err();
-                        assert!(matches!(e, RestoreError::FromTheFuture { .. }), "{e:?}");
-                        assert_eq!(
-                            fresh.available(),
-                            fresh_burst,
-                            "a failed restore changed it"
-                        );
-                    }
-                    Restart::Ok { down, origin, at } => {
+                let resized = new.len() != quotas.len();
+                match tl.restart(x, step, burst) {
+                    Restart::Ok { down, origin, at } if !resized => {
                         tl.restarted(down, at);
                         let clock = Clocked::restarted_at(origin, tl.t);
                         let restored = MultiBucket::with_clock(new_limits, clock.clock.clone());
@@ -638,9 +621,9 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                         sorted_new.sort_by_key(|q| format!("{q:?}"));
                         let same = sorted_old == sorted_new;
                         follower = same.then_some(old);
-                        exact &= quotas.iter().chain(&new).all(Quota::is_exact);
                         let all: Vec<Quota> = quotas.iter().chain(&new).copied().collect();
                         if !all.iter().all(Quota::is_exact) {
+                            exact = false;
                             slack.0 += Slack::units(&all).0;
                         }
                         states = restored_reference(&states, &quotas, &new, tl.t);
@@ -651,6 +634,22 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                             admitted.clear();
                         }
                         quotas = new;
+                    }
+                    // Another number of quotas, or a file from the future: refused, the fresh
+                    // bucket left as built.
+                    Restart::Ok { at, .. } | Restart::Future { at } => {
+                        let fresh = MultiBucket::with_clock(new_limits, ManualClock::new());
+                        let e = fresh.restore_at(&file[..], wall(at)).unwrap_err();
+                        assert!(
+                            matches!(e, RestoreError::FromTheFuture { .. })
+                                || resized && matches!(e, RestoreError::LimitsChanged { .. }),
+                            "{label}: {e:?}"
+                        );
+                        assert_eq!(
+                            fresh.available(),
+                            fresh_burst,
+                            "a failed restore changed it"
+                        );
                     }
                 }
             }
@@ -867,12 +866,12 @@ fn keyed(b: &mut Bytes<'_>, head: u64) {
             break;
         }
         let x = b.u64();
+        if tl.drift(kind % 12, x, step, burst) {
+            continue;
+        }
         let key = (x >> 56) % keys;
         let label = format!("{q:?}: key {key} at {} (input {head:x})", tl.t);
         match kind % 12 {
-            0 | 1 => tl.forward(x % (4 * step + 1)),
-            2 => tl.forward(x % (2 * burst * step + 1)),
-            3 => tl.back(x % (burst * step + 1)),
             4 => {
                 live.1.at(tl.t);
                 let got = live.0.available(&key);
@@ -972,10 +971,10 @@ fn sharded(b: &mut Bytes<'_>, head: u64) {
         }
         let x = b.u64();
         let (step, burst) = (step_of(&q), q.burst());
+        if tl.drift(kind % 12, x, step, burst) {
+            continue;
+        }
         match kind % 12 {
-            0 | 1 => tl.forward(x % (4 * step + 1)),
-            2 => tl.forward(x % (2 * burst * step + 1)),
-            3 => tl.back(x % (burst * step + 1)),
             4 => {
                 live.1.at(tl.t);
                 let got = live.0.available();
