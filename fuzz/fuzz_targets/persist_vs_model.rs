@@ -248,6 +248,17 @@ fn cost_of(x: u64, burst: u64) -> u64 {
     }
 }
 
+/// A refused restore: `FromTheFuture`, or `LimitsChanged` where the quotas are `resized`; the
+/// fresh limiter left as built (`available`, read after the restore, is its `burst`).
+fn refused(e: RestoreError, resized: bool, available: u64, burst: u64, what: &str) {
+    assert!(
+        matches!(e, RestoreError::FromTheFuture { .. })
+            || resized && matches!(e, RestoreError::LimitsChanged { .. }),
+        "{what}: {e:?}"
+    );
+    assert_eq!(available, burst, "{what}: a failed restore changed it");
+}
+
 /// The admissions of one quota era, in global time, checked against its window bound.
 fn check_windows(q: &Quota, admitted: &mut Vec<(u64, u64)>, what: &str) {
     if let Some(v) = units_window::violation(q, admitted, 0) {
@@ -327,11 +338,12 @@ fn bucket(b: &mut Bytes<'_>, head: u64) {
                     Restart::Future { at } => {
                         let fresh = Bucket::with_clock(new, ManualClock::new());
                         let e = fresh.restore_at(&file[..], wall(at)).unwrap_err();
-                        assert!(matches!(e, RestoreError::FromTheFuture { .. }), "{e:?}");
-                        assert_eq!(
+                        refused(
+                            e,
+                            false,
                             fresh.available(),
                             new.burst(),
-                            "a failed restore changed it"
+                            &format!("{new:?}"),
                         );
                     }
                     Restart::Ok { down, origin, at } => {
@@ -605,7 +617,6 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                 live.1.at(tl.t);
                 let mut file = Vec::new();
                 live.0.save_at(&mut file, wall(tl.wall())).unwrap();
-                let fresh_burst = new.iter().map(Quota::burst).min().unwrap();
                 let resized = new.len() != quotas.len();
                 match tl.restart(x, step, burst) {
                     Restart::Ok { down, origin, at } if !resized => {
@@ -640,16 +651,8 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                     Restart::Ok { at, .. } | Restart::Future { at } => {
                         let fresh = MultiBucket::with_clock(new_limits, ManualClock::new());
                         let e = fresh.restore_at(&file[..], wall(at)).unwrap_err();
-                        assert!(
-                            matches!(e, RestoreError::FromTheFuture { .. })
-                                || resized && matches!(e, RestoreError::LimitsChanged { .. }),
-                            "{label}: {e:?}"
-                        );
-                        assert_eq!(
-                            fresh.available(),
-                            fresh_burst,
-                            "a failed restore changed it"
-                        );
+                        let burst = new.iter().map(Quota::burst).min().unwrap();
+                        refused(e, resized, fresh.available(), burst, &label);
                     }
                 }
             }
@@ -997,11 +1000,12 @@ fn sharded(b: &mut Bytes<'_>, head: u64) {
                     Restart::Future { at } => {
                         let fresh = ShardedBucket::with_clock(new, n, ManualClock::new());
                         let e = fresh.restore_at(&file[..], wall(at)).unwrap_err();
-                        assert!(matches!(e, RestoreError::FromTheFuture { .. }), "{e:?}");
-                        assert_eq!(
+                        refused(
+                            e,
+                            false,
                             fresh.available(),
                             new.burst(),
-                            "a failed restore changed it"
+                            &format!("{new:?}"),
                         );
                     }
                     Restart::Ok { down, origin, at } => {
