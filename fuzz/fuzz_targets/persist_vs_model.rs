@@ -63,6 +63,15 @@ fn changed(q: &Quota, x: u64, b: &mut Bytes<'_>) -> Option<Quota> {
     }
 }
 
+/// The quota to restore into, chosen by `x`: mostly `q` itself, else one `changed` from it.
+fn next_quota(q: &Quota, x: u64, b: &mut Bytes<'_>) -> Option<Quota> {
+    if x >> 60 == 0 {
+        changed(q, x >> 20, b)
+    } else {
+        Some(*q)
+    }
+}
+
 /// How far a restored limiter of inexact quotas may be ahead of the one it was saved from, in
 /// tokens: two buckets of an inexact quota in the same state decide apart by up to one unit
 /// (`1 / scale` token) on clocks of other origins (each decision, `set_quota` and restore
@@ -228,12 +237,14 @@ impl Timeline {
         }
     }
 
-    /// Moves the global time over the downtime and anchors the wall clock at the restore.
-    fn restarted(&mut self, down: u64, at: u64) {
+    /// Moves the global time over the downtime and anchors the wall clock at the restore; the
+    /// restoring process's clock, reading `origin` then.
+    fn restarted(&mut self, down: u64, origin: u64, at: u64) -> Clocked {
         self.t += down;
         self.floor = self.t;
         self.wall_ns = at;
         self.wall_t = self.t;
+        Clocked::restarted_at(origin, self.t)
     }
 }
 
@@ -323,13 +334,8 @@ fn bucket(b: &mut Bytes<'_>, head: u64) {
             }
             5 | 6 => {
                 // Save the deciding bucket, restore into a fresh one (maybe of another quota).
-                let new = if x >> 60 == 0 {
-                    match changed(&q, x >> 20, b) {
-                        Some(n) => n,
-                        None => continue,
-                    }
-                } else {
-                    q
+                let Some(new) = next_quota(&q, x, b) else {
+                    continue;
                 };
                 live.1.at(tl.t);
                 let mut file = Vec::new();
@@ -347,8 +353,7 @@ fn bucket(b: &mut Bytes<'_>, head: u64) {
                         );
                     }
                     Restart::Ok { down, origin, at } => {
-                        tl.restarted(down, at);
-                        let clock = Clocked::restarted_at(origin, tl.t);
+                        let clock = tl.restarted(down, origin, at);
                         let restored = Bucket::with_clock(new, clock.clock.clone());
                         restored.restore_at(&file[..], wall(at)).unwrap();
                         let old = std::mem::replace(&mut live, (restored, clock));
@@ -410,7 +415,8 @@ fn bucket(b: &mut Bytes<'_>, head: u64) {
                         );
                     }
                 } else if let Some(s) = snap {
-                    let fs = gcra_free_snapshot(f);
+                    // A cost-0 decision writes nothing: the snapshot as is.
+                    let fs = one_snapshot(f, 0).1;
                     assert!(
                         s.remaining() <= fs.remaining() + more,
                         "{label}: {s:?} {fs:?}"
@@ -420,11 +426,6 @@ fn bucket(b: &mut Bytes<'_>, head: u64) {
         }
     }
     check_windows(&q, &mut admitted, "the last quota era");
-}
-
-/// A bucket's snapshot without deciding anything (a cost-0 decision writes nothing).
-fn gcra_free_snapshot(f: &Bucket<ManualClock>) -> tollgate::Snapshot {
-    one_snapshot(f, 0).1
 }
 
 /// A one-quota limiter's decision and its snapshot after it.
@@ -620,8 +621,7 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                 let resized = new.len() != quotas.len();
                 match tl.restart(x, step, burst) {
                     Restart::Ok { down, origin, at } if !resized => {
-                        tl.restarted(down, at);
-                        let clock = Clocked::restarted_at(origin, tl.t);
+                        let clock = tl.restarted(down, origin, at);
                         let restored = MultiBucket::with_clock(new_limits, clock.clock.clone());
                         restored.restore_at(&file[..], wall(at)).unwrap();
                         let old = std::mem::replace(&mut live, (restored, clock));
@@ -790,8 +790,7 @@ fn smooth(b: &mut Bytes<'_>, head: u64) {
                         assert!(matches!(e, RestoreError::FromTheFuture { .. }), "{e:?}");
                     }
                     Restart::Ok { down, origin, at } => {
-                        tl.restarted(down, at);
-                        let clock = Clocked::restarted_at(origin, tl.t);
+                        let clock = tl.restarted(down, origin, at);
                         let Ok(restored) = build(new, clock.clock.clone()) else {
                             continue;
                         };
@@ -910,8 +909,7 @@ fn keyed(b: &mut Bytes<'_>, head: u64) {
                         );
                     }
                     Restart::Ok { down, origin, at } => {
-                        tl.restarted(down, at);
-                        let clock = Clocked::restarted_at(origin, tl.t);
+                        let clock = tl.restarted(down, origin, at);
                         let restored = builder(clock.clock.clone())
                             .restore_at(&file[..], wall(at))
                             .unwrap();
@@ -984,13 +982,8 @@ fn sharded(b: &mut Bytes<'_>, head: u64) {
                 assert!(got <= burst, "{q:?}: {got} available");
             }
             5 | 6 => {
-                let new = if x >> 60 == 0 {
-                    match changed(&q, x >> 20, b) {
-                        Some(n) => n,
-                        None => continue,
-                    }
-                } else {
-                    q
+                let Some(new) = next_quota(&q, x, b) else {
+                    continue;
                 };
                 live.1.at(tl.t);
                 let mut file = Vec::new();
@@ -1009,8 +1002,7 @@ fn sharded(b: &mut Bytes<'_>, head: u64) {
                         );
                     }
                     Restart::Ok { down, origin, at } => {
-                        tl.restarted(down, at);
-                        let clock = Clocked::restarted_at(origin, tl.t);
+                        let clock = tl.restarted(down, origin, at);
                         let restored = ShardedBucket::with_clock(new, n, clock.clock.clone());
                         restored.restore_at(&file[..], wall(at)).unwrap();
                         let old = std::mem::replace(&mut live, (restored, clock));
