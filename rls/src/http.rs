@@ -17,11 +17,11 @@ use std::time::Instant;
 const MAX_BODY: usize = 4 << 20;
 
 /// The most a `/json` body may weigh in structural tokens outside strings, each `{` weighing
-/// `OBJECT_WEIGHT` (8) and each `[`, `,` and `:` one. serde_json's tree costs some 32 to 100
-/// bytes a value in a list or a member in a map, and a map's first node some 700 (so 4 MiB of
-/// `{"a":0},` parsed to over 350 MB, 4 MiB of `{},` to 170 MB); the bound keeps any parse
-/// within a small multiple of what a request at the limits costs (1,024 descriptors of 64
-/// entries, each field under both of its names: about 800,000, some 50 MB parsed).
+/// `OBJECT_WEIGHT` (8) and each `[`, `,` and `:` one. serde_json's tree costs tens of bytes
+/// a value in a list or a member in a map, and a map's first node some eight times that, so a
+/// body of the size limit may parse to many times its size; the bound keeps any parse within
+/// a small multiple of what a request at the limits costs (1,024 descriptors of 64 entries,
+/// each field under both of its names, weighs about 800,000).
 pub const MAX_JSON_WEIGHT: usize = 1 << 20;
 
 /// The weight of a `{`: a map's first node costs some 8 list values.

@@ -1,6 +1,6 @@
 //! A scan of a `RateLimitRequest`'s protobuf wire format that counts its descriptors and each
 //! descriptor's entries without building anything: a message of 4 MiB holds two million empty
-//! descriptors (2 bytes each), which decode to some 28 times their size before the service can
+//! descriptors (2 bytes each), which decode to many times their size before the service can
 //! count them, so the decoder refuses an over-limit message from this scan and decodes only the
 //! others.
 //!

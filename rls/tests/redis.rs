@@ -29,6 +29,24 @@ fn start(dir: &TempDir, url: &str, extra: &[&str]) -> Proc {
     Proc::start(&args)
 }
 
+fn load(yaml: &str) -> tollgate_rls::config::Config {
+    let source = (std::path::PathBuf::from("c.yaml"), yaml.to_owned());
+    tollgate_rls::config::Config::from_sources(&[source]).unwrap()
+}
+
+/// A Redis backend on `server`, in-process (no fallback: a failure is `UNAVAILABLE`).
+async fn connect(server: &RedisServer) -> tollgate_rls::engine::RedisBackend {
+    use tollgate_rls::engine::{OnRedisError, RedisBackend};
+    RedisBackend::connect(
+        &server.url(),
+        Duration::from_secs(2),
+        OnRedisError::Unavailable,
+        None,
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_on_one_redis_admit_exactly_the_limit_between_them() {
     let Some(server) = RedisServer::start("two_replicas") else {
@@ -275,24 +293,13 @@ async fn a_check_only_descriptor_refuses_without_debiting_through_redis() {
 /// looked up by the new config's limits).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_removed_by_a_reload_mid_request_is_still_decided() {
-    use std::path::PathBuf;
-    use tollgate_rls::config::Config;
-    use tollgate_rls::engine::{Demand, OnRedisError, RedisBackend};
+    use tollgate_rls::engine::Demand;
     let Some(server) = RedisServer::start("reload_mid_request") else {
         return;
     };
-    let load =
-        |yaml: &str| Config::from_sources(&[(PathBuf::from("c.yaml"), yaml.to_owned())]).unwrap();
     let old = load(CONFIG);
     let new = load("domain: shared\ndescriptors:\n  - key: tight\n    rate_limit: {unit: hour, requests_per_unit: 1}\n");
-    let backend = RedisBackend::connect(
-        &server.url(),
-        Duration::from_secs(2),
-        OnRedisError::Unavailable,
-        None,
-    )
-    .await
-    .unwrap();
+    let backend = connect(&server).await;
     backend.apply(&old);
     let m = old.lookup("shared", [("user", "x")]).unwrap();
     let demand = Demand {
@@ -314,15 +321,11 @@ async fn a_limit_removed_by_a_reload_mid_request_is_still_decided() {
 /// A reload between a request's plan and its decision that lifts a limit of 0 per unit: the
 /// request was planned as refused (its other buckets only read, nothing to be debited), so the
 /// limit must still refuse it, on Redis and on the local fallback; decided under the new rate
-/// instead, every bucket held and the request was answered `OK` with nothing debited.
+/// instead, every bucket would hold and the request be answered `OK` with nothing debited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_of_zero_lifted_by_a_reload_mid_request_still_refuses_it() {
-    use std::path::PathBuf;
     use tollgate::ManualClock;
-    use tollgate_rls::config::Config;
-    use tollgate_rls::engine::{Demand, LocalBackend, OnRedisError, RedisBackend, RlsClock};
-    let load =
-        |yaml: &str| Config::from_sources(&[(PathBuf::from("c.yaml"), yaml.to_owned())]).unwrap();
+    use tollgate_rls::engine::{Demand, LocalBackend, RlsClock};
     let old = load(&CONFIG.replace(
         "{unit: hour, requests_per_unit: 1}",
         "{unit: hour, requests_per_unit: 0}",
@@ -350,14 +353,7 @@ async fn a_limit_of_zero_lifted_by_a_reload_mid_request_still_refuses_it() {
     let Some(server) = RedisServer::start("zero_lifted_mid_request") else {
         return;
     };
-    let backend = RedisBackend::connect(
-        &server.url(),
-        Duration::from_secs(2),
-        OnRedisError::Unavailable,
-        None,
-    )
-    .await
-    .unwrap();
+    let backend = connect(&server).await;
     backend.apply(&old);
     backend.apply(&new);
     let out = backend.decide("shared", &demands).await.unwrap();

@@ -1,5 +1,6 @@
 //! Hot reload in-process (ManualClock): unchanged limits keep their buckets, changed ones carry
-//! them over, removed ones are dropped, an invalid config leaves the old one serving; a file
+//! them over, removed ones are retired (resumed if they come back), an invalid config leaves
+//! the old one serving; a file
 //! edit, a rename over the file and a ConfigMap's `..data` link swap are each noticed.
 
 mod support;
@@ -140,13 +141,18 @@ async fn hostile_files_leave_the_old_config_serving() {
     s.stop().await;
 }
 
-/// Decides one hit of `user: v` on `s`: whether it is admitted.
-fn one(s: &tollgate_rls::service::Service, v: &str) -> bool {
+fn load(yaml: &str) -> tollgate_rls::config::Config {
+    let source = (std::path::PathBuf::from("c.yaml"), yaml.to_owned());
+    tollgate_rls::config::Config::from_sources(&[source]).unwrap()
+}
+
+/// Decides one hit of `key: value` in domain `r` on `s`: whether it is admitted.
+fn one(s: &tollgate_rls::service::Service, key: &str, value: &str) -> bool {
     use tollgate_rls::service::{Code, Descriptor, Request};
     let req = Request {
         domain: "r".into(),
         descriptors: vec![Descriptor {
-            entries: vec![("user".into(), v.into())],
+            entries: vec![(key.into(), value.into())],
             ..Default::default()
         }],
         hits_addend: 1,
@@ -163,12 +169,8 @@ fn one(s: &tollgate_rls::service::Service, v: &str) -> bool {
 #[test]
 fn a_limit_that_leaves_and_comes_back_resumes_its_buckets() {
     use tollgate::ManualClock;
-    use tollgate_rls::config::Config;
     use tollgate_rls::engine::{Backend, LocalBackend, RlsClock};
     use tollgate_rls::service::Service;
-    let load = |yaml: &str| {
-        Config::from_sources(&[(std::path::PathBuf::from("c.yaml"), yaml.to_owned())]).unwrap()
-    };
     let other = "  - key: other\n    rate_limit: {unit: hour, requests_per_unit: 5}\n";
     let full = format!("domain: r\ndescriptors:\n  - key: user\n    rate_limit: {{unit: hour, requests_per_unit: 3}}\n{other}");
     let gone = format!("domain: r\ndescriptors:\n{other}");
@@ -178,7 +180,7 @@ fn a_limit_that_leaves_and_comes_back_resumes_its_buckets() {
     clock.advance(Duration::from_secs(1_000_000));
     let local = LocalBackend::new(RlsClock::manual(clock.clone()), 1_000);
     let s = Service::new(load(&full), Backend::Local(local), false);
-    let admitted = |n: usize| (0..n).filter(|_| one(&s, "alice")).count();
+    let admitted = |n: usize| (0..n).filter(|_| one(&s, "user", "alice")).count();
     assert_eq!(admitted(10), 3);
     for away in [&gone, &zero, &open] {
         s.reload(load(away));
@@ -190,10 +192,17 @@ fn a_limit_that_leaves_and_comes_back_resumes_its_buckets() {
         );
     }
     // An hour on, alice's bucket is full again: the retired table goes at the next reload,
-    // and a new one answers as it would have.
+    // so the limit comes back as a new table (added, not kept), which answers as it would have.
     clock.advance(Duration::from_secs(3_600));
     s.reload(load(&gone));
-    s.reload(load(&gone));
+    let Backend::Local(local) = s.backend() else {
+        unreachable!()
+    };
+    let applied = local.apply(&load(&full));
+    assert_eq!(
+        applied.added, 1,
+        "user comes back as a new table: {applied:?}"
+    );
     s.reload(load(&full));
     assert_eq!(admitted(10), 3);
 }
@@ -203,12 +212,8 @@ fn a_limit_that_leaves_and_comes_back_resumes_its_buckets() {
 #[test]
 fn retired_tables_are_bounded_by_max_keys_oldest_first() {
     use tollgate::ManualClock;
-    use tollgate_rls::config::Config;
     use tollgate_rls::engine::{Backend, LocalBackend, RlsClock};
-    use tollgate_rls::service::{Code, Descriptor, Request, Service};
-    let load = |yaml: &str| {
-        Config::from_sources(&[(std::path::PathBuf::from("c.yaml"), yaml.to_owned())]).unwrap()
-    };
+    use tollgate_rls::service::Service;
     let limit =
         |k: &str| format!("  - key: {k}\n    rate_limit: {{unit: hour, requests_per_unit: 1}}\n");
     let filler = "  - key: f\n    value: v\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
@@ -224,24 +229,11 @@ fn retired_tables_are_bounded_by_max_keys_oldest_first() {
     // Two values in all: `a` and `b` one each while both are configured, `b` two alone.
     let local = LocalBackend::new(RlsClock::manual(clock.clone()), 2);
     let s = Service::new(cfg(&["a", "b"]), Backend::Local(local), false);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let one = |k: &str| {
-        let req = Request {
-            domain: "r".into(),
-            descriptors: vec![Descriptor {
-                entries: vec![(k.into(), "x".into())],
-                ..Default::default()
-            }],
-            hits_addend: 1,
-        };
-        rt.block_on(s.should_rate_limit(&req)).unwrap().overall == Code::Ok
-    };
-    assert!(one("a") && one("b"));
+    let hit = |k: &str| one(&s, k, "x");
+    assert!(hit("a") && hit("b"));
     s.reload(cfg(&["b"])); // a retired (one value)
     s.reload(cfg(&[])); // b retired (two values): three in all, a goes
     s.reload(cfg(&["a", "b"]));
-    assert!(one("a"), "a's table was dropped: a new bucket");
-    assert!(!one("b"), "b resumes");
+    assert!(hit("a"), "a's table was dropped: a new bucket");
+    assert!(!hit("b"), "b resumes");
 }

@@ -360,8 +360,8 @@ async fn shadow_mode_answers_ok_counts_what_an_enforcing_twin_refuses_and_blocks
 }
 
 /// A shadow-mode limit of 0 per unit answers `OK` with the reset an enforcing one names (one
-/// unit), as envoyproxy/ratelimit names the window's end: never a reset of 0 s, which told a
-/// client reading Envoy's `x-ratelimit-reset` that the limit resets now.
+/// unit), as envoyproxy/ratelimit names the window's end: never a reset of 0 s, which would
+/// tell a client reading Envoy's `x-ratelimit-reset` that the limit resets now.
 #[tokio::test]
 async fn a_shadowed_limit_of_zero_names_one_unit_as_its_reset() {
     let mut s = Rls::start(
@@ -530,8 +530,8 @@ async fn json_port_answers_as_envoyproxy_ratelimit_does() {
 
 /// The gRPC port bounds the streams one HTTP/2 connection may hold open: each open stream may
 /// buffer a message of up to 4 MiB while it arrives, so without a bound one client connection
-/// could make the process buffer without limit (tonic's builder left the bound unset, which
-/// turned off hyper's default of 200).
+/// could make the process buffer without limit (tonic's builder, left unset, turns off
+/// hyper's default of 200).
 #[tokio::test]
 async fn the_grpc_port_bounds_the_streams_of_a_connection() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
