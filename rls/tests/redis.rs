@@ -460,3 +460,47 @@ async fn a_call_falling_back_after_a_reload_removed_its_limit_is_admitted() {
         (Code::Ok, None)
     );
 }
+
+/// A key holding a value that is not a tollgate state: the call is refused as Redis failing
+/// (`UNAVAILABLE`, 500 on `/json`), and the answer names no key, whose text is the request's
+/// descriptor values (the client's, and possibly private); the operator finds the key, to
+/// delete it, in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_key_is_logged_and_not_echoed_to_the_client() {
+    let Some(server) = RedisServer::start("malformed_key_echo") else {
+        return;
+    };
+    let dir = TempDir::new("redis-malformed");
+    let p = start(&dir, &server.url(), &["--redis-timeout-ms", "2000"]);
+    let mut c = p.client().await;
+    let secret = "s3cr3t-token";
+    let call = || req("shared", vec![desc(&[("user", secret)])]);
+    assert_eq!(
+        c.should_rate_limit(call())
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code,
+        OK
+    );
+    // Another program's value under the key.
+    let script = "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
+                  redis.call('SET', k, 'not a state') n = n + 1 end return n";
+    let pattern = format!("*{secret}*");
+    assert_eq!(server.cli(&["EVAL", script, "0", &pattern]).trim(), "1");
+    let e = c.should_rate_limit(call()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    assert!(!e.message().contains(secret), "gRPC: {:?}", e.message());
+    assert!(
+        e.message().contains("not a tollgate state"),
+        "{:?}",
+        e.message()
+    );
+    let body = format!(
+        r#"{{"domain": "shared", "descriptors": [{{"entries": [{{"key": "user", "value": "{secret}"}}]}}]}}"#
+    );
+    let (status, text) = http(p.http, "POST", "/json", &body).await;
+    assert_eq!(status, 500, "{text}");
+    assert!(!text.contains(secret), "/json: {text:?}");
+    assert!(p.logged(secret), "the key is logged: {}", p.stderr());
+}
