@@ -360,3 +360,147 @@ async fn a_limit_of_zero_lifted_by_a_reload_mid_request_still_refuses_it() {
     assert!(out[0].holds && out[0].remaining == 20, "{:?}", out[0]);
     assert!(!out[1].holds, "redis: {:?}", out[1]);
 }
+
+/// A reload between a request's plan and the local fallback's decision that removes a limit
+/// (the Redis path plans, waits on Redis, and falls back only when Redis fails): the fallback
+/// decides the limit under the rates the plan holds, from the table the reload retired (its
+/// buckets kept), else from full buckets, as the Redis path decides it; never refused for
+/// being missing.
+#[test]
+fn the_fallback_decides_a_limit_removed_mid_request_from_its_retired_table() {
+    use tollgate::ManualClock;
+    use tollgate_rls::engine::{Demand, LocalBackend, RlsClock, Wait};
+    let old = load(CONFIG);
+    let new = load("domain: shared\ndescriptors:\n  - key: tight\n    rate_limit: {unit: hour, requests_per_unit: 1}\n");
+    let demand = |value: &str, hits: u64| {
+        let m = old.lookup("shared", [("user", value)]).unwrap();
+        Demand {
+            limit: m.limit,
+            bucket: m.bucket,
+            hits,
+            enforce: true,
+            read: false,
+        }
+    };
+    let local = LocalBackend::new(RlsClock::manual(ManualClock::new()), 100);
+    local.apply(&old);
+    // `user` is gone, and its table with it (every bucket full: nothing to keep aside).
+    local.apply(&new);
+    let out = local.decide(&[demand("fresh", 1)]);
+    assert!(out[0].holds && out[0].decided, "no table: {:?}", out[0]);
+    assert_eq!(out[0].remaining, 19, "a full bucket of the plan's rate");
+    local.apply(&old);
+    // `drained` spends its 20 an hour before the reload; `fresh` is never seen.
+    assert!(local.decide(&[demand("drained", 20)])[0].holds);
+    local.apply(&new); // `user` is gone: its table (one bucket not full) is retired
+    let out = local.decide(&[demand("fresh", 1)]);
+    assert!(out[0].holds && out[0].decided, "fresh: {:?}", out[0]);
+    assert_eq!(out[0].remaining, 19, "a full bucket of the plan's rate");
+    let out = local.decide(&[demand("drained", 1)]);
+    assert!(!out[0].holds, "drained: {:?}", out[0]);
+    assert_eq!(
+        out[0].wait,
+        Some(Wait::After(Duration::from_secs(180))),
+        "the retired bucket's own wait (a token every 3 minutes), not never"
+    );
+    // Beyond the burst: never, as the plan's rate says.
+    let out = local.decide(&[demand("fresh", 21)]);
+    assert_eq!(out[0].wait, Some(Wait::Never), "{:?}", out[0]);
+}
+
+/// The same through the service: a call waits on a frozen Redis, a reload removes its limit
+/// meanwhile, and the local fallback answers; the limit is decided as the call's plan had it,
+/// so the call is admitted, not refused with a wait of one unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_falling_back_after_a_reload_removed_its_limit_is_admitted() {
+    use tollgate_rls::engine::{Backend, LocalBackend, OnRedisError, RedisBackend, RlsClock};
+    use tollgate_rls::service::{Code, Descriptor, Request, Service};
+    let Some(server) = RedisServer::start("fallback_after_reload") else {
+        return;
+    };
+    let backend = RedisBackend::connect(
+        &server.url(),
+        Duration::from_millis(1500),
+        OnRedisError::Local,
+        Some(LocalBackend::new(RlsClock::real(), 100)),
+    )
+    .await
+    .unwrap();
+    let service = std::sync::Arc::new(Service::new(load(CONFIG), Backend::Redis(backend), false));
+    let call = Request {
+        domain: "shared".into(),
+        descriptors: vec![Descriptor {
+            entries: vec![("user".into(), "x".into())],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    };
+    server.pause();
+    let waiting = {
+        let (service, call) = (service.clone(), call.clone());
+        tokio::spawn(async move { service.should_rate_limit(&call).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    service.reload(load(
+        "domain: shared\ndescriptors:\n  - key: tight\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+    ));
+    let r = waiting.await.unwrap().unwrap();
+    server.resume();
+    assert_eq!(r.overall, Code::Ok, "{r:?}");
+    assert_eq!(r.statuses[0].code, Code::Ok, "{r:?}");
+    let planned = r.statuses[0]
+        .current_limit
+        .as_ref()
+        .map(|l| l.requests_per_unit);
+    assert_eq!(planned, Some(20), "planned before the reload: {r:?}");
+    // Planned now, under the new config: no limit.
+    let r = service.should_rate_limit(&call).await.unwrap();
+    assert_eq!(
+        (r.overall, r.statuses[0].current_limit.clone()),
+        (Code::Ok, None)
+    );
+}
+
+/// A key holding a value that is not a tollgate state: the call is refused as Redis failing
+/// (`UNAVAILABLE`, 500 on `/json`), and the answer names no key, whose text is the request's
+/// descriptor values (the client's, and possibly private); the operator finds the key, to
+/// delete it, in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_key_is_logged_and_not_echoed_to_the_client() {
+    let Some(server) = RedisServer::start("malformed_key_echo") else {
+        return;
+    };
+    let dir = TempDir::new("redis-malformed");
+    let p = start(&dir, &server.url(), &["--redis-timeout-ms", "2000"]);
+    let mut c = p.client().await;
+    let secret = "s3cr3t-token";
+    let call = || req("shared", vec![desc(&[("user", secret)])]);
+    assert_eq!(
+        c.should_rate_limit(call())
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code,
+        OK
+    );
+    // Another program's value under the key.
+    let script = "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
+                  redis.call('SET', k, 'not a state') n = n + 1 end return n";
+    let pattern = format!("*{secret}*");
+    assert_eq!(server.cli(&["EVAL", script, "0", &pattern]).trim(), "1");
+    let e = c.should_rate_limit(call()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    assert!(!e.message().contains(secret), "gRPC: {:?}", e.message());
+    assert!(
+        e.message().contains("not a tollgate state"),
+        "{:?}",
+        e.message()
+    );
+    let body = format!(
+        r#"{{"domain": "shared", "descriptors": [{{"entries": [{{"key": "user", "value": "{secret}"}}]}}]}}"#
+    );
+    let (status, text) = http(p.http, "POST", "/json", &body).await;
+    assert_eq!(status, 500, "{text}");
+    assert!(!text.contains(secret), "/json: {text:?}");
+    assert!(p.logged(secret), "the key is logged: {}", p.stderr());
+}

@@ -61,7 +61,8 @@ pub struct LocalBackend {
     /// Tables of limits the config no longer has (removed, or made `unlimited` or 0 per unit),
     /// oldest first, kept while some bucket is not full: a limit that comes back (a file read
     /// half-written, a reverted edit) resumes its buckets instead of starting full. Only
-    /// `apply` touches them (under the tables' write lock).
+    /// `apply` adds or drops them (under the tables' write lock); a decision planned before the
+    /// reload that retired one decides its limit there (`stand_in`, under the read lock).
     retired: Mutex<Retired>,
     stripes: Box<[Mutex<()>]>,
     hasher: std::collections::hash_map::RandomState,
@@ -245,12 +246,40 @@ impl LocalBackend {
         // was planned has none, whatever a reload since made of it (the Redis fallback decides
         // after the plan): the plan made the request's other buckets reads, so a table here
         // would answer the request `OK` with nothing debited.
-        let found: Vec<Option<&Arc<Table>>> = demands
+        let current: Vec<Option<&Arc<Table>>> = demands
             .iter()
             .map(|d| match d.limit.blocking_rate() {
                 Some(_) => None,
                 None => tables.get(&d.limit.id),
             })
+            .collect();
+        // A limit with rates and no table: a reload between the plan and this decision removed
+        // it (or made it `unlimited` or 0 per unit). Only the Redis fallback decides after its
+        // plan; a local decision plans under the config's read lock. The limit is decided as
+        // the plan has it, as the Redis path decides it, never refused for being missing (that
+        // would refuse a request no config refuses, with a wait of never): see `stand_in`.
+        let missing = |(d, c): (&Demand, &Option<&Arc<Table>>)| {
+            c.is_none() && d.limit.blocking_rate().is_none()
+        };
+        let stand_ins: Vec<Option<Arc<Table>>> = if demands.iter().zip(&current).any(missing) {
+            demands
+                .iter()
+                .zip(&current)
+                .map(|x| {
+                    if missing(x) {
+                        self.stand_in(&x.0.limit)
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let found: Vec<Option<&Arc<Table>>> = current
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| c.or_else(|| stand_ins.get(i)?.as_ref()))
             .collect();
 
         let mut out: Vec<Option<Outcome>> = vec![None; demands.len()];
@@ -332,6 +361,21 @@ impl LocalBackend {
             .zip(demands)
             .map(|(o, d)| o.unwrap_or_else(|| blocked(d)))
             .collect()
+    }
+
+    /// The table that decides a demand of `limit`, a limit with rates that the config no
+    /// longer has (see `decide`): the table the reload retired, its buckets as the limit left
+    /// them (a drained value stays drained; a debit here is kept for the limit's return, as a
+    /// debit on Redis is); else, the retired table dropped for holding only full buckets (or
+    /// for `--max-keys`), a table of one full bucket under the limit's own rates, dropped
+    /// after the decision. Called under the tables' read lock, which keeps `apply` (the only
+    /// writer of the retired tables) out.
+    fn stand_in(&self, limit: &Arc<Limit>) -> Option<Arc<Table>> {
+        let retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+        match retired.tables.get(&limit.id) {
+            Some((_, t)) => Some(t.clone()),
+            None => self.fresh(limit, 1).map(Arc::new),
+        }
     }
 
     /// A check-only demand: `Some` (read, holds) if one hit would pass, else `None`.

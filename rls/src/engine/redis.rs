@@ -26,7 +26,9 @@ pub enum OnRedisError {
     Local,
 }
 
-/// Why a Redis decision failed.
+/// Why a Redis decision failed, in words for the client (a gRPC status message, a `/json`
+/// body): they name no Redis key, whose text holds the request's descriptor values (the
+/// client's own, possibly private ones).
 #[derive(Debug, Clone)]
 pub struct RedisFailure(pub String);
 
@@ -36,6 +38,10 @@ pub struct RedisBackend {
     policies: RwLock<HashMap<String, Arc<CheckedLimits>>>,
     on_error: OnRedisError,
     fallback: Option<LocalBackend>,
+    /// Lines of the log about malformed keys: ten at once, then one a second, so that calls
+    /// meeting a bad key again and again do not flood stderr. Boxed: inline, the bucket would
+    /// make `Backend::Redis` far larger than the other variants.
+    log_budget: Box<tollgate::Bucket<tollgate::StdClock>>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -71,11 +77,16 @@ impl RedisBackend {
             .build()
             .await
             .map_err(|e| format!("redis {url}: {e}"))?;
+        let log_quota = Quota::new(1, Duration::from_secs(1), 10).map_err(|e| e.to_string())?;
         Ok(RedisBackend {
             limiter,
             policies: RwLock::new(HashMap::new()),
             on_error,
             fallback,
+            log_budget: Box::new(tollgate::Bucket::with_clock(
+                log_quota,
+                tollgate::StdClock::new(),
+            )),
         })
     }
 
@@ -164,11 +175,33 @@ impl RedisBackend {
             .limiter
             .decide_keys(&calls)
             .await
-            .map_err(|e| RedisFailure(e.to_string()))?;
+            .map_err(|e| self.failure(e))?;
         for (&i, k) in with.iter().zip(decided) {
             out[i] = Outcome::from_parts(k.verdict, &k.snapshots);
         }
         Ok(out)
+    }
+
+    /// A failed decision's [`RedisFailure`]. A malformed value's key is logged (escaped, within
+    /// `log_budget`) for the operator, who deletes it, and left out of the answer; the other
+    /// errors name no key and are answered as they are.
+    fn failure(&self, e: tollgate_redis::Error) -> RedisFailure {
+        match e {
+            tollgate_redis::Error::Malformed { key, reason } => {
+                if self.log_budget.try_acquire(1).is_ok() {
+                    eprintln!(
+                        "tollgate-rls: the Redis key {key:?} holds a value that is not a tollgate \
+                         state ({reason:?}); delete it (DEL) to give the key a full bucket"
+                    );
+                }
+                RedisFailure(
+                    "a Redis key of this request holds a value that is not a tollgate state \
+                     (tollgate-rls logs its name)"
+                        .into(),
+                )
+            }
+            e => RedisFailure(e.to_string()),
+        }
     }
 
     /// What answers a failed decision under [`OnRedisError::Allow`].
