@@ -319,7 +319,9 @@ impl<C: Clock> MultiBucket<C> {
         self.raise(&to);
     }
 
-    /// Raises each quota's state to at least `to[i]`, in one atomic step.
+    /// Raises each quota's state to at least `to[i]`, in one atomic step; the padding slots (from
+    /// the policy's length on) as the last quota, so that each stays a copy of the slot it
+    /// repeats, as the decisions keep it.
     fn raise(&self, to: &[u64; MAX_LIMITS]) {
         fn max_each<const N: usize>(cur: [u64; N], to: &[u64; MAX_LIMITS]) -> Option<[u64; N]> {
             let mut next = cur;
@@ -328,7 +330,8 @@ impl<C: Clock> MultiBucket<C> {
             }
             (next != cur).then_some(next)
         }
-        on_store!(self, |_, s| s.update(|cur| (max_each(cur, to), ())))
+        let to = pad(&to[..self.limits.quotas().len()]);
+        on_store!(self, |_, s| s.update(|cur| (max_each(cur, &to), ())))
     }
 
     /// The policy.

@@ -403,8 +403,9 @@ impl<C: Timer> Smooth<C> {
             .is_some()
     }
 
-    /// Sleeps until the wait of a decision taken at `reading` ends and returns the wait (to an
-    /// instant, so a caller stalled since the decision does not oversleep).
+    /// Sleeps until the wait of a decision taken at `reading` ends and returns the wait: to an
+    /// instant, so a caller stalled since the decision does not oversleep, and never longer
+    /// than the wait on a clock that stepped back since (`wait::sleep_until`).
     fn pay(&self, reading: u64, wait_micros: u64) -> Duration {
         match wait_micros {
             0 => Duration::ZERO,
@@ -414,8 +415,8 @@ impl<C: Timer> Smooth<C> {
                 Duration::MAX
             }
             _ => {
-                self.clock
-                    .sleep_until(reading.saturating_add(wait_micros.saturating_mul(1000)));
+                let due = reading.saturating_add(wait_micros.saturating_mul(1000));
+                crate::wait::sleep_until(&self.clock, reading, due);
                 Duration::from_micros(wait_micros)
             }
         }

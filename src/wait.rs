@@ -225,11 +225,29 @@ impl<C: Timer> Bucket<C> {
     }
 }
 
-/// Sleeps on `clock` until `due` (fresh readings, in a loop: a clock may sleep on another time
-/// source than its `now`) and returns the scheduled wait `due − now`.
+/// Sleeps on `clock` until `due`, the instant a decision at reading `now` scheduled, and
+/// returns the scheduled wait `due − now`.
+///
+/// To the instant, so that a caller stalled since `now` sleeps only what is left; in a loop of
+/// fresh readings, since a clock may sleep on another time source than its `now`. A reading
+/// behind the one before it (a clock that stepped back: a TSC read on another core,
+/// `ManualClock::set`) moves the target back by the step, so the time left to sleep is what it
+/// was before the step: measured on the clock, the sleep never lasts longer than `due − now`,
+/// which is what a timed wait compared with its timeout.
 pub(crate) fn sleep_until<C: Timer>(clock: &C, now: u64, due: u64) -> Duration {
-    while clock.now() < due {
-        clock.sleep_until(due);
+    let (mut last, mut target) = (now, due);
+    loop {
+        let t = clock.now();
+        if t < last {
+            // `target − last` is the time left; `target > last` but for the first reading
+            // (`due ≤ now`: nothing left), where saturating keeps it nothing.
+            target = target.saturating_sub(last - t);
+        }
+        if t >= target {
+            break;
+        }
+        last = t;
+        clock.sleep_until(target);
     }
     Duration::from_nanos(due.saturating_sub(now))
 }

@@ -119,6 +119,52 @@ fn changed_quotas_are_converted_and_a_changed_count_is_refused() {
         .is_err());
 }
 
+/// A changed quota count is refused by the policies alone, whatever the file holds: a table
+/// saved with no entries (every key full, or none ever seen) is refused as one with entries
+/// is, not restored with only its floor converted; so is a file whose default policy has
+/// another count than an override set here (a key of it, tracked or not, would change count).
+/// A refused restore into a live limiter changes nothing.
+#[test]
+fn a_changed_count_is_refused_with_or_without_entries() {
+    let three = Limits::new([q(10, 1000, 10), q(40, 10_000, 40), q(1, 1000, 5)]).unwrap();
+    let changed = |saved, restoring| move |e: &RestoreError| matches!(e, RestoreError::LimitsChanged { saved: s, restoring: r } if *s == saved && *r == restoring);
+    let clock = ManualClock::new();
+    let live = KeyedMultiLimiter::with_clock(default_limits(), 100, clock.clone());
+    let mut never_used = Vec::new();
+    live.save_at(&mut never_used, wall(0)).unwrap();
+    live.try_acquire(&1u64, 4).unwrap();
+    let mut with_entries = Vec::new();
+    live.save_at(&mut with_entries, wall(0)).unwrap();
+    clock.advance(Duration::from_secs(10)); // key 1 full again: no entry left to save
+    let mut idle = Vec::new();
+    live.save_at(&mut idle, wall(10_000_000_000)).unwrap();
+    for (file, what) in [
+        (&with_entries, "with entries"),
+        (&never_used, "never used"),
+        (&idle, "every key full"),
+    ] {
+        let err = KeyedMultiLimiter::<u64, _>::builder(three.clone(), 100, ManualClock::new())
+            .restore_at(&file[..], wall(10_000_000_000))
+            .unwrap_err();
+        assert!(changed(2, 3)(&err), "{what}: {err:?}");
+        // The same count restores, an override of another count set here is refused.
+        KeyedMultiLimiter::<u64, _>::builder(default_limits(), 100, ManualClock::new())
+            .restore_at(&file[..], wall(10_000_000_000))
+            .unwrap();
+        let err = build(100, ManualClock::new())
+            .restore_at(&file[..], wall(10_000_000_000))
+            .unwrap_err();
+        assert!(changed(2, 3)(&err), "{what}, an override here: {err:?}");
+    }
+    // Into a live limiter, in use: refused, and nothing changed.
+    let target = KeyedMultiLimiter::with_clock(three, 100, ManualClock::new());
+    target.try_acquire(&1u64, 2).unwrap();
+    let err = target.restore_at(&with_entries[..], wall(0)).unwrap_err();
+    assert!(changed(2, 3)(&err), "{err:?}");
+    assert_eq!(quotas_of(&target, 1), vec![8, 38, 3]);
+    assert_eq!(quotas_of(&target, 2), vec![10, 40, 5]);
+}
+
 /// A floor ahead of the save's reading (left by a restore into a table too small for the saved
 /// entries, and saved again) is carried to changed quotas as `set_quota` carries an untracked
 /// key's buckets, never more leniently: the per-second quota, in debt under the saved rate,

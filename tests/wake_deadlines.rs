@@ -239,3 +239,77 @@ fn waits_stalled_after_a_reading_end_at_the_due_instant() {
     );
     assert_eq!((waited, clock.now()), (ms(100), 100_000_000));
 }
+
+/// Runs `timed` (a waiting call with a 1.99 s timeout) on a thread whose decision reads the
+/// clock at 100 s, with a token of the limiter taken at 99.99 s (`take`) so that the next is due
+/// 1.99 s after that reading; the clock steps back to 70 s between the decision's reading and
+/// its sleep. Returns what `timed` returned and the time the clock then reads.
+fn stepped_back_before_the_sleep<R: Send>(
+    clock: &ManualClock,
+    take: impl FnOnce(),
+    timed: impl FnOnce() -> R + Send,
+) -> (R, u64) {
+    clock.set(ms(99_990));
+    take();
+    clock.set(ms(100_000));
+    let got = stall::gated(timed, || clock.set(ms(70_000)));
+    (got, clock.now())
+}
+
+/// **A timed wait never outlasts its timeout**, even on a clock that steps back between the
+/// decision and the sleep (a TSC read on another core, `ManualClock::set`): the decision
+/// admitted a wait of at most the timeout, so the sleep lasts that wait on the clock however
+/// far it stepped back, as Guava's `tryAcquire` sleeps the wait it decided. Sleeping to the
+/// decision's due instant instead would last the step too: from 70 s to 101.99 s, 31.99 s on a
+/// 1.99 s timeout. `Bucket::try_acquire_for`, `MultiBucket::try_acquire_for` and
+/// `Smooth::try_acquire`, each with a token due 1.99 s after its reading; an advancing
+/// `ManualClock` moves by the sleep, so the time it reads after the call is where the sleep ended.
+#[test]
+fn a_clock_stepped_back_before_the_sleep_does_not_stretch_a_timed_wait() {
+    let timeout = ms(1990);
+    let slept_to: u64 = 70_000_000_000 + 1_990_000_000;
+    // One token every 2 s, burst 1.
+    let q = Quota::new(1, Duration::from_secs(2), 1).unwrap();
+
+    let clock = ManualClock::new();
+    let bucket = Bucket::with_clock(q, StallClock::new(clock.clone()));
+    let (got, now) = stepped_back_before_the_sleep(
+        &clock,
+        || bucket.try_acquire(1).unwrap(),
+        || bucket.try_acquire_for(1, timeout),
+    );
+    assert_eq!(got, Ok(timeout));
+    assert_eq!(
+        now, slept_to,
+        "Bucket::try_acquire_for slept past its timeout"
+    );
+
+    let clock = ManualClock::new();
+    let policy = tollgate::MultiBucket::with_clock(
+        tollgate::Limits::from(q),
+        StallClock::new(clock.clone()),
+    );
+    let (got, now) = stepped_back_before_the_sleep(
+        &clock,
+        || policy.try_acquire(1).unwrap(),
+        || policy.try_acquire_for(1, timeout),
+    );
+    assert_eq!(got, Ok(timeout));
+    assert_eq!(
+        now, slept_to,
+        "MultiBucket::try_acquire_for slept past its timeout"
+    );
+
+    // Guava's `SmoothBursty` at 0.5 permits/s with nothing stored: a permit every 2 s.
+    let clock = ManualClock::new();
+    let smooth =
+        tollgate::Smooth::bursty_with_clock(0.5, Duration::ZERO, StallClock::new(clock.clone()))
+            .unwrap();
+    let (got, now) = stepped_back_before_the_sleep(
+        &clock,
+        || assert_eq!(smooth.acquire(1), Duration::ZERO),
+        || smooth.try_acquire(1, timeout),
+    );
+    assert!(got);
+    assert_eq!(now, slept_to, "Smooth::try_acquire slept past its timeout");
+}

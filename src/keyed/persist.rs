@@ -217,6 +217,8 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
         down: u64,
     ) -> Result<(), RestoreError> {
         let (_, _, entries_kind) = kinds::<P>();
+        // Before any entry: a refusal changes nothing.
+        self.check_counts(&head)?;
         // The wall clock (read before `apply`), then the limiter's clock: see `Bucket::restore`.
         let now = self.clock.now();
         let found = head.seed == self.seed;
@@ -275,6 +277,7 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                 }
                 let rule = self.rule_of(fp);
                 let new = P::quotas(rule);
+                // Never met: `check_counts` compared this entry's pair of policies.
                 if n != new.len() {
                     return Err(RestoreError::LimitsChanged {
                         saved: n,
@@ -310,9 +313,8 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     ///
     /// The instant alone is not enough across a change: a key empty under a fast saved rate
     /// lacks only what a slower rate (or a larger burst) refills over the same span. An
-    /// untracked key may hold any policy pair the file and this limiter name: the saved default
-    /// and the default here, each saved override and this limiter's rule for its fingerprint,
-    /// the saved default and each override here; the floor takes the strictest.
+    /// untracked key may go through any pair of [`policy_pairs`](Self::policy_pairs); the floor
+    /// takes the strictest.
     fn floor_converted(&self, head: &Head, rel: i64, down: u64, now: u64) -> u64 {
         let Ok(ahead) = u64::try_from(rel) else {
             return 0;
@@ -320,22 +322,8 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
         if ahead == 0 {
             return 0;
         }
-        let default = &head.quotas[..head.default];
-        let saved_of = |fp: u64| match head.overrides.get(&fp) {
-            Some(&(at, n)) => &head.quotas[at..at + n],
-            None => default,
-        };
-        let mut pairs: Vec<(&[Quota], &P::Rule)> = alloc::vec![(default, &self.rule)];
-        for &fp in head.overrides.keys() {
-            pairs.push((saved_of(fp), self.rule_of(fp)));
-        }
-        for (&fp, rule) in &self.overrides {
-            if !head.overrides.contains_key(&fp) {
-                pairs.push((default, rule));
-            }
-        }
         let mut latest = 0u64;
-        for (old, rule) in pairs {
+        for (old, rule) in self.policy_pairs(head) {
             let new = P::quotas(rule);
             if old == new {
                 continue;
@@ -346,14 +334,48 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
             for (r, q) in records.iter_mut().zip(old) {
                 *r = (*q, q.earned_ceil(ahead));
             }
-            // Another count (refused for a saved entry) pairs nothing: each quota here takes
-            // the strictest state any saved quota converts to.
+            // The same count on both sides (`check_counts`).
             let mut states = [0u64; MAX_LIMITS];
             restored_states(&records[..old.len()], down, now, new, &mut states);
             let full_at = P::full_at(rule, &P::from_words(&states[..new.len()]));
             latest = latest.max(full_at.min(HORIZON_NS));
         }
         latest
+    }
+
+    /// Every pair of a saved policy and the policy here that one key may go through: the saved
+    /// default and the default here, each saved override and this limiter's rule for its
+    /// fingerprint, the saved default and each override here the file does not name.
+    fn policy_pairs<'a>(&'a self, head: &'a Head) -> Vec<(&'a [Quota], &'a P::Rule)> {
+        let default = &head.quotas[..head.default];
+        let mut pairs: Vec<(&[Quota], &P::Rule)> = alloc::vec![(default, &self.rule)];
+        for (&fp, &(at, n)) in &head.overrides {
+            pairs.push((&head.quotas[at..at + n], self.rule_of(fp)));
+        }
+        for (&fp, rule) in &self.overrides {
+            if !head.overrides.contains_key(&fp) {
+                pairs.push((default, rule));
+            }
+        }
+        pairs
+    }
+
+    /// [`RestoreError::LimitsChanged`] if any pair of policies a key may go through
+    /// ([`policy_pairs`](Self::policy_pairs)) has another number of quotas on each side.
+    /// Decided by the policies alone, before any entry is read: a file with no entries (every
+    /// key full, or none ever seen) is refused as one with entries is, where converting only
+    /// the floor would let the verdict depend on which keys were tracked at the save.
+    fn check_counts(&self, head: &Head) -> Result<(), RestoreError> {
+        for (old, rule) in self.policy_pairs(head) {
+            let new = P::quotas(rule);
+            if old.len() != new.len() {
+                return Err(RestoreError::LimitsChanged {
+                    saved: old.len(),
+                    restoring: new.len(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Tracks `(fp, state)` entries read from a saved table (`found`: saved under this
@@ -401,7 +423,8 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
     /// each quota paired with an equal saved one, else the one of the same period where only
     /// one is left on each side, whatever their order; quotas left unpaired take the strictest
     /// of the saved ones left); another number of quotas refuses the whole restore
-    /// ([`RestoreError::LimitsChanged`]). Streams: one frame in memory at a time, and the
+    /// ([`RestoreError::LimitsChanged`]), decided by the policies alone (the default saved and
+    /// here, each override saved or set here), whether or not the file holds entries. Streams: one frame in memory at a time, and the
     /// file's overrides (at most 2^24). Saved entries beyond `max_keys` are not tracked: each
     /// raises the floor for untracked keys to the instant it would be full (new keys may be
     /// refused until then), so no key starts more lenient than its saved state.

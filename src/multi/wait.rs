@@ -79,6 +79,11 @@ fn reserve_states<const N: usize>(
 
 /// [`gcra::cancel`]'s rule on every quota, with one due instant: a quota gets its state from
 /// before back, not `after − cost` (that would take the refill until `due` it was debited as of).
+///
+/// Only the policy's quotas are judged, and the padding slots (one quota in the pair word, three
+/// in the four words) are written as copies of the last: a padding slot that matched on its own
+/// would write the word while no quota gets anything back, a needless shared write that can
+/// fail a concurrent decision's CAS. Nothing is written unless some quota gets its tokens back.
 fn cancel_states<const N: usize>(
     states: [u64; N],
     now: u64,
@@ -89,14 +94,13 @@ fn cancel_states<const N: usize>(
 ) -> (Option<[u64; N]>, ()) {
     let mut next = states;
     let mut any = false;
-    for (i, &state) in states.iter().enumerate() {
-        let quota = quota_at(quotas, i);
-        if gcra::cancel(state, now, quota, ticket.after[i], due, cost).is_some() {
+    for (i, quota) in quotas.iter().enumerate() {
+        if gcra::cancel(states[i], now, quota, ticket.after[i], due, cost).is_some() {
             next[i] = ticket.before[i];
             any = true;
         }
     }
-    (any.then_some(next), ())
+    (any.then(|| pad(&next[..quotas.len()])), ())
 }
 
 impl<C: Clock> MultiBucket<C> {
@@ -270,5 +274,49 @@ impl<C> fmt::Debug for MultiReservation<'_, C> {
             .field("due_ns", &self.ticket.due)
             .field("after", &&self.ticket.after[..len])
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::gcra::all::pad;
+    use crate::limits::MAX_LIMITS;
+    use crate::{Limits, ManualClock, MultiBucket, Quota};
+    use core::time::Duration;
+
+    /// Every slot of the store, the padding included (one quota: the pair word's second slot;
+    /// three: the fourth word).
+    fn raw(policy: &MultiBucket<ManualClock>) -> [u64; MAX_LIMITS] {
+        on_store!(policy, |_, s| pad(&s.load()))
+    }
+
+    /// A cancel that gives nothing back to any quota leaves the store as it found it, so it
+    /// makes no concurrent decision's CAS fail: a padding slot never matches on its own. The
+    /// reservation is followed by a `drain` (every quota raised past it, so none gives anything
+    /// back); a padding slot stays a copy of the slot it repeats.
+    #[test]
+    fn a_cancel_that_gives_nothing_back_writes_nothing() {
+        let second = Quota::per_second(10).unwrap();
+        let minute = Quota::new(100, Duration::from_secs(60), 100).unwrap();
+        let hour = Quota::new(1000, Duration::from_secs(3600), 1000).unwrap();
+        for quotas in [&[second][..], &[second, minute, hour][..]] {
+            let n = quotas.len();
+            let limits = Limits::new(quotas.iter().copied()).unwrap();
+            let policy = MultiBucket::with_clock(limits, ManualClock::new());
+            let r = policy.reserve(1).unwrap();
+            policy.drain();
+            let drained = raw(&policy);
+            assert_eq!(
+                drained,
+                pad(&drained[..n]),
+                "{n} quotas: padding after a drain"
+            );
+            r.cancel();
+            assert_eq!(
+                raw(&policy),
+                drained,
+                "{n} quotas: a cancel of nothing wrote"
+            );
+        }
     }
 }
