@@ -160,7 +160,7 @@ fn builder(protocol: Protocol, limits: &Limits) -> auto::Builder<TokioExecutor> 
             b = b.http1_only();
             b.http1()
                 .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
+                .header_read_timeout(limits.header_timeout.min(FAR))
                 .keep_alive(true);
         }
         Protocol::Http2 => {
@@ -168,8 +168,8 @@ fn builder(protocol: Protocol, limits: &Limits) -> auto::Builder<TokioExecutor> 
             b.http2()
                 .timer(TokioTimer::new())
                 .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
-                .keep_alive_interval(limits.keepalive_interval)
-                .keep_alive_timeout(limits.keepalive_timeout);
+                .keep_alive_interval(limits.keepalive_interval.min(FAR))
+                .keep_alive_timeout(limits.keepalive_timeout.min(FAR));
         }
     }
     b
@@ -237,6 +237,15 @@ enum Due {
     NoRequest,
 }
 
+/// What "never" is cut to: a `Limits` built in code may hold `Duration::MAX`, which would
+/// overflow an `Instant` (in hyper's timers too).
+const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
+
+/// `t + d`, or `t + FAR` where `d` is longer.
+fn later(t: Instant, d: Duration) -> Instant {
+    t + d.min(FAR)
+}
+
 fn due(
     activity: &Activity,
     protocol: Protocol,
@@ -245,20 +254,21 @@ fn due(
     now: Instant,
 ) -> Due {
     let s = activity.lock();
-    if protocol == Protocol::Http2 && !s.started && now >= opened + limits.header_timeout {
+    let header_at = later(opened, limits.header_timeout);
+    if protocol == Protocol::Http2 && !s.started && now >= header_at {
         return Due::NoRequest;
     }
     let idle_at = if s.in_flight > 0 {
         // Looked at again one idle period from now: the request in flight ends no earlier
         // than now, so the connection cannot be idle long enough before then.
-        now + limits.idle_timeout
-    } else if now >= s.last_end + limits.idle_timeout {
+        later(now, limits.idle_timeout)
+    } else if now >= later(s.last_end, limits.idle_timeout) {
         return Due::Idle;
     } else {
-        s.last_end + limits.idle_timeout
+        later(s.last_end, limits.idle_timeout)
     };
     if protocol == Protocol::Http2 && !s.started {
-        Due::At(idle_at.min(opened + limits.header_timeout))
+        Due::At(idle_at.min(header_at))
     } else {
         Due::At(idle_at)
     }
@@ -298,10 +308,10 @@ async fn connection(
             r = drain.wait_for(|d| *d), if !draining => {
                 draining = true;
                 if r.is_ok() {
-                    // The drain's own bound (server.rs) covers what follows: no timer.
+                    // Bounded as the whole drain is (server.rs).
                     conn.as_mut().graceful_shutdown();
                     closing = true;
-                    timer.as_mut().reset(Instant::now() + crate::server::DRAIN_BOUND);
+                    timer.as_mut().reset(later(Instant::now(), crate::server::DRAIN_BOUND));
                 }
             }
             () = timer.as_mut() => {
@@ -315,7 +325,7 @@ async fn connection(
                     Due::Idle => {
                         conn.as_mut().graceful_shutdown();
                         closing = true;
-                        timer.as_mut().reset(now + CLOSE_GRACE);
+                        timer.as_mut().reset(later(now, CLOSE_GRACE));
                     }
                 }
             }
@@ -345,7 +355,7 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
         let req = req.map(|b| {
             Body::new(TimedBody {
                 inner: b,
-                deadline: Instant::now() + body_timeout,
+                deadline: later(Instant::now(), body_timeout),
                 sleep: None,
                 expired: expired.clone(),
             })
