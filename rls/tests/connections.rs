@@ -356,3 +356,24 @@ async fn grpc_connections_beyond_the_cap_wait_until_one_closes() {
         .expect("the third served once the second closed")
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_drain_closes_idle_connections_without_waiting_for_its_bound() {
+    let s = start(|_| {}).await;
+    let mut http = served(s.ready.http).await;
+    let (_client, grpc) = health_check(s.ready.grpc).await;
+    // Within 5 s, well inside the drain's bound of 10 s: the idle connections were closed,
+    // not waited for.
+    tokio::time::timeout(BOUND, s.stop())
+        .await
+        .expect("stopped without waiting for idle connections");
+    assert!(
+        closed_within(&mut http, BOUND).await,
+        "HTTP connection left open"
+    );
+    tokio::time::timeout(BOUND, grpc)
+        .await
+        .expect("gRPC connection left open")
+        .unwrap()
+        .unwrap();
+}
