@@ -9,8 +9,9 @@
 //!
 //! A connection task owns hyper's connection and one timer, which enforces:
 //!
-//! * no request in flight for `idle_timeout`: a graceful close (HTTP/1 closes an idle
-//!   connection at once; HTTP/2 sends GOAWAY and closes once its streams are done);
+//! * no request in flight for `idle_timeout` (HTTP/1: or for `header_timeout`, if shorter):
+//!   a graceful close (HTTP/1 closes an idle connection at once, or once the response being
+//!   written is out; HTTP/2 sends GOAWAY and closes once its streams are done);
 //! * HTTP/2 only, no request's headers within `header_timeout` of the connection opening (a
 //!   peer that never sends the preface, or sends it and nothing else): closed at once;
 //! * a graceful close that has not completed within [`CLOSE_GRACE`] (a peer that does not read
@@ -19,7 +20,9 @@
 //! HTTP/1's header deadline is hyper's own `header_read_timeout`: hyper starts it when it
 //! begins reading a request head, which is at the connection's opening and again at the end
 //! of each response, so it also bounds how long a kept-alive connection waits between
-//! requests. A request's body must arrive within `body_timeout` of its headers
+//! requests. It does not run while a response is written: the idle timer, which starts when
+//! the response's headers are handed to hyper, bounds a client that stops reading: closed
+//! at the shorter of the two timeouts plus [`CLOSE_GRACE`]. A request's body must arrive within `body_timeout` of its headers
 //! (`TimedBody`): past it the request is answered 408 (HTTP) or `DEADLINE_EXCEEDED` (gRPC).
 
 use axum::body::Body;
@@ -255,17 +258,23 @@ fn due(
 ) -> Due {
     let s = activity.lock();
     let header_at = later(opened, limits.header_timeout);
+    // HTTP/1: hyper's header timer closes a connection idle for `header_timeout` anyway; the
+    // same bound here also covers the time a response takes to be read.
+    let idle = match protocol {
+        Protocol::Http1 => limits.idle_timeout.min(limits.header_timeout),
+        Protocol::Http2 => limits.idle_timeout,
+    };
     if protocol == Protocol::Http2 && !s.started && now >= header_at {
         return Due::NoRequest;
     }
     let idle_at = if s.in_flight > 0 {
         // Looked at again one idle period from now: the request in flight ends no earlier
         // than now, so the connection cannot be idle long enough before then.
-        later(now, limits.idle_timeout)
-    } else if now >= later(s.last_end, limits.idle_timeout) {
+        later(now, idle)
+    } else if now >= later(s.last_end, idle) {
         return Due::Idle;
     } else {
-        later(s.last_end, limits.idle_timeout)
+        later(s.last_end, idle)
     };
     if protocol == Protocol::Http2 && !s.started {
         Due::At(idle_at.min(header_at))
