@@ -87,6 +87,16 @@ pub enum Protocol {
     Http2,
 }
 
+impl Protocol {
+    /// The port's name in metrics.
+    fn port(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http",
+            Protocol::Http2 => "grpc",
+        }
+    }
+}
+
 /// Serves `app` on `listener` until `stop` resolves, then drains: the listener is closed,
 /// every connection is asked to close gracefully (HTTP/1 after its request in flight,
 /// HTTP/2 by GOAWAY), and this returns once every connection has closed. Dropping the future
@@ -108,13 +118,19 @@ pub async fn serve(
     let mut stop = pin!(stop);
     loop {
         while conns.try_join_next().is_some() {}
-        let slot = tokio::select! {
-            biased;
-            () = &mut stop => break,
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(s) => s,
-                Err(_) => break,
-            },
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(s) => s,
+            Err(_) => {
+                crate::metrics::connection_limit(protocol.port(), "max_connections");
+                tokio::select! {
+                    biased;
+                    () = &mut stop => break,
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(s) => s,
+                        Err(_) => break,
+                    },
+                }
+            }
         };
         let stream = tokio::select! {
             biased;
@@ -292,6 +308,7 @@ async fn connection(
     limits: Limits,
     mut drain: watch::Receiver<bool>,
 ) {
+    let _open = crate::metrics::OpenConnection::new(protocol.port());
     // Small answers go out at once (tonic's own listener sets it too).
     let _ = stream.set_nodelay(true);
     let opened = Instant::now();
@@ -313,7 +330,15 @@ async fn connection(
     let mut draining = false;
     loop {
         tokio::select! {
-            _ = conn.as_mut() => return,
+            r = conn.as_mut() => {
+                // hyper's HTTP/1 header timer ends the connection with a timeout error.
+                let timed_out = r.as_ref().err().and_then(|e| e.downcast_ref::<hyper::Error>())
+                    .is_some_and(hyper::Error::is_timeout);
+                if timed_out {
+                    crate::metrics::connection_limit(protocol.port(), "header_timeout");
+                }
+                return;
+            }
             r = drain.wait_for(|d| *d), if !draining => {
                 draining = true;
                 if r.is_ok() {
@@ -325,13 +350,20 @@ async fn connection(
             }
             () = timer.as_mut() => {
                 if closing {
+                    if !draining {
+                        crate::metrics::connection_limit(protocol.port(), "close_grace");
+                    }
                     return;
                 }
                 let now = Instant::now();
                 match due(&activity, protocol, &limits, opened, now) {
                     Due::At(at) => timer.as_mut().reset(at),
-                    Due::NoRequest => return,
+                    Due::NoRequest => {
+                        crate::metrics::connection_limit(protocol.port(), "header_timeout");
+                        return;
+                    }
                     Due::Idle => {
+                        crate::metrics::connection_limit(protocol.port(), "idle_timeout");
                         conn.as_mut().graceful_shutdown();
                         closing = true;
                         timer.as_mut().reset(later(now, CLOSE_GRACE));
@@ -391,6 +423,7 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
             if !expired.load(Ordering::Relaxed) {
                 return Ok(resp);
             }
+            crate::metrics::connection_limit(protocol.port(), "body_timeout");
             let why = format!("the request's body did not arrive within {body_timeout:?}");
             Ok(match protocol {
                 // The rest of the body may still be on its way: the connection closes after

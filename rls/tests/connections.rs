@@ -86,6 +86,33 @@ async fn response(s: &mut TcpStream) -> (u16, String) {
     }
 }
 
+/// The value of the series `name` with (at least) `labels` on the service's /metrics page, 0
+/// when absent. Every test of this file shares the process's recorder, so a test asserts a
+/// lower bound on what its own connections added.
+async fn metric(s: &Rls, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let (_, page) = http(s.ready.http, "GET", "/metrics", "").await;
+    page.lines()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix('{'))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+/// Whether `tollgate_rls_connection_limits_total` counted `limit` on `port`.
+async fn counted(s: &Rls, port: &str, limit: &str) -> bool {
+    metric(
+        s,
+        "tollgate_rls_connection_limits_total",
+        &[("port", port), ("limit", limit)],
+    )
+    .await
+        >= 1.0
+}
+
 const HEALTH: &[u8] = b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n";
 
 /// A kept-alive connection that has been served one request.
@@ -146,6 +173,7 @@ async fn http_a_request_head_sent_slowly_is_cut_off_at_the_header_timeout() {
     .expect("the trickled head was cut off");
     // A request sent at once is served.
     assert_eq!(http(addr, "GET", "/healthcheck", "").await.0, 200);
+    assert!(counted(&s, "http", "header_timeout").await);
 }
 
 #[tokio::test]
@@ -161,6 +189,7 @@ async fn http_a_body_that_does_not_arrive_is_answered_408() {
     assert_eq!(status, 408, "{body}");
     assert!(body.contains("did not arrive"), "{body}");
     assert!(closed_within(&mut c, BOUND).await, "kept open after a 408");
+    assert!(counted(&s, "http", "body_timeout").await);
     // A whole body is decided as ever.
     let (status, _) = http(
         s.ready.http,
@@ -180,6 +209,7 @@ async fn http_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
         closed_within(&mut c, BOUND).await,
         "an idle connection held open"
     );
+    assert!(counted(&s, "http", "idle_timeout").await);
 }
 
 #[tokio::test]
@@ -187,7 +217,7 @@ async fn http_connections_beyond_the_cap_wait_until_one_closes() {
     let s = start(|o| o.max_connections = 2).await;
     let addr = s.ready.http;
     let first = served(addr).await;
-    let _second = served(addr).await;
+    let second = served(addr).await;
     // The third connects (the kernel's backlog completes the handshake) but is not served
     // while the two are open.
     let mut third = TcpStream::connect(addr).await.unwrap();
@@ -201,6 +231,9 @@ async fn http_connections_beyond_the_cap_wait_until_one_closes() {
     );
     drop(first);
     assert_eq!(response(&mut third).await, (200, "OK\n".to_owned()));
+    // Both closed, so that /metrics gets a slot.
+    drop((second, third));
+    assert!(counted(&s, "http", "max_connections").await);
 }
 
 /// The client preface of HTTP/2 and an empty SETTINGS frame.
@@ -229,6 +262,7 @@ async fn grpc_a_connection_without_a_request_is_closed_at_the_header_timeout() {
         closed_within(&mut c, BOUND).await,
         "a preface alone held open"
     );
+    assert!(counted(&s, "grpc", "header_timeout").await);
     // The helper's client connected at start and has sent nothing since, so its connection
     // was closed too: tonic's channel connects again for its call.
     let mut s = s;
@@ -281,6 +315,7 @@ async fn grpc_an_idle_connection_is_closed_after_the_idle_timeout() {
         .expect("an idle connection held open")
         .unwrap()
         .unwrap();
+    assert!(counted(&s, "grpc", "idle_timeout").await);
 }
 
 /// A `ShouldRateLimit` call whose message announces 100 bytes and sends 3, with the stream
@@ -324,6 +359,7 @@ async fn grpc_a_body_that_does_not_arrive_is_deadline_exceeded() {
         "4",
         "DEADLINE_EXCEEDED"
     );
+    assert!(counted(&s, "grpc", "body_timeout").await);
 }
 
 #[tokio::test]
@@ -355,6 +391,7 @@ async fn grpc_connections_beyond_the_cap_wait_until_one_closes() {
         .await
         .expect("the third served once the second closed")
         .unwrap();
+    assert!(counted(&s, "grpc", "max_connections").await);
 }
 
 #[tokio::test]
@@ -362,6 +399,9 @@ async fn a_drain_closes_idle_connections_without_waiting_for_its_bound() {
     let s = start(|_| {}).await;
     let mut http = served(s.ready.http).await;
     let (_client, grpc) = health_check(s.ready.grpc).await;
+    // The helper's client and this one.
+    let open = metric(&s, "tollgate_rls_connections", &[("port", "grpc")]).await;
+    assert!(open >= 2.0, "{open}");
     // Within 5 s, well inside the drain's bound of 10 s: the idle connections were closed,
     // not waited for.
     tokio::time::timeout(BOUND, s.stop())
