@@ -20,10 +20,12 @@
 //! HTTP/1's header deadline is hyper's own `header_read_timeout`: hyper starts it when it
 //! begins reading a request head, which is at the connection's opening and again at the end
 //! of each response, so it also bounds how long a kept-alive connection waits between
-//! requests. It does not run while a response is written: the idle timer, which starts when
-//! the response's headers are handed to hyper, bounds a client that stops reading: closed
-//! at the shorter of the two timeouts plus [`CLOSE_GRACE`]. A request's body must arrive within `body_timeout` of its headers
-//! (`TimedBody`): past it the request is answered 408 (HTTP) or `DEADLINE_EXCEEDED` (gRPC).
+//! requests. It does not run while a response is written; the idle timer does, from the
+//! response's headers on, so a client that stops reading is closed at the shorter of the two
+//! timeouts plus [`CLOSE_GRACE`].
+//!
+//! A request's body must arrive within `body_timeout` of its headers (`TimedBody`): past it
+//! the request is answered 408 (HTTP) or `DEADLINE_EXCEEDED` (gRPC).
 
 use axum::body::Body;
 use axum::http::{header, Request, Response, StatusCode};
@@ -52,10 +54,10 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(10);
 /// (out of file descriptors, out of memory), so that it does not spin while the error lasts.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// The most streams one HTTP/2 connection of the gRPC port holds open (hyper's default for
-/// its server, which tonic's builder turns off when left unset): each open stream may buffer
-/// a message of up to 4 MiB while it arrives. Envoy opens another connection when it needs
-/// more.
+/// The most streams one HTTP/2 connection of the gRPC port holds open (hyper's server default,
+/// set here explicitly: tonic's builder, for one, turns it off when left unset): each open
+/// stream may buffer a message of up to 4 MiB while it arrives. Envoy opens another connection
+/// when it needs more.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 200;
 
 /// The limits one port applies to its connections (`--max-connections`, `--header-timeout-ms`,
