@@ -1,8 +1,8 @@
 //! `ShouldRateLimit` under load: a Rust gRPC load generator (tonic clients, 1 to 256 calls in
 //! flight) against servers on loopback, side by side in one run:
 //!
-//! * the local backend against the same tonic server whose handler answers `OK` without
-//!   deciding (the transport's cost);
+//! * the local backend against the same server (tollgate-rls's connection loop and tonic's
+//!   routes) whose handler answers `OK` without deciding (the transport's cost);
 //! * the exact Redis backend against envoyproxy/ratelimit's algorithm (a fixed window per unit:
 //!   pipelined `INCRBY` + `EXPIRE` per descriptor, `engine::FixedWindowBackend`) through the
 //!   same service, on the same `redis-server`;
@@ -26,12 +26,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tollgate_rls::config::Config;
+use tollgate_rls::conn::{self, Protocol};
 use tollgate_rls::engine::{
     Backend, FixedWindowBackend, LocalBackend, OnRedisError, RedisBackend, RlsClock,
 };
 use tollgate_rls::grpc::{Grpc, NoOp};
+use tollgate_rls::server::Options;
 use tollgate_rls::service::Service;
 use tollgate_testkit::redis_server::RedisServer;
+use tonic::service::Routes;
 
 type Client = RateLimitServiceClient<tonic::transport::Channel>;
 
@@ -55,26 +58,32 @@ fn config() -> Config {
     Config::from_sources(&[(PathBuf::from("bench.yaml"), CONFIG.to_owned())]).unwrap()
 }
 
-/// Serves `router` on a free loopback port on its own runtime; returns the address.
-fn serve(rt: &tokio::runtime::Runtime, router: tonic::transport::server::Router) -> SocketAddr {
+/// Serves `routes` on a free loopback port on its own runtime, through the connection loop
+/// `tollgate-rls` runs (its default limits); returns the address.
+fn serve(rt: &tokio::runtime::Runtime, routes: Routes) -> SocketAddr {
     let l = rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
     let addr = l.local_addr().unwrap();
-    rt.spawn(router.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)));
+    let limits = Options::new(PathBuf::new()).limits();
+    rt.spawn(conn::serve(
+        l,
+        routes.prepare().into_axum_router(),
+        Protocol::Http2,
+        limits,
+        std::future::pending(),
+    ));
     addr
 }
 
 /// The generated server of `svc` (prost's decoder).
-fn generated<S: RateLimitService>(svc: S) -> tonic::transport::server::Router {
-    tonic::transport::Server::builder().add_service(RateLimitServiceServer::new(svc))
+fn generated<S: RateLimitService>(svc: S) -> Routes {
+    Routes::new(RateLimitServiceServer::new(svc))
 }
 
 /// The service's own server, as `tollgate-rls` runs it (the decoder that scans first).
-fn rls(
-    service: std::sync::Arc<tollgate_rls::service::Service>,
-) -> tonic::transport::server::Router {
-    tonic::transport::Server::builder().add_service(Grpc::server(service))
+fn rls(service: std::sync::Arc<tollgate_rls::service::Service>) -> Routes {
+    Routes::new(Grpc::server(service))
 }
 
 fn runtime(threads: usize) -> tokio::runtime::Runtime {

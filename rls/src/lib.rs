@@ -13,9 +13,11 @@
 //!   (per-limit keyed tables, all or nothing across a request), the Redis backend (one script
 //!   call per request) and saved state;
 //! * [`service`]: one request's decision, whatever the transport;
-//! * [`grpc`], [`http`]: the two ports; [`server`]: startup, reload, drain.
+//! * [`grpc`], [`http`]: the two ports; [`conn`]: their connections (a cap, deadlines, the
+//!   idle timeout); [`server`]: startup, reload, drain.
 
 pub mod config;
+pub mod conn;
 pub mod engine;
 pub mod grpc;
 pub mod http;

@@ -45,6 +45,35 @@ struct Cli {
     #[arg(long, value_name = "POLICY", default_value = "unavailable",
           value_parser = ["unavailable", "allow", "local"])]
     on_redis_error: String,
+    /// The most connections each port holds open at once; more wait in the kernel's listen
+    /// backlog until one closes.
+    #[arg(long, value_name = "N", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+    /// A request's headers must arrive within this (milliseconds) of the connection opening
+    /// or, on HTTP/1, of the previous response; the connection is closed otherwise.
+    #[arg(long, value_name = "MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    header_timeout_ms: u64,
+    /// A request's body must arrive within this (milliseconds) of its headers: 408, or gRPC
+    /// DEADLINE_EXCEEDED, otherwise.
+    #[arg(long, value_name = "MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    body_timeout_ms: u64,
+    /// A connection with no request in flight for this long (milliseconds) is closed
+    /// gracefully (HTTP/2: GOAWAY).
+    #[arg(long, value_name = "MS", default_value_t = 300_000,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    idle_timeout_ms: u64,
+    /// gRPC port: an HTTP/2 PING after this long (milliseconds) without a frame from the peer.
+    #[arg(long, value_name = "MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    grpc_keepalive_ms: u64,
+    /// gRPC port: the connection is closed when a PING is not acknowledged within this
+    /// (milliseconds).
+    #[arg(long, value_name = "MS", default_value_t = 20_000,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    grpc_keepalive_timeout_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -65,6 +94,12 @@ fn main() -> ExitCode {
         },
         save_every: Duration::from_secs(10),
         reload_poll: Duration::from_millis(500),
+        max_connections: cli.max_connections as usize,
+        header_timeout: Duration::from_millis(cli.header_timeout_ms),
+        body_timeout: Duration::from_millis(cli.body_timeout_ms),
+        idle_timeout: Duration::from_millis(cli.idle_timeout_ms),
+        grpc_keepalive: Duration::from_millis(cli.grpc_keepalive_ms),
+        grpc_keepalive_timeout: Duration::from_millis(cli.grpc_keepalive_timeout_ms),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

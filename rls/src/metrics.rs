@@ -13,6 +13,8 @@
 //! | `tollgate_rls_tracked_buckets` | gauge | | buckets the local tables track (set when /metrics is read) |
 //! | `tollgate_rls_redis_up` | gauge | | 1 after a Redis decision, 0 after a failed one |
 //! | `tollgate_rls_redis_failures_total` | counter | `policy` | decisions Redis failed, by the policy that answered |
+//! | `tollgate_rls_connections` | gauge | `port` | connections open (`grpc`, `http`) |
+//! | `tollgate_rls_connection_limits_total` | counter | `port`, `limit` | a connection limit acted: `max_connections` (the port stopped accepting at the cap), `header_timeout`, `body_timeout`, `idle_timeout` (connections closed or requests answered for it), `close_grace` (a graceful close cut short) |
 //!
 //! `descriptor` is the limit's path in the config (`key_value.key2`): a request's own values
 //! appear only under `detailed_metric: true` or `value_to_metric: true`. tollgate-redis's
@@ -229,6 +231,31 @@ pub(crate) fn redis_failure(policy: OnRedisError) {
         OnRedisError::Local => "local",
     };
     metrics::counter!("tollgate_rls_redis_failures_total", "policy" => p).increment(1);
+}
+
+/// One open connection of `port` in `tollgate_rls_connections`, from its creation to its
+/// drop (also when its task is aborted).
+#[derive(Debug)]
+pub(crate) struct OpenConnection(&'static str);
+
+impl OpenConnection {
+    pub(crate) fn new(port: &'static str) -> OpenConnection {
+        metrics::gauge!("tollgate_rls_connections", "port" => port).increment(1.0);
+        OpenConnection(port)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        metrics::gauge!("tollgate_rls_connections", "port" => self.0).decrement(1.0);
+    }
+}
+
+/// Counts a connection limit acting on `port` (`max_connections`, `header_timeout`,
+/// `body_timeout`, `idle_timeout`, `close_grace`).
+pub(crate) fn connection_limit(port: &'static str, limit: &'static str) {
+    metrics::counter!("tollgate_rls_connection_limits_total", "port" => port, "limit" => limit)
+        .increment(1);
 }
 
 #[cfg(test)]

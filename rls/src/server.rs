@@ -1,6 +1,7 @@
 //! Startup, the two listeners, hot reload, saved state and the drain.
 
 use crate::config::{config_files, Config, ConfigError};
+use crate::conn::{self, Limits, Protocol};
 use crate::engine::{Backend, LocalBackend, OnRedisError, RedisBackend, RlsClock};
 use crate::grpc::Grpc;
 use crate::service::Service;
@@ -16,12 +17,7 @@ use tokio::sync::{oneshot, watch};
 use tonic_health::ServingStatus;
 
 /// How long a drain waits for open connections to close.
-const DRAIN_BOUND: Duration = Duration::from_secs(10);
-
-/// The most streams one HTTP/2 connection of the gRPC port holds open (hyper's default, which
-/// tonic's builder turns off when left unset): each open stream may buffer a message of up to
-/// 4 MiB while it arrives. Envoy opens another connection when it needs more.
-const MAX_STREAMS_PER_CONNECTION: u32 = 200;
+pub(crate) const DRAIN_BOUND: Duration = Duration::from_secs(10);
 
 /// What `run` needs.
 #[derive(Debug, Clone)]
@@ -48,6 +44,18 @@ pub struct Options {
     pub save_every: Duration,
     /// How often the config path is read for changes.
     pub reload_poll: Duration,
+    /// `--max-connections`: the most connections each port holds open at once.
+    pub max_connections: usize,
+    /// `--header-timeout-ms`.
+    pub header_timeout: Duration,
+    /// `--body-timeout-ms`.
+    pub body_timeout: Duration,
+    /// `--idle-timeout-ms`.
+    pub idle_timeout: Duration,
+    /// `--grpc-keepalive-ms`.
+    pub grpc_keepalive: Duration,
+    /// `--grpc-keepalive-timeout-ms`.
+    pub grpc_keepalive_timeout: Duration,
 }
 
 impl Options {
@@ -65,6 +73,24 @@ impl Options {
             on_redis_error: OnRedisError::Unavailable,
             save_every: Duration::from_secs(10),
             reload_poll: Duration::from_millis(500),
+            max_connections: 10_000,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            grpc_keepalive: Duration::from_secs(60),
+            grpc_keepalive_timeout: Duration::from_secs(20),
+        }
+    }
+
+    /// The connection limits of both ports.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_connections: self.max_connections,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            idle_timeout: self.idle_timeout,
+            keepalive_interval: self.grpc_keepalive,
+            keepalive_timeout: self.grpc_keepalive_timeout,
         }
     }
 }
@@ -166,28 +192,32 @@ pub async fn run(
             .set_service_status(name, ServingStatus::Serving)
             .await;
     }
+    let limits = opts.limits();
     let (grpc_stop_tx, grpc_stop) = oneshot::channel::<()>();
-    let grpc = tokio::spawn(
-        tonic::transport::Server::builder()
-            .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
-            .add_service(health_service)
-            .add_service(Grpc::server(service.clone()))
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
-                async {
-                    let _ = grpc_stop.await;
-                },
-            ),
-    );
+    let grpc_app = tonic::service::Routes::new(health_service)
+        .add_service(Grpc::server(service.clone()))
+        .prepare()
+        .into_axum_router();
+    let mut grpc = tokio::spawn(conn::serve(
+        grpc_listener,
+        grpc_app,
+        Protocol::Http2,
+        limits,
+        async {
+            let _ = grpc_stop.await;
+        },
+    ));
     let (http_stop_tx, http_stop) = oneshot::channel::<()>();
     let app = crate::http::router(service.clone(), handle);
-    let http = tokio::spawn(async move {
-        axum::serve(http_listener, app)
-            .with_graceful_shutdown(async {
-                let _ = http_stop.await;
-            })
-            .await
-    });
+    let mut http = tokio::spawn(conn::serve(
+        http_listener,
+        app,
+        Protocol::Http1,
+        limits,
+        async {
+            let _ = http_stop.await;
+        },
+    ));
 
     // SIGHUP's handler before the first line (its default action ends the process).
     let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
@@ -232,18 +262,17 @@ pub async fn run(
     }
     let _ = stop_tx.send(true);
     // In-flight calls finish; a client that keeps its connection open past the drain's bound
-    // (one that does not answer the GOAWAY's ping) is cut off.
+    // (one that does not answer the GOAWAY's ping) is cut off: aborting the accept loop's
+    // task drops its connection tasks.
     let _ = grpc_stop_tx.send(());
-    match tokio::time::timeout(DRAIN_BOUND, grpc).await {
-        Ok(Ok(Err(e))) => log(format!("gRPC server: {e}")),
-        Ok(_) => {}
-        Err(_) => log("gRPC connections still open after the drain's bound: closed"),
+    if tokio::time::timeout(DRAIN_BOUND, &mut grpc).await.is_err() {
+        grpc.abort();
+        log("gRPC connections still open after the drain's bound: closed");
     }
     let _ = http_stop_tx.send(());
-    match tokio::time::timeout(DRAIN_BOUND, http).await {
-        Ok(Ok(Err(e))) => log(format!("HTTP server: {e}")),
-        Ok(_) => {}
-        Err(_) => log("HTTP connections still open after the drain's bound: closed"),
+    if tokio::time::timeout(DRAIN_BOUND, &mut http).await.is_err() {
+        http.abort();
+        log("HTTP connections still open after the drain's bound: closed");
     }
     let _ = watcher.await;
     if let Some(s) = saver {

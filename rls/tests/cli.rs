@@ -25,6 +25,18 @@ fn bad_flags_and_invalid_configs_exit_2_with_a_clear_message() {
     assert!(err.contains("--config"), "{err}");
     let (code, err) = run_to_exit(&["--config", good, "--bogus"]);
     assert_eq!(code, Some(2), "{err}");
+    for (flag, value) in [
+        ("--max-connections", "0"),
+        ("--header-timeout-ms", "0"),
+        ("--body-timeout-ms", "0"),
+        ("--idle-timeout-ms", "0"),
+        ("--grpc-keepalive-ms", "0"),
+        ("--grpc-keepalive-timeout-ms", "0"),
+    ] {
+        let (code, err) = run_to_exit(&["--config", good, flag, value]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains(flag), "{err}");
+    }
     let bad = dir.write(
         "bad.yaml",
         "domain: cli\ndescriptors:\n  - key: user\n    rate_limit: {unit: lightyear, requests_per_unit: 2}\n",

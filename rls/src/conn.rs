@@ -1,0 +1,534 @@
+//! The connections of both ports: a cap on how many are open, deadlines for a request's
+//! headers and body, an idle timeout, HTTP/2 keepalive pings, and the drain.
+//!
+//! Each port runs one accept loop ([`serve`]) and a task per connection. The loop takes a
+//! slot of the port's semaphore before it accepts: at the cap it stops accepting, and further
+//! connections wait in the kernel's listen backlog until a connection closes and frees its
+//! slot. A connection task holds its slot until it ends, so "open connections" counts every
+//! connection the process holds a socket for, served or closing.
+//!
+//! A connection task owns hyper's connection and one timer, which enforces:
+//!
+//! * no request in flight for `idle_timeout` (HTTP/1: or for `header_timeout`, if shorter):
+//!   a graceful close (HTTP/1 closes an idle connection at once, or once the response being
+//!   written is out; HTTP/2 sends GOAWAY and closes once its streams are done);
+//! * HTTP/2 only, no request's headers within `header_timeout` of the connection opening (a
+//!   peer that never sends the preface, or sends it and nothing else): closed at once;
+//! * a graceful close that has not completed within [`CLOSE_GRACE`] (a peer that does not read
+//!   the response, or does not answer GOAWAY's ping): closed at once.
+//!
+//! HTTP/1's header deadline is hyper's own `header_read_timeout`: hyper starts it when it
+//! begins reading a request head, which is at the connection's opening and again at the end
+//! of each response, so it also bounds how long a kept-alive connection waits between
+//! requests. It does not run while a response is written; the idle timer does, from the
+//! response's headers on, so a client that stops reading is closed at the shorter of the two
+//! timeouts plus [`CLOSE_GRACE`].
+//!
+//! A request's body must arrive within `body_timeout` of its headers (`TimedBody`): past it
+//! the request is answered 408 (HTTP) or `DEADLINE_EXCEEDED` (gRPC).
+
+use axum::body::Body;
+use axum::http::{header, Request, Response, StatusCode};
+use axum::response::IntoResponse;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, Sleep};
+use tower::ServiceExt;
+
+/// How long a connection may take to close once it was asked to close gracefully (idle):
+/// a peer that does not read its response or answer HTTP/2's GOAWAY ping is cut off then.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(10);
+
+/// How long the accept loop pauses after an accept error that is not about one connection
+/// (out of file descriptors, out of memory), so that it does not spin while the error lasts.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The most streams one HTTP/2 connection of the gRPC port holds open (hyper's server default,
+/// set here explicitly: tonic's builder, for one, turns it off when left unset): each open
+/// stream may buffer a message of up to 4 MiB while it arrives. Envoy opens another connection
+/// when it needs more.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 200;
+
+/// The limits one port applies to its connections (`--max-connections`, `--header-timeout-ms`,
+/// `--body-timeout-ms`, `--idle-timeout-ms`, `--grpc-keepalive-ms`,
+/// `--grpc-keepalive-timeout-ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The most connections open at once; more wait in the kernel's backlog.
+    pub max_connections: usize,
+    /// HTTP/1: a request's headers complete within this of the connection opening or of the
+    /// previous response. HTTP/2: the first request's headers within this of the opening.
+    pub header_timeout: Duration,
+    /// A request's body complete within this of its headers.
+    pub body_timeout: Duration,
+    /// A connection with no request in flight for this long is closed gracefully.
+    pub idle_timeout: Duration,
+    /// HTTP/2: a PING after this long without a frame from the peer.
+    pub keepalive_interval: Duration,
+    /// HTTP/2: the connection is closed when a PING is not acknowledged within this.
+    pub keepalive_timeout: Duration,
+}
+
+/// The protocol a port speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1 only (the HTTP port).
+    Http1,
+    /// HTTP/2 only, prior knowledge (the gRPC port).
+    Http2,
+}
+
+impl Protocol {
+    /// The port's name in metrics.
+    fn port(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http",
+            Protocol::Http2 => "grpc",
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `stop` resolves, then drains: the listener is closed,
+/// every connection is asked to close gracefully (HTTP/1 after its request in flight,
+/// HTTP/2 by GOAWAY), and this returns once every connection has closed. Dropping the future
+/// (or aborting its task) closes every connection at once.
+pub async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    protocol: Protocol,
+    limits: Limits,
+    stop: impl Future<Output = ()>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let builder = builder(protocol, &limits);
+    let (drain_tx, drain_rx) = watch::channel(false);
+    // Connection tasks live in the set so that dropping it (the drain's bound passed) aborts
+    // them; finished ones are reaped at each accept, so it holds at most the open ones and
+    // those that ended since.
+    let mut conns = JoinSet::new();
+    let mut stop = pin!(stop);
+    loop {
+        while conns.try_join_next().is_some() {}
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(s) => s,
+            Err(_) => {
+                crate::metrics::connection_limit(protocol.port(), "max_connections");
+                tokio::select! {
+                    biased;
+                    () = &mut stop => break,
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(s) => s,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
+        let stream = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    if !is_connection_error(&e) {
+                        eprintln!("tollgate-rls: accept failed (pausing {ACCEPT_BACKOFF:?}): {e}");
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    }
+                    continue;
+                }
+            },
+        };
+        conns.spawn(connection(
+            stream,
+            slot,
+            app.clone(),
+            builder.clone(),
+            protocol,
+            limits,
+            drain_rx.clone(),
+        ));
+    }
+    drop(listener);
+    let _ = drain_tx.send(true);
+    while conns.join_next().await.is_some() {}
+}
+
+/// Errors of accepting one connection (the peer gave up meanwhile): the next accept is
+/// unaffected.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
+}
+
+/// hyper's connection builder for `protocol` under `limits`.
+fn builder(protocol: Protocol, limits: &Limits) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    match protocol {
+        Protocol::Http1 => {
+            b = b.http1_only();
+            b.http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout.min(FAR))
+                .keep_alive(true);
+        }
+        Protocol::Http2 => {
+            b = b.http2_only();
+            b.http2()
+                .timer(TokioTimer::new())
+                .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+                .keep_alive_interval(limits.keepalive_interval.min(FAR))
+                .keep_alive_timeout(limits.keepalive_timeout.min(FAR));
+        }
+    }
+    b
+}
+
+/// What a connection's requests tell its task: how many are in flight, whether one has
+/// started, when the last one ended.
+#[derive(Debug)]
+struct Activity {
+    state: Mutex<ActivityState>,
+}
+
+#[derive(Debug)]
+struct ActivityState {
+    in_flight: usize,
+    started: bool,
+    /// The end of the last request, or the connection's opening before the first one.
+    last_end: Instant,
+}
+
+impl Activity {
+    fn new(opened: Instant) -> Activity {
+        Activity {
+            state: Mutex::new(ActivityState {
+                in_flight: 0,
+                started: false,
+                last_end: opened,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ActivityState> {
+        // The state is three plain fields, each written whole: a panic elsewhere cannot leave
+        // it half-updated.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn begin(self: &Arc<Self>) -> InFlight {
+        let mut s = self.lock();
+        s.in_flight += 1;
+        s.started = true;
+        InFlight(self.clone())
+    }
+}
+
+/// A request in flight on its connection, from its headers to its response's headers
+/// (dropped with the request's future, also when the peer resets the stream).
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut s = self.0.lock();
+        s.in_flight -= 1;
+        s.last_end = Instant::now();
+    }
+}
+
+/// What the connection's timer decides when it fires.
+enum Due {
+    /// Nothing yet: fire again then.
+    At(Instant),
+    /// Idle too long: close gracefully.
+    Idle,
+    /// HTTP/2 without a request's headers in time: close at once.
+    NoRequest,
+}
+
+/// What "never" is cut to: a `Limits` built in code may hold `Duration::MAX`, which would
+/// overflow an `Instant` (in hyper's timers too).
+const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
+
+/// `t + d`, or `t + FAR` where `d` is longer.
+fn later(t: Instant, d: Duration) -> Instant {
+    t + d.min(FAR)
+}
+
+fn due(
+    activity: &Activity,
+    protocol: Protocol,
+    limits: &Limits,
+    opened: Instant,
+    now: Instant,
+) -> Due {
+    let s = activity.lock();
+    let header_at = later(opened, limits.header_timeout);
+    // HTTP/1: hyper's header timer closes a connection idle for `header_timeout` anyway; the
+    // same bound here also covers the time a response takes to be read.
+    let idle = match protocol {
+        Protocol::Http1 => limits.idle_timeout.min(limits.header_timeout),
+        Protocol::Http2 => limits.idle_timeout,
+    };
+    if protocol == Protocol::Http2 && !s.started && now >= header_at {
+        return Due::NoRequest;
+    }
+    let idle_at = if s.in_flight > 0 {
+        // Looked at again one idle period from now: the request in flight ends no earlier
+        // than now, so the connection cannot be idle long enough before then.
+        later(now, idle)
+    } else if now >= later(s.last_end, idle) {
+        return Due::Idle;
+    } else {
+        later(s.last_end, idle)
+    };
+    if protocol == Protocol::Http2 && !s.started {
+        Due::At(idle_at.min(header_at))
+    } else {
+        Due::At(idle_at)
+    }
+}
+
+async fn connection(
+    stream: TcpStream,
+    _slot: OwnedSemaphorePermit,
+    app: axum::Router,
+    builder: auto::Builder<TokioExecutor>,
+    protocol: Protocol,
+    limits: Limits,
+    mut drain: watch::Receiver<bool>,
+) {
+    let _open = crate::metrics::OpenConnection::new(protocol.port());
+    // Small answers go out at once (tonic's own listener sets it too).
+    let _ = stream.set_nodelay(true);
+    let opened = Instant::now();
+    let activity = Arc::new(Activity::new(opened));
+    let service = Tracked {
+        app,
+        activity: activity.clone(),
+        protocol,
+        body_timeout: limits.body_timeout,
+    };
+    let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), service));
+    let first = match due(&activity, protocol, &limits, opened, opened) {
+        Due::At(at) => at,
+        Due::Idle | Due::NoRequest => opened,
+    };
+    let mut timer = pin!(tokio::time::sleep_until(first));
+    // Once a graceful close has begun, the timer is its bound.
+    let mut closing = false;
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                // hyper's HTTP/1 header timer ends the connection with a timeout error.
+                let timed_out = r.as_ref().err().and_then(|e| e.downcast_ref::<hyper::Error>())
+                    .is_some_and(hyper::Error::is_timeout);
+                if timed_out {
+                    crate::metrics::connection_limit(protocol.port(), "header_timeout");
+                }
+                return;
+            }
+            r = drain.wait_for(|d| *d), if !draining => {
+                draining = true;
+                if r.is_ok() {
+                    // Bounded as the whole drain is (server.rs).
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                    timer.as_mut().reset(later(Instant::now(), crate::server::DRAIN_BOUND));
+                }
+            }
+            () = timer.as_mut() => {
+                if closing {
+                    if !draining {
+                        crate::metrics::connection_limit(protocol.port(), "close_grace");
+                    }
+                    return;
+                }
+                let now = Instant::now();
+                match due(&activity, protocol, &limits, opened, now) {
+                    Due::At(at) => timer.as_mut().reset(at),
+                    Due::NoRequest => {
+                        crate::metrics::connection_limit(protocol.port(), "header_timeout");
+                        return;
+                    }
+                    Due::Idle => {
+                        crate::metrics::connection_limit(protocol.port(), "idle_timeout");
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                        timer.as_mut().reset(later(now, CLOSE_GRACE));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The port's app with each request counted on its connection and its body under the
+/// body deadline.
+#[derive(Clone)]
+struct Tracked {
+    app: axum::Router,
+    activity: Arc<Activity>,
+    protocol: Protocol,
+    body_timeout: Duration,
+}
+
+impl hyper::service::Service<Request<Incoming>> for Tracked {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let in_flight = self.activity.begin();
+        let expired = Arc::new(AtomicBool::new(false));
+        let body_timeout = self.body_timeout;
+        let req = req.map(|b| {
+            Body::new(TimedBody {
+                inner: b,
+                deadline: later(Instant::now(), body_timeout),
+                sleep: None,
+                expired: expired.clone(),
+            })
+        });
+        let (app, protocol) = (self.app.clone(), self.protocol);
+        // gRPC: the client's deadline bounds the call, as tonic's own server does it (and
+        // answers it: CANCELLED, "Timeout expired").
+        let deadline = match protocol {
+            Protocol::Http1 => None,
+            Protocol::Http2 => req
+                .headers()
+                .get("grpc-timeout")
+                .and_then(|v| grpc_timeout(v.as_bytes())),
+        };
+        Box::pin(async move {
+            let _in_flight = in_flight;
+            let resp = match deadline {
+                None => app.oneshot(req).await?,
+                Some(d) => match tokio::time::timeout(d, app.oneshot(req)).await {
+                    Ok(r) => r?,
+                    Err(_) => return Ok(tonic::Status::cancelled("Timeout expired").into_http()),
+                },
+            };
+            if !expired.load(Ordering::Relaxed) {
+                return Ok(resp);
+            }
+            crate::metrics::connection_limit(protocol.port(), "body_timeout");
+            let why = format!("the request's body did not arrive within {body_timeout:?}");
+            Ok(match protocol {
+                // The rest of the body may still be on its way: the connection closes after
+                // the answer.
+                Protocol::Http1 => (
+                    StatusCode::REQUEST_TIMEOUT,
+                    [(header::CONNECTION, "close")],
+                    format!("{why}\n"),
+                )
+                    .into_response(),
+                Protocol::Http2 => tonic::Status::deadline_exceeded(why).into_http(),
+            })
+        })
+    }
+}
+
+/// A `grpc-timeout` header's value (gRPC over HTTP/2: at most 8 digits and a unit, `H`,
+/// `M`, `S`, `m`, `u` or `n`); `None` for a malformed one, which is ignored as tonic ignores it.
+fn grpc_timeout(v: &[u8]) -> Option<Duration> {
+    let (unit, digits) = v.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    // At most 8 digits: no overflow, even in hours.
+    let n = std::str::from_utf8(digits).ok()?.parse::<u64>().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// A request body that fails once its deadline passes before its end, and says so in
+/// `expired` (the service then answers for the timeout, whatever the handler made of the
+/// error).
+struct TimedBody {
+    inner: Incoming,
+    deadline: Instant,
+    /// Made when the body first waits for data: a body that arrives with its headers (most
+    /// do) costs no timer.
+    sleep: Option<Pin<Box<Sleep>>>,
+    expired: Arc<AtomicBool>,
+}
+
+impl hyper::body::Body for TimedBody {
+    type Data = hyper::body::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(r) => Poll::Ready(r.map(|f| f.map_err(Into::into))),
+            Poll::Pending => {
+                let deadline = this.deadline;
+                let sleep = this
+                    .sleep
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                match sleep.as_mut().poll(cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(()) => {
+                        this.expired.store(true, Ordering::Relaxed);
+                        Poll::Ready(Some(Err("request body timeout".into())))
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_as_the_spec_says() {
+        assert_eq!(grpc_timeout(b"20m"), Some(Duration::from_millis(20)));
+        assert_eq!(grpc_timeout(b"1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(
+            grpc_timeout(b"99999999n"),
+            Some(Duration::from_nanos(99_999_999))
+        );
+        for bad in [&b""[..], b"m", b"123456789m", b"5x", b"-5m", b"5 m", b"+5m"] {
+            assert_eq!(
+                grpc_timeout(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}
