@@ -406,8 +406,13 @@ pub fn write_state(local: &LocalBackend, path: &Path) -> std::io::Result<()> {
 pub fn restore_state(local: &LocalBackend, path: &Path) {
     match std::fs::File::open(path) {
         Ok(f) => match local.restore(std::io::BufReader::new(f)) {
-            crate::engine::Restored::Ok { tables } => log(format!(
+            crate::engine::Restored::Ok { tables, drained: 0 } => log(format!(
                 "state restored from {} ({tables} limits)",
+                path.display()
+            )),
+            crate::engine::Restored::Ok { tables, drained } => log(format!(
+                "state restored from {} ({tables} limits; {drained} with another number of \
+                 rates than saved start drained)",
                 path.display()
             )),
             crate::engine::Restored::Damaged(why) => log(format!(

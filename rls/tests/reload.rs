@@ -237,3 +237,68 @@ fn retired_tables_are_bounded_by_max_keys_oldest_first() {
     assert!(hit("a"), "a's table was dropped: a new bucket");
     assert!(!hit("b"), "b resumes");
 }
+
+/// A saved file restored under a config where one limit has another number of rates: that
+/// limit's table starts drained (its buckets cannot be paired rate by rate), the file's other
+/// tables are restored as saved, not drained with it.
+#[test]
+fn a_limit_whose_number_of_rates_changed_since_the_save_starts_drained_alone() {
+    use tollgate::ManualClock;
+    use tollgate_rls::engine::{Backend, LocalBackend, Restored, RlsClock};
+    use tollgate_rls::service::Service;
+    let other = "  - key: other\n    rate_limit: {unit: hour, requests_per_unit: 5}\n";
+    let saved = format!("domain: r\ndescriptors:\n  - key: user\n    rate_limit: {{unit: hour, requests_per_unit: 3}}\n{other}");
+    let two_rates = format!(
+        "domain: r\ndescriptors:\n  - key: user\n    rate_limits:\n      - {{unit: hour, requests_per_unit: 3}}\n      - {{unit: day, requests_per_unit: 10}}\n{other}"
+    );
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000_000));
+    let service = |yaml: &str| {
+        let local = LocalBackend::new(RlsClock::manual(clock.clone()), 1_000);
+        Service::new(load(yaml), Backend::Local(local), false)
+    };
+    fn local(s: &Service) -> &LocalBackend {
+        match s.backend() {
+            Backend::Local(l) => l,
+            _ => unreachable!(),
+        }
+    }
+    let s = service(&saved);
+    let admitted =
+        |s: &Service, key: &str, n: usize| (0..n).filter(|_| one(s, key, "alice")).count();
+    assert_eq!(admitted(&s, "user", 1), 1);
+    assert_eq!(admitted(&s, "other", 2), 2);
+    let mut file = Vec::new();
+    local(&s).save(&mut file).unwrap();
+
+    // The same config: both tables as saved.
+    let same = service(&saved);
+    assert_eq!(
+        local(&same).restore(&file[..]),
+        Restored::Ok {
+            tables: 2,
+            drained: 0
+        }
+    );
+    assert_eq!(admitted(&same, "user", 10), 2);
+    assert_eq!(admitted(&same, "other", 10), 3);
+
+    // `user` gained a rate: its table starts drained (a value never seen included); `other`
+    // keeps alice's 3 tokens.
+    let changed = service(&two_rates);
+    assert_eq!(
+        local(&changed).restore(&file[..]),
+        Restored::Ok {
+            tables: 2,
+            drained: 1
+        }
+    );
+    assert_eq!(admitted(&changed, "other", 10), 3, "restored, not drained");
+    assert_eq!(admitted(&changed, "user", 10), 0, "drained");
+    assert!(!one(&changed, "user", "bob"), "drained for every value");
+
+    // A reload that changes the number of rates does the same to the live table.
+    s.reload(load(&two_rates));
+    assert_eq!(admitted(&s, "other", 10), 3, "kept");
+    assert!(!one(&s, "user", "bob"), "drained for every value");
+}

@@ -30,6 +30,7 @@ use std::hash::BuildHasher;
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::SystemTime;
+use tollgate::persist::RestoreError;
 use tollgate::{KeyedMultiLimiter, Limiter};
 
 /// Stripes of the per-bucket locks (a power of two).
@@ -96,6 +97,10 @@ pub enum Restored {
     Ok {
         /// Tables restored.
         tables: usize,
+        /// Of those, tables whose limit has another number of rates than when saved: their
+        /// buckets cannot be paired rate by rate, so they start drained (as a reload that
+        /// changes the number drains the table), never full.
+        drained: usize,
     },
     /// The file is damaged: every table starts drained.
     Damaged(String),
@@ -175,8 +180,9 @@ impl LocalBackend {
                     let limiter = match limiter {
                         Some(l) => l,
                         None => match self.fresh(limit, size) {
-                            // Never expected (an in-memory save read back at once); err toward
-                            // refusing rather than a free burst.
+                            // Another number of rates (`LimitsChanged`: buckets cannot be
+                            // paired rate by rate), or a save that failed: err toward refusing
+                            // rather than a free burst.
                             Some(t) => {
                                 t.limiter.drain();
                                 t.limiter
@@ -438,7 +444,7 @@ impl LocalBackend {
     /// [`save`]: LocalBackend::save
     pub fn restore<R: Read>(&self, r: R) -> Restored {
         match self.try_restore(r) {
-            Ok(n) => Restored::Ok { tables: n },
+            Ok((tables, drained)) => Restored::Ok { tables, drained },
             Err(why) => {
                 let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
                 for t in tables.values() {
@@ -449,7 +455,7 @@ impl LocalBackend {
         }
     }
 
-    fn try_restore<R: Read>(&self, mut r: R) -> Result<usize, String> {
+    fn try_restore<R: Read>(&self, mut r: R) -> Result<(usize, usize), String> {
         let mut magic = [0u8; 8];
         r.read_exact(&mut magic)
             .map_err(|e| format!("no header: {e}"))?;
@@ -457,6 +463,7 @@ impl LocalBackend {
             return Err("not a tollgate-rls state file".into());
         }
         let mut rebuilt: Vec<(String, Table)> = Vec::new();
+        let mut drained = 0;
         loop {
             let mut tag = [0u8; 1];
             r.read_exact(&mut tag)
@@ -504,9 +511,22 @@ impl LocalBackend {
             let Some(limits) = limits_of(&limit) else {
                 continue;
             };
-            let limiter = KeyedMultiLimiter::builder(limits, size, self.clock.clone())
+            let limiter = match KeyedMultiLimiter::builder(limits, size, self.clock.clone())
                 .restore(&blob[..])
-                .map_err(|e| format!("the table of {id:?}: {e}"))?;
+            {
+                Ok(l) => l,
+                // A sound table of a limit whose number of rates changed since the save: this
+                // table alone starts drained; the file's other tables are restored.
+                Err(RestoreError::LimitsChanged { .. }) => match self.fresh(&limit, size) {
+                    Some(t) => {
+                        t.limiter.drain();
+                        drained += 1;
+                        t.limiter
+                    }
+                    None => continue,
+                },
+                Err(e) => return Err(format!("the table of {id:?}: {e}")),
+            };
             rebuilt.push((
                 id,
                 Table {
@@ -521,7 +541,7 @@ impl LocalBackend {
         for (id, t) in rebuilt {
             tables.insert(id, Arc::new(t));
         }
-        Ok(n)
+        Ok((n, drained))
     }
 
     /// Buckets tracked over all tables (the `tollgate_rls_tracked_buckets` gauge).
