@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tonic_health::ServingStatus;
 
-/// How long a drain waits for open connections to close.
+/// How long a drain waits for open connections to close, on both ports together.
 pub(crate) const DRAIN_BOUND: Duration = Duration::from_secs(10);
 
 /// What `run` needs.
@@ -263,14 +263,17 @@ pub async fn run(
     let _ = stop_tx.send(true);
     // In-flight calls finish; a client that keeps its connection open past the drain's bound
     // (one that does not answer the GOAWAY's ping) is cut off: aborting the accept loop's
-    // task drops its connection tasks.
+    // task drops its connection tasks. The gRPC port drains first, the HTTP port meanwhile
+    // answering `/healthcheck` with 503; one deadline bounds both, so that the process exits
+    // within `DRAIN_BOUND` of the signal, not one bound per port.
+    let deadline = tokio::time::Instant::now() + DRAIN_BOUND;
     let _ = grpc_stop_tx.send(());
-    if tokio::time::timeout(DRAIN_BOUND, &mut grpc).await.is_err() {
+    if tokio::time::timeout_at(deadline, &mut grpc).await.is_err() {
         grpc.abort();
         log("gRPC connections still open after the drain's bound: closed");
     }
     let _ = http_stop_tx.send(());
-    if tokio::time::timeout(DRAIN_BOUND, &mut http).await.is_err() {
+    if tokio::time::timeout_at(deadline, &mut http).await.is_err() {
         http.abort();
         log("HTTP connections still open after the drain's bound: closed");
     }

@@ -423,3 +423,58 @@ async fn a_drain_closes_idle_connections_without_waiting_for_its_bound() {
         .unwrap()
         .unwrap();
 }
+
+/// A `POST /json` whose body announces 100 bytes and sends 10, left open.
+async fn stalled_post(addr: SocketAddr) -> TcpStream {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(
+        b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"domain\":",
+    )
+    .await
+    .unwrap();
+    c
+}
+
+#[tokio::test]
+async fn a_drain_ends_within_its_bound_with_calls_stalled_on_both_ports() {
+    // The drain's bound (server.rs) is 10 s for the whole process, both ports together.
+    const DRAIN_BOUND: Duration = Duration::from_secs(10);
+    let dir = support::TempDir::new("drain-bound");
+    let state = dir.path().join("state");
+    let s = start(|o| o.state = Some(state.clone())).await;
+    // A gRPC call whose message never completes (the body deadline is long): its connection
+    // stays open through the GOAWAY until the drain's bound.
+    let tcp = TcpStream::connect(s.ready.grpc).await.unwrap();
+    let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let req = axum::http::Request::post(format!(
+        "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        s.ready.grpc
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (_answer, mut send) = client.send_request(req, false).unwrap();
+    send.send_data(Bytes::from_static(&[0, 0, 0, 0, 100, 10, 1, b'd']), false)
+        .unwrap();
+    // An HTTP request whose body never completes, likewise.
+    let mut http = stalled_post(s.ready.http).await;
+    // Both in flight: their headers were read.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    // A generous margin over the bound, far short of twice it.
+    tokio::time::timeout(DRAIN_BOUND + Duration::from_secs(4), s.stop())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "still draining {:?} after the stop, past the bound of {DRAIN_BOUND:?}",
+                started.elapsed()
+            )
+        });
+    assert!(
+        closed_within(&mut http, BOUND).await,
+        "HTTP connection left open"
+    );
+    assert!(state.exists(), "the state was not saved after the drain");
+}
