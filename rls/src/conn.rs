@@ -110,7 +110,11 @@ pub async fn serve(
     limits: Limits,
     stop: impl Future<Output = ()>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    // A cap beyond what a semaphore holds (a `Limits` built in code) is cut to that, as
+    // timeouts beyond `FAR` are: no process holds that many sockets anyway.
+    let slots = Arc::new(Semaphore::new(
+        limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+    ));
     let builder = builder(protocol, &limits);
     let (drain_tx, drain_rx) = watch::channel(false);
     // Connection tasks live in the set so that dropping it (the drain's bound passed) aborts
@@ -513,6 +517,43 @@ impl hyper::body::Body for TimedBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `Limits` built in code may hold `usize::MAX` connections, as it may hold
+    /// `Duration::MAX` timeouts: both are cut, neither panics.
+    #[tokio::test]
+    async fn limits_at_their_types_maximum_serve() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            max_connections: usize::MAX,
+            header_timeout: Duration::MAX,
+            body_timeout: Duration::MAX,
+            idle_timeout: Duration::MAX,
+            keepalive_interval: Duration::MAX,
+            keepalive_timeout: Duration::MAX,
+        };
+        let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, app, Protocol::Http1, limits, async {
+            let _ = stop_rx.await;
+        }));
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut answer))
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+        let _ = stop_tx.send(());
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("drained in time")
+            .expect("served without a panic");
+    }
 
     #[test]
     fn grpc_timeouts_parse_as_the_spec_says() {
