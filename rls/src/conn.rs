@@ -9,7 +9,9 @@
 //!
 //! A connection task owns hyper's connection and one timer, which enforces:
 //!
-//! * no request in flight for `idle_timeout` (HTTP/1: or for `header_timeout`, if shorter):
+//! * no request in flight for `idle_timeout` (HTTP/1: or for `header_timeout`, if shorter;
+//!   a request is in flight until its response's headers on HTTP/1, until its stream ends on
+//!   HTTP/2, so that a streaming call such as a health Watch holds its connection open):
 //!   a graceful close (HTTP/1 closes an idle connection at once, or once the response being
 //!   written is out; HTTP/2 sends GOAWAY and closes once its streams are done);
 //! * HTTP/2 only, no request's headers within `header_timeout` of the connection opening (a
@@ -241,7 +243,8 @@ impl Activity {
 }
 
 /// A request in flight on its connection, from its headers to its response's headers
-/// (dropped with the request's future, also when the peer resets the stream).
+/// (HTTP/1) or to its stream's end (HTTP/2); dropped with the request's future or the
+/// response's body, also when the peer resets the stream.
 struct InFlight(Arc<Activity>);
 
 impl Drop for InFlight {
@@ -418,7 +421,6 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
                 .and_then(|v| grpc_timeout(v.as_bytes())),
         };
         Box::pin(async move {
-            let _in_flight = in_flight;
             let resp = match deadline {
                 None => app.oneshot(req).await?,
                 Some(d) => match tokio::time::timeout(d, app.oneshot(req)).await {
@@ -427,8 +429,27 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
                 },
             };
             if !expired.load(Ordering::Relaxed) {
-                return Ok(resp);
+                return Ok(match protocol {
+                    // HTTP/1: the request ends with its response's headers, so that the idle
+                    // timer bounds a client that stops reading the response.
+                    Protocol::Http1 => {
+                        drop(in_flight);
+                        resp
+                    }
+                    // HTTP/2: a call ends with its stream, as gRPC counts a connection idle
+                    // only without calls; a streaming response (a health Watch) is a call in
+                    // flight for as long as it lasts. The stream's body is dropped when the
+                    // stream ends, reset included. A peer that stops reading is bounded by
+                    // the keepalive PINGs and the cap, as a peer that keeps calling is.
+                    Protocol::Http2 => resp.map(|b| {
+                        Body::new(Held {
+                            inner: b,
+                            _in_flight: in_flight,
+                        })
+                    }),
+                });
             }
+            drop(in_flight);
             crate::metrics::connection_limit(protocol.port(), "body_timeout");
             let why = format!("the request's body did not arrive within {body_timeout:?}");
             Ok(match protocol {
@@ -443,6 +464,32 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
                 Protocol::Http2 => tonic::Status::deadline_exceeded(why).into_http(),
             })
         })
+    }
+}
+
+/// A response body that keeps its call in flight until hyper drops it (the stream ended).
+struct Held {
+    inner: Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for Held {
+    type Data = hyper::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -324,6 +324,65 @@ async fn grpc_an_idle_connection_is_closed_after_the_idle_timeout() {
     assert!(counted(&s, "grpc", "idle_timeout").await);
 }
 
+#[tokio::test]
+async fn grpc_a_stream_in_flight_keeps_its_connection_from_the_idle_timeout() {
+    let s = start(|o| o.idle_timeout = SHORT).await;
+    let addr = s.ready.grpc;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+    let conn = tokio::spawn(conn);
+    // A health Watch: a call whose response streams for as long as the client keeps it.
+    let req = axum::http::Request::post(format!("http://{addr}/grpc.health.v1.Health/Watch"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (answer, mut watch_send) = client.send_request(req, false).unwrap();
+    watch_send
+        .send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .unwrap();
+    let answer = tokio::time::timeout(BOUND, answer)
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let mut watch = answer.into_body();
+    // The first status: SERVING (field 1, value 1).
+    let first = tokio::time::timeout(BOUND, watch.data())
+        .await
+        .expect("a status in time")
+        .expect("a status")
+        .unwrap();
+    assert_eq!(&first[..], &[0, 0, 0, 0, 2, 8, 1]);
+    // Five idle timeouts later the call is still in flight and the connection still serves:
+    // no GOAWAY was sent, a further call on it is answered.
+    tokio::time::sleep(SHORT * 5).await;
+    let check = axum::http::Request::post(format!("http://{addr}/grpc.health.v1.Health/Check"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (answer, mut send) = client
+        .send_request(check, false)
+        .expect("the connection still takes calls");
+    send.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .unwrap();
+    let answer = tokio::time::timeout(BOUND, answer)
+        .await
+        .expect("an answer in time")
+        .expect("the call was served");
+    assert_eq!(answer.status(), 200);
+    drop((answer, send));
+    assert!(!conn.is_finished(), "the connection ended under a call");
+    // The client cancels the Watch: the connection is idle again and closed for it.
+    drop((watch, watch_send, client));
+    tokio::time::timeout(BOUND, conn)
+        .await
+        .expect("an idle connection held open once its call ended")
+        .unwrap()
+        .unwrap();
+}
+
 /// A `ShouldRateLimit` call whose message announces 100 bytes and sends 3, with the stream
 /// left open: the `grpc-status` it is answered with.
 async fn partial_call(addr: SocketAddr, grpc_timeout: Option<&str>) -> String {
