@@ -147,7 +147,9 @@ pub async fn serve(
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     if !is_connection_error(&e) {
-                        eprintln!("tollgate-rls: accept failed (pausing {ACCEPT_BACKOFF:?}): {e}");
+                        crate::server::log(format_args!(
+                            "accept failed (pausing {ACCEPT_BACKOFF:?}): {e}"
+                        ));
                         tokio::time::sleep(ACCEPT_BACKOFF).await;
                     }
                     continue;

@@ -138,8 +138,11 @@ pub fn signals() -> impl Future<Output = ()> + Send + 'static {
     }
 }
 
-fn log(msg: impl std::fmt::Display) {
-    eprintln!("tollgate-rls: {msg}");
+/// Writes one log line to stderr. A line that cannot be written (stderr a pipe whose reader
+/// went away) is lost, never a panic: `eprintln!` would panic there, ending the accept loop
+/// or the drain before the state is saved.
+pub(crate) fn log(msg: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stderr().lock(), "tollgate-rls: {msg}");
 }
 
 /// Runs the service until `shutdown` resolves, then drains: `/healthcheck` and gRPC health

@@ -212,3 +212,59 @@ async fn state_survives_a_restart_a_first_start_is_full_and_a_damaged_file_drain
         .collect();
     assert_eq!(left.len(), 2, "{left:?}");
 }
+
+#[test]
+fn a_closed_stderr_neither_stops_the_drain_nor_the_save() {
+    use std::io::{BufRead, BufReader};
+    let dir = TempDir::new("cli-stderr");
+    let cfg = dir.write("c.yaml", CONFIG);
+    let state = dir.path().join("state");
+    let mut args = vec![
+        "--config",
+        cfg.to_str().unwrap(),
+        "--state",
+        state.to_str().unwrap(),
+    ];
+    args.extend(free());
+    let mut child = std::process::Command::new(binary())
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = out.read_line(&mut line);
+        let _ = tx.send(line);
+        // stdout stays open: only stderr goes away.
+        let _ = std::io::copy(&mut out, &mut std::io::sink());
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a first line");
+    assert!(line.starts_with("tollgate-rls grpc="), "{line}");
+    // The log's reader goes away (a supervisor's pipe closed): every log line from now on
+    // fails to be written (EPIPE), which must cost the line, not the process.
+    drop(child.stderr.take());
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(15) {
+            let _ = child.kill();
+            panic!("still running 15 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(state.exists(), "the state was not saved");
+}

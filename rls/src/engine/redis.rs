@@ -189,10 +189,10 @@ impl RedisBackend {
         match e {
             tollgate_redis::Error::Malformed { key, reason } => {
                 if self.log_budget.try_acquire(1).is_ok() {
-                    eprintln!(
-                        "tollgate-rls: the Redis key {key:?} holds a value that is not a tollgate \
+                    crate::server::log(format_args!(
+                        "the Redis key {key:?} holds a value that is not a tollgate \
                          state ({reason:?}); delete it (DEL) to give the key a full bucket"
-                    );
+                    ));
                 }
                 RedisFailure(
                     "a Redis key of this request holds a value that is not a tollgate state \
