@@ -107,7 +107,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tollgate-rls: cannot start the runtime: {e}");
+            say(format_args!("cannot start the runtime: {e}"));
             return ExitCode::from(1);
         }
     };
@@ -118,12 +118,19 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(StartError::Config(e)) => {
-            eprintln!("tollgate-rls: invalid config: {e}");
+            say(format_args!("invalid config: {e}"));
             ExitCode::from(2)
         }
         Err(StartError::Other(e)) => {
-            eprintln!("tollgate-rls: {e}");
+            say(&e);
             ExitCode::from(1)
         }
     }
+}
+
+/// Writes an error line to stderr; a line that cannot be written (stderr's reader gone) is
+/// lost, so that the exit status stays the one the error calls for rather than a panic's.
+fn say(msg: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "tollgate-rls: {msg}");
 }

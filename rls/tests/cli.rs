@@ -51,6 +51,34 @@ fn bad_flags_and_invalid_configs_exit_2_with_a_clear_message() {
     assert_eq!(code, Some(2), "{err}");
 }
 
+/// With stderr's reader gone before the start (every write fails with EPIPE), a start that
+/// fails exits with the status its error calls for, not a panic's 101.
+#[test]
+fn a_failed_start_keeps_its_exit_status_with_stderr_closed() {
+    let dir = TempDir::new("cli-closed");
+    let bad = dir.write(
+        "bad.yaml",
+        "domain: cli\ndescriptors:\n  - key: user\n    rate_limit: {unit: lightyear, requests_per_unit: 2}\n",
+    );
+    let good = dir.write("good.yaml", CONFIG);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    for (args, want) in [
+        (vec!["--config", bad.to_str().unwrap()], 2),
+        (vec!["--config", good.to_str().unwrap(), "--grpc", &port], 1),
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let status = std::process::Command::new(binary())
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(writer)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(want), "{args:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_after_its_first_line_and_drains_on_sigterm() {
     let dir = TempDir::new("cli-term");
