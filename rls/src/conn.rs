@@ -56,6 +56,9 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(10);
 /// (out of file descriptors, out of memory), so that it does not spin while the error lasts.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// The least time between two log lines of accept errors on one port.
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// The most streams one HTTP/2 connection of the gRPC port holds open (hyper's server default,
 /// set here explicitly: tonic's builder, for one, turns it off when left unset): each open
 /// stream may buffer a message of up to 4 MiB while it arrives. Envoy opens another connection
@@ -124,6 +127,10 @@ pub async fn serve(
     // those that ended since.
     let mut conns = JoinSet::new();
     let mut stop = pin!(stop);
+    // Accept errors that last (out of file descriptors) are logged at most once per
+    // `ACCEPT_LOG_EVERY`, with the count since the last line.
+    let mut accept_log: Option<tokio::time::Instant> = None;
+    let mut unlogged = 0u64;
     loop {
         while conns.try_join_next().is_some() {}
         let slot = match slots.clone().try_acquire_owned() {
@@ -147,9 +154,17 @@ pub async fn serve(
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     if !is_connection_error(&e) {
-                        crate::server::log(format_args!(
-                            "accept failed (pausing {ACCEPT_BACKOFF:?}): {e}"
-                        ));
+                        unlogged += 1;
+                        let now = tokio::time::Instant::now();
+                        if accept_log.is_none_or(|at| now - at >= ACCEPT_LOG_EVERY) {
+                            crate::server::log(format_args!(
+                                "accept failed {unlogged} time(s) on the {} port, pausing \
+                                 {ACCEPT_BACKOFF:?} after each: {e}",
+                                protocol.port()
+                            ));
+                            accept_log = Some(now);
+                            unlogged = 0;
+                        }
                         tokio::time::sleep(ACCEPT_BACKOFF).await;
                     }
                     continue;

@@ -296,3 +296,33 @@ fn a_closed_stderr_neither_stops_the_drain_nor_the_save() {
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert!(state.exists(), "the state was not saved");
 }
+
+/// Out of file descriptors, each port's accept loop pauses after each failed accept (no
+/// spinning) and logs the failures at most once per 10 s, with their count; it serves again
+/// once descriptors are free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_descriptors_the_accept_loop_pauses_and_logs_once_per_period() {
+    let dir = TempDir::new("cli-fds");
+    let cfg = dir.write("c.yaml", CONFIG);
+    let mut args = vec!["--config", cfg.to_str().unwrap()];
+    args.extend(free());
+    let p = Proc::start_with_fd_limit(48, &args);
+    // More connections than descriptors left: the rest fail to be accepted (EMFILE).
+    let held: Vec<std::net::TcpStream> = (0..80)
+        .map(|_| std::net::TcpStream::connect(p.http).unwrap())
+        .collect();
+    assert!(p.logged("accept failed"), "{}", p.stderr());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let lines = p.stderr().matches("accept failed").count();
+    assert_eq!(lines, 1, "one line per 10 s: {}", p.stderr());
+    drop(held);
+    let t0 = Instant::now();
+    loop {
+        let (status, _) = http(p.http, "GET", "/healthcheck", "").await;
+        if status == 200 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "not served again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -241,9 +241,25 @@ pub struct Proc {
 impl Proc {
     /// Starts the binary with `args` and waits (10 s at most) for its first stdout line.
     pub fn start(args: &[&str]) -> Proc {
+        let mut cmd = std::process::Command::new(binary());
+        cmd.args(args);
+        Proc::spawn(cmd)
+    }
+
+    /// [`start`](Proc::start) with at most `nofile` open file descriptors (`ulimit -n`).
+    #[allow(dead_code)]
+    pub fn start_with_fd_limit(nofile: u32, args: &[&str]) -> Proc {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("ulimit -n {nofile} && exec \"$0\" \"$@\""))
+            .arg(binary())
+            .args(args);
+        Proc::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: std::process::Command) -> Proc {
         use std::io::{BufRead, BufReader, Read};
-        let mut child = std::process::Command::new(binary())
-            .args(args)
+        let mut child = cmd
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
