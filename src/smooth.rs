@@ -404,8 +404,8 @@ impl<C: Timer> Smooth<C> {
     }
 
     /// Sleeps until the wait of a decision taken at `reading` ends and returns the wait: to an
-    /// instant, so a caller stalled since the decision does not oversleep, and never longer
-    /// than the wait on a clock that stepped back since (`wait::sleep_until`).
+    /// instant, so a caller stalled since the decision does not oversleep, and a step back of
+    /// the clock since shortens it as `wait::sleep_until` says.
     fn pay(&self, reading: u64, wait_micros: u64) -> Duration {
         match wait_micros {
             0 => Duration::ZERO,

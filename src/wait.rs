@@ -231,17 +231,26 @@ impl<C: Timer> Bucket<C> {
 /// To the instant, so that a caller stalled since `now` sleeps only what is left; in a loop of
 /// fresh readings, since a clock may sleep on another time source than its `now`. A reading
 /// behind the one before it (a clock that stepped back: a TSC read on another core,
-/// `ManualClock::set`) moves the target back by the step, so the time left to sleep is what it
-/// was before the step: measured on the clock, the sleep never lasts longer than `due − now`,
-/// which is what a timed wait compared with its timeout.
+/// `ManualClock::set`) moves the target back by the step, but only while the clock stays
+/// behind the furthest reading this wait has seen: a reading at or past it ends the wait only
+/// at `due`. So the caller never goes ahead at a reading that is the latest it has seen and
+/// before its due instant (a lagging reading between exact ones does not cut the wait short,
+/// which would admit its tokens early), and on a clock that stepped back and stays there the
+/// sleep lasts the wait decided if the step is at least that wait, and less than twice the
+/// wait otherwise (the clock must come back past its furthest reading, a step's worth, first).
 pub(crate) fn sleep_until<C: Timer>(clock: &C, now: u64, due: u64) -> Duration {
-    let (mut last, mut target) = (now, due);
+    let (mut last, mut furthest, mut target) = (now, now, due);
     loop {
         let t = clock.now();
         if t < last {
             // `target − last` is the time left; `target > last` but for the first reading
             // (`due ≤ now`: nothing left), where saturating keeps it nothing.
             target = target.saturating_sub(last - t);
+        }
+        if t >= furthest {
+            // Nothing read so far is ahead of `t`: only the due instant ends the wait.
+            furthest = t;
+            target = due;
         }
         if t >= target {
             break;

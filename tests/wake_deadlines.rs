@@ -256,10 +256,10 @@ fn stepped_back_before_the_sleep<R: Send>(
     (got, clock.now())
 }
 
-/// **A timed wait never outlasts its timeout**, even on a clock that steps back between the
-/// decision and the sleep (a TSC read on another core, `ManualClock::set`): the decision
-/// admitted a wait of at most the timeout, so the sleep lasts that wait on the clock however
-/// far it stepped back, as Guava's `tryAcquire` sleeps the wait it decided. Sleeping to the
+/// **A timed wait does not outlast its timeout by the step** of a clock that steps back between
+/// the decision and the sleep (a TSC read on another core, `ManualClock::set`) by more than the
+/// wait: the decision admitted a wait of at most the timeout, so the sleep lasts that wait on
+/// the clock, as Guava's `tryAcquire` sleeps the wait it decided. Sleeping to the
 /// decision's due instant instead would last the step too: from 70 s to 101.99 s, 31.99 s on a
 /// 1.99 s timeout. `Bucket::try_acquire_for`, `MultiBucket::try_acquire_for` and
 /// `Smooth::try_acquire`, each with a token due 1.99 s after its reading; an advancing
@@ -312,4 +312,84 @@ fn a_clock_stepped_back_before_the_sleep_does_not_stretch_a_timed_wait() {
     );
     assert!(got);
     assert_eq!(now, slept_to, "Smooth::try_acquire slept past its timeout");
+}
+
+/// A `ManualClock` (advancing: a sleep moves it) whose readings come back `offsets` behind,
+/// one offset a reading, then exact: a reading on a core whose TSC lags, between two on cores
+/// that agree. The time itself never goes back.
+struct Lagging {
+    inner: ManualClock,
+    offsets: std::sync::Mutex<std::collections::VecDeque<u64>>,
+}
+
+impl Lagging {
+    fn at(nanos: u64) -> Lagging {
+        let inner = ManualClock::new();
+        inner.set(Duration::from_nanos(nanos));
+        Lagging {
+            inner,
+            offsets: Default::default(),
+        }
+    }
+
+    /// The next readings lag by `offsets`, in order.
+    fn lag(&self, offsets: &[u64]) {
+        self.offsets.lock().unwrap().extend(offsets);
+    }
+}
+
+impl Clock for Lagging {
+    fn now(&self) -> u64 {
+        let lag = self.offsets.lock().unwrap().pop_front().unwrap_or(0);
+        self.inner.now().saturating_sub(lag)
+    }
+}
+
+impl tollgate::Timer for Lagging {
+    fn sleep_until(&self, at: u64) {
+        self.inner.sleep_until(at);
+    }
+}
+
+/// **A wait never ends before its due instant on a clock that only read back once**: the
+/// decision reads 10 s and schedules the token at 11 s; the sleep's first reading lags 5 s (a
+/// TSC read on another core), the next ones are exact again. Taking the lagging reading for a
+/// step back of the time and ending the sleep once 1 s of readings went by would return at
+/// 10 s, a second early: with burst 1, two tokens at one instant. Each waiting limiter (their
+/// sleeps share one loop), with its last token taken at 10 s.
+#[test]
+fn one_lagging_reading_does_not_end_a_wait_before_its_due_instant() {
+    let (start, due) = (10_000_000_000, 11_000_000_000);
+    let q = Quota::new(1, Duration::from_secs(1), 1).unwrap();
+
+    let bucket = Bucket::with_clock(q, Lagging::at(start));
+    bucket.try_acquire(1).unwrap();
+    bucket.clock().lag(&[0, 5_000_000_000]);
+    assert_eq!(bucket.try_acquire_for(1, ms(1000)), Ok(ms(1000)));
+    assert_eq!(
+        bucket.clock().inner.now(),
+        due,
+        "Bucket ended its wait early"
+    );
+
+    let policy = tollgate::MultiBucket::with_clock(tollgate::Limits::from(q), Lagging::at(start));
+    policy.try_acquire(1).unwrap();
+    policy.clock().lag(&[0, 5_000_000_000]);
+    assert_eq!(policy.acquire(1), Ok(ms(1000)));
+    assert_eq!(
+        policy.clock().inner.now(),
+        due,
+        "MultiBucket ended its wait early"
+    );
+
+    let smooth =
+        tollgate::Smooth::bursty_with_clock(1.0, Duration::ZERO, Lagging::at(start)).unwrap();
+    assert_eq!(smooth.acquire(1), Duration::ZERO);
+    smooth.clock().lag(&[0, 5_000_000_000]);
+    assert!(smooth.try_acquire(1, ms(1000)));
+    assert_eq!(
+        smooth.clock().inner.now(),
+        due,
+        "Smooth ended its wait early"
+    );
 }
