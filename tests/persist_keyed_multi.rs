@@ -165,6 +165,36 @@ fn a_changed_count_is_refused_with_or_without_entries() {
     assert_eq!(quotas_of(&target, 2), vec![10, 40, 5]);
 }
 
+/// A restore into a live limiter of another seed (any limiter not built from the file: each
+/// draws its own) with the very policies saved is no changed count, even where an override has
+/// another count than the default: the file's fingerprints name no key here, so its override's
+/// entry (key 7, three quotas) cannot be paired with key 7's override here, and pairing it with
+/// the policy its foreign fingerprint falls to here (the default, two quotas) read as a changed
+/// count. The saved entries raise the floor for untracked keys instead, so no key here starts
+/// fuller than it was saved.
+#[test]
+fn the_same_policies_restore_into_a_limiter_of_another_seed() {
+    let clock = ManualClock::new();
+    let live = build(100, clock.clone()).build().unwrap();
+    let mut never_used = Vec::new();
+    live.save_at(&mut never_used, wall(0)).unwrap();
+    live.try_acquire(&7u64, 20).unwrap();
+    live.try_acquire(&1u64, 10).unwrap();
+    let mut with_entries = Vec::new();
+    live.save_at(&mut with_entries, wall(0)).unwrap();
+    for (file, what) in [(&never_used, "never used"), (&with_entries, "with entries")] {
+        let other = build(100, ManualClock::new()).build().unwrap();
+        other
+            .restore_at(&file[..], wall(0))
+            .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    }
+    // The entries of keys 1 and 7, not found here, keep both from starting fuller.
+    let other = build(100, ManualClock::new()).build().unwrap();
+    other.restore_at(&with_entries[..], wall(0)).unwrap();
+    assert!(other.try_acquire(&7u64, 1).is_err());
+    assert!(other.try_acquire(&1u64, 1).is_err());
+}
+
 /// A floor ahead of the save's reading (left by a restore into a table too small for the saved
 /// entries, and saved again) is carried to changed quotas as `set_quota` carries an untracked
 /// key's buckets, never more leniently: the per-second quota, in debt under the saved rate,

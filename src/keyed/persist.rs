@@ -277,8 +277,9 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                 }
                 let rule = self.rule_of(fp);
                 let new = P::quotas(rule);
-                // Never met: `check_counts` compared this entry's pair of policies.
-                if n != new.len() {
+                // Never met when found: `check_counts` compared this entry's pair of policies.
+                // Not found, the entry only raises the floor, converted whatever the counts.
+                if found && n != new.len() {
                     return Err(RestoreError::LimitsChanged {
                         saved: n,
                         restoring: new.len(),
@@ -291,12 +292,12 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                 let mut states = [0u64; MAX_LIMITS];
                 restored_states(&records[..n], down, now, new, &mut states);
                 let mut full = true;
-                for (s, q) in states[..n].iter_mut().zip(new) {
+                for (s, q) in states[..new.len()].iter_mut().zip(new) {
                     *s = (*s).min(q.earned_floor(limit));
                     full &= gcra::is_full(*s, now, q);
                 }
                 if !full {
-                    batch.push((fp, P::from_words(&states[..n])));
+                    batch.push((fp, P::from_words(&states[..new.len()])));
                 }
             }
             c.end()?;
@@ -334,7 +335,8 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
             for (r, q) in records.iter_mut().zip(old) {
                 *r = (*q, q.earned_ceil(ahead));
             }
-            // The same count on both sides (`check_counts`).
+            // Another count (a file of another seed: `check_counts`) pairs no quota: each here
+            // takes the strictest state any saved one converts to.
             let mut states = [0u64; MAX_LIMITS];
             restored_states(&records[..old.len()], down, now, new, &mut states);
             let full_at = P::full_at(rule, &P::from_words(&states[..new.len()]));
@@ -343,9 +345,11 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
         latest
     }
 
-    /// Every pair of a saved policy and the policy here that one key may go through: the saved
-    /// default and the default here, each saved override and this limiter's rule for its
-    /// fingerprint, the saved default and each override here the file does not name.
+    /// Every pair of a saved policy and the policy here that one key may go through, as far as
+    /// fingerprints tell: the saved default and the default here, each saved override and this
+    /// limiter's rule for its fingerprint, the saved default and each override here the file
+    /// does not name. Under another seed the overrides' fingerprints name other keys on each
+    /// side, so only the first pair is sure; the others still bound the floor (strictest).
     fn policy_pairs<'a>(&'a self, head: &'a Head) -> Vec<(&'a [Quota], &'a P::Rule)> {
         let default = &head.quotas[..head.default];
         let mut pairs: Vec<(&[Quota], &P::Rule)> = alloc::vec![(default, &self.rule)];
@@ -365,8 +369,20 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     /// Decided by the policies alone, before any entry is read: a file with no entries (every
     /// key full, or none ever seen) is refused as one with entries is, where converting only
     /// the floor would let the verdict depend on which keys were tracked at the save.
+    ///
+    /// Saved under another seed, only the defaults are compared: an override's fingerprint
+    /// there names no key here, so pairing it with the rule its fingerprint falls to here
+    /// would refuse the very policies saved (an override of another count than the default).
+    /// No entry of such a file is tracked (each only raises the floor, converted to the
+    /// strictest), so no key's state is carried across a count it cannot be matched with.
     fn check_counts(&self, head: &Head) -> Result<(), RestoreError> {
-        for (old, rule) in self.policy_pairs(head) {
+        let pairs = self.policy_pairs(head);
+        let sure = if head.seed == self.seed {
+            pairs.len()
+        } else {
+            1
+        };
+        for &(old, rule) in &pairs[..sure] {
             let new = P::quotas(rule);
             if old.len() != new.len() {
                 return Err(RestoreError::LimitsChanged {
@@ -424,8 +440,8 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
     /// one is left on each side, whatever their order; quotas left unpaired take the strictest
     /// of the saved ones left); another number of quotas refuses the whole restore
     /// ([`RestoreError::LimitsChanged`]), decided by the policies alone (the default saved and
-    /// here, each override saved or set here), whether or not the file holds entries. Streams: one frame in memory at a time, and the
-    /// file's overrides (at most 2^24). Saved entries beyond `max_keys` are not tracked: each
+    /// here, each override saved or set here), whether or not the file holds entries. Streams:
+    /// one frame in memory at a time, and the file's overrides (at most 2^24). Saved entries beyond `max_keys` are not tracked: each
     /// raises the floor for untracked keys to the instant it would be full (new keys may be
     /// refused until then), so no key starts more lenient than its saved state.
     ///
