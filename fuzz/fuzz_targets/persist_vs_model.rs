@@ -24,6 +24,14 @@
 //!   debt travels). The keyed table is not saved more than a refill of the burst behind its
 //!   latest admission: the restore cuts a debt beyond two refills, as documented
 //!   (`a_key_saved_far_behind_its_last_admission_keeps_two_refills_of_debt`);
+//! * `KeyedMultiLimiter` (1 to 6 keys in a table of 1 to as many, so full keys are evicted and
+//!   untracked ones start at the floor; some keys with an override; the default and each
+//!   override changed, reordered or resized across a restart as `multi` changes its policy):
+//!   per key, one `gcra` reference state per quota, paired across restores as `multi` pairs
+//!   them (a key full at the save, not saved, restores full under its policy here), which the
+//!   table never admits beyond and never holds more than, to within `Slack`; the saved table
+//!   likewise while it has neither evicted nor refused for a full table (its floor and room
+//!   are its own); another quota count in any policy pair is `LimitsChanged`;
 //! * every quota's admissions, across every restart of the same quota, within
 //!   `burst + rate·Δ` in exact rationals (per quota era where the quota changed).
 #![no_main]
@@ -32,8 +40,8 @@ use libfuzzer_sys::fuzz_target;
 use std::time::{Duration, SystemTime};
 use tollgate::persist::{RestoreError, FUTURE_TOLERANCE};
 use tollgate::{
-    gcra, Bucket, Clock, Denied, KeyedLimiter, Limiter, Limits, ManualClock, MultiBucket, Quota,
-    ShardedBucket, Smooth,
+    gcra, Bucket, Clock, Denied, KeyedLimiter, KeyedMultiLimiter, KeyedMultiLimiterBuilder,
+    Limiter, Limits, ManualClock, MultiBucket, Quota, ShardedBucket, Smooth,
 };
 
 #[path = "common/bytes.rs"]
@@ -281,12 +289,13 @@ fn check_windows(q: &Quota, admitted: &mut Vec<(u64, u64)>, what: &str) {
 fuzz_target!(|data: &[u8]| {
     let mut b = Bytes(data);
     let head = b.u64();
-    match head % 5 {
+    match head % 6 {
         0 => bucket(&mut b, head),
         1 => multi(&mut b, head),
         2 => smooth(&mut b, head),
         3 => keyed(&mut b, head),
-        _ => sharded(&mut b, head),
+        4 => sharded(&mut b, head),
+        _ => keyed_multi(&mut b, head),
     }
 });
 
@@ -516,6 +525,65 @@ fn padded(states: &[u64]) -> [u64; 4] {
     out
 }
 
+/// A restoring policy made from `quotas` by `x` (`j` the quota to change alone).
+enum Reshape {
+    To(Vec<Quota>),
+    /// An invalid quota read: skip this restart.
+    Skip,
+    /// An invalid quota read among several: end the input.
+    Stop,
+}
+
+/// The restoring policy: the same, reordered, one or more quotas changed, or another number of
+/// quotas (an error to restore into).
+fn reshaped(quotas: &[Quota], j: usize, x: u64, b: &mut Bytes<'_>) -> Reshape {
+    let mut new = quotas.to_vec();
+    match (x >> 20) % 6 {
+        0 | 1 => {}
+        2 => {
+            let by = 1 + (x >> 24) as usize % new.len();
+            new.rotate_left(by);
+        }
+        3 => {
+            let Some(c) = changed(&new[j], x >> 28, b) else {
+                return Reshape::Skip;
+            };
+            new[j] = c;
+        }
+        4 => {
+            for (i, q) in new.iter_mut().enumerate() {
+                if x >> (40 + i) & 1 == 1 {
+                    let Some(c) = changed(q, x >> (28 + 3 * i), b) else {
+                        return Reshape::Stop;
+                    };
+                    *q = c;
+                }
+            }
+            new.swap(0, (x >> 24) as usize % quotas.len());
+        }
+        _ => {
+            if new.len() < 4 && x >> 24 & 1 == 0 {
+                new.push(new[0]);
+            } else if new.len() > 1 {
+                new.pop();
+            } else {
+                return Reshape::Skip;
+            }
+        }
+    }
+    Reshape::To(new)
+}
+
+/// Whether two policies hold the same quotas in some order.
+fn same_quotas(a: &[Quota], b: &[Quota]) -> bool {
+    let key = |v: &[Quota]| {
+        let mut v: Vec<String> = v.iter().map(|q| format!("{q:?}")).collect();
+        v.sort();
+        v
+    };
+    key(a) == key(b)
+}
+
 /// A `MultiBucket` against one `gcra` reference state per quota (what the saved policy holds at
 /// the same instant, its quotas converted and paired as the docs say), and the saved bucket
 /// itself where the restoring quotas are the saved ones in some order.
@@ -580,40 +648,11 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
             5 | 6 => {
                 // The restoring policy: the same, reordered, one or more quotas changed, or
                 // another number of quotas (an error).
-                let mut new = quotas.clone();
-                match (x >> 20) % 6 {
-                    0 | 1 => {}
-                    2 => {
-                        let by = 1 + (x >> 24) as usize % new.len();
-                        new.rotate_left(by);
-                    }
-                    3 => {
-                        let Some(c) = changed(&new[j], x >> 28, b) else {
-                            continue;
-                        };
-                        new[j] = c;
-                    }
-                    4 => {
-                        for (i, q) in new.iter_mut().enumerate() {
-                            if x >> (40 + i) & 1 == 1 {
-                                let Some(c) = changed(q, x >> (28 + 3 * i), b) else {
-                                    return;
-                                };
-                                *q = c;
-                            }
-                        }
-                        new.swap(0, (x >> 24) as usize % quotas.len());
-                    }
-                    _ => {
-                        if new.len() < 4 && x >> 24 & 1 == 0 {
-                            new.push(new[0]);
-                        } else if new.len() > 1 {
-                            new.pop();
-                        } else {
-                            continue;
-                        }
-                    }
-                }
+                let new = match reshaped(&quotas, j, x, b) {
+                    Reshape::To(new) => new,
+                    Reshape::Skip => continue,
+                    Reshape::Stop => return,
+                };
                 let new_limits = Limits::new(new.iter().copied()).unwrap();
                 live.1.at(tl.t);
                 let mut file = Vec::new();
@@ -626,11 +665,7 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                         restored.restore_at(&file[..], wall(at)).unwrap();
                         let old = std::mem::replace(&mut live, (restored, clock));
                         old.1.at(tl.t);
-                        let mut sorted_old = quotas.clone();
-                        let mut sorted_new = new.clone();
-                        sorted_old.sort_by_key(|q| format!("{q:?}"));
-                        sorted_new.sort_by_key(|q| format!("{q:?}"));
-                        let same = sorted_old == sorted_new;
+                        let same = same_quotas(&quotas, &new);
                         follower = same.then_some(old);
                         let all: Vec<Quota> = quotas.iter().chain(&new).copied().collect();
                         if !all.iter().all(Quota::is_exact) {
@@ -1037,4 +1072,290 @@ fn sharded(b: &mut Bytes<'_>, head: u64) {
         }
     }
     check_windows(&q, &mut admitted, "the last quota era");
+}
+
+/// The policies of a keyed table: the default and, for some keys, an override.
+#[derive(Clone)]
+struct Policies {
+    default: Vec<Quota>,
+    overrides: Vec<Option<Vec<Quota>>>,
+}
+
+impl Policies {
+    fn of(&self, key: usize) -> &[Quota] {
+        self.overrides[key].as_deref().unwrap_or(&self.default)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Quota> {
+        self.default
+            .iter()
+            .chain(self.overrides.iter().flatten().flatten())
+    }
+
+    fn builder(
+        &self,
+        max_keys: usize,
+        clock: ManualClock,
+    ) -> KeyedMultiLimiterBuilder<u64, ManualClock> {
+        let limits = |v: &[Quota]| Limits::new(v.iter().copied()).unwrap();
+        let mut b = KeyedMultiLimiter::builder(limits(&self.default), max_keys, clock);
+        for (k, o) in self.overrides.iter().enumerate() {
+            if let Some(o) = o {
+                b = b.override_quota(k as u64, limits(o));
+            }
+        }
+        b
+    }
+}
+
+/// Whether the saved table, driven in lockstep, has evicted or refused for a full table: its
+/// floor (an eviction at a later reading than one stepped back to) and its room are its own, so
+/// a key's verdict there no longer bounds the restored table's (the reference still does).
+fn table_wide(f: &KeyedMultiLimiter<u64, ManualClock>) -> bool {
+    let c = f.counters();
+    c.evicted > 0 || c.refused_table_full > 0
+}
+
+/// A `KeyedMultiLimiter` of 1 to 6 keys in a table of 1 to as many (full keys evicted, an
+/// untracked key starting at the floor), some keys with an override, every policy changed,
+/// reordered or resized (`LimitsChanged`, nothing built) across restarts as `multi` changes
+/// its one: per key, one `gcra` reference state per quota, paired across restores as the docs
+/// say (`restored_reference`), which the table never admits beyond (it may refuse more: the
+/// floor, a full table); where every policy keeps its quotas, the saved table too; per key and
+/// quota, the windows across restarts.
+fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
+    let keys = ((head >> 8) % 6 + 1) as usize;
+    let max_keys = ((head >> 12) as usize % keys) + 1;
+    let read = |n: u64, b: &mut Bytes<'_>| -> Option<Vec<Quota>> {
+        (0..n % 4 + 1).map(|_| quota(b)).collect()
+    };
+    let Some(default) = read(head >> 20, b) else {
+        return;
+    };
+    let mut overrides = vec![None; keys];
+    for (k, o) in overrides.iter_mut().enumerate() {
+        if head >> (40 + k) & 1 == 1 {
+            let Some(v) = read(head >> (24 + 2 * k), b) else {
+                return;
+            };
+            *o = Some(v);
+        }
+    }
+    let mut pol = Policies { default, overrides };
+    let mut tl = Timeline::new(b.u64(), 1);
+    let clock = Clocked::new_at(tl.t);
+    let mut live = (
+        pol.builder(max_keys, clock.clock.clone()).build().unwrap(),
+        clock,
+    );
+    let mut follower: Option<(KeyedMultiLimiter<u64, ManualClock>, Clocked)> = None;
+    let mut states: Vec<Vec<u64>> = (0..keys)
+        .map(|k| vec![gcra::FULL; pol.of(k).len()])
+        .collect();
+    let mut slack = Slack::default();
+    let mut admitted: Vec<Vec<(u64, u64)>> = vec![Vec::new(); keys];
+    // The latest reading of an admission: saves far behind it are skipped (the documented cut
+    // of a debt beyond two refills, as in `keyed`).
+    let mut latest = 0;
+    let mut ops = 0;
+    while let Some(kind) = b.u8() {
+        ops += 1;
+        if ops > 384 {
+            break;
+        }
+        let x = b.u64();
+        let key = (x >> 56) as usize % keys;
+        let quotas = pol.of(key).to_vec();
+        let j = (x >> 52) as usize % quotas.len();
+        let (step, burst) = (step_of(&quotas[j]), quotas[j].burst());
+        if tl.drift(kind % 12, x, step, burst) {
+            continue;
+        }
+        let smallest = quotas.iter().map(Quota::burst).min().unwrap();
+        let label = format!("key {key} of {quotas:?} at {} (input {head:x})", tl.t);
+        match kind % 12 {
+            4 => {
+                live.1.at(tl.t);
+                let got = live.0.available(&(key as u64));
+                let want = states[key]
+                    .iter()
+                    .zip(&quotas)
+                    .map(|(s, q)| gcra::available(*s, tl.t, q))
+                    .min()
+                    .unwrap();
+                let more = slack.more();
+                assert!(got <= want + more, "{label}: available {got} > {want}");
+                if let Some((f, fc)) = follower.as_ref().filter(|f| !table_wide(&f.0)) {
+                    fc.at(tl.t);
+                    let want = f.available(&(key as u64));
+                    assert!(
+                        got <= want + more,
+                        "{label}: available {got} > the saved {want}"
+                    );
+                }
+            }
+            5 | 6 => {
+                // Each policy reshaped by its own bits of `x`.
+                let mut new = pol.clone();
+                let reshape = |v: &mut Vec<Quota>, x: u64, b: &mut Bytes<'_>| {
+                    match reshaped(v, (x >> 52) as usize % v.len(), x, b) {
+                        Reshape::To(n) => *v = n,
+                        Reshape::Skip => {}
+                        Reshape::Stop => return false,
+                    }
+                    true
+                };
+                if !reshape(&mut new.default, x, b) {
+                    return;
+                }
+                for (k, o) in new.overrides.iter_mut().enumerate() {
+                    if let Some(v) = o {
+                        if !reshape(v, x.rotate_left(7 * (k as u32 + 1)), b) {
+                            return;
+                        }
+                    }
+                }
+                // The cut is of a debt beyond two refills of the restoring table's slowest
+                // quota: skipped where the latest admission is more than a refill of the
+                // fastest, saved or restoring, past the save's reading (a converted debt keeps
+                // its due instant, no later than that admission).
+                let refill = pol
+                    .all()
+                    .chain(new.all())
+                    .map(|q| q.refill_time(q.burst()).as_nanos().min(u128::from(T_MAX)) as u64)
+                    .min()
+                    .unwrap();
+                if latest > tl.t.saturating_add(refill) {
+                    continue;
+                }
+                let resized = new.default.len() != pol.default.len()
+                    || (0..keys).any(|k| new.of(k).len() != pol.of(k).len());
+                live.1.at(tl.t);
+                let mut file = Vec::new();
+                live.0.save_at(&mut file, wall(tl.wall())).unwrap();
+                let r = tl.restart(x, step, burst);
+                match r {
+                    Restart::Ok { down, origin, at } if !resized => {
+                        let clock = tl.restarted(down, origin, at);
+                        let restored = new
+                            .builder(max_keys, clock.clock.clone())
+                            .restore_at(&file[..], wall(at))
+                            .unwrap();
+                        let old = std::mem::replace(&mut live, (restored, clock));
+                        old.1.at(tl.t);
+                        let same = (0..keys).all(|k| same_quotas(pol.of(k), new.of(k)));
+                        follower = same.then_some(old);
+                        let all: Vec<Quota> = pol.all().chain(new.all()).copied().collect();
+                        if !all.iter().all(Quota::is_exact) {
+                            slack.0 += Slack::units(&all).0;
+                        }
+                        for k in 0..keys {
+                            // A key full at the save (every quota) is not saved: it
+                            // restores untracked, full under its policy here (within the
+                            // rounding, taken toward full: the reference only grows lenient).
+                            let full = states[k].iter().zip(pol.of(k)).all(|(s, q)| {
+                                gcra::available(*s, tl.t - down, q) + slack.more() >= q.burst()
+                            });
+                            states[k] = if full {
+                                vec![gcra::FULL; new.of(k).len()]
+                            } else {
+                                restored_reference(&states[k], pol.of(k), new.of(k), tl.t)
+                            };
+                            if !same_quotas(pol.of(k), new.of(k)) {
+                                for q in pol.of(k) {
+                                    check_windows(
+                                        q,
+                                        &mut admitted[k].clone(),
+                                        "before a policy change",
+                                    );
+                                }
+                                admitted[k].clear();
+                            }
+                        }
+                        pol = new;
+                    }
+                    // Another number of quotas, or a file from the future: refused, nothing
+                    // built (the live table goes on).
+                    Restart::Ok { at, .. } | Restart::Future { at } => {
+                        let e = new
+                            .builder(max_keys, ManualClock::new())
+                            .restore_at(&file[..], wall(at))
+                            .unwrap_err();
+                        let future = matches!(r, Restart::Future { .. });
+                        assert!(
+                            future && matches!(e, RestoreError::FromTheFuture { .. })
+                                || resized && matches!(e, RestoreError::LimitsChanged { .. }),
+                            "{label}: {e:?}"
+                        );
+                    }
+                }
+            }
+            _ => {
+                let cost = match x % 8 {
+                    0..=3 => 1,
+                    4 => 1 + (x >> 16) % smallest.min(4),
+                    5 => (x >> 16) % (smallest + 2),
+                    6 => smallest,
+                    _ => [0, smallest + 1, burst, burst + 1][((x >> 16) % 4) as usize],
+                };
+                live.1.at(tl.t);
+                let label = format!("{label}: cost {cost}");
+                let limits = Limits::new(quotas.iter().copied()).unwrap();
+                let expected = gcra::try_acquire_all(padded(&states[key]), tl.t, &limits, cost);
+                let k = key as u64;
+                let (got, snaps) = match (x >> 32) % 3 {
+                    0 => (live.0.try_acquire(&k, cost), None),
+                    1 => (live.0.decide(&k, cost).map_err(|r| r.denied()), None),
+                    _ => {
+                        let (r, s) = live.0.decide_snapshots(&k, cost);
+                        (r.map_err(|r| r.denied()), Some(s))
+                    }
+                };
+                if let Err(Denied::ExceedsBurst) = got {
+                    assert!(cost > smallest, "{label}");
+                }
+                if got.is_err() {
+                    continue;
+                }
+                let want = expected.map(|_| ()).map_err(|r| r.denied());
+                assert!(
+                    within(want, slack.ns(&quotas)),
+                    "{label}: admitted beyond the saved policy: {expected:?}"
+                );
+                if let Ok(Some(s)) = expected {
+                    states[key] = s[..quotas.len()].to_vec();
+                }
+                if let Some(s) = snaps {
+                    for (i, (st, q)) in states[key].iter().zip(&quotas).enumerate() {
+                        let (have, want) = (s.as_slice()[i], gcra::snapshot(*st, tl.t, q));
+                        assert!(
+                            have.remaining() <= want.remaining() + slack.more(),
+                            "{label}: quota {i}'s snapshot {have:?} {want:?}"
+                        );
+                    }
+                }
+                if cost > 0 {
+                    admitted[key].push((tl.t, cost));
+                    latest = latest.max(tl.t);
+                    if let Some((f, fc)) = &follower {
+                        fc.at(tl.t);
+                        let want = f.try_acquire(&k, cost);
+                        if table_wide(f) {
+                            follower = None;
+                        } else {
+                            assert!(
+                                within(want, slack.ns(&quotas)),
+                                "{label}: the saved table: {want:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (k, a) in admitted.iter().enumerate() {
+        for q in pol.of(k) {
+            check_windows(q, &mut a.clone(), "a key's last policy");
+        }
+    }
 }
