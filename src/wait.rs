@@ -158,7 +158,9 @@ impl<C: Clock> Bucket<C> {
 impl<C: Timer> Bucket<C> {
     /// The async [`Bucket::acquire`] for any executor: reserves when first polled, resolves once
     /// due; the clock wakes it ([`Timer::register_wake`]). **Cancel-safe**: dropping it cancels
-    /// the reservation. On a [`ManualClock`](crate::ManualClock) the first poll completes it:
+    /// the reservation. A clock that steps back stretches it no more than `acquire`, and one
+    /// lagging reading never resolves it early (the rule: [`UntilReady`]). On a
+    /// [`ManualClock`](crate::ManualClock) the first poll completes it:
     ///
     /// ```
     /// use std::future::Future;
@@ -229,36 +231,78 @@ impl<C: Timer> Bucket<C> {
 /// returns the scheduled wait `due − now`.
 ///
 /// To the instant, so that a caller stalled since `now` sleeps only what is left; in a loop of
-/// fresh readings, since a clock may sleep on another time source than its `now`. A reading
-/// behind the one before it (a clock that stepped back: a TSC read on another core,
-/// `ManualClock::set`) moves the target back by the step, but only while the clock stays
-/// behind the furthest reading this wait has seen: a reading at or past it ends the wait only
-/// at `due`. So the caller never goes ahead at a reading that is the latest it has seen and
-/// before its due instant (a lagging reading between exact ones does not cut the wait short,
-/// which would admit its tokens early), and on a clock that stepped back and stays there the
-/// sleep lasts the wait decided if the step is at least that wait, and less than twice the
-/// wait otherwise (the clock must come back past its furthest reading, a step's worth, first).
+/// fresh readings, since a clock may sleep on another time source than its `now`. Each reading
+/// goes through a [`Deadline`], whose rule for a clock that steps back (or one reading that
+/// lags) is the contract of every wait, async ones included.
 pub(crate) fn sleep_until<C: Timer>(clock: &C, now: u64, due: u64) -> Duration {
-    let (mut last, mut furthest, mut target) = (now, now, due);
-    loop {
-        let t = clock.now();
-        if t < last {
-            // `target − last` is the time left; `target > last` but for the first reading
-            // (`due ≤ now`: nothing left), where saturating keeps it nothing.
-            target = target.saturating_sub(last - t);
-        }
-        if t >= furthest {
-            // Nothing read so far is ahead of `t`: only the due instant ends the wait.
-            furthest = t;
-            target = due;
-        }
-        if t >= target {
-            break;
-        }
-        last = t;
+    let mut deadline = Deadline::new(now, due);
+    while let Some(target) = deadline.wake_at(clock.now()) {
         clock.sleep_until(target);
     }
     Duration::from_nanos(due.saturating_sub(now))
+}
+
+/// What a wait for `due` (an instant scheduled at reading `now`) waits for, reading after
+/// reading: the one copy of the rule that [`sleep_until`] and the futures
+/// ([`UntilReady`]) follow.
+///
+/// A reading behind the one before it (a clock that stepped back: a TSC read on another core,
+/// `ManualClock::set`) moves the target back by the step, but only while the clock stays
+/// behind the furthest reading this wait has seen: a reading at or past it ends the wait only
+/// at `due`. So the waiter never goes ahead at a reading that is the latest it has seen and
+/// before its due instant (a lagging reading between exact ones does not cut the wait short,
+/// which would admit its tokens early), and on a clock that stepped back and stays there the
+/// wait lasts the wait decided if the step is at least that wait, and less than twice the
+/// wait otherwise (the clock must come back past its furthest reading, a step's worth, first).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadline {
+    /// The instant scheduled.
+    due: u64,
+    /// The latest reading (the scheduling one before any other).
+    last: u64,
+    /// The furthest reading seen (the scheduling one included).
+    furthest: u64,
+    /// The instant to wait for now: `due`, less the steps back since the furthest reading.
+    target: u64,
+}
+
+impl Deadline {
+    /// A wait for `due`, scheduled at reading `now`.
+    pub(crate) fn new(now: u64, due: u64) -> Deadline {
+        Deadline {
+            due,
+            last: now,
+            furthest: now,
+            target: due,
+        }
+    }
+
+    /// Takes a fresh reading `t`: `None` once the wait is over, else the instant to sleep (or
+    /// register a wake-up) until before reading again.
+    pub(crate) fn wake_at(&mut self, t: u64) -> Option<u64> {
+        if t < self.last {
+            // `target − last` is the time left; `target > last` but for the first reading
+            // (`due ≤ now`: nothing left), where saturating keeps it nothing.
+            self.target = self.target.saturating_sub(self.last - t);
+        }
+        if t >= self.furthest {
+            // Nothing read so far is ahead of `t`: only the due instant ends the wait.
+            self.furthest = t;
+            self.target = self.due;
+        }
+        self.last = t;
+        (t < self.target).then_some(self.target)
+    }
+
+    /// The instant scheduled.
+    pub(crate) fn due(&self) -> u64 {
+        self.due
+    }
+
+    /// The instant the wait waits for now (`due`, or earlier after a step back).
+    pub(crate) fn target(&self) -> u64 {
+        self.target
+    }
 }
 
 /// SplitMix64's output function: a bijective, well-mixed hash of the seed.

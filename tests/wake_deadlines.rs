@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 use tollgate::{
@@ -324,7 +324,15 @@ struct Lagging {
 
 impl Lagging {
     fn at(nanos: u64) -> Lagging {
-        let inner = ManualClock::new();
+        Lagging::on(ManualClock::new(), nanos)
+    }
+
+    /// On a frozen `ManualClock`: only the test moves the time, and wake-ups wait for it.
+    fn frozen_at(nanos: u64) -> Lagging {
+        Lagging::on(ManualClock::new_frozen(), nanos)
+    }
+
+    fn on(inner: ManualClock, nanos: u64) -> Lagging {
         inner.set(Duration::from_nanos(nanos));
         Lagging {
             inner,
@@ -348,6 +356,12 @@ impl Clock for Lagging {
 impl tollgate::Timer for Lagging {
     fn sleep_until(&self, at: u64) {
         self.inner.sleep_until(at);
+    }
+
+    /// Forwarded, so that a registration neither reads this clock (taking a lag meant for the
+    /// next reading) nor goes to the shared timer thread.
+    fn register_wake_at(&self, at: u64, waker: &Waker) -> WakeRegistration {
+        self.inner.register_wake_at(at, waker)
     }
 }
 
@@ -392,4 +406,117 @@ fn one_lagging_reading_does_not_end_a_wait_before_its_due_instant() {
         due,
         "Smooth ended its wait early"
     );
+}
+
+/// Polls `fut` once on behalf of `waker`.
+fn poll_once<F: Future + ?Sized>(fut: Pin<&mut F>, waker: &Waker) -> Poll<F::Output> {
+    fut.poll(&mut Context::from_waker(waker))
+}
+
+/// **An async wait is not stretched by a step back either**: `until_ready` follows the rule of
+/// the blocking waits (`a_clock_stepped_back_before_the_sleep_does_not_stretch_a_timed_wait`):
+/// a reading behind the one before it moves the instant it waits for back by the step, while
+/// the clock stays behind the furthest reading the future has seen. The reservation reads
+/// 100 s, its token is due at 101 s; the clock then steps back to 70 s. Waiting for 101 s on
+/// the clock would last 31 s; the future resolves at 71 s, the 1 s decided, woken there by its
+/// one registration (re-armed, not added to). A frozen `ManualClock`; the step comes between
+/// two polls (a spurious wake-up, or a timer on its own time source firing), then, second case,
+/// between the first poll's reservation and its reading for the wake-up (`StallClock`).
+#[test]
+fn a_clock_stepped_back_between_polls_does_not_stretch_an_async_wait() {
+    let q = Quota::new(1, Duration::from_secs(1), 1).unwrap();
+
+    // The step between two polls.
+    let clock = ManualClock::new_frozen();
+    let bucket = Bucket::with_clock(q, clock.clone());
+    clock.set(ms(100_000));
+    bucket.try_acquire(1).unwrap(); // the next token is due at 101 s
+    let (count, waker) = Count::waker();
+    let mut fut = Box::pin(bucket.until_ready(1));
+    assert_eq!(poll_once(fut.as_mut(), &waker), Poll::Pending);
+    clock.set(ms(70_000));
+    assert_eq!(poll_once(fut.as_mut(), &waker), Poll::Pending);
+    assert_eq!(clock.pending_wakes(), 1, "one registration per future");
+    clock.advance(ms(999));
+    assert_eq!(poll_once(fut.as_mut(), &waker), Poll::Pending); // not early either
+    clock.advance(ms(1)); // 71 s: the 1 s decided has passed on the clock
+    let woken = count.get();
+    assert_eq!(
+        poll_once(fut.as_mut(), &waker),
+        Poll::Ready(Ok(ms(1000))),
+        "until_ready stretched by the step: still waiting for 101 s at 71 s"
+    );
+    assert_eq!(woken, 1, "not woken at 71 s");
+    assert_eq!(clock.pending_wakes(), 0);
+    drop(fut);
+
+    // The step between the reservation's reading (100 s) and the first poll's next one.
+    let frozen = ManualClock::new_frozen();
+    let bucket = Bucket::with_clock(q, StallClock::new(frozen.clone()));
+    frozen.set(ms(100_000));
+    bucket.try_acquire(1).unwrap(); // the next token is due at 101 s
+    frozen.set(ms(70_000));
+    let (count, waker) = Count::waker();
+    let mut fut = Box::pin(bucket.until_ready(1));
+    arm([Stall::Reading(100_000_000_000)]);
+    assert_eq!(poll_once(fut.as_mut(), &waker), Poll::Pending);
+    assert_eq!(frozen.pending_wakes(), 1);
+    frozen.advance(ms(1000)); // 71 s
+    let woken = count.get();
+    assert_eq!(
+        poll_once(fut.as_mut(), &waker),
+        Poll::Ready(Ok(ms(1000))),
+        "until_ready stretched by a step back within its first poll"
+    );
+    assert_eq!(woken, 1, "not woken at 71 s");
+}
+
+/// **An async wait never resolves before its due instant on a clock that only read back
+/// once** (`one_lagging_reading_does_not_end_a_wait_before_its_due_instant`, for
+/// `until_ready`): the reservation reads 10 s and its token is due at 11 s; one reading lags
+/// 5 s, the others are exact. Taking the lagging reading for a step back and resolving once
+/// 1 s of readings went by would resolve at 10 s, a second early: with burst 1, two tokens at
+/// one instant. The lag comes within the first poll, then, second case, in a later poll. The
+/// future may wake early (harmless: it registers again); it resolves at 11 s, not before.
+#[test]
+fn one_lagging_reading_does_not_resolve_an_async_wait_before_its_due_instant() {
+    let (start, lag) = (10_000_000_000, 5_000_000_000);
+    let q = Quota::new(1, Duration::from_secs(1), 1).unwrap();
+    let (_count, waker) = Count::waker();
+
+    // The first poll: its reservation reads exactly, its next reading lags.
+    let bucket = Bucket::with_clock(q, Lagging::frozen_at(start));
+    bucket.try_acquire(1).unwrap(); // the next token is due at 11 s
+    bucket.clock().lag(&[0, lag]);
+    let mut fut = Box::pin(bucket.until_ready(1));
+    assert_eq!(
+        poll_once(fut.as_mut(), &waker),
+        Poll::Pending,
+        "until_ready resolved at 10 s for a token due at 11 s"
+    );
+    bucket.clock().inner.advance(ms(999));
+    assert_eq!(poll_once(fut.as_mut(), &waker), Poll::Pending);
+    bucket.clock().inner.advance(ms(1));
+    assert_eq!(poll_once(fut.as_mut(), &waker), Poll::Ready(Ok(ms(1000))));
+    drop(fut);
+
+    // A later poll: exact readings, then one lagging, then exact ones again.
+    let bucket = Bucket::with_clock(q, Lagging::frozen_at(start));
+    bucket.try_acquire(1).unwrap();
+    let mut fut = Box::pin(bucket.until_ready(1));
+    assert_eq!(poll_once(fut.as_mut(), &waker), Poll::Pending);
+    bucket.clock().inner.advance(ms(500)); // 10.5 s
+    bucket.clock().lag(&[lag]);
+    assert_eq!(
+        poll_once(fut.as_mut(), &waker),
+        Poll::Pending,
+        "until_ready resolved at 10.5 s for a token due at 11 s"
+    );
+    assert_eq!(
+        poll_once(fut.as_mut(), &waker),
+        Poll::Pending,
+        "until_ready resolved at 10.5 s for a token due at 11 s"
+    );
+    bucket.clock().inner.advance(ms(500)); // 11 s
+    assert_eq!(poll_once(fut.as_mut(), &waker), Poll::Ready(Ok(ms(1000))));
 }

@@ -118,7 +118,11 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
     /// with the clock for the instant the refusal names (including a new key's wait for a full
     /// table), as [`Bucket::until_ready`](crate::Bucket::until_ready) does. Unlike it, it
     /// reserves nothing: waiting callers of one key are not queued, whoever tries first when
-    /// the tokens are there gets them.
+    /// the tokens are there gets them. So a clock that steps back stretches its wait by the
+    /// step, as it stretches a loop of `try_acquire` retries: each poll decides at its reading,
+    /// and one stepped back is refused until the clock reads the instant the key's tokens are
+    /// due (waking it earlier would only be refused again; `until_ready` waits less after a
+    /// step back because its tokens are already reserved).
     ///
     /// ```
     /// use std::future::Future;

@@ -1,6 +1,6 @@
 //! [`UntilReady`]: the future behind [`Bucket::until_ready`].
 
-use super::Reservation;
+use super::{Deadline, Reservation};
 use crate::bucket::Bucket;
 use crate::clock::{Alarm, Clock, Timer};
 use crate::error::Denied;
@@ -11,13 +11,17 @@ use core::pin::Pin;
 use core::task::{Context, Poll};
 use core::time::Duration;
 
+/// Not boxed: a future spends its life `Waiting`, so the size is that variant's either way, and
+/// a box would allocate per wait.
+#[allow(clippy::large_enum_variant)]
 enum Stage<'a, C> {
     /// Not polled yet: nothing reserved.
     Start,
-    /// Reserved; ready at `until` (the due instant plus the jitter).
+    /// Reserved; ready at the deadline's instant (the due instant plus the jitter), moved back
+    /// by a step back of the clock as [`Deadline`] says.
     Waiting {
         reservation: Reservation<'a, C>,
-        until: u64,
+        deadline: Deadline,
         waited: Duration,
         /// The one wake-up this future holds with the clock.
         alarm: Alarm,
@@ -48,8 +52,20 @@ enum Stage<'a, C> {
 /// ```
 ///
 /// **One registration per future**: one wake-up with the clock ([`Timer::register_wake`]),
-/// replaced only for a waker that would not wake the same task or after it fired, and
-/// cancelled with the future (tollgate's own timer keeps the entry, holding nothing of the task).
+/// replaced only for a waker that would not wake the same task, after it fired, or when the
+/// instant waited for moves (a step back of the clock, below), and cancelled with the future
+/// (tollgate's own timer keeps the entry, holding nothing of the task).
+///
+/// **A clock that steps back** (a TSC read on another core, `ManualClock::set`) stretches the
+/// wait no more than it stretches [`Bucket::acquire`]'s, by the same rule: a poll's reading
+/// behind the one before it moves the instant waited for back by the step, but only while the
+/// clock stays behind the furthest reading the future has seen; a reading at or past that
+/// resolves it only at its due instant (plus the jitter). So it never resolves at a reading
+/// that is the latest it has seen and before its due instant (one lagging reading between
+/// exact ones does not resolve it early), and on a clock that stepped back and stays there it
+/// resolves once the wait decided has passed on the clock if the step is at least that wait
+/// (less than twice the wait otherwise). A moved instant re-arms the one wake-up; the future
+/// sees a step at its next poll.
 #[must_use = "futures do nothing unless polled; an unpolled `UntilReady` reserves nothing"]
 pub struct UntilReady<'a, C: Clock> {
     bucket: &'a Bucket<C>,
@@ -87,7 +103,7 @@ impl<C: Timer> Future for UntilReady<'_, C> {
                     let until = reservation.ticket.due.max(now).saturating_add(this.jitter);
                     this.stage = Stage::Waiting {
                         reservation,
-                        until,
+                        deadline: Deadline::new(now, until),
                         waited: Duration::from_nanos(until - now),
                         alarm: Alarm::default(),
                     };
@@ -95,7 +111,7 @@ impl<C: Timer> Future for UntilReady<'_, C> {
             }
         }
         let Stage::Waiting {
-            until,
+            deadline,
             waited,
             alarm,
             ..
@@ -103,17 +119,17 @@ impl<C: Timer> Future for UntilReady<'_, C> {
         else {
             return Poll::Ready(Ok(Duration::ZERO));
         };
-        let (until, waited) = (*until, *waited);
+        let waited = *waited;
         loop {
-            let now = clock.now();
-            if now >= until {
+            let Some(target) = deadline.wake_at(clock.now()) else {
                 // Resolved: the reservation is kept (dropping it keeps its tokens); the
                 // wake-up, if still pending, is cancelled with the stage.
                 this.stage = Stage::Done;
                 return Poll::Ready(Ok(waited));
-            }
-            alarm.set(clock, until, cx);
-            if clock.now() < until {
+            };
+            // A target moved by a step back re-arms the one wake-up (`Alarm::set`).
+            alarm.set(clock, target, cx);
+            if clock.now() < target {
                 return Poll::Pending;
             }
         }
@@ -136,12 +152,13 @@ impl<C: Clock> fmt::Debug for UntilReady<'_, C> {
             Stage::Start => d.field("stage", &"start"),
             Stage::Waiting {
                 reservation,
-                until,
+                deadline,
                 alarm,
                 ..
             } => d
                 .field("reservation", reservation)
-                .field("until_ns", until)
+                .field("until_ns", &deadline.due())
+                .field("target_ns", &deadline.target())
                 .field("wake", alarm),
             Stage::Done => d.field("stage", &"done"),
         };
