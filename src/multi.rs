@@ -319,6 +319,16 @@ impl<C: Clock> MultiBucket<C> {
         self.raise(&to);
     }
 
+    /// Every slot of the store in one atomic step, the padding included (one quota: the pair
+    /// word's second slot; three: the fourth word; then repeated to four), for the loom models,
+    /// which check that a padding slot stays a copy of the last quota's. Exists only when built
+    /// with `--cfg tollgate_loom`; not part of the API.
+    #[cfg(tollgate_loom)]
+    #[doc(hidden)]
+    pub fn slots(&self) -> [u64; MAX_LIMITS] {
+        on_store!(self, |_, s| pad(&s.load()))
+    }
+
     /// Raises each quota's state to at least `to[i]`, in one atomic step; the padding slots (from
     /// the policy's length on) as the last quota, so that each stays a copy of the slot it
     /// repeats, as the decisions keep it.

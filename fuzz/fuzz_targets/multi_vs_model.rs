@@ -24,6 +24,8 @@ use tollgate::{gcra, Denied, Limiter, Limits, ManualClock, MultiBucket, Quota, R
 
 #[path = "common/bytes.rs"]
 mod bytes;
+#[path = "common/multi_cost.rs"]
+mod multi_cost;
 #[path = "common/multi_quota.rs"]
 mod multi_quota;
 #[path = "common/units_window.rs"]
@@ -31,6 +33,7 @@ mod units_window;
 use tollgate_testkit::model::Model;
 
 use bytes::Bytes;
+use multi_cost::multi_cost;
 use multi_quota::{model_of, quota};
 
 /// The expected decision at `now`: the references' states after it, and the verdict naming the
@@ -140,13 +143,7 @@ fuzz_target!(|data: &[u8]| {
             _ => t,
         };
         let smallest = quotas.iter().map(Quota::burst).min().unwrap();
-        let cost = match x % 8 {
-            0..=3 => 1,
-            4 => 1 + (x >> 16) % smallest.min(4),
-            5 => (x >> 16) % (smallest + 2),
-            6 => smallest,
-            _ => [0, smallest + 1, burst, burst + 1][((x >> 16) % 4) as usize],
-        };
+        let cost = multi_cost(x, smallest, burst);
         clock.set(Duration::from_nanos(now));
         let (next, want) = expect(&states, &quotas, now, cost);
         // For exact quotas, the reference is the model's.

@@ -46,12 +46,15 @@ use tollgate::{
 
 #[path = "common/bytes.rs"]
 mod bytes;
+#[path = "common/multi_cost.rs"]
+mod multi_cost;
 #[path = "common/quota.rs"]
 mod quota;
 #[path = "common/units_window.rs"]
 mod units_window;
 
 use bytes::Bytes;
+use multi_cost::multi_cost;
 use quota::quota;
 
 /// Global readings stay below 2^60 and a restored clock's origin below 2^59: far inside the
@@ -692,13 +695,7 @@ fn multi(b: &mut Bytes<'_>, head: u64) {
                 }
             }
             _ => {
-                let cost = match x % 8 {
-                    0..=3 => 1,
-                    4 => 1 + (x >> 16) % smallest.min(4),
-                    5 => (x >> 16) % (smallest + 2),
-                    6 => smallest,
-                    _ => [0, smallest + 1, burst, burst + 1][((x >> 16) % 4) as usize],
-                };
+                let cost = multi_cost(x, smallest, burst);
                 live.1.at(tl.t);
                 let label = format!("{label}: cost {cost}");
                 let expected = gcra::try_acquire_all(padded(&states), tl.t, &limits, cost);
@@ -1291,13 +1288,7 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                 }
             }
             _ => {
-                let cost = match x % 8 {
-                    0..=3 => 1,
-                    4 => 1 + (x >> 16) % smallest.min(4),
-                    5 => (x >> 16) % (smallest + 2),
-                    6 => smallest,
-                    _ => [0, smallest + 1, burst, burst + 1][((x >> 16) % 4) as usize],
-                };
+                let cost = multi_cost(x, smallest, burst);
                 live.1.at(tl.t);
                 let label = format!("{label}: cost {cost}");
                 let limits = Limits::new(quotas.iter().copied()).unwrap();
