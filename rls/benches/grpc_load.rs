@@ -281,7 +281,10 @@ fn main() {
     {
         Some(list) => list
             .split(',')
-            .map(|l| l.parse().expect("--levels: calls in flight, comma-separated"))
+            .map(|l| {
+                l.parse()
+                    .expect("--levels: calls in flight, comma-separated")
+            })
             .collect(),
         None if smoke => vec![1, 16],
         None => vec![1, 4, 16, 64, 256],
