@@ -10,7 +10,8 @@
 //!
 //! `cargo bench -p tollgate-rls --bench grpc_load` prints the tables of rls/README.md;
 //! `-- --smoke` runs every case briefly (CI); `-- --secs N` sets each run's length and
-//! `-- --reps N` the alternating runs per case (the median is reported).
+//! `-- --reps N` the alternating runs per case (the median is reported); `-- --levels 64,256`
+//! the calls in flight; `-- --local-only` or `-- --redis-only` one of the two tables.
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
@@ -273,12 +274,23 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|s| s.parse().ok())
         .unwrap_or(if smoke { 1 } else { 3 });
-    let levels: &[usize] = if smoke {
-        &[1, 16]
-    } else {
-        &[1, 4, 16, 64, 256]
+    let levels: Vec<usize> = match args
+        .iter()
+        .position(|a| a == "--levels")
+        .and_then(|i| args.get(i + 1))
+    {
+        Some(list) => list
+            .split(',')
+            .map(|l| {
+                l.parse()
+                    .expect("--levels: calls in flight, comma-separated")
+            })
+            .collect(),
+        None if smoke => vec![1, 16],
+        None => vec![1, 4, 16, 64, 256],
     };
     let only_redis = args.iter().any(|a| a == "--redis-only");
+    let only_local = args.iter().any(|a| a == "--local-only");
     // The servers and the load generator share the machine's cores: one runtime each.
     let server_rt = runtime(2);
     let client_rt = runtime(2);
@@ -315,6 +327,9 @@ fn main() {
                 ms(b.p99)
             );
         }
+    }
+    if only_local {
+        return;
     }
     let Some(server) = RedisServer::start("grpc_load") else {
         println!("\n(no redis-server: the Redis cases are skipped)");

@@ -38,8 +38,8 @@ use hyper_util::server::conn::auto;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -220,42 +220,42 @@ fn builder(protocol: Protocol, limits: &Limits) -> auto::Builder<TokioExecutor> 
 }
 
 /// What a connection's requests tell its task: how many are in flight, whether one has
-/// started, when the last one ended.
+/// started, when the last one ended. Atomics, as a connection's HTTP/2 streams (up to
+/// [`MAX_STREAMS_PER_CONNECTION`]) begin and end on every worker thread at once.
 #[derive(Debug)]
 struct Activity {
-    state: Mutex<ActivityState>,
-}
-
-#[derive(Debug)]
-struct ActivityState {
-    in_flight: usize,
-    started: bool,
-    /// The end of the last request, or the connection's opening before the first one.
-    last_end: Instant,
+    opened: Instant,
+    in_flight: AtomicUsize,
+    /// Set by the first request; read before it is written, so that later requests do not
+    /// write its line.
+    started: AtomicBool,
+    /// The end of the last request, in nanoseconds after `opened` (0 before the first one).
+    /// Written before `in_flight` is decremented (release), so that a task that reads no
+    /// request in flight (acquire) reads the end of every request that was.
+    last_end: AtomicU64,
 }
 
 impl Activity {
     fn new(opened: Instant) -> Activity {
         Activity {
-            state: Mutex::new(ActivityState {
-                in_flight: 0,
-                started: false,
-                last_end: opened,
-            }),
+            opened,
+            in_flight: AtomicUsize::new(0),
+            started: AtomicBool::new(false),
+            last_end: AtomicU64::new(0),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, ActivityState> {
-        // The state is three plain fields, each written whole: a panic elsewhere cannot leave
-        // it half-updated.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        if !self.started.load(Ordering::Relaxed) {
+            self.started.store(true, Ordering::Relaxed);
+        }
+        InFlight(self.clone())
     }
 
-    fn begin(self: &Arc<Self>) -> InFlight {
-        let mut s = self.lock();
-        s.in_flight += 1;
-        s.started = true;
-        InFlight(self.clone())
+    /// The end of the last request, or the opening before the first one.
+    fn last_end(&self) -> Instant {
+        self.opened + Duration::from_nanos(self.last_end.load(Ordering::Relaxed))
     }
 }
 
@@ -266,9 +266,12 @@ struct InFlight(Arc<Activity>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let mut s = self.0.lock();
-        s.in_flight -= 1;
-        s.last_end = Instant::now();
+        let a = &*self.0;
+        // Cut at `FAR`, so that `last_end` cannot overflow an `Instant`; the maximum keeps a
+        // request ending concurrently with a later one from moving the end back.
+        let ns = u64::try_from(a.opened.elapsed().min(FAR).as_nanos()).unwrap_or(u64::MAX);
+        a.last_end.fetch_max(ns, Ordering::Relaxed);
+        a.in_flight.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -298,7 +301,8 @@ fn due(
     opened: Instant,
     now: Instant,
 ) -> Due {
-    let s = activity.lock();
+    let in_flight = activity.in_flight.load(Ordering::Acquire);
+    let started = activity.started.load(Ordering::Relaxed);
     let header_at = later(opened, limits.header_timeout);
     // HTTP/1: hyper's header timer closes a connection idle for `header_timeout` anyway; the
     // same bound here also covers the time a response takes to be read.
@@ -306,19 +310,19 @@ fn due(
         Protocol::Http1 => limits.idle_timeout.min(limits.header_timeout),
         Protocol::Http2 => limits.idle_timeout,
     };
-    if protocol == Protocol::Http2 && !s.started && now >= header_at {
+    if protocol == Protocol::Http2 && !started && now >= header_at {
         return Due::NoRequest;
     }
-    let idle_at = if s.in_flight > 0 {
+    let idle_at = if in_flight > 0 {
         // Looked at again one idle period from now: the request in flight ends no earlier
         // than now, so the connection cannot be idle long enough before then.
         later(now, idle)
-    } else if now >= later(s.last_end, idle) {
+    } else if now >= later(activity.last_end(), idle) {
         return Due::Idle;
     } else {
-        later(s.last_end, idle)
+        later(activity.last_end(), idle)
     };
-    if protocol == Protocol::Http2 && !s.started {
+    if protocol == Protocol::Http2 && !started {
         Due::At(idle_at.min(header_at))
     } else {
         Due::At(idle_at)
