@@ -302,3 +302,103 @@ fn a_limit_whose_number_of_rates_changed_since_the_save_starts_drained_alone() {
     assert_eq!(admitted(&s, "other", 10), 3, "kept");
     assert!(!one(&s, "user", "bob"), "drained for every value");
 }
+
+/// The local backend of `s`.
+fn local_of(s: &tollgate_rls::service::Service) -> &tollgate_rls::engine::LocalBackend {
+    match s.backend() {
+        tollgate_rls::engine::Backend::Local(l) => l,
+        _ => unreachable!(),
+    }
+}
+
+/// A service on the local backend with `max_keys` values, on `clock`.
+fn local_service(
+    yaml: &str,
+    clock: &tollgate::ManualClock,
+    max_keys: usize,
+) -> tollgate_rls::service::Service {
+    use tollgate_rls::engine::{Backend, LocalBackend, RlsClock};
+    let local = LocalBackend::new(RlsClock::manual(clock.clone()), max_keys);
+    tollgate_rls::service::Service::new(load(yaml), Backend::Local(local), false)
+}
+
+const USER: &str = "  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3}\n";
+const OTHER: &str = "  - key: other\n    rate_limit: {unit: hour, requests_per_unit: 5}\n";
+
+fn manual() -> tollgate::ManualClock {
+    let clock = tollgate::ManualClock::new();
+    clock.advance(Duration::from_secs(1_000_000));
+    clock
+}
+
+/// A limit retired by a reload, then saved and restored (the process restarted) under a
+/// config still without it, resumes its buckets when a later reload brings it back, as it
+/// would have in the running process: no second burst across the restart.
+#[test]
+fn a_retired_table_survives_a_restart_and_resumes_when_its_limit_comes_back() {
+    let clock = manual();
+    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let gone = format!("domain: r\ndescriptors:\n{OTHER}");
+    let s = local_service(&full, &clock, 1_000);
+    assert_eq!((0..10).filter(|_| one(&s, "user", "alice")).count(), 3);
+    s.reload(load(&gone));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+
+    let restarted = local_service(&gone, &clock, 1_000);
+    assert!(matches!(
+        local_of(&restarted).restore(&file[..]),
+        tollgate_rls::engine::Restored::Ok { .. }
+    ));
+    restarted.reload(load(&full));
+    let admitted = (0..10).filter(|_| one(&restarted, "user", "alice")).count();
+    assert_eq!(admitted, 0, "a second burst across the restart");
+    assert!(one(&restarted, "user", "bob"), "another value starts full");
+}
+
+/// A saved table whose limit the config at start does not have (edited during the downtime,
+/// or read half written) is kept aside as a reload would retire it: a later reload that
+/// brings the limit back resumes its buckets.
+#[test]
+fn a_saved_table_whose_limit_is_missing_at_start_resumes_when_it_comes_back() {
+    let clock = manual();
+    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let gone = format!("domain: r\ndescriptors:\n{OTHER}");
+    let s = local_service(&full, &clock, 1_000);
+    assert_eq!((0..10).filter(|_| one(&s, "user", "alice")).count(), 3);
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+
+    let restarted = local_service(&gone, &clock, 1_000);
+    assert!(matches!(
+        local_of(&restarted).restore(&file[..]),
+        tollgate_rls::engine::Restored::Ok { .. }
+    ));
+    assert!(
+        one(&restarted, "other", "alice"),
+        "not configured: no limit"
+    );
+    restarted.reload(load(&full));
+    let admitted = (0..10).filter(|_| one(&restarted, "user", "alice")).count();
+    assert_eq!(admitted, 0, "a second burst across the restart");
+    // Rates changed while away: resumed and converted (6 an hour: a token every 10 min).
+    let six = full.replace("requests_per_unit: 3", "requests_per_unit: 6");
+    let again = local_service(&gone, &clock, 1_000);
+    local_of(&again).restore(&file[..]);
+    again.reload(load(&six));
+    assert!(!one(&again, "user", "alice"), "converted, not full");
+    clock.advance(Duration::from_secs(600));
+    assert!(one(&again, "user", "alice"));
+    assert!(!one(&again, "user", "alice"));
+    // Another number of rates: drained, as a reload that changes the number drains.
+    let two = full.replace(
+        "    rate_limit: {unit: hour, requests_per_unit: 3}\n  - key: other",
+        "    rate_limits:\n      - {unit: hour, requests_per_unit: 3}\n      - {unit: day, requests_per_unit: 10}\n  - key: other",
+    );
+    assert_ne!(two, full);
+    let drained = local_service(&gone, &clock, 1_000);
+    local_of(&drained).restore(&file[..]);
+    drained.reload(load(&two));
+    assert!(!one(&drained, "user", "alice"), "drained");
+    assert!(!one(&drained, "user", "bob"), "drained for every value");
+}
