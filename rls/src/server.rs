@@ -412,15 +412,25 @@ pub fn write_state(local: &LocalBackend, path: &Path) -> std::io::Result<()> {
 pub fn restore_state(local: &LocalBackend, path: &Path) {
     match std::fs::File::open(path) {
         Ok(f) => match local.restore(std::io::BufReader::new(f)) {
-            crate::engine::Restored::Ok { tables, drained: 0 } => log(format!(
-                "state restored from {} ({tables} limits)",
-                path.display()
-            )),
-            crate::engine::Restored::Ok { tables, drained } => log(format!(
-                "state restored from {} ({tables} limits; {drained} with another number of \
-                 rates than saved start drained)",
-                path.display()
-            )),
+            crate::engine::Restored::Ok {
+                tables,
+                drained,
+                retired,
+            } => {
+                let mut line = format!("state restored from {} ({tables} limits", path.display());
+                if drained > 0 {
+                    line += &format!(
+                        "; {drained} with another number of rates than saved start drained"
+                    );
+                }
+                if retired > 0 {
+                    line += &format!(
+                        "; {retired} of limits not configured kept aside, resumed if they come \
+                         back"
+                    );
+                }
+                log(line + ")");
+            }
             crate::engine::Restored::Damaged(why) => log(format!(
                 "the state file {} is damaged ({why}): every bucket starts drained",
                 path.display()

@@ -277,7 +277,8 @@ fn a_limit_whose_number_of_rates_changed_since_the_save_starts_drained_alone() {
         local(&same).restore(&file[..]),
         Restored::Ok {
             tables: 2,
-            drained: 0
+            drained: 0,
+            retired: 0
         }
     );
     assert_eq!(admitted(&same, "user", 10), 2);
@@ -290,7 +291,8 @@ fn a_limit_whose_number_of_rates_changed_since_the_save_starts_drained_alone() {
         local(&changed).restore(&file[..]),
         Restored::Ok {
             tables: 2,
-            drained: 1
+            drained: 1,
+            retired: 0
         }
     );
     assert_eq!(admitted(&changed, "other", 10), 3, "restored, not drained");
@@ -401,4 +403,190 @@ fn a_saved_table_whose_limit_is_missing_at_start_resumes_when_it_comes_back() {
     drained.reload(load(&two));
     assert!(!one(&drained, "user", "alice"), "drained");
     assert!(!one(&drained, "user", "bob"), "drained for every value");
+}
+
+/// A retired table whose buckets are all full holds nothing a new table would not: not saved
+/// when full at the save, dropped when full by the restore (refilled over the downtime).
+#[test]
+fn retired_tables_whose_buckets_are_all_full_are_not_kept_across_a_restart() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let gone = format!("domain: r\ndescriptors:\n{OTHER}");
+    let restore = |file: &[u8]| local_of(&local_service(&gone, &clock, 1_000)).restore(file);
+    let s = local_service(&full, &clock, 1_000);
+    assert!(one(&s, "user", "alice"));
+    s.reload(load(&gone));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    let kept = Restored::Ok {
+        tables: 1,
+        drained: 0,
+        retired: 1,
+    };
+    assert_eq!(restore(&file), kept);
+    // 20 minutes on, alice's bucket is full again: the retired table is not saved.
+    clock.advance(Duration::from_secs(1_200));
+    let mut later = Vec::new();
+    local_of(&s).save(&mut later).unwrap();
+    assert!(later.len() < file.len(), "{} {}", later.len(), file.len());
+    let none = Restored::Ok {
+        tables: 1,
+        drained: 0,
+        retired: 0,
+    };
+    assert_eq!(restore(&later), none);
+    // Not full at the save, full by the restore: dropped.
+    let fast = "  - key: fast\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+    let s = local_service(&format!("{full}{fast}"), &clock, 1_000);
+    assert!(one(&s, "fast", "alice"));
+    s.reload(load(&gone));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    assert_eq!(restore(&file), kept, "restored at once: kept");
+    std::thread::sleep(Duration::from_millis(1_100));
+    assert_eq!(restore(&file), none, "a second later, full: dropped");
+}
+
+/// The retired tables a file restores hold at most `--max-keys` values in all, as `apply`
+/// bounds them: the newest kept, the older ones dropped (their limits, if they come back,
+/// start full).
+#[test]
+fn retired_tables_restored_are_bounded_by_max_keys_newest_kept() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let cfg = |keys: &[&str]| {
+        let mut y = format!("domain: r\ndescriptors:\n{OTHER}");
+        for k in keys {
+            y.push_str(&format!(
+                "  - key: {k}\n    value: x\n    rate_limit: {{unit: hour, requests_per_unit: 1}}\n"
+            ));
+        }
+        y
+    };
+    let s = local_service(&cfg(&["a", "b"]), &clock, 1_000);
+    assert!(one(&s, "a", "x") && one(&s, "b", "x"));
+    s.reload(load(&cfg(&["b"]))); // a retired
+    s.reload(load(&cfg(&[]))); // b retired, after a
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    // One value of retired tables: b alone is kept.
+    let small = local_service(&cfg(&[]), &clock, 1);
+    assert_eq!(
+        local_of(&small).restore(&file[..]),
+        Restored::Ok {
+            tables: 1,
+            drained: 0,
+            retired: 1
+        }
+    );
+    small.reload(load(&cfg(&["a", "b"])));
+    assert!(one(&small, "a", "x"), "a's table was dropped: a new bucket");
+    assert!(!one(&small, "b", "x"), "b resumes");
+    // Room for both: both resume.
+    let big = local_service(&cfg(&[]), &clock, 2);
+    local_of(&big).restore(&file[..]);
+    big.reload(load(&cfg(&["a", "b"])));
+    assert!(!one(&big, "a", "x") && !one(&big, "b", "x"));
+}
+
+/// A file of earlier builds (a record of an id and the table's bytes alone, tag 1) restores
+/// as before; a record this build does not know makes the file damaged (every bucket drained),
+/// as an earlier build reading this build's records does.
+#[test]
+fn a_file_of_id_and_table_records_still_restores_and_an_unknown_record_drains() {
+    use tollgate::{KeyedMultiLimiter, Limits, Quota};
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let limits = Limits::new(vec![Quota::new(3, Duration::from_secs(3_600), 3).unwrap()]).unwrap();
+    let table = KeyedMultiLimiter::<String, _>::with_clock(limits, 1_000, clock.clone());
+    table.try_acquire(&"user\u{1f}alice".to_owned(), 3).unwrap();
+    let mut blob = Vec::new();
+    table.save(&mut blob).unwrap();
+    const MAGIC: &[u8] = b"TGRLS\x01\r\n";
+    let file_with = |tag: u8| {
+        let id = b"r\x1fuser";
+        let mut file = MAGIC.to_vec();
+        file.push(tag);
+        file.extend((id.len() as u32).to_le_bytes());
+        file.extend(id);
+        file.extend((blob.len() as u64).to_le_bytes());
+        file.extend(&blob);
+        file.push(0);
+        file.extend(MAGIC);
+        file
+    };
+    let s = local_service(&full, &clock, 1_000);
+    assert_eq!(
+        local_of(&s).restore(&file_with(1)[..]),
+        Restored::Ok {
+            tables: 1,
+            drained: 0,
+            retired: 0
+        }
+    );
+    assert!(!one(&s, "user", "alice"), "restored drained");
+    assert!(one(&s, "user", "bob"));
+    assert!(one(&s, "other", "alice"), "not in the file: full");
+    let s = local_service(&full, &clock, 1_000);
+    assert!(matches!(
+        local_of(&s).restore(&file_with(9)[..]),
+        Restored::Damaged(_)
+    ));
+    assert!(!one(&s, "other", "alice"), "damaged: drained");
+}
+
+/// A hostile or damaged definition record: a table size past `--max-keys` is dropped before
+/// any table is built (nothing allocated for it); a definition no build writes makes the file
+/// damaged.
+#[test]
+fn a_saved_definition_is_checked_before_a_table_is_built() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let gone = format!("domain: r\ndescriptors:\n{OTHER}");
+    let s = local_service(&full, &clock, 1_000);
+    assert!(one(&s, "user", "alice"));
+    s.reload(load(&gone));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    // The retired table's record first: magic, tag, id, per-value, one rate, its size.
+    let id = b"r\x1fuser";
+    let at = 8 + 1 + 4;
+    assert_eq!(&file[at..at + id.len()], id);
+    let def = at + id.len();
+    let size = def + 2 + (4 + 1 + 8 + 4);
+    assert_eq!(
+        file[size..size + 8],
+        500u64.to_le_bytes(),
+        "two limits share 1,000"
+    );
+    let restore = |f: &[u8]| local_of(&local_service(&gone, &clock, 1_000)).restore(f);
+    let patched = |at: usize, bytes: &[u8]| {
+        let mut f = file.clone();
+        f[at..at + bytes.len()].copy_from_slice(bytes);
+        f
+    };
+    assert_eq!(
+        restore(&patched(size, &u64::MAX.to_le_bytes())),
+        Restored::Ok {
+            tables: 1,
+            drained: 0,
+            retired: 0
+        }
+    );
+    for (what, f) in [
+        ("size 0", patched(size, &0u64.to_le_bytes())),
+        ("per-value 2", patched(def, &[2])),
+        ("five rates", patched(def + 1, &[5])),
+        ("0 per unit", patched(def + 2, &0u32.to_le_bytes())),
+        ("unit 7", patched(def + 6, &[7])),
+        (
+            "a name past the file",
+            patched(def + 15, &u32::MAX.to_le_bytes()),
+        ),
+    ] {
+        assert!(matches!(restore(&f), Restored::Damaged(_)), "{what}");
+    }
 }

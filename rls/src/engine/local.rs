@@ -24,7 +24,7 @@
 //! new values keep theirs too. Never an over-admission, at worst an under-admission.
 
 use super::{blocked, limits_of, Demand, Outcome, RlsClock, Wait};
-use crate::config::{Config, Limit};
+use crate::config::{Config, Kind, Limit, Rate, Unit};
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::io::{self, Read, Write};
@@ -39,9 +39,26 @@ const STRIPES: usize = 1024;
 /// The saved state's magic.
 const MAGIC: &[u8; 8] = b"TGRLS\x01\r\n";
 
+/// The most bytes of a limit id or a rate name in a saved file.
+const MAX_NAME: usize = 1 << 20;
+
+/// A saved table record (files of earlier builds): the limit id (`u32` length, UTF-8), then
+/// the table's bytes (`u64` length, `KeyedMultiLimiter::save`). Integers are little-endian.
+const TABLE: u8 = 1;
+
+/// A saved table record with its limit's definition and table size, enough to rebuild the
+/// table as a retired one when the config does not have its limit: the limit id (`u32`
+/// length, UTF-8); `per_value` (`u8`, 0 or 1); the number of rates (`u8`, 1 to 4), each rate's
+/// `requests_per_unit` (`u32`), unit (`u8`, second to year: 0 to 6), `burst` (`u64`) and name
+/// (`u32` length, UTF-8); the table size (`u64`); then the table's bytes (`u64` length,
+/// `KeyedMultiLimiter::save`). Builds that know only `TABLE` take a file with it as damaged.
+const DEFINED_TABLE: u8 = 2;
+
 /// A limit's buckets.
 struct Table {
     limiter: KeyedMultiLimiter<String, RlsClock>,
+    /// The limit (of a table restored as retired, a stand-in with only the saved id and
+    /// definition: `get_definition`).
     limit: Arc<Limit>,
     /// The table's `max_keys`.
     size: usize,
@@ -54,6 +71,40 @@ struct Retired {
     tables: HashMap<String, (u64, Arc<Table>)>,
 }
 
+impl Retired {
+    /// Adds a table of a limit that left the config, newer than every table already here.
+    fn add(&mut self, id: String, table: Arc<Table>) {
+        let stamp = self.next;
+        self.next += 1;
+        self.tables.insert(id, (stamp, table));
+    }
+
+    /// Drops the tables whose buckets are all full (they hold nothing a new table would
+    /// not), then the oldest until at most `max_keys` values of tables are kept.
+    fn trim(&mut self, max_keys: usize) {
+        self.tables.retain(|_, (_, t)| {
+            t.limiter.sweep();
+            !t.limiter.is_empty()
+        });
+        let mut kept: usize = self.tables.values().map(|(_, t)| t.size).sum();
+        if kept > max_keys {
+            let mut oldest: Vec<(u64, String, usize)> = self
+                .tables
+                .iter()
+                .map(|(id, (stamp, t))| (*stamp, id.clone(), t.size))
+                .collect();
+            oldest.sort_unstable();
+            for (_, id, size) in oldest {
+                if kept <= max_keys {
+                    break;
+                }
+                self.tables.remove(&id);
+                kept -= size;
+            }
+        }
+    }
+}
+
 /// The local backend.
 pub struct LocalBackend {
     clock: RlsClock,
@@ -62,8 +113,9 @@ pub struct LocalBackend {
     /// Tables of limits the config no longer has (removed, or made `unlimited` or 0 per unit),
     /// oldest first, kept while some bucket is not full: a limit that comes back (a file read
     /// half-written, a reverted edit) resumes its buckets instead of starting full. Only
-    /// `apply` adds or drops them (under the tables' write lock); a decision planned before the
-    /// reload that retired one decides its limit there (`stand_in`, under the read lock).
+    /// `apply` and `restore` add or drop them (under the tables' write lock); a decision
+    /// planned before the reload that retired one decides its limit there (`stand_in`, under
+    /// the read lock).
     retired: Mutex<Retired>,
     stripes: Box<[Mutex<()>]>,
     hasher: std::collections::hash_map::RandomState,
@@ -95,12 +147,16 @@ pub struct Applied {
 pub enum Restored {
     /// Every saved table was restored (limits not in the file start full).
     Ok {
-        /// Tables restored.
+        /// Tables of configured limits restored.
         tables: usize,
         /// Of those, tables whose limit has another number of rates than when saved: their
         /// buckets cannot be paired rate by rate, so they start drained (as a reload that
         /// changes the number drains the table), never full.
         drained: usize,
+        /// Tables of limits the config does not have (retired when saved, or configured then
+        /// and not now), kept aside as a reload retires them (see `apply`): a limit that comes
+        /// back resumes its buckets.
+        retired: usize,
     },
     /// The file is damaged: every table starts drained.
     Damaged(String),
@@ -210,32 +266,10 @@ impl LocalBackend {
         for (id, t) in old {
             if !tables.contains_key(&id) {
                 applied.removed += 1;
-                let stamp = retired.next;
-                retired.next += 1;
-                retired.tables.insert(id, (stamp, t));
+                retired.add(id, t);
             }
         }
-        // A retired table whose buckets are all full holds nothing a new one would not.
-        retired.tables.retain(|_, (_, t)| {
-            t.limiter.sweep();
-            !t.limiter.is_empty()
-        });
-        let mut kept: usize = retired.tables.values().map(|(_, t)| t.size).sum();
-        if kept > self.max_keys {
-            let mut oldest: Vec<(u64, String, usize)> = retired
-                .tables
-                .iter()
-                .map(|(id, (stamp, t))| (*stamp, id.clone(), t.size))
-                .collect();
-            oldest.sort_unstable();
-            for (_, id, size) in oldest {
-                if kept <= self.max_keys {
-                    break;
-                }
-                retired.tables.remove(&id);
-                kept -= size;
-            }
-        }
+        retired.trim(self.max_keys);
         applied
     }
 
@@ -408,27 +442,57 @@ impl LocalBackend {
         o
     }
 
-    /// Writes every table (`--state`): `MAGIC`, then per limit its id and its table's saved
-    /// bytes (`KeyedMultiLimiter::save`), then an end record.
+    /// Writes every table (`--state`), the retired ones included (those with a bucket not
+    /// full, oldest first, then the current ones): `MAGIC`, then per table a
+    /// `DEFINED_TABLE` record (the limit id, its definition, the table size and the table's
+    /// saved bytes, `KeyedMultiLimiter::save`), then an end record.
     pub fn save<W: Write>(&self, mut w: W) -> io::Result<()> {
-        // The tables are `Arc`s: copied out, so that the lock is not held while they are
-        // written (a reload waiting for it would hold the config's write lock meanwhile, and
-        // every decision with it).
-        let tables: Vec<(String, Arc<Table>)> = self
-            .tables
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(id, t)| (id.clone(), t.clone()))
-            .collect();
+        // The tables are `Arc`s: copied out, so that the locks are not held while they are
+        // written (a reload waiting for them would hold the config's write lock meanwhile, and
+        // every decision with it). The retired tables' lock is taken under the tables' one,
+        // as `apply` takes it.
+        let (current, mut retired) = {
+            let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
+            let retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+            let current: Vec<(String, Arc<Table>)> = tables
+                .iter()
+                .map(|(id, t)| (id.clone(), t.clone()))
+                .collect();
+            let old: Vec<(u64, String, Arc<Table>)> = retired
+                .tables
+                .iter()
+                .map(|(id, (stamp, t))| (*stamp, id.clone(), t.clone()))
+                .collect();
+            (current, old)
+        };
+        retired.sort_unstable_by_key(|(stamp, _, _)| *stamp);
+        // A retired table whose buckets are all full holds nothing a new one would not.
+        retired.retain(|(_, _, t)| {
+            t.limiter.sweep();
+            !t.limiter.is_empty()
+        });
         w.write_all(MAGIC)?;
         let mut blob = Vec::new();
-        for (id, t) in &tables {
+        let all = retired
+            .iter()
+            .map(|(_, id, t)| (id, t))
+            .chain(current.iter().map(|(id, t)| (id, t)));
+        for (id, t) in all {
+            let Kind::Rates(rates) = &t.limit.kind else {
+                continue; // A table has rates (`limits_of`).
+            };
             blob.clear();
             t.limiter.save(&mut blob)?;
-            w.write_all(&[1])?;
-            w.write_all(&(id.len() as u32).to_le_bytes())?;
-            w.write_all(id.as_bytes())?;
+            w.write_all(&[DEFINED_TABLE])?;
+            put_bytes(&mut w, id.as_bytes())?;
+            w.write_all(&[u8::from(t.limit.per_value), rates.len() as u8])?;
+            for rate in rates {
+                w.write_all(&rate.requests_per_unit.to_le_bytes())?;
+                w.write_all(&[unit_code(rate.unit)])?;
+                w.write_all(&rate.burst.to_le_bytes())?;
+                put_bytes(&mut w, rate.name.as_bytes())?;
+            }
+            w.write_all(&(t.size as u64).to_le_bytes())?;
             w.write_all(&(blob.len() as u64).to_le_bytes())?;
             w.write_all(&blob)?;
         }
@@ -437,14 +501,18 @@ impl LocalBackend {
         w.flush()
     }
 
-    /// Restores the tables of the current config from a file written by [`save`]: each saved
-    /// table whose limit is still configured is rebuilt from its bytes under the limit's
-    /// current rates (converted as `set_quota` converts). A damaged file drains every table.
+    /// Restores the tables from a file written by [`save`] (or by earlier builds: records of
+    /// an id and the table's bytes alone). Each saved table whose limit is configured is
+    /// rebuilt from its bytes under the limit's current rates (converted as `set_quota`
+    /// converts). Each saved table with its definition whose limit is not configured is
+    /// retired, as a reload retires it (see `apply`): under its saved rates, within
+    /// `max_keys` values of retired tables in all (the newest kept), dropped if its buckets
+    /// are all full by now. A damaged file drains every table.
     ///
     /// [`save`]: LocalBackend::save
     pub fn restore<R: Read>(&self, r: R) -> Restored {
         match self.try_restore(r) {
-            Ok((tables, drained)) => Restored::Ok { tables, drained },
+            Ok(restored) => restored,
             Err(why) => {
                 let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
                 for t in tables.values() {
@@ -455,20 +523,23 @@ impl LocalBackend {
         }
     }
 
-    fn try_restore<R: Read>(&self, mut r: R) -> Result<(usize, usize), String> {
+    fn try_restore<R: Read>(&self, mut r: R) -> Result<Restored, String> {
         let mut magic = [0u8; 8];
         r.read_exact(&mut magic)
             .map_err(|e| format!("no header: {e}"))?;
         if &magic != MAGIC {
             return Err("not a tollgate-rls state file".into());
         }
-        let mut rebuilt: Vec<(String, Table)> = Vec::new();
+        // One table per configured limit (a file that repeats a limit: its last record), so
+        // that a file cannot make the process hold more tables than the config has.
+        let mut rebuilt: HashMap<String, Table> = HashMap::new();
+        // Tables of limits not configured, in the file's order (oldest first): their limit
+        // (from the saved definition), table size and saved bytes.
+        let mut away: Vec<(String, Arc<Limit>, usize, Vec<u8>)> = Vec::new();
         let mut drained = 0;
         loop {
-            let mut tag = [0u8; 1];
-            r.read_exact(&mut tag)
-                .map_err(|e| format!("truncated: {e}"))?;
-            if tag[0] == 0 {
+            let [tag] = get::<1>(&mut r)?;
+            if tag == 0 {
                 r.read_exact(&mut magic)
                     .map_err(|e| format!("truncated end: {e}"))?;
                 if &magic != MAGIC {
@@ -476,24 +547,22 @@ impl LocalBackend {
                 }
                 break;
             }
-            if tag[0] != 1 {
-                return Err(format!("an unknown record {}", tag[0]));
+            if tag != TABLE && tag != DEFINED_TABLE {
+                return Err(format!("an unknown record {tag}"));
             }
-            let mut n4 = [0u8; 4];
-            r.read_exact(&mut n4)
-                .map_err(|e| format!("truncated: {e}"))?;
-            let id_len = u32::from_le_bytes(n4) as usize;
-            if id_len > 1 << 20 {
-                return Err("a limit name over 1 MiB".into());
-            }
-            let mut id = vec![0u8; id_len];
-            r.read_exact(&mut id)
-                .map_err(|e| format!("truncated: {e}"))?;
-            let id = String::from_utf8(id).map_err(|_| "a limit name not UTF-8".to_owned())?;
-            let mut n8 = [0u8; 8];
-            r.read_exact(&mut n8)
-                .map_err(|e| format!("truncated: {e}"))?;
-            let len = u64::from_le_bytes(n8);
+            let id = get_string(&mut r, "a limit name")?;
+            let saved = if tag == DEFINED_TABLE {
+                let limit = get_definition(&mut r, &id)?;
+                let size = u64::from_le_bytes(get::<8>(&mut r)?);
+                let size = usize::try_from(size).unwrap_or(usize::MAX);
+                if size == 0 || (!limit.per_value && size != 1) {
+                    return Err(format!("a table size of {size} for {id:?}"));
+                }
+                Some((limit, size))
+            } else {
+                None
+            };
+            let len = u64::from_le_bytes(get::<8>(&mut r)?);
             let mut blob = Vec::new();
             (&mut r)
                 .take(len)
@@ -504,6 +573,10 @@ impl LocalBackend {
             }
             let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
             let Some(current) = tables.get(&id) else {
+                drop(tables);
+                if let Some((limit, size)) = saved {
+                    away.push((id, limit, size, blob));
+                }
                 continue;
             };
             let (limit, size) = (current.limit.clone(), current.size);
@@ -527,7 +600,38 @@ impl LocalBackend {
                 },
                 Err(e) => return Err(format!("the table of {id:?}: {e}")),
             };
-            rebuilt.push((
+            rebuilt.insert(
+                id,
+                Table {
+                    limiter,
+                    limit,
+                    size,
+                },
+            );
+        }
+        // The retired tables to rebuild: one per id (the file's last), the newest first while
+        // they fit in `max_keys` values, as `apply` bounds them; the sizes are checked before
+        // a table is built.
+        let mut seen = std::collections::HashSet::new();
+        let mut budget = self.max_keys;
+        let mut keep = Vec::new();
+        for (id, limit, size, blob) in away.into_iter().rev() {
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            if size > budget {
+                break;
+            }
+            budget -= size;
+            keep.push((id, limit, size, blob));
+        }
+        let mut retired_tables = Vec::with_capacity(keep.len());
+        for (id, limit, size, blob) in keep.into_iter().rev() {
+            let limits = limits_of(&limit).ok_or_else(|| format!("no rates for {id:?}"))?;
+            let limiter = KeyedMultiLimiter::builder(limits, size, self.clock.clone())
+                .restore(&blob[..])
+                .map_err(|e| format!("the table of {id:?}: {e}"))?;
+            retired_tables.push((
                 id,
                 Table {
                     limiter,
@@ -538,10 +642,22 @@ impl LocalBackend {
         }
         let n = rebuilt.len();
         let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);
+        let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
         for (id, t) in rebuilt {
+            retired.tables.remove(&id);
             tables.insert(id, Arc::new(t));
         }
-        Ok((n, drained))
+        for (id, t) in retired_tables {
+            if !tables.contains_key(&id) {
+                retired.add(id, Arc::new(t));
+            }
+        }
+        retired.trim(self.max_keys);
+        Ok(Restored::Ok {
+            tables: n,
+            drained,
+            retired: retired.tables.len(),
+        })
     }
 
     /// Buckets tracked over all tables (the `tollgate_rls_tracked_buckets` gauge).
@@ -549,4 +665,90 @@ impl LocalBackend {
         let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
         tables.values().map(|t| t.limiter.len()).sum()
     }
+}
+
+fn put_bytes<W: Write>(w: &mut W, bytes: &[u8]) -> io::Result<()> {
+    w.write_all(&(bytes.len() as u32).to_le_bytes())?;
+    w.write_all(bytes)
+}
+
+fn get<const N: usize>(r: &mut impl Read) -> Result<[u8; N], String> {
+    let mut b = [0u8; N];
+    r.read_exact(&mut b)
+        .map_err(|e| format!("truncated: {e}"))?;
+    Ok(b)
+}
+
+/// A length-prefixed UTF-8 string of at most `MAX_NAME` bytes (checked before allocating).
+fn get_string(r: &mut impl Read, what: &str) -> Result<String, String> {
+    let len = u32::from_le_bytes(get::<4>(r)?) as usize;
+    if len > MAX_NAME {
+        return Err(format!("{what} over 1 MiB"));
+    }
+    let mut b = vec![0u8; len];
+    r.read_exact(&mut b)
+        .map_err(|e| format!("truncated: {e}"))?;
+    String::from_utf8(b).map_err(|_| format!("{what} not UTF-8"))
+}
+
+const UNITS: [Unit; 7] = [
+    Unit::Second,
+    Unit::Minute,
+    Unit::Hour,
+    Unit::Day,
+    Unit::Week,
+    Unit::Month,
+    Unit::Year,
+];
+
+fn unit_code(unit: Unit) -> u8 {
+    UNITS.iter().position(|u| *u == unit).unwrap_or(0) as u8
+}
+
+/// A saved limit definition (`per_value`, then one to four rates): the limit of a retired
+/// table, with the saved id (its other fields are not saved; a table uses none of them).
+fn get_definition(r: &mut impl Read, id: &str) -> Result<Arc<Limit>, String> {
+    let [per_value, n] = get::<2>(r)?;
+    if per_value > 1 || !(1..=4).contains(&n) {
+        return Err(format!("a damaged definition of {id:?}"));
+    }
+    let mut rates = Vec::with_capacity(usize::from(n));
+    for _ in 0..n {
+        let requests_per_unit = u32::from_le_bytes(get::<4>(r)?);
+        let [unit] = get::<1>(r)?;
+        let unit = *UNITS
+            .get(usize::from(unit))
+            .ok_or_else(|| format!("an unknown unit {unit} in {id:?}"))?;
+        let burst = u64::from_le_bytes(get::<8>(r)?);
+        let name = get_string(r, "a rate name")?;
+        rates.push(Rate {
+            requests_per_unit,
+            unit,
+            burst,
+            name,
+        });
+    }
+    let (domain, path) = id.split_once('\x1f').unwrap_or(("", id));
+    let limit = Limit {
+        domain: domain.to_owned(),
+        path: path.to_owned(),
+        id: id.to_owned(),
+        names: rates
+            .iter()
+            .filter(|r| !r.name.is_empty())
+            .map(|r| r.name.clone())
+            .collect(),
+        kind: Kind::Rates(rates),
+        replaces: Vec::new(),
+        shadow: false,
+        detailed_metric: false,
+        per_value: per_value == 1,
+        origin: "the saved state".to_owned(),
+        fixed_metric: true,
+        counters: std::sync::OnceLock::new(),
+    };
+    if limits_of(&limit).is_none() {
+        return Err(format!("a definition of {id:?} without valid rates"));
+    }
+    Ok(Arc::new(limit))
 }
