@@ -425,8 +425,8 @@ pub fn restore_state(local: &LocalBackend, path: &Path) {
                 }
                 if retired > 0 {
                     line += &format!(
-                        "; {retired} of limits not configured kept aside, resumed if they come \
-                         back"
+                        "; {retired} tables of limits not configured kept aside, resumed if \
+                         their limits come back"
                     );
                 }
                 log(line + ")");
