@@ -708,7 +708,15 @@ impl<C: Clock> ShardedBucket<C> {
     /// shard, always the one).
     #[inline(always)]
     fn home(&self) -> &Lease {
-        &self.shards[self.read_mostly.shard_of.of(cpu_home())]
+        let x = cpu_home();
+        // Tested against the slice's own length (the count `shard_of` reduces by): a number
+        // below it indexes without a bounds check. A shard per CPU by default, so this is the
+        // common case; the rest is reduced.
+        let shards = &*self.shards;
+        if x < shards.len() {
+            return &shards[x];
+        }
+        &shards[self.read_mostly.shard_of.of(x)]
     }
 
     // ---- the narrow interface that saving, restoring and draining use (`persist.rs`,
