@@ -32,7 +32,7 @@ use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
-use crate::sync::{cpu_home, cpu_tick, AtomicU64, Ordering};
+use crate::sync::{cpu_home, AtomicU64, Ordering, Tick};
 use alloc::boxed::Box;
 use core::fmt;
 use core::time::Duration;
@@ -355,7 +355,7 @@ impl<C: Clock> ShardedBucket<C> {
     #[doc(hidden)]
     pub fn fuzz_acquire_on_shard(&self, shard: usize, now: u64, cost: u64) -> Result<(), Denied> {
         let lease = &self.shards[shard % self.shards.len()];
-        self.decide_on(now, cost, || lease)
+        self.decide_on(now, cost, || (lease, None))
     }
 
     /// Capacity lost so far in tokens (fractions included): what a lease held when replaced
@@ -432,7 +432,7 @@ impl<C: Clock> ShardedBucket<C> {
         &'a self,
         now: u64,
         cost: u64,
-        home: impl FnOnce() -> &'a Lease,
+        home: impl FnOnce() -> (&'a Lease, Option<Tick>),
     ) -> Result<(), Denied> {
         if cost == 0 {
             Ok(())
@@ -452,7 +452,7 @@ impl<C: Clock> ShardedBucket<C> {
         &'a self,
         now: u64,
         cost: u64,
-        home: impl FnOnce() -> &'a Lease,
+        home: impl FnOnce() -> (&'a Lease, Option<Tick>),
     ) -> Result<(), Denied> {
         // One test for two rare cases: one shard (`dry_all` is `u64::MAX` there), or the
         // whole bucket dry for a while yet, as an earlier decision found it (a one-token
@@ -469,7 +469,7 @@ impl<C: Clock> ShardedBucket<C> {
                 return Err(Denied::RetryAfter(central::wait_until(dry, now)));
             }
         }
-        let lease = home();
+        let (lease, tick) = home();
         // No token for this shard before `dry`, whatever happened since (from its lease or the
         // word: [`Lease::dry_until`]): no need to read either.
         let dry = lease.dry_until();
@@ -477,8 +477,10 @@ impl<C: Clock> ShardedBucket<C> {
             return Err(Denied::RetryAfter(central::wait_until(dry, now)));
         }
         // Only the decisions that go on count towards the next look at the CPU: a refusal
-        // above stores nothing.
-        cpu_tick();
+        // above stores nothing. (A chosen shard, in the tests, counts nothing.)
+        if let Some(tick) = tick {
+            tick.tick();
+        }
         let (q, h) = lease.read();
         if q < h {
             let scaled = self.read_mostly.quota.scaled();
@@ -705,10 +707,19 @@ impl<C: Clock> ShardedBucket<C> {
     }
 
     /// The calling thread's shard: its CPU's ([`cpu_home`]) modulo the shard count (with one
-    /// shard, always the one).
+    /// shard, always the one), and the [`Tick`] that counts this use of the CPU number (ticked
+    /// by a decision that goes past a refusal from `dry_until`).
     #[inline(always)]
-    fn home(&self) -> &Lease {
-        &self.shards[self.read_mostly.shard_of.of(cpu_home())]
+    fn home(&self) -> (&Lease, Option<Tick>) {
+        let (x, tick) = cpu_home();
+        // Tested against the slice's own length (the count `shard_of` reduces by): a number
+        // below it indexes without a bounds check. A shard per CPU by default, so this is the
+        // common case; the rest is reduced.
+        let shards = &*self.shards;
+        if x < shards.len() {
+            return (&shards[x], Some(tick));
+        }
+        (&shards[self.read_mostly.shard_of.of(x)], Some(tick))
     }
 
     // ---- the narrow interface that saving, restoring and draining use (`persist.rs`,
@@ -1021,7 +1032,7 @@ mod tests {
         now: u64,
         cost: u64,
     ) -> Result<(), Denied> {
-        bucket.acquire_on(now, cost, || &bucket.shards[i])
+        bucket.acquire_on(now, cost, || (&bucket.shards[i], None))
     }
 
     /// A refusal beside a lease that holds less than the cost names the pooled instant also

@@ -310,49 +310,66 @@ mod slots {
 /// numbers whatever their ids (CPUs 2 and 34 get 0 and 1, which `cpu % shards` would not), and
 /// threads on one CPU share a shard's line.
 ///
-/// Asked of the OS (`sched_getcpu`, no syscall on x86_64) once every 1,023 [`cpu_tick`]s of a
+/// Asked of the OS (`sched_getcpu`, no syscall on x86_64) once every 1,023 [`Tick`]s of a
 /// thread, cached in between (reading the cache writes nothing, so that the decisions that
 /// need no more than the number — a sharded bucket's refusals from its shard's line — carry
 /// no store): a thread that migrated keeps its old number for at most 1,022 ticks, which
 /// costs line transfers, never correctness (any thread may use any shard). The period is odd
 /// so that a benchmark sampling every 2^k-th call does not alias with it. Where the OS cannot
 /// say (an error, an id beyond 8,191), off Linux and under loom: [`thread_slot`].
+///
+/// Returned with the number: its [`Tick`], which counts this use towards the next refresh when
+/// [`tick`](Tick::tick)ed (dropped, nothing is counted or written). One thread-local load
+/// serves both: the tick stores the cache's value as read here less one tick, so the caller must
+/// not ask this thread's number again before it ticks (nothing else writes the cache).
 #[cfg(all(feature = "std", target_os = "linux", not(tollgate_loom)))]
 #[inline]
-pub(crate) fn cpu_home() -> usize {
+pub(crate) fn cpu_home() -> (usize, Tick) {
     cpu::HOME.with(|home| {
         let h = home.get();
         if h & cpu::CALLS != 0 {
-            h >> cpu::CALLS_BITS
+            (h >> cpu::CALLS_BITS, Tick(h))
         } else {
             cpu::refresh(home)
         }
     })
 }
 
-/// Counts one use of the calling thread's [`cpu_home`] towards its next refresh.
+/// One use of the calling thread's [`cpu_home`], counted towards its next refresh by
+/// [`tick`](Tick::tick): one above the value the cache holds after it — the value read, with
+/// ticks left (a refresh period starts with `CALLS`); or, where nothing is cached, the value
+/// left there (no ticks: its low bits are 0) plus one, so that the tick leaves it as it is.
 #[cfg(all(feature = "std", target_os = "linux", not(tollgate_loom)))]
-#[inline]
-pub(crate) fn cpu_tick() {
-    cpu::HOME.with(|home| {
-        let h = home.get();
-        if h & cpu::CALLS != 0 {
-            home.set(h - 1);
-        }
-    });
+#[derive(Clone, Copy)]
+pub(crate) struct Tick(usize);
+
+#[cfg(all(feature = "std", target_os = "linux", not(tollgate_loom)))]
+impl Tick {
+    /// Counts the use: one store, no load, no test (the value is at least 1).
+    #[inline]
+    pub(crate) fn tick(self) {
+        cpu::HOME.with(|home| home.set(self.0 - 1));
+    }
 }
 
 /// [`cpu_home`] where the OS cannot say which CPU a thread runs on: its thread slot.
 #[cfg(all(feature = "std", any(not(target_os = "linux"), tollgate_loom)))]
 #[inline]
-pub(crate) fn cpu_home() -> usize {
-    thread_slot()
+pub(crate) fn cpu_home() -> (usize, Tick) {
+    (thread_slot(), Tick)
 }
 
-/// [`cpu_tick`] where the thread slot is the number: nothing to count.
+/// [`Tick`] where the thread slot is the number: nothing to count.
 #[cfg(all(feature = "std", any(not(target_os = "linux"), tollgate_loom)))]
-#[inline]
-pub(crate) fn cpu_tick() {}
+#[derive(Clone, Copy)]
+pub(crate) struct Tick;
+
+#[cfg(all(feature = "std", any(not(target_os = "linux"), tollgate_loom)))]
+impl Tick {
+    /// Nothing to count.
+    #[inline]
+    pub(crate) fn tick(self) {}
+}
 
 /// The rank table and thread-local cache behind [`cpu_home`].
 #[cfg(all(feature = "std", target_os = "linux", not(tollgate_loom)))]
@@ -380,10 +397,10 @@ mod cpu {
     }
 
     /// Asks the OS for the CPU, ranks it, caches the rank for the next `CALLS` ticks (the
-    /// refreshing call's own included, when it ticks).
+    /// refreshing call's own included, when it ticks: see [`Tick`](super::Tick)).
     #[cold]
     #[inline(never)]
-    pub(super) fn refresh(home: &Cell<usize>) -> usize {
+    pub(super) fn refresh(home: &Cell<usize>) -> (usize, super::Tick) {
         let rank = match nix::sched::sched_getcpu() {
             Ok(cpu) if cpu < CPUS => rank(cpu),
             // Failed (a sandbox) or beyond the table: the slot, cached (one call per period).
@@ -392,8 +409,11 @@ mod cpu {
         // Only `SHARED_SLOT` does not fit, and is not cached.
         if rank <= usize::MAX >> CALLS_BITS {
             home.set(rank << CALLS_BITS | CALLS);
+            (rank, super::Tick(rank << CALLS_BITS | CALLS))
+        } else {
+            // Nothing cached: the value stays, its low bits 0 (so the sum does not overflow).
+            (rank, super::Tick(home.get() + 1))
         }
-        rank
     }
 
     /// The rank of `cpu`, given on first sight under [`NEXT`]'s lock so that ranks have no gaps:
@@ -504,7 +524,14 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_thread_is_homed_on_its_cpu_and_follows_it_within_a_period() {
-        use super::{cpu, cpu_home, cpu_tick};
+        use super::{cpu, cpu_home};
+        // The number alone (its tick dropped: not counted), and the number with its use counted.
+        let number = || cpu_home().0;
+        let ticked = || {
+            let (home, tick) = cpu_home();
+            tick.tick();
+            home
+        };
         let Some(cpus) = two_cpus() else {
             eprintln!("one CPU only: nothing to compare");
             return;
@@ -512,10 +539,9 @@ mod tests {
         let homes = cpus.map(|c| {
             std::thread::spawn(move || {
                 pin(c);
-                let home = cpu_home();
+                let home = number();
                 for _ in 0..5 * cpu::CALLS {
-                    assert_eq!(cpu_home(), home, "cpu {c}");
-                    cpu_tick();
+                    assert_eq!(ticked(), home, "cpu {c}");
                 }
                 home
             })
@@ -526,20 +552,18 @@ mod tests {
         std::thread::spawn(move || {
             pin(cpus[0]);
             // The refreshing call ticks too, as a decision does: a period of `CALLS` ticks.
-            assert_eq!(cpu_home(), homes[0]);
-            cpu_tick();
+            assert_eq!(ticked(), homes[0]);
             pin(cpus[1]);
             for _ in 0..5 * cpu::CALLS {
-                assert_eq!(cpu_home(), homes[0], "no tick, no refresh");
+                assert_eq!(number(), homes[0], "no tick, no refresh");
             }
             let mut calls = 1;
             loop {
-                let home = cpu_home();
+                let home = number();
                 if home == homes[1] {
                     break;
                 }
-                assert_eq!(home, homes[0]);
-                cpu_tick();
+                assert_eq!(ticked(), homes[0]);
                 calls += 1;
             }
             assert!(calls <= cpu::CALLS, "{calls} calls to follow the move");

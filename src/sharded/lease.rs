@@ -82,7 +82,9 @@ impl Lease {
 
     /// One attempt of [`spend`](Self::spend) from what [`read`](Self::read) returned, for a
     /// reading with `ceil` units earned (rounded up) and `limit` = earned rounded down + burst:
-    /// no loop, no retry.
+    /// no loop, no retry. Only for a lease read holding units, `q < h`: so `q` is not
+    /// `LOCKED`, and `base + cost_units` does not overflow (`base` is a state or the units
+    /// earned, at most 2^63; `cost_units` at most the burst's units, below 2^63).
     #[inline(always)]
     pub(super) fn spend_fast(
         &self,
@@ -91,10 +93,10 @@ impl Lease {
         limit: u64,
         cost_units: u64,
     ) -> Fast {
+        debug_assert!(q < h);
         let base = q.max(ceil);
-        // `LOCKED` saturates above every `top`; below it nothing overflows.
-        if base.saturating_add(cost_units) <= h && q + cost_units <= limit {
-            let next = base + cost_units;
+        let next = base + cost_units;
+        if next <= h && q + cost_units <= limit {
             return match self.frontier.compare_exchange_weak(
                 q,
                 next,
@@ -105,9 +107,9 @@ impl Lease {
                 Err(_) => Fast::Slow,
             };
         }
-        if h <= base && q != LOCKED {
+        if h <= base {
             Fast::Empty
-        } else if q != LOCKED && base + cost_units <= h {
+        } else if next <= h {
             // `q + cost > limit`: the lease's units come later than this reading's.
             Fast::NotYet(q + cost_units)
         } else {

@@ -39,7 +39,7 @@ fn decide(
     cost: u64,
     lease: &Lease,
 ) -> Result<(), Denied> {
-    bucket.decide_on(now, cost, || lease)
+    bucket.decide_on(now, cost, || (lease, None))
 }
 
 /// The first window over its bound among admissions `(reading, cost)`, in exact rationals
