@@ -191,20 +191,15 @@ fn a_key_saved_far_behind_its_last_admission_keeps_two_refills_of_debt() {
 }
 
 /// Restored into a limiter of another seed (built, not restored through the builder), a key
-/// whose override here is slower than the default must not start fuller than it was saved
-/// (`docs/guarantees.md`, "`save` → `restore`": "into a limiter of another seed ... no entry is
-/// tracked then: each raises the floor, converted to the strictest"). Key 7, drained under its
-/// override of 1 token a second (burst 10), comes back with 9 of 10 tokens: its saved entry,
-/// whose fingerprint names no override under the other seed, is converted to the default
-/// (10 a second: full 1 s later) and raises the floor only to that instant, which under
-/// key 7's slower override here lacks just 1 token. `persist_vs_model`'s `Onto::OtherSeed`
-/// restarts found it on a `KeyedMultiLimiter` (`crash-other-seed-fuzzed.bin`: an override of
-/// burst 4096 lacking 1.75 tokens, converted to a default of burst 1, is full there, raises
-/// nothing, and the key comes back full); `crash-other-seed-override.bin` is this test's case.
-/// Both crash `persist_vs_model` with `TOLLGATE_FUZZ_KNOWN_BUGS=1`.
+/// whose override here is slower than the default does not start fuller than it was saved
+/// (`docs/guarantees.md`, "`save` → `restore`": no entry is tracked then, each raises the
+/// floor, converted to the strictest policy here). Key 7, drained under its override of 1
+/// token a second (burst 10): its saved entry's fingerprint names no override under the other
+/// seed, so converted to the default alone (10 a second, full 1 s later) the floor would leave
+/// key 7, under its slower override here, 9 of 10 tokens; converted to every policy here it
+/// leaves none. `persist_vs_model`'s restarts into another seed cover `KeyedMultiLimiter`
+/// with overrides alike.
 #[test]
-#[ignore = "crate bug: an entry restored into another seed raises the floor converted to the \
-            default only, not to the strictest policy here (an overridden key starts fuller)"]
 fn another_seed_holds_a_key_with_a_slower_override_to_its_saved_state() {
     let fast = Quota::per_second(10).unwrap();
     let slow = Quota::per_second(1).unwrap().with_burst(10).unwrap();

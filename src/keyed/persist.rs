@@ -227,6 +227,12 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
         let limit = self.table.latest_full(now);
         let entry_len = if P::SEVERAL { 17 } else { 16 };
         let mut batch = Vec::new();
+        // Under another seed, an entry's fingerprint names no key here: the key it was may be
+        // any key here, under any policy here. Per saved policy (its position in the head's
+        // quotas), the most any entry lacks of each quota: converted to every policy here at
+        // the end, it raises the floor no less than each entry would (a conversion withholds
+        // more of a bucket that lacks more).
+        let mut worst: HashMap<usize, (usize, [u64; MAX_LIMITS])> = HashMap::new();
         loop {
             let (k, mut c) = fr.next()?;
             if k == kind::FLOOR {
@@ -243,6 +249,7 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                     let at = at.max(self.floor_converted(&head, rel, down, now).min(limit));
                     self.table.evicted_at.fetch_max(at, Ordering::SeqCst);
                 }
+                self.raise_floor_from(&head, &worst, down, now, limit);
                 return Ok(());
             }
             if k != entries_kind {
@@ -289,6 +296,12 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                 for (i, r) in records[..n].iter_mut().enumerate() {
                     *r = (head.quotas[at + i], c.u64()?);
                 }
+                if !found {
+                    let (_, lacks) = worst.entry(at).or_insert((n, [0; MAX_LIMITS]));
+                    for (w, r) in lacks.iter_mut().zip(&records[..n]) {
+                        *w = (*w).max(r.1);
+                    }
+                }
                 let mut states = [0u64; MAX_LIMITS];
                 restored_states(&records[..n], down, now, new, &mut states);
                 let mut full = true;
@@ -307,6 +320,41 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
 }
 
 impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
+    /// Raises the floor for untracked keys to where each saved policy's `worst` lacks
+    /// (entries of a file saved under another seed: see `apply`), converted to each policy
+    /// here, would be full.
+    fn raise_floor_from(
+        &self,
+        head: &Head,
+        worst: &HashMap<usize, (usize, [u64; MAX_LIMITS])>,
+        down: u64,
+        now: u64,
+        limit: u64,
+    ) {
+        if worst.is_empty() {
+            return;
+        }
+        let here = self.distinct_rules();
+        for (&at, &(n, lacks)) in worst {
+            for rule in &here {
+                let new = P::quotas(rule);
+                let mut records = [(new[0], 0u64); MAX_LIMITS];
+                for (i, r) in records[..n].iter_mut().enumerate() {
+                    *r = (head.quotas[at + i], lacks[i]);
+                }
+                let mut states = [0u64; MAX_LIMITS];
+                restored_states(&records[..n], down, now, new, &mut states);
+                for (s, q) in states[..new.len()].iter_mut().zip(new) {
+                    *s = (*s).min(q.earned_floor(limit));
+                }
+                let full_at = P::full_at(rule, &P::from_words(&states[..new.len()]));
+                self.table
+                    .evicted_at
+                    .fetch_max(full_at.min(HORIZON_NS), Ordering::SeqCst);
+            }
+        }
+    }
+
     /// The floor for untracked keys, `rel` ns after the save's reading, carried to this
     /// limiter's policies as `set_quota` carries a bucket: the latest instant at which a key
     /// full at the saved floor under its saved policy, converted to its policy here, is full
@@ -346,13 +394,31 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     }
 
     /// Every pair of a saved policy and the policy here that one key may go through, as far as
-    /// fingerprints tell: the saved default and the default here, each saved override and this
-    /// limiter's rule for its fingerprint, the saved default and each override here the file
-    /// does not name. Under another seed the overrides' fingerprints name other keys on each
-    /// side, so only the first pair is sure; the others still bound the floor (strictest).
+    /// fingerprints tell, the saved default and the default here first. Under this limiter's
+    /// seed: that pair, each saved override and this limiter's rule for its fingerprint, the
+    /// saved default and each override here the file does not name. Under another seed the
+    /// overrides' fingerprints name other keys on each side, so only the first pair is sure and
+    /// any saved policy may meet any policy here: every pair of distinct ones (strictest).
     fn policy_pairs<'a>(&'a self, head: &'a Head) -> Vec<(&'a [Quota], &'a P::Rule)> {
         let default = &head.quotas[..head.default];
         let mut pairs: Vec<(&[Quota], &P::Rule)> = alloc::vec![(default, &self.rule)];
+        if head.seed != self.seed {
+            let saved = distinct(
+                core::iter::once(default).chain(
+                    head.overrides
+                        .values()
+                        .map(|&(at, n)| &head.quotas[at..at + n]),
+                ),
+                |q| q,
+            );
+            let here = self.distinct_rules();
+            for old in &saved {
+                for rule in &here {
+                    pairs.push((old, rule));
+                }
+            }
+            return pairs;
+        }
         for (&fp, &(at, n)) in &head.overrides {
             pairs.push((&head.quotas[at..at + n], self.rule_of(fp)));
         }
@@ -362,6 +428,14 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
             }
         }
         pairs
+    }
+
+    /// This limiter's rules, one per distinct list of quotas, the default first.
+    fn distinct_rules(&self) -> Vec<&P::Rule> {
+        distinct(
+            core::iter::once(&self.rule).chain(self.overrides.values()),
+            |r| P::quotas(r),
+        )
     }
 
     /// [`RestoreError::LimitsChanged`] if any pair of policies a key may go through
@@ -500,6 +574,15 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
         limiter.apply(head, &mut fr, down)?;
         Ok(limiter)
     }
+}
+
+/// The items of `items` whose quota lists (`quotas`) differ, each list's first, in order.
+fn distinct<'a, T: ?Sized + 'a>(
+    items: impl Iterator<Item = &'a T>,
+    quotas: impl Fn(&'a T) -> &'a [Quota],
+) -> Vec<&'a T> {
+    let mut seen = std::collections::HashSet::new();
+    items.filter(|t| seen.insert(quotas(t))).collect()
 }
 
 #[cfg(all(test, not(tollgate_loom)))]
