@@ -41,8 +41,9 @@
 //!   not at all: the file just saved, or the one before, restored into the live table, which
 //!   only withholds. The per-key bounds above (the windows; the `gcra` references) hold across
 //!   all of them; the saved table bounds the restored one until it evicts or refuses for a
-//!   full table itself. (A `KeyedMultiLimiter` with overrides restarts into another seed only
-//!   with `TOLLGATE_FUZZ_KNOWN_BUGS=1`: `known_bugs`);
+//!   full table itself. A `KeyedMultiLimiter`'s references take the documented cut: a key full
+//!   later than two refills of the restoring table's slowest quota after the restore (a debt a
+//!   conversion carried past its saved burst: `cut_at`) is held to full two refills after it;
 //! * every quota's admissions, across every restart of the same quota, within
 //!   `burst + rate·Δ` in exact rationals (per quota era where the quota changed).
 #![no_main]
@@ -327,18 +328,6 @@ impl Onto {
             _ => Onto::Live,
         }
     }
-}
-
-/// Whether to restart a `KeyedMultiLimiter` with per-key overrides into a limiter of another
-/// seed. An open case: an input found by this target (kept outside the repository) admits a
-/// key beyond its saved policy after such a restart, on a table of one default quota (burst
-/// 4,096) with overrides, whether the crate's bug or the model's is not yet known (the case of
-/// `tests/persist_keyed.rs`'s `another_seed_holds_a_key_with_a_slower_override_to_its_saved_state`
-/// is fixed and passes here). Off, such a restart goes through the builder (`Onto::Same`)
-/// instead, so the target stays green; `TOLLGATE_FUZZ_KNOWN_BUGS=1` turns it on.
-fn known_bugs() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("TOLLGATE_FUZZ_KNOWN_BUGS").is_some_and(|v| v == "1"))
 }
 
 /// A table size other than the saved one's, from 1 to twice the keys used (smaller tables
@@ -1233,6 +1222,33 @@ impl Policies {
     }
 }
 
+/// The crate's horizon (100 years): readings past it read as stopped.
+const HORIZON_NS: u64 = 3_155_760_000_000_000_000;
+
+/// The units quota `q` has earned by `at` ns, rounded down: a state full at `at`.
+fn earned_floor(q: &Quota, at: u64) -> u64 {
+    let (mul, div) = q.units_per_ns();
+    (u128::from(at.min(HORIZON_NS)) * u128::from(mul) / u128::from(div)) as u64
+}
+
+/// Where a restore at `t` (global time) into a table of the policies `new` cuts a key's debt:
+/// docs/guarantees.md ("`save` → `restore`"), "a key the save found full later than two whole
+/// refills after its reading (... refills of the restoring table's slowest quota, the new one
+/// where the restore changes quotas) restores full two such refills after the restore". A
+/// conversion can carry a debt past that though no admission was that far ahead (an inexact
+/// quota's rounding debt of one unit, carried as a balance into a quota a thousand times
+/// slower, then kept by its due instant into a fast one). `None` where two refills reach past
+/// 2^61 ns: the restoring clock's horizon may clamp the cut there (the reference stays strict).
+fn cut_at(new: &Policies, t: u64) -> Option<u64> {
+    let cap = new
+        .all()
+        .map(|q| q.refill_time(q.burst()).as_nanos())
+        .max()
+        .unwrap();
+    let span = u64::try_from(2 * cap).ok().filter(|&d| d < 1 << 61)?;
+    Some(t + span)
+}
+
 /// A `KeyedMultiLimiter` of 1 to 6 keys in a table of 1 to as many (full keys evicted, an
 /// untracked key starting at the floor), some keys with an override, every policy changed,
 /// reordered or resized (`LimitsChanged`, nothing built) across restarts as `multi` changes
@@ -1336,8 +1352,9 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                 }
                 // The cut is of a debt beyond two refills of the restoring table's slowest
                 // quota: skipped where the latest admission is more than a refill of the
-                // fastest, saved or restoring, past the save's reading (a converted debt keeps
-                // its due instant, no later than that admission).
+                // fastest, saved or restoring, past the save's reading, so that the saved
+                // table (which cuts nothing) still bounds the restored one. A conversion can
+                // still carry a debt past that (`cut_at`): the references take the cut then.
                 let refill = pol
                     .all()
                     .chain(new.all())
@@ -1350,15 +1367,7 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                 live.1.at(tl.t);
                 let mut file = Vec::new();
                 live.0.save_at(&mut file, wall(tl.wall())).unwrap();
-                let mut onto = Onto::of(kind);
-                let overridden = pol
-                    .overrides
-                    .iter()
-                    .chain(&new.overrides)
-                    .any(Option::is_some);
-                if onto == Onto::OtherSeed && overridden && !known_bugs() {
-                    onto = Onto::Same;
-                }
+                let onto = Onto::of(kind);
                 if onto == Onto::Live {
                     // The policies here stay `pol` (`new` only read its bytes).
                     let older = prev.as_ref().filter(|_| x >> 39 & 1 == 1);
@@ -1404,6 +1413,7 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                         if !all.iter().all(Quota::is_exact) {
                             slack.0 += Slack::units(&all).0;
                         }
+                        let cut = cut_at(&new, tl.t);
                         for k in 0..keys {
                             // A key full at the save (every quota) is not saved: it
                             // restores untracked, full under its policy here (within the
@@ -1420,6 +1430,11 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                             } else {
                                 restored_reference(&states[k], pol.of(k), new.of(k), tl.t)
                             };
+                            if let Some(at) = cut {
+                                for (s, q) in states[k].iter_mut().zip(new.of(k)) {
+                                    *s = (*s).min(earned_floor(q, at));
+                                }
+                            }
                             if !same_quotas(pol.of(k), new.of(k)) {
                                 for q in pol.of(k) {
                                     check_windows(
