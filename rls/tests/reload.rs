@@ -490,6 +490,35 @@ fn retired_tables_restored_are_bounded_by_max_keys_newest_kept() {
     assert!(!one(&big, "a", "x") && !one(&big, "b", "x"));
 }
 
+/// A table whose buckets are all full takes no room among the retired tables kept at a
+/// restore, as a reload keeps them: with room for one value, a full current table saved after
+/// a drained retired one (newer in the file) must not push the drained one out.
+#[test]
+fn a_full_table_takes_no_room_among_retired_tables_restored() {
+    let clock = manual();
+    let cfg = |keys: &[&str]| {
+        let mut y = format!("domain: r\ndescriptors:\n{OTHER}");
+        for k in keys {
+            y.push_str(&format!(
+                "  - key: {k}\n    value: x\n    rate_limit: {{unit: hour, requests_per_unit: 1}}\n"
+            ));
+        }
+        y
+    };
+    let s = local_service(&cfg(&["a", "b"]), &clock, 1);
+    assert!(one(&s, "a", "x"));
+    s.reload(load(&cfg(&["b"]))); // a retired, drained; b current and full
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    let restarted = local_service(&cfg(&[]), &clock, 1);
+    local_of(&restarted).restore(&file[..]);
+    restarted.reload(load(&cfg(&["a"])));
+    assert!(
+        !one(&restarted, "a", "x"),
+        "a second burst across the restart"
+    );
+}
+
 /// A file of earlier builds (a record of an id and the table's bytes alone, tag 1) restores
 /// as before; a record this build does not know makes the file damaged (every bucket drained),
 /// as an earlier build reading this build's records does.

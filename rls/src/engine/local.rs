@@ -609,28 +609,34 @@ impl LocalBackend {
                 },
             );
         }
-        // The retired tables to rebuild: one per id (the file's last), the newest first while
-        // they fit in `max_keys` values, as `apply` bounds them; the sizes are checked before
-        // a table is built.
+        // The retired tables to keep, as `Retired::trim` keeps them: one per id (the file's
+        // last); those whose buckets are all full dropped (they hold nothing, and take no room);
+        // of the others, the newest while they fit in `max_keys` values. Newest first, each
+        // built only once it could fit in `max_keys` alone, so that a size no table here may
+        // have allocates nothing (such a table, of unknown contents, ends the scan as one that
+        // does not fit would).
         let mut seen = std::collections::HashSet::new();
         let mut budget = self.max_keys;
-        let mut keep = Vec::new();
+        let mut retired_tables = Vec::new();
         for (id, limit, size, blob) in away.into_iter().rev() {
             if !seen.insert(id.clone()) {
+                continue;
+            }
+            if size > self.max_keys {
+                break;
+            }
+            let limits = limits_of(&limit).ok_or_else(|| format!("no rates for {id:?}"))?;
+            let limiter = KeyedMultiLimiter::builder(limits, size, self.clock.clone())
+                .restore(&blob[..])
+                .map_err(|e| format!("the table of {id:?}: {e}"))?;
+            limiter.sweep();
+            if limiter.is_empty() {
                 continue;
             }
             if size > budget {
                 break;
             }
             budget -= size;
-            keep.push((id, limit, size, blob));
-        }
-        let mut retired_tables = Vec::with_capacity(keep.len());
-        for (id, limit, size, blob) in keep.into_iter().rev() {
-            let limits = limits_of(&limit).ok_or_else(|| format!("no rates for {id:?}"))?;
-            let limiter = KeyedMultiLimiter::builder(limits, size, self.clock.clone())
-                .restore(&blob[..])
-                .map_err(|e| format!("the table of {id:?}: {e}"))?;
             retired_tables.push((
                 id,
                 Table {
@@ -640,6 +646,8 @@ impl LocalBackend {
                 },
             ));
         }
+        // Oldest first, as a reload retires them.
+        retired_tables.reverse();
         let n = rebuilt.len();
         let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);
         let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
