@@ -228,11 +228,11 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
         let entry_len = if P::SEVERAL { 17 } else { 16 };
         let mut batch = Vec::new();
         // Under another seed, an entry's fingerprint names no key here: the key it was may be
-        // any key here, under any policy here. Per saved policy (its position in the head's
-        // quotas), the most any entry lacks of each quota: converted to every policy here at
+        // any key here, under any policy here. Per saved list of quotas, the most any entry
+        // lacks of each quota: converted to every policy here at
         // the end, it raises the floor no less than each entry would (a conversion withholds
         // more of a bucket that lacks more).
-        let mut worst: HashMap<usize, (usize, [u64; MAX_LIMITS])> = HashMap::new();
+        let mut worst: HashMap<&[Quota], [u64; MAX_LIMITS]> = HashMap::new();
         loop {
             let (k, mut c) = fr.next()?;
             if k == kind::FLOOR {
@@ -249,7 +249,7 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                     let at = at.max(self.floor_converted(&head, rel, down, now).min(limit));
                     self.table.evicted_at.fetch_max(at, Ordering::SeqCst);
                 }
-                self.raise_floor_from(&head, &worst, down, now, limit);
+                self.raise_floor_from(&worst, down, now, limit);
                 return Ok(());
             }
             if k != entries_kind {
@@ -297,7 +297,9 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                     *r = (head.quotas[at + i], c.u64()?);
                 }
                 if !found {
-                    let (_, lacks) = worst.entry(at).or_insert((n, [0; MAX_LIMITS]));
+                    let lacks = worst
+                        .entry(&head.quotas[at..at + n])
+                        .or_insert([0; MAX_LIMITS]);
                     for (w, r) in lacks.iter_mut().zip(&records[..n]) {
                         *w = (*w).max(r.1);
                     }
@@ -320,13 +322,14 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
 }
 
 impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
-    /// Raises the floor for untracked keys to where each saved policy's `worst` lacks
+    /// Raises the floor for untracked keys to where each saved list of quotas' `worst` lacks
     /// (entries of a file saved under another seed: see `apply`), converted to each policy
-    /// here, would be full.
+    /// here, would be full; past [`MAX_PAIRS`] conversions, to `limit`, the latest instant a
+    /// restore holds a key to (every untracked key drained until then: a restore only
+    /// withholds).
     fn raise_floor_from(
         &self,
-        head: &Head,
-        worst: &HashMap<usize, (usize, [u64; MAX_LIMITS])>,
+        worst: &HashMap<&[Quota], [u64; MAX_LIMITS]>,
         down: u64,
         now: u64,
         limit: u64,
@@ -335,12 +338,19 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
             return;
         }
         let here = self.distinct_rules();
-        for (&at, &(n, lacks)) in worst {
+        if worst.len().saturating_mul(here.len()) > MAX_PAIRS {
+            self.table
+                .evicted_at
+                .fetch_max(limit.min(HORIZON_NS), Ordering::SeqCst);
+            return;
+        }
+        for (&old, lacks) in worst {
+            let n = old.len();
             for rule in &here {
                 let new = P::quotas(rule);
                 let mut records = [(new[0], 0u64); MAX_LIMITS];
                 for (i, r) in records[..n].iter_mut().enumerate() {
-                    *r = (head.quotas[at + i], lacks[i]);
+                    *r = (old[i], lacks[i]);
                 }
                 let mut states = [0u64; MAX_LIMITS];
                 restored_states(&records[..n], down, now, new, &mut states);
@@ -372,7 +382,12 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
             return 0;
         }
         let mut latest = 0u64;
-        for (old, rule) in self.policy_pairs(head) {
+        // Past `MAX_PAIRS` pairs (another seed, thousands of policies on each side): the
+        // latest instant, which the caller cuts to the latest a restore holds a key to.
+        let Some(pairs) = self.policy_pairs(head) else {
+            return u64::MAX;
+        };
+        for (old, rule) in pairs {
             let new = P::quotas(rule);
             if old == new {
                 continue;
@@ -399,7 +414,8 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     /// saved default and each override here the file does not name. Under another seed the
     /// overrides' fingerprints name other keys on each side, so only the first pair is sure and
     /// any saved policy may meet any policy here: every pair of distinct ones (strictest).
-    fn policy_pairs<'a>(&'a self, head: &'a Head) -> Vec<(&'a [Quota], &'a P::Rule)> {
+    /// `None` where another seed's pairs would number more than [`MAX_PAIRS`].
+    fn policy_pairs<'a>(&'a self, head: &'a Head) -> Option<Vec<(&'a [Quota], &'a P::Rule)>> {
         let default = &head.quotas[..head.default];
         let mut pairs: Vec<(&[Quota], &P::Rule)> = alloc::vec![(default, &self.rule)];
         if head.seed != self.seed {
@@ -412,12 +428,15 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
                 |q| q,
             );
             let here = self.distinct_rules();
+            if saved.len().saturating_mul(here.len()) > MAX_PAIRS {
+                return None;
+            }
             for old in &saved {
                 for rule in &here {
                     pairs.push((old, rule));
                 }
             }
-            return pairs;
+            return Some(pairs);
         }
         for (&fp, &(at, n)) in &head.overrides {
             pairs.push((&head.quotas[at..at + n], self.rule_of(fp)));
@@ -427,7 +446,7 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
                 pairs.push((default, rule));
             }
         }
-        pairs
+        Some(pairs)
     }
 
     /// This limiter's rules, one per distinct list of quotas, the default first.
@@ -450,13 +469,13 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     /// No entry of such a file is tracked (each only raises the floor, converted to the
     /// strictest), so no key's state is carried across a count it cannot be matched with.
     fn check_counts(&self, head: &Head) -> Result<(), RestoreError> {
-        let pairs = self.policy_pairs(head);
-        let sure = if head.seed == self.seed {
-            pairs.len()
+        let pairs = if head.seed == self.seed {
+            // Under this limiter's seed: as many pairs as policies on both sides together.
+            self.policy_pairs(head).unwrap_or_default()
         } else {
-            1
+            alloc::vec![(&head.quotas[..head.default], &self.rule)]
         };
-        for &(old, rule) in &pairs[..sure] {
+        for &(old, rule) in &pairs {
             let new = P::quotas(rule);
             if old.len() != new.len() {
                 return Err(RestoreError::LimitsChanged {
@@ -575,6 +594,12 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
         Ok(limiter)
     }
 }
+
+/// The most pairs of a saved and a present policy a restore into a limiter of another seed
+/// converts one by one; past it, every untracked key is held to the strictest instant (see
+/// `raise_floor_from`), so that a file of many policies restored into a limiter of many costs
+/// a bounded time.
+const MAX_PAIRS: usize = 1 << 16;
 
 /// The items of `items` whose quota lists (`quotas`) differ, each list's first, in order.
 fn distinct<'a, T: ?Sized + 'a>(
