@@ -333,6 +333,22 @@ fn manual() -> tollgate::ManualClock {
     clock
 }
 
+/// A service of `USER` and `OTHER` (1,000 values) where alice took `hits` of user's 3 an hour,
+/// then a reload removed `user` (its table retired), and the file it saved then.
+fn saved_after_removal(
+    clock: &tollgate::ManualClock,
+    hits: usize,
+) -> (tollgate_rls::service::Service, Vec<u8>) {
+    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let gone = format!("domain: r\ndescriptors:\n{OTHER}");
+    let s = local_service(&full, clock, 1_000);
+    assert_eq!((0..hits).filter(|_| one(&s, "user", "alice")).count(), hits);
+    s.reload(load(&gone));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    (s, file)
+}
+
 /// A limit retired by a reload, then saved and restored (the process restarted) under a
 /// config still without it, resumes its buckets when a later reload brings it back, as it
 /// would have in the running process: no second burst across the restart.
@@ -341,11 +357,7 @@ fn a_retired_table_survives_a_restart_and_resumes_when_its_limit_comes_back() {
     let clock = manual();
     let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
     let gone = format!("domain: r\ndescriptors:\n{OTHER}");
-    let s = local_service(&full, &clock, 1_000);
-    assert_eq!((0..10).filter(|_| one(&s, "user", "alice")).count(), 3);
-    s.reload(load(&gone));
-    let mut file = Vec::new();
-    local_of(&s).save(&mut file).unwrap();
+    let (_, file) = saved_after_removal(&clock, 3);
 
     let restarted = local_service(&gone, &clock, 1_000);
     assert!(matches!(
@@ -414,11 +426,7 @@ fn retired_tables_whose_buckets_are_all_full_are_not_kept_across_a_restart() {
     let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
     let gone = format!("domain: r\ndescriptors:\n{OTHER}");
     let restore = |file: &[u8]| local_of(&local_service(&gone, &clock, 1_000)).restore(file);
-    let s = local_service(&full, &clock, 1_000);
-    assert!(one(&s, "user", "alice"));
-    s.reload(load(&gone));
-    let mut file = Vec::new();
-    local_of(&s).save(&mut file).unwrap();
+    let (s, file) = saved_after_removal(&clock, 1);
     let kept = Restored::Ok {
         tables: 1,
         drained: 0,
@@ -573,13 +581,8 @@ fn a_file_of_id_and_table_records_still_restores_and_an_unknown_record_drains() 
 fn a_saved_definition_is_checked_before_a_table_is_built() {
     use tollgate_rls::engine::Restored;
     let clock = manual();
-    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
     let gone = format!("domain: r\ndescriptors:\n{OTHER}");
-    let s = local_service(&full, &clock, 1_000);
-    assert!(one(&s, "user", "alice"));
-    s.reload(load(&gone));
-    let mut file = Vec::new();
-    local_of(&s).save(&mut file).unwrap();
+    let (_, file) = saved_after_removal(&clock, 1);
     // The retired table's record first: magic, tag, id, per-value, one rate, its size.
     let id = b"r\x1fuser";
     let at = 8 + 1 + 4;
