@@ -622,3 +622,154 @@ fn a_saved_definition_is_checked_before_a_table_is_built() {
         assert!(matches!(restore(&f), Restored::Damaged(_)), "{what}");
     }
 }
+
+/// The cap on the number of retired tables (`LocalBackend::MAX_RETIRED_TABLES`).
+const CAP: usize = tollgate_rls::engine::LocalBackend::MAX_RETIRED_TABLES;
+
+/// `n` limits of one exact value each (`k0` to `kN`, value `x`, 1 an hour): tables of one
+/// value, the smallest a limit makes.
+fn tiny_limits(range: std::ops::Range<usize>) -> String {
+    range
+        .map(|i| {
+            format!("  - key: k{i}\n    value: x\n    rate_limit: {{unit: hour, requests_per_unit: 1}}\n")
+        })
+        .collect()
+}
+
+/// Retired tables are bounded in number, not only in values: a table of one value costs a few
+/// KB whatever its size, so thousands of them would hold far more memory than `--max-keys`
+/// says. Past the cap, a reload drops the oldest (their limits, if they come back, start full).
+#[test]
+fn retired_tables_are_capped_in_number_oldest_dropped() {
+    let clock = manual();
+    let n = CAP + 64;
+    let cfg = |limits: std::ops::Range<usize>| {
+        format!("domain: r\ndescriptors:\n{OTHER}{}", tiny_limits(limits))
+    };
+    // Room for every value: only the cap on tables binds.
+    let s = local_service(&cfg(0..n), &clock, 100_000);
+    assert!((0..n).all(|i| one(&s, &format!("k{i}"), "x")));
+    s.reload(load(&cfg(64..n))); // the 64 oldest retired
+    s.reload(load(&cfg(0..0))); // the others retired: one table too many per old one
+    s.reload(load(&cfg(0..n)));
+    let full: Vec<usize> = (0..n).filter(|&i| one(&s, &format!("k{i}"), "x")).collect();
+    assert_eq!(
+        full,
+        (0..64).collect::<Vec<_>>(),
+        "the oldest dropped, the rest resume"
+    );
+}
+
+/// The retired tables a file restores are capped in number as a reload caps them, the newest
+/// records of the file kept: a file of many tiny tables of limits not configured makes at most
+/// the cap's number of tables.
+#[test]
+fn retired_tables_restored_are_capped_in_number_newest_kept() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let n = CAP + 64;
+    let all = format!("domain: r\ndescriptors:\n{OTHER}{}", tiny_limits(0..n));
+    let none = format!("domain: r\ndescriptors:\n{OTHER}");
+    let s = local_service(&all, &clock, 100_000);
+    assert!((0..n).all(|i| one(&s, &format!("k{i}"), "x")));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    // The file's order of the tables (the later, the newer): the ids `r\x1fk{i}_x`, each
+    // after its `u32` length.
+    let mut order = Vec::new();
+    for at in 4..file.len() {
+        let Some(digits) = file[at..].strip_prefix(b"r\x1fk") else {
+            continue;
+        };
+        let len = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+        let id_len = 3 + len + 2;
+        if digits[len..].starts_with(b"_x") && file[at - 4..at] == (id_len as u32).to_le_bytes() {
+            order.push(
+                std::str::from_utf8(&digits[..len])
+                    .unwrap()
+                    .parse::<usize>()
+                    .unwrap(),
+            );
+        }
+    }
+    assert_eq!(order.len(), n);
+
+    let restarted = local_service(&none, &clock, 100_000);
+    assert_eq!(
+        local_of(&restarted).restore(&file[..]),
+        Restored::Ok {
+            tables: 1,
+            drained: 0,
+            retired: CAP
+        }
+    );
+    restarted.reload(load(&all));
+    let (older, newer) = order.split_at(n - CAP);
+    assert!(
+        older
+            .iter()
+            .all(|&i| one(&restarted, &format!("k{i}"), "x")),
+        "the oldest records dropped: their limits start full"
+    );
+    assert!(
+        newer
+            .iter()
+            .all(|&i| !one(&restarted, &format!("k{i}"), "x")),
+        "the newest records kept: no second burst"
+    );
+}
+
+/// A limit id or a rate name over 1 MiB (what a restore reads whole) is saved as any other:
+/// the restore reads past it without holding it, restores a configured limit of such an id or
+/// name, and does not take the file as damaged (which would drain every other table). A
+/// retired table of such a limit is not kept.
+#[test]
+fn an_id_or_rate_name_over_1_mib_does_not_damage_the_file() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let long_key = "k".repeat((1 << 20) + 1);
+    let long_name = "n".repeat((1 << 20) + 1);
+    let long = format!(
+        "  - key: {long_key}\n    rate_limit: {{unit: hour, requests_per_unit: 1}}\n  - key: named\n    rate_limit: {{unit: hour, requests_per_unit: 1, name: {long_name}}}\n"
+    );
+    let all = format!("domain: r\ndescriptors:\n{USER}{OTHER}{long}");
+    let s = local_service(&all, &clock, 1_000);
+    assert_eq!((0..3).filter(|_| one(&s, "user", "alice")).count(), 3);
+    assert!(one(&s, &long_key, "alice") && one(&s, "named", "alice"));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+
+    let restarted = local_service(&all, &clock, 1_000);
+    assert_eq!(
+        local_of(&restarted).restore(&file[..]),
+        Restored::Ok {
+            tables: 4,
+            drained: 0,
+            retired: 0
+        }
+    );
+    assert!(one(&restarted, "other", "alice"), "not drained: restored");
+    assert!(!one(&restarted, "user", "alice"), "restored drained");
+    assert!(!one(&restarted, &long_key, "alice"), "a long id restored");
+    assert!(
+        !one(&restarted, "named", "alice"),
+        "a long rate name restored"
+    );
+    assert!(one(&restarted, &long_key, "bob"));
+
+    // Not configured: their tables are not kept; the rest of the file is restored.
+    let short = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let restarted = local_service(&short, &clock, 1_000);
+    assert_eq!(
+        local_of(&restarted).restore(&file[..]),
+        Restored::Ok {
+            tables: 2,
+            drained: 0,
+            retired: 0
+        }
+    );
+    assert!(one(&restarted, "other", "alice"), "not drained: restored");
+    restarted.reload(load(&all));
+    assert!(!one(&restarted, "user", "alice"), "restored drained");
+    assert!(one(&restarted, "named", "alice"), "not kept: starts full");
+}
