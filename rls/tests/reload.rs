@@ -773,3 +773,83 @@ fn an_id_or_rate_name_over_1_mib_does_not_damage_the_file() {
     assert!(!one(&restarted, "user", "alice"), "restored drained");
     assert!(one(&restarted, "named", "alice"), "not kept: starts full");
 }
+
+/// The records of a saved file (tag 2 only), each whole, in the file's order.
+fn records(file: &[u8]) -> Vec<&[u8]> {
+    let u32_at = |at: usize| u32::from_le_bytes(file[at..at + 4].try_into().unwrap()) as usize;
+    let u64_at = |at: usize| u64::from_le_bytes(file[at..at + 8].try_into().unwrap()) as usize;
+    let mut out = Vec::new();
+    let mut at = 8;
+    while file[at] != 0 {
+        assert_eq!(file[at], 2);
+        let start = at;
+        at += 1;
+        at += 4 + u32_at(at); // the id
+        let rates = file[at + 1] as usize;
+        at += 2;
+        for _ in 0..rates {
+            at += 4 + 1 + 8;
+            at += 4 + u32_at(at); // the name
+        }
+        at += 8; // the size
+        at += 8 + u64_at(at); // the table
+        out.push(&file[start..at]);
+    }
+    out
+}
+
+/// A file that repeats a limit's record makes one table of it, its last record's: a retired
+/// table kept by an earlier record goes when a later one is full.
+#[test]
+fn a_file_repeating_a_retired_limit_keeps_its_last_record() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let gone = format!("domain: r\ndescriptors:\n{OTHER}");
+    let (_, drained) = saved_after_removal(&clock, 3);
+    let drained = records(&drained)[0]; // user's, retired
+    let mut file = Vec::new();
+    local_of(&local_service(&full, &clock, 1_000))
+        .save(&mut file)
+        .unwrap();
+    let id = b"r\x1fuser";
+    let untouched = *records(&file)
+        .iter()
+        .find(|r| r[5..5 + id.len()] == id[..])
+        .unwrap(); // user's, full
+    let file_of = |recs: &[&[u8]]| {
+        let mut f = b"TGRLS\x01\r\n".to_vec();
+        for r in recs {
+            f.extend_from_slice(r);
+        }
+        f.push(0);
+        f.extend_from_slice(b"TGRLS\x01\r\n");
+        f
+    };
+    let retired = |n| Restored::Ok {
+        tables: 0,
+        drained: 0,
+        retired: n,
+    };
+    let restarted = local_service(&gone, &clock, 1_000);
+    let f = file_of(&[drained, drained, drained]);
+    assert_eq!(
+        local_of(&restarted).restore(&f[..]),
+        retired(1),
+        "one table"
+    );
+    restarted.reload(load(&full));
+    assert!(!one(&restarted, "user", "alice"), "resumed drained");
+    let restarted = local_service(&gone, &clock, 1_000);
+    let f = file_of(&[untouched, drained]);
+    assert_eq!(local_of(&restarted).restore(&f[..]), retired(1), "the last");
+    let restarted = local_service(&gone, &clock, 1_000);
+    let f = file_of(&[drained, untouched]);
+    assert_eq!(
+        local_of(&restarted).restore(&f[..]),
+        retired(0),
+        "the last, full"
+    );
+    restarted.reload(load(&full));
+    assert!(one(&restarted, "user", "alice"), "starts full");
+}
