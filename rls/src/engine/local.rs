@@ -246,9 +246,9 @@ pub enum Restored {
 impl LocalBackend {
     /// The most retired tables kept (by a reload, see [`apply`](LocalBackend::apply), and by a
     /// restore), whatever their values: a table costs a few KB however small (a
-    /// `KeyedMultiLimiter`'s fixed part, about 4.7 KB for one value), so `--max-keys` values
+    /// `KeyedMultiLimiter`'s fixed part, about 5 KB for one value), so `--max-keys` values
     /// alone would let a million tables of one value hold gigabytes. 4,096 such tables hold
-    /// about 19 MB, half of an idle process at the default `--max-keys`; a retired table lives
+    /// about 20 MB, half of an idle process at the default `--max-keys`; a retired table lives
     /// until its buckets refill (one window of its rates), and 4,096 limits removed within one
     /// window is far past a config's churn. A constant rather than a share of the configured
     /// limits: the config that retires tables may be one with few limits (a file read while
