@@ -333,6 +333,22 @@ fn manual() -> tollgate::ManualClock {
     clock
 }
 
+/// A service of `USER` and `OTHER` (1,000 values) where alice took `hits` of user's 3 an hour,
+/// then a reload removed `user` (its table retired), and the file it saved then.
+fn saved_after_removal(
+    clock: &tollgate::ManualClock,
+    hits: usize,
+) -> (tollgate_rls::service::Service, Vec<u8>) {
+    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let gone = format!("domain: r\ndescriptors:\n{OTHER}");
+    let s = local_service(&full, clock, 1_000);
+    assert_eq!((0..hits).filter(|_| one(&s, "user", "alice")).count(), hits);
+    s.reload(load(&gone));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    (s, file)
+}
+
 /// A limit retired by a reload, then saved and restored (the process restarted) under a
 /// config still without it, resumes its buckets when a later reload brings it back, as it
 /// would have in the running process: no second burst across the restart.
@@ -341,11 +357,7 @@ fn a_retired_table_survives_a_restart_and_resumes_when_its_limit_comes_back() {
     let clock = manual();
     let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
     let gone = format!("domain: r\ndescriptors:\n{OTHER}");
-    let s = local_service(&full, &clock, 1_000);
-    assert_eq!((0..10).filter(|_| one(&s, "user", "alice")).count(), 3);
-    s.reload(load(&gone));
-    let mut file = Vec::new();
-    local_of(&s).save(&mut file).unwrap();
+    let (_, file) = saved_after_removal(&clock, 3);
 
     let restarted = local_service(&gone, &clock, 1_000);
     assert!(matches!(
@@ -414,11 +426,7 @@ fn retired_tables_whose_buckets_are_all_full_are_not_kept_across_a_restart() {
     let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
     let gone = format!("domain: r\ndescriptors:\n{OTHER}");
     let restore = |file: &[u8]| local_of(&local_service(&gone, &clock, 1_000)).restore(file);
-    let s = local_service(&full, &clock, 1_000);
-    assert!(one(&s, "user", "alice"));
-    s.reload(load(&gone));
-    let mut file = Vec::new();
-    local_of(&s).save(&mut file).unwrap();
+    let (s, file) = saved_after_removal(&clock, 1);
     let kept = Restored::Ok {
         tables: 1,
         drained: 0,
@@ -573,13 +581,8 @@ fn a_file_of_id_and_table_records_still_restores_and_an_unknown_record_drains() 
 fn a_saved_definition_is_checked_before_a_table_is_built() {
     use tollgate_rls::engine::Restored;
     let clock = manual();
-    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
     let gone = format!("domain: r\ndescriptors:\n{OTHER}");
-    let s = local_service(&full, &clock, 1_000);
-    assert!(one(&s, "user", "alice"));
-    s.reload(load(&gone));
-    let mut file = Vec::new();
-    local_of(&s).save(&mut file).unwrap();
+    let (_, file) = saved_after_removal(&clock, 1);
     // The retired table's record first: magic, tag, id, per-value, one rate, its size.
     let id = b"r\x1fuser";
     let at = 8 + 1 + 4;
@@ -618,4 +621,235 @@ fn a_saved_definition_is_checked_before_a_table_is_built() {
     ] {
         assert!(matches!(restore(&f), Restored::Damaged(_)), "{what}");
     }
+}
+
+/// The cap on the number of retired tables (`LocalBackend::MAX_RETIRED_TABLES`).
+const CAP: usize = tollgate_rls::engine::LocalBackend::MAX_RETIRED_TABLES;
+
+/// `n` limits of one exact value each (`k0` to `kN`, value `x`, 1 an hour): tables of one
+/// value, the smallest a limit makes.
+fn tiny_limits(range: std::ops::Range<usize>) -> String {
+    range
+        .map(|i| {
+            format!("  - key: k{i}\n    value: x\n    rate_limit: {{unit: hour, requests_per_unit: 1}}\n")
+        })
+        .collect()
+}
+
+/// Retired tables are bounded in number, not only in values: a table of one value costs a few
+/// KB whatever its size, so thousands of them would hold far more memory than `--max-keys`
+/// says. Past the cap, a reload drops the oldest (their limits, if they come back, start full).
+#[test]
+fn retired_tables_are_capped_in_number_oldest_dropped() {
+    let clock = manual();
+    let n = CAP + 64;
+    let cfg = |limits: std::ops::Range<usize>| {
+        format!("domain: r\ndescriptors:\n{OTHER}{}", tiny_limits(limits))
+    };
+    // Room for every value: only the cap on tables binds.
+    let s = local_service(&cfg(0..n), &clock, 100_000);
+    assert!((0..n).all(|i| one(&s, &format!("k{i}"), "x")));
+    s.reload(load(&cfg(64..n))); // the 64 oldest retired
+    s.reload(load(&cfg(0..0))); // the others retired: one table too many per old one
+    s.reload(load(&cfg(0..n)));
+    let full: Vec<usize> = (0..n).filter(|&i| one(&s, &format!("k{i}"), "x")).collect();
+    assert_eq!(
+        full,
+        (0..64).collect::<Vec<_>>(),
+        "the oldest dropped, the rest resume"
+    );
+}
+
+/// The retired tables a file restores are capped in number as a reload caps them, the newest
+/// records of the file kept: a file of many tiny tables of limits not configured makes at most
+/// the cap's number of tables.
+#[test]
+fn retired_tables_restored_are_capped_in_number_newest_kept() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let n = CAP + 64;
+    let all = format!("domain: r\ndescriptors:\n{OTHER}{}", tiny_limits(0..n));
+    let none = format!("domain: r\ndescriptors:\n{OTHER}");
+    let s = local_service(&all, &clock, 100_000);
+    assert!((0..n).all(|i| one(&s, &format!("k{i}"), "x")));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    // The file's order of the tables (the later, the newer): the ids `r\x1fk{i}_x`, each
+    // after its `u32` length.
+    let mut order = Vec::new();
+    for at in 4..file.len() {
+        let Some(digits) = file[at..].strip_prefix(b"r\x1fk") else {
+            continue;
+        };
+        let len = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+        let id_len = 3 + len + 2;
+        if digits[len..].starts_with(b"_x") && file[at - 4..at] == (id_len as u32).to_le_bytes() {
+            order.push(
+                std::str::from_utf8(&digits[..len])
+                    .unwrap()
+                    .parse::<usize>()
+                    .unwrap(),
+            );
+        }
+    }
+    assert_eq!(order.len(), n);
+
+    let restarted = local_service(&none, &clock, 100_000);
+    assert_eq!(
+        local_of(&restarted).restore(&file[..]),
+        Restored::Ok {
+            tables: 1,
+            drained: 0,
+            retired: CAP
+        }
+    );
+    restarted.reload(load(&all));
+    let (older, newer) = order.split_at(n - CAP);
+    assert!(
+        older
+            .iter()
+            .all(|&i| one(&restarted, &format!("k{i}"), "x")),
+        "the oldest records dropped: their limits start full"
+    );
+    assert!(
+        newer
+            .iter()
+            .all(|&i| !one(&restarted, &format!("k{i}"), "x")),
+        "the newest records kept: no second burst"
+    );
+}
+
+/// A limit id or a rate name over 1 MiB (what a restore reads whole) is saved as any other:
+/// the restore reads past it without holding it, restores a configured limit of such an id or
+/// name, and does not take the file as damaged (which would drain every other table). A
+/// retired table of such a limit is not kept.
+#[test]
+fn an_id_or_rate_name_over_1_mib_does_not_damage_the_file() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let long_key = "k".repeat((1 << 20) + 1);
+    let long_name = "n".repeat((1 << 20) + 1);
+    let long = format!(
+        "  - key: {long_key}\n    rate_limit: {{unit: hour, requests_per_unit: 1}}\n  - key: named\n    rate_limit: {{unit: hour, requests_per_unit: 1, name: {long_name}}}\n"
+    );
+    let all = format!("domain: r\ndescriptors:\n{USER}{OTHER}{long}");
+    let s = local_service(&all, &clock, 1_000);
+    assert_eq!((0..3).filter(|_| one(&s, "user", "alice")).count(), 3);
+    assert!(one(&s, &long_key, "alice") && one(&s, "named", "alice"));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+
+    let restarted = local_service(&all, &clock, 1_000);
+    assert_eq!(
+        local_of(&restarted).restore(&file[..]),
+        Restored::Ok {
+            tables: 4,
+            drained: 0,
+            retired: 0
+        }
+    );
+    assert!(one(&restarted, "other", "alice"), "not drained: restored");
+    assert!(!one(&restarted, "user", "alice"), "restored drained");
+    assert!(!one(&restarted, &long_key, "alice"), "a long id restored");
+    assert!(
+        !one(&restarted, "named", "alice"),
+        "a long rate name restored"
+    );
+    assert!(one(&restarted, &long_key, "bob"));
+
+    // Not configured: their tables are not kept; the rest of the file is restored.
+    let short = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let restarted = local_service(&short, &clock, 1_000);
+    assert_eq!(
+        local_of(&restarted).restore(&file[..]),
+        Restored::Ok {
+            tables: 2,
+            drained: 0,
+            retired: 0
+        }
+    );
+    assert!(one(&restarted, "other", "alice"), "not drained: restored");
+    restarted.reload(load(&all));
+    assert!(!one(&restarted, "user", "alice"), "restored drained");
+    assert!(one(&restarted, "named", "alice"), "not kept: starts full");
+}
+
+/// The records of a saved file (tag 2 only), each whole, in the file's order.
+fn records(file: &[u8]) -> Vec<&[u8]> {
+    let u32_at = |at: usize| u32::from_le_bytes(file[at..at + 4].try_into().unwrap()) as usize;
+    let u64_at = |at: usize| u64::from_le_bytes(file[at..at + 8].try_into().unwrap()) as usize;
+    let mut out = Vec::new();
+    let mut at = 8;
+    while file[at] != 0 {
+        assert_eq!(file[at], 2);
+        let start = at;
+        at += 1;
+        at += 4 + u32_at(at); // the id
+        let rates = file[at + 1] as usize;
+        at += 2;
+        for _ in 0..rates {
+            at += 4 + 1 + 8;
+            at += 4 + u32_at(at); // the name
+        }
+        at += 8; // the size
+        at += 8 + u64_at(at); // the table
+        out.push(&file[start..at]);
+    }
+    out
+}
+
+/// A file that repeats a limit's record makes one table of it, its last record's: a retired
+/// table kept by an earlier record goes when a later one is full.
+#[test]
+fn a_file_repeating_a_retired_limit_keeps_its_last_record() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let gone = format!("domain: r\ndescriptors:\n{OTHER}");
+    let (_, drained) = saved_after_removal(&clock, 3);
+    let drained = records(&drained)[0]; // user's, retired
+    let mut file = Vec::new();
+    local_of(&local_service(&full, &clock, 1_000))
+        .save(&mut file)
+        .unwrap();
+    let id = b"r\x1fuser";
+    let untouched = *records(&file)
+        .iter()
+        .find(|r| r[5..5 + id.len()] == id[..])
+        .unwrap(); // user's, full
+    let file_of = |recs: &[&[u8]]| {
+        let mut f = b"TGRLS\x01\r\n".to_vec();
+        for r in recs {
+            f.extend_from_slice(r);
+        }
+        f.push(0);
+        f.extend_from_slice(b"TGRLS\x01\r\n");
+        f
+    };
+    let retired = |n| Restored::Ok {
+        tables: 0,
+        drained: 0,
+        retired: n,
+    };
+    let restarted = local_service(&gone, &clock, 1_000);
+    let f = file_of(&[drained, drained, drained]);
+    assert_eq!(
+        local_of(&restarted).restore(&f[..]),
+        retired(1),
+        "one table"
+    );
+    restarted.reload(load(&full));
+    assert!(!one(&restarted, "user", "alice"), "resumed drained");
+    let restarted = local_service(&gone, &clock, 1_000);
+    let f = file_of(&[untouched, drained]);
+    assert_eq!(local_of(&restarted).restore(&f[..]), retired(1), "the last");
+    let restarted = local_service(&gone, &clock, 1_000);
+    let f = file_of(&[drained, untouched]);
+    assert_eq!(
+        local_of(&restarted).restore(&f[..]),
+        retired(0),
+        "the last, full"
+    );
+    restarted.reload(load(&full));
+    assert!(one(&restarted, "user", "alice"), "starts full");
 }

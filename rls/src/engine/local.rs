@@ -25,7 +25,7 @@
 
 use super::{blocked, limits_of, Demand, Outcome, RlsClock, Wait};
 use crate::config::{Config, Kind, Limit, Rate, Unit};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -39,8 +39,13 @@ const STRIPES: usize = 1024;
 /// The saved state's magic.
 const MAGIC: &[u8; 8] = b"TGRLS\x01\r\n";
 
-/// The most bytes of a limit id or a rate name in a saved file.
+/// The most bytes of a limit id or a rate name that a restore reads whole. `save` writes names
+/// of any length (a config may have longer ones); a restore reads past a longer one without
+/// holding it (`get_id`, `get_string`).
 const MAX_NAME: usize = 1 << 20;
+
+/// How a restore's messages name a limit id over `MAX_NAME` (not held).
+const LONG_ID: &str = "a limit id over 1 MiB";
 
 /// A saved table record (files of earlier builds): the limit id (`u32` length, UTF-8), then
 /// the table's bytes (`u64` length, `KeyedMultiLimiter::save`). Integers are little-endian.
@@ -71,6 +76,13 @@ struct Retired {
     tables: HashMap<String, (u64, Arc<Table>)>,
 }
 
+/// Whether `tables` retired tables of `values` values in all may be kept: at most
+/// `LocalBackend::MAX_RETIRED_TABLES` tables and `max_keys` values. The one rule of both
+/// `Retired::trim` and a restore (`Kept`).
+fn fits(tables: usize, values: usize, max_keys: usize) -> bool {
+    tables <= LocalBackend::MAX_RETIRED_TABLES && values <= max_keys
+}
+
 impl Retired {
     /// Adds a table of a limit that left the config, newer than every table already here.
     fn add(&mut self, id: String, table: Arc<Table>) {
@@ -80,14 +92,14 @@ impl Retired {
     }
 
     /// Drops the tables whose buckets are all full (they hold nothing a new table would
-    /// not), then the oldest until at most `max_keys` values of tables are kept.
+    /// not, and take no room), then the oldest until the rest fit (`fits`).
     fn trim(&mut self, max_keys: usize) {
         self.tables.retain(|_, (_, t)| {
             t.limiter.sweep();
             !t.limiter.is_empty()
         });
         let mut kept: usize = self.tables.values().map(|(_, t)| t.size).sum();
-        if kept > max_keys {
+        if !fits(self.tables.len(), kept, max_keys) {
             let mut oldest: Vec<(u64, String, usize)> = self
                 .tables
                 .iter()
@@ -95,7 +107,7 @@ impl Retired {
                 .collect();
             oldest.sort_unstable();
             for (_, id, size) in oldest {
-                if kept <= max_keys {
+                if fits(self.tables.len(), kept, max_keys) {
                     break;
                 }
                 self.tables.remove(&id);
@@ -105,14 +117,83 @@ impl Retired {
     }
 }
 
+/// The retired tables a restore keeps while it reads the file: the newest records (the later
+/// in the file) of limits not configured that fit (`fits`), one per id, none full. Each
+/// record's table is built as it is read and the oldest kept dropped past the bound, so that
+/// what a restore holds is bounded by `fits`, whatever the file's size.
+struct Kept {
+    max_keys: usize,
+    next: u64,
+    /// By age, oldest first.
+    tables: BTreeMap<u64, (String, Table)>,
+    /// The age of each id kept.
+    ids: HashMap<String, u64>,
+    /// The values of the tables kept.
+    values: usize,
+}
+
+impl Kept {
+    fn new(max_keys: usize) -> Kept {
+        Kept {
+            max_keys,
+            next: 0,
+            tables: BTreeMap::new(),
+            ids: HashMap::new(),
+            values: 0,
+        }
+    }
+
+    /// Drops the table kept for `id`, if any: a newer record of the id replaces it, whatever
+    /// that record's fate (one table per id, the file's last record).
+    fn forget(&mut self, id: &str) {
+        if let Some(age) = self.ids.remove(id) {
+            if let Some((_, t)) = self.tables.remove(&age) {
+                self.values -= t.size;
+            }
+        }
+    }
+
+    /// Drops every table kept: a newer record that cannot be kept for its size alone (over
+    /// `max_keys`) ends the newest-first run of tables that fit, as `Retired::trim` drops the
+    /// tables older than one that does not fit.
+    fn clear(&mut self) {
+        self.tables.clear();
+        self.ids.clear();
+        self.values = 0;
+    }
+
+    /// Keeps `table` (not full, at most `max_keys` values, its id forgotten), newer than every
+    /// table kept, then drops the oldest until the rest fit.
+    fn keep(&mut self, id: String, table: Table) {
+        let age = self.next;
+        self.next += 1;
+        self.values += table.size;
+        self.ids.insert(id.clone(), age);
+        self.tables.insert(age, (id, table));
+        while !fits(self.tables.len(), self.values, self.max_keys) {
+            let Some((_, (id, t))) = self.tables.pop_first() else {
+                break;
+            };
+            self.ids.remove(&id);
+            self.values -= t.size;
+        }
+    }
+
+    /// The tables kept, oldest first.
+    fn into_oldest_first(self) -> impl Iterator<Item = (String, Table)> {
+        self.tables.into_values()
+    }
+}
+
 /// The local backend.
 pub struct LocalBackend {
     clock: RlsClock,
     max_keys: usize,
     tables: RwLock<HashMap<String, Arc<Table>>>,
     /// Tables of limits the config no longer has (removed, or made `unlimited` or 0 per unit),
-    /// oldest first, kept while some bucket is not full: a limit that comes back (a file read
-    /// half-written, a reverted edit) resumes its buckets instead of starting full. Only
+    /// oldest first, kept while some bucket is not full and within the caps (`fits`): a limit
+    /// that comes back (a file read half-written, a reverted edit) resumes its buckets instead
+    /// of starting full. Only
     /// `apply` and `restore` add or drop them (under the tables' write lock); a decision
     /// planned before the reload that retired one decides its limit there (`stand_in`, under
     /// the read lock).
@@ -163,6 +244,17 @@ pub enum Restored {
 }
 
 impl LocalBackend {
+    /// The most retired tables kept (by a reload, see [`apply`](LocalBackend::apply), and by a
+    /// restore), whatever their values: a table costs a few KB however small (a
+    /// `KeyedMultiLimiter`'s fixed part, about 5 KB for one value), so `--max-keys` values
+    /// alone would let a million tables of one value hold gigabytes. 4,096 such tables hold
+    /// about 20 MB, half of an idle process at the default `--max-keys`; a retired table lives
+    /// until its buckets refill (one window of its rates), and 4,096 limits removed within one
+    /// window is far past a config's churn. A constant rather than a share of the configured
+    /// limits: the config that retires tables may be one with few limits (a file read while
+    /// half written), exactly when they must be kept.
+    pub const MAX_RETIRED_TABLES: usize = 4_096;
+
     /// An empty backend: `max_keys` values in all, shared equally by the limits that keep a
     /// bucket per value.
     pub fn new(clock: RlsClock, max_keys: usize) -> LocalBackend {
@@ -445,7 +537,9 @@ impl LocalBackend {
     /// Writes every table (`--state`), the retired ones included (those with a bucket not
     /// full, oldest first, then the current ones): `MAGIC`, then per table a
     /// `DEFINED_TABLE` record (the limit id, its definition, the table size and the table's
-    /// saved bytes, `KeyedMultiLimiter::save`), then an end record.
+    /// saved bytes, `KeyedMultiLimiter::save`), then an end record. Names of any length are
+    /// written (a restore reads past those over 1 MiB); one over 4 GiB (no `u32` length) fails
+    /// the save.
     pub fn save<W: Write>(&self, mut w: W) -> io::Result<()> {
         // The tables are `Arc`s: copied out, so that the locks are not held while they are
         // written (a reload waiting for them would hold the config's write lock meanwhile, and
@@ -505,11 +599,22 @@ impl LocalBackend {
     /// an id and the table's bytes alone). Each saved table whose limit is configured is
     /// rebuilt from its bytes under the limit's current rates (converted as `set_quota`
     /// converts). Each saved table with its definition whose limit is not configured is
-    /// retired, as a reload retires it (see `apply`): under its saved rates, within
-    /// `max_keys` values of retired tables in all (the newest kept), dropped if its buckets
-    /// are all full by now. A damaged file drains every table.
+    /// retired, as a reload retires it (see `apply`): under its saved rates, dropped if its
+    /// buckets are all full by now, then within `max_keys` values and
+    /// [`MAX_RETIRED_TABLES`] tables of retired tables in all (the newest records kept, the
+    /// later in the file the newer; one table per id, its last record's). A damaged file
+    /// drains every table.
+    ///
+    /// What it holds is bounded by those caps and the config, not by the file: each table's
+    /// bytes are streamed into the table built, and a retired table is built as its record is
+    /// read, the oldest kept dropped past the caps. A record whose table size is over
+    /// `max_keys` drops itself and every retired table before it in the file, unbuilt. A limit
+    /// id or rate name over 1 MiB (which `save` writes) is read past without being held: a
+    /// configured limit of such an id is found by comparing it as it is read; a retired table
+    /// of one is not kept.
     ///
     /// [`save`]: LocalBackend::save
+    /// [`MAX_RETIRED_TABLES`]: LocalBackend::MAX_RETIRED_TABLES
     pub fn restore<R: Read>(&self, r: R) -> Restored {
         match self.try_restore(r) {
             Ok(restored) => restored,
@@ -530,12 +635,20 @@ impl LocalBackend {
         if &magic != MAGIC {
             return Err("not a tollgate-rls state file".into());
         }
+        // The configured tables whose id is too long to read whole (`get_id`).
+        let long: Vec<Arc<Table>> = {
+            let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
+            tables
+                .values()
+                .filter(|t| t.limit.id.len() > MAX_NAME)
+                .cloned()
+                .collect()
+        };
         // One table per configured limit (a file that repeats a limit: its last record), so
         // that a file cannot make the process hold more tables than the config has.
         let mut rebuilt: HashMap<String, Table> = HashMap::new();
-        // Tables of limits not configured, in the file's order (oldest first): their limit
-        // (from the saved definition), table size and saved bytes.
-        let mut away: Vec<(String, Arc<Limit>, usize, Vec<u8>)> = Vec::new();
+        // Tables of limits not configured: at most what `Retired::trim` keeps, the newest.
+        let mut kept = Kept::new(self.max_keys);
         let mut drained = 0;
         loop {
             let [tag] = get::<1>(&mut r)?;
@@ -550,42 +663,77 @@ impl LocalBackend {
             if tag != TABLE && tag != DEFINED_TABLE {
                 return Err(format!("an unknown record {tag}"));
             }
-            let id = get_string(&mut r, "a limit name")?;
+            // `None`: an id over `MAX_NAME` that no configured limit has.
+            let id = get_id(&mut r, &long)?;
+            let shown = id.as_deref().unwrap_or(LONG_ID);
             let saved = if tag == DEFINED_TABLE {
-                let limit = get_definition(&mut r, &id)?;
+                let (per_value, limit) = get_definition(&mut r, shown)?;
                 let size = u64::from_le_bytes(get::<8>(&mut r)?);
                 let size = usize::try_from(size).unwrap_or(usize::MAX);
-                if size == 0 || (!limit.per_value && size != 1) {
-                    return Err(format!("a table size of {size} for {id:?}"));
+                if size == 0 || (!per_value && size != 1) {
+                    return Err(format!("a table size of {size} for {shown:?}"));
                 }
                 Some((limit, size))
             } else {
                 None
             };
             let len = u64::from_le_bytes(get::<8>(&mut r)?);
-            let mut blob = Vec::new();
-            (&mut r)
-                .take(len)
-                .read_to_end(&mut blob)
-                .map_err(|e| format!("truncated: {e}"))?;
-            if blob.len() as u64 != len {
-                return Err(format!("truncated in the table of {id:?}"));
-            }
-            let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
-            let Some(current) = tables.get(&id) else {
-                drop(tables);
-                if let Some((limit, size)) = saved {
-                    away.push((id, limit, size, blob));
+            // The table's bytes, streamed into the table built (never held whole).
+            let mut blob = (&mut r).take(len);
+            let current = id.as_ref().and_then(|id| {
+                let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
+                tables.get(id).map(|t| (t.limit.clone(), t.size))
+            });
+            let (id, (limit, size)) = match (id, current) {
+                (Some(id), Some(current)) => (id, current),
+                (Some(id), None) => {
+                    // A limit not configured: a retired table, if its record has the
+                    // definition (one whose rate names are all read whole) and it may be kept.
+                    let Some((limit, size)) = saved else {
+                        finish(&mut blob, &id)?;
+                        continue;
+                    };
+                    kept.forget(&id);
+                    match limit {
+                        Some(limit) if size <= self.max_keys => {
+                            let limits =
+                                limits_of(&limit).ok_or_else(|| format!("no rates for {id:?}"))?;
+                            // Built only for a size that may be kept (at most `max_keys`),
+                            // so that a size no table here may have allocates nothing.
+                            let limiter =
+                                KeyedMultiLimiter::builder(limits, size, self.clock.clone())
+                                    .restore(&mut blob)
+                                    .map_err(|e| format!("the table of {id:?}: {e}"))?;
+                            finish(&mut blob, &id)?;
+                            limiter.sweep();
+                            if !limiter.is_empty() {
+                                let table = Table {
+                                    limiter,
+                                    limit,
+                                    size,
+                                };
+                                kept.keep(id, table);
+                            }
+                        }
+                        Some(_) => {
+                            kept.clear();
+                            finish(&mut blob, &id)?;
+                        }
+                        None => finish(&mut blob, &id)?,
+                    }
+                    continue;
                 }
-                continue;
+                (None, _) => {
+                    finish(&mut blob, LONG_ID)?;
+                    continue;
+                }
             };
-            let (limit, size) = (current.limit.clone(), current.size);
-            drop(tables);
             let Some(limits) = limits_of(&limit) else {
+                finish(&mut blob, &id)?;
                 continue;
             };
             let limiter = match KeyedMultiLimiter::builder(limits, size, self.clock.clone())
-                .restore(&blob[..])
+                .restore(&mut blob)
             {
                 Ok(l) => l,
                 // A sound table of a limit whose number of rates changed since the save: this
@@ -596,10 +744,14 @@ impl LocalBackend {
                         drained += 1;
                         t.limiter
                     }
-                    None => continue,
+                    None => {
+                        finish(&mut blob, &id)?;
+                        continue;
+                    }
                 },
                 Err(e) => return Err(format!("the table of {id:?}: {e}")),
             };
+            finish(&mut blob, &id)?;
             rebuilt.insert(
                 id,
                 Table {
@@ -609,45 +761,6 @@ impl LocalBackend {
                 },
             );
         }
-        // The retired tables to keep, as `Retired::trim` keeps them: one per id (the file's
-        // last); those whose buckets are all full dropped (they hold nothing, and take no room);
-        // of the others, the newest while they fit in `max_keys` values. Newest first, each
-        // built only once it could fit in `max_keys` alone, so that a size no table here may
-        // have allocates nothing (such a table, of unknown contents, ends the scan as one that
-        // does not fit would).
-        let mut seen = std::collections::HashSet::new();
-        let mut budget = self.max_keys;
-        let mut retired_tables = Vec::new();
-        for (id, limit, size, blob) in away.into_iter().rev() {
-            if !seen.insert(id.clone()) {
-                continue;
-            }
-            if size > self.max_keys {
-                break;
-            }
-            let limits = limits_of(&limit).ok_or_else(|| format!("no rates for {id:?}"))?;
-            let limiter = KeyedMultiLimiter::builder(limits, size, self.clock.clone())
-                .restore(&blob[..])
-                .map_err(|e| format!("the table of {id:?}: {e}"))?;
-            limiter.sweep();
-            if limiter.is_empty() {
-                continue;
-            }
-            if size > budget {
-                break;
-            }
-            budget -= size;
-            retired_tables.push((
-                id,
-                Table {
-                    limiter,
-                    limit,
-                    size,
-                },
-            ));
-        }
-        // Oldest first, as a reload retires them.
-        retired_tables.reverse();
         let n = rebuilt.len();
         let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);
         let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
@@ -655,7 +768,8 @@ impl LocalBackend {
             retired.tables.remove(&id);
             tables.insert(id, Arc::new(t));
         }
-        for (id, t) in retired_tables {
+        // Oldest first, as a reload retires them.
+        for (id, t) in kept.into_oldest_first() {
             if !tables.contains_key(&id) {
                 retired.add(id, Arc::new(t));
             }
@@ -675,8 +789,12 @@ impl LocalBackend {
     }
 }
 
+/// Writes `bytes` with their `u32` length: a save fails rather than write a length that is not
+/// theirs (a file every restore would take as damaged).
 fn put_bytes<W: Write>(w: &mut W, bytes: &[u8]) -> io::Result<()> {
-    w.write_all(&(bytes.len() as u32).to_le_bytes())?;
+    let len = u32::try_from(bytes.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a name over 4 GiB"))?;
+    w.write_all(&len.to_le_bytes())?;
     w.write_all(bytes)
 }
 
@@ -687,16 +805,65 @@ fn get<const N: usize>(r: &mut impl Read) -> Result<[u8; N], String> {
     Ok(b)
 }
 
-/// A length-prefixed UTF-8 string of at most `MAX_NAME` bytes (checked before allocating).
-fn get_string(r: &mut impl Read, what: &str) -> Result<String, String> {
+/// Reads the rest of a record's table bytes (`rest`: what a restore of the table left of
+/// them) and checks that they were all there.
+fn finish<R: Read>(rest: &mut io::Take<R>, id: &str) -> Result<(), String> {
+    io::copy(rest, &mut io::sink()).map_err(|e| format!("truncated: {e}"))?;
+    if rest.limit() != 0 {
+        return Err(format!("truncated in the table of {id:?}"));
+    }
+    Ok(())
+}
+
+/// A length-prefixed UTF-8 string: `Some` when at most `MAX_NAME` bytes (read whole, checked
+/// before allocating), else `None`, its bytes read past in chunks and never held, as `save`
+/// writes a name of any length.
+fn get_string(r: &mut impl Read, what: &str) -> Result<Option<String>, String> {
     let len = u32::from_le_bytes(get::<4>(r)?) as usize;
     if len > MAX_NAME {
-        return Err(format!("{what} over 1 MiB"));
+        let skipped = io::copy(&mut r.take(len as u64), &mut io::sink())
+            .map_err(|e| format!("truncated: {e}"))?;
+        if skipped != len as u64 {
+            return Err(format!("truncated in {what}"));
+        }
+        return Ok(None);
     }
     let mut b = vec![0u8; len];
     r.read_exact(&mut b)
         .map_err(|e| format!("truncated: {e}"))?;
-    String::from_utf8(b).map_err(|_| format!("{what} not UTF-8"))
+    String::from_utf8(b)
+        .map(Some)
+        .map_err(|_| format!("{what} not UTF-8"))
+}
+
+/// A record's limit id: one of at most `MAX_NAME` bytes read whole; a longer one compared, in
+/// chunks as it is read and never held, with the ids of `long` (the configured tables whose
+/// id is over `MAX_NAME`): that id if one is equal, else `None` (a limit not configured).
+fn get_id(r: &mut impl Read, long: &[Arc<Table>]) -> Result<Option<String>, String> {
+    let len = u32::from_le_bytes(get::<4>(r)?) as usize;
+    if len <= MAX_NAME {
+        let mut b = vec![0u8; len];
+        r.read_exact(&mut b)
+            .map_err(|e| format!("truncated: {e}"))?;
+        return String::from_utf8(b)
+            .map(Some)
+            .map_err(|_| "a limit name not UTF-8".to_owned());
+    }
+    let mut alike: Vec<&str> = long
+        .iter()
+        .map(|t| t.limit.id.as_str())
+        .filter(|id| id.len() == len)
+        .collect();
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut at = 0;
+    while at < len {
+        let n = chunk.len().min(len - at);
+        r.read_exact(&mut chunk[..n])
+            .map_err(|e| format!("truncated: {e}"))?;
+        alike.retain(|id| id.as_bytes()[at..at + n] == chunk[..n]);
+        at += n;
+    }
+    Ok(alike.first().map(|id| (*id).to_owned()))
 }
 
 const UNITS: [Unit; 7] = [
@@ -713,14 +880,17 @@ fn unit_code(unit: Unit) -> u8 {
     UNITS.iter().position(|u| *u == unit).unwrap_or(0) as u8
 }
 
-/// A saved limit definition (`per_value`, then one to four rates): the limit of a retired
-/// table, with the saved id (its other fields are not saved; a table uses none of them).
-fn get_definition(r: &mut impl Read, id: &str) -> Result<Arc<Limit>, String> {
+/// A saved limit definition (`per_value`, then one to four rates): `per_value`, and the limit
+/// of a retired table, with the saved id (its other fields are not saved; a table uses none
+/// of them), or `None` where a rate name is over `MAX_NAME` (read past, not held: such a
+/// table is not kept as a retired one).
+fn get_definition(r: &mut impl Read, id: &str) -> Result<(bool, Option<Arc<Limit>>), String> {
     let [per_value, n] = get::<2>(r)?;
     if per_value > 1 || !(1..=4).contains(&n) {
         return Err(format!("a damaged definition of {id:?}"));
     }
     let mut rates = Vec::with_capacity(usize::from(n));
+    let mut whole = true;
     for _ in 0..n {
         let requests_per_unit = u32::from_le_bytes(get::<4>(r)?);
         let [unit] = get::<1>(r)?;
@@ -728,7 +898,10 @@ fn get_definition(r: &mut impl Read, id: &str) -> Result<Arc<Limit>, String> {
             .get(usize::from(unit))
             .ok_or_else(|| format!("an unknown unit {unit} in {id:?}"))?;
         let burst = u64::from_le_bytes(get::<8>(r)?);
-        let name = get_string(r, "a rate name")?;
+        let name = get_string(r, "a rate name")?.unwrap_or_else(|| {
+            whole = false;
+            String::new()
+        });
         rates.push(Rate {
             requests_per_unit,
             unit,
@@ -758,5 +931,5 @@ fn get_definition(r: &mut impl Read, id: &str) -> Result<Arc<Limit>, String> {
     if limits_of(&limit).is_none() {
         return Err(format!("a definition of {id:?} without valid rates"));
     }
-    Ok(Arc::new(limit))
+    Ok((per_value == 1, whole.then(|| Arc::new(limit))))
 }
