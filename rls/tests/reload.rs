@@ -299,10 +299,12 @@ fn a_limit_whose_number_of_rates_changed_since_the_save_starts_drained_alone() {
     assert_eq!(admitted(&changed, "user", 10), 0, "drained");
     assert!(!one(&changed, "user", "bob"), "drained for every value");
 
-    // A reload that changes the number of rates does the same to the live table.
+    // A reload that changes the number of rates pairs them instead: alice keeps the 2 tokens
+    // of her hour, a value never seen starts full.
     s.reload(load(&two_rates));
     assert_eq!(admitted(&s, "other", 10), 3, "kept");
-    assert!(!one(&s, "user", "bob"), "drained for every value");
+    assert_eq!(admitted(&s, "user", 10), 2, "the hour's 2 left");
+    assert!(one(&s, "user", "bob"), "a new value: full");
 }
 
 /// The local backend of `s`.
@@ -392,17 +394,18 @@ fn a_saved_table_whose_limit_is_missing_at_start_resumes_when_it_comes_back() {
     clock.advance(Duration::from_secs(600));
     assert!(one(&again, "user", "alice"));
     assert!(!one(&again, "user", "alice"));
-    // Another number of rates: drained, as a reload that changes the number drains.
+    // Another number of rates: the hourly rate paired with the saved one (alice's hour still
+    // spent), the daily one new (bob admitted).
     let two = full.replace(
         "    rate_limit: {unit: hour, requests_per_unit: 3}\n  - key: other",
         "    rate_limits:\n      - {unit: hour, requests_per_unit: 3}\n      - {unit: day, requests_per_unit: 10}\n  - key: other",
     );
     assert_ne!(two, full);
-    let drained = local_service(&gone, &clock, 1_000);
-    local_of(&drained).restore(&file[..]);
-    drained.reload(load(&two));
-    assert!(!one(&drained, "user", "alice"), "drained");
-    assert!(!one(&drained, "user", "bob"), "drained for every value");
+    let paired = local_service(&gone, &clock, 1_000);
+    local_of(&paired).restore(&file[..]);
+    paired.reload(load(&two));
+    assert!(!one(&paired, "user", "alice"), "the hour still spent");
+    assert!(one(&paired, "user", "bob"), "a new value: full");
 }
 
 /// A retired table whose buckets are all full holds nothing a new table would not: not saved
@@ -618,4 +621,126 @@ fn a_saved_definition_is_checked_before_a_table_is_built() {
     ] {
         assert!(matches!(restore(&f), Restored::Damaged(_)), "{what}");
     }
+}
+
+/// A config of one limit, `user`, with `rates` (each a `rate_limits` item, flow style).
+fn user_rates(rates: &[&str]) -> String {
+    let mut y = String::from("domain: r\ndescriptors:\n  - key: user\n    rate_limits:\n");
+    for r in rates {
+        y.push_str(&format!("      - {r}\n"));
+    }
+    y
+}
+
+/// How many of `n` hits of `user: value` are admitted.
+fn admitted(s: &tollgate_rls::service::Service, value: &str, n: usize) -> usize {
+    (0..n).filter(|_| one(s, "user", value)).count()
+}
+
+/// A reload that adds a rate to a limit keeps the buckets of the rates it kept: a value that
+/// spent its day stays refused until the day refills, while a value never seen is admitted
+/// (the new rate starts full, as in a new limit), not refused for a day.
+#[test]
+fn a_reload_adding_a_rate_keeps_the_other_rates_buckets() {
+    let clock = manual();
+    let daily = "{unit: day, requests_per_unit: 3, name: daily}";
+    let s = local_service(&user_rates(&[daily]), &clock, 1_000);
+    assert_eq!(admitted(&s, "alice", 10), 3);
+    s.reload(load(&user_rates(&[
+        daily,
+        "{unit: minute, requests_per_unit: 2, name: burst}",
+    ])));
+    assert_eq!(admitted(&s, "alice", 10), 0, "the day stays spent");
+    assert_eq!(
+        admitted(&s, "bob", 10),
+        2,
+        "a new value: the minute's burst"
+    );
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(admitted(&s, "bob", 10), 1, "the day's third");
+    assert_eq!(admitted(&s, "alice", 10), 0, "the day stays spent");
+    // A day on, alice's day (and both of bob's rates) has refilled.
+    clock.advance(Duration::from_secs(86_400));
+    assert_eq!(admitted(&s, "alice", 10), 2);
+}
+
+/// A reload that removes a rate keeps the remaining rates' buckets: the rate removed stops
+/// constraining, the one kept goes on from what each value spent.
+#[test]
+fn a_reload_removing_a_rate_keeps_the_remaining_rates_buckets() {
+    let clock = manual();
+    let daily = "{unit: day, requests_per_unit: 3, name: daily}";
+    let burst = "{unit: minute, requests_per_unit: 2, name: burst}";
+    let s = local_service(&user_rates(&[burst, daily]), &clock, 1_000);
+    assert_eq!(admitted(&s, "alice", 10), 2, "the minute's burst");
+    s.reload(load(&user_rates(&[daily])));
+    assert_eq!(
+        admitted(&s, "alice", 10),
+        1,
+        "the day's third, no minute left"
+    );
+    assert_eq!(admitted(&s, "bob", 10), 3);
+}
+
+/// Rates are paired by a name that names one rate on each side, then by unit in config
+/// order: an unnamed rate and a renamed one keep their buckets where their unit tells them
+/// apart; a name given twice pairs by unit; a name kept wins over the unit (its rate's
+/// buckets converted to the new unit).
+#[test]
+fn rates_pair_by_name_then_by_unit() {
+    let clock = manual();
+    let minute = "{unit: minute, requests_per_unit: 2}";
+    // (before, after): alice spends the day before; after, alice is refused and bob gets 2.
+    let cases = [
+        (
+            vec!["{unit: day, requests_per_unit: 3}"],
+            vec!["{unit: day, requests_per_unit: 3}", minute],
+            "unnamed",
+        ),
+        (
+            vec!["{unit: day, requests_per_unit: 3, name: a}"],
+            vec![minute, "{unit: day, requests_per_unit: 3, name: b}"],
+            "renamed",
+        ),
+        (
+            vec![
+                "{unit: day, requests_per_unit: 3, name: d}",
+                "{unit: hour, requests_per_unit: 5, name: d}",
+            ],
+            vec![
+                "{unit: hour, requests_per_unit: 5, name: d}",
+                "{unit: day, requests_per_unit: 3, name: d}",
+                minute,
+            ],
+            "a name twice",
+        ),
+    ];
+    for (before, after, what) in cases {
+        let s = local_service(&user_rates(&before), &clock, 1_000);
+        assert_eq!(admitted(&s, "alice", 10), 3, "{what}");
+        s.reload(load(&user_rates(&after)));
+        assert_eq!(admitted(&s, "alice", 10), 0, "{what}: the day stays spent");
+        assert_eq!(admitted(&s, "bob", 10), 2, "{what}: a new value");
+        clock.advance(Duration::from_secs(3_600));
+        assert_eq!(admitted(&s, "alice", 10), 0, "{what}: the day stays spent");
+    }
+    // The name `x` moves from a per-day rate to a per-minute one: alice's spent day becomes
+    // a spent minute (a token in 30 s); the new per-day rate `y` starts full.
+    let s = local_service(
+        &user_rates(&["{unit: day, requests_per_unit: 3, name: x}"]),
+        &clock,
+        1_000,
+    );
+    assert_eq!(admitted(&s, "alice", 10), 3);
+    s.reload(load(&user_rates(&[
+        "{unit: minute, requests_per_unit: 2, name: x}",
+        "{unit: day, requests_per_unit: 3, name: y}",
+    ])));
+    assert_eq!(
+        admitted(&s, "alice", 10),
+        0,
+        "the minute, converted, is spent"
+    );
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(admitted(&s, "alice", 10), 1);
 }
