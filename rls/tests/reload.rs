@@ -239,10 +239,10 @@ fn retired_tables_are_bounded_by_max_keys_oldest_first() {
 }
 
 /// A saved file restored under a config where one limit has another number of rates: that
-/// limit's table starts drained (its buckets cannot be paired rate by rate), the file's other
-/// tables are restored as saved, not drained with it.
+/// limit's rates are paired with the saved ones as a reload pairs them (the hourly rate keeps
+/// its buckets, the daily one is new: full), the file's other tables are restored as saved.
 #[test]
-fn a_limit_whose_number_of_rates_changed_since_the_save_starts_drained_alone() {
+fn a_limit_whose_number_of_rates_changed_since_the_save_keeps_its_paired_rates() {
     use tollgate::ManualClock;
     use tollgate_rls::engine::{Backend, LocalBackend, Restored, RlsClock};
     use tollgate_rls::service::Service;
@@ -284,23 +284,23 @@ fn a_limit_whose_number_of_rates_changed_since_the_save_starts_drained_alone() {
     assert_eq!(admitted(&same, "user", 10), 2);
     assert_eq!(admitted(&same, "other", 10), 3);
 
-    // `user` gained a rate: its table starts drained (a value never seen included); `other`
-    // keeps alice's 3 tokens.
+    // `user` gained a rate: alice keeps the 2 tokens of her hour, a value never seen starts
+    // full; `other` keeps alice's 3 tokens.
     let changed = service(&two_rates);
     assert_eq!(
         local(&changed).restore(&file[..]),
         Restored::Ok {
             tables: 2,
-            drained: 1,
+            drained: 0,
             retired: 0
         }
     );
     assert_eq!(admitted(&changed, "other", 10), 3, "restored, not drained");
-    assert_eq!(admitted(&changed, "user", 10), 0, "drained");
-    assert!(!one(&changed, "user", "bob"), "drained for every value");
+    assert_eq!(admitted(&changed, "user", 10), 2, "the hour's 2 left");
+    assert_eq!(admitted(&changed, "user", 10), 0);
+    assert!(one(&changed, "user", "bob"), "a new value: full");
 
-    // A reload that changes the number of rates pairs them instead: alice keeps the 2 tokens
-    // of her hour, a value never seen starts full.
+    // A reload that changes the number of rates does the same to the live table.
     s.reload(load(&two_rates));
     assert_eq!(admitted(&s, "other", 10), 3, "kept");
     assert_eq!(admitted(&s, "user", 10), 2, "the hour's 2 left");
@@ -567,6 +567,24 @@ fn a_file_of_id_and_table_records_still_restores_and_an_unknown_record_drains() 
         Restored::Damaged(_)
     ));
     assert!(!one(&s, "other", "alice"), "damaged: drained");
+    // Such a record holds no rates to pair: under another number of rates, its table alone
+    // starts drained.
+    let two = full.replace(
+        "    rate_limit: {unit: hour, requests_per_unit: 3}\n  - key: other",
+        "    rate_limits:\n      - {unit: hour, requests_per_unit: 3}\n      - {unit: day, requests_per_unit: 10}\n  - key: other",
+    );
+    assert_ne!(two, full);
+    let s = local_service(&two, &clock, 1_000);
+    assert_eq!(
+        local_of(&s).restore(&file_with(1)[..]),
+        Restored::Ok {
+            tables: 1,
+            drained: 1,
+            retired: 0
+        }
+    );
+    assert!(!one(&s, "user", "bob"), "drained for every value");
+    assert!(one(&s, "other", "alice"), "not in the file: full");
 }
 
 /// A hostile or damaged definition record: a table size past `--max-keys` is dropped before
@@ -743,4 +761,55 @@ fn rates_pair_by_name_then_by_unit() {
     );
     clock.advance(Duration::from_secs(30));
     assert_eq!(admitted(&s, "alice", 10), 1);
+}
+
+/// A saved record whose definition has another number of rates than its table's buckets (a
+/// damaged file), restored under a config with another number again: the pairing by the
+/// saved rates does not fit the buckets, so the file is damaged (every bucket drained), never
+/// restored as if it fit.
+#[test]
+fn a_definition_unlike_its_table_makes_the_file_damaged() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let two = user_rates(&[
+        "{unit: hour, requests_per_unit: 3}",
+        "{unit: day, requests_per_unit: 10}",
+    ]);
+    let s = local_service(&format!("domain: r\ndescriptors:\n{USER}"), &clock, 1_000);
+    assert!(one(&s, "user", "alice"));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    // Magic, tag, id, per-value, one rate (17 bytes, no name): a second rate inserted after it.
+    let def = 8 + 1 + 4 + b"r\x1fuser".len();
+    assert_eq!(file[def + 1], 1);
+    let mut f = file.clone();
+    f[def + 1] = 2;
+    let mut day = 10u32.to_le_bytes().to_vec();
+    day.push(3);
+    day.extend(10u64.to_le_bytes());
+    day.extend(0u32.to_le_bytes());
+    let after_rate = def + 2 + 17;
+    f.splice(after_rate..after_rate, day);
+    let three = user_rates(&[
+        "{unit: hour, requests_per_unit: 3}",
+        "{unit: day, requests_per_unit: 10}",
+        "{unit: minute, requests_per_unit: 2}",
+    ]);
+    for config in [&two, &three] {
+        let r = local_service(config, &clock, 1_000);
+        assert!(
+            matches!(local_of(&r).restore(&f[..]), Restored::Damaged(_)),
+            "{config}"
+        );
+        assert!(!one(&r, "user", "bob"), "damaged: drained");
+    }
+    // The file as saved pairs under either.
+    for config in [&two, &three] {
+        let r = local_service(config, &clock, 1_000);
+        assert!(matches!(
+            local_of(&r).restore(&file[..]),
+            Restored::Ok { drained: 0, .. }
+        ));
+        assert!(one(&r, "user", "bob"), "{config}");
+    }
 }

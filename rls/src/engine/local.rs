@@ -150,8 +150,10 @@ pub enum Restored {
     Ok {
         /// Tables of configured limits restored.
         tables: usize,
-        /// Of those, tables whose limit has another number of rates than when saved: their
-        /// buckets cannot be paired rate by rate, so they start drained, never full.
+        /// Of those, tables whose limit has another number of rates than when saved, in a
+        /// record without its rates (a file of earlier builds): their buckets cannot be
+        /// paired rate by rate, so they start drained, never full. (A record with its rates
+        /// is paired as a reload pairs it: see `apply`.)
         drained: usize,
         /// Tables of limits the config does not have (retired when saved, or configured then
         /// and not now), kept aside as a reload retires them (see `apply`): a limit that comes
@@ -589,8 +591,16 @@ impl LocalBackend {
                 .restore(&blob[..])
             {
                 Ok(l) => l,
-                // A sound table of a limit whose number of rates changed since the save: this
-                // table alone starts drained; the file's other tables are restored.
+                // A limit whose number of rates changed since the save, saved with its rates:
+                // paired rate by rate as a reload pairs them (rates that do not fit the saved
+                // buckets: a damaged file).
+                Err(RestoreError::LimitsChanged { .. }) if saved.is_some() => self
+                    .carry_over_saved(&blob, saved.as_ref(), &limit, size)
+                    .ok_or_else(|| {
+                        format!("the table of {id:?}: damaged, or unlike its saved rates")
+                    })?,
+                // The same, saved without its rates (a file of earlier builds): this table
+                // alone starts drained; the file's other tables are restored.
                 Err(RestoreError::LimitsChanged { .. }) => match self.fresh(&limit, size) {
                     Some(t) => {
                         t.limiter.drain();
@@ -667,6 +677,20 @@ impl LocalBackend {
             drained,
             retired: retired.tables.len(),
         })
+    }
+
+    /// A table saved (`blob`) under the rates of `saved` (its saved definition), restored
+    /// under `limit`'s at the wall clock's reading, as a reload carries a table over
+    /// (`carry_over`): `--state` of a limit whose number of rates changed since the save.
+    fn carry_over_saved(
+        &self,
+        blob: &[u8],
+        saved: Option<&(Arc<Limit>, usize)>,
+        limit: &Limit,
+        size: usize,
+    ) -> Option<KeyedMultiLimiter<String, RlsClock>> {
+        let builder = KeyedMultiLimiter::builder(limits_of(limit)?, size, self.clock.clone());
+        carry_over(builder, blob, SystemTime::now(), &saved?.0, limit)
     }
 
     /// Buckets tracked over all tables (the `tollgate_rls_tracked_buckets` gauge).
