@@ -126,6 +126,17 @@ pub enum RestoreError {
         /// Quotas of the restoring bucket.
         restoring: usize,
     },
+    /// The pairs given to a keyed table's restore (`KeyedLimiterBuilder::restore_paired_at`)
+    /// do not fit a pair of policies a key may go through: not one pair per quota here, or a
+    /// pair naming a position past the saved policy's quotas.
+    BadPairs {
+        /// Pairs given.
+        pairs: usize,
+        /// Quotas of the restoring policy.
+        quotas: usize,
+        /// Quotas of the saved policy.
+        saved: usize,
+    },
 }
 
 impl RestoreError {
@@ -161,6 +172,15 @@ impl fmt::Display for RestoreError {
                 "the saved state has {saved} quotas, the restoring bucket {restoring}"
             ),
             RestoreError::Config(e) => write!(f, "cannot build the limiter to restore: {e}"),
+            RestoreError::BadPairs {
+                pairs,
+                quotas,
+                saved,
+            } => write!(
+                f,
+                "{pairs} quota pairs do not fit a restoring policy of {quotas} quotas and a \
+                 saved one of {saved}"
+            ),
         }
     }
 }

@@ -320,3 +320,114 @@ fn a_restore_into_a_live_limiter_waits_for_records_decisions_hold() {
         d.join().unwrap();
     }
 }
+
+/// A restore with the quotas paired by the caller (`restore_paired_at`) takes any number of
+/// quotas on either side: each quota here takes the state of the saved quota its pair names,
+/// converted as `set_quota` converts (the balance kept, capped at the new burst), an unpaired
+/// one starts full for every key, a saved quota named by no pair is dropped.
+#[test]
+fn paired_quotas_keep_their_state_and_unpaired_ones_start_full() {
+    let live = KeyedMultiLimiter::with_clock(default_limits(), 100, ManualClock::new());
+    live.try_acquire(&1u64, 4).unwrap();
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    // A quota added between the two, which are swapped: each keeps its own state.
+    let three = Limits::new([q(40, 10_000, 40), q(1, 1000, 5), q(10, 1000, 10)]).unwrap();
+    let restored = KeyedMultiLimiter::<u64, _>::builder(three, 100, ManualClock::new())
+        .restore_paired_at(&file[..], wall(0), &[Some(1), None, Some(0)])
+        .unwrap();
+    assert_eq!(quotas_of(&restored, 1), vec![36, 5, 6]);
+    assert_eq!(quotas_of(&restored, 2), vec![40, 5, 10]);
+    // The per-second quota removed, the 10-second one's burst cut: 36 → 30.
+    let one = Limits::new([q(40, 10_000, 30)]).unwrap();
+    let restored = KeyedMultiLimiter::<u64, _>::builder(one, 100, ManualClock::new())
+        .restore_paired_at(&file[..], wall(0), &[Some(1)])
+        .unwrap();
+    assert_eq!(quotas_of(&restored, 1), vec![30]);
+    assert_eq!(quotas_of(&restored, 2), vec![30]);
+    // A changed rate, paired: the balance carried (6 of 10, now of 100), refilled over the
+    // downtime first (half a second: 5 of the per-second quota).
+    let faster = Limits::new([q(100, 1000, 100), q(40, 10_000, 40), q(1, 1000, 5)]).unwrap();
+    let restored = KeyedMultiLimiter::<u64, _>::builder(faster, 100, ManualClock::new())
+        .restore_paired_at(&file[..], wall(500_000_000), &[Some(0), Some(1), None])
+        .unwrap();
+    assert_eq!(quotas_of(&restored, 1), vec![10, 38, 5]);
+}
+
+/// Pairs naming every quota where it was restore exactly as `restore_at` does (the floor for
+/// untracked keys included); pairs that move a quota elsewhere or drop it never let a key or
+/// the floor hold more than saved under any paired quota.
+#[test]
+fn pairs_in_place_restore_as_a_plain_restore_and_the_floor_travels() {
+    let live = KeyedMultiLimiter::with_clock(default_limits(), 100, ManualClock::new());
+    live.try_acquire(&1u64, 10).unwrap();
+    live.try_acquire(&2u64, 10).unwrap();
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    // One key fits; the other raises the floor to its full instant, 2.5 s ahead.
+    let small = KeyedMultiLimiter::<u64, _>::builder(default_limits(), 1, ManualClock::new())
+        .restore_paired_at(&file[..], wall(0), &[Some(0), Some(1)])
+        .unwrap();
+    assert_eq!(quotas_of(&small, 99), vec![0, 30]);
+    let mut file = Vec::new();
+    small.save_at(&mut file, wall(0)).unwrap();
+    let plain = KeyedMultiLimiter::<u64, _>::builder(default_limits(), 100, ManualClock::new())
+        .restore_at(&file[..], wall(0))
+        .unwrap();
+    let paired = KeyedMultiLimiter::<u64, _>::builder(default_limits(), 100, ManualClock::new())
+        .restore_paired_at(&file[..], wall(0), &[Some(0), Some(1)])
+        .unwrap();
+    for k in [1, 2, 99] {
+        assert_eq!(quotas_of(&paired, k), quotas_of(&plain, k), "key {k}");
+    }
+    // The 10-second quota alone, moved behind a new per-second one: the floor holds the
+    // untracked key to no more than the 30 it had; the new quota waits for the floor's
+    // instant too (one instant for the table: stricter, never more lenient).
+    let moved = Limits::new([q(5, 1000, 5), q(40, 10_000, 40)]).unwrap();
+    let restored = KeyedMultiLimiter::<u64, _>::builder(moved, 100, ManualClock::new())
+        .restore_paired_at(&file[..], wall(0), &[None, Some(1)])
+        .unwrap();
+    let got = quotas_of(&restored, 99);
+    assert!(got[1] <= 30, "{got:?}");
+}
+
+/// Pairs that do not fit the policies are an error, never a panic, and build nothing: not one
+/// pair per quota here (fewer, more, none), a position past the saved quotas, an override set
+/// here with another count than the pairs.
+#[test]
+fn pairs_that_do_not_fit_are_an_error() {
+    let live = KeyedMultiLimiter::with_clock(default_limits(), 100, ManualClock::new());
+    live.try_acquire(&1u64, 4).unwrap();
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    let three = Limits::new([q(10, 1000, 10), q(40, 10_000, 40), q(1, 1000, 5)]).unwrap();
+    let bad = |pairs: usize, quotas: usize, saved: usize| {
+        move |e: &RestoreError| {
+            matches!(e, RestoreError::BadPairs { pairs: p, quotas: q, saved: s }
+                if *p == pairs && *q == quotas && *s == saved)
+        }
+    };
+    for (pairs, want) in [
+        (&[Some(0), Some(1)][..], bad(2, 3, 2)),
+        (&[Some(0), Some(1), None, None][..], bad(4, 3, 2)),
+        (&[][..], bad(0, 3, 2)),
+        (&[Some(0), Some(2), None][..], bad(3, 3, 2)),
+        (&[Some(usize::MAX), None, None][..], bad(3, 3, 2)),
+    ] {
+        let err = KeyedMultiLimiter::<u64, _>::builder(three.clone(), 100, ManualClock::new())
+            .restore_paired_at(&file[..], wall(0), pairs)
+            .unwrap_err();
+        assert!(want(&err), "{pairs:?}: {err:?}");
+        assert!(!err.to_string().is_empty());
+    }
+    // Key 7's override here has three quotas: two pairs fit the default, not it.
+    let err = build(100, ManualClock::new())
+        .restore_paired_at(&file[..], wall(0), &[Some(0), Some(1)])
+        .unwrap_err();
+    assert!(bad(2, 3, 2)(&err), "{err:?}");
+    // A damaged file is refused as such, whatever the pairs.
+    let err = KeyedMultiLimiter::<u64, _>::builder(three, 100, ManualClock::new())
+        .restore_paired_at(&file[..file.len() - 1], wall(0), &[None, None, None])
+        .unwrap_err();
+    assert!(matches!(err, RestoreError::Truncated), "{err:?}");
+}

@@ -420,7 +420,8 @@ pub fn restore_state(local: &LocalBackend, path: &Path) {
                 let mut line = format!("state restored from {} ({tables} limits", path.display());
                 if drained > 0 {
                     line += &format!(
-                        "; {drained} with another number of rates than saved start drained"
+                        "; {drained} with another number of rates than saved, in records \
+                         without their rates (an earlier build's), start drained"
                     );
                 }
                 if retired > 0 {

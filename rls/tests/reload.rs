@@ -239,10 +239,10 @@ fn retired_tables_are_bounded_by_max_keys_oldest_first() {
 }
 
 /// A saved file restored under a config where one limit has another number of rates: that
-/// limit's table starts drained (its buckets cannot be paired rate by rate), the file's other
-/// tables are restored as saved, not drained with it.
+/// limit's rates are paired with the saved ones as a reload pairs them (the hourly rate keeps
+/// its buckets, the daily one is new: full), the file's other tables are restored as saved.
 #[test]
-fn a_limit_whose_number_of_rates_changed_since_the_save_starts_drained_alone() {
+fn a_limit_whose_number_of_rates_changed_since_the_save_keeps_its_paired_rates() {
     use tollgate::ManualClock;
     use tollgate_rls::engine::{Backend, LocalBackend, Restored, RlsClock};
     use tollgate_rls::service::Service;
@@ -284,25 +284,27 @@ fn a_limit_whose_number_of_rates_changed_since_the_save_starts_drained_alone() {
     assert_eq!(admitted(&same, "user", 10), 2);
     assert_eq!(admitted(&same, "other", 10), 3);
 
-    // `user` gained a rate: its table starts drained (a value never seen included); `other`
-    // keeps alice's 3 tokens.
+    // `user` gained a rate: alice keeps the 2 tokens of her hour, a value never seen starts
+    // full; `other` keeps alice's 3 tokens.
     let changed = service(&two_rates);
     assert_eq!(
         local(&changed).restore(&file[..]),
         Restored::Ok {
             tables: 2,
-            drained: 1,
+            drained: 0,
             retired: 0
         }
     );
     assert_eq!(admitted(&changed, "other", 10), 3, "restored, not drained");
-    assert_eq!(admitted(&changed, "user", 10), 0, "drained");
-    assert!(!one(&changed, "user", "bob"), "drained for every value");
+    assert_eq!(admitted(&changed, "user", 10), 2, "the hour's 2 left");
+    assert_eq!(admitted(&changed, "user", 10), 0);
+    assert!(one(&changed, "user", "bob"), "a new value: full");
 
     // A reload that changes the number of rates does the same to the live table.
     s.reload(load(&two_rates));
     assert_eq!(admitted(&s, "other", 10), 3, "kept");
-    assert!(!one(&s, "user", "bob"), "drained for every value");
+    assert_eq!(admitted(&s, "user", 10), 2, "the hour's 2 left");
+    assert!(one(&s, "user", "bob"), "a new value: full");
 }
 
 /// The local backend of `s`.
@@ -404,17 +406,18 @@ fn a_saved_table_whose_limit_is_missing_at_start_resumes_when_it_comes_back() {
     clock.advance(Duration::from_secs(600));
     assert!(one(&again, "user", "alice"));
     assert!(!one(&again, "user", "alice"));
-    // Another number of rates: drained, as a reload that changes the number drains.
+    // Another number of rates: the hourly rate paired with the saved one (alice's hour still
+    // spent), the daily one new (bob admitted).
     let two = full.replace(
         "    rate_limit: {unit: hour, requests_per_unit: 3}\n  - key: other",
         "    rate_limits:\n      - {unit: hour, requests_per_unit: 3}\n      - {unit: day, requests_per_unit: 10}\n  - key: other",
     );
     assert_ne!(two, full);
-    let drained = local_service(&gone, &clock, 1_000);
-    local_of(&drained).restore(&file[..]);
-    drained.reload(load(&two));
-    assert!(!one(&drained, "user", "alice"), "drained");
-    assert!(!one(&drained, "user", "bob"), "drained for every value");
+    let paired = local_service(&gone, &clock, 1_000);
+    local_of(&paired).restore(&file[..]);
+    paired.reload(load(&two));
+    assert!(!one(&paired, "user", "alice"), "the hour still spent");
+    assert!(one(&paired, "user", "bob"), "a new value: full");
 }
 
 /// A retired table whose buckets are all full holds nothing a new table would not: not saved
@@ -572,6 +575,24 @@ fn a_file_of_id_and_table_records_still_restores_and_an_unknown_record_drains() 
         Restored::Damaged(_)
     ));
     assert!(!one(&s, "other", "alice"), "damaged: drained");
+    // Such a record holds no rates to pair: under another number of rates, its table alone
+    // starts drained.
+    let two = full.replace(
+        "    rate_limit: {unit: hour, requests_per_unit: 3}\n  - key: other",
+        "    rate_limits:\n      - {unit: hour, requests_per_unit: 3}\n      - {unit: day, requests_per_unit: 10}\n  - key: other",
+    );
+    assert_ne!(two, full);
+    let s = local_service(&two, &clock, 1_000);
+    assert_eq!(
+        local_of(&s).restore(&file_with(1)[..]),
+        Restored::Ok {
+            tables: 1,
+            drained: 1,
+            retired: 0
+        }
+    );
+    assert!(!one(&s, "user", "bob"), "drained for every value");
+    assert!(one(&s, "other", "alice"), "not in the file: full");
 }
 
 /// A hostile or damaged definition record: a table size past `--max-keys` is dropped before
@@ -852,4 +873,177 @@ fn a_file_repeating_a_retired_limit_keeps_its_last_record() {
     );
     restarted.reload(load(&full));
     assert!(one(&restarted, "user", "alice"), "starts full");
+}
+
+/// A config of one limit, `user`, with `rates` (each a `rate_limits` item, flow style).
+fn user_rates(rates: &[&str]) -> String {
+    let mut y = String::from("domain: r\ndescriptors:\n  - key: user\n    rate_limits:\n");
+    for r in rates {
+        y.push_str(&format!("      - {r}\n"));
+    }
+    y
+}
+
+/// How many of `n` hits of `user: value` are admitted.
+fn admitted(s: &tollgate_rls::service::Service, value: &str, n: usize) -> usize {
+    (0..n).filter(|_| one(s, "user", value)).count()
+}
+
+/// A reload that adds a rate to a limit keeps the buckets of the rates it kept: a value that
+/// spent its day stays refused until the day refills, while a value never seen is admitted
+/// (the new rate starts full, as in a new limit), not refused for a day.
+#[test]
+fn a_reload_adding_a_rate_keeps_the_other_rates_buckets() {
+    let clock = manual();
+    let daily = "{unit: day, requests_per_unit: 3, name: daily}";
+    let s = local_service(&user_rates(&[daily]), &clock, 1_000);
+    assert_eq!(admitted(&s, "alice", 10), 3);
+    s.reload(load(&user_rates(&[
+        daily,
+        "{unit: minute, requests_per_unit: 2, name: burst}",
+    ])));
+    assert_eq!(admitted(&s, "alice", 10), 0, "the day stays spent");
+    assert_eq!(
+        admitted(&s, "bob", 10),
+        2,
+        "a new value: the minute's burst"
+    );
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(admitted(&s, "bob", 10), 1, "the day's third");
+    assert_eq!(admitted(&s, "alice", 10), 0, "the day stays spent");
+    // A day on, alice's day (and both of bob's rates) has refilled.
+    clock.advance(Duration::from_secs(86_400));
+    assert_eq!(admitted(&s, "alice", 10), 2);
+}
+
+/// A reload that removes a rate keeps the remaining rates' buckets: the rate removed stops
+/// constraining, the one kept goes on from what each value spent.
+#[test]
+fn a_reload_removing_a_rate_keeps_the_remaining_rates_buckets() {
+    let clock = manual();
+    let daily = "{unit: day, requests_per_unit: 3, name: daily}";
+    let burst = "{unit: minute, requests_per_unit: 2, name: burst}";
+    let s = local_service(&user_rates(&[burst, daily]), &clock, 1_000);
+    assert_eq!(admitted(&s, "alice", 10), 2, "the minute's burst");
+    s.reload(load(&user_rates(&[daily])));
+    assert_eq!(
+        admitted(&s, "alice", 10),
+        1,
+        "the day's third, no minute left"
+    );
+    assert_eq!(admitted(&s, "bob", 10), 3);
+}
+
+/// Rates are paired by a name that names one rate on each side, then by unit in config
+/// order: an unnamed rate and a renamed one keep their buckets where their unit tells them
+/// apart; a name given twice pairs by unit; a name kept wins over the unit (its rate's
+/// buckets converted to the new unit).
+#[test]
+fn rates_pair_by_name_then_by_unit() {
+    let clock = manual();
+    let minute = "{unit: minute, requests_per_unit: 2}";
+    // (before, after): alice spends the day before; after, alice is refused and bob gets 2.
+    let cases = [
+        (
+            vec!["{unit: day, requests_per_unit: 3}"],
+            vec!["{unit: day, requests_per_unit: 3}", minute],
+            "unnamed",
+        ),
+        (
+            vec!["{unit: day, requests_per_unit: 3, name: a}"],
+            vec![minute, "{unit: day, requests_per_unit: 3, name: b}"],
+            "renamed",
+        ),
+        (
+            vec![
+                "{unit: day, requests_per_unit: 3, name: d}",
+                "{unit: hour, requests_per_unit: 5, name: d}",
+            ],
+            vec![
+                "{unit: hour, requests_per_unit: 5, name: d}",
+                "{unit: day, requests_per_unit: 3, name: d}",
+                minute,
+            ],
+            "a name twice",
+        ),
+    ];
+    for (before, after, what) in cases {
+        let s = local_service(&user_rates(&before), &clock, 1_000);
+        assert_eq!(admitted(&s, "alice", 10), 3, "{what}");
+        s.reload(load(&user_rates(&after)));
+        assert_eq!(admitted(&s, "alice", 10), 0, "{what}: the day stays spent");
+        assert_eq!(admitted(&s, "bob", 10), 2, "{what}: a new value");
+        clock.advance(Duration::from_secs(3_600));
+        assert_eq!(admitted(&s, "alice", 10), 0, "{what}: the day stays spent");
+    }
+    // The name `x` moves from a per-day rate to a per-minute one: alice's spent day becomes
+    // a spent minute (a token in 30 s); the new per-day rate `y` starts full.
+    let s = local_service(
+        &user_rates(&["{unit: day, requests_per_unit: 3, name: x}"]),
+        &clock,
+        1_000,
+    );
+    assert_eq!(admitted(&s, "alice", 10), 3);
+    s.reload(load(&user_rates(&[
+        "{unit: minute, requests_per_unit: 2, name: x}",
+        "{unit: day, requests_per_unit: 3, name: y}",
+    ])));
+    assert_eq!(
+        admitted(&s, "alice", 10),
+        0,
+        "the minute, converted, is spent"
+    );
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(admitted(&s, "alice", 10), 1);
+}
+
+/// A saved record whose definition has another number of rates than its table's buckets (a
+/// damaged file), restored under a config with another number again: the pairing by the
+/// saved rates does not fit the buckets, so the file is damaged (every bucket drained), never
+/// restored as if it fit.
+#[test]
+fn a_definition_unlike_its_table_makes_the_file_damaged() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let two = user_rates(&[
+        "{unit: hour, requests_per_unit: 3}",
+        "{unit: day, requests_per_unit: 10}",
+    ]);
+    let s = local_service(&format!("domain: r\ndescriptors:\n{USER}"), &clock, 1_000);
+    assert!(one(&s, "user", "alice"));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    // Magic, tag, id, per-value, one rate (17 bytes, no name): a second rate inserted after it.
+    let def = 8 + 1 + 4 + b"r\x1fuser".len();
+    assert_eq!(file[def + 1], 1);
+    let mut f = file.clone();
+    f[def + 1] = 2;
+    let mut day = 10u32.to_le_bytes().to_vec();
+    day.push(3);
+    day.extend(10u64.to_le_bytes());
+    day.extend(0u32.to_le_bytes());
+    let after_rate = def + 2 + 17;
+    f.splice(after_rate..after_rate, day);
+    let three = user_rates(&[
+        "{unit: hour, requests_per_unit: 3}",
+        "{unit: day, requests_per_unit: 10}",
+        "{unit: minute, requests_per_unit: 2}",
+    ]);
+    for config in [&two, &three] {
+        let r = local_service(config, &clock, 1_000);
+        assert!(
+            matches!(local_of(&r).restore(&f[..]), Restored::Damaged(_)),
+            "{config}"
+        );
+        assert!(!one(&r, "user", "bob"), "damaged: drained");
+    }
+    // The file as saved pairs under either.
+    for config in [&two, &three] {
+        let r = local_service(config, &clock, 1_000);
+        assert!(matches!(
+            local_of(&r).restore(&file[..]),
+            Restored::Ok { drained: 0, .. }
+        ));
+        assert!(one(&r, "user", "bob"), "{config}");
+    }
 }

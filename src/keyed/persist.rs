@@ -31,7 +31,9 @@ use crate::limits::{Limits, MAX_LIMITS};
 use crate::persist::format::{
     kind, Cursor, FrameReader, FrameWriter, Limiter, Payload, ENTRIES_PER_FRAME,
 };
-use crate::persist::{downtime, inherent_persist, lack, restored_states, sealed, RestoreError};
+use crate::persist::{
+    downtime, inherent_persist, lack, restored_state, restored_states, sealed, RestoreError,
+};
 use crate::quota::{Quota, HORIZON_NS};
 use crate::sync::Ordering;
 use alloc::vec::Vec;
@@ -100,6 +102,10 @@ pub struct Head {
     seed: u64,
     /// Each saved override's quotas, by fingerprint: where in `quotas`, and how many.
     overrides: HashMap<u64, (usize, usize)>,
+    /// The pairs a restore was given ([`KeyedLimiterBuilder::restore_paired_at`]): for each
+    /// quota here, the position of the saved quota it takes its state from (`None`: full).
+    /// `None` for every other restore: quotas paired by [`restored_states`].
+    pairs: Option<Vec<Option<usize>>>,
 }
 
 /// Reads the table-wide frame and the overrides' of a table of `P`.
@@ -128,6 +134,7 @@ fn read_head<P: KeyedPolicy>(fr: &mut FrameReader<&mut dyn Read>) -> Result<Head
         default,
         seed,
         overrides,
+        pairs: None,
     })
 }
 
@@ -284,9 +291,10 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                 }
                 let rule = self.rule_of(fp);
                 let new = P::quotas(rule);
-                // Never met when found: `check_counts` compared this entry's pair of policies.
+                // Never met when found: `check_counts` compared this entry's pair of policies
+                // (and checked the pairs given against it).
                 // Not found, the entry only raises the floor, converted whatever the counts.
-                if found && n != new.len() {
+                if found && n != new.len() && head.pairs.is_none() {
                     return Err(RestoreError::LimitsChanged {
                         saved: n,
                         restoring: new.len(),
@@ -305,7 +313,14 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                     }
                 }
                 let mut states = [0u64; MAX_LIMITS];
-                restored_states(&records[..n], down, now, new, &mut states);
+                converted_states(
+                    &records[..n],
+                    down,
+                    now,
+                    new,
+                    head.pairs.as_deref(),
+                    &mut states,
+                );
                 let mut full = true;
                 for (s, q) in states[..new.len()].iter_mut().zip(new) {
                     *s = (*s).min(q.earned_floor(limit));
@@ -389,7 +404,9 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
         };
         for (old, rule) in pairs {
             let new = P::quotas(rule);
-            if old == new {
+            // Equal policies with no pairs given: the instant alone says it. Pairs given may
+            // move a state to another position (or drop it), whatever the quotas.
+            if old == new && head.pairs.is_none() {
                 continue;
             }
             // Full at the floor: lacking, at the save's reading, what `ahead` ns earn (rounded
@@ -401,7 +418,8 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
             // Another count (a file of another seed: `check_counts`) pairs no quota: each here
             // takes the strictest state any saved one converts to.
             let mut states = [0u64; MAX_LIMITS];
-            restored_states(&records[..old.len()], down, now, new, &mut states);
+            let pairs = head.pairs.as_deref();
+            converted_states(&records[..old.len()], down, now, new, pairs, &mut states);
             let full_at = P::full_at(rule, &P::from_words(&states[..new.len()]));
             latest = latest.max(full_at.min(HORIZON_NS));
         }
@@ -468,6 +486,10 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     /// would refuse the very policies saved (an override of another count than the default).
     /// No entry of such a file is tracked (each only raises the floor, converted to the
     /// strictest), so no key's state is carried across a count it cannot be matched with.
+    ///
+    /// With pairs given ([`KeyedLimiterBuilder::restore_paired_at`]), counts may differ: each
+    /// pair of policies must instead have one pair per quota here, each naming a position its
+    /// saved policy has, else [`RestoreError::BadPairs`].
     fn check_counts(&self, head: &Head) -> Result<(), RestoreError> {
         let pairs = if head.seed == self.seed {
             // Under this limiter's seed: as many pairs as policies on both sides together.
@@ -477,6 +499,16 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
         };
         for &(old, rule) in &pairs {
             let new = P::quotas(rule);
+            if let Some(given) = &head.pairs {
+                if given.len() != new.len() || given.iter().flatten().any(|&i| i >= old.len()) {
+                    return Err(RestoreError::BadPairs {
+                        pairs: given.len(),
+                        quotas: new.len(),
+                        saved: old.len(),
+                    });
+                }
+                continue;
+            }
             if old.len() != new.len() {
                 return Err(RestoreError::LimitsChanged {
                     saved: old.len(),
@@ -532,8 +564,10 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
     /// each quota paired with an equal saved one, else the one of the same period where only
     /// one is left on each side, whatever their order; quotas left unpaired take the strictest
     /// of the saved ones left); another number of quotas refuses the whole restore
-    /// ([`RestoreError::LimitsChanged`]), decided by the policies alone (the default saved and
-    /// here, each override saved or set here), whether or not the file holds entries. Streams:
+    /// ([`RestoreError::LimitsChanged`]; a table of [`Limits`] can be restored with its quotas
+    /// paired by the caller instead: [`restore_paired`](KeyedLimiterBuilder::restore_paired)),
+    /// decided by the policies alone (the default saved and here, each override saved or set
+    /// here), whether or not the file holds entries. Streams:
     /// one frame in memory at a time, and the file's overrides (at most 2^24). Saved entries beyond `max_keys` are not tracked: each
     /// raises the floor for untracked keys to the instant it would be full (new keys may be
     /// refused until then), so no key starts more lenient than its saved state.
@@ -557,7 +591,7 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
     /// assert_eq!(restored.available(&"bob"), 10);
     /// ```
     pub fn restore<R: Read>(self, r: R) -> Result<KeyedLimiter<K, P, C>, RestoreError> {
-        self.restore_with(r, SystemTime::now)
+        self.restore_with(r, SystemTime::now, None)
     }
 
     /// [`restore`](KeyedLimiterBuilder::restore) with the wall-clock time given.
@@ -574,24 +608,136 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
         r: R,
         wall: SystemTime,
     ) -> Result<KeyedLimiter<K, P, C>, RestoreError> {
-        self.restore_with(r, || wall)
+        self.restore_with(r, || wall, None)
     }
 
-    /// The head, the wall clock, the limiter built around the saved seed, then its entries.
+    /// The head, the wall clock, the limiter built around the saved seed, then its entries
+    /// (through `pairs` where given: see [`restore_paired_at`]).
+    ///
+    /// [`restore_paired_at`]: KeyedLimiterBuilder::restore_paired_at
     fn restore_with<R: Read>(
         self,
         mut r: R,
         wall: impl FnOnce() -> SystemTime,
+        pairs: Option<&[Option<usize>]>,
     ) -> Result<KeyedLimiter<K, P, C>, RestoreError> {
         use sealed::Frames;
         let mut fr = FrameReader::open(&mut r as &mut dyn Read, KeyedLimiter::<K, P, C>::LIMITER)?;
-        let head = read_head::<P>(&mut fr)?;
+        let mut head = read_head::<P>(&mut fr)?;
+        head.pairs = pairs.map(<[Option<usize>]>::to_vec);
         let down = downtime(fr.wall_ns(), wall())?;
         let limiter = self
             .build_seeded(Some(head.seed))
             .map_err(RestoreError::Config)?;
         limiter.apply(head, &mut fr, down)?;
         Ok(limiter)
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "persist")))]
+impl<K: Hash + Eq + Clone, C: Clock + Clone> KeyedLimiterBuilder<K, Limits, C> {
+    /// [`restore`](KeyedLimiterBuilder::restore) with the quotas paired as the caller names
+    /// them, so that a policy that gained or lost quotas keeps the state of those it kept:
+    /// quota `j` of this builder's policy takes the state its saved quota `pairs[j]` (a
+    /// position in the saved policy) had, refilled over the downtime and converted as
+    /// [`Bucket::set_quota`](crate::Bucket::set_quota) converts (the balance carried, capped
+    /// at the new burst; a debt kept); `None` starts it full for every key, as a new limiter
+    /// does. A saved quota no pair names is dropped; one named twice constrains both. The
+    /// counts may differ (no [`RestoreError::LimitsChanged`]).
+    ///
+    /// The pairs apply by position to every policy a key may go through (the default, and each
+    /// override saved or set here): each must have `pairs.len()` quotas here and a saved
+    /// quota at every position named, else [`RestoreError::BadPairs`] and nothing is built.
+    /// Untracked keys start as of the saved floor (one instant for the table, every quota
+    /// included), the paired quotas converted as the entries are. So no key's paired quota
+    /// starts more lenient than saved, and no unpaired quota more lenient than in a new
+    /// limiter. Otherwise as [`restore`](KeyedLimiterBuilder::restore).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::persist::RestoreError;
+    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+    /// let per_day = Quota::new(100, Duration::from_secs(86_400), 100).unwrap();
+    /// let per_minute = Quota::new(10, Duration::from_secs(60), 10).unwrap();
+    /// let saved = KeyedMultiLimiter::with_clock(Limits::new([per_day]).unwrap(), 100, ManualClock::new());
+    /// saved.try_acquire(&"alice", 100).unwrap();
+    /// let mut file = Vec::new();
+    /// saved.save(&mut file).unwrap();
+    /// // A per-minute quota added in front: new, so full; the per-day one keeps alice's spend.
+    /// let both = Limits::new([per_minute, per_day]).unwrap();
+    /// let builder = || KeyedMultiLimiter::<&str, _>::builder(both.clone(), 100, ManualClock::new());
+    /// let restored = builder().restore_paired(&file[..], &[None, Some(0)]).unwrap();
+    /// assert_eq!(restored.available(&"alice"), 0);
+    /// assert_eq!(restored.available(&"bob"), 10);
+    /// // One pair per quota here, each naming a saved quota.
+    /// let err = builder().restore_paired(&file[..], &[Some(0)]);
+    /// assert!(matches!(err, Err(RestoreError::BadPairs { pairs: 1, quotas: 2, saved: 1 })));
+    /// ```
+    pub fn restore_paired<R: Read>(
+        self,
+        r: R,
+        pairs: &[Option<usize>],
+    ) -> Result<KeyedLimiter<K, Limits, C>, RestoreError> {
+        self.restore_with(r, SystemTime::now, Some(pairs))
+    }
+
+    /// [`restore_paired`](KeyedLimiterBuilder::restore_paired) with the wall-clock time given.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use tollgate::{KeyedMultiLimiter, Limits, ManualClock, Quota};
+    /// let per_second = Quota::per_second(10).unwrap();
+    /// let per_hour = Quota::new(1_000, Duration::from_secs(3_600), 1_000).unwrap();
+    /// let saved = KeyedMultiLimiter::with_clock(
+    ///     Limits::new([per_second, per_hour]).unwrap(),
+    ///     100,
+    ///     ManualClock::new(),
+    /// );
+    /// saved.try_acquire(&7u32, 10).unwrap();
+    /// let mut file = Vec::new();
+    /// saved.save_at(&mut file, SystemTime::UNIX_EPOCH).unwrap();
+    /// // The per-second quota removed: the per-hour one (saved at position 1) keeps its spend.
+    /// let later = SystemTime::UNIX_EPOCH + Duration::from_secs(1);
+    /// let restored = KeyedMultiLimiter::<u32, _>::builder(Limits::new([per_hour]).unwrap(), 100, ManualClock::new())
+    ///     .restore_paired_at(&file[..], later, &[Some(1)])
+    ///     .unwrap();
+    /// assert_eq!(restored.available(&7), 990);
+    /// ```
+    pub fn restore_paired_at<R: Read>(
+        self,
+        r: R,
+        wall: SystemTime,
+        pairs: &[Option<usize>],
+    ) -> Result<KeyedLimiter<K, Limits, C>, RestoreError> {
+        self.restore_with(r, || wall, Some(pairs))
+    }
+}
+
+/// The states, under quotas `new` at reading `now`, of buckets saved as `saved` (each quota
+/// and its lack), `down` ns ago: through `pairs` where given and fitting (quota `j` from the
+/// saved quota `pairs[j]` names, by [`restored_state`]; `None`, full), else as
+/// [`restored_states`] pairs them (which, for counts that differ, gives each quota the
+/// strictest of the saved ones: never more lenient).
+fn converted_states(
+    saved: &[(Quota, u64)],
+    down: u64,
+    now: u64,
+    new: &[Quota],
+    pairs: Option<&[Option<usize>]>,
+    out: &mut [u64],
+) {
+    match pairs {
+        Some(pairs)
+            if pairs.len() == new.len() && pairs.iter().flatten().all(|&i| i < saved.len()) =>
+        {
+            for ((o, q), pair) in out.iter_mut().zip(new).zip(pairs) {
+                *o = match *pair {
+                    Some(i) => restored_state(saved[i].1, down, now, &saved[i].0, q),
+                    None => gcra::FULL,
+                };
+            }
+        }
+        _ => restored_states(saved, down, now, new, out),
     }
 }
 

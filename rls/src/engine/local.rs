@@ -215,7 +215,8 @@ impl std::fmt::Debug for LocalBackend {
 pub struct Applied {
     /// Limits whose definition is unchanged: state kept.
     pub kept: usize,
-    /// Limits whose rates changed: state carried over as `set_quota` converts it.
+    /// Limits whose rates changed: state carried over as `set_quota` converts it (where the
+    /// number of rates changed, rates paired by name, then by unit: `rate_pairs`).
     pub converted: usize,
     /// New limits: full buckets.
     pub added: usize,
@@ -230,9 +231,10 @@ pub enum Restored {
     Ok {
         /// Tables of configured limits restored.
         tables: usize,
-        /// Of those, tables whose limit has another number of rates than when saved: their
-        /// buckets cannot be paired rate by rate, so they start drained (as a reload that
-        /// changes the number drains the table), never full.
+        /// Of those, tables whose limit has another number of rates than when saved, in a
+        /// record without its rates (a file of earlier builds): their buckets cannot be
+        /// paired rate by rate, so they start drained, never full. (A record with its rates
+        /// is paired as a reload pairs it: see `apply`.)
         drained: usize,
         /// Tables of limits the config does not have (retired when saved, or configured then
         /// and not now), kept aside as a reload retires them (see `apply`): a limit that comes
@@ -287,10 +289,12 @@ impl LocalBackend {
     }
 
     /// Makes the tables match `config`: unchanged limits keep their table, changed ones (rates,
-    /// or table size) carry their buckets over (converted as `set_quota` converts), new ones
+    /// or table size) carry their buckets over (converted as `set_quota` converts; where the
+    /// number of rates changed, paired by `rate_pairs`, new rates full: `carry_over`), new ones
     /// start full, removed ones are retired: kept aside until every bucket is full again (what
-    /// a new table would hold), within `max_keys` values of retired tables in all (the oldest
-    /// dropped first past it), so that a limit that comes back resumes its buckets. The caller
+    /// a new table would hold), within `max_keys` values and
+    /// [`MAX_RETIRED_TABLES`](Self::MAX_RETIRED_TABLES) retired tables in all (the oldest
+    /// dropped first past either), so that a limit that comes back resumes its buckets. The caller
     /// holds the config's write lock (no decision runs).
     pub fn apply(&self, config: &Config) -> Applied {
         let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);
@@ -322,15 +326,15 @@ impl LocalBackend {
                     let mut saved = Vec::new();
                     let builder = KeyedMultiLimiter::builder(limits, size, self.clock.clone());
                     let limiter = match t.limiter.save_at(&mut saved, wall) {
-                        Ok(()) => builder.restore_at(&saved[..], wall).ok(),
+                        Ok(()) => carry_over(builder, &saved[..], wall, &t.limit, limit).ok(),
                         Err(_) => None,
                     };
                     let limiter = match limiter {
                         Some(l) => l,
                         None => match self.fresh(limit, size) {
-                            // Another number of rates (`LimitsChanged`: buckets cannot be
-                            // paired rate by rate), or a save that failed: err toward refusing
-                            // rather than a free burst.
+                            // A save that failed, or a restore refused (not met: `carry_over`
+                            // pairs any numbers of rates): err toward refusing rather than a
+                            // free burst.
                             Some(t) => {
                                 t.limiter.drain();
                                 t.limiter
@@ -732,23 +736,33 @@ impl LocalBackend {
                 finish(&mut blob, &id)?;
                 continue;
             };
-            let limiter = match KeyedMultiLimiter::builder(limits, size, self.clock.clone())
-                .restore(&mut blob)
-            {
+            let builder = KeyedMultiLimiter::builder(limits, size, self.clock.clone());
+            // A record with its rates: paired as a reload pairs them, whatever the number of
+            // rates now (rates that do not fit the saved buckets: a damaged file).
+            let before = saved.as_ref().and_then(|(before, _)| before.as_ref());
+            let restored = match before {
+                Some(before) => carry_over(builder, &mut blob, SystemTime::now(), before, &limit),
+                None => builder.restore(&mut blob),
+            };
+            let limiter = match restored {
                 Ok(l) => l,
-                // A sound table of a limit whose number of rates changed since the save: this
-                // table alone starts drained; the file's other tables are restored.
-                Err(RestoreError::LimitsChanged { .. }) => match self.fresh(&limit, size) {
-                    Some(t) => {
-                        t.limiter.drain();
-                        drained += 1;
-                        t.limiter
+                // Another number of rates than saved, in a record without its rates (a file
+                // of earlier builds, or a rate name too long to read): the buckets cannot be
+                // paired rate by rate, so this table alone starts drained; the file's other
+                // tables are restored.
+                Err(RestoreError::LimitsChanged { .. }) if before.is_none() => {
+                    match self.fresh(&limit, size) {
+                        Some(t) => {
+                            t.limiter.drain();
+                            drained += 1;
+                            t.limiter
+                        }
+                        None => {
+                            finish(&mut blob, &id)?;
+                            continue;
+                        }
                     }
-                    None => {
-                        finish(&mut blob, &id)?;
-                        continue;
-                    }
-                },
+                }
                 Err(e) => return Err(format!("the table of {id:?}: {e}")),
             };
             finish(&mut blob, &id)?;
@@ -787,6 +801,64 @@ impl LocalBackend {
         let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
         tables.values().map(|t| t.limiter.len()).sum()
     }
+}
+
+/// The buckets of a table saved (`saved`, at `wall`) under `before`'s rates, restored into
+/// `builder` (of `after`'s rates). The same number of rates: as a restore pairs quotas (equal
+/// ones, then one of the same unit where one is left on each side; the others take the
+/// strictest state left). Another number: paired by [`rate_pairs`], each paired rate's buckets
+/// converted as `set_quota` converts, each new rate full (as in a new table), each removed
+/// rate dropped: no value is held more leniently than before under a rate it kept, nor than a
+/// new limit would hold it under a new one.
+fn carry_over<R: Read>(
+    builder: tollgate::KeyedMultiLimiterBuilder<String, RlsClock>,
+    saved: R,
+    wall: SystemTime,
+    before: &Limit,
+    after: &Limit,
+) -> Result<KeyedMultiLimiter<String, RlsClock>, RestoreError> {
+    match (&before.kind, &after.kind) {
+        (Kind::Rates(old), Kind::Rates(new)) if old.len() != new.len() => {
+            builder.restore_paired_at(saved, wall, &rate_pairs(old, new))
+        }
+        _ => builder.restore_at(saved, wall),
+    }
+}
+
+/// For each rate of `new`, the position in `old` of the rate whose buckets it carries over
+/// (`None`: a new rate), each old rate taken at most once:
+///
+/// 1. by name: a non-empty name that names exactly one rate on each side;
+/// 2. the rates left (unnamed, a name given twice on a side, a name not on the other side) by
+///    unit, in config order: the first left of a unit on each side, then the second, and so
+///    on. A renamed rate of a unit met once on each side keeps its buckets (as a restore of
+///    the same number of rates pairs it), and an unnamed rate keeps them where its unit tells
+///    it apart.
+///
+/// New rates left over start full; old ones left over are dropped.
+fn rate_pairs(old: &[Rate], new: &[Rate]) -> Vec<Option<usize>> {
+    let once = |rates: &[Rate], name: &str| rates.iter().filter(|r| r.name == name).count() == 1;
+    let mut pairs = vec![None; new.len()];
+    let mut taken = vec![false; old.len()];
+    for (pair, rate) in pairs.iter_mut().zip(new) {
+        if rate.name.is_empty() || !once(new, &rate.name) || !once(old, &rate.name) {
+            continue;
+        }
+        if let Some(i) = old.iter().position(|o| o.name == rate.name) {
+            *pair = Some(i);
+            taken[i] = true;
+        }
+    }
+    for (pair, rate) in pairs.iter_mut().zip(new) {
+        if pair.is_some() {
+            continue;
+        }
+        if let Some(i) = (0..old.len()).find(|&i| !taken[i] && old[i].unit == rate.unit) {
+            *pair = Some(i);
+            taken[i] = true;
+        }
+    }
+    pairs
 }
 
 /// Writes `bytes` with their `u32` length: a save fails rather than write a length that is not
