@@ -51,6 +51,7 @@ async fn metrics_page(State(app): State<App>) -> impl IntoResponse {
     };
     if let Some(l) = local {
         crate::metrics::tracked(l.tracked());
+        crate::metrics::retired(l.retired());
     }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -11,6 +11,8 @@
 //! | `tollgate_rls_request_duration_seconds` | histogram | `api` | time to decide a request (`grpc`, `json`) |
 //! | `tollgate_rls_config_load_total` | counter | `result` | config loads: `ok`, `error` |
 //! | `tollgate_rls_tracked_buckets` | gauge | | buckets the local tables track (set when /metrics is read) |
+//! | `tollgate_rls_retired_tables` | gauge | | tables kept aside for limits a reload removed, so that a limit that comes back resumes (set when /metrics is read) |
+//! | `tollgate_rls_retired_buckets` | gauge | | buckets those retired tables track (set when /metrics is read) |
 //! | `tollgate_rls_redis_up` | gauge | | 1 after a Redis decision, 0 after a failed one |
 //! | `tollgate_rls_redis_failures_total` | counter | `policy` | decisions Redis failed, by the policy that answered |
 //! | `tollgate_rls_connections` | gauge | `port` | connections open (`grpc`, `http`) |
@@ -216,6 +218,12 @@ pub(crate) fn config_load(ok: bool) {
 /// Sets the number of buckets the local tables track.
 pub(crate) fn tracked(n: usize) {
     metrics::gauge!("tollgate_rls_tracked_buckets").set(n as f64);
+}
+
+/// Sets the number of retired tables and of the buckets they track.
+pub(crate) fn retired((tables, buckets): (usize, usize)) {
+    metrics::gauge!("tollgate_rls_retired_tables").set(tables as f64);
+    metrics::gauge!("tollgate_rls_retired_buckets").set(buckets as f64);
 }
 
 /// Records whether Redis answered.

@@ -1047,3 +1047,29 @@ fn a_definition_unlike_its_table_makes_the_file_damaged() {
         assert!(one(&r, "user", "bob"), "{config}");
     }
 }
+
+/// Retired tables are reported apart from the tracked buckets (the `tollgate_rls_retired_*`
+/// gauges): memory the service holds for limits the config no longer has, until a reload
+/// finds their buckets full again.
+#[test]
+fn retired_tables_and_their_buckets_are_reported() {
+    let clock = manual();
+    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let gone = format!("domain: r\ndescriptors:\n{OTHER}");
+    let s = local_service(&full, &clock, 1_000);
+    assert!(one(&s, "user", "alice"));
+    assert!(one(&s, "user", "bob"));
+    assert!(one(&s, "other", "carol"));
+    assert_eq!(local_of(&s).retired(), (0, 0));
+    s.reload(load(&gone));
+    assert_eq!(
+        local_of(&s).retired(),
+        (1, 2),
+        "user's table, alice and bob"
+    );
+    assert_eq!(local_of(&s).tracked(), 1, "carol alone is tracked");
+    // Refilled (3 an hour): the next reload drops the table.
+    clock.advance(Duration::from_secs(3_600));
+    s.reload(load(&gone));
+    assert_eq!(local_of(&s).retired(), (0, 0));
+}

@@ -313,6 +313,13 @@ async fn shadow_mode_answers_ok_counts_what_an_enforcing_twin_refuses_and_blocks
         .parse()
         .unwrap();
     assert!(tracked >= 2.0, "{tracked}");
+    // Set by every read of the page (any test's, in this process): present, whatever values.
+    for series in [
+        "tollgate_rls_retired_tables ",
+        "tollgate_rls_retired_buckets ",
+    ] {
+        assert!(page.lines().any(|l| l.starts_with(series)), "{series}");
+    }
     let labels = r#"domain="shadow",descriptor="shadowed""#;
     assert_eq!(
         metric(&page, "tollgate_rls_shadow_mode_total", labels),

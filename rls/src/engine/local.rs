@@ -796,6 +796,16 @@ impl LocalBackend {
         })
     }
 
+    /// Tables kept aside for limits the config no longer has, and the buckets they track (the
+    /// `tollgate_rls_retired_tables` and `tollgate_rls_retired_buckets` gauges): memory the
+    /// service holds that [`tracked`](Self::tracked) does not count, until a reload finds
+    /// the tables full or past their caps.
+    pub fn retired(&self) -> (usize, usize) {
+        let retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+        let buckets = retired.tables.values().map(|(_, t)| t.limiter.len()).sum();
+        (retired.tables.len(), buckets)
+    }
+
     /// Buckets tracked over all tables (the `tollgate_rls_tracked_buckets` gauge).
     pub fn tracked(&self) -> usize {
         let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
