@@ -44,6 +44,17 @@
 //!   full table itself. A `KeyedMultiLimiter`'s references take the documented cut: a key full
 //!   later than two refills of the restoring table's slowest quota after the restore (a debt a
 //!   conversion carried past its saved burst: `cut_at`) is held to full two refills after it;
+//! * a `KeyedMultiLimiter` also restarts (`Onto::Paired`) through the builder's
+//!   `restore_paired_at` into policies of as many quotas as the pairs the input chose (quotas
+//!   added, removed, moved, kept or changed; pairs `None` or naming a saved quota, and some
+//!   that do not fit: too few, too many, past a saved policy's quotas, or one policy of
+//!   another count, each `BadPairs` with nothing built). Right after it, per key, a paired
+//!   quota holds no more than the saved one's reference converted, and an unpaired one is
+//!   exactly full wherever no floor for untracked keys can apply (every table so far large
+//!   enough for all keys, none of another seed); the `gcra` references (the unpaired quotas
+//!   full, the documented cut taken) then bound every decision as above;
+//! * per key, a quota equal on both sides of a restart whose state carries over (paired by the
+//!   caller, or by the docs' pairing) keeps its windows across it: its era runs on;
 //! * every quota's admissions, across every restart of the same quota, within
 //!   `burst + rate·Δ` in exact rationals (per quota era where the quota changed).
 #![no_main]
@@ -317,6 +328,10 @@ enum Onto {
     /// No restart: the file just saved, or an earlier one, restored into the live table
     /// (entries and all), which keeps the stricter of its state and the saved one.
     Live,
+    /// `KeyedMultiLimiter` only: the builder's `restore_paired_at` (the saved seed) into
+    /// policies of as many quotas as the pairs the input chose (`paired_plan`), whatever the
+    /// saved counts; pairs that do not fit are `BadPairs`.
+    Paired,
 }
 
 impl Onto {
@@ -326,6 +341,19 @@ impl Onto {
             1 => Onto::Resized,
             2 => Onto::OtherSeed,
             _ => Onto::Live,
+        }
+    }
+}
+
+impl Onto {
+    /// `Onto::of` for a `KeyedMultiLimiter`: the two highest restart values of `kind / 12` (19
+    /// and 20: op bytes 233, 234, 245 and 246, which `of` reads as `Live` and `Same`, both
+    /// still picked by four lower values each) restart through `Paired` instead.
+    fn of_multi(kind: u8) -> Onto {
+        if kind / 12 >= 19 {
+            Onto::Paired
+        } else {
+            Onto::of(kind)
         }
     }
 }
@@ -568,13 +596,7 @@ fn restored_reference(states: &[u64], saved: &[Quota], new: &[Quota], t: u64) ->
     let unpaired: Vec<usize> = (0..saved.len())
         .filter(|i| !from.contains(&Some(*i)))
         .collect();
-    let convert = |i: usize, q: &Quota| {
-        if saved[i] == *q {
-            states[i]
-        } else {
-            gcra::rescale(states[i], t, &saved[i], q)
-        }
-    };
+    let convert = |i: usize, q: &Quota| converted(states[i], t, &saved[i], q);
     new.iter()
         .zip(&from)
         .map(|(q, f)| match f {
@@ -597,10 +619,149 @@ fn strictest_reference(states: &[u64], saved: &[Quota], new: &[Quota], t: u64) -
             saved
                 .iter()
                 .zip(states)
-                .map(|(o, &s)| if o == q { s } else { gcra::rescale(s, t, o, q) })
+                .map(|(o, &s)| converted(s, t, o, q))
                 .max()
                 .unwrap()
         })
+        .collect()
+}
+
+/// A saved quota's reference state (global time `t`) carried to quota `q`: as is where they
+/// are equal, else as `set_quota` converts it ([`gcra::rescale`]).
+fn converted(state: u64, t: u64, saved: &Quota, q: &Quota) -> u64 {
+    if saved == q {
+        state
+    } else {
+        gcra::rescale(state, t, saved, q)
+    }
+}
+
+/// The reference states of a policy restored with the caller's pairs (`restore_paired_at`,
+/// pairs that fit): quota `j` the state of the saved quota `pairs[j]` converted, `None` full.
+fn paired_reference(
+    states: &[u64],
+    saved: &[Quota],
+    new: &[Quota],
+    pairs: &[Option<usize>],
+    t: u64,
+) -> Vec<u64> {
+    new.iter()
+        .zip(pairs)
+        .map(|(q, p)| p.map_or(gcra::FULL, |i| converted(states[i], t, &saved[i], q)))
+        .collect()
+}
+
+/// A paired restart (`Onto::Paired`): the restoring policies and the pairs given, and whether
+/// they fit (`BadPairs` else).
+struct PairedPlan {
+    new: Policies,
+    pairs: Vec<Option<usize>>,
+    fits: bool,
+}
+
+/// A paired restart's policies and pairs from the input (`None`: an invalid quota read, the
+/// input ends). One `u64` picks the count here (1 to 4), each pair (a quarter `None`, else a
+/// position every saved policy has), and one time in eight pairs that do not fit: one pair
+/// too few or too many, a position past some saved policy's quotas (past the shortest only,
+/// or past all), or one policy here of another count. Each policy here takes one `u64` more:
+/// quota `j` is the saved quota its pair names (without one, the saved quota at `j`, wrapped),
+/// kept or `changed` (its period kept, or one read from the input). A quota kept but unpaired
+/// tells a restore that pairs by equality (wrong here) from one that follows the pairs.
+fn paired_plan(pol: &Policies, b: &mut Bytes<'_>) -> Option<PairedPlan> {
+    let y = b.u64();
+    let saved: Vec<usize> = pol.lists().map(<[Quota]>::len).collect();
+    let (least, most) = (*saved.iter().min()?, *saved.iter().max()?);
+    let n = (y % 4 + 1) as usize;
+    let mut pairs: Vec<Option<usize>> = (0..n)
+        .map(|j| {
+            let v = y >> (2 + 4 * j) & 15;
+            (v % 4 != 0).then_some((v >> 2) as usize % least)
+        })
+        .collect();
+    let bad = y >> 20 & 7 == 0;
+    if bad && (y >> 23) % 3 == 1 {
+        let past = match (y >> 27) % 4 {
+            0 if least < most => least,
+            3 => usize::MAX,
+            _ => most + (y >> 29) as usize % 2,
+        };
+        pairs[(y >> 25) as usize % n] = Some(past);
+    }
+    let policy = |old: &[Quota], b: &mut Bytes<'_>| -> Option<Vec<Quota>> {
+        let z = b.u64();
+        (0..n)
+            .map(|j| {
+                let base = old[pairs[j].unwrap_or(j) % old.len()];
+                if z >> (40 + j) & 1 == 1 {
+                    Some(base)
+                } else {
+                    changed(&base, z >> (10 * j), b)
+                }
+            })
+            .collect()
+    };
+    let mut new = Policies {
+        default: policy(&pol.default, b)?,
+        overrides: Vec::with_capacity(pol.overrides.len()),
+    };
+    for o in &pol.overrides {
+        new.overrides.push(match o {
+            Some(v) => Some(policy(v, b)?),
+            None => None,
+        });
+    }
+    if bad && (y >> 23) % 3 == 0 {
+        if n > 1 && y >> 25 & 1 == 1 {
+            pairs.pop();
+        } else {
+            pairs.push(None);
+        }
+    }
+    if bad && (y >> 23) % 3 == 2 {
+        let mut here: Vec<&mut Vec<Quota>> = new.overrides.iter_mut().flatten().collect();
+        let at = (y >> 25) as usize % (here.len() + 1);
+        let v = match here.get_mut(at) {
+            Some(v) => &mut **v,
+            None => &mut new.default,
+        };
+        if v.len() < 4 && (v.len() == 1 || y >> 30 & 1 == 0) {
+            v.push(v[0]);
+        } else {
+            v.pop();
+        }
+    }
+    // Every pair of policies a key goes through: the default's, and each key's override's (set
+    // on both sides: the same keys keep an override across restarts).
+    let fits = pol.lists().zip(new.lists()).all(|(old, here)| {
+        here.len() == pairs.len() && pairs.iter().flatten().all(|&i| i < old.len())
+    });
+    Some(PairedPlan { new, pairs, fits })
+}
+
+/// One key's window eras (where in its admissions each quota's windows begin) across a restart
+/// that gives quota `j` here the state of saved quota `from[j]`: a quota equal on both sides
+/// carries its state as is, so its windows run on from its saved era (admissions before and
+/// after the restart against one bound); any other starts a new era at the restart, bounded
+/// from there on its own. Each saved era that ends is checked now.
+fn carried_eras(
+    old: &[Quota],
+    new: &[Quota],
+    from: &[Option<usize>],
+    eras: &[usize],
+    admitted: &[(u64, u64)],
+) -> Vec<usize> {
+    let carried = |j: usize| from[j].filter(|&i| old[i] == new[j]);
+    for (i, q) in old.iter().enumerate() {
+        if !(0..new.len()).any(|j| carried(j) == Some(i)) {
+            check_windows(
+                q,
+                &mut admitted[eras[i]..].to_vec(),
+                "before a policy change",
+            );
+        }
+    }
+    (0..new.len())
+        .map(|j| carried(j).map_or(admitted.len(), |i| eras[i]))
         .collect()
 }
 
@@ -1200,6 +1361,11 @@ impl Policies {
         self.overrides[key].as_deref().unwrap_or(&self.default)
     }
 
+    /// The default's quotas, then each override's.
+    fn lists(&self) -> impl Iterator<Item = &[Quota]> {
+        std::iter::once(&self.default[..]).chain(self.overrides.iter().flatten().map(|v| &v[..]))
+    }
+
     fn all(&self) -> impl Iterator<Item = &Quota> {
         self.default
             .iter()
@@ -1286,7 +1452,18 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
         .map(|k| vec![gcra::FULL; pol.of(k).len()])
         .collect();
     let mut slack = Slack::default();
+    // Each key's admissions, and where each quota's windows begin in them (its era).
     let mut admitted: Vec<Vec<(u64, u64)>> = vec![Vec::new(); keys];
+    let mut eras: Vec<Vec<usize>> = (0..keys).map(|k| vec![0; pol.of(k).len()]).collect();
+    // Whether no table so far can have a floor for untracked keys ahead of its reading: every
+    // table large enough for all keys (no eviction, every saved entry tracked), no restore
+    // into another seed (its entries only raise the floor). Then a paired restore starts each
+    // unpaired quota exactly full for every key.
+    let mut floorless = max_keys >= keys;
+    // Whether the table is exactly its references: every quota ever held exact (no `Slack`),
+    // no earlier file restored into the live table (which may withhold more), every restore's
+    // cut taken (`cut_at`), and `floorless`.
+    let mut tight = true;
     // The latest reading of an admission: saves far behind it are skipped (the documented cut
     // of a debt beyond two refills, as in `keyed`).
     let mut latest = 0;
@@ -1330,23 +1507,34 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                 }
             }
             5 | 6 => {
-                // Each policy reshaped by its own bits of `x`.
+                let onto = Onto::of_multi(kind);
+                // Each policy reshaped by its own bits of `x`, or (`Paired`) the policies and
+                // pairs read from the input after it.
                 let mut new = pol.clone();
-                let reshape = |v: &mut Vec<Quota>, x: u64, b: &mut Bytes<'_>| {
-                    match reshaped(v, (x >> 52) as usize % v.len(), x, b) {
-                        Reshape::To(n) => *v = n,
-                        Reshape::Skip => {}
-                        Reshape::Stop => return false,
+                let mut pairs = None;
+                let mut fits = true;
+                if onto == Onto::Paired {
+                    let Some(plan) = paired_plan(&pol, b) else {
+                        return;
+                    };
+                    (new, pairs, fits) = (plan.new, Some(plan.pairs), plan.fits);
+                } else {
+                    let reshape = |v: &mut Vec<Quota>, x: u64, b: &mut Bytes<'_>| {
+                        match reshaped(v, (x >> 52) as usize % v.len(), x, b) {
+                            Reshape::To(n) => *v = n,
+                            Reshape::Skip => {}
+                            Reshape::Stop => return false,
+                        }
+                        true
+                    };
+                    if !reshape(&mut new.default, x, b) {
+                        return;
                     }
-                    true
-                };
-                if !reshape(&mut new.default, x, b) {
-                    return;
-                }
-                for (k, o) in new.overrides.iter_mut().enumerate() {
-                    if let Some(v) = o {
-                        if !reshape(v, x.rotate_left(7 * (k as u32 + 1)), b) {
-                            return;
+                    for (k, o) in new.overrides.iter_mut().enumerate() {
+                        if let Some(v) = o {
+                            if !reshape(v, x.rotate_left(7 * (k as u32 + 1)), b) {
+                                return;
+                            }
                         }
                     }
                 }
@@ -1367,7 +1555,6 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                 live.1.at(tl.t);
                 let mut file = Vec::new();
                 live.0.save_at(&mut file, wall(tl.wall())).unwrap();
-                let onto = Onto::of(kind);
                 if onto == Onto::Live {
                     // The policies here stay `pol` (`new` only read its bytes).
                     let older = prev.as_ref().filter(|_| x >> 39 & 1 == 1);
@@ -1375,15 +1562,18 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                         .0
                         .restore_at(&older.unwrap_or(&file)[..], wall(tl.wall()));
                     into_live(r, older.is_some(), &label);
+                    tight &= older.is_none();
                     tl.floor = tl.t;
                     prev = Some(file);
                     continue;
                 }
                 // Another count is refused: in any pair of policies a key may go through,
-                // under the saved seed; under another, in the defaults alone.
-                let resized = new.default.len() != pol.default.len()
-                    || onto != Onto::OtherSeed
-                        && (0..keys).any(|k| new.of(k).len() != pol.of(k).len());
+                // under the saved seed; under another, in the defaults alone. Pairs given
+                // take any counts, and must fit instead.
+                let resized = pairs.is_none()
+                    && (new.default.len() != pol.default.len()
+                        || onto != Onto::OtherSeed
+                            && (0..keys).any(|k| new.of(k).len() != pol.of(k).len()));
                 let size = match onto {
                     Onto::Same => max_keys,
                     Onto::Resized => other_size(x, keys),
@@ -1391,7 +1581,10 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                     _ => max_keys,
                 };
                 let restore = |c: ManualClock, at: u64| {
-                    if onto == Onto::OtherSeed {
+                    if let Some(pairs) = &pairs {
+                        new.builder(size, c)
+                            .restore_paired_at(&file[..], wall(at), pairs)
+                    } else if onto == Onto::OtherSeed {
                         let l = new.builder(size, c).build().unwrap();
                         l.restore_at(&file[..], wall(at)).map(|()| l)
                     } else {
@@ -1400,20 +1593,24 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                 };
                 let r = tl.restart(x, step, burst);
                 match r {
-                    Restart::Ok { down, origin, at } if !resized => {
+                    Restart::Ok { down, origin, at } if !resized && fits => {
                         let clock = tl.restarted(down, origin, at);
                         let restored = restore(clock.clock.clone(), at)
-                            .unwrap_or_else(|e| panic!("{label}: {onto:?}: {e:?}"));
+                            .unwrap_or_else(|e| panic!("{label}: {onto:?} {pairs:?}: {e:?}"));
                         max_keys = size;
+                        floorless &= size >= keys && onto != Onto::OtherSeed;
                         let old = std::mem::replace(&mut live, (restored, clock));
                         old.1.at(tl.t);
+                        // The saved table bounds the restored one where every key keeps its
+                        // quotas and states; pairs may give one saved state to two equal quotas.
                         let same = (0..keys).all(|k| same_quotas(pol.of(k), new.of(k)));
-                        follower = same.then_some(old);
+                        follower = (same && pairs.is_none()).then_some(old);
                         let all: Vec<Quota> = pol.all().chain(new.all()).copied().collect();
                         if !all.iter().all(Quota::is_exact) {
                             slack.0 += Slack::units(&all).0;
                         }
                         let cut = cut_at(&new, tl.t);
+                        tight &= slack.0 == 0.0 && cut.is_some();
                         for k in 0..keys {
                             // A key full at the save (every quota) is not saved: it
                             // restores untracked, full under its policy here (within the
@@ -1423,6 +1620,8 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                             });
                             states[k] = if full {
                                 vec![gcra::FULL; new.of(k).len()]
+                            } else if let Some(pairs) = &pairs {
+                                paired_reference(&states[k], pol.of(k), new.of(k), pairs, tl.t)
                             } else if pol.of(k).len() != new.of(k).len() {
                                 // Another count (an override, into another seed): no quota
                                 // paired, each here the strictest any saved one converts to.
@@ -1435,31 +1634,43 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                                     *s = (*s).min(earned_floor(q, at));
                                 }
                             }
-                            if !same_quotas(pol.of(k), new.of(k)) {
-                                for q in pol.of(k) {
-                                    check_windows(
-                                        q,
-                                        &mut admitted[k].clone(),
-                                        "before a policy change",
-                                    );
-                                }
-                                admitted[k].clear();
-                            }
+                            // Which saved quota each quota here took its state from: the
+                            // pairs given, else the docs' pairing (none across counts).
+                            let (old, here) = (pol.of(k), new.of(k));
+                            let from = match &pairs {
+                                Some(p) => p.clone(),
+                                None if old.len() == here.len() => pairing(old, here),
+                                None => vec![None; here.len()],
+                            };
+                            eras[k] = carried_eras(old, here, &from, &eras[k], &admitted[k]);
+                        }
+                        if let Some(pairs) = &pairs {
+                            let hold = match floorless && !table_wide(live.0.counters()) {
+                                true if tight => Hold::Exact,
+                                true => Hold::Floorless,
+                                false => Hold::AtMost,
+                            };
+                            live.1.at(tl.t);
+                            let at = (tl.t, slack);
+                            paired_holds(&live.0, &states, &new, pairs, at, hold, &label);
                         }
                         pol = new;
                         prev = Some(file);
                     }
-                    // Another number of quotas, or a file from the future: refused, nothing
-                    // built (the live table goes on).
+                    // Another number of quotas, pairs that do not fit, or a file from the
+                    // future: refused, nothing built (the live table goes on).
                     Restart::Ok { at, .. } | Restart::Future { at } => {
                         let Err(e) = restore(ManualClock::new(), at) else {
-                            panic!("{label}: {onto:?}: restored");
+                            panic!("{label}: {onto:?} {pairs:?}: restored");
                         };
                         let future = matches!(r, Restart::Future { .. });
+                        let n = pairs.as_ref().map_or(0, Vec::len);
                         assert!(
                             future && matches!(e, RestoreError::FromTheFuture { .. })
-                                || resized && matches!(e, RestoreError::LimitsChanged { .. }),
-                            "{label}: {e:?}"
+                                || resized && matches!(e, RestoreError::LimitsChanged { .. })
+                                || !fits
+                                    && matches!(e, RestoreError::BadPairs { pairs, .. } if pairs == n),
+                            "{label}: {onto:?} {pairs:?}: {e:?}"
                         );
                     }
                 }
@@ -1522,8 +1733,55 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
         }
     }
     for (k, a) in admitted.iter().enumerate() {
-        for q in pol.of(k) {
-            check_windows(q, &mut a.clone(), "a key's last policy");
+        for (q, &era) in pol.of(k).iter().zip(&eras[k]) {
+            check_windows(q, &mut a[era..].to_vec(), "a key's last policy");
+        }
+    }
+}
+
+/// How closely a table holds to its references right after a paired restore.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Hold {
+    /// No more than the references, to within `Slack` (a floor for untracked keys, a full
+    /// table, rounding or an earlier file restored into the live table may withhold more).
+    AtMost,
+    /// No floor for untracked keys can apply: an unpaired quota exactly full, a paired one
+    /// no more than its reference.
+    Floorless,
+    /// Exactly the references, snapshot for snapshot (`tight`): a paired quota its saved
+    /// state refilled over the downtime and converted, an unpaired one full.
+    Exact,
+}
+
+/// Right after a paired restore (`Onto::Paired`, at global time `t` with the arm's `slack`),
+/// per key, a cost-0 decision's snapshots (it writes nothing) against the references, as
+/// `hold` says.
+fn paired_holds(
+    live: &KeyedMultiLimiter<u64, ManualClock>,
+    states: &[Vec<u64>],
+    new: &Policies,
+    pairs: &[Option<usize>],
+    (t, slack): (u64, Slack),
+    hold: Hold,
+    what: &str,
+) {
+    for (k, st) in states.iter().enumerate() {
+        let (_, snaps) = live.decide_snapshots(&(k as u64), 0);
+        for (j, (q, s)) in new.of(k).iter().zip(st).enumerate() {
+            let have = snaps.as_slice()[j];
+            let want = gcra::snapshot(*s, t, q);
+            let what =
+                format!("{what}: after a paired restore {pairs:?} ({hold:?}), key {k} quota {j}");
+            match hold {
+                Hold::Exact => assert_eq!(have, want, "{what}"),
+                Hold::Floorless if pairs[j].is_none() => {
+                    assert_eq!(have.remaining(), q.burst(), "{what}: {have:?}, not full");
+                }
+                _ => assert!(
+                    have.remaining() <= want.remaining() + slack.more(),
+                    "{what}: {have:?} > {want:?}"
+                ),
+            }
         }
     }
 }
