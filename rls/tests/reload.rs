@@ -1073,3 +1073,47 @@ fn retired_tables_and_their_buckets_are_reported() {
     s.reload(load(&gone));
     assert_eq!(local_of(&s).retired(), (0, 0));
 }
+
+/// A rate kept exactly (same numbers) keeps its own buckets when the number of rates changes,
+/// whatever its place among other rates of its unit: a value it refused stays refused. Paired
+/// by unit in config order alone, the kept per-minute 10 would take the removed per-minute
+/// 100's bucket (90 left, capped at 10): a drained value admitted 10 more at once. A restart
+/// pairs them alike.
+#[test]
+fn a_kept_rate_keeps_its_own_buckets_among_rates_of_its_unit() {
+    let clock = manual();
+    let wide = "{unit: minute, requests_per_unit: 100}";
+    let narrow = "{unit: minute, requests_per_unit: 10}";
+    for (before, after) in [
+        (vec![wide, narrow], vec![narrow]),
+        (
+            vec![wide, narrow],
+            vec!["{unit: hour, requests_per_unit: 50}", narrow],
+        ),
+        (
+            vec!["{unit: minute, requests_per_unit: 100, name: a}", narrow],
+            vec![narrow],
+        ),
+    ] {
+        let s = local_service(&user_rates(&before), &clock, 1_000);
+        assert_eq!(admitted(&s, "alice", 20), 10, "{before:?}");
+        // A restart under `after` pairs the saved rates as the reload does.
+        let mut file = Vec::new();
+        local_of(&s).save(&mut file).unwrap();
+        let restarted = local_service(&user_rates(&after), &clock, 1_000);
+        local_of(&restarted).restore(&file[..]);
+        assert_eq!(
+            admitted(&restarted, "alice", 20),
+            0,
+            "{before:?} -> {after:?} across a restart: the kept rate stays spent"
+        );
+        s.reload(load(&user_rates(&after)));
+        assert_eq!(
+            admitted(&s, "alice", 20),
+            0,
+            "{before:?} -> {after:?}: the kept rate stays spent"
+        );
+        assert_eq!(admitted(&s, "bob", 20), 10, "{after:?}: a new value");
+        clock.advance(Duration::from_secs(3_600));
+    }
+}

@@ -216,7 +216,8 @@ pub struct Applied {
     /// Limits whose definition is unchanged: state kept.
     pub kept: usize,
     /// Limits whose rates changed: state carried over as `set_quota` converts it (where the
-    /// number of rates changed, rates paired by name, then by unit: `rate_pairs`).
+    /// number of rates changed, rates paired by name, then equal numbers, then unit:
+    /// `rate_pairs`).
     pub converted: usize,
     /// New limits: full buckets.
     pub added: usize,
@@ -839,11 +840,15 @@ fn carry_over<R: Read>(
 /// (`None`: a new rate), each old rate taken at most once:
 ///
 /// 1. by name: a non-empty name that names exactly one rate on each side;
-/// 2. the rates left (unnamed, a name given twice on a side, a name not on the other side) by
-///    unit, in config order: the first left of a unit on each side, then the second, and so
-///    on. A renamed rate of a unit met once on each side keeps its buckets (as a restore of
-///    the same number of rates pairs it), and an unnamed rate keeps them where its unit tells
-///    it apart.
+/// 2. the rates left (unnamed, a name given twice on a side, a name not on the other side)
+///    with a rate left of the same numbers (`requests_per_unit`, unit, `burst`), in config
+///    order: a rate kept as it was keeps its own buckets, whatever its place among rates of
+///    its unit (paired by unit alone, it could take a looser rate's buckets: a value it had
+///    drained would get its burst again);
+/// 3. the rates left by unit, in config order: the first left of a unit on each side, then
+///    the second, and so on. A renamed rate of a unit met once on each side keeps its buckets
+///    (as a restore of the same number of rates pairs it), and an unnamed rate keeps them
+///    where its unit tells it apart.
 ///
 /// New rates left over start full; old ones left over are dropped.
 fn rate_pairs(old: &[Rate], new: &[Rate]) -> Vec<Option<usize>> {
@@ -859,13 +864,19 @@ fn rate_pairs(old: &[Rate], new: &[Rate]) -> Vec<Option<usize>> {
             taken[i] = true;
         }
     }
-    for (pair, rate) in pairs.iter_mut().zip(new) {
-        if pair.is_some() {
-            continue;
-        }
-        if let Some(i) = (0..old.len()).find(|&i| !taken[i] && old[i].unit == rate.unit) {
-            *pair = Some(i);
-            taken[i] = true;
+    let same = |a: &Rate, b: &Rate| {
+        (a.requests_per_unit, a.unit, a.burst) == (b.requests_per_unit, b.unit, b.burst)
+    };
+    let by_unit = |a: &Rate, b: &Rate| a.unit == b.unit;
+    for alike in [&same as &dyn Fn(&Rate, &Rate) -> bool, &by_unit] {
+        for (pair, rate) in pairs.iter_mut().zip(new) {
+            if pair.is_some() {
+                continue;
+            }
+            if let Some(i) = (0..old.len()).find(|&i| !taken[i] && alike(&old[i], rate)) {
+                *pair = Some(i);
+                taken[i] = true;
+            }
         }
     }
     pairs
