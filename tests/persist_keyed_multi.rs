@@ -26,6 +26,16 @@ fn default_limits() -> Limits {
     Limits::new([q(10, 1000, 10), q(40, 10_000, 40)]).unwrap()
 }
 
+/// A table of `default_limits` in which keys 1 and 2 each spent 10 tokens, saved at wall 0.
+fn two_keys_spent() -> Vec<u8> {
+    let live = KeyedMultiLimiter::with_clock(default_limits(), 100, ManualClock::new());
+    live.try_acquire(&1u64, 10).unwrap();
+    live.try_acquire(&2u64, 10).unwrap();
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    file
+}
+
 /// Key 7: three quotas.
 fn premium() -> Limits {
     Limits::new([q(100, 1000, 20), q(200, 10_000, 200), q(3, 1000, 30)]).unwrap()
@@ -202,11 +212,7 @@ fn the_same_policies_restore_into_a_limiter_of_another_seed() {
 /// floor.
 #[test]
 fn a_floor_ahead_saved_under_other_quotas_is_converted() {
-    let live = KeyedMultiLimiter::with_clock(default_limits(), 100, ManualClock::new());
-    live.try_acquire(&1u64, 10).unwrap();
-    live.try_acquire(&2u64, 10).unwrap();
-    let mut file = Vec::new();
-    live.save_at(&mut file, wall(0)).unwrap();
+    let file = two_keys_spent();
     // One key fits; the other raises the floor to its full instant, 2.5 s ahead.
     let small = KeyedMultiLimiter::<u64, _>::builder(default_limits(), 1, ManualClock::new())
         .restore_at(&file[..], wall(0))
@@ -359,11 +365,7 @@ fn paired_quotas_keep_their_state_and_unpaired_ones_start_full() {
 /// the floor hold more than saved under any paired quota.
 #[test]
 fn pairs_in_place_restore_as_a_plain_restore_and_the_floor_travels() {
-    let live = KeyedMultiLimiter::with_clock(default_limits(), 100, ManualClock::new());
-    live.try_acquire(&1u64, 10).unwrap();
-    live.try_acquire(&2u64, 10).unwrap();
-    let mut file = Vec::new();
-    live.save_at(&mut file, wall(0)).unwrap();
+    let file = two_keys_spent();
     // One key fits; the other raises the floor to its full instant, 2.5 s ahead.
     let small = KeyedMultiLimiter::<u64, _>::builder(default_limits(), 1, ManualClock::new())
         .restore_paired_at(&file[..], wall(0), &[Some(0), Some(1)])
