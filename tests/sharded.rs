@@ -3,39 +3,17 @@
 //! fixed seeds (the lease protocol's own cases: `tests/sharded_lease.rs`).
 #![cfg(feature = "std")]
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tollgate::{Bucket, Clock, Denied, ManualClock, Quota, ShardedBucket, StdClock};
 use tollgate_testkit::decide::Snapshotting;
 
 use rng::Rng;
-use stall::{arm, Gate, Stall, StallClock};
+use stall::{arm, decision_reading, Gate, Stall, StallClock};
 use tollgate_testkit::rng;
 use tollgate_testkit::stall;
 use tollgate_testkit::window;
 use window::WindowChecker;
-
-std::thread_local! {
-    static LAST_READING: Cell<u64> = const { Cell::new(0) };
-}
-
-/// Remembers the calling thread's last reading, so a test can record each admission with the
-/// reading its decision used (the bucket reads its clock once per decision).
-#[derive(Clone, Debug)]
-struct Recorded<C>(C);
-
-impl<C: Clock> Clock for Recorded<C> {
-    fn now(&self) -> u64 {
-        let t = self.0.now();
-        LAST_READING.with(|l| l.set(t));
-        t
-    }
-}
-
-fn last_reading() -> u64 {
-    LAST_READING.with(|l| l.get())
-}
 
 #[test]
 fn frozen_clock_gives_exactly_the_burst_across_shard_counts() {
@@ -424,12 +402,7 @@ fn one_thread_pools_its_lease_with_the_central_word() {
 fn random_stalls_never_break_any_window() {
     for (shards, seed) in [(1usize, 4u64), (2, 1), (8, 2), (64, 3)] {
         let quota = Quota::new(200_000, Duration::from_secs(1), 64).unwrap();
-        let clock = Recorded(StallClock::random(
-            StdClock::new(),
-            0.01,
-            Duration::from_micros(200),
-            seed,
-        ));
+        let clock = StallClock::random(StdClock::new(), 0.01, Duration::from_micros(200), seed);
         let bucket = ShardedBucket::with_clock(quota, shards, clock);
         let checker = WindowChecker::new();
         let calls = AtomicU64::new(0);
@@ -444,8 +417,12 @@ fn random_stalls_never_break_any_window() {
                         } else {
                             1
                         };
-                        if bucket.try_acquire(cost).is_ok() {
-                            checker.admit(last_reading(), cost);
+                        let admitted = bucket.try_acquire(cost).is_ok();
+                        // The decision's reading: a lost central CAS reads the clock again
+                        // (to size a far lease) after deciding at the first.
+                        let at = decision_reading();
+                        if admitted {
+                            checker.admit(at, cost);
                         }
                         calls.fetch_add(1, Ordering::Relaxed);
                     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tollgate::{Bucket, Clock, ManualClock, Quota, ShardedBucket, StdClock};
 
 use rng::Rng;
-use stall::{arm, gated, last_reading, Stall, StallClock};
+use stall::{arm, decision_reading, gated, last_reading, Stall, StallClock};
 use tollgate_testkit::cpus;
 use tollgate_testkit::rng;
 use tollgate_testkit::stall;
@@ -268,8 +268,10 @@ fn dry_spells_refuse_nothing_a_lease_holds_under_stalls() {
                     for _ in 0..20_000 {
                         let range = if rng.below(16) == 0 { 400 } else { 2 };
                         let cost = 1 + rng.below(range);
-                        if bucket.try_acquire(cost).is_ok() {
-                            checker.admit(last_reading(), cost);
+                        let admitted = bucket.try_acquire(cost).is_ok();
+                        let at = decision_reading();
+                        if admitted {
+                            checker.admit(at, cost);
                         }
                     }
                     running.fetch_sub(1, Ordering::Release);
@@ -277,8 +279,9 @@ fn dry_spells_refuse_nothing_a_lease_holds_under_stalls() {
                         std::thread::yield_now();
                     }
                     while bucket.try_acquire(1).is_ok() {
-                        checker.admit(last_reading(), 1);
+                        checker.admit(decision_reading(), 1);
                     }
+                    decision_reading();
                 });
             }
             while running.load(Ordering::Acquire) > 0 {
@@ -323,8 +326,10 @@ fn four_stalled_threads(
                 for _ in 0..calls {
                     let range = if rng.below(16) == 0 { big } else { small };
                     let cost = 1 + rng.below(range);
-                    if bucket.try_acquire(cost).is_ok() {
-                        checker.admit(last_reading(), cost);
+                    let admitted = bucket.try_acquire(cost).is_ok();
+                    let at = decision_reading();
+                    if admitted {
+                        checker.admit(at, cost);
                     }
                 }
             });

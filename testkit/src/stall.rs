@@ -12,7 +12,8 @@
 //!
 //! [`StallClock::random`] stalls readings at random instead (stress tests on real clocks).
 //! [`last_reading`] returns the reading the calling thread's last `now()` returned: the exact
-//! instant an operation decided at, for the window checker.
+//! instant an operation decided at, for the window checker, where it reads the clock once;
+//! [`decision_reading`] the first since the last call, where it may read it again.
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +38,18 @@ pub enum Stall {
 thread_local! {
     static ARMED: RefCell<Vec<Stall>> = const { RefCell::new(Vec::new()) };
     static LAST: Cell<Option<u64>> = const { Cell::new(None) };
+    static FIRST: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The reading the calling thread's first `StallClock::now()` returned since its last call of
+/// this function (stall applied), taken: the instant an operation decided at where it may read
+/// the clock again after deciding at its first reading (a sharded bucket's lost central CAS
+/// reads it to size a far lease; it still decides at the first). Call it after every
+/// operation, admitted or not. Panics if it read no clock since.
+pub fn decision_reading() -> u64 {
+    FIRST
+        .with(Cell::take)
+        .expect("this thread read no StallClock since its last decision")
 }
 
 /// The reading the calling thread's last `StallClock::now()` returned (stall applied): the
@@ -223,6 +236,11 @@ impl<C: Clock> Clock for StallClock<C> {
         };
         self.random_sleep();
         LAST.with(|l| l.set(Some(reading)));
+        FIRST.with(|f| {
+            if f.get().is_none() {
+                f.set(Some(reading));
+            }
+        });
         reading
     }
 
