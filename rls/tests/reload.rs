@@ -1117,3 +1117,142 @@ fn a_kept_rate_keeps_its_own_buckets_among_rates_of_its_unit() {
         clock.advance(Duration::from_secs(3_600));
     }
 }
+
+/// The file of `records`, each whole, between the header and the end record.
+fn file_of_records(recs: &[Vec<u8>]) -> Vec<u8> {
+    let mut f = b"TGRLS\x01\r\n".to_vec();
+    for r in recs {
+        f.extend_from_slice(r);
+    }
+    f.push(0);
+    f.extend_from_slice(b"TGRLS\x01\r\n");
+    f
+}
+
+/// What a restore of a file of `records` records may build at `max_keys`, in table slots
+/// (`LocalBackend::restored_size`): what a file `save` writes may make.
+fn restore_bound(max_keys: usize, records: usize) -> usize {
+    4 * max_keys + 3 * records
+}
+
+/// A file repeating a configured per-value limit's record (each built at the limit's whole
+/// share of `--max-keys`) is not one this service writes: past what a saved file may make it
+/// is damaged, having built a bounded number of table slots, not records × `--max-keys`.
+#[test]
+fn a_file_repeating_a_configured_limit_builds_a_bounded_size_then_is_damaged() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let only_user = format!("domain: r\ndescriptors:\n{USER}");
+    let s = local_service(&only_user, &clock, 1_000);
+    assert!(one(&s, "user", "alice"));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    let user = records(&file)[0].to_vec(); // size 1,000, configured
+    let n = 200;
+    let f = file_of_records(&vec![user.clone(); n]);
+
+    let restarted = local_service(&only_user, &clock, 1_000);
+    let local = local_of(&restarted);
+    assert!(
+        matches!(local.restore(&f[..]), Restored::Damaged(_)),
+        "more than a saved file may make"
+    );
+    assert!(local.restored_size() <= restore_bound(1_000, n));
+    assert!(!one(&restarted, "user", "bob"), "drained");
+
+    // The record once (a saved file) is restored.
+    let restarted = local_service(&only_user, &clock, 1_000);
+    let f = file_of_records(&[user]);
+    assert_eq!(
+        local_of(&restarted).restore(&f[..]),
+        Restored::Ok {
+            tables: 1,
+            drained: 0,
+            retired: 0
+        }
+    );
+    assert_eq!(local_of(&restarted).restored_size(), 1_000);
+}
+
+/// A file naming many limits not configured, each of a saved size of `--max-keys`, builds a
+/// bounded number of table slots: past what a saved file may make, records are read past
+/// unbuilt (as the caps drop retired tables), and the file is restored within the caps.
+#[test]
+fn a_file_of_many_large_retired_tables_builds_a_bounded_size() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let only_user = format!("domain: r\ndescriptors:\n{USER}");
+    let only_other = format!("domain: r\ndescriptors:\n{OTHER}");
+    let s = local_service(&only_user, &clock, 1_000);
+    assert!(one(&s, "user", "alice"));
+    s.reload(load(&only_other)); // user's table (of 1,000) retired
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    let id = b"r\x1fuser";
+    let user = records(&file)
+        .into_iter()
+        .find(|r| r[5..5 + id.len()] == id[..])
+        .unwrap()
+        .to_vec();
+    // Limits `u000` to `u199`: ids of user's length, none configured.
+    let n = 200;
+    let recs: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            let mut r = user.clone();
+            r[5 + 2..5 + id.len()].copy_from_slice(format!("u{i:03}").as_bytes());
+            r
+        })
+        .collect();
+    let f = file_of_records(&recs);
+
+    let restarted = local_service(&only_other, &clock, 1_000);
+    let local = local_of(&restarted);
+    assert_eq!(
+        local.restore(&f[..]),
+        Restored::Ok {
+            tables: 0,
+            drained: 0,
+            retired: 1
+        },
+        "within the caps: one table of 1,000 values"
+    );
+    assert!(local.restored_size() <= restore_bound(1_000, n));
+}
+
+/// A file saved under a larger `--max-keys` than now is never damaged by what a restore may
+/// build: its configured limits' tables are built at their current size; retired tables past
+/// the bound are dropped, as the caps drop them.
+#[test]
+fn a_file_saved_under_a_larger_max_keys_is_restored() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let per_value = |range: std::ops::Range<usize>| -> String {
+        range
+            .map(|i| {
+                format!("  - key: p{i}\n    rate_limit: {{unit: hour, requests_per_unit: 3}}\n")
+            })
+            .collect()
+    };
+    let all = format!("domain: r\ndescriptors:\n{}", per_value(0..10));
+    let first = format!("domain: r\ndescriptors:\n{}", per_value(0..1));
+    // Ten tables of 100 values at 1,000 `--max-keys`, nine retired, each with a value taken.
+    let s = local_service(&all, &clock, 1_000);
+    assert!((0..10).all(|i| one(&s, &format!("p{i}"), "alice")));
+    s.reload(load(&first));
+    let mut file = Vec::new();
+    local_of(&s).save(&mut file).unwrap();
+    assert_eq!(records(&file).len(), 10);
+
+    // At 100 `--max-keys`: the nine retired tables (100 values each) exceed what a file saved
+    // at 100 may make; p0's table (now of 100) is restored.
+    let restarted = local_service(&first, &clock, 100);
+    let local = local_of(&restarted);
+    let restored = local.restore(&file[..]);
+    assert!(
+        matches!(restored, Restored::Ok { tables: 1, .. }),
+        "{restored:?}"
+    );
+    assert!(local.restored_size() <= restore_bound(100, 10));
+    let left = (0..10).filter(|_| one(&restarted, "p0", "alice")).count();
+    assert_eq!(left, 2, "p0 resumed");
+}

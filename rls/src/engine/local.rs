@@ -28,6 +28,7 @@ use crate::config::{Config, Kind, Limit, Rate, Unit};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::SystemTime;
 use tollgate::persist::RestoreError;
@@ -185,6 +186,82 @@ impl Kept {
     }
 }
 
+/// What one restore may build, in table slots (a table's size: building one allocates and
+/// initializes its whole index up front, so the time a restore takes is about the sum of the
+/// sizes it builds, whatever the table holds). Bounded by what a file `save` writes can
+/// make, so that a file repeating records, or naming many limits of large saved sizes, costs
+/// time in proportion to its bytes and `max_keys`, never to their product:
+///
+/// - Configured limits' tables, at their current size: at most `2 × max_keys + 2 × records`.
+///   A saved file names each id once, and the current config's tables have sizes summing to
+///   at most `max_keys` for the per-value ones (they share it) plus 1 per other limit (at
+///   most one per record); a table whose saved buckets cannot be paired is built twice (the
+///   restore tried, then a drained one). Past it the file is not one this service writes:
+///   damaged (every table drained, never more lenient than the file).
+/// - Retired tables, at their saved size: at most `2 × max_keys + records`. A saved file's
+///   retired tables sum to at most `max_keys` (`fits`), and the tables configured at save
+///   time to at most `max_keys` plus 1 per record. Past it a record is read past unbuilt, as
+///   the caps drop retired tables (its limit starts full if it comes back): a file saved
+///   under a larger `--max-keys` than now may exceed it, and is still restored.
+///
+/// `records` counts the records read so far, the current one included; the sums saturate.
+struct Budget {
+    max_keys: usize,
+    records: usize,
+    configured: usize,
+    retired: usize,
+}
+
+impl Budget {
+    fn new(max_keys: usize) -> Budget {
+        Budget {
+            max_keys,
+            records: 0,
+            configured: 0,
+            retired: 0,
+        }
+    }
+
+    /// A record read.
+    fn record(&mut self) {
+        self.records = self.records.saturating_add(1);
+    }
+
+    /// Spends `size` on a configured limit's table, or fails the restore past its bound.
+    fn configured(&mut self, size: usize, id: &str) -> Result<(), String> {
+        let bound = self
+            .max_keys
+            .saturating_mul(2)
+            .saturating_add(self.records.saturating_mul(2));
+        let spent = self.configured.saturating_add(size);
+        if spent > bound {
+            return Err(format!(
+                "the table of {id:?} would make configured tables of {spent} values, over \
+                 the {bound} a saved file of {} records may hold",
+                self.records
+            ));
+        }
+        self.configured = spent;
+        Ok(())
+    }
+
+    /// Spends `size` on a retired table if within its bound: `false` reads it past unbuilt.
+    fn retired(&mut self, size: usize) -> bool {
+        let bound = self.max_keys.saturating_mul(2).saturating_add(self.records);
+        let spent = self.retired.saturating_add(size);
+        if spent > bound {
+            return false;
+        }
+        self.retired = spent;
+        true
+    }
+
+    /// Every size spent.
+    fn spent(&self) -> usize {
+        self.configured.saturating_add(self.retired)
+    }
+}
+
 /// The local backend.
 pub struct LocalBackend {
     clock: RlsClock,
@@ -200,6 +277,8 @@ pub struct LocalBackend {
     retired: Mutex<Retired>,
     stripes: Box<[Mutex<()>]>,
     hasher: std::collections::hash_map::RandomState,
+    /// The table sizes the last restore built (`Budget::spent`, see `restored_size`).
+    restored_size: AtomicUsize,
 }
 
 impl std::fmt::Debug for LocalBackend {
@@ -268,6 +347,7 @@ impl LocalBackend {
             retired: Mutex::new(Retired::default()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: Default::default(),
+            restored_size: AtomicUsize::new(0),
         }
     }
 
@@ -613,7 +693,17 @@ impl LocalBackend {
     /// What it holds is bounded by those caps and the config, not by the file: each table's
     /// bytes are streamed into the table built, and a retired table is built as its record is
     /// read, the oldest kept dropped past the caps. A record whose table size is over
-    /// `max_keys` drops itself and every retired table before it in the file, unbuilt. A limit
+    /// `max_keys` drops itself and every retired table before it in the file, unbuilt.
+    ///
+    /// Its time is bounded by what a file `save` writes may make, not by the file's records
+    /// times `max_keys` (building a table initializes its whole index): configured tables of
+    /// at most `2 × max_keys + 2 × records` values in all (past it the file is damaged: a
+    /// saved file names each limit once), retired ones of at most `2 × max_keys + records`
+    /// (past it a record is read past unbuilt, as the caps drop one), `records` counting
+    /// those read so far (see `Budget`). A file saved under the same or a smaller
+    /// `--max-keys` never exceeds either; one saved under a larger `--max-keys` than now may
+    /// drop retired tables past the second, never exceeds the first (configured tables are
+    /// built at their current size), so it is never damaged by it. A limit
     /// id or rate name over 1 MiB (which `save` writes) is read past without being held: a
     /// configured limit of such an id is found by comparing it as it is read; a retired table
     /// of one is not kept.
@@ -621,7 +711,10 @@ impl LocalBackend {
     /// [`save`]: LocalBackend::save
     /// [`MAX_RETIRED_TABLES`]: LocalBackend::MAX_RETIRED_TABLES
     pub fn restore<R: Read>(&self, r: R) -> Restored {
-        match self.try_restore(r) {
+        let mut budget = Budget::new(self.max_keys);
+        let restored = self.try_restore(r, &mut budget);
+        self.restored_size.store(budget.spent(), Ordering::Relaxed);
+        match restored {
             Ok(restored) => restored,
             Err(why) => {
                 let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
@@ -633,7 +726,15 @@ impl LocalBackend {
         }
     }
 
-    fn try_restore<R: Read>(&self, mut r: R) -> Result<Restored, String> {
+    /// The sum of the table sizes the last [`restore`](Self::restore) built (or tried to
+    /// build), configured and retired: what its time is proportional to, bounded by what a
+    /// file `save` writes may hold (`4 × max_keys + 3 × records`, see `Budget`). For tests.
+    #[doc(hidden)]
+    pub fn restored_size(&self) -> usize {
+        self.restored_size.load(Ordering::Relaxed)
+    }
+
+    fn try_restore<R: Read>(&self, mut r: R, budget: &mut Budget) -> Result<Restored, String> {
         let mut magic = [0u8; 8];
         r.read_exact(&mut magic)
             .map_err(|e| format!("no header: {e}"))?;
@@ -652,7 +753,8 @@ impl LocalBackend {
         // One table per configured limit (a file that repeats a limit: its last record), so
         // that a file cannot make the process hold more tables than the config has.
         let mut rebuilt: HashMap<String, Table> = HashMap::new();
-        // Tables of limits not configured: at most what `Retired::trim` keeps, the newest.
+        // Tables of limits not configured: at most what `Retired::trim` keeps, the newest of
+        // those built within the budget.
         let mut kept = Kept::new(self.max_keys);
         let mut drained = 0;
         loop {
@@ -668,6 +770,7 @@ impl LocalBackend {
             if tag != TABLE && tag != DEFINED_TABLE {
                 return Err(format!("an unknown record {tag}"));
             }
+            budget.record();
             // `None`: an id over `MAX_NAME` that no configured limit has.
             let id = get_id(&mut r, &long)?;
             let shown = id.as_deref().unwrap_or(LONG_ID);
@@ -701,6 +804,12 @@ impl LocalBackend {
                     kept.forget(&id);
                     match limit {
                         Some(limit) if size <= self.max_keys => {
+                            // Past the budget: read past unbuilt, as the caps drop a retired
+                            // table (its limit starts full if it comes back).
+                            if !budget.retired(size) {
+                                finish(&mut blob, &id)?;
+                                continue;
+                            }
                             let limits =
                                 limits_of(&limit).ok_or_else(|| format!("no rates for {id:?}"))?;
                             // Built only for a size that may be kept (at most `max_keys`),
@@ -737,6 +846,7 @@ impl LocalBackend {
                 finish(&mut blob, &id)?;
                 continue;
             };
+            budget.configured(size, &id)?;
             let builder = KeyedMultiLimiter::builder(limits, size, self.clock.clone());
             // A record with its rates: paired as a reload pairs them, whatever the number of
             // rates now (rates that do not fit the saved buckets: a damaged file).
@@ -752,6 +862,7 @@ impl LocalBackend {
                 // paired rate by rate, so this table alone starts drained; the file's other
                 // tables are restored.
                 Err(RestoreError::LimitsChanged { .. }) if before.is_none() => {
+                    budget.configured(size, &id)?;
                     match self.fresh(&limit, size) {
                         Some(t) => {
                             t.limiter.drain();
