@@ -466,15 +466,7 @@ fn retired_tables_whose_buckets_are_all_full_are_not_kept_across_a_restart() {
 fn retired_tables_restored_are_bounded_by_max_keys_newest_kept() {
     use tollgate_rls::engine::Restored;
     let clock = manual();
-    let cfg = |keys: &[&str]| {
-        let mut y = format!("domain: r\ndescriptors:\n{OTHER}");
-        for k in keys {
-            y.push_str(&format!(
-                "  - key: {k}\n    value: x\n    rate_limit: {{unit: hour, requests_per_unit: 1}}\n"
-            ));
-        }
-        y
-    };
+    let cfg = |keys: &[&str]| tiny_config(keys);
     let s = local_service(&cfg(&["a", "b"]), &clock, 1_000);
     assert!(one(&s, "a", "x") && one(&s, "b", "x"));
     s.reload(load(&cfg(&["b"]))); // a retired
@@ -507,15 +499,7 @@ fn retired_tables_restored_are_bounded_by_max_keys_newest_kept() {
 #[test]
 fn a_full_table_takes_no_room_among_retired_tables_restored() {
     let clock = manual();
-    let cfg = |keys: &[&str]| {
-        let mut y = format!("domain: r\ndescriptors:\n{OTHER}");
-        for k in keys {
-            y.push_str(&format!(
-                "  - key: {k}\n    value: x\n    rate_limit: {{unit: hour, requests_per_unit: 1}}\n"
-            ));
-        }
-        y
-    };
+    let cfg = |keys: &[&str]| tiny_config(keys);
     let s = local_service(&cfg(&["a", "b"]), &clock, 1);
     assert!(one(&s, "a", "x"));
     s.reload(load(&cfg(&["b"]))); // a retired, drained; b current and full
@@ -647,14 +631,24 @@ fn a_saved_definition_is_checked_before_a_table_is_built() {
 /// The cap on the number of retired tables (`LocalBackend::MAX_RETIRED_TABLES`).
 const CAP: usize = tollgate_rls::engine::LocalBackend::MAX_RETIRED_TABLES;
 
-/// `n` limits of one exact value each (`k0` to `kN`, value `x`, 1 an hour): tables of one
+/// Limits of one exact value each (key `k`, value `x`, 1 an hour) for each key: tables of one
 /// value, the smallest a limit makes.
-fn tiny_limits(range: std::ops::Range<usize>) -> String {
-    range
-        .map(|i| {
-            format!("  - key: k{i}\n    value: x\n    rate_limit: {{unit: hour, requests_per_unit: 1}}\n")
+fn tiny_limits<K: std::fmt::Display>(keys: impl IntoIterator<Item = K>) -> String {
+    keys.into_iter()
+        .map(|k| {
+            format!("  - key: {k}\n    value: x\n    rate_limit: {{unit: hour, requests_per_unit: 1}}\n")
         })
         .collect()
+}
+
+/// A config of `other` and `tiny_limits` of `keys`.
+fn tiny_config<K: std::fmt::Display>(keys: impl IntoIterator<Item = K>) -> String {
+    format!("domain: r\ndescriptors:\n{OTHER}{}", tiny_limits(keys))
+}
+
+/// The keys `k0` to `kN` for `range`.
+fn numbered(range: std::ops::Range<usize>) -> impl Iterator<Item = String> {
+    range.map(|i| format!("k{i}"))
 }
 
 /// Retired tables are bounded in number, not only in values: a table of one value costs a few
@@ -664,9 +658,7 @@ fn tiny_limits(range: std::ops::Range<usize>) -> String {
 fn retired_tables_are_capped_in_number_oldest_dropped() {
     let clock = manual();
     let n = CAP + 64;
-    let cfg = |limits: std::ops::Range<usize>| {
-        format!("domain: r\ndescriptors:\n{OTHER}{}", tiny_limits(limits))
-    };
+    let cfg = |limits: std::ops::Range<usize>| tiny_config(numbered(limits));
     // Room for every value: only the cap on tables binds.
     let s = local_service(&cfg(0..n), &clock, 100_000);
     assert!((0..n).all(|i| one(&s, &format!("k{i}"), "x")));
@@ -689,7 +681,7 @@ fn retired_tables_restored_are_capped_in_number_newest_kept() {
     use tollgate_rls::engine::Restored;
     let clock = manual();
     let n = CAP + 64;
-    let all = format!("domain: r\ndescriptors:\n{OTHER}{}", tiny_limits(0..n));
+    let all = tiny_config(numbered(0..n));
     let none = format!("domain: r\ndescriptors:\n{OTHER}");
     let s = local_service(&all, &clock, 100_000);
     assert!((0..n).all(|i| one(&s, &format!("k{i}"), "x")));
