@@ -777,6 +777,38 @@ fn until_key_ready_waits_for_its_key_with_one_registration() {
     );
 }
 
+/// The time `until_key_ready` reports is the time its caller waited, by the clock's forward
+/// moves: a clock stepped back between polls stretches the wait by the step (the key's tokens
+/// are due at the same instant), and the report says so rather than the distance between the
+/// first and the last reading.
+#[test]
+fn until_key_ready_reports_the_time_waited_across_a_clock_step_back() {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll};
+    let ms = Duration::from_millis;
+    let (_, waker) = tollgate_testkit::wakers::Count::waker();
+    let mut cx = Context::from_waker(&waker);
+    let clock = ManualClock::new_frozen();
+    clock.set(Duration::from_secs(10));
+    let limiter = KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), 2, clock.clone());
+    assert_eq!(limiter.try_acquire(&1u8, 10), Ok(()));
+    let mut fut = pin!(limiter.until_key_ready(&1u8, 1)); // due at 10.1 s
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(ms(50));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.set(Duration::from_secs(9)); // 1.05 s back
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(ms(1_099));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    clock.advance(ms(1));
+    assert_eq!(
+        fut.as_mut().poll(&mut cx),
+        Poll::Ready(Ok(ms(50 + 1_100))),
+        "50 ms before the step and 1.1 s after it"
+    );
+}
+
 /// A new key refused because the table is full waits until the first tracked bucket is full,
 /// even when that bucket is an override's slower quota: the cap is the longest burst refill of
 /// any quota the table's keys can have (200 s here), not the default quota's (1 s), so the

@@ -40,8 +40,11 @@ pub struct UntilKeyReady<'a, K, P: KeyedPolicy = Quota, C: Clock = DefaultClock>
     limiter: &'a KeyedLimiter<K, P, C>,
     fp: u64,
     cost: u64,
-    /// The reading of the first poll.
-    first: Option<u64>,
+    /// The latest reading (none before the first poll).
+    last: Option<u64>,
+    /// The time waited so far: the sum of the clock's forward moves between readings, so a
+    /// step back neither subtracts from it nor hides the time spent catching up.
+    waited: u64,
     /// The one wake-up it holds.
     alarm: Alarm,
     /// Resolved: later polls take nothing.
@@ -64,11 +67,13 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Timer + Clone> Future for UntilKey
         let rule = limiter.rule_of(fp);
         loop {
             let now = limiter.clock.now();
-            let first = *this.first.get_or_insert(now);
+            let last = *this.last.get_or_insert(now);
+            this.waited = this.waited.saturating_add(now.saturating_sub(last));
+            this.last = Some(now);
             let until = match limiter.acquire_fp(fp, rule, cost, || now) {
                 Ok(()) => {
                     this.resolve();
-                    return Poll::Ready(Ok(Duration::from_nanos(now.saturating_sub(first))));
+                    return Poll::Ready(Ok(Duration::from_nanos(this.waited)));
                 }
                 Err(refusal) => match refusal.into() {
                     Denied::RetryAfter(wait) if wait != Duration::MAX => {
@@ -101,7 +106,8 @@ impl<K, P: KeyedPolicy, C: Clock> fmt::Debug for UntilKeyReady<'_, K, P, C> {
         f.debug_struct("UntilKeyReady")
             .field("fingerprint", &self.fp)
             .field("cost", &self.cost)
-            .field("first_ns", &self.first)
+            .field("last_ns", &self.last)
+            .field("waited_ns", &self.waited)
             .field("wake", &self.alarm)
             .field("done", &self.done)
             .finish()
@@ -110,7 +116,8 @@ impl<K, P: KeyedPolicy, C: Clock> fmt::Debug for UntilKeyReady<'_, K, P, C> {
 
 impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, C> {
     /// Waits until `key`'s bucket admits `cost` tokens (every quota of its policy), then takes
-    /// them (governor's `until_key_ready`): resolves to `Ok(time waited)` (from the first poll),
+    /// them (governor's `until_key_ready`): resolves to `Ok(time waited)` (since the first poll,
+    /// the sum of the clock's forward moves between polls: a step back takes nothing off it),
     /// or to the refusal no wait cures (naming its quota, for a policy of several):
     /// `ExceedsBurst`, or `RetryAfter(Duration::MAX)` when it would never be admitted.
     ///
@@ -118,11 +125,11 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
     /// with the clock for the instant the refusal names (including a new key's wait for a full
     /// table), as [`Bucket::until_ready`](crate::Bucket::until_ready) does. Unlike it, it
     /// reserves nothing: waiting callers of one key are not queued, whoever tries first when
-    /// the tokens are there gets them. So a clock that steps back stretches its wait by the
-    /// step, as it stretches a loop of `try_acquire` retries: each poll decides at its reading,
-    /// and one stepped back is refused until the clock reads the instant the key's tokens are
-    /// due (waking it earlier would only be refused again; `until_ready` waits less after a
-    /// step back because its tokens are already reserved).
+    /// the tokens are there gets them. So a clock that steps back stretches its wait (and the
+    /// time it reports) by the step, as it stretches a loop of `try_acquire` retries: each poll
+    /// decides at its reading, and one stepped back is refused until the clock reads the
+    /// instant the key's tokens are due (waking it earlier would only be refused again;
+    /// `until_ready` waits less after a step back because its tokens are already reserved).
     ///
     /// ```
     /// use std::future::Future;
@@ -157,7 +164,8 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
             limiter: self,
             fp: self.fingerprint(key),
             cost,
-            first: None,
+            last: None,
+            waited: 0,
             alarm: Alarm::default(),
             done: false,
         }
