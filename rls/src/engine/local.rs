@@ -761,16 +761,12 @@ impl LocalBackend {
             let (id, (limit, size)) = match (id, current) {
                 (Some(id), Some(current)) => (id, current),
                 (Some(id), None) => {
-                    // A limit not configured: a retired table, if its record has the
-                    // definition (one whose rate names are all read whole) and it may be kept.
-                    let Some((limit, size)) = saved else {
-                        finish(&mut blob, &id)?;
-                        continue;
-                    };
-                    // This record replaces the id's earlier one, whatever its fate.
+                    // A limit not configured: this record replaces the id's earlier one,
+                    // whatever its fate. A retired table, if the record has the definition
+                    // (one whose rate names are all read whole) and it may be kept.
                     kept.remove(&id);
-                    match limit {
-                        Some(limit) if size <= self.max_keys => {
+                    match saved {
+                        Some((Some(limit), size)) if size <= self.max_keys => {
                             // Past the budget: read past unbuilt, as the caps drop a retired
                             // table (its limit starts full if it comes back).
                             if !budget.retired(size) {
@@ -800,11 +796,12 @@ impl LocalBackend {
                         // Too large to keep on its own: as `Retired::trim` drops the tables
                         // older than one that does not fit, it ends the newest-first run of
                         // the tables that fit.
-                        Some(_) => {
+                        Some((Some(_), _)) => {
                             kept.clear();
                             finish(&mut blob, &id)?;
                         }
-                        None => finish(&mut blob, &id)?,
+                        // No definition: a record of earlier builds, or a rate name read past.
+                        _ => finish(&mut blob, &id)?,
                     }
                     continue;
                 }
