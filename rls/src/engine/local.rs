@@ -560,8 +560,8 @@ impl LocalBackend {
     /// them (a drained value stays drained; a debit here is kept for the limit's return, as a
     /// debit on Redis is); else, the retired table dropped for holding only full buckets (or
     /// for `--max-keys`), a table of one full bucket under the limit's own rates, dropped
-    /// after the decision. Called under the tables' read lock, which keeps `apply` (the only
-    /// writer of the retired tables) out.
+    /// after the decision. Called under the tables' read lock, which keeps `apply` and
+    /// `restore` (the only writers of the retired tables, under the write lock) out.
     fn stand_in(&self, limit: &Arc<Limit>) -> Option<Arc<Table>> {
         let retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
         retired
