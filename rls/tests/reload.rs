@@ -867,6 +867,56 @@ fn a_file_repeating_a_retired_limit_keeps_its_last_record() {
     assert!(one(&restarted, "user", "alice"), "starts full");
 }
 
+/// `record` (a saved record, tag 2) as earlier builds wrote it (tag 1): the id and the
+/// table's bytes alone.
+fn without_definition(record: &[u8]) -> Vec<u8> {
+    let u32_at = |at: usize| u32::from_le_bytes(record[at..at + 4].try_into().unwrap()) as usize;
+    let id_end = 5 + u32_at(1);
+    let mut at = id_end + 2;
+    for _ in 0..record[id_end + 1] {
+        at += 4 + 1 + 8;
+        at += 4 + u32_at(at); // the name
+    }
+    at += 8; // the size
+    let mut old = vec![1];
+    old.extend_from_slice(&record[1..id_end]);
+    old.extend_from_slice(&record[at..]);
+    old
+}
+
+/// A record of earlier builds (without the definition a retired table needs) of a limit not
+/// configured replaces the id's earlier record as any later record does: the retired table
+/// an earlier record kept goes, and the limit starts full if it comes back.
+#[test]
+fn a_record_of_earlier_builds_replaces_an_earlier_retired_record() {
+    use tollgate_rls::engine::Restored;
+    let clock = manual();
+    let full = format!("domain: r\ndescriptors:\n{USER}{OTHER}");
+    let gone = format!("domain: r\ndescriptors:\n{OTHER}");
+    let (_, file) = saved_after_removal(&clock, 3);
+    let drained = records(&file)[0].to_vec(); // user's, retired
+    let old = without_definition(&drained);
+    let retired = |n| Restored::Ok {
+        tables: 0,
+        drained: 0,
+        retired: n,
+    };
+    let restarted = local_service(&gone, &clock, 1_000);
+    let f = file_of_records(&[old.clone(), drained.clone()]);
+    assert_eq!(local_of(&restarted).restore(&f[..]), retired(1), "the last");
+    restarted.reload(load(&full));
+    assert!(!one(&restarted, "user", "alice"), "resumed drained");
+    let restarted = local_service(&gone, &clock, 1_000);
+    let f = file_of_records(&[drained, old]);
+    assert_eq!(
+        local_of(&restarted).restore(&f[..]),
+        retired(0),
+        "the last, without a definition"
+    );
+    restarted.reload(load(&full));
+    assert!(one(&restarted, "user", "alice"), "starts full");
+}
+
 /// A config of one limit, `user`, with `rates` (each a `rate_limits` item, flow style).
 fn user_rates(rates: &[&str]) -> String {
     let mut y = String::from("domain: r\ndescriptors:\n  - key: user\n    rate_limits:\n");

@@ -70,72 +70,24 @@ struct Table {
     size: usize,
 }
 
-/// Tables of limits the config no longer has, by limit id, each with the order it left in.
-#[derive(Default)]
+/// Tables of limits the config does not have (retired by a reload, or read by a restore), at
+/// most one per limit id, by age. `tables` and `ids` name the same tables (`ids[id]` is the
+/// age under which `tables` holds `id`'s table), every age is below `next` (a table added is
+/// the newest), and `values` is the sum of the tables' sizes. Within the caps (`fits`) after
+/// `shed` and `trim`.
 struct Retired {
-    next: u64,
-    tables: HashMap<String, (u64, Arc<Table>)>,
-}
-
-/// Whether `tables` retired tables of `values` values in all may be kept: at most
-/// `LocalBackend::MAX_RETIRED_TABLES` tables and `max_keys` values. The one rule of both
-/// `Retired::trim` and a restore (`Kept`).
-fn fits(tables: usize, values: usize, max_keys: usize) -> bool {
-    tables <= LocalBackend::MAX_RETIRED_TABLES && values <= max_keys
-}
-
-impl Retired {
-    /// Adds a table of a limit that left the config, newer than every table already here.
-    fn add(&mut self, id: String, table: Arc<Table>) {
-        let stamp = self.next;
-        self.next += 1;
-        self.tables.insert(id, (stamp, table));
-    }
-
-    /// Drops the tables whose buckets are all full (they hold nothing a new table would
-    /// not, and take no room), then the oldest until the rest fit (`fits`).
-    fn trim(&mut self, max_keys: usize) {
-        self.tables.retain(|_, (_, t)| {
-            t.limiter.sweep();
-            !t.limiter.is_empty()
-        });
-        let mut kept: usize = self.tables.values().map(|(_, t)| t.size).sum();
-        if !fits(self.tables.len(), kept, max_keys) {
-            let mut oldest: Vec<(u64, String, usize)> = self
-                .tables
-                .iter()
-                .map(|(id, (stamp, t))| (*stamp, id.clone(), t.size))
-                .collect();
-            oldest.sort_unstable();
-            for (_, id, size) in oldest {
-                if fits(self.tables.len(), kept, max_keys) {
-                    break;
-                }
-                self.tables.remove(&id);
-                kept -= size;
-            }
-        }
-    }
-}
-
-/// The retired tables a restore keeps while it reads the file: the newest records (the later
-/// in the file) of limits not configured that fit (`fits`), one per id, none full. Each
-/// record's table is built as it is read and the oldest kept dropped past the bound, so that
-/// what a restore holds is bounded by `fits`, whatever the file's size.
-struct Kept {
     max_keys: usize,
     next: u64,
     /// By age, oldest first.
-    tables: BTreeMap<u64, (String, Table)>,
-    /// The age of each id kept.
+    tables: BTreeMap<u64, (String, Arc<Table>)>,
+    /// The age of each id's table.
     ids: HashMap<String, u64>,
-    /// The values of the tables kept.
     values: usize,
 }
 
-impl Kept {
-    fn new(max_keys: usize) -> Kept {
-        Kept {
+impl Retired {
+    fn new(max_keys: usize) -> Retired {
+        Retired {
             max_keys,
             next: 0,
             tables: BTreeMap::new(),
@@ -144,34 +96,41 @@ impl Kept {
         }
     }
 
-    /// Drops the table kept for `id`, if any: a newer record of the id replaces it, whatever
-    /// that record's fate (one table per id, the file's last record).
-    fn forget(&mut self, id: &str) {
-        if let Some(age) = self.ids.remove(id) {
-            if let Some((_, t)) = self.tables.remove(&age) {
-                self.values -= t.size;
-            }
-        }
+    fn get(&self, id: &str) -> Option<&Arc<Table>> {
+        self.tables.get(self.ids.get(id)?).map(|(_, t)| t)
     }
 
-    /// Drops every table kept: a newer record that cannot be kept for its size alone (over
-    /// `max_keys`) ends the newest-first run of tables that fit, as `Retired::trim` drops the
-    /// tables older than one that does not fit.
+    fn remove(&mut self, id: &str) -> Option<Arc<Table>> {
+        let (_, t) = self.tables.remove(&self.ids.remove(id)?)?;
+        self.values -= t.size;
+        Some(t)
+    }
+
     fn clear(&mut self) {
         self.tables.clear();
         self.ids.clear();
         self.values = 0;
     }
 
-    /// Keeps `table` (not full, at most `max_keys` values, its id forgotten), newer than every
-    /// table kept, then drops the oldest until the rest fit.
-    fn keep(&mut self, id: String, table: Table) {
+    /// Adds `id`'s table as the newest, in place of the id's table here if any. May pass the
+    /// caps: `shed` or `trim` restores them.
+    fn add(&mut self, id: String, table: Arc<Table>) {
+        self.remove(&id);
         let age = self.next;
         self.next += 1;
         self.values += table.size;
         self.ids.insert(id.clone(), age);
         self.tables.insert(age, (id, table));
-        while !fits(self.tables.len(), self.values, self.max_keys) {
+    }
+
+    /// The caps: at most `LocalBackend::MAX_RETIRED_TABLES` tables and `max_keys` values.
+    fn fits(&self) -> bool {
+        self.tables.len() <= LocalBackend::MAX_RETIRED_TABLES && self.values <= self.max_keys
+    }
+
+    /// Drops the oldest tables until the rest fit (`fits`).
+    fn shed(&mut self) {
+        while !self.fits() {
             let Some((_, (id, t))) = self.tables.pop_first() else {
                 break;
             };
@@ -180,9 +139,25 @@ impl Kept {
         }
     }
 
-    /// The tables kept, oldest first.
-    fn into_oldest_first(self) -> impl Iterator<Item = (String, Table)> {
-        self.tables.into_values()
+    /// Drops the tables whose buckets are all full (they hold nothing a new table would
+    /// not, and take no room), then the oldest until the rest fit (`shed`).
+    fn trim(&mut self) {
+        let Retired {
+            tables,
+            ids,
+            values,
+            ..
+        } = self;
+        tables.retain(|_, (id, t)| {
+            t.limiter.sweep();
+            let full = t.limiter.is_empty();
+            if full {
+                ids.remove(id);
+                *values -= t.size;
+            }
+            !full
+        });
+        self.shed();
     }
 }
 
@@ -199,10 +174,10 @@ impl Kept {
 ///   restore tried, then a drained one). Past it the file is not one this service writes:
 ///   damaged (every table drained, never more lenient than the file).
 /// - Retired tables, at their saved size: at most `2 × max_keys + records`. A saved file's
-///   retired tables sum to at most `max_keys` (`fits`), and the tables configured at save
-///   time to at most `max_keys` plus 1 per record. Past it a record is read past unbuilt, as
-///   the caps drop retired tables (its limit starts full if it comes back): a file saved
-///   under a larger `--max-keys` than now may exceed it, and is still restored.
+///   retired tables sum to at most `max_keys` (`Retired::fits`), and the tables configured
+///   at save time to at most `max_keys` plus 1 per record. Past it a record is read past
+///   unbuilt, as the caps drop retired tables (its limit starts full if it comes back): a
+///   file saved under a larger `--max-keys` than now may exceed it, and is still restored.
 ///
 /// `records` counts the records read so far, the current one included; the sums saturate.
 struct Budget {
@@ -268,12 +243,11 @@ pub struct LocalBackend {
     max_keys: usize,
     tables: RwLock<HashMap<String, Arc<Table>>>,
     /// Tables of limits the config no longer has (removed, or made `unlimited` or 0 per unit),
-    /// oldest first, kept while some bucket is not full and within the caps (`fits`): a limit
-    /// that comes back (a file read half-written, a reverted edit) resumes its buckets instead
-    /// of starting full. Only
-    /// `apply` and `restore` add or drop them (under the tables' write lock); a decision
-    /// planned before the reload that retired one decides its limit there (`stand_in`, under
-    /// the read lock).
+    /// oldest first, kept while some bucket is not full and within the caps
+    /// (`Retired::fits`): a limit that comes back (a file read half-written, a reverted edit)
+    /// resumes its buckets instead of starting full. Only `apply` and `restore` add or drop
+    /// them (under the tables' write lock); a decision planned before the reload that retired
+    /// one decides its limit there (`stand_in`, under the read lock).
     retired: Mutex<Retired>,
     stripes: Box<[Mutex<()>]>,
     hasher: std::collections::hash_map::RandomState,
@@ -340,11 +314,12 @@ impl LocalBackend {
     /// An empty backend: `max_keys` values in all, shared equally by the limits that keep a
     /// bucket per value.
     pub fn new(clock: RlsClock, max_keys: usize) -> LocalBackend {
+        let max_keys = max_keys.max(1);
         LocalBackend {
             clock,
-            max_keys: max_keys.max(1),
+            max_keys,
             tables: RwLock::new(HashMap::new()),
-            retired: Mutex::new(Retired::default()),
+            retired: Mutex::new(Retired::new(max_keys)),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: Default::default(),
             restored_size: AtomicUsize::new(0),
@@ -396,7 +371,7 @@ impl LocalBackend {
             let before = tables
                 .get(&limit.id)
                 .cloned()
-                .or_else(|| retired.tables.remove(&limit.id).map(|(_, t)| t));
+                .or_else(|| retired.remove(&limit.id));
             let table = match before {
                 Some(t) if t.limit.same_definition(limit) && t.size == size => {
                     applied.kept += 1;
@@ -446,7 +421,7 @@ impl LocalBackend {
                 retired.add(id, t);
             }
         }
-        retired.trim(self.max_keys);
+        retired.trim();
         applied
     }
 
@@ -585,14 +560,14 @@ impl LocalBackend {
     /// them (a drained value stays drained; a debit here is kept for the limit's return, as a
     /// debit on Redis is); else, the retired table dropped for holding only full buckets (or
     /// for `--max-keys`), a table of one full bucket under the limit's own rates, dropped
-    /// after the decision. Called under the tables' read lock, which keeps `apply` (the only
-    /// writer of the retired tables) out.
+    /// after the decision. Called under the tables' read lock, which keeps `apply` and
+    /// `restore` (the only writers of the retired tables, under the write lock) out.
     fn stand_in(&self, limit: &Arc<Limit>) -> Option<Arc<Table>> {
         let retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
-        match retired.tables.get(&limit.id) {
-            Some((_, t)) => Some(t.clone()),
-            None => self.fresh(limit, 1).map(Arc::new),
-        }
+        retired
+            .get(&limit.id)
+            .cloned()
+            .or_else(|| self.fresh(limit, 1).map(Arc::new))
     }
 
     /// A check-only demand: `Some` (read, holds) if one hit would pass, else `None`.
@@ -637,26 +612,17 @@ impl LocalBackend {
                 .iter()
                 .map(|(id, t)| (id.clone(), t.clone()))
                 .collect();
-            let old: Vec<(u64, String, Arc<Table>)> = retired
-                .tables
-                .iter()
-                .map(|(id, (stamp, t))| (*stamp, id.clone(), t.clone()))
-                .collect();
+            let old: Vec<(String, Arc<Table>)> = retired.tables.values().cloned().collect();
             (current, old)
         };
-        retired.sort_unstable_by_key(|(stamp, _, _)| *stamp);
         // A retired table whose buckets are all full holds nothing a new one would not.
-        retired.retain(|(_, _, t)| {
+        retired.retain(|(_, t)| {
             t.limiter.sweep();
             !t.limiter.is_empty()
         });
         w.write_all(MAGIC)?;
         let mut blob = Vec::new();
-        let all = retired
-            .iter()
-            .map(|(_, id, t)| (id, t))
-            .chain(current.iter().map(|(id, t)| (id, t)));
-        for (id, t) in all {
+        for (id, t) in retired.iter().chain(&current) {
             let Kind::Rates(rates) = &t.limit.kind else {
                 continue; // A table has rates (`limits_of`).
             };
@@ -753,9 +719,9 @@ impl LocalBackend {
         // One table per configured limit (a file that repeats a limit: its last record), so
         // that a file cannot make the process hold more tables than the config has.
         let mut rebuilt: HashMap<String, Table> = HashMap::new();
-        // Tables of limits not configured: at most what `Retired::trim` keeps, the newest of
-        // those built within the budget.
-        let mut kept = Kept::new(self.max_keys);
+        // Tables of limits not configured, the newest of those built within the budget, held
+        // within the caps as they are read (`Retired::shed`).
+        let mut kept = Retired::new(self.max_keys);
         let mut drained = 0;
         loop {
             let [tag] = get::<1>(&mut r)?;
@@ -795,15 +761,12 @@ impl LocalBackend {
             let (id, (limit, size)) = match (id, current) {
                 (Some(id), Some(current)) => (id, current),
                 (Some(id), None) => {
-                    // A limit not configured: a retired table, if its record has the
-                    // definition (one whose rate names are all read whole) and it may be kept.
-                    let Some((limit, size)) = saved else {
-                        finish(&mut blob, &id)?;
-                        continue;
-                    };
-                    kept.forget(&id);
-                    match limit {
-                        Some(limit) if size <= self.max_keys => {
+                    // A limit not configured: this record replaces the id's earlier one,
+                    // whatever its fate. A retired table, if the record has the definition
+                    // (one whose rate names are all read whole) and it may be kept.
+                    kept.remove(&id);
+                    match saved {
+                        Some((Some(limit), size)) if size <= self.max_keys => {
                             // Past the budget: read past unbuilt, as the caps drop a retired
                             // table (its limit starts full if it comes back).
                             if !budget.retired(size) {
@@ -826,14 +789,19 @@ impl LocalBackend {
                                     limit,
                                     size,
                                 };
-                                kept.keep(id, table);
+                                kept.add(id, Arc::new(table));
+                                kept.shed();
                             }
                         }
-                        Some(_) => {
+                        // Too large to keep on its own: as `Retired::trim` drops the tables
+                        // older than one that does not fit, it ends the newest-first run of
+                        // the tables that fit.
+                        Some((Some(_), _)) => {
                             kept.clear();
                             finish(&mut blob, &id)?;
                         }
-                        None => finish(&mut blob, &id)?,
+                        // No definition: a record of earlier builds, or a rate name read past.
+                        _ => finish(&mut blob, &id)?,
                     }
                     continue;
                 }
@@ -891,16 +859,16 @@ impl LocalBackend {
         let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);
         let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
         for (id, t) in rebuilt {
-            retired.tables.remove(&id);
+            retired.remove(&id);
             tables.insert(id, Arc::new(t));
         }
         // Oldest first, as a reload retires them.
-        for (id, t) in kept.into_oldest_first() {
+        for (id, t) in kept.tables.into_values() {
             if !tables.contains_key(&id) {
-                retired.add(id, Arc::new(t));
+                retired.add(id, t);
             }
         }
-        retired.trim(self.max_keys);
+        retired.trim();
         Ok(Restored::Ok {
             tables: n,
             drained,
