@@ -28,18 +28,23 @@
 //!
 //! A request's body must arrive within `body_timeout` of its headers (`TimedBody`): past it
 //! the request is answered 408 (HTTP) or `DEADLINE_EXCEEDED` (gRPC).
+//!
+//! HTTP/2 runs each stream (its request's handler, then its response's body) in a task of its
+//! own, spawned by hyper on the connection's executor (`Streams`): the connection task owns
+//! those tasks, and ends them (and waits for them) when it ends, so that no handler outlives
+//! its connection, nor [`serve`] once it returns.
 
 use axum::body::Body;
 use axum::http::{header, Request, Response, StatusCode};
 use axum::response::IntoResponse;
 use hyper::body::{Frame, Incoming, SizeHint};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -106,8 +111,9 @@ impl Protocol {
 
 /// Serves `app` on `listener` until `stop` resolves, then drains: the listener is closed,
 /// every connection is asked to close gracefully (HTTP/1 after its request in flight,
-/// HTTP/2 by GOAWAY), and this returns once every connection has closed. Dropping the future
-/// (or aborting its task) closes every connection at once.
+/// HTTP/2 by GOAWAY), and this returns once every connection has closed and every call on
+/// them has ended. Dropping the future (or aborting its task) closes every connection at once
+/// and aborts every call.
 pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
@@ -120,7 +126,6 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
-    let builder = builder(protocol, &limits);
     let (drain_tx, drain_rx) = watch::channel(false);
     // Connection tasks live in the set so that dropping it (the drain's bound passed) aborts
     // them; finished ones are reaped at each accept, so it holds at most the open ones and
@@ -175,7 +180,6 @@ pub async fn serve(
             stream,
             slot,
             app.clone(),
-            builder.clone(),
             protocol,
             limits,
             drain_rx.clone(),
@@ -196,9 +200,13 @@ fn is_connection_error(e: &std::io::Error) -> bool {
     )
 }
 
-/// hyper's connection builder for `protocol` under `limits`.
-fn builder(protocol: Protocol, limits: &Limits) -> auto::Builder<TokioExecutor> {
-    let mut b = auto::Builder::new(TokioExecutor::new());
+/// hyper's connection builder for `protocol` under `limits`, spawning on `executor`.
+fn builder(
+    protocol: Protocol,
+    limits: &Limits,
+    executor: StreamExecutor,
+) -> auto::Builder<StreamExecutor> {
+    let mut b = auto::Builder::new(executor);
     match protocol {
         Protocol::Http1 => {
             b = b.http1_only();
@@ -329,16 +337,35 @@ fn due(
     }
 }
 
+/// One connection's task: it holds the connection's slot, and counts as open, until hyper's
+/// connection and every task of its streams have ended.
 async fn connection(
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
     app: axum::Router,
-    builder: auto::Builder<TokioExecutor>,
+    protocol: Protocol,
+    limits: Limits,
+    drain: watch::Receiver<bool>,
+) {
+    let _open = crate::metrics::OpenConnection::new(protocol.port());
+    let streams = Streams::new();
+    let builder = builder(protocol, &limits, streams.executor());
+    drive(stream, app, builder, protocol, limits, drain).await;
+    // hyper's connection is gone: a stream task left has nobody to answer (a handler stuck in
+    // a backend that does not answer, past the drain's bound or after the peer left).
+    streams.close().await;
+}
+
+/// Serves one connection until it ends: by the peer, by a limit, or by the drain (its bound
+/// included). Dropping it drops hyper's connection.
+async fn drive(
+    stream: TcpStream,
+    app: axum::Router,
+    builder: auto::Builder<StreamExecutor>,
     protocol: Protocol,
     limits: Limits,
     mut drain: watch::Receiver<bool>,
 ) {
-    let _open = crate::metrics::OpenConnection::new(protocol.port());
     // Small answers go out at once (tonic's own listener sets it too).
     let _ = stream.set_nodelay(true);
     let opened = Instant::now();
@@ -401,6 +428,77 @@ async fn connection(
                 }
             }
         }
+    }
+}
+
+/// The tasks hyper spawns for one connection: on HTTP/2, one per stream, which runs the
+/// request's handler and then sends its response's body. The connection task owns the set;
+/// hyper (its connection and each stream task, which keeps a copy of the executor) holds only
+/// [`StreamExecutor`]s, which do not keep the set alive, so that dropping the owner (the
+/// connection task aborted, or `serve` dropped) drops the set, which aborts every task in it.
+///
+/// The set holds the tasks still running and those that ended since the last spawn, which
+/// each spawn reaps first: it never holds more than one more task than were running at the
+/// last spawn, however many streams a long-lived connection opens one after the other.
+/// The running ones are those of the streams open (at most [`MAX_STREAMS_PER_CONNECTION`] on
+/// the gRPC port) and those of streams just reset, which hyper ends at their next turn.
+struct Streams {
+    tasks: Arc<Mutex<JoinSet<()>>>,
+}
+
+impl Streams {
+    fn new() -> Streams {
+        Streams {
+            tasks: Arc::new(Mutex::new(JoinSet::new())),
+        }
+    }
+
+    /// The executor for hyper's connection, spawning into this set while it lives.
+    fn executor(&self) -> StreamExecutor {
+        StreamExecutor(Arc::downgrade(&self.tasks))
+    }
+
+    /// The tasks in the set: running ones and those ended since the last spawn.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.tasks).len()
+    }
+
+    /// Aborts every task and returns once each has ended (its future dropped). Handlers only
+    /// wait (on the peer, a backend), never block a thread, so each ends at its next turn.
+    async fn close(self) {
+        let mut tasks = std::mem::take(&mut *lock(&self.tasks));
+        tasks.shutdown().await;
+    }
+}
+
+/// The set, also after a task panicked while holding its lock (its contents stay sound: a
+/// panic in `JoinSet::spawn` leaves the set as it was).
+fn lock(tasks: &Mutex<JoinSet<()>>) -> std::sync::MutexGuard<'_, JoinSet<()>> {
+    tasks.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// hyper's executor for one connection: spawns into the connection's [`Streams`]. In place
+/// of hyper-util's `TokioExecutor`, whose tasks are detached: nothing waits for them, and
+/// only hyper's own check for a reset stream ends one, at some turn after its connection went.
+#[derive(Clone)]
+struct StreamExecutor(Weak<Mutex<JoinSet<()>>>);
+
+impl<F> hyper::rt::Executor<F> for StreamExecutor
+where
+    F: Future + Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        // Once the connection task has let go of its streams, a task spawned now would
+        // answer nobody: it is dropped unstarted.
+        let Some(tasks) = self.0.upgrade() else {
+            return;
+        };
+        let mut set = lock(&tasks);
+        while set.try_join_next().is_some() {}
+        set.spawn(async move {
+            fut.await;
+        });
     }
 }
 
@@ -621,6 +719,208 @@ mod tests {
             .await
             .expect("drained in time")
             .expect("served without a panic");
+    }
+
+    /// Limits that never fire during a test.
+    fn long_limits() -> Limits {
+        let long = Duration::from_secs(600);
+        Limits {
+            max_connections: 16,
+            header_timeout: long,
+            body_timeout: long,
+            idle_timeout: long,
+            keepalive_interval: long,
+            keepalive_timeout: long,
+        }
+    }
+
+    /// A call in flight of `stuck_app`, counted in its `live` for as long as the call's future
+    /// lives. Its release takes a while, as a handler's cleanup may: whoever says the call
+    /// ended must have waited for it.
+    struct Live(Arc<AtomicUsize>);
+
+    impl Drop for Live {
+        fn drop(&mut self) {
+            std::thread::sleep(Duration::from_millis(50));
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// An app whose one call never answers (a handler stuck in a backend that does not
+    /// answer): each call counts itself in `live` and says on `began` that it runs.
+    fn stuck_app(
+        live: Arc<AtomicUsize>,
+        began: tokio::sync::mpsc::UnboundedSender<()>,
+    ) -> axum::Router {
+        axum::Router::new().route(
+            "/test.Stuck/Call",
+            axum::routing::post(move || {
+                live.fetch_add(1, Ordering::SeqCst);
+                let (live, began) = (Live(live.clone()), began.clone());
+                async move {
+                    let _live = live;
+                    let _ = began.send(());
+                    std::future::pending::<&'static str>().await
+                }
+            }),
+        )
+    }
+
+    /// The client's side of a call to `stuck_app`: it holds the connection and the stream
+    /// open until dropped.
+    struct StuckCall {
+        _client: h2::client::SendRequest<axum::body::Bytes>,
+        _answer: h2::client::ResponseFuture,
+        conn: tokio::task::JoinHandle<Result<(), h2::Error>>,
+    }
+
+    impl Drop for StuckCall {
+        fn drop(&mut self) {
+            self.conn.abort();
+        }
+    }
+
+    /// A call to `stuck_app` on `addr` over a fresh HTTP/2 connection, once its handler runs.
+    async fn stuck_call(
+        addr: std::net::SocketAddr,
+        began: &mut tokio::sync::mpsc::UnboundedReceiver<()>,
+    ) -> StuckCall {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+        let conn = tokio::spawn(conn);
+        let req = Request::post(format!("http://{addr}/test.Stuck/Call"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (answer, _) = client.send_request(req, true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), began.recv())
+            .await
+            .expect("the handler ran in time")
+            .unwrap();
+        StuckCall {
+            _client: client,
+            _answer: answer,
+            conn,
+        }
+    }
+
+    /// Past the drain's bound `serve` returns, and only once the calls still in flight on
+    /// its HTTP/2 connections have ended: their handlers' futures are dropped by then.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serve_returns_past_the_drains_bound_once_its_calls_ended() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let live = Arc::new(AtomicUsize::new(0));
+        let (began_tx, mut began) = tokio::sync::mpsc::unbounded_channel();
+        let app = stuck_app(live.clone(), began_tx);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(
+            listener,
+            app,
+            Protocol::Http2,
+            long_limits(),
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
+        let _call = stuck_call(addr, &mut began).await;
+        assert_eq!(live.load(Ordering::SeqCst), 1, "the call is in flight");
+        let _ = stop_tx.send(());
+        tokio::time::timeout(crate::server::DRAIN_BOUND + Duration::from_secs(5), server)
+            .await
+            .expect("serve returned past the drain's bound")
+            .expect("served without a panic");
+        assert_eq!(
+            live.load(Ordering::SeqCst),
+            0,
+            "a call's handler still ran when serve returned"
+        );
+    }
+
+    /// Aborting `serve`'s task (as the drain does past its bound) ends the calls in flight on
+    /// its HTTP/2 connections: an abort takes effect at each task's next turn, so their
+    /// handlers' futures are dropped soon after, never left running.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_aborted_serve_ends_its_calls() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let live = Arc::new(AtomicUsize::new(0));
+        let (began_tx, mut began) = tokio::sync::mpsc::unbounded_channel();
+        let app = stuck_app(live.clone(), began_tx);
+        let server = tokio::spawn(serve(
+            listener,
+            app,
+            Protocol::Http2,
+            long_limits(),
+            std::future::pending(),
+        ));
+        let _call = stuck_call(addr, &mut began).await;
+        assert_eq!(live.load(Ordering::SeqCst), 1, "the call is in flight");
+        server.abort();
+        assert!(server.await.unwrap_err().is_cancelled());
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while live.load(Ordering::SeqCst) > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("a call's handler still ran 5 s after serve was aborted");
+    }
+
+    /// A long-lived connection's stream tasks, spawned one after the other, each ended before
+    /// the next: the set never holds more than the one running.
+    #[tokio::test]
+    async fn ended_stream_tasks_are_reaped_at_each_spawn() {
+        use hyper::rt::Executor;
+        let streams = Streams::new();
+        let executor = streams.executor();
+        for _ in 0..1000 {
+            let (done, ended) = tokio::sync::oneshot::channel();
+            executor.execute(async move {
+                let _ = done.send(());
+            });
+            assert_eq!(streams.len(), 1);
+            ended.await.unwrap();
+        }
+    }
+
+    /// A task that holds `live` (as `Live` counts it) until it is dropped, and never ends.
+    fn pending_task(live: &Arc<AtomicUsize>) -> impl Future<Output = ()> + Send + 'static {
+        live.fetch_add(1, Ordering::SeqCst);
+        let live = Live(live.clone());
+        async move {
+            let _live = live;
+            std::future::pending::<()>().await
+        }
+    }
+
+    /// `close` returns once every task has been dropped; dropping the set (the connection task
+    /// aborted) aborts them too; a task spawned once the set is gone is dropped unstarted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stream_tasks_end_with_their_connection() {
+        use hyper::rt::Executor;
+        let live = Arc::new(AtomicUsize::new(0));
+        let streams = Streams::new();
+        for _ in 0..3 {
+            streams.executor().execute(pending_task(&live));
+        }
+        streams.close().await;
+        assert_eq!(live.load(Ordering::SeqCst), 0, "a task outlived close");
+
+        let streams = Streams::new();
+        let executor = streams.executor();
+        executor.execute(pending_task(&live));
+        drop(streams);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while live.load(Ordering::SeqCst) > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("a task outlived its set by 5 s");
+        executor.execute(pending_task(&live));
+        assert_eq!(live.load(Ordering::SeqCst), 0, "a task spawned with no set");
     }
 
     #[test]

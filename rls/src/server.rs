@@ -266,9 +266,10 @@ pub async fn run(
     let _ = stop_tx.send(true);
     // In-flight calls finish; a client that keeps its connection open past the drain's bound
     // (one that does not answer the GOAWAY's ping) is cut off: aborting the accept loop's
-    // task drops its connection tasks. The gRPC port drains first, the HTTP port meanwhile
-    // answering `/healthcheck` with 503; one deadline bounds both, so that the process exits
-    // within `DRAIN_BOUND` of the signal, not one bound per port.
+    // task drops its connection tasks, which abort their calls' tasks. The gRPC port drains
+    // first, the HTTP port meanwhile answering `/healthcheck` with 503; one deadline bounds
+    // both, so that the process exits within `DRAIN_BOUND` of the signal, not one bound per
+    // port.
     let deadline = tokio::time::Instant::now() + DRAIN_BOUND;
     let _ = grpc_stop_tx.send(());
     if tokio::time::timeout_at(deadline, &mut grpc).await.is_err() {
