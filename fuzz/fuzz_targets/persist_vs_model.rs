@@ -48,7 +48,10 @@
 //!   `restore_paired_at` into policies of as many quotas as the pairs the input chose (quotas
 //!   added, removed, moved, kept or changed; pairs `None` or naming a saved quota, and some
 //!   that do not fit: too few, too many, past a saved policy's quotas, or one policy of
-//!   another count, each `BadPairs` with nothing built). Right after it, per key, a paired
+//!   another count, each `BadPairs` with nothing built, every field checked: `pairs` the
+//!   number given, `quotas` and `saved` the quota counts here and saved of the first pair of
+//!   policies they do not fit, the defaults' where they do not fit them, else some
+//!   override's, whose order the restore does not fix). Right after it, per key, a paired
 //!   quota holds no more than the saved one's reference converted, and an unpaired one is
 //!   exactly full wherever no floor for untracked keys can apply (every table so far large
 //!   enough for all keys, none of another seed); the `gcra` references (the unpaired quotas
@@ -651,12 +654,65 @@ fn paired_reference(
         .collect()
 }
 
-/// A paired restart (`Onto::Paired`): the restoring policies and the pairs given, and whether
-/// they fit (`BadPairs` else).
+/// A paired restart (`Onto::Paired`): the restoring policies and the pairs given, and the
+/// pairs of policies they do not fit (`BadPairs` where any).
 struct PairedPlan {
     new: Policies,
     pairs: Vec<Option<usize>>,
-    fits: bool,
+    misfits: Misfits,
+}
+
+/// The pairs of policies a key goes through (the saved one and the one here) that a paired
+/// restore's pairs do not fit (another count here than the pairs, or a pair naming a position
+/// past the saved policy's quotas), each as `BadPairs` counts it: `(quotas, saved)`, the
+/// quotas of the policy here and of the saved one.
+#[derive(Clone, Default, Debug)]
+struct Misfits {
+    /// The defaults' pair, where the pairs do not fit it.
+    default: Option<(usize, usize)>,
+    /// Each override's pair (the same keys have one on both sides) they do not fit.
+    overrides: Vec<(usize, usize)>,
+}
+
+impl Misfits {
+    fn of(pol: &Policies, new: &Policies, pairs: &[Option<usize>]) -> Misfits {
+        let misfit = |old: &[Quota], here: &[Quota]| {
+            let fits = here.len() == pairs.len() && pairs.iter().flatten().all(|&i| i < old.len());
+            (!fits).then_some((here.len(), old.len()))
+        };
+        let overrides = pol.overrides.iter().zip(&new.overrides);
+        Misfits {
+            default: misfit(&pol.default, &new.default),
+            overrides: overrides
+                .filter_map(|(old, here)| misfit(old.as_deref()?, here.as_deref()?))
+                .collect(),
+        }
+    }
+
+    fn fit(&self) -> bool {
+        self.default.is_none() && self.overrides.is_empty()
+    }
+
+    /// Whether `e` is the `BadPairs` a restore given `n` pairs owes: `pairs` the `n` given,
+    /// `quotas` and `saved` the counts of the first pair of policies they do not fit. The
+    /// restore checks the defaults' pair first, so theirs where it does not fit; else the
+    /// overrides' pairs come in the order of the table's hash map (not fixed), so any one's
+    /// that does not fit.
+    fn owed(&self, e: &RestoreError, n: usize) -> bool {
+        let &RestoreError::BadPairs {
+            pairs,
+            quotas,
+            saved,
+        } = e
+        else {
+            return false;
+        };
+        pairs == n
+            && match self.default {
+                Some(d) => (quotas, saved) == d,
+                None => self.overrides.contains(&(quotas, saved)),
+            }
+    }
 }
 
 /// A paired restart's policies and pairs from the input (`None`: an invalid quota read, the
@@ -732,10 +788,12 @@ fn paired_plan(pol: &Policies, b: &mut Bytes<'_>) -> Option<PairedPlan> {
     }
     // Every pair of policies a key goes through: the default's, and each key's override's (set
     // on both sides: the same keys keep an override across restarts).
-    let fits = pol.lists().zip(new.lists()).all(|(old, here)| {
-        here.len() == pairs.len() && pairs.iter().flatten().all(|&i| i < old.len())
-    });
-    Some(PairedPlan { new, pairs, fits })
+    let misfits = Misfits::of(pol, &new, &pairs);
+    Some(PairedPlan {
+        new,
+        pairs,
+        misfits,
+    })
 }
 
 /// One key's window eras (where in its admissions each quota's windows begin) across a restart
@@ -1512,12 +1570,12 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                 // pairs read from the input after it.
                 let mut new = pol.clone();
                 let mut pairs = None;
-                let mut fits = true;
+                let mut misfits = Misfits::default();
                 if onto == Onto::Paired {
                     let Some(plan) = paired_plan(&pol, b) else {
                         return;
                     };
-                    (new, pairs, fits) = (plan.new, Some(plan.pairs), plan.fits);
+                    (new, pairs, misfits) = (plan.new, Some(plan.pairs), plan.misfits);
                 } else {
                     let reshape = |v: &mut Vec<Quota>, x: u64, b: &mut Bytes<'_>| {
                         match reshaped(v, (x >> 52) as usize % v.len(), x, b) {
@@ -1593,7 +1651,7 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                 };
                 let r = tl.restart(x, step, burst);
                 match r {
-                    Restart::Ok { down, origin, at } if !resized && fits => {
+                    Restart::Ok { down, origin, at } if !resized && misfits.fit() => {
                         let clock = tl.restarted(down, origin, at);
                         let restored = restore(clock.clock.clone(), at)
                             .unwrap_or_else(|e| panic!("{label}: {onto:?} {pairs:?}: {e:?}"));
@@ -1668,9 +1726,8 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                         assert!(
                             future && matches!(e, RestoreError::FromTheFuture { .. })
                                 || resized && matches!(e, RestoreError::LimitsChanged { .. })
-                                || !fits
-                                    && matches!(e, RestoreError::BadPairs { pairs, .. } if pairs == n),
-                            "{label}: {onto:?} {pairs:?}: {e:?}"
+                                || !misfits.fit() && misfits.owed(&e, n),
+                            "{label}: {onto:?} {pairs:?} {misfits:?}: {e:?}"
                         );
                     }
                 }
