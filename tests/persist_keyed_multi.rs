@@ -433,3 +433,44 @@ fn pairs_that_do_not_fit_are_an_error() {
         .unwrap_err();
     assert!(matches!(err, RestoreError::Truncated), "{err:?}");
 }
+
+/// The saved table does not bound the restored one where the restore cuts a debt (two refills
+/// of the restoring table's slowest quota, `docs/guarantees.md`) that a conversion carried past
+/// a burst with no admission behind it. Restored into another seed, an untracked key's floor
+/// is raised to the strictest any saved policy converts to under any policy here: key 0 (an
+/// override of 1 per ms, burst 10) spent 2, holds 8, carried as a balance into a default of
+/// burst 100 lacks 92, so every untracked key waits 92 ms, key 0 too. Restored again into
+/// another seed whose slowest quota refills in 10 ms, that floor is cut to 20 ms: the restored
+/// table admits key 0 before the saved one would, and still no more than key 0's own state
+/// (full 2 ms after its spend) allows.
+#[test]
+fn a_floor_a_conversion_carried_past_a_burst_is_cut_at_two_refills() {
+    let per_ms = |burst| Limits::new([q(1, 1, burst)]).unwrap();
+    let table = |default, clock| {
+        KeyedMultiLimiter::builder(per_ms(default), 10, clock)
+            .override_quota(0u64, per_ms(10))
+            .build()
+            .unwrap()
+    };
+    let live = table(10, ManualClock::new());
+    live.try_acquire(&0, 2).unwrap();
+    let mut file = Vec::new();
+    live.save_at(&mut file, wall(0)).unwrap();
+    let saved = table(100, ManualClock::new());
+    saved.restore_at(&file[..], wall(0)).unwrap();
+    let mut file = Vec::new();
+    saved.save_at(&mut file, wall(0)).unwrap();
+    let clock = ManualClock::new();
+    let restored = table(5, clock.clone());
+    restored.restore_at(&file[..], wall(0)).unwrap();
+    let at = |ms: u64| {
+        clock.set(Duration::from_millis(ms));
+        saved.clock().set(Duration::from_millis(ms));
+        (restored.available(&0), saved.available(&0))
+    };
+    assert_eq!(at(0), (0, 0));
+    assert_eq!(at(15), (5, 0), "full at 20 ms here, at 92 ms saved");
+    assert_eq!(at(20), (10, 0));
+    assert_eq!(at(87), (10, 5));
+    assert_eq!(at(92), (10, 10));
+}

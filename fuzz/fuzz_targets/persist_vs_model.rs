@@ -43,7 +43,9 @@
 //!   all of them; the saved table bounds the restored one until it evicts or refuses for a
 //!   full table itself. A `KeyedMultiLimiter`'s references take the documented cut: a key full
 //!   later than two refills of the restoring table's slowest quota after the restore (a debt a
-//!   conversion carried past its saved burst: `cut_at`) is held to full two refills after it;
+//!   conversion carried past its saved burst: `cut_at`) is held to full two refills after it,
+//!   and its saved table bounds the restored one only where it holds no key past that cut
+//!   (`within_cut`): the restore cuts, the saved table does not;
 //! * a `KeyedMultiLimiter` also restarts (`Onto::Paired`) through the builder's
 //!   `restore_paired_at` into policies of as many quotas as the pairs the input chose (quotas
 //!   added, removed, moved, kept or changed; pairs `None` or naming a saved quota, and some
@@ -1473,6 +1475,37 @@ fn cut_at(new: &Policies, t: u64) -> Option<u64> {
     Some(t + span)
 }
 
+/// Whether `saved`, the table a restore at global time `t` read its file from (its clock at
+/// `t`, the downtime lived through), holds each of keys `0..keys` (an untracked one at its
+/// floor) full under every quota no later than where that restore cuts a debt (`cut_at`;
+/// where that has none, at least 2^61 ns on: two refills of the restoring table's slowest
+/// quota reach past that, and the restoring clock's horizon lies further). Only then does
+/// the saved table, which cuts nothing, bound the restored one: a key held past the cut
+/// restores full at the cut, as documented, and the saved table goes on withholding more.
+/// Admissions alone leave no such debt (a save far behind the latest admission is skipped:
+/// see the restart arm), but a conversion at an earlier restore can carry one past a burst
+/// without any admission: into another seed, an untracked key's floor is raised to the
+/// strictest any saved policy converts to under any policy here (a state of a small burst
+/// carried into a large one lacks most of the large one), and a later restore of that floor
+/// into smaller bursts cuts it, while the saved table holds every untracked key to it.
+fn within_cut(
+    saved: &KeyedMultiLimiter<u64, ManualClock>,
+    keys: usize,
+    t: u64,
+    cut: Option<u64>,
+) -> bool {
+    let span = cut.map_or(1 << 61, |c| c - t);
+    (0..keys as u64).all(|k| {
+        // A cost-0 decision writes nothing (nor inserts the key).
+        let (_, snaps) = saved.decide_snapshots(&k, 0);
+        let until = |s: &tollgate::Snapshot| s.until_full().as_nanos();
+        snaps
+            .as_slice()
+            .iter()
+            .all(|s| until(s) <= u128::from(span))
+    })
+}
+
 /// A `KeyedMultiLimiter` of 1 to 6 keys in a table of 1 to as many (full keys evicted, an
 /// untracked key starting at the floor), some keys with an override, every policy changed,
 /// reordered or resized (`LimitsChanged`, nothing built) across restarts as `multi` changes
@@ -1600,7 +1633,8 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                 // quota: skipped where the latest admission is more than a refill of the
                 // fastest, saved or restoring, past the save's reading, so that the saved
                 // table (which cuts nothing) still bounds the restored one. A conversion can
-                // still carry a debt past that (`cut_at`): the references take the cut then.
+                // still carry a debt past that (`cut_at`): the references take the cut then,
+                // and the saved table no longer bounds the restored one (`within_cut`).
                 let refill = pol
                     .all()
                     .chain(new.all())
@@ -1659,15 +1693,17 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
                         floorless &= size >= keys && onto != Onto::OtherSeed;
                         let old = std::mem::replace(&mut live, (restored, clock));
                         old.1.at(tl.t);
+                        let cut = cut_at(&new, tl.t);
                         // The saved table bounds the restored one where every key keeps its
-                        // quotas and states; pairs may give one saved state to two equal quotas.
+                        // quotas and states (pairs may give one saved state to two equal
+                        // quotas) and the restore cuts no debt the saved table holds.
                         let same = (0..keys).all(|k| same_quotas(pol.of(k), new.of(k)));
-                        follower = (same && pairs.is_none()).then_some(old);
+                        follower = (same && pairs.is_none() && within_cut(&old.0, keys, tl.t, cut))
+                            .then_some(old);
                         let all: Vec<Quota> = pol.all().chain(new.all()).copied().collect();
                         if !all.iter().all(Quota::is_exact) {
                             slack.0 += Slack::units(&all).0;
                         }
-                        let cut = cut_at(&new, tl.t);
                         tight &= slack.0 == 0.0 && cut.is_some();
                         for k in 0..keys {
                             // A key full at the save (every quota) is not saved: it
