@@ -78,9 +78,25 @@ local t = now - ORIGIN
 if t < 0 or t >= 9007199254740992 then
   return redis.error_reply('tollgate: server clock outside 2020..2255')
 end
--- The current quota's base at t (see the header). One quota's is computed inline below; a
--- policy's, quota by quota, by `base_at`.
+-- The current quota's base at t (see the header), set by `base_at`.
 local n, r, ef, ec
+-- floor(x / y) for exact integers x, y < 2^53 (the division may round; correct it).
+local function fdiv(x, y)
+  local q = math.floor(x / y)
+  local m = x - q * y
+  if m < 0 then q = q - 1 elseif m >= y then q = q + 1 end
+  return q
+end
+-- The current quota's base at t: n = floor(t / b), r = t - n b, and ef = floor(r a / b), ec =
+-- ceil(r a / b), exactly.
+local function base_at()
+  n = fdiv(t, b)
+  r = t - n * b
+  local ra = r * a
+  ef = fdiv(ra, b)
+  ec = ef
+  if ef * b < ra then ec = ef + 1 end
+end
 -- The farthest the server's clock may step back (a failover to a host whose clock is behind)
 -- before a stored state reads as dated beyond the quota's horizon, i.e. malformed: one day.
 local STEP_BACK = 86400000000
@@ -90,23 +106,7 @@ local P53 = 9007199254740992
 -- A debt beyond any state (the clock stepped back by weeks): "never". The client reads n * a +
 -- 2^63 as tollgate's largest state, which the model refuses until past the horizon.
 local NEVER = 9223372036854775808
-if not multi then
-  -- n = floor(t / b) and ef = floor(r a / b), ec = ceil(r a / b), exactly (see `fdiv`).
-  if b == 1 then
-    n, r, ef, ec = t, 0, 0, 0
-  else
-    n = math.floor(t / b)
-    local m = t - n * b
-    if m < 0 then n = n - 1 elseif m >= b then n = n + 1 end
-    r = t - n * b
-    local ra = r * a
-    ef = math.floor(ra / b)
-    m = ra - ef * b
-    if m < 0 then ef = ef - 1 elseif m >= b then ef = ef + 1 end
-    ec = ef
-    if ef * b < ra then ec = ef + 1 end
-  end
-end
+if not multi then base_at() end
 -- A value this script did not write is that key's fault alone: reply 'bad' (the client refuses
 -- the key and reports it), write nothing. pcall: a hash or a list under the key is WRONGTYPE.
 local prev = redis.pcall('GET', KEYS[1])
@@ -138,21 +138,6 @@ local L
 -- Mode 'keys' builds them only for a key off its own hot path (see there).
 local function helpers()
   return (function()
-    -- floor(x / y) for exact integers x, y < 2^53 (the division may round; correct it).
-    local function fdiv(x, y)
-      local q = math.floor(x / y)
-      local m = x - q * y
-      if m < 0 then q = q - 1 elseif m >= y then q = q + 1 end
-      return q
-    end
-    local function base_at()
-      n = fdiv(t, b)
-      r = t - n * b
-      local ra = r * a
-      ef = fdiv(ra, b)
-      ec = ef
-      if ef * b < ra then ec = ef + 1 end
-    end
     -- An upper bound, as an integer, on a positive real X whose double v was computed from exact
     -- non-negative integers by at most three correctly rounded operations (+, *, /; no
     -- subtraction): v >= X (1 - 2^-53)^3, so the rounded v (1 + 2^-48) >= X (1 - 2^-53)^4
@@ -343,7 +328,7 @@ local function helpers()
       end
       return stored[i]
     end
-    return {fdiv = fdiv, base_at = base_at, load = load, triples = triples, pick = pick}
+    return {load = load, triples = triples, pick = pick}
   end)()
 end
 if not hot and not keys then L = helpers() end
@@ -395,20 +380,7 @@ if keys then
         fast = true
       end
       if fast then
-        if b == 1 then
-          n, r, ef, ec = t, 0, 0, 0
-        else
-          n = math.floor(t / b)
-          local m = t - n * b
-          if m < 0 then n = n - 1 elseif m >= b then n = n + 1 end
-          r = t - n * b
-          local ra = r * a
-          ef = math.floor(ra / b)
-          m = ra - ef * b
-          if m < 0 then ef = ef - 1 elseif m >= b then ef = ef + 1 end
-          ec = ef
-          if ef * b < ra then ec = ef + 1 end
-        end
+        base_at()
         local z = nil
         if v then
           local d = n - fsn
@@ -440,7 +412,7 @@ if keys then
       tag, a, b = ARGV[pos], ARGV[pos + 1] + 0, ARGV[pos + 2] + 0
       bu, scale = ARGV[pos + 3] + 0, ARGV[pos + 4] + 0
       pos = pos + 5
-      L.base_at()
+      base_at()
       local ok, z, sh = true, nil, ''
       local tr = L.pick(stored, i)
       if tr then ok, z, sh = L.load(tr[1], tr[2], tr[3], nil) end
@@ -499,7 +471,7 @@ if multi then
     local o = 4 + 5 * (i - 1)
     tag, a, b = ARGV[o + 1], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
     bu, scale = tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5])
-    L.base_at()
+    base_at()
     local ok, z, sh = true, nil, ''
     local tr = L.pick(stored, i)
     if tr then ok, z, sh = L.load(tr[1], tr[2], tr[3], nil) end
@@ -576,12 +548,7 @@ else
   local avail = bu
   if z ~= nil then avail = math.min(bu, ef + bu - z) end
   local whole = -1
-  if avail >= 0 then
-    -- floor(avail / scale), exactly (as `fdiv`, inline: the hot path builds no helpers).
-    whole = math.floor(avail / scale)
-    local m = avail - whole * scale
-    if m < 0 then whole = whole - 1 elseif m >= scale then whole = whole + 1 end
-  end
+  if avail >= 0 then whole = fdiv(avail, scale) end
   if whole >= cost then take = math.max(cost, math.min(whole, lmax)) end
 end
 -- The reply is one string (see the header), built by concatenation of strings the script
