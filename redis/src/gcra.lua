@@ -343,16 +343,42 @@ if not hot and not keys then L = helpers() end
 -- .. prev_N (as mode 'multi'), next_1 .. next_N ('' when not written)}; a malformed value
 -- {'bad', t, reason, k}.
 if keys then
+  -- Each distinct quota of the call, read and based at t once: the keys of one policy send the
+  -- same argument strings, and Lua strings compare by identity (every string is interned), so
+  -- a repeat costs four comparisons. An entry is used only for the five strings it was
+  -- computed from, so each key is decided on exactly its own arguments. Entry: tag, the four
+  -- number strings, a, b, bu, scale, n, r, ef, ec, and n formatted.
+  local seen = {}
+  local function quota_at(p)
+    local tg, sa, sb, sbu, ss = ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4]
+    local c = tg and seen[tg]
+    if c and c[2] == sa and c[3] == sb and c[4] == sbu and c[5] == ss then
+      tag, a, b, bu, scale = tg, c[6], c[7], c[8], c[9]
+      n, r, ef, ec = c[10], c[11], c[12], c[13]
+      return c
+    end
+    tag, a, b = tg, sa + 0, sb + 0
+    bu, scale = sbu + 0, ss + 0
+    base_at()
+    c = {tg, sa, sb, sbu, ss, a, b, bu, scale, n, r, ef, ec, sf('%.0f', n)}
+    if tg then seen[tg] = c end
+    return c
+  end
   local pos = 3
   local admit = true
-  local decided = {}
-  for k = 1, #KEYS do
-    local kcost = ARGV[pos] + 0
-    if not (kcost >= 0 and kcost < P53 and kcost == math.floor(kcost)) then
+  local nk = #KEYS
+  -- Per key: its cost, whether it holds it, its flags, and its quotas' slots first .. first +
+  -- count - 1. Per slot: the quota (a `quota_at` entry), the state z at t (false: full) and
+  -- the stored state as the reply shows it. Flat arrays: no table per key.
+  local kcost, kholds, kalone, kcheck, kfirst, kcount = {}, {}, {}, {}, {}, {}
+  local qe, qz, qshown = {}, {}, {}
+  local j = 1
+  for k = 1, nk do
+    local cost_k = ARGV[pos] + 0
+    if not (cost_k >= 0 and cost_k < P53 and cost_k == math.floor(cost_k)) then
       return redis.error_reply('tollgate: the cost is not a whole number of tokens')
     end
     local flag = ARGV[pos + 1] + 0
-    local alone, check = flag % 2 == 1, flag >= 2
     local nq = ARGV[pos + 2] + 0
     pos = pos + 3
     local v = redis.pcall('GET', KEYS[k])
@@ -362,98 +388,129 @@ if keys then
     if v and #v > 512 then
       return {'bad', sf('%.0f', t), 'a value of ' .. #v .. ' bytes', sf('%d', k)}
     end
-    local quotas, shown, holds = {}, {}, true
-    -- The hot path of one quota: no state, or a state under this quota's tag in range (as the
-    -- one-quota hot path above, inline: no helpers built).
-    local fast = false
-    if nq == 1 then
-      tag, a, b = ARGV[pos], ARGV[pos + 1] + 0, ARGV[pos + 2] + 0
-      bu, scale = ARGV[pos + 3] + 0, ARGV[pos + 4] + 0
-      local fsn, fz
-      if v then
-        local ft, sn1, sz1 = string.match(v, '^(%S+) (%d+) (%d+)$')
-        if ft == tag then
-          fsn, fz = sn1 + 0, sz1 + 0
-          fast = fsn < P53 and fz < P53 and fz <= a + bu and fsn * b <= t + STEP_BACK
-        end
-      else
-        fast = true
-      end
-      if fast then
-        base_at()
-        local z = nil
+    local holds = true
+    local first = j
+    local p = pos
+    -- The hot path: no state, or 1 to 4 triples under the policy's tags in its order, each in
+    -- range (the one-quota hot path's checks), read in place. Such a value is exactly what
+    -- `triples` splits into these triples and `pick` takes in order, and each triple is what
+    -- `load` reads under its own tag, so the result is the slow path's; anything else takes
+    -- the slow path below.
+    local fast = nq == 1 or nq == 2 or nq == 3 or nq == 4
+    if fast then
+      local vp = 1
+      for i = 1, nq do
+        local c = quota_at(p)
+        p = p + 5
+        local z, sh = nil, ''
         if v then
-          local d = n - fsn
+          local ft, sn, sz
+          if nq == 1 then
+            ft, sn, sz = string.match(v, '^(%S+) (%d+) (%d+)$')
+            sh = v
+          else
+            local _, e
+            _, e, sh, ft, sn, sz = string.find(v, '^((%S+) (%d+) (%d+))', vp)
+            -- The triple ends the value (the last) or is followed by one space (the others).
+            if e and (i < nq and string.byte(v, e + 1) == 32 or i == nq and e == #v) then
+              vp = e + 2
+            else
+              ft = nil
+            end
+          end
+          if ft == nil or ft ~= tag then
+            fast = false
+            break
+          end
+          local psn, pz = sn + 0, sz + 0
+          if not (psn < P53 and pz < P53 and pz <= a + bu and psn * b <= t + STEP_BACK) then
+            fast = false
+            break
+          end
+          local d = n - psn
           if d >= 0 then
             local da = d * a
-            if da < fz then z = fz - da end
+            if da < pz then z = pz - da end
           else
-            z = fz - d * a
+            z = pz - d * a
           end
           if z ~= nil and z <= ef then z = nil end
         end
-        if z ~= nil and z + kcost * scale > ef + bu then holds = false end
-        quotas[1] = {tag, a, b, scale, n, r, ec, z}
-        shown[1] = v or ''
-        pos = pos + 5
+        if z ~= nil and z + cost_k * scale > ef + bu then holds = false end
+        qe[j], qz[j], qshown[j] = c, z or false, sh
+        j = j + 1
       end
     end
-    local stored = {}
     if not fast then
       if not L then L = helpers() end
+      local stored = {}
       if v then
         stored = L.triples(v)
         if stored == nil then
           return {'bad', sf('%.0f', t), 'not "<tag> <base> <state>" triples', sf('%d', k)}
         end
       end
+      holds, j, p = true, first, pos
+      for i = 1, nq do
+        local c = quota_at(p)
+        p = p + 5
+        local ok, z, sh = true, nil, ''
+        local tr = L.pick(stored, i)
+        if tr then ok, z, sh = L.load(tr[1], tr[2], tr[3], nil) end
+        if not ok then return {'bad', sf('%.0f', t), z, sf('%d', k)} end
+        if z ~= nil and z + cost_k * scale > ef + bu then holds = false end
+        qe[j], qz[j], qshown[j] = c, z or false, sh
+        j = j + 1
+      end
     end
-    for i = 1, (fast and 0 or nq) do
-      tag, a, b = ARGV[pos], ARGV[pos + 1] + 0, ARGV[pos + 2] + 0
-      bu, scale = ARGV[pos + 3] + 0, ARGV[pos + 4] + 0
-      pos = pos + 5
-      base_at()
-      local ok, z, sh = true, nil, ''
-      local tr = L.pick(stored, i)
-      if tr then ok, z, sh = L.load(tr[1], tr[2], tr[3], nil) end
-      if not ok then return {'bad', sf('%.0f', t), z, sf('%d', k)} end
-      if z ~= nil and z + kcost * scale > ef + bu then holds = false end
-      quotas[i] = {tag, a, b, scale, n, r, ec, z}
-      shown[i] = sh
-    end
-    if kcost == 0 then holds = true end
+    pos = p
+    if cost_k == 0 then holds = true end
+    local alone = flag % 2 == 1
     if not holds and not alone then admit = false end
-    decided[k] = {quotas, shown, kcost, holds, alone, check}
+    kcost[k], kholds[k], kalone[k], kcheck[k] = cost_k, holds, alone, flag >= 2
+    kfirst[k], kcount[k] = first, j - first
   end
   local out = {'0', sf('%.0f', t)}
   if admit then out[1] = '1' end
-  for k = 1, #KEYS do
-    local quotas, shown, kcost, holds = decided[k][1], decided[k][2], decided[k][3], decided[k][4]
-    out[#out + 1] = holds and '1' or '0'
-    for i = 1, #quotas do out[#out + 1] = shown[i] end
+  local o = 2
+  local parts = {}
+  for k = 1, nk do
+    local cost_k, holds, first, count = kcost[k], kholds[k], kfirst[k], kcount[k]
+    o = o + 1
+    out[o] = holds and '1' or '0'
+    for x = first, first + count - 1 do
+      o = o + 1
+      out[o] = qshown[x]
+    end
     local write = admit
-    if decided[k][5] then write = holds end
-    if decided[k][6] then write = false end
-    if write and kcost > 0 then
-      local parts, ms = {}, 0
-      for i = 1, #quotas do
-        local q = quotas[i]
-        local base = q[7]
-        if q[8] ~= nil and q[8] > base then base = q[8] end
-        local nz = base + kcost * q[4]
-        parts[i] = q[1] .. ' ' .. sf('%.0f', q[5]) .. ' ' .. sf('%.0f', nz)
-        out[#out + 1] = sf('%.0f', nz)
+    if kalone[k] then write = holds end
+    if kcheck[k] then write = false end
+    if write and cost_k > 0 then
+      local ms = 0
+      for i = 1, count do
+        local c, z = qe[first + i - 1], qz[first + i - 1]
+        local base = c[13]
+        if z and z > base then base = z end
+        local nz = base + cost_k * c[9]
+        local nzs = sf('%.0f', nz)
+        parts[i] = c[1] .. ' ' .. c[14] .. ' ' .. nzs
+        o = o + 1
+        out[o] = nzs
         -- The key expires once every quota's bucket is full again.
-        local m = math.floor((nz * q[3] / q[2] - q[6]) / 1000) + 2
+        local m = math.floor((nz * c[7] / c[6] - c[11]) / 1000) + 2
         if m > ms then ms = m end
       end
+      local value = table.concat(parts, ' ', 1, count)
       if fixed then
-        redis.call('SET', KEYS[k], table.concat(parts, ' '))
+        redis.call('SET', KEYS[k], value)
       else
-        redis.call('SET', KEYS[k], table.concat(parts, ' '), 'PX', sf('%.0f', ms))
+        redis.call('SET', KEYS[k], value, 'PX', sf('%.0f', ms))
       end
     else
-      for i = 1, #quotas do out[#out + 1] = '' end
+      for _ = 1, count do
+        o = o + 1
+        out[o] = ''
+      end
     end
   end
   return out
