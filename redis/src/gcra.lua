@@ -349,6 +349,12 @@ if keys then
   -- computed from, so each key is decided on exactly its own arguments. Entry: tag, the four
   -- number strings, a, b, bu, scale, n, r, ef, ec, and n formatted.
   local seen = {}
+  -- x formatted as '%.0f' formats it; by '%d' (through a C long, cheaper) where that prints the
+  -- same: a positive whole number below 2^53.
+  local function int(x)
+    if x > 0 and x < P53 and x % 1 == 0 then return sf('%d', x) end
+    return sf('%.0f', x)
+  end
   local function quota_at(p)
     local tg, sa, sb, sbu, ss = ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4]
     local c = tg and seen[tg]
@@ -367,6 +373,28 @@ if keys then
   local pos = 3
   local admit = true
   local nk = #KEYS
+  -- Every key read by MGET, 1000 keys a command (unpack's limit is 8000 values) instead of one
+  -- GET per key: nothing is written before the loop below has read every value, so each is
+  -- the one its GET would return there. MGET reads a key holding another type as absent, as
+  -- it reads an absent key; if EXISTS counts any of those keys, each of them is read again by
+  -- GET in its turn, which then replies as it would have.
+  local vals, absent = {}, {}
+  for s = 1, nk, 1000 do
+    local e = math.min(nk, s + 999)
+    local got = redis.call('MGET', unpack(KEYS, s, e))
+    for k = s, e do
+      local v = got[k - s + 1]
+      vals[k] = v
+      if not v then absent[#absent + 1] = KEYS[k] end
+    end
+  end
+  local probe = false
+  for s = 1, #absent, 1000 do
+    if redis.call('EXISTS', unpack(absent, s, math.min(#absent, s + 999))) > 0 then
+      probe = true
+      break
+    end
+  end
   -- Per key: its cost, whether it holds it, its flags, and its quotas' slots first .. first +
   -- count - 1. Per slot: the quota (a `quota_at` entry), the state z at t (false: full) and
   -- the stored state as the reply shows it. Flat arrays: no table per key.
@@ -381,7 +409,8 @@ if keys then
     local flag = ARGV[pos + 1] + 0
     local nq = ARGV[pos + 2] + 0
     pos = pos + 3
-    local v = redis.pcall('GET', KEYS[k])
+    local v = vals[k]
+    if probe and not v then v = redis.pcall('GET', KEYS[k]) end
     if type(v) == 'table' then
       return {'bad', sf('%.0f', t), tostring(v.err or v.ok or 'not a string'), sf('%d', k)}
     end
@@ -492,7 +521,7 @@ if keys then
         local base = c[13]
         if z and z > base then base = z end
         local nz = base + cost_k * c[9]
-        local nzs = sf('%.0f', nz)
+        local nzs = int(nz)
         parts[i] = c[1] .. ' ' .. c[14] .. ' ' .. nzs
         o = o + 1
         out[o] = nzs
@@ -504,7 +533,7 @@ if keys then
       if fixed then
         redis.call('SET', KEYS[k], value)
       else
-        redis.call('SET', KEYS[k], value, 'PX', sf('%.0f', ms))
+        redis.call('SET', KEYS[k], value, 'PX', int(ms))
       end
     else
       for _ = 1, count do
