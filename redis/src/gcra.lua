@@ -332,10 +332,11 @@ local function helpers()
   end)()
 end
 if not hot and not keys then L = helpers() end
--- Mode 'keys': KEYS[1..K], ARGV = 'keys', test time ('' = TIME), then per key: cost, flag, N, N
--- quotas' five arguments each. Every key is decided at the one reading t, as mode 'multi'
--- decides its key; admitted only if every key with a cost above 0 holds its cost, and then
--- every such key is written (one SET each), else nothing is. A key with cost 0 is read. A key's
+-- Mode 'keys': KEYS[1..K], ARGV = 'keys', test time ('' = TIME), P, then P policies (each: N,
+-- then N quotas' five arguments each), then per key: cost, flag, and the number of its policy
+-- (1 to P). Every key is decided at the one reading t, as mode 'multi' decides its key;
+-- admitted only if every key with a cost above 0 holds its cost, and then every such key is
+-- written (one SET each), else nothing is. A key with cost 0 is read. A key's
 -- flag (ARGV after its cost) adds 1 if it is decided alone (written if it holds its cost,
 -- whatever the others, and left out of the call's verdict) and 2 if it is only checked (it
 -- must hold its cost, and is never written). Reply:
@@ -343,37 +344,39 @@ if not hot and not keys then L = helpers() end
 -- .. prev_N (as mode 'multi'), next_1 .. next_N ('' when not written)}; a malformed value
 -- {'bad', t, reason, k}.
 if keys then
-  -- Each distinct quota of the call, read and based at t once: the keys of one policy send the
-  -- same argument strings, and Lua strings compare by identity (every string is interned), so
-  -- a repeat costs four comparisons. An entry is used only for the five strings it was
-  -- computed from, so each key is decided on exactly its own arguments. Entry: tag, the four
-  -- number strings, a, b, bu, scale, n, r, ef, ec, and n formatted.
-  local seen = {}
   -- x formatted as '%.0f' formats it; by '%d' (through a C long, cheaper) where that prints the
   -- same: a positive whole number below 2^53.
   local function int(x)
     if x > 0 and x < P53 and x % 1 == 0 then return sf('%d', x) end
     return sf('%.0f', x)
   end
-  local function quota_at(p)
-    local tg, sa, sb, sbu, ss = ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4]
-    local c = tg and seen[tg]
-    if c and c[2] == sa and c[3] == sb and c[4] == sbu and c[5] == ss then
-      tag, a, b, bu, scale = tg, c[6], c[7], c[8], c[9]
-      n, r, ef, ec = c[10], c[11], c[12], c[13]
-      return c
+  -- Each policy's quotas, read and based at t once for all the keys under it. Entry: tag, a,
+  -- b, bu, scale, n, r, ef, ec, and n formatted. Policy p's quotas are entries pfirst[p] ..
+  -- pfirst[p] + pcount[p] - 1 of `pq`.
+  local pfirst, pcount, pq = {}, {}, {}
+  local np = ARGV[3] + 0
+  local pos = 4
+  for pi = 1, np do
+    local nq = ARGV[pos] + 0
+    pos = pos + 1
+    pfirst[pi] = #pq + 1
+    for _ = 1, nq do
+      tag, a, b = ARGV[pos], ARGV[pos + 1] + 0, ARGV[pos + 2] + 0
+      bu, scale = ARGV[pos + 3] + 0, ARGV[pos + 4] + 0
+      pos = pos + 5
+      base_at()
+      pq[#pq + 1] = {tag, a, b, bu, scale, n, r, ef, ec, sf('%.0f', n)}
     end
-    tag, a, b = tg, sa + 0, sb + 0
-    bu, scale = sbu + 0, ss + 0
-    base_at()
-    c = {tg, sa, sb, sbu, ss, a, b, bu, scale, n, r, ef, ec, sf('%.0f', n)}
-    if tg then seen[tg] = c end
-    return c
+    pcount[pi] = #pq + 1 - pfirst[pi]
   end
-  local pos = 3
+  -- The current quota from an entry (the upvalues `load` and `convert` read).
+  local function use(c)
+    tag, a, b, bu, scale = c[1], c[2], c[3], c[4], c[5]
+    n, r, ef, ec = c[6], c[7], c[8], c[9]
+  end
   local admit = true
   local nk = #KEYS
-  -- Every key read by MGET, 1000 keys a command (unpack's limit is 8000 values) instead of one
+  -- Every key read by MGET, 1000 keys a command (unpack fails past 8000 values) instead of one
   -- GET per key: nothing is written before the loop below has read every value, so each is
   -- the one its GET would return there. MGET reads a key holding another type as absent, as
   -- it reads an absent key; if EXISTS counts any of those keys, each of them is read again by
@@ -396,7 +399,7 @@ if keys then
     end
   end
   -- Per key: its cost, whether it holds it, its flags, and its quotas' slots first .. first +
-  -- count - 1. Per slot: the quota (a `quota_at` entry), the state z at t (false: full) and
+  -- count - 1. Per slot: the quota (a `pq` entry), the state z at t (false: full) and
   -- the stored state as the reply shows it. Flat arrays: no table per key.
   local kcost, kholds, kalone, kcheck, kfirst, kcount = {}, {}, {}, {}, {}, {}
   local qe, qz, qshown = {}, {}, {}
@@ -407,8 +410,12 @@ if keys then
       return redis.error_reply('tollgate: the cost is not a whole number of tokens')
     end
     local flag = ARGV[pos + 1] + 0
-    local nq = ARGV[pos + 2] + 0
+    local pi = ARGV[pos + 2] + 0
     pos = pos + 3
+    local nq, q0 = pcount[pi], pfirst[pi]
+    if nq == nil then
+      return redis.error_reply('tollgate: a key names no policy of the call')
+    end
     local v = vals[k]
     if probe and not v then v = redis.pcall('GET', KEYS[k]) end
     if type(v) == 'table' then
@@ -419,18 +426,17 @@ if keys then
     end
     local holds = true
     local first = j
-    local p = pos
     -- The hot path: no state, or 1 to 4 triples under the policy's tags in its order, each in
     -- range (the one-quota hot path's checks), read in place. Such a value is exactly what
     -- `triples` splits into these triples and `pick` takes in order, and each triple is what
     -- `load` reads under its own tag, so the result is the slow path's; anything else takes
     -- the slow path below.
-    local fast = nq == 1 or nq == 2 or nq == 3 or nq == 4
+    local fast = nq >= 1 and nq <= 4
     if fast then
       local vp = 1
       for i = 1, nq do
-        local c = quota_at(p)
-        p = p + 5
+        local c = pq[q0 + i - 1]
+        use(c)
         local z, sh = nil, ''
         if v then
           local ft, sn, sz
@@ -479,10 +485,10 @@ if keys then
           return {'bad', sf('%.0f', t), 'not "<tag> <base> <state>" triples', sf('%d', k)}
         end
       end
-      holds, j, p = true, first, pos
+      holds, j = true, first
       for i = 1, nq do
-        local c = quota_at(p)
-        p = p + 5
+        local c = pq[q0 + i - 1]
+        use(c)
         local ok, z, sh = true, nil, ''
         local tr = L.pick(stored, i)
         if tr then ok, z, sh = L.load(tr[1], tr[2], tr[3], nil) end
@@ -492,7 +498,6 @@ if keys then
         j = j + 1
       end
     end
-    pos = p
     if cost_k == 0 then holds = true end
     local alone = flag % 2 == 1
     if not holds and not alone then admit = false end
@@ -518,15 +523,15 @@ if keys then
       local ms = 0
       for i = 1, count do
         local c, z = qe[first + i - 1], qz[first + i - 1]
-        local base = c[13]
+        local base = c[9]
         if z and z > base then base = z end
-        local nz = base + cost_k * c[9]
+        local nz = base + cost_k * c[5]
         local nzs = int(nz)
-        parts[i] = c[1] .. ' ' .. c[14] .. ' ' .. nzs
+        parts[i] = c[1] .. ' ' .. c[10] .. ' ' .. nzs
         o = o + 1
         out[o] = nzs
         -- The key expires once every quota's bucket is full again.
-        local m = math.floor((nz * c[7] / c[6] - c[11]) / 1000) + 2
+        local m = math.floor((nz * c[3] / c[2] - c[7]) / 1000) + 2
         if m > ms then ms = m end
       end
       local value = table.concat(parts, ' ', 1, count)
