@@ -376,13 +376,14 @@ if keys then
   end
   local admit = true
   local nk = #KEYS
-  -- Every key read by MGET, 1000 keys a command (unpack fails past 8000 values) instead of one
-  -- GET per key: nothing is written before the loop below has read every value, so each is
-  -- the one its GET would return there. MGET reads a key holding another type as absent, as
-  -- it reads an absent key; if EXISTS counts any of those keys, each of them is read again by
-  -- GET in its turn, which then replies as it would have.
+  -- From three keys on, every key read by MGET, 1000 keys a command (unpack fails past 8000
+  -- values), instead of one GET per key: nothing is written before the loop below has read
+  -- every value, so each is the one its GET would return there. MGET reads a key holding
+  -- another type as absent, as it reads an absent key; if EXISTS counts any of those keys,
+  -- each of them is read again by GET in its turn, which then replies as it would have. One or
+  -- two keys are read by GET (`probe`): MGET and EXISTS would be as many commands.
   local vals, absent = {}, {}
-  for s = 1, nk, 1000 do
+  for s = 1, (nk > 2 and nk or 0), 1000 do
     local e = math.min(nk, s + 999)
     local got = redis.call('MGET', unpack(KEYS, s, e))
     for k = s, e do
@@ -391,7 +392,7 @@ if keys then
       if not v then absent[#absent + 1] = KEYS[k] end
     end
   end
-  local probe = false
+  local probe = nk <= 2
   for s = 1, #absent, 1000 do
     if redis.call('EXISTS', unpack(absent, s, math.min(#absent, s + 999))) > 0 then
       probe = true

@@ -115,8 +115,8 @@ async fn bad_calls_are_errors() {
 
 /// A key holding another type (a hash) or a value the script did not write is malformed, named
 /// by the error in key order whatever the other keys hold, and nothing is written. The script
-/// reads every key before deciding, and reads a key of another type as absent at first: such a
-/// key among absent ones is still found.
+/// reads every key before deciding (from three keys on, by MGET, which reads a key of another
+/// type as absent): such a key among absent ones is still found, in calls of any size.
 #[tokio::test]
 async fn a_key_of_another_type_is_malformed_and_nothing_is_written() {
     let Some(server) = RedisServer::start("decide_keys_other_type") else {
@@ -140,7 +140,9 @@ async fn a_key_of_another_type_is_malformed_and_nothing_is_written() {
     let held2 = server.cli(&["GET", "tollgate:{o}held2"]);
     server.cli(&["HSET", "tollgate:{o}hash", "f", "v"]);
     server.cli(&["SET", "tollgate:{o}junk", "not a state"]);
-    let calls: [(&[&str], &str); 4] = [
+    let calls: [(&[&str], &str); 6] = [
+        (&["{o}hash"], "tollgate:{o}hash"),
+        (&["{o}a", "{o}hash"], "tollgate:{o}hash"),
         (&["{o}a", "{o}hash", "{o}b"], "tollgate:{o}hash"),
         (
             &["{o}held", "{o}a", "{o}held2", "{o}hash"],
