@@ -342,7 +342,8 @@ if not hot and not keys then L = helpers() end
 -- must hold its cost, and is never written). Reply:
 -- {status, t, then per key: its own verdict ('1' holds the cost or cost 0, '0' refused), prev_1
 -- .. prev_N (as mode 'multi'), next_1 .. next_N ('' when not written)}; a malformed value
--- {'bad', t, reason, k}.
+-- {'bad', t, reason, k}. Every key is read before any is written, so a key named twice would be
+-- decided twice on one state: the caller names each key once (`decide_keys` refuses repeats).
 if keys then
   -- x formatted as '%.0f' formats it; by '%d' (through a C long, cheaper) where that prints the
   -- same: a positive whole number below 2^53.
