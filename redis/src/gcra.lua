@@ -78,9 +78,25 @@ local t = now - ORIGIN
 if t < 0 or t >= 9007199254740992 then
   return redis.error_reply('tollgate: server clock outside 2020..2255')
 end
--- The current quota's base at t (see the header). One quota's is computed inline below; a
--- policy's, quota by quota, by `base_at`.
+-- The current quota's base at t (see the header), set by `base_at`.
 local n, r, ef, ec
+-- floor(x / y) for exact integers x, y < 2^53 (the division may round; correct it).
+local function fdiv(x, y)
+  local q = math.floor(x / y)
+  local m = x - q * y
+  if m < 0 then q = q - 1 elseif m >= y then q = q + 1 end
+  return q
+end
+-- The current quota's base at t: n = floor(t / b), r = t - n b, and ef = floor(r a / b), ec =
+-- ceil(r a / b), exactly.
+local function base_at()
+  n = fdiv(t, b)
+  r = t - n * b
+  local ra = r * a
+  ef = fdiv(ra, b)
+  ec = ef
+  if ef * b < ra then ec = ef + 1 end
+end
 -- The farthest the server's clock may step back (a failover to a host whose clock is behind)
 -- before a stored state reads as dated beyond the quota's horizon, i.e. malformed: one day.
 local STEP_BACK = 86400000000
@@ -90,23 +106,7 @@ local P53 = 9007199254740992
 -- A debt beyond any state (the clock stepped back by weeks): "never". The client reads n * a +
 -- 2^63 as tollgate's largest state, which the model refuses until past the horizon.
 local NEVER = 9223372036854775808
-if not multi then
-  -- n = floor(t / b) and ef = floor(r a / b), ec = ceil(r a / b), exactly (see `fdiv`).
-  if b == 1 then
-    n, r, ef, ec = t, 0, 0, 0
-  else
-    n = math.floor(t / b)
-    local m = t - n * b
-    if m < 0 then n = n - 1 elseif m >= b then n = n + 1 end
-    r = t - n * b
-    local ra = r * a
-    ef = math.floor(ra / b)
-    m = ra - ef * b
-    if m < 0 then ef = ef - 1 elseif m >= b then ef = ef + 1 end
-    ec = ef
-    if ef * b < ra then ec = ef + 1 end
-  end
-end
+if not multi then base_at() end
 -- A value this script did not write is that key's fault alone: reply 'bad' (the client refuses
 -- the key and reports it), write nothing. pcall: a hash or a list under the key is WRONGTYPE.
 local prev = redis.pcall('GET', KEYS[1])
@@ -138,21 +138,6 @@ local L
 -- Mode 'keys' builds them only for a key off its own hot path (see there).
 local function helpers()
   return (function()
-    -- floor(x / y) for exact integers x, y < 2^53 (the division may round; correct it).
-    local function fdiv(x, y)
-      local q = math.floor(x / y)
-      local m = x - q * y
-      if m < 0 then q = q - 1 elseif m >= y then q = q + 1 end
-      return q
-    end
-    local function base_at()
-      n = fdiv(t, b)
-      r = t - n * b
-      local ra = r * a
-      ef = fdiv(ra, b)
-      ec = ef
-      if ef * b < ra then ec = ef + 1 end
-    end
     -- An upper bound, as an integer, on a positive real X whose double v was computed from exact
     -- non-negative integers by at most three correctly rounded operations (+, *, /; no
     -- subtraction): v >= X (1 - 2^-53)^3, so the rounded v (1 + 2^-48) >= X (1 - 2^-53)^4
@@ -343,145 +328,225 @@ local function helpers()
       end
       return stored[i]
     end
-    return {fdiv = fdiv, base_at = base_at, load = load, triples = triples, pick = pick}
+    return {load = load, triples = triples, pick = pick}
   end)()
 end
 if not hot and not keys then L = helpers() end
--- Mode 'keys': KEYS[1..K], ARGV = 'keys', test time ('' = TIME), then per key: cost, flag, N, N
--- quotas' five arguments each. Every key is decided at the one reading t, as mode 'multi'
--- decides its key; admitted only if every key with a cost above 0 holds its cost, and then
--- every such key is written (one SET each), else nothing is. A key with cost 0 is read. A key's
+-- Mode 'keys': KEYS[1..K], ARGV = 'keys', test time ('' = TIME), P, then P policies (each: N,
+-- then N quotas' five arguments each), then per key: cost, flag, and the number of its policy
+-- (1 to P). Every key is decided at the one reading t, as mode 'multi' decides its key;
+-- admitted only if every key with a cost above 0 holds its cost, and then every such key is
+-- written (one SET each), else nothing is. A key with cost 0 is read. A key's
 -- flag (ARGV after its cost) adds 1 if it is decided alone (written if it holds its cost,
 -- whatever the others, and left out of the call's verdict) and 2 if it is only checked (it
 -- must hold its cost, and is never written). Reply:
 -- {status, t, then per key: its own verdict ('1' holds the cost or cost 0, '0' refused), prev_1
 -- .. prev_N (as mode 'multi'), next_1 .. next_N ('' when not written)}; a malformed value
--- {'bad', t, reason, k}.
+-- {'bad', t, reason, k}. Every key is read before any is written, so a key named twice would be
+-- decided twice on one state: the caller names each key once (`decide_keys` refuses repeats).
 if keys then
-  local pos = 3
+  -- x formatted as '%.0f' formats it; by '%d' (through a C long, cheaper) where that prints the
+  -- same: a positive whole number below 2^53.
+  local function int(x)
+    if x > 0 and x < P53 and x % 1 == 0 then return sf('%d', x) end
+    return sf('%.0f', x)
+  end
+  -- Each policy's quotas, read and based at t once for all the keys under it. Entry: tag, a,
+  -- b, bu, scale, n, r, ef, ec, and n formatted. Policy p's quotas are entries pfirst[p] ..
+  -- pfirst[p] + pcount[p] - 1 of `pq`.
+  local pfirst, pcount, pq = {}, {}, {}
+  local np = ARGV[3] + 0
+  local pos = 4
+  for pi = 1, np do
+    local nq = ARGV[pos] + 0
+    pos = pos + 1
+    pfirst[pi] = #pq + 1
+    for _ = 1, nq do
+      tag, a, b = ARGV[pos], ARGV[pos + 1] + 0, ARGV[pos + 2] + 0
+      bu, scale = ARGV[pos + 3] + 0, ARGV[pos + 4] + 0
+      pos = pos + 5
+      base_at()
+      pq[#pq + 1] = {tag, a, b, bu, scale, n, r, ef, ec, sf('%.0f', n)}
+    end
+    pcount[pi] = #pq + 1 - pfirst[pi]
+  end
+  -- The current quota from an entry (the upvalues `load` and `convert` read).
+  local function use(c)
+    tag, a, b, bu, scale = c[1], c[2], c[3], c[4], c[5]
+    n, r, ef, ec = c[6], c[7], c[8], c[9]
+  end
   local admit = true
-  local decided = {}
-  for k = 1, #KEYS do
-    local kcost = ARGV[pos] + 0
-    if not (kcost >= 0 and kcost < P53 and kcost == math.floor(kcost)) then
+  local nk = #KEYS
+  -- From three keys on, every key read by MGET, 1000 keys a command (unpack fails past 8000
+  -- values), instead of one GET per key: nothing is written before the loop below has read
+  -- every value, so each is the one its GET would return there. MGET reads a key holding
+  -- another type as absent, as it reads an absent key; if EXISTS counts any of those keys,
+  -- each of them is read again by GET in its turn, which then replies as it would have. One or
+  -- two keys are read by GET (`probe`): MGET and EXISTS would be as many commands.
+  local vals, absent = {}, {}
+  for s = 1, (nk > 2 and nk or 0), 1000 do
+    local e = math.min(nk, s + 999)
+    local got = redis.call('MGET', unpack(KEYS, s, e))
+    for k = s, e do
+      local v = got[k - s + 1]
+      vals[k] = v
+      if not v then absent[#absent + 1] = KEYS[k] end
+    end
+  end
+  local probe = nk <= 2
+  for s = 1, #absent, 1000 do
+    if redis.call('EXISTS', unpack(absent, s, math.min(#absent, s + 999))) > 0 then
+      probe = true
+      break
+    end
+  end
+  -- Per key: its cost, whether it holds it, its flags, and its quotas' slots first .. first +
+  -- count - 1. Per slot: the quota (a `pq` entry), the state z at t (false: full) and
+  -- the stored state as the reply shows it. Flat arrays: no table per key.
+  local kcost, kholds, kalone, kcheck, kfirst, kcount = {}, {}, {}, {}, {}, {}
+  local qe, qz, qshown = {}, {}, {}
+  local j = 1
+  for k = 1, nk do
+    local cost_k = ARGV[pos] + 0
+    if not (cost_k >= 0 and cost_k < P53 and cost_k == math.floor(cost_k)) then
       return redis.error_reply('tollgate: the cost is not a whole number of tokens')
     end
     local flag = ARGV[pos + 1] + 0
-    local alone, check = flag % 2 == 1, flag >= 2
-    local nq = ARGV[pos + 2] + 0
+    local pi = ARGV[pos + 2] + 0
     pos = pos + 3
-    local v = redis.pcall('GET', KEYS[k])
+    local nq, q0 = pcount[pi], pfirst[pi]
+    if nq == nil then
+      return redis.error_reply('tollgate: a key names no policy of the call')
+    end
+    local v = vals[k]
+    if probe and not v then v = redis.pcall('GET', KEYS[k]) end
     if type(v) == 'table' then
       return {'bad', sf('%.0f', t), tostring(v.err or v.ok or 'not a string'), sf('%d', k)}
     end
     if v and #v > 512 then
       return {'bad', sf('%.0f', t), 'a value of ' .. #v .. ' bytes', sf('%d', k)}
     end
-    local quotas, shown, holds = {}, {}, true
-    -- The hot path of one quota: no state, or a state under this quota's tag in range (as the
-    -- one-quota hot path above, inline: no helpers built).
-    local fast = false
-    if nq == 1 then
-      tag, a, b = ARGV[pos], ARGV[pos + 1] + 0, ARGV[pos + 2] + 0
-      bu, scale = ARGV[pos + 3] + 0, ARGV[pos + 4] + 0
-      local fsn, fz
-      if v then
-        local ft, sn1, sz1 = string.match(v, '^(%S+) (%d+) (%d+)$')
-        if ft == tag then
-          fsn, fz = sn1 + 0, sz1 + 0
-          fast = fsn < P53 and fz < P53 and fz <= a + bu and fsn * b <= t + STEP_BACK
-        end
-      else
-        fast = true
-      end
-      if fast then
-        if b == 1 then
-          n, r, ef, ec = t, 0, 0, 0
-        else
-          n = math.floor(t / b)
-          local m = t - n * b
-          if m < 0 then n = n - 1 elseif m >= b then n = n + 1 end
-          r = t - n * b
-          local ra = r * a
-          ef = math.floor(ra / b)
-          m = ra - ef * b
-          if m < 0 then ef = ef - 1 elseif m >= b then ef = ef + 1 end
-          ec = ef
-          if ef * b < ra then ec = ef + 1 end
-        end
-        local z = nil
+    local holds = true
+    local first = j
+    -- The hot path: no state, or 1 to 4 triples under the policy's tags in its order, each in
+    -- range (the one-quota hot path's checks), read in place. Such a value is exactly what
+    -- `triples` splits into these triples and `pick` takes in order, and each triple is what
+    -- `load` reads under its own tag, so the result is the slow path's; anything else takes
+    -- the slow path below.
+    local fast = nq >= 1 and nq <= 4
+    if fast then
+      local vp = 1
+      for i = 1, nq do
+        local c = pq[q0 + i - 1]
+        use(c)
+        local z, sh = nil, ''
         if v then
-          local d = n - fsn
+          local ft, sn, sz
+          if nq == 1 then
+            ft, sn, sz = string.match(v, '^(%S+) (%d+) (%d+)$')
+            sh = v
+          else
+            local _, e
+            _, e, sh, ft, sn, sz = string.find(v, '^((%S+) (%d+) (%d+))', vp)
+            -- The triple ends the value (the last) or is followed by one space (the others).
+            if e and (i < nq and string.byte(v, e + 1) == 32 or i == nq and e == #v) then
+              vp = e + 2
+            else
+              ft = nil
+            end
+          end
+          if ft == nil or ft ~= tag then
+            fast = false
+            break
+          end
+          local psn, pz = sn + 0, sz + 0
+          if not (psn < P53 and pz < P53 and pz <= a + bu and psn * b <= t + STEP_BACK) then
+            fast = false
+            break
+          end
+          local d = n - psn
           if d >= 0 then
             local da = d * a
-            if da < fz then z = fz - da end
+            if da < pz then z = pz - da end
           else
-            z = fz - d * a
+            z = pz - d * a
           end
           if z ~= nil and z <= ef then z = nil end
         end
-        if z ~= nil and z + kcost * scale > ef + bu then holds = false end
-        quotas[1] = {tag, a, b, scale, n, r, ec, z}
-        shown[1] = v or ''
-        pos = pos + 5
+        if z ~= nil and z + cost_k * scale > ef + bu then holds = false end
+        qe[j], qz[j], qshown[j] = c, z or false, sh
+        j = j + 1
       end
     end
-    local stored = {}
     if not fast then
       if not L then L = helpers() end
+      local stored = {}
       if v then
         stored = L.triples(v)
         if stored == nil then
           return {'bad', sf('%.0f', t), 'not "<tag> <base> <state>" triples', sf('%d', k)}
         end
       end
+      holds, j = true, first
+      for i = 1, nq do
+        local c = pq[q0 + i - 1]
+        use(c)
+        local ok, z, sh = true, nil, ''
+        local tr = L.pick(stored, i)
+        if tr then ok, z, sh = L.load(tr[1], tr[2], tr[3], nil) end
+        if not ok then return {'bad', sf('%.0f', t), z, sf('%d', k)} end
+        if z ~= nil and z + cost_k * scale > ef + bu then holds = false end
+        qe[j], qz[j], qshown[j] = c, z or false, sh
+        j = j + 1
+      end
     end
-    for i = 1, (fast and 0 or nq) do
-      tag, a, b = ARGV[pos], ARGV[pos + 1] + 0, ARGV[pos + 2] + 0
-      bu, scale = ARGV[pos + 3] + 0, ARGV[pos + 4] + 0
-      pos = pos + 5
-      L.base_at()
-      local ok, z, sh = true, nil, ''
-      local tr = L.pick(stored, i)
-      if tr then ok, z, sh = L.load(tr[1], tr[2], tr[3], nil) end
-      if not ok then return {'bad', sf('%.0f', t), z, sf('%d', k)} end
-      if z ~= nil and z + kcost * scale > ef + bu then holds = false end
-      quotas[i] = {tag, a, b, scale, n, r, ec, z}
-      shown[i] = sh
-    end
-    if kcost == 0 then holds = true end
+    if cost_k == 0 then holds = true end
+    local alone = flag % 2 == 1
     if not holds and not alone then admit = false end
-    decided[k] = {quotas, shown, kcost, holds, alone, check}
+    kcost[k], kholds[k], kalone[k], kcheck[k] = cost_k, holds, alone, flag >= 2
+    kfirst[k], kcount[k] = first, j - first
   end
   local out = {'0', sf('%.0f', t)}
   if admit then out[1] = '1' end
-  for k = 1, #KEYS do
-    local quotas, shown, kcost, holds = decided[k][1], decided[k][2], decided[k][3], decided[k][4]
-    out[#out + 1] = holds and '1' or '0'
-    for i = 1, #quotas do out[#out + 1] = shown[i] end
+  local o = 2
+  local parts = {}
+  for k = 1, nk do
+    local cost_k, holds, first, count = kcost[k], kholds[k], kfirst[k], kcount[k]
+    o = o + 1
+    out[o] = holds and '1' or '0'
+    for x = first, first + count - 1 do
+      o = o + 1
+      out[o] = qshown[x]
+    end
     local write = admit
-    if decided[k][5] then write = holds end
-    if decided[k][6] then write = false end
-    if write and kcost > 0 then
-      local parts, ms = {}, 0
-      for i = 1, #quotas do
-        local q = quotas[i]
-        local base = q[7]
-        if q[8] ~= nil and q[8] > base then base = q[8] end
-        local nz = base + kcost * q[4]
-        parts[i] = q[1] .. ' ' .. sf('%.0f', q[5]) .. ' ' .. sf('%.0f', nz)
-        out[#out + 1] = sf('%.0f', nz)
+    if kalone[k] then write = holds end
+    if kcheck[k] then write = false end
+    if write and cost_k > 0 then
+      local ms = 0
+      for i = 1, count do
+        local c, z = qe[first + i - 1], qz[first + i - 1]
+        local base = c[9]
+        if z and z > base then base = z end
+        local nz = base + cost_k * c[5]
+        local nzs = int(nz)
+        parts[i] = c[1] .. ' ' .. c[10] .. ' ' .. nzs
+        o = o + 1
+        out[o] = nzs
         -- The key expires once every quota's bucket is full again.
-        local m = math.floor((nz * q[3] / q[2] - q[6]) / 1000) + 2
+        local m = math.floor((nz * c[3] / c[2] - c[7]) / 1000) + 2
         if m > ms then ms = m end
       end
+      local value = table.concat(parts, ' ', 1, count)
       if fixed then
-        redis.call('SET', KEYS[k], table.concat(parts, ' '))
+        redis.call('SET', KEYS[k], value)
       else
-        redis.call('SET', KEYS[k], table.concat(parts, ' '), 'PX', sf('%.0f', ms))
+        redis.call('SET', KEYS[k], value, 'PX', int(ms))
       end
     else
-      for i = 1, #quotas do out[#out + 1] = '' end
+      for _ = 1, count do
+        o = o + 1
+        out[o] = ''
+      end
     end
   end
   return out
@@ -499,7 +564,7 @@ if multi then
     local o = 4 + 5 * (i - 1)
     tag, a, b = ARGV[o + 1], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
     bu, scale = tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5])
-    L.base_at()
+    base_at()
     local ok, z, sh = true, nil, ''
     local tr = L.pick(stored, i)
     if tr then ok, z, sh = L.load(tr[1], tr[2], tr[3], nil) end
@@ -576,12 +641,7 @@ else
   local avail = bu
   if z ~= nil then avail = math.min(bu, ef + bu - z) end
   local whole = -1
-  if avail >= 0 then
-    -- floor(avail / scale), exactly (as `fdiv`, inline: the hot path builds no helpers).
-    whole = math.floor(avail / scale)
-    local m = avail - whole * scale
-    if m < 0 then whole = whole - 1 elseif m >= scale then whole = whole + 1 end
-  end
+  if avail >= 0 then whole = fdiv(avail, scale) end
   if whole >= cost then take = math.max(cost, math.min(whole, lmax)) end
 end
 -- The reply is one string (see the header), built by concatenation of strings the script

@@ -9,7 +9,7 @@ use crate::limits::LimitsParams;
 use crate::observe::Path;
 use crate::script::parse;
 use crate::{Error, RedisLimiter};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tollgate::{gcra, Denied, Limits, Refusal, Snapshots};
 
@@ -140,17 +140,38 @@ impl RedisLimiter {
                 }
             })
             .collect();
-        let mut argv: Vec<Arg<'_>> = Vec::with_capacity(2 + demands.len() * 8);
+        // Each policy once (by identity: the keys of a call mostly share a few), numbered from 1
+        // in order of first use; then per key its cost, flags and policy's number. The script
+        // reads and bases each policy's quotas once, and a key costs three arguments however
+        // many quotas its policy has.
+        let mut number: HashMap<usize, u64> = HashMap::new();
+        let mut policies: Vec<&CheckedLimits> = Vec::new();
+        let of: Vec<u64> = demands
+            .iter()
+            .map(|d| {
+                *number
+                    .entry(std::ptr::from_ref(d.limits).addr())
+                    .or_insert_with(|| {
+                        policies.push(d.limits);
+                        policies.len() as u64
+                    })
+            })
+            .collect();
+        let mut argv: Vec<Arg<'_>> = Vec::with_capacity(3 + policies.len() * 6 + demands.len() * 3);
         argv.push(Arg::Str("keys"));
         argv.push(Arg::Str(""));
-        for (d, s) in demands.iter().zip(&sent) {
-            let quotas = d.limits.0.quota_params();
+        argv.push(Arg::Int(policies.len() as u64));
+        for p in &policies {
+            let quotas = p.0.quota_params();
+            argv.push(Arg::Int(quotas.len() as u64));
+            for q in quotas {
+                argv.extend(q.quota_strs().iter().map(|a| Arg::Str(a)));
+            }
+        }
+        for ((d, s), p) in demands.iter().zip(&sent).zip(&of) {
             argv.push(Arg::Int(*s));
             argv.push(Arg::Int(u64::from(d.alone) + 2 * u64::from(d.check)));
-            argv.push(Arg::Int(quotas.len() as u64));
-            for p in quotas {
-                argv.extend(p.quota_strs().iter().map(|a| Arg::Str(a)));
-            }
+            argv.push(Arg::Int(*p));
         }
         let keys: Vec<&str> = full.iter().map(String::as_str).collect();
         // At most `MAX_KEYS_PER_CALL / KEYS_PER_TIMEOUT` = 32 timeouts.

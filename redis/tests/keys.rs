@@ -113,6 +113,69 @@ async fn bad_calls_are_errors() {
     }
 }
 
+/// A key holding another type (a hash) or a value the script did not write is malformed, named
+/// by the error in key order whatever the other keys hold, and nothing is written. The script
+/// reads every key before deciding (from three keys on, by MGET, which reads a key of another
+/// type as absent): such a key among absent ones is still found, in calls of any size.
+#[tokio::test]
+async fn a_key_of_another_type_is_malformed_and_nothing_is_written() {
+    let Some(server) = RedisServer::start("decide_keys_other_type") else {
+        return;
+    };
+    let l = limiter(&server).await;
+    let p = checked(&[slow(3, 1)]);
+    let two = checked(&[slow(3, 1), slow(5, 2)]);
+    let d = |key, limits| KeyDemand {
+        key,
+        limits,
+        cost: 1,
+        alone: false,
+        check: false,
+    };
+    // A state under each policy, for an existing key among the others.
+    l.decide_keys(&[d("{o}held", &p), d("{o}held2", &two)])
+        .await
+        .unwrap();
+    let held = server.cli(&["GET", "tollgate:{o}held"]);
+    let held2 = server.cli(&["GET", "tollgate:{o}held2"]);
+    server.cli(&["HSET", "tollgate:{o}hash", "f", "v"]);
+    server.cli(&["SET", "tollgate:{o}junk", "not a state"]);
+    let calls: [(&[&str], &str); 6] = [
+        (&["{o}hash"], "tollgate:{o}hash"),
+        (&["{o}a", "{o}hash"], "tollgate:{o}hash"),
+        (&["{o}a", "{o}hash", "{o}b"], "tollgate:{o}hash"),
+        (
+            &["{o}held", "{o}a", "{o}held2", "{o}hash"],
+            "tollgate:{o}hash",
+        ),
+        (&["{o}a", "{o}hash", "{o}junk"], "tollgate:{o}hash"),
+        (&["{o}a", "{o}junk", "{o}hash"], "tollgate:{o}junk"),
+    ];
+    for (keys, bad) in calls {
+        let demands: Vec<KeyDemand<'_>> = keys
+            .iter()
+            .map(|k| d(*k, if k.ends_with('2') { &two } else { &p }))
+            .collect();
+        match l.decide_keys(&demands).await {
+            Err(Error::Malformed { key, reason }) => {
+                assert_eq!(key, bad, "{keys:?}");
+                if bad.ends_with("hash") {
+                    assert!(reason.contains("WRONGTYPE"), "{reason}");
+                }
+            }
+            other => panic!("{keys:?}: {other:?}"),
+        }
+        assert_eq!(
+            server
+                .cli(&["EXISTS", "tollgate:{o}a", "tollgate:{o}b"])
+                .trim(),
+            "0"
+        );
+        assert_eq!(server.cli(&["GET", "tollgate:{o}held"]), held);
+        assert_eq!(server.cli(&["GET", "tollgate:{o}held2"]), held2);
+    }
+}
+
 /// Random calls of one to five keys among eight, random policies and costs, against a model
 /// that counts whole tokens: admitted iff every key with a cost holds it, then all debited.
 #[tokio::test]
