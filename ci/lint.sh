@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Formatting, the core's import graph (ci/imports.sh), clippy with warnings as errors, and rustdoc
-# with warnings as errors (the core also with its private items).
+# Formatting, the core's import graph (ci/imports.sh), clippy with warnings as errors (the fuzz
+# targets too), and rustdoc with warnings as errors (the core also with its private items).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 # The core's file-level imports: no cycle, and persistence imports nothing above it.
 bash ci/imports.sh
 (cd fuzz && cargo fmt -- --check)
+# The fuzz targets are their own workspace: linted as cargo-fuzz builds them (`cfg(fuzzing)`).
+(cd fuzz && RUSTFLAGS="--cfg fuzzing" cargo clippy --all-targets -- -D warnings)
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 # The core's internal docs too: its design notes live on private items and link to each other.

@@ -59,7 +59,7 @@ fn expect(
             Ok(Some(after)) => next[i] = after,
             Ok(None) => unreachable!("cost > 0"),
             Err(Denied::RetryAfter(d)) => {
-                if longest.map_or(true, |l| d > l.0) {
+                if longest.is_none_or(|l| d > l.0) {
                     longest = Some((d, i));
                 }
             }

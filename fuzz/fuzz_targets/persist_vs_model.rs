@@ -733,7 +733,7 @@ fn paired_plan(pol: &Policies, b: &mut Bytes<'_>) -> Option<PairedPlan> {
     let mut pairs: Vec<Option<usize>> = (0..n)
         .map(|j| {
             let v = y >> (2 + 4 * j) & 15;
-            (v % 4 != 0).then_some((v >> 2) as usize % least)
+            (!v.is_multiple_of(4)).then_some((v >> 2) as usize % least)
         })
         .collect();
     let bad = y >> 20 & 7 == 0;
@@ -768,7 +768,7 @@ fn paired_plan(pol: &Policies, b: &mut Bytes<'_>) -> Option<PairedPlan> {
             None => None,
         });
     }
-    if bad && (y >> 23) % 3 == 0 {
+    if bad && (y >> 23).is_multiple_of(3) {
         if n > 1 && y >> 25 & 1 == 1 {
             pairs.pop();
         } else {

@@ -57,7 +57,7 @@ const H: u64 = HORIZON.as_secs() * 1_000_000_000;
 /// The limiter under test.
 enum Subject {
     One(Bucket<ManualClock>),
-    Many(MultiBucket<ManualClock>),
+    Many(Box<MultiBucket<ManualClock>>),
 }
 
 /// A reservation held by the target.
@@ -258,7 +258,7 @@ fuzz_target!(|data: &[u8]| {
     let clock = ManualClock::new();
     let subject = if multi {
         let limits = Limits::new(quotas.iter().copied()).unwrap();
-        Subject::Many(MultiBucket::with_clock(limits, clock.clone()))
+        Subject::Many(Box::new(MultiBucket::with_clock(limits, clock.clone())))
     } else {
         Subject::One(Bucket::with_clock(quotas[0], clock.clone()))
     };

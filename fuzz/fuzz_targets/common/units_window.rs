@@ -22,14 +22,14 @@ pub fn violation(quota: &Quota, ev: &mut [(u64, u64)], slack_ns: u64) -> Option<
     // A window over `burst + rate·Δ` by `excess / per` tokens: a violation if `excess > 0`, and
     // for inexact quotas only beyond one unit (`excess · scale > per`; an overflow is beyond).
     let over = |excess: i128| {
-        excess > 0 && (quota.is_exact() || excess.checked_mul(scale).map_or(true, |v| v > per))
+        excess > 0 && (quota.is_exact() || excess.checked_mul(scale).is_none_or(|v| v > per))
     };
     // Tokens admitted before event `j`, and the greatest `rate·t_i − per·P(i)` over `i ≤ j`.
     let mut p: i128 = 0;
     let mut best: Option<(i128, usize, i128)> = None;
     for (j, &(t, c)) in ev.iter().enumerate() {
         let here = rate * i128::from(t) - per * p;
-        if best.map_or(true, |b| here > b.0) {
+        if best.is_none_or(|b| here > b.0) {
             best = Some((here, j, p));
         }
         p += i128::from(c);
