@@ -185,6 +185,35 @@ fn an_advancing_manual_clock_moves_time_for_every_bucket_sharing_it() {
     assert!(b.try_acquire(1).is_err());
 }
 
+/// Threads arming the same instant on an advancing clock (futures of buckets sharing it, each
+/// polled on its own thread) leave it at that instant: `register_wake_at` moves the clock to
+/// `at`, it does not add the wait each caller read (two callers that read the same time would
+/// both add it). A race, so many rounds.
+#[test]
+fn concurrent_wake_ups_at_one_instant_move_an_advancing_clock_to_that_instant_only() {
+    const THREADS: usize = 4;
+    for round in 0..2000u64 {
+        let clock = ManualClock::new();
+        let at = 1_000 + round;
+        let barrier = std::sync::Barrier::new(THREADS);
+        thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    let (count, waker) = Count::waker();
+                    barrier.wait();
+                    assert!(clock.register_wake_at(at, &waker).is_fired());
+                    assert_eq!(count.get(), 1);
+                });
+            }
+        });
+        assert_eq!(
+            clock.now(),
+            at,
+            "round {round}: the clock went past the instant"
+        );
+    }
+}
+
 #[test]
 fn frozen_clock_edges() {
     let clock = ManualClock::new_frozen();

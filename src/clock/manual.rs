@@ -289,7 +289,9 @@ impl Timer for ManualClock {
         if let Some(registration) = self.queue_wake_with(waker, |_| at) {
             return registration;
         }
-        self.advance(Duration::from_nanos(at.saturating_sub(self.now())));
+        // One `fetch_max`, as in `sleep_until`: a reading and then an `advance` by the rest
+        // would let two callers that read the same time both add it, leaving the clock past `at`.
+        let _ = self.shared.nanos.fetch_max(at, Ordering::AcqRel);
         waker.wake_by_ref();
         WakeRegistration::fired()
     }
