@@ -16,7 +16,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tonic_health::ServingStatus;
 
-/// How long a drain waits for open connections to close, on both ports together.
+/// How long a drain waits for open connections to close, on both ports together: the drain's
+/// deadline is this long after the signal, and every connection still open then is closed.
 pub(crate) const DRAIN_BOUND: Duration = Duration::from_secs(10);
 
 /// What `run` needs.
@@ -196,7 +197,7 @@ pub async fn run(
             .await;
     }
     let limits = opts.limits();
-    let (grpc_stop_tx, grpc_stop) = oneshot::channel::<()>();
+    let (grpc_stop_tx, grpc_stop) = oneshot::channel::<tokio::time::Instant>();
     let grpc_app = tonic::service::Routes::new(health_service)
         .add_service(Grpc::server(service.clone()))
         .prepare()
@@ -206,19 +207,27 @@ pub async fn run(
         grpc_app,
         Protocol::Http2,
         limits,
+        conn::Tasks::new().token(),
         async {
-            let _ = grpc_stop.await;
+            // `run` always sends the deadline before it drops the sender.
+            grpc_stop
+                .await
+                .unwrap_or_else(|_| tokio::time::Instant::now())
         },
     ));
-    let (http_stop_tx, http_stop) = oneshot::channel::<()>();
+    let (http_stop_tx, http_stop) = oneshot::channel::<tokio::time::Instant>();
     let app = crate::http::router(service.clone(), handle);
     let mut http = tokio::spawn(conn::serve(
         http_listener,
         app,
         Protocol::Http1,
         limits,
+        conn::Tasks::new().token(),
         async {
-            let _ = http_stop.await;
+            // `run` always sends the deadline before it drops the sender.
+            http_stop
+                .await
+                .unwrap_or_else(|_| tokio::time::Instant::now())
         },
     ));
 
@@ -264,19 +273,20 @@ pub async fn run(
             .await;
     }
     let _ = stop_tx.send(true);
-    // In-flight calls finish; a client that keeps its connection open past the drain's bound
-    // (one that does not answer the GOAWAY's ping) is cut off: aborting the accept loop's
-    // task drops its connection tasks, which abort their calls' tasks. The gRPC port drains
-    // first, the HTTP port meanwhile answering `/healthcheck` with 503; one deadline bounds
+    // In-flight calls finish; a connection still open at the drain's deadline (a peer that
+    // does not answer the GOAWAY's ping, a call that does not end) is closed by its own task
+    // then, which aborts its calls' tasks and waits for them. An accept loop that has not
+    // returned by the deadline is aborted, which drops its connection tasks. The gRPC port
+    // drains first, the HTTP port meanwhile answering `/healthcheck` with 503; one deadline bounds
     // both, so that the process exits within `DRAIN_BOUND` of the signal, not one bound per
     // port.
     let deadline = tokio::time::Instant::now() + DRAIN_BOUND;
-    let _ = grpc_stop_tx.send(());
+    let _ = grpc_stop_tx.send(deadline);
     if tokio::time::timeout_at(deadline, &mut grpc).await.is_err() {
         grpc.abort();
         log("gRPC connections still open after the drain's bound: closed");
     }
-    let _ = http_stop_tx.send(());
+    let _ = http_stop_tx.send(deadline);
     if tokio::time::timeout_at(deadline, &mut http).await.is_err() {
         http.abort();
         log("HTTP connections still open after the drain's bound: closed");
