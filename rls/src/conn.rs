@@ -16,8 +16,8 @@
 //!   written is out; HTTP/2 sends GOAWAY and closes once its streams are done);
 //! * HTTP/2 only, no request's headers within `header_timeout` of the connection opening (a
 //!   peer that never sends the preface, or sends it and nothing else): closed at once;
-//! * a graceful close that has not completed within [`CLOSE_GRACE`] (a peer that does not read
-//!   the response, or does not answer GOAWAY's ping): closed at once;
+//! * an idle connection's graceful close that has not completed within [`CLOSE_GRACE`] (a peer
+//!   that does not read the response, or does not answer GOAWAY's ping): closed at once;
 //! * the drain: a graceful close, and closed at once at the drain's deadline (the instant
 //!   [`serve`]'s `stop` resolves to, one for every connection of the port) if still open then.
 //!

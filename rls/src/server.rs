@@ -663,4 +663,75 @@ mod tests {
         }
         assert!(state.exists(), "the state was not saved");
     }
+
+    /// Sets its flag once dropped, after a while (as a handler's cleanup may take).
+    struct Dropped(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            std::thread::sleep(Duration::from_millis(100));
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// A port whose accept loop ignores its stop: aborted past `ABORT_AFTER`, and drained once
+    /// its future has been dropped, within `DRAIN_GRACE` of the deadline.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_port_that_does_not_return_is_aborted_and_waited_for() {
+        let tasks = conn::Tasks::new();
+        let (stop, _stopped) = oneshot::channel();
+        let (token, dropped) = (tasks.token(), Arc::default());
+        let guard = Dropped(Arc::clone(&dropped));
+        let serve = tokio::spawn(async move {
+            let _token = token;
+            let _guard = guard;
+            std::future::pending::<()>().await
+        });
+        let port = Port {
+            name: "test",
+            serve,
+            tasks,
+            stop,
+        };
+        let deadline = tokio::time::Instant::now();
+        let ended =
+            tokio::time::timeout(DRAIN_GRACE + Duration::from_secs(2), port.drain(deadline))
+                .await
+                .expect("the drain still ran 2 s past its grace");
+        assert!(ended, "the aborted task was given up");
+        assert!(
+            dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "drained before the aborted task's future was dropped"
+        );
+    }
+
+    /// A task of the port that does not end, even once its accept loop is aborted (its place
+    /// held elsewhere here): the drain gives it up at `DRAIN_GRACE` past the deadline.
+    #[tokio::test]
+    async fn a_port_whose_task_does_not_end_is_given_up_past_the_grace() {
+        let tasks = conn::Tasks::new();
+        let _stuck = tasks.token();
+        let (stop, _stopped) = oneshot::channel();
+        let token = tasks.token();
+        let serve = tokio::spawn(async move {
+            let _token = token;
+            std::future::pending::<()>().await
+        });
+        let port = Port {
+            name: "test",
+            serve,
+            tasks,
+            stop,
+        };
+        let deadline = tokio::time::Instant::now();
+        let ended =
+            tokio::time::timeout(DRAIN_GRACE + Duration::from_secs(2), port.drain(deadline))
+                .await
+                .expect("the drain still ran 2 s past its grace");
+        assert!(!ended, "a task still running was said to have ended");
+        assert!(
+            tokio::time::Instant::now() >= deadline + DRAIN_GRACE,
+            "given up before the grace ended"
+        );
+    }
 }
