@@ -72,6 +72,7 @@ fn serve(rt: &tokio::runtime::Runtime, routes: Routes) -> SocketAddr {
         routes.prepare().into_axum_router(),
         Protocol::Http2,
         limits,
+        conn::Tasks::new().token(),
         std::future::pending(),
     ));
     addr

@@ -16,8 +16,10 @@
 //!   written is out; HTTP/2 sends GOAWAY and closes once its streams are done);
 //! * HTTP/2 only, no request's headers within `header_timeout` of the connection opening (a
 //!   peer that never sends the preface, or sends it and nothing else): closed at once;
-//! * a graceful close that has not completed within [`CLOSE_GRACE`] (a peer that does not read
-//!   the response, or does not answer GOAWAY's ping): closed at once.
+//! * an idle connection's graceful close that has not completed within [`CLOSE_GRACE`] (a peer
+//!   that does not read the response, or does not answer GOAWAY's ping): closed at once;
+//! * the drain: a graceful close, and closed at once at the drain's deadline (the instant
+//!   [`serve`]'s `stop` resolves to, one for every connection of the port) if still open then.
 //!
 //! HTTP/1's header deadline is hyper's own `header_read_timeout`: hyper starts it when it
 //! begins reading a request head, which is at the connection's opening and again at the end
@@ -32,7 +34,10 @@
 //! HTTP/2 runs each stream (its request's handler, then its response's body) in a task of its
 //! own, spawned by hyper on the connection's executor (`Streams`): the connection task owns
 //! those tasks, and ends them (and waits for them) when it ends, so that no handler outlives
-//! its connection, nor [`serve`] once it returns.
+//! its connection, nor [`serve`] once it returns. Every task of a port (its accept loop, its
+//! connections, their streams) holds a place in the port's [`Tasks`] until its future is
+//! dropped, so that its caller can also wait for them after dropping `serve`'s future, which
+//! aborts them without waiting.
 
 use axum::body::Body;
 use axum::http::{header, Request, Response, StatusCode};
@@ -112,22 +117,31 @@ impl Protocol {
 /// Serves `app` on `listener` until `stop` resolves, then drains: the listener is closed,
 /// every connection is asked to close gracefully (HTTP/1 after its request in flight,
 /// HTTP/2 by GOAWAY), and this returns once every connection has closed and every call on
-/// them has ended. Dropping the future (or aborting its task) closes every connection at once
-/// and aborts every call.
+/// them has ended. `stop` resolves to the drain's deadline: a connection still open then (a
+/// peer that does not answer the GOAWAY, a call that does not end) is closed at that instant
+/// and its calls are aborted, so that this returns shortly after the deadline at the latest
+/// (once the aborted calls' futures are dropped, at their next turn). A deadline already past
+/// closes every connection at once.
+///
+/// `serve` and each task it spawns hold a place in `tasks` (from [`Tasks::token`]) until
+/// they end. Dropping the future (or aborting its task) closes every connection at once and
+/// aborts every call without waiting for them: [`Tasks::ended`] tells when they have ended.
 pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
     protocol: Protocol,
     limits: Limits,
-    stop: impl Future<Output = ()>,
+    tasks: TaskToken,
+    stop: impl Future<Output = Instant>,
 ) {
     // A cap beyond what a semaphore holds (a `Limits` built in code) is cut to that, as
     // timeouts beyond `FAR` are: no process holds that many sockets anyway.
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
-    let (drain_tx, drain_rx) = watch::channel(false);
-    // Connection tasks live in the set so that dropping it (the drain's bound passed) aborts
+    // The drain's deadline, once `stop` resolved.
+    let (drain_tx, drain_rx) = watch::channel(None);
+    // Connection tasks live in the set so that dropping it (`serve`'s future dropped) aborts
     // them; finished ones are reaped at each accept, so it holds at most the open ones and
     // those that ended since.
     let mut conns = JoinSet::new();
@@ -136,7 +150,7 @@ pub async fn serve(
     // `ACCEPT_LOG_EVERY`, with the count since the last line.
     let mut accept_log: Option<tokio::time::Instant> = None;
     let mut unlogged = 0u64;
-    loop {
+    let deadline = loop {
         while conns.try_join_next().is_some() {}
         let slot = match slots.clone().try_acquire_owned() {
             Ok(s) => s,
@@ -144,17 +158,19 @@ pub async fn serve(
                 crate::metrics::connection_limit(protocol.port(), "max_connections");
                 tokio::select! {
                     biased;
-                    () = &mut stop => break,
+                    deadline = &mut stop => break deadline,
                     slot = slots.clone().acquire_owned() => match slot {
                         Ok(s) => s,
-                        Err(_) => break,
+                        // The semaphore is never closed; were it, no connection could be
+                        // accepted any more: the port waits for its drain.
+                        Err(_) => break (&mut stop).await,
                     },
                 }
             }
         };
         let stream = tokio::select! {
             biased;
-            () = &mut stop => break,
+            deadline = &mut stop => break deadline,
             r = listener.accept() => match r {
                 Ok((stream, _)) => stream,
                 Err(e) => {
@@ -183,11 +199,57 @@ pub async fn serve(
             protocol,
             limits,
             drain_rx.clone(),
+            tasks.clone(),
         ));
-    }
+    };
     drop(listener);
-    let _ = drain_tx.send(true);
+    let _ = drain_tx.send(Some(deadline));
     while conns.join_next().await.is_some() {}
+}
+
+/// Counts the tasks that [`serve`] runs for one port: its accept loop, one per connection,
+/// one per HTTP/2 stream (a call). Each holds a [`TaskToken`] until it ends, its future
+/// dropped, also when it was aborted: dropping `serve`'s future aborts its connections'
+/// tasks without waiting for them, and [`Tasks::ended`] is how its caller waits for them.
+#[derive(Debug)]
+pub struct Tasks(watch::Sender<()>);
+
+/// One task's place in a [`Tasks`], given up when it is dropped.
+#[derive(Debug, Clone)]
+pub struct TaskToken {
+    /// Only counted: the end of a channel's receivers is what its sender can wait for.
+    _place: watch::Receiver<()>,
+}
+
+impl Tasks {
+    /// No task yet.
+    pub fn new() -> Tasks {
+        // The channel's first receiver is dropped at once: only tokens count.
+        Tasks(watch::channel(()).0)
+    }
+
+    /// A place for one more task, held until the token (and every clone of it) is dropped.
+    pub fn token(&self) -> TaskToken {
+        TaskToken {
+            _place: self.0.subscribe(),
+        }
+    }
+
+    /// How many tokens are held: the tasks (and their clones of the token) not yet ended.
+    pub fn running(&self) -> usize {
+        self.0.receiver_count()
+    }
+
+    /// Resolves once no token is held: every task that held one has ended.
+    pub async fn ended(&self) {
+        self.0.closed().await;
+    }
+}
+
+impl Default for Tasks {
+    fn default() -> Tasks {
+        Tasks::new()
+    }
 }
 
 /// Errors of accepting one connection (the peer gave up meanwhile): the next accept is
@@ -345,26 +407,27 @@ async fn connection(
     app: axum::Router,
     protocol: Protocol,
     limits: Limits,
-    drain: watch::Receiver<bool>,
+    drain: watch::Receiver<Option<Instant>>,
+    task: TaskToken,
 ) {
     let _open = crate::metrics::OpenConnection::new(protocol.port());
-    let streams = Streams::new();
+    let streams = Streams::new(task);
     let builder = builder(protocol, &limits, streams.executor());
     drive(stream, app, builder, protocol, limits, drain).await;
     // hyper's connection is gone: a stream task left has nobody to answer (a handler stuck in
-    // a backend that does not answer, past the drain's bound or after the peer left).
+    // a backend that does not answer, past the drain's deadline or after the peer left).
     streams.close().await;
 }
 
-/// Serves one connection until it ends: by the peer, by a limit, or by the drain (its bound
-/// included). Dropping it drops hyper's connection.
+/// Serves one connection until it ends: by the peer, by a limit, or by the drain (its
+/// deadline included). Dropping it drops hyper's connection.
 async fn drive(
     stream: TcpStream,
     app: axum::Router,
     builder: auto::Builder<StreamExecutor>,
     protocol: Protocol,
     limits: Limits,
-    mut drain: watch::Receiver<bool>,
+    mut drain: watch::Receiver<Option<Instant>>,
 ) {
     // Small answers go out at once (tonic's own listener sets it too).
     let _ = stream.set_nodelay(true);
@@ -396,13 +459,15 @@ async fn drive(
                 }
                 return;
             }
-            r = drain.wait_for(|d| *d), if !draining => {
+            r = drain.wait_for(Option::is_some), if !draining => {
                 draining = true;
-                if r.is_ok() {
-                    // Bounded as the whole drain is (server.rs).
+                if let Some(deadline) = r.ok().and_then(|d| *d) {
                     conn.as_mut().graceful_shutdown();
+                    // The drain's deadline bounds every connection of the port; one already
+                    // closing because it was idle keeps its own bound if that is earlier.
+                    let at = if closing { timer.deadline().min(deadline) } else { deadline };
                     closing = true;
-                    timer.as_mut().reset(later(Instant::now(), crate::server::DRAIN_BOUND));
+                    timer.as_mut().reset(at);
                 }
             }
             () = timer.as_mut() => {
@@ -444,18 +509,25 @@ async fn drive(
 /// the gRPC port) and those of streams just reset, which hyper ends at their next turn.
 struct Streams {
     tasks: Arc<Mutex<JoinSet<()>>>,
+    /// The connection task's place in its port's [`Tasks`], of which each stream task holds a
+    /// copy.
+    token: TaskToken,
 }
 
 impl Streams {
-    fn new() -> Streams {
+    fn new(token: TaskToken) -> Streams {
         Streams {
             tasks: Arc::new(Mutex::new(JoinSet::new())),
+            token,
         }
     }
 
     /// The executor for hyper's connection, spawning into this set while it lives.
     fn executor(&self) -> StreamExecutor {
-        StreamExecutor(Arc::downgrade(&self.tasks))
+        StreamExecutor {
+            tasks: Arc::downgrade(&self.tasks),
+            token: self.token.clone(),
+        }
     }
 
     /// The tasks in the set: running ones and those ended since the last spawn.
@@ -482,7 +554,11 @@ fn lock(tasks: &Mutex<JoinSet<()>>) -> std::sync::MutexGuard<'_, JoinSet<()>> {
 /// of hyper-util's `TokioExecutor`, whose tasks are detached: nothing waits for them, and
 /// only hyper's own check for a reset stream ends one, at some turn after its connection went.
 #[derive(Clone)]
-struct StreamExecutor(Weak<Mutex<JoinSet<()>>>);
+struct StreamExecutor {
+    tasks: Weak<Mutex<JoinSet<()>>>,
+    /// Copied into each task spawned, which holds it until its future is dropped.
+    token: TaskToken,
+}
 
 impl<F> hyper::rt::Executor<F> for StreamExecutor
 where
@@ -491,12 +567,14 @@ where
     fn execute(&self, fut: F) {
         // Once the connection task has let go of its streams, a task spawned now would
         // answer nobody: it is dropped unstarted.
-        let Some(tasks) = self.0.upgrade() else {
+        let Some(tasks) = self.tasks.upgrade() else {
             return;
         };
+        let token = self.token.clone();
         let mut set = lock(&tasks);
         while set.try_join_next().is_some() {}
         set.spawn(async move {
+            let _token = token;
             fut.await;
         });
     }
@@ -699,10 +777,15 @@ mod tests {
             keepalive_timeout: Duration::MAX,
         };
         let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, app, Protocol::Http1, limits, async {
-            let _ = stop_rx.await;
-        }));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Instant>();
+        let server = tokio::spawn(serve(
+            listener,
+            app,
+            Protocol::Http1,
+            limits,
+            Tasks::new().token(),
+            async { stop_rx.await.expect("a deadline") },
+        ));
         let mut c = TcpStream::connect(addr).await.unwrap();
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -714,7 +797,7 @@ mod tests {
             .expect("an answer in time")
             .unwrap();
         assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
-        let _ = stop_tx.send(());
+        let _ = stop_tx.send(Instant::now() + Duration::from_secs(5));
         tokio::time::timeout(Duration::from_secs(5), server)
             .await
             .expect("drained in time")
@@ -805,42 +888,77 @@ mod tests {
         }
     }
 
-    /// Past the drain's bound `serve` returns, and only once the calls still in flight on
-    /// its HTTP/2 connections have ended: their handlers' futures are dropped by then.
+    /// At the drain's deadline `serve` closes the connections still open (a peer that answers
+    /// neither its settings nor the GOAWAY's ping, a call that never ends), whatever the
+    /// port's own bounds, and returns once their calls have ended: shortly after the deadline.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn serve_returns_past_the_drains_bound_once_its_calls_ended() {
+    async fn serve_closes_its_connections_at_the_drains_deadline() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let live = Arc::new(AtomicUsize::new(0));
         let (began_tx, mut began) = tokio::sync::mpsc::unbounded_channel();
         let app = stuck_app(live.clone(), began_tx);
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let tasks = Tasks::new();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Instant>();
         let server = tokio::spawn(serve(
             listener,
             app,
             Protocol::Http2,
             long_limits(),
-            async {
-                let _ = stop_rx.await;
-            },
+            tasks.token(),
+            async { stop_rx.await.expect("a deadline") },
         ));
         let _call = stuck_call(addr, &mut began).await;
         assert_eq!(live.load(Ordering::SeqCst), 1, "the call is in flight");
-        let _ = stop_tx.send(());
-        tokio::time::timeout(crate::server::DRAIN_BOUND + Duration::from_secs(5), server)
+        // HTTP/2's preface and empty settings, then only reads; the server's first frame says
+        // that its connection task runs.
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        silent
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
             .await
-            .expect("serve returned past the drain's bound")
+            .unwrap();
+        let mut frame = [0u8; 9];
+        tokio::time::timeout(Duration::from_secs(5), silent.read_exact(&mut frame))
+            .await
+            .expect("the server's settings in time")
+            .unwrap();
+        let silent = tokio::spawn(async move {
+            let mut sink = [0u8; 1024];
+            while silent.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+            Instant::now()
+        });
+
+        let deadline = Instant::now() + Duration::from_millis(500);
+        stop_tx.send(deadline).unwrap();
+        tokio::time::timeout_at(deadline + Duration::from_secs(3), server)
+            .await
+            .expect("serve still ran 3 s past the drain's deadline")
             .expect("served without a panic");
+        assert!(
+            Instant::now() >= deadline,
+            "serve returned before the deadline with a call in flight"
+        );
         assert_eq!(
             live.load(Ordering::SeqCst),
             0,
             "a call's handler still ran when serve returned"
         );
+        assert_eq!(tasks.running(), 0, "a task of the port outlived serve");
+        let closed = tokio::time::timeout(Duration::from_secs(1), silent)
+            .await
+            .expect("the silent peer's connection still open after serve returned")
+            .unwrap();
+        assert!(
+            closed >= deadline,
+            "the silent peer's connection closed before the deadline"
+        );
     }
 
-    /// Aborting `serve`'s task (as the drain does past its bound) ends the calls in flight on
-    /// its HTTP/2 connections: an abort takes effect at each task's next turn, so their
-    /// handlers' futures are dropped soon after, never left running.
+    /// Aborting `serve`'s task (the drain's backstop) ends the calls in flight on its HTTP/2
+    /// connections: an abort takes effect at each task's next turn, so their handlers'
+    /// futures are dropped soon after, never left running, and the port's [`Tasks`] tell when
+    /// the last has been.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_aborted_serve_ends_its_calls() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -848,24 +966,28 @@ mod tests {
         let live = Arc::new(AtomicUsize::new(0));
         let (began_tx, mut began) = tokio::sync::mpsc::unbounded_channel();
         let app = stuck_app(live.clone(), began_tx);
+        let tasks = Tasks::new();
         let server = tokio::spawn(serve(
             listener,
             app,
             Protocol::Http2,
             long_limits(),
+            tasks.token(),
             std::future::pending(),
         ));
         let _call = stuck_call(addr, &mut began).await;
         assert_eq!(live.load(Ordering::SeqCst), 1, "the call is in flight");
+        assert!(tasks.running() >= 3, "serve, its connection, its call");
         server.abort();
         assert!(server.await.unwrap_err().is_cancelled());
-        tokio::time::timeout(Duration::from_secs(5), async {
-            while live.load(Ordering::SeqCst) > 0 {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .await
-        .expect("a call's handler still ran 5 s after serve was aborted");
+        tokio::time::timeout(Duration::from_secs(5), tasks.ended())
+            .await
+            .expect("a task of the port still ran 5 s after serve was aborted");
+        assert_eq!(
+            live.load(Ordering::SeqCst),
+            0,
+            "the port's tasks said they ended before a call's handler was dropped"
+        );
     }
 
     /// A long-lived connection's stream tasks, spawned one after the other, each ended before
@@ -873,7 +995,7 @@ mod tests {
     #[tokio::test]
     async fn ended_stream_tasks_are_reaped_at_each_spawn() {
         use hyper::rt::Executor;
-        let streams = Streams::new();
+        let streams = Streams::new(Tasks::new().token());
         let executor = streams.executor();
         for _ in 0..1000 {
             let (done, ended) = tokio::sync::oneshot::channel();
@@ -901,14 +1023,14 @@ mod tests {
     async fn stream_tasks_end_with_their_connection() {
         use hyper::rt::Executor;
         let live = Arc::new(AtomicUsize::new(0));
-        let streams = Streams::new();
+        let streams = Streams::new(Tasks::new().token());
         for _ in 0..3 {
             streams.executor().execute(pending_task(&live));
         }
         streams.close().await;
         assert_eq!(live.load(Ordering::SeqCst), 0, "a task outlived close");
 
-        let streams = Streams::new();
+        let streams = Streams::new(Tasks::new().token());
         let executor = streams.executor();
         executor.execute(pending_task(&live));
         drop(streams);

@@ -16,8 +16,20 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tonic_health::ServingStatus;
 
-/// How long a drain waits for open connections to close, on both ports together.
-pub(crate) const DRAIN_BOUND: Duration = Duration::from_secs(10);
+/// How long a drain waits for open connections to close, on both ports together: the drain's
+/// deadline is this long after the signal, and every connection still open then is closed.
+pub const DRAIN_BOUND: Duration = Duration::from_secs(10);
+
+/// How long past the drain's deadline `run` waits for a port's [`conn::serve`] to return
+/// before it aborts it. `serve` closes its connections at the deadline and returns once their
+/// calls' tasks have ended, at their next turn: this is a backstop for a task that does not
+/// end (a bug), not a bound a peer can reach.
+const ABORT_AFTER: Duration = Duration::from_millis(500);
+
+/// How long past the drain's deadline `run` waits, in all, for every task of both ports to
+/// end (those of an aborted `serve` included) before it saves the state without them: the
+/// process exits within `DRAIN_BOUND + DRAIN_GRACE` of the signal, plus the final save.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
 /// What `run` needs.
 #[derive(Debug, Clone)]
@@ -146,13 +158,44 @@ pub(crate) fn log(msg: impl std::fmt::Display) {
 }
 
 /// Runs the service until `shutdown` resolves, then drains: `/healthcheck` and gRPC health
-/// answer "not serving", the listeners stop accepting, in-flight calls finish, the state is
-/// saved. Prints `tollgate-rls grpc=IP:PORT http=IP:PORT` once both ports are bound.
+/// answer "not serving", the listeners stop accepting, in-flight calls finish (those still
+/// running [`DRAIN_BOUND`] after `shutdown` resolved are cancelled, with their connections),
+/// and once every call's task has ended the state is saved. Returns within `DRAIN_BOUND` plus
+/// [`DRAIN_GRACE`] of `shutdown`, plus the final save. Prints
+/// `tollgate-rls grpc=IP:PORT http=IP:PORT` once both ports are bound.
 pub async fn run(
     opts: Options,
     clock: RlsClock,
     ready: Option<oneshot::Sender<Ready>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    run_with(opts, clock, ready, shutdown, Hooks::default()).await
+}
+
+/// What tests change in [`run`]: the drain's bound, and routes served on the gRPC port
+/// besides the service's.
+#[derive(Debug)]
+struct Hooks {
+    drain_bound: Duration,
+    grpc_routes: Option<axum::Router>,
+}
+
+impl Default for Hooks {
+    fn default() -> Hooks {
+        Hooks {
+            drain_bound: DRAIN_BOUND,
+            grpc_routes: None,
+        }
+    }
+}
+
+/// [`run`], with `hooks`.
+async fn run_with(
+    opts: Options,
+    clock: RlsClock,
+    ready: Option<oneshot::Sender<Ready>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    hooks: Hooks,
 ) -> Result<(), StartError> {
     // The digest first: a change between it and the load is seen as a change (and loaded
     // again), never missed.
@@ -196,31 +239,16 @@ pub async fn run(
             .await;
     }
     let limits = opts.limits();
-    let (grpc_stop_tx, grpc_stop) = oneshot::channel::<()>();
-    let grpc_app = tonic::service::Routes::new(health_service)
+    let mut grpc_app = tonic::service::Routes::new(health_service)
         .add_service(Grpc::server(service.clone()))
         .prepare()
         .into_axum_router();
-    let mut grpc = tokio::spawn(conn::serve(
-        grpc_listener,
-        grpc_app,
-        Protocol::Http2,
-        limits,
-        async {
-            let _ = grpc_stop.await;
-        },
-    ));
-    let (http_stop_tx, http_stop) = oneshot::channel::<()>();
+    if let Some(routes) = hooks.grpc_routes {
+        grpc_app = grpc_app.merge(routes);
+    }
+    let grpc = Port::serve("gRPC", grpc_listener, grpc_app, Protocol::Http2, limits);
     let app = crate::http::router(service.clone(), handle);
-    let mut http = tokio::spawn(conn::serve(
-        http_listener,
-        app,
-        Protocol::Http1,
-        limits,
-        async {
-            let _ = http_stop.await;
-        },
-    ));
+    let http = Port::serve("HTTP", http_listener, app, Protocol::Http1, limits);
 
     // SIGHUP's handler before the first line (its default action ends the process).
     let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
@@ -264,32 +292,111 @@ pub async fn run(
             .await;
     }
     let _ = stop_tx.send(true);
-    // In-flight calls finish; a client that keeps its connection open past the drain's bound
-    // (one that does not answer the GOAWAY's ping) is cut off: aborting the accept loop's
-    // task drops its connection tasks, which abort their calls' tasks. The gRPC port drains
-    // first, the HTTP port meanwhile answering `/healthcheck` with 503; one deadline bounds
-    // both, so that the process exits within `DRAIN_BOUND` of the signal, not one bound per
-    // port.
-    let deadline = tokio::time::Instant::now() + DRAIN_BOUND;
-    let _ = grpc_stop_tx.send(());
-    if tokio::time::timeout_at(deadline, &mut grpc).await.is_err() {
-        grpc.abort();
-        log("gRPC connections still open after the drain's bound: closed");
-    }
-    let _ = http_stop_tx.send(());
-    if tokio::time::timeout_at(deadline, &mut http).await.is_err() {
-        http.abort();
-        log("HTTP connections still open after the drain's bound: closed");
-    }
+    // In-flight calls finish; a connection still open at the drain's deadline (a peer that
+    // does not answer the GOAWAY's ping, a call that does not end) is closed by its own task
+    // then, which aborts its calls' tasks and waits for them. The gRPC port drains first, the
+    // HTTP port meanwhile answering `/healthcheck` with 503; one deadline bounds both, so that
+    // the process exits within `DRAIN_BOUND` (and the backstop's grace) of the signal, not one
+    // bound per port.
+    let deadline = tokio::time::Instant::now() + hooks.drain_bound;
+    let grpc_ended = grpc.drain(deadline).await;
+    let http_ended = http.drain(deadline).await;
     let _ = watcher.await;
     if let Some(s) = saver {
         let _ = s.await;
     }
     if let Some(path) = &opts.state {
+        // Only once no call can still decide (a handler of the local backend decides within
+        // one turn, so none is half-made once its task ended): every decision is in the file.
+        if !(grpc_ended && http_ended) {
+            log(
+                "saving the state while some calls' tasks still run: their decisions may be \
+                 missing from it",
+            );
+        }
         save_state(&service, path).await;
     }
     log("stopped");
     Ok(())
+}
+
+/// One port's accept loop, as [`run`] drains it.
+struct Port {
+    name: &'static str,
+    serve: tokio::task::JoinHandle<()>,
+    tasks: conn::Tasks,
+    stop: oneshot::Sender<tokio::time::Instant>,
+}
+
+impl Port {
+    /// Spawns [`conn::serve`] on `listener`.
+    fn serve(
+        name: &'static str,
+        listener: TcpListener,
+        app: axum::Router,
+        protocol: Protocol,
+        limits: conn::Limits,
+    ) -> Port {
+        let tasks = conn::Tasks::new();
+        let (stop, stopped) = oneshot::channel();
+        let serve = tokio::spawn(conn::serve(
+            listener,
+            app,
+            protocol,
+            limits,
+            tasks.token(),
+            // `run` always sends the deadline before it drops the sender.
+            async {
+                stopped
+                    .await
+                    .unwrap_or_else(|_| tokio::time::Instant::now())
+            },
+        ));
+        Port {
+            name,
+            serve,
+            tasks,
+            stop,
+        }
+    }
+
+    /// Drains the port with `deadline` as its connections' close bound and returns whether
+    /// every task of the port (its accept loop, connections, calls) has ended. `serve`
+    /// returns by itself shortly after the deadline; past `ABORT_AFTER` it is aborted, and
+    /// its tasks, aborted with it, are waited for until `DRAIN_GRACE` past the deadline.
+    async fn drain(self, deadline: tokio::time::Instant) -> bool {
+        let Port {
+            name,
+            mut serve,
+            tasks,
+            stop,
+        } = self;
+        let _ = stop.send(deadline);
+        if tokio::time::timeout_at(deadline + ABORT_AFTER, &mut serve)
+            .await
+            .is_err()
+        {
+            serve.abort();
+            log(format_args!(
+                "{name} connections still open {ABORT_AFTER:?} after the drain's deadline: aborted"
+            ));
+            // The aborted task's future (its connection tasks' set) is dropped at its next
+            // turn; its connections' and calls' tasks end at theirs.
+            let _ = tokio::time::timeout_at(deadline + DRAIN_GRACE, serve).await;
+        }
+        if tokio::time::timeout_at(deadline + DRAIN_GRACE, tasks.ended())
+            .await
+            .is_err()
+        {
+            log(format_args!(
+                "{name} port: {} tasks (accept loop, connections, calls) still running \
+                 {DRAIN_GRACE:?} after the drain's deadline: no longer waited for",
+                tasks.running()
+            ));
+            return false;
+        }
+        true
+    }
 }
 
 /// A digest of the config path's files (names and contents), to notice any change: an edit,
@@ -449,5 +556,182 @@ pub fn restore_state(local: &LocalBackend, path: &Path) {
                 path.display()
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    const CONFIG: &str = "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
+
+    /// A call's handler, alive until its future is dropped. Its release takes a while, as a
+    /// handler's cleanup may, and then records whether the state file existed by then.
+    struct Handler {
+        state: PathBuf,
+        saw: Arc<Mutex<Option<bool>>>,
+    }
+
+    impl Drop for Handler {
+        fn drop(&mut self) {
+            std::thread::sleep(Duration::from_millis(200));
+            *self.saw.lock().unwrap() = Some(self.state.exists());
+        }
+    }
+
+    /// A call still in its handler at the drain's deadline is cancelled with its connection,
+    /// and `run` saves the state only once the call's task has ended, its handler dropped.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_state_is_saved_once_every_call_has_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yaml");
+        std::fs::write(&config, CONFIG).unwrap();
+        let state = dir.path().join("state");
+        let mut opts = Options::new(config);
+        opts.grpc = "127.0.0.1:0".parse().unwrap();
+        opts.http = "127.0.0.1:0".parse().unwrap();
+        opts.state = Some(state.clone());
+        // Only the final save writes the file.
+        opts.save_every = Duration::from_secs(600);
+        let saw = Arc::new(Mutex::new(None));
+        let (began_tx, mut began) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let routes = axum::Router::new().route(
+            "/test.Stuck/Call",
+            axum::routing::post({
+                let (state, saw) = (state.clone(), saw.clone());
+                move || {
+                    let handler = Handler {
+                        state: state.clone(),
+                        saw: saw.clone(),
+                    };
+                    let began = began_tx.clone();
+                    async move {
+                        let _handler = handler;
+                        let _ = began.send(());
+                        std::future::pending::<&'static str>().await
+                    }
+                }
+            }),
+        );
+        let hooks = Hooks {
+            drain_bound: Duration::from_millis(500),
+            grpc_routes: Some(routes),
+        };
+        let (ready_tx, ready) = oneshot::channel();
+        let (stop_tx, stop) = oneshot::channel::<()>();
+        let server = tokio::spawn(run_with(
+            opts,
+            RlsClock::real(),
+            Some(ready_tx),
+            async {
+                let _ = stop.await;
+            },
+            hooks,
+        ));
+        let ready = tokio::time::timeout(Duration::from_secs(10), ready)
+            .await
+            .expect("ready in time")
+            .expect("ready");
+
+        let tcp = tokio::net::TcpStream::connect(ready.grpc).await.unwrap();
+        let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+        let conn = tokio::spawn(conn);
+        let req = axum::http::Request::post(format!("http://{}/test.Stuck/Call", ready.grpc))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (_answer, _) = client.send_request(req, true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), began.recv())
+            .await
+            .expect("the handler ran in time")
+            .unwrap();
+
+        stop_tx.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("run still ran 5 s after the signal, its drain's bound 500 ms")
+            .expect("ran without a panic")
+            .expect("started");
+        conn.abort();
+        let saw = *saw.lock().unwrap();
+        match saw {
+            None => panic!("a call's handler still ran when run returned"),
+            Some(true) => panic!("the state was saved before a call's handler had ended"),
+            Some(false) => {}
+        }
+        assert!(state.exists(), "the state was not saved");
+    }
+
+    /// Sets its flag once dropped, after a while (as a handler's cleanup may take).
+    struct Dropped(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            std::thread::sleep(Duration::from_millis(100));
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// A port whose accept loop ignores its stop: aborted past `ABORT_AFTER`, and drained once
+    /// its future has been dropped, within `DRAIN_GRACE` of the deadline.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_port_that_does_not_return_is_aborted_and_waited_for() {
+        let tasks = conn::Tasks::new();
+        let (stop, _stopped) = oneshot::channel();
+        let (token, dropped) = (tasks.token(), Arc::default());
+        let guard = Dropped(Arc::clone(&dropped));
+        let serve = tokio::spawn(async move {
+            let _token = token;
+            let _guard = guard;
+            std::future::pending::<()>().await
+        });
+        let port = Port {
+            name: "test",
+            serve,
+            tasks,
+            stop,
+        };
+        let deadline = tokio::time::Instant::now();
+        let ended =
+            tokio::time::timeout(DRAIN_GRACE + Duration::from_secs(2), port.drain(deadline))
+                .await
+                .expect("the drain still ran 2 s past its grace");
+        assert!(ended, "the aborted task was given up");
+        assert!(
+            dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "drained before the aborted task's future was dropped"
+        );
+    }
+
+    /// A task of the port that does not end, even once its accept loop is aborted (its place
+    /// held elsewhere here): the drain gives it up at `DRAIN_GRACE` past the deadline.
+    #[tokio::test]
+    async fn a_port_whose_task_does_not_end_is_given_up_past_the_grace() {
+        let tasks = conn::Tasks::new();
+        let _stuck = tasks.token();
+        let (stop, _stopped) = oneshot::channel();
+        let token = tasks.token();
+        let serve = tokio::spawn(async move {
+            let _token = token;
+            std::future::pending::<()>().await
+        });
+        let port = Port {
+            name: "test",
+            serve,
+            tasks,
+            stop,
+        };
+        let deadline = tokio::time::Instant::now();
+        let ended =
+            tokio::time::timeout(DRAIN_GRACE + Duration::from_secs(2), port.drain(deadline))
+                .await
+                .expect("the drain still ran 2 s past its grace");
+        assert!(!ended, "a task still running was said to have ended");
+        assert!(
+            tokio::time::Instant::now() >= deadline + DRAIN_GRACE,
+            "given up before the grace ended"
+        );
     }
 }
