@@ -182,11 +182,9 @@ async fn a_dropped_probe_leaves_the_next_caller_the_probe() {
 
 /// A probe whose caller polled it once and then keeps its future without polling it again
 /// (parked in a struct, a `select!` arm that is never polled again) must not keep the breaker
-/// open: the server is healthy again, the next probe falls due a few intervals later, and
-/// decisions should reach Redis. The probe's pass stays taken (`probing`) until the parked
-/// future is polled to its end or dropped, and only one probe is ever out at once.
+/// open: the server is healthy again, and once the parked probe's timeout and one interval
+/// have passed (100 ms here) the next caller takes the probe over and reaches Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: a probe held by a future that is never polled again keeps the breaker open"]
 async fn a_parked_probe_does_not_hold_the_breaker_open() {
     let Some(server) = RedisServer::start("breaker_evidence::parked_probe") else {
         return;
