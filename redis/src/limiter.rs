@@ -550,7 +550,7 @@ impl RedisLimiter {
                 Ok((Ok(()), Some(self.lease_snapshot(table, &slot, p))))
             }
             Err(Denied::RetryAfter(wait)) => {
-                table.deny(&slot, cost, wait, d.snapshot);
+                table.deny(&slot, cost, wait, sent, d.snapshot);
                 Ok((d.verdict, Some(d.snapshot)))
             }
             Err(_) => Ok((d.verdict, Some(d.snapshot))),
