@@ -7,11 +7,27 @@ use std::time::{Duration, Instant};
 
 /// After a connection failure or timeout, only one probe decision per interval goes to Redis;
 /// the others fail at once (so nothing queues behind a dead or stopped server).
+///
+/// A probe reports its outcome when its call ends (or gives its pass back when dropped); a
+/// probe whose future is kept but never polled again (parked in a struct, a `select!` arm
+/// that is not polled again) reports nothing, and its own timeout never fires. Such a probe
+/// holds the breaker open for at most its deadline plus one interval: past that, the next
+/// caller takes the probe over, and the parked probe's later report (outcome or drop) changes
+/// nothing. A probe whose call is still polled ends by its deadline, so among live probes one
+/// is out at a time.
 #[derive(Debug)]
 pub(crate) struct Breaker {
     start: Instant,
     down: AtomicBool,
-    probing: AtomicBool,
+    /// The probe out now: `0` if none, else the instant (ns since `start`) from which the next
+    /// caller may take it over: its start plus its call's time (at least 1 ns) plus one
+    /// interval. Past its call's time a probe still polled has ended (its timeout fired), so
+    /// only a parked one can be taken over. Successive probes' values strictly increase, so
+    /// the value names its probe: set by compare-and-swap in `pass`, cleared only by a
+    /// compare-and-swap from the owner's own value, so that a superseded probe's report finds
+    /// another value and changes nothing. Saturating: `u64::MAX` (a call without a timeout, an
+    /// interval of `Duration::MAX`) is never taken over.
+    probing: AtomicU64,
     last_probe: AtomicU64,
     interval: Duration,
 }
@@ -19,9 +35,12 @@ pub(crate) struct Breaker {
 pub(crate) enum Pass {
     Normal,
     /// The probe of its interval; `previous`: the last probe's instant before it, which a
-    /// probe given back unused restores.
+    /// probe given back unused restores; `at`: its own instant (stored in `last_probe`);
+    /// `until`: its value in `probing`.
     Probe {
         previous: u64,
+        at: u64,
+        until: u64,
     },
 }
 
@@ -31,64 +50,102 @@ impl Breaker {
         Breaker {
             start: Instant::now(),
             down: AtomicBool::new(false),
-            probing: AtomicBool::new(false),
+            probing: AtomicU64::new(0),
             last_probe: AtomicU64::new(0),
             interval,
         }
     }
 
     fn now(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        Self::ns(self.start.elapsed())
     }
 
-    pub(crate) fn pass(&self) -> Option<Pass> {
+    /// Saturating: a span past u64::MAX ns (`Duration::MAX`) means "never".
+    fn ns(d: Duration) -> u64 {
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A pass for a call that must be answered `within` from now: `Normal` while closed;
+    /// while open, the probe once it is due and no live probe holds it (`None` otherwise).
+    pub(crate) fn pass(&self, within: Duration) -> Option<Pass> {
         if !self.down.load(Ordering::Acquire) {
             return Some(Pass::Normal);
         }
         let now = self.now();
-        // Saturating: an interval past u64::MAX ns (`Duration::MAX`) means "never probe again".
+        let interval = Self::ns(self.interval);
+        // Saturating: an interval of `Duration::MAX` means "never probe again".
         let due = self
             .last_probe
             .load(Ordering::Acquire)
-            .saturating_add(u64::try_from(self.interval.as_nanos()).unwrap_or(u64::MAX));
-        if now >= due
-            && self
-                .probing
-                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        {
-            let previous = self.last_probe.swap(now, Ordering::AcqRel);
-            return Some(Pass::Probe { previous });
+            .saturating_add(interval);
+        let held = self.probing.load(Ordering::Acquire);
+        if now < due || (held != 0 && now < held) {
+            return None;
         }
-        None
+        let until = now
+            .saturating_add(Self::ns(within).max(1))
+            .saturating_add(interval);
+        if self
+            .probing
+            .compare_exchange(held, until, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return None;
+        }
+        let previous = self.last_probe.swap(now, Ordering::AcqRel);
+        Some(Pass::Probe {
+            previous,
+            at: now,
+            until,
+        })
+    }
+
+    /// Whether `pass` may still report: a normal pass always, a probe only while it holds
+    /// `probing` (which this clears).
+    fn own(&self, pass: &Pass) -> bool {
+        match *pass {
+            Pass::Normal => true,
+            Pass::Probe { until, .. } => self
+                .probing
+                .compare_exchange(until, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok(),
+        }
     }
 
     /// Gives a pass back unused (the state is unchanged).
     /// A probe given back unused leaves the probe due at once for the next caller: its
     /// interval restarts only from a probe that got an answer, so a probe dropped by an
-    /// impatient caller does not hold recovery back a whole interval.
+    /// impatient caller does not hold recovery back a whole interval. A superseded probe
+    /// changes nothing (its successor's instant stays in `last_probe`).
     pub(crate) fn release(&self, pass: Pass) {
-        if let Pass::Probe { previous } = pass {
-            self.last_probe.store(previous, Ordering::Release);
-            self.probing.store(false, Ordering::Release);
+        if let Pass::Probe { previous, at, .. } = pass {
+            if self.own(&pass) {
+                // Unless a caller took the probe since: its instant stays.
+                let _ = self.last_probe.compare_exchange(
+                    at,
+                    previous,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
         }
     }
 
     /// Ends a pass; `Some(true)` if this opened the breaker, `Some(false)` if it closed it.
+    /// A superseded probe's outcome is stale evidence: it changes nothing (`None`).
     pub(crate) fn done(&self, pass: Pass, unavailable: bool) -> Option<bool> {
-        let mut changed = None;
+        if !self.own(&pass) {
+            return None;
+        }
         if unavailable {
             if !self.down.swap(true, Ordering::AcqRel) {
                 self.last_probe.store(self.now(), Ordering::Release);
-                changed = Some(true);
+                return Some(true);
             }
         } else if self.down.load(Ordering::Acquire) && self.down.swap(false, Ordering::AcqRel) {
-            changed = Some(false);
+            return Some(false);
         }
-        if let Pass::Probe { .. } = pass {
-            self.probing.store(false, Ordering::Release);
-        }
-        changed
+        None
     }
 }
 
@@ -145,10 +202,15 @@ mod tests {
         Breaker {
             start: Instant::now() - ago,
             down: AtomicBool::new(false),
-            probing: AtomicBool::new(false),
+            probing: AtomicU64::new(0),
             last_probe: AtomicU64::new(0),
             interval,
         }
+    }
+
+    /// A call's time long enough that no probe in these tests is taken over.
+    fn later() -> Duration {
+        Duration::from_secs(3600)
     }
 
     /// A guard dropped before its call finished changes nothing: a closed breaker stays closed,
@@ -158,20 +220,25 @@ mod tests {
         let b = breaker(Duration::ZERO);
         drop(BreakerGuard::new(
             &b,
-            b.pass().unwrap(),
+            b.pass(later()).unwrap(),
             &crate::observe::Observer::default(),
         ));
-        assert!(matches!(b.pass(), Some(Pass::Normal)), "still closed");
+        assert!(
+            matches!(b.pass(later()), Some(Pass::Normal)),
+            "still closed"
+        );
         b.done(Pass::Normal, true);
         drop(BreakerGuard::new(
             &b,
-            b.pass().expect("a probe"),
+            b.pass(later()).expect("a probe"),
             &crate::observe::Observer::default(),
         ));
-        let probe = b.pass().expect("the dropped probe's pass is free again");
+        let probe = b
+            .pass(later())
+            .expect("the dropped probe's pass is free again");
         BreakerGuard::new(&b, probe, &crate::observe::Observer::default()).finish(false);
         assert!(
-            matches!(b.pass(), Some(Pass::Normal)),
+            matches!(b.pass(later()), Some(Pass::Normal)),
             "closed by the probe's reply"
         );
     }
@@ -179,22 +246,22 @@ mod tests {
     #[test]
     fn breaker_lets_one_probe_through_per_interval() {
         let b = breaker(Duration::ZERO);
-        assert!(matches!(b.pass(), Some(Pass::Normal)));
+        assert!(matches!(b.pass(later()), Some(Pass::Normal)));
         b.done(Pass::Normal, true);
-        let probe = b.pass().expect("a probe is due");
+        let probe = b.pass(later()).expect("a probe is due");
         assert!(matches!(probe, Pass::Probe { .. }));
-        assert!(b.pass().is_none(), "one probe at a time");
+        assert!(b.pass(later()).is_none(), "one probe at a time");
         b.release(probe);
-        let probe = b.pass().expect("a released probe is due again");
+        let probe = b.pass(later()).expect("a released probe is due again");
         b.done(probe, false);
         assert!(
-            matches!(b.pass(), Some(Pass::Normal)),
+            matches!(b.pass(later()), Some(Pass::Normal)),
             "a successful probe closes it"
         );
 
         let slow = breaker(Duration::from_secs(3600));
         slow.done(Pass::Normal, true);
-        assert!(slow.pass().is_none(), "no probe before the interval");
+        assert!(slow.pass(later()).is_none(), "no probe before the interval");
     }
 
     /// A probe given back unused (its caller gave up) is due again at once, whatever the
@@ -203,12 +270,12 @@ mod tests {
     fn a_probe_given_back_is_due_again_at_once() {
         let b = started_ago(Duration::from_secs(10), Duration::from_secs(5));
         b.down.store(true, Ordering::Relaxed);
-        let probe = b.pass().expect("due: 10 s since the last");
-        assert!(b.pass().is_none(), "one at a time");
+        let probe = b.pass(later()).expect("due: 10 s since the last");
+        assert!(b.pass(later()).is_none(), "one at a time");
         b.release(probe);
-        let probe = b.pass().expect("given back: due again");
+        let probe = b.pass(later()).expect("given back: due again");
         b.done(probe, true);
-        assert!(b.pass().is_none(), "answered: the interval restarts");
+        assert!(b.pass(later()).is_none(), "answered: the interval restarts");
     }
 
     /// An interval past `u64::MAX` ns (`Duration::MAX`) saturates: once down, the breaker never
@@ -218,11 +285,111 @@ mod tests {
     fn a_huge_probe_interval_neither_panics_nor_probes() {
         let b = started_ago(Duration::from_secs(1), Duration::MAX);
         b.done(Pass::Normal, true); // a failure: down, last_probe = now (> 0)
-        let r = std::panic::catch_unwind(|| b.pass().is_none());
+        let r = std::panic::catch_unwind(|| b.pass(later()).is_none());
         assert_eq!(
             r.ok(),
             Some(true),
             "pass() with an interval of Duration::MAX must neither panic nor let a probe through"
         );
+    }
+
+    /// An open breaker whose probe falls due every `interval`, with one probe `p1` taken that
+    /// must be answered by `deadline` from now, then parked past `deadline + interval`, and a
+    /// second probe `p2` (answered within the hour) that took it over.
+    fn taken_over(interval: Duration, deadline: Duration) -> (Breaker, Pass, Pass) {
+        let b = started_ago(Duration::from_secs(10), interval);
+        b.done(Pass::Normal, true);
+        std::thread::sleep(interval);
+        let p1 = b.pass(deadline).expect("due");
+        assert!(b.pass(later()).is_none(), "p1 is live: one probe at a time");
+        std::thread::sleep(deadline + interval + Duration::from_millis(2));
+        let p2 = b
+            .pass(later())
+            .expect("p1 is parked past its deadline and an interval");
+        assert!(b.pass(later()).is_none(), "p2 is live: one probe at a time");
+        (b, p1, p2)
+    }
+
+    /// A probe parked past its deadline is taken over no sooner than its deadline plus one
+    /// interval.
+    #[test]
+    fn a_parked_probe_is_taken_over_after_its_deadline_and_an_interval() {
+        let b = started_ago(Duration::from_secs(10), Duration::from_millis(20));
+        b.done(Pass::Normal, true);
+        std::thread::sleep(Duration::from_millis(20));
+        let t0 = Instant::now();
+        let _parked = b.pass(Duration::from_millis(30)).expect("due");
+        while b.pass(later()).is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(50) && took < Duration::from_secs(5),
+            "taken over after {took:?}"
+        );
+    }
+
+    /// A superseded probe's late failure does not reopen the breaker its successor closed.
+    #[test]
+    fn a_superseded_probes_late_failure_changes_nothing() {
+        let (b, p1, p2) = taken_over(Duration::from_millis(5), Duration::from_millis(5));
+        assert_eq!(b.done(p2, false), Some(false), "p2 closes it");
+        assert_eq!(b.done(p1, true), None, "stale");
+        assert!(
+            matches!(b.pass(later()), Some(Pass::Normal)),
+            "still closed"
+        );
+    }
+
+    /// A superseded probe's late success does not close the breaker nor free its successor's
+    /// probe; its successor's own failure keeps the breaker open.
+    #[test]
+    fn a_superseded_probes_late_success_changes_nothing() {
+        let (b, p1, p2) = taken_over(Duration::from_millis(5), Duration::from_millis(5));
+        assert_eq!(b.done(p1, false), None, "stale");
+        assert!(b.pass(later()).is_none(), "still open, p2 still out");
+        assert_eq!(b.done(p2, true), None, "already open");
+        assert!(b.down.load(Ordering::Relaxed), "open");
+    }
+
+    /// A superseded probe given back (its parked future dropped) frees nothing and restores
+    /// no interval: its successor keeps the probe, and once the successor is given back, the
+    /// probe is due again at once.
+    #[test]
+    fn a_superseded_probe_given_back_changes_nothing() {
+        let (b, p1, p2) = taken_over(Duration::from_millis(5), Duration::from_millis(5));
+        let Pass::Probe { at, .. } = p2 else {
+            unreachable!()
+        };
+        b.release(p1);
+        assert!(b.pass(later()).is_none(), "p2 still holds the probe");
+        assert_eq!(
+            b.last_probe.load(Ordering::Relaxed),
+            at,
+            "p2's instant stays"
+        );
+        b.release(p2);
+        let p3 = b.pass(later()).expect("p2 given back: due again at once");
+        assert!(matches!(p3, Pass::Probe { .. }));
+        let (b, p1, p2) = taken_over(Duration::from_millis(5), Duration::from_millis(5));
+        b.release(p2);
+        b.release(p1);
+        assert!(b.pass(later()).is_some(), "due at once");
+    }
+
+    /// A probe whose time (`Duration::MAX`: a limiter without a timeout) is past `u64::MAX` ns
+    /// saturates instead of wrapping, and is never taken over.
+    #[test]
+    fn a_probe_without_a_deadline_is_never_taken_over() {
+        let b = started_ago(Duration::from_secs(10), Duration::from_millis(1));
+        b.done(Pass::Normal, true);
+        std::thread::sleep(Duration::from_millis(2));
+        let p = b.pass(Duration::MAX).expect("due");
+        let Pass::Probe { until, .. } = p else {
+            unreachable!()
+        };
+        assert_eq!(until, u64::MAX, "saturated");
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(b.pass(later()).is_none(), "never taken over");
     }
 }

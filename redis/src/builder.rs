@@ -207,7 +207,9 @@ impl RedisLimiterBuilder {
 
     /// After a failure, how often one probe decision is sent to Redis (default 100 ms). An
     /// interval beyond `u64::MAX` nanoseconds (about 584 years, e.g. `Duration::MAX`) never
-    /// probes: after the first failure every decision takes the [`OnUnavailable`] policy.
+    /// probes: after the first failure every decision takes the [`OnUnavailable`] policy. A
+    /// probe whose caller keeps its future without polling it again holds the probe for at most
+    /// its timeout plus this interval; then the next caller takes it over.
     /// ```no_run
     /// # async fn f() -> Result<(), tollgate_redis::Error> {
     /// use std::time::Duration;

@@ -85,7 +85,8 @@ impl RedisLimiter {
     /// and takes no part in the call's verdict; one marked [`check`](KeyDemand::check) must
     /// hold its cost and is never debited. Keys must be
     /// distinct, at most [`MAX_KEYS_PER_CALL`]; on Redis Cluster they must hash to one slot
-    /// (give them one hash tag, `{tenant}`). No policy applies here: errors (timeout, breaker
+    /// (give them one hash tag, `{tenant}`; a call whose keys do not is [`Error::Config`],
+    /// never sent). No policy applies here: errors (timeout, breaker
     /// open, malformed value) are returned for the caller to decide. The call has one
     /// [`timeout`](crate::RedisLimiterBuilder::timeout) for every 32 keys (rounded up), since
     /// the script's time grows with them.
@@ -124,6 +125,19 @@ impl RedisLimiter {
         let mut seen = HashSet::with_capacity(full.len());
         if !full.iter().all(|k| seen.insert(k.as_str())) {
             return Err(Error::Config("the same key twice in one call".into()));
+        }
+        // On a cluster the server answers keys on several slots with CROSSSLOT, a server error,
+        // which would open the breaker for every caller: refuse such a call here, unsent.
+        if matches!(inner.conn, crate::conn::Conn::Cluster(_)) {
+            let slot = redis::cluster_routing::Slot::for_key(&full[0]);
+            if full
+                .iter()
+                .any(|k| redis::cluster_routing::Slot::for_key(k) != slot)
+            {
+                return Err(Error::Config(
+                    "keys on several cluster slots in one call: give them one hash tag".into(),
+                ));
+            }
         }
         // A cost above a key's smallest burst is refused whatever the state: such a key is read
         // (the script would otherwise admit a full bucket), and so is every key of the call's

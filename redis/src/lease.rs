@@ -203,11 +203,18 @@ pub(crate) struct Slot {
     /// Local ns (table scale) after which the lease is dropped ([`Leases::lifetime`]).
     expires: AtomicU64,
     /// After a refused refill: refuse costs `>= denied_cost` locally until `denied_until` (same
-    /// scale as `expires`; 0 = none). Tokens only come back by refilling, so this never refuses
-    /// what Redis would admit for those costs — except when a restart forgets the key, or a
-    /// process with another, faster quota refills it faster, which it notices one wait later.
+    /// scale as `expires`; 0 = none), the refusal's wait counted from just before its call was
+    /// sent. Redis ran the call later, and tokens only come back by refilling, so this never
+    /// refuses what Redis would admit for those costs — except when a restart forgets the key,
+    /// or a process with another, faster quota refills it faster, which it notices one wait
+    /// later.
     denied_until: AtomicU64,
     denied_cost: AtomicU64,
+    /// The refused call's round trip (ns from its sending to its reply): a refusal served from
+    /// the cache reports its wait as counted from the reply, `denied_until + denied_lag − now`,
+    /// which is never shorter than Redis's (Redis ran the call before its reply) and longer by
+    /// at most this round trip.
+    denied_lag: AtomicU64,
     /// One refill at a time per key and process.
     pub(crate) refill: tokio::sync::Mutex<()>,
     /// The Redis snapshot of the last refill (admitted or refused), and when it was taken.
@@ -280,6 +287,7 @@ impl Table {
             expires: AtomicU64::new(0),
             denied_until: AtomicU64::new(0),
             denied_cost: AtomicU64::new(u64::MAX),
+            denied_lag: AtomicU64::new(0),
             refill: tokio::sync::Mutex::new(()),
             last: std::sync::Mutex::new(None),
         });
@@ -321,26 +329,31 @@ impl Table {
         }
     }
 
-    /// The rest of a recent refusal's wait if it covers `cost` (see `Slot::denied_until`): for
-    /// a cost above the refused one, lengthened by the refill time of the difference, which is
-    /// what the bucket Redis refused from needs for it (a wait grows by exactly that with the
-    /// cost, rounded up here), so that no client is told to come back before its cost can be
-    /// held. `None` also while [`deny`](Self::deny) rewrites the pair: `until` read again
-    /// after the cost is unchanged only if the cost belongs to it (a rewrite stores 0 in
-    /// `until` before the cost, so a cost read from it is followed by another `until`).
+    /// The wait to report if a recent refusal covers `cost` (see `Slot::denied_until`): the
+    /// refusal covers it until its wait, counted from the refused call's sending, has passed;
+    /// the wait reported is counted from its reply (`Slot::denied_lag`), so that it is never
+    /// shorter than Redis's. For a cost above the refused one it is lengthened by the refill
+    /// time of the difference, which is what the bucket Redis refused from needs for it (a wait
+    /// grows by exactly that with the cost, rounded up here), so that no client is told to come
+    /// back before its cost can be held. `None` also while [`deny`](Self::deny) rewrites the
+    /// fields: a rewrite stores 0 in `until` first and its own `until` last, so `until` read
+    /// unchanged after the cost and the round trip dates them to one refusal.
     pub(crate) fn denied(&self, slot: &Slot, quota: &Quota, cost: u64) -> Option<Duration> {
         let until = slot.denied_until.load(Ordering::Acquire);
         let refused = slot.denied_cost.load(Ordering::Acquire);
+        let lag = slot.denied_lag.load(Ordering::Acquire);
         if slot.denied_until.load(Ordering::Acquire) != until {
             return None;
         }
         let now = self.now();
         (until > now && cost >= refused).then(|| {
-            Duration::from_nanos(until - now).saturating_add(quota.refill_time(cost - refused))
+            Duration::from_nanos((until - now).saturating_add(lag))
+                .saturating_add(quota.refill_time(cost - refused))
         })
     }
 
-    /// Remembers a refusal of `cost` with `wait`, and the refused refill's `snapshot` (Redis's
+    /// Remembers a refusal of `cost` with `wait` by the call sent at `sent` ([`now`](Self::now)
+    /// just before sending it; its reply is now), and the refused refill's `snapshot` (Redis's
     /// view of the bucket then: the refusals served from this cache report it, not the last
     /// successful refill's). Call with the refill lock held.
     pub(crate) fn deny(
@@ -348,13 +361,17 @@ impl Table {
         slot: &Slot,
         cost: u64,
         wait: Duration,
+        sent: u64,
         snapshot: tollgate::Snapshot,
     ) {
         let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        let reply = self.now();
         slot.denied_until.store(0, Ordering::Release);
         slot.denied_cost.store(cost, Ordering::Release);
+        slot.denied_lag
+            .store(reply.saturating_sub(sent), Ordering::Release);
         slot.denied_until
-            .store(self.now().saturating_add(wait), Ordering::Release);
+            .store(sent.saturating_add(wait), Ordering::Release);
         *slot.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((snapshot, Instant::now()));
     }
 
@@ -555,5 +572,41 @@ mod tests {
             t.slot("c").is_some(),
             "an unheld slot without a lease makes room"
         );
+    }
+
+    /// A cached refusal ends once its wait has passed since the refused call was sent (Redis
+    /// ran it later, so it admits no sooner), and reports its wait counted from the reply
+    /// (never shorter than Redis's): with a 10 ms round trip and a 30 ms wait, a request right
+    /// after the reply is told about 30 ms, and one 21 ms after the reply is not refused.
+    #[test]
+    fn a_cached_refusal_ends_from_the_sending_and_reports_from_the_reply() {
+        let q = Quota::per_second(1).unwrap();
+        let t = Table::new(Leases::new(1));
+        let s = t.slot("k").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let sent = t.now() - 10_000_000;
+        let wait = Duration::from_millis(30);
+        let replied = Instant::now();
+        t.deny(
+            &s,
+            2,
+            wait,
+            sent,
+            tollgate::Snapshot::new(0, Duration::ZERO),
+        );
+        assert_eq!(t.denied(&s, &q, 1), None, "a smaller cost is not covered");
+        let told = t.denied(&s, &q, 2).expect("refused");
+        let since = replied.elapsed();
+        assert!(
+            told <= wait && told + since >= wait,
+            "told {told:?} {since:?} after the reply"
+        );
+        let larger = t.denied(&s, &q, 3).expect("refused");
+        assert!(
+            larger > Duration::from_secs(1) && larger <= told + Duration::from_secs(1),
+            "one more token: a second more, {larger:?}"
+        );
+        std::thread::sleep(Duration::from_millis(21).saturating_sub(replied.elapsed()));
+        assert_eq!(t.denied(&s, &q, 2), None, "30 ms after the sending");
     }
 }

@@ -7,8 +7,10 @@
 //!   restart, failover or `SCRIPT FLUSH`), atomic on the server, one key per call (works
 //!   unchanged on Redis Cluster; hash tags in keys are respected).
 //! * Time is the server's (`TIME`, microseconds): no clock skew between application hosts.
-//! * **Exact**: every verdict, `RetryAfter` and [`tollgate::Snapshot`] equals `tollgate::gcra`
-//!   evaluated at the server's microsecond reading (as nanoseconds since 2020-01-01 UTC). The
+//! * **Exact**: every verdict, `RetryAfter` and [`tollgate::Snapshot`] that Redis decides
+//!   equals `tollgate::gcra` evaluated at the server's microsecond reading (as nanoseconds
+//!   since 2020-01-01 UTC; with [`Leases`], a refusal served from the refusal cache reports an
+//!   upper bound of Redis's wait, and a lease's snapshot is an estimate). The
 //!   script keeps every number an exact integer below 2^53, in the coarsest exact unit of its
 //!   microsecond clock; quotas it cannot hold are refused at
 //!   [`build`](RedisLimiterBuilder::build) (range: refilling the whole burst may take up to 2^51

@@ -550,7 +550,7 @@ impl RedisLimiter {
                 Ok((Ok(()), Some(self.lease_snapshot(table, &slot, p))))
             }
             Err(Denied::RetryAfter(wait)) => {
-                table.deny(&slot, cost, wait, d.snapshot);
+                table.deny(&slot, cost, wait, sent, d.snapshot);
                 Ok((d.verdict, Some(d.snapshot)))
             }
             Err(_) => Ok((d.verdict, Some(d.snapshot))),
@@ -656,7 +656,10 @@ impl RedisLimiter {
         deadline: Instant,
     ) -> Result<redis::Value, Error> {
         let inner = &*self.inner;
-        let pass = inner.breaker.pass().ok_or(Error::Unavailable)?;
+        let pass = inner
+            .breaker
+            .pass(deadline.saturating_duration_since(Instant::now()))
+            .ok_or(Error::Unavailable)?;
         let Ok(_permit) = inner.in_flight.try_acquire() else {
             // Nothing was learned about the server.
             inner.breaker.release(pass);
@@ -674,7 +677,10 @@ impl RedisLimiter {
         deadline: Instant,
     ) -> Result<redis::Value, Error> {
         let inner = &*self.inner;
-        let pass = inner.breaker.pass().ok_or(Error::Unavailable)?;
+        let pass = inner
+            .breaker
+            .pass(deadline.saturating_duration_since(Instant::now()))
+            .ok_or(Error::Unavailable)?;
         let Ok(_permit) = inner.in_flight.try_acquire() else {
             inner.breaker.release(pass);
             return Err(Error::Overloaded);

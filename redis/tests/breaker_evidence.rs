@@ -179,3 +179,85 @@ async fn a_dropped_probe_leaves_the_next_caller_the_probe() {
         "the dropped probe's pass was not available to the next caller"
     );
 }
+
+/// A probe whose caller polled it once and then keeps its future without polling it again
+/// (parked in a struct, a `select!` arm that is never polled again) must not keep the breaker
+/// open: the server is healthy again, and once the parked probe's timeout and one interval
+/// have passed (100 ms here) the next caller takes the probe over and reaches Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_probe_does_not_hold_the_breaker_open() {
+    let Some(server) = RedisServer::start("breaker_evidence::parked_probe") else {
+        return;
+    };
+    let interval = Duration::from_millis(50);
+    let l = RedisLimiter::builder(&server.url(), Quota::per_second(1000).unwrap())
+        .timeout(Duration::from_millis(50))
+        .probe_interval(interval)
+        .build()
+        .await
+        .unwrap();
+    assert!(matches!(l.check("k", 1).await, Ok(Ok(()))));
+    server.pause();
+    assert!(matches!(l.check("k", 1).await, Err(Error::Timeout(_))));
+    tokio::time::sleep(interval + Duration::from_millis(20)).await;
+    // The probe: sent to the stalled server, polled once, then parked.
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut parked = Box::pin(l.check("k", 1));
+    assert!(parked.as_mut().poll(&mut cx).is_pending());
+    server.resume();
+    // Ten intervals later, on a healthy server.
+    let t0 = Instant::now();
+    let mut r = l.check("k", 1).await;
+    while matches!(r, Err(Error::Unavailable)) && t0.elapsed() < interval * 10 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        r = l.check("k", 1).await;
+    }
+    let held = format!("{r:?} after {:?} with the probe parked", t0.elapsed());
+    drop(parked);
+    let after = l.check("k", 1).await;
+    println!("{held}; once the parked future is dropped: {after:?}");
+    assert!(
+        matches!(r, Ok(Ok(()))),
+        "{held}; once it is dropped: {after:?}"
+    );
+}
+
+/// A lease refill refused with `RetryAfter(d)` is cached locally, and the cache ends no later
+/// than Redis would admit again (`Slot::denied_until`: "never refuses what Redis would
+/// admit"). The script's refusal is at a server time between the call's sending and its reply
+/// (the reply 300 ms later here, through the delaying proxy), so the cache counts `d` from the
+/// sending: a request sent `d` + 100 ms after the refused one goes to Redis, which admits it.
+/// (The wait a cached refusal reports is counted from the reply, never shorter than Redis's:
+/// `edge_cases::lease_cache_refusals_wait_for_the_larger_cost`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_lease_refusal_ends_when_redis_would_admit() {
+    let Some(server) = RedisServer::start("breaker_evidence::cached_refusal") else {
+        return;
+    };
+    let port = delay_proxy(server.port(), Duration::from_millis(300)).await;
+    let url = format!("redis://127.0.0.1:{port}");
+    // One token, back 400 ms after it is spent.
+    let l = RedisLimiter::builder(&url, Quota::new(1, Duration::from_millis(400), 1).unwrap())
+        .timeout(Duration::from_secs(2))
+        .leases(Leases::new(1))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(l.check("k", 1).await.unwrap(), Ok(()));
+    let sent = Instant::now();
+    let refused = l.check("k", 1).await.unwrap();
+    let Err(tollgate::Denied::RetryAfter(d)) = refused else {
+        panic!("{refused:?}");
+    };
+    // Redis ran the refused call just after `sent` (requests pass the proxy at once), so it
+    // holds the token again well before `sent + d + 100 ms`.
+    let at = sent + d + Duration::from_millis(100);
+    tokio::time::sleep_until(at.into()).await;
+    let r = l.check("k", 1).await.unwrap();
+    let c = l.counters();
+    assert!(
+        c.lease_denied == 0 && r == Ok(()),
+        "{:?} after sending the refused call (its wait: {d:?}): {r:?}; {c:?}",
+        at - sent
+    );
+}

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 use tollgate::Quota;
-use tollgate_redis::{OnUnavailable, RedisLimiter};
+use tollgate_redis::{Error, OnUnavailable, RedisLimiter};
 use tollgate_testkit::redis_server::RedisCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,4 +132,50 @@ async fn a_reload_does_not_wait_for_a_frozen_node() {
     assert!(matches!(first, Ok(Ok(()))), "{first:?} after {took:?}");
     assert_eq!(admitted, 2, "a burst of 3, one spent before: {c:?}");
     assert_eq!(c.fail_open, 0, "{c:?}");
+}
+
+/// One caller's `decide_keys` whose keys hash to different slots (no shared hash tag) is that
+/// caller's error alone: it must not open the breaker, so the next caller's decision on a
+/// healthy cluster is still Redis's. The server answers such a call with `CROSSSLOT`, a server
+/// error reply, which the call path reads as evidence that Redis is down: the client refuses
+/// the call unsent instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_slot_call_does_not_open_the_breaker() {
+    let Some(cluster) = RedisCluster::start("cluster::a_cross_slot_call_does_not_open_the_breaker")
+    else {
+        return;
+    };
+    let l = RedisLimiter::builder(
+        &cluster.url(),
+        Quota::new(1, Duration::from_secs(3600), 3).unwrap(),
+    )
+    .timeout(Duration::from_secs(2))
+    // An hour between probes: once open, the breaker refuses every decision for the test.
+    .probe_interval(Duration::from_secs(3600))
+    .build()
+    .await
+    .unwrap();
+    let p = tollgate_redis::CheckedLimits::new(tollgate::Limits::from(
+        Quota::new(1, Duration::from_secs(3600), 3).unwrap(),
+    ))
+    .unwrap();
+    let d = |key| tollgate_redis::KeyDemand {
+        key,
+        limits: &p,
+        cost: 1,
+        alone: false,
+        check: false,
+    };
+    let slot = |k: &str| cluster.nodes()[0].cli(&["CLUSTER", "KEYSLOT", k]);
+    assert_ne!(slot("tollgate:{a}x"), slot("tollgate:{b}y"));
+    let r = l.decide_keys(&[d("{a}x"), d("{b}y")]).await;
+    assert!(
+        matches!(r, Err(Error::Config(_))),
+        "keys on two slots: {r:?}"
+    );
+    let next = l.check("{a}other", 1).await;
+    assert!(
+        matches!(next, Ok(Ok(()))),
+        "after one caller's cross-slot call ({r:?}), another's decision: {next:?}"
+    );
 }

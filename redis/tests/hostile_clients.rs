@@ -234,3 +234,54 @@ async fn realistic_quotas_build() {
         }
     }
 }
+
+/// An ACL user allowed exactly the commands the README lists for the limiter (`TIME`, `GET`,
+/// `MGET`, `EXISTS`, `SET`, `PSETEX`, `EVALSHA`, `EVAL`, `SCRIPT`) builds a limiter and decides:
+/// plain, leased, several quotas, several keys, after the script cache was flushed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_commands_suffice() {
+    let Some(server) = RedisServer::start("hostile::documented_acl") else {
+        return;
+    };
+    let set = server.cli(&[
+        "ACL", "SETUSER", "lim", "on", ">pw", "~*", "-@all", "+time", "+get", "+mget", "+exists",
+        "+set", "+psetex", "+evalsha", "+eval", "+script",
+    ]);
+    assert_eq!(set.trim(), "OK");
+    let url = format!("redis://lim:pw@127.0.0.1:{}", server.port());
+    let quota = q(1, HOUR, 3);
+    let build = |leases: bool| {
+        let b = RedisLimiter::builder(&url, quota).timeout(Duration::from_secs(2));
+        let b = if leases {
+            b.leases(tollgate_redis::Leases::new(2))
+        } else {
+            b
+        };
+        b.build()
+    };
+    let l = build(false).await.expect("build as the ACL user");
+    assert_eq!(l.check("a", 1).await.unwrap(), Ok(()));
+    server.cli(&["SCRIPT", "FLUSH"]);
+    assert_eq!(l.check("a", 1).await.unwrap(), Ok(()));
+    let (v, s) = l.check_snapshot("a", 0).await.unwrap();
+    assert_eq!((v, s.remaining()), (Ok(()), 1));
+    let leasing = build(true).await.unwrap();
+    assert_eq!(leasing.check("b", 1).await.unwrap(), Ok(()));
+    let p = tollgate_redis::CheckedLimits::new(tollgate::Limits::from(quota)).unwrap();
+    let d = |key| tollgate_redis::KeyDemand {
+        key,
+        limits: &p,
+        cost: 1,
+        alone: false,
+        check: false,
+    };
+    let out = l.decide_keys(&[d("c1"), d("c2"), d("c3")]).await.unwrap();
+    assert!(out.iter().all(|k| k.verdict.is_ok()));
+    let multi = RedisLimiter::builder(&url, quota)
+        .limits(tollgate::Limits::new([quota, q(10, DAY, 10)]).unwrap())
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(multi.check("m", 1).await.unwrap(), Ok(()));
+    assert_eq!(l.counters().errors, 0);
+}
