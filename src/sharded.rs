@@ -116,6 +116,10 @@ struct ReadMostly<C> {
     room: u64,
     /// [`central::lease_min`] in units.
     near_min: u64,
+    /// The burst less one token, in units (`burst ≥ 1`: no underflow): `⌊earned⌋` plus this
+    /// is the last frontier after a spend that leaves the lease's next token earned
+    /// ([`Lease::spend_fast`]).
+    burst_less_one: u64,
     /// An instant before which no one-token decision can be admitted anywhere in the bucket
     /// ([`publish_dry_all`](ShardedBucket::publish_dry_all)); 0: none known; `u64::MAX` with
     /// one shard (sent to its own path by the same test). Written for dry spells of at least
@@ -223,6 +227,7 @@ impl<C: Clock> ShardedBucket<C> {
                 near_cap: central::near_cap(&quota, n as u64),
                 room: central::near_room(&quota, n as u64, central::near_cap(&quota, n as u64)),
                 near_min: central::lease_min(&quota).saturating_mul(quota.scale()),
+                burst_less_one: quota.burst_units() - quota.scale(),
                 dry_all: AtomicU64::new(if n < 2 { u64::MAX } else { 0 }),
                 quota,
                 clock,
@@ -485,15 +490,15 @@ impl<C: Clock> ShardedBucket<C> {
         if q < h {
             let scaled = self.read_mostly.quota.scaled();
             let e = self.earned(now);
-            let limit = e.floor + scaled.burst_units();
-            match lease.spend_fast((q, h), e.ceil, limit, cost * scaled.scale()) {
-                Fast::Spent(next) => {
+            let one = scaled.scale();
+            // `limit − one`: `e.floor + burst_units − one`, from the stored difference.
+            let limit_less_one = e.floor + self.read_mostly.burst_less_one;
+            match lease.spend_fast((q, h), e.ceil, limit_less_one, one, cost * one) {
+                Fast::Spent { next, unearned } => {
                     // The lease's next token is not yet earned (an advance paid out as the
                     // clock earns it): recorded now, so that this shard's one-token refusals
                     // until then read only `dry_until`. The word's units lie above the lease's,
                     // so no token comes to this shard sooner from anywhere.
-                    let one = scaled.scale();
-                    let unearned = next + one > limit;
                     if unearned {
                         lease.publish_dry(scaled.instant_of(next + one - scaled.burst_units()));
                     }
@@ -504,7 +509,7 @@ impl<C: Clock> ShardedBucket<C> {
                     // decision, an admission.
                     if next == h
                         && self.read_mostly.near_cap > 0
-                        && (unearned || self.central.load() + one > limit)
+                        && (unearned || self.central.load() + one > limit_less_one + one)
                     {
                         self.refill(now, e, lease, next);
                     }
