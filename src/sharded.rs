@@ -293,6 +293,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// ```
     #[inline]
     pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+        // The common cost, on a copy of the path with it constant (no edge to test, no
+        // multiply; a refusal from the shard's line needs it): the burst is at least 1.
+        if cost == 1 {
+            return self.acquire_on(self.read_mostly.clock.now(), 1, || self.home());
+        }
         // Both edges in one test: `cost - 1` wraps for 0, and the burst is at least 1.
         if cost.wrapping_sub(1) >= self.read_mostly.quota.burst() {
             return if cost == 0 {
