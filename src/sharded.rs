@@ -49,6 +49,15 @@ struct Earned {
     ceil: u64,
 }
 
+/// [`Scaled::earned`](crate::quota::Scaled::earned) for an inexact quota (a division), out
+/// of the exact quotas' way: their fast path keeps `floor` and `ceil` in one register.
+#[cold]
+#[inline(never)]
+fn earned_inexact(scaled: &crate::quota::Scaled, now: u64) -> Earned {
+    let (floor, ceil) = scaled.earned(now);
+    Earned { floor, ceil }
+}
+
 /// A token bucket for one global limit hit by many cores at once: one exact central word, and
 /// per core a cache-padded shard that spends a lease of the central word's tokens locally.
 ///
@@ -424,8 +433,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// The units earned at `now`.
     #[inline(always)]
     fn earned(&self, now: u64) -> Earned {
-        let (floor, ceil) = self.read_mostly.quota.scaled().earned(now);
-        Earned { floor, ceil }
+        let scaled = self.read_mostly.quota.scaled();
+        match scaled.exact_earned(now) {
+            Some(e) => Earned { floor: e, ceil: e },
+            None => earned_inexact(scaled, now),
+        }
     }
 
     /// The clock reading and the decision at it, edge costs included (for the snapshot paths,
