@@ -516,8 +516,11 @@ impl<C: Clock> ShardedBucket<C> {
                     // clock earns it): recorded now, so that this shard's one-token refusals
                     // until then read only `dry_until`. The word's units lie above the lease's,
                     // so no token comes to this shard sooner from anywhere.
+                    // `next + one − burst_units`, as `next − (burst_units − one)`: positive,
+                    // since `next + one > limit >= burst_units`.
                     if unearned {
-                        lease.publish_dry(scaled.instant_of(next + one - scaled.burst_units()));
+                        lease
+                            .publish_dry(scaled.instant_of(next - self.read_mostly.burst_less_one));
                     }
                     // Spent to its top near the limit — its next token unearned, or earned
                     // (its threads came back behind the clock) with the word unable to pay

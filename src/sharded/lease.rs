@@ -102,20 +102,13 @@ impl Lease {
         if next <= h {
             // `next + one <= limit` implies the debit's test, `q + cost <= limit` (`q <=
             // base`): far from the limit, one comparison for both.
-            let earned = next <= limit_less_one;
-            if earned || q + cost_units <= limit_less_one + one {
-                return match self.frontier.compare_exchange_weak(
-                    q,
-                    next,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => Fast::Spent {
-                        next,
-                        unearned: !earned,
-                    },
-                    Err(_) => Fast::Slow,
-                };
+            if next <= limit_less_one {
+                return self.spend_cas(q, next, false);
+            }
+            // `q + cost <= limit` as `q + (cost − one) <= limit − one`: for a cost of one token
+            // a comparison alone (`cost_units >= one`; below 2^63 both, no overflow).
+            if q + (cost_units - one) <= limit_less_one {
+                return self.spend_cas(q, next, true);
             }
             // `q + cost > limit`: the lease's units come later than this reading's.
             return Fast::NotYet(q + cost_units);
@@ -124,6 +117,19 @@ impl Lease {
             Fast::Empty
         } else {
             Fast::Slow
+        }
+    }
+
+    /// [`spend_fast`](Self::spend_fast)'s CAS from `q` to `next`, at one call site per value
+    /// of `unearned` (so that the caller's test of it folds away on each path).
+    #[inline(always)]
+    fn spend_cas(&self, q: u64, next: u64, unearned: bool) -> Fast {
+        match self
+            .frontier
+            .compare_exchange_weak(q, next, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => Fast::Spent { next, unearned },
+            Err(_) => Fast::Slow,
         }
     }
 
