@@ -49,6 +49,15 @@ struct Earned {
     ceil: u64,
 }
 
+/// [`Scaled::earned`](crate::quota::Scaled::earned) for an inexact quota (a division), out
+/// of the exact quotas' way: their fast path keeps `floor` and `ceil` in one register.
+#[cold]
+#[inline(never)]
+fn earned_inexact(scaled: &crate::quota::Scaled, now: u64) -> Earned {
+    let (floor, ceil) = scaled.earned(now);
+    Earned { floor, ceil }
+}
+
 /// A token bucket for one global limit hit by many cores at once: one exact central word, and
 /// per core a cache-padded shard that spends a lease of the central word's tokens locally.
 ///
@@ -116,6 +125,10 @@ struct ReadMostly<C> {
     room: u64,
     /// [`central::lease_min`] in units.
     near_min: u64,
+    /// The burst less one token, in units (`burst ≥ 1`: no underflow): `⌊earned⌋` plus this
+    /// is the last frontier after a spend that leaves the lease's next token earned
+    /// ([`Lease::spend_fast`]).
+    burst_less_one: u64,
     /// An instant before which no one-token decision can be admitted anywhere in the bucket
     /// ([`publish_dry_all`](ShardedBucket::publish_dry_all)); 0: none known; `u64::MAX` with
     /// one shard (sent to its own path by the same test). Written for dry spells of at least
@@ -223,6 +236,7 @@ impl<C: Clock> ShardedBucket<C> {
                 near_cap: central::near_cap(&quota, n as u64),
                 room: central::near_room(&quota, n as u64, central::near_cap(&quota, n as u64)),
                 near_min: central::lease_min(&quota).saturating_mul(quota.scale()),
+                burst_less_one: quota.burst_units() - quota.scale(),
                 dry_all: AtomicU64::new(if n < 2 { u64::MAX } else { 0 }),
                 quota,
                 clock,
@@ -288,6 +302,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// ```
     #[inline]
     pub fn try_acquire(&self, cost: u64) -> Result<(), Denied> {
+        // The common cost, on a copy of the path with it constant (no edge to test, no
+        // multiply; a refusal from the shard's line needs it): the burst is at least 1.
+        if cost == 1 {
+            return self.acquire_on(self.read_mostly.clock.now(), 1, || self.home());
+        }
         // Both edges in one test: `cost - 1` wraps for 0, and the burst is at least 1.
         if cost.wrapping_sub(1) >= self.read_mostly.quota.burst() {
             return if cost == 0 {
@@ -414,8 +433,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// The units earned at `now`.
     #[inline(always)]
     fn earned(&self, now: u64) -> Earned {
-        let (floor, ceil) = self.read_mostly.quota.scaled().earned(now);
-        Earned { floor, ceil }
+        let scaled = self.read_mostly.quota.scaled();
+        match scaled.exact_earned(now) {
+            Some(e) => Earned { floor: e, ceil: e },
+            None => earned_inexact(scaled, now),
+        }
     }
 
     /// The clock reading and the decision at it, edge costs included (for the snapshot paths,
@@ -485,17 +507,20 @@ impl<C: Clock> ShardedBucket<C> {
         if q < h {
             let scaled = self.read_mostly.quota.scaled();
             let e = self.earned(now);
-            let limit = e.floor + scaled.burst_units();
-            match lease.spend_fast((q, h), e.ceil, limit, cost * scaled.scale()) {
-                Fast::Spent(next) => {
+            let one = scaled.scale();
+            // `limit − one`: `e.floor + burst_units − one`, from the stored difference.
+            let limit_less_one = e.floor + self.read_mostly.burst_less_one;
+            match lease.spend_fast((q, h), e.ceil, limit_less_one, one, cost * one) {
+                Fast::Spent { next, unearned } => {
                     // The lease's next token is not yet earned (an advance paid out as the
                     // clock earns it): recorded now, so that this shard's one-token refusals
                     // until then read only `dry_until`. The word's units lie above the lease's,
                     // so no token comes to this shard sooner from anywhere.
-                    let one = scaled.scale();
-                    let unearned = next + one > limit;
+                    // `next + one − burst_units`, as `next − (burst_units − one)`: positive,
+                    // since `next + one > limit >= burst_units`.
                     if unearned {
-                        lease.publish_dry(scaled.instant_of(next + one - scaled.burst_units()));
+                        lease
+                            .publish_dry(scaled.instant_of(next - self.read_mostly.burst_less_one));
                     }
                     // Spent to its top near the limit — its next token unearned, or earned
                     // (its threads came back behind the clock) with the word unable to pay
@@ -504,7 +529,7 @@ impl<C: Clock> ShardedBucket<C> {
                     // decision, an admission.
                     if next == h
                         && self.read_mostly.near_cap > 0
-                        && (unearned || self.central.load() + one > limit)
+                        && (unearned || self.central.load() + one > limit_less_one + one)
                     {
                         self.refill(now, e, lease, next);
                     }

@@ -60,8 +60,9 @@ pub(super) enum Short {
 /// What [`Lease::spend_fast`] found.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Fast {
-    /// Spent, the frontier raised to this.
-    Spent(u64),
+    /// Spent, the frontier raised to `next`; `unearned`: the lease's token after it is not
+    /// earned at the reading (`next + one > limit`).
+    Spent { next: u64, unearned: bool },
     /// Not locked, and holding nothing at the reading.
     Empty,
     /// Anything else (holding less than the cost, locked, a lost CAS): [`Lease::spend`].
@@ -81,39 +82,54 @@ impl Lease {
     }
 
     /// One attempt of [`spend`](Self::spend) from what [`read`](Self::read) returned, for a
-    /// reading with `ceil` units earned (rounded up) and `limit` = earned rounded down + burst:
-    /// no loop, no retry. Only for a lease read holding units, `q < h`: so `q` is not
-    /// `LOCKED`, and `base + cost_units` does not overflow (`base` is a state or the units
-    /// earned, at most 2^63; `cost_units` at most the burst's units, below 2^63).
+    /// reading with `ceil` units earned (rounded up) and `limit` = earned rounded down + burst,
+    /// given as `limit − one` with `one` the units of a token: no loop, no retry. Only for a
+    /// lease read holding units, `q < h`: so `q` is not `LOCKED`, and `base + cost_units`
+    /// does not overflow (`base` is a state or the units earned, at most 2^63; `cost_units`
+    /// at most the burst's units, below 2^63; `limit` at most `MAX_UNITS` + the burst's).
     #[inline(always)]
     pub(super) fn spend_fast(
         &self,
         (q, h): (u64, u64),
         ceil: u64,
-        limit: u64,
+        limit_less_one: u64,
+        one: u64,
         cost_units: u64,
     ) -> Fast {
         debug_assert!(q < h);
         let base = q.max(ceil);
         let next = base + cost_units;
-        if next <= h && q + cost_units <= limit {
-            return match self.frontier.compare_exchange_weak(
-                q,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => Fast::Spent(next),
-                Err(_) => Fast::Slow,
-            };
+        if next <= h {
+            // `next + one <= limit` implies the debit's test, `q + cost <= limit` (`q <=
+            // base`): far from the limit, one comparison for both.
+            if next <= limit_less_one {
+                return self.spend_cas(q, next, false);
+            }
+            // `q + cost <= limit` as `q + (cost − one) <= limit − one`: for a cost of one token
+            // a comparison alone (`cost_units >= one`; below 2^63 both, no overflow).
+            if q + (cost_units - one) <= limit_less_one {
+                return self.spend_cas(q, next, true);
+            }
+            // `q + cost > limit`: the lease's units come later than this reading's.
+            return Fast::NotYet(q + cost_units);
         }
         if h <= base {
             Fast::Empty
-        } else if next <= h {
-            // `q + cost > limit`: the lease's units come later than this reading's.
-            Fast::NotYet(q + cost_units)
         } else {
             Fast::Slow
+        }
+    }
+
+    /// [`spend_fast`](Self::spend_fast)'s CAS from `q` to `next`, at one call site per value
+    /// of `unearned` (so that the caller's test of it folds away on each path).
+    #[inline(always)]
+    fn spend_cas(&self, q: u64, next: u64, unearned: bool) -> Fast {
+        match self
+            .frontier
+            .compare_exchange_weak(q, next, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => Fast::Spent { next, unearned },
+            Err(_) => Fast::Slow,
         }
     }
 
