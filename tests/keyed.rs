@@ -843,16 +843,15 @@ fn a_new_key_refused_by_the_floor_gets_its_buckets_snapshot() {
     );
 }
 
-/// Fingerprints are foldhash's `fast` hash with a random per-limiter seed over foldhash's
-/// *fixed* shared seed, whose words are public. foldhash multiplies a word of the input xored
-/// with the secret seed by a word of the input xored with a shared-seed word: an input whose
-/// second word equals that public word makes the product 0 whatever the secret seed. So
+/// Keys built against foldhash's public constants never share a fingerprint across tables.
+/// foldhash multiplies a word of the input xored with the per-hasher seed by a word of the
+/// input xored with a *shared*-seed word; over foldhash's fixed shared seed (public words), an
+/// input whose second word equals that word makes the product 0 whatever the per-hasher seed:
 /// distinct `u128` keys whose high half is `seeds[0]`, `(u64, u64)` keys whose second field is
 /// `seeds[0]`, and byte keys (`Vec<u8>`, `[u8]`) of one length from 8 to 16 whose last 8 bytes
-/// are `seeds[1]` each share one fingerprint, hence one bucket, in every limiter: collisions
-/// that the type's docs say "cannot be aimed".
+/// are `seeds[1]` would each share one fingerprint, hence one bucket, in every limiter. The
+/// shared seed is drawn from the table's seed instead.
 #[test]
-#[ignore = "defect: seed-independent fingerprint collisions (foldhash fast over its fixed shared seed)"]
 fn crafted_keys_never_share_a_bucket_whatever_the_seed() {
     // `foldhash::SharedSeed::global_fixed()`'s first two words (foldhash 0.2's ARBITRARY6, 7).
     const SEED0: u64 = 0xc0ac_29b7_c97c_50dd;
