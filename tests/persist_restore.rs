@@ -372,7 +372,7 @@ fn a_smooth_limiter_restored_later_waits_as_the_live_one() {
     }
     let r = Smooth::bursty_with_clock(1.0, Duration::from_secs(1), ManualClock::new()).unwrap();
     assert!(matches!(
-        r.restore(&b"TOLLGATE\x02\x00"[..]),
+        r.restore(&b"TOLLGATE\x03\x00"[..]),
         Err(RestoreError::Truncated)
     ));
 }
