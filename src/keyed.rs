@@ -34,7 +34,7 @@ use crate::snapshot::Snapshot;
 use crate::sync::Ordering;
 use core::borrow::Borrow;
 use core::fmt;
-use core::hash::{BuildHasher, Hash};
+use core::hash::Hash;
 use crossbeam_utils::CachePadded;
 use index::{fingerprint, Index};
 use std::collections::HashMap;
@@ -82,9 +82,9 @@ const MAX_KEYS: usize = 1 << 26;
 /// # Keys are identified by a 64-bit fingerprint
 ///
 /// The table stores no keys: a slot is 16 bytes, the key's *fingerprint* (foldhash's fast
-/// hasher with a random 64-bit seed per limiter, its low bit set: 63 bits of hash) and its
-/// state, allocated up front (48 to 96 bytes per unit of `max_keys`, clamped to 2^26). No
-/// per-key allocation or key copies — and one trade: **two keys with equal fingerprints share
+/// hasher, all its seeds drawn from one random 64-bit seed per limiter, its low bit set: 63
+/// bits of hash) and its state, allocated up front (48 to 96 bytes per unit of `max_keys`,
+/// clamped to 2^26). No per-key allocation or key copies — and one trade: **two keys with equal fingerprints share
 /// one bucket**, stricter for both. With `n` tracked keys the chance of any collision is about
 /// `n² / 2^64` (5 × 10⁻⁸ at a million keys); the seed is secret, so collisions cannot be aimed.
 /// A key's slot also mixes in a per-process secret that is never saved, so a state file (which
@@ -107,8 +107,8 @@ const MAX_KEYS: usize = 1 << 26;
 pub struct KeyedLimiter<K, P: KeyedPolicy = Quota, C = DefaultClock> {
     index: Index,
     hasher: index::Hasher,
-    /// The hasher's per-limiter seed (its shared seed is foldhash's fixed one), kept so that a
-    /// saved table can be found again by a restored limiter.
+    /// The hasher's per-limiter seed (its shared seed is derived from it), kept so that a saved
+    /// table can be found again by a restored limiter.
     #[cfg_attr(not(feature = "persist"), allow(dead_code))]
     seed: u64,
     rule: P::Rule,

@@ -70,9 +70,9 @@ use std::time::SystemTime;
 /// The format version this build writes, and the only one it reads.
 ///
 /// ```
-/// assert_eq!(tollgate::persist::VERSION, 2);
+/// assert_eq!(tollgate::persist::VERSION, 3);
 /// ```
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 
 /// How far before the save's wall time a restore's may read, as a wall clock stepped back
 /// (refilling nothing); beyond it: [`RestoreError::FromTheFuture`].

@@ -842,3 +842,53 @@ fn a_new_key_refused_by_the_floor_gets_its_buckets_snapshot() {
         tollgate::Snapshot::new(5, Duration::from_millis(500))
     );
 }
+
+/// Keys built against foldhash's public constants never share a fingerprint across tables.
+/// foldhash multiplies a word of the input xored with the per-hasher seed by a word of the
+/// input xored with a *shared*-seed word; over foldhash's fixed shared seed (public words), an
+/// input whose second word equals that word makes the product 0 whatever the per-hasher seed:
+/// distinct `u128` keys whose high half is `seeds[0]`, `(u64, u64)` keys whose second field is
+/// `seeds[0]`, and byte keys (`Vec<u8>`, `[u8]`) of one length from 8 to 16 whose last 8 bytes
+/// are `seeds[1]` would each share one fingerprint, hence one bucket, in every limiter. The
+/// shared seed is drawn from the table's seed instead.
+#[test]
+fn crafted_keys_never_share_a_bucket_whatever_the_seed() {
+    // `foldhash::SharedSeed::global_fixed()`'s first two words (foldhash 0.2's ARBITRARY6, 7).
+    const SEED0: u64 = 0xc0ac_29b7_c97c_50dd;
+    const SEED1: u64 = 0x3f84_d5b5_b547_0917;
+    let q = Quota::per_second(1).unwrap();
+    let bytes = |head: u32| {
+        let mut key = head.to_be_bytes().to_vec();
+        key.extend_from_slice(&SEED1.to_ne_bytes());
+        key
+    };
+    // Each limiter draws its own random seed: the collisions hold in every one.
+    let mut shared = Vec::new();
+    for round in 0..8u64 {
+        let wide = KeyedLimiter::with_clock(q, 100, ManualClock::new());
+        let (a, b) = (u128::from(SEED0) << 64 | 1, u128::from(SEED0) << 64 | 2);
+        wide.try_acquire(&a, 1).unwrap();
+        if wide.try_acquire(&b, 1).is_err() {
+            shared.push(format!("round {round}: u128 {a:#x} and {b:#x}"));
+        }
+        let pairs = KeyedLimiter::with_clock(q, 100, ManualClock::new());
+        pairs.try_acquire(&(7u64, SEED0), 1).unwrap();
+        if pairs.try_acquire(&(8u64, SEED0), 1).is_err() {
+            shared.push(format!(
+                "round {round}: (7, {SEED0:#x}) and (8, {SEED0:#x})"
+            ));
+        }
+        let blobs: KeyedLimiter<Vec<u8>, Quota, _> =
+            KeyedLimiter::with_clock(q, 100, ManualClock::new());
+        let (x, y) = (bytes(1), bytes(0xdead_beef));
+        blobs.try_acquire(&x, 1).unwrap();
+        if blobs.try_acquire(&y, 1).is_err() {
+            shared.push(format!("round {round}: bytes {x:02x?} and {y:02x?}"));
+        }
+    }
+    assert!(
+        shared.is_empty(),
+        "distinct keys share one bucket:\n{}",
+        shared.join("\n")
+    );
+}

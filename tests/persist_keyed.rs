@@ -160,6 +160,15 @@ fn a_restore_in_place_never_hands_out_more() {
     assert_eq!(same.len(), 1);
 }
 
+/// A restore into a live table of the file's seed never adds tokens to a key it does not
+/// track (`keyed_persist`).
+#[test]
+fn a_restore_in_place_never_hands_an_untracked_key_more_than_the_floor() {
+    keyed_persist::a_restore_in_place_never_hands_an_untracked_key_more_than_the_floor(
+        Quota::per_second(10).unwrap(),
+    );
+}
+
 /// A save whose reading is behind a key's last admission (a clock stepped back, or a decision
 /// at a later reading racing the save's walk) saves the key in debt at that reading. The
 /// restore keeps that debt up to a state full two refills of the table's slowest quota after

@@ -474,3 +474,12 @@ fn a_floor_a_conversion_carried_past_a_burst_is_cut_at_two_refills() {
     assert_eq!(at(87), (10, 5));
     assert_eq!(at(92), (10, 10));
 }
+
+/// A restore into a live table of the file's seed never adds tokens to a key it does not
+/// track (`keyed_persist`): every quota holds at least the floor's state.
+#[test]
+fn a_restore_in_place_never_hands_an_untracked_key_more_than_the_floor() {
+    keyed_persist::a_restore_in_place_never_hands_an_untracked_key_more_than_the_floor(
+        Limits::new([q(10, 1_000, 10), q(30, 60_000, 30)]).unwrap(),
+    );
+}

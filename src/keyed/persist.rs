@@ -520,8 +520,8 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
     }
 
     /// Tracks `(fp, state)` entries read from a saved table (`found`: saved under this
-    /// limiter's seed), keeping the stricter state of each quota of a fingerprint seen twice.
-    /// An entry not found, meeting a full table (a save racing insertions may hold a few more
+    /// limiter's seed), keeping the stricter state of each quota of a fingerprint seen twice,
+    /// and of an entry and where its key, untracked here, starts now. An entry not found, meeting a full table (a save racing insertions may hold a few more
     /// than `max_keys`), or landing farther than [`MAX_RESTORE_PROBE`] slots from its home is
     /// not tracked: it raises the floor for untracked keys to its full instant instead.
     fn restore_entries(&self, entries: &[(u64, P::State)], found: bool) {
@@ -534,6 +534,10 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
                 P::merge(self, fp, rule, state);
                 continue;
             }
+            // No more lenient than where the key starts untracked (a live table's floor after
+            // a drain, a clock stepped back or an earlier restore): a restore only withholds.
+            // Read under the mutex, as an insertion reads it (`KeyedLimiter::insert`).
+            let state = &stricter::<P>(rule, state, &self.start_state(rule));
             let full_at = P::full_at(rule, state);
             if !found
                 || t.len.load(Ordering::SeqCst) >= self.max_keys
@@ -739,6 +743,16 @@ fn converted_states(
         }
         _ => restored_states(saved, down, now, new, out),
     }
+}
+
+/// Each quota's stricter state of `a` and `b` (the later instant), under `rule`.
+fn stricter<P: KeyedPolicy>(rule: &P::Rule, a: &P::State, b: &P::State) -> P::State {
+    let n = P::quotas(rule).len();
+    let mut words = [0u64; MAX_LIMITS];
+    for ((w, &x), &y) in words[..n].iter_mut().zip(P::words(a)).zip(P::words(b)) {
+        *w = x.max(y);
+    }
+    P::from_words(&words[..n])
 }
 
 /// The most pairs of a saved and a present policy a restore into a limiter of another seed

@@ -266,3 +266,35 @@ pub(crate) fn a_save_racing_decisions_never_restores_more_tokens<P: Policy>(
         }
     }
 }
+
+/// A restore into a live table of the file's seed never adds tokens to a key it does not
+/// track either: such a key starts where the table's floor says (here after `drain`: no
+/// tokens for a whole refill), and a saved entry more lenient than that must not replace it.
+/// Alice, saved with 5 tokens spent of `policy` (a smallest burst of 10), holds 0 in the
+/// drained table before the restore and after it.
+pub(crate) fn a_restore_in_place_never_hands_an_untracked_key_more_than_the_floor<
+    P: KeyedPolicy + Clone,
+>(
+    policy: P,
+) {
+    let saved = KeyedLimiter::with_clock(policy.clone(), 100, ManualClock::new());
+    let mut empty = Vec::new();
+    saved.save_at(&mut empty, wall(0)).unwrap();
+    saved.try_acquire(&"alice", 5).unwrap();
+    let mut file = Vec::new();
+    saved.save_at(&mut file, wall(0)).unwrap();
+
+    // The file's seed, nothing tracked; then drained: every key holds 0.
+    let live = KeyedLimiter::<&str, P, _>::builder(policy, 100, ManualClock::new())
+        .restore_at(&empty[..], wall(0))
+        .unwrap();
+    live.drain();
+    assert_eq!(live.available(&"alice"), 0);
+    live.restore_at(&file[..], wall(0)).unwrap();
+    assert_eq!(
+        live.available(&"alice"),
+        0,
+        "the restore gave an untracked key the saved entry's tokens"
+    );
+    assert!(live.try_acquire(&"alice", 1).is_err());
+}

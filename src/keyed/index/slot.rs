@@ -27,29 +27,60 @@ pub(crate) fn is_fingerprint(fp: u64) -> bool {
     fingerprint(fp) == fp
 }
 
-/// A keyed table's fingerprint hasher: foldhash's `fast` variant (the index's home slots add a
-/// keyed mix of their own: [`Index::home`](super::Index::home)); under loom, the `quality`
-/// variant with its fixed seed, whose slots the models are written against.
-#[cfg(not(tollgate_loom))]
-pub(crate) type Hasher = foldhash::fast::SeedableRandomState;
-#[cfg(tollgate_loom)]
-pub(crate) type Hasher = foldhash::quality::SeedableRandomState;
+/// A keyed table's fingerprint hasher: foldhash's `fast` variant, its shared seed (the words
+/// its multiplications xor with the input) drawn from the table's seed rather than foldhash's
+/// fixed one, whose words are public: over those, a key whose second word equals one of them
+/// makes a product 0 whatever the per-hasher seed, so keys built that way would share a
+/// fingerprint in every table (the index's home slots add a keyed mix of their own:
+/// [`Index::home`](super::Index::home)). Under loom, the `quality` variant with its fixed
+/// seed, whose slots the models are written against.
+pub(crate) struct Hasher {
+    #[cfg(not(tollgate_loom))]
+    seed: u64,
+    #[cfg(not(tollgate_loom))]
+    shared: foldhash::SharedSeed,
+    #[cfg(tollgate_loom)]
+    fixed: foldhash::quality::SeedableRandomState,
+}
+
+impl Hasher {
+    /// The key's 64-bit hash under this table's seeds.
+    #[inline]
+    pub(crate) fn hash_one<Q: core::hash::Hash + ?Sized>(&self, key: &Q) -> u64 {
+        #[cfg(not(tollgate_loom))]
+        {
+            use core::hash::Hasher as _;
+            let mut h = foldhash::fast::FoldHasher::with_seed(self.seed, &self.shared);
+            key.hash(&mut h);
+            h.finish()
+        }
+        #[cfg(tollgate_loom)]
+        {
+            core::hash::BuildHasher::hash_one(&self.fixed, key)
+        }
+    }
+}
 
 /// A keyed table's fingerprint hasher and its seed: `seed` (a restore's) or 64 random bits,
-/// over foldhash's fixed shared seed, so that the seed alone finds a saved table's keys again.
-/// Fixed (seed 0) under loom, whose models replay the same slots.
+/// from which the shared seed is derived too, so that the seed alone finds a saved table's keys
+/// again. Fixed (seed 0) under loom, whose models replay the same slots.
 pub(crate) fn seeded_hasher(seed: Option<u64>) -> (u64, Hasher) {
     #[cfg(not(tollgate_loom))]
     {
         use core::hash::BuildHasher;
         let seed = seed.unwrap_or_else(|| foldhash::quality::RandomState::default().hash_one(0u8));
-        let shared = foldhash::SharedSeed::global_fixed();
-        (seed, Hasher::with_seed(seed, shared))
+        let shared = foldhash::SharedSeed::from_u64(seed);
+        (seed, Hasher { seed, shared })
     }
     #[cfg(tollgate_loom)]
     {
         let _ = seed;
-        (0, Hasher::fixed())
+        (
+            0,
+            Hasher {
+                fixed: foldhash::quality::SeedableRandomState::fixed(),
+            },
+        )
     }
 }
 
