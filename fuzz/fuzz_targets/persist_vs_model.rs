@@ -62,6 +62,12 @@
 //!   caller, or by the docs' pairing) keeps its windows across it: its era runs on;
 //! * every quota's admissions, across every restart of the same quota, within
 //!   `burst + rate·Δ` in exact rationals (per quota era where the quota changed).
+//!
+//! The input's first byte picks the limiter: half its values, zero among them, a
+//! `KeyedMultiLimiter`, whose bytes read as zeros past the input's end give a table of 3 keys,
+//! some with an override, and a paired restart (`Onto::Paired`) is the most frequent of its
+//! restarts, so that a bounded run from an empty corpus soon restarts a table with overrides
+//! through it.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -351,11 +357,12 @@ impl Onto {
 }
 
 impl Onto {
-    /// `Onto::of` for a `KeyedMultiLimiter`: the two highest restart values of `kind / 12` (19
-    /// and 20: op bytes 233, 234, 245 and 246, which `of` reads as `Live` and `Same`, both
-    /// still picked by four lower values each) restart through `Paired` instead.
+    /// `Onto::of` for a `KeyedMultiLimiter`, where `Paired` takes 10 of the 22 values of
+    /// `kind / 12` (those of `kind / 12 % 8` from 4 on): the richest restart, so the most
+    /// frequent. The other 12 (`kind / 12 % 8` below 4, kinds 5 and 6 included) read as `of`
+    /// reads them, three values each.
     fn of_multi(kind: u8) -> Onto {
-        if kind / 12 >= 19 {
+        if kind / 12 % 8 >= 4 {
             Onto::Paired
         } else {
             Onto::of(kind)
@@ -391,12 +398,15 @@ fn into_live(r: Result<(), RestoreError>, older: bool, what: &str) {
 fuzz_target!(|data: &[u8]| {
     let mut b = Bytes(data);
     let head = b.u64();
-    match head % 6 {
-        0 => bucket(&mut b, head),
-        1 => multi(&mut b, head),
-        2 => smooth(&mut b, head),
-        3 => keyed(&mut b, head),
-        4 => sharded(&mut b, head),
+    // Half the values of the first byte, zero (an empty input) among them, drive a
+    // `KeyedMultiLimiter`: its paired restarts of a table with overrides are the deepest path
+    // here, and a bounded run from an empty corpus must reach them within seconds.
+    match head % 10 {
+        1 => bucket(&mut b, head),
+        2 => multi(&mut b, head),
+        3 => smooth(&mut b, head),
+        4 => keyed(&mut b, head),
+        5 => sharded(&mut b, head),
         _ => keyed_multi(&mut b, head),
     }
 });
@@ -717,11 +727,13 @@ impl Misfits {
     }
 }
 
-/// A paired restart's policies and pairs from the input (`None`: an invalid quota read, the
-/// input ends). One `u64` picks the count here (1 to 4), each pair (a quarter `None`, else a
-/// position every saved policy has), and one time in eight pairs that do not fit: one pair
-/// too few or too many, a position past some saved policy's quotas (past the shortest only,
-/// or past all), or one policy here of another count. Each policy here takes one `u64` more:
+/// A paired restart's policies and pairs from the input (`None`: an invalid quota read). One
+/// `u64` picks the count here (1 to 4; 2 where its bits are zero), each pair (a quarter
+/// `None`, else a position every saved policy has: zero bits name the first saved quotas in
+/// reverse), and one time in eight pairs that do not fit (never for zero bits, so that a
+/// short input read past its end restores): one pair too few or too many, a position past some
+/// saved policy's quotas (past the shortest only, or past all), or one policy here of another
+/// count. Each policy here takes one `u64` more:
 /// quota `j` is the saved quota its pair names (without one, the saved quota at `j`, wrapped),
 /// kept or `changed` (its period kept, or one read from the input). A quota kept but unpaired
 /// tells a restore that pairs by equality (wrong here) from one that follows the pairs.
@@ -729,14 +741,14 @@ fn paired_plan(pol: &Policies, b: &mut Bytes<'_>) -> Option<PairedPlan> {
     let y = b.u64();
     let saved: Vec<usize> = pol.lists().map(<[Quota]>::len).collect();
     let (least, most) = (*saved.iter().min()?, *saved.iter().max()?);
-    let n = (y % 4 + 1) as usize;
+    let n = (y.wrapping_add(1) % 4 + 1) as usize;
     let mut pairs: Vec<Option<usize>> = (0..n)
         .map(|j| {
             let v = y >> (2 + 4 * j) & 15;
-            (!v.is_multiple_of(4)).then_some((v >> 2) as usize % least)
+            (v % 4 != 3).then_some((n - 1 - j + (v >> 2) as usize) % least)
         })
         .collect();
-    let bad = y >> 20 & 7 == 0;
+    let bad = y >> 20 & 7 == 7;
     if bad && (y >> 23) % 3 == 1 {
         let past = match (y >> 27) % 4 {
             0 if least < most => least,
@@ -1506,6 +1518,25 @@ fn within_cut(
     })
 }
 
+/// An override's quotas from one `u64` of the input (1 to 4 of them; 2 where its bits are
+/// zero): a quarter of the time each read from the input, else each `changed` from the
+/// default's quota at its position (wrapped) by its own bits, the period kept, reading
+/// nothing more (so that a short input already holds overrides).
+fn override_policy(default: &[Quota], b: &mut Bytes<'_>) -> Option<Vec<Quota>> {
+    let z = b.u64();
+    let n = ((z >> 2) + 1) % 4 + 1;
+    (0..n)
+        .map(|j| {
+            let base = &default[j as usize % default.len()];
+            if z & 3 == 3 {
+                quota(b)
+            } else {
+                changed(base, z >> (8 + 10 * j) << 1, b)
+            }
+        })
+        .collect()
+}
+
 /// A `KeyedMultiLimiter` of 1 to 6 keys in a table of 1 to as many (full keys evicted, an
 /// untracked key starting at the floor), some keys with an override, every policy changed,
 /// reordered or resized (`LimitsChanged`, nothing built) across restarts as `multi` changes
@@ -1514,18 +1545,19 @@ fn within_cut(
 /// floor, a full table); where every policy keeps its quotas, the saved table too; per key and
 /// quota, the windows across restarts.
 fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
-    let keys = ((head >> 8) % 6 + 1) as usize;
-    let mut max_keys = ((head >> 12) as usize % keys) + 1;
-    let read = |n: u64, b: &mut Bytes<'_>| -> Option<Vec<Quota>> {
-        (0..n % 4 + 1).map(|_| quota(b)).collect()
-    };
-    let Some(default) = read(head >> 20, b) else {
+    // Zero bits (a short input, read past its end as zeros) give a rich table: 3 keys, room
+    // for all, a default of 2 quotas and an override of 2 on each even key.
+    let keys = ((head >> 8) + 2) as usize % 6 + 1;
+    let mut max_keys = keys - (head >> 12) as usize % keys;
+    let count = |n: u64| ((n + 1) % 4 + 1) as usize;
+    let default: Option<Vec<Quota>> = (0..count(head >> 20)).map(|_| quota(b)).collect();
+    let Some(default) = default else {
         return;
     };
     let mut overrides = vec![None; keys];
     for (k, o) in overrides.iter_mut().enumerate() {
-        if head >> (40 + k) & 1 == 1 {
-            let Some(v) = read(head >> (24 + 2 * k), b) else {
+        if (head >> (40 + k) ^ k as u64) & 1 == 0 {
+            let Some(v) = override_policy(&default, b) else {
                 return;
             };
             *o = Some(v);
