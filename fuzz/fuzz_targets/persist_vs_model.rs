@@ -65,9 +65,9 @@
 //!
 //! The input's first byte picks the limiter: half its values, zero among them, a
 //! `KeyedMultiLimiter`, whose bytes read as zeros past the input's end give a table of 3 keys,
-//! some with an override, and a paired restart (`Onto::Paired`) is the most frequent of its
-//! restarts, so that a bounded run from an empty corpus soon restarts a table with overrides
-//! through it.
+//! some with an override, and whose input ends in a paired restart between two decisions per
+//! key. So a short input already restarts a table with overrides through `Onto::Paired`, and a
+//! bounded run from an empty corpus spends its time mutating that path.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -730,8 +730,8 @@ impl Misfits {
 /// A paired restart's policies and pairs from the input (`None`: an invalid quota read). One
 /// `u64` picks the count here (1 to 4; 2 where its bits are zero), each pair (a quarter
 /// `None`, else a position every saved policy has: zero bits name the first saved quotas in
-/// reverse), and one time in eight pairs that do not fit (never for zero bits, so that a
-/// short input read past its end restores): one pair too few or too many, a position past some
+/// reverse), and one time in eight pairs that do not fit (never for zero bits, so that an
+/// input read past its end restores): one pair too few or too many, a position past some
 /// saved policy's quotas (past the shortest only, or past all), or one policy here of another
 /// count. Each policy here takes one `u64` more:
 /// quota `j` is the saved quota its pair names (without one, the saved quota at `j`, wrapped),
@@ -1537,6 +1537,27 @@ fn override_policy(default: &[Quota], b: &mut Bytes<'_>) -> Option<Vec<Quota>> {
         .collect()
 }
 
+/// The ops a `KeyedMultiLimiter`'s input ends with (read where it runs out), so that an input
+/// of any length restarts paired at least once and decides across it: each of the `keys`
+/// decides (cost 1), the table restarts through `Onto::Paired` (the restart chosen by `end`
+/// as an op's `x` chooses one, the pairs by `end` rotated by 32 bits as `paired_plan` reads
+/// them, each of the `policies` here `changed` from the quotas its pairs name), and each key
+/// decides again.
+fn ending(keys: usize, policies: usize, end: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let decide = |out: &mut Vec<u8>, k: usize| {
+        out.push(7);
+        out.extend(((k as u64) << 56).to_le_bytes());
+    };
+    (0..keys).for_each(|k| decide(&mut out, k));
+    out.push(4 * 12 + 5);
+    out.extend(end.to_le_bytes());
+    out.extend(end.rotate_left(32).to_le_bytes());
+    out.extend(vec![0; 8 * policies]);
+    (0..keys).for_each(|k| decide(&mut out, k));
+    out
+}
+
 /// A `KeyedMultiLimiter` of 1 to 6 keys in a table of 1 to as many (full keys evicted, an
 /// untracked key starting at the floor), some keys with an override, every policy changed,
 /// reordered or resized (`LimitsChanged`, nothing built) across restarts as `multi` changes
@@ -1545,6 +1566,8 @@ fn override_policy(default: &[Quota], b: &mut Bytes<'_>) -> Option<Vec<Quota>> {
 /// floor, a full table); where every policy keeps its quotas, the saved table too; per key and
 /// quota, the windows across restarts.
 fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
+    // The ending's restart, read first so that the shortest inputs choose it.
+    let end = b.u64();
     // Zero bits (a short input, read past its end as zeros) give a rich table: 3 keys, room
     // for all, a default of 2 quotas and an override of 2 on each even key.
     let keys = ((head >> 8) + 2) as usize % 6 + 1;
@@ -1592,8 +1615,21 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
     let mut latest = 0;
     // The latest file saved (restored again into a live table: `Onto::Live`).
     let mut prev: Option<Vec<u8>> = None;
+    // Where the input ends, the ops read on from the `ending` (once).
+    let ending = ending(keys, pol.lists().count(), end);
+    let mut rest = Bytes(b.0);
+    let b = &mut rest;
+    let mut ended = false;
     let mut ops = 0;
-    while let Some(kind) = b.u8() {
+    loop {
+        let Some(kind) = b.u8() else {
+            if ended {
+                break;
+            }
+            ended = true;
+            *b = Bytes(&ending);
+            continue;
+        };
         ops += 1;
         if ops > 384 {
             break;
