@@ -63,11 +63,13 @@
 //! * every quota's admissions, across every restart of the same quota, within
 //!   `burst + rate·Δ` in exact rationals (per quota era where the quota changed).
 //!
-//! The input's first byte picks the limiter: half its values, zero among them, a
+//! The input's first byte picks the limiter: one value in six, zero among them, a
 //! `KeyedMultiLimiter`, whose bytes read as zeros past the input's end give a table of 3 keys,
-//! some with an override, and whose input ends in a paired restart between two decisions per
-//! key. So a short input already restarts a table with overrides through `Onto::Paired`, and a
-//! bounded run from an empty corpus spends its time mutating that path.
+//! some with an override, and whose input ends in decisions for every key and, where its word
+//! says (zero bits among those), a restart between two decisions per key: through
+//! `Onto::Paired` for five values in eight, zero among them, else into another seed, another
+//! size or the same. So a short input already restarts a table with overrides through
+//! `Onto::Paired`, and a bounded run from an empty corpus reaches that path within seconds.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -398,10 +400,10 @@ fn into_live(r: Result<(), RestoreError>, older: bool, what: &str) {
 fuzz_target!(|data: &[u8]| {
     let mut b = Bytes(data);
     let head = b.u64();
-    // Half the values of the first byte, zero (an empty input) among them, drive a
+    // One value in six of the first byte, zero (an empty input) among them, drives a
     // `KeyedMultiLimiter`: its paired restarts of a table with overrides are the deepest path
     // here, and a bounded run from an empty corpus must reach them within seconds.
-    match head % 10 {
+    match head % 6 {
         1 => bucket(&mut b, head),
         2 => multi(&mut b, head),
         3 => smooth(&mut b, head),
@@ -1538,24 +1540,38 @@ fn override_policy(default: &[Quota], b: &mut Bytes<'_>) -> Option<Vec<Quota>> {
 }
 
 /// The ops a `KeyedMultiLimiter`'s input ends with (read where it runs out), so that an input
-/// of any length restarts paired at least once and decides across it: each of the `keys`
-/// decides (cost 1), the table restarts through `Onto::Paired` (the restart chosen by `end`
-/// as an op's `x` chooses one, the pairs by `end` rotated by 32 bits as `paired_plan` reads
-/// them, each of the `policies` here `changed` from the quotas its pairs name), and each key
-/// decides again.
-fn ending(keys: usize, policies: usize, end: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    let decide = |out: &mut Vec<u8>, k: usize| {
-        out.push(7);
+/// of any length decides for every key and, one time in four (bits 59 and 60 of `end` zero, as
+/// in a short input), restarts and decides across it, in two parts. The first: each of the
+/// `keys` decides (cost 1), then the table restarts as `end` (an op's `x`) and its top three
+/// bits choose: `Onto::Paired` for five of their eight values, zero among them (the pairs by
+/// `end` rotated by 32 bits as `paired_plan` reads them, each policy here `changed` from the
+/// quotas its pairs name: the input's zeros), else into another seed, another size or the
+/// same (reshaped by `end`, as an op's `x` reshapes). The second, read from its start whatever
+/// the restart read: each key's `available`, then (after a restart) each key decides again.
+fn ending(keys: usize, end: u64) -> [Vec<u8>; 2] {
+    let op = |out: &mut Vec<u8>, kind: u8, k: usize| {
+        out.push(kind);
         out.extend(((k as u64) << 56).to_le_bytes());
     };
-    (0..keys).for_each(|k| decide(&mut out, k));
-    out.push(4 * 12 + 5);
-    out.extend(end.to_le_bytes());
-    out.extend(end.rotate_left(32).to_le_bytes());
-    out.extend(vec![0; 8 * policies]);
-    (0..keys).for_each(|k| decide(&mut out, k));
-    out
+    let restart = end >> 59 & 3 == 0;
+    let mut first = Vec::new();
+    (0..keys).for_each(|k| op(&mut first, 7, k));
+    if restart {
+        first.push(match end >> 61 {
+            5 => 2 * 12 + 5,
+            6 => 12 + 5,
+            7 => 5,
+            _ => 4 * 12 + 5,
+        });
+        first.extend(end.to_le_bytes());
+        first.extend(end.rotate_left(32).to_le_bytes());
+    }
+    let mut second = Vec::new();
+    (0..keys).for_each(|k| op(&mut second, 4, k));
+    if restart {
+        (0..keys).for_each(|k| op(&mut second, 7, k));
+    }
+    [first, second]
 }
 
 /// A `KeyedMultiLimiter` of 1 to 6 keys in a table of 1 to as many (full keys evicted, an
@@ -1615,19 +1631,18 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
     let mut latest = 0;
     // The latest file saved (restored again into a live table: `Onto::Live`).
     let mut prev: Option<Vec<u8>> = None;
-    // Where the input ends, the ops read on from the `ending` (once).
-    let ending = ending(keys, pol.lists().count(), end);
+    // Where the input ends, the ops read on from the `ending`'s two parts (once each).
+    let ending = ending(keys, end);
+    let mut parts = ending.iter();
     let mut rest = Bytes(b.0);
     let b = &mut rest;
-    let mut ended = false;
     let mut ops = 0;
     loop {
         let Some(kind) = b.u8() else {
-            if ended {
-                break;
+            match parts.next() {
+                Some(part) => *b = Bytes(part),
+                None => break,
             }
-            ended = true;
-            *b = Bytes(&ending);
             continue;
         };
         ops += 1;
