@@ -62,6 +62,18 @@
 //!   caller, or by the docs' pairing) keeps its windows across it: its era runs on;
 //! * every quota's admissions, across every restart of the same quota, within
 //!   `burst + rate·Δ` in exact rationals (per quota era where the quota changed).
+//!
+//! The input's first byte picks the limiter: one value in six, zero among them, a
+//! `KeyedMultiLimiter`, whose bytes read as zeros past the input's end give a table of 3 keys,
+//! some with an override, and whose input ends in decisions for every key and, where its word
+//! says (zero bits among those), a restart between two decisions per key: through
+//! `Onto::Paired` for five values in eight, zero among them, else into another seed, another
+//! size or the same. So a short input already restarts a table with overrides through
+//! `Onto::Paired`, and a bounded run from an empty corpus reaches that path within seconds.
+//! Those short inputs keep finding new paths, which holds libFuzzer's length limit back (it
+//! rises only after a stretch of runs that find nothing): `ci/fuzz.sh` runs this target with
+//! `-len_control=20`, so that within 30 s the limit passes the 48 bytes the sharded and keyed
+//! limiters read before their first op; do the same for a short run by hand.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -351,11 +363,12 @@ impl Onto {
 }
 
 impl Onto {
-    /// `Onto::of` for a `KeyedMultiLimiter`: the two highest restart values of `kind / 12` (19
-    /// and 20: op bytes 233, 234, 245 and 246, which `of` reads as `Live` and `Same`, both
-    /// still picked by four lower values each) restart through `Paired` instead.
+    /// `Onto::of` for a `KeyedMultiLimiter`, where `Paired` takes 10 of the 22 values of
+    /// `kind / 12` (those of `kind / 12 % 8` from 4 on): the richest restart, so the most
+    /// frequent. The other 12 (`kind / 12 % 8` below 4, kinds 5 and 6 included) read as `of`
+    /// reads them, three values each.
     fn of_multi(kind: u8) -> Onto {
-        if kind / 12 >= 19 {
+        if kind / 12 % 8 >= 4 {
             Onto::Paired
         } else {
             Onto::of(kind)
@@ -391,12 +404,15 @@ fn into_live(r: Result<(), RestoreError>, older: bool, what: &str) {
 fuzz_target!(|data: &[u8]| {
     let mut b = Bytes(data);
     let head = b.u64();
+    // One value in six of the first byte, zero (an empty input) among them, drives a
+    // `KeyedMultiLimiter`: its paired restarts of a table with overrides are the deepest path
+    // here, and a bounded run from an empty corpus must reach them within seconds.
     match head % 6 {
-        0 => bucket(&mut b, head),
-        1 => multi(&mut b, head),
-        2 => smooth(&mut b, head),
-        3 => keyed(&mut b, head),
-        4 => sharded(&mut b, head),
+        1 => bucket(&mut b, head),
+        2 => multi(&mut b, head),
+        3 => smooth(&mut b, head),
+        4 => keyed(&mut b, head),
+        5 => sharded(&mut b, head),
         _ => keyed_multi(&mut b, head),
     }
 });
@@ -717,11 +733,13 @@ impl Misfits {
     }
 }
 
-/// A paired restart's policies and pairs from the input (`None`: an invalid quota read, the
-/// input ends). One `u64` picks the count here (1 to 4), each pair (a quarter `None`, else a
-/// position every saved policy has), and one time in eight pairs that do not fit: one pair
-/// too few or too many, a position past some saved policy's quotas (past the shortest only,
-/// or past all), or one policy here of another count. Each policy here takes one `u64` more:
+/// A paired restart's policies and pairs from the input (`None`: an invalid quota read). One
+/// `u64` picks the count here (1 to 4; 2 where its bits are zero), each pair (a quarter
+/// `None`, else a position every saved policy has: zero bits name the first saved quotas in
+/// reverse), and one time in eight pairs that do not fit (never for zero bits, so that an
+/// input read past its end restores): one pair too few or too many, a position past some
+/// saved policy's quotas (past the shortest only, or past all), or one policy here of another
+/// count. Each policy here takes one `u64` more:
 /// quota `j` is the saved quota its pair names (without one, the saved quota at `j`, wrapped),
 /// kept or `changed` (its period kept, or one read from the input). A quota kept but unpaired
 /// tells a restore that pairs by equality (wrong here) from one that follows the pairs.
@@ -729,14 +747,14 @@ fn paired_plan(pol: &Policies, b: &mut Bytes<'_>) -> Option<PairedPlan> {
     let y = b.u64();
     let saved: Vec<usize> = pol.lists().map(<[Quota]>::len).collect();
     let (least, most) = (*saved.iter().min()?, *saved.iter().max()?);
-    let n = (y % 4 + 1) as usize;
+    let n = (y.wrapping_add(1) % 4 + 1) as usize;
     let mut pairs: Vec<Option<usize>> = (0..n)
         .map(|j| {
             let v = y >> (2 + 4 * j) & 15;
-            (!v.is_multiple_of(4)).then_some((v >> 2) as usize % least)
+            (v % 4 != 3).then_some((n - 1 - j + (v >> 2) as usize) % least)
         })
         .collect();
-    let bad = y >> 20 & 7 == 0;
+    let bad = y >> 20 & 7 == 7;
     if bad && (y >> 23) % 3 == 1 {
         let past = match (y >> 27) % 4 {
             0 if least < most => least,
@@ -1506,6 +1524,60 @@ fn within_cut(
     })
 }
 
+/// An override's quotas from one `u64` of the input (1 to 4 of them; 2 where its bits are
+/// zero): a quarter of the time each read from the input, else each `changed` from the
+/// default's quota at its position (wrapped) by its own bits, the period kept, reading
+/// nothing more (so that a short input already holds overrides).
+fn override_policy(default: &[Quota], b: &mut Bytes<'_>) -> Option<Vec<Quota>> {
+    let z = b.u64();
+    let n = ((z >> 2) + 1) % 4 + 1;
+    (0..n)
+        .map(|j| {
+            let base = &default[j as usize % default.len()];
+            if z & 3 == 3 {
+                quota(b)
+            } else {
+                changed(base, z >> (8 + 10 * j) << 1, b)
+            }
+        })
+        .collect()
+}
+
+/// The ops a `KeyedMultiLimiter`'s input ends with (read where it runs out), so that an input
+/// of any length decides for every key and, one time in four (bits 59 and 60 of `end` zero, as
+/// in a short input), restarts and decides across it, in two parts. The first: each of the
+/// `keys` decides (cost 1), then the table restarts as `end` (an op's `x`) and its top three
+/// bits choose: `Onto::Paired` for five of their eight values, zero among them (the pairs by
+/// `end` rotated by 32 bits as `paired_plan` reads them, each policy here `changed` from the
+/// quotas its pairs name: the input's zeros), else into another seed, another size or the
+/// same (reshaped by `end`, as an op's `x` reshapes). The second, read from its start whatever
+/// the restart read: each key's `available`, then (after a restart) each key decides again.
+fn ending(keys: usize, end: u64) -> [Vec<u8>; 2] {
+    let op = |out: &mut Vec<u8>, kind: u8, k: usize| {
+        out.push(kind);
+        out.extend(((k as u64) << 56).to_le_bytes());
+    };
+    let restart = end >> 59 & 3 == 0;
+    let mut first = Vec::new();
+    (0..keys).for_each(|k| op(&mut first, 7, k));
+    if restart {
+        first.push(match end >> 61 {
+            5 => 2 * 12 + 5,
+            6 => 12 + 5,
+            7 => 5,
+            _ => 4 * 12 + 5,
+        });
+        first.extend(end.to_le_bytes());
+        first.extend(end.rotate_left(32).to_le_bytes());
+    }
+    let mut second = Vec::new();
+    (0..keys).for_each(|k| op(&mut second, 4, k));
+    if restart {
+        (0..keys).for_each(|k| op(&mut second, 7, k));
+    }
+    [first, second]
+}
+
 /// A `KeyedMultiLimiter` of 1 to 6 keys in a table of 1 to as many (full keys evicted, an
 /// untracked key starting at the floor), some keys with an override, every policy changed,
 /// reordered or resized (`LimitsChanged`, nothing built) across restarts as `multi` changes
@@ -1514,18 +1586,21 @@ fn within_cut(
 /// floor, a full table); where every policy keeps its quotas, the saved table too; per key and
 /// quota, the windows across restarts.
 fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
-    let keys = ((head >> 8) % 6 + 1) as usize;
-    let mut max_keys = ((head >> 12) as usize % keys) + 1;
-    let read = |n: u64, b: &mut Bytes<'_>| -> Option<Vec<Quota>> {
-        (0..n % 4 + 1).map(|_| quota(b)).collect()
-    };
-    let Some(default) = read(head >> 20, b) else {
+    // The ending's restart, read first so that the shortest inputs choose it.
+    let end = b.u64();
+    // Zero bits (a short input, read past its end as zeros) give a rich table: 3 keys, room
+    // for all, a default of 2 quotas and an override of 2 on each even key.
+    let keys = ((head >> 8) + 2) as usize % 6 + 1;
+    let mut max_keys = keys - (head >> 12) as usize % keys;
+    let count = |n: u64| ((n + 1) % 4 + 1) as usize;
+    let default: Option<Vec<Quota>> = (0..count(head >> 20)).map(|_| quota(b)).collect();
+    let Some(default) = default else {
         return;
     };
     let mut overrides = vec![None; keys];
     for (k, o) in overrides.iter_mut().enumerate() {
-        if head >> (40 + k) & 1 == 1 {
-            let Some(v) = read(head >> (24 + 2 * k), b) else {
+        if (head >> (40 + k) ^ k as u64) & 1 == 0 {
+            let Some(v) = override_policy(&default, b) else {
                 return;
             };
             *o = Some(v);
@@ -1560,8 +1635,20 @@ fn keyed_multi(b: &mut Bytes<'_>, head: u64) {
     let mut latest = 0;
     // The latest file saved (restored again into a live table: `Onto::Live`).
     let mut prev: Option<Vec<u8>> = None;
+    // Where the input ends, the ops read on from the `ending`'s two parts (once each).
+    let ending = ending(keys, end);
+    let mut parts = ending.iter();
+    let mut rest = Bytes(b.0);
+    let b = &mut rest;
     let mut ops = 0;
-    while let Some(kind) = b.u8() {
+    loop {
+        let Some(kind) = b.u8() else {
+            match parts.next() {
+                Some(part) => *b = Bytes(part),
+                None => break,
+            }
+            continue;
+        };
         ops += 1;
         if ops > 384 {
             break;
