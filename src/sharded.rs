@@ -179,7 +179,7 @@ impl<C: fmt::Debug> fmt::Debug for ShardedBucket<C> {
 
 impl ShardedBucket<DefaultClock> {
     /// A full sharded bucket on the [`DefaultClock`], with one shard per core
-    /// (`std::thread::available_parallelism`).
+    /// (`std::thread::available_parallelism`, read once per process).
     ///
     /// ```
     /// let bucket = tollgate::ShardedBucket::new(tollgate::Quota::per_second(100).unwrap());
@@ -190,7 +190,7 @@ impl ShardedBucket<DefaultClock> {
     }
 
     /// The shard count [`ShardedBucket::new`] asks for: one per core
-    /// (`std::thread::available_parallelism`, 1 when unknown).
+    /// (`std::thread::available_parallelism`, read once per process, 1 when unknown).
     ///
     /// ```
     /// assert!(tollgate::ShardedBucket::default_shards() >= 1);
@@ -201,8 +201,11 @@ impl ShardedBucket<DefaultClock> {
 }
 
 /// One shard per core: the crate's one default for how many ways to split shared state.
+/// Read once per process: on Linux `available_parallelism` reads the cgroup's files at each
+/// call, a cost every keyed table's and sharded bucket's build would otherwise pay.
 pub(crate) fn shards_per_core() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 impl<C: Clock> ShardedBucket<C> {
