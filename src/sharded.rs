@@ -209,8 +209,8 @@ impl<C: Clock> ShardedBucket<C> {
     /// A full sharded bucket with `shards` shards on `clock`.
     ///
     /// The number actually used ([`ShardedBucket::shards`]) is `shards` clamped to 1..=1024 and
-    /// to the burst. One shard takes no leases: a [`Bucket`](crate::Bucket)'s CAS, nothing
-    /// lapses. On Linux shards beyond the CPUs the process runs on stay unused: more shards
+    /// to the burst. One shard takes no leases: it decides as a [`Bucket`](crate::Bucket) does
+    /// (the same decision, one CAS on one word, no CPU lookup), and nothing lapses. On Linux shards beyond the CPUs the process runs on stay unused: more shards
     /// than CPUs buy nothing but smaller leases.
     ///
     /// ```
