@@ -912,6 +912,22 @@ mod tests {
         assert_eq!(one.try_acquire(1), wait_ms(100));
     }
 
+    /// One shard after a lost CAS decides again, at the same reading, on the word that won it:
+    /// admitted where that word pays the cost, else refused with its wait, as `Bucket`'s loop.
+    #[test]
+    fn one_shard_decides_again_on_the_word_that_won_its_cas() {
+        let quota = Quota::per_second(10).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 1, ManualClock::new());
+        let full = bucket.central.load();
+        assert_eq!(bucket.try_acquire(4), Ok(()));
+        // Threads that read the full word, on which their decisions admit, and lost the CAS.
+        assert_eq!(bucket.retry_alone(full, 0, 4), Ok(()));
+        assert_eq!(bucket.available(), 2);
+        assert_eq!(bucket.retry_alone(full, 0, 7), wait_ms(500));
+        assert_eq!(bucket.available(), 2);
+        assert_eq!(dry_all(&bucket), u64::MAX);
+    }
+
     /// A lease on another shard that still holds tokens stops the publication: its shard's
     /// threads spend them first. Once it is spent, the next refusal publishes.
     #[test]
