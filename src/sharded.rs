@@ -210,8 +210,9 @@ impl<C: Clock> ShardedBucket<C> {
     ///
     /// The number actually used ([`ShardedBucket::shards`]) is `shards` clamped to 1..=1024 and
     /// to the burst. One shard takes no leases: it decides as a [`Bucket`](crate::Bucket) does
-    /// (the same decision, one CAS on one word, no CPU lookup), and nothing lapses. On Linux shards beyond the CPUs the process runs on stay unused: more shards
-    /// than CPUs buy nothing but smaller leases.
+    /// (the same decision, one CAS on one word, no CPU lookup), and nothing lapses. On Linux
+    /// shards beyond the CPUs the process runs on stay unused: more shards than CPUs buy
+    /// nothing but smaller leases.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
