@@ -32,7 +32,7 @@ use crate::error::Denied;
 use crate::gcra;
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
-use crate::sync::{cpu_home, AtomicU64, Ordering, Tick};
+use crate::sync::{cpu_home, AtomicU64, Backoff, Ordering, Tick};
 use alloc::boxed::Box;
 use core::fmt;
 use core::time::Duration;
@@ -212,9 +212,10 @@ impl<C: Clock> ShardedBucket<C> {
     /// A full sharded bucket with `shards` shards on `clock`.
     ///
     /// The number actually used ([`ShardedBucket::shards`]) is `shards` clamped to 1..=1024 and
-    /// to the burst. One shard takes no leases: a [`Bucket`](crate::Bucket)'s CAS, nothing
-    /// lapses. On Linux shards beyond the CPUs the process runs on stay unused: more shards
-    /// than CPUs buy nothing but smaller leases.
+    /// to the burst. One shard takes no leases: it decides as a [`Bucket`](crate::Bucket) does
+    /// (the same decision, one CAS on one word, no CPU lookup), and nothing lapses. On Linux
+    /// shards beyond the CPUs the process runs on stay unused: more shards than CPUs buy
+    /// nothing but smaller leases.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
@@ -485,10 +486,7 @@ impl<C: Clock> ShardedBucket<C> {
         let dry = self.read_mostly.dry_all.load(Ordering::Relaxed);
         if now < dry {
             if self.shards.len() < 2 {
-                // One shard holds no lease and records no `dry_until`: the word decides, a
-                // `Bucket`'s verdict and wait at every reading, stale ones included (an
-                // instant recorded before a later admission would name too early a wait there).
-                return self.acquire_central(now, cost, &self.shards[0]);
+                return self.acquire_alone(now, cost);
             }
             if cost == 1 {
                 return Err(Denied::RetryAfter(central::wait_until(dry, now)));
@@ -558,6 +556,48 @@ impl<C: Clock> ShardedBucket<C> {
         self.acquire_central(now, cost, lease)
     }
 
+    /// [`acquire_on`](Self::acquire_on) with one shard: the central word decides alone, by
+    /// [`gcra::try_acquire_scaled`] (the decision a [`Bucket`](crate::Bucket) applies to its
+    /// word) and one CAS, inlined; a lost CAS in [`retry_alone`](Self::retry_alone). So its
+    /// verdicts and waits are a `Bucket`'s at every reading, stale ones included: it holds no
+    /// lease and records no `dry_until` (an instant recorded before a later admission would
+    /// name too early a wait at such a reading). It finds no shard (no CPU lookup) and counts
+    /// nothing for the harness: one shard writes only what a `Bucket` writes.
+    #[inline(always)]
+    fn acquire_alone(&self, now: u64, cost: u64) -> Result<(), Denied> {
+        let scaled = self.read_mostly.quota.scaled();
+        let s = self.central.load();
+        match gcra::try_acquire_scaled(s, now, scaled, cost)? {
+            Some(next) => match self.central.debit(s, next) {
+                Ok(()) => Ok(()),
+                Err(actual) => self.retry_alone(actual, now, cost),
+            },
+            None => Ok(()),
+        }
+    }
+
+    /// [`acquire_alone`](Self::acquire_alone) after a lost CAS, from the word `s` that won it,
+    /// at the same reading: the decision again on each newer word, with a spin after every
+    /// further loss ([`Backoff::spin`], as `Bucket`'s loop).
+    #[cold]
+    #[inline(never)]
+    fn retry_alone(&self, mut s: u64, now: u64, cost: u64) -> Result<(), Denied> {
+        let scaled = self.read_mostly.quota.scaled();
+        let mut backoff = Backoff::default();
+        loop {
+            let Some(next) = gcra::try_acquire_scaled(s, now, scaled, cost)? else {
+                return Ok(());
+            };
+            match self.central.debit(s, next) {
+                Ok(()) => return Ok(()),
+                Err(actual) => {
+                    s = actual;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
     /// [`acquire_on`](Self::acquire_on) where the shard's lease (`home`, with the frontier `q`
     /// and top `h` read) holds nothing: one CAS on the central word that takes no lease, or a
     /// refusal; the rest in [`acquire_slow`](Self::acquire_slow). Scalars only, so that every
@@ -571,7 +611,8 @@ impl<C: Clock> ShardedBucket<C> {
             return self.acquire_slow(now, earned, cost, home);
         }
         let scaled = rm.quota.scaled();
-        // One shard is a `Bucket`: nothing to count for the harness's scaling columns.
+        // One shard comes here only at a reading of `u64::MAX` (not before its `dry_all`):
+        // a `Bucket` still, nothing to count for the harness's scaling columns.
         let count = self.shards.len() > 1;
         match self.central.decide_fast(
             scaled,
@@ -873,6 +914,22 @@ mod tests {
         assert_eq!(one.try_acquire(10), Ok(()));
         assert_eq!(dry_all(&one), u64::MAX);
         assert_eq!(one.try_acquire(1), wait_ms(100));
+    }
+
+    /// One shard after a lost CAS decides again, at the same reading, on the word that won it:
+    /// admitted where that word pays the cost, else refused with its wait, as `Bucket`'s loop.
+    #[test]
+    fn one_shard_decides_again_on_the_word_that_won_its_cas() {
+        let quota = Quota::per_second(10).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 1, ManualClock::new());
+        let full = bucket.central.load();
+        assert_eq!(bucket.try_acquire(4), Ok(()));
+        // Threads that read the full word, on which their decisions admit, and lost the CAS.
+        assert_eq!(bucket.retry_alone(full, 0, 4), Ok(()));
+        assert_eq!(bucket.available(), 2);
+        assert_eq!(bucket.retry_alone(full, 0, 7), wait_ms(500));
+        assert_eq!(bucket.available(), 2);
+        assert_eq!(dry_all(&bucket), u64::MAX);
     }
 
     /// A lease on another shard that still holds tokens stops the publication: its shard's

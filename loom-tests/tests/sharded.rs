@@ -178,8 +178,8 @@ fn the_loser_of_the_race_for_the_last_token_waits_exactly() {
 }
 
 /// [`the_loser_of_the_race_for_the_last_token_waits_exactly`] on one shard, which both threads
-/// share: its `dry_until`, published by the winner (or by the loser's refusal from the word),
-/// answers later refusals without reading the word, and never refuses a token the word holds.
+/// share: the word decides alone, as a `Bucket`'s (no lease, no `dry_until`), and the loser,
+/// refused on the word its lost CAS found or as the winner left it, waits exactly.
 #[test]
 fn on_one_shard_the_loser_of_the_race_waits_exactly() {
     the_last_token_race(1);

@@ -240,6 +240,16 @@ impl Central {
         self.state.load(Ordering::Relaxed)
     }
 
+    /// One shard's debit: one CAS from `s` (as [`load`](Self::load) or a lost CAS found it) to
+    /// `next`; `Err` carries the word that lost it. `Relaxed`: one shard hands out no lease, so
+    /// the word orders nothing but itself.
+    #[inline(always)]
+    pub(super) fn debit(&self, s: u64, next: u64) -> Result<(), u64> {
+        self.state
+            .compare_exchange_weak(s, next, Ordering::Relaxed, Ordering::Relaxed)
+            .map(drop)
+    }
+
     /// Raises the state to at least `floor` (a restore, a drain): it stays "only ever raised",
     /// so the units handed out still never overlap.
     pub(super) fn raise(&self, floor: u64) {
