@@ -276,18 +276,7 @@ impl Config {
     /// Loads `path`: one YAML file, or a directory whose `*.yaml`/`*.yml` entries (links
     /// followed, names starting with `.` skipped) each hold one domain.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let files = config_files(path)?;
-        let mut sources = Vec::with_capacity(files.len());
-        for f in files {
-            let text = std::fs::read_to_string(&f).map_err(|e| ConfigError {
-                file: f.clone(),
-                line: None,
-                field: String::new(),
-                message: format!("cannot read: {e}"),
-            })?;
-            sources.push((f, text));
-        }
-        Config::from_sources(&sources)
+        Config::from_sources(&read_sources(path)?)
     }
 
     /// Builds a configuration from `(file name, YAML text)` pairs, one domain each.
@@ -433,6 +422,23 @@ fn wildcard_match(parts: &[String], value: &str) -> bool {
         }
     }
     true
+}
+
+/// The `(file name, YAML text)` pairs of `path` ([`config_files`]), what [`Config::load`]
+/// loads: a caller that digests them loads the very text it digested.
+pub fn read_sources(path: &Path) -> Result<Vec<(PathBuf, String)>, ConfigError> {
+    let files = config_files(path)?;
+    let mut sources = Vec::with_capacity(files.len());
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| ConfigError {
+            file: f.clone(),
+            line: None,
+            field: String::new(),
+            message: format!("cannot read: {e}"),
+        })?;
+        sources.push((f, text));
+    }
+    Ok(sources)
 }
 
 /// The YAML files of `path`: itself if a file, else its `*.yaml`/`*.yml` entries (links
@@ -596,6 +602,15 @@ fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
     Ok(loader.into_documents())
 }
 
+/// Whether a mapping key is YAML's merge key: `<<` as a plain scalar without a tag (quoted, it
+/// is an ordinary key, as yaml.v2 resolves it).
+fn is_merge_key(k: &MarkedYamlOwned) -> bool {
+    matches!(
+        &k.data,
+        YamlDataOwned::Representation(text, saphyr_parser::ScalarStyle::Plain, None) if text == "<<"
+    )
+}
+
 /// A scalar node's source text and its value under YAML 1.2's core schema (as saphyr's
 /// default loading resolves it: `1.0` a float, `True` a flag, `~` and an empty scalar null,
 /// anything quoted a string). `None` for a collection, a scalar under a tag outside the core
@@ -720,20 +735,74 @@ impl Parser<'_> {
 
     /// A mapping's fields, each with its name: a name given twice is refused (the loader
     /// refuses a key twice in one style; `key` and `"key"` are two representations to it).
+    ///
+    /// A merge key (`<<`, plain) brings in the fields of its mapping, or of each mapping of its
+    /// list, as yaml.v2 merges them for envoyproxy/ratelimit: in document order, a field set
+    /// later (by a field of the mapping or a later merge) replacing one set earlier, and within
+    /// a list the earlier mapping's field replacing the later's.
     #[allow(clippy::type_complexity)]
     fn fields<'n>(
         &self,
         map: &'n Map,
         at: &str,
     ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
+        self.fields_merged(map, at, 0)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn fields_merged<'n>(
+        &self,
+        map: &'n Map,
+        at: &str,
+        merges: usize,
+    ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
         let mut out: Vec<(String, &MarkedYamlOwned, &MarkedYamlOwned)> =
             Vec::with_capacity(map.len());
-        // Looked up in a set, not by a scan of `out`: a mapping of many fields (a file of
+        // Looked up in a map, not by a scan of `out`: a mapping of many fields (a file of
         // 40,000 unknown ones took ten seconds scanning) costs its length, not its square.
-        let mut names: HashSet<String> = HashSet::with_capacity(map.len());
+        // Each name's place in `out`.
+        let mut places: HashMap<String, usize> = HashMap::with_capacity(map.len());
+        // The names the mapping itself sets (a second one is refused).
+        let mut own: HashSet<String> = HashSet::with_capacity(map.len());
+        let mut set = |out: &mut Vec<_>, name: String, k, v| match places.get(&name) {
+            Some(&i) => out[i] = (name, k, v),
+            None => {
+                places.insert(name.clone(), out.len());
+                out.push((name, k, v));
+            }
+        };
         for (k, v) in map {
+            if is_merge_key(k) {
+                // A merged mapping's own merges nest no deeper than the file's collections.
+                if merges >= MAX_NESTING {
+                    return Err(self.err(
+                        Some(k),
+                        at,
+                        format!("merge keys nested deeper than {MAX_NESTING}"),
+                    ));
+                }
+                let sources: Vec<&MarkedYamlOwned> = match &v.data {
+                    YamlDataOwned::Mapping(_) => vec![v],
+                    // Earlier mappings of the list take precedence: merged last.
+                    YamlDataOwned::Sequence(s) => s.iter().rev().collect(),
+                    _ => {
+                        return Err(self.err(
+                            Some(v),
+                            at,
+                            "a merge key (<<) takes a mapping or a list of mappings".into(),
+                        ))
+                    }
+                };
+                for m in sources {
+                    let m = self.mapping(m, at)?;
+                    for (name, mk, mv) in self.fields_merged(m, at, merges + 1)? {
+                        set(&mut out, name, mk, mv);
+                    }
+                }
+                continue;
+            }
             let name = self.key(k, at)?;
-            if !names.insert(name.clone()) {
+            if !own.insert(name.clone()) {
                 let field = if at.is_empty() {
                     name.clone()
                 } else {
@@ -741,7 +810,7 @@ impl Parser<'_> {
                 };
                 return Err(self.err(Some(k), &field, format!("{name:?} twice in one mapping")));
             }
-            out.push((name, k, v));
+            set(&mut out, name, k, v);
         }
         Ok(out)
     }

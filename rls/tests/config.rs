@@ -427,3 +427,70 @@ fn string_fields_keep_the_scalars_text() {
         Kind::Unlimited => panic!(),
     }
 }
+
+/// YAML merge keys (`<<: *anchor`), which yaml.v2 resolves for envoyproxy/ratelimit both in
+/// its key check and in its decoding: a file sharing a `rate_limit` block through one loads
+/// there, each descriptor's own fields overriding the merged ones.
+#[test]
+fn merge_keys_load_as_yaml_v2_merges_them() {
+    let c = load(
+        "domain: d
+descriptors:
+  - key: base
+    rate_limit: &per_minute
+      unit: minute
+      requests_per_unit: 5
+  - key: user
+    rate_limit:
+      <<: *per_minute
+      requests_per_unit: 3
+      name: users
+",
+    )
+    .unwrap();
+    let m = c.lookup("d", [("user", "u")]).unwrap();
+    let Kind::Rates(rates) = &m.limit.kind else {
+        panic!("{:?}", m.limit.kind)
+    };
+    assert_eq!(
+        (
+            rates[0].requests_per_unit,
+            rates[0].unit,
+            rates[0].name.as_str()
+        ),
+        (3, Unit::Minute, "users")
+    );
+    // A list of mappings: the earlier one's fields first; a merged mapping's own merge; a
+    // whole descriptor merged.
+    let c = load(
+        "domain: d
+descriptors:
+  - &hourly
+    key: a
+    rate_limit: &h {unit: hour, requests_per_unit: 7}
+  - key: b
+    rate_limit:
+      <<: [{requests_per_unit: 2}, *h]
+  - key: c
+    rate_limit: {<<: {<<: *h, unit: day}}
+  - <<: *hourly
+    key: e
+",
+    )
+    .unwrap();
+    let rate = |k: &str| match &c.lookup("d", [(k, "x")]).unwrap().limit.kind {
+        Kind::Rates(r) => (r[0].requests_per_unit, r[0].unit),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(rate("a"), (7, Unit::Hour));
+    assert_eq!(rate("b"), (2, Unit::Hour));
+    assert_eq!(rate("c"), (7, Unit::Day));
+    assert_eq!(rate("e"), (7, Unit::Hour));
+    // A merge key takes mappings only; a field set twice in one mapping is still refused.
+    for bad in [
+        "domain: d\ndescriptors:\n  - key: a\n    <<: 5\n",
+        "domain: d\ndescriptors:\n  - key: a\n    <<: {key: b}\n    key: c\n    key: e\n",
+    ] {
+        assert!(load(bad).is_err(), "{bad}");
+    }
+}
