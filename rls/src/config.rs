@@ -602,6 +602,11 @@ fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
     Ok(loader.into_documents())
 }
 
+/// Whether a node is a null scalar (`~`, `null`, nothing).
+fn is_null(n: &MarkedYamlOwned) -> bool {
+    matches!(scalar(n), Some((_, ScalarOwned::Null)))
+}
+
 /// Whether a mapping key is YAML's merge key: `<<` as a plain scalar without a tag (quoted, it
 /// is an ordinary key, as yaml.v2 resolves it).
 fn is_merge_key(k: &MarkedYamlOwned) -> bool {
@@ -891,8 +896,10 @@ impl Parser<'_> {
                 match name.as_str() {
                     "key" => key = Some(self.string(v, &f)?),
                     "value" => value = Some(self.string(v, &f)?),
-                    "rate_limit" => rate_limit = Some(v),
-                    "rate_limits" => rate_limits = Some(v),
+                    // Null (`rate_limit:` with nothing) is no limit, as a nil pointer is
+                    // to envoyproxy/ratelimit.
+                    "rate_limit" => rate_limit = (!is_null(v)).then_some(v),
+                    "rate_limits" => rate_limits = (!is_null(v)).then_some(v),
                     "descriptors" => nested = Some(v),
                     "shadow_mode" => shadow = self.boolean(v, &f)?,
                     "detailed_metric" => detailed = self.boolean(v, &f)?,
@@ -1157,7 +1164,8 @@ impl Parser<'_> {
             ));
         }
         if unlimited {
-            if let Some((_, v)) = unit {
+            // An empty (or null) unit is no unit, as to envoyproxy/ratelimit.
+            if let Some((_, v)) = unit.filter(|(u, _)| !u.is_empty()) {
                 return Err(self.err(
                     Some(v),
                     &format!("{field}.unit"),

@@ -494,3 +494,42 @@ descriptors:
         assert!(load(bad).is_err(), "{bad}");
     }
 }
+
+/// Fields envoyproxy/ratelimit reads as absent: `rate_limit` null (`rate_limit:` with
+/// nothing, as a template may leave it) is a descriptor without a limit there (a nil
+/// pointer), and an unlimited limit's unit is refused only when it names a unit (an empty
+/// or null one is no unit).
+#[test]
+fn null_rate_limits_and_units_load_as_envoyproxy_ratelimit_reads_them() {
+    let c = load(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limit:
+    descriptors:
+      - key: b
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: c
+    rate_limit: ~
+  - key: e
+    rate_limit: {unlimited: true, unit: ''}
+  - key: f
+    rate_limit:
+      unlimited: true
+      unit:
+",
+    )
+    .unwrap();
+    assert!(c.lookup("d", [("a", "x")]).is_none());
+    assert!(c.lookup("d", [("a", "x"), ("b", "y")]).is_some());
+    assert!(c.lookup("d", [("c", "x")]).is_none());
+    for k in ["e", "f"] {
+        let m = c.lookup("d", [(k, "x")]).unwrap();
+        assert_eq!(m.limit.kind, Kind::Unlimited, "{k}");
+    }
+    // A unit named beside unlimited is still refused.
+    assert!(load(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n"
+    )
+    .is_err());
+}
