@@ -533,3 +533,23 @@ descriptors:
     )
     .is_err());
 }
+
+/// envoyproxy/ratelimit takes any `requests_per_unit` of its `uint32` field, and a value at
+/// its top (4,294,967,295, "no limit in practice") is one a config may hold. The README
+/// names as refused only rates the Redis script cannot hold, those whose burst takes over
+/// ~71 years to refill; these refill within their unit.
+#[test]
+#[ignore = "defect: requests_per_unit 4294967295 is refused at load for every unit but minute \
+            (second: the 63-bit state; hour to year: the Redis script's exact range), with \
+            the local backend too, though each refills within its unit"]
+fn requests_per_unit_up_to_u32_max_loads() {
+    for unit in ["second", "minute", "hour", "day", "week", "month", "year"] {
+        let yaml = format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: {unit}, \
+             requests_per_unit: 4294967295}}\n"
+        );
+        if let Err(e) = load(&yaml) {
+            panic!("{unit}: {e}");
+        }
+    }
+}
