@@ -844,6 +844,17 @@ impl Parser<'_> {
                 .ok()
                 .filter(|v| *v <= max)
                 .ok_or_else(|| self.err(Some(n), field, format!("{i} is not in 0..={max}"))),
+            // A whole number beyond i64 resolves as a float under the core schema: it is out
+            // of range, not "not a whole number".
+            Some((text, ScalarOwned::FloatingPoint(_)))
+                if text
+                    .strip_prefix(['-', '+'])
+                    .unwrap_or(text)
+                    .bytes()
+                    .all(|b| b.is_ascii_digit()) =>
+            {
+                Err(self.err(Some(n), field, format!("{text} is not in 0..={max}")))
+            }
             _ => Err(self.err(Some(n), field, "expected a whole number".into())),
         }
     }

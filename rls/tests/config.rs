@@ -584,3 +584,34 @@ fn ordinary_rates_load_on_every_unit() {
         }
     }
 }
+
+/// `requests_per_unit` outside `uint32` is refused with its line and the range, never
+/// wrapped or clamped.
+#[test]
+fn requests_per_unit_outside_u32_is_refused_with_the_range() {
+    for (rpu, want) in [
+        ("4294967296", "4294967296 is not in 0..=4294967295"),
+        ("-1", "-1 is not in 0..=4294967295"),
+        (
+            "18446744073709551616",
+            "18446744073709551616 is not in 0..=4294967295",
+        ),
+        (
+            "-99999999999999999999999",
+            "-99999999999999999999999 is not in 0..=4294967295",
+        ),
+        ("4.5", "expected a whole number"),
+        ("\"7\"", "expected a whole number"),
+    ] {
+        let yaml = format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: minute\n      \
+             requests_per_unit: {rpu}\n"
+        );
+        let e = load(&yaml).unwrap_err().to_string();
+        assert!(
+            e.starts_with("test.yaml:6: descriptors[0].rate_limit.requests_per_unit: ")
+                && e.ends_with(want),
+            "{rpu}: {e}"
+        );
+    }
+}
