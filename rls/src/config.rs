@@ -90,6 +90,26 @@ impl Unit {
     }
 }
 
+/// The core's horizon, 100 years of 365.25 days, in seconds: a quota holds `rate x horizon +
+/// burst` state units in 63 bits (`tollgate::Quota::new`).
+const HORIZON_S: u128 = 3_155_760_000;
+
+/// The largest `requests_per_unit` the core's 63-bit state holds per `unit`, with `burst`
+/// (`None`: burst = requests_per_unit). The state must hold `ceil(rpu x horizon / unit) +
+/// burst <= 2^63 - 1`, which is monotone in both, so this is a bound: every smaller rate fits
+/// the state (the Redis script's exact range is a separate check, not a bound on the rate).
+fn most_per_unit(unit: Unit, burst: Option<u64>) -> Option<u64> {
+    let max = u128::from(u64::MAX >> 1);
+    let p = u128::from(unit.duration().as_secs());
+    let most = match burst {
+        // rpu x horizon / p + rpu <= max  <=>  rpu <= max x p / (horizon + p)
+        None => max * p / (HORIZON_S + p),
+        // ceil(rpu x horizon / p) <= max - burst  <=>  rpu <= (max - burst) x p / horizon
+        Some(b) => max.checked_sub(u128::from(b))? * p / HORIZON_S,
+    };
+    u64::try_from(most).ok()
+}
+
 /// One rate of a limit: `requests_per_unit` per `unit`, a bucket of `burst`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Rate {
@@ -1211,6 +1231,7 @@ impl Parser<'_> {
             }
         };
         let rpu = rpu.unwrap_or(0) as u32;
+        let burst_given = burst.is_some();
         let burst = match burst {
             Some((0, v)) => {
                 return Err(self.err(
@@ -1229,7 +1250,22 @@ impl Parser<'_> {
             name,
         };
         if rpu > 0 {
-            if let Err(e) = crate::engine::check_rate(&rate) {
+            if let Err(mut e) = crate::engine::check_rate(&rate) {
+                let explicit = burst_given.then_some(burst);
+                if let Some(most) =
+                    most_per_unit(unit, explicit).filter(|m| (1..u64::from(rpu)).contains(m))
+                {
+                    let with = if explicit.is_some() {
+                        "this burst"
+                    } else {
+                        "burst = requests_per_unit"
+                    };
+                    e.push_str(&format!(
+                        "; the 63-bit state holds at most {most} requests_per_unit per {} with {with}",
+                        format!("{unit:?}").to_lowercase()
+                    ));
+                }
+                e.push_str("; for no limit, write `unlimited: true`");
                 return Err(self.err(Some(n), field, e));
             }
         }

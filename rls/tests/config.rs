@@ -534,23 +534,66 @@ descriptors:
     .is_err());
 }
 
-/// envoyproxy/ratelimit takes any `requests_per_unit` of its `uint32` field, and a value at
-/// its top (4,294,967,295, "no limit in practice") is one a config may hold. The README
-/// names as refused only rates the Redis script cannot hold, those whose burst takes over
-/// ~71 years to refill; these refill within their unit.
+/// envoyproxy/ratelimit takes any `requests_per_unit` of its `uint32` field, and operators
+/// write 4,294,967,295 to mean "no limit in practice". A rate the state cannot hold is refused,
+/// never rounded down (that would throttle a service meant to be unlimited), with the bound
+/// and the way to say "no limit". The core's 63-bit state holds
+/// `ceil(rpu x 100 years / unit) + burst`: with burst = requests_per_unit only `second` is
+/// bound within `uint32`, at floor((2^63 - 1) / 3,155,760,001) = 2,922,710,229.
 #[test]
-#[ignore = "defect: requests_per_unit 4294967295 is refused at load for every unit but minute \
-            (second: the 63-bit state; hour to year: the Redis script's exact range), with \
-            the local backend too, though each refills within its unit"]
-fn requests_per_unit_up_to_u32_max_loads() {
-    for unit in ["second", "minute", "hour", "day", "week", "month", "year"] {
-        let yaml = format!(
+fn requests_per_unit_beyond_the_state_is_refused_with_the_bound_and_the_hint() {
+    let yaml = |unit: &str, rpu: u64, burst: Option<u64>| {
+        let burst = burst.map_or(String::new(), |b| format!(", burst: {b}"));
+        format!(
             "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: {unit}, \
-             requests_per_unit: 4294967295}}\n"
+             requests_per_unit: {rpu}{burst}}}\n"
+        )
+    };
+    let at = "test.yaml:4: descriptors[0].rate_limit: ";
+    let hint = "; for no limit, write `unlimited: true`";
+    assert!(load(&yaml("second", 2_922_710_229, None)).is_ok());
+    for rpu in [2_922_710_230, 4_294_967_295] {
+        let e = load(&yaml("second", rpu, None)).unwrap_err().to_string();
+        assert!(e.starts_with(at), "{e}");
+        assert!(
+            e.ends_with(&format!(
+                "; the 63-bit state holds at most 2922710229 requests_per_unit per second \
+                 with burst = requests_per_unit{hint}"
+            )),
+            "{e}"
         );
-        if let Err(e) = load(&yaml) {
-            panic!("{unit}: {e}");
-        }
+    }
+    assert!(load(&yaml("minute", 4_294_967_295, None)).is_ok());
+    // An explicit burst takes its share of the state: (2^63 - 1 - burst) x 60 s / 100 years.
+    let e = load(&yaml(
+        "minute",
+        4_294_967_295,
+        Some(9_000_000_000_000_000_000),
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with(at)
+            && e.ends_with(&format!(
+                "; the 63-bit state holds at most 4246939631 requests_per_unit per minute \
+                 with this burst{hint}"
+            )),
+        "{e}"
+    );
+    // That bound is the core's: its largest rate fits the state, one more does not.
+    let per = std::time::Duration::from_secs(60);
+    let b = 9_000_000_000_000_000_000;
+    assert!(tollgate::Quota::new(4_246_939_631, per, b).is_ok());
+    assert!(tollgate::Quota::new(4_246_939_632, per, b).is_err());
+    // Hour to year: the state holds 4,294,967,295, the Redis script's exact range does not
+    // (see `ordinary_rates_load_on_every_unit`): refused with the hint, and no bound named,
+    // since that range is no bound on the rate.
+    for unit in ["hour", "day", "week", "month", "year"] {
+        let e = load(&yaml(unit, 4_294_967_295, None))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(at) && e.ends_with(hint), "{unit}: {e}");
+        assert!(!e.contains("holds at most"), "{unit}: {e}");
     }
 }
 
