@@ -90,6 +90,26 @@ impl Unit {
     }
 }
 
+/// The core's horizon, 100 years of 365.25 days, in seconds: a quota holds `rate x horizon +
+/// burst` state units in 63 bits (`tollgate::Quota::new`).
+const HORIZON_S: u128 = 3_155_760_000;
+
+/// The largest `requests_per_unit` the core's 63-bit state holds per `unit`, with `burst`
+/// (`None`: burst = requests_per_unit). The state must hold `ceil(rpu x horizon / unit) +
+/// burst <= 2^63 - 1`, which is monotone in both, so this is a bound: every smaller rate fits
+/// the state (the Redis script's exact range is a separate check, not a bound on the rate).
+fn most_per_unit(unit: Unit, burst: Option<u64>) -> Option<u64> {
+    let max = u128::from(u64::MAX >> 1);
+    let p = u128::from(unit.duration().as_secs());
+    let most = match burst {
+        // rpu x horizon / p + rpu <= max  <=>  rpu <= max x p / (horizon + p)
+        None => max * p / (HORIZON_S + p),
+        // ceil(rpu x horizon / p) <= max - burst  <=>  rpu <= (max - burst) x p / horizon
+        Some(b) => max.checked_sub(u128::from(b))? * p / HORIZON_S,
+    };
+    u64::try_from(most).ok()
+}
+
 /// One rate of a limit: `requests_per_unit` per `unit`, a bucket of `burst`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Rate {
@@ -276,18 +296,7 @@ impl Config {
     /// Loads `path`: one YAML file, or a directory whose `*.yaml`/`*.yml` entries (links
     /// followed, names starting with `.` skipped) each hold one domain.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let files = config_files(path)?;
-        let mut sources = Vec::with_capacity(files.len());
-        for f in files {
-            let text = std::fs::read_to_string(&f).map_err(|e| ConfigError {
-                file: f.clone(),
-                line: None,
-                field: String::new(),
-                message: format!("cannot read: {e}"),
-            })?;
-            sources.push((f, text));
-        }
-        Config::from_sources(&sources)
+        Config::from_sources(&read_sources(path)?)
     }
 
     /// Builds a configuration from `(file name, YAML text)` pairs, one domain each.
@@ -433,6 +442,23 @@ fn wildcard_match(parts: &[String], value: &str) -> bool {
         }
     }
     true
+}
+
+/// The `(file name, YAML text)` pairs of `path` ([`config_files`]), what [`Config::load`]
+/// loads: a caller that digests them loads the very text it digested.
+pub fn read_sources(path: &Path) -> Result<Vec<(PathBuf, String)>, ConfigError> {
+    let files = config_files(path)?;
+    let mut sources = Vec::with_capacity(files.len());
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| ConfigError {
+            file: f.clone(),
+            line: None,
+            field: String::new(),
+            message: format!("cannot read: {e}"),
+        })?;
+        sources.push((f, text));
+    }
+    Ok(sources)
 }
 
 /// The YAML files of `path`: itself if a file, else its `*.yaml`/`*.yml` entries (links
@@ -596,6 +622,20 @@ fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
     Ok(loader.into_documents())
 }
 
+/// Whether a node is a null scalar (`~`, `null`, nothing).
+fn is_null(n: &MarkedYamlOwned) -> bool {
+    matches!(scalar(n), Some((_, ScalarOwned::Null)))
+}
+
+/// Whether a mapping key is YAML's merge key: `<<` as a plain scalar without a tag (quoted, it
+/// is an ordinary key, as yaml.v2 resolves it).
+fn is_merge_key(k: &MarkedYamlOwned) -> bool {
+    matches!(
+        &k.data,
+        YamlDataOwned::Representation(text, saphyr_parser::ScalarStyle::Plain, None) if text == "<<"
+    )
+}
+
 /// A scalar node's source text and its value under YAML 1.2's core schema (as saphyr's
 /// default loading resolves it: `1.0` a float, `True` a flag, `~` and an empty scalar null,
 /// anything quoted a string). `None` for a collection, a scalar under a tag outside the core
@@ -720,20 +760,74 @@ impl Parser<'_> {
 
     /// A mapping's fields, each with its name: a name given twice is refused (the loader
     /// refuses a key twice in one style; `key` and `"key"` are two representations to it).
+    ///
+    /// A merge key (`<<`, plain) brings in the fields of its mapping, or of each mapping of its
+    /// list, as yaml.v2 merges them for envoyproxy/ratelimit: in document order, a field set
+    /// later (by a field of the mapping or a later merge) replacing one set earlier, and within
+    /// a list the earlier mapping's field replacing the later's.
     #[allow(clippy::type_complexity)]
     fn fields<'n>(
         &self,
         map: &'n Map,
         at: &str,
     ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
+        self.fields_merged(map, at, 0)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn fields_merged<'n>(
+        &self,
+        map: &'n Map,
+        at: &str,
+        merges: usize,
+    ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
         let mut out: Vec<(String, &MarkedYamlOwned, &MarkedYamlOwned)> =
             Vec::with_capacity(map.len());
-        // Looked up in a set, not by a scan of `out`: a mapping of many fields (a file of
+        // Looked up in a map, not by a scan of `out`: a mapping of many fields (a file of
         // 40,000 unknown ones took ten seconds scanning) costs its length, not its square.
-        let mut names: HashSet<String> = HashSet::with_capacity(map.len());
+        // Each name's place in `out`.
+        let mut places: HashMap<String, usize> = HashMap::with_capacity(map.len());
+        // The names the mapping itself sets (a second one is refused).
+        let mut own: HashSet<String> = HashSet::with_capacity(map.len());
+        let mut set = |out: &mut Vec<_>, name: String, k, v| match places.get(&name) {
+            Some(&i) => out[i] = (name, k, v),
+            None => {
+                places.insert(name.clone(), out.len());
+                out.push((name, k, v));
+            }
+        };
         for (k, v) in map {
+            if is_merge_key(k) {
+                // A merged mapping's own merges nest no deeper than the file's collections.
+                if merges >= MAX_NESTING {
+                    return Err(self.err(
+                        Some(k),
+                        at,
+                        format!("merge keys nested deeper than {MAX_NESTING}"),
+                    ));
+                }
+                let sources: Vec<&MarkedYamlOwned> = match &v.data {
+                    YamlDataOwned::Mapping(_) => vec![v],
+                    // Earlier mappings of the list take precedence: merged last.
+                    YamlDataOwned::Sequence(s) => s.iter().rev().collect(),
+                    _ => {
+                        return Err(self.err(
+                            Some(v),
+                            at,
+                            "a merge key (<<) takes a mapping or a list of mappings".into(),
+                        ))
+                    }
+                };
+                for m in sources {
+                    let m = self.mapping(m, at)?;
+                    for (name, mk, mv) in self.fields_merged(m, at, merges + 1)? {
+                        set(&mut out, name, mk, mv);
+                    }
+                }
+                continue;
+            }
             let name = self.key(k, at)?;
-            if !names.insert(name.clone()) {
+            if !own.insert(name.clone()) {
                 let field = if at.is_empty() {
                     name.clone()
                 } else {
@@ -741,7 +835,7 @@ impl Parser<'_> {
                 };
                 return Err(self.err(Some(k), &field, format!("{name:?} twice in one mapping")));
             }
-            out.push((name, k, v));
+            set(&mut out, name, k, v);
         }
         Ok(out)
     }
@@ -770,6 +864,17 @@ impl Parser<'_> {
                 .ok()
                 .filter(|v| *v <= max)
                 .ok_or_else(|| self.err(Some(n), field, format!("{i} is not in 0..={max}"))),
+            // A whole number beyond i64 resolves as a float under the core schema: it is out
+            // of range, not "not a whole number".
+            Some((text, ScalarOwned::FloatingPoint(_)))
+                if text
+                    .strip_prefix(['-', '+'])
+                    .unwrap_or(text)
+                    .bytes()
+                    .all(|b| b.is_ascii_digit()) =>
+            {
+                Err(self.err(Some(n), field, format!("{text} is not in 0..={max}")))
+            }
             _ => Err(self.err(Some(n), field, "expected a whole number".into())),
         }
     }
@@ -822,8 +927,10 @@ impl Parser<'_> {
                 match name.as_str() {
                     "key" => key = Some(self.string(v, &f)?),
                     "value" => value = Some(self.string(v, &f)?),
-                    "rate_limit" => rate_limit = Some(v),
-                    "rate_limits" => rate_limits = Some(v),
+                    // Null (`rate_limit:` with nothing) is no limit, as a nil pointer is
+                    // to envoyproxy/ratelimit.
+                    "rate_limit" => rate_limit = (!is_null(v)).then_some(v),
+                    "rate_limits" => rate_limits = (!is_null(v)).then_some(v),
                     "descriptors" => nested = Some(v),
                     "shadow_mode" => shadow = self.boolean(v, &f)?,
                     "detailed_metric" => detailed = self.boolean(v, &f)?,
@@ -1088,7 +1195,8 @@ impl Parser<'_> {
             ));
         }
         if unlimited {
-            if let Some((_, v)) = unit {
+            // An empty (or null) unit is no unit, as to envoyproxy/ratelimit.
+            if let Some((_, v)) = unit.filter(|(u, _)| !u.is_empty()) {
                 return Err(self.err(
                     Some(v),
                     &format!("{field}.unit"),
@@ -1123,6 +1231,7 @@ impl Parser<'_> {
             }
         };
         let rpu = rpu.unwrap_or(0) as u32;
+        let burst_given = burst.is_some();
         let burst = match burst {
             Some((0, v)) => {
                 return Err(self.err(
@@ -1141,7 +1250,22 @@ impl Parser<'_> {
             name,
         };
         if rpu > 0 {
-            if let Err(e) = crate::engine::check_rate(&rate) {
+            if let Err(mut e) = crate::engine::check_rate(&rate) {
+                let explicit = burst_given.then_some(burst);
+                if let Some(most) =
+                    most_per_unit(unit, explicit).filter(|m| (1..u64::from(rpu)).contains(m))
+                {
+                    let with = if explicit.is_some() {
+                        "this burst"
+                    } else {
+                        "burst = requests_per_unit"
+                    };
+                    e.push_str(&format!(
+                        "; the 63-bit state holds at most {most} requests_per_unit per {} with {with}",
+                        format!("{unit:?}").to_lowercase()
+                    ));
+                }
+                e.push_str("; for no limit, write `unlimited: true`");
                 return Err(self.err(Some(n), field, e));
             }
         }

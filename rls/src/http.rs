@@ -116,9 +116,10 @@ fn uint(v: &Value, what: &str, max: u64) -> Result<u64, String> {
         .ok_or_else(|| format!("{what}: not an integer in 0..={max}"))
 }
 
+/// A proto3 JSON string: absent or `null` (proto3 JSON's default) is the empty string.
 fn string(v: Option<&Value>, what: &str) -> Result<String, String> {
     match v {
-        None => Ok(String::new()),
+        None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
         Some(_) => Err(format!("{what}: not a string")),
     }
@@ -282,6 +283,23 @@ pub fn response_json(r: &Response) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// proto3 JSON reads `null` as a field's default: an entry's `key` or `value` of `null` is
+    /// the empty string, as envoyproxy/ratelimit's `protojson.Unmarshal` reads it.
+    #[test]
+    fn a_null_entry_key_or_value_is_the_empty_string() {
+        let r = parse_request(
+            br#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":null},{"key":null}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            r.descriptors[0].entries,
+            vec![
+                ("k".to_owned(), String::new()),
+                (String::new(), String::new())
+            ]
+        );
+    }
 
     #[test]
     fn tokens_are_weighed_outside_strings() {

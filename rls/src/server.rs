@@ -1,6 +1,6 @@
 //! Startup, the two listeners, hot reload, saved state and the drain.
 
-use crate::config::{config_files, Config, ConfigError};
+use crate::config::{read_sources, Config, ConfigError};
 use crate::conn::{self, Limits, Protocol};
 use crate::engine::{Backend, LocalBackend, OnRedisError, RedisBackend, RlsClock};
 use crate::grpc::Grpc;
@@ -197,10 +197,11 @@ async fn run_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
     hooks: Hooks,
 ) -> Result<(), StartError> {
-    // The digest first: a change between it and the load is seen as a change (and loaded
-    // again), never missed.
-    let first_digest = digest(&opts.config);
-    let config = Config::load(&opts.config).map_err(StartError::Config)?;
+    // The digest of the text loaded: a file that differs from it later is a change.
+    let (first_digest, sources) = read_config(&opts.config);
+    let config = sources
+        .and_then(|s| Config::from_sources(&s))
+        .map_err(StartError::Config)?;
     let handle = crate::metrics::install();
     let backend = match &opts.redis {
         None => Backend::Local(LocalBackend::new(clock.clone(), opts.max_keys)),
@@ -399,29 +400,31 @@ impl Port {
     }
 }
 
-/// A digest of the config path's files (names and contents), to notice any change: an edit,
-/// a rename over a file, a ConfigMap's `..data` link swapped.
-fn digest(path: &Path) -> u64 {
+/// The config path's files, read once: their digest (names and contents, to notice any
+/// change: an edit, a rename over a file, a ConfigMap's `..data` link swapped) and the text
+/// itself, so that what is loaded is what the digest describes.
+fn read_config(path: &Path) -> (u64, Result<Vec<(PathBuf, String)>, ConfigError>) {
+    let sources = read_sources(path);
     let mut h = DefaultHasher::new();
-    match config_files(path) {
-        Ok(files) => {
-            for f in files {
-                f.hash(&mut h);
-                match std::fs::read(&f) {
-                    Ok(bytes) => bytes.hash(&mut h),
-                    Err(e) => e.kind().hash(&mut h),
-                }
-            }
-        }
-        Err(e) => e.message.hash(&mut h),
+    match &sources {
+        Ok(files) => files.hash(&mut h),
+        Err(e) => e.to_string().hash(&mut h),
     }
-    h.finish()
+    (h.finish(), sources)
 }
 
 /// Loads the config into the service, counting and logging the result; an invalid config
 /// leaves the old one serving.
 pub fn reload(path: &Path, service: &Service) -> bool {
-    match Config::load(path) {
+    load_into(path, read_config(path).1, service)
+}
+
+fn load_into(
+    path: &Path,
+    sources: Result<Vec<(PathBuf, String)>, ConfigError>,
+    service: &Service,
+) -> bool {
+    match sources.and_then(|s| Config::from_sources(&s)) {
         Ok(c) => {
             let limits = c.limits().len();
             service.reload(c);
@@ -456,14 +459,16 @@ async fn watch_config(
             Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
             _ = stop.changed() => return,
         };
+        // The files read once: what is loaded is what the digest describes, so that a file
+        // that later differs from it (one read mid-rewrite) is a change at the next poll.
         let p = path.clone();
-        let now = tokio::task::spawn_blocking(move || digest(&p))
-            .await
-            .unwrap_or(0);
+        let Ok((now, sources)) = tokio::task::spawn_blocking(move || read_config(&p)).await else {
+            continue;
+        };
         if forced || now != last {
             last = now;
             let (p, s) = (path.clone(), service.clone());
-            let _ = tokio::task::spawn_blocking(move || reload(&p, &s)).await;
+            let _ = tokio::task::spawn_blocking(move || load_into(&p, sources, &s)).await;
         }
     }
 }
@@ -565,6 +570,68 @@ mod tests {
     use std::sync::Mutex;
 
     const CONFIG: &str = "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
+
+    /// Whether `service` has a limit on `(key, value)` in domain `d`.
+    fn limited(service: &Service, key: &str) -> bool {
+        let req = crate::service::Request {
+            domain: "d".into(),
+            descriptors: vec![crate::service::Descriptor {
+                entries: vec![(key.into(), "x".into())],
+                ..Default::default()
+            }],
+            hits_addend: 1,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let r = rt.block_on(service.should_rate_limit(&req)).unwrap();
+        r.statuses[0].current_limit.is_some()
+    }
+
+    /// One poll of `watch_config` (the files read and digested, then loaded when changed)
+    /// while a writer rewrites the file just read (truncated, then written again with the same
+    /// text: a config sync rewriting files in place, an editor saving twice), so that the
+    /// file holds a valid prefix of itself for a moment and then again what the poll read.
+    /// The watcher converges on the file: it loads what it digested, so the digest it keeps
+    /// describes the config serving and the next poll sees any difference from it.
+    #[test]
+    fn a_poll_loads_the_text_it_digested() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, CONFIG).unwrap();
+        let backend = Backend::Local(LocalBackend::new(RlsClock::real(), 1_000));
+        let service = Service::new(Config::load(&path).unwrap(), backend, false);
+        let last = read_config(&path).0;
+        // The edit: a limit on `path` added.
+        let edited = format!(
+            "{CONFIG}  - key: path\n    rate_limit: {{unit: minute, requests_per_unit: 5}}\n"
+        );
+        std::fs::write(&path, &edited).unwrap();
+        // The poll reads the edit...
+        let (now, sources) = read_config(&path);
+        assert_ne!(now, last);
+        // ...a writer rewrites the file meanwhile: it holds its first part (valid YAML,
+        // without the `path` limit) when the poll loads...
+        std::fs::write(&path, CONFIG).unwrap();
+        assert!(load_into(&path, sources, &service));
+        // ...and the writer ends: the file is what the poll read.
+        std::fs::write(&path, &edited).unwrap();
+        assert!(
+            limited(&service, "path") || read_config(&path).0 != now,
+            "the file limits `path`, the service does not, and the next poll's digest equals \
+             the one kept: the watcher never reloads"
+        );
+        // A poll that reads the file mid-rewrite loads that, and keeps its digest: the file's
+        // end state is a change.
+        std::fs::write(&path, CONFIG).unwrap();
+        let (mid, sources) = read_config(&path);
+        assert!(load_into(&path, sources, &service));
+        assert!(!limited(&service, "path"));
+        std::fs::write(&path, &edited).unwrap();
+        assert_ne!(read_config(&path).0, mid);
+        assert!(reload(&path, &service));
+        assert!(limited(&service, "path"));
+    }
 
     /// A call's handler, alive until its future is dropped. Its release takes a while, as a
     /// handler's cleanup may, and then records whether the state file existed by then.

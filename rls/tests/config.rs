@@ -427,3 +427,234 @@ fn string_fields_keep_the_scalars_text() {
         Kind::Unlimited => panic!(),
     }
 }
+
+/// YAML merge keys (`<<: *anchor`), which yaml.v2 resolves for envoyproxy/ratelimit both in
+/// its key check and in its decoding: a file sharing a `rate_limit` block through one loads
+/// there, each descriptor's own fields overriding the merged ones.
+#[test]
+fn merge_keys_load_as_yaml_v2_merges_them() {
+    let c = load(
+        "domain: d
+descriptors:
+  - key: base
+    rate_limit: &per_minute
+      unit: minute
+      requests_per_unit: 5
+  - key: user
+    rate_limit:
+      <<: *per_minute
+      requests_per_unit: 3
+      name: users
+",
+    )
+    .unwrap();
+    let m = c.lookup("d", [("user", "u")]).unwrap();
+    let Kind::Rates(rates) = &m.limit.kind else {
+        panic!("{:?}", m.limit.kind)
+    };
+    assert_eq!(
+        (
+            rates[0].requests_per_unit,
+            rates[0].unit,
+            rates[0].name.as_str()
+        ),
+        (3, Unit::Minute, "users")
+    );
+    // A list of mappings: the earlier one's fields first; a merged mapping's own merge; a
+    // whole descriptor merged.
+    let c = load(
+        "domain: d
+descriptors:
+  - &hourly
+    key: a
+    rate_limit: &h {unit: hour, requests_per_unit: 7}
+  - key: b
+    rate_limit:
+      <<: [{requests_per_unit: 2}, *h]
+  - key: c
+    rate_limit: {<<: {<<: *h, unit: day}}
+  - <<: *hourly
+    key: e
+",
+    )
+    .unwrap();
+    let rate = |k: &str| match &c.lookup("d", [(k, "x")]).unwrap().limit.kind {
+        Kind::Rates(r) => (r[0].requests_per_unit, r[0].unit),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(rate("a"), (7, Unit::Hour));
+    assert_eq!(rate("b"), (2, Unit::Hour));
+    assert_eq!(rate("c"), (7, Unit::Day));
+    assert_eq!(rate("e"), (7, Unit::Hour));
+    // A merge key takes mappings only; a field set twice in one mapping is still refused.
+    for bad in [
+        "domain: d\ndescriptors:\n  - key: a\n    <<: 5\n",
+        "domain: d\ndescriptors:\n  - key: a\n    <<: {key: b}\n    key: c\n    key: e\n",
+    ] {
+        assert!(load(bad).is_err(), "{bad}");
+    }
+}
+
+/// Fields envoyproxy/ratelimit reads as absent: `rate_limit` null (`rate_limit:` with
+/// nothing, as a template may leave it) is a descriptor without a limit there (a nil
+/// pointer), and an unlimited limit's unit is refused only when it names a unit (an empty
+/// or null one is no unit).
+#[test]
+fn null_rate_limits_and_units_load_as_envoyproxy_ratelimit_reads_them() {
+    let c = load(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limit:
+    descriptors:
+      - key: b
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: c
+    rate_limit: ~
+  - key: e
+    rate_limit: {unlimited: true, unit: ''}
+  - key: f
+    rate_limit:
+      unlimited: true
+      unit:
+",
+    )
+    .unwrap();
+    assert!(c.lookup("d", [("a", "x")]).is_none());
+    assert!(c.lookup("d", [("a", "x"), ("b", "y")]).is_some());
+    assert!(c.lookup("d", [("c", "x")]).is_none());
+    for k in ["e", "f"] {
+        let m = c.lookup("d", [(k, "x")]).unwrap();
+        assert_eq!(m.limit.kind, Kind::Unlimited, "{k}");
+    }
+    // A unit named beside unlimited is still refused.
+    assert!(load(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n"
+    )
+    .is_err());
+}
+
+/// envoyproxy/ratelimit takes any `requests_per_unit` of its `uint32` field, and operators
+/// write 4,294,967,295 to mean "no limit in practice". A rate the state cannot hold is refused,
+/// never rounded down (that would throttle a service meant to be unlimited), with the bound
+/// and the way to say "no limit". The core's 63-bit state holds
+/// `ceil(rpu x 100 years / unit) + burst`: with burst = requests_per_unit only `second` is
+/// bound within `uint32`, at floor((2^63 - 1) / 3,155,760,001) = 2,922,710,229.
+#[test]
+fn requests_per_unit_beyond_the_state_is_refused_with_the_bound_and_the_hint() {
+    let yaml = |unit: &str, rpu: u64, burst: Option<u64>| {
+        let burst = burst.map_or(String::new(), |b| format!(", burst: {b}"));
+        format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: {unit}, \
+             requests_per_unit: {rpu}{burst}}}\n"
+        )
+    };
+    let at = "test.yaml:4: descriptors[0].rate_limit: ";
+    let hint = "; for no limit, write `unlimited: true`";
+    assert!(load(&yaml("second", 2_922_710_229, None)).is_ok());
+    for rpu in [2_922_710_230, 4_294_967_295] {
+        let e = load(&yaml("second", rpu, None)).unwrap_err().to_string();
+        assert!(e.starts_with(at), "{e}");
+        assert!(
+            e.ends_with(&format!(
+                "; the 63-bit state holds at most 2922710229 requests_per_unit per second \
+                 with burst = requests_per_unit{hint}"
+            )),
+            "{e}"
+        );
+    }
+    assert!(load(&yaml("minute", 4_294_967_295, None)).is_ok());
+    // An explicit burst takes its share of the state: (2^63 - 1 - burst) x 60 s / 100 years.
+    let e = load(&yaml(
+        "minute",
+        4_294_967_295,
+        Some(9_000_000_000_000_000_000),
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with(at)
+            && e.ends_with(&format!(
+                "; the 63-bit state holds at most 4246939631 requests_per_unit per minute \
+                 with this burst{hint}"
+            )),
+        "{e}"
+    );
+    // That bound is the core's: its largest rate fits the state, one more does not.
+    let per = std::time::Duration::from_secs(60);
+    let b = 9_000_000_000_000_000_000;
+    assert!(tollgate::Quota::new(4_246_939_631, per, b).is_ok());
+    assert!(tollgate::Quota::new(4_246_939_632, per, b).is_err());
+    // Hour to year: the state holds 4,294,967,295, the Redis script's exact range does not
+    // (see `ordinary_rates_load_on_every_unit`): refused with the hint, and no bound named,
+    // since that range is no bound on the rate.
+    for unit in ["hour", "day", "week", "month", "year"] {
+        let e = load(&yaml(unit, 4_294_967_295, None))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(at) && e.ends_with(hint), "{unit}: {e}");
+        assert!(!e.contains("holds at most"), "{unit}: {e}");
+    }
+}
+
+/// Rates far below the top of `uint32` load on every unit: the README names as refused only
+/// rates whose burst takes over ~71 years to refill, and each of these refills within its
+/// unit. The refusal is not a bound on `requests_per_unit`: 7 per month is refused while
+/// 4,294,967,295 per minute loads, so no per-unit maximum describes the loadable rates.
+#[test]
+#[ignore = "defect: the Redis script's exact-range check (tollgate-redis Params::new), applied \
+            on every backend, refuses ordinary rates: 18,498 of 1..=20,000 per month and \
+            19,142 per year (the core's scale is sized for 63 bits, burst x scale must fit \
+            2^51, and the unit is reduced only when a whole number of units is earned per us), \
+            and scattered rates per minute to week ((a + 1) x b > 2^53)"]
+fn ordinary_rates_load_on_every_unit() {
+    for (unit, rpu) in [
+        ("minute", 292_899),
+        ("hour", 381_007),
+        ("day", 613_297),
+        ("week", 847_649),
+        ("month", 7),
+        ("month", 31),
+        ("year", 7),
+        ("year", 29),
+    ] {
+        let yaml = format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: {unit}, \
+             requests_per_unit: {rpu}}}\n"
+        );
+        if let Err(e) = load(&yaml) {
+            panic!("{rpu} per {unit}: {e}");
+        }
+    }
+}
+
+/// `requests_per_unit` outside `uint32` is refused with its line and the range, never
+/// wrapped or clamped.
+#[test]
+fn requests_per_unit_outside_u32_is_refused_with_the_range() {
+    for (rpu, want) in [
+        ("4294967296", "4294967296 is not in 0..=4294967295"),
+        ("-1", "-1 is not in 0..=4294967295"),
+        (
+            "18446744073709551616",
+            "18446744073709551616 is not in 0..=4294967295",
+        ),
+        (
+            "-99999999999999999999999",
+            "-99999999999999999999999 is not in 0..=4294967295",
+        ),
+        ("4.5", "expected a whole number"),
+        ("\"7\"", "expected a whole number"),
+    ] {
+        let yaml = format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: minute\n      \
+             requests_per_unit: {rpu}\n"
+        );
+        let e = load(&yaml).unwrap_err().to_string();
+        assert!(
+            e.starts_with("test.yaml:6: descriptors[0].rate_limit.requests_per_unit: ")
+                && e.ends_with(want),
+            "{rpu}: {e}"
+        );
+    }
+}
