@@ -182,6 +182,19 @@ impl Limit {
     }
 }
 
+/// The backend a config is loaded for, which decides the rates it must hold: every backend
+/// needs a rate the core's `Quota` holds; the Redis backend (`--redis`) also needs one its
+/// script holds exactly (`tollgate_redis::check_quota`), a narrower range.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Target {
+    /// The local backend: the core's check only.
+    #[default]
+    Local,
+    /// The Redis backend: the core's check and the script's. Its `on_redis_error = local`
+    /// fallback decides the same limits, so the Redis check covers it too.
+    Redis,
+}
+
 /// A load error: the file, line and field it concerns, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -299,8 +312,17 @@ impl Config {
         Config::from_sources(&read_sources(path)?)
     }
 
-    /// Builds a configuration from `(file name, YAML text)` pairs, one domain each.
+    /// Builds a configuration from `(file name, YAML text)` pairs, one domain each, for the
+    /// local backend ([`Target::Local`]).
     pub fn from_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError> {
+        Config::from_sources_for(sources, Target::Local)
+    }
+
+    /// [`Config::from_sources`], for `target`: a rate `target` cannot hold is refused.
+    pub fn from_sources_for(
+        sources: &[(PathBuf, String)],
+        target: Target,
+    ) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         let mut domain_files: HashMap<String, PathBuf> = HashMap::new();
         let mut path_bytes = 0;
@@ -311,6 +333,7 @@ impl Config {
                 ids: HashMap::new(),
                 domain: String::new(),
                 path_bytes: &mut path_bytes,
+                target,
             };
             let (name, domain) = p.file(text)?;
             if let Some(first) = domain_files.get(&name) {
@@ -515,6 +538,8 @@ struct Parser<'a> {
     domain: String,
     /// The bytes of the paths built so far (all files), up to [`MAX_PATH_BYTES`].
     path_bytes: &'a mut usize,
+    /// The backend the rates must suit.
+    target: Target,
 }
 
 type Map = saphyr::AnnotatedMapping<'static, MarkedYamlOwned>;
@@ -1250,7 +1275,7 @@ impl Parser<'_> {
             name,
         };
         if rpu > 0 {
-            if let Err(mut e) = crate::engine::check_rate(&rate) {
+            if let Err(mut e) = crate::engine::check_rate(&rate, self.target) {
                 let explicit = burst_given.then_some(burst);
                 if let Some(most) =
                     most_per_unit(unit, explicit).filter(|m| (1..u64::from(rpu)).contains(m))

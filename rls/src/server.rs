@@ -1,6 +1,6 @@
 //! Startup, the two listeners, hot reload, saved state and the drain.
 
-use crate::config::{read_sources, Config, ConfigError};
+use crate::config::{read_sources, Config, ConfigError, Target};
 use crate::conn::{self, Limits, Protocol};
 use crate::engine::{Backend, LocalBackend, OnRedisError, RedisBackend, RlsClock};
 use crate::grpc::Grpc;
@@ -199,8 +199,12 @@ async fn run_with(
 ) -> Result<(), StartError> {
     // The digest of the text loaded: a file that differs from it later is a change.
     let (first_digest, sources) = read_config(&opts.config);
+    let target = match opts.redis {
+        Some(_) => Target::Redis,
+        None => Target::Local,
+    };
     let config = sources
-        .and_then(|s| Config::from_sources(&s))
+        .and_then(|s| Config::from_sources_for(&s, target))
         .map_err(StartError::Config)?;
     let handle = crate::metrics::install();
     let backend = match &opts.redis {
@@ -424,7 +428,12 @@ fn load_into(
     sources: Result<Vec<(PathBuf, String)>, ConfigError>,
     service: &Service,
 ) -> bool {
-    match sources.and_then(|s| Config::from_sources(&s)) {
+    // The config must suit the backend serving, as at start.
+    let target = match service.backend() {
+        Backend::Redis(_) => Target::Redis,
+        Backend::Local(_) | Backend::FixedWindow(_) => Target::Local,
+    };
+    match sources.and_then(|s| Config::from_sources_for(&s, target)) {
         Ok(c) => {
             let limits = c.limits().len();
             service.reload(c);

@@ -6,10 +6,14 @@ mod support;
 
 use std::path::PathBuf;
 use support::TempDir;
-use tollgate_rls::config::{Config, ConfigError, Kind, Unit};
+use tollgate_rls::config::{Config, ConfigError, Kind, Target, Unit};
 
 fn load(yaml: &str) -> Result<Config, ConfigError> {
     Config::from_sources(&[(PathBuf::from("test.yaml"), yaml.to_owned())])
+}
+
+fn load_for(yaml: &str, target: Target) -> Result<Config, ConfigError> {
+    Config::from_sources_for(&[(PathBuf::from("test.yaml"), yaml.to_owned())], target)
 }
 
 /// The limit path and bucket a request's entries match.
@@ -225,7 +229,6 @@ fn invalid_configs_name_the_file_line_and_field() {
         ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{}]}\n", 4, "descriptors[0].rate_limit.replaces[0]", "without a name"),
         ("domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: n\n        rate_limit: {unit: minute}\n        shadow_mode: maybe\n", 7, "descriptors[0].descriptors[0].shadow_mode", "true or false"),
         ("domain: d\ndescriptors: [\n", 3, "", "not valid YAML"),
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 1099511627776}\n", 4, "descriptors[0].rate_limit", "not a"),
         ("domain: d\n---\ndomain: e\n", 3, "", "one domain per file"),
         // A `rate_limits` entry replacing another entry's name: the limit would drop itself.
         ("domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: minute, requests_per_unit: 1, name: x}\n      - {unit: hour, requests_per_unit: 10, replaces: [{name: x}]}\n", 6, "descriptors[0].rate_limits[1].replaces", "own name"),
@@ -247,6 +250,18 @@ fn invalid_configs_name_the_file_line_and_field() {
         let shown = e.to_string();
         assert!(shown.starts_with(&format!("test.yaml:{line}")), "{shown}");
     }
+    // A burst the core holds and the Redis script does not: refused for Redis only.
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 1099511627776}\n";
+    assert!(load(yaml).is_ok());
+    let e = load_for(yaml, Target::Redis).expect_err(yaml);
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(4), "descriptors[0].rate_limit")
+    );
+    assert!(
+        e.message.starts_with("not a rate the Redis backend holds"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -585,47 +600,84 @@ fn requests_per_unit_beyond_the_state_is_refused_with_the_bound_and_the_hint() {
     let b = 9_000_000_000_000_000_000;
     assert!(tollgate::Quota::new(4_246_939_631, per, b).is_ok());
     assert!(tollgate::Quota::new(4_246_939_632, per, b).is_err());
-    // Hour to year: the state holds 4,294,967,295, the Redis script's exact range does not
-    // (see `ordinary_rates_load_on_every_unit`): refused with the hint, and no bound named,
-    // since that range is no bound on the rate.
+    // Hour to year: the state holds 4,294,967,295, so the local backend loads it; the Redis
+    // script's exact range does not (see `ordinary_rates_load_on_the_local_backend`): for
+    // Redis it is refused with the hint, and no bound named, since that range is no bound on
+    // the rate. Beyond the state, both backends refuse with the bound.
     for unit in ["hour", "day", "week", "month", "year"] {
-        let e = load(&yaml(unit, 4_294_967_295, None))
-            .unwrap_err()
-            .to_string();
+        let text = yaml(unit, 4_294_967_295, None);
+        assert!(load(&text).is_ok(), "{unit}");
+        let e = load_for(&text, Target::Redis).unwrap_err().to_string();
         assert!(e.starts_with(at) && e.ends_with(hint), "{unit}: {e}");
         assert!(!e.contains("holds at most"), "{unit}: {e}");
     }
+    let e = load_for(&yaml("second", 4_294_967_295, None), Target::Redis)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(at) && e.contains("holds at most 2922710229") && e.ends_with(hint),
+        "{e}"
+    );
 }
 
-/// Rates far below the top of `uint32` load on every unit: the README names as refused only
-/// rates whose burst takes over ~71 years to refill, and each of these refills within its
-/// unit. The refusal is not a bound on `requests_per_unit`: 7 per month is refused while
-/// 4,294,967,295 per minute loads, so no per-unit maximum describes the loadable rates.
+/// Rates far below the top of `uint32`, each refilling within its unit, that the Redis
+/// script's exact range refuses (tollgate-redis `check_quota`: 18,498 of 1..=20,000 per month
+/// and 19,142 per year, and scattered rates per minute to week). The core holds them exactly.
+const ORDINARY: [(&str, u32); 8] = [
+    ("minute", 292_899),
+    ("hour", 381_007),
+    ("day", 613_297),
+    ("week", 847_649),
+    ("month", 7),
+    ("month", 31),
+    ("year", 7),
+    ("year", 29),
+];
+
+fn one_rate(unit: &str, rpu: u64) -> String {
+    format!(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: {unit}, \
+         requests_per_unit: {rpu}}}\n"
+    )
+}
+
+/// The local backend applies only the core's check: the rates the Redis script refuses load
+/// there, on every unit.
 #[test]
-#[ignore = "defect: the Redis script's exact-range check (tollgate-redis Params::new), applied \
-            on every backend, refuses ordinary rates: 18,498 of 1..=20,000 per month and \
-            19,142 per year (the core's scale is sized for 63 bits, burst x scale must fit \
-            2^51, and the unit is reduced only when a whole number of units is earned per us), \
-            and scattered rates per minute to week ((a + 1) x b > 2^53)"]
-fn ordinary_rates_load_on_every_unit() {
-    for (unit, rpu) in [
-        ("minute", 292_899),
-        ("hour", 381_007),
-        ("day", 613_297),
-        ("week", 847_649),
-        ("month", 7),
-        ("month", 31),
-        ("year", 7),
-        ("year", 29),
-    ] {
-        let yaml = format!(
-            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: {unit}, \
-             requests_per_unit: {rpu}}}\n"
-        );
-        if let Err(e) = load(&yaml) {
-            panic!("{rpu} per {unit}: {e}");
+fn ordinary_rates_load_on_the_local_backend() {
+    for (unit, rpu) in ORDINARY {
+        for target in [None, Some(Target::Local)] {
+            let yaml = one_rate(unit, rpu.into());
+            let r = match target {
+                None => load(&yaml),
+                Some(t) => load_for(&yaml, t),
+            };
+            if let Err(e) = r {
+                panic!("{rpu} per {unit} ({target:?}): {e}");
+            }
         }
     }
+}
+
+/// Loaded for the Redis backend, a rate its script cannot hold is refused with the rate's
+/// line and field and the way to say "no limit", and no bound: the script's range is no
+/// bound on the rate (7 per month is refused while 4,294,967,295 per minute loads).
+#[test]
+fn ordinary_rates_the_redis_script_cannot_hold_are_refused_for_redis() {
+    let at = "test.yaml:4: descriptors[0].rate_limit: not a rate the Redis backend holds: ";
+    let hint = "; for no limit, write `unlimited: true`";
+    for (unit, rpu) in ORDINARY {
+        let e = load_for(&one_rate(unit, rpu.into()), Target::Redis)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(at) && e.ends_with(hint),
+            "{rpu} per {unit}: {e}"
+        );
+        assert!(!e.contains("holds at most"), "{rpu} per {unit}: {e}");
+    }
+    assert!(load_for(&one_rate("minute", 4_294_967_295), Target::Redis).is_ok());
+    assert!(load_for(&one_rate("hour", 20), Target::Redis).is_ok());
 }
 
 /// `requests_per_unit` outside `uint32` is refused with its line and the range, never

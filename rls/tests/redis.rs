@@ -504,3 +504,83 @@ async fn a_malformed_key_is_logged_and_not_echoed_to_the_client() {
     assert!(!text.contains(secret), "/json: {text:?}");
     assert!(p.logged(secret), "the key is logged: {}", p.stderr());
 }
+
+/// A rate the Redis script cannot hold exactly (it holds 7 per month only approximately).
+const MONTHLY: &str =
+    "domain: shared\ndescriptors:\n  - key: user\n    rate_limit: {unit: month, requests_per_unit: 7}\n";
+
+/// With `--redis` (whatever `--on-redis-error`: the local fallback decides only when Redis
+/// fails), a rate the script cannot hold fails the start with its line, its field and the way
+/// to say "no limit". The local backend loads the same file (tests/service.rs).
+#[test]
+fn a_rate_the_script_cannot_hold_fails_a_start_on_redis() {
+    let Some(server) = RedisServer::start("script_range_at_start") else {
+        return;
+    };
+    let dir = TempDir::new("redis-range-start");
+    let cfg = dir.write("c.yaml", MONTHLY);
+    let url = server.url();
+    for policy in ["unavailable", "allow", "local"] {
+        let (code, err) = run_to_exit(&[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--redis",
+            &url,
+            "--on-redis-error",
+            policy,
+        ]);
+        assert_eq!(code, Some(2), "{policy}: {err}");
+        assert!(
+            err.contains("c.yaml:4: descriptors[0].rate_limit: not a rate the Redis backend holds")
+                && err
+                    .trim_end()
+                    .ends_with("; for no limit, write `unlimited: true`"),
+            "{policy}: {err}"
+        );
+    }
+}
+
+/// On the Redis backend, a reload to a rate the script cannot hold is refused and the old
+/// config keeps serving; a later valid file is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_to_a_rate_the_script_cannot_hold_keeps_the_old_config_on_redis() {
+    let Some(server) = RedisServer::start("script_range_on_reload") else {
+        return;
+    };
+    let url = server.url();
+    let mut s = Rls::start_with(CONFIG, |o| {
+        o.redis = Some(url);
+        o.redis_timeout = Duration::from_secs(2);
+        // Reloads only when the test asks.
+        o.reload_poll = Duration::from_secs(3600);
+    })
+    .await;
+    let dir = s.dir.path().to_owned();
+    let rpu = |r: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse| {
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit)
+    };
+    std::fs::write(dir.join("config.yaml"), MONTHLY).unwrap();
+    assert!(!tollgate_rls::server::reload(&dir, s.service()), "refused");
+    let r = s.ok(req("shared", vec![desc(&[("user", "x")])])).await;
+    assert_eq!(
+        (r.overall_code, rpu(&r)),
+        (OK, Some(20)),
+        "the old config serves"
+    );
+    std::fs::write(dir.join("config.yaml"), CONFIG.replace(": 20}", ": 30}")).unwrap();
+    assert!(tollgate_rls::server::reload(&dir, s.service()), "taken");
+    let r = s.ok(req("shared", vec![desc(&[("user", "x")])])).await;
+    assert_eq!(
+        (r.overall_code, rpu(&r)),
+        (OK, Some(30)),
+        "the new config serves"
+    );
+    s.stop().await;
+}

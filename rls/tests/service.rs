@@ -577,3 +577,75 @@ async fn the_grpc_port_bounds_the_streams_of_a_connection() {
         "max concurrent streams: {max:?} in {settings:?}"
     );
 }
+
+/// A config of rates the Redis script cannot hold: 7 and 31 per month, 7 per year.
+const SCRIPT_REFUSES: &str = "domain: d\ndescriptors:\n  \
+    - {key: m7, rate_limit: {unit: month, requests_per_unit: 7}}\n  \
+    - {key: m31, rate_limit: {unit: month, requests_per_unit: 31}}\n  \
+    - {key: y7, rate_limit: {unit: year, requests_per_unit: 7}}\n";
+
+/// `(key, requests_per_unit, unit in seconds, unit in the proto)` of `SCRIPT_REFUSES`.
+const SCRIPT_REFUSED: [(&str, u32, u64, i32); 3] = [
+    ("m7", 7, 30 * 86_400, 5),
+    ("m31", 31, 30 * 86_400, 5),
+    ("y7", 7, 365 * 86_400, 6),
+];
+
+/// Rates the Redis script cannot hold load on the local backend (only the core's check
+/// applies there) and are served under their own rate.
+#[tokio::test]
+async fn rates_the_redis_script_refuses_are_served_on_the_local_backend() {
+    let mut s = Rls::start(SCRIPT_REFUSES).await;
+    for (key, n, _, unit) in SCRIPT_REFUSED {
+        let r = s.ok(req("d", vec![desc(&[(key, "x")])])).await;
+        assert_eq!(r.overall_code, OK, "{key}");
+        let limit = r.statuses[0].current_limit.clone().unwrap();
+        assert_eq!((limit.requests_per_unit, limit.unit), (n, unit), "{key}");
+    }
+}
+
+/// The same rates are decided as the core decides them, never above the rate. Their quotas
+/// are not exact (`Quota::is_exact`: the reduced rate does not fit 100 years at nanosecond
+/// precision), so depending on the clock reading a full bucket may sit less than one state
+/// unit below the burst, rounding toward refusing: the burst's last token then waits for that
+/// fraction (a wait reported as 1 s). Within that second the whole burst is admitted; each
+/// later token comes one interval (the unit over the rate) after the one before, to the
+/// second.
+#[tokio::test]
+async fn rates_the_redis_script_refuses_are_decided_on_the_local_backend() {
+    let mut s = Rls::start(SCRIPT_REFUSES).await;
+    for (key, n, unit_s, _) in SCRIPT_REFUSED {
+        let u = || req("d", vec![desc(&[(key, "x")])]);
+        let mut admitted = 0;
+        let refused = loop {
+            let r = s.ok(u()).await;
+            if r.overall_code != OK {
+                break r;
+            }
+            admitted += 1;
+        };
+        assert!(admitted == n || admitted == n - 1, "{key}: {admitted}");
+        if admitted < n {
+            assert_eq!(brief(&refused), vec![(OVER, 0, Some(1))], "{key}");
+            s.clock.advance(Duration::from_secs(1));
+            assert_eq!(s.ok(u()).await.overall_code, OK, "{key}: the last token");
+        }
+        let interval = unit_s.div_ceil(u64::from(n));
+        let r = s.ok(u()).await;
+        let (code, _, wait) = brief(&r)[0];
+        let wait = wait.unwrap() as u64;
+        assert!(
+            code == OVER && wait.abs_diff(interval) <= 1,
+            "{key}: {wait}"
+        );
+        s.clock.advance(Duration::from_secs(wait - 1));
+        assert_eq!(s.ok(u()).await.overall_code, OVER, "{key}: a second early");
+        s.clock.advance(Duration::from_secs(1));
+        assert_eq!(s.ok(u()).await.overall_code, OK, "{key}: at the wait");
+        assert_eq!(
+            s.ok(u()).await.overall_code,
+            OVER,
+            "{key}: one token earned"
+        );
+    }
+}

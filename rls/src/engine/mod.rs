@@ -13,7 +13,7 @@ pub use self::redis::{OnRedisError, RedisBackend, RedisFailure};
 pub use fixed::FixedWindowBackend;
 pub use local::{Applied, LocalBackend, Restored};
 
-use crate::config::{Kind, Limit, Rate};
+use crate::config::{Kind, Limit, Rate, Target};
 use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,10 +29,16 @@ pub(crate) fn quota_of(rate: &Rate) -> Result<Quota, String> {
     .map_err(|e| format!("not a valid rate: {e}"))
 }
 
-/// Checks at load that a rate makes a quota that both backends hold.
-pub(crate) fn check_rate(rate: &Rate) -> Result<(), String> {
+/// Checks at load that a rate makes a quota that `target` holds: the core's check on every
+/// backend, the Redis script's exact range only on the Redis backend (it refuses rates the
+/// core holds, 7 per month among them).
+pub(crate) fn check_rate(rate: &Rate, target: Target) -> Result<(), String> {
     let q = quota_of(rate)?;
-    tollgate_redis::check_quota(q).map_err(|e| format!("not a rate the Redis backend holds: {e}"))
+    match target {
+        Target::Local => Ok(()),
+        Target::Redis => tollgate_redis::check_quota(q)
+            .map_err(|e| format!("not a rate the Redis backend holds: {e}")),
+    }
 }
 
 /// The policy of a limit's rates (`None` for `unlimited` or a rate of 0 per unit).
@@ -43,7 +49,8 @@ pub(crate) fn limits_of(limit: &Limit) -> Option<Limits> {
     if limit.blocking_rate().is_some() {
         return None;
     }
-    // Checked at load (`check_rate`), and a config holds 1 to 4 rates per limit.
+    // Checked at load (`check_rate`: the core's check on every backend), and a config holds 1
+    // to 4 rates per limit.
     let quotas: Result<Vec<Quota>, String> = rates.iter().map(quota_of).collect();
     Limits::new(quotas.ok()?).ok()
 }

@@ -100,7 +100,9 @@ impl RedisBackend {
         let mut next = HashMap::new();
         for limit in config.limits() {
             if let Some(limits) = limits_of(limit) {
-                // Checked at load (`check_rate`).
+                // Checked at load for this backend (`Target::Redis`). A config loaded for
+                // another target may hold a rate the script refuses: that limit gets no
+                // policy, and its demands are refused (`blocked`), never decided inexactly.
                 if let Ok(c) = CheckedLimits::new(limits) {
                     next.insert(limit.id.clone(), Arc::new(c));
                 }
