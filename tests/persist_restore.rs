@@ -246,7 +246,7 @@ fn damaged_input_is_an_error_and_changes_nothing() {
         fresh().restore(&b"GIF89a..."[..]),
         Err(RestoreError::NotAState)
     ));
-    // An earlier version (2: keyed fingerprints over foldhash's fixed shared seed) and a later.
+    // This build reads only its own version: any other, lower or higher, is refused whole.
     for v in [2, 4] {
         let mut other = file.clone();
         other[8] = v;

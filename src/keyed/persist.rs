@@ -521,9 +521,10 @@ impl<K, P: KeyedPolicy, C> KeyedLimiter<K, P, C> {
 
     /// Tracks `(fp, state)` entries read from a saved table (`found`: saved under this
     /// limiter's seed), keeping the stricter state of each quota of a fingerprint seen twice,
-    /// and of an entry and where its key, untracked here, starts now. An entry not found, meeting a full table (a save racing insertions may hold a few more
-    /// than `max_keys`), or landing farther than [`MAX_RESTORE_PROBE`] slots from its home is
-    /// not tracked: it raises the floor for untracked keys to its full instant instead.
+    /// and of an entry and where its key, untracked here, starts now. An entry not found,
+    /// meeting a full table (a save racing insertions may hold a few more than `max_keys`), or
+    /// landing farther than [`MAX_RESTORE_PROBE`] slots from its home is not tracked: it raises
+    /// the floor for untracked keys to its full instant instead.
     fn restore_entries(&self, entries: &[(u64, P::State)], found: bool) {
         let mut locked = self.index.lock();
         let t = &self.table;
