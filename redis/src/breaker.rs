@@ -25,8 +25,8 @@ pub(crate) struct Breaker {
     /// only a parked one can be taken over. Successive probes' values strictly increase, so
     /// the value names its probe: set by compare-and-swap in `pass`, cleared only by a
     /// compare-and-swap from the owner's own value, so that a superseded probe's report finds
-    /// another value and changes nothing. Saturating: `u64::MAX` (a call without a timeout, an
-    /// interval of `Duration::MAX`) is never taken over.
+    /// another value and changes nothing. Saturating: `u64::MAX` (an interval of
+    /// `Duration::MAX`) is never taken over.
     probing: AtomicU64,
     last_probe: AtomicU64,
     interval: Duration,
@@ -65,13 +65,16 @@ impl Breaker {
         u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// A pass for a call that must be answered `within` from now: `Normal` while closed;
+    /// A pass for a call that must be answered by `deadline`: `Normal` while closed;
     /// while open, the probe once it is due and no live probe holds it (`None` otherwise).
-    pub(crate) fn pass(&self, within: Duration) -> Option<Pass> {
+    /// The clock is read only while open: a closed breaker costs one load per call.
+    pub(crate) fn pass(&self, deadline: Instant) -> Option<Pass> {
         if !self.down.load(Ordering::Acquire) {
             return Some(Pass::Normal);
         }
-        let now = self.now();
+        let at = Instant::now();
+        let now = Self::ns(at.saturating_duration_since(self.start));
+        let within = deadline.saturating_duration_since(at);
         let interval = Self::ns(self.interval);
         // Saturating: an interval of `Duration::MAX` means "never probe again".
         let due = self
@@ -209,8 +212,8 @@ mod tests {
     }
 
     /// A call's time long enough that no probe in these tests is taken over.
-    fn later() -> Duration {
-        Duration::from_secs(3600)
+    fn later() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
     }
 
     /// A guard dropped before its call finished changes nothing: a closed breaker stays closed,
@@ -300,7 +303,7 @@ mod tests {
         let b = started_ago(Duration::from_secs(10), interval);
         b.done(Pass::Normal, true);
         std::thread::sleep(interval);
-        let p1 = b.pass(deadline).expect("due");
+        let p1 = b.pass(Instant::now() + deadline).expect("due");
         assert!(b.pass(later()).is_none(), "p1 is live: one probe at a time");
         std::thread::sleep(deadline + interval + Duration::from_millis(2));
         let p2 = b
@@ -318,7 +321,7 @@ mod tests {
         b.done(Pass::Normal, true);
         std::thread::sleep(Duration::from_millis(20));
         let t0 = Instant::now();
-        let _parked = b.pass(Duration::from_millis(30)).expect("due");
+        let _parked = b.pass(t0 + Duration::from_millis(30)).expect("due");
         while b.pass(later()).is_none() {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -377,18 +380,19 @@ mod tests {
         assert!(b.pass(later()).is_some(), "due at once");
     }
 
-    /// A probe whose time (`Duration::MAX`: a limiter without a timeout) is past `u64::MAX` ns
-    /// saturates instead of wrapping, and is never taken over.
+    /// A probe of a limiter without a timeout (its deadline thirty years away, as
+    /// `Inner::deadline` makes it) is not taken over.
     #[test]
     fn a_probe_without_a_deadline_is_never_taken_over() {
+        const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
         let b = started_ago(Duration::from_secs(10), Duration::from_millis(1));
         b.done(Pass::Normal, true);
         std::thread::sleep(Duration::from_millis(2));
-        let p = b.pass(Duration::MAX).expect("due");
+        let p = b.pass(Instant::now() + FAR).expect("due");
         let Pass::Probe { until, .. } = p else {
             unreachable!()
         };
-        assert_eq!(until, u64::MAX, "saturated");
+        assert!(until >= Breaker::ns(FAR), "held for thirty years: {until}");
         std::thread::sleep(Duration::from_millis(5));
         assert!(b.pass(later()).is_none(), "never taken over");
     }
