@@ -67,16 +67,15 @@ fn earned(q: &Quota, now: u64) -> (u128, u128) {
     (n / u128::from(div), n.div_ceil(u128::from(div)))
 }
 
+/// One request of `cost` tokens at the clock's reading.
+type Acquire = Box<dyn Fn(u64) -> Result<(), Denied>>;
+
 /// Every limiter that starts its buckets full, each deciding one request at the clock's reading.
 /// With `one_at_a_time`, a `ShardedBucket` of 4 shards only for bursts below `8 × 4` tokens:
 /// it then takes no leases, so which shard the test's thread runs on changes nothing; above,
 /// a thread that moves to another CPU may leave tokens in its old shard's lease (by design, at
 /// most an eighth of the burst: docs/sharded.md).
-fn limiters(
-    q: Quota,
-    clock: &ManualClock,
-    one_at_a_time: bool,
-) -> Vec<(&'static str, Box<dyn Fn(u64) -> Result<(), Denied>>)> {
+fn limiters(q: Quota, clock: &ManualClock, one_at_a_time: bool) -> Vec<(&'static str, Acquire)> {
     let bucket = Bucket::with_clock(q, clock.clone());
     let multi = MultiBucket::with_clock(Limits::new([q]).unwrap(), clock.clone());
     let one = ShardedBucket::with_clock(q, 1, clock.clone());
@@ -85,7 +84,7 @@ fn limiters(
         KeyedLimiter::with_clock(q, 16, clock.clone());
     let keyed_multi: KeyedMultiLimiter<u64, ManualClock> =
         KeyedLimiter::with_clock(Limits::new([q]).unwrap(), 16, clock.clone());
-    let mut all: Vec<(&'static str, Box<dyn Fn(u64) -> Result<(), Denied>>)> = vec![
+    let mut all: Vec<(&'static str, Acquire)> = vec![
         ("Bucket", Box::new(move |c| bucket.try_acquire(c))),
         ("MultiBucket", Box::new(move |c| multi.try_acquire(c))),
         (
