@@ -23,13 +23,12 @@ pub(crate) const MAX_UNITS: u64 = (1 << 63) - 1;
 /// period that fits `rate × 100 years + burst` in 63 bits. An exact quota ([`Quota::is_exact`])
 /// is the continuous token bucket at every nanosecond. Otherwise the units earned by a reading
 /// need not be whole ([`Quota::units_per_ns`]: whole at multiples of `div` ns, the unit grid),
-/// and a bucket capped off the grid is capped at the next whole unit: it decides as the
-/// continuous bucket with the same admissions would if that bucket held less than one unit
-/// less, never more. So it refuses only what the continuous bucket admits with less than a unit
-/// to spare, and admits it at most `⌈div / mul⌉` ns later (the time one unit takes: 1 ns for 7
-/// per month, 3/s and most rates). Visible at one reading: a full bucket admits its whole burst
-/// in one request, but one token at a time off the grid `burst − 1`, the last token that much
-/// later. No whole-unit state avoids it without admitting what the continuous bucket refuses
+/// and a bucket capped off the grid is capped at the next whole unit: its state stays less than
+/// one unit above the continuous bucket's with the same admissions, never below. So it refuses
+/// only what the continuous bucket pays with less than a unit to spare, and admits it at most
+/// `⌈div / mul⌉` ns later (the time one unit takes, rounded up: 1 ns for 7 per month, 3/s and
+/// most rates). Visible at one reading: a full bucket admits its whole burst in one request, but
+/// one token at a time off the grid `burst − 1`, the last token that much later. No whole-unit state avoids it without admitting what the continuous bucket refuses
 /// ([guarantees](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#inexact-quotas-the-one-rounding)).
 ///
 /// ```
