@@ -15,6 +15,11 @@
 //!   accumulates more than `burst`.
 //! * Admitting `cost` adds `cost × scale` to `max(state, earned(now))` (the `max` is the cap at
 //!   `burst`): no rounding happens on a debit.
+//! * For an inexact quota `earned(now)` need not be whole: a cap takes `⌈earned(now)⌉`, and a
+//!   request is admitted iff `state + cost × scale <= ⌊earned(now)⌋ + burst × scale`. The state
+//!   stays less than one unit above the continuous bucket's, so a request waits at most one
+//!   unit's refill longer (`⌈div / mul⌉` ns, [`Quota::units_per_ns`]); no whole-unit rule does
+//!   better without over-admitting ([docs/guarantees.md](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#inexact-quotas-the-one-rounding)).
 //! * A state above `earned(now) + burst × scale` is a debt (reservations taken ahead).
 //! * A clock reading earlier than one already acted on only makes `earned(now)` smaller: it can
 //!   refuse where the later reading would admit, never the reverse.

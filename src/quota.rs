@@ -21,8 +21,15 @@ pub(crate) const MAX_UNITS: u64 = (1 << 63) - 1;
 ///
 /// It fixes the state's unit: `1/scale` of a token, `scale` the largest divisor of the reduced
 /// period that fits `rate × 100 years + burst` in 63 bits. An exact quota ([`Quota::is_exact`])
-/// is the continuous token bucket at every nanosecond; otherwise a bucket capped off the unit
-/// grid rounds toward refusing, by less than a unit.
+/// is the continuous token bucket at every nanosecond. Otherwise the units earned by a reading
+/// need not be whole ([`Quota::units_per_ns`]: whole at multiples of `div` ns, the unit grid),
+/// and a bucket capped off the grid is capped at the next whole unit: its state stays less than
+/// one unit above the continuous bucket's with the same admissions, never below. So it refuses
+/// only what the continuous bucket pays with less than a unit to spare, and admits it at most
+/// `⌈div / mul⌉` ns later (the time one unit takes, rounded up: 1 ns for 7 per month, 3/s and
+/// most rates). Visible at one reading: a full bucket admits its whole burst in one request, but
+/// one token at a time off the grid `burst − 1`, the last token that much later. No whole-unit state avoids it without admitting what the continuous bucket refuses
+/// ([guarantees](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#inexact-quotas-the-one-rounding)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -140,12 +147,27 @@ impl Quota {
     /// Whether every decision equals the continuous token bucket at every nanosecond: true when
     /// the reduced rate fits 100 years at full precision (e.g. `n` per second with `n` dividing
     /// 10^9 and a burst the range holds at that precision; 1/s with a burst of 10^10 is not).
-    /// Otherwise see the type's docs (a reconfiguration rounds down by up to a few units).
+    /// Otherwise see the type's docs: a decision refuses by less than one unit (`1/scale`
+    /// token), so the same request passes at most `⌈div / mul⌉` ns later
+    /// ([`units_per_ns`](Quota::units_per_ns)); a reconfiguration rounds down by up to a few units.
     ///
     /// ```
-    /// use tollgate::Quota;
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, Denied, ManualClock, Quota};
     /// assert!(Quota::per_second(1000).unwrap().is_exact());
     /// assert!(!Quota::per_second(999_999_937).unwrap().is_exact());
+    /// // 7 per 30 days earns 7/3 units a nanosecond: whole units every 3 ns.
+    /// let month = Quota::new(7, Duration::from_secs(30 * 86_400), 7).unwrap();
+    /// assert_eq!(month.units_per_ns(), (7, 3));
+    /// let clock = ManualClock::new();
+    /// clock.set(Duration::from_nanos(1)); // off the unit grid
+    /// let b = Bucket::with_clock(month, clock.clone());
+    /// for _ in 0..6 {
+    ///     b.try_acquire(1).unwrap();
+    /// }
+    /// assert_eq!(b.try_acquire(1), Err(Denied::RetryAfter(Duration::from_nanos(1))));
+    /// clock.advance(Duration::from_nanos(1));
+    /// assert_eq!(b.try_acquire(1), Ok(()));
     /// ```
     pub fn is_exact(&self) -> bool {
         self.scaled.div == 1
