@@ -28,7 +28,8 @@ pub(crate) const MAX_UNITS: u64 = (1 << 63) - 1;
 /// only what the continuous bucket pays with less than a unit to spare, and admits it at most
 /// `⌈div / mul⌉` ns later (the time one unit takes, rounded up: 1 ns for 7 per month, 3/s and
 /// most rates). Visible at one reading: a full bucket admits its whole burst in one request, but
-/// one token at a time off the grid `burst − 1`, the last token that much later. No whole-unit state avoids it without admitting what the continuous bucket refuses
+/// one token at a time off the grid `burst − 1`, the last token that much later. No whole-unit
+/// state avoids it without admitting what the continuous bucket refuses
 /// ([guarantees](https://github.com/tollgate-rs/tollgate/blob/main/docs/guarantees.md#inexact-quotas-the-one-rounding)).
 ///
 /// ```
