@@ -121,6 +121,13 @@ async fn a_policy_counts_its_refusals_by_the_quota_that_refused() {
         ))
     };
     assert_eq!((by("0"), by("1")), (9.0, 0.0), "{}", run.text);
+    // Only the policy's two quotas have a series: a `quota="2"` would name a quota it lacks.
+    let second = "tollgate_policy_refusals_total{limiter=\"http\",quota=\"1\"}";
+    assert!(run.scrape.contains_key(second), "{}", run.text);
+    for absent in ["2", "3"] {
+        let series = format!("quota=\"{absent}\"");
+        assert!(!run.text.contains(&series), "{}", run.text);
+    }
 }
 
 /// A single-quota layer registers no per-quota series.
