@@ -186,6 +186,40 @@ async fn per_key_table_gauges_and_no_key_in_any_label() {
     }
 }
 
+/// `--limit` per key: the table of policies has the same gauges under `http-keys` as a table of
+/// one quota (the README's `--metrics` contract), and no key in any label either.
+#[tokio::test]
+async fn per_key_policy_table_gauges_and_no_key_in_any_label() {
+    let flags = [
+        "--limit",
+        "3/h:3",
+        "--limit",
+        "100/d:5",
+        "--key",
+        "header:x-api-key",
+        "--metrics",
+    ];
+    let keys = ["alice", "bob"];
+    let run = run(&flags, &keys, 10).await;
+    assert_eq!((run.ok, run.too_many), (6, 4), "{}", run.text);
+    assert_eq!(run.decisions("refused"), 4.0, "{}", run.text);
+    assert_eq!(
+        run.get("tollgate_keys{limiter=\"http-keys\"}"),
+        2.0,
+        "{}",
+        run.text
+    );
+    assert_eq!(
+        run.get("tollgate_keys_capacity{limiter=\"http-keys\"}"),
+        (1u64 << 20) as f64,
+        "{}",
+        run.text
+    );
+    for key in keys {
+        assert!(!run.text.contains(key), "{key} leaked into {}", run.text);
+    }
+}
+
 #[tokio::test]
 async fn without_metrics_there_is_no_metrics_route() {
     let server = Server::start(&["--rate", "1/h", "--burst", "1", "--key", "global"]);
