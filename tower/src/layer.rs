@@ -257,7 +257,10 @@ impl<Bk, X: KeyType, Co> RateLimitLayer<Bk, X, Co> {
     /// not counted. The handles come from the recorder installed now: install it first. A
     /// backend deciding a policy of several quotas (`MultiBucket`, a Redis policy) also counts
     /// each enforced refusal against the quota that refused, in
-    /// `tollgate_policy_refusals_total{limiter, quota}` (`quota` its index in the policy).
+    /// `tollgate_policy_refusals_total{limiter, quota}` (`quota` its index in the policy); those
+    /// series exist only for the quotas of a policy that refused, and are resolved at its first
+    /// refusal from the recorder installed then (a single quota never creates them), so install
+    /// the recorder globally, not as a local one around this call.
     ///
     /// ```
     /// use tollgate::{Bucket, Quota};
