@@ -270,6 +270,9 @@ async fn client_driven_costs_at_the_ends_of_u64() {
     let next = open.clone().oneshot(with_cost(1)).await.unwrap();
     assert_eq!(next.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(next.headers()["retry-after"], "9007199255"); // 2^53 µs
+                                                             // No quota to describe: `Retry-After` alone (the README says so).
+    let names = ["ratelimit", "ratelimit-policy", "x-ratelimit-limit"];
+    assert!(names.iter().all(|n| next.headers().get(*n).is_none()));
     let capped = RateLimitLayer::new(smooth())
         .cost(|req: &Request<Body>| cost_of(req).min(5))
         .layer(service_fn(ok));
