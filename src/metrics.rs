@@ -9,7 +9,7 @@
 //! | series | kind | labels | what |
 //! |---|---|---|---|
 //! | `tollgate_decisions_total` | counter | `limiter`, `outcome` | one per decision: `admitted`, `refused`, `exceeds_burst`, `shadow_refused` |
-//! | `tollgate_retry_after_seconds` | histogram | `limiter` | the wait each `refused` (or `shadow_refused`) caller was handed, but for "never" (below) |
+//! | `tollgate_retry_after_seconds` | histogram | `limiter` | the wait each `refused` (or `shadow_refused` with a wait) caller was handed, but for "never" (below) |
 //! | `tollgate_keys` | gauge | `limiter` | keys a keyed table tracks now |
 //! | `tollgate_keys_capacity` | gauge | `limiter` | the most keys it tracks (`max_keys`) |
 //! | `tollgate_evictions_total` | counter | `limiter` | full buckets evicted |
@@ -21,7 +21,8 @@
 //! **"Never".** A refusal that no wait admits (`RetryAfter(Duration::MAX)`), or any wait beyond
 //! the [`HORIZON`](crate::HORIZON), is counted but adds no histogram sample: its 1.8·10^19 s
 //! would absorb every later wait in the exporter's `f64` sum. Such refusals are the `refused`
-//! (and `shadow_refused`) count less the histogram's.
+//! count less the histogram's. In shadow mode the difference also holds the would-be
+//! `exceeds_burst` refusals (counted `shadow_refused`, with no wait to sample).
 //!
 //! **Cost.** Every handle is resolved once, when the limiter is named, from the recorder
 //! installed *then* (install it first). A decision is then one counter increment, a virtual

@@ -48,8 +48,25 @@ BIN=target/$PROFILE/examples
 
 work=$(mktemp -d)
 server_pid=""
+# terminate PID: SIGTERM, then SIGKILL if it has not exited within 10 s (a graceful shutdown
+# that hangs must not hang the run); the exit status of a process that exited in time, else 1.
+terminate() {
+  local pid=$1
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "http.sh: the server did not exit within 10 s of SIGTERM: killed" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    return 1
+  fi
+  wait "$pid"
+}
 cleanup() {
-  if [[ -n "$server_pid" ]]; then kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  if [[ -n "$server_pid" ]]; then terminate "$server_pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -74,9 +91,9 @@ start() {
 }
 
 stop() {
-  kill -TERM "$server_pid"
-  wait "$server_pid" || { echo "http.sh: the server did not exit cleanly" >&2; exit 1; }
+  local pid=$server_pid
   server_pid=""
+  terminate "$pid" || { echo "http.sh: the server did not exit cleanly" >&2; exit 1; }
 }
 
 # load SECS [wrk args...]: wrk against $addr; prints "rps p50_us p99_us non2xx total secs".

@@ -255,9 +255,15 @@ impl<Bk, X: KeyType, Co> RateLimitLayer<Bk, X, Co> {
     /// wait, before `Retry-After` rounds it up) in `tollgate_retry_after_seconds{limiter = name}`
     /// (see [`tollgate::metrics`]). Requests without a key, answered before any decision, are
     /// not counted. The handles come from the recorder installed now: install it first. A
-    /// backend deciding a policy of several quotas (`MultiBucket`, a Redis policy) also counts
-    /// each enforced refusal against the quota that refused, in
-    /// `tollgate_policy_refusals_total{limiter, quota}` (`quota` its index in the policy).
+    /// backend whose decision names the quota of a policy that refused
+    /// ([`PolicyReport::refused`](crate::PolicyReport::refused): `MultiBucket`, a keyed table of
+    /// policies) also counts each enforced refusal against that quota, in
+    /// `tollgate_policy_refusals_total{limiter, quota}` (`quota` its index in the policy); those
+    /// series exist only for the quotas of a policy that refused, and are resolved at its first
+    /// refusal from the recorder installed then (a single quota never creates them), so install
+    /// the recorder globally, not as a local one around this call. A Redis policy names no
+    /// refusing quota (Redis answers with the tightest quota alone): its refusals are counted
+    /// in `tollgate_decisions_total` only.
     ///
     /// ```
     /// use tollgate::{Bucket, Quota};

@@ -18,11 +18,17 @@ pub(crate) struct Observe {
 }
 
 /// `tollgate_policy_refusals_total{limiter, quota}`: which quota of a policy refused.
+///
+/// A series exists only for a quota some refusing policy has: each counter is resolved the
+/// first time a policy that holds its quota refuses, so a policy of two quotas shows
+/// `quota="0"` and `quota="1"`, never a `quota="2"` or `"3"` that would read as quotas the
+/// policy does not have (a keyed table's policies may differ in length: the longest that
+/// refused sets how many).
 #[cfg(feature = "metrics")]
 #[derive(Clone, Debug)]
 pub(crate) struct ByQuota {
     name: metrics::SharedString,
-    counters: std::sync::OnceLock<[metrics::Counter; 4]>,
+    counters: [std::sync::OnceLock<metrics::Counter>; 4],
 }
 
 #[cfg(feature = "metrics")]
@@ -30,25 +36,36 @@ impl ByQuota {
     pub(crate) fn new(name: metrics::SharedString) -> ByQuota {
         ByQuota {
             name,
-            counters: std::sync::OnceLock::new(),
+            counters: Default::default(),
         }
+    }
+
+    /// The counter of quota `index` (0 to 3), resolved on first use.
+    fn counter(&self, index: usize) -> &metrics::Counter {
+        const LABELS: [&str; 4] = ["0", "1", "2", "3"];
+        self.counters[index].get_or_init(|| {
+            metrics::counter!(
+                tollgate::metrics::POLICY_REFUSALS,
+                "limiter" => self.name.clone(),
+                "quota" => LABELS[index]
+            )
+        })
     }
 
     #[cold]
     fn refused(&self, decision: &Decision) {
-        let Some(index) = decision.policy.as_ref().and_then(|report| report.refused()) else {
+        let Some(report) = decision.policy.as_ref() else {
             return;
         };
-        let counters = self.counters.get_or_init(|| {
-            ["0", "1", "2", "3"].map(|quota| {
-                metrics::counter!(
-                    tollgate::metrics::POLICY_REFUSALS,
-                    "limiter" => self.name.clone(),
-                    "quota" => quota
-                )
-            })
-        });
-        counters[index.min(3)].increment(1);
+        let Some(index) = report.refused() else {
+            return;
+        };
+        // Every quota of the policy gets its series (at 0 until it refuses), none beyond it.
+        let len = report.len().min(self.counters.len());
+        for i in 0..len {
+            self.counter(i);
+        }
+        self.counter(index.min(len - 1)).increment(1);
     }
 }
 

@@ -270,6 +270,9 @@ async fn client_driven_costs_at_the_ends_of_u64() {
     let next = open.clone().oneshot(with_cost(1)).await.unwrap();
     assert_eq!(next.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(next.headers()["retry-after"], "9007199255"); // 2^53 µs
+                                                             // No quota to describe: `Retry-After` alone (the README says so).
+    let names = ["ratelimit", "ratelimit-policy", "x-ratelimit-limit"];
+    assert!(names.iter().all(|n| next.headers().get(*n).is_none()));
     let capped = RateLimitLayer::new(smooth())
         .cost(|req: &Request<Body>| cost_of(req).min(5))
         .layer(service_fn(ok));
@@ -320,4 +323,88 @@ async fn a_key_header_sent_twice_is_no_key() {
         status(with(&["victim"])).await,
         StatusCode::TOO_MANY_REQUESTS
     );
+}
+
+/// Clones of one service on a multi-threaded runtime (real threads, not one thread's tasks),
+/// against a policy of three quotas (the sequence-locked store) and a per-key policy of two,
+/// with costs 1 and 2 mixed: a refused request debits no quota and an admitted one every quota,
+/// so each quota is down by exactly the admitted tokens, which never exceed the smallest
+/// burst. The clock never moves: nothing refills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clones_on_many_threads_debit_a_policy_all_or_nothing() {
+    let hour = |burst| Quota::new(1, Duration::from_secs(3600), burst).unwrap();
+    let cost_of = |req: &Request<Body>| u64::from(req.headers().contains_key("x-double")) + 1;
+    let request = |i: usize| {
+        let mut req = Request::builder().header("x-key", ["a", "b", "c"][i % 3]);
+        if i % 5 == 0 {
+            req = req.header("x-double", "1");
+        }
+        req.body(Body::empty()).unwrap()
+    };
+    /// Sends 600 requests through clones of `svc` on the runtime's threads; the admitted
+    /// tokens per key (`x-key`).
+    async fn flood<S, B>(svc: S, request: impl Fn(usize) -> Request<Body>) -> [u64; 3]
+    where
+        S: Service<Request<Body>, Response = Response<B>, Error = Infallible>,
+        S: Clone + Send + 'static,
+        S::Future: Send,
+        B: Send + 'static,
+    {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..600 {
+            let (svc, req) = (svc.clone(), request(i));
+            let key = i % 3;
+            let cost = if i % 5 == 0 { 2 } else { 1 };
+            tasks.spawn(async move {
+                match svc.oneshot(req).await.unwrap().status() {
+                    StatusCode::OK => (key, cost),
+                    StatusCode::TOO_MANY_REQUESTS => (key, 0),
+                    other => panic!("unexpected {other}"),
+                }
+            });
+        }
+        let mut admitted = [0; 3];
+        while let Some(done) = tasks.join_next().await {
+            let (key, tokens) = done.unwrap();
+            admitted[key] += tokens;
+        }
+        admitted
+    }
+
+    let bursts = [40, 25, 30];
+    let limits = Limits::new(bursts.map(hour)).unwrap();
+    let policy = Arc::new(MultiBucket::with_clock(limits, ManualClock::new()));
+    let svc = RateLimitLayer::new(Arc::clone(&policy))
+        .cost(cost_of)
+        .layer(service_fn(ok));
+    let admitted: u64 = flood(svc, request).await.iter().sum();
+    assert!((24..=25).contains(&admitted), "{admitted} tokens admitted");
+    let (_, snaps) = tollgate::Limiter::decide_snapshots(&*policy, &(), 0);
+    let left: Vec<u64> = snaps.as_slice().iter().map(|s| s.remaining()).collect();
+    assert_eq!(
+        left,
+        bursts.map(|b| b - admitted),
+        "{admitted} tokens admitted"
+    );
+
+    let bursts = [9, 12];
+    let limits = Limits::new(bursts.map(hour)).unwrap();
+    let per_key = Arc::new(tollgate::KeyedMultiLimiter::with_clock(
+        limits,
+        16,
+        ManualClock::new(),
+    ));
+    let svc = RateLimitLayer::new(Arc::clone(&per_key))
+        .key(HeaderKey::new(HeaderName::from_static("x-key")))
+        .cost(cost_of)
+        .layer(service_fn(ok));
+    for (key, admitted) in ["a", "b", "c"].into_iter().zip(flood(svc, request).await) {
+        assert!(
+            (8..=9).contains(&admitted),
+            "{key}: {admitted} tokens admitted"
+        );
+        let (_, snaps) = tollgate::Limiter::decide_snapshots(&*per_key, &key.to_owned(), 0);
+        let left: Vec<u64> = snaps.as_slice().iter().map(|s| s.remaining()).collect();
+        assert_eq!(left, bursts.map(|b| b - admitted), "{key}");
+    }
 }

@@ -121,6 +121,13 @@ async fn a_policy_counts_its_refusals_by_the_quota_that_refused() {
         ))
     };
     assert_eq!((by("0"), by("1")), (9.0, 0.0), "{}", run.text);
+    // Only the policy's two quotas have a series: a `quota="2"` would name a quota it lacks.
+    let second = "tollgate_policy_refusals_total{limiter=\"http\",quota=\"1\"}";
+    assert!(run.scrape.contains_key(second), "{}", run.text);
+    for absent in ["2", "3"] {
+        let series = format!("quota=\"{absent}\"");
+        assert!(!run.text.contains(&series), "{}", run.text);
+    }
 }
 
 /// A single-quota layer registers no per-quota series.
@@ -173,6 +180,40 @@ async fn per_key_table_gauges_and_no_key_in_any_label() {
     assert_eq!(
         run.get("tollgate_keys_capacity{limiter=\"http-keys\"}"),
         (1u64 << 20) as f64
+    );
+    for key in keys {
+        assert!(!run.text.contains(key), "{key} leaked into {}", run.text);
+    }
+}
+
+/// `--limit` per key: the table of policies has the same gauges under `http-keys` as a table of
+/// one quota (the README's `--metrics` contract), and no key in any label either.
+#[tokio::test]
+async fn per_key_policy_table_gauges_and_no_key_in_any_label() {
+    let flags = [
+        "--limit",
+        "3/h:3",
+        "--limit",
+        "100/d:5",
+        "--key",
+        "header:x-api-key",
+        "--metrics",
+    ];
+    let keys = ["alice", "bob"];
+    let run = run(&flags, &keys, 10).await;
+    assert_eq!((run.ok, run.too_many), (6, 4), "{}", run.text);
+    assert_eq!(run.decisions("refused"), 4.0, "{}", run.text);
+    assert_eq!(
+        run.get("tollgate_keys{limiter=\"http-keys\"}"),
+        2.0,
+        "{}",
+        run.text
+    );
+    assert_eq!(
+        run.get("tollgate_keys_capacity{limiter=\"http-keys\"}"),
+        (1u64 << 20) as f64,
+        "{}",
+        run.text
     );
     for key in keys {
         assert!(!run.text.contains(key), "{key} leaked into {}", run.text);

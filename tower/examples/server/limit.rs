@@ -52,10 +52,22 @@ pub(crate) fn limits(quotas: &[Quota]) -> Result<Option<Limits>, String> {
 /// `--key header:NAME`) carries all the limits, in a table of at most `MAX_KEYS` keys; restored
 /// from and saved to `--state` through `limiters`.
 pub(crate) fn layer(app: Router, limits: Limits, cli: &Cli, limiters: &mut Limiters) -> Router {
-    fn per_key<K: Hash + Eq + Clone>(
-        limits: &Limits,
-    ) -> impl Fn() -> KeyedMultiLimiterBuilder<K, DefaultClock> + '_ {
-        move || KeyedMultiLimiter::builder(limits.clone(), MAX_KEYS, DefaultClock::default())
+    /// The per-key table's builder; with `--metrics` its gauges and evictions as `http-keys`,
+    /// as the single-quota table's.
+    fn per_key<'a, K: Hash + Eq + Clone>(
+        limits: &'a Limits,
+        cli: &Cli,
+    ) -> impl Fn() -> KeyedMultiLimiterBuilder<K, DefaultClock> + 'a {
+        let named = cli.metrics;
+        move || {
+            let builder =
+                KeyedMultiLimiter::builder(limits.clone(), MAX_KEYS, DefaultClock::default());
+            if named {
+                builder.name("http-keys")
+            } else {
+                builder
+            }
+        }
     }
     match (&cli.key, &cli.trusted_proxies) {
         (KeyKind::Global, _) => app.layer(observed(
@@ -63,23 +75,19 @@ pub(crate) fn layer(app: Router, limits: Limits, cli: &Cli, limiters: &mut Limit
             cli,
         )),
         (KeyKind::Ip, None) => app.layer(observed(
-            RateLimitLayer::shared(limiters.keyed_multi(per_key::<IpAddr>(&limits)))
+            RateLimitLayer::shared(limiters.keyed_multi(per_key::<IpAddr>(&limits, cli)))
                 .key(PeerIp::new()),
             cli,
         )),
         (KeyKind::Ip, Some(Trusted(trusted))) => {
             let key = ClientIp::new(trusted.iter().copied());
-            app.layer(observed(
-                RateLimitLayer::shared(limiters.keyed_multi(per_key::<IpAddr>(&limits))).key(key),
-                cli,
-            ))
+            let table = limiters.keyed_multi(per_key::<IpAddr>(&limits, cli));
+            app.layer(observed(RateLimitLayer::shared(table).key(key), cli))
         }
         (KeyKind::Header(name), _) => {
             let key = HeaderKey::new(name.clone());
-            app.layer(observed(
-                RateLimitLayer::shared(limiters.keyed_multi(per_key::<String>(&limits))).key(key),
-                cli,
-            ))
+            let table = limiters.keyed_multi(per_key::<String>(&limits, cli));
+            app.layer(observed(RateLimitLayer::shared(table).key(key), cli))
         }
     }
 }
