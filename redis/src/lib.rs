@@ -101,8 +101,8 @@ pub use script::PRODUCTION_SOURCE;
 /// assert!(tollgate_redis::check_quota(Quota::per_second(1000).unwrap()).is_ok());
 /// // 7 per 30 days: the script counts in 1/2.592e12 token, exact at every microsecond.
 /// assert!(tollgate_redis::check_quota(Quota::new(7, Duration::from_secs(2_592_000), 7).unwrap()).is_ok());
-/// // One per second with a burst of 2^40: refilling it takes 35,000 years.
-/// let huge = Quota::per_second(1).unwrap().with_burst(1 << 40).unwrap();
+/// // One per second with a burst of 2^51 − 1: beyond 2^51 even in whole tokens.
+/// let huge = Quota::per_second(1).unwrap().with_burst((1 << 51) - 1).unwrap();
 /// assert!(tollgate_redis::check_quota(huge).is_err());
 /// ```
 pub fn check_quota(quota: tollgate::Quota) -> Result<(), Error> {

@@ -555,7 +555,10 @@ mod tests {
         ] {
             let q = Quota::new(n, Duration::from_secs(secs), n).unwrap();
             let p = Params::new(q).unwrap_or_else(|e| panic!("{n} per {secs} s: {e}"));
-            assert_eq!((p.model.tokens(), p.model.per(), p.model.burst()), (n, q.per(), n));
+            assert_eq!(
+                (p.model.tokens(), p.model.per(), p.model.burst()),
+                (n, q.per(), n)
+            );
         }
     }
 
@@ -576,8 +579,10 @@ mod tests {
                 _ => log_uniform(&mut rng, u64::MAX),
             };
             let per = match rng.below(3) {
-                0 => [1, 60, 3600, 86_400, 604_800, 2_592_000, 31_536_000][rng.below(7) as usize]
-                    * 1_000_000_000,
+                0 => {
+                    [1, 60, 3600, 86_400, 604_800, 2_592_000, 31_536_000][rng.below(7) as usize]
+                        * 1_000_000_000
+                }
                 _ => log_uniform(&mut rng, u64::MAX),
             };
             let burst = match rng.below(3) {
@@ -614,11 +619,18 @@ mod tests {
             let (mul, div) = m.units_per_ns();
             assert_eq!(a * k * u128::from(div), 1000 * u128::from(mul) * b, "{q:?}");
             assert_eq!(u128::from(m.scale()) % k, 0);
-            assert_eq!(p.b == 1, at_s0.is_some() || fit(&q).is_ok_and(|f| f.b == 1), "{q:?}");
+            assert_eq!(
+                p.b == 1,
+                at_s0.is_some() || fit(&q).is_ok_and(|f| f.b == 1),
+                "{q:?}"
+            );
             exact_us += u32::from(p.b == 1);
             let _ = t;
         }
-        assert!(built > 10_000 && exact_us > 2000 && refused > 100, "{built} {exact_us} {refused}");
+        assert!(
+            built > 10_000 && exact_us > 2000 && refused > 100,
+            "{built} {exact_us} {refused}"
+        );
     }
 
     /// A valid quota with a long, odd period (one token per ~146 years: `per` prime and above
