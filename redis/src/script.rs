@@ -35,7 +35,7 @@
 //! exact candidate. [`Params::new`] picks, in order:
 //!
 //! 1. the quota's own unit when it already earns whole units per microsecond (every exact
-//!    quota, and the tag, states and decisions it had);
+//!    quota: the script quota is the quota itself);
 //! 2. `s0`, when the core holds it (`rate × 100 years + burst` in 63 bits at `s0`: at most about
 //!    2,900 units per µs) and the script does (`burst·s0 + 2a ≤ 2^51`);
 //! 3. the quota's own unit when it fits (`b > 1`);

@@ -3,12 +3,12 @@
 //! against a real `redis-server`, at fixed server times (the test-only time argument), the
 //! burst is admitted at once, the next token refused with the continuous bucket's wait (to the
 //! nanosecond; the first server reading at or after it admits), the snapshot is the continuous
-//! bucket's; and a state written under the tag an older client used for the same quota is
-//! converted, never with more tokens.
+//! bucket's; and a state written under the tag of the same quota in the core's unit (a client
+//! of a rolling deploy that holds it there) is converted, never with more tokens.
 
 use std::time::Duration;
 use tollgate::{gcra, Denied, Quota};
-use tollgate_redis::{RedisLimiter, ORIGIN_UNIX_US};
+use tollgate_redis::{Leases, RedisLimiter, ORIGIN_UNIX_US};
 use tollgate_testkit::redis_server::RedisServer;
 
 const MONTH: Duration = Duration::from_secs(2_592_000);
@@ -103,45 +103,53 @@ async fn ordinary_rates_admit_the_burst_then_wait_the_continuous_buckets_time() 
     drained_then_refused(&server, q, false).await;
 }
 
-/// On the server's own clock (`TIME`): 7 per month admits 7 at once, then refuses with at most
-/// the continuous bucket's wait, and less by no more than the calls' time.
+/// On the server's own clock (`TIME`), with and without leases (whose tokens are the script
+/// quota's units): 7 per month admits 7 one by one, then refuses with the continuous bucket's
+/// wait less the calls' time (a lease's cached refusal may report up to its round trip more).
 #[tokio::test]
 async fn seven_per_month_on_the_servers_clock() {
     let Some(server) = RedisServer::start("ordinary_rates::time") else {
         return;
     };
     let q = Quota::new(7, MONTH, 7).unwrap();
-    let limiter = RedisLimiter::builder(&server.url(), q)
-        .timeout(Duration::from_secs(5))
-        .build()
-        .await
-        .unwrap();
-    for _ in 0..7 {
-        assert_eq!(limiter.try_acquire("m", 1).await, Ok(()));
+    for leases in [false, true] {
+        let mut b = RedisLimiter::builder(&server.url(), q)
+            .timeout(Duration::from_secs(5))
+            .prefix(if leases { "leased:" } else { "plain:" });
+        if leases {
+            b = b.leases(Leases::new(4));
+        }
+        let limiter = b.build().await.unwrap();
+        for i in 0..7 {
+            assert_eq!(limiter.try_acquire("m", 1).await, Ok(()), "{leases}: {i}");
+        }
+        let Err(Denied::RetryAfter(wait)) = limiter.try_acquire("m", 1).await else {
+            panic!("the 8th of 7 per month was admitted (leases: {leases})");
+        };
+        let want = continuous(&q, 1);
+        let (lo, hi) = (
+            want - Duration::from_secs(10),
+            want + Duration::from_secs(1),
+        );
+        assert!(lo <= wait && wait <= hi, "{leases}: {wait:?}");
+        assert!(limiter.try_acquire("m", 1).await.is_err(), "{leases}");
     }
-    let Err(Denied::RetryAfter(wait)) = limiter.try_acquire("m", 1).await else {
-        panic!("the 8th of 7 per month was admitted");
-    };
-    let want = continuous(&q, 1);
-    assert!(
-        wait <= want && want - wait < Duration::from_secs(10),
-        "{wait:?}"
-    );
 }
 
-/// 7 per day was held in its core unit (2.88e13 units per token, 7000 units per 3 µs) and is
-/// now held at 8.64e10 (7 per µs, exact): a state an older client wrote under the old tag is
-/// converted as `gcra::rescale` does, never with more tokens than the old bucket held, and
-/// without losing a whole one.
+/// A rolling deploy: 7 per day in the core's own unit (2.88e13 units per token, 7000 units per
+/// 3 µs: the tag a client that holds quotas in the core's unit writes) and in the script's
+/// unit (8.64e10, 7 units per µs, exact). A state written under the core-unit tag is converted
+/// as `gcra::rescale` does, never with more tokens than that bucket held, and without losing a
+/// whole one.
 #[tokio::test]
-async fn a_state_under_the_older_tag_is_converted_never_with_more_tokens() {
-    let Some(server) = RedisServer::start("ordinary_rates::older_tag") else {
+async fn a_state_under_the_core_unit_tag_is_converted_never_with_more_tokens() {
+    let Some(server) = RedisServer::start("ordinary_rates::core_unit_tag") else {
         return;
     };
     let q = Quota::new(7, Duration::from_secs(86_400), 7).unwrap();
     let m = tollgate_redis::script_quota(q).unwrap();
     assert_eq!(m.scale(), 86_400_000_000);
-    // The older clients' parameters: the core's unit, a units per b µs, k = 1 (b > 1).
+    // The core-unit tag's parameters: a units per b µs, k = 1 (b > 1).
     let (mul, div) = q.units_per_ns();
     assert_eq!((q.scale(), 1000 * mul, div), (28_800_000_000_000, 7000, 3));
     let (a, b) = (7000u64, 3u64);
@@ -161,7 +169,7 @@ async fn a_state_under_the_older_tag_is_converted_never_with_more_tokens() {
     .into_iter()
     .enumerate()
     {
-        // The older client's write at T0: `taken` tokens from a full bucket.
+        // A core-unit client's write at T0: `taken` tokens from a full bucket.
         let s = gcra::try_acquire(gcra::FULL, ns(T0), &q, taken)
             .unwrap()
             .unwrap();
