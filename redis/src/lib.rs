@@ -100,7 +100,8 @@ pub use script::PRODUCTION_SOURCE;
 /// use tollgate::Quota;
 /// assert!(tollgate_redis::check_quota(Quota::per_second(1000).unwrap()).is_ok());
 /// // 7 per 30 days: the script counts in 1/2.592e12 token, exact at every microsecond.
-/// assert!(tollgate_redis::check_quota(Quota::new(7, Duration::from_secs(2_592_000), 7).unwrap()).is_ok());
+/// let month = Quota::new(7, Duration::from_secs(2_592_000), 7).unwrap();
+/// assert!(tollgate_redis::check_quota(month).is_ok());
 /// // One per second with a burst of 2^51 − 1: beyond 2^51 even in whole tokens.
 /// let huge = Quota::per_second(1).unwrap().with_burst((1 << 51) - 1).unwrap();
 /// assert!(tollgate_redis::check_quota(huge).is_err());

@@ -58,7 +58,8 @@
 //! # A state written under another quota
 //!
 //! Each stored state carries its quota's tag `a.b.scale.burst_units`. A state under another tag
-//! (a deploy that changes the limit, `quota_for` on some processes only) is converted by the
+//! (a deploy that changes the limit, `quota_for` on some processes only, or a client that holds
+//! the same quota in another unit, such as the core's, during a rolling deploy) is converted by the
 //! script as `tollgate::gcra::rescale(state, now, old, new)` does, with the old quota's
 //! parameters taken from the tag: the old balance at the server's time (refilled at the old rate
 //! since it was written), carried over in units — fractions of a token kept — and capped at the
