@@ -23,6 +23,9 @@ pub enum ConfigError {
     ZeroBurst,
     /// rate × [`HORIZON`](crate::HORIZON) + burst does not fit the 63-bit state.
     BeyondRange,
+    /// A quota's state scale ([`Quota::with_scale`](crate::Quota::with_scale)) was 0. Use at
+    /// least one unit per token.
+    ZeroScale,
     /// The initial token count was larger than the burst.
     InitialAboveBurst,
     /// A floating-point rate was zero, negative, NaN or infinite.
@@ -54,6 +57,7 @@ impl fmt::Display for ConfigError {
             ConfigError::BeyondRange => {
                 "rate x 100 years + burst does not fit the 63-bit state; lower the rate or the burst"
             }
+            ConfigError::ZeroScale => "the quota's scale is 0; use at least 1 unit per token",
             ConfigError::InitialAboveBurst => "the initial token count exceeds the burst",
             ConfigError::InvalidRate => "the rate must be a finite number greater than zero",
             ConfigError::InvalidDuration => "a duration parameter is zero or too large",

@@ -112,6 +112,35 @@ impl Quota {
         Quota::new(self.tokens(), self.per(), burst)
     }
 
+    /// The same rate and burst with states counted in units of exactly `1 / scale` token,
+    /// instead of the unit [`Quota::new`] picks (the finest that fits): for stores whose clock
+    /// is coarser than a nanosecond (e.g. `tollgate-redis`, whose server clock reads whole
+    /// microseconds), where a coarser unit that divides the refill per tick evenly is exact at
+    /// every tick. [`is_exact`](Quota::is_exact), [`scale`](Quota::scale) and
+    /// [`units_per_ns`](Quota::units_per_ns) describe the quota at this scale; the quota is
+    /// equal (`==`) to another only at the same scale.
+    ///
+    /// Errors: [`ConfigError::ZeroScale`] for 0, [`ConfigError::BeyondRange`] for a scale at which
+    /// rate × [`HORIZON`] + burst leaves the 63-bit state (as [`Quota::new`] checks at its own
+    /// scale) or the units earned per nanosecond leave 64 bits.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ConfigError, Quota};
+    /// // 7 per 30 days: 7 units per microsecond at 2.592e12 units per token.
+    /// let month = Quota::new(7, Duration::from_secs(30 * 86_400), 7).unwrap();
+    /// let q = month.with_scale(2_592_000_000_000).unwrap();
+    /// assert_eq!((q.tokens(), q.per(), q.burst()), (7, month.per(), 7));
+    /// assert_eq!((q.scale(), q.units_per_ns()), (2_592_000_000_000, (7, 1000)));
+    /// assert_eq!(month.with_scale(0), Err(ConfigError::ZeroScale));
+    /// assert_eq!(month.with_scale(u64::MAX), Err(ConfigError::BeyondRange));
+    /// ```
+    pub fn with_scale(self, scale: u64) -> Result<Quota, ConfigError> {
+        let (t, p) = self.scaled.reduced();
+        let scaled = scale::chosen(t, p, self.scaled.burst, scale)?;
+        Ok(Quota { g: self.g, scaled })
+    }
+
     /// Tokens earned per [`per`](Quota::per).
     ///
     /// ```
@@ -311,6 +340,74 @@ mod tests {
             assert_eq!(q.scaled.rdiv, u64::MAX / q.scaled.div);
         }
         assert!(built > 2000, "{built}");
+    }
+
+    /// `with_scale` keeps the rate and burst, holds exactly the chosen unit with the slot's
+    /// reciprocals recomputed, refuses 0 and every scale past the horizon's range (1 always
+    /// fits a valid quota; `u64::MAX` never does), and at the default scale is the quota
+    /// itself.
+    #[test]
+    fn with_scale_edges() {
+        let month = Quota::new(7, Duration::from_secs(2_592_000), 7).unwrap();
+        let mut quotas = vec![
+            month,
+            Quota::per_second(1).unwrap(),
+            Quota::per_second(1_000_000_000).unwrap(),
+            Quota::new(1_000_000_000, Duration::from_secs(1), 1 << 62).unwrap(),
+            Quota::new(u64::MAX / 4, Duration::from_nanos(u64::MAX), 1 << 62).unwrap(),
+            Quota::new(1, Duration::from_nanos(u64::MAX), 1).unwrap(),
+            Quota::new(1, Duration::from_nanos(18_446_744_073_709_551_557), 1).unwrap(),
+        ];
+        quotas.extend(inexact_quotas());
+        let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15);
+        for q in quotas {
+            assert_eq!(q.with_scale(0), Err(ConfigError::ZeroScale), "{q:?}");
+            assert_eq!(
+                q.with_scale(u64::MAX),
+                Err(ConfigError::BeyondRange),
+                "{q:?}"
+            );
+            assert_eq!(q.with_scale(q.scale()), Ok(q), "{q:?}");
+            let (t, p) = q.scaled.reduced();
+            let max = scale::max_scale_for_tests(t, p, q.burst()).unwrap();
+            assert_eq!(
+                q.with_scale(max.saturating_add(1)),
+                Err(ConfigError::BeyondRange)
+            );
+            let mut scales = vec![1, 2, 3, max, max - 1, max / 2, q.scale()];
+            scales.extend((0..200).map(|_| 1 + rng.next() % max));
+            for s in scales.into_iter().filter(|&s| (1..=max).contains(&s)) {
+                let Ok(w) = q.with_scale(s) else {
+                    // Only a numerator beyond 64 bits: a period of centuries.
+                    assert!(
+                        u128::from(t) * u128::from(s) / gcd(s.into(), p.into()) > u64::MAX.into(),
+                        "{q:?} at {s}: {:?}",
+                        q.with_scale(s)
+                    );
+                    continue;
+                };
+                assert_eq!(
+                    (w.tokens(), w.per(), w.burst()),
+                    (q.tokens(), q.per(), q.burst())
+                );
+                assert_eq!(w.scale(), s);
+                let (mul, div) = w.units_per_ns();
+                // `mul / div = t·s / p`, reduced.
+                assert_eq!(
+                    u128::from(mul) * u128::from(p),
+                    u128::from(t) * u128::from(s) * u128::from(div)
+                );
+                assert_eq!(gcd(mul.into(), div.into()), 1);
+                assert_eq!(w.is_exact(), div == 1);
+                assert_eq!(w.scaled.rmul, u64::MAX / mul);
+                assert_eq!(w.scaled.rdiv, u64::MAX / div);
+                assert!(
+                    u128::from(w.earned_ceil(HORIZON_NS)) + u128::from(w.burst_units())
+                        <= u128::from(MAX_UNITS)
+                );
+                assert_eq!(Quota::from_raw(w.to_raw()), w);
+            }
+        }
     }
 
     /// `Scaled::earned` (floor and ceiling under one test, the ceiling by a product compare)

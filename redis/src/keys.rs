@@ -275,7 +275,7 @@ fn decode(
         let mut snaps = Vec::with_capacity(n);
         for (i, p) in quotas.iter().enumerate() {
             let before = p.state_of(&prev[i])?;
-            let r = gcra::try_acquire(before, now, &p.quota, d.cost);
+            let r = gcra::try_acquire(before, now, &p.model, d.cost);
             let after = match (&r, written) {
                 (Ok(Some(after)), true) => {
                     if p.written_state(t, &next[i])? != u128::from(*after) {
@@ -287,7 +287,7 @@ fn decode(
                 _ => before,
             };
             verdicts.push(r.map(|_| ()));
-            snaps.push(gcra::snapshot(after, now, &p.quota));
+            snaps.push(gcra::snapshot(after, now, &p.model));
         }
         let verdict = crate::limits::combine(verdicts.iter().copied());
         if sent == d.cost && verdict.is_ok() != own {

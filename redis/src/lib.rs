@@ -92,18 +92,46 @@ pub use script::ORIGIN_UNIX_US;
 #[cfg(feature = "test-support")]
 pub use script::PRODUCTION_SOURCE;
 
-/// Whether the Redis script holds `quota` exactly: `Ok` for every quota that
+/// Whether the Redis script holds `quota`: `Ok` for every quota that
 /// [`build`](RedisLimiterBuilder::build) accepts, [`Error::Config`] (saying why) otherwise.
 ///
 /// ```
+/// use std::time::Duration;
 /// use tollgate::Quota;
 /// assert!(tollgate_redis::check_quota(Quota::per_second(1000).unwrap()).is_ok());
-/// // One per second with a burst of 2^40: refilling it takes 35,000 years.
-/// let huge = Quota::per_second(1).unwrap().with_burst(1 << 40).unwrap();
+/// // 7 per 30 days: the script counts in 1/2.592e12 token, exact at every microsecond.
+/// let month = Quota::new(7, Duration::from_secs(2_592_000), 7).unwrap();
+/// assert!(tollgate_redis::check_quota(month).is_ok());
+/// // One per second with a burst of 2^51 − 1: beyond 2^51 even in whole tokens.
+/// let huge = Quota::per_second(1).unwrap().with_burst((1 << 51) - 1).unwrap();
 /// assert!(tollgate_redis::check_quota(huge).is_err());
 /// ```
 pub fn check_quota(quota: tollgate::Quota) -> Result<(), Error> {
     script::Params::new(quota).map(|_| ())
+}
+
+/// The quota the script decides `quota` with: the same rate and burst, with states in the
+/// unit the script counts in ([`Quota::with_scale`](tollgate::Quota::with_scale)). Every
+/// decision, wait and snapshot of a key under `quota` is `tollgate::gcra` on this quota at the
+/// server's clock reading, in whole microseconds; where
+/// [`is_exact`](tollgate::Quota::is_exact) is false it is still exact at every whole
+/// microsecond when a whole number of units is earned per microsecond (see the crate README).
+/// [`Error::Config`] as [`check_quota`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Quota;
+/// let month = Quota::new(7, Duration::from_secs(2_592_000), 7).unwrap();
+/// let q = tollgate_redis::script_quota(month).unwrap();
+/// assert_eq!((q.tokens(), q.per(), q.burst()), (7, month.per(), 7));
+/// // 7 units per microsecond (7 per 1000 ns), 2.592e12 units per token.
+/// assert_eq!((q.units_per_ns(), q.scale()), ((7, 1000), 2_592_000_000_000));
+/// // A quota the script holds in its own unit is itself.
+/// let q = Quota::per_second(1000).unwrap();
+/// assert_eq!(tollgate_redis::script_quota(q).unwrap(), q);
+/// ```
+pub fn script_quota(quota: tollgate::Quota) -> Result<tollgate::Quota, Error> {
+    script::Params::new(quota).map(|p| p.model)
 }
 pub use builder::RedisLimiterBuilder;
 pub use counters::Counters;

@@ -546,7 +546,7 @@ impl RedisLimiter {
                     server_ns: d.now_ns,
                     sent,
                 };
-                table.deposit(&slot, &p.quota, take, d.snapshot);
+                table.deposit(&slot, &p.model, take, d.snapshot);
                 Ok((Ok(()), Some(self.lease_snapshot(table, &slot, p))))
             }
             Err(Denied::RetryAfter(wait)) => {
@@ -565,12 +565,12 @@ impl RedisLimiter {
         p: &Params,
         cost: u64,
     ) -> Option<(Result<(), Denied>, Option<Snapshot>)> {
-        if table.take_local(slot, &p.quota, cost) {
+        if table.take_local(slot, &p.model, cost) {
             bump(&self.inner.stats.leased);
             self.inner.observe.path(Path::Lease);
             return Some((Ok(()), Some(self.lease_snapshot(table, slot, p))));
         }
-        let wait = table.denied(slot, &p.quota, cost)?;
+        let wait = table.denied(slot, &p.model, cost)?;
         bump(&self.inner.stats.lease_denied);
         self.inner.observe.path(Path::LeaseDenied);
         Some((
@@ -580,7 +580,7 @@ impl RedisLimiter {
     }
 
     fn lease_snapshot(&self, table: &Table, slot: &crate::lease::Slot, p: &Params) -> Snapshot {
-        let local = table.local_available(slot, &p.quota);
+        let local = table.local_available(slot, &p.model);
         let last = *slot.last.lock().unwrap_or_else(|e| e.into_inner());
         match last {
             Some((s, at)) => Snapshot::new(

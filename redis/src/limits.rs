@@ -137,7 +137,7 @@ impl LimitsParams {
         };
         for (i, p) in self.quotas.iter().enumerate() {
             let before = p.state_of(&reply[2 + i])?;
-            let r = gcra::try_acquire(before, now, &p.quota, cost);
+            let r = gcra::try_acquire(before, now, &p.model, cost);
             let after = match (&r, admitted) {
                 (Ok(Some(after)), true) => {
                     if p.written_state(t, &reply[2 + n + i])? != u128::from(*after) {
@@ -151,7 +151,7 @@ impl LimitsParams {
                 _ => return Err(disagree()),
             };
             verdicts.push(r.map(|_| ()));
-            snapshots.push(gcra::snapshot(after, now, &p.quota));
+            snapshots.push(gcra::snapshot(after, now, &p.model));
         }
         let verdict = combine(verdicts);
         if verdict.is_ok() != admitted {

@@ -5,21 +5,50 @@
 //! # Time and representation
 //!
 //! The model is `tollgate::gcra` with the clock reading `now_ns = (server µs − ORIGIN) × 1000`,
-//! the server's `TIME` since 2020-01-01T00:00:00Z. The quota earns `mul / div` units per
-//! nanosecond, i.e. exactly `a` units every `b` microseconds (`a / b = 1000·mul / div` reduced).
-//! The script never handles the 63-bit absolute state: it counts whole `b`-periods `n` (the
-//! *base*) and keeps the state relative to `n·a` units, which is at most `a + burst·scale` while
-//! the key exists. So every intermediate value is an integer below 2^53 when
+//! the server's `TIME` since 2020-01-01T00:00:00Z, on the *script quota*: the configured
+//! quota's rate and burst in a state unit the script chooses (`Params::model`,
+//! [`crate::script_quota`]). It earns `mul / div` units per nanosecond, i.e. exactly `a` units
+//! every `b` microseconds (`a / b = 1000·mul / div` reduced). The script never handles the
+//! 63-bit absolute state: it counts whole `b`-periods `n` (the *base*) and keeps the state
+//! relative to `n·a` units, which is at most `a + burst·scale` while the key exists. So every
+//! intermediate value is an integer below 2^53 when
 //!
 //! * `(a + 1) · b ≤ 2^53` (the units earned inside one period, and its division), and
 //! * `burst · scale + 2a ≤ 2^51` (the relative state plus a cost, with headroom for a sum),
 //!
-//! which [`Params::new`] checks, in the script's unit: when `b = 1` (every exact quota) each
-//! state the model reaches at whole microseconds is a sum of multiples of `a` and `scale`, so the
-//! script counts in units of `k = gcd(a, scale)` of the quota's (`a`, `scale`, the burst and
-//! every state divided by `k`; [`Params`] multiplies back), otherwise `k = 1`. For a quota whose
-//! token refills in a whole number of microseconds the second condition then reads "refilling
-//! the whole burst takes at most 2^51 µs, about 71 years"; rates up to 10^9 per second fit.
+//! in the script's unit: when `b = 1` each state the model reaches at whole microseconds is a
+//! sum of multiples of `a` and `scale`, so the script counts in units of `k = gcd(a, scale)` of
+//! the model's (`a`, `scale`, the burst and every state divided by `k`; [`Params`] multiplies
+//! back), otherwise `k = 1`.
+//!
+//! # The script's unit, exact at every microsecond
+//!
+//! The server's clock reads whole microseconds, so the model never needs the core's precision
+//! between them. A rate of `t` tokens per `p` ns (reduced) earns `1000·t·s / p` units per
+//! microsecond at `s` units per token; with `gcd(t, p) = 1` that is a whole number exactly when
+//! `s0 = p / gcd(p, 1000)` divides `s`. At such a unit the units earned by every reading are an
+//! integer (`a·u` at `u` µs), the earned floor and ceiling agree, and every decision is the
+//! continuous token bucket's at that reading, with no rounding — even where the quota at this
+//! unit is not [`is_exact`](tollgate::Quota::is_exact), which describes readings between
+//! microseconds (7 per 30 days at `s0 = 2.592e12`: 7 units per µs, 7/1000 per ns). At `s0`
+//! the script's unit is coarsest (`k = gcd(a, s) = s / s0` for any multiple), so `s0` is the one
+//! exact candidate. [`Params::new`] picks, in order:
+//!
+//! 1. the quota's own unit when it already earns whole units per microsecond (every exact
+//!    quota: the script quota is the quota itself);
+//! 2. `s0`, when the core holds it (`rate × 100 years + burst` in 63 bits at `s0`: at most about
+//!    2,900 units per µs) and the script does (`burst·s0 + 2a ≤ 2^51`);
+//! 3. the quota's own unit when it fits (`b > 1`);
+//! 4. the largest unit that fits: at `s` with `g = gcd(s, s0)` and `m = s / g` the model earns
+//!    `a0·m` units per `s0 / g` µs (`a0 = 1000·t / gcd(p, 1000)`, reduced), every bound grows
+//!    with `m`, so for each divisor `g` of `s0` (made of its prime factors below 2^16, times the
+//!    rest of `s0` whole or not at all) the largest `m` that fits, and the largest `g·m`. Such a
+//!    model earns `⌊a·u / b⌋` units by `u` µs: a bucket off the unit grid rounds toward
+//!    refusing by less than one unit, as the core's inexact quotas do;
+//! 5. none: [`Error::Config`], naming the bounds at one unit per token.
+//!
+//! A refusal's wait is the model's: the continuous bucket's wait rounded up to the nanosecond
+//! (at a µs-exact unit), so a retry at any reading at or after it finds the tokens.
 //!
 //! The script returns the state it found; this module rebuilds the absolute state in 128-bit
 //! arithmetic and runs `tollgate::gcra` on it, so the waits and snapshots *are* the model's, and a
@@ -29,7 +58,8 @@
 //! # A state written under another quota
 //!
 //! Each stored state carries its quota's tag `a.b.scale.burst_units`. A state under another tag
-//! (a deploy that changes the limit, `quota_for` on some processes only) is converted by the
+//! (a deploy that changes the limit, `quota_for` on some processes only, or a client that holds
+//! the same quota in another unit, such as the core's, during a rolling deploy) is converted by the
 //! script as `tollgate::gcra::rescale(state, now, old, new)` does, with the old quota's
 //! parameters taken from the tag: the old balance at the server's time (refilled at the old rate
 //! since it was written), carried over in units — fractions of a token kept — and capped at the
@@ -86,7 +116,14 @@ pub const PRODUCTION_SOURCE: &str = concat!("local TEST_CLOCK = false\n", includ
 /// A quota as the script needs it, checked to fit the script's exact range.
 #[derive(Clone, Debug)]
 pub(crate) struct Params {
+    /// The quota as configured: what the limiter reports ([`RedisLimiter::quota_for`],
+    /// outcomes) and the local fallback's share is taken of.
+    ///
+    /// [`RedisLimiter::quota_for`]: crate::RedisLimiter::quota_for
     pub(crate) quota: Quota,
+    /// The same rate and burst in the unit the script counts in (see the module docs): every
+    /// state, decision, snapshot and lease is this quota's.
+    pub(crate) model: Quota,
     /// The script's unit is `k` of the quota's state units (see the module docs): `a`, `b`,
     /// `scale`, `burst_units` and every state the script handles are in script units.
     k: u64,
@@ -106,45 +143,177 @@ fn gcd(mut x: u128, mut y: u128) -> u128 {
     x
 }
 
-impl Params {
-    /// Checks that the script holds `quota` exactly (see the module docs).
-    pub(crate) fn new(quota: Quota) -> Result<Params, Error> {
-        let (mul, div) = quota.units_per_ns();
-        let scale = u128::from(quota.scale());
-        let am = 1000 * u128::from(mul);
-        let g = gcd(am, u128::from(div));
-        let (a, b) = (am / g, u128::from(div) / g);
-        // The coarsest exact unit on the microsecond clock: when a whole number of state units
-        // is earned per microsecond (b = 1), every state the model reaches at whole
-        // microseconds is a sum of multiples of `a` (earned) and `scale` (costs), so it is a
-        // multiple of k = gcd(a, scale), and dividing every quantity by k changes no decision.
-        // Otherwise (b > 1) earned units are rounded, and k = 1.
-        let k = if b == 1 { gcd(a, scale) } else { 1 };
-        let (a, scale) = (a / k, scale / k);
-        let burst_units = u128::from(quota.burst()) * scale;
-        // Checked: a long prime period makes `a` and `b` both near 2^62 (and `a` up to 1000x
-        // more), so `(a + 1) * b` may leave even 128 bits.
-        let exact_period = (a + 1).checked_mul(b).is_some_and(|x| x <= EXACT);
-        let fits = 2u128
-            .checked_mul(a)
-            .and_then(|x| x.checked_add(burst_units))
-            .is_some_and(|x| x <= EXACT / 4);
-        if !exact_period || !fits {
-            return Err(Error::Config(format!(
-                "{quota:?} does not fit the Redis script's exact range ({a} units per {b} us \
-                 need (a + 1) x b <= 2^53, and burst x {scale} units + 2a <= 2^51): lower the \
-                 burst or use a coarser rate or a shorter period"
-            )));
+/// 2^51: the bound on the relative state plus a cost and headroom (see the module docs).
+const STATE_BOUND: u128 = EXACT / 4;
+
+/// A quota's script-unit parameters, checked against the script's range.
+struct Fit {
+    k: u64,
+    a: u64,
+    b: u64,
+    scale: u64,
+    burst_units: u64,
+}
+
+/// The script's parameters of `model` (a quota in its own unit), or which bound it breaks.
+fn fit(model: &Quota) -> Result<Fit, String> {
+    let (mul, div) = model.units_per_ns();
+    let scale = u128::from(model.scale());
+    let am = 1000 * u128::from(mul);
+    let g = gcd(am, u128::from(div));
+    let (a, b) = (am / g, u128::from(div) / g);
+    // The coarsest exact unit on the microsecond clock: when a whole number of state units
+    // is earned per microsecond (b = 1), every state the model reaches at whole
+    // microseconds is a sum of multiples of `a` (earned) and `scale` (costs), so it is a
+    // multiple of k = gcd(a, scale), and dividing every quantity by k changes no decision.
+    // Otherwise (b > 1) earned units are rounded, and k = 1.
+    let k = if b == 1 { gcd(a, scale) } else { 1 };
+    let (a, scale) = (a / k, scale / k);
+    let burst_units = u128::from(model.burst()) * scale;
+    // Checked: a long prime period makes `a` and `b` both near 2^62 (and `a` up to 1000x
+    // more), so `(a + 1) * b` may leave even 128 bits.
+    let exact_period = (a + 1).checked_mul(b).is_some_and(|x| x <= EXACT);
+    let fits = 2u128
+        .checked_mul(a)
+        .and_then(|x| x.checked_add(burst_units))
+        .is_some_and(|x| x <= STATE_BOUND);
+    if !exact_period || !fits {
+        return Err(format!(
+            "{a} units per {b} us at {scale} units per token need (a + 1) x b <= 2^53 and \
+             burst x {scale} + 2a <= 2^51"
+        ));
+    }
+    // Each is at most 2^53 by the checks above.
+    Ok(Fit {
+        k: k as u64,
+        a: a as u64,
+        b: b as u64,
+        scale: scale as u64,
+        burst_units: burst_units as u64,
+    })
+}
+
+/// The reduced rate of `quota`: `t` tokens per `p` ns, `gcd(t, p) = 1`.
+fn reduced(quota: &Quota) -> (u64, u64) {
+    // A valid quota's period fits in 64 bits of nanoseconds.
+    let per = quota.per().as_nanos() as u64;
+    let g = gcd(quota.tokens().into(), per.into()) as u64;
+    (quota.tokens() / g, per / g)
+}
+
+/// The divisors of `n` made of its prime factors below 2^16, each also times the cofactor left
+/// after dividing those out (whole: it is not factored further), in no particular order.
+fn divisors(mut n: u64) -> Vec<u64> {
+    let mut out = vec![1u64];
+    let mut d = 2u64;
+    while d < 1 << 16 && d * d <= n {
+        let mut e = 0;
+        while n.is_multiple_of(d) {
+            n /= d;
+            e += 1;
         }
-        let (k, a, b, scale, burst_units) = (
-            k as u64,
-            a as u64,
-            b as u64,
-            scale as u64,
-            burst_units as u64,
-        );
+        if e > 0 {
+            let len = out.len();
+            let mut pow = 1;
+            for _ in 0..e {
+                pow *= d;
+                out.extend_from_within(..len);
+                let end = out.len();
+                for x in &mut out[end - len..] {
+                    *x *= pow;
+                }
+            }
+        }
+        d += 1;
+    }
+    if n > 1 {
+        let len = out.len();
+        out.extend_from_within(..len);
+        for x in &mut out[len..] {
+            *x *= n;
+        }
+    }
+    out
+}
+
+/// The quota the script decides `quota` with: the same rate and burst, in a unit of the
+/// script's choice (see the module docs), with its script parameters.
+fn choose(quota: Quota) -> Result<(Quota, Fit), Error> {
+    // The quota's own unit, when it already earns whole units per microsecond: exact at every
+    // server reading (every exact quota).
+    let own = match fit(&quota) {
+        Ok(f) if f.b == 1 => return Ok((quota, f)),
+        own => own.ok(),
+    };
+    // t / p tokens per ns earn 1000·t·s / p units per µs at s units per token: a whole number
+    // (b = 1) iff s0 = p / gcd(p, 1000) divides s (gcd(t, p) = 1). At s0 itself the script
+    // unit is the coarsest (k = s / s0 for any multiple), so s0 is the one exact candidate.
+    let (t, p) = reduced(&quota);
+    let s0 = p / gcd(p.into(), 1000) as u64;
+    if let Ok(q) = quota.with_scale(s0) {
+        if let Ok(f) = fit(&q) {
+            return Ok((q, f));
+        }
+    }
+    if let Some(f) = own {
+        return Ok((quota, f));
+    }
+    // Inexact at some readings: the finest unit that fits. A scale s with g = gcd(s, s0) and
+    // m = s / g earns a = a0·m units per b = s0 / g µs (a0 = 1000·t / gcd(p, 1000), reduced),
+    // so every bound grows with m: for each divisor g the largest m that fits, and the
+    // largest scale over all g (b = 1, g = s0, failed above for every m).
+    let a0 = 1000 * u128::from(t) / gcd(p.into(), 1000);
+    let burst = u128::from(quota.burst());
+    // The core's own bound on the unit: rate × HORIZON + burst in 63 bits.
+    let need = (tollgate::HORIZON.as_nanos() * u128::from(t)).div_ceil(u128::from(p)) + burst;
+    let core_max = ((1u128 << 63) - 1) / need;
+    let mut candidates: Vec<u128> = divisors(s0)
+        .into_iter()
+        .filter(|&g| g < s0)
+        .filter_map(|g| {
+            let (g, b) = (u128::from(g), u128::from(s0 / g));
+            let m = (EXACT / b).checked_sub(1)? / a0;
+            let m = m.min(STATE_BOUND / (burst * g + 2 * a0));
+            let m = m.min(core_max / g);
+            (m >= 1).then_some(g * m)
+        })
+        .collect();
+    candidates.sort_unstable_by(|x, y| y.cmp(x));
+    candidates.dedup();
+    for s in candidates {
+        // The bounds above are conservative (m sharing a factor with s0 / g only lowers a and
+        // b); the quota's own validation and the script's checks decide.
+        let Ok(q) = quota.with_scale(s as u64) else {
+            continue;
+        };
+        if let Ok(f) = fit(&q) {
+            return Ok((q, f));
+        }
+    }
+    let why = fit(&quota.with_scale(1).unwrap_or(quota))
+        .err()
+        .unwrap_or_default();
+    Err(Error::Config(format!(
+        "{quota:?} does not fit the Redis script's exact range at any state unit (at one unit \
+         per token: {why}): lower the burst or use a coarser rate or a shorter period"
+    )))
+}
+
+impl Params {
+    /// Checks that the script holds `quota` and picks the unit it counts in (see the module
+    /// docs).
+    pub(crate) fn new(quota: Quota) -> Result<Params, Error> {
+        let (model, f) = choose(quota)?;
+        let Fit {
+            k,
+            a,
+            b,
+            scale,
+            burst_units,
+        } = f;
         Ok(Params {
             quota,
+            model,
             k,
             a,
             b,
@@ -239,7 +408,7 @@ impl Params {
         match status {
             "1" => {
                 let taken = parse(Some(taken))?;
-                let after = match gcra::try_acquire(before, now, &self.quota, taken) {
+                let after = match gcra::try_acquire(before, now, &self.model, taken) {
                     Ok(Some(after)) if taken >= cost => {
                         // The base the script wrote is this time's.
                         if parse(Some(n))? != t / self.b {
@@ -259,16 +428,16 @@ impl Params {
                 Ok(Decision {
                     verdict: Ok(()),
                     taken,
-                    snapshot: gcra::snapshot(after, now, &self.quota),
+                    snapshot: gcra::snapshot(after, now, &self.model),
                     state: after,
                     now_ns: now,
                 })
             }
-            "0" => match gcra::try_acquire(before, now, &self.quota, cost) {
+            "0" => match gcra::try_acquire(before, now, &self.model, cost) {
                 Err(denied) => Ok(Decision {
                     verdict: Err(denied),
                     taken: 0,
-                    snapshot: gcra::snapshot(before, now, &self.quota),
+                    snapshot: gcra::snapshot(before, now, &self.model),
                     state: before,
                     now_ns: now,
                 }),
@@ -322,18 +491,147 @@ mod tests {
         // 10^9/s and an odd rate fit.
         assert!(Params::new(Quota::per_second(1_000_000_000).unwrap()).is_ok());
         assert!(Params::new(Quota::per_second(999_999_937).unwrap()).is_ok());
-        // One per second: bursts up to ~2.25 million fit, 2^40 does not.
+        // One per second: exact at every microsecond (a token is 10^6 units, one earned per
+        // µs) while the burst refills within 2^51 µs (about 71 years); beyond, a coarser unit
+        // that rounds toward refusing; beyond 2^51 − 2 whole tokens, no unit fits.
         let one = Quota::per_second(1).unwrap();
-        assert!(Params::new(one.with_burst(2_000_000).unwrap()).is_ok());
-        assert!(matches!(
-            Params::new(one.with_burst(1 << 40).unwrap()),
-            Err(Error::Config(_))
-        ));
-        // One per day: a token is 8.64e10 units of 1 us; the burst refills in at most 2^51 us
-        // (about 71 years).
+        let p = Params::new(one.with_burst(2_000_000_000).unwrap()).unwrap();
+        assert_eq!((p.a, p.b, p.model.scale() / p.k), (1, 1, 1_000_000));
+        let p = Params::new(one.with_burst(1 << 40).unwrap()).unwrap();
+        assert!(p.b > 1 && p.model.scale() < 1_000_000, "{p:?}");
+        assert!(Params::new(one.with_burst((1 << 51) - 2).unwrap()).is_ok());
+        let e = Params::new(one.with_burst((1 << 51) - 1).unwrap()).unwrap_err();
+        assert!(
+            matches!(&e, Error::Config(m) if m.contains("2^51") && m.contains("2^53")),
+            "{e}"
+        );
+        // One per day: a token is 8.64e10 units of one per µs, exact while the burst refills
+        // in at most 2^51 µs; a larger burst takes a coarser, inexact unit.
         let day = Quota::new(1, Duration::from_secs(86_400), 26_000).unwrap();
-        assert!(Params::new(day).is_ok());
-        assert!(Params::new(day.with_burst(26_100).unwrap()).is_err());
+        assert_eq!(Params::new(day).unwrap().b, 1);
+        assert!(Params::new(day.with_burst(26_100).unwrap()).unwrap().b > 1);
+    }
+
+    /// Months are 30 days and years 365 (as tollgate-rls's units).
+    const MONTH: Duration = Duration::from_secs(2_592_000);
+    const YEAR: Duration = Duration::from_secs(31_536_000);
+
+    /// Ordinary rates whose own unit the script cannot hold (7 per month: 8.64e14 units per
+    /// token, 7000 per 3 µs) are held in the unit `s0 = p / gcd(p, 1000)`, whole units per
+    /// microsecond, so exact at every server reading; the large odd ones per minute to week, which
+    /// no µs-exact unit holds within the core's range, in the finest unit that fits.
+    #[test]
+    fn ordinary_rates_are_held() {
+        for (n, per) in [7, 14, 17, 21, 28, 31]
+            .map(|n| (n, MONTH))
+            .into_iter()
+            .chain([7, 14, 17, 21, 28, 29].map(|n| (n, YEAR)))
+        {
+            let q = Quota::new(n, per, n).unwrap();
+            let p = Params::new(q).unwrap_or_else(|e| panic!("{n} per {per:?}: {e}"));
+            let (t, pn) = reduced(&q);
+            let s0 = pn / gcd(pn.into(), 1000) as u64;
+            assert_eq!(p.model, q.with_scale(s0).unwrap(), "{n} per {per:?}");
+            assert_eq!((p.b, p.k), (1, 1), "{n} per {per:?}");
+            assert_eq!(u128::from(p.a), 1000 * u128::from(t) / gcd(pn.into(), 1000));
+            assert_eq!(p.quota, q);
+        }
+        let month = Params::new(Quota::new(7, MONTH, 7).unwrap()).unwrap();
+        assert_eq!(
+            month.strs,
+            [
+                "7.1.2592000000000.18144000000000",
+                "7",
+                "1",
+                "18144000000000",
+                "2592000000000"
+            ]
+            .map(String::from)
+        );
+        for (n, secs) in [
+            (292_899, 60),
+            (381_007, 3600),
+            (613_297, 86_400),
+            (847_649, 604_800),
+        ] {
+            let q = Quota::new(n, Duration::from_secs(secs), n).unwrap();
+            let p = Params::new(q).unwrap_or_else(|e| panic!("{n} per {secs} s: {e}"));
+            assert_eq!(
+                (p.model.tokens(), p.model.per(), p.model.burst()),
+                (n, q.per(), n)
+            );
+        }
+    }
+
+    /// Random rates and bursts over the whole range (fixed seed): `Params::new` builds or
+    /// refuses with `Error::Config`, never panics; a built one satisfies the script's range in
+    /// its own unit, its model has the quota's rate and burst, is exact at every microsecond
+    /// (b = 1) whenever the unit `s0` fits, and a refused one fits at no unit of the search
+    /// (not even one unit per token).
+    #[test]
+    fn params_build_in_range_or_refuse() {
+        use tollgate_testkit::random_quotas::log_uniform;
+        use tollgate_testkit::rng::Rng;
+        let mut rng = Rng(0x7a11_6a7e_5ca1_e000);
+        let (mut built, mut exact_us, mut refused) = (0, 0, 0);
+        for i in 0..30_000 {
+            let tokens = match i % 3 {
+                0 => log_uniform(&mut rng, u64::from(u32::MAX)),
+                _ => log_uniform(&mut rng, u64::MAX),
+            };
+            let per = match rng.below(3) {
+                0 => {
+                    [1, 60, 3600, 86_400, 604_800, 2_592_000, 31_536_000][rng.below(7) as usize]
+                        * 1_000_000_000
+                }
+                _ => log_uniform(&mut rng, u64::MAX),
+            };
+            let burst = match rng.below(3) {
+                0 => tokens,
+                _ => log_uniform(&mut rng, u64::MAX),
+            };
+            let Ok(q) = Quota::new(tokens, Duration::from_nanos(per), burst) else {
+                continue;
+            };
+            let r = std::panic::catch_unwind(|| Params::new(q));
+            let r = r.unwrap_or_else(|_| panic!("{q:?}: Params::new panicked"));
+            let (t, pn) = reduced(&q);
+            let s0 = pn / gcd(pn.into(), 1000) as u64;
+            let at_s0 = q.with_scale(s0).ok().filter(|m| fit(m).is_ok());
+            let p = match r {
+                Ok(p) => p,
+                Err(Error::Config(_)) => {
+                    refused += 1;
+                    assert!(at_s0.is_none(), "{q:?}");
+                    assert!(fit(&q).is_err(), "{q:?}");
+                    assert!(fit(&q.with_scale(1).unwrap()).is_err(), "{q:?}");
+                    continue;
+                }
+                Err(e) => panic!("{q:?}: {e}"),
+            };
+            built += 1;
+            let m = p.model;
+            assert_eq!((m.tokens(), m.per(), m.burst()), (tokens, q.per(), burst));
+            assert_eq!(p.quota, q);
+            let (a, b, k) = (u128::from(p.a), u128::from(p.b), u128::from(p.k));
+            assert!((a + 1) * b <= EXACT, "{q:?}");
+            assert!(u128::from(burst) * u128::from(m.scale()) / k + 2 * a <= STATE_BOUND);
+            // `a / b` script units per µs are the model's `mul / div` per ns.
+            let (mul, div) = m.units_per_ns();
+            assert_eq!(a * k * u128::from(div), 1000 * u128::from(mul) * b, "{q:?}");
+            assert_eq!(u128::from(m.scale()) % k, 0);
+            assert_eq!(
+                p.b == 1,
+                at_s0.is_some() || fit(&q).is_ok_and(|f| f.b == 1),
+                "{q:?}"
+            );
+            exact_us += u32::from(p.b == 1);
+            let _ = t;
+        }
+        assert!(
+            built > 10_000 && exact_us > 2000 && refused > 100,
+            "{built} {exact_us} {refused}"
+        );
     }
 
     /// A valid quota with a long, odd period (one token per ~146 years: `per` prime and above
@@ -361,7 +659,7 @@ mod tests {
         let p = Params::new(Quota::per_second(10).unwrap()).unwrap();
         let (sec, usec) = (1_796_148_287u64, 623_389u64);
         let t = sec * 1_000_000 + usec - ORIGIN_UNIX_US;
-        let after = gcra::try_acquire(gcra::FULL, t * 1000, &p.quota, 1)
+        let after = gcra::try_acquire(gcra::FULL, t * 1000, &p.model, 1)
             .unwrap()
             .unwrap();
         let n = t / p.b;
@@ -390,7 +688,7 @@ mod tests {
             "{} {} {}",
             p.tag,
             n,
-            next + u128::from(40 * p.quota.scale() / p.k)
+            next + u128::from(40 * p.model.scale() / p.k)
         );
         let refused = p
             .decode(&format!("0 {sec} {usec} 0 - - {drained}"), 1)
@@ -431,5 +729,73 @@ mod tests {
         assert!(p
             .state_of(&format!("{} 3 9223372036854775809", p.tag))
             .is_err());
+    }
+}
+
+#[cfg(test)]
+mod measure {
+    use super::*;
+    use tollgate_testkit::rng::Rng;
+
+    /// tollgate-rls's units (a month is 30 days, a year 365).
+    const UNITS: [(&str, u64); 7] = [
+        ("second", 1),
+        ("minute", 60),
+        ("hour", 3600),
+        ("day", 86_400),
+        ("week", 604_800),
+        ("month", 2_592_000),
+        ("year", 31_536_000),
+    ];
+
+    /// Every rate of 1..=20,000 per 30 days and per 365 days, with burst = rate, is held.
+    #[test]
+    fn every_rate_to_20000_per_month_or_year_is_held() {
+        for secs in [2_592_000, 31_536_000] {
+            let per = Duration::from_secs(secs);
+            for n in 1..=20_000u64 {
+                let q = Quota::new(n, per, n).unwrap();
+                if let Err(e) = Params::new(q) {
+                    panic!("{n} per {secs} s: {e}");
+                }
+            }
+        }
+    }
+
+    /// The counts the README quotes: per unit, of 1..=20,000 and of 20,000 rates drawn from
+    /// 1..=u32::MAX (burst = rate, fixed seed), how many are refused and how many held exact at
+    /// every microsecond. `cargo test -p tollgate-redis --lib count_refusals -- --ignored
+    /// --nocapture`.
+    #[test]
+    #[ignore]
+    fn count_refusals() {
+        for (name, secs) in UNITS {
+            let per = Duration::from_secs(secs);
+            let (mut refused, mut exact_us) = (0, 0);
+            for n in 1..=20_000u64 {
+                match choose(Quota::new(n, per, n).unwrap()) {
+                    Err(_) => refused += 1,
+                    Ok((_, f)) => exact_us += u32::from(f.b == 1),
+                }
+            }
+            eprintln!("{name}, 1..=20000: {refused} refused, {exact_us} exact at every us");
+            let mut rng = Rng(7);
+            let (mut valid, mut refused, mut exact_us) = (0, 0, 0);
+            for _ in 0..20_000 {
+                let n = 1 + rng.below(u64::from(u32::MAX));
+                let Ok(q) = Quota::new(n, per, n) else {
+                    continue;
+                };
+                valid += 1;
+                match choose(q) {
+                    Err(_) => refused += 1,
+                    Ok((_, f)) => exact_us += u32::from(f.b == 1),
+                }
+            }
+            eprintln!(
+                "{name}, 20000 drawn: {valid} valid quotas, {refused} refused, {exact_us} exact \
+                 at every us"
+            );
+        }
     }
 }

@@ -174,8 +174,12 @@ async fn big_numbers_round_trip() {
 
 #[tokio::test]
 async fn build_errors_are_clear() {
-    // A quota outside the script's range is refused before any connection is made.
-    let huge = Quota::per_second(1).unwrap().with_burst(1 << 40).unwrap();
+    // A quota outside the script's range is refused before any connection is made: one per
+    // second with a burst of 2^51 − 1, which even whole tokens leave beyond 2^51.
+    let huge = Quota::per_second(1)
+        .unwrap()
+        .with_burst((1 << 51) - 1)
+        .unwrap();
     let e = RedisLimiter::builder("redis://127.0.0.1:1", huge)
         .build()
         .await

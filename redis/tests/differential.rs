@@ -112,10 +112,11 @@ fn cases(seed: u64) -> Vec<Case> {
         .collect()
 }
 
-/// The model: `(verdict, snapshot, now, tokens taken)` per step, applying `tollgate::gcra` to
-/// its own state. A lease takes `clamp(available, cost, max)` tokens when `cost` fits.
+/// The model: `(verdict, snapshot, now, tokens taken)` per step, applying `tollgate::gcra` on
+/// the script's quota to its own state. A lease takes `clamp(available, cost, max)` tokens when `cost` fits.
 fn model(case: &Case) -> Vec<(Result<(), Denied>, Snapshot, u64, u64)> {
-    let q = &case.quota;
+    // The quota in the script's unit: the one the limiter's decisions are `gcra` on.
+    let q = &tollgate_redis::script_quota(case.quota).unwrap();
     let mut state = gcra::FULL;
     case.schedule
         .iter()

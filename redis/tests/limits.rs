@@ -23,12 +23,17 @@ const DAY_US: u64 = 86_400 * 1_000_000;
 /// The model: each quota's `tollgate::gcra` state; the policy's verdict, its tightest snapshot
 /// and that quota.
 fn model(quotas: &[Quota], schedule: &[(u64, u64)]) -> Vec<(Result<(), Denied>, Snapshot, Quota)> {
+    // Each quota in the script's unit decides; the policy reports the quota as configured.
+    let models: Vec<Quota> = quotas
+        .iter()
+        .map(|q| tollgate_redis::script_quota(*q).unwrap())
+        .collect();
     let mut states = vec![gcra::FULL; quotas.len()];
     schedule
         .iter()
         .map(|&(t, c)| {
             let now = (t - ORIGIN_UNIX_US) * 1000;
-            let results: Vec<_> = quotas
+            let results: Vec<_> = models
                 .iter()
                 .zip(&states)
                 .map(|(q, s)| gcra::try_acquire(*s, now, q, c))
@@ -53,7 +58,7 @@ fn model(quotas: &[Quota], schedule: &[(u64, u64)]) -> Vec<(Result<(), Denied>, 
                     }
                 }
             }
-            let snaps: Vec<Snapshot> = quotas
+            let snaps: Vec<Snapshot> = models
                 .iter()
                 .zip(&states)
                 .map(|(q, s)| gcra::snapshot(*s, now, q))

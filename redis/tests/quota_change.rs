@@ -17,6 +17,10 @@ fn fits(q: Quota) -> bool {
 }
 
 const PAIRS: usize = 400;
+/// The script's step-back allowance: a base at most a day after the server's time.
+const STEP_BACK_US: u64 = 86_400 * 1_000_000;
+/// The latest reading: 99 years after the origin, within tollgate's horizon.
+const LAST_US: u64 = ORIGIN_UNIX_US + 99 * 365 * 86_400 * 1_000_000;
 const READS: usize = 5;
 
 /// A quota for the other side of a pair: the same rate with another burst, the same period
@@ -85,14 +89,18 @@ fn pairs(seed: u64) -> Vec<Pair> {
             let last = t;
             let mut reads: Vec<u64> = (0..READS - 1)
                 .map(|_| {
-                    last + match rng.below(6) {
-                        0 => 0,
-                        1 => rng.below(token_us),
-                        2 => rng.below(full_us.saturating_mul(2)),
-                        3 => token_us,
-                        4 => log_uniform(&mut rng, 1 << 40),
-                        _ => rng.below(1000),
-                    }
+                    // Within tollgate's horizon (a quota may take centuries to refill its
+                    // burst in the script's coarser units).
+                    LAST_US.min(
+                        last + match rng.below(6) {
+                            0 => 0,
+                            1 => rng.below(token_us),
+                            2 => rng.below(full_us.saturating_mul(2)),
+                            3 => token_us,
+                            4 => log_uniform(&mut rng, 1 << 40),
+                            _ => rng.below(1000),
+                        },
+                    )
                 })
                 .collect();
             // The clock stepped back (a failover to a host whose clock is behind): before the
@@ -101,7 +109,13 @@ fn pairs(seed: u64) -> Vec<Pair> {
                 0 => 1 + rng.below(token_us.saturating_mul(3)),
                 _ => last - first + 1 + rng.below(1000),
             };
-            reads.push(last.saturating_sub(back).max(ORIGIN_UNIX_US));
+            // At most a day back: a state dated further ahead of the server's time is malformed
+            // by design (`tests/hostile_clients.rs`).
+            reads.push(
+                last.saturating_sub(back)
+                    .max(last.saturating_sub(STEP_BACK_US))
+                    .max(ORIGIN_UNIX_US),
+            );
             Pair {
                 key: format!("p{i}"),
                 a,
@@ -136,11 +150,16 @@ async fn converted_state_is_rescale_rounded_toward_fewer_tokens() {
     let (mut exact, mut debt, mut capped, mut fewer, mut inexact, mut scales) = (0, 0, 0, 0, 0, 0);
     let mut huge = 0;
     for p in &all {
+        // Each side's quota in the script's unit: every state and decision is `gcra` on it.
+        let (a, b) = (
+            tollgate_redis::script_quota(p.a).unwrap(),
+            tollgate_redis::script_quota(p.b).unwrap(),
+        );
         // The writes under `a`, mirrored by the model.
         let mut model = gcra::FULL;
         for &(t, cost) in &p.writes {
             let (v, _, _) = la.check_at(&p.key, cost, t).await.unwrap();
-            let m = gcra::try_acquire(model, ns(t), &p.a, cost);
+            let m = gcra::try_acquire(model, ns(t), &a, cost);
             assert_eq!(v, m.map(|_| ()));
             model = m.ok().flatten().unwrap_or(model);
         }
@@ -148,40 +167,39 @@ async fn converted_state_is_rescale_rounded_toward_fewer_tokens() {
         let last = p.writes.last().unwrap().0;
         let s = la.state_at(&p.key, last).await.unwrap();
         assert_eq!(s, model, "{:?}: {:?}", p.a, p.writes);
-        inexact += u32::from(!p.a.is_exact() || !p.b.is_exact());
+        inexact += u32::from(!a.is_exact() || !b.is_exact());
         for &t in &p.reads {
             let now = ns(t);
             let got = lb.state_at(&p.key, t).await.unwrap();
-            if p.a.units_per_ns() == p.b.units_per_ns()
-                && (p.a.scale(), p.a.burst()) == (p.b.scale(), p.b.burst())
+            if a.units_per_ns() == b.units_per_ns()
+                && (a.scale(), a.burst()) == (b.scale(), b.burst())
             {
                 // The same tag: no conversion, the state as stored.
                 assert_eq!(got, s);
                 continue;
             }
-            let want = gcra::rescale(s, now, &p.a, &p.b);
+            let want = gcra::rescale(s, now, &a, &b);
             let ctx = || format!("{:?} -> {:?}, state {s}, t {t}: {got} vs {want}", p.a, p.b);
             assert!(got < (1 << 63) - 1, "saturated: {}", ctx());
             assert!(got >= want, "more than gcra::rescale: {}", ctx());
             assert!(
-                gcra::available(got, now, &p.b) <= gcra::available(s, now, &p.a),
+                gcra::available(got, now, &b) <= gcra::available(s, now, &a),
                 "more tokens than the old bucket: {}",
                 ctx()
             );
-            let in_debt =
-                u128::from(s) > earned_floor(&p.a, now) + u128::from(p.a.burst() * p.a.scale());
+            let in_debt = u128::from(s) > earned_floor(&a, now) + u128::from(a.burst() * a.scale());
             // The script counts in units of k of the quota's (see src/script.rs): its
             // roundings are whole script units of the reader's quota.
-            let (ka, kb) = (script_unit(&p.a), script_unit(&p.b));
-            let equal_scales = p.a.scale() / ka == p.b.scale() / kb;
+            let (ka, kb) = (script_unit(&a), script_unit(&b));
+            let equal_scales = a.scale() / ka == b.scale() / kb;
             scales += u32::from(!equal_scales);
             let tol = if in_debt {
                 debt += 1;
-                let (mul, div) = p.b.units_per_ns();
+                let (mul, div) = b.units_per_ns();
                 let micro = (1000 * u128::from(mul)).div_ceil(u128::from(div)) + 1;
                 // A debt of 2^52 units or more above the base is bounded in doubles: within
                 // 2^-47 of itself, plus one.
-                let big = if u128::from(got) > earned_floor(&p.b, now) + (1 << 52) {
+                let big = if u128::from(got) > earned_floor(&b, now) + (1 << 52) {
                     huge += 1;
                     u128::from(got >> 46)
                 } else {
@@ -201,7 +219,7 @@ async fn converted_state_is_rescale_rounded_toward_fewer_tokens() {
             );
             exact += u32::from(got == want);
             fewer += u32::from(got > want);
-            if gcra::available(s, now, &p.a) > p.b.burst() {
+            if gcra::available(s, now, &a) > b.burst() {
                 capped += 1;
             }
             // Nothing was written: the key still holds the state under `a`.

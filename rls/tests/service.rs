@@ -578,25 +578,25 @@ async fn the_grpc_port_bounds_the_streams_of_a_connection() {
     );
 }
 
-/// A config of rates the Redis script cannot hold: 7 and 31 per month, 7 per year.
-const SCRIPT_REFUSES: &str = "domain: d\ndescriptors:\n  \
+/// A config of rates the core holds inexactly (`Quota::is_exact`): 7 and 31 per month, 7 per
+/// year.
+const INEXACT: &str = "domain: d\ndescriptors:\n  \
     - {key: m7, rate_limit: {unit: month, requests_per_unit: 7}}\n  \
     - {key: m31, rate_limit: {unit: month, requests_per_unit: 31}}\n  \
     - {key: y7, rate_limit: {unit: year, requests_per_unit: 7}}\n";
 
-/// `(key, requests_per_unit, unit in seconds, unit in the proto)` of `SCRIPT_REFUSES`.
-const SCRIPT_REFUSED: [(&str, u32, u64, i32); 3] = [
+/// `(key, requests_per_unit, unit in seconds, unit in the proto)` of `INEXACT`.
+const INEXACT_RATES: [(&str, u32, u64, i32); 3] = [
     ("m7", 7, 30 * 86_400, 5),
     ("m31", 31, 30 * 86_400, 5),
     ("y7", 7, 365 * 86_400, 6),
 ];
 
-/// Rates the Redis script cannot hold load on the local backend (only the core's check
-/// applies there) and are served under their own rate.
+/// Inexact rates load on the local backend and are served under their own rate.
 #[tokio::test]
-async fn rates_the_redis_script_refuses_are_served_on_the_local_backend() {
-    let mut s = Rls::start(SCRIPT_REFUSES).await;
-    for (key, n, _, unit) in SCRIPT_REFUSED {
+async fn inexact_rates_are_served_on_the_local_backend() {
+    let mut s = Rls::start(INEXACT).await;
+    for (key, n, _, unit) in INEXACT_RATES {
         let r = s.ok(req("d", vec![desc(&[(key, "x")])])).await;
         assert_eq!(r.overall_code, OK, "{key}");
         let limit = r.statuses[0].current_limit.clone().unwrap();
@@ -612,9 +612,9 @@ async fn rates_the_redis_script_refuses_are_served_on_the_local_backend() {
 /// later token comes one interval (the unit over the rate) after the one before, to the
 /// second.
 #[tokio::test]
-async fn rates_the_redis_script_refuses_are_decided_on_the_local_backend() {
-    let mut s = Rls::start(SCRIPT_REFUSES).await;
-    for (key, n, unit_s, _) in SCRIPT_REFUSED {
+async fn inexact_rates_are_decided_on_the_local_backend() {
+    let mut s = Rls::start(INEXACT).await;
+    for (key, n, unit_s, _) in INEXACT_RATES {
         let u = || req("d", vec![desc(&[(key, "x")])]);
         let mut admitted = 0;
         let refused = loop {

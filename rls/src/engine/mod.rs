@@ -30,8 +30,8 @@ pub(crate) fn quota_of(rate: &Rate) -> Result<Quota, String> {
 }
 
 /// Checks at load that a rate makes a quota that `target` holds: the core's check on every
-/// backend, the Redis script's exact range only on the Redis backend (it refuses rates the
-/// core holds, 7 per month among them).
+/// backend, the Redis script's range only on the Redis backend (it refuses some rates the
+/// core holds: 4,294,967,291 per month among them).
 pub(crate) fn check_rate(rate: &Rate, target: Target) -> Result<(), String> {
     let q = quota_of(rate)?;
     match target {
