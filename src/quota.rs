@@ -102,7 +102,8 @@ impl Quota {
         Quota::new(tokens, Duration::from_secs(1), tokens)
     }
 
-    /// The same rate with another burst.
+    /// The same rate with another burst, in the unit [`Quota::new`] picks for them (a unit
+    /// chosen by [`with_scale`](Quota::with_scale) is not kept: apply it after this).
     ///
     /// ```
     /// let q = tollgate::Quota::per_second(100).unwrap().with_burst(5).unwrap();
