@@ -217,9 +217,58 @@ pub(crate) fn downtime(saved_ns: u128, now: SystemTime) -> Result<u64, RestoreEr
     Ok(0)
 }
 
-/// The units a bucket in `state` lacks from full at `now` (a debt included), rounded up.
+/// The units a bucket in `state` lacks from full at `now` (a debt included), rounded up, in the
+/// unit a save records: that of [`Quota::new`] for the quota's rate and burst, which a restore
+/// rebuilds from the saved `tokens`, `per` and `burst` (a quota built by
+/// [`Quota::with_scale`] counts in another unit; see [`Saved`]).
 pub(crate) fn lack(state: u64, now: u64, quota: &Quota) -> u64 {
-    state.saturating_sub(quota.earned_floor(now))
+    Saved::of(quota).lack(state, now)
+}
+
+/// A quota as a save records it: its own unit and the one a restore reads the lack in
+/// ([`Quota::new`]'s for the same rate and burst). Build once per quota on a save's path: the
+/// second unit takes `Quota::new`'s search.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Saved {
+    quota: Quota,
+    /// The restore's unit (`Quota::new`'s scale), if it differs from the quota's own.
+    rebuilt: Option<u64>,
+}
+
+impl Saved {
+    /// `quota`, and the unit its saved lack is read in.
+    pub(crate) fn of(quota: &Quota) -> Saved {
+        // Always `Ok`: a quota's rate and burst passed `Quota::new` when it was built.
+        let rebuilt = Quota::new(quota.tokens(), quota.per(), quota.burst())
+            .ok()
+            .map(|q| q.scale())
+            .filter(|&s| s != quota.scale());
+        Saved {
+            quota: *quota,
+            rebuilt,
+        }
+    }
+
+    /// Whether this describes `quota` (for a cache keyed by the quota).
+    pub(crate) fn is_for(&self, quota: &Quota) -> bool {
+        self.quota == *quota
+    }
+
+    /// The units a bucket in `state` lacks from full at `now` (a debt included), in the
+    /// restore's unit, rounded up: converted from the quota's own unit when they differ, so a
+    /// restore never reads fewer tokens lacked than the bucket lacked (saturating at the largest
+    /// state, which restores as the largest debt).
+    pub(crate) fn lack(&self, state: u64, now: u64) -> u64 {
+        let own = state.saturating_sub(self.quota.earned_floor(now));
+        match self.rebuilt {
+            None => own,
+            Some(to) => {
+                let units =
+                    (u128::from(own) * u128::from(to)).div_ceil(u128::from(self.quota.scale()));
+                u64::try_from(units).map_or(MAX_UNITS, |u| u.min(MAX_UNITS))
+            }
+        }
+    }
 }
 
 /// The state, under `new` at reading `now`, of a bucket that lacked `lack` units of quota `old`

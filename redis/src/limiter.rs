@@ -656,7 +656,10 @@ impl RedisLimiter {
         deadline: Instant,
     ) -> Result<redis::Value, Error> {
         let inner = &*self.inner;
-        let pass = inner.breaker.pass(deadline.into_std()).ok_or(Error::Unavailable)?;
+        let pass = inner
+            .breaker
+            .pass(deadline.into_std())
+            .ok_or(Error::Unavailable)?;
         let Ok(_permit) = inner.in_flight.try_acquire() else {
             // Nothing was learned about the server.
             inner.breaker.release(pass);
@@ -674,7 +677,10 @@ impl RedisLimiter {
         deadline: Instant,
     ) -> Result<redis::Value, Error> {
         let inner = &*self.inner;
-        let pass = inner.breaker.pass(deadline.into_std()).ok_or(Error::Unavailable)?;
+        let pass = inner
+            .breaker
+            .pass(deadline.into_std())
+            .ok_or(Error::Unavailable)?;
         let Ok(_permit) = inner.in_flight.try_acquire() else {
             inner.breaker.release(pass);
             return Err(Error::Overloaded);

@@ -32,7 +32,7 @@ use crate::persist::format::{
     kind, Cursor, FrameReader, FrameWriter, Limiter, Payload, ENTRIES_PER_FRAME,
 };
 use crate::persist::{
-    downtime, inherent_persist, lack, restored_state, restored_states, sealed, RestoreError,
+    downtime, inherent_persist, restored_state, restored_states, sealed, RestoreError, Saved,
 };
 use crate::quota::{Quota, HORIZON_NS};
 use crate::sync::Ordering;
@@ -169,6 +169,9 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
             fw.frame(over, &p.0)?;
         }
         let mut entries: Vec<(u64, usize, [u64; MAX_LIMITS])> = Vec::new();
+        // Each quota position's last quota as a save records it: the rules are few (the
+        // table's quotas and its overrides), and `Saved::of` runs `Quota::new`'s search.
+        let mut units: [Option<Saved>; MAX_LIMITS] = [None; MAX_LIMITS];
         self.index.walk(CHUNK, |chunk| {
             entries.clear();
             for &(fp, word) in chunk {
@@ -178,8 +181,17 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                 };
                 let quotas = P::quotas(rule);
                 let mut lacks = [0u64; MAX_LIMITS];
-                for ((l, q), &s) in lacks.iter_mut().zip(quotas).zip(P::words(&state)) {
-                    *l = lack(s, now, q);
+                for (((l, q), &s), u) in lacks
+                    .iter_mut()
+                    .zip(quotas)
+                    .zip(P::words(&state))
+                    .zip(units.iter_mut())
+                {
+                    let saved = match u {
+                        Some(saved) if saved.is_for(q) => saved,
+                        _ => u.insert(Saved::of(q)),
+                    };
+                    *l = saved.lack(s, now);
                 }
                 if lacks.iter().any(|&l| l > 0) {
                     entries.push((fp, quotas.len(), lacks));
