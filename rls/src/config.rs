@@ -263,6 +263,7 @@ struct Domain {
 pub struct Config {
     domains: HashMap<String, Domain>,
     limits: Vec<Arc<Limit>>,
+    warnings: Vec<ConfigError>,
 }
 
 /// Appends `s` to a bucket with the separators (`\x1e`, `\x1f`) and the escape (`\x1b`) each
@@ -330,6 +331,7 @@ impl Config {
             let mut p = Parser {
                 file,
                 limits: &mut config.limits,
+                warnings: &mut config.warnings,
                 ids: HashMap::new(),
                 domain: String::new(),
                 path_bytes: &mut path_bytes,
@@ -356,6 +358,13 @@ impl Config {
     /// Every limit, in load order.
     pub fn limits(&self) -> &[Arc<Limit>] {
         &self.limits
+    }
+
+    /// What the load ignored, each with its file, line and field: fields envoyproxy/ratelimit
+    /// knows, written in a mapping that does not take them (which it ignores too, and which
+    /// cannot loosen a limit; see [`misplaced`]), and an `unlimited` limit's invalid `unit`.
+    pub fn warnings(&self) -> &[ConfigError] {
+        &self.warnings
     }
 
     /// The number of domains.
@@ -527,9 +536,94 @@ struct Above {
     value_to_metric: bool,
 }
 
+/// The mappings of envoyproxy/ratelimit's format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// The file: `domain`, `descriptors`.
+    File,
+    /// A descriptor: `key`, `value`, `rate_limit`, `descriptors`, `shadow_mode`,
+    /// `detailed_metric`, `value_to_metric`, `share_threshold`.
+    Descriptor,
+    /// A `rate_limit`: `unit`, `requests_per_unit`, `unlimited`, `name`, `replaces`.
+    RateLimit,
+    /// A `replaces` entry: `name`.
+    Replaces,
+}
+
+impl Place {
+    fn what(self) -> &'static str {
+        match self {
+            Place::File => "the file's top level",
+            Place::Descriptor => "a descriptor",
+            Place::RateLimit => "a rate_limit",
+            Place::Replaces => "a replaces entry",
+        }
+    }
+}
+
+/// What the load does with a field written where it does not belong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Misplaced {
+    /// Ignored, with a warning.
+    Ignored,
+    /// Refused, with where the field belongs.
+    Refused(&'static str),
+}
+
+/// The field names envoyproxy/ratelimit knows (its `validKeys`): it refuses any other name
+/// anywhere in a file, and accepts these in any mapping, ignoring one where its schema does
+/// not take it.
+const KNOWN_FIELDS: [&str; 14] = [
+    "domain",
+    "key",
+    "value",
+    "descriptors",
+    "rate_limit",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "shadow_mode",
+    "name",
+    "replaces",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+];
+
+/// What becomes of field `name` written in `place`, which does not take it: `None` for a
+/// name envoyproxy/ratelimit does not know (refused as unknown there and here). A known field
+/// loads ignored, as there, where ignoring it can only make the service stricter or change no
+/// decision (a misplaced `shadow_mode` leaves the limit enforced, a misplaced `name` or
+/// `replaces` leaves a limit unreplaced, `domain`, `key` or `value` in a `rate_limit` name
+/// nothing the descriptor does not); it is refused where ignoring it would silently drop a
+/// limit the file writes: a `rate_limit` outside a descriptor, `descriptors` inside a
+/// `rate_limit` or a `replaces` entry, a `unit` or `requests_per_unit` outside a `rate_limit`
+/// (a limit without its `rate_limit:`), and a `share_threshold` inside a `rate_limit` (every
+/// value would get its own bucket instead of sharing one).
+fn misplaced(name: &str, place: Place) -> Option<Misplaced> {
+    if !KNOWN_FIELDS.contains(&name) {
+        return None;
+    }
+    Some(match (name, place) {
+        ("rate_limit", _) => Misplaced::Refused("rate_limit belongs in a descriptor"),
+        ("descriptors", Place::RateLimit | Place::Replaces) => {
+            Misplaced::Refused("descriptors belong in a descriptor, beside its rate_limit")
+        }
+        ("unit" | "requests_per_unit", Place::File | Place::Descriptor) => {
+            Misplaced::Refused("a rate belongs in a descriptor's rate_limit")
+        }
+        ("share_threshold", Place::RateLimit) => {
+            Misplaced::Refused("share_threshold belongs in the descriptor, beside its rate_limit")
+        }
+        _ => Misplaced::Ignored,
+    })
+}
+
 struct Parser<'a> {
     file: &'a Path,
     limits: &'a mut Vec<Arc<Limit>>,
+    /// What the load ignores ([`Config::warnings`]).
+    warnings: &'a mut Vec<ConfigError>,
     /// The ids of the file's limits so far, each with where it was defined: an id names one
     /// table (and one Redis policy), so a second limit with it is refused. Files have distinct
     /// domains, free of the id's `\x1f`, so their ids differ.
@@ -579,18 +673,50 @@ fn weight(scalar_len: usize) -> u64 {
 /// copy by [`MAX_COPIED`] beyond the file's own weight: loading recurses no deeper than that,
 /// and its memory stays within a constant of the file's.
 fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
-    use saphyr_parser::{Event, ScanError, SpannedEventReceiver};
+    use saphyr_parser::{Event, ScalarStyle, ScanError, SpannedEventReceiver};
     let mut loader: YamlLoader<'_, MarkedYamlOwned> = YamlLoader::default();
     loader.early_parse(false);
     // Per open collection: its weight so far (itself included, aliases expanded) and its
     // anchor id (0: none).
     let mut open: Vec<(u64, usize)> = Vec::new();
+    // Per open collection, for the merge keys: whether it is a mapping, the nodes it holds so
+    // far (in a mapping, an even count means the next node is a key) and its merge keys so far.
+    let mut keys: Vec<(bool, usize, usize)> = Vec::new();
     // Per anchor id: the weight of its node, aliases expanded.
     let mut sizes: HashMap<usize, u64> = HashMap::new();
     // The weight of the nodes written in the file, and of the copies the loader makes.
     let (mut parsed, mut copied) = (0u64, 0u64);
     for next in saphyr_parser::Parser::new_from_str(text) {
-        let (ev, span) = next?;
+        let (mut ev, span) = next?;
+        if matches!(
+            ev,
+            Event::Scalar(..)
+                | Event::Alias(_)
+                | Event::SequenceStart(..)
+                | Event::MappingStart(..)
+        ) {
+            if let Some((true, nodes, merges)) = keys.last_mut() {
+                if *nodes % 2 == 0 {
+                    if let Event::Scalar(text, ScalarStyle::Plain, _, tag @ None) = &mut ev {
+                        if text == "<<" {
+                            *merges += 1;
+                            if *merges > 1 {
+                                *tag = Some(Cow::Owned(repeated_merge_tag(*merges)));
+                            }
+                        }
+                    }
+                }
+                *nodes += 1;
+            }
+        }
+        match &ev {
+            Event::SequenceStart(..) => keys.push((false, 0, 0)),
+            Event::MappingStart(..) => keys.push((true, 0, 0)),
+            Event::SequenceEnd | Event::MappingEnd => {
+                keys.pop();
+            }
+            _ => {}
+        }
         let closed = match &ev {
             Event::SequenceStart(aid, _) | Event::MappingStart(aid, _) => {
                 if open.len() >= MAX_NESTING {
@@ -652,13 +778,29 @@ fn is_null(n: &MarkedYamlOwned) -> bool {
     matches!(scalar(n), Some((_, ScalarOwned::Null)))
 }
 
+/// The handle of the tag [`load_yaml`] gives the second and later merge keys of one mapping.
+/// yaml.v2 merges each merge key of a mapping in turn, while saphyr's loader refuses a key
+/// twice: the tag (numbered, so no two are equal) keeps them apart as keys. A tag of this
+/// handle is never resolved as a value ([`scalar`] refuses tags outside the core schema).
+const REPEATED_MERGE: &str = "tag:tollgate-rls,merge:";
+
+fn repeated_merge_tag(n: usize) -> saphyr_parser::Tag {
+    saphyr_parser::Tag {
+        handle: REPEATED_MERGE.into(),
+        suffix: n.to_string(),
+    }
+}
+
 /// Whether a mapping key is YAML's merge key: `<<` as a plain scalar without a tag (quoted, it
-/// is an ordinary key, as yaml.v2 resolves it).
+/// is an ordinary key, as yaml.v2 resolves it), or a later one of a mapping's merge keys,
+/// tagged by [`load_yaml`].
 fn is_merge_key(k: &MarkedYamlOwned) -> bool {
-    matches!(
-        &k.data,
-        YamlDataOwned::Representation(text, saphyr_parser::ScalarStyle::Plain, None) if text == "<<"
-    )
+    match &k.data {
+        YamlDataOwned::Representation(text, saphyr_parser::ScalarStyle::Plain, tag) => {
+            text == "<<" && tag.as_ref().is_none_or(|t| t.handle == REPEATED_MERGE)
+        }
+        _ => false,
+    }
 }
 
 /// A scalar node's source text and its value under YAML 1.2's core schema (as saphyr's
@@ -716,7 +858,7 @@ impl Parser<'_> {
             match name.as_str() {
                 "domain" => domain = Some((self.string(v, "domain")?, v)),
                 "descriptors" => descriptors = Some(v),
-                other => return Err(self.unknown(k, "", other)),
+                other => self.misplaced(k, "", other, Place::File)?,
             }
         }
         let domain = match domain {
@@ -767,6 +909,49 @@ impl Parser<'_> {
             _ => format!("unknown field {name:?}"),
         };
         self.err(Some(k), &field, message)
+    }
+
+    /// A field that `place` does not take: refused if envoyproxy/ratelimit does not know it
+    /// either ([`Parser::unknown`]); else as [`misplaced`] decides, a warning or an error.
+    fn misplaced(
+        &mut self,
+        k: &MarkedYamlOwned,
+        at: &str,
+        name: &str,
+        place: Place,
+    ) -> Result<(), ConfigError> {
+        let Some(effect) = misplaced(name, place) else {
+            return Err(self.unknown(k, at, name));
+        };
+        let field = if at.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{at}.{name}")
+        };
+        match effect {
+            Misplaced::Ignored => {
+                let w = self.err(
+                    Some(k),
+                    &field,
+                    format!(
+                        "{name:?} is not a field of {}: ignored, as envoyproxy/ratelimit \
+                         ignores it",
+                        place.what()
+                    ),
+                );
+                self.warnings.push(w);
+                Ok(())
+            }
+            Misplaced::Refused(belongs) => Err(self.err(
+                Some(k),
+                &field,
+                format!(
+                    "{name:?} is not a field of {}: envoyproxy/ratelimit ignores it there, \
+                     which would drop what it limits (refused rather than ignored); {belongs}",
+                    place.what()
+                ),
+            )),
+        }
     }
 
     fn mapping<'n>(&self, n: &'n MarkedYamlOwned, field: &str) -> Result<&'n Map, ConfigError> {
@@ -964,7 +1149,7 @@ impl Parser<'_> {
                         share = self.boolean(v, &f)?;
                         share_at = Some(k);
                     }
-                    other => return Err(self.unknown(k, &at, other)),
+                    other => self.misplaced(k, &at, other, Place::Descriptor)?,
                 }
             }
             let key = match key {
@@ -1168,7 +1353,7 @@ impl Parser<'_> {
     /// one) its name. `single`: the `rate_limit` form (where `unlimited` is allowed).
     #[allow(clippy::type_complexity)]
     fn rate(
-        &self,
+        &mut self,
         n: &MarkedYamlOwned,
         field: &str,
         single: bool,
@@ -1196,6 +1381,9 @@ impl Parser<'_> {
                         for (rname_key, rk, rv) in self.fields(m, &rf)? {
                             match rname_key.as_str() {
                                 "name" => rname = self.string(rv, &format!("{rf}.name"))?,
+                                other if single => {
+                                    self.misplaced(rk, &rf, other, Place::Replaces)?
+                                }
                                 other => return Err(self.unknown(rk, &rf, other)),
                             }
                         }
@@ -1209,6 +1397,7 @@ impl Parser<'_> {
                         replaces.push(rname);
                     }
                 }
+                other if single => self.misplaced(k, field, other, Place::RateLimit)?,
                 other => return Err(self.unknown(k, field, other)),
             }
         }
@@ -1220,13 +1409,25 @@ impl Parser<'_> {
             ));
         }
         if unlimited {
-            // An empty (or null) unit is no unit, as to envoyproxy/ratelimit.
-            if let Some((_, v)) = unit.filter(|(u, _)| !u.is_empty()) {
-                return Err(self.err(
-                    Some(v),
-                    &format!("{field}.unit"),
-                    "an unlimited limit takes no unit".into(),
-                ));
+            // envoyproxy/ratelimit refuses a valid unit beside `unlimited: true` and ignores
+            // any other (an empty or null one is no unit): an unlimited limit never reads it.
+            match unit {
+                Some((u, v)) if Unit::parse(&u).is_some() => {
+                    return Err(self.err(
+                        Some(v),
+                        &format!("{field}.unit"),
+                        "an unlimited limit takes no unit".into(),
+                    ))
+                }
+                Some((u, v)) if !u.is_empty() => {
+                    let w = self.err(
+                        Some(v),
+                        &format!("{field}.unit"),
+                        format!("{u:?} is not a unit: ignored, as the limit is unlimited"),
+                    );
+                    self.warnings.push(w);
+                }
+                _ => {}
             }
             if let Some((_, v)) = burst {
                 return Err(self.err(

@@ -206,6 +206,7 @@ async fn run_with(
     let config = sources
         .and_then(|s| Config::from_sources_for(&s, target))
         .map_err(StartError::Config)?;
+    log_warnings(&config);
     let handle = crate::metrics::install();
     let backend = match &opts.redis {
         None => Backend::Local(LocalBackend::new(clock.clone(), opts.max_keys)),
@@ -435,6 +436,7 @@ fn load_into(
     };
     match sources.and_then(|s| Config::from_sources_for(&s, target)) {
         Ok(c) => {
+            log_warnings(&c);
             let limits = c.limits().len();
             service.reload(c);
             crate::metrics::config_load(true);
@@ -451,6 +453,23 @@ fn load_into(
             ));
             false
         }
+    }
+}
+
+/// The most of a config's warnings logged one a line; the rest are counted in one line.
+const MAX_WARNINGS_LOGGED: usize = 10;
+
+/// Logs what a config's load ignored ([`Config::warnings`]).
+fn log_warnings(config: &Config) {
+    let w = config.warnings();
+    for e in w.iter().take(MAX_WARNINGS_LOGGED) {
+        log(format!("config warning: {e}"));
+    }
+    if w.len() > MAX_WARNINGS_LOGGED {
+        log(format!(
+            "config warning: {} more fields ignored",
+            w.len() - MAX_WARNINGS_LOGGED
+        ));
     }
 }
 

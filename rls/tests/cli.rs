@@ -326,3 +326,24 @@ async fn out_of_descriptors_the_accept_loop_pauses_and_logs_once_per_period() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A field the load ignores (a known field out of place, as envoyproxy/ratelimit ignores it)
+/// is logged with its file, line and field at start, and the service starts.
+#[test]
+fn ignored_fields_are_logged_at_start() {
+    let dir = TempDir::new("cli-warn");
+    let cfg = dir.write(
+        "c.yaml",
+        "domain: cli\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, shadow_mode: true}\n",
+    );
+    let mut args = vec!["--config", cfg.to_str().unwrap()];
+    args.extend(free());
+    let mut p = Proc::start(&args);
+    assert!(
+        p.logged("c.yaml:4: descriptors[0].rate_limit.shadow_mode: \"shadow_mode\" is not a field of a rate_limit: ignored"),
+        "{}",
+        p.stderr()
+    );
+    p.signal("TERM");
+    assert_eq!(p.wait(Duration::from_secs(20)), Some(0), "{}", p.stderr());
+}
