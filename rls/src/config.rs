@@ -195,6 +195,37 @@ pub enum Target {
     Redis,
 }
 
+/// The default of [`LoadOptions::max_descriptors`] (`--max-descriptors`).
+pub const DEFAULT_MAX_DESCRIPTORS: usize = 100_000;
+
+/// How a config is loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The backend the rates must suit.
+    pub target: Target,
+    /// The most descriptors (at every level, with a limit or not) the config's files may
+    /// define in all (`--max-descriptors`). A loaded descriptor costs some kilobytes while the
+    /// file is parsed and about 1.5 KB in the local backend when its every level has a value
+    /// (a table of one), so the bound keeps a mistaken or generated file from taking the
+    /// process's memory, at start or on a reload (which keeps the old config serving). The
+    /// file's mappings are bounded as it is parsed, by four per descriptor (a descriptor, its
+    /// `rate_limit`, room for `replaces` entries and anchors) plus [`SPARE_MAPPINGS`], so that
+    /// a file far over the bound is refused before it is built.
+    pub max_descriptors: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> LoadOptions {
+        LoadOptions {
+            target: Target::Local,
+            max_descriptors: DEFAULT_MAX_DESCRIPTORS,
+        }
+    }
+}
+
+/// Mappings a config may hold beyond four per allowed descriptor ([`LoadOptions`]).
+const SPARE_MAPPINGS: usize = 1_024;
+
 /// A load error: the file, line and field it concerns, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -324,9 +355,29 @@ impl Config {
         sources: &[(PathBuf, String)],
         target: Target,
     ) -> Result<Config, ConfigError> {
+        Config::from_sources_with(
+            sources,
+            LoadOptions {
+                target,
+                ..LoadOptions::default()
+            },
+        )
+    }
+
+    /// [`Config::from_sources`], under `options`: a rate `options.target` cannot hold is
+    /// refused, and so is a config of more than `options.max_descriptors` descriptors.
+    pub fn from_sources_with(
+        sources: &[(PathBuf, String)],
+        options: LoadOptions,
+    ) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         let mut domain_files: HashMap<String, PathBuf> = HashMap::new();
         let mut path_bytes = 0;
+        let mut descriptors = 0;
+        let mut mappings = options
+            .max_descriptors
+            .saturating_mul(4)
+            .saturating_add(SPARE_MAPPINGS);
         for (file, text) in sources {
             let mut p = Parser {
                 file,
@@ -335,7 +386,10 @@ impl Config {
                 ids: HashMap::new(),
                 domain: String::new(),
                 path_bytes: &mut path_bytes,
-                target,
+                descriptors: &mut descriptors,
+                mappings: &mut mappings,
+                max_descriptors: options.max_descriptors,
+                target: options.target,
             };
             let (name, domain) = p.file(text)?;
             if let Some(first) = domain_files.get(&name) {
@@ -632,6 +686,12 @@ struct Parser<'a> {
     domain: String,
     /// The bytes of the paths built so far (all files), up to [`MAX_PATH_BYTES`].
     path_bytes: &'a mut usize,
+    /// The descriptors loaded so far (all files), up to `max_descriptors`.
+    descriptors: &'a mut usize,
+    /// The mappings the files still parsed may hold ([`LoadOptions`]).
+    mappings: &'a mut usize,
+    /// [`LoadOptions::max_descriptors`].
+    max_descriptors: usize,
     /// The backend the rates must suit.
     target: Target,
 }
@@ -672,7 +732,14 @@ fn weight(scalar_len: usize) -> u64 {
 /// `Parser::load`), with the nesting bounded by [`MAX_NESTING`] and what anchors and aliases
 /// copy by [`MAX_COPIED`] beyond the file's own weight: loading recurses no deeper than that,
 /// and its memory stays within a constant of the file's.
-fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
+///
+/// `mappings` is what the config's files may still hold: each mapping parsed takes one, and a
+/// file past it is refused as it is read (over the descriptors bound, `max_descriptors`).
+fn load_yaml(
+    text: &str,
+    mappings: &mut usize,
+    max_descriptors: usize,
+) -> Result<Vec<MarkedYamlOwned>, YamlFault> {
     use saphyr_parser::{Event, ScalarStyle, ScanError, SpannedEventReceiver};
     let mut loader: YamlLoader<'_, MarkedYamlOwned> = YamlLoader::default();
     loader.early_parse(false);
@@ -687,7 +754,7 @@ fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
     // The weight of the nodes written in the file, and of the copies the loader makes.
     let (mut parsed, mut copied) = (0u64, 0u64);
     for next in saphyr_parser::Parser::new_from_str(text) {
-        let (mut ev, span) = next?;
+        let (mut ev, span) = next.map_err(YamlFault::Invalid)?;
         if matches!(
             ev,
             Event::Scalar(..)
@@ -719,11 +786,24 @@ fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
         }
         let closed = match &ev {
             Event::SequenceStart(aid, _) | Event::MappingStart(aid, _) => {
+                if matches!(ev, Event::MappingStart(..)) {
+                    let Some(left) = mappings.checked_sub(1) else {
+                        return Err(YamlFault::OverBound(ScanError::new(
+                            span.start,
+                            format!(
+                                "more mappings than {max_descriptors} descriptors hold (four \
+                                 each, plus {SPARE_MAPPINGS}): a config defines at most \
+                                 {max_descriptors} descriptors (--max-descriptors)"
+                            ),
+                        )));
+                    };
+                    *mappings = left;
+                }
                 if open.len() >= MAX_NESTING {
-                    return Err(ScanError::new(
+                    return Err(YamlFault::Invalid(ScanError::new(
                         span.start,
                         format!("collections nested deeper than {MAX_NESTING}"),
-                    ));
+                    )));
                 }
                 parsed += 1;
                 open.push((1, *aid));
@@ -755,22 +835,30 @@ fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
             }
         }
         if copied > parsed.saturating_add(MAX_COPIED) {
-            return Err(ScanError::new(
+            return Err(YamlFault::Invalid(ScanError::new(
                 span.start,
                 format!(
                     "anchors and aliases copy more than the file holds by over {MAX_COPIED} \
                      nodes (possible billion-laughs attack)"
                 ),
-            ));
+            )));
         }
         loader.on_event(ev, span);
         // An error the loader met (an alias past its node budget, a duplicated key) stops it
         // without failing the parse.
         if let Some(e) = loader.error() {
-            return Err(e.clone());
+            return Err(YamlFault::Invalid(e.clone()));
         }
     }
     Ok(loader.into_documents())
+}
+
+/// Why [`load_yaml`] refused a text.
+enum YamlFault {
+    /// Not YAML, or YAML past a bound of its own (nesting, alias copies).
+    Invalid(saphyr::ScanError),
+    /// More mappings than the descriptors bound allows ([`LoadOptions`]).
+    OverBound(saphyr::ScanError),
 }
 
 /// Whether a node is a null scalar (`~`, `null`, nothing).
@@ -831,11 +919,17 @@ impl Parser<'_> {
     }
 
     fn file(&mut self, text: &str) -> Result<(String, Domain), ConfigError> {
-        let docs = load_yaml(text).map_err(|e| ConfigError {
-            file: self.file.to_owned(),
-            line: Some(e.marker().line()),
-            field: String::new(),
-            message: format!("not valid YAML: {}", e.info()),
+        let docs = load_yaml(text, self.mappings, self.max_descriptors).map_err(|fault| {
+            let (e, what) = match &fault {
+                YamlFault::Invalid(e) => (e, "not valid YAML: "),
+                YamlFault::OverBound(e) => (e, ""),
+            };
+            ConfigError {
+                file: self.file.to_owned(),
+                line: Some(e.marker().line()),
+                field: String::new(),
+                message: format!("{what}{}", e.info()),
+            }
         })?;
         if docs.len() > 1 {
             return Err(self.err(
@@ -1124,6 +1218,17 @@ impl Parser<'_> {
         let mut seen: HashSet<String> = HashSet::new();
         for (i, item) in self.sequence(list, field)?.iter().enumerate() {
             let at = format!("{field}[{i}]");
+            *self.descriptors += 1;
+            if *self.descriptors > self.max_descriptors {
+                return Err(self.err(
+                    Some(item),
+                    &at,
+                    format!(
+                        "more than {} descriptors in the config (--max-descriptors)",
+                        self.max_descriptors
+                    ),
+                ));
+            }
             let map = self.mapping(item, &at)?;
             let mut key = None;
             let mut value = None;

@@ -32,6 +32,8 @@ fn bad_flags_and_invalid_configs_exit_2_with_a_clear_message() {
         ("--idle-timeout-ms", "0"),
         ("--grpc-keepalive-ms", "0"),
         ("--grpc-keepalive-timeout-ms", "0"),
+        ("--max-descriptors", "0"),
+        ("--max-descriptors", "10000001"),
     ] {
         let (code, err) = run_to_exit(&["--config", good, flag, value]);
         assert_eq!(code, Some(2), "{err}");
@@ -49,6 +51,15 @@ fn bad_flags_and_invalid_configs_exit_2_with_a_clear_message() {
     );
     let (code, err) = run_to_exit(&["--config", dir.path().join("none.yaml").to_str().unwrap()]);
     assert_eq!(code, Some(2), "{err}");
+    // A config over --max-descriptors.
+    let two = dir.write(
+        "two.yaml",
+        "domain: cli\ndescriptors:\n  - key: a\n  - key: b\n",
+    );
+    let two = two.to_str().unwrap();
+    let (code, err) = run_to_exit(&["--config", two, "--max-descriptors", "1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--max-descriptors"), "{err}");
 }
 
 /// With stderr's reader gone before the start (every write fails with EPIPE), a start that
