@@ -436,3 +436,79 @@ async fn an_unknown_method_is_unimplemented() {
         tonic::Code::Unimplemented
     );
 }
+
+/// Streams on one HTTP/2 connection that each announce a message of 4 MiB (the 5-byte gRPC
+/// prefix of a message) and send `sent` bytes of it, left open: what the process then holds
+/// beyond what it held before, and the connection (kept open until dropped).
+async fn announced(
+    s: &Rls,
+    streams: usize,
+    sent: usize,
+) -> (
+    usize,
+    h2::client::SendRequest<tonic_prost::prost::bytes::Bytes>,
+    Vec<h2::SendStream<tonic_prost::prost::bytes::Bytes>>,
+) {
+    use tonic_prost::prost::bytes::Bytes;
+    let tcp = tokio::net::TcpStream::connect(s.ready.grpc).await.unwrap();
+    let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let before = alloc::reset_peak();
+    let mut open = Vec::new();
+    let mut prefix = vec![0u8];
+    prefix.extend_from_slice(&(4u32 << 20).to_be_bytes());
+    prefix.resize(5 + sent, 0x0a);
+    let prefix = Bytes::from(prefix);
+    for _ in 0..streams {
+        client = client.ready().await.unwrap();
+        let req = tonic::codegen::http::Request::post(format!("http://{}{METHOD}", s.ready.grpc))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (_resp, mut send) = client.send_request(req, false).unwrap();
+        send.send_data(prefix.clone(), false).unwrap();
+        open.push(send);
+    }
+    // Let the server read what was sent.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    (alloc::peak().saturating_sub(before), client, open)
+}
+
+/// A message's bytes are buffered before it is decoded, and the decoder reserves the length a
+/// message's prefix announces as soon as it reads it: 200 streams of one connection each
+/// announcing 4 MiB made the process reserve 800 MiB for a few kilobytes sent, and filling
+/// them made it resident. What one connection's unfinished messages hold is bounded
+/// (`MAX_CONNECTION_MESSAGE_BYTES`), and so is what every connection's hold together
+/// (`MAX_PORT_MESSAGE_BYTES`): the streams past the bound wait, unread, until their body
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_announced_on_many_streams_hold_a_bounded_memory() {
+    let _turn = SERIAL.lock().await;
+    let s = Rls::start(CONFIG).await;
+    let (peak, _c, _open) = announced(&s, 200, 0).await;
+    eprintln!("200 streams announcing 4 MiB each: peak {peak} bytes");
+    assert!(peak < 32 << 20, "peak {peak} bytes");
+    // With 64 KiB of each sent (the stream's flow-control window allows it).
+    let (peak, _c2, _open2) = announced(&s, 200, 64 << 10).await;
+    eprintln!("200 streams sending 64 KiB of 4 MiB each: peak {peak} bytes");
+    assert!(peak < 32 << 20, "peak {peak} bytes");
+    // An ordinary call on another connection meanwhile is decided.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.ready.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let r = grpc
+        .unary(
+            tonic::Request::new(request("d", &[descriptor(&[("user", "a")])])),
+            PathAndQuery::from_static(METHOD),
+            Raw,
+        )
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.overall_code, OK);
+}
