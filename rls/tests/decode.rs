@@ -512,3 +512,45 @@ async fn messages_announced_on_many_streams_hold_a_bounded_memory() {
         .into_inner();
     assert_eq!(r.overall_code, OK);
 }
+
+/// Streams reset by the client (RST_STREAM) mid-message give back what they took of the
+/// connection's budget: after 200 streams announcing 4 MiB each are reset, a call on the same
+/// connection is read and decided at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_streams_give_their_budget_back() {
+    use tonic_prost::prost::bytes::Bytes;
+    let _turn = SERIAL.lock().await;
+    let s = Rls::start(CONFIG).await;
+    let (_, client, open) = announced(&s, 200, 16).await;
+    for mut send in open {
+        send.send_reset(h2::Reason::CANCEL);
+    }
+    let mut client = client.ready().await.unwrap();
+    let message = request("d", &[descriptor(&[("user", "a")])]);
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    body.extend_from_slice(&message);
+    let req = tonic::codegen::http::Request::post(format!("http://{}{METHOD}", s.ready.grpc))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (resp, mut send) = client.send_request(req, false).unwrap();
+    send.send_data(Bytes::from(body), true).unwrap();
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(3), async {
+        let mut body = resp.await.unwrap().into_body();
+        let mut data = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            data.extend_from_slice(&chunk);
+        }
+        let trailers = body.trailers().await.unwrap().expect("trailers");
+        (data, trailers)
+    })
+    .await
+    .expect("the call is answered while the reset streams' budget is free");
+    assert_eq!(answer.1["grpc-status"], "0");
+    let r = RateLimitResponse::decode(&answer.0[5..]).unwrap();
+    assert_eq!(r.overall_code, OK);
+}
