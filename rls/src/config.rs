@@ -76,15 +76,17 @@ impl Unit {
         }
     }
 
+    /// The unit named `s` in any case, as envoyproxy/ratelimit reads it (Go's
+    /// `strings.ToUpper`, Unicode's mapping: `ſecond` is `SECOND` there too).
     fn parse(s: &str) -> Option<Unit> {
-        Some(match s.to_ascii_lowercase().as_str() {
-            "second" => Unit::Second,
-            "minute" => Unit::Minute,
-            "hour" => Unit::Hour,
-            "day" => Unit::Day,
-            "week" => Unit::Week,
-            "month" => Unit::Month,
-            "year" => Unit::Year,
+        Some(match s.to_uppercase().as_str() {
+            "SECOND" => Unit::Second,
+            "MINUTE" => Unit::Minute,
+            "HOUR" => Unit::Hour,
+            "DAY" => Unit::Day,
+            "WEEK" => Unit::Week,
+            "MONTH" => Unit::Month,
+            "YEAR" => Unit::Year,
             _ => return None,
         })
     }

@@ -863,3 +863,23 @@ fn an_unlimited_limits_invalid_unit_is_ignored_as_envoyproxy_ratelimit_ignores_i
         assert!(e.message.contains("takes no unit"), "{e}");
     }
 }
+
+/// Units are read in any case with Unicode's upper-case mapping, as envoyproxy/ratelimit
+/// reads them (`strings.ToUpper`): `ſecond` (long s) and `mınute` (dotless i) name units there.
+#[test]
+fn units_are_read_as_go_upper_cases_them() {
+    for (unit, want) in [
+        ("ſecond", Unit::Second),
+        ("mınute", Unit::Minute),
+        ("Hour", Unit::Hour),
+    ] {
+        let c = load(&format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: {unit}, requests_per_unit: 1}}\n"
+        ))
+        .unwrap();
+        match &c.limits()[0].kind {
+            Kind::Rates(r) => assert_eq!(r[0].unit, want, "{unit}"),
+            Kind::Unlimited => panic!(),
+        }
+    }
+}
