@@ -211,7 +211,7 @@ pub struct LoadOptions {
     /// (a table of one), so the bound keeps a mistaken or generated file from taking the
     /// process's memory, at start or on a reload (which keeps the old config serving). The
     /// file's mappings are bounded as it is parsed, by four per descriptor (a descriptor, its
-    /// `rate_limit`, room for `replaces` entries and anchors) plus [`SPARE_MAPPINGS`], so that
+    /// `rate_limit`, room for `replaces` entries and anchors) plus 1,024, so that
     /// a file far over the bound is refused before it is built.
     pub max_descriptors: usize,
 }
@@ -418,7 +418,8 @@ impl Config {
 
     /// What the load ignored, each with its file, line and field: fields envoyproxy/ratelimit
     /// knows, written in a mapping that does not take them (which it ignores too, and which
-    /// cannot loosen a limit; see [`misplaced`]), and an `unlimited` limit's invalid `unit`.
+    /// cannot loosen a limit; those that could are refused), and an `unlimited` limit's
+    /// invalid `unit`.
     pub fn warnings(&self) -> &[ConfigError] {
         &self.warnings
     }
