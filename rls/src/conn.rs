@@ -34,11 +34,12 @@
 //! HTTP/2 bounds what unfinished gRPC messages hold (`Budgeted`): tonic buffers a message
 //! until it is complete, reserving the length its 5-byte prefix announces as soon as it reads
 //! the prefix, and it reads (releasing the stream's flow-control window) whatever arrives. A
-//! stream takes the length each message of its body announces from its connection's budget
+//! stream takes the length each message of its body announces, unless the frame of its prefix
+//! holds it whole (an ordinary call, decoded at once), from its connection's budget
 //! ([`MAX_CONNECTION_MESSAGE_BYTES`]) and then from the port's ([`MAX_PORT_MESSAGE_BYTES`])
 //! before tonic sees the prefix, and gives it back when its body is dropped (the message
 //! decoded, or the stream ended). A stream that cannot take it waits, unread (so the peer's
-//! window closes), within its body deadline.
+//! window closes), within its body deadline; calls sent whole never wait for it.
 //!
 //! HTTP/2 runs each stream (its request's handler, then its response's body) in a task of its
 //! own, spawned by hyper on the connection's executor (`Streams`): the connection task owns
@@ -839,8 +840,11 @@ struct Messages {
 
 impl Messages {
     /// Reads `data` as the next bytes of the gRPC messages: the lengths of the messages whose
-    /// prefix it completes. A length past the largest message is not counted: tonic refuses
-    /// the message as soon as it reads its prefix, reserving nothing.
+    /// prefix it completes and that it does not hold whole. A message whole in the frame of its
+    /// prefix (an ordinary call's, sent at once) is decoded as soon as it is read, holding
+    /// nothing beyond what arrived, so it takes no budget and never waits behind messages that
+    /// do. A length past the largest message is not counted either: tonic refuses the message
+    /// as soon as it reads its prefix, reserving nothing.
     fn announced(&mut self, mut data: &[u8]) -> usize {
         let mut sum = 0usize;
         while !data.is_empty() {
@@ -863,7 +867,7 @@ impl Messages {
                     self.prefix[4],
                 ]) as usize;
                 self.rest = len;
-                if len <= crate::grpc::MAX_MESSAGE_BYTES {
+                if len <= crate::grpc::MAX_MESSAGE_BYTES && data.len() < len {
                     sum = sum.saturating_add(len);
                 }
             }
@@ -941,12 +945,26 @@ mod tests {
             body.extend_from_slice(&len.to_be_bytes());
             body.extend(std::iter::repeat_n(7u8, len as usize));
         }
-        // The 5 MiB message is past the largest and not counted.
-        let total = 3 + 70_000 + 1;
-        for chunk in [1, 2, 4, 5, 6, 4096, body.len()] {
+        // Counted: a message of at most the largest size (not the 5 MiB one) whose payload
+        // does not end in the chunk where its prefix does.
+        let expected = |chunk: usize| {
+            let (mut at, mut sum) = (0, 0);
+            for len in [3usize, 0, 70_000, 5 << 20, 1] {
+                let prefix_end = at + 5;
+                let whole = len == 0 || (prefix_end + len - 1) / chunk == (prefix_end - 1) / chunk;
+                if len <= crate::grpc::MAX_MESSAGE_BYTES && !whole {
+                    sum += len;
+                }
+                at = prefix_end + len;
+            }
+            sum
+        };
+        assert_eq!(expected(1), 3 + 70_000 + 1);
+        assert_eq!(expected(body.len()), 0);
+        for chunk in [1, 2, 4, 5, 6, 7, 4096, 70_004, body.len()] {
             let mut m = Messages::default();
             let sum: usize = body.chunks(chunk).map(|c| m.announced(c)).sum();
-            assert_eq!(sum, total, "chunks of {chunk}");
+            assert_eq!(sum, expected(chunk), "chunks of {chunk}");
             assert_eq!((m.have, m.rest), (0, 0));
         }
     }

@@ -449,6 +449,20 @@ async fn announced(
     h2::client::SendRequest<tonic_prost::prost::bytes::Bytes>,
     Vec<h2::SendStream<tonic_prost::prost::bytes::Bytes>>,
 ) {
+    announced_then(s, streams, sent, std::time::Duration::from_millis(500)).await
+}
+
+/// [`announced`], waiting `settle` for the server to read what was sent.
+async fn announced_then(
+    s: &Rls,
+    streams: usize,
+    sent: usize,
+    settle: std::time::Duration,
+) -> (
+    usize,
+    h2::client::SendRequest<tonic_prost::prost::bytes::Bytes>,
+    Vec<h2::SendStream<tonic_prost::prost::bytes::Bytes>>,
+) {
     use tonic_prost::prost::bytes::Bytes;
     let tcp = tokio::net::TcpStream::connect(s.ready.grpc).await.unwrap();
     let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
@@ -471,7 +485,7 @@ async fn announced(
         open.push(send);
     }
     // Let the server read what was sent.
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    tokio::time::sleep(settle).await;
     (alloc::peak().saturating_sub(before), client, open)
 }
 
@@ -553,4 +567,41 @@ async fn reset_streams_give_their_budget_back() {
     assert_eq!(answer.1["grpc-status"], "0");
     let r = RateLimitResponse::decode(&answer.0[5..]).unwrap();
     assert_eq!(r.overall_code, OK);
+}
+
+/// Streams that hold the port's whole budget (33 connections, two 4 MiB messages granted on
+/// each and a third waiting) do not hold up calls sent whole: an ordinary call, whose message
+/// arrives with its prefix, takes no budget and is decided at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_sent_whole_do_not_wait_for_a_held_budget() {
+    let _turn = SERIAL.lock().await;
+    // Body deadlines far beyond the test, so that no held message expires meanwhile.
+    let s = Rls::start_with(CONFIG, |o| {
+        o.body_timeout = std::time::Duration::from_secs(60)
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..33 {
+        held.push(announced_then(&s, 3, 0, std::time::Duration::ZERO).await);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.ready.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let call = grpc.unary(
+        tonic::Request::new(request("d", &[descriptor(&[("user", "a")])])),
+        PathAndQuery::from_static(METHOD),
+        Raw,
+    );
+    let r = tokio::time::timeout(std::time::Duration::from_secs(2), call)
+        .await
+        .expect("decided while the budget is held")
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.overall_code, OK);
+    drop(held);
 }
