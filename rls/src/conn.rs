@@ -34,12 +34,14 @@
 //! HTTP/2 bounds what unfinished gRPC messages hold (`Budgeted`): tonic buffers a message
 //! until it is complete, reserving the length its 5-byte prefix announces as soon as it reads
 //! the prefix, and it reads (releasing the stream's flow-control window) whatever arrives. A
-//! stream takes the length each message of its body announces, unless the frame of its prefix
-//! holds it whole (an ordinary call, decoded at once), from its connection's budget
-//! ([`MAX_CONNECTION_MESSAGE_BYTES`]) and then from the port's ([`MAX_PORT_MESSAGE_BYTES`])
-//! before tonic sees the prefix, and gives it back when its body is dropped (the message
-//! decoded, or the stream ended). A stream that cannot take it waits, unread (so the peer's
-//! window closes), within its body deadline; calls sent whole never wait for it.
+//! stream takes what each message of its body may hold (its announced length, and the request
+//! decoded from it, which tonic holds until the stream ends), unless the message is whole in
+//! a frame that ends the stream (a call sent at once, decoded and decided as it is read), from
+//! its connection's budget ([`MAX_CONNECTION_MESSAGE_BYTES`]) and then from the port's
+//! ([`MAX_PORT_MESSAGE_BYTES`]) before tonic sees the prefix, and gives it back when its body
+//! is dropped (the message decoded, or the stream ended). A stream that cannot take it waits,
+//! unread (so the peer's window closes), within its body deadline; calls sent at once never
+//! wait for it.
 //!
 //! HTTP/2 runs each stream (its request's handler, then its response's body) in a task of its
 //! own, spawned by hyper on the connection's executor (`Streams`): the connection task owns
@@ -827,6 +829,22 @@ impl Budgeted {
     }
 }
 
+/// How much more than its wire size a decoded `RateLimitRequest` may hold: an empty entry is
+/// 2 bytes on the wire and two strings (48 bytes) decoded, and again as the service's pair,
+/// in vectors that grow by doubling.
+const DECODED_PER_BYTE: usize = 64;
+
+/// The most a decoded `RateLimitRequest` holds (the request limits bound it: 1,024 descriptors
+/// of 64 entries, about 3 MB).
+const MAX_DECODED: usize = 4 << 20;
+
+/// What a message of `len` bytes may hold until its stream ends: its bytes, and the request
+/// decoded from them (tonic decodes a unary call's message, then waits for the end of the
+/// stream before handing it over, so a stream that withholds its end holds both).
+fn held(len: usize) -> usize {
+    len.saturating_add(len.saturating_mul(DECODED_PER_BYTE).min(MAX_DECODED))
+}
+
 /// Where a body's bytes are in its gRPC messages (a 5-byte prefix, a flag and a big-endian
 /// length, then that many bytes).
 #[derive(Debug, Default)]
@@ -839,13 +857,14 @@ struct Messages {
 }
 
 impl Messages {
-    /// Reads `data` as the next bytes of the gRPC messages: the lengths of the messages whose
-    /// prefix it completes and that it does not hold whole. A message whole in the frame of its
-    /// prefix (an ordinary call's, sent at once) is decoded as soon as it is read, holding
-    /// nothing beyond what arrived, so it takes no budget and never waits behind messages that
-    /// do. A length past the largest message is not counted either: tonic refuses the message
-    /// as soon as it reads its prefix, reserving nothing.
-    fn announced(&mut self, mut data: &[u8]) -> usize {
+    /// Reads `data`, a frame that ends the body if `ended`, as the next bytes of the gRPC
+    /// messages: what the messages whose prefix it completes may hold ([`held`]). A message
+    /// whole in a frame that ends the body (an ordinary call, sent at once) is decoded and
+    /// handed to the service as soon as it is read, holding nothing beyond what arrived, so it
+    /// takes nothing and never waits behind messages that do. A length past the largest
+    /// message takes nothing either: tonic refuses the message as soon as it reads its prefix,
+    /// reserving nothing.
+    fn announced(&mut self, mut data: &[u8], ended: bool) -> usize {
         let mut sum = 0usize;
         while !data.is_empty() {
             if self.rest > 0 {
@@ -867,8 +886,9 @@ impl Messages {
                     self.prefix[4],
                 ]) as usize;
                 self.rest = len;
-                if len <= crate::grpc::MAX_MESSAGE_BYTES && data.len() < len {
-                    sum = sum.saturating_add(len);
+                let sent_at_once = ended && data.len() >= len;
+                if len <= crate::grpc::MAX_MESSAGE_BYTES && !sent_at_once {
+                    sum = sum.saturating_add(held(len));
                 }
             }
         }
@@ -902,8 +922,9 @@ impl hyper::body::Body for Budgeted {
             let Some(budget) = this.budget.clone() else {
                 return Poll::Ready(Some(Ok(frame)));
             };
+            let ended = this.inner.is_end_stream();
             let need = match frame.data_ref() {
-                Some(d) => this.messages.announced(d),
+                Some(d) => this.messages.announced(d, ended),
                 None => 0,
             };
             if need == 0 {
@@ -945,25 +966,37 @@ mod tests {
             body.extend_from_slice(&len.to_be_bytes());
             body.extend(std::iter::repeat_n(7u8, len as usize));
         }
-        // Counted: a message of at most the largest size (not the 5 MiB one) whose payload
-        // does not end in the chunk where its prefix does.
+        // Counted (what it may hold): a message of at most the largest size (not the 5 MiB
+        // one) unless it is whole in the chunk where its prefix ends and that chunk ends the
+        // body.
+        let chunks_of = |chunk: usize| body.len().div_ceil(chunk);
         let expected = |chunk: usize| {
             let (mut at, mut sum) = (0, 0);
             for len in [3usize, 0, 70_000, 5 << 20, 1] {
                 let prefix_end = at + 5;
-                let whole = len == 0 || (prefix_end + len - 1) / chunk == (prefix_end - 1) / chunk;
-                if len <= crate::grpc::MAX_MESSAGE_BYTES && !whole {
-                    sum += len;
+                let in_chunk = (prefix_end - 1) / chunk;
+                let whole = len == 0 || (prefix_end + len - 1) / chunk == in_chunk;
+                let at_once = whole && in_chunk + 1 == chunks_of(chunk);
+                if len <= crate::grpc::MAX_MESSAGE_BYTES && !at_once {
+                    sum += held(len);
                 }
                 at = prefix_end + len;
             }
             sum
         };
-        assert_eq!(expected(1), 3 + 70_000 + 1);
+        assert_eq!(expected(1), held(3) + held(0) + held(70_000) + held(1));
+        // All in one frame that ends the body: every message is sent at once.
         assert_eq!(expected(body.len()), 0);
+        assert_eq!(held(70_000), 70_000 + MAX_DECODED);
+        assert_eq!(held(100), 100 + 6_400);
         for chunk in [1, 2, 4, 5, 6, 7, 4096, 70_004, body.len()] {
             let mut m = Messages::default();
-            let sum: usize = body.chunks(chunk).map(|c| m.announced(c)).sum();
+            let n = chunks_of(chunk);
+            let sum: usize = body
+                .chunks(chunk)
+                .enumerate()
+                .map(|(i, c)| m.announced(c, i + 1 == n))
+                .sum();
             assert_eq!(sum, expected(chunk), "chunks of {chunk}");
             assert_eq!((m.have, m.rest), (0, 0));
         }
