@@ -76,15 +76,17 @@ impl Unit {
         }
     }
 
+    /// The unit named `s` in any case, as envoyproxy/ratelimit reads it (Go's
+    /// `strings.ToUpper`, Unicode's mapping: `ſecond` is `SECOND` there too).
     fn parse(s: &str) -> Option<Unit> {
-        Some(match s.to_ascii_lowercase().as_str() {
-            "second" => Unit::Second,
-            "minute" => Unit::Minute,
-            "hour" => Unit::Hour,
-            "day" => Unit::Day,
-            "week" => Unit::Week,
-            "month" => Unit::Month,
-            "year" => Unit::Year,
+        Some(match s.to_uppercase().as_str() {
+            "SECOND" => Unit::Second,
+            "MINUTE" => Unit::Minute,
+            "HOUR" => Unit::Hour,
+            "DAY" => Unit::Day,
+            "WEEK" => Unit::Week,
+            "MONTH" => Unit::Month,
+            "YEAR" => Unit::Year,
             _ => return None,
         })
     }
@@ -195,6 +197,37 @@ pub enum Target {
     Redis,
 }
 
+/// The default of [`LoadOptions::max_descriptors`] (`--max-descriptors`).
+pub const DEFAULT_MAX_DESCRIPTORS: usize = 100_000;
+
+/// How a config is loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The backend the rates must suit.
+    pub target: Target,
+    /// The most descriptors (at every level, with a limit or not) the config's files may
+    /// define in all (`--max-descriptors`). A loaded descriptor costs some kilobytes while the
+    /// file is parsed and about 1.5 KB in the local backend when its every level has a value
+    /// (a table of one), so the bound keeps a mistaken or generated file from taking the
+    /// process's memory, at start or on a reload (which keeps the old config serving). The
+    /// file's mappings are bounded as it is parsed, by four per descriptor (a descriptor, its
+    /// `rate_limit`, room for `replaces` entries and anchors) plus 1,024, so that
+    /// a file far over the bound is refused before it is built.
+    pub max_descriptors: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> LoadOptions {
+        LoadOptions {
+            target: Target::Local,
+            max_descriptors: DEFAULT_MAX_DESCRIPTORS,
+        }
+    }
+}
+
+/// Mappings a config may hold beyond four per allowed descriptor ([`LoadOptions`]).
+const SPARE_MAPPINGS: usize = 1_024;
+
 /// A load error: the file, line and field it concerns, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -263,6 +296,7 @@ struct Domain {
 pub struct Config {
     domains: HashMap<String, Domain>,
     limits: Vec<Arc<Limit>>,
+    warnings: Vec<ConfigError>,
 }
 
 /// Appends `s` to a bucket with the separators (`\x1e`, `\x1f`) and the escape (`\x1b`) each
@@ -323,17 +357,41 @@ impl Config {
         sources: &[(PathBuf, String)],
         target: Target,
     ) -> Result<Config, ConfigError> {
+        Config::from_sources_with(
+            sources,
+            LoadOptions {
+                target,
+                ..LoadOptions::default()
+            },
+        )
+    }
+
+    /// [`Config::from_sources`], under `options`: a rate `options.target` cannot hold is
+    /// refused, and so is a config of more than `options.max_descriptors` descriptors.
+    pub fn from_sources_with(
+        sources: &[(PathBuf, String)],
+        options: LoadOptions,
+    ) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         let mut domain_files: HashMap<String, PathBuf> = HashMap::new();
         let mut path_bytes = 0;
+        let mut descriptors = 0;
+        let mut mappings = options
+            .max_descriptors
+            .saturating_mul(4)
+            .saturating_add(SPARE_MAPPINGS);
         for (file, text) in sources {
             let mut p = Parser {
                 file,
                 limits: &mut config.limits,
+                warnings: &mut config.warnings,
                 ids: HashMap::new(),
                 domain: String::new(),
                 path_bytes: &mut path_bytes,
-                target,
+                descriptors: &mut descriptors,
+                mappings: &mut mappings,
+                max_descriptors: options.max_descriptors,
+                target: options.target,
             };
             let (name, domain) = p.file(text)?;
             if let Some(first) = domain_files.get(&name) {
@@ -356,6 +414,14 @@ impl Config {
     /// Every limit, in load order.
     pub fn limits(&self) -> &[Arc<Limit>] {
         &self.limits
+    }
+
+    /// What the load ignored, each with its file, line and field: fields envoyproxy/ratelimit
+    /// knows, written in a mapping that does not take them (which it ignores too, and which
+    /// cannot loosen a limit; those that could are refused), and an `unlimited` limit's
+    /// invalid `unit`.
+    pub fn warnings(&self) -> &[ConfigError] {
+        &self.warnings
     }
 
     /// The number of domains.
@@ -527,9 +593,94 @@ struct Above {
     value_to_metric: bool,
 }
 
+/// The mappings of envoyproxy/ratelimit's format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// The file: `domain`, `descriptors`.
+    File,
+    /// A descriptor: `key`, `value`, `rate_limit`, `descriptors`, `shadow_mode`,
+    /// `detailed_metric`, `value_to_metric`, `share_threshold`.
+    Descriptor,
+    /// A `rate_limit`: `unit`, `requests_per_unit`, `unlimited`, `name`, `replaces`.
+    RateLimit,
+    /// A `replaces` entry: `name`.
+    Replaces,
+}
+
+impl Place {
+    fn what(self) -> &'static str {
+        match self {
+            Place::File => "the file's top level",
+            Place::Descriptor => "a descriptor",
+            Place::RateLimit => "a rate_limit",
+            Place::Replaces => "a replaces entry",
+        }
+    }
+}
+
+/// What the load does with a field written where it does not belong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Misplaced {
+    /// Ignored, with a warning.
+    Ignored,
+    /// Refused, with where the field belongs.
+    Refused(&'static str),
+}
+
+/// The field names envoyproxy/ratelimit knows (its `validKeys`): it refuses any other name
+/// anywhere in a file, and accepts these in any mapping, ignoring one where its schema does
+/// not take it.
+const KNOWN_FIELDS: [&str; 14] = [
+    "domain",
+    "key",
+    "value",
+    "descriptors",
+    "rate_limit",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "shadow_mode",
+    "name",
+    "replaces",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+];
+
+/// What becomes of field `name` written in `place`, which does not take it: `None` for a
+/// name envoyproxy/ratelimit does not know (refused as unknown there and here). A known field
+/// loads ignored, as there, where ignoring it can only make the service stricter or change no
+/// decision (a misplaced `shadow_mode` leaves the limit enforced, a misplaced `name` or
+/// `replaces` leaves a limit unreplaced, `domain`, `key` or `value` in a `rate_limit` name
+/// nothing the descriptor does not); it is refused where ignoring it would silently drop a
+/// limit the file writes: a `rate_limit` outside a descriptor, `descriptors` inside a
+/// `rate_limit` or a `replaces` entry, a `unit` or `requests_per_unit` outside a `rate_limit`
+/// (a limit without its `rate_limit:`), and a `share_threshold` inside a `rate_limit` (every
+/// value would get its own bucket instead of sharing one).
+fn misplaced(name: &str, place: Place) -> Option<Misplaced> {
+    if !KNOWN_FIELDS.contains(&name) {
+        return None;
+    }
+    Some(match (name, place) {
+        ("rate_limit", _) => Misplaced::Refused("rate_limit belongs in a descriptor"),
+        ("descriptors", Place::RateLimit | Place::Replaces) => {
+            Misplaced::Refused("descriptors belong in a descriptor, beside its rate_limit")
+        }
+        ("unit" | "requests_per_unit", Place::File | Place::Descriptor) => {
+            Misplaced::Refused("a rate belongs in a descriptor's rate_limit")
+        }
+        ("share_threshold", Place::RateLimit) => {
+            Misplaced::Refused("share_threshold belongs in the descriptor, beside its rate_limit")
+        }
+        _ => Misplaced::Ignored,
+    })
+}
+
 struct Parser<'a> {
     file: &'a Path,
     limits: &'a mut Vec<Arc<Limit>>,
+    /// What the load ignores ([`Config::warnings`]).
+    warnings: &'a mut Vec<ConfigError>,
     /// The ids of the file's limits so far, each with where it was defined: an id names one
     /// table (and one Redis policy), so a second limit with it is refused. Files have distinct
     /// domains, free of the id's `\x1f`, so their ids differ.
@@ -538,6 +689,12 @@ struct Parser<'a> {
     domain: String,
     /// The bytes of the paths built so far (all files), up to [`MAX_PATH_BYTES`].
     path_bytes: &'a mut usize,
+    /// The descriptors loaded so far (all files), up to `max_descriptors`.
+    descriptors: &'a mut usize,
+    /// The mappings the files still parsed may hold ([`LoadOptions`]).
+    mappings: &'a mut usize,
+    /// [`LoadOptions::max_descriptors`].
+    max_descriptors: usize,
     /// The backend the rates must suit.
     target: Target,
 }
@@ -578,26 +735,78 @@ fn weight(scalar_len: usize) -> u64 {
 /// `Parser::load`), with the nesting bounded by [`MAX_NESTING`] and what anchors and aliases
 /// copy by [`MAX_COPIED`] beyond the file's own weight: loading recurses no deeper than that,
 /// and its memory stays within a constant of the file's.
-fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
-    use saphyr_parser::{Event, ScanError, SpannedEventReceiver};
+///
+/// `mappings` is what the config's files may still hold: each mapping parsed takes one, and a
+/// file past it is refused as it is read (over the descriptors bound, `max_descriptors`).
+fn load_yaml(
+    text: &str,
+    mappings: &mut usize,
+    max_descriptors: usize,
+) -> Result<Vec<MarkedYamlOwned>, YamlFault> {
+    use saphyr_parser::{Event, ScalarStyle, ScanError, SpannedEventReceiver};
     let mut loader: YamlLoader<'_, MarkedYamlOwned> = YamlLoader::default();
     loader.early_parse(false);
     // Per open collection: its weight so far (itself included, aliases expanded) and its
     // anchor id (0: none).
     let mut open: Vec<(u64, usize)> = Vec::new();
+    // Per open collection, for the merge keys: whether it is a mapping, the nodes it holds so
+    // far (in a mapping, an even count means the next node is a key) and its merge keys so far.
+    let mut keys: Vec<(bool, usize, usize)> = Vec::new();
     // Per anchor id: the weight of its node, aliases expanded.
     let mut sizes: HashMap<usize, u64> = HashMap::new();
     // The weight of the nodes written in the file, and of the copies the loader makes.
     let (mut parsed, mut copied) = (0u64, 0u64);
     for next in saphyr_parser::Parser::new_from_str(text) {
-        let (ev, span) = next?;
+        let (mut ev, span) = next.map_err(YamlFault::Invalid)?;
+        if matches!(
+            ev,
+            Event::Scalar(..)
+                | Event::Alias(_)
+                | Event::SequenceStart(..)
+                | Event::MappingStart(..)
+        ) {
+            if let Some((true, nodes, merges)) = keys.last_mut() {
+                if *nodes % 2 == 0 {
+                    if let Event::Scalar(text, ScalarStyle::Plain, _, tag @ None) = &mut ev {
+                        if text == "<<" {
+                            *merges += 1;
+                            if *merges > 1 {
+                                *tag = Some(Cow::Owned(repeated_merge_tag(*merges)));
+                            }
+                        }
+                    }
+                }
+                *nodes += 1;
+            }
+        }
+        match &ev {
+            Event::SequenceStart(..) => keys.push((false, 0, 0)),
+            Event::MappingStart(..) => keys.push((true, 0, 0)),
+            Event::SequenceEnd | Event::MappingEnd => {
+                keys.pop();
+            }
+            _ => {}
+        }
         let closed = match &ev {
             Event::SequenceStart(aid, _) | Event::MappingStart(aid, _) => {
+                if matches!(ev, Event::MappingStart(..)) {
+                    let Some(left) = mappings.checked_sub(1) else {
+                        return Err(YamlFault::OverBound(ScanError::new(
+                            span.start,
+                            format!(
+                                "more mappings than {max_descriptors} descriptors hold (four \
+                                 each, plus {SPARE_MAPPINGS}): a config defines at most \
+                                 {max_descriptors} descriptors (--max-descriptors)"
+                            ),
+                        )));
+                    };
+                    *mappings = left;
+                }
                 if open.len() >= MAX_NESTING {
-                    return Err(ScanError::new(
+                    return Err(YamlFault::Invalid(ScanError::new(
                         span.start,
                         format!("collections nested deeper than {MAX_NESTING}"),
-                    ));
+                    )));
                 }
                 parsed += 1;
                 open.push((1, *aid));
@@ -629,22 +838,30 @@ fn load_yaml(text: &str) -> Result<Vec<MarkedYamlOwned>, saphyr::ScanError> {
             }
         }
         if copied > parsed.saturating_add(MAX_COPIED) {
-            return Err(ScanError::new(
+            return Err(YamlFault::Invalid(ScanError::new(
                 span.start,
                 format!(
                     "anchors and aliases copy more than the file holds by over {MAX_COPIED} \
                      nodes (possible billion-laughs attack)"
                 ),
-            ));
+            )));
         }
         loader.on_event(ev, span);
         // An error the loader met (an alias past its node budget, a duplicated key) stops it
         // without failing the parse.
         if let Some(e) = loader.error() {
-            return Err(e.clone());
+            return Err(YamlFault::Invalid(e.clone()));
         }
     }
     Ok(loader.into_documents())
+}
+
+/// Why [`load_yaml`] refused a text.
+enum YamlFault {
+    /// Not YAML, or YAML past a bound of its own (nesting, alias copies).
+    Invalid(saphyr::ScanError),
+    /// More mappings than the descriptors bound allows ([`LoadOptions`]).
+    OverBound(saphyr::ScanError),
 }
 
 /// Whether a node is a null scalar (`~`, `null`, nothing).
@@ -652,13 +869,29 @@ fn is_null(n: &MarkedYamlOwned) -> bool {
     matches!(scalar(n), Some((_, ScalarOwned::Null)))
 }
 
+/// The handle of the tag [`load_yaml`] gives the second and later merge keys of one mapping.
+/// yaml.v2 merges each merge key of a mapping in turn, while saphyr's loader refuses a key
+/// twice: the tag (numbered, so no two are equal) keeps them apart as keys. A tag of this
+/// handle is never resolved as a value ([`scalar`] refuses tags outside the core schema).
+const REPEATED_MERGE: &str = "tag:tollgate-rls,merge:";
+
+fn repeated_merge_tag(n: usize) -> saphyr_parser::Tag {
+    saphyr_parser::Tag {
+        handle: REPEATED_MERGE.into(),
+        suffix: n.to_string(),
+    }
+}
+
 /// Whether a mapping key is YAML's merge key: `<<` as a plain scalar without a tag (quoted, it
-/// is an ordinary key, as yaml.v2 resolves it).
+/// is an ordinary key, as yaml.v2 resolves it), or a later one of a mapping's merge keys,
+/// tagged by [`load_yaml`].
 fn is_merge_key(k: &MarkedYamlOwned) -> bool {
-    matches!(
-        &k.data,
-        YamlDataOwned::Representation(text, saphyr_parser::ScalarStyle::Plain, None) if text == "<<"
-    )
+    match &k.data {
+        YamlDataOwned::Representation(text, saphyr_parser::ScalarStyle::Plain, tag) => {
+            text == "<<" && tag.as_ref().is_none_or(|t| t.handle == REPEATED_MERGE)
+        }
+        _ => false,
+    }
 }
 
 /// A scalar node's source text and its value under YAML 1.2's core schema (as saphyr's
@@ -689,11 +922,17 @@ impl Parser<'_> {
     }
 
     fn file(&mut self, text: &str) -> Result<(String, Domain), ConfigError> {
-        let docs = load_yaml(text).map_err(|e| ConfigError {
-            file: self.file.to_owned(),
-            line: Some(e.marker().line()),
-            field: String::new(),
-            message: format!("not valid YAML: {}", e.info()),
+        let docs = load_yaml(text, self.mappings, self.max_descriptors).map_err(|fault| {
+            let (e, what) = match &fault {
+                YamlFault::Invalid(e) => (e, "not valid YAML: "),
+                YamlFault::OverBound(e) => (e, ""),
+            };
+            ConfigError {
+                file: self.file.to_owned(),
+                line: Some(e.marker().line()),
+                field: String::new(),
+                message: format!("{what}{}", e.info()),
+            }
         })?;
         if docs.len() > 1 {
             return Err(self.err(
@@ -716,7 +955,7 @@ impl Parser<'_> {
             match name.as_str() {
                 "domain" => domain = Some((self.string(v, "domain")?, v)),
                 "descriptors" => descriptors = Some(v),
-                other => return Err(self.unknown(k, "", other)),
+                other => self.misplaced(k, "", other, Place::File)?,
             }
         }
         let domain = match domain {
@@ -767,6 +1006,49 @@ impl Parser<'_> {
             _ => format!("unknown field {name:?}"),
         };
         self.err(Some(k), &field, message)
+    }
+
+    /// A field that `place` does not take: refused if envoyproxy/ratelimit does not know it
+    /// either ([`Parser::unknown`]); else as [`misplaced`] decides, a warning or an error.
+    fn misplaced(
+        &mut self,
+        k: &MarkedYamlOwned,
+        at: &str,
+        name: &str,
+        place: Place,
+    ) -> Result<(), ConfigError> {
+        let Some(effect) = misplaced(name, place) else {
+            return Err(self.unknown(k, at, name));
+        };
+        let field = if at.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{at}.{name}")
+        };
+        match effect {
+            Misplaced::Ignored => {
+                let w = self.err(
+                    Some(k),
+                    &field,
+                    format!(
+                        "{name:?} is not a field of {}: ignored, as envoyproxy/ratelimit \
+                         ignores it",
+                        place.what()
+                    ),
+                );
+                self.warnings.push(w);
+                Ok(())
+            }
+            Misplaced::Refused(belongs) => Err(self.err(
+                Some(k),
+                &field,
+                format!(
+                    "{name:?} is not a field of {}: envoyproxy/ratelimit ignores it there, \
+                     which would drop what it limits (refused rather than ignored); {belongs}",
+                    place.what()
+                ),
+            )),
+        }
     }
 
     fn mapping<'n>(&self, n: &'n MarkedYamlOwned, field: &str) -> Result<&'n Map, ConfigError> {
@@ -939,6 +1221,17 @@ impl Parser<'_> {
         let mut seen: HashSet<String> = HashSet::new();
         for (i, item) in self.sequence(list, field)?.iter().enumerate() {
             let at = format!("{field}[{i}]");
+            *self.descriptors += 1;
+            if *self.descriptors > self.max_descriptors {
+                return Err(self.err(
+                    Some(item),
+                    &at,
+                    format!(
+                        "more than {} descriptors in the config (--max-descriptors)",
+                        self.max_descriptors
+                    ),
+                ));
+            }
             let map = self.mapping(item, &at)?;
             let mut key = None;
             let mut value = None;
@@ -964,7 +1257,7 @@ impl Parser<'_> {
                         share = self.boolean(v, &f)?;
                         share_at = Some(k);
                     }
-                    other => return Err(self.unknown(k, &at, other)),
+                    other => self.misplaced(k, &at, other, Place::Descriptor)?,
                 }
             }
             let key = match key {
@@ -1168,7 +1461,7 @@ impl Parser<'_> {
     /// one) its name. `single`: the `rate_limit` form (where `unlimited` is allowed).
     #[allow(clippy::type_complexity)]
     fn rate(
-        &self,
+        &mut self,
         n: &MarkedYamlOwned,
         field: &str,
         single: bool,
@@ -1196,6 +1489,9 @@ impl Parser<'_> {
                         for (rname_key, rk, rv) in self.fields(m, &rf)? {
                             match rname_key.as_str() {
                                 "name" => rname = self.string(rv, &format!("{rf}.name"))?,
+                                other if single => {
+                                    self.misplaced(rk, &rf, other, Place::Replaces)?
+                                }
                                 other => return Err(self.unknown(rk, &rf, other)),
                             }
                         }
@@ -1209,6 +1505,7 @@ impl Parser<'_> {
                         replaces.push(rname);
                     }
                 }
+                other if single => self.misplaced(k, field, other, Place::RateLimit)?,
                 other => return Err(self.unknown(k, field, other)),
             }
         }
@@ -1220,13 +1517,25 @@ impl Parser<'_> {
             ));
         }
         if unlimited {
-            // An empty (or null) unit is no unit, as to envoyproxy/ratelimit.
-            if let Some((_, v)) = unit.filter(|(u, _)| !u.is_empty()) {
-                return Err(self.err(
-                    Some(v),
-                    &format!("{field}.unit"),
-                    "an unlimited limit takes no unit".into(),
-                ));
+            // envoyproxy/ratelimit refuses a valid unit beside `unlimited: true` and ignores
+            // any other (an empty or null one is no unit): an unlimited limit never reads it.
+            match unit {
+                Some((u, v)) if Unit::parse(&u).is_some() => {
+                    return Err(self.err(
+                        Some(v),
+                        &format!("{field}.unit"),
+                        "an unlimited limit takes no unit".into(),
+                    ))
+                }
+                Some((u, v)) if !u.is_empty() => {
+                    let w = self.err(
+                        Some(v),
+                        &format!("{field}.unit"),
+                        format!("{u:?} is not a unit: ignored, as the limit is unlimited"),
+                    );
+                    self.warnings.push(w);
+                }
+                _ => {}
             }
             if let Some((_, v)) = burst {
                 return Err(self.err(

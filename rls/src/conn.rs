@@ -31,6 +31,18 @@
 //! A request's body must arrive within `body_timeout` of its headers (`TimedBody`): past it
 //! the request is answered 408 (HTTP) or `DEADLINE_EXCEEDED` (gRPC).
 //!
+//! HTTP/2 bounds what unfinished gRPC messages hold (`Budgeted`): tonic buffers a message
+//! until it is complete, reserving the length its 5-byte prefix announces as soon as it reads
+//! the prefix, and it reads (releasing the stream's flow-control window) whatever arrives. A
+//! stream takes what each message of its body may hold (its announced length, and the request
+//! decoded from it, which tonic holds until the stream ends), unless the message is whole in
+//! a frame that ends the stream (a call sent at once, decoded and decided as it is read), from
+//! its connection's budget ([`MAX_CONNECTION_MESSAGE_BYTES`]) and then from the port's
+//! ([`MAX_PORT_MESSAGE_BYTES`]) before tonic sees the prefix, and gives it back when its body
+//! is dropped (the message decoded, or the stream ended). A stream that cannot take it waits,
+//! unread (so the peer's window closes), within its body deadline; calls sent at once never
+//! wait for it.
+//!
 //! HTTP/2 runs each stream (its request's handler, then its response's body) in a task of its
 //! own, spawned by hyper on the connection's executor (`Streams`): the connection task owns
 //! those tasks, and ends them (and waits for them) when it ends, so that no handler outlives
@@ -50,7 +62,7 @@ use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -139,6 +151,8 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
+    // What every connection's unfinished gRPC messages may hold together.
+    let messages = Arc::new(Semaphore::new(MAX_PORT_MESSAGE_BYTES));
     // The drain's deadline, once `stop` resolved.
     let (drain_tx, drain_rx) = watch::channel(None);
     // Connection tasks live in the set so that dropping it (`serve`'s future dropped) aborts
@@ -200,6 +214,7 @@ pub async fn serve(
             limits,
             drain_rx.clone(),
             tasks.clone(),
+            messages.clone(),
         ));
     };
     drop(listener);
@@ -401,6 +416,7 @@ fn due(
 
 /// One connection's task: it holds the connection's slot, and counts as open, until hyper's
 /// connection and every task of its streams have ended.
+#[allow(clippy::too_many_arguments)]
 async fn connection(
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
@@ -409,11 +425,19 @@ async fn connection(
     limits: Limits,
     drain: watch::Receiver<Option<Instant>>,
     task: TaskToken,
+    port_messages: Arc<Semaphore>,
 ) {
     let _open = crate::metrics::OpenConnection::new(protocol.port());
     let streams = Streams::new(task);
     let builder = builder(protocol, &limits, streams.executor());
-    drive(stream, app, builder, protocol, limits, drain).await;
+    let budget = match protocol {
+        Protocol::Http1 => None,
+        Protocol::Http2 => Some(Budget {
+            connection: Arc::new(Semaphore::new(MAX_CONNECTION_MESSAGE_BYTES)),
+            port: port_messages,
+        }),
+    };
+    drive(stream, app, builder, protocol, limits, drain, budget).await;
     // hyper's connection is gone: a stream task left has nobody to answer (a handler stuck in
     // a backend that does not answer, past the drain's deadline or after the peer left).
     streams.close().await;
@@ -428,6 +452,7 @@ async fn drive(
     protocol: Protocol,
     limits: Limits,
     mut drain: watch::Receiver<Option<Instant>>,
+    budget: Option<Budget>,
 ) {
     // Small answers go out at once (tonic's own listener sets it too).
     let _ = stream.set_nodelay(true);
@@ -438,6 +463,7 @@ async fn drive(
         activity: activity.clone(),
         protocol,
         body_timeout: limits.body_timeout,
+        budget,
     };
     let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), service));
     let first = match due(&activity, protocol, &limits, opened, opened) {
@@ -588,6 +614,8 @@ struct Tracked {
     activity: Arc<Activity>,
     protocol: Protocol,
     body_timeout: Duration,
+    /// HTTP/2: what the connection's unfinished gRPC messages may hold.
+    budget: Option<Budget>,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Tracked {
@@ -599,9 +627,10 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
         let in_flight = self.activity.begin();
         let expired = Arc::new(AtomicBool::new(false));
         let body_timeout = self.body_timeout;
+        let budget = self.budget.clone();
         let req = req.map(|b| {
             Body::new(TimedBody {
-                inner: b,
+                inner: Budgeted::new(b, budget),
                 deadline: later(Instant::now(), body_timeout),
                 sleep: None,
                 expired: expired.clone(),
@@ -714,7 +743,7 @@ fn grpc_timeout(v: &[u8]) -> Option<Duration> {
 /// `expired` (the service then answers for the timeout, whatever the handler made of the
 /// error).
 struct TimedBody {
-    inner: Incoming,
+    inner: Budgeted,
     deadline: Instant,
     /// Made when the body first waits for data: a body that arrives with its headers (most
     /// do) costs no timer.
@@ -758,12 +787,221 @@ impl hyper::body::Body for TimedBody {
     }
 }
 
+/// The most bytes of unfinished gRPC messages one HTTP/2 connection's streams hold: two
+/// messages of the largest size, so that any one message can always be read.
+pub const MAX_CONNECTION_MESSAGE_BYTES: usize = 2 * crate::grpc::MAX_MESSAGE_BYTES;
+
+/// The most bytes of unfinished gRPC messages all connections of the gRPC port hold together
+/// (Envoy's requests are a few hundred bytes: thousands of calls in flight hold a few MiB).
+pub const MAX_PORT_MESSAGE_BYTES: usize = 256 << 20;
+
+/// The budgets an HTTP/2 stream takes its messages' lengths from.
+#[derive(Clone, Debug)]
+struct Budget {
+    connection: Arc<Semaphore>,
+    port: Arc<Semaphore>,
+}
+
+type Taking = Pin<Box<dyn Future<Output = Option<[OwnedSemaphorePermit; 2]>> + Send>>;
+
+/// A request body that takes, from its [`Budget`], the length each gRPC message of it
+/// announces before passing on the frame holding that message's prefix, and holds it until
+/// the body is dropped (see the module docs). Without a budget (HTTP/1), the body as it is.
+struct Budgeted {
+    inner: Incoming,
+    budget: Option<Budget>,
+    messages: Messages,
+    /// A frame held back while its messages' lengths are taken.
+    waiting: Option<(Frame<hyper::body::Bytes>, Taking)>,
+    /// What the body holds of the budgets.
+    held: Vec<OwnedSemaphorePermit>,
+}
+
+impl Budgeted {
+    fn new(inner: Incoming, budget: Option<Budget>) -> Budgeted {
+        Budgeted {
+            inner,
+            budget,
+            messages: Messages::default(),
+            waiting: None,
+            held: Vec::new(),
+        }
+    }
+}
+
+/// How much more than its wire size a decoded `RateLimitRequest` may hold: an empty entry is
+/// 2 bytes on the wire and two strings (48 bytes) decoded, and again as the service's pair,
+/// in vectors that grow by doubling.
+const DECODED_PER_BYTE: usize = 64;
+
+/// The most a decoded `RateLimitRequest` holds (the request limits bound it: 1,024 descriptors
+/// of 64 entries, about 3 MB).
+const MAX_DECODED: usize = 4 << 20;
+
+/// What a message of `len` bytes may hold until its stream ends: its bytes, and the request
+/// decoded from them (tonic decodes a unary call's message, then waits for the end of the
+/// stream before handing it over, so a stream that withholds its end holds both).
+fn held(len: usize) -> usize {
+    len.saturating_add(len.saturating_mul(DECODED_PER_BYTE).min(MAX_DECODED))
+}
+
+/// Where a body's bytes are in its gRPC messages (a 5-byte prefix, a flag and a big-endian
+/// length, then that many bytes).
+#[derive(Debug, Default)]
+struct Messages {
+    /// The current message prefix's bytes read so far (`have` of 5).
+    prefix: [u8; 5],
+    have: usize,
+    /// The current message's bytes still to come after its prefix.
+    rest: usize,
+}
+
+impl Messages {
+    /// Reads `data`, a frame that ends the body if `ended`, as the next bytes of the gRPC
+    /// messages: what the messages whose prefix it completes may hold ([`held`]). A message
+    /// whole in a frame that ends the body (an ordinary call, sent at once) is decoded and
+    /// handed to the service as soon as it is read, holding nothing beyond what arrived, so it
+    /// takes nothing and never waits behind messages that do. A length past the largest
+    /// message takes nothing either: tonic refuses the message as soon as it reads its prefix,
+    /// reserving nothing.
+    fn announced(&mut self, mut data: &[u8], ended: bool) -> usize {
+        let mut sum = 0usize;
+        while !data.is_empty() {
+            if self.rest > 0 {
+                let n = self.rest.min(data.len());
+                self.rest -= n;
+                data = &data[n..];
+                continue;
+            }
+            let n = (5 - self.have).min(data.len());
+            self.prefix[self.have..self.have + n].copy_from_slice(&data[..n]);
+            self.have += n;
+            data = &data[n..];
+            if self.have == 5 {
+                self.have = 0;
+                let len = u32::from_be_bytes([
+                    self.prefix[1],
+                    self.prefix[2],
+                    self.prefix[3],
+                    self.prefix[4],
+                ]) as usize;
+                self.rest = len;
+                let sent_at_once = ended && data.len() >= len;
+                if len <= crate::grpc::MAX_MESSAGE_BYTES && !sent_at_once {
+                    sum = sum.saturating_add(held(len));
+                }
+            }
+        }
+        sum
+    }
+}
+
+impl hyper::body::Body for Budgeted {
+    type Data = hyper::body::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        loop {
+            if let Some((_, taking)) = this.waiting.as_mut() {
+                let Some(permits) = ready!(taking.as_mut().poll(cx)) else {
+                    // A budget closed: never, as nothing closes them.
+                    return Poll::Ready(None);
+                };
+                this.held.extend(permits);
+                let (frame, _) = this.waiting.take().expect("a frame waiting");
+                return Poll::Ready(Some(Ok(frame)));
+            }
+            let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(Ok(f)) => f,
+                other => return Poll::Ready(other),
+            };
+            let Some(budget) = this.budget.clone() else {
+                return Poll::Ready(Some(Ok(frame)));
+            };
+            let ended = this.inner.is_end_stream();
+            let need = match frame.data_ref() {
+                Some(d) => this.messages.announced(d, ended),
+                None => 0,
+            };
+            if need == 0 {
+                return Poll::Ready(Some(Ok(frame)));
+            }
+            // A frame completing several prefixes takes their sum at once, cut to the
+            // connection's budget so that it can be granted.
+            let need = need.min(MAX_CONNECTION_MESSAGE_BYTES) as u32;
+            let taking: Taking = Box::pin(async move {
+                let c = budget.connection.acquire_many_owned(need).await.ok()?;
+                let p = budget.port.acquire_many_owned(need).await.ok()?;
+                Some([c, p])
+            });
+            this.waiting = Some((frame, taking));
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.waiting.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A `Limits` built in code may hold `usize::MAX` connections, as it may hold
     /// `Duration::MAX` timeouts: both are cut, neither panics.
+    /// A body's message lengths are read across any split of its frames.
+    #[test]
+    fn message_prefixes_are_read_across_frames() {
+        let mut body = Vec::new();
+        for len in [3u32, 0, 70_000, 5 << 20, 1] {
+            body.push(0);
+            body.extend_from_slice(&len.to_be_bytes());
+            body.extend(std::iter::repeat_n(7u8, len as usize));
+        }
+        // Counted (what it may hold): a message of at most the largest size (not the 5 MiB
+        // one) unless it is whole in the chunk where its prefix ends and that chunk ends the
+        // body.
+        let chunks_of = |chunk: usize| body.len().div_ceil(chunk);
+        let expected = |chunk: usize| {
+            let (mut at, mut sum) = (0, 0);
+            for len in [3usize, 0, 70_000, 5 << 20, 1] {
+                let prefix_end = at + 5;
+                let in_chunk = (prefix_end - 1) / chunk;
+                let whole = len == 0 || (prefix_end + len - 1) / chunk == in_chunk;
+                let at_once = whole && in_chunk + 1 == chunks_of(chunk);
+                if len <= crate::grpc::MAX_MESSAGE_BYTES && !at_once {
+                    sum += held(len);
+                }
+                at = prefix_end + len;
+            }
+            sum
+        };
+        assert_eq!(expected(1), held(3) + held(0) + held(70_000) + held(1));
+        // All in one frame that ends the body: every message is sent at once.
+        assert_eq!(expected(body.len()), 0);
+        assert_eq!(held(70_000), 70_000 + MAX_DECODED);
+        assert_eq!(held(100), 100 + 6_400);
+        for chunk in [1, 2, 4, 5, 6, 7, 4096, 70_004, body.len()] {
+            let mut m = Messages::default();
+            let n = chunks_of(chunk);
+            let sum: usize = body
+                .chunks(chunk)
+                .enumerate()
+                .map(|(i, c)| m.announced(c, i + 1 == n))
+                .sum();
+            assert_eq!(sum, expected(chunk), "chunks of {chunk}");
+            assert_eq!((m.have, m.rest), (0, 0));
+        }
+    }
+
     #[tokio::test]
     async fn limits_at_their_types_maximum_serve() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

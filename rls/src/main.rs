@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use tollgate_rls::config::DEFAULT_MAX_DESCRIPTORS;
 use tollgate_rls::engine::{OnRedisError, RlsClock};
 use tollgate_rls::server::{run, Options, StartError};
 
@@ -37,6 +38,11 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u64).range(1..=(1 << 26)))]
     max_keys: u64,
+    /// The most descriptors the config may define (every level, with a limit or not): a
+    /// config over it is refused at start and on a reload (which keeps the old one).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_DESCRIPTORS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    max_descriptors: u64,
     /// Redis: the most a decision waits (milliseconds) before --on-redis-error answers.
     #[arg(long, value_name = "MS", default_value_t = 15,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
@@ -86,6 +92,7 @@ fn main() -> ExitCode {
         shadow: cli.shadow,
         state: cli.state,
         max_keys: cli.max_keys as usize,
+        max_descriptors: cli.max_descriptors as usize,
         redis_timeout: Duration::from_millis(cli.redis_timeout_ms),
         on_redis_error: match cli.on_redis_error.as_str() {
             "allow" => OnRedisError::Allow,

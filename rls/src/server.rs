@@ -1,6 +1,6 @@
 //! Startup, the two listeners, hot reload, saved state and the drain.
 
-use crate::config::{read_sources, Config, ConfigError, Target};
+use crate::config::{read_sources, Config, ConfigError, LoadOptions, Target};
 use crate::conn::{self, Limits, Protocol};
 use crate::engine::{Backend, LocalBackend, OnRedisError, RedisBackend, RlsClock};
 use crate::grpc::Grpc;
@@ -48,6 +48,8 @@ pub struct Options {
     pub state: Option<PathBuf>,
     /// `--max-keys`.
     pub max_keys: usize,
+    /// `--max-descriptors`.
+    pub max_descriptors: usize,
     /// `--redis-timeout-ms`.
     pub redis_timeout: Duration,
     /// `--on-redis-error`.
@@ -81,6 +83,7 @@ impl Options {
             shadow: false,
             state: None,
             max_keys: 1_000_000,
+            max_descriptors: crate::config::DEFAULT_MAX_DESCRIPTORS,
             redis_timeout: Duration::from_millis(15),
             on_redis_error: OnRedisError::Unavailable,
             save_every: Duration::from_secs(10),
@@ -203,9 +206,14 @@ async fn run_with(
         Some(_) => Target::Redis,
         None => Target::Local,
     };
+    let load = LoadOptions {
+        target,
+        max_descriptors: opts.max_descriptors,
+    };
     let config = sources
-        .and_then(|s| Config::from_sources_for(&s, target))
+        .and_then(|s| Config::from_sources_with(&s, load))
         .map_err(StartError::Config)?;
+    log_warnings(&config);
     let handle = crate::metrics::install();
     let backend = match &opts.redis {
         None => Backend::Local(LocalBackend::new(clock.clone(), opts.max_keys)),
@@ -219,7 +227,9 @@ async fn run_with(
             )
         }
     };
-    let service = Arc::new(Service::new(config, backend, opts.shadow));
+    let service = Arc::new(
+        Service::new(config, backend, opts.shadow).with_max_descriptors(opts.max_descriptors),
+    );
     crate::metrics::config_load(true);
     if let (Some(path), Backend::Local(local)) = (&opts.state, service.backend()) {
         restore_state(local, path);
@@ -428,13 +438,10 @@ fn load_into(
     sources: Result<Vec<(PathBuf, String)>, ConfigError>,
     service: &Service,
 ) -> bool {
-    // The config must suit the backend serving, as at start.
-    let target = match service.backend() {
-        Backend::Redis(_) => Target::Redis,
-        Backend::Local(_) | Backend::FixedWindow(_) => Target::Local,
-    };
-    match sources.and_then(|s| Config::from_sources_for(&s, target)) {
+    // The config must suit the backend serving, as at start, within the same bounds.
+    match sources.and_then(|s| Config::from_sources_with(&s, service.load_options())) {
         Ok(c) => {
+            log_warnings(&c);
             let limits = c.limits().len();
             service.reload(c);
             crate::metrics::config_load(true);
@@ -451,6 +458,23 @@ fn load_into(
             ));
             false
         }
+    }
+}
+
+/// The most of a config's warnings logged one a line; the rest are counted in one line.
+const MAX_WARNINGS_LOGGED: usize = 10;
+
+/// Logs what a config's load ignored ([`Config::warnings`]).
+fn log_warnings(config: &Config) {
+    let w = config.warnings();
+    for e in w.iter().take(MAX_WARNINGS_LOGGED) {
+        log(format!("config warning: {e}"));
+    }
+    if w.len() > MAX_WARNINGS_LOGGED {
+        log(format!(
+            "config warning: {} more fields ignored",
+            w.len() - MAX_WARNINGS_LOGGED
+        ));
     }
 }
 

@@ -98,6 +98,8 @@ pub struct Service {
     backend: Backend,
     shadow: bool,
     draining: AtomicBool,
+    /// What a reload loads under: the backend's target and `--max-descriptors`.
+    max_descriptors: usize,
 }
 
 /// A descriptor's place in the decision.
@@ -125,9 +127,29 @@ impl Service {
             backend,
             shadow,
             draining: AtomicBool::new(false),
+            max_descriptors: crate::config::DEFAULT_MAX_DESCRIPTORS,
         };
         s.reload(config);
         s
+    }
+
+    /// The service, with the configs it reloads bounded to `n` descriptors
+    /// (`--max-descriptors`; see [`LoadOptions`](crate::config::LoadOptions)).
+    pub fn with_max_descriptors(mut self, n: usize) -> Service {
+        self.max_descriptors = n;
+        self
+    }
+
+    /// How a config for this service is loaded: for its backend (with `--redis`, the Redis
+    /// script's range too) and within its descriptors bound.
+    pub fn load_options(&self) -> crate::config::LoadOptions {
+        crate::config::LoadOptions {
+            target: match &self.backend {
+                Backend::Redis(_) => crate::config::Target::Redis,
+                Backend::Local(_) | Backend::FixedWindow(_) => crate::config::Target::Local,
+            },
+            max_descriptors: self.max_descriptors,
+        }
     }
 
     /// The backend.

@@ -32,6 +32,8 @@ fn bad_flags_and_invalid_configs_exit_2_with_a_clear_message() {
         ("--idle-timeout-ms", "0"),
         ("--grpc-keepalive-ms", "0"),
         ("--grpc-keepalive-timeout-ms", "0"),
+        ("--max-descriptors", "0"),
+        ("--max-descriptors", "10000001"),
     ] {
         let (code, err) = run_to_exit(&["--config", good, flag, value]);
         assert_eq!(code, Some(2), "{err}");
@@ -49,6 +51,15 @@ fn bad_flags_and_invalid_configs_exit_2_with_a_clear_message() {
     );
     let (code, err) = run_to_exit(&["--config", dir.path().join("none.yaml").to_str().unwrap()]);
     assert_eq!(code, Some(2), "{err}");
+    // A config over --max-descriptors.
+    let two = dir.write(
+        "two.yaml",
+        "domain: cli\ndescriptors:\n  - key: a\n  - key: b\n",
+    );
+    let two = two.to_str().unwrap();
+    let (code, err) = run_to_exit(&["--config", two, "--max-descriptors", "1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--max-descriptors"), "{err}");
 }
 
 /// With stderr's reader gone before the start (every write fails with EPIPE), a start that
@@ -325,4 +336,25 @@ async fn out_of_descriptors_the_accept_loop_pauses_and_logs_once_per_period() {
         assert!(t0.elapsed() < Duration::from_secs(5), "not served again");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A field the load ignores (a known field out of place, as envoyproxy/ratelimit ignores it)
+/// is logged with its file, line and field at start, and the service starts.
+#[test]
+fn ignored_fields_are_logged_at_start() {
+    let dir = TempDir::new("cli-warn");
+    let cfg = dir.write(
+        "c.yaml",
+        "domain: cli\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, shadow_mode: true}\n",
+    );
+    let mut args = vec!["--config", cfg.to_str().unwrap()];
+    args.extend(free());
+    let mut p = Proc::start(&args);
+    assert!(
+        p.logged("c.yaml:4: descriptors[0].rate_limit.shadow_mode: \"shadow_mode\" is not a field of a rate_limit: ignored"),
+        "{}",
+        p.stderr()
+    );
+    p.signal("TERM");
+    assert_eq!(p.wait(Duration::from_secs(20)), Some(0), "{}", p.stderr());
 }

@@ -722,3 +722,176 @@ fn requests_per_unit_outside_u32_is_refused_with_the_range() {
         );
     }
 }
+
+/// Two merge keys in one mapping: yaml.v2 merges each in turn, in document order with the
+/// mapping's own fields (a field set later replacing one set earlier), so a file sharing a
+/// unit and a rate through two anchors loads there and here alike.
+#[test]
+fn two_merge_keys_in_one_mapping_merge_in_document_order() {
+    let c = load(
+        "domain: d
+descriptors:
+  - key: hourly
+    rate_limit: &per_hour {unit: hour, requests_per_unit: 1}
+  - key: base
+    rate_limit: &seven {unit: day, requests_per_unit: 7, name: seven}
+  - key: a
+    rate_limit:
+      <<: *seven
+      <<: *per_hour
+  - key: b
+    rate_limit:
+      <<: *per_hour
+      name: own
+      <<: *seven
+      <<: {requests_per_unit: 3}
+",
+    )
+    .unwrap();
+    let rate = |k: &str| match &c.lookup("d", [(k, "x")]).unwrap().limit.kind {
+        Kind::Rates(r) => (r[0].requests_per_unit, r[0].unit, r[0].name.clone()),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(rate("a"), (1, Unit::Hour, "seven".to_owned()));
+    // Document order throughout: `name: own` is replaced by the later merge's name.
+    assert_eq!(rate("b"), (3, Unit::Day, "seven".to_owned()));
+    // A quoted `<<` is an ordinary key (unknown), and a field set twice is still refused,
+    // merge keys or not.
+    for bad in [
+        "domain: d\ndescriptors:\n  - key: a\n    \"<<\": {value: b}\n    <<: {value: c}\n",
+        "domain: d\ndescriptors:\n  - key: a\n    <<: {value: b}\n    <<: {value: c}\n    key: e\n",
+    ] {
+        assert!(load(bad).is_err(), "{bad}");
+    }
+}
+
+/// envoyproxy/ratelimit knows fourteen field names and accepts each in any mapping, ignoring
+/// it where its schema does not take it: a file with a known field out of place loads there.
+/// Here it loads too, the field ignored with a warning naming its line, unless ignoring it
+/// would silently drop a limit the file writes (a `rate_limit` outside a descriptor, a rate
+/// without its `rate_limit:`, `descriptors` or `share_threshold` inside a `rate_limit`):
+/// that is refused, saying where the field belongs.
+#[test]
+fn misplaced_known_fields_are_ignored_unless_that_drops_a_limit() {
+    let c = load(
+        "domain: d
+shadow_mode: true
+descriptors:
+  - key: a
+    name: a_limit
+    domain: other
+    unlimited: true
+    replaces: [{name: b_limit}]
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+      shadow_mode: true
+      detailed_metric: true
+      value: v
+      replaces: [{name: x, key: k, unit: second}]
+",
+    )
+    .unwrap();
+    let l = &c.limits()[0];
+    // The misplaced fields change nothing: enforced, limited, per value.
+    assert!(!l.shadow && !l.detailed_metric && l.per_value);
+    assert_eq!(l.replaces, vec!["x".to_owned()]);
+    assert!(matches!(&l.kind, Kind::Rates(r) if r[0].requests_per_unit == 5));
+    let warned: Vec<(Option<usize>, &str)> = c
+        .warnings()
+        .iter()
+        .map(|w| (w.line, w.field.as_str()))
+        .collect();
+    assert_eq!(
+        warned,
+        [
+            (Some(2), "shadow_mode"),
+            (Some(5), "descriptors[0].name"),
+            (Some(6), "descriptors[0].domain"),
+            (Some(7), "descriptors[0].unlimited"),
+            (Some(8), "descriptors[0].replaces"),
+            (Some(12), "descriptors[0].rate_limit.shadow_mode"),
+            (Some(13), "descriptors[0].rate_limit.detailed_metric"),
+            (Some(14), "descriptors[0].rate_limit.value"),
+            (Some(15), "descriptors[0].rate_limit.replaces[0].key"),
+            (Some(15), "descriptors[0].rate_limit.replaces[0].unit"),
+        ]
+        .iter()
+        .map(|(l, f)| (*l, *f))
+        .collect::<Vec<_>>()
+    );
+    assert!(
+        c.warnings()[0].message.contains("ignored"),
+        "{}",
+        c.warnings()[0]
+    );
+    let cases: &[(&str, usize, &str, &str)] = &[
+        // A rate without its `rate_limit:`.
+        ("domain: d\ndescriptors:\n  - key: a\n    unit: second\n    requests_per_unit: 1\n", 4, "descriptors[0].unit", "rate_limit"),
+        ("domain: d\nrate_limit: {unit: second, requests_per_unit: 1}\n", 2, "rate_limit", "belongs in a descriptor"),
+        ("domain: d\nrequests_per_unit: 1\n", 2, "requests_per_unit", "rate_limit"),
+        // Nested descriptors indented one level too deep.
+        ("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      descriptors:\n        - key: b\n          rate_limit: {unit: second, requests_per_unit: 1}\n", 7, "descriptors[0].rate_limit.descriptors", "beside its rate_limit"),
+        ("domain: d\ndescriptors:\n  - key: a\n    value: p*\n    rate_limit: {unit: second, requests_per_unit: 1, share_threshold: true}\n", 5, "descriptors[0].rate_limit.share_threshold", "beside its rate_limit"),
+        ("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      rate_limit: {unit: second}\n", 6, "descriptors[0].rate_limit.rate_limit", "belongs in a descriptor"),
+        ("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, replaces: [{name: b, descriptors: []}]}\n", 4, "descriptors[0].rate_limit.replaces[0].descriptors", "beside its rate_limit"),
+        // Names envoyproxy/ratelimit does not know are refused anywhere, as there; so are
+        // known ones in tollgate's own `rate_limits` entries.
+        ("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, colour: red}\n", 4, "descriptors[0].rate_limit.colour", "unknown field"),
+        ("domain: d\ndescriptors:\n  - key: a\n    rate_limits: [{unit: second, shadow_mode: true}]\n", 4, "descriptors[0].rate_limits[0].shadow_mode", "unknown field"),
+    ];
+    for (yaml, line, field, words) in cases {
+        let e = load(yaml).expect_err(yaml);
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(*line), *field),
+            "{yaml}\n{e}"
+        );
+        assert!(e.message.contains(words), "{yaml}\n{e}");
+    }
+}
+
+/// envoyproxy/ratelimit refuses a valid unit beside `unlimited: true` and ignores any other:
+/// an unlimited limit with a unit that is not one loads there, and here (with a warning).
+#[test]
+fn an_unlimited_limits_invalid_unit_is_ignored_as_envoyproxy_ratelimit_ignores_it() {
+    for unit in ["fortnight", "unknown", "UNKNOWN"] {
+        let c = load(&format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      unit: {unit}\n"
+        ))
+        .unwrap();
+        assert_eq!(c.limits()[0].kind, Kind::Unlimited);
+        let w = &c.warnings()[0];
+        assert_eq!(
+            (w.line, w.field.as_str()),
+            (Some(6), "descriptors[0].rate_limit.unit")
+        );
+    }
+    for unit in ["second", "Day", "WEEK"] {
+        let e = load(&format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unlimited: true, unit: {unit}}}\n"
+        ))
+        .unwrap_err();
+        assert!(e.message.contains("takes no unit"), "{e}");
+    }
+}
+
+/// Units are read in any case with Unicode's upper-case mapping, as envoyproxy/ratelimit
+/// reads them (`strings.ToUpper`): `ſecond` (long s) and `mınute` (dotless i) name units there.
+#[test]
+fn units_are_read_as_go_upper_cases_them() {
+    for (unit, want) in [
+        ("ſecond", Unit::Second),
+        ("mınute", Unit::Minute),
+        ("Hour", Unit::Hour),
+    ] {
+        let c = load(&format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: {unit}, requests_per_unit: 1}}\n"
+        ))
+        .unwrap();
+        match &c.limits()[0].kind {
+            Kind::Rates(r) => assert_eq!(r[0].unit, want, "{unit}"),
+            Kind::Unlimited => panic!(),
+        }
+    }
+}

@@ -436,3 +436,216 @@ async fn an_unknown_method_is_unimplemented() {
         tonic::Code::Unimplemented
     );
 }
+
+/// Streams on one HTTP/2 connection that each announce a message of 4 MiB (the 5-byte gRPC
+/// prefix of a message) and send `sent` bytes of it, left open: what the process then holds
+/// beyond what it held before, and the connection (kept open until dropped).
+async fn announced(
+    s: &Rls,
+    streams: usize,
+    sent: usize,
+) -> (
+    usize,
+    h2::client::SendRequest<tonic_prost::prost::bytes::Bytes>,
+    Vec<h2::SendStream<tonic_prost::prost::bytes::Bytes>>,
+) {
+    announced_then(s, streams, sent, std::time::Duration::from_millis(500)).await
+}
+
+/// [`announced`], waiting `settle` for the server to read what was sent.
+async fn announced_then(
+    s: &Rls,
+    streams: usize,
+    sent: usize,
+    settle: std::time::Duration,
+) -> (
+    usize,
+    h2::client::SendRequest<tonic_prost::prost::bytes::Bytes>,
+    Vec<h2::SendStream<tonic_prost::prost::bytes::Bytes>>,
+) {
+    use tonic_prost::prost::bytes::Bytes;
+    let tcp = tokio::net::TcpStream::connect(s.ready.grpc).await.unwrap();
+    let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let before = alloc::reset_peak();
+    let mut open = Vec::new();
+    let mut prefix = vec![0u8];
+    prefix.extend_from_slice(&(4u32 << 20).to_be_bytes());
+    prefix.resize(5 + sent, 0x0a);
+    let prefix = Bytes::from(prefix);
+    for _ in 0..streams {
+        client = client.ready().await.unwrap();
+        let req = tonic::codegen::http::Request::post(format!("http://{}{METHOD}", s.ready.grpc))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (_resp, mut send) = client.send_request(req, false).unwrap();
+        send.send_data(prefix.clone(), false).unwrap();
+        open.push(send);
+    }
+    // Let the server read what was sent.
+    tokio::time::sleep(settle).await;
+    (alloc::peak().saturating_sub(before), client, open)
+}
+
+/// A message's bytes are buffered before it is decoded, and the decoder reserves the length a
+/// message's prefix announces as soon as it reads it: 200 streams of one connection each
+/// announcing 4 MiB made the process reserve 800 MiB for a few kilobytes sent, and filling
+/// them made it resident. What one connection's unfinished messages hold is bounded
+/// (`MAX_CONNECTION_MESSAGE_BYTES`), and so is what every connection's hold together
+/// (`MAX_PORT_MESSAGE_BYTES`): the streams past the bound wait, unread, until their body
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_announced_on_many_streams_hold_a_bounded_memory() {
+    let _turn = SERIAL.lock().await;
+    let s = Rls::start(CONFIG).await;
+    let (peak, _c, _open) = announced(&s, 200, 0).await;
+    eprintln!("200 streams announcing 4 MiB each: peak {peak} bytes");
+    assert!(peak < 32 << 20, "peak {peak} bytes");
+    // With 64 KiB of each sent (the stream's flow-control window allows it).
+    let (peak, _c2, _open2) = announced(&s, 200, 64 << 10).await;
+    eprintln!("200 streams sending 64 KiB of 4 MiB each: peak {peak} bytes");
+    assert!(peak < 32 << 20, "peak {peak} bytes");
+    // An ordinary call on another connection meanwhile is decided.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.ready.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let r = grpc
+        .unary(
+            tonic::Request::new(request("d", &[descriptor(&[("user", "a")])])),
+            PathAndQuery::from_static(METHOD),
+            Raw,
+        )
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.overall_code, OK);
+}
+
+/// Calls `ShouldRateLimit` on `client`'s connection as Envoy sends a call: the message and the
+/// end of the stream in one DATA frame. The answer, if it comes within 3 s.
+async fn call_at_once(
+    s: &Rls,
+    client: h2::client::SendRequest<tonic_prost::prost::bytes::Bytes>,
+    message: &[u8],
+) -> Option<RateLimitResponse> {
+    use tonic_prost::prost::bytes::Bytes;
+    let mut client = client.ready().await.unwrap();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    body.extend_from_slice(message);
+    let req = tonic::codegen::http::Request::post(format!("http://{}{METHOD}", s.ready.grpc))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (resp, mut send) = client.send_request(req, false).unwrap();
+    send.send_data(Bytes::from(body), true).unwrap();
+    let (data, trailers) = tokio::time::timeout(std::time::Duration::from_secs(3), async {
+        let mut body = resp.await.unwrap().into_body();
+        let mut data = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            data.extend_from_slice(&chunk);
+        }
+        let trailers = body.trailers().await.unwrap().expect("trailers");
+        (data, trailers)
+    })
+    .await
+    .ok()?;
+    assert_eq!(trailers["grpc-status"], "0");
+    Some(RateLimitResponse::decode(&data[5..]).unwrap())
+}
+
+/// A connection to the gRPC port.
+async fn connect(s: &Rls) -> h2::client::SendRequest<tonic_prost::prost::bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(s.ready.grpc).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+/// Streams reset by the client (RST_STREAM) mid-message give back what they took of the
+/// connection's budget: after 200 streams announcing 4 MiB each are reset, a call on the same
+/// connection is read and decided at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_streams_give_their_budget_back() {
+    let _turn = SERIAL.lock().await;
+    let s = Rls::start(CONFIG).await;
+    let (_, client, open) = announced(&s, 200, 16).await;
+    for mut send in open {
+        send.send_reset(h2::Reason::CANCEL);
+    }
+    let message = request("d", &[descriptor(&[("user", "a")])]);
+    let r = call_at_once(&s, client, &message)
+        .await
+        .expect("the call is answered while the reset streams' budget is free");
+    assert_eq!(r.overall_code, OK);
+}
+
+/// Streams that hold the port's whole budget (33 connections, two 4 MiB messages granted on
+/// each and a third waiting) do not hold up calls sent at once: a call whose message arrives
+/// whole, with its prefix and the end of the stream (as Envoy sends a call), takes no budget
+/// and is decided at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_sent_at_once_do_not_wait_for_a_held_budget() {
+    let _turn = SERIAL.lock().await;
+    // Body deadlines far beyond the test, so that no held message expires meanwhile.
+    let s = Rls::start_with(CONFIG, |o| {
+        o.body_timeout = std::time::Duration::from_secs(60)
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..33 {
+        held.push(announced_then(&s, 3, 0, std::time::Duration::ZERO).await);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let message = request("d", &[descriptor(&[("user", "a")])]);
+    let r = call_at_once(&s, connect(&s).await, &message)
+        .await
+        .expect("decided while the budget is held");
+    assert_eq!(r.overall_code, OK);
+    drop(held);
+}
+
+/// Whole messages whose streams withhold their end: tonic decodes each message, then waits
+/// for the end of its stream before handing it over, so each such stream holds its decoded
+/// request, up to some 50 times its wire size. 200 streams of one connection, each a whole
+/// 46 KB message of 7,680 empty entries, held 81 MB; each now takes what its decoded request
+/// may hold from the budgets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_withholding_their_end_hold_a_bounded_memory() {
+    use tonic_prost::prost::bytes::Bytes;
+    let _turn = SERIAL.lock().await;
+    let s = Rls::start(CONFIG).await;
+    let d = descriptor(&vec![("", ""); 64]);
+    let message = request("d", &vec![d; 120]);
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    body.extend_from_slice(&message);
+    let body = Bytes::from(body);
+    let mut client = connect(&s).await;
+    let before = alloc::reset_peak();
+    let mut open = Vec::new();
+    for _ in 0..200 {
+        client = client.ready().await.unwrap();
+        let req = tonic::codegen::http::Request::post(format!("http://{}{METHOD}", s.ready.grpc))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (_resp, mut send) = client.send_request(req, false).unwrap();
+        send.send_data(body.clone(), false).unwrap();
+        open.push(send);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+    let peak = alloc::peak().saturating_sub(before);
+    eprintln!("200 whole messages of 46 KB, each stream's end withheld: peak {peak} bytes");
+    assert!(peak < 32 << 20, "peak {peak} bytes");
+}

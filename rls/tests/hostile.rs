@@ -7,7 +7,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tollgate::ManualClock;
-use tollgate_rls::config::{Config, ConfigError};
+use tollgate_rls::config::{Config, ConfigError, LoadOptions};
 use tollgate_rls::engine::{Backend, LocalBackend, RlsClock};
 use tollgate_rls::service::{Descriptor, Request, Service};
 
@@ -556,4 +556,127 @@ fn hostile_hit_counts_and_entries_get_ordinary_decisions() {
     assert_eq!(r, vec![(true, u32::MAX), (false, 0), (true, 5)]);
     // Nothing was debited from `user: a` by any of the above.
     assert_eq!(ask(&s, "d", vec![a()], 0), vec![(true, 4)]);
+}
+
+fn load_with(sources: &[(&str, String)], max_descriptors: usize) -> Result<Config, ConfigError> {
+    let sources: Vec<(PathBuf, String)> = sources
+        .iter()
+        .map(|(f, t)| (PathBuf::from(f), t.clone()))
+        .collect();
+    Config::from_sources_with(
+        &sources,
+        LoadOptions {
+            max_descriptors,
+            ..LoadOptions::default()
+        },
+    )
+}
+
+/// Every descriptor costs memory while its file is parsed and once loaded (a table of one in
+/// the local backend for a descriptor of exact values): a generated file of a million
+/// descriptors took gigabytes. A config defines at most `--max-descriptors` (every level, with
+/// a limit or not, summed over its files), and a file holding far more mappings than that
+/// allows is refused as it is read, before it is built.
+#[test]
+fn a_config_over_the_descriptor_bound_is_refused() {
+    let flat = |n: usize, domain: &str| {
+        let mut s = format!("domain: {domain}\ndescriptors:\n");
+        for i in 0..n {
+            s.push_str(&format!(
+                "  - key: k{i}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+            ));
+        }
+        s
+    };
+    assert_eq!(
+        load_with(&[("a.yaml", flat(10, "a"))], 10)
+            .unwrap()
+            .limits()
+            .len(),
+        10
+    );
+    let e = refused(load_with(&[("a.yaml", flat(11, "a"))], 10));
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(23), "descriptors[10]"),
+        "{e}"
+    );
+    assert!(e.message.contains("more than 10 descriptors"), "{e}");
+    assert!(e.message.contains("--max-descriptors"), "{e}");
+    // Nested descriptors count, and so do the descriptors of every file.
+    let nested = "domain: n\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n";
+    assert!(load_with(&[("n.yaml", nested.into())], 2).is_ok());
+    let e = refused(load_with(&[("n.yaml", nested.into())], 1));
+    assert_eq!(e.field, "descriptors[0].descriptors[0]", "{e}");
+    let e = refused(load_with(
+        &[("a.yaml", flat(6, "a")), ("b.yaml", flat(5, "b"))],
+        10,
+    ));
+    assert_eq!(e.file, PathBuf::from("b.yaml"), "{e}");
+    // Mappings past four per descriptor and the spare 1,024 are refused while parsing, here
+    // replaces entries of one descriptor.
+    let many: String = (0..2_000).map(|i| format!("{{name: n{i}}}, ")).collect();
+    let e = refused(load_with(
+        &[(
+            "r.yaml",
+            format!(
+                "domain: r\ndescriptors:\n  - key: a\n    rate_limit: {{unit: second, \
+                 replaces: [{many}]}}\n"
+            ),
+        )],
+        1,
+    ));
+    assert!(
+        e.message
+            .starts_with("more mappings than 1 descriptors hold"),
+        "{e}"
+    );
+    // The default bound, 100,000, loads a config of that many.
+    assert_eq!(
+        load_with(
+            &[("a.yaml", flat(1_000, "a"))],
+            tollgate_rls::config::DEFAULT_MAX_DESCRIPTORS
+        )
+        .unwrap()
+        .limits()
+        .len(),
+        1_000
+    );
+}
+
+/// A reload onto a config over the bound keeps the old one serving.
+#[test]
+fn a_reload_over_the_descriptor_bound_keeps_the_old_config() {
+    let dir = std::env::temp_dir().join(format!("rls-maxdesc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.yaml");
+    std::fs::write(
+        &path,
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+    )
+    .unwrap();
+    let clock = ManualClock::new();
+    let s = Service::new(
+        Config::load(&path).unwrap(),
+        Backend::Local(LocalBackend::new(RlsClock::manual(clock), 1_000)),
+        false,
+    )
+    .with_max_descriptors(2);
+    assert_eq!(s.load_options().max_descriptors, 2);
+    std::fs::write(
+        &path,
+        "domain: d\ndescriptors:\n  - key: a\n  - key: b\n  - key: c\n",
+    )
+    .unwrap();
+    assert!(!tollgate_rls::server::reload(&path, &s));
+    // Still limited: one hit an hour for `a`.
+    assert_eq!(
+        ask(&s, "d", vec![(vec![("a", "x")], None)], 1),
+        vec![(true, 0)]
+    );
+    assert_eq!(
+        ask(&s, "d", vec![(vec![("a", "x")], None)], 1),
+        vec![(false, 0)]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
