@@ -250,6 +250,7 @@ impl Saved {
     }
 
     /// Whether this describes `quota` (for a cache keyed by the quota).
+    #[cfg(feature = "keyed")]
     pub(crate) fn is_for(&self, quota: &Quota) -> bool {
         self.quota == *quota
     }
