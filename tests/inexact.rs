@@ -6,6 +6,7 @@
 //! divisible by `div`, `Quota::units_per_ns`). Off it, a full bucket admits its whole burst in
 //! one request, or `burst − 1` requests of one token and the last one `⌈div / mul⌉` ns later at
 //! most (1 ns when the quota earns a unit per nanosecond or more).
+#![cfg(feature = "keyed")]
 
 use std::time::Duration;
 use tollgate::{

@@ -5,7 +5,7 @@
 #![cfg(feature = "persist")]
 
 use std::time::{Duration, SystemTime};
-use tollgate::{Bucket, KeyedLimiter, Limits, ManualClock, MultiBucket, Quota};
+use tollgate::{Bucket, Limits, ManualClock, MultiBucket, Quota};
 
 fn wall() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
@@ -92,11 +92,13 @@ fn a_policy_in_a_chosen_unit_restores_what_it_held() {
     }
 }
 
+#[cfg(feature = "keyed")]
 #[test]
 fn a_keyed_table_in_a_chosen_unit_restores_what_it_held() {
     for (own, chosen) in pairs() {
         let clock = ManualClock::new();
         clock.set(Duration::from_secs(3));
+        use tollgate::KeyedLimiter;
         let live = KeyedLimiter::with_clock(chosen, 100, clock);
         for key in 0..20u64 {
             live.try_acquire(&key, 1 + key % 3).unwrap();
