@@ -17,8 +17,10 @@
 //!
 //! A direct admission at server time `t` (the script, or a lease's take for its own cost) takes
 //! units starting at or after `t` and ending at or before `t + burst·T`. A leased slice spent at
-//! `t` starts at or after `t` by the rule above, and ends at or before `z1 ≤ t0 + burst·T ≤ t +
-//! burst·T` (its take was admitted at `t0 ≤ t`). Redis never hands out a unit twice (its state
+//! `t` (the spend's reading of the server's time) starts at or after `t` by the rule above, and
+//! ends at or before `z1 ≤ t0 + burst·T ≤ t + burst·T`: its take was admitted at `t0 ≤ t`,
+//! because a spend reads the clock only after loading the lease's `end`, which the take
+//! installed after `t0` ([`Table::take_local`]). Redis never hands out a unit twice (its state
 //! only grows, and a key that expires is full: every slice it handed out then starts in the
 //! past), and a process never spends a slice twice (`next` only grows). So every token admitted
 //! at a server time in `[t1, t2]`, by any number of processes, directly or from leases, is a
@@ -181,6 +183,40 @@ const DRIFT: u64 = 10_000;
 /// No mapping yet (`Slot::map`).
 const NO_MAP: i64 = i64::MAX;
 
+/// A point in a lease operation where the unit tests run their own code on the calling thread
+/// (a spender paused between its reading and its CAS); nothing outside the unit tests.
+#[derive(Debug, Clone, Copy)]
+enum Point {
+    /// [`Table::take_local`] decided at reading `now` and is about to CAS.
+    Spend {
+        /// The reading (read by the unit tests' hooks only).
+        #[cfg_attr(not(test), allow(dead_code))]
+        now: u64,
+    },
+}
+
+/// A unit test's code at a [`Point`].
+#[cfg(test)]
+type Hook = Box<dyn FnMut(Point)>;
+
+#[cfg(test)]
+std::thread_local! {
+    static HOOK: std::cell::RefCell<Option<Hook>> = const { std::cell::RefCell::new(None) };
+}
+
+#[cfg(test)]
+fn hook(p: Point) {
+    // Taken out while it runs, so that a hook may call into the table.
+    if let Some(mut h) = HOOK.with(|c| c.borrow_mut().take()) {
+        h(p);
+        HOOK.with(|c| *c.borrow_mut() = Some(h));
+    }
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn hook(_: Point) {}
+
 /// One key's lease: the slices `[next, end)` on the server's time axis (`tollgate::gcra` units).
 ///
 /// | field  | meaning                                                      | writers            |
@@ -189,10 +225,12 @@ const NO_MAP: i64 = i64::MAX;
 /// | `end`  | end of the lease (`0` while a take replaces it, or none)     | a take only        |
 /// | `map`  | `c` with server ns ≤ `c + local·(1 + 10⁻⁴)` (`i64::MAX` none) | a take only        |
 ///
-/// All `SeqCst`. A take stores `end = 0`, then `next`, then `end`. A spender loads `next`, then
-/// `end`, and CASes `next`: a CAS that succeeds against a replaced lease is still safe, because
-/// takes are installed in state order (under the refill lock), so a lease installed later
-/// starts at or after every earlier lease's `end` and a stale `end` refuses. (A Redis restart
+/// All `SeqCst`. A take stores `end = 0`, then `map`, then `next`, then `end`. A spender loads
+/// `next`, then `end`, then `map` with its clock reading, and CASes `next`: its reading follows
+/// the store of the `end` it spends against, so that lease's take ran before the reading. A CAS
+/// that succeeds against a replaced lease is still safe, because takes are installed in state
+/// order (under the refill lock), so a lease installed later starts at or after every earlier
+/// lease's `end` and a stale `end` refuses. (A Redis restart
 /// that forgets the state, or a quota change — the state converted into another quota's units
 /// and back — can break that order; see the crate README on failover and quota changes.)
 #[derive(Debug)]
@@ -306,16 +344,27 @@ impl Table {
     }
 
     /// Serves `cost` from the key's lease if it holds enough slices that have not expired.
+    ///
+    /// The spend is decided at a reading of the server's time taken after loading the lease's
+    /// `next` and `end`: the take that installed that `end` ran before the reading (`t0 ≤ t`),
+    /// so the slices spent start at or after the reading and end within one burst of it, the
+    /// window bound's two conditions (module docs). A CAS that fails reloads `end` and reads
+    /// the clock again only if `end` changed (a take replaced the lease; ends only grow, so
+    /// an equal `end` is the same lease): one clock read per spend otherwise. A spender paused
+    /// between its reading and its CAS still spends at its reading, and may take slices the
+    /// server's clock has passed by then; that admission is counted at its reading, where the
+    /// slices lie ahead of it, as a core bucket counts a stale reading.
     pub(crate) fn take_local(&self, slot: &Slot, quota: &Quota, cost: u64) -> bool {
         let Some(cost_units) = cost.checked_mul(quota.scale()) else {
             return false;
         };
-        let Some(now) = self.server_units(slot, quota) else {
+        let mut next = slot.next.load(Ordering::SeqCst);
+        let mut end = slot.end.load(Ordering::SeqCst);
+        let Some(mut now) = self.server_units(slot, quota) else {
             return false;
         };
-        let mut next = slot.next.load(Ordering::SeqCst);
         loop {
-            let end = slot.end.load(Ordering::SeqCst);
+            hook(Point::Spend { now });
             let Some(after) = spend(next, now, cost_units, end) else {
                 return false;
             };
@@ -324,7 +373,17 @@ impl Table {
                 .compare_exchange_weak(next, after, Ordering::SeqCst, Ordering::SeqCst)
             {
                 Ok(_) => return true,
-                Err(cur) => next = cur,
+                Err(cur) => {
+                    next = cur;
+                    let seen = slot.end.load(Ordering::SeqCst);
+                    if seen != end {
+                        end = seen;
+                        let Some(n) = self.server_units(slot, quota) else {
+                            return false;
+                        };
+                        now = n;
+                    }
+                }
             }
         }
     }
@@ -608,5 +667,98 @@ mod tests {
         );
         std::thread::sleep(Duration::from_millis(21).saturating_sub(replied.elapsed()));
         assert_eq!(t.denied(&s, &q, 2), None, "30 ms after the sending");
+    }
+
+    /// Installs `h` as this thread's hook (see [`Point`]) until the guard drops.
+    fn with_hook(h: impl FnMut(Point) + 'static) -> impl Drop {
+        struct Unhook;
+        impl Drop for Unhook {
+            fn drop(&mut self) {
+                HOOK.with(|c| *c.borrow_mut() = None);
+            }
+        }
+        HOOK.with(|c| *c.borrow_mut() = Some(Box::new(h)));
+        Unhook
+    }
+
+    /// A spender paused between its reading and its CAS while a refill replaces the lease with
+    /// one taken after that reading. Counted at the readings the spends were decided at (the
+    /// window bound's terms, as the core counts a stale reading), the window never holds more
+    /// than `burst + rate·Δ`: the spend is decided at a reading taken after the lease it spends
+    /// from was installed, never at one taken before it.
+    #[test]
+    #[allow(irrefutable_let_patterns)]
+    fn a_paused_spender_never_spends_a_later_lease_at_its_earlier_reading() {
+        use std::sync::mpsc;
+        use tollgate_testkit::window::WindowChecker;
+        // 1 token per second, burst 3: a unit is a nanosecond of the server's clock.
+        let q = Quota::new(1, Duration::from_secs(1), 3).unwrap();
+        assert_eq!(q.scale(), 1_000_000_000);
+        let sec = |n: u64| n * 1_000_000_000;
+        let t = Table::new(Leases::new(3).lifetime(Duration::from_secs(3600)));
+        let s = t.slot("k").unwrap();
+        let window = WindowChecker::new();
+        let snap = tollgate::Snapshot::new(0, Duration::ZERO);
+        // Server time 0, a full bucket: a take of 3 admits its own token and leases the slices
+        // at 1 s and 2 s.
+        let take = |state: u64, server_ns: u64| Take {
+            state,
+            tokens: 2,
+            server_ns,
+            sent: t.now(),
+        };
+        t.deposit(&s, &q, take(sec(3), 0), snap);
+        window.admit(0, 1);
+        let (reached, at_gate) = mpsc::channel();
+        let (open, gate) = mpsc::channel::<()>();
+        let (tr, sr, qr) = (&t, &s, &q);
+        std::thread::scope(|sc| {
+            let spender = sc.spawn(move || {
+                let last = std::rc::Rc::new(std::cell::Cell::new(None));
+                let seen = last.clone();
+                let mut first = true;
+                let _h = with_hook(move |p| {
+                    if let Point::Spend { now } = p {
+                        seen.set(Some(now));
+                        if std::mem::take(&mut first) {
+                            reached.send(now).unwrap();
+                            gate.recv().unwrap();
+                        }
+                    }
+                });
+                tr.take_local(sr, qr, 1).then(|| last.get().unwrap())
+            });
+            let paused_at = at_gate.recv().unwrap();
+            assert!(
+                paused_at < sec(1),
+                "the spender read the server's time near 0"
+            );
+            // The lease's two slices are spent at once (readings near 0): the burst is used.
+            for _ in 0..2 {
+                let at = std::rc::Rc::new(std::cell::Cell::new(None));
+                let seen = at.clone();
+                let h = with_hook(move |p| {
+                    if let Point::Spend { now } = p {
+                        seen.set(Some(now));
+                    }
+                });
+                assert!(t.take_local(&s, &q, 1));
+                drop(h);
+                window.admit(at.get().unwrap(), 1);
+            }
+            // At server time 3 s the bucket is full again: a take of 3 admits its own token
+            // and leases the slices at 4 s and 5 s.
+            t.deposit(&s, &q, take(sec(6), sec(3)), snap);
+            window.admit(sec(3), 1);
+            open.send(()).unwrap();
+            if let Some(at) = spender.join().unwrap() {
+                window.admit(at, 1);
+            }
+        });
+        assert_eq!(
+            window.check(&q),
+            Ok(()),
+            "a spend counted at a reading taken before its lease"
+        );
     }
 }
