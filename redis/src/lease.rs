@@ -184,7 +184,8 @@ const DRIFT: u64 = 10_000;
 const NO_MAP: i64 = i64::MAX;
 
 /// A point in a lease operation where the unit tests run their own code on the calling thread
-/// (a spender paused between its reading and its CAS); nothing outside the unit tests.
+/// (a spender paused between its reading and its CAS, a refusal rewritten between a reader's
+/// loads); nothing outside the unit tests.
 #[derive(Debug, Clone, Copy)]
 enum Point {
     /// [`Table::take_local`] decided at reading `now` and is about to CAS.
@@ -193,6 +194,8 @@ enum Point {
         #[cfg_attr(not(test), allow(dead_code))]
         now: u64,
     },
+    /// [`Table::denied`] between loading the refused cost and the round trip.
+    Denied,
 }
 
 /// A unit test's code at a [`Point`].
@@ -253,6 +256,10 @@ pub(crate) struct Slot {
     /// which is never shorter than Redis's (Redis ran the call before its reply) and longer by
     /// at most this round trip.
     denied_lag: AtomicU64,
+    /// The refusal fields' sequence: odd while [`Table::deny`] rewrites them. A reader that
+    /// finds it even and unchanged after loading them read one refusal's fields, even if a
+    /// later refusal stored the same `denied_until`.
+    denied_seq: AtomicU64,
     /// One refill at a time per key and process.
     pub(crate) refill: tokio::sync::Mutex<()>,
     /// The Redis snapshot of the last refill (admitted or refused), and when it was taken.
@@ -326,6 +333,7 @@ impl Table {
             denied_until: AtomicU64::new(0),
             denied_cost: AtomicU64::new(u64::MAX),
             denied_lag: AtomicU64::new(0),
+            denied_seq: AtomicU64::new(0),
             refill: tokio::sync::Mutex::new(()),
             last: std::sync::Mutex::new(None),
         });
@@ -395,13 +403,17 @@ impl Table {
     /// time of the difference, which is what the bucket Redis refused from needs for it (a wait
     /// grows by exactly that with the cost, rounded up here), so that no client is told to come
     /// back before its cost can be held. `None` also while [`deny`](Self::deny) rewrites the
-    /// fields: a rewrite stores 0 in `until` first and its own `until` last, so `until` read
-    /// unchanged after the cost and the round trip dates them to one refusal.
+    /// fields: the sequence (`Slot::denied_seq`) read even and unchanged around the loads dates
+    /// the until, the cost and the round trip to one refusal.
     pub(crate) fn denied(&self, slot: &Slot, quota: &Quota, cost: u64) -> Option<Duration> {
+        let seq = slot.denied_seq.load(Ordering::Acquire);
         let until = slot.denied_until.load(Ordering::Acquire);
         let refused = slot.denied_cost.load(Ordering::Acquire);
+        hook(Point::Denied);
         let lag = slot.denied_lag.load(Ordering::Acquire);
-        if slot.denied_until.load(Ordering::Acquire) != until {
+        // The loads above are Acquire, so this one cannot move before them; a rewrite whose
+        // fields they saw has made the sequence odd before storing them (Release).
+        if seq % 2 == 1 || slot.denied_seq.load(Ordering::Acquire) != seq {
             return None;
         }
         let now = self.now();
@@ -414,7 +426,8 @@ impl Table {
     /// Remembers a refusal of `cost` with `wait` by the call sent at `sent` ([`now`](Self::now)
     /// just before sending it; its reply is now), and the refused refill's `snapshot` (Redis's
     /// view of the bucket then: the refusals served from this cache report it, not the last
-    /// successful refill's). Call with the refill lock held.
+    /// successful refill's). Call with the refill lock held (one writer at a time: the sequence
+    /// `Slot::denied_seq` is odd during the rewrite).
     pub(crate) fn deny(
         &self,
         slot: &Slot,
@@ -425,12 +438,14 @@ impl Table {
     ) {
         let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
         let reply = self.now();
+        slot.denied_seq.fetch_add(1, Ordering::AcqRel);
         slot.denied_until.store(0, Ordering::Release);
         slot.denied_cost.store(cost, Ordering::Release);
         slot.denied_lag
             .store(reply.saturating_sub(sent), Ordering::Release);
         slot.denied_until
             .store(sent.saturating_add(wait), Ordering::Release);
+        slot.denied_seq.fetch_add(1, Ordering::AcqRel);
         *slot.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((snapshot, Instant::now()));
     }
 
@@ -687,7 +702,6 @@ mod tests {
     /// than `burst + rate·Δ`: the spend is decided at a reading taken after the lease it spends
     /// from was installed, never at one taken before it.
     #[test]
-    #[allow(irrefutable_let_patterns)]
     fn a_paused_spender_never_spends_a_later_lease_at_its_earlier_reading() {
         use std::sync::mpsc;
         use tollgate_testkit::window::WindowChecker;
@@ -760,5 +774,52 @@ mod tests {
             Ok(()),
             "a spend counted at a reading taken before its lease"
         );
+    }
+
+    /// A cached refusal read while another refusal with the same `until` rewrites the fields
+    /// is either refusal's, never the first one's cost with the second one's round trip: that
+    /// mix reports a wait shorter than the later refusal's (and than Redis's, which may have run
+    /// the call as late as its reply).
+    #[test]
+    fn a_cached_refusal_never_mixes_two_refusals() {
+        let q = Quota::per_second(1).unwrap();
+        let t = std::rc::Rc::new(Table::new(Leases::new(1)));
+        let s = t.slot("k").unwrap();
+        let snap = tollgate::Snapshot::new(0, Duration::ZERO);
+        let ms = |n: u64| n * 1_000_000;
+        std::thread::sleep(Duration::from_millis(110));
+        // Refusal 1: cost 3, answered at once, until U.
+        let sent1 = t.now();
+        let until = sent1 + ms(10_000);
+        t.deny(&s, 3, Duration::from_nanos(until - sent1), sent1, snap);
+        let lag1 = s.denied_lag.load(Ordering::Acquire);
+        // Refusal 2 (between the reader's loads): cost 1, a 100 ms round trip, the same U.
+        let lag2 = Duration::from_millis(100);
+        let rewritten = std::rc::Rc::new(std::cell::Cell::new(false));
+        let (t2, s2, done) = (t.clone(), s.clone(), rewritten.clone());
+        let h = with_hook(move |p| {
+            if matches!(p, Point::Denied) && !done.replace(true) {
+                let sent2 = t2.now() - ms(100);
+                t2.deny(&s2, 1, Duration::from_nanos(until - sent2), sent2, snap);
+            }
+        });
+        let before = t.now();
+        let got = t.denied(&s, &q, 3);
+        let after = t.now();
+        drop(h);
+        assert!(
+            rewritten.get(),
+            "the refusal was rewritten between the loads"
+        );
+        if let Some(w) = got {
+            // Refusal 1 read whole: at most U + lag1 − before. Refusal 2 read whole: cost 3 is
+            // two tokens above its cost, so at least U + lag2 + 2 s − after.
+            let first = Duration::from_nanos(until + lag1 - before);
+            let second = Duration::from_nanos(until - after) + lag2 + Duration::from_secs(2);
+            assert!(
+                w <= first || w >= second,
+                "{w:?}: neither refusal 1's ({first:?} at most) nor refusal 2's ({second:?} at least)"
+            );
+        }
     }
 }
