@@ -368,10 +368,17 @@ impl Table {
         };
         let mut next = slot.next.load(Ordering::SeqCst);
         let mut end = slot.end.load(Ordering::SeqCst);
-        let Some(mut now) = self.server_units(slot, quota) else {
-            return false;
-        };
+        // The `end` that the reading `now` was taken after (none yet): one call site for the
+        // reading keeps the spend's code small.
+        let mut read_after = None;
+        let mut now = 0;
         loop {
+            if read_after != Some(end) {
+                let Some(n) = self.server_units(slot, quota) else {
+                    return false;
+                };
+                (now, read_after) = (n, Some(end));
+            }
             hook(Point::Spend { now });
             let Some(after) = spend(next, now, cost_units, end) else {
                 return false;
@@ -383,14 +390,7 @@ impl Table {
                 Ok(_) => return true,
                 Err(cur) => {
                     next = cur;
-                    let seen = slot.end.load(Ordering::SeqCst);
-                    if seen != end {
-                        end = seen;
-                        let Some(n) = self.server_units(slot, quota) else {
-                            return false;
-                        };
-                        now = n;
-                    }
+                    end = slot.end.load(Ordering::SeqCst);
                 }
             }
         }
