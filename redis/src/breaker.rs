@@ -120,17 +120,20 @@ impl Breaker {
     /// interval restarts only from a probe that got an answer, so a probe dropped by an
     /// impatient caller does not hold recovery back a whole interval. A superseded probe
     /// changes nothing (its successor's instant stays in `last_probe`).
+    ///
+    /// `last_probe` is restored while the probe still holds `probing`, and the slot freed
+    /// after, so that a caller who finds the slot free finds the probe due: the release takes
+    /// effect at once, at the freeing. `last_probe` still holds this probe's `at` only if no
+    /// probe was taken since (each takes it over with its own, later, instant), so restoring it
+    /// needs no ownership check; a superseded probe finds another instant there and another
+    /// value in `probing`, and changes neither.
     pub(crate) fn release(&self, pass: Pass) {
         if let Pass::Probe { previous, at, .. } = pass {
-            if self.own(&pass) {
-                // Unless a caller took the probe since: its instant stays.
-                let _ = self.last_probe.compare_exchange(
-                    at,
-                    previous,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-            }
+            let _ =
+                self.last_probe
+                    .compare_exchange(at, previous, Ordering::AcqRel, Ordering::Acquire);
+            hook();
+            self.own(&pass);
         }
     }
 
@@ -192,9 +195,62 @@ impl Drop for BreakerGuard<'_> {
     }
 }
 
+/// Code a unit test runs in `release` between restoring `last_probe` and freeing the slot.
+#[cfg(test)]
+type Hook = Box<dyn FnMut()>;
+
+#[cfg(test)]
+std::thread_local! {
+    static HOOK: std::cell::RefCell<Option<Hook>> = const { std::cell::RefCell::new(None) };
+}
+
+#[cfg(test)]
+fn hook() {
+    if let Some(mut h) = HOOK.with(|c| c.borrow_mut().take()) {
+        h();
+    }
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn hook() {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A caller who comes while a probe is being given back is refused only while the probe
+    /// still holds its slot: once the slot is free, the probe is due (the release has taken
+    /// effect), never "free but not due".
+    #[test]
+    fn a_released_probe_is_due_once_its_slot_is_free() {
+        let b = std::rc::Rc::new(started_ago(
+            Duration::from_secs(7200),
+            Duration::from_secs(3600),
+        ));
+        b.done(Pass::Normal, true);
+        // Opened an interval ago: the probe is due.
+        b.last_probe.store(0, Ordering::Release);
+        let probe = b.pass(later()).expect("a probe is due");
+        let (inner, seen) = (b.clone(), std::rc::Rc::new(std::cell::Cell::new(None)));
+        let saw = seen.clone();
+        HOOK.with(|c| {
+            *c.borrow_mut() = Some(Box::new(move || {
+                let free = inner.probing.load(Ordering::Acquire) == 0;
+                let got = inner.pass(later()).is_some();
+                saw.set(Some((free, got)));
+            }))
+        });
+        b.release(probe);
+        let (free, got) = seen.get().expect("the hook ran");
+        assert!(
+            !free || got,
+            "a caller found the probe's slot free and was refused: the probe was not due"
+        );
+        if !got {
+            assert!(b.pass(later()).is_some(), "due once released");
+        }
+    }
 
     fn breaker(interval: Duration) -> Breaker {
         started_ago(Duration::ZERO, interval)

@@ -17,8 +17,10 @@
 //!
 //! A direct admission at server time `t` (the script, or a lease's take for its own cost) takes
 //! units starting at or after `t` and ending at or before `t + burst·T`. A leased slice spent at
-//! `t` starts at or after `t` by the rule above, and ends at or before `z1 ≤ t0 + burst·T ≤ t +
-//! burst·T` (its take was admitted at `t0 ≤ t`). Redis never hands out a unit twice (its state
+//! `t` (the spend's reading of the server's time) starts at or after `t` by the rule above, and
+//! ends at or before `z1 ≤ t0 + burst·T ≤ t + burst·T`: its take was admitted at `t0 ≤ t`,
+//! because a spend reads the clock only after loading the lease's `end`, which the take
+//! installed after `t0` ([`Table::take_local`]). Redis never hands out a unit twice (its state
 //! only grows, and a key that expires is full: every slice it handed out then starts in the
 //! past), and a process never spends a slice twice (`next` only grows). So every token admitted
 //! at a server time in `[t1, t2]`, by any number of processes, directly or from leases, is a
@@ -181,6 +183,43 @@ const DRIFT: u64 = 10_000;
 /// No mapping yet (`Slot::map`).
 const NO_MAP: i64 = i64::MAX;
 
+/// A point in a lease operation where the unit tests run their own code on the calling thread
+/// (a spender paused between its reading and its CAS, a refusal rewritten between a reader's
+/// loads); nothing outside the unit tests.
+#[derive(Debug, Clone, Copy)]
+enum Point {
+    /// [`Table::take_local`] decided at reading `now` and is about to CAS.
+    Spend {
+        /// The reading (read by the unit tests' hooks only).
+        #[cfg_attr(not(test), allow(dead_code))]
+        now: u64,
+    },
+    /// [`Table::denied`] between loading the refused cost and the round trip.
+    Denied,
+}
+
+/// A unit test's code at a [`Point`].
+#[cfg(test)]
+type Hook = Box<dyn FnMut(Point)>;
+
+#[cfg(test)]
+std::thread_local! {
+    static HOOK: std::cell::RefCell<Option<Hook>> = const { std::cell::RefCell::new(None) };
+}
+
+#[cfg(test)]
+fn hook(p: Point) {
+    // Taken out while it runs, so that a hook may call into the table.
+    if let Some(mut h) = HOOK.with(|c| c.borrow_mut().take()) {
+        h(p);
+        HOOK.with(|c| *c.borrow_mut() = Some(h));
+    }
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn hook(_: Point) {}
+
 /// One key's lease: the slices `[next, end)` on the server's time axis (`tollgate::gcra` units).
 ///
 /// | field  | meaning                                                      | writers            |
@@ -189,10 +228,12 @@ const NO_MAP: i64 = i64::MAX;
 /// | `end`  | end of the lease (`0` while a take replaces it, or none)     | a take only        |
 /// | `map`  | `c` with server ns ≤ `c + local·(1 + 10⁻⁴)` (`i64::MAX` none) | a take only        |
 ///
-/// All `SeqCst`. A take stores `end = 0`, then `next`, then `end`. A spender loads `next`, then
-/// `end`, and CASes `next`: a CAS that succeeds against a replaced lease is still safe, because
-/// takes are installed in state order (under the refill lock), so a lease installed later
-/// starts at or after every earlier lease's `end` and a stale `end` refuses. (A Redis restart
+/// All `SeqCst`. A take stores `end = 0`, then `map`, then `next`, then `end`. A spender loads
+/// `next`, then `end`, then `map` with its clock reading, and CASes `next`: its reading follows
+/// the store of the `end` it spends against, so that lease's take ran before the reading. A CAS
+/// that succeeds against a replaced lease is still safe, because takes are installed in state
+/// order (under the refill lock), so a lease installed later starts at or after every earlier
+/// lease's `end` and a stale `end` refuses. (A Redis restart
 /// that forgets the state, or a quota change — the state converted into another quota's units
 /// and back — can break that order; see the crate README on failover and quota changes.)
 #[derive(Debug)]
@@ -215,6 +256,10 @@ pub(crate) struct Slot {
     /// which is never shorter than Redis's (Redis ran the call before its reply) and longer by
     /// at most this round trip.
     denied_lag: AtomicU64,
+    /// The refusal fields' sequence: odd while [`Table::deny`] rewrites them. A reader that
+    /// finds it even and unchanged after loading them read one refusal's fields, even if a
+    /// later refusal stored the same `denied_until`.
+    denied_seq: AtomicU64,
     /// One refill at a time per key and process.
     pub(crate) refill: tokio::sync::Mutex<()>,
     /// The Redis snapshot of the last refill (admitted or refused), and when it was taken.
@@ -288,6 +333,7 @@ impl Table {
             denied_until: AtomicU64::new(0),
             denied_cost: AtomicU64::new(u64::MAX),
             denied_lag: AtomicU64::new(0),
+            denied_seq: AtomicU64::new(0),
             refill: tokio::sync::Mutex::new(()),
             last: std::sync::Mutex::new(None),
         });
@@ -306,16 +352,34 @@ impl Table {
     }
 
     /// Serves `cost` from the key's lease if it holds enough slices that have not expired.
+    ///
+    /// The spend is decided at a reading of the server's time taken after loading the lease's
+    /// `next` and `end`: the take that installed that `end` ran before the reading (`t0 ≤ t`),
+    /// so the slices spent start at or after the reading and end within one burst of it, the
+    /// window bound's two conditions (module docs). A CAS that fails reloads `end` and reads
+    /// the clock again only if `end` changed (a take replaced the lease; ends only grow, so
+    /// an equal `end` is the same lease): one clock read per spend otherwise. A spender paused
+    /// between its reading and its CAS still spends at its reading, and may take slices the
+    /// server's clock has passed by then; that admission is counted at its reading, where the
+    /// slices lie ahead of it, as a core bucket counts a stale reading.
     pub(crate) fn take_local(&self, slot: &Slot, quota: &Quota, cost: u64) -> bool {
         let Some(cost_units) = cost.checked_mul(quota.scale()) else {
             return false;
         };
-        let Some(now) = self.server_units(slot, quota) else {
-            return false;
-        };
         let mut next = slot.next.load(Ordering::SeqCst);
+        let mut end = slot.end.load(Ordering::SeqCst);
+        // The `end` that the reading `now` was taken after (none yet): one call site for the
+        // reading keeps the spend's code small.
+        let mut read_after = None;
+        let mut now = 0;
         loop {
-            let end = slot.end.load(Ordering::SeqCst);
+            if read_after != Some(end) {
+                let Some(n) = self.server_units(slot, quota) else {
+                    return false;
+                };
+                (now, read_after) = (n, Some(end));
+            }
+            hook(Point::Spend { now });
             let Some(after) = spend(next, now, cost_units, end) else {
                 return false;
             };
@@ -324,7 +388,10 @@ impl Table {
                 .compare_exchange_weak(next, after, Ordering::SeqCst, Ordering::SeqCst)
             {
                 Ok(_) => return true,
-                Err(cur) => next = cur,
+                Err(cur) => {
+                    next = cur;
+                    end = slot.end.load(Ordering::SeqCst);
+                }
             }
         }
     }
@@ -336,13 +403,17 @@ impl Table {
     /// time of the difference, which is what the bucket Redis refused from needs for it (a wait
     /// grows by exactly that with the cost, rounded up here), so that no client is told to come
     /// back before its cost can be held. `None` also while [`deny`](Self::deny) rewrites the
-    /// fields: a rewrite stores 0 in `until` first and its own `until` last, so `until` read
-    /// unchanged after the cost and the round trip dates them to one refusal.
+    /// fields: the sequence (`Slot::denied_seq`) read even and unchanged around the loads dates
+    /// the until, the cost and the round trip to one refusal.
     pub(crate) fn denied(&self, slot: &Slot, quota: &Quota, cost: u64) -> Option<Duration> {
+        let seq = slot.denied_seq.load(Ordering::Acquire);
         let until = slot.denied_until.load(Ordering::Acquire);
         let refused = slot.denied_cost.load(Ordering::Acquire);
+        hook(Point::Denied);
         let lag = slot.denied_lag.load(Ordering::Acquire);
-        if slot.denied_until.load(Ordering::Acquire) != until {
+        // The loads above are Acquire, so this one cannot move before them; a rewrite whose
+        // fields they saw has made the sequence odd before storing them (Release).
+        if seq % 2 == 1 || slot.denied_seq.load(Ordering::Acquire) != seq {
             return None;
         }
         let now = self.now();
@@ -355,7 +426,8 @@ impl Table {
     /// Remembers a refusal of `cost` with `wait` by the call sent at `sent` ([`now`](Self::now)
     /// just before sending it; its reply is now), and the refused refill's `snapshot` (Redis's
     /// view of the bucket then: the refusals served from this cache report it, not the last
-    /// successful refill's). Call with the refill lock held.
+    /// successful refill's). Call with the refill lock held (one writer at a time: the sequence
+    /// `Slot::denied_seq` is odd during the rewrite).
     pub(crate) fn deny(
         &self,
         slot: &Slot,
@@ -366,12 +438,14 @@ impl Table {
     ) {
         let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
         let reply = self.now();
+        slot.denied_seq.fetch_add(1, Ordering::AcqRel);
         slot.denied_until.store(0, Ordering::Release);
         slot.denied_cost.store(cost, Ordering::Release);
         slot.denied_lag
             .store(reply.saturating_sub(sent), Ordering::Release);
         slot.denied_until
             .store(sent.saturating_add(wait), Ordering::Release);
+        slot.denied_seq.fetch_add(1, Ordering::AcqRel);
         *slot.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((snapshot, Instant::now()));
     }
 
@@ -608,5 +682,144 @@ mod tests {
         );
         std::thread::sleep(Duration::from_millis(21).saturating_sub(replied.elapsed()));
         assert_eq!(t.denied(&s, &q, 2), None, "30 ms after the sending");
+    }
+
+    /// Installs `h` as this thread's hook (see [`Point`]) until the guard drops.
+    fn with_hook(h: impl FnMut(Point) + 'static) -> impl Drop {
+        struct Unhook;
+        impl Drop for Unhook {
+            fn drop(&mut self) {
+                HOOK.with(|c| *c.borrow_mut() = None);
+            }
+        }
+        HOOK.with(|c| *c.borrow_mut() = Some(Box::new(h)));
+        Unhook
+    }
+
+    /// A spender paused between its reading and its CAS while a refill replaces the lease with
+    /// one taken after that reading. Counted at the readings the spends were decided at (the
+    /// window bound's terms, as the core counts a stale reading), the window never holds more
+    /// than `burst + rate·Δ`: the spend is decided at a reading taken after the lease it spends
+    /// from was installed, never at one taken before it.
+    #[test]
+    fn a_paused_spender_never_spends_a_later_lease_at_its_earlier_reading() {
+        use std::sync::mpsc;
+        use tollgate_testkit::window::WindowChecker;
+        // 1 token per second, burst 3: a unit is a nanosecond of the server's clock.
+        let q = Quota::new(1, Duration::from_secs(1), 3).unwrap();
+        assert_eq!(q.scale(), 1_000_000_000);
+        let sec = |n: u64| n * 1_000_000_000;
+        let t = Table::new(Leases::new(3).lifetime(Duration::from_secs(3600)));
+        let s = t.slot("k").unwrap();
+        let window = WindowChecker::new();
+        let snap = tollgate::Snapshot::new(0, Duration::ZERO);
+        // Server time 0, a full bucket: a take of 3 admits its own token and leases the slices
+        // at 1 s and 2 s.
+        let take = |state: u64, server_ns: u64| Take {
+            state,
+            tokens: 2,
+            server_ns,
+            sent: t.now(),
+        };
+        t.deposit(&s, &q, take(sec(3), 0), snap);
+        window.admit(0, 1);
+        let (reached, at_gate) = mpsc::channel();
+        let (open, gate) = mpsc::channel::<()>();
+        let (tr, sr, qr) = (&t, &s, &q);
+        std::thread::scope(|sc| {
+            let spender = sc.spawn(move || {
+                let last = std::rc::Rc::new(std::cell::Cell::new(None));
+                let seen = last.clone();
+                let mut first = true;
+                let _h = with_hook(move |p| {
+                    if let Point::Spend { now } = p {
+                        seen.set(Some(now));
+                        if std::mem::take(&mut first) {
+                            reached.send(now).unwrap();
+                            gate.recv().unwrap();
+                        }
+                    }
+                });
+                tr.take_local(sr, qr, 1).then(|| last.get().unwrap())
+            });
+            let paused_at = at_gate.recv().unwrap();
+            assert!(
+                paused_at < sec(1),
+                "the spender read the server's time near 0"
+            );
+            // The lease's two slices are spent at once (readings near 0): the burst is used.
+            for _ in 0..2 {
+                let at = std::rc::Rc::new(std::cell::Cell::new(None));
+                let seen = at.clone();
+                let h = with_hook(move |p| {
+                    if let Point::Spend { now } = p {
+                        seen.set(Some(now));
+                    }
+                });
+                assert!(t.take_local(&s, &q, 1));
+                drop(h);
+                window.admit(at.get().unwrap(), 1);
+            }
+            // At server time 3 s the bucket is full again: a take of 3 admits its own token
+            // and leases the slices at 4 s and 5 s.
+            t.deposit(&s, &q, take(sec(6), sec(3)), snap);
+            window.admit(sec(3), 1);
+            open.send(()).unwrap();
+            if let Some(at) = spender.join().unwrap() {
+                window.admit(at, 1);
+            }
+        });
+        assert_eq!(
+            window.check(&q),
+            Ok(()),
+            "a spend counted at a reading taken before its lease"
+        );
+    }
+
+    /// A cached refusal read while another refusal with the same `until` rewrites the fields
+    /// is either refusal's, never the first one's cost with the second one's round trip: that
+    /// mix reports a wait shorter than the later refusal's (and than Redis's, which may have run
+    /// the call as late as its reply).
+    #[test]
+    fn a_cached_refusal_never_mixes_two_refusals() {
+        let q = Quota::per_second(1).unwrap();
+        let t = std::rc::Rc::new(Table::new(Leases::new(1)));
+        let s = t.slot("k").unwrap();
+        let snap = tollgate::Snapshot::new(0, Duration::ZERO);
+        let ms = |n: u64| n * 1_000_000;
+        std::thread::sleep(Duration::from_millis(110));
+        // Refusal 1: cost 3, answered at once, until U.
+        let sent1 = t.now();
+        let until = sent1 + ms(10_000);
+        t.deny(&s, 3, Duration::from_nanos(until - sent1), sent1, snap);
+        let lag1 = s.denied_lag.load(Ordering::Acquire);
+        // Refusal 2 (between the reader's loads): cost 1, a 100 ms round trip, the same U.
+        let lag2 = Duration::from_millis(100);
+        let rewritten = std::rc::Rc::new(std::cell::Cell::new(false));
+        let (t2, s2, done) = (t.clone(), s.clone(), rewritten.clone());
+        let h = with_hook(move |p| {
+            if matches!(p, Point::Denied) && !done.replace(true) {
+                let sent2 = t2.now() - ms(100);
+                t2.deny(&s2, 1, Duration::from_nanos(until - sent2), sent2, snap);
+            }
+        });
+        let before = t.now();
+        let got = t.denied(&s, &q, 3);
+        let after = t.now();
+        drop(h);
+        assert!(
+            rewritten.get(),
+            "the refusal was rewritten between the loads"
+        );
+        if let Some(w) = got {
+            // Refusal 1 read whole: at most U + lag1 − before. Refusal 2 read whole: cost 3 is
+            // two tokens above its cost, so at least U + lag2 + 2 s − after.
+            let first = Duration::from_nanos(until + lag1 - before);
+            let second = Duration::from_nanos(until - after) + lag2 + Duration::from_secs(2);
+            assert!(
+                w <= first || w >= second,
+                "{w:?}: neither refusal 1's ({first:?} at most) nor refusal 2's ({second:?} at least)"
+            );
+        }
     }
 }
