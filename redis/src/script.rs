@@ -724,6 +724,54 @@ mod tests {
         );
     }
 
+    /// `prime_factors` multiplies back to `n` with every factor prime, on the hard cases
+    /// (primes near 2^64, squares and cubes of primes above 2^16, Carmichael numbers, strong
+    /// pseudoprimes to small bases) and a seeded sweep checked by trial division.
+    #[test]
+    fn factoring_is_complete() {
+        use tollgate_testkit::rng::Rng;
+        let slow_prime = |n: u64| n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0);
+        let check = |n: u64| {
+            let f = prime_factors(n);
+            assert_eq!(f.iter().product::<u64>(), n, "{n}: {f:?}");
+            assert!(f.iter().all(|&p| is_prime(p)), "{n}: {f:?}");
+            let mut d = divisors(n);
+            d.sort_unstable();
+            d.dedup();
+            assert!(d.iter().all(|&x| n % x == 0), "{n}");
+            assert_eq!(d.len(), {
+                let mut f = f.clone();
+                f.sort_unstable();
+                f.chunk_by(|x, y| x == y)
+                    .map(|r| r.len() + 1)
+                    .product::<usize>()
+            });
+        };
+        for n in [
+            1,
+            2,
+            18_446_744_073_709_551_557,
+            18_446_744_073_709_551_615,
+            (1 << 62) + 135,
+            65_537 * 65_537,
+            65_537 * 65_537 * 65_537,
+            4_294_967_291 * 4_294_967_279,
+            561,
+            3_215_031_751,
+            3_825_123_056_546_413_051,
+        ] {
+            check(n);
+        }
+        assert!(!is_prime(3_215_031_751) && !is_prime(3_825_123_056_546_413_051));
+        let mut rng = Rng(0x0fac_7012);
+        for _ in 0..2000 {
+            let n = 1 + rng.below(1 << 24);
+            assert_eq!(is_prime(n), slow_prime(n), "{n}");
+            check(n);
+            check(rng.below(u64::MAX) + 1);
+        }
+    }
+
     /// A period whose unit grid `s0` is the product of two primes above 2^16 (an odd number of
     /// nanoseconds) takes a unit made of one of them: 1 per 2^50 ns (13 days) with a burst of 2
     /// fits only at such a unit (b = the other prime), and 1,000 per 65,537 × 65,539 ns is
