@@ -753,7 +753,12 @@ mod tests {
     #[test]
     fn factoring_is_complete() {
         use tollgate_testkit::rng::Rng;
-        let slow_prime = |n: u64| n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0);
+        let slow_prime = |n: u64| {
+            n >= 2
+                && (2..)
+                    .take_while(|d| d * d <= n)
+                    .all(|d| !n.is_multiple_of(d))
+        };
         let check = |n: u64| {
             let f = prime_factors(n);
             assert_eq!(f.iter().product::<u64>(), n, "{n}: {f:?}");
@@ -761,7 +766,7 @@ mod tests {
             let mut d = divisors(n);
             d.sort_unstable();
             d.dedup();
-            assert!(d.iter().all(|&x| n % x == 0), "{n}");
+            assert!(d.iter().all(|&x| n.is_multiple_of(x)), "{n}");
             assert_eq!(d.len(), {
                 let mut f = f.clone();
                 f.sort_unstable();
@@ -798,7 +803,7 @@ mod tests {
     /// A period whose unit grid `s0` is the product of two primes above 2^16 (an odd number of
     /// nanoseconds) takes a unit made of one of them: 1 per 2^50 ns (13 days) with a burst of 2
     /// fits only at such a unit (b = the other prime), and 1,000 per 65,537 × 65,539 ns is
-    /// held in a unit of 65,537·m, not of 2 tokens' halves (b = s0 ≈ 2^32 leaves m ≤ 2).
+    /// held in a unit of 65,537·m, not in halves of a token (b = s0 ≈ 2^32 leaves m ≤ 2).
     #[test]
     fn large_prime_factors_of_the_grid_are_split() {
         let (q1, q2) = (33_554_467u64, 33_554_473u64);
@@ -808,7 +813,7 @@ mod tests {
         let q = Quota::new(1000, Duration::from_nanos(65_537 * 65_539), 1000).unwrap();
         let p = Params::new(q).unwrap_or_else(|e| panic!("{e}"));
         assert!(p.model.scale() >= 65_537 && p.b <= 65_539, "{p:?}");
-        // Three primes above 2^16 (the most a u64 holds with a fourth): 7 per that many ns.
+        // Three primes above 2^16 (a u64 holds at most three): 7 per that many ns.
         let (r1, r2, r3) = (65_537u64, 65_539, 65_543);
         let q = Quota::new(7, Duration::from_nanos(r1 * r2 * r3), 7).unwrap();
         let p = Params::new(q).unwrap_or_else(|e| panic!("{e}"));
