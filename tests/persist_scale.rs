@@ -173,8 +173,8 @@ fn a_debt_and_a_downtime_in_a_chosen_unit_never_restore_more() {
         let clock = ManualClock::new();
         clock.set(Duration::from_secs(3));
         let live = Bucket::with_clock(chosen, clock.clone());
-        drop(live.reserve(chosen.burst()).unwrap());
-        drop(live.reserve(5).unwrap());
+        live.reserve(chosen.burst()).unwrap();
+        live.reserve(5).unwrap();
         let mut file = Vec::new();
         live.save_at(&mut file, wall()).unwrap();
         let Err(Denied::RetryAfter(wait)) = live.try_acquire(1) else {
@@ -212,7 +212,7 @@ fn an_override_in_a_chosen_unit_restores_what_it_held() {
             let clock = ManualClock::new();
             clock.set(Duration::from_secs(3));
             let live = KeyedLimiter::<u64, Quota, _>::builder(base, 100, clock)
-                .quota_for(7, from)
+                .override_quota(7, from)
                 .build()
                 .unwrap();
             live.try_acquire(&7, 3).unwrap();
@@ -222,7 +222,7 @@ fn an_override_in_a_chosen_unit_restores_what_it_held() {
             let clock = ManualClock::new();
             clock.set(Duration::from_secs(3));
             let restored = KeyedLimiter::<u64, Quota, _>::builder(base, 100, clock)
-                .quota_for(7, into)
+                .override_quota(7, into)
                 .restore_at(&file[..], wall())
                 .unwrap();
             let mut n = 0;
