@@ -5,7 +5,7 @@
 #![cfg(feature = "persist")]
 
 use std::time::{Duration, SystemTime};
-use tollgate::{Bucket, Limits, ManualClock, MultiBucket, Quota};
+use tollgate::{Bucket, Denied, Limits, ManualClock, MultiBucket, Quota, ShardedBucket};
 
 fn wall() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
@@ -123,6 +123,115 @@ fn a_keyed_table_in_a_chosen_unit_restores_what_it_held() {
                     into.scale()
                 );
             }
+        }
+    }
+}
+
+/// A sharded bucket in a chosen unit: its frame carries the tokens held with its own unit, so a
+/// restore into the same quota or `Quota::new`'s holds no more than the live bucket did (a
+/// full one all of it).
+#[test]
+fn a_sharded_bucket_in_a_chosen_unit_restores_at_most_what_it_held() {
+    for (own, chosen) in pairs() {
+        for taken in [0, 1, 3, chosen.burst()] {
+            let clock = ManualClock::new();
+            clock.set(Duration::from_secs(3));
+            let live = ShardedBucket::with_clock(chosen, 4, clock);
+            if taken > 0 {
+                live.try_acquire(taken).unwrap();
+            }
+            let mut file = Vec::new();
+            live.save_at(&mut file, wall()).unwrap();
+            for into in [chosen, own] {
+                let clock = ManualClock::new();
+                clock.set(Duration::from_secs(3));
+                let b = ShardedBucket::with_clock(into, 4, clock);
+                b.restore_at(&file[..], wall()).unwrap();
+                let mut n = 0;
+                while b.try_acquire(1).is_ok() {
+                    n += 1;
+                }
+                // Tokens leased to shards travel as spent: at most what was held.
+                assert!(
+                    n <= chosen.burst() - taken,
+                    "{chosen:?} restored at {into:?}"
+                );
+                if taken == 0 {
+                    assert_eq!(n, chosen.burst(), "{chosen:?} restored at {into:?}");
+                }
+            }
+        }
+    }
+}
+
+/// A debt (tokens reserved ahead) in a chosen unit restores as at least the same wait, and a
+/// downtime refills no more than the live bucket earns over it.
+#[test]
+fn a_debt_and_a_downtime_in_a_chosen_unit_never_restore_more() {
+    let day = Duration::from_secs(86_400);
+    for (own, chosen) in pairs() {
+        let clock = ManualClock::new();
+        clock.set(Duration::from_secs(3));
+        let live = Bucket::with_clock(chosen, clock.clone());
+        live.reserve(chosen.burst()).unwrap();
+        live.reserve(5).unwrap();
+        let mut file = Vec::new();
+        live.save_at(&mut file, wall()).unwrap();
+        let Err(Denied::RetryAfter(wait)) = live.try_acquire(1) else {
+            panic!("{chosen:?}: a debt admits")
+        };
+        clock.advance(day);
+        let earned = admitted(&live);
+        for into in [chosen, own] {
+            let c = ManualClock::new();
+            c.set(Duration::from_secs(3));
+            let b = Bucket::with_clock(into, c);
+            b.restore_at(&file[..], wall()).unwrap();
+            match b.try_acquire(1) {
+                Err(Denied::RetryAfter(w)) => assert!(w >= wait, "{chosen:?} into {into:?}"),
+                other => panic!("{chosen:?} into {into:?}: {other:?}"),
+            }
+            // Restored a day later: at most the day's refill, as the live bucket earns it.
+            let c = ManualClock::new();
+            c.set(Duration::from_secs(3));
+            let b = Bucket::with_clock(into, c);
+            b.restore_at(&file[..], wall() + day).unwrap();
+            let n = admitted(&b);
+            assert!(n <= earned, "{chosen:?} into {into:?}: {n} > {earned}");
+        }
+    }
+}
+
+/// A table whose override counts in a chosen unit saves that key's lack in `Quota::new`'s unit:
+/// restored into a table whose override is the other unit, the key holds what it held.
+#[cfg(feature = "keyed")]
+#[test]
+fn an_override_in_a_chosen_unit_restores_what_it_held() {
+    use tollgate::KeyedLimiter;
+    let base = Quota::per_second(5).unwrap();
+    for (own, chosen) in pairs() {
+        for (from, into) in [(chosen, own), (own, chosen), (chosen, chosen)] {
+            let clock = ManualClock::new();
+            clock.set(Duration::from_secs(3));
+            let live = KeyedLimiter::<u64, Quota, _>::builder(base, 100, clock)
+                .override_quota(7, from)
+                .build()
+                .unwrap();
+            live.try_acquire(&7, 3).unwrap();
+            live.try_acquire(&8, 2).unwrap();
+            let mut file = Vec::new();
+            live.save_at(&mut file, wall()).unwrap();
+            let clock = ManualClock::new();
+            clock.set(Duration::from_secs(3));
+            let restored = KeyedLimiter::<u64, Quota, _>::builder(base, 100, clock)
+                .override_quota(7, into)
+                .restore_at(&file[..], wall())
+                .unwrap();
+            let mut n = 0;
+            while restored.try_acquire(&7, 1).is_ok() {
+                n += 1;
+            }
+            assert_eq!(n, chosen.burst() - 3, "{from:?} into {into:?}");
         }
     }
 }

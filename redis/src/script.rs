@@ -41,10 +41,10 @@
 //! 3. the quota's own unit when it fits (`b > 1`);
 //! 4. the largest unit that fits: at `s` with `g = gcd(s, s0)` and `m = s / g` the model earns
 //!    `a0·m` units per `s0 / g` µs (`a0 = 1000·t / gcd(p, 1000)`, reduced), every bound grows
-//!    with `m`, so for each divisor `g` of `s0` (made of its prime factors below 2^16, times the
-//!    rest of `s0` whole or not at all) the largest `m` that fits, and the largest `g·m`. Such a
-//!    model earns `⌊a·u / b⌋` units by `u` µs: a bucket off the unit grid rounds toward
-//!    refusing by less than one unit, as the core's inexact quotas do;
+//!    with `m`, so for each divisor `g` of `s0` (`s0` factored in full) the largest `m` that
+//!    fits, and the largest `g·m`. Such a model earns `⌊a·u / b⌋` units by `u` µs: a bucket off
+//!    the unit grid rounds toward refusing by less than one unit, as the core's inexact quotas
+//!    do;
 //! 5. none: [`Error::Config`], naming the bounds at one unit per token.
 //!
 //! A refusal's wait is the model's: the continuous bucket's wait rounded up to the nanosecond
@@ -201,36 +201,132 @@ fn reduced(quota: &Quota) -> (u64, u64) {
     (quota.tokens() / g, per / g)
 }
 
-/// The divisors of `n` made of its prime factors below 2^16, each also times the cofactor left
-/// after dividing those out (whole: it is not factored further), in no particular order.
-fn divisors(mut n: u64) -> Vec<u64> {
-    let mut out = vec![1u64];
+/// `x · y mod n`.
+fn mul_mod(x: u64, y: u64, n: u64) -> u64 {
+    (u128::from(x) * u128::from(y) % u128::from(n)) as u64
+}
+
+/// `x^e mod n`.
+fn pow_mod(mut x: u64, mut e: u64, n: u64) -> u64 {
+    let mut r = 1 % n;
+    while e > 0 {
+        if e & 1 == 1 {
+            r = mul_mod(r, x, n);
+        }
+        x = mul_mod(x, x, n);
+        e >>= 1;
+    }
+    r
+}
+
+/// Whether `n` is prime: Miller–Rabin with the first twelve primes as bases, which decide
+/// every `n` below 2^64 (no strong pseudoprime to all of them is that small).
+fn is_prime(n: u64) -> bool {
+    const BASES: [u64; 12] = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37];
+    if n < 2 {
+        return false;
+    }
+    if let Some(&p) = BASES.iter().find(|&&p| n.is_multiple_of(p)) {
+        return n == p;
+    }
+    let s = (n - 1).trailing_zeros();
+    let d = (n - 1) >> s;
+    BASES.iter().all(|&a| {
+        let mut x = pow_mod(a, d, n);
+        if x == 1 || x == n - 1 {
+            return true;
+        }
+        (1..s).any(|_| {
+            x = mul_mod(x, x, n);
+            x == n - 1
+        })
+    })
+}
+
+/// A factor of the composite `n` other than 1 and `n` (Pollard's rho, Floyd's cycle finding,
+/// one gcd per batch of steps): `n`'s prime factors are all above 2^16 here, so one of them,
+/// at most 2^32, is found in about 2^16 steps.
+fn split(n: u64) -> u64 {
+    const BATCH: usize = 64;
+    let n128 = u128::from(n);
+    let gcd_n = |x: u64| gcd(x.into(), n128) as u64;
+    for c in 1u128.. {
+        let f = |x: u64| ((u128::from(x) * u128::from(x) + c) % n128) as u64;
+        let (mut x, mut y) = (2u64, 2u64);
+        loop {
+            let (x0, y0) = (x, y);
+            // A product shares a factor with `n` iff one of its terms does.
+            let mut q = 1u64;
+            for _ in 0..BATCH {
+                x = f(x);
+                y = f(f(y));
+                q = mul_mod(q, x.abs_diff(y), n);
+            }
+            if gcd_n(q) == 1 {
+                continue;
+            }
+            // Replay the batch one step at a time: the first term sharing a factor.
+            let (mut x, mut y) = (x0, y0);
+            let d = loop {
+                x = f(x);
+                y = f(f(y));
+                let d = gcd_n(x.abs_diff(y));
+                if d != 1 {
+                    break d;
+                }
+            };
+            if d != n {
+                return d;
+            }
+            // The cycle closed on `n` itself: another polynomial.
+            break;
+        }
+    }
+    unreachable!("every composite has a nontrivial factor")
+}
+
+/// The prime factors of `n > 0`, with repeats, in no particular order: trial division below
+/// 2^16, then the cofactor split whole (it has at most three prime factors, all above 2^16).
+fn prime_factors(mut n: u64) -> Vec<u64> {
+    let mut out = Vec::new();
     let mut d = 2u64;
     while d < 1 << 16 && d * d <= n {
-        let mut e = 0;
         while n.is_multiple_of(d) {
             n /= d;
-            e += 1;
-        }
-        if e > 0 {
-            let len = out.len();
-            let mut pow = 1;
-            for _ in 0..e {
-                pow *= d;
-                out.extend_from_within(..len);
-                let end = out.len();
-                for x in &mut out[end - len..] {
-                    *x *= pow;
-                }
-            }
+            out.push(d);
         }
         d += 1;
     }
-    if n > 1 {
+    let mut rest = vec![n];
+    while let Some(m) = rest.pop() {
+        if m == 1 {
+            continue;
+        }
+        if is_prime(m) {
+            out.push(m);
+        } else {
+            let f = split(m);
+            rest.extend([f, m / f]);
+        }
+    }
+    out
+}
+
+/// The divisors of `n > 0`, in no particular order.
+fn divisors(n: u64) -> Vec<u64> {
+    let mut primes = prime_factors(n);
+    primes.sort_unstable();
+    let mut out = vec![1u64];
+    for run in primes.chunk_by(|x, y| x == y) {
         let len = out.len();
-        out.extend_from_within(..len);
-        for x in &mut out[len..] {
-            *x *= n;
+        let mut pow = 1;
+        for &p in run {
+            pow *= p;
+            out.extend_from_within(..len);
+            let end = out.len();
+            for x in &mut out[end - len..] {
+                *x *= pow;
+            }
         }
     }
     out
@@ -649,6 +745,79 @@ mod tests {
             "{quota:?} {:?}: expected Error::Config, not a panic",
             quota.units_per_ns()
         );
+    }
+
+    /// `prime_factors` multiplies back to `n` with every factor prime, on the hard cases
+    /// (primes near 2^64, squares and cubes of primes above 2^16, Carmichael numbers, strong
+    /// pseudoprimes to small bases) and a seeded sweep checked by trial division.
+    #[test]
+    fn factoring_is_complete() {
+        use tollgate_testkit::rng::Rng;
+        let slow_prime = |n: u64| {
+            n >= 2
+                && (2..)
+                    .take_while(|d| d * d <= n)
+                    .all(|d| !n.is_multiple_of(d))
+        };
+        let check = |n: u64| {
+            let f = prime_factors(n);
+            assert_eq!(f.iter().product::<u64>(), n, "{n}: {f:?}");
+            assert!(f.iter().all(|&p| is_prime(p)), "{n}: {f:?}");
+            let mut d = divisors(n);
+            d.sort_unstable();
+            d.dedup();
+            assert!(d.iter().all(|&x| n.is_multiple_of(x)), "{n}");
+            assert_eq!(d.len(), {
+                let mut f = f.clone();
+                f.sort_unstable();
+                f.chunk_by(|x, y| x == y)
+                    .map(|r| r.len() + 1)
+                    .product::<usize>()
+            });
+        };
+        for n in [
+            1,
+            2,
+            18_446_744_073_709_551_557,
+            18_446_744_073_709_551_615,
+            (1 << 62) + 135,
+            65_537 * 65_537,
+            65_537 * 65_537 * 65_537,
+            4_294_967_291 * 4_294_967_279,
+            561,
+            3_215_031_751,
+            3_825_123_056_546_413_051,
+        ] {
+            check(n);
+        }
+        assert!(!is_prime(3_215_031_751) && !is_prime(3_825_123_056_546_413_051));
+        let mut rng = Rng(0x0fac_7012);
+        for _ in 0..2000 {
+            let n = 1 + rng.below(1 << 24);
+            assert_eq!(is_prime(n), slow_prime(n), "{n}");
+            check(n);
+            check(rng.below(u64::MAX) + 1);
+        }
+    }
+
+    /// A period whose unit grid `s0` is the product of two primes above 2^16 (an odd number of
+    /// nanoseconds) takes a unit made of one of them: 1 per 2^50 ns (13 days) with a burst of 2
+    /// fits only at such a unit (b = the other prime), and 1,000 per 65,537 × 65,539 ns is
+    /// held in a unit of 65,537·m, not in halves of a token (b = s0 ≈ 2^32 leaves m ≤ 2).
+    #[test]
+    fn large_prime_factors_of_the_grid_are_split() {
+        let (q1, q2) = (33_554_467u64, 33_554_473u64);
+        let q = Quota::new(1, Duration::from_nanos(q1 * q2), 2).unwrap();
+        let p = Params::new(q).unwrap_or_else(|e| panic!("{e}"));
+        assert!(p.model.scale() >= q1 && p.b <= q2, "{p:?}");
+        let q = Quota::new(1000, Duration::from_nanos(65_537 * 65_539), 1000).unwrap();
+        let p = Params::new(q).unwrap_or_else(|e| panic!("{e}"));
+        assert!(p.model.scale() >= 65_537 && p.b <= 65_539, "{p:?}");
+        // Three primes above 2^16 (a u64 holds at most three): 7 per that many ns.
+        let (r1, r2, r3) = (65_537u64, 65_539, 65_543);
+        let q = Quota::new(7, Duration::from_nanos(r1 * r2 * r3), 7).unwrap();
+        let p = Params::new(q).unwrap_or_else(|e| panic!("{e}"));
+        assert!(p.b <= r2 * r3, "{p:?}");
     }
 
     /// The one-string reply: a fresh key's admission decodes to the model's state, a refusal to

@@ -656,7 +656,8 @@ const KNOWN_FIELDS: [&str; 14] = [
 /// limit the file writes: a `rate_limit` outside a descriptor, `descriptors` inside a
 /// `rate_limit` or a `replaces` entry, a `unit` or `requests_per_unit` outside a `rate_limit`
 /// (a limit without its `rate_limit:`), and a `share_threshold` inside a `rate_limit` (every
-/// value would get its own bucket instead of sharing one).
+/// value would get its own bucket instead of sharing one); and, whatever the name, where its
+/// value holds a rate ([`holds_rate`], checked by [`Parser::misplaced`]).
 fn misplaced(name: &str, place: Place) -> Option<Misplaced> {
     if !KNOWN_FIELDS.contains(&name) {
         return None;
@@ -674,6 +675,28 @@ fn misplaced(name: &str, place: Place) -> Option<Misplaced> {
         }
         _ => Misplaced::Ignored,
     })
+}
+
+/// The fields that write a rate: a misplaced field whose value holds one of them is refused.
+const RATE_FIELDS: [&str; 4] = ["rate_limit", "rate_limits", "unit", "requests_per_unit"];
+
+/// Whether `n` holds a rate: a mapping with a key of [`RATE_FIELDS`] at any depth (through
+/// tags and merged mappings, which are mapping values too). `depth`: the node's nesting below
+/// the field, never past the loader's own bound ([`MAX_NESTING`]).
+fn holds_rate(n: &MarkedYamlOwned, depth: usize) -> bool {
+    if depth > MAX_NESTING {
+        return false;
+    }
+    match &n.data {
+        YamlDataOwned::Mapping(m) => m.iter().any(|(k, v)| {
+            matches!(&k.data, YamlDataOwned::Representation(text, ..)
+                if RATE_FIELDS.contains(&text.as_str()))
+                || holds_rate(v, depth + 1)
+        }),
+        YamlDataOwned::Sequence(s) => s.iter().any(|e| holds_rate(e, depth + 1)),
+        YamlDataOwned::Tagged(_, inner) => holds_rate(inner, depth + 1),
+        _ => false,
+    }
 }
 
 struct Parser<'a> {
@@ -955,7 +978,7 @@ impl Parser<'_> {
             match name.as_str() {
                 "domain" => domain = Some((self.string(v, "domain")?, v)),
                 "descriptors" => descriptors = Some(v),
-                other => self.misplaced(k, "", other, Place::File)?,
+                other => self.misplaced(k, v, "", other, Place::File)?,
             }
         }
         let domain = match domain {
@@ -1008,11 +1031,14 @@ impl Parser<'_> {
         self.err(Some(k), &field, message)
     }
 
-    /// A field that `place` does not take: refused if envoyproxy/ratelimit does not know it
-    /// either ([`Parser::unknown`]); else as [`misplaced`] decides, a warning or an error.
+    /// A field that `place` does not take, with its value `v`: refused if envoyproxy/ratelimit
+    /// does not know it either ([`Parser::unknown`]); else as [`misplaced`] decides, a warning
+    /// or an error, and refused whenever `v` holds a rate ([`holds_rate`]): ignored, the field
+    /// would take that limit with it.
     fn misplaced(
         &mut self,
         k: &MarkedYamlOwned,
+        v: &MarkedYamlOwned,
         at: &str,
         name: &str,
         place: Place,
@@ -1026,6 +1052,16 @@ impl Parser<'_> {
             format!("{at}.{name}")
         };
         match effect {
+            Misplaced::Ignored if holds_rate(v, 0) => Err(self.err(
+                Some(k),
+                &field,
+                format!(
+                    "{name:?} is not a field of {} and holds a rate: envoyproxy/ratelimit \
+                     ignores it there, which would drop that limit (refused rather than \
+                     ignored); a rate belongs in a descriptor's rate_limit",
+                    place.what()
+                ),
+            )),
             Misplaced::Ignored => {
                 let w = self.err(
                     Some(k),
@@ -1257,7 +1293,7 @@ impl Parser<'_> {
                         share = self.boolean(v, &f)?;
                         share_at = Some(k);
                     }
-                    other => self.misplaced(k, &at, other, Place::Descriptor)?,
+                    other => self.misplaced(k, v, &at, other, Place::Descriptor)?,
                 }
             }
             let key = match key {
@@ -1490,7 +1526,7 @@ impl Parser<'_> {
                             match rname_key.as_str() {
                                 "name" => rname = self.string(rv, &format!("{rf}.name"))?,
                                 other if single => {
-                                    self.misplaced(rk, &rf, other, Place::Replaces)?
+                                    self.misplaced(rk, rv, &rf, other, Place::Replaces)?
                                 }
                                 other => return Err(self.unknown(rk, &rf, other)),
                             }
@@ -1505,7 +1541,7 @@ impl Parser<'_> {
                         replaces.push(rname);
                     }
                 }
-                other if single => self.misplaced(k, field, other, Place::RateLimit)?,
+                other if single => self.misplaced(k, v, field, other, Place::RateLimit)?,
                 other => return Err(self.unknown(k, field, other)),
             }
         }

@@ -851,6 +851,33 @@ descriptors:
     }
 }
 
+/// A misplaced known field is ignored only with all it holds: one whose value holds a rate
+/// (a `rate_limit`, `rate_limits`, `unit` or `requests_per_unit` at any depth: a limit indented
+/// under the wrong field) is refused, since ignoring it would drop that limit silently.
+#[test]
+fn a_misplaced_field_holding_a_rate_is_refused() {
+    let cases: &[(&str, usize, &str)] = &[
+        // A rate_limit indented under a misplaced `unlimited:`: the descriptor had no limit.
+        ("domain: d\ndescriptors:\n  - key: a\n    unlimited:\n      rate_limit: {unit: second, requests_per_unit: 1}\n", 4, "descriptors[0].unlimited"),
+        ("domain: d\nvalue:\n  descriptors:\n    - key: a\n      rate_limit: {unit: second, requests_per_unit: 1}\n", 2, "value"),
+        ("domain: d\ndescriptors:\n  - key: a\n    replaces: [{name: b, rate_limit: {unit: second, requests_per_unit: 1}}]\n", 4, "descriptors[0].replaces"),
+        ("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 9\n      value: {requests_per_unit: 1}\n", 7, "descriptors[0].rate_limit.value"),
+        ("domain: d\ndescriptors:\n  - key: a\n    name: !!map {rate_limits: [{unit: second, requests_per_unit: 1}]}\n", 4, "descriptors[0].name"),
+    ];
+    for (yaml, line, field) in cases {
+        let e = load(yaml).expect_err(yaml);
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(*line), *field),
+            "{yaml}\n{e}"
+        );
+        assert!(e.message.contains("holds a rate"), "{yaml}\n{e}");
+    }
+    // A misplaced field holding no rate is still ignored.
+    let c = load("domain: d\ndescriptors:\n  - key: a\n    replaces: [{name: b}]\n    rate_limit: {unit: second, requests_per_unit: 1}\n").unwrap();
+    assert_eq!(c.warnings().len(), 1);
+}
+
 /// envoyproxy/ratelimit refuses a valid unit beside `unlimited: true` and ignores any other:
 /// an unlimited limit with a unit that is not one loads there, and here (with a warning).
 #[test]
