@@ -176,8 +176,11 @@ impl Quota {
     }
 
     /// Whether every decision equals the continuous token bucket at every nanosecond: true when
-    /// the reduced rate fits 100 years at full precision (e.g. `n` per second with `n` dividing
-    /// 10^9 and a burst the range holds at that precision; 1/s with a burst of 10^10 is not).
+    /// the quota's unit earns whole units every nanosecond (`units_per_ns().1 == 1`). In the
+    /// unit [`Quota::new`] picks, that is when the reduced rate fits 100 years at full precision
+    /// (e.g. `n` per second with `n` dividing 10^9 and a burst the range holds at that
+    /// precision; 1/s with a burst of 10^10 is not); a unit chosen by
+    /// [`with_scale`](Quota::with_scale) may make the same rate inexact.
     /// Otherwise see the type's docs: a decision refuses by less than one unit (`1/scale`
     /// token), so the same request passes at most `⌈div / mul⌉` ns later
     /// ([`units_per_ns`](Quota::units_per_ns)); a reconfiguration rounds down by up to a few units.

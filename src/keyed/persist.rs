@@ -169,9 +169,11 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
             fw.frame(over, &p.0)?;
         }
         let mut entries: Vec<(u64, usize, [u64; MAX_LIMITS])> = Vec::new();
-        // Each quota position's last quota as a save records it: the rules are few (the
-        // table's quotas and its overrides), and `Saved::of` runs `Quota::new`'s search.
+        // Each quota position's last quota as a save records it, and every quota met so far:
+        // the rules are few (the table's quotas and its overrides), and `Saved::of` runs
+        // `Quota::new`'s search, so it runs once per distinct quota, however keys interleave.
         let mut units: [Option<Saved>; MAX_LIMITS] = [None; MAX_LIMITS];
+        let mut met: HashMap<Quota, Saved> = HashMap::new();
         self.index.walk(CHUNK, |chunk| {
             entries.clear();
             for &(fp, word) in chunk {
@@ -189,7 +191,7 @@ impl<K, P: KeyedPolicy, C: Clock> sealed::Frames for KeyedLimiter<K, P, C> {
                 {
                     let saved = match u {
                         Some(saved) if saved.is_for(q) => saved,
-                        _ => u.insert(Saved::of(q)),
+                        _ => u.insert(*met.entry(*q).or_insert_with(|| Saved::of(q))),
                     };
                     *l = saved.lack(s, now);
                 }
