@@ -452,9 +452,10 @@ impl LocalBackend {
     /// [`MAX_RETIRED_TABLES`](Self::MAX_RETIRED_TABLES) retired tables in all (the oldest
     /// dropped first past either), so that a limit that comes back resumes its buckets.
     ///
-    /// [`prepare`](Self::prepare), [`commit`](Self::commit) and [`Retiring::finish`] in one:
-    /// a caller whose decisions pair the tables with a config swaps its config in `commit`'s
-    /// place (as `Service::reload` does), so that no decision sees one without the other.
+    /// The new tables are built without holding the lock decisions take (`prepare`), then
+    /// swapped in (`commit`), then the old ones retired (`Retiring::finish`): `Service::reload`
+    /// runs the three itself, swapping its config with the tables, so that no decision sees
+    /// one without the other.
     pub fn apply(&self, config: &Config) -> Applied {
         self.commit(self.prepare(config)).finish()
     }
