@@ -43,6 +43,14 @@
 //! unread (so the peer's window closes), within its body deadline; calls sent at once never
 //! wait for it.
 //!
+//! HTTP/1 bounds what unfinished `/json` bodies hold the same way: the handler collects a body
+//! (up to 4 MiB) before it reads it, so each frame that does not end its body takes its bytes
+//! from the port's budget ([`MAX_PORT_MESSAGE_BYTES`], the HTTP port's own) before it is
+//! passed on, and gives them back when the body is dropped (collected, or the connection
+//! gone). A body that cannot take them waits, its connection unread, within its body
+//! deadline (408); a request whose body arrives with its headers takes nothing and never
+//! waits.
+//!
 //! HTTP/2 runs each stream (its request's handler, then its response's body) in a task of its
 //! own, spawned by hyper on the connection's executor (`Streams`): the connection task owns
 //! those tasks, and ends them (and waits for them) when it ends, so that no handler outlives
@@ -86,6 +94,13 @@ const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
 /// stream may buffer a message of up to 4 MiB while it arrives. Envoy opens another connection
 /// when it needs more.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 200;
+
+/// The most an HTTP/1 connection reads ahead of its request's handler (hyper's read buffer:
+/// a request's headers must fit in it, Envoy's own default limit being 60 KiB). A `/json`
+/// body that waits for the port's budget holds at most this beyond it, so that the port holds
+/// about `MAX_PORT_MESSAGE_BYTES` plus this much per connection (hyper's default, about
+/// 400 KiB, made that 4 GB at 10,000 connections).
+const HTTP1_READ_BUFFER: usize = 64 << 10;
 
 /// The limits one port applies to its connections (`--max-connections`, `--header-timeout-ms`,
 /// `--body-timeout-ms`, `--idle-timeout-ms`, `--grpc-keepalive-ms`,
@@ -151,7 +166,8 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
-    // What every connection's unfinished gRPC messages may hold together.
+    // What every connection's unfinished gRPC messages (HTTP/2) or bodies (HTTP/1) may hold
+    // together.
     let messages = Arc::new(Semaphore::new(MAX_PORT_MESSAGE_BYTES));
     // The drain's deadline, once `stop` resolved.
     let (drain_tx, drain_rx) = watch::channel(None);
@@ -290,6 +306,7 @@ fn builder(
             b.http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_timeout.min(FAR))
+                .max_buf_size(HTTP1_READ_BUFFER)
                 .keep_alive(true);
         }
         Protocol::Http2 => {
@@ -431,13 +448,15 @@ async fn connection(
     let streams = Streams::new(task);
     let builder = builder(protocol, &limits, streams.executor());
     let budget = match protocol {
-        Protocol::Http1 => None,
-        Protocol::Http2 => Some(Budget {
+        Protocol::Http1 => Budget::Bytes {
+            port: port_messages,
+        },
+        Protocol::Http2 => Budget::Messages {
             connection: Arc::new(Semaphore::new(MAX_CONNECTION_MESSAGE_BYTES)),
             port: port_messages,
-        }),
+        },
     };
-    drive(stream, app, builder, protocol, limits, drain, budget).await;
+    drive(stream, app, builder, protocol, limits, drain, Some(budget)).await;
     // hyper's connection is gone: a stream task left has nobody to answer (a handler stuck in
     // a backend that does not answer, past the drain's deadline or after the peer left).
     streams.close().await;
@@ -614,7 +633,7 @@ struct Tracked {
     activity: Arc<Activity>,
     protocol: Protocol,
     body_timeout: Duration,
-    /// HTTP/2: what the connection's unfinished gRPC messages may hold.
+    /// What the connection's unfinished bodies may hold (see [`Budget`]).
     budget: Option<Budget>,
 }
 
@@ -792,21 +811,33 @@ impl hyper::body::Body for TimedBody {
 pub const MAX_CONNECTION_MESSAGE_BYTES: usize = 2 * crate::grpc::MAX_MESSAGE_BYTES;
 
 /// The most bytes of unfinished gRPC messages all connections of the gRPC port hold together
-/// (Envoy's requests are a few hundred bytes: thousands of calls in flight hold a few MiB).
+/// (Envoy's requests are a few hundred bytes: thousands of calls in flight hold a few MiB),
+/// and the most bytes of unfinished `/json` bodies all connections of the HTTP port hold
+/// together (beyond the frame each body has read and waits to take it for).
 pub const MAX_PORT_MESSAGE_BYTES: usize = 256 << 20;
 
-/// The budgets an HTTP/2 stream takes its messages' lengths from.
+/// What a request body takes before its bytes are passed on, given back when it is dropped.
 #[derive(Clone, Debug)]
-struct Budget {
-    connection: Arc<Semaphore>,
-    port: Arc<Semaphore>,
+enum Budget {
+    /// HTTP/2: each gRPC message's announced length ([`held`]), from the connection's budget
+    /// and then the port's.
+    Messages {
+        connection: Arc<Semaphore>,
+        port: Arc<Semaphore>,
+    },
+    /// HTTP/1 (`/json`): each frame's bytes, unless the frame ends the body, from the port's
+    /// budget. One body at a time per connection, each cut at `/json`'s size limit.
+    Bytes { port: Arc<Semaphore> },
 }
 
-type Taking = Pin<Box<dyn Future<Output = Option<[OwnedSemaphorePermit; 2]>> + Send>>;
+type Taking = Pin<
+    Box<dyn Future<Output = Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>> + Send>,
+>;
 
 /// A request body that takes, from its [`Budget`], the length each gRPC message of it
 /// announces before passing on the frame holding that message's prefix, and holds it until
-/// the body is dropped (see the module docs). Without a budget (HTTP/1), the body as it is.
+/// the body is dropped (see the module docs); on HTTP/1, each frame's bytes unless it ends
+/// the body ([`Budget::Bytes`]). Without a budget, the body as it is.
 struct Budgeted {
     inner: Incoming,
     budget: Option<Budget>,
@@ -907,11 +938,12 @@ impl hyper::body::Body for Budgeted {
         let this = &mut *self;
         loop {
             if let Some((_, taking)) = this.waiting.as_mut() {
-                let Some(permits) = ready!(taking.as_mut().poll(cx)) else {
+                let Some((first, second)) = ready!(taking.as_mut().poll(cx)) else {
                     // A budget closed: never, as nothing closes them.
                     return Poll::Ready(None);
                 };
-                this.held.extend(permits);
+                this.held.push(first);
+                this.held.extend(second);
                 let (frame, _) = this.waiting.take().expect("a frame waiting");
                 return Poll::Ready(Some(Ok(frame)));
             }
@@ -923,21 +955,36 @@ impl hyper::body::Body for Budgeted {
                 return Poll::Ready(Some(Ok(frame)));
             };
             let ended = this.inner.is_end_stream();
-            let need = match frame.data_ref() {
-                Some(d) => this.messages.announced(d, ended),
-                None => 0,
+            let taking: Taking = match budget {
+                Budget::Messages { connection, port } => {
+                    let need = match frame.data_ref() {
+                        Some(d) => this.messages.announced(d, ended),
+                        None => 0,
+                    };
+                    if need == 0 {
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
+                    // A frame completing several prefixes takes their sum at once, cut to the
+                    // connection's budget so that it can be granted.
+                    let need = need.min(MAX_CONNECTION_MESSAGE_BYTES) as u32;
+                    Box::pin(async move {
+                        let c = connection.acquire_many_owned(need).await.ok()?;
+                        let p = port.acquire_many_owned(need).await.ok()?;
+                        Some((c, Some(p)))
+                    })
+                }
+                Budget::Bytes { port } => {
+                    // The frame that ends a body (all of an ordinary request, which arrives
+                    // with its headers) takes nothing: the body is handed to the handler as it
+                    // is read, so it never waits behind bodies that hold the budget.
+                    let n = frame.data_ref().map_or(0, |d| d.len());
+                    if n == 0 || ended {
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
+                    let n = n.min(MAX_PORT_MESSAGE_BYTES) as u32;
+                    Box::pin(async move { Some((port.acquire_many_owned(n).await.ok()?, None)) })
+                }
             };
-            if need == 0 {
-                return Poll::Ready(Some(Ok(frame)));
-            }
-            // A frame completing several prefixes takes their sum at once, cut to the
-            // connection's budget so that it can be granted.
-            let need = need.min(MAX_CONNECTION_MESSAGE_BYTES) as u32;
-            let taking: Taking = Box::pin(async move {
-                let c = budget.connection.acquire_many_owned(need).await.ok()?;
-                let p = budget.port.acquire_many_owned(need).await.ok()?;
-                Some([c, p])
-            });
             this.waiting = Some((frame, taking));
         }
     }

@@ -7,7 +7,7 @@ use crate::engine::{Backend, Demand, OnRedisError, Outcome, Wait};
 use crate::metrics as m;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 /// The most descriptors one request may carry.
@@ -95,6 +95,8 @@ pub enum Reject {
 #[derive(Debug)]
 pub struct Service {
     config: RwLock<Arc<Config>>,
+    /// Held by a reload from start to end: reloads run one at a time.
+    reloads: Mutex<()>,
     backend: Backend,
     shadow: bool,
     draining: AtomicBool,
@@ -124,6 +126,7 @@ impl Service {
     pub fn new(config: Config, backend: Backend, shadow: bool) -> Service {
         let s = Service {
             config: RwLock::new(Arc::new(Config::default())),
+            reloads: Mutex::new(()),
             backend,
             shadow,
             draining: AtomicBool::new(false),
@@ -157,19 +160,40 @@ impl Service {
         &self.backend
     }
 
-    /// Swaps in `config`: the backend's tables follow it (kept, converted, added, retired)
-    /// while no decision runs.
+    /// Swaps in `config`: the backend's tables follow it (kept, converted, added, retired).
+    /// What the config needs is built while decisions go on (`LocalBackend::prepare`); the
+    /// config and the tables are swapped together, holding the config's write lock only for
+    /// the swap, so that a decision sees the old config and tables or the new ones. Reloads
+    /// run one at a time.
     pub fn reload(&self, config: Config) {
+        let _serial = self.reloads.lock().unwrap_or_else(PoisonError::into_inner);
         let config = Arc::new(config);
-        let mut slot = self.config.write().unwrap_or_else(PoisonError::into_inner);
-        match &self.backend {
+        let old = match &self.backend {
             Backend::Local(l) => {
-                l.apply(&config);
+                let prepared = l.prepare(&config);
+                let mut slot = self.config.write().unwrap_or_else(PoisonError::into_inner);
+                let retiring = l.commit(prepared);
+                let old = std::mem::replace(&mut *slot, config);
+                drop(slot);
+                retiring.finish();
+                old
             }
-            Backend::Redis(r) => r.apply(&config),
-            Backend::FixedWindow(_) => {}
-        }
-        *slot = config;
+            Backend::Redis(r) => {
+                let prepared = r.prepare(&config);
+                let mut slot = self.config.write().unwrap_or_else(PoisonError::into_inner);
+                let swapped = r.commit(prepared);
+                let old = std::mem::replace(&mut *slot, config);
+                drop(slot);
+                swapped.finish();
+                old
+            }
+            Backend::FixedWindow(_) => std::mem::replace(
+                &mut *self.config.write().unwrap_or_else(PoisonError::into_inner),
+                config,
+            ),
+        };
+        // The old config is dropped here, not under the lock.
+        drop(old);
     }
 
     /// Marks the service draining (`/healthcheck` answers 503).

@@ -649,3 +649,53 @@ async fn streams_withholding_their_end_hold_a_bounded_memory() {
     eprintln!("200 whole messages of 46 KB, each stream's end withheld: peak {peak} bytes");
     assert!(peak < 32 << 20, "peak {peak} bytes");
 }
+
+/// `/json` bodies are collected (up to 4 MiB) before they are read: 300 connections each
+/// sending 3 MiB of a body that never ends held 900 MiB. What unfinished bodies hold on the
+/// HTTP port is bounded by the port's budget (`MAX_PORT_MESSAGE_BYTES`, 256 MiB), plus the
+/// frame each waiting body has read; the bodies past it wait, unread, until their deadline.
+/// An ordinary `/json` request meanwhile (its body with its headers) is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_bodies_on_many_connections_hold_a_bounded_memory() {
+    use tokio::io::AsyncWriteExt;
+    let _turn = SERIAL.lock().await;
+    let s = Rls::start(CONFIG).await;
+    let before = alloc::reset_peak();
+    let sent: std::sync::Arc<[u8]> = vec![b' '; 3 << 20].into();
+    let writers: Vec<_> = (0..300)
+        .map(|_| {
+            let (addr, sent) = (s.ready.http, sent.clone());
+            tokio::spawn(async move {
+                let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+                let head = "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                            Content-Length: 4000000\r\n\r\n";
+                c.write_all(head.as_bytes()).await.unwrap();
+                // Blocks once the server stops reading; the connection stays open.
+                let _ = c.write_all(&sent).await;
+                std::future::pending::<()>().await;
+                drop(c);
+            })
+        })
+        .collect();
+    // Until what the process holds stops growing (it reads what it may within a few seconds).
+    let (mut last, mut still) = (0, 0);
+    for _ in 0..100 {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let now = alloc::peak().saturating_sub(before);
+        still = if now == last { still + 1 } else { 0 };
+        if still == 10 {
+            break;
+        }
+        last = now;
+    }
+    let peak = alloc::peak().saturating_sub(before);
+    eprintln!("300 connections sending 3 MiB of a 4 MB /json body each: peak {peak} bytes");
+    let body =
+        r#"{"domain": "d", "descriptors": [{"entries": [{"key": "user", "value": "json"}]}]}"#;
+    let (code, text) = support::http(s.ready.http, "POST", "/json", body).await;
+    for w in writers {
+        w.abort();
+    }
+    assert_eq!(code, 200, "{text}");
+    assert!(peak < 512 << 20, "peak {peak} bytes");
+}

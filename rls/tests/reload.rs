@@ -1298,3 +1298,158 @@ fn a_file_saved_under_a_larger_max_keys_is_restored() {
     let left = (0..10).filter(|_| one(&restarted, "p0", "alice")).count();
     assert_eq!(left, 2, "p0 resumed");
 }
+
+/// Decides one hit of `key: value` in domain `r` on `rt`: whether it is admitted.
+fn one_on(
+    rt: &tokio::runtime::Runtime,
+    s: &tollgate_rls::service::Service,
+    key: &str,
+    value: &str,
+) -> bool {
+    use tollgate_rls::service::{Code, Descriptor, Request};
+    let req = Request {
+        domain: "r".into(),
+        descriptors: vec![Descriptor {
+            entries: vec![(key.into(), value.into())],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    };
+    rt.block_on(s.should_rate_limit(&req)).unwrap().overall == Code::Ok
+}
+
+/// A reload that builds 100,000 tables does not hold up decisions meanwhile: the tables are
+/// built while decisions go on, and only the swap excludes them. The bound is generous for a
+/// loaded machine (100 ms, or a quarter of the reload's own time if that is longer), while a
+/// reload that held decisions out for its whole build would exceed it by far.
+#[test]
+fn a_reload_of_100k_limits_does_not_stall_decisions() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let clock = manual();
+    let s = Arc::new(local_service(&tiny_config(numbered(0..0)), &clock, 1_000));
+    let big = load(&tiny_config(numbered(0..99_999)));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Each decision's start and end.
+    let spans = Arc::new(Mutex::new(Vec::<(Instant, Instant)>::new()));
+    let decider = std::thread::spawn({
+        let (s, stop, spans) = (s.clone(), stop.clone(), spans.clone());
+        move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let mut mine = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t0 = Instant::now();
+                one_on(&rt, &s, "other", "alice");
+                mine.push((t0, Instant::now()));
+            }
+            *spans.lock().unwrap() = mine;
+        }
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let began = Instant::now();
+    s.reload(big);
+    let ended = Instant::now();
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::Relaxed);
+    decider.join().unwrap();
+    let spans = spans.lock().unwrap();
+    let during: Vec<Duration> = spans
+        .iter()
+        .filter(|(a, b)| *b >= began && *a <= ended)
+        .map(|(a, b)| *b - *a)
+        .collect();
+    let longest = during.iter().max().copied().unwrap_or_default();
+    let reload = ended - began;
+    eprintln!(
+        "reload of 100,000 limits: {reload:?}; {} decisions during it, the longest {longest:?}",
+        during.len()
+    );
+    assert!(
+        during.len() >= 10,
+        "only {} decisions ran during a reload of {reload:?}",
+        during.len()
+    );
+    let bound = (reload / 4).max(Duration::from_millis(100));
+    assert!(
+        longest < bound,
+        "a decision waited {longest:?} during a reload of {reload:?} (bound {bound:?})"
+    );
+}
+
+/// Decisions racing reloads never over-admit, whether the reload keeps a limit's table (the
+/// same `Arc`, debits during the build land in it) or converts it (a second rate added and
+/// removed, the hourly one paired by name: a save converted while decisions debit the old
+/// table). The clock advances a token at a time while the reloads run, so that the buckets have
+/// tokens to debit during each build; over the run, each value is admitted at most its burst
+/// plus what refilled.
+#[test]
+fn decisions_racing_reloads_never_over_admit() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let clock = manual();
+    let hourly = "{unit: hour, requests_per_unit: 100, name: hourly}";
+    let daily = "{unit: day, requests_per_unit: 100000, name: daily}";
+    let filler = tiny_limits(numbered(0..3_000));
+    let kept =
+        "  - key: kept\n    value: x\n    rate_limit: {unit: hour, requests_per_unit: 100}\n";
+    let x = format!("{}{kept}{filler}", user_rates(&[hourly]));
+    let y = format!("{}{kept}{filler}", user_rates(&[hourly, daily]));
+    let s = Arc::new(local_service(&x, &clock, 1_000));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (user, kept_n) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let deciders: Vec<_> = (0..2)
+        .map(|_| {
+            let (s, stop, user, kept_n) = (s.clone(), stop.clone(), user.clone(), kept_n.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    if one_on(&rt, &s, "user", "alice") {
+                        user.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if one_on(&rt, &s, "kept", "x") {
+                        kept_n.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    // 36 s: one token of 100 an hour, added while the deciders and the reloads run.
+    let ticker = std::thread::spawn({
+        let (clock, stop) = (clock.clone(), stop.clone());
+        move || {
+            let mut ticks = 0;
+            while !stop.load(Ordering::Relaxed) {
+                clock.advance(Duration::from_secs(36));
+                ticks += 1;
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            ticks
+        }
+    });
+    let reloads = 16;
+    let configs: Vec<_> = (0..reloads)
+        .map(|i| load(if i % 2 == 0 { &y } else { &x }))
+        .collect();
+    for config in configs {
+        s.reload(config);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for d in deciders {
+        d.join().unwrap();
+    }
+    let bound = 100 + ticker.join().unwrap();
+    let (user, kept_n) = (user.load(Ordering::Relaxed), kept_n.load(Ordering::Relaxed));
+    eprintln!("admitted: user {user}, kept {kept_n}, of at most {bound} each");
+    assert!(
+        user <= bound,
+        "user: {user} admitted, at most {bound} refilled"
+    );
+    assert!(
+        kept_n <= bound,
+        "kept: {kept_n} admitted, at most {bound} refilled"
+    );
+}

@@ -28,8 +28,8 @@ use crate::config::{Config, Kind, Limit, Rate, Unit};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::SystemTime;
 use tollgate::persist::RestoreError;
 use tollgate::{KeyedMultiLimiter, Limiter};
@@ -68,6 +68,35 @@ struct Table {
     limit: Arc<Limit>,
     /// The table's `max_keys`.
     size: usize,
+    /// How many takes of more than nothing were made on the table: a decision adds one after
+    /// its take (`Release`), so a reload that reads it (`Acquire`) before saving the table
+    /// and finds it unchanged once no decision runs knows the save holds every debit
+    /// (`LocalBackend::commit`).
+    takes: AtomicU64,
+}
+
+impl Table {
+    fn new(limiter: KeyedMultiLimiter<String, RlsClock>, limit: Arc<Limit>, size: usize) -> Table {
+        Table {
+            limiter,
+            limit,
+            size,
+            takes: AtomicU64::new(0),
+        }
+    }
+
+    /// `cost` of `bucket`, counted in `takes` when it may write.
+    fn take(
+        &self,
+        bucket: &String,
+        cost: u64,
+    ) -> (Result<(), tollgate::Refusal>, tollgate::Snapshots) {
+        let r = self.limiter.decide_snapshots(bucket, cost);
+        if cost > 0 {
+            self.takes.fetch_add(1, Ordering::Release);
+        }
+        r
+    }
 }
 
 /// Tables of limits the config does not have (retired by a reload, or read by a restore), at
@@ -245,14 +274,19 @@ pub struct LocalBackend {
     /// Tables of limits the config no longer has (removed, or made `unlimited` or 0 per unit),
     /// oldest first, kept while some bucket is not full and within the caps
     /// (`Retired::fits`): a limit that comes back (a file read half-written, a reverted edit)
-    /// resumes its buckets instead of starting full. Only `apply` and `restore` add or drop
-    /// them (under the tables' write lock); a decision planned before the reload that retired
-    /// one decides its limit there (`stand_in`, under the read lock).
+    /// resumes its buckets instead of starting full. Only a reload (`commit`, then
+    /// `Retiring::finish`) and `restore` add or drop them, holding this lock from under the
+    /// tables' write lock until done; a decision planned before the reload that retired one
+    /// decides its limit there (`stand_in`, under the tables' read lock, so after the retired
+    /// tables are complete).
     retired: Mutex<Retired>,
     stripes: Box<[Mutex<()>]>,
     hasher: std::collections::hash_map::RandomState,
     /// The table sizes the last restore built (`Budget::spent`, see `restored_size`).
     restored_size: AtomicUsize,
+    /// Held by a reload from `prepare` to `Retiring::finish` and by a restore: they run one
+    /// at a time, so the tables a reload built from stay the ones it swaps out.
+    applying: Mutex<()>,
 }
 
 impl std::fmt::Debug for LocalBackend {
@@ -276,6 +310,71 @@ pub struct Applied {
     pub added: usize,
     /// Limits no longer configured (or `unlimited`, or 0 per unit): retired (see `apply`).
     pub removed: usize,
+}
+
+/// A reload's tables, built by [`LocalBackend::prepare`] and not yet swapped in
+/// ([`LocalBackend::commit`]). Holds the backend's reload lock: other reloads and restores
+/// wait.
+pub(crate) struct Prepared<'a> {
+    serial: MutexGuard<'a, ()>,
+    next: HashMap<String, Arc<Table>>,
+    converted: Vec<Converted>,
+    /// Ids whose table comes back from the retired ones.
+    resumed: Vec<String>,
+    /// Current ids the config no longer has a table for.
+    removed: Vec<String>,
+    applied: Applied,
+    wall: SystemTime,
+}
+
+impl std::fmt::Debug for Prepared<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("applied", &self.applied)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A table converted by `prepare` from `from`, whose `takes` were `takes` before its save.
+struct Converted {
+    from: Arc<Table>,
+    takes: u64,
+    limit: Arc<Limit>,
+    size: usize,
+}
+
+/// The tables a reload swapped out, retired by [`finish`](Retiring::finish). Holds the retired
+/// tables' lock (a save, and a decision of a limit a reload removed, wait for it) and the
+/// backend's reload lock, not the tables' lock: decisions go on.
+pub(crate) struct Retiring<'a> {
+    retired: MutexGuard<'a, Retired>,
+    old: HashMap<String, Arc<Table>>,
+    removed: Vec<String>,
+    applied: Applied,
+    _serial: MutexGuard<'a, ()>,
+}
+
+impl std::fmt::Debug for Retiring<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retiring")
+            .field("applied", &self.applied)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Retiring<'_> {
+    /// Retires the tables of limits the reload removed (oldest first past the caps, see
+    /// `LocalBackend::apply`) and drops the rest of the old map.
+    pub(crate) fn finish(mut self) -> Applied {
+        for id in std::mem::take(&mut self.removed) {
+            if let Some(t) = self.old.remove(&id) {
+                self.applied.removed += 1;
+                self.retired.add(id, t);
+            }
+        }
+        self.retired.trim();
+        self.applied
+    }
 }
 
 /// What a restore found.
@@ -323,6 +422,7 @@ impl LocalBackend {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: Default::default(),
             restored_size: AtomicUsize::new(0),
+            applying: Mutex::new(()),
         }
     }
 
@@ -337,11 +437,11 @@ impl LocalBackend {
 
     fn fresh(&self, limit: &Arc<Limit>, size: usize) -> Option<Table> {
         let limits = limits_of(limit)?;
-        Some(Table {
-            limiter: KeyedMultiLimiter::with_clock(limits, size, self.clock.clone()),
-            limit: limit.clone(),
+        Some(Table::new(
+            KeyedMultiLimiter::with_clock(limits, size, self.clock.clone()),
+            limit.clone(),
             size,
-        })
+        ))
     }
 
     /// Makes the tables match `config`: unchanged limits keep their table, changed ones (rates,
@@ -350,59 +450,83 @@ impl LocalBackend {
     /// start full, removed ones are retired: kept aside until every bucket is full again (what
     /// a new table would hold), within `max_keys` values and
     /// [`MAX_RETIRED_TABLES`](Self::MAX_RETIRED_TABLES) retired tables in all (the oldest
-    /// dropped first past either), so that a limit that comes back resumes its buckets. The caller
-    /// holds the config's write lock (no decision runs).
+    /// dropped first past either), so that a limit that comes back resumes its buckets.
+    ///
+    /// The new tables are built without holding the lock decisions take (`prepare`), then
+    /// swapped in (`commit`), then the old ones retired (`Retiring::finish`): `Service::reload`
+    /// runs the three itself, swapping its config with the tables, so that no decision sees
+    /// one without the other.
     pub fn apply(&self, config: &Config) -> Applied {
-        let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);
-        let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut next = HashMap::with_capacity(config.limits().len());
-        let mut applied = Applied::default();
-        let wall = SystemTime::now();
+        self.commit(self.prepare(config)).finish()
+    }
+
+    /// The first half of [`apply`](Self::apply): builds the tables `config` needs without
+    /// holding the lock decisions take (new tables, conversions of changed ones from a save
+    /// of each), so that decisions go on meanwhile. Reloads and restores are serialized from
+    /// here until [`Retiring::finish`]: the tables this reads stay the ones `commit` swaps
+    /// out.
+    pub(crate) fn prepare(&self, config: &Config) -> Prepared<'_> {
+        let serial = self.applying.lock().unwrap_or_else(PoisonError::into_inner);
         let sharing = config
             .limits()
             .iter()
             .filter(|l| l.per_value && limits_of(l).is_some())
             .count();
-        for limit in config.limits() {
-            let Some(limits) = limits_of(limit) else {
-                continue;
-            };
-            let size = self.size_for(limit, sharing);
-            let before = tables
-                .get(&limit.id)
+        // Each configured limit's table now (current, else retired), and the current ids the
+        // config drops: a short hold of both locks, the only one `prepare` takes.
+        let mut before: HashMap<&str, Arc<Table>> = HashMap::new();
+        let mut resumed = Vec::new();
+        let removed: Vec<String> = {
+            let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
+            let retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut configured = std::collections::HashSet::with_capacity(config.limits().len());
+            for limit in config.limits() {
+                if limits_of(limit).is_none() {
+                    continue;
+                }
+                configured.insert(limit.id.as_str());
+                if let Some(t) = tables.get(&limit.id) {
+                    before.insert(&limit.id, t.clone());
+                } else if let Some(t) = retired.get(&limit.id) {
+                    before.insert(&limit.id, t.clone());
+                    resumed.push(limit.id.clone());
+                }
+            }
+            tables
+                .keys()
+                .filter(|id| !configured.contains(id.as_str()))
                 .cloned()
-                .or_else(|| retired.remove(&limit.id));
-            let table = match before {
+                .collect()
+        };
+        let mut next = HashMap::with_capacity(config.limits().len());
+        let mut converted = Vec::new();
+        let mut applied = Applied::default();
+        let wall = SystemTime::now();
+        for limit in config.limits() {
+            if limits_of(limit).is_none() {
+                continue;
+            }
+            let size = self.size_for(limit, sharing);
+            let table = match before.get(limit.id.as_str()) {
+                // Shared: a decision's debit before the swap is the new config's too.
                 Some(t) if t.limit.same_definition(limit) && t.size == size => {
                     applied.kept += 1;
                     t.clone()
                 }
                 Some(t) => {
                     applied.converted += 1;
-                    let mut saved = Vec::new();
-                    let builder = KeyedMultiLimiter::builder(limits, size, self.clock.clone());
-                    let limiter = match t.limiter.save_at(&mut saved, wall) {
-                        Ok(()) => carry_over(builder, &saved[..], wall, &t.limit, limit).ok(),
-                        Err(_) => None,
+                    // Read before the save: unchanged at `commit`, no take came after it.
+                    let takes = t.takes.load(Ordering::Acquire);
+                    let Some(table) = self.convert(t, limit, size, wall) else {
+                        continue;
                     };
-                    let limiter = match limiter {
-                        Some(l) => l,
-                        None => match self.fresh(limit, size) {
-                            // A save that failed, or a restore refused (not met: `carry_over`
-                            // pairs any numbers of rates): err toward refusing rather than a
-                            // free burst.
-                            Some(t) => {
-                                t.limiter.drain();
-                                t.limiter
-                            }
-                            None => continue,
-                        },
-                    };
-                    Arc::new(Table {
-                        limiter,
+                    converted.push(Converted {
+                        from: t.clone(),
+                        takes,
                         limit: limit.clone(),
                         size,
-                    })
+                    });
+                    Arc::new(table)
                 }
                 None => {
                     applied.added += 1;
@@ -414,15 +538,85 @@ impl LocalBackend {
             };
             next.insert(limit.id.clone(), table);
         }
-        let old = std::mem::replace(&mut *tables, next);
-        for (id, t) in old {
-            if !tables.contains_key(&id) {
-                applied.removed += 1;
-                retired.add(id, t);
+        Prepared {
+            serial,
+            next,
+            converted,
+            resumed,
+            removed,
+            applied,
+            wall,
+        }
+    }
+
+    /// `from`'s buckets carried over into a table of `limit` of `size` values, as of `wall`
+    /// (see `carry_over`); drained where they cannot be.
+    fn convert(
+        &self,
+        from: &Table,
+        limit: &Arc<Limit>,
+        size: usize,
+        wall: SystemTime,
+    ) -> Option<Table> {
+        let limits = limits_of(limit)?;
+        let mut saved = Vec::new();
+        let builder = KeyedMultiLimiter::builder(limits, size, self.clock.clone());
+        let limiter = match from.limiter.save_at(&mut saved, wall) {
+            Ok(()) => carry_over(builder, &saved[..], wall, &from.limit, limit).ok(),
+            Err(_) => None,
+        };
+        match limiter {
+            Some(l) => Some(Table::new(l, limit.clone(), size)),
+            None => {
+                // A save that failed, or a restore refused (not met: `carry_over` pairs any
+                // numbers of rates): err toward refusing rather than a free burst.
+                let t = self.fresh(limit, size)?;
+                t.limiter.drain();
+                Some(t)
             }
         }
-        retired.trim();
-        applied
+    }
+
+    /// The second half of [`apply`](Self::apply): swaps in the tables `prepare` built. A
+    /// converted table whose source was debited after its save (a decision during the build)
+    /// is converted again here, with no decision running: no debit is lost, so no token is
+    /// handed out twice across the swap. Holds the tables' write lock only for that and the
+    /// swap; the caller holds the config's write lock around it, so that decisions see the
+    /// old config and tables or the new ones. The tables swapped out are retired by
+    /// [`Retiring::finish`], once the caller has let decisions go on.
+    pub(crate) fn commit<'a>(&'a self, prepared: Prepared<'a>) -> Retiring<'a> {
+        let Prepared {
+            serial,
+            mut next,
+            converted,
+            resumed,
+            removed,
+            applied,
+            wall,
+        } = prepared;
+        let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);
+        // Taken under the tables' lock, as `save` and `stand_in` take it, and kept until the
+        // tables swapped out are retired: neither sees the new tables without them.
+        let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+        for c in converted {
+            if c.from.takes.load(Ordering::Acquire) != c.takes {
+                if let Some(t) = self.convert(&c.from, &c.limit, c.size, wall) {
+                    next.insert(c.limit.id.clone(), Arc::new(t));
+                }
+            }
+        }
+        for id in &resumed {
+            retired.remove(id);
+        }
+        let old = std::mem::replace(&mut *tables, next);
+        drop(tables);
+        Retiring {
+            retired,
+            old,
+            removed,
+            applied,
+            _serial: serial,
+        }
     }
 
     fn stripe(&self, d: &Demand) -> usize {
@@ -509,7 +703,7 @@ impl LocalBackend {
                 let d = &demands[i];
                 let Some(t) = found[i] else { continue };
                 let take = if broken { 0 } else { d.hits };
-                let (v, s) = t.limiter.decide_snapshots(&d.bucket, take);
+                let (v, s) = t.take(&d.bucket, take);
                 if v.is_err() {
                     broken = true;
                 }
@@ -543,7 +737,7 @@ impl LocalBackend {
                     self.check_one(t, d).unwrap_or_else(|| self.refusal(t, d))
                 }
                 Some(t) => {
-                    let (v, s) = t.limiter.decide_snapshots(&d.bucket, d.hits);
+                    let (v, s) = t.take(&d.bucket, d.hits);
                     Outcome::from_parts(v, &s)
                 }
                 None => blocked(d),
@@ -583,7 +777,7 @@ impl LocalBackend {
     /// A bucket that does not hold `need`: its exact refusal (a take of `need` that refuses,
     /// and so writes nothing, at the pinned reading, under the bucket's stripe).
     fn refusal(&self, t: &Table, d: &Demand) -> Outcome {
-        let (v, s) = t.limiter.decide_snapshots(&d.bucket, d.need());
+        let (v, s) = t.take(&d.bucket, d.need());
         let mut o = Outcome::from_parts(v, &s);
         // `holds` false by the check; a take that admitted here would be a bug in the check.
         debug_assert!(!o.holds, "a refusal's take admitted");
@@ -677,6 +871,7 @@ impl LocalBackend {
     /// [`save`]: LocalBackend::save
     /// [`MAX_RETIRED_TABLES`]: LocalBackend::MAX_RETIRED_TABLES
     pub fn restore<R: Read>(&self, r: R) -> Restored {
+        let _serial = self.applying.lock().unwrap_or_else(PoisonError::into_inner);
         let mut budget = Budget::new(self.max_keys);
         let restored = self.try_restore(r, &mut budget);
         self.restored_size.store(budget.spent(), Ordering::Relaxed);
@@ -784,11 +979,7 @@ impl LocalBackend {
                             finish(&mut blob, &id)?;
                             limiter.sweep();
                             if !limiter.is_empty() {
-                                let table = Table {
-                                    limiter,
-                                    limit,
-                                    size,
-                                };
+                                let table = Table::new(limiter, limit, size);
                                 kept.add(id, Arc::new(table));
                                 kept.shed();
                             }
@@ -846,14 +1037,7 @@ impl LocalBackend {
                 Err(e) => return Err(format!("the table of {id:?}: {e}")),
             };
             finish(&mut blob, &id)?;
-            rebuilt.insert(
-                id,
-                Table {
-                    limiter,
-                    limit,
-                    size,
-                },
-            );
+            rebuilt.insert(id, Table::new(limiter, limit, size));
         }
         let n = rebuilt.len();
         let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);

@@ -7,6 +7,7 @@
 //! key of a domain carries one hash tag, so on Redis Cluster a request's keys share one slot
 //! (and a domain lives on one shard).
 
+use super::local::{Prepared, Retiring};
 use super::{limits_of, Demand, LocalBackend, Outcome};
 use crate::config::Config;
 use std::collections::HashMap;
@@ -14,6 +15,31 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 use tollgate::Quota;
 use tollgate_redis::{CheckedLimits, KeyDemand, RedisLimiter};
+
+/// What [`RedisBackend::prepare`] built, not yet swapped in.
+#[derive(Debug)]
+pub(crate) struct PreparedPolicies<'a> {
+    next: HashMap<String, Arc<CheckedLimits>>,
+    fallback: Option<Prepared<'a>>,
+}
+
+/// What [`RedisBackend::commit`] swapped out, dropped (and the fallback's tables retired) by
+/// [`finish`](Swapped::finish) once decisions go on.
+#[derive(Debug)]
+pub(crate) struct Swapped<'a> {
+    old: HashMap<String, Arc<CheckedLimits>>,
+    fallback: Option<Retiring<'a>>,
+}
+
+impl Swapped<'_> {
+    /// Retires the fallback's old tables and drops the old policies.
+    pub(crate) fn finish(self) {
+        if let Some(r) = self.fallback {
+            r.finish();
+        }
+        drop(self.old);
+    }
+}
 
 /// What answers when Redis cannot decide (timeout, breaker open, connection lost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +123,12 @@ impl RedisBackend {
 
     /// Takes `config`'s limits (and hands them to the local fallback, if any).
     pub fn apply(&self, config: &Config) {
+        self.commit(self.prepare(config)).finish();
+    }
+
+    /// The first half of [`apply`](Self::apply): the policies and the fallback's tables
+    /// (`LocalBackend::prepare`), built without holding a lock decisions take.
+    pub(crate) fn prepare(&self, config: &Config) -> PreparedPolicies<'_> {
         let mut next = HashMap::new();
         for limit in config.limits() {
             if let Some(limits) = limits_of(limit) {
@@ -108,13 +140,27 @@ impl RedisBackend {
                 }
             }
         }
-        *self
-            .policies
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = next;
-        if let Some(f) = &self.fallback {
-            f.apply(config);
+        PreparedPolicies {
+            next,
+            fallback: self.fallback.as_ref().map(|f| f.prepare(config)),
         }
+    }
+
+    /// The second half of [`apply`](Self::apply): swaps in what `prepare` built (see
+    /// `LocalBackend::commit`); the caller holds the config's write lock around it.
+    pub(crate) fn commit<'a>(&'a self, prepared: PreparedPolicies<'a>) -> Swapped<'a> {
+        let old = std::mem::replace(
+            &mut *self
+                .policies
+                .write()
+                .unwrap_or_else(PoisonError::into_inner),
+            prepared.next,
+        );
+        let fallback = match (&self.fallback, prepared.fallback) {
+            (Some(f), Some(p)) => Some(f.commit(p)),
+            _ => None,
+        };
+        Swapped { old, fallback }
     }
 
     /// The local fallback (`OnRedisError::Local`).
