@@ -473,6 +473,16 @@ impl Table {
         take: Take,
         snapshot: tollgate::Snapshot,
     ) {
+        // Clears the refusal cache outside its sequence (`Slot::denied_seq`), which keeps a
+        // reader from mixing two refusals' fields; this store writes no refusal. A reader that
+        // loads this 0 serves nothing. One that loaded the until before it read one refusal
+        // whole ([`Table::denied`] checks the sequence) and serves it at its own later reading,
+        // where that refusal still holds: its wait, counted from its reply, is never shorter
+        // than Redis's, and until it passes Redis admits no cost it covers (tokens come back
+        // only by refilling; this refill was for a smaller cost, or is one of the exceptions
+        // on `Slot::denied_until`). A reader done just before this store would serve the same.
+        // A sequence here would not close the overlap: a reader may check it just before this
+        // store and return after it.
         slot.denied_until.store(0, Ordering::Release);
         // server ≤ t0 + 1 µs + (u − sent)·(1 + 1/DRIFT) = c + u·(1 + 1/DRIFT), with
         // c = t0 + 1 µs − sent − sent/DRIFT (rounded down, so the bound only grows).
@@ -774,6 +784,52 @@ mod tests {
             Ok(()),
             "a spend counted at a reading taken before its lease"
         );
+    }
+
+    /// A refill that succeeds while a reader is between its loads of a cached refusal (the
+    /// cache cleared outside the refusal's sequence): the reader serves the refusal it read,
+    /// whole, its wait counted from that refusal's reply at the reader's own reading; the next
+    /// reader finds the cache cleared.
+    #[test]
+    fn a_refill_during_a_cached_refusal_read_serves_that_refusal_whole() {
+        let q = Quota::per_second(1).unwrap();
+        let t = std::rc::Rc::new(Table::new(
+            Leases::new(1).lifetime(Duration::from_secs(3600)),
+        ));
+        let s = t.slot("k").unwrap();
+        let snap = tollgate::Snapshot::new(0, Duration::ZERO);
+        let ms = |n: u64| n * 1_000_000;
+        std::thread::sleep(Duration::from_millis(110));
+        // A refusal of cost 2 with a 100 ms round trip and a 10 s wait from its sending.
+        let sent = t.now() - ms(100);
+        let until = sent + ms(10_000);
+        t.deny(&s, 2, Duration::from_nanos(until - sent), sent, snap);
+        let lag = s.denied_lag.load(Ordering::Acquire);
+        assert!(lag >= ms(100));
+        let refilled = std::rc::Rc::new(std::cell::Cell::new(false));
+        let (t2, s2, done) = (t.clone(), s.clone(), refilled.clone());
+        let h = with_hook(move |p| {
+            if matches!(p, Point::Denied) && !done.replace(true) {
+                let take = Take {
+                    state: units_ceil(&q, 3_600_000_000_000),
+                    tokens: 1,
+                    server_ns: 0,
+                    sent: t2.now(),
+                };
+                t2.deposit(&s2, &q, take, snap);
+            }
+        });
+        let before = t.now();
+        let got = t.denied(&s, &q, 3);
+        let after = t.now();
+        drop(h);
+        assert!(refilled.get(), "the refill ran between the reader's loads");
+        let w = got.expect("the refusal read before the refill, whole");
+        // Cost 3 is one token above the refused 2: one second more than the refusal's wait.
+        let lo = Duration::from_nanos(until + lag - after) + Duration::from_secs(1);
+        let hi = Duration::from_nanos(until + lag - before) + Duration::from_secs(1);
+        assert!(lo <= w && w <= hi, "{w:?} not in [{lo:?}, {hi:?}]");
+        assert_eq!(t.denied(&s, &q, 3), None, "the refill cleared the cache");
     }
 
     /// A cached refusal read while another refusal with the same `until` rewrites the fields

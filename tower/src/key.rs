@@ -331,10 +331,12 @@ impl<B> KeyExtractor<B> for ClientIp {
     }
 }
 
-/// The value of a request header (an API key, a tenant id). Missing, sent more than once, or
-/// not visible ASCII: no key. A key header is a single value: of two lines, either choice lets
-/// one sender override the other (a gateway that appends its header after the client's would
-/// otherwise be overridden by the client's line).
+/// The value of a request header (an API key, a tenant id). Missing, sent more than once, empty
+/// (or only spaces and tabs), or not visible ASCII: no key. A key header is a single value: of
+/// two lines, either choice lets one sender override the other (a gateway that appends its
+/// header after the client's would otherwise be overridden by the client's line). An empty
+/// value names no client: as a key, every client that sends it would share one limit, and one
+/// of them could spend it for all the others.
 ///
 /// ```
 /// use http::Request;
@@ -343,6 +345,8 @@ impl<B> KeyExtractor<B> for ClientIp {
 /// let req = Request::builder().header("x-api-key", "k-123").body(()).unwrap();
 /// assert_eq!(key.extract(&req).as_deref(), Some("k-123"));
 /// assert_eq!(key.extract(&Request::new(())), None);
+/// let empty = Request::builder().header("x-api-key", "").body(()).unwrap();
+/// assert_eq!(key.extract(&empty), None);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeaderKey {
@@ -368,12 +372,19 @@ impl<B> KeyExtractor<B> for HeaderKey {
         if values.next().is_some() {
             return None;
         }
-        Some(value.to_str().ok()?.to_owned())
+        let value = value.to_str().ok()?;
+        // RFC 9110 §5.5: a field value excludes leading and trailing whitespace, so a value of
+        // only SP and HTAB (hyper strips it on the wire; a value built in process may keep it)
+        // is empty, and an empty value is no key. A non-blank value is kept byte for byte.
+        if value.bytes().all(|b| b == b' ' || b == b'\t') {
+            return None;
+        }
+        Some(value.to_owned())
     }
 
     fn missing_message(&self) -> &'static str {
-        "rate limiting: the header that carries the rate-limit key is missing, repeated or not \
-         ASCII\n"
+        "rate limiting: the header that carries the rate-limit key is missing, empty, repeated \
+         or not ASCII\n"
     }
 }
 

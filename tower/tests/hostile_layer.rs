@@ -18,7 +18,7 @@ use tollgate::{
     Bucket, KeyedLimiter, Limits, ManualClock, MultiBucket, Quota, ShardedBucket, Smooth,
 };
 use tollgate_tower::{
-    Backend, Check, Decision, Global, HeaderKey, RateLimitHeaders, RateLimitLayer,
+    Backend, Check, Decision, Global, HeaderKey, MissingKey, RateLimitHeaders, RateLimitLayer,
 };
 use tower::{service_fn, Layer, Service, ServiceExt};
 
@@ -323,6 +323,55 @@ async fn a_key_header_sent_twice_is_no_key() {
         status(with(&["victim"])).await,
         StatusCode::TOO_MANY_REQUESTS
     );
+}
+
+/// An empty key header (or one of only spaces and tabs) is no key, as an absent one is: 400
+/// under the default policy, and under `MissingKey::Allow` it passes as an absent header does,
+/// instead of every client that sends it sharing (and spending) one limit.
+#[tokio::test]
+async fn an_empty_key_header_is_no_key() {
+    let name = HeaderName::from_static("x-api-key");
+    let with = |value: Option<&'static str>| {
+        let mut req = Request::new(Body::empty());
+        if let Some(v) = value {
+            req.headers_mut()
+                .insert(name.clone(), http::HeaderValue::from_static(v));
+        }
+        req
+    };
+    let layer = |missing| {
+        let limiter: KeyedLimiter<String, Quota, ManualClock> =
+            KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), 100, ManualClock::new());
+        RateLimitLayer::new(limiter)
+            .key(HeaderKey::new(name.clone()))
+            .missing_key(missing)
+            .layer(service_fn(ok))
+    };
+    let blanks = [None, Some(""), Some(" "), Some("\t \t")];
+
+    let reject = layer(MissingKey::Reject);
+    let status = |req| async { reject.clone().oneshot(req).await.unwrap().status() };
+    for value in blanks {
+        for _ in 0..2 {
+            assert_eq!(
+                status(with(value)).await,
+                StatusCode::BAD_REQUEST,
+                "{value:?}"
+            );
+        }
+    }
+    assert_eq!(status(with(Some("k"))).await, StatusCode::OK);
+    assert_eq!(status(with(Some("k"))).await, StatusCode::TOO_MANY_REQUESTS);
+    // A value with a blank around a key is still that value, byte for byte.
+    assert_eq!(status(with(Some(" k"))).await, StatusCode::OK);
+
+    let allow = layer(MissingKey::Allow);
+    let status = |req| async { allow.clone().oneshot(req).await.unwrap().status() };
+    for value in blanks {
+        for _ in 0..3 {
+            assert_eq!(status(with(value)).await, StatusCode::OK, "{value:?}");
+        }
+    }
 }
 
 /// Clones of one service on a multi-threaded runtime (real threads, not one thread's tasks),
