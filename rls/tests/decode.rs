@@ -71,10 +71,8 @@ impl Decoder for ResponseDecoder {
     }
 }
 
-/// Calls `ShouldRateLimit` with `bytes` as the message: the answer, and the most bytes the
-/// process held during the call beyond what it held before (the message's own bytes, already
-/// built, not counted).
-async fn call(s: &Rls, bytes: Vec<u8>) -> (Result<RateLimitResponse, Status>, usize) {
+/// A tonic client of raw message bytes on a new connection to `s`'s gRPC port, ready.
+async fn raw_client(s: &Rls) -> tonic::client::Grpc<tonic::transport::Channel> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.ready.grpc))
         .unwrap()
         .connect()
@@ -82,6 +80,14 @@ async fn call(s: &Rls, bytes: Vec<u8>) -> (Result<RateLimitResponse, Status>, us
         .unwrap();
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
+    grpc
+}
+
+/// Calls `ShouldRateLimit` with `bytes` as the message: the answer, and the most bytes the
+/// process held during the call beyond what it held before (the message's own bytes, already
+/// built, not counted).
+async fn call(s: &Rls, bytes: Vec<u8>) -> (Result<RateLimitResponse, Status>, usize) {
+    let mut grpc = raw_client(s).await;
     let before = alloc::reset_peak();
     let r = grpc
         .unary(
@@ -415,13 +421,7 @@ async fn post_json(s: &Rls, what: &str, body: &str) -> (u16, String, usize) {
 async fn an_unknown_method_is_unimplemented() {
     let _turn = SERIAL.lock().await;
     let s = Rls::start(CONFIG).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.ready.grpc))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.unwrap();
+    let mut grpc = raw_client(&s).await;
     let r = grpc
         .unary(
             tonic::Request::new(request("d", &[descriptor(&[("user", "u")])])),
@@ -508,13 +508,7 @@ async fn messages_announced_on_many_streams_hold_a_bounded_memory() {
     eprintln!("200 streams sending 64 KiB of 4 MiB each: peak {peak} bytes");
     assert!(peak < 32 << 20, "peak {peak} bytes");
     // An ordinary call on another connection meanwhile is decided.
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.ready.grpc))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.unwrap();
+    let mut grpc = raw_client(&s).await;
     let r = grpc
         .unary(
             tonic::Request::new(request("d", &[descriptor(&[("user", "a")])])),
