@@ -1453,3 +1453,104 @@ fn decisions_racing_reloads_never_over_admit() {
         "kept: {kept_n} admitted, at most {bound} refilled"
     );
 }
+
+/// `n` limits of a bucket per value (`p0` to `pN`, 100 an hour), and as many more as `extra`.
+fn per_value_config(n: usize, extra: usize) -> String {
+    let mut y = String::from("domain: r\ndescriptors:\n");
+    for i in 0..n + extra {
+        y.push_str(&format!(
+            "  - key: p{i}\n    rate_limit: {{unit: hour, requests_per_unit: 100}}\n"
+        ));
+    }
+    y
+}
+
+/// Reloads `s` onto `config` while a thread decides hits of `p0` to `pN` (`n`) in turn (paused
+/// `RLS_SWAP_PAUSE_US` between them), each on one of 8 values: the reload's time, the decisions that overlapped it, and the longest of them.
+fn reload_under_decisions(
+    s: &std::sync::Arc<tollgate_rls::service::Service>,
+    config: tollgate_rls::config::Config,
+    n: usize,
+) -> (Duration, usize, Duration) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let stop = Arc::new(AtomicBool::new(false));
+    let spans = Arc::new(Mutex::new(Vec::<(Instant, Instant)>::new()));
+    // A pause between decisions (`RLS_SWAP_PAUSE_US` microseconds, none by default).
+    let pause = Duration::from_micros(
+        std::env::var("RLS_SWAP_PAUSE_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
+    let decider = std::thread::spawn({
+        let (s, stop, spans) = (s.clone(), stop.clone(), spans.clone());
+        move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let mut mine = Vec::new();
+            let mut i = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let t0 = Instant::now();
+                one_on(&rt, &s, &format!("p{}", i % n), &format!("v{}", i % 8));
+                mine.push((t0, Instant::now()));
+                i = i.wrapping_add(7919);
+                if !pause.is_zero() {
+                    std::thread::sleep(pause);
+                }
+            }
+            *spans.lock().unwrap() = mine;
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let began = Instant::now();
+    s.reload(config);
+    let ended = Instant::now();
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::Relaxed);
+    decider.join().unwrap();
+    let spans = spans.lock().unwrap();
+    let during: Vec<Duration> = spans
+        .iter()
+        .filter(|(a, b)| *b >= began && *a <= ended)
+        .map(|(a, b)| *b - *a)
+        .collect();
+    let longest = during.iter().max().copied().unwrap_or_default();
+    (ended - began, during.len(), longest)
+}
+
+/// The longest decision wait during a reload that converts every table of `N` limits of a
+/// bucket per value (`RLS_SWAP_LIMITS`, 99,999 by default, the most a config holds with one more; adding one such limit resizes every
+/// table), each holding values, under decisions that debit the tables in turn, against a
+/// reload that keeps every table. A measurement, run by hand:
+/// `cargo test -p tollgate-rls --test reload -- --ignored --nocapture reload_swap_worst_case`.
+#[test]
+#[ignore]
+fn reload_swap_worst_case() {
+    let n: usize = std::env::var("RLS_SWAP_LIMITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(99_999);
+    let clock = manual();
+    let s = std::sync::Arc::new(local_service(&per_value_config(n, 0), &clock, 10 * n));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for i in 0..n {
+        for v in 0..2 {
+            one_on(&rt, &s, &format!("p{i}"), &format!("v{v}"));
+        }
+    }
+    // The decisions reach every table (`RLS_SWAP_SPREAD` of them, all by default).
+    let spread: usize = std::env::var("RLS_SWAP_SPREAD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(n);
+    let grown = load(&per_value_config(n, 1));
+    let (reload, count, longest) = reload_under_decisions(&s, grown, spread);
+    eprintln!("{n} limits, every table converted, decisions on {spread}: reload {reload:?}; {count} decisions during it, the longest {longest:?}");
+    let same = load(&per_value_config(n, 1));
+    let (reload, count, longest) = reload_under_decisions(&s, same, spread);
+    eprintln!("{n} limits, every table kept, decisions on {spread}: reload {reload:?}; {count} decisions during it, the longest {longest:?}");
+}

@@ -37,6 +37,15 @@ use tollgate::{KeyedMultiLimiter, Limiter};
 /// Stripes of the per-bucket locks (a power of two).
 const STRIPES: usize = 1024;
 
+/// The most converted tables a reload leaves to convert again under the lock (`commit`) before
+/// it stops catching up off the lock (`LocalBackend::catch_up`): a few tables' conversion is
+/// a short hold.
+const SWAP_CONVERSIONS: usize = 64;
+
+/// The most passes a reload makes off the lock over converted tables debited since their
+/// save (`LocalBackend::catch_up`).
+const CATCH_UP_PASSES: usize = 4;
+
 /// The saved state's magic.
 const MAGIC: &[u8; 8] = b"TGRLS\x01\r\n";
 
@@ -538,6 +547,7 @@ impl LocalBackend {
             };
             next.insert(limit.id.clone(), table);
         }
+        self.catch_up(&mut next, &mut converted, wall);
         Prepared {
             serial,
             next,
@@ -546,6 +556,44 @@ impl LocalBackend {
             removed,
             applied,
             wall,
+        }
+    }
+
+    /// Converts again, without the lock decisions take, the tables of `converted` whose source
+    /// was debited since their save, while more than [`SWAP_CONVERSIONS`] are, at most
+    /// [`CATCH_UP_PASSES`] times: each pass converts only the tables debited during the one
+    /// before, so `commit`, which converts under the lock whatever was debited since the last
+    /// save, has the debits of the last pass to catch up with rather than the whole build's.
+    /// Bounded, and stopped once a pass would not halve the tables to convert (decisions that
+    /// debit tables faster than a pass converts them): the rest is left to `commit`, which
+    /// loses none of the debits either way.
+    fn catch_up(
+        &self,
+        next: &mut HashMap<String, Arc<Table>>,
+        converted: &mut [Converted],
+        wall: SystemTime,
+    ) {
+        // The tables the last pass converted (the build converted them all).
+        let mut last = converted.len();
+        for _ in 0..CATCH_UP_PASSES {
+            let stale: Vec<usize> = (0..converted.len())
+                .filter(|&i| converted[i].from.takes.load(Ordering::Acquire) != converted[i].takes)
+                .collect();
+            // Over half of the last pass's tables debited again during it: decisions reach
+            // tables faster than a pass converts them, and another pass would end as this one.
+            if stale.len() <= SWAP_CONVERSIONS || stale.len() > last / 2 {
+                return;
+            }
+            last = stale.len();
+            for i in stale {
+                let c = &mut converted[i];
+                // Read before the save, as `prepare` reads it.
+                let takes = c.from.takes.load(Ordering::Acquire);
+                if let Some(t) = self.convert(&c.from, &c.limit, c.size, wall) {
+                    c.takes = takes;
+                    next.insert(c.limit.id.clone(), Arc::new(t));
+                }
+            }
         }
     }
 
@@ -1288,4 +1336,66 @@ fn get_definition(r: &mut impl Read, id: &str) -> Result<(bool, Option<Arc<Limit
         return Err(format!("a definition of {id:?} without valid rates"));
     }
     Ok((per_value == 1, whole.then(|| Arc::new(limit))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    /// `n` limits of a bucket per value (`p0` to `pN`, 100 an hour).
+    fn per_value(n: usize) -> Config {
+        let mut y = String::from("domain: r\ndescriptors:\n");
+        for i in 0..n {
+            y.push_str(&format!(
+                "  - key: p{i}\n    rate_limit: {{unit: hour, requests_per_unit: 100}}\n"
+            ));
+        }
+        Config::from_sources(&[(PathBuf::from("c.yaml"), y)]).unwrap()
+    }
+
+    /// The converted tables `commit` would convert again under the lock.
+    fn stale(p: &Prepared<'_>) -> usize {
+        p.converted
+            .iter()
+            .filter(|c| c.from.takes.load(Ordering::Acquire) != c.takes)
+            .count()
+    }
+
+    /// Tables debited after a reload saved them (decisions during its build) are converted
+    /// again before the swap, off the lock, so that the swap has none left to convert; their
+    /// debits are in the new tables.
+    #[test]
+    fn tables_debited_during_a_build_are_converted_again_before_the_swap() {
+        let clock = tollgate::ManualClock::new();
+        clock.advance(Duration::from_secs(1_000_000));
+        let backend = LocalBackend::new(RlsClock::manual(clock), 100_000);
+        let n = 4 * SWAP_CONVERSIONS;
+        backend.apply(&per_value(n));
+        // One more limit of a bucket per value: every table is resized, so converted.
+        let mut p = backend.prepare(&per_value(n + 1));
+        assert_eq!(p.applied.converted, n);
+        let debited = 2 * SWAP_CONVERSIONS;
+        {
+            let tables = backend.tables.read().unwrap();
+            for i in 0..debited {
+                let (r, _) = tables[&format!("r\u{1f}p{i}")].take(&"v".to_string(), 1);
+                assert!(r.is_ok());
+            }
+        }
+        assert_eq!(stale(&p), debited);
+        backend.catch_up(&mut p.next, &mut p.converted, p.wall);
+        assert_eq!(stale(&p), 0, "left to the swap");
+        backend.commit(p).finish();
+        let tables = backend.tables.read().unwrap();
+        for i in 0..n {
+            let left = tables[&format!("r\u{1f}p{i}")].limiter.available("v");
+            if i < debited {
+                assert!(left < 100, "p{i}: the debit was lost ({left} left)");
+            } else {
+                assert_eq!(left, 100, "p{i}");
+            }
+        }
+    }
 }
