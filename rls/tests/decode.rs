@@ -610,9 +610,9 @@ async fn calls_sent_at_once_do_not_wait_for_a_held_budget() {
 
 /// Whole messages whose streams withhold their end: tonic decodes each message, then waits
 /// for the end of its stream before handing it over, so each such stream holds its decoded
-/// request, up to some 50 times its wire size. 200 streams of one connection, each a whole
-/// 46 KB message of 7,680 empty entries, held 81 MB; each now takes what its decoded request
-/// may hold from the budgets.
+/// request, up to some 50 times its wire size: each such stream takes what its decoded
+/// request may hold from the budgets, so 200 streams of one connection, each a whole 46 KB
+/// message of 7,680 empty entries, hold what one connection's budget allows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_withholding_their_end_hold_a_bounded_memory() {
     use tonic_prost::prost::bytes::Bytes;
@@ -644,9 +644,9 @@ async fn streams_withholding_their_end_hold_a_bounded_memory() {
     assert!(peak < 32 << 20, "peak {peak} bytes");
 }
 
-/// `/json` bodies are collected (up to 4 MiB) before they are read: 300 connections each
-/// sending 3 MiB of a body that never ends held 900 MiB. What unfinished bodies hold on the
-/// HTTP port is bounded by the port's budget (`MAX_PORT_MESSAGE_BYTES`, 256 MiB), plus the
+/// `/json` bodies are collected (up to 4 MiB) before they are read, so 300 connections each
+/// sending 3 MiB of a body that never ends would hold 900 MiB unbounded. What unfinished bodies
+/// hold on the HTTP port is bounded by the port's budget (`MAX_PORT_MESSAGE_BYTES`, 256 MiB), plus the
 /// frame each waiting body has read; the bodies past it wait, unread, until their deadline.
 /// An ordinary `/json` request meanwhile (its body with its headers) is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1324,52 +1324,19 @@ fn one_on(
 /// reload that held decisions out for its whole build would exceed it by far.
 #[test]
 fn a_reload_of_100k_limits_does_not_stall_decisions() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
     let clock = manual();
-    let s = Arc::new(local_service(&tiny_config(numbered(0..0)), &clock, 1_000));
+    let s = std::sync::Arc::new(local_service(&tiny_config(numbered(0..0)), &clock, 1_000));
     let big = load(&tiny_config(numbered(0..99_999)));
-    let stop = Arc::new(AtomicBool::new(false));
-    // Each decision's start and end.
-    let spans = Arc::new(Mutex::new(Vec::<(Instant, Instant)>::new()));
-    let decider = std::thread::spawn({
-        let (s, stop, spans) = (s.clone(), stop.clone(), spans.clone());
-        move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            let mut mine = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let t0 = Instant::now();
-                one_on(&rt, &s, "other", "alice");
-                mine.push((t0, Instant::now()));
-            }
-            *spans.lock().unwrap() = mine;
-        }
-    });
-    std::thread::sleep(Duration::from_millis(100));
-    let began = Instant::now();
-    s.reload(big);
-    let ended = Instant::now();
-    std::thread::sleep(Duration::from_millis(100));
-    stop.store(true, Ordering::Relaxed);
-    decider.join().unwrap();
-    let spans = spans.lock().unwrap();
-    let during: Vec<Duration> = spans
-        .iter()
-        .filter(|(a, b)| *b >= began && *a <= ended)
-        .map(|(a, b)| *b - *a)
-        .collect();
-    let longest = during.iter().max().copied().unwrap_or_default();
-    let reload = ended - began;
+    let (reload, count, longest) =
+        reload_under_decisions(&s, big, Duration::from_millis(100), |rt, s| {
+            one_on(rt, s, "other", "alice");
+        });
     eprintln!(
-        "reload of 100,000 limits: {reload:?}; {} decisions during it, the longest {longest:?}",
-        during.len()
+        "reload of 100,000 limits: {reload:?}; {count} decisions during it, the longest {longest:?}"
     );
     assert!(
-        during.len() >= 10,
-        "only {} decisions ran during a reload of {reload:?}",
-        during.len()
+        count >= 10,
+        "only {count} decisions ran during a reload of {reload:?}"
     );
     let bound = (reload / 4).max(Duration::from_millis(100));
     assert!(
@@ -1465,24 +1432,20 @@ fn per_value_config(n: usize, extra: usize) -> String {
     y
 }
 
-/// Reloads `s` onto `config` while a thread decides hits of `p0` to `pN` (`n`) in turn (paused
-/// `RLS_SWAP_PAUSE_US` between them), each on one of 8 values: the reload's time, the decisions that overlapped it, and the longest of them.
+/// Reloads `s` onto `config` while a thread calls `decide` over and over, from `warm` before
+/// the reload until 100 ms after it: the reload's time, the decisions that overlapped it, and
+/// the longest of them.
 fn reload_under_decisions(
     s: &std::sync::Arc<tollgate_rls::service::Service>,
     config: tollgate_rls::config::Config,
-    n: usize,
+    warm: Duration,
+    mut decide: impl FnMut(&tokio::runtime::Runtime, &tollgate_rls::service::Service) + Send + 'static,
 ) -> (Duration, usize, Duration) {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     let stop = Arc::new(AtomicBool::new(false));
+    // Each decision's start and end.
     let spans = Arc::new(Mutex::new(Vec::<(Instant, Instant)>::new()));
-    // A pause between decisions (`RLS_SWAP_PAUSE_US` microseconds, none by default).
-    let pause = Duration::from_micros(
-        std::env::var("RLS_SWAP_PAUSE_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
-    );
     let decider = std::thread::spawn({
         let (s, stop, spans) = (s.clone(), stop.clone(), spans.clone());
         move || {
@@ -1490,20 +1453,15 @@ fn reload_under_decisions(
                 .build()
                 .unwrap();
             let mut mine = Vec::new();
-            let mut i = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 let t0 = Instant::now();
-                one_on(&rt, &s, &format!("p{}", i % n), &format!("v{}", i % 8));
+                decide(&rt, &s);
                 mine.push((t0, Instant::now()));
-                i = i.wrapping_add(7919);
-                if !pause.is_zero() {
-                    std::thread::sleep(pause);
-                }
             }
             *spans.lock().unwrap() = mine;
         }
     });
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(warm);
     let began = Instant::now();
     s.reload(config);
     let ended = Instant::now();
@@ -1521,9 +1479,9 @@ fn reload_under_decisions(
 }
 
 /// The longest decision wait during a reload that converts every table of `N` limits of a
-/// bucket per value (`RLS_SWAP_LIMITS`, 99,999 by default, the most a config holds with one more; adding one such limit resizes every
-/// table), each holding values, under decisions that debit the tables in turn, against a
-/// reload that keeps every table. A measurement, run by hand:
+/// bucket per value (`RLS_SWAP_LIMITS`, 99,999 by default, the most a config holds with one
+/// more; adding one such limit resizes every table), each holding values, under decisions that
+/// debit the tables in turn, against a reload that keeps every table. A measurement, run by hand:
 /// `cargo test -p tollgate-rls --test reload -- --ignored --nocapture reload_swap_worst_case`.
 #[test]
 #[ignore]
@@ -1547,10 +1505,29 @@ fn reload_swap_worst_case() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(n);
+    // A pause between decisions (`RLS_SWAP_PAUSE_US` microseconds, none by default).
+    let pause = Duration::from_micros(
+        std::env::var("RLS_SWAP_PAUSE_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
+    // Hits of `p0` to `p{spread - 1}` in turn, each on one of 8 values.
+    let decide = move || {
+        let mut i = 0usize;
+        move |rt: &tokio::runtime::Runtime, s: &tollgate_rls::service::Service| {
+            one_on(rt, s, &format!("p{}", i % spread), &format!("v{}", i % 8));
+            i = i.wrapping_add(7919);
+            if !pause.is_zero() {
+                std::thread::sleep(pause);
+            }
+        }
+    };
+    let warm = Duration::from_millis(200);
     let grown = load(&per_value_config(n, 1));
-    let (reload, count, longest) = reload_under_decisions(&s, grown, spread);
+    let (reload, count, longest) = reload_under_decisions(&s, grown, warm, decide());
     eprintln!("{n} limits, every table converted, decisions on {spread}: reload {reload:?}; {count} decisions during it, the longest {longest:?}");
     let same = load(&per_value_config(n, 1));
-    let (reload, count, longest) = reload_under_decisions(&s, same, spread);
+    let (reload, count, longest) = reload_under_decisions(&s, same, warm, decide());
     eprintln!("{n} limits, every table kept, decisions on {spread}: reload {reload:?}; {count} decisions during it, the longest {longest:?}");
 }
