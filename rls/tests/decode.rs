@@ -475,11 +475,7 @@ async fn announced_then(
     let prefix = Bytes::from(prefix);
     for _ in 0..streams {
         client = client.ready().await.unwrap();
-        let req = tonic::codegen::http::Request::post(format!("http://{}{METHOD}", s.ready.grpc))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .unwrap();
+        let req = grpc_post(s);
         let (_resp, mut send) = client.send_request(req, false).unwrap();
         send.send_data(prefix.clone(), false).unwrap();
         open.push(send);
@@ -490,9 +486,8 @@ async fn announced_then(
 }
 
 /// A message's bytes are buffered before it is decoded, and the decoder reserves the length a
-/// message's prefix announces as soon as it reads it: 200 streams of one connection each
-/// announcing 4 MiB made the process reserve 800 MiB for a few kilobytes sent, and filling
-/// them made it resident. What one connection's unfinished messages hold is bounded
+/// message's prefix announces as soon as it reads it: unbounded, 200 streams of one connection
+/// each announcing 4 MiB would reserve 800 MiB for a few kilobytes sent, resident once filled. What one connection's unfinished messages hold is bounded
 /// (`MAX_CONNECTION_MESSAGE_BYTES`), and so is what every connection's hold together
 /// (`MAX_PORT_MESSAGE_BYTES`): the streams past the bound wait, unread, until their body
 /// deadline.
@@ -521,6 +516,15 @@ async fn messages_announced_on_many_streams_hold_a_bounded_memory() {
     assert_eq!(r.overall_code, OK);
 }
 
+/// The head of a `ShouldRateLimit` call on `s`'s gRPC port, for a raw HTTP/2 client.
+fn grpc_post(s: &Rls) -> tonic::codegen::http::Request<()> {
+    tonic::codegen::http::Request::post(format!("http://{}{METHOD}", s.ready.grpc))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap()
+}
+
 /// Calls `ShouldRateLimit` on `client`'s connection as Envoy sends a call: the message and the
 /// end of the stream in one DATA frame. The answer, if it comes within 3 s.
 async fn call_at_once(
@@ -533,11 +537,7 @@ async fn call_at_once(
     let mut body = vec![0u8];
     body.extend_from_slice(&(message.len() as u32).to_be_bytes());
     body.extend_from_slice(message);
-    let req = tonic::codegen::http::Request::post(format!("http://{}{METHOD}", s.ready.grpc))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
+    let req = grpc_post(s);
     let (resp, mut send) = client.send_request(req, false).unwrap();
     send.send_data(Bytes::from(body), true).unwrap();
     let (data, trailers) = tokio::time::timeout(std::time::Duration::from_secs(3), async {
@@ -629,11 +629,7 @@ async fn streams_withholding_their_end_hold_a_bounded_memory() {
     let mut open = Vec::new();
     for _ in 0..200 {
         client = client.ready().await.unwrap();
-        let req = tonic::codegen::http::Request::post(format!("http://{}{METHOD}", s.ready.grpc))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .unwrap();
+        let req = grpc_post(&s);
         let (_resp, mut send) = client.send_request(req, false).unwrap();
         send.send_data(body.clone(), false).unwrap();
         open.push(send);
