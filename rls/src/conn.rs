@@ -98,8 +98,8 @@ pub const MAX_STREAMS_PER_CONNECTION: u32 = 200;
 /// The most an HTTP/1 connection reads ahead of its request's handler (hyper's read buffer:
 /// a request's headers must fit in it, Envoy's own default limit being 60 KiB). A `/json`
 /// body that waits for the port's budget holds at most this beyond it, so that the port holds
-/// about `MAX_PORT_MESSAGE_BYTES` plus this much per connection (hyper's default, about
-/// 400 KiB, made that 4 GB at 10,000 connections).
+/// about `MAX_PORT_MESSAGE_BYTES` plus this much per connection (at hyper's default, about
+/// 400 KiB, 10,000 connections could hold 4 GB).
 const HTTP1_READ_BUFFER: usize = 64 << 10;
 
 /// The limits one port applies to its connections (`--max-connections`, `--header-timeout-ms`,

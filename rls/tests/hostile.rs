@@ -573,8 +573,8 @@ fn load_with(sources: &[(&str, String)], max_descriptors: usize) -> Result<Confi
 }
 
 /// Every descriptor costs memory while its file is parsed and once loaded (a table of one in
-/// the local backend for a descriptor of exact values): a generated file of a million
-/// descriptors took gigabytes. A config defines at most `--max-descriptors` (every level, with
+/// the local backend for a descriptor of exact values): unbounded, a generated file of a
+/// million descriptors would take gigabytes. A config defines at most `--max-descriptors` (every level, with
 /// a limit or not, summed over its files), and a file holding far more mappings than that
 /// allows is refused as it is read, before it is built.
 #[test]
