@@ -513,27 +513,7 @@ impl<C: Clock> ShardedBucket<C> {
             let limit_less_one = e.floor + self.read_mostly.burst_less_one;
             match lease.spend_fast((q, h), e.ceil, limit_less_one, one, cost * one) {
                 Fast::Spent { next, unearned } => {
-                    // The lease's next token is not yet earned (an advance paid out as the
-                    // clock earns it): recorded now, so that this shard's one-token refusals
-                    // until then read only `dry_until`. The word's units lie above the lease's,
-                    // so no token comes to this shard sooner from anywhere.
-                    // `next + one − burst_units`, as `next − (burst_units − one)`: positive,
-                    // since `next + one > limit >= burst_units`.
-                    if unearned {
-                        lease
-                            .publish_dry(scaled.instant_of(next - self.read_mostly.burst_less_one));
-                    }
-                    // Spent to its top near the limit — its next token unearned, or earned
-                    // (its threads came back behind the clock) with the word unable to pay
-                    // it: this admission takes the shard's next near lease, so that no
-                    // refusal of its shard has to. A word that can pay is left to the next
-                    // decision, an admission.
-                    if next == h
-                        && self.read_mostly.near_cap > 0
-                        && (unearned || self.central.load() + one > limit_less_one + one)
-                    {
-                        self.refill(now, e, lease, next);
-                    }
+                    self.spent(now, e, lease, (next, h), unearned);
                     return Ok(());
                 }
                 // Lapsed: as an empty lease, below.
@@ -554,6 +534,34 @@ impl<C: Clock> ShardedBucket<C> {
             return self.acquire_slow(now, self.earned(now), cost, lease);
         }
         self.acquire_central(now, cost, lease)
+    }
+
+    /// After an admission at `now` that raised `lease`'s frontier to `next` (`top`: the
+    /// lease's end as read with the frontier it raised); `unearned`: the lease's next token is
+    /// not earned at the reading (`next + one > ⌊earned⌋ + burst`). The fast path and the
+    /// general one alike, so that a spend after a lost CAS leaves the shard as a first try
+    /// would.
+    #[inline(always)]
+    fn spent(&self, now: u64, e: Earned, lease: &Lease, (next, top): (u64, u64), unearned: bool) {
+        let rm = &*self.read_mostly;
+        // The lease's next token is not yet earned (an advance paid out as the clock earns
+        // it): recorded now, so that this shard's one-token refusals until then read only
+        // `dry_until`. The word's units lie above the lease's, so no token comes to this shard
+        // sooner from anywhere. `next + one − burst_units`, as `next − (burst_units − one)`:
+        // positive, since `next + one > limit >= burst_units`.
+        if unearned {
+            lease.publish_dry(rm.quota.scaled().instant_of(next - rm.burst_less_one));
+        }
+        // Spent to its top near the limit — its next token unearned, or earned (its threads
+        // came back behind the clock) with the word unable to pay it (`word + one > limit`):
+        // this admission takes the shard's next near lease, so that no refusal of its shard
+        // has to. A word that can pay is left to the next decision, an admission.
+        if next == top
+            && rm.near_cap > 0
+            && (unearned || self.central.load() > e.floor + rm.burst_less_one)
+        {
+            self.refill(now, e, lease, next);
+        }
     }
 
     /// [`acquire_on`](Self::acquire_on) with one shard: the central word decides alone, by
@@ -740,7 +748,9 @@ impl<C: Clock> ShardedBucket<C> {
         let scaled = self.read_mostly.quota.scaled();
         loop {
             let lease = match home.spend(earned, scaled.burst_units(), cost * scaled.scale()) {
-                Ok(()) => {
+                Ok((next, top)) => {
+                    let unearned = next > earned.floor + self.read_mostly.burst_less_one;
+                    self.spent(now, earned, home, (next, top), unearned);
                     // Writes of an attempt that came back with `Retry` are this admission's.
                     counters::settle(true);
                     return Ok(());
@@ -1037,6 +1047,38 @@ mod tests {
         assert_eq!(other.near(), (1, false), "halved, not doubled");
     }
 
+    /// The general path (a spend after a lost CAS on the lease, or after finding it locked)
+    /// leaves the shard as the fast path does: an admission that spends the near lease to its
+    /// top takes the next one and records the shard's dry instant, so that the shard's next
+    /// refusals write no shared line.
+    #[test]
+    fn a_spend_to_the_top_on_the_general_path_takes_the_next_near_lease() {
+        let quota = Quota::new(1_000_000, Duration::from_secs(1), 1_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        let c = &bucket.shards[1];
+        let (us, unit) = (1_000, quota.scale());
+        let t0 = 1_000 * MS;
+        assert_eq!(
+            on(&bucket, 1, t0, 1_000),
+            Ok(()),
+            "drained, a near lease of one token"
+        );
+        assert_eq!(c.read().1 - c.read().0, unit);
+        let e1 = bucket.earned(t0 + us);
+        assert_eq!(bucket.acquire_slow(t0 + us, e1, 1, c), Ok(()));
+        let (q, h) = c.read();
+        assert_eq!(
+            (c.near(), h - q),
+            ((2, false), 2 * unit),
+            "the next, twice the size"
+        );
+        assert_eq!(c.dry_until(), t0 + 2 * us, "its first token's instant");
+        let word = bucket.central.load();
+        assert_eq!(on(&bucket, 1, t0 + us, 1), wait_us(1));
+        assert_eq!(bucket.central.load(), word, "refused from the shard's line");
+        assert_eq!(on(&bucket, 1, t0 + 2 * us, 1), Ok(()));
+    }
+
     /// Near the limit the admission that spends its shard's near lease to the top takes the
     /// next one: with two shards taking turns, where a shard's next token is often in the
     /// other's lease, no refusal writes the central word, and every token earned is admitted.
@@ -1223,14 +1265,13 @@ mod tests {
         let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
         let c = &bucket.shards[1];
         let t0 = 1_000 * MS;
-        // A near lease of one token with the drain, spent to its top at 1 µs by the general
-        // path (the fast path's admission would take the next near lease at once: that refill
-        // is a replacement from the same frontier too, guarded the same way).
+        // A near lease of one token with the drain, spent to its top at 1 µs by a spender
+        // that stalls before taking the next near lease (the admission's refill: a
+        // replacement from the same frontier too, guarded the same way).
         assert_eq!(on(&bucket, 1, t0, 100), Ok(()));
         let e1 = bucket.earned(t0 + 1_000);
-        assert_eq!(
-            bucket.acquire_slow(t0 + 1_000, e1, 1, c),
-            Ok(()),
+        assert!(
+            matches!(c.spend(e1, quota.burst_units(), quota.scale()), Ok((n, top)) if n == top),
             "spent to its top"
         );
         let (q, h) = c.read();
@@ -1283,10 +1324,11 @@ mod tests {
             let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
             let c = &bucket.shards[1];
             let t0 = 1_000 * MS;
-            // Drained, its near lease spent to the top at 1 µs by the general path: empty.
+            // Drained, its near lease spent to the top at 1 µs by a spender that stalls before
+            // its refill: empty.
             assert_eq!(on(&bucket, 1, t0, 100), Ok(()));
             let e1 = bucket.earned(t0 + 1_000);
-            assert_eq!(bucket.acquire_slow(t0 + 1_000, e1, 1, c), Ok(()));
+            assert!(c.spend(e1, quota.burst_units(), quota.scale()).is_ok());
             let (q, h) = c.read();
             assert_eq!(q, h);
             // X read it empty at 1 µs and stalls. Another thread of the shard, at 100 µs,

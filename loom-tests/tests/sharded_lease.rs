@@ -412,3 +412,36 @@ fn an_admission_behind_the_clock_takes_the_next_lease_only_from_a_dry_word() {
         assert_eq!(bucket.stranded_tokens(), 0.0);
     });
 }
+
+/// The next near lease taken by an admission on the general path: two threads of one shard
+/// spend its near lease of two tokens at once, so that the one whose CAS on the lease loses
+/// spends the last token after it and takes the shard's next near lease there, racing the
+/// other's. 125,000 tokens/s (8 µs a token), burst 34, two shards: drained at 0 on shard 0
+/// with a near lease of token 34, spent at 8 µs by an admission that takes the next, tokens 35
+/// and 36, payable at 24 µs. There both threads ask for one: both are admitted in every
+/// interleaving, and at 240 µs (30 tokens earned) the shard drains the 27 left (64 earned or
+/// in the burst, 37 spent), none stranded.
+#[test]
+fn spends_after_a_lost_cas_take_the_next_lease_once() {
+    loom::model(|| {
+        let quota = Quota::new(125_000, Duration::from_secs(1), 34).unwrap();
+        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
+        at(0);
+        assert_eq!(bucket.try_acquire(34), Ok(())); // and a near lease of token 34
+        at(8_000);
+        assert_eq!(bucket.try_acquire(1), Ok(())); // and the next, tokens 35 and 36
+        let b = bucket.clone();
+        let racer = on_the_same_shard(move || {
+            at(24_000);
+            b.try_acquire(1)
+        });
+        at(24_000);
+        assert_eq!(bucket.try_acquire(1), Ok(()));
+        assert_eq!(racer.join().unwrap(), Ok(()));
+        at(240_000);
+        let left = (0..40).filter(|_| bucket.try_acquire(1).is_ok()).count();
+        assert_eq!(left, 27);
+        assert_eq!(bucket.available(), 0);
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    });
+}

@@ -133,9 +133,16 @@ impl Lease {
         }
     }
 
-    /// Spends `cost_units` at a reading with `earned` units if the lease holds them.
+    /// Spends `cost_units` at a reading with `earned` units if the lease holds them: the
+    /// frontier it raised the lease to, and the lease's top as read with the frontier it
+    /// raised (`next == top`: spent to its top).
     #[inline(always)]
-    pub(super) fn spend(&self, e: Earned, burst_units: u64, cost_units: u64) -> Result<(), Short> {
+    pub(super) fn spend(
+        &self,
+        e: Earned,
+        burst_units: u64,
+        cost_units: u64,
+    ) -> Result<(u64, u64), Short> {
         let mut q = self.frontier.load(Ordering::Acquire);
         loop {
             if q == LOCKED {
@@ -159,7 +166,7 @@ impl Lease {
                 Ordering::Relaxed,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok((base + cost_units, h)),
                 Err(actual) => q = actual,
             }
         }
