@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use saphyr::{MarkedYamlOwned, ScalarOwned, YamlDataOwned, YamlLoader};
+use saphyr::{MarkedYamlOwned, YamlDataOwned, YamlLoader};
 
 /// The unit of a `rate_limit`, as envoyproxy/ratelimit's proto enum (a month is 30 days, a
 /// year 365).
@@ -385,6 +385,7 @@ impl Config {
                 file,
                 limits: &mut config.limits,
                 warnings: &mut config.warnings,
+                warned: HashSet::new(),
                 ids: HashMap::new(),
                 domain: String::new(),
                 path_bytes: &mut path_bytes,
@@ -416,10 +417,11 @@ impl Config {
         &self.limits
     }
 
-    /// What the load ignored, each with its file, line and field: fields envoyproxy/ratelimit
-    /// knows, written in a mapping that does not take them (which it ignores too, and which
-    /// cannot loosen a limit; those that could are refused), and an `unlimited` limit's
-    /// invalid `unit`.
+    /// What the load ignored or replaced, each with its file, line and field: fields
+    /// envoyproxy/ratelimit knows, written in a mapping that does not take them (which it
+    /// ignores too, and which cannot loosen a limit; those that could are refused), an
+    /// `unlimited` limit's invalid `unit`, and a field written twice in one mapping (the later
+    /// value replacing the earlier, as there).
     pub fn warnings(&self) -> &[ConfigError] {
         &self.warnings
     }
@@ -704,6 +706,8 @@ struct Parser<'a> {
     limits: &'a mut Vec<Arc<Limit>>,
     /// What the load ignores ([`Config::warnings`]).
     warnings: &'a mut Vec<ConfigError>,
+    /// The keys (line, column) already warned about as a field written twice.
+    warned: HashSet<(usize, usize)>,
     /// The ids of the file's limits so far, each with where it was defined: an id names one
     /// table (and one Redis policy), so a second limit with it is refused. Files have distinct
     /// domains, free of the id's `\x1f`, so their ids differ.
@@ -752,7 +756,9 @@ fn weight(scalar_len: usize) -> u64 {
 
 /// `text`'s YAML documents, every scalar left as its source text (saphyr's `Representation`,
 /// after YAML's own quoting, escapes and folding): string fields take that text, as a Go
-/// string field of envoyproxy/ratelimit does, and [`scalar`] resolves numbers and flags.
+/// string field of envoyproxy/ratelimit does, and [`resolve`] resolves numbers and flags as
+/// yaml.v2 does. A mapping key that repeats an earlier one of its mapping is tagged apart
+/// ([`REPEATED_KEY`]), so that the loader keeps both, as yaml.v2 does.
 ///
 /// The parser's events are fed to the loader here, one at a time (not by the recursive
 /// `Parser::load`), with the nesting bounded by [`MAX_NESTING`] and what anchors and aliases
@@ -772,9 +778,11 @@ fn load_yaml(
     // Per open collection: its weight so far (itself included, aliases expanded) and its
     // anchor id (0: none).
     let mut open: Vec<(u64, usize)> = Vec::new();
-    // Per open collection, for the merge keys: whether it is a mapping, the nodes it holds so
-    // far (in a mapping, an even count means the next node is a key) and its merge keys so far.
-    let mut keys: Vec<(bool, usize, usize)> = Vec::new();
+    // Per open collection, for the keys written twice: whether it is a mapping, the nodes it
+    // holds so far (in a mapping, an even count means the next node is a key), its scalar keys
+    // so far (text, style, tag) and how many of them repeat an earlier one.
+    type Keys = HashSet<(String, ScalarStyle, Option<saphyr_parser::Tag>)>;
+    let mut keys: Vec<(bool, usize, Keys, usize)> = Vec::new();
     // Per anchor id: the weight of its node, aliases expanded.
     let mut sizes: HashMap<usize, u64> = HashMap::new();
     // The weight of the nodes written in the file, and of the copies the loader makes.
@@ -788,14 +796,15 @@ fn load_yaml(
                 | Event::SequenceStart(..)
                 | Event::MappingStart(..)
         ) {
-            if let Some((true, nodes, merges)) = keys.last_mut() {
+            if let Some((true, nodes, seen, repeats)) = keys.last_mut() {
                 if *nodes % 2 == 0 {
-                    if let Event::Scalar(text, ScalarStyle::Plain, _, tag @ None) = &mut ev {
-                        if text == "<<" {
-                            *merges += 1;
-                            if *merges > 1 {
-                                *tag = Some(Cow::Owned(repeated_merge_tag(*merges)));
-                            }
+                    if let Event::Scalar(text, style, _, tag) = &mut ev {
+                        let sig = (text.to_string(), *style, tag.as_deref().cloned());
+                        if seen.contains(&sig) {
+                            *repeats += 1;
+                            *tag = Some(Cow::Owned(repeated_key_tag(*repeats, sig.2.as_ref())));
+                        } else {
+                            seen.insert(sig);
                         }
                     }
                 }
@@ -803,8 +812,8 @@ fn load_yaml(
             }
         }
         match &ev {
-            Event::SequenceStart(..) => keys.push((false, 0, 0)),
-            Event::MappingStart(..) => keys.push((true, 0, 0)),
+            Event::SequenceStart(..) => keys.push((false, 0, HashSet::new(), 0)),
+            Event::MappingStart(..) => keys.push((true, 0, HashSet::new(), 0)),
             Event::SequenceEnd | Event::MappingEnd => {
                 keys.pop();
             }
@@ -870,8 +879,8 @@ fn load_yaml(
             )));
         }
         loader.on_event(ev, span);
-        // An error the loader met (an alias past its node budget, a duplicated key) stops it
-        // without failing the parse.
+        // An error the loader met (an alias past its node budget, an alias as a key repeating
+        // an earlier key) stops it without failing the parse.
         if let Some(e) = loader.error() {
             return Err(YamlFault::Invalid(e.clone()));
         }
@@ -889,49 +898,150 @@ enum YamlFault {
 
 /// Whether a node is a null scalar (`~`, `null`, nothing).
 fn is_null(n: &MarkedYamlOwned) -> bool {
-    matches!(scalar(n), Some((_, ScalarOwned::Null)))
+    matches!(resolve(n), Some((_, Resolved::Null)))
 }
 
-/// The handle of the tag [`load_yaml`] gives the second and later merge keys of one mapping.
-/// yaml.v2 merges each merge key of a mapping in turn, while saphyr's loader refuses a key
-/// twice: the tag (numbered, so no two are equal) keeps them apart as keys. A tag of this
-/// handle is never resolved as a value ([`scalar`] refuses tags outside the core schema).
-const REPEATED_MERGE: &str = "tag:tollgate-rls,merge:";
+/// The handle of the tag [`load_yaml`] gives a mapping key that repeats an earlier key of its
+/// mapping (same text, style and tag): saphyr's loader refuses a key twice, while yaml.v2's
+/// non-strict decoding keeps both, the later value replacing the earlier, and merges each of
+/// several merge keys in turn. The suffix numbers the repeat (so no two are equal) and keeps
+/// the key's own tag ([`original_tag`]); nothing reads this handle as a tag of its own.
+const REPEATED_KEY: &str = "tag:tollgate-rls,repeated:";
 
-fn repeated_merge_tag(n: usize) -> saphyr_parser::Tag {
+fn repeated_key_tag(n: usize, own: Option<&saphyr_parser::Tag>) -> saphyr_parser::Tag {
+    let suffix = match own {
+        Some(t) => format!("{n}\0{}\0{}", t.handle, t.suffix),
+        None => n.to_string(),
+    };
     saphyr_parser::Tag {
-        handle: REPEATED_MERGE.into(),
-        suffix: n.to_string(),
+        handle: REPEATED_KEY.into(),
+        suffix,
     }
 }
 
-/// Whether a mapping key is YAML's merge key: `<<` as a plain scalar without a tag (quoted, it
-/// is an ordinary key, as yaml.v2 resolves it), or a later one of a mapping's merge keys,
-/// tagged by [`load_yaml`].
+/// A scalar's tag as written: [`REPEATED_KEY`]'s mark taken off.
+fn original_tag(tag: Option<&saphyr_parser::Tag>) -> Option<Cow<'_, saphyr_parser::Tag>> {
+    let t = tag?;
+    if t.handle != REPEATED_KEY {
+        return Some(Cow::Borrowed(t));
+    }
+    let mut parts = t.suffix.splitn(3, '\0');
+    let (_, handle, suffix) = (parts.next(), parts.next()?, parts.next()?);
+    Some(Cow::Owned(saphyr_parser::Tag {
+        handle: handle.into(),
+        suffix: suffix.into(),
+    }))
+}
+
+/// The handle of YAML's own tags (`!!str`, `!!merge`).
+const YAML_TAG: &str = "tag:yaml.org,2002:";
+
+/// Whether a mapping key is YAML's merge key as yaml.v2 takes one (its `isMerge`): the scalar
+/// `<<`, plain and untagged or tagged `!!merge` (quoted or not). A quoted `<<` and `!!str <<`
+/// are ordinary keys.
 fn is_merge_key(k: &MarkedYamlOwned) -> bool {
-    match &k.data {
-        YamlDataOwned::Representation(text, saphyr_parser::ScalarStyle::Plain, tag) => {
-            text == "<<" && tag.as_ref().is_none_or(|t| t.handle == REPEATED_MERGE)
+    let YamlDataOwned::Representation(text, style, tag) = &k.data else {
+        return false;
+    };
+    text == "<<"
+        && match original_tag(tag.as_ref()) {
+            None => *style == saphyr_parser::ScalarStyle::Plain,
+            Some(t) => t.handle == YAML_TAG && t.suffix == "merge",
         }
-        _ => false,
-    }
 }
 
-/// A scalar node's source text and its value under YAML 1.2's core schema (as saphyr's
-/// default loading resolves it: `1.0` a float, `True` a flag, `~` and an empty scalar null,
-/// anything quoted a string). `None` for a collection, a scalar under a tag outside the core
-/// schema, or one its core tag does not fit (`!!int x`).
-fn scalar(n: &MarkedYamlOwned) -> Option<(&str, ScalarOwned)> {
+/// A scalar as yaml.v2 resolves it (its `resolve`, YAML 1.1's types) for the fields of
+/// envoyproxy/ratelimit: what a string, integer or flag field makes of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resolved {
+    /// `~`, `null`, `Null`, `NULL` or nothing, plain; or `!!null`: an empty string, 0, false.
+    Null,
+    /// `y`, `yes`, `on`, `true` (`n`, `no`, `off`, `false`) in three casings, plain; or
+    /// under `!!bool`.
+    Bool(bool),
+    /// A whole number as Go's `strconv.ParseInt(s, 0, 64)` reads it once yaml.v2 has dropped
+    /// every `_`: a sign, then `0x`, `0o`, `0b` or a leading `0` (octal) or decimal digits;
+    /// plain, or under `!!int`. Saturated beyond `i128`: out of every field's range anyway.
+    Int(i128),
+    /// A value only a string field takes (as its text): under `!!float` or `!!timestamp`.
+    Other,
+    /// A string: quoted, `!!str`, a plain scalar that is none of the above (floats such as
+    /// `1.0` or `1e3` included: a string field keeps their text, a number field refuses them
+    /// as envoyproxy/ratelimit's key check does), or under a tag yaml.v2 does not resolve
+    /// (`!x`, `!!merge`), which leaves the text.
+    Text,
+}
+
+/// A plain untagged scalar's type under yaml.v2 ([`Resolved`]).
+fn resolve_plain(text: &str) -> Resolved {
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Resolved::Null,
+        "y" | "Y" | "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => {
+            return Resolved::Bool(true)
+        }
+        "n" | "N" | "no" | "No" | "NO" | "false" | "False" | "FALSE" | "off" | "Off" | "OFF" => {
+            return Resolved::Bool(false)
+        }
+        _ => {}
+    }
+    go_int(text).map_or(Resolved::Text, Resolved::Int)
+}
+
+/// `text` as yaml.v2 reads an integer ([`Resolved::Int`]), if it is one.
+fn go_int(text: &str) -> Option<i128> {
+    if !text.starts_with(|c: char| c.is_ascii_digit() || c == '+' || c == '-') {
+        return None;
+    }
+    let plain: String = text.chars().filter(|&c| c != '_').collect();
+    let (negative, rest) = match plain.as_bytes().first() {
+        Some(b'-') => (true, &plain[1..]),
+        Some(b'+') => (false, &plain[1..]),
+        _ => (false, plain.as_str()),
+    };
+    let lower = rest.get(..2).map(str::to_ascii_lowercase);
+    let (radix, digits) = match lower.as_deref() {
+        Some("0x") => (16, &rest[2..]),
+        Some("0o") => (8, &rest[2..]),
+        Some("0b") => (2, &rest[2..]),
+        _ if rest.len() > 1 && rest.starts_with('0') => (8, &rest[1..]),
+        _ => (10, rest),
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    // Only the magnitude's sign is out of range: every digit is valid.
+    let magnitude = u128::from_str_radix(digits, radix)
+        .map_or(i128::MAX, |m| i128::try_from(m).unwrap_or(i128::MAX));
+    Some(if negative { -magnitude } else { magnitude })
+}
+
+/// A scalar node's source text (after YAML's quoting, escapes and folding) and its type as
+/// yaml.v2 resolves it. `None` for a collection, or a scalar whose core tag its text does not
+/// fit (`!!int x`: yaml.v2 fails the whole file) or under `!!binary` (base64-decoded there).
+fn resolve(n: &MarkedYamlOwned) -> Option<(&str, Resolved)> {
     let YamlDataOwned::Representation(text, style, tag) = &n.data else {
         return None;
     };
-    if tag.as_ref().is_some_and(|t| !t.is_yaml_core_schema()) {
-        return None;
-    }
-    let tag = tag.as_ref().map(Cow::Borrowed);
-    let value =
-        ScalarOwned::parse_from_cow_and_metadata(Cow::Borrowed(text), *style, tag.as_ref())?;
-    Some((text.as_str(), value))
+    let plain = *style == saphyr_parser::ScalarStyle::Plain;
+    let resolved = match original_tag(tag.as_ref()) {
+        None if plain => resolve_plain(text),
+        None => Resolved::Text,
+        Some(t) if t.handle == YAML_TAG => {
+            let implicit = resolve_plain(text);
+            match (t.suffix.as_str(), implicit) {
+                ("str", _) => Resolved::Text,
+                ("binary", _) => return None,
+                ("null", Resolved::Null)
+                | ("bool", Resolved::Bool(_))
+                | ("int", Resolved::Int(_)) => implicit,
+                ("null" | "bool" | "int", _) => return None,
+                ("float" | "timestamp", _) => Resolved::Other,
+                _ => Resolved::Text,
+            }
+        }
+        Some(_) => Resolved::Text,
+    };
+    Some((text.as_str(), resolved))
 }
 
 impl Parser<'_> {
@@ -1094,51 +1204,48 @@ impl Parser<'_> {
         }
     }
 
+    /// A field's name: a scalar yaml.v2 resolves as a string (envoyproxy/ratelimit's key
+    /// check refuses any other key, a number, a flag or null).
     fn key(&self, k: &MarkedYamlOwned, at: &str) -> Result<String, ConfigError> {
-        match scalar(k) {
-            Some((_, ScalarOwned::String(s))) => Ok(s),
+        match resolve(k) {
+            Some((s, Resolved::Text)) => Ok(s.to_owned()),
             _ => Err(self.err(Some(k), at, "a key that is not a string".into())),
         }
     }
 
-    /// A mapping's fields, each with its name: a name given twice is refused (the loader
-    /// refuses a key twice in one style; `key` and `"key"` are two representations to it).
+    /// A mapping's fields, each with its name, every one written in the order yaml.v2 decodes
+    /// them for envoyproxy/ratelimit: a caller assigns each in turn, so a field set later
+    /// replaces one set earlier (a `rate_limit` field by field, as yaml.v2 decodes a later one
+    /// into the struct the earlier one filled), and every value written is checked, as yaml.v2
+    /// decodes each.
     ///
-    /// A merge key (`<<`, plain) brings in the fields of its mapping, or of each mapping of its
-    /// list, as yaml.v2 merges them for envoyproxy/ratelimit: in document order, a field set
-    /// later (by a field of the mapping or a later merge) replacing one set earlier, and within
-    /// a list the earlier mapping's field replacing the later's.
+    /// A name the mapping itself writes twice (in one quoting style or two) is kept so, as
+    /// yaml.v2's non-strict decoding keeps it, with a warning naming the later line. A merge
+    /// key (`<<`, [`is_merge_key`]) brings in the fields of its mapping, or of each mapping of
+    /// its list, where it stands: in document order with the mapping's own fields, and within
+    /// a list the later mappings first, so that the earlier one's fields win.
     #[allow(clippy::type_complexity)]
     fn fields<'n>(
-        &self,
+        &mut self,
         map: &'n Map,
         at: &str,
     ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
-        self.fields_merged(map, at, 0)
+        let mut out = Vec::with_capacity(map.len());
+        self.fields_merged(map, at, 0, &mut out)?;
+        Ok(out)
     }
 
-    #[allow(clippy::type_complexity)]
     fn fields_merged<'n>(
-        &self,
+        &mut self,
         map: &'n Map,
         at: &str,
         merges: usize,
-    ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
-        let mut out: Vec<(String, &MarkedYamlOwned, &MarkedYamlOwned)> =
-            Vec::with_capacity(map.len());
-        // Looked up in a map, not by a scan of `out`: a mapping of many fields (a file of
-        // 40,000 unknown ones took ten seconds scanning) costs its length, not its square.
-        // Each name's place in `out`.
-        let mut places: HashMap<String, usize> = HashMap::with_capacity(map.len());
-        // The names the mapping itself sets (a second one is refused).
-        let mut own: HashSet<String> = HashSet::with_capacity(map.len());
-        let mut set = |out: &mut Vec<_>, name: String, k, v| match places.get(&name) {
-            Some(&i) => out[i] = (name, k, v),
-            None => {
-                places.insert(name.clone(), out.len());
-                out.push((name, k, v));
-            }
-        };
+        out: &mut Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>,
+    ) -> Result<(), ConfigError> {
+        // The line of each name the mapping itself writes, looked up in a map, not by a scan:
+        // a mapping of many fields (a file of 40,000 unknown ones took ten seconds scanning)
+        // costs its length, not its square.
+        let mut own: HashMap<String, usize> = HashMap::with_capacity(map.len());
         for (k, v) in map {
             if is_merge_key(k) {
                 // A merged mapping's own merges nest no deeper than the file's collections.
@@ -1163,61 +1270,89 @@ impl Parser<'_> {
                 };
                 for m in sources {
                     let m = self.mapping(m, at)?;
-                    for (name, mk, mv) in self.fields_merged(m, at, merges + 1)? {
-                        set(&mut out, name, mk, mv);
-                    }
+                    self.fields_merged(m, at, merges + 1, out)?;
                 }
                 continue;
             }
             let name = self.key(k, at)?;
-            if !own.insert(name.clone()) {
-                let field = if at.is_empty() {
-                    name.clone()
-                } else {
-                    format!("{at}.{name}")
-                };
-                return Err(self.err(Some(k), &field, format!("{name:?} twice in one mapping")));
+            if let Some(earlier) = own.insert(name.clone(), line_of(k)) {
+                self.twice(k, at, &name, earlier);
             }
-            set(&mut out, name, k, v);
+            out.push((name, k, v));
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// The warning for field `name` written again at `k` in one mapping, first at line
+    /// `earlier`: once per key in the file, however often an alias or a merge copies its
+    /// mapping.
+    fn twice(&mut self, k: &MarkedYamlOwned, at: &str, name: &str, earlier: usize) {
+        if !self
+            .warned
+            .insert((k.span.start.line(), k.span.start.col()))
+        {
+            return;
+        }
+        let field = if at.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{at}.{name}")
+        };
+        let what = if name == "rate_limit" {
+            "its fields replace those of the earlier one (the others stay; a null one drops              them all)"
+        } else {
+            "this value replaces the earlier one"
+        };
+        let w = self.err(
+            Some(k),
+            &field,
+            format!(
+                "{name:?} twice in one mapping (also at line {earlier}): {what}, as \
+                 envoyproxy/ratelimit (yaml.v2) reads it"
+            ),
+        );
+        self.warnings.push(w);
     }
 
     /// A string field: the scalar's source text, as yaml.v2 fills a Go string (`1.0`, `007`,
     /// `True` stay as written); null (`~`, `null`, nothing) is the empty string.
     fn string(&self, n: &MarkedYamlOwned, field: &str) -> Result<String, ConfigError> {
-        match scalar(n) {
-            Some((_, ScalarOwned::Null)) => Ok(String::new()),
+        match resolve(n) {
+            Some((_, Resolved::Null)) => Ok(String::new()),
             Some((text, _)) => Ok(text.to_owned()),
             None => Err(self.err(Some(n), field, "expected a string".into())),
         }
     }
 
+    /// A flag as yaml.v2 reads one: `true`, `yes`, `on`, `y` (and their opposites) in three
+    /// casings; null is false.
     fn boolean(&self, n: &MarkedYamlOwned, field: &str) -> Result<bool, ConfigError> {
-        match scalar(n) {
-            Some((_, ScalarOwned::Boolean(b))) => Ok(b),
-            Some((_, ScalarOwned::Null)) => Ok(false),
-            _ => Err(self.err(Some(n), field, "expected true or false".into())),
+        match resolve(n) {
+            Some((_, Resolved::Bool(b))) => Ok(b),
+            Some((_, Resolved::Null)) => Ok(false),
+            _ => Err(self.err(
+                Some(n),
+                field,
+                "expected true or false (or yes/no, on/off)".into(),
+            )),
         }
     }
 
-    fn integer(&self, n: &MarkedYamlOwned, field: &str, max: u64) -> Result<u64, ConfigError> {
-        match scalar(n) {
-            Some((_, ScalarOwned::Integer(i))) => u64::try_from(i)
+    /// A whole number in `0..=max` as yaml.v2 reads one ([`Resolved::Int`]); `None` for null,
+    /// which is 0 to a Go integer field (the caller decides what an absent value means).
+    fn integer(
+        &self,
+        n: &MarkedYamlOwned,
+        field: &str,
+        max: u64,
+    ) -> Result<Option<u64>, ConfigError> {
+        match resolve(n) {
+            Some((text, Resolved::Int(i))) => u64::try_from(i)
                 .ok()
                 .filter(|v| *v <= max)
-                .ok_or_else(|| self.err(Some(n), field, format!("{i} is not in 0..={max}"))),
-            // A whole number beyond i64 resolves as a float under the core schema: it is out
-            // of range, not "not a whole number".
-            Some((text, ScalarOwned::FloatingPoint(_)))
-                if text
-                    .strip_prefix(['-', '+'])
-                    .unwrap_or(text)
-                    .bytes()
-                    .all(|b| b.is_ascii_digit()) =>
-            {
-                Err(self.err(Some(n), field, format!("{text} is not in 0..={max}")))
-            }
+                .map(Some)
+                .ok_or_else(|| self.err(Some(n), field, format!("{text} is not in 0..={max}"))),
+            Some((_, Resolved::Null)) => Ok(None),
             _ => Err(self.err(Some(n), field, "expected a whole number".into())),
         }
     }
@@ -1229,7 +1364,7 @@ impl Parser<'_> {
     ) -> Result<&'n [MarkedYamlOwned], ConfigError> {
         match &n.data {
             YamlDataOwned::Sequence(s) => Ok(s),
-            _ if matches!(scalar(n), Some((_, ScalarOwned::Null))) => Ok(&[]),
+            _ if is_null(n) => Ok(&[]),
             _ => Err(self.err(Some(n), field, "expected a list".into())),
         }
     }
@@ -1271,7 +1406,9 @@ impl Parser<'_> {
             let map = self.mapping(item, &at)?;
             let mut key = None;
             let mut value = None;
-            let mut rate_limit = None;
+            // Every `rate_limit` since the last null one: yaml.v2 decodes each into the
+            // struct the earlier ones filled (a null one empties the pointer).
+            let mut rate_limit: Vec<&MarkedYamlOwned> = Vec::new();
             let mut rate_limits = None;
             let mut nested = None;
             let (mut shadow, mut detailed, mut to_metric, mut share) = (false, false, false, false);
@@ -1283,7 +1420,8 @@ impl Parser<'_> {
                     "value" => value = Some(self.string(v, &f)?),
                     // Null (`rate_limit:` with nothing) is no limit, as a nil pointer is
                     // to envoyproxy/ratelimit.
-                    "rate_limit" => rate_limit = (!is_null(v)).then_some(v),
+                    "rate_limit" if is_null(v) => rate_limit.clear(),
+                    "rate_limit" => rate_limit.push(v),
                     "rate_limits" => rate_limits = (!is_null(v)).then_some(v),
                     "descriptors" => nested = Some(v),
                     "shadow_mode" => shadow = self.boolean(v, &f)?,
@@ -1340,7 +1478,7 @@ impl Parser<'_> {
                 ));
             }
             let own_per_value = value.is_none() || (is_pattern && !share);
-            let kind = match (rate_limit, rate_limits) {
+            let kind = match (rate_limit.first(), rate_limits) {
                 (Some(a), Some(_)) => {
                     return Err(self.err(
                         Some(a),
@@ -1348,9 +1486,9 @@ impl Parser<'_> {
                         "rate_limit and rate_limits together: use one".into(),
                     ))
                 }
-                (Some(r), None) => {
+                (Some(_), None) => {
                     let f = format!("{at}.rate_limit");
-                    let (kind, replaces, name) = self.rate(r, &f, true)?;
+                    let (kind, replaces, name) = self.rate(&rate_limit, &f, true)?;
                     Some((kind, replaces, name))
                 }
                 (None, Some(list)) => {
@@ -1366,7 +1504,7 @@ impl Parser<'_> {
                     let mut rates = Vec::new();
                     let mut each_replaces = Vec::new();
                     for (j, r) in items.iter().enumerate() {
-                        let (kind, rep, _) = self.rate(r, &format!("{f}[{j}]"), false)?;
+                        let (kind, rep, _) = self.rate(&[r], &format!("{f}[{j}]"), false)?;
                         if let Kind::Rates(mut one) = kind {
                             rates.append(&mut one);
                         }
@@ -1493,31 +1631,43 @@ impl Parser<'_> {
         Ok(())
     }
 
-    /// Parses one `rate_limit` block: its kind, its `replaces` names and (for an unlimited
-    /// one) its name. `single`: the `rate_limit` form (where `unlimited` is allowed).
+    /// Parses one `rate_limit` block, written as one mapping or several (`blocks`, at least
+    /// one: a `rate_limit` written twice in a descriptor, each block's fields replacing the
+    /// earlier ones'): its kind, its `replaces` names and (for an unlimited one) its name.
+    /// `single`: the `rate_limit` form (where `unlimited` is allowed).
     #[allow(clippy::type_complexity)]
     fn rate(
         &mut self,
-        n: &MarkedYamlOwned,
+        blocks: &[&MarkedYamlOwned],
         field: &str,
         single: bool,
     ) -> Result<(Kind, Vec<String>, Option<String>), ConfigError> {
-        let map = self.mapping(n, field)?;
+        let n = blocks[0];
+        let mut fields = Vec::new();
+        for b in blocks {
+            let map = self.mapping(b, field)?;
+            fields.append(&mut self.fields(map, field)?);
+        }
         let mut unit = None;
         let mut rpu = None;
         let mut unlimited = false;
         let mut name = String::new();
         let mut replaces = Vec::new();
         let mut burst = None;
-        for (key, k, v) in self.fields(map, field)? {
+        for (key, k, v) in fields {
             let f = format!("{field}.{key}");
             match key.as_str() {
                 "unit" => unit = Some((self.string(v, &f)?, v)),
-                "requests_per_unit" => rpu = Some(self.integer(v, &f, u64::from(u32::MAX))?),
+                // Null is 0, as in a Go integer field.
+                "requests_per_unit" => {
+                    rpu = Some(self.integer(v, &f, u64::from(u32::MAX))?.unwrap_or(0))
+                }
                 "unlimited" if single => unlimited = self.boolean(v, &f)?,
                 "name" => name = self.string(v, &f)?,
-                "burst" => burst = Some((self.integer(v, &f, u64::MAX)?, v)),
+                // Null is no burst (the default), as if the extension were not written.
+                "burst" => burst = self.integer(v, &f, u64::MAX)?.map(|b| (b, v)),
                 "replaces" => {
+                    replaces.clear();
                     for (j, r) in self.sequence(v, &f)?.iter().enumerate() {
                         let rf = format!("{f}[{j}]");
                         let m = self.mapping(r, &rf)?;

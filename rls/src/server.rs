@@ -464,7 +464,7 @@ fn load_into(
 /// The most of a config's warnings logged one a line; the rest are counted in one line.
 const MAX_WARNINGS_LOGGED: usize = 10;
 
-/// Logs what a config's load ignored ([`Config::warnings`]).
+/// Logs what a config's load ignored or replaced ([`Config::warnings`]).
 fn log_warnings(config: &Config) {
     let w = config.warnings();
     for e in w.iter().take(MAX_WARNINGS_LOGGED) {
@@ -472,7 +472,7 @@ fn log_warnings(config: &Config) {
     }
     if w.len() > MAX_WARNINGS_LOGGED {
         log(format!(
-            "config warning: {} more fields ignored",
+            "config warning: {} more warnings",
             w.len() - MAX_WARNINGS_LOGGED
         ));
     }

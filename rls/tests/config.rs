@@ -232,8 +232,6 @@ fn invalid_configs_name_the_file_line_and_field() {
         ("domain: d\n---\ndomain: e\n", 3, "", "one domain per file"),
         // A `rate_limits` entry replacing another entry's name: the limit would drop itself.
         ("domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: minute, requests_per_unit: 1, name: x}\n      - {unit: hour, requests_per_unit: 10, replaces: [{name: x}]}\n", 6, "descriptors[0].rate_limits[1].replaces", "own name"),
-        // One field twice, in two quoting styles.
-        ("domain: d\ndescriptors:\n  - key: a\n    \"key\": b\n", 4, "descriptors[0].key", "twice"),
         // One composite key (`key` or `key_value`) twice: siblings, `a` + `b_c` and `a_b` + `c` are both `a_b_c` (refused by envoyproxy too).
         ("domain: d\ndescriptors:\n  - key: a\n    value: b_c\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: a_b\n    value: c\n    rate_limit: {unit: second, requests_per_unit: 100}\n", 6, "descriptors[1]", "duplicate descriptor composite key 'd.a_b_c'"),
         // Siblings without limits: a key with `_` against a key and value.
@@ -502,13 +500,8 @@ descriptors:
     assert_eq!(rate("b"), (2, Unit::Hour));
     assert_eq!(rate("c"), (7, Unit::Day));
     assert_eq!(rate("e"), (7, Unit::Hour));
-    // A merge key takes mappings only; a field set twice in one mapping is still refused.
-    for bad in [
-        "domain: d\ndescriptors:\n  - key: a\n    <<: 5\n",
-        "domain: d\ndescriptors:\n  - key: a\n    <<: {key: b}\n    key: c\n    key: e\n",
-    ] {
-        assert!(load(bad).is_err(), "{bad}");
-    }
+    // A merge key takes mappings only.
+    assert!(load("domain: d\ndescriptors:\n  - key: a\n    <<: 5\n").is_err());
 }
 
 /// Fields envoyproxy/ratelimit reads as absent: `rate_limit` null (`rate_limit:` with
@@ -755,14 +748,9 @@ descriptors:
     assert_eq!(rate("a"), (1, Unit::Hour, "seven".to_owned()));
     // Document order throughout: `name: own` is replaced by the later merge's name.
     assert_eq!(rate("b"), (3, Unit::Day, "seven".to_owned()));
-    // A quoted `<<` is an ordinary key (unknown), and a field set twice is still refused,
-    // merge keys or not.
-    for bad in [
-        "domain: d\ndescriptors:\n  - key: a\n    \"<<\": {value: b}\n    <<: {value: c}\n",
-        "domain: d\ndescriptors:\n  - key: a\n    <<: {value: b}\n    <<: {value: c}\n    key: e\n",
-    ] {
-        assert!(load(bad).is_err(), "{bad}");
-    }
+    // A quoted `<<` is an ordinary key (unknown).
+    let bad = "domain: d\ndescriptors:\n  - key: a\n    \"<<\": {value: b}\n    <<: {value: c}\n";
+    assert!(load(bad).is_err(), "{bad}");
 }
 
 /// envoyproxy/ratelimit knows fourteen field names and accepts each in any mapping, ignoring
@@ -920,5 +908,265 @@ fn units_are_read_as_go_upper_cases_them() {
             Kind::Rates(r) => assert_eq!(r[0].unit, want, "{unit}"),
             Kind::Unlimited => panic!(),
         }
+    }
+}
+
+/// The rate of the limit a request's one entry `(k, "x")` matches: requests per unit, unit
+/// and name.
+fn rate_of(c: &Config, k: &str) -> (u32, Unit, String) {
+    match &c.lookup("d", [(k, "x")]).expect(k).limit.kind {
+        Kind::Rates(r) => (r[0].requests_per_unit, r[0].unit, r[0].name.clone()),
+        other => panic!("{k}: {other:?}"),
+    }
+}
+
+/// yaml.v2's non-strict `Unmarshal`, which envoyproxy/ratelimit uses for its key check (a
+/// generic map) and its decoding (structs), keeps a field written twice in one mapping: the
+/// later value replaces the earlier, and a later `rate_limit` (a pointer to a struct there)
+/// is decoded into the earlier one, replacing only the fields it writes. Such a file loads
+/// here with the same meaning and a warning naming the later line.
+#[test]
+fn a_field_written_twice_keeps_the_later_with_a_warning() {
+    let c = load(
+        "domain: first
+domain: d
+descriptors:
+  - key: a
+    key: b
+    \"key\": c
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: e
+    rate_limit:
+      unit: second
+      requests_per_unit: 5
+      name: five
+    rate_limit:
+      requests_per_unit: 10
+      unit: minute
+      unit: hour
+  - key: f
+    rate_limit: {unit: second, requests_per_unit: 5}
+    rate_limit:
+  - key: g
+    rate_limit: {unit: second, requests_per_unit: 5}
+    rate_limit: ~
+    rate_limit: {unit: day}
+",
+    )
+    .unwrap();
+    assert_eq!(c.domain_count(), 1);
+    assert!(c.lookup("first", [("c", "x")]).is_none());
+    assert!(c.lookup("d", [("a", "x")]).is_none());
+    assert_eq!(rate_of(&c, "c"), (1, Unit::Second, String::new()));
+    assert_eq!(rate_of(&c, "e"), (10, Unit::Hour, "five".to_owned()));
+    // A null `rate_limit` is a nil pointer there: no limit, and a later one starts afresh.
+    assert!(c.lookup("d", [("f", "x")]).is_none());
+    assert_eq!(rate_of(&c, "g"), (0, Unit::Day, String::new()));
+    let warned: Vec<(Option<usize>, &str)> = c
+        .warnings()
+        .iter()
+        .map(|w| (w.line, w.field.as_str()))
+        .collect();
+    assert_eq!(
+        warned,
+        [
+            (Some(2), "domain"),
+            (Some(5), "descriptors[0].key"),
+            (Some(6), "descriptors[0].key"),
+            (Some(13), "descriptors[1].rate_limit"),
+            (Some(16), "descriptors[1].rate_limit.unit"),
+            (Some(19), "descriptors[2].rate_limit"),
+            (Some(22), "descriptors[3].rate_limit"),
+            (Some(23), "descriptors[3].rate_limit"),
+        ]
+    );
+    assert!(
+        c.warnings()[0].message.contains("twice"),
+        "{}",
+        c.warnings()[0]
+    );
+    assert!(
+        c.warnings()[0].message.contains("line 1"),
+        "{}",
+        c.warnings()[0]
+    );
+    // A merged descriptor's `rate_limit` and the descriptor's own are combined the same way,
+    // in document order.
+    let c = load(
+        "domain: d
+descriptors:
+  - &hourly
+    key: a
+    rate_limit: {unit: hour, requests_per_unit: 7, name: seven}
+  - <<: *hourly
+    key: b
+    rate_limit: {requests_per_unit: 3}
+  - rate_limit: {requests_per_unit: 3}
+    <<: *hourly
+    key: c
+",
+    )
+    .unwrap();
+    assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    assert_eq!(rate_of(&c, "b"), (3, Unit::Hour, "seven".to_owned()));
+    assert_eq!(rate_of(&c, "c"), (7, Unit::Hour, "seven".to_owned()));
+    // What a field set twice holds is still checked: yaml.v2 decodes both values.
+    let e = load(
+        "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: maybe\n    shadow_mode: true\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(4), "descriptors[0].shadow_mode")
+    );
+}
+
+/// yaml.v2 takes as a merge key a `<<` that is plain and untagged or tagged `!!merge`
+/// (`tag:yaml.org,2002:merge`, whatever its quoting); `!!str <<` or a quoted `<<` is an
+/// ordinary key. `!!merge` on any other scalar, and a tag yaml.v2 does not resolve (`!x`),
+/// leave the text, which a string field (or a field name) takes as written.
+#[test]
+fn merge_tagged_keys_merge_as_yaml_v2_takes_them() {
+    let c = load(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limit: &h {unit: hour, requests_per_unit: 7}
+  - key: b
+    rate_limit:
+      !!merge <<: *h
+      requests_per_unit: 3
+  - key: c
+    rate_limit:
+      <<: {unit: minute}
+      !!merge \"<<\": *h
+      !!merge <<: {requests_per_unit: 2}
+  - !!merge key: !!merge e
+    value: !custom v
+    rate_limit: {unit: !!merge second, requests_per_unit: 1, name: !x n}
+",
+    )
+    .unwrap();
+    assert_eq!(rate_of(&c, "b"), (3, Unit::Hour, String::new()));
+    assert_eq!(rate_of(&c, "c"), (2, Unit::Hour, String::new()));
+    let m = c.lookup("d", [("e", "v")]).unwrap();
+    assert_eq!(m.limit.path, "e_v");
+    assert!(
+        matches!(&m.limit.kind, Kind::Rates(r) if r[0].name == "n" && r[0].unit == Unit::Second)
+    );
+    // `!!str <<` and `"<<"` are a field named `<<`, which neither knows.
+    for bad in [
+        "domain: d\ndescriptors:\n  - key: a\n    !!str <<: {value: b}\n",
+        "domain: d\ndescriptors:\n  - key: a\n    '<<': {value: b}\n",
+    ] {
+        let e = load(bad).expect_err(bad);
+        assert!(e.message.contains("unknown field \"<<\""), "{e}");
+    }
+}
+
+/// yaml.v2 resolves plain scalars under YAML 1.1 as Go reads numbers: `010` is octal (8),
+/// `0b101`, `0o17`, `0x1F` and `1_000` are integers, `+5` is 5, and `y`, `yes`, `on` (and
+/// `n`, `no`, `off`, in three casings) are flags; a null integer is 0 and a null flag false.
+/// Numbers that resolve as floats there (`1e3`, `1.0`, `08`, `.5`) are refused there by the
+/// key check (a float is no leaf it accepts), and here.
+#[test]
+fn numbers_and_flags_resolve_as_yaml_v2_resolves_them() {
+    for (text, want) in [
+        ("010", 8),
+        ("-0", 0),
+        ("0b101", 5),
+        ("0o17", 15),
+        ("0x1F", 31),
+        ("0X10", 16),
+        ("1_000", 1000),
+        ("+5", 5),
+        ("+0x10", 16),
+        ("0_10", 8),
+        ("1_000_000_000", 1_000_000_000),
+        ("~", 0),
+        ("", 0),
+        ("null", 0),
+        ("!!int 12", 12),
+        ("!!int '12'", 12),
+    ] {
+        let c = load(&format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: {text}\n"
+        ))
+        .unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(rate_of(&c, "k").0, want, "{text}");
+    }
+    for text in [
+        "1e3",
+        "1.0",
+        "08",
+        ".5",
+        "5.",
+        "'5'",
+        "yes",
+        "0x",
+        "0b2",
+        "-1",
+        "0x1_0000_0000",
+        ".inf",
+        "2001-01-01",
+        "!!str 5",
+    ] {
+        let yaml = format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: {text}\n"
+        );
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(6), "descriptors[0].rate_limit.requests_per_unit"),
+            "{text}"
+        );
+    }
+    for (text, want) in [
+        ("y", true),
+        ("Y", true),
+        ("yes", true),
+        ("Yes", true),
+        ("YES", true),
+        ("on", true),
+        ("On", true),
+        ("ON", true),
+        ("true", true),
+        ("TRUE", true),
+        ("n", false),
+        ("N", false),
+        ("no", false),
+        ("No", false),
+        ("NO", false),
+        ("off", false),
+        ("Off", false),
+        ("OFF", false),
+        ("False", false),
+        ("~", false),
+        ("", false),
+        ("!!bool yes", true),
+    ] {
+        let c = load(&format!(
+            "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: {text}\n    detailed_metric: {text}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n  - key: u\n    rate_limit: {{unlimited: {text}}}\n"
+        ));
+        if want {
+            let c = c.unwrap_or_else(|e| panic!("{text}: {e}"));
+            let l = &c.limits()[0];
+            assert!(l.shadow && l.detailed_metric, "{text}");
+            assert_eq!(c.limits()[1].kind, Kind::Unlimited, "{text}");
+        } else {
+            // Not unlimited, a rate without a unit: refused, after the flags were read.
+            let e = c.expect_err(text);
+            assert_eq!(e.field, "descriptors[1].rate_limit.unit", "{text}");
+            let c = load(&format!(
+                "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: {text}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+            ))
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert!(!c.limits()[0].shadow, "{text}");
+        }
+    }
+    for text in ["yES", "1", "'yes'", "t", "!!str true", "maybe"] {
+        let yaml = format!("domain: d\ndescriptors:\n  - key: k\n    shadow_mode: {text}\n");
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!(e.field, "descriptors[0].shadow_mode", "{text}");
     }
 }
