@@ -29,22 +29,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::SystemTime;
 use tollgate::persist::RestoreError;
-use tollgate::{KeyedMultiLimiter, Limiter};
+use tollgate::{KeyedMultiLimiter, Limiter, Limits};
 
 /// Stripes of the per-bucket locks (a power of two).
 const STRIPES: usize = 1024;
-
-/// The most converted tables a reload leaves to convert again under the lock (`commit`) before
-/// it stops catching up off the lock (`LocalBackend::catch_up`): a few tables' conversion is
-/// a short hold.
-const SWAP_CONVERSIONS: usize = 64;
-
-/// The most passes a reload makes off the lock over converted tables debited since their
-/// save (`LocalBackend::catch_up`).
-const CATCH_UP_PASSES: usize = 4;
 
 /// The saved state's magic.
 const MAGIC: &[u8; 8] = b"TGRLS\x01\r\n";
@@ -71,7 +62,7 @@ const DEFINED_TABLE: u8 = 2;
 
 /// A limit's buckets.
 struct Table {
-    limiter: KeyedMultiLimiter<String, RlsClock>,
+    buckets: Buckets,
     /// The limit (of a table restored as retired, a stand-in with only the saved id and
     /// definition: `get_definition`).
     limit: Arc<Limit>,
@@ -84,13 +75,117 @@ struct Table {
     takes: AtomicU64,
 }
 
+/// A table's buckets: one bucket per value, under the limit's rates as one policy.
+type Keyed = KeyedMultiLimiter<String, RlsClock>;
+
+/// A table's buckets: built, or converted by a reload and checked at the table's first use.
+// Every table lives in an `Arc`: the common variant stays inline, one load from a decision.
+#[allow(clippy::large_enum_variant)]
+enum Buckets {
+    Ready(Keyed),
+    Converted(Box<Converted>),
+}
+
+/// A table a reload converted (`LocalBackend::prepare`) from a save of `from`, made while
+/// decisions went on. Its first use, after the swap (no decision reaches `from` any more),
+/// takes the buckets built if `from` was not debited since their save (its `takes` are still
+/// `takes`), else converts `from` again, now that it holds every debit: no debit is lost, and
+/// the swap itself converts nothing. Other first uses wait for that one.
+struct Converted {
+    buckets: OnceLock<Keyed>,
+    /// The buckets built and the table they were built from; taken by the first use, so that
+    /// the old table is dropped then.
+    built: Mutex<Option<(Keyed, Arc<Table>)>>,
+    /// `from`'s takes before the save the buckets were built from.
+    takes: u64,
+    limits: Limits,
+    wall: SystemTime,
+    clock: RlsClock,
+}
+
+impl Converted {
+    /// `built`: buckets of `limits` carried over from a save of `from` as of `wall`, made
+    /// after reading `takes` from `from`.
+    fn new(
+        built: Keyed,
+        from: Arc<Table>,
+        takes: u64,
+        limits: Limits,
+        clock: RlsClock,
+        wall: SystemTime,
+    ) -> Converted {
+        Converted {
+            buckets: OnceLock::new(),
+            built: Mutex::new(Some((built, from))),
+            takes,
+            limits,
+            wall,
+            clock,
+        }
+    }
+
+    #[cold]
+    fn first_use(&self, limit: &Arc<Limit>, size: usize) -> &Keyed {
+        self.buckets.get_or_init(|| {
+            let built = self
+                .built
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            match built {
+                Some((l, from)) if from.takes.load(Ordering::Acquire) == self.takes => l,
+                Some((_, from)) => convert_buckets(
+                    Some(&from),
+                    limit,
+                    self.limits.clone(),
+                    size,
+                    &self.clock,
+                    self.wall,
+                ),
+                // Not met (the use that takes them sets the buckets): drained, erring toward
+                // refusing.
+                None => convert_buckets(
+                    None,
+                    limit,
+                    self.limits.clone(),
+                    size,
+                    &self.clock,
+                    self.wall,
+                ),
+            }
+        })
+    }
+}
+
 impl Table {
-    fn new(limiter: KeyedMultiLimiter<String, RlsClock>, limit: Arc<Limit>, size: usize) -> Table {
+    fn new(limiter: Keyed, limit: Arc<Limit>, size: usize) -> Table {
         Table {
-            limiter,
+            buckets: Buckets::Ready(limiter),
             limit,
             size,
             takes: AtomicU64::new(0),
+        }
+    }
+
+    /// A table of `limit` (of `size` values) converted from another ([`Converted`]).
+    fn converted(converted: Converted, limit: Arc<Limit>, size: usize) -> Table {
+        Table {
+            buckets: Buckets::Converted(Box::new(converted)),
+            limit,
+            size,
+            takes: AtomicU64::new(0),
+        }
+    }
+
+    /// The buckets (a converted table's first use checks them here, once).
+    #[inline]
+    fn limiter(&self) -> &Keyed {
+        match &self.buckets {
+            Buckets::Ready(l) => l,
+            Buckets::Converted(c) => match c.buckets.get() {
+                Some(l) => l,
+                None => c.first_use(&self.limit, self.size),
+            },
         }
     }
 
@@ -100,7 +195,7 @@ impl Table {
         bucket: &String,
         cost: u64,
     ) -> (Result<(), tollgate::Refusal>, tollgate::Snapshots) {
-        let r = self.limiter.decide_snapshots(bucket, cost);
+        let r = self.limiter().decide_snapshots(bucket, cost);
         if cost > 0 {
             self.takes.fetch_add(1, Ordering::Release);
         }
@@ -187,8 +282,8 @@ impl Retired {
             ..
         } = self;
         tables.retain(|_, (id, t)| {
-            t.limiter.sweep();
-            let full = t.limiter.is_empty();
+            t.limiter().sweep();
+            let full = t.limiter().is_empty();
             if full {
                 ids.remove(id);
                 *values -= t.size;
@@ -327,13 +422,13 @@ pub struct Applied {
 pub(crate) struct Prepared<'a> {
     serial: MutexGuard<'a, ()>,
     next: HashMap<String, Arc<Table>>,
-    converted: Vec<Converted>,
+    /// The tables of `next` converted from a current or retired one (`Table::converted`).
+    converted: Vec<Arc<Table>>,
     /// Ids whose table comes back from the retired ones.
     resumed: Vec<String>,
     /// Current ids the config no longer has a table for.
     removed: Vec<String>,
     applied: Applied,
-    wall: SystemTime,
 }
 
 impl std::fmt::Debug for Prepared<'_> {
@@ -344,20 +439,14 @@ impl std::fmt::Debug for Prepared<'_> {
     }
 }
 
-/// A table converted by `prepare` from `from`, whose `takes` were `takes` before its save.
-struct Converted {
-    from: Arc<Table>,
-    takes: u64,
-    limit: Arc<Limit>,
-    size: usize,
-}
-
 /// The tables a reload swapped out, retired by [`finish`](Retiring::finish). Holds the retired
 /// tables' lock (a save, and a decision of a limit a reload removed, wait for it) and the
 /// backend's reload lock, not the tables' lock: decisions go on.
 pub(crate) struct Retiring<'a> {
     retired: MutexGuard<'a, Retired>,
     old: HashMap<String, Arc<Table>>,
+    /// The converted tables swapped in, whose first use `finish` makes if no decision has.
+    converted: Vec<Arc<Table>>,
     removed: Vec<String>,
     applied: Applied,
     _serial: MutexGuard<'a, ()>,
@@ -373,16 +462,31 @@ impl std::fmt::Debug for Retiring<'_> {
 
 impl Retiring<'_> {
     /// Retires the tables of limits the reload removed (oldest first past the caps, see
-    /// `LocalBackend::apply`) and drops the rest of the old map.
-    pub(crate) fn finish(mut self) -> Applied {
-        for id in std::mem::take(&mut self.removed) {
-            if let Some(t) = self.old.remove(&id) {
-                self.applied.removed += 1;
-                self.retired.add(id, t);
+    /// `LocalBackend::apply`) and drops the rest of the old map; then, with only the reload
+    /// lock held, makes the first use of each converted table no decision has used yet
+    /// (`Table::converted`), so that decisions seldom wait for one.
+    pub(crate) fn finish(self) -> Applied {
+        let Retiring {
+            mut retired,
+            mut old,
+            converted,
+            removed,
+            mut applied,
+            _serial,
+        } = self;
+        for id in removed {
+            if let Some(t) = old.remove(&id) {
+                applied.removed += 1;
+                retired.add(id, t);
             }
         }
-        self.retired.trim();
-        self.applied
+        retired.trim();
+        drop(retired);
+        drop(old);
+        for t in converted {
+            t.limiter();
+        }
+        applied
     }
 }
 
@@ -526,16 +630,15 @@ impl LocalBackend {
                     applied.converted += 1;
                     // Read before the save: unchanged at `commit`, no take came after it.
                     let takes = t.takes.load(Ordering::Acquire);
-                    let Some(table) = self.convert(t, limit, size, wall) else {
+                    let Some(limits) = limits_of(limit) else {
                         continue;
                     };
-                    converted.push(Converted {
-                        from: t.clone(),
-                        takes,
-                        limit: limit.clone(),
-                        size,
-                    });
-                    Arc::new(table)
+                    let l =
+                        convert_buckets(Some(t), limit, limits.clone(), size, &self.clock, wall);
+                    let c = Converted::new(l, t.clone(), takes, limits, self.clock.clone(), wall);
+                    let table = Arc::new(Table::converted(c, limit.clone(), size));
+                    converted.push(table.clone());
+                    table
                 }
                 None => {
                     applied.added += 1;
@@ -547,7 +650,6 @@ impl LocalBackend {
             };
             next.insert(limit.id.clone(), table);
         }
-        self.catch_up(&mut next, &mut converted, wall);
         Prepared {
             serial,
             next,
@@ -555,104 +657,30 @@ impl LocalBackend {
             resumed,
             removed,
             applied,
-            wall,
-        }
-    }
-
-    /// Converts again, without the lock decisions take, the tables of `converted` whose source
-    /// was debited since their save, while more than [`SWAP_CONVERSIONS`] are, at most
-    /// [`CATCH_UP_PASSES`] times: each pass converts only the tables debited during the one
-    /// before, so `commit`, which converts under the lock whatever was debited since the last
-    /// save, has the debits of the last pass to catch up with rather than the whole build's.
-    /// Bounded, and stopped once a pass would not halve the tables to convert (decisions that
-    /// debit tables faster than a pass converts them): the rest is left to `commit`, which
-    /// loses none of the debits either way.
-    fn catch_up(
-        &self,
-        next: &mut HashMap<String, Arc<Table>>,
-        converted: &mut [Converted],
-        wall: SystemTime,
-    ) {
-        // The tables the last pass converted (the build converted them all).
-        let mut last = converted.len();
-        for _ in 0..CATCH_UP_PASSES {
-            let stale: Vec<usize> = (0..converted.len())
-                .filter(|&i| converted[i].from.takes.load(Ordering::Acquire) != converted[i].takes)
-                .collect();
-            // Over half of the last pass's tables debited again during it: decisions reach
-            // tables faster than a pass converts them, and another pass would end as this one.
-            if stale.len() <= SWAP_CONVERSIONS || stale.len() > last / 2 {
-                return;
-            }
-            last = stale.len();
-            for i in stale {
-                let c = &mut converted[i];
-                // Read before the save, as `prepare` reads it.
-                let takes = c.from.takes.load(Ordering::Acquire);
-                if let Some(t) = self.convert(&c.from, &c.limit, c.size, wall) {
-                    c.takes = takes;
-                    next.insert(c.limit.id.clone(), Arc::new(t));
-                }
-            }
-        }
-    }
-
-    /// `from`'s buckets carried over into a table of `limit` of `size` values, as of `wall`
-    /// (see `carry_over`); drained where they cannot be.
-    fn convert(
-        &self,
-        from: &Table,
-        limit: &Arc<Limit>,
-        size: usize,
-        wall: SystemTime,
-    ) -> Option<Table> {
-        let limits = limits_of(limit)?;
-        let mut saved = Vec::new();
-        let builder = KeyedMultiLimiter::builder(limits, size, self.clock.clone());
-        let limiter = match from.limiter.save_at(&mut saved, wall) {
-            Ok(()) => carry_over(builder, &saved[..], wall, &from.limit, limit).ok(),
-            Err(_) => None,
-        };
-        match limiter {
-            Some(l) => Some(Table::new(l, limit.clone(), size)),
-            None => {
-                // A save that failed, or a restore refused (not met: `carry_over` pairs any
-                // numbers of rates): err toward refusing rather than a free burst.
-                let t = self.fresh(limit, size)?;
-                t.limiter.drain();
-                Some(t)
-            }
         }
     }
 
     /// The second half of [`apply`](Self::apply): swaps in the tables `prepare` built. A
     /// converted table whose source was debited after its save (a decision during the build)
-    /// is converted again here, with no decision running: no debit is lost, so no token is
-    /// handed out twice across the swap. Holds the tables' write lock only for that and the
+    /// is converted again at its first use after the swap, when no decision reaches the source
+    /// any more (`Table::converted`): no debit is lost, so no token is handed out twice across
+    /// the swap, and the swap converts nothing. Holds the tables' write lock only for the
     /// swap; the caller holds the config's write lock around it, so that decisions see the
     /// old config and tables or the new ones. The tables swapped out are retired by
     /// [`Retiring::finish`], once the caller has let decisions go on.
     pub(crate) fn commit<'a>(&'a self, prepared: Prepared<'a>) -> Retiring<'a> {
         let Prepared {
             serial,
-            mut next,
+            next,
             converted,
             resumed,
             removed,
             applied,
-            wall,
         } = prepared;
         let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);
         // Taken under the tables' lock, as `save` and `stand_in` take it, and kept until the
         // tables swapped out are retired: neither sees the new tables without them.
         let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
-        for c in converted {
-            if c.from.takes.load(Ordering::Acquire) != c.takes {
-                if let Some(t) = self.convert(&c.from, &c.limit, c.size, wall) {
-                    next.insert(c.limit.id.clone(), Arc::new(t));
-                }
-            }
-        }
         for id in &resumed {
             retired.remove(id);
         }
@@ -661,6 +689,7 @@ impl LocalBackend {
         Retiring {
             retired,
             old,
+            converted,
             removed,
             applied,
             _serial: serial,
@@ -717,6 +746,11 @@ impl LocalBackend {
             .collect();
 
         let mut out: Vec<Option<Outcome>> = vec![None; demands.len()];
+        // A conversion a reload deferred runs here, before any stripe is held: a decision
+        // waiting for it holds up no other.
+        for t in found.iter().flatten() {
+            t.limiter();
+        }
         let enforced: Vec<usize> = (0..demands.len()).filter(|&i| demands[i].enforce).collect();
         let mut stripes: Vec<usize> = enforced.iter().map(|&i| self.stripe(&demands[i])).collect();
         stripes.sort_unstable();
@@ -734,7 +768,7 @@ impl LocalBackend {
         for &i in &enforced {
             let d = &demands[i];
             holds[i] = match found[i] {
-                Some(t) => t.limiter.available(d.bucket.as_str()) >= d.need(),
+                Some(t) => t.limiter().available(d.bucket.as_str()) >= d.need(),
                 None => false,
             };
         }
@@ -743,7 +777,7 @@ impl LocalBackend {
             // 2. Debit them, full tables first (see the module docs).
             let mut order = enforced.clone();
             order.sort_by_key(|&i| match found[i] {
-                Some(t) => t.limiter.len() < t.limiter.max_keys(),
+                Some(t) => t.limiter().len() < t.limiter().max_keys(),
                 None => true,
             });
             let mut broken = false;
@@ -767,7 +801,7 @@ impl LocalBackend {
                 let d = &demands[i];
                 out[i] = Some(match found[i] {
                     Some(t) if holds[i] => {
-                        let (v, s) = t.limiter.decide_snapshots(&d.bucket, 0);
+                        let (v, s) = t.limiter().decide_snapshots(&d.bucket, 0);
                         Outcome::from_parts(v, &s)
                     }
                     Some(t) => self.refusal(t, d),
@@ -814,8 +848,8 @@ impl LocalBackend {
 
     /// A check-only demand: `Some` (read, holds) if one hit would pass, else `None`.
     fn check_one(&self, t: &Table, d: &Demand) -> Option<Outcome> {
-        if t.limiter.available(d.bucket.as_str()) >= 1 {
-            let (v, s) = t.limiter.decide_snapshots(&d.bucket, 0);
+        if t.limiter().available(d.bucket.as_str()) >= 1 {
+            let (v, s) = t.limiter().decide_snapshots(&d.bucket, 0);
             Some(Outcome::from_parts(v, &s))
         } else {
             None
@@ -859,8 +893,8 @@ impl LocalBackend {
         };
         // A retired table whose buckets are all full holds nothing a new one would not.
         retired.retain(|(_, t)| {
-            t.limiter.sweep();
-            !t.limiter.is_empty()
+            t.limiter().sweep();
+            !t.limiter().is_empty()
         });
         w.write_all(MAGIC)?;
         let mut blob = Vec::new();
@@ -869,7 +903,7 @@ impl LocalBackend {
                 continue; // A table has rates (`limits_of`).
             };
             blob.clear();
-            t.limiter.save(&mut blob)?;
+            t.limiter().save(&mut blob)?;
             w.write_all(&[DEFINED_TABLE])?;
             put_bytes(&mut w, id.as_bytes())?;
             w.write_all(&[u8::from(t.limit.per_value), rates.len() as u8])?;
@@ -928,7 +962,7 @@ impl LocalBackend {
             Err(why) => {
                 let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
                 for t in tables.values() {
-                    t.limiter.drain();
+                    t.limiter().drain();
                 }
                 Restored::Damaged(why)
             }
@@ -1070,11 +1104,12 @@ impl LocalBackend {
                 // tables are restored.
                 Err(RestoreError::LimitsChanged { .. }) if before.is_none() => {
                     budget.configured(size, &id)?;
-                    match self.fresh(&limit, size) {
-                        Some(t) => {
-                            t.limiter.drain();
+                    match limits_of(&limit) {
+                        Some(limits) => {
+                            let l = KeyedMultiLimiter::with_clock(limits, size, self.clock.clone());
+                            l.drain();
                             drained += 1;
-                            t.limiter
+                            l
                         }
                         None => {
                             finish(&mut blob, &id)?;
@@ -1114,15 +1149,44 @@ impl LocalBackend {
     /// the tables full or past their caps.
     pub fn retired(&self) -> (usize, usize) {
         let retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
-        let buckets = retired.tables.values().map(|(_, t)| t.limiter.len()).sum();
+        let buckets = retired
+            .tables
+            .values()
+            .map(|(_, t)| t.limiter().len())
+            .sum();
         (retired.tables.len(), buckets)
     }
 
     /// Buckets tracked over all tables (the `tollgate_rls_tracked_buckets` gauge).
     pub fn tracked(&self) -> usize {
         let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
-        tables.values().map(|t| t.limiter.len()).sum()
+        tables.values().map(|t| t.limiter().len()).sum()
     }
+}
+
+/// `from`'s buckets carried over into a table of `limits` (`limit`'s) of `size` values, as of
+/// `wall` (see `carry_over`): the buckets of a table saved and restored at once. Drained
+/// where they cannot be (no `from`, a save that failed, a restore refused; not met:
+/// `carry_over` pairs any numbers of rates), erring toward refusing rather than a free burst.
+fn convert_buckets(
+    from: Option<&Table>,
+    limit: &Arc<Limit>,
+    limits: Limits,
+    size: usize,
+    clock: &RlsClock,
+    wall: SystemTime,
+) -> Keyed {
+    let builder = KeyedMultiLimiter::builder(limits.clone(), size, clock.clone());
+    let restored = from.and_then(|from| {
+        let mut saved = Vec::new();
+        from.limiter().save_at(&mut saved, wall).ok()?;
+        carry_over(builder, &saved[..], wall, &from.limit, limit).ok()
+    });
+    restored.unwrap_or_else(|| {
+        let l = KeyedMultiLimiter::with_clock(limits, size, clock.clone());
+        l.drain();
+        l
+    })
 }
 
 /// The buckets of a table saved (`saved`, at `wall`) under `before`'s rates, restored into
@@ -1138,7 +1202,7 @@ fn carry_over<R: Read>(
     wall: SystemTime,
     before: &Limit,
     after: &Limit,
-) -> Result<KeyedMultiLimiter<String, RlsClock>, RestoreError> {
+) -> Result<Keyed, RestoreError> {
     match (&before.kind, &after.kind) {
         (Kind::Rates(old), Kind::Rates(new)) if old.len() != new.len() => {
             builder.restore_paired_at(saved, wall, &rate_pairs(old, new))
@@ -1355,28 +1419,20 @@ mod tests {
         Config::from_sources(&[(PathBuf::from("c.yaml"), y)]).unwrap()
     }
 
-    /// The converted tables `commit` would convert again under the lock.
-    fn stale(p: &Prepared<'_>) -> usize {
-        p.converted
-            .iter()
-            .filter(|c| c.from.takes.load(Ordering::Acquire) != c.takes)
-            .count()
-    }
-
     /// Tables debited after a reload saved them (decisions during its build) are converted
-    /// again before the swap, off the lock, so that the swap has none left to convert; their
-    /// debits are in the new tables.
+    /// again at their first use after the swap, with every debit; the swap converts nothing,
+    /// and tables not debited keep the buckets the build made.
     #[test]
-    fn tables_debited_during_a_build_are_converted_again_before_the_swap() {
+    fn tables_debited_during_a_build_are_converted_again_at_their_first_use() {
         let clock = tollgate::ManualClock::new();
         clock.advance(Duration::from_secs(1_000_000));
         let backend = LocalBackend::new(RlsClock::manual(clock), 100_000);
-        let n = 4 * SWAP_CONVERSIONS;
+        let n = 256;
         backend.apply(&per_value(n));
         // One more limit of a bucket per value: every table is resized, so converted.
-        let mut p = backend.prepare(&per_value(n + 1));
+        let p = backend.prepare(&per_value(n + 1));
         assert_eq!(p.applied.converted, n);
-        let debited = 2 * SWAP_CONVERSIONS;
+        let debited = n / 2;
         {
             let tables = backend.tables.read().unwrap();
             for i in 0..debited {
@@ -1384,18 +1440,26 @@ mod tests {
                 assert!(r.is_ok());
             }
         }
-        assert_eq!(stale(&p), debited);
-        backend.catch_up(&mut p.next, &mut p.converted, p.wall);
-        assert_eq!(stale(&p), 0, "left to the swap");
-        backend.commit(p).finish();
+        let unused =
+            |t: &Table| matches!(&t.buckets, Buckets::Converted(c) if c.buckets.get().is_none());
+        let retiring = backend.commit(p);
+        {
+            let tables = backend.tables.read().unwrap();
+            assert_eq!(
+                tables.values().filter(|t| unused(t)).count(),
+                n,
+                "converted at the swap"
+            );
+            // A decision's first use converts a debited table again, with the debit.
+            assert_eq!(tables["r\u{1f}p0"].limiter().available("v"), 99);
+        }
+        retiring.finish();
         let tables = backend.tables.read().unwrap();
         for i in 0..n {
-            let left = tables[&format!("r\u{1f}p{i}")].limiter.available("v");
-            if i < debited {
-                assert!(left < 100, "p{i}: the debit was lost ({left} left)");
-            } else {
-                assert_eq!(left, 100, "p{i}");
-            }
+            let t = &tables[&format!("r\u{1f}p{i}")];
+            assert!(!unused(t), "p{i}: not used by the reload's end");
+            let left = t.limiter().available("v");
+            assert_eq!(left, if i < debited { 99 } else { 100 }, "p{i}");
         }
     }
 }
