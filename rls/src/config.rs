@@ -297,6 +297,8 @@ pub struct Config {
     domains: HashMap<String, Domain>,
     limits: Vec<Arc<Limit>>,
     warnings: Vec<ConfigError>,
+    /// Warnings past [`Config::MAX_WARNINGS`], counted only.
+    warnings_not_kept: usize,
 }
 
 /// Appends `s` to a bucket with the separators (`\x1e`, `\x1f`) and the escape (`\x1b`) each
@@ -385,6 +387,7 @@ impl Config {
                 file,
                 limits: &mut config.limits,
                 warnings: &mut config.warnings,
+                warnings_not_kept: &mut config.warnings_not_kept,
                 warned: HashSet::new(),
                 ids: HashMap::new(),
                 domain: String::new(),
@@ -422,8 +425,19 @@ impl Config {
     /// ignores too, and which cannot loosen a limit; those that could are refused), an
     /// `unlimited` limit's invalid `unit`, and a field written twice in one mapping (the later
     /// value replacing the earlier, as there).
+    /// The first [`MAX_WARNINGS`](Config::MAX_WARNINGS) of them; the rest are counted in
+    /// [`warnings_not_kept`](Config::warnings_not_kept).
     pub fn warnings(&self) -> &[ConfigError] {
         &self.warnings
+    }
+
+    /// The most warnings a config keeps: a file that repeats a field a million times costs
+    /// a count, not a message per repeat.
+    pub const MAX_WARNINGS: usize = 1_000;
+
+    /// How many warnings the load met past the [`MAX_WARNINGS`](Config::MAX_WARNINGS) kept.
+    pub fn warnings_not_kept(&self) -> usize {
+        self.warnings_not_kept
     }
 
     /// The number of domains.
@@ -706,6 +720,8 @@ struct Parser<'a> {
     limits: &'a mut Vec<Arc<Limit>>,
     /// What the load ignores ([`Config::warnings`]).
     warnings: &'a mut Vec<ConfigError>,
+    /// Warnings past [`Config::MAX_WARNINGS`].
+    warnings_not_kept: &'a mut usize,
     /// The keys (line, column) already warned about as a field written twice.
     warned: HashSet<(usize, usize)>,
     /// The ids of the file's limits so far, each with where it was defined: an id names one
@@ -1045,6 +1061,15 @@ fn resolve(n: &MarkedYamlOwned) -> Option<(&str, Resolved)> {
 }
 
 impl Parser<'_> {
+    /// Keeps `w` as a warning of the load, or counts it past [`Config::MAX_WARNINGS`].
+    fn warn(&mut self, w: ConfigError) {
+        if self.warnings.len() < Config::MAX_WARNINGS {
+            self.warnings.push(w);
+        } else {
+            *self.warnings_not_kept += 1;
+        }
+    }
+
     fn err(&self, node: Option<&MarkedYamlOwned>, field: &str, message: String) -> ConfigError {
         ConfigError {
             file: self.file.to_owned(),
@@ -1182,7 +1207,7 @@ impl Parser<'_> {
                         place.what()
                     ),
                 );
-                self.warnings.push(w);
+                self.warn(w);
                 Ok(())
             }
             Misplaced::Refused(belongs) => Err(self.err(
@@ -1311,7 +1336,7 @@ impl Parser<'_> {
                  envoyproxy/ratelimit (yaml.v2) reads it"
             ),
         );
-        self.warnings.push(w);
+        self.warn(w);
     }
 
     /// A string field: the scalar's source text, as yaml.v2 fills a Go string (`1.0`, `007`,
@@ -1719,7 +1744,7 @@ impl Parser<'_> {
                         &format!("{field}.unit"),
                         format!("{u:?} is not a unit: ignored, as the limit is unlimited"),
                     );
-                    self.warnings.push(w);
+                    self.warn(w);
                 }
                 _ => {}
             }

@@ -470,11 +470,9 @@ fn log_warnings(config: &Config) {
     for e in w.iter().take(MAX_WARNINGS_LOGGED) {
         log(format!("config warning: {e}"));
     }
-    if w.len() > MAX_WARNINGS_LOGGED {
-        log(format!(
-            "config warning: {} more warnings",
-            w.len() - MAX_WARNINGS_LOGGED
-        ));
+    let more = w.len().saturating_sub(MAX_WARNINGS_LOGGED) + config.warnings_not_kept();
+    if more > 0 {
+        log(format!("config warning: {more} more warnings"));
     }
 }
 

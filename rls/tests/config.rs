@@ -1170,3 +1170,20 @@ fn numbers_and_flags_resolve_as_yaml_v2_resolves_them() {
         assert_eq!(e.field, "descriptors[0].shadow_mode", "{text}");
     }
 }
+
+/// A file that repeats a field many times keeps the first `MAX_WARNINGS` warnings and counts
+/// the rest: what a load holds for its warnings is bounded, whatever the file.
+#[test]
+fn warnings_past_the_most_kept_are_counted() {
+    use tollgate_rls::config::Config;
+    let repeats = Config::MAX_WARNINGS + 500;
+    let mut y = String::from("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n");
+    for _ in 0..=repeats {
+        y.push_str("      unit: minute\n");
+    }
+    y.push_str("      requests_per_unit: 3\n");
+    let c = load(&y).unwrap();
+    assert_eq!(c.warnings().len(), Config::MAX_WARNINGS);
+    assert_eq!(c.warnings_not_kept(), 500);
+    assert!(c.lookup("d", [("a", "x")]).is_some());
+}
