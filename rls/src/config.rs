@@ -1324,7 +1324,7 @@ impl Parser<'_> {
             format!("{at}.{name}")
         };
         let what = if name == "rate_limit" {
-            "its fields replace those of the earlier one (the others stay; a null one drops              them all)"
+            "its fields replace those of the earlier one (the others stay; a null one drops them all)"
         } else {
             "this value replaces the earlier one"
         };

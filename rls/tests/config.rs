@@ -990,6 +990,13 @@ descriptors:
         "{}",
         c.warnings()[0]
     );
+    assert!(
+        c.warnings()[3]
+            .message
+            .contains("(the others stay; a null one drops them all)"),
+        "{}",
+        c.warnings()[3]
+    );
     // A merged descriptor's `rate_limit` and the descriptor's own are combined the same way,
     // in document order.
     let c = load(
