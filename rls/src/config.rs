@@ -935,18 +935,33 @@ fn repeated_key_tag(n: usize, own: Option<&saphyr_parser::Tag>) -> saphyr_parser
     }
 }
 
-/// A scalar's tag as written: [`REPEATED_KEY`]'s mark taken off.
+/// A scalar's tag as written: [`REPEATED_KEY`]'s mark taken off, and a tag of YAML's own
+/// ([`YAML_TAG`]) under that handle however it was written (`!!int`, the verbatim
+/// `!<tag:yaml.org,2002:int>`, a `%TAG` prefix ending elsewhere in it): yaml.v2 compares the
+/// whole tag, so each of those is its `!!int`.
 fn original_tag(tag: Option<&saphyr_parser::Tag>) -> Option<Cow<'_, saphyr_parser::Tag>> {
     let t = tag?;
-    if t.handle != REPEATED_KEY {
-        return Some(Cow::Borrowed(t));
+    let t = if t.handle != REPEATED_KEY {
+        Cow::Borrowed(t)
+    } else {
+        let mut parts = t.suffix.splitn(3, '\0');
+        let (_, handle, suffix) = (parts.next(), parts.next()?, parts.next()?);
+        Cow::Owned(saphyr_parser::Tag {
+            handle: handle.into(),
+            suffix: suffix.into(),
+        })
+    };
+    if t.handle == YAML_TAG {
+        return Some(t);
     }
-    let mut parts = t.suffix.splitn(3, '\0');
-    let (_, handle, suffix) = (parts.next(), parts.next()?, parts.next()?);
-    Some(Cow::Owned(saphyr_parser::Tag {
-        handle: handle.into(),
-        suffix: suffix.into(),
-    }))
+    let whole = format!("{}{}", t.handle, t.suffix);
+    Some(match whole.strip_prefix(YAML_TAG) {
+        Some(own) => Cow::Owned(saphyr_parser::Tag {
+            handle: YAML_TAG.into(),
+            suffix: own.into(),
+        }),
+        None => t,
+    })
 }
 
 /// The handle of YAML's own tags (`!!str`, `!!merge`).
@@ -1324,7 +1339,7 @@ impl Parser<'_> {
             format!("{at}.{name}")
         };
         let what = if name == "rate_limit" {
-            "its fields replace those of the earlier one (the others stay; a null one drops              them all)"
+            "its fields replace those of the earlier one (the others stay; a null one drops them all)"
         } else {
             "this value replaces the earlier one"
         };

@@ -990,6 +990,13 @@ descriptors:
         "{}",
         c.warnings()[0]
     );
+    assert!(
+        c.warnings()[3]
+            .message
+            .contains("(the others stay; a null one drops them all)"),
+        "{}",
+        c.warnings()[3]
+    );
     // A merged descriptor's `rate_limit` and the descriptor's own are combined the same way,
     // in document order.
     let c = load(
@@ -1019,6 +1026,43 @@ descriptors:
         (e.line, e.field.as_str()),
         (Some(4), "descriptors[0].shadow_mode")
     );
+}
+
+/// yaml.v2 compares a node's whole tag: YAML's own tags written verbatim
+/// (`!<tag:yaml.org,2002:int>`) or through a `%TAG` prefix are the `!!` ones, here too: an
+/// integer, a merge key, and a `!!binary` string refused.
+#[test]
+fn core_tags_written_verbatim_or_through_a_prefix_are_the_short_ones() {
+    let c = load(
+        "%TAG !y! tag:yaml.org,2002:i
+---
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: !<tag:yaml.org,2002:int> 0x10}
+  - key: b
+    rate_limit: {unit: second, requests_per_unit: !y!nt '7'}
+  - key: c
+    rate_limit:
+      !<tag:yaml.org,2002:merge> <<: {unit: minute, requests_per_unit: 3}
+",
+    )
+    .unwrap();
+    assert_eq!(rate_of(&c, "a"), (16, Unit::Second, String::new()));
+    assert_eq!(rate_of(&c, "b"), (7, Unit::Second, String::new()));
+    assert_eq!(rate_of(&c, "c"), (3, Unit::Minute, String::new()));
+    for binary in ["!!binary", "!<tag:yaml.org,2002:binary>"] {
+        let e = load(&format!(
+            "domain: d\ndescriptors:\n  - key: a\n    value: {binary} aGVsbG8=\n    \
+             rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+        ))
+        .unwrap_err();
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(4), "descriptors[0].value"),
+            "{binary}: {e}"
+        );
+    }
 }
 
 /// yaml.v2 takes as a merge key a `<<` that is plain and untagged or tagged `!!merge`
