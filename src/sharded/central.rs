@@ -517,20 +517,12 @@ impl Central {
                 release(locked);
                 // The wait until the word pays the cost, or, sooner, until it pays what the
                 // lease lacks while the lease still holds its units (they lapse once the units
-                // earned pass them): the instant the pooling above admits. At the instant the
-                // units earned reach the lease's first unit, an exact quota's reading holds
-                // them all (its units earned are whole at every nanosecond, and what lapses
-                // after is made up by the limit rising with it); an inexact one's may have
-                // passed the first by a unit, so there the word's own wait is named.
+                // earned pass them): the instant the pooling above admits
+                // ([`pooled_lasts`]).
                 let mut need = want;
                 if let Some((_, _, top, units)) = held {
                     let pooled = top.max(want - units);
-                    let lasts = match (pooled - burst_units).cmp(&(top - units)) {
-                        core::cmp::Ordering::Less => true,
-                        core::cmp::Ordering::Equal => scaled.exact_mul().is_some(),
-                        core::cmp::Ordering::Greater => false,
-                    };
-                    if units > 0 && lasts {
+                    if units > 0 && pooled_lasts(scaled, pooled - burst_units, top - units) {
                         need = pooled;
                     }
                 }
@@ -657,13 +649,33 @@ fn dry_or_pooled_at(scaled: &Scaled, s: u64, top: u64, units: u64) -> u64 {
     // `units < scale <= s + scale`: no underflow.
     let pooled = top.max(s + scale - units);
     match pooled.checked_sub(burst_units) {
-        // Earned up to `pooled − burst` no later than the lease's first unit held: the units
-        // last. (At that instant exactly, the refusal's wait names the pooled instant only
-        // for an exact quota: an inexact one's reading may have passed the first unit there;
-        // an earlier `dry_until` only sends more decisions to the word, which decides exactly.)
-        Some(need) if need <= top - units => alone.min(scaled.instant_of(need)),
+        // The refusal's rule ([`pooled_lasts`]): a one-token refusal from `dry_until` names it
+        // as its wait, so it must be an instant at which a retry is admitted.
+        Some(need) if pooled_lasts(scaled, need, top - units) => alone.min(scaled.instant_of(need)),
         Some(_) => alone,
         None => 0,
+    }
+}
+
+/// Whether a lease whose first unit held is `first` still holds its units at the first reading
+/// whose units earned reach `need` (the word's part of a pooled payment), so that the pooling
+/// of [`Central::decide`] admits there. Before `first`: yes. At `first` exactly, only if that
+/// reading earns `need` whole: at every reading for an exact quota; for an inexact one only on
+/// its unit grid, since off it the units earned, rounded up, have passed `first` by one unit,
+/// and from then on the lease lapses exactly as fast as the limit rises: off the grid the
+/// pooled sum stays one unit short until the lease has lapsed whole, so the word's own instant
+/// is named (a reading on the grid in between may admit sooner; the wait is never early).
+/// Beyond `first`: no.
+fn pooled_lasts(scaled: &Scaled, need: u64, first: u64) -> bool {
+    match need.cmp(&first) {
+        core::cmp::Ordering::Less => true,
+        core::cmp::Ordering::Equal => {
+            scaled.exact_mul().is_some() || {
+                let (floor, ceil) = scaled.earned(scaled.instant_of(need));
+                floor == ceil
+            }
+        }
+        core::cmp::Ordering::Greater => false,
     }
 }
 
