@@ -1347,13 +1347,14 @@ mod tests {
     }
 
     /// A refusal beside a lease whose first unit held is exactly where the pooled payment
-    /// needs the units earned (an inexact quota, a far lease lapsing) records in `dry_until`
-    /// the word's own instant, not the pooled one: off the unit grid the lease lapses as fast
-    /// as the limit rises, so the pooling stays one unit short, and a one-token refusal from
-    /// `dry_until` would name a wait at which the retry is refused again. 1,280 tokens per
-    /// 377.957121793 s (inexact), burst 36, three shards, all on shard 0 (sharded_vs_model's
-    /// input): a far lease of one token, 35 tokens from the word, a cost of 36 refused; a cost
-    /// of 1 is then refused with a wait at which it is admitted, and not sooner.
+    /// needs the units earned (an inexact quota, a far lease lapsing) names, and records in
+    /// `dry_until`, a reading whose units earned are whole (or the word's own instant): off the
+    /// unit grid the lease lapses as fast as the limit rises and the pooling stays one unit
+    /// short, so a one-token refusal from a `dry_until` at the instant the units are earned
+    /// would name a wait at which the retry is refused again. 1,280 tokens per 377.957121793 s
+    /// (inexact), burst 36, three shards, all on shard 0 (sharded_vs_model's input): a far
+    /// lease of one token, 35 tokens from the word, a cost of 36 refused; a cost of 1 is then
+    /// refused with a wait at which it is admitted, and not a nanosecond sooner.
     #[test]
     fn a_refusal_beside_a_lapsing_lease_names_a_wait_that_admits() {
         let quota = Quota::new(1_280, Duration::from_nanos(377_957_121_793), 36).unwrap();
@@ -1369,7 +1370,7 @@ mod tests {
             panic!("admitted at {t1}");
         };
         let at = t1 + d.as_nanos() as u64;
-        assert!(d > Duration::from_millis(9), "{d:?}");
+        assert_eq!(quota.scaled().whole_from(at), at, "{d:?}: a whole reading");
         assert!(on(&bucket, 0, at - 1, 1).is_err());
         assert_eq!(on(&bucket, 0, at, 1), Ok(()), "retried at {d:?}");
     }

@@ -517,16 +517,17 @@ impl Central {
                 release(locked);
                 // The wait until the word pays the cost, or, sooner, until it pays what the
                 // lease lacks while the lease still holds its units (they lapse once the units
-                // earned pass them): the instant the pooling above admits
-                // ([`pooled_lasts`]).
-                let mut need = want;
+                // earned pass them): the instant the pooling above admits ([`pooled_at`]).
+                let mut at = scaled.instant_of(want - burst_units);
                 if let Some((_, _, top, units)) = held {
                     let pooled = top.max(want - units);
-                    if units > 0 && pooled_lasts(scaled, pooled - burst_units, top - units) {
-                        need = pooled;
+                    if units > 0 {
+                        if let Some(p) = pooled_at(scaled, pooled - burst_units, top - units) {
+                            at = at.min(p);
+                        }
                     }
                 }
-                let denied = Denied::RetryAfter(wait(scaled, need - burst_units, ask.now));
+                let denied = Denied::RetryAfter(wait_until(at, ask.now));
                 return Outcome::Refused(denied, dry);
             }
             // A lease that holds less than one token is replaced (what it holds is lost): a far
@@ -649,33 +650,28 @@ fn dry_or_pooled_at(scaled: &Scaled, s: u64, top: u64, units: u64) -> u64 {
     // `units < scale <= s + scale`: no underflow.
     let pooled = top.max(s + scale - units);
     match pooled.checked_sub(burst_units) {
-        // The refusal's rule ([`pooled_lasts`]): a one-token refusal from `dry_until` names it
-        // as its wait, so it must be an instant at which a retry is admitted.
-        Some(need) if pooled_lasts(scaled, need, top - units) => alone.min(scaled.instant_of(need)),
-        Some(_) => alone,
+        // The refusal's rule ([`pooled_at`]): a one-token refusal from `dry_until` names it as
+        // its wait, so it must be an instant at which a retry is admitted.
+        Some(need) => pooled_at(scaled, need, top - units).map_or(alone, |p| alone.min(p)),
         None => 0,
     }
 }
 
-/// Whether a lease whose first unit held is `first` still holds its units at the first reading
-/// whose units earned reach `need` (the word's part of a pooled payment), so that the pooling
-/// of [`Central::decide`] admits there. Before `first`: yes. At `first` exactly, only if that
-/// reading earns `need` whole: at every reading for an exact quota; for an inexact one only on
-/// its unit grid, since off it the units earned, rounded up, have passed `first` by one unit,
-/// and from then on the lease lapses exactly as fast as the limit rises: off the grid the
-/// pooled sum stays one unit short until the lease has lapsed whole, so the word's own instant
-/// is named (a reading on the grid in between may admit sooner; the wait is never early).
-/// Beyond `first`: no.
-fn pooled_lasts(scaled: &Scaled, need: u64, first: u64) -> bool {
+/// The first reading at which a lease whose first unit held is `first`, pooled with the word,
+/// pays where the word's part needs the units earned to reach `need` (the pooling of
+/// [`Central::decide`]: `s + cost − units <= ⌊earned⌋ + burst`, `units` what the lease holds
+/// at that reading, `top − max(frontier, ⌈earned⌉)`); `None` if `need > first`: the lease
+/// lapses as fast as the limit rises, so the pooled sum never reaches the cost. The caller
+/// takes the sooner of this and the word's own instant, when the lease has lapsed whole.
+/// Below `first`: the instant `need` is earned. At `first` exactly, the sum is short by the
+/// rounding of the units earned (their ceiling lapses the lease's units, their floor sets the
+/// limit): it pays at a reading whose units earned are whole, every reading of an exact quota
+/// but only every `div`-th nanosecond of an inexact one.
+fn pooled_at(scaled: &Scaled, need: u64, first: u64) -> Option<u64> {
     match need.cmp(&first) {
-        core::cmp::Ordering::Less => true,
-        core::cmp::Ordering::Equal => {
-            scaled.exact_mul().is_some() || {
-                let (floor, ceil) = scaled.earned(scaled.instant_of(need));
-                floor == ceil
-            }
-        }
-        core::cmp::Ordering::Greater => false,
+        core::cmp::Ordering::Less => Some(scaled.instant_of(need)),
+        core::cmp::Ordering::Equal => Some(scaled.whole_from(scaled.instant_of(need))),
+        core::cmp::Ordering::Greater => None,
     }
 }
 
