@@ -1387,4 +1387,33 @@ mod tests {
             }
         }
     }
+
+    /// A refusal beside a lease whose first unit held is exactly where the pooled payment
+    /// needs the units earned (an inexact quota, a far lease lapsing) names, and records in
+    /// `dry_until`, a reading whose units earned are whole (or the word's own instant): off the
+    /// unit grid the lease lapses as fast as the limit rises and the pooling stays one unit
+    /// short, so a one-token refusal from a `dry_until` at the instant the units are earned
+    /// would name a wait at which the retry is refused again. 1,280 tokens per 377.957121793 s
+    /// (inexact), burst 36, three shards, all on shard 0 (sharded_vs_model's input): a far
+    /// lease of one token, 35 tokens from the word, a cost of 36 refused; a cost of 1 is then
+    /// refused with a wait at which it is admitted, and not a nanosecond sooner.
+    #[test]
+    fn a_refusal_beside_a_lapsing_lease_names_a_wait_that_admits() {
+        let quota = Quota::new(1_280, Duration::from_nanos(377_957_121_793), 36).unwrap();
+        assert!(!quota.is_exact());
+        let bucket = ShardedBucket::with_clock(quota, 3, ManualClock::new());
+        let (t0, t1) = (110_382_367_637_516, 110_382_948_951_811);
+        assert_eq!(on(&bucket, 0, t0, 1), Ok(()));
+        assert_eq!(on(&bucket, 0, t1, 35), Ok(()));
+        let (q, h) = bucket.shards[0].read();
+        assert_eq!(h - q, quota.scale(), "a far lease of one token, lapsing");
+        assert!(on(&bucket, 0, t1, 36).is_err());
+        let Err(Denied::RetryAfter(d)) = on(&bucket, 0, t1, 1) else {
+            panic!("admitted at {t1}");
+        };
+        let at = t1 + d.as_nanos() as u64;
+        assert_eq!(quota.scaled().whole_from(at), at, "{d:?}: a whole reading");
+        assert!(on(&bucket, 0, at - 1, 1).is_err());
+        assert_eq!(on(&bucket, 0, at, 1), Ok(()), "retried at {d:?}");
+    }
 }

@@ -140,6 +140,12 @@ impl Scaled {
         recip::div_ceil(x, self.mul, self.rmul)
     }
 
+    /// The first reading at or after `t` whose units earned are whole: a multiple of `div`
+    /// (`mul / div` being reduced), so `t` itself for an exact quota; saturating at `u64::MAX`.
+    pub(crate) fn whole_from(&self, t: u64) -> u64 {
+        t.div_ceil(self.div).saturating_mul(self.div)
+    }
+
     /// Units earned from the origin to `now`, rounded down.
     #[inline(always)]
     pub(crate) fn earned_floor(&self, now: u64) -> u64 {

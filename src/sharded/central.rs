@@ -517,24 +517,17 @@ impl Central {
                 release(locked);
                 // The wait until the word pays the cost, or, sooner, until it pays what the
                 // lease lacks while the lease still holds its units (they lapse once the units
-                // earned pass them): the instant the pooling above admits. At the instant the
-                // units earned reach the lease's first unit, an exact quota's reading holds
-                // them all (its units earned are whole at every nanosecond, and what lapses
-                // after is made up by the limit rising with it); an inexact one's may have
-                // passed the first by a unit, so there the word's own wait is named.
-                let mut need = want;
+                // earned pass them): the instant the pooling above admits ([`pooled_at`]).
+                let mut at = scaled.instant_of(want - burst_units);
                 if let Some((_, _, top, units)) = held {
                     let pooled = top.max(want - units);
-                    let lasts = match (pooled - burst_units).cmp(&(top - units)) {
-                        core::cmp::Ordering::Less => true,
-                        core::cmp::Ordering::Equal => scaled.exact_mul().is_some(),
-                        core::cmp::Ordering::Greater => false,
-                    };
-                    if units > 0 && lasts {
-                        need = pooled;
+                    if units > 0 {
+                        if let Some(p) = pooled_at(scaled, pooled - burst_units, top - units) {
+                            at = at.min(p);
+                        }
                     }
                 }
-                let denied = Denied::RetryAfter(wait(scaled, need - burst_units, ask.now));
+                let denied = Denied::RetryAfter(wait_until(at, ask.now));
                 return Outcome::Refused(denied, dry);
             }
             // A lease that holds less than one token is replaced (what it holds is lost): a far
@@ -657,13 +650,28 @@ fn dry_or_pooled_at(scaled: &Scaled, s: u64, top: u64, units: u64) -> u64 {
     // `units < scale <= s + scale`: no underflow.
     let pooled = top.max(s + scale - units);
     match pooled.checked_sub(burst_units) {
-        // Earned up to `pooled − burst` no later than the lease's first unit held: the units
-        // last. (At that instant exactly, the refusal's wait names the pooled instant only
-        // for an exact quota: an inexact one's reading may have passed the first unit there;
-        // an earlier `dry_until` only sends more decisions to the word, which decides exactly.)
-        Some(need) if need <= top - units => alone.min(scaled.instant_of(need)),
-        Some(_) => alone,
+        // The refusal's rule ([`pooled_at`]): a one-token refusal from `dry_until` names it as
+        // its wait, so it must be an instant at which a retry is admitted.
+        Some(need) => pooled_at(scaled, need, top - units).map_or(alone, |p| alone.min(p)),
         None => 0,
+    }
+}
+
+/// The first reading at which a lease whose first unit held is `first`, pooled with the word,
+/// pays where the word's part needs the units earned to reach `need` (the pooling of
+/// [`Central::decide`]: `s + cost − units <= ⌊earned⌋ + burst`, `units` what the lease holds
+/// at that reading, `top − max(frontier, ⌈earned⌉)`); `None` if `need > first`: the lease
+/// lapses as fast as the limit rises, so the pooled sum never reaches the cost. The caller
+/// takes the sooner of this and the word's own instant, when the lease has lapsed whole.
+/// Below `first`: the instant `need` is earned. At `first` exactly, the sum is short by the
+/// rounding of the units earned (their ceiling lapses the lease's units, their floor sets the
+/// limit): it pays at a reading whose units earned are whole, every reading of an exact quota
+/// but only every `div`-th nanosecond of an inexact one.
+fn pooled_at(scaled: &Scaled, need: u64, first: u64) -> Option<u64> {
+    match need.cmp(&first) {
+        core::cmp::Ordering::Less => Some(scaled.instant_of(need)),
+        core::cmp::Ordering::Equal => Some(scaled.whole_from(scaled.instant_of(need))),
+        core::cmp::Ordering::Greater => None,
     }
 }
 

@@ -703,3 +703,17 @@ fn one_shard_waits_as_a_bucket_at_a_stale_reading() {
         }
     }
 }
+
+/// A schedule a 300-seed soak found, on 3 tokens per 7 µs (inexact: 3/2 units a nanosecond,
+/// whole at every other nanosecond): a lease partly lapsed at the instant the pooled payment
+/// needs the units earned to reach its first unit held, where the pooling pays only at a
+/// reading whose units earned are whole. A `dry_until` at the word's own instant there would
+/// refuse the token the pooling pays at the next even nanosecond (a false claim); one at the
+/// instant the units are earned, off the grid, a wait at which the retry is refused again.
+#[test]
+fn a_refusal_beside_a_lease_lapsing_at_its_first_unit_records_a_whole_reading() {
+    let quota = Quota::new(3, Duration::from_nanos(7_000), 100).unwrap();
+    assert_eq!(quota.units_per_ns(), (3, 2));
+    let st = run(quota, 2, 2_334, 158 * 7_919 + 2, 20_000);
+    assert!(st.probes > 0, "{st:?}");
+}
