@@ -785,11 +785,7 @@ descriptors:
     assert!(!l.shadow && !l.detailed_metric && l.per_value);
     assert_eq!(l.replaces, vec!["x".to_owned()]);
     assert!(matches!(&l.kind, Kind::Rates(r) if r[0].requests_per_unit == 5));
-    let warned: Vec<(Option<usize>, &str)> = c
-        .warnings()
-        .iter()
-        .map(|w| (w.line, w.field.as_str()))
-        .collect();
+    let warned = warned(&c);
     assert_eq!(
         warned,
         [
@@ -804,9 +800,6 @@ descriptors:
             (Some(15), "descriptors[0].rate_limit.replaces[0].key"),
             (Some(15), "descriptors[0].rate_limit.replaces[0].unit"),
         ]
-        .iter()
-        .map(|(l, f)| (*l, *f))
-        .collect::<Vec<_>>()
     );
     assert!(
         c.warnings()[0].message.contains("ignored"),
@@ -962,11 +955,7 @@ descriptors:
     // A null `rate_limit` is a nil pointer there: no limit, and a later one starts afresh.
     assert!(c.lookup("d", [("f", "x")]).is_none());
     assert_eq!(rate_of(&c, "g"), (0, Unit::Day, String::new()));
-    let warned: Vec<(Option<usize>, &str)> = c
-        .warnings()
-        .iter()
-        .map(|w| (w.line, w.field.as_str()))
-        .collect();
+    let warned = warned(&c);
     assert_eq!(
         warned,
         [
@@ -1230,4 +1219,12 @@ fn warnings_past_the_most_kept_are_counted() {
     assert_eq!(c.warnings().len(), Config::MAX_WARNINGS);
     assert_eq!(c.warnings_not_kept(), 500);
     assert!(c.lookup("d", [("a", "x")]).is_some());
+}
+
+/// Each of `c`'s warnings as its line and field.
+fn warned(c: &tollgate_rls::config::Config) -> Vec<(Option<usize>, &str)> {
+    c.warnings()
+        .iter()
+        .map(|w| (w.line, w.field.as_str()))
+        .collect()
 }
