@@ -99,8 +99,10 @@ fn lease_pays_between(
 /// token at some reading in `[from, d)`: `Central::decide` takes what a lease holds and the
 /// rest from the word while the lease's units last and lie within one burst of the reading.
 /// Checked at the first reading at which both lie within the burst, with the lease's units as
-/// the reading leaves them (units that lapse as the clock passes them take the word's part up
-/// with them, so no later reading pays where that one does not).
+/// the reading leaves them, and at the first reading from there whose units earned are whole:
+/// units that lapse as the clock passes them take the word's part up with them, so no later
+/// reading pays where those do not, but at a reading off an inexact quota's unit grid the
+/// earned units' ceiling lapses one unit more than their floor raises the limit.
 fn pooled_pays_between(
     bucket: &ShardedBucket<ManualClock>,
     lease: &Lease,
@@ -119,13 +121,13 @@ fn pooled_pays_between(
         .checked_sub(burst)
         .map_or(0, |n| scaled.instant_of(n))
         .max(from);
-    if first >= d {
-        return false;
-    }
-    let e = bucket.earned(first);
-    let units = h.saturating_sub(q.max(e.ceil));
-    let limit = e.floor + burst;
-    units > 0 && h <= limit && s + scale - units <= limit
+    let pays = |t: u64| {
+        let e = bucket.earned(t);
+        let units = h.saturating_sub(q.max(e.ceil));
+        let limit = e.floor + burst;
+        t < d && units > 0 && h <= limit && s + scale - units <= limit
+    };
+    pays(first) || pays(scaled.whole_from(first))
 }
 
 /// What a schedule did.
