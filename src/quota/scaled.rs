@@ -142,6 +142,8 @@ impl Scaled {
 
     /// The first reading at or after `t` whose units earned are whole: a multiple of `div`
     /// (`mul / div` being reduced), so `t` itself for an exact quota; saturating at `u64::MAX`.
+    /// (For the sharded bucket, which needs `std`.)
+    #[cfg(feature = "std")]
     pub(crate) fn whole_from(&self, t: u64) -> u64 {
         t.div_ceil(self.div).saturating_mul(self.div)
     }
