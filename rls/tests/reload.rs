@@ -148,19 +148,10 @@ fn load(yaml: &str) -> tollgate_rls::config::Config {
 
 /// Decides one hit of `key: value` in domain `r` on `s`: whether it is admitted.
 fn one(s: &tollgate_rls::service::Service, key: &str, value: &str) -> bool {
-    use tollgate_rls::service::{Code, Descriptor, Request};
-    let req = Request {
-        domain: "r".into(),
-        descriptors: vec![Descriptor {
-            entries: vec![(key.into(), value.into())],
-            ..Default::default()
-        }],
-        hits_addend: 1,
-    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    rt.block_on(s.should_rate_limit(&req)).unwrap().overall == Code::Ok
+    one_on(&rt, s, key, value)
 }
 
 /// A limit that leaves the config for a while and comes back (a file read while half written,

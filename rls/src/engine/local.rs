@@ -134,18 +134,10 @@ impl Converted {
                 .take();
             match built {
                 Some((l, from)) if from.takes.load(Ordering::Acquire) == self.takes => l,
-                Some((_, from)) => convert_buckets(
-                    Some(&from),
-                    limit,
-                    self.limits.clone(),
-                    size,
-                    &self.clock,
-                    self.wall,
-                ),
-                // Not met (the use that takes them sets the buckets): drained, erring toward
-                // refusing.
-                None => convert_buckets(
-                    None,
+                // `None` is not met (the use that takes them sets the buckets): drained then,
+                // erring toward refusing.
+                built => convert_buckets(
+                    built.as_ref().map(|(_, from)| &**from),
                     limit,
                     self.limits.clone(),
                     size,
