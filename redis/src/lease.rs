@@ -183,9 +183,10 @@ const DRIFT: u64 = 10_000;
 /// No mapping yet (`Slot::map`).
 const NO_MAP: i64 = i64::MAX;
 
-/// A point in a lease operation where the unit tests run their own code on the calling thread
-/// (a spender paused between its reading and its CAS, a refusal rewritten between a reader's
-/// loads); nothing outside the unit tests.
+/// A point in a lease operation where a test runs its own code on the calling thread (a
+/// spender paused between its reading and its CAS, a refusal rewritten between a reader's
+/// loads): the unit tests, and the end-to-end tests through `on_lease_spend` (feature
+/// `test-support`). Compiled to nothing otherwise.
 #[derive(Debug, Clone, Copy)]
 enum Point {
     /// [`Table::take_local`] decided at reading `now` and is about to CAS.
@@ -198,16 +199,16 @@ enum Point {
     Denied,
 }
 
-/// A unit test's code at a [`Point`].
-#[cfg(test)]
+/// A test's code at a [`Point`].
+#[cfg(any(test, feature = "test-support"))]
 type Hook = Box<dyn FnMut(Point)>;
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 std::thread_local! {
     static HOOK: std::cell::RefCell<Option<Hook>> = const { std::cell::RefCell::new(None) };
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 fn hook(p: Point) {
     // Taken out while it runs, so that a hook may call into the table.
     if let Some(mut h) = HOOK.with(|c| c.borrow_mut().take()) {
@@ -216,9 +217,27 @@ fn hook(p: Point) {
     }
 }
 
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "test-support")))]
 #[inline(always)]
 fn hook(_: Point) {}
+
+/// Runs `pause` on this thread at every lease spend it makes between the spend's reading of
+/// the server's time and its CAS, until [`unhook`] (feature `test-support`).
+#[cfg(feature = "test-support")]
+pub(crate) fn hook_spends(mut pause: impl FnMut() + 'static) {
+    let h: Hook = Box::new(move |p| {
+        if matches!(p, Point::Spend { .. }) {
+            pause();
+        }
+    });
+    HOOK.with(|c| *c.borrow_mut() = Some(h));
+}
+
+/// Removes this thread's hook (feature `test-support`).
+#[cfg(feature = "test-support")]
+pub(crate) fn unhook() {
+    HOOK.with(|c| *c.borrow_mut() = None);
+}
 
 /// One key's lease: the slices `[next, end)` on the server's time axis (`tollgate::gcra` units).
 ///
