@@ -14,7 +14,7 @@
 //! a local server's `TIME` reads, and every window is checked in exact integers
 //! ([`SpanChecker`]). Bounded: about 0.6 s and a few thousand decisions per test.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tollgate::Quota;
@@ -182,8 +182,8 @@ fn server_has_a_key(port: u16, within: Duration) -> bool {
 /// The holder takes a lease of a full burst (its own token and nine slices, 10 ms apart) and is
 /// frozen inside its next spend, between its reading and its CAS, with nine slices in hand, for
 /// 300 ms while the fleet decides. The frozen spend completes: it was decided at its reading,
-/// before the freeze, and is counted there (its call's interval); a pause just after its CAS
-/// would look the same to the caller. The holder's next decision finds the slices passed by the
+/// before the freeze, and is counted there (the window bound holds with it there); a pause just
+/// after its CAS would look the same to the caller. The holder's next decision finds the slices passed by the
 /// server's clock and goes to Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_frozen_mid_spend_lets_its_lease_lapse() {
@@ -212,17 +212,25 @@ async fn a_holder_frozen_mid_spend_lets_its_lease_lapse() {
                 .await;
                 assert!(decide(&a, &spans).await, "the take from a full bucket");
                 assert_eq!(a.counters().redis_calls, 1, "{:?}", a.counters());
-                let mut signal = Some(frozen_tx);
+                // The hook runs after the spend's reading: the spend is decided at an instant
+                // between the call's start and the hook's, before the freeze, and is recorded
+                // there (a reading the spend took after the freeze would not lie in it).
+                let hooked = Arc::new(AtomicU64::new(0));
+                let mut signal = Some((frozen_tx, hooked.clone()));
                 let hook = tollgate_redis::on_lease_spend(move || {
-                    if let Some(s) = signal.take() {
+                    if let Some((s, hooked)) = signal.take() {
+                        hooked.store(wall(), Ordering::Relaxed);
                         s.send(()).unwrap();
                         gate_rx.recv().unwrap();
                     }
                 });
-                let t = Instant::now();
-                let frozen = decide(&a, &spans).await;
+                let (t, lo) = (Instant::now(), wall());
+                let frozen = a.try_acquire(KEY, 1).await.is_ok();
                 let frozen_for = t.elapsed();
                 drop(hook);
+                if frozen {
+                    spans.admit(lo, hooked.load(Ordering::Relaxed), 1);
+                }
                 let leased_at_resume = a.counters().leased;
                 decide(&a, &spans).await;
                 let leased_after_next = a.counters().leased;
