@@ -36,7 +36,11 @@
 //! `t0 + 1 µs + (u − s)·(1 + 10⁻⁴)`, so slices expire early, never late. **The one assumption:**
 //! the server's clock and the process's monotonic clock run at rates within 100 ppm of each
 //! other (NTP keeps both far closer) and the server's clock does not step forward by more than
-//! that; a server clock stepped *back* only makes leases expire sooner.
+//! that; a server clock stepped *back* only makes leases expire sooner. The process's clock is
+//! `Instant`, which runs on while a process is descheduled, GC-paused or stopped (SIGSTOP), so a
+//! lease held across such a pause lapses; on Linux (`CLOCK_MONOTONIC`) it does not run while the
+//! host is suspended, so a lease held across a host suspend can be spent after the server's clock
+//! passed it (at most its unspent tokens: the lifetime cap is on the same clock).
 //!
 //! # The cost: under-admission
 //!
