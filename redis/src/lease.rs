@@ -36,7 +36,11 @@
 //! `t0 + 1 µs + (u − s)·(1 + 10⁻⁴)`, so slices expire early, never late. **The one assumption:**
 //! the server's clock and the process's monotonic clock run at rates within 100 ppm of each
 //! other (NTP keeps both far closer) and the server's clock does not step forward by more than
-//! that; a server clock stepped *back* only makes leases expire sooner.
+//! that; a server clock stepped *back* only makes leases expire sooner. The process's clock is
+//! `Instant`, which runs on while a process is descheduled, GC-paused or stopped (SIGSTOP), so a
+//! lease held across such a pause lapses; on Linux (`CLOCK_MONOTONIC`) it does not run while the
+//! host is suspended, so a lease held across a host suspend can be spent after the server's clock
+//! passed it (at most its unspent tokens: the lifetime cap is on the same clock).
 //!
 //! # The cost: under-admission
 //!
@@ -183,9 +187,10 @@ const DRIFT: u64 = 10_000;
 /// No mapping yet (`Slot::map`).
 const NO_MAP: i64 = i64::MAX;
 
-/// A point in a lease operation where the unit tests run their own code on the calling thread
-/// (a spender paused between its reading and its CAS, a refusal rewritten between a reader's
-/// loads); nothing outside the unit tests.
+/// A point in a lease operation where a test runs its own code on the calling thread (a
+/// spender paused between its reading and its CAS, a refusal rewritten between a reader's
+/// loads): the unit tests, and the end-to-end tests through `on_lease_spend` (feature
+/// `test-support`). Compiled to nothing otherwise.
 #[derive(Debug, Clone, Copy)]
 enum Point {
     /// [`Table::take_local`] decided at reading `now` and is about to CAS.
@@ -198,16 +203,16 @@ enum Point {
     Denied,
 }
 
-/// A unit test's code at a [`Point`].
-#[cfg(test)]
+/// A test's code at a [`Point`].
+#[cfg(any(test, feature = "test-support"))]
 type Hook = Box<dyn FnMut(Point)>;
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 std::thread_local! {
     static HOOK: std::cell::RefCell<Option<Hook>> = const { std::cell::RefCell::new(None) };
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 fn hook(p: Point) {
     // Taken out while it runs, so that a hook may call into the table.
     if let Some(mut h) = HOOK.with(|c| c.borrow_mut().take()) {
@@ -216,9 +221,27 @@ fn hook(p: Point) {
     }
 }
 
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "test-support")))]
 #[inline(always)]
 fn hook(_: Point) {}
+
+/// Runs `pause` on this thread at every lease spend it makes between the spend's reading of
+/// the server's time and its CAS, until [`unhook`] (feature `test-support`).
+#[cfg(feature = "test-support")]
+pub(crate) fn hook_spends(mut pause: impl FnMut() + 'static) {
+    let h: Hook = Box::new(move |p| {
+        if matches!(p, Point::Spend { .. }) {
+            pause();
+        }
+    });
+    HOOK.with(|c| *c.borrow_mut() = Some(h));
+}
+
+/// Removes this thread's hook (feature `test-support`).
+#[cfg(feature = "test-support")]
+pub(crate) fn unhook() {
+    HOOK.with(|c| *c.borrow_mut() = None);
+}
 
 /// One key's lease: the slices `[next, end)` on the server's time axis (`tollgate::gcra` units).
 ///

@@ -30,7 +30,8 @@
 //!   lock-free word (the same exact arithmetic, on the server's time): far fewer round trips,
 //!   bounded under-admission.
 //! * Feature `test-support`: a decision method that takes the time as an argument, for the
-//!   differential tests (throwaway `redis-server`s are in the workspace test kit).
+//!   differential tests, and `on_lease_spend`, a hook that pauses a lease spender between its
+//!   reading and its CAS (throwaway `redis-server`s are in the workspace test kit).
 //!
 //! # Observability
 //!
@@ -91,6 +92,8 @@ pub use error::Error;
 pub use script::ORIGIN_UNIX_US;
 #[cfg(feature = "test-support")]
 pub use script::PRODUCTION_SOURCE;
+#[cfg(feature = "test-support")]
+pub use test_hooks::{on_lease_spend, LeaseSpendHook};
 
 /// Whether the Redis script holds `quota`: `Ok` for every quota that
 /// [`build`](RedisLimiterBuilder::build) accepts, [`Error::Config`] (saying why) otherwise.

@@ -1,12 +1,49 @@
 //! Test-only entry points (feature `test-support`): decisions at a given server time instead of
-//! `TIME`, for the differential tests against `tollgate::gcra`. Keys written this way never
-//! expire.
+//! `TIME`, for the differential tests against `tollgate::gcra` (keys written this way never
+//! expire), and a hook that holds a lease spender between its reading and its CAS, for the
+//! end-to-end tests of a paused spender.
 
 use crate::conn::Arg;
 use crate::key::stored_key;
 use crate::limiter::{Mode, RedisLimiter};
 use crate::Error;
 use tollgate::{Denied, Quota, Snapshot};
+
+/// Runs `pause` on the calling thread whenever a lease spend on that thread has read the
+/// server's time (its estimate from the lease's take) and is about to commit the spend, until
+/// the returned guard drops. A test blocks there to freeze a spender at the worst instant: a
+/// process descheduled, GC-paused or SIGSTOPped between its reading and its CAS. The hook is
+/// per thread: drive the paused limiter on a thread of its own (a current-thread runtime, which
+/// then freezes whole, its connection included).
+///
+/// ```
+/// let guard = tollgate_redis::on_lease_spend(|| {});
+/// drop(guard);
+/// ```
+pub fn on_lease_spend(pause: impl FnMut() + 'static) -> LeaseSpendHook {
+    crate::lease::hook_spends(pause);
+    LeaseSpendHook {
+        _not_send: std::marker::PhantomData,
+    }
+}
+
+/// Removes the hook [`on_lease_spend`] installed on this thread when dropped.
+///
+/// ```
+/// let guard: tollgate_redis::LeaseSpendHook = tollgate_redis::on_lease_spend(|| {});
+/// drop(guard);
+/// ```
+#[derive(Debug)]
+pub struct LeaseSpendHook {
+    /// The hook is the installing thread's: the guard stays on it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for LeaseSpendHook {
+    fn drop(&mut self) {
+        crate::lease::unhook();
+    }
+}
 
 impl RedisLimiter {
     /// The decision at a given server time (microseconds since the Unix epoch) instead of

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | [`decide`] | [`decide::Snapshotting`]: any limiter's decision with its tightest snapshot, whatever the verdict |
 //! | [`model`] | the exact reference model of the continuous token bucket, and a checker that drives a `Bucket` and the model through the same operations |
-//! | [`window`] | [`window::WindowChecker`]: every window of admissions against `burst + rate · Δ` |
+//! | [`window`] | [`window::WindowChecker`]: every window of admissions against `burst + rate · Δ`; [`window::SpanChecker`]: the same for admissions known up to an interval (remote decisions) |
 //! | [`stall`] | [`stall::StallClock`]: a chosen thread's reading made stale, as preemption between a reading and a CAS does |
 //! | [`guava`] | Guava's `SmoothRateLimiter` transcribed: the reference `Smooth` is compared with |
 //! | [`rng`] | [`rng::Rng`]: the seeded xorshift generator (the only one) |

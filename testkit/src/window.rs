@@ -112,3 +112,90 @@ impl WindowChecker {
         worst.map_or(Ok(()), |w| Err(w.1))
     }
 }
+
+/// Admissions whose instants are known only to lie in an interval: a call to a remote limiter
+/// is decided at some instant between the caller's readings just before and just after it
+/// (on the clock the decisions are made on, e.g. the realtime clock a local `redis-server`'s
+/// `TIME` reads). Checks every window `[lo_i, hi_j]` in exact integers: the admissions whose
+/// whole interval lies inside it were decided inside it, so they are at most
+/// `burst + rate · (hi_j − lo_i)`. Sound whatever the intervals (it never reports a window a
+/// correct limiter could exceed); sharp for short intervals.
+#[derive(Debug, Default)]
+pub struct SpanChecker {
+    events: Mutex<Vec<(u64, u64, u64)>>,
+}
+
+impl SpanChecker {
+    /// An empty log.
+    pub fn new() -> SpanChecker {
+        SpanChecker::default()
+    }
+
+    /// Records `tokens` admitted at some instant in `lo..=hi` (ns).
+    pub fn admit(&self, lo: u64, hi: u64, tokens: u64) {
+        assert!(lo <= hi, "an interval ends before it starts: {lo}..={hi}");
+        if tokens > 0 {
+            self.events.lock().unwrap().push((lo, hi, tokens));
+        }
+    }
+
+    /// Total tokens recorded.
+    pub fn total(&self) -> u128 {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| u128::from(e.2))
+            .sum()
+    }
+
+    /// The tightest window against `burst + rate · (Δ + slack_ns)`: the one whose admissions
+    /// exceed the bound most, or come closest to it (`None` when nothing was admitted).
+    /// `Violation::admitted` counts the admissions whose interval lies inside `from..=to`.
+    /// O(n²): each interval's start against every interval's end.
+    pub fn tightest(&self, quota: &Quota, slack_ns: u64) -> Option<Violation> {
+        let mut ev = self.events.lock().unwrap().clone();
+        // By end: a window ending at `hi_j` holds the admissions up to `j` that start late
+        // enough.
+        ev.sort_unstable_by_key(|e| (e.1, e.0));
+        let per = i128::try_from(quota.per().as_nanos()).unwrap();
+        let rate = i128::from(quota.tokens());
+        let burst = i128::from(quota.burst());
+        let slack = i128::from(slack_ns);
+        let mut worst: Option<(i128, Violation)> = None;
+        for &(from, _, _) in &ev {
+            let mut admitted: i128 = 0;
+            for &(lo, hi, n) in &ev {
+                if lo < from {
+                    continue;
+                }
+                admitted += i128::from(n);
+                let bound = burst * per + rate * (i128::from(hi) - i128::from(from) + slack);
+                let excess = per * admitted - bound;
+                if !matches!(&worst, Some(w) if excess <= w.0) {
+                    worst = Some((
+                        excess,
+                        Violation {
+                            from,
+                            to: hi,
+                            admitted: admitted as u128,
+                            bound_num: bound,
+                            per_ns: per,
+                        },
+                    ));
+                }
+            }
+        }
+        worst.map(|w| w.1)
+    }
+
+    /// Every window against `burst + rate · (Δ + slack_ns)`: the worst one if any exceeds it.
+    /// `slack_ns` covers a limiter's own rounding of the instants it decides at (a server
+    /// clock read in whole microseconds: 1 µs).
+    pub fn check_within(&self, quota: &Quota, slack_ns: u64) -> Result<(), Violation> {
+        match self.tightest(quota, slack_ns) {
+            Some(v) if v.admitted as i128 * v.per_ns > v.bound_num => Err(v),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,5 +1,5 @@
-//! The adversarial test helpers test themselves: `WindowChecker` finds the worst window,
-//! `StallClock` returns the armed readings and holds a thread at its gate.
+//! The adversarial test helpers test themselves: `WindowChecker` and `SpanChecker` find the
+//! worst window, `StallClock` returns the armed readings and holds a thread at its gate.
 
 use std::time::Duration;
 use tollgate::{Bucket, Clock, ManualClock, Quota};
@@ -7,7 +7,7 @@ use tollgate::{Bucket, Clock, ManualClock, Quota};
 use stall::{arm, Gate, Stall, StallClock};
 use tollgate_testkit::stall;
 use tollgate_testkit::window;
-use window::WindowChecker;
+use window::{SpanChecker, WindowChecker};
 
 #[test]
 fn checker_finds_the_worst_window() {
@@ -29,6 +29,36 @@ fn checker_finds_the_worst_window() {
     c.admit(5, 6);
     c.admit(5, 5);
     assert_eq!(c.check(&q).unwrap_err().admitted, 11);
+}
+
+#[test]
+fn span_checker_counts_only_intervals_inside_a_window() {
+    let q = Quota::per_second(10).unwrap(); // burst 10, a token per 100 ms
+    let ms = |n: u64| n * 1_000_000;
+    let c = SpanChecker::new();
+    assert_eq!(c.tightest(&q, 0), None);
+    c.admit(ms(0), ms(1), 10);
+    // Somewhere in 0..=1000 ms: it may have been decided a whole refill after the burst.
+    c.admit(ms(0), ms(1000), 9);
+    assert_eq!(c.check_within(&q, 0), Ok(()));
+    // A token 1 ms after the burst, known to the millisecond: 11 in 2 ms.
+    c.admit(ms(1), ms(2), 1);
+    let v = c.check_within(&q, 0).unwrap_err();
+    assert_eq!((v.from, v.to, v.admitted), (ms(0), ms(2), 11));
+    // The tightest window of a log within the bound: half a token short of it.
+    let c = SpanChecker::new();
+    c.admit(ms(0), ms(0), 9);
+    c.admit(ms(50), ms(50), 1);
+    let v = c.tightest(&q, 0).unwrap();
+    assert_eq!((v.from, v.to, v.admitted), (ms(0), ms(50), 10));
+    assert_eq!(v.bound_num - v.admitted as i128 * v.per_ns, v.per_ns / 2);
+    assert_eq!(c.check_within(&q, 0), Ok(()));
+    // The slack widens every window: 11 tokens 100 ms - 1 ns apart pass with 1 ns of it.
+    let c = SpanChecker::new();
+    c.admit(ms(0), ms(0), 10);
+    c.admit(ms(100) - 1, ms(100) - 1, 1);
+    assert!(c.check_within(&q, 0).is_err());
+    assert_eq!(c.check_within(&q, 1), Ok(()));
 }
 
 #[test]
