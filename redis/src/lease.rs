@@ -36,11 +36,12 @@
 //! `t0 + 1 µs + (u − s)·(1 + 10⁻⁴)`, so slices expire early, never late. **The one assumption:**
 //! the server's clock and the process's monotonic clock run at rates within 100 ppm of each
 //! other (NTP keeps both far closer) and the server's clock does not step forward by more than
-//! that; a server clock stepped *back* only makes leases expire sooner. The process's clock is
-//! `Instant`, which runs on while a process is descheduled, GC-paused or stopped (SIGSTOP), so a
-//! lease held across such a pause lapses; on Linux (`CLOCK_MONOTONIC`) it does not run while the
-//! host is suspended, so a lease held across a host suspend can be spent after the server's clock
-//! passed it (at most its unspent tokens: the lifetime cap is on the same clock).
+//! that; a server clock stepped *back* only makes leases expire sooner. The process's clock
+//! ([`LocalClock`]) runs on while a process is descheduled, GC-paused or stopped (SIGSTOP), so a
+//! lease held across such a pause lapses. On Linux and Android it is `CLOCK_BOOTTIME`, which also
+//! runs while the host is suspended, so a lease held across a suspend lapses too; elsewhere it is
+//! `Instant`, which on some systems stops during a suspend: a lease held across one there can be
+//! spent after the server's clock passed it (at most its unspent tokens).
 //!
 //! # The cost: under-admission
 //!
@@ -289,11 +290,66 @@ pub(crate) struct Slot {
     pub(crate) last: std::sync::Mutex<Option<(tollgate::Snapshot, Instant)>>,
 }
 
+/// The process's clock for leases: nanoseconds since it was made, on a clock that runs while
+/// the process is paused or stopped and, on Linux and Android, while the host is suspended
+/// (`CLOCK_BOOTTIME`; `CLOCK_MONOTONIC`, `Instant`'s clock there, stops during a suspend, so a
+/// lease held across one would be spent after the server's clock passed it). Elsewhere, or where
+/// the kernel has no boot clock, `Instant`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LocalClock {
+    /// `CLOCK_BOOTTIME` in ns at the start.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    Boot(u64),
+    /// `Instant` at the start.
+    Monotonic(Instant),
+}
+
+/// `CLOCK_BOOTTIME` in ns, `None` if the kernel refuses it.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn boot_ns() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime writes only it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    if rc != 0 {
+        return None;
+    }
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u64::try_from(ts.tv_nsec).ok()?;
+    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+}
+
+impl LocalClock {
+    /// A clock starting now: the boot clock where there is one.
+    pub(crate) fn start() -> LocalClock {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some(ns) = boot_ns() {
+            return LocalClock::Boot(ns);
+        }
+        LocalClock::Monotonic(Instant::now())
+    }
+
+    /// Nanoseconds since the start (saturating).
+    pub(crate) fn now(&self) -> u64 {
+        match *self {
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            // A failed read after a successful one (not expected) reads as the far future:
+            // every slice lapses, so nothing is spent late.
+            LocalClock::Boot(start) => boot_ns().map_or(u64::MAX, |ns| ns.saturating_sub(start)),
+            LocalClock::Monotonic(start) => {
+                u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+            }
+        }
+    }
+}
+
 /// The table of lease slots (bounded).
 #[derive(Debug)]
 pub(crate) struct Table {
     pub(crate) cfg: Leases,
-    start: Instant,
+    start: LocalClock,
     slots: RwLock<HashMap<Box<str>, Arc<Slot>>>,
 }
 
@@ -314,14 +370,14 @@ impl Table {
     pub(crate) fn new(cfg: Leases) -> Table {
         Table {
             cfg,
-            start: Instant::now(),
+            start: LocalClock::start(),
             slots: RwLock::new(HashMap::new()),
         }
     }
 
-    /// Local monotonic ns since the table's start.
+    /// Local ns since the table's start ([`LocalClock`]).
     pub(crate) fn now(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        self.start.now()
     }
 
     /// The key's slot, created if the table has room (after dropping expired slots).
@@ -534,6 +590,31 @@ impl Table {
 mod tests {
     use super::*;
 
+    /// On Linux and Android the lease clock is the boot clock, which runs while the host is
+    /// suspended (`CLOCK_MONOTONIC` stops there, so a lease would be spent late after a resume):
+    /// the table's readings lie between two readings of `CLOCK_BOOTTIME` taken around them.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn the_lease_clock_is_the_boot_clock() {
+        let before = boot_ns().expect("a boot clock");
+        let clock = LocalClock::start();
+        let LocalClock::Boot(start) = clock else {
+            panic!("not the boot clock: {clock:?}");
+        };
+        assert!(before <= start);
+        std::thread::sleep(Duration::from_millis(2));
+        let a = boot_ns().unwrap();
+        let now = clock.now();
+        let b = boot_ns().unwrap();
+        assert!(
+            a - start <= now && now <= b - start,
+            "{a} {now} {b} {start}"
+        );
+        assert!(now >= 2_000_000);
+        assert_eq!(LocalClock::Boot(u64::MAX).now(), 0, "saturates");
+        let table = Table::new(Leases::new(1));
+        assert!(matches!(table.start, LocalClock::Boot(_)), "{:?}", table.start);
+    }
     #[test]
     fn spend_is_a_gcra_over_server_time() {
         // Lease [100, 160), T = 10.
