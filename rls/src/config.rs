@@ -968,8 +968,9 @@ fn original_tag(tag: Option<&saphyr_parser::Tag>) -> Option<Cow<'_, saphyr_parse
 const YAML_TAG: &str = "tag:yaml.org,2002:";
 
 /// Whether a mapping key is YAML's merge key as yaml.v2 takes one (its `isMerge`): the scalar
-/// `<<`, plain and untagged or tagged `!!merge` (quoted or not). A quoted `<<` and `!!str <<`
-/// are ordinary keys.
+/// `<<`, implicit (plain and untagged, or under the non-specific tag `!` quoted or not, which
+/// yaml.v2's parser marks implicit as it marks a plain scalar) or tagged `!!merge` (quoted or
+/// not). A quoted `<<` and `!!str <<` are ordinary keys.
 fn is_merge_key(k: &MarkedYamlOwned) -> bool {
     let YamlDataOwned::Representation(text, style, tag) = &k.data else {
         return false;
@@ -977,8 +978,14 @@ fn is_merge_key(k: &MarkedYamlOwned) -> bool {
     text == "<<"
         && match original_tag(tag.as_ref()) {
             None => *style == saphyr_parser::ScalarStyle::Plain,
-            Some(t) => t.handle == YAML_TAG && t.suffix == "merge",
+            Some(t) => is_non_specific(&t) || (t.handle == YAML_TAG && t.suffix == "merge"),
         }
+}
+
+/// Whether a tag is the non-specific `!`, however written (`!`, `!<!>`, a `%TAG` handle whose
+/// prefix is `!` with no suffix): yaml.v2 compares the whole tag with `!`.
+fn is_non_specific(t: &saphyr_parser::Tag) -> bool {
+    (t.handle.is_empty() && t.suffix == "!") || (t.handle == "!" && t.suffix.is_empty())
 }
 
 /// A scalar as yaml.v2 resolves it (its `resolve`, YAML 1.1's types) for the fields of

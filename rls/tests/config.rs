@@ -1228,3 +1228,35 @@ fn warned(c: &tollgate_rls::config::Config) -> Vec<(Option<usize>, &str)> {
         .map(|w| (w.line, w.field.as_str()))
         .collect()
 }
+
+/// yaml.v2's parser marks a scalar under the non-specific tag `!` implicit whatever its quoting,
+/// as it marks a plain untagged one, and its `isMerge` takes an implicit `<<` as the merge
+/// key: `! <<` and `! "<<"` merge there, and here (also written `!<!>`).
+#[test]
+fn a_merge_key_under_the_non_specific_tag_merges() {
+    let c = load(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limit: &h {unit: hour, requests_per_unit: 7}
+  - key: b
+    rate_limit:
+      ! <<: *h
+      requests_per_unit: 3
+  - key: c
+    rate_limit:
+      ! \"<<\": *h
+  - key: e
+    rate_limit:
+      !<!> '<<': {unit: minute, requests_per_unit: 2}
+",
+    )
+    .unwrap();
+    assert_eq!(rate_of(&c, "b"), (3, Unit::Hour, String::new()));
+    assert_eq!(rate_of(&c, "c"), (7, Unit::Hour, String::new()));
+    assert_eq!(rate_of(&c, "e"), (2, Unit::Minute, String::new()));
+    // `!x <<` stays a field named `<<`, which neither knows.
+    let bad = "domain: d\ndescriptors:\n  - key: a\n    !x <<: {value: b}\n";
+    let e = load(bad).expect_err(bad);
+    assert!(e.message.contains("unknown field \"<<\""), "{e}");
+}
