@@ -773,8 +773,9 @@ fn weight(scalar_len: usize) -> u64 {
 /// `text`'s YAML documents, every scalar left as its source text (saphyr's `Representation`,
 /// after YAML's own quoting, escapes and folding): string fields take that text, as a Go
 /// string field of envoyproxy/ratelimit does, and [`resolve`] resolves numbers and flags as
-/// yaml.v2 does. A mapping key that repeats an earlier one of its mapping is tagged apart
-/// ([`REPEATED_KEY`]), so that the loader keeps both, as yaml.v2 does.
+/// yaml.v2 does. A mapping key that repeats an earlier one of its mapping (written again, or
+/// an alias of a scalar written earlier) is tagged apart ([`REPEATED_KEY`]), so that the loader
+/// keeps both, as yaml.v2 does.
 ///
 /// The parser's events are fed to the loader here, one at a time (not by the recursive
 /// `Parser::load`), with the nesting bounded by [`MAX_NESTING`] and what anchors and aliases
@@ -801,10 +802,24 @@ fn load_yaml(
     let mut keys: Vec<(bool, usize, Keys, usize)> = Vec::new();
     // Per anchor id: the weight of its node, aliases expanded.
     let mut sizes: HashMap<usize, u64> = HashMap::new();
+    // Per anchor id of a scalar: its text, style and tag, which an alias used as a key
+    // repeats.
+    let mut anchored: HashMap<usize, (String, ScalarStyle, Option<saphyr_parser::Tag>)> =
+        HashMap::new();
     // The weight of the nodes written in the file, and of the copies the loader makes.
     let (mut parsed, mut copied) = (0u64, 0u64);
     for next in saphyr_parser::Parser::new_from_str(text) {
         let (mut ev, span) = next.map_err(YamlFault::Invalid)?;
+        // An alias weighs what its anchor's node weighs, also when it is made a scalar below.
+        let alias_of = match &ev {
+            Event::Alias(id) => Some(*id),
+            _ => None,
+        };
+        if let Event::Scalar(text, style, aid, tag) = &ev {
+            if *aid > 0 {
+                anchored.insert(*aid, (text.to_string(), *style, tag.as_deref().cloned()));
+            }
+        }
         if matches!(
             ev,
             Event::Scalar(..)
@@ -813,16 +828,43 @@ fn load_yaml(
                 | Event::MappingStart(..)
         ) {
             if let Some((true, nodes, seen, repeats)) = keys.last_mut() {
+                let mut copy = None;
                 if *nodes % 2 == 0 {
-                    if let Event::Scalar(text, style, _, tag) = &mut ev {
-                        let sig = (text.to_string(), *style, tag.as_deref().cloned());
-                        if seen.contains(&sig) {
-                            *repeats += 1;
-                            *tag = Some(Cow::Owned(repeated_key_tag(*repeats, sig.2.as_ref())));
-                        } else {
-                            seen.insert(sig);
+                    match &mut ev {
+                        Event::Scalar(text, style, _, tag) => {
+                            let sig = (text.to_string(), *style, tag.as_deref().cloned());
+                            if seen.contains(&sig) {
+                                *repeats += 1;
+                                *tag = Some(Cow::Owned(repeated_key_tag(*repeats, sig.2.as_ref())));
+                            } else {
+                                seen.insert(sig);
+                            }
                         }
+                        // An alias of a scalar as a key is that scalar's text as a key to
+                        // yaml.v2: one repeating an earlier key is given as a copy of the
+                        // scalar tagged apart, as a repeated scalar key is (the loader refuses
+                        // an alias repeating a key).
+                        Event::Alias(id) => {
+                            if let Some(sig) = anchored.get(id) {
+                                if seen.contains(sig) {
+                                    *repeats += 1;
+                                    let tag = repeated_key_tag(*repeats, sig.2.as_ref());
+                                    copy = Some(Event::Scalar(
+                                        Cow::Owned(sig.0.clone()),
+                                        sig.1,
+                                        0,
+                                        Some(Cow::Owned(tag)),
+                                    ));
+                                } else {
+                                    seen.insert(sig.clone());
+                                }
+                            }
+                        }
+                        _ => {}
                     }
+                }
+                if let Some(copy) = copy {
+                    ev = copy;
                 }
                 *nodes += 1;
             }
@@ -861,18 +903,18 @@ fn load_yaml(
                 None
             }
             Event::SequenceEnd | Event::MappingEnd => open.pop(),
+            // An anchor not yet complete (an alias inside its own anchor) is left to the
+            // loader, which refuses or empties it; it weighs one here.
+            _ if alias_of.is_some() => {
+                let w = alias_of.and_then(|id| sizes.get(&id).copied()).unwrap_or(1);
+                parsed += 1;
+                copied = copied.saturating_add(w);
+                Some((w, 0))
+            }
             Event::Scalar(v, _, aid, _) => {
                 let w = weight(v.len());
                 parsed = parsed.saturating_add(w);
                 Some((w, *aid))
-            }
-            Event::Alias(id) => {
-                // An anchor not yet complete (an alias inside its own anchor) is left to the
-                // loader, which refuses or empties it; it weighs one here.
-                let w = sizes.get(id).copied().unwrap_or(1);
-                parsed += 1;
-                copied = copied.saturating_add(w);
-                Some((w, 0))
             }
             _ => None,
         };

@@ -1260,3 +1260,38 @@ descriptors:
     let e = load(bad).expect_err(bad);
     assert!(e.message.contains("unknown field \"<<\""), "{e}");
 }
+
+/// An alias used as a mapping key is its anchor's scalar as a key to yaml.v2: one repeating an
+/// earlier key of its mapping keeps the later value there, as a scalar written twice does, and
+/// here too, with the same warning naming the alias's line.
+#[test]
+fn an_alias_key_repeating_a_key_keeps_the_later_with_a_warning() {
+    let c = load(
+        "domain: d
+descriptors:
+  - &k key: a
+    *k : b
+    rate_limit: {&u unit: second, requests_per_unit: 1, *u : minute}
+  - *k : e
+    key: f
+    rate_limit: {unit: hour, requests_per_unit: 2}
+",
+    )
+    .unwrap();
+    assert!(c.lookup("d", [("a", "x")]).is_none());
+    assert_eq!(rate_of(&c, "b"), (1, Unit::Minute, String::new()));
+    assert_eq!(rate_of(&c, "f"), (2, Unit::Hour, String::new()));
+    assert_eq!(
+        warned(&c),
+        [
+            (Some(4), "descriptors[0].key"),
+            (Some(5), "descriptors[0].rate_limit.unit"),
+            (Some(7), "descriptors[1].key"),
+        ]
+    );
+    assert!(
+        c.warnings()[0].message.contains("also at line 3"),
+        "{}",
+        c.warnings()[0]
+    );
+}
