@@ -693,6 +693,18 @@ fn misplaced(name: &str, place: Place) -> Option<Misplaced> {
     })
 }
 
+/// The fields read as numbers or flags, which refuse a float where they are read, with their
+/// own message ([`Parser::fields`] checks the others).
+const TYPED_FIELDS: [&str; 7] = [
+    "requests_per_unit",
+    "burst",
+    "unlimited",
+    "shadow_mode",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+];
+
 /// The fields that write a rate: a misplaced field whose value holds one of them is refused.
 const RATE_FIELDS: [&str; 4] = ["rate_limit", "rate_limits", "unit", "requests_per_unit"];
 
@@ -1043,12 +1055,13 @@ enum Resolved {
     /// every `_`: a sign, then `0x`, `0o`, `0b` or a leading `0` (octal) or decimal digits;
     /// plain, or under `!!int`. Saturated beyond `i128`: out of every field's range anyway.
     Int(i128),
-    /// A value only a string field takes (as its text): under `!!float` or `!!timestamp`.
+    /// A value only a string field takes (as its text): under `!!timestamp`.
     Other,
-    /// A string: quoted, `!!str`, a plain scalar that is none of the above (floats such as
-    /// `1.0` or `1e3` included: a string field keeps their text, a number field refuses them
-    /// as envoyproxy/ratelimit's key check does), or under a tag yaml.v2 does not resolve
-    /// (`!x`, `!!merge`), which leaves the text.
+    /// A float to yaml.v2 (`1.0`, `1e3`, `.5`, `08`, `.inf`, plain; anything under `!!float`):
+    /// no leaf envoyproxy/ratelimit's key check accepts ([`key_check_refuses`]).
+    Float,
+    /// A string: quoted, `!!str`, a plain scalar that is none of the above, or under a tag
+    /// yaml.v2 does not resolve (`!x`, `!!merge`), which leaves the text.
     Text,
 }
 
@@ -1064,7 +1077,101 @@ fn resolve_plain(text: &str) -> Resolved {
         }
         _ => {}
     }
-    go_int(text).map_or(Resolved::Text, Resolved::Int)
+    match go_int(text) {
+        Some(i) => Resolved::Int(i),
+        None if go_float(text) => Resolved::Float,
+        None => Resolved::Text,
+    }
+}
+
+/// The floats of yaml.v2's resolver besides `!!float` (its `resolve`): `.inf`, `.nan` and their
+/// signed and capitalised forms; a text starting with `.` that Go's `ParseFloat` reads; a text
+/// starting with a digit or a sign that is no integer and, its `_` dropped, matches
+/// `[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?` within `f64`'s range (`08`, whose
+/// octal fails, is the float 8 there; `1e400` stays a string).
+fn go_float(text: &str) -> bool {
+    if matches!(
+        text,
+        ".inf"
+            | ".Inf"
+            | ".INF"
+            | "+.inf"
+            | "+.Inf"
+            | "+.INF"
+            | "-.inf"
+            | "-.Inf"
+            | "-.INF"
+            | ".nan"
+            | ".NaN"
+            | ".NAN"
+    ) {
+        return true;
+    }
+    let plain: Cow<'_, str> = match text.as_bytes().first() {
+        Some(b'.') => Cow::Borrowed(text),
+        Some(b) if b.is_ascii_digit() || *b == b'+' || *b == b'-' => {
+            Cow::Owned(text.replace('_', ""))
+        }
+        _ => return false,
+    };
+    yaml_style_float(&plain) && plain.parse::<f64>().is_ok_and(f64::is_finite)
+}
+
+/// Whether `s` matches yaml.v2's `yamlStyleFloat` (see [`go_float`]). yaml.v2 hands a text
+/// starting with `.` to Go's `ParseFloat` without the pattern, which reads there just what the
+/// pattern matches (no `_`, no `inf` after a `.`).
+fn yaml_style_float(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = usize::from(matches!(b.first(), Some(b'+' | b'-')));
+    let digits = |i: &mut usize| {
+        let from = *i;
+        while b.get(*i).is_some_and(u8::is_ascii_digit) {
+            *i += 1;
+        }
+        *i > from
+    };
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        if !digits(&mut i) {
+            return false;
+        }
+    } else {
+        if !digits(&mut i) {
+            return false;
+        }
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            digits(&mut i);
+        }
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        if !digits(&mut i) {
+            return false;
+        }
+    }
+    i == b.len()
+}
+
+/// Whether envoyproxy/ratelimit's key check (`validateYamlKeys`, which takes strings, ints,
+/// flags and nulls as leaves and fails "error checking config" on anything else) refuses the
+/// scalar `n` as yaml.v2 decodes it into an `interface{}`: a float, or a plain whole number
+/// past `int64` (a `uint64` there up to `2^64 - 1` unless written with a `+`, which Go's
+/// `ParseUint` refuses; a float when its digits, `_` dropped, match the float pattern; a
+/// string otherwise, in hexadecimal or binary).
+fn key_check_refuses(n: &MarkedYamlOwned) -> bool {
+    match resolve(n) {
+        Some((_, Resolved::Float)) => true,
+        Some((text, Resolved::Int(i))) => {
+            i64::try_from(i).is_err()
+                && ((u64::try_from(i).is_ok() && !text.starts_with('+'))
+                    || yaml_style_float(&text.replace('_', "")))
+        }
+        _ => false,
+    }
 }
 
 /// `text` as yaml.v2 reads an integer ([`Resolved::Int`]), if it is one.
@@ -1115,7 +1222,8 @@ fn resolve(n: &MarkedYamlOwned) -> Option<(&str, Resolved)> {
                 | ("bool", Resolved::Bool(_))
                 | ("int", Resolved::Int(_)) => implicit,
                 ("null" | "bool" | "int", _) => return None,
-                ("float" | "timestamp", _) => Resolved::Other,
+                ("float", _) => Resolved::Float,
+                ("timestamp", _) => Resolved::Other,
                 _ => Resolved::Text,
             }
         }
@@ -1261,6 +1369,8 @@ impl Parser<'_> {
                     place.what()
                 ),
             )),
+            // Ignored, its value is still a leaf of the key check.
+            Misplaced::Ignored if key_check_refuses(v) => Err(self.float_refused(v, &field)),
             Misplaced::Ignored => {
                 let w = self.err(
                     Some(k),
@@ -1321,7 +1431,41 @@ impl Parser<'_> {
     ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
         let mut out = Vec::with_capacity(map.len());
         self.fields_merged(map, at, 0, &mut out)?;
+        // envoyproxy/ratelimit's key check reads the mapping as yaml.v2 decodes it into a map,
+        // where a later field replaces an earlier one: it checks each name's last value. The
+        // number and flag fields refuse a float themselves, where they are read.
+        let mut last: HashMap<&str, usize> = HashMap::with_capacity(out.len());
+        for (i, (name, ..)) in out.iter().enumerate() {
+            last.insert(name, i);
+        }
+        for (i, (name, _, v)) in out.iter().enumerate() {
+            if last.get(name.as_str()) == Some(&i)
+                && !TYPED_FIELDS.contains(&name.as_str())
+                && key_check_refuses(v)
+            {
+                let field = if at.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{at}.{name}")
+                };
+                return Err(self.float_refused(v, &field));
+            }
+        }
         Ok(out)
+    }
+
+    /// The error for a scalar [`key_check_refuses`].
+    fn float_refused(&self, v: &MarkedYamlOwned, field: &str) -> ConfigError {
+        let text = resolve(v).map_or("", |(t, _)| t);
+        self.err(
+            Some(v),
+            field,
+            format!(
+                "{text} is a number yaml.v2 reads as a float (or past 64-bit integers), which \
+                 envoyproxy/ratelimit's key check refuses (\"error checking config\"); quote it \
+                 for its text"
+            ),
+        )
     }
 
     fn fields_merged<'n>(

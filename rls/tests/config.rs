@@ -402,12 +402,12 @@ fn descriptors_with_one_composite_key_are_refused() {
 }
 
 /// envoyproxy/ratelimit reads `key`, `value` and `name` into string fields, which keep a
-/// scalar's text: `value: 1.0` matches a request's `1.0`, not `1`.
+/// scalar's text: `value: 007` matches a request's `007`, not `7` (a float is refused by its
+/// key check: `a_float_in_a_string_field_is_refused_as_the_key_check_refuses_it`).
 #[test]
 fn string_fields_keep_the_scalars_text() {
     for v in [
-        "1.0", "007", "0x10", "0o17", "1e3", "True", "yes", "1_000", "+5", ".5", "1.50", "-0",
-        ".inf", "0.0",
+        "007", "0x10", "0o17", "True", "yes", "1_000", "+5", "-0", "1e400", "1.0.0",
     ] {
         let c = load(&format!(
             "domain: d\ndescriptors:\n  - key: {v}\n    value: {v}\n    rate_limit: {{unit: second, requests_per_unit: 1, name: {v}}}\n"
@@ -433,8 +433,8 @@ fn string_fields_keep_the_scalars_text() {
         assert_eq!(c.limits()[0].path, path, "{text}");
     }
     // The domain too; numbers and flags are still read as numbers and flags.
-    let c = load("domain: 1.0\ndescriptors:\n  - key: k\n    shadow_mode: True\n    rate_limit: {unit: second, requests_per_unit: 0x10}\n").unwrap();
-    assert!(c.lookup("1.0", [("k", "v")]).is_some());
+    let c = load("domain: 007\ndescriptors:\n  - key: k\n    shadow_mode: True\n    rate_limit: {unit: second, requests_per_unit: 0x10}\n").unwrap();
+    assert!(c.lookup("007", [("k", "v")]).is_some());
     assert!(c.limits()[0].shadow);
     match &c.limits()[0].kind {
         Kind::Rates(r) => assert_eq!(r[0].requests_per_unit, 16),
@@ -1294,4 +1294,96 @@ descriptors:
         "{}",
         c.warnings()[0]
     );
+}
+
+/// envoyproxy/ratelimit decodes a file twice: into a generic map for its key check, which
+/// takes strings, ints, flags and nulls as leaves and fails "error checking config" on a
+/// float (a `float64` there: `1.0`, `1e3`, `.5`, `08`, `.inf`, anything under `!!float`) or a
+/// whole number past `int64` (`uint64`), then into its structs. A string field holding one is
+/// refused by the first pass, so here too; its text quoted, or a number yaml.v2 reads as an
+/// int or a string, loads as written. Only a name's last value is checked, as the generic map
+/// keeps only that one.
+#[test]
+fn a_float_in_a_string_field_is_refused_as_the_key_check_refuses_it() {
+    let with_value = |v: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    value: {v}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+        )
+    };
+    for v in [
+        "1.0",
+        "1e3",
+        ".5",
+        "+.5",
+        "5.",
+        "1_000.5",
+        "08",
+        "09_9",
+        ".inf",
+        "-.Inf",
+        ".NaN",
+        "1e-400",
+        "!!float 1",
+        "!!float x",
+        "9223372036854775808",
+        "18446744073709551615",
+        "0xFFFF_FFFF_FFFF_FFFF",
+        "99999999999999999999",
+        "-9223372036854775809",
+    ] {
+        let yaml = with_value(v);
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(4), "descriptors[0].value"),
+            "{v}: {e}"
+        );
+        assert!(e.message.contains("key check"), "{v}: {e}");
+    }
+    for (v, text) in [
+        ("'1.0'", "1.0"),
+        ("\"1e3\"", "1e3"),
+        ("!!str 1.0", "1.0"),
+        ("1e400", "1e400"),
+        ("9223372036854775807", "9223372036854775807"),
+        ("-9223372036854775808", "-9223372036854775808"),
+        ("0x1_0000_0000_0000_0000", "0x1_0000_0000_0000_0000"),
+        ("+0xFFFF_FFFF_FFFF_FFFF", "+0xFFFF_FFFF_FFFF_FFFF"),
+        ("1.0.0", "1.0.0"),
+        ("2001-01-01", "2001-01-01"),
+        ("1e", "1e"),
+        ("inf", "inf"),
+    ] {
+        let c = load(&with_value(v)).unwrap_or_else(|e| panic!("{v}: {e}"));
+        assert_eq!(c.limits()[0].path, format!("k_{text}"), "{v}");
+    }
+    // The domain, a rate's `unit` and `name`, a `replaces` name, an ignored field.
+    for (yaml, line, field) in [
+        ("domain: 1.5\ndescriptors: []\n", 1, "domain"),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: 1.0, requests_per_unit: 1}\n",
+            4,
+            "descriptors[0].rate_limit.unit",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: 2.5}\n",
+            4,
+            "descriptors[0].rate_limit.name",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      shadow_mode: 1.0\n",
+            7,
+            "descriptors[0].rate_limit.shadow_mode",
+        ),
+    ] {
+        let e = load(yaml).expect_err(yaml);
+        assert_eq!((e.line, e.field.as_str()), (Some(line), field), "{yaml}: {e}");
+        assert!(e.message.contains("key check"), "{yaml}: {e}");
+    }
+    // A float written before the value that replaces it is not in the key check's map.
+    let c = load(
+        "domain: d\ndescriptors:\n  - key: k\n    value: 1.0\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    )
+    .unwrap();
+    assert_eq!(c.limits()[0].path, "k_v");
 }
