@@ -693,6 +693,18 @@ fn misplaced(name: &str, place: Place) -> Option<Misplaced> {
     })
 }
 
+/// The fields read as numbers or flags, which refuse a float where they are read, with their
+/// own message ([`Parser::fields`] checks the others).
+const TYPED_FIELDS: [&str; 7] = [
+    "requests_per_unit",
+    "burst",
+    "unlimited",
+    "shadow_mode",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+];
+
 /// The fields that write a rate: a misplaced field whose value holds one of them is refused.
 const RATE_FIELDS: [&str; 4] = ["rate_limit", "rate_limits", "unit", "requests_per_unit"];
 
@@ -773,8 +785,9 @@ fn weight(scalar_len: usize) -> u64 {
 /// `text`'s YAML documents, every scalar left as its source text (saphyr's `Representation`,
 /// after YAML's own quoting, escapes and folding): string fields take that text, as a Go
 /// string field of envoyproxy/ratelimit does, and [`resolve`] resolves numbers and flags as
-/// yaml.v2 does. A mapping key that repeats an earlier one of its mapping is tagged apart
-/// ([`REPEATED_KEY`]), so that the loader keeps both, as yaml.v2 does.
+/// yaml.v2 does. A mapping key that repeats an earlier one of its mapping (written again, or
+/// an alias of a scalar written earlier) is tagged apart ([`REPEATED_KEY`]), so that the loader
+/// keeps both, as yaml.v2 does.
 ///
 /// The parser's events are fed to the loader here, one at a time (not by the recursive
 /// `Parser::load`), with the nesting bounded by [`MAX_NESTING`] and what anchors and aliases
@@ -801,10 +814,24 @@ fn load_yaml(
     let mut keys: Vec<(bool, usize, Keys, usize)> = Vec::new();
     // Per anchor id: the weight of its node, aliases expanded.
     let mut sizes: HashMap<usize, u64> = HashMap::new();
+    // Per anchor id of a scalar: its text, style and tag, which an alias used as a key
+    // repeats.
+    let mut anchored: HashMap<usize, (String, ScalarStyle, Option<saphyr_parser::Tag>)> =
+        HashMap::new();
     // The weight of the nodes written in the file, and of the copies the loader makes.
     let (mut parsed, mut copied) = (0u64, 0u64);
     for next in saphyr_parser::Parser::new_from_str(text) {
         let (mut ev, span) = next.map_err(YamlFault::Invalid)?;
+        // An alias weighs what its anchor's node weighs, also when it is made a scalar below.
+        let alias_of = match &ev {
+            Event::Alias(id) => Some(*id),
+            _ => None,
+        };
+        if let Event::Scalar(text, style, aid, tag) = &ev {
+            if *aid > 0 {
+                anchored.insert(*aid, (text.to_string(), *style, tag.as_deref().cloned()));
+            }
+        }
         if matches!(
             ev,
             Event::Scalar(..)
@@ -813,16 +840,43 @@ fn load_yaml(
                 | Event::MappingStart(..)
         ) {
             if let Some((true, nodes, seen, repeats)) = keys.last_mut() {
+                let mut copy = None;
                 if *nodes % 2 == 0 {
-                    if let Event::Scalar(text, style, _, tag) = &mut ev {
-                        let sig = (text.to_string(), *style, tag.as_deref().cloned());
-                        if seen.contains(&sig) {
-                            *repeats += 1;
-                            *tag = Some(Cow::Owned(repeated_key_tag(*repeats, sig.2.as_ref())));
-                        } else {
-                            seen.insert(sig);
+                    match &mut ev {
+                        Event::Scalar(text, style, _, tag) => {
+                            let sig = (text.to_string(), *style, tag.as_deref().cloned());
+                            if seen.contains(&sig) {
+                                *repeats += 1;
+                                *tag = Some(Cow::Owned(repeated_key_tag(*repeats, sig.2.as_ref())));
+                            } else {
+                                seen.insert(sig);
+                            }
                         }
+                        // An alias of a scalar as a key is that scalar's text as a key to
+                        // yaml.v2: one repeating an earlier key is given as a copy of the
+                        // scalar tagged apart, as a repeated scalar key is (the loader refuses
+                        // an alias repeating a key).
+                        Event::Alias(id) => {
+                            if let Some(sig) = anchored.get(id) {
+                                if seen.contains(sig) {
+                                    *repeats += 1;
+                                    let tag = repeated_key_tag(*repeats, sig.2.as_ref());
+                                    copy = Some(Event::Scalar(
+                                        Cow::Owned(sig.0.clone()),
+                                        sig.1,
+                                        0,
+                                        Some(Cow::Owned(tag)),
+                                    ));
+                                } else {
+                                    seen.insert(sig.clone());
+                                }
+                            }
+                        }
+                        _ => {}
                     }
+                }
+                if let Some(copy) = copy {
+                    ev = copy;
                 }
                 *nodes += 1;
             }
@@ -861,18 +915,18 @@ fn load_yaml(
                 None
             }
             Event::SequenceEnd | Event::MappingEnd => open.pop(),
+            // An anchor not yet complete (an alias inside its own anchor) is left to the
+            // loader, which refuses or empties it; it weighs one here.
+            _ if alias_of.is_some() => {
+                let w = alias_of.and_then(|id| sizes.get(&id).copied()).unwrap_or(1);
+                parsed += 1;
+                copied = copied.saturating_add(w);
+                Some((w, 0))
+            }
             Event::Scalar(v, _, aid, _) => {
                 let w = weight(v.len());
                 parsed = parsed.saturating_add(w);
                 Some((w, *aid))
-            }
-            Event::Alias(id) => {
-                // An anchor not yet complete (an alias inside its own anchor) is left to the
-                // loader, which refuses or empties it; it weighs one here.
-                let w = sizes.get(id).copied().unwrap_or(1);
-                parsed += 1;
-                copied = copied.saturating_add(w);
-                Some((w, 0))
             }
             _ => None,
         };
@@ -968,8 +1022,9 @@ fn original_tag(tag: Option<&saphyr_parser::Tag>) -> Option<Cow<'_, saphyr_parse
 const YAML_TAG: &str = "tag:yaml.org,2002:";
 
 /// Whether a mapping key is YAML's merge key as yaml.v2 takes one (its `isMerge`): the scalar
-/// `<<`, plain and untagged or tagged `!!merge` (quoted or not). A quoted `<<` and `!!str <<`
-/// are ordinary keys.
+/// `<<`, implicit (plain and untagged, or under the non-specific tag `!` quoted or not, which
+/// yaml.v2's parser marks implicit as it marks a plain scalar) or tagged `!!merge` (quoted or
+/// not). A quoted `<<` and `!!str <<` are ordinary keys.
 fn is_merge_key(k: &MarkedYamlOwned) -> bool {
     let YamlDataOwned::Representation(text, style, tag) = &k.data else {
         return false;
@@ -977,8 +1032,14 @@ fn is_merge_key(k: &MarkedYamlOwned) -> bool {
     text == "<<"
         && match original_tag(tag.as_ref()) {
             None => *style == saphyr_parser::ScalarStyle::Plain,
-            Some(t) => t.handle == YAML_TAG && t.suffix == "merge",
+            Some(t) => is_non_specific(&t) || (t.handle == YAML_TAG && t.suffix == "merge"),
         }
+}
+
+/// Whether a tag is the non-specific `!`, however written (`!`, `!<!>`, a `%TAG` handle whose
+/// prefix is `!` with no suffix): yaml.v2 compares the whole tag with `!`.
+fn is_non_specific(t: &saphyr_parser::Tag) -> bool {
+    (t.handle.is_empty() && t.suffix == "!") || (t.handle == "!" && t.suffix.is_empty())
 }
 
 /// A scalar as yaml.v2 resolves it (its `resolve`, YAML 1.1's types) for the fields of
@@ -994,12 +1055,13 @@ enum Resolved {
     /// every `_`: a sign, then `0x`, `0o`, `0b` or a leading `0` (octal) or decimal digits;
     /// plain, or under `!!int`. Saturated beyond `i128`: out of every field's range anyway.
     Int(i128),
-    /// A value only a string field takes (as its text): under `!!float` or `!!timestamp`.
+    /// A value only a string field takes (as its text): under `!!timestamp`.
     Other,
-    /// A string: quoted, `!!str`, a plain scalar that is none of the above (floats such as
-    /// `1.0` or `1e3` included: a string field keeps their text, a number field refuses them
-    /// as envoyproxy/ratelimit's key check does), or under a tag yaml.v2 does not resolve
-    /// (`!x`, `!!merge`), which leaves the text.
+    /// A float to yaml.v2 (`1.0`, `1e3`, `.5`, `08`, `.inf`, plain; anything under `!!float`):
+    /// no leaf envoyproxy/ratelimit's key check accepts ([`key_check_refuses`]).
+    Float,
+    /// A string: quoted, `!!str`, a plain scalar that is none of the above, or under a tag
+    /// yaml.v2 does not resolve (`!x`, `!!merge`), which leaves the text.
     Text,
 }
 
@@ -1015,7 +1077,101 @@ fn resolve_plain(text: &str) -> Resolved {
         }
         _ => {}
     }
-    go_int(text).map_or(Resolved::Text, Resolved::Int)
+    match go_int(text) {
+        Some(i) => Resolved::Int(i),
+        None if go_float(text) => Resolved::Float,
+        None => Resolved::Text,
+    }
+}
+
+/// The floats of yaml.v2's resolver besides `!!float` (its `resolve`): `.inf`, `.nan` and their
+/// signed and capitalised forms; a text starting with `.` that Go's `ParseFloat` reads; a text
+/// starting with a digit or a sign that is no integer and, its `_` dropped, matches
+/// `[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?` within `f64`'s range (`08`, whose
+/// octal fails, is the float 8 there; `1e400` stays a string).
+fn go_float(text: &str) -> bool {
+    if matches!(
+        text,
+        ".inf"
+            | ".Inf"
+            | ".INF"
+            | "+.inf"
+            | "+.Inf"
+            | "+.INF"
+            | "-.inf"
+            | "-.Inf"
+            | "-.INF"
+            | ".nan"
+            | ".NaN"
+            | ".NAN"
+    ) {
+        return true;
+    }
+    let plain: Cow<'_, str> = match text.as_bytes().first() {
+        Some(b'.') => Cow::Borrowed(text),
+        Some(b) if b.is_ascii_digit() || *b == b'+' || *b == b'-' => {
+            Cow::Owned(text.replace('_', ""))
+        }
+        _ => return false,
+    };
+    yaml_style_float(&plain) && plain.parse::<f64>().is_ok_and(f64::is_finite)
+}
+
+/// Whether `s` matches yaml.v2's `yamlStyleFloat` (see [`go_float`]). yaml.v2 hands a text
+/// starting with `.` to Go's `ParseFloat` without the pattern, which reads there just what the
+/// pattern matches (no `_`, no `inf` after a `.`).
+fn yaml_style_float(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = usize::from(matches!(b.first(), Some(b'+' | b'-')));
+    let digits = |i: &mut usize| {
+        let from = *i;
+        while b.get(*i).is_some_and(u8::is_ascii_digit) {
+            *i += 1;
+        }
+        *i > from
+    };
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        if !digits(&mut i) {
+            return false;
+        }
+    } else {
+        if !digits(&mut i) {
+            return false;
+        }
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            digits(&mut i);
+        }
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        if !digits(&mut i) {
+            return false;
+        }
+    }
+    i == b.len()
+}
+
+/// Whether envoyproxy/ratelimit's key check (`validateYamlKeys`, which takes strings, ints,
+/// flags and nulls as leaves and fails "error checking config" on anything else) refuses the
+/// scalar `n` as yaml.v2 decodes it into an `interface{}`: a float, or a plain whole number
+/// past `int64` (a `uint64` there up to `2^64 - 1` unless written with a `+`, which Go's
+/// `ParseUint` refuses; a float when its digits, `_` dropped, match the float pattern; a
+/// string otherwise, in hexadecimal or binary).
+fn key_check_refuses(n: &MarkedYamlOwned) -> bool {
+    match resolve(n) {
+        Some((_, Resolved::Float)) => true,
+        Some((text, Resolved::Int(i))) => {
+            i64::try_from(i).is_err()
+                && ((u64::try_from(i).is_ok() && !text.starts_with('+'))
+                    || yaml_style_float(&text.replace('_', "")))
+        }
+        _ => false,
+    }
 }
 
 /// `text` as yaml.v2 reads an integer ([`Resolved::Int`]), if it is one.
@@ -1066,7 +1222,8 @@ fn resolve(n: &MarkedYamlOwned) -> Option<(&str, Resolved)> {
                 | ("bool", Resolved::Bool(_))
                 | ("int", Resolved::Int(_)) => implicit,
                 ("null" | "bool" | "int", _) => return None,
-                ("float" | "timestamp", _) => Resolved::Other,
+                ("float", _) => Resolved::Float,
+                ("timestamp", _) => Resolved::Other,
                 _ => Resolved::Text,
             }
         }
@@ -1212,6 +1369,8 @@ impl Parser<'_> {
                     place.what()
                 ),
             )),
+            // Ignored, its value is still a leaf of the key check.
+            Misplaced::Ignored if key_check_refuses(v) => Err(self.float_refused(v, &field)),
             Misplaced::Ignored => {
                 let w = self.err(
                     Some(k),
@@ -1272,7 +1431,41 @@ impl Parser<'_> {
     ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
         let mut out = Vec::with_capacity(map.len());
         self.fields_merged(map, at, 0, &mut out)?;
+        // envoyproxy/ratelimit's key check reads the mapping as yaml.v2 decodes it into a map,
+        // where a later field replaces an earlier one: it checks each name's last value. The
+        // number and flag fields refuse a float themselves, where they are read.
+        let mut last: HashMap<&str, usize> = HashMap::with_capacity(out.len());
+        for (i, (name, ..)) in out.iter().enumerate() {
+            last.insert(name, i);
+        }
+        for (i, (name, _, v)) in out.iter().enumerate() {
+            if last.get(name.as_str()) == Some(&i)
+                && !TYPED_FIELDS.contains(&name.as_str())
+                && key_check_refuses(v)
+            {
+                let field = if at.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{at}.{name}")
+                };
+                return Err(self.float_refused(v, &field));
+            }
+        }
         Ok(out)
+    }
+
+    /// The error for a scalar [`key_check_refuses`].
+    fn float_refused(&self, v: &MarkedYamlOwned, field: &str) -> ConfigError {
+        let text = resolve(v).map_or("", |(t, _)| t);
+        self.err(
+            Some(v),
+            field,
+            format!(
+                "{text} is a number yaml.v2 reads as a float (or past 64-bit integers), which \
+                 envoyproxy/ratelimit's key check refuses (\"error checking config\"); quote it \
+                 for its text"
+            ),
+        )
     }
 
     fn fields_merged<'n>(

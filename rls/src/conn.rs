@@ -38,18 +38,20 @@
 //! decoded from it, which tonic holds until the stream ends), unless the message is whole in
 //! a frame that ends the stream (a call sent at once, decoded and decided as it is read), from
 //! its connection's budget ([`MAX_CONNECTION_MESSAGE_BYTES`]) and then from the port's
-//! ([`MAX_PORT_MESSAGE_BYTES`]) before tonic sees the prefix, and gives it back when its body
+//! ([`Limits::max_buffered_bytes`]) before tonic sees the prefix, and gives it back when its body
 //! is dropped (the message decoded, or the stream ended). A stream that cannot take it waits,
 //! unread (so the peer's window closes), within its body deadline; calls sent at once never
 //! wait for it.
 //!
 //! HTTP/1 bounds what unfinished `/json` bodies hold the same way: the handler collects a body
 //! (up to 4 MiB) before it reads it, so each frame that does not end its body takes its bytes
-//! from the port's budget ([`MAX_PORT_MESSAGE_BYTES`], the HTTP port's own) before it is
+//! from the port's budget ([`Limits::max_buffered_bytes`], the HTTP port's own) before it is
 //! passed on, and gives them back when the body is dropped (collected, or the connection
 //! gone). A body that cannot take them waits, its connection unread, within its body
 //! deadline (408); a request whose body arrives with its headers takes nothing and never
-//! waits.
+//! waits. A handler that holds the request it read while it waits (on Redis) takes what it
+//! holds from the same budget ([`HandlerBudget`], in the request's extensions) for as long as
+//! its future lives, and answers 503 at once when the budget cannot hold it.
 //!
 //! HTTP/2 runs each stream (its request's handler, then its response's body) in a task of its
 //! own, spawned by hyper on the connection's executor (`Streams`): the connection task owns
@@ -98,13 +100,13 @@ pub const MAX_STREAMS_PER_CONNECTION: u32 = 200;
 /// The most an HTTP/1 connection reads ahead of its request's handler (hyper's read buffer:
 /// a request's headers must fit in it, Envoy's own default limit being 60 KiB). A `/json`
 /// body that waits for the port's budget holds at most this beyond it, so that the port holds
-/// about `MAX_PORT_MESSAGE_BYTES` plus this much per connection (at hyper's default, about
+/// about its budget (`Limits::max_buffered_bytes`) plus this much per connection (at hyper's default, about
 /// 400 KiB, 10,000 connections could hold 4 GB).
 const HTTP1_READ_BUFFER: usize = 64 << 10;
 
 /// The limits one port applies to its connections (`--max-connections`, `--header-timeout-ms`,
 /// `--body-timeout-ms`, `--idle-timeout-ms`, `--grpc-keepalive-ms`,
-/// `--grpc-keepalive-timeout-ms`).
+/// `--grpc-keepalive-timeout-ms`, `--max-buffered-mib`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// The most connections open at once; more wait in the kernel's backlog.
@@ -120,6 +122,11 @@ pub struct Limits {
     pub keepalive_interval: Duration,
     /// HTTP/2: the connection is closed when a PING is not acknowledged within this.
     pub keepalive_timeout: Duration,
+    /// The most bytes the port's unfinished requests hold together: gRPC messages and what
+    /// they decode to (HTTP/2), `/json` bodies while they arrive and the requests read from
+    /// them while their handler waits (HTTP/1). Default [`MAX_PORT_MESSAGE_BYTES`]; a value
+    /// below [`MIN_PORT_MESSAGE_BYTES`] is raised to it, so that any one message fits.
+    pub max_buffered_bytes: usize,
 }
 
 /// The protocol a port speaks.
@@ -168,7 +175,11 @@ pub async fn serve(
     ));
     // What every connection's unfinished gRPC messages (HTTP/2) or bodies (HTTP/1) may hold
     // together.
-    let messages = Arc::new(Semaphore::new(MAX_PORT_MESSAGE_BYTES));
+    let messages = Arc::new(Semaphore::new(
+        limits
+            .max_buffered_bytes
+            .clamp(MIN_PORT_MESSAGE_BYTES, Semaphore::MAX_PERMITS),
+    ));
     // The drain's deadline, once `stop` resolved.
     let (drain_tx, drain_rx) = watch::channel(None);
     // Connection tasks live in the set so that dropping it (`serve`'s future dropped) aborts
@@ -647,6 +658,10 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
         let expired = Arc::new(AtomicBool::new(false));
         let body_timeout = self.body_timeout;
         let budget = self.budget.clone();
+        let mut req = req;
+        if let Some(Budget::Bytes { port }) = &budget {
+            req.extensions_mut().insert(HandlerBudget(port.clone()));
+        }
         let req = req.map(|b| {
             Body::new(TimedBody {
                 inner: Budgeted::new(b, budget),
@@ -810,11 +825,18 @@ impl hyper::body::Body for TimedBody {
 /// messages of the largest size, so that any one message can always be read.
 pub const MAX_CONNECTION_MESSAGE_BYTES: usize = 2 * crate::grpc::MAX_MESSAGE_BYTES;
 
-/// The most bytes of unfinished gRPC messages all connections of the gRPC port hold together
-/// (Envoy's requests are a few hundred bytes: thousands of calls in flight hold a few MiB),
-/// and the most bytes of unfinished `/json` bodies all connections of the HTTP port hold
-/// together (beyond the frame each body has read and waits to take it for).
+/// The default of [`Limits::max_buffered_bytes`] (`--max-buffered-mib`): the most bytes of
+/// unfinished gRPC messages all connections of the gRPC port hold together (Envoy's requests
+/// are a few hundred bytes: thousands of calls in flight hold a few MiB), and the most bytes
+/// of unfinished `/json` bodies (beyond the frame each body has read and waits to take it for)
+/// and of `/json` requests waiting on Redis all connections of the HTTP port hold together.
 pub const MAX_PORT_MESSAGE_BYTES: usize = 256 << 20;
+
+/// The least a port's budget may be ([`Limits::max_buffered_bytes`]), so that every take can
+/// be granted: what one connection's unfinished messages take at most (8 MiB), and what a valid
+/// `/json` request at the body limit may hold while it waits on Redis (its 4 MiB body twice,
+/// and what it decodes to: about 7 MiB at the request limits).
+pub const MIN_PORT_MESSAGE_BYTES: usize = 16 << 20;
 
 /// What a request body takes before its bytes are passed on, given back when it is dropped.
 #[derive(Clone, Debug)]
@@ -828,6 +850,22 @@ enum Budget {
     /// HTTP/1 (`/json`): each frame's bytes, unless the frame ends the body, from the port's
     /// budget. One body at a time per connection, each cut at `/json`'s size limit.
     Bytes { port: Arc<Semaphore> },
+}
+
+/// The HTTP port's budget ([`Limits::max_buffered_bytes`]) as a request's handler sees it, in
+/// the request's extensions on that port: what a `/json` handler holds while it waits (the
+/// request it read, on Redis) is taken from it for that long.
+#[derive(Clone, Debug)]
+pub struct HandlerBudget(Arc<Semaphore>);
+
+impl HandlerBudget {
+    /// Takes `bytes` if the budget holds them now, without waiting (`None` otherwise, also
+    /// for more than the whole budget); given back when the permit is dropped, with the
+    /// handler's future whatever ends it (its answer, or its connection gone).
+    pub fn try_take(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let n = u32::try_from(bytes).ok()?;
+        self.0.clone().try_acquire_many_owned(n).ok()
+    }
 }
 
 type Taking = Pin<
@@ -981,7 +1019,7 @@ impl hyper::body::Body for Budgeted {
                     if n == 0 || ended {
                         return Poll::Ready(Some(Ok(frame)));
                     }
-                    let n = n.min(MAX_PORT_MESSAGE_BYTES) as u32;
+                    let n = n.min(MIN_PORT_MESSAGE_BYTES) as u32;
                     Box::pin(async move { Some((port.acquire_many_owned(n).await.ok()?, None)) })
                 }
             };
@@ -1060,6 +1098,7 @@ mod tests {
             idle_timeout: Duration::MAX,
             keepalive_interval: Duration::MAX,
             keepalive_timeout: Duration::MAX,
+            max_buffered_bytes: usize::MAX,
         };
         let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Instant>();
@@ -1099,6 +1138,7 @@ mod tests {
             idle_timeout: long,
             keepalive_interval: long,
             keepalive_timeout: long,
+            max_buffered_bytes: MAX_PORT_MESSAGE_BYTES,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The HTTP port: `GET /metrics`, `GET /healthcheck`, `POST /json`.
 
+use crate::conn::HandlerBudget;
 use crate::grpc::result_of;
 use crate::service::{Code, Descriptor, Reject, Request, Response, Service};
 use axum::body::Bytes;
@@ -7,6 +8,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{json, Map, Value};
@@ -67,7 +69,11 @@ async fn health(State(app): State<App>) -> impl IntoResponse {
     }
 }
 
-async fn json_call(State(app): State<App>, body: Bytes) -> axum::response::Response {
+async fn json_call(
+    State(app): State<App>,
+    budget: Option<Extension<HandlerBudget>>,
+    body: Bytes,
+) -> axum::response::Response {
     let started = Instant::now();
     let req = match parse_request(&body) {
         Ok(r) => r,
@@ -76,7 +82,36 @@ async fn json_call(State(app): State<App>, body: Bytes) -> axum::response::Respo
             return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
         }
     };
-    let r = app.service.should_rate_limit(&req).await;
+    // On Redis a valid request is held while the decision waits (up to --redis-timeout-ms),
+    // so it takes what it holds from the port's budget until this future ends (answered, or
+    // its connection gone); one the budget cannot hold now is refused rather than held
+    // uncounted. The local backend decides within this turn: nothing is held while others run.
+    let body_len = body.len();
+    drop(body);
+    let r = match crate::service::validate(&req) {
+        Err(e) => Err(e),
+        Ok(()) => {
+            let _taken = match (&budget, app.service.backend()) {
+                (Some(Extension(budget)), crate::engine::Backend::Redis(_)) => {
+                    match budget.try_take(waiting_bytes(body_len, &req)) {
+                        Some(taken) => Some(taken),
+                        None => {
+                            crate::metrics::request("json", "unavailable", started.elapsed());
+                            return (
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                [(header::RETRY_AFTER, "1")],
+                                "the HTTP port holds as many requests waiting on Redis as its \
+                                 memory budget allows (--max-buffered-mib): retry later\n",
+                            )
+                                .into_response();
+                        }
+                    }
+                }
+                _ => None,
+            };
+            app.service.should_rate_limit(&req).await
+        }
+    };
     crate::metrics::request("json", result_of(&r), started.elapsed());
     match r {
         Ok(resp) => {
@@ -96,6 +131,28 @@ async fn json_call(State(app): State<App>, body: Bytes) -> axum::response::Respo
             (StatusCode::INTERNAL_SERVER_ERROR, format!("{m}\n")).into_response()
         }
     }
+}
+
+/// What a `/json` request read from a body of `body_len` bytes holds while its decision waits
+/// on Redis: the request itself, and the bucket keys and the Redis command the decision builds
+/// from its entries, each at most the body's length.
+fn waiting_bytes(body_len: usize, req: &Request) -> usize {
+    let entries: usize = req
+        .descriptors
+        .iter()
+        .map(|d| {
+            d.entries.capacity() * std::mem::size_of::<(String, String)>()
+                + d.entries
+                    .iter()
+                    .map(|(k, v)| k.capacity() + v.capacity())
+                    .sum::<usize>()
+        })
+        .sum();
+    std::mem::size_of::<Request>()
+        + req.domain.capacity()
+        + req.descriptors.capacity() * std::mem::size_of::<Descriptor>()
+        + entries
+        + body_len.saturating_mul(2)
 }
 
 /// A field of a proto3 JSON object under its JSON name or its proto name.

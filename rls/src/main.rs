@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tollgate_rls::config::DEFAULT_MAX_DESCRIPTORS;
+use tollgate_rls::conn::{MAX_PORT_MESSAGE_BYTES, MIN_PORT_MESSAGE_BYTES};
 use tollgate_rls::engine::{OnRedisError, RlsClock};
 use tollgate_rls::server::{run, Options, StartError};
 
@@ -80,7 +81,20 @@ struct Cli {
     #[arg(long, value_name = "MS", default_value_t = 20_000,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     grpc_keepalive_timeout_ms: u64,
+    /// The most memory (MiB) each port's unfinished requests hold together: gRPC messages
+    /// still arriving (and the requests decoded from them), `/json` bodies still arriving and
+    /// the `/json` requests waiting on Redis. Past it a gRPC message or a `/json` body waits,
+    /// unread, within --body-timeout-ms, and a `/json` request about to wait on Redis is
+    /// answered 503.
+    #[arg(long, value_name = "MIB", default_value_t = (MAX_PORT_MESSAGE_BYTES >> 20) as u64,
+          value_parser = clap::value_parser!(u64)
+              .range((MIN_PORT_MESSAGE_BYTES >> 20) as u64..=MAX_BUFFERED_MIB))]
+    max_buffered_mib: u64,
 }
+
+/// The largest `--max-buffered-mib` (64 GiB): a rate-limit service's requests are hundreds of
+/// bytes, and a larger value is a unit mistaken (bytes or KiB written as MiB).
+const MAX_BUFFERED_MIB: u64 = 1 << 16;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -107,6 +121,7 @@ fn main() -> ExitCode {
         idle_timeout: Duration::from_millis(cli.idle_timeout_ms),
         grpc_keepalive: Duration::from_millis(cli.grpc_keepalive_ms),
         grpc_keepalive_timeout: Duration::from_millis(cli.grpc_keepalive_timeout_ms),
+        max_buffered_bytes: usize::try_from(cli.max_buffered_mib << 20).unwrap_or(usize::MAX),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

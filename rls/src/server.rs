@@ -70,6 +70,9 @@ pub struct Options {
     pub grpc_keepalive: Duration,
     /// `--grpc-keepalive-timeout-ms`.
     pub grpc_keepalive_timeout: Duration,
+    /// `--max-buffered-mib`, in bytes: what each port's unfinished requests hold together
+    /// ([`Limits::max_buffered_bytes`]).
+    pub max_buffered_bytes: usize,
 }
 
 impl Options {
@@ -94,6 +97,7 @@ impl Options {
             idle_timeout: Duration::from_secs(300),
             grpc_keepalive: Duration::from_secs(60),
             grpc_keepalive_timeout: Duration::from_secs(20),
+            max_buffered_bytes: conn::MAX_PORT_MESSAGE_BYTES,
         }
     }
 
@@ -106,6 +110,7 @@ impl Options {
             idle_timeout: self.idle_timeout,
             keepalive_interval: self.grpc_keepalive,
             keepalive_timeout: self.grpc_keepalive_timeout,
+            max_buffered_bytes: self.max_buffered_bytes,
         }
     }
 }

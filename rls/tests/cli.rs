@@ -34,6 +34,11 @@ fn bad_flags_and_invalid_configs_exit_2_with_a_clear_message() {
         ("--grpc-keepalive-timeout-ms", "0"),
         ("--max-descriptors", "0"),
         ("--max-descriptors", "10000001"),
+        ("--max-buffered-mib", "0"),
+        ("--max-buffered-mib", "15"),
+        ("--max-buffered-mib", "65537"),
+        ("--max-buffered-mib", "256MiB"),
+        ("--max-buffered-mib", "1e3"),
     ] {
         let (code, err) = run_to_exit(&["--config", good, flag, value]);
         assert_eq!(code, Some(2), "{err}");

@@ -402,12 +402,12 @@ fn descriptors_with_one_composite_key_are_refused() {
 }
 
 /// envoyproxy/ratelimit reads `key`, `value` and `name` into string fields, which keep a
-/// scalar's text: `value: 1.0` matches a request's `1.0`, not `1`.
+/// scalar's text: `value: 007` matches a request's `007`, not `7` (a float is refused by its
+/// key check: `a_float_in_a_string_field_is_refused_as_the_key_check_refuses_it`).
 #[test]
 fn string_fields_keep_the_scalars_text() {
     for v in [
-        "1.0", "007", "0x10", "0o17", "1e3", "True", "yes", "1_000", "+5", ".5", "1.50", "-0",
-        ".inf", "0.0",
+        "007", "0x10", "0o17", "True", "yes", "1_000", "+5", "-0", "1e400", "1.0.0",
     ] {
         let c = load(&format!(
             "domain: d\ndescriptors:\n  - key: {v}\n    value: {v}\n    rate_limit: {{unit: second, requests_per_unit: 1, name: {v}}}\n"
@@ -433,8 +433,8 @@ fn string_fields_keep_the_scalars_text() {
         assert_eq!(c.limits()[0].path, path, "{text}");
     }
     // The domain too; numbers and flags are still read as numbers and flags.
-    let c = load("domain: 1.0\ndescriptors:\n  - key: k\n    shadow_mode: True\n    rate_limit: {unit: second, requests_per_unit: 0x10}\n").unwrap();
-    assert!(c.lookup("1.0", [("k", "v")]).is_some());
+    let c = load("domain: 007\ndescriptors:\n  - key: k\n    shadow_mode: True\n    rate_limit: {unit: second, requests_per_unit: 0x10}\n").unwrap();
+    assert!(c.lookup("007", [("k", "v")]).is_some());
     assert!(c.limits()[0].shadow);
     match &c.limits()[0].kind {
         Kind::Rates(r) => assert_eq!(r[0].requests_per_unit, 16),
@@ -1227,4 +1227,163 @@ fn warned(c: &tollgate_rls::config::Config) -> Vec<(Option<usize>, &str)> {
         .iter()
         .map(|w| (w.line, w.field.as_str()))
         .collect()
+}
+
+/// yaml.v2's parser marks a scalar under the non-specific tag `!` implicit whatever its quoting,
+/// as it marks a plain untagged one, and its `isMerge` takes an implicit `<<` as the merge
+/// key: `! <<` and `! "<<"` merge there, and here (also written `!<!>`).
+#[test]
+fn a_merge_key_under_the_non_specific_tag_merges() {
+    let c = load(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limit: &h {unit: hour, requests_per_unit: 7}
+  - key: b
+    rate_limit:
+      ! <<: *h
+      requests_per_unit: 3
+  - key: c
+    rate_limit:
+      ! \"<<\": *h
+  - key: e
+    rate_limit:
+      !<!> '<<': {unit: minute, requests_per_unit: 2}
+",
+    )
+    .unwrap();
+    assert_eq!(rate_of(&c, "b"), (3, Unit::Hour, String::new()));
+    assert_eq!(rate_of(&c, "c"), (7, Unit::Hour, String::new()));
+    assert_eq!(rate_of(&c, "e"), (2, Unit::Minute, String::new()));
+    // `!x <<` stays a field named `<<`, which neither knows.
+    let bad = "domain: d\ndescriptors:\n  - key: a\n    !x <<: {value: b}\n";
+    let e = load(bad).expect_err(bad);
+    assert!(e.message.contains("unknown field \"<<\""), "{e}");
+}
+
+/// An alias used as a mapping key is its anchor's scalar as a key to yaml.v2: one repeating an
+/// earlier key of its mapping keeps the later value there, as a scalar written twice does, and
+/// here too, with the same warning naming the alias's line.
+#[test]
+fn an_alias_key_repeating_a_key_keeps_the_later_with_a_warning() {
+    let c = load(
+        "domain: d
+descriptors:
+  - &k key: a
+    *k : b
+    rate_limit: {&u unit: second, requests_per_unit: 1, *u : minute}
+  - *k : e
+    key: f
+    rate_limit: {unit: hour, requests_per_unit: 2}
+",
+    )
+    .unwrap();
+    assert!(c.lookup("d", [("a", "x")]).is_none());
+    assert_eq!(rate_of(&c, "b"), (1, Unit::Minute, String::new()));
+    assert_eq!(rate_of(&c, "f"), (2, Unit::Hour, String::new()));
+    assert_eq!(
+        warned(&c),
+        [
+            (Some(4), "descriptors[0].key"),
+            (Some(5), "descriptors[0].rate_limit.unit"),
+            (Some(7), "descriptors[1].key"),
+        ]
+    );
+    assert!(
+        c.warnings()[0].message.contains("also at line 3"),
+        "{}",
+        c.warnings()[0]
+    );
+}
+
+/// envoyproxy/ratelimit decodes a file twice: into a generic map for its key check, which
+/// takes strings, ints, flags and nulls as leaves and fails "error checking config" on a
+/// float (a `float64` there: `1.0`, `1e3`, `.5`, `08`, `.inf`, anything under `!!float`) or a
+/// whole number past `int64` (`uint64`), then into its structs. A string field holding one is
+/// refused by the first pass, so here too; its text quoted, or a number yaml.v2 reads as an
+/// int or a string, loads as written. Only a name's last value is checked, as the generic map
+/// keeps only that one.
+#[test]
+fn a_float_in_a_string_field_is_refused_as_the_key_check_refuses_it() {
+    let with_value = |v: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    value: {v}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+        )
+    };
+    for v in [
+        "1.0",
+        "1e3",
+        ".5",
+        "+.5",
+        "5.",
+        "1_000.5",
+        "08",
+        "09_9",
+        ".inf",
+        "-.Inf",
+        ".NaN",
+        "1e-400",
+        "!!float 1",
+        "!!float x",
+        "9223372036854775808",
+        "18446744073709551615",
+        "0xFFFF_FFFF_FFFF_FFFF",
+        "99999999999999999999",
+        "-9223372036854775809",
+    ] {
+        let yaml = with_value(v);
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(4), "descriptors[0].value"),
+            "{v}: {e}"
+        );
+        assert!(e.message.contains("key check"), "{v}: {e}");
+    }
+    for (v, text) in [
+        ("'1.0'", "1.0"),
+        ("\"1e3\"", "1e3"),
+        ("!!str 1.0", "1.0"),
+        ("1e400", "1e400"),
+        ("9223372036854775807", "9223372036854775807"),
+        ("-9223372036854775808", "-9223372036854775808"),
+        ("0x1_0000_0000_0000_0000", "0x1_0000_0000_0000_0000"),
+        ("+0xFFFF_FFFF_FFFF_FFFF", "+0xFFFF_FFFF_FFFF_FFFF"),
+        ("1.0.0", "1.0.0"),
+        ("2001-01-01", "2001-01-01"),
+        ("1e", "1e"),
+        ("inf", "inf"),
+    ] {
+        let c = load(&with_value(v)).unwrap_or_else(|e| panic!("{v}: {e}"));
+        assert_eq!(c.limits()[0].path, format!("k_{text}"), "{v}");
+    }
+    // The domain, a rate's `unit` and `name`, a `replaces` name, an ignored field.
+    for (yaml, line, field) in [
+        ("domain: 1.5\ndescriptors: []\n", 1, "domain"),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: 1.0, requests_per_unit: 1}\n",
+            4,
+            "descriptors[0].rate_limit.unit",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: 2.5}\n",
+            4,
+            "descriptors[0].rate_limit.name",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      shadow_mode: 1.0\n",
+            7,
+            "descriptors[0].rate_limit.shadow_mode",
+        ),
+    ] {
+        let e = load(yaml).expect_err(yaml);
+        assert_eq!((e.line, e.field.as_str()), (Some(line), field), "{yaml}: {e}");
+        assert!(e.message.contains("key check"), "{yaml}: {e}");
+    }
+    // A float written before the value that replaces it is not in the key check's map.
+    let c = load(
+        "domain: d\ndescriptors:\n  - key: k\n    value: 1.0\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    )
+    .unwrap();
+    assert_eq!(c.limits()[0].path, "k_v");
 }

@@ -585,3 +585,88 @@ async fn a_reload_to_a_rate_the_script_cannot_hold_keeps_the_old_config_on_redis
     );
     s.stop().await;
 }
+
+/// A `/json` body of `shared`'s `user` descriptor whose value is `len` bytes, unique by `tag`.
+fn big_json(tag: usize, len: usize) -> String {
+    format!(
+        r#"{{"domain": "shared", "descriptors": [{{"entries": [{{"key": "user", "value": "{tag}{}"}}]}}]}}"#,
+        "x".repeat(len)
+    )
+}
+
+/// Sends `body` to `/json` on a fresh connection and leaves it unanswered: the connection
+/// closes when the returned stream is dropped.
+async fn json_left_open(addr: std::net::SocketAddr, body: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    c.write_all(head.as_bytes()).await.unwrap();
+    c.write_all(body.as_bytes()).await.unwrap();
+    c
+}
+
+/// `/json` requests waiting on Redis take what they hold from the HTTP port's budget
+/// (`--max-buffered-mib`, 16 MiB here): a request holding a 2 MiB value takes over 6 MiB
+/// (the request, and twice its body for the keys and the command built from it), so at most
+/// two wait on a frozen Redis at once and a request that would wait beyond is answered 503 at
+/// once, rather than each holding its request until the Redis timeout. What a request took is
+/// given back when its connection closes while it waits, and when it is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_requests_waiting_on_redis_take_from_the_ports_budget() {
+    let Some(server) = RedisServer::start("json_budget") else {
+        return;
+    };
+    let url = server.url();
+    let s = Rls::start_with(CONFIG, |o| {
+        o.redis = Some(url);
+        o.redis_timeout = Duration::from_secs(5);
+        o.max_buffered_bytes = 16 << 20;
+    })
+    .await;
+    let addr = s.ready.http;
+    const VALUE: usize = 2 << 20;
+
+    // Two requests wait on the frozen Redis; a third is refused at once. (tollgate-redis's
+    // connection gives up on a reply after 2 s: every wait on the frozen Redis here is shorter.)
+    server.pause();
+    let waiting = [
+        json_left_open(addr, &big_json(1, VALUE)).await,
+        json_left_open(addr, &big_json(2, VALUE)).await,
+    ];
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t0 = Instant::now();
+    let (code, text) = http(addr, "POST", "/json", &big_json(3, VALUE)).await;
+    assert_eq!(code, 503, "{text}");
+    assert!(text.contains("--max-buffered-mib"), "{text}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    // Their connections close while they wait: what they took is given back at once, so two
+    // more wait in their place (neither answered yet).
+    drop(waiting);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again: Vec<_> = (4..6)
+        .map(|tag| {
+            tokio::spawn(async move { http(addr, "POST", "/json", &big_json(tag, VALUE)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    for a in &again {
+        assert!(
+            !a.is_finished(),
+            "a request was answered while Redis was frozen"
+        );
+    }
+    server.resume();
+    for a in again {
+        let (code, text) = a.await.unwrap();
+        assert_eq!(code, 200, "{text}");
+    }
+
+    // Answered, they gave back what they took: requests one after the other are decided.
+    for tag in 10..13 {
+        let (code, text) = http(addr, "POST", "/json", &big_json(tag, VALUE)).await;
+        assert_eq!(code, 200, "request {tag}: {text}");
+    }
+}
