@@ -70,9 +70,14 @@ impl Conn {
                 let client = redis::Client::open(url).map_err(|e| Error::Url(e.to_string()))?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(connect_timeout))
-                    // Decisions carry their own (shorter) timeout; this one only bounds how long
-                    // a request abandoned by a timed-out decision occupies the pipeline.
-                    .set_response_timeout(Some(Duration::from_secs(2)))
+                    // No reply limit of the connection's own: every call runs under its
+                    // decision's deadline (`timeout`, or one per 32 keys of a `decide_keys`
+                    // call), which may be longer than any fixed limit, and a limit would end it
+                    // sooner with another error. (A request abandoned at its deadline stays in
+                    // the pipeline until the server answers or the connection drops, with or
+                    // without a limit: the breaker stops sending to a server that does not
+                    // answer.)
+                    .set_response_timeout(None)
                     .set_min_delay(Duration::from_millis(50))
                     .set_max_delay(Duration::from_millis(500))
                     .set_number_of_retries(4);

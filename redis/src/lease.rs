@@ -613,7 +613,11 @@ mod tests {
         assert!(now >= 2_000_000);
         assert_eq!(LocalClock::Boot(u64::MAX).now(), 0, "saturates");
         let table = Table::new(Leases::new(1));
-        assert!(matches!(table.start, LocalClock::Boot(_)), "{:?}", table.start);
+        assert!(
+            matches!(table.start, LocalClock::Boot(_)),
+            "{:?}",
+            table.start
+        );
     }
     #[test]
     fn spend_is_a_gcra_over_server_time() {

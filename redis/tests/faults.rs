@@ -194,3 +194,34 @@ async fn killed_and_restarted_server_recovers_by_itself() {
     assert_eq!(l.check("k", 1).await.unwrap(), Ok(()));
     eprintln!("down {:?}, back {back:?} after restart", t0.elapsed());
 }
+
+/// A decision timeout longer than two seconds is the decision's: the connection adds no reply
+/// limit of its own that would end the call sooner with another error (and count it against the
+/// breaker as a failed call rather than the limiter's timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_timeout_is_waited_for_in_full() {
+    let Some(server) = RedisServer::start("faults::long_timeout") else {
+        return;
+    };
+    let timeout = Duration::from_millis(2_600);
+    let limiter = RedisLimiter::builder(&server.url(), Quota::per_second(100).unwrap())
+        .timeout(timeout)
+        .build()
+        .await
+        .unwrap();
+    assert!(matches!(limiter.check("k", 1).await, Ok(Ok(()))));
+    server.pause();
+    let resume = scopeguard(&server);
+    let started = Instant::now();
+    let err = limiter.check("k", 1).await.unwrap_err();
+    let took = started.elapsed();
+    drop(resume);
+    assert!(
+        matches!(err, tollgate_redis::Error::Timeout(t) if t == timeout),
+        "{err:?} after {took:?}"
+    );
+    assert!(took >= timeout && took <= timeout + SLACK * 5, "{took:?}");
+    // Answered again once the server is back.
+    let back = waits_until_back_on_redis(&limiter, Duration::from_secs(2)).await;
+    assert!(back < Duration::from_secs(2), "{back:?}");
+}
