@@ -188,6 +188,39 @@ impl<C: Clock> Bucket<C> {
         })
     }
 
+    /// [`Bucket::acquire_snapshot`] with the quota it was decided under: the whole slot read
+    /// with the decision and validated with it (`Bucket::update_from`), so a `set_quota` racing
+    /// the decision gives its old quota with the old state or its new with the new, never the
+    /// snapshot of one with the other (`Limiter::decide_snapshots_limits`).
+    pub(crate) fn acquire_snapshot_quota(
+        &self,
+        cost: u64,
+    ) -> (Result<(), Denied>, Snapshot, Quota) {
+        let now = self.clock.now();
+        let w = self.state.load(Ordering::Acquire);
+        self.update_from(w, |state, _, quota| {
+            let (next, verdict) = acquire(state, now, quota.scaled(), cost);
+            let snapshot = gcra::snapshot_scaled(next.unwrap_or(state), now, quota.scaled());
+            (next, (verdict, snapshot, *quota))
+        })
+    }
+
+    /// [`Bucket::acquire_snapshot_quota`] with the snapshot and quota on refusal only.
+    pub(crate) fn acquire_or_snapshot_quota(
+        &self,
+        cost: u64,
+    ) -> Result<(), (Denied, Snapshot, Quota)> {
+        let now = self.clock.now();
+        let w = self.state.load(Ordering::Acquire);
+        self.update_from(w, |state, _, quota| {
+            let (next, verdict) = acquire(state, now, quota.scaled(), cost);
+            (
+                next,
+                verdict.map_err(|d| (d, gcra::snapshot_scaled(state, now, quota.scaled()), *quota)),
+            )
+        })
+    }
+
     /// [`try_acquire`](Bucket::try_acquire), with a [`Snapshot`] of the bucket on refusal only.
     ///
     /// ```
