@@ -426,6 +426,7 @@ impl<C: Clock> Limiter for MultiBucket<C> {
         let (verdict, snaps) = self.decide_snapshots(key, cost);
         (verdict, snaps, Some(self.limits.clone()))
     }
+    #[inline]
     fn decide_or_snapshots_limits(
         &self,
         key: &(),
