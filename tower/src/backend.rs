@@ -40,7 +40,11 @@ pub struct Decision {
     /// limiter that failed open or closed without an answer): feeds `RateLimit` / `X-RateLimit-*`.
     pub snapshot: Option<Snapshot>,
     /// The quota the decision was made under (`None` if unknown): feeds `RateLimit-Policy`.
-    /// For a policy of several quotas, the tightest one (the one `snapshot` describes).
+    /// For a policy of several quotas, the tightest one (the one `snapshot` describes). The
+    /// in-process backends read it with the decision, never after it: `snapshot` is always a
+    /// snapshot of this quota (so `remaining <= burst`), even when a reconfiguration races the
+    /// decision. A backend of your own should keep that pairing: see
+    /// [`RateLimitHeaders`](crate::RateLimitHeaders).
     pub quota: Option<Quota>,
     /// Every quota of a policy, their snapshots when the store reports them, and the one that
     /// refused (`None` for a single limit, or when the backend cannot tell): one
@@ -127,10 +131,10 @@ pub enum Check<F> {
 ///
 /// `report` says whether an *admitted* request's [`Decision`] must carry the quota (the layer
 /// sends headers on admitted responses); a refusal always carries what the backend knows. The
-/// verdict and the snapshots always come from one decision (one clock reading): the
-/// in-process limiters use [`Limiter::decide_snapshots`] when admitted responses carry
-/// headers, else [`Limiter::decide_or_snapshots`] (snapshots only on refusal), and read the
-/// quotas only when needed. A policy of several quotas reports each one ([`Decision::policy`]),
+/// verdict, the snapshots and the quotas always come from one decision (one clock reading, and
+/// the quotas it was made under, whatever reconfiguration races it): the in-process limiters
+/// use [`Limiter::decide_snapshots_limits`] when admitted responses carry headers, else
+/// [`Limiter::decide_or_snapshots_limits`] (snapshots and quotas only on refusal). A policy of several quotas reports each one ([`Decision::policy`]),
 /// `Retry-After` the slowest wait.
 ///
 /// ```
