@@ -188,6 +188,54 @@ impl<C: Clock> Bucket<C> {
         })
     }
 
+    /// [`Bucket::acquire_snapshot`] with the quota it was decided under: the whole slot read
+    /// with the decision and validated with it (`Bucket::update_from`), so a `set_quota` racing
+    /// the decision gives its old quota with the old state or its new with the new, never the
+    /// snapshot of one with the other (`Limiter::decide_snapshots_limits`).
+    pub(crate) fn acquire_snapshot_quota(
+        &self,
+        cost: u64,
+    ) -> (Result<(), Denied>, Snapshot, Quota) {
+        let now = self.clock.now();
+        let w = self.state.load(Ordering::Acquire);
+        self.update_from(w, |state, _, quota| {
+            let (next, verdict) = acquire(state, now, quota.scaled(), cost);
+            let snapshot = gcra::snapshot_scaled(next.unwrap_or(state), now, quota.scaled());
+            (next, (verdict, snapshot, *quota))
+        })
+    }
+
+    /// [`Bucket::acquire_snapshot_quota`] with the snapshot and quota on refusal only. An
+    /// admission costs what `try_acquire` costs; a refusal, which wrote nothing, is decided again
+    /// at the same reading on the whole quota slot, like a decision whose CAS lost (so it may
+    /// admit after all, if a reconfiguration came in between).
+    pub(crate) fn acquire_or_snapshot_quota(
+        &self,
+        cost: u64,
+    ) -> Result<(), (Denied, Snapshot, Quota)> {
+        let now = self.clock.now();
+        let w = self.state.load(Ordering::Acquire);
+        if decide!(self, w, |state, scaled| acquire(state, now, scaled, cost)).is_ok() {
+            return Ok(());
+        }
+        self.refused_with_quota(now, cost)
+    }
+
+    /// The decision of `cost` at `now` on the whole quota slot, with the snapshot and quota of
+    /// a refusal: the slow half of [`Bucket::acquire_or_snapshot_quota`].
+    #[cold]
+    #[inline(never)]
+    fn refused_with_quota(&self, now: u64, cost: u64) -> Result<(), (Denied, Snapshot, Quota)> {
+        let w = self.state.load(Ordering::Acquire);
+        self.update_from(w, |state, _, quota| {
+            let (next, verdict) = acquire(state, now, quota.scaled(), cost);
+            (
+                next,
+                verdict.map_err(|d| (d, gcra::snapshot_scaled(state, now, quota.scaled()), *quota)),
+            )
+        })
+    }
+
     /// [`try_acquire`](Bucket::try_acquire), with a [`Snapshot`] of the bucket on refusal only.
     ///
     /// ```

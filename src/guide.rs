@@ -115,7 +115,9 @@
 //! [`Denied::retry_after_secs`] rounds the exact wait up to whole seconds, at least 1, for a
 //! `Retry-After` header. [`Limiter::decide_snapshots`] also returns a [`Snapshot`] of each quota
 //! as the decision left it, for the `RateLimit` fields; `try_acquire_or_snapshot` returns the
-//! tightest one on refusal only. `tollgate-tower` writes these headers for you.
+//! tightest one on refusal only. To describe the quota too, take it with the decision
+//! ([`Limiter::decide_snapshots_limits`]): `limits` read afterwards may be a quota a
+//! `set_quota` installed since. `tollgate-tower` writes these headers for you.
 //!
 //! ```
 //! use std::time::Duration;

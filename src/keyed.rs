@@ -489,6 +489,28 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> Limiter for KeyedLi
                 .into(),
         )
     }
+    // Each key's policy (its override or the default) is fixed when the table is built: the
+    // one its every decision is made under.
+    fn decide_snapshots_limits(
+        &self,
+        key: &K,
+        cost: u64,
+    ) -> (
+        Result<(), crate::Refusal>,
+        crate::Snapshots,
+        Option<crate::Limits>,
+    ) {
+        let (verdict, snaps) = self.decide_snapshots(key, cost);
+        (verdict, snaps, self.limits(key))
+    }
+    fn decide_or_snapshots_limits(
+        &self,
+        key: &K,
+        cost: u64,
+    ) -> Result<(), (crate::Refusal, crate::Snapshots, Option<crate::Limits>)> {
+        self.decide_or_snapshots(key, cost)
+            .map_err(|(refusal, snaps)| (refusal, snaps, self.limits(key)))
+    }
     fn max_quotas(&self) -> usize {
         self.most_quotas()
     }

@@ -51,12 +51,85 @@ pub trait Limiter {
     fn decide_snapshots(&self, key: &Self::Key, cost: u64) -> (Result<(), Refusal>, Snapshots);
 
     /// The quotas `key` is decided under, in order (`None`: [`Smooth`](crate::Smooth)).
+    ///
+    /// Read on its own, after a decision, this may already be a quota set since (a
+    /// [`Bucket::set_quota`](crate::Bucket::set_quota) in between): to describe a decision, use
+    /// [`decide_snapshots_limits`](Limiter::decide_snapshots_limits).
     fn limits(&self, key: &Self::Key) -> Option<Limits>;
+
+    /// [`decide_snapshots`](Limiter::decide_snapshots), with the quotas the decision and its
+    /// snapshots were made under: the snapshots never describe one quota while the limits name
+    /// another, so each snapshot's `remaining` is at most its quota's burst, whatever
+    /// reconfiguration races the decision. `None`: the limiter has no quotas
+    /// ([`Smooth`](crate::Smooth)), or they could not be tied to the decision (below).
+    ///
+    /// Every tollgate limiter reads them with the decision, from the same state: a [`Bucket`]'s
+    /// quota comes from the slot its decision's compare-and-swap was validated against. The
+    /// default, for limiters written elsewhere, reads [`limits`](Limiter::limits) before and
+    /// after the decision and reports them only if both reads agree (two reconfigurations that
+    /// come back to the first read's quotas go unseen); a limiter whose quotas change at run
+    /// time should implement it to tie them to the decision exactly.
+    ///
+    /// [`Bucket`]: crate::Bucket
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, Limiter, ManualClock, Quota, Snapshot};
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+    /// let (verdict, snaps, limits) = bucket.decide_snapshots_limits(&(), 4);
+    /// bucket.set_quota(Quota::per_second(2).unwrap()); // after the decision: not reported
+    /// assert!(verdict.is_ok());
+    /// assert_eq!(snaps.tightest().1, Snapshot::new(6, Duration::from_millis(400)));
+    /// assert_eq!(limits.unwrap().quotas(), &[Quota::per_second(10).unwrap()]);
+    /// ```
+    fn decide_snapshots_limits(
+        &self,
+        key: &Self::Key,
+        cost: u64,
+    ) -> (Result<(), Refusal>, Snapshots, Option<Limits>) {
+        let before = self.limits(key);
+        let (verdict, snapshots) = self.decide_snapshots(key, cost);
+        (verdict, snapshots, agreed(before, self.limits(key)))
+    }
+
+    /// [`decide_or_snapshots`](Limiter::decide_or_snapshots), with the quotas the refusal and
+    /// its snapshots were made under, as
+    /// [`decide_snapshots_limits`](Limiter::decide_snapshots_limits) gives them. Every tollgate
+    /// limiter reads them only on refusal; the default reads [`limits`](Limiter::limits) before
+    /// and after a refusal.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Bucket, Denied, Limiter, ManualClock, Quota, Snapshot};
+    /// let bucket = Bucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+    /// assert!(bucket.decide_or_snapshots_limits(&(), 10).is_ok());
+    /// let (refusal, snaps, limits) = bucket.decide_or_snapshots_limits(&(), 1).unwrap_err();
+    /// assert_eq!(refusal.denied(), Denied::RetryAfter(Duration::from_millis(100)));
+    /// assert_eq!(snaps.tightest().1, Snapshot::new(0, Duration::from_secs(1)));
+    /// assert_eq!(limits.unwrap().quotas(), &[Quota::per_second(10).unwrap()]);
+    /// ```
+    // The snapshots and limits are a refusal's payload, built only on that path.
+    #[allow(clippy::result_large_err, clippy::type_complexity)]
+    fn decide_or_snapshots_limits(
+        &self,
+        key: &Self::Key,
+        cost: u64,
+    ) -> Result<(), (Refusal, Snapshots, Option<Limits>)> {
+        let before = self.limits(key);
+        self.decide_or_snapshots(key, cost)
+            .map_err(|(refusal, snapshots)| (refusal, snapshots, agreed(before, self.limits(key))))
+    }
 
     /// The most quotas a decision of this limiter holds to (a keyed table: of any policy).
     fn max_quotas(&self) -> usize {
         1
     }
+}
+
+/// The limits read before and after a decision if they agree: a reconfiguration between them
+/// could have been in force at the decision or not, so neither read describes it for sure.
+fn agreed(before: Option<Limits>, after: Option<Limits>) -> Option<Limits> {
+    before.filter(|b| after.as_ref() == Some(b))
 }
 
 /// A single quota's refusal, as a policy's: decided by quota 0.
@@ -66,7 +139,9 @@ pub(crate) fn one(denied: Denied) -> Refusal {
 }
 
 /// Implements [`Limiter`] for a limiter of one quota from its `try_acquire`,
-/// `try_acquire_or_snapshot`, `acquire_snapshot` (whatever the verdict) and `quota`.
+/// `try_acquire_or_snapshot`, `acquire_snapshot` (whatever the verdict), `quota`, and
+/// `acquire_snapshot_quota` / `acquire_or_snapshot_quota` (the last two with the quota the
+/// decision was made under).
 macro_rules! one_quota_limiter {
     (impl[$($generics:tt)*] $ty:ty) => {
         impl<$($generics)*> crate::limiter::Limiter for $ty {
@@ -102,7 +177,107 @@ macro_rules! one_quota_limiter {
             fn limits(&self, _: &()) -> Option<crate::limits::Limits> {
                 Some(crate::limits::Limits::from(self.quota()))
             }
+
+            fn decide_snapshots_limits(
+                &self,
+                _: &(),
+                cost: u64,
+            ) -> (
+                Result<(), crate::refusal::Refusal>,
+                crate::multi::Snapshots,
+                Option<crate::limits::Limits>,
+            ) {
+                let (verdict, snapshot, quota) = self.acquire_snapshot_quota(cost);
+                (
+                    verdict.map_err(crate::limiter::one),
+                    crate::multi::Snapshots::one(snapshot),
+                    Some(crate::limits::Limits::from(quota)),
+                )
+            }
+
+            fn decide_or_snapshots_limits(
+                &self,
+                _: &(),
+                cost: u64,
+            ) -> Result<
+                (),
+                (crate::refusal::Refusal, crate::multi::Snapshots, Option<crate::limits::Limits>),
+            > {
+                self.acquire_or_snapshot_quota(cost).map_err(|(denied, snapshot, quota)| {
+                    (
+                        crate::limiter::one(denied),
+                        crate::multi::Snapshots::one(snapshot),
+                        Some(crate::limits::Limits::from(quota)),
+                    )
+                })
+            }
         }
     };
 }
 pub(crate) use one_quota_limiter;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Bucket, ManualClock, Quota};
+    use core::cell::Cell;
+
+    /// A limiter written elsewhere, on the trait's defaults: a bucket whose quota is replaced
+    /// right after a decision when `next` is set.
+    struct Outside {
+        bucket: Bucket<ManualClock>,
+        next: Cell<Option<Quota>>,
+    }
+
+    impl Outside {
+        fn then<R>(&self, r: R) -> R {
+            if let Some(q) = self.next.take() {
+                self.bucket.set_quota(q);
+            }
+            r
+        }
+    }
+
+    impl Limiter for Outside {
+        type Key = ();
+        fn decide(&self, k: &(), cost: u64) -> Result<(), Refusal> {
+            self.then(self.bucket.decide(k, cost))
+        }
+        fn decide_or_snapshots(&self, k: &(), cost: u64) -> Result<(), (Refusal, Snapshots)> {
+            self.then(self.bucket.decide_or_snapshots(k, cost))
+        }
+        fn decide_snapshots(&self, k: &(), cost: u64) -> (Result<(), Refusal>, Snapshots) {
+            self.then(self.bucket.decide_snapshots(k, cost))
+        }
+        fn limits(&self, k: &()) -> Option<Limits> {
+            self.bucket.limits(k)
+        }
+    }
+
+    /// The defaults report limits only when the reads around the decision agree: a
+    /// reconfiguration in between leaves them unknown rather than paired with the wrong snapshot.
+    #[test]
+    fn the_defaults_report_no_limits_a_reconfiguration_straddles() {
+        let (fast, slow) = (
+            Quota::per_second(100).unwrap(),
+            Quota::per_second(10).unwrap(),
+        );
+        let limiter = Outside {
+            bucket: Bucket::with_clock(fast, ManualClock::new()),
+            next: Cell::new(None),
+        };
+        let (_, _, limits) = limiter.decide_snapshots_limits(&(), 20);
+        assert_eq!(limits, Some(Limits::from(fast)));
+        limiter.next.set(Some(slow));
+        let (verdict, snaps, limits) = limiter.decide_snapshots_limits(&(), 20);
+        assert_eq!(
+            (verdict, snaps.tightest().1.remaining(), limits),
+            (Ok(()), 60, None)
+        );
+        let (_, _, limits) = limiter.decide_or_snapshots_limits(&(), 11).unwrap_err();
+        assert_eq!(limits, Some(Limits::from(slow)));
+        limiter.next.set(Some(fast));
+        let (_, snaps, limits) = limiter.decide_or_snapshots_limits(&(), 11).unwrap_err();
+        assert_eq!((snaps.tightest().1.remaining(), limits), (10, None));
+    }
+}

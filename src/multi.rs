@@ -417,6 +417,24 @@ impl<C: Clock> Limiter for MultiBucket<C> {
     fn limits(&self, _: &()) -> Option<Limits> {
         Some(self.limits.clone())
     }
+    // The limits are fixed at construction: those of every decision.
+    fn decide_snapshots_limits(
+        &self,
+        key: &(),
+        cost: u64,
+    ) -> (Result<(), Refusal>, Snapshots, Option<Limits>) {
+        let (verdict, snaps) = self.decide_snapshots(key, cost);
+        (verdict, snaps, Some(self.limits.clone()))
+    }
+    #[inline]
+    fn decide_or_snapshots_limits(
+        &self,
+        key: &(),
+        cost: u64,
+    ) -> Result<(), (Refusal, Snapshots, Option<Limits>)> {
+        self.decide_or_snapshots(key, cost)
+            .map_err(|(refusal, snaps)| (refusal, snaps, Some(self.limits.clone())))
+    }
     fn max_quotas(&self) -> usize {
         self.limits.quotas().len()
     }

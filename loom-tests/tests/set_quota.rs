@@ -12,7 +12,7 @@
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
-use tollgate::{gcra, Bucket, Denied, ManualClock, Quota};
+use tollgate::{gcra, Bucket, Denied, Limiter, ManualClock, Quota, Snapshot};
 
 const STEP: u64 = 100_000_000; // 100 ms
 
@@ -178,6 +178,71 @@ fn refusal_racing_two_reconfigurations() {
             // Taken before the switches: 490 left, capped at 10; after them: 0 left.
             let left = b.available();
             assert!(left == 10 || left == 0, "{left} left");
+        },
+    );
+}
+
+/// What `decide_snapshots_limits(cost)` reports in each serial era of
+/// [`reader_racing_two_reconfigurations`] (`slow`, `middle`, `fast`): the verdict, the
+/// snapshot and the quota it was taken under, all three from that era.
+fn era_reports(cost: u64) -> Vec<(Result<(), Denied>, Snapshot, Quota)> {
+    const NOW: u64 = 1_000_000_000;
+    let mut state = gcra::try_acquire(gcra::FULL, NOW, &slow(), 500)
+        .unwrap()
+        .unwrap();
+    let mut quota = slow();
+    let mut out = Vec::new();
+    for next in [None, Some(middle()), Some(fast())] {
+        if let Some(next) = next {
+            state = gcra::rescale(state, NOW, &quota, &next);
+            quota = next;
+        }
+        let decided = gcra::try_acquire(state, NOW, &quota, cost);
+        let after = match decided {
+            Ok(Some(next)) => next,
+            _ => state,
+        };
+        out.push((verdict(decided), gcra::snapshot(after, NOW, &quota), quota));
+    }
+    out
+}
+
+/// The snapshots a decision reports come with the quota they were taken under, never another
+/// era's (`Limiter::decide_snapshots_limits`, what tollgate-tower's headers are written from).
+#[test]
+fn decide_snapshots_limits_racing_two_reconfigurations() {
+    reader_racing_two_reconfigurations(
+        |b| {
+            let (verdict, snaps, limits) = b.decide_snapshots_limits(&(), 10);
+            let quota = limits.unwrap().quotas()[0];
+            (verdict.map_err(Denied::from), snaps.tightest().1, quota)
+        },
+        |got, _| {
+            let allowed = era_reports(10);
+            assert!(
+                allowed.contains(&got),
+                "{got:?}: not one era's; {allowed:?}"
+            );
+        },
+    );
+}
+
+/// The same on refusal: 600 tokens wait 100 s under `slow`, 10 s under `middle`, and exceed
+/// `fast`'s burst.
+#[test]
+fn decide_or_snapshots_limits_racing_two_reconfigurations() {
+    reader_racing_two_reconfigurations(
+        |b| {
+            let (refusal, snaps, limits) = b.decide_or_snapshots_limits(&(), 600).unwrap_err();
+            let quota = limits.unwrap().quotas()[0];
+            (Err(refusal.denied()), snaps.tightest().1, quota)
+        },
+        |got, _| {
+            let allowed = era_reports(600);
+            assert!(
+                allowed.contains(&got),
+                "{got:?}: not one era's; {allowed:?}"
+            );
         },
     );
 }

@@ -140,6 +140,32 @@ impl<L: Limiter> Limiter for Metered<L> {
         self.limiter.limits(key)
     }
 
+    fn decide_snapshots_limits(
+        &self,
+        key: &L::Key,
+        cost: u64,
+    ) -> (Result<(), Refusal>, Snapshots, Option<Limits>) {
+        let (verdict, snaps, limits) = self.limiter.decide_snapshots_limits(key, cost);
+        (self.record(verdict), snaps, limits)
+    }
+
+    fn decide_or_snapshots_limits(
+        &self,
+        key: &L::Key,
+        cost: u64,
+    ) -> Result<(), (Refusal, Snapshots, Option<Limits>)> {
+        match self.limiter.decide_or_snapshots_limits(key, cost) {
+            // An admission is recorded as one, and stays one.
+            Ok(()) => {
+                let _ = self.record(Ok(()));
+                Ok(())
+            }
+            Err((refusal, snaps, limits)) => {
+                self.record(Err(refusal)).map_err(|r| (r, snaps, limits))
+            }
+        }
+    }
+
     fn max_quotas(&self) -> usize {
         self.limiter.max_quotas()
     }

@@ -89,4 +89,23 @@ impl<C: Clock> Limiter for Smooth<C> {
     fn limits(&self, _: &()) -> Option<Limits> {
         None
     }
+
+    // A rate, not a quota: nothing to tie to the decision.
+    fn decide_snapshots_limits(
+        &self,
+        key: &(),
+        permits: u64,
+    ) -> (Result<(), Refusal>, Snapshots, Option<Limits>) {
+        let (verdict, snaps) = self.decide_snapshots(key, permits);
+        (verdict, snaps, None)
+    }
+
+    fn decide_or_snapshots_limits(
+        &self,
+        key: &(),
+        permits: u64,
+    ) -> Result<(), (Refusal, Snapshots, Option<Limits>)> {
+        self.decide_or_snapshots(key, permits)
+            .map_err(|(refusal, snaps)| (refusal, snaps, None))
+    }
 }

@@ -8,7 +8,7 @@ use core::future::{Future, Ready};
 use core::hash::Hash;
 
 use tollgate::{
-    Bucket, Clock, Denied, KeyedLimiter, KeyedPolicy, Limiter, MultiBucket, Quota, Refusal,
+    Bucket, Clock, Denied, KeyedLimiter, KeyedPolicy, Limiter, Limits, MultiBucket, Quota, Refusal,
     ShardedBucket, Smooth, Snapshot, Snapshots,
 };
 
@@ -40,7 +40,11 @@ pub struct Decision {
     /// limiter that failed open or closed without an answer): feeds `RateLimit` / `X-RateLimit-*`.
     pub snapshot: Option<Snapshot>,
     /// The quota the decision was made under (`None` if unknown): feeds `RateLimit-Policy`.
-    /// For a policy of several quotas, the tightest one (the one `snapshot` describes).
+    /// For a policy of several quotas, the tightest one (the one `snapshot` describes). The
+    /// in-process backends read it with the decision, never after it: `snapshot` is always a
+    /// snapshot of this quota (so `remaining <= burst`), even when a reconfiguration races the
+    /// decision. A backend of your own should keep that pairing: see
+    /// [`RateLimitHeaders`](crate::RateLimitHeaders).
     pub quota: Option<Quota>,
     /// Every quota of a policy, their snapshots when the store reports them, and the one that
     /// refused (`None` for a single limit, or when the backend cannot tell): one
@@ -127,10 +131,10 @@ pub enum Check<F> {
 ///
 /// `report` says whether an *admitted* request's [`Decision`] must carry the quota (the layer
 /// sends headers on admitted responses); a refusal always carries what the backend knows. The
-/// verdict and the snapshots always come from one decision (one clock reading): the
-/// in-process limiters use [`Limiter::decide_snapshots`] when admitted responses carry
-/// headers, else [`Limiter::decide_or_snapshots`] (snapshots only on refusal), and read the
-/// quotas only when needed. A policy of several quotas reports each one ([`Decision::policy`]),
+/// verdict, the snapshots and the quotas always come from one decision (one clock reading, and
+/// the quotas it was made under, whatever reconfiguration races it): the in-process limiters
+/// use [`Limiter::decide_snapshots_limits`] when admitted responses carry headers, else
+/// [`Limiter::decide_or_snapshots_limits`] (snapshots and quotas only on refusal). A policy of several quotas reports each one ([`Decision::policy`]),
 /// `Retry-After` the slowest wait.
 ///
 /// ```
@@ -166,30 +170,33 @@ pub trait Backend<K> {
 }
 
 /// The decision of an in-process limiter for `key`, with its snapshots and quotas (all of
-/// them for a policy of several) as `report` asks.
+/// them for a policy of several) as `report` asks. The quotas come with the decision
+/// ([`Limiter::decide_snapshots_limits`]), never from a later read: a reconfiguration racing
+/// the decision cannot pair its snapshots with another quota.
 #[inline]
 fn decide<L: Limiter + ?Sized>(limiter: &L, key: &L::Key, cost: u64, report: bool) -> Decision {
     if report {
-        let (verdict, snapshots) = limiter.decide_snapshots(key, cost);
-        reported(limiter, key, verdict, snapshots)
+        let (verdict, snapshots, limits) = limiter.decide_snapshots_limits(key, cost);
+        reported(verdict, snapshots, limits)
     } else {
         // No headers on admitted responses: an admission computes no snapshot.
-        match limiter.decide_or_snapshots(key, cost) {
+        match limiter.decide_or_snapshots_limits(key, cost) {
             Ok(()) => Decision::new(Ok(()), None, None),
-            Err((refusal, snapshots)) => reported(limiter, key, Err(refusal), snapshots),
+            Err((refusal, snapshots, limits)) => reported(Err(refusal), snapshots, limits),
         }
     }
 }
 
 /// A decision with what the headers need: the quota and snapshot of a single quota, the whole
-/// policy report of several.
-fn reported<L: Limiter + ?Sized>(
-    limiter: &L,
-    key: &L::Key,
+/// policy report of several. `limits` are those the decision was made under (`None`: no quota,
+/// or none tied to the decision: the snapshot alone, which the headers do not describe
+/// without its quota).
+fn reported(
     verdict: Result<(), Refusal>,
     snapshots: Snapshots,
+    limits: Option<Limits>,
 ) -> Decision {
-    match limiter.limits(key) {
+    match limits {
         Some(limits) if limits.quotas().len() > 1 => {
             multi::policy_decision(&limits, verdict, snapshots)
         }
@@ -292,3 +299,6 @@ impl<K: core::fmt::Display> Backend<K> for tollgate_redis::RedisLimiter {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests;

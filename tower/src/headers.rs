@@ -40,6 +40,20 @@ static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 /// Integers, `Retry-After` included, are capped at 999,999,999,999,999, the largest Structured
 /// Fields integer.
 ///
+/// **One decision, one quota.** Every value of a response comes from one [`Decision`]: its
+/// verdict, its snapshot, and the quota (or policy) that decision and snapshot were made under
+/// — for tollgate's limiters, read with the decision
+/// (`tollgate::Limiter::decide_snapshots_limits`), so a `Bucket::set_quota` racing the decision
+/// never pairs one quota's `r`/`t` with another's `q`/`w`. Hence, for every response:
+///
+/// * `r <= q` (also for each quota of a policy);
+/// * on a refusal, `t <= Retry-After`;
+/// * `t <= w`, and for a cost within the burst `Retry-After <= w`, unless the bucket is in debt
+///   (reservations taken ahead of the refill, `tollgate::Bucket::reserve`) or the clock stepped
+///   back, and up to rounding: a quota change carries the balance rounded toward fewer tokens,
+///   by under one unit of the state, which can leave the bucket a fraction of a token's refill
+///   (microseconds) past `w` from full, so `t` or `Retry-After` may then read `w + 1`.
+///
 /// A **policy of several quotas** (a [`Decision`] with a
 /// [`policy`](crate::Decision::policy) of two or more, e.g. `tollgate::MultiBucket`):
 /// `RateLimit-Policy` lists one item per quota, in the policy's order
