@@ -484,7 +484,7 @@ fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-fn validate(req: &Request) -> Result<(), Reject> {
+pub(crate) fn validate(req: &Request) -> Result<(), Reject> {
     check_request(req.domain.is_empty(), req.descriptors.len())?;
     for (i, d) in req.descriptors.iter().enumerate() {
         check_descriptor(i, d.entries.len(), d.limit_override, d.negative_hits)?;
