@@ -7,8 +7,14 @@ cargo fmt --all -- --check
 # The core's file-level imports: no cycle, and persistence imports nothing above it.
 bash ci/imports.sh
 (cd fuzz && cargo fmt -- --check)
-# The fuzz targets are their own workspace: linted as cargo-fuzz builds them (`cfg(fuzzing)`).
+(cd rls/fuzz && cargo fmt -- --check)
+# The fuzz targets are their own workspaces: linted as cargo-fuzz builds them (`cfg(fuzzing)`,
+# which also compiles tollgate-rls's `fuzzing` module).
 (cd fuzz && RUSTFLAGS="--cfg fuzzing" cargo clippy --all-targets -- -D warnings)
+(cd rls/fuzz && RUSTFLAGS="--cfg fuzzing" cargo clippy --all-targets -- -D warnings)
+# tollgate-rls's `fuzzing` module (a path dependency there, which clippy does not lint), in
+# the same target folder, so that only tollgate-rls itself is checked again.
+RUSTFLAGS="--cfg fuzzing" cargo clippy -p tollgate-rls --lib --target-dir rls/fuzz/target -- -D warnings
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 # The core's internal docs too: its design notes live on private items and link to each other.

@@ -910,14 +910,14 @@ const MAX_DECODED: usize = 4 << 20;
 /// What a message of `len` bytes may hold until its stream ends: its bytes, and the request
 /// decoded from them (tonic decodes a unary call's message, then waits for the end of the
 /// stream before handing it over, so a stream that withholds its end holds both).
-fn held(len: usize) -> usize {
+pub(crate) fn held(len: usize) -> usize {
     len.saturating_add(len.saturating_mul(DECODED_PER_BYTE).min(MAX_DECODED))
 }
 
 /// Where a body's bytes are in its gRPC messages (a 5-byte prefix, a flag and a big-endian
 /// length, then that many bytes).
 #[derive(Debug, Default)]
-struct Messages {
+pub(crate) struct Messages {
     /// The current message prefix's bytes read so far (`have` of 5).
     prefix: [u8; 5],
     have: usize,
@@ -933,7 +933,7 @@ impl Messages {
     /// takes nothing and never waits behind messages that do. A length past the largest
     /// message takes nothing either: tonic refuses the message as soon as it reads its prefix,
     /// reserving nothing.
-    fn announced(&mut self, mut data: &[u8], ended: bool) -> usize {
+    pub(crate) fn announced(&mut self, mut data: &[u8], ended: bool) -> usize {
         let mut sum = 0usize;
         while !data.is_empty() {
             if self.rest > 0 {

@@ -84,19 +84,25 @@ impl tonic::codec::Decoder for RequestDecoder {
         buf: &mut tonic::codec::DecodeBuf<'_>,
     ) -> Result<Option<Decoded>, tonic::Status> {
         use tonic_prost::prost::bytes::Buf;
-        use tonic_prost::prost::Message;
         // The message's own bytes, without a copy (split off tonic's contiguous buffer).
-        let whole = buf.copy_to_bytes(buf.remaining());
-        match crate::wire::scan(&whole) {
-            crate::wire::Scan::Decode => RateLimitRequest::decode(whole)
-                .map(|r| Some(Decoded::Request(r)))
-                // As tonic's prost codec answers a fault (the scan finds prost's faults first).
-                .map_err(|e| tonic::Status::internal(e.to_string())),
-            crate::wire::Scan::Refuse(r) => Ok(Some(Decoded::Refused(r))),
-            crate::wire::Scan::Malformed(why) => Err(tonic::Status::internal(format!(
-                "failed to decode Protobuf message: {why}"
-            ))),
-        }
+        decode_message(buf.copy_to_bytes(buf.remaining())).map(Some)
+    }
+}
+
+/// [`RequestDecoder`]'s decision on one whole message.
+pub(crate) fn decode_message(
+    whole: tonic_prost::prost::bytes::Bytes,
+) -> Result<Decoded, tonic::Status> {
+    use tonic_prost::prost::Message;
+    match crate::wire::scan(&whole) {
+        crate::wire::Scan::Decode => RateLimitRequest::decode(whole)
+            .map(Decoded::Request)
+            // As tonic's prost codec answers a fault (the scan finds prost's faults first).
+            .map_err(|e| tonic::Status::internal(e.to_string())),
+        crate::wire::Scan::Refuse(r) => Ok(Decoded::Refused(r)),
+        crate::wire::Scan::Malformed(why) => Err(tonic::Status::internal(format!(
+            "failed to decode Protobuf message: {why}"
+        ))),
     }
 }
 

@@ -19,6 +19,8 @@
 pub mod config;
 pub mod conn;
 pub mod engine;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
