@@ -134,8 +134,8 @@ pub enum Check<F> {
 /// verdict, the snapshots and the quotas always come from one decision (one clock reading, and
 /// the quotas it was made under, whatever reconfiguration races it): the in-process limiters
 /// use [`Limiter::decide_snapshots_limits`] when admitted responses carry headers, else
-/// [`Limiter::decide_or_snapshots_limits`] (snapshots and quotas only on refusal). A policy of several quotas reports each one ([`Decision::policy`]),
-/// `Retry-After` the slowest wait.
+/// [`Limiter::decide_or_snapshots_limits`] (snapshots and quotas only on refusal). A policy of
+/// several quotas reports each one ([`Decision::policy`]), `Retry-After` the slowest wait.
 ///
 /// ```
 /// use std::future::Ready;
