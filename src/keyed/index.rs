@@ -39,12 +39,13 @@ pub(crate) struct Index {
     rebuilds: AtomicU64,
     /// Serializes every change of a fingerprint or of `layout`.
     lock: Mutex<Meta>,
-    /// A random odd word drawn per index and never saved, mixed into every fingerprint's home
-    /// slot ([`Index::home`]): whoever chooses fingerprints (a state file does, and its seed
-    /// makes every key's predictable) cannot choose slots, so probe chains stay as short as
-    /// random ones. 0 (each fingerprint its own home) under loom, whose models are written
-    /// against the fingerprints' own slots, and in tests that build clusters by hand.
-    secret: u64,
+    /// Two random words drawn per index and never saved (the second odd), mixed into every
+    /// fingerprint's home slot ([`Index::home`]): whoever chooses fingerprints (a state file
+    /// does, and its seed makes every key's predictable) cannot choose slots, so probe chains
+    /// stay as short as random ones. Zeros (each fingerprint its own home) under loom, whose
+    /// models are written against the fingerprints' own slots, and in tests that build
+    /// clusters by hand.
+    secret: [u64; 2],
 }
 
 /// What the mutex guards: the live count, the incremental sweep's position and the migration.
@@ -76,9 +77,10 @@ impl Index {
         let region = region_in(cap, first);
         Index {
             secret: if cfg!(tollgate_loom) {
-                0
+                [0; 2]
             } else {
-                foldhash::quality::RandomState::default().hash_one(0u8) | 1
+                let random = foldhash::quality::RandomState::default();
+                [random.hash_one(0u8), random.hash_one(1u8) | 1]
             },
             slots: (0..len).map(|_| AtomicU128::new(0)).collect(),
             cap,
@@ -101,20 +103,30 @@ impl Index {
     #[cfg(test)]
     pub(crate) fn plain(max_keys: usize) -> Self {
         let mut ix = Index::new(max_keys);
-        ix.secret = 0;
+        ix.secret = [0; 2];
         ix
     }
 
-    /// The slot a probe for `fp` starts from (modulo a region's length): the fingerprint times
-    /// the secret, folded (the 128-bit product's halves xored), so its low bits depend on every
-    /// bit of both.
+    /// A table whose home slots are mixed with the given secret (the second word odd).
+    #[cfg(test)]
+    pub(crate) fn with_secret(max_keys: usize, secret: [u64; 2]) -> Self {
+        let mut ix = Index::new(max_keys);
+        ix.secret = [secret[0], secret[1] | 1];
+        ix
+    }
+
+    /// The slot a probe for `fp` starts from (modulo a region's length): two rounds of a
+    /// folded multiply (the 128-bit product's halves xored), each keyed by a secret word, so
+    /// every bit of the home depends on every bit of the fingerprint and of both words. One
+    /// round is not enough: fingerprints in arithmetic progression (`i << 32 | 1`) fall into a
+    /// few long runs for some secrets (about one in two hundred) and restores drop entries.
     #[inline(always)]
     pub(super) fn home(&self, fp: u64) -> usize {
-        if cfg!(any(test, tollgate_loom)) && self.secret == 0 {
+        if cfg!(any(test, tollgate_loom)) && self.secret[1] == 0 {
             return fp as usize;
         }
-        let p = u128::from(fp) * u128::from(self.secret);
-        (p as u64 ^ (p >> 64) as u64) as usize
+        let first = fold(fp ^ self.secret[0], 0x9E37_79B9_7F4A_7C15);
+        fold(first ^ self.secret[1], 0xD6E8_FEB8_6659_FD93) as usize
     }
 
     /// Takes the mutex: the only way to insert, move or remove.
@@ -131,6 +143,13 @@ impl Index {
             .try_lock()
             .map(|meta| Locked { index: self, meta })
     }
+}
+
+/// The 128-bit product of `a` and `b`, its halves xored.
+#[inline(always)]
+fn fold(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    p as u64 ^ (p >> 64) as u64
 }
 
 /// The index with its mutex held.

@@ -736,3 +736,39 @@ fn an_eviction_of_an_unchanged_word_runs_its_hook_once() {
         assert_eq!(slot.load(Ordering::Relaxed), 0);
     }
 }
+
+/// Fingerprints in arithmetic progression (a state file may hold any) spread as random ones do
+/// under every secret: 2,500 of each family in 8,192 slots under 1,000 fixed-seed secrets, the
+/// longest linear-probe displacement under 64 (random fingerprints' is about 20 there).
+#[test]
+fn fingerprints_in_progression_spread_under_every_secret() {
+    let mut next = rng(0x5EC2_E7D0_0000_0001);
+    type Family = (&'static str, fn(u64) -> u64);
+    let families: [Family; 3] = [
+        ("(i + 1) << 32 | 1", |i| (i + 1) << 32 | 1),
+        ("2i + 1", |i| 2 * i + 1),
+        ("i << 16 | 1", |i| i << 16 | 1),
+    ];
+    let slots = 8192;
+    for _ in 0..1000 {
+        let secret = [next(), next()];
+        let ix = Index::with_secret(slots / 2, secret);
+        for (name, f) in families {
+            let mut taken = vec![false; slots];
+            let mut longest = 0;
+            for i in 0..2500 {
+                let home = ix.home(f(i));
+                let mut d = 0;
+                while taken[home.wrapping_add(d) & (slots - 1)] {
+                    d += 1;
+                }
+                taken[home.wrapping_add(d) & (slots - 1)] = true;
+                longest = longest.max(d);
+            }
+            assert!(
+                longest < 64,
+                "{name}, secret {secret:x?}: a run of {longest}"
+            );
+        }
+    }
+}
