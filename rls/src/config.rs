@@ -1487,10 +1487,24 @@ fn generic_fields(
             let Some(name) = key_name(k) else {
                 return Err((k, "a key that is not a string".into()));
             };
-            match index.get(&name) {
-                Some(&i) => out[i] = (name, k, v),
+            // A mapping of a few fields is searched, a longer one looked up in `index`
+            // (built once it is past `FEW`): a file's mappings cost their length, not its
+            // square, and the common small one no hashing.
+            const FEW: usize = 8;
+            let at = if out.len() < FEW {
+                out.iter().position(|(n, ..)| *n == name)
+            } else {
+                if index.is_empty() {
+                    index.extend(out.iter().enumerate().map(|(i, (n, ..))| (n.clone(), i)));
+                }
+                index.get(&name).copied()
+            };
+            match at {
+                Some(i) => out[i] = (name, k, v),
                 None => {
-                    index.insert(name.clone(), out.len());
+                    if !index.is_empty() {
+                        index.insert(name.clone(), out.len());
+                    }
                     out.push((name, k, v));
                 }
             }

@@ -1639,6 +1639,12 @@ fn ignored_fields_are_key_checked_as_envoyproxy_ratelimit_checks_them() {
             "unknown field",
         ),
         (
+            "name: {key: a, domain: a, value: a, descriptors: a, unlimited: a, shadow_mode: a, \
+             name: a, replaces: a, detailed_metric: a, key: 1.5}",
+            "descriptors[0].name.key",
+            "key check",
+        ),
+        (
             "name: {<<: {colour: red}}",
             "descriptors[0].name.colour",
             "unknown field",
@@ -1667,6 +1673,8 @@ fn ignored_fields_are_key_checked_as_envoyproxy_ratelimit_checks_them() {
         "name: {metadata: {anything: 1.5}, quota_mode: true}",
         "name: {<<: {key: 1.5}, key: a}",
         "name: {key: 1.5, key: a}",
+        "name: {key: 1.5, domain: a, value: a, descriptors: a, unlimited: a, shadow_mode: a, \
+         name: a, replaces: a, detailed_metric: a, value_to_metric: a, key: a}",
         "name: 1.5\n    name: x",
         "name: {key: {}}\n    name: x",
         "name: [{colour: red}]\n    name: x",
