@@ -1078,7 +1078,8 @@ enum Resolved {
     /// A string field's bytes written in base64 under `!!binary`, which yaml.v2 decodes
     /// ([`go_base64`]); the text is valid base64 (other text fails the whole file there).
     Binary,
-    /// A float to yaml.v2 (`1.0`, `1e3`, `.5`, `08`, `.inf`, plain; anything under `!!float`):
+    /// A float to yaml.v2 (`1.0`, `1e3`, `.5`, `08`, `.inf`, plain; a float or a 64-bit signed
+    /// integer under `!!float`):
     /// no leaf envoyproxy/ratelimit's key check accepts ([`key_check_refuses`]).
     Float,
     /// A string: quoted, `!!str`, a plain scalar that is none of the above, or under a tag
@@ -1525,7 +1526,7 @@ fn binary_text(text: &str) -> Result<String, Vec<u8>> {
 /// A scalar node's source text (after YAML's quoting, escapes and folding) and its type as
 /// yaml.v2 resolves it. `None` for a collection, or a scalar whose core tag its text does not
 /// fit, which fails the whole file there ([`undecodable`]): `!!int x`, an `!!int` past 64
-/// bits, `!!timestamp x`, `!!binary` that is not base64.
+/// bits, `!!float x`, `!!timestamp x`, `!!binary` that is not base64.
 fn resolve(n: &MarkedYamlOwned) -> Option<(&str, Resolved)> {
     let YamlDataOwned::Representation(text, style, tag) = &n.data else {
         return None;
@@ -1541,9 +1542,11 @@ fn resolve(n: &MarkedYamlOwned) -> Option<(&str, Resolved)> {
                 ("binary", _) if go_base64(text).is_some() => Resolved::Binary,
                 ("null", Resolved::Null) | ("bool", Resolved::Bool(_)) => implicit,
                 ("int", Resolved::Int(i)) if go_int_fits(text, i) => implicit,
-                ("float", _) => Resolved::Float,
+                // yaml.v2 turns an integer that is an `int64` there into a float, no other.
+                ("float", Resolved::Float) => Resolved::Float,
+                ("float", Resolved::Int(i)) if i64::try_from(i).is_ok() => Resolved::Float,
                 ("timestamp", _) if go_timestamp(text) => Resolved::Other,
-                ("binary" | "null" | "bool" | "int" | "timestamp", _) => return None,
+                ("binary" | "null" | "bool" | "int" | "float" | "timestamp", _) => return None,
                 _ => Resolved::Text,
             }
         }

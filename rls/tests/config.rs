@@ -1320,7 +1320,7 @@ fn a_float_in_a_string_field_is_refused_as_the_key_check_refuses_it() {
         ".NaN",
         "1e-400",
         "!!float 1",
-        "!!float x",
+        "!!float 0x10",
         "9223372036854775808",
         "18446744073709551615",
         "0xFFFF_FFFF_FFFF_FFFF",
@@ -1375,6 +1375,20 @@ fn a_float_in_a_string_field_is_refused_as_the_key_check_refuses_it() {
         let e = load(yaml).expect_err(yaml);
         assert_eq!((e.line, e.field.as_str()), (Some(line), field), "{yaml}: {e}");
         assert!(e.message.contains("key check"), "{yaml}: {e}");
+    }
+    // yaml.v2 makes a float under `!!float` of a float or an `int64` only, failing the file on
+    // other text wherever it stands.
+    for v in [
+        "!!float x",
+        "!!float ~",
+        "!!float 0xFFFF_FFFF_FFFF_FFFF",
+        "!!float 1e400",
+    ] {
+        for yaml in [with_value(v), with_value(&format!("{v}\n    value: v"))] {
+            let e = load(&yaml).expect_err(&yaml);
+            assert_eq!(e.line, Some(4), "{v}: {e}");
+            assert!(e.message.contains("not a !!float"), "{v}: {e}");
+        }
     }
     // A float written before the value that replaces it is not in the key check's map.
     let c = load(
