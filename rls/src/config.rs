@@ -1665,7 +1665,8 @@ impl Parser<'_> {
     /// A field that `place` does not take, with its value `v`: refused if envoyproxy/ratelimit
     /// does not know it either ([`Parser::unknown`]); else as [`misplaced`] decides, a warning
     /// or an error, and refused whenever `v` holds a rate ([`holds_rate`]): ignored, the field
-    /// would take that limit with it.
+    /// would take that limit with it. An ignored value still gets envoyproxy/ratelimit's key
+    /// check, once the file is parsed ([`Parser::key_check`]).
     fn misplaced(
         &mut self,
         k: &MarkedYamlOwned,
