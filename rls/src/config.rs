@@ -1797,19 +1797,6 @@ impl Parser<'_> {
     /// replaced is decoded too) with the same rules: a mapping as yaml.v2 decodes it into a
     /// map ([`generic_fields`]), a name's last value only, `metadata` unchecked.
     fn key_check(&self, doc: &MarkedYamlOwned) -> Result<(), ConfigError> {
-        let mut stack = vec![doc];
-        while let Some(n) = stack.pop() {
-            match &n.data {
-                YamlDataOwned::Mapping(m) => m.iter().for_each(|(k, v)| stack.extend([k, v])),
-                YamlDataOwned::Sequence(s) => stack.extend(s),
-                YamlDataOwned::Tagged(_, inner) => stack.push(inner),
-                _ => {
-                    if let Some(why) = undecodable(n) {
-                        return Err(self.err(Some(n), "", why));
-                    }
-                }
-            }
-        }
         // Each node visited, with its parent's index here and its name in the parent: the
         // field path of a refused node is built only then.
         let mut path: Vec<(usize, Cow<'_, str>)> = vec![(0, Cow::Borrowed(""))];
@@ -1828,6 +1815,43 @@ impl Parser<'_> {
             }
             f
         };
+        // Every node, keys and merged mappings included (a merged mapping's fields are its
+        // mapping's).
+        let mut stack = vec![(doc, 0)];
+        while let Some((n, at)) = stack.pop() {
+            match &n.data {
+                YamlDataOwned::Mapping(m) => {
+                    for (k, v) in m {
+                        stack.push((k, at));
+                        if is_merge_key(k) {
+                            stack.push((v, at));
+                            continue;
+                        }
+                        let name = match &k.data {
+                            YamlDataOwned::Representation(text, ..) => {
+                                key_name(k).unwrap_or(Cow::Borrowed(text))
+                            }
+                            _ => Cow::Borrowed("?"),
+                        };
+                        path.push((at, name));
+                        stack.push((v, path.len() - 1));
+                    }
+                }
+                YamlDataOwned::Sequence(s) => {
+                    for (i, e) in s.iter().enumerate() {
+                        path.push((at, Cow::Owned(format!("[{i}]"))));
+                        stack.push((e, path.len() - 1));
+                    }
+                }
+                YamlDataOwned::Tagged(_, inner) => stack.push((inner, at)),
+                _ => {
+                    if let Some(why) = undecodable(n) {
+                        return Err(self.err(Some(n), &field(&path, at), why));
+                    }
+                }
+            }
+        }
+        path.truncate(1);
         let mut stack = vec![(doc, 0)];
         while let Some((n, at)) = stack.pop() {
             let n = untagged(n);

@@ -1674,8 +1674,23 @@ fn ignored_fields_are_key_checked_as_envoyproxy_ratelimit_checks_them() {
             "descriptors[0].name[0]",
             "other than a mapping",
         ),
-        ("name: {key: !!int x}", "", "not a !!int"),
-        ("name: !!int x", "", "not a !!int"),
+        (
+            "name: {key: !!int x}",
+            "descriptors[0].name.key",
+            "not a !!int",
+        ),
+        (
+            "name: {<<: {key: !!int x}}",
+            "descriptors[0].name.key",
+            "not a !!int",
+        ),
+        ("name: {!!int x: a}", "descriptors[0].name", "not a !!int"),
+        ("name: !!int x", "descriptors[0].name", "not a !!int"),
+        (
+            "name: [{}, {key: !!int x}]",
+            "descriptors[0].name[1].key",
+            "not a !!int",
+        ),
     ] {
         let yaml = with(field);
         let e = load(&yaml).expect_err(&yaml);
