@@ -1201,11 +1201,15 @@ fn go_int(text: &str) -> Option<i128> {
     if !text.starts_with(|c: char| c.is_ascii_digit() || c == '+' || c == '-') {
         return None;
     }
-    let plain: String = text.chars().filter(|&c| c != '_').collect();
+    let plain: Cow<'_, str> = if text.contains('_') {
+        Cow::Owned(text.replace('_', ""))
+    } else {
+        Cow::Borrowed(text)
+    };
     let (negative, rest) = match plain.as_bytes().first() {
         Some(b'-') => (true, &plain[1..]),
         Some(b'+') => (false, &plain[1..]),
-        _ => (false, plain.as_str()),
+        _ => (false, plain.as_ref()),
     };
     let lower = rest.get(..2).map(str::to_ascii_lowercase);
     let (radix, digits) = match lower.as_deref() {
@@ -1443,6 +1447,35 @@ fn untagged(mut n: &MarkedYamlOwned) -> &MarkedYamlOwned {
         n = inner;
     }
     n
+}
+
+/// A step of a field path: a field's name, or an index in a list.
+enum Segment<'n> {
+    Name(Cow<'n, str>),
+    Index(usize),
+}
+
+/// The field path (`descriptors[0].name`) of entry `at` of `path`, where each entry is its
+/// parent's index and its own step, and entry 0 is the file's top level.
+fn field_path(path: &[(usize, Segment<'_>)], mut at: usize) -> String {
+    let mut steps = Vec::new();
+    while at != 0 {
+        steps.push(&path[at].1);
+        at = path[at].0;
+    }
+    let mut f = String::new();
+    for step in steps.iter().rev() {
+        match step {
+            Segment::Name(name) => {
+                if !f.is_empty() {
+                    f.push('.');
+                }
+                f.push_str(name);
+            }
+            Segment::Index(i) => f.push_str(&format!("[{i}]")),
+        }
+    }
+    f
 }
 
 /// A fault [`generic_fields`] finds: the node and why.
@@ -1797,26 +1830,69 @@ impl Parser<'_> {
     /// replaced is decoded too) with the same rules: a mapping as yaml.v2 decodes it into a
     /// map ([`generic_fields`]), a name's last value only, `metadata` unchecked.
     fn key_check(&self, doc: &MarkedYamlOwned) -> Result<(), ConfigError> {
+        // Every scalar, keys and merged mappings included. Only a tagged scalar can fail to
+        // decode; the rare one that does is looked for again with its field path.
+        let mut stack = vec![doc];
+        while let Some(n) = stack.pop() {
+            match &n.data {
+                YamlDataOwned::Mapping(m) => m.iter().for_each(|(k, v)| stack.extend([k, v])),
+                YamlDataOwned::Sequence(s) => stack.extend(s),
+                YamlDataOwned::Tagged(_, inner) => stack.push(inner),
+                YamlDataOwned::Representation(_, _, Some(_)) if undecodable(n).is_some() => {
+                    return Err(self.undecodable_at(doc));
+                }
+                _ => {}
+            }
+        }
         // Each node visited, with its parent's index here and its name in the parent: the
         // field path of a refused node is built only then.
-        let mut path: Vec<(usize, Cow<'_, str>)> = vec![(0, Cow::Borrowed(""))];
-        let field = |path: &[(usize, Cow<'_, str>)], mut at: usize| {
-            let mut parts = Vec::new();
-            while at != 0 {
-                parts.push(path[at].1.as_ref());
-                at = path[at].0;
-            }
-            let mut f = String::new();
-            for p in parts.iter().rev() {
-                if !f.is_empty() && !p.starts_with('[') {
-                    f.push('.');
+        let mut path: Vec<(usize, Segment<'_>)> = vec![(0, Segment::Index(0))];
+        let mut stack = vec![(doc, 0)];
+        while let Some((n, at)) = stack.pop() {
+            let n = untagged(n);
+            match &n.data {
+                YamlDataOwned::Mapping(m) => {
+                    let fields = generic_fields(m, 0)
+                        .map_err(|(node, why)| self.err(Some(node), &field_path(&path, at), why))?;
+                    for (name, k, v) in fields {
+                        if !GENERIC_KEYS.contains(&name.as_ref()) {
+                            return Err(self.unknown(k, &field_path(&path, at), &name));
+                        }
+                        if name != "metadata" {
+                            path.push((at, Segment::Name(name)));
+                            stack.push((v, path.len() - 1));
+                        }
+                    }
                 }
-                f.push_str(p);
+                YamlDataOwned::Sequence(s) => {
+                    for (i, e) in s.iter().enumerate() {
+                        path.push((at, Segment::Index(i)));
+                        if !matches!(untagged(e).data, YamlDataOwned::Mapping(_)) {
+                            return Err(self.err(
+                                Some(e),
+                                &field_path(&path, path.len() - 1),
+                                "a list holding something other than a mapping, which \
+                                 envoyproxy/ratelimit's key check refuses"
+                                    .into(),
+                            ));
+                        }
+                        stack.push((e, path.len() - 1));
+                    }
+                }
+                _ if key_check_refuses(n) => {
+                    return Err(self.float_refused(n, &field_path(&path, at)))
+                }
+                _ => {}
             }
-            f
-        };
-        // Every node, keys and merged mappings included (a merged mapping's fields are its
-        // mapping's).
+        }
+        Ok(())
+    }
+
+    /// The error for the first scalar of `doc` that yaml.v2 cannot decode ([`undecodable`]),
+    /// with its field path (a key's is its mapping's; a merged mapping's fields are its
+    /// mapping's). Only called once one is known to be there.
+    fn undecodable_at(&self, doc: &MarkedYamlOwned) -> ConfigError {
+        let mut path: Vec<(usize, Segment<'_>)> = vec![(0, Segment::Index(0))];
         let mut stack = vec![(doc, 0)];
         while let Some((n, at)) = stack.pop() {
             match &n.data {
@@ -1833,62 +1909,25 @@ impl Parser<'_> {
                             }
                             _ => Cow::Borrowed("?"),
                         };
-                        path.push((at, name));
+                        path.push((at, Segment::Name(name)));
                         stack.push((v, path.len() - 1));
                     }
                 }
                 YamlDataOwned::Sequence(s) => {
                     for (i, e) in s.iter().enumerate() {
-                        path.push((at, Cow::Owned(format!("[{i}]"))));
+                        path.push((at, Segment::Index(i)));
                         stack.push((e, path.len() - 1));
                     }
                 }
                 YamlDataOwned::Tagged(_, inner) => stack.push((inner, at)),
                 _ => {
                     if let Some(why) = undecodable(n) {
-                        return Err(self.err(Some(n), &field(&path, at), why));
+                        return self.err(Some(n), &field_path(&path, at), why);
                     }
                 }
             }
         }
-        path.truncate(1);
-        let mut stack = vec![(doc, 0)];
-        while let Some((n, at)) = stack.pop() {
-            let n = untagged(n);
-            match &n.data {
-                YamlDataOwned::Mapping(m) => {
-                    let fields = generic_fields(m, 0)
-                        .map_err(|(node, why)| self.err(Some(node), &field(&path, at), why))?;
-                    for (name, k, v) in fields {
-                        if !GENERIC_KEYS.contains(&name.as_ref()) {
-                            return Err(self.unknown(k, &field(&path, at), &name));
-                        }
-                        if name != "metadata" {
-                            path.push((at, name));
-                            stack.push((v, path.len() - 1));
-                        }
-                    }
-                }
-                YamlDataOwned::Sequence(s) => {
-                    for (i, e) in s.iter().enumerate() {
-                        path.push((at, Cow::Owned(format!("[{i}]"))));
-                        if !matches!(untagged(e).data, YamlDataOwned::Mapping(_)) {
-                            return Err(self.err(
-                                Some(e),
-                                &field(&path, path.len() - 1),
-                                "a list holding something other than a mapping, which \
-                                 envoyproxy/ratelimit's key check refuses"
-                                    .into(),
-                            ));
-                        }
-                        stack.push((e, path.len() - 1));
-                    }
-                }
-                _ if key_check_refuses(n) => return Err(self.float_refused(n, &field(&path, at))),
-                _ => {}
-            }
-        }
-        Ok(())
+        self.err(Some(doc), "", "a scalar yaml.v2 cannot decode".into())
     }
 
     /// The error for a scalar [`key_check_refuses`].
