@@ -717,8 +717,7 @@ fn holds_rate(n: &MarkedYamlOwned, depth: usize) -> bool {
     }
     match &n.data {
         YamlDataOwned::Mapping(m) => m.iter().any(|(k, v)| {
-            matches!(&k.data, YamlDataOwned::Representation(text, ..)
-                if RATE_FIELDS.contains(&text.as_str()))
+            key_name(k).is_some_and(|name| RATE_FIELDS.contains(&name.as_ref()))
                 || holds_rate(v, depth + 1)
         }),
         YamlDataOwned::Sequence(s) => s.iter().any(|e| holds_rate(e, depth + 1)),
@@ -855,9 +854,28 @@ fn load_yaml(
                         // An alias of a scalar as a key is that scalar's text as a key to
                         // yaml.v2: one repeating an earlier key is given as a copy of the
                         // scalar tagged apart, as a repeated scalar key is (the loader refuses
-                        // an alias repeating a key).
+                        // an alias repeating a key). yaml.v2's merge key is a scalar `<<`,
+                        // never an alias: an alias of one is the ordinary key `<<` there
+                        // (unknown to envoyproxy/ratelimit), so it is given as `!!str <<`.
                         Event::Alias(id) => {
                             if let Some(sig) = anchored.get(id) {
+                                let merge_alias;
+                                let sig = if sig.0 == "<<" {
+                                    let tag = saphyr_parser::Tag {
+                                        handle: YAML_TAG.into(),
+                                        suffix: "str".into(),
+                                    };
+                                    merge_alias = (sig.0.clone(), sig.1, Some(tag));
+                                    copy = Some(Event::Scalar(
+                                        Cow::Owned(sig.0.clone()),
+                                        sig.1,
+                                        0,
+                                        merge_alias.2.clone().map(Cow::Owned),
+                                    ));
+                                    &merge_alias
+                                } else {
+                                    sig
+                                };
                                 if seen.contains(sig) {
                                     *repeats += 1;
                                     let tag = repeated_key_tag(*repeats, sig.2.as_ref());
@@ -1055,9 +1073,13 @@ enum Resolved {
     /// every `_`: a sign, then `0x`, `0o`, `0b` or a leading `0` (octal) or decimal digits;
     /// plain, or under `!!int`. Saturated beyond `i128`: out of every field's range anyway.
     Int(i128),
-    /// A value only a string field takes (as its text): under `!!timestamp`.
+    /// A value only a string field takes (as its text): a timestamp under `!!timestamp`.
     Other,
-    /// A float to yaml.v2 (`1.0`, `1e3`, `.5`, `08`, `.inf`, plain; anything under `!!float`):
+    /// A string field's bytes written in base64 under `!!binary`, which yaml.v2 decodes
+    /// ([`go_base64`]); the text is valid base64 (other text fails the whole file there).
+    Binary,
+    /// A float to yaml.v2 (`1.0`, `1e3`, `.5`, `08`, `.inf`, plain; a float or a 64-bit signed
+    /// integer under `!!float`):
     /// no leaf envoyproxy/ratelimit's key check accepts ([`key_check_refuses`]).
     Float,
     /// A string: quoted, `!!str`, a plain scalar that is none of the above, or under a tag
@@ -1179,11 +1201,15 @@ fn go_int(text: &str) -> Option<i128> {
     if !text.starts_with(|c: char| c.is_ascii_digit() || c == '+' || c == '-') {
         return None;
     }
-    let plain: String = text.chars().filter(|&c| c != '_').collect();
+    let plain: Cow<'_, str> = if text.contains('_') {
+        Cow::Owned(text.replace('_', ""))
+    } else {
+        Cow::Borrowed(text)
+    };
     let (negative, rest) = match plain.as_bytes().first() {
         Some(b'-') => (true, &plain[1..]),
         Some(b'+') => (false, &plain[1..]),
-        _ => (false, plain.as_str()),
+        _ => (false, plain.as_ref()),
     };
     let lower = rest.get(..2).map(str::to_ascii_lowercase);
     let (radix, digits) = match lower.as_deref() {
@@ -1202,9 +1228,338 @@ fn go_int(text: &str) -> Option<i128> {
     Some(if negative { -magnitude } else { magnitude })
 }
 
+/// Whether yaml.v2 takes `text`, read as `i` by [`go_int`], as an `!!int`: its resolver gives
+/// an integer only where Go's `ParseInt` (64-bit signed) or `ParseUint` (64-bit, no sign)
+/// reads the text, in any base; past that the text is a string or a float there, which the
+/// `!!int` tag refuses ("cannot decode"), failing the whole file.
+fn go_int_fits(text: &str, i: i128) -> bool {
+    i64::try_from(i).is_ok() || (u64::try_from(i).is_ok() && !text.starts_with(['+', '-']))
+}
+
+/// `text` as Go's `base64.StdEncoding.DecodeString` decodes it (yaml.v2's `!!binary`): the
+/// standard alphabet, padded with `=` to whole groups of four, `\r` and `\n` skipped wherever
+/// they stand, and the unused low bits of a padded group ignored. `None` for anything else
+/// (a space, a missing or inner `=`), which yaml.v2 refuses, failing the whole file.
+fn go_base64(text: &str) -> Option<Vec<u8>> {
+    let b: Vec<u8> = text
+        .bytes()
+        .filter(|c| !matches!(c, b'\r' | b'\n'))
+        .collect();
+    if !b.len().is_multiple_of(4) {
+        return None;
+    }
+    let sextet = |c: u8| -> Option<u32> {
+        Some(u32::from(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        }))
+    };
+    let groups = b.len() / 4;
+    let mut out = Vec::with_capacity(groups * 3);
+    for (i, g) in b.chunks_exact(4).enumerate() {
+        // Padding only ends the text: `xx==` or `xxx=`.
+        let pad = match (g[2], g[3]) {
+            (b'=', b'=') => 2,
+            (_, b'=') => 1,
+            _ => 0,
+        };
+        if pad > 0 && i + 1 < groups {
+            return None;
+        }
+        let mut n = 0u32;
+        for &c in &g[..4 - pad] {
+            n = n << 6 | sextet(c)?;
+        }
+        n <<= 6 * pad;
+        out.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
+    }
+    Some(out)
+}
+
+/// Whether yaml.v2 reads `text` as a timestamp (its `parseTimestamp`): four digits and `-`,
+/// then one of Go's layouts `2006-1-2T15:4:5.999999999Z07:00` (`T` or `t`),
+/// `2006-1-2 15:4:5.999999999` or `2006-1-2`, as Go's `time.Parse` reads them: a month, day,
+/// hour, minute or second of one or two digits, each in its range (the day in its month's),
+/// a fraction of any number of digits after `.` or `,` (or none), one or more spaces where the
+/// layout has one, a zone `Z` or `±hh:mm` (hours to 24, minutes to 60), nothing after.
+fn go_timestamp(text: &str) -> bool {
+    let b = text.as_bytes();
+    if b.len() < 5 || !b[..4].iter().all(u8::is_ascii_digit) || b[4] != b'-' {
+        return false;
+    }
+    // Go's `getnum`: one digit, or two.
+    fn num(r: &mut &[u8]) -> Option<u32> {
+        let d = |i: usize| {
+            r.get(i)
+                .filter(|c| c.is_ascii_digit())
+                .map(|c| u32::from(c - b'0'))
+        };
+        let first = d(0)?;
+        Some(match d(1) {
+            Some(second) => {
+                *r = &r[2..];
+                first * 10 + second
+            }
+            None => {
+                *r = &r[1..];
+                first
+            }
+        })
+    }
+    fn lit(r: &mut &[u8], c: u8) -> Option<()> {
+        (r.first() == Some(&c)).then(|| *r = &r[1..])
+    }
+    // The time of day and its fraction: `15:4:5.999999999`.
+    fn clock(r: &mut &[u8]) -> Option<()> {
+        let hour = num(r)?;
+        lit(r, b':')?;
+        let minute = num(r)?;
+        lit(r, b':')?;
+        let second = num(r)?;
+        if hour >= 24 || minute >= 60 || second >= 60 {
+            return None;
+        }
+        if r.len() >= 2 && matches!(r[0], b'.' | b',') && r[1].is_ascii_digit() {
+            let digits = r[1..].iter().take_while(|c| c.is_ascii_digit()).count();
+            *r = &r[1 + digits..];
+        }
+        Some(())
+    }
+    let parse = || -> Option<()> {
+        let year: u32 = text[..4].parse().ok()?;
+        let mut r = &b[5..];
+        let month = num(&mut r)?;
+        lit(&mut r, b'-')?;
+        let day = num(&mut r)?;
+        let leap =
+            year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400));
+        let days = match month {
+            1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+            4 | 6 | 9 | 11 => 30,
+            2 if leap => 29,
+            2 => 28,
+            _ => return None,
+        };
+        if day < 1 || day > days {
+            return None;
+        }
+        match r.first() {
+            None => {}
+            Some(b'T' | b't') => {
+                r = &r[1..];
+                clock(&mut r)?;
+                if lit(&mut r, b'Z').is_none() {
+                    // `±hh:mm`, two digits each.
+                    let z = r.get(..6)?;
+                    let two = |p: &[u8]| -> Option<u32> {
+                        p.iter()
+                            .all(u8::is_ascii_digit)
+                            .then(|| u32::from(p[0] - b'0') * 10 + u32::from(p[1] - b'0'))
+                    };
+                    if !matches!(z[0], b'+' | b'-') || z[3] != b':' {
+                        return None;
+                    }
+                    if two(&z[1..3])? > 24 || two(&z[4..6])? > 60 {
+                        return None;
+                    }
+                    r = &r[6..];
+                }
+            }
+            Some(b' ') => {
+                while r.first() == Some(&b' ') {
+                    r = &r[1..];
+                }
+                clock(&mut r)?;
+            }
+            Some(_) => return None,
+        }
+        r.is_empty().then_some(())
+    };
+    parse().is_some()
+}
+
+/// Why yaml.v2 fails the whole file on the scalar `n` (decoding it, wherever it stands: a
+/// field read, ignored or replaced by a later one), or `None` when it decodes.
+fn undecodable(n: &MarkedYamlOwned) -> Option<String> {
+    let YamlDataOwned::Representation(text, _, tag) = &n.data else {
+        return None;
+    };
+    if resolve(n).is_some() {
+        return None;
+    }
+    let tag = original_tag(tag.as_ref())?;
+    Some(if tag.suffix == "binary" {
+        "!!binary value contains invalid base64 data: yaml.v2 refuses the file".into()
+    } else {
+        format!(
+            "{text:?} is not a !!{}: yaml.v2 refuses the file (\"cannot decode\")",
+            tag.suffix
+        )
+    })
+}
+
+/// A mapping key's name as yaml.v2 decodes it for envoyproxy/ratelimit: a scalar it resolves
+/// as a string, its text (under `!!binary`, the decoded text; bytes that are not UTF-8 can
+/// name no field, and are shown with `\u{FFFD}` in their place). `None` for any other key.
+fn key_name(k: &MarkedYamlOwned) -> Option<Cow<'_, str>> {
+    match resolve(k)? {
+        (text, Resolved::Text) => Some(Cow::Borrowed(text)),
+        (text, Resolved::Binary) => {
+            Some(Cow::Owned(binary_text(text).unwrap_or_else(|b| {
+                String::from_utf8_lossy(&b).into_owned()
+            })))
+        }
+        _ => None,
+    }
+}
+
+/// The names envoyproxy/ratelimit's key check takes (its `validKeys`, [`KNOWN_FIELDS`] and
+/// the two it knows that tollgate-rls refuses where they take effect), and tollgate-rls's
+/// extensions.
+const GENERIC_KEYS: [&str; 18] = [
+    "domain",
+    "key",
+    "value",
+    "descriptors",
+    "rate_limit",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "shadow_mode",
+    "name",
+    "replaces",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "quota_mode",
+    "metadata",
+    "burst",
+    "rate_limits",
+];
+
+/// A node without its tags (yaml.v2 decodes a tagged collection as the collection).
+fn untagged(mut n: &MarkedYamlOwned) -> &MarkedYamlOwned {
+    while let YamlDataOwned::Tagged(_, inner) = &n.data {
+        n = inner;
+    }
+    n
+}
+
+/// A step of a field path: a field's name, or an index in a list.
+enum Segment<'n> {
+    Name(Cow<'n, str>),
+    Index(usize),
+}
+
+/// The field path (`descriptors[0].name`) of entry `at` of `path`, where each entry is its
+/// parent's index and its own step, and entry 0 is the file's top level.
+fn field_path(path: &[(usize, Segment<'_>)], mut at: usize) -> String {
+    let mut steps = Vec::new();
+    while at != 0 {
+        steps.push(&path[at].1);
+        at = path[at].0;
+    }
+    let mut f = String::new();
+    for step in steps.iter().rev() {
+        match step {
+            Segment::Name(name) => {
+                if !f.is_empty() {
+                    f.push('.');
+                }
+                f.push_str(name);
+            }
+            Segment::Index(i) => f.push_str(&format!("[{i}]")),
+        }
+    }
+    f
+}
+
+/// A fault [`generic_fields`] finds: the node and why.
+type Fault<'n> = (&'n MarkedYamlOwned, String);
+
+/// The fields of mapping `m` as yaml.v2 decodes it into a generic map for envoyproxy/ratelimit's
+/// key check: a merge key's mapping (or each of its list's, the earlier winning) merged where
+/// it stands, a name written again replacing the earlier value. `merges`: how deep in merged
+/// mappings `m` is, bounded as [`Parser::fields`] bounds it. A key that is not a string, or a
+/// merge key whose value is not a mapping or a list of them, is a fault.
+#[allow(clippy::type_complexity)]
+fn generic_fields(
+    m: &Map,
+    merges: usize,
+) -> Result<Vec<(Cow<'_, str>, &MarkedYamlOwned, &MarkedYamlOwned)>, Fault<'_>> {
+    fn walk<'n>(
+        m: &'n Map,
+        merges: usize,
+        out: &mut Vec<(Cow<'n, str>, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>,
+        index: &mut HashMap<Cow<'n, str>, usize>,
+    ) -> Result<(), Fault<'n>> {
+        for (k, v) in m {
+            if is_merge_key(k) {
+                if merges >= MAX_NESTING {
+                    return Err((k, format!("merge keys nested deeper than {MAX_NESTING}")));
+                }
+                let sources: Vec<&MarkedYamlOwned> = match &untagged(v).data {
+                    YamlDataOwned::Mapping(_) => vec![v],
+                    YamlDataOwned::Sequence(s) => s.iter().rev().collect(),
+                    _ => vec![v],
+                };
+                for s in sources {
+                    let YamlDataOwned::Mapping(sm) = &untagged(s).data else {
+                        return Err((
+                            s,
+                            "a merge key (<<) takes a mapping or a list of mappings".into(),
+                        ));
+                    };
+                    walk(sm, merges + 1, out, index)?;
+                }
+                continue;
+            }
+            let Some(name) = key_name(k) else {
+                return Err((k, "a key that is not a string".into()));
+            };
+            // A mapping of a few fields is searched, a longer one looked up in `index`
+            // (built once it is past `FEW`): a file's mappings cost their length, not its
+            // square, and the common small one no hashing.
+            const FEW: usize = 8;
+            let at = if out.len() < FEW {
+                out.iter().position(|(n, ..)| *n == name)
+            } else {
+                if index.is_empty() {
+                    index.extend(out.iter().enumerate().map(|(i, (n, ..))| (n.clone(), i)));
+                }
+                index.get(&name).copied()
+            };
+            match at {
+                Some(i) => out[i] = (name, k, v),
+                None => {
+                    if !index.is_empty() {
+                        index.insert(name.clone(), out.len());
+                    }
+                    out.push((name, k, v));
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::with_capacity(m.len());
+    walk(m, merges, &mut out, &mut HashMap::new())?;
+    Ok(out)
+}
+
+/// The text yaml.v2 decodes a `!!binary` scalar to ([`Resolved::Binary`]), or its bytes when
+/// they are not UTF-8.
+fn binary_text(text: &str) -> Result<String, Vec<u8>> {
+    String::from_utf8(go_base64(text).unwrap_or_default()).map_err(|e| e.into_bytes())
+}
+
 /// A scalar node's source text (after YAML's quoting, escapes and folding) and its type as
 /// yaml.v2 resolves it. `None` for a collection, or a scalar whose core tag its text does not
-/// fit (`!!int x`: yaml.v2 fails the whole file) or under `!!binary` (base64-decoded there).
+/// fit, which fails the whole file there ([`undecodable`]): `!!int x`, an `!!int` past 64
+/// bits, `!!float x`, `!!timestamp x`, `!!binary` that is not base64.
 fn resolve(n: &MarkedYamlOwned) -> Option<(&str, Resolved)> {
     let YamlDataOwned::Representation(text, style, tag) = &n.data else {
         return None;
@@ -1217,13 +1572,14 @@ fn resolve(n: &MarkedYamlOwned) -> Option<(&str, Resolved)> {
             let implicit = resolve_plain(text);
             match (t.suffix.as_str(), implicit) {
                 ("str", _) => Resolved::Text,
-                ("binary", _) => return None,
-                ("null", Resolved::Null)
-                | ("bool", Resolved::Bool(_))
-                | ("int", Resolved::Int(_)) => implicit,
-                ("null" | "bool" | "int", _) => return None,
-                ("float", _) => Resolved::Float,
-                ("timestamp", _) => Resolved::Other,
+                ("binary", _) if go_base64(text).is_some() => Resolved::Binary,
+                ("null", Resolved::Null) | ("bool", Resolved::Bool(_)) => implicit,
+                ("int", Resolved::Int(i)) if go_int_fits(text, i) => implicit,
+                // yaml.v2 turns an integer that is an `int64` there into a float, no other.
+                ("float", Resolved::Float) => Resolved::Float,
+                ("float", Resolved::Int(i)) if i64::try_from(i).is_ok() => Resolved::Float,
+                ("timestamp", _) if go_timestamp(text) => Resolved::Other,
+                ("binary" | "null" | "bool" | "int" | "float" | "timestamp", _) => return None,
                 _ => Resolved::Text,
             }
         }
@@ -1315,6 +1671,7 @@ impl Parser<'_> {
         if let Some(d) = descriptors {
             self.level(d, "", "descriptors", &mut root, 0, Above::default())?;
         }
+        self.key_check(doc)?;
         Ok((domain, Domain { root }))
     }
 
@@ -1341,7 +1698,8 @@ impl Parser<'_> {
     /// A field that `place` does not take, with its value `v`: refused if envoyproxy/ratelimit
     /// does not know it either ([`Parser::unknown`]); else as [`misplaced`] decides, a warning
     /// or an error, and refused whenever `v` holds a rate ([`holds_rate`]): ignored, the field
-    /// would take that limit with it.
+    /// would take that limit with it. An ignored value still gets envoyproxy/ratelimit's key
+    /// check, once the file is parsed ([`Parser::key_check`]).
     fn misplaced(
         &mut self,
         k: &MarkedYamlOwned,
@@ -1369,8 +1727,6 @@ impl Parser<'_> {
                     place.what()
                 ),
             )),
-            // Ignored, its value is still a leaf of the key check.
-            Misplaced::Ignored if key_check_refuses(v) => Err(self.float_refused(v, &field)),
             Misplaced::Ignored => {
                 let w = self.err(
                     Some(k),
@@ -1403,13 +1759,23 @@ impl Parser<'_> {
         }
     }
 
-    /// A field's name: a scalar yaml.v2 resolves as a string (envoyproxy/ratelimit's key
-    /// check refuses any other key, a number, a flag or null).
+    /// A field's name: a scalar yaml.v2 resolves as a string ([`key_name`];
+    /// envoyproxy/ratelimit's key check refuses any other key, a number, a flag or null).
     fn key(&self, k: &MarkedYamlOwned, at: &str) -> Result<String, ConfigError> {
-        match resolve(k) {
-            Some((s, Resolved::Text)) => Ok(s.to_owned()),
-            _ => Err(self.err(Some(k), at, "a key that is not a string".into())),
+        match key_name(k) {
+            Some(name) => Ok(name.into_owned()),
+            None => Err(self.expected(k, at, "a key that is not a string")),
         }
+    }
+
+    /// The error for a node `n` of the wrong type: yaml.v2's own refusal where it cannot
+    /// decode the scalar at all ([`undecodable`]), else `what`.
+    fn expected(&self, n: &MarkedYamlOwned, field: &str, what: &str) -> ConfigError {
+        self.err(
+            Some(n),
+            field,
+            undecodable(n).unwrap_or_else(|| what.into()),
+        )
     }
 
     /// A mapping's fields, each with its name, every one written in the order yaml.v2 decodes
@@ -1452,6 +1818,116 @@ impl Parser<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// envoyproxy/ratelimit's first pass over the file, where the parser does not follow it:
+    /// yaml.v2 decodes the whole file into a generic map (failing on any scalar it cannot
+    /// decode, [`undecodable`], wherever it stands), then `validateYamlKeys` walks it: every
+    /// mapping's keys must be strings it knows ([`GENERIC_KEYS`]), every list must hold
+    /// mappings, and every leaf must be a string, an int, a flag or null
+    /// ([`key_check_refuses`]). The parser checks the fields it reads as it reads them; this
+    /// reaches what it ignores (a misplaced field's mapping or list, the value a later field
+    /// replaced is decoded too) with the same rules: a mapping as yaml.v2 decodes it into a
+    /// map ([`generic_fields`]), a name's last value only, `metadata` unchecked.
+    fn key_check(&self, doc: &MarkedYamlOwned) -> Result<(), ConfigError> {
+        // Every scalar, keys and merged mappings included. Only a tagged scalar can fail to
+        // decode; the rare one that does is looked for again with its field path.
+        let mut stack = vec![doc];
+        while let Some(n) = stack.pop() {
+            match &n.data {
+                YamlDataOwned::Mapping(m) => m.iter().for_each(|(k, v)| stack.extend([k, v])),
+                YamlDataOwned::Sequence(s) => stack.extend(s),
+                YamlDataOwned::Tagged(_, inner) => stack.push(inner),
+                YamlDataOwned::Representation(_, _, Some(_)) if undecodable(n).is_some() => {
+                    return Err(self.undecodable_at(doc));
+                }
+                _ => {}
+            }
+        }
+        // Each node visited, with its parent's index here and its name in the parent: the
+        // field path of a refused node is built only then.
+        let mut path: Vec<(usize, Segment<'_>)> = vec![(0, Segment::Index(0))];
+        let mut stack = vec![(doc, 0)];
+        while let Some((n, at)) = stack.pop() {
+            let n = untagged(n);
+            match &n.data {
+                YamlDataOwned::Mapping(m) => {
+                    let fields = generic_fields(m, 0)
+                        .map_err(|(node, why)| self.err(Some(node), &field_path(&path, at), why))?;
+                    for (name, k, v) in fields {
+                        if !GENERIC_KEYS.contains(&name.as_ref()) {
+                            return Err(self.unknown(k, &field_path(&path, at), &name));
+                        }
+                        if name != "metadata" {
+                            path.push((at, Segment::Name(name)));
+                            stack.push((v, path.len() - 1));
+                        }
+                    }
+                }
+                YamlDataOwned::Sequence(s) => {
+                    for (i, e) in s.iter().enumerate() {
+                        path.push((at, Segment::Index(i)));
+                        if !matches!(untagged(e).data, YamlDataOwned::Mapping(_)) {
+                            return Err(self.err(
+                                Some(e),
+                                &field_path(&path, path.len() - 1),
+                                "a list holding something other than a mapping, which \
+                                 envoyproxy/ratelimit's key check refuses"
+                                    .into(),
+                            ));
+                        }
+                        stack.push((e, path.len() - 1));
+                    }
+                }
+                _ if key_check_refuses(n) => {
+                    return Err(self.float_refused(n, &field_path(&path, at)))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The error for the first scalar of `doc` that yaml.v2 cannot decode ([`undecodable`]),
+    /// with its field path (a key's is its mapping's; a merged mapping's fields are its
+    /// mapping's). Only called once one is known to be there.
+    fn undecodable_at(&self, doc: &MarkedYamlOwned) -> ConfigError {
+        let mut path: Vec<(usize, Segment<'_>)> = vec![(0, Segment::Index(0))];
+        let mut stack = vec![(doc, 0)];
+        while let Some((n, at)) = stack.pop() {
+            match &n.data {
+                YamlDataOwned::Mapping(m) => {
+                    for (k, v) in m {
+                        stack.push((k, at));
+                        if is_merge_key(k) {
+                            stack.push((v, at));
+                            continue;
+                        }
+                        let name = match &k.data {
+                            YamlDataOwned::Representation(text, ..) => {
+                                key_name(k).unwrap_or(Cow::Borrowed(text))
+                            }
+                            _ => Cow::Borrowed("?"),
+                        };
+                        path.push((at, Segment::Name(name)));
+                        stack.push((v, path.len() - 1));
+                    }
+                }
+                YamlDataOwned::Sequence(s) => {
+                    for (i, e) in s.iter().enumerate() {
+                        path.push((at, Segment::Index(i)));
+                        stack.push((e, path.len() - 1));
+                    }
+                }
+                YamlDataOwned::Tagged(_, inner) => stack.push((inner, at)),
+                _ => {
+                    if let Some(why) = undecodable(n) {
+                        return self.err(Some(n), &field_path(&path, at), why);
+                    }
+                }
+            }
+        }
+        self.err(Some(doc), "", "a scalar yaml.v2 cannot decode".into())
     }
 
     /// The error for a scalar [`key_check_refuses`].
@@ -1548,12 +2024,23 @@ impl Parser<'_> {
     }
 
     /// A string field: the scalar's source text, as yaml.v2 fills a Go string (`1.0`, `007`,
-    /// `True` stay as written); null (`~`, `null`, nothing) is the empty string.
+    /// `True` stay as written); null (`~`, `null`, nothing) is the empty string; under
+    /// `!!binary`, the text the base64 decodes to. Bytes that are not UTF-8 are refused: no
+    /// request's descriptor (a protobuf string) or response field could hold them.
     fn string(&self, n: &MarkedYamlOwned, field: &str) -> Result<String, ConfigError> {
         match resolve(n) {
             Some((_, Resolved::Null)) => Ok(String::new()),
+            Some((text, Resolved::Binary)) => binary_text(text).map_err(|_| {
+                self.err(
+                    Some(n),
+                    field,
+                    "!!binary decodes to bytes that are not UTF-8: no request's descriptor \
+                     holds them"
+                        .into(),
+                )
+            }),
             Some((text, _)) => Ok(text.to_owned()),
-            None => Err(self.err(Some(n), field, "expected a string".into())),
+            None => Err(self.expected(n, field, "expected a string")),
         }
     }
 
@@ -1563,11 +2050,7 @@ impl Parser<'_> {
         match resolve(n) {
             Some((_, Resolved::Bool(b))) => Ok(b),
             Some((_, Resolved::Null)) => Ok(false),
-            _ => Err(self.err(
-                Some(n),
-                field,
-                "expected true or false (or yes/no, on/off)".into(),
-            )),
+            _ => Err(self.expected(n, field, "expected true or false (or yes/no, on/off)")),
         }
     }
 
@@ -1586,7 +2069,7 @@ impl Parser<'_> {
                 .map(Some)
                 .ok_or_else(|| self.err(Some(n), field, format!("{text} is not in 0..={max}"))),
             Some((_, Resolved::Null)) => Ok(None),
-            _ => Err(self.err(Some(n), field, "expected a whole number".into())),
+            _ => Err(self.expected(n, field, "expected a whole number")),
         }
     }
 

@@ -6,7 +6,7 @@ mod support;
 
 use std::path::PathBuf;
 use support::TempDir;
-use tollgate_rls::config::{Config, ConfigError, Kind, Target, Unit};
+use tollgate_rls::config::{Config, ConfigError, Kind, Rate, Target, Unit};
 
 fn load(yaml: &str) -> Result<Config, ConfigError> {
     Config::from_sources(&[(PathBuf::from("test.yaml"), yaml.to_owned())])
@@ -1019,7 +1019,7 @@ descriptors:
 
 /// yaml.v2 compares a node's whole tag: YAML's own tags written verbatim
 /// (`!<tag:yaml.org,2002:int>`) or through a `%TAG` prefix are the `!!` ones, here too: an
-/// integer, a merge key, and a `!!binary` string refused.
+/// integer, a merge key, and a `!!binary` string decoded.
 #[test]
 fn core_tags_written_verbatim_or_through_a_prefix_are_the_short_ones() {
     let c = load(
@@ -1041,16 +1041,12 @@ descriptors:
     assert_eq!(rate_of(&c, "b"), (7, Unit::Second, String::new()));
     assert_eq!(rate_of(&c, "c"), (3, Unit::Minute, String::new()));
     for binary in ["!!binary", "!<tag:yaml.org,2002:binary>"] {
-        let e = load(&format!(
+        let c = load(&format!(
             "domain: d\ndescriptors:\n  - key: a\n    value: {binary} aGVsbG8=\n    \
              rate_limit: {{unit: second, requests_per_unit: 1}}\n"
         ))
-        .unwrap_err();
-        assert_eq!(
-            (e.line, e.field.as_str()),
-            (Some(4), "descriptors[0].value"),
-            "{binary}: {e}"
-        );
+        .unwrap_or_else(|e| panic!("{binary}: {e}"));
+        assert_eq!(c.limits()[0].path, "a_hello", "{binary}");
     }
 }
 
@@ -1324,7 +1320,7 @@ fn a_float_in_a_string_field_is_refused_as_the_key_check_refuses_it() {
         ".NaN",
         "1e-400",
         "!!float 1",
-        "!!float x",
+        "!!float 0x10",
         "9223372036854775808",
         "18446744073709551615",
         "0xFFFF_FFFF_FFFF_FFFF",
@@ -1380,10 +1376,343 @@ fn a_float_in_a_string_field_is_refused_as_the_key_check_refuses_it() {
         assert_eq!((e.line, e.field.as_str()), (Some(line), field), "{yaml}: {e}");
         assert!(e.message.contains("key check"), "{yaml}: {e}");
     }
+    // yaml.v2 makes a float under `!!float` of a float or an `int64` only, failing the file on
+    // other text wherever it stands.
+    for v in [
+        "!!float x",
+        "!!float ~",
+        "!!float 0xFFFF_FFFF_FFFF_FFFF",
+        "!!float 1e400",
+    ] {
+        for yaml in [with_value(v), with_value(&format!("{v}\n    value: v"))] {
+            let e = load(&yaml).expect_err(&yaml);
+            assert_eq!(e.line, Some(4), "{v}: {e}");
+            assert!(e.message.contains("not a !!float"), "{v}: {e}");
+        }
+    }
     // A float written before the value that replaces it is not in the key check's map.
     let c = load(
         "domain: d\ndescriptors:\n  - key: k\n    value: 1.0\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
     )
     .unwrap();
     assert_eq!(c.limits()[0].path, "k_v");
+}
+
+/// yaml.v2 decodes a `!!binary` scalar's base64 (Go's standard encoding: padded, `\r` and `\n`
+/// skipped) and fills a string field, or names a field, with the text; envoyproxy/ratelimit
+/// then reads that text. Text that is not such base64 fails the whole file there, wherever it
+/// stands (an ignored field, a value a later one replaces), and a flag or number under
+/// `!!binary` is a type error. Bytes that are not UTF-8 are refused here (no request's
+/// descriptor holds them).
+#[test]
+fn binary_scalars_decode_as_yaml_v2_decodes_them() {
+    // `ZA==` d, `a2V5` key, `aGVsbG8=` hello, `c2Vjb25k` second, `bjE=` n1.
+    let c = load(
+        "domain: !!binary ZA==
+descriptors:
+  - !!binary a2V5: a
+    value: !!binary |
+      aGVs
+      bG8=
+    name: !!binary bjE=
+    rate_limit:
+      unit: !!binary c2Vjb25k
+      requests_per_unit: 3
+      name: !!binary bjE=
+      replaces: [{name: !!binary aGVsbG8=}]
+",
+    )
+    .unwrap();
+    let l = &c.limits()[0];
+    assert_eq!((l.domain.as_str(), l.path.as_str()), ("d", "a_hello"));
+    assert_eq!(
+        l.kind,
+        Kind::Rates(vec![Rate {
+            requests_per_unit: 3,
+            unit: Unit::Second,
+            burst: 3,
+            name: "n1".into()
+        }])
+    );
+    assert_eq!(l.replaces, vec!["hello".to_owned()]);
+    // The descriptor's `name` is ignored, its value decoded.
+    assert_eq!(warned(&c), [(Some(7), "descriptors[0].name")]);
+    let with = |field: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    {field}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+        )
+    };
+    for (field, words) in [
+        ("value: !!binary aGVsbG8", "invalid base64"),
+        ("value: !!binary aGV sbG8=", "invalid base64"),
+        ("value: !!binary =aGVsbG8", "invalid base64"),
+        ("value: !!binary aGVsbG8=aGVsbG8=", "invalid base64"),
+        ("value: !!binary ~", "invalid base64"),
+        // Ignored, or replaced by a later value: decoded all the same.
+        ("name: !!binary aGVsbG8", "invalid base64"),
+        ("value: !!binary aGVsbG8\n    value: v", "invalid base64"),
+        ("shadow_mode: !!binary dHJ1ZQ==", "expected true or false"),
+        ("value: !!binary /w==", "not UTF-8"),
+    ] {
+        let yaml = with(field);
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!(e.line, Some(4), "{field}: {e}");
+        assert!(e.message.contains(words), "{field}: {e}");
+    }
+    let e = load("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: !!binary MQ==}\n").unwrap_err();
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(4), "descriptors[0].rate_limit.requests_per_unit"),
+        "{e}"
+    );
+    // A key that is not UTF-8 names no field.
+    let e = load("domain: d\n!!binary /w==: x\n").unwrap_err();
+    assert!(e.message.contains("unknown field"), "{e}");
+}
+
+/// yaml.v2's resolver makes an integer of what Go's `ParseInt` or `ParseUint` reads in 64
+/// bits; past that a text is a string (or a float), which the `!!int` tag refuses ("cannot
+/// decode"), failing the whole file wherever it stands. Untagged, the same text is a string.
+#[test]
+fn an_int_tag_past_64_bits_fails_the_file() {
+    let with = |field: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    {field}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+        )
+    };
+    for field in [
+        "value: !!int 0x1_0000_0000_0000_0000",
+        "value: !!int 0o2_000_000_000_000_000_000_000",
+        "value: !!int 0b1_0000000000000000000000000000000000000000000000000000000000000000",
+        "value: !!int -0x8000_0000_0000_0001",
+        "value: !!int +0xFFFF_FFFF_FFFF_FFFF",
+        "value: !!int 99999999999999999999",
+        "name: !!int 0x1_0000_0000_0000_0000",
+        "value: !!int 0x1_0000_0000_0000_0000\n    value: v",
+    ] {
+        let yaml = with(field);
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!(e.line, Some(4), "{field}: {e}");
+        assert!(e.message.contains("not a !!int"), "{field}: {e}");
+    }
+    for (field, path) in [
+        (
+            "value: !!int 0x7FFF_FFFF_FFFF_FFFF",
+            "k_0x7FFF_FFFF_FFFF_FFFF",
+        ),
+        (
+            "value: !!int -0x8000_0000_0000_0000",
+            "k_-0x8000_0000_0000_0000",
+        ),
+        (
+            "value: 0x1_0000_0000_0000_0000",
+            "k_0x1_0000_0000_0000_0000",
+        ),
+    ] {
+        let c = load(&with(field)).unwrap_or_else(|e| panic!("{field}: {e}"));
+        assert_eq!(c.limits()[0].path, path);
+    }
+    // `ParseUint` reads it: a `uint64`, which the key check refuses.
+    let e = load(&with("value: !!int 0xFFFF_FFFF_FFFF_FFFF")).unwrap_err();
+    assert!(e.message.contains("key check"), "{e}");
+}
+
+/// Under `!!timestamp` yaml.v2 takes only what its `parseTimestamp` reads (Go's `time.Parse`
+/// with its four layouts); other text fails the whole file. A timestamp fills a string field
+/// with its text, and is a type error in a number.
+#[test]
+fn a_timestamp_tag_takes_timestamps_only() {
+    let with = |field: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    {field}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+        )
+    };
+    for (v, text) in [
+        ("2001-12-14", "2001-12-14"),
+        ("2001-1-2", "2001-1-2"),
+        ("2000-02-29", "2000-02-29"),
+        (
+            "2001-12-14t21:59:43.10-05:00",
+            "2001-12-14t21:59:43.10-05:00",
+        ),
+        ("2001-12-14T21:59:43Z", "2001-12-14T21:59:43Z"),
+        (
+            "2001-1-2T3:4:5,123456789123+24:00",
+            "2001-1-2T3:4:5,123456789123+24:00",
+        ),
+        ("'2001-12-14  21:59:43.5'", "2001-12-14  21:59:43.5"),
+        ("2001-12-14 0:0:0", "2001-12-14 0:0:0"),
+    ] {
+        let field = format!("value: !!timestamp {v}");
+        let c = load(&with(&field)).unwrap_or_else(|e| panic!("{field}: {e}"));
+        assert_eq!(c.limits()[0].path, format!("k_{text}"), "{field}");
+    }
+    for v in [
+        "x",
+        "'2001'",
+        "12001-01-01",
+        "2001-13-01",
+        "2001-02-29",
+        "1900-02-29",
+        "2001-04-31",
+        "2001-01-01T",
+        "2001-01-01T24:00:00Z",
+        "2001-01-01T1:60:00Z",
+        "2001-01-01T1:2:3",
+        "2001-01-01T1:2:3z",
+        "2001-01-01T1:2:3+5:00",
+        "2001-01-01T1:2:3+05:61",
+        "2001-01-01T1:2:3.Z",
+        "2001-001-01",
+        "'2001-01-01 '",
+        "'2001-01-01 1:2:3 '",
+        "2001-01-01x",
+        "~",
+    ] {
+        let field = format!("value: !!timestamp {v}");
+        let yaml = with(&field);
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!(e.line, Some(4), "{field}: {e}");
+        assert!(e.message.contains("not a !!timestamp"), "{field}: {e}");
+    }
+    // Ignored, it is decoded all the same.
+    let e = load(&with("name: !!timestamp x")).unwrap_err();
+    assert!(e.message.contains("not a !!timestamp"), "{e}");
+    let e = load("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: !!timestamp 2001-01-01}\n").unwrap_err();
+    assert_eq!(
+        e.field, "descriptors[0].rate_limit.requests_per_unit",
+        "{e}"
+    );
+}
+
+/// yaml.v2's merge key is a scalar `<<`: an alias of one used as a key is the ordinary key
+/// `<<`, which envoyproxy/ratelimit's key check refuses (unknown), while the anchored `<<`
+/// itself merges.
+#[test]
+fn an_alias_of_a_merge_key_is_an_unknown_key() {
+    let merged = "domain: d
+descriptors:
+  - key: a
+    rate_limit:
+      &m <<: {unit: second, requests_per_unit: 1}
+";
+    let c = load(merged).unwrap();
+    assert_eq!(rate_of(&c, "a"), (1, Unit::Second, String::new()));
+    for (tail, line, field) in [
+        (
+            "  - key: b\n    rate_limit:\n      *m : {unit: minute, requests_per_unit: 2}\n",
+            8,
+            "descriptors[1].rate_limit.<<",
+        ),
+        (
+            "  - key: b\n    rate_limit: {*m : {unit: minute, requests_per_unit: 2}}\n",
+            7,
+            "descriptors[1].rate_limit.<<",
+        ),
+        // Beside the merge key itself.
+        (
+            "  - key: b\n    rate_limit:\n      <<: {unit: minute}\n      *m : {requests_per_unit: 2}\n",
+            9,
+            "descriptors[1].rate_limit.<<",
+        ),
+    ] {
+        let yaml = format!("{merged}{tail}");
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!((e.line, e.field.as_str()), (Some(line), field), "{yaml}\n{e}");
+        assert!(e.message.contains("unknown field \"<<\""), "{e}");
+    }
+}
+
+/// envoyproxy/ratelimit's key check walks the whole file, fields its structs ignore included:
+/// in a misplaced field's mapping or list every key must be one it knows, every list must hold
+/// mappings and no leaf may be a float (or past 64-bit integers), a name's last value only
+/// (merges applied), `metadata` unchecked. The same is refused here, and the same loads, with
+/// the misplaced field's warning.
+#[test]
+fn ignored_fields_are_key_checked_as_envoyproxy_ratelimit_checks_them() {
+    let with = |field: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    {field}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+        )
+    };
+    for (field, at, words) in [
+        ("name: {key: 1.5}", "descriptors[0].name.key", "key check"),
+        (
+            "name: {key: [{value: 1e3}]}",
+            "descriptors[0].name.key[0].value",
+            "key check",
+        ),
+        (
+            "name: {key: 18446744073709551615}",
+            "descriptors[0].name.key",
+            "key check",
+        ),
+        (
+            "name: {colour: red}",
+            "descriptors[0].name.colour",
+            "unknown field",
+        ),
+        (
+            "name: {key: a, domain: a, value: a, descriptors: a, unlimited: a, shadow_mode: a, \
+             name: a, replaces: a, detailed_metric: a, key: 1.5}",
+            "descriptors[0].name.key",
+            "key check",
+        ),
+        (
+            "name: {<<: {colour: red}}",
+            "descriptors[0].name.colour",
+            "unknown field",
+        ),
+        ("name: {1: a}", "descriptors[0].name", "not a string"),
+        (
+            "name: [a]",
+            "descriptors[0].name[0]",
+            "other than a mapping",
+        ),
+        (
+            "name: [[{key: a}]]",
+            "descriptors[0].name[0]",
+            "other than a mapping",
+        ),
+        (
+            "name: {key: !!int x}",
+            "descriptors[0].name.key",
+            "not a !!int",
+        ),
+        (
+            "name: {<<: {key: !!int x}}",
+            "descriptors[0].name.key",
+            "not a !!int",
+        ),
+        ("name: {!!int x: a}", "descriptors[0].name", "not a !!int"),
+        ("name: !!int x", "descriptors[0].name", "not a !!int"),
+        (
+            "name: [{}, {key: !!int x}]",
+            "descriptors[0].name[1].key",
+            "not a !!int",
+        ),
+    ] {
+        let yaml = with(field);
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!((e.line, e.field.as_str()), (Some(4), at), "{field}\n{e}");
+        assert!(e.message.contains(words), "{field}\n{e}");
+    }
+    for field in [
+        "name: [{key: a, value: 1, shadow_mode: true}]",
+        "name: {metadata: {anything: 1.5}, quota_mode: true}",
+        "name: {<<: {key: 1.5}, key: a}",
+        "name: {key: 1.5, key: a}",
+        "name: {key: 1.5, domain: a, value: a, descriptors: a, unlimited: a, shadow_mode: a, \
+         name: a, replaces: a, detailed_metric: a, value_to_metric: a, key: a}",
+        "name: 1.5\n    name: x",
+        "name: {key: {}}\n    name: x",
+        "name: [{colour: red}]\n    name: x",
+    ] {
+        let c = load(&with(field)).unwrap_or_else(|e| panic!("{field}: {e}"));
+        assert!(
+            warned(&c).contains(&(Some(4), "descriptors[0].name")),
+            "{field}: {:?}",
+            c.warnings()
+        );
+    }
 }
