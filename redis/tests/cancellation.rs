@@ -325,6 +325,14 @@ async fn abandoned_lease_refills_credit_nothing() {
         }
     }
     assert!(sure >= SURE, "only {sure} abandoned refills reached Redis");
+    // None of them credited its key's lease: the next decision there refills from Redis.
+    let before = l.counters().redis_calls;
+    assert_eq!(l.try_acquire("sure0-0", 1).await, Ok(()));
+    assert_eq!(
+        l.counters().redis_calls,
+        before + 1,
+        "served from a lease whose refill was abandoned"
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let staller = {
         let (stop, port) = (stop.clone(), server.port());
