@@ -116,7 +116,7 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
 
     /// Mixes the given secret into the index's home slots instead of a random one, so that a
     /// test sees the same layout (probe lengths, eviction order) in every run.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "persist"))]
     pub(crate) fn index_secret(mut self, secret: [u64; 2]) -> Self {
         self.secret = Some(secret);
         self

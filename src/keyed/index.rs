@@ -118,7 +118,7 @@ impl Index {
     /// The slots that probes for every live entry step past before they find it (each entry's
     /// distance from its home, in the region holding it): the work a lookup of every key, or
     /// the restore that inserted them, does beyond one slot each.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "persist"))]
     pub(crate) fn displacement(&self) -> u64 {
         let layout = self.layout();
         let current = layout::decode(layout);
