@@ -82,20 +82,21 @@ async fn delay_proxy(upstream: u16, delay: Duration) -> u16 {
     port
 }
 
-/// Callers queued behind one key's lease refills on a healthy server whose replies take 10 ms
-/// (timeout 25 ms, leases of one token, so no refill serves the next caller) leave the breaker
+/// Callers queued behind one key's lease refills on a healthy server whose replies take 100 ms
+/// (timeout 250 ms, leases of one token, so no refill serves the next caller) leave the breaker
 /// closed: before, a caller that got the refill lock with no time left sent its call anyway,
 /// its timeout opened the breaker, and FailOpen then admitted 16 requests of a burst of 3.
+/// (At 10 ms and 25 ms, a fair call's 15 ms of slack was missed on a loaded machine.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_queued_behind_a_refill_do_not_open_the_breaker() {
     let Some(server) = RedisServer::start("breaker_evidence::refill_queue") else {
         return;
     };
-    let port = delay_proxy(server.port(), Duration::from_millis(10)).await;
+    let port = delay_proxy(server.port(), Duration::from_millis(100)).await;
     let url = format!("redis://127.0.0.1:{port}");
     let l = RedisLimiter::builder(&url, Quota::new(1, Duration::from_secs(3600), 3).unwrap())
         .on_unavailable(OnUnavailable::FailClosed)
-        .timeout(Duration::from_millis(25))
+        .timeout(Duration::from_millis(250))
         .probe_interval(Duration::from_secs(3600))
         .leases(Leases::new(1))
         .build()
@@ -115,7 +116,7 @@ async fn callers_queued_behind_a_refill_do_not_open_the_breaker() {
         for c in callers {
             c.await.unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert!(admitted.load(std::sync::atomic::Ordering::Relaxed) <= 3);
     let mut decided = false;
@@ -140,9 +141,11 @@ async fn a_dropped_probe_leaves_the_next_caller_the_probe() {
     let Some(server) = RedisServer::start("breaker_evidence::dropped_probe") else {
         return;
     };
+    // A timeout that a healthy round trip never reaches, even on a loaded machine (at 50 ms
+    // the first decision timed out there); only the paused server's calls time out.
     let interval = Duration::from_millis(400);
     let l = RedisLimiter::builder(&server.url(), Quota::per_second(1000).unwrap())
-        .timeout(Duration::from_millis(50))
+        .timeout(Duration::from_secs(1))
         .probe_interval(interval)
         .build()
         .await
@@ -183,15 +186,18 @@ async fn a_dropped_probe_leaves_the_next_caller_the_probe() {
 /// A probe whose caller polled it once and then keeps its future without polling it again
 /// (parked in a struct, a `select!` arm that is never polled again) must not keep the breaker
 /// open: the server is healthy again, and once the parked probe's timeout and one interval
-/// have passed (100 ms here) the next caller takes the probe over and reaches Redis.
+/// have passed (1.05 s here) the next caller takes the probe over and reaches Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_probe_does_not_hold_the_breaker_open() {
     let Some(server) = RedisServer::start("breaker_evidence::parked_probe") else {
         return;
     };
+    // A timeout that a healthy round trip never reaches, even on a loaded machine (at 50 ms a
+    // decision on the healthy server timed out there and ended the wait below early).
     let interval = Duration::from_millis(50);
+    let timeout = Duration::from_secs(1);
     let l = RedisLimiter::builder(&server.url(), Quota::per_second(1000).unwrap())
-        .timeout(Duration::from_millis(50))
+        .timeout(timeout)
         .probe_interval(interval)
         .build()
         .await
@@ -205,10 +211,10 @@ async fn a_parked_probe_does_not_hold_the_breaker_open() {
     let mut parked = Box::pin(l.check("k", 1));
     assert!(parked.as_mut().poll(&mut cx).is_pending());
     server.resume();
-    // Ten intervals later, on a healthy server.
+    // The parked probe's timeout and ten intervals later, on a healthy server.
     let t0 = Instant::now();
     let mut r = l.check("k", 1).await;
-    while matches!(r, Err(Error::Unavailable)) && t0.elapsed() < interval * 10 {
+    while matches!(r, Err(Error::Unavailable)) && t0.elapsed() < timeout + interval * 10 {
         tokio::time::sleep(Duration::from_millis(5)).await;
         r = l.check("k", 1).await;
     }

@@ -279,6 +279,7 @@ async fn the_documented_acl_commands_suffice() {
     assert!(out.iter().all(|k| k.verdict.is_ok()));
     let multi = RedisLimiter::builder(&url, quota)
         .limits(tollgate::Limits::new([quota, q(10, DAY, 10)]).unwrap())
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();

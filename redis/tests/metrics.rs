@@ -28,6 +28,7 @@ async fn named_limiter_series_agree_with_its_counters() {
     // Straight to Redis: three admitted, two refused with their waits.
     let plain = RedisLimiter::builder(&server.url(), hourly)
         .name("plain")
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();
@@ -53,6 +54,7 @@ async fn named_limiter_series_agree_with_its_counters() {
     )
     .name("leased")
     .leases(Leases::new(10))
+    .timeout(Duration::from_secs(2))
     .build()
     .await
     .unwrap();

@@ -47,6 +47,7 @@ async fn an_aof_restarted_redis_hands_out_no_fresh_burst() {
         return;
     };
     let l = RedisLimiter::builder(&plain.url(), quota)
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();
@@ -55,6 +56,7 @@ async fn an_aof_restarted_redis_hands_out_no_fresh_burst() {
     }
     plain.restart();
     let l = RedisLimiter::builder(&plain.url(), quota)
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();

@@ -319,11 +319,13 @@ async fn hostile_foreign_values_are_errors() {
     };
     let q = Quota::per_second(10).unwrap();
     let plain = RedisLimiter::builder(&server.url(), q)
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();
     let leasing = RedisLimiter::builder(&server.url(), q)
         .leases(Leases::new(4))
+        .timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();

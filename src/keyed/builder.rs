@@ -31,6 +31,9 @@ pub struct KeyedLimiterBuilder<K, P: KeyedPolicy = Quota, C = DefaultClock> {
     /// The name and shadow mode (`named.rs`).
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     pub(super) named: super::named::Named,
+    /// The index's secret instead of a random one (tests whose outcome depends on the layout).
+    #[cfg(test)]
+    secret: Option<[u64; 2]>,
 }
 
 /// The builder of a [`KeyedMultiLimiter`](crate::KeyedMultiLimiter): a
@@ -111,6 +114,14 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
         self.build_seeded(None)
     }
 
+    /// Mixes the given secret into the index's home slots instead of a random one, so that a
+    /// test sees the same layout (probe lengths, eviction order) in every run.
+    #[cfg(all(test, feature = "persist"))]
+    pub(crate) fn index_secret(mut self, secret: [u64; 2]) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
     /// [`build`](KeyedLimiterBuilder::build) with the fingerprint seed given or drawn (`None`).
     pub(super) fn build_seeded(
         self,
@@ -119,7 +130,10 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroCapacity);
         }
-        let limiter = KeyedLimiter::from_parts(
+        #[cfg(test)]
+        let (secret, max_keys) = (self.secret, self.max_keys);
+        #[allow(unused_mut)]
+        let mut limiter = KeyedLimiter::from_parts(
             self.policy,
             self.max_keys,
             self.clock,
@@ -127,6 +141,11 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiterBuilder
             self.fail_open,
             seed,
         );
+        #[cfg(test)]
+        if let Some(secret) = secret {
+            // The index is still empty: swapping it loses nothing.
+            limiter.index = super::Index::with_secret(max_keys.min(super::MAX_KEYS), secret);
+        }
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         let limiter = self.named.apply(limiter);
         Ok(limiter)
@@ -174,6 +193,8 @@ impl<K: Hash + Eq + Clone, P: KeyedPolicy, C: Clock + Clone> KeyedLimiter<K, P, 
             clock,
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             named: Default::default(),
+            #[cfg(test)]
+            secret: None,
         }
     }
 }

@@ -115,6 +115,29 @@ impl Index {
         ix
     }
 
+    /// The slots that probes for every live entry step past before they find it (each entry's
+    /// distance from its home, in the region holding it): the work a lookup of every key, or
+    /// the restore that inserted them, does beyond one slot each.
+    #[cfg(all(test, feature = "persist"))]
+    pub(crate) fn displacement(&self) -> u64 {
+        let layout = self.layout();
+        let current = layout::decode(layout);
+        let old = (layout & layout::MIGRATING != 0).then(|| layout::old_of(self.cap, current));
+        [Some(current), old]
+            .into_iter()
+            .flatten()
+            .flat_map(|r| (0..r.len()).map(move |i| (r, i)))
+            .map(|(r, i)| {
+                let fp = slot::fp_of(self.slots[r.at(i)].load(crate::sync::Ordering::Acquire));
+                if fp == slot::EMPTY {
+                    0
+                } else {
+                    (i.wrapping_sub(self.home(fp)) & r.mask) as u64
+                }
+            })
+            .sum()
+    }
+
     /// The slot a probe for `fp` starts from (modulo a region's length): two rounds of a
     /// folded multiply (the 128-bit product's halves xored), each keyed by a secret word, so
     /// every bit of the home depends on every bit of the fingerprint and of both words. One

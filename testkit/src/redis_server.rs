@@ -65,14 +65,24 @@ fn command(port: u16, cmd: &str) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
+/// Waits until `child` answers on `port`. The answer must name `child`'s process id: the port
+/// was free when drawn, but another test's server may have taken it since, and then `child`
+/// fails to bind and exits while that one answers.
 fn wait_for(port: u16, child: &mut Child, timeout: Duration) -> bool {
     let t0 = Instant::now();
+    let ours = format!("\r\nprocess_id:{}\r\n", child.id());
     while t0.elapsed() < timeout {
         if let Ok(Some(_)) = child.try_wait() {
             return false;
         }
-        if command(port, "PING").is_ok_and(|r| r.starts_with("+PONG")) {
-            return true;
+        if let Ok(info) = command(port, "INFO server") {
+            if info.contains(&ours) {
+                return true;
+            }
+            if info.contains("\r\nprocess_id:") {
+                // Another process's server holds the port.
+                return false;
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
