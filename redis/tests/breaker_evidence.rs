@@ -84,9 +84,9 @@ async fn delay_proxy(upstream: u16, delay: Duration) -> u16 {
 
 /// Callers queued behind one key's lease refills on a healthy server whose replies take 100 ms
 /// (timeout 250 ms, leases of one token, so no refill serves the next caller) leave the breaker
-/// closed: before, a caller that got the refill lock with no time left sent its call anyway,
-/// its timeout opened the breaker, and FailOpen then admitted 16 requests of a burst of 3.
-/// (At 10 ms and 25 ms, a fair call's 15 ms of slack was missed on a loaded machine.)
+/// closed: a caller that gets the refill lock with no time left must not send its call, whose
+/// timeout would open the breaker and let FailOpen admit beyond the burst of 3. The delays are
+/// ten times a loaded machine's scheduling delays (a fair call has 150 ms of slack).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_queued_behind_a_refill_do_not_open_the_breaker() {
     let Some(server) = RedisServer::start("breaker_evidence::refill_queue") else {
@@ -134,15 +134,15 @@ async fn callers_queued_behind_a_refill_do_not_open_the_breaker() {
 }
 
 /// A probe whose caller gave up after sending it leaves the probe to the next caller at once:
-/// before, the breaker's interval restarted from the dropped probe, and a healthy server was
-/// refused for another whole interval.
+/// the breaker's interval does not restart from the dropped probe, which would refuse a healthy
+/// server for another whole interval.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_probe_leaves_the_next_caller_the_probe() {
     let Some(server) = RedisServer::start("breaker_evidence::dropped_probe") else {
         return;
     };
-    // A timeout that a healthy round trip never reaches, even on a loaded machine (at 50 ms
-    // the first decision timed out there); only the paused server's calls time out.
+    // A timeout that a healthy round trip never reaches, even on a loaded machine (where 50 ms
+    // can pass); only the paused server's calls time out.
     let interval = Duration::from_millis(400);
     let l = RedisLimiter::builder(&server.url(), Quota::per_second(1000).unwrap())
         .timeout(Duration::from_secs(1))
@@ -192,8 +192,8 @@ async fn a_parked_probe_does_not_hold_the_breaker_open() {
     let Some(server) = RedisServer::start("breaker_evidence::parked_probe") else {
         return;
     };
-    // A timeout that a healthy round trip never reaches, even on a loaded machine (at 50 ms a
-    // decision on the healthy server timed out there and ended the wait below early).
+    // A timeout that a healthy round trip never reaches, even on a loaded machine (where 50 ms
+    // can pass, and a timed-out decision on the healthy server would end the wait below early).
     let interval = Duration::from_millis(50);
     let timeout = Duration::from_secs(1);
     let l = RedisLimiter::builder(&server.url(), Quota::per_second(1000).unwrap())

@@ -90,9 +90,9 @@ fn owns(line: &str, s: u16) -> bool {
 
 /// One master frozen (SIGSTOP) while another's script cache is flushed: decisions on the
 /// healthy master reload the script there alone and decide at once, so `FailOpen` admits no
-/// more than the burst. Before, the reload (`SCRIPT LOAD`, which redis-rs sends to every node)
-/// waited for the frozen node until the decision's timeout, which opened the breaker, and
-/// FailOpen admitted every decision after it.
+/// more than the burst. A reload through `SCRIPT LOAD` (which redis-rs sends to every node)
+/// would wait for the frozen node until the decision's timeout, open the breaker, and let
+/// FailOpen admit every decision after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_does_not_wait_for_a_frozen_node() {
     let Some(cluster) = RedisCluster::start("cluster::a_reload_does_not_wait_for_a_frozen_node")

@@ -80,8 +80,9 @@ async fn a_huge_probe_interval_applies_the_policy() {
     let Some(server) = RedisServer::start("edge_cases::huge_probe_interval") else {
         return;
     };
-    // The first decision, on a live server, must not time out on a loaded machine (the default
-    // 25 ms did); the later ones fail at once on the dead server's refused connection.
+    // The first decision, on a live server, must not time out on a loaded machine (where the
+    // default 25 ms can pass); the later ones fail at once on the dead server's refused
+    // connection.
     let l = RedisLimiter::builder(&server.url(), Quota::per_second(10).unwrap())
         .probe_interval(Duration::MAX)
         .timeout(Duration::from_secs(2))

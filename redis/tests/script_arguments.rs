@@ -168,7 +168,7 @@ async fn the_production_script_ignores_a_client_time() {
     .await
     .unwrap();
     // The whole burst, so that the state read back lives a whole second (one token's state
-    // expired within its 100 ms, before a redis-cli on a loaded machine read it).
+    // expires within 100 ms, which a redis-cli on a loaded machine may take to read it).
     assert_eq!(l.check("probe", 10).await.unwrap(), Ok(()));
     let args = quota_args(&server, "tollgate:probe");
     let (mut con, sha) = own_client(&server).await;

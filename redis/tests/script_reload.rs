@@ -39,8 +39,8 @@ fn flusher(server: &RedisServer) -> (Arc<AtomicBool>, std::thread::JoinHandle<u6
 }
 
 /// `SCRIPT FLUSH` back to back for a second while 4 tasks decide: every decision is made
-/// (none fails, so the breaker never opens and no policy answers for Redis). Before the fix:
-/// 27 of 200,000 decisions were made, the rest failed (`NOSCRIPT`, then the open breaker).
+/// (none fails, so the breaker never opens and no policy answers for Redis): a `NOSCRIPT`
+/// reply is answered by loading the script again, never counted as the server failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flushed_back_to_back_fails_no_decision() {
     let Some(server) = RedisServer::start("script_reload::flushed_back_to_back") else {
@@ -89,8 +89,8 @@ async fn script_flushed_back_to_back_fails_no_decision() {
 }
 
 /// The same flushes under `FailOpen` on a key with a burst of 5 (one token an hour): at most
-/// the burst is admitted. Before the fix a NOSCRIPT after the reload opened the breaker and the
-/// policy admitted every request until a probe got through (hundreds in a second).
+/// the burst is admitted: a `NOSCRIPT` after the reload must not open the breaker, whose
+/// policy would admit every request until a probe got through (hundreds in a second).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flushes_never_let_fail_open_admit_beyond_the_burst() {
     let Some(server) = RedisServer::start("script_reload::fail_open_burst") else {
