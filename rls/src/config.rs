@@ -1417,29 +1417,14 @@ fn key_name(k: &MarkedYamlOwned) -> Option<Cow<'_, str>> {
     }
 }
 
-/// The names envoyproxy/ratelimit's key check takes (its `validKeys`, [`KNOWN_FIELDS`] and
-/// the two it knows that tollgate-rls refuses where they take effect), and tollgate-rls's
-/// extensions.
-const GENERIC_KEYS: [&str; 18] = [
-    "domain",
-    "key",
-    "value",
-    "descriptors",
-    "rate_limit",
-    "unit",
-    "requests_per_unit",
-    "unlimited",
-    "shadow_mode",
-    "name",
-    "replaces",
-    "detailed_metric",
-    "value_to_metric",
-    "share_threshold",
-    "quota_mode",
-    "metadata",
-    "burst",
-    "rate_limits",
-];
+/// The names envoyproxy/ratelimit's key check takes beyond [`KNOWN_FIELDS`]: the two it knows
+/// that tollgate-rls refuses where they take effect, and tollgate-rls's extensions.
+const KEY_CHECK_EXTRAS: [&str; 4] = ["quota_mode", "metadata", "burst", "rate_limits"];
+
+/// Whether the key check takes `name` (ratelimit's `validKeys` and tollgate-rls's extensions).
+fn key_check_takes(name: &str) -> bool {
+    KNOWN_FIELDS.contains(&name) || KEY_CHECK_EXTRAS.contains(&name)
+}
 
 /// A node without its tags (yaml.v2 decodes a tagged collection as the collection).
 fn untagged(mut n: &MarkedYamlOwned) -> &MarkedYamlOwned {
@@ -1823,7 +1808,7 @@ impl Parser<'_> {
     /// envoyproxy/ratelimit's first pass over the file, where the parser does not follow it:
     /// yaml.v2 decodes the whole file into a generic map (failing on any scalar it cannot
     /// decode, [`undecodable`], wherever it stands), then `validateYamlKeys` walks it: every
-    /// mapping's keys must be strings it knows ([`GENERIC_KEYS`]), every list must hold
+    /// mapping's keys must be strings it knows ([`key_check_takes`]), every list must hold
     /// mappings, and every leaf must be a string, an int, a flag or null
     /// ([`key_check_refuses`]). The parser checks the fields it reads as it reads them; this
     /// reaches what it ignores (a misplaced field's mapping or list, the value a later field
@@ -1855,7 +1840,7 @@ impl Parser<'_> {
                     let fields = generic_fields(m, 0)
                         .map_err(|(node, why)| self.err(Some(node), &field_path(&path, at), why))?;
                     for (name, k, v) in fields {
-                        if !GENERIC_KEYS.contains(&name.as_ref()) {
+                        if !key_check_takes(name.as_ref()) {
                             return Err(self.unknown(k, &field_path(&path, at), &name));
                         }
                         if name != "metadata" {
