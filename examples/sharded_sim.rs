@@ -107,12 +107,16 @@
 //!   word unable to pay, an advance of `a` tokens, both as long as the word stays within
 //!   `room = min(n × F, R × 250 µs)` beyond the limit; a lease holding units not yet payable
 //!   refuses from the shard's line; a spender that finds its lease `LOCKED` decides on the word
-//!   alone, as in the current rules. The lease is locked for each CAS alone: a lost CAS
+//!   alone, as in the current rules. An admission that spends its lease to the top takes the
+//!   shard's next near lease (a refill) unless its next token is earned and the word can pay
+//!   it; a refill that loses its CAS tries once more at once, then gives up. The lease is
+//!   locked for each CAS alone: a lost CAS
 //!   unlocks it, spins and locks it again for the next attempt (a thread descheduled in the
 //!   spin holds nothing). After a lost CAS the decision reads the clock again, and a far lease
 //!   is at least what the rate earns in twice that age (reading to now), at most half of what
 //!   the word holds beyond the cost. Ablations: `--locked-spin` (the lease stays locked
-//!   through the spin), `--no-lease-by-wait`, `--no-near-min`; `--lease-by-wait-any` (an
+//!   through the spin), `--no-lease-by-wait`, `--no-near-min`, `--no-refill`,
+//!   `--refill-gives-up` (at the first lost CAS); `--lease-by-wait-any` (an
 //!   earlier proposal, not the crate's): every lease taken from a word holding more than it,
 //!   near ones too and from the first attempt on, is at least what the rate earns in twice the
 //!   decision's age, at most half of what the word holds.
@@ -757,6 +761,9 @@ mod spin {
         /// (`--no-refill`; the crate's admission takes it when the next token is unearned or
         /// the word cannot pay it).
         pub(crate) no_refill: bool,
+        /// Near rules: a refill that loses its CAS gives up at once (`--refill-gives-up`; the
+        /// crate's tries once more, without a spin, from the word the lost CAS returned).
+        pub(crate) refill_gives_up: bool,
         /// Near rules: the longest backoff spin after lost CASes on the central word, 2^this
         /// pauses (`--central-spin-cap`; the crate's `CENTRAL_SPIN_LIMIT`, 10: 1,024 pauses).
         pub(crate) central_spin_cap: u32,
@@ -1062,6 +1069,8 @@ mod spin {
         /// the word: the crate's `ShardedBucket::refill` (a `decide` of cost 0).
         Refill {
             h: u64,
+            /// After the refill's first lost CAS: its one retry, from the word as loaded again.
+            again: bool,
         },
         /// The refill's hand-out count, then its CAS of the word from `seen` to `top`.
         RefillHandOut {
@@ -1070,6 +1079,7 @@ mod spin {
             top: u64,
             size: u64,
             h: u64,
+            again: bool,
         },
         RefillCas {
             seen: u64,
@@ -1077,6 +1087,7 @@ mod spin {
             top: u64,
             size: u64,
             h: u64,
+            again: bool,
         },
     }
 
@@ -1694,7 +1705,7 @@ mod spin {
                     self.finish(th, ctx, next, leased, kind)
                 }
                 (_, Pc::Spun { ctx, seen }) => self.decide(th, now, ctx, seen, 0),
-                (_, Pc::Refill { h }) => self.refill(th, h),
+                (_, Pc::Refill { h, again }) => self.refill(th, h, again),
                 (
                     _,
                     Pc::RefillHandOut {
@@ -1703,6 +1714,7 @@ mod spin {
                         top,
                         size,
                         h,
+                        again,
                     },
                 ) => {
                     self.hand_outs += 1;
@@ -1716,6 +1728,7 @@ mod spin {
                             top,
                             size,
                             h,
+                            again,
                         },
                     }
                 }
@@ -1727,6 +1740,7 @@ mod spin {
                         top,
                         size,
                         h,
+                        again,
                     },
                 ) => {
                     self.c.central_cas += 1;
@@ -1743,10 +1757,14 @@ mod spin {
                             delay: 2 * LOAD_NS,
                         };
                     }
-                    // Lost: unlocked, and given up (the crate's refill does not spin for an
-                    // admission already made).
+                    // Lost: unlocked; tried once more at once from the word the CAS returned,
+                    // then given up (the crate's refill does not spin for an admission already
+                    // made).
                     self.c.failed_cas += 1;
                     self.leases[shard].frontier = h;
+                    if !again && !self.m.refill_gives_up {
+                        return self.refill(th, h, true);
+                    }
                     Step::Done {
                         admitted: true,
                         delay: LOAD_NS,
@@ -1886,7 +1904,7 @@ mod spin {
                             line: CENTRAL,
                             write: false,
                             delay: d + self.m.atomic,
-                            pc: Pc::Refill { h },
+                            pc: Pc::Refill { h, again: false },
                         };
                     }
                     return Step::Done {
@@ -2007,7 +2025,7 @@ mod spin {
         /// token earned, or if the lease changed; else the next near lease (doubled, as after
         /// one spent to its top), within the room and, from a word that can pay, `near_min`
         /// beyond the units earned.
-        fn refill(&mut self, th: usize, h: u64) -> Step {
+        fn refill(&mut self, th: usize, h: u64, again: bool) -> Step {
             let (r, shard) = (self.threads[th].reading, self.threads[th].shard);
             let e = self.earned(r);
             let limit = e + self.burst;
@@ -2017,7 +2035,7 @@ mod spin {
                 admitted: true,
                 delay: 0,
             };
-            if l.frontier != h || l.top != h || (h + UNIT <= limit && s + UNIT <= limit) {
+            if l.frontier != h || l.top != h || (!again && h + UNIT <= limit && s + UNIT <= limit) {
                 return done;
             }
             let size = (l.size.max(1) * 2).min(self.cap);
@@ -2047,6 +2065,7 @@ mod spin {
                     top: base + tokens * UNIT,
                     size: tokens,
                     h,
+                    again,
                 },
             }
         }
@@ -2516,6 +2535,7 @@ mod cli {
             no_near_min: words.iter().any(|w| w == "--no-near-min"),
             lease_by_wait_any: words.iter().any(|w| w == "--lease-by-wait-any"),
             no_refill: words.iter().any(|w| w == "--no-refill"),
+            refill_gives_up: words.iter().any(|w| w == "--refill-gives-up"),
             central_spin_cap: num(words, "--central-spin-cap", 10).min(20) as u32,
 
             jitter: num(words, "--jitter", 50),

@@ -378,6 +378,56 @@ fn an_admissions_next_lease_races_an_advance_on_its_shard() {
     });
 }
 
+/// A refill that loses its CAS to another shard tries once more, at once, from the word that
+/// won: an admission that spends its shard's near lease to the top takes the next one while a
+/// thread of the other shard, its lease empty and the word dry, takes an advance. 125,000
+/// tokens/s (8 µs a token), burst 34, two shards (near leases of up to two tokens, the word
+/// at most four beyond the limit): drained at 0 on shard 0 with a near lease of token 34. At
+/// 8 µs shard 0 spends token 34 (token 35 unearned: its refill takes tokens 35 and 36) while
+/// shard 1 takes an advance of token 35. Whichever CAS lands first, shard 1 is refused with the
+/// exact wait for its own token (37 at 32 µs after the refill, else 35 at 16 µs), and at 16 µs
+/// shard 0 spends token 35 from its lease, or (the advance first) is refused with the exact
+/// wait for token 36, which the refill's retry took (had it given up, shard 0's refusal would
+/// take it as an advance). At 240 µs (30 tokens earned) the 29 tokens left (64 earned or in
+/// the burst, 35 spent) are admitted or in the word and the leases, none stranded.
+#[test]
+fn a_refill_that_lost_its_cas_to_an_advance_tries_once_more() {
+    loom::model(|| {
+        let quota = Quota::new(125_000, Duration::from_secs(1), 34).unwrap();
+        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
+        let wait = |us| Err(tollgate::Denied::RetryAfter(Duration::from_micros(us)));
+        at(0);
+        assert_eq!(bucket.try_acquire(34), Ok(())); // shard 0, and a near lease of token 34
+        let b = bucket.clone();
+        // The next thread slot: shard 1.
+        let other = thread::spawn(move || {
+            at(8_000);
+            b.try_acquire(1)
+        });
+        at(8_000);
+        assert_eq!(bucket.try_acquire(1), Ok(())); // token 34, and the refill
+        let theirs = other.join().unwrap();
+        assert!(
+            theirs == wait(24) || theirs == wait(8),
+            "shard 1 {theirs:?}"
+        );
+        // Shard 0's `dry_until`, recorded by the spend before its refill: token 35's instant.
+        assert_eq!(bucket.try_acquire(1), wait(8));
+        at(16_000);
+        let mine = bucket.try_acquire(1);
+        if theirs == wait(24) {
+            assert_eq!(mine, Ok(())); // token 35, from shard 0's lease
+        } else {
+            assert_eq!(mine, wait(8)); // token 36, from shard 0's next lease
+        }
+        at(240_000);
+        let left = (0..40).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64;
+        let admitted = u64::from(mine.is_ok()) + left;
+        assert_eq!(admitted + bucket.available(), 29);
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    });
+}
+
 /// The safety of the refill by an admission behind the clock: an admission that spends its
 /// shard's near lease to the top with its next token already earned reads the word, and takes
 /// the shard's next near lease if the word cannot pay that token (another shard took it

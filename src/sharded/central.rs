@@ -344,7 +344,7 @@ impl Central {
     /// near lease taken in the same CAS when the shard's is empty (an *advance*, paid out as
     /// the clock earns it), or with the wait for the word. What a replaced lease still held
     /// goes to its `stranded`. A cost of 0 (`ShardedBucket::refill`) takes the lease alone,
-    /// or writes nothing; it gives up after a lost CAS instead of spinning.
+    /// or writes nothing; it tries again once after a lost CAS, without a spin, then gives up.
     #[inline(never)]
     pub(super) fn decide(&self, ask: &Ask<'_>) -> Outcome {
         let scaled = ask.scaled;
@@ -394,6 +394,8 @@ impl Central {
         let mut backoff = Backoff::default();
         // Nanoseconds from the reading to the last lost CAS (0 before one).
         let mut age = 0u64;
+        // A refill (cost 0) lost one CAS: it gives up at the next.
+        let mut refill_lost = false;
         loop {
             // `gcra::try_acquire`'s test; `s <= 2^63 − 1`, so nothing overflows.
             let want = s + cost_units;
@@ -486,11 +488,16 @@ impl Central {
                                 s = actual;
                                 release(locked);
                                 locked = false;
-                                // A refill gives up: the admission it follows is done, and a
-                                // spin here would only delay it; the shard's next decision
-                                // takes the lease.
+                                // A refill tries once more, at once, from the word the lost CAS
+                                // returned, then gives up: the admission it follows is done,
+                                // and a spin would only delay it; the shard's next decision
+                                // takes the lease (an advance, if it is a refusal).
                                 if cost_units == 0 {
-                                    return Outcome::Retry;
+                                    if refill_lost {
+                                        return Outcome::Retry;
+                                    }
+                                    refill_lost = true;
+                                    continue;
                                 }
                                 backoff.spin_up_to(CENTRAL_SPIN_LIMIT);
                                 continue;
@@ -615,9 +622,13 @@ impl Central {
                     s = actual;
                     release(locked);
                     locked = false;
-                    // A refill gives up (as above).
+                    // A refill tries once more, then gives up (as above).
                     if cost_units == 0 {
-                        return Outcome::Retry;
+                        if refill_lost {
+                            return Outcome::Retry;
+                        }
+                        refill_lost = true;
+                        continue;
                     }
                     backoff.spin_up_to(CENTRAL_SPIN_LIMIT);
                     // How stale the reading has grown: a far lease covers twice that.
