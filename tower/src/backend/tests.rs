@@ -1,6 +1,9 @@
 //! The headers of a decision describe the quota it was made under, whatever reconfiguration
 //! races it: a `set_quota` landing right after the decision (before anything else reads the
-//! bucket) is modelled by a wrapper that makes it there, deterministically.
+//! bucket) is modelled by a wrapper that makes it there, deterministically. Through a limiter on
+//! `Limiter`'s default `decide_snapshots_limits` and `decide_or_snapshots_limits` (one written
+//! outside tollgate), a decision that such a change straddles carries no quota, and its headers
+//! no `RateLimit` fields: never the new quota with the old quota's snapshot.
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -67,6 +70,28 @@ impl Limiter for ReconfiguredAfter {
     }
 }
 
+/// A limiter written outside tollgate, on `Limiter`'s defaults for the quotas (it implements
+/// neither `decide_snapshots_limits` nor `decide_or_snapshots_limits`): `ReconfiguredAfter`'s
+/// decisions, with the same reconfiguration right after each.
+struct OnDefaults<'a>(&'a ReconfiguredAfter);
+
+impl Limiter for OnDefaults<'_> {
+    type Key = ();
+
+    fn decide(&self, key: &(), cost: u64) -> Result<(), Refusal> {
+        self.0.decide(key, cost)
+    }
+    fn decide_or_snapshots(&self, key: &(), cost: u64) -> Result<(), (Refusal, Snapshots)> {
+        self.0.decide_or_snapshots(key, cost)
+    }
+    fn decide_snapshots(&self, key: &(), cost: u64) -> (Result<(), Refusal>, Snapshots) {
+        self.0.decide_snapshots(key, cost)
+    }
+    fn limits(&self, key: &()) -> Option<Limits> {
+        self.0.limits(key)
+    }
+}
+
 /// Every header `decision` gets (IETF, legacy and `Retry-After`), by name.
 fn headers(decision: &Decision) -> HeaderMap {
     let mut map = HeaderMap::new();
@@ -128,6 +153,51 @@ fn a_quota_raised_after_a_refusal_is_not_reported_with_its_snapshot() {
     }
 }
 
+/// On the trait's defaults, a decision that a quota change straddles (lowered after an
+/// admission, raised after a refusal in either report mode) reports its snapshot without a
+/// quota: the headers carry `Retry-After` alone, not the new quota with the old one's snapshot.
+/// A decision no change straddles reports the quota in force.
+#[test]
+fn on_the_defaults_a_straddled_decision_reports_no_quota() {
+    let clock = ManualClock::new();
+    let inner = ReconfiguredAfter::new(Quota::per_second(100).unwrap(), &clock);
+    let limiter = OnDefaults(&inner);
+    inner.next.set(Some(Quota::per_second(10).unwrap()));
+    let d = decide(&limiter, &(), 20, true);
+    assert_eq!(
+        (d.verdict, d.snapshot, d.quota),
+        (
+            Ok(()),
+            Some(Snapshot::new(80, Duration::from_millis(200))),
+            None
+        ),
+        "the snapshot of the quota the decision was made under, without the new quota"
+    );
+    let map = headers(&d);
+    assert!(map.is_empty(), "{map:?}");
+    let slow = Quota::new(10, Duration::from_secs(100), 10).unwrap();
+    inner.bucket.set_quota(slow);
+    inner.bucket.drain();
+    for report in [true, false] {
+        inner.next.set(Some(Quota::per_second(100).unwrap()));
+        let d = decide(&limiter, &(), 1, report);
+        assert_eq!(d.verdict, Err(Denied::RetryAfter(Duration::from_secs(10))));
+        assert_eq!(
+            (d.snapshot, d.quota),
+            (Some(Snapshot::new(0, Duration::from_secs(100))), None),
+            "report {report}"
+        );
+        let map = headers(&d);
+        assert_eq!(map.len(), 1, "Retry-After alone: {map:?}");
+        assert_eq!(map[RETRY_AFTER], "10");
+        inner.bucket.set_quota(slow);
+        inner.bucket.drain();
+    }
+    let d = decide(&limiter, &(), 1, true);
+    assert_eq!(d.quota, Some(slow), "no change straddled it");
+    assert_eq!(headers(&d)["ratelimit-policy"], "\"default\";q=10;w=100");
+}
+
 /// Quotas exact and not (3 or more tokens per reduced period round), bursts of 3 to 1000.
 fn quotas() -> [Quota; 6] {
     let s = Duration::from_secs;
@@ -159,20 +229,24 @@ fn secs_up(d: Duration) -> u64 {
 
 /// Seeded runs of decisions (either report mode, costs up to one past the burst), clock steps,
 /// and reconfigurations made before a decision or right after it. Every decision reports the
-/// quota in force when it was made, with a snapshot of that quota; and its headers hold the
-/// documented bounds: `r <= q`, `t <= w`, on a refusal `t <= Retry-After`, and within the
-/// burst `Retry-After <= w`; the legacy headers say what the IETF ones say.
+/// quota in force when it was made, with a snapshot of that quota (`tied`: the limiter reads
+/// its quotas with the decision; otherwise, on the trait's defaults, a decision that a change
+/// to another quota straddles reports its snapshot with no quota, and its headers carry no
+/// `RateLimit` fields); and its headers hold the documented bounds: `r <= q`, `t <= w`, on a
+/// refusal `t <= Retry-After`, and within the burst `Retry-After <= w`; the legacy headers say
+/// what the IETF ones say.
 fn headers_hold_under_reconfigurations<L: Limiter<Key = ()>>(
     limiter: &L,
     inner: &ReconfiguredAfter,
     clock: &ManualClock,
     seed: u64,
+    tied: bool,
 ) {
     let quotas = quotas();
     let mut rng = Rng(seed);
     let mut current = inner.bucket.quota();
     let mut pending = None;
-    let (mut refused, mut raced, mut past_w) = (0, 0, 0);
+    let (mut refused, mut raced, mut past_w, mut unreported) = (0, 0, 0, 0);
     let mut excess = Duration::ZERO;
     for step in 0..20_000 {
         match rng.below(12) {
@@ -191,20 +265,33 @@ fn headers_hold_under_reconfigurations<L: Limiter<Key = ()>>(
                 let report = rng.below(2) == 0;
                 let d = decide(limiter, &(), cost, report);
                 let in_force = current;
+                let mut straddled = false;
                 if let Some(next) = pending.take() {
                     current = next;
                     raced += 1;
+                    straddled = next != in_force;
                 }
                 let ctx = format!("step {step}: cost {cost}, report {report}, {d:?}");
                 if d.verdict.is_err() {
                     refused += 1;
-                    assert!(d.quota.is_some() && d.snapshot.is_some(), "{ctx}");
                 }
+                let admitted_unreported = d.verdict.is_ok() && !report;
+                assert_eq!(d.snapshot.is_some(), !admitted_unreported, "{ctx}");
+                let want = if admitted_unreported || (straddled && !tied) {
+                    None
+                } else {
+                    Some(in_force)
+                };
+                assert_eq!(d.quota, want, "{ctx}");
                 let (Some(quota), Some(snap)) = (d.quota, d.snapshot) else {
-                    assert!(d.verdict.is_ok() && !report, "{ctx}");
+                    if !admitted_unreported {
+                        unreported += 1;
+                        let map = headers(&d);
+                        let retry = u8::from(map.contains_key(RETRY_AFTER));
+                        assert_eq!(map.len(), usize::from(retry), "{ctx}: {map:?}");
+                    }
                     continue;
                 };
-                assert_eq!(quota, in_force, "{ctx}");
                 assert!(snap.remaining() <= quota.burst(), "{ctx}");
                 let fill = quota.refill_time(quota.burst());
                 excess = excess.max(snap.until_full().saturating_sub(fill));
@@ -240,10 +327,10 @@ fn headers_hold_under_reconfigurations<L: Limiter<Key = ()>>(
     }
     // The run reaches what it checks.
     assert!(
-        refused > 1_000 && raced > 1_000,
-        "{refused} refused, {raced} raced"
+        refused > 1_000 && raced > 1_000 && (tied || unreported > 500),
+        "{refused} refused, {raced} raced, {unreported} without a quota"
     );
-    println!("seed {seed}: {refused} refused, {raced} raced, t > w {past_w} times, fill exceeded by at most {excess:?}");
+    println!("seed {seed}: {refused} refused, {raced} raced, {unreported} without a quota, t > w {past_w} times, fill exceeded by at most {excess:?}");
 }
 
 #[test]
@@ -251,7 +338,18 @@ fn headers_hold_under_seeded_reconfigurations() {
     for seed in [1, 0x5eed, 0xdead_beef] {
         let clock = ManualClock::new();
         let limiter = ReconfiguredAfter::new(quotas()[0], &clock);
-        headers_hold_under_reconfigurations(&limiter, &limiter, &clock, seed);
+        headers_hold_under_reconfigurations(&limiter, &limiter, &clock, seed, true);
+    }
+}
+
+/// Through a limiter on the trait's defaults for the quotas: a decision that a change straddles
+/// reports no quota, the others the quota in force.
+#[test]
+fn headers_hold_under_seeded_reconfigurations_on_the_defaults() {
+    for seed in [1, 0x5eed, 0xdead_beef] {
+        let clock = ManualClock::new();
+        let inner = ReconfiguredAfter::new(quotas()[0], &clock);
+        headers_hold_under_reconfigurations(&OnDefaults(&inner), &inner, &clock, seed, false);
     }
 }
 
@@ -263,5 +361,5 @@ fn metered_headers_hold_under_seeded_reconfigurations() {
         "reconfigured",
         ReconfiguredAfter::new(quotas()[0], &clock),
     );
-    headers_hold_under_reconfigurations(&metered, metered.get_ref(), &clock, 7);
+    headers_hold_under_reconfigurations(&metered, metered.get_ref(), &clock, 7, true);
 }
