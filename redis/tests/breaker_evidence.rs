@@ -85,8 +85,9 @@ async fn delay_proxy(upstream: u16, delay: Duration) -> u16 {
 /// Callers queued behind one key's lease refills on a healthy server whose replies take 100 ms
 /// (timeout 250 ms, leases of one token, so no refill serves the next caller) leave the breaker
 /// closed: a caller that gets the refill lock with no time left must not send its call, whose
-/// timeout would open the breaker and let FailOpen admit beyond the burst of 3. The delays are
-/// ten times a loaded machine's scheduling delays (a fair call has 150 ms of slack).
+/// timeout would count against a healthy server and open the breaker (then every caller is
+/// refused `Unavailable`, under `FailClosed`). No more than the burst of 3 is admitted. The
+/// delays are ten times a loaded machine's scheduling delays (a fair call has 150 ms of slack).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_queued_behind_a_refill_do_not_open_the_breaker() {
     let Some(server) = RedisServer::start("breaker_evidence::refill_queue") else {

@@ -52,9 +52,9 @@ fn quota_args(server: &RedisServer, key: &str) -> Vec<String> {
 }
 
 /// A long value under a key — another program's, or a tag a client wrote — is refused before
-/// any pattern runs over it. Before, `triples`' unanchored match took time quadratic in its
-/// length: 30 KB blocked the server for seconds on every decision on that key, the limiter's
-/// timeout fired, and FailOpen admitted every key (50 of 50 on a burst of 3).
+/// any pattern runs over it. Guards against a pattern whose time grows with the square of the
+/// value's length: 30 KB would block the server for seconds on every decision on that key, the
+/// limiter's timeout would fire, and FailOpen would admit every key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_value_is_refused_at_once_and_blocks_no_other_key() {
     let Some(server) = RedisServer::start("script_arguments::long_value") else {
@@ -107,8 +107,8 @@ async fn a_long_value_is_refused_at_once_and_blocks_no_other_key() {
 }
 
 /// A cost below zero, fractional, not a number or beyond 2^53 is an error for the caller that
-/// sent it and writes nothing. Before, a cost of −2 credited the bucket: after ten such calls,
-/// honest callers on a key of 1 an hour with a burst of 3 had been admitted 23 times.
+/// sent it and writes nothing. Guards against a negative cost crediting the bucket: ten calls
+/// of −2 would let honest callers on a key of 1 an hour with a burst of 3 in 23 times.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_that_is_not_whole_tokens_is_an_error_and_credits_nothing() {
     let Some(server) = RedisServer::start("script_arguments::cost") else {
@@ -151,9 +151,9 @@ async fn a_cost_that_is_not_whole_tokens_is_an_error_and_credits_nothing() {
 
 /// The production script reads its time from `TIME`, whatever its arguments: a time two days
 /// ahead in the test-time argument decides at the server's time and writes a state with a TTL.
-/// Before, it wrote a state dated two days ahead with no TTL, which every honest decision then
-/// read as malformed — the key refused until an operator deleted it — and any client could
-/// create keys that never expire.
+/// Guards against a state dated two days ahead with no TTL, which every honest decision would
+/// read as malformed (the key refused until an operator deleted it), and against clients
+/// creating keys that never expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_production_script_ignores_a_client_time() {
     let Some(server) = RedisServer::start("script_arguments::client_time") else {
