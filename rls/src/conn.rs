@@ -168,18 +168,32 @@ pub async fn serve(
     tasks: TaskToken,
     stop: impl Future<Output = Instant>,
 ) {
+    let budget = HandlerBudget::for_port(&limits);
+    serve_with_budget(listener, app, protocol, limits, budget, tasks, stop).await;
+}
+
+/// [`serve`], with `budget` (made by [`HandlerBudget::for_port`] from the same `limits`) as
+/// the port's budget, so that the port's handlers can hold it themselves: the gRPC port's
+/// `ShouldRateLimit` handler ([`crate::grpc::Server::with_budget`]) takes from it what a call
+/// holds while it waits on Redis, as a `/json` handler does with the [`HandlerBudget`] in its
+/// request's extensions.
+pub async fn serve_with_budget(
+    listener: TcpListener,
+    app: axum::Router,
+    protocol: Protocol,
+    limits: Limits,
+    budget: HandlerBudget,
+    tasks: TaskToken,
+    stop: impl Future<Output = Instant>,
+) {
     // A cap beyond what a semaphore holds (a `Limits` built in code) is cut to that, as
     // timeouts beyond `FAR` are: no process holds that many sockets anyway.
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
-    // What every connection's unfinished gRPC messages (HTTP/2) or bodies (HTTP/1) may hold
-    // together.
-    let messages = Arc::new(Semaphore::new(
-        limits
-            .max_buffered_bytes
-            .clamp(MIN_PORT_MESSAGE_BYTES, Semaphore::MAX_PERMITS),
-    ));
+    // What every connection's unfinished gRPC messages (HTTP/2) or bodies (HTTP/1), and the
+    // requests their handlers hold while they wait on Redis, may hold together.
+    let messages = budget.0;
     // The drain's deadline, once `stop` resolved.
     let (drain_tx, drain_rx) = watch::channel(None);
     // Connection tasks live in the set so that dropping it (`serve`'s future dropped) aborts
@@ -852,13 +866,25 @@ enum Budget {
     Bytes { port: Arc<Semaphore> },
 }
 
-/// The HTTP port's budget ([`Limits::max_buffered_bytes`]) as a request's handler sees it, in
-/// the request's extensions on that port: what a `/json` handler holds while it waits (the
-/// request it read, on Redis) is taken from it for that long.
+/// A port's budget ([`Limits::max_buffered_bytes`]) as a request's handler sees it: what a
+/// handler holds while it waits (the request it read, on Redis) is taken from it for that
+/// long. On the HTTP port it is in each request's extensions (for `/json`); the gRPC port's
+/// `ShouldRateLimit` handler holds it itself ([`serve_with_budget`]), so that a call costs no
+/// extension.
 #[derive(Clone, Debug)]
 pub struct HandlerBudget(Arc<Semaphore>);
 
 impl HandlerBudget {
+    /// A port's whole budget under `limits`: [`Limits::max_buffered_bytes`], raised to
+    /// [`MIN_PORT_MESSAGE_BYTES`] and cut to what a semaphore holds.
+    pub fn for_port(limits: &Limits) -> HandlerBudget {
+        HandlerBudget(Arc::new(Semaphore::new(
+            limits
+                .max_buffered_bytes
+                .clamp(MIN_PORT_MESSAGE_BYTES, Semaphore::MAX_PERMITS),
+        )))
+    }
+
     /// Takes `bytes` if the budget holds them now, without waiting (`None` otherwise, also
     /// for more than the whole budget); given back when the permit is dropped, with the
     /// handler's future whatever ends it (its answer, or its connection gone).

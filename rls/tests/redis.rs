@@ -670,3 +670,235 @@ async fn json_requests_waiting_on_redis_take_from_the_ports_budget() {
         assert_eq!(code, 200, "request {tag}: {text}");
     }
 }
+
+// gRPC calls waiting on Redis and the gRPC port's budget.
+
+/// A `ShouldRateLimit` message that holds far more decoded than its size: `shared`'s `user`
+/// descriptor (a value unique by `tag`, of one length for every tag) and 120 descriptors of 64
+/// empty entries each (2 bytes each on the wire, two strings decoded), about 15.7 KB: one
+/// DATA frame (16 KiB at most) holds it whole with the end of its stream.
+fn heavy_call(tag: usize) -> envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+        rate_limit_descriptor::Entry, RateLimitDescriptor,
+    };
+    let mut descriptors = vec![desc(&[("user", &format!("{tag:08}"))])];
+    descriptors.extend((0..120).map(|_| RateLimitDescriptor {
+        entries: vec![Entry::default(); 64],
+        ..Default::default()
+    }));
+    req("shared", descriptors)
+}
+
+/// What a call of `message` takes from the gRPC port's budget while it waits on Redis: the
+/// service's measure of the request as the server decodes it.
+fn waiting_take(
+    message: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest,
+) -> usize {
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use tonic_prost::prost::Message;
+    let bytes = message.encode_to_vec();
+    let decoded = RateLimitRequest::decode(&bytes[..]).unwrap();
+    tollgate_rls::service::held_while_waiting(&tollgate_rls::grpc::from_proto(decoded), bytes.len())
+}
+
+/// An HTTP/2 connection to `addr`, the gRPC port.
+async fn h2_connection(
+    addr: std::net::SocketAddr,
+) -> h2::client::SendRequest<tonic_prost::prost::bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+/// Sends `message` as Envoy sends a call (the message and the end of the stream in one DATA
+/// frame) and returns its answer's `grpc-status` and `grpc-message`.
+async fn call_sent_at_once(
+    client: h2::client::SendRequest<tonic_prost::prost::bytes::Bytes>,
+    addr: std::net::SocketAddr,
+    message: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest,
+) -> (String, String) {
+    use tonic_prost::prost::Message;
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(message.encoded_len() as u32).to_be_bytes());
+    message.encode(&mut body).unwrap();
+    assert!(
+        body.len() <= 16 << 10,
+        "one DATA frame: {} bytes",
+        body.len()
+    );
+    let head = tonic::codegen::http::Request::post(format!(
+        "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let mut client = client.ready().await.unwrap();
+    let (resp, mut send) = client.send_request(head, false).unwrap();
+    send.send_data(body.into(), true).unwrap();
+    let (parts, mut body) = resp.await.unwrap().into_parts();
+    let text = |m: &tonic::codegen::http::HeaderMap, name: &str| {
+        m.get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    // A status answered at once comes in the headers (trailers-only), an answer in trailers.
+    if parts.headers.contains_key("grpc-status") {
+        return (
+            text(&parts.headers, "grpc-status"),
+            text(&parts.headers, "grpc-message"),
+        );
+    }
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    let trailers = body.trailers().await.unwrap().expect("trailers");
+    (
+        text(&trailers, "grpc-status"),
+        text(&trailers, "grpc-message"),
+    )
+}
+
+/// Spawns a call of `heavy_call(tag)` for each tag, over `conns` in turn; each sends its tag
+/// and answer on the returned channel once answered.
+fn spawn_heavy_calls(
+    conns: &[h2::client::SendRequest<tonic_prost::prost::bytes::Bytes>],
+    addr: std::net::SocketAddr,
+    tags: std::ops::Range<usize>,
+) -> tokio::sync::mpsc::UnboundedReceiver<(usize, (String, String))> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    for tag in tags {
+        let (client, tx) = (conns[tag % conns.len()].clone(), tx.clone());
+        tokio::spawn(async move {
+            let answer = call_sent_at_once(client, addr, &heavy_call(tag)).await;
+            let _ = tx.send((tag, answer));
+        });
+    }
+    rx
+}
+
+/// The next `n` answers, each within `limit` of now.
+async fn answers(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(usize, (String, String))>,
+    n: usize,
+    limit: Duration,
+) -> Vec<(usize, (String, String))> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut out = Vec::new();
+    while out.len() < n {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(a)) => out.push(a),
+            Ok(None) => panic!("a call ended unanswered"),
+            Err(_) => panic!("{} of {n} answers within {limit:?}; got {out:?}", out.len()),
+        }
+    }
+    out
+}
+
+/// Whether `answer` is the refusal of a call the gRPC port's budget cannot hold:
+/// `UNAVAILABLE` (Envoy's `failure_mode_deny` decides), naming the flag that sizes it.
+fn refused_for_budget((status, message): &(String, String)) -> bool {
+    status == "14" && message.contains("max-buffered-mib")
+}
+
+/// gRPC calls waiting on Redis take what they hold from the gRPC port's budget
+/// (`--max-buffered-mib`, 16 MiB here), also calls sent at once (whose streams take nothing):
+/// with Redis frozen, as many calls as the budget holds wait, and every call beyond is
+/// answered `UNAVAILABLE` at once rather than each holding its decoded request until the
+/// Redis timeout; once Redis answers, the waiting ones are decided and what they took is given
+/// back, so that as many wait again (and one more is refused). Every answer that comes while
+/// Redis is frozen is one that did not wait on it; the bounds on them only end a failing run
+/// (the Redis timeout is longer, so that the waiting calls are decided, not timed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_calls_waiting_on_redis_take_from_the_ports_budget() {
+    let Some(server) = RedisServer::start("grpc_budget") else {
+        return;
+    };
+    let url = server.url();
+    let s = Rls::start_with(CONFIG, |o| {
+        o.redis = Some(url);
+        o.redis_timeout = Duration::from_secs(30);
+        o.max_buffered_bytes = 16 << 20;
+    })
+    .await;
+    let addr = s.ready.grpc;
+    // Each call takes at least what its decoded entries hold (7,680 entries of two empty
+    // strings, 48 bytes each), so no more than 45 fit the budget.
+    let take = waiting_take(&heavy_call(0));
+    assert!(take >= 7_680 * 48, "{take}");
+    let fits = (16 << 20) / take;
+    const CALLS: usize = 60;
+    assert!((2..CALLS).contains(&fits), "{fits} calls fit");
+    // Three connections, each warmed by a call (its settings and windows exchanged), so that
+    // every call below goes out in one DATA frame.
+    let mut conns = Vec::new();
+    for tag in 0..3 {
+        let c = h2_connection(addr).await;
+        let (status, message) = call_sent_at_once(c.clone(), addr, &heavy_call(tag)).await;
+        assert_eq!(status, "0", "{message}");
+        conns.push(c);
+    }
+
+    server.pause();
+    let mut rx = spawn_heavy_calls(&conns, addr, 100..100 + CALLS);
+    // Redis answers nothing: every answer now is a refusal at once, and the calls that fit
+    // are left waiting.
+    let refused = answers(&mut rx, CALLS - fits, Duration::from_secs(10)).await;
+    for (tag, answer) in &refused {
+        assert!(refused_for_budget(answer), "call {tag}: {answer:?}");
+    }
+    server.resume();
+    for (tag, (status, message)) in answers(&mut rx, fits, Duration::from_secs(10)).await {
+        assert_eq!(status, "0", "call {tag} waited and was decided: {message}");
+    }
+
+    // Answered, they gave back what they took: as many wait again, and one more is refused.
+    server.pause();
+    let mut rx = spawn_heavy_calls(&conns, addr, 200..201 + fits);
+    let [(tag, answer)] = &answers(&mut rx, 1, Duration::from_secs(10)).await[..] else {
+        unreachable!()
+    };
+    assert!(refused_for_budget(answer), "call {tag}: {answer:?}");
+    server.resume();
+    for (tag, (status, message)) in answers(&mut rx, fits, Duration::from_secs(10)).await {
+        assert_eq!(status, "0", "call {tag} waited and was decided: {message}");
+    }
+}
+
+/// What a call's stream takes while its message arrives (a call in several frames: the
+/// message's length and what it may decode to, up to 4 MiB more) is given back before its
+/// handler takes what it holds while it waits on Redis: a call whose two takes together exceed
+/// the gRPC port's budget (16 MiB here), each fitting it, is decided, again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_call_sent_in_several_frames_is_not_counted_twice() {
+    use tonic_prost::prost::Message;
+    let Some(server) = RedisServer::start("grpc_budget_once") else {
+        return;
+    };
+    let url = server.url();
+    let mut s = Rls::start_with(CONFIG, |o| {
+        o.redis = Some(url);
+        o.redis_timeout = Duration::from_secs(5);
+        o.max_buffered_bytes = 16 << 20;
+    })
+    .await;
+    for tag in 0..3 {
+        let value = format!("{tag}{}", "x".repeat(3_500_000));
+        let message = req("shared", vec![desc(&[("user", &value)])]);
+        let (len, take) = (message.encoded_len(), waiting_take(&message));
+        let stream_take = len + (4 << 20);
+        assert!(
+            take <= 16 << 20 && stream_take <= 8 << 20,
+            "{take} {stream_take}"
+        );
+        assert!(take + stream_take > 16 << 20, "{take} {stream_take}");
+        // tonic's client sends the message in frames of 16 KiB, then an empty frame ending
+        // the stream.
+        let r = tokio::time::timeout(Duration::from_secs(10), s.call(message))
+            .await
+            .expect("answered in time");
+        assert_eq!(r.expect("decided").overall_code, OK, "call {tag}");
+    }
+}
