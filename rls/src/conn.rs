@@ -41,7 +41,12 @@
 //! ([`Limits::max_buffered_bytes`]) before tonic sees the prefix, and gives it back when its body
 //! is dropped (the message decoded, or the stream ended). A stream that cannot take it waits,
 //! unread (so the peer's window closes), within its body deadline; calls sent at once never
-//! wait for it.
+//! wait for it. tonic drops a unary call's body once it holds the message and the end of the
+//! stream, before it calls the handler: whatever its framing, a call whose handler waits (on
+//! Redis) holds its decoded request uncounted by its stream, so the `ShouldRateLimit` handler
+//! takes what it holds from the same port budget ([`HandlerBudget`], shared with it through
+//! [`serve_with_budget`]) for as long as its future lives, and answers `UNAVAILABLE` at once
+//! when the budget cannot hold it.
 //!
 //! HTTP/1 bounds what unfinished `/json` bodies hold the same way: the handler collects a body
 //! (up to 4 MiB) before it reads it, so each frame that does not end its body takes its bytes
