@@ -46,7 +46,8 @@
 //! Redis) holds its decoded request uncounted by its stream, so the `ShouldRateLimit` handler
 //! takes what it holds from the same port budget ([`HandlerBudget`], shared with it through
 //! [`serve_with_budget`]) for as long as its future lives, and answers `UNAVAILABLE` at once
-//! when the budget cannot hold it.
+//! when the budget cannot hold it (also when unfinished messages hold it: a call never waits
+//! for the budget, but on Redis it may be refused for it).
 //!
 //! HTTP/1 bounds what unfinished `/json` bodies hold the same way: the handler collects a body
 //! (up to 4 MiB) before it reads it, so each frame that does not end its body takes its bytes
