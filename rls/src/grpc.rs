@@ -47,14 +47,15 @@ impl Grpc {
     /// Decides one decoded message. On Redis a valid request is held while its decision waits
     /// (up to `--redis-timeout-ms`), so it takes what it holds
     /// ([`crate::service::held_while_waiting`], with the message's encoded length) from the
-    /// port's budget until this future ends (answered, or its stream reset or its connection
-    /// gone); one the budget cannot hold now is answered `UNAVAILABLE` at once rather than held
-    /// uncounted (Envoy treats it as a failure of the service: `failure_mode_deny` decides).
+    /// port's waiting budget until this future ends (answered, or its stream reset or its
+    /// connection gone); one the budget cannot hold now is answered `UNAVAILABLE` at once
+    /// rather than held uncounted (Envoy treats it as a failure of the service:
+    /// `failure_mode_deny` decides). Unfinished messages take from a budget of their own.
     ///
     /// What the call's stream took while its message arrived ([`crate::conn`], a call sent in
     /// several frames) is given back before this runs: tonic drops the request's body once it
-    /// holds the message and the end of the stream, before it calls the handler, so a call is
-    /// never counted twice. The local backend decides within this turn: nothing is held while
+    /// holds the message and the end of the stream, before it calls the handler. The local
+    /// backend decides within this turn: nothing is held while
     /// other calls run, and nothing is taken.
     async fn decide(
         &self,
@@ -158,12 +159,12 @@ pub(crate) fn decode_message(
 #[derive(Debug, Clone)]
 pub struct Server {
     grpc: Grpc,
-    /// The port's budget, which calls waiting on Redis take what they hold from.
+    /// The port's waiting budget, which calls waiting on Redis take what they hold from.
     budget: Option<HandlerBudget>,
 }
 
 impl Server {
-    /// The server with `budget`, the budget of the port it is served on
+    /// The server with `budget`, the waiting budget of the port it is served on
     /// ([`crate::conn::serve_with_budget`]): a call that waits on Redis takes what it holds
     /// from it while it waits, and is answered `UNAVAILABLE` at once when the budget cannot
     /// hold it.

@@ -83,9 +83,10 @@ async fn json_call(
         }
     };
     // On Redis a valid request is held while the decision waits (up to --redis-timeout-ms),
-    // so it takes what it holds from the port's budget until this future ends (answered, or
-    // its connection gone); one the budget cannot hold now is refused rather than held
-    // uncounted. The local backend decides within this turn: nothing is held while others run.
+    // so it takes what it holds from the port's waiting budget until this future ends
+    // (answered, or its connection gone); one the budget cannot hold now is refused rather
+    // than held uncounted. The local backend decides within this turn: nothing is held while
+    // others run.
     let body_len = body.len();
     drop(body);
     let r = match crate::service::validate(&req) {

@@ -867,38 +867,77 @@ async fn grpc_calls_waiting_on_redis_take_from_the_ports_budget() {
     }
 }
 
-/// What a call's stream takes while its message arrives (a call in several frames: the
-/// message's length and what it may decode to, up to 4 MiB more) is given back before its
-/// handler takes what it holds while it waits on Redis: a call whose two takes together exceed
-/// the gRPC port's budget (16 MiB here), each fitting it, is decided, again and again.
+/// A call on a new HTTP/2 connection to the gRPC port whose message announces `len` bytes and
+/// sends `sent` of them, its stream left open (returned, with its connection, to keep it so).
+/// Returns once HTTP/2's flow control let all `sent` bytes go: with windows of 1 MiB, a `sent`
+/// beyond 2 MiB means the server read past the message's first frames, which it does only once
+/// the stream has taken what the message may hold from the port's budget.
+async fn unfinished_call(
+    addr: std::net::SocketAddr,
+    len: usize,
+    sent: usize,
+) -> (
+    h2::client::SendRequest<tonic_prost::prost::bytes::Bytes>,
+    h2::SendStream<tonic_prost::prost::bytes::Bytes>,
+    h2::client::ResponseFuture,
+) {
+    let client = h2_connection(addr).await;
+    let head = tonic::codegen::http::Request::post(format!(
+        "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let mut ready = client.clone().ready().await.unwrap();
+    let (resp, mut send) = ready.send_request(head, false).unwrap();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(len as u32).to_be_bytes());
+    body.resize(5 + sent, 0);
+    let mut body = tonic_prost::prost::bytes::Bytes::from(body);
+    while !body.is_empty() {
+        send.reserve_capacity(body.len());
+        let granted = tokio::time::timeout(
+            Duration::from_secs(10),
+            std::future::poll_fn(|cx| send.poll_capacity(cx)),
+        )
+        .await
+        .expect("the server reads the unfinished message")
+        .expect("the stream is open")
+        .unwrap();
+        let chunk = body.split_to(granted.min(body.len()));
+        send.send_data(chunk, false).unwrap();
+    }
+    (client, send, resp)
+}
+
+/// Unfinished messages that hold the gRPC port's whole budget (16 MiB here: two streams
+/// announcing messages of 4 MiB, each holding 8 MiB, what such a message and its decoded
+/// request may hold) make no call that waits on Redis refused: calls take what they hold while
+/// they wait from a second budget of the port, so that a client cannot make the calls Envoy
+/// sends at once refused (and `failure_mode_deny` decide them) by holding the first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grpc_call_sent_in_several_frames_is_not_counted_twice() {
-    use tonic_prost::prost::Message;
-    let Some(server) = RedisServer::start("grpc_budget_once") else {
+async fn unfinished_messages_holding_the_grpc_budget_refuse_no_call_on_redis() {
+    let Some(server) = RedisServer::start("grpc_budget_apart") else {
         return;
     };
     let url = server.url();
-    let mut s = Rls::start_with(CONFIG, |o| {
+    let s = Rls::start_with(CONFIG, |o| {
         o.redis = Some(url);
-        o.redis_timeout = Duration::from_secs(5);
+        o.redis_timeout = Duration::from_secs(2);
         o.max_buffered_bytes = 16 << 20;
+        o.body_timeout = Duration::from_secs(60);
     })
     .await;
-    for tag in 0..3 {
-        let value = format!("{tag}{}", "x".repeat(3_500_000));
-        let message = req("shared", vec![desc(&[("user", &value)])]);
-        let (len, take) = (message.encoded_len(), waiting_take(&message));
-        let stream_take = len + (4 << 20);
-        assert!(
-            take <= 16 << 20 && stream_take <= 8 << 20,
-            "{take} {stream_take}"
-        );
-        assert!(take + stream_take > 16 << 20, "{take} {stream_take}");
-        // tonic's client sends the message in frames of 16 KiB, then an empty frame ending
-        // the stream.
-        let r = tokio::time::timeout(Duration::from_secs(10), s.call(message))
-            .await
-            .expect("answered in time");
-        assert_eq!(r.expect("decided").overall_code, OK, "call {tag}");
+    let addr = s.ready.grpc;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(unfinished_call(addr, 4 << 20, 3 << 20).await);
     }
+    let conn = h2_connection(addr).await;
+    for tag in 0..3 {
+        let (status, message) = call_sent_at_once(conn.clone(), addr, &heavy_call(tag)).await;
+        assert_eq!(status, "0", "call {tag}: {message}");
+    }
+    drop(held);
 }
