@@ -43,6 +43,16 @@
 //! unread (so the peer's window closes), within its body deadline; calls sent at once never
 //! wait for it.
 //!
+//! Requests their handlers hold while they wait on Redis take from a second budget of each
+//! port, of the same size ([`HandlerBudget`]), so that a port holds at most twice
+//! [`Limits::max_buffered_bytes`] (plus what each connection reads ahead), and unfinished
+//! messages, a client's to choose, never make a waiting call refused. tonic drops a unary
+//! call's body once it holds the message and the end of the stream, before it calls the
+//! handler: whatever its framing, a call whose handler waits holds its decoded request
+//! uncounted by its stream, so the `ShouldRateLimit` handler takes what it holds from the
+//! gRPC port's waiting budget (given to it through [`serve_with_budget`]) for as long as its
+//! future lives, and answers `UNAVAILABLE` at once when that budget cannot hold it.
+//!
 //! HTTP/1 bounds what unfinished `/json` bodies hold the same way: the handler collects a body
 //! (up to 4 MiB) before it reads it, so each frame that does not end its body takes its bytes
 //! from the port's budget ([`Limits::max_buffered_bytes`], the HTTP port's own) before it is
@@ -50,8 +60,8 @@
 //! gone). A body that cannot take them waits, its connection unread, within its body
 //! deadline (408); a request whose body arrives with its headers takes nothing and never
 //! waits. A handler that holds the request it read while it waits (on Redis) takes what it
-//! holds from the same budget ([`HandlerBudget`], in the request's extensions) for as long as
-//! its future lives, and answers 503 at once when the budget cannot hold it.
+//! holds from the HTTP port's waiting budget ([`HandlerBudget`], in the request's extensions)
+//! for as long as its future lives, and answers 503 at once when that budget cannot hold it.
 //!
 //! HTTP/2 runs each stream (its request's handler, then its response's body) in a task of its
 //! own, spawned by hyper on the connection's executor (`Streams`): the connection task owns
@@ -123,9 +133,10 @@ pub struct Limits {
     /// HTTP/2: the connection is closed when a PING is not acknowledged within this.
     pub keepalive_timeout: Duration,
     /// The most bytes the port's unfinished requests hold together: gRPC messages and what
-    /// they decode to (HTTP/2), `/json` bodies while they arrive and the requests read from
-    /// them while their handler waits (HTTP/1). Default [`MAX_PORT_MESSAGE_BYTES`]; a value
-    /// below [`MIN_PORT_MESSAGE_BYTES`] is raised to it, so that any one message fits.
+    /// they decode to (HTTP/2), `/json` bodies while they arrive (HTTP/1); and, apart, the
+    /// most the requests its handlers hold while they wait on Redis hold together. Default
+    /// [`MAX_PORT_MESSAGE_BYTES`]; a value below [`MIN_PORT_MESSAGE_BYTES`] is raised to it, so
+    /// that any one message fits.
     pub max_buffered_bytes: usize,
 }
 
@@ -168,13 +179,33 @@ pub async fn serve(
     tasks: TaskToken,
     stop: impl Future<Output = Instant>,
 ) {
+    let budget = HandlerBudget::for_port(&limits);
+    serve_with_budget(listener, app, protocol, limits, budget, tasks, stop).await;
+}
+
+/// [`serve`], with `budget` (made by [`HandlerBudget::for_port`] from the same `limits`) as
+/// the port's waiting budget, so that the port's handlers can hold it themselves: the gRPC
+/// port's `ShouldRateLimit` handler ([`crate::grpc::Server::with_budget`]) takes from it what
+/// a call holds while it waits on Redis, as a `/json` handler does with the [`HandlerBudget`]
+/// in its request's extensions. Unfinished messages and bodies take from a budget of the same
+/// size of their own.
+pub async fn serve_with_budget(
+    listener: TcpListener,
+    app: axum::Router,
+    protocol: Protocol,
+    limits: Limits,
+    budget: HandlerBudget,
+    tasks: TaskToken,
+    stop: impl Future<Output = Instant>,
+) {
     // A cap beyond what a semaphore holds (a `Limits` built in code) is cut to that, as
     // timeouts beyond `FAR` are: no process holds that many sockets anyway.
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
     // What every connection's unfinished gRPC messages (HTTP/2) or bodies (HTTP/1) may hold
-    // together.
+    // together. The requests handlers hold while they wait on Redis take from `budget`, a
+    // budget of their own, so that unfinished messages never make a waiting call refused.
     let messages = Arc::new(Semaphore::new(
         limits
             .max_buffered_bytes
@@ -242,6 +273,7 @@ pub async fn serve(
             drain_rx.clone(),
             tasks.clone(),
             messages.clone(),
+            budget.clone(),
         ));
     };
     drop(listener);
@@ -454,6 +486,7 @@ async fn connection(
     drain: watch::Receiver<Option<Instant>>,
     task: TaskToken,
     port_messages: Arc<Semaphore>,
+    waiting: HandlerBudget,
 ) {
     let _open = crate::metrics::OpenConnection::new(protocol.port());
     let streams = Streams::new(task);
@@ -467,7 +500,17 @@ async fn connection(
             port: port_messages,
         },
     };
-    drive(stream, app, builder, protocol, limits, drain, Some(budget)).await;
+    drive(
+        stream,
+        app,
+        builder,
+        protocol,
+        limits,
+        drain,
+        Some(budget),
+        waiting,
+    )
+    .await;
     // hyper's connection is gone: a stream task left has nobody to answer (a handler stuck in
     // a backend that does not answer, past the drain's deadline or after the peer left).
     streams.close().await;
@@ -475,6 +518,7 @@ async fn connection(
 
 /// Serves one connection until it ends: by the peer, by a limit, or by the drain (its
 /// deadline included). Dropping it drops hyper's connection.
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     stream: TcpStream,
     app: axum::Router,
@@ -483,6 +527,7 @@ async fn drive(
     limits: Limits,
     mut drain: watch::Receiver<Option<Instant>>,
     budget: Option<Budget>,
+    waiting: HandlerBudget,
 ) {
     // Small answers go out at once (tonic's own listener sets it too).
     let _ = stream.set_nodelay(true);
@@ -494,6 +539,7 @@ async fn drive(
         protocol,
         body_timeout: limits.body_timeout,
         budget,
+        waiting,
     };
     let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), service));
     let first = match due(&activity, protocol, &limits, opened, opened) {
@@ -646,6 +692,9 @@ struct Tracked {
     body_timeout: Duration,
     /// What the connection's unfinished bodies may hold (see [`Budget`]).
     budget: Option<Budget>,
+    /// What the port's handlers hold while they wait on Redis: in each HTTP/1 request's
+    /// extensions (for `/json`).
+    waiting: HandlerBudget,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Tracked {
@@ -659,8 +708,8 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
         let body_timeout = self.body_timeout;
         let budget = self.budget.clone();
         let mut req = req;
-        if let Some(Budget::Bytes { port }) = &budget {
-            req.extensions_mut().insert(HandlerBudget(port.clone()));
+        if let Some(Budget::Bytes { .. }) = &budget {
+            req.extensions_mut().insert(self.waiting.clone());
         }
         let req = req.map(|b| {
             Body::new(TimedBody {
@@ -852,13 +901,25 @@ enum Budget {
     Bytes { port: Arc<Semaphore> },
 }
 
-/// The HTTP port's budget ([`Limits::max_buffered_bytes`]) as a request's handler sees it, in
-/// the request's extensions on that port: what a `/json` handler holds while it waits (the
-/// request it read, on Redis) is taken from it for that long.
+/// A port's waiting budget ([`Limits::max_buffered_bytes`] bytes, apart from the budget of
+/// its unfinished messages and bodies): what a handler holds while it waits (the request it
+/// read, on Redis) is taken from it for that long. On the HTTP port it is in each request's
+/// extensions (for `/json`); the gRPC port's `ShouldRateLimit` handler holds it itself
+/// ([`serve_with_budget`]), so that a call costs no extension.
 #[derive(Clone, Debug)]
 pub struct HandlerBudget(Arc<Semaphore>);
 
 impl HandlerBudget {
+    /// A port's whole waiting budget under `limits`: [`Limits::max_buffered_bytes`], raised
+    /// to [`MIN_PORT_MESSAGE_BYTES`] and cut to what a semaphore holds.
+    pub fn for_port(limits: &Limits) -> HandlerBudget {
+        HandlerBudget(Arc::new(Semaphore::new(
+            limits
+                .max_buffered_bytes
+                .clamp(MIN_PORT_MESSAGE_BYTES, Semaphore::MAX_PERMITS),
+        )))
+    }
+
     /// Takes `bytes` if the budget holds them now, without waiting (`None` otherwise, also
     /// for more than the whole budget); given back when the permit is dropped, with the
     /// handler's future whatever ends it (its answer, or its connection gone).

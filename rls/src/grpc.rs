@@ -1,5 +1,6 @@
 //! `envoy.service.ratelimit.v3.RateLimitService` on tonic, over the service.
 
+use crate::conn::HandlerBudget;
 use crate::service::{Code, Descriptor, Reject, Request, Response, Service};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -18,20 +19,67 @@ pub struct Grpc(pub Arc<Service>);
 
 impl Grpc {
     /// The tonic server for it: the generated one's method, with a decoder that refuses a
-    /// message over the request limits before building it ([`RequestDecoder`]).
+    /// message over the request limits before building it ([`RequestDecoder`]); without a
+    /// budget for calls waiting on Redis until [`Server::with_budget`] gives it one.
     pub fn server(service: Arc<Service>) -> Server {
-        Server(Grpc(service))
+        Server {
+            grpc: Grpc(service),
+            budget: None,
+        }
     }
 
-    /// Answers one decoded (or refused) message.
-    async fn answer(&self, decoded: Decoded) -> Result<RateLimitResponse, tonic::Status> {
+    /// Answers one decoded (or refused) message; a call that waits on Redis takes what it
+    /// holds meanwhile from `budget`, the gRPC port's, when there is one ([`Grpc::decide`]).
+    async fn answer(
+        &self,
+        decoded: Decoded,
+        budget: Option<&HandlerBudget>,
+    ) -> Result<RateLimitResponse, tonic::Status> {
         let started = Instant::now();
         let r = match decoded {
-            Decoded::Request(r) => self.0.should_rate_limit(&from_proto(r)).await,
+            Decoded::Request(r) => self.decide(r, budget).await,
             Decoded::Refused(reject) => Err(reject),
         };
         crate::metrics::request("grpc", result_of(&r), started.elapsed());
         r.map(|r| to_proto(&r)).map_err(status_of)
+    }
+
+    /// Decides one decoded message. On Redis a valid request is held while its decision waits
+    /// (up to `--redis-timeout-ms`), so it takes what it holds
+    /// ([`crate::service::held_while_waiting`], with the message's encoded length) from the
+    /// port's waiting budget until this future ends (answered, or its stream reset or its
+    /// connection gone); one the budget cannot hold now is answered `UNAVAILABLE` at once
+    /// rather than held uncounted (Envoy treats it as a failure of the service:
+    /// `failure_mode_deny` decides). Unfinished messages take from a budget of their own.
+    ///
+    /// What the call's stream took while its message arrived ([`crate::conn`], a call sent in
+    /// several frames) is given back before this runs: tonic drops the request's body once it
+    /// holds the message and the end of the stream, before it calls the handler. The local
+    /// backend decides within this turn: nothing is held while
+    /// other calls run, and nothing is taken.
+    async fn decide(
+        &self,
+        message: RateLimitRequest,
+        budget: Option<&HandlerBudget>,
+    ) -> Result<Response, Reject> {
+        let service = &*self.0;
+        let Some(budget) = budget.filter(|_| service.backend().waits()) else {
+            return service.should_rate_limit(&from_proto(message)).await;
+        };
+        let len = {
+            use tonic_prost::prost::Message;
+            message.encoded_len()
+        };
+        let req = from_proto(message);
+        crate::service::validate(&req)?;
+        let Some(_taken) = budget.try_take(crate::service::held_while_waiting(&req, len)) else {
+            return Err(Reject::Unavailable(
+                "the gRPC port holds as many calls waiting on Redis as its memory budget allows \
+                 (--max-buffered-mib): retry later"
+                    .into(),
+            ));
+        };
+        service.should_rate_limit(&req).await
     }
 }
 
@@ -109,22 +157,39 @@ pub(crate) fn decode_message(
 /// The `envoy.service.ratelimit.v3.RateLimitService` server of a [`Grpc`]: the generated
 /// server's routing, with [`RequestCodec`].
 #[derive(Debug, Clone)]
-pub struct Server(Grpc);
+pub struct Server {
+    grpc: Grpc,
+    /// The port's waiting budget, which calls waiting on Redis take what they hold from.
+    budget: Option<HandlerBudget>,
+}
+
+impl Server {
+    /// The server with `budget`, the waiting budget of the port it is served on
+    /// ([`crate::conn::serve_with_budget`]): a call that waits on Redis takes what it holds
+    /// from it while it waits, and is answered `UNAVAILABLE` at once when the budget cannot
+    /// hold it.
+    pub fn with_budget(self, budget: HandlerBudget) -> Server {
+        Server {
+            budget: Some(budget),
+            ..self
+        }
+    }
+}
 
 impl tonic::server::NamedService for Server {
     const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
 }
 
-struct ShouldRateLimit(Grpc);
+struct ShouldRateLimit(Server);
 
 impl tonic::server::UnaryService<Decoded> for ShouldRateLimit {
     type Response = RateLimitResponse;
     type Future = BoxFuture<tonic::Response<RateLimitResponse>, tonic::Status>;
 
     fn call(&mut self, request: tonic::Request<Decoded>) -> Self::Future {
-        let grpc = self.0.clone();
+        let Server { grpc, budget } = self.0.clone();
         Box::pin(async move {
-            grpc.answer(request.into_inner())
+            grpc.answer(request.into_inner(), budget.as_ref())
                 .await
                 .map(tonic::Response::new)
         })
@@ -146,7 +211,7 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         if req.uri().path() == "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" {
-            let method = ShouldRateLimit(self.0.clone());
+            let method = ShouldRateLimit(self.clone());
             Box::pin(async move {
                 let mut grpc = tonic::server::Grpc::new(RequestCodec)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES);
@@ -230,7 +295,7 @@ impl RateLimitService for Grpc {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        self.answer(Decoded::Request(request.into_inner()))
+        self.answer(Decoded::Request(request.into_inner()), None)
             .await
             .map(tonic::Response::new)
     }

@@ -83,17 +83,18 @@ async fn json_call(
         }
     };
     // On Redis a valid request is held while the decision waits (up to --redis-timeout-ms),
-    // so it takes what it holds from the port's budget until this future ends (answered, or
-    // its connection gone); one the budget cannot hold now is refused rather than held
-    // uncounted. The local backend decides within this turn: nothing is held while others run.
+    // so it takes what it holds from the port's waiting budget until this future ends
+    // (answered, or its connection gone); one the budget cannot hold now is refused rather
+    // than held uncounted. The local backend decides within this turn: nothing is held while
+    // others run.
     let body_len = body.len();
     drop(body);
     let r = match crate::service::validate(&req) {
         Err(e) => Err(e),
         Ok(()) => {
-            let _taken = match (&budget, app.service.backend()) {
-                (Some(Extension(budget)), crate::engine::Backend::Redis(_)) => {
-                    match budget.try_take(waiting_bytes(body_len, &req)) {
+            let _taken = match &budget {
+                Some(Extension(budget)) if app.service.backend().waits() => {
+                    match budget.try_take(crate::service::held_while_waiting(&req, body_len)) {
                         Some(taken) => Some(taken),
                         None => {
                             crate::metrics::request("json", "unavailable", started.elapsed());
@@ -131,28 +132,6 @@ async fn json_call(
             (StatusCode::INTERNAL_SERVER_ERROR, format!("{m}\n")).into_response()
         }
     }
-}
-
-/// What a `/json` request read from a body of `body_len` bytes holds while its decision waits
-/// on Redis: the request itself, and the bucket keys and the Redis command the decision builds
-/// from its entries, each at most the body's length.
-fn waiting_bytes(body_len: usize, req: &Request) -> usize {
-    let entries: usize = req
-        .descriptors
-        .iter()
-        .map(|d| {
-            d.entries.capacity() * std::mem::size_of::<(String, String)>()
-                + d.entries
-                    .iter()
-                    .map(|(k, v)| k.capacity() + v.capacity())
-                    .sum::<usize>()
-        })
-        .sum();
-    std::mem::size_of::<Request>()
-        + req.domain.capacity()
-        + req.descriptors.capacity() * std::mem::size_of::<Descriptor>()
-        + entries
-        + body_len.saturating_mul(2)
 }
 
 /// A field of a proto3 JSON object under its JSON name or its proto name.

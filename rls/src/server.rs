@@ -259,16 +259,31 @@ async fn run_with(
             .await;
     }
     let limits = opts.limits();
+    let grpc_budget = conn::HandlerBudget::for_port(&limits);
     let mut grpc_app = tonic::service::Routes::new(health_service)
-        .add_service(Grpc::server(service.clone()))
+        .add_service(Grpc::server(service.clone()).with_budget(grpc_budget.clone()))
         .prepare()
         .into_axum_router();
     if let Some(routes) = hooks.grpc_routes {
         grpc_app = grpc_app.merge(routes);
     }
-    let grpc = Port::serve("gRPC", grpc_listener, grpc_app, Protocol::Http2, limits);
+    let grpc = Port::serve(
+        "gRPC",
+        grpc_listener,
+        grpc_app,
+        Protocol::Http2,
+        limits,
+        grpc_budget,
+    );
     let app = crate::http::router(service.clone(), handle);
-    let http = Port::serve("HTTP", http_listener, app, Protocol::Http1, limits);
+    let http = Port::serve(
+        "HTTP",
+        http_listener,
+        app,
+        Protocol::Http1,
+        limits,
+        conn::HandlerBudget::for_port(&limits),
+    );
 
     // SIGHUP's handler before the first line (its default action ends the process).
     let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
@@ -349,21 +364,23 @@ struct Port {
 }
 
 impl Port {
-    /// Spawns [`conn::serve`] on `listener`.
+    /// Spawns [`conn::serve_with_budget`] on `listener`.
     fn serve(
         name: &'static str,
         listener: TcpListener,
         app: axum::Router,
         protocol: Protocol,
         limits: conn::Limits,
+        budget: conn::HandlerBudget,
     ) -> Port {
         let tasks = conn::Tasks::new();
         let (stop, stopped) = oneshot::channel();
-        let serve = tokio::spawn(conn::serve(
+        let serve = tokio::spawn(conn::serve_with_budget(
             listener,
             app,
             protocol,
             limits,
+            budget,
             tasks.token(),
             // `run` always sends the deadline before it drops the sender.
             async {

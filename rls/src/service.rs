@@ -484,6 +484,33 @@ fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
+/// What a valid request holds while its decision waits on Redis, read from a message or body
+/// of `source_len` bytes: the request itself (its strings and vectors at their capacities),
+/// and the bucket keys and the Redis command the decision builds from its entries, each at
+/// most `source_len` (every key and value it copies is among the source's bytes). Both ports
+/// take this from their budget ([`crate::conn::HandlerBudget`], `--max-buffered-mib`) for as
+/// long as the request waits: `/json` with its body's length, gRPC with its message's encoded
+/// length (what the decoded message encodes to: what it holds, not the padding or the unknown
+/// fields a hostile encoding may add, which decoding drops).
+pub fn held_while_waiting(req: &Request, source_len: usize) -> usize {
+    let entries: usize = req
+        .descriptors
+        .iter()
+        .map(|d| {
+            d.entries.capacity() * std::mem::size_of::<(String, String)>()
+                + d.entries
+                    .iter()
+                    .map(|(k, v)| k.capacity() + v.capacity())
+                    .sum::<usize>()
+        })
+        .sum();
+    std::mem::size_of::<Request>()
+        + req.domain.capacity()
+        + req.descriptors.capacity() * std::mem::size_of::<Descriptor>()
+        + entries
+        + source_len.saturating_mul(2)
+}
+
 pub(crate) fn validate(req: &Request) -> Result<(), Reject> {
     check_request(req.domain.is_empty(), req.descriptors.len())?;
     for (i, d) in req.descriptors.iter().enumerate() {

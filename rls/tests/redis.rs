@@ -670,3 +670,274 @@ async fn json_requests_waiting_on_redis_take_from_the_ports_budget() {
         assert_eq!(code, 200, "request {tag}: {text}");
     }
 }
+
+// gRPC calls waiting on Redis and the gRPC port's budget.
+
+/// A `ShouldRateLimit` message that holds far more decoded than its size: `shared`'s `user`
+/// descriptor (a value unique by `tag`, of one length for every tag) and 120 descriptors of 64
+/// empty entries each (2 bytes each on the wire, two strings decoded), about 15.7 KB: one
+/// DATA frame (16 KiB at most) holds it whole with the end of its stream.
+fn heavy_call(tag: usize) -> envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+        rate_limit_descriptor::Entry, RateLimitDescriptor,
+    };
+    let mut descriptors = vec![desc(&[("user", &format!("{tag:08}"))])];
+    descriptors.extend((0..120).map(|_| RateLimitDescriptor {
+        entries: vec![Entry::default(); 64],
+        ..Default::default()
+    }));
+    req("shared", descriptors)
+}
+
+/// What a call of `message` takes from the gRPC port's budget while it waits on Redis: the
+/// service's measure of the request as the server decodes it.
+fn waiting_take(
+    message: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest,
+) -> usize {
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use tonic_prost::prost::Message;
+    let bytes = message.encode_to_vec();
+    let decoded = RateLimitRequest::decode(&bytes[..]).unwrap();
+    tollgate_rls::service::held_while_waiting(&tollgate_rls::grpc::from_proto(decoded), bytes.len())
+}
+
+/// An HTTP/2 connection to `addr`, the gRPC port.
+async fn h2_connection(
+    addr: std::net::SocketAddr,
+) -> h2::client::SendRequest<tonic_prost::prost::bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+/// Sends `message` as Envoy sends a call (the message and the end of the stream in one DATA
+/// frame) and returns its answer's `grpc-status` and `grpc-message`.
+async fn call_sent_at_once(
+    client: h2::client::SendRequest<tonic_prost::prost::bytes::Bytes>,
+    addr: std::net::SocketAddr,
+    message: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest,
+) -> (String, String) {
+    use tonic_prost::prost::Message;
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(message.encoded_len() as u32).to_be_bytes());
+    message.encode(&mut body).unwrap();
+    assert!(
+        body.len() <= 16 << 10,
+        "one DATA frame: {} bytes",
+        body.len()
+    );
+    let head = tonic::codegen::http::Request::post(format!(
+        "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let mut client = client.ready().await.unwrap();
+    let (resp, mut send) = client.send_request(head, false).unwrap();
+    send.send_data(body.into(), true).unwrap();
+    let (parts, mut body) = resp.await.unwrap().into_parts();
+    let text = |m: &tonic::codegen::http::HeaderMap, name: &str| {
+        m.get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    // A status answered at once comes in the headers (trailers-only), an answer in trailers.
+    if parts.headers.contains_key("grpc-status") {
+        return (
+            text(&parts.headers, "grpc-status"),
+            text(&parts.headers, "grpc-message"),
+        );
+    }
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    let trailers = body.trailers().await.unwrap().expect("trailers");
+    (
+        text(&trailers, "grpc-status"),
+        text(&trailers, "grpc-message"),
+    )
+}
+
+/// Spawns a call of `heavy_call(tag)` for each tag, over `conns` in turn; each sends its tag
+/// and answer on the returned channel once answered.
+fn spawn_heavy_calls(
+    conns: &[h2::client::SendRequest<tonic_prost::prost::bytes::Bytes>],
+    addr: std::net::SocketAddr,
+    tags: std::ops::Range<usize>,
+) -> tokio::sync::mpsc::UnboundedReceiver<(usize, (String, String))> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    for tag in tags {
+        let (client, tx) = (conns[tag % conns.len()].clone(), tx.clone());
+        tokio::spawn(async move {
+            let answer = call_sent_at_once(client, addr, &heavy_call(tag)).await;
+            let _ = tx.send((tag, answer));
+        });
+    }
+    rx
+}
+
+/// The next `n` answers, each within `limit` of now.
+async fn answers(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(usize, (String, String))>,
+    n: usize,
+    limit: Duration,
+) -> Vec<(usize, (String, String))> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut out = Vec::new();
+    while out.len() < n {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(a)) => out.push(a),
+            Ok(None) => panic!("a call ended unanswered"),
+            Err(_) => panic!("{} of {n} answers within {limit:?}; got {out:?}", out.len()),
+        }
+    }
+    out
+}
+
+/// Whether `answer` is the refusal of a call the gRPC port's budget cannot hold:
+/// `UNAVAILABLE` (Envoy's `failure_mode_deny` decides), naming the flag that sizes it.
+fn refused_for_budget((status, message): &(String, String)) -> bool {
+    status == "14" && message.contains("max-buffered-mib")
+}
+
+/// gRPC calls waiting on Redis take what they hold from the gRPC port's budget
+/// (`--max-buffered-mib`, 16 MiB here), also calls sent at once (whose streams take nothing):
+/// with Redis frozen, as many calls as the budget holds wait, and every call beyond is
+/// answered `UNAVAILABLE` at once rather than each holding its decoded request until the
+/// Redis timeout; once Redis answers, the waiting ones are decided and what they took is given
+/// back, so that as many wait again (and one more is refused). Every answer that comes while
+/// Redis is frozen is one that did not wait on it; the bounds on them only end a failing run
+/// (the Redis timeout is longer, so that the waiting calls are decided, not timed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_calls_waiting_on_redis_take_from_the_ports_budget() {
+    let Some(server) = RedisServer::start("grpc_budget") else {
+        return;
+    };
+    let url = server.url();
+    let s = Rls::start_with(CONFIG, |o| {
+        o.redis = Some(url);
+        o.redis_timeout = Duration::from_secs(30);
+        o.max_buffered_bytes = 16 << 20;
+    })
+    .await;
+    let addr = s.ready.grpc;
+    // Each call takes at least what its decoded entries hold (7,680 entries of two empty
+    // strings, 48 bytes each), so no more than 45 fit the budget.
+    let take = waiting_take(&heavy_call(0));
+    assert!(take >= 7_680 * 48, "{take}");
+    let fits = (16 << 20) / take;
+    const CALLS: usize = 60;
+    assert!((2..CALLS).contains(&fits), "{fits} calls fit");
+    // Three connections, each warmed by a call (its settings and windows exchanged), so that
+    // every call below goes out in one DATA frame.
+    let mut conns = Vec::new();
+    for tag in 0..3 {
+        let c = h2_connection(addr).await;
+        let (status, message) = call_sent_at_once(c.clone(), addr, &heavy_call(tag)).await;
+        assert_eq!(status, "0", "{message}");
+        conns.push(c);
+    }
+
+    server.pause();
+    let mut rx = spawn_heavy_calls(&conns, addr, 100..100 + CALLS);
+    // Redis answers nothing: every answer now is a refusal at once, and the calls that fit
+    // are left waiting.
+    let refused = answers(&mut rx, CALLS - fits, Duration::from_secs(10)).await;
+    for (tag, answer) in &refused {
+        assert!(refused_for_budget(answer), "call {tag}: {answer:?}");
+    }
+    server.resume();
+    for (tag, (status, message)) in answers(&mut rx, fits, Duration::from_secs(10)).await {
+        assert_eq!(status, "0", "call {tag} waited and was decided: {message}");
+    }
+
+    // Answered, they gave back what they took: as many wait again, and one more is refused.
+    server.pause();
+    let mut rx = spawn_heavy_calls(&conns, addr, 200..201 + fits);
+    let [(tag, answer)] = &answers(&mut rx, 1, Duration::from_secs(10)).await[..] else {
+        unreachable!()
+    };
+    assert!(refused_for_budget(answer), "call {tag}: {answer:?}");
+    server.resume();
+    for (tag, (status, message)) in answers(&mut rx, fits, Duration::from_secs(10)).await {
+        assert_eq!(status, "0", "call {tag} waited and was decided: {message}");
+    }
+}
+
+/// A call on a new HTTP/2 connection to the gRPC port whose message announces `len` bytes and
+/// sends `sent` of them, its stream left open (returned, with its connection, to keep it so).
+/// Returns once HTTP/2's flow control let all `sent` bytes go: with windows of 1 MiB, a `sent`
+/// beyond 2 MiB means the server read past the message's first frames, which it does only once
+/// the stream has taken what the message may hold from the port's budget.
+async fn unfinished_call(
+    addr: std::net::SocketAddr,
+    len: usize,
+    sent: usize,
+) -> (
+    h2::client::SendRequest<tonic_prost::prost::bytes::Bytes>,
+    h2::SendStream<tonic_prost::prost::bytes::Bytes>,
+    h2::client::ResponseFuture,
+) {
+    let client = h2_connection(addr).await;
+    let head = tonic::codegen::http::Request::post(format!(
+        "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let mut ready = client.clone().ready().await.unwrap();
+    let (resp, mut send) = ready.send_request(head, false).unwrap();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(len as u32).to_be_bytes());
+    body.resize(5 + sent, 0);
+    let mut body = tonic_prost::prost::bytes::Bytes::from(body);
+    while !body.is_empty() {
+        send.reserve_capacity(body.len());
+        let granted = tokio::time::timeout(
+            Duration::from_secs(10),
+            std::future::poll_fn(|cx| send.poll_capacity(cx)),
+        )
+        .await
+        .expect("the server reads the unfinished message")
+        .expect("the stream is open")
+        .unwrap();
+        let chunk = body.split_to(granted.min(body.len()));
+        send.send_data(chunk, false).unwrap();
+    }
+    (client, send, resp)
+}
+
+/// Unfinished messages that hold the gRPC port's whole budget (16 MiB here: two streams
+/// announcing messages of 4 MiB, each holding 8 MiB, what such a message and its decoded
+/// request may hold) make no call that waits on Redis refused: calls take what they hold while
+/// they wait from a second budget of the port, so that a client cannot make the calls Envoy
+/// sends at once refused (and `failure_mode_deny` decide them) by holding the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_messages_holding_the_grpc_budget_refuse_no_call_on_redis() {
+    let Some(server) = RedisServer::start("grpc_budget_apart") else {
+        return;
+    };
+    let url = server.url();
+    let s = Rls::start_with(CONFIG, |o| {
+        o.redis = Some(url);
+        o.redis_timeout = Duration::from_secs(2);
+        o.max_buffered_bytes = 16 << 20;
+        o.body_timeout = Duration::from_secs(60);
+    })
+    .await;
+    let addr = s.ready.grpc;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(unfinished_call(addr, 4 << 20, 3 << 20).await);
+    }
+    let conn = h2_connection(addr).await;
+    for tag in 0..3 {
+        let (status, message) = call_sent_at_once(conn.clone(), addr, &heavy_call(tag)).await;
+        assert_eq!(status, "0", "call {tag}: {message}");
+    }
+    drop(held);
+}

@@ -231,6 +231,14 @@ pub enum Backend {
     FixedWindow(FixedWindowBackend),
 }
 
+impl Backend {
+    /// Whether a decision waits on a server (Redis), holding its request meanwhile: the local
+    /// tables decide within the caller's turn.
+    pub fn waits(&self) -> bool {
+        !matches!(self, Backend::Local(_))
+    }
+}
+
 /// The outcome of a demand whose limit has no bucket: a limit of 0 per unit (the first such
 /// rate reported).
 pub(crate) fn blocked(d: &Demand) -> Outcome {
