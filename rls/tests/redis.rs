@@ -608,7 +608,7 @@ async fn json_left_open(addr: std::net::SocketAddr, body: &str) -> tokio::net::T
     c
 }
 
-/// `/json` requests waiting on Redis take what they hold from the HTTP port's budget
+/// `/json` requests waiting on Redis take what they hold from the HTTP port's waiting budget
 /// (`--max-buffered-mib`, 16 MiB here): a request holding a 2 MiB value takes over 6 MiB
 /// (the request, and twice its body for the keys and the command built from it), so at most
 /// two wait on a frozen Redis at once and a request that would wait beyond is answered 503 at
@@ -629,8 +629,8 @@ async fn json_requests_waiting_on_redis_take_from_the_ports_budget() {
     let addr = s.ready.http;
     const VALUE: usize = 2 << 20;
 
-    // Two requests wait on the frozen Redis; a third is refused at once. (tollgate-redis's
-    // connection gives up on a reply after 2 s: every wait on the frozen Redis here is shorter.)
+    // Two requests wait on the frozen Redis (up to the 5 s Redis timeout, longer than every
+    // wait here); a third is refused at once.
     server.pause();
     let waiting = [
         json_left_open(addr, &big_json(1, VALUE)).await,
