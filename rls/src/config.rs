@@ -1426,7 +1426,9 @@ fn key_check_takes(name: &str) -> bool {
     KNOWN_FIELDS.contains(&name) || KEY_CHECK_EXTRAS.contains(&name)
 }
 
-/// A node without its tags (yaml.v2 decodes a tagged collection as the collection).
+/// A node without its tags. saphyr keeps a collection's tag unless it is one of YAML's own
+/// (`!!map`, `!!null`, `!!str` on a mapping are dropped there, `!foo` or a verbatim tag is kept);
+/// yaml.v2's parser keeps none, so it decodes any tagged collection as the collection.
 fn untagged(mut n: &MarkedYamlOwned) -> &MarkedYamlOwned {
     while let YamlDataOwned::Tagged(_, inner) = &n.data {
         n = inner;
@@ -1737,8 +1739,10 @@ impl Parser<'_> {
         }
     }
 
+    /// A mapping, through any tag on it: yaml.v2's parser keeps no tag of a collection, so
+    /// that `!foo {..}`, `!!null {..}` or `!!str {..}` is the mapping to it.
     fn mapping<'n>(&self, n: &'n MarkedYamlOwned, field: &str) -> Result<&'n Map, ConfigError> {
-        match &n.data {
+        match &untagged(n).data {
             YamlDataOwned::Mapping(m) => Ok(m),
             _ => Err(self.err(Some(n), field, "expected a mapping".into())),
         }
@@ -1950,7 +1954,7 @@ impl Parser<'_> {
                         format!("merge keys nested deeper than {MAX_NESTING}"),
                     ));
                 }
-                let sources: Vec<&MarkedYamlOwned> = match &v.data {
+                let sources: Vec<&MarkedYamlOwned> = match &untagged(v).data {
                     YamlDataOwned::Mapping(_) => vec![v],
                     // Earlier mappings of the list take precedence: merged last.
                     YamlDataOwned::Sequence(s) => s.iter().rev().collect(),
@@ -2058,12 +2062,13 @@ impl Parser<'_> {
         }
     }
 
+    /// A list, through any tag on it (as [`Parser::mapping`]); null is the empty list.
     fn sequence<'n>(
         &self,
         n: &'n MarkedYamlOwned,
         field: &str,
     ) -> Result<&'n [MarkedYamlOwned], ConfigError> {
-        match &n.data {
+        match &untagged(n).data {
             YamlDataOwned::Sequence(s) => Ok(s),
             _ if is_null(n) => Ok(&[]),
             _ => Err(self.err(Some(n), field, "expected a list".into())),

@@ -1716,3 +1716,53 @@ fn ignored_fields_are_key_checked_as_envoyproxy_ratelimit_checks_them() {
         );
     }
 }
+
+/// yaml.v2's parser keeps no tag of a mapping or a list: a tagged collection decodes as the
+/// collection, whatever the tag (`!!null`, `!!str`, `!!binary`, `!!map` on a list, `!!seq` on
+/// a mapping, a tag of its own, a verbatim one), at the top level, as a descriptor, as a field's
+/// value and as a merge key's value. The same loads here, with the same limits.
+#[test]
+fn a_tag_on_a_mapping_or_a_list_is_ignored_as_yaml_v2_ignores_it() {
+    for tag in [
+        "!!null",
+        "!!str",
+        "!!binary",
+        "!!map",
+        "!!seq",
+        "!!int",
+        "!foo",
+        "!",
+        "!<tag:yaml.org,2002:null>",
+        "!<tag:example.com,2000:x>",
+    ] {
+        let yaml = format!(
+            "--- {tag}
+domain: d
+descriptors: {tag}
+  - {tag} {{key: a, rate_limit: {tag} {{unit: second, requests_per_unit: 1}}}}
+  - key: b
+    rate_limit: {{<<: {tag} {{unit: minute}}, requests_per_unit: 2}}
+  - key: c
+    descriptors: {tag} [{{key: d, rate_limit: {{<<: {tag} [{tag} {{unit: hour}}], requests_per_unit: 3}}}}]
+  - key: e
+    rate_limit: {{unit: day, requests_per_unit: 4, replaces: {tag} [{tag} {{name: n}}]}}
+"
+        );
+        let c = load(&yaml).unwrap_or_else(|e| panic!("{tag}: {e}"));
+        assert!(c.warnings().is_empty(), "{tag}: {:?}", c.warnings());
+        assert_eq!(rate_of(&c, "a"), (1, Unit::Second, String::new()), "{tag}");
+        assert_eq!(rate_of(&c, "b"), (2, Unit::Minute, String::new()), "{tag}");
+        assert_eq!(
+            lookup(&c, "d", &[("c", "x"), ("d", "y")]).map(|m| m.0),
+            Some("c.d".to_owned()),
+            "{tag}"
+        );
+        assert_eq!(rate_of(&c, "e"), (4, Unit::Day, String::new()), "{tag}");
+        let e = c.lookup("d", [("e", "x")]).expect(tag);
+        assert_eq!(e.limit.replaces, ["n"], "{tag}");
+        assert_eq!(c.limits().len(), 4, "{tag}");
+    }
+    // A tag whose handle the file does not declare is not YAML, there and here.
+    let e = load("domain: d\ndescriptors: !e!foo [{key: a}]\n").unwrap_err();
+    assert!(e.message.starts_with("not valid YAML"), "{e}");
+}
