@@ -1402,6 +1402,38 @@ fn undecodable(n: &MarkedYamlOwned) -> Option<String> {
     })
 }
 
+/// Why yaml.v2 fails the whole file on mapping entry `(k, v)` as it decodes the file into a
+/// generic map (wherever the mapping stands: every value is decoded, one a later one replaces
+/// too), with the node at fault: a mapping or a list as a key ("invalid map key"), or a merge
+/// key whose value is not a mapping or a list of mappings. Tags on collections count for
+/// nothing there ([`untagged`]).
+fn entry_fault<'n>(
+    k: &'n MarkedYamlOwned,
+    v: &'n MarkedYamlOwned,
+) -> Option<(&'n MarkedYamlOwned, &'static str)> {
+    let is_map = |n: &MarkedYamlOwned| matches!(untagged(n).data, YamlDataOwned::Mapping(_));
+    if is_map(k) || matches!(untagged(k).data, YamlDataOwned::Sequence(_)) {
+        return Some((
+            k,
+            "a mapping or a list as a key: yaml.v2 refuses the file (\"invalid map key\")",
+        ));
+    }
+    if !is_merge_key(k) {
+        return None;
+    }
+    let fault = match &untagged(v).data {
+        YamlDataOwned::Mapping(_) => None,
+        YamlDataOwned::Sequence(s) => s.iter().find(|e| !is_map(e)),
+        _ => Some(v),
+    };
+    fault.map(|n| {
+        (
+            n,
+            "a merge key (<<) takes a mapping or a list of mappings: yaml.v2 refuses the file",
+        )
+    })
+}
+
 /// A mapping key's name as yaml.v2 decodes it for envoyproxy/ratelimit: a scalar it resolves
 /// as a string, its text (under `!!binary`, the decoded text; bytes that are not UTF-8 can
 /// name no field, and are shown with `\u{FFFD}` in their place). `None` for any other key.
@@ -1811,7 +1843,8 @@ impl Parser<'_> {
 
     /// envoyproxy/ratelimit's first pass over the file, where the parser does not follow it:
     /// yaml.v2 decodes the whole file into a generic map (failing on any scalar it cannot
-    /// decode, [`undecodable`], wherever it stands), then `validateYamlKeys` walks it: every
+    /// decode, [`undecodable`], a mapping or list as a key or a merge key that merges no
+    /// mapping, [`entry_fault`], wherever it stands), then `validateYamlKeys` walks it: every
     /// mapping's keys must be strings it knows ([`key_check_takes`]), every list must hold
     /// mappings, and every leaf must be a string, an int, a flag or null
     /// ([`key_check_refuses`]). The parser checks the fields it reads as it reads them; this
@@ -1824,7 +1857,12 @@ impl Parser<'_> {
         let mut stack = vec![doc];
         while let Some(n) = stack.pop() {
             match &n.data {
-                YamlDataOwned::Mapping(m) => m.iter().for_each(|(k, v)| stack.extend([k, v])),
+                YamlDataOwned::Mapping(m) => {
+                    if m.iter().any(|(k, v)| entry_fault(k, v).is_some()) {
+                        return Err(self.undecodable_at(doc));
+                    }
+                    m.iter().for_each(|(k, v)| stack.extend([k, v]))
+                }
                 YamlDataOwned::Sequence(s) => stack.extend(s),
                 YamlDataOwned::Tagged(_, inner) => stack.push(inner),
                 YamlDataOwned::Representation(_, _, Some(_)) if undecodable(n).is_some() => {
@@ -1877,15 +1915,20 @@ impl Parser<'_> {
         Ok(())
     }
 
-    /// The error for the first scalar of `doc` that yaml.v2 cannot decode ([`undecodable`]),
-    /// with its field path (a key's is its mapping's; a merged mapping's fields are its
-    /// mapping's). Only called once one is known to be there.
+    /// The error for the first node of `doc` that fails yaml.v2's decoding ([`undecodable`],
+    /// [`entry_fault`]), with its field path (a key's is its mapping's; a merged mapping's
+    /// fields are its mapping's). Only called once one is known to be there.
     fn undecodable_at(&self, doc: &MarkedYamlOwned) -> ConfigError {
         let mut path: Vec<(usize, Segment<'_>)> = vec![(0, Segment::Index(0))];
         let mut stack = vec![(doc, 0)];
         while let Some((n, at)) = stack.pop() {
             match &n.data {
                 YamlDataOwned::Mapping(m) => {
+                    for (k, v) in m {
+                        if let Some((node, why)) = entry_fault(k, v) {
+                            return self.err(Some(node), &field_path(&path, at), why.into());
+                        }
+                    }
                     for (k, v) in m {
                         stack.push((k, at));
                         if is_merge_key(k) {

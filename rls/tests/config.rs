@@ -1766,3 +1766,53 @@ descriptors: {tag}
     let e = load("domain: d\ndescriptors: !e!foo [{key: a}]\n").unwrap_err();
     assert!(e.message.starts_with("not valid YAML"), "{e}");
 }
+
+/// yaml.v2 decodes every value of the file into its generic map before envoyproxy/ratelimit's
+/// key check, a value that a later one replaces too, and fails the whole file on a mapping or
+/// a list used as a key ("invalid map key") and on a merge key that merges something other
+/// than a mapping: refused here too, wherever it stands.
+#[test]
+fn a_collection_key_or_a_bad_merge_fails_the_file_wherever_it_stands() {
+    let good = "[{key: a, rate_limit: {unit: second, requests_per_unit: 1}}]";
+    for (earlier, line, at, words) in [
+        (
+            "descriptors: [{<<: 5, key: b}]",
+            2,
+            "descriptors[0]",
+            "merge key",
+        ),
+        (
+            "descriptors: [{<<: [{key: b}, x]}]",
+            2,
+            "descriptors[0]",
+            "merge key",
+        ),
+        (
+            "descriptors: [{[x]: 5, key: b}]",
+            2,
+            "descriptors[0]",
+            "invalid map key",
+        ),
+        (
+            "descriptors: [{key: b, rate_limit: {{a: 1}: 5}}]",
+            2,
+            "descriptors[0].rate_limit",
+            "invalid map key",
+        ),
+        (
+            "descriptors:\n  - key: b\n    name: {<<: ~}\n    name: x",
+            4,
+            "descriptors[0].name",
+            "merge key",
+        ),
+    ] {
+        let yaml = format!("domain: d\n{earlier}\ndescriptors: {good}\n");
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!((e.line, e.field.as_str()), (Some(line), at), "{yaml}\n{e}");
+        assert!(e.message.contains(words), "{yaml}\n{e}");
+        assert!(
+            e.message.contains("yaml.v2 refuses the file"),
+            "{yaml}\n{e}"
+        );
+    }
+}
