@@ -1497,6 +1497,69 @@ fn field_path(path: &[(usize, Segment<'_>)], mut at: usize) -> String {
     f
 }
 
+/// A type of envoyproxy/ratelimit's config structs as yaml.v2 decodes a value into it (its
+/// `YamlDescriptor`, `YamlRateLimit`, `yamlReplaces` and their fields' Go types), for a value
+/// the load does not read because a later one replaces it ([`Parser::replaced`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GoType {
+    /// A Go `string`: any scalar.
+    Text,
+    /// A Go `bool`: a flag.
+    Flag,
+    /// A Go `uint32` (`requests_per_unit`).
+    Count,
+    /// `metadata`, a Go `map[string]interface{}`: any mapping.
+    Metadata,
+    /// A descriptor.
+    Descriptor,
+    /// A `rate_limit` (a pointer to its struct: null is none).
+    RateLimit,
+    /// A `replaces` entry.
+    Replace,
+    /// `descriptors`: a list of descriptors.
+    Descriptors,
+    /// `replaces`: a list of replaces entries.
+    ReplacesList,
+}
+
+impl GoType {
+    /// The type of field `name` of this struct, or `None`: a name the struct has not, whose
+    /// value yaml.v2's non-strict decoding skips without decoding it.
+    fn field(self, name: &str) -> Option<GoType> {
+        use GoType::*;
+        Some(match (self, name) {
+            (Descriptor, "key" | "value") => Text,
+            (Descriptor, "rate_limit") => RateLimit,
+            (Descriptor, "descriptors") => Descriptors,
+            (
+                Descriptor,
+                "shadow_mode" | "quota_mode" | "detailed_metric" | "value_to_metric"
+                | "share_threshold",
+            ) => Flag,
+            (Descriptor, "metadata") => Metadata,
+            (RateLimit, "requests_per_unit") => Count,
+            (RateLimit, "unit" | "name") => Text,
+            (RateLimit, "unlimited") => Flag,
+            (RateLimit, "replaces") => ReplacesList,
+            (Replace, "name") => Text,
+            _ => return None,
+        })
+    }
+
+    /// What a value of this type is, for the error on one that is not.
+    fn expected(self) -> &'static str {
+        match self {
+            GoType::Text => "expected a string",
+            GoType::Flag => "expected true or false (or yes/no, on/off)",
+            GoType::Count => "expected a whole number in 0..=4294967295",
+            GoType::Descriptors | GoType::ReplacesList => "expected a list",
+            GoType::Metadata | GoType::Descriptor | GoType::RateLimit | GoType::Replace => {
+                "expected a mapping"
+            }
+        }
+    }
+}
+
 /// A fault [`generic_fields`] finds: the node and why.
 type Fault<'n> = (&'n MarkedYamlOwned, String);
 
@@ -1659,7 +1722,11 @@ impl Parser<'_> {
         for (name, k, v) in self.fields(map, "")? {
             match name.as_str() {
                 "domain" => domain = Some((self.string(v, "domain")?, v)),
-                "descriptors" => descriptors = Some(v),
+                "descriptors" => {
+                    if let Some(earlier) = descriptors.replace(v) {
+                        self.replaced(earlier, GoType::Descriptors, "descriptors")?;
+                    }
+                }
                 other => self.misplaced(k, v, "", other, Place::File)?,
             }
         }
@@ -1727,8 +1794,26 @@ impl Parser<'_> {
         name: &str,
         place: Place,
     ) -> Result<(), ConfigError> {
-        let Some(effect) = misplaced(name, place) else {
-            return Err(self.unknown(k, at, name));
+        self.misplaced_in(k, v, at, name, place, true)
+    }
+
+    /// [`Parser::misplaced`], in a mapping that envoyproxy/ratelimit's key check reads
+    /// (`key_checked`) or not (a `rate_limit` a later one replaces in its generic map, whose
+    /// fields still fill the struct): there a name it does not know is ignored, as a known
+    /// misplaced one is (with a warning, refused where its value holds a rate).
+    fn misplaced_in(
+        &mut self,
+        k: &MarkedYamlOwned,
+        v: &MarkedYamlOwned,
+        at: &str,
+        name: &str,
+        place: Place,
+        key_checked: bool,
+    ) -> Result<(), ConfigError> {
+        let effect = match misplaced(name, place) {
+            Some(effect) => effect,
+            None if !key_checked => Misplaced::Ignored,
+            None => return Err(self.unknown(k, at, name)),
         };
         let field = if at.is_empty() {
             name.to_owned()
@@ -1799,6 +1884,97 @@ impl Parser<'_> {
         )
     }
 
+    /// Decodes `v`, a value of field `field` that a later value replaces (so the load does not
+    /// read it), as yaml.v2's struct decoding decodes it into envoyproxy/ratelimit's field of
+    /// type `ty`: every occurrence of a field is decoded in turn, and a type error in any fails
+    /// the file after the whole decode (`*yaml.TypeError`). Only the types count: names its
+    /// structs have not are skipped undecoded, as there, and nothing else is checked (no key,
+    /// unit or name rule: those read the value kept). A null is any field's zero value, and a
+    /// tag on a collection counts for nothing ([`untagged`]). What fails yaml.v2's decoding
+    /// into a generic map (a scalar it cannot decode, a collection as a key, a bad merge) is
+    /// refused by [`Parser::key_check`] wherever it stands.
+    fn replaced(&self, v: &MarkedYamlOwned, ty: GoType, field: &str) -> Result<(), ConfigError> {
+        // Each node visited, with its parent's index here and its step from the parent, as in
+        // the key check: the field path of a refused node is built only then. A stack, not
+        // recursion: aliases copy nodes, so a value can nest deeper than the file does. Each
+        // collection's entries are pushed reversed, so that they pop in document order.
+        let mut path: Vec<(usize, Segment<'_>)> = vec![(0, Segment::Index(0))];
+        let mut stack = vec![(v, ty, 0)];
+        while let Some((n, ty, at)) = stack.pop() {
+            let n = untagged(n);
+            let fits = match (&n.data, ty) {
+                _ if is_null(n) => true,
+                (YamlDataOwned::Representation(..), _) => match (resolve(n), ty) {
+                    (Some(_), GoType::Text) => true,
+                    (Some((_, Resolved::Bool(_))), GoType::Flag) => true,
+                    (Some((_, Resolved::Int(i))), GoType::Count) => {
+                        (0..=i128::from(u32::MAX)).contains(&i)
+                    }
+                    _ => false,
+                },
+                (YamlDataOwned::Mapping(_), GoType::Metadata) => true,
+                (
+                    YamlDataOwned::Mapping(m),
+                    GoType::Descriptor | GoType::RateLimit | GoType::Replace,
+                ) => {
+                    let from = stack.len();
+                    for (k, v) in m {
+                        if is_merge_key(k) {
+                            // Each merged mapping is decoded into the same struct (a merge
+                            // of anything else is the key check's refusal).
+                            let is_map = |n: &&MarkedYamlOwned| {
+                                matches!(untagged(n).data, YamlDataOwned::Mapping(_))
+                            };
+                            match &untagged(v).data {
+                                YamlDataOwned::Sequence(s) => {
+                                    stack.extend(s.iter().filter(is_map).map(|e| (e, ty, at)));
+                                }
+                                _ => stack.extend(Some(v).filter(is_map).map(|v| (v, ty, at))),
+                            }
+                        } else if let Some(name) = key_name(k) {
+                            if let Some(fty) = ty.field(&name) {
+                                path.push((at, Segment::Name(name)));
+                                stack.push((v, fty, path.len() - 1));
+                            }
+                        }
+                    }
+                    stack[from..].reverse();
+                    true
+                }
+                (YamlDataOwned::Sequence(s), GoType::Descriptors | GoType::ReplacesList) => {
+                    let ety = if ty == GoType::Descriptors {
+                        GoType::Descriptor
+                    } else {
+                        GoType::Replace
+                    };
+                    let from = stack.len();
+                    for (i, e) in s.iter().enumerate() {
+                        path.push((at, Segment::Index(i)));
+                        stack.push((e, ety, path.len() - 1));
+                    }
+                    stack[from..].reverse();
+                    true
+                }
+                _ => false,
+            };
+            if !fits {
+                let rest = field_path(&path, at);
+                let f = match rest.as_bytes().first() {
+                    None => field.to_owned(),
+                    Some(b'[') => format!("{field}{rest}"),
+                    Some(_) => format!("{field}.{rest}"),
+                };
+                let what = format!(
+                    "{}: yaml.v2 decodes a value that a later one replaces too, and refuses the \
+                     file on this one (\"cannot unmarshal\")",
+                    ty.expected()
+                );
+                return Err(self.expected(n, &f, &what));
+            }
+        }
+        Ok(())
+    }
+
     /// A mapping's fields, each with its name, every one written in the order yaml.v2 decodes
     /// them for envoyproxy/ratelimit: a caller assigns each in turn, so a field set later
     /// replaces one set earlier (a `rate_limit` field by field, as yaml.v2 decodes a later one
@@ -1816,8 +1992,25 @@ impl Parser<'_> {
         map: &'n Map,
         at: &str,
     ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
+        self.fields_of(map, at, true)
+    }
+
+    /// [`Parser::fields`], for a mapping that envoyproxy/ratelimit's key check reads
+    /// (`key_checked`) or not: a `rate_limit` that a later one in its mapping replaces in the
+    /// generic map, though its fields still fill the struct. A float is refused in a mapping
+    /// the key check reads only.
+    #[allow(clippy::type_complexity)]
+    fn fields_of<'n>(
+        &mut self,
+        map: &'n Map,
+        at: &str,
+        key_checked: bool,
+    ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
         let mut out = Vec::with_capacity(map.len());
         self.fields_merged(map, at, 0, &mut out)?;
+        if !key_checked {
+            return Ok(out);
+        }
         // envoyproxy/ratelimit's key check reads the mapping as yaml.v2 decodes it into a map,
         // where a later field replaces an earlier one: it checks each name's last value. The
         // number and flag fields refuse a float themselves, where they are read.
@@ -2169,10 +2362,18 @@ impl Parser<'_> {
                     "value" => value = Some(self.string(v, &f)?),
                     // Null (`rate_limit:` with nothing) is no limit, as a nil pointer is
                     // to envoyproxy/ratelimit.
-                    "rate_limit" if is_null(v) => rate_limit.clear(),
+                    "rate_limit" if is_null(v) => {
+                        for earlier in rate_limit.drain(..) {
+                            self.replaced(earlier, GoType::RateLimit, &f)?;
+                        }
+                    }
                     "rate_limit" => rate_limit.push(v),
                     "rate_limits" => rate_limits = (!is_null(v)).then_some(v),
-                    "descriptors" => nested = Some(v),
+                    "descriptors" => {
+                        if let Some(earlier) = nested.replace(v) {
+                            self.replaced(earlier, GoType::Descriptors, &f)?;
+                        }
+                    }
                     "shadow_mode" => shadow = self.boolean(v, &f)?,
                     "detailed_metric" => detailed = self.boolean(v, &f)?,
                     "value_to_metric" => to_metric = self.boolean(v, &f)?,
@@ -2392,19 +2593,29 @@ impl Parser<'_> {
         single: bool,
     ) -> Result<(Kind, Vec<String>, Option<String>), ConfigError> {
         let n = blocks[0];
+        // The key check reads the last block only (the generic map keeps a name's last value):
+        // the fields before `checked_from` come from blocks it never sees.
         let mut fields = Vec::new();
-        for b in blocks {
+        let mut checked_from = 0;
+        for (i, b) in blocks.iter().enumerate() {
             let map = self.mapping(b, field)?;
-            fields.append(&mut self.fields(map, field)?);
+            let last = i + 1 == blocks.len();
+            if last {
+                checked_from = fields.len();
+            }
+            fields.append(&mut self.fields_of(map, field, last)?);
         }
+        // A `replaces` list that a later one replaces is decoded, not read.
+        let last_replaces = fields.iter().rposition(|(key, ..)| key == "replaces");
         let mut unit = None;
         let mut rpu = None;
         let mut unlimited = false;
         let mut name = String::new();
         let mut replaces = Vec::new();
         let mut burst = None;
-        for (key, k, v) in fields {
+        for (i, (key, k, v)) in fields.into_iter().enumerate() {
             let f = format!("{field}.{key}");
+            let key_checked = i >= checked_from;
             match key.as_str() {
                 "unit" => unit = Some((self.string(v, &f)?, v)),
                 // Null is 0, as in a Go integer field.
@@ -2415,18 +2626,25 @@ impl Parser<'_> {
                 "name" => name = self.string(v, &f)?,
                 // Null is no burst (the default), as if the extension were not written.
                 "burst" => burst = self.integer(v, &f, u64::MAX)?.map(|b| (b, v)),
+                "replaces" if Some(i) != last_replaces => {
+                    self.replaced(v, GoType::ReplacesList, &f)?
+                }
                 "replaces" => {
-                    replaces.clear();
                     for (j, r) in self.sequence(v, &f)?.iter().enumerate() {
                         let rf = format!("{f}[{j}]");
                         let m = self.mapping(r, &rf)?;
                         let mut rname = String::new();
-                        for (rname_key, rk, rv) in self.fields(m, &rf)? {
+                        for (rname_key, rk, rv) in self.fields_of(m, &rf, key_checked)? {
                             match rname_key.as_str() {
                                 "name" => rname = self.string(rv, &format!("{rf}.name"))?,
-                                other if single => {
-                                    self.misplaced(rk, rv, &rf, other, Place::Replaces)?
-                                }
+                                other if single => self.misplaced_in(
+                                    rk,
+                                    rv,
+                                    &rf,
+                                    other,
+                                    Place::Replaces,
+                                    key_checked,
+                                )?,
                                 other => return Err(self.unknown(rk, &rf, other)),
                             }
                         }
@@ -2440,7 +2658,9 @@ impl Parser<'_> {
                         replaces.push(rname);
                     }
                 }
-                other if single => self.misplaced(k, v, field, other, Place::RateLimit)?,
+                other if single => {
+                    self.misplaced_in(k, v, field, other, Place::RateLimit, key_checked)?
+                }
                 other => return Err(self.unknown(k, field, other)),
             }
         }
