@@ -2037,7 +2037,7 @@ impl Parser<'_> {
     /// envoyproxy/ratelimit's first pass over the file, where the parser does not follow it:
     /// yaml.v2 decodes the whole file into a generic map (failing on any scalar it cannot
     /// decode, [`undecodable`], a mapping or list as a key or a merge key that merges no
-    /// mapping, [`entry_fault`], wherever it stands), then `validateYamlKeys` walks it: every
+    /// mapping, [`entry_fault`], or an alias inside its own anchor, wherever it stands), then `validateYamlKeys` walks it: every
     /// mapping's keys must be strings it knows ([`key_check_takes`]), every list must hold
     /// mappings, and every leaf must be a string, an int, a flag or null
     /// ([`key_check_refuses`]). The parser checks the fields it reads as it reads them; this
@@ -2061,6 +2061,7 @@ impl Parser<'_> {
                 YamlDataOwned::Representation(_, _, Some(_)) if undecodable(n).is_some() => {
                     return Err(self.undecodable_at(doc));
                 }
+                YamlDataOwned::BadValue => return Err(self.undecodable_at(doc)),
                 _ => {}
             }
         }
@@ -2109,7 +2110,7 @@ impl Parser<'_> {
     }
 
     /// The error for the first node of `doc` that fails yaml.v2's decoding ([`undecodable`],
-    /// [`entry_fault`]), with its field path (a key's is its mapping's; a merged mapping's
+    /// [`entry_fault`], an alias inside its own anchor), with its field path (a key's is its mapping's; a merged mapping's
     /// fields are its mapping's). Only called once one is known to be there.
     fn undecodable_at(&self, doc: &MarkedYamlOwned) -> ConfigError {
         let mut path: Vec<(usize, Segment<'_>)> = vec![(0, Segment::Index(0))];
@@ -2145,6 +2146,17 @@ impl Parser<'_> {
                     }
                 }
                 YamlDataOwned::Tagged(_, inner) => stack.push((inner, at)),
+                // saphyr's loader gives an alias of an anchor still open (inside its own
+                // node) as a bad value; yaml.v2 fails decoding it.
+                YamlDataOwned::BadValue => {
+                    return self.err(
+                        Some(n),
+                        &field_path(&path, at),
+                        "an alias inside its own anchor: yaml.v2 refuses the file (\"anchor \
+                         value contains itself\")"
+                            .into(),
+                    )
+                }
                 _ => {
                     if let Some(why) = undecodable(n) {
                         return self.err(Some(n), &field_path(&path, at), why);

@@ -1769,8 +1769,8 @@ descriptors: {tag}
 
 /// yaml.v2 decodes every value of the file into its generic map before envoyproxy/ratelimit's
 /// key check, a value that a later one replaces too, and fails the whole file on a mapping or
-/// a list used as a key ("invalid map key") and on a merge key that merges something other
-/// than a mapping: refused here too, wherever it stands.
+/// a list used as a key ("invalid map key"), on a merge key that merges something other than
+/// a mapping and on an alias inside its own anchor: refused here too, wherever it stands.
 #[test]
 fn a_collection_key_or_a_bad_merge_fails_the_file_wherever_it_stands() {
     let good = "[{key: a, rate_limit: {unit: second, requests_per_unit: 1}}]";
@@ -1804,6 +1804,20 @@ fn a_collection_key_or_a_bad_merge_fails_the_file_wherever_it_stands() {
             4,
             "descriptors[0].name",
             "merge key",
+        ),
+        // An alias inside its own anchor ("anchor value contains itself" there), in an
+        // ignored field, replaced or not.
+        (
+            "descriptors:\n  - key: b\n    name: &x {key: *x}\n    name: x",
+            4,
+            "descriptors[0].name.key",
+            "own anchor",
+        ),
+        (
+            "descriptors:\n  - key: b\n    name: &x {key: [{value: *x}]}",
+            4,
+            "descriptors[0].name.key[0].value",
+            "own anchor",
         ),
     ] {
         let yaml = format!("domain: d\n{earlier}\ndescriptors: {good}\n");
