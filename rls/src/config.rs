@@ -664,7 +664,8 @@ const KNOWN_FIELDS: [&str; 14] = [
 ];
 
 /// What becomes of field `name` written in `place`, which does not take it: `None` for a
-/// name envoyproxy/ratelimit does not know (refused as unknown there and here). A known field
+/// name envoyproxy/ratelimit does not know (refused as unknown there and here) and for its
+/// `quota_mode` and `metadata` in a descriptor (refused here as not supported). A known field
 /// loads ignored, as there, where ignoring it can only make the service stricter or change no
 /// decision (a misplaced `shadow_mode` leaves the limit enforced, a misplaced `name` or
 /// `replaces` leaves a limit unreplaced, `domain`, `key` or `value` in a `rate_limit` name
@@ -676,6 +677,12 @@ const KNOWN_FIELDS: [&str; 14] = [
 /// value holds a rate ([`holds_rate`], checked by [`Parser::misplaced`]).
 fn misplaced(name: &str, place: Place) -> Option<Misplaced> {
     if !KNOWN_FIELDS.contains(&name) {
+        // envoyproxy/ratelimit knows these two too, and they take effect only in a descriptor,
+        // where tollgate-rls refuses them ([`Parser::unknown`]); elsewhere they are ignored,
+        // as there.
+        if matches!(name, "quota_mode" | "metadata") && place != Place::Descriptor {
+            return Some(Misplaced::Ignored);
+        }
         return None;
     }
     Some(match (name, place) {

@@ -2031,3 +2031,38 @@ descriptors:
         assert!(e.message.contains(words), "{yaml}\n{e}");
     }
 }
+
+/// envoyproxy/ratelimit's `quota_mode` and `metadata` take effect in a descriptor only, where
+/// tollgate-rls refuses them as not supported; anywhere else its key check takes them and its
+/// structs ignore them, so they load ignored here too, with a warning.
+#[test]
+fn quota_mode_and_metadata_outside_a_descriptor_are_ignored() {
+    let c = load(
+        "domain: d
+quota_mode: true
+metadata: {a: b}
+descriptors:
+  - key: a
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+      quota_mode: true
+      metadata: {anything: [1.5]}
+      replaces: [{name: b, quota_mode: true}]
+",
+    )
+    .unwrap();
+    assert_eq!(rate_of(&c, "a"), (1, Unit::Second, String::new()));
+    assert_eq!(
+        warned(&c),
+        [
+            (Some(2), "quota_mode"),
+            (Some(3), "metadata"),
+            (Some(9), "descriptors[0].rate_limit.quota_mode"),
+            (Some(10), "descriptors[0].rate_limit.metadata"),
+            (Some(11), "descriptors[0].rate_limit.replaces[0].quota_mode"),
+        ]
+    );
+    let e = load("domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n").unwrap_err();
+    assert!(e.message.contains("not supported"), "{e}");
+}
