@@ -1946,27 +1946,27 @@ fn a_value_a_later_one_replaces_is_still_decoded() {
     // Only types count in a replaced value: a descriptor without a key, two with one key, an
     // invalid unit, a replaces entry without a name, a name envoyproxy/ratelimit does not know
     // (its key check reads the kept value only) and a float in a string field all load.
-    let c = load(&format!(
+    let c = load(
         "domain: d
 descriptors:
   - value: x
-  - {{key: a, bogus: {{deep: [1]}}}}
-  - {{key: a, value: 1.5, rate_limit: {{unit: fortnight, replaces: [{{}}]}}}}
+  - {key: a, bogus: {deep: [1]}}
+  - {key: a, value: 1.5, rate_limit: {unit: fortnight, replaces: [{}]}}
 descriptors:
   - key: a
-    descriptors: [{{}}, {{key: 1.5, colour: red}}]
+    descriptors: [{}, {key: 1.5, colour: red}]
     descriptors:
       - key: b
-        rate_limit: {{unit: fortnight, requests_per_unit: 1, replaces: [{{colour: red}}]}}
+        rate_limit: {unit: fortnight, requests_per_unit: 1, replaces: [{colour: red}]}
         rate_limit: ~
       - key: c
         rate_limit:
           unit: hour
           requests_per_unit: 2
-          replaces: [{{}}]
-          replaces: [{{name: z}}]
-"
-    ))
+          replaces: [{}]
+          replaces: [{name: z}]
+",
+    )
     .unwrap();
     assert_eq!(
         lookup(&c, "d", &[("a", "x"), ("c", "y")]).map(|m| m.0),
