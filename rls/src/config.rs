@@ -815,9 +815,13 @@ fn load_yaml(
     let mut open: Vec<(u64, usize)> = Vec::new();
     // Per open collection, for the keys written twice: whether it is a mapping, the nodes it
     // holds so far (in a mapping, an even count means the next node is a key), its scalar keys
-    // so far (text, style, tag) and how many of them repeat an earlier one.
+    // so far (text, style, tag), how many of them repeat an earlier one, and whether its last
+    // key is a merge key.
     type Keys = HashSet<(String, ScalarStyle, Option<saphyr_parser::Tag>)>;
-    let mut keys: Vec<(bool, usize, Keys, usize)> = Vec::new();
+    let mut keys: Vec<(bool, usize, Keys, usize, bool)> = Vec::new();
+    // The anchor ids of lists: yaml.v2 merges an alias of a mapping only (an alias of a list
+    // of mappings fails its decoding, while the loader's copy would be a list like any other).
+    let mut list_anchors: HashSet<usize> = HashSet::new();
     // Per anchor id: the weight of its node, aliases expanded.
     let mut sizes: HashMap<usize, u64> = HashMap::new();
     // Per anchor id of a scalar: its text, style and tag, which an alias used as a key
@@ -845,8 +849,21 @@ fn load_yaml(
                 | Event::SequenceStart(..)
                 | Event::MappingStart(..)
         ) {
-            if let Some((true, nodes, seen, repeats)) = keys.last_mut() {
+            if let Some((true, nodes, seen, repeats, merge)) = keys.last_mut() {
                 let mut copy = None;
+                if *nodes % 2 == 1 && *merge {
+                    if let Event::Alias(id) = &ev {
+                        if list_anchors.contains(id) {
+                            return Err(YamlFault::Refused(ScanError::new(
+                                span.start,
+                                "a merge key (<<) given an alias of a list: yaml.v2 merges an \
+                                 alias of a mapping only, and refuses the file (a list of \
+                                 aliases merges)"
+                                    .into(),
+                            )));
+                        }
+                    }
+                }
                 if *nodes % 2 == 0 {
                     match &mut ev {
                         Event::Scalar(text, style, _, tag) => {
@@ -903,12 +920,25 @@ fn load_yaml(
                 if let Some(copy) = copy {
                     ev = copy;
                 }
+                if *nodes % 2 == 0 {
+                    *merge = match &ev {
+                        Event::Scalar(text, style, _, tag) => {
+                            is_merge_scalar(text, *style, tag.as_deref())
+                        }
+                        _ => false,
+                    };
+                }
                 *nodes += 1;
             }
         }
         match &ev {
-            Event::SequenceStart(..) => keys.push((false, 0, HashSet::new(), 0)),
-            Event::MappingStart(..) => keys.push((true, 0, HashSet::new(), 0)),
+            Event::SequenceStart(aid, _) => {
+                if *aid > 0 {
+                    list_anchors.insert(*aid);
+                }
+                keys.push((false, 0, HashSet::new(), 0, false))
+            }
+            Event::MappingStart(..) => keys.push((true, 0, HashSet::new(), 0, false)),
             Event::SequenceEnd | Event::MappingEnd => {
                 keys.pop();
             }
@@ -989,6 +1019,8 @@ enum YamlFault {
     Invalid(saphyr::ScanError),
     /// More mappings than the descriptors bound allows ([`LoadOptions`]).
     OverBound(saphyr::ScanError),
+    /// YAML that yaml.v2 fails to decode, whatever the field: a merge of an alias of a list.
+    Refused(saphyr::ScanError),
 }
 
 /// Whether a node is a null scalar (`~`, `null`, nothing).
@@ -1054,9 +1086,18 @@ fn is_merge_key(k: &MarkedYamlOwned) -> bool {
     let YamlDataOwned::Representation(text, style, tag) = &k.data else {
         return false;
     };
+    is_merge_scalar(text, *style, tag.as_ref())
+}
+
+/// [`is_merge_key`] for a scalar's text, style and tag (as [`load_yaml`] gives it).
+fn is_merge_scalar(
+    text: &str,
+    style: saphyr_parser::ScalarStyle,
+    tag: Option<&saphyr_parser::Tag>,
+) -> bool {
     text == "<<"
-        && match original_tag(tag.as_ref()) {
-            None => *style == saphyr_parser::ScalarStyle::Plain,
+        && match original_tag(tag) {
+            None => style == saphyr_parser::ScalarStyle::Plain,
             Some(t) => is_non_specific(&t) || (t.handle == YAML_TAG && t.suffix == "merge"),
         }
 }
@@ -1700,7 +1741,7 @@ impl Parser<'_> {
         let docs = load_yaml(text, self.mappings, self.max_descriptors).map_err(|fault| {
             let (e, what) = match &fault {
                 YamlFault::Invalid(e) => (e, "not valid YAML: "),
-                YamlFault::OverBound(e) => (e, ""),
+                YamlFault::OverBound(e) | YamlFault::Refused(e) => (e, ""),
             };
             ConfigError {
                 file: self.file.to_owned(),

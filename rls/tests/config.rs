@@ -1829,6 +1829,20 @@ fn a_collection_key_or_a_bad_merge_fails_the_file_wherever_it_stands() {
             "{yaml}\n{e}"
         );
     }
+    // yaml.v2 merges an alias of a mapping, or a list of them, but not an alias of a list of
+    // mappings, which the loader's copy would make look like a list written there.
+    let merged = |value: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: a\n    name: &l [{{name: n}}]\n    \
+             rate_limit: {{<<: {value}, unit: second, requests_per_unit: 1}}\n"
+        )
+    };
+    let e = load(&merged("*l")).unwrap_err();
+    assert_eq!(e.line, Some(5), "{e}");
+    assert!(e.message.contains("alias of a list"), "{e}");
+    assert!(load(&merged("[*l]")).is_err());
+    let c = load(&merged("[{name: n}]")).unwrap();
+    assert_eq!(rate_of(&c, "a"), (1, Unit::Second, "n".to_owned()));
 }
 
 /// yaml.v2 decodes every occurrence of a field written twice into envoyproxy/ratelimit's
