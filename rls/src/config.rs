@@ -664,7 +664,8 @@ const KNOWN_FIELDS: [&str; 14] = [
 ];
 
 /// What becomes of field `name` written in `place`, which does not take it: `None` for a
-/// name envoyproxy/ratelimit does not know (refused as unknown there and here). A known field
+/// name envoyproxy/ratelimit does not know (refused as unknown there and here) and for its
+/// `quota_mode` and `metadata` in a descriptor (refused here as not supported). A known field
 /// loads ignored, as there, where ignoring it can only make the service stricter or change no
 /// decision (a misplaced `shadow_mode` leaves the limit enforced, a misplaced `name` or
 /// `replaces` leaves a limit unreplaced, `domain`, `key` or `value` in a `rate_limit` name
@@ -676,6 +677,12 @@ const KNOWN_FIELDS: [&str; 14] = [
 /// value holds a rate ([`holds_rate`], checked by [`Parser::misplaced`]).
 fn misplaced(name: &str, place: Place) -> Option<Misplaced> {
     if !KNOWN_FIELDS.contains(&name) {
+        // envoyproxy/ratelimit knows these two too, and they take effect only in a descriptor,
+        // where tollgate-rls refuses them ([`Parser::unknown`]); elsewhere they are ignored,
+        // as there.
+        if matches!(name, "quota_mode" | "metadata") && place != Place::Descriptor {
+            return Some(Misplaced::Ignored);
+        }
         return None;
     }
     Some(match (name, place) {
@@ -808,9 +815,13 @@ fn load_yaml(
     let mut open: Vec<(u64, usize)> = Vec::new();
     // Per open collection, for the keys written twice: whether it is a mapping, the nodes it
     // holds so far (in a mapping, an even count means the next node is a key), its scalar keys
-    // so far (text, style, tag) and how many of them repeat an earlier one.
+    // so far (text, style, tag), how many of them repeat an earlier one, and whether its last
+    // key is a merge key.
     type Keys = HashSet<(String, ScalarStyle, Option<saphyr_parser::Tag>)>;
-    let mut keys: Vec<(bool, usize, Keys, usize)> = Vec::new();
+    let mut keys: Vec<(bool, usize, Keys, usize, bool)> = Vec::new();
+    // The anchor ids of lists: yaml.v2 merges an alias of a mapping only (an alias of a list
+    // of mappings fails its decoding, while the loader's copy would be a list like any other).
+    let mut list_anchors: HashSet<usize> = HashSet::new();
     // Per anchor id: the weight of its node, aliases expanded.
     let mut sizes: HashMap<usize, u64> = HashMap::new();
     // Per anchor id of a scalar: its text, style and tag, which an alias used as a key
@@ -838,8 +849,21 @@ fn load_yaml(
                 | Event::SequenceStart(..)
                 | Event::MappingStart(..)
         ) {
-            if let Some((true, nodes, seen, repeats)) = keys.last_mut() {
+            if let Some((true, nodes, seen, repeats, merge)) = keys.last_mut() {
                 let mut copy = None;
+                if *nodes % 2 == 1 && *merge {
+                    if let Event::Alias(id) = &ev {
+                        if list_anchors.contains(id) {
+                            return Err(YamlFault::Refused(ScanError::new(
+                                span.start,
+                                "a merge key (<<) given an alias of a list: yaml.v2 merges an \
+                                 alias of a mapping only, and refuses the file (a list of \
+                                 aliases merges)"
+                                    .into(),
+                            )));
+                        }
+                    }
+                }
                 if *nodes % 2 == 0 {
                     match &mut ev {
                         Event::Scalar(text, style, _, tag) => {
@@ -896,12 +920,25 @@ fn load_yaml(
                 if let Some(copy) = copy {
                     ev = copy;
                 }
+                if *nodes % 2 == 0 {
+                    *merge = match &ev {
+                        Event::Scalar(text, style, _, tag) => {
+                            is_merge_scalar(text, *style, tag.as_deref())
+                        }
+                        _ => false,
+                    };
+                }
                 *nodes += 1;
             }
         }
         match &ev {
-            Event::SequenceStart(..) => keys.push((false, 0, HashSet::new(), 0)),
-            Event::MappingStart(..) => keys.push((true, 0, HashSet::new(), 0)),
+            Event::SequenceStart(aid, _) => {
+                if *aid > 0 {
+                    list_anchors.insert(*aid);
+                }
+                keys.push((false, 0, HashSet::new(), 0, false))
+            }
+            Event::MappingStart(..) => keys.push((true, 0, HashSet::new(), 0, false)),
             Event::SequenceEnd | Event::MappingEnd => {
                 keys.pop();
             }
@@ -982,6 +1019,8 @@ enum YamlFault {
     Invalid(saphyr::ScanError),
     /// More mappings than the descriptors bound allows ([`LoadOptions`]).
     OverBound(saphyr::ScanError),
+    /// YAML that yaml.v2 fails to decode, whatever the field: a merge of an alias of a list.
+    Refused(saphyr::ScanError),
 }
 
 /// Whether a node is a null scalar (`~`, `null`, nothing).
@@ -1047,9 +1086,18 @@ fn is_merge_key(k: &MarkedYamlOwned) -> bool {
     let YamlDataOwned::Representation(text, style, tag) = &k.data else {
         return false;
     };
+    is_merge_scalar(text, *style, tag.as_ref())
+}
+
+/// [`is_merge_key`] for a scalar's text, style and tag (as [`load_yaml`] gives it).
+fn is_merge_scalar(
+    text: &str,
+    style: saphyr_parser::ScalarStyle,
+    tag: Option<&saphyr_parser::Tag>,
+) -> bool {
     text == "<<"
-        && match original_tag(tag.as_ref()) {
-            None => *style == saphyr_parser::ScalarStyle::Plain,
+        && match original_tag(tag) {
+            None => style == saphyr_parser::ScalarStyle::Plain,
             Some(t) => is_non_specific(&t) || (t.handle == YAML_TAG && t.suffix == "merge"),
         }
 }
@@ -1402,6 +1450,38 @@ fn undecodable(n: &MarkedYamlOwned) -> Option<String> {
     })
 }
 
+/// Why yaml.v2 fails the whole file on mapping entry `(k, v)` as it decodes the file into a
+/// generic map (wherever the mapping stands: every value is decoded, one a later one replaces
+/// too), with the node at fault: a mapping or a list as a key ("invalid map key"), or a merge
+/// key whose value is not a mapping or a list of mappings. Tags on collections count for
+/// nothing there ([`untagged`]).
+fn entry_fault<'n>(
+    k: &'n MarkedYamlOwned,
+    v: &'n MarkedYamlOwned,
+) -> Option<(&'n MarkedYamlOwned, &'static str)> {
+    let is_map = |n: &MarkedYamlOwned| matches!(untagged(n).data, YamlDataOwned::Mapping(_));
+    if is_map(k) || matches!(untagged(k).data, YamlDataOwned::Sequence(_)) {
+        return Some((
+            k,
+            "a mapping or a list as a key: yaml.v2 refuses the file (\"invalid map key\")",
+        ));
+    }
+    if !is_merge_key(k) {
+        return None;
+    }
+    let fault = match &untagged(v).data {
+        YamlDataOwned::Mapping(_) => None,
+        YamlDataOwned::Sequence(s) => s.iter().find(|e| !is_map(e)),
+        _ => Some(v),
+    };
+    fault.map(|n| {
+        (
+            n,
+            "a merge key (<<) takes a mapping or a list of mappings: yaml.v2 refuses the file",
+        )
+    })
+}
+
 /// A mapping key's name as yaml.v2 decodes it for envoyproxy/ratelimit: a scalar it resolves
 /// as a string, its text (under `!!binary`, the decoded text; bytes that are not UTF-8 can
 /// name no field, and are shown with `\u{FFFD}` in their place). `None` for any other key.
@@ -1426,7 +1506,9 @@ fn key_check_takes(name: &str) -> bool {
     KNOWN_FIELDS.contains(&name) || KEY_CHECK_EXTRAS.contains(&name)
 }
 
-/// A node without its tags (yaml.v2 decodes a tagged collection as the collection).
+/// A node without its tags. saphyr keeps a collection's tag unless it is one of YAML's own
+/// (`!!map`, `!!null`, `!!str` on a mapping are dropped there, `!foo` or a verbatim tag is kept);
+/// yaml.v2's parser keeps none, so it decodes any tagged collection as the collection.
 fn untagged(mut n: &MarkedYamlOwned) -> &MarkedYamlOwned {
     while let YamlDataOwned::Tagged(_, inner) = &n.data {
         n = inner;
@@ -1461,6 +1543,69 @@ fn field_path(path: &[(usize, Segment<'_>)], mut at: usize) -> String {
         }
     }
     f
+}
+
+/// A type of envoyproxy/ratelimit's config structs as yaml.v2 decodes a value into it (its
+/// `YamlDescriptor`, `YamlRateLimit`, `yamlReplaces` and their fields' Go types), for a value
+/// the load does not read because a later one replaces it ([`Parser::replaced`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GoType {
+    /// A Go `string`: any scalar.
+    Text,
+    /// A Go `bool`: a flag.
+    Flag,
+    /// A Go `uint32` (`requests_per_unit`).
+    Count,
+    /// `metadata`, a Go `map[string]interface{}`: any mapping.
+    Metadata,
+    /// A descriptor.
+    Descriptor,
+    /// A `rate_limit` (a pointer to its struct: null is none).
+    RateLimit,
+    /// A `replaces` entry.
+    Replace,
+    /// `descriptors`: a list of descriptors.
+    Descriptors,
+    /// `replaces`: a list of replaces entries.
+    ReplacesList,
+}
+
+impl GoType {
+    /// The type of field `name` of this struct, or `None`: a name the struct has not, whose
+    /// value yaml.v2's non-strict decoding skips without decoding it.
+    fn field(self, name: &str) -> Option<GoType> {
+        use GoType::*;
+        Some(match (self, name) {
+            (Descriptor, "key" | "value") => Text,
+            (Descriptor, "rate_limit") => RateLimit,
+            (Descriptor, "descriptors") => Descriptors,
+            (
+                Descriptor,
+                "shadow_mode" | "quota_mode" | "detailed_metric" | "value_to_metric"
+                | "share_threshold",
+            ) => Flag,
+            (Descriptor, "metadata") => Metadata,
+            (RateLimit, "requests_per_unit") => Count,
+            (RateLimit, "unit" | "name") => Text,
+            (RateLimit, "unlimited") => Flag,
+            (RateLimit, "replaces") => ReplacesList,
+            (Replace, "name") => Text,
+            _ => return None,
+        })
+    }
+
+    /// What a value of this type is, for the error on one that is not.
+    fn expected(self) -> &'static str {
+        match self {
+            GoType::Text => "expected a string",
+            GoType::Flag => "expected true or false (or yes/no, on/off)",
+            GoType::Count => "expected a whole number in 0..=4294967295",
+            GoType::Descriptors | GoType::ReplacesList => "expected a list",
+            GoType::Metadata | GoType::Descriptor | GoType::RateLimit | GoType::Replace => {
+                "expected a mapping"
+            }
+        }
+    }
 }
 
 /// A fault [`generic_fields`] finds: the node and why.
@@ -1596,7 +1741,7 @@ impl Parser<'_> {
         let docs = load_yaml(text, self.mappings, self.max_descriptors).map_err(|fault| {
             let (e, what) = match &fault {
                 YamlFault::Invalid(e) => (e, "not valid YAML: "),
-                YamlFault::OverBound(e) => (e, ""),
+                YamlFault::OverBound(e) | YamlFault::Refused(e) => (e, ""),
             };
             ConfigError {
                 file: self.file.to_owned(),
@@ -1625,7 +1770,11 @@ impl Parser<'_> {
         for (name, k, v) in self.fields(map, "")? {
             match name.as_str() {
                 "domain" => domain = Some((self.string(v, "domain")?, v)),
-                "descriptors" => descriptors = Some(v),
+                "descriptors" => {
+                    if let Some(earlier) = descriptors.replace(v) {
+                        self.replaced(earlier, GoType::Descriptors, "descriptors")?;
+                    }
+                }
                 other => self.misplaced(k, v, "", other, Place::File)?,
             }
         }
@@ -1693,8 +1842,26 @@ impl Parser<'_> {
         name: &str,
         place: Place,
     ) -> Result<(), ConfigError> {
-        let Some(effect) = misplaced(name, place) else {
-            return Err(self.unknown(k, at, name));
+        self.misplaced_in(k, v, at, name, place, true)
+    }
+
+    /// [`Parser::misplaced`], in a mapping that envoyproxy/ratelimit's key check reads
+    /// (`key_checked`) or not (a `rate_limit` a later one replaces in its generic map, whose
+    /// fields still fill the struct): there a name it does not know is ignored, as a known
+    /// misplaced one is (with a warning, refused where its value holds a rate).
+    fn misplaced_in(
+        &mut self,
+        k: &MarkedYamlOwned,
+        v: &MarkedYamlOwned,
+        at: &str,
+        name: &str,
+        place: Place,
+        key_checked: bool,
+    ) -> Result<(), ConfigError> {
+        let effect = match misplaced(name, place) {
+            Some(effect) => effect,
+            None if !key_checked => Misplaced::Ignored,
+            None => return Err(self.unknown(k, at, name)),
         };
         let field = if at.is_empty() {
             name.to_owned()
@@ -1737,8 +1904,10 @@ impl Parser<'_> {
         }
     }
 
+    /// A mapping, through any tag on it: yaml.v2's parser keeps no tag of a collection, so
+    /// that `!foo {..}`, `!!null {..}` or `!!str {..}` is the mapping to it.
     fn mapping<'n>(&self, n: &'n MarkedYamlOwned, field: &str) -> Result<&'n Map, ConfigError> {
-        match &n.data {
+        match &untagged(n).data {
             YamlDataOwned::Mapping(m) => Ok(m),
             _ => Err(self.err(Some(n), field, "expected a mapping".into())),
         }
@@ -1763,6 +1932,97 @@ impl Parser<'_> {
         )
     }
 
+    /// Decodes `v`, a value of field `field` that a later value replaces (so the load does not
+    /// read it), as yaml.v2's struct decoding decodes it into envoyproxy/ratelimit's field of
+    /// type `ty`: every occurrence of a field is decoded in turn, and a type error in any fails
+    /// the file after the whole decode (`*yaml.TypeError`). Only the types count: names its
+    /// structs have not are skipped undecoded, as there, and nothing else is checked (no key,
+    /// unit or name rule: those read the value kept). A null is any field's zero value, and a
+    /// tag on a collection counts for nothing ([`untagged`]). What fails yaml.v2's decoding
+    /// into a generic map (a scalar it cannot decode, a collection as a key, a bad merge) is
+    /// refused by [`Parser::key_check`] wherever it stands.
+    fn replaced(&self, v: &MarkedYamlOwned, ty: GoType, field: &str) -> Result<(), ConfigError> {
+        // Each node visited, with its parent's index here and its step from the parent, as in
+        // the key check: the field path of a refused node is built only then. A stack, not
+        // recursion: aliases copy nodes, so a value can nest deeper than the file does. Each
+        // collection's entries are pushed reversed, so that they pop in document order.
+        let mut path: Vec<(usize, Segment<'_>)> = vec![(0, Segment::Index(0))];
+        let mut stack = vec![(v, ty, 0)];
+        while let Some((n, ty, at)) = stack.pop() {
+            let n = untagged(n);
+            let fits = match (&n.data, ty) {
+                _ if is_null(n) => true,
+                (YamlDataOwned::Representation(..), _) => match (resolve(n), ty) {
+                    (Some(_), GoType::Text) => true,
+                    (Some((_, Resolved::Bool(_))), GoType::Flag) => true,
+                    (Some((_, Resolved::Int(i))), GoType::Count) => {
+                        (0..=i128::from(u32::MAX)).contains(&i)
+                    }
+                    _ => false,
+                },
+                (YamlDataOwned::Mapping(_), GoType::Metadata) => true,
+                (
+                    YamlDataOwned::Mapping(m),
+                    GoType::Descriptor | GoType::RateLimit | GoType::Replace,
+                ) => {
+                    let from = stack.len();
+                    for (k, v) in m {
+                        if is_merge_key(k) {
+                            // Each merged mapping is decoded into the same struct (a merge
+                            // of anything else is the key check's refusal).
+                            let is_map = |n: &&MarkedYamlOwned| {
+                                matches!(untagged(n).data, YamlDataOwned::Mapping(_))
+                            };
+                            match &untagged(v).data {
+                                YamlDataOwned::Sequence(s) => {
+                                    stack.extend(s.iter().filter(is_map).map(|e| (e, ty, at)));
+                                }
+                                _ => stack.extend(Some(v).filter(is_map).map(|v| (v, ty, at))),
+                            }
+                        } else if let Some(name) = key_name(k) {
+                            if let Some(fty) = ty.field(&name) {
+                                path.push((at, Segment::Name(name)));
+                                stack.push((v, fty, path.len() - 1));
+                            }
+                        }
+                    }
+                    stack[from..].reverse();
+                    true
+                }
+                (YamlDataOwned::Sequence(s), GoType::Descriptors | GoType::ReplacesList) => {
+                    let ety = if ty == GoType::Descriptors {
+                        GoType::Descriptor
+                    } else {
+                        GoType::Replace
+                    };
+                    let from = stack.len();
+                    for (i, e) in s.iter().enumerate() {
+                        path.push((at, Segment::Index(i)));
+                        stack.push((e, ety, path.len() - 1));
+                    }
+                    stack[from..].reverse();
+                    true
+                }
+                _ => false,
+            };
+            if !fits {
+                let rest = field_path(&path, at);
+                let f = match rest.as_bytes().first() {
+                    None => field.to_owned(),
+                    Some(b'[') => format!("{field}{rest}"),
+                    Some(_) => format!("{field}.{rest}"),
+                };
+                let what = format!(
+                    "{}: yaml.v2 decodes a value that a later one replaces too, and refuses the \
+                     file on this one (\"cannot unmarshal\")",
+                    ty.expected()
+                );
+                return Err(self.expected(n, &f, &what));
+            }
+        }
+        Ok(())
+    }
+
     /// A mapping's fields, each with its name, every one written in the order yaml.v2 decodes
     /// them for envoyproxy/ratelimit: a caller assigns each in turn, so a field set later
     /// replaces one set earlier (a `rate_limit` field by field, as yaml.v2 decodes a later one
@@ -1780,8 +2040,25 @@ impl Parser<'_> {
         map: &'n Map,
         at: &str,
     ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
+        self.fields_of(map, at, true)
+    }
+
+    /// [`Parser::fields`], for a mapping that envoyproxy/ratelimit's key check reads
+    /// (`key_checked`) or not: a `rate_limit` that a later one in its mapping replaces in the
+    /// generic map, though its fields still fill the struct. A float is refused in a mapping
+    /// the key check reads only.
+    #[allow(clippy::type_complexity)]
+    fn fields_of<'n>(
+        &mut self,
+        map: &'n Map,
+        at: &str,
+        key_checked: bool,
+    ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
         let mut out = Vec::with_capacity(map.len());
         self.fields_merged(map, at, 0, &mut out)?;
+        if !key_checked {
+            return Ok(out);
+        }
         // envoyproxy/ratelimit's key check reads the mapping as yaml.v2 decodes it into a map,
         // where a later field replaces an earlier one: it checks each name's last value. The
         // number and flag fields refuse a float themselves, where they are read.
@@ -1807,7 +2084,8 @@ impl Parser<'_> {
 
     /// envoyproxy/ratelimit's first pass over the file, where the parser does not follow it:
     /// yaml.v2 decodes the whole file into a generic map (failing on any scalar it cannot
-    /// decode, [`undecodable`], wherever it stands), then `validateYamlKeys` walks it: every
+    /// decode, [`undecodable`], a mapping or list as a key or a merge key that merges no
+    /// mapping, [`entry_fault`], or an alias inside its own anchor, wherever it stands), then `validateYamlKeys` walks it: every
     /// mapping's keys must be strings it knows ([`key_check_takes`]), every list must hold
     /// mappings, and every leaf must be a string, an int, a flag or null
     /// ([`key_check_refuses`]). The parser checks the fields it reads as it reads them; this
@@ -1820,12 +2098,18 @@ impl Parser<'_> {
         let mut stack = vec![doc];
         while let Some(n) = stack.pop() {
             match &n.data {
-                YamlDataOwned::Mapping(m) => m.iter().for_each(|(k, v)| stack.extend([k, v])),
+                YamlDataOwned::Mapping(m) => {
+                    if m.iter().any(|(k, v)| entry_fault(k, v).is_some()) {
+                        return Err(self.undecodable_at(doc));
+                    }
+                    m.iter().for_each(|(k, v)| stack.extend([k, v]))
+                }
                 YamlDataOwned::Sequence(s) => stack.extend(s),
                 YamlDataOwned::Tagged(_, inner) => stack.push(inner),
                 YamlDataOwned::Representation(_, _, Some(_)) if undecodable(n).is_some() => {
                     return Err(self.undecodable_at(doc));
                 }
+                YamlDataOwned::BadValue => return Err(self.undecodable_at(doc)),
                 _ => {}
             }
         }
@@ -1873,15 +2157,20 @@ impl Parser<'_> {
         Ok(())
     }
 
-    /// The error for the first scalar of `doc` that yaml.v2 cannot decode ([`undecodable`]),
-    /// with its field path (a key's is its mapping's; a merged mapping's fields are its
-    /// mapping's). Only called once one is known to be there.
+    /// The error for the first node of `doc` that fails yaml.v2's decoding ([`undecodable`],
+    /// [`entry_fault`], an alias inside its own anchor), with its field path (a key's is its mapping's; a merged mapping's
+    /// fields are its mapping's). Only called once one is known to be there.
     fn undecodable_at(&self, doc: &MarkedYamlOwned) -> ConfigError {
         let mut path: Vec<(usize, Segment<'_>)> = vec![(0, Segment::Index(0))];
         let mut stack = vec![(doc, 0)];
         while let Some((n, at)) = stack.pop() {
             match &n.data {
                 YamlDataOwned::Mapping(m) => {
+                    for (k, v) in m {
+                        if let Some((node, why)) = entry_fault(k, v) {
+                            return self.err(Some(node), &field_path(&path, at), why.into());
+                        }
+                    }
                     for (k, v) in m {
                         stack.push((k, at));
                         if is_merge_key(k) {
@@ -1905,6 +2194,17 @@ impl Parser<'_> {
                     }
                 }
                 YamlDataOwned::Tagged(_, inner) => stack.push((inner, at)),
+                // saphyr's loader gives an alias of an anchor still open (inside its own
+                // node) as a bad value; yaml.v2 fails decoding it.
+                YamlDataOwned::BadValue => {
+                    return self.err(
+                        Some(n),
+                        &field_path(&path, at),
+                        "an alias inside its own anchor: yaml.v2 refuses the file (\"anchor \
+                         value contains itself\")"
+                            .into(),
+                    )
+                }
                 _ => {
                     if let Some(why) = undecodable(n) {
                         return self.err(Some(n), &field_path(&path, at), why);
@@ -1950,7 +2250,7 @@ impl Parser<'_> {
                         format!("merge keys nested deeper than {MAX_NESTING}"),
                     ));
                 }
-                let sources: Vec<&MarkedYamlOwned> = match &v.data {
+                let sources: Vec<&MarkedYamlOwned> = match &untagged(v).data {
                     YamlDataOwned::Mapping(_) => vec![v],
                     // Earlier mappings of the list take precedence: merged last.
                     YamlDataOwned::Sequence(s) => s.iter().rev().collect(),
@@ -2058,12 +2358,13 @@ impl Parser<'_> {
         }
     }
 
+    /// A list, through any tag on it (as [`Parser::mapping`]); null is the empty list.
     fn sequence<'n>(
         &self,
         n: &'n MarkedYamlOwned,
         field: &str,
     ) -> Result<&'n [MarkedYamlOwned], ConfigError> {
-        match &n.data {
+        match &untagged(n).data {
             YamlDataOwned::Sequence(s) => Ok(s),
             _ if is_null(n) => Ok(&[]),
             _ => Err(self.err(Some(n), field, "expected a list".into())),
@@ -2121,10 +2422,18 @@ impl Parser<'_> {
                     "value" => value = Some(self.string(v, &f)?),
                     // Null (`rate_limit:` with nothing) is no limit, as a nil pointer is
                     // to envoyproxy/ratelimit.
-                    "rate_limit" if is_null(v) => rate_limit.clear(),
+                    "rate_limit" if is_null(v) => {
+                        for earlier in rate_limit.drain(..) {
+                            self.replaced(earlier, GoType::RateLimit, &f)?;
+                        }
+                    }
                     "rate_limit" => rate_limit.push(v),
                     "rate_limits" => rate_limits = (!is_null(v)).then_some(v),
-                    "descriptors" => nested = Some(v),
+                    "descriptors" => {
+                        if let Some(earlier) = nested.replace(v) {
+                            self.replaced(earlier, GoType::Descriptors, &f)?;
+                        }
+                    }
                     "shadow_mode" => shadow = self.boolean(v, &f)?,
                     "detailed_metric" => detailed = self.boolean(v, &f)?,
                     "value_to_metric" => to_metric = self.boolean(v, &f)?,
@@ -2344,19 +2653,29 @@ impl Parser<'_> {
         single: bool,
     ) -> Result<(Kind, Vec<String>, Option<String>), ConfigError> {
         let n = blocks[0];
+        // The key check reads the last block only (the generic map keeps a name's last value):
+        // the fields before `checked_from` come from blocks it never sees.
         let mut fields = Vec::new();
-        for b in blocks {
+        let mut checked_from = 0;
+        for (i, b) in blocks.iter().enumerate() {
             let map = self.mapping(b, field)?;
-            fields.append(&mut self.fields(map, field)?);
+            let last = i + 1 == blocks.len();
+            if last {
+                checked_from = fields.len();
+            }
+            fields.append(&mut self.fields_of(map, field, last)?);
         }
+        // A `replaces` list that a later one replaces is decoded, not read.
+        let last_replaces = fields.iter().rposition(|(key, ..)| key == "replaces");
         let mut unit = None;
         let mut rpu = None;
         let mut unlimited = false;
         let mut name = String::new();
         let mut replaces = Vec::new();
         let mut burst = None;
-        for (key, k, v) in fields {
+        for (i, (key, k, v)) in fields.into_iter().enumerate() {
             let f = format!("{field}.{key}");
+            let key_checked = i >= checked_from;
             match key.as_str() {
                 "unit" => unit = Some((self.string(v, &f)?, v)),
                 // Null is 0, as in a Go integer field.
@@ -2367,18 +2686,25 @@ impl Parser<'_> {
                 "name" => name = self.string(v, &f)?,
                 // Null is no burst (the default), as if the extension were not written.
                 "burst" => burst = self.integer(v, &f, u64::MAX)?.map(|b| (b, v)),
+                "replaces" if Some(i) != last_replaces => {
+                    self.replaced(v, GoType::ReplacesList, &f)?
+                }
                 "replaces" => {
-                    replaces.clear();
                     for (j, r) in self.sequence(v, &f)?.iter().enumerate() {
                         let rf = format!("{f}[{j}]");
                         let m = self.mapping(r, &rf)?;
                         let mut rname = String::new();
-                        for (rname_key, rk, rv) in self.fields(m, &rf)? {
+                        for (rname_key, rk, rv) in self.fields_of(m, &rf, key_checked)? {
                             match rname_key.as_str() {
                                 "name" => rname = self.string(rv, &format!("{rf}.name"))?,
-                                other if single => {
-                                    self.misplaced(rk, rv, &rf, other, Place::Replaces)?
-                                }
+                                other if single => self.misplaced_in(
+                                    rk,
+                                    rv,
+                                    &rf,
+                                    other,
+                                    Place::Replaces,
+                                    key_checked,
+                                )?,
                                 other => return Err(self.unknown(rk, &rf, other)),
                             }
                         }
@@ -2392,7 +2718,9 @@ impl Parser<'_> {
                         replaces.push(rname);
                     }
                 }
-                other if single => self.misplaced(k, v, field, other, Place::RateLimit)?,
+                other if single => {
+                    self.misplaced_in(k, v, field, other, Place::RateLimit, key_checked)?
+                }
                 other => return Err(self.unknown(k, field, other)),
             }
         }

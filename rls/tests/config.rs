@@ -1716,3 +1716,367 @@ fn ignored_fields_are_key_checked_as_envoyproxy_ratelimit_checks_them() {
         );
     }
 }
+
+/// yaml.v2's parser keeps no tag of a mapping or a list: a tagged collection decodes as the
+/// collection, whatever the tag (`!!null`, `!!str`, `!!binary`, `!!map` on a list, `!!seq` on
+/// a mapping, a tag of its own, a verbatim one), at the top level, as a descriptor, as a field's
+/// value and as a merge key's value. The same loads here, with the same limits.
+#[test]
+fn a_tag_on_a_mapping_or_a_list_is_ignored_as_yaml_v2_ignores_it() {
+    for tag in [
+        "!!null",
+        "!!str",
+        "!!binary",
+        "!!map",
+        "!!seq",
+        "!!int",
+        "!foo",
+        "!",
+        "!<tag:yaml.org,2002:null>",
+        "!<tag:example.com,2000:x>",
+    ] {
+        let yaml = format!(
+            "--- {tag}
+domain: d
+descriptors: {tag}
+  - {tag} {{key: a, rate_limit: {tag} {{unit: second, requests_per_unit: 1}}}}
+  - key: b
+    rate_limit: {{<<: {tag} {{unit: minute}}, requests_per_unit: 2}}
+  - key: c
+    descriptors: {tag} [{{key: d, rate_limit: {{<<: {tag} [{tag} {{unit: hour}}], requests_per_unit: 3}}}}]
+  - key: e
+    rate_limit: {{unit: day, requests_per_unit: 4, replaces: {tag} [{tag} {{name: n}}]}}
+"
+        );
+        let c = load(&yaml).unwrap_or_else(|e| panic!("{tag}: {e}"));
+        assert!(c.warnings().is_empty(), "{tag}: {:?}", c.warnings());
+        assert_eq!(rate_of(&c, "a"), (1, Unit::Second, String::new()), "{tag}");
+        assert_eq!(rate_of(&c, "b"), (2, Unit::Minute, String::new()), "{tag}");
+        assert_eq!(
+            lookup(&c, "d", &[("c", "x"), ("d", "y")]).map(|m| m.0),
+            Some("c.d".to_owned()),
+            "{tag}"
+        );
+        assert_eq!(rate_of(&c, "e"), (4, Unit::Day, String::new()), "{tag}");
+        let e = c.lookup("d", [("e", "x")]).expect(tag);
+        assert_eq!(e.limit.replaces, ["n"], "{tag}");
+        assert_eq!(c.limits().len(), 4, "{tag}");
+    }
+    // A tag whose handle the file does not declare is not YAML, there and here.
+    let e = load("domain: d\ndescriptors: !e!foo [{key: a}]\n").unwrap_err();
+    assert!(e.message.starts_with("not valid YAML"), "{e}");
+}
+
+/// yaml.v2 decodes every value of the file into its generic map before envoyproxy/ratelimit's
+/// key check, a value that a later one replaces too, and fails the whole file on a mapping or
+/// a list used as a key ("invalid map key"), on a merge key that merges something other than
+/// a mapping and on an alias inside its own anchor: refused here too, wherever it stands.
+#[test]
+fn a_collection_key_or_a_bad_merge_fails_the_file_wherever_it_stands() {
+    let good = "[{key: a, rate_limit: {unit: second, requests_per_unit: 1}}]";
+    for (earlier, line, at, words) in [
+        (
+            "descriptors: [{<<: 5, key: b}]",
+            2,
+            "descriptors[0]",
+            "merge key",
+        ),
+        (
+            "descriptors: [{<<: [{key: b}, x]}]",
+            2,
+            "descriptors[0]",
+            "merge key",
+        ),
+        (
+            "descriptors: [{[x]: 5, key: b}]",
+            2,
+            "descriptors[0]",
+            "invalid map key",
+        ),
+        (
+            "descriptors: [{key: b, rate_limit: {{a: 1}: 5}}]",
+            2,
+            "descriptors[0].rate_limit",
+            "invalid map key",
+        ),
+        (
+            "descriptors:\n  - key: b\n    name: {<<: ~}\n    name: x",
+            4,
+            "descriptors[0].name",
+            "merge key",
+        ),
+        // An alias inside its own anchor ("anchor value contains itself" there), in an
+        // ignored field, replaced or not.
+        (
+            "descriptors:\n  - key: b\n    name: &x {key: *x}\n    name: x",
+            4,
+            "descriptors[0].name.key",
+            "own anchor",
+        ),
+        (
+            "descriptors:\n  - key: b\n    name: &x {key: [{value: *x}]}",
+            4,
+            "descriptors[0].name.key[0].value",
+            "own anchor",
+        ),
+    ] {
+        let yaml = format!("domain: d\n{earlier}\ndescriptors: {good}\n");
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!((e.line, e.field.as_str()), (Some(line), at), "{yaml}\n{e}");
+        assert!(e.message.contains(words), "{yaml}\n{e}");
+        assert!(
+            e.message.contains("yaml.v2 refuses the file"),
+            "{yaml}\n{e}"
+        );
+    }
+    // yaml.v2 merges an alias of a mapping, or a list of them, but not an alias of a list of
+    // mappings, which the loader's copy would make look like a list written there.
+    let merged = |value: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: a\n    name: &l [{{name: n}}]\n    \
+             rate_limit: {{<<: {value}, unit: second, requests_per_unit: 1}}\n"
+        )
+    };
+    let e = load(&merged("*l")).unwrap_err();
+    assert_eq!(e.line, Some(5), "{e}");
+    assert!(e.message.contains("alias of a list"), "{e}");
+    assert!(load(&merged("[*l]")).is_err());
+    let c = load(&merged("[{name: n}]")).unwrap();
+    assert_eq!(rate_of(&c, "a"), (1, Unit::Second, "n".to_owned()));
+}
+
+/// yaml.v2 decodes every occurrence of a field written twice into envoyproxy/ratelimit's
+/// structs, in turn: the later is kept, but a type error in the earlier (a list field given a
+/// number, a string given a list, a flag given a word) still fails the file, anywhere inside it
+/// and also where a null `rate_limit` or a later list drops it. Refused here too, at that
+/// value; what only the kept value is checked for (keys, units, names) is not checked in it.
+#[test]
+fn a_value_a_later_one_replaces_is_still_decoded() {
+    let good = "[{key: a, rate_limit: {unit: second, requests_per_unit: 1}}]";
+    let rl = "rate_limit: {unit: second, requests_per_unit: 1}";
+    for (yaml, line, at, words) in [
+        (
+            format!("domain: d\ndescriptors: 5\ndescriptors: {good}\n"),
+            2,
+            "descriptors",
+            "expected a list",
+        ),
+        (
+            format!("domain: d\ndescriptors: [{{key: [1]}}]\ndescriptors: {good}\n"),
+            2,
+            "descriptors[0].key",
+            "expected a string",
+        ),
+        (
+            format!(
+                "domain: d\ndescriptors:\n  - key: x\n  - key: a\n    shadow_mode: maybe\n\
+                 descriptors: {good}\n"
+            ),
+            5,
+            "descriptors[1].shadow_mode",
+            "expected true or false",
+        ),
+        (
+            format!(
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{requests_per_unit: -1}}\n\
+                 descriptors: {good}\n"
+            ),
+            4,
+            "descriptors[0].rate_limit.requests_per_unit",
+            "0..=4294967295",
+        ),
+        (
+            format!(
+                "domain: d\ndescriptors: [{{key: a, metadata: 5, quota_mode: true}}]\n\
+                 descriptors: {good}\n"
+            ),
+            2,
+            "descriptors[0].metadata",
+            "expected a mapping",
+        ),
+        (
+            format!(
+                "domain: d\ndescriptors:\n  - key: a\n    descriptors: {{key: b}}\n    \
+                 descriptors: {good}\n"
+            ),
+            4,
+            "descriptors[0].descriptors",
+            "expected a list",
+        ),
+        (
+            format!(
+                "domain: d\ndescriptors:\n  - <<: {{descriptors: [{{key: b, value: [c]}}]}}\n    \
+                 key: a\n    descriptors: {good}\n"
+            ),
+            3,
+            "descriptors[0].descriptors[0].value",
+            "expected a string",
+        ),
+        (
+            format!(
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{requests_per_unit: x}}\n    \
+                 rate_limit: ~\n    {rl}\n"
+            ),
+            4,
+            "descriptors[0].rate_limit.requests_per_unit",
+            "expected a whole number",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: 5\n    rate_limit:\n".into(),
+            4,
+            "descriptors[0].rate_limit",
+            "expected a mapping",
+        ),
+        (
+            format!(
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{replaces: [{{name: {{}}}}]}}\n    \
+                 rate_limit: ~\n    {rl}\n"
+            ),
+            4,
+            "descriptors[0].rate_limit.replaces[0].name",
+            "expected a string",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      \
+             replaces: x\n      replaces: [{name: b}]\n"
+                .into(),
+            6,
+            "descriptors[0].rate_limit.replaces",
+            "expected a list",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, replaces: [{name: [b]}]}\n    \
+             rate_limit: {replaces: [{name: c}]}\n"
+                .into(),
+            4,
+            "descriptors[0].rate_limit.replaces[0].name",
+            "expected a string",
+        ),
+    ] {
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!((e.line, e.field.as_str()), (Some(line), at), "{yaml}\n{e}");
+        assert!(e.message.contains(words), "{yaml}\n{e}");
+    }
+    // Only types count in a replaced value: a descriptor without a key, two with one key, an
+    // invalid unit, a replaces entry without a name, a name envoyproxy/ratelimit does not know
+    // (its key check reads the kept value only) and a float in a string field all load.
+    let c = load(
+        "domain: d
+descriptors:
+  - value: x
+  - {key: a, bogus: {deep: [1]}}
+  - {key: a, value: 1.5, rate_limit: {unit: fortnight, replaces: [{}]}}
+descriptors:
+  - key: a
+    descriptors: [{}, {key: 1.5, colour: red}]
+    descriptors:
+      - key: b
+        rate_limit: {unit: fortnight, requests_per_unit: 1, replaces: [{colour: red}]}
+        rate_limit: ~
+      - key: c
+        rate_limit:
+          unit: hour
+          requests_per_unit: 2
+          replaces: [{}]
+          replaces: [{name: z}]
+",
+    )
+    .unwrap();
+    assert_eq!(
+        lookup(&c, "d", &[("a", "x"), ("c", "y")]).map(|m| m.0),
+        Some("a.c".to_owned())
+    );
+    assert!(lookup(&c, "d", &[("a", "x"), ("b", "y")]).is_none());
+    let m = c.lookup("d", [("a", "x"), ("c", "y")]).unwrap();
+    assert_eq!(m.limit.replaces, ["z"]);
+    assert_eq!(c.limits().len(), 1);
+}
+
+/// A `rate_limit` written twice fills one struct, but yaml.v2's generic map (and so
+/// envoyproxy/ratelimit's key check) keeps the last one only: a field of an earlier one that
+/// its structs do not have is ignored there, not refused, and a float in an earlier one's
+/// string field is that field's text. The same loads here, the unknown field with a warning.
+#[test]
+fn an_earlier_rate_limit_is_not_key_checked() {
+    let c = load(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, bogus: [1], name: 1.5, replaces: [{name: z, colour: red}]}
+    rate_limit: {requests_per_unit: 5}
+",
+    )
+    .unwrap();
+    assert_eq!(rate_of(&c, "a"), (5, Unit::Second, "1.5".to_owned()));
+    assert_eq!(c.lookup("d", [("a", "x")]).unwrap().limit.replaces, ["z"]);
+    assert_eq!(
+        warned(&c),
+        [
+            (Some(5), "descriptors[0].rate_limit"),
+            (Some(4), "descriptors[0].rate_limit.bogus"),
+            (Some(4), "descriptors[0].rate_limit.replaces[0].colour"),
+        ]
+    );
+    // The kept one is key-checked, as there; and an ignored field holding a rate is refused
+    // (it would drop that limit).
+    for (yaml, line, at, words) in [
+        (
+            "  - key: a\n    rate_limit: {unit: second}\n    rate_limit: {requests_per_unit: 5, bogus: 1}\n",
+            5,
+            "descriptors[0].rate_limit.bogus",
+            "unknown field",
+        ),
+        (
+            "  - key: a\n    rate_limit: {unit: second}\n    rate_limit: {requests_per_unit: 5, name: 1.5}\n",
+            5,
+            "descriptors[0].rate_limit.name",
+            "key check",
+        ),
+        (
+            "  - key: a\n    rate_limit: {unit: second, bogus: {unit: hour}}\n    rate_limit: {requests_per_unit: 5}\n",
+            4,
+            "descriptors[0].rate_limit.bogus",
+            "holds a rate",
+        ),
+    ] {
+        let yaml = format!("domain: d\ndescriptors:\n{yaml}");
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!((e.line, e.field.as_str()), (Some(line), at), "{yaml}\n{e}");
+        assert!(e.message.contains(words), "{yaml}\n{e}");
+    }
+}
+
+/// envoyproxy/ratelimit's `quota_mode` and `metadata` take effect in a descriptor only, where
+/// tollgate-rls refuses them as not supported; anywhere else its key check takes them and its
+/// structs ignore them, so they load ignored here too, with a warning.
+#[test]
+fn quota_mode_and_metadata_outside_a_descriptor_are_ignored() {
+    let c = load(
+        "domain: d
+quota_mode: true
+metadata: {a: b}
+descriptors:
+  - key: a
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+      quota_mode: true
+      metadata: {anything: [1.5]}
+      replaces: [{name: b, quota_mode: true}]
+",
+    )
+    .unwrap();
+    assert_eq!(rate_of(&c, "a"), (1, Unit::Second, String::new()));
+    assert_eq!(
+        warned(&c),
+        [
+            (Some(2), "quota_mode"),
+            (Some(3), "metadata"),
+            (Some(9), "descriptors[0].rate_limit.quota_mode"),
+            (Some(10), "descriptors[0].rate_limit.metadata"),
+            (Some(11), "descriptors[0].rate_limit.replaces[0].quota_mode"),
+        ]
+    );
+    let e = load("domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n").unwrap_err();
+    assert!(e.message.contains("not supported"), "{e}");
+}
