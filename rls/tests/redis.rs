@@ -803,7 +803,7 @@ fn refused_for_budget((status, message): &(String, String)) -> bool {
     status == "14" && message.contains("max-buffered-mib")
 }
 
-/// gRPC calls waiting on Redis take what they hold from the gRPC port's budget
+/// gRPC calls waiting on Redis take what they hold from the gRPC port's waiting budget
 /// (`--max-buffered-mib`, 16 MiB here), also calls sent at once (whose streams take nothing):
 /// with Redis frozen, as many calls as the budget holds wait, and every call beyond is
 /// answered `UNAVAILABLE` at once rather than each holding its decoded request until the
