@@ -331,8 +331,10 @@ impl<B> KeyExtractor<B> for ClientIp {
     }
 }
 
-/// The value of a request header (an API key, a tenant id). Missing, sent more than once, empty
-/// (or only spaces and tabs), or not visible ASCII: no key. A key header is a single value: of
+/// The value of a request header (an API key, a tenant id), without the spaces and tabs around
+/// it (RFC 9110 §5.5: they are not part of a field value; HTTP/2 delivers them as sent, so
+/// ` k` and `k` are one key). Missing, sent more than once, empty (or only spaces and tabs), or
+/// not visible ASCII: no key. A key header is a single value: of
 /// two lines, either choice lets one sender override the other (a gateway that appends its
 /// header after the client's would otherwise be overridden by the client's line). An empty
 /// value names no client: as a key, every client that sends it would share one limit, and one
@@ -347,6 +349,8 @@ impl<B> KeyExtractor<B> for ClientIp {
 /// assert_eq!(key.extract(&Request::new(())), None);
 /// let empty = Request::builder().header("x-api-key", "").body(()).unwrap();
 /// assert_eq!(key.extract(&empty), None);
+/// let padded = Request::builder().header("x-api-key", " k-123\t").body(()).unwrap();
+/// assert_eq!(key.extract(&padded).as_deref(), Some("k-123"));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeaderKey {
@@ -372,11 +376,12 @@ impl<B> KeyExtractor<B> for HeaderKey {
         if values.next().is_some() {
             return None;
         }
-        let value = value.to_str().ok()?;
-        // RFC 9110 §5.5: a field value excludes leading and trailing whitespace, so a value of
-        // only SP and HTAB (hyper strips it on the wire; a value built in process may keep it)
-        // is empty, and an empty value is no key. A non-blank value is kept byte for byte.
-        if value.bytes().all(|b| b == b' ' || b == b'\t') {
+        // RFC 9110 §5.5: a field value excludes leading and trailing whitespace (SP, HTAB).
+        // HTTP/1 parsers strip it on the wire; HTTP/2 (`h2`) and values built in process keep
+        // it, so it is stripped here: otherwise ` k`, `k\t`, `  k`, … would each be a fresh
+        // limit for one key. A value of only whitespace is empty, and an empty value is no key.
+        let value = value.to_str().ok()?.trim_matches(|c| c == ' ' || c == '\t');
+        if value.is_empty() {
             return None;
         }
         Some(value.to_owned())
