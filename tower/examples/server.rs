@@ -213,6 +213,12 @@ fn main() -> ExitCode {
     if cli.state.is_some() && (cli.unlimited || cli.redis.is_some()) {
         usage("--state applies to the in-process limiters (not --unlimited or --redis)".into());
     }
+    if let Some(dir) = cli.state.as_ref().filter(|p| p.is_dir()) {
+        usage(format!(
+            "--state {}: a directory, not a file",
+            dir.display()
+        ));
+    }
     let limits = limit::limits(&cli.limits).unwrap_or_else(|e| usage(e));
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(serve(cli, quota, limits))

@@ -108,6 +108,7 @@ fn bad_flags_exit_2_and_sigterm_exits_cleanly() {
         &["--key", "header:bad name"],
         &["--trusted-proxies", "10.0.0.0/33"],
         &["--listen", "localhost"],
+        &["--state", "/"],
         &["--no-such-flag"],
     ] {
         let out = Command::new(server_binary()).args(flags).output().unwrap();
