@@ -206,11 +206,7 @@ pub async fn serve_with_budget(
     // What every connection's unfinished gRPC messages (HTTP/2) or bodies (HTTP/1) may hold
     // together. The requests handlers hold while they wait on Redis take from `budget`, a
     // budget of their own, so that unfinished messages never make a waiting call refused.
-    let messages = Arc::new(Semaphore::new(
-        limits
-            .max_buffered_bytes
-            .clamp(MIN_PORT_MESSAGE_BYTES, Semaphore::MAX_PERMITS),
-    ));
+    let messages = port_budget(&limits);
     // The drain's deadline, once `stop` resolved.
     let (drain_tx, drain_rx) = watch::channel(None);
     // Connection tasks live in the set so that dropping it (`serve`'s future dropped) aborts
@@ -887,6 +883,17 @@ pub const MAX_PORT_MESSAGE_BYTES: usize = 256 << 20;
 /// and what it decodes to: about 7 MiB at the request limits).
 pub const MIN_PORT_MESSAGE_BYTES: usize = 16 << 20;
 
+/// A budget of [`Limits::max_buffered_bytes`] bytes, raised to [`MIN_PORT_MESSAGE_BYTES`] and
+/// cut to what a semaphore holds: a port's for unfinished messages or bodies, or its waiting
+/// budget ([`HandlerBudget::for_port`]).
+fn port_budget(limits: &Limits) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(
+        limits
+            .max_buffered_bytes
+            .clamp(MIN_PORT_MESSAGE_BYTES, Semaphore::MAX_PERMITS),
+    ))
+}
+
 /// What a request body takes before its bytes are passed on, given back when it is dropped.
 #[derive(Clone, Debug)]
 enum Budget {
@@ -913,11 +920,7 @@ impl HandlerBudget {
     /// A port's whole waiting budget under `limits`: [`Limits::max_buffered_bytes`], raised
     /// to [`MIN_PORT_MESSAGE_BYTES`] and cut to what a semaphore holds.
     pub fn for_port(limits: &Limits) -> HandlerBudget {
-        HandlerBudget(Arc::new(Semaphore::new(
-            limits
-                .max_buffered_bytes
-                .clamp(MIN_PORT_MESSAGE_BYTES, Semaphore::MAX_PERMITS),
-        )))
+        HandlerBudget(port_budget(limits))
     }
 
     /// Takes `bytes` if the budget holds them now, without waiting (`None` otherwise, also

@@ -55,8 +55,8 @@ impl Grpc {
     /// What the call's stream took while its message arrived ([`crate::conn`], a call sent in
     /// several frames) is given back before this runs: tonic drops the request's body once it
     /// holds the message and the end of the stream, before it calls the handler. The local
-    /// backend decides within this turn: nothing is held while
-    /// other calls run, and nothing is taken.
+    /// backend decides within this turn: nothing is held while other calls run, and nothing
+    /// is taken.
     async fn decide(
         &self,
         message: RateLimitRequest,
@@ -79,7 +79,7 @@ impl Grpc {
                     .into(),
             ));
         };
-        service.should_rate_limit(&req).await
+        service.decide_valid(&req).await
     }
 }
 

@@ -110,7 +110,7 @@ async fn json_call(
                 }
                 _ => None,
             };
-            app.service.should_rate_limit(&req).await
+            app.service.decide_valid(&req).await
         }
     };
     crate::metrics::request("json", result_of(&r), started.elapsed());

@@ -209,6 +209,12 @@ impl Service {
     /// Decides `req`.
     pub async fn should_rate_limit(&self, req: &Request) -> Result<Response, Reject> {
         validate(req)?;
+        self.decide_valid(req).await
+    }
+
+    /// Decides `req`, which [`validate`] accepted (the handlers that size a request before
+    /// it waits validate it first).
+    pub(crate) async fn decide_valid(&self, req: &Request) -> Result<Response, Reject> {
         match &self.backend {
             Backend::Local(local) => {
                 // Decisions hold the config's read lock: a reload swaps the tables between them.

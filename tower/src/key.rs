@@ -334,11 +334,11 @@ impl<B> KeyExtractor<B> for ClientIp {
 /// The value of a request header (an API key, a tenant id), without the spaces and tabs around
 /// it (RFC 9110 §5.5: they are not part of a field value; HTTP/2 delivers them as sent, so
 /// ` k` and `k` are one key). Missing, sent more than once, empty (or only spaces and tabs), or
-/// not visible ASCII: no key. A key header is a single value: of
-/// two lines, either choice lets one sender override the other (a gateway that appends its
-/// header after the client's would otherwise be overridden by the client's line). An empty
-/// value names no client: as a key, every client that sends it would share one limit, and one
-/// of them could spend it for all the others.
+/// not visible ASCII: no key. A key header is a single value: of two lines, either choice lets
+/// one sender override the other (a gateway that appends its header after the client's would
+/// otherwise be overridden by the client's line). An empty value names no client: as a key,
+/// every client that sends it would share one limit, and one of them could spend it for all the
+/// others.
 ///
 /// ```
 /// use http::Request;
