@@ -1613,13 +1613,12 @@ type Fault<'n> = (&'n MarkedYamlOwned, String);
 
 /// The fields of mapping `m` as yaml.v2 decodes it into a generic map for envoyproxy/ratelimit's
 /// key check: a merge key's mapping (or each of its list's, the earlier winning) merged where
-/// it stands, a name written again replacing the earlier value. `merges`: how deep in merged
-/// mappings `m` is, bounded as [`Parser::fields`] bounds it. A key that is not a string, or a
-/// merge key whose value is not a mapping or a list of them, is a fault.
+/// it stands, a name written again replacing the earlier value; merged mappings nested as deep
+/// as [`Parser::fields`] allows. A key that is not a string, or a merge key whose value is not
+/// a mapping or a list of them, is a fault.
 #[allow(clippy::type_complexity)]
 fn generic_fields(
     m: &Map,
-    merges: usize,
 ) -> Result<Vec<(Cow<'_, str>, &MarkedYamlOwned, &MarkedYamlOwned)>, Fault<'_>> {
     fn walk<'n>(
         m: &'n Map,
@@ -1676,7 +1675,7 @@ fn generic_fields(
         Ok(())
     }
     let mut out = Vec::with_capacity(m.len());
-    walk(m, merges, &mut out, &mut HashMap::new())?;
+    walk(m, 0, &mut out, &mut HashMap::new())?;
     Ok(out)
 }
 
@@ -2012,11 +2011,23 @@ impl Parser<'_> {
                     Some(b'[') => format!("{field}{rest}"),
                     Some(_) => format!("{field}.{rest}"),
                 };
-                let what = format!(
-                    "{}: yaml.v2 decodes a value that a later one replaces too, and refuses the \
-                     file on this one (\"cannot unmarshal\")",
-                    ty.expected()
-                );
+                // yaml.v2 truncates a float in range into a Go integer; refusing it is this
+                // reader's own rule, as for a value it keeps.
+                let float_count =
+                    ty == GoType::Count && matches!(resolve(n), Some((_, Resolved::Float)));
+                let what = if float_count {
+                    format!(
+                        "{}: tollgate-rls refuses a float here, also in a value a later one \
+                         replaces (yaml.v2 would truncate it)",
+                        ty.expected()
+                    )
+                } else {
+                    format!(
+                        "{}: yaml.v2 decodes a value that a later one replaces too, and refuses \
+                         the file on this one (\"cannot unmarshal\")",
+                        ty.expected()
+                    )
+                };
                 return Err(self.expected(n, &f, &what));
             }
         }
@@ -2085,10 +2096,10 @@ impl Parser<'_> {
     /// envoyproxy/ratelimit's first pass over the file, where the parser does not follow it:
     /// yaml.v2 decodes the whole file into a generic map (failing on any scalar it cannot
     /// decode, [`undecodable`], a mapping or list as a key or a merge key that merges no
-    /// mapping, [`entry_fault`], or an alias inside its own anchor, wherever it stands), then `validateYamlKeys` walks it: every
-    /// mapping's keys must be strings it knows ([`key_check_takes`]), every list must hold
-    /// mappings, and every leaf must be a string, an int, a flag or null
-    /// ([`key_check_refuses`]). The parser checks the fields it reads as it reads them; this
+    /// mapping, [`entry_fault`], or an alias inside its own anchor, wherever it stands), then
+    /// `validateYamlKeys` walks it: every mapping's keys must be strings it knows
+    /// ([`key_check_takes`]), every list must hold mappings, and every leaf must be a string,
+    /// an int, a flag or null ([`key_check_refuses`]). The parser checks the fields it reads as it reads them; this
     /// reaches what it ignores (a misplaced field's mapping or list, the value a later field
     /// replaced is decoded too) with the same rules: a mapping as yaml.v2 decodes it into a
     /// map ([`generic_fields`]), a name's last value only, `metadata` unchecked.
@@ -2121,7 +2132,7 @@ impl Parser<'_> {
             let n = untagged(n);
             match &n.data {
                 YamlDataOwned::Mapping(m) => {
-                    let fields = generic_fields(m, 0)
+                    let fields = generic_fields(m)
                         .map_err(|(node, why)| self.err(Some(node), &field_path(&path, at), why))?;
                     for (name, k, v) in fields {
                         if !key_check_takes(name.as_ref()) {
@@ -2158,8 +2169,8 @@ impl Parser<'_> {
     }
 
     /// The error for the first node of `doc` that fails yaml.v2's decoding ([`undecodable`],
-    /// [`entry_fault`], an alias inside its own anchor), with its field path (a key's is its mapping's; a merged mapping's
-    /// fields are its mapping's). Only called once one is known to be there.
+    /// [`entry_fault`], an alias inside its own anchor), with its field path (a key's is its
+    /// mapping's; a merged mapping's fields are its mapping's). Only called once one is known to be there.
     fn undecodable_at(&self, doc: &MarkedYamlOwned) -> ConfigError {
         let mut path: Vec<(usize, Segment<'_>)> = vec![(0, Segment::Index(0))];
         let mut stack = vec![(doc, 0)];
