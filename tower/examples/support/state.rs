@@ -21,55 +21,26 @@
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, ErrorKind, Write};
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tollgate::persist::Persist;
 use tollgate::{
-    persist::RestoreError, Bucket, DefaultClock, KeyedLimiter, KeyedLimiterBuilder,
-    KeyedMultiLimiter, KeyedMultiLimiterBuilder, Limits, MultiBucket, Quota,
+    Bucket, DefaultClock, KeyedLimiter, KeyedLimiterBuilder, KeyedPolicy, Limits, MultiBucket,
+    Quota,
 };
 
-/// A limiter the server saves.
+/// A limiter the server saves (each with its own [`Persist::save`]; this trait is the part of
+/// it a `dyn` can call).
 pub(crate) trait Saved: Send + Sync + 'static {
     /// Writes the limiter's state.
     fn save_to(&self, w: &mut dyn Write) -> io::Result<()>;
 }
 
-impl Saved for Bucket {
+impl<T: Persist + Send + Sync + 'static> Saved for T {
     fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.save(w)
-    }
-}
-
-impl Saved for KeyedLimiter<IpAddr> {
-    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.save(w)
-    }
-}
-
-impl Saved for KeyedLimiter<String> {
-    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.save(w)
-    }
-}
-
-impl Saved for MultiBucket {
-    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.save(w)
-    }
-}
-
-impl Saved for KeyedMultiLimiter<IpAddr> {
-    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.save(w)
-    }
-}
-
-impl Saved for KeyedMultiLimiter<String> {
-    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.save(w)
+        Persist::save(self, w)
     }
 }
 
@@ -98,59 +69,55 @@ fn directory(path: &Path) -> &Path {
 }
 
 /// The limiter `restore` builds from `path`'s contents; `full` builds one when there is no file
-/// (a first start), `drained` when the file cannot be restored. A `state:` line says which and
-/// why.
+/// (a first start), and one that `drain` empties when the file cannot be restored. A `state:`
+/// line says which and why.
 fn restore_full_or_drained<T>(
     path: &Path,
     restore: impl FnOnce(BufReader<File>) -> Result<T, String>,
     full: impl FnOnce() -> T,
-    drained: impl FnOnce() -> T,
+    drain: impl FnOnce(&T),
 ) -> Arc<T> {
     let shown = path.display();
-    Arc::new(match open(path) {
+    let why = match open(path) {
         Ok(Found::Nothing) => {
             eprintln!("state: first start: no saved state, starting full ({shown})");
-            full()
+            return Arc::new(full());
         }
         Ok(Found::File(r)) => match restore(r) {
             Ok(limiter) => {
                 eprintln!("state: restored from {shown}");
-                limiter
+                return Arc::new(limiter);
             }
-            Err(why) => {
-                eprintln!("state: starting drained: {why} ({shown})");
-                drained()
-            }
+            Err(why) => why,
         },
-        Err(why) => {
-            eprintln!("state: starting drained: {why} ({shown})");
-            drained()
-        }
-    })
+        Err(why) => why,
+    };
+    eprintln!("state: starting drained: {why} ({shown})");
+    let limiter = full();
+    drain(&limiter);
+    Arc::new(limiter)
 }
 
-/// The global bucket, restored from `path`, full or drained.
-pub(crate) fn bucket(path: &Path, quota: Quota) -> Arc<Bucket> {
+/// A limiter restored in place from `path` (a fresh one, full or drained).
+fn in_place<T: Persist>(path: &Path, fresh: impl Fn() -> T, drain: impl FnOnce(&T)) -> Arc<T> {
     restore_full_or_drained(
         path,
         |r| {
-            let bucket = Bucket::new(quota);
-            bucket.restore(r).map_err(|e: RestoreError| e.to_string())?;
-            Ok(bucket)
+            let limiter = fresh();
+            limiter.restore(r).map_err(|e| e.to_string())?;
+            Ok(limiter)
         },
-        || Bucket::new(quota),
-        || {
-            Bucket::with_initial_tokens(quota, 0, DefaultClock::default())
-                .expect("0 tokens is within every burst")
-        },
+        &fresh,
+        drain,
     )
 }
 
-/// A keyed limiter of at most `max_keys` keys, restored from `path`, full or drained.
-pub(crate) fn keyed<K>(
+/// A keyed limiter (of one quota or of a policy a key) of at most `max_keys` keys, restored
+/// from `path` by its builder (so the saved entries are found again), full or drained.
+fn keyed<K, P: KeyedPolicy>(
     path: &Path,
-    builder: impl Fn() -> KeyedLimiterBuilder<K, Quota, DefaultClock>,
-) -> Arc<KeyedLimiter<K>>
+    builder: impl Fn() -> KeyedLimiterBuilder<K, P, DefaultClock>,
+) -> Arc<KeyedLimiter<K, P>>
 where
     K: std::hash::Hash + Eq + Clone,
 {
@@ -158,49 +125,7 @@ where
         path,
         |r| builder().restore(r).map_err(|e| e.to_string()),
         || builder().build().expect("max_keys is not 0"),
-        || {
-            let limiter = builder().build().expect("max_keys is not 0");
-            limiter.drain();
-            limiter
-        },
-    )
-}
-
-/// The global policy of the `--limit` flags, restored from `path`, full or drained (every quota).
-pub(crate) fn multi(path: &Path, limits: Limits) -> Arc<MultiBucket> {
-    restore_full_or_drained(
-        path,
-        |r| {
-            let policy = MultiBucket::new(limits.clone());
-            policy.restore(r).map_err(|e: RestoreError| e.to_string())?;
-            Ok(policy)
-        },
-        || MultiBucket::new(limits.clone()),
-        || {
-            let zeros = vec![0; limits.quotas().len()];
-            MultiBucket::with_initial_tokens(limits.clone(), &zeros, DefaultClock::default())
-                .expect("0 tokens is within every burst")
-        },
-    )
-}
-
-/// A per-key policy table, restored from `path`, full or drained.
-pub(crate) fn keyed_multi<K>(
-    path: &Path,
-    builder: impl Fn() -> KeyedMultiLimiterBuilder<K, DefaultClock>,
-) -> Arc<KeyedMultiLimiter<K>>
-where
-    K: std::hash::Hash + Eq + Clone,
-{
-    restore_full_or_drained(
-        path,
-        |r| builder().restore(r).map_err(|e| e.to_string()),
-        || builder().build().expect("max_keys is not 0"),
-        || {
-            let limiter = builder().build().expect("max_keys is not 0");
-            limiter.drain();
-            limiter
-        },
+        KeyedLimiter::drain,
     )
 }
 
@@ -258,17 +183,18 @@ impl Limiters {
 
     /// The global bucket.
     pub(crate) fn bucket(&mut self, quota: Quota) -> Arc<Bucket> {
-        self.build(|| Bucket::new(quota), |path| bucket(path, quota))
+        let fresh = || Bucket::new(quota);
+        self.build(fresh, |path| in_place(path, fresh, Bucket::drain))
     }
 
-    /// A keyed limiter.
-    pub(crate) fn keyed<K>(
+    /// A keyed limiter: one quota a key, or (`--limit`) a policy a key.
+    pub(crate) fn keyed<K, P: KeyedPolicy>(
         &mut self,
-        builder: impl Fn() -> KeyedLimiterBuilder<K, Quota, DefaultClock>,
-    ) -> Arc<KeyedLimiter<K>>
+        builder: impl Fn() -> KeyedLimiterBuilder<K, P, DefaultClock>,
+    ) -> Arc<KeyedLimiter<K, P>>
     where
         K: std::hash::Hash + Eq + Clone,
-        KeyedLimiter<K>: Saved,
+        KeyedLimiter<K, P>: Saved,
     {
         let plain = || builder().build().expect("max_keys is not 0");
         self.build(plain, |path| keyed(path, &builder))
@@ -276,23 +202,8 @@ impl Limiters {
 
     /// The global policy of the `--limit` flags.
     pub(crate) fn multi(&mut self, limits: Limits) -> Arc<MultiBucket> {
-        self.build(
-            || MultiBucket::new(limits.clone()),
-            |path| multi(path, limits.clone()),
-        )
-    }
-
-    /// A per-key policy table of the `--limit` flags.
-    pub(crate) fn keyed_multi<K>(
-        &mut self,
-        builder: impl Fn() -> KeyedMultiLimiterBuilder<K, DefaultClock>,
-    ) -> Arc<KeyedMultiLimiter<K>>
-    where
-        K: std::hash::Hash + Eq + Clone,
-        KeyedMultiLimiter<K>: Saved,
-    {
-        let plain = || builder().build().expect("max_keys is not 0");
-        self.build(plain, |path| keyed_multi(path, &builder))
+        let fresh = || MultiBucket::new(limits.clone());
+        self.build(fresh, |path| in_place(path, fresh, MultiBucket::drain))
     }
 
     /// `plain()` without `--state`; with it, what `restored` builds from the file (or full, or drained),
