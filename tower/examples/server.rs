@@ -20,8 +20,8 @@
 //!                                  limiter's (paths, round trips, breaker) as "http-redis"
 //!   --shadow                       decide and record, but admit every request
 //!   --state FILE                   restore the limiter from FILE at start (missing: start full;
-//!                                  damaged: start drained), save it there at shutdown and
-//!                                  periodically
+//!                                  damaged: start drained; not a regular file: a usage
+//!                                  error), save it there at shutdown and periodically
 //!   --save-every DURATION          with --state: 10s (default), 500ms, 2min, 1h
 //! ```
 //!
@@ -213,22 +213,23 @@ fn main() -> ExitCode {
     if cli.state.is_some() && (cli.unlimited || cli.redis.is_some()) {
         usage("--state applies to the in-process limiters (not --unlimited or --redis)".into());
     }
-    if let Some(dir) = cli.state.as_ref().filter(|p| p.is_dir()) {
-        usage(format!(
-            "--state {}: a directory, not a file",
-            dir.display()
-        ));
-    }
     let limits = limit::limits(&cli.limits).unwrap_or_else(|e| usage(e));
+    // Something other than a regular file at --state (a directory, a FIFO, a device) is refused
+    // here, before the start could block on it or the saves fail on it.
+    let limiters = state::Limiters::open(cli.state.clone()).unwrap_or_else(|e| usage(e));
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    runtime.block_on(serve(cli, quota, limits))
+    runtime.block_on(serve(cli, quota, limits, limiters))
 }
 
-async fn serve(cli: Cli, quota: Quota, limits: Option<Limits>) -> ExitCode {
+async fn serve(
+    cli: Cli,
+    quota: Quota,
+    limits: Option<Limits>,
+    mut limiters: state::Limiters,
+) -> ExitCode {
     // Installed before any limiter is built: their metric handles are resolved at construction.
     let scrape = cli.metrics.then(install_recorder);
     let app = Router::new().route("/", get(|| async { "ok" }));
-    let mut limiters = state::Limiters::new(cli.state.clone());
     let app = if cli.unlimited {
         app
     } else if let Some(url) = &cli.redis {

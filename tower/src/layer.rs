@@ -69,7 +69,7 @@ pub struct RateLimitLayer<Bk, X: KeyType = Global, Co = UnitCost> {
 }
 
 /// How responses are written: shared by the layer's services and their response futures.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Respond {
     headers: RateLimitHeaders,
     rejection: Rejection,
@@ -180,41 +180,26 @@ impl<Bk, X: KeyType, Co> RateLimitLayer<Bk, X, Co> {
 
     /// Which rate-limit headers go out (see [`RateLimitHeaders`]).
     pub fn headers(self, headers: RateLimitHeaders) -> Self {
-        let (rejection, observe) = (self.respond.rejection.clone(), self.respond.observe.clone());
-        RateLimitLayer {
-            respond: Arc::new(Respond {
-                headers,
-                rejection,
-                observe,
-            }),
-            ..self
-        }
+        self.respond(|r| r.headers = headers)
     }
 
     /// The response to a refusal (see [`Rejection`]).
     pub fn rejection(self, rejection: Rejection) -> Self {
-        let (headers, observe) = (self.respond.headers.clone(), self.respond.observe.clone());
-        RateLimitLayer {
-            respond: Arc::new(Respond {
-                headers,
-                rejection,
-                observe,
-            }),
-            ..self
-        }
+        self.respond(|r| r.rejection = rejection)
     }
 
     /// Changes what the layer records or enforces (see `observe.rs`).
     fn observe(self, change: impl FnOnce(&mut Observe)) -> Self {
-        let mut observe = self.respond.observe.clone();
-        change(&mut observe);
-        let (headers, rejection) = (self.respond.headers.clone(), self.respond.rejection.clone());
+        self.respond(|r| change(&mut r.observe))
+    }
+
+    /// Changes how the layer responds, in a fresh copy: a clone of the layer made before, and
+    /// the services made from it, keep the settings they had.
+    fn respond(self, change: impl FnOnce(&mut Respond)) -> Self {
+        let mut respond = Respond::clone(&self.respond);
+        change(&mut respond);
         RateLimitLayer {
-            respond: Arc::new(Respond {
-                headers,
-                rejection,
-                observe,
-            }),
+            respond: Arc::new(respond),
             ..self
         }
     }

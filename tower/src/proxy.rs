@@ -258,10 +258,16 @@ fn split_params(element: &str) -> impl Iterator<Item = &str> {
 
 /// An address with or without a port: `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`,
 /// `[2001:db8::1]`, `[2001:db8::1]:80`, or with an obfuscated port (RFC 7239 §6.3:
-/// `192.0.2.1:_abc`, `[2001:db8::1]:_abc`), which hides the port, not the address. `None` for
-/// anything else (`unknown`, `_hidden`).
+/// `192.0.2.1:_abc`, `[2001:db8::1]:_abc`), which hides the port, not the address; an IPv6
+/// address may carry a zone ID ([`zoned`]). `None` for anything else (`unknown`, `_hidden`).
 fn parse_node(node: &str) -> Option<IpAddr> {
     let node = node.trim();
+    // Tried only where the forms without a zone fail: they are the common case.
+    plain_node(node).or_else(|| zoned(node))
+}
+
+/// [`parse_node`] without zone IDs (but for `std`'s numeric one in brackets with a port).
+fn plain_node(node: &str) -> Option<IpAddr> {
     if let Some(v4) = dotted_quad(node.as_bytes()) {
         return Some(IpAddr::V4(v4));
     }
@@ -284,6 +290,66 @@ fn parse_node(node: &str) -> Option<IpAddr> {
     };
     let inner = host.strip_prefix('[')?.strip_suffix(']')?;
     inner.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6)
+}
+
+/// The longest zone ID [`zoned`] accepts. Interface names are at most 15 bytes on Linux and
+/// the BSDs, zone indexes 10 digits; this leaves room for percent-encoding them.
+const MAX_ZONE: usize = 64;
+
+/// An IPv6 address with a zone ID, written as a proxy that saw a link-local client writes it:
+/// `fe80::1%eth0` (Go's `net/http/httputil` in `X-Forwarded-For`), `[fe80::1%eth0]`, with a
+/// port (`[fe80::1%eth0]:443`, obfuscated or not), or percent-encoded as in a URI (RFC 6874,
+/// `[fe80::1%25eth0]`, in `Forwarded`). The zone names an interface of the proxy, not anything
+/// of the client's, so it is dropped: the client is the address, and two link-local clients
+/// behind one proxy keep a key each (the proxy's own, for every one of them, if the entry were
+/// refused). A zone is 1 to [`MAX_ZONE`] bytes of RFC 3986 unreserved characters
+/// (`A-Z a-z 0-9 - . _ ~`) and percent-encoded bytes (`%` and two hex digits); anything else,
+/// and a zone on an IPv4 address, is not an address.
+fn zoned(node: &str) -> Option<IpAddr> {
+    let (addr, rest) = node.split_once('%')?;
+    let (addr, zone) = match addr.strip_prefix('[') {
+        Some(addr) => {
+            let (zone, port) = rest.split_once(']')?;
+            match port.strip_prefix(':') {
+                None if port.is_empty() => {}
+                Some(port) if is_port(port) || is_obfuscated_port(port) => {}
+                _ => return None,
+            }
+            (addr, zone)
+        }
+        None => (addr, rest),
+    };
+    if !is_zone(zone) {
+        return None;
+    }
+    addr.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6)
+}
+
+/// A zone ID as [`zoned`] accepts it.
+fn is_zone(zone: &str) -> bool {
+    let bytes = zone.as_bytes();
+    if bytes.is_empty() || bytes.len() > MAX_ZONE {
+        return false;
+    }
+    let mut at = 0;
+    while let Some(&b) = bytes.get(at) {
+        at += match b {
+            b'%' if bytes
+                .get(at + 1..at + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) =>
+            {
+                3
+            }
+            b if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') => 1,
+            _ => return false,
+        };
+    }
+    true
+}
+
+/// A numeric port: 1 to 5 digits, at most 65535.
+fn is_port(port: &str) -> bool {
+    port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok()
 }
 
 /// RFC 7239 `obfport`: `_` and one or more of ALPHA, DIGIT, `.`, `_`, `-`.
@@ -410,6 +476,70 @@ mod tests {
             let got = walk(FWD, ten, "10.0.0.1", name, lines);
             assert_eq!(got, client.parse::<IpAddr>().unwrap(), "{lines:?}");
         }
+    }
+
+    /// A zone ID names an interface of the proxy: it is dropped and the address is the client,
+    /// in both headers, so each link-local client behind a proxy keeps a key of its own. A
+    /// zone that breaks the grammar, or is too long, is no address: the walk stops.
+    #[test]
+    fn an_ipv6_zone_id_is_dropped_from_the_client_address() {
+        let ten = &["10.0.0.0/8"][..];
+        let peer = "10.0.0.1";
+        let longest = format!("fe80::a%{}", "z".repeat(MAX_ZONE));
+        let too_long = format!("fe80::a%{}", "z".repeat(MAX_ZONE + 1));
+        #[rustfmt::skip]
+        let xff: &[(&str, &str)] = &[
+            ("fe80::1%eth0", "fe80::1"),
+            ("6.6.6.6, fe80::2%enp3s0", "fe80::2"),
+            ("[fe80::3%eth0]:443", "fe80::3"),
+            ("[fe80::4%25en0]", "fe80::4"),
+            ("[fe80::5%2]:8080", "fe80::5"),
+            ("fe80::6%7", "fe80::6"),
+            ("fe80::7%br-1a2b.100_x~", "fe80::7"),
+            ("fe80::8%25eth%2F0", "fe80::8"),
+            ("::ffff:192.0.2.1%eth0", "::ffff:192.0.2.1"),
+            (&longest, "fe80::a"),
+            // not addresses: the walk stops at the peer
+            (&too_long, peer),
+            ("fe80::1%", peer),
+            ("fe80::1%eth 0", peer),
+            ("fe80::1%eth0%zz", peer),
+            ("fe80::1%eth0%4", peer),
+            ("fe80::1%eth0:80", peer),
+            ("fe80::1%eth0]", peer),
+            ("[fe80::1%eth0", peer),
+            ("[fe80::1%eth0]:", peer),
+            ("[fe80::1%eth0]:65536", peer),
+            ("[fe80::1%eth0]:+80", peer),
+            ("[fe80::1%eth0]x", peer),
+            ("[fe80::1%]", peer),
+            ("192.0.2.1%eth0", peer),
+            ("[192.0.2.1%eth0]:80", peer),
+            ("%eth0", peer),
+            ("fe80::1%a/b", peer),
+        ];
+        for (line, client) in xff {
+            let got = walk(XFF, ten, peer, "x-forwarded-for", &[line]);
+            assert_eq!(got, client.parse::<IpAddr>().unwrap(), "{line:?}");
+        }
+        #[rustfmt::skip]
+        let forwarded: &[(&str, &str)] = &[
+            (r#"for="[fe80::1%25eth0]""#, "fe80::1"),
+            (r#"for="[fe80::2%25eth0]:4711";proto=https"#, "fe80::2"),
+            (r#"for="[fe80::3%eth0]:_hidden""#, "fe80::3"),
+            (r#"for=6.6.6.6, for="[fe80::4%25wlan0]", for=10.0.0.3"#, "fe80::4"),
+            (r#"for="[fe80::5%25eth0]:_""#, peer),
+            (r#"for="[fe80::6%25eth0;x]""#, peer),
+        ];
+        for (line, client) in forwarded {
+            let got = walk(FWD, ten, peer, "forwarded", &[line]);
+            assert_eq!(got, client.parse::<IpAddr>().unwrap(), "{line:?}");
+        }
+        // The trust rules are the address's: a trusted link-local hop is walked past.
+        let linked = &["10.0.0.0/8", "fe80::/10"][..];
+        let line = "6.6.6.6, 2001:db8::7, fe80::9%eth0";
+        let got = walk(XFF, linked, peer, "x-forwarded-for", &[line]);
+        assert_eq!(got, "2001:db8::7".parse::<IpAddr>().unwrap());
     }
 
     #[test]

@@ -140,9 +140,20 @@ impl Gen {
         }
     }
 
+    /// `text` (the spelling of `ip`) with, now and then where `ip` is IPv6, a zone ID after
+    /// `percent` (`%`, or `%25` as in a URI): an interface of the proxy, not part of the client.
+    fn zoned(&mut self, ip: IpAddr, text: String, percent: &str) -> String {
+        if !ip.is_ipv6() || !self.chance(15) {
+            return text;
+        }
+        let zone = self.pick(&["eth0", "enp3s0", "2", "br-1a2b.100_x~", "en%2F0"]);
+        format!("{text}{percent}{zone}")
+    }
+
     /// An address in one of the spellings a proxy may write into `X-Forwarded-For`.
     fn xff_address(&mut self, ip: IpAddr) -> String {
         let (text, v6) = self.address_text(ip);
+        let text = self.zoned(ip, text, "%");
         let port = self.rng.below(65_536);
         let body = match (v6, self.rng.below(3)) {
             (true, 0) => format!("[{text}]"),
@@ -160,8 +171,10 @@ impl Gen {
             b"_hidden",
             b"",
             b" ",
-            b"fe80::1%eth0",
-            b"[fe80::1%eth0]:80",
+            b"fe80::1%",
+            b"fe80::1%eth0:80",
+            b"[fe80::1%eth0]:99999",
+            b"1.2.3.4%eth0",
             b"1.2.3.4:99999",
             b"1.2.3.4:",
             b"010.0.0.1",
@@ -183,6 +196,8 @@ impl Gen {
     /// other parameters, parameter names in any case, quoted-pairs and whitespace.
     fn forwarded_address(&mut self, ip: IpAddr) -> String {
         let (text, v6) = self.address_text(ip);
+        let percent = self.pick(&["%25", "%"]);
+        let text = self.zoned(ip, text, percent);
         let port = self.rng.below(65_536);
         // RFC 7239 §6.3: a port may be obfuscated (`_` and ALPHA, DIGIT, `.`, `_`, `-`).
         let port = if self.chance(25) {
@@ -251,8 +266,9 @@ impl Gen {
             "for=\"unknown\"",
             "for=_hidden",
             "for=\"_hidden:80\"",
-            "for=\"[fe80::1%eth0]\"",
-            "for=\"[fe80::1%25eth0]:80\"",
+            "for=\"[fe80::1%]\"",
+            "for=\"[fe80::1%25eth0]:99999\"",
+            "for=\"[1.2.3.4%25eth0]\"",
             "for=\"1.2.3.4:99999\"",
             "for=\"\"",
             "for=\"[1.2.3.4]\"",

@@ -1,8 +1,9 @@
 //! The example server's `--state`: a restart after SIGTERM hands out nothing, ten `kill -9`s in
 //! a row under load hand out nothing twice, a per-key `--limit` policy keeps each key's hourly
-//! spend across a restart, no state file is a first start (full), a corrupted or truncated one
-//! starts the server drained with a log line saying why, and a save never writes through a link
-//! planted beside the state file. Real processes, real files.
+//! spend across a restart, no state file is a first start (full), a corrupted, truncated or
+//! oversized one starts the server drained with a log line saying why, a save never writes
+//! through a link planted beside the state file, a link to a state file is restored from, and
+//! something other than a regular file at the path is a usage error. Real processes, real files.
 
 mod support;
 
@@ -35,15 +36,20 @@ struct Proc {
     log: Arc<Mutex<Vec<String>>>,
 }
 
+/// The example server on a free loopback port with these flags, its stdout and stderr piped.
+fn spawn(flags: &[&str]) -> Child {
+    Command::new(server_binary())
+        .args(["--listen", "127.0.0.1:0"])
+        .args(flags)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the example server starts")
+}
+
 impl Proc {
     fn start(flags: &[&str]) -> Proc {
-        let mut child = Command::new(server_binary())
-            .args(["--listen", "127.0.0.1:0"])
-            .args(flags)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the example server starts");
+        let mut child = spawn(flags);
         let log = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
         let lines = log.clone();
@@ -466,5 +472,124 @@ async fn a_save_never_writes_through_a_planted_link() {
         .collect();
     names.sort();
     assert_eq!(names, ["state", "state.tmp", "victim", "victim-of-file"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The server run with `flags` until it exits, for at most 10 s (then killed): its exit code
+/// (`None` when it had to be killed), stdout and stderr.
+fn run_to_exit(flags: &[&str]) -> (Option<i32>, String, String) {
+    let mut child = spawn(flags);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut exited = true;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            exited = false;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let code = if exited { out.status.code() } else { None };
+    (code, text(&out.stdout), text(&out.stderr))
+}
+
+/// Something other than a regular file at `--state`, or a link to one, is a usage error: exit
+/// 2 at once with a message, the server never listening and leaving the thing as it was. (A
+/// FIFO opened for reading waits for a writer: the start would hang; a link to `/dev/zero`
+/// starts drained, and its saves would replace the link.)
+#[cfg(unix)]
+#[test]
+fn a_state_path_that_is_not_a_regular_file_exits_2() {
+    use std::os::unix::fs::{symlink, FileTypeExt};
+    let dir = temp_dir("not-regular");
+    let fifo = dir.join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let socket = dir.join("socket");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let (to_fifo, to_zero) = (dir.join("to-fifo"), dir.join("to-zero"));
+    symlink(&fifo, &to_fifo).unwrap();
+    symlink("/dev/zero", &to_zero).unwrap();
+    for (path, what) in [
+        (&fifo, "a FIFO"),
+        (&to_fifo, "a FIFO"),
+        (&socket, "a socket"),
+        (&to_zero, "a character device"),
+        (&dir, "a directory"),
+    ] {
+        let flags = ["--key", "global", "--state", path.to_str().unwrap()];
+        let (code, stdout, stderr) = run_to_exit(&flags);
+        assert_eq!(code, Some(2), "{path:?}: {stdout:?} {stderr:?}");
+        assert!(
+            stderr.contains(&format!("{what}, not a regular file")),
+            "{path:?}: {stderr:?}"
+        );
+        assert!(stdout.is_empty(), "{path:?} never listens: {stdout:?}");
+    }
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(std::fs::symlink_metadata(&to_zero).unwrap().is_symlink());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server with 3 tokens an hour for everyone, restored from and saved to `path`.
+fn three_an_hour(path: &Path) -> Proc {
+    let path = path.to_str().unwrap();
+    Proc::start(&[
+        "--rate", "1/h", "--burst", "3", "--key", "global", "--state", path,
+    ])
+}
+
+/// A link to a state file is restored from; the shutdown's save replaces the link itself with
+/// a regular file and leaves its target as it was.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_link_to_a_state_file_is_restored_from() {
+    let dir = temp_dir("link-to-state");
+    let (path, target) = (dir.join("state"), dir.join("saved"));
+    let quota = Quota::new(1, Duration::from_secs(3600), 3).unwrap();
+    full_state(&target, quota);
+    let before = std::fs::read(&target).unwrap();
+    std::os::unix::fs::symlink(&target, &path).unwrap();
+    let mut server = three_an_hour(&path);
+    let log = server.log();
+    assert!(
+        log.iter().any(|l| l.starts_with("state: restored")),
+        "{log:?}"
+    );
+    let c = client();
+    assert_eq!(status(&c, &server.url()).await.unwrap().0, StatusCode::OK);
+    server.sigterm();
+    assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
+    assert_eq!(std::fs::read(&target).unwrap(), before);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A state file larger than any save of the server is damaged: the start is drained, says so,
+/// and does not read it (here a full save followed by a gigabyte of nothing, which a reader
+/// that stops at the save's end frame would restore, full).
+#[tokio::test]
+async fn an_oversized_state_file_starts_drained() {
+    let dir = temp_dir("oversized");
+    let path = dir.join("state");
+    let quota = Quota::new(1, Duration::from_secs(3600), 3).unwrap();
+    full_state(&path, quota);
+    // Sparse: no disk space is taken.
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(1 << 30).unwrap();
+    drop(file);
+    let server = three_an_hour(&path);
+    let c = client();
+    let (s, retry) = status(&c, &server.url()).await.unwrap();
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "drained, not full");
+    assert!(retry.unwrap() > 3000, "{retry:?}");
+    let log = server.log();
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("state: starting drained: ")
+                && l.contains("more than any save of this server")),
+        "{log:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

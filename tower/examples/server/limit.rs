@@ -75,18 +75,18 @@ pub(crate) fn layer(app: Router, limits: Limits, cli: &Cli, limiters: &mut Limit
             cli,
         )),
         (KeyKind::Ip, None) => app.layer(observed(
-            RateLimitLayer::shared(limiters.keyed_multi(per_key::<IpAddr>(&limits, cli)))
+            RateLimitLayer::shared(limiters.keyed(per_key::<IpAddr>(&limits, cli)))
                 .key(PeerIp::new()),
             cli,
         )),
         (KeyKind::Ip, Some(Trusted(trusted))) => {
             let key = ClientIp::new(trusted.iter().copied());
-            let table = limiters.keyed_multi(per_key::<IpAddr>(&limits, cli));
+            let table = limiters.keyed(per_key::<IpAddr>(&limits, cli));
             app.layer(observed(RateLimitLayer::shared(table).key(key), cli))
         }
         (KeyKind::Header(name), _) => {
             let key = HeaderKey::new(name.clone());
-            let table = limiters.keyed_multi(per_key::<String>(&limits, cli));
+            let table = limiters.keyed(per_key::<String>(&limits, cli));
             app.layer(observed(RateLimitLayer::shared(table).key(key), cli))
         }
     }

@@ -7,7 +7,11 @@
 //!   unreadable or damaged file, or a missing directory, starts the limiter **drained** (no
 //!   tokens, refilling at the quota's rate), with a `state: starting drained` line saying why: a
 //!   process that cannot tell what it handed out before it stopped assumes it handed out
-//!   everything, so a crash loop never removes the limit.
+//!   everything, so a crash loop never removes the limit. A file larger than any save of this
+//!   server (64 MiB) is damaged too, and is not read. Something other than a regular file at
+//!   `FILE` (a directory, a FIFO, a socket, a device) is refused: exit 2 with a message. A link
+//!   to a regular file is restored from; the first save replaces the link itself with a
+//!   regular file and never writes to its target.
 //! * **Saves** write a fresh temporary file beside `FILE` (created new, under a random name, so
 //!   it never follows a link planted there), fsync it, rename it over `FILE` and fsync the
 //!   directory: a crash at any point leaves the previous save or the new one, never a mix. Each
@@ -19,75 +23,140 @@
 //!   in one `--save-every` interval plus one save's duration (`burst + rate × interval`), per
 //!   crash.
 
-use std::fs::File;
-use std::io::{self, BufReader, BufWriter, ErrorKind, Write};
-use std::net::IpAddr;
+use std::fs::{File, Metadata};
+use std::io::{self, BufReader, BufWriter, ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tollgate::persist::Persist;
 use tollgate::{
-    persist::RestoreError, Bucket, DefaultClock, KeyedLimiter, KeyedLimiterBuilder,
-    KeyedMultiLimiter, KeyedMultiLimiterBuilder, Limits, MultiBucket, Quota,
+    Bucket, DefaultClock, KeyedLimiter, KeyedLimiterBuilder, KeyedPolicy, Limits, MultiBucket,
+    Quota,
 };
 
-/// A limiter the server saves.
+/// The most bytes the start reads from the state file, and the largest file it restores from.
+/// The largest save this server makes is a table of `MAX_KEYS` keys of four quotas each, 41
+/// bytes a key (fingerprint, quota count, four lacks) plus 13 bytes a frame of 4,096 keys:
+/// about 41 MiB. 64 bytes a key leave room for the few keys a save racing insertions holds
+/// past `MAX_KEYS`. A larger file is no save of this server, and reading it through would
+/// only delay the start (and hold whatever overrides it lists in memory).
+const MAX_STATE_BYTES: u64 = crate::MAX_KEYS as u64 * 64;
+
+/// A limiter the server saves (each with its own [`Persist::save`]; this trait is the part of
+/// it a `dyn` can call).
 pub(crate) trait Saved: Send + Sync + 'static {
     /// Writes the limiter's state.
     fn save_to(&self, w: &mut dyn Write) -> io::Result<()>;
 }
 
-impl Saved for Bucket {
+impl<T: Persist + Send + Sync + 'static> Saved for T {
     fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.save(w)
+        Persist::save(self, w)
     }
 }
 
-impl Saved for KeyedLimiter<IpAddr> {
-    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.save(w)
-    }
-}
-
-impl Saved for KeyedLimiter<String> {
-    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.save(w)
-    }
-}
-
-impl Saved for MultiBucket {
-    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.save(w)
-    }
-}
-
-impl Saved for KeyedMultiLimiter<IpAddr> {
-    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.save(w)
-    }
-}
-
-impl Saved for KeyedMultiLimiter<String> {
-    fn save_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.save(w)
-    }
-}
+/// The state file as the restore reads it: at most [`MAX_STATE_BYTES`].
+type Reader = BufReader<io::Take<File>>;
 
 /// What the start found at the state file's path.
-enum Found {
-    /// A file to restore from.
-    File(BufReader<File>),
+pub(crate) enum Found {
+    /// A regular file to restore from.
+    File(Reader),
     /// No file in an existing directory: a first start.
     Nothing,
+    /// A file that cannot be restored from (why, for the log line): the start is drained.
+    Unreadable(String),
 }
 
-/// Opens the state file, or says why it cannot be restored (for the log line).
-fn open(path: &Path) -> Result<Found, String> {
-    match File::open(path) {
-        Ok(file) => Ok(Found::File(BufReader::new(file))),
-        Err(e) if e.kind() == ErrorKind::NotFound && directory(path).is_dir() => Ok(Found::Nothing),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+/// Opens the state file at `path` for the restore. `Err` (a usage error, exit 2) where
+/// something other than a regular file is there, or a link to one: no save can be read from
+/// it (a FIFO would block the start until a writer came, a device feed it without end), and
+/// the saves would replace it (a FIFO, a socket or `/dev/null` itself, as root). The type is
+/// checked before opening, so a device found there is not opened, and again on the file
+/// opened, which is the one read: a FIFO swapped in between is refused too, its opening not
+/// blocking (`O_NONBLOCK`).
+pub(crate) fn open(path: &Path) -> Result<Found, String> {
+    let shown = path.display();
+    if let Ok(meta) = std::fs::metadata(path) {
+        regular(path, &meta)?;
     }
+    let file = match open_nonblocking(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == ErrorKind::NotFound && directory(path).is_dir() => {
+            return Ok(Found::Nothing)
+        }
+        Err(e) => return Ok(Found::Unreadable(format!("cannot read {shown}: {e}"))),
+    };
+    let meta = match file.metadata() {
+        Ok(meta) => meta,
+        Err(e) => return Ok(Found::Unreadable(format!("cannot read {shown}: {e}"))),
+    };
+    regular(path, &meta)?;
+    if meta.len() > MAX_STATE_BYTES {
+        return Ok(Found::Unreadable(format!(
+            "{shown} holds {} bytes, more than any save of this server ({MAX_STATE_BYTES} at most)",
+            meta.len()
+        )));
+    }
+    // Bounded again as read: the file may grow after the check.
+    Ok(Found::File(BufReader::new(file.take(MAX_STATE_BYTES))))
+}
+
+/// `Err` (the usage error's message) unless `meta` is a regular file's.
+fn regular(path: &Path, meta: &Metadata) -> Result<(), String> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    let what = if meta.is_dir() {
+        "a directory"
+    } else {
+        special(meta)
+    };
+    Err(format!(
+        "--state {}: {what}, not a regular file",
+        path.display()
+    ))
+}
+
+/// What a file that is neither a regular file nor a directory is.
+#[cfg(unix)]
+fn special(meta: &Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "a special file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special(_: &Metadata) -> &'static str {
+    "a special file"
+}
+
+/// Opens `path` for reading without waiting for a FIFO's writer (`O_NONBLOCK`; it changes
+/// nothing for a regular file) and without making a terminal the process's controlling one
+/// (`O_NOCTTY`).
+#[cfg(unix)]
+fn open_nonblocking(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_nonblocking(path: &Path) -> io::Result<File> {
+    File::open(path)
 }
 
 /// The directory `path` is in.
@@ -97,110 +166,73 @@ fn directory(path: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
-/// The limiter `restore` builds from `path`'s contents; `full` builds one when there is no file
-/// (a first start), `drained` when the file cannot be restored. A `state:` line says which and
-/// why.
+/// The limiter `restore` builds from the file `found`; `full` builds one when there is no file
+/// (a first start), and one that `drain` empties when the file cannot be restored. A `state:`
+/// line says which and why.
 fn restore_full_or_drained<T>(
     path: &Path,
-    restore: impl FnOnce(BufReader<File>) -> Result<T, String>,
+    found: Found,
+    restore: impl FnOnce(Reader) -> Result<T, String>,
     full: impl FnOnce() -> T,
-    drained: impl FnOnce() -> T,
+    drain: impl FnOnce(&T),
 ) -> Arc<T> {
     let shown = path.display();
-    Arc::new(match open(path) {
-        Ok(Found::Nothing) => {
+    let why = match found {
+        Found::Nothing => {
             eprintln!("state: first start: no saved state, starting full ({shown})");
-            full()
+            return Arc::new(full());
         }
-        Ok(Found::File(r)) => match restore(r) {
+        Found::File(r) => match restore(r) {
             Ok(limiter) => {
                 eprintln!("state: restored from {shown}");
-                limiter
+                return Arc::new(limiter);
             }
-            Err(why) => {
-                eprintln!("state: starting drained: {why} ({shown})");
-                drained()
-            }
+            Err(why) => why,
         },
-        Err(why) => {
-            eprintln!("state: starting drained: {why} ({shown})");
-            drained()
-        }
-    })
+        Found::Unreadable(why) => why,
+    };
+    eprintln!("state: starting drained: {why} ({shown})");
+    let limiter = full();
+    drain(&limiter);
+    Arc::new(limiter)
 }
 
-/// The global bucket, restored from `path`, full or drained.
-pub(crate) fn bucket(path: &Path, quota: Quota) -> Arc<Bucket> {
+/// A limiter restored in place from `found` (a fresh one, full or drained).
+fn in_place<T: Persist>(
+    path: &Path,
+    found: Found,
+    fresh: impl Fn() -> T,
+    drain: impl FnOnce(&T),
+) -> Arc<T> {
     restore_full_or_drained(
         path,
+        found,
         |r| {
-            let bucket = Bucket::new(quota);
-            bucket.restore(r).map_err(|e: RestoreError| e.to_string())?;
-            Ok(bucket)
+            let limiter = fresh();
+            limiter.restore(r).map_err(|e| e.to_string())?;
+            Ok(limiter)
         },
-        || Bucket::new(quota),
-        || {
-            Bucket::with_initial_tokens(quota, 0, DefaultClock::default())
-                .expect("0 tokens is within every burst")
-        },
+        &fresh,
+        drain,
     )
 }
 
-/// A keyed limiter of at most `max_keys` keys, restored from `path`, full or drained.
-pub(crate) fn keyed<K>(
+/// A keyed limiter (of one quota or of a policy a key) of at most `max_keys` keys, restored
+/// from `found` by its builder (so the saved entries are found again), full or drained.
+fn keyed<K, P: KeyedPolicy>(
     path: &Path,
-    builder: impl Fn() -> KeyedLimiterBuilder<K, Quota, DefaultClock>,
-) -> Arc<KeyedLimiter<K>>
+    found: Found,
+    builder: impl Fn() -> KeyedLimiterBuilder<K, P, DefaultClock>,
+) -> Arc<KeyedLimiter<K, P>>
 where
     K: std::hash::Hash + Eq + Clone,
 {
     restore_full_or_drained(
         path,
+        found,
         |r| builder().restore(r).map_err(|e| e.to_string()),
         || builder().build().expect("max_keys is not 0"),
-        || {
-            let limiter = builder().build().expect("max_keys is not 0");
-            limiter.drain();
-            limiter
-        },
-    )
-}
-
-/// The global policy of the `--limit` flags, restored from `path`, full or drained (every quota).
-pub(crate) fn multi(path: &Path, limits: Limits) -> Arc<MultiBucket> {
-    restore_full_or_drained(
-        path,
-        |r| {
-            let policy = MultiBucket::new(limits.clone());
-            policy.restore(r).map_err(|e: RestoreError| e.to_string())?;
-            Ok(policy)
-        },
-        || MultiBucket::new(limits.clone()),
-        || {
-            let zeros = vec![0; limits.quotas().len()];
-            MultiBucket::with_initial_tokens(limits.clone(), &zeros, DefaultClock::default())
-                .expect("0 tokens is within every burst")
-        },
-    )
-}
-
-/// A per-key policy table, restored from `path`, full or drained.
-pub(crate) fn keyed_multi<K>(
-    path: &Path,
-    builder: impl Fn() -> KeyedMultiLimiterBuilder<K, DefaultClock>,
-) -> Arc<KeyedMultiLimiter<K>>
-where
-    K: std::hash::Hash + Eq + Clone,
-{
-    restore_full_or_drained(
-        path,
-        |r| builder().restore(r).map_err(|e| e.to_string()),
-        || builder().build().expect("max_keys is not 0"),
-        || {
-            let limiter = builder().build().expect("max_keys is not 0");
-            limiter.drain();
-            limiter
-        },
+        KeyedLimiter::drain,
     )
 }
 
@@ -244,73 +276,69 @@ pub(crate) async fn save_every(path: PathBuf, interval: Duration, limiter: Arc<d
 
 /// The server's limiters: built plain without `--state`, restored (or full, or drained) with it, and
 /// remembered for saving.
-#[derive(Default)]
 pub(crate) struct Limiters {
     path: Option<PathBuf>,
+    /// What the start found at `path`, taken by the one limiter the server builds.
+    found: Option<Found>,
     built: Option<Arc<dyn Saved>>,
 }
 
 impl Limiters {
-    /// Limiters restored from and saved to `path` (plain ones for `None`).
-    pub(crate) fn new(path: Option<PathBuf>) -> Limiters {
-        Limiters { path, built: None }
+    /// Limiters restored from and saved to `path` (plain ones for `None`); `Err` (a usage
+    /// error) where `path` is not a regular file ([`open`]).
+    pub(crate) fn open(path: Option<PathBuf>) -> Result<Limiters, String> {
+        let found = path.as_deref().map(open).transpose()?;
+        Ok(Limiters {
+            path,
+            found,
+            built: None,
+        })
     }
 
     /// The global bucket.
     pub(crate) fn bucket(&mut self, quota: Quota) -> Arc<Bucket> {
-        self.build(|| Bucket::new(quota), |path| bucket(path, quota))
+        let fresh = || Bucket::new(quota);
+        self.build(fresh, |path, found| {
+            in_place(path, found, fresh, Bucket::drain)
+        })
     }
 
-    /// A keyed limiter.
-    pub(crate) fn keyed<K>(
+    /// A keyed limiter: one quota a key, or (`--limit`) a policy a key.
+    pub(crate) fn keyed<K, P: KeyedPolicy>(
         &mut self,
-        builder: impl Fn() -> KeyedLimiterBuilder<K, Quota, DefaultClock>,
-    ) -> Arc<KeyedLimiter<K>>
+        builder: impl Fn() -> KeyedLimiterBuilder<K, P, DefaultClock>,
+    ) -> Arc<KeyedLimiter<K, P>>
     where
         K: std::hash::Hash + Eq + Clone,
-        KeyedLimiter<K>: Saved,
+        KeyedLimiter<K, P>: Saved,
     {
         let plain = || builder().build().expect("max_keys is not 0");
-        self.build(plain, |path| keyed(path, &builder))
+        self.build(plain, |path, found| keyed(path, found, &builder))
     }
 
     /// The global policy of the `--limit` flags.
     pub(crate) fn multi(&mut self, limits: Limits) -> Arc<MultiBucket> {
-        self.build(
-            || MultiBucket::new(limits.clone()),
-            |path| multi(path, limits.clone()),
-        )
+        let fresh = || MultiBucket::new(limits.clone());
+        self.build(fresh, |path, found| {
+            in_place(path, found, fresh, MultiBucket::drain)
+        })
     }
 
-    /// A per-key policy table of the `--limit` flags.
-    pub(crate) fn keyed_multi<K>(
-        &mut self,
-        builder: impl Fn() -> KeyedMultiLimiterBuilder<K, DefaultClock>,
-    ) -> Arc<KeyedMultiLimiter<K>>
-    where
-        K: std::hash::Hash + Eq + Clone,
-        KeyedMultiLimiter<K>: Saved,
-    {
-        let plain = || builder().build().expect("max_keys is not 0");
-        self.build(plain, |path| keyed_multi(path, &builder))
-    }
-
-    /// `plain()` without `--state`; with it, what `restored` builds from the file (or full, or drained),
-    /// remembered for saving.
+    /// `plain()` without `--state`; with it, what `restored` builds from what the start found
+    /// there (or full, or drained), remembered for saving.
     fn build<T: Saved>(
         &mut self,
         plain: impl FnOnce() -> T,
-        restored: impl FnOnce(&Path) -> Arc<T>,
+        restored: impl FnOnce(&Path, Found) -> Arc<T>,
     ) -> Arc<T> {
-        match self.path.clone() {
-            None => Arc::new(plain()),
-            Some(path) => self.remember(restored(&path)),
+        match (self.path.clone(), self.found.take()) {
+            (Some(path), Some(found)) => {
+                let limiter = restored(&path, found);
+                self.built = Some(limiter.clone());
+                limiter
+            }
+            _ => Arc::new(plain()),
         }
-    }
-
-    fn remember<T: Saved>(&mut self, limiter: Arc<T>) -> Arc<T> {
-        self.built = Some(limiter.clone());
-        limiter
     }
 
     /// Starts the periodic saves (a no-op without `--state`); they stop when the returned
