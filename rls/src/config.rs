@@ -2274,7 +2274,15 @@ impl Parser<'_> {
                     }
                 };
                 for m in sources {
-                    let m = self.mapping(m, at)?;
+                    let YamlDataOwned::Mapping(m) = &untagged(m).data else {
+                        return Err(self.err(
+                            Some(m),
+                            at,
+                            "a merge key (<<) takes a mapping or a list of mappings: yaml.v2 \
+                             refuses the file"
+                                .into(),
+                        ));
+                    };
                     self.fields_merged(m, at, merges + 1, out)?;
                 }
                 continue;
