@@ -1568,6 +1568,10 @@ enum GoType {
     Descriptors,
     /// `replaces`: a list of replaces entries.
     ReplacesList,
+    /// `rate_limits`, tollgate-rls's extension: a list of `rate_limit`s. envoyproxy/ratelimit's
+    /// structs have no such field (yaml.v2 skips it); an earlier one is checked by this
+    /// reader's own rule, as yaml.v2 checks an earlier `descriptors` or `rate_limit`.
+    RateLimits,
 }
 
 impl GoType {
@@ -1600,7 +1604,7 @@ impl GoType {
             GoType::Text => "expected a string",
             GoType::Flag => "expected true or false (or yes/no, on/off)",
             GoType::Count => "expected a whole number in 0..=4294967295",
-            GoType::Descriptors | GoType::ReplacesList => "expected a list",
+            GoType::Descriptors | GoType::ReplacesList | GoType::RateLimits => "expected a list",
             GoType::Metadata | GoType::Descriptor | GoType::RateLimit | GoType::Replace => {
                 "expected a mapping"
             }
@@ -1939,8 +1943,10 @@ impl Parser<'_> {
     /// unit or name rule: those read the value kept). A null is any field's zero value, and a
     /// tag on a collection counts for nothing ([`untagged`]). What fails yaml.v2's decoding
     /// into a generic map (a scalar it cannot decode, a collection as a key, a bad merge) is
-    /// refused by [`Parser::key_check`] wherever it stands.
+    /// refused by [`Parser::key_check`] wherever it stands. tollgate-rls's own `rate_limits`
+    /// is checked the same way, by this reader's rule ([`GoType::RateLimits`]).
     fn replaced(&self, v: &MarkedYamlOwned, ty: GoType, field: &str) -> Result<(), ConfigError> {
+        let own_field = ty == GoType::RateLimits;
         // Each node visited, with its parent's index here and its step from the parent, as in
         // the key check: the field path of a refused node is built only then. A stack, not
         // recursion: aliases copy nodes, so a value can nest deeper than the file does. Each
@@ -1988,11 +1994,14 @@ impl Parser<'_> {
                     stack[from..].reverse();
                     true
                 }
-                (YamlDataOwned::Sequence(s), GoType::Descriptors | GoType::ReplacesList) => {
-                    let ety = if ty == GoType::Descriptors {
-                        GoType::Descriptor
-                    } else {
-                        GoType::Replace
+                (
+                    YamlDataOwned::Sequence(s),
+                    GoType::Descriptors | GoType::ReplacesList | GoType::RateLimits,
+                ) => {
+                    let ety = match ty {
+                        GoType::Descriptors => GoType::Descriptor,
+                        GoType::RateLimits => GoType::RateLimit,
+                        _ => GoType::Replace,
                     };
                     let from = stack.len();
                     for (i, e) in s.iter().enumerate() {
@@ -2015,7 +2024,13 @@ impl Parser<'_> {
                 // reader's own rule, as for a value it keeps.
                 let float_count =
                     ty == GoType::Count && matches!(resolve(n), Some((_, Resolved::Float)));
-                let what = if float_count {
+                let what = if own_field {
+                    format!(
+                        "{}: tollgate-rls checks the types of a rate_limits that a later one \
+                         replaces, as yaml.v2 checks envoyproxy/ratelimit's fields",
+                        ty.expected()
+                    )
+                } else if float_count {
                     format!(
                         "{}: tollgate-rls refuses a float here, also in a value a later one \
                          replaces (yaml.v2 would truncate it)",
@@ -2447,7 +2462,12 @@ impl Parser<'_> {
                         }
                     }
                     "rate_limit" => rate_limit.push(v),
-                    "rate_limits" => rate_limits = (!is_null(v)).then_some(v),
+                    "rate_limits" => {
+                        if let Some(earlier) = rate_limits.take() {
+                            self.replaced(earlier, GoType::RateLimits, &f)?;
+                        }
+                        rate_limits = (!is_null(v)).then_some(v);
+                    }
                     "descriptors" => {
                         if let Some(earlier) = nested.replace(v) {
                             self.replaced(earlier, GoType::Descriptors, &f)?;

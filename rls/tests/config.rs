@@ -2013,6 +2013,68 @@ descriptors:
     assert_eq!(c.limits().len(), 1);
 }
 
+/// tollgate-rls's `rate_limits` written twice in one mapping keeps the later, and its earlier
+/// value is type-checked as an earlier `descriptors` or `rate_limit` is (each entry as a
+/// `rate_limit`): a type error in it refuses the file, at that value, by this reader's own
+/// rule (envoyproxy/ratelimit's structs have no such field); only types count there.
+#[test]
+fn an_earlier_rate_limits_is_type_checked() {
+    let good = "rate_limits: [{unit: second, requests_per_unit: 1}]";
+    for (earlier, line, at, words) in [
+        (
+            "rate_limits: 5",
+            4,
+            "descriptors[0].rate_limits",
+            "expected a list",
+        ),
+        (
+            "rate_limits: [7]",
+            4,
+            "descriptors[0].rate_limits[0]",
+            "expected a mapping",
+        ),
+        (
+            "rate_limits: [{requests_per_unit: x}]",
+            4,
+            "descriptors[0].rate_limits[0].requests_per_unit",
+            "expected a whole number",
+        ),
+        (
+            "rate_limits: [{unit: [second]}]",
+            4,
+            "descriptors[0].rate_limits[0].unit",
+            "expected a string",
+        ),
+        (
+            "rate_limits: [{replaces: [{name: {}}]}]",
+            4,
+            "descriptors[0].rate_limits[0].replaces[0].name",
+            "expected a string",
+        ),
+    ] {
+        for kept in [good, "rate_limits: ~"] {
+            let yaml = format!("domain: d\ndescriptors:\n  - key: a\n    {earlier}\n    {kept}\n");
+            let e = load(&yaml).expect_err(&yaml);
+            assert_eq!((e.line, e.field.as_str()), (Some(line), at), "{yaml}\n{e}");
+            assert!(e.message.contains(words), "{yaml}\n{e}");
+            assert!(e.message.contains("tollgate-rls checks"), "{yaml}\n{e}");
+        }
+    }
+    // Only types count: an invalid unit, too many rates, a nameless replaces entry or an
+    // unknown field in the earlier one load; a null earlier one is no value.
+    let c = load(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limits: [{unit: fortnight, bogus: 1, replaces: [{}]}, {}, {}, {}, {}]
+    rate_limits: ~
+    rate_limits: [{unit: hour, requests_per_unit: 2}]
+",
+    )
+    .unwrap();
+    assert_eq!(rate_of(&c, "a"), (2, Unit::Hour, String::new()));
+}
+
 /// A `rate_limit` written twice fills one struct, but yaml.v2's generic map (and so
 /// envoyproxy/ratelimit's key check) keeps the last one only: a field of an earlier one that
 /// its structs do not have is ignored there, not refused, and a float in an earlier one's
