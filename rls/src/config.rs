@@ -677,10 +677,7 @@ const KNOWN_FIELDS: [&str; 14] = [
 /// value holds a rate ([`holds_rate`], checked by [`Parser::misplaced`]).
 fn misplaced(name: &str, place: Place) -> Option<Misplaced> {
     if !KNOWN_FIELDS.contains(&name) {
-        // envoyproxy/ratelimit knows these two too, and they take effect only in a descriptor,
-        // where tollgate-rls refuses them ([`Parser::unknown`]); elsewhere they are ignored,
-        // as there.
-        if matches!(name, "quota_mode" | "metadata") && place != Place::Descriptor {
+        if UNSUPPORTED_FIELDS.contains(&name) && place != Place::Descriptor {
             return Some(Misplaced::Ignored);
         }
         return None;
@@ -764,6 +761,15 @@ type Map = saphyr::AnnotatedMapping<'static, MarkedYamlOwned>;
 
 fn line_of(n: &MarkedYamlOwned) -> usize {
     n.span.start.line()
+}
+
+/// The field path of field `name` of the mapping at field path `at` (empty: the top level).
+fn field_at(at: &str, name: &str) -> String {
+    if at.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{at}.{name}")
+    }
 }
 
 /// The most collections (mappings, lists) one file may nest in one another. A valid config
@@ -1450,6 +1456,27 @@ fn undecodable(n: &MarkedYamlOwned) -> Option<String> {
     })
 }
 
+/// The refusal of a merge key whose value is not a mapping or a list of mappings.
+const MERGE_TAKES_MAPPINGS: &str =
+    "a merge key (<<) takes a mapping or a list of mappings: yaml.v2 refuses the file";
+
+/// What the merge key value `v` merges, in the order yaml.v2 merges it (its `decoder.merge`):
+/// `v` itself, or each entry of its list from the last, so that an earlier mapping's fields
+/// win over a later one's. Each node comes with its mapping (through tags, [`untagged`]), or
+/// `None` where it is not one, which fails the file there ([`MERGE_TAKES_MAPPINGS`]).
+fn merge_sources(
+    v: &MarkedYamlOwned,
+) -> impl DoubleEndedIterator<Item = (&MarkedYamlOwned, Option<&Map>)> {
+    let list = match &untagged(v).data {
+        YamlDataOwned::Sequence(s) => s.as_slice(),
+        _ => std::slice::from_ref(v),
+    };
+    list.iter().rev().map(|n| match &untagged(n).data {
+        YamlDataOwned::Mapping(m) => (n, Some(m)),
+        _ => (n, None),
+    })
+}
+
 /// Why yaml.v2 fails the whole file on mapping entry `(k, v)` as it decodes the file into a
 /// generic map (wherever the mapping stands: every value is decoded, one a later one replaces
 /// too), with the node at fault: a mapping or a list as a key ("invalid map key"), or a merge
@@ -1459,8 +1486,10 @@ fn entry_fault<'n>(
     k: &'n MarkedYamlOwned,
     v: &'n MarkedYamlOwned,
 ) -> Option<(&'n MarkedYamlOwned, &'static str)> {
-    let is_map = |n: &MarkedYamlOwned| matches!(untagged(n).data, YamlDataOwned::Mapping(_));
-    if is_map(k) || matches!(untagged(k).data, YamlDataOwned::Sequence(_)) {
+    if matches!(
+        untagged(k).data,
+        YamlDataOwned::Mapping(_) | YamlDataOwned::Sequence(_)
+    ) {
         return Some((
             k,
             "a mapping or a list as a key: yaml.v2 refuses the file (\"invalid map key\")",
@@ -1469,17 +1498,86 @@ fn entry_fault<'n>(
     if !is_merge_key(k) {
         return None;
     }
-    let fault = match &untagged(v).data {
-        YamlDataOwned::Mapping(_) => None,
-        YamlDataOwned::Sequence(s) => s.iter().find(|e| !is_map(e)),
-        _ => Some(v),
+    // The first in the file, of all its merge would fail on.
+    merge_sources(v)
+        .rev()
+        .find(|(_, m)| m.is_none())
+        .map(|(n, _)| (n, MERGE_TAKES_MAPPINGS))
+}
+
+/// The first node of `doc` that fails yaml.v2's decoding ([`undecodable`], [`entry_fault`], an
+/// alias inside its own anchor), with why and, where `path` is given (holding the top level's
+/// entry), its entry there: each node visited is added with its parent's entry and its step,
+/// so that [`field_path`] names it (a key's is its mapping's; a merged mapping's fields are its
+/// mapping's). Without `path` no step is made, and the entry is 0.
+#[allow(clippy::type_complexity)]
+fn first_undecodable<'n>(
+    doc: &'n MarkedYamlOwned,
+    mut path: Option<&mut Vec<(usize, Segment<'n>)>>,
+) -> Option<(&'n MarkedYamlOwned, usize, Cow<'static, str>)> {
+    // A step from entry `at`, made only with a path.
+    let mut step = |at: usize, s: &dyn Fn() -> Segment<'n>| match path.as_deref_mut() {
+        Some(path) => {
+            path.push((at, s()));
+            path.len() - 1
+        }
+        None => 0,
     };
-    fault.map(|n| {
-        (
-            n,
-            "a merge key (<<) takes a mapping or a list of mappings: yaml.v2 refuses the file",
-        )
-    })
+    // A stack, not recursion: aliases copy nodes, so a value can nest deeper than the file.
+    let mut stack = vec![(doc, 0)];
+    while let Some((n, at)) = stack.pop() {
+        match &n.data {
+            YamlDataOwned::Mapping(m) => {
+                for (k, v) in m {
+                    if let Some((node, why)) = entry_fault(k, v) {
+                        return Some((node, at, Cow::Borrowed(why)));
+                    }
+                }
+                for (k, v) in m {
+                    stack.push((k, at));
+                    if is_merge_key(k) {
+                        stack.push((v, at));
+                        continue;
+                    }
+                    let name = || {
+                        Segment::Name(match &k.data {
+                            YamlDataOwned::Representation(text, ..) => {
+                                key_name(k).unwrap_or(Cow::Borrowed(text))
+                            }
+                            _ => Cow::Borrowed("?"),
+                        })
+                    };
+                    stack.push((v, step(at, &name)));
+                }
+            }
+            YamlDataOwned::Sequence(s) => {
+                for (i, e) in s.iter().enumerate() {
+                    stack.push((e, step(at, &|| Segment::Index(i))));
+                }
+            }
+            YamlDataOwned::Tagged(_, inner) => stack.push((inner, at)),
+            // saphyr's loader gives an alias of an anchor still open (inside its own node) as
+            // a bad value; yaml.v2 fails decoding it.
+            YamlDataOwned::BadValue => {
+                return Some((
+                    n,
+                    at,
+                    Cow::Borrowed(
+                        "an alias inside its own anchor: yaml.v2 refuses the file (\"anchor \
+                         value contains itself\")",
+                    ),
+                ))
+            }
+            // Only a tagged scalar can fail to decode.
+            YamlDataOwned::Representation(_, _, Some(_)) => {
+                if let Some(why) = undecodable(n) {
+                    return Some((n, at, Cow::Owned(why)));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// A mapping key's name as yaml.v2 decodes it for envoyproxy/ratelimit: a scalar it resolves
@@ -1497,13 +1595,20 @@ fn key_name(k: &MarkedYamlOwned) -> Option<Cow<'_, str>> {
     }
 }
 
-/// The names envoyproxy/ratelimit's key check takes beyond [`KNOWN_FIELDS`]: the two it knows
-/// that tollgate-rls refuses where they take effect, and tollgate-rls's extensions.
-const KEY_CHECK_EXTRAS: [&str; 4] = ["quota_mode", "metadata", "burst", "rate_limits"];
+/// The fields envoyproxy/ratelimit knows beyond [`KNOWN_FIELDS`]: they take effect only in a
+/// descriptor, where tollgate-rls refuses them ([`Parser::unknown`]); elsewhere they are
+/// ignored, as there ([`misplaced`]).
+const UNSUPPORTED_FIELDS: [&str; 2] = ["quota_mode", "metadata"];
 
-/// Whether the key check takes `name` (ratelimit's `validKeys` and tollgate-rls's extensions).
+/// tollgate-rls's extensions to envoyproxy/ratelimit's fields.
+const EXTENSION_FIELDS: [&str; 2] = ["burst", "rate_limits"];
+
+/// Whether the key check takes `name`: ratelimit's `validKeys` ([`KNOWN_FIELDS`] and
+/// [`UNSUPPORTED_FIELDS`]) and tollgate-rls's extensions.
 fn key_check_takes(name: &str) -> bool {
-    KNOWN_FIELDS.contains(&name) || KEY_CHECK_EXTRAS.contains(&name)
+    KNOWN_FIELDS.contains(&name)
+        || UNSUPPORTED_FIELDS.contains(&name)
+        || EXTENSION_FIELDS.contains(&name)
 }
 
 /// A node without its tags. saphyr keeps a collection's tag unless it is one of YAML's own
@@ -1568,6 +1673,10 @@ enum GoType {
     Descriptors,
     /// `replaces`: a list of replaces entries.
     ReplacesList,
+    /// `rate_limits`, tollgate-rls's extension: a list of `rate_limit`s. envoyproxy/ratelimit's
+    /// structs have no such field (yaml.v2 skips it); an earlier one is checked by this
+    /// reader's own rule, as yaml.v2 checks an earlier `descriptors` or `rate_limit`.
+    RateLimits,
 }
 
 impl GoType {
@@ -1600,7 +1709,7 @@ impl GoType {
             GoType::Text => "expected a string",
             GoType::Flag => "expected true or false (or yes/no, on/off)",
             GoType::Count => "expected a whole number in 0..=4294967295",
-            GoType::Descriptors | GoType::ReplacesList => "expected a list",
+            GoType::Descriptors | GoType::ReplacesList | GoType::RateLimits => "expected a list",
             GoType::Metadata | GoType::Descriptor | GoType::RateLimit | GoType::Replace => {
                 "expected a mapping"
             }
@@ -1631,17 +1740,9 @@ fn generic_fields(
                 if merges >= MAX_NESTING {
                     return Err((k, format!("merge keys nested deeper than {MAX_NESTING}")));
                 }
-                let sources: Vec<&MarkedYamlOwned> = match &untagged(v).data {
-                    YamlDataOwned::Mapping(_) => vec![v],
-                    YamlDataOwned::Sequence(s) => s.iter().rev().collect(),
-                    _ => vec![v],
-                };
-                for s in sources {
-                    let YamlDataOwned::Mapping(sm) = &untagged(s).data else {
-                        return Err((
-                            s,
-                            "a merge key (<<) takes a mapping or a list of mappings".into(),
-                        ));
+                for (s, sm) in merge_sources(v) {
+                    let Some(sm) = sm else {
+                        return Err((s, MERGE_TAKES_MAPPINGS.into()));
                     };
                     walk(sm, merges + 1, out, index)?;
                 }
@@ -1766,7 +1867,7 @@ impl Parser<'_> {
         let map = self.mapping(doc, "the file")?;
         let mut domain = None;
         let mut descriptors = None;
-        for (name, k, v) in self.fields(map, "")? {
+        for (name, k, v) in self.fields(map, "", true)? {
             match name.as_str() {
                 "domain" => domain = Some((self.string(v, "domain")?, v)),
                 "descriptors" => {
@@ -1774,7 +1875,7 @@ impl Parser<'_> {
                         self.replaced(earlier, GoType::Descriptors, "descriptors")?;
                     }
                 }
-                other => self.misplaced(k, v, "", other, Place::File)?,
+                other => self.misplaced(k, v, "", other, Place::File, true)?,
             }
         }
         let domain = match domain {
@@ -1809,11 +1910,7 @@ impl Parser<'_> {
     }
 
     fn unknown(&self, k: &MarkedYamlOwned, at: &str, name: &str) -> ConfigError {
-        let field = if at.is_empty() {
-            name.to_owned()
-        } else {
-            format!("{at}.{name}")
-        };
+        let field = field_at(at, name);
         let message = match name {
             "quota_mode" => {
                 "quota_mode is not supported by tollgate-rls (refused rather than ignored)".into()
@@ -1833,22 +1930,12 @@ impl Parser<'_> {
     /// or an error, and refused whenever `v` holds a rate ([`holds_rate`]): ignored, the field
     /// would take that limit with it. An ignored value still gets envoyproxy/ratelimit's key
     /// check, once the file is parsed ([`Parser::key_check`]).
+    ///
+    /// `key_checked`: whether envoyproxy/ratelimit's key check reads the mapping; where it does
+    /// not (a `rate_limit` a later one replaces in its generic map, whose fields still fill the
+    /// struct) a name it does not know is ignored, as a known misplaced one is (with a warning,
+    /// refused where its value holds a rate).
     fn misplaced(
-        &mut self,
-        k: &MarkedYamlOwned,
-        v: &MarkedYamlOwned,
-        at: &str,
-        name: &str,
-        place: Place,
-    ) -> Result<(), ConfigError> {
-        self.misplaced_in(k, v, at, name, place, true)
-    }
-
-    /// [`Parser::misplaced`], in a mapping that envoyproxy/ratelimit's key check reads
-    /// (`key_checked`) or not (a `rate_limit` a later one replaces in its generic map, whose
-    /// fields still fill the struct): there a name it does not know is ignored, as a known
-    /// misplaced one is (with a warning, refused where its value holds a rate).
-    fn misplaced_in(
         &mut self,
         k: &MarkedYamlOwned,
         v: &MarkedYamlOwned,
@@ -1862,11 +1949,7 @@ impl Parser<'_> {
             None if !key_checked => Misplaced::Ignored,
             None => return Err(self.unknown(k, at, name)),
         };
-        let field = if at.is_empty() {
-            name.to_owned()
-        } else {
-            format!("{at}.{name}")
-        };
+        let field = field_at(at, name);
         match effect {
             Misplaced::Ignored if holds_rate(v, 0) => Err(self.err(
                 Some(k),
@@ -1939,8 +2022,10 @@ impl Parser<'_> {
     /// unit or name rule: those read the value kept). A null is any field's zero value, and a
     /// tag on a collection counts for nothing ([`untagged`]). What fails yaml.v2's decoding
     /// into a generic map (a scalar it cannot decode, a collection as a key, a bad merge) is
-    /// refused by [`Parser::key_check`] wherever it stands.
+    /// refused by [`Parser::key_check`] wherever it stands. tollgate-rls's own `rate_limits`
+    /// is checked the same way, by this reader's rule ([`GoType::RateLimits`]).
     fn replaced(&self, v: &MarkedYamlOwned, ty: GoType, field: &str) -> Result<(), ConfigError> {
+        let own_field = ty == GoType::RateLimits;
         // Each node visited, with its parent's index here and its step from the parent, as in
         // the key check: the field path of a refused node is built only then. A stack, not
         // recursion: aliases copy nodes, so a value can nest deeper than the file does. Each
@@ -1967,17 +2052,15 @@ impl Parser<'_> {
                     let from = stack.len();
                     for (k, v) in m {
                         if is_merge_key(k) {
-                            // Each merged mapping is decoded into the same struct (a merge
-                            // of anything else is the key check's refusal).
-                            let is_map = |n: &&MarkedYamlOwned| {
-                                matches!(untagged(n).data, YamlDataOwned::Mapping(_))
-                            };
-                            match &untagged(v).data {
-                                YamlDataOwned::Sequence(s) => {
-                                    stack.extend(s.iter().filter(is_map).map(|e| (e, ty, at)));
-                                }
-                                _ => stack.extend(Some(v).filter(is_map).map(|v| (v, ty, at))),
-                            }
+                            // Each merged mapping is decoded into the same struct, in the
+                            // file's order (a merge of anything else is the key check's
+                            // refusal).
+                            stack.extend(
+                                merge_sources(v)
+                                    .rev()
+                                    .filter(|(_, m)| m.is_some())
+                                    .map(|(n, _)| (n, ty, at)),
+                            );
                         } else if let Some(name) = key_name(k) {
                             if let Some(fty) = ty.field(&name) {
                                 path.push((at, Segment::Name(name)));
@@ -1988,11 +2071,14 @@ impl Parser<'_> {
                     stack[from..].reverse();
                     true
                 }
-                (YamlDataOwned::Sequence(s), GoType::Descriptors | GoType::ReplacesList) => {
-                    let ety = if ty == GoType::Descriptors {
-                        GoType::Descriptor
-                    } else {
-                        GoType::Replace
+                (
+                    YamlDataOwned::Sequence(s),
+                    GoType::Descriptors | GoType::ReplacesList | GoType::RateLimits,
+                ) => {
+                    let ety = match ty {
+                        GoType::Descriptors => GoType::Descriptor,
+                        GoType::RateLimits => GoType::RateLimit,
+                        _ => GoType::Replace,
                     };
                     let from = stack.len();
                     for (i, e) in s.iter().enumerate() {
@@ -2015,7 +2101,13 @@ impl Parser<'_> {
                 // reader's own rule, as for a value it keeps.
                 let float_count =
                     ty == GoType::Count && matches!(resolve(n), Some((_, Resolved::Float)));
-                let what = if float_count {
+                let what = if own_field {
+                    format!(
+                        "{}: tollgate-rls checks the types of a rate_limits that a later one \
+                         replaces, as yaml.v2 checks envoyproxy/ratelimit's fields",
+                        ty.expected()
+                    )
+                } else if float_count {
                     format!(
                         "{}: tollgate-rls refuses a float here, also in a value a later one \
                          replaces (yaml.v2 would truncate it)",
@@ -2045,21 +2137,12 @@ impl Parser<'_> {
     /// key (`<<`, [`is_merge_key`]) brings in the fields of its mapping, or of each mapping of
     /// its list, where it stands: in document order with the mapping's own fields, and within
     /// a list the later mappings first, so that the earlier one's fields win.
+    ///
+    /// `key_checked`: whether envoyproxy/ratelimit's key check reads the mapping, or not (a
+    /// `rate_limit` that a later one in its mapping replaces in the generic map, though its
+    /// fields still fill the struct). A float is refused in a mapping the key check reads only.
     #[allow(clippy::type_complexity)]
     fn fields<'n>(
-        &mut self,
-        map: &'n Map,
-        at: &str,
-    ) -> Result<Vec<(String, &'n MarkedYamlOwned, &'n MarkedYamlOwned)>, ConfigError> {
-        self.fields_of(map, at, true)
-    }
-
-    /// [`Parser::fields`], for a mapping that envoyproxy/ratelimit's key check reads
-    /// (`key_checked`) or not: a `rate_limit` that a later one in its mapping replaces in the
-    /// generic map, though its fields still fill the struct. A float is refused in a mapping
-    /// the key check reads only.
-    #[allow(clippy::type_complexity)]
-    fn fields_of<'n>(
         &mut self,
         map: &'n Map,
         at: &str,
@@ -2082,12 +2165,7 @@ impl Parser<'_> {
                 && !TYPED_FIELDS.contains(&name.as_str())
                 && key_check_refuses(v)
             {
-                let field = if at.is_empty() {
-                    name.clone()
-                } else {
-                    format!("{at}.{name}")
-                };
-                return Err(self.float_refused(v, &field));
+                return Err(self.float_refused(v, &field_at(at, name)));
             }
         }
         Ok(out)
@@ -2104,24 +2182,12 @@ impl Parser<'_> {
     /// replaced is decoded too) with the same rules: a mapping as yaml.v2 decodes it into a
     /// map ([`generic_fields`]), a name's last value only, `metadata` unchecked.
     fn key_check(&self, doc: &MarkedYamlOwned) -> Result<(), ConfigError> {
-        // Every scalar, keys and merged mappings included. Only a tagged scalar can fail to
-        // decode; the rare one that does is looked for again with its field path.
-        let mut stack = vec![doc];
-        while let Some(n) = stack.pop() {
-            match &n.data {
-                YamlDataOwned::Mapping(m) => {
-                    if m.iter().any(|(k, v)| entry_fault(k, v).is_some()) {
-                        return Err(self.undecodable_at(doc));
-                    }
-                    m.iter().for_each(|(k, v)| stack.extend([k, v]))
-                }
-                YamlDataOwned::Sequence(s) => stack.extend(s),
-                YamlDataOwned::Tagged(_, inner) => stack.push(inner),
-                YamlDataOwned::Representation(_, _, Some(_)) if undecodable(n).is_some() => {
-                    return Err(self.undecodable_at(doc));
-                }
-                YamlDataOwned::BadValue => return Err(self.undecodable_at(doc)),
-                _ => {}
+        // Every node, keys and merged mappings included, without field paths; the rare file
+        // that fails is walked again with them, for the refused node's.
+        if first_undecodable(doc, None).is_some() {
+            let mut path = vec![(0, Segment::Index(0))];
+            if let Some((n, at, why)) = first_undecodable(doc, Some(&mut path)) {
+                return Err(self.err(Some(n), &field_path(&path, at), why.into_owned()));
             }
         }
         // Each node visited, with its parent's index here and its name in the parent: the
@@ -2168,64 +2234,6 @@ impl Parser<'_> {
         Ok(())
     }
 
-    /// The error for the first node of `doc` that fails yaml.v2's decoding ([`undecodable`],
-    /// [`entry_fault`], an alias inside its own anchor), with its field path (a key's is its
-    /// mapping's; a merged mapping's fields are its mapping's). Only called once one is known to be there.
-    fn undecodable_at(&self, doc: &MarkedYamlOwned) -> ConfigError {
-        let mut path: Vec<(usize, Segment<'_>)> = vec![(0, Segment::Index(0))];
-        let mut stack = vec![(doc, 0)];
-        while let Some((n, at)) = stack.pop() {
-            match &n.data {
-                YamlDataOwned::Mapping(m) => {
-                    for (k, v) in m {
-                        if let Some((node, why)) = entry_fault(k, v) {
-                            return self.err(Some(node), &field_path(&path, at), why.into());
-                        }
-                    }
-                    for (k, v) in m {
-                        stack.push((k, at));
-                        if is_merge_key(k) {
-                            stack.push((v, at));
-                            continue;
-                        }
-                        let name = match &k.data {
-                            YamlDataOwned::Representation(text, ..) => {
-                                key_name(k).unwrap_or(Cow::Borrowed(text))
-                            }
-                            _ => Cow::Borrowed("?"),
-                        };
-                        path.push((at, Segment::Name(name)));
-                        stack.push((v, path.len() - 1));
-                    }
-                }
-                YamlDataOwned::Sequence(s) => {
-                    for (i, e) in s.iter().enumerate() {
-                        path.push((at, Segment::Index(i)));
-                        stack.push((e, path.len() - 1));
-                    }
-                }
-                YamlDataOwned::Tagged(_, inner) => stack.push((inner, at)),
-                // saphyr's loader gives an alias of an anchor still open (inside its own
-                // node) as a bad value; yaml.v2 fails decoding it.
-                YamlDataOwned::BadValue => {
-                    return self.err(
-                        Some(n),
-                        &field_path(&path, at),
-                        "an alias inside its own anchor: yaml.v2 refuses the file (\"anchor \
-                         value contains itself\")"
-                            .into(),
-                    )
-                }
-                _ => {
-                    if let Some(why) = undecodable(n) {
-                        return self.err(Some(n), &field_path(&path, at), why);
-                    }
-                }
-            }
-        }
-        self.err(Some(doc), "", "a scalar yaml.v2 cannot decode".into())
-    }
-
     /// The error for a scalar [`key_check_refuses`].
     fn float_refused(&self, v: &MarkedYamlOwned, field: &str) -> ConfigError {
         let text = resolve(v).map_or("", |(t, _)| t);
@@ -2240,6 +2248,13 @@ impl Parser<'_> {
         )
     }
 
+    /// [`Parser::fields`]'s walk: the fields of `map` and of what its merge keys merge
+    /// ([`merge_sources`]), `merges` deep in merged mappings. [`generic_fields`] walks the same
+    /// merges but stays apart, as it builds what differs: yaml.v2's generic map for the key
+    /// check, where a later name replaces an earlier one across merged mappings and a key is
+    /// only a name or not; here the parser gets every field written, in order, a name its own
+    /// mapping writes twice is warned about, and a key that names no field is refused with the
+    /// parser's error ([`Parser::key`], which names a scalar yaml.v2 cannot decode as such).
     fn fields_merged<'n>(
         &mut self,
         map: &'n Map,
@@ -2261,20 +2276,10 @@ impl Parser<'_> {
                         format!("merge keys nested deeper than {MAX_NESTING}"),
                     ));
                 }
-                let sources: Vec<&MarkedYamlOwned> = match &untagged(v).data {
-                    YamlDataOwned::Mapping(_) => vec![v],
-                    // Earlier mappings of the list take precedence: merged last.
-                    YamlDataOwned::Sequence(s) => s.iter().rev().collect(),
-                    _ => {
-                        return Err(self.err(
-                            Some(v),
-                            at,
-                            "a merge key (<<) takes a mapping or a list of mappings".into(),
-                        ))
-                    }
-                };
-                for m in sources {
-                    let m = self.mapping(m, at)?;
+                for (s, m) in merge_sources(v) {
+                    let Some(m) = m else {
+                        return Err(self.err(Some(s), at, MERGE_TAKES_MAPPINGS.into()));
+                    };
                     self.fields_merged(m, at, merges + 1, out)?;
                 }
                 continue;
@@ -2298,11 +2303,7 @@ impl Parser<'_> {
         {
             return;
         }
-        let field = if at.is_empty() {
-            name.to_owned()
-        } else {
-            format!("{at}.{name}")
-        };
+        let field = field_at(at, name);
         let what = if name == "rate_limit" {
             "its fields replace those of the earlier one (the others stay; a null one drops them all)"
         } else {
@@ -2426,7 +2427,7 @@ impl Parser<'_> {
             let mut nested = None;
             let (mut shadow, mut detailed, mut to_metric, mut share) = (false, false, false, false);
             let mut share_at = None;
-            for (name, k, v) in self.fields(map, &at)? {
+            for (name, k, v) in self.fields(map, &at, true)? {
                 let f = format!("{at}.{name}");
                 match name.as_str() {
                     "key" => key = Some(self.string(v, &f)?),
@@ -2439,7 +2440,12 @@ impl Parser<'_> {
                         }
                     }
                     "rate_limit" => rate_limit.push(v),
-                    "rate_limits" => rate_limits = (!is_null(v)).then_some(v),
+                    "rate_limits" => {
+                        if let Some(earlier) = rate_limits.take() {
+                            self.replaced(earlier, GoType::RateLimits, &f)?;
+                        }
+                        rate_limits = (!is_null(v)).then_some(v);
+                    }
                     "descriptors" => {
                         if let Some(earlier) = nested.replace(v) {
                             self.replaced(earlier, GoType::Descriptors, &f)?;
@@ -2452,7 +2458,7 @@ impl Parser<'_> {
                         share = self.boolean(v, &f)?;
                         share_at = Some(k);
                     }
-                    other => self.misplaced(k, v, &at, other, Place::Descriptor)?,
+                    other => self.misplaced(k, v, &at, other, Place::Descriptor, true)?,
                 }
             }
             let key = match key {
@@ -2674,7 +2680,7 @@ impl Parser<'_> {
             if last {
                 checked_from = fields.len();
             }
-            fields.append(&mut self.fields_of(map, field, last)?);
+            fields.append(&mut self.fields(map, field, last)?);
         }
         // A `replaces` list that a later one replaces is decoded, not read.
         let last_replaces = fields.iter().rposition(|(key, ..)| key == "replaces");
@@ -2705,10 +2711,10 @@ impl Parser<'_> {
                         let rf = format!("{f}[{j}]");
                         let m = self.mapping(r, &rf)?;
                         let mut rname = String::new();
-                        for (rname_key, rk, rv) in self.fields_of(m, &rf, key_checked)? {
+                        for (rname_key, rk, rv) in self.fields(m, &rf, key_checked)? {
                             match rname_key.as_str() {
                                 "name" => rname = self.string(rv, &format!("{rf}.name"))?,
-                                other if single => self.misplaced_in(
+                                other if single => self.misplaced(
                                     rk,
                                     rv,
                                     &rf,
@@ -2730,7 +2736,7 @@ impl Parser<'_> {
                     }
                 }
                 other if single => {
-                    self.misplaced_in(k, v, field, other, Place::RateLimit, key_checked)?
+                    self.misplaced(k, v, field, other, Place::RateLimit, key_checked)?
                 }
                 other => return Err(self.unknown(k, field, other)),
             }

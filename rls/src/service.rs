@@ -492,12 +492,15 @@ fn ceil_secs(d: Duration) -> u64 {
 
 /// What a valid request holds while its decision waits on Redis, read from a message or body
 /// of `source_len` bytes: the request itself (its strings and vectors at their capacities),
-/// and the bucket keys and the Redis command the decision builds from its entries, each at
-/// most `source_len` (every key and value it copies is among the source's bytes). Both ports
-/// take this from their budget ([`crate::conn::HandlerBudget`], `--max-buffered-mib`) for as
-/// long as the request waits: `/json` with its body's length, gRPC with its message's encoded
-/// length (what the decoded message encodes to: what it holds, not the padding or the unknown
-/// fields a hostile encoding may add, which decoding drops).
+/// and the bucket keys and the Redis command the decision builds from its entries: their
+/// buckets, each at most `source_len` (every key and value it copies is among the source's
+/// bytes), and per descriptor (at most one key each: descriptors on one bucket share it) the
+/// key's fixed part, its hash tag and domain, in the key and again, with the key prefix, in
+/// the command's copy. Both ports take this from their budget
+/// ([`crate::conn::HandlerBudget`], `--max-buffered-mib`) for as long as the request waits:
+/// `/json` with its body's length, gRPC with its message's encoded length (what the decoded
+/// message encodes to: what it holds, not the padding or the unknown fields a hostile
+/// encoding may add, which decoding drops).
 pub fn held_while_waiting(req: &Request, source_len: usize) -> usize {
     let entries: usize = req
         .descriptors
@@ -510,10 +513,15 @@ pub fn held_while_waiting(req: &Request, source_len: usize) -> usize {
                     .sum::<usize>()
         })
         .sum();
+    let keys = req
+        .descriptors
+        .len()
+        .saturating_mul(crate::engine::key_fixed_bytes(req.domain.len()));
     std::mem::size_of::<Request>()
         + req.domain.capacity()
         + req.descriptors.capacity() * std::mem::size_of::<Descriptor>()
         + entries
+        + keys
         + source_len.saturating_mul(2)
 }
 

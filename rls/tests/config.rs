@@ -1840,9 +1840,18 @@ fn a_collection_key_or_a_bad_merge_fails_the_file_wherever_it_stands() {
     let e = load(&merged("*l")).unwrap_err();
     assert_eq!(e.line, Some(5), "{e}");
     assert!(e.message.contains("alias of a list"), "{e}");
+    // A list holding an alias of a list: the merge is what is refused, as yaml.v2 refuses it.
     let e = load(&merged("[*l]")).unwrap_err();
-    assert_eq!(e.line, Some(5), "{e}");
-    assert!(e.message.contains("expected a mapping"), "{e}");
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(5), "descriptors[0].rate_limit"),
+        "{e}"
+    );
+    assert!(
+        e.message
+            .contains("a merge key (<<) takes a mapping or a list of mappings"),
+        "{e}"
+    );
     let c = load(&merged("[{name: n}]")).unwrap();
     assert_eq!(rate_of(&c, "a"), (1, Unit::Second, "n".to_owned()));
 }
@@ -2002,6 +2011,68 @@ descriptors:
     let m = c.lookup("d", [("a", "x"), ("c", "y")]).unwrap();
     assert_eq!(m.limit.replaces, ["z"]);
     assert_eq!(c.limits().len(), 1);
+}
+
+/// tollgate-rls's `rate_limits` written twice in one mapping keeps the later, and its earlier
+/// value is type-checked as an earlier `descriptors` or `rate_limit` is (each entry as a
+/// `rate_limit`): a type error in it refuses the file, at that value, by this reader's own
+/// rule (envoyproxy/ratelimit's structs have no such field); only types count there.
+#[test]
+fn an_earlier_rate_limits_is_type_checked() {
+    let good = "rate_limits: [{unit: second, requests_per_unit: 1}]";
+    for (earlier, line, at, words) in [
+        (
+            "rate_limits: 5",
+            4,
+            "descriptors[0].rate_limits",
+            "expected a list",
+        ),
+        (
+            "rate_limits: [7]",
+            4,
+            "descriptors[0].rate_limits[0]",
+            "expected a mapping",
+        ),
+        (
+            "rate_limits: [{requests_per_unit: x}]",
+            4,
+            "descriptors[0].rate_limits[0].requests_per_unit",
+            "expected a whole number",
+        ),
+        (
+            "rate_limits: [{unit: [second]}]",
+            4,
+            "descriptors[0].rate_limits[0].unit",
+            "expected a string",
+        ),
+        (
+            "rate_limits: [{replaces: [{name: {}}]}]",
+            4,
+            "descriptors[0].rate_limits[0].replaces[0].name",
+            "expected a string",
+        ),
+    ] {
+        for kept in [good, "rate_limits: ~"] {
+            let yaml = format!("domain: d\ndescriptors:\n  - key: a\n    {earlier}\n    {kept}\n");
+            let e = load(&yaml).expect_err(&yaml);
+            assert_eq!((e.line, e.field.as_str()), (Some(line), at), "{yaml}\n{e}");
+            assert!(e.message.contains(words), "{yaml}\n{e}");
+            assert!(e.message.contains("tollgate-rls checks"), "{yaml}\n{e}");
+        }
+    }
+    // Only types count: an invalid unit, too many rates, a nameless replaces entry or an
+    // unknown field in the earlier one load; a null earlier one is no value.
+    let c = load(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limits: [{unit: fortnight, bogus: 1, replaces: [{}]}, {}, {}, {}, {}]
+    rate_limits: ~
+    rate_limits: [{unit: hour, requests_per_unit: 2}]
+",
+    )
+    .unwrap();
+    assert_eq!(rate_of(&c, "a"), (2, Unit::Hour, String::new()));
 }
 
 /// A `rate_limit` written twice fills one struct, but yaml.v2's generic map (and so

@@ -803,6 +803,31 @@ fn refused_for_budget((status, message): &(String, String)) -> bool {
     status == "14" && message.contains("max-buffered-mib")
 }
 
+/// Every key a decision on Redis builds starts with the domain's hash tag and the domain, held
+/// in the key and again in the Redis command's copy while the call waits: a request of many
+/// descriptors on a long domain holds that domain once per descriptor, twice, and takes it
+/// from the port's budget.
+#[test]
+fn what_a_call_waiting_on_redis_holds_counts_the_domain_in_each_key() {
+    use tollgate_rls::service::{held_while_waiting, Descriptor, Request};
+    const DESCRIPTORS: usize = 100;
+    let request = |domain_len: usize| Request {
+        domain: "d".repeat(domain_len),
+        descriptors: vec![
+            Descriptor {
+                entries: vec![("user".into(), "x".into())],
+                ..Default::default()
+            };
+            DESCRIPTORS
+        ],
+        hits_addend: 0,
+    };
+    // The source (a message or a body) holds the domain once, beside the same entries.
+    let held = |domain_len: usize| held_while_waiting(&request(domain_len), domain_len + 1_000);
+    let grown = held(1_001) - held(1);
+    assert!(grown >= 2 * DESCRIPTORS * 1_000, "{grown}");
+}
+
 /// gRPC calls waiting on Redis take what they hold from the gRPC port's waiting budget
 /// (`--max-buffered-mib`, 16 MiB here), also calls sent at once (whose streams take nothing):
 /// with Redis frozen, as many calls as the budget holds wait, and every call beyond is

@@ -9,6 +9,7 @@ mod fixed;
 mod local;
 mod redis;
 
+pub(crate) use self::redis::key_fixed_bytes;
 pub use self::redis::{OnRedisError, RedisBackend, RedisFailure};
 pub use fixed::FixedWindowBackend;
 pub use local::{Applied, LocalBackend, Restored};

@@ -79,6 +79,26 @@ impl std::fmt::Debug for RedisBackend {
     }
 }
 
+/// The prefix tollgate-redis gives every key tollgate-rls names.
+const KEY_PREFIX: &str = "tollgate-rls:";
+
+/// The bytes of a key of a domain before its bucket, besides the domain: the hash tag
+/// (`{d:` and 16 hex digits and `}`) and the `\x1f` that ends the domain ([`key_start`]).
+const KEY_TAG_BYTES: usize = 21;
+
+/// What one bucket's key adds, besides its bucket, to what a decision on Redis holds while it
+/// waits, for a domain of `domain_len` bytes: the key built here ([`key_start`] and the
+/// bucket), and tollgate-redis's copy of it with [`KEY_PREFIX`], which its command holds.
+pub(crate) const fn key_fixed_bytes(domain_len: usize) -> usize {
+    2 * (KEY_TAG_BYTES + domain_len) + KEY_PREFIX.len()
+}
+
+/// What every key of `domain` starts with ([`KEY_TAG_BYTES`] more than the domain): the hash
+/// tag, the domain, and the `\x1f` that ends it.
+fn key_start(domain: &str) -> String {
+    format!("{{d:{:016x}}}{domain}\u{1f}", fnv(domain))
+}
+
 /// FNV-1a, 64 bits: the domain's hash tag (stable across processes and versions).
 fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -97,7 +117,7 @@ impl RedisBackend {
         // The builder's quota is unused: every call names its keys' policies.
         let any = Quota::per_second(1).map_err(|e| e.to_string())?;
         let limiter = RedisLimiter::builder(url, any)
-            .prefix("tollgate-rls:")
+            .prefix(KEY_PREFIX)
             .timeout(timeout)
             .name("rls")
             .build()
@@ -174,7 +194,7 @@ impl RedisBackend {
         domain: &str,
         demands: &[Demand],
     ) -> Result<Vec<Outcome>, RedisFailure> {
-        let tag = format!("{{d:{:016x}}}{domain}\u{1f}", fnv(domain));
+        let tag = key_start(domain);
         let keys: Vec<String> = demands
             .iter()
             .map(|d| format!("{tag}{}", d.bucket))
@@ -255,5 +275,19 @@ impl RedisBackend {
     /// What answers a failed decision under [`OnRedisError::Allow`].
     pub fn allow_all(demands: &[Demand]) -> Vec<Outcome> {
         demands.iter().map(|_| super::undecided()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_starts_with_its_tag_and_domain() {
+        for domain in ["", "d", "a much longer domain, with \u{e9} in it"] {
+            let start = key_start(domain);
+            assert_eq!(start.len(), KEY_TAG_BYTES + domain.len(), "{start:?}");
+            assert!(start.ends_with(&format!("}}{domain}\u{1f}")), "{start:?}");
+        }
     }
 }
