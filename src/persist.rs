@@ -40,6 +40,10 @@
 //! restore also holds the file's per-key quota overrides, at most 2^24); wrap files in a
 //! `BufWriter`/`BufReader`. A saved `KeyedLimiter` holds its fingerprint seed: keep the file as
 //! private as the process's memory (anyone holding the seed can aim fingerprint collisions).
+//! A restore reads up to its end frame and not a byte further, so several limiters' saves
+//! written one after another to one stream restore from it in the same order (pass
+//! `&mut reader`); where a file must hold one save and nothing else, check that the reader is
+//! at its end afterwards.
 //!
 //! ```
 //! use std::time::{Duration, SystemTime};
@@ -55,6 +59,19 @@
 //! let restarted = Bucket::with_clock(q, ManualClock::new());
 //! restarted.restore_at(&file[..], saved_at + Duration::from_millis(300)).unwrap();
 //! assert_eq!(restarted.available(), 3);
+//!
+//! // Two saves in one stream, restored in order; nothing is left after the second.
+//! let other = Bucket::with_clock(q, ManualClock::new());
+//! let mut both = Vec::new();
+//! bucket.save_at(&mut both, saved_at).unwrap();
+//! other.save_at(&mut both, saved_at).unwrap();
+//! let mut reader = &both[..];
+//! let at = saved_at + Duration::from_millis(300);
+//! Bucket::with_clock(q, ManualClock::new()).restore_at(&mut reader, at).unwrap();
+//! let second = Bucket::with_clock(q, ManualClock::new());
+//! second.restore_at(&mut reader, at).unwrap();
+//! assert_eq!(second.available(), 10);
+//! assert!(reader.is_empty());
 //! ```
 
 pub(crate) mod format;

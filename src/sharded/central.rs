@@ -429,7 +429,9 @@ impl Central {
                                 s = actual;
                                 release(locked);
                                 locked = false;
-                                backoff.spin_up_to(CENTRAL_SPIN_LIMIT);
+                                if gives_up(cost_units, &mut refill_lost, &mut backoff) {
+                                    return Outcome::Retry;
+                                }
                                 continue;
                             }
                         }
@@ -488,18 +490,9 @@ impl Central {
                                 s = actual;
                                 release(locked);
                                 locked = false;
-                                // A refill tries once more, at once, from the word the lost CAS
-                                // returned, then gives up: the admission it follows is done,
-                                // and a spin would only delay it; the shard's next decision
-                                // takes the lease (an advance, if it is a refusal).
-                                if cost_units == 0 {
-                                    if refill_lost {
-                                        return Outcome::Retry;
-                                    }
-                                    refill_lost = true;
-                                    continue;
+                                if gives_up(cost_units, &mut refill_lost, &mut backoff) {
+                                    return Outcome::Retry;
                                 }
-                                backoff.spin_up_to(CENTRAL_SPIN_LIMIT);
                                 continue;
                             }
                         }
@@ -622,17 +615,14 @@ impl Central {
                     s = actual;
                     release(locked);
                     locked = false;
-                    // A refill tries once more, then gives up (as above).
-                    if cost_units == 0 {
-                        if refill_lost {
-                            return Outcome::Retry;
-                        }
-                        refill_lost = true;
-                        continue;
+                    if gives_up(cost_units, &mut refill_lost, &mut backoff) {
+                        return Outcome::Retry;
                     }
-                    backoff.spin_up_to(CENTRAL_SPIN_LIMIT);
-                    // How stale the reading has grown: a far lease covers twice that.
-                    age = (ask.clock)().saturating_sub(ask.now);
+                    // How stale the reading has grown: a far lease covers twice that (a
+                    // refill's one retry comes at once, so it skips the clock).
+                    if cost_units > 0 {
+                        age = (ask.clock)().saturating_sub(ask.now);
+                    }
                 }
             }
         }
@@ -652,6 +642,19 @@ pub(super) fn dry_at(scaled: &Scaled, s: u64) -> u64 {
 /// shard's lease holding `units` below its `top`: [`dry_at`], or sooner, while the lease's
 /// units last, the instant at which they and the word's pay one token together (the pooling
 /// of [`Central::decide`]), so that `dry_until` never refuses a token the pooling pays.
+/// After a lost CAS on the word: a refill (`cost_units == 0`) tries once more, at once, from the
+/// word the lost CAS returned, then gives up (`true`): the admission it follows is made, and a
+/// spin would only delay it; the shard's next decision takes the lease (an advance, if it is a
+/// refusal). Any other decision spins, longer after each loss, and tries again.
+#[inline(always)]
+fn gives_up(cost_units: u64, refill_lost: &mut bool, backoff: &mut Backoff) -> bool {
+    if cost_units == 0 {
+        return core::mem::replace(refill_lost, true);
+    }
+    backoff.spin_up_to(CENTRAL_SPIN_LIMIT);
+    false
+}
+
 fn dry_or_pooled_at(scaled: &Scaled, s: u64, top: u64, units: u64) -> u64 {
     let alone = dry_at(scaled, s);
     let (scale, burst_units) = (scaled.scale(), scaled.burst_units());
