@@ -7,7 +7,7 @@ use crate::conn::Arg;
 use crate::key::stored_key;
 use crate::limits::LimitsParams;
 use crate::observe::Path;
-use crate::script::parse;
+use crate::script::{parse, server_ns};
 use crate::{Error, RedisLimiter};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -244,10 +244,7 @@ fn decode(
         _ => return Err(Error::Reply(format!("unknown status {:?}", reply[0]))),
     };
     let t = parse(Some(reply[1].as_str()))?;
-    let now = t
-        .checked_mul(1000)
-        .filter(|ns| Duration::from_nanos(*ns) < tollgate::HORIZON)
-        .ok_or_else(|| Error::Reply(format!("server time {t} us is past tollgate's horizon")))?;
+    let now = server_ns(t)?;
     let disagree = |what: &str| {
         Error::Reply(format!(
             "the script and tollgate::gcra disagree on {what}; is another writer using this key \

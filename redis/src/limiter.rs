@@ -655,17 +655,13 @@ impl RedisLimiter {
         argv: &[Arg<'_>],
         deadline: Instant,
     ) -> Result<redis::Value, Error> {
-        let inner = &*self.inner;
-        let pass = inner
-            .breaker
-            .pass(deadline.into_std())
-            .ok_or(Error::Unavailable)?;
-        let Ok(_permit) = inner.in_flight.try_acquire() else {
-            // Nothing was learned about the server.
-            inner.breaker.release(pass);
-            return Err(Error::Overloaded);
-        };
-        self.eval_with(name, argv, deadline, pass).await
+        let (pass, _permit, left) = self.admit(deadline)?;
+        let prefix = &self.inner.prefix;
+        let mut full_key = String::with_capacity(prefix.len() + name.len());
+        full_key.push_str(prefix);
+        full_key.push_str(name);
+        self.eval_keys_with(&[&full_key], argv, deadline, pass, left)
+            .await
     }
 
     /// One script call on several prefixed keys (mode `keys`), through the breaker and the
@@ -676,52 +672,41 @@ impl RedisLimiter {
         argv: &[Arg<'_>],
         deadline: Instant,
     ) -> Result<redis::Value, Error> {
+        let (pass, _permit, left) = self.admit(deadline)?;
+        self.eval_keys_with(full_keys, argv, deadline, pass, left)
+            .await
+    }
+
+    /// What a script call needs before it is sent: the breaker's pass, an in-flight permit
+    /// (held until the call ends) and the time left by `deadline`. A call refused here learned
+    /// nothing about the server: its pass is given back unused.
+    fn admit(
+        &self,
+        deadline: Instant,
+    ) -> Result<(Pass, tokio::sync::SemaphorePermit<'_>, Duration), Error> {
         let inner = &*self.inner;
         let pass = inner
             .breaker
             .pass(deadline.into_std())
             .ok_or(Error::Unavailable)?;
-        let Ok(_permit) = inner.in_flight.try_acquire() else {
+        let Ok(permit) = inner.in_flight.try_acquire() else {
             inner.breaker.release(pass);
             return Err(Error::Overloaded);
         };
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            inner.breaker.release(pass);
-            return Err(Error::Timeout(inner.timeout));
-        }
-        self.eval_keys_with(full_keys, argv, deadline, pass, left)
-            .await
-    }
-
-    /// The script call itself, holding `pass` (and the caller's in-flight permit).
-    async fn eval_with(
-        &self,
-        name: &str,
-        argv: &[Arg<'_>],
-        deadline: Instant,
-        pass: Pass,
-    ) -> Result<redis::Value, Error> {
-        let inner = &*self.inner;
         // The time the call gets: what is left of the decision's, after any wait for another
-        // task's refill. A call sent with three quarters of the limiter's timeout or less that
-        // times out says nothing about the server (the queue took the rest: a call after a lock
-        // wait of half the timeout never counts), and one with none is not sent: callers queued
-        // behind lease refills must not open the breaker against a healthy server.
+        // task's refill. A call with none is not sent (its timeout would say nothing about the
+        // server: see `eval_keys_with`).
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             inner.breaker.release(pass);
             return Err(Error::Timeout(inner.timeout));
         }
-        let mut full_key = String::with_capacity(inner.prefix.len() + name.len());
-        full_key.push_str(&inner.prefix);
-        full_key.push_str(name);
-        self.eval_keys_with(&[&full_key], argv, deadline, pass, left)
-            .await
+        Ok((pass, permit, left))
     }
 
-    /// [`eval_with`](Self::eval_with) on full key names (prefixed), `left` of the decision's
-    /// time remaining: the breaker's evidence, the timeout and a malformed value's report.
+    /// The script call on full key names (prefixed), holding `pass` (and the caller's in-flight
+    /// permit), `left` of the decision's time remaining: the breaker's evidence, the timeout and
+    /// a malformed value's report.
     async fn eval_keys_with(
         &self,
         full_keys: &[&str],
@@ -731,6 +716,10 @@ impl RedisLimiter {
         left: Duration,
     ) -> Result<redis::Value, Error> {
         let inner = &*self.inner;
+        // A call sent with three quarters of the limiter's timeout or less that times out says
+        // nothing about the server (the queue took the rest: a call after a lock wait of half
+        // the timeout never counts): callers queued behind lease refills must not open the
+        // breaker against a healthy server.
         let fair = left > inner.timeout / 4 * 3;
         bump(&inner.stats.redis_calls);
         let guard = BreakerGuard::new(&inner.breaker, pass, &inner.observe);

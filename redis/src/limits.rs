@@ -10,9 +10,8 @@
 //! reported are the tightest quota's: the fewest tokens remaining, ties to the longest time
 //! until full.
 
-use crate::script::{parse, Params};
+use crate::script::{disagreement, parse, server_ns, Params};
 use crate::Error;
-use std::time::Duration;
 use tollgate::{gcra, Denied, Limits, Quota, Snapshot};
 
 /// A policy checked to fit the script (each quota as [`Params`]).
@@ -116,18 +115,8 @@ impl LimitsParams {
             )));
         }
         let t = parse(Some(reply[1].as_str()))?;
-        let now = t
-            .checked_mul(1000)
-            .filter(|ns| Duration::from_nanos(*ns) < tollgate::HORIZON)
-            .ok_or_else(|| {
-                Error::Reply(format!("server time {t} us is past tollgate's horizon"))
-            })?;
-        let disagree = || {
-            Error::Reply(format!(
-                "the script and tollgate::gcra disagree (reply {reply:?}, cost {cost}); \
-                 is another writer using this key prefix?"
-            ))
-        };
+        let now = server_ns(t)?;
+        let disagree = || disagreement(&reply, cost);
         let mut verdicts = Vec::with_capacity(n);
         let mut snapshots = Vec::with_capacity(n);
         let admitted = match reply[0].as_str() {
@@ -169,6 +158,7 @@ impl LimitsParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn verdicts_combine_to_the_largest_wait_and_snapshots_to_the_tightest() {

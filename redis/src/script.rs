@@ -488,19 +488,9 @@ impl Params {
             .and_then(|s| s.checked_add(parse(Some(usec)).ok()?))
             .and_then(|us| us.checked_sub(ORIGIN_UNIX_US))
             .ok_or_else(|| Error::Reply(format!("server time in {reply:?} is out of range")))?;
-        let now = t
-            .checked_mul(1000)
-            .filter(|ns| Duration::from_nanos(*ns) < tollgate::HORIZON)
-            .ok_or_else(|| {
-                Error::Reply(format!("server time {t} us is past tollgate's horizon"))
-            })?;
+        let now = server_ns(t)?;
         let before = self.state_of(prev)?;
-        let disagree = || {
-            Error::Reply(format!(
-                "the script and tollgate::gcra disagree (reply {reply:?}, cost {cost}); \
-                 is another writer using this key prefix?"
-            ))
-        };
+        let disagree = || disagreement(&reply, cost);
         match status {
             "1" => {
                 let taken = parse(Some(taken))?;
@@ -510,9 +500,7 @@ impl Params {
                         if parse(Some(n))? != t / self.b {
                             return Err(disagree());
                         }
-                        let base = u128::from(t / self.b) * u128::from(self.a);
-                        let next = base + u128::from(parse(Some(next))?);
-                        if next * u128::from(self.k) != u128::from(after) {
+                        if self.written_state(t, next)? != u128::from(after) {
                             return Err(disagree());
                         }
                         after
@@ -557,6 +545,24 @@ pub(crate) struct Decision {
     pub(crate) state: u64,
     /// The model's clock reading (ns since the origin): the server's `TIME` when the script ran.
     pub(crate) now_ns: u64,
+}
+
+/// The model's clock (ns since the origin) at the script's time `t` (µs since the origin); a
+/// time at or past tollgate's [`HORIZON`](tollgate::HORIZON) is an error (the core takes no
+/// later instant).
+pub(crate) fn server_ns(t: u64) -> Result<u64, Error> {
+    t.checked_mul(1000)
+        .filter(|ns| Duration::from_nanos(*ns) < tollgate::HORIZON)
+        .ok_or_else(|| Error::Reply(format!("server time {t} us is past tollgate's horizon")))
+}
+
+/// The error for a reply (`reply`, to a call of `cost`) that `tollgate::gcra` does not
+/// reproduce: never trusted.
+pub(crate) fn disagreement(reply: &dyn std::fmt::Debug, cost: u64) -> Error {
+    Error::Reply(format!(
+        "the script and tollgate::gcra disagree (reply {reply:?}, cost {cost}); is another \
+         writer using this key prefix?"
+    ))
 }
 
 pub(crate) fn parse(s: Option<&str>) -> Result<u64, Error> {

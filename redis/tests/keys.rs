@@ -18,6 +18,33 @@ fn checked(quotas: &[Quota]) -> CheckedLimits {
     CheckedLimits::new(Limits::new(quotas.iter().copied()).unwrap()).unwrap()
 }
 
+/// `cost` tokens of `key` under `limits`, in the call's all or nothing.
+fn demand<'a>(key: &'a str, limits: &'a CheckedLimits, cost: u64) -> KeyDemand<'a> {
+    KeyDemand {
+        key,
+        limits,
+        cost,
+        alone: false,
+        check: false,
+    }
+}
+
+/// `cost` tokens of `key`, decided alone.
+fn alone<'a>(key: &'a str, limits: &'a CheckedLimits, cost: u64) -> KeyDemand<'a> {
+    KeyDemand {
+        alone: true,
+        ..demand(key, limits, cost)
+    }
+}
+
+/// `cost` tokens that `key` must hold, never debited.
+fn check_only<'a>(key: &'a str, limits: &'a CheckedLimits, cost: u64) -> KeyDemand<'a> {
+    KeyDemand {
+        check: true,
+        ..demand(key, limits, cost)
+    }
+}
+
 async fn limiter(server: &RedisServer) -> RedisLimiter {
     RedisLimiter::builder(&server.url(), Quota::per_second(1).unwrap())
         .timeout(Duration::from_secs(2))
@@ -34,24 +61,7 @@ async fn a_refusal_debits_no_key_and_says_which_key_refused() {
     let l = limiter(&server).await;
     let a = checked(&[slow(3, 24)]);
     let b = checked(&[slow(1, 24), slow(5, 48)]);
-    let both = |ca, cb| {
-        [
-            KeyDemand {
-                key: "{t}a",
-                limits: &a,
-                cost: ca,
-                alone: false,
-                check: false,
-            },
-            KeyDemand {
-                key: "{t}b",
-                limits: &b,
-                cost: cb,
-                alone: false,
-                check: false,
-            },
-        ]
-    };
+    let both = |ca, cb| [demand("{t}a", &a, ca), demand("{t}b", &b, cb)];
     let out = l.decide_keys(&both(1, 1)).await.unwrap();
     assert!(out.iter().all(|d| d.verdict.is_ok()));
     assert_eq!(out[0].snapshots.tightest().1.remaining(), 2);
@@ -87,26 +97,14 @@ async fn bad_calls_are_errors() {
     };
     let l = limiter(&server).await;
     let p = checked(&[slow(3, 1)]);
-    let d = KeyDemand {
-        key: "k",
-        limits: &p,
-        cost: 1,
-        alone: false,
-        check: false,
-    };
+    let d = demand("k", &p, 1);
     assert!(matches!(l.decide_keys(&[]).await, Err(Error::Config(_))));
     assert!(matches!(
         l.decide_keys(&[d, d]).await,
         Err(Error::Config(_))
     ));
     server.cli(&["SET", "tollgate:junk", "not a state"]);
-    let junk = KeyDemand {
-        key: "junk",
-        limits: &p,
-        cost: 1,
-        alone: false,
-        check: false,
-    };
+    let junk = demand("junk", &p, 1);
     match l.decide_keys(&[d, junk]).await {
         Err(Error::Malformed { key, .. }) => assert_eq!(key, "tollgate:junk"),
         other => panic!("{other:?}"),
@@ -125,13 +123,7 @@ async fn a_key_of_another_type_is_malformed_and_nothing_is_written() {
     let l = limiter(&server).await;
     let p = checked(&[slow(3, 1)]);
     let two = checked(&[slow(3, 1), slow(5, 2)]);
-    let d = |key, limits| KeyDemand {
-        key,
-        limits,
-        cost: 1,
-        alone: false,
-        check: false,
-    };
+    let d = |key, limits| demand(key, limits, 1);
     // A state under each policy, for an existing key among the others.
     l.decide_keys(&[d("{o}held", &p), d("{o}held2", &two)])
         .await
@@ -211,13 +203,7 @@ async fn random_calls_follow_the_all_or_nothing_model() {
         let demands: Vec<KeyDemand<'_>> = chosen
             .iter()
             .zip(&costs)
-            .map(|(&k, &cost)| KeyDemand {
-                key: &keys[k],
-                limits: &policies[k].1,
-                cost,
-                alone: false,
-                check: false,
-            })
+            .map(|(&k, &cost)| demand(&keys[k], &policies[k].1, cost))
             .collect();
         let out = l.decide_keys(&demands).await.unwrap();
         let holds: Vec<bool> = chosen
@@ -271,20 +257,8 @@ async fn a_key_decided_alone_neither_blocks_nor_waits_for_the_others() {
     let two = checked(&[slow(2, 24)]);
     let call = |enforced_cost, alone_cost| {
         [
-            KeyDemand {
-                key: "{s}enforced",
-                limits: &one,
-                cost: enforced_cost,
-                alone: false,
-                check: false,
-            },
-            KeyDemand {
-                key: "{s}alone",
-                limits: &two,
-                cost: alone_cost,
-                alone: true,
-                check: false,
-            },
+            demand("{s}enforced", &one, enforced_cost),
+            alone("{s}alone", &two, alone_cost),
         ]
     };
     let out = l.decide_keys(&call(1, 2)).await.unwrap();
@@ -292,22 +266,7 @@ async fn a_key_decided_alone_neither_blocks_nor_waits_for_the_others() {
     // A refusing alone key does not stop a holding enforced key.
     let spare = checked(&[slow(5, 24)]);
     let out = l
-        .decide_keys(&[
-            KeyDemand {
-                key: "{s}spare",
-                limits: &spare,
-                cost: 1,
-                alone: false,
-                check: false,
-            },
-            KeyDemand {
-                key: "{s}alone",
-                limits: &two,
-                cost: 1,
-                alone: true,
-                check: false,
-            },
-        ])
+        .decide_keys(&[demand("{s}spare", &spare, 1), alone("{s}alone", &two, 1)])
         .await
         .unwrap();
     assert!(out[0].verdict.is_ok() && out[1].verdict.is_err());
@@ -318,22 +277,7 @@ async fn a_key_decided_alone_neither_blocks_nor_waits_for_the_others() {
     );
     // The enforced key refuses: an alone key that holds is debited anyway.
     let out = l
-        .decide_keys(&[
-            KeyDemand {
-                key: "{s}enforced",
-                limits: &one,
-                cost: 1,
-                alone: false,
-                check: false,
-            },
-            KeyDemand {
-                key: "{s}spare",
-                limits: &spare,
-                cost: 1,
-                alone: true,
-                check: false,
-            },
-        ])
+        .decide_keys(&[demand("{s}enforced", &one, 1), alone("{s}spare", &spare, 1)])
         .await
         .unwrap();
     assert!(out[0].verdict.is_err() && out[1].verdict.is_ok());
@@ -344,22 +288,7 @@ async fn a_key_decided_alone_neither_blocks_nor_waits_for_the_others() {
     );
     // An alone key over its burst is refused and does not make the others read-only.
     let out = l
-        .decide_keys(&[
-            KeyDemand {
-                key: "{s}spare",
-                limits: &spare,
-                cost: 1,
-                alone: false,
-                check: false,
-            },
-            KeyDemand {
-                key: "{s}alone",
-                limits: &two,
-                cost: 3,
-                alone: true,
-                check: false,
-            },
-        ])
+        .decide_keys(&[demand("{s}spare", &spare, 1), alone("{s}alone", &two, 3)])
         .await
         .unwrap();
     assert_eq!(out[1].verdict.unwrap_err().denied(), Denied::ExceedsBurst);
@@ -377,13 +306,7 @@ async fn a_key_under_a_changed_policy_is_converted() {
     let before = checked(&[slow(3, 24)]);
     let after = checked(&[slow(5, 24)]);
     let two = checked(&[slow(5, 24), slow(9, 48)]);
-    let d = |p, cost| KeyDemand {
-        key: "{c}k",
-        limits: p,
-        cost,
-        alone: false,
-        check: false,
-    };
+    let d = |p, cost| demand("{c}k", p, cost);
     let out = l.decide_keys(&[d(&before, 3)]).await.unwrap();
     assert_eq!(out[0].snapshots.tightest().1.remaining(), 0);
     // Burst 3 spent, now a burst of 5 at the same rate: still empty (tokens are not made up).
@@ -405,20 +328,8 @@ async fn a_checked_key_must_hold_and_is_never_debited() {
     let five = checked(&[slow(5, 24)]);
     let call = |check_cost| {
         [
-            KeyDemand {
-                key: "{k}debited",
-                limits: &five,
-                cost: 1,
-                alone: false,
-                check: false,
-            },
-            KeyDemand {
-                key: "{k}checked",
-                limits: &one,
-                cost: check_cost,
-                alone: false,
-                check: true,
-            },
+            demand("{k}debited", &five, 1),
+            check_only("{k}checked", &one, check_cost),
         ]
     };
     for left in [4, 3] {
@@ -471,16 +382,7 @@ async fn a_call_of_many_keys_has_a_timeout_per_32_keys() {
     let keys: Vec<String> = (0..tollgate_redis::MAX_KEYS_PER_CALL)
         .map(|i| format!("{{t}}k{i}"))
         .collect();
-    let demands: Vec<KeyDemand<'_>> = keys
-        .iter()
-        .map(|key| KeyDemand {
-            key,
-            limits: &limits,
-            cost: 1,
-            alone: false,
-            check: false,
-        })
-        .collect();
+    let demands: Vec<KeyDemand<'_>> = keys.iter().map(|key| demand(key, &limits, 1)).collect();
     for round in 0..3 {
         let out = l.decide_keys(&demands).await;
         let out = out.unwrap_or_else(|e| panic!("round {round}: {e}"));

@@ -14,9 +14,11 @@
 //! a local server's `TIME` reads, and every window is checked in exact integers
 //! ([`SpanChecker`]). Bounded: about 0.6 s and a few thousand decisions per test.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::oneshot;
 use tollgate::Quota;
 use tollgate_redis::{Leases, RedisLimiter};
 use tollgate_testkit::redis_server::RedisServer;
@@ -192,67 +194,35 @@ async fn a_holder_frozen_mid_spend_lets_its_lease_lapse() {
     else {
         return;
     };
-    let url = server.url();
-    let spans = Arc::new(SpanChecker::new());
-    let stop = Arc::new(AtomicBool::new(false));
-    let (frozen_tx, frozen_rx) = tokio::sync::oneshot::channel::<()>();
-    let (gate_tx, gate_rx) = mpsc::channel::<()>();
-    let holder = {
-        let (url, spans, stop) = (url.clone(), spans.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let a = limiter(
-                    &url,
-                    Some(Leases::new(BURST).lifetime(Duration::from_secs(60))),
-                )
-                .await;
-                assert!(decide(&a, &spans).await, "the take from a full bucket");
-                assert_eq!(a.counters().redis_calls, 1, "{:?}", a.counters());
-                // The hook runs after the spend's reading: the spend is decided at an instant
-                // between the call's start and the hook's, before the freeze, and is recorded
-                // there (a reading the spend took after the freeze would not lie in it).
-                let hooked = Arc::new(AtomicU64::new(0));
-                let mut signal = Some((frozen_tx, hooked.clone()));
-                let hook = tollgate_redis::on_lease_spend(move || {
-                    if let Some((s, hooked)) = signal.take() {
-                        hooked.store(wall(), Ordering::Relaxed);
-                        s.send(()).unwrap();
-                        gate_rx.recv().unwrap();
-                    }
-                });
-                let (t, lo) = (Instant::now(), wall());
-                let frozen = a.try_acquire(KEY, 1).await.is_ok();
-                let frozen_for = t.elapsed();
-                drop(hook);
-                if frozen {
-                    spans.admit(lo, hooked.load(Ordering::Relaxed), 1);
+    let h = freeze_a_holder(
+        &server.url(),
+        "the holder reached its spend",
+        |a, spans, frozen_tx, gate_rx| async move {
+            assert!(decide(&a, &spans).await, "the take from a full bucket");
+            assert_eq!(a.counters().redis_calls, 1, "{:?}", a.counters());
+            // The hook runs after the spend's reading: the spend is decided at an instant
+            // between the call's start and the hook's, before the freeze, and is recorded
+            // there (a reading the spend took after the freeze would not lie in it).
+            let hooked = Arc::new(AtomicU64::new(0));
+            let mut signal = Some((frozen_tx, hooked.clone()));
+            let hook = tollgate_redis::on_lease_spend(move || {
+                if let Some((s, hooked)) = signal.take() {
+                    hooked.store(wall(), Ordering::Relaxed);
+                    s.send(()).unwrap();
+                    gate_rx.recv().unwrap();
                 }
-                let leased_at_resume = a.counters().leased;
-                decide(&a, &spans).await;
-                let leased_after_next = a.counters().leased;
-                decide_until(&a, &spans, &stop).await;
-                Holder {
-                    frozen,
-                    frozen_for,
-                    leased_at_resume,
-                    leased_after_next,
-                }
-            })
-        })
-    };
-    tokio::time::timeout(Duration::from_secs(10), frozen_rx)
-        .await
-        .expect("the holder reached its spend")
-        .unwrap();
-    fleet_around_a_freeze(&url, &spans, &stop, gate_tx).await;
-    let h = tokio::task::spawn_blocking(move || holder.join().unwrap())
-        .await
-        .unwrap();
-    check(&spans, &h);
+            });
+            let (t, lo) = (Instant::now(), wall());
+            let frozen = a.try_acquire(KEY, 1).await.is_ok();
+            let frozen_for = t.elapsed();
+            drop(hook);
+            if frozen {
+                spans.admit(lo, hooked.load(Ordering::Relaxed), 1);
+            }
+            (frozen, frozen_for)
+        },
+    )
+    .await;
     assert!(
         h.frozen,
         "a spend decided before the freeze completes at its reading"
@@ -272,13 +242,64 @@ async fn a_holder_frozen_before_reading_its_take_lets_the_lease_lapse() {
     ) else {
         return;
     };
-    let (url, port) = (server.url(), server.port());
+    let port = server.port();
+    let h = freeze_a_holder(
+        &server.url(),
+        "the holder's take reached the server",
+        move |a, spans, frozen_tx, gate_rx| async move {
+            let take = tokio::spawn({
+                let (a, spans) = (a.clone(), spans.clone());
+                async move {
+                    let t = Instant::now();
+                    (decide(&a, &spans).await, t.elapsed())
+                }
+            });
+            // Let the take's request out, then block this thread as soon as the script has
+            // written the key: the reply is left unread until the gate opens.
+            let mut ran = false;
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+                if server_has_a_key(port, Duration::from_millis(20)) {
+                    ran = true;
+                    break;
+                }
+            }
+            assert!(ran, "the take never reached the server");
+            assert!(
+                !take.is_finished(),
+                "the take's reply was read before the freeze"
+            );
+            frozen_tx.send(()).unwrap();
+            gate_rx.recv().unwrap();
+            let frozen = take.await.unwrap();
+            assert_eq!(a.counters().redis_calls, 1, "{:?}", a.counters());
+            frozen
+        },
+    )
+    .await;
+    assert!(h.frozen, "the take from a full bucket admits its own token");
+    assert_eq!(h.leased_at_resume, 0);
+}
+
+/// A holder frozen by `freeze` while the fleet decides around it ([`fleet_around_a_freeze`]);
+/// what it saw, checked ([`check`]). The holder runs on a thread of its own with a
+/// current-thread runtime and a lease of a full burst. `freeze` gets its limiter, the spans,
+/// a sender to signal once the thread is about to block (`expect`: what a signal not sent in
+/// 10 s means) and the gate to block on; it returns the frozen call's verdict and duration.
+/// Then the holder decides once more, and on with the fleet until it stops.
+async fn freeze_a_holder<F, Fut>(url: &str, expect: &str, freeze: F) -> Holder
+where
+    F: FnOnce(RedisLimiter, Arc<SpanChecker>, oneshot::Sender<()>, mpsc::Receiver<()>) -> Fut
+        + Send
+        + 'static,
+    Fut: Future<Output = (bool, Duration)>,
+{
     let spans = Arc::new(SpanChecker::new());
     let stop = Arc::new(AtomicBool::new(false));
-    let (frozen_tx, frozen_rx) = tokio::sync::oneshot::channel::<()>();
+    let (frozen_tx, frozen_rx) = oneshot::channel::<()>();
     let (gate_tx, gate_rx) = mpsc::channel::<()>();
     let holder = {
-        let (url, spans, stop) = (url.clone(), spans.clone(), stop.clone());
+        let (url, spans, stop) = (url.to_owned(), spans.clone(), stop.clone());
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -290,32 +311,8 @@ async fn a_holder_frozen_before_reading_its_take_lets_the_lease_lapse() {
                     Some(Leases::new(BURST).lifetime(Duration::from_secs(60))),
                 )
                 .await;
-                let take = tokio::spawn({
-                    let (a, spans) = (a.clone(), spans.clone());
-                    async move {
-                        let t = Instant::now();
-                        (decide(&a, &spans).await, t.elapsed())
-                    }
-                });
-                // Let the take's request out, then block this thread as soon as the script has
-                // written the key: the reply is left unread until the gate opens.
-                let mut ran = false;
-                for _ in 0..100 {
-                    tokio::task::yield_now().await;
-                    if server_has_a_key(port, Duration::from_millis(20)) {
-                        ran = true;
-                        break;
-                    }
-                }
-                assert!(ran, "the take never reached the server");
-                assert!(
-                    !take.is_finished(),
-                    "the take's reply was read before the freeze"
-                );
-                frozen_tx.send(()).unwrap();
-                gate_rx.recv().unwrap();
-                let (frozen, frozen_for) = take.await.unwrap();
-                assert_eq!(a.counters().redis_calls, 1, "{:?}", a.counters());
+                let (frozen, frozen_for) =
+                    freeze(a.clone(), spans.clone(), frozen_tx, gate_rx).await;
                 let leased_at_resume = a.counters().leased;
                 decide(&a, &spans).await;
                 let leased_after_next = a.counters().leased;
@@ -331,15 +328,14 @@ async fn a_holder_frozen_before_reading_its_take_lets_the_lease_lapse() {
     };
     tokio::time::timeout(Duration::from_secs(10), frozen_rx)
         .await
-        .expect("the holder's take reached the server")
+        .expect(expect)
         .unwrap();
-    fleet_around_a_freeze(&url, &spans, &stop, gate_tx).await;
+    fleet_around_a_freeze(url, &spans, &stop, gate_tx).await;
     let h = tokio::task::spawn_blocking(move || holder.join().unwrap())
         .await
         .unwrap();
     check(&spans, &h);
-    assert!(h.frozen, "the take from a full bucket admits its own token");
-    assert_eq!(h.leased_at_resume, 0);
+    h
 }
 
 /// The holder goes on deciding with the fleet until `stop`.
