@@ -65,7 +65,7 @@ fn command(port: u16, cmd: &str) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
-/// Waits until `child` answers on `port`. The answer must name `child`'s process id: the port
+/// Waits until `child` answers on `port` and has loaded its data. The answer must name `child`'s process id: the port
 /// was free when drawn, but another test's server may have taken it since, and then `child`
 /// fails to bind and exits while that one answers.
 fn wait_for(port: u16, child: &mut Child, timeout: Duration) -> bool {
@@ -77,7 +77,14 @@ fn wait_for(port: u16, child: &mut Child, timeout: Duration) -> bool {
         }
         if let Ok(info) = command(port, "INFO server") {
             if info.contains(&ours) {
-                return true;
+                // A server loading its data (the append-only file after a restart) answers
+                // `INFO` but refuses every other command (`LOADING`) until it is done.
+                if command(port, "INFO persistence").is_ok_and(|p| p.contains("\r\nloading:0\r\n"))
+                {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
             }
             if info.contains("\r\nprocess_id:") {
                 // Another process's server holds the port.

@@ -1,5 +1,6 @@
 //! The adversarial test helpers test themselves: `WindowChecker` and `SpanChecker` find the
-//! worst window, `StallClock` returns the armed readings and holds a thread at its gate.
+//! worst window, `StallClock` returns the armed readings and holds a thread at its gate, and a
+//! restarted `RedisServer` serves commands once `restart` returns.
 
 use std::time::Duration;
 use tollgate::{Bucket, Clock, ManualClock, Quota};
@@ -90,4 +91,23 @@ fn a_gated_thread_acts_on_its_old_reading_after_others_moved_on() {
         gate.open();
         assert!(stalled.join().unwrap().is_err());
     });
+}
+
+/// A restarted server answers `INFO` while it loads its append-only file and refuses every
+/// other command (`LOADING`) until it is done: `restart` returns only after that, so the next
+/// command a test sends is served. A million keys make the load last long enough to be seen.
+#[test]
+fn a_restart_returns_once_the_data_is_loaded() {
+    use tollgate_testkit::redis_server::RedisServer;
+    let Some(mut server) = RedisServer::start_with(
+        "selftest::a_restart_returns_once_the_data_is_loaded",
+        &["--appendonly", "yes", "--appendfsync", "always"],
+    ) else {
+        return;
+    };
+    let script = "for i = 1, 1000000 do redis.call('SET', 'k' .. i, 'v') end return 1";
+    assert_eq!(server.cli(&["EVAL", script, "0"]).trim(), "1");
+    server.restart();
+    assert_eq!(server.cli(&["SET", "after", "restart"]).trim(), "OK");
+    assert_eq!(server.cli(&["EXISTS", "k1000000"]).trim(), "1");
 }
