@@ -1677,6 +1677,10 @@ enum GoType {
     /// structs have no such field (yaml.v2 skips it); an earlier one is checked by this
     /// reader's own rule, as yaml.v2 checks an earlier `descriptors` or `rate_limit`.
     RateLimits,
+    /// `burst`, tollgate-rls's extension in a `rate_limit`: a whole number in `0..=u64::MAX`.
+    /// envoyproxy/ratelimit's structs have no such field (yaml.v2 skips it); one in a value
+    /// a later one replaces is checked by this reader's own rule, as [`GoType::RateLimits`].
+    Burst,
 }
 
 impl GoType {
@@ -1695,6 +1699,7 @@ impl GoType {
             ) => Flag,
             (Descriptor, "metadata") => Metadata,
             (RateLimit, "requests_per_unit") => Count,
+            (RateLimit, "burst") => Burst,
             (RateLimit, "unit" | "name") => Text,
             (RateLimit, "unlimited") => Flag,
             (RateLimit, "replaces") => ReplacesList,
@@ -1709,6 +1714,7 @@ impl GoType {
             GoType::Text => "expected a string",
             GoType::Flag => "expected true or false (or yes/no, on/off)",
             GoType::Count => "expected a whole number in 0..=4294967295",
+            GoType::Burst => "expected a whole number in 0..=18446744073709551615",
             GoType::Descriptors | GoType::ReplacesList | GoType::RateLimits => "expected a list",
             GoType::Metadata | GoType::Descriptor | GoType::RateLimit | GoType::Replace => {
                 "expected a mapping"
@@ -2023,7 +2029,8 @@ impl Parser<'_> {
     /// tag on a collection counts for nothing ([`untagged`]). What fails yaml.v2's decoding
     /// into a generic map (a scalar it cannot decode, a collection as a key, a bad merge) is
     /// refused by [`Parser::key_check`] wherever it stands. tollgate-rls's own `rate_limits`
-    /// is checked the same way, by this reader's rule ([`GoType::RateLimits`]).
+    /// is checked the same way, by this reader's rule ([`GoType::RateLimits`]), and so is its
+    /// `burst` in a `rate_limit` ([`GoType::Burst`]).
     fn replaced(&self, v: &MarkedYamlOwned, ty: GoType, field: &str) -> Result<(), ConfigError> {
         let own_field = ty == GoType::RateLimits;
         // Each node visited, with its parent's index here and its step from the parent, as in
@@ -2041,6 +2048,9 @@ impl Parser<'_> {
                     (Some((_, Resolved::Bool(_))), GoType::Flag) => true,
                     (Some((_, Resolved::Int(i))), GoType::Count) => {
                         (0..=i128::from(u32::MAX)).contains(&i)
+                    }
+                    (Some((_, Resolved::Int(i))), GoType::Burst) => {
+                        (0..=i128::from(u64::MAX)).contains(&i)
                     }
                     _ => false,
                 },
@@ -2105,6 +2115,12 @@ impl Parser<'_> {
                     format!(
                         "{}: tollgate-rls checks the types of a rate_limits that a later one \
                          replaces, as yaml.v2 checks envoyproxy/ratelimit's fields",
+                        ty.expected()
+                    )
+                } else if ty == GoType::Burst {
+                    format!(
+                        "{}: tollgate-rls checks the type of its burst in a value that a later \
+                         one replaces, as yaml.v2 checks envoyproxy/ratelimit's fields",
                         ty.expected()
                     )
                 } else if float_count {

@@ -2075,6 +2075,80 @@ descriptors:
     assert_eq!(rate_of(&c, "a"), (2, Unit::Hour, String::new()));
 }
 
+/// tollgate-rls's `burst` in a `rate_limit` that a later value replaces (a null or later
+/// `rate_limit`, a later `rate_limits` or `descriptors`) is type-checked by this reader's own
+/// rule, as an earlier `rate_limits` is, the message saying so; only its type counts there.
+#[test]
+fn an_earlier_burst_is_type_checked() {
+    let rl = "rate_limit: {unit: second, requests_per_unit: 1}";
+    let good = format!("[{{key: a, {rl}}}]");
+    for (yaml, line, at, words) in [
+        (
+            format!(
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{burst: x}}\n    \
+                 rate_limit: ~\n    {rl}\n"
+            ),
+            4,
+            "descriptors[0].rate_limit.burst",
+            "expected a whole number",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {burst: [2]}\n    \
+             rate_limit: ~\n"
+                .to_owned(),
+            4,
+            "descriptors[0].rate_limit.burst",
+            "expected a whole number",
+        ),
+        (
+            format!(
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{burst: -1}}\n    \
+                 rate_limit: ~\n    {rl}\n"
+            ),
+            4,
+            "descriptors[0].rate_limit.burst",
+            "0..=18446744073709551615",
+        ),
+        (
+            format!(
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{burst: 1.5}}\n    \
+                 rate_limit: ~\n    {rl}\n"
+            ),
+            4,
+            "descriptors[0].rate_limit.burst",
+            "expected a whole number",
+        ),
+        (
+            format!("domain: d\ndescriptors: [{{key: a, {rl}, rate_limit: {{burst: x}}}}]\ndescriptors: {good}\n"),
+            2,
+            "descriptors[0].rate_limit.burst",
+            "expected a whole number",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limits: [{burst: {}}]\n    \
+             rate_limits: [{unit: second, requests_per_unit: 1}]\n"
+                .into(),
+            4,
+            "descriptors[0].rate_limits[0].burst",
+            "expected a whole number",
+        ),
+    ] {
+        let e = load(&yaml).expect_err(&yaml);
+        assert_eq!((e.line, e.field.as_str()), (Some(line), at), "{yaml}\n{e}");
+        assert!(e.message.contains(words), "{yaml}\n{e}");
+        assert!(e.message.contains("tollgate-rls checks"), "{yaml}\n{e}");
+    }
+    // Only the type counts: a burst of 0, or below the rate, in the earlier value, and a
+    // null one, load.
+    let c = load(&format!(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{burst: 0}}\n    \
+         rate_limit: ~\n    rate_limits: [{{unit: second, requests_per_unit: 5, burst: 1}}, {{burst: ~}}]\n    \
+         rate_limits: ~\n    {rl}\n"
+    ))
+    .unwrap();
+    assert_eq!(rate_of(&c, "a"), (1, Unit::Second, String::new()));
+}
+
 /// A `rate_limit` written twice fills one struct, but yaml.v2's generic map (and so
 /// envoyproxy/ratelimit's key check) keeps the last one only: a field of an earlier one that
 /// its structs do not have is ignored there, not refused, and a float in an earlier one's
