@@ -2,8 +2,9 @@
 //! a row under load hand out nothing twice, a per-key `--limit` policy keeps each key's hourly
 //! spend across a restart, no state file is a first start (full), a corrupted, truncated or
 //! oversized one starts the server drained with a log line saying why, a save never writes
-//! through a link planted beside the state file, a link to a state file is restored from, and
-//! something other than a regular file at the path is a usage error. Real processes, real files.
+//! through a link planted beside the state file, a link to a state file is restored from (a
+//! link to no file starts drained), and something other than a regular file at the path is a
+//! usage error. Real processes, real files.
 
 mod support;
 
@@ -563,6 +564,32 @@ async fn a_link_to_a_state_file_is_restored_from() {
     server.sigterm();
     assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
     assert_eq!(std::fs::read(&target).unwrap(), before);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A link that leads to no file is no first start: what it pointed at may hold a save that
+/// cannot be reached now (a volume not mounted, its directory missing), so the start is
+/// drained and says why, as for a missing directory; the shutdown's save then replaces the
+/// link with a regular file.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_link_to_nothing_starts_drained() {
+    let dir = temp_dir("link-to-nothing");
+    let path = dir.join("state");
+    std::os::unix::fs::symlink(dir.join("unmounted").join("state"), &path).unwrap();
+    let mut server = three_an_hour(&path);
+    let c = client();
+    let (s, retry) = status(&c, &server.url()).await.unwrap();
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "drained, not full");
+    assert!(retry.unwrap() > 3000, "{retry:?}");
+    let log = server.log();
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("state: starting drained: ") && l.contains("a link to")),
+        "{log:?}"
+    );
+    server.sigterm();
+    assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -11,7 +11,9 @@
 //!   server (64 MiB) is damaged too, and is not read. Something other than a regular file at
 //!   `FILE` (a directory, a FIFO, a socket, a device) is refused: exit 2 with a message. A link
 //!   to a regular file is restored from; the first save replaces the link itself with a
-//!   regular file and never writes to its target.
+//!   regular file and never writes to its target. A link to a file that does not exist starts
+//!   drained, as a missing directory does: what it names may be out of reach (a volume not
+//!   mounted).
 //! * **Saves** write a fresh temporary file beside `FILE` (created new, under a random name, so
 //!   it never follows a link planted there), fsync it, rename it over `FILE` and fsync the
 //!   directory: a crash at any point leaves the previous save or the new one, never a mix. Each
@@ -83,6 +85,13 @@ pub(crate) fn open(path: &Path) -> Result<Found, String> {
     }
     let file = match open_nonblocking(path) {
         Ok(file) => file,
+        // A link found where no file is leads nowhere: what it names may hold a save out of
+        // reach now (a volume not mounted), so it is no first start.
+        Err(e) if e.kind() == ErrorKind::NotFound && std::fs::symlink_metadata(path).is_ok() => {
+            return Ok(Found::Unreadable(format!(
+                "cannot read {shown}: a link to a file that does not exist ({e})"
+            )))
+        }
         Err(e) if e.kind() == ErrorKind::NotFound && directory(path).is_dir() => {
             return Ok(Found::Nothing)
         }
