@@ -534,6 +534,27 @@ fn a_state_path_that_is_not_a_regular_file_exits_2() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A `--state` file name too long for the save's temporary file beside it (`FILE.XXXXXX.tmp`)
+/// would fail every save: a usage error. The longest name that leaves room starts.
+#[test]
+fn a_state_name_too_long_for_its_temporary_file_exits_2() {
+    let dir = temp_dir("long-name");
+    let long = dir.join("s".repeat(245));
+    let flags = ["--key", "global", "--state", long.to_str().unwrap()];
+    let (code, stdout, stderr) = run_to_exit(&flags);
+    assert_eq!(code, Some(2), "{stdout:?} {stderr:?}");
+    assert!(
+        stderr.contains("a file name of 245 bytes leaves no room"),
+        "{stderr:?}"
+    );
+    assert!(stdout.is_empty(), "never listens: {stdout:?}");
+    let longest = dir.join("s".repeat(244));
+    let mut server = three_an_hour(&longest);
+    server.sigterm();
+    assert!(std::fs::metadata(&longest).unwrap().is_file(), "saved");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A server with 3 tokens an hour for everyone, restored from and saved to `path`.
 fn three_an_hour(path: &Path) -> Proc {
     let path = path.to_str().unwrap();

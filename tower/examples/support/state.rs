@@ -9,7 +9,8 @@
 //!   process that cannot tell what it handed out before it stopped assumes it handed out
 //!   everything, so a crash loop never removes the limit. A file larger than any save of this
 //!   server (64 MiB) is damaged too, and is not read. Something other than a regular file at
-//!   `FILE` (a directory, a FIFO, a socket, a device) is refused: exit 2 with a message. A link
+//!   `FILE` (a directory, a FIFO, a socket, a device), or a file name too long for the save's
+//!   temporary file (over 244 bytes), is refused: exit 2 with a message. A link
 //!   to a regular file is restored from; the first save replaces the link itself with a
 //!   regular file and never writes to its target. A link to a file that does not exist starts
 //!   drained, as a missing directory does: what it names may be out of reach (a volume not
@@ -58,6 +59,12 @@ impl<T: Persist + Send + Sync + 'static> Saved for T {
     }
 }
 
+/// The longest file name most file systems take (`NAME_MAX` on Linux and the BSDs).
+const MAX_NAME: usize = 255;
+
+/// What a save's temporary file adds to the state file's name: `.XXXXXX.tmp`.
+const TMP_SUFFIX: usize = ".XXXXXX.tmp".len();
+
 /// The state file as the restore reads it: at most [`MAX_STATE_BYTES`].
 type Reader = BufReader<io::Take<File>>;
 
@@ -80,6 +87,16 @@ pub(crate) enum Found {
 /// blocking (`O_NONBLOCK`).
 pub(crate) fn open(path: &Path) -> Result<Found, String> {
     let shown = path.display();
+    // Every save writes `FILE.XXXXXX.tmp` first ([`save`]): a name too long for that would
+    // fail every save.
+    let name = path.file_name().map_or(0, |n| n.len());
+    if name > MAX_NAME - TMP_SUFFIX {
+        return Err(format!(
+            "--state {shown}: a file name of {name} bytes leaves no room for the save's \
+             temporary file (at most {} bytes)",
+            MAX_NAME - TMP_SUFFIX
+        ));
+    }
     if let Ok(meta) = std::fs::metadata(path) {
         regular(path, &meta)?;
     }
