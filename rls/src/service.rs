@@ -496,7 +496,7 @@ fn ceil_secs(d: Duration) -> u64 {
 /// buckets, each at most `source_len` (every key and value it copies is among the source's
 /// bytes), and per descriptor (at most one key each: descriptors on one bucket share it) the
 /// key's fixed part, its hash tag and domain, in the key and again, with the key prefix, in
-/// the command's copy. Both ports take this from their budget
+/// the command's copy, and the fixed part of the decision's table entries for it. Both ports take this from their budget
 /// ([`crate::conn::HandlerBudget`], `--max-buffered-mib`) for as long as the request waits:
 /// `/json` with its body's length, gRPC with its message's encoded length (what the decoded
 /// message encodes to: what it holds, not the padding or the unknown fields a hostile

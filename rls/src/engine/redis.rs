@@ -88,10 +88,20 @@ const KEY_TAG_BYTES: usize = 21;
 
 /// What one bucket's key adds, besides its bucket, to what a decision on Redis holds while it
 /// waits, for a domain of `domain_len` bytes: the key built here ([`key_start`] and the
-/// bucket), and tollgate-redis's copy of it with [`KEY_PREFIX`], which its command holds.
+/// bucket), and tollgate-redis's copy of it with [`KEY_PREFIX`], which its command holds; and
+/// the fixed part of each table entry [`RedisBackend::decide`] holds for its demand (the
+/// demand, its key's header, its outcome, its index, policy and call).
 pub(crate) const fn key_fixed_bytes(domain_len: usize) -> usize {
-    2 * (KEY_TAG_BYTES + domain_len) + KEY_PREFIX.len()
+    2 * (KEY_TAG_BYTES + domain_len) + KEY_PREFIX.len() + DEMAND_ENTRIES_BYTES
 }
+
+/// The fixed part of what [`RedisBackend::decide`] holds per demand while it waits.
+const DEMAND_ENTRIES_BYTES: usize = std::mem::size_of::<Demand>()
+    + std::mem::size_of::<String>()
+    + std::mem::size_of::<Outcome>()
+    + std::mem::size_of::<usize>()
+    + std::mem::size_of::<Arc<CheckedLimits>>()
+    + std::mem::size_of::<KeyDemand<'static>>();
 
 /// What every key of `domain` starts with ([`KEY_TAG_BYTES`] more than the domain): the hash
 /// tag, the domain, and the `\x1f` that ends it.
