@@ -35,24 +35,40 @@ struct Proc {
     child: Child,
     addr: SocketAddr,
     log: Arc<Mutex<Vec<String>>>,
+    /// The server's end of its stderr socket: a line written here is read after every line the
+    /// server wrote before it and before every line it writes after it.
+    marks: std::os::unix::net::UnixStream,
 }
 
-/// The example server on a free loopback port with these flags, its stdout and stderr piped.
-fn spawn(flags: &[&str]) -> Child {
+/// The marker line [`Proc::wait_saves`] writes into the server's stderr.
+const MARK: &str = "test: mark";
+
+/// The example server on a free loopback port with these flags, its stdout piped.
+fn spawn(flags: &[&str], stderr: Stdio) -> Child {
     Command::new(server_binary())
         .args(["--listen", "127.0.0.1:0"])
         .args(flags)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .expect("the example server starts")
 }
 
+/// A connected pair of Unix stream sockets: the server's stderr is one end, written by the
+/// server and by [`Proc::wait_saves`], and the log's thread reads the other.
+fn stderr_pair() -> (
+    std::os::unix::net::UnixStream,
+    std::os::unix::net::UnixStream,
+) {
+    std::os::unix::net::UnixStream::pair().expect("a socket pair")
+}
+
 impl Proc {
     fn start(flags: &[&str]) -> Proc {
-        let mut child = spawn(flags);
+        let (stderr, marks) = stderr_pair();
+        let server_end = std::os::fd::OwnedFd::from(marks.try_clone().unwrap());
+        let mut child = spawn(flags, Stdio::from(server_end));
         let log = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().unwrap();
         let lines = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -72,7 +88,12 @@ impl Proc {
             .flatten()
             .expect("a `listening on` line");
         let addr = line.strip_prefix("listening on ").unwrap().parse().unwrap();
-        let proc = Proc { child, addr, log };
+        let proc = Proc {
+            child,
+            addr,
+            log,
+            marks,
+        };
         // The `state:` line (restored, or starting drained) goes to stderr before `listening on`
         // goes to stdout, but its reader thread may not have taken it yet.
         if flags.contains(&"--state") {
@@ -93,12 +114,28 @@ impl Proc {
         self.log.lock().unwrap().clone()
     }
 
-    /// Waits for `n` more `state: saved` lines than there are now.
-    fn wait_saves(&self, n: usize) {
-        let count = || self.log().iter().filter(|l| *l == "state: saved").count();
-        let want = count() + n;
+    /// Waits for `n` saves completed after this call: `n` `state: saved` lines after a marker
+    /// line this call writes into the server's stderr. Counting the lines read so far
+    /// instead would count a save printed before the call but not yet read by the log's
+    /// thread as a later one. Saves run one after another, so the second of them read the
+    /// limiter after this call.
+    fn wait_saves(&mut self, n: usize) {
+        use std::io::Write;
+        self.marks
+            .write_all(format!("{MARK}\n").as_bytes())
+            .expect("a marker line");
+        let count = || {
+            let log = self.log();
+            let marked = log.iter().rposition(|l| l == MARK);
+            marked.map_or(0, |at| {
+                log[at + 1..]
+                    .iter()
+                    .filter(|l| *l == "state: saved")
+                    .count()
+            })
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while count() < want {
+        while count() < n {
             assert!(Instant::now() < deadline, "no save: {:?}", self.log());
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -479,7 +516,7 @@ async fn a_save_never_writes_through_a_planted_link() {
 /// The server run with `flags` until it exits, for at most 10 s (then killed): its exit code
 /// (`None` when it had to be killed), stdout and stderr.
 fn run_to_exit(flags: &[&str]) -> (Option<i32>, String, String) {
-    let mut child = spawn(flags);
+    let mut child = spawn(flags, Stdio::piped());
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut exited = true;
     while child.try_wait().unwrap().is_none() {
