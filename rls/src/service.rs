@@ -496,14 +496,14 @@ fn ceil_secs(d: Duration) -> u64 {
 /// buckets, each at most `source_len` (every key and value it copies is among the source's
 /// bytes), and per descriptor (at most one key each: descriptors on one bucket share it) the
 /// key's fixed part, its hash tag and domain, in the key and again, with the key prefix, in
-/// the command's copy, and the fixed part of the decision's table entries for it. Both ports take this from their budget
-/// ([`crate::conn::HandlerBudget`], `--max-buffered-mib`) for as long as the request waits:
-/// `/json` with its body's length, gRPC with its message's encoded length (what the decoded
-/// message encodes to: what it holds, not the padding or the unknown fields a hostile
-/// encoding may add, which decoding drops). Not counted: what tollgate-redis builds for a call
-/// it sends (its names, tables and command, and the script's source while Redis has lost the
-/// script), which exists for at most its in-flight cap of calls at once (4,096): a call past
-/// the cap fails at once.
+/// the command's copy, and the fixed part of the decision's table entries for it. Both ports
+/// take this from their budget ([`crate::conn::HandlerBudget`], `--max-buffered-mib`) for as
+/// long as the request waits: `/json` with its body's length, gRPC with its message's encoded
+/// length (what the decoded message encodes to: what it holds, not the padding or the unknown
+/// fields a hostile encoding may add, which decoding drops). Not counted: what tollgate-redis
+/// builds for a call it sends (its names, tables and command, and the script's source while
+/// Redis has lost the script), which exists for at most its in-flight cap of calls at once
+/// (4,096): a call past the cap fails at once.
 pub fn held_while_waiting(req: &Request, source_len: usize) -> usize {
     let entries: usize = req
         .descriptors

@@ -65,9 +65,9 @@ fn command(port: u16, cmd: &str) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
-/// Waits until `child` answers on `port` and has loaded its data. The answer must name `child`'s process id: the port
-/// was free when drawn, but another test's server may have taken it since, and then `child`
-/// fails to bind and exits while that one answers.
+/// Waits until `child` answers on `port` and has loaded its data. The answer must name
+/// `child`'s process id: the port was free when drawn, but another test's server may have
+/// taken it since, and then `child` fails to bind and exits while that one answers.
 fn wait_for(port: u16, child: &mut Child, timeout: Duration) -> bool {
     let t0 = Instant::now();
     let ours = format!("\r\nprocess_id:{}\r\n", child.id());
@@ -83,10 +83,7 @@ fn wait_for(port: u16, child: &mut Child, timeout: Duration) -> bool {
                 {
                     return true;
                 }
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            }
-            if info.contains("\r\nprocess_id:") {
+            } else if info.contains("\r\nprocess_id:") {
                 // Another process's server holds the port.
                 return false;
             }

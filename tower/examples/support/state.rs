@@ -10,11 +10,10 @@
 //!   everything, so a crash loop never removes the limit. A file larger than any save of this
 //!   server (64 MiB) is damaged too, and is not read. Something other than a regular file at
 //!   `FILE` (a directory, a FIFO, a socket, a device), or a file name too long for the save's
-//!   temporary file (over 244 bytes), is refused: exit 2 with a message. A link
-//!   to a regular file is restored from; the first save replaces the link itself with a
-//!   regular file and never writes to its target. A link to a file that does not exist starts
-//!   drained, as a missing directory does: what it names may be out of reach (a volume not
-//!   mounted).
+//!   temporary file (over 244 bytes), is refused: exit 2 with a message. A link to a regular
+//!   file is restored from; the first save replaces the link itself with a regular file and
+//!   never writes to its target. A link to a file that does not exist starts drained, as a
+//!   missing directory does: what it names may be out of reach (a volume not mounted).
 //! * **Saves** write a fresh temporary file beside `FILE` (created new, under a random name, so
 //!   it never follows a link planted there), fsync it, rename it over `FILE` and fsync the
 //!   directory: a crash at any point leaves the previous save or the new one, never a mix. Each
@@ -243,8 +242,8 @@ fn in_place<T: Persist>(
     )
 }
 
-/// A keyed limiter (of one quota or of a policy a key) of at most `max_keys` keys, restored
-/// from `found` by its builder (so the saved entries are found again), full or drained.
+/// A keyed limiter (of one quota or of a policy a key) from `builder`, restored from `found`
+/// by the builder (so the saved entries are found again), full or drained.
 fn keyed<K, P: KeyedPolicy>(
     path: &Path,
     found: Found,
