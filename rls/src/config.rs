@@ -2193,10 +2193,11 @@ impl Parser<'_> {
     /// mapping, [`entry_fault`], or an alias inside its own anchor, wherever it stands), then
     /// `validateYamlKeys` walks it: every mapping's keys must be strings it knows
     /// ([`key_check_takes`]), every list must hold mappings, and every leaf must be a string,
-    /// an int, a flag or null ([`key_check_refuses`]). The parser checks the fields it reads as it reads them; this
-    /// reaches what it ignores (a misplaced field's mapping or list, the value a later field
-    /// replaced is decoded too) with the same rules: a mapping as yaml.v2 decodes it into a
-    /// map ([`generic_fields`]), a name's last value only, `metadata` unchecked.
+    /// an int, a flag or null ([`key_check_refuses`]). The parser checks the fields it reads
+    /// as it reads them; this reaches what it ignores (a misplaced field's mapping or list,
+    /// the value a later field replaced is decoded too) with the same rules: a mapping as
+    /// yaml.v2 decodes it into a map ([`generic_fields`]), a name's last value only, `metadata`
+    /// unchecked.
     fn key_check(&self, doc: &MarkedYamlOwned) -> Result<(), ConfigError> {
         // Every node, keys and merged mappings included, without field paths; the rare file
         // that fails is walked again with them, for the refused node's.
