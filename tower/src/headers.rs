@@ -50,9 +50,15 @@ static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 /// * on a refusal, `t <= Retry-After`;
 /// * `t <= w`, and for a cost within the burst `Retry-After <= w`, unless the bucket is in debt
 ///   (reservations taken ahead of the refill, `tollgate::Bucket::reserve`) or the clock stepped
-///   back, and up to rounding: a quota change carries the balance rounded toward fewer tokens,
-///   by under one unit of the state, which can leave the bucket a fraction of a token's refill
-///   (microseconds) past `w` from full, so `t` or `Retry-After` may then read `w + 1`.
+///   back, and up to the limiter's rounding, which `t` and `Retry-After` report as they report
+///   any wait, rounded up (a client that came back after `w` alone would be refused): an
+///   inexact quota (`tollgate::Quota::is_exact`, e.g. 3/s) rounds toward refusing, so a bucket
+///   it emptied at a reading off its grid is full again up to one unit's refill (a nanosecond
+///   for most) after `w`, and `t` (or `Retry-After` for the whole burst) reads `w + 1`; a
+///   `tollgate::Bucket::set_quota` carries that rounding into the new quota as one unit of the
+///   old quota owed (`tollgate::gcra::rescale`), up to that unit's worth of tokens at the new
+///   rate past `w` (microseconds for most pairs of quotas; from a unit of half a token into
+///   one request an hour, half an hour).
 ///
 /// A **policy of several quotas** (a [`Decision`] with a
 /// [`policy`](crate::Decision::policy) of two or more, e.g. `tollgate::MultiBucket`):

@@ -333,11 +333,17 @@ impl<B> KeyExtractor<B> for ClientIp {
 
 /// The value of a request header (an API key, a tenant id), without the spaces and tabs around
 /// it (RFC 9110 §5.5: they are not part of a field value; HTTP/2 delivers them as sent, so
-/// ` k` and `k` are one key). Missing, sent more than once, empty (or only spaces and tabs), or
-/// not visible ASCII: no key. A key header is a single value: of two lines, either choice lets
-/// one sender override the other (a gateway that appends its header after the client's would
-/// otherwise be overridden by the client's line). An empty value names no client: as a key,
-/// every client that sends it would share one limit, and one of them could spend it for all the
+/// ` k` and `k` are one key). Missing, sent more than once, holding a comma, empty (or only
+/// spaces and tabs), or not visible ASCII: no key. A key header is a single value: of two
+/// lines, either choice lets one sender override the other (a gateway that appends its header
+/// after the client's would otherwise be overridden by the client's line). A proxy may merge
+/// repeated lines into one, joined by commas (RFC 9110 §5.3 allows it for list fields, and some
+/// proxies do it for any field): `a, b` (or `a,b`, `,b`, `a,`) is two lines merged, not a key
+/// the client picked, so a comma anywhere in the value, quoted or not, is no key either. API
+/// keys and tenant ids hold no commas; for a header whose values do and whose every value the
+/// client picks anyway (`User-Agent`: `(KHTML, like Gecko)`), see
+/// [`allow_commas`](HeaderKey::allow_commas). An empty value names no client: as a key, every
+/// client that sends it would share one limit, and one of them could spend it for all the
 /// others.
 ///
 /// ```
@@ -351,16 +357,42 @@ impl<B> KeyExtractor<B> for ClientIp {
 /// assert_eq!(key.extract(&empty), None);
 /// let padded = Request::builder().header("x-api-key", " k-123\t").body(()).unwrap();
 /// assert_eq!(key.extract(&padded).as_deref(), Some("k-123"));
+/// let merged = Request::builder().header("x-api-key", "k-123, k-456").body(()).unwrap();
+/// assert_eq!(key.extract(&merged), None);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeaderKey {
     name: HeaderName,
+    /// Whether a value holding a comma is a key (default: no, two lines merged).
+    commas: bool,
 }
 
 impl HeaderKey {
-    /// Keys by the value of header `name`.
+    /// Keys by the value of header `name`; a value holding a comma is no key.
     pub fn new(name: HeaderName) -> HeaderKey {
-        HeaderKey { name }
+        HeaderKey {
+            name,
+            commas: false,
+        }
+    }
+
+    /// Whether a value holding a comma is a key (default `false`: it is read as two lines that
+    /// a proxy merged, and is no key). Turn it on only for a header whose values hold commas
+    /// and whose every value the client picks anyway, so that a merged line gives it nothing
+    /// it could not send itself (`User-Agent`), never for a key that a gateway of yours sets
+    /// or authenticates. A header sent on two lines is still no key.
+    ///
+    /// ```
+    /// use http::{header::USER_AGENT, Request};
+    /// use tollgate_tower::{HeaderKey, KeyExtractor};
+    /// let ua = "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko)";
+    /// let req = Request::builder().header(USER_AGENT, ua).body(()).unwrap();
+    /// assert_eq!(HeaderKey::new(USER_AGENT).extract(&req), None);
+    /// let key = HeaderKey::new(USER_AGENT).allow_commas(true);
+    /// assert_eq!(key.extract(&req).as_deref(), Some(ua));
+    /// ```
+    pub fn allow_commas(self, on: bool) -> HeaderKey {
+        HeaderKey { commas: on, ..self }
     }
 }
 
@@ -381,7 +413,9 @@ impl<B> KeyExtractor<B> for HeaderKey {
         // it, so it is stripped here: otherwise ` k`, `k\t`, `  k`, … would each be a fresh
         // limit for one key. A value of only whitespace is empty, and an empty value is no key.
         let value = value.to_str().ok()?.trim_matches(|c| c == ' ' || c == '\t');
-        if value.is_empty() {
+        // A comma is where a proxy joins repeated lines (RFC 9110 §5.3): `a, b` is two lines.
+        // No parse of quoted strings: a client's `"a` and a gateway's `b"` merge into `"a, b"`.
+        if value.is_empty() || (!self.commas && value.contains(',')) {
             return None;
         }
         Some(value.to_owned())
@@ -389,7 +423,7 @@ impl<B> KeyExtractor<B> for HeaderKey {
 
     fn missing_message(&self) -> &'static str {
         "rate limiting: the header that carries the rate-limit key is missing, empty, repeated \
-         or not ASCII\n"
+         (on two lines, or merged into one by a comma) or not ASCII\n"
     }
 }
 

@@ -1,5 +1,5 @@
 //! Generated hostile header sets against `ClientIp`, compared with the rule tower/README.md
-//! documents ("Spoofing warning"): a peer that is not a trusted proxy is the client whatever it
+//! documents ("Spoofing warning"), and against `HeaderKey` (its "No key" rule): a peer that is not a trusted proxy is the client whatever it
 //! sends; behind a trusted peer the proxy header is walked from the right, trusted hops are
 //! skipped, the first untrusted address is the client, an entry that is not an address stops
 //! the walk at the last trusted hop, and if every hop is trusted the leftmost one is the key.
@@ -9,14 +9,16 @@
 //! spelling, or an entry that is not an address), so the expected key comes from the rule, not
 //! from a second parser. The client's own part of a header is arbitrary bytes (unbalanced
 //! quotes, backslashes, bytes that are not ASCII, megabytes) wherever the walk cannot reach it,
-//! and known hops where it can. Fixed seed, bounded count: a few seconds in a debug build.
+//! and known hops where it can. A key header's lines are a client's part and a gateway's key,
+//! sent as lines of their own or merged by a proxy into one comma-separated line. Fixed seed,
+//! bounded count: a few seconds in a debug build.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use http::{HeaderName, HeaderValue, Request};
 use ipnet::IpNet;
 use tollgate_testkit::rng::Rng;
-use tollgate_tower::{ClientIp, KeyExtractor, ProxyHeader};
+use tollgate_tower::{ClientIp, HeaderKey, KeyExtractor, ProxyHeader};
 
 const CASES: usize = 4_000;
 
@@ -492,4 +494,135 @@ fn generated_hostile_headers_follow_the_documented_rule() {
     assert!(untrusted_peers > CASES / 10, "{untrusted_peers}");
     assert!(walked > CASES / 2, "{walked}");
     assert!(reached_client_part > CASES / 20, "{reached_client_part}");
+}
+
+/// A key header's part as its sender wrote it, and what it is by construction.
+enum KeyPart {
+    /// A key as API keys and tenant ids look (no comma), with blanks around it.
+    Key(String),
+    /// Any bytes (commas, quotes, blanks, bytes that are not ASCII): keyed only with
+    /// `allow_commas`, and then only when visible ASCII and not blank.
+    Junk(Vec<u8>),
+}
+
+impl Gen {
+    /// A key without commas: letters, digits and the punctuation of API keys and tenant ids,
+    /// sometimes with a space inside.
+    fn key(&mut self) -> String {
+        const ALPHABET: &[u8] = b"abcXYZ0189-_.+/=:~";
+        let len = 1 + self.rng.below(24) as usize;
+        let mut key: Vec<u8> = (0..len).map(|_| self.pick(ALPHABET)).collect();
+        if len > 2 && self.chance(10) {
+            key[1] = b' ';
+        }
+        String::from_utf8(key).unwrap()
+    }
+
+    fn key_part(&mut self) -> KeyPart {
+        match self.rng.below(4) {
+            0 => KeyPart::Junk(self.junk()),
+            1 => {
+                // The shapes a merge leaves: `a,b`, `a ,b`, `a,`, `,a`, a quoted pair.
+                let (a, b) = (self.key(), self.key());
+                let sep = self.pick(&[",", ", ", " ,", " , ", ",,", ",\t"]);
+                let text = match self.rng.below(4) {
+                    0 => format!("{a}{sep}"),
+                    1 => format!("{sep}{a}"),
+                    2 => format!("\"{a}{sep}{b}\""),
+                    _ => format!("{a}{sep}{b}"),
+                };
+                KeyPart::Junk(text.into_bytes())
+            }
+            _ => KeyPart::Key(self.key()),
+        }
+    }
+}
+
+/// What `HeaderKey` (with `allow_commas` as given) keys a single line by: visible ASCII, spaces
+/// and tabs only; trimmed of spaces and tabs; not empty; no comma unless allowed.
+fn one_line_key(line: &[u8], commas: bool) -> Option<String> {
+    let text = std::str::from_utf8(line).ok()?;
+    if !text
+        .bytes()
+        .all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
+    {
+        return None;
+    }
+    let text = text.trim_matches(|c| c == ' ' || c == '\t');
+    (!text.is_empty() && (commas || !text.contains(','))).then(|| text.to_owned())
+}
+
+/// A client's key header part, then maybe a gateway's key, each on its own line or merged by a
+/// proxy into one line (`, ` or `,`, RFC 9110 §5.3). Without `allow_commas`: two lines, or one
+/// that merges two, are no key; a single part is its key when it is one (a comma-free key,
+/// blanks around it dropped), else no key. With `allow_commas`, a single line is its trimmed
+/// value whenever it is visible ASCII and not blank, merged or not.
+#[test]
+fn generated_key_header_lines_follow_the_documented_rule() {
+    let name = HeaderName::from_static("x-tenant");
+    let strict = HeaderKey::new(name.clone());
+    let lenient = HeaderKey::new(name.clone()).allow_commas(true);
+    let mut g = Gen {
+        rng: Rng(0x6e7a_0c0a),
+        trusted: Vec::new(),
+    };
+    let (mut keyed, mut merged, mut split) = (0, 0, 0);
+    for case in 0..CASES {
+        let client = g.key_part();
+        let (client_bytes, client_key) = match &client {
+            KeyPart::Key(key) => {
+                let (l, r) = (g.ows(), g.ows());
+                (format!("{l}{key}{r}").into_bytes(), Some(key.clone()))
+            }
+            KeyPart::Junk(bytes) => (bytes.clone(), None),
+        };
+        let mut lines = vec![client_bytes];
+        let mut was_merged = false;
+        if g.chance(60) {
+            let gateway = g.key();
+            if g.chance(50) {
+                let sep: &[u8] = g.pick(&[b", ", b","]);
+                lines[0].extend_from_slice(sep);
+                lines[0].extend_from_slice(gateway.as_bytes());
+                was_merged = true;
+                merged += 1;
+            } else {
+                lines.push(gateway.into_bytes());
+                split += 1;
+            }
+        }
+        let req = request(
+            IpAddr::from([192, 0, 2, 1]),
+            &[(name.clone(), lines.clone())],
+        );
+        let shown: Vec<String> = lines
+            .iter()
+            .map(|l| String::from_utf8_lossy(&l[..l.len().min(300)]).into_owned())
+            .collect();
+        let single = lines.len() == 1;
+        let got = KeyExtractor::<()>::extract(&strict, &req);
+        // By construction: two lines, or two merged into one, are no key; a key part alone is
+        // its key; junk alone is keyed by the rule (junk may happen to be a clean key).
+        let want = match (&client, single && !was_merged) {
+            (_, false) => None,
+            (KeyPart::Key(_), true) => client_key,
+            (KeyPart::Junk(bytes), true) => one_line_key(bytes, false),
+        };
+        assert_eq!(got, want, "case {case}: {shown:?}");
+        keyed += u32::from(got.is_some());
+        let want = if single {
+            one_line_key(&lines[0], true)
+        } else {
+            None
+        };
+        let got = KeyExtractor::<()>::extract(&lenient, &req);
+        assert_eq!(got, want, "case {case}, allow_commas: {shown:?}");
+    }
+    // The generator reaches every branch of the rule.
+    let cases = CASES as u32;
+    assert!(keyed > cases / 10, "{keyed}");
+    assert!(
+        merged > cases / 5 && split > cases / 5,
+        "{merged} merged, {split} split"
+    );
 }

@@ -212,9 +212,9 @@ fn quotas() -> [Quota; 6] {
 }
 
 /// How far past `refill_time(burst)` a snapshot's `until_full` may reach without reservations:
-/// a quota change carries the balance rounded toward fewer tokens, by less than one unit of a
-/// state (`1 / scale` of a token, `scale` at least 10^6 here), which the slowest of these quotas
-/// refills in 10 µs; an inexact quota's own rounding is below a nanosecond's refill here.
+/// an inexact quota's rounding leaves a bucket it emptied one unit above empty, and a quota
+/// change carries that unit as owed, `1 / scale` of a token (`scale` at least 10^6 here), which
+/// the slowest of these quotas refills in 10 µs.
 fn slack() -> Duration {
     let token = quotas().iter().map(|q| q.refill_time(1)).max().unwrap();
     let scale = quotas().iter().map(|q| q.scale()).min().unwrap();
