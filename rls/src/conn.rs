@@ -179,16 +179,16 @@ pub async fn serve(
     tasks: TaskToken,
     stop: impl Future<Output = Instant>,
 ) {
-    let budget = HandlerBudget::for_port(&limits);
+    let budget = HandlerBudget::for_port(&limits, protocol);
     serve_with_budget(listener, app, protocol, limits, budget, tasks, stop).await;
 }
 
-/// [`serve`], with `budget` (made by [`HandlerBudget::for_port`] from the same `limits`) as
-/// the port's waiting budget, so that the port's handlers can hold it themselves: the gRPC
-/// port's `ShouldRateLimit` handler ([`crate::grpc::Server::with_budget`]) takes from it what
-/// a call holds while it waits on Redis, as a `/json` handler does with the [`HandlerBudget`]
-/// in its request's extensions. Unfinished messages and bodies take from a budget of the same
-/// size of their own.
+/// [`serve`], with `budget` (made by [`HandlerBudget::for_port`] from the same `limits` and
+/// `protocol`) as the port's waiting budget, so that the port's handlers can hold it
+/// themselves: the gRPC port's `ShouldRateLimit` handler
+/// ([`crate::grpc::Server::with_budget`]) takes from it what a call holds while it waits on
+/// Redis, as a `/json` handler does with the [`HandlerBudget`] in its request's extensions.
+/// Unfinished messages and bodies take from a budget of the same size of their own.
 pub async fn serve_with_budget(
     listener: TcpListener,
     app: axum::Router,
@@ -912,23 +912,55 @@ enum Budget {
 /// its unfinished messages and bodies): what a handler holds while it waits (the request it
 /// read, on Redis) is taken from it for that long. On the HTTP port it is in each request's
 /// extensions (for `/json`); the gRPC port's `ShouldRateLimit` handler holds it itself
-/// ([`serve_with_budget`]), so that a call costs no extension.
+/// ([`serve_with_budget`]), so that a call costs no extension. What its handlers hold is
+/// reported in `tollgate_rls_waiting_bytes` under the port's name.
 #[derive(Clone, Debug)]
-pub struct HandlerBudget(Arc<Semaphore>);
+pub struct HandlerBudget {
+    permits: Arc<Semaphore>,
+    port: &'static str,
+}
 
 impl HandlerBudget {
-    /// A port's whole waiting budget under `limits`: [`Limits::max_buffered_bytes`], raised
-    /// to [`MIN_PORT_MESSAGE_BYTES`] and cut to what a semaphore holds.
-    pub fn for_port(limits: &Limits) -> HandlerBudget {
-        HandlerBudget(port_budget(limits))
+    /// The whole waiting budget under `limits` of the port that speaks `protocol`:
+    /// [`Limits::max_buffered_bytes`], raised to [`MIN_PORT_MESSAGE_BYTES`] and cut to what a
+    /// semaphore holds.
+    pub fn for_port(limits: &Limits, protocol: Protocol) -> HandlerBudget {
+        HandlerBudget {
+            permits: port_budget(limits),
+            port: protocol.port(),
+        }
     }
 
     /// Takes `bytes` if the budget holds them now, without waiting (`None` otherwise, also
-    /// for more than the whole budget); given back when the permit is dropped, with the
-    /// handler's future whatever ends it (its answer, or its connection gone).
-    pub fn try_take(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+    /// for more than the whole budget); given back when the returned [`Taken`] is dropped,
+    /// with the handler's future whatever ends it (its answer, or its connection gone).
+    pub fn try_take(&self, bytes: usize) -> Option<Taken> {
         let n = u32::try_from(bytes).ok()?;
-        self.0.clone().try_acquire_many_owned(n).ok()
+        let permit = self.permits.clone().try_acquire_many_owned(n).ok()?;
+        crate::metrics::waiting_bytes(self.port, f64::from(n));
+        Some(Taken {
+            permit: Some(permit),
+            port: self.port,
+            bytes: n,
+        })
+    }
+}
+
+/// Bytes taken from a port's [`HandlerBudget`], counted in `tollgate_rls_waiting_bytes`
+/// while held. The gauge counts them from after they were taken until after they are given
+/// back, so that it never reads less than the budget holds taken: once it reads 0, every
+/// take it counted is back in the budget.
+#[derive(Debug)]
+pub struct Taken {
+    permit: Option<OwnedSemaphorePermit>,
+    port: &'static str,
+    bytes: u32,
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        crate::metrics::waiting_bytes(self.port, -f64::from(self.bytes));
     }
 }
 

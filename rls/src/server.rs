@@ -259,7 +259,7 @@ async fn run_with(
             .await;
     }
     let limits = opts.limits();
-    let grpc_budget = conn::HandlerBudget::for_port(&limits);
+    let grpc_budget = conn::HandlerBudget::for_port(&limits, Protocol::Http2);
     let mut grpc_app = tonic::service::Routes::new(health_service)
         .add_service(Grpc::server(service.clone()).with_budget(grpc_budget.clone()))
         .prepare()
@@ -282,7 +282,7 @@ async fn run_with(
         app,
         Protocol::Http1,
         limits,
-        conn::HandlerBudget::for_port(&limits),
+        conn::HandlerBudget::for_port(&limits, Protocol::Http1),
     );
 
     // SIGHUP's handler before the first line (its default action ends the process).

@@ -6,7 +6,7 @@ use crate::config::{Config, Kind, Limit, Rate};
 use crate::engine::{Backend, Demand, OnRedisError, Outcome, Wait};
 use crate::metrics as m;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -100,8 +100,29 @@ pub struct Service {
     backend: Backend,
     shadow: bool,
     draining: AtomicBool,
+    /// Requests planned and waiting on a Redis decision (see [`Service::waiting_on_redis`]).
+    waiting: AtomicUsize,
     /// What a reload loads under: the backend's target and `--max-descriptors`.
     max_descriptors: usize,
+}
+
+/// One request in [`Service::waiting_on_redis`] and the `tollgate_rls_redis_waiting` gauge,
+/// from its creation to its drop (also when the request's future is dropped mid-wait).
+struct WaitingOnRedis<'a>(&'a AtomicUsize);
+
+impl<'a> WaitingOnRedis<'a> {
+    fn new(count: &'a AtomicUsize) -> WaitingOnRedis<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        m::redis_waiting(1.0);
+        WaitingOnRedis(count)
+    }
+}
+
+impl Drop for WaitingOnRedis<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+        m::redis_waiting(-1.0);
+    }
 }
 
 /// A descriptor's place in the decision.
@@ -130,6 +151,7 @@ impl Service {
             backend,
             shadow,
             draining: AtomicBool::new(false),
+            waiting: AtomicUsize::new(0),
             max_descriptors: crate::config::DEFAULT_MAX_DESCRIPTORS,
         };
         s.reload(config);
@@ -206,6 +228,14 @@ impl Service {
         self.draining.load(Ordering::SeqCst)
     }
 
+    /// How many requests are waiting on a Redis decision now: each counts from after its
+    /// plan (its descriptors matched under the config of that moment) until Redis answered,
+    /// failed or timed out, or its future was dropped. Always 0 on the other backends. The
+    /// process's sum over its services is the `tollgate_rls_redis_waiting` gauge.
+    pub fn waiting_on_redis(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
     /// Decides `req`.
     pub async fn should_rate_limit(&self, req: &Request) -> Result<Response, Reject> {
         validate(req)?;
@@ -233,7 +263,10 @@ impl Service {
                 let outcomes = if demands.is_empty() {
                     Vec::new()
                 } else {
-                    match redis.decide(&req.domain, &demands).await {
+                    let waiting = WaitingOnRedis::new(&self.waiting);
+                    let decided = redis.decide(&req.domain, &demands).await;
+                    drop(waiting);
+                    match decided {
                         Ok(o) => {
                             m::redis_up(true);
                             o

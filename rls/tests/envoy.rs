@@ -33,13 +33,61 @@ fn envoy_binary() -> Option<String> {
     found
 }
 
-/// A free loopback port (bound, read and released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// The address Envoy's listener `main` is bound to, from its admin interface, which Envoy
+/// binds to a port of its own choosing and writes to `admin_path`
+/// (`--admin-address-path`). Envoy binds every port itself (port 0), so that no port drawn
+/// free beforehand can be taken by another process before Envoy binds it. Waits (30 s at
+/// most) for the file and for the listener to be bound.
+async fn envoy_listener(admin_path: &std::path::Path, log: &std::path::Path) -> SocketAddr {
+    let t0 = Instant::now();
+    loop {
+        // The file may be read before Envoy wrote it whole: only an address counts.
+        let admin = std::fs::read_to_string(admin_path)
+            .ok()
+            .and_then(|a| a.trim().parse::<SocketAddr>().ok());
+        if let Some(admin) = admin {
+            let (status, body) = http(admin, "GET", "/listeners?format=json", "").await;
+            if status == 200 {
+                let port = dechunk(&body).and_then(|json| listener_port(&json, "main"));
+                if let Some(port) = port.filter(|&p| p != 0) {
+                    return SocketAddr::from(([127, 0, 0, 1], port));
+                }
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "Envoy's listener is not bound: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A chunked body's content (Envoy's admin interface answers in chunks); `None` if it is
+/// cut short or not chunked.
+fn dechunk(body: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let (size, after) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.push_str(after.get(..size)?);
+        rest = after.get(size..)?.strip_prefix("\r\n")?;
+    }
+}
+
+/// The port of listener `name` in the admin interface's `/listeners?format=json`.
+fn listener_port(json: &str, name: &str) -> Option<u16> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    v["listener_statuses"]
+        .as_array()?
+        .iter()
+        .find(|l| l["name"] == name)?["local_address"]["socket_address"]["port_value"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
 }
 
 /// An upstream answering `200 ok` to every HTTP/1.1 request, keep-alive.
@@ -112,13 +160,17 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
 "#;
 
-fn envoy_config(listen: u16, upstream: SocketAddr, rls: SocketAddr) -> String {
+/// Envoy's config: its admin interface and its listener `main` on ports Envoy chooses (port
+/// 0; see [`envoy_listener`]).
+fn envoy_config(upstream: SocketAddr, rls: SocketAddr) -> String {
     format!(
         r#"
+admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
 static_resources:
   listeners:
   - name: main
-    address: {{socket_address: {{address: 127.0.0.1, port_value: {listen}}}}}
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
     filter_chains:
     - filters:
       - name: envoy.filters.network.http_connection_manager
@@ -206,9 +258,10 @@ async fn envoy_enforces_exact_limits_through_tollgate_rls() {
         "127.0.0.1:0",
     ]);
     let up = upstream().await;
-    let listen = free_port();
-    let envoy_yaml = dir.write("envoy.yaml", &envoy_config(listen, up, rls.grpc));
-    let log = std::fs::File::create(dir.path().join("envoy.log")).unwrap();
+    let envoy_yaml = dir.write("envoy.yaml", &envoy_config(up, rls.grpc));
+    let admin_path = dir.path().join("envoy-admin.txt");
+    let log_path = dir.path().join("envoy.log");
+    let log = std::fs::File::create(&log_path).unwrap();
     let _envoy = Envoy(
         std::process::Command::new(envoy)
             .args([
@@ -219,13 +272,15 @@ async fn envoy_enforces_exact_limits_through_tollgate_rls() {
                 "1",
                 "-l",
                 "warning",
+                "--admin-address-path",
+                admin_path.to_str().unwrap(),
             ])
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .unwrap(),
     );
-    let front: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    let front = envoy_listener(&admin_path, &log_path).await;
     // Envoy is up once its listener answers (a request without descriptors passes).
     let t0 = Instant::now();
     loop {
@@ -235,7 +290,7 @@ async fn envoy_enforces_exact_limits_through_tollgate_rls() {
         assert!(
             t0.elapsed() < Duration::from_secs(30),
             "Envoy did not start: {}",
-            std::fs::read_to_string(dir.path().join("envoy.log")).unwrap_or_default()
+            std::fs::read_to_string(&log_path).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -189,7 +189,8 @@ async fn a_drain_lets_an_in_flight_call_finish() {
         return;
     };
     let dir = TempDir::new("redis-drain");
-    let mut p = start(&dir, &server.url(), &["--redis-timeout-ms", "3000"]);
+    // A Redis timeout longer than every wait below: the call waits until Redis is resumed.
+    let mut p = start(&dir, &server.url(), &["--redis-timeout-ms", "30000"]);
     let mut c = p.client().await;
     server.pause();
     let call = tokio::spawn(async move {
@@ -197,9 +198,19 @@ async fn a_drain_lets_an_in_flight_call_finish() {
             .await
             .map(|r| r.into_inner().overall_code)
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let proc = &p;
+    wait_until("the call waits on the frozen Redis", move || async move {
+        proc.metric("tollgate_rls_redis_waiting").await == 1
+    })
+    .await;
     p.signal("TERM");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The gRPC port closes its listener once its drain began, in the step that asks its
+    // connections to close.
+    let grpc = p.grpc;
+    wait_until("the gRPC port's drain began", move || async move {
+        tokio::net::TcpStream::connect(grpc).await.is_err()
+    })
+    .await;
     server.resume();
     assert_eq!(
         call.await.unwrap().unwrap(),
@@ -440,10 +451,20 @@ async fn a_call_falling_back_after_a_reload_removed_its_limit_is_admitted() {
         let (service, call) = (service.clone(), call.clone());
         tokio::spawn(async move { service.should_rate_limit(&call).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Planned under the old config, the call waits on the frozen Redis.
+    let planned = &service;
+    wait_until("the call waits on the frozen Redis", move || async move {
+        planned.waiting_on_redis() == 1
+    })
+    .await;
     service.reload(load(
         "domain: shared\ndescriptors:\n  - key: tight\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
     ));
+    assert_eq!(
+        service.waiting_on_redis(),
+        1,
+        "the reload came while the call waited (its Redis timeout is 1.5 s)"
+    );
     let r = waiting.await.unwrap().unwrap();
     server.resume();
     assert_eq!(r.overall, Code::Ok, "{r:?}");
@@ -622,21 +643,30 @@ async fn json_requests_waiting_on_redis_take_from_the_ports_budget() {
     let url = server.url();
     let s = Rls::start_with(CONFIG, |o| {
         o.redis = Some(url);
-        o.redis_timeout = Duration::from_secs(5);
+        o.redis_timeout = Duration::from_secs(30);
         o.max_buffered_bytes = 16 << 20;
     })
     .await;
     let addr = s.ready.http;
     const VALUE: usize = 2 << 20;
 
-    // Two requests wait on the frozen Redis (up to the 5 s Redis timeout, longer than every
+    // Two requests wait on the frozen Redis (up to the 30 s Redis timeout, longer than every
     // wait here); a third is refused at once.
     server.pause();
     let waiting = [
         json_left_open(addr, &big_json(1, VALUE)).await,
         json_left_open(addr, &big_json(2, VALUE)).await,
     ];
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let service = s.service();
+    wait_until(
+        "two requests wait on the frozen Redis",
+        move || async move { service.waiting_on_redis() == 2 },
+    )
+    .await;
+    // What they hold, over 6 MiB each, within the port's budget.
+    const WAITING_BYTES: &str = r#"tollgate_rls_waiting_bytes{port="http"}"#;
+    let held = metric(addr, WAITING_BYTES).await;
+    assert!((12 << 20..=16 << 20).contains(&held), "{held} bytes held");
     let t0 = Instant::now();
     let (code, text) = http(addr, "POST", "/json", &big_json(3, VALUE)).await;
     assert_eq!(code, 503, "{text}");
@@ -645,13 +675,21 @@ async fn json_requests_waiting_on_redis_take_from_the_ports_budget() {
     // Their connections close while they wait: what they took is given back at once, so two
     // more wait in their place (neither answered yet).
     drop(waiting);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The gauge counts what a request took until it is back in the budget. It is the
+    // process's: no other test of this file waits on Redis through an in-process HTTP port.
+    wait_until("what they took is given back", move || async move {
+        metric(addr, WAITING_BYTES).await == 0
+    })
+    .await;
     let again: Vec<_> = (4..6)
         .map(|tag| {
             tokio::spawn(async move { http(addr, "POST", "/json", &big_json(tag, VALUE)).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    wait_until("two more wait on the frozen Redis", move || async move {
+        service.waiting_on_redis() == 2
+    })
+    .await;
     for a in &again {
         assert!(
             !a.is_finished(),

@@ -364,10 +364,7 @@ impl Proc {
 
     /// A counter's value on the process's /metrics page (0 if absent).
     pub async fn metric(&self, series: &str) -> u64 {
-        let (_, page) = http(self.http, "GET", "/metrics", "").await;
-        page.lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
-            .map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
+        metric(self.http, series).await
     }
 }
 
@@ -375,6 +372,32 @@ impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A series' value on the /metrics page of the HTTP port at `addr` (0 if absent).
+pub async fn metric(addr: std::net::SocketAddr, series: &str) -> u64 {
+    let (_, page) = http(addr, "GET", "/metrics", "").await;
+    page.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+        .map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
+}
+
+/// Polls `check` (every 20 ms) until it holds, and panics naming `what` if it does not within
+/// 10 s: a test waits for what it needs (a call in flight, a budget given back) as long as a
+/// loaded machine takes, and no longer than that takes.
+pub async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t0 = std::time::Instant::now();
+    while !check().await {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "not within 10 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
