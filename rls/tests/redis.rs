@@ -168,9 +168,10 @@ async fn a_frozen_redis_costs_each_call_at_most_the_timeout() {
         local_admitted, 1,
         "the local fallback's own bucket of 1 an hour"
     );
-    // 200 ms, plus scheduling on a busy 2-core machine; far from a 10 s stall.
+    // 200 ms, plus scheduling on a loaded 2-core machine (over a second under heavy load);
+    // far from a 10 s stall.
     assert!(
-        slowest < Duration::from_millis(1000),
+        slowest < Duration::from_millis(2500),
         "slowest call {slowest:?}"
     );
     assert!(
