@@ -11,7 +11,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// A cheap-to-clone handle; clones share the underlying connection(s).
@@ -141,27 +141,29 @@ impl Lua {
         }
     }
 
-    /// For a call whose EVALSHA answered NOSCRIPT, `seen` being what [`Reload::loads`] read
+    /// For a call whose EVALSHA answered NOSCRIPT, `seen` being what [`Reload::answered`] read
     /// before it was sent: waits for the `SCRIPT LOAD` that another call is sending, or sends
-    /// one. Returns whether a load was answered after `seen` was read (by this call or
-    /// another), so that EVALSHA is worth sending again; `false`: this call's own load failed.
+    /// one. Returns whether the latest load answered after `seen` was read (by this call or
+    /// another) succeeded, so that EVALSHA is worth sending again; `false`: it failed, and the
+    /// call falls back to EVAL.
     ///
     /// One load serves every call that found the script missing meanwhile: the lock is held for
     /// the length of one `SCRIPT LOAD`, and a call that gets it after a load was answered since
-    /// it read `seen` sends none. A load that fails, or whose caller is dropped (the guard goes
-    /// with it), leaves `loads` as it was: the next call waiting loads.
+    /// it read `seen` sends none, whether that load succeeded or failed (a user the server's
+    /// ACL forbids `SCRIPT LOAD`, a connection lost: the waiting calls do not each try again in
+    /// turn, one round trip after another). A load whose caller is dropped (the guard goes with
+    /// it) is not answered: the next call waiting loads.
     async fn reload<C: redis::aio::ConnectionLike>(&self, conn: &mut C, seen: u64) -> bool {
         let _loading = self.reload.lock.lock().await;
-        if self.reload.loads.load(Ordering::Relaxed) != seen {
-            return true;
+        if self.reload.answered.load(Ordering::Relaxed) != seen {
+            return self.reload.ok.load(Ordering::Relaxed);
         }
         let mut load = redis::cmd("SCRIPT");
         load.arg("LOAD").arg(self.source);
-        if load.query_async::<Value>(conn).await.is_err() {
-            return false;
-        }
-        self.reload.loads.fetch_add(1, Ordering::Relaxed);
-        true
+        let ok = load.query_async::<Value>(conn).await.is_ok();
+        self.reload.ok.store(ok, Ordering::Relaxed);
+        self.reload.answered.fetch_add(1, Ordering::Relaxed);
+        ok
     }
 }
 
@@ -176,13 +178,15 @@ impl Lua {
 /// The script's reloads on one connection.
 #[derive(Debug, Default)]
 struct Reload {
-    /// `SCRIPT LOAD`s answered so far (wrapping; only compared for equality, and 2^64 loads
-    /// never happen between two reads of one call). Written only under `lock`; read without it
-    /// before every EVALSHA: one relaxed load, so a call whose EVALSHA succeeds takes no lock
-    /// and allocates nothing more. A stale read costs at most a re-run that answers NOSCRIPT
-    /// (then EVAL) or a load of its own, never a wrong decision: the script runs at most once
-    /// per call whatever this counter says.
-    loads: AtomicU64,
+    /// `SCRIPT LOAD`s answered so far, succeeded or failed (wrapping; only compared for
+    /// equality, and 2^64 loads never happen between two reads of one call). Written only
+    /// under `lock`; read without it before every EVALSHA: one relaxed load, so a call whose
+    /// EVALSHA succeeds takes no lock and allocates nothing more. A stale read costs at most a
+    /// re-run that answers NOSCRIPT (then EVAL) or a load of its own, never a wrong decision:
+    /// the script runs at most once per call whatever this counter says.
+    answered: AtomicU64,
+    /// Whether the latest answered load succeeded. Written and read only under `lock`.
+    ok: AtomicBool,
     /// Held by the one call sending `SCRIPT LOAD`, for the length of that load.
     lock: tokio::sync::Mutex<()>,
 }
@@ -237,7 +241,8 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 /// meanwhile wait for its answer and run `evalsha` again, so a server that has just lost the
 /// script is sent its 29 KB source once, not once per call in flight, and the waiting calls
 /// build no copy of it. A call waits for the load within its own deadline (its caller's
-/// timeout ends the wait as it ends a call). When the load fails, or its caller drops the
+/// timeout ends the wait as it ends a call). When the load fails, the calls that waited for
+/// it run `eval` (each sends the source, as a cluster's calls do); when its caller drops the
 /// call, the next waiting call loads: no call waits on a load that nobody is sending. A
 /// cluster gets neither: see below.
 ///
@@ -259,7 +264,7 @@ async fn run<C: redis::aio::ConnectionLike>(
     // Read before EVALSHA is sent: a NOSCRIPT answer then means the script was lost after
     // every load answered before this read, and only a load answered after it may have put
     // the script back.
-    let seen = lua.reload.loads.load(Ordering::Relaxed);
+    let seen = lua.reload.answered.load(Ordering::Relaxed);
     match evalsha.query_async(conn).await {
         Err(e) if is_noscript(&e) => {}
         r => return r,
