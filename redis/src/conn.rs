@@ -11,6 +11,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// A cheap-to-clone handle; clones share the underlying connection(s).
@@ -123,11 +124,12 @@ impl Conn {
 }
 
 /// The script: its SHA-1, which EVALSHA names, and its source, which `SCRIPT LOAD` and EVAL
-/// send.
-#[derive(Debug, Clone)]
+/// send; and the reload that the calls on one connection share (see [`run`]).
+#[derive(Debug)]
 pub(crate) struct Lua {
     hash: String,
     source: &'static str,
+    reload: Reload,
 }
 
 impl Lua {
@@ -135,8 +137,58 @@ impl Lua {
         Lua {
             hash: redis::Script::new(source).get_hash().to_owned(),
             source,
+            reload: Reload::default(),
         }
     }
+
+    /// For a call whose EVALSHA answered NOSCRIPT, `seen` being what [`Reload::answered`] read
+    /// before it was sent: waits for the `SCRIPT LOAD` that another call is sending, or sends
+    /// one. Returns whether the latest load answered after `seen` was read (by this call or
+    /// another) succeeded, so that EVALSHA is worth sending again; `false`: it failed, and the
+    /// call falls back to EVAL.
+    ///
+    /// One load serves every call that found the script missing meanwhile: the lock is held for
+    /// the length of one `SCRIPT LOAD`, and a call that gets it after a load was answered since
+    /// it read `seen` sends none, whether that load succeeded or failed (a user the server's
+    /// ACL forbids `SCRIPT LOAD`, a connection lost: the waiting calls do not each try again in
+    /// turn, one round trip after another). A load whose caller is dropped (the guard goes with
+    /// it) is not answered: the next call waiting loads.
+    async fn reload<C: redis::aio::ConnectionLike>(&self, conn: &mut C, seen: u64) -> bool {
+        let _loading = self.reload.lock.lock().await;
+        if self.reload.answered.load(Ordering::Relaxed) != seen {
+            return self.reload.ok.load(Ordering::Relaxed);
+        }
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(self.source);
+        let ok = load.query_async::<Value>(conn).await.is_ok();
+        self.reload.ok.store(ok, Ordering::Relaxed);
+        self.reload.answered.fetch_add(1, Ordering::Relaxed);
+        ok
+    }
+}
+
+#[cfg(feature = "test-support")]
+impl Lua {
+    /// Whether a call holds the reload lock (its `SCRIPT LOAD` sent or about to be).
+    pub(crate) fn load_in_flight(&self) -> bool {
+        self.reload.lock.try_lock().is_err()
+    }
+}
+
+/// The script's reloads on one connection.
+#[derive(Debug, Default)]
+struct Reload {
+    /// `SCRIPT LOAD`s answered so far, succeeded or failed (wrapping; only compared for
+    /// equality, and 2^64 loads never happen between two reads of one call). Written only
+    /// under `lock`; read without it before every EVALSHA: one relaxed load, so a call whose
+    /// EVALSHA succeeds takes no lock and allocates nothing more. A stale read costs at most a
+    /// re-run that answers NOSCRIPT (then EVAL) or a load of its own, never a wrong decision:
+    /// the script runs at most once per call whatever this counter says.
+    answered: AtomicU64,
+    /// Whether the latest answered load succeeded. Written and read only under `lock`.
+    ok: AtomicBool,
+    /// Held by the one call sending `SCRIPT LOAD`, for the length of that load.
+    lock: tokio::sync::Mutex<()>,
 }
 
 /// `name script 1 key args…` (`name`: EVALSHA with the hash, or EVAL with the source), sized
@@ -177,12 +229,22 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 }
 
 /// Runs `evalsha`; when the script is not cached (a restart, a failover, `SCRIPT FLUSH`: it
-/// did not run), and `load` is set (one server), loads it with `SCRIPT LOAD` for the next calls
-/// (a script cached so stays until the next flush: recent Redis versions evict, least recently
-/// used first, only scripts that EVAL cached) and runs `evalsha` again; when that answers
-/// NOSCRIPT too, the load failed, or `load` is not set (a cluster), runs `eval`, which sends the
-/// source to the key's node alone (it caches the script there too) and cannot answer NOSCRIPT.
-/// At most one of these calls runs the script (one does unless a call fails).
+/// did not run), and `load` is set (one server), has it loaded with `SCRIPT LOAD` for the next
+/// calls (a script cached so stays until the next flush: recent Redis versions evict, least
+/// recently used first, only scripts that EVAL cached) and runs `evalsha` again; when that
+/// answers NOSCRIPT too, the load failed, or `load` is not set (a cluster), runs `eval`, which
+/// sends the source to the key's node alone (it caches the script there too) and cannot answer
+/// NOSCRIPT. At most one of these calls runs the script (one does unless a call fails).
+///
+/// One `SCRIPT LOAD` serves every call on the connection that found the script missing (see
+/// [`Lua::reload`]): the first to get NOSCRIPT sends it, and the calls that got NOSCRIPT
+/// meanwhile wait for its answer and run `evalsha` again, so a server that has just lost the
+/// script is sent its 29 KB source once, not once per call in flight, and the waiting calls
+/// build no copy of it. A call waits for the load within its own deadline (its caller's
+/// timeout ends the wait as it ends a call). When the load fails, the calls that waited for
+/// it run `eval` (each sends the source, as a cluster's calls do); when its caller drops the
+/// call, the next waiting call loads: no call waits on a load that nobody is sending. A
+/// cluster gets neither: see below.
 ///
 /// A second NOSCRIPT is not the decision's error: the cache can be flushed again between the
 /// load and the re-run (other callers' and other clients' commands run in between), and a
@@ -199,18 +261,18 @@ async fn run<C: redis::aio::ConnectionLike>(
     eval: impl Fn() -> Cmd,
     load: bool,
 ) -> redis::RedisResult<Value> {
+    // Read before EVALSHA is sent: a NOSCRIPT answer then means the script was lost after
+    // every load answered before this read, and only a load answered after it may have put
+    // the script back.
+    let seen = lua.reload.answered.load(Ordering::Relaxed);
     match evalsha.query_async(conn).await {
         Err(e) if is_noscript(&e) => {}
         r => return r,
     }
-    if load {
-        let mut load = redis::cmd("SCRIPT");
-        load.arg("LOAD").arg(lua.source);
-        if load.query_async::<Value>(conn).await.is_ok() {
-            match evalsha.query_async(conn).await {
-                Err(e) if is_noscript(&e) => {}
-                r => return r,
-            }
+    if load && lua.reload(conn, seen).await {
+        match evalsha.query_async(conn).await {
+            Err(e) if is_noscript(&e) => {}
+            r => return r,
         }
     }
     eval().query_async(conn).await

@@ -1,7 +1,7 @@
 //! Test-only entry points (feature `test-support`): decisions at a given server time instead of
 //! `TIME`, for the differential tests against `tollgate::gcra` (keys written this way never
-//! expire), and a hook that holds a lease spender between its reading and its CAS, for the
-//! end-to-end tests of a paused spender.
+//! expire), a hook that holds a lease spender between its reading and its CAS, for the
+//! end-to-end tests of a paused spender, and a look at the script's reload in flight.
 
 use crate::conn::Arg;
 use crate::key::stored_key;
@@ -146,6 +146,13 @@ impl RedisLimiter {
             .decide_limits(&stored_key(key), cost, m, Some(now_us), deadline)
             .await?;
         Ok((d.verdict, d.snapshot, d.quota))
+    }
+
+    /// Whether a call of this limiter is sending `SCRIPT LOAD` now, between taking the reload
+    /// lock and reading the load's answer (or being dropped): for the reload tests only, which
+    /// poll a decision by hand up to that point and hold it there.
+    pub fn script_load_in_flight(&self) -> bool {
+        self.inner.script.load_in_flight()
     }
 
     /// Sends `numbers` through the script and back (test support: the number path).

@@ -534,9 +534,10 @@ fn ceil_secs(d: Duration) -> u64 {
 /// long as the request waits: `/json` with its body's length, gRPC with its message's encoded
 /// length (what the decoded message encodes to: what it holds, not the padding or the unknown
 /// fields a hostile encoding may add, which decoding drops). Not counted: what tollgate-redis
-/// builds for a call it sends (its names, tables and command, and the script's source while
-/// Redis has lost the script), which exists for at most its in-flight cap of calls at once
-/// (4,096): a call past the cap fails at once.
+/// builds for a call it sends (its names, tables and command, and the script's source for an
+/// EVAL when its reload failed or the script was lost again before its re-run; the reload
+/// itself, one `SCRIPT LOAD` per limiter, is one copy), which exists for at most its in-flight
+/// cap of calls at once (4,096): a call past the cap fails at once.
 pub fn held_while_waiting(req: &Request, source_len: usize) -> usize {
     let entries: usize = req
         .descriptors
