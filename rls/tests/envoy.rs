@@ -37,21 +37,28 @@ fn envoy_binary() -> Option<String> {
 /// binds to a port of its own choosing and writes to `admin_path`
 /// (`--admin-address-path`). Envoy binds every port itself (port 0), so that no port drawn
 /// free beforehand can be taken by another process before Envoy binds it. Waits (30 s at
-/// most) for the file and for the listener to be bound.
-async fn envoy_listener(admin_path: &std::path::Path, log: &std::path::Path) -> SocketAddr {
+/// most) for the file and for the listener to be bound; fails at once, with Envoy's log
+/// (`log`), if `envoy` exits meanwhile.
+async fn envoy_listener(
+    envoy: &mut Envoy,
+    admin_path: &std::path::Path,
+    log: &std::path::Path,
+) -> SocketAddr {
     let t0 = Instant::now();
     loop {
-        // The file may be read before Envoy wrote it whole: only an address counts.
+        envoy.assert_running(log);
+        // Envoy writes the file without a final newline, so a read of it half written can
+        // parse (`127.0.0.1:4` of `127.0.0.1:45678`): an address counts only once its admin
+        // interface answers there with the listener's status, and any failure is a retry.
         let admin = std::fs::read_to_string(admin_path)
             .ok()
             .and_then(|a| a.trim().parse::<SocketAddr>().ok());
         if let Some(admin) = admin {
-            let (status, body) = http(admin, "GET", "/listeners?format=json", "").await;
-            if status == 200 {
-                let port = dechunk(&body).and_then(|json| listener_port(&json, "main"));
-                if let Some(port) = port.filter(|&p| p != 0) {
-                    return SocketAddr::from(([127, 0, 0, 1], port));
-                }
+            let port = admin_get(admin, "/listeners?format=json")
+                .await
+                .and_then(|json| listener_port(&json, "main"));
+            if let Some(port) = port.filter(|&p| p != 0) {
+                return SocketAddr::from(([127, 0, 0, 1], port));
             }
         }
         assert!(
@@ -63,14 +70,55 @@ async fn envoy_listener(admin_path: &std::path::Path, log: &std::path::Path) -> 
     }
 }
 
-/// A chunked body's content (Envoy's admin interface answers in chunks); `None` if it is
-/// cut short or not chunked.
+/// The body of a `200` answer to `GET path` from the admin interface at `addr`, whether sent
+/// with a length or in chunks (as Envoy 1.40 sends it); `None` on any failure (nothing
+/// listening, no answer within 2 s, another status, a body cut short), so that the caller
+/// asks again.
+async fn admin_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.ok()?;
+        Some(out)
+    };
+    let out = tokio::time::timeout(Duration::from_secs(2), exchange)
+        .await
+        .ok()??;
+    let text = String::from_utf8(out).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.lines();
+    if lines.next()?.get(9..12)? != "200" {
+        return None;
+    }
+    let mut chunked = false;
+    let mut length = None;
+    for (k, v) in lines.filter_map(|l| l.split_once(':')) {
+        let (k, v) = (k.trim(), v.trim());
+        if k.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = v.eq_ignore_ascii_case("chunked");
+        } else if k.eq_ignore_ascii_case("content-length") {
+            length = Some(v.parse::<usize>().ok()?);
+        }
+    }
+    match (chunked, length) {
+        (true, _) => dechunk(body),
+        (false, Some(n)) => body.get(..n).map(str::to_owned),
+        // Neither: the body ends with the connection.
+        (false, None) => Some(body.to_owned()),
+    }
+}
+
+/// A chunked body's content; `None` if it is cut short or not chunked.
 fn dechunk(body: &str) -> Option<String> {
     let mut out = String::new();
     let mut rest = body;
     loop {
         let (size, after) = rest.split_once("\r\n")?;
-        let size = usize::from_str_radix(size.trim(), 16).ok()?;
+        // A chunk's size may carry extensions after a `;`.
+        let size = size.split(';').next()?.trim();
+        let size = usize::from_str_radix(size, 16).ok()?;
         if size == 0 {
             return Some(out);
         }
@@ -235,6 +283,18 @@ static_resources:
 
 struct Envoy(std::process::Child);
 
+impl Envoy {
+    /// Panics with Envoy's log (`log`) if it has exited.
+    fn assert_running(&mut self, log: &std::path::Path) {
+        if let Some(status) = self.0.try_wait().unwrap() {
+            panic!(
+                "Envoy exited ({status}): {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+    }
+}
+
 impl Drop for Envoy {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -262,7 +322,7 @@ async fn envoy_enforces_exact_limits_through_tollgate_rls() {
     let admin_path = dir.path().join("envoy-admin.txt");
     let log_path = dir.path().join("envoy.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let _envoy = Envoy(
+    let mut envoy_proc = Envoy(
         std::process::Command::new(envoy)
             .args([
                 "-c",
@@ -280,10 +340,11 @@ async fn envoy_enforces_exact_limits_through_tollgate_rls() {
             .spawn()
             .unwrap(),
     );
-    let front = envoy_listener(&admin_path, &log_path).await;
+    let front = envoy_listener(&mut envoy_proc, &admin_path, &log_path).await;
     // Envoy is up once its listener answers (a request without descriptors passes).
     let t0 = Instant::now();
     loop {
+        envoy_proc.assert_running(&log_path);
         if tokio::net::TcpStream::connect(front).await.is_ok() && get(front, &[]).await.0 == 200 {
             break;
         }
@@ -341,4 +402,120 @@ async fn envoy_enforces_exact_limits_through_tollgate_rls() {
     assert_eq!(rls.wait(Duration::from_secs(15)), Some(0));
     let (s, _) = get(front, &[("x-user", "u9")]).await;
     assert_ne!(s, 200, "Envoy denies when the service is gone");
+}
+
+/// An admin interface stand-in: answers every request with `answer`, then closes.
+async fn fake_admin(answer: String) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let _ = s.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+/// A stand-in for Envoy's process that outlives the test unless killed (on drop).
+fn living_process() -> Envoy {
+    Envoy(
+        std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// `/listeners?format=json` as another Envoy version may shape it: fields this test does not
+/// read (another listener first, additional addresses, fields of later versions) and a body
+/// sent with a length rather than in chunks.
+const LISTENERS: &str = r#"{"listener_statuses":[
+  {"name":"admin_side","local_address":{"socket_address":{"address":"127.0.0.1","port_value":1}}},
+  {"name":"main","local_address":{"socket_address":{"address":"127.0.0.1","port_value":43210,
+    "protocol":"TCP","ipv4_compat":false}},
+   "additional_local_addresses":[{"socket_address":{"address":"::1","port_value":43211}}],
+   "some_later_field":{"x":[1,2]}}
+],"another_later_field":true}"#;
+
+/// The admin address file read half written (Envoy writes it without a final newline, so
+/// `127.0.0.1:4` of `127.0.0.1:45678` parses): the discovery asks again until the whole
+/// address answers, and reads a listener status shaped unlike Envoy 1.40's (sent with a
+/// length, fields it does not know).
+#[tokio::test]
+async fn port_discovery_waits_for_the_whole_admin_address() {
+    let dir = TempDir::new("envoy-admin-partial");
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{LISTENERS}",
+        LISTENERS.len()
+    );
+    let admin = fake_admin(answer).await;
+    let whole = admin.to_string();
+    // Cut inside the port: a port of one digit, which nothing on this machine serves.
+    let cut = &whole[..whole.rfind(':').unwrap() + 2];
+    assert!(cut.parse::<SocketAddr>().is_ok(), "{cut}");
+    let path = dir.write("admin.txt", cut);
+    let log = dir.write("envoy.log", "");
+    let rest = {
+        let (path, whole) = (path.clone(), whole.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            std::fs::write(&path, whole).unwrap();
+        })
+    };
+    let mut envoy = living_process();
+    let front = envoy_listener(&mut envoy, &path, &log).await;
+    assert_eq!(front, SocketAddr::from(([127, 0, 0, 1], 43210)));
+    rest.await.unwrap();
+}
+
+/// A chunked listener status (Envoy 1.40's), with a chunk extension, reads the same.
+#[tokio::test]
+async fn port_discovery_reads_a_chunked_listener_status() {
+    let dir = TempDir::new("envoy-admin-chunked");
+    let (a, b) = LISTENERS.split_at(40);
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n{:x};ext=1\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+        a.len(),
+        b.len()
+    );
+    let admin = fake_admin(answer).await;
+    let path = dir.write("admin.txt", &admin.to_string());
+    let log = dir.write("envoy.log", "");
+    let mut envoy = living_process();
+    let front = envoy_listener(&mut envoy, &path, &log).await;
+    assert_eq!(front.port(), 43210);
+}
+
+/// Envoy exiting before it bound its listener (a bad config, a port it could not bind) fails
+/// the discovery at once with its log, not after the 30 s it waits for a slow start.
+#[tokio::test]
+#[should_panic(expected = "Envoy exited")]
+async fn port_discovery_fails_at_once_when_envoy_exits() {
+    let dir = TempDir::new("envoy-admin-exit");
+    let path = dir.path().join("admin.txt");
+    let log = dir.write("envoy.log", "critical: error initializing configuration");
+    let mut envoy = Envoy(
+        std::process::Command::new("sh")
+            .args(["-c", "exit 1"])
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(10),
+        envoy_listener(&mut envoy, &path, &log),
+    )
+    .await;
+    panic!("not failed within {:?}", t0.elapsed());
 }

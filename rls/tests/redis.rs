@@ -1005,3 +1005,38 @@ async fn unfinished_messages_holding_the_grpc_budget_refuse_no_call_on_redis() {
     }
     drop(held);
 }
+
+/// A gRPC call waiting on Redis that its client cancels (its stream reset) counts in neither
+/// gauge once its future is dropped: `tollgate_rls_redis_waiting` and what it held of the
+/// gRPC port's budget read 0 again while Redis is still frozen (a process of its own: the
+/// gauges are the process's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_waiting_on_redis_leaves_the_gauges_at_0() {
+    let Some(server) = RedisServer::start("cancel_gauges") else {
+        return;
+    };
+    let dir = TempDir::new("redis-cancel-gauges");
+    let p = start(&dir, &server.url(), &["--redis-timeout-ms", "30000"]);
+    let mut c = p.client().await;
+    server.pause();
+    let call = tokio::spawn(async move {
+        c.should_rate_limit(req("shared", vec![desc(&[("user", "cancelled")])]))
+            .await
+    });
+    const BYTES: &str = r#"tollgate_rls_waiting_bytes{port="grpc"}"#;
+    let proc = &p;
+    wait_until("the call waits on the frozen Redis", move || async move {
+        proc.metric("tollgate_rls_redis_waiting").await == 1 && proc.metric(BYTES).await > 0
+    })
+    .await;
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    wait_until(
+        "the cancelled call is counted in neither gauge",
+        move || async move {
+            proc.metric("tollgate_rls_redis_waiting").await == 0 && proc.metric(BYTES).await == 0
+        },
+    )
+    .await;
+    server.resume();
+}

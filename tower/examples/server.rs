@@ -9,7 +9,8 @@
 //!   --limit N/s|N/min|N/h|N/d:BURST  one quota of a policy; repeatable (one to four), all must
 //!                                  hold; replaces --rate/--burst (giving both: a usage error);
 //!                                  with any --key (per key, each key carries every limit)
-//!   --key ip|global|header:NAME    default ip
+//!   --key ip|global|header:NAME    default ip; a request whose NAME header is missing, empty,
+//!                                  sent twice, holding a comma or not ASCII: 400
 //!   --trusted-proxies CIDR[,CIDR…] with --key ip: the client is the rightmost untrusted
 //!                                  X-Forwarded-For hop behind these proxies
 //!   --redis URL                    the Redis backend (one limit shared by many servers)
@@ -79,7 +80,8 @@ struct Cli {
         conflicts_with_all = ["rate", "burst"]
     )]
     limits: Vec<Quota>,
-    /// The key: ip, global or header:NAME.
+    /// The key: ip, global or header:NAME (a request whose NAME header is missing, empty, sent
+    /// twice, holding a comma or not ASCII is answered 400).
     #[arg(long, default_value = "ip", value_parser = parse_key)]
     key: KeyKind,
     /// Trusted proxies for --key ip, comma-separated CIDRs or addresses.

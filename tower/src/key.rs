@@ -422,8 +422,14 @@ impl<B> KeyExtractor<B> for HeaderKey {
     }
 
     fn missing_message(&self) -> &'static str {
-        "rate limiting: the header that carries the rate-limit key is missing, empty, repeated \
-         (on two lines, or merged into one by a comma) or not ASCII\n"
+        // What this key refuses: a comma only when it is no key here.
+        if self.commas {
+            "rate limiting: the header that carries the rate-limit key is missing, empty, \
+             repeated (on two lines) or not ASCII\n"
+        } else {
+            "rate limiting: the header that carries the rate-limit key is missing, empty, repeated \
+             (on two lines, or merged into one by a comma) or not ASCII\n"
+        }
     }
 }
 

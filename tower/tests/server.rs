@@ -30,6 +30,9 @@ async fn per_key_limits_by_header_and_by_client_ip_behind_a_trusted_proxy() {
         StatusCode::BAD_REQUEST,
         "no key: rejected, not limited"
     );
+    // Two key lines a proxy merged into one: no key, whichever key holds a budget.
+    let (r, _) = get(&c, &url, &[("x-api-key", "bob, alice")]).await;
+    assert_eq!(status(&r), StatusCode::BAD_REQUEST, "a merged key line");
     drop(server);
 
     // The test client is the trusted proxy (loopback); X-Forwarded-For names the clients.

@@ -375,12 +375,20 @@ impl Drop for Proc {
     }
 }
 
-/// A series' value on the /metrics page of the HTTP port at `addr` (0 if absent).
+/// A series' value on the /metrics page of the HTTP port at `addr` (0 if absent); panics
+/// on a value that is not a whole number of at least 0 (a gauge that drifted below 0 would
+/// otherwise read 0).
 pub async fn metric(addr: std::net::SocketAddr, series: &str) -> u64 {
     let (_, page) = http(addr, "GET", "/metrics", "").await;
-    page.lines()
+    let value = page
+        .lines()
         .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
-        .map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
+        .map_or(0.0, |v| v.trim().parse::<f64>().unwrap());
+    assert!(
+        value >= 0.0 && value.fract() == 0.0,
+        "{series} reads {value}"
+    );
+    value as u64
 }
 
 /// Polls `check` (every 20 ms) until it holds, and panics naming `what` if it does not within
