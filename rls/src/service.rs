@@ -230,8 +230,9 @@ impl Service {
 
     /// How many requests are waiting on a Redis decision now: each counts from after its
     /// plan (its descriptors matched under the config of that moment) until Redis answered,
-    /// failed or timed out, or its future was dropped. Always 0 on the other backends. The
-    /// process's sum over its services is the `tollgate_rls_redis_waiting` gauge.
+    /// failed or timed out, or its future was dropped (on both backends that wait on Redis:
+    /// [`Backend::waits`]). Always 0 on the local backend. The process's sum over its services
+    /// is the `tollgate_rls_redis_waiting` gauge.
     pub fn waiting_on_redis(&self) -> usize {
         self.waiting.load(Ordering::SeqCst)
     }
@@ -307,10 +308,10 @@ impl Service {
                     .unwrap_or_else(PoisonError::into_inner)
                     .clone();
                 let (plans, matched, demands) = self.plan(&config, req);
-                let outcomes = fixed
-                    .decide(&req.domain, &demands)
-                    .await
-                    .map_err(|e| Reject::Unavailable(e.0))?;
+                let waiting = WaitingOnRedis::new(&self.waiting);
+                let decided = fixed.decide(&req.domain, &demands).await;
+                drop(waiting);
+                let outcomes = decided.map_err(|e| Reject::Unavailable(e.0))?;
                 Ok(self.respond(&plans, &matched, &demands, &outcomes))
             }
         }

@@ -1040,3 +1040,42 @@ async fn a_cancelled_call_waiting_on_redis_leaves_the_gauges_at_0() {
     .await;
     server.resume();
 }
+
+/// The fixed-window baseline waits on Redis too: a call to a frozen Redis counts in
+/// `waiting_on_redis` (and the `tollgate_rls_redis_waiting` gauge) until it is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_window_call_waiting_on_redis_is_counted() {
+    use tollgate_rls::engine::{Backend, FixedWindowBackend};
+    use tollgate_rls::service::{Code, Descriptor, Request, Service};
+    let Some(server) = RedisServer::start("fixed_window_waiting") else {
+        return;
+    };
+    let backend = FixedWindowBackend::connect(&server.url()).await.unwrap();
+    let service = std::sync::Arc::new(Service::new(
+        load(CONFIG),
+        Backend::FixedWindow(backend),
+        false,
+    ));
+    let call = Request {
+        domain: "shared".into(),
+        descriptors: vec![Descriptor {
+            entries: vec![("user".into(), "x".into())],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    };
+    server.pause();
+    let waiting = {
+        let service = service.clone();
+        tokio::spawn(async move { service.should_rate_limit(&call).await })
+    };
+    let planned = &service;
+    wait_until("the call waits on the frozen Redis", move || async move {
+        planned.waiting_on_redis() == 1
+    })
+    .await;
+    server.resume();
+    let r = waiting.await.unwrap().unwrap();
+    assert_eq!(r.overall, Code::Ok, "{r:?}");
+    assert_eq!(service.waiting_on_redis(), 0);
+}
