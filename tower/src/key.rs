@@ -344,7 +344,8 @@ impl<B> KeyExtractor<B> for ClientIp {
 /// client picks anyway (`User-Agent`: `(KHTML, like Gecko)`), see
 /// [`allow_commas`](HeaderKey::allow_commas). An empty value names no client: as a key, every
 /// client that sends it would share one limit, and one of them could spend it for all the
-/// others.
+/// others. Not for `Cookie`: HTTP/2 clients may send it as several lines (RFC 9113 §8.2.3),
+/// which is no key here.
 ///
 /// ```
 /// use http::Request;
