@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tollgate::{Denied, Quota};
-use tollgate_redis::{Counters, OnUnavailable, RedisLimiter, FAIL_CLOSED_RETRY};
+use tollgate_redis::{Counters, Error, OnUnavailable, RedisLimiter, FAIL_CLOSED_RETRY};
 use tollgate_testkit::redis_server::RedisServer;
 
 /// Scheduling slack on a loaded 2-core CI machine, on top of the decision timeout.
@@ -78,6 +78,27 @@ async fn burst_of_decisions(
         }
     }
     (verdicts, slowest)
+}
+
+/// The first decision of `key` that Redis makes (a policy answers none of these: they are
+/// `check`s), retried while calls end in the limiter's timeout or in the open breaker's
+/// refusal that follows one: on a loaded machine a call, the first one included, can need more
+/// than a 25 ms timeout. Any other error fails the test.
+async fn redis_decides(l: &RedisLimiter, key: &str, within: Duration) -> Result<(), Denied> {
+    let t0 = Instant::now();
+    loop {
+        match l.check(key, 1).await {
+            Ok(verdict) => return verdict,
+            Err(e @ (Error::Timeout(_) | Error::Unavailable)) => {
+                assert!(
+                    t0.elapsed() < within,
+                    "no decision by Redis in {within:?}: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
 }
 
 async fn waits_until_back_on_redis(l: &RedisLimiter, within: Duration) -> Duration {
@@ -199,7 +220,7 @@ async fn killed_and_restarted_server_recovers_by_itself() {
         .build()
         .await
         .unwrap();
-    assert_eq!(l.check("k", 1).await.unwrap(), Ok(()));
+    assert_eq!(redis_decides(&l, "k", Duration::from_secs(5)).await, Ok(()));
     server.kill();
     let t0 = Instant::now();
     // While it is down: errors, within the timeout, policy applied.
@@ -214,7 +235,7 @@ async fn killed_and_restarted_server_recovers_by_itself() {
     server.restart();
     // Back on Redis (reconnected, script reloaded) without any help.
     let back = waits_until_back_on_redis(&l, Duration::from_secs(5)).await;
-    assert_eq!(l.check("k", 1).await.unwrap(), Ok(()));
+    assert_eq!(redis_decides(&l, "k", Duration::from_secs(5)).await, Ok(()));
     eprintln!("down {:?}, back {back:?} after restart", t0.elapsed());
 }
 
@@ -240,7 +261,7 @@ async fn a_long_timeout_is_waited_for_in_full() {
     let took = started.elapsed();
     drop(resume);
     assert!(
-        matches!(err, tollgate_redis::Error::Timeout(t) if t == timeout),
+        matches!(err, Error::Timeout(t) if t == timeout),
         "{err:?} after {took:?}"
     );
     assert!(took >= timeout && took <= timeout + SLACK * 5, "{took:?}");
