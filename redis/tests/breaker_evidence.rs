@@ -172,22 +172,22 @@ async fn assert_closed(l: &RedisLimiter, what: &str) {
     }
 }
 
-/// Callers queued behind one key's lease refills on a healthy server whose replies take 200 ms
-/// (timeout 300 ms) leave the breaker closed. The first caller's refill holds the lock past
-/// half the timeout, so each of the 7 others gives up waiting at 150 ms and asks Redis directly
-/// with at most half its time left, less than the reply's 200 ms: every one of them times out,
+/// Callers queued behind one key's lease refills on a healthy server whose replies take 400 ms
+/// (timeout 600 ms) leave the breaker closed. The first caller's refill holds the lock past
+/// half the timeout, so each of the 7 others gives up waiting at 300 ms and asks Redis directly
+/// with at most half its time left, less than the reply's 400 ms: every one of them times out,
 /// and none of those timeouts is evidence (a call sent with three quarters of the timeout or
 /// less). A rule that counted a call with half its time left would open the breaker here, and
 /// then every caller is refused `Unavailable` (`FailClosed`). No more than the burst of 3 is
-/// admitted. The fair call (the refill, all 300 ms left) has 100 ms of slack on a loaded
+/// admitted. The fair call (the refill, all 600 ms left) has 200 ms of slack on a loaded
 /// machine; the others time out whatever the load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_queued_behind_a_refill_do_not_open_the_breaker() {
     let Some(server) = RedisServer::start("breaker_evidence::refill_queue") else {
         return;
     };
-    let proxy = DelayProxy::start(server.port(), Duration::from_millis(200)).await;
-    let l = queued_limiter(&proxy, Duration::from_millis(300)).await;
+    let proxy = DelayProxy::start(server.port(), Duration::from_millis(400)).await;
+    let l = queued_limiter(&proxy, Duration::from_millis(600)).await;
     let (mut admitted, mut timed_out) = (0, 0);
     for _wave in 0..2 {
         for r in callers(&l, "hot", 8).await {
@@ -199,7 +199,7 @@ async fn callers_queued_behind_a_refill_do_not_open_the_breaker() {
             }
         }
         // The timed-out calls' replies arrive.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
     }
     assert!(admitted <= 3, "{admitted} admitted of a burst of 3");
     assert_eq!(
