@@ -231,6 +231,24 @@ async fn admitted(mut set: tokio::task::JoinSet<Result<(), tollgate::Denied>>) -
         .expect("decisions still waiting after 20 s")
 }
 
+/// 64 decisions of a limiter of burst 40 sent at once to `server` frozen with the script
+/// flushed, answered after the thaw: the limiter, how many were admitted, and the server's
+/// script statistics.
+async fn sixty_four_calls_on_a_flushed_script(
+    server: &RedisServer,
+) -> (RedisLimiter, usize, String) {
+    let l = limiter_with_the_script_flushed(server, 40).await;
+    let sent = l.counters().redis_calls;
+    server.pause();
+    let set = decisions(&l, 64);
+    until_sent(&l, sent + 64).await;
+    server.resume();
+    let admitted = admitted(set).await;
+    let stats = script_stats(server);
+    println!("{stats}");
+    (l, admitted, stats)
+}
+
 /// 64 decisions on one limiter all find the script missing (their EVALSHAs are queued at a
 /// frozen server, so each is answered NOSCRIPT before any load is sent): one `SCRIPT LOAD`
 /// serves them all (one copy of the source for the server to compile, not 64), none falls back
@@ -240,15 +258,7 @@ async fn one_load_serves_every_call_that_found_the_script_missing() {
     let Some(server) = RedisServer::start("script_reload::one_load") else {
         return;
     };
-    let l = limiter_with_the_script_flushed(&server, 40).await;
-    let sent = l.counters().redis_calls;
-    server.pause();
-    let set = decisions(&l, 64);
-    until_sent(&l, sent + 64).await;
-    server.resume();
-    let admitted = admitted(set).await;
-    let stats = script_stats(&server);
-    println!("{stats}");
+    let (l, admitted, stats) = sixty_four_calls_on_a_flushed_script(&server).await;
     assert_eq!(admitted, 40, "{stats}");
     assert_eq!(stat(&server, "evalsha"), (128, 64, 0), "{stats}");
     assert_eq!(stat(&server, "script|load"), (1, 0, 0), "{stats}");
@@ -358,15 +368,7 @@ async fn a_failing_load_leaves_no_call_waiting() {
             .trim(),
         "OK"
     );
-    let l = limiter_with_the_script_flushed(&server, 40).await;
-    let sent = l.counters().redis_calls;
-    server.pause();
-    let set = decisions(&l, 64);
-    until_sent(&l, sent + 64).await;
-    server.resume();
-    let admitted = admitted(set).await;
-    let stats = script_stats(&server);
-    println!("{stats}");
+    let (l, admitted, stats) = sixty_four_calls_on_a_flushed_script(&server).await;
     assert_eq!(admitted, 40, "{stats}");
     assert_eq!(stat(&server, "evalsha"), (64, 64, 0), "{stats}");
     assert_eq!(stat(&server, "script|load"), (0, 0, 1), "{stats}");

@@ -426,7 +426,7 @@ fn the_fallback_decides_a_limit_removed_mid_request_from_its_retired_table() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_falling_back_after_a_reload_removed_its_limit_is_admitted() {
     use tollgate_rls::engine::{Backend, LocalBackend, OnRedisError, RedisBackend, RlsClock};
-    use tollgate_rls::service::{Code, Descriptor, Request, Service};
+    use tollgate_rls::service::{Code, Service};
     let Some(server) = RedisServer::start("fallback_after_reload") else {
         return;
     };
@@ -439,14 +439,7 @@ async fn a_call_falling_back_after_a_reload_removed_its_limit_is_admitted() {
     .await
     .unwrap();
     let service = std::sync::Arc::new(Service::new(load(CONFIG), Backend::Redis(backend), false));
-    let call = Request {
-        domain: "shared".into(),
-        descriptors: vec![Descriptor {
-            entries: vec![("user".into(), "x".into())],
-            ..Default::default()
-        }],
-        hits_addend: 1,
-    };
+    let call = user_x();
     server.pause();
     let waiting = {
         let (service, call) = (service.clone(), call.clone());
@@ -1046,7 +1039,7 @@ async fn a_cancelled_call_waiting_on_redis_leaves_the_gauges_at_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_window_call_waiting_on_redis_is_counted() {
     use tollgate_rls::engine::{Backend, FixedWindowBackend};
-    use tollgate_rls::service::{Code, Descriptor, Request, Service};
+    use tollgate_rls::service::{Code, Service};
     let Some(server) = RedisServer::start("fixed_window_waiting") else {
         return;
     };
@@ -1056,14 +1049,7 @@ async fn a_fixed_window_call_waiting_on_redis_is_counted() {
         Backend::FixedWindow(backend),
         false,
     ));
-    let call = Request {
-        domain: "shared".into(),
-        descriptors: vec![Descriptor {
-            entries: vec![("user".into(), "x".into())],
-            ..Default::default()
-        }],
-        hits_addend: 1,
-    };
+    let call = user_x();
     server.pause();
     let waiting = {
         let service = service.clone();
@@ -1078,4 +1064,16 @@ async fn a_fixed_window_call_waiting_on_redis_is_counted() {
     let r = waiting.await.unwrap().unwrap();
     assert_eq!(r.overall, Code::Ok, "{r:?}");
     assert_eq!(service.waiting_on_redis(), 0);
+}
+
+/// One hit of `user: x` in domain `shared` (a limit of `CONFIG`).
+fn user_x() -> tollgate_rls::service::Request {
+    tollgate_rls::service::Request {
+        domain: "shared".into(),
+        descriptors: vec![tollgate_rls::service::Descriptor {
+            entries: vec![("user".into(), "x".into())],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    }
 }

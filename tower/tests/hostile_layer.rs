@@ -296,14 +296,7 @@ async fn a_key_header_sent_twice_is_no_key() {
     let svc = RateLimitLayer::new(limiter)
         .key(HeaderKey::new(name.clone()))
         .layer(service_fn(ok));
-    let with = |values: &[&'static str]| {
-        let mut req = Request::new(Body::empty());
-        for v in values {
-            req.headers_mut()
-                .append(name.clone(), http::HeaderValue::from_static(v));
-        }
-        req
-    };
+    let with = |values: &[&'static str]| key_lines(&name, values);
     let status = |req| async { svc.clone().oneshot(req).await.unwrap().status() };
     assert_eq!(status(with(&["victim"])).await, StatusCode::OK);
     for values in [
@@ -325,6 +318,16 @@ async fn a_key_header_sent_twice_is_no_key() {
     );
 }
 
+/// A request with one `name` line per value.
+fn key_lines(name: &HeaderName, values: &[&'static str]) -> Request<Body> {
+    let mut req = Request::new(Body::empty());
+    for v in values {
+        req.headers_mut()
+            .append(name.clone(), http::HeaderValue::from_static(v));
+    }
+    req
+}
+
 /// Two key lines that a proxy merged into one (`victim, attacker`: RFC 9110 §5.3 joins them
 /// with a comma) are no key either (400), however the merge or the client spells the commas:
 /// otherwise the client's line and the gateway's make a fresh key the client picked, once per
@@ -339,14 +342,7 @@ async fn a_key_header_merged_into_one_line_is_no_key() {
             KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), 100, ManualClock::new());
         RateLimitLayer::new(limiter).key(key).layer(service_fn(ok))
     };
-    let with = |values: &[&'static str]| {
-        let mut req = Request::new(Body::empty());
-        for v in values {
-            req.headers_mut()
-                .append(name.clone(), http::HeaderValue::from_static(v));
-        }
-        req
-    };
+    let with = |values: &[&'static str]| key_lines(&name, values);
     let svc = layer(HeaderKey::new(name.clone()));
     let status = |req| async { svc.clone().oneshot(req).await.unwrap().status() };
     assert_eq!(status(with(&["victim"])).await, StatusCode::OK);
