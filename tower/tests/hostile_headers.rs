@@ -1,8 +1,9 @@
 //! Generated hostile header sets against `ClientIp`, compared with the rule tower/README.md
-//! documents ("Spoofing warning"), and against `HeaderKey` (its "No key" rule): a peer that is not a trusted proxy is the client whatever it
-//! sends; behind a trusted peer the proxy header is walked from the right, trusted hops are
-//! skipped, the first untrusted address is the client, an entry that is not an address stops
-//! the walk at the last trusted hop, and if every hop is trusted the leftmost one is the key.
+//! documents ("Spoofing warning"), and against `HeaderKey` (its "No key" rule): a peer that is
+//! not a trusted proxy is the client whatever it sends; behind a trusted peer the proxy header
+//! is walked from the right, trusted hops are skipped, the first untrusted address is the
+//! client, an entry that is not an address stops the walk at the last trusted hop, and if
+//! every hop is trusted the leftmost one is the key.
 //! Keys are grouped (IPv4 per address, IPv6 per /64, IPv4-mapped as IPv4).
 //!
 //! Every case is built from hops whose meaning is known by construction (an address in some
