@@ -913,7 +913,7 @@ enum Budget {
 /// read, on Redis) is taken from it for that long. On the HTTP port it is in each request's
 /// extensions (for `/json`); the gRPC port's `ShouldRateLimit` handler holds it itself
 /// ([`serve_with_budget`]), so that a call costs no extension. What its handlers hold is
-/// reported in `tollgate_rls_waiting_bytes` under the port's name.
+/// reported in `tollgate_rls_redis_waiting_bytes` under the port's name.
 #[derive(Clone, Debug)]
 pub struct HandlerBudget {
     permits: Arc<Semaphore>,
@@ -946,7 +946,7 @@ impl HandlerBudget {
     }
 }
 
-/// Bytes taken from a port's [`HandlerBudget`], counted in `tollgate_rls_waiting_bytes`
+/// Bytes taken from a port's [`HandlerBudget`], counted in `tollgate_rls_redis_waiting_bytes`
 /// while held. The gauge counts them from after they were taken until after they are given
 /// back, so that it never reads less than the budget holds taken: once it reads 0, every
 /// take it counted is back in the budget.

@@ -17,7 +17,7 @@
 //! | `tollgate_rls_redis_failures_total` | counter | `policy` | decisions Redis failed, by the policy that answered |
 //! | `tollgate_rls_connections` | gauge | `port` | connections open (`grpc`, `http`) |
 //! | `tollgate_rls_redis_waiting` | gauge | | requests waiting on a Redis decision now |
-//! | `tollgate_rls_waiting_bytes` | gauge | `port` | bytes the requests waiting on Redis hold of the port's waiting budget (`grpc`, `http`; each port's budget is `--max-buffered-mib`: past it a request about to wait is refused) |
+//! | `tollgate_rls_redis_waiting_bytes` | gauge | `port` | bytes the requests waiting on Redis hold of the port's waiting budget (`grpc`, `http`; each port's budget is `--max-buffered-mib`: past it a request about to wait is refused) |
 //! | `tollgate_rls_connection_limits_total` | counter | `port`, `limit` | a connection limit acted: `max_connections` (the port stopped accepting at the cap), `header_timeout`, `body_timeout`, `idle_timeout` (connections closed or requests answered for it), `close_grace` (a graceful close cut short) |
 //!
 //! `descriptor` is the limit's path in the config (`key_value.key2`): a request's own values
@@ -245,7 +245,7 @@ pub(crate) fn redis_failure(policy: OnRedisError) {
 
 /// Adds `delta` to the bytes held of `port`'s waiting budget.
 pub(crate) fn waiting_bytes(port: &'static str, delta: f64) {
-    metrics::gauge!("tollgate_rls_waiting_bytes", "port" => port).increment(delta);
+    metrics::gauge!("tollgate_rls_redis_waiting_bytes", "port" => port).increment(delta);
 }
 
 /// Adds `delta` (1 or -1) to the requests waiting on a Redis decision.

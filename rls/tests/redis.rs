@@ -658,7 +658,7 @@ async fn json_requests_waiting_on_redis_take_from_the_ports_budget() {
     )
     .await;
     // What they hold, over 6 MiB each, within the port's budget.
-    const WAITING_BYTES: &str = r#"tollgate_rls_waiting_bytes{port="http"}"#;
+    const WAITING_BYTES: &str = r#"tollgate_rls_redis_waiting_bytes{port="http"}"#;
     let held = metric(addr, WAITING_BYTES).await;
     assert!((12 << 20..=16 << 20).contains(&held), "{held} bytes held");
     let t0 = Instant::now();
@@ -1016,7 +1016,7 @@ async fn a_cancelled_call_waiting_on_redis_leaves_the_gauges_at_0() {
         c.should_rate_limit(req("shared", vec![desc(&[("user", "cancelled")])]))
             .await
     });
-    const BYTES: &str = r#"tollgate_rls_waiting_bytes{port="grpc"}"#;
+    const BYTES: &str = r#"tollgate_rls_redis_waiting_bytes{port="grpc"}"#;
     let proc = &p;
     wait_until("the call waits on the frozen Redis", move || async move {
         proc.metric("tollgate_rls_redis_waiting").await == 1 && proc.metric(BYTES).await > 0
