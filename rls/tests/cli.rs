@@ -8,10 +8,6 @@ use support::*;
 
 const CONFIG: &str = "domain: cli\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n";
 
-fn free() -> [&'static str; 4] {
-    ["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"]
-}
-
 #[test]
 fn bad_flags_and_invalid_configs_exit_2_with_a_clear_message() {
     let dir = TempDir::new("cli-bad");
@@ -99,8 +95,7 @@ fn a_failed_start_keeps_its_exit_status_with_stderr_closed() {
 async fn serves_after_its_first_line_and_drains_on_sigterm() {
     let dir = TempDir::new("cli-term");
     let cfg = dir.write("c.yaml", CONFIG);
-    let mut args = vec!["--config", cfg.to_str().unwrap()];
-    args.extend(free());
+    let args = config_args(&cfg, &[]);
     for sig in ["TERM", "INT"] {
         let mut p = Proc::start(&args);
         assert_eq!(
@@ -136,8 +131,7 @@ async fn serves_after_its_first_line_and_drains_on_sigterm() {
 async fn reloads_are_counted_and_sighup_forces_one() {
     let dir = TempDir::new("cli-reload");
     let cfg = dir.write("c.yaml", CONFIG);
-    let mut args = vec!["--config", cfg.to_str().unwrap()];
-    args.extend(free());
+    let args = config_args(&cfg, &[]);
     let p = Proc::start(&args);
     let ok = r#"tollgate_rls_config_load_total{result="ok"}"#;
     let err = r#"tollgate_rls_config_load_total{result="error"}"#;
@@ -187,13 +181,7 @@ async fn state_survives_a_restart_a_first_start_is_full_and_a_damaged_file_drain
     let dir = TempDir::new("cli-state");
     let cfg = dir.write("c.yaml", CONFIG);
     let state = dir.path().join("state.bin");
-    let mut args = vec![
-        "--config",
-        cfg.to_str().unwrap(),
-        "--state",
-        state.to_str().unwrap(),
-    ];
-    args.extend(free());
+    let args = config_args(&cfg, &["--state", state.to_str().unwrap()]);
     let user = |u: &str| req("cli", vec![desc(&[("user", u)])]);
     let mut p = Proc::start(&args);
     assert!(p.logged("no state file"), "{}", p.stderr());
@@ -263,13 +251,7 @@ fn a_closed_stderr_neither_stops_the_drain_nor_the_save() {
     let dir = TempDir::new("cli-stderr");
     let cfg = dir.write("c.yaml", CONFIG);
     let state = dir.path().join("state");
-    let mut args = vec![
-        "--config",
-        cfg.to_str().unwrap(),
-        "--state",
-        state.to_str().unwrap(),
-    ];
-    args.extend(free());
+    let args = config_args(&cfg, &["--state", state.to_str().unwrap()]);
     let mut child = std::process::Command::new(binary())
         .args(&args)
         .stdout(std::process::Stdio::piped())
@@ -320,8 +302,7 @@ fn a_closed_stderr_neither_stops_the_drain_nor_the_save() {
 async fn out_of_descriptors_the_accept_loop_pauses_and_logs_once_per_period() {
     let dir = TempDir::new("cli-fds");
     let cfg = dir.write("c.yaml", CONFIG);
-    let mut args = vec!["--config", cfg.to_str().unwrap()];
-    args.extend(free());
+    let args = config_args(&cfg, &[]);
     let p = Proc::start_with_fd_limit(48, &args);
     // More connections than descriptors left: the rest fail to be accepted (EMFILE).
     let held: Vec<std::net::TcpStream> = (0..80)
@@ -352,8 +333,7 @@ fn ignored_fields_are_logged_at_start() {
         "c.yaml",
         "domain: cli\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, shadow_mode: true}\n",
     );
-    let mut args = vec!["--config", cfg.to_str().unwrap()];
-    args.extend(free());
+    let args = config_args(&cfg, &[]);
     let mut p = Proc::start(&args);
     assert!(
         p.logged("c.yaml:4: descriptors[0].rate_limit.shadow_mode: \"shadow_mode\" is not a field of a rate_limit: ignored"),

@@ -15,16 +15,7 @@ fn start(dir: &TempDir, url: &str, extra: &[&str]) -> Proc {
     if !cfg.exists() {
         std::fs::write(&cfg, CONFIG).unwrap();
     }
-    let mut args = vec![
-        "--config",
-        cfg.to_str().unwrap(),
-        "--grpc",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--redis",
-        url,
-    ];
+    let mut args = config_args(&cfg, &["--redis", url]);
     args.extend_from_slice(extra);
     Proc::start(&args)
 }
@@ -32,6 +23,19 @@ fn start(dir: &TempDir, url: &str, extra: &[&str]) -> Proc {
 fn load(yaml: &str) -> tollgate_rls::config::Config {
     let source = (std::path::PathBuf::from("c.yaml"), yaml.to_owned());
     tollgate_rls::config::Config::from_sources(&[source]).unwrap()
+}
+
+/// The service in-process on `server` with each port's waiting budget 16 MiB and a Redis
+/// timeout of 30 s, longer than every wait of the budget tests: a call waiting on a frozen
+/// Redis holds its share of the budget until Redis answers.
+async fn start_with_a_16_mib_budget(server: &RedisServer) -> Rls {
+    let url = server.url();
+    Rls::start_with(CONFIG, |o| {
+        o.redis = Some(url);
+        o.redis_timeout = Duration::from_secs(30);
+        o.max_buffered_bytes = 16 << 20;
+    })
+    .await
 }
 
 /// A Redis backend on `server`, in-process (no fallback: a failure is `UNAVAILABLE`).
@@ -537,18 +541,10 @@ fn a_rate_the_script_cannot_hold_fails_a_start_on_redis() {
     let cfg = dir.write("c.yaml", MONTHLY);
     let url = server.url();
     for policy in ["unavailable", "allow", "local"] {
-        let (code, err) = run_to_exit(&[
-            "--config",
-            cfg.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--redis",
-            &url,
-            "--on-redis-error",
-            policy,
-        ]);
+        let (code, err) = run_to_exit(&config_args(
+            &cfg,
+            &["--redis", &url, "--on-redis-error", policy],
+        ));
         assert_eq!(code, Some(2), "{policy}: {err}");
         assert!(
             err.contains("c.yaml:4: descriptors[0].rate_limit: not a rate the Redis backend holds")
@@ -634,13 +630,7 @@ async fn json_requests_waiting_on_redis_take_from_the_ports_budget() {
     let Some(server) = RedisServer::start("json_budget") else {
         return;
     };
-    let url = server.url();
-    let s = Rls::start_with(CONFIG, |o| {
-        o.redis = Some(url);
-        o.redis_timeout = Duration::from_secs(30);
-        o.max_buffered_bytes = 16 << 20;
-    })
-    .await;
+    let s = start_with_a_16_mib_budget(&server).await;
     let addr = s.ready.http;
     const VALUE: usize = 2 << 20;
 
@@ -873,13 +863,7 @@ async fn grpc_calls_waiting_on_redis_take_from_the_ports_budget() {
     let Some(server) = RedisServer::start("grpc_budget") else {
         return;
     };
-    let url = server.url();
-    let s = Rls::start_with(CONFIG, |o| {
-        o.redis = Some(url);
-        o.redis_timeout = Duration::from_secs(30);
-        o.max_buffered_bytes = 16 << 20;
-    })
-    .await;
+    let s = start_with_a_16_mib_budget(&server).await;
     let addr = s.ready.grpc;
     // Each call takes at least what its decoded entries hold (7,680 entries of two empty
     // strings, 48 bytes each), so no more than 45 fit the budget.

@@ -224,6 +224,20 @@ pub async fn http(
     (status, body)
 }
 
+/// The binary's arguments: `--config config`, both ports on a free loopback port, then `extra`.
+pub fn config_args<'a>(config: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--config",
+        config.to_str().expect("a UTF-8 path"),
+        "--grpc",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// The `tollgate-rls` binary.
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tollgate-rls"))
