@@ -103,11 +103,7 @@ async fn serves_after_its_first_line_and_drains_on_sigterm() {
             format!("tollgate-rls grpc={} http={}", p.grpc, p.http)
         );
         let mut c = p.client().await;
-        let out = c
-            .should_rate_limit(req("cli", vec![desc(&[("user", "a")])]))
-            .await
-            .unwrap()
-            .into_inner();
+        let out = decide(&mut c, req("cli", vec![desc(&[("user", "a")])])).await;
         assert_eq!(out.overall_code, OK);
         let (code, body) = http(p.http, "GET", "/healthcheck", "").await;
         assert_eq!((code, body.trim()), (200, "OK"));
@@ -154,11 +150,7 @@ async fn reloads_are_counted_and_sighup_forces_one() {
     std::fs::write(&cfg, "domain: cli\ndescriptors: [").unwrap();
     until(1, err).await;
     let mut c = p.client().await;
-    let out = c
-        .should_rate_limit(req("cli", vec![desc(&[("user", "b")])]))
-        .await
-        .unwrap()
-        .into_inner();
+    let out = decide(&mut c, req("cli", vec![desc(&[("user", "b")])])).await;
     assert_eq!(
         out.statuses[0]
             .current_limit
@@ -187,14 +179,7 @@ async fn state_survives_a_restart_a_first_start_is_full_and_a_damaged_file_drain
     assert!(p.logged("no state file"), "{}", p.stderr());
     let mut c = p.client().await;
     for _ in 0..2 {
-        assert_eq!(
-            c.should_rate_limit(user("x"))
-                .await
-                .unwrap()
-                .into_inner()
-                .overall_code,
-            OK
-        );
+        assert_eq!(decide(&mut c, user("x")).await.overall_code, OK);
     }
     p.signal("TERM");
     let code = p.wait(Duration::from_secs(20));
@@ -204,22 +189,8 @@ async fn state_survives_a_restart_a_first_start_is_full_and_a_damaged_file_drain
     let mut p = Proc::start(&args);
     assert!(p.logged("state restored"), "{}", p.stderr());
     let mut c = p.client().await;
-    assert_eq!(
-        c.should_rate_limit(user("x"))
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OVER
-    );
-    assert_eq!(
-        c.should_rate_limit(user("y"))
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OK
-    );
+    assert_eq!(decide(&mut c, user("x")).await.overall_code, OVER);
+    assert_eq!(decide(&mut c, user("y")).await.overall_code, OK);
     p.signal("TERM");
     assert_eq!(p.wait(Duration::from_secs(20)), Some(0));
     // A damaged file: every bucket starts drained, with a log line.
@@ -228,14 +199,7 @@ async fn state_survives_a_restart_a_first_start_is_full_and_a_damaged_file_drain
     let p = Proc::start(&args);
     assert!(p.logged("damaged"), "{}", p.stderr());
     let mut c = p.client().await;
-    assert_eq!(
-        c.should_rate_limit(user("new"))
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OVER
-    );
+    assert_eq!(decide(&mut c, user("new")).await.overall_code, OVER);
     // No temporary files left beside the state.
     drop(p);
     let left: Vec<_> = std::fs::read_dir(dir.path())

@@ -68,11 +68,7 @@ async fn two_replicas_on_one_redis_admit_exactly_the_limit_between_them() {
             tasks.push(tokio::spawn(async move {
                 let mut admitted = 0;
                 for _ in 0..15 {
-                    let r = c
-                        .should_rate_limit(req("shared", vec![desc(&[("user", "x")])]))
-                        .await
-                        .unwrap()
-                        .into_inner();
+                    let r = decide(&mut c, req("shared", vec![desc(&[("user", "x")])])).await;
                     admitted += u32::from(r.overall_code == OK);
                 }
                 admitted
@@ -90,32 +86,21 @@ async fn two_replicas_on_one_redis_admit_exactly_the_limit_between_them() {
     // All or nothing through Redis: `tight` refuses, so `user=y` is not debited.
     let mut c = a.client().await;
     let one = |k: &str, v: &str| req("shared", vec![desc(&[(k, v)])]);
-    assert_eq!(
-        c.should_rate_limit(one("tight", "t"))
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OK
-    );
+    assert_eq!(decide(&mut c, one("tight", "t")).await.overall_code, OK);
     for _ in 0..3 {
-        let r = c
-            .should_rate_limit(req(
+        let r = decide(
+            &mut c,
+            req(
                 "shared",
                 vec![desc(&[("user", "y")]), desc(&[("tight", "t")])],
-            ))
-            .await
-            .unwrap()
-            .into_inner();
+            ),
+        )
+        .await;
         assert_eq!(r.overall_code, OVER);
         assert_eq!(brief(&r)[0].1, 20, "y held and was not debited");
     }
     let mut cb = b.client().await;
-    let r = cb
-        .should_rate_limit(one("user", "y"))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = decide(&mut cb, one("user", "y")).await;
     assert_eq!(brief(&r)[0].1, 19, "the other replica sees y's one debit");
 }
 
@@ -143,14 +128,7 @@ async fn a_frozen_redis_costs_each_call_at_most_the_timeout() {
         local.client().await,
     );
     let call = || req("shared", vec![desc(&[("tight", "frozen")])]);
-    assert_eq!(
-        c1.should_rate_limit(call())
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OK
-    );
+    assert_eq!(decide(&mut c1, call()).await.overall_code, OK);
     server.pause();
     let mut slowest = Duration::ZERO;
     let mut local_admitted = 0;
@@ -160,11 +138,11 @@ async fn a_frozen_redis_costs_each_call_at_most_the_timeout() {
         slowest = slowest.max(t0.elapsed());
         assert_eq!(r.unwrap_err().code(), tonic::Code::Unavailable);
         let t0 = Instant::now();
-        let r = c2.should_rate_limit(call()).await.unwrap().into_inner();
+        let r = decide(&mut c2, call()).await;
         slowest = slowest.max(t0.elapsed());
         assert_eq!(r.overall_code, OK, "fail open");
         let t0 = Instant::now();
-        let r = c3.should_rate_limit(call()).await.unwrap().into_inner();
+        let r = decide(&mut c3, call()).await;
         slowest = slowest.max(t0.elapsed());
         local_admitted += u32::from(r.overall_code == OK);
     }
@@ -235,35 +213,33 @@ async fn on_a_cluster_a_requests_keys_share_one_slot() {
     let mut c = p.client().await;
     // Many users: their keys would spread over the three masters without the domain's tag.
     for i in 0..30 {
-        let r = c
-            .should_rate_limit(req(
+        let r = decide(
+            &mut c,
+            req(
                 "shared",
                 vec![
                     desc(&[("user", &format!("u{i}"))]),
                     desc(&[("user", &format!("v{i}"))]),
                 ],
-            ))
-            .await
-            .unwrap()
-            .into_inner();
+            ),
+        )
+        .await;
         assert_eq!(brief(&r)[0].1, 19, "{r:?}");
     }
     assert_eq!(
-        c.should_rate_limit(req("shared", vec![desc(&[("tight", "c")])]))
+        decide(&mut c, req("shared", vec![desc(&[("tight", "c")])]))
             .await
-            .unwrap()
-            .into_inner()
             .overall_code,
         OK
     );
-    let r = c
-        .should_rate_limit(req(
+    let r = decide(
+        &mut c,
+        req(
             "shared",
             vec![desc(&[("user", "w")]), desc(&[("tight", "c")])],
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+        ),
+    )
+    .await;
     assert_eq!(r.overall_code, OVER);
     assert_eq!(brief(&r)[0].1, 20, "not debited");
 }
@@ -284,21 +260,19 @@ async fn a_check_only_descriptor_refuses_without_debiting_through_redis() {
     };
     // The check holds: user debited, tight not.
     for left in [19, 18] {
-        let r = c.should_rate_limit(both()).await.unwrap().into_inner();
+        let r = decide(&mut c, both()).await;
         let b = brief(&r);
         assert_eq!((b[0].0, b[0].1), (OK, left));
         assert_eq!((b[1].0, b[1].1), (OK, 1), "checked, not debited");
     }
     // Spend tight's token; the check now refuses, and user is not debited.
     assert_eq!(
-        c.should_rate_limit(req("shared", vec![desc(&[("tight", "q")])]))
+        decide(&mut c, req("shared", vec![desc(&[("tight", "q")])]))
             .await
-            .unwrap()
-            .into_inner()
             .overall_code,
         OK
     );
-    let r = c.should_rate_limit(both()).await.unwrap().into_inner();
+    let r = decide(&mut c, both()).await;
     assert_eq!(r.overall_code, OVER);
     assert_eq!(brief(&r)[0].1, 18, "user not debited");
     assert_eq!(brief(&r)[1].0, OVER);
@@ -494,14 +468,7 @@ async fn a_malformed_key_is_logged_and_not_echoed_to_the_client() {
     let mut c = p.client().await;
     let secret = "s3cr3t-token";
     let call = || req("shared", vec![desc(&[("user", secret)])]);
-    assert_eq!(
-        c.should_rate_limit(call())
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OK
-    );
+    assert_eq!(decide(&mut c, call()).await.overall_code, OK);
     // Another program's value under the key.
     let script = "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
                   redis.call('SET', k, 'not a state') n = n + 1 end return n";

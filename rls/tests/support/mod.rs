@@ -224,6 +224,14 @@ pub async fn http(
     (status, body)
 }
 
+/// `r` decided through `c`: the service's answer (a call that fails panics).
+pub async fn decide(c: &mut Client, r: RateLimitRequest) -> RateLimitResponse {
+    c.should_rate_limit(r)
+        .await
+        .expect("an answer")
+        .into_inner()
+}
+
 /// The binary's arguments: `--config config`, both ports on a free loopback port, then `extra`.
 pub fn config_args<'a>(config: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
