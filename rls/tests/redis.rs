@@ -38,6 +38,20 @@ async fn start_with_a_16_mib_budget(server: &RedisServer) -> Rls {
     .await
 }
 
+/// `tight=t` admitted through `c` (its one an hour), then `user=u` with it `times` times:
+/// each refused, and `user=u` still holding all 20, as it was not debited (all or nothing
+/// through Redis).
+async fn tight_refuses_all_or_nothing(c: &mut Client, u: &str, t: &str, times: usize) {
+    let r = decide(c, req("shared", vec![desc(&[("tight", t)])])).await;
+    assert_eq!(r.overall_code, OK);
+    for _ in 0..times {
+        let both = req("shared", vec![desc(&[("user", u)]), desc(&[("tight", t)])]);
+        let r = decide(c, both).await;
+        assert_eq!(r.overall_code, OVER);
+        assert_eq!(brief(&r)[0].1, 20, "{u} held and was not debited");
+    }
+}
+
 /// A Redis backend on `server`, in-process (no fallback: a failure is `UNAVAILABLE`).
 async fn connect(server: &RedisServer) -> tollgate_rls::engine::RedisBackend {
     use tollgate_rls::engine::{OnRedisError, RedisBackend};
@@ -85,22 +99,9 @@ async fn two_replicas_on_one_redis_admit_exactly_the_limit_between_them() {
     );
     // All or nothing through Redis: `tight` refuses, so `user=y` is not debited.
     let mut c = a.client().await;
-    let one = |k: &str, v: &str| req("shared", vec![desc(&[(k, v)])]);
-    assert_eq!(decide(&mut c, one("tight", "t")).await.overall_code, OK);
-    for _ in 0..3 {
-        let r = decide(
-            &mut c,
-            req(
-                "shared",
-                vec![desc(&[("user", "y")]), desc(&[("tight", "t")])],
-            ),
-        )
-        .await;
-        assert_eq!(r.overall_code, OVER);
-        assert_eq!(brief(&r)[0].1, 20, "y held and was not debited");
-    }
+    tight_refuses_all_or_nothing(&mut c, "y", "t", 3).await;
     let mut cb = b.client().await;
-    let r = decide(&mut cb, one("user", "y")).await;
+    let r = decide(&mut cb, req("shared", vec![desc(&[("user", "y")])])).await;
     assert_eq!(brief(&r)[0].1, 19, "the other replica sees y's one debit");
 }
 
@@ -226,22 +227,7 @@ async fn on_a_cluster_a_requests_keys_share_one_slot() {
         .await;
         assert_eq!(brief(&r)[0].1, 19, "{r:?}");
     }
-    assert_eq!(
-        decide(&mut c, req("shared", vec![desc(&[("tight", "c")])]))
-            .await
-            .overall_code,
-        OK
-    );
-    let r = decide(
-        &mut c,
-        req(
-            "shared",
-            vec![desc(&[("user", "w")]), desc(&[("tight", "c")])],
-        ),
-    )
-    .await;
-    assert_eq!(r.overall_code, OVER);
-    assert_eq!(brief(&r)[0].1, 20, "not debited");
+    tight_refuses_all_or_nothing(&mut c, "w", "c", 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
