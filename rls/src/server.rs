@@ -165,6 +165,15 @@ pub(crate) fn log(msg: impl std::fmt::Display) {
     let _ = writeln!(std::io::stderr().lock(), "tollgate-rls: {msg}");
 }
 
+/// The names gRPC health answers for: the whole server (`""`), the rate-limit service, and
+/// `ratelimit`, the one envoyproxy/ratelimit reports under, so that probes and Envoy health
+/// checks written for it keep working.
+const HEALTH_NAMES: [&str; 3] = [
+    "",
+    "envoy.service.ratelimit.v3.RateLimitService",
+    "ratelimit",
+];
+
 /// Runs the service until `shutdown` resolves, then drains: `/healthcheck` and gRPC health
 /// answer "not serving", the listeners stop accepting, in-flight calls finish (those still
 /// running [`DRAIN_BOUND`] after `shutdown` resolved are cancelled, with their connections),
@@ -253,7 +262,7 @@ async fn run_with(
         .map_err(|e| StartError::Other(e.to_string()))?;
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    for name in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+    for name in HEALTH_NAMES {
         health
             .set_service_status(name, ServingStatus::Serving)
             .await;
@@ -321,7 +330,7 @@ async fn run_with(
     shutdown.await;
     log("draining");
     service.drain();
-    for name in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+    for name in HEALTH_NAMES {
         health
             .set_service_status(name, ServingStatus::NotServing)
             .await;

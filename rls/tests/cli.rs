@@ -8,10 +8,6 @@ use support::*;
 
 const CONFIG: &str = "domain: cli\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n";
 
-fn free() -> [&'static str; 4] {
-    ["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"]
-}
-
 #[test]
 fn bad_flags_and_invalid_configs_exit_2_with_a_clear_message() {
     let dir = TempDir::new("cli-bad");
@@ -99,8 +95,7 @@ fn a_failed_start_keeps_its_exit_status_with_stderr_closed() {
 async fn serves_after_its_first_line_and_drains_on_sigterm() {
     let dir = TempDir::new("cli-term");
     let cfg = dir.write("c.yaml", CONFIG);
-    let mut args = vec!["--config", cfg.to_str().unwrap()];
-    args.extend(free());
+    let args = config_args(&cfg, &[]);
     for sig in ["TERM", "INT"] {
         let mut p = Proc::start(&args);
         assert_eq!(
@@ -108,11 +103,7 @@ async fn serves_after_its_first_line_and_drains_on_sigterm() {
             format!("tollgate-rls grpc={} http={}", p.grpc, p.http)
         );
         let mut c = p.client().await;
-        let out = c
-            .should_rate_limit(req("cli", vec![desc(&[("user", "a")])]))
-            .await
-            .unwrap()
-            .into_inner();
+        let out = decide(&mut c, req("cli", vec![desc(&[("user", "a")])])).await;
         assert_eq!(out.overall_code, OK);
         let (code, body) = http(p.http, "GET", "/healthcheck", "").await;
         assert_eq!((code, body.trim()), (200, "OK"));
@@ -136,8 +127,7 @@ async fn serves_after_its_first_line_and_drains_on_sigterm() {
 async fn reloads_are_counted_and_sighup_forces_one() {
     let dir = TempDir::new("cli-reload");
     let cfg = dir.write("c.yaml", CONFIG);
-    let mut args = vec!["--config", cfg.to_str().unwrap()];
-    args.extend(free());
+    let args = config_args(&cfg, &[]);
     let p = Proc::start(&args);
     let ok = r#"tollgate_rls_config_load_total{result="ok"}"#;
     let err = r#"tollgate_rls_config_load_total{result="error"}"#;
@@ -160,11 +150,7 @@ async fn reloads_are_counted_and_sighup_forces_one() {
     std::fs::write(&cfg, "domain: cli\ndescriptors: [").unwrap();
     until(1, err).await;
     let mut c = p.client().await;
-    let out = c
-        .should_rate_limit(req("cli", vec![desc(&[("user", "b")])]))
-        .await
-        .unwrap()
-        .into_inner();
+    let out = decide(&mut c, req("cli", vec![desc(&[("user", "b")])])).await;
     assert_eq!(
         out.statuses[0]
             .current_limit
@@ -187,26 +173,13 @@ async fn state_survives_a_restart_a_first_start_is_full_and_a_damaged_file_drain
     let dir = TempDir::new("cli-state");
     let cfg = dir.write("c.yaml", CONFIG);
     let state = dir.path().join("state.bin");
-    let mut args = vec![
-        "--config",
-        cfg.to_str().unwrap(),
-        "--state",
-        state.to_str().unwrap(),
-    ];
-    args.extend(free());
+    let args = config_args(&cfg, &["--state", state.to_str().unwrap()]);
     let user = |u: &str| req("cli", vec![desc(&[("user", u)])]);
     let mut p = Proc::start(&args);
     assert!(p.logged("no state file"), "{}", p.stderr());
     let mut c = p.client().await;
     for _ in 0..2 {
-        assert_eq!(
-            c.should_rate_limit(user("x"))
-                .await
-                .unwrap()
-                .into_inner()
-                .overall_code,
-            OK
-        );
+        assert_eq!(decide(&mut c, user("x")).await.overall_code, OK);
     }
     p.signal("TERM");
     let code = p.wait(Duration::from_secs(20));
@@ -216,22 +189,8 @@ async fn state_survives_a_restart_a_first_start_is_full_and_a_damaged_file_drain
     let mut p = Proc::start(&args);
     assert!(p.logged("state restored"), "{}", p.stderr());
     let mut c = p.client().await;
-    assert_eq!(
-        c.should_rate_limit(user("x"))
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OVER
-    );
-    assert_eq!(
-        c.should_rate_limit(user("y"))
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OK
-    );
+    assert_eq!(decide(&mut c, user("x")).await.overall_code, OVER);
+    assert_eq!(decide(&mut c, user("y")).await.overall_code, OK);
     p.signal("TERM");
     assert_eq!(p.wait(Duration::from_secs(20)), Some(0));
     // A damaged file: every bucket starts drained, with a log line.
@@ -240,14 +199,7 @@ async fn state_survives_a_restart_a_first_start_is_full_and_a_damaged_file_drain
     let p = Proc::start(&args);
     assert!(p.logged("damaged"), "{}", p.stderr());
     let mut c = p.client().await;
-    assert_eq!(
-        c.should_rate_limit(user("new"))
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OVER
-    );
+    assert_eq!(decide(&mut c, user("new")).await.overall_code, OVER);
     // No temporary files left beside the state.
     drop(p);
     let left: Vec<_> = std::fs::read_dir(dir.path())
@@ -263,13 +215,7 @@ fn a_closed_stderr_neither_stops_the_drain_nor_the_save() {
     let dir = TempDir::new("cli-stderr");
     let cfg = dir.write("c.yaml", CONFIG);
     let state = dir.path().join("state");
-    let mut args = vec![
-        "--config",
-        cfg.to_str().unwrap(),
-        "--state",
-        state.to_str().unwrap(),
-    ];
-    args.extend(free());
+    let args = config_args(&cfg, &["--state", state.to_str().unwrap()]);
     let mut child = std::process::Command::new(binary())
         .args(&args)
         .stdout(std::process::Stdio::piped())
@@ -320,8 +266,7 @@ fn a_closed_stderr_neither_stops_the_drain_nor_the_save() {
 async fn out_of_descriptors_the_accept_loop_pauses_and_logs_once_per_period() {
     let dir = TempDir::new("cli-fds");
     let cfg = dir.write("c.yaml", CONFIG);
-    let mut args = vec!["--config", cfg.to_str().unwrap()];
-    args.extend(free());
+    let args = config_args(&cfg, &[]);
     let p = Proc::start_with_fd_limit(48, &args);
     // More connections than descriptors left: the rest fail to be accepted (EMFILE).
     let held: Vec<std::net::TcpStream> = (0..80)
@@ -352,8 +297,7 @@ fn ignored_fields_are_logged_at_start() {
         "c.yaml",
         "domain: cli\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, shadow_mode: true}\n",
     );
-    let mut args = vec!["--config", cfg.to_str().unwrap()];
-    args.extend(free());
+    let args = config_args(&cfg, &[]);
     let mut p = Proc::start(&args);
     assert!(
         p.logged("c.yaml:4: descriptors[0].rate_limit.shadow_mode: \"shadow_mode\" is not a field of a rate_limit: ignored"),

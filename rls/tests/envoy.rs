@@ -309,14 +309,7 @@ async fn envoy_enforces_exact_limits_through_tollgate_rls() {
     };
     let dir = TempDir::new("envoy");
     let cfg = dir.write("rls.yaml", RLS_CONFIG);
-    let mut rls = Proc::start(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--grpc",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-    ]);
+    let mut rls = Proc::start(&config_args(&cfg, &[]));
     let up = upstream().await;
     let envoy_yaml = dir.write("envoy.yaml", &envoy_config(up, rls.grpc));
     let admin_path = dir.path().join("envoy-admin.txt");

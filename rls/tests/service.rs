@@ -478,8 +478,11 @@ async fn a_full_table_follows_the_keyed_limiters_rule() {
     );
 }
 
+/// gRPC health answers `SERVING` for the whole server (`""`), the rate-limit service's full
+/// name, and `ratelimit`, the name envoyproxy/ratelimit reports its health under (a probe or an
+/// Envoy health check written for it names that one).
 #[tokio::test]
-async fn grpc_health_answers_for_both_names() {
+async fn grpc_health_answers_for_every_name() {
     let s = Rls::start(CONFIG).await;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.ready.grpc))
         .unwrap()
@@ -487,17 +490,22 @@ async fn grpc_health_answers_for_both_names() {
         .await
         .unwrap();
     let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
-    for name in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+    for name in [
+        "",
+        "envoy.service.ratelimit.v3.RateLimitService",
+        "ratelimit",
+    ] {
         let r = h
             .check(tonic_health::pb::HealthCheckRequest {
                 service: name.into(),
             })
             .await
-            .unwrap()
+            .unwrap_or_else(|e| panic!("{name:?}: {e}"))
             .into_inner();
         assert_eq!(
             r.status,
-            tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+            "{name:?}"
         );
     }
 }

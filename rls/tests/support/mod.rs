@@ -224,6 +224,28 @@ pub async fn http(
     (status, body)
 }
 
+/// `r` decided through `c`: the service's answer (a call that fails panics).
+pub async fn decide(c: &mut Client, r: RateLimitRequest) -> RateLimitResponse {
+    c.should_rate_limit(r)
+        .await
+        .expect("an answer")
+        .into_inner()
+}
+
+/// The binary's arguments: `--config config`, both ports on a free loopback port, then `extra`.
+pub fn config_args<'a>(config: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--config",
+        config.to_str().expect("a UTF-8 path"),
+        "--grpc",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// The `tollgate-rls` binary.
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tollgate-rls"))
