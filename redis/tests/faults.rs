@@ -8,21 +8,16 @@ use tollgate::{Denied, Quota};
 use tollgate_redis::{Counters, Error, OnUnavailable, RedisLimiter, FAIL_CLOSED_RETRY};
 use tollgate_testkit::redis_server::RedisServer;
 
-use support::Load;
+use support::{unlimited, Load};
 
 /// Scheduling slack on a loaded 2-core CI machine, on top of the decision timeout.
 const SLACK: Duration = Duration::from_millis(100);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_under_load_surfaces_no_error() {
-    let Some(server) = RedisServer::start("faults::script_flush_under_load") else {
+    let Some((server, l)) = unlimited("faults::script_flush_under_load").await else {
         return;
     };
-    let l = RedisLimiter::builder(&server.url(), Quota::per_second(1_000_000).unwrap())
-        .timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
     let load = Load::start(&l, 8, 20_000);
     // SCRIPT FLUSH every 100 ms for 1.5 s.
     for _ in 0..15 {

@@ -17,7 +17,7 @@ use tollgate::Quota;
 use tollgate_redis::{OnUnavailable, RedisLimiter};
 use tollgate_testkit::redis_server::RedisServer;
 
-use support::Load;
+use support::{unlimited, Load};
 
 /// Sends `SCRIPT FLUSH` on its own connection, one after another, until `stop`; returns how
 /// many the server answered.
@@ -50,14 +50,9 @@ fn flusher(server: &RedisServer) -> (Arc<AtomicBool>, std::thread::JoinHandle<u6
 /// reply is answered by loading the script again, never counted as the server failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flushed_back_to_back_fails_no_decision() {
-    let Some(server) = RedisServer::start("script_reload::flushed_back_to_back") else {
+    let Some((server, l)) = unlimited("script_reload::flushed_back_to_back").await else {
         return;
     };
-    let l = RedisLimiter::builder(&server.url(), Quota::per_second(1_000_000).unwrap())
-        .timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
     let (stop, flusher) = flusher(&server);
     let load = Load::start(&l, 4, 50_000);
     tokio::time::sleep(Duration::from_secs(1)).await;

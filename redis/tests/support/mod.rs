@@ -4,8 +4,23 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
+use tollgate::Quota;
 use tollgate_redis::RedisLimiter;
+use tollgate_testkit::redis_server::RedisServer;
+
+/// A server, and a limiter on it that admits everything a test sends (a million a second)
+/// with decisions timing out after 2 s; `None` (the test skipped) without a `redis-server`.
+pub(crate) async fn unlimited(test: &str) -> Option<(RedisServer, RedisLimiter)> {
+    let server = RedisServer::start(test)?;
+    let l = RedisLimiter::builder(&server.url(), Quota::per_second(1_000_000).unwrap())
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    Some((server, l))
+}
 
 /// What the tasks of a [`Load`] got: decisions admitted, refused, and calls that failed.
 #[derive(Debug, Default, Clone, Copy)]
