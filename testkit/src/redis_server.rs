@@ -119,18 +119,21 @@ struct Process {
     watchdog: Option<Child>,
 }
 
-/// The watchdog's script: `$1` is the server's process id. `read` returns at end of input, when
-/// the test process (the pipe's only writer) is gone.
+/// The watchdog's script: `$1` is the server's process id, `$2` its directory. `read` returns at
+/// end of input, when the test process (the pipe's only writer) is gone; then the server is
+/// killed and its directory removed, as a drop would have done.
 const WATCHDOG: &str = "trap '' INT TERM HUP; read -r _line; \
-                        kill -CONT \"$1\" 2>/dev/null; kill -KILL \"$1\" 2>/dev/null";
+                        kill -CONT \"$1\" 2>/dev/null; kill -KILL \"$1\" 2>/dev/null; \
+                        sleep 0.1; rm -rf -- \"$2\"";
 
 impl Process {
-    fn spawn(mut cmd: Command) -> std::io::Result<Process> {
+    fn spawn(mut cmd: Command, dir: &std::path::Path) -> std::io::Result<Process> {
         let mut server = cmd.stdin(Stdio::null()).spawn()?;
         // Without a watchdog the server still dies on drop: only a killed test process would
         // leak it.
         let watchdog = Command::new("sh")
             .args(["-c", WATCHDOG, "redis-watchdog", &server.id().to_string()])
+            .arg(dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -261,7 +264,7 @@ impl RedisServer {
             cmd.args(["--cluster-enabled", "yes", "--cluster-config-file"])
                 .arg(format!("nodes-{port}.conf"));
         }
-        let mut process = Process::spawn(cmd)
+        let mut process = Process::spawn(cmd, dir)
             .map_err(|e| LaunchError::Other(format!("cannot run redis-server: {e}")))?;
         match wait_for(port, &mut process.server, Duration::from_secs(10)) {
             Ready::Yes => Ok(process),

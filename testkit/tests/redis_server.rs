@@ -3,7 +3,7 @@
 //! no destructor. A restart onto a port another process has taken fails at once, saying so.
 
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tollgate_testkit::redis_server::RedisServer;
@@ -89,13 +89,15 @@ fn orphan_helper() {
     let server = RedisServer::start("redis_server::orphan_helper").expect("redis-server");
     server.pause();
     let tmp = format!("{file}.tmp");
-    std::fs::write(&tmp, server.pid().to_string()).unwrap();
+    let dir = std::env::temp_dir().join(format!("tollgate-redis-{}-0", std::process::id()));
+    assert!(dir.is_dir(), "the first server's directory is {dir:?}");
+    std::fs::write(&tmp, format!("{} {}", server.pid(), dir.display())).unwrap();
     std::fs::rename(&tmp, &file).unwrap();
     std::thread::sleep(Duration::from_secs(30));
 }
 
 /// A test binary killed with SIGKILL (a CI timeout, say) runs no destructor: its paused server
-/// still dies with it.
+/// still dies with it, and the server's directory is removed.
 #[test]
 fn a_server_dies_with_a_killed_test_binary() {
     if !tollgate_testkit::redis_server::available() {
@@ -114,11 +116,11 @@ fn a_server_dies_with_a_killed_test_binary() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let pid = read_pid(&file, Duration::from_secs(20));
+    let written = read_pid(&file, Duration::from_secs(20));
     let _ = helper.kill();
     let _ = helper.wait();
     let _ = std::fs::remove_file(&file);
-    let pid = pid.expect("the helper never wrote its server's process id");
+    let (pid, dir) = written.expect("the helper never wrote its server's process id");
     let dead = gone(pid);
     if !dead {
         // Do not leave it behind for the next run.
@@ -127,16 +129,23 @@ fn a_server_dies_with_a_killed_test_binary() {
             .status();
     }
     assert!(dead, "redis-server {pid} outlived its killed test binary");
+    let t0 = Instant::now();
+    while dir.exists() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = dir.exists();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!left, "{dir:?} outlived its killed test binary");
 }
 
-fn read_pid(file: &Path, timeout: Duration) -> Option<u32> {
+/// The server's process id and directory, once the helper has written them to `file`.
+fn read_pid(file: &Path, timeout: Duration) -> Option<(u32, PathBuf)> {
     let t0 = Instant::now();
     while t0.elapsed() < timeout {
-        if let Some(pid) = std::fs::read_to_string(file)
-            .ok()
-            .and_then(|s| s.parse().ok())
-        {
-            return Some(pid);
+        if let Ok(text) = std::fs::read_to_string(file) {
+            if let Some((pid, dir)) = text.split_once(' ') {
+                return Some((pid.parse().unwrap(), PathBuf::from(dir)));
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
