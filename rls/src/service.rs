@@ -519,9 +519,9 @@ fn rate_at(limit: &Limit, index: usize) -> Option<&Rate> {
     }
 }
 
-/// Whole seconds, rounded up.
+/// Whole seconds, rounded up (`u64::MAX` for a wait that rounds past it).
 fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// What a valid request holds while its decision waits on Redis, read from a message or body
@@ -614,4 +614,18 @@ pub(crate) fn check_descriptor(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wait of `Duration::MAX` rounds to `u64::MAX` seconds, never past it.
+    #[test]
+    fn whole_seconds_saturate() {
+        assert_eq!(ceil_secs(Duration::MAX), u64::MAX);
+        assert_eq!(ceil_secs(Duration::from_secs(u64::MAX)), u64::MAX);
+        assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+    }
 }
