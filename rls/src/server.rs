@@ -4,7 +4,7 @@ use crate::config::{read_sources, Config, ConfigError, LoadOptions, Target};
 use crate::conn::{self, Limits, Protocol};
 use crate::engine::{Backend, LocalBackend, OnRedisError, RedisBackend, RlsClock};
 use crate::grpc::Grpc;
-use crate::service::Service;
+use crate::service::{ResponseHeaders, Service};
 use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write;
@@ -44,6 +44,9 @@ pub struct Options {
     pub redis: Option<String>,
     /// `--shadow`.
     pub shadow: bool,
+    /// `--response-headers` (or `LIMIT_RESPONSE_HEADERS_ENABLED`): the RateLimit headers'
+    /// names; `None` adds no headers.
+    pub response_headers: Option<ResponseHeaders>,
     /// `--state`.
     pub state: Option<PathBuf>,
     /// `--max-keys`.
@@ -84,6 +87,7 @@ impl Options {
             http: "127.0.0.1:8080".parse().expect("an address"),
             redis: None,
             shadow: false,
+            response_headers: None,
             state: None,
             max_keys: 1_000_000,
             max_descriptors: crate::config::DEFAULT_MAX_DESCRIPTORS,
@@ -241,9 +245,12 @@ async fn run_with(
             )
         }
     };
-    let service = Arc::new(
-        Service::new(config, backend, opts.shadow).with_max_descriptors(opts.max_descriptors),
-    );
+    let mut service =
+        Service::new(config, backend, opts.shadow).with_max_descriptors(opts.max_descriptors);
+    if let Some(h) = &opts.response_headers {
+        service = service.with_response_headers(h.clone());
+    }
+    let service = Arc::new(service);
     crate::metrics::config_load(true);
     if let (Some(path), Backend::Local(local)) = (&opts.state, service.backend()) {
         restore_state(local, path);

@@ -307,3 +307,104 @@ fn ignored_fields_are_logged_at_start() {
     p.signal("TERM");
     assert_eq!(p.wait(Duration::from_secs(20)), Some(0), "{}", p.stderr());
 }
+
+/// The RateLimit headers are off unless `--response-headers` or
+/// `LIMIT_RESPONSE_HEADERS_ENABLED` (read as envoyproxy/ratelimit reads it) turns them on, named
+/// by `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER` and `LIMIT_RESET_HEADER`; a value that is
+/// neither true nor false, or a name that is not a header name, exits 2 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_headers_are_off_by_default_and_on_with_the_flag_or_the_variable() {
+    const VARS: [&str; 4] = [
+        "LIMIT_RESPONSE_HEADERS_ENABLED",
+        "LIMIT_LIMIT_HEADER",
+        "LIMIT_REMAINING_HEADER",
+        "LIMIT_RESET_HEADER",
+    ];
+    // Every variable removed, then `set` applied.
+    let env = |set: &[(&'static str, &'static str)]| -> Vec<(&'static str, Option<&'static str>)> {
+        VARS.iter()
+            .map(|v| (*v, set.iter().find(|(n, _)| n == v).map(|(_, x)| *x)))
+            .collect()
+    };
+    let dir = TempDir::new("cli-headers");
+    let cfg = dir.write("c.yaml", CONFIG);
+    let named = |names: [&str; 3]| -> Vec<(String, String)> {
+        // 2 an hour, one hit: 1 left, full again in 1,800 s.
+        names
+            .iter()
+            .zip(["2", "1", "1800"])
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    };
+    let defaults = named(["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"]);
+    for (flag, set, want) in [
+        (false, vec![], vec![]),
+        (
+            false,
+            vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "false")],
+            vec![],
+        ),
+        (false, vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "0")], vec![]),
+        (false, vec![("LIMIT_LIMIT_HEADER", "not a name")], vec![]),
+        (
+            false,
+            vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "true")],
+            defaults.clone(),
+        ),
+        (true, vec![], defaults.clone()),
+        (
+            true,
+            vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "false")],
+            defaults.clone(),
+        ),
+        (
+            false,
+            vec![
+                ("LIMIT_RESPONSE_HEADERS_ENABLED", "T"),
+                ("LIMIT_LIMIT_HEADER", "X-Limit"),
+                ("LIMIT_REMAINING_HEADER", "X-Remaining"),
+                ("LIMIT_RESET_HEADER", "X-Reset"),
+            ],
+            named(["X-Limit", "X-Remaining", "X-Reset"]),
+        ),
+    ] {
+        let extra: &[&str] = if flag { &["--response-headers"] } else { &[] };
+        let p = Proc::start_with_env(&config_args(&cfg, extra), &env(&set));
+        let mut c = p.client().await;
+        let out = decide(&mut c, req("cli", vec![desc(&[("user", "a")])])).await;
+        let got: Vec<(String, String)> = out
+            .response_headers_to_add
+            .iter()
+            .map(|h| (h.key.clone(), h.value.clone()))
+            .collect();
+        assert_eq!(got, want, "--response-headers {flag}, {set:?}");
+    }
+    for (set, named) in [
+        (
+            vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "yes")],
+            "LIMIT_RESPONSE_HEADERS_ENABLED",
+        ),
+        (
+            vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "")],
+            "LIMIT_RESPONSE_HEADERS_ENABLED",
+        ),
+        (
+            vec![
+                ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+                ("LIMIT_RESET_HEADER", "Bad Name"),
+            ],
+            "LIMIT_RESET_HEADER",
+        ),
+        (
+            vec![
+                ("LIMIT_RESPONSE_HEADERS_ENABLED", "1"),
+                ("LIMIT_LIMIT_HEADER", ""),
+            ],
+            "LIMIT_LIMIT_HEADER",
+        ),
+    ] {
+        let (code, err) = run_to_exit_with_env(&config_args(&cfg, &[]), &env(&set));
+        assert_eq!(code, Some(2), "{set:?}: {err}");
+        assert!(err.contains(named), "{set:?}: {err}");
+    }
+}

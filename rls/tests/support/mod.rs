@@ -251,6 +251,19 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tollgate-rls"))
 }
 
+/// A command running the binary with this process's environment and `env` applied: `Some`
+/// sets a variable, `None` removes it.
+pub fn command_with_env(env: &[(&str, Option<&str>)]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(binary());
+    for (name, value) in env {
+        match value {
+            Some(v) => cmd.env(name, v),
+            None => cmd.env_remove(name),
+        };
+    }
+    cmd
+}
+
 /// A `tollgate-rls` process, killed on drop.
 pub struct Proc {
     pub child: std::process::Child,
@@ -263,7 +276,12 @@ pub struct Proc {
 impl Proc {
     /// Starts the binary with `args` and waits (10 s at most) for its first stdout line.
     pub fn start(args: &[&str]) -> Proc {
-        let mut cmd = std::process::Command::new(binary());
+        Proc::start_with_env(args, &[])
+    }
+
+    /// [`start`](Proc::start) with `env` applied ([`command_with_env`]).
+    pub fn start_with_env(args: &[&str], env: &[(&str, Option<&str>)]) -> Proc {
+        let mut cmd = command_with_env(env);
         cmd.args(args);
         Proc::spawn(cmd)
     }
@@ -433,10 +451,12 @@ where
 
 /// Runs the binary to its exit: status code and stderr.
 pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
-    let out = std::process::Command::new(binary())
-        .args(args)
-        .output()
-        .unwrap();
+    run_to_exit_with_env(args, &[])
+}
+
+/// [`run_to_exit`] with `env` applied ([`command_with_env`]).
+pub fn run_to_exit_with_env(args: &[&str], env: &[(&str, Option<&str>)]) -> (Option<i32>, String) {
+    let out = command_with_env(env).args(args).output().unwrap();
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
