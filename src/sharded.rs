@@ -715,6 +715,23 @@ impl<C: Clock> ShardedBucket<C> {
     #[cold]
     #[inline(never)]
     fn refill(&self, now: u64, earned: Earned, lease: &Lease, top: u64) {
+        // A shard refused while it waited gets the next units first: its refusal named the
+        // instant they are earned.
+        self.hand_off(now, earned, lease);
+        self.replace(now, earned, lease, (top, top, 0));
+        // Its writes belong to the admission that triggered it.
+        counters::settle(true);
+    }
+
+    /// A replacement of `lease`, `[frontier, top)` holding `units` as read, at cost 0
+    /// ([`Central::decide`]): a refill's or a hand-off's.
+    fn replace(
+        &self,
+        now: u64,
+        earned: Earned,
+        lease: &Lease,
+        (frontier, top, units): (u64, u64, u64),
+    ) {
         let rm = &*self.read_mostly;
         let ask = Ask {
             scaled: rm.quota.scaled(),
@@ -730,18 +747,13 @@ impl<C: Clock> ShardedBucket<C> {
             lease: (
                 lease,
                 lease::Short::Holds {
-                    frontier: top,
+                    frontier,
                     top,
-                    units: 0,
+                    units,
                 },
             ),
         };
-        // A shard refused while it waited gets the next units first: its refusal named the
-        // instant they are earned.
-        self.hand_off(now, earned, lease);
         let _ = self.central.decide(&ask);
-        // Its writes belong to the admission that triggered it.
-        counters::settle(true);
     }
 
     /// At a refill of `lease` (near the limit, so two shards or more): one other shard in turn
@@ -769,27 +781,7 @@ impl<C: Clock> ShardedBucket<C> {
         }
         // The lock of another shard's line, if the replacement gets that far.
         counters::shared_write();
-        let ask = Ask {
-            scaled: rm.quota.scaled(),
-            now,
-            earned,
-            cost: 0,
-            shards: self.shards.len() as u64,
-            spread: rm.spread,
-            near_cap: rm.near_cap,
-            room: rm.room,
-            near_min: rm.near_min,
-            clock: &|| rm.clock.now(),
-            lease: (
-                peer,
-                lease::Short::Holds {
-                    frontier: q,
-                    top: h,
-                    units,
-                },
-            ),
-        };
-        let _ = self.central.decide(&ask);
+        self.replace(now, earned, peer, (q, h, units));
     }
 
     /// [`acquire_on`](Self::acquire_on) in general: every case, retried until decided.
