@@ -41,6 +41,11 @@ use crossbeam_utils::CachePadded;
 /// The most shards a [`ShardedBucket`] uses, whatever is asked for.
 const MAX_SHARDS: usize = 1024;
 
+/// Spins ([`Backoff::spin`], doubling from one hint to 64: 127 hints in all) a decision of a
+/// shard waiting for a hand-off gives a lease found locked before it decides on the central
+/// word instead ([`ShardedBucket::acquire_slow`]).
+const HAND_OFF_SPINS: u32 = 7;
+
 /// The units earned from the clock's origin to a reading, rounded down and up (equal for exact
 /// quotas).
 #[derive(Clone, Copy)]
@@ -233,7 +238,7 @@ impl<C: Clock> ShardedBucket<C> {
         let n = shards.clamp(1, MAX_SHARDS).min(max);
         ShardedBucket {
             central: CachePadded::new(Central::new(state)),
-            shards: (0..n).map(|_| CachePadded::new(Lease::default())).collect(),
+            shards: (0..n).map(|i| CachePadded::new(Lease::at(i))).collect(),
             read_mostly: CachePadded::new(ReadMostly {
                 spread: central::spread_units(quota.scale(), n as u64, central::lease_min(&quota)),
                 shard_of: ShardOf::new(n),
@@ -710,6 +715,23 @@ impl<C: Clock> ShardedBucket<C> {
     #[cold]
     #[inline(never)]
     fn refill(&self, now: u64, earned: Earned, lease: &Lease, top: u64) {
+        // A shard refused while it waited gets the next units first: its refusal named the
+        // instant they are earned.
+        self.hand_off(now, earned, lease);
+        self.replace(now, earned, lease, (top, top, 0));
+        // Its writes belong to the admission that triggered it.
+        counters::settle(true);
+    }
+
+    /// A replacement of `lease`, `[frontier, top)` holding `units` as read, at cost 0
+    /// ([`Central::decide`]): a refill's or a hand-off's.
+    fn replace(
+        &self,
+        now: u64,
+        earned: Earned,
+        lease: &Lease,
+        (frontier, top, units): (u64, u64, u64),
+    ) {
         let rm = &*self.read_mostly;
         let ask = Ask {
             scaled: rm.quota.scaled(),
@@ -725,15 +747,41 @@ impl<C: Clock> ShardedBucket<C> {
             lease: (
                 lease,
                 lease::Short::Holds {
-                    frontier: top,
+                    frontier,
                     top,
-                    units: 0,
+                    units,
                 },
             ),
         };
         let _ = self.central.decide(&ask);
-        // Its writes belong to the admission that triggered it.
-        counters::settle(true);
+    }
+
+    /// At a refill of `lease` (near the limit, so two shards or more): one other shard in turn
+    /// ([`Lease::next_peer`]) gets its next near lease from this refill if it is waiting for
+    /// one ([`Lease::waiting`]: a one-token refusal found its lease empty and the word dry and
+    /// took no advance), was refused within [`HAND_OFF_NS`](central::HAND_OFF_NS) (its
+    /// `dry_until` is that recent) and its lease holds less than a token: a shard whose chain
+    /// of near leases broke gets back in line without a write of its own to the central word.
+    /// The same replacement as the shard's own refill ([`Central::decide`] at cost 0), from
+    /// another thread (any thread may replace any shard's lease); nothing if that lease changed
+    /// meanwhile.
+    #[cold]
+    #[inline(never)]
+    fn hand_off(&self, now: u64, earned: Earned, lease: &Lease) {
+        let rm = &*self.read_mostly;
+        let peer = &self.shards[lease.next_peer(self.shards.len())];
+        let (q, h) = peer.read();
+        let units = h.saturating_sub(q.max(earned.ceil));
+        if q == lease::LOCKED
+            || units >= rm.quota.scale()
+            || !peer.waiting()
+            || peer.dry_until() <= now.saturating_sub(central::HAND_OFF_NS)
+        {
+            return;
+        }
+        // The lock of another shard's line, if the replacement gets that far.
+        counters::shared_write();
+        self.replace(now, earned, peer, (q, h, units));
     }
 
     /// [`acquire_on`](Self::acquire_on) in general: every case, retried until decided.
@@ -746,6 +794,12 @@ impl<C: Clock> ShardedBucket<C> {
         home: &Lease,
     ) -> Result<(), Denied> {
         let scaled = self.read_mostly.quota.scaled();
+        // A waiting shard's lease found locked: most likely another shard's refill handing it
+        // its next near lease (`hand_off`), running on another core. A few short spins for
+        // the install, then the central word as for any locked lease (its holder may be off
+        // its core).
+        let mut handed = Backoff::default();
+        let mut spins = if home.waiting() { HAND_OFF_SPINS } else { 0 };
         loop {
             let lease = match home.spend(earned, scaled.burst_units(), cost * scaled.scale()) {
                 Ok((next, top)) => {
@@ -754,6 +808,11 @@ impl<C: Clock> ShardedBucket<C> {
                     // Writes of an attempt that came back with `Retry` are this admission's.
                     counters::settle(true);
                     return Ok(());
+                }
+                Err(lease::Short::Locked) if spins > 0 => {
+                    spins -= 1;
+                    handed.spin();
+                    continue;
                 }
                 Err(short) => (home, short),
             };
@@ -872,7 +931,7 @@ impl<C: Clock> ShardedBucket<C> {
 
 #[cfg(test)]
 mod tests {
-    use super::{ShardOf, ShardedBucket, MAX_SHARDS};
+    use super::{central, ShardOf, ShardedBucket, MAX_SHARDS};
     use crate::clock::ManualClock;
     use crate::error::Denied;
     use crate::quota::Quota;
@@ -1197,7 +1256,8 @@ mod tests {
 
     /// Near the limit each shard waits for its own near lease: a refusal's wait is the instant
     /// its shard's next token is earned, later than the pooled wait by at most the other
-    /// shards' leases, and a retry at it is admitted.
+    /// shards' leases, and a retry at it is admitted. A shard's first one-token refusal from a
+    /// dry word writes nothing to the word: the other shard's refill hands it its next token.
     #[test]
     fn each_shard_waits_for_its_own_near_lease() {
         let quota = Quota::new(1_000_000, Duration::from_secs(1), 20).unwrap();
@@ -1211,11 +1271,21 @@ mod tests {
         assert_eq!(on(&bucket, 0, t0, 20), Ok(()));
         assert_eq!(on(&bucket, 0, t0, 1), wait_us(1));
         assert_eq!(bucket.shards[0].dry_until(), t0 + 1_000);
-        // Shard 1 takes the token after it: an advance, refused until it is earned.
+        // Shard 1 waits for the token after it, without writing to the word.
+        let word = bucket.central.load();
         assert_eq!(on(&bucket, 1, t0, 1), wait_us(2));
+        assert_eq!(bucket.central.load(), word);
+        assert!(bucket.shards[1].waiting());
         // A cost above its lease: the lease's token pooled with the word's next.
         assert_eq!(on(&bucket, 1, t0, 2), wait_us(3));
+        // Shard 0 spends its token: its refill hands shard 1 the next one, then takes its own.
         assert_eq!(on(&bucket, 0, t0 + 1_000, 1), Ok(()));
+        assert!(!bucket.shards[1].waiting());
+        // Shard 0's `dry_until`, recorded by its spend before the hand-off, names token 21's
+        // instant: early by the token handed (a refusal, never an admission); its lease then
+        // names token 22's.
+        assert_eq!(on(&bucket, 0, t0 + 1_000, 1), wait_us(1));
+        assert_eq!(on(&bucket, 0, t0 + 2_000, 1), wait_us(1));
         assert_eq!(
             on(&bucket, 1, t0 + 1_999, 1),
             Err(Denied::RetryAfter(Duration::from_nanos(1)))
@@ -1370,6 +1440,74 @@ mod tests {
             // The lease's tokens are payable at 32 µs already, from the shard's own path.
             assert_eq!(on(&bucket, 1, t0 + 32_000, 1), Ok(()), "refill {refill}");
         }
+    }
+
+    /// A shard that waited a whole spell with no hand-off takes an advance. 1 M tokens/s, burst
+    /// 24, three shards (near leases of one token): shard 0 drains the bucket with a near lease
+    /// of token 24; shard 2 is refused for token 25 (2 µs) without writing to the word; at 1 µs
+    /// shard 0 spends token 24 and its refill looks at shard 1 (the next in turn, not waiting)
+    /// and takes token 25 for itself; at 2 µs shard 2, still waiting and refused 1 µs ago, finds
+    /// the word dry again and takes an advance of token 26, admitted at its wait.
+    #[test]
+    fn a_shard_that_waited_a_whole_spell_takes_an_advance() {
+        let quota = Quota::new(1_000_000, Duration::from_secs(1), 24).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 3, ManualClock::new());
+        assert_eq!(bucket.read_mostly.near_cap, 1);
+        let t0 = 1_000 * MS;
+        assert_eq!(on(&bucket, 0, t0, 24), Ok(()));
+        let word = bucket.central.load();
+        assert_eq!(on(&bucket, 2, t0, 1), wait_us(2));
+        assert_eq!(
+            bucket.central.load(),
+            word,
+            "a first refusal writes nothing"
+        );
+        assert_eq!(on(&bucket, 0, t0 + 1_000, 1), Ok(()));
+        assert!(
+            bucket.shards[2].waiting(),
+            "shard 0's refill looked at shard 1"
+        );
+        let word = bucket.central.load();
+        assert_eq!(on(&bucket, 2, t0 + 2_000, 1), wait_us(1));
+        assert!(bucket.central.load() > word, "an advance");
+        assert_eq!(on(&bucket, 0, t0 + 2_000, 1), Ok(()));
+        assert_eq!(
+            on(&bucket, 2, t0 + 2_999, 1),
+            Err(Denied::RetryAfter(Duration::from_nanos(1)))
+        );
+        assert_eq!(on(&bucket, 2, t0 + 3_000, 1), Ok(()));
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    }
+
+    /// A hand-off goes only to a shard refused within `HAND_OFF_NS` whose lease is empty: one
+    /// whose threads stopped asking gets none (its lease would lapse unspent), nor one that
+    /// holds a lease.
+    #[test]
+    fn a_hand_off_goes_only_to_a_shard_still_waiting() {
+        let quota = Quota::new(1_000_000, Duration::from_secs(1), 1_000).unwrap();
+        let bucket = ShardedBucket::with_clock(quota, 2, ManualClock::new());
+        let t0 = 1_000 * MS;
+        assert_eq!(on(&bucket, 0, t0, 1_000), Ok(()));
+        assert!(on(&bucket, 1, t0, 1).is_err());
+        let waiting = &bucket.shards[1];
+        assert!(waiting.waiting());
+        let dry = waiting.dry_until();
+        let (q, h) = waiting.read();
+        assert!(q >= h, "no lease");
+        // Refused more than `HAND_OFF_NS` ago: nothing handed.
+        let late = dry + central::HAND_OFF_NS;
+        bucket.hand_off(late, bucket.earned(late), &bucket.shards[0]);
+        assert_eq!(waiting.read(), (q, h));
+        // Refused within it: the next near lease, and the mark cleared.
+        let now = t0 + 500;
+        bucket.hand_off(now, bucket.earned(now), &bucket.shards[0]);
+        let (q2, h2) = waiting.read();
+        assert!(q2 < h2, "a lease handed");
+        assert!(!waiting.waiting());
+        // Holding a lease: nothing more.
+        let word = bucket.central.load();
+        bucket.hand_off(now, bucket.earned(now), &bucket.shards[0]);
+        assert_eq!((bucket.central.load(), waiting.read()), (word, (q2, h2)));
     }
 
     /// The multiply-and-shift reduction is `%` for every shard count and every number below

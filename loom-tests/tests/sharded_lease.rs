@@ -380,16 +380,18 @@ fn an_admissions_next_lease_races_an_advance_on_its_shard() {
 
 /// A refill that loses its CAS to another shard tries once more, at once, from the word that
 /// won: an admission that spends its shard's near lease to the top takes the next one while a
-/// thread of the other shard, its lease empty and the word dry, takes an advance. 125,000
-/// tokens/s (8 µs a token), burst 34, two shards (near leases of up to two tokens, the word
-/// at most four beyond the limit): drained at 0 on shard 0 with a near lease of token 34. At
-/// 8 µs shard 0 spends token 34 (token 35 unearned: its refill takes tokens 35 and 36) while
-/// shard 1 takes an advance of token 35. Whichever CAS lands first, shard 1 is refused with the
-/// exact wait for its own token (37 at 32 µs after the refill, else 35 at 16 µs), and at 16 µs
-/// shard 0 spends token 35 from its lease, or (the advance first) is refused with the exact
-/// wait for token 36, which the refill's retry took (had it given up, shard 0's refusal would
-/// take it as an advance). At 240 µs (30 tokens earned) the 29 tokens left (64 earned or in
-/// the burst, 35 spent) are admitted or in the word and the leases, none stranded.
+/// thread of the other shard, its lease empty and the word dry, takes an advance for a cost of
+/// two (a one-token refusal takes none at first: it waits for a hand-off). 125,000 tokens/s
+/// (8 µs a token), burst 34, two shards (near leases of up to two tokens, the word at most
+/// four beyond the limit): drained at 0 on shard 0 with a near lease of token 34. At 8 µs
+/// shard 0 spends token 34 (token 35 unearned: its refill takes tokens 35 and 36) while shard 1
+/// takes an advance of tokens 35 and 36. Whichever CAS lands first, shard 1 is refused with
+/// the exact wait for its own two (37 and 38, payable at 40 µs, after the refill; else 35 and
+/// 36 at 24 µs), and at 16 µs shard 0 spends token 35 from its lease, or (the advance first)
+/// is refused with the exact wait for token 37, which the refill's retry took (had it given
+/// up, shard 0's refusal would have had to take it). At 240 µs (30 tokens earned) the 29
+/// tokens left (64 earned or in the burst, 35 spent) are admitted or in the word and the
+/// leases, none stranded.
 #[test]
 fn a_refill_that_lost_its_cas_to_an_advance_tries_once_more() {
     loom::model(|| {
@@ -402,23 +404,23 @@ fn a_refill_that_lost_its_cas_to_an_advance_tries_once_more() {
         // The next thread slot: shard 1.
         let other = thread::spawn(move || {
             at(8_000);
-            b.try_acquire(1)
+            b.try_acquire(2)
         });
         at(8_000);
         assert_eq!(bucket.try_acquire(1), Ok(())); // token 34, and the refill
         let theirs = other.join().unwrap();
         assert!(
-            theirs == wait(24) || theirs == wait(8),
+            theirs == wait(32) || theirs == wait(16),
             "shard 1 {theirs:?}"
         );
         // Shard 0's `dry_until`, recorded by the spend before its refill: token 35's instant.
         assert_eq!(bucket.try_acquire(1), wait(8));
         at(16_000);
         let mine = bucket.try_acquire(1);
-        if theirs == wait(24) {
+        if theirs == wait(32) {
             assert_eq!(mine, Ok(())); // token 35, from shard 0's lease
         } else {
-            assert_eq!(mine, wait(8)); // token 36, from shard 0's next lease
+            assert_eq!(mine, wait(16)); // token 37, from shard 0's next lease
         }
         at(240_000);
         let left = (0..40).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64;
@@ -492,6 +494,47 @@ fn spends_after_a_lost_cas_take_the_next_lease_once() {
         let left = (0..40).filter(|_| bucket.try_acquire(1).is_ok()).count();
         assert_eq!(left, 27);
         assert_eq!(bucket.available(), 0);
+        assert_eq!(bucket.stranded_tokens(), 0.0);
+    });
+}
+
+/// A hand-off racing the waiting shard's own decisions. 125,000 tokens/s (8 µs a token), burst
+/// 16, two shards (near leases of one token). At 0 the model's thread (shard 0) takes the burst
+/// and a near lease of token 16. A thread of shard 1 asks for a token at 0 (its lease empty,
+/// the word dry: it takes no advance, marks its shard as waiting and is told the word's next
+/// token, 17 at 16 µs) and again at 16 µs, while at 8 µs the model's thread spends token 16:
+/// its refill hands shard 1 the next token (shard 1 waiting) and takes the one after for
+/// itself. In every interleaving: shard 1's first wait is 16 µs (its refusal first) or 24 µs
+/// (the refill first: token 17 is shard 0's, no hand-off); with 24 µs its second ask is
+/// refused from its own line; and at 128 µs (16 tokens earned, none lapsed) what was admitted
+/// plus what the bucket and its leases hold is exactly the 32 tokens of the burst and the
+/// refill: nothing created, nothing lost, nothing stranded.
+#[test]
+fn a_hand_off_races_the_waiting_shards_own_decisions() {
+    loom::model(|| {
+        let quota = Quota::new(125_000, Duration::from_secs(1), 16).unwrap();
+        let bucket = Arc::new(ShardedBucket::with_clock(quota, 2, PerThread));
+        let wait = |us| Err(tollgate::Denied::RetryAfter(Duration::from_micros(us)));
+        at(0);
+        assert_eq!(bucket.try_acquire(16), Ok(())); // shard 0, and a near lease of token 16
+        let b = bucket.clone();
+        // The next thread slot: shard 1.
+        let other = thread::spawn(move || {
+            at(0);
+            let first = b.try_acquire(1);
+            at(16_000);
+            (first, b.try_acquire(1))
+        });
+        at(8_000);
+        assert_eq!(bucket.try_acquire(1), Ok(())); // token 16, and the refill
+        let (first, second) = other.join().unwrap();
+        assert!(first == wait(16) || first == wait(24), "{first:?}");
+        if first == wait(24) {
+            assert_eq!(second, wait(8));
+        }
+        at(128_000);
+        let admitted = 17 + u64::from(second.is_ok());
+        assert_eq!(admitted + bucket.available(), 32, "{first:?} {second:?}");
         assert_eq!(bucket.stranded_tokens(), 0.0);
     });
 }

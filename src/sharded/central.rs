@@ -41,6 +41,16 @@ const MAX_STATE: u64 = (1 << 63) - 1;
 /// own lines.
 const CENTRAL_SPIN_LIMIT: u32 = 10;
 
+/// A one-token refusal of a shard whose lease holds less than a token, from a dry word, takes
+/// no advance the first time: it marks the shard as waiting (`Lease::set_waiting`) and records
+/// the word's instant, with no write to the central line, and the next refill of another shard
+/// that looks at it hands it a near lease (`ShardedBucket::hand_off`). A later such refusal
+/// takes the advance if the shard was marked and refused this recently (its `dry_until` at most
+/// this far before the reading): it has waited a whole spell with no hand-off. Other shards'
+/// refills look only at shards marked and refused this recently. [`ROOM_NS`]: the longest the
+/// word's dry instant lies ahead near the limit.
+pub(super) const HAND_OFF_NS: u64 = ROOM_NS;
+
 /// A near lease spans at most this long of the rate ...
 const NEAR_NS: u64 = 16_000;
 
@@ -402,10 +412,14 @@ impl Central {
             let base = s.max(e.ceil);
             if want > limit {
                 // The word alone cannot pay: with the lease's units `[top − units, top)` (a
-                // valid take at this reading if `top` is within one burst of it)?
+                // valid take at this reading if `top` is within one burst of it)? Not for a
+                // cost of 0 (a refill or a hand-off: nothing to pay).
                 match held {
                     Some((lease, frontier, top, units))
-                        if units > 0 && top <= limit && want - units <= limit =>
+                        if units > 0
+                            && cost_units > units
+                            && top <= limit
+                            && want - units <= limit =>
                     {
                         if !locked {
                             if !lease.lock(frontier, top) {
@@ -446,7 +460,19 @@ impl Central {
                 let size = near.max(ask.cost);
                 if let Some((lease, frontier, top, _)) = held {
                     let top_new = base + size * scale;
+                    // A one-token refusal waits for a hand-off first ([`HAND_OFF_NS`]).
+                    let waited = ask.cost != 1
+                        || (lease.waiting()
+                            && lease.dry_until() > ask.now.saturating_sub(HAND_OFF_NS));
                     if near > 0
+                        && !waited
+                        && size <= ask.near_cap
+                        && top_new <= (limit + ask.room).min(MAX_STATE)
+                    {
+                        lease.set_waiting();
+                    }
+                    if near > 0
+                        && waited
                         && size <= ask.near_cap
                         && cost_units < burst_units
                         && top_new <= (limit + ask.room).min(MAX_STATE)

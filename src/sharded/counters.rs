@@ -3,8 +3,9 @@
 //!
 //! A *shared line* is one that more than one core writes: the central word's line (its CAS
 //! attempts, failed or not, the hand-out count and scan records beside it), the read-mostly
-//! line (`dry_all`), and another shard's lease (emptied by a scan). A shard's own lease is not
-//! one: threads are homed by CPU, so only its own core writes it.
+//! line (`dry_all`), and another shard's lease (emptied by a scan, or handed a near lease by a
+//! refill). A shard's own lease is not one: threads are homed by CPU, so only its own core
+//! writes it but for those two.
 
 #[cfg(feature = "counters")]
 mod on {

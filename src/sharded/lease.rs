@@ -11,6 +11,11 @@ pub(super) const LOCKED: u64 = u64::MAX;
 /// The top bit of `near`: the lease lapsed and a scan emptied it (the next near lease halves).
 const LAPSED: u64 = 1 << 63;
 
+/// A bit of `near`: a one-token refusal found the lease holding less than a token and the word
+/// dry, and took no advance (`Central::decide`): the shard waits for another shard's refill to
+/// hand it a near lease (`ShardedBucket::hand_off`). Cleared with the next lease installed.
+const WAITING: u64 = 1 << 62;
+
 /// The units `[frontier, top)` taken from the central word and not yet spent here.
 ///
 /// | word | meaning | unit | range |
@@ -45,6 +50,11 @@ pub(super) struct Lease {
     dry_until: AtomicU64,
     near: AtomicU64,
     stranded: AtomicU64,
+    /// How many other shards this shard's refills have looked at for a hand-off: the next one
+    /// looked at is the one after that many (`Relaxed`, written by this shard's refills only).
+    peers_seen: AtomicU64,
+    /// This shard's index in its bucket (never written after construction).
+    index: usize,
 }
 
 /// A spend that did not happen.
@@ -73,6 +83,25 @@ pub(super) enum Fast {
 }
 
 impl Lease {
+    /// An empty lease for the shard at `index`.
+    pub(super) fn at(index: usize) -> Lease {
+        Lease {
+            index,
+            ..Lease::default()
+        }
+    }
+
+    /// The next other shard of `n >= 2` for a refill of this one to look at
+    /// ([`ShardedBucket::hand_off`](super::ShardedBucket)): each other shard in turn.
+    #[inline]
+    pub(super) fn next_peer(&self, n: usize) -> usize {
+        let seen = self.peers_seen.load(Ordering::Relaxed);
+        self.peers_seen
+            .store(seen.wrapping_add(1), Ordering::Relaxed);
+        let others = n as u64 - 1;
+        (self.index + 1 + (seen % others) as usize) % n
+    }
+
     /// The frontier (`Acquire`) and the top: what [`spend_fast`](Self::spend_fast) starts
     /// from. `frontier >= top` (`LOCKED` included) holds nothing at any reading.
     #[inline(always)]
@@ -245,10 +274,28 @@ impl Lease {
     #[inline(always)]
     pub(super) fn near(&self) -> (u64, bool) {
         let a = self.near.load(Ordering::Relaxed);
-        (a & !LAPSED, a & LAPSED != 0)
+        (a & !(LAPSED | WAITING), a & LAPSED != 0)
     }
 
-    /// Sets the size of the near lease being installed (and clears the [`LAPSED`] mark).
+    /// Whether the shard waits for a hand-off ([`WAITING`]).
+    #[inline]
+    pub(super) fn waiting(&self) -> bool {
+        self.near.load(Ordering::Relaxed) & WAITING != 0
+    }
+
+    /// Marks the shard as waiting for a hand-off ([`WAITING`]): a hint, read for sizes and
+    /// hand-offs only, never for an admission (a mark that lands after a lease was installed
+    /// costs one advance at most).
+    #[inline]
+    pub(super) fn set_waiting(&self) {
+        let a = self.near.load(Ordering::Relaxed);
+        if a & WAITING == 0 {
+            self.near.store(a | WAITING, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets the size of the near lease being installed (and clears the [`LAPSED`] and
+    /// [`WAITING`] marks).
     #[inline]
     pub(super) fn set_near(&self, tokens: u64) {
         self.near.store(tokens, Ordering::Relaxed);
