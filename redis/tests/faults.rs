@@ -1,53 +1,32 @@
 //! Faults: SCRIPT FLUSH under load, a frozen server (SIGSTOP / SIGCONT), a killed and restarted
 //! server. Every loop is bounded in time and count.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+mod support;
+
 use std::time::{Duration, Instant};
 use tollgate::{Denied, Quota};
 use tollgate_redis::{Counters, Error, OnUnavailable, RedisLimiter, FAIL_CLOSED_RETRY};
 use tollgate_testkit::redis_server::RedisServer;
+
+use support::{unlimited, Load};
 
 /// Scheduling slack on a loaded 2-core CI machine, on top of the decision timeout.
 const SLACK: Duration = Duration::from_millis(100);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_under_load_surfaces_no_error() {
-    let Some(server) = RedisServer::start("faults::script_flush_under_load") else {
+    let Some((server, l)) = unlimited("faults::script_flush_under_load").await else {
         return;
     };
-    let l = RedisLimiter::builder(&server.url(), Quota::per_second(1_000_000).unwrap())
-        .timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let decisions = Arc::new(AtomicU64::new(0));
-    let mut tasks = tokio::task::JoinSet::new();
-    for t in 0..8 {
-        let (l, stop, decisions) = (l.clone(), stop.clone(), decisions.clone());
-        tasks.spawn(async move {
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) && i < 20_000 {
-                l.check(&format!("k{}", (t * 7 + i) % 50), 1)
-                    .await
-                    .unwrap()
-                    .unwrap();
-                decisions.fetch_add(1, Ordering::Relaxed);
-                i += 1;
-            }
-        });
-    }
+    let load = Load::start(&l, 8, 20_000);
     // SCRIPT FLUSH every 100 ms for 1.5 s.
     for _ in 0..15 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
     }
-    stop.store(true, Ordering::Relaxed);
-    while let Some(r) = tasks.join_next().await {
-        r.unwrap();
-    }
-    assert!(decisions.load(Ordering::Relaxed) > 100);
+    let tally = load.stop().await;
+    assert_eq!((tally.refused, tally.failed), (0, 0), "{tally:?}");
+    assert!(tally.admitted > 100, "{tally:?}");
     assert_eq!(l.counters().errors, 0);
 }
 

@@ -5,6 +5,8 @@
 //! or whose caller is dropped leaves no call waiting. Each test starts its own `redis-server` on
 //! a free loopback port.
 
+mod support;
+
 use std::future::Future;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -14,6 +16,8 @@ use std::time::Duration;
 use tollgate::Quota;
 use tollgate_redis::{OnUnavailable, RedisLimiter};
 use tollgate_testkit::redis_server::RedisServer;
+
+use support::{unlimited, Load};
 
 /// Sends `SCRIPT FLUSH` on its own connection, one after another, until `stop`; returns how
 /// many the server answered.
@@ -46,40 +50,16 @@ fn flusher(server: &RedisServer) -> (Arc<AtomicBool>, std::thread::JoinHandle<u6
 /// reply is answered by loading the script again, never counted as the server failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flushed_back_to_back_fails_no_decision() {
-    let Some(server) = RedisServer::start("script_reload::flushed_back_to_back") else {
+    let Some((server, l)) = unlimited("script_reload::flushed_back_to_back").await else {
         return;
     };
-    let l = RedisLimiter::builder(&server.url(), Quota::per_second(1_000_000).unwrap())
-        .timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
     let (stop, flusher) = flusher(&server);
-    let (decided, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let mut tasks = tokio::task::JoinSet::new();
-    for t in 0..4 {
-        let (l, stop, decided, failed) = (l.clone(), stop.clone(), decided.clone(), failed.clone());
-        tasks.spawn(async move {
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) && i < 50_000 {
-                match l.check(&format!("k{}", (t * 7 + i) % 50), 1).await {
-                    Ok(_) => decided.fetch_add(1, Ordering::Relaxed),
-                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
-                };
-                i += 1;
-            }
-        });
-    }
+    let load = Load::start(&l, 4, 50_000);
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, Ordering::Relaxed);
-    while let Some(r) = tasks.join_next().await {
-        r.unwrap();
-    }
+    let tally = load.stop().await;
     let flushes = flusher.join().unwrap();
-    let (decided, failed) = (
-        decided.load(Ordering::Relaxed),
-        failed.load(Ordering::Relaxed),
-    );
+    let (decided, failed) = (tally.admitted + tally.refused, tally.failed);
     println!(
         "{flushes} flushes, {decided} decisions, {failed} failed: {:?}",
         l.counters()

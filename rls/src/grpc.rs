@@ -2,6 +2,7 @@
 
 use crate::conn::HandlerBudget;
 use crate::service::{Code, Descriptor, Reject, Request, Response, Service};
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code as PbCode, DescriptorStatus, RateLimit,
@@ -264,6 +265,15 @@ pub fn to_proto(r: &Response) -> RateLimitResponse {
                     seconds: i64::try_from(secs).unwrap_or(i64::MAX),
                     nanos: 0,
                 }),
+                ..Default::default()
+            })
+            .collect(),
+        response_headers_to_add: r
+            .headers
+            .iter()
+            .map(|(key, value)| HeaderValue {
+                key: key.clone(),
+                value: value.clone(),
                 ..Default::default()
             })
             .collect(),

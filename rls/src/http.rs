@@ -313,7 +313,18 @@ pub fn response_json(r: &Response) -> Value {
             Value::Object(o)
         })
         .collect();
-    json!({ "overallCode": code(r.overall), "statuses": statuses })
+    let mut o = Map::new();
+    o.insert("overallCode".into(), json!(code(r.overall)));
+    o.insert("statuses".into(), Value::Array(statuses));
+    if !r.headers.is_empty() {
+        let headers = r
+            .headers
+            .iter()
+            .map(|(key, value)| json!({ "key": key, "value": value }))
+            .collect();
+        o.insert("responseHeadersToAdd".into(), Value::Array(headers));
+    }
+    Value::Object(o)
 }
 
 #[cfg(test)]

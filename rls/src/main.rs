@@ -9,6 +9,7 @@ use tollgate_rls::config::DEFAULT_MAX_DESCRIPTORS;
 use tollgate_rls::conn::{MAX_PORT_MESSAGE_BYTES, MIN_PORT_MESSAGE_BYTES};
 use tollgate_rls::engine::{OnRedisError, RlsClock};
 use tollgate_rls::server::{run, Options, StartError};
+use tollgate_rls::service::ResponseHeaders;
 
 /// An Envoy rate-limit service with exact token buckets.
 #[derive(Parser, Debug)]
@@ -31,6 +32,13 @@ struct Cli {
     /// Answer OK where a limit would refuse, and count it (every limit in shadow mode).
     #[arg(long)]
     shadow: bool,
+    /// Add the RateLimit headers (limit, remaining, reset of the status closest to its limit)
+    /// to every response's response_headers_to_add; also on with
+    /// LIMIT_RESPONSE_HEADERS_ENABLED=true. Their names: LIMIT_LIMIT_HEADER,
+    /// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER (default RateLimit-Limit,
+    /// RateLimit-Remaining, RateLimit-Reset).
+    #[arg(long)]
+    response_headers: bool,
     /// Save the local buckets here (every 10 s and at exit) and restore them at start.
     #[arg(long, value_name = "FILE", conflicts_with = "redis")]
     state: Option<PathBuf>,
@@ -98,12 +106,20 @@ const MAX_BUFFERED_MIB: u64 = 1 << 16;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let response_headers = match response_headers(cli.response_headers) {
+        Ok(h) => h,
+        Err(e) => {
+            say(e);
+            return ExitCode::from(2);
+        }
+    };
     let opts = Options {
         config: cli.config,
         grpc: cli.grpc,
         http: cli.http,
         redis: cli.redis,
         shadow: cli.shadow,
+        response_headers,
         state: cli.state,
         max_keys: cli.max_keys as usize,
         max_descriptors: cli.max_descriptors as usize,
@@ -148,6 +164,46 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The RateLimit headers' names when they are on: by `--response-headers` (`flag`) or by
+/// `LIMIT_RESPONSE_HEADERS_ENABLED`, read as envoyproxy/ratelimit reads it (Go's
+/// `strconv.ParseBool`: `1`, `t`, `T`, `TRUE`, `true`, `True` and their false counterparts; any
+/// other value set, the empty one included, is an error there and here). The names come from
+/// `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER` and `LIMIT_RESET_HEADER` when set, read only
+/// when the headers are on, as there.
+fn response_headers(flag: bool) -> Result<Option<ResponseHeaders>, String> {
+    let var = |name: &str| match std::env::var(name) {
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => Err(format!("{name}={v:?} is not UTF-8")),
+    };
+    let enabled = match var("LIMIT_RESPONSE_HEADERS_ENABLED")?.as_deref() {
+        None => false,
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => true,
+        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => false,
+        Some(v) => {
+            return Err(format!(
+                "LIMIT_RESPONSE_HEADERS_ENABLED={v:?}: expected true or false (or 1, t, T, TRUE, \
+                 True, 0, f, F, FALSE, False)"
+            ))
+        }
+    };
+    if !(flag || enabled) {
+        return Ok(None);
+    }
+    let defaults = ResponseHeaders::default();
+    let (limit, remaining, reset) = (
+        var("LIMIT_LIMIT_HEADER")?,
+        var("LIMIT_REMAINING_HEADER")?,
+        var("LIMIT_RESET_HEADER")?,
+    );
+    ResponseHeaders::new(
+        limit.as_deref().unwrap_or(defaults.limit()),
+        remaining.as_deref().unwrap_or(defaults.remaining()),
+        reset.as_deref().unwrap_or(defaults.reset()),
+    )
+    .map(Some)
 }
 
 /// Writes an error line to stderr; a line that cannot be written (stderr's reader gone) is

@@ -4,7 +4,7 @@ use crate::config::{read_sources, Config, ConfigError, LoadOptions, Target};
 use crate::conn::{self, Limits, Protocol};
 use crate::engine::{Backend, LocalBackend, OnRedisError, RedisBackend, RlsClock};
 use crate::grpc::Grpc;
-use crate::service::Service;
+use crate::service::{ResponseHeaders, Service};
 use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write;
@@ -44,6 +44,9 @@ pub struct Options {
     pub redis: Option<String>,
     /// `--shadow`.
     pub shadow: bool,
+    /// `--response-headers` (or `LIMIT_RESPONSE_HEADERS_ENABLED`): the RateLimit headers'
+    /// names; `None` adds no headers.
+    pub response_headers: Option<ResponseHeaders>,
     /// `--state`.
     pub state: Option<PathBuf>,
     /// `--max-keys`.
@@ -84,6 +87,7 @@ impl Options {
             http: "127.0.0.1:8080".parse().expect("an address"),
             redis: None,
             shadow: false,
+            response_headers: None,
             state: None,
             max_keys: 1_000_000,
             max_descriptors: crate::config::DEFAULT_MAX_DESCRIPTORS,
@@ -165,6 +169,15 @@ pub(crate) fn log(msg: impl std::fmt::Display) {
     let _ = writeln!(std::io::stderr().lock(), "tollgate-rls: {msg}");
 }
 
+/// The names gRPC health answers for: the whole server (`""`), the rate-limit service, and
+/// `ratelimit`, the one envoyproxy/ratelimit reports under, so that probes and Envoy health
+/// checks written for it keep working.
+const HEALTH_NAMES: [&str; 3] = [
+    "",
+    "envoy.service.ratelimit.v3.RateLimitService",
+    "ratelimit",
+];
+
 /// Runs the service until `shutdown` resolves, then drains: `/healthcheck` and gRPC health
 /// answer "not serving", the listeners stop accepting, in-flight calls finish (those still
 /// running [`DRAIN_BOUND`] after `shutdown` resolved are cancelled, with their connections),
@@ -232,9 +245,12 @@ async fn run_with(
             )
         }
     };
-    let service = Arc::new(
-        Service::new(config, backend, opts.shadow).with_max_descriptors(opts.max_descriptors),
-    );
+    let mut service =
+        Service::new(config, backend, opts.shadow).with_max_descriptors(opts.max_descriptors);
+    if let Some(h) = &opts.response_headers {
+        service = service.with_response_headers(h.clone());
+    }
+    let service = Arc::new(service);
     crate::metrics::config_load(true);
     if let (Some(path), Backend::Local(local)) = (&opts.state, service.backend()) {
         restore_state(local, path);
@@ -253,7 +269,7 @@ async fn run_with(
         .map_err(|e| StartError::Other(e.to_string()))?;
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    for name in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+    for name in HEALTH_NAMES {
         health
             .set_service_status(name, ServingStatus::Serving)
             .await;
@@ -321,7 +337,7 @@ async fn run_with(
     shutdown.await;
     log("draining");
     service.drain();
-    for name in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+    for name in HEALTH_NAMES {
         health
             .set_service_status(name, ServingStatus::NotServing)
             .await;

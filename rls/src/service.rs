@@ -80,6 +80,99 @@ pub struct Response {
     pub overall: Code,
     /// One per request descriptor, in order.
     pub statuses: Vec<Status>,
+    /// `response_headers_to_add`, `(name, value)` in order: the three RateLimit headers when
+    /// they are on ([`Service::with_response_headers`]) and some status has a limit, else none.
+    pub headers: Vec<(String, String)>,
+}
+
+/// The names of the RateLimit response headers (`--response-headers`, or
+/// `LIMIT_RESPONSE_HEADERS_ENABLED` as envoyproxy/ratelimit reads it), each a valid HTTP
+/// header name ([`ResponseHeaders::new`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHeaders {
+    limit: String,
+    remaining: String,
+    reset: String,
+}
+
+impl Default for ResponseHeaders {
+    /// envoyproxy/ratelimit's names: `RateLimit-Limit`, `RateLimit-Remaining`,
+    /// `RateLimit-Reset`.
+    fn default() -> ResponseHeaders {
+        ResponseHeaders {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
+}
+
+impl ResponseHeaders {
+    /// The headers named `limit`, `remaining` and `reset`: each must be an HTTP header name
+    /// (one or more of the token characters of RFC 9110: letters, digits and
+    /// ``!#$%&'*+-.^_`|~``), or the error names the one that is not, with the variable that
+    /// names it (`LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`).
+    pub fn new(limit: &str, remaining: &str, reset: &str) -> Result<ResponseHeaders, String> {
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        for (what, name) in [("limit", limit), ("remaining", remaining), ("reset", reset)] {
+            if name.is_empty() || !name.bytes().all(token) {
+                let var = format!("LIMIT_{}_HEADER", what.to_ascii_uppercase());
+                return Err(format!(
+                    "the {what} header's name ({var}) {name:?} is not an HTTP header name \
+                     (letters, digits and !#$%&'*+-.^_`|~, at least one)"
+                ));
+            }
+        }
+        Ok(ResponseHeaders {
+            limit: limit.into(),
+            remaining: remaining.into(),
+            reset: reset.into(),
+        })
+    }
+
+    /// The limit header's name.
+    pub fn limit(&self) -> &str {
+        &self.limit
+    }
+
+    /// The remaining header's name.
+    pub fn remaining(&self) -> &str {
+        &self.remaining
+    }
+
+    /// The reset header's name.
+    pub fn reset(&self) -> &str {
+        &self.reset
+    }
+
+    /// The headers for `statuses`, as envoyproxy/ratelimit chooses and writes them: the
+    /// status closest to its limit, that is the first with a limit and the fewest tokens
+    /// remaining, unless some status is `OVER_LIMIT`, when the last of those; none when no
+    /// status has a limit (no limit matched, `unlimited`) or a decided reset (a failed Redis
+    /// decision answered by `--on-redis-error allow`). The values are the status's
+    /// `requests_per_unit`, `limit_remaining` and `duration_until_reset` in whole seconds,
+    /// as decimal integers.
+    pub fn for_statuses(&self, statuses: &[Status]) -> Vec<(String, String)> {
+        let mut chosen: Option<(&CurrentLimit, u32, u64)> = None;
+        let mut fewest = u32::MAX;
+        for s in statuses {
+            let (Some(limit), Some(reset)) = (&s.current_limit, s.duration_until_reset) else {
+                continue;
+            };
+            if s.code == Code::OverLimit || s.limit_remaining < fewest {
+                chosen = Some((limit, s.limit_remaining, reset));
+                fewest = s.limit_remaining;
+            }
+        }
+        let Some((limit, remaining, reset)) = chosen else {
+            return Vec::new();
+        };
+        vec![
+            (self.limit.clone(), limit.requests_per_unit.to_string()),
+            (self.remaining.clone(), remaining.to_string()),
+            (self.reset.clone(), reset.to_string()),
+        ]
+    }
 }
 
 /// A request the service does not decide.
@@ -104,6 +197,8 @@ pub struct Service {
     waiting: AtomicUsize,
     /// What a reload loads under: the backend's target and `--max-descriptors`.
     max_descriptors: usize,
+    /// The RateLimit response headers, when on.
+    headers: Option<ResponseHeaders>,
 }
 
 /// One request in [`Service::waiting_on_redis`] and the `tollgate_rls_redis_waiting` gauge,
@@ -153,9 +248,17 @@ impl Service {
             draining: AtomicBool::new(false),
             waiting: AtomicUsize::new(0),
             max_descriptors: crate::config::DEFAULT_MAX_DESCRIPTORS,
+            headers: None,
         };
         s.reload(config);
         s
+    }
+
+    /// The service, adding the RateLimit headers named by `headers` to every response that
+    /// has a limit to describe (`--response-headers`; see [`ResponseHeaders::for_statuses`]).
+    pub fn with_response_headers(mut self, headers: ResponseHeaders) -> Service {
+        self.headers = Some(headers);
+        self
     }
 
     /// The service, with the configs it reloads bounded to `n` descriptors
@@ -488,9 +591,13 @@ impl Service {
                     }
                 }
             })
-            .collect();
+            .collect::<Vec<_>>();
         Response {
             overall: if refused { Code::OverLimit } else { Code::Ok },
+            headers: self
+                .headers
+                .as_ref()
+                .map_or_else(Vec::new, |h| h.for_statuses(&statuses)),
             statuses,
         }
     }
@@ -519,9 +626,9 @@ fn rate_at(limit: &Limit, index: usize) -> Option<&Rate> {
     }
 }
 
-/// Whole seconds, rounded up.
+/// Whole seconds, rounded up (`u64::MAX` for a wait that rounds past it).
 fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// What a valid request holds while its decision waits on Redis, read from a message or body
@@ -614,4 +721,74 @@ pub(crate) fn check_descriptor(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: Code, rpu: u32, remaining: u32, reset: Option<u64>) -> Status {
+        Status {
+            code,
+            current_limit: Some(CurrentLimit {
+                requests_per_unit: rpu,
+                unit: crate::config::Unit::Year,
+                name: String::new(),
+            }),
+            limit_remaining: remaining,
+            duration_until_reset: reset,
+        }
+    }
+
+    /// A wait of `Duration::MAX` rounds to `u64::MAX` seconds, never past it.
+    #[test]
+    fn whole_seconds_saturate() {
+        assert_eq!(ceil_secs(Duration::MAX), u64::MAX);
+        assert_eq!(ceil_secs(Duration::from_secs(u64::MAX)), u64::MAX);
+        assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+    }
+
+    /// The largest values are written whole; a status at `u32::MAX` tokens left is not closer
+    /// to its limit than none (envoyproxy/ratelimit starts its search there), and one without
+    /// a decided reset says nothing.
+    #[test]
+    fn header_values_at_the_ends_of_their_ranges() {
+        let h = ResponseHeaders::default();
+        let top = status(Code::OverLimit, u32::MAX, 0, Some(u64::MAX));
+        assert_eq!(
+            h.for_statuses(&[top]),
+            vec![
+                ("RateLimit-Limit".into(), "4294967295".into()),
+                ("RateLimit-Remaining".into(), "0".into()),
+                ("RateLimit-Reset".into(), "18446744073709551615".into()),
+            ]
+        );
+        let full = status(Code::Ok, u32::MAX, u32::MAX, Some(0));
+        assert_eq!(h.for_statuses(std::slice::from_ref(&full)), vec![]);
+        let near = status(Code::Ok, 7, u32::MAX - 1, Some(0));
+        assert_eq!(h.for_statuses(&[full, near])[1].1, "4294967294");
+        let undecided = status(Code::Ok, 7, 0, None);
+        assert_eq!(h.for_statuses(&[undecided]), vec![]);
+    }
+
+    /// Header names are HTTP tokens; anything else is refused with the name quoted.
+    #[test]
+    fn header_names_must_be_tokens() {
+        let h = ResponseHeaders::new("X-Limit", "x_remaining", "reset!").unwrap();
+        assert_eq!(
+            (h.limit(), h.remaining(), h.reset()),
+            ("X-Limit", "x_remaining", "reset!")
+        );
+        for (l, m, r, what) in [
+            ("", "b", "c", "limit"),
+            ("a", "b c", "c", "remaining"),
+            ("a", "b", "c:", "reset"),
+            ("a", "b", "c\n", "reset"),
+            ("a", "é", "c", "remaining"),
+        ] {
+            let e = ResponseHeaders::new(l, m, r).unwrap_err();
+            assert!(e.starts_with(&format!("the {what} header's name")), "{e}");
+        }
+    }
 }

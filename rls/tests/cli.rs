@@ -8,10 +8,6 @@ use support::*;
 
 const CONFIG: &str = "domain: cli\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n";
 
-fn free() -> [&'static str; 4] {
-    ["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"]
-}
-
 #[test]
 fn bad_flags_and_invalid_configs_exit_2_with_a_clear_message() {
     let dir = TempDir::new("cli-bad");
@@ -99,8 +95,7 @@ fn a_failed_start_keeps_its_exit_status_with_stderr_closed() {
 async fn serves_after_its_first_line_and_drains_on_sigterm() {
     let dir = TempDir::new("cli-term");
     let cfg = dir.write("c.yaml", CONFIG);
-    let mut args = vec!["--config", cfg.to_str().unwrap()];
-    args.extend(free());
+    let args = config_args(&cfg, &[]);
     for sig in ["TERM", "INT"] {
         let mut p = Proc::start(&args);
         assert_eq!(
@@ -108,11 +103,7 @@ async fn serves_after_its_first_line_and_drains_on_sigterm() {
             format!("tollgate-rls grpc={} http={}", p.grpc, p.http)
         );
         let mut c = p.client().await;
-        let out = c
-            .should_rate_limit(req("cli", vec![desc(&[("user", "a")])]))
-            .await
-            .unwrap()
-            .into_inner();
+        let out = decide(&mut c, req("cli", vec![desc(&[("user", "a")])])).await;
         assert_eq!(out.overall_code, OK);
         let (code, body) = http(p.http, "GET", "/healthcheck", "").await;
         assert_eq!((code, body.trim()), (200, "OK"));
@@ -136,8 +127,7 @@ async fn serves_after_its_first_line_and_drains_on_sigterm() {
 async fn reloads_are_counted_and_sighup_forces_one() {
     let dir = TempDir::new("cli-reload");
     let cfg = dir.write("c.yaml", CONFIG);
-    let mut args = vec!["--config", cfg.to_str().unwrap()];
-    args.extend(free());
+    let args = config_args(&cfg, &[]);
     let p = Proc::start(&args);
     let ok = r#"tollgate_rls_config_load_total{result="ok"}"#;
     let err = r#"tollgate_rls_config_load_total{result="error"}"#;
@@ -160,11 +150,7 @@ async fn reloads_are_counted_and_sighup_forces_one() {
     std::fs::write(&cfg, "domain: cli\ndescriptors: [").unwrap();
     until(1, err).await;
     let mut c = p.client().await;
-    let out = c
-        .should_rate_limit(req("cli", vec![desc(&[("user", "b")])]))
-        .await
-        .unwrap()
-        .into_inner();
+    let out = decide(&mut c, req("cli", vec![desc(&[("user", "b")])])).await;
     assert_eq!(
         out.statuses[0]
             .current_limit
@@ -187,26 +173,13 @@ async fn state_survives_a_restart_a_first_start_is_full_and_a_damaged_file_drain
     let dir = TempDir::new("cli-state");
     let cfg = dir.write("c.yaml", CONFIG);
     let state = dir.path().join("state.bin");
-    let mut args = vec![
-        "--config",
-        cfg.to_str().unwrap(),
-        "--state",
-        state.to_str().unwrap(),
-    ];
-    args.extend(free());
+    let args = config_args(&cfg, &["--state", state.to_str().unwrap()]);
     let user = |u: &str| req("cli", vec![desc(&[("user", u)])]);
     let mut p = Proc::start(&args);
     assert!(p.logged("no state file"), "{}", p.stderr());
     let mut c = p.client().await;
     for _ in 0..2 {
-        assert_eq!(
-            c.should_rate_limit(user("x"))
-                .await
-                .unwrap()
-                .into_inner()
-                .overall_code,
-            OK
-        );
+        assert_eq!(decide(&mut c, user("x")).await.overall_code, OK);
     }
     p.signal("TERM");
     let code = p.wait(Duration::from_secs(20));
@@ -216,22 +189,8 @@ async fn state_survives_a_restart_a_first_start_is_full_and_a_damaged_file_drain
     let mut p = Proc::start(&args);
     assert!(p.logged("state restored"), "{}", p.stderr());
     let mut c = p.client().await;
-    assert_eq!(
-        c.should_rate_limit(user("x"))
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OVER
-    );
-    assert_eq!(
-        c.should_rate_limit(user("y"))
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OK
-    );
+    assert_eq!(decide(&mut c, user("x")).await.overall_code, OVER);
+    assert_eq!(decide(&mut c, user("y")).await.overall_code, OK);
     p.signal("TERM");
     assert_eq!(p.wait(Duration::from_secs(20)), Some(0));
     // A damaged file: every bucket starts drained, with a log line.
@@ -240,14 +199,7 @@ async fn state_survives_a_restart_a_first_start_is_full_and_a_damaged_file_drain
     let p = Proc::start(&args);
     assert!(p.logged("damaged"), "{}", p.stderr());
     let mut c = p.client().await;
-    assert_eq!(
-        c.should_rate_limit(user("new"))
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OVER
-    );
+    assert_eq!(decide(&mut c, user("new")).await.overall_code, OVER);
     // No temporary files left beside the state.
     drop(p);
     let left: Vec<_> = std::fs::read_dir(dir.path())
@@ -263,13 +215,7 @@ fn a_closed_stderr_neither_stops_the_drain_nor_the_save() {
     let dir = TempDir::new("cli-stderr");
     let cfg = dir.write("c.yaml", CONFIG);
     let state = dir.path().join("state");
-    let mut args = vec![
-        "--config",
-        cfg.to_str().unwrap(),
-        "--state",
-        state.to_str().unwrap(),
-    ];
-    args.extend(free());
+    let args = config_args(&cfg, &["--state", state.to_str().unwrap()]);
     let mut child = std::process::Command::new(binary())
         .args(&args)
         .stdout(std::process::Stdio::piped())
@@ -320,8 +266,7 @@ fn a_closed_stderr_neither_stops_the_drain_nor_the_save() {
 async fn out_of_descriptors_the_accept_loop_pauses_and_logs_once_per_period() {
     let dir = TempDir::new("cli-fds");
     let cfg = dir.write("c.yaml", CONFIG);
-    let mut args = vec!["--config", cfg.to_str().unwrap()];
-    args.extend(free());
+    let args = config_args(&cfg, &[]);
     let p = Proc::start_with_fd_limit(48, &args);
     // More connections than descriptors left: the rest fail to be accepted (EMFILE).
     let held: Vec<std::net::TcpStream> = (0..80)
@@ -352,8 +297,7 @@ fn ignored_fields_are_logged_at_start() {
         "c.yaml",
         "domain: cli\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, shadow_mode: true}\n",
     );
-    let mut args = vec!["--config", cfg.to_str().unwrap()];
-    args.extend(free());
+    let args = config_args(&cfg, &[]);
     let mut p = Proc::start(&args);
     assert!(
         p.logged("c.yaml:4: descriptors[0].rate_limit.shadow_mode: \"shadow_mode\" is not a field of a rate_limit: ignored"),
@@ -362,4 +306,105 @@ fn ignored_fields_are_logged_at_start() {
     );
     p.signal("TERM");
     assert_eq!(p.wait(Duration::from_secs(20)), Some(0), "{}", p.stderr());
+}
+
+/// The RateLimit headers are off unless `--response-headers` or
+/// `LIMIT_RESPONSE_HEADERS_ENABLED` (read as envoyproxy/ratelimit reads it) turns them on, named
+/// by `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER` and `LIMIT_RESET_HEADER`; a value that is
+/// neither true nor false, or a name that is not a header name, exits 2 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_headers_are_off_by_default_and_on_with_the_flag_or_the_variable() {
+    const VARS: [&str; 4] = [
+        "LIMIT_RESPONSE_HEADERS_ENABLED",
+        "LIMIT_LIMIT_HEADER",
+        "LIMIT_REMAINING_HEADER",
+        "LIMIT_RESET_HEADER",
+    ];
+    // Every variable removed, then `set` applied.
+    let env = |set: &[(&'static str, &'static str)]| -> Vec<(&'static str, Option<&'static str>)> {
+        VARS.iter()
+            .map(|v| (*v, set.iter().find(|(n, _)| n == v).map(|(_, x)| *x)))
+            .collect()
+    };
+    let dir = TempDir::new("cli-headers");
+    let cfg = dir.write("c.yaml", CONFIG);
+    let named = |names: [&str; 3]| -> Vec<(String, String)> {
+        // 2 an hour, one hit: 1 left, full again in 1,800 s.
+        names
+            .iter()
+            .zip(["2", "1", "1800"])
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    };
+    let defaults = named(["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"]);
+    for (flag, set, want) in [
+        (false, vec![], vec![]),
+        (
+            false,
+            vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "false")],
+            vec![],
+        ),
+        (false, vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "0")], vec![]),
+        (false, vec![("LIMIT_LIMIT_HEADER", "not a name")], vec![]),
+        (
+            false,
+            vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "true")],
+            defaults.clone(),
+        ),
+        (true, vec![], defaults.clone()),
+        (
+            true,
+            vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "false")],
+            defaults.clone(),
+        ),
+        (
+            false,
+            vec![
+                ("LIMIT_RESPONSE_HEADERS_ENABLED", "T"),
+                ("LIMIT_LIMIT_HEADER", "X-Limit"),
+                ("LIMIT_REMAINING_HEADER", "X-Remaining"),
+                ("LIMIT_RESET_HEADER", "X-Reset"),
+            ],
+            named(["X-Limit", "X-Remaining", "X-Reset"]),
+        ),
+    ] {
+        let extra: &[&str] = if flag { &["--response-headers"] } else { &[] };
+        let p = Proc::start_with_env(&config_args(&cfg, extra), &env(&set));
+        let mut c = p.client().await;
+        let out = decide(&mut c, req("cli", vec![desc(&[("user", "a")])])).await;
+        let got: Vec<(String, String)> = out
+            .response_headers_to_add
+            .iter()
+            .map(|h| (h.key.clone(), h.value.clone()))
+            .collect();
+        assert_eq!(got, want, "--response-headers {flag}, {set:?}");
+    }
+    for (set, named) in [
+        (
+            vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "yes")],
+            "LIMIT_RESPONSE_HEADERS_ENABLED",
+        ),
+        (
+            vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "")],
+            "LIMIT_RESPONSE_HEADERS_ENABLED",
+        ),
+        (
+            vec![
+                ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+                ("LIMIT_RESET_HEADER", "Bad Name"),
+            ],
+            "LIMIT_RESET_HEADER",
+        ),
+        (
+            vec![
+                ("LIMIT_RESPONSE_HEADERS_ENABLED", "1"),
+                ("LIMIT_LIMIT_HEADER", ""),
+            ],
+            "LIMIT_LIMIT_HEADER",
+        ),
+    ] {
+        let (code, err) = run_to_exit_with_env(&config_args(&cfg, &[]), &env(&set));
+        assert_eq!(code, Some(2), "{set:?}: {err}");
+        assert!(err.contains(named), "{set:?}: {err}");
+    }
 }

@@ -16,6 +16,24 @@ fn load_for(yaml: &str, target: Target) -> Result<Config, ConfigError> {
     Config::from_sources_for(&[(PathBuf::from("test.yaml"), yaml.to_owned())], target)
 }
 
+/// The error refusing `yaml`: at `line`, in `field`, its message holding `words`.
+fn refused(yaml: &str, line: usize, field: &str, words: &str) -> ConfigError {
+    let e = load(yaml).expect_err(yaml);
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(line), field),
+        "{yaml}\n{e}"
+    );
+    assert!(e.message.contains(words), "{yaml}\n{e}");
+    e
+}
+
+/// Asserts that `c`'s warning `i` says `words`.
+fn assert_warning_says(c: &Config, i: usize, words: &str) {
+    let w = &c.warnings()[i];
+    assert!(w.message.contains(words), "{w}");
+}
+
 /// The limit path and bucket a request's entries match.
 fn lookup(c: &Config, domain: &str, entries: &[(&str, &str)]) -> Option<(String, String)> {
     c.lookup(domain, entries.iter().copied()).map(|m| {
@@ -801,11 +819,7 @@ descriptors:
             (Some(15), "descriptors[0].rate_limit.replaces[0].unit"),
         ]
     );
-    assert!(
-        c.warnings()[0].message.contains("ignored"),
-        "{}",
-        c.warnings()[0]
-    );
+    assert_warning_says(&c, 0, "ignored");
     let cases: &[(&str, usize, &str, &str)] = &[
         // A rate without its `rate_limit:`.
         ("domain: d\ndescriptors:\n  - key: a\n    unit: second\n    requests_per_unit: 1\n", 4, "descriptors[0].unit", "rate_limit"),
@@ -822,13 +836,7 @@ descriptors:
         ("domain: d\ndescriptors:\n  - key: a\n    rate_limits: [{unit: second, shadow_mode: true}]\n", 4, "descriptors[0].rate_limits[0].shadow_mode", "unknown field"),
     ];
     for (yaml, line, field, words) in cases {
-        let e = load(yaml).expect_err(yaml);
-        assert_eq!(
-            (e.line, e.field.as_str()),
-            (Some(*line), *field),
-            "{yaml}\n{e}"
-        );
-        assert!(e.message.contains(words), "{yaml}\n{e}");
+        refused(yaml, *line, field, words);
     }
 }
 
@@ -846,13 +854,7 @@ fn a_misplaced_field_holding_a_rate_is_refused() {
         ("domain: d\ndescriptors:\n  - key: a\n    name: !!map {rate_limits: [{unit: second, requests_per_unit: 1}]}\n", 4, "descriptors[0].name"),
     ];
     for (yaml, line, field) in cases {
-        let e = load(yaml).expect_err(yaml);
-        assert_eq!(
-            (e.line, e.field.as_str()),
-            (Some(*line), *field),
-            "{yaml}\n{e}"
-        );
-        assert!(e.message.contains("holds a rate"), "{yaml}\n{e}");
+        refused(yaml, *line, field, "holds a rate");
     }
     // A misplaced field holding no rate is still ignored.
     let c = load("domain: d\ndescriptors:\n  - key: a\n    replaces: [{name: b}]\n    rate_limit: {unit: second, requests_per_unit: 1}\n").unwrap();
@@ -969,23 +971,9 @@ descriptors:
             (Some(23), "descriptors[3].rate_limit"),
         ]
     );
-    assert!(
-        c.warnings()[0].message.contains("twice"),
-        "{}",
-        c.warnings()[0]
-    );
-    assert!(
-        c.warnings()[0].message.contains("line 1"),
-        "{}",
-        c.warnings()[0]
-    );
-    assert!(
-        c.warnings()[3]
-            .message
-            .contains("(the others stay; a null one drops them all)"),
-        "{}",
-        c.warnings()[3]
-    );
+    assert_warning_says(&c, 0, "twice");
+    assert_warning_says(&c, 0, "line 1");
+    assert_warning_says(&c, 3, "(the others stay; a null one drops them all)");
     // A merged descriptor's `rate_limit` and the descriptor's own are combined the same way,
     // in document order.
     let c = load(
@@ -1285,11 +1273,7 @@ descriptors:
             (Some(7), "descriptors[1].key"),
         ]
     );
-    assert!(
-        c.warnings()[0].message.contains("also at line 3"),
-        "{}",
-        c.warnings()[0]
-    );
+    assert_warning_says(&c, 0, "also at line 3");
 }
 
 /// envoyproxy/ratelimit decodes a file twice: into a generic map for its key check, which
@@ -1328,13 +1312,7 @@ fn a_float_in_a_string_field_is_refused_as_the_key_check_refuses_it() {
         "-9223372036854775809",
     ] {
         let yaml = with_value(v);
-        let e = load(&yaml).expect_err(&yaml);
-        assert_eq!(
-            (e.line, e.field.as_str()),
-            (Some(4), "descriptors[0].value"),
-            "{v}: {e}"
-        );
-        assert!(e.message.contains("key check"), "{v}: {e}");
+        refused(&yaml, 4, "descriptors[0].value", "key check");
     }
     for (v, text) in [
         ("'1.0'", "1.0"),
@@ -1372,9 +1350,7 @@ fn a_float_in_a_string_field_is_refused_as_the_key_check_refuses_it() {
             "descriptors[0].rate_limit.shadow_mode",
         ),
     ] {
-        let e = load(yaml).expect_err(yaml);
-        assert_eq!((e.line, e.field.as_str()), (Some(line), field), "{yaml}: {e}");
-        assert!(e.message.contains("key check"), "{yaml}: {e}");
+        refused(yaml, line, field, "key check");
     }
     // yaml.v2 makes a float under `!!float` of a float or an `int64` only, failing the file on
     // other text wherever it stands.
@@ -1617,9 +1593,7 @@ descriptors:
         ),
     ] {
         let yaml = format!("{merged}{tail}");
-        let e = load(&yaml).expect_err(&yaml);
-        assert_eq!((e.line, e.field.as_str()), (Some(line), field), "{yaml}\n{e}");
-        assert!(e.message.contains("unknown field \"<<\""), "{e}");
+        refused(&yaml, line, field, "unknown field \"<<\"");
     }
 }
 
@@ -1693,9 +1667,7 @@ fn ignored_fields_are_key_checked_as_envoyproxy_ratelimit_checks_them() {
         ),
     ] {
         let yaml = with(field);
-        let e = load(&yaml).expect_err(&yaml);
-        assert_eq!((e.line, e.field.as_str()), (Some(4), at), "{field}\n{e}");
-        assert!(e.message.contains(words), "{field}\n{e}");
+        refused(&yaml, 4, at, words);
     }
     for field in [
         "name: [{key: a, value: 1, shadow_mode: true}]",
@@ -1821,9 +1793,7 @@ fn a_collection_key_or_a_bad_merge_fails_the_file_wherever_it_stands() {
         ),
     ] {
         let yaml = format!("domain: d\n{earlier}\ndescriptors: {good}\n");
-        let e = load(&yaml).expect_err(&yaml);
-        assert_eq!((e.line, e.field.as_str()), (Some(line), at), "{yaml}\n{e}");
-        assert!(e.message.contains(words), "{yaml}\n{e}");
+        let e = refused(&yaml, line, at, words);
         assert!(
             e.message.contains("yaml.v2 refuses the file"),
             "{yaml}\n{e}"
@@ -1974,9 +1944,7 @@ fn a_value_a_later_one_replaces_is_still_decoded() {
             "expected a string",
         ),
     ] {
-        let e = load(&yaml).expect_err(&yaml);
-        assert_eq!((e.line, e.field.as_str()), (Some(line), at), "{yaml}\n{e}");
-        assert!(e.message.contains(words), "{yaml}\n{e}");
+        refused(&yaml, line, at, words);
     }
     // Only types count in a replaced value: a descriptor without a key, two with one key, an
     // invalid unit, a replaces entry without a name, a name envoyproxy/ratelimit does not know
@@ -2054,9 +2022,7 @@ fn an_earlier_rate_limits_is_type_checked() {
     ] {
         for kept in [good, "rate_limits: ~"] {
             let yaml = format!("domain: d\ndescriptors:\n  - key: a\n    {earlier}\n    {kept}\n");
-            let e = load(&yaml).expect_err(&yaml);
-            assert_eq!((e.line, e.field.as_str()), (Some(line), at), "{yaml}\n{e}");
-            assert!(e.message.contains(words), "{yaml}\n{e}");
+            let e = refused(&yaml, line, at, words);
             assert!(e.message.contains("tollgate-rls checks"), "{yaml}\n{e}");
         }
     }
@@ -2133,9 +2099,7 @@ fn an_earlier_burst_is_type_checked() {
             "expected a whole number",
         ),
     ] {
-        let e = load(&yaml).expect_err(&yaml);
-        assert_eq!((e.line, e.field.as_str()), (Some(line), at), "{yaml}\n{e}");
-        assert!(e.message.contains(words), "{yaml}\n{e}");
+        let e = refused(&yaml, line, at, words);
         assert!(e.message.contains("tollgate-rls checks"), "{yaml}\n{e}");
     }
     // Only the type counts: a burst of 0, or below the rate, in the earlier value, and a
@@ -2197,9 +2161,7 @@ descriptors:
         ),
     ] {
         let yaml = format!("domain: d\ndescriptors:\n{yaml}");
-        let e = load(&yaml).expect_err(&yaml);
-        assert_eq!((e.line, e.field.as_str()), (Some(line), at), "{yaml}\n{e}");
-        assert!(e.message.contains(words), "{yaml}\n{e}");
+        refused(&yaml, line, at, words);
     }
 }
 

@@ -269,11 +269,7 @@ async fn grpc_a_connection_without_a_request_is_closed_at_the_header_timeout() {
     let mut client = RateLimitServiceClient::connect(format!("http://{}", s.ready.grpc))
         .await
         .unwrap();
-    let r = client
-        .should_rate_limit(req("d", vec![desc(&[("user", "a")])]))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = decide(&mut client, req("d", vec![desc(&[("user", "a")])])).await;
     assert_eq!(r.overall_code, OK);
 }
 

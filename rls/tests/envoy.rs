@@ -309,14 +309,14 @@ async fn envoy_enforces_exact_limits_through_tollgate_rls() {
     };
     let dir = TempDir::new("envoy");
     let cfg = dir.write("rls.yaml", RLS_CONFIG);
-    let mut rls = Proc::start(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--grpc",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-    ]);
+    let mut rls = Proc::start_with_env(
+        &config_args(&cfg, &["--response-headers"]),
+        &[
+            ("LIMIT_LIMIT_HEADER", None),
+            ("LIMIT_REMAINING_HEADER", None),
+            ("LIMIT_RESET_HEADER", None),
+        ],
+    );
     let up = upstream().await;
     let envoy_yaml = dir.write("envoy.yaml", &envoy_config(up, rls.grpc));
     let admin_path = dir.path().join("envoy-admin.txt");
@@ -356,7 +356,13 @@ async fn envoy_enforces_exact_limits_through_tollgate_rls() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // One a second per user: 200, then 429 with Envoy's headers from the statuses.
+    // One a second per user: 200, then 429 with Envoy's headers from the statuses, and the
+    // service's own RateLimit headers (`--response-headers`) on both.
+    let rate_limit = |hs: &[(String, String)]| {
+        ["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"]
+            .map(|n| header(hs, n).map(str::to_owned))
+    };
+    let one = || Some("1".to_owned());
     let (s, hs) = get(front, &[("x-user", "u1")]).await;
     assert_eq!(s, 200);
     assert_eq!(header(&hs, "x-ratelimit-remaining"), Some("0"));
@@ -364,10 +370,12 @@ async fn envoy_enforces_exact_limits_through_tollgate_rls() {
         header(&hs, "x-ratelimit-limit").unwrap().starts_with('1'),
         "{hs:?}"
     );
+    assert_eq!(rate_limit(&hs), [one(), Some("0".into()), one()], "{hs:?}");
     let (s, hs) = get(front, &[("x-user", "u1")]).await;
     assert_eq!(s, 429, "{hs:?}");
     assert_eq!(header(&hs, "x-envoy-ratelimited"), Some("true"));
     assert_eq!(header(&hs, "x-ratelimit-remaining"), Some("0"));
+    assert_eq!(rate_limit(&hs), [one(), Some("0".into()), one()], "{hs:?}");
     let limit = header(&hs, "x-ratelimit-limit").unwrap();
     assert!(limit.starts_with('1') && limit.contains("w=1"), "{limit}");
     let reset: u64 = header(&hs, "x-ratelimit-reset").unwrap().parse().unwrap();

@@ -15,16 +15,7 @@ fn start(dir: &TempDir, url: &str, extra: &[&str]) -> Proc {
     if !cfg.exists() {
         std::fs::write(&cfg, CONFIG).unwrap();
     }
-    let mut args = vec![
-        "--config",
-        cfg.to_str().unwrap(),
-        "--grpc",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--redis",
-        url,
-    ];
+    let mut args = config_args(&cfg, &["--redis", url]);
     args.extend_from_slice(extra);
     Proc::start(&args)
 }
@@ -32,6 +23,33 @@ fn start(dir: &TempDir, url: &str, extra: &[&str]) -> Proc {
 fn load(yaml: &str) -> tollgate_rls::config::Config {
     let source = (std::path::PathBuf::from("c.yaml"), yaml.to_owned());
     tollgate_rls::config::Config::from_sources(&[source]).unwrap()
+}
+
+/// The service in-process on `server` with each port's waiting budget 16 MiB and a Redis
+/// timeout of 30 s, longer than every wait of the budget tests: a call waiting on a frozen
+/// Redis holds its share of the budget until Redis answers.
+async fn start_with_a_16_mib_budget(server: &RedisServer) -> Rls {
+    let url = server.url();
+    Rls::start_with(CONFIG, |o| {
+        o.redis = Some(url);
+        o.redis_timeout = Duration::from_secs(30);
+        o.max_buffered_bytes = 16 << 20;
+    })
+    .await
+}
+
+/// `tight=t` admitted through `c` (its one an hour), then `user=u` with it `times` times:
+/// each refused, and `user=u` still holding all 20, as it was not debited (all or nothing
+/// through Redis).
+async fn tight_refuses_all_or_nothing(c: &mut Client, u: &str, t: &str, times: usize) {
+    let r = decide(c, req("shared", vec![desc(&[("tight", t)])])).await;
+    assert_eq!(r.overall_code, OK);
+    for _ in 0..times {
+        let both = req("shared", vec![desc(&[("user", u)]), desc(&[("tight", t)])]);
+        let r = decide(c, both).await;
+        assert_eq!(r.overall_code, OVER);
+        assert_eq!(brief(&r)[0].1, 20, "{u} held and was not debited");
+    }
 }
 
 /// A Redis backend on `server`, in-process (no fallback: a failure is `UNAVAILABLE`).
@@ -64,11 +82,7 @@ async fn two_replicas_on_one_redis_admit_exactly_the_limit_between_them() {
             tasks.push(tokio::spawn(async move {
                 let mut admitted = 0;
                 for _ in 0..15 {
-                    let r = c
-                        .should_rate_limit(req("shared", vec![desc(&[("user", "x")])]))
-                        .await
-                        .unwrap()
-                        .into_inner();
+                    let r = decide(&mut c, req("shared", vec![desc(&[("user", "x")])])).await;
                     admitted += u32::from(r.overall_code == OK);
                 }
                 admitted
@@ -85,33 +99,9 @@ async fn two_replicas_on_one_redis_admit_exactly_the_limit_between_them() {
     );
     // All or nothing through Redis: `tight` refuses, so `user=y` is not debited.
     let mut c = a.client().await;
-    let one = |k: &str, v: &str| req("shared", vec![desc(&[(k, v)])]);
-    assert_eq!(
-        c.should_rate_limit(one("tight", "t"))
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OK
-    );
-    for _ in 0..3 {
-        let r = c
-            .should_rate_limit(req(
-                "shared",
-                vec![desc(&[("user", "y")]), desc(&[("tight", "t")])],
-            ))
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(r.overall_code, OVER);
-        assert_eq!(brief(&r)[0].1, 20, "y held and was not debited");
-    }
+    tight_refuses_all_or_nothing(&mut c, "y", "t", 3).await;
     let mut cb = b.client().await;
-    let r = cb
-        .should_rate_limit(one("user", "y"))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = decide(&mut cb, req("shared", vec![desc(&[("user", "y")])])).await;
     assert_eq!(brief(&r)[0].1, 19, "the other replica sees y's one debit");
 }
 
@@ -139,14 +129,7 @@ async fn a_frozen_redis_costs_each_call_at_most_the_timeout() {
         local.client().await,
     );
     let call = || req("shared", vec![desc(&[("tight", "frozen")])]);
-    assert_eq!(
-        c1.should_rate_limit(call())
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OK
-    );
+    assert_eq!(decide(&mut c1, call()).await.overall_code, OK);
     server.pause();
     let mut slowest = Duration::ZERO;
     let mut local_admitted = 0;
@@ -156,11 +139,11 @@ async fn a_frozen_redis_costs_each_call_at_most_the_timeout() {
         slowest = slowest.max(t0.elapsed());
         assert_eq!(r.unwrap_err().code(), tonic::Code::Unavailable);
         let t0 = Instant::now();
-        let r = c2.should_rate_limit(call()).await.unwrap().into_inner();
+        let r = decide(&mut c2, call()).await;
         slowest = slowest.max(t0.elapsed());
         assert_eq!(r.overall_code, OK, "fail open");
         let t0 = Instant::now();
-        let r = c3.should_rate_limit(call()).await.unwrap().into_inner();
+        let r = decide(&mut c3, call()).await;
         slowest = slowest.max(t0.elapsed());
         local_admitted += u32::from(r.overall_code == OK);
     }
@@ -231,37 +214,20 @@ async fn on_a_cluster_a_requests_keys_share_one_slot() {
     let mut c = p.client().await;
     // Many users: their keys would spread over the three masters without the domain's tag.
     for i in 0..30 {
-        let r = c
-            .should_rate_limit(req(
+        let r = decide(
+            &mut c,
+            req(
                 "shared",
                 vec![
                     desc(&[("user", &format!("u{i}"))]),
                     desc(&[("user", &format!("v{i}"))]),
                 ],
-            ))
-            .await
-            .unwrap()
-            .into_inner();
+            ),
+        )
+        .await;
         assert_eq!(brief(&r)[0].1, 19, "{r:?}");
     }
-    assert_eq!(
-        c.should_rate_limit(req("shared", vec![desc(&[("tight", "c")])]))
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OK
-    );
-    let r = c
-        .should_rate_limit(req(
-            "shared",
-            vec![desc(&[("user", "w")]), desc(&[("tight", "c")])],
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(r.overall_code, OVER);
-    assert_eq!(brief(&r)[0].1, 20, "not debited");
+    tight_refuses_all_or_nothing(&mut c, "w", "c", 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,21 +246,19 @@ async fn a_check_only_descriptor_refuses_without_debiting_through_redis() {
     };
     // The check holds: user debited, tight not.
     for left in [19, 18] {
-        let r = c.should_rate_limit(both()).await.unwrap().into_inner();
+        let r = decide(&mut c, both()).await;
         let b = brief(&r);
         assert_eq!((b[0].0, b[0].1), (OK, left));
         assert_eq!((b[1].0, b[1].1), (OK, 1), "checked, not debited");
     }
     // Spend tight's token; the check now refuses, and user is not debited.
     assert_eq!(
-        c.should_rate_limit(req("shared", vec![desc(&[("tight", "q")])]))
+        decide(&mut c, req("shared", vec![desc(&[("tight", "q")])]))
             .await
-            .unwrap()
-            .into_inner()
             .overall_code,
         OK
     );
-    let r = c.should_rate_limit(both()).await.unwrap().into_inner();
+    let r = decide(&mut c, both()).await;
     assert_eq!(r.overall_code, OVER);
     assert_eq!(brief(&r)[0].1, 18, "user not debited");
     assert_eq!(brief(&r)[1].0, OVER);
@@ -490,14 +454,7 @@ async fn a_malformed_key_is_logged_and_not_echoed_to_the_client() {
     let mut c = p.client().await;
     let secret = "s3cr3t-token";
     let call = || req("shared", vec![desc(&[("user", secret)])]);
-    assert_eq!(
-        c.should_rate_limit(call())
-            .await
-            .unwrap()
-            .into_inner()
-            .overall_code,
-        OK
-    );
+    assert_eq!(decide(&mut c, call()).await.overall_code, OK);
     // Another program's value under the key.
     let script = "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
                   redis.call('SET', k, 'not a state') n = n + 1 end return n";
@@ -537,18 +494,10 @@ fn a_rate_the_script_cannot_hold_fails_a_start_on_redis() {
     let cfg = dir.write("c.yaml", MONTHLY);
     let url = server.url();
     for policy in ["unavailable", "allow", "local"] {
-        let (code, err) = run_to_exit(&[
-            "--config",
-            cfg.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--redis",
-            &url,
-            "--on-redis-error",
-            policy,
-        ]);
+        let (code, err) = run_to_exit(&config_args(
+            &cfg,
+            &["--redis", &url, "--on-redis-error", policy],
+        ));
         assert_eq!(code, Some(2), "{policy}: {err}");
         assert!(
             err.contains("c.yaml:4: descriptors[0].rate_limit: not a rate the Redis backend holds")
@@ -634,13 +583,7 @@ async fn json_requests_waiting_on_redis_take_from_the_ports_budget() {
     let Some(server) = RedisServer::start("json_budget") else {
         return;
     };
-    let url = server.url();
-    let s = Rls::start_with(CONFIG, |o| {
-        o.redis = Some(url);
-        o.redis_timeout = Duration::from_secs(30);
-        o.max_buffered_bytes = 16 << 20;
-    })
-    .await;
+    let s = start_with_a_16_mib_budget(&server).await;
     let addr = s.ready.http;
     const VALUE: usize = 2 << 20;
 
@@ -873,13 +816,7 @@ async fn grpc_calls_waiting_on_redis_take_from_the_ports_budget() {
     let Some(server) = RedisServer::start("grpc_budget") else {
         return;
     };
-    let url = server.url();
-    let s = Rls::start_with(CONFIG, |o| {
-        o.redis = Some(url);
-        o.redis_timeout = Duration::from_secs(30);
-        o.max_buffered_bytes = 16 << 20;
-    })
-    .await;
+    let s = start_with_a_16_mib_budget(&server).await;
     let addr = s.ready.grpc;
     // Each call takes at least what its decoded entries hold (7,680 entries of two empty
     // strings, 48 bytes each), so no more than 45 fit the budget.

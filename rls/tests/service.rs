@@ -478,8 +478,11 @@ async fn a_full_table_follows_the_keyed_limiters_rule() {
     );
 }
 
+/// gRPC health answers `SERVING` for the whole server (`""`), the rate-limit service's full
+/// name, and `ratelimit`, the name envoyproxy/ratelimit reports its health under (a probe or an
+/// Envoy health check written for it names that one).
 #[tokio::test]
-async fn grpc_health_answers_for_both_names() {
+async fn grpc_health_answers_for_every_name() {
     let s = Rls::start(CONFIG).await;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.ready.grpc))
         .unwrap()
@@ -487,17 +490,22 @@ async fn grpc_health_answers_for_both_names() {
         .await
         .unwrap();
     let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
-    for name in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+    for name in [
+        "",
+        "envoy.service.ratelimit.v3.RateLimitService",
+        "ratelimit",
+    ] {
         let r = h
             .check(tonic_health::pb::HealthCheckRequest {
                 service: name.into(),
             })
             .await
-            .unwrap()
+            .unwrap_or_else(|e| panic!("{name:?}: {e}"))
             .into_inner();
         assert_eq!(
             r.status,
-            tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+            "{name:?}"
         );
     }
 }
@@ -533,6 +541,147 @@ async fn json_port_answers_as_envoyproxy_ratelimit_does() {
     s.service().drain();
     let (code, _) = http(s.ready.http, "GET", "/healthcheck", "").await;
     assert_eq!(code, 503);
+}
+
+/// `response_headers_to_add` as `(name, value)` pairs.
+fn headers(
+    r: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse,
+) -> Vec<(String, String)> {
+    r.response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect()
+}
+
+/// The three RateLimit headers under their default names.
+fn rate_limit(limit: u32, remaining: u32, reset: u64) -> Vec<(String, String)> {
+    vec![
+        ("RateLimit-Limit".into(), limit.to_string()),
+        ("RateLimit-Remaining".into(), remaining.to_string()),
+        ("RateLimit-Reset".into(), reset.to_string()),
+    ]
+}
+
+/// The RateLimit headers (`--response-headers`) are envoyproxy/ratelimit's: the status with a
+/// limit and the fewest tokens left (the first of a tie), or the last refusing one; its
+/// `requests_per_unit`, whole tokens left, and its reset in whole seconds (until the bucket is
+/// full, or the request's wait); none without a limit; on `/json` as on gRPC.
+#[tokio::test]
+async fn response_headers_describe_the_status_closest_to_its_limit() {
+    use tollgate_rls::service::ResponseHeaders;
+    let mut s = Rls::start_with(CONFIG, |o| {
+        o.response_headers = Some(ResponseHeaders::default());
+    })
+    .await;
+    // 3 a minute, one hit: 2 left, full again in 20 s.
+    let r = s.ok(req("d", vec![desc(&[("user", "a")])])).await;
+    assert_eq!(headers(&r), rate_limit(3, 2, 20));
+    // No limit, unlimited: nothing to describe.
+    let r = s
+        .ok(req(
+            "d",
+            vec![desc(&[("open", "x")]), desc(&[("nothing", "x")])],
+        ))
+        .await;
+    assert_eq!(headers(&r), vec![]);
+    // The fewest left wins, whatever its place; 2 a second is full again in 0.5 s: 1 s.
+    let r = s
+        .ok(req(
+            "d",
+            vec![
+                desc(&[("open", "x")]),
+                desc(&[("user", "b")]),
+                desc(&[("route", "/a")]),
+            ],
+        ))
+        .await;
+    assert_eq!(headers(&r), rate_limit(2, 1, 1));
+    // A tie: the first of them (1 left of 3 a minute, 40 s; 1 left of 2 a minute, 30 s).
+    let r = s
+        .ok(req(
+            "d",
+            vec![desc_hits(&[("user", "c")], 2), desc(&[("twin", "c")])],
+        ))
+        .await;
+    assert_eq!(headers(&r), rate_limit(3, 1, 40));
+    let r = s
+        .ok(req(
+            "d",
+            vec![desc(&[("twin", "d")]), desc_hits(&[("user", "d")], 2)],
+        ))
+        .await;
+    assert_eq!(headers(&r), rate_limit(2, 1, 30));
+    // Both drained (a tie at 0: the first), then both refusing: the last of them, with the
+    // request's wait (30 s, the longer), where the first with the fewest left would be the
+    // first.
+    let both = |u, t| {
+        req(
+            "d",
+            vec![
+                desc_hits(&[("user", "e")], u),
+                desc_hits(&[("twin", "e")], t),
+            ],
+        )
+    };
+    let r = s.ok(both(3, 2)).await;
+    assert_eq!(headers(&r), rate_limit(3, 0, 60));
+    let r = s.ok(both(1, 1)).await;
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(brief(&r), vec![(OVER, 0, Some(30)), (OVER, 0, Some(30))]);
+    assert_eq!(headers(&r), rate_limit(2, 0, 30));
+    // A shadow-mode limit that would refuse reads 0 left: described before an enforced one
+    // with tokens left (its reset: until its bucket is full, 60 s).
+    for _ in 0..2 {
+        s.ok(req("d", vec![desc(&[("shadowed", "f")])])).await;
+    }
+    let r = s
+        .ok(req(
+            "d",
+            vec![desc(&[("user", "f")]), desc(&[("shadowed", "f")])],
+        ))
+        .await;
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(headers(&r), rate_limit(2, 0, 60));
+    // The same on /json, as envoyproxy/ratelimit's protojson writes the field.
+    let body = r#"{"domain": "d", "descriptors": [{"entries": [{"key": "user", "value": "g"}]}]}"#;
+    let (code, text) = http(s.ready.http, "POST", "/json", body).await;
+    assert_eq!(code, 200, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        v["responseHeadersToAdd"],
+        serde_json::json!([
+            {"key": "RateLimit-Limit", "value": "3"},
+            {"key": "RateLimit-Remaining", "value": "2"},
+            {"key": "RateLimit-Reset", "value": "20"},
+        ])
+    );
+    // Refused on /json: 429, the headers of the refusing limit.
+    let body = concat!(
+        r#"{"domain": "d", "descriptors": [{"entries": [{"key": "user", "value": "g"}]}], "#,
+        r#""hitsAddend": 3}"#
+    );
+    let (code, text) = http(s.ready.http, "POST", "/json", body).await;
+    assert_eq!(code, 429, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["responseHeadersToAdd"][1]["value"], "0");
+    assert_eq!(v["responseHeadersToAdd"][2]["value"], "20");
+    // 10 s and 1 ns after the first hit on "a", a second: 1 whole token left, full again in
+    // 30 s less 1 ns, rounded up.
+    s.clock.advance(Duration::from_secs(10) + ns(1));
+    let r = s.ok(req("d", vec![desc(&[("user", "a")])])).await;
+    assert_eq!(headers(&r), rate_limit(3, 1, 30));
+}
+
+/// Off unless asked for: no RateLimit headers on either port.
+#[tokio::test]
+async fn response_headers_are_off_by_default() {
+    let mut s = Rls::start(CONFIG).await;
+    let r = s.ok(req("d", vec![desc(&[("user", "a")])])).await;
+    assert_eq!(headers(&r), vec![]);
+    let body = r#"{"domain": "d", "descriptors": [{"entries": [{"key": "user", "value": "a"}]}]}"#;
+    let (code, text) = http(s.ready.http, "POST", "/json", body).await;
+    assert_eq!(code, 200, "{text}");
+    assert!(!text.contains("responseHeadersToAdd"), "{text}");
 }
 
 /// The gRPC port bounds the streams one HTTP/2 connection may hold open: each open stream may

@@ -1,6 +1,8 @@
 //! The layer through `ServiceExt::oneshot` with a `ManualClock`: exact 200/429 sequences and
 //! header values (read back with a Structured Fields parser, as a client would).
 
+mod support;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -12,23 +14,13 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use support::{ok_service, sf_items, sf_param};
 use tollgate::{Bucket, KeyedLimiter, ManualClock, Quota, ShardedBucket};
 use tollgate_tower::{
     key_fn, Backend, Check, ClientIp, Decision, HeaderKey, IpGrouping, MissingKey, PeerIp,
     ProxyHeader, RateLimitHeaders, RateLimitLayer, Rejection,
 };
 use tower::{service_fn, Layer, Service, ServiceExt};
-
-type Inner = tower::util::ServiceFn<
-    fn(Request<Body>) -> std::future::Ready<Result<Response<Full<Bytes>>, Infallible>>,
->;
-
-fn ok_service() -> Inner {
-    fn ok(_req: Request<Body>) -> std::future::Ready<Result<Response<Full<Bytes>>, Infallible>> {
-        std::future::ready(Ok(Response::new(Full::from("ok"))))
-    }
-    service_fn(ok as fn(_) -> _)
-}
 
 fn quota(tokens: u64, per: Duration, burst: u64) -> Quota {
     Quota::new(tokens, per, burst).unwrap()
@@ -64,33 +56,10 @@ where
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
-/// One parsed RateLimit / RateLimit-Policy member: (name, params).
-fn sf_list(headers: &HeaderMap, name: &str) -> Vec<(String, Vec<(String, i64)>)> {
-    let mut out = Vec::new();
-    for line in headers.get_all(name) {
-        let list: sfv::List = sfv::Parser::new(line.as_bytes()).parse_list().unwrap();
-        for entry in list {
-            let sfv::ListEntry::Item(item) = entry else {
-                panic!("inner list in {name}")
-            };
-            let policy = item
-                .bare_item
-                .as_string()
-                .expect("policy names are sf-strings");
-            let params = item
-                .params
-                .iter()
-                .map(|(k, v)| (k.as_str().to_owned(), i64::from(v.as_integer().unwrap())))
-                .collect();
-            out.push((policy.as_str().to_owned(), params));
-        }
-    }
-    out
-}
-
+/// Integer parameter `key` of the list's only member.
 fn param(list: &[(String, Vec<(String, i64)>)], key: &str) -> i64 {
     assert_eq!(list.len(), 1, "one policy");
-    list[0].1.iter().find(|(k, _)| k == key).unwrap().1
+    sf_param(&list[0], key)
 }
 
 fn retry_after(headers: &HeaderMap) -> i64 {
@@ -109,8 +78,8 @@ async fn exact_sequence_with_headers_from_the_same_decision() {
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     let h = refused.headers();
     assert_eq!(retry_after(h), 1);
-    let policy = sf_list(h, "ratelimit-policy");
-    let limit = sf_list(h, "ratelimit");
+    let policy = sf_items(h, "ratelimit-policy");
+    let limit = sf_items(h, "ratelimit");
     assert_eq!(policy[0].0, "default");
     assert_eq!(param(&policy, "q"), 3);
     assert_eq!(param(&policy, "w"), 3);
@@ -153,8 +122,8 @@ async fn retry_after_rounds_up_to_whole_seconds_at_least_one() {
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
         let h = refused.headers();
         assert_eq!(retry_after(h), expected, "period {period:?}");
-        let limit = sf_list(h, "ratelimit");
-        let policy = sf_list(h, "ratelimit-policy");
+        let limit = sf_items(h, "ratelimit");
+        let policy = sf_items(h, "ratelimit-policy");
         assert_eq!(param(&limit, "t"), expected);
         assert!(param(&limit, "t") <= retry_after(h));
         assert_eq!(
@@ -182,11 +151,11 @@ async fn admitted_responses_carry_headers_when_asked_and_all_switch_off() {
     assert_eq!(ok.status(), StatusCode::OK);
     let h = ok.headers();
     assert!(h.get("retry-after").is_none());
-    let limit = sf_list(h, "ratelimit");
+    let limit = sf_items(h, "ratelimit");
     assert_eq!(limit[0].0, "api");
     assert_eq!(param(&limit, "r"), 9);
     assert_eq!(param(&limit, "t"), 1, "100 ms until full, rounded up");
-    assert_eq!(param(&sf_list(h, "ratelimit-policy"), "q"), 10);
+    assert_eq!(param(&sf_items(h, "ratelimit-policy"), "q"), 10);
     assert_eq!(h["x-ratelimit-limit"], "10");
     assert_eq!(h["x-ratelimit-remaining"], "9");
     assert_eq!(h["x-ratelimit-reset"], "1");
@@ -491,7 +460,7 @@ async fn cost_from_a_closure_and_costs_above_the_burst() {
     let refused = svc.clone().oneshot(with(Method::POST)).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(retry_after(refused.headers()), 1); // 200 ms for 2 more tokens
-    assert_eq!(param(&sf_list(refused.headers(), "ratelimit"), "r"), 2);
+    assert_eq!(param(&sf_items(refused.headers(), "ratelimit"), "r"), 2);
     assert_eq!(status(&svc, with(Method::GET)).await, StatusCode::OK);
     // A cost above the burst can never pass: refused, without a Retry-After to wait for.
     clock.advance(Duration::from_secs(5));

@@ -4,26 +4,17 @@
 
 mod support;
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate::Limiter;
 
 use axum::body::Body;
-use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode};
-use http_body_util::Full;
+use http::{HeaderMap, Request, StatusCode};
 use tollgate::{Bucket, Denied, Limits, ManualClock, MultiBucket, Quota, Snapshot};
 use tollgate_tower::{Backend, Check, RateLimitHeaders, RateLimitLayer};
-use tower::{service_fn, Layer, ServiceExt};
+use tower::Layer;
 
-use support::{sf_items, sf_param};
-
-type Svc = tower::util::BoxCloneService<
-    Request<Body>,
-    Response<tollgate_tower::RateLimitBody<Full<Bytes>>>,
-    Infallible,
->;
+use support::{ok_service, send, sf_items, sf_param, Svc};
 
 fn quota(tokens: u64, per_secs: u64, burst: u64) -> Quota {
     Quota::new(tokens, Duration::from_secs(per_secs), burst).unwrap()
@@ -39,19 +30,11 @@ where
     B: Backend<tollgate_tower::Global> + Send + Sync + 'static,
     B::Future: Send + 'static,
 {
-    let inner = service_fn(|_req: Request<Body>| async {
-        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-    });
-    tower::util::BoxCloneService::new(RateLimitLayer::new(backend).headers(headers).layer(inner))
-}
-
-async fn send(svc: &Svc) -> (StatusCode, HeaderMap) {
-    let response = svc
-        .clone()
-        .oneshot(Request::new(Body::empty()))
-        .await
-        .unwrap();
-    (response.status(), response.headers().clone())
+    tower::util::BoxCloneService::new(
+        RateLimitLayer::new(backend)
+            .headers(headers)
+            .layer(ok_service()),
+    )
 }
 
 /// Sends `n` requests that must all be admitted.
@@ -253,12 +236,9 @@ async fn a_refused_request_spends_nothing_from_any_quota() {
     let clock = ManualClock::new();
     // Two per second, three per hour.
     let backend = Arc::new(policy(&[quota(2, 1, 2), quota(3, 3600, 3)], &clock));
-    let svc = {
-        let inner = service_fn(|_req: Request<Body>| async {
-            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-        });
-        tower::util::BoxCloneService::new(RateLimitLayer::shared(Arc::clone(&backend)).layer(inner))
-    };
+    let svc: Svc = tower::util::BoxCloneService::new(
+        RateLimitLayer::shared(Arc::clone(&backend)).layer(ok_service()),
+    );
     let hour = |b: &MultiBucket<ManualClock>| b.decide_snapshots(&(), 0).1.as_slice()[1];
     admit(&svc, 2).await;
     assert_eq!(hour(&backend).remaining(), 1);
@@ -338,12 +318,9 @@ async fn admitted_responses_carry_the_policy_list_only_when_asked() {
 #[tokio::test]
 async fn a_cost_above_the_smallest_burst_is_refused_without_retry_after() {
     let clock = ManualClock::new();
-    let inner = service_fn(|_req: Request<Body>| async {
-        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-    });
     let layer = RateLimitLayer::new(policy(&[quota(10, 1, 10), quota(20, 60, 3)], &clock))
         .cost(|_req: &Request<Body>| 4);
-    let svc = tower::util::BoxCloneService::new(layer.layer(inner));
+    let svc = tower::util::BoxCloneService::new(layer.layer(ok_service()));
     let (status, h) = send(&svc).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert!(h.get("retry-after").is_none(), "no wait admits it");

@@ -4,48 +4,27 @@
 
 mod support;
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode};
-use http_body_util::Full;
+use http::{HeaderMap, Request, StatusCode};
 use tollgate::{Bucket, ManualClock, Quota};
 use tollgate_tower::{RateLimitHeaders, RateLimitLayer};
-use tower::{service_fn, Layer, ServiceExt};
+use tower::Layer;
 
-use support::{sf_items, sf_param};
-
-type Svc = tower::util::BoxCloneService<
-    Request<Body>,
-    Response<tollgate_tower::RateLimitBody<Full<Bytes>>>,
-    Infallible,
->;
+use support::{ok_service, send, sf_items, sf_param, Svc};
 
 /// The layer over `bucket` (shared, so the test reconfigures it), each request costing `cost`,
 /// headers on every response.
 fn service(bucket: &Arc<Bucket<ManualClock>>, cost: u64) -> Svc {
-    let inner = service_fn(|_req: Request<Body>| async {
-        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-    });
     let headers = RateLimitHeaders::default().on_success(true);
     tower::util::BoxCloneService::new(
         RateLimitLayer::new(Arc::clone(bucket))
             .cost(move |_: &Request<Body>| cost)
             .headers(headers)
-            .layer(inner),
+            .layer(ok_service()),
     )
-}
-
-async fn send(svc: &Svc) -> (StatusCode, HeaderMap) {
-    let response = svc
-        .clone()
-        .oneshot(Request::new(Body::empty()))
-        .await
-        .unwrap();
-    (response.status(), response.headers().clone())
 }
 
 /// `Retry-After` (if any), and `t` and `w` of the single-quota IETF fields.

@@ -191,6 +191,24 @@ fn full_state(path: &Path, quota: Quota) {
     std::fs::write(path, file).unwrap();
 }
 
+/// `server` (an hour's burst of a few tokens) started drained, not full: a request is refused
+/// for most of an hour, and the log's `state: starting drained: ` line names `why`. `case`
+/// names the case in the failure messages.
+async fn assert_starts_drained(c: &Client, server: &Proc, why: &str, case: &str) {
+    let (s, retry) = status(c, &server.url()).await.unwrap();
+    assert_eq!(
+        s,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{case}: drained, not full"
+    );
+    assert!(retry.unwrap() > 3000, "{case}: {retry:?}");
+    let log = server.log();
+    let line = log
+        .iter()
+        .find(|l| l.starts_with("state: starting drained: "));
+    assert!(line.is_some_and(|l| l.contains(why)), "{case}: {log:?}");
+}
+
 #[tokio::test]
 async fn after_sigterm_a_restart_hands_out_nothing() {
     let dir = temp_dir("sigterm");
@@ -452,18 +470,7 @@ async fn a_damaged_file_or_a_missing_directory_starts_drained_and_says_why() {
             std::fs::write(&path, bytes).unwrap();
         }
         let server = five_an_hour(&path);
-        let (s, retry) = status(&c, &server.url()).await.unwrap();
-        assert_eq!(
-            s,
-            StatusCode::TOO_MANY_REQUESTS,
-            "{name}: drained, not full"
-        );
-        assert!(retry.unwrap() > 3000, "{name}: {retry:?}");
-        let log = server.log();
-        let line = log
-            .iter()
-            .find(|l| l.starts_with("state: starting drained: "));
-        assert!(line.is_some_and(|l| l.contains(why)), "{name}: {log:?}");
+        assert_starts_drained(&c, &server, why, name).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -636,16 +643,7 @@ async fn a_link_to_nothing_starts_drained() {
     let path = dir.join("state");
     std::os::unix::fs::symlink(dir.join("unmounted").join("state"), &path).unwrap();
     let mut server = three_an_hour(&path);
-    let c = client();
-    let (s, retry) = status(&c, &server.url()).await.unwrap();
-    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "drained, not full");
-    assert!(retry.unwrap() > 3000, "{retry:?}");
-    let log = server.log();
-    assert!(
-        log.iter()
-            .any(|l| l.starts_with("state: starting drained: ") && l.contains("a link to")),
-        "{log:?}"
-    );
+    assert_starts_drained(&client(), &server, "a link to", "a link to nothing").await;
     server.sigterm();
     assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
     let _ = std::fs::remove_dir_all(&dir);
@@ -665,16 +663,7 @@ async fn an_oversized_state_file_starts_drained() {
     file.set_len(1 << 30).unwrap();
     drop(file);
     let server = three_an_hour(&path);
-    let c = client();
-    let (s, retry) = status(&c, &server.url()).await.unwrap();
-    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "drained, not full");
-    assert!(retry.unwrap() > 3000, "{retry:?}");
-    let log = server.log();
-    assert!(
-        log.iter()
-            .any(|l| l.starts_with("state: starting drained: ")
-                && l.contains("more than any save of this server")),
-        "{log:?}"
-    );
+    let why = "more than any save of this server";
+    assert_starts_drained(&client(), &server, why, "oversized").await;
     let _ = std::fs::remove_dir_all(&dir);
 }

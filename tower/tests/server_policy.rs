@@ -7,41 +7,12 @@ mod support;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use http::{HeaderMap, StatusCode};
-use support::{client, get, server_binary, sf_items, sf_param, Server};
+use http::StatusCode;
+use support::{
+    client, get, retry_after, server_binary, sf_items, sf_param, tightest, until_refused,
+    until_the_minute_refuses, Server,
+};
 use tollgate_testkit::redis_server::RedisServer;
-
-fn retry_after(h: &HeaderMap) -> u64 {
-    h["retry-after"].to_str().unwrap().parse().unwrap()
-}
-
-/// The name of the quota `RateLimit` describes.
-fn tightest(h: &HeaderMap) -> String {
-    let items = sf_items(h, "ratelimit");
-    assert_eq!(items.len(), 1, "RateLimit describes one quota: {items:?}");
-    items[0].0.clone()
-}
-
-/// Sends as fast as it can until the first 429 (at most 100 requests): (admitted, refusal).
-async fn until_refused(
-    c: &support::HttpClient,
-    url: &str,
-    headers: &[(&str, &str)],
-) -> (u64, HeaderMap) {
-    let mut admitted = 0;
-    for _ in 0..100 {
-        let (r, body) = get(c, url, headers).await;
-        match r.status() {
-            StatusCode::OK => {
-                assert_eq!(body, "ok");
-                admitted += 1;
-            }
-            StatusCode::TOO_MANY_REQUESTS => return (admitted, r.headers().clone()),
-            other => panic!("unexpected {other}"),
-        }
-    }
-    panic!("100 requests admitted: no limit applied");
-}
 
 /// `--limit 5/s:5 --limit 20/min:20` for one client: the burst of five, then clients that sleep
 /// `Retry-After` until the minute runs out; counts within both quotas' bounds.
@@ -64,22 +35,8 @@ async fn five_per_second_and_twenty_per_minute(url: &str, headers: &[(&str, &str
     assert_eq!(sf_param(&sf_items(&h, "ratelimit")[0], "r"), 0);
 
     // Sleep Retry-After after each refusal until the minute refuses.
-    let mut admitted = first;
-    let mut last = h;
-    let minute = loop {
-        assert!(start.elapsed() < Duration::from_secs(20), "bounded in time");
-        tokio::time::sleep(Duration::from_secs(retry_after(&last))).await;
-        let (more, refusal) = until_refused(&c, url, headers).await;
-        // The second named the tightest: the minute held a whole token, and one second later
-        // the second holds five.
-        assert!(more >= 1, "a client that slept Retry-After is admitted");
-        admitted += more;
-        if tightest(&refusal) == "20-per-60s" {
-            break refusal;
-        }
-        assert_eq!(tightest(&refusal), "5-per-1s");
-        last = refusal;
-    };
+    let (more, minute) = until_the_minute_refuses(&c, url, headers, start, h).await;
+    let admitted = first + more;
     let t = start.elapsed().as_secs_f64();
     // Within both bounds: the minute's 20 plus one every 3 s, the second's 5 plus 5 per second.
     assert!(admitted >= 20, "the minute's burst was reached: {admitted}");

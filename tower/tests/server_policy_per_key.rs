@@ -5,34 +5,12 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use http::{HeaderMap, StatusCode};
-use support::{client, get, sf_items, sf_param, Server};
-
-fn retry_after(h: &HeaderMap) -> u64 {
-    h["retry-after"].to_str().unwrap().parse().unwrap()
-}
-
-fn tightest(h: &HeaderMap) -> String {
-    let items = sf_items(h, "ratelimit");
-    assert_eq!(items.len(), 1, "RateLimit describes one quota: {items:?}");
-    items[0].0.clone()
-}
-
-/// Requests as fast as possible until the first 429 (at most 100): (admitted, its headers).
-async fn until_refused(c: &support::HttpClient, url: &str, key: &str) -> (u64, HeaderMap) {
-    let mut admitted = 0;
-    for _ in 0..100 {
-        let (r, _) = get(c, url, &[("x-api-key", key)]).await;
-        match r.status() {
-            StatusCode::OK => admitted += 1,
-            StatusCode::TOO_MANY_REQUESTS => return (admitted, r.headers().clone()),
-            other => panic!("unexpected {other}"),
-        }
-    }
-    panic!("100 requests admitted for {key}: no limit applied");
-}
+use support::{
+    client, retry_after, sf_items, sf_param, tightest, until_refused, until_the_minute_refuses,
+    Server,
+};
 
 const POLICY: &str = "\"5-per-1s\";q=5;w=1, \"20-per-60s\";q=20;w=60";
 
@@ -48,7 +26,7 @@ async fn each_api_key_carries_both_limits_in_process() {
     ]);
     let (c, url) = (client(), server.url());
     let start = Instant::now();
-    let (alice, h) = until_refused(&c, &url, "alice").await;
+    let (alice, h) = until_refused(&c, &url, &[("x-api-key", "alice")]).await;
     let bound = |t: Instant| 5 + (5.0 * t.elapsed().as_secs_f64()).ceil() as u64;
     assert!((5..=bound(start)).contains(&alice), "alice: {alice}");
     assert_eq!(h["ratelimit-policy"], POLICY);
@@ -56,22 +34,13 @@ async fn each_api_key_carries_both_limits_in_process() {
     assert_eq!(retry_after(&h), 1, "the second's wait, rounded up");
     // Bob has both quotas of his own: his whole burst while alice is refused.
     let bob_start = Instant::now();
-    let (bob, hb) = until_refused(&c, &url, "bob").await;
+    let (bob, hb) = until_refused(&c, &url, &[("x-api-key", "bob")]).await;
     assert!((5..=bound(bob_start)).contains(&bob), "bob: {bob}");
     assert_eq!(hb["ratelimit-policy"], POLICY);
     // Alice's minute: sleep Retry-After after each refusal until the minute refuses.
-    let mut admitted = alice;
-    let mut last = h;
-    let minute = loop {
-        assert!(start.elapsed() < Duration::from_secs(20), "bounded in time");
-        tokio::time::sleep(Duration::from_secs(retry_after(&last))).await;
-        let (more, refusal) = until_refused(&c, &url, "alice").await;
-        admitted += more;
-        if tightest(&refusal) == "20-per-60s" {
-            break refusal;
-        }
-        last = refusal;
-    };
+    let alice_key = [("x-api-key", "alice")];
+    let (more, minute) = until_the_minute_refuses(&c, &url, &alice_key, start, h).await;
+    let admitted = alice + more;
     let t = start.elapsed().as_secs_f64();
     assert!(admitted >= 20, "alice reached her minute: {admitted}");
     assert!(admitted as f64 <= 20.0 + t / 3.0, "{admitted} in {t} s");
@@ -79,7 +48,7 @@ async fn each_api_key_carries_both_limits_in_process() {
     assert!((1..=3).contains(&secs), "the minute's wait: {secs}");
     assert_eq!(sf_param(&sf_items(&minute, "ratelimit")[0], "r"), 0);
     // Bob's minute is his own: after a second he holds five again.
-    let (bob_again, hb) = until_refused(&c, &url, "bob").await;
+    let (bob_again, hb) = until_refused(&c, &url, &[("x-api-key", "bob")]).await;
     assert!(
         bob_again >= 5,
         "bob after alice spent her minute: {bob_again}"

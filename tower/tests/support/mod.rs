@@ -10,11 +10,15 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
 
+use std::convert::Infallible;
+
+use axum::body::Body;
 use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::{BodyExt, Empty};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
+use tower::{service_fn, ServiceExt};
 
 /// The example server's binary, brought up to date once per test binary (a filtered run such as
 /// `cargo test --test server` does not build examples, and a stale binary would test old code;
@@ -183,4 +187,96 @@ pub(crate) fn sf_param(item: &(String, Vec<(String, i64)>), key: &str) -> i64 {
         .find(|(k, _)| k == key)
         .unwrap_or_else(|| panic!("no {key} in {item:?}"))
         .1
+}
+
+/// `Retry-After` in whole seconds.
+pub(crate) fn retry_after(h: &HeaderMap) -> u64 {
+    h["retry-after"].to_str().unwrap().parse().unwrap()
+}
+
+/// The name of the quota `RateLimit` describes (the tightest of a policy).
+pub(crate) fn tightest(h: &HeaderMap) -> String {
+    let items = sf_items(h, "ratelimit");
+    assert_eq!(items.len(), 1, "RateLimit describes one quota: {items:?}");
+    items[0].0.clone()
+}
+
+/// Sends `GET url` with `headers` as fast as it can until the first 429 (at most 100
+/// requests, each admitted one answered `ok`): (admitted, the refusal's headers).
+pub(crate) async fn until_refused(
+    c: &HttpClient,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> (u64, HeaderMap) {
+    let mut admitted = 0;
+    for _ in 0..100 {
+        let (r, body) = get(c, url, headers).await;
+        match r.status() {
+            StatusCode::OK => {
+                assert_eq!(body, "ok");
+                admitted += 1;
+            }
+            StatusCode::TOO_MANY_REQUESTS => return (admitted, r.headers().clone()),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    panic!("100 requests admitted with {headers:?}: no limit applied");
+}
+
+/// Under `--limit 5/s:5 --limit 20/min:20`, after a refusal `last` of the second's quota:
+/// sleeps `Retry-After` after each refusal and sends until refused again, until the minute's
+/// quota refuses (within 20 s of `start`). Each client that slept its `Retry-After` is admitted
+/// at least once (the minute held a whole token, and one second later the second holds five),
+/// and every refusal before the minute's names the second's quota. Returns the requests
+/// admitted meanwhile and the minute's refusal.
+pub(crate) async fn until_the_minute_refuses(
+    c: &HttpClient,
+    url: &str,
+    headers: &[(&str, &str)],
+    start: Instant,
+    mut last: HeaderMap,
+) -> (u64, HeaderMap) {
+    let mut admitted = 0;
+    loop {
+        assert!(start.elapsed() < Duration::from_secs(20), "bounded in time");
+        tokio::time::sleep(Duration::from_secs(retry_after(&last))).await;
+        let (more, refusal) = until_refused(c, url, headers).await;
+        assert!(more >= 1, "a client that slept Retry-After is admitted");
+        admitted += more;
+        if tightest(&refusal) == "20-per-60s" {
+            return (admitted, refusal);
+        }
+        assert_eq!(tightest(&refusal), "5-per-1s");
+        last = refusal;
+    }
+}
+
+/// The service behind the layer in the in-process tests: answers `ok` to every request.
+pub(crate) type Inner = tower::util::ServiceFn<
+    fn(Request<Body>) -> std::future::Ready<Result<Response<Full<Bytes>>, Infallible>>,
+>;
+
+/// [`Inner`].
+pub(crate) fn ok_service() -> Inner {
+    fn ok(_req: Request<Body>) -> std::future::Ready<Result<Response<Full<Bytes>>, Infallible>> {
+        std::future::ready(Ok(Response::new(Full::from("ok"))))
+    }
+    service_fn(ok as fn(_) -> _)
+}
+
+/// The layer over [`ok_service`], boxed (whatever its backend and options).
+pub(crate) type Svc = tower::util::BoxCloneService<
+    Request<Body>,
+    Response<tollgate_tower::RateLimitBody<Full<Bytes>>>,
+    Infallible,
+>;
+
+/// One empty request through `svc`: its status and headers.
+pub(crate) async fn send(svc: &Svc) -> (StatusCode, HeaderMap) {
+    let response = svc
+        .clone()
+        .oneshot(Request::new(Body::empty()))
+        .await
+        .unwrap();
+    (response.status(), response.headers().clone())
 }
