@@ -460,23 +460,18 @@ impl Central {
                 let size = near.max(ask.cost);
                 if let Some((lease, frontier, top, _)) = held {
                     let top_new = base + size * scale;
+                    let may_advance = near > 0
+                        && size <= ask.near_cap
+                        && cost_units < burst_units
+                        && top_new <= (limit + ask.room).min(MAX_STATE);
                     // A one-token refusal waits for a hand-off first ([`HAND_OFF_NS`]).
                     let waited = ask.cost != 1
                         || (lease.waiting()
                             && lease.dry_until() > ask.now.saturating_sub(HAND_OFF_NS));
-                    if near > 0
-                        && !waited
-                        && size <= ask.near_cap
-                        && top_new <= (limit + ask.room).min(MAX_STATE)
-                    {
+                    if may_advance && !waited {
                         lease.set_waiting();
                     }
-                    if near > 0
-                        && waited
-                        && size <= ask.near_cap
-                        && cost_units < burst_units
-                        && top_new <= (limit + ask.room).min(MAX_STATE)
-                    {
+                    if may_advance && waited {
                         if !locked {
                             if !lease.lock(frontier, top) {
                                 return Outcome::Retry;

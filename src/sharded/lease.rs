@@ -285,13 +285,11 @@ impl Lease {
 
     /// Marks the shard as waiting for a hand-off ([`WAITING`]): a hint, read for sizes and
     /// hand-offs only, never for an admission (a mark that lands after a lease was installed
-    /// costs one advance at most).
+    /// costs one advance at most). A read-modify-write: a scan's [`LAPSED`] or a hand-off's
+    /// size written meanwhile from another core is kept.
     #[inline]
     pub(super) fn set_waiting(&self) {
-        let a = self.near.load(Ordering::Relaxed);
-        if a & WAITING == 0 {
-            self.near.store(a | WAITING, Ordering::Relaxed);
-        }
+        self.near.fetch_or(WAITING, Ordering::Relaxed);
     }
 
     /// Sets the size of the near lease being installed (and clears the [`LAPSED`] and
